@@ -1,0 +1,3 @@
+from healthcheck.cli import main
+
+main()

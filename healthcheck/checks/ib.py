@@ -1,0 +1,136 @@
+"""InfiniBand checks: the compute HCAs are all there, Active/LinkUp at full rate, with clean counters."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+import msgspec
+
+from healthcheck.core.catalogue import finding
+from healthcheck.core.config.schema import Fabric, IbLimits
+from healthcheck.core.model import Limit, Metric
+from healthcheck.core.registry import CheckOutput, NotApplicable, check
+from healthcheck.parsers.ib_common import IbCounters, IbPort, IbPorts
+
+HCA_COUNT = finding(
+    "ib.E001",
+    "the number of compute HCAs differs from the fabric's count",
+    "A missing HCA is a dead card, a PCIe link that did not train, a driver that did not bind or a port "
+    "in the wrong link layer: check lspci, dmesg and ibstat; reseat, then RMA the HCA.",
+    action="rma",
+)
+PORT_NOT_ACTIVE = finding(
+    "ib.E002",
+    "a compute HCA port is not Active",
+    "Down/Polling: no link partner; reseat the cable, then replace cable or transceiver, then check the "
+    "switch port. Init/Armed: the subnet manager has not brought the port up; check opensm/UFM.",
+    action="reseat-cable",
+)
+PORT_PHYS_STATE = finding(
+    "ib.E003",
+    "an Active port's physical state is not LinkUp",
+    "The link is retraining or in error recovery: reseat or replace the cable or transceiver and watch "
+    "the port's error counters.",
+    action="reseat-cable",
+)
+PORT_RATE = finding(
+    "ib.E004",
+    "a port trained below the fabric's rate",
+    "A port at a lower rate (200 instead of 400) has a bad cable, transceiver or lane: reseat, then "
+    "replace the cable; mlxlink shows the lanes.",
+    action="replace-cable",
+)
+COUNTER_HIGH = finding(
+    "ib.E005",
+    "a port error counter is above its limit",
+    "Rising symbol or link-recovery errors point at a cable or transceiver: reseat or replace it, clear "
+    "the counters (perfquery -R) and watch them; link_downed means the link flapped.",
+    action="replace-cable",
+)
+
+
+def _is_compute(port: IbPort, ib: IbLimits) -> bool:
+    if not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
+        return False
+    if ib.hca_types and port.ca_type not in ib.hca_types:
+        return False
+    return ib.link_layer is None or port.link_layer is None or port.link_layer == ib.link_layer
+
+
+@check(
+    "ib.port_state",
+    tier="quick",
+    needs=("ib_ports",),
+    findings=(HCA_COUNT, PORT_NOT_ACTIVE, PORT_PHYS_STATE, PORT_RATE),
+    budget_s=3.0,
+)
+def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
+    """The fabric's compute HCAs are all present and every port of them is Active/LinkUp at the expected rate."""
+    ib = limits.ib
+    if not ports.ports and ib.hca_count is None:
+        raise NotApplicable("no InfiniBand HCA found and the fabric expects none")
+    compute = [p for p in ports.ports if _is_compute(p, ib)]
+    others = [p for p in ports.ports if not _is_compute(p, ib)]
+    hcas = sorted({p.ca for p in compute})
+    if ib.hca_count is not None and len(hcas) != ib.hca_count:
+        message = f"{len(hcas)} compute HCAs found, expected {ib.hca_count}"
+        if others:
+            message += "; not counted: " + ", ".join(
+                f"{p.name} ({p.ca_type or '?'}, {p.link_layer or '?'})" for p in others
+            )
+        yield HCA_COUNT.fail(message, value=len(hcas), limit=Limit("==", ib.hca_count, "ib.hca_count"))
+    for p in compute:
+        yield Metric("rate_gbps", p.rate_gbps, "Gb/s", component=p.name)
+        if p.fw_ver:
+            yield Metric("fw_ver", p.fw_ver, component=p.name)
+        if p.phys_state == "Disabled" and ib.allow_disabled:
+            continue
+        if p.state != "Active":
+            yield PORT_NOT_ACTIVE.fail(
+                f"{p.name} is {p.state}/{p.phys_state} (expected Active/LinkUp)", component=p.name, value=p.state
+            )
+        elif p.phys_state != "LinkUp":
+            yield PORT_PHYS_STATE.fail(
+                f"{p.name} is Active but its physical state is {p.phys_state}", component=p.name, value=p.phys_state
+            )
+        elif ib.rate_gbps is not None and p.rate_gbps is not None and p.rate_gbps < ib.rate_gbps:
+            yield PORT_RATE.fail(
+                f"{p.name} runs at {p.rate_gbps:g} Gb/s, expected {ib.rate_gbps:g}",
+                component=p.name,
+                value=p.rate_gbps,
+                unit="Gb/s",
+                limit=Limit(">=", ib.rate_gbps, "ib.rate_gbps"),
+            )
+
+
+@check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH,), budget_s=3.0)
+def counters(facts: IbCounters, limits: Fabric) -> CheckOutput:
+    """No error counter of an HCA port is above the fabric's warn or fail limit."""
+    ib = limits.ib
+    if not facts.ports:
+        raise NotApplicable("no InfiniBand HCA found")
+    fail_limits = msgspec.structs.asdict(ib.counters_fail)
+    warn_limits = msgspec.structs.asdict(ib.counters_warn)
+    for port in facts.ports:
+        if port.ca and not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
+            continue
+        for name in fail_limits:
+            value = port.counters.get(name)
+            if value is None:
+                continue
+            yield Metric(name, value, component=port.name)
+            fail_at, warn_at = fail_limits[name], warn_limits[name]
+            if fail_at is not None and value > fail_at:
+                yield COUNTER_HIGH.fail(
+                    f"{port.name} {name} is {value}, above {fail_at}",
+                    component=f"{port.name}:{name}",
+                    value=value,
+                    limit=Limit("<=", fail_at, f"ib.counters_fail.{name}"),
+                )
+            elif warn_at is not None and value > warn_at:
+                yield COUNTER_HIGH.warn(
+                    f"{port.name} {name} is {value}, above {warn_at}",
+                    component=f"{port.name}:{name}",
+                    value=value,
+                    limit=Limit("<=", warn_at, f"ib.counters_warn.{name}"),
+                )

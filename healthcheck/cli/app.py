@@ -1,0 +1,125 @@
+"""The App object every command uses: loads config once, owns output and exit codes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from healthcheck.core.config import Config, load_config
+from healthcheck.core.errors import ExitCode
+from healthcheck.core.model import Report
+from healthcheck.core.status import Status
+
+
+def this_node_name() -> str:
+    """$HC_NODE_NAME, else Slurm's name for this node, else the short host name."""
+    for var in ("HC_NODE_NAME", "SLURMD_NODENAME"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return socket.gethostname().split(".", 1)[0]
+
+
+def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:
+    if status is Status.FAIL:
+        return ExitCode.FAIL
+    if status is Status.ERROR:
+        return ExitCode.ERROR
+    if status is Status.WARN and fail_level == "warn":
+        return ExitCode.WARN
+    return ExitCode.OK
+
+
+class App:
+    def __init__(self, config_path: Optional[Path] = None, fmt: str = "table") -> None:
+        self.config_path = config_path
+        self.format = fmt
+
+    @cached_property
+    def config(self) -> Config:
+        return load_config(self.config_path)
+
+    def echo(self, text: str = "") -> None:
+        click.echo(text)
+
+    def emit_json(self, data: Any) -> None:
+        import msgspec
+
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
+        sys.stdout.flush()
+
+    def emit_report(self, report: Report, *, output: Optional[Path] = None) -> None:
+        """Write the JSON report to `output` (atomically) and show it on stdout in the chosen format."""
+        from healthcheck.report.jsonio import encode, write_atomic
+
+        data = encode(report)
+        if output is not None:
+            write_atomic(output, data)
+        if self.format == "json":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            from healthcheck.report.table import render
+
+            click.echo(render(report))
+
+
+# ------------------------------------------------------------ shared options
+
+
+def config_option(fn: Callable) -> Callable:
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        envvar="HC_CONFIG",
+        help="Main config file [env HC_CONFIG; default /etc/hc/hc.yaml, else the embedded default].",
+    )(fn)
+
+
+def format_option(fn: Callable) -> Callable:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        envvar="HC_FORMAT",
+        show_default=True,
+        help="Output format on stdout [env HC_FORMAT].",
+    )(fn)
+
+
+def tier_option(default: str = "quick") -> Callable[[Callable], Callable]:
+    return click.option(
+        "--tier",
+        type=click.Choice(["quick", "standard", "deep"]),
+        default=default,
+        envvar="HC_TIER",
+        show_default=True,
+        help="quick: prologue-safe; standard: ad hoc and epilogue; deep: invasive bandwidth tests [env HC_TIER].",
+    )
+
+
+def fail_level_option(fn: Callable) -> Callable:
+    return click.option(
+        "--fail-level",
+        type=click.Choice(["warn", "fail"]),
+        default="fail",
+        envvar="HC_FAIL_LEVEL",
+        show_default=True,
+        help="Lowest status that makes the exit code non-zero (ERROR always exits 3).",
+    )(fn)
+
+
+def output_option(fn: Callable) -> Callable:
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Also write the JSON report to this file (atomically).",
+    )(fn)

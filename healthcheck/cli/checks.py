@@ -1,0 +1,75 @@
+"""`hc checks list`: the catalogue of checks and finding IDs."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import click
+
+from healthcheck.cli.app import App, format_option
+
+
+@click.group()
+def checks() -> None:
+    """The catalogue of checks and the finding IDs they emit."""
+
+
+@checks.command("list")
+@click.option("--tier", type=click.Choice(["quick", "standard", "deep", "epilogue"]), default=None,
+              help="Only the checks that run in this tier or context.")
+@format_option
+def list_checks(tier: Optional[str], fmt: str) -> int:
+    """List every check (name, tiers, budget, invariant) and every finding ID (meaning, hint)."""
+    from healthcheck.core import catalogue
+    from healthcheck.core.registry import REGISTRY, TIERS
+    from healthcheck.checks import load_all
+
+    load_all()
+    specs = [s for s in sorted(REGISTRY.values(), key=lambda s: s.name) if tier is None or tier in s.tiers]
+    ids_in_view = {spec.id for s in specs for spec in s.findings}
+    core_ids = {i for i in catalogue.CATALOGUE if i.startswith("hc.")}
+    emitted_by: dict[str, list[str]] = {}
+    for s in specs:
+        for spec in s.findings:
+            emitted_by.setdefault(spec.id, []).append(s.name)
+    findings = [
+        f for fid, f in sorted(catalogue.CATALOGUE.items()) if fid in ids_in_view or fid in core_ids
+    ]
+    order = {t: i for i, t in enumerate(TIERS + ("epilogue",))}
+    app = App(fmt=fmt)
+    if fmt == "json":
+        app.emit_json(
+            {
+                "checks": [
+                    {
+                        "name": s.name,
+                        "tiers": sorted(s.tiers, key=order.get),
+                        "budget_s": s.budget_s,
+                        "needs": list(s.needs),
+                        "summary": s.summary,
+                        "findings": [f.id for f in s.findings],
+                    }
+                    for s in specs
+                ],
+                "findings": [
+                    {
+                        "id": f.id,
+                        "title": f.title,
+                        "hint": f.hint,
+                        "suggested_action": f.action,
+                        "checks": emitted_by.get(f.id, ["(any)"]),
+                        "retired": f.retired,
+                    }
+                    for f in findings
+                ],
+            }
+        )
+        return 0
+    from tabulate import tabulate
+
+    rows = [[s.name, ",".join(sorted(s.tiers, key=order.get)), f"{s.budget_s:g}s", s.summary] for s in specs]
+    app.echo(tabulate(rows, headers=["CHECK", "TIERS", "BUDGET", "INVARIANT"], tablefmt="simple", maxcolwidths=[None, None, None, 70]))
+    app.echo()
+    rows = [[f.id, f.title, f.action, f.hint] for f in findings]
+    app.echo(tabulate(rows, headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple", maxcolwidths=[None, 40, None, 60]))
+    return 0

@@ -1,0 +1,73 @@
+"""`hc config validate` and `hc config show NODE`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from healthcheck.cli.app import App, config_option, format_option
+
+
+@click.group()
+def config() -> None:
+    """Validate the configuration; show the effective limits of a node."""
+
+
+@config.command()
+@click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@config_option
+def validate(file: Optional[Path], config_path: Optional[Path]) -> int:
+    """Check FILE (default: the active config) and every fabric it can reach."""
+    app = App(file or config_path)
+    cfg = app.config
+    notes = cfg.validate()
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    fabrics = cfg.fabric_names()
+    app.echo(
+        f"ok: {cfg.path}: {len(cfg.main.nodes)} node patterns, {len(cfg.main.overrides)} overrides, "
+        f"{len(fabrics)} fabrics ({', '.join(fabrics)}), digest {cfg.digest[:19]}"
+    )
+    return 0
+
+
+@config.command()
+@click.argument("node")
+@config_option
+@format_option
+def show(node: str, config_path: Optional[Path], fmt: str) -> int:
+    """The effective limits for NODE, and which file and line each came from."""
+    from healthcheck.core.nodes import check_node_name
+
+    check_node_name(node)
+    app = App(config_path, fmt)
+    nc = app.config.for_node(node)
+    leaves = list(nc.leaves())
+    if fmt == "json":
+        app.emit_json(
+            {
+                "node": node,
+                "fabric": nc.fabric_name,
+                "config": str(app.config.path),
+                "limits": [{"key": k, "value": v, "source": s} for k, v, s in leaves],
+            }
+        )
+        return 0
+    from tabulate import tabulate
+
+    app.echo(f"{node}: fabric {nc.fabric_name} (config {app.config.path})")
+    rows = [[k, _show(v), s] for k, v, s in leaves]
+    app.echo(tabulate(rows, headers=["KEY", "VALUE", "SOURCE"], tablefmt="simple"))
+    return 0
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, dict) and not value:
+        return "{}"
+    return str(value)

@@ -1,0 +1,1 @@
+"""The model every layer shares: statuses, findings, the check registry, config, errors."""

@@ -1,0 +1,126 @@
+"""The catalogue of finding IDs: the contract with ops ticketing.
+
+Every ID a check may emit is declared once, here or in its family module, with its
+meaning, a hint an operator can act on and a suggested action. IDs are never reused
+or renumbered; retired IDs stay listed with `retired=True`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from healthcheck.core.model import Finding, Limit
+from healthcheck.core.status import Status
+
+_ID_RE = re.compile(r"^[a-z][a-z0-9]*\.[EW][0-9]{3}$")
+
+# What an operator should do about a finding; a fixed vocabulary so tickets can be routed.
+SUGGESTED_ACTIONS = (
+    "none",
+    "rerun",
+    "fix-config",
+    "reseat-cable",
+    "replace-cable",
+    "reset-gpu",
+    "reboot",
+    "rma",
+    "investigate",
+    "clean-up",
+)
+
+
+@dataclass(frozen=True)
+class FindingSpec:
+    """One catalogued finding ID."""
+
+    id: str
+    title: str  # one-line meaning
+    hint: str  # what to do about it
+    action: str = "investigate"
+    retired: bool = False
+
+    def __call__(
+        self,
+        status: Status,
+        message: str,
+        *,
+        component: str = "",
+        value: Any = None,
+        unit: Optional[str] = None,
+        limit: Optional[Limit] = None,
+        evidence: Optional[str] = None,
+    ) -> Finding:
+        """A finding of this ID; the engine stamps node, subject, hint and fingerprint."""
+        return Finding(
+            id=self.id,
+            status=status,
+            message=message,
+            component=component,
+            value=value,
+            unit=unit,
+            limit=limit,
+            evidence=evidence,
+        )
+
+    def fail(self, message: str, **kw: Any) -> Finding:
+        return self(Status.FAIL, message, **kw)
+
+    def warn(self, message: str, **kw: Any) -> Finding:
+        return self(Status.WARN, message, **kw)
+
+
+CATALOGUE: dict[str, FindingSpec] = {}
+
+
+def finding(id: str, title: str, hint: str, action: str = "investigate", retired: bool = False) -> FindingSpec:
+    """Declare a finding ID; declaring one twice is a programming error."""
+    if not _ID_RE.match(id):
+        raise ValueError(f"finding ID {id!r} is not of the form family.E001")
+    if id in CATALOGUE:
+        raise ValueError(f"finding ID {id} declared twice")
+    if action not in SUGGESTED_ACTIONS:
+        raise ValueError(f"finding ID {id}: unknown suggested action {action!r}")
+    spec = FindingSpec(id, title, hint, action, retired)
+    CATALOGUE[id] = spec
+    return spec
+
+
+# Findings about running checks rather than about the node: always ERROR, never drain.
+TOOL_MISSING = finding(
+    "hc.E001",
+    "a tool or data source a check needs is not available",
+    "Install the tool named in the message, or run with a config whose fabric does not need it.",
+    action="fix-config",
+)
+TIMED_OUT = finding(
+    "hc.E002",
+    "a probe did not finish within its time budget and was stopped",
+    "The tool hung (a failing GPU or HCA can hang NVML or MAD tools); re-run, then inspect the node.",
+    action="rerun",
+)
+TOOL_FAILED = finding(
+    "hc.E003",
+    "a tool exited with an error",
+    "Read the tool's message in the finding's evidence; re-run the command by hand on the node.",
+    action="investigate",
+)
+UNPARSABLE = finding(
+    "hc.E004",
+    "a tool's output could not be parsed",
+    "Attach the raw output (hc parse TOOL FILE shows what the parser makes of it) to a bug report.",
+    action="investigate",
+)
+CHECK_CRASHED = finding(
+    "hc.E005",
+    "a check raised an unexpected exception",
+    "This is a bug in hc: attach the report to a bug report.",
+    action="investigate",
+)
+UNREACHABLE = finding(
+    "hc.E006",
+    "the node could not be reached or its checks could not be run",
+    "Check that the node is up and reachable (ssh, host key, sshd); the message says what failed.",
+    action="investigate",
+)

@@ -1,0 +1,118 @@
+"""The typed shape of the main config and of fabric files.
+
+Units live in key names: `mtu` (bytes), `rate_gbps` (gigabits/s, as ibstat prints),
+`*_gbytes_per_s` (gigabytes/s, as nccl-tests prints busbw), `*_gib` (GiB), `*_c` (Celsius).
+A key left out (None) means "no expectation": the check then only looks at what is there.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import msgspec
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Base for config sections: unknown keys and wrong types are errors."""
+
+
+# ---------------------------------------------------------------------------- fabric
+
+
+class InterfaceSpec(Strict):
+    mtu: Optional[int] = None  # expected MTU of every interface matching the pattern
+    count: Optional[int] = None  # exact number of interfaces that must match
+    required: bool = True  # at least one interface must match
+
+
+class NetLimits(Strict):
+    # glob pattern of interface names -> expectations, e.g. {"ib*": {mtu: 4092, count: 8}}
+    interfaces: dict[str, InterfaceSpec] = {}
+    # sanity bounds for every other interface that is up (WARN outside them)
+    mtu_min: Optional[int] = None
+    mtu_max: Optional[int] = None
+    ignore: list[str] = msgspec.field(default_factory=lambda: ["lo"])  # glob patterns of interfaces the sanity bounds skip
+
+
+class IbCounterLimits(Strict):
+    """Upper limits per port error counter (names as in sysfs `ports/N/counters/`)."""
+
+    symbol_error: Optional[int] = None
+    link_error_recovery: Optional[int] = None
+    link_downed: Optional[int] = None
+    port_rcv_errors: Optional[int] = None
+    port_rcv_remote_physical_errors: Optional[int] = None
+    port_xmit_discards: Optional[int] = None
+    local_link_integrity_errors: Optional[int] = None
+    excessive_buffer_overrun_errors: Optional[int] = None
+
+
+class IbLimits(Strict):
+    hcas: list[str] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
+    hca_types: list[str] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
+    hca_count: Optional[int] = None  # compute HCAs that must be present
+    rate_gbps: Optional[float] = None  # expected port rate
+    # The link layer of the compute ports. Ports of another link layer (a frontend
+    # Ethernet port on an InfiniBand node) are not compute ports: a compute HCA that came
+    # up in the wrong mode shows as a missing HCA (ib.E001), with the odd port named.
+    link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = None
+    # Ports whose physical state is Disabled were switched off on purpose (an unused
+    # frontend port): ignore them instead of failing the node.
+    allow_disabled: bool = False
+    counters_fail: IbCounterLimits = IbCounterLimits()  # FAIL above these
+    counters_warn: IbCounterLimits = IbCounterLimits()  # WARN above these
+
+
+class SysLimits(Strict):
+    mem_total_min_gib: Optional[float] = None
+    disk_free_min_gib: dict[str, float] = {}  # path -> free GiB it must have
+    mounts: list[str] = []  # mount points that must be mounted
+    services: dict[str, str] = {}  # service name -> process (executable) name that must run
+
+
+class GpuLimits(Strict):
+    count: Optional[int] = None
+    model: Optional[str] = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
+
+
+class AllReduceReference(Strict):
+    """Single-node AllReduce busbw (nccl-tests definition) for a healthy node of the fabric."""
+
+    busbw_peak_gbytes_per_s: Optional[float] = None  # what a healthy node reaches at large sizes
+    busbw_min_gbytes_per_s: Optional[float] = None  # production floor at message_bytes
+    busbw_ring_gbytes_per_s: Optional[float] = None  # with NVLS/CollNet off (ring only)
+    message_bytes: int = 16 * 1024**3
+
+
+class IbWriteBwReference(Strict):
+    """ib_write_bw per HCA (perftest --report_gbits), large messages."""
+
+    per_hca_typical_gbps: Optional[float] = None
+    per_hca_min_gbps: Optional[float] = None
+
+
+class BandwidthLimits(Strict):
+    allreduce_single_node: AllReduceReference = AllReduceReference()
+    ib_write_bw: IbWriteBwReference = IbWriteBwReference()
+
+
+class Fabric(Strict):
+    description: str = ""
+    extends: Optional[str] = None  # name of a fabric this one refines
+    gpu: GpuLimits = GpuLimits()
+    ib: IbLimits = IbLimits()
+    net: NetLimits = NetLimits()
+    sys: SysLimits = SysLimits()
+    bandwidth: BandwidthLimits = BandwidthLimits()
+
+
+# ------------------------------------------------------------------------------ main
+
+
+class MainConfig(Strict):
+    # where fabric files are looked up, relative to the main file; the fabrics shipped
+    # with hc are searched last, so a site can refine or replace them
+    fabric_dirs: list[str] = msgspec.field(default_factory=lambda: ["fabrics"])
+    default_fabric: Optional[str] = None  # for nodes no pattern matches
+    nodes: dict[str, str] = {}  # hostlist pattern -> fabric name
+    overrides: dict[str, dict] = {}  # hostlist pattern -> partial fabric (deep-merged)

@@ -1,0 +1,46 @@
+"""Check the node hc runs on: resolve its limits, run the tier's checks, build the report."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+from healthcheck.core.config import Config
+from healthcheck.core.engine import run_checks
+from healthcheck.core.facts import ProbeContext
+from healthcheck.core.model import Report
+from healthcheck.core.registry import select
+from healthcheck.report.build import make_report, utc_now
+from healthcheck.runners.local import LocalRunner
+
+
+def check_this_node(
+    config: Config,
+    *,
+    node: str,
+    tier: str,
+    only: Iterable[str] = (),
+    command: str = "node --local",
+    deadline_s: Optional[float] = None,
+    root: Path = Path("/"),
+) -> tuple[Report, bool]:
+    """Run the checks of `tier` on this machine as `node`; returns the report and whether
+    a probe had to be abandoned (the caller should then exit without waiting for it)."""
+    started = utc_now()
+    deadline = time.monotonic() + deadline_s if deadline_s is not None else None
+    node_config = config.for_node(node)
+    specs = select(tier, only)
+    ctx = ProbeContext(runner=LocalRunner(), transport="local", root=root, env=dict(os.environ))
+    result, abandoned = run_checks(node_config, specs, ctx, deadline=deadline, mode="local")
+    report = make_report(
+        command=command,
+        tier=tier,
+        config_digest=config.digest,
+        config_path=str(config.path),
+        started=started,
+        finished=utc_now(),
+        nodes=[result],
+    )
+    return report, abandoned

@@ -1,0 +1,22 @@
+"""Pure functions: a tool's output text -> typed facts. No I/O; garbage raises ParseError.
+
+`TOOLS` is what `hc parse TOOL` offers: tool name -> (module, function, description).
+Modules are imported only when their tool is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+TOOLS: dict[str, tuple[str, str, str]] = {
+    "ip-link": ("healthcheck.parsers.ip_link", "parse_ip_link", "ip -j link / ip -d link (text)"),
+    "ibstat": ("healthcheck.parsers.ibstat", "parse_ibstat", "ibstat (all CAs)"),
+    "ibstatus": ("healthcheck.parsers.ibstatus", "parse_ibstatus", "ibstatus"),
+    "perfquery": ("healthcheck.parsers.perfquery", "parse_perfquery", "perfquery, perfquery -x, perfquery -E"),
+}
+
+
+def parser_for(tool: str) -> Callable[[str], Any]:
+    module, func, _ = TOOLS[tool]
+    return getattr(importlib.import_module(module), func)

@@ -1,0 +1,92 @@
+"""InfiniBand facts shared by the sysfs, ibstat, ibstatus and perfquery parsers."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import msgspec
+
+# IBTA PortState and PortPhysicalState, by number (sysfs and ibstatus print "4: ACTIVE")
+_STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
+_PHYS = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "PhyTest",
+}
+_STATE_NAMES = {v.lower(): v for v in _STATES.values()} | {"initializing": "Init", "active_defer": "ActiveDefer"}
+_PHYS_NAMES = {v.lower(): v for v in _PHYS.values()} | {"portconfigurationtraining": "PortConfigurationTraining"}
+
+
+class IbPort(msgspec.Struct, frozen=True, omit_defaults=True):
+    ca: str
+    port: int
+    state: str  # Down, Init, Armed, Active, ActiveDefer (or the raw text if unknown)
+    phys_state: str  # Sleep, Polling, Disabled, LinkUp, LinkErrorRecovery, ...
+    rate_gbps: Optional[float] = None
+    link_layer: Optional[str] = None  # InfiniBand, Ethernet
+    ca_type: Optional[str] = None  # MT4129
+    fw_ver: Optional[str] = None
+    lid: Optional[int] = None
+    port_guid: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.ca}/{self.port}"
+
+
+class IbPorts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Every HCA port found. An empty list means no HCA: never healthy where HCAs are expected."""
+
+    ports: list[IbPort]
+    errors: list[str] = []  # e.g. ibstat's "ibpanic: ... stat of IB device 'mlx5_8' failed"
+
+    @property
+    def cas(self) -> list[str]:
+        return sorted({p.ca for p in self.ports})
+
+
+class IbPortCounters(msgspec.Struct, frozen=True, omit_defaults=True):
+    ca: str  # "" where the tool names only a LID (perfquery)
+    port: int
+    counters: dict[str, int]
+    lid: Optional[int] = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.ca}/{self.port}" if self.ca else f"lid{self.lid}/{self.port}"
+
+
+class IbCounters(msgspec.Struct, frozen=True):
+    ports: list[IbPortCounters]
+
+
+def port_state(text: str) -> str:
+    """"4: ACTIVE" / "ACTIVE" / "Active" / "Initializing" -> "Active" / "Init"."""
+    return _decode(text, _STATES, _STATE_NAMES)
+
+
+def phys_state(text: str) -> str:
+    """"5: LinkUp" / "LinkUp" / "Polling" -> canonical name."""
+    return _decode(text, _PHYS, _PHYS_NAMES)
+
+
+def _decode(text: str, by_number: dict[int, str], by_name: dict[str, str]) -> str:
+    text = text.strip()
+    m = re.match(r"^(\d+)\s*:\s*(.*)$", text)
+    if m:
+        number = int(m.group(1))
+        if number in by_number:
+            return by_number[number]
+        text = m.group(2)
+    return by_name.get(text.lower().replace(" ", ""), text)
+
+
+def rate_gbps(text: str) -> Optional[float]:
+    """"400 Gb/sec (4X NDR)" / "400" / "2.5 Gb/sec (1X SDR)" -> 400.0 / 400.0 / 2.5."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)", text)
+    return float(m.group(1)) if m else None

@@ -1,0 +1,69 @@
+"""/proc/meminfo and /proc/self/mounts text -> facts."""
+
+from __future__ import annotations
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+
+
+class MemInfo(msgspec.Struct, frozen=True):
+    total_kib: int
+    available_kib: int | None = None
+
+
+class Mount(msgspec.Struct, frozen=True):
+    device: str
+    mountpoint: str
+    fstype: str
+    options: str = ""
+
+
+class Mounts(msgspec.Struct, frozen=True):
+    mounts: list[Mount]
+
+    def at(self, mountpoint: str) -> list[Mount]:
+        return [m for m in self.mounts if m.mountpoint == mountpoint]
+
+
+def parse_meminfo(text: str) -> MemInfo:
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key.strip()] = int(parts[0])
+    if "MemTotal" not in values:
+        raise ParseError("meminfo: no MemTotal line")
+    return MemInfo(total_kib=values["MemTotal"], available_kib=values.get("MemAvailable"))
+
+
+def _unescape(field: str) -> str:
+    # the kernel writes space, tab, newline and backslash in mount paths as octal escapes
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and len(field) >= i + 4 and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mounts(text: str) -> Mounts:
+    mounts = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            mounts.append(
+                Mount(
+                    device=_unescape(parts[0]),
+                    mountpoint=_unescape(parts[1]),
+                    fstype=parts[2],
+                    options=parts[3] if len(parts) > 3 else "",
+                )
+            )
+    if not mounts:
+        raise ParseError("mounts: no mount entry found")
+    return Mounts(mounts)

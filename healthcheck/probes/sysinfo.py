@@ -1,0 +1,88 @@
+"""Memory, free space, mounts and running processes, from /proc and statvfs."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from healthcheck.core.facts import ProbeContext, ProbeError, provides
+from healthcheck.parsers.procfs import MemInfo, Mounts, parse_meminfo, parse_mounts
+
+
+class PathSpace(msgspec.Struct, frozen=True, omit_defaults=True):
+    path: str
+    exists: bool
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    error: str | None = None
+
+
+class DiskSpace(msgspec.Struct, frozen=True):
+    paths: list[PathSpace]
+
+
+class Processes(msgspec.Struct, frozen=True):
+    # executable names of every running process (basename of argv[0] and of comm)
+    names: frozenset[str]
+
+
+def _read_text(ctx: ProbeContext, path: str) -> str:
+    try:
+        return ctx.path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise ProbeError("unreadable", f"{path}: {exc.strerror or exc}") from None
+
+
+@provides("meminfo", "local")
+def meminfo(ctx: ProbeContext) -> MemInfo:
+    return ctx.parse(parse_meminfo, _read_text(ctx, "/proc/meminfo"), "/proc/meminfo")
+
+
+@provides("mounts", "local")
+def mounts(ctx: ProbeContext) -> Mounts:
+    return ctx.parse(parse_mounts, _read_text(ctx, "/proc/self/mounts"), "/proc/self/mounts")
+
+
+@provides("disk_space", "local")
+def disk_space(ctx: ProbeContext) -> DiskSpace:
+    # statvfs can block on a dead network filesystem; the engine runs providers in
+    # threads it can abandon, so a hung mount becomes a timeout ERROR, not a hung prolog.
+    paths = sorted(ctx.limits.sys.disk_free_min_gib) if ctx.limits is not None else []
+    out = []
+    for path in paths:
+        try:
+            st = os.statvfs(ctx.path(path))
+        except FileNotFoundError:
+            out.append(PathSpace(path=path, exists=False))
+            continue
+        except OSError as exc:
+            out.append(PathSpace(path=path, exists=True, error=exc.strerror or str(exc)))
+            continue
+        out.append(
+            PathSpace(path=path, exists=True, free_bytes=st.f_bavail * st.f_frsize, total_bytes=st.f_blocks * st.f_frsize)
+        )
+    return DiskSpace(out)
+
+
+@provides("processes", "local")
+def processes(ctx: ProbeContext) -> Processes:
+    names: set[str] = set()
+    proc = ctx.path("/proc")
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError as exc:
+        raise ProbeError("unreadable", f"/proc: {exc.strerror or exc}") from None
+    for pid in pids:
+        # comm is cut at 15 characters (nvidia-persistenced -> nvidia-persiste), so
+        # argv[0] is the name that matches; comm covers kernel threads and odd argv.
+        try:
+            with open(proc / pid / "cmdline", "rb") as f:
+                argv0 = f.read(4096).split(b"\0", 1)[0].decode(errors="replace")
+            if argv0:
+                names.add(os.path.basename(argv0.split()[0]) if " " in argv0 else os.path.basename(argv0))
+            with open(proc / pid / "comm", "rb") as f:
+                names.add(f.read().decode(errors="replace").strip())
+        except OSError:
+            continue  # the process exited while we looked
+    return Processes(frozenset(names))

@@ -1,0 +1,1 @@
+"""Reports: the versioned JSON document, atomic writes, tables for humans."""
