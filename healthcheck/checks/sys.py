@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
+from healthcheck.core.config.yamlsrc import key_str
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, check
 from healthcheck.parsers.procfs import MemInfo, Mounts
@@ -78,24 +79,24 @@ def memory(mem: MemInfo, limits: Fabric) -> CheckOutput:
 )
 def disk(space: DiskSpace, limits: Fabric) -> CheckOutput:
     """Every configured path exists and has at least its configured free space."""
-    for entry in space.paths:
-        minimum = limits.sys.disk_free_min_gib.get(entry.path)
-        key = f"sys.disk_free_min_gib[{entry.path!r}]"
-        if not entry.exists:
-            yield PATH_MISSING.fail(f"{entry.path} does not exist", component=entry.path)
+    measured = {entry.path: entry for entry in space.paths}
+    for path, minimum in limits.sys.disk_free_min_gib.items():
+        entry = measured.get(path)
+        if entry is None or not entry.exists:
+            yield PATH_MISSING.fail(f"{path} does not exist", component=path)
             continue
         if entry.free_bytes is None:
-            yield PATH_MISSING.fail(f"{entry.path} cannot be read: {entry.error}", component=entry.path)
+            yield PATH_MISSING.fail(f"{path} cannot be read: {entry.error}", component=path)
             continue
         free_gib = entry.free_bytes / GIB
-        yield Metric("free_gib", round(free_gib, 2), "GiB", component=entry.path)
-        if minimum is not None and free_gib < minimum:
+        yield Metric("free_gib", round(free_gib, 2), "GiB", component=path)
+        if free_gib < minimum:
             yield DISK_LOW.fail(
-                f"{entry.path} has {free_gib:.2f} GiB free, expected at least {minimum:g}",
-                component=entry.path,
+                f"{path} has {free_gib:.2f} GiB free, expected at least {minimum:g}",
+                component=path,
                 value=round(free_gib, 2),
                 unit="GiB",
-                limit=Limit(">=", minimum, key),
+                limit=Limit(">=", minimum, key_str(("sys", "disk_free_min_gib", path))),
             )
 
 

@@ -1,0 +1,99 @@
+"""Helpers shared by the tests: fixture paths and running the real `hc` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = FIXTURES / "corpus"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def corpus_files(folder: str) -> list[Path]:
+    return sorted((CORPUS / folder).glob("*.txt"))
+
+
+def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,
+           timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real `hc` entry point in a subprocess, as an operator would."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    full_env.update(env or {})
+    data = input.encode() if isinstance(input, str) else input
+    return subprocess.run(
+        [sys.executable, "-m", "healthcheck", *args],
+        input=data,
+        capture_output=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+def no_hardware_outputs() -> dict[str, tuple[str, str, int]]:
+    """The recorded outputs of IB/GPU tools on a machine without the hardware.
+
+    Returns command -> (stdout, stderr, exit code), from fixtures/no-hardware-outputs.txt.
+    """
+    import re
+
+    out: dict[str, tuple[str, str, int]] = {}
+    cmd = None
+    stdout: list[str] = []
+    stderr: list[str] = []
+    code = 0
+    for line in (FIXTURES / "no-hardware-outputs.txt").read_text().splitlines():
+        m = re.match(r"^### \$ (.*?)\s+\(exit (\d+)\)\s*$", line)
+        if m or line.startswith("### "):
+            if cmd is not None:
+                out[cmd] = ("".join(stdout), "".join(stderr), code)
+            cmd, stdout, stderr = (m.group(1), [], []) if m else (None, [], [])
+            code = int(m.group(2)) if m else 0
+        elif cmd is not None and line.startswith("stdout| "):
+            stdout.append(line[8:] + "\n")
+        elif cmd is not None and line.startswith("stderr| "):
+            stderr.append(line[8:] + "\n")
+    if cmd is not None:
+        out[cmd] = ("".join(stdout), "".join(stderr), code)
+    return out
+
+
+def make_fake_sysfs_ib(root: Path, specs: list[str], counters: dict[str, dict[str, int]] | None = None) -> Path:
+    """A /sys/class/infiniband tree under `root`, laid out as the kernel does (and as the
+    rig's fake-ib.sh does). spec: "ca[:state[:phys[:rate[:link_layer[:ca_type[:ports]]]]]]"."""
+    states = {"Active": "4: ACTIVE", "Down": "1: DOWN", "Init": "2: INIT", "Armed": "3: ARMED"}
+    phys = {"LinkUp": "5: LinkUp", "Disabled": "3: Disabled", "Polling": "2: Polling"}
+    base = root / "sys/class/infiniband"
+    base.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        parts = (spec.split(":") + [""] * 7)[:7]
+        ca, st, ph, rate, layer, ca_type, nports = parts
+        d = base / ca
+        (d / "ports").mkdir(parents=True, exist_ok=True)
+        (d / "hca_type").write_text((ca_type or "MT4129") + "\n")
+        (d / "fw_ver").write_text("28.39.1002\n")
+        for n in range(1, int(nports or 1) + 1):
+            p = d / "ports" / str(n)
+            (p / "counters").mkdir(parents=True, exist_ok=True)
+            (p / "state").write_text(states.get(st or "Active", st) + "\n")
+            (p / "phys_state").write_text(phys.get(ph or "LinkUp", ph) + "\n")
+            (p / "rate").write_text(f"{rate or 400} Gb/sec (4X NDR)\n")
+            (p / "link_layer").write_text((layer or "InfiniBand") + "\n")
+            (p / "lid").write_text(f"0x{16 + n:x}\n")
+            for name, value in ((counters or {}).get(f"{ca}/{n}") or {}).items():
+                (p / "counters" / name).write_text(f"{value}\n")
+            for name in ("symbol_error", "link_downed", "port_rcv_errors"):
+                if not (p / "counters" / name).exists():
+                    (p / "counters" / name).write_text("0\n")
+    return base
+
+
+def write_stub(directory: Path, name: str, script: str) -> Path:
+    """An executable stand-in for a tool, for PATH-based tests."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path

@@ -1,0 +1,127 @@
+"""Reports: schema, round trip, atomic writes, and folded tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import msgspec
+import pytest
+
+from healthcheck.core.catalogue import CATALOGUE
+from healthcheck.core.errors import HcError
+from healthcheck.core.model import CheckResult, Finding, NodeResult
+from healthcheck.core.status import Status, worst
+from healthcheck.report.build import group_findings, make_report
+from healthcheck.report.jsonio import decode, encode, read_report, write_atomic
+from healthcheck.report.table import printable, render
+
+
+def node_result(name, *findings, status=None):
+    fs = [
+        Finding(id=fid, status=st, message=msg, component=comp, node=name, check="ib.port_state",
+                subject=f"{name}:{comp}", fingerprint="0123456789abcdef")
+        for fid, st, comp, msg in findings
+    ]
+    return NodeResult(node=name, fabric="h100-ndr400", status=status or worst((f.status for f in fs), default=Status.PASS),
+                      checks=[CheckResult("ib.port_state", status or Status.PASS, 0.01)], findings=fs)
+
+
+def report(nodes):
+    now = dt.datetime(2026, 11, 22, 13, 0, tzinfo=dt.timezone.utc)
+    return make_report(command="node", tier="quick", config_digest="sha256:" + "0" * 64, config_path="/x",
+                       started=now, finished=now + dt.timedelta(seconds=2), nodes=nodes)
+
+
+DOWN = ("ib.E002", Status.FAIL, "mlx5_2/1", "mlx5_2/1 is Down/Polling (expected Active/LinkUp)")
+
+
+def test_identical_findings_fold_into_one_hostlist():
+    nodes = [node_result(n, DOWN) for n in ("gpu017", "gpu033", "gpu034", "gpu035")] + [node_result("gpu001")]
+    groups = group_findings(nodes)
+    assert groups == [{"status": "FAIL", "id": "ib.E002", "component": "mlx5_2/1", "message": DOWN[3],
+                       "nodes": "gpu[017,033-035]", "count": 4}]
+    text = render(report(nodes))
+    line = next(l for l in text.splitlines() if "ib.E002" in l)
+    assert line.split()[:4] == ["FAIL", "ib.E002", "gpu[017,033-035]", "mlx5_2/1"]
+    assert text.splitlines()[-1].startswith("FAIL: 5 nodes (1 PASS, 4 FAIL)")
+
+
+def test_worst_status_first_and_pass_findings_not_grouped():
+    nodes = [node_result("a1", ("ib.E005", Status.WARN, "x", "w")), node_result("a2", DOWN)]
+    assert [g["status"] for g in group_findings(nodes)] == ["FAIL", "WARN"]
+
+
+def test_hostile_node_names_are_listed_not_folded():
+    nodes = [node_result("gpu[1-2]", DOWN), node_result("n2", DOWN)]
+    assert group_findings(nodes)[0]["nodes"] == "gpu[1-2],n2"
+
+
+def test_report_round_trip_and_schema(validate_report):
+    r = report([node_result("gpu017", DOWN)])
+    data = encode(r)
+    validate_report(data)
+    assert decode(data) == r
+    assert json.loads(data)["schema"] == "hc.report/1"
+
+
+def test_decode_rejects_other_schemas_and_garbage():
+    r = report([node_result("gpu017")])
+    data = json.loads(encode(r))
+    data["schema"] = "hc.report/2"
+    with pytest.raises(HcError, match="unsupported report schema"):
+        decode(json.dumps(data).encode())
+    with pytest.raises(HcError, match="not a valid hc report"):
+        decode(b"{not json")
+
+
+def test_write_atomic_replaces_and_leaves_no_temp_files(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    write_atomic(path, b"one")
+    write_atomic(path, b"two")
+    assert path.read_bytes() == b"two"
+    assert os.listdir(path.parent) == ["r.json"]
+
+
+def test_write_atomic_failure_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    write_atomic(path, b"old")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(HcError, match="No space left on device"):
+        write_atomic(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_read_report_missing_file(tmp_path):
+    with pytest.raises(HcError, match="cannot read"):
+        read_report(tmp_path / "nope.json")
+
+
+def test_printable_escapes_control_characters_only():
+    assert printable("ëth0") == "ëth0"
+    assert printable("a\nb\x1b[31m") == "a\\nb\\x1b[31m"
+
+
+def test_every_catalogued_id_appears_in_the_schema_pattern():
+    import re
+
+    from healthcheck.checks import load_all
+    from healthcheck.report.jsonio import SCHEMA_FILE
+
+    load_all()
+    pattern = json.loads(SCHEMA_FILE.read_text())["$defs"]["finding_id"]["pattern"]
+    assert all(re.match(pattern, fid) for fid in CATALOGUE)
+
+
+def test_node_result_error_field_round_trips():
+    from healthcheck.core.engine import unreachable_result
+
+    n = unreachable_result("gpu9", "generic", "connection refused", "agentless")
+    assert n.status is Status.ERROR and n.findings[0].id == "hc.E006"
+    assert msgspec.json.decode(msgspec.json.encode(n), type=NodeResult) == n
