@@ -7,7 +7,7 @@ only place a family is named.
 
 from __future__ import annotations
 
-FAMILIES = ("net", "ib", "sys")
+FAMILIES = ("net", "ib", "sys", "gpu")
 _loaded = False
 
 

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "checks": ("healthcheck.cli.checks", "checks", "The catalogue of checks and finding IDs."),
     "config": ("healthcheck.cli.config", "config", "Validate the configuration; show a node's limits."),
     "parse": ("healthcheck.cli.parse", "parse", "Parse a captured tool output and print its facts."),
+    "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
 }
 
 
@@ -46,7 +47,8 @@ Exit codes:
   5  an action was refused by the blast-radius guard
 
 Environment: HC_CONFIG (config file), HC_NODE_NAME (this node's name),
-HC_FORMAT (table|json), HC_DEBUG=1 (tracebacks for internal errors)."""
+HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
+NVML), HC_DEBUG=1 (tracebacks for internal errors)."""
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

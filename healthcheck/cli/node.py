@@ -21,11 +21,32 @@ from healthcheck.cli.app import (
 )
 
 
+def parse_since(value: str) -> Optional[float]:
+    """'boot' -> None (the whole kernel log of this boot); ISO 8601 or epoch -> epoch seconds."""
+    import datetime as dt
+
+    if value == "boot":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not 'boot', an ISO 8601 time or epoch seconds", param_hint="--since") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a time without zone is the node's local time
+    return when.timestamp()
+
+
 @click.command()
 @click.argument("nodes", nargs=-1)
 @click.option("--local", "local", is_flag=True, help="Check the machine hc runs on.")
 @tier_option()
 @click.option("--checks", "only", default="", help="Only these checks or families, comma-separated (e.g. ib,net.mtu).")
+@click.option("--since", default="boot", show_default=True,
+              help="Kernel-log window for Xid events: 'boot', an ISO 8601 time or epoch seconds.")
 @config_option
 @format_option
 @output_option
@@ -35,6 +56,7 @@ def node(
     local: bool,
     tier: str,
     only: str,
+    since: str,
     config_path: Optional[Path],
     fmt: str,
     output: Optional[Path],
@@ -49,7 +71,8 @@ def node(
     from healthcheck.core.localrun import check_this_node
 
     report, abandoned = check_this_node(
-        app.config, node=this_node_name(), tier=tier, only=[s for s in only.split(",") if s]
+        app.config, node=this_node_name(), tier=tier, only=[s for s in only.split(",") if s],
+        params={"since": parse_since(since)},
     )
     app.emit_report(report, output=output)
     code = int(exit_code_for(report.status, fail_level))

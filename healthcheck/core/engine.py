@@ -98,7 +98,7 @@ def run_checks(
             runnable.append(spec)
     needs: dict[str, float] = {}
     for spec in runnable:
-        for fact in spec.needs:
+        for fact in spec.needs + spec.optional:
             needs[fact] = max(needs.get(fact, 0.0), spec.budget_s)
     gather_start = time.monotonic()
     facts, abandoned = gather(needs, ctx, deadline)
@@ -143,7 +143,8 @@ def _evaluate(
         )
         return Status.ERROR, err.message, [finding], []
     try:
-        output = list(spec.fn(*(facts[f] for f in spec.needs), limits))
+        optional = (None if isinstance(facts.get(f), ProbeError) else facts.get(f) for f in spec.optional)
+        output = list(spec.fn(*(facts[f] for f in spec.needs), *optional, limits))
     except NotApplicable as exc:
         return Status.SKIP, str(exc), [], []
     except Exception as exc:

@@ -25,6 +25,7 @@ def check_this_node(
     command: str = "node --local",
     deadline_s: Optional[float] = None,
     root: Path = Path("/"),
+    params: Optional[dict] = None,
 ) -> tuple[Report, bool]:
     """Run the checks of `tier` on this machine as `node`; returns the report and whether
     a probe had to be abandoned (the caller should then exit without waiting for it)."""
@@ -32,7 +33,8 @@ def check_this_node(
     deadline = time.monotonic() + deadline_s if deadline_s is not None else None
     node_config = config.for_node(node)
     specs = select(tier, only)
-    ctx = ProbeContext(runner=LocalRunner(), transport="local", root=root, env=dict(os.environ))
+    ctx = ProbeContext(runner=LocalRunner(), transport="local", root=root, env=dict(os.environ),
+                       params={k: v for k, v in (params or {}).items() if v is not None})
     result, abandoned = run_checks(node_config, specs, ctx, deadline=deadline, mode="local")
     report = make_report(
         command=command,

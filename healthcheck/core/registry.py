@@ -36,6 +36,9 @@ class CheckSpec:
     summary: str = field(default="")
     # limits -> reason to skip before any fact is gathered (keeps the prologue cheap)
     applies: Optional[Callable[[Any], Optional[str]]] = None
+    # facts passed after `needs` (and before limits) that may be missing: None when
+    # they could not be gathered, instead of making the check ERROR
+    optional: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
@@ -62,6 +65,7 @@ def check(
     findings: Iterable[FindingSpec],
     budget_s: float = 2.0,
     applies: Optional[Callable[[Any], Optional[str]]] = None,
+    optional: Iterable[str] = (),
 ) -> Callable[[CheckFn], CheckFn]:
     """Register `fn` as check `name`.
 
@@ -90,6 +94,7 @@ def check(
             budget_s=budget_s,
             summary=doc[0] if doc else "",
             applies=applies,
+            optional=tuple(optional),
         )
         return fn
 

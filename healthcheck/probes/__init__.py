@@ -5,7 +5,7 @@ Each module registers fact providers with `healthcheck.core.facts.provides`.
 
 from __future__ import annotations
 
-_MODULES = ("net", "ib", "sysinfo")
+_MODULES = ("net", "ib", "sysinfo", "gpu")
 _loaded = False
 
 

@@ -70,9 +70,57 @@ class SysLimits(Strict):
     services: dict[str, str] = {}  # service name -> process (executable) name that must run
 
 
+Severity = Literal["FAIL", "WARN", "ignore"]
+
+
+class XidPolicy(Strict):
+    """Where Xid events are read and what each code means for the node."""
+
+    # auto: /dev/kmsg if readable, else `dmesg`, else `journalctl -k`; file: `file`
+    source: Literal["auto", "kmsg", "dmesg", "journal", "file"] = "auto"
+    file: Optional[str] = None
+    severity: dict[int, Severity] = {}  # Xid code -> what it means for the node
+    unknown: Severity = "WARN"  # codes not in the table
+    sxid_fatal: Severity = "FAIL"  # NVSwitch SXid lines marked Fatal
+    sxid_other: Severity = "WARN"
+
+
+class NvLinkCounterLimits(Strict):
+    """Upper limits per NVLink error counter (NVML's DL counters)."""
+
+    crc_flit_errors: Optional[int] = None
+    crc_data_errors: Optional[int] = None
+    replay_errors: Optional[int] = None
+    recovery_errors: Optional[int] = None
+
+
 class GpuLimits(Strict):
     count: Optional[int] = None
     model: Optional[str] = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
+    # memory errors
+    ecc_volatile_corrected_max: Optional[int] = None  # WARN above (uncorrected > 0 always FAILs)
+    retired_pages_pending: Severity = "FAIL"
+    remapped_rows_pending: Severity = "FAIL"  # the GPU needs a reset before the remap takes effect
+    # thermals and clocks
+    temp_max_c: Optional[float] = None
+    throttle_fail: list[str] = msgspec.field(
+        default_factory=lambda: ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+    )
+    throttle_warn: list[str] = msgspec.field(default_factory=lambda: ["sw_thermal_slowdown"])
+    # PCIe: expected link; without them, current is compared with the GPU's maximum
+    pcie_gen: Optional[int] = None
+    pcie_width: Optional[int] = None
+    # NVLink
+    nvlink_count: Optional[int] = None  # active links per GPU (18 on H100 SXM, 12 on A100 SXM)
+    nvlink_errors_warn: NvLinkCounterLimits = NvLinkCounterLimits()
+    nvlink_errors_fail: NvLinkCounterLimits = NvLinkCounterLimits()
+    # versions that must match where set (and must agree across the node's GPUs)
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    vbios_version: Optional[str] = None
+    # epilogue: memory a GPU may still show in use with no process on it
+    leftover_memory_max_mib: int = 1024
+    xid: XidPolicy = XidPolicy()
 
 
 class AllReduceReference(Strict):

@@ -1,0 +1,367 @@
+"""GPU checks: the GPUs are all there, their memory, clocks, PCIe and NVLink are healthy,
+the kernel log holds no serious Xid, versions agree, and a job left nothing behind.
+
+When NVML cannot start: on a fabric that expects GPUs, gpu.count FAILs (the driver or a
+GPU is gone) and the other GPU checks SKIP pointing at it; on a fabric without GPUs,
+every GPU check SKIPs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import msgspec
+
+from healthcheck.core.catalogue import FindingSpec, finding
+from healthcheck.core.config.schema import Fabric
+from healthcheck.core.model import Finding, Limit, Metric
+from healthcheck.core.registry import CheckOutput, NotApplicable, check
+from healthcheck.core.status import Status
+from healthcheck.parsers.gpu_common import Gpu, GpuFacts
+
+ALL_TIERS_AND_EPILOGUE = ("quick", "standard", "deep", "epilogue")
+
+NVML_UNAVAILABLE = finding(
+    "gpu.E001", "NVML could not initialise on a node that should have GPUs",
+    "The NVIDIA driver is not loaded or a GPU hung the driver: check `nvidia-smi` and dmesg for Xid 79/119; "
+    "reboot the node, and RMA the GPU if it recurs.", action="reboot")
+GPU_COUNT = finding(
+    "gpu.E002", "the number of GPUs (or the job's GPUs) differs from the fabric's",
+    "A GPU that NVML does not list fell off the bus or did not train: check lspci and dmesg; reseat, then RMA.",
+    action="rma")
+GPU_MODEL = finding(
+    "gpu.E003", "a GPU's model differs from the fabric's",
+    "The node is mapped to the wrong fabric, or a board was swapped: fix the node's fabric in the config or the board.",
+    action="fix-config")
+GPU_LOST = finding(
+    "gpu.E004", "a GPU is listed but does not answer (lost)",
+    "The GPU stopped responding (fallen off the bus, GSP hang): reset it (nvidia-smi -r) if idle, else reboot; "
+    "RMA if it recurs.", action="reset-gpu")
+ECC_UNCORRECTED = finding(
+    "gpu.E010", "a GPU has uncorrected (volatile) ECC errors",
+    "Uncorrectable memory errors since the last reset: drain, reset the GPU (row remapping applies on reset); "
+    "RMA if they recur.", action="reset-gpu")
+ECC_CORRECTED = finding(
+    "gpu.E011", "a GPU's corrected (volatile) ECC error count is above the fabric's limit",
+    "Many corrected errors precede uncorrected ones: watch the trend, reset the GPU at the next drain.",
+    action="reset-gpu")
+RETIRED_PENDING = finding(
+    "gpu.E012", "a GPU has retired pages pending",
+    "Pages are retired on the next GPU reset or reboot: drain and reset the GPU.", action="reset-gpu")
+REMAP_PENDING = finding(
+    "gpu.E013", "a GPU has a row remapping pending",
+    "The remap takes effect on the next GPU reset: drain and reset the GPU (nvidia-smi -r) or reboot.",
+    action="reset-gpu")
+REMAP_FAILED = finding(
+    "gpu.E014", "a GPU's row remapping failed",
+    "The GPU has run out of spare rows or remapping failed: it cannot be repaired in the field; RMA it.",
+    action="rma")
+XID = finding(
+    "gpu.E020", "a GPU logged an Xid error the severity table marks as serious",
+    "Look the Xid code up in NVIDIA's Xid catalogue: 48/63/64/94/95 memory (reset, RMA if recurring), "
+    "74 NVLink (reseat/replace the baseboard link), 79 fallen off the bus (reboot, reseat, RMA), "
+    "119/120 GSP (reset or reboot, update the driver).", action="investigate")
+SXID = finding(
+    "gpu.E021", "an NVSwitch logged an SXid error",
+    "A fatal SXid takes the NVLink fabric down: restart nvidia-fabricmanager after a reboot; repeated "
+    "link faults mean a bad baseboard or tray: RMA.", action="reboot")
+THROTTLED = finding(
+    "gpu.E030", "a GPU's clocks are held down by a hardware or thermal reason",
+    "HW slowdown/power brake: check power supplies and the BMC's event log; thermal: check fans, airflow, "
+    "inlet temperature and the heat sink seating.", action="investigate")
+TOO_HOT = finding(
+    "gpu.E031", "a GPU is hotter than the fabric's limit",
+    "Check fans, airflow and inlet temperature; an idle GPU this hot has a cooling fault.", action="investigate")
+PCIE_WIDTH = finding(
+    "gpu.E040", "a GPU's PCIe link trained narrower than its maximum",
+    "A x16 link at x8 halves host bandwidth: reseat the GPU (or its riser/cable) and check the slot; RMA if it persists.",
+    action="reseat-cable")
+PCIE_GEN = finding(
+    "gpu.E041", "a GPU's PCIe link runs at a lower generation than its maximum",
+    "A link below its generation under load is a signal-integrity fault: reseat, check the riser and BIOS "
+    "PCIe settings.", action="reseat-cable")
+NVLINK_DOWN = finding(
+    "gpu.E050", "a GPU has fewer active NVLinks than the fabric expects",
+    "A down NVLink cuts collective bandwidth: check nvidia-smi nvlink -s and fabric manager; reset the GPUs, "
+    "then reboot; RMA the baseboard if the link stays down.", action="reset-gpu")
+NVLINK_ERRORS = finding(
+    "gpu.E051", "an NVLink error counter is above the fabric's limit",
+    "Rising CRC/replay/recovery errors on one link point at the baseboard or GPU: watch the trend; reset; RMA "
+    "if recovery errors keep growing.", action="investigate")
+VERSION_MISMATCH = finding(
+    "gpu.E060", "a driver, CUDA or VBIOS version differs from the fabric's",
+    "Reinstall the fabric's driver (or flash the VBIOS) on this node; a node that differs from its peers "
+    "gives jobs different behaviour.", action="fix-config")
+VERSION_INCONSISTENT = finding(
+    "gpu.E061", "the GPUs of one node do not all have the same VBIOS",
+    "Flash the same VBIOS on every GPU of the node.", action="fix-config")
+LEFTOVER_PROCESS = finding(
+    "gpu.E070", "a compute process is still on a GPU after the job",
+    "The job left a process behind (stuck in the driver, or a daemon it started): kill it; if it is "
+    "unkillable (state D), drain and reboot.", action="clean-up")
+LEFTOVER_MEMORY = finding(
+    "gpu.E071", "a GPU has memory in use with no process on it after the job",
+    "Memory held with no owner is leaked in the driver: reset the GPU (nvidia-smi -r) or reboot.",
+    action="reset-gpu")
+
+# One-line meanings of common Xid codes, for messages (the severity comes from config).
+XID_MEANING = {
+    8: "GPU stopped processing", 13: "graphics engine exception", 31: "GPU memory page fault",
+    32: "invalid or corrupted push buffer", 38: "driver firmware error", 43: "GPU stopped processing",
+    45: "preemptive cleanup", 48: "double-bit ECC error", 61: "micro-controller breakpoint",
+    62: "micro-controller halt", 63: "row remapping event", 64: "row remapping failure",
+    68: "video processor exception", 69: "graphics engine class error", 74: "NVLink error",
+    79: "fallen off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
+    95: "uncontained ECC error", 109: "context switch timeout", 119: "GSP RPC timeout", 120: "GSP error",
+    121: "C2C link error", 140: "unrecovered ECC error", 154: "GPU recovery action changed",
+}
+
+
+def _label(g: Gpu) -> str:
+    return f"GPU{g.index}"
+
+
+def _gpus(facts: GpuFacts, limits: Fabric) -> list[Gpu]:
+    """The GPUs to judge; SKIP when NVML is unavailable (gpu.count reports that)."""
+    if facts.init_error:
+        if limits.gpu.count is not None:
+            raise NotApplicable(f"no GPU facts: {facts.init_error} (see gpu.count)")
+        raise NotApplicable(f"no NVIDIA GPU here: {facts.init_error}")
+    if not facts.gpus and limits.gpu.count is None and not facts.lost:
+        raise NotApplicable("no NVIDIA GPU found and the fabric expects none")
+    return facts.gpus
+
+
+def _severity(value: str) -> Optional[Status]:
+    return {"FAIL": Status.FAIL, "WARN": Status.WARN}.get(value)
+
+
+@check("gpu.count", tier="quick", needs=("gpus",), findings=(NVML_UNAVAILABLE, GPU_COUNT, GPU_MODEL, GPU_LOST), budget_s=5.0)
+def count(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """The fabric's number of GPUs (or every GPU of the job) is present, answering, and of the fabric's model."""
+    expected = limits.gpu.count
+    if facts.init_error:
+        if expected is None:
+            raise NotApplicable(f"no NVIDIA GPU here: {facts.init_error}")
+        yield NVML_UNAVAILABLE.fail(
+            f"NVML could not initialise ({facts.init_error}); expected {expected} GPUs",
+            value=facts.init_error, limit=Limit("==", expected, "gpu.count"))
+        return
+    if not facts.gpus and not facts.lost and expected is None:
+        raise NotApplicable("no NVIDIA GPU found and the fabric expects none")
+    for lost in facts.lost:
+        where = f"GPU{lost.index}" if lost.index is not None else (lost.pci_bus_id or "a GPU")
+        yield GPU_LOST.fail(f"{where} does not answer ({lost.error})", component=where, value=lost.error)
+    present = {g.index for g in facts.gpus}
+    if facts.scoped_to is not None:
+        for index in facts.scoped_to:
+            if index not in present and not any(l.index == index for l in facts.lost):
+                yield GPU_COUNT.fail(f"the job's GPU{index} is not present", component=f"GPU{index}",
+                                     limit=Limit("present", index, "SLURM_JOB_GPUS"))
+    elif expected is not None and len(facts.gpus) + len(facts.lost) != expected:
+        yield GPU_COUNT.fail(f"{len(facts.gpus) + len(facts.lost)} GPUs found, expected {expected}",
+                             value=len(facts.gpus) + len(facts.lost), limit=Limit("==", expected, "gpu.count"))
+    yield Metric("gpu_count", len(facts.gpus))
+    for g in facts.gpus:
+        if g.name:
+            yield Metric("model", g.name, component=_label(g))
+        if limits.gpu.model is not None and g.name is not None and g.name != limits.gpu.model:
+            yield GPU_MODEL.fail(f"{_label(g)} is a {g.name}, expected {limits.gpu.model}", component=_label(g),
+                                 value=g.name, limit=Limit("==", limits.gpu.model, "gpu.model"))
+
+
+@check("gpu.ecc", tier=ALL_TIERS_AND_EPILOGUE, needs=("gpus",),
+       findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED), budget_s=5.0)
+def ecc(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """No GPU has uncorrected ECC errors, too many corrected ones, pending retirements or remaps, or a failed remap."""
+    gl = limits.gpu
+    for g in _gpus(facts, limits):
+        c = _label(g)
+        for name in ("ecc_volatile_uncorrected", "ecc_volatile_corrected", "remapped_rows_correctable",
+                     "remapped_rows_uncorrectable", "retired_pages_dbe"):
+            value = getattr(g, name)
+            if value is not None:
+                yield Metric(name, value, component=c)
+        if g.ecc_volatile_uncorrected:
+            yield ECC_UNCORRECTED.fail(f"{c} has {g.ecc_volatile_uncorrected} uncorrected ECC errors since reset",
+                                       component=c, value=g.ecc_volatile_uncorrected)
+        if gl.ecc_volatile_corrected_max is not None and (g.ecc_volatile_corrected or 0) > gl.ecc_volatile_corrected_max:
+            yield ECC_CORRECTED.warn(
+                f"{c} has {g.ecc_volatile_corrected} corrected ECC errors since reset, above {gl.ecc_volatile_corrected_max}",
+                component=c, value=g.ecc_volatile_corrected,
+                limit=Limit("<=", gl.ecc_volatile_corrected_max, "gpu.ecc_volatile_corrected_max"))
+        status = _severity(gl.retired_pages_pending)
+        if g.retired_pages_pending and status:
+            yield RETIRED_PENDING(status, f"{c} has page retirements pending a reset", component=c, value=True,
+                                  limit=Limit("==", False, "gpu.retired_pages_pending"))
+        status = _severity(gl.remapped_rows_pending)
+        if g.remapped_rows_pending and status:
+            yield REMAP_PENDING(status, f"{c} has a row remapping pending a reset", component=c, value=True,
+                                limit=Limit("==", False, "gpu.remapped_rows_pending"))
+        if g.remapped_rows_failure:
+            yield REMAP_FAILED.fail(f"{c} had a row remapping failure", component=c, value=True)
+
+
+@check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
+       findings=(XID, SXID), budget_s=5.0)
+def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
+    """The kernel log holds no Xid or SXid event the severity table marks WARN or FAIL, in the window checked."""
+    from healthcheck.parsers.xid import summarize
+
+    policy = limits.gpu.xid
+    no_gpu = gpus is not None and gpus.init_error and limits.gpu.count is None
+    if no_gpu and not log.xids and not log.sxids:
+        raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}")
+    index_of = {g.pci_bus_id: g.index for g in (gpus.gpus if gpus is not None else [])}
+    scope = set(gpus.scoped_to) if gpus is not None and gpus.scoped_to is not None else None
+    yield Metric("xid_events", len(log.xids))
+    for s in summarize(log.xids):
+        status = _severity(policy.severity.get(s.code, policy.unknown))
+        index = index_of.get(s.pci_bus_id) if s.pci_bus_id else None
+        if scope is not None and index is not None and index not in scope:
+            continue  # another job's GPU: not this prologue's business
+        where = f"GPU{index}" if index is not None else (s.pci_bus_id or "GPU?")
+        if status is None:
+            continue
+        meaning = XID_MEANING.get(s.code, "see NVIDIA's Xid catalogue")
+        times = f"{s.count} times" if s.count > 1 else "once"
+        pci = f" ({s.pci_bus_id})" if index is not None and s.pci_bus_id else ""
+        key = f"gpu.xid.severity[{s.code}]" if s.code in policy.severity else "gpu.xid.unknown"
+        yield XID(status, f"{where}{pci} logged Xid {s.code} ({meaning}) {times}",
+                  component=f"{where}:xid{s.code}", value=s.count,
+                  limit=Limit("==", policy.severity.get(s.code, policy.unknown), key), evidence=s.first_line)
+    seen: set[tuple] = set()
+    for e in log.sxids:
+        if e.severity is None:
+            continue  # continuation lines (Severity/Data) belong to the event above them
+        status = _severity(policy.sxid_fatal if e.severity.lower() == "fatal" else policy.sxid_other)
+        key = (e.code, e.pci_bus_id, e.severity)
+        if status is None or key in seen:
+            continue
+        seen.add(key)
+        where = e.switch or e.pci_bus_id or "nvswitch"
+        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}", component=f"{where}:sxid{e.code}",
+                   value=e.code, evidence=e.line)
+
+
+@check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT), budget_s=5.0)
+def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """No GPU's clocks are held down by a hardware or thermal reason, and none is hotter than the fabric's limit."""
+    gl = limits.gpu
+    for g in _gpus(facts, limits):
+        c = _label(g)
+        if g.temperature_c is not None:
+            yield Metric("temperature_c", g.temperature_c, "C", component=c)
+        for reason in g.throttle_reasons or []:
+            if reason in gl.throttle_fail:
+                yield THROTTLED.fail(f"{c} clocks are held down: {reason}", component=f"{c}:{reason}", value=reason,
+                                     limit=Limit("in", gl.throttle_fail, "gpu.throttle_fail"))
+            elif reason in gl.throttle_warn:
+                yield THROTTLED.warn(f"{c} clocks are held down: {reason}", component=f"{c}:{reason}", value=reason,
+                                     limit=Limit("in", gl.throttle_warn, "gpu.throttle_warn"))
+        if gl.temp_max_c is not None and g.temperature_c is not None and g.temperature_c > gl.temp_max_c:
+            yield TOO_HOT.fail(f"{c} is at {g.temperature_c:g} C, above {gl.temp_max_c:g}", component=c,
+                               value=g.temperature_c, unit="C", limit=Limit("<=", gl.temp_max_c, "gpu.temp_max_c"))
+
+
+@check("gpu.pcie", tier="quick", needs=("gpus",), findings=(PCIE_WIDTH, PCIE_GEN), budget_s=5.0)
+def pcie(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """Every GPU's PCIe link runs at its full width and generation (or the fabric's, where set)."""
+    gl = limits.gpu
+    for g in _gpus(facts, limits):
+        c = _label(g)
+        if g.pcie_width_current is not None:
+            yield Metric("pcie_width", g.pcie_width_current, component=c)
+            yield Metric("pcie_gen", g.pcie_gen_current, component=c)
+        want_w, key_w = (gl.pcie_width, "gpu.pcie_width") if gl.pcie_width else (g.pcie_width_max, None)
+        if want_w is not None and g.pcie_width_current is not None and g.pcie_width_current < want_w:
+            yield PCIE_WIDTH.fail(f"{c} PCIe link is x{g.pcie_width_current}, expected x{want_w}", component=c,
+                                  value=g.pcie_width_current, limit=Limit(">=", want_w, key_w) if key_w else None)
+        want_g, key_g = (gl.pcie_gen, "gpu.pcie_gen") if gl.pcie_gen else (g.pcie_gen_max, None)
+        # An idle GPU may drop its link to a lower generation to save power and come
+        # back up under load: only the width is judged while the idle reason is active.
+        idle = "gpu_idle" in (g.throttle_reasons or [])
+        if want_g is not None and g.pcie_gen_current is not None and g.pcie_gen_current < want_g and not idle:
+            yield PCIE_GEN.fail(f"{c} PCIe link is Gen{g.pcie_gen_current}, expected Gen{want_g}", component=c,
+                                value=g.pcie_gen_current, limit=Limit(">=", want_g, key_g) if key_g else None)
+
+
+@check("gpu.nvlink", tier="standard", needs=("gpus",), findings=(NVLINK_DOWN, NVLINK_ERRORS), budget_s=8.0)
+def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """Every GPU has the fabric's number of active NVLinks, with error counters under the fabric's limits."""
+    gl = limits.gpu
+    gpus = _gpus(facts, limits)
+    if gl.nvlink_count is None and not any(g.nvlinks for g in gpus):
+        raise NotApplicable("no NVLink here and the fabric expects none")
+    warn_at = msgspec.structs.asdict(gl.nvlink_errors_warn)
+    fail_at = msgspec.structs.asdict(gl.nvlink_errors_fail)
+    for g in gpus:
+        c = _label(g)
+        if g.nvlinks is None:
+            continue  # unknown (MIG mode or not supported): nothing to judge
+        active = [l for l in g.nvlinks if l.active]
+        yield Metric("nvlink_active", len(active), component=c)
+        if gl.nvlink_count is not None and len(active) < gl.nvlink_count:
+            down = [str(l.link) for l in g.nvlinks if not l.active]
+            yield NVLINK_DOWN.fail(
+                f"{c} has {len(active)} active NVLinks, expected {gl.nvlink_count}"
+                + (f" (down: {', '.join(down)})" if down else ""),
+                component=c, value=len(active), limit=Limit(">=", gl.nvlink_count, "gpu.nvlink_count"))
+        for link in active:
+            for name in warn_at:
+                value = getattr(link, name)
+                if value is None:
+                    continue
+                if fail_at[name] is not None and value > fail_at[name]:
+                    yield NVLINK_ERRORS.fail(f"{c} link {link.link} {name} is {value}, above {fail_at[name]}",
+                                             component=f"{c}:link{link.link}:{name}", value=value,
+                                             limit=Limit("<=", fail_at[name], f"gpu.nvlink_errors_fail.{name}"))
+                elif warn_at[name] is not None and value > warn_at[name]:
+                    yield NVLINK_ERRORS.warn(f"{c} link {link.link} {name} is {value}, above {warn_at[name]}",
+                                             component=f"{c}:link{link.link}:{name}", value=value,
+                                             limit=Limit("<=", warn_at[name], f"gpu.nvlink_errors_warn.{name}"))
+
+
+@check("gpu.versions", tier="standard", needs=("gpus",), findings=(VERSION_MISMATCH, VERSION_INCONSISTENT), budget_s=5.0)
+def versions(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """Driver, CUDA and VBIOS versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
+    gl = limits.gpu
+    gpus = _gpus(facts, limits)
+    if facts.driver_version:
+        yield Metric("driver_version", facts.driver_version)
+    if facts.cuda_version:
+        yield Metric("cuda_version", facts.cuda_version)
+    for label, have, want, key in (("driver", facts.driver_version, gl.driver_version, "gpu.driver_version"),
+                                   ("CUDA", facts.cuda_version, gl.cuda_version, "gpu.cuda_version")):
+        if want is not None and have is not None and have != want:
+            yield VERSION_MISMATCH.fail(f"{label} version is {have}, expected {want}", component=label.lower(),
+                                        value=have, limit=Limit("==", want, key))
+    vbios = {g.vbios_version for g in gpus if g.vbios_version}
+    for g in gpus:
+        if g.vbios_version:
+            yield Metric("vbios_version", g.vbios_version, component=_label(g))
+        if gl.vbios_version is not None and g.vbios_version is not None and g.vbios_version != gl.vbios_version:
+            yield VERSION_MISMATCH.fail(f"{_label(g)} VBIOS is {g.vbios_version}, expected {gl.vbios_version}",
+                                        component=_label(g), value=g.vbios_version,
+                                        limit=Limit("==", gl.vbios_version, "gpu.vbios_version"))
+    if len(vbios) > 1:
+        yield VERSION_INCONSISTENT.warn(f"the node's GPUs have {len(vbios)} VBIOS versions: {', '.join(sorted(vbios))}",
+                                        component="vbios", value=sorted(vbios))
+
+
+@check("gpu.processes", tier="epilogue", needs=("gpus",), findings=(LEFTOVER_PROCESS, LEFTOVER_MEMORY), budget_s=5.0)
+def processes(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+    """After a job, no compute process is left on its GPUs and no GPU holds memory without a process."""
+    for g in _gpus(facts, limits):
+        c = _label(g)
+        if g.processes is None:
+            continue
+        if g.processes:
+            desc = ", ".join(f"{p.pid} ({p.name or '?'})" for p in g.processes)
+            yield LEFTOVER_PROCESS.fail(f"{c} still runs {len(g.processes)} compute process(es): {desc}", component=c,
+                                        value=[p.pid for p in g.processes])
+        elif g.memory_used_mib is not None and g.memory_used_mib > limits.gpu.leftover_memory_max_mib:
+            yield LEFTOVER_MEMORY.fail(
+                f"{c} has {g.memory_used_mib} MiB in use with no process, above {limits.gpu.leftover_memory_max_mib}",
+                component=c, value=g.memory_used_mib, unit="MiB",
+                limit=Limit("<=", limits.gpu.leftover_memory_max_mib, "gpu.leftover_memory_max_mib"))

@@ -1,0 +1,43 @@
+"""`hc gpu record`: write down what NVML says on this node, for replay elsewhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import click
+
+
+@click.group()
+def gpu() -> None:
+    """NVML recordings: capture a node's GPUs to replay them where there are none."""
+
+
+@gpu.command()
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help="Write here (default: stdout).")
+@click.option("--note", default="", help="What this recording shows (e.g. 'GPU3 row remap pending').")
+def record(output: Optional[Path], note: str) -> int:
+    """Query every GPU through NVML as the checks do and write each call and its answer.
+
+    Replay a recording with HC_NVML_REPLAY=FILE: the GPU checks then run the same NVML
+    code against the recorded answers (how hc's tests cover GPU failures without GPUs).
+    """
+    from healthcheck.core.errors import HcError
+    from healthcheck.probes.nvml import NvmlProbe, RecordingNvml
+    from healthcheck.report.jsonio import write_atomic
+
+    try:
+        import pynvml
+    except ImportError:
+        raise HcError("pynvml (nvidia-ml-py) is not installed") from None
+    recorder = RecordingNvml(pynvml)
+    facts = NvmlProbe(recorder).facts()
+    data = (json.dumps(recorder.recording(note), indent=1, sort_keys=True) + "\n").encode()
+    if output is None:
+        click.echo(data.decode(), nl=False)
+    else:
+        write_atomic(output, data)
+        what = facts.init_error or f"{len(facts.gpus)} GPUs, {len(facts.lost)} lost"
+        click.echo(f"recorded {len(recorder.calls)} NVML calls ({what}) to {output}", err=True)
+    return 0

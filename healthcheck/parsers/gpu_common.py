@@ -1,0 +1,126 @@
+"""GPU facts: what NVML, a replayed NVML recording, `nvidia-smi -q` and
+`nvidia-smi --query-gpu` all reduce to, so the GPU checks have one input type.
+
+A value the source could not give (N/A, [Not Supported], ERR!, an NVML call that is
+not supported) is None, never 0: a check must not mistake "unknown" for "healthy".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import msgspec
+
+# Clock event ("throttle") reasons, canonical names (NVML's nvmlClocksEventReason*
+# bits; nvidia-smi -q's "Clocks Event Reasons"/"Clocks Throttle Reasons" lines).
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def throttle_names(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+class NvLink(msgspec.Struct, frozen=True, omit_defaults=True):
+    link: int
+    active: bool
+    speed_gbps: Optional[float] = None  # per-link GB/s as nvidia-smi nvlink -s prints it
+    crc_flit_errors: Optional[int] = None
+    crc_data_errors: Optional[int] = None
+    replay_errors: Optional[int] = None
+    recovery_errors: Optional[int] = None
+
+
+class GpuProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    pid: int
+    name: Optional[str] = None
+    used_memory_mib: Optional[int] = None
+    type: Optional[str] = None  # C (compute), G (graphics), C+G
+
+
+class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
+    index: int  # NVML index (PCI bus order), as Slurm's GPU indexes use
+    pci_bus_id: str  # normalised "0000:19:00.0"
+    name: Optional[str] = None  # "NVIDIA H100 80GB HBM3"
+    uuid: Optional[str] = None
+    serial: Optional[str] = None
+    vbios_version: Optional[str] = None
+    persistence_mode: Optional[bool] = None
+    mig_mode: Optional[bool] = None
+    performance_state: Optional[str] = None  # "P0"
+    # memory errors
+    ecc_enabled: Optional[bool] = None
+    ecc_volatile_corrected: Optional[int] = None
+    ecc_volatile_uncorrected: Optional[int] = None
+    ecc_aggregate_corrected: Optional[int] = None
+    ecc_aggregate_uncorrected: Optional[int] = None
+    retired_pages_sbe: Optional[int] = None
+    retired_pages_dbe: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    remapped_rows_correctable: Optional[int] = None
+    remapped_rows_uncorrectable: Optional[int] = None
+    remapped_rows_pending: Optional[bool] = None
+    remapped_rows_failure: Optional[bool] = None
+    # thermals and clocks
+    temperature_c: Optional[float] = None
+    throttle_reasons: Optional[list[str]] = None  # active reasons; None = unknown
+    # PCIe
+    pcie_gen_current: Optional[int] = None
+    pcie_gen_max: Optional[int] = None
+    pcie_width_current: Optional[int] = None
+    pcie_width_max: Optional[int] = None
+    pcie_replays: Optional[int] = None
+    # NVLink (None: unknown or not queried; []: the GPU has none)
+    nvlinks: Optional[list[NvLink]] = None
+    # what runs on it
+    memory_total_mib: Optional[int] = None
+    memory_used_mib: Optional[int] = None
+    processes: Optional[list[GpuProcess]] = None
+    fabric_state: Optional[str] = None  # NVSwitch fabric registration ("Completed")
+
+
+class LostGpu(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A GPU the driver knows of but cannot talk to (fell off the bus, GSP hung)."""
+
+    pci_bus_id: Optional[str]
+    index: Optional[int] = None
+    error: str = ""
+
+
+class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
+    source: str  # "nvml", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvml replay: <file>"
+    gpus: list[Gpu] = []
+    lost: list[LostGpu] = []
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    # NVML (or nvidia-smi) could not start at all: the error's name, e.g.
+    # "NVMLError_DriverNotLoaded", "NVMLError_LibraryNotFound", "nvidia-smi not found"
+    init_error: Optional[str] = None
+    # the NVML indexes of the job's GPUs when the facts were narrowed to them
+    # (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES); None = every GPU of the node
+    scoped_to: Optional[list[int]] = None
+
+
+_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-9a-fA-F]))?$")
+
+
+def normalize_pci(bus_id: str) -> str:
+    """"00000000:19:00.0" / "0000:19:00" / "PCI:0000:19:00" -> "0000:19:00.0" (lower case)."""
+    text = bus_id.strip()
+    if text.upper().startswith("PCI:"):
+        text = text[4:]
+    m = _PCI.match(text)
+    if not m:
+        return text.lower()
+    domain = int(m.group("domain") or "0", 16)
+    return f"{domain:04x}:{m.group('bus').lower()}:{m.group('dev').lower()}.{(m.group('fn') or '0').lower()}"

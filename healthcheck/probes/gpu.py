@@ -1,0 +1,135 @@
+"""GPU facts (NVML in-process, or a replayed recording) and the kernel log's Xid events.
+
+Which GPUs: the job's, where the environment names them (SLURM_JOB_GPUS, else
+CUDA_VISIBLE_DEVICES), so a prologue for a 2-GPU job looks at those 2; else all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Optional
+
+from healthcheck.core.facts import ProbeContext, ProbeError, provides
+from healthcheck.parsers.gpu_common import GpuFacts
+
+REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
+
+
+def job_gpu_indexes(env: Mapping[str, str]) -> Optional[list[int]]:
+    """The NVML indexes of the job's GPUs, or None when the environment names none.
+
+    SLURM_JOB_GPUS holds the node's GPU indexes (gres.conf order, which is NVML/PCI
+    order on a standard install). CUDA_VISIBLE_DEVICES is used only when it is a list
+    of plain indexes; UUIDs and MIG names cannot be mapped without NVML, and an empty
+    value means "no GPU for this job".
+    """
+    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = env.get(var)
+        if value is None:
+            continue
+        value = value.strip()
+        if value in ("", "NoDevFiles"):
+            return []
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if all(p.isdigit() for p in parts):
+            return sorted({int(p) for p in parts})
+    return None
+
+
+@provides("gpus", "local")
+def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
+    from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
+
+    scope = job_gpu_indexes(ctx.env)
+    replay = ctx.env.get(REPLAY_ENV)
+    if replay:
+        try:
+            nvml = ReplayNvml.from_file(replay)
+        except (OSError, ValueError) as exc:
+            raise ProbeError("unreadable", f"{REPLAY_ENV}={replay}: {exc}") from None
+        return NvmlProbe(nvml, source=nvml.source).facts(scope)
+    try:
+        import pynvml
+    except ImportError:
+        return GpuFacts(source="nvml", init_error="pynvml (nvidia-ml-py) is not installed")
+    return NvmlProbe(pynvml).facts(scope)
+
+
+# ------------------------------------------------------------------ kernel log
+
+
+def _boot_time(ctx: ProbeContext) -> Optional[float]:
+    try:
+        for line in ctx.path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+
+
+def _read_kmsg(ctx: ProbeContext) -> str:
+    """/dev/kmsg records as "[uptime] message" lines (continuation lines skipped)."""
+    path = ctx.path("/dev/kmsg")
+    lines = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break  # EAGAIN: the buffer is drained
+            except OSError as exc:
+                if exc.errno == 32:  # EPIPE: records were overwritten while we read; go on
+                    continue
+                raise
+            if not record:
+                break
+            m = _KMSG.match(record.decode(errors="replace").split("\n", 1)[0])
+            if m:
+                lines.append(f"[{int(m.group('usec')) / 1e6:.6f}] {m.group('msg')}")
+    finally:
+        os.close(fd)
+    return "\n".join(lines)
+
+
+def _kernel_log_text(ctx: ProbeContext, source: str, file: Optional[str]) -> tuple[str, str]:
+    """(text, how it was read) from the configured source."""
+    if source == "file":
+        if not file:
+            raise ProbeError("missing", "gpu.xid.source is file but gpu.xid.file is not set")
+        try:
+            return ctx.path(file).read_text(errors="replace"), f"file {file}"
+        except OSError as exc:
+            raise ProbeError("unreadable", f"{file}: {exc.strerror or exc}") from None
+    if source in ("kmsg", "auto"):
+        try:
+            return _read_kmsg(ctx), "/dev/kmsg"
+        except OSError as exc:
+            if source == "kmsg":
+                raise ProbeError("unreadable", f"/dev/kmsg: {exc.strerror or exc}") from None
+    if source in ("dmesg", "auto"):
+        try:
+            return ctx.run_checked(("dmesg",)).stdout, "dmesg"
+        except ProbeError:
+            if source == "dmesg":
+                raise
+    result = ctx.run_checked(("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
+    return result.stdout, "journalctl -k -b"
+
+
+@provides("kernel_gpu_log", "local")
+def kernel_gpu_log(ctx: ProbeContext):
+    """Xid/SXid events since `params["since"]` (epoch seconds; default: since boot)."""
+    from healthcheck.parsers.xid import parse_kernel_log, since
+
+    policy = ctx.limits.gpu.xid if ctx.limits is not None else None
+    source = policy.source if policy is not None else "auto"
+    text, how = _kernel_log_text(ctx, source, policy.file if policy is not None else None)
+    log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=_boot_time(ctx)), text, how) if text.strip() else parse_kernel_log("")
+    start = ctx.params.get("since")
+    return since(log, float(start)) if start is not None else log
