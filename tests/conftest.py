@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+# the real-component rig (network namespaces, sshd, Slurm): tests/rigfixtures.py
+pytest_plugins = ["rigfixtures"]
+
 @pytest.fixture(scope="session")
 def report_schema() -> dict[str, Any]:
     from healthcheck.report.jsonio import SCHEMA_FILE
