@@ -1,0 +1,465 @@
+"""Kernel log text -> NVIDIA Xid (GPU) and SXid (NVSwitch) events.
+
+Input: the kernel ring buffer or a log that holds it, one message a line, in any of
+the shapes that reach a health check:
+
+- `dmesg --time-format iso`       2024-11-15T12:02:03,470068+00:00 NVRM: Xid (PCI:0000:19:00): 48, ...
+- `dmesg --decode` (-x)           kern  :warn  : 2025-01-21T02:21:33,498559+00:00 NVRM: Xid ...
+- `dmesg -T` / `--time-format ctime`  [Sun Feb 23 16:24:18 2025] NVRM: Xid ...
+- `dmesg` (raw, seconds since boot)   [6781741.548768] NVRM: Xid ...      (`dmesg -r`: <4>[...] ...)
+- `journalctl -k` (short)         Nov 22 13:00:01 gpu017 kernel: NVRM: Xid ...
+- `journalctl -o short-iso`       2024-01-22T11:22:33+0000 gpu017 kernel: NVRM: Xid ...
+  (and short-iso-precise, rsyslog RFC 3339, classic syslog with "kernel: [123.456]")
+- bare messages with no timestamp  NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...
+
+The Xid message itself is `NVRM: Xid (PCI:<bus id>): <code>, pid=<pid>, name=<comm>,
+<text>`; older drivers omit `name=`, and `pid`/`name` may be `'<unknown>'`. Drivers
+before Xid 79 existed (and some since) print `NVRM: GPU at PCI:0000:91:00: GPU has
+fallen off the bus.` instead: that becomes a `legacy` Xid 79. NVSwitch errors are
+`nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
+`Severity ...` and `Data {...}` lines carrying the same code.
+
+Times: an explicit UTC offset is honoured. `dmesg -T` and syslog/journal "short"
+timestamps are printed in the node's local time without a zone; the parser treats them
+as UTC (health-check nodes run in UTC; a node that does not will shift by its offset).
+Raw `[uptime]` stamps become a wall-clock time only when the caller gives `boot_time`.
+A timestamp that cannot be a real date leaves `time` unset rather than failing the parse.
+
+Non-Xid lines are ignored. An empty log is valid (no events); a non-empty text in which
+no line looks like a kernel log raises ParseError. Nothing else is ever raised.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+import time as _time
+from typing import Optional
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.gpu_common import normalize_pci
+
+
+class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
+    code: int  # 79; the legacy "GPU has fallen off the bus" line without a code -> 79, legacy=True
+    pci_bus_id: Optional[str]  # normalize_pci(...) -> "0000:19:00.0"
+    message: str  # the text after "pid=..., name=...," (or after the code)
+    line: str  # the raw line (evidence for tickets)
+    pid: Optional[int] = None  # None for pid='<unknown>'
+    process: Optional[str] = None  # None for name=<unknown>
+    time: Optional[float] = None  # epoch seconds (UTC) when the line has a wall-clock timestamp
+    uptime_s: Optional[float] = None  # seconds since boot when the line has "[12345.678901]"
+    legacy: bool = False
+
+
+class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
+    code: int  # 20034
+    message: str
+    line: str
+    switch: Optional[str] = None  # "nvidia-nvswitch1"
+    pci_bus_id: Optional[str] = None
+    severity: Optional[str] = None  # "Fatal" / "Non-fatal"; None on "Severity ..."/"Data {...}" lines
+    time: Optional[float] = None
+    uptime_s: Optional[float] = None
+
+
+class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
+    xids: list[XidEvent]
+    sxids: list[SXidEvent]
+    gpu_uuids: dict[str, str] = {}  # pci_bus_id -> "GPU-b6c3..." from "NVRM: GPU at PCI:...: GPU-..." lines
+    lines: int = 0  # lines read
+
+
+class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):
+    """All the events of one Xid code on one GPU: a flood of 629 lines is one fact."""
+
+    code: int
+    pci_bus_id: Optional[str]
+    count: int
+    first_time: Optional[float]
+    last_time: Optional[float]
+    first_line: str
+    processes: list[str]  # distinct process names, in the order first seen
+
+
+# --- line prefixes: priority, facility:level, timestamps, "host kernel:" -------------
+
+# English abbreviations, whatever the locale: dmesg and journald print them in C locale
+# on the nodes we read (calendar.month_abbr would follow this process's locale).
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+
+# Every repetition below is bounded or anchored, so a hostile multi-megabyte line costs
+# linear time; digit runs are bounded so int() never meets Python's 4300-digit limit.
+_PRIORITY = re.compile(r"<\d{1,3}>", re.ASCII)  # dmesg -r: "<4>"
+_DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{2,8} *: ")  # dmesg -x: "kern  :warn  : "
+_ISO = re.compile(
+    r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?(?:\s+|$)",
+    re.ASCII,
+)
+_MONTH = "(?P<mon>" + "|".join(_MONTHS) + ")"
+_CTIME = re.compile(  # dmesg -T: "[Sun Feb 23 16:24:18 2025]", weekday ignored
+    r"\[\s*(?:[A-Z][a-z]{2}\s+)?" + _MONTH + r"\s+(?P<d>\d{1,2})\s+"
+    r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s+(?P<y>\d{4})\]\s*",
+    re.ASCII,
+)
+_SYSLOG = re.compile(  # journalctl short / syslog: "Nov 22 13:00:01" (short-precise adds .123456)
+    _MONTH + r"\s+(?P<d>\d{1,2})\s+(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:\.(?P<frac>\d{1,9}))?\s+",
+    re.ASCII,
+)
+_UPTIME = re.compile(r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*", re.ASCII)
+_KERNEL_TAG = re.compile(r"(?:[^\s\[\]]{1,255}\s+)?kernel(?:\[\d{1,10}\])?:\s*")  # "gpu017 kernel: "
+
+# --- messages --------------------------------------------------------------------------
+
+# The comma after the code is required: every driver prints one, and a capture cut in
+# mid-line ("...): 4" of "...): 48, ...") must not report a different Xid.
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)", re.ASCII)
+_PID = re.compile(r"pid=(?:'<unknown>'|<unknown>|'?(?P<pid>\d{1,10})'?|[^,\s]{0,64})\s*(?:,\s*|$)", re.ASCII)
+_NAME = re.compile(r"name=(?P<name>[^,]{0,256}?)\s*(?:,\s*|$)")
+_SXID = re.compile(
+    r"(?:(?P<switch>nvidia-nvswitch\d{1,4}):\s*)?"
+    r"SXid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)",
+    re.ASCII,
+)
+_SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
+_PCI_TEXT = r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+_FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s+GPU has fallen off the bus\.?")
+_UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
+_NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+
+
+class _Stamp(msgspec.Struct):
+    """What the prefix of one line says about when it was logged."""
+
+    time: Optional[float] = None
+    uptime_s: Optional[float] = None
+    prefixed: bool = False  # some known log prefix was found: this is a log line
+
+
+def parse_kernel_log(
+    text: str, *, boot_time: Optional[float] = None, year: Optional[int] = None
+) -> KernelGpuLog:
+    """Every Xid and SXid event in a kernel log, in the order logged.
+
+    boot_time: epoch seconds of this boot, to turn raw "[uptime]" stamps into times.
+    year: the year of syslog/journal "short" timestamps, which print none (default: the
+    current year, or the one before when that would put a line in the future).
+    """
+    if not isinstance(text, str):  # a caller bug, but parsers only ever raise ParseError
+        raise ParseError(f"kernel log: expected text, got {type(text).__name__}")
+    lines = text.splitlines()
+    xids: list[tuple[int, XidEvent]] = []
+    legacy: list[tuple[int, XidEvent]] = []
+    sxids: list[SXidEvent] = []
+    uuids: dict[str, str] = {}
+    looks_like_log = False
+    for number, line in enumerate(lines):
+        stamp, body = _split_prefix(line, boot_time, year)
+        looks_like_log = looks_like_log or stamp.prefixed or _mentions_kernel(line)
+        if "NVRM:" not in body and "SXid" not in body:
+            continue  # the common case, kept cheap
+        event = _xid(body, line, stamp)
+        if event is not None:
+            xids.append((number, event))
+            continue
+        sxid = _sxid(body, line, stamp)
+        if sxid is not None:
+            sxids.append(sxid)
+            continue
+        lost = _fallen_off(body, line, stamp)
+        if lost is not None:
+            legacy.append((number, lost))
+            continue
+        _record_uuid(body, uuids)
+    if not looks_like_log and text.strip():
+        raise ParseError(
+            "kernel log: no line looks like kernel log output (no timestamp prefix, "
+            f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
+        )
+    return KernelGpuLog(xids=_merge_legacy(xids, legacy), sxids=sxids, gpu_uuids=uuids, lines=len(lines))
+
+
+def _mentions_kernel(line: str) -> bool:
+    return "NVRM:" in line or "kernel:" in line or "nvidia" in line
+
+
+# --- prefixes and timestamps -----------------------------------------------------------
+
+
+def _split_prefix(line: str, boot_time: Optional[float], year: Optional[int]) -> tuple[_Stamp, str]:
+    """Peel the known prefixes off a line, in whatever order the tool stacked them.
+
+    A journal line can carry a wall-clock stamp, a host and "kernel:", then the kernel's
+    own "[uptime]"; `journalctl -o short-monotonic` puts the uptime first. A bounded
+    loop takes each prefix once, so the order does not matter.
+    """
+    stamp = _Stamp()
+    body = line.lstrip()
+    for _ in range(6):
+        rest = _strip_one(body, stamp, year)
+        if rest is None:
+            break
+        stamp.prefixed = True
+        body = rest
+    if stamp.time is None and stamp.uptime_s is not None and boot_time is not None:
+        stamp.time = _finite(boot_time + stamp.uptime_s)
+    return stamp, body
+
+
+def _strip_one(body: str, stamp: _Stamp, year: Optional[int]) -> Optional[str]:
+    """Remove one known prefix from body and note what it said; None if none is there."""
+    for pattern in (_PRIORITY, _DECODE):
+        m = pattern.match(body)
+        if m:
+            return body[m.end():]
+    if stamp.time is None:
+        m = _ISO.match(body)
+        if m:
+            stamp.time = iso_time(m)
+            return body[m.end():]
+        m = _CTIME.match(body)
+        if m:
+            stamp.time = ctime_time(m)
+            return body[m.end():]
+        m = _SYSLOG.match(body)
+        if m:
+            stamp.time = syslog_time(m, year)
+            return body[m.end():]
+    if stamp.uptime_s is None:
+        m = _UPTIME.match(body)
+        if m:
+            stamp.uptime_s = _finite(float(m.group("up")))
+            return body[m.end():]
+    m = _KERNEL_TAG.match(body)
+    if m:
+        return body[m.end():]
+    return None
+
+
+def _epoch(
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str] = None
+) -> Optional[float]:
+    """UTC calendar fields -> epoch seconds; None when they are not a real time."""
+    try:
+        return _checked_epoch(y, mo, d, h, mi, s, frac)
+    except (ValueError, OverflowError):  # a caller's absurd `year`: no time, not a crash
+        return None
+
+
+def _checked_epoch(
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str]
+) -> Optional[float]:
+    if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]):
+        return None
+    if not (h < 24 and mi < 60 and s < 61):  # 60: a leap second
+        return None
+    seconds = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+    return seconds + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def iso_time(m: re.Match[str]) -> Optional[float]:
+    """`2024-11-15T12:02:03,470068+00:00` (dmesg iso), `...+0000` (journal short-iso)."""
+    y = int(m.group("y"))
+    if y < 1970:
+        return None
+    t = _epoch(y, int(m.group("mo")), int(m.group("d")), int(m.group("h")), int(m.group("mi")),
+               int(m.group("s")), m.group("frac"))
+    tz = m.group("tz")
+    if t is None or not tz or tz == "Z":
+        return t  # no offset: taken as UTC (see the module docstring)
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return t - sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+
+
+def ctime_time(m: re.Match[str]) -> Optional[float]:
+    """`[Sun Feb 23 16:24:18 2025]` (dmesg -T): local time without a zone, taken as UTC."""
+    mon = _MONTHS.get(m.group("mon"))
+    y = int(m.group("y"))
+    if mon is None or y < 1970:
+        return None
+    return _epoch(y, mon, int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
+
+
+def syslog_time(m: re.Match[str], year: Optional[int], now: Optional[float] = None) -> Optional[float]:
+    """`Nov 22 13:00:01` (journal/syslog short): no year and no zone, taken as UTC.
+
+    Without a given year, a log read in January holds December's lines: a time more
+    than a day in the future belongs to the year before.
+    """
+    mon = _MONTHS.get(m.group("mon"))
+    if mon is None:
+        return None
+    fields = (mon, int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
+    if year is not None:
+        return _epoch(year, *fields, m.group("frac"))
+    now = _time.time() if now is None else now
+    this_year = _time.gmtime(now).tm_year
+    t = _epoch(this_year, *fields, m.group("frac"))
+    if t is not None and t > now + 86400:
+        return _epoch(this_year - 1, *fields, m.group("frac"))
+    if t is None:  # Feb 29 of a leap year, read in a common year
+        return _epoch(this_year - 1, *fields, m.group("frac"))
+    return t
+
+
+def _finite(value: float) -> Optional[float]:
+    return value if math.isfinite(value) else None
+
+
+# --- messages --------------------------------------------------------------------------
+
+
+def _bus_id(raw: str) -> Optional[str]:
+    """The parenthesised bus id, normalised; None when it is not a PCI address."""
+    bus = normalize_pci(raw)
+    return bus if _NORMAL_PCI.fullmatch(bus) else None
+
+
+def _xid(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
+    m = _XID.search(body)
+    if not m:
+        return None
+    pid, process, message = _pid_name(m.group("rest") or "")
+    return XidEvent(
+        code=int(m.group("code")),
+        pci_bus_id=_bus_id(m.group("pci")),
+        message=message,
+        line=line,
+        pid=pid,
+        process=process,
+        time=stamp.time,
+        uptime_s=stamp.uptime_s,
+    )
+
+
+def _pid_name(rest: str) -> tuple[Optional[int], Optional[str], str]:
+    """`pid=1248209, name=python3.10, Ch 00000008` -> (1248209, "python3.10", "Ch 00000008").
+
+    Old drivers print no `name=`; `<unknown>` (quoted or not) means the driver did not
+    know, which is None, not a process called "<unknown>".
+    """
+    pid: Optional[int] = None
+    process: Optional[str] = None
+    m = _PID.match(rest)
+    if m:
+        pid = int(m.group("pid")) if m.group("pid") else None
+        rest = rest[m.end():]
+    m = _NAME.match(rest)
+    if m:
+        name = m.group("name").strip().strip("'")
+        process = None if name in ("", "<unknown>") else name
+        rest = rest[m.end():]
+    return pid, process, rest.strip()
+
+
+def _sxid(body: str, line: str, stamp: _Stamp) -> Optional[SXidEvent]:
+    m = _SXID.search(body)
+    if not m:
+        return None
+    message = (m.group("rest") or "").strip()
+    severity = None
+    sev = _SEVERITY.match(message)
+    if sev:
+        severity = "Fatal" if sev.group("sev").lower() == "fatal" else "Non-fatal"
+        message = message[sev.end():].strip()
+    return SXidEvent(
+        code=int(m.group("code")),
+        message=message,
+        line=line,
+        switch=m.group("switch"),
+        pci_bus_id=_bus_id(m.group("pci")),
+        severity=severity,
+        time=stamp.time,
+        uptime_s=stamp.uptime_s,
+    )
+
+
+def _fallen_off(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
+    m = _FELL_OFF.search(body)
+    if not m:
+        return None
+    return XidEvent(
+        code=79,
+        pci_bus_id=_bus_id(m.group("pci")),
+        message="GPU has fallen off the bus.",
+        line=line,
+        time=stamp.time,
+        uptime_s=stamp.uptime_s,
+        legacy=True,
+    )
+
+
+def _record_uuid(body: str, uuids: dict[str, str]) -> None:
+    m = _UUID.search(body)
+    if m:
+        bus = _bus_id(m.group("pci"))
+        if bus is not None:
+            uuids[bus] = m.group("uuid")
+
+
+def _merge_legacy(
+    xids: list[tuple[int, XidEvent]], legacy: list[tuple[int, XidEvent]]
+) -> list[XidEvent]:
+    """Add one legacy Xid 79 per GPU that has no explicit Xid 79, in log order.
+
+    A current driver prints both the Xid 79 line and "GPU ... has fallen off the bus";
+    an old one prints two legacy shapes for the same GPU. Either way it is one event.
+    """
+    seen = {event.pci_bus_id for _, event in xids if event.code == 79}
+    kept: list[tuple[int, XidEvent]] = []
+    for number, event in legacy:
+        if event.pci_bus_id in seen:
+            continue
+        seen.add(event.pci_bus_id)
+        kept.append((number, event))
+    merged = sorted(xids + kept, key=lambda pair: pair[0])
+    return [event for _, event in merged]
+
+
+# --- helpers on parsed logs ------------------------------------------------------------
+
+
+def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
+    """The events logged at or after epoch time t.
+
+    Events without a time are kept: a raw "[uptime]" line read without boot_time, or a
+    bare message, may be from a minute ago, and we cannot prove it is old. Dropping it
+    could hide a fresh fault; keeping it at worst repeats an old one.
+    """
+    return KernelGpuLog(
+        xids=[e for e in log.xids if e.time is None or e.time >= t],
+        sxids=[e for e in log.sxids if e.time is None or e.time >= t],
+        gpu_uuids=dict(log.gpu_uuids),
+        lines=log.lines,
+    )
+
+
+def summarize(xids: list[XidEvent]) -> list[XidSummary]:
+    """Fold a flood into one summary per (code, GPU), in the order first seen."""
+    groups: dict[tuple[int, Optional[str]], list[XidEvent]] = {}
+    for event in xids:
+        groups.setdefault((event.code, event.pci_bus_id), []).append(event)
+    return [_summary(code, bus, events) for (code, bus), events in groups.items()]
+
+
+def _summary(code: int, bus: Optional[str], events: list[XidEvent]) -> XidSummary:
+    times = [e.time for e in events if e.time is not None]
+    processes: list[str] = []
+    for e in events:
+        if e.process is not None and e.process not in processes:
+            processes.append(e.process)
+    return XidSummary(
+        code=code,
+        pci_bus_id=bus,
+        count=len(events),
+        first_time=min(times) if times else None,
+        last_time=max(times) if times else None,
+        first_line=events[0].line,
+        processes=processes,
+    )

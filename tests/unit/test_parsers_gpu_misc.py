@@ -1,0 +1,274 @@
+"""`nvidia-smi topo -m` and `nvidia-smi nvlink -s` parsers on every corpus capture,
+damaged copies, truncations and garbage."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import CORPUS, corpus_files
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.nvidia_topo import Topology, parse_nvidia_topo
+from healthcheck.parsers.nvlink_status import NvLinkStatus, parse_nvlink_status
+
+GPUS8 = [f"GPU{i}" for i in range(8)]
+
+# --- nvidia-smi topo -m ------------------------------------------------------------------
+
+# file -> (devices, the one link type between GPUs, CPU affinity of GPU0 and GPU7, NUMA of GPU0/GPU7, nics)
+TOPO_FACTS = {
+    "a100-8gpu-nv12.txt": (GPUS8, "NV12", ("0-23", "24-47"), ("0", "1"), {}),
+    "h100-1gpu-vm-ansi-underline.txt": (["GPU0"], None, ("0-19", None), ("0", None), {}),
+    "h100-8gpu-nv18.txt": (GPUS8, "NV18", ("0-51", "52-103"), ("0", "1"), {}),
+    "h800-8gpu-nv8-4nic-truncated-copy.txt": (
+        GPUS8 + ["NIC0", "NIC1", "NIC2", "NIC3"],
+        "NV8",
+        ("-31,64-95", "2-63,96-127"),  # the damaged copy's values, as printed
+        ("0", "1"),
+        {f"NIC{i}": f"mlx5_{i}" for i in range(4)},
+    ),
+}
+
+
+def test_every_topo_file_has_its_facts_listed():
+    assert sorted(p.name for p in corpus_files("nvidia-smi-topo")) == sorted(TOPO_FACTS)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+def test_every_topo_capture(path):
+    devices, link, cpus, numas, nics = TOPO_FACTS[path.name]
+    topo = parse_nvidia_topo(path.read_text())
+    assert topo.devices == devices
+    gpus = [d for d in devices if d.startswith("GPU")]
+    gpu_links = {topo.links[a][b] for a in gpus for b in gpus if a != b}
+    assert gpu_links == ({link} if link else set())
+    assert all(a not in topo.links[a] for a in devices)  # no self ("X") entries
+    assert (topo.cpu_affinity.get("GPU0"), topo.cpu_affinity.get("GPU7")) == cpus
+    assert (topo.numa_affinity.get("GPU0"), topo.numa_affinity.get("GPU7")) == numas
+    assert topo.nics == nics
+    assert msgspec.json.decode(msgspec.json.encode(topo), type=Topology) == topo
+
+
+def test_topo_nv18_example():
+    topo = parse_nvidia_topo((CORPUS / "nvidia-smi-topo/h100-8gpu-nv18.txt").read_text())
+    assert topo.links["GPU0"]["GPU1"] == "NV18"
+    assert len(topo.links["GPU3"]) == 7
+
+
+def test_topo_nic_rows_give_gpu_affinity():
+    topo = parse_nvidia_topo((CORPUS / "nvidia-smi-topo/h800-8gpu-nv8-4nic-truncated-copy.txt").read_text())
+    pix = {nic: [g for g, v in topo.links[nic].items() if v == "PIX"] for nic in ("NIC0", "NIC1", "NIC2", "NIC3")}
+    assert pix == {"NIC0": ["GPU1"], "NIC1": ["GPU3"], "NIC2": ["GPU7"], "NIC3": ["GPU7"]}
+    assert topo.links["NIC0"]["GPU4"] == "SYS" and topo.links["NIC2"]["GPU4"] == "NODE"
+    assert "NIC0" not in topo.cpu_affinity  # NIC rows have no affinity columns
+
+
+def test_topo_ansi_tab_capture_is_one_gpu():
+    text = (CORPUS / "nvidia-smi-topo/h100-1gpu-vm-ansi-underline.txt").read_text()
+    assert "\x1b[4m" in text and "\t" in text
+    topo = parse_nvidia_topo(text)
+    assert topo.links == {"GPU0": {}}
+
+
+def test_topo_header_without_indentation_and_old_mlx_labels():
+    text = (
+        "GPU0\tGPU1\tmlx5_0\tCPU Affinity\n"
+        "GPU0\t X \tNV12\tPXB\t0-23\n"
+        "GPU1\tNV12\t X \tSYS\t24-47\n"
+        "mlx5_0\tPXB\tSYS\t X \n"
+    )
+    topo = parse_nvidia_topo(text)
+    assert topo.devices == ["GPU0", "GPU1", "mlx5_0"]
+    assert topo.links["GPU0"] == {"GPU1": "NV12", "mlx5_0": "PXB"}
+    assert topo.links["mlx5_0"] == {"GPU0": "PXB", "GPU1": "SYS"}
+    assert topo.cpu_affinity == {"GPU0": "0-23", "GPU1": "24-47"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n\n",
+        "garbage",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+        "      GPU0  GPU1  CPU Affinity\n",  # a header and nothing under it
+        "Legend:\n\n  X    = Self\n",
+        "\x00\x1b[4m\xff",
+    ],
+)
+def test_topo_garbage_is_a_parse_error(text):
+    with pytest.raises(ParseError) as info:
+        parse_nvidia_topo(text)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+def test_topo_truncated_captures(path):
+    text = path.read_text()
+    full = parse_nvidia_topo(text)
+    for cut in range(len(text)):
+        try:
+            topo = parse_nvidia_topo(text[:cut])
+        except ParseError:
+            continue
+        assert set(topo.devices) <= set(full.devices)
+        assert set(topo.nics) <= set(full.nics)
+
+
+# --- nvidia-smi nvlink -s -----------------------------------------------------------------
+
+# file -> (GPU indexes, links per GPU, GB/s per link, unsupported message contains)
+NVLINK_FACTS = {
+    "a100-8gpu-nvlink-status.txt": (list(range(8)), 12, 25.0, None),
+    "h100-18links-590.txt": ([0], 18, 26.562, None),
+    "h200-mig-not-supported.txt": ([0], 0, None, "MIG mode"),
+    "h800-nvlink-status-8links-elided.txt": ([0, 1, 7], 8, 26.562, None),  # GPUs 2-6 elided with "..."
+    "l40s-no-nvlink.txt": ([0], 0, None, "does not have or support"),
+}
+NVLINK_REJECTED = {"h800-nvlink-gt-d-throughput-during-training.txt"}  # counters, not status
+
+
+def test_every_nvlink_file_has_its_facts_listed():
+    assert sorted(p.name for p in corpus_files("nvidia-smi-nvlink")) == sorted(set(NVLINK_FACTS) | NVLINK_REJECTED)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-nvlink"), ids=lambda p: p.name)
+def test_every_nvlink_capture(path):
+    if path.name in NVLINK_REJECTED:
+        with pytest.raises(ParseError):
+            parse_nvlink_status(path.read_text())
+        return
+    indexes, nlinks, gbps, unsupported = NVLINK_FACTS[path.name]
+    status = parse_nvlink_status(path.read_text())
+    assert [g.index for g in status.gpus] == indexes
+    for gpu in status.gpus:
+        assert [link.link for link in gpu.links] == list(range(nlinks))
+        assert all(link.active and link.speed_gbps == gbps for link in gpu.links)
+        assert gpu.uuid and gpu.uuid.startswith("GPU-") and gpu.name.startswith("NVIDIA ")
+    if unsupported is None:
+        assert status.unsupported is None
+    else:
+        assert status.unsupported and unsupported in status.unsupported
+    assert msgspec.json.decode(msgspec.json.encode(status), type=NvLinkStatus) == status
+
+
+def test_nvlink_a100_names_and_uuids():
+    status = parse_nvlink_status((CORPUS / "nvidia-smi-nvlink/a100-8gpu-nvlink-status.txt").read_text())
+    assert status.gpus[0].name == "NVIDIA A100-SXM4-80GB"
+    assert status.gpus[0].uuid == "GPU-5269b708-678a-b1a8-60f0-c90406537486"
+    assert status.gpus[7].uuid == "GPU-754035b4-4708-efcd-b261-623aea38bcad"
+    assert sum(len(g.links) for g in status.gpus) == 96
+
+
+def test_nvlink_inactive_links():
+    text = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+        "\t Link 0: 26.562 GB/s\n"
+        "\t Link 1: <inactive>\n"
+        "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000001)\n"
+    )
+    status = parse_nvlink_status(text)
+    link0, link1 = status.gpus[0].links
+    assert (link0.active, link0.speed_gbps) == (True, 26.562)
+    assert (link1.active, link1.speed_gbps) == (False, None)
+    assert status.gpus[1].links == []
+
+
+def test_nvlink_gt_d_is_rejected_as_counters():
+    with pytest.raises(ParseError):
+        parse_nvlink_status(
+            (CORPUS / "nvidia-smi-nvlink/h800-nvlink-gt-d-throughput-during-training.txt").read_text()
+        )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n",
+        "garbage",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+        "\t Link 0: 26.562 GB/s\n",  # links without a GPU
+        "No devices were found",
+        "\x00\xff\x1b",
+    ],
+)
+def test_nvlink_garbage_is_a_parse_error(text):
+    with pytest.raises(ParseError) as info:
+        parse_nvlink_status(text)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-nvlink"), ids=lambda p: p.name)
+def test_nvlink_truncated_captures(path):
+    text = path.read_text()
+    try:
+        full = {g.index: g.links for g in parse_nvlink_status(text).gpus}
+    except ParseError:
+        full = {}  # the -gt d counters: no cut of them may pass as link status
+    for cut in range(len(text)):
+        try:
+            status = parse_nvlink_status(text[:cut])
+        except ParseError:
+            continue
+        for gpu in status.gpus:
+            # a cut drops links, never changes one: "26.562 GB/s" cut short is not "26 GB/s"
+            assert gpu.links == full.get(gpu.index, [])[: len(gpu.links)]
+
+
+def test_nvlink_value_cut_mid_line_is_an_error():
+    with pytest.raises(ParseError):
+        parse_nvlink_status("GPU 0: NVIDIA H800 (UUID: GPU-1)\n         Link 0: 26.5")
+
+
+# --- both: long lines, binary-ish text, fuzz ----------------------------------------------
+
+PARSERS = [parse_nvidia_topo, parse_nvlink_status]
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
+def test_long_lines_and_binaryish_text(parser):
+    rng = random.Random(99)
+    samples = [
+        "GPU0 " * 200_000,
+        "      GPU0  GPU1\nGPU0 " + "X " * 500_000,
+        "GPU 0: " + "N" * 1_000_000 + " (UUID: " + "x" * 10_000,
+        "\t Link 0: " + "9" * 100_000 + " GB/s",
+        "\x1b[" * 100_000,
+    ]
+    for folder in ("nvidia-smi-topo", "nvidia-smi-nvlink"):
+        for path in corpus_files(folder):
+            blob = bytearray(path.read_bytes())
+            for _ in range(60):
+                for _ in range(rng.randint(1, 20)):
+                    blob[rng.randrange(len(blob))] = rng.randrange(256)
+                samples.append(blob.decode("latin-1"))
+    start = time.monotonic()
+    for text in samples:
+        try:
+            parser(text)
+        except ParseError:
+            pass
+    assert time.monotonic() - start < 10
+
+
+_FRAGMENTS = st.sampled_from(
+    ["GPU0", "GPU1", "NIC0", " X ", "NV18", "PIX", "\t", "  ", "CPU Affinity", "NUMA Affinity", "\x1b[4m", "\x1b[0m",
+     "NIC Legend:", "  NIC0: mlx5_0", "Legend:", "GPU 0: NVIDIA H100 (UUID: GPU-1)", "\t Link 0: ", "26.562 GB/s",
+     "<inactive>", "Data Tx: 1 KiB", "...", "Device does not have or support Nvlink", "\n", "\n", "\x00"]
+)
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(_FRAGMENTS | st.text(max_size=10), max_size=40).map("".join))
+def test_fuzz_only_parse_error(parser, text):
+    try:
+        msgspec.json.encode(parser(text))
+    except ParseError:
+        pass
