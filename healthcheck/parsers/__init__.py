@@ -14,6 +14,8 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "ibstat": ("healthcheck.parsers.ibstat", "parse_ibstat", "ibstat (all CAs)"),
     "ibstatus": ("healthcheck.parsers.ibstatus", "parse_ibstatus", "ibstatus"),
     "perfquery": ("healthcheck.parsers.perfquery", "parse_perfquery", "perfquery, perfquery -x, perfquery -E"),
+    "nvidia-smi-q": ("healthcheck.parsers.nvidia_smi", "parse_nvidia_smi_q", "nvidia-smi -q"),
+    "nvidia-smi-query-gpu": ("healthcheck.parsers.nvidia_smi_query", "parse_nvidia_smi_query", "nvidia-smi --query-gpu=... --format=csv"),
     "xid": ("healthcheck.parsers.xid", "parse_kernel_log", "kernel log (dmesg, dmesg -T/--time-format iso, journal, syslog) -> Xid/SXid events"),
     "nvidia-smi-topo": ("healthcheck.parsers.nvidia_topo", "parse_nvidia_topo", "nvidia-smi topo -m"),
     "nvidia-smi-nvlink": ("healthcheck.parsers.nvlink_status", "parse_nvlink_status", "nvidia-smi nvlink -s"),

@@ -1,0 +1,616 @@
+"""`nvidia-smi -q` text (all GPUs, or one with -i) -> GpuFacts.
+
+Input: what `nvidia-smi -q` prints on stdout, optionally with stderr mixed in, from
+drivers 470 to 610. The report is an indented tree ("GPU 00000000:19:00.0", then
+"    Product Name : ...", sections like "    ECC Errors" with deeper lines), so the
+parser builds that tree per GPU block and reads values by their path. Reading by
+path, not by a flat "last key wins" scan, is what keeps the MIG Device subsections
+("Shared FB Memory Usage", their own "ECC Errors") from overwriting the parent GPU's
+values, and "Clocks Event Reasons Counters" from being read as reasons.
+
+Besides the report, nvidia-smi prints one-line failures instead of (or next to) it:
+"Unable to determine the device handle for GPU...: Unknown Error" (a GPU that fell
+off the bus: a LostGpu), "No devices were found" (zero GPUs), and driver/NVML start
+failures (GpuFacts.init_error). The helpers for those lines, and the value helpers,
+are shared with the --query-gpu parser (nvidia_smi_query.py).
+
+A value nvidia-smi could not give (N/A, [Not Supported], ERR!, Unknown Error,
+"Requested functionality has been deprecated") is None, never 0.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, Optional
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.gpu_common import (
+    THROTTLE_REASONS,
+    GpuFacts,
+    Gpu,
+    GpuProcess,
+    LostGpu,
+    normalize_pci,
+)
+
+SOURCE = "nvidia-smi -q"
+
+# ---------------------------------------------------------------------------
+# Values shared by both nvidia-smi parsers
+# ---------------------------------------------------------------------------
+
+# What nvidia-smi prints where it has no value; -q prints them bare, --query-gpu
+# in brackets ("[N/A]"). Compared lower-case, without the brackets.
+_UNKNOWN = {
+    "n/a",
+    "not supported",
+    "unknown error",
+    "err!",
+    "requested functionality has been deprecated",
+    "insufficient permissions",
+    "gpu is lost",
+    "not available",
+    "not found",
+    "unknown",
+}
+_TRUE = {"enabled", "yes", "active", "true", "on"}
+_FALSE = {"disabled", "no", "not active", "false", "off"}
+_NUMBER = re.compile(r"^(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%]*)$")
+_VERSION = re.compile(r"^\d+(?:\.\d+)*")
+
+
+def clean_value(value: Optional[str]) -> Optional[str]:
+    """The value as text, or None where nvidia-smi says it has none."""
+    if value is None:
+        return None
+    text = value.strip()
+    # Strip brackets only around a marker: a process may be named "[kworker]".
+    marker = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
+    if not text or not marker or marker.lower() in _UNKNOWN:
+        return None
+    return text
+
+
+def parse_int(value: Optional[str]) -> Optional[int]:
+    """ "81559 MiB" / "0" / "16x" -> int; a unit is allowed, anything else is None."""
+    text = clean_value(value)
+    if text is None:
+        return None
+    if text.lower().endswith("x") and text[:-1].strip().isdigit():  # link width "16x"
+        return int(text[:-1])
+    m = _NUMBER.match(text)
+    if not m or "." in m.group("num"):
+        return None
+    return int(m.group("num"))
+
+
+def parse_float(value: Optional[str]) -> Optional[float]:
+    """ "59 C" / "69.85 W" / "41" -> float."""
+    text = clean_value(value)
+    m = _NUMBER.match(text) if text is not None else None
+    return float(m.group("num")) if m else None
+
+
+def parse_bool(value: Optional[str]) -> Optional[bool]:
+    """Enabled/Disabled, Yes/No, Active/Not Active -> bool; anything else None."""
+    text = clean_value(value)
+    if text is None:
+        return None
+    low = " ".join(text.lower().split())
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    return None
+
+
+def parse_version(value: Optional[str]) -> Optional[str]:
+    """ "590.48.01" -> itself; "610.43.02 [Deprecated; ...]" -> "610.43.02"; "Not Found" -> None."""
+    text = clean_value(value)
+    m = _VERSION.match(text) if text is not None else None
+    return m.group(0) if m else None
+
+
+def parse_pstate(value: Optional[str]) -> Optional[str]:
+    text = clean_value(value)
+    return text.upper() if text and re.fullmatch(r"[Pp]\d{1,2}", text) else None
+
+
+# ---------------------------------------------------------------------------
+# One-line messages nvidia-smi prints instead of (or next to) its report
+# ---------------------------------------------------------------------------
+
+_LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?P<rest>.*)$", re.IGNORECASE)
+_PCI_ID = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+# "GPU0000:3B:00.0: Unknown Error" (535 and older) or "GPU1: 0000:34:00.0: Unknown Error"
+# (newer drivers name the index too). The index needs ": " after it, so the domain
+# "0000:" of the older form is never taken for an index.
+_LOST_PCI = re.compile(rf"^(?:(?P<idx>\d+):\s+)?(?P<pci>{_PCI_ID})\s*:\s*(?P<err>.*)$")
+# "GPU 0: Unknown Error" / "GPU1: Unknown Error": index only.
+_LOST_IDX = re.compile(r"^(?P<idx>\d+)\s*:\s*(?P<err>.*)$")
+
+# Whole-command failures: (marker in the line, init_error to report).
+_FAILURES = (
+    (
+        "couldn't communicate with the nvidia driver",
+        "nvidia-smi: couldn't communicate with the NVIDIA driver",
+    ),
+    ("couldn't find libnvidia-ml.so", "nvidia-smi: couldn't find libnvidia-ml.so"),
+)
+_NVML_INIT = re.compile(r"^Failed to initialize NVML:\s*(?P<why>.*)$", re.IGNORECASE)
+_NO_DEVICES = re.compile(r"^No devices were found\s*$", re.IGNORECASE)
+
+
+def lost_gpu_from_line(line: str) -> Optional[LostGpu]:
+    """An "Unable to determine the device handle for GPU..." line -> LostGpu, else None."""
+    m = _LOST.search(line.strip())
+    if not m:
+        return None
+    rest = m.group("rest").strip()
+    mp = _LOST_PCI.match(rest)
+    if mp:
+        idx = mp.group("idx")
+        return LostGpu(
+            pci_bus_id=normalize_pci(mp.group("pci")),
+            index=int(idx) if idx is not None else None,
+            error=mp.group("err").strip(),
+        )
+    mi = _LOST_IDX.match(rest)
+    if mi:
+        return LostGpu(pci_bus_id=None, index=int(mi.group("idx")), error=mi.group("err").strip())
+    return LostGpu(pci_bus_id=None, error=rest)
+
+
+def failure_from_line(line: str) -> Optional[str]:
+    """A line saying nvidia-smi could not start at all -> the init_error, else None."""
+    text = line.strip()
+    low = text.lower()
+    for marker, error in _FAILURES:
+        if marker in low:
+            return error
+    m = _NVML_INIT.match(text)
+    if m:
+        # "Driver/library version mismatch", "Unknown Error" (often a container
+        # without the device nodes): the reason is the useful part.
+        return f"nvidia-smi: Failed to initialize NVML: {m.group('why').strip()}"
+    return None
+
+
+def is_no_devices_line(line: str) -> bool:
+    return bool(_NO_DEVICES.match(line.strip()))
+
+
+def assign_indexes(pci_ids: list[str], lost: list[LostGpu]) -> tuple[list[int], list[LostGpu]]:
+    """NVML indexes for the healthy GPUs (in output order) and the lost ones.
+
+    nvidia-smi lists GPUs in NVML index order, which is PCI bus order; a lost GPU
+    has no block but still holds its index, so the blocks after it are shifted.
+    Where every lost GPU names its bus id, the index is the rank in the bus-ordered
+    union; otherwise the indexes the lost lines name are skipped.
+    """
+    if not lost:
+        return list(range(len(pci_ids))), []
+    if all(g.pci_bus_id for g in lost):
+        order = sorted(set(pci_ids) | {g.pci_bus_id for g in lost if g.pci_bus_id})
+        rank = {pci: i for i, pci in enumerate(order)}
+        lost = [
+            g if g.index is not None else msgspec.structs.replace(g, index=rank[g.pci_bus_id or ""])
+            for g in lost
+        ]
+        return [rank[p] for p in pci_ids], lost
+    taken = {g.index for g in lost if g.index is not None}
+    indexes: list[int] = []
+    i = 0
+    for _ in pci_ids:
+        while i in taken:
+            i += 1
+        indexes.append(i)
+        i += 1
+    return indexes, lost
+
+
+def dedupe_lost(lost: list[LostGpu]) -> list[LostGpu]:
+    """The same handle error can come on stdout and stderr: keep one of each."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[LostGpu] = []
+    for g in lost:
+        key = (g.pci_bus_id, g.index, g.error)
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The -q report as a tree
+# ---------------------------------------------------------------------------
+
+_GPU_HEADER = re.compile(rf"^GPU\s+(?P<pci>{_PCI_ID})\s*$")
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]*?)\s*:\s?(?P<value>.*)$")
+
+
+class _Node:
+    """One line of the report: its key, its value (None for a section header), its sub-lines."""
+
+    __slots__ = ("key", "value", "children")
+
+    def __init__(self, key: str, value: Optional[str]) -> None:
+        self.key = key
+        self.value = value
+        self.children: list[_Node] = []
+
+
+def _norm(key: str) -> str:
+    # "Ecc Mode" (525 and older) and "ECC Mode" are the same section.
+    return " ".join(key.lower().split())
+
+
+def _child(node: Optional[_Node], *path: str) -> Optional[_Node]:
+    """The first node along `path` (keys compared case-insensitively), or None."""
+    for key in path:
+        if node is None:
+            return None
+        want = _norm(key)
+        node = next((c for c in node.children if _norm(c.key) == want), None)
+    return node
+
+
+def _value(node: Optional[_Node], *path: str) -> Optional[str]:
+    found = _child(node, *path)
+    return found.value if found is not None else None
+
+
+def _first_value(node: Optional[_Node], *keys: str) -> Optional[str]:
+    """The value of the first of `keys` that `node` has (one key, renamed over time)."""
+    return next((v for v in (_value(node, k) for k in keys) if v is not None), None)
+
+
+def _walk(node: _Node) -> Iterator[_Node]:
+    """Every node under `node`, in output order (no recursion: garbage can nest deep)."""
+    stack = list(reversed(node.children))
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def _build_tree(lines: list[str]) -> _Node:
+    """Indented "Key : value" lines -> a tree; deeper indentation is a sub-line."""
+    root = _Node("", None)
+    stack: list[tuple[int, _Node]] = [(-1, root)]
+    for raw in lines:
+        line = raw.expandtabs(8).rstrip()
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        m = _KEY_VALUE.match(line.strip())
+        node = _Node(m.group("key"), m.group("value")) if m else _Node(line.strip(), None)
+        while stack[-1][0] >= indent:
+            stack.pop()
+        stack[-1][1].children.append(node)
+        stack.append((indent, node))
+    return root
+
+
+class _Scan:
+    """The output split into top-level values, GPU blocks and one-line messages."""
+
+    def __init__(self) -> None:
+        self.top: dict[str, str] = {}
+        self.blocks: list[tuple[str, list[str]]] = []  # (bus id from the "GPU ..." line, lines)
+        self.lost: list[LostGpu] = []
+        self.init_error: Optional[str] = None
+        self.no_devices = False
+
+
+def _scan(text: str) -> _Scan:
+    scan = _Scan()
+    block: Optional[list[str]] = None
+    for raw in text.splitlines():
+        line = raw.replace("\x00", "")
+        lost = lost_gpu_from_line(line)
+        if lost is not None:
+            scan.lost.append(lost)
+            continue
+        failure = failure_from_line(line)
+        if failure is not None:
+            scan.init_error = scan.init_error or failure
+            continue
+        if is_no_devices_line(line):
+            scan.no_devices = True
+            continue
+        m = _GPU_HEADER.match(line.strip()) if not line[:1].isspace() else None
+        if m:
+            block = []
+            scan.blocks.append((m.group("pci"), block))
+            continue
+        if line.strip() and not line[:1].isspace():
+            # A top-level line ("Driver Version : ...") ends any GPU block.
+            block = None
+            kv = _KEY_VALUE.match(line.strip())
+            if kv:
+                scan.top.setdefault(_norm(kv.group("key")), kv.group("value"))
+            continue
+        if block is not None:
+            block.append(line)
+    return scan
+
+
+# ---------------------------------------------------------------------------
+# One GPU block -> Gpu fields
+# ---------------------------------------------------------------------------
+
+
+def _identity(root: _Node) -> dict[str, Any]:
+    return {
+        "name": clean_value(_value(root, "Product Name")),
+        "uuid": clean_value(_value(root, "GPU UUID")),
+        "serial": clean_value(_value(root, "Serial Number")),
+        "vbios_version": clean_value(_value(root, "VBIOS Version")),
+        "persistence_mode": parse_bool(_value(root, "Persistence Mode")),
+        # MIG Mode/Current: Enabled/Disabled; N/A on GPUs without MIG -> None.
+        "mig_mode": parse_bool(_value(root, "MIG Mode", "Current")),
+        "performance_state": parse_pstate(_value(root, "Performance State")),
+        "temperature_c": parse_float(_value(root, "Temperature", "GPU Current Temp")),
+        "memory_total_mib": parse_int(_value(root, "FB Memory Usage", "Total")),
+        "memory_used_mib": parse_int(_value(root, "FB Memory Usage", "Used")),
+        "fabric_state": clean_value(_value(root, "Fabric", "State")),
+    }
+
+
+def _sum_known(values: list[Optional[int]]) -> Optional[int]:
+    """The sum of the counters that could be read; None when none could.
+
+    A partial sum is a lower bound, which is what a "> 0 uncorrectable" check needs;
+    None keeps "unknown" from reading as 0.
+    """
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _bit_group_total(group: _Node) -> Optional[int]:
+    """Older layout ("Single Bit"/"Double Bit" with per-unit lines): its Total line,
+    else the sum of the per-unit lines."""
+    total = parse_int(_value(group, "Total"))
+    if total is not None:
+        return total
+    return _sum_known([parse_int(c.value) for c in group.children if _norm(c.key) != "total"])
+
+
+def _ecc_counts(timescale: Optional[_Node]) -> tuple[Optional[int], Optional[int]]:
+    """(corrected, uncorrected) of an "ECC Errors/Volatile" or ".../Aggregate" section.
+
+    Newer drivers list SRAM/DRAM lines ("SRAM Correctable", "SRAM Uncorrectable Parity",
+    "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable", ...): the totals are the sums,
+    as --query-gpu's ecc.errors.*.total are. Volta-era layouts group by "Single Bit"
+    (corrected) and "Double Bit" (uncorrected), each with a Total.
+    """
+    if timescale is None:
+        return None, None
+    corrected: list[Optional[int]] = []
+    uncorrected: list[Optional[int]] = []
+    for c in timescale.children:
+        key = _norm(c.key)
+        if c.children:
+            if key == "single bit":
+                corrected.append(_bit_group_total(c))
+            elif key == "double bit":
+                uncorrected.append(_bit_group_total(c))
+            continue
+        if "threshold" in key:  # "SRAM Threshold Exceeded: No" is a flag, not a count
+            continue
+        if "uncorrectable" in key:
+            uncorrected.append(parse_int(c.value))
+        elif "correctable" in key:
+            corrected.append(parse_int(c.value))
+    return _sum_known(corrected), _sum_known(uncorrected)
+
+
+def _memory_errors(root: _Node) -> dict[str, Any]:
+    ecc = _child(root, "ECC Errors")
+    vol_c, vol_u = _ecc_counts(_child(ecc, "Volatile"))
+    agg_c, agg_u = _ecc_counts(_child(ecc, "Aggregate"))
+    retired = _child(root, "Retired Pages")
+    # The pending flag was renamed over the years; same meaning.
+    pending = _first_value(retired, "Pending Page Blacklist", "Pending Page Retirement", "Pending")
+    remap = _child(root, "Remapped Rows")  # "Remapped Rows : N/A" (MIG, pre-Ampere): no sub-lines
+    return {
+        "ecc_enabled": parse_bool(_value(root, "ECC Mode", "Current")),
+        "ecc_volatile_corrected": vol_c,
+        "ecc_volatile_uncorrected": vol_u,
+        "ecc_aggregate_corrected": agg_c,
+        "ecc_aggregate_uncorrected": agg_u,
+        "retired_pages_sbe": parse_int(_value(retired, "Single Bit ECC")),
+        "retired_pages_dbe": parse_int(_value(retired, "Double Bit ECC")),
+        "retired_pages_pending": parse_bool(pending),
+        "remapped_rows_correctable": parse_int(_value(remap, "Correctable Error")),
+        "remapped_rows_uncorrectable": parse_int(_value(remap, "Uncorrectable Error")),
+        "remapped_rows_pending": parse_bool(_value(remap, "Pending")),
+        "remapped_rows_failure": parse_bool(_value(remap, "Remapping Failure Occurred")),
+    }
+
+
+# -q line names -> canonical reason names (gpu_common.THROTTLE_REASONS).
+_REASON_LINES = {
+    "idle": "gpu_idle",
+    "gpu idle": "gpu_idle",
+    "applications clocks setting": "applications_clocks_setting",
+    "application clocks setting": "applications_clocks_setting",
+    "sw power cap": "sw_power_cap",
+    "hw slowdown": "hw_slowdown",
+    "hw thermal slowdown": "hw_thermal_slowdown",
+    "hw power brake slowdown": "hw_power_brake_slowdown",
+    "sync boost": "sync_boost",
+    "sw thermal slowdown": "sw_thermal_slowdown",
+    "display clock setting": "display_clock_setting",
+    "display clocks setting": "display_clock_setting",
+}
+# Every reason nvidia-smi has listed since well before driver 470. "Display Clock
+# Setting" is left out because --query-gpu has no column for it: both parsers then
+# apply the same rule.
+REQUIRED_REASONS = frozenset(THROTTLE_REASONS.values()) - {"display_clock_setting"}
+
+
+def throttle_list(states: dict[str, bool]) -> Optional[list[str]]:
+    """Active reasons in bit order, or None unless every required reason was read.
+
+    The list means "these are active, the others are not": a reason that could not
+    be read (truncated output, N/A, a garbled line) would otherwise read as "not
+    active", so an incomplete set is unknown (None).
+    """
+    if not REQUIRED_REASONS <= states.keys():
+        return None
+    return [name for name in THROTTLE_REASONS.values() if states.get(name)]
+
+
+def _throttle(root: _Node) -> Optional[list[str]]:
+    # Driver 535 renamed "Clocks Throttle Reasons" to "Clocks Event Reasons".
+    section = _child(root, "Clocks Event Reasons") or _child(root, "Clocks Throttle Reasons")
+    if section is None:
+        return None
+    states: dict[str, bool] = {}
+    # HW Thermal/Power Brake Slowdown are nested under HW Slowdown: walk the subtree.
+    for node in _walk(section):
+        name = _REASON_LINES.get(_norm(node.key))
+        if name is None:
+            continue
+        state = parse_bool(node.value)
+        if state is None:
+            return None
+        states[name] = state
+    return throttle_list(states)
+
+
+def _pcie(root: _Node) -> dict[str, Any]:
+    """PCIe link generation and width.
+
+    "Max" is the most the *link* can do, min(device max, host max) (the same number as
+    NVML's nvmlDeviceGetMaxPcieLinkGeneration and --query-gpu's pcie.link.gen.max);
+    "Device Max" is the GPU alone. A check comparing current with max should use the
+    link's max: a Gen5 GPU in a Gen4 slot is a platform fact, not a degraded link.
+    "Current" is the link's current state (newer drivers repeat it as "Device Current");
+    it drops at idle to save power.
+    """
+    pci = _child(root, "PCI")
+    gen = _child(pci, "GPU Link Info", "PCIe Generation")
+    width = _child(pci, "GPU Link Info", "Link Width")
+    current = parse_int(_value(gen, "Current"))
+    if current is None:
+        current = parse_int(_value(gen, "Device Current"))
+    return {
+        "pcie_gen_current": current,
+        "pcie_gen_max": parse_int(_value(gen, "Max")),
+        "pcie_width_current": parse_int(_value(width, "Current")),
+        "pcie_width_max": parse_int(_value(width, "Max")),
+        "pcie_replays": parse_int(_value(pci, "Replays Since Reset")),
+    }
+
+
+def _process(pid_node: _Node, fields: dict[str, Optional[str]]) -> Optional[GpuProcess]:
+    pid = parse_int(pid_node.value)
+    if pid is None:
+        return None
+    return GpuProcess(
+        pid=pid,
+        name=clean_value(fields.get("name")),
+        used_memory_mib=parse_int(fields.get("used gpu memory")),
+        type=clean_value(fields.get("type")),
+    )
+
+
+def _processes(root: _Node) -> Optional[list[GpuProcess]]:
+    """The Processes section: "Processes : None" -> []; absent or unreadable -> None.
+
+    Each "Process ID" line carries Type/Name/Used GPU Memory as sub-lines; older
+    drivers printed them as siblings after it, which is read the same way.
+    """
+    section = _child(root, "Processes")
+    if section is None:
+        return None
+    if not section.children:
+        text = (section.value or "").strip().lower()
+        return [] if text in {"none", "no running processes found"} else None
+    procs: list[GpuProcess] = []
+    pid_node: Optional[_Node] = None
+    fields: dict[str, Optional[str]] = {}
+
+    def flush() -> None:
+        if pid_node is not None:
+            proc = _process(pid_node, fields)
+            if proc is not None:
+                procs.append(proc)
+
+    for c in section.children:
+        key = _norm(c.key)
+        if key == "process id":
+            flush()
+            pid_node, fields = c, {_norm(s.key): s.value for s in c.children}
+        elif pid_node is not None and key in {"type", "name", "used gpu memory"}:
+            fields[key] = c.value
+    flush()
+    return procs
+
+
+def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
+    # The bus id comes from the block's "GPU 00000000:19:00.0" line, which is always
+    # whole once lines follow it; the PCI/Bus Id line repeats it but may be the line
+    # a truncated capture cut in half.
+    return Gpu(
+        index=index,
+        pci_bus_id=normalize_pci(header_pci),
+        **_identity(root),
+        **_memory_errors(root),
+        throttle_reasons=_throttle(root),
+        **_pcie(root),
+        processes=_processes(root),
+    )
+
+
+def _complete_enough(root: _Node) -> bool:
+    """A block cut before its Product Name and PCI Bus Id lines tells nothing reliable."""
+    return _child(root, "Product Name") is not None and _child(root, "PCI", "Bus Id") is not None
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def _top_version(top: dict[str, str], *keys: str) -> Optional[str]:
+    # 610 keeps "Driver Version"/"CUDA Version" with a deprecation note and adds
+    # "KMD Version"/"CUDA UMD Version": the first key given wins.
+    for key in keys:
+        version = parse_version(top.get(key))
+        if version is not None:
+            return version
+    return None
+
+
+def parse_nvidia_smi_q(text: str) -> GpuFacts:
+    """`nvidia-smi -q` output -> GpuFacts (source "nvidia-smi -q"). ParseError on garbage."""
+    if not text or not text.strip():
+        raise ParseError("nvidia-smi -q: empty output")
+    scan = _scan(text)
+    lost = dedupe_lost(scan.lost)
+    trees = [(pci, _build_tree(lines)) for pci, lines in scan.blocks]
+    blocks = [(pci, root) for pci, root in trees if _complete_enough(root)]
+    if scan.blocks and not blocks:
+        raise ParseError("nvidia-smi -q: output cut off before the first GPU's name and bus id")
+    if not blocks and not lost and not scan.no_devices:
+        if scan.init_error is not None:
+            return GpuFacts(source=SOURCE, init_error=scan.init_error)
+        start = text.strip()[:60]
+        raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {start!r})")
+    pci_ids = [normalize_pci(pci) for pci, _ in blocks]
+    indexes, lost = assign_indexes(pci_ids, lost)
+    gpus = [_gpu(pci, root, index) for (pci, root), index in zip(blocks, indexes)]
+    return GpuFacts(
+        source=SOURCE,
+        gpus=gpus,
+        lost=lost,
+        driver_version=_top_version(scan.top, "kmd version", "driver version"),
+        cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"),
+        init_error=scan.init_error if not gpus else None,
+    )

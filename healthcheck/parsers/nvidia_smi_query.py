@@ -1,0 +1,322 @@
+"""`nvidia-smi --query-gpu=<fields> --format=csv` text -> GpuFacts.
+
+Input: the CSV nvidia-smi prints, one row per GPU, with its header line
+("index, pci.bus_id, memory.total [MiB], ..."): columns are found by name, so any
+subset and order of fields parses. Headers and values may carry units
+("memory.total [MiB]", "81559 MiB"; `nounits` drops them from values). Without a
+header (`--format=csv,noheader`) the caller must say which fields were asked for:
+`parse_nvidia_smi_query(text, fields=[...])`.
+
+The one-line messages nvidia-smi prints instead of rows (a lost GPU, "No devices
+were found", driver/NVML failures) are read as in the -q parser. Cells like [N/A],
+[Not Supported], [Unknown Error], ERR! and "[Requested functionality has been
+deprecated]" are None, never 0.
+
+QUERY_FIELDS is what hc itself asks for when it runs nvidia-smi remotely.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from typing import Any, Optional, Sequence
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.gpu_common import (
+    THROTTLE_REASONS,
+    Gpu,
+    GpuFacts,
+    LostGpu,
+    normalize_pci,
+    throttle_names,
+)
+from healthcheck.parsers.nvidia_smi import (
+    assign_indexes,
+    clean_value,
+    dedupe_lost,
+    failure_from_line,
+    is_no_devices_line,
+    lost_gpu_from_line,
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_pstate,
+    parse_version,
+    throttle_list,
+)
+
+SOURCE = "nvidia-smi --query-gpu"
+
+# What hc asks for: `nvidia-smi --query-gpu=` + ",".join(QUERY_FIELDS) + ` --format=csv`.
+# An unknown field name makes nvidia-smi fail the whole query ("Field ... is not a
+# valid field to query"), so this list holds only names that drivers 470 to 610 all
+# accept. Where a field was renamed, the old name is used; newer drivers keep it as
+# an alias (and the parser reads both spellings of the header):
+#   - clocks_throttle_reasons.active: renamed clocks_event_reasons.active in 535;
+#   - pcie.link.gen.current: "deprecated, use pcie.link.gen.gpucurrent" since about
+#     the 550s (gpucurrent/gpumax/hostmax do not exist on 470);
+#   - driver_version: "deprecated; use kmd_version" in 610 (kmd_version is 610+).
+# Left out on purpose (see NEWER_QUERY_FIELDS): remapped_rows.* (added to
+# --query-gpu after 470; 470 has them only in --query-remapped-rows and -q),
+# fabric.state (NVSwitch fabric, 5xx), clocks_event_reasons.* (535+).
+QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "pci.bus_id",
+    "name",
+    "uuid",
+    "serial",
+    "vbios_version",
+    "driver_version",
+    "persistence_mode",
+    "mig.mode.current",  # 450+
+    "pstate",
+    "ecc.mode.current",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "temperature.gpu",
+    "clocks_throttle_reasons.active",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "memory.total",
+    "memory.used",
+)
+
+# Fields the parser maps that are not valid on every driver hc supports: a caller
+# that knows the driver is new enough (535+) may append them to QUERY_FIELDS.
+NEWER_QUERY_FIELDS: tuple[str, ...] = (
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "fabric.state",
+)
+
+# Gpu attribute -> the header names that carry it, preferred first. nvidia-smi
+# accepts aliases (gpu_name, retired_pages.sbe, ...) and prints the name it was asked
+# for, so every spelling is listed.
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    "index": ("index",),
+    "pci_bus_id": ("pci.bus_id", "gpu_bus_id"),
+    "name": ("name", "gpu_name"),
+    "uuid": ("uuid", "gpu_uuid"),
+    "serial": ("serial", "gpu_serial"),
+    "vbios_version": ("vbios_version",),
+    "persistence_mode": ("persistence_mode",),
+    "mig_mode": ("mig.mode.current",),
+    "performance_state": ("pstate",),
+    "ecc_enabled": ("ecc.mode.current",),
+    "ecc_volatile_corrected": ("ecc.errors.corrected.volatile.total",),
+    "ecc_volatile_uncorrected": ("ecc.errors.uncorrected.volatile.total",),
+    "ecc_aggregate_corrected": ("ecc.errors.corrected.aggregate.total",),
+    "ecc_aggregate_uncorrected": ("ecc.errors.uncorrected.aggregate.total",),
+    "retired_pages_sbe": ("retired_pages.single_bit_ecc.count", "retired_pages.sbe"),
+    "retired_pages_dbe": ("retired_pages.double_bit.count", "retired_pages.dbe"),
+    "retired_pages_pending": ("retired_pages.pending",),
+    "remapped_rows_correctable": ("remapped_rows.correctable", "remapped_rows.sbe"),
+    "remapped_rows_uncorrectable": ("remapped_rows.uncorrectable", "remapped_rows.dbe"),
+    "remapped_rows_pending": ("remapped_rows.pending",),
+    "remapped_rows_failure": ("remapped_rows.failure",),
+    "temperature_c": ("temperature.gpu",),
+    # gpucurrent is the non-deprecated name of the same NVML reading as current
+    # (the link's current generation); prefer it where the driver has it.
+    "pcie_gen_current": ("pcie.link.gen.gpucurrent", "pcie.link.gen.current"),
+    # max is min(GPU max, host max), what the link can reach; gpumax is the GPU alone
+    # and would make a Gen5 GPU in a Gen4 slot look degraded. Same choice as -q.
+    "pcie_gen_max": ("pcie.link.gen.max",),
+    "pcie_width_current": ("pcie.link.width.current",),
+    "pcie_width_max": ("pcie.link.width.max",),
+    "memory_total_mib": ("memory.total",),
+    "memory_used_mib": ("memory.used",),
+    "fabric_state": ("fabric.state",),
+}
+_CONVERT = {
+    "index": parse_int,
+    "name": clean_value,
+    "uuid": clean_value,
+    "serial": clean_value,
+    "vbios_version": clean_value,
+    "persistence_mode": parse_bool,
+    "mig_mode": parse_bool,
+    "performance_state": parse_pstate,
+    "ecc_enabled": parse_bool,
+    "retired_pages_pending": parse_bool,
+    "remapped_rows_pending": parse_bool,
+    "remapped_rows_failure": parse_bool,
+    "temperature_c": parse_float,
+    "fabric_state": clean_value,
+}
+_DRIVER_COLUMNS = ("kmd_version", "driver_version")  # 610 deprecates driver_version
+_REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # 535 renamed them
+
+_PCI = re.compile(r"^(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_FIELD_NAME = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
+_KNOWN_NAMES = frozenset(n for names in _COLUMNS.values() for n in names) | set(_DRIVER_COLUMNS)
+
+
+def _field_name(cell: str) -> Optional[str]:
+    """ "memory.total [MiB]" -> "memory.total"; a cell that is no field name -> None."""
+    m = _FIELD_NAME.match(cell.strip())
+    return m.group("name").lower() if m else None
+
+
+def _header(cells: list[str]) -> Optional[list[str]]:
+    """The field names if `cells` is a header line, else None.
+
+    Every cell must look like a field name and at least one must be a known or dotted
+    name: a data row ("0, NVIDIA H100 80GB HBM3, ...") never passes.
+    """
+    names = [_field_name(c) for c in cells]
+    if not names or any(n is None for n in names):
+        return None
+    clean = [n for n in names if n is not None]
+    if not any(n in _KNOWN_NAMES or "." in n for n in clean):
+        return None
+    return clean
+
+
+def _reasons(row: dict[str, str]) -> Optional[list[str]]:
+    """Active clock event reasons: the .active bitmask when it is there (complete by
+    construction), else the per-reason Active/Not Active columns."""
+    for prefix in _REASON_PREFIXES:
+        text = clean_value(row.get(prefix + "active"))
+        if text is not None:
+            try:
+                return throttle_names(int(text, 16))
+            except ValueError:
+                pass
+    states: dict[str, bool] = {}
+    for name in THROTTLE_REASONS.values():
+        for prefix in _REASON_PREFIXES:
+            state = parse_bool(row.get(prefix + name))
+            if state is not None:
+                states[name] = state
+                break
+    return throttle_list(states)
+
+
+def _pick(row: dict[str, str], names: tuple[str, ...]) -> Optional[str]:
+    """The first of `names` the row has a value for (a known one, not [N/A])."""
+    present = [row[n] for n in names if n in row]
+    return next((v for v in present if clean_value(v) is not None), present[0] if present else None)
+
+
+def _gpu_fields(row: dict[str, str]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for attr, names in _COLUMNS.items():
+        if attr in {"index", "pci_bus_id"}:
+            continue
+        raw = _pick(row, names)
+        if raw is not None:
+            fields[attr] = _CONVERT.get(attr, parse_int)(raw)
+    fields["throttle_reasons"] = _reasons(row)
+    return fields
+
+
+def _rows(lines: list[str], fields: Optional[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    """(column names, data rows) of the CSV lines."""
+    reader = csv.reader(lines, skipinitialspace=True)
+    table = [[c.strip() for c in r] for r in reader if any(c.strip() for c in r)]
+    if not table:
+        return [], []
+    header = _header(table[0])
+    if fields is None:
+        if header is None:
+            start = lines[0].strip()[:60]
+            raise ParseError(
+                f"nvidia-smi --query-gpu: no CSV header line (output starts {start!r});"
+                " --format=csv,noheader needs the field list"
+            )
+        return header, table[1:]
+    columns = [f.strip().lower() for f in fields]
+    if header is not None and header == columns:
+        return columns, table[1:]  # the caller named the fields but the header is there too
+    return columns, table
+
+
+def parse_nvidia_smi_query(text: str, *, fields: Optional[Sequence[str]] = None) -> GpuFacts:
+    """`nvidia-smi --query-gpu=... --format=csv` -> GpuFacts (source "nvidia-smi --query-gpu").
+
+    `fields`: the names passed to --query-gpu, for output without a header line.
+    ParseError on empty output, garbage, or rows that cannot be matched to columns.
+    """
+    if not text or not text.strip():
+        raise ParseError("nvidia-smi --query-gpu: empty output")
+    lost: list[LostGpu] = []
+    init_error: Optional[str] = None
+    no_devices = False
+    csv_lines: list[str] = []
+    for raw in text.splitlines():
+        line = raw.replace("\x00", "")
+        gone = lost_gpu_from_line(line)
+        failure = failure_from_line(line) if gone is None else None
+        if gone is not None:
+            lost.append(gone)
+        elif failure is not None:
+            init_error = init_error or failure
+        elif is_no_devices_line(line):
+            no_devices = True
+        elif line.strip():
+            csv_lines.append(line)
+    lost = dedupe_lost(lost)
+    if not csv_lines:
+        if lost or no_devices:
+            return GpuFacts(source=SOURCE, lost=assign_indexes([], lost)[1], init_error=init_error)
+        if init_error is not None:
+            return GpuFacts(source=SOURCE, init_error=init_error)
+    columns, rows = _rows(csv_lines, fields)
+    return _facts(columns, rows, lost, init_error)
+
+
+def _facts(
+    columns: list[str], rows: list[list[str]], lost: list[LostGpu], init_error: Optional[str]
+) -> GpuFacts:
+    if not columns:
+        raise ParseError("nvidia-smi --query-gpu: no CSV in the output")
+    if not rows:
+        raise ParseError("nvidia-smi --query-gpu: a header but no GPU rows (cut off?)")
+    if not any(n in columns for n in _COLUMNS["pci_bus_id"]):
+        raise ParseError("nvidia-smi --query-gpu: no pci.bus_id column to name the GPUs by")
+    found: list[tuple[Optional[int], str, dict[str, Any]]] = []
+    for cells in rows:
+        if len(cells) > len(columns):
+            raise ParseError(
+                f"nvidia-smi --query-gpu: a row has {len(cells)} values for {len(columns)} columns"
+            )
+        # A shorter row (output cut off) keeps the columns it has; the rest stay None.
+        row = dict(zip(columns, cells))
+        index = parse_int(row.get("index"))
+        raw_bus_id = _pick(row, _COLUMNS["pci_bus_id"])
+        if raw_bus_id is None:
+            continue  # cut off before the bus id: nothing identifies this GPU
+        bus_id = clean_value(raw_bus_id)
+        if bus_id is not None and not _PCI.match(bus_id):
+            raise ParseError(f"nvidia-smi --query-gpu: {bus_id[:40]!r} is not a PCI bus id")
+        if bus_id is None:
+            # nvidia-smi could not read the GPU's bus id: report it, do not drop it.
+            error = "no PCI bus id in the --query-gpu row"
+            lost.append(LostGpu(pci_bus_id=None, index=index, error=error))
+            continue
+        found.append((index, normalize_pci(bus_id), row))
+    if not found and not lost:
+        raise ParseError("nvidia-smi --query-gpu: no GPU rows")
+    # Without an index column, rows come in NVML index order, as -q blocks do.
+    fallback, lost = assign_indexes([pci for _, pci, _ in found], lost)
+    gpus = [
+        Gpu(index=index if index is not None else fallback[i], pci_bus_id=pci, **_gpu_fields(row))
+        for i, (index, pci, row) in enumerate(found)
+    ]
+    first = found[0][2] if found else {}
+    return GpuFacts(
+        source=SOURCE,
+        gpus=gpus,
+        lost=lost,
+        driver_version=parse_version(_pick(first, _DRIVER_COLUMNS)),
+        init_error=init_error if not gpus else None,
+    )
