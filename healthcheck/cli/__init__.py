@@ -17,6 +17,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "checks": ("healthcheck.cli.checks", "checks", "The catalogue of checks and finding IDs."),
     "config": ("healthcheck.cli.config", "config", "Validate the configuration; show a node's limits."),
     "parse": ("healthcheck.cli.parse", "parse", "Parse a captured tool output and print its facts."),
+    "prologue": ("healthcheck.cli.hooks", "prologue", "Slurm Prolog: quick checks before a job; drain on FAIL."),
+    "epilogue": ("healthcheck.cli.hooks", "epilogue", "Slurm Epilog: what the job left behind; drain on FAIL."),
+    "health": ("healthcheck.cli.hooks", "health", "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
 }
 

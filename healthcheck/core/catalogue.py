@@ -124,3 +124,34 @@ UNREACHABLE = finding(
     "Check that the node is up and reachable (ssh, host key, sshd); the message says what failed.",
     action="investigate",
 )
+
+# Findings about acting on the scheduler (actions/): also never evidence against a node.
+GUARDED = finding(
+    "act.E001",
+    "the blast-radius guard refused to drain: too many nodes would have been drained",
+    "When many nodes fail at once the config or a shared dependency (switch, filesystem, driver rollout) "
+    "is more likely wrong than the nodes: check the findings' common cause before raising "
+    "slurm.drain.max_drain_fraction; the finding names the nodes it would have drained.",
+    action="investigate",
+)
+ERRORS_REPEATED = finding(
+    "act.E002",
+    "the node could not be checked in several consecutive runs",
+    "A probe keeps failing or timing out on this node (see the hc.E00x findings): a hung GPU or HCA "
+    "driver often shows like this; run hc node on it by hand.",
+    action="investigate",
+)
+SLURM_FAILED = finding(
+    "act.E003",
+    "Slurm could not be queried or refused an action",
+    "Read Slurm's message in the finding: controller down (check slurmctld), no permission (run as "
+    "SlurmUser or root), unknown node (the node's name differs from Slurm's: set HC_NODE_NAME).",
+    action="investigate",
+)
+LOCKED = finding(
+    "act.E004",
+    "another hc run on the node held its lock, so this run took no action",
+    "A health check or epilogue was acting at the same time; the next run acts. If it persists, "
+    "look for a stuck hc process on the node.",
+    action="rerun",
+)

@@ -25,11 +25,12 @@ class Limit(msgspec.Struct, frozen=True, omit_defaults=True):
     source: Optional[str] = None  # "configs/fabrics/h100-ndr400.yaml:12", stamped by the engine
 
 
-class Finding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
     """One verdict about one subject.
 
     Checks fill in id, status, component, message and the measurement; the engine
-    stamps node, check, subject, hint, suggested_action and fingerprint.
+    stamps node, check, subject, hint, suggested_action and fingerprint. Every key is
+    always present in the JSON (null where unknown), so ticketing can rely on it.
     """
 
     id: str
@@ -76,7 +77,21 @@ class Action(msgspec.Struct, frozen=True, omit_defaults=True):
     message: Optional[str] = None
 
 
-class NodeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ActionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One scheduler action hc took (or, with --dry-run, would have taken)."""
+
+    time: str
+    nodes: str  # a hostlist: one scontrol call acts on many nodes with the same reason
+    action: str  # drain | resume | rollback
+    ok: bool
+    command: str  # the exact scontrol command line
+    reason: Optional[str] = None
+    dry_run: bool = False
+    message: Optional[str] = None  # Slurm's answer, or why it failed
+    attempts: int = 1
+
+
+class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
     node: str
     fabric: str
     status: Status
@@ -104,6 +119,10 @@ class Report(msgspec.Struct, kw_only=True):
     nodes: list[NodeResult]
     summary: dict[str, int] = {}
     findings_summary: list[dict[str, Any]] = []
+    # findings about the run rather than one node (the blast-radius guard refusing,
+    # Slurm unreachable) and the actions taken
+    run_findings: list[Finding] = []
+    actions: list[ActionRecord] = []
 
 
 def fingerprint(node: str, check: str, subject: str, finding_id: str) -> str:

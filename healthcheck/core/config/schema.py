@@ -157,6 +157,51 @@ class Fabric(Strict):
 # ------------------------------------------------------------------------------ main
 
 
+class DrainPolicy(Strict):
+    """When hc may take nodes out of the scheduler, and how many at most."""
+
+    enabled: bool = True
+    # Blast-radius guard: a run drains nothing when its new drains would exceed either
+    # limit. The fraction applies to the nodes a run checked (when it checked at least
+    # `guard_min_nodes`) and, always, to the whole cluster counting nodes hc already
+    # drained: per-node runs (prologue, health) cannot empty a partition one by one.
+    max_drain_fraction: float = 0.1
+    max_drain_nodes: int = 50
+    guard_min_nodes: int = 10
+    reason_max_len: int = 64  # sinfo -R shows reasons whole only when short
+    # Drains for these IDs are resumed automatically only after the node rebooted: a
+    # quiet kernel log since the drain does not show that the GPU was repaired.
+    resume_after_reboot_only: list[str] = msgspec.field(default_factory=lambda: ["gpu.E020", "gpu.E021"])
+
+
+class CommandPolicy(Strict):
+    tier: Literal["quick", "standard", "deep", "epilogue"] = "quick"
+    deadline_s: float = 5.0
+
+
+class SlurmSettings(Strict):
+    """How hc acts in Slurm: commands, deadlines, drain policy, where it keeps state."""
+
+    scontrol: str = "scontrol"
+    sinfo: str = "sinfo"
+    command_timeout_s: float = 10.0
+    retries: int = 3  # attempts for a transient scontrol failure (controller down, timeout)
+    retry_backoff_s: float = 0.5  # doubled after each attempt
+    lock_timeout_s: float = 2.0  # how long a run waits for another hc run on the node to act
+    state_dir: str = "/var/lib/hc"  # per-node lock, ERROR counters, job start marks
+    audit_log: str = "/var/log/hc/audit.jsonl"
+    report_dir: Optional[str] = "/var/log/hc/reports"
+    drain: DrainPolicy = DrainPolicy()
+    prologue: CommandPolicy = CommandPolicy(tier="quick", deadline_s=5.0)
+    epilogue: CommandPolicy = CommandPolicy(tier="epilogue", deadline_s=30.0)
+    health: CommandPolicy = CommandPolicy(tier="quick", deadline_s=60.0)
+    # Consecutive prologue/health runs that could not check the node (ERROR) before hc
+    # escalates: "report" adds a finding to the report and log; "drain" drains the
+    # node with reason "hc: ERROR x<N> <ids>" (never on a single ERROR).
+    error_escalation_runs: int = 3
+    error_escalation: Literal["report", "drain"] = "report"
+
+
 class MainConfig(Strict):
     # where fabric files are looked up, relative to the main file; the fabrics shipped
     # with hc are searched last, so a site can refine or replace them
@@ -164,3 +209,4 @@ class MainConfig(Strict):
     default_fabric: Optional[str] = None  # for nodes no pattern matches
     nodes: dict[str, str] = {}  # hostlist pattern -> fabric name
     overrides: dict[str, dict] = {}  # hostlist pattern -> partial fabric (deep-merged)
+    slurm: SlurmSettings = SlurmSettings()

@@ -1,0 +1,158 @@
+"""Carry out a report's consequences in Slurm: read node states, plan (policy.py), guard,
+drain/resume with scontrol, roll back drains that concurrent runs pushed past the
+guard, and write every action to the audit log and the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import msgspec
+
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.policy import Plan, decide, rollback_needed
+from healthcheck.actions.slurm import SlurmClient, SlurmResult, shell_line
+from healthcheck.core import catalogue
+from healthcheck.core.config.schema import SlurmSettings
+from healthcheck.core.model import Action, ActionRecord, Finding, Report, fingerprint
+from healthcheck.core.nodes import fold
+from healthcheck.core.status import Status
+from healthcheck.report.build import group_findings, iso, utc_now
+
+
+@dataclass
+class Outcome:
+    records: list[ActionRecord] = field(default_factory=list)
+    run_findings: list[Finding] = field(default_factory=list)
+    plan: Optional[Plan] = None
+    guarded: bool = False
+    drained: list[str] = field(default_factory=list)  # drains that stand (not rolled back)
+    messages: list[str] = field(default_factory=list)  # what --dry-run prints, one per action
+
+
+def run_finding(spec: catalogue.FindingSpec, message: str, *, scope: str, value: object = None,
+                evidence: Optional[str] = None) -> Finding:
+    f = spec(Status.ERROR, message, value=value, evidence=evidence)
+    return msgspec.structs.replace(
+        f, check="hc.actions", subject=scope, hint=spec.hint, suggested_action=spec.action,
+        fingerprint=fingerprint("", "hc.actions", scope, spec.id),
+    )
+
+
+def act(
+    report: Report,
+    *,
+    settings: SlurmSettings,
+    client: SlurmClient,
+    audit: AuditLog,
+    resume: bool,
+    dry_run: bool = False,
+    extra_drains: Optional[Mapping[str, str]] = None,
+    boot_times: Optional[Mapping[str, float]] = None,
+) -> Outcome:
+    out = Outcome()
+    scope = fold(n.node for n in report.nodes) or "run"
+    states, error = client.nodes()
+    if error is not None:
+        out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"cannot read node states from Slurm: {error}",
+                                            scope=scope, evidence=error))
+        return out
+    plan = decide(report.nodes, states, settings.drain, cluster_size=len(states), resume=resume,
+                  extra_drains=extra_drains, boot_times=boot_times)
+    out.plan = plan
+    if plan.guard is not None:
+        out.guarded = True
+        out.run_findings.append(run_finding(
+            catalogue.GUARDED, f"{plan.guard.message}; would have drained {fold(plan.guard.would_drain)}",
+            scope=scope, value=plan.guard.would_drain))
+    for reason, nodes in sorted(plan.drain.items()):
+        result = client.drain(fold(nodes), reason, dry_run=dry_run)
+        out.records.append(_record("drain", nodes, result, reason, dry_run, audit, report.run_id, out))
+        if result.ok:
+            out.drained.extend(nodes)
+        else:
+            out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"drain of {fold(nodes)} failed: {result.message}",
+                                                scope=scope, evidence=result.message))
+    if out.drained and not dry_run:
+        _roll_back_past_the_guard(out, settings, client, audit, report.run_id, scope)
+    if plan.resume:
+        result = client.resume(fold(plan.resume), dry_run=dry_run)
+        out.records.append(_record("resume", plan.resume, result, None, dry_run, audit, report.run_id, out))
+        if not result.ok:
+            out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"resume of {fold(plan.resume)} failed: {result.message}",
+                                                scope=scope, evidence=result.message))
+    return out
+
+
+def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: SlurmClient, audit: AuditLog,
+                              run_id: str, scope: str) -> None:
+    states, error = client.nodes()
+    if error is not None:
+        return  # the drains stand; the next run sees them
+    for node in list(out.drained):
+        if rollback_needed(node, states, settings.drain, len(states)):
+            result = client.resume(node)
+            out.records.append(_record("rollback", [node], result, None, False, audit, run_id, out))
+            if result.ok:
+                out.drained.remove(node)
+                out.guarded = True
+                limit = settings.drain.max_drain_fraction
+                out.run_findings.append(run_finding(
+                    catalogue.GUARDED,
+                    f"concurrent hc runs drained more nodes than max_drain_fraction {limit:g} allows; "
+                    f"undid the drain of {node}, which came last", scope=scope, value=[node]))
+
+
+def _record(action: str, nodes: list[str], result: SlurmResult, reason: Optional[str], dry_run: bool,
+            audit: AuditLog, run_id: str, out: Outcome) -> ActionRecord:
+    record = ActionRecord(
+        time=iso(utc_now()), nodes=fold(nodes), action=action, ok=result.ok, command=shell_line(result.argv),
+        reason=reason, dry_run=dry_run, message=result.message or None, attempts=result.attempts,
+    )
+    out.messages.append(("would run: " if dry_run else "ran: ") + record.command
+                        + ("" if result.ok or dry_run else f"  -> failed: {result.message}"))
+    for node in nodes:
+        entry = {"time": record.time, "node": node, "action": action, "reason": reason, "report_id": run_id,
+                 "ok": result.ok, "dry_run": dry_run, "command": record.command, "message": result.message}
+        try:
+            audit.append(entry)
+        except OSError as exc:
+            out.messages.append(f"audit log {audit.path} not written: {exc.strerror or exc}")
+    return record
+
+
+def with_outcome(report: Report, outcome: Outcome) -> Report:
+    """The report with the actions taken, the run's findings, and each node's action."""
+    plan = outcome.plan
+    nodes = []
+    for n in report.nodes:
+        action: Optional[Action] = None
+        if plan is not None:
+            reason = next((r for r, ns in plan.drain.items() if n.node in ns), None)
+            rec = next((r for r in outcome.records if n.node in _members(r.nodes)), None)
+            if reason is not None and rec is not None:
+                kind = "rollback" if any(r.action == "rollback" and n.node in _members(r.nodes) and r.ok
+                                         for r in outcome.records) else "drain"
+                action = Action(kind=kind, reason=reason, dry_run=rec.dry_run, ok=rec.ok, message=rec.message)
+            elif n.node in plan.resume and rec is not None:
+                action = Action(kind="resume", dry_run=rec.dry_run, ok=rec.ok, message=rec.message)
+            elif plan.guard is not None and n.node in plan.guard.would_drain:
+                action = Action(kind="guarded", message=plan.guard.message)
+            elif n.node in plan.keep:
+                action = Action(kind="keep", message=plan.keep[n.node])
+        nodes.append(msgspec.structs.replace(n, action=action) if action is not None else n)
+    run_findings = list(report.run_findings) + outcome.run_findings
+    summary = group_findings(nodes) + _groups(run_findings)
+    return msgspec.structs.replace(report, nodes=nodes, run_findings=run_findings,
+                                   actions=list(report.actions) + outcome.records, findings_summary=summary)
+
+
+def _members(hostlist: str) -> set[str]:
+    from ClusterShell.NodeSet import NodeSet
+
+    return set(NodeSet(hostlist))
+
+
+def _groups(findings: list[Finding]) -> list[dict]:
+    return [{"status": f.status.value, "id": f.id, "component": f.component, "message": f.message,
+             "nodes": f.subject, "count": 1} for f in findings]

@@ -1,0 +1,129 @@
+"""What hc keeps on a node between runs: a lock so prologue, health and epilogue never
+act at once, the count of consecutive runs that could not check the node, and when
+each job started (the epilogue's window for Xid events)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+
+class LockTimeout(Exception):
+    pass
+
+
+class NodeState:
+    def __init__(self, state_dir: str | Path, node: str) -> None:
+        # per node, because a state dir on shared storage (or the test rig's hosts,
+        # which share /tmp) must not mix nodes up
+        self.dir = Path(state_dir) / node
+
+    def _ensure(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ lock
+
+    def lock(self, timeout_s: float) -> "_Lock":
+        self._ensure()
+        return _Lock(self.dir / "lock", timeout_s)
+
+    # ------------------------------------------------------- ERROR escalation
+
+    def record_run(self, could_check: bool, error_ids: list[str]) -> int:
+        """Count consecutive runs that could not check the node; returns the count."""
+        self._ensure()
+        path = self.dir / "errors.json"
+        if could_check:
+            path.unlink(missing_ok=True)
+            return 0
+        try:
+            count = int(json.loads(path.read_text()).get("consecutive", 0))
+        except (OSError, ValueError, AttributeError):
+            count = 0
+        count += 1
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"consecutive": count, "ids": sorted(set(error_ids)), "time": time.time()}))
+        os.replace(tmp, path)
+        return count
+
+    # ------------------------------------------------------ kernel-log cursor
+
+    def kernel_log_cursor(self) -> Optional[float]:
+        """Until when the hooks have judged this node's kernel log (None: never, so since boot).
+
+        Each Xid is judged once by whichever hook sees it first; a node an operator put
+        back is not drained again for an event hc already reported.
+        """
+        try:
+            return float((self.dir / "kernel-log-cursor").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def set_kernel_log_cursor(self, when: float) -> None:
+        self._ensure()
+        tmp = self.dir / "kernel-log-cursor.tmp"
+        tmp.write_text(f"{when:.3f}\n")
+        os.replace(tmp, self.dir / "kernel-log-cursor")
+
+    # -------------------------------------------------------------- job marks
+
+    def mark_job_start(self, job_id: str, when: Optional[float] = None) -> None:
+        self._ensure()
+        jobs = self.dir / "jobs"
+        jobs.mkdir(exist_ok=True)
+        (jobs / _safe(job_id)).write_text(f"{when if when is not None else time.time():.3f}\n")
+        # drop marks of jobs whose epilogue never ran (node crashed, slurmd restarted)
+        cutoff = time.time() - 7 * 86400
+        for old in jobs.iterdir():
+            try:
+                if old.stat().st_mtime < cutoff:
+                    old.unlink()
+            except OSError:
+                pass
+
+    def job_start(self, job_id: str, *, remove: bool = False) -> Optional[float]:
+        path = self.dir / "jobs" / _safe(job_id)
+        try:
+            value = float(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if remove:
+            path.unlink(missing_ok=True)
+        return value
+
+
+def _safe(job_id: str) -> str:
+    return "".join(c for c in job_id if c.isalnum() or c in "._-") or "unknown"
+
+
+class _Lock:
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> "_Lock":
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                os.close(self.fd)
+                self.fd = None
+                raise LockTimeout(f"another hc run holds {self.path}")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None

@@ -1,0 +1,126 @@
+"""Talk to Slurm with scontrol and sinfo: node states, drain, resume.
+
+Every call has a timeout; transient failures (controller down, timeouts) are retried
+with backoff; permanent ones (an unknown node, no permission) are not. Failures are
+results with Slurm's own message, never exceptions that end the run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from healthcheck.core.config.schema import SlurmSettings
+from healthcheck.runners.local import CommandResult, run_command
+
+# Slurm's messages for failures that a retry can fix
+_TRANSIENT = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Transport endpoint is not connected",
+    "Zero Bytes were transmitted or received",
+    "slurm_load_node error",
+    "timed out",
+)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: str  # sinfo's long state, without the "*" of a node that does not respond
+    reason: str = ""
+    reason_time: str = ""  # when the reason was set (sinfo %H)
+    responding: bool = True
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (a drain was asked for), whoever asked."""
+        return "drain" in self.state
+
+    @property
+    def drained_by_hc(self) -> bool:
+        return self.drained and self.reason.startswith("hc:")
+
+
+@dataclass
+class SlurmResult:
+    ok: bool
+    message: str  # Slurm's output (stderr or stdout), or what went wrong
+    argv: tuple[str, ...]
+    attempts: int = 1
+
+
+@dataclass
+class SlurmClient:
+    settings: SlurmSettings
+    env: Optional[dict[str, str]] = None
+    run: Callable[..., CommandResult] = field(default=run_command)
+    sleep: Callable[[float], None] = field(default=time.sleep)
+
+    def _call(self, argv: tuple[str, ...]) -> SlurmResult:
+        delay = self.settings.retry_backoff_s
+        attempts = max(1, self.settings.retries)
+        last = SlurmResult(False, "not run", argv)
+        for attempt in range(1, attempts + 1):
+            r = self.run(argv, timeout_s=self.settings.command_timeout_s, env=self.env)
+            if r.ok:
+                return SlurmResult(True, (r.stdout or r.stderr).strip(), argv, attempt)
+            if r.not_found:
+                return SlurmResult(False, f"{argv[0]} not found", argv, attempt)
+            message = (
+                f"{argv[0]} timed out after {self.settings.command_timeout_s:g}s"
+                if r.timed_out
+                else ((r.stderr or r.stdout).strip() or r.error or f"{argv[0]} exited {r.returncode}")
+            )
+            last = SlurmResult(False, message.splitlines()[-1] if message else message, argv, attempt)
+            if not (r.timed_out or any(t in message for t in _TRANSIENT)) or attempt == attempts:
+                return last
+            self.sleep(delay)
+            delay *= 2
+        return last
+
+    def nodes(self, names: Optional[str] = None) -> tuple[dict[str, SlurmNode], Optional[str]]:
+        """State of `names` (a hostlist) or of every node; (nodes, error message)."""
+        argv = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
+        if names:
+            argv += ("-n", names)
+        r = self._call(argv)
+        if not r.ok:
+            return {}, r.message
+        return parse_sinfo(r.message), None
+
+    def drain(self, nodes: str, reason: str, *, dry_run: bool = False) -> SlurmResult:
+        argv = (self.settings.scontrol, "update", f"nodename={nodes}", "state=drain", f"reason={reason}")
+        return self._act(argv, dry_run)
+
+    def resume(self, nodes: str, *, dry_run: bool = False) -> SlurmResult:
+        argv = (self.settings.scontrol, "update", f"nodename={nodes}", "state=resume")
+        return self._act(argv, dry_run)
+
+    def _act(self, argv: tuple[str, ...], dry_run: bool) -> SlurmResult:
+        if dry_run:
+            return SlurmResult(True, "dry run: not executed", argv, 0)
+        return self._call(argv)
+
+
+def parse_sinfo(text: str) -> dict[str, SlurmNode]:
+    """`sinfo -h -N -o '%N|%T|%H|%E'` -> node -> state (a node in several partitions once)."""
+    nodes: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) < 4 or not parts[0]:
+            continue
+        name, state, when, reason = parts
+        responding = not state.endswith("*")
+        reason = "" if reason == "none" else reason.strip()
+        nodes[name] = SlurmNode(name, state.rstrip("*~#!%$@^-").lower(), reason,
+                                "" if when in ("Unknown", "none") else when, responding)
+    return nodes
+
+
+def shell_line(argv: tuple[str, ...]) -> str:
+    """The exact command, quoted for a shell (what --dry-run prints)."""
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,194 @@
+"""Slurm's hooks into hc: `hc prologue`, `hc epilogue`, `hc health`.
+
+Each runs its tier on this node under a deadline, acts in Slurm through the drain
+policy (actions/), writes its report, and returns the exit code Slurm should see:
+
+- prologue: non-zero only when the node FAILed and was drained (Slurm then requeues
+  the job elsewhere and keeps hc's reason); an ERROR lets the job run; a guard refusal
+  lets it run too, because a non-zero exit would make Slurm drain the node anyway.
+- epilogue: always 0 (it never changes the job's state); it drains by itself.
+- health: the Nagios-style code of the node's status (slurmd only logs it), or 5 when
+  the guard refused; it also resumes nodes hc drained once their checks pass again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import msgspec
+
+from healthcheck.actions.apply import Outcome, act, run_finding, with_outcome
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.nodestate import LockTimeout, NodeState
+from healthcheck.actions.policy import drain_reason
+from healthcheck.actions.slurm import SlurmClient
+from healthcheck.core import catalogue
+from healthcheck.core.config import Config
+from healthcheck.core.errors import ExitCode
+from healthcheck.core.localrun import check_this_node
+from healthcheck.core.model import Report
+from healthcheck.core.status import Status
+from healthcheck.report.jsonio import encode, write_atomic
+
+
+@dataclass
+class HookResult:
+    report: Report
+    exit_code: int
+    summary: str  # one line for the slurmd log
+    messages: list[str] = field(default_factory=list)  # --dry-run commands, warnings
+    abandoned: bool = False
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    import socket
+
+    return env.get("HC_NODE_NAME") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
+
+
+def boot_time() -> Optional[float]:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool = False,
+             tier: Optional[str] = None, resume: Optional[bool] = None) -> HookResult:
+    settings = config.main.slurm
+    policy = getattr(settings, kind)
+    node = node_name(env)
+    state = NodeState(settings.state_dir, node)
+    job = env.get("SLURM_JOB_ID", "")
+    started = time.time()
+
+    since = _window(kind, state, settings, job, env)
+    report, abandoned = check_this_node(
+        config, node=node, tier=tier or policy.tier, command=kind, deadline_s=policy.deadline_s,
+        params={"since": since},
+    )
+    if kind == "prologue" and job:
+        state.mark_job_start(job, started)
+    if kind in ("prologue", "health", "epilogue"):
+        state.set_kernel_log_cursor(started)
+
+    result = report.nodes[0]
+    extra: dict[str, str] = {}
+    escalation_note: list = []
+    if kind in ("prologue", "health"):
+        error_ids = sorted({f.id for f in result.findings if f.status is Status.ERROR})
+        count = state.record_run(result.status is not Status.ERROR, error_ids)
+        if count >= settings.error_escalation_runs:
+            if settings.error_escalation == "drain":
+                extra[node] = drain_reason(error_ids, settings.drain.reason_max_len, prefix=f"ERROR x{count} ")
+            else:
+                escalation_note.append(run_finding(
+                    catalogue.ERRORS_REPEATED,
+                    f"{node} could not be checked in {count} consecutive runs ({', '.join(error_ids) or 'ERROR'})",
+                    scope=node, value=count))
+
+    client = SlurmClient(settings, env=_slurm_env(env))
+    audit = AuditLog(Path(settings.audit_log))
+    wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
+    outcome = Outcome(run_findings=escalation_note)
+    if wants_action:
+        try:
+            with state.lock(settings.lock_timeout_s):
+                acted = act(report, settings=settings, client=client, audit=audit,
+                            resume=(kind == "health" and resume is not False), dry_run=dry_run,
+                            extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
+            acted.run_findings = escalation_note + acted.run_findings
+            outcome = acted
+        except LockTimeout as exc:
+            outcome.run_findings.append(run_finding(catalogue.LOCKED, str(exc), scope=node))
+    report = with_outcome(report, outcome)
+    messages = list(outcome.messages)
+    messages += _write_report(report, settings.report_dir, node, kind)
+
+    code = _exit_code(kind, report, outcome)
+    return HookResult(report=report, exit_code=code, summary=_summary(kind, node, job, report, outcome, code),
+                      messages=messages, abandoned=abandoned)
+
+
+def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, str]) -> Optional[float]:
+    """Since when the kernel log is judged: the job's start in the epilogue, else where
+    the hooks left off (else since boot)."""
+    if kind == "epilogue":
+        start = state.job_start(job, remove=True) if job else None
+        if start is None and job:
+            start = _job_start_from_slurm(settings, job, env)
+        if start is not None:
+            return start - 1.0  # slack for clocks that tick between the prologue and the kernel
+    return state.kernel_log_cursor()
+
+
+def _job_start_from_slurm(settings, job: str, env: Mapping[str, str]) -> Optional[float]:
+    import datetime as dt
+
+    from healthcheck.runners.local import run_command
+
+    r = run_command((settings.scontrol, "-o", "show", "job", job), timeout_s=settings.command_timeout_s,
+                    env=_slurm_env(env))
+    m = re.search(r"\bStartTime=(\S+)", r.stdout) if r.ok else None
+    try:
+        return dt.datetime.fromisoformat(m.group(1)).timestamp() if m else None
+    except ValueError:
+        return None
+
+
+def _slurm_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What scontrol needs: PATH and SLURM_CONF (HealthCheckProgram gets neither)."""
+    out = dict(os.environ)
+    out.update({k: v for k, v in env.items() if k in ("PATH", "SLURM_CONF")})
+    out.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return out
+
+
+def _write_report(report: Report, report_dir: Optional[str], node: str, kind: str) -> list[str]:
+    if not report_dir:
+        return []
+    data = encode(report)
+    base = Path(report_dir) / node
+    try:
+        write_atomic(base / f"{kind}-latest.json", data)
+        if report.status is not Status.PASS or report.run_findings:
+            write_atomic(base / f"{kind}-{report.run_id}.json", data)
+    except Exception as exc:  # a full or read-only log disk must not fail a prologue
+        return [f"report not written under {base}: {exc}"]
+    return []
+
+
+def _exit_code(kind: str, report: Report, outcome: Outcome) -> int:
+    status = report.nodes[0].status
+    if kind == "epilogue":
+        return 0
+    if kind == "prologue":
+        # FAIL keeps the job off this node (Slurm requeues it) whether hc drained it now,
+        # it was drained already, or scontrol failed; a guard refusal lets the job run.
+        return int(ExitCode.FAIL) if status is Status.FAIL and not outcome.guarded else 0
+    if outcome.guarded:
+        return int(ExitCode.GUARD)
+    return int({Status.FAIL: ExitCode.FAIL, Status.ERROR: ExitCode.ERROR}.get(status, ExitCode.OK))
+
+
+def _summary(kind: str, node: str, job: str, report: Report, outcome: Outcome, code: int) -> str:
+    result = report.nodes[0]
+    ids = sorted({f.id for f in result.findings if f.status in (Status.FAIL, Status.ERROR)})
+    parts = [f"hc {kind}: {node}", f"job {job}" if job else "", result.status.value]
+    if ids:
+        parts.append(" ".join(ids))
+    for r in outcome.records:
+        parts.append(f"{r.action}{'(dry-run)' if r.dry_run else ''}{'' if r.ok else ' FAILED'} {r.nodes}"
+                     + (f" ({r.reason})" if r.reason else ""))
+    for f in outcome.run_findings:
+        parts.append(f"{f.id}: {f.message}")
+    parts.append(f"exit {code}")
+    return "; ".join(p for p in parts if p)
