@@ -45,6 +45,19 @@ class HookResult:
     abandoned: bool = False
 
 
+# The exit code the hard-deadline handler uses if it must give up (cli/hooks.py): 0 lets
+# the job run; a prologue that found a FAIL sets 2, so Slurm still keeps the job off.
+_VERDICT = [0]
+
+
+def set_verdict(code: int) -> None:
+    _VERDICT[0] = code
+
+
+def verdict() -> int:
+    return _VERDICT[0]
+
+
 def node_name(env: Mapping[str, str]) -> str:
     import socket
 
@@ -95,8 +108,13 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
                     f"{node} could not be checked in {count} consecutive runs ({', '.join(error_ids) or 'ERROR'})",
                     scope=node, value=count))
 
-    client = SlurmClient(settings, env=_slurm_env(env))
+    # Slurm calls of a prologue/epilogue share its deadline (plus a little for acting):
+    # a dead controller must not keep a job waiting until PrologEpilogTimeout.
+    action_deadline = time.monotonic() + 2.5 if kind in ("prologue", "epilogue") else None
+    client = SlurmClient(settings, env=_slurm_env(env), deadline=action_deadline)
     audit = AuditLog(Path(settings.audit_log))
+    if kind == "prologue" and result.status is Status.FAIL:
+        set_verdict(int(ExitCode.FAIL))  # if the deadline hits while acting: keep the job off
     wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
     outcome = Outcome(run_findings=escalation_note)
     if wants_action:

@@ -84,13 +84,23 @@ def act(
     return out
 
 
+# Concurrent runs on other nodes (every prologue of a large job failing at once) may
+# drain within the same second: look again after this long, so a run that looked too
+# early still sees them all and the same order (reason time, then name) decides.
+ROLLBACK_RECHECK_S = 1.0
+
+
 def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: SlurmClient, audit: AuditLog,
                               run_id: str, scope: str) -> None:
-    states, error = client.nodes()
-    if error is not None:
-        return  # the drains stand; the next run sees them
-    for node in list(out.drained):
-        if rollback_needed(node, states, settings.drain, len(states)):
+    for attempt in range(2):
+        if attempt:
+            client.sleep(ROLLBACK_RECHECK_S)
+        states, error = client.nodes()
+        if error is not None:
+            return  # the drains stand; the next run sees them
+        for node in list(out.drained):
+            if not rollback_needed(node, states, settings.drain, len(states)):
+                continue
             result = client.resume(node)
             out.records.append(_record("rollback", [node], result, None, False, audit, run_id, out))
             if result.ok:
@@ -100,7 +110,9 @@ def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: Slu
                 out.run_findings.append(run_finding(
                     catalogue.GUARDED,
                     f"concurrent hc runs drained more nodes than max_drain_fraction {limit:g} allows; "
-                    f"undid the drain of {node}, which came last", scope=scope, value=[node]))
+                    f"undid the drain of {node}, which came after the allowed ones", scope=scope, value=[node]))
+        if not out.drained:
+            return
 
 
 def _record(action: str, nodes: list[str], result: SlurmResult, reason: Optional[str], dry_run: bool,

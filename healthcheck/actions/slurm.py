@@ -59,24 +59,36 @@ class SlurmClient:
     env: Optional[dict[str, str]] = None
     run: Callable[..., CommandResult] = field(default=run_command)
     sleep: Callable[[float], None] = field(default=time.sleep)
+    # a monotonic time no call may run past (a prologue's deadline); None = no limit
+    deadline: Optional[float] = None
+
+    def _timeout(self) -> float:
+        if self.deadline is None:
+            return self.settings.command_timeout_s
+        return max(0.0, min(self.settings.command_timeout_s, self.deadline - time.monotonic()))
 
     def _call(self, argv: tuple[str, ...]) -> SlurmResult:
         delay = self.settings.retry_backoff_s
         attempts = max(1, self.settings.retries)
         last = SlurmResult(False, "not run", argv)
         for attempt in range(1, attempts + 1):
-            r = self.run(argv, timeout_s=self.settings.command_timeout_s, env=self.env)
+            timeout = self._timeout()
+            if timeout <= 0:
+                return SlurmResult(False, f"no time left before the deadline ({last.message})", argv, attempt - 1)
+            r = self.run(argv, timeout_s=timeout, env=self.env)
             if r.ok:
                 return SlurmResult(True, (r.stdout or r.stderr).strip(), argv, attempt)
             if r.not_found:
                 return SlurmResult(False, f"{argv[0]} not found", argv, attempt)
-            message = (
-                f"{argv[0]} timed out after {self.settings.command_timeout_s:g}s"
-                if r.timed_out
-                else ((r.stderr or r.stdout).strip() or r.error or f"{argv[0]} exited {r.returncode}")
-            )
+            said = (r.stderr or r.stdout).strip()
+            if r.timed_out:
+                message = f"{argv[0]} timed out after {timeout:g}s" + (f": {said.splitlines()[-1]}" if said else "")
+            else:
+                message = said or r.error or f"{argv[0]} exited {r.returncode}"
             last = SlurmResult(False, message.splitlines()[-1] if message else message, argv, attempt)
             if not (r.timed_out or any(t in message for t in _TRANSIENT)) or attempt == attempts:
+                return last
+            if self.deadline is not None and time.monotonic() + delay >= self.deadline:
                 return last
             self.sleep(delay)
             delay *= 2

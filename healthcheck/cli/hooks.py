@@ -52,8 +52,12 @@ def _arm_hard_deadline(kind: str, seconds: float) -> None:
     before Slurm's PrologEpilogTimeout and let the job run."""
 
     def give_up(signum: int, frame: object) -> None:
-        os.write(2, f"hc {kind}: hard deadline of {seconds:g}s exceeded; giving up (job not affected)\n".encode())
-        os._exit(0)
+        from healthcheck.hooks import verdict
+
+        code = verdict()
+        what = "job not affected" if code == 0 else "the node FAILed: keeping the job off it"
+        os.write(2, f"hc {kind}: hard deadline of {seconds:g}s exceeded; giving up ({what})\n".encode())
+        os._exit(code)
 
     signal.signal(signal.SIGALRM, give_up)
     signal.setitimer(signal.ITIMER_REAL, seconds)

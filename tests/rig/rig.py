@@ -51,6 +51,8 @@ SCRIPTS = Path(__file__).resolve().parent
 DEFAULT_NETNS_DIR = "/tmp/hc-test-rig/netns"
 DEFAULT_SLURM_DIR = "/tmp/hc-test-rig/slurm"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+IP = shutil.which("ip", path=SYSTEM_PATH) or "/usr/sbin/ip"
+TC = shutil.which("tc", path=SYSTEM_PATH) or "/usr/sbin/tc"
 
 T = TypeVar("T")
 
@@ -660,13 +662,14 @@ class NetnsRig:
             ifaces = [("eth0", h.mtu, f"{self.prefix}v{h.index}")]
             if h.ib_mtu:
                 ifaces.append(("ib0", int(h.ib_mtu), f"{self.prefix}f{h.index}"))
-            inner = []
+            # stand-ins go first: a test may have left a hanging `ip` in local/bin, which
+            # is first on PATH inside the host; system tools are called by full path
+            inner = [f'rm -rf "{self.local_dir}/bin"/*; mkdir -p "{self.local_dir}/bin"']
             for iface, mtu, peer in ifaces:
-                inner.append(f"ip link set {iface} mtu {mtu} up")
+                inner.append(f"{IP} link set {iface} mtu {mtu} up")
                 # a "slow node" test may have added tbf on both ends
-                inner.append(f"tc qdisc del dev {iface} root 2>/dev/null")
-                run(["tc", "qdisc", "del", "dev", peer, "root"], timeout=10)
-            inner.append(f'rm -rf "{self.local_dir}/bin"/*; mkdir -p "{self.local_dir}/bin"')
+                inner.append(f"{TC} qdisc del dev {iface} root 2>/dev/null")
+                run([TC, "qdisc", "del", "dev", peer, "root"], timeout=10)
             self.exec(h, ["/bin/sh", "-c", "; ".join(inner) + "; true"], timeout=15, check=True)
             if not h.sshd_pid:
                 self.start_sshd(h)

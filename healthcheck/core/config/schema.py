@@ -184,7 +184,9 @@ class SlurmSettings(Strict):
 
     scontrol: str = "scontrol"
     sinfo: str = "sinfo"
-    command_timeout_s: float = 10.0
+    # sinfo/scontrol retry internally for MessageTimeout (10 s by default) before they
+    # report a dead controller; give them longer so Slurm's own message is kept
+    command_timeout_s: float = 15.0
     retries: int = 3  # attempts for a transient scontrol failure (controller down, timeout)
     retry_backoff_s: float = 0.5  # doubled after each attempt
     lock_timeout_s: float = 2.0  # how long a run waits for another hc run on the node to act

@@ -1,0 +1,242 @@
+"""Drain/resume policy, the blast-radius guard, the Slurm client's retries, node state, audit log."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import msgspec
+import pytest
+
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.nodestate import LockTimeout, NodeState
+from healthcheck.actions.policy import can_resume, decide, drain_reason, reason_ids, rollback_needed
+from healthcheck.actions.slurm import SlurmClient, SlurmNode, parse_sinfo, shell_line
+from healthcheck.core.config.schema import DrainPolicy, SlurmSettings
+from healthcheck.core.model import CheckResult, Finding, NodeResult
+from healthcheck.core.status import Status
+from healthcheck.runners.local import CommandResult
+
+POLICY = DrainPolicy(max_drain_fraction=0.3)
+
+
+def result(node, *fails, checks=None, status=None, errors=()):
+    findings = [Finding(id=i, status=Status.FAIL, message="x", node=node, check="c", subject=node) for i in fails]
+    findings += [Finding(id=i, status=Status.ERROR, message="x", node=node, check="c", subject=node) for i in errors]
+    checks = checks or {"net.mtu": Status.FAIL if fails else Status.PASS, "ib.port_state": Status.PASS}
+    st = status or (Status.FAIL if fails else Status.ERROR if errors else Status.PASS)
+    return NodeResult(node=node, fabric="f", status=st, findings=findings,
+                      checks=[CheckResult(n, s, 0.0) for n, s in checks.items()])
+
+
+def idle(*names):
+    return {n: SlurmNode(n, "idle") for n in names}
+
+
+CLUSTER = idle(*[f"n{i}" for i in range(10)])
+
+
+def test_drain_reason_format_and_truncation():
+    assert drain_reason(["net.E001", "ib.E002", "net.E001"], 64) == "hc: ib.E002,net.E001"
+    many = [f"gpu.E0{i:02d}" for i in range(20)]
+    text = drain_reason(many, 40)
+    assert len(text) <= 40 and text.startswith("hc: gpu.E000,") and text.endswith("+17")
+    assert reason_ids(text) == ({"gpu.E000", "gpu.E001", "gpu.E002"}, True)
+    assert drain_reason(["hc.E002"], 64, prefix="ERROR x3 ") == "hc: ERROR x3 hc.E002"
+
+
+def test_fail_drains_with_ids_error_never_drains():
+    plan = decide([result("n1", "net.E001"), result("n2", errors=["hc.E002"]), result("n3")], CLUSTER, POLICY,
+                  cluster_size=10, resume=True)
+    assert plan.drain == {"hc: net.E001": ["n1"]} and plan.resume == [] and plan.guard is None
+
+
+def test_admin_drained_nodes_are_never_touched():
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "cable swap by ops"), n2=SlurmNode("n2", "draining", "maint"))
+    plan = decide([result("n1", "net.E001"), result("n2")], states, POLICY, cluster_size=10, resume=True)
+    assert plan.drain == {} and plan.resume == []
+    assert "someone else" in plan.keep["n1"] and "someone else" in plan.keep["n2"]
+
+
+def test_resume_only_when_the_named_checks_pass_again():
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: net.E001"))
+    plan = decide([result("n1")], states, POLICY, cluster_size=10, resume=True)
+    assert plan.resume == ["n1"]
+    still = decide([result("n1", "net.E001")], states, POLICY, cluster_size=10, resume=True)
+    assert still.resume == [] and still.drain == {}  # same reason: no new drain
+    assert "already drained by hc" in still.keep["n1"]
+    not_run = decide([result("n1", checks={"ib.port_state": Status.PASS})], states, POLICY, cluster_size=10, resume=True)
+    assert not_run.resume == [] and "did not run and pass" in not_run.keep["n1"]
+    errored = decide([result("n1", checks={"net.mtu": Status.ERROR}, status=Status.ERROR)], states, POLICY,
+                     cluster_size=10, resume=True)
+    assert errored.resume == [] and "status is ERROR" in errored.keep["n1"]
+    no_resume = decide([result("n1")], states, POLICY, cluster_size=10, resume=False)
+    assert no_resume.resume == []
+
+
+def test_xid_drains_resume_only_after_a_reboot():
+    r = result("n1", checks={"gpu.xid": Status.PASS})
+    assert can_resume(r, "hc: gpu.E020", reboot_only=["gpu.E020"], rebooted_since_drain=False)[0] is False
+    assert can_resume(r, "hc: gpu.E020", reboot_only=["gpu.E020"], rebooted_since_drain=True)[0] is True
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: gpu.E020", "2026-11-22T10:00:00"))
+    import datetime as dt
+
+    drained_at = dt.datetime.fromisoformat("2026-11-22T10:00:00").timestamp()
+    assert decide([r], states, POLICY, cluster_size=10, resume=True, boot_times={"n1": drained_at - 60}).resume == []
+    assert decide([r], states, POLICY, cluster_size=10, resume=True, boot_times={"n1": drained_at + 60}).resume == ["n1"]
+
+
+def test_error_escalation_drain_and_its_resume():
+    plan = decide([result("n1", errors=["hc.E002"])], CLUSTER, POLICY, cluster_size=10, resume=True,
+                  extra_drains={"n1": "hc: ERROR x3 hc.E002"})
+    assert plan.drain == {"hc: ERROR x3 hc.E002": ["n1"]}
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: ERROR x3 hc.E002"))
+    assert decide([result("n1")], states, POLICY, cluster_size=10, resume=True).resume == ["n1"]
+
+
+def test_guard_run_level_fraction():
+    nodes = {f"n{i}": SlurmNode(f"n{i}", "idle") for i in range(100)}
+    results = [result(f"n{i}", "net.E001") for i in range(12)] + [result(f"n{i}") for i in range(12, 100)]
+    plan = decide(results, nodes, DrainPolicy(), cluster_size=100, resume=False)
+    assert plan.drain == {} and plan.guard is not None
+    assert "12 of the 100 nodes checked" in plan.guard.message and len(plan.guard.would_drain) == 12
+    # 9 of 97 checked: floor(0.1 * 97) = 9 may go
+    ok = decide(results[:9] + results[12:], nodes, DrainPolicy(), cluster_size=100, resume=False)
+    assert ok.guard is None and len(ok.to_drain) == 9
+
+
+def test_guard_absolute_limit():
+    nodes = {f"n{i}": SlurmNode(f"n{i}", "idle") for i in range(1000)}
+    results = [result(f"n{i}", "net.E001") for i in range(60)] + [result(f"n{i}") for i in range(60, 1000)]
+    plan = decide(results, nodes, DrainPolicy(max_drain_nodes=50), cluster_size=1000, resume=False)
+    assert plan.guard is not None and "max_drain_nodes 50" in plan.guard.message
+
+
+def test_guard_cluster_level_counts_nodes_hc_already_drained():
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: ib.E002"), n2=SlurmNode("n2", "drained", "hc: net.E001"),
+                  n3=SlurmNode("n3", "drained", "admin"))
+    plan = decide([result("n4", "net.E001")], states, POLICY, cluster_size=10, resume=False)
+    assert plan.guard is None  # 2 + 1 = 3 <= floor(0.3 * 10)
+    states["n5"] = SlurmNode("n5", "draining", "hc: gpu.E010")
+    plan = decide([result("n4", "net.E001")], states, POLICY, cluster_size=10, resume=False)
+    assert plan.drain == {} and "3 already" in plan.guard.message and plan.guard.would_drain == ["n4"]
+
+
+def test_guard_does_not_stop_resumes_and_default_blocks_small_clusters():
+    states = {**idle("a", "b", "c"), "d": SlurmNode("d", "drained", "hc: net.E001")}
+    plan = decide([result("a", "net.E001"), result("d")], states, DrainPolicy(), cluster_size=4, resume=True)
+    assert plan.guard is not None and plan.resume == ["d"]
+
+
+def test_disabled_draining():
+    plan = decide([result("n1", "net.E001")], CLUSTER, DrainPolicy(enabled=False), cluster_size=10, resume=False)
+    assert plan.drain == {} and "disabled" in plan.guard.message
+
+
+def test_rollback_order_is_by_reason_time_then_name():
+    states = {"a": SlurmNode("a", "drained", "hc: x.E001", "2026-11-22T10:00:01"),
+              "b": SlurmNode("b", "drained", "hc: x.E001", "2026-11-22T10:00:00"),
+              "c": SlurmNode("c", "drained", "hc: x.E001", "2026-11-22T10:00:01"),
+              "d": SlurmNode("d", "idle")}
+    policy = DrainPolicy(max_drain_fraction=0.5)  # 2 of 4
+    assert [n for n in "abc" if rollback_needed(n, states, policy, 4)] == ["c"]
+
+
+def test_unknown_node_is_kept():
+    plan = decide([result("zz", "net.E001")], CLUSTER, POLICY, cluster_size=10, resume=False)
+    assert plan.drain == {} and plan.keep["zz"] == "not known to Slurm"
+
+
+def test_parse_sinfo():
+    text = "node1|idle|Unknown|none\nnode2|drained|2026-11-22T07:55:31|hc: test | pipes|ok\nnode3|idle*|Unknown|none\nnode2|drained|2026-11-22T07:55:31|hc: test | pipes|ok\n"
+    nodes = parse_sinfo(text)
+    assert set(nodes) == {"node1", "node2", "node3"}
+    assert nodes["node2"].reason == "hc: test | pipes|ok" and nodes["node2"].drained_by_hc
+    assert not nodes["node3"].responding and nodes["node3"].state == "idle"
+
+
+class FakeRun:
+    def __init__(self, *results):
+        self.results = list(results)
+        self.calls = []
+
+    def __call__(self, argv, timeout_s, env=None):
+        self.calls.append(argv)
+        return self.results.pop(0)
+
+
+def cr(rc=0, out="", err="", timed_out=False, not_found=False):
+    return CommandResult(("x",), None if timed_out else rc, out, err, 0.01, timed_out=timed_out, not_found=not_found)
+
+
+def client(*results):
+    run = FakeRun(*results)
+    slept = []
+    return SlurmClient(SlurmSettings(retries=3, retry_backoff_s=0.5), run=run, sleep=slept.append), run, slept
+
+
+def test_transient_failures_are_retried_with_backoff():
+    c, run, slept = client(cr(1, err="slurm_update error: Unable to contact slurm controller (connect failure)"),
+                           cr(1, err="Unable to contact slurm controller (connect failure)"), cr(0))
+    r = c.drain("node[1-2]", "hc: net.E001")
+    assert r.ok and r.attempts == 3 and slept == [0.5, 1.0]
+    assert run.calls[0] == ("scontrol", "update", "nodename=node[1-2]", "state=drain", "reason=hc: net.E001")
+
+
+def test_permanent_failures_are_not_retried_and_keep_slurms_message():
+    c, run, slept = client(cr(1, err="slurm_update error: Invalid node name specified"))
+    r = c.drain("nodeX", "hc: net.E001")
+    assert not r.ok and r.message == "slurm_update error: Invalid node name specified" and slept == []
+
+
+def test_retries_give_up_with_the_last_message_and_timeouts_count():
+    c, run, slept = client(cr(timed_out=True), cr(timed_out=True), cr(timed_out=True))
+    r = c.resume("n1")
+    assert not r.ok and r.attempts == 3 and "timed out" in r.message
+
+
+def test_missing_scontrol_and_dry_run():
+    c, run, _ = client(cr(not_found=True))
+    assert c.resume("n1").message == "scontrol not found"
+    c, run, _ = client()
+    r = c.drain("n1", "hc: net.E001", dry_run=True)
+    assert r.ok and run.calls == [] and shell_line(r.argv) == "scontrol update nodename=n1 state=drain 'reason=hc: net.E001'"
+
+
+def test_node_lock_excludes_a_second_holder(tmp_path):
+    state = NodeState(tmp_path, "n1")
+    with state.lock(1.0):
+        t0 = time.monotonic()
+        with pytest.raises(LockTimeout):
+            with NodeState(tmp_path, "n1").lock(0.2):
+                pass
+        assert time.monotonic() - t0 >= 0.2
+        with NodeState(tmp_path, "n2").lock(0.1):  # other nodes are independent
+            pass
+    with state.lock(0.1):
+        pass
+
+
+def test_consecutive_error_count_and_job_marks(tmp_path):
+    state = NodeState(tmp_path, "n1")
+    assert [state.record_run(False, ["hc.E002"]) for _ in range(3)] == [1, 2, 3]
+    assert state.record_run(True, []) == 0 and state.record_run(False, []) == 1
+    state.mark_job_start("42", 1000.0)
+    assert state.job_start("42") == 1000.0
+    assert state.job_start("42", remove=True) == 1000.0 and state.job_start("42") is None
+    assert state.kernel_log_cursor() is None
+    state.set_kernel_log_cursor(1234.5)
+    assert state.kernel_log_cursor() == 1234.5
+
+
+def test_audit_log_lines_stay_whole_under_concurrency(tmp_path):
+    log = AuditLog(tmp_path / "sub" / "audit.jsonl")
+    threads = [threading.Thread(target=lambda i=i: [log.append({"node": f"n{i}", "k": j, "pad": "x" * 5000}) for j in range(20)])
+               for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    records = log.read()
+    assert len(records) == 100 and all(len(r["pad"]) == 5000 for r in records)
