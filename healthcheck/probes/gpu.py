@@ -49,6 +49,11 @@ def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
         except (OSError, ValueError) as exc:
             raise ProbeError("unreadable", f"{REPLAY_ENV}={replay}: {exc}") from None
         return NvmlProbe(nvml, source=nvml.source).facts(scope)
+    expects_gpus = ctx.limits is not None and ctx.limits.gpu.count is not None
+    if not expects_gpus and not ctx.path("/proc/driver/nvidia").exists():
+        # No NVIDIA driver on a node that expects no GPU: skip importing NVML at all (it
+        # costs the prologue ~15 ms). Where GPUs are expected, NVML itself must say why.
+        return GpuFacts(source="nvml", init_error="no NVIDIA driver loaded (/proc/driver/nvidia absent)")
     try:
         import pynvml
     except ImportError:
@@ -130,6 +135,8 @@ def kernel_gpu_log(ctx: ProbeContext):
     policy = ctx.limits.gpu.xid if ctx.limits is not None else None
     source = policy.source if policy is not None else "auto"
     text, how = _kernel_log_text(ctx, source, policy.file if policy is not None else None)
+    # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
+    text = "\n".join(line for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
     log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=_boot_time(ctx)), text, how) if text.strip() else parse_kernel_log("")
     start = ctx.params.get("since")
     return since(log, float(start)) if start is not None else log
