@@ -204,6 +204,52 @@ class SlurmSettings(Strict):
     error_escalation: Literal["report", "drain"] = "report"
 
 
+class SshSettings(Strict):
+    """How hc reaches nodes over SSH (paramiko). ~/.ssh/config is honoured for HostName,
+    User, Port, IdentityFile, UserKnownHostsFile and ProxyJump."""
+
+    config_file: Optional[str] = "~/.ssh/config"
+    known_hosts: list[str] = msgspec.field(default_factory=lambda: ["~/.ssh/known_hosts"])
+    identity_files: list[str] = []
+    user: Optional[str] = None
+    port: int = 22
+    use_agent: bool = True
+    # An unknown host key is an ERROR for that node unless this is set; a changed key
+    # is always an ERROR.
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 60.0
+    node_timeout_s: float = 180.0  # everything hc does on one node
+    max_parallel: int = 64
+    remote_hc: str = "hc"  # how agent mode runs hc on a node
+
+
+class FleetSettings(Strict):
+    """Findings no single node can give: drift within a fabric, peer-relative outliers, flaps."""
+
+    # categorical metrics that must agree across a fabric's nodes (per component)
+    drift_metrics: list[str] = msgspec.field(
+        default_factory=lambda: ["mtu", "fw_ver", "driver_version", "cuda_version", "vbios_version", "nccl_version"]
+    )
+    # numeric metrics judged against the fabric's median (robust z from the MAD)
+    outlier_metrics: list[str] = msgspec.field(
+        default_factory=lambda: [
+            "temperature_c", "ecc_volatile_corrected", "symbol_error", "link_error_recovery",
+            "link_downed", "port_rcv_errors", "mem_total_gib", "rate_gbps", "nvlink_active",
+            "busbw_gbytes_per_s", "bw_gbps",
+        ]
+    )
+    outlier_z: float = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
+    outlier_min_nodes: int = 8  # fewer peers than this: no outlier findings
+    flap_runs: int = 5  # recent runs of a node looked at for flapping
+    flap_transitions: int = 2  # FAIL <-> not-FAIL changes in those runs that make a flap
+
+
+class HistorySettings(Strict):
+    path: Optional[str] = "~/.local/state/hc/history.sqlite"  # None: keep no history
+    keep_runs: int = 500
+
+
 class MainConfig(Strict):
     # where fabric files are looked up, relative to the main file; the fabrics shipped
     # with hc are searched last, so a site can refine or replace them
@@ -212,3 +258,6 @@ class MainConfig(Strict):
     nodes: dict[str, str] = {}  # hostlist pattern -> fabric name
     overrides: dict[str, dict] = {}  # hostlist pattern -> partial fabric (deep-merged)
     slurm: SlurmSettings = SlurmSettings()
+    ssh: SshSettings = SshSettings()
+    fleet: FleetSettings = FleetSettings()
+    history: HistorySettings = HistorySettings()
