@@ -13,7 +13,8 @@ from healthcheck import __version__
 
 # name -> (module, attribute, one-line help): listed here so `hc --help` needs no imports
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "node": ("healthcheck.cli.node", "node", "Check nodes: this one (--local) or named ones."),
+    "node": ("healthcheck.cli.node", "node", "Check nodes: this one (--local) or named ones over SSH."),
+    "sweep": ("healthcheck.cli.sweep", "sweep", "Check many nodes (hostlist, hostfile, partition); fleet findings; --act."),
     "checks": ("healthcheck.cli.checks", "checks", "The catalogue of checks and finding IDs."),
     "config": ("healthcheck.cli.config", "config", "Validate the configuration; show a node's limits."),
     "parse": ("healthcheck.cli.parse", "parse", "Parse a captured tool output and print its facts."),
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "epilogue": ("healthcheck.cli.hooks", "epilogue", "Slurm Epilog: what the job left behind; drain on FAIL."),
     "health": ("healthcheck.cli.hooks", "health", "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
+    "report": ("healthcheck.cli.report", "report", "Saved reports: show one, diff two runs, list the run history."),
 }
 
 

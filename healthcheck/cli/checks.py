@@ -25,9 +25,15 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
     from healthcheck.checks import load_all
 
     load_all()
+    import healthcheck.fleet  # noqa: F401  (declares the fleet.* IDs)
+
     specs = [s for s in sorted(REGISTRY.values(), key=lambda s: s.name) if tier is None or tier in s.tiers]
     ids_in_view = {spec.id for s in specs for spec in s.findings}
-    core_ids = {i for i in catalogue.CATALOGUE if i.startswith("hc.")}
+    # IDs no check emits (could-not-run, actions, fleet): always listed
+    from healthcheck.core.registry import REGISTRY as _ALL
+
+    emitted = {spec.id for s in _ALL.values() for spec in s.findings}
+    core_ids = {i for i in catalogue.CATALOGUE if i not in emitted}
     emitted_by: dict[str, list[str]] = {}
     for s in specs:
         for spec in s.findings:
@@ -57,7 +63,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
                         "title": f.title,
                         "hint": f.hint,
                         "suggested_action": f.action,
-                        "checks": emitted_by.get(f.id, ["(any)"]),
+                        "checks": emitted_by.get(f.id, [f"({f.id.split('.')[0]})"]),
                         "retired": f.retired,
                     }
                     for f in findings

@@ -1,0 +1,209 @@
+"""What changed between two reports: what broke since last night, what was fixed.
+
+Findings are matched by fingerprint (node, check, subject, ID), so a finding whose
+message changed (a counter that grew) is the same finding. Buckets, most urgent first:
+
+- new_failures: FAIL now, and its fingerprint was not FAIL before (new node included);
+- still_failing: FAIL in both;
+- fixed: FAIL before, not FAIL now, on a node checked now by a check that ran;
+- unverified: FAIL before, absent now because it could not be looked at again (the node
+  is gone or unreachable, or the check that found it was skipped or could not run) —
+  absence of evidence is not a fix;
+- new_errors: ERROR now that was not ERROR before (a node that became unreachable);
+- new_warnings / cleared_warnings: the same for WARN, lower priority;
+- nodes_added / nodes_removed: nodes in only one of the two reports.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import msgspec
+
+from healthcheck.core.model import Finding, NodeResult, Report
+from healthcheck.core.status import Status
+
+_RAN = (Status.PASS, Status.WARN, Status.FAIL)
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    """One finding's change between the two reports."""
+
+    node: str
+    id: str
+    check: str
+    subject: str
+    component: str
+    message: str  # the newer message where the finding is in both
+    fingerprint: str
+    before: Optional[Status]  # None: not in the older report
+    after: Optional[Status]  # None: not in the newer report
+
+
+class RunRef(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    command: str
+    tier: str
+    started_at: str
+    status: Status
+    nodes: int
+
+
+class ReportDiff(msgspec.Struct, kw_only=True):
+    old: RunRef
+    new: RunRef
+    new_failures: list[Change] = []
+    still_failing: list[Change] = []
+    fixed: list[Change] = []
+    unverified: list[Change] = []
+    new_errors: list[Change] = []
+    new_warnings: list[Change] = []
+    cleared_warnings: list[Change] = []
+    nodes_added: list[str] = []
+    nodes_removed: list[str] = []
+
+    def counts(self) -> dict[str, int]:
+        """Bucket -> size, in order of urgency."""
+        return {name: len(getattr(self, name)) for name in BUCKETS}
+
+
+BUCKETS = ("new_failures", "still_failing", "fixed", "unverified", "new_errors", "new_warnings",
+           "cleared_warnings", "nodes_added", "nodes_removed")
+
+
+def _ref(report: Report) -> RunRef:
+    return RunRef(run_id=report.run_id, command=report.command, tier=report.tier,
+                  started_at=report.started_at, status=report.status, nodes=len(report.nodes))
+
+
+def _change(f: Finding, before: Optional[Status], after: Optional[Status]) -> Change:
+    return Change(node=f.node, id=f.id, check=f.check, subject=f.subject, component=f.component,
+                  message=f.message, fingerprint=f.fingerprint, before=before, after=after)
+
+
+def _by_fingerprint(nodes: Iterable[NodeResult]) -> dict[str, Finding]:
+    """Every finding by fingerprint; a duplicate keeps the worst."""
+    out: dict[str, Finding] = {}
+    for node in nodes:
+        for f in node.findings:
+            key = f.fingerprint or f"{f.node}\x1f{f.check}\x1f{f.subject}\x1f{f.id}"
+            seen = out.get(key)
+            if seen is None or f.status.rank > seen.status.rank:
+                out[key] = f
+    return out
+
+
+def _rechecked(f: Finding, node: Optional[NodeResult]) -> bool:
+    """Whether the newer run looked again at what found `f`: node reachable and its check ran."""
+    if node is None or node.error is not None:
+        return False
+    if f.check.startswith("fleet."):
+        return True  # fleet findings come from the whole report, not a node's check
+    ran = {c.name: c.status for c in node.checks}
+    return ran.get(f.check) in _RAN
+
+
+def diff(old: Report, new: Report) -> ReportDiff:
+    """The changes from `old` to `new`, bucketed by urgency."""
+    old_nodes = {n.node: n for n in old.nodes}
+    new_nodes = {n.node: n for n in new.nodes}
+    before = _by_fingerprint(old.nodes)
+    after = _by_fingerprint(new.nodes)
+    d = ReportDiff(old=_ref(old), new=_ref(new))
+    d.nodes_added = sorted(set(new_nodes) - set(old_nodes))
+    d.nodes_removed = sorted(set(old_nodes) - set(new_nodes))
+    for key, f in after.items():
+        prev = before.get(key)
+        was = prev.status if prev is not None else None
+        if f.status is Status.FAIL:
+            (d.still_failing if was is Status.FAIL else d.new_failures).append(_change(f, was, f.status))
+        elif f.status is Status.ERROR and was is not Status.ERROR:
+            d.new_errors.append(_change(f, was, f.status))
+        elif f.status is Status.WARN and was not in (Status.WARN, Status.FAIL):
+            d.new_warnings.append(_change(f, was, f.status))
+    for key, f in before.items():
+        now_f = after.get(key)
+        now = now_f.status if now_f is not None else None
+        if f.status is Status.FAIL and now is not Status.FAIL:
+            if now is not None or _rechecked(f, new_nodes.get(f.node)):
+                d.fixed.append(_change(now_f or f, f.status, now))
+            else:
+                d.unverified.append(_change(f, f.status, None))
+        elif f.status is Status.WARN and now is None and _rechecked(f, new_nodes.get(f.node)):
+            d.cleared_warnings.append(_change(f, f.status, None))
+    for name in BUCKETS[:7]:
+        getattr(d, name).sort(key=lambda c: (c.id, c.component, c.node))
+    return d
+
+
+# ------------------------------------------------------------------------ rendering
+
+
+def _fold(names: list[str]) -> str:
+    from healthcheck.core.nodes import fold, is_valid_node_name
+
+    # a name NodeSet would reinterpret (brackets, commas) is listed as it is
+    if all(is_valid_node_name(n) for n in names):
+        return fold(names)
+    return ",".join(names)
+
+
+_TITLES = {
+    "new_failures": "NEW FAIL",
+    "still_failing": "STILL FAIL",
+    "fixed": "FIXED",
+    "unverified": "NOT RECHECKED",
+    "new_errors": "NEW ERROR",
+    "new_warnings": "NEW WARN",
+    "cleared_warnings": "WARN CLEARED",
+}
+
+
+def headline(d: ReportDiff) -> str:
+    """'3 new failures, 2 fixed, 10 still failing, ...' — the counts, zero buckets left out."""
+    c = d.counts()
+    words = [
+        ("new_failures", "new failure", "new failures"), ("fixed", "fixed", "fixed"),
+        ("still_failing", "still failing", "still failing"), ("unverified", "not rechecked", "not rechecked"),
+        ("new_errors", "new error", "new errors"), ("new_warnings", "new warning", "new warnings"),
+        ("cleared_warnings", "warning cleared", "warnings cleared"),
+        ("nodes_added", "node added", "nodes added"), ("nodes_removed", "node removed", "nodes removed"),
+    ]
+    parts = [f"{c[k]} {one if c[k] == 1 else many}" for k, one, many in words if c[k] or k in ("new_failures", "fixed")]
+    return ", ".join(parts)
+
+
+def render_diff(d: ReportDiff) -> str:
+    """A table of the changes, identical ones folded into hostlists, under a line of counts."""
+    from tabulate import tabulate
+
+    from healthcheck.report.table import printable
+
+    out = [
+        f"{d.new.command} (tier {d.new.tier}) {d.new.started_at} run {d.new.run_id}, "
+        f"since {d.old.started_at} run {d.old.run_id}:",
+        headline(d),
+    ]
+    rows = []
+    for name, title in _TITLES.items():
+        groups: dict[tuple[str, str, str], list[str]] = {}
+        for ch in getattr(d, name):
+            groups.setdefault((ch.id, ch.component, ch.message), []).append(ch.node)
+        for (fid, component, message), nodes in groups.items():
+            rows.append([title, fid, printable(_fold(nodes)), printable(component or "-"), printable(message)])
+    if rows:
+        out.append("")
+        out.append(tabulate(rows, headers=["CHANGE", "ID", "NODES", "SUBJECT", "MESSAGE"], tablefmt="simple"))
+    for name, title in (("nodes_added", "nodes only in the newer report"),
+                        ("nodes_removed", "nodes only in the older report")):
+        names = getattr(d, name)
+        if names:
+            out.append(f"{title}: {printable(_fold(names))}")
+    return "\n".join(out)
+
+
+def to_json(d: ReportDiff) -> bytes:
+    """The diff as JSON, with the counts."""
+    doc = msgspec.to_builtins(d)
+    doc["counts"] = d.counts()
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"

@@ -1,0 +1,315 @@
+"""Run history: every report hc produced, in one SQLite file, for diffs and flap detection.
+
+Several hc runs may write at once (cron health checks, an operator's ad hoc run), so the
+database runs in WAL mode with a busy timeout, and each run is recorded in one
+transaction: a reader sees a run whole or not at all. The whole report is kept
+(zlib-compressed JSON), plus one row per node (status, fabric) indexed by node, so a
+node's recent statuses come back in one query for 10,000 nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from healthcheck.core.config.schema import HistorySettings
+from healthcheck.core.errors import HcError
+from healthcheck.core.model import Report
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
+    started_at TEXT NOT NULL,
+    finished_at TEXT NOT NULL,
+    command TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    config_digest TEXT NOT NULL,
+    status TEXT NOT NULL,
+    host TEXT NOT NULL,
+    node_count INTEGER NOT NULL,
+    summary TEXT NOT NULL,
+    report BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_command ON runs (command, tier, started_at);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (started_at);
+CREATE TABLE IF NOT EXISTS run_nodes (
+    node TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    status TEXT NOT NULL,
+    fabric TEXT NOT NULL,
+    PRIMARY KEY (node, started_at, run)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_nodes_by_run ON run_nodes (run);
+"""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One recorded run, without its report (listing runs must not decode every report)."""
+
+    run_id: str
+    started_at: str
+    finished_at: str
+    command: str
+    tier: str
+    status: str
+    host: str
+    node_count: int
+    summary: dict[str, int]
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """One node's result in one recorded run."""
+
+    run_id: str
+    started_at: str
+    command: str
+    tier: str
+    status: str
+    fabric: str
+
+
+class History:
+    """The run history in one SQLite file; every error is an HcError with a one-line message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path).expanduser()
+        self._db: Optional[sqlite3.Connection] = None
+
+    @classmethod
+    def from_settings(cls, settings: HistorySettings) -> Optional["History"]:
+        """The configured history, or None where `history.path` is null (keep none)."""
+        return None if settings.path is None else cls(Path(settings.path))
+
+    # ------------------------------------------------------------------ connection
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HcError(f"history {self.path}: cannot create its directory: {exc.strerror or exc}") from None
+        try:
+            # isolation_level None: transactions are explicit (BEGIN IMMEDIATE), never implicit
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise HcError(f"history {self.path}: cannot open: {exc}") from None
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = FULL")  # a recorded run survives a power cut, not only a crash
+            db.execute("PRAGMA foreign_keys = ON")
+            self._migrate(db)
+        except sqlite3.Error as exc:
+            db.close()
+            raise HcError(f"history {self.path}: not a usable hc history database: {exc}") from None
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create the schema, or refuse a database written by a newer hc."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # statement by statement: executescript() would commit the transaction first
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise HcError(f"history {self.path}: schema version {row[0]} is newer than this hc reads "
+                              f"({SCHEMA_VERSION}); use a newer hc or another history.path")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _fail(self, what: str, exc: sqlite3.Error) -> HcError:
+        return HcError(f"history {self.path}: cannot {what}: {exc}")
+
+    # ---------------------------------------------------------------------- write
+
+    def record(self, report: Report) -> None:
+        """Record a run and its nodes in one transaction; a run already recorded is left as it is."""
+        from healthcheck.report.jsonio import encode
+
+        blob = zlib.compress(encode(report, indent=0), 6)
+        run_row = (
+            report.run_id, report.started_at, report.finished_at, report.command, report.tier,
+            report.config_digest, report.status.value, report.host, len(report.nodes),
+            json.dumps(report.summary, sort_keys=True), blob,
+        )
+        try:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO runs (run_id, started_at, finished_at, command, tier, config_digest, "
+                    "status, host, node_count, summary, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    run_row,
+                )
+                if cur.rowcount:
+                    run = cur.lastrowid
+                    db.executemany(
+                        "INSERT OR REPLACE INTO run_nodes (node, started_at, run, status, fabric) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        ((n.node, report.started_at, run, n.status.value, n.fabric) for n in report.nodes),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._fail("record the run", exc) from None
+
+    def prune(self, keep: int) -> int:
+        """Delete all but the newest `keep` runs; returns how many were deleted."""
+        if keep < 0:
+            raise HcError(f"history: cannot keep {keep} runs")
+        try:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                old = "SELECT id FROM runs ORDER BY started_at DESC, id DESC LIMIT -1 OFFSET ?"
+                db.execute(f"DELETE FROM run_nodes WHERE run IN ({old})", (keep,))
+                deleted = db.execute(f"DELETE FROM runs WHERE id IN ({old})", (keep,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._fail("prune", exc) from None
+        return deleted
+
+    # ----------------------------------------------------------------------- read
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._fail("read", exc) from None
+
+    def _report(self, run_id: str, blob: bytes) -> Report:
+        from healthcheck.report.jsonio import decode
+
+        try:
+            data = zlib.decompress(blob)
+        except zlib.error as exc:
+            raise HcError(f"history {self.path}: run {run_id} is damaged: {exc}") from None
+        return decode(data, f"history {self.path} run {run_id}")
+
+    def previous(self, report: Report) -> Optional[Report]:
+        """The latest run of the same command and tier that started before `report`."""
+        rows = self._rows(
+            "SELECT run_id, report FROM runs WHERE command = ? AND tier = ? AND run_id != ? "
+            "AND (started_at < ? OR (started_at = ? AND run_id < ?)) "
+            "ORDER BY started_at DESC, run_id DESC LIMIT 1",
+            (report.command, report.tier, report.run_id, report.started_at, report.started_at, report.run_id),
+        )
+        return self._report(*rows[0]) if rows else None
+
+    def last(self, n: int, command: str | None = None) -> list[Report]:
+        """The newest `n` runs (of `command`, where given), newest first."""
+        where, params = ("WHERE command = ?", (command,)) if command else ("", ())
+        rows = self._rows(f"SELECT run_id, report FROM runs {where} ORDER BY started_at DESC, id DESC LIMIT ?",
+                          (*params, max(n, 0)))
+        return [self._report(*row) for row in rows]
+
+    def get(self, run_id: str) -> Optional[Report]:
+        """One recorded run by its run ID."""
+        rows = self._rows("SELECT run_id, report FROM runs WHERE run_id = ?", (run_id,))
+        return self._report(*rows[0]) if rows else None
+
+    def runs(self, limit: int, command: str | None = None) -> list[RunInfo]:
+        """The newest `limit` runs' summaries, newest first, without decoding their reports."""
+        where, params = ("WHERE command = ?", (command,)) if command else ("", ())
+        rows = self._rows(
+            "SELECT run_id, started_at, finished_at, command, tier, status, host, node_count, summary "
+            f"FROM runs {where} ORDER BY started_at DESC, id DESC LIMIT ?",
+            (*params, max(limit, 0)),
+        )
+        return [RunInfo(*row[:8], summary=json.loads(row[8])) for row in rows]
+
+    def node_runs(self, node: str, limit: int, command: str | None = None) -> list[NodeRun]:
+        """A node's newest `limit` results (in `command`'s runs, where given), newest first."""
+        where, params = ("AND r.command = ?", (command,)) if command else ("", ())
+        rows = self._rows(
+            "SELECT r.run_id, n.started_at, r.command, r.tier, n.status, n.fabric FROM run_nodes n "
+            f"JOIN runs r ON r.id = n.run WHERE n.node = ? {where} ORDER BY n.started_at DESC, n.run DESC LIMIT ?",
+            (node, *params, max(limit, 0)),
+        )
+        return [NodeRun(*row) for row in rows]
+
+    def node_statuses(self, nodes: list[str], limit: int, command: str | None = None) -> dict[str, list[str]]:
+        """Each node's last `limit` statuses, oldest first (of `command`'s runs, where given).
+
+        One query for all nodes: the names go into a temporary table, and for each the
+        index on (node, started_at) is entered at its `limit`-th newest row (CROSS JOIN
+        keeps the names as the outer loop; the planner would otherwise scan every row).
+        """
+        if limit <= 0 or not nodes:
+            return {}
+        cmd_filter = "AND run IN (SELECT id FROM runs WHERE command = :command)" if command else ""
+        sql = f"""
+            SELECT n.node, n.started_at, n.run, n.status FROM temp.hc_wanted w
+            CROSS JOIN run_nodes n ON n.node = w.name AND n.started_at >= coalesce((
+                SELECT started_at FROM run_nodes WHERE node = w.name {cmd_filter}
+                ORDER BY started_at DESC LIMIT 1 OFFSET :skip), '')
+            {"WHERE n.run IN (SELECT id FROM runs WHERE command = :command)" if command else ""}
+        """
+        try:
+            db = self.db
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS hc_wanted (name TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM temp.hc_wanted")
+            db.executemany("INSERT OR IGNORE INTO temp.hc_wanted (name) VALUES (?)", ((n,) for n in nodes))
+            rows = db.execute(sql, {"skip": limit - 1, "command": command}).fetchall()
+        except sqlite3.Error as exc:
+            raise self._fail("read node statuses", exc) from None
+        per_node: dict[str, list[tuple[str, int, str]]] = {}
+        for node, started_at, run, status in rows:
+            per_node.setdefault(node, []).append((started_at, run, status))
+        # runs that started in the same millisecond can put more than `limit` rows past the bound
+        return {node: [s for _, _, s in sorted(items)[-limit:]] for node, items in per_node.items()}
+
+def record_run(report: Report, settings: HistorySettings) -> Optional[str]:
+    """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""
+    history = History.from_settings(settings)
+    if history is None:
+        return None
+    try:
+        with history:
+            history.record(report)
+            history.prune(settings.keep_runs)
+    except HcError as exc:
+        return f"run not recorded in history: {exc}"
+    return None
