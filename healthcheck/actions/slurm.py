@@ -94,11 +94,14 @@ class SlurmClient:
             delay *= 2
         return last
 
-    def nodes(self, names: Optional[str] = None) -> tuple[dict[str, SlurmNode], Optional[str]]:
-        """State of `names` (a hostlist) or of every node; (nodes, error message)."""
+    def nodes(self, names: Optional[str] = None, partition: Optional[str] = None
+              ) -> tuple[dict[str, SlurmNode], Optional[str]]:
+        """State of `names` (a hostlist), of a partition, or of every node; (nodes, error)."""
         argv = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
         if names:
             argv += ("-n", names)
+        if partition:
+            argv += ("-p", partition)
         r = self._call(argv)
         if not r.ok:
             return {}, r.message

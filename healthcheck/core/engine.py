@@ -84,8 +84,13 @@ def run_checks(
     *,
     deadline: Optional[float] = None,
     mode: str = "local",
+    budget_floor: float = 0.0,
 ) -> tuple[NodeResult, bool]:
-    """Run `specs` on the node; returns its result and whether work was abandoned."""
+    """Run `specs` on the node; returns its result and whether work was abandoned.
+
+    budget_floor: the least time any fact gets (commands over SSH take longer than the
+    local budgets assume).
+    """
     limits = node_config.limits
     ctx = dataclasses.replace(ctx, limits=limits)
     skipped: dict[str, str] = {}
@@ -99,7 +104,7 @@ def run_checks(
     needs: dict[str, float] = {}
     for spec in runnable:
         for fact in spec.needs + spec.optional:
-            needs[fact] = max(needs.get(fact, 0.0), spec.budget_s)
+            needs[fact] = max(needs.get(fact, 0.0), spec.budget_s, budget_floor)
     gather_start = time.monotonic()
     facts, abandoned = gather(needs, ctx, deadline)
     gather_s = time.monotonic() - gather_start
@@ -182,9 +187,10 @@ def _stamp(f: Finding, node_config: NodeConfig, check: str) -> Finding:
     )
 
 
-def unreachable_result(node: str, fabric: str, message: str, mode: str, evidence: Optional[str] = None) -> NodeResult:
+def unreachable_result(node: str, fabric: str, message: str, mode: str, evidence: Optional[str] = None,
+                       value: Any = None) -> NodeResult:
     """The result of a node that could not be checked at all: ERROR, never FAIL."""
-    f = catalogue.UNREACHABLE(Status.ERROR, message, evidence=evidence)
+    f = catalogue.UNREACHABLE(Status.ERROR, message, evidence=evidence, value=value)
     f = msgspec.structs.replace(
         f, node=node, check="hc.reach", subject=node, hint=catalogue.UNREACHABLE.hint,
         suggested_action=catalogue.UNREACHABLE.action, fingerprint=fingerprint(node, "hc.reach", node, f.id),

@@ -10,11 +10,12 @@ from healthcheck.core.errors import UsageError
 # RFC 1123 labels (letters, digits, hyphens; no leading hyphen), dots between labels.
 # Stricter than what Slurm accepts, on purpose: a node name reaches scontrol and ssh.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_NODE_RE = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+_NODE_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
 def is_valid_node_name(name: str) -> bool:
-    return len(name) <= 253 and bool(_NODE_RE.match(name))
+    # fullmatch: "$" would also accept a name followed by a newline
+    return len(name) <= 253 and bool(_NODE_RE.fullmatch(name))
 
 
 def check_node_name(name: str) -> str:

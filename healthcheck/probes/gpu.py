@@ -140,3 +140,41 @@ def kernel_gpu_log(ctx: ProbeContext):
     log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=_boot_time(ctx)), text, how) if text.strip() else parse_kernel_log("")
     start = ctx.params.get("since")
     return since(log, float(start)) if start is not None else log
+
+
+# ---------------------------------------------------------------- agentless (ssh)
+
+
+@provides("gpus", "ssh")
+def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
+    """`nvidia-smi -q` on a node reached without hc: the same facts, from text."""
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    result = ctx.runner.run(("nvidia-smi", "-q"), timeout_s=ctx.timeout_s)
+    if result.not_found:
+        return GpuFacts(source="nvidia-smi -q", init_error="nvidia-smi not found (no NVIDIA driver installed)")
+    if result.timed_out:
+        raise ProbeError("timeout", f"nvidia-smi -q did not finish within {ctx.timeout_s:g}s (a hung GPU?)")
+    # a driver failure is printed instead of a report, with a non-zero exit: the parser
+    # turns it into init_error, which the checks judge
+    return ctx.parse(parse_nvidia_smi_q, result.stdout + result.stderr, "nvidia-smi -q")
+
+
+@provides("kernel_gpu_log", "ssh")
+def kernel_gpu_log_ssh(ctx: ProbeContext):
+    from healthcheck.parsers.xid import parse_kernel_log, since
+
+    attempts = (("dmesg", "--time-format", "iso"), ("dmesg",), ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
+    last = None
+    for argv in attempts:
+        result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
+        if result.ok:
+            text = "\n".join(l for l in result.stdout.splitlines() if "NVRM" in l or "nvswitch" in l or "Xid" in l)
+            log = ctx.parse(parse_kernel_log, text, " ".join(argv)) if text else parse_kernel_log("")
+            start = ctx.params.get("since")
+            return since(log, float(start)) if start is not None else log
+        if result.timed_out:
+            raise ProbeError("timeout", f"{' '.join(argv)} did not finish within {ctx.timeout_s:g}s")
+        last = result
+    detail = (last.stderr or last.stdout).strip()[-300:] if last is not None else ""
+    raise ProbeError("failed", f"cannot read the kernel log (dmesg, journalctl): {detail}", detail or None)

@@ -87,3 +87,50 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
                 counters[f.name] = int(value)
         out.append(IbPortCounters(ca=ca, port=num, counters=counters))
     return IbCounters(ports=out)
+
+
+# ---------------------------------------------------------------- agentless (ssh)
+
+
+@provides("ib_ports", "ssh")
+def ib_ports_ibstat(ctx: ProbeContext) -> IbPorts:
+    from healthcheck.parsers.ibstat import parse_ibstat
+
+    # Empty output with exit 0 is ibstat's "no HCA": parsed to zero ports, never healthy
+    # where the fabric expects HCAs.
+    result = ctx.run_checked(("ibstat",))
+    return ctx.parse(parse_ibstat, result.stdout, "ibstat")
+
+
+@provides("ib_counters", "ssh")
+def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
+    """`perfquery -x -C CA -P PORT` per port ibstat lists; where perfquery cannot reach
+    the MAD layer (no umad access), the same counters from sysfs."""
+    from healthcheck.parsers.perfquery import parse_perfquery
+
+    ports = ib_ports_ibstat(ctx).ports
+    out = []
+    for port in ports:
+        result = ctx.runner.run(("perfquery", "-x", "-C", port.ca, "-P", str(port.port)), timeout_s=ctx.timeout_s)
+        if result.ok:
+            parsed = ctx.parse(lambda t: parse_perfquery(t, ca=port.ca), result.stdout, "perfquery -x")
+            out.extend(IbPortCounters(ca=port.ca, port=port.port, lid=p.lid, counters=p.counters) for p in parsed.ports)
+            continue
+        if result.timed_out:
+            raise ProbeError("timeout", f"perfquery -x -C {port.ca} -P {port.port} did not finish within {ctx.timeout_s:g}s")
+        out.append(_sysfs_counters_over_shell(ctx, port.ca, port.port, result.stdout + result.stderr))
+    return IbCounters(ports=out)
+
+
+def _sysfs_counters_over_shell(ctx: ProbeContext, ca: str, port: int, why: str) -> IbPortCounters:
+    directory = f"{SYSFS_IB}/{ca}/ports/{port}/counters"
+    result = ctx.runner.run(("grep", "-rH", "", directory), timeout_s=ctx.timeout_s)
+    counters: dict[str, int] = {}
+    for line in result.stdout.splitlines():
+        path, _, value = line.rpartition(":")
+        if value.strip().isdigit():
+            counters[path.rsplit("/", 1)[-1]] = int(value)
+    if not counters:
+        raise ProbeError("failed", f"no counters for {ca}/{port}: perfquery failed and {directory} is unreadable",
+                         (why + result.stderr)[-2000:] or None)
+    return IbPortCounters(ca=ca, port=port, counters=counters)

@@ -86,3 +86,44 @@ def processes(ctx: ProbeContext) -> Processes:
         except OSError:
             continue  # the process exited while we looked
     return Processes(frozenset(names))
+
+
+# ---------------------------------------------------------------- agentless (ssh)
+
+
+@provides("meminfo", "ssh")
+def meminfo_ssh(ctx: ProbeContext) -> MemInfo:
+    return ctx.parse(parse_meminfo, ctx.run_checked(("cat", "/proc/meminfo")).stdout, "/proc/meminfo")
+
+
+@provides("mounts", "ssh")
+def mounts_ssh(ctx: ProbeContext) -> Mounts:
+    return ctx.parse(parse_mounts, ctx.run_checked(("cat", "/proc/self/mounts")).stdout, "/proc/self/mounts")
+
+
+@provides("disk_space", "ssh")
+def disk_space_ssh(ctx: ProbeContext) -> DiskSpace:
+    paths = sorted(ctx.limits.sys.disk_free_min_gib) if ctx.limits is not None else []
+    if not paths:
+        return DiskSpace([])
+    # stat -f: one line per path it could stat ("path<TAB>avail<TAB>bsize<TAB>blocks"),
+    # exit 1 when some path is missing
+    result = ctx.run_checked(("stat", "-f", "-c", "%n\t%a\t%S\t%b", "--", *paths), ok_codes=(0, 1))
+    seen: dict[str, PathSpace] = {}
+    for line in result.stdout.splitlines():
+        parts = line.rsplit("\t", 3)
+        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            path, avail, bsize, blocks = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+            seen[path] = PathSpace(path=path, exists=True, free_bytes=avail * bsize, total_bytes=blocks * bsize)
+    return DiskSpace([seen.get(p, PathSpace(path=p, exists=False)) for p in paths])
+
+
+@provides("processes", "ssh")
+def processes_ssh(ctx: ProbeContext) -> Processes:
+    names: set[str] = set()
+    for column in ("comm=", "args="):
+        for line in ctx.run_checked(("ps", "-e", "-o", column)).stdout.splitlines():
+            word = line.strip().split(" ", 1)[0] if line.strip() else ""
+            if word:
+                names.add(os.path.basename(word))
+    return Processes(frozenset(names))

@@ -209,6 +209,14 @@ class Config:
                 notes.append(f"{self.doc.where(('overrides', pattern))}: override {pattern} matches no node pattern")
         return notes
 
+    def remote_args(self) -> list[str]:
+        """`--config PATH` for hc runs on other nodes (agent mode, srun tasks): the same
+        file, which must then be readable at that path there (shared filesystem or
+        config management). With the embedded default, nodes use their own config."""
+        if self.path.resolve() == EMBEDDED_DEFAULT.resolve():
+            return []
+        return ["--config", str(self.path.resolve())]
+
     @property
     def digest(self) -> str:
         """sha256 over the main file and every fabric file hc could read: which config made a report."""

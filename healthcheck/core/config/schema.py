@@ -184,6 +184,9 @@ class SlurmSettings(Strict):
 
     scontrol: str = "scontrol"
     sinfo: str = "sinfo"
+    srun: str = "srun"
+    remote_hc: str = "hc"  # how a sweep's srun tasks run hc on the nodes
+    sweep_timeout_s: float = 1800.0  # a whole `hc sweep --via slurm`
     # sinfo/scontrol retry internally for MessageTimeout (10 s by default) before they
     # report a dead controller; give them longer so Slurm's own message is kept
     command_timeout_s: float = 15.0

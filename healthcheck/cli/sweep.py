@@ -1,0 +1,81 @@
+"""`hc sweep`: check a set of nodes (hostlist, hostfile or partition) over SSH or through
+Slurm, add fleet findings, and optionally drain and resume through the Slurm policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from healthcheck.cli.app import App, config_option, exit_code_for, fail_level_option, format_option, output_option, tier_option
+from healthcheck.cli.node import mode_option, parse_since, since_option
+
+
+@click.command()
+@click.option("--nodes", "hostlist", help="Nodes as a hostlist, e.g. 'gpu[001-128]'.")
+@click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False),
+              help="A hostfile: one node per line, or MPI 'host slots=N' / 'host:N' lines.")
+@click.option("--partition", help="Every node of a Slurm partition that is up and not drained by someone else.")
+@click.option("--via", type=click.Choice(["ssh", "slurm"]), default="ssh", show_default=True, envvar="HC_VIA",
+              help="ssh: hc connects to each node (bounded fan-out); slurm: one srun task per node runs hc there.")
+@mode_option
+@tier_option(default="standard")
+@click.option("--checks", "only", default="", help="Only these checks or families, comma-separated.")
+@since_option
+@click.option("--act", is_flag=True, help="Drain FAIL nodes and resume fixed ones (policy and blast-radius guard apply).")
+@click.option("--dry-run", is_flag=True, envvar="HC_DRY_RUN", help="With --act: print the scontrol commands only.")
+@config_option
+@format_option
+@output_option
+@fail_level_option
+def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional[str], via: str, mode: str,
+          tier: str, only: str, since: str, act: bool, dry_run: bool, config_path: Optional[Path], fmt: str,
+          output: Optional[Path], fail_level: str) -> int:
+    """Check many nodes at once and merge one report (fleet drift, outliers and flaps included).
+
+    Exit codes as for `hc node`; 5 when --act was refused by the blast-radius guard.
+    """
+    from healthcheck.core.errors import ExitCode, HcError
+    from healthcheck.core.multirun import partition_nodes, progress_printer, run_many
+    from healthcheck.core.nodes import expand
+    from healthcheck.core.registry import select
+
+    chosen = [x for x in (hostlist, hostfile, partition) if x]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --nodes, --hostfile, --partition")
+    if dry_run and not act:
+        raise click.UsageError("--dry-run only applies with --act")
+    app = App(config_path, fmt)
+    checks = [s for s in only.split(",") if s]
+    select(tier, checks)
+    if hostlist:
+        names = expand([hostlist])
+    elif hostfile:
+        from healthcheck.parsers.hostfile import parse_hostfile
+
+        try:
+            text = hostfile.read_text(errors="replace")
+        except OSError as exc:
+            raise HcError(f"{hostfile}: cannot read: {exc.strerror or exc}") from None
+        try:
+            names = parse_hostfile(text)
+        except HcError as exc:
+            raise HcError(f"{hostfile}: {exc}") from None
+    else:
+        names, skipped = partition_nodes(app.config, partition)
+        for line in skipped:
+            click.echo(f"hc: skipped {line}", err=True)
+        if not names:
+            raise HcError(f"partition {partition!r}: no node to check (all down or drained by someone else)")
+    progress = progress_printer(len(names)) if via == "ssh" else None
+    run = run_many(app.config, names, command="sweep", via=via, mode=mode, tier=tier, only=checks,
+                   since=parse_since(since), act=act, dry_run=dry_run, on_done=progress)
+    for warning in run.warnings:
+        click.echo(f"hc: warning: {warning}", err=True)
+    for message in run.messages:
+        click.echo(message, err=True)
+    app.emit_report(run.report, output=output)
+    if run.guarded:
+        return int(ExitCode.GUARD)
+    return int(exit_code_for(run.report.status, fail_level))

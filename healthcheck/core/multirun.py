@@ -1,0 +1,143 @@
+"""A run over many nodes (`hc node NODES`, `hc sweep`): check them over SSH or through
+Slurm, add the findings no single node can give (drift, outliers, flaps), act in Slurm
+if asked (the same policy and guard as the hooks), and record the run in the history."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from healthcheck.core.config import Config
+from healthcheck.core.model import NodeResult, Report
+from healthcheck.report.build import make_report, utc_now
+
+
+@dataclass
+class MultiRun:
+    report: Report
+    guarded: bool = False
+    warnings: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)  # --dry-run commands
+
+
+def run_many(
+    config: Config,
+    nodes: list[str],
+    *,
+    command: str,
+    via: str = "ssh",
+    mode: str = "auto",
+    tier: str = "quick",
+    only: Iterable[str] = (),
+    since: Optional[float] = None,
+    act: bool = False,
+    dry_run: bool = False,
+    on_done: Optional[Callable[[str, NodeResult], None]] = None,
+    env: Optional[dict] = None,
+) -> MultiRun:
+    started = utc_now()
+    only = list(only)
+    if via == "slurm":
+        from healthcheck.core.srun import check_over_srun
+
+        results = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env)
+    else:
+        from healthcheck.core.remote import check_over_ssh
+
+        results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
+                                 on_done=on_done)
+    warnings: list[str] = []
+    history = _history(config, warnings)
+    if len(results) > 1 or history is not None:
+        from healthcheck.fleet import analyse
+
+        statuses = None
+        if history is not None:
+            try:
+                # the same command only: a quick prologue and a deep sweep disagreeing is no flap
+                statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=command)
+            except Exception as exc:
+                warnings.append(f"history not read: {exc}")
+        results = analyse(results, config.main.fleet, statuses)
+    report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
+                         started=started, finished=utc_now(), nodes=results)
+    run = MultiRun(report=report, warnings=warnings)
+    if act:
+        from healthcheck.actions.apply import act as act_in_slurm
+        from healthcheck.actions.apply import with_outcome
+        from healthcheck.actions.audit import AuditLog
+        from healthcheck.actions.slurm import SlurmClient
+
+        settings = config.main.slurm
+        outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=env),
+                               audit=AuditLog(Path(settings.audit_log)), resume=True, dry_run=dry_run)
+        run.report = with_outcome(report, outcome)
+        run.guarded = outcome.guarded
+        run.messages = outcome.messages
+    if history is not None:
+        try:
+            history.record(run.report)
+            history.prune(config.main.history.keep_runs)
+        except Exception as exc:  # history is a convenience: never lose the run over it
+            warnings.append(f"history not written: {exc}")
+    return run
+
+
+def _history(config: Config, warnings: list[str]):
+    path = config.main.history.path
+    if not path:
+        return None
+    try:
+        from healthcheck.report.history import History
+
+        return History(Path(path).expanduser())
+    except Exception as exc:
+        warnings.append(f"history unavailable ({path}): {exc}")
+        return None
+
+
+def partition_nodes(config: Config, partition: str, env: Optional[dict] = None) -> tuple[list[str], list[str]]:
+    """Nodes of a partition worth checking, and the skipped ones with why: down nodes and
+    nodes drained for reasons hc did not write are left alone."""
+    from healthcheck.actions.slurm import SlurmClient
+    from healthcheck.core.errors import HcError
+
+    states, error = SlurmClient(config.main.slurm, env=env).nodes(partition=partition)
+    if error is not None:
+        raise HcError(f"cannot list partition {partition!r}: {error}")
+    if not states:
+        raise HcError(f"partition {partition!r} has no nodes (or does not exist)")
+    keep, skipped = [], []
+    for name, state in sorted(states.items()):
+        if "down" in state.state or not state.responding:
+            skipped.append(f"{name} ({state.state}{'' if state.responding else ', not responding'})")
+        elif state.drained and not state.drained_by_hc:
+            skipped.append(f"{name} (drained by someone else: {state.reason or 'no reason'})")
+        else:
+            keep.append(name)
+    return keep, skipped
+
+
+def progress_printer(total: int) -> Optional[Callable[[str, NodeResult], None]]:
+    """A progress bar on a terminal (stderr), nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    import click
+
+    import threading
+
+    bar = click.progressbar(length=total, label="checking", file=sys.stderr, show_pos=True)
+    bar.__enter__()
+    done = [0]
+    lock = threading.Lock()  # workers finish from many threads at once
+
+    def on_done(node: str, result: NodeResult) -> None:
+        with lock:
+            done[0] += 1
+            bar.update(1)
+            if done[0] == total:
+                bar.__exit__(None, None, None)
+
+    return on_done

@@ -1,0 +1,111 @@
+"""Check nodes from elsewhere (a login node): over SSH, in agent or agentless mode.
+
+Agent mode: hc is installed on the node; run `hc node --local --format json` there
+(GPU checks need NVML in-process on the node) and take its report. Agentless: run the
+tools (`ip -j link`, `ibstat`, `perfquery -x`, `nvidia-smi -q`, ...) over SSH and parse
+their output here with the same parsers. `auto` uses the agent where `hc` is on the
+node's PATH. Failures stay with their node: it is ERROR, the others finish.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Callable, Iterable, Optional
+
+import msgspec
+
+from healthcheck.core.config import Config
+from healthcheck.core.engine import run_checks, unreachable_result
+from healthcheck.core.errors import ConfigError, HcError
+from healthcheck.core.facts import ProbeContext
+from healthcheck.core.model import NodeResult
+from healthcheck.core.registry import select
+
+MODES = ("auto", "agent", "agentless")
+
+
+def check_over_ssh(
+    config: Config,
+    nodes: list[str],
+    *,
+    tier: str,
+    only: Iterable[str] = (),
+    mode: str = "auto",
+    params: Optional[dict] = None,
+    on_done: Optional[Callable[[str, NodeResult], None]] = None,
+) -> list[NodeResult]:
+    from healthcheck.runners.ssh import fan_out
+
+    settings = config.main.ssh
+    only = list(only)
+    specs = select(tier, only)
+    fabrics = {node: config.fabric_of(node) for node in nodes}  # config errors stop the run here
+
+    def work(node: str) -> NodeResult:
+        try:
+            return _check_one(config, node, fabrics[node], specs=specs, tier=tier, only=only, mode=mode,
+                              params=params or {})
+        except ConfigError:
+            raise
+        except Exception as exc:  # one node's surprise must not end the sweep
+            return unreachable_result(node, fabrics[node], f"{type(exc).__name__}: {exc}", mode)
+
+    results = fan_out(nodes, work, max_parallel=settings.max_parallel, on_done=on_done)
+    return [results[n] for n in nodes]
+
+
+def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only: list[str], mode: str,
+               params: dict) -> NodeResult:
+    from healthcheck.runners.ssh import SshConnection, SshError
+
+    settings = config.main.ssh
+    deadline = time.monotonic() + settings.node_timeout_s
+    conn = SshConnection(node, settings)
+    try:
+        conn.connect()
+    except SshError as exc:
+        return unreachable_result(node, fabric, exc.message, mode if mode != "auto" else "agentless",
+                                  value=exc.kind)
+    try:
+        chosen = mode
+        if mode == "auto":
+            probe = conn.run(("sh", "-c", f"command -v {shlex.quote(settings.remote_hc)}"), timeout_s=settings.command_timeout_s)
+            chosen = "agent" if probe.ok and probe.stdout.strip() else "agentless"
+        if chosen == "agent":
+            return _agent(conn, node, fabric, settings, tier=tier, only=only, params=params, deadline=deadline,
+                          config_args=config.remote_args())
+        ctx = ProbeContext(runner=conn, transport="ssh", params={k: v for k, v in params.items() if v is not None})
+        result, _ = run_checks(config.for_node(node), specs, ctx, deadline=deadline, mode="agentless",
+                               budget_floor=settings.command_timeout_s)
+        return result
+    finally:
+        conn.close()
+
+
+def _agent(conn, node: str, fabric: str, settings, *, tier: str, only: list[str], params: dict,
+           deadline: float, config_args: list[str]) -> NodeResult:
+    from healthcheck.report.jsonio import decode
+
+    argv = [settings.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config_args]
+    if only:
+        argv += ["--checks", ",".join(only)]
+    if params.get("since") is not None:
+        argv += ["--since", str(params["since"])]
+    timeout = max(1.0, deadline - time.monotonic())
+    result = conn.run(tuple(argv), timeout_s=timeout, env={"HC_NODE_NAME": node})
+    if result.timed_out:
+        return unreachable_result(node, fabric, f"hc on {node} did not finish within {timeout:.0f}s", "agent")
+    if result.error:
+        return unreachable_result(node, fabric, f"{node}: {result.error}", "agent")
+    if result.returncode not in (0, 1, 2, 3):
+        said = (result.stderr or result.stdout).strip().splitlines()
+        return unreachable_result(node, fabric, f"hc on {node} exited {result.returncode}: {said[-1] if said else ''}",
+                                  "agent", evidence=result.stderr[-2000:] or None)
+    try:
+        report = decode(result.stdout.encode(), f"hc on {node}")
+    except HcError as exc:
+        return unreachable_result(node, fabric, str(exc), "agent", evidence=result.stdout[-2000:] or None)
+    if len(report.nodes) != 1:
+        return unreachable_result(node, fabric, f"hc on {node} reported {len(report.nodes)} nodes", "agent")
+    return msgspec.structs.replace(report.nodes[0], node=node, mode="agent")

@@ -1,0 +1,154 @@
+"""The agentless (ssh-transport) providers, fed by a local runner: the same commands and
+parsers that run over SSH, on this machine's real tools."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from support import write_stub
+
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.config.schema import Fabric
+from healthcheck.core.engine import run_checks
+from healthcheck.core.facts import ProbeContext, provider_for
+from healthcheck.core.registry import select
+from healthcheck.core.status import Status
+from healthcheck.runners.local import LocalRunner
+
+CFG = Config(EMBEDDED_DEFAULT)
+
+
+def ssh_ctx(path=None, limits=None, **params) -> ProbeContext:
+    env = {"PATH": path} if path else None
+    return ProbeContext(runner=LocalRunner(env=env), transport="ssh", limits=limits or CFG.fabric("generic"),
+                        params=params, timeout_s=10)
+
+
+def test_every_fact_has_an_ssh_provider():
+    from healthcheck.checks import load_all
+    from healthcheck.core.registry import REGISTRY
+
+    load_all()
+    facts = {f for spec in REGISTRY.values() for f in spec.needs + spec.optional}
+    for fact in facts:
+        provider_for(fact, "ssh")  # raises when missing
+
+
+def test_meminfo_mounts_processes_disk_over_the_ssh_providers(tmp_path):
+    limits = msgspec.convert({"sys": {"disk_free_min_gib": {str(tmp_path): 0.0001, "/no/such": 1}}}, Fabric)
+    ctx = ssh_ctx(limits=limits)
+    assert provider_for("meminfo", "ssh")(ctx).total_kib > 0
+    assert provider_for("mounts", "ssh")(ctx).at("/")
+    assert "python3" in " ".join(provider_for("processes", "ssh")(ctx).names) or provider_for("processes", "ssh")(ctx).names
+    space = {p.path: p for p in provider_for("disk_space", "ssh")(ctx).paths}
+    assert space[str(tmp_path)].free_bytes > 0 and not space["/no/such"].exists
+
+
+def test_ibstat_without_hca_is_zero_ports_and_perfquery_per_port(tmp_path):
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "ibstat", "exit 0\n")
+    ctx = ssh_ctx(f"{bin_dir}:/usr/bin:/bin")
+    assert provider_for("ib_ports", "ssh")(ctx).ports == []
+    assert provider_for("ib_counters", "ssh")(ctx).ports == []
+
+
+def test_ibstat_and_perfquery_stand_ins_from_the_corpus(tmp_path):
+    from support import CORPUS
+
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "ibstat", f"exec /bin/cat {CORPUS / 'ibstat/h100-roce-down-polling.txt'}\n")
+    write_stub(bin_dir, "perfquery", f"exec /bin/cat {CORPUS / 'perfquery/switch-port-xmitdiscards-linkdowned.txt'}\n")
+    ctx = ssh_ctx(f"{bin_dir}:/usr/bin:/bin")
+    ports = provider_for("ib_ports", "ssh")(ctx)
+    counters = provider_for("ib_counters", "ssh")(ctx)
+    assert len(ports.ports) == 12 and len(counters.ports) == 12
+    assert counters.ports[0].ca == "mlx5_0" and counters.ports[0].counters["link_downed"] == 1
+
+
+def test_perfquery_failure_falls_back_to_sysfs_counters(tmp_path):
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "ibstat", "printf \"CA 'mlx5_0'\\n\\tPort 1:\\n\\t\\tState: Active\\n\\t\\tPhysical state: LinkUp\\n\\t\\tRate: 400\\n\"\n")
+    write_stub(bin_dir, "perfquery", "echo 'ibwarn: can't open UMAD port' >&2; exit 255\n")
+    write_stub(bin_dir, "grep", "echo '/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error:7'\n")
+    ctx = ssh_ctx(f"{bin_dir}:/usr/bin:/bin")
+    (port,) = provider_for("ib_counters", "ssh")(ctx).ports
+    assert port.counters == {"symbol_error": 7}
+
+
+def test_nvidia_smi_missing_means_no_driver_and_a_report_is_parsed(tmp_path):
+    from support import CORPUS
+
+    ctx = ssh_ctx(str(tmp_path / "empty"))
+    assert "nvidia-smi not found" in provider_for("gpus", "ssh")(ctx).init_error
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "nvidia-smi", f"exec /bin/cat {CORPUS / 'nvidia-smi-q/h100-8gpu-driver-535.161.08.txt'}\n")
+    facts = provider_for("gpus", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    assert len(facts.gpus) == 8 and facts.source == "nvidia-smi -q"
+
+
+def test_nvidia_smi_driver_failure_is_an_init_error(tmp_path):
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "nvidia-smi", "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                                      "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    facts = provider_for("gpus", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    assert facts.init_error and not facts.gpus
+
+
+def test_kernel_log_over_dmesg_stand_in_with_a_window(tmp_path):
+    from support import CORPUS
+
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "dmesg", f"exec /bin/cat {CORPUS / 'xid-dmesg/xid48-63-94-dbe-rowremap-contained.txt'}\n")
+    log = provider_for("kernel_gpu_log", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    assert {x.code for x in log.xids} == {48, 63, 94}
+    later = provider_for("kernel_gpu_log", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin", since=2e9))
+    assert later.xids == []
+
+
+def test_agentless_h100_node_from_stand_ins_through_the_engine(tmp_path):
+    from support import CORPUS
+
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "nvidia-smi", f"exec /bin/cat {CORPUS / 'nvidia-smi-q/h100-8gpu-driver-535.161.08.txt'}\n")
+    write_stub(bin_dir, "ibstat", f"exec /bin/cat {CORPUS / 'ibstat/h100-ib-some-down-disabled.txt'}\n")
+    write_stub(bin_dir, "dmesg", "exit 0\n")
+    ctx = ProbeContext(runner=LocalRunner(env={"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}), transport="ssh")
+    data, prov = CFG.fabric_raw("h100-ndr400")
+    from healthcheck.core.config.loader import NodeConfig, _convert
+
+    nc = NodeConfig("gpu017", "h100-ndr400", _convert(data, Fabric, prov, None), prov)
+    result, _ = run_checks(nc, select("quick", ["gpu", "ib.port_state"]), ctx, mode="agentless", budget_floor=10)
+    assert result.mode == "agentless"
+    statuses = {c.name: c.status for c in result.checks}
+    assert statuses["ib.port_state"] is Status.PASS and statuses["gpu.count"] is Status.PASS
+    # the capture's real HW power brake on every GPU
+    assert {f.id for f in result.findings} == {"gpu.E030"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a1\na2 slots=4\n# c\n\nb[1-2]:8\n", ["a1", "a2", "b1", "b2"]),
+    ("x y z\n", ["x"]),
+    ("a1\na1 slots=2\n", ["a1"]),
+])
+def test_hostfile_forms(text, expected):
+    from healthcheck.parsers.hostfile import parse_hostfile
+
+    assert parse_hostfile(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "# only comments\n", "bad;name\n", "gpu[1-\n", "a_b\n"])
+def test_bad_hostfiles(text):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers.hostfile import parse_hostfile
+
+    with pytest.raises(ParseError):
+        parse_hostfile(text)
+
+
+def test_shipped_hostfile_examples_parse():
+    from support import REPO
+
+    from healthcheck.parsers.hostfile import parse_hostfile
+
+    for path in sorted((REPO / "hostfiles").glob("*.txt")):
+        assert parse_hostfile(path.read_text()), path
