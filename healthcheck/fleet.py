@@ -96,12 +96,15 @@ def analyse(
     """
     drift_groups, outlier_groups = _collect(nodes, settings)
     extra: dict[int, list[Finding]] = {}
-    for key, group in drift_groups.items():
-        for i, f in _drift(key, group):
-            extra.setdefault(i, []).append(f)
-    for key, group in outlier_groups.items():
-        for i, f in _outliers(key, group, settings):
-            extra.setdefault(i, []).append(f)
+    for groups, judge in ((drift_groups, _drift), (outlier_groups, lambda k, g: _outliers(k, g, settings))):
+        for key, group in groups.items():
+            # a node whose component a check already found WARN or FAIL is explained: it
+            # neither gets a fleet finding nor sways the norm the others are judged by
+            judged = [i for i in group.values if _already_judged(nodes[i], key[2])]
+            for i in judged:
+                del group.values[i]
+            for i, f in judge(key, group):
+                extra.setdefault(i, []).append(f)
     if history:
         for i, node in enumerate(nodes):
             if node.error is None and node.node in history:
@@ -116,6 +119,15 @@ def analyse(
             node, findings=[*node.findings, *stamped], status=worst((node.status, Status.WARN))
         )
     return out
+
+
+def _already_judged(node: NodeResult, component: str) -> bool:
+    """A component a check already found WARN or FAIL needs no fleet finding on top
+    (node3's eth0 at MTU 1500 is net.E001 where the fabric sets an MTU; drift speaks
+    only where no threshold did)."""
+    if not component:
+        return False
+    return any(f.component == component and f.status.rank >= Status.WARN.rank for f in node.findings)
 
 
 # ---------------------------------------------------------------------------- collect

@@ -77,6 +77,25 @@ def gather(
     return results, abandoned
 
 
+def plan_facts(specs: Iterable[CheckSpec], limits: Any, budget_floor: float = 0.0
+               ) -> tuple[list[CheckSpec], dict[str, str], dict[str, float]]:
+    """The checks that apply, those skipped (name -> why), and the facts they need
+    (name -> time budget: the largest budget of the checks that need it)."""
+    skipped: dict[str, str] = {}
+    runnable: list[CheckSpec] = []
+    for spec in specs:
+        reason = spec.applies(limits) if spec.applies is not None else None
+        if reason:
+            skipped[spec.name] = reason
+        else:
+            runnable.append(spec)
+    needs: dict[str, float] = {}
+    for spec in runnable:
+        for fact in spec.needs + spec.optional:
+            needs[fact] = max(needs.get(fact, 0.0), spec.budget_s, budget_floor)
+    return runnable, skipped, needs
+
+
 def run_checks(
     node_config: NodeConfig,
     specs: Iterable[CheckSpec],
@@ -93,18 +112,7 @@ def run_checks(
     """
     limits = node_config.limits
     ctx = dataclasses.replace(ctx, limits=limits)
-    skipped: dict[str, str] = {}
-    runnable: list[CheckSpec] = []
-    for spec in specs:
-        reason = spec.applies(limits) if spec.applies is not None else None
-        if reason:
-            skipped[spec.name] = reason
-        else:
-            runnable.append(spec)
-    needs: dict[str, float] = {}
-    for spec in runnable:
-        for fact in spec.needs + spec.optional:
-            needs[fact] = max(needs.get(fact, 0.0), spec.budget_s, budget_floor)
+    runnable, skipped, needs = plan_facts(specs, limits, budget_floor)
     gather_start = time.monotonic()
     facts, abandoned = gather(needs, ctx, deadline)
     gather_s = time.monotonic() - gather_start

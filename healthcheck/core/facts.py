@@ -86,20 +86,40 @@ class ProbeContext:
 
 
 ProviderFn = Callable[[ProbeContext], Any]
+PrefetchFn = Callable[[ProbeContext], list[tuple[str, ...]]]
 PROVIDERS: dict[tuple[str, str], ProviderFn] = {}
+# the commands a remote provider will run, known before it runs (so the transport can
+# run them for all facts of a node in one session)
+PREFETCH: dict[tuple[str, str], PrefetchFn] = {}
 
 
-def provides(fact: str, transport: str = "local") -> Callable[[ProviderFn], ProviderFn]:
-    """Register a provider of `fact` for `transport`."""
+def provides(fact: str, transport: str = "local", *, prefetch: Optional[PrefetchFn] = None
+             ) -> Callable[[ProviderFn], ProviderFn]:
+    """Register a provider of `fact` for `transport` (and the commands it will run)."""
 
     def register(fn: ProviderFn) -> ProviderFn:
         key = (fact, transport)
         if key in PROVIDERS:
             raise ValueError(f"fact {fact!r} has two providers for transport {transport!r}")
         PROVIDERS[key] = fn
+        if prefetch is not None:
+            PREFETCH[key] = prefetch
         return fn
 
     return register
+
+
+def prefetch_commands(facts: list[str], ctx: ProbeContext) -> list[tuple[str, ...]]:
+    """The commands the providers of `facts` over ctx's transport declare up front."""
+    from healthcheck.probes import load_all
+
+    load_all()
+    out: list[tuple[str, ...]] = []
+    for fact in facts:
+        fn = PREFETCH.get((fact, ctx.transport))
+        if fn is not None:
+            out.extend(fn(ctx))
+    return out
 
 
 def provider_for(fact: str, transport: str) -> ProviderFn:

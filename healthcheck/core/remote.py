@@ -16,11 +16,12 @@ from typing import Callable, Iterable, Optional
 import msgspec
 
 from healthcheck.core.config import Config
-from healthcheck.core.engine import run_checks, unreachable_result
+from healthcheck.core.engine import plan_facts, run_checks, unreachable_result
 from healthcheck.core.errors import ConfigError, HcError
-from healthcheck.core.facts import ProbeContext
+from healthcheck.core.facts import ProbeContext, prefetch_commands
 from healthcheck.core.model import NodeResult
 from healthcheck.core.registry import select
+from healthcheck.runners.batch import prefetch
 
 MODES = ("auto", "agent", "agentless")
 
@@ -75,8 +76,13 @@ def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only
         if chosen == "agent":
             return _agent(conn, node, fabric, settings, tier=tier, only=only, params=params, deadline=deadline,
                           config_args=config.remote_args())
-        ctx = ProbeContext(runner=conn, transport="ssh", params={k: v for k, v in params.items() if v is not None})
-        result, _ = run_checks(config.for_node(node), specs, ctx, deadline=deadline, mode="agentless",
+        node_config = config.for_node(node)
+        ctx = ProbeContext(runner=conn, transport="ssh", params={k: v for k, v in params.items() if v is not None},
+                           limits=node_config.limits)
+        # every command the needed facts will run, in one SSH session (see runners/batch.py)
+        _, _, needs = plan_facts(specs, node_config.limits)
+        ctx.runner = prefetch(conn, prefetch_commands(list(needs), ctx), settings.command_timeout_s)
+        result, _ = run_checks(node_config, specs, ctx, deadline=deadline, mode="agentless",
                                budget_floor=settings.command_timeout_s)
         return result
     finally:

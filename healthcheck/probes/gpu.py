@@ -144,13 +144,17 @@ def kernel_gpu_log(ctx: ProbeContext):
 
 # ---------------------------------------------------------------- agentless (ssh)
 
+NVIDIA_SMI_Q = ("nvidia-smi", "-q")
+KERNEL_LOG_COMMANDS = (("dmesg", "--time-format", "iso"), ("dmesg",),
+                       ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
 
-@provides("gpus", "ssh")
+
+@provides("gpus", "ssh", prefetch=lambda ctx: [NVIDIA_SMI_Q])
 def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
     """`nvidia-smi -q` on a node reached without hc: the same facts, from text."""
     from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
 
-    result = ctx.runner.run(("nvidia-smi", "-q"), timeout_s=ctx.timeout_s)
+    result = ctx.runner.run(NVIDIA_SMI_Q, timeout_s=ctx.timeout_s)
     if result.not_found:
         return GpuFacts(source="nvidia-smi -q", init_error="nvidia-smi not found (no NVIDIA driver installed)")
     if result.timed_out:
@@ -160,13 +164,12 @@ def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
     return ctx.parse(parse_nvidia_smi_q, result.stdout + result.stderr, "nvidia-smi -q")
 
 
-@provides("kernel_gpu_log", "ssh")
+@provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
 def kernel_gpu_log_ssh(ctx: ProbeContext):
     from healthcheck.parsers.xid import parse_kernel_log, since
 
-    attempts = (("dmesg", "--time-format", "iso"), ("dmesg",), ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
     last = None
-    for argv in attempts:
+    for argv in KERNEL_LOG_COMMANDS:
         result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
         if result.ok:
             text = "\n".join(l for l in result.stdout.splitlines() if "NVRM" in l or "nvswitch" in l or "Xid" in l)

@@ -21,6 +21,7 @@ from healthcheck.parsers.ib_common import (
 )
 
 SYSFS_IB = "/sys/class/infiniband"
+IBSTAT = ("ibstat",)
 
 
 def _read(path: Path) -> Optional[str]:
@@ -92,17 +93,17 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
 # ---------------------------------------------------------------- agentless (ssh)
 
 
-@provides("ib_ports", "ssh")
+@provides("ib_ports", "ssh", prefetch=lambda ctx: [IBSTAT])
 def ib_ports_ibstat(ctx: ProbeContext) -> IbPorts:
     from healthcheck.parsers.ibstat import parse_ibstat
 
     # Empty output with exit 0 is ibstat's "no HCA": parsed to zero ports, never healthy
     # where the fabric expects HCAs.
-    result = ctx.run_checked(("ibstat",))
+    result = ctx.run_checked(IBSTAT)
     return ctx.parse(parse_ibstat, result.stdout, "ibstat")
 
 
-@provides("ib_counters", "ssh")
+@provides("ib_counters", "ssh", prefetch=lambda ctx: [IBSTAT])
 def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
     """`perfquery -x -C CA -P PORT` per port ibstat lists; where perfquery cannot reach
     the MAD layer (no umad access), the same counters from sysfs."""

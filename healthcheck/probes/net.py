@@ -9,7 +9,7 @@ IP_LINK = ("ip", "-j", "-d", "link", "show")
 
 
 @provides("ip_links", "local")
-@provides("ip_links", "ssh")
+@provides("ip_links", "ssh", prefetch=lambda ctx: [IP_LINK])
 def ip_links(ctx: ProbeContext) -> IpLinks:
     result = ctx.run_checked(IP_LINK)
     return ctx.parse(parse_ip_link, result.stdout, "ip -j -d link")

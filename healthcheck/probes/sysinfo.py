@@ -90,25 +90,37 @@ def processes(ctx: ProbeContext) -> Processes:
 
 # ---------------------------------------------------------------- agentless (ssh)
 
-
-@provides("meminfo", "ssh")
-def meminfo_ssh(ctx: ProbeContext) -> MemInfo:
-    return ctx.parse(parse_meminfo, ctx.run_checked(("cat", "/proc/meminfo")).stdout, "/proc/meminfo")
-
-
-@provides("mounts", "ssh")
-def mounts_ssh(ctx: ProbeContext) -> Mounts:
-    return ctx.parse(parse_mounts, ctx.run_checked(("cat", "/proc/self/mounts")).stdout, "/proc/self/mounts")
+MEMINFO = ("cat", "/proc/meminfo")
+MOUNTS = ("cat", "/proc/self/mounts")
+PS = (("ps", "-e", "-o", "comm="), ("ps", "-e", "-o", "args="))
 
 
-@provides("disk_space", "ssh")
-def disk_space_ssh(ctx: ProbeContext) -> DiskSpace:
-    paths = sorted(ctx.limits.sys.disk_free_min_gib) if ctx.limits is not None else []
-    if not paths:
-        return DiskSpace([])
+def _stat_paths(ctx: ProbeContext) -> list[str]:
+    return sorted(ctx.limits.sys.disk_free_min_gib) if ctx.limits is not None else []
+
+
+def _stat_argv(ctx: ProbeContext) -> tuple[str, ...]:
     # stat -f: one line per path it could stat ("path<TAB>avail<TAB>bsize<TAB>blocks"),
     # exit 1 when some path is missing
-    result = ctx.run_checked(("stat", "-f", "-c", "%n\t%a\t%S\t%b", "--", *paths), ok_codes=(0, 1))
+    return ("stat", "-f", "-c", "%n\t%a\t%S\t%b", "--", *_stat_paths(ctx))
+
+
+@provides("meminfo", "ssh", prefetch=lambda ctx: [MEMINFO])
+def meminfo_ssh(ctx: ProbeContext) -> MemInfo:
+    return ctx.parse(parse_meminfo, ctx.run_checked(MEMINFO).stdout, "/proc/meminfo")
+
+
+@provides("mounts", "ssh", prefetch=lambda ctx: [MOUNTS])
+def mounts_ssh(ctx: ProbeContext) -> Mounts:
+    return ctx.parse(parse_mounts, ctx.run_checked(MOUNTS).stdout, "/proc/self/mounts")
+
+
+@provides("disk_space", "ssh", prefetch=lambda ctx: [_stat_argv(ctx)] if _stat_paths(ctx) else [])
+def disk_space_ssh(ctx: ProbeContext) -> DiskSpace:
+    paths = _stat_paths(ctx)
+    if not paths:
+        return DiskSpace([])
+    result = ctx.run_checked(_stat_argv(ctx), ok_codes=(0, 1))
     seen: dict[str, PathSpace] = {}
     for line in result.stdout.splitlines():
         parts = line.rsplit("\t", 3)
@@ -118,11 +130,11 @@ def disk_space_ssh(ctx: ProbeContext) -> DiskSpace:
     return DiskSpace([seen.get(p, PathSpace(path=p, exists=False)) for p in paths])
 
 
-@provides("processes", "ssh")
+@provides("processes", "ssh", prefetch=lambda ctx: list(PS))
 def processes_ssh(ctx: ProbeContext) -> Processes:
     names: set[str] = set()
-    for column in ("comm=", "args="):
-        for line in ctx.run_checked(("ps", "-e", "-o", column)).stdout.splitlines():
+    for argv in PS:
+        for line in ctx.run_checked(argv).stdout.splitlines():
             word = line.strip().split(" ", 1)[0] if line.strip() else ""
             if word:
                 names.add(os.path.basename(word))
