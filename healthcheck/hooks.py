@@ -130,6 +130,13 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     report = with_outcome(report, outcome)
     messages = list(outcome.messages)
     messages += _write_report(report, settings.report_dir, node, kind)
+    if kind == "health":
+        # prologue and epilogue run per job: recording them would flood the history
+        from healthcheck.report.history import record_run
+
+        warning = record_run(report, config.main.history)
+        if warning:
+            messages.append(warning)
 
     code = _exit_code(kind, report, outcome)
     return HookResult(report=report, exit_code=code, summary=_summary(kind, node, job, report, outcome, code),

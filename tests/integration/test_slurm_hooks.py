@@ -48,6 +48,7 @@ class HcCluster:
             "  retries: 2\n  retry_backoff_s: 0.2\n"
             f"  drain: {{max_drain_fraction: {fraction}}}\n"
             "  prologue: {deadline_s: 3}\n"
+            f"history: {{path: {self.root}/history.sqlite}}\n"
             + extra
         )
 
