@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-import msgspec
 
 from healthcheck.actions.apply import Outcome, act, run_finding, with_outcome
 from healthcheck.actions.audit import AuditLog

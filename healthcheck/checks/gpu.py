@@ -8,13 +8,13 @@ every GPU check SKIPs.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import msgspec
 
-from healthcheck.core.catalogue import FindingSpec, finding
+from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.model import Finding, Limit, Metric
+from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status
 from healthcheck.parsers.gpu_common import Gpu, GpuFacts

@@ -114,7 +114,7 @@ def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
     for port in ports:
         result = ctx.runner.run(("perfquery", "-x", "-C", port.ca, "-P", str(port.port)), timeout_s=ctx.timeout_s)
         if result.ok:
-            parsed = ctx.parse(lambda t: parse_perfquery(t, ca=port.ca), result.stdout, "perfquery -x")
+            parsed = ctx.parse(lambda t, ca=port.ca: parse_perfquery(t, ca=ca), result.stdout, "perfquery -x")
             out.extend(IbPortCounters(ca=port.ca, port=port.port, lid=p.lid, counters=p.counters) for p in parsed.ports)
             continue
         if result.timed_out:

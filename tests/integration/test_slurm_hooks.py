@@ -12,7 +12,6 @@ import sysconfig
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 from support import FIXTURES, REPO

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
-import msgspec
 import pytest
 
 from healthcheck.actions.audit import AuditLog

@@ -10,7 +10,6 @@ from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding
 from healthcheck.core.registry import NotApplicable
-from healthcheck.core.status import Status
 from healthcheck.checks.ib import counters, port_state
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters, IbPorts
 from healthcheck.parsers.ibstat import parse_ibstat

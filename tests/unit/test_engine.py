@@ -13,7 +13,6 @@ from healthcheck.core.catalogue import finding
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.engine import run_checks
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
-from healthcheck.core.model import Finding
 from healthcheck.core.registry import CheckSpec, select
 from healthcheck.core.status import Status
 from healthcheck.runners.local import LocalRunner

@@ -3,7 +3,6 @@ the real `hc node --local` once per node (the real srun is covered on the rig)."
 
 from __future__ import annotations
 
-import json
 import sys
 
 from support import run_hc, write_stub
