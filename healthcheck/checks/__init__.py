@@ -8,15 +8,9 @@ only place a family is named.
 from __future__ import annotations
 
 FAMILIES = ("net", "ib", "sys", "gpu")
-_loaded = False
 
 
 def load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    import importlib
+    from healthcheck.core.plugins import load
 
-    for name in FAMILIES:
-        importlib.import_module(f"healthcheck.checks.{name}")
-    _loaded = True
+    load(__name__, FAMILIES)

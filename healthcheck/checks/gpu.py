@@ -16,7 +16,7 @@ from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
-from healthcheck.core.status import Status
+from healthcheck.core.status import Status, against_limits
 from healthcheck.parsers.gpu_common import Gpu, GpuFacts
 
 ALL_TIERS_AND_EPILOGUE = ("quick", "standard", "deep", "epilogue")
@@ -310,16 +310,12 @@ def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
         for link in active:
             for name in warn_at:
                 value = getattr(link, name)
-                if value is None:
-                    continue
-                if fail_at[name] is not None and value > fail_at[name]:
-                    yield NVLINK_ERRORS.fail(f"{c} link {link.link} {name} is {value}, above {fail_at[name]}",
-                                             component=f"{c}:link{link.link}:{name}", value=value,
-                                             limit=Limit("<=", fail_at[name], f"gpu.nvlink_errors_fail.{name}"))
-                elif warn_at[name] is not None and value > warn_at[name]:
-                    yield NVLINK_ERRORS.warn(f"{c} link {link.link} {name} is {value}, above {warn_at[name]}",
-                                             component=f"{c}:link{link.link}:{name}", value=value,
-                                             limit=Limit("<=", warn_at[name], f"gpu.nvlink_errors_warn.{name}"))
+                crossed = against_limits(value, fail_at[name], warn_at[name]) if value is not None else None
+                if crossed is not None:
+                    status, at, which = crossed
+                    yield NVLINK_ERRORS(status, f"{c} link {link.link} {name} is {value}, above {at}",
+                                        component=f"{c}:link{link.link}:{name}", value=value,
+                                        limit=Limit("<=", at, f"gpu.nvlink_errors_{which}.{name}"))
 
 
 @check("gpu.versions", tier="standard", needs=("gpus",), findings=(VERSION_MISMATCH, VERSION_INCONSISTENT), budget_s=5.0)

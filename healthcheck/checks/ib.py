@@ -10,6 +10,7 @@ from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric, IbLimits
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
+from healthcheck.core.status import against_limits
 from healthcheck.parsers.ib_common import IbCounters, IbPort, IbPorts
 
 HCA_COUNT = finding(
@@ -119,18 +120,13 @@ def counters(facts: IbCounters, limits: Fabric) -> CheckOutput:
             if value is None:
                 continue
             yield Metric(name, value, component=port.name)
-            fail_at, warn_at = fail_limits[name], warn_limits[name]
-            if fail_at is not None and value > fail_at:
-                yield COUNTER_HIGH.fail(
-                    f"{port.name} {name} is {value}, above {fail_at}",
+            crossed = against_limits(value, fail_limits[name], warn_limits[name])
+            if crossed is not None:
+                status, at, which = crossed
+                yield COUNTER_HIGH(
+                    status,
+                    f"{port.name} {name} is {value}, above {at}",
                     component=f"{port.name}:{name}",
                     value=value,
-                    limit=Limit("<=", fail_at, f"ib.counters_fail.{name}"),
-                )
-            elif warn_at is not None and value > warn_at:
-                yield COUNTER_HIGH.warn(
-                    f"{port.name} {name} is {value}, above {warn_at}",
-                    component=f"{port.name}:{name}",
-                    value=value,
-                    limit=Limit("<=", warn_at, f"ib.counters_warn.{name}"),
+                    limit=Limit("<=", at, f"ib.counters_{which}.{name}"),
                 )

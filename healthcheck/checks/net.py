@@ -98,19 +98,12 @@ def mtu(links: IpLinks, limits: Fabric) -> CheckOutput:
         yield Metric("mtu", link.mtu, "bytes", component=link.name)
         if link.mtu is None:
             continue
-        if net.mtu_min is not None and link.mtu < net.mtu_min:
-            yield MTU_OUT_OF_BOUNDS.warn(
-                f"{link.name} MTU is {link.mtu}, below {net.mtu_min}",
-                component=link.name,
-                value=link.mtu,
-                unit="bytes",
-                limit=Limit(">=", net.mtu_min, "net.mtu_min"),
-            )
-        elif net.mtu_max is not None and link.mtu > net.mtu_max:
-            yield MTU_OUT_OF_BOUNDS.warn(
-                f"{link.name} MTU is {link.mtu}, above {net.mtu_max}",
-                component=link.name,
-                value=link.mtu,
-                unit="bytes",
-                limit=Limit("<=", net.mtu_max, "net.mtu_max"),
-            )
+        for bound, op, word, key in ((net.mtu_min, ">=", "below", "net.mtu_min"), (net.mtu_max, "<=", "above", "net.mtu_max")):
+            if bound is not None and (link.mtu < bound if op == ">=" else link.mtu > bound):
+                yield MTU_OUT_OF_BOUNDS.warn(
+                    f"{link.name} MTU is {link.mtu}, {word} {bound}",
+                    component=link.name,
+                    value=link.mtu,
+                    unit="bytes",
+                    limit=Limit(op, bound, key),
+                )

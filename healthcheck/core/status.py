@@ -38,3 +38,13 @@ def worst(statuses: object, default: Status = Status.PASS) -> Status:
         if result is None or status.rank > result.rank:
             result = status
     return default if result is None else result
+
+
+def against_limits(value: float, fail_above: float | None, warn_above: float | None) -> tuple[Status, float, str] | None:
+    """The status `value` earns against upper limits: (FAIL or WARN, the limit crossed,
+    "fail" or "warn"), or None within both. A limit of None is not checked."""
+    if fail_above is not None and value > fail_above:
+        return Status.FAIL, fail_above, "fail"
+    if warn_above is not None and value > warn_above:
+        return Status.WARN, warn_above, "warn"
+    return None

@@ -5,16 +5,10 @@ Each module registers fact providers with `healthcheck.core.facts.provides`.
 
 from __future__ import annotations
 
-_MODULES = ("net", "ib", "sysinfo", "gpu")
-_loaded = False
+MODULES = ("net", "ib", "sysinfo", "gpu")
 
 
 def load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    import importlib
+    from healthcheck.core.plugins import load
 
-    for name in _MODULES:
-        importlib.import_module(f"healthcheck.probes.{name}")
-    _loaded = True
+    load(__name__, MODULES)
