@@ -318,17 +318,23 @@ def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
                                         limit=Limit("<=", at, f"gpu.nvlink_errors_{which}.{name}"))
 
 
-@check("gpu.versions", tier="standard", needs=("gpus",), findings=(VERSION_MISMATCH, VERSION_INCONSISTENT), budget_s=5.0)
-def versions(facts: GpuFacts, limits: Fabric) -> CheckOutput:
-    """Driver, CUDA and VBIOS versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
+@check("gpu.versions", tier="standard", needs=("gpus",), optional=("shared_libs",),
+       findings=(VERSION_MISMATCH, VERSION_INCONSISTENT), budget_s=5.0)
+def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
+    """Driver, CUDA, VBIOS and NCCL versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
     gl = limits.gpu
     gpus = _gpus(facts, limits)
+    nccl_lib = libs.version_of("libnccl.so") if libs is not None else None
+    nccl = nccl_lib.version if nccl_lib is not None else None
     if facts.driver_version:
         yield Metric("driver_version", facts.driver_version)
     if facts.cuda_version:
         yield Metric("cuda_version", facts.cuda_version)
+    if nccl:
+        yield Metric("nccl_version", nccl)
     for label, have, want, key in (("driver", facts.driver_version, gl.driver_version, "gpu.driver_version"),
-                                   ("CUDA", facts.cuda_version, gl.cuda_version, "gpu.cuda_version")):
+                                   ("CUDA", facts.cuda_version, gl.cuda_version, "gpu.cuda_version"),
+                                   ("NCCL", nccl, gl.nccl_version, "gpu.nccl_version")):
         if want is not None and have is not None and have != want:
             yield VERSION_MISMATCH.fail(f"{label} version is {have}, expected {want}", component=label.lower(),
                                         value=have, limit=Limit("==", want, key))

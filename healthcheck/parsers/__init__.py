@@ -17,6 +17,7 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "nvidia-smi-q": ("healthcheck.parsers.nvidia_smi", "parse_nvidia_smi_q", "nvidia-smi -q"),
     "nvidia-smi-query-gpu": ("healthcheck.parsers.nvidia_smi_query", "parse_nvidia_smi_query", "nvidia-smi --query-gpu=... --format=csv"),
     "hostfile": ("healthcheck.parsers.hostfile", "parse_hostfile", "hostfile: plain, Open MPI slots=N, MPICH host:N"),
+    "ldconfig": ("healthcheck.parsers.ldconfig", "parse_ldconfig", "ldconfig -N -X -v (shared libraries, e.g. the NCCL version)"),
     "xid": ("healthcheck.parsers.xid", "parse_kernel_log", "kernel log (dmesg, dmesg -T/--time-format iso, journal, syslog) -> Xid/SXid events"),
     "nvidia-smi-topo": ("healthcheck.parsers.nvidia_topo", "parse_nvidia_topo", "nvidia-smi topo -m"),
     "nvidia-smi-nvlink": ("healthcheck.parsers.nvlink_status", "parse_nvlink_status", "nvidia-smi nvlink -s"),

@@ -10,6 +10,7 @@ import os
 import re
 from typing import Mapping, Optional
 
+from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
 from healthcheck.parsers.gpu_common import GpuFacts
 
@@ -161,7 +162,21 @@ def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
         raise ProbeError("timeout", f"nvidia-smi -q did not finish within {ctx.timeout_s:g}s (a hung GPU?)")
     # a driver failure is printed instead of a report, with a non-zero exit: the parser
     # turns it into init_error, which the checks judge
-    return ctx.parse(parse_nvidia_smi_q, result.stdout + result.stderr, "nvidia-smi -q")
+    try:
+        return parse_nvidia_smi_q(result.stdout + result.stderr)
+    except ParseError as exc:
+        # a -q layout this parser does not know: the CSV query has stable field names
+        return _query_gpu(ctx, f"nvidia-smi -q: {exc}")
+
+
+def _query_gpu(ctx: ProbeContext, why: str) -> GpuFacts:
+    from healthcheck.parsers.nvidia_smi_query import QUERY_FIELDS, parse_nvidia_smi_query
+
+    argv = ("nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv")
+    result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
+    if not result.ok:
+        raise ProbeError("unparsable", f"{why}; and --query-gpu failed: {(result.stderr or result.stdout).strip()[-200:]}")
+    return ctx.parse(parse_nvidia_smi_query, result.stdout, "nvidia-smi --query-gpu")
 
 
 @provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
@@ -181,3 +196,23 @@ def kernel_gpu_log_ssh(ctx: ProbeContext):
         last = result
     detail = (last.stderr or last.stdout).strip()[-300:] if last is not None else ""
     raise ProbeError("failed", f"cannot read the kernel log (dmesg, journalctl): {detail}", detail or None)
+
+
+# ------------------------------------------------------------ NCCL (either transport)
+
+LDCONFIG = ("ldconfig", "-N", "-X", "-v")  # list only: no cache rebuilt, no links made, no root
+
+
+def _shared_libs(ctx: ProbeContext):
+    from healthcheck.parsers.ldconfig import parse_ldconfig
+
+    # ldconfig lives in /sbin, which a user's PATH may lack; it also complains on stderr
+    # about directories it cannot read, which is no failure
+    result = ctx.run_checked(LDCONFIG, ok_codes=(0, 1))
+    return ctx.parse(parse_ldconfig, result.stdout, "ldconfig -v")
+
+
+@provides("shared_libs", "local")
+@provides("shared_libs", "ssh", prefetch=lambda ctx: [LDCONFIG])
+def shared_libs(ctx: ProbeContext):
+    return _shared_libs(ctx)

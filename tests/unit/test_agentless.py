@@ -152,3 +152,21 @@ def test_shipped_hostfile_examples_parse():
 
     for path in sorted((REPO / "hostfiles").glob("*.txt")):
         assert parse_hostfile(path.read_text()), path
+
+
+def test_nvidia_smi_query_gpu_is_the_fallback_for_an_unknown_q_layout(tmp_path):
+    from support import CORPUS
+
+    bin_dir = tmp_path / "bin"
+    csv = CORPUS / "nvidia-smi-query-gpu/h100-590-all-fields-idle.txt"
+    # -q prints something this parser does not know; --query-gpu answers with CSV
+    write_stub(bin_dir, "nvidia-smi", f'case "$1" in -q) echo "a layout from the future";; *) exec /bin/cat {csv};; esac\n')
+    facts = provider_for("gpus", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    assert facts.source == "nvidia-smi --query-gpu" and len(facts.gpus) == 1
+    assert facts.gpus[0].name == "NVIDIA H100 80GB HBM3"
+
+
+def test_shared_libs_over_both_transports():
+    for transport in ("local", "ssh"):
+        ctx = ProbeContext(runner=LocalRunner(env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}), transport=transport)
+        assert provider_for("shared_libs", transport)(ctx).libs

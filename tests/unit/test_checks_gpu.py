@@ -45,7 +45,11 @@ def found(out):
     return sorted((f.id, f.status.value, f.component) for f in out if isinstance(f, Finding))
 
 
-ALL_CHECKS = (g.count, g.ecc, g.clocks, g.pcie, g.nvlink, g.versions, g.processes)
+def versions(facts, limits, libs=None):
+    return g.versions(facts, libs, limits)
+
+
+ALL_CHECKS = (g.count, g.ecc, g.clocks, g.pcie, g.nvlink, versions, g.processes)
 
 
 @pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
@@ -136,8 +140,37 @@ def test_nvlink_down_and_counters():
 
 def test_versions():
     strict = msgspec.convert({"gpu": {"driver_version": "550.90.07", "vbios_version": "96.00.74.00.0D"}}, Fabric)
-    assert found(g.versions(facts(), strict)) == [("gpu.E060", "FAIL", "driver")]
-    assert found(g.versions(with_gpu(6, vbios_version="96.00.99.00.01"), GENERIC)) == [("gpu.E061", "WARN", "vbios")]
+    assert found(versions(facts(), strict)) == [("gpu.E060", "FAIL", "driver")]
+    assert found(versions(with_gpu(6, vbios_version="96.00.99.00.01"), GENERIC)) == [("gpu.E061", "WARN", "vbios")]
+
+
+LDCONFIG = """/usr/local/nccl/lib: (from /etc/ld.so.conf.d/nccl.conf:1)
+\tlibnccl.so.2 -> libnccl.so.2.18.3
+/usr/lib/x86_64-linux-gnu: (from /etc/ld.so.conf.d/x86_64-linux-gnu.conf:3)
+\tlibnccl.so.2 -> libnccl.so.2.14.3
+\tlibicuuc.so.72 -> libicuuc.so.72.1
+"""
+
+
+def test_nccl_version_from_the_loaders_view():
+    from healthcheck.parsers.ldconfig import parse_ldconfig
+
+    libs = parse_ldconfig(LDCONFIG)
+    assert libs.version_of("libnccl.so").version == "2.18.3"  # the first directory wins, as for the loader
+    out = list(versions(facts(), H100, libs))
+    assert [m.value for m in out if isinstance(m, Metric) and m.name == "nccl_version"] == ["2.18.3"]
+    pinned = msgspec.convert({"gpu": {"nccl_version": "2.21.5"}}, Fabric)
+    assert found(versions(facts(), pinned, libs)) == [("gpu.E060", "FAIL", "nccl")]
+    assert found(versions(facts(), pinned, None)) == []  # unknown: nothing to judge
+
+
+def test_this_machines_ldconfig_parses():
+    import subprocess
+
+    from healthcheck.parsers.ldconfig import parse_ldconfig
+
+    out = subprocess.run(["/sbin/ldconfig", "-N", "-X", "-v"], capture_output=True, text=True).stdout
+    assert parse_ldconfig(out).libs
 
 
 def test_leftover_processes_and_memory():

@@ -118,6 +118,7 @@ class GpuLimits(Strict):
     driver_version: Optional[str] = None
     cuda_version: Optional[str] = None
     vbios_version: Optional[str] = None
+    nccl_version: Optional[str] = None  # the system NCCL the loader finds (libnccl.so.2)
     # epilogue: memory a GPU may still show in use with no process on it
     leftover_memory_max_mib: int = 1024
     xid: XidPolicy = XidPolicy()
