@@ -32,6 +32,7 @@ from healthcheck.core.errors import ExitCode
 from healthcheck.core.localrun import check_this_node
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
+from healthcheck.probes.sysinfo import boot_time
 from healthcheck.report.jsonio import encode, write_atomic
 
 
@@ -61,16 +62,6 @@ def node_name(env: Mapping[str, str]) -> str:
     import socket
 
     return env.get("HC_NODE_NAME") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
-
-
-def boot_time() -> Optional[float]:
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool = False,

@@ -67,3 +67,13 @@ def parse_mounts(text: str) -> Mounts:
     if not mounts:
         raise ParseError("mounts: no mount entry found")
     return Mounts(mounts)
+
+
+def parse_boot_time(stat_text: str) -> float | None:
+    """/proc/stat -> when this boot started (epoch seconds), from its "btime" line."""
+    for line in stat_text.splitlines():
+        if line.startswith("btime "):
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                return float(parts[1])
+    return None

@@ -13,6 +13,7 @@ from typing import Mapping, Optional
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
 from healthcheck.parsers.gpu_common import GpuFacts
+from healthcheck.probes.sysinfo import boot_time
 
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
 
@@ -63,16 +64,6 @@ def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
 
 
 # ------------------------------------------------------------------ kernel log
-
-
-def _boot_time(ctx: ProbeContext) -> Optional[float]:
-    try:
-        for line in ctx.path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
@@ -138,7 +129,7 @@ def kernel_gpu_log(ctx: ProbeContext):
     text, how = _kernel_log_text(ctx, source, policy.file if policy is not None else None)
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     text = "\n".join(line for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
-    log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=_boot_time(ctx)), text, how) if text.strip() else parse_kernel_log("")
+    log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=boot_time(str(ctx.root))), text, how) if text.strip() else parse_kernel_log("")
     start = ctx.params.get("since")
     return since(log, float(start)) if start is not None else log
 

@@ -34,6 +34,18 @@ def _read_text(ctx: ProbeContext, path: str) -> str:
         raise ProbeError("unreadable", f"{path}: {exc.strerror or exc}") from None
 
 
+def boot_time(root: str = "/") -> float | None:
+    """When this node last booted (epoch seconds), or None if /proc/stat cannot say."""
+    from pathlib import Path
+
+    from healthcheck.parsers.procfs import parse_boot_time
+
+    try:
+        return parse_boot_time((Path(root) / "proc/stat").read_text())
+    except OSError:
+        return None
+
+
 @provides("meminfo", "local")
 def meminfo(ctx: ProbeContext) -> MemInfo:
     return ctx.parse(parse_meminfo, _read_text(ctx, "/proc/meminfo"), "/proc/meminfo")
