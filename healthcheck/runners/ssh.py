@@ -19,8 +19,9 @@ What is honoured, and from where:
   (so a known_hosts written for either works). Unknown -> rejected unless
   `accept_new_host_keys`, which appends one *plain* (unhashed, grep-able) line
   `name[,hostname] type base64` to the first known_hosts file; a changed key is always
-  refused. `@cert-authority`, `@revoked` and wildcard patterns in known_hosts are not
-  understood (such lines are skipped).
+  refused. A key marked `@revoked` for the host (or for `*`) is refused always, also
+  when it is listed as known and never recorded as new. `@cert-authority` and other
+  wildcard patterns in known_hosts are not understood (such lines are skipped).
 - authentication: public keys only -- the agent (`use_agent`, and not IdentitiesOnly),
   settings.identity_files and the config's IdentityFile (missing files skipped), and
   paramiko's default ~/.ssh/id_* only when no identity file is configured at all.
@@ -70,7 +71,7 @@ if TYPE_CHECKING:  # the config package costs ~35 ms to import; callers have it 
 T = TypeVar("T")
 
 ERROR_KINDS = (
-    "unknown-host-key", "changed-host-key", "refused", "timeout", "unreachable", "auth",
+    "unknown-host-key", "changed-host-key", "revoked-host-key", "refused", "timeout", "unreachable", "auth",
     "dropped", "config", "other",
 )
 
@@ -357,6 +358,7 @@ class KnownKey:
     lineno: int
     names: tuple[str, ...]
     key: Any  # paramiko PKey
+    revoked: bool = False  # an "@revoked" line: this key must never be accepted
 
 
 _KNOWN_CACHE: dict[str, tuple[tuple[int, int], list[KnownKey]]] = {}
@@ -386,6 +388,9 @@ def _read_known_hosts(path: str) -> list[KnownKey]:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 line = line.strip()
+                revoked = line.startswith("@revoked")
+                if revoked:
+                    line = line[len("@revoked"):].strip()
                 if not line or line.startswith(("#", "@")):
                     continue
                 try:
@@ -393,7 +398,7 @@ def _read_known_hosts(path: str) -> list[KnownKey]:
                 except Exception:  # bad base64 (InvalidHostKey), unknown key type, ...
                     continue
                 if entry is not None and entry.key is not None:
-                    entries.append(KnownKey(path, lineno, tuple(entry.hostnames), entry.key))
+                    entries.append(KnownKey(path, lineno, tuple(entry.hostnames), entry.key, revoked))
     except OSError as exc:
         raise SshError("config", f"known_hosts {path}: {exc.strerror or exc}") from None
     with _CACHE_LOCK:
@@ -415,12 +420,24 @@ def _name_matches(stored: str, name: str) -> bool:
 
 
 def find_known_keys(files: tuple[str, ...], name: str, port: int) -> list[KnownKey]:
-    """Entries for `name` (at `port`) in the files, in file order."""
+    """Trusted entries for `name` (at `port`) in the files, in file order."""
     pattern = _host_pattern(name, port)
     return [
         k for path in files for k in _read_known_hosts(path)
-        if any(_name_matches(stored, pattern) for stored in k.names)
+        if not k.revoked and any(_name_matches(stored, pattern) for stored in k.names)
     ]
+
+
+def revoked_entry(files: tuple[str, ...], names: tuple[str, ...], port: int, key: Any) -> KnownKey | None:
+    """The `@revoked` line that revokes `key` for any of `names` (or for every host, `*`)."""
+    patterns = [_host_pattern(n, port) for n in names]
+    for path in files:
+        for k in _read_known_hosts(path):
+            if k.revoked and k.key == key and any(
+                stored == "*" or any(_name_matches(stored, p) for p in patterns) for stored in k.names
+            ):
+                return k
+    return None
 
 
 def _append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -> None:
@@ -682,6 +699,8 @@ class SshConnection:
                 auth_timeout=remaining,
                 channel_timeout=max(self.settings.connect_timeout_s, 1.0),
             )
+            # a key listed as known may still be revoked by an "@revoked" line
+            _refuse_revoked(target, client.get_transport().get_remote_server_key(), client)
         except SshError:  # from _Policy
             raise
         except _UnknownHostKey as exc:
@@ -909,6 +928,15 @@ def _jump_channel_error(target: Target, exc: BaseException) -> SshError:
     return SshError(kind, f"{target.where}: the jump host could not connect to {onward}: {text}")
 
 
+def _refuse_revoked(target: Any, key: Any, client: Any = None) -> None:
+    entry = revoked_entry(target.known_hosts, target.host_key_names, target.port, key)
+    if entry is not None:
+        if client is not None:
+            client.close()
+        raise SshError("revoked-host-key", f"{target.where}: host key {_fingerprint(key)} is revoked "
+                                           f"(@revoked in {entry.path}:{entry.lineno}); not connecting")
+
+
 class _Policy:
     """Missing host key: refuse (default) or record it (accept_new_host_keys)."""
 
@@ -917,6 +945,7 @@ class _Policy:
         self.target = target
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        _refuse_revoked(self.target, key)
         if not self.conn.settings.accept_new_host_keys:
             raise _UnknownHostKey(key)
         if not self.target.known_hosts:

@@ -232,6 +232,25 @@ def test_accept_new_records_the_key_and_still_refuses_a_change(fresh_netns_rig: 
     assert err.kind == "changed-host-key"
 
 
+def test_revoked_host_key_is_refused_even_when_known_and_never_accepted(fresh_netns_rig: NetnsRig, tmp_path: Path) -> None:
+    rig = fresh_netns_rig
+    key = rig_host_key(rig, "node1")
+    known = tmp_path / "known_hosts"
+    known.write_text(f"10.98.0.11,node1 {key}\n@revoked * {key}\n")
+    err, _ = connect_error("node1", own_settings(rig, tmp_path, known))
+    assert err.kind == "revoked-host-key" and f"{known}:2" in err.message
+    only_revoked = tmp_path / "revoked_only"
+    only_revoked.write_text(f"@revoked node1 {key}\n")
+    err, _ = connect_error("node1", own_settings(rig, tmp_path, only_revoked, accept_new_host_keys=True))
+    assert err.kind == "revoked-host-key"
+    assert only_revoked.read_text() == f"@revoked node1 {key}\n"  # not recorded as new
+    # revoked for another host only: node1 connects as usual
+    other = tmp_path / "other_revoked"
+    other.write_text(f"10.98.0.11,node1 {key}\n@revoked node4 {key}\n")
+    with SshConnection("node1", own_settings(rig, tmp_path, other)) as conn:
+        assert conn.run(("true",), timeout_s=10).ok
+
+
 # ---------------------------------------------------------------------- connection errors
 
 
