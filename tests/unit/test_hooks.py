@@ -80,3 +80,17 @@ def test_a_broken_config_never_blocks_a_job(tmp_path):
     assert r.returncode == 0 and b"config file not found" in r.stderr and b"job not affected" in r.stderr
     assert run_hc("epilogue", env=env).returncode == 0
     assert run_hc("health", env=env).returncode == 4
+
+
+def test_a_busy_node_lock_means_no_action_this_run(tmp_path):
+    from healthcheck.actions.nodestate import NodeState
+
+    bin_dir, log, env = setup(tmp_path, mtu=1500)
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(cfg.read_text().replace("  error_escalation:", "  lock_timeout_s: 0.3\n  error_escalation:"))
+    with NodeState(tmp_path / "state", "node1").lock(1.0):  # an epilogue acting right now
+        r = run_hc("health", "--format", "json", env=env, timeout=30)
+    report = json.loads(r.stdout)
+    assert r.returncode == 2 and not log.exists()
+    assert [f["id"] for f in report["run_findings"]] == ["act.E004"]
+    assert run_hc("health", env=env, timeout=30).returncode == 2 and log.exists()  # the next run acts
