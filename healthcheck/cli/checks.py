@@ -30,9 +30,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
     specs = [s for s in sorted(REGISTRY.values(), key=lambda s: s.name) if tier is None or tier in s.tiers]
     ids_in_view = {spec.id for s in specs for spec in s.findings}
     # IDs no check emits (could-not-run, actions, fleet): always listed
-    from healthcheck.core.registry import REGISTRY as _ALL
-
-    emitted = {spec.id for s in _ALL.values() for spec in s.findings}
+    emitted = {spec.id for s in REGISTRY.values() for spec in s.findings}
     core_ids = {i for i in catalogue.CATALOGUE if i not in emitted}
     emitted_by: dict[str, list[str]] = {}
     for s in specs:

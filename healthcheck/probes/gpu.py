@@ -122,14 +122,19 @@ def _kernel_log_text(ctx: ProbeContext, source: str, file: Optional[str]) -> tup
 @provides("kernel_gpu_log", "local")
 def kernel_gpu_log(ctx: ProbeContext):
     """Xid/SXid events since `params["since"]` (epoch seconds; default: since boot)."""
-    from healthcheck.parsers.xid import parse_kernel_log, since
-
     policy = ctx.limits.gpu.xid if ctx.limits is not None else None
     source = policy.source if policy is not None else "auto"
     text, how = _kernel_log_text(ctx, source, policy.file if policy is not None else None)
+    return _gpu_events(ctx, text, how, boot_time(str(ctx.root)))
+
+
+def _gpu_events(ctx: ProbeContext, text: str, how: str, boot: Optional[float] = None):
+    """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
+    from healthcheck.parsers.xid import parse_kernel_log, since
+
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     text = "\n".join(line for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
-    log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=boot_time(str(ctx.root))), text, how) if text.strip() else parse_kernel_log("")
+    log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=boot), text, how) if text else parse_kernel_log("")
     start = ctx.params.get("since")
     return since(log, float(start)) if start is not None else log
 
@@ -172,16 +177,11 @@ def _query_gpu(ctx: ProbeContext, why: str) -> GpuFacts:
 
 @provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
 def kernel_gpu_log_ssh(ctx: ProbeContext):
-    from healthcheck.parsers.xid import parse_kernel_log, since
-
     last = None
     for argv in KERNEL_LOG_COMMANDS:
         result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
         if result.ok:
-            text = "\n".join(l for l in result.stdout.splitlines() if "NVRM" in l or "nvswitch" in l or "Xid" in l)
-            log = ctx.parse(parse_kernel_log, text, " ".join(argv)) if text else parse_kernel_log("")
-            start = ctx.params.get("since")
-            return since(log, float(start)) if start is not None else log
+            return _gpu_events(ctx, result.stdout, " ".join(argv))
         if result.timed_out:
             raise ProbeError("timeout", f"{' '.join(argv)} did not finish within {ctx.timeout_s:g}s")
         last = result

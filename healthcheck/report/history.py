@@ -9,12 +9,13 @@ node's recent statuses come back in one query for 10,000 nodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
@@ -126,8 +127,7 @@ class History:
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Create the schema, or refuse a database written by a newer hc."""
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _write_transaction(db):
             # statement by statement: executescript() would commit the transaction first
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -138,10 +138,6 @@ class History:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise HcError(f"history {self.path}: schema version {row[0]} is newer than this hc reads "
                               f"({SCHEMA_VERSION}); use a newer hc or another history.path")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         if self._db is not None:
@@ -171,8 +167,7 @@ class History:
         )
         try:
             db = self.db
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _write_transaction(db):
                 cur = db.execute(
                     "INSERT OR IGNORE INTO runs (run_id, started_at, finished_at, command, tier, config_digest, "
                     "status, host, node_count, summary, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -185,10 +180,6 @@ class History:
                         "VALUES (?, ?, ?, ?, ?)",
                         ((n.node, report.started_at, run, n.status.value, n.fabric) for n in report.nodes),
                     )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise self._fail("record the run", exc) from None
 
@@ -198,15 +189,10 @@ class History:
             raise HcError(f"history: cannot keep {keep} runs")
         try:
             db = self.db
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _write_transaction(db):
                 old = "SELECT id FROM runs ORDER BY started_at DESC, id DESC LIMIT -1 OFFSET ?"
                 db.execute(f"DELETE FROM run_nodes WHERE run IN ({old})", (keep,))
                 deleted = db.execute(f"DELETE FROM runs WHERE id IN ({old})", (keep,)).rowcount
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise self._fail("prune", exc) from None
         return deleted
@@ -300,6 +286,19 @@ class History:
             per_node.setdefault(node, []).append((started_at, run, status))
         # runs that started in the same millisecond can put more than `limit` rows past the bound
         return {node: [s for _, _, s in sorted(items)[-limit:]] for node, items in per_node.items()}
+
+@contextlib.contextmanager
+def _write_transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (take the write lock now, not at the first write), then COMMIT, or
+    ROLLBACK on any exception: a run is recorded whole or not at all."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
 
 def record_run(report: Report, settings: HistorySettings) -> Optional[str]:
     """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""

@@ -249,32 +249,41 @@ def _expand(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path)) if path else path
 
 
+def _cached_by_stat(cache: dict[str, tuple[tuple[int, int], Any]], path: str, what: str,
+                    load: Callable[[str], Any], missing: Any) -> Any:
+    """load(path), re-run only when the file's mtime or size changed; `missing` if absent."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return missing
+    except OSError as exc:
+        raise SshError("config", f"{what} {path}: {exc.strerror or exc}") from None
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _CACHE_LOCK:
+        cached = cache.get(path)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    value = load(path)
+    with _CACHE_LOCK:
+        cache[path] = (stamp, value)
+    return value
+
+
 def _load_ssh_config(path: Optional[str]) -> Any:
     """Parsed paramiko SSHConfig for `path` (cached by mtime), or None without a file."""
     if not path:
         return None
-    path = _expand(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise SshError("config", f"ssh config {path}: {exc.strerror or exc}") from None
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _CACHE_LOCK:
-        cached = _CONFIG_CACHE.get(path)
-    if cached and cached[0] == stamp:
-        return cached[1]
+    return _cached_by_stat(_CONFIG_CACHE, _expand(path), "ssh config", _parse_ssh_config, None)
+
+
+def _parse_ssh_config(path: str) -> Any:
     paramiko = import_paramiko()
     try:
-        config = paramiko.SSHConfig.from_path(path)
+        return paramiko.SSHConfig.from_path(path)
     except OSError as exc:
         raise SshError("config", f"ssh config {path}: {exc.strerror or exc}") from None
     except Exception as exc:  # ConfigParseError and friends
         raise SshError("config", f"ssh config {path}: {exc}") from None
-    with _CACHE_LOCK:
-        _CONFIG_CACHE[path] = (stamp, config)
-    return config
 
 
 def _lookup(config: Any, name: str, config_file: Optional[str]) -> dict[str, Any]:
@@ -371,17 +380,10 @@ def _read_known_hosts(path: str) -> list[KnownKey]:
     Parsed here instead of HostKeys.load, which de-duplicates in O(n^2) and forgets
     which file and line an entry came from (which a changed-key message must name).
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise SshError("config", f"known_hosts {path}: {exc.strerror or exc}") from None
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _CACHE_LOCK:
-        cached = _KNOWN_CACHE.get(path)
-    if cached and cached[0] == stamp:
-        return cached[1]
+    return _cached_by_stat(_KNOWN_CACHE, path, "known_hosts", _parse_known_hosts, [])
+
+
+def _parse_known_hosts(path: str) -> list[KnownKey]:
     paramiko = import_paramiko()
     entries: list[KnownKey] = []
     try:
@@ -401,8 +403,6 @@ def _read_known_hosts(path: str) -> list[KnownKey]:
                     entries.append(KnownKey(path, lineno, tuple(entry.hostnames), entry.key, revoked))
     except OSError as exc:
         raise SshError("config", f"known_hosts {path}: {exc.strerror or exc}") from None
-    with _CACHE_LOCK:
-        _KNOWN_CACHE[path] = (stamp, entries)
     return entries
 
 
