@@ -160,9 +160,9 @@ def with_outcome(report: Report, outcome: Outcome) -> Report:
 
 
 def _members(hostlist: str) -> set[str]:
-    from ClusterShell.NodeSet import NodeSet
+    from healthcheck.core.nodes import parse_hostlist
 
-    return set(NodeSet(hostlist))
+    return set(parse_hostlist(hostlist).names())
 
 
 def _groups(findings: list[Finding]) -> list[dict]:

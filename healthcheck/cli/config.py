@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -18,7 +17,7 @@ def config() -> None:
 @config.command()
 @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @config_option
-def validate(file: Optional[Path], config_path: Optional[Path]) -> int:
+def validate(file: Path | None, config_path: Path | None) -> int:
     """Check FILE (default: the active config) and every fabric it can reach."""
     app = App(file or config_path)
     cfg = app.config
@@ -37,7 +36,7 @@ def validate(file: Optional[Path], config_path: Optional[Path]) -> int:
 @click.argument("node")
 @config_option
 @format_option
-def show(node: str, config_path: Optional[Path], fmt: str) -> int:
+def show(node: str, config_path: Path | None, fmt: str) -> int:
     """The effective limits for NODE, and which file and line each came from."""
     from healthcheck.core.nodes import check_node_name
 

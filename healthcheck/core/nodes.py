@@ -1,11 +1,35 @@
-"""Node names and node sets (Slurm hostlist expressions, via ClusterShell's NodeSet)."""
+"""Node names and hostlists (Slurm/ClusterShell hostlist expressions).
+
+A hostlist can name far more nodes than exist ("gpu[1-1000000000]"), and ClusterShell
+expands every name into memory before it can answer anything. hc therefore never
+expands a hostlist to decide membership: `Hostlist` parses the common form (names,
+bracketed numeric ranges, commas) into ClusterShell's own model of a name, a pattern
+of non-digit text with one numeric index per digit run ("gpu%s-ib%s"), and tests a
+name against the ranges arithmetically, in time linear in the name. Only where a list
+is really needed (`expand`, for `--nodes`) are names produced, and only after
+counting them: more than MAX_EXPAND is an error. Forms outside the common one
+(operators `!&^`, `@groups`, wildcards) are left to ClusterShell, after an upper bound
+on what it would expand.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from healthcheck.core.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ClusterShell.NodeSet import NodeSet
+
+# The most names a hostlist may expand to where hc needs the list itself (`--nodes`,
+# `hc sweep`, a pattern with operators or @groups, a folded overlap in `hc config
+# validate`): far above any cluster, far below what exhausts memory or a deadline
+# (ClusterShell spends ~1 us and ~200 bytes per name: 10 million took 8 s and 1.7 GB).
+MAX_EXPAND = 100_000
 
 # RFC 1123 labels (letters, digits, hyphens; no leading hyphen), dots between labels.
 # Stricter than what Slurm accepts, on purpose: a node name reaches scontrol and ssh.
@@ -24,19 +48,329 @@ def check_node_name(name: str) -> str:
     return name
 
 
-def expand(patterns: Iterable[str]) -> list[str]:
-    """Expand hostlist expressions ("gpu[001-004],login1") into validated node names, in order."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
+class HostlistError(ValueError):
+    """A hostlist that is malformed, or that would expand to more names than hc allows."""
 
-    names: list[str] = []
+
+# ---------------------------------------------------------------------- ranges
+
+
+def _pad_of(digits: str) -> int:
+    """ClusterShell's padding of a range bound: its length when written with leading zeros."""
+    return len(digits) if len(digits) > 1 and digits[0] == "0" else 0
+
+
+@dataclass(frozen=True)
+class _Range:
+    """start..stop (inclusive) every `step`, each index written zero-padded to `pad` digits."""
+
+    start: int
+    stop: int
+    step: int = 1
+    pad: int = 0
+
+    def count(self) -> int:  # not __len__: len() fails past sys.maxsize
+        return (self.stop - self.start) // self.step + 1
+
+    def has(self, digits: str) -> bool:
+        n = int(digits)
+        return (self.start <= n <= self.stop and (n - self.start) % self.step == 0
+                and digits == f"{n:0{self.pad}d}")
+
+    def intersect(self, other: _Range) -> _Range | None:
+        """The indexes both ranges write the same way (an arithmetic progression), if any."""
+        lo, hi, pad = max(self.start, other.start), min(self.stop, other.stop), self.pad
+        if self.pad != other.pad:
+            # "7" and "007" differ; only indexes with at least max(pad) digits read the same
+            lo, pad = max(lo, 10 ** (max(self.pad, other.pad) - 1)), 0
+        g = math.gcd(self.step, other.step)
+        if (other.start - self.start) % g:
+            return None
+        lcm = self.step // g * other.step
+        # x = self.start (mod self.step) and x = other.start (mod other.step)
+        k = (other.start - self.start) // g * pow(self.step // g, -1, other.step // g) % (other.step // g)
+        first = lo + (self.start + k * self.step - lo) % lcm  # the smallest such x >= lo
+        if first > hi:
+            return None
+        return _Range(first, first + (hi - first) // lcm * lcm, lcm, pad)
+
+    def text(self) -> str:
+        """ClusterShell range syntax. A padded range never reaches 10**pad (ClusterShell
+        requires both bounds of "001-999" to have the same width), so one form fits all."""
+        a, b = f"{self.start:0{self.pad}d}", f"{self.stop:0{self.pad}d}"
+        if self.start == self.stop:
+            return a
+        return f"{a}-{b}" + (f"/{self.step}" if self.step > 1 else "")
+
+
+_MAX_DIGITS = 4000  # Python's int() refuses strings of more than 4300 digits
+_SUBRANGE_RE = re.compile(r"(\d+)(?:-(\d+)(?:/(\d+))?)?")
+
+
+def _parse_subrange(text: str) -> _Range:
+    """One "a", "a-b" or "a-b/step", with ClusterShell's rules for padding and order."""
+    m = _SUBRANGE_RE.fullmatch(text)
+    if m is None or len(text) > _MAX_DIGITS:
+        raise HostlistError(f"{text[:40]!r} is not a range")
+    begin, end, step = m.group(1), m.group(2) or m.group(1), int(m.group(3) or 1)
+    end_pad = _pad_of(end) if int(end) != 0 else 0
+    if (_pad_of(begin) or end_pad) and len(begin) != len(end):
+        raise HostlistError(f"{text!r}: padding length mismatch")
+    start, stop = int(begin), int(end)
+    if stop > 1e100 or start > stop or step < 1:
+        raise HostlistError(f"{text!r}: invalid values in range")
+    return _Range(start, stop, step, _pad_of(begin))
+
+
+Dims = tuple[tuple[_Range, ...], ...]  # one tuple of ranges per numeric index of a pattern
+
+_RUN_RE = re.compile(r"(\D*)(\d*)")
+_GROUP_RE = re.compile(r"\[([0-9,/-]*)\]")
+_SIMPLE_RE = re.compile(r"(?:[A-Za-z0-9._-]|\[[0-9,/-]*\])+")
+
+
+def split_name(name: str) -> tuple[str, tuple[str, ...]]:
+    """ClusterShell's view of a name: "gpu1-ib0" -> ("gpu%s-ib%s", ("1", "0"))."""
+    pat, indexes = [], []
+    for text, digits in _RUN_RE.findall(name.replace("%", "%%"))[:-1]:
+        pat.append(text + ("%s" if digits else ""))
+        if digits:
+            indexes.append(digits)
+    return "".join(pat), tuple(indexes)
+
+
+def _parse_element(element: str) -> tuple[str, Dims] | None:
+    """"gpu[01-16]-ib0" -> ("gpu%s-ib%s", ((01-16,), (0,))); None when the element is not
+    plain names and bracketed ranges with non-digits on both sides of each bracket."""
+    if not _SIMPLE_RE.fullmatch(element):
+        return None
+    pat, dims = "", []
+    pos = 0
+    for m in _GROUP_RE.finditer(element):
+        before, after = element[m.start() - 1 : m.start()], element[m.end() : m.end() + 1]
+        # digits glued to a bracket ("gpu1[0-9]") or two brackets in a row: ClusterShell
+        # rewrites those; leave them to it
+        if before.isdigit() or before == "]" or after.isdigit() or after == "[":
+            return None
+        if not all(_SUBRANGE_RE.fullmatch(part) for part in m.group(1).split(",") if part):
+            return None  # negative indexes ("-8--4") and the like: ClusterShell's business
+        lit_pat, lit_dims = _literal(element[pos : m.start()])
+        pat += lit_pat + "%s"
+        dims += lit_dims
+        dims.append(tuple(_parse_subrange(part) for part in m.group(1).split(",")))
+        pos = m.end()
+    lit_pat, lit_dims = _literal(element[pos:])
+    return pat + lit_pat, tuple(dims + lit_dims)
+
+
+def _literal(text: str) -> tuple[str, list[tuple[_Range, ...]]]:
+    """Plain text: each digit run is an index with one value ("ib0" -> "ib%s", [0])."""
+    pat, dims = split_name(text)
+    if any(len(d) > _MAX_DIGITS or int(d) > 1e100 for d in dims):
+        raise HostlistError(f"{text!r}: invalid rangeset index")  # as ClusterShell: above 1e100
+    return pat, [(_Range(int(d), int(d), 1, _pad_of(d)),) for d in dims]
+
+
+def _split_top(text: str, ops: str) -> list[str]:
+    """Split at the operator characters outside brackets; unbalanced brackets are an error."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise HostlistError("nested '['")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError("']' without '['")
+        elif ch in ops and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise HostlistError("missing ']'")
+    parts.append(text[start:])
+    return parts
+
+
+def _dims_size(dims: Dims) -> int:
+    return math.prod(sum(r.count() for r in ranges) for ranges in dims)
+
+
+# --------------------------------------------------------------------- hostlist
+
+
+class Hostlist:
+    """A parsed hostlist: membership without expansion, an upper bound on its size, and its
+    names when they are few enough. Raises HostlistError for a malformed hostlist."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._elements: dict[str, list[Dims]] | None = self._parse_simple(text)
+        self._nodeset: NodeSet | None = None
+        if self._elements is not None:
+            self.size_bound = sum(_dims_size(d) for ds in self._elements.values() for d in ds)
+            return
+        self.size_bound = _fallback_bound(text)
+        if self.size_bound > MAX_EXPAND:
+            raise HostlistError(
+                f"may expand to more than {MAX_EXPAND} nodes; write large ranges as plain "
+                f"\"prefix[a-b]\" terms (no !&^@ operators, no digits glued to a bracket)")
+        self._nodeset = _nodeset(text)  # bounded: ClusterShell reports its own parse errors now
+
+    @staticmethod
+    def _parse_simple(text: str) -> dict[str, list[Dims]] | None:
+        """pattern -> index ranges of each plain term; None when some term is not plain."""
+        elements: dict[str, list[Dims]] = {}
+        for part in _split_top(text, ","):
+            parsed = _parse_element(part.strip())
+            if parsed is None:
+                return None
+            pat, dims = parsed
+            elements.setdefault(pat, []).append(dims)
+        return elements
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if self._elements is None:
+            return name in self.nodeset()
+        pat, indexes = split_name(name)
+        if any(len(ix) > _MAX_DIGITS for ix in indexes):
+            return False  # int() refuses such numbers; no range in a hostlist reaches them
+        for dims in self._elements.get(pat, ()):
+            if all(any(r.has(ix) for r in ranges) for ranges, ix in zip(dims, indexes)):
+                return True
+        return False
+
+    def nodeset(self) -> NodeSet:
+        """ClusterShell's NodeSet of this hostlist, built once; HostlistError past MAX_EXPAND."""
+        if self._nodeset is None:
+            if self.size_bound > MAX_EXPAND:
+                raise HostlistError(f"expands to more than {MAX_EXPAND} nodes")
+            self._nodeset = _nodeset(self.text)
+        return self._nodeset
+
+    def names(self) -> list[str]:
+        """Every name, in ClusterShell's order; HostlistError past MAX_EXPAND."""
+        return list(self.nodeset())
+
+    def overlap(self, other: Hostlist) -> str | None:
+        """The names in both, as a folded hostlist (None when there are none)."""
+        if self._elements is None or other._elements is None:
+            small, big = (self, other) if self._elements is None else (other, self)
+            common = [n for n in small.nodeset() if n in big]
+            return fold(common) if common else None
+        parts: list[str] = []
+        size = 0
+        for pat, mine in self._elements.items():
+            for a in mine:
+                for b in other._elements.get(pat, ()):
+                    dims = _intersect_dims(a, b)
+                    if dims is not None:
+                        parts.append(pat % tuple(f"[{','.join(r.text() for r in rs)}]" for rs in dims))
+                        size += _dims_size(dims)
+        if not parts:
+            return None
+        text = ",".join(parts)
+        # fold it as ClusterShell would when that is cheap; else the unfolded pieces
+        return str(_nodeset(text)) if size <= MAX_EXPAND else text
+
+
+def _intersect_dims(a: Dims, b: Dims) -> Dims | None:
+    out = []
+    for ra, rb in zip(a, b):
+        both = tuple(r for x in ra for y in rb if (r := x.intersect(y)) is not None)
+        if not both:
+            return None
+        out.append(both)
+    return tuple(out)
+
+
+def _fallback_bound(text: str) -> int:
+    """An upper bound on the names ClusterShell would build for a hostlist outside the plain
+    form: per term, the product of its brackets' sizes. ClusterShell moves digits glued
+    before a bracket into its bounds ("1[0-9]" is 10-19), which can only widen the range
+    to int("1" + stop) - int("1" + start); digits glued after it add a step, not names. A
+    bracket it cannot parse here counts every number of its width, negative ones too."""
+    total = 0
+    for term in _split_top(text, ",!&^"):
+        size = 1
+        for m in re.finditer(r"(\d*)\[([^\]]*)\]", term):
+            size *= sum(_part_bound(part, m.group(1)) for part in m.group(2).split(","))
+        total += size
+    return total
+
+
+def _part_bound(part: str, lead: str) -> int:
+    m = _SUBRANGE_RE.fullmatch(part.strip())
+    if m is not None:
+        begin, end = m.group(1), m.group(2) or m.group(1)
+        return int(lead + end) - int(lead + begin) + 1 if int(end) >= int(begin) else 1
+    width = max((len(d) for d in re.findall(r"\d+", part)), default=0) + len(lead)
+    return 2 * 10**width + 1
+
+
+def _nodeset(text: str) -> NodeSet:
+    from ClusterShell.NodeSet import NodeSet
+
+    try:
+        ns = NodeSet(text)
+    except Exception as exc:  # noqa: BLE001 - ClusterShell raises anything on hostile input
+        raise HostlistError(_reason(exc)) from None
+    if len(ns) > MAX_EXPAND:  # @groups come from ClusterShell's group source: no bound before
+        raise HostlistError(f"expands to more than {MAX_EXPAND} nodes")
+    return ns
+
+
+def _reason(exc: BaseException) -> str:
+    """ClusterShell's own message for its parse errors; the exception's name for anything
+    else it raised (AssertionError, RecursionError, MemoryError...)."""
+    text = " ".join(str(exc).split())[:200]
+    if type(exc).__name__.startswith(("NodeSet", "RangeSet")) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def parse_hostlist(text: str) -> Hostlist:
+    """Hostlist(text), with every failure (ClusterShell's included) a HostlistError."""
+    if not isinstance(text, str) or not text.strip():
+        raise HostlistError("empty hostlist")
+    if len(text) > 65536:
+        raise HostlistError(f"{len(text)} characters long")
+    try:
+        return Hostlist(text)
+    except HostlistError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - MemoryError and RecursionError included
+        raise HostlistError(_reason(exc)) from None
+
+
+def expand(patterns: Iterable[str]) -> list[str]:
+    """Expand hostlist expressions ("gpu[001-004],login1") into validated node names, in order.
+
+    The names are counted before any is produced: more than MAX_EXPAND in all is a UsageError.
+    """
+    hostlists = []
     for pattern in patterns:
         try:
-            ns = NodeSet(pattern)
-        except (NodeSetException, ValueError) as exc:
-            raise UsageError(f"{pattern!r} is not a valid hostlist: {exc}") from None
-        for name in ns:
-            names.append(check_node_name(name))
+            hostlists.append(parse_hostlist(pattern))
+        except HostlistError as exc:
+            raise UsageError(f"{_clip(pattern)!r} is not a valid hostlist: {exc}") from None
+    if sum(h.size_bound for h in hostlists) > MAX_EXPAND:
+        every = _clip(", ".join(h.text for h in hostlists))
+        raise UsageError(f"hostlist expands to more than {MAX_EXPAND} nodes: {every}")
+    names: list[str] = []
+    for h in hostlists:
+        try:
+            expanded = h.names()
+        except HostlistError as exc:
+            raise UsageError(f"{_clip(h.text)!r} is not a valid hostlist: {exc}") from None
+        names.extend(check_node_name(name) for name in expanded)
     return list(dict.fromkeys(names))
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def fold(names: Iterable[str]) -> str:

@@ -170,7 +170,7 @@ def test_digest_changes_with_any_config_file(tmp_path, site):
     assert Config(site).digest != before
 
 
-def test_empty_config_file_needs_a_default_fabric(tmp_path):
-    cfg = Config(write(tmp_path, "hc.yaml", ""))
+def test_a_config_without_default_fabric_names_unmatched_nodes(tmp_path):
+    cfg = Config(write(tmp_path, "hc.yaml", "ssh: {port: 22}\n"))
     with pytest.raises(ConfigError, match="no default_fabric"):
         cfg.for_node("x")

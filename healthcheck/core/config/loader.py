@@ -11,18 +11,23 @@ from __future__ import annotations
 import copy
 import difflib
 import hashlib
+import math
 import os
 import re
+import types
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any
 
 import msgspec
 
-from healthcheck.core.config.schema import Fabric, MainConfig
+from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
 from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
-from healthcheck.core.errors import ConfigError
+from healthcheck.core.errors import ConfigError, HcError
+from healthcheck.core.inputs import clip as _clip
+from healthcheck.core.nodes import Hostlist, HostlistError, parse_hostlist
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
 EMBEDDED_DEFAULT = EMBEDDED_DIR / "default.yaml"
@@ -53,7 +58,7 @@ class NodeConfig:
     def _sources_by_key(self) -> dict[str, str]:
         return {key_str(p): where for p, where in self.provenance.items()}
 
-    def source(self, key: str) -> Optional[str]:
+    def source(self, key: str) -> str | None:
         """"file:line" of a dotted key such as "ib.rate_gbps" (deepest known prefix)."""
         by_str = self._sources_by_key
         parts = key.split(".")
@@ -82,10 +87,12 @@ class Config:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.doc = load_yaml(path)
+        if not self.doc.data:
+            # nothing set: no node could be resolved, and a truncated or blanked file
+            # must not pass for a config
+            raise ConfigError(f"{path}: the config file is empty (it needs at least default_fabric or nodes)")
         self.main: MainConfig = _convert(self.doc.data, MainConfig, _doc_provenance(self.doc, ()), self.doc)
-        self.fabric_dirs = [
-            (path.parent / d) if not Path(d).is_absolute() else Path(d) for d in self.main.fabric_dirs
-        ] + [EMBEDDED_DIR / "fabrics"]
+        self.fabric_dirs = self._site_fabric_dirs() + [EMBEDDED_DIR / "fabrics"]
         self._fabric_docs: dict[str, YamlDoc] = {}
         self._patterns = self._compile_patterns("nodes", self.main.nodes)
         self._override_patterns = self._compile_patterns("overrides", self.main.overrides)
@@ -93,6 +100,17 @@ class Config:
             self._fabric_path(fabric, where=self.doc.where(("nodes", pattern)), key=f"nodes.{pattern}")
         if self.main.default_fabric is not None:
             self._fabric_path(self.main.default_fabric, where=self.doc.where(("default_fabric",)), key="default_fabric")
+
+    def _site_fabric_dirs(self) -> list[Path]:
+        """fabric_dirs, relative to the main file. A directory named there must exist: a
+        missing one would silently let hc's shipped fabric of the same name stand in."""
+        dirs = [(self.path.parent / d) if not Path(d).is_absolute() else Path(d) for d in self.main.fabric_dirs]
+        if "fabric_dirs" in self.doc.data:
+            for i, d in enumerate(dirs):
+                if not d.is_dir():
+                    what = "does not exist" if not d.exists() else "is not a directory"
+                    raise ConfigError(f"{self.doc.where(('fabric_dirs', i))}: fabric_dirs[{i}]: {d} {what}")
+        return dirs
 
     # ------------------------------------------------------------------ fabrics
 
@@ -110,6 +128,8 @@ class Config:
             candidate = d / f"{name}.yaml"
             if candidate.is_file():
                 return candidate
+            if candidate.exists():  # a FIFO or device would hang or flood the reader
+                raise ConfigError(f"{where}: {key}: {candidate} is not a regular file")
         known = ", ".join(self.fabric_names()) or "none"
         raise ConfigError(f"{where}: {key}: unknown fabric {name!r} (known: {known})")
 
@@ -122,9 +142,11 @@ class Config:
         """The merged raw data of fabric `name` (following `extends`) and its provenance."""
         chain: list[YamlDoc] = []
         seen: list[str] = []
-        current: Optional[str] = name
+        current: str | None = name
         cur_where, cur_key = where or str(self.path), key
         while current is not None:
+            if not isinstance(current, str):
+                raise ConfigError(f"{cur_where}: {cur_key}: expected a fabric name, got {type(current).__name__}")
             if current in seen:
                 raise ConfigError(f"{cur_where}: extends: cycle {' -> '.join(seen + [current])}")
             seen.append(current)
@@ -146,16 +168,16 @@ class Config:
 
     # -------------------------------------------------------------------- nodes
 
-    def _compile_patterns(self, section: str, mapping: Mapping[str, Any]) -> list[tuple[str, Any]]:
-        from ClusterShell.NodeSet import NodeSet, NodeSetException
-
+    def _compile_patterns(self, section: str, mapping: Mapping[str, Any]) -> list[tuple[str, Hostlist]]:
+        # membership is decided without expanding a pattern: "gpu[1-1000000000]" costs
+        # a prologue what "gpu[1-10]" does (see healthcheck.core.nodes)
         compiled = []
         for pattern in mapping:
             try:
-                compiled.append((pattern, NodeSet(pattern)))
-            except (NodeSetException, ValueError) as exc:
+                compiled.append((pattern, parse_hostlist(pattern)))
+            except HostlistError as exc:
                 raise ConfigError(
-                    f"{self.doc.where((section, pattern))}: {section}: {pattern!r} is not a valid hostlist: {exc}"
+                    f"{self.doc.where((section, pattern))}: {section}: {_clip(pattern)!r} is not a valid hostlist: {exc}"
                 ) from None
         return compiled
 
@@ -192,22 +214,39 @@ class Config:
         notes: list[str] = []
         for name in self.fabric_names():
             self.fabric(name)
-        for pattern, override in self.main.overrides.items():
-            if not isinstance(override, dict):
-                raise ConfigError(f"{self.doc.where(('overrides', pattern))}: overrides.{pattern}: must be a mapping")
-            _convert(copy.deepcopy(override), Fabric, _doc_provenance(self.doc, ("overrides", pattern)), None)
         for i, (p1, ns1) in enumerate(self._patterns):
             for p2, ns2 in self._patterns[i + 1 :]:
-                both = ns1.intersection(ns2)
-                if both and self.main.nodes[p1] != self.main.nodes[p2]:
+                if self.main.nodes[p1] == self.main.nodes[p2]:
+                    continue
+                both = self._overlap(ns1, ns2, ("nodes", p2))
+                if both:
                     raise ConfigError(
                         f"{self.doc.where(('nodes', p2))}: nodes: {p2!r} overlaps {p1!r} on {both} "
                         f"with a different fabric ({self.main.nodes[p2]} vs {self.main.nodes[p1]})"
                     )
         for pattern, ns in self._override_patterns:
-            if not any(ns.intersection(n) for _, n in self._patterns) and self.main.default_fabric is None:
-                notes.append(f"{self.doc.where(('overrides', pattern))}: override {pattern} matches no node pattern")
+            where = self.doc.where(("overrides", pattern))
+            override = self.main.overrides[pattern]
+            if not isinstance(override, dict):
+                raise ConfigError(f"{where}: overrides.{pattern}: must be a mapping")
+            _convert(copy.deepcopy(override), Fabric, _doc_provenance(self.doc, ("overrides", pattern)), None)
+            fabrics = {self.main.nodes[p] for p, n in self._patterns if self._overlap(ns, n, ("overrides", pattern))}
+            if not fabrics and self.main.default_fabric is None:
+                notes.append(f"{where}: override {pattern} matches no node pattern")
+            if self.main.default_fabric is not None:
+                fabrics.add(self.main.default_fabric)
+            for name in sorted(fabrics):
+                # ranges across keys (mtu_min <= mtu_max) hold only for the merged result
+                data, prov = self.fabric_raw(name, where=where, key=f"overrides.{pattern}")
+                _merge(data, prov, copy.deepcopy(override), _doc_provenance(self.doc, ("overrides", pattern)), ())
+                _convert(data, Fabric, prov, None)
         return notes
+
+    def _overlap(self, a: Hostlist, b: Hostlist, at: Path_) -> str | None:
+        try:
+            return a.overlap(b)
+        except HostlistError as exc:
+            raise ConfigError(f"{self.doc.where(at)}: {key_str(at[:1])}: {exc}") from None
 
     def remote_args(self) -> list[str]:
         """`--config PATH` for hc runs on other nodes (agent mode, srun tasks): the same
@@ -220,16 +259,22 @@ class Config:
     @property
     def digest(self) -> str:
         """sha256 over the main file and every fabric file hc could read: which config made a report."""
+        from healthcheck.core.inputs import CONFIG_MAX_BYTES, read_bounded
+
         h = hashlib.sha256(self.doc.raw)
         for d in self.fabric_dirs:
             if d.is_dir():
                 for p in sorted(d.glob("*.yaml")):
                     h.update(p.name.encode())
-                    h.update(p.read_bytes())
+                    try:
+                        # bounded, and never blocking on a FIFO dropped into a fabric dir
+                        h.update(read_bounded(p, CONFIG_MAX_BYTES, what="fabric file"))
+                    except HcError as exc:
+                        raise ConfigError(str(exc)) from None
         return "sha256:" + h.hexdigest()
 
 
-def load_config(path: Optional[Path] = None) -> Config:
+def load_config(path: Path | None = None) -> Config:
     return Config(Path(path) if path is not None else default_config_path())
 
 
@@ -271,16 +316,38 @@ _WILD = object()
 _PY_NAMES = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "array", dict: "object"}
 
 
-def _convert(data: Any, model: type, prov: Provenance, doc: Optional[YamlDoc]) -> Any:
-    """msgspec.convert with errors that name file, line and key."""
+def _convert(data: Any, model: type, prov: Provenance, doc: YamlDoc | None) -> Any:
+    """msgspec.convert (types and ranges), then the rules across keys; errors name file,
+    line and key."""
     try:
-        return msgspec.convert(data, model)
+        value = msgspec.convert(data, model)
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc), data, model, prov, doc)) from None
+    for path, message, related in value_problems(value):
+        raise ConfigError(_explain_rule(path, message, related, prov, doc))
+    return value
 
 
-def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: Optional[YamlDoc]) -> str:
-    m = _AT_RE.search(msg)
+def _explain_rule(path: Path_, message: str, related: tuple[Path_, ...], prov: Provenance,
+                  doc: YamlDoc | None) -> str:
+    """A broken rule, named at the key an operator most likely just changed: one set in a
+    site file before one from hc's shipped fabrics (an override's mtu_max below the shipped
+    mtu_min is the override's mistake); the other keys' lines follow."""
+    keys = [path, *related]
+    shipped = str(EMBEDDED_DIR)
+    keys.sort(key=lambda k: (prov.get(k) is None, (prov.get(k) or "").startswith(shipped)))
+    named, others = keys[0], keys[1:]
+    where = _where(prov, named) or (str(doc.path) if doc else "config")
+    also = [f"{key_str(k)} is set at {w}" for k in others if (w := prov.get(k)) and w != prov.get(named)]
+    return f"{where}: {key_str(named)}: {message}" + (f" ({'; '.join(also)})" if also else "")
+
+
+_KEY_AT_RE = re.compile(r" - at `key` in `\$(?P<path>[^`]*)`$")
+
+
+def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: YamlDoc | None) -> str:
+    m = _AT_RE.search(msg) or _KEY_AT_RE.search(msg)
+    in_key = m is not None and m.re is _KEY_AT_RE  # the error is about a mapping's key
     pattern: list[Any] = []
     if m:
         msg = msg[: m.start()]
@@ -293,12 +360,17 @@ def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: Optional[Y
         value = _get(data, path)
         if unknown:
             return isinstance(value, dict) and unknown.group(1) in value
-        if got:
+        if got and not in_key:
             return _PY_NAMES.get(type(value)) == got.group(1)
-        return True
+        # a range or key error: the candidate whose value (or one of whose keys) fails
+        return _fails(value, _type_at(model, path), keys=in_key)
 
     candidates = [p for p in _expand(data, pattern, ()) if fits(p)] or list(_expand(data, pattern, ()))
     path: Path_ = candidates[0] if candidates else tuple(p for p in pattern if p is not _WILD)
+    if in_key:
+        bad = _bad_key(_get(data, path), _type_at(model, path))
+        if bad is not None:
+            path = path + (bad,)
     if unknown:
         field = unknown.group(1)
         path = path + (field,)
@@ -309,13 +381,81 @@ def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: Optional[Y
             hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
         msg = f"unknown key {field!r}{hint}"
     else:
-        msg = msg[0].lower() + msg[1:] if msg else "invalid value"
-        msg = msg.replace("`", "")
+        msg = _words(msg[0].lower() + msg[1:] if msg else "invalid value")
+        value = _get(data, path)
+        if isinstance(value, float) and not math.isfinite(value):
+            msg = f"expected a finite number, got {value}"
+        elif msg.startswith("expected") and not (in_key or got) and isinstance(value, (str, int, float)):
+            msg += f", got {_clip(repr(value), 80)}"  # a range error: say what was there
     where = _where(prov, path) or (str(doc.path) if doc else "config")
     return f"{where}: {key_str(path) or '(top level)'}: {msg}"
 
 
-def _where(prov: Provenance, path: Path_) -> Optional[str]:
+def _words(msg: str) -> str:
+    """msgspec's message, without backticks and with regexes said in words."""
+    msg = msg.replace("`", "")
+    for regex, words in PATTERN_WORDS.items():
+        msg = msg.replace(f"str matching regex {regex!r}", words)
+    return msg
+
+
+def _type_at(model: Any, path: Path_) -> Any:
+    """The annotated type at `path` below `model` (Any where the path leaves the schema)."""
+    import typing
+
+    tp = model
+    for part in path:
+        tp = _bare(tp)
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            tp = {f.name: f.type for f in msgspec.structs.fields(tp)}.get(part, Any)
+        elif typing.get_origin(tp) in (dict, list):
+            tp = typing.get_args(tp)[-1]
+        else:
+            return Any
+    return tp
+
+
+def _bare(tp: Any) -> Any:
+    """Through Optional and Annotated to the container or Struct type."""
+    import typing
+
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        else:
+            return tp
+
+
+def _fails(value: Any, tp: Any, *, keys: bool = False) -> bool:
+    if tp is Any:
+        return True
+    if keys:
+        return _bad_key(value, tp) is not None
+    try:
+        msgspec.convert(value, tp)
+    except msgspec.ValidationError:
+        return True
+    return False
+
+
+def _bad_key(mapping: Any, tp: Any) -> Any:
+    """The first key of `mapping` that its dict type `tp` refuses, if any."""
+    import typing
+
+    tp = _bare(tp)
+    if not isinstance(mapping, dict) or typing.get_origin(tp) is not dict:
+        return None
+    key_type = typing.get_args(tp)[0]
+    for key in mapping:
+        if _fails(key, key_type):
+            return key
+    return None
+
+
+def _where(prov: Provenance, path: Path_) -> str | None:
     for n in range(len(path), -1, -1):
         where = prov.get(tuple(path[:n]))
         if where:
@@ -341,9 +481,9 @@ def _expand(data: Any, pattern: list[Any], at: Path_) -> Iterator[Path_]:
         keys = list(data.keys()) if isinstance(data, dict) else range(len(data)) if isinstance(data, list) else []
         for k in keys:
             yield from _expand(data[k], rest, at + (k,))
-    elif isinstance(data, dict) and head in data:
-        yield from _expand(data[head], rest, at + (head,))
-    elif isinstance(data, list) and isinstance(head, int) and head < len(data):
+    elif (isinstance(data, dict) and head in data) or (
+        isinstance(data, list) and isinstance(head, int) and head < len(data)
+    ):
         yield from _expand(data[head], rest, at + (head,))
     else:
         yield at + tuple(p for p in pattern if p is not _WILD)
@@ -351,23 +491,7 @@ def _expand(data: Any, pattern: list[Any], at: Path_) -> Iterator[Path_]:
 
 def _fields_at(model: Any, path: Path_) -> list[str]:
     """Field names of the Struct reached by following `path` from `model`, if any."""
-    import typing
-
-    tp = model
-    for part in path:
-        while typing.get_origin(tp) is typing.Union:
-            tp = next(a for a in typing.get_args(tp) if a is not type(None))
-        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-            fields = {f.name: f.type for f in msgspec.structs.fields(tp)}
-            if part not in fields:
-                return []
-            tp = fields[part]
-        elif typing.get_origin(tp) in (dict, list):
-            tp = typing.get_args(tp)[-1]
-        else:
-            return []
-    while typing.get_origin(tp) is typing.Union:
-        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    tp = _bare(_type_at(model, path))
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return [f.name for f in msgspec.structs.fields(tp)]
     return []

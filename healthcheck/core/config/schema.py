@@ -3,71 +3,195 @@
 Units live in key names: `mtu` (bytes), `rate_gbps` (gigabits/s, as ibstat prints),
 `*_gbytes_per_s` (gigabytes/s, as nccl-tests prints busbw), `*_gib` (GiB), `*_c` (Celsius).
 A key left out (None) means "no expectation": the check then only looks at what is there.
+
+Every value has a range, not only a type: a number that validates but cannot be meant
+(an infinite or NaN threshold, a negative limit, a fraction of 7, a port of 0) would
+otherwise fail every node, or silently turn a check or a guard off. Ranges live on the
+types (msgspec `Meta`, checked by msgspec.convert with the key's path); rules across
+fields (mtu_min <= mtu_max) and on the shape of strings msgspec cannot express (globs)
+are each section's `problems()`, which `value_problems` collects with their key paths.
+Every float has both bounds, so none can be infinite or NaN.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
+
+# (key path inside the section, message, related key paths the message names)
+Problem = tuple[tuple[Any, ...], str, tuple[tuple[Any, ...], ...]]
+
+# --------------------------------------------------------------- value ranges
+
+NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
+ABSOLUTE_PATH_RE = r"^/[^\x00-\x1f\x7f]*$"
+PROCESS_NAME_RE = r"^[^/\s\x00-\x1f\x7f]+$"
+# msgspec names a pattern by its regex; errors say what it means instead
+PATTERN_WORDS = {
+    NO_CONTROL_RE: "non-empty text without control characters",
+    ABSOLUTE_PATH_RE: "an absolute path (starting with /, no control characters)",
+    PROCESS_NAME_RE: "a process name (no /, spaces or control characters)",
+}
+
+Text = Annotated[str, Meta(min_length=1, max_length=1024, pattern=NO_CONTROL_RE)]  # names, versions, commands
+PathText = Annotated[str, Meta(min_length=1, max_length=4096, pattern=NO_CONTROL_RE)]  # may be relative, or ~/...
+AbsPath = Annotated[str, Meta(max_length=4096, pattern=ABSOLUTE_PATH_RE)]  # read on the node, whatever its cwd
+Glob = Annotated[str, Meta(min_length=1, max_length=256, pattern=NO_CONTROL_RE)]  # fnmatch; see glob_problem
+ProcessName = Annotated[str, Meta(max_length=256, pattern=PROCESS_NAME_RE)]
+
+Mtu = Annotated[int, Meta(ge=68, le=65536)]  # IPv4's minimum .. the loopback's 64 KiB
+Count = Annotated[int, Meta(ge=0, le=4096)]  # things on one node: interfaces, HCAs, GPUs, links
+CounterLimit = Annotated[int, Meta(ge=0, le=10**12)]  # error counters since the last reset
+Gbps = Annotated[float, Meta(gt=0, le=10_000.0)]  # a port's or HCA's rate, Gb/s
+GBps = Annotated[float, Meta(gt=0, le=100_000.0)]  # NCCL busbw, GB/s
+Gib = Annotated[float, Meta(ge=0, le=float(2**30))]  # up to an exbibyte
+Celsius = Annotated[float, Meta(gt=0, le=150.0)]
+Mib = Annotated[int, Meta(ge=0, le=2**24)]  # up to 16 TiB
+Bytes = Annotated[int, Meta(ge=1, le=2**40)]
+PcieGen = Annotated[int, Meta(ge=1, le=8)]
+PcieWidth = Annotated[int, Meta(ge=1, le=32)]
+XidCode = Annotated[int, Meta(ge=0, le=65535)]
+
+Seconds = Annotated[float, Meta(gt=0, le=86_400.0)]  # a timeout or deadline: positive, at most a day
+LongSeconds = Annotated[float, Meta(gt=0, le=7 * 86_400.0)]  # a whole sweep, everything on one node
+Delay = Annotated[float, Meta(ge=0, le=3_600.0)]  # a wait that may be zero
+Fraction = Annotated[float, Meta(ge=0, le=1.0)]
+Port = Annotated[int, Meta(ge=1, le=65535)]
+NodeCount = Annotated[int, Meta(ge=0, le=1_000_000)]
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why fnmatch would never match `pattern` as meant, if it would not: an unclosed "["
+    is taken literally ("ib[0-7" matches only itself) and a reversed range ("[7-0]")
+    matches nothing, so a required interface or HCA would be missing on every node."""
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] != "[":
+            i += 1
+            continue
+        j = i + 1
+        if j < n and pattern[j] == "!":
+            j += 1
+        if j < n and pattern[j] == "]":
+            j += 1  # a "]" first in the class is a literal
+        while j < n and pattern[j] != "]":
+            j += 1
+        if j >= n:
+            return f"{pattern!r}: '[' at {i} is never closed (fnmatch would take it literally)"
+        body = pattern[i + 1 : j]
+        body = body.removeprefix("!")
+        for k in range(1, len(body) - 1):
+            if body[k] == "-" and body[k - 1] > body[k + 1]:
+                return f"{pattern!r}: range {body[k - 1]}-{body[k + 1]} is reversed and matches nothing"
+        i = j + 1
+    return None
+
+
+def _globs(key: str, patterns: Any) -> Iterator[Problem]:
+    for at, pattern in (patterns.items() if isinstance(patterns, dict) else enumerate(patterns)):
+        why = glob_problem(at if isinstance(patterns, dict) else pattern)
+        if why:
+            yield (key, at), why, ()
+
+
+def _not_above(low_key: str, low: float | None, high_key: str, high: float | None) -> Iterator[Problem]:
+    if low is not None and high is not None and low > high:
+        yield (low_key,), f"{low_key} {low:g} is above {high_key} {high:g}", ((high_key,),)
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """Base for config sections: unknown keys and wrong types are errors."""
+
+    def problems(self) -> Iterator[Problem]:
+        """Rules across this section's fields (ranges of single fields are on their types)."""
+        return iter(())
+
+
+def value_problems(value: Any, at: tuple[Any, ...] = ()) -> Iterator[Problem]:
+    """Every rule a converted config breaks, with key paths from `value`'s root."""
+    if isinstance(value, Strict):
+        for path, message, related in value.problems():
+            yield at + path, message, tuple(at + r for r in related)
+        for name in value.__struct_fields__:
+            yield from value_problems(getattr(value, name), at + (name,))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (Strict, dict, list)):
+                yield from value_problems(item, at + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, (Strict, dict, list)):
+                yield from value_problems(item, at + (index,))
 
 
 # ---------------------------------------------------------------------------- fabric
 
 
 class InterfaceSpec(Strict):
-    mtu: Optional[int] = None  # expected MTU of every interface matching the pattern
-    count: Optional[int] = None  # exact number of interfaces that must match
+    mtu: Mtu | None = None  # expected MTU of every interface matching the pattern
+    count: Count | None = None  # exact number of interfaces that must match
     required: bool = True  # at least one interface must match
+
+    def problems(self) -> Iterator[Problem]:
+        if self.count == 0 and self.required:
+            yield ("count",), "count 0 with required: true fails every node (add required: false to forbid them)", ()
 
 
 class NetLimits(Strict):
     # glob pattern of interface names -> expectations, e.g. {"ib*": {mtu: 4092, count: 8}}
-    interfaces: dict[str, InterfaceSpec] = {}
+    interfaces: dict[Glob, InterfaceSpec] = {}
     # sanity bounds for every other interface that is up (WARN outside them)
-    mtu_min: Optional[int] = None
-    mtu_max: Optional[int] = None
-    ignore: list[str] = msgspec.field(default_factory=lambda: ["lo"])  # glob patterns of interfaces the sanity bounds skip
+    mtu_min: Mtu | None = None
+    mtu_max: Mtu | None = None
+    ignore: list[Glob] = msgspec.field(default_factory=lambda: ["lo"])  # glob patterns of interfaces the sanity bounds skip
+
+    def problems(self) -> Iterator[Problem]:
+        if self.mtu_min is not None and self.mtu_max is not None and self.mtu_min > self.mtu_max:
+            yield ("mtu_min",), f"mtu_min {self.mtu_min} is above mtu_max {self.mtu_max}", (("mtu_max",),)
+        yield from _globs("interfaces", self.interfaces)
+        yield from _globs("ignore", self.ignore)
 
 
 class IbCounterLimits(Strict):
     """Upper limits per port error counter (names as in sysfs `ports/N/counters/`)."""
 
-    symbol_error: Optional[int] = None
-    link_error_recovery: Optional[int] = None
-    link_downed: Optional[int] = None
-    port_rcv_errors: Optional[int] = None
-    port_rcv_remote_physical_errors: Optional[int] = None
-    port_xmit_discards: Optional[int] = None
-    local_link_integrity_errors: Optional[int] = None
-    excessive_buffer_overrun_errors: Optional[int] = None
+    symbol_error: CounterLimit | None = None
+    link_error_recovery: CounterLimit | None = None
+    link_downed: CounterLimit | None = None
+    port_rcv_errors: CounterLimit | None = None
+    port_rcv_remote_physical_errors: CounterLimit | None = None
+    port_xmit_discards: CounterLimit | None = None
+    local_link_integrity_errors: CounterLimit | None = None
+    excessive_buffer_overrun_errors: CounterLimit | None = None
 
 
 class IbLimits(Strict):
-    hcas: list[str] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
-    hca_types: list[str] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
-    hca_count: Optional[int] = None  # compute HCAs that must be present
-    rate_gbps: Optional[float] = None  # expected port rate
+    hcas: list[Glob] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
+    hca_types: list[Text] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
+    hca_count: Count | None = None  # compute HCAs that must be present
+    rate_gbps: Gbps | None = None  # expected port rate
     # The link layer of the compute ports. Ports of another link layer (a frontend
     # Ethernet port on an InfiniBand node) are not compute ports: a compute HCA that came
     # up in the wrong mode shows as a missing HCA (ib.E001), with the odd port named.
-    link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = None
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = None
     # Ports whose physical state is Disabled were switched off on purpose (an unused
     # frontend port): ignore them instead of failing the node.
     allow_disabled: bool = False
     counters_fail: IbCounterLimits = IbCounterLimits()  # FAIL above these
     counters_warn: IbCounterLimits = IbCounterLimits()  # WARN above these
 
+    def problems(self) -> Iterator[Problem]:
+        yield from _globs("hcas", self.hcas)
+
 
 class SysLimits(Strict):
-    mem_total_min_gib: Optional[float] = None
-    disk_free_min_gib: dict[str, float] = {}  # path -> free GiB it must have
-    mounts: list[str] = []  # mount points that must be mounted
-    services: dict[str, str] = {}  # service name -> process (executable) name that must run
+    mem_total_min_gib: Gib | None = None
+    disk_free_min_gib: dict[AbsPath, Gib] = {}  # path -> free GiB it must have
+    mounts: list[AbsPath] = []  # mount points that must be mounted
+    services: dict[Text, ProcessName] = {}  # service name -> process (executable) name that must run
 
 
 Severity = Literal["FAIL", "WARN", "ignore"]
@@ -78,66 +202,87 @@ class XidPolicy(Strict):
 
     # auto: /dev/kmsg if readable, else `dmesg`, else `journalctl -k`; file: `file`
     source: Literal["auto", "kmsg", "dmesg", "journal", "file"] = "auto"
-    file: Optional[str] = None
-    severity: dict[int, Severity] = {}  # Xid code -> what it means for the node
+    file: AbsPath | None = None
+    severity: dict[XidCode, Severity] = {}  # Xid code -> what it means for the node
     unknown: Severity = "WARN"  # codes not in the table
     sxid_fatal: Severity = "FAIL"  # NVSwitch SXid lines marked Fatal
     sxid_other: Severity = "WARN"
+
+    def problems(self) -> Iterator[Problem]:
+        if self.source == "file" and self.file is None:
+            yield ("source",), "is 'file' but xid.file names no file", ()
 
 
 class NvLinkCounterLimits(Strict):
     """Upper limits per NVLink error counter (NVML's DL counters)."""
 
-    crc_flit_errors: Optional[int] = None
-    crc_data_errors: Optional[int] = None
-    replay_errors: Optional[int] = None
-    recovery_errors: Optional[int] = None
+    crc_flit_errors: CounterLimit | None = None
+    crc_data_errors: CounterLimit | None = None
+    replay_errors: CounterLimit | None = None
+    recovery_errors: CounterLimit | None = None
 
 
 class GpuLimits(Strict):
-    count: Optional[int] = None
-    model: Optional[str] = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
+    count: Count | None = None
+    model: Text | None = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
     # memory errors
-    ecc_volatile_corrected_max: Optional[int] = None  # WARN above (uncorrected > 0 always FAILs)
+    ecc_volatile_corrected_max: CounterLimit | None = None  # WARN above (uncorrected > 0 always FAILs)
     retired_pages_pending: Severity = "FAIL"
     remapped_rows_pending: Severity = "FAIL"  # the GPU needs a reset before the remap takes effect
     # thermals and clocks
-    temp_max_c: Optional[float] = None
-    throttle_fail: list[str] = msgspec.field(
+    temp_max_c: Celsius | None = None
+    throttle_fail: list[Text] = msgspec.field(
         default_factory=lambda: ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
     )
-    throttle_warn: list[str] = msgspec.field(default_factory=lambda: ["sw_thermal_slowdown"])
+    throttle_warn: list[Text] = msgspec.field(default_factory=lambda: ["sw_thermal_slowdown"])
     # PCIe: expected link; without them, current is compared with the GPU's maximum
-    pcie_gen: Optional[int] = None
-    pcie_width: Optional[int] = None
+    pcie_gen: PcieGen | None = None
+    pcie_width: PcieWidth | None = None
     # NVLink
-    nvlink_count: Optional[int] = None  # active links per GPU (18 on H100 SXM, 12 on A100 SXM)
+    nvlink_count: Count | None = None  # active links per GPU (18 on H100 SXM, 12 on A100 SXM)
     nvlink_errors_warn: NvLinkCounterLimits = NvLinkCounterLimits()
     nvlink_errors_fail: NvLinkCounterLimits = NvLinkCounterLimits()
     # versions that must match where set (and must agree across the node's GPUs)
-    driver_version: Optional[str] = None
-    cuda_version: Optional[str] = None
-    vbios_version: Optional[str] = None
-    nccl_version: Optional[str] = None  # the system NCCL the loader finds (libnccl.so.2)
+    driver_version: Text | None = None
+    cuda_version: Text | None = None
+    vbios_version: Text | None = None
+    nccl_version: Text | None = None  # the system NCCL the loader finds (libnccl.so.2)
     # epilogue: memory a GPU may still show in use with no process on it
-    leftover_memory_max_mib: int = 1024
+    leftover_memory_max_mib: Mib = 1024
     xid: XidPolicy = XidPolicy()
+
+    def problems(self) -> Iterator[Problem]:
+        # a misspelt reason never matches: the throttling it meant would go unreported
+        from healthcheck.parsers.gpu_common import THROTTLE_REASONS
+
+        known = THROTTLE_REASONS.values()
+        for key in ("throttle_fail", "throttle_warn"):
+            for i, reason in enumerate(getattr(self, key)):
+                if reason not in known:
+                    yield (key, i), f"unknown throttle reason {reason!r} (known: {', '.join(known)})", ()
 
 
 class AllReduceReference(Strict):
     """Single-node AllReduce busbw (nccl-tests definition) for a healthy node of the fabric."""
 
-    busbw_peak_gbytes_per_s: Optional[float] = None  # what a healthy node reaches at large sizes
-    busbw_min_gbytes_per_s: Optional[float] = None  # production floor at message_bytes
-    busbw_ring_gbytes_per_s: Optional[float] = None  # with NVLS/CollNet off (ring only)
-    message_bytes: int = 16 * 1024**3
+    busbw_peak_gbytes_per_s: GBps | None = None  # what a healthy node reaches at large sizes
+    busbw_min_gbytes_per_s: GBps | None = None  # production floor at message_bytes
+    busbw_ring_gbytes_per_s: GBps | None = None  # with NVLS/CollNet off (ring only)
+    message_bytes: Bytes = 16 * 1024**3
+
+    def problems(self) -> Iterator[Problem]:
+        yield from _not_above("busbw_min_gbytes_per_s", self.busbw_min_gbytes_per_s,
+                              "busbw_peak_gbytes_per_s", self.busbw_peak_gbytes_per_s)
 
 
 class IbWriteBwReference(Strict):
     """ib_write_bw per HCA (perftest --report_gbits), large messages."""
 
-    per_hca_typical_gbps: Optional[float] = None
-    per_hca_min_gbps: Optional[float] = None
+    per_hca_typical_gbps: Gbps | None = None
+    per_hca_min_gbps: Gbps | None = None
+
+    def problems(self) -> Iterator[Problem]:
+        yield from _not_above("per_hca_min_gbps", self.per_hca_min_gbps, "per_hca_typical_gbps", self.per_hca_typical_gbps)
 
 
 class BandwidthLimits(Strict):
@@ -146,8 +291,8 @@ class BandwidthLimits(Strict):
 
 
 class Fabric(Strict):
-    description: str = ""
-    extends: Optional[str] = None  # name of a fabric this one refines
+    description: Annotated[str, Meta(max_length=4096)] = ""
+    extends: Text | None = None  # name of a fabric this one refines
     gpu: GpuLimits = GpuLimits()
     ib: IbLimits = IbLimits()
     net: NetLimits = NetLimits()
@@ -166,37 +311,44 @@ class DrainPolicy(Strict):
     # limit. The fraction applies to the nodes a run checked (when it checked at least
     # `guard_min_nodes`) and, always, to the whole cluster counting nodes hc already
     # drained: per-node runs (prologue, health) cannot empty a partition one by one.
-    max_drain_fraction: float = 0.1
-    max_drain_nodes: int = 50
-    guard_min_nodes: int = 10
-    reason_max_len: int = 64  # sinfo -R shows reasons whole only when short
+    # The cluster-wide limit is floor(fraction x nodes): with the default 0.1, a cluster
+    # of fewer than 10 nodes can never have a node drained by hc (raise the fraction,
+    # e.g. 0.25 lets a 4-node cluster drain one).
+    max_drain_fraction: Fraction = 0.1
+    max_drain_nodes: NodeCount = 50
+    guard_min_nodes: NodeCount = 10
+    # sinfo -R shows reasons whole only when short; room for "hc: ERROR x3 " and one ID
+    reason_max_len: Annotated[int, Meta(ge=24, le=1024)] = 64
     # Drains for these IDs are resumed automatically only after the node rebooted: a
     # quiet kernel log since the drain does not show that the GPU was repaired.
-    resume_after_reboot_only: list[str] = msgspec.field(default_factory=lambda: ["gpu.E020", "gpu.E021"])
+    resume_after_reboot_only: list[Text] = msgspec.field(default_factory=lambda: ["gpu.E020", "gpu.E021"])
 
 
 class CommandPolicy(Strict):
     tier: Literal["quick", "standard", "deep", "epilogue"] = "quick"
-    deadline_s: float = 5.0
+    deadline_s: Seconds = 5.0
 
 
 class SlurmSettings(Strict):
     """How hc acts in Slurm: commands, deadlines, drain policy, where it keeps state."""
 
-    scontrol: str = "scontrol"
-    sinfo: str = "sinfo"
-    srun: str = "srun"
-    remote_hc: str = "hc"  # how a sweep's srun tasks run hc on the nodes
-    sweep_timeout_s: float = 1800.0  # a whole `hc sweep --via slurm`
+    scontrol: Text = "scontrol"
+    sinfo: Text = "sinfo"
+    srun: Text = "srun"
+    remote_hc: Text = "hc"  # how a sweep's srun tasks run hc on the nodes
+    sweep_timeout_s: LongSeconds = 1800.0  # a whole `hc sweep --via slurm`
+    # how long a sweep's own allocation may wait for its nodes (srun --immediate): busy
+    # or reserved nodes are reported, not waited for
+    sweep_wait_s: Annotated[int, Meta(ge=1, le=86_400)] = 60
     # sinfo/scontrol retry internally for MessageTimeout (10 s by default) before they
     # report a dead controller; give them longer so Slurm's own message is kept
-    command_timeout_s: float = 15.0
-    retries: int = 3  # attempts for a transient scontrol failure (controller down, timeout)
-    retry_backoff_s: float = 0.5  # doubled after each attempt
-    lock_timeout_s: float = 2.0  # how long a run waits for another hc run on the node to act
-    state_dir: str = "/var/lib/hc"  # per-node lock, ERROR counters, job start marks
-    audit_log: str = "/var/log/hc/audit.jsonl"
-    report_dir: Optional[str] = "/var/log/hc/reports"
+    command_timeout_s: Seconds = 15.0
+    retries: Annotated[int, Meta(ge=0, le=100)] = 3  # attempts for a transient scontrol failure (0 acts as 1)
+    retry_backoff_s: Delay = 0.5  # doubled after each attempt
+    lock_timeout_s: Delay = 2.0  # how long a run waits for another hc run on the node to act
+    state_dir: PathText = "/var/lib/hc"  # per-node lock, ERROR counters, job start marks
+    audit_log: PathText = "/var/log/hc/audit.jsonl"
+    report_dir: PathText | None = "/var/log/hc/reports"
     drain: DrainPolicy = DrainPolicy()
     prologue: CommandPolicy = CommandPolicy(tier="quick", deadline_s=5.0)
     epilogue: CommandPolicy = CommandPolicy(tier="epilogue", deadline_s=30.0)
@@ -204,7 +356,7 @@ class SlurmSettings(Strict):
     # Consecutive prologue/health runs that could not check the node (ERROR) before hc
     # escalates: "report" adds a finding to the report and log; "drain" drains the
     # node with reason "hc: ERROR x<N> <ids>" (never on a single ERROR).
-    error_escalation_runs: int = 3
+    error_escalation_runs: Annotated[int, Meta(ge=2, le=10_000)] = 3
     error_escalation: Literal["report", "drain"] = "report"
 
 
@@ -212,53 +364,60 @@ class SshSettings(Strict):
     """How hc reaches nodes over SSH (paramiko). ~/.ssh/config is honoured for HostName,
     User, Port, IdentityFile, UserKnownHostsFile and ProxyJump."""
 
-    config_file: Optional[str] = "~/.ssh/config"
-    known_hosts: list[str] = msgspec.field(default_factory=lambda: ["~/.ssh/known_hosts"])
-    identity_files: list[str] = []
-    user: Optional[str] = None
-    port: int = 22
+    config_file: PathText | None = "~/.ssh/config"
+    known_hosts: list[PathText] = msgspec.field(default_factory=lambda: ["~/.ssh/known_hosts"])
+    identity_files: list[PathText] = []
+    user: Text | None = None
+    port: Port = 22
     use_agent: bool = True
     # An unknown host key is an ERROR for that node unless this is set; a changed key
     # is always an ERROR.
     accept_new_host_keys: bool = False
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float = 60.0
-    node_timeout_s: float = 180.0  # everything hc does on one node
-    max_parallel: int = 64
-    remote_hc: str = "hc"  # how agent mode runs hc on a node
+    connect_timeout_s: Seconds = 10.0
+    command_timeout_s: Seconds = 60.0
+    node_timeout_s: LongSeconds = 180.0  # everything hc does on one node
+    max_parallel: Annotated[int, Meta(ge=1, le=4096)] = 64  # SSH connections at once
+    remote_hc: Text = "hc"  # how agent mode runs hc on a node
 
 
 class FleetSettings(Strict):
     """Findings no single node can give: drift within a fabric, peer-relative outliers, flaps."""
 
     # categorical metrics that must agree across a fabric's nodes (per component)
-    drift_metrics: list[str] = msgspec.field(
+    drift_metrics: list[Text] = msgspec.field(
         default_factory=lambda: ["mtu", "fw_ver", "driver_version", "cuda_version", "vbios_version", "nccl_version"]
     )
     # numeric metrics judged against the fabric's median (robust z from the MAD)
-    outlier_metrics: list[str] = msgspec.field(
+    outlier_metrics: list[Text] = msgspec.field(
         default_factory=lambda: [
             "temperature_c", "ecc_volatile_corrected", "symbol_error", "link_error_recovery",
             "link_downed", "port_rcv_errors", "mem_total_gib", "rate_gbps", "nvlink_active",
             "busbw_gbytes_per_s", "bw_gbps",
         ]
     )
-    outlier_z: float = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
-    outlier_min_nodes: int = 8  # fewer peers than this: no outlier findings
-    flap_runs: int = 5  # recent runs of a node looked at for flapping
-    flap_transitions: int = 2  # FAIL <-> not-FAIL changes in those runs that make a flap
+    outlier_z: Annotated[float, Meta(gt=0, le=1000.0)] = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
+    outlier_min_nodes: Annotated[int, Meta(ge=2, le=1_000_000)] = 8  # fewer peers than this: no outlier findings
+    flap_runs: Annotated[int, Meta(ge=2, le=1000)] = 5  # recent runs of a node looked at for flapping
+    # FAIL <-> not-FAIL changes in those runs that make a flap (0: no flap findings)
+    flap_transitions: Annotated[int, Meta(ge=0, le=999)] = 2
+
+    def problems(self) -> Iterator[Problem]:
+        if self.flap_transitions >= self.flap_runs:
+            message = (f"flap_transitions {self.flap_transitions} can never be reached in flap_runs "
+                       f"{self.flap_runs} runs (at most {self.flap_runs - 1} changes): no flap would be found")
+            yield ("flap_transitions",), message, (("flap_runs",),)
 
 
 class HistorySettings(Strict):
-    path: Optional[str] = "~/.local/state/hc/history.sqlite"  # None: keep no history
-    keep_runs: int = 500
+    path: PathText | None = "~/.local/state/hc/history.sqlite"  # None: keep no history
+    keep_runs: Annotated[int, Meta(ge=1, le=10_000_000)] = 500
 
 
 class MainConfig(Strict):
     # where fabric files are looked up, relative to the main file; the fabrics shipped
     # with hc are searched last, so a site can refine or replace them
-    fabric_dirs: list[str] = msgspec.field(default_factory=lambda: ["fabrics"])
-    default_fabric: Optional[str] = None  # for nodes no pattern matches
+    fabric_dirs: list[PathText] = msgspec.field(default_factory=lambda: ["fabrics"])  # each must exist when set
+    default_fabric: Text | None = None  # for nodes no pattern matches
     nodes: dict[str, str] = {}  # hostlist pattern -> fabric name
     overrides: dict[str, dict] = {}  # hostlist pattern -> partial fabric (deep-merged)
     slurm: SlurmSettings = SlurmSettings()
