@@ -2,12 +2,23 @@
 
 `TOOLS` is what `hc parse TOOL` offers: tool name -> (module, function, description).
 Modules are imported only when their tool is asked for.
+
+Each parser runs in time linear in its input (hostile lines included: agentless mode
+parses text from the nodes) and raises ParseError, never anything else, on garbage.
+`parser_for` refuses empty input for every tool alike: a capture with no text is a
+lost capture, never "no devices". Where empty output with exit 0 does mean something
+(ibstat on a machine without an HCA), the probe that saw the exit code calls the parser
+function itself.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from healthcheck.core.errors import ParseError
 
 TOOLS: dict[str, tuple[str, str, str]] = {
     "ip-link": ("healthcheck.parsers.ip_link", "parse_ip_link", "ip -j link / ip -d link (text)"),
@@ -25,5 +36,14 @@ TOOLS: dict[str, tuple[str, str, str]] = {
 
 
 def parser_for(tool: str) -> Callable[[str], Any]:
+    """TOOL's parser, with empty (or blank) input a ParseError whatever the tool."""
     module, func, _ = TOOLS[tool]
-    return getattr(importlib.import_module(module), func)
+    parse = getattr(importlib.import_module(module), func)
+
+    @functools.wraps(parse)
+    def parse_text(text: str) -> Any:
+        if not text.strip():
+            raise ParseError(f"{tool}: empty input: no output to parse")
+        return parse(text)
+
+    return parse_text

@@ -8,7 +8,6 @@ not supported) is None, never 0: a check must not mistake "unknown" for "healthy
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import msgspec
 
@@ -34,66 +33,66 @@ def throttle_names(mask: int) -> list[str]:
 class NvLink(msgspec.Struct, frozen=True, omit_defaults=True):
     link: int
     active: bool
-    speed_gbps: Optional[float] = None  # per-link GB/s as nvidia-smi nvlink -s prints it
-    crc_flit_errors: Optional[int] = None
-    crc_data_errors: Optional[int] = None
-    replay_errors: Optional[int] = None
-    recovery_errors: Optional[int] = None
+    speed_gbps: float | None = None  # per-link GB/s as nvidia-smi nvlink -s prints it
+    crc_flit_errors: int | None = None
+    crc_data_errors: int | None = None
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
 
 
 class GpuProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     pid: int
-    name: Optional[str] = None
-    used_memory_mib: Optional[int] = None
-    type: Optional[str] = None  # C (compute), G (graphics), C+G
+    name: str | None = None
+    used_memory_mib: int | None = None
+    type: str | None = None  # C (compute), G (graphics), C+G
 
 
 class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
     index: int  # NVML index (PCI bus order), as Slurm's GPU indexes use
     pci_bus_id: str  # normalised "0000:19:00.0"
-    name: Optional[str] = None  # "NVIDIA H100 80GB HBM3"
-    uuid: Optional[str] = None
-    serial: Optional[str] = None
-    vbios_version: Optional[str] = None
-    persistence_mode: Optional[bool] = None
-    mig_mode: Optional[bool] = None
-    performance_state: Optional[str] = None  # "P0"
+    name: str | None = None  # "NVIDIA H100 80GB HBM3"
+    uuid: str | None = None
+    serial: str | None = None
+    vbios_version: str | None = None
+    persistence_mode: bool | None = None
+    mig_mode: bool | None = None
+    performance_state: str | None = None  # "P0"
     # memory errors
-    ecc_enabled: Optional[bool] = None
-    ecc_volatile_corrected: Optional[int] = None
-    ecc_volatile_uncorrected: Optional[int] = None
-    ecc_aggregate_corrected: Optional[int] = None
-    ecc_aggregate_uncorrected: Optional[int] = None
-    retired_pages_sbe: Optional[int] = None
-    retired_pages_dbe: Optional[int] = None
-    retired_pages_pending: Optional[bool] = None
-    remapped_rows_correctable: Optional[int] = None
-    remapped_rows_uncorrectable: Optional[int] = None
-    remapped_rows_pending: Optional[bool] = None
-    remapped_rows_failure: Optional[bool] = None
+    ecc_enabled: bool | None = None
+    ecc_volatile_corrected: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_corrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
     # thermals and clocks
-    temperature_c: Optional[float] = None
-    throttle_reasons: Optional[list[str]] = None  # active reasons; None = unknown
+    temperature_c: float | None = None
+    throttle_reasons: list[str] | None = None  # active reasons; None = unknown
     # PCIe
-    pcie_gen_current: Optional[int] = None
-    pcie_gen_max: Optional[int] = None
-    pcie_width_current: Optional[int] = None
-    pcie_width_max: Optional[int] = None
-    pcie_replays: Optional[int] = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replays: int | None = None
     # NVLink (None: unknown or not queried; []: the GPU has none)
-    nvlinks: Optional[list[NvLink]] = None
+    nvlinks: list[NvLink] | None = None
     # what runs on it
-    memory_total_mib: Optional[int] = None
-    memory_used_mib: Optional[int] = None
-    processes: Optional[list[GpuProcess]] = None
-    fabric_state: Optional[str] = None  # NVSwitch fabric registration ("Completed")
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    processes: list[GpuProcess] | None = None
+    fabric_state: str | None = None  # NVSwitch fabric registration ("Completed")
 
 
 class LostGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU the driver knows of but cannot talk to (fell off the bus, GSP hung)."""
 
-    pci_bus_id: Optional[str]
-    index: Optional[int] = None
+    pci_bus_id: str | None
+    index: int | None = None
     error: str = ""
 
 
@@ -101,14 +100,14 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     source: str  # "nvml", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvml replay: <file>"
     gpus: list[Gpu] = []
     lost: list[LostGpu] = []
-    driver_version: Optional[str] = None
-    cuda_version: Optional[str] = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
     # NVML (or nvidia-smi) could not start at all: the error's name, e.g.
     # "NVMLError_DriverNotLoaded", "NVMLError_LibraryNotFound", "nvidia-smi not found"
-    init_error: Optional[str] = None
+    init_error: str | None = None
     # the NVML indexes of the job's GPUs when the facts were narrowed to them
     # (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES); None = every GPU of the node
-    scoped_to: Optional[list[int]] = None
+    scoped_to: list[int] | None = None
 
 
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-9a-fA-F]))?$")

@@ -6,30 +6,50 @@ from __future__ import annotations
 import re
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+
+_MPICH = re.compile(r"^(.+):[0-9]+$")  # MPICH "host:slots"
+# A hostfile names hosts, not set operations or @groups: only the plain hostlist form
+# gets past here, and only so long, which keeps a hostile line away from the costly
+# corners of hostlist parsing (ClusterShell's fallback, int() of long digit runs).
+MAX_TOKEN = 256
+_HOSTLIST = re.compile(rf"[A-Za-z0-9.\-\[\],]{{1,{MAX_TOKEN}}}")
 
 
 def parse_hostfile(text: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-    from healthcheck.core.nodes import is_valid_node_name
+    from healthcheck.core.nodes import MAX_EXPAND
 
     names: list[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        token = line.split()[0]
-        mpich = re.match(r"^(.+):\d+$", token)  # MPICH "host:slots"
-        if mpich:
-            token = mpich.group(1)
-        try:
-            expanded = list(NodeSet(token))
-        except (NodeSetException, ValueError) as exc:
-            raise ParseError(f"line {number}: {token!r} is not a host name or hostlist: {exc}") from None
-        for name in expanded:
-            if not is_valid_node_name(name):
-                raise ParseError(f"line {number}: {name!r} is not a valid host name")
-            names.append(name)
+        names.extend(_line_names(number, line.split()[0]))
+        if len(names) > MAX_EXPAND:
+            raise ParseError(f"line {number}: the hostfile names more than {MAX_EXPAND} nodes")
     if not names:
         raise ParseError("no host in the hostfile")
     return list(dict.fromkeys(names))
+
+
+def _line_names(number: int, token: str) -> list[str]:
+    """The names one line's first word stands for."""
+    from healthcheck.core.errors import UsageError
+    from healthcheck.core.nodes import expand, is_valid_node_name
+
+    mpich = _MPICH.match(token)
+    if mpich:
+        token = mpich.group(1)
+    if not _HOSTLIST.fullmatch(token):
+        raise ParseError(
+            f"line {number}: {clip(token, 60)!r} is not a host name or hostlist "
+            f"(letters, digits, . - [ ] and commas, at most {MAX_TOKEN} characters)"
+        )
+    if is_valid_node_name(token):  # the usual line: one name, nothing to expand
+        return [token]
+    # expand() counts a hostlist's names before building any, so "gpu[1-1000000000]"
+    # is an error, not a prologue out of memory.
+    try:
+        return expand([token])
+    except UsageError as exc:
+        raise ParseError(f"line {number}: {clip(str(exc), 200)}") from None

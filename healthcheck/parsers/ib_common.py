@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import msgspec
 
@@ -20,6 +19,9 @@ _PHYS = {
 }
 _STATE_NAMES = {v.lower(): v for v in _STATES.values()} | {"initializing": "Init", "active_defer": "ActiveDefer"}
 _PHYS_NAMES = {v.lower(): v for v in _PHYS.values()} | {"portconfigurationtraining": "PortConfigurationTraining"}
+# A bounded digit run: int() refuses more than 4,300 digits, and no state number has 10.
+_NUMBERED = re.compile(r"^(\d{1,9})\s*:\s*(.*)$", re.ASCII)
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)", re.ASCII)  # float() has no digit limit
 
 
 class IbPort(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -27,12 +29,12 @@ class IbPort(msgspec.Struct, frozen=True, omit_defaults=True):
     port: int
     state: str  # Down, Init, Armed, Active, ActiveDefer (or the raw text if unknown)
     phys_state: str  # Sleep, Polling, Disabled, LinkUp, LinkErrorRecovery, ...
-    rate_gbps: Optional[float] = None
-    link_layer: Optional[str] = None  # InfiniBand, Ethernet
-    ca_type: Optional[str] = None  # MT4129
-    fw_ver: Optional[str] = None
-    lid: Optional[int] = None
-    port_guid: Optional[str] = None
+    rate_gbps: float | None = None
+    link_layer: str | None = None  # InfiniBand, Ethernet
+    ca_type: str | None = None  # MT4129
+    fw_ver: str | None = None
+    lid: int | None = None
+    port_guid: str | None = None
 
     @property
     def name(self) -> str:
@@ -54,7 +56,7 @@ class IbPortCounters(msgspec.Struct, frozen=True, omit_defaults=True):
     ca: str  # "" where the tool names only a LID (perfquery)
     port: int
     counters: dict[str, int]
-    lid: Optional[int] = None
+    lid: int | None = None
 
     @property
     def name(self) -> str:
@@ -77,7 +79,7 @@ def phys_state(text: str) -> str:
 
 def _decode(text: str, by_number: dict[int, str], by_name: dict[str, str]) -> str:
     text = text.strip()
-    m = re.match(r"^(\d+)\s*:\s*(.*)$", text)
+    m = _NUMBERED.match(text)
     if m:
         number = int(m.group(1))
         if number in by_number:
@@ -86,7 +88,7 @@ def _decode(text: str, by_number: dict[int, str], by_name: dict[str, str]) -> st
     return by_name.get(text.lower().replace(" ", ""), text)
 
 
-def rate_gbps(text: str) -> Optional[float]:
+def rate_gbps(text: str) -> float | None:
     """"400 Gb/sec (4X NDR)" / "400" / "2.5 Gb/sec (1X SDR)" -> 400.0 / 400.0 / 2.5."""
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)", text)
+    m = _RATE.match(text)
     return float(m.group(1)) if m else None

@@ -8,21 +8,26 @@ expected.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
 
+# Every pattern has one way to match a line (no two adjacent quantifiers that can take
+# the same characters), so a hostile line costs its length, not its length squared;
+# values are taken whole and stripped in code rather than by a lazy `.*?\s*$`.
 _CA = re.compile(r"^CA '(?P<name>[^']*)'\s*$")
-_PORT = re.compile(r"^\s+Port (?P<num>\d+):\s*$")
-_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
+_PORT = re.compile(r"^\s+Port (?P<num>[0-9]{1,9}):\s*$")
+_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
+_LID = re.compile(r"[0-9]{1,9}")
 
 
 def parse_ibstat(text: str) -> IbPorts:
     ports: list[IbPort] = []
     errors: list[str] = []
-    ca: Optional[dict[str, str]] = None
-    port: Optional[dict[str, Any]] = None
+    ca: dict[str, str] | None = None
+    port: dict[str, Any] | None = None
     saw_ca = False
 
     def flush_port() -> None:
@@ -52,10 +57,10 @@ def parse_ibstat(text: str) -> IbPorts:
             continue
         m = _FIELD.match(line)
         if m:
-            (port if port is not None else ca)[m.group("key").strip()] = m.group("value")
+            (port if port is not None else ca)[m.group("key").strip()] = m.group("value").strip()
     flush_port()
     if not saw_ca and text.strip() and not errors:
-        raise ParseError(f"ibstat: no \"CA '...'\" block in the output (starts with {text.strip()[:60]!r})")
+        raise ParseError(f"ibstat: no \"CA '...'\" block in the output (starts with {clip(text.strip(), 60)!r})")
     return IbPorts(ports=ports, errors=errors)
 
 
@@ -70,6 +75,6 @@ def _port(ca: dict[str, str], port: dict[str, Any]) -> IbPort:
         link_layer=port.get("Link layer") or None,
         ca_type=ca.get("CA type") or None,
         fw_ver=ca.get("Firmware version") or None,
-        lid=int(lid) if lid.isdigit() else None,
+        lid=int(lid) if _LID.fullmatch(lid) else None,
         port_guid=port.get("Port GUID") or None,
     )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
 
-_HEAD = re.compile(r"^Infiniband device '(?P<ca>[^']*)' port (?P<port>\d+) status:\s*$")
-_FIELD = re.compile(r"^\s+(?P<key>[a-z_ ]+?):\s*(?P<value>.*?)\s*$")
+# One way to match each line (see ibstat.py): the key starts with a letter, so the
+# leading whitespace and the key never compete for the same spaces.
+_HEAD = re.compile(r"^Infiniband device '(?P<ca>[^']*)' port (?P<port>[0-9]{1,9}) status:\s*$")
+_FIELD = re.compile(r"^\s+(?P<key>[a-z_][a-z_ ]*):(?P<value>.*)$")
+_HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
 
 
 def parse_ibstatus(text: str) -> IbPorts:
     ports: list[IbPort] = []
-    current: Optional[dict[str, Any]] = None
+    current: dict[str, Any] | None = None
 
     def flush() -> None:
         if current is not None:
@@ -27,7 +31,7 @@ def parse_ibstatus(text: str) -> IbPorts:
                     phys_state=phys_state(current.get("phys state", "")),
                     rate_gbps=rate_gbps(current.get("rate", "")),
                     link_layer=current.get("link_layer") or None,
-                    lid=int(lid, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", lid) else None,
+                    lid=int(lid, 16) if _HEX.fullmatch(lid) else None,
                 )
             )
 
@@ -41,10 +45,10 @@ def parse_ibstatus(text: str) -> IbPorts:
             continue
         m = _FIELD.match(line)
         if m:
-            current[m.group("key")] = m.group("value")
+            current[m.group("key").rstrip()] = m.group("value").strip()
     flush()
     if not ports:
         if "No devices" in text:
             return IbPorts(ports=[])
-        raise ParseError(f"ibstatus: no \"Infiniband device ... status:\" block (starts with {text.strip()[:60]!r})")
+        raise ParseError(f"ibstatus: no \"Infiniband device ... status:\" block (starts with {clip(text.strip(), 60)!r})")
     return IbPorts(ports=ports)

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 
 
 class Link(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str
-    mtu: Optional[int]
+    mtu: int | None
     flags: list[str] = []
     operstate: str = "UNKNOWN"  # UP, DOWN, UNKNOWN, LOWERLAYERDOWN, ...
     link_type: str = ""  # ether, infiniband, loopback, none
-    ifindex: Optional[int] = None
-    kind: Optional[str] = None  # veth, ipoib, bridge, vlan, ... (from -d)
+    ifindex: int | None = None
+    kind: str | None = None  # veth, ipoib, bridge, vlan, ... (from -d)
 
     @property
     def admin_up(self) -> bool:
@@ -50,7 +51,11 @@ def parse_ip_link_json(text: str) -> IpLinks:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ParseError(f"ip -j link: not valid JSON ({exc})") from None
+        raise ParseError(f"ip -j link: not valid JSON ({clip(str(exc))})") from None
+    except RecursionError:
+        # json's C decoder guards its recursion: 100,000 "[" end here, not in a crash.
+        # `ip -j link` nests four levels deep.
+        raise ParseError("ip -j link: JSON nested too deeply") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
@@ -79,7 +84,10 @@ def parse_ip_link_json(text: str) -> IpLinks:
 
 
 # "2: eth0@if6: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc noqueue state UP ..."
-_HEADER = re.compile(r"^(?P<index>\d+):\s+(?P<name>.+?):\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+# The kernel refuses ":" and white space in interface names, so the name is one run of
+# other characters: a lazy `.+?` there made a hostile line (": <" repeated, or a long
+# run of spaces) quadratic.
+_HEADER = re.compile(r"^(?P<index>[0-9]{1,9}):\s++(?P<name>[^:\s]++):\s++<(?P<flags>[^>]*+)>(?P<rest>.*)$")
 _LINK = re.compile(r"^\s+link/(?P<type>\S+)")
 # lines after link/... that are attributes, not the device kind
 _NOT_KIND = {"altname", "prop", "link-netnsid", "link-netns", "vf", "alias", "inet", "inet6"}
@@ -87,7 +95,7 @@ _NOT_KIND = {"altname", "prop", "link-netnsid", "link-netns", "vf", "alias", "in
 
 def parse_ip_link_text(text: str) -> IpLinks:
     links: list[Link] = []
-    current: Optional[dict[str, Any]] = None
+    current: dict[str, Any] | None = None
     saw_link_line = False
 
     def flush() -> None:
@@ -126,16 +134,18 @@ def parse_ip_link_text(text: str) -> IpLinks:
                 current["kind"] = word
     flush()
     if not links:
-        first = text.strip().splitlines()[0][:80] if text.strip() else ""
-        raise ParseError(f"ip link: no interface found in the output (starts with {first!r})")
+        raise ParseError(f"ip link: no interface found in the output (starts with {clip(text.strip(), 80)!r})")
     return IpLinks(links)
 
 
-def _int_or_none(value: Any) -> Optional[int]:
+def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and _UINT.fullmatch(value):
         return int(value)
     return None
+
+
+_UINT = re.compile(r"[0-9]{1,18}")  # not str.isdigit(): int() refuses "²" and 4,301 digits

@@ -8,7 +8,6 @@ first directory that provides a soname wins, as in the loader's cache.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import msgspec
 
@@ -23,7 +22,7 @@ class SharedLib(msgspec.Struct, frozen=True):
     path: str  # directory/file the soname points to
 
     @property
-    def version(self) -> Optional[str]:
+    def version(self) -> str | None:
         """"libnccl.so.2.18.3" -> "2.18.3"."""
         m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", self.path)
         return m.group(1) if m else None
@@ -32,7 +31,7 @@ class SharedLib(msgspec.Struct, frozen=True):
 class SharedLibs(msgspec.Struct, frozen=True):
     libs: dict[str, SharedLib]
 
-    def version_of(self, soname_prefix: str) -> Optional[SharedLib]:
+    def version_of(self, soname_prefix: str) -> SharedLib | None:
         """The library whose soname starts with `soname_prefix` ("libnccl.so"), highest soname first."""
         found = sorted((name for name in self.libs if name.startswith(soname_prefix)), reverse=True)
         return self.libs[found[0]] if found else None
@@ -40,7 +39,7 @@ class SharedLibs(msgspec.Struct, frozen=True):
 
 def parse_ldconfig(text: str) -> SharedLibs:
     libs: dict[str, SharedLib] = {}
-    directory: Optional[str] = None
+    directory: str | None = None
     saw_dir = False
     for line in text.splitlines():
         m = _DIR.match(line)

@@ -21,15 +21,17 @@ A value nvidia-smi could not give (N/A, [Not Supported], ERR!, Unknown Error,
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
     THROTTLE_REASONS,
-    GpuFacts,
     Gpu,
+    GpuFacts,
     GpuProcess,
     LostGpu,
     normalize_pci,
@@ -57,11 +59,14 @@ _UNKNOWN = {
 }
 _TRUE = {"enabled", "yes", "active", "true", "on"}
 _FALSE = {"disabled", "no", "not active", "false", "off"}
-_NUMBER = re.compile(r"^(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%]*)$")
+# Digit runs are bounded: int() refuses more than 4,300 digits, and a hostile value of a
+# million digits must read as "not a number" (None), not crash the parser.
+_NUMBER = re.compile(r"^(?P<num>-?[0-9]{1,30}(?:\.[0-9]{1,30})?)\s*(?P<unit>[A-Za-z%]*)$")
+_WIDTH = re.compile(r"^(?P<num>[0-9]{1,9})\s*[xX]$")  # PCIe link width "16x"
 _VERSION = re.compile(r"^\d+(?:\.\d+)*")
 
 
-def clean_value(value: Optional[str]) -> Optional[str]:
+def clean_value(value: str | None) -> str | None:
     """The value as text, or None where nvidia-smi says it has none."""
     if value is None:
         return None
@@ -73,27 +78,28 @@ def clean_value(value: Optional[str]) -> Optional[str]:
     return text
 
 
-def parse_int(value: Optional[str]) -> Optional[int]:
+def parse_int(value: str | None) -> int | None:
     """ "81559 MiB" / "0" / "16x" -> int; a unit is allowed, anything else is None."""
     text = clean_value(value)
     if text is None:
         return None
-    if text.lower().endswith("x") and text[:-1].strip().isdigit():  # link width "16x"
-        return int(text[:-1])
+    m = _WIDTH.match(text)
+    if m:
+        return int(m.group("num"))
     m = _NUMBER.match(text)
     if not m or "." in m.group("num"):
         return None
     return int(m.group("num"))
 
 
-def parse_float(value: Optional[str]) -> Optional[float]:
+def parse_float(value: str | None) -> float | None:
     """ "59 C" / "69.85 W" / "41" -> float."""
     text = clean_value(value)
     m = _NUMBER.match(text) if text is not None else None
     return float(m.group("num")) if m else None
 
 
-def parse_bool(value: Optional[str]) -> Optional[bool]:
+def parse_bool(value: str | None) -> bool | None:
     """Enabled/Disabled, Yes/No, Active/Not Active -> bool; anything else None."""
     text = clean_value(value)
     if text is None:
@@ -106,14 +112,14 @@ def parse_bool(value: Optional[str]) -> Optional[bool]:
     return None
 
 
-def parse_version(value: Optional[str]) -> Optional[str]:
+def parse_version(value: str | None) -> str | None:
     """ "590.48.01" -> itself; "610.43.02 [Deprecated; ...]" -> "610.43.02"; "Not Found" -> None."""
     text = clean_value(value)
     m = _VERSION.match(text) if text is not None else None
     return m.group(0) if m else None
 
 
-def parse_pstate(value: Optional[str]) -> Optional[str]:
+def parse_pstate(value: str | None) -> str | None:
     text = clean_value(value)
     return text.upper() if text and re.fullmatch(r"[Pp]\d{1,2}", text) else None
 
@@ -127,9 +133,9 @@ _PCI_ID = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 # "GPU0000:3B:00.0: Unknown Error" (535 and older) or "GPU1: 0000:34:00.0: Unknown Error"
 # (newer drivers name the index too). The index needs ": " after it, so the domain
 # "0000:" of the older form is never taken for an index.
-_LOST_PCI = re.compile(rf"^(?:(?P<idx>\d+):\s+)?(?P<pci>{_PCI_ID})\s*:\s*(?P<err>.*)$")
+_LOST_PCI = re.compile(rf"^(?:(?P<idx>[0-9]{{1,9}}):\s+)?(?P<pci>{_PCI_ID})\s*:\s*(?P<err>.*)$")
 # "GPU 0: Unknown Error" / "GPU1: Unknown Error": index only.
-_LOST_IDX = re.compile(r"^(?P<idx>\d+)\s*:\s*(?P<err>.*)$")
+_LOST_IDX = re.compile(r"^(?P<idx>[0-9]{1,9})\s*:\s*(?P<err>.*)$")
 
 # Whole-command failures: (marker in the line, init_error to report).
 _FAILURES = (
@@ -143,7 +149,7 @@ _NVML_INIT = re.compile(r"^Failed to initialize NVML:\s*(?P<why>.*)$", re.IGNORE
 _NO_DEVICES = re.compile(r"^No devices were found\s*$", re.IGNORECASE)
 
 
-def lost_gpu_from_line(line: str) -> Optional[LostGpu]:
+def lost_gpu_from_line(line: str) -> LostGpu | None:
     """An "Unable to determine the device handle for GPU..." line -> LostGpu, else None."""
     m = _LOST.search(line.strip())
     if not m:
@@ -163,7 +169,7 @@ def lost_gpu_from_line(line: str) -> Optional[LostGpu]:
     return LostGpu(pci_bus_id=None, error=rest)
 
 
-def failure_from_line(line: str) -> Optional[str]:
+def failure_from_line(line: str) -> str | None:
     """A line saying nvidia-smi could not start at all -> the init_error, else None."""
     text = line.strip()
     low = text.lower()
@@ -228,15 +234,17 @@ def dedupe_lost(lost: list[LostGpu]) -> list[LostGpu]:
 # ---------------------------------------------------------------------------
 
 _GPU_HEADER = re.compile(rf"^GPU\s+(?P<pci>{_PCI_ID})\s*$")
-_KEY_VALUE = re.compile(r"^(?P<key>[^:]*?)\s*:\s?(?P<value>.*)$")
+# The key is everything before the first colon, stripped in code: a lazy key followed
+# by `\s*` made a line with a long run of spaces and no colon quadratic.
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]*+):\s?(?P<value>.*)$")
 
 
 class _Node:
     """One line of the report: its key, its value (None for a section header), its sub-lines."""
 
-    __slots__ = ("key", "value", "children")
+    __slots__ = ("children", "key", "value")
 
-    def __init__(self, key: str, value: Optional[str]) -> None:
+    def __init__(self, key: str, value: str | None) -> None:
         self.key = key
         self.value = value
         self.children: list[_Node] = []
@@ -247,7 +255,7 @@ def _norm(key: str) -> str:
     return " ".join(key.lower().split())
 
 
-def _child(node: Optional[_Node], *path: str) -> Optional[_Node]:
+def _child(node: _Node | None, *path: str) -> _Node | None:
     """The first node along `path` (keys compared case-insensitively), or None."""
     for key in path:
         if node is None:
@@ -257,12 +265,12 @@ def _child(node: Optional[_Node], *path: str) -> Optional[_Node]:
     return node
 
 
-def _value(node: Optional[_Node], *path: str) -> Optional[str]:
+def _value(node: _Node | None, *path: str) -> str | None:
     found = _child(node, *path)
     return found.value if found is not None else None
 
 
-def _first_value(node: Optional[_Node], *keys: str) -> Optional[str]:
+def _first_value(node: _Node | None, *keys: str) -> str | None:
     """The value of the first of `keys` that `node` has (one key, renamed over time)."""
     return next((v for v in (_value(node, k) for k in keys) if v is not None), None)
 
@@ -286,7 +294,7 @@ def _build_tree(lines: list[str]) -> _Node:
             continue
         indent = len(line) - len(line.lstrip(" "))
         m = _KEY_VALUE.match(line.strip())
-        node = _Node(m.group("key"), m.group("value")) if m else _Node(line.strip(), None)
+        node = _Node(m.group("key").rstrip(), m.group("value")) if m else _Node(line.strip(), None)
         while stack[-1][0] >= indent:
             stack.pop()
         stack[-1][1].children.append(node)
@@ -301,13 +309,13 @@ class _Scan:
         self.top: dict[str, str] = {}
         self.blocks: list[tuple[str, list[str]]] = []  # (bus id from the "GPU ..." line, lines)
         self.lost: list[LostGpu] = []
-        self.init_error: Optional[str] = None
+        self.init_error: str | None = None
         self.no_devices = False
 
 
 def _scan(text: str) -> _Scan:
     scan = _Scan()
-    block: Optional[list[str]] = None
+    block: list[str] | None = None
     for raw in text.splitlines():
         line = raw.replace("\x00", "")
         lost = lost_gpu_from_line(line)
@@ -331,7 +339,7 @@ def _scan(text: str) -> _Scan:
             block = None
             kv = _KEY_VALUE.match(line.strip())
             if kv:
-                scan.top.setdefault(_norm(kv.group("key")), kv.group("value"))
+                scan.top.setdefault(_norm(kv.group("key")), kv.group("value"))  # _norm strips the key
             continue
         if block is not None:
             block.append(line)
@@ -360,7 +368,7 @@ def _identity(root: _Node) -> dict[str, Any]:
     }
 
 
-def _sum_known(values: list[Optional[int]]) -> Optional[int]:
+def _sum_known(values: list[int | None]) -> int | None:
     """The sum of the counters that could be read; None when none could.
 
     A partial sum is a lower bound, which is what a "> 0 uncorrectable" check needs;
@@ -370,7 +378,7 @@ def _sum_known(values: list[Optional[int]]) -> Optional[int]:
     return sum(known) if known else None
 
 
-def _bit_group_total(group: _Node) -> Optional[int]:
+def _bit_group_total(group: _Node) -> int | None:
     """Older layout ("Single Bit"/"Double Bit" with per-unit lines): its Total line,
     else the sum of the per-unit lines."""
     total = parse_int(_value(group, "Total"))
@@ -379,7 +387,7 @@ def _bit_group_total(group: _Node) -> Optional[int]:
     return _sum_known([parse_int(c.value) for c in group.children if _norm(c.key) != "total"])
 
 
-def _ecc_counts(timescale: Optional[_Node]) -> tuple[Optional[int], Optional[int]]:
+def _ecc_counts(timescale: _Node | None) -> tuple[int | None, int | None]:
     """(corrected, uncorrected) of an "ECC Errors/Volatile" or ".../Aggregate" section.
 
     Newer drivers list SRAM/DRAM lines ("SRAM Correctable", "SRAM Uncorrectable Parity",
@@ -389,8 +397,8 @@ def _ecc_counts(timescale: Optional[_Node]) -> tuple[Optional[int], Optional[int
     """
     if timescale is None:
         return None, None
-    corrected: list[Optional[int]] = []
-    uncorrected: list[Optional[int]] = []
+    corrected: list[int | None] = []
+    uncorrected: list[int | None] = []
     for c in timescale.children:
         key = _norm(c.key)
         if c.children:
@@ -453,7 +461,7 @@ _REASON_LINES = {
 REQUIRED_REASONS = frozenset(THROTTLE_REASONS.values()) - {"display_clock_setting"}
 
 
-def throttle_list(states: dict[str, bool]) -> Optional[list[str]]:
+def throttle_list(states: dict[str, bool]) -> list[str] | None:
     """Active reasons in bit order, or None unless every required reason was read.
 
     The list means "these are active, the others are not": a reason that could not
@@ -465,7 +473,7 @@ def throttle_list(states: dict[str, bool]) -> Optional[list[str]]:
     return [name for name in THROTTLE_REASONS.values() if states.get(name)]
 
 
-def _throttle(root: _Node) -> Optional[list[str]]:
+def _throttle(root: _Node) -> list[str] | None:
     # Driver 535 renamed "Clocks Throttle Reasons" to "Clocks Event Reasons".
     section = _child(root, "Clocks Event Reasons") or _child(root, "Clocks Throttle Reasons")
     if section is None:
@@ -508,7 +516,7 @@ def _pcie(root: _Node) -> dict[str, Any]:
     }
 
 
-def _process(pid_node: _Node, fields: dict[str, Optional[str]]) -> Optional[GpuProcess]:
+def _process(pid_node: _Node, fields: dict[str, str | None]) -> GpuProcess | None:
     pid = parse_int(pid_node.value)
     if pid is None:
         return None
@@ -520,7 +528,7 @@ def _process(pid_node: _Node, fields: dict[str, Optional[str]]) -> Optional[GpuP
     )
 
 
-def _processes(root: _Node) -> Optional[list[GpuProcess]]:
+def _processes(root: _Node) -> list[GpuProcess] | None:
     """The Processes section: "Processes : None" -> []; absent or unreadable -> None.
 
     Each "Process ID" line carries Type/Name/Used GPU Memory as sub-lines; older
@@ -533,8 +541,8 @@ def _processes(root: _Node) -> Optional[list[GpuProcess]]:
         text = (section.value or "").strip().lower()
         return [] if text in {"none", "no running processes found"} else None
     procs: list[GpuProcess] = []
-    pid_node: Optional[_Node] = None
-    fields: dict[str, Optional[str]] = {}
+    pid_node: _Node | None = None
+    fields: dict[str, str | None] = {}
 
     def flush() -> None:
         if pid_node is not None:
@@ -578,7 +586,7 @@ def _complete_enough(root: _Node) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _top_version(top: dict[str, str], *keys: str) -> Optional[str]:
+def _top_version(top: dict[str, str], *keys: str) -> str | None:
     # 610 keeps "Driver Version"/"CUDA Version" with a deprecation note and adds
     # "KMD Version"/"CUDA UMD Version": the first key given wins.
     for key in keys:
@@ -601,8 +609,7 @@ def parse_nvidia_smi_q(text: str) -> GpuFacts:
     if not blocks and not lost and not scan.no_devices:
         if scan.init_error is not None:
             return GpuFacts(source=SOURCE, init_error=scan.init_error)
-        start = text.strip()[:60]
-        raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {start!r})")
+        raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {clip(text.strip(), 60)!r})")
     pci_ids = [normalize_pci(pci) for pci, _ in blocks]
     indexes, lost = assign_indexes(pci_ids, lost)
     gpus = [_gpu(pci, root, index) for (pci, root), index in zip(blocks, indexes)]

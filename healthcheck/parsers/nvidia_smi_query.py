@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import csv
 import re
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
     THROTTLE_REASONS,
     Gpu,
@@ -160,13 +162,13 @@ _FIELD_NAME = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$
 _KNOWN_NAMES = frozenset(n for names in _COLUMNS.values() for n in names) | set(_DRIVER_COLUMNS)
 
 
-def _field_name(cell: str) -> Optional[str]:
+def _field_name(cell: str) -> str | None:
     """ "memory.total [MiB]" -> "memory.total"; a cell that is no field name -> None."""
     m = _FIELD_NAME.match(cell.strip())
     return m.group("name").lower() if m else None
 
 
-def _header(cells: list[str]) -> Optional[list[str]]:
+def _header(cells: list[str]) -> list[str] | None:
     """The field names if `cells` is a header line, else None.
 
     Every cell must look like a field name and at least one must be a known or dotted
@@ -181,7 +183,7 @@ def _header(cells: list[str]) -> Optional[list[str]]:
     return clean
 
 
-def _reasons(row: dict[str, str]) -> Optional[list[str]]:
+def _reasons(row: dict[str, str]) -> list[str] | None:
     """Active clock event reasons: the .active bitmask when it is there (complete by
     construction), else the per-reason Active/Not Active columns."""
     for prefix in _REASON_PREFIXES:
@@ -201,7 +203,7 @@ def _reasons(row: dict[str, str]) -> Optional[list[str]]:
     return throttle_list(states)
 
 
-def _pick(row: dict[str, str], names: tuple[str, ...]) -> Optional[str]:
+def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
     """The first of `names` the row has a value for (a known one, not [N/A])."""
     present = [row[n] for n in names if n in row]
     return next((v for v in present if clean_value(v) is not None), present[0] if present else None)
@@ -219,18 +221,20 @@ def _gpu_fields(row: dict[str, str]) -> dict[str, Any]:
     return fields
 
 
-def _rows(lines: list[str], fields: Optional[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+def _rows(lines: list[str], fields: Sequence[str] | None) -> tuple[list[str], list[list[str]]]:
     """(column names, data rows) of the CSV lines."""
     reader = csv.reader(lines, skipinitialspace=True)
-    table = [[c.strip() for c in r] for r in reader if any(c.strip() for c in r)]
+    try:
+        table = [[c.strip() for c in r] for r in reader if any(c.strip() for c in r)]
+    except csv.Error as exc:  # e.g. a cell past csv's field size limit (128 KiB)
+        raise ParseError(f"nvidia-smi --query-gpu: not CSV: {clip(str(exc))}") from None
     if not table:
         return [], []
     header = _header(table[0])
     if fields is None:
         if header is None:
-            start = lines[0].strip()[:60]
             raise ParseError(
-                f"nvidia-smi --query-gpu: no CSV header line (output starts {start!r});"
+                f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(lines[0].strip(), 60)!r});"
                 " --format=csv,noheader needs the field list"
             )
         return header, table[1:]
@@ -240,7 +244,7 @@ def _rows(lines: list[str], fields: Optional[Sequence[str]]) -> tuple[list[str],
     return columns, table
 
 
-def parse_nvidia_smi_query(text: str, *, fields: Optional[Sequence[str]] = None) -> GpuFacts:
+def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) -> GpuFacts:
     """`nvidia-smi --query-gpu=... --format=csv` -> GpuFacts (source "nvidia-smi --query-gpu").
 
     `fields`: the names passed to --query-gpu, for output without a header line.
@@ -249,7 +253,7 @@ def parse_nvidia_smi_query(text: str, *, fields: Optional[Sequence[str]] = None)
     if not text or not text.strip():
         raise ParseError("nvidia-smi --query-gpu: empty output")
     lost: list[LostGpu] = []
-    init_error: Optional[str] = None
+    init_error: str | None = None
     no_devices = False
     csv_lines: list[str] = []
     for raw in text.splitlines():
@@ -275,7 +279,7 @@ def parse_nvidia_smi_query(text: str, *, fields: Optional[Sequence[str]] = None)
 
 
 def _facts(
-    columns: list[str], rows: list[list[str]], lost: list[LostGpu], init_error: Optional[str]
+    columns: list[str], rows: list[list[str]], lost: list[LostGpu], init_error: str | None
 ) -> GpuFacts:
     if not columns:
         raise ParseError("nvidia-smi --query-gpu: no CSV in the output")
@@ -283,7 +287,7 @@ def _facts(
         raise ParseError("nvidia-smi --query-gpu: a header but no GPU rows (cut off?)")
     if not any(n in columns for n in _COLUMNS["pci_bus_id"]):
         raise ParseError("nvidia-smi --query-gpu: no pci.bus_id column to name the GPUs by")
-    found: list[tuple[Optional[int], str, dict[str, Any]]] = []
+    found: list[tuple[int | None, str, dict[str, Any]]] = []
     for cells in rows:
         if len(cells) > len(columns):
             raise ParseError(
@@ -297,7 +301,7 @@ def _facts(
             continue  # cut off before the bus id: nothing identifies this GPU
         bus_id = clean_value(raw_bus_id)
         if bus_id is not None and not _PCI.match(bus_id):
-            raise ParseError(f"nvidia-smi --query-gpu: {bus_id[:40]!r} is not a PCI bus id")
+            raise ParseError(f"nvidia-smi --query-gpu: {clip(bus_id, 40)!r} is not a PCI bus id")
         if bus_id is None:
             # nvidia-smi could not read the GPU's bus id: report it, do not drop it.
             error = "no PCI bus id in the --query-gpu row"

@@ -26,11 +26,11 @@ real connection type (NV#, PIX, PXB, PHB, NODE, SYS, or what the driver printed)
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
@@ -57,7 +57,7 @@ def parse_nvidia_topo(text: str) -> Topology:
     header_at = _find_header(lines)
     if header_at is None:
         raise ParseError(
-            f"nvidia-smi topo: no matrix header row (GPU0 ...) found; starts with {text.strip()[:60]!r}"
+            f"nvidia-smi topo: no matrix header row (GPU0 ...) found; starts with {clip(text.strip(), 60)!r}"
         )
     columns = _header_columns(lines[header_at])
     devices: list[str] = []
@@ -79,7 +79,7 @@ def parse_nvidia_topo(text: str) -> Topology:
     )
 
 
-def _find_header(lines: list[str]) -> Optional[int]:
+def _find_header(lines: list[str]) -> int | None:
     """The first line that names device columns and is not a device row itself.
 
     The header starts with blank space before "GPU0"; a copy that lost the indentation

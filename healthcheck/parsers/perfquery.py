@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters
 
 # perfquery's names -> the kernel's sysfs names, so limits have one vocabulary
@@ -33,8 +33,14 @@ CANONICAL = {
     "PortMulticastRcvPkts": "multicast_rcv_packets",
 }
 _SKIP = {"PortSelect", "CounterSelect", "CounterSelect2"}
-_HEAD = re.compile(r"^#\s*(?P<what>.*?)counters:\s*Lid\s+(?P<lid>\d+)\s+port\s+(?P<port>\d+)", re.I)
-_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*):\.*(?P<value>\S+)\s*$")
+# Possessive quantifiers (*+, ++) where two neighbours could share characters ("# " then
+# any text; the dots then the value): without them a long hostile line backtracks
+# through every split of the run, quadratic in its length. Numbers are bounded: int()
+# refuses more than 4,300 digits.
+_HEAD = re.compile(
+    r"^#\s*+(?P<what>.*?)counters:\s*+Lid\s++(?P<lid>[0-9]{1,9})\s++port\s++(?P<port>[0-9]{1,9})", re.IGNORECASE
+)
+_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*+):\.*+(?P<value>\S+)\s*$")
 
 
 def parse_perfquery(text: str, ca: str = "") -> IbCounters:
@@ -42,7 +48,7 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     ports: list[IbPortCounters] = []
     blocks: dict[tuple[int, int], dict[str, int]] = {}
     order: list[tuple[int, int]] = []
-    current: Optional[dict[str, int]] = None
+    current: dict[str, int] | None = None
     for line in text.splitlines():
         m = _HEAD.match(line.strip())
         if m:
@@ -53,7 +59,7 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
             current = blocks[key]
             continue
         if "iberror" in line or line.startswith("ibwarn"):
-            raise ParseError(f"perfquery: {line.strip()}")
+            raise ParseError(f"perfquery: {clip(line.strip())}")
         m = _FIELD.match(line.strip())
         if m and current is not None:
             name, value = m.group("name"), m.group("value")
@@ -67,5 +73,5 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     for lid, port in order:
         ports.append(IbPortCounters(ca=ca, port=port, lid=lid, counters=blocks[(lid, port)]))
     if not ports:
-        raise ParseError(f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {text.strip()[:60]!r})")
+        raise ParseError(f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")
     return IbCounters(ports=ports)

@@ -15,7 +15,11 @@ from support import CORPUS, corpus_files
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import THROTTLE_REASONS, GpuFacts, LostGpu
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
-from healthcheck.parsers.nvidia_smi_query import NEWER_QUERY_FIELDS, QUERY_FIELDS, parse_nvidia_smi_query
+from healthcheck.parsers.nvidia_smi_query import (
+    NEWER_QUERY_FIELDS,
+    QUERY_FIELDS,
+    parse_nvidia_smi_query,
+)
 
 Q_DIR = CORPUS / "nvidia-smi-q"
 CSV_DIR = CORPUS / "nvidia-smi-query-gpu"

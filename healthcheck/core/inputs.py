@@ -1,0 +1,121 @@
+"""Reading operator-supplied files with bounds: a size cap, and no blocking on things
+that are not files.
+
+Every file hc reads because someone named it (a config, a captured tool output for
+`hc parse`, an Xid log, a report) goes through here, so `/dev/zero` as a config ends in
+a one-line error instead of exhausting memory, and a FIFO named as a config cannot hang
+a prologue on its open().
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from healthcheck.core.errors import HcError
+
+MiB = 1024 * 1024
+
+# Defaults per kind of input: generous for real files, small enough that a mistake
+# (a device, a log named as a config) fails fast.
+CONFIG_MAX_BYTES = 4 * MiB
+TOOL_OUTPUT_MAX_BYTES = 64 * MiB  # nvidia-smi -q of 8 GPUs is ~150 kB; kernel logs can be large
+REPORT_MAX_BYTES = 256 * MiB  # a 10,000-node sweep report
+
+
+class InputTooLarge(HcError):
+    """An input is larger than hc accepts for its kind."""
+
+
+class InputNotFound(HcError):
+    """The named input does not exist (callers may word this their own way)."""
+
+
+def _describe(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def read_bounded(path: Path | str, max_bytes: int, *, what: str = "file",
+                 regular_only: bool = True, allow_fifo: bool = False) -> bytes:
+    """The bytes of `path`, at most `max_bytes`; HcError (exit 4) otherwise.
+
+    regular_only: refuse FIFOs, devices, sockets and directories (a config must be a
+    file). allow_fifo: with regular_only, still accept a pipe, as `<(command)` names
+    one (devices stay refused). The open itself never blocks on a FIFO (O_NONBLOCK),
+    whatever is asked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise InputNotFound(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise HcError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise HcError(f"{path}: cannot read {what}: it is a directory")
+        accepted = stat.S_ISREG(st.st_mode) or (allow_fifo and stat.S_ISFIFO(st.st_mode))
+        if regular_only and not accepted:
+            raise HcError(f"{path}: cannot read {what}: it is {_describe(st.st_mode)}, not a regular file")
+        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+            raise InputTooLarge(f"{path}: {what} is {st.st_size} bytes, more than the {max_bytes} hc reads")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            return read_stream_bounded(f, max_bytes, name=str(path), what=what)
+    except OSError as exc:
+        raise HcError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_stream_bounded(stream: BinaryIO, max_bytes: int, *, name: str = "<stdin>",
+                        what: str = "input") -> bytes:
+    """Read a stream to its end, refusing it once it exceeds `max_bytes`."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(min(1 * MiB, max_bytes + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise InputTooLarge(f"{name}: {what} is larger than the {max_bytes} bytes hc reads")
+
+
+def read_stdin_bounded(max_bytes: int, what: str = "input") -> bytes:
+    return read_stream_bounded(sys.stdin.buffer, max_bytes, what=what)
+
+
+def clip(text: str, limit: int = 120) -> str:
+    """Input echoed in an error message, cut to `limit` characters and made one line."""
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def is_regular_or_absent(path: Path | str) -> str | None:
+    """None when `path` is a regular file or does not exist; else what it is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    return _describe(st.st_mode)

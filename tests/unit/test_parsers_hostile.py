@@ -1,0 +1,224 @@
+"""Every parser `hc parse` offers, fed what an attacker (or a broken node) would feed it.
+
+Agentless mode runs these parsers on text that comes from the nodes, so a crafted line
+must cost its length, not its length squared. Each parser is timed on the same shape at
+growing sizes in the same test (never against an absolute time): each step may cost at
+most FACTOR times the step before plus a small constant. From 100 kB to 1 MB a linear
+parser costs ~10x (a little more where a bigger input misses the CPU caches), a
+quadratic one ~100x; and a quadratic one is caught a step earlier, where 100 kB already
+costs it seconds. A run past its bound is interrupted, not waited out.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from support import CORPUS, FIXTURES
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers import TOOLS, parser_for
+
+LARGE = 1_000_000
+SIZES = (LARGE // 200, LARGE // 10, LARGE)
+FACTOR = 50
+SLACK_S = 0.15  # timer granularity, a GC pause, a busy machine
+
+# Short valid output for each tool, so a hostile line after it reaches the regexes that
+# only run inside a block (ibstat's fields after "CA '...'", -q's tree under "GPU ...").
+CONTEXT = {
+    "ip-link": "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\n    link/loopback 00:00:00:00:00:00\n",
+    "ibstat": "CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n",
+    "ibstatus": "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 4: ACTIVE\n",
+    "perfquery": "# Port extended counters: Lid 1 port 1 (CapMask: 0x5A00)\nPortXmitData:....................1\n",
+    "nvidia-smi-q": "Driver Version                            : 535.183.01\nGPU 00000000:19:00.0\n    Product Name                          : NVIDIA H100\n    PCI\n        Bus Id                            : 00000000:19:00.0\n",
+    "nvidia-smi-query-gpu": "index, pci.bus_id, name, memory.total [MiB]\n0, 00000000:19:00.0, NVIDIA H100, 81559 MiB\n",
+    "hostfile": "gpu001 slots=8\n",
+    "ldconfig": "/usr/lib/x86_64-linux-gnu: (from /etc/ld.so.conf.d/x86_64-linux-gnu.conf:3)\n\tlibnccl.so.2 -> libnccl.so.2.18.3\n",
+    "xid": "[  100.000000] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.\n",
+    "nvidia-smi-topo": "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18\t0-51\t0\nGPU1\tNV18\t X \t0-51\t0\n",
+    "nvidia-smi-nvlink": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)\n\t Link 0: 26.562 GB/s\n",
+}
+
+# How a line of each tool starts, so the filler lands where its patterns look.
+PREFIXES = {
+    "ip-link": ["", "1: ", "1: a", "1: a: <", "1: a: <UP> mtu 1", "    link/", "    ", "[", "{\"ifname\": \""],
+    "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: "],
+    "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1"],
+    "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
+    "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
+                     "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
+                     "        Total : 1", "No devices were found"],
+    "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
+    "hostfile": ["", "a", "a:", "a:1", "a[", "a[1-", "gpu[1-2],"],
+    "ldconfig": ["", "/", "/a", "/a:", "\t", "\ta", "\ta ->", "\ta -> b"],
+    "xid": ["", "[", "[  1.0] ", "NVRM: Xid (PCI:", "NVRM: Xid (PCI:0000:1b:00): ", "NVRM: Xid (PCI:0000:1b:00): 79, ",
+            "kernel: NVRM: ", "2024-01-01T00:00:00+00:00 host kernel: "],
+    "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
+    "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <"],
+}
+
+# What fills the line: runs that make lazy or nested quantifiers backtrack.
+FILLERS = [" ", "\t", ".", ":", "a", "0", "a ", ": ", "a:", " :", "<: ", "(UUID: ", "'", ",", "[", "-", "1.", "\x1b[", "GPU0 ", ". "]
+
+# The hostfile's bracketed lines are expanded one by one (see the test at the end).
+PREFIXES_MANY = {"hostfile": [p for p in PREFIXES["hostfile"] if p != "gpu[1-2],"]}
+
+
+class _TooSlow(Exception):
+    pass
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the parser past `seconds`: Python's regex engine checks for signals,
+    so a quadratic match on today's code fails the test instead of running for hours."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(parse: Callable[[str], object], text: str) -> float:
+    start = time.perf_counter()
+    try:
+        parse(text)
+    except ParseError:
+        pass
+    return time.perf_counter() - start
+
+
+def _assert_linear(tool: str, make: Callable[[int], str], label: str,
+                   sizes: tuple[int, ...] = SIZES) -> None:
+    """Each size costs at most FACTOR x the size before + SLACK_S, under a deadline."""
+    parse = parser_for(tool)
+    gc.disable()  # a collection landing in one run and not another is noise
+    try:
+        texts = [make(size) for size in sizes]
+        took = sorted(_run(parse, texts[0]) for _ in range(3))[1]
+        for before, text in itertools.pairwise(texts):
+            limit = FACTOR * took + SLACK_S
+            try:
+                with _deadline(limit + 0.05):
+                    took = _run(parse, text)
+            except _TooSlow:
+                took = float("inf")
+            assert took <= limit, (
+                f"{tool}: {label}: {took:.3f} s on {len(text)} chars, more than {FACTOR}x the "
+                f"{len(before)} chars before it + {SLACK_S} s"
+            )
+    finally:
+        gc.enable()
+
+
+def _one_line(tool: str, prefix: str, filler: str) -> Callable[[int], str]:
+    head = CONTEXT[tool]
+    return lambda size: head + prefix + filler * max(0, (size - len(prefix)) // len(filler)) + "x\n"
+
+
+def _many_lines(tool: str, prefix: str) -> Callable[[int], str]:
+    """Lines of `prefix` + a run of each filler in turn, to `size` characters."""
+    block = "".join(prefix + filler * 40 + "x\n" for filler in FILLERS)
+    return lambda size: CONTEXT[tool] + block * max(1, size // len(block))
+
+
+# Runs of every filler in one line: a million characters that are not all one run.
+_MIXED = "".join(filler * 64 for filler in FILLERS)
+
+
+def test_every_tool_has_hostile_shapes():
+    assert set(CONTEXT) == set(TOOLS) and set(PREFIXES) == set(TOOLS)
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_every_hostile_line_shape_costs_its_length(tool):
+    """Every prefix x filler, 1 kB then 20 kB: a quadratic pattern already costs ~400x
+    the small run (seconds) at 20 kB, so the broad sweep can stay small and fast."""
+    for prefix in PREFIXES[tool]:
+        for filler in FILLERS:
+            _assert_linear(tool, _one_line(tool, prefix, filler), f"one line {prefix!r} + {filler!r}*n",
+                           sizes=(1_000, 20_000))
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_one_long_line_costs_its_length(tool):
+    """A ~1 MB line after each prefix: one run of spaces, and runs of every filler."""
+    for prefix in PREFIXES[tool]:
+        _assert_linear(tool, _one_line(tool, prefix, " "), f"one line {prefix!r} + spaces")
+        _assert_linear(tool, _one_line(tool, prefix, _MIXED), f"one line {prefix!r} + mixed runs")
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_many_lines_cost_their_length(tool):
+    """~1 MB of hostile lines after each prefix, and a staircase of indentation (the
+    nvidia-smi -q tree nests by it)."""
+    for prefix in PREFIXES_MANY.get(tool, PREFIXES[tool]):
+        _assert_linear(tool, _many_lines(tool, prefix), f"lines of {prefix!r} + each filler")
+    stairs = "".join(" " * (i % 1000) + "A : 1\n" for i in range(2000))
+    _assert_linear(tool, lambda size: CONTEXT[tool] + stairs * max(1, size // len(stairs)), "staircase")
+
+
+def test_hostfile_lines_that_expand_cost_their_length():
+    """Bracketed hostlists go through ClusterShell at ~1-4 ms a line: linear, but 1 MB of
+    them would take a minute, so this one runs at a tenth of the size."""
+    _assert_linear("hostfile", _many_lines("hostfile", "gpu[1-2],"), "bracketed lines",
+                   sizes=tuple(size // 10 for size in SIZES))
+
+
+def _repeat(text: str) -> Callable[[int], str]:
+    return lambda size: text * max(1, size // len(text))
+
+
+def _head_and_rows(text: str) -> Callable[[int], str]:
+    """A table's header once, its rows repeated (a header repeated is a bad row)."""
+    head, _, rows = text.partition("\n")
+    return lambda size: head + "\n" + rows * max(1, size // len(rows))
+
+
+def _json_array(text: str) -> Callable[[int], str]:
+    entries = ", ".join(json.dumps(e) for e in json.loads(text))
+    return lambda size: "[" + ", ".join([entries] * max(1, size // len(entries))) + "]"
+
+
+def _read(name: str) -> str:
+    return (CORPUS / name).read_text()
+
+
+# Real structure at scale: thousands of blocks, GPUs, ports, interfaces, libraries.
+_AT_SCALE = {
+    "ibstat": lambda: _repeat(_read("ibstat/h100-ib-some-down-disabled.txt")),
+    "ibstatus": lambda: _repeat(_read("ibstatus/a100-hdr200-all-active.txt")),
+    "ip-link": lambda: _repeat((FIXTURES / "ip-link/netns-veth-detail.txt").read_text()),
+    "ip-link-json": lambda: _json_array(_read("ip-json-link/ipoib-7of8-missing-interface.txt")),
+    "nvidia-smi-q": lambda: _repeat(_read("nvidia-smi-q/h100-8gpu-driver-535.183.01.txt")),
+    "nvidia-smi-query-gpu": lambda: _head_and_rows(_read("nvidia-smi-query-gpu/h100-590-all-fields-load.txt")),
+    "nvidia-smi-topo": lambda: _head_and_rows(_read("nvidia-smi-topo/h100-8gpu-nv18.txt")),
+    "nvidia-smi-nvlink": lambda: _repeat(_read("nvidia-smi-nvlink/h100-18links-590.txt")),
+    "perfquery": lambda: _repeat(_read("perfquery/switch-port-xmitdiscards-linkdowned.txt")),
+    "xid": lambda: _repeat(_read("xid-dmesg/xid79-with-nvswitch-sxid-20034.txt")),
+    "hostfile": lambda: _repeat("".join(f"gpu{i:05d} slots=8\n" for i in range(1000))),
+    "ldconfig": lambda: _repeat(CONTEXT["ldconfig"] + "".join(f"\tlib{i}.so.1 -> lib{i}.so.1.2.3\n" for i in range(1000))),
+}
+
+
+def test_every_tool_is_run_at_scale():
+    assert set(TOOLS) <= set(_AT_SCALE)
+
+
+@pytest.mark.parametrize("case", sorted(_AT_SCALE))
+def test_a_real_output_at_scale_costs_its_length(case):
+    tool = "ip-link" if case == "ip-link-json" else case
+    _assert_linear(tool, _AT_SCALE[case](), "real output at scale")
