@@ -84,7 +84,10 @@ def make_fake_sysfs_ib(root: Path, specs: list[str], counters: dict[str, dict[st
             (p / "lid").write_text(f"0x{16 + n:x}\n")
             for name, value in ((counters or {}).get(f"{ca}/{n}") or {}).items():
                 (p / "counters" / name).write_text(f"{value}\n")
-            for name in ("symbol_error", "link_downed", "port_rcv_errors"):
+            # the counters real mlx5 sysfs (and the rig's fake-ib.sh) has
+            for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                         "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
+                         "excessive_buffer_overrun_errors", "port_xmit_data", "port_rcv_data"):
                 if not (p / "counters" / name).exists():
                     (p / "counters" / name).write_text("0\n")
     return base

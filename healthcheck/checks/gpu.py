@@ -2,8 +2,15 @@
 the kernel log holds no serious Xid, versions agree, and a job left nothing behind.
 
 When NVML cannot start: on a fabric that expects GPUs, gpu.count FAILs (the driver or a
-GPU is gone) and the other GPU checks SKIP pointing at it; on a fabric without GPUs,
+GPU is gone) and the other GPU checks SKIP pointing at it. On a fabric that says nothing
+about GPUs, the PCI bus decides: NVIDIA display/3D controllers there with NVML down (or
+listing none) FAIL gpu.count (gpu.E005: the node cannot run GPU jobs); with none there,
 every GPU check SKIPs.
+
+A value the facts do not have is never judged healthy where the fabric asks for it: a
+configured figure (NVLink count, PCIe width/generation, temperature limit) that NVML
+could not give for a GPU is an ERROR for that GPU, and gpu.xid ERRORs on a kernel log
+that was not read.
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ from typing import Optional
 
 import msgspec
 
+from healthcheck.core import catalogue
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.model import Limit, Metric
+from healthcheck.core.model import Finding, Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status, against_limits
 from healthcheck.parsers.gpu_common import Gpu, GpuFacts
@@ -25,6 +33,12 @@ NVML_UNAVAILABLE = finding(
     "gpu.E001", "NVML could not initialise on a node that should have GPUs",
     "The NVIDIA driver is not loaded or a GPU hung the driver: check `nvidia-smi` and dmesg for Xid 79/119; "
     "reboot the node, and RMA the GPU if it recurs.", action="reboot")
+GPUS_NOT_DRIVEN = finding(
+    "gpu.E005", "NVIDIA GPUs are on the PCI bus but NVML cannot start or lists none (the driver does not drive them)",
+    "The node cannot run GPU jobs: check `lsmod | grep nvidia` and the NVRM lines in dmesg (a driver that does not "
+    "match the kernel after an update, a DKMS build that failed, RmInitAdapter failures, a GPU that fell off the "
+    "bus at probe time); reload the driver or reboot; RMA a GPU that keeps failing to initialise.",
+    action="investigate")
 GPU_COUNT = finding(
     "gpu.E002", "the number of GPUs (or the job's GPUs) differs from the fabric's",
     "A GPU that NVML does not list fell off the bus or did not train: check lspci and dmesg; reseat, then RMA.",
@@ -65,6 +79,15 @@ SXID = finding(
     "gpu.E021", "an NVSwitch logged an SXid error",
     "A fatal SXid takes the NVLink fabric down: restart nvidia-fabricmanager after a reboot; repeated "
     "link faults mean a bad baseboard or tray: RMA.", action="reboot")
+GPU_INIT_FAILED = finding(
+    "gpu.E022", "the kernel log shows a GPU the NVIDIA driver could not initialise (RmInitAdapter failed)",
+    "The driver could not bring the GPU up (GSP firmware, VBIOS, a GPU left in a bad state, the open kernel "
+    "modules required and not used): read the NVRM lines around it; power-cycle the node; RMA if it recurs.",
+    action="reboot")
+CRASH_DUMP = finding(
+    "gpu.E023", "the kernel log shows the NVIDIA driver created a GPU crash dump",
+    "The driver met a fatal GPU error: run nvidia-bug-report.sh as root before the module is unloaded, read the "
+    "NVRM lines before the dump, then reset the GPU or reboot; RMA if it recurs.", action="investigate")
 THROTTLED = finding(
     "gpu.E030", "a GPU's clocks are held down by a hardware or thermal reason",
     "HW slowdown/power brake: check power supplies and the BMC's event log; thermal: check fans, airflow, "
@@ -121,27 +144,68 @@ def _label(g: Gpu) -> str:
     return f"GPU{g.index}"
 
 
+def _pci_only(facts: GpuFacts) -> list[str]:
+    """Bus ids of the NVIDIA GPUs only the PCI bus shows (NVML down or listing none)."""
+    from healthcheck.probes.gpu import is_pci_only
+
+    return [lost.pci_bus_id or "?" for lost in facts.lost if is_pci_only(lost)]
+
+
 def _gpus(facts: GpuFacts, limits: Fabric) -> list[Gpu]:
-    """The GPUs to judge; SKIP when NVML is unavailable (gpu.count reports that)."""
+    """The GPUs to judge; SKIP when no GPU answers NVML (gpu.count judges that).
+
+    Never an empty list: a check that judged no GPU would PASS having checked nothing.
+    """
+    on_pci = _pci_only(facts)
     if facts.init_error:
-        if limits.gpu.count is not None:
+        if limits.gpu.count or on_pci:
             raise NotApplicable(f"no GPU facts: {facts.init_error} (see gpu.count)")
         raise NotApplicable(f"no NVIDIA GPU here: {facts.init_error}")
-    if not facts.gpus and limits.gpu.count is None and not facts.lost:
+    if not facts.gpus:
+        if facts.scoped_to == []:
+            raise NotApplicable("the job has no GPU")
+        if limits.gpu.count or facts.lost:
+            raise NotApplicable("no GPU answers NVML (see gpu.count)")
         raise NotApplicable("no NVIDIA GPU found and the fabric expects none")
     return facts.gpus
+
+
+def _unknown(what: str, component: str, key: str) -> Finding:
+    """ERROR: the fabric asks about `what` and the facts do not have it (never a PASS)."""
+    return catalogue.TOOL_MISSING(
+        Status.ERROR, f"{what}: no value could be read, so {key} cannot be judged", component=component)
 
 
 def _severity(value: str) -> Optional[Status]:
     return {"FAIL": Status.FAIL, "WARN": Status.WARN}.get(value)
 
 
-@check("gpu.count", tier="quick", needs=("gpus",), findings=(NVML_UNAVAILABLE, GPU_COUNT, GPU_MODEL, GPU_LOST), budget_s=5.0)
+@check("gpu.count", tier="quick", needs=("gpus",),
+       findings=(NVML_UNAVAILABLE, GPUS_NOT_DRIVEN, GPU_COUNT, GPU_MODEL, GPU_LOST, catalogue.TOOL_MISSING),
+       budget_s=5.0)
 def count(facts: GpuFacts, limits: Fabric) -> CheckOutput:
-    """The fabric's number of GPUs (or every GPU of the job) is present, answering, and of the fabric's model."""
+    """The fabric's number of GPUs (or every GPU of the job, or every NVIDIA GPU on the PCI bus) is present, answering, and of the fabric's model."""
     expected = limits.gpu.count
-    if facts.init_error:
+    on_pci = _pci_only(facts)
+    if on_pci and expected != 0 and not facts.gpus:
+        why = facts.init_error or "NVML lists no GPU"
+        where = ", ".join(on_pci)
         if expected is None:
+            # A GPU node whose driver is down cannot run a GPU job: that is evidence
+            # against the node (FAIL), not a check that could not run (ERROR).
+            yield GPUS_NOT_DRIVEN.fail(
+                f"{len(on_pci)} NVIDIA GPU(s) on the PCI bus ({where}) but {why}: the node cannot run GPU jobs",
+                value=on_pci, evidence="; ".join(lost.error for lost in facts.lost))
+        elif facts.init_error:
+            yield NVML_UNAVAILABLE.fail(
+                f"NVML could not initialise ({facts.init_error}); expected {expected} GPUs; on the PCI bus: {where}",
+                value=facts.init_error, limit=Limit("==", expected, "gpu.count"))
+        else:
+            yield GPU_COUNT.fail(f"NVML lists no GPU, expected {expected}; on the PCI bus: {where}",
+                                 value=0, limit=Limit("==", expected, "gpu.count"))
+        return
+    if facts.init_error:
+        if not expected:
             raise NotApplicable(f"no NVIDIA GPU here: {facts.init_error}")
         yield NVML_UNAVAILABLE.fail(
             f"NVML could not initialise ({facts.init_error}); expected {expected} GPUs",
@@ -165,13 +229,16 @@ def count(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     for g in facts.gpus:
         if g.name:
             yield Metric("model", g.name, component=_label(g))
-        if limits.gpu.model is not None and g.name is not None and g.name != limits.gpu.model:
+        if limits.gpu.model is not None and g.name is None:
+            yield _unknown(f"{_label(g)}'s model", _label(g), "gpu.model")
+        elif limits.gpu.model is not None and g.name != limits.gpu.model:
             yield GPU_MODEL.fail(f"{_label(g)} is a {g.name}, expected {limits.gpu.model}", component=_label(g),
                                  value=g.name, limit=Limit("==", limits.gpu.model, "gpu.model"))
 
 
 @check("gpu.ecc", tier=ALL_TIERS_AND_EPILOGUE, needs=("gpus",),
-       findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED), budget_s=5.0)
+       findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, catalogue.TOOL_MISSING),
+       budget_s=5.0)
 def ecc(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU has uncorrected ECC errors, too many corrected ones, pending retirements or remaps, or a failed remap."""
     gl = limits.gpu
@@ -182,6 +249,10 @@ def ecc(facts: GpuFacts, limits: Fabric) -> CheckOutput:
             value = getattr(g, name)
             if value is not None:
                 yield Metric(name, value, component=c)
+        if g.ecc_enabled and g.ecc_volatile_uncorrected is None:
+            # ECC on, and NVML could not count its errors: not "no errors" (ECC off is
+            # NVML's "not supported", which is not judged)
+            yield _unknown(f"{c}'s uncorrected ECC count", c, "uncorrected ECC errors")
         if g.ecc_volatile_uncorrected:
             yield ECC_UNCORRECTED.fail(f"{c} has {g.ecc_volatile_uncorrected} uncorrected ECC errors since reset",
                                        component=c, value=g.ecc_volatile_uncorrected)
@@ -202,33 +273,69 @@ def ecc(facts: GpuFacts, limits: Fabric) -> CheckOutput:
             yield REMAP_FAILED.fail(f"{c} had a row remapping failure", component=c, value=True)
 
 
-@check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
-       findings=(XID, SXID), budget_s=5.0)
-def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
-    """The kernel log holds no Xid or SXid event the severity table marks WARN or FAIL, in the window checked."""
-    from healthcheck.parsers.xid import summarize
+def _when(t: Optional[float]) -> str:
+    import time
 
+    return "boot" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def log_window(log) -> str:
+    """What the kernel log evidence covers: "since 2026-11-23T01:00:00Z in /dev/kmsg (3,214 lines read)"."""
+    text = f"since {_when(log.since)} in {log.source} ({log.source_lines or 0:,} lines read)"
+    return f"{text}; {log.window_note}" if log.window_note else text
+
+
+@check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
+       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, catalogue.TOOL_FAILED), budget_s=5.0)
+def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
+    """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed init, crash dump) the severity table marks WARN or FAIL, in the window read."""
+    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
+    from healthcheck.parsers.xid import INIT_FAILED, summarize
+
+    if log.source is None or not log.source_lines:
+        # the providers never hand on an unread log; anything else is not evidence either
+        yield catalogue.TOOL_FAILED(Status.ERROR, "gpu.xid has no kernel log that was read (source "
+                                    f"{log.source or 'unknown'}, {log.source_lines or 0} lines): Xid events "
+                                    "cannot be ruled out")
+        return
     policy = limits.gpu.xid
-    no_gpu = gpus is not None and gpus.init_error and limits.gpu.count is None
-    if no_gpu and not log.xids and not log.sxids:
-        raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}")
+    no_gpu = gpus is not None and gpus.init_error and not limits.gpu.count and not _pci_only(gpus)
+    if no_gpu and not log.xids and not log.sxids and not log.faults:
+        raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}; no NVIDIA event {log_window(log)}")
     index_of = {g.pci_bus_id: g.index for g in (gpus.gpus if gpus is not None else [])}
     scope = set(gpus.scoped_to) if gpus is not None and gpus.scoped_to is not None else None
+
+    def place(bus: Optional[str]) -> tuple[Optional[str], str, str]:
+        """(where, " (bus)" when where is an index, component prefix); where None: not this job's GPU."""
+        index = index_of.get(bus) if bus else None
+        if scope is not None and index is not None and index not in scope:
+            return None, "", ""  # another job's GPU: not this prologue's business
+        where = f"GPU{index}" if index is not None else (bus or "GPU?")
+        return where, f" ({bus})" if index is not None and bus else "", where
+
     yield Metric("xid_events", len(log.xids))
+    window = log_window(log)
+    yield Metric("kernel_log_lines", log.source_lines)
+    # what was read, for a PASS as much as a FAIL: a clean verdict names its evidence
+    yield Metric("kernel_log", window)
+    failed: set[Optional[str]] = set()  # buses with a FAIL already: a crash dump adds nothing to them
+    numberless = {e.pci_bus_id for e in log.xids if e.legacy}
     for s in summarize(log.xids):
         status = _severity(policy.severity.get(s.code, policy.unknown))
-        index = index_of.get(s.pci_bus_id) if s.pci_bus_id else None
-        if scope is not None and index is not None and index not in scope:
-            continue  # another job's GPU: not this prologue's business
-        where = f"GPU{index}" if index is not None else (s.pci_bus_id or "GPU?")
-        if status is None:
+        where, pci, _ = place(s.pci_bus_id)
+        if where is None or status is None:
             continue
-        meaning = XID_MEANING.get(s.code, "see NVIDIA's Xid catalogue")
         times = f"{s.count} times" if s.count > 1 else "once"
-        pci = f" ({s.pci_bus_id})" if index is not None and s.pci_bus_id else ""
         key = f"gpu.xid.severity[{s.code}]" if s.code in policy.severity else "gpu.xid.unknown"
-        yield XID(status, f"{where}{pci} logged Xid {s.code} ({meaning}) {times}",
-                  component=f"{where}:xid{s.code}", value=s.count,
+        if s.code == 79 and s.pci_bus_id in numberless:
+            message = (f"{where}{pci} has fallen off the bus (the driver logged no Xid number: judged as Xid 79) "
+                       f"{times}, {window}")
+        else:
+            meaning = XID_MEANING.get(s.code, "see NVIDIA's Xid catalogue")
+            message = f"{where}{pci} logged Xid {s.code} ({meaning}) {times}, {window}"
+        if status is Status.FAIL:
+            failed.add(s.pci_bus_id)
+        yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
                   limit=Limit("==", policy.severity.get(s.code, policy.unknown), key), evidence=s.first_line)
     seen: set[tuple] = set()
     for e in log.sxids:
@@ -242,9 +349,28 @@ def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
         where = e.switch or e.pci_bus_id or "nvswitch"
         yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}", component=f"{where}:sxid{e.code}",
                    value=e.code, evidence=e.line)
+    groups: dict[tuple[str, Optional[str]], list] = {}
+    for fault in log.faults:
+        groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
+    for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
+        where, pci, component = place(bus)
+        if where is None:
+            continue
+        times = f"{len(faults)} times" if len(faults) > 1 else "once"
+        if kind == DUMPED:
+            if bus in failed or (bus is None and failed):
+                continue  # the dump of a failure already reported: one incident, one finding
+            yield CRASH_DUMP.fail(f"{where}{pci}: the NVIDIA driver created a GPU crash dump {times}, {window}",
+                                  component=f"{component}:crash-dump", value=len(faults), evidence=faults[0].line)
+        else:
+            failed.add(bus)
+            yield GPU_INIT_FAILED.fail(
+                f"{where}{pci}: the NVIDIA driver could not initialise the GPU (RmInitAdapter failed) {times}, {window}",
+                component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
 
 
-@check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT), budget_s=5.0)
+@check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT, catalogue.TOOL_MISSING),
+       budget_s=5.0)
 def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU's clocks are held down by a hardware or thermal reason, and none is hotter than the fabric's limit."""
     gl = limits.gpu
@@ -252,6 +378,10 @@ def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
         c = _label(g)
         if g.temperature_c is not None:
             yield Metric("temperature_c", g.temperature_c, "C", component=c)
+        elif gl.temp_max_c is not None:
+            yield _unknown(f"{c}'s temperature", c, "gpu.temp_max_c")
+        if g.throttle_reasons is None and (gl.throttle_fail or gl.throttle_warn):
+            yield _unknown(f"{c}'s clock event (throttle) reasons", c, "gpu.throttle_fail")
         for reason in g.throttle_reasons or []:
             if reason in gl.throttle_fail:
                 yield THROTTLED.fail(f"{c} clocks are held down: {reason}", component=f"{c}:{reason}", value=reason,
@@ -264,12 +394,21 @@ def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
                                value=g.temperature_c, unit="C", limit=Limit("<=", gl.temp_max_c, "gpu.temp_max_c"))
 
 
-@check("gpu.pcie", tier="quick", needs=("gpus",), findings=(PCIE_WIDTH, PCIE_GEN), budget_s=5.0)
+@check("gpu.pcie", tier="quick", needs=("gpus",), findings=(PCIE_WIDTH, PCIE_GEN, catalogue.TOOL_MISSING),
+       budget_s=5.0)
 def pcie(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU's PCIe link runs at its full width and generation (or the fabric's, where set)."""
     gl = limits.gpu
-    for g in _gpus(facts, limits):
+    gpus = _gpus(facts, limits)
+    if not gl.pcie_width and not gl.pcie_gen and all(
+            g.pcie_width_current is None and g.pcie_gen_current is None for g in gpus):
+        raise NotApplicable("NVML gives no PCIe link state for any GPU and the fabric sets no figure")
+    for g in gpus:
         c = _label(g)
+        if gl.pcie_width and g.pcie_width_current is None:
+            yield _unknown(f"{c}'s PCIe link width", c, "gpu.pcie_width")
+        if gl.pcie_gen and g.pcie_gen_current is None:
+            yield _unknown(f"{c}'s PCIe link generation", c, "gpu.pcie_gen")
         if g.pcie_width_current is not None:
             yield Metric("pcie_width", g.pcie_width_current, component=c)
             yield Metric("pcie_gen", g.pcie_gen_current, component=c)
@@ -286,7 +425,8 @@ def pcie(facts: GpuFacts, limits: Fabric) -> CheckOutput:
                                 value=g.pcie_gen_current, limit=Limit(">=", want_g, key_g) if key_g else None)
 
 
-@check("gpu.nvlink", tier="standard", needs=("gpus",), findings=(NVLINK_DOWN, NVLINK_ERRORS), budget_s=8.0)
+@check("gpu.nvlink", tier="standard", needs=("gpus",), findings=(NVLINK_DOWN, NVLINK_ERRORS, catalogue.TOOL_MISSING),
+       budget_s=8.0)
 def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU has the fabric's number of active NVLinks, with error counters under the fabric's limits."""
     gl = limits.gpu
@@ -298,7 +438,10 @@ def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     for g in gpus:
         c = _label(g)
         if g.nvlinks is None:
-            continue  # unknown (MIG mode or not supported): nothing to judge
+            if gl.nvlink_count is not None:
+                # the fabric says this GPU has NVLinks; NVML could not list them (MIG mode?)
+                yield _unknown(f"{c}'s NVLink state", c, "gpu.nvlink_count")
+            continue  # unknown and not asked about: nothing to judge
         active = [l for l in g.nvlinks if l.active]
         yield Metric("nvlink_active", len(active), component=c)
         if gl.nvlink_count is not None and len(active) < gl.nvlink_count:
@@ -319,7 +462,7 @@ def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 @check("gpu.versions", tier="standard", needs=("gpus",), optional=("shared_libs",),
-       findings=(VERSION_MISMATCH, VERSION_INCONSISTENT), budget_s=5.0)
+       findings=(VERSION_MISMATCH, VERSION_INCONSISTENT, catalogue.TOOL_MISSING), budget_s=5.0)
 def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
     """Driver, CUDA, VBIOS and NCCL versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
     gl = limits.gpu
@@ -335,14 +478,20 @@ def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
     for label, have, want, key in (("driver", facts.driver_version, gl.driver_version, "gpu.driver_version"),
                                    ("CUDA", facts.cuda_version, gl.cuda_version, "gpu.cuda_version"),
                                    ("NCCL", nccl, gl.nccl_version, "gpu.nccl_version")):
-        if want is not None and have is not None and have != want:
+        if want is not None and have is None:
+            why = "the shared-library list could not be read" if label == "NCCL" and libs is None else "unknown"
+            yield catalogue.TOOL_MISSING(Status.ERROR, f"{label} version is {why}, so {key} cannot be judged",
+                                         component=label.lower())
+        elif want is not None and have != want:
             yield VERSION_MISMATCH.fail(f"{label} version is {have}, expected {want}", component=label.lower(),
                                         value=have, limit=Limit("==", want, key))
     vbios = {g.vbios_version for g in gpus if g.vbios_version}
     for g in gpus:
         if g.vbios_version:
             yield Metric("vbios_version", g.vbios_version, component=_label(g))
-        if gl.vbios_version is not None and g.vbios_version is not None and g.vbios_version != gl.vbios_version:
+        if gl.vbios_version is not None and g.vbios_version is None:
+            yield _unknown(f"{_label(g)}'s VBIOS version", _label(g), "gpu.vbios_version")
+        elif gl.vbios_version is not None and g.vbios_version != gl.vbios_version:
             yield VERSION_MISMATCH.fail(f"{_label(g)} VBIOS is {g.vbios_version}, expected {gl.vbios_version}",
                                         component=_label(g), value=g.vbios_version,
                                         limit=Limit("==", gl.vbios_version, "gpu.vbios_version"))
@@ -351,12 +500,15 @@ def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
                                         component="vbios", value=sorted(vbios))
 
 
-@check("gpu.processes", tier="epilogue", needs=("gpus",), findings=(LEFTOVER_PROCESS, LEFTOVER_MEMORY), budget_s=5.0)
+@check("gpu.processes", tier="epilogue", needs=("gpus",),
+       findings=(LEFTOVER_PROCESS, LEFTOVER_MEMORY, catalogue.TOOL_MISSING), budget_s=5.0)
 def processes(facts: GpuFacts, limits: Fabric) -> CheckOutput:
     """After a job, no compute process is left on its GPUs and no GPU holds memory without a process."""
     for g in _gpus(facts, limits):
         c = _label(g)
         if g.processes is None:
+            # what a job left behind is this check's whole question: not knowing is not "nothing"
+            yield _unknown(f"{c}'s compute processes", c, "leftover processes")
             continue
         if g.processes:
             desc = ", ".join(f"{p.pid} ({p.name or '?'})" for p in g.processes)

@@ -1,4 +1,9 @@
-"""InfiniBand checks: the compute HCAs are all there, Active/LinkUp at full rate, with clean counters."""
+"""InfiniBand checks: the compute HCAs are all there, Active/LinkUp at full rate, with clean counters.
+
+What could not be read (an HCA the tool or sysfs could not read, a rate or a counter the
+fabric sets a limit for and the port does not give) is an ERROR, never a PASS, and
+never the FAIL of a count it could have made up.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,12 @@ from fnmatch import fnmatchcase
 
 import msgspec
 
+from healthcheck.core import catalogue
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric, IbLimits
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
-from healthcheck.core.status import against_limits
+from healthcheck.core.status import Status, against_limits
 from healthcheck.parsers.ib_common import IbCounters, IbPort, IbPorts
 
 HCA_COUNT = finding(
@@ -62,18 +68,24 @@ def _is_compute(port: IbPort, ib: IbLimits) -> bool:
     "ib.port_state",
     tier="quick",
     needs=("ib_ports",),
-    findings=(HCA_COUNT, PORT_NOT_ACTIVE, PORT_PHYS_STATE, PORT_RATE),
+    findings=(HCA_COUNT, PORT_NOT_ACTIVE, PORT_PHYS_STATE, PORT_RATE, catalogue.TOOL_FAILED, catalogue.TOOL_MISSING),
     budget_s=3.0,
 )
 def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
     """The fabric's compute HCAs are all present and every port of them is Active/LinkUp at the expected rate."""
     ib = limits.ib
-    if not ports.ports and ib.hca_count is None:
+    if not ports.ports and not ports.errors and ib.hca_count is None:
         raise NotApplicable("no InfiniBand HCA found and the fabric expects none")
+    if ports.errors:
+        yield catalogue.TOOL_FAILED(Status.ERROR, "InfiniBand HCAs or ports could not be read: "
+                                    + "; ".join(ports.errors[:5]), value=len(ports.errors),
+                                    evidence="\n".join(ports.errors)[-2000:])
     compute = [p for p in ports.ports if _is_compute(p, ib)]
     others = [p for p in ports.ports if not _is_compute(p, ib)]
     hcas = sorted({p.ca for p in compute})
-    if ib.hca_count is not None and len(hcas) != ib.hca_count:
+    if ports.errors and ib.hca_count is not None and len(hcas) < ib.hca_count:
+        pass  # the HCAs not counted may be the ones that could not be read: the ERROR above says so
+    elif ib.hca_count is not None and len(hcas) != ib.hca_count:
         message = f"{len(hcas)} compute HCAs found, expected {ib.hca_count}"
         if others:
             message += "; not counted: " + ", ".join(
@@ -94,7 +106,10 @@ def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
             yield PORT_PHYS_STATE.fail(
                 f"{p.name} is Active but its physical state is {p.phys_state}", component=p.name, value=p.phys_state
             )
-        elif ib.rate_gbps is not None and p.rate_gbps is not None and p.rate_gbps < ib.rate_gbps:
+        elif ib.rate_gbps is not None and p.rate_gbps is None:
+            yield catalogue.TOOL_MISSING(Status.ERROR, f"{p.name} rate is unknown, so ib.rate_gbps cannot be judged",
+                                         component=p.name)
+        elif ib.rate_gbps is not None and p.rate_gbps < ib.rate_gbps:
             yield PORT_RATE.fail(
                 f"{p.name} runs at {p.rate_gbps:g} Gb/s, expected {ib.rate_gbps:g}",
                 component=p.name,
@@ -104,7 +119,8 @@ def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
             )
 
 
-@check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH,), budget_s=3.0)
+@check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH, catalogue.TOOL_MISSING),
+       budget_s=3.0)
 def counters(facts: IbCounters, limits: Fabric) -> CheckOutput:
     """No error counter of an HCA port is above the fabric's warn or fail limit."""
     ib = limits.ib
@@ -115,6 +131,13 @@ def counters(facts: IbCounters, limits: Fabric) -> CheckOutput:
     for port in facts.ports:
         if port.ca and not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
             continue
+        missing = [name for name in fail_limits if port.counters.get(name) is None
+                   and (fail_limits[name] is not None or warn_limits[name] is not None)]
+        if missing:
+            # a counter with a limit that the port does not give is unknown, not zero
+            yield catalogue.TOOL_MISSING(
+                Status.ERROR, f"{port.name}: {len(missing)} counter(s) with a limit could not be read "
+                f"({', '.join(missing)})", component=f"{port.name}:counters", value=missing)
         for name in fail_limits:
             value = port.counters.get(name)
             if value is None:

@@ -1,12 +1,18 @@
-"""Node basics in the spirit of LBNL NHC: memory, free space, mounts, services."""
+"""Node basics in the spirit of LBNL NHC: memory, free space, mounts, services.
+
+A path hc may not look at, or a process list other users' processes are hidden from,
+is an ERROR (could not judge), never the FAIL of a path "missing" or a service "down".
+"""
 
 from __future__ import annotations
 
+from healthcheck.core import catalogue
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.config.yamlsrc import key_str
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, check
+from healthcheck.core.status import Status
 from healthcheck.parsers.procfs import MemInfo, Mounts
 from healthcheck.probes.sysinfo import DiskSpace, Processes
 
@@ -73,7 +79,7 @@ def memory(mem: MemInfo, limits: Fabric) -> CheckOutput:
     "sys.disk",
     tier="quick",
     needs=("disk_space",),
-    findings=(DISK_LOW, PATH_MISSING),
+    findings=(DISK_LOW, PATH_MISSING, catalogue.TOOL_FAILED),
     budget_s=2.0,
     applies=lambda limits: None if limits.sys.disk_free_min_gib else "no free-space limits configured",
 )
@@ -82,7 +88,12 @@ def disk(space: DiskSpace, limits: Fabric) -> CheckOutput:
     measured = {entry.path: entry for entry in space.paths}
     for path, minimum in limits.sys.disk_free_min_gib.items():
         entry = measured.get(path)
-        if entry is None or not entry.exists:
+        if entry is None or entry.unreadable:
+            why = entry.unreadable if entry is not None else "not measured"
+            yield catalogue.TOOL_FAILED(Status.ERROR, f"{path} cannot be measured ({why}): its free space is unknown",
+                                        component=path)
+            continue
+        if not entry.exists:
             yield PATH_MISSING.fail(f"{path} does not exist", component=path)
             continue
         if entry.free_bytes is None:
@@ -121,14 +132,18 @@ def mounts(facts: Mounts, limits: Fabric) -> CheckOutput:
     "sys.services",
     tier="quick",
     needs=("processes",),
-    findings=(SERVICE_DOWN,),
+    findings=(SERVICE_DOWN, catalogue.TOOL_FAILED),
     budget_s=2.0,
     applies=lambda limits: None if limits.sys.services else "no required services configured",
 )
 def services(procs: Processes, limits: Fabric) -> CheckOutput:
     """Every service the fabric requires has its process running."""
     for service, process in limits.sys.services.items():
-        if process not in procs.names:
+        if process not in procs.names and procs.incomplete:
+            yield catalogue.TOOL_FAILED(
+                Status.ERROR, f"{service}: no process {process} seen, but the process list is incomplete "
+                f"({procs.incomplete}): cannot tell whether it runs", component=service)
+        elif process not in procs.names:
             yield SERVICE_DOWN.fail(
                 f"{service} is not running (no process {process})",
                 component=service,

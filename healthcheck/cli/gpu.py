@@ -8,6 +8,14 @@ from typing import Optional
 
 import click
 
+from healthcheck.core.errors import ExitCode, HcError
+
+
+class NothingToRecord(HcError):
+    """NVML cannot start or lists no GPU: exit 3, like a check that could not run."""
+
+    exit_code = ExitCode.ERROR
+
 
 @click.group()
 def gpu() -> None:
@@ -20,10 +28,11 @@ def gpu() -> None:
 def record(output: Optional[Path], note: str) -> int:
     """Query every GPU through NVML as the checks do and write each call and its answer.
 
+    Where NVML cannot start or lists no GPU there is nothing to record: exit 3, one line.
+
     Replay a recording with HC_NVML_REPLAY=FILE: the GPU checks then run the same NVML
     code against the recorded answers (how hc's tests cover GPU failures without GPUs).
     """
-    from healthcheck.core.errors import HcError
     from healthcheck.probes.nvml import NvmlProbe, RecordingNvml
     from healthcheck.report.jsonio import write_atomic
 
@@ -33,11 +42,16 @@ def record(output: Optional[Path], note: str) -> int:
         raise HcError("pynvml (nvidia-ml-py) is not installed") from None
     recorder = RecordingNvml(pynvml)
     facts = NvmlProbe(recorder).facts()
+    if facts.init_error or (not facts.gpus and not facts.lost):
+        # a recording of no GPU records nothing: a capture script must not mistake it
+        # for one (exit 3, as a check that could not run)
+        why = f"NVML could not start ({facts.init_error})" if facts.init_error else "NVML lists no GPU"
+        raise NothingToRecord(f"nothing to record: {why}; no recording written")
     data = (json.dumps(recorder.recording(note), indent=1, sort_keys=True) + "\n").encode()
     if output is None:
         click.echo(data.decode(), nl=False)
     else:
         write_atomic(output, data)
-        what = facts.init_error or f"{len(facts.gpus)} GPUs, {len(facts.lost)} lost"
+        what = f"{len(facts.gpus)} GPUs, {len(facts.lost)} lost"
         click.echo(f"recorded {len(recorder.calls)} NVML calls ({what}) to {output}", err=True)
     return 0

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from healthcheck.core.errors import ParseError
+
+_KIB = re.compile(r"[0-9]{1,20}")  # not str.isdigit(): int() refuses "²" and 4,301 digits
 
 
 class MemInfo(msgspec.Struct, frozen=True):
@@ -31,7 +35,7 @@ def parse_meminfo(text: str) -> MemInfo:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
-        if parts and parts[0].isdigit():
+        if parts and _KIB.fullmatch(parts[0]):
             values[key.strip()] = int(parts[0])
     if "MemTotal" not in values:
         raise ParseError("meminfo: no MemTotal line")

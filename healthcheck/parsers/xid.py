@@ -15,7 +15,14 @@ the shapes that reach a health check:
 The Xid message itself is `NVRM: Xid (PCI:<bus id>): <code>, pid=<pid>, name=<comm>,
 <text>`; older drivers omit `name=`, and `pid`/`name` may be `'<unknown>'`. Drivers
 before Xid 79 existed (and some since) print `NVRM: GPU at PCI:0000:91:00: GPU has
-fallen off the bus.` instead: that becomes a `legacy` Xid 79. NVSwitch errors are
+fallen off the bus.` instead: that becomes a `legacy` Xid 79, as do `NVRM: GPU at
+0000:06:00.0 has fallen off the bus.` and the probe-time `NVRM: The NVIDIA GPU
+0000:5d:00.0 (PCI ID: 10de:2330) installed in this system has fallen off the bus and is
+not responding to commands.` (one line, or three where dmesg/journalctl print a
+multi-line message as continuation lines). A GPU the driver could not bring up
+(`NVRM: GPU 0000:41:00.0: RmInitAdapter failed!`) and `NVRM: A GPU crash dump has been
+created.` become `faults` (no Xid number either); a crash dump names no GPU, so it is
+given the bus id of the NVIDIA line just before it, when there is one. NVSwitch errors are
 `nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
 `Severity ...` and `Data {...}` lines carrying the same code.
 
@@ -66,11 +73,33 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     uptime_s: Optional[float] = None
 
 
+class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A GPU failure the driver logs without an Xid number."""
+
+    kind: str  # INIT_FAILED ("RmInitAdapter failed!") or CRASH_DUMP ("A GPU crash dump has been created.")
+    pci_bus_id: Optional[str]
+    message: str
+    line: str
+    time: Optional[float] = None
+    uptime_s: Optional[float] = None
+
+
+INIT_FAILED = "init-failed"
+CRASH_DUMP = "crash-dump"
+
+
 class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     xids: list[XidEvent]
     sxids: list[SXidEvent]
     gpu_uuids: dict[str, str] = {}  # pci_bus_id -> "GPU-b6c3..." from "NVRM: GPU at PCI:...: GPU-..." lines
-    lines: int = 0  # lines read
+    lines: int = 0  # lines parsed
+    faults: list[GpuFault] = []
+    # Set by the providers (not the parser): where the text came from, how many lines the
+    # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
+    source: Optional[str] = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
+    source_lines: Optional[int] = None
+    since: Optional[float] = None  # epoch seconds; None: since boot
+    window_note: Optional[str] = None  # why the window is not the one asked for, if it is not
 
 
 class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -128,7 +157,18 @@ _SXID = re.compile(
 )
 _SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
 _PCI_TEXT = r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
-_FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s+GPU has fallen off the bus\.?")
+# "NVRM: GPU at PCI:0000:91:00: GPU has fallen off the bus." / "NVRM: GPU 0000:91:00.0: GPU has
+# fallen off the bus." / older "NVRM: GPU at 0000:06:00.0 has fallen off the bus."
+_FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16}(?:GPU\s{1,16})?has fallen off the bus\.?")
+# probe time: "NVRM: The NVIDIA GPU 0000:5d:00.0 (PCI ID: 10de:2330) installed in this system has
+# fallen off the bus and is not responding to commands." (on one line or on up to three)
+_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU " + _PCI_TEXT)
+_FALLEN = "fallen off the bus"
+_CONTINUATION_LINES = 3  # the driver splits that message over at most three lines
+_INIT_FAILED = re.compile(r"NVRM: (?:GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16})?RmInitAdapter failed")
+_CRASH_DUMP = "NVRM: A GPU crash dump has been created"
+_GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
+_CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
 _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
@@ -157,6 +197,8 @@ def parse_kernel_log(
     legacy: list[tuple[int, XidEvent]] = []
     sxids: list[SXidEvent] = []
     uuids: dict[str, str] = {}
+    faults: list[GpuFault] = []
+    last_gpu: tuple[int, Optional[str]] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
     looks_like_log = False
     for number, line in enumerate(lines):
         stamp, body = _split_prefix(line, boot_time, year)
@@ -166,14 +208,28 @@ def parse_kernel_log(
         event = _xid(body, line, stamp)
         if event is not None:
             xids.append((number, event))
+            last_gpu = (number, event.pci_bus_id)
             continue
         sxid = _sxid(body, line, stamp)
         if sxid is not None:
             sxids.append(sxid)
             continue
-        lost = _fallen_off(body, line, stamp)
+        lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, lines, number)
         if lost is not None:
             legacy.append((number, lost))
+            last_gpu = (number, lost.pci_bus_id)
+            continue
+        if _CRASH_DUMP in body:
+            near = last_gpu[1] if number - last_gpu[0] <= _CRASH_DUMP_REACH else None
+            faults.append(GpuFault(kind=CRASH_DUMP, pci_bus_id=near, message="A GPU crash dump has been created.",
+                                   line=line, time=stamp.time, uptime_s=stamp.uptime_s))
+            continue
+        named = _GPU_AT.search(body)
+        if named is not None:
+            last_gpu = (number, _bus_id(named.group("pci")))
+        failed = _init_failed(body, line, stamp, last_gpu[1] if number - last_gpu[0] <= _CRASH_DUMP_REACH else None)
+        if failed is not None:
+            faults.append(failed)
             continue
         _record_uuid(body, uuids)
     if not looks_like_log and text.strip():
@@ -181,7 +237,8 @@ def parse_kernel_log(
             "kernel log: no line looks like kernel log output (no timestamp prefix, "
             f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
         )
-    return KernelGpuLog(xids=_merge_legacy(xids, legacy), sxids=sxids, gpu_uuids=uuids, lines=len(lines))
+    return KernelGpuLog(xids=_merge_legacy(xids, legacy), sxids=sxids, gpu_uuids=uuids, lines=len(lines),
+                        faults=faults)
 
 
 def _mentions_kernel(line: str) -> bool:
@@ -395,6 +452,41 @@ def _fallen_off(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
     )
 
 
+def _not_responding(body: str, line: str, stamp: _Stamp, lines: list[str], number: int) -> Optional[XidEvent]:
+    """The probe-time "The NVIDIA GPU ... has fallen off the bus and is not responding" message.
+
+    dmesg and journalctl print a multi-line kernel message as continuation lines, and
+    older drivers print it as three messages, so the words may be on the next lines: a
+    bounded look ahead, which keeps the parse linear.
+    """
+    m = _THE_GPU.search(body)
+    if not m:
+        return None
+    if _FALLEN not in body[m.end():] and not any(
+        _FALLEN in nxt for nxt in lines[number + 1 : number + 1 + _CONTINUATION_LINES]
+    ):
+        return None
+    return XidEvent(
+        code=79,
+        pci_bus_id=_bus_id(m.group("pci")),
+        message="GPU has fallen off the bus and is not responding to commands.",
+        line=line,
+        time=stamp.time,
+        uptime_s=stamp.uptime_s,
+        legacy=True,
+    )
+
+
+def _init_failed(body: str, line: str, stamp: _Stamp, nearby: Optional[str]) -> Optional[GpuFault]:
+    """`NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2028)` (older drivers name no GPU)."""
+    m = _INIT_FAILED.search(body)
+    if not m:
+        return None
+    bus = _bus_id(m.group("pci")) if m.group("pci") else nearby
+    return GpuFault(kind=INIT_FAILED, pci_bus_id=bus, message=body[m.start() + len("NVRM: "):].strip()[:200],
+                    line=line, time=stamp.time, uptime_s=stamp.uptime_s)
+
+
 def _record_uuid(body: str, uuids: dict[str, str]) -> None:
     m = _UUID.search(body)
     if m:
@@ -430,13 +522,20 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
 
     Events without a time are kept: a raw "[uptime]" line read without boot_time, or a
     bare message, may be from a minute ago, and we cannot prove it is old. Dropping it
-    could hide a fresh fault; keeping it at worst repeats an old one.
+    could hide a fresh fault; keeping it at worst repeats an old one. A t that is not a
+    finite number (NaN, inf) keeps every event: it must never hide them all.
     """
-    return KernelGpuLog(
+    if not math.isfinite(t):
+        # NaN compares false with everything and +inf is after every event: either would
+        # hide every event, so a window that is not a real time is no window at all
+        return log
+    return msgspec.structs.replace(
+        log,
         xids=[e for e in log.xids if e.time is None or e.time >= t],
         sxids=[e for e in log.sxids if e.time is None or e.time >= t],
+        faults=[e for e in log.faults if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
-        lines=log.lines,
+        since=t,
     )
 
 

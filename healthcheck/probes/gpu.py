@@ -2,17 +2,24 @@
 
 Which GPUs: the job's, where the environment names them (SLURM_JOB_GPUS, else
 CUDA_VISIBLE_DEVICES), so a prologue for a 2-GPU job looks at those 2; else all.
+
+Evidence that could not be read is never "clean": a kernel log that every source
+refused, or that printed nothing (a booted kernel always has lines since boot), is a
+ProbeError naming each source tried and why; NVML that cannot start is not "no GPU
+here" until the PCI bus has been looked at for NVIDIA display/3D controllers.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from typing import Mapping, Optional
+import time
+from typing import Callable, Mapping, Optional
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
-from healthcheck.parsers.gpu_common import GpuFacts
+from healthcheck.parsers.gpu_common import GpuFacts, LostGpu
 from healthcheck.probes.sysinfo import boot_time
 
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
@@ -46,6 +53,8 @@ def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
     scope = job_gpu_indexes(ctx.env)
     replay = ctx.env.get(REPLAY_ENV)
     if replay:
+        # a recording stands for a whole node, NVML and all: this machine's PCI bus is not
+        # part of it, so it is not looked at
         try:
             nvml = ReplayNvml.from_file(replay)
         except (OSError, ValueError) as exc:
@@ -55,23 +64,161 @@ def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
     if not expects_gpus and not ctx.path("/proc/driver/nvidia").exists():
         # No NVIDIA driver on a node that expects no GPU: skip importing NVML at all (it
         # costs the prologue ~15 ms). Where GPUs are expected, NVML itself must say why.
-        return GpuFacts(source="nvml", init_error="no NVIDIA driver loaded (/proc/driver/nvidia absent)")
+        facts = GpuFacts(source="nvml", init_error="no NVIDIA driver loaded (/proc/driver/nvidia absent)")
+        return with_pci_gpus(facts, local_pci_gpus(ctx))
     try:
         import pynvml
     except ImportError:
-        return GpuFacts(source="nvml", init_error="pynvml (nvidia-ml-py) is not installed")
-    return NvmlProbe(pynvml).facts(scope)
+        facts = GpuFacts(source="nvml", init_error="pynvml (nvidia-ml-py) is not installed")
+        return with_pci_gpus(facts, local_pci_gpus(ctx))
+    facts = NvmlProbe(pynvml).facts(scope)
+    return with_pci_gpus(facts, local_pci_gpus(ctx)) if _nothing_answers(facts) else facts
+
+
+# ------------------------------------------------------------ GPUs on the PCI bus
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = "0x10de"
+# PCI class codes of a GPU: 0x0300xx VGA-compatible controller, 0x0302xx 3D controller
+# (an SXM H100 is 0x030200). NVSwitches (0x0680xx), audio and USB functions are not GPUs.
+_GPU_CLASSES = {"0x0300": "VGA controller", "0x0302": "3D controller"}
+# LostGpu.error of a GPU seen only on the PCI bus, not through NVML
+PCI_ONLY = "on the PCI bus but not driven"
+
+
+def is_pci_only(lost: LostGpu) -> bool:
+    """A LostGpu that only the PCI bus knows of (NVML could not start or lists no GPU)."""
+    return lost.error.startswith(PCI_ONLY)
+
+
+def _nothing_answers(facts: GpuFacts) -> bool:
+    # the case where "no NVIDIA GPU here" would be concluded; a job scoped to no GPU
+    # (scoped_to == []) asks about none, so the bus is not looked at for it
+    return bool(facts.init_error) or (not facts.gpus and not facts.lost and facts.scoped_to is None)
+
+
+def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFacts:
+    """The facts, with every NVIDIA GPU the PCI bus shows added as a LostGpu.
+
+    on_pci: (bus id, class, driver) of each NVIDIA display/3D controller on the bus.
+    """
+    import msgspec
+
+    if not on_pci or not _nothing_answers(facts):
+        return facts
+    why = facts.init_error or "NVML lists no GPU"
+    lost = [
+        LostGpu(pci_bus_id=bus, error=f"{PCI_ONLY} ({_GPU_CLASSES.get(cls[:6], cls)}, driver: {driver or 'none'}): {why}")
+        for bus, cls, driver in on_pci
+    ]
+    return msgspec.structs.replace(facts, lost=lost)
+
+
+def local_pci_gpus(ctx: ProbeContext) -> list[tuple[str, str, str]]:
+    """NVIDIA display/3D controllers in /sys/bus/pci/devices (under ctx.root)."""
+    from healthcheck.parsers.gpu_common import normalize_pci
+
+    base = ctx.path(PCI_DEVICES)
+    try:
+        names = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return []  # no PCI bus at all (a virtio-mmio VM): no PCI GPU either
+    except OSError as exc:
+        raise ProbeError("unreadable", f"{PCI_DEVICES}: {exc.strerror or exc}: NVML cannot start and the PCI bus "
+                                       "cannot be read, so whether this node has NVIDIA GPUs is unknown") from None
+    found = []
+    for name in names:
+        device = base / name
+        try:
+            with open(device / "vendor") as f:
+                if f.read(16).strip().lower() != NVIDIA_VENDOR:
+                    continue
+            with open(device / "class") as f:
+                cls = f.read(16).strip().lower()
+        except FileNotFoundError:
+            continue  # the device went away while we looked
+        except OSError as exc:
+            raise ProbeError("unreadable", f"{PCI_DEVICES}/{name}: {exc.strerror or exc}: cannot tell whether it "
+                                           "is an NVIDIA GPU") from None
+        if cls[:6] not in _GPU_CLASSES:
+            continue
+        try:
+            driver = os.path.basename(os.readlink(device / "driver"))
+        except OSError:
+            driver = ""  # no driver bound
+        found.append((normalize_pci(name), cls, driver))
+    return found
+
+
+# One shell builtin loop (no process per device): "hc-pci: BUS CLASS DRIVER" per NVIDIA
+# display/3D candidate, "hc-pci-error: BUS" where a device could not be read, and a
+# last line that proves the loop ran to its end.
+PCI_SCAN = ("/bin/sh", "-c", (
+    f'[ -d {PCI_DEVICES} ] || {{ echo hc-pci-none; exit 0; }}; '
+    f'cd {PCI_DEVICES} && [ -r . ] || {{ echo "hc-pci-error: the device list"; echo hc-pci-end; exit 0; }}; '
+    'for d in *; do [ -e "$d/vendor" ] || continue; '
+    'read v < "$d/vendor" || { echo "hc-pci-error: $d"; continue; }; '
+    '[ "$v" = 0x10de ] || continue; '
+    'read c < "$d/class" || { echo "hc-pci-error: $d"; continue; }; '
+    'r=; [ -L "$d/driver" ] && r=$(readlink "$d/driver"); '
+    'echo "hc-pci: $d $c ${r##*/}"; done; echo hc-pci-end'))
+
+
+def parse_pci_scan(text: str) -> list[tuple[str, str, str]]:
+    """PCI_SCAN's output -> (bus id, class, driver) of each NVIDIA display/3D controller."""
+    from healthcheck.parsers.gpu_common import normalize_pci
+
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines == ["hc-pci-none"]:
+        return []
+    if not lines or lines[-1] != "hc-pci-end":
+        raise ProbeError("unparsable", "the PCI scan did not run to its end: cannot tell whether this node has "
+                                       "NVIDIA GPUs", text[-2000:] or None)
+    unread = [line.split(":", 1)[1].strip() for line in lines if line.startswith("hc-pci-error:")]
+    if unread:
+        raise ProbeError("unreadable", f"{PCI_DEVICES}: cannot read {', '.join(unread[:5])}: cannot tell whether "
+                                       "this node has NVIDIA GPUs")
+    found = []
+    for line in lines:
+        if line.startswith("hc-pci: "):
+            parts = line[len("hc-pci: "):].split()
+            if len(parts) >= 2 and parts[1].lower()[:6] in _GPU_CLASSES:
+                found.append((normalize_pci(parts[0]), parts[1].lower(), parts[2] if len(parts) > 2 else ""))
+    return found
 
 
 # ------------------------------------------------------------------ kernel log
 
 
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+# what tools print about the log rather than from it (journalctl's "-- No entries --",
+# "-- Boot ... --", its hints to users outside the journal's groups): never kernel lines
+_NOT_KERNEL_LINES = ("-- ", "Hint: ", "Users in groups", "Pass -q to turn off", "No journal files were found",
+                     "No entries")
+# The last instant an ISO 8601 date can name (9999-12-31T23:59:59Z). A later `since`, a
+# negative one or one that is not a finite number cannot be a real window.
+MAX_SINCE = 253402300799.0
+KMSG = "/dev/kmsg"
+JOURNAL = ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q")
+
+
+def kmsg_line(record: str) -> Optional[str]:
+    """One /dev/kmsg record -> "[uptime] message" (its key=value continuation lines dropped).
+
+    The kernel escapes a newline inside a message as "\\x0a"; it becomes a continuation
+    line, as dmesg prints it, so the driver's multi-line messages read the same from
+    every source.
+    """
+    m = _KMSG.match(record.split("\n", 1)[0])
+    if not m:
+        return None
+    message = m.group("msg").replace("\\x0a", "\n" + " " * 15)
+    return f"[{int(m.group('usec')) / 1e6:.6f}] {message}"
 
 
 def _read_kmsg(ctx: ProbeContext) -> str:
-    """/dev/kmsg records as "[uptime] message" lines (continuation lines skipped)."""
-    path = ctx.path("/dev/kmsg")
+    """/dev/kmsg records as "[uptime] message" lines."""
+    path = ctx.path(KMSG)
     lines = []
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -86,37 +233,122 @@ def _read_kmsg(ctx: ProbeContext) -> str:
                 raise
             if not record:
                 break
-            m = _KMSG.match(record.decode(errors="replace").split("\n", 1)[0])
-            if m:
-                lines.append(f"[{int(m.group('usec')) / 1e6:.6f}] {m.group('msg')}")
+            line = kmsg_line(record.decode(errors="replace"))
+            if line is not None:
+                lines.append(line)
     finally:
         os.close(fd)
     return "\n".join(lines)
 
 
-def _kernel_log_text(ctx: ProbeContext, source: str, file: Optional[str]) -> tuple[str, str]:
-    """(text, how it was read) from the configured source."""
-    if source == "file":
+def _is_note(line: str) -> bool:
+    return not line.strip() or line.lstrip().startswith(_NOT_KERNEL_LINES)
+
+
+def kernel_lines(text: str) -> int:
+    """How many lines of `text` are the kernel's own (not blank, not a tool's notes about the log).
+
+    Whether there is any kernel line at all is decided exactly, line by line, stopping
+    at the first (usually the first line). A tool's notes are a few short journalctl
+    lines, so past 64 KiB the count is the newline count: a ring buffer of 100k lines
+    costs the prologue ~2 ms instead of the ~60 ms of splitting it into line objects.
+    """
+    start, size = 0, len(text)
+    while start < size:
+        end = text.find("\n", start)
+        end = size if end < 0 else end
+        if not _is_note(text[start:end]):
+            break
+        start = end + 1
+    else:
+        return 0
+    if size > 65536:
+        return text.count("\n") + (not text.endswith("\n"))
+    return sum(1 for line in text.split("\n") if not _is_note(line))
+
+
+# A source: (name as reports say it, read() -> (text, note on why it may be empty)).
+Source = tuple[str, Callable[[], tuple[str, str]]]
+
+
+def read_kernel_log(sources: list[Source]) -> tuple[str, str, int]:
+    """(text, source, kernel lines) of the first source that gave kernel lines.
+
+    A source that refused, failed, or printed no kernel line is noted and the next one
+    tried; when none gave a line, ProbeError names each source and why. An empty kernel
+    log is never read as a clean one: a booted kernel always has lines since boot.
+    """
+    tried: list[str] = []
+    kinds: set[str] = set()
+    for name, read in sources:
+        try:
+            text, note = read()
+        except ProbeError as exc:
+            tried.append(exc.message if exc.message.startswith(name) else f"{name}: {exc.message}")
+            kinds.add(exc.kind)
+            if exc.kind == "timeout":
+                break  # the run's time is spent: the next source would be abandoned anyway
+            continue
+        count = kernel_lines(text)
+        if count:
+            return text, name, count
+        tried.append(f"{name}: printed no kernel log line" + (f" ({note})" if note else ""))
+        kinds.add("unreadable")
+    # one kind of failure keeps its name (a timeout stays hc.E002, a missing tool hc.E001)
+    kind = kinds.pop() if len(kinds) == 1 else "unreadable"
+    raise ProbeError(kind, "cannot read the kernel log, so Xid/SXid events cannot be ruled out: "
+                     + "; ".join(tried), "\n".join(tried))
+
+
+def _kmsg_source(ctx: ProbeContext) -> Source:
+    def read() -> tuple[str, str]:
+        try:
+            return _read_kmsg(ctx), ""
+        except OSError as exc:
+            raise ProbeError("unreadable", f"{KMSG}: {exc.strerror or exc}") from None
+    return KMSG, read
+
+
+def command_source(ctx: ProbeContext, argv: tuple[str, ...]) -> Source:
+    name = " ".join(argv)
+
+    def read() -> tuple[str, str]:
+        result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
+        if result.not_found:
+            raise ProbeError("missing", f"{name}: not found")
+        if result.timed_out:
+            raise ProbeError("timeout", f"{name}: did not finish within {ctx.timeout_s:g}s")
+        if result.error:
+            raise ProbeError("failed", f"{name}: {result.error}")
+        said = (result.stderr or "").strip().splitlines()
+        if result.returncode != 0:
+            said = said or result.stdout.strip().splitlines()
+            raise ProbeError("failed", f"{name}: exited {result.returncode}" + (f": {said[-1][:200]}" if said else ""))
+        return result.stdout, said[-1][:200] if said else ""
+    return name, read
+
+
+def _file_source(ctx: ProbeContext, file: Optional[str]) -> Source:
+    name = f"file {file}"
+
+    def read() -> tuple[str, str]:
+        from healthcheck.core.errors import HcError
+        from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
+
         if not file:
             raise ProbeError("missing", "gpu.xid.source is file but gpu.xid.file is not set")
         try:
-            return ctx.path(file).read_text(errors="replace"), f"file {file}"
-        except OSError as exc:
-            raise ProbeError("unreadable", f"{file}: {exc.strerror or exc}") from None
-    if source in ("kmsg", "auto"):
-        try:
-            return _read_kmsg(ctx), "/dev/kmsg"
-        except OSError as exc:
-            if source == "kmsg":
-                raise ProbeError("unreadable", f"/dev/kmsg: {exc.strerror or exc}") from None
-    if source in ("dmesg", "auto"):
-        try:
-            return ctx.run_checked(("dmesg",)).stdout, "dmesg"
-        except ProbeError:
-            if source == "dmesg":
-                raise
-    result = ctx.run_checked(("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
-    return result.stdout, "journalctl -k -b"
+            # bounded and regular files only: /dev/zero or a FIFO named here is an ERROR,
+            # not a prologue that runs out of memory or hangs
+            data = read_bounded(ctx.path(file), TOOL_OUTPUT_MAX_BYTES, what="gpu.xid.file")
+        except HcError as exc:
+            raise ProbeError("unreadable", str(exc)) from None
+        return data.decode(errors="replace"), "empty: does it still hold this boot's log, or was it rotated?"
+    return name, read
+
+
+_LOCAL_ORDER = {"auto": ("kmsg", "dmesg", "journal"), "kmsg": ("kmsg",), "dmesg": ("dmesg",),
+                "journal": ("journal",), "file": ("file",)}
 
 
 @provides("kernel_gpu_log", "local")
@@ -124,31 +356,76 @@ def kernel_gpu_log(ctx: ProbeContext):
     """Xid/SXid events since `params["since"]` (epoch seconds; default: since boot)."""
     policy = ctx.limits.gpu.xid if ctx.limits is not None else None
     source = policy.source if policy is not None else "auto"
-    text, how = _kernel_log_text(ctx, source, policy.file if policy is not None else None)
-    return _gpu_events(ctx, text, how, boot_time(str(ctx.root)))
+    makers = {
+        "kmsg": lambda: _kmsg_source(ctx),
+        "dmesg": lambda: command_source(ctx, ("dmesg",)),
+        "journal": lambda: command_source(ctx, JOURNAL),
+        "file": lambda: _file_source(ctx, policy.file if policy is not None else None),
+    }
+    text, how, count = read_kernel_log([makers[name]() for name in _LOCAL_ORDER.get(source, _LOCAL_ORDER["auto"])])
+    return gpu_events(ctx, text, how, count, boot_time(str(ctx.root)))
 
 
-def _gpu_events(ctx: ProbeContext, text: str, how: str, boot: Optional[float] = None):
+def window(raw: object, now: Optional[float] = None) -> tuple[Optional[float], Optional[str]]:
+    """A run's `since` -> (epoch seconds or None for "since boot", a note when it is odd).
+
+    Whatever sets it (the command line, a hook's cursor file, a remote caller), a
+    `since` that is not a real time (NaN, inf, negative, past year 9999, not a number)
+    would hide every event: it is read as "since boot" instead, and the note says so. A
+    window in the future is kept, as asked, and noted.
+    """
+    if raw is None:
+        return None, None
+    try:
+        t = math.nan if isinstance(raw, bool) else float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        t = math.nan
+    if not math.isfinite(t) or not 0.0 <= t <= MAX_SINCE:
+        return None, f"since={str(raw)[:40]!r} is not a usable time: read since boot"
+    now = time.time() if now is None else now
+    if t > now:
+        return t, "the window starts in the future: no line can be in it yet"
+    return t, None
+
+
+def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: Optional[float] = None):
     """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
+    import msgspec
+
     from healthcheck.parsers.xid import parse_kernel_log, since
 
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     text = "\n".join(line for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
     log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=boot), text, how) if text else parse_kernel_log("")
-    start = ctx.params.get("since")
-    return since(log, float(start)) if start is not None else log
+    start, note = window(ctx.params.get("since"))
+    if start is not None:
+        log = since(log, start)
+    return msgspec.structs.replace(log, source=how, source_lines=count, since=start, window_note=note)
 
 
 # ---------------------------------------------------------------- agentless (ssh)
 
 NVIDIA_SMI_Q = ("nvidia-smi", "-q")
-KERNEL_LOG_COMMANDS = (("dmesg", "--time-format", "iso"), ("dmesg",),
-                       ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"))
+KERNEL_LOG_COMMANDS = (("dmesg", "--time-format", "iso"), ("dmesg",), JOURNAL)
 
 
-@provides("gpus", "ssh", prefetch=lambda ctx: [NVIDIA_SMI_Q])
+@provides("gpus", "ssh", prefetch=lambda ctx: [NVIDIA_SMI_Q, PCI_SCAN])
 def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
     """`nvidia-smi -q` on a node reached without hc: the same facts, from text."""
+    facts = _nvidia_smi_facts(ctx)
+    return with_pci_gpus(facts, _ssh_pci_gpus(ctx)) if _nothing_answers(facts) else facts
+
+
+def _ssh_pci_gpus(ctx: ProbeContext) -> list[tuple[str, str, str]]:
+    result = ctx.runner.run(PCI_SCAN, timeout_s=ctx.timeout_s)
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip()[-200:]
+        raise ProbeError("failed", f"NVIDIA GPUs cannot be ruled out: the PCI scan failed ({detail or 'no output'})",
+                         detail or None)
+    return parse_pci_scan(result.stdout)
+
+
+def _nvidia_smi_facts(ctx: ProbeContext) -> GpuFacts:
     from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
 
     result = ctx.runner.run(NVIDIA_SMI_Q, timeout_s=ctx.timeout_s)
@@ -177,16 +454,9 @@ def _query_gpu(ctx: ProbeContext, why: str) -> GpuFacts:
 
 @provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
 def kernel_gpu_log_ssh(ctx: ProbeContext):
-    last = None
-    for argv in KERNEL_LOG_COMMANDS:
-        result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
-        if result.ok:
-            return _gpu_events(ctx, result.stdout, " ".join(argv))
-        if result.timed_out:
-            raise ProbeError("timeout", f"{' '.join(argv)} did not finish within {ctx.timeout_s:g}s")
-        last = result
-    detail = (last.stderr or last.stdout).strip()[-300:] if last is not None else ""
-    raise ProbeError("failed", f"cannot read the kernel log (dmesg, journalctl): {detail}", detail or None)
+    """The same events from dmesg (ISO times, then raw) or the journal, run over SSH."""
+    text, how, count = read_kernel_log([command_source(ctx, argv) for argv in KERNEL_LOG_COMMANDS])
+    return gpu_events(ctx, text, how, count)
 
 
 # ------------------------------------------------------------ NCCL (either transport)

@@ -1,7 +1,9 @@
 """InfiniBand HCA ports and their error counters, from /sys/class/infiniband.
 
 Ports are discovered (never assume port 1); a missing /sys/class/infiniband means no
-HCA, which the checks judge against the fabric's expectations.
+HCA, which the checks judge against the fabric's expectations. What is there but cannot
+be read (an HCA's port list, a port's state) is an entry in IbPorts.errors, never a port
+that is "Unknown" (which would FAIL) or silently left out (which could PASS).
 """
 
 from __future__ import annotations
@@ -28,11 +30,21 @@ def _read(path: Path) -> Optional[str]:
     try:
         return path.read_text(errors="replace").strip()
     except OSError:
-        # Some attributes are absent on some drivers, some counters return EINVAL.
+        # Some attributes are absent on some drivers, some counters return EINVAL: the
+        # checks treat a missing value they need as unknown (ERROR), never as healthy.
         return None
 
 
-def _port_dirs(ctx: ProbeContext) -> list[tuple[Path, str, int]]:
+def _required(path: Path, errors: list[str], what: str) -> Optional[str]:
+    """An attribute every port has (state, phys_state): its absence is an error to report."""
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError as exc:
+        errors.append(f"{what}: cannot read {path.name}: {exc.strerror or exc}")
+        return None
+
+
+def _port_dirs(ctx: ProbeContext, errors: Optional[list[str]] = None) -> list[tuple[Path, str, int]]:
     base = ctx.path(SYSFS_IB)
     try:
         cas = sorted(base.iterdir(), key=lambda p: p.name)
@@ -44,7 +56,10 @@ def _port_dirs(ctx: ProbeContext) -> list[tuple[Path, str, int]]:
     for ca in cas:
         try:
             ports = [p for p in (ca / "ports").iterdir() if p.name.isdigit()]
-        except OSError:
+        except OSError as exc:
+            # an HCA whose ports cannot be listed is not an HCA without ports
+            if errors is not None:
+                errors.append(f"{ca.name}: cannot list its ports: {exc.strerror or exc}")
             continue
         for port in sorted(ports, key=lambda p: int(p.name)):
             found.append((port, ca.name, int(port.name)))
@@ -54,15 +69,20 @@ def _port_dirs(ctx: ProbeContext) -> list[tuple[Path, str, int]]:
 @provides("ib_ports", "local")
 def ib_ports_sysfs(ctx: ProbeContext) -> IbPorts:
     ports = []
-    for port_dir, ca, num in _port_dirs(ctx):
+    errors: list[str] = []
+    for port_dir, ca, num in _port_dirs(ctx, errors):
         ca_dir = port_dir.parent.parent
+        state = _required(port_dir / "state", errors, f"{ca}/{num}")
+        phys = _required(port_dir / "phys_state", errors, f"{ca}/{num}")
+        if state is None or phys is None:
+            continue  # reported in errors: the check cannot judge this port
         lid = _read(port_dir / "lid")
         ports.append(
             IbPort(
                 ca=ca,
                 port=num,
-                state=port_state(_read(port_dir / "state") or "Unknown"),
-                phys_state=phys_state(_read(port_dir / "phys_state") or "Unknown"),
+                state=port_state(state),
+                phys_state=phys_state(phys),
                 rate_gbps=rate_gbps(_read(port_dir / "rate") or ""),
                 link_layer=_read(port_dir / "link_layer"),
                 ca_type=_read(ca_dir / "hca_type"),
@@ -70,7 +90,7 @@ def ib_ports_sysfs(ctx: ProbeContext) -> IbPorts:
                 lid=int(lid, 16) if lid and lid.startswith("0x") else None,
             )
         )
-    return IbPorts(ports=ports)
+    return IbPorts(ports=ports, errors=errors)
 
 
 @provides("ib_counters", "local")
@@ -81,7 +101,7 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
         try:
             files = list((port_dir / "counters").iterdir())
         except OSError:
-            files = []
+            files = []  # no counters: the check reports the port's counters as unknown
         for f in files:
             value = _read(f)
             if value is not None and value.isdigit():

@@ -1,8 +1,16 @@
-"""Memory, free space, mounts and running processes, from /proc and statvfs."""
+"""Memory, free space, mounts and running processes, from /proc and statvfs.
+
+What hc was not allowed to read is kept apart from what is broken: a path statvfs is
+refused for (EACCES) is `unreadable` (the check ERRORs), a path that fails otherwise
+(EIO, a dead mount) is an `error` (evidence: the check FAILs); a process list that
+other users' processes are hidden from (/proc mounted hidepid=) is `incomplete`, so a
+service missing from it is not proof that it is down.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 
 import msgspec
 
@@ -15,7 +23,8 @@ class PathSpace(msgspec.Struct, frozen=True, omit_defaults=True):
     exists: bool
     free_bytes: int | None = None
     total_bytes: int | None = None
-    error: str | None = None
+    error: str | None = None  # statvfs failed on a path that is there: the filesystem is broken
+    unreadable: str | None = None  # hc may not look (permission): nothing can be said about it
 
 
 class DiskSpace(msgspec.Struct, frozen=True):
@@ -25,6 +34,8 @@ class DiskSpace(msgspec.Struct, frozen=True):
 class Processes(msgspec.Struct, frozen=True):
     # executable names of every running process (basename of argv[0] and of comm)
     names: frozenset[str]
+    # why some processes may be missing from `names` (hidepid, permission), or None
+    incomplete: str | None = None
 
 
 def _read_text(ctx: ProbeContext, path: str) -> str:
@@ -68,6 +79,9 @@ def disk_space(ctx: ProbeContext) -> DiskSpace:
         except FileNotFoundError:
             out.append(PathSpace(path=path, exists=False))
             continue
+        except PermissionError as exc:
+            out.append(PathSpace(path=path, exists=True, unreadable=exc.strerror or str(exc)))
+            continue
         except OSError as exc:
             out.append(PathSpace(path=path, exists=True, error=exc.strerror or str(exc)))
             continue
@@ -85,6 +99,9 @@ def processes(ctx: ProbeContext) -> Processes:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
     except OSError as exc:
         raise ProbeError("unreadable", f"/proc: {exc.strerror or exc}") from None
+    if not pids:
+        raise ProbeError("unreadable", "/proc lists no process: it is not procfs, or not mounted")
+    hidden = 0
     for pid in pids:
         # comm is cut at 15 characters (nvidia-persistenced -> nvidia-persiste), so
         # argv[0] is the name that matches; comm covers kernel threads and odd argv.
@@ -95,16 +112,25 @@ def processes(ctx: ProbeContext) -> Processes:
                 names.add(os.path.basename(argv0.split()[0]) if " " in argv0 else os.path.basename(argv0))
             with open(proc / pid / "comm", "rb") as f:
                 names.add(f.read().decode(errors="replace").strip())
+        except PermissionError:
+            hidden += 1  # /proc mounted hidepid=1: another user's process, there but unreadable
         except OSError:
             continue  # the process exited while we looked
-    return Processes(frozenset(names))
+    incomplete = None
+    if "1" not in pids:  # init is always there: hidepid=2 hides every other user's process
+        incomplete = "/proc does not show PID 1: other users' processes are hidden (hidepid)"
+    elif hidden:
+        incomplete = f"{hidden} processes could not be read (permission denied: hidepid)"
+    return Processes(frozenset(names), incomplete)
 
 
 # ---------------------------------------------------------------- agentless (ssh)
 
 MEMINFO = ("cat", "/proc/meminfo")
 MOUNTS = ("cat", "/proc/self/mounts")
-PS = (("ps", "-e", "-o", "comm="), ("ps", "-e", "-o", "args="))
+PS = (("ps", "-e", "-o", "pid=,comm="), ("ps", "-e", "-o", "pid=,args="))
+# "stat: cannot read file system information for '/scratch': Permission denied"
+_STAT_FAILED = re.compile(r"cannot read file system information for (?:'(?P<q>.*)'|‘(?P<u>.*)’|(?P<b>\S+)): (?P<why>.*)$")
 
 
 def _stat_paths(ctx: ProbeContext) -> list[str]:
@@ -139,15 +165,37 @@ def disk_space_ssh(ctx: ProbeContext) -> DiskSpace:
         if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
             path, avail, bsize, blocks = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
             seen[path] = PathSpace(path=path, exists=True, free_bytes=avail * bsize, total_bytes=blocks * bsize)
-    return DiskSpace([seen.get(p, PathSpace(path=p, exists=False)) for p in paths])
+    for line in result.stderr.splitlines():
+        m = _STAT_FAILED.search(line)
+        if not m:
+            continue
+        path, why = m.group("q") or m.group("u") or m.group("b"), m.group("why").strip()
+        if path in seen:
+            continue
+        if why == "No such file or directory":
+            seen[path] = PathSpace(path=path, exists=False)
+        elif why in ("Permission denied", "Operation not permitted"):
+            seen[path] = PathSpace(path=path, exists=True, unreadable=why)
+        else:
+            seen[path] = PathSpace(path=path, exists=True, error=why)
+    # a path stat neither measured nor named a reason for: nothing is known about it
+    return DiskSpace([seen.get(p, PathSpace(path=p, exists=True, unreadable="stat -f said nothing about it"))
+                      for p in paths])
 
 
 @provides("processes", "ssh", prefetch=lambda ctx: list(PS))
 def processes_ssh(ctx: ProbeContext) -> Processes:
     names: set[str] = set()
+    pids: set[str] = set()
     for argv in PS:
         for line in ctx.run_checked(argv).stdout.splitlines():
-            word = line.strip().split(" ", 1)[0] if line.strip() else ""
+            pid, _, rest = line.strip().partition(" ")
+            word = rest.strip().split(" ", 1)[0] if rest.strip() else ""
+            if pid.isdigit():
+                pids.add(pid)
             if word:
                 names.add(os.path.basename(word))
-    return Processes(frozenset(names))
+    if not pids:
+        raise ProbeError("unparsable", "ps -e listed no process")
+    incomplete = None if "1" in pids else "ps does not show PID 1: other users' processes are hidden (hidepid)"
+    return Processes(frozenset(names), incomplete)

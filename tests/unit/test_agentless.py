@@ -111,7 +111,7 @@ def test_agentless_h100_node_from_stand_ins_through_the_engine(tmp_path):
     bin_dir = tmp_path / "bin"
     write_stub(bin_dir, "nvidia-smi", f"exec /bin/cat {CORPUS / 'nvidia-smi-q/h100-8gpu-driver-535.161.08.txt'}\n")
     write_stub(bin_dir, "ibstat", f"exec /bin/cat {CORPUS / 'ibstat/h100-ib-some-down-disabled.txt'}\n")
-    write_stub(bin_dir, "dmesg", "exit 0\n")
+    write_stub(bin_dir, "dmesg", "echo '[    0.000000] Linux version 6.1.0-18-amd64'\n")
     ctx = ProbeContext(runner=LocalRunner(env={"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}), transport="ssh")
     data, prov = CFG.fabric_raw("h100-ndr400")
     from healthcheck.core.config.loader import NodeConfig, _convert

@@ -104,8 +104,12 @@ def test_pending_statuses_follow_config():
     assert found(g.ecc(with_gpu(1, retired_pages_pending=True), lenient)) == []
 
 
-def test_unknown_ecc_values_are_not_errors():
-    assert found(g.ecc(with_gpu(0, ecc_volatile_uncorrected=None, remapped_rows_pending=None), H100)) == []
+def test_unknown_ecc_values_are_not_judged_healthy():
+    # ECC off (NVML: not supported) is not judged; ECC on with no count is not "no errors"
+    assert found(g.ecc(with_gpu(0, ecc_enabled=False, ecc_volatile_uncorrected=None,
+                                remapped_rows_pending=None), H100)) == []
+    assert found(g.ecc(with_gpu(0, ecc_volatile_uncorrected=None, remapped_rows_pending=None), H100)) == [
+        ("hc.E001", "ERROR", "GPU0")]
 
 
 def test_clocks_throttle_and_temperature():
@@ -135,7 +139,9 @@ def test_nvlink_down_and_counters():
     noisy = [NvLink(link=n, active=True, crc_flit_errors=101 if n == 3 else 0, recovery_errors=11 if n == 4 else 0) for n in range(18)]
     assert found(g.nvlink(with_gpu(2, nvlinks=noisy), H100)) == [
         ("gpu.E051", "FAIL", "GPU2:link4:recovery_errors"), ("gpu.E051", "WARN", "GPU2:link3:crc_flit_errors")]
-    assert found(g.nvlink(with_gpu(2, nvlinks=None), H100)) == []  # unknown (MIG): nothing to judge
+    # unknown (MIG mode): the fabric says 18 links, so not knowing is an ERROR, never a PASS
+    assert found(g.nvlink(with_gpu(2, nvlinks=None), H100)) == [("hc.E001", "ERROR", "GPU2")]
+    assert found(g.nvlink(with_gpu(2, nvlinks=None), GENERIC)) == []  # not asked about: nothing to judge
 
 
 def test_versions():
@@ -161,7 +167,9 @@ def test_nccl_version_from_the_loaders_view():
     assert [m.value for m in out if isinstance(m, Metric) and m.name == "nccl_version"] == ["2.18.3"]
     pinned = msgspec.convert({"gpu": {"nccl_version": "2.21.5"}}, Fabric)
     assert found(versions(facts(), pinned, libs)) == [("gpu.E060", "FAIL", "nccl")]
-    assert found(versions(facts(), pinned, None)) == []  # unknown: nothing to judge
+    # pinned, and the library list could not be read: ERROR, not a PASS
+    assert found(versions(facts(), pinned, None)) == [("hc.E001", "ERROR", "nccl")]
+    assert found(versions(facts(), H100, None)) == []  # not pinned: nothing to judge
 
 
 def test_this_machines_ldconfig_parses():
@@ -182,8 +190,14 @@ def test_leftover_processes_and_memory():
     assert found(g.processes(with_gpu(1, memory_used_mib=limit + 1), H100)) == [("gpu.E071", "FAIL", "GPU1")]
 
 
+def read_log(text: str, source: str = "dmesg"):
+    """A parsed log as a provider hands it on: with the source it was read from."""
+    return msgspec.structs.replace(parse_kernel_log(text), source=source,
+                                   source_lines=max(1, len(text.splitlines())))
+
+
 def xid_log(name: str):
-    return parse_kernel_log((CORPUS / "xid-dmesg" / name).read_text())
+    return read_log((CORPUS / "xid-dmesg" / name).read_text())
 
 
 def test_xid_dbe_rowremap_contained_maps_pci_to_gpu_index():
@@ -222,5 +236,7 @@ def test_xid_outside_the_jobs_gpus_is_ignored_in_a_prologue():
 
 
 def test_clean_kernel_log_passes_and_records_a_metric():
-    out = list(g.xid(parse_kernel_log(""), facts(), H100))
+    out = list(g.xid(read_log("[    0.000000] Linux version 6.1.0-18-amd64\n", "/dev/kmsg"), facts(), H100))
     assert found(out) == [] and any(isinstance(m, Metric) and m.name == "xid_events" for m in out)
+    (what,) = [m.value for m in out if isinstance(m, Metric) and m.name == "kernel_log"]
+    assert what == "since boot in /dev/kmsg (1 lines read)"

@@ -93,12 +93,16 @@ def test_active_but_not_linkup():
 
 def test_ibpanic_partial_output_judges_the_ports_listed():
     # ibstat died on mlx5_8 (exit 255): the provider turns the exit into ERROR; the parser
-    # keeps the 8 listed ports, which the check judges on their own merits
+    # keeps the 8 listed ports, which the check judges on their own merits, and the HCA it
+    # could not read is an ERROR, never a PASS and never a count FAIL it could have made up
     facts = ibstat("a100-ibpanic-exit255.txt")
     assert facts.errors
-    assert findings(port_state(facts, CFG.fabric("a100-hdr200"))) == []
+    fs = findings(port_state(facts, CFG.fabric("a100-hdr200")))
+    assert ids(fs) == [("hc.E003", "ERROR", "")] and "mlx5_8" in fs[0].message
     fs = findings(port_state(facts, msgspec.convert({"ib": {"hca_count": 9}}, Fabric)))
-    assert ids(fs) == [("ib.E001", "FAIL", "")] and fs[0].value == 8
+    assert ids(fs) == [("hc.E003", "ERROR", "")]
+    fs = findings(port_state(facts, msgspec.convert({"ib": {"hca_count": 7}}, Fabric)))
+    assert ids(fs) == [("hc.E003", "ERROR", ""), ("ib.E001", "FAIL", "")]  # more than expected is evidence
 
 
 def counter_facts(**values):

@@ -85,6 +85,30 @@ SYNTHETIC_FACTS = {
         0,
         {"0000:9b:00.0": "GPU-509665ad-b600-ac93-3616-d754b23d636d"},
     ),
+    # real lines (SOURCES-gpu-lost.md): a GPU lost with no Xid number is a legacy Xid 79
+    "syslog-probe-fallen-off-bus-three-lines.txt": ({(79, "0000:5d:00.0"): 1}, 0, {}),
+    "dmesg-probe-fallen-off-bus-continuation.txt": ({(79, "0000:5d:00.0"): 1}, 0, {}),
+    "bare-not-responding-one-line.txt": ({(79, "0000:0e:00.0"): 1}, 0, {}),
+    "dmesg-xid79-serial-crash-dump.txt": (
+        {(79, "0000:5d:00.0"): 1},
+        0,
+        {"0000:5d:00.0": "GPU-f1906b9b-557a-e961-045c-9fe4be3ce012"},
+    ),
+    "syslog-old-driver-xid79-crash-dump.txt": (
+        {(79, "0000:01:00.0"): 1},
+        0,
+        {"0000:01:00.0": "GPU-c4a80165-86e4-bfbb-ecfa-1d81a70b138a"},
+    ),
+    "dmesg-rminitadapter-failed-gsp.txt": ({}, 0, {}),
+    "syslog-old-rminitadapter-failed-no-bus-id.txt": ({}, 0, {}),
+}
+
+# GPU failures the driver logs without an Xid number: (kind, bus) -> count
+FAULTS = {
+    "dmesg-xid79-serial-crash-dump.txt": {("crash-dump", "0000:5d:00.0"): 1},
+    "syslog-old-driver-xid79-crash-dump.txt": {("crash-dump", "0000:01:00.0"): 1},
+    "dmesg-rminitadapter-failed-gsp.txt": {("init-failed", "0000:01:00.0"): 1},
+    "syslog-old-rminitadapter-failed-no-bus-id.txt": {("init-failed", None): 1},
 }
 
 
@@ -107,6 +131,43 @@ def test_every_log_yields_its_events(path):
         assert e.pci_bus_id is not None and msgspec.json.decode(msgspec.json.encode(e.pci_bus_id)) == e.pci_bus_id
     lines = text.splitlines()
     assert [lines.index(e.line) for e in log.xids] == sorted(lines.index(e.line) for e in log.xids)  # log order
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_every_log_yields_its_numberless_faults(path):
+    log = parse(path, year=2024)
+    assert dict(Counter((f.kind, f.pci_bus_id) for f in log.faults)) == FAULTS.get(path.name, {})
+    assert all(f.line in path.read_text().splitlines() for f in log.faults)
+
+
+@pytest.mark.parametrize("name, bus, message", [
+    ("syslog-probe-fallen-off-bus-three-lines.txt", "0000:5d:00.0", "not responding to commands"),
+    ("dmesg-probe-fallen-off-bus-continuation.txt", "0000:5d:00.0", "not responding to commands"),
+    ("bare-not-responding-one-line.txt", "0000:0e:00.0", "not responding to commands"),
+])
+def test_probe_time_fallen_off_the_bus_on_one_line_or_three(name, bus, message):
+    (event,) = parse(KERNEL_LOG / name, year=2024).xids
+    assert (event.code, event.pci_bus_id, event.legacy) == (79, bus, True) and message in event.message
+    assert "NVRM: The NVIDIA GPU" in event.line  # the evidence is the line that names the GPU
+
+
+def test_fallen_off_needs_its_words_within_the_continuation_lines():
+    lines = ["NVRM: The NVIDIA GPU 0000:5d:00.0", "NVRM: (PCI ID: 10de:2330) installed in this system has",
+             "NVRM: something else", "NVRM: more", "NVRM: fallen off the bus and is not responding to commands."]
+    assert parse_kernel_log("\n".join(lines)).xids == []  # four lines on: another message
+    assert parse_kernel_log("NVRM: The NVIDIA GPU 0000:5d:00.0 is not supported").xids == []
+
+
+def test_older_fallen_off_wording_without_gpu():
+    (event,) = parse_kernel_log("[  239.061389] NVRM: GPU at 0000:06:00.0 has fallen off the bus.").xids
+    assert (event.code, event.pci_bus_id, event.legacy) == (79, "0000:06:00.0", True)
+
+
+def test_since_keeps_the_numberless_faults_it_cannot_date():
+    log = parse(KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt")  # raw uptime, no boot time: undated
+    assert since(log, 2e9).faults == log.faults
+    dated = parse(KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt", boot_time=1_700_000_000.0)
+    assert since(dated, 1_700_000_000.0 + 7).faults == [] and since(dated, 1_700_000_000.0).faults == dated.faults
 
 
 @pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
