@@ -1,30 +1,55 @@
-"""The audit log: one JSON line per drain, resume or rollback, appended under a lock."""
+"""The audit log: one JSON line per drain, resume or rollback, appended under a lock.
+
+Appending goes through core.atomic.append: a symbolic link planted in place of the log
+is refused (never followed as root), a directory, block device or socket is refused, a
+device or FIFO is written in place (never replaced). A record that cannot be written is
+never dropped silently: `append` raises, and the log keeps the failures so the run can
+report them (`failure_finding`: hc.E008 in the report, ERROR).
+"""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from healthcheck.core.atomic import WriteError
+from healthcheck.core.atomic import append as append_bytes
+
+if TYPE_CHECKING:
+    from healthcheck.core.model import Finding
+
+
+class AuditWriteError(OSError):
+    """An audit record could not be written (an OSError: callers catch OSError)."""
 
 
 class AuditLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.failures: list[str] = []  # one line per record that could not be written
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one record; raises OSError when the log cannot be written."""
+        """Append one record; raises AuditWriteError (an OSError) when it cannot be written."""
         line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             # several hc runs may act at once; one write under the lock keeps lines whole
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            append_bytes(self.path, line)
+        except WriteError as exc:
+            self.failures.append(str(exc))
+            raise AuditWriteError(str(exc)) from None
+
+    def failure_finding(self, scope: str) -> Finding | None:
+        """hc.E008 (ERROR) naming what could not be recorded, or None when every record was written."""
+        if not self.failures:
+            return None
+        from healthcheck.actions.apply import run_finding
+        from healthcheck.core import catalogue
+
+        count = len(self.failures)
+        what = "record" if count == 1 else "records"
+        return run_finding(catalogue.NOT_WRITTEN, f"{count} audit {what} not written: {self.failures[0]}",
+                           scope=scope, value=count, evidence="\n".join(self.failures[:20]))
 
     def read(self) -> list[dict[str, Any]]:
         try:

@@ -4,6 +4,9 @@ and `hc prologue` stay fast."""
 from __future__ import annotations
 
 import importlib
+import io
+import os
+import select
 import sys
 from typing import Any, Optional
 
@@ -62,12 +65,150 @@ def cli() -> None:
     """hc: find broken GPU cluster nodes before jobs do, and take them out safely."""
 
 
+class StdoutError(Exception):
+    """Standard output could not be written (a full disk, an I/O error): one line, exit 4."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(f"cannot write to standard output: {exc.strerror or exc}")
+
+
+class _GuardedStdout(io.RawIOBase):
+    """File descriptor 1 as the raw stream under sys.stdout.
+
+    A reader that went away (EPIPE: `hc node ... | head`) is not hc's failure: the rest
+    of the output goes to /dev/null (as Python's documentation recommends) and the exit
+    code stays the verdict's. Any other failure (ENOSPC on `> /dev/full`, EIO) raises
+    StdoutError, which main() turns into one line and exit 4. Either way, later writes
+    (interpreter shutdown flushes the buffer again) go to /dev/null instead of failing
+    a second time.
+    """
+
+    def __init__(self, fd: int = 1, *, tolerant: bool = False) -> None:
+        super().__init__()
+        self._fd = fd
+        self._tolerant = tolerant  # hooks: warn on stderr, keep the verdict
+        self.broken = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:  # type: ignore[override]
+        size = len(memoryview(data).cast("B"))
+        if self.broken:
+            return size
+        while True:
+            try:
+                return os.write(self._fd, data)
+            except BlockingIOError:  # a non-blocking stdout inherited from the caller
+                select.select([], [self._fd], [])
+            except BrokenPipeError:
+                self._discard()
+                return size
+            except OSError as exc:
+                self._discard()
+                if not self._tolerant:
+                    raise StdoutError(exc) from None
+                _warn(f"hc: warning: {StdoutError(exc)}; the output was dropped")
+                return size
+
+    def _discard(self) -> None:
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._fd)
+            os.close(devnull)
+        except OSError:
+            pass
+
+
+def _warn(line: str) -> None:
+    try:
+        os.write(2, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass  # stderr gone too: the exit code is all that is left
+
+
+def _guard_stdout(*, tolerant: bool) -> None:
+    """Put _GuardedStdout under sys.stdout, where sys.stdout is the process's fd 1."""
+    out = sys.stdout
+    try:
+        if out is None or out.fileno() != 1:
+            return
+    except (AttributeError, ValueError, OSError):
+        return  # replaced by something without a descriptor (a test harness): leave it
+    try:
+        out.flush()
+    except OSError:
+        pass
+    buffered = io.BufferedWriter(_GuardedStdout(1, tolerant=tolerant))
+    sys.stdout = io.TextIOWrapper(buffered, encoding=out.encoding, errors=out.errors,
+                                  line_buffering=out.line_buffering)
+
+
+# Slurm acts on these commands' exit codes (a non-zero prologue drains the node), and
+# slurmd reads nothing from their stdout: a closed or full stdout must not change their verdict.
+_HOOKS = ("prologue", "epilogue", "health")
+
+
+def _stdout_closed() -> bool:
+    try:
+        os.fstat(1)
+    except OSError:
+        return True
+    return sys.stdout is None
+
+
+def _command_name(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), "")
+
+
+def _closed_stdout(argv: list[str] | None) -> bool:
+    """Handle a closed stdout before anything runs; True when hc must stop (exit 4).
+
+    /dev/null is opened onto fd 1 either way: a file opened later (the history database)
+    would otherwise get descriptor 1, and output would be written into it.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != 1:
+            os.dup2(devnull, 1)
+            os.close(devnull)
+    except OSError:
+        pass
+    if _command_name(argv) in _HOOKS:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+        return False
+    click.echo("hc: error: standard output is closed: nothing was run (redirect it to a file or /dev/null)",
+               err=True)
+    return True
+
+
+# click 8.2+ raises this (a UsageError) for a group invoked alone; older click prints the
+# help and exits 0 by itself, and an empty tuple catches nothing
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     from healthcheck.core.errors import ExitCode, HcError
 
+    if _stdout_closed() and _closed_stdout(argv):
+        sys.exit(int(ExitCode.BAD_INPUT))
+    _guard_stdout(tolerant=_command_name(argv) in _HOOKS)
     code: Any
     try:
         code = cli.main(args=argv, prog_name="hc", standalone_mode=False)
+        sys.stdout.flush()  # inside the guarded section: a full stdout is reported here
+    except _NO_ARGS_IS_HELP as exc:
+        # `hc`, `hc report`, `hc config` alone: the help the operator asked for, not an error
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        code = _flushed(ExitCode.OK)
     except click.exceptions.UsageError as exc:
         if exc.ctx is not None:
             click.echo(exc.ctx.get_usage(), err=True)
@@ -79,19 +220,28 @@ def main(argv: Optional[list[str]] = None) -> None:
     except click.exceptions.Abort:
         click.echo("hc: interrupted", err=True)
         code = 130
+    except StdoutError as exc:
+        click.echo(f"hc: error: {exc}", err=True)
+        code = ExitCode.BAD_INPUT
     except HcError as exc:
         click.echo(f"hc: error: {exc}", err=True)
         code = exc.exit_code
     except KeyboardInterrupt:
         click.echo("hc: interrupted", err=True)
         code = 130
-    except BrokenPipeError:
-        code = 0
     except Exception as exc:  # never a traceback for the operator unless asked
-        import os
-
         if os.environ.get("HC_DEBUG") == "1":
             raise
         click.echo(f"hc: internal error: {type(exc).__name__}: {exc} (HC_DEBUG=1 shows the traceback)", err=True)
         code = ExitCode.ERROR
     sys.exit(int(code) if isinstance(code, int) else 0)
+
+
+def _flushed(code: int) -> int:
+    """`code`, or 4 when what was just printed cannot reach stdout."""
+    try:
+        sys.stdout.flush()
+    except StdoutError as exc:
+        click.echo(f"hc: error: {exc}", err=True)
+        return 4
+    return code

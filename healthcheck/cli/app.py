@@ -7,7 +7,7 @@ import socket
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import click
 
@@ -17,12 +17,25 @@ from healthcheck.core.model import Report
 from healthcheck.core.status import Status
 
 
-def this_node_name() -> str:
-    """$HC_NODE_NAME, else Slurm's name for this node, else the short host name."""
+def this_node_name(env: Optional[Mapping[str, str]] = None) -> str:
+    """$HC_NODE_NAME, else Slurm's name for this node, else the short host name; validated,
+    since the name becomes file names under state_dir/report_dir and scontrol arguments."""
+    from healthcheck.core.errors import UsageError
+    from healthcheck.core.nodes import is_valid_node_name
+
+    env = os.environ if env is None else env
     for var in ("HC_NODE_NAME", "SLURMD_NODENAME"):
-        if os.environ.get(var):
-            return os.environ[var]
-    return socket.gethostname().split(".", 1)[0]
+        if env.get(var):
+            name, source = env[var], f"${var}"
+            break
+    else:
+        name, source = socket.gethostname().split(".", 1)[0], "the host name"
+    if not is_valid_node_name(name):
+        from healthcheck.core.inputs import clip
+
+        raise UsageError(f"{source} {clip(name, 80)!r} is not a valid node name "
+                         "(letters, digits, hyphens and dots)")
+    return name
 
 
 def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:
@@ -54,12 +67,23 @@ class App:
         sys.stdout.flush()
 
     def emit_report(self, report: Report, *, output: Optional[Path] = None) -> None:
-        """Write the JSON report to `output` (atomically) and show it on stdout in the chosen format."""
+        """Write the JSON report to `output` and show it on stdout in the chosen format.
+
+        `output` goes through core.atomic.write_atomic: atomic for a regular file or a new
+        path, written in place for a device or FIFO, refused for a link or directory. A
+        failed write still shows the report on stdout (the checks ran), then raises the
+        one-line error: a run whose --output was lost never exits 0.
+        """
+        from healthcheck.core.errors import HcError
         from healthcheck.report.jsonio import encode, write_atomic
 
         data = encode(report)
+        failed: HcError | None = None
         if output is not None:
-            write_atomic(output, data)
+            try:
+                write_atomic(output, data)
+            except HcError as exc:
+                failed = exc
         if self.format == "json":
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
@@ -67,6 +91,8 @@ class App:
             from healthcheck.report.table import render
 
             click.echo(render(report))
+        if failed is not None:
+            raise failed
 
 
 # ------------------------------------------------------------ shared options
@@ -121,5 +147,6 @@ def output_option(fn: Callable) -> Callable:
         "--output",
         "-o",
         type=click.Path(path_type=Path, dir_okay=False),
-        help="Also write the JSON report to this file (atomically).",
+        help="Also write the JSON report to this file (atomically; a device or FIFO such as /dev/null is "
+             "written in place; a symbolic link or directory is refused).",
     )(fn)

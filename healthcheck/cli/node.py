@@ -9,6 +9,7 @@ from typing import Optional
 
 import click
 
+from healthcheck.cli import StdoutError
 from healthcheck.cli.app import (
     App,
     config_option,
@@ -19,30 +20,51 @@ from healthcheck.cli.app import (
     this_node_name,
     tier_option,
 )
+from healthcheck.core.errors import ExitCode, HcError
 
 
 def parse_since(value: str) -> Optional[float]:
-    """'boot' -> None (the whole kernel log of this boot); ISO 8601 or epoch -> epoch seconds."""
-    import datetime as dt
+    """'boot' -> None (the whole kernel log of this boot); ISO 8601 or epoch -> epoch seconds.
 
-    if value == "boot":
+    A time that is not a real one (nan, inf, 1e400, before 1970, after 9999) is an input
+    error (exit 4, one line): read as a window it would hide every Xid. A time in the
+    future is accepted with a warning on stderr; the check names the window it read.
+    """
+    import datetime as dt
+    import math
+    import time
+
+    from healthcheck.core.errors import UsageError
+
+    latest = 253402300799.0  # 9999-12-31T23:59:59Z, the last time ISO 8601 can name
+    text = value.strip()
+    if text == "boot":
         return None
     try:
-        return float(value)
+        t = float(text)
     except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not 'boot', an ISO 8601 time or epoch seconds", param_hint="--since") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # a time without zone is the node's local time
-    return when.timestamp()
+        try:
+            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.astimezone()  # a time without zone is the node's local time
+            t = when.timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise UsageError(f"--since {value[:80]!r} is not 'boot', an ISO 8601 time or epoch seconds") from None
+    if not math.isfinite(t):
+        raise UsageError(f"--since {value[:80]!r} is not a finite time (it would hide every Xid)")
+    if not 0.0 <= t <= latest:
+        raise UsageError(f"--since {value[:80]!r} is not a time between 1970 and 9999")
+    if t > time.time():
+        when_text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+        click.echo(f"hc: warning: --since {when_text} is in the future: no kernel-log line can be in that "
+                   "window yet", err=True)
+    return t
 
 
 def since_option(fn):
     return click.option("--since", default="boot", show_default=True,
-                        help="Kernel-log window for Xid events: 'boot', an ISO 8601 time or epoch seconds.")(fn)
+                        help="Kernel-log window for Xid events: 'boot', an ISO 8601 time or epoch seconds "
+                             "(1970 to 9999; a time in the future is read as asked, with a warning).")(fn)
 
 
 def mode_option(fn):
@@ -77,18 +99,25 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
 
         report, abandoned = check_this_node(app.config, node=this_node_name(), tier=tier, only=checks,
                                             params={"since": parse_since(since)})
-        app.emit_report(report, output=output)
+        if not abandoned:
+            app.emit_report(report, output=output)
+            return int(exit_code_for(report.status, fail_level))
+        # a probe thread is stuck in the kernel; do not let interpreter shutdown wait for it
         code = int(exit_code_for(report.status, fail_level))
-        if abandoned:
-            # a probe thread is stuck in the kernel; do not let interpreter shutdown wait for it
+        try:
+            app.emit_report(report, output=output)
             sys.stdout.flush()
-            os._exit(code)
-        return code
+        except (HcError, StdoutError) as exc:
+            click.echo(f"hc: error: {exc}", err=True)
+            code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
+        os._exit(code)
     from healthcheck.core.multirun import progress_printer, run_many
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
 
     names = expand(nodes)
+    if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
+        raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
     run = run_many(app.config, names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
                    since=parse_since(since), on_done=progress_printer(len(names)))

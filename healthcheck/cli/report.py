@@ -66,7 +66,8 @@ def diff_cmd(old: Optional[Path], new: Optional[Path], command: Optional[str], c
     """What changed between two runs: new failures, fixed, still failing, nodes added or gone.
 
     \b
-    hc report diff OLD NEW   two saved reports
+    hc report diff OLD NEW   two saved reports (compared in the order they ran;
+                             a warning says when OLD is the newer one)
     hc report diff NEW       NEW against the run before it in the history
                              (same command and tier)
     hc report diff           the newest run in the history against the run
@@ -96,7 +97,9 @@ def diff_cmd(old: Optional[Path], new: Optional[Path], command: Optional[str], c
                 raise HcError(f"no earlier run of {newer.command!r} (tier {newer.tier}) than {newer.run_id} "
                               f"in the history at {history.path}")
             older = found
-    d = diff(older, newer)
+    d = diff(older, newer)  # in the order they ran, whatever order they were named in
+    for note in d.notes:
+        click.echo(f"hc: warning: {note}", err=True)
     if fmt == "json":
         sys.stdout.buffer.write(to_json(d))
         sys.stdout.flush()

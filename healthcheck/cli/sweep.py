@@ -41,7 +41,8 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
 
-    chosen = [x for x in (hostlist, hostfile, partition) if x]
+    # "is not None": --nodes '' names an empty set, which is an error of its own (below)
+    chosen = [x for x in (hostlist, hostfile, partition) if x is not None]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --nodes, --hostfile, --partition")
     if dry_run and not act:
@@ -49,15 +50,17 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
     app = App(config_path, fmt)
     checks = [s for s in only.split(",") if s]
     select(tier, checks)
-    if hostlist:
+    if hostlist is not None:
         names = expand([hostlist])
-    elif hostfile:
+        if not names:
+            raise click.UsageError(f"no node to check: --nodes {hostlist!r} names no node")
+    elif hostfile is not None:
+        from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
         from healthcheck.parsers.hostfile import parse_hostfile
 
-        try:
-            text = hostfile.read_text(errors="replace")
-        except OSError as exc:
-            raise HcError(f"{hostfile}: cannot read: {exc.strerror or exc}") from None
+        # bounded: /dev/zero named as a hostfile is an error, not all of memory
+        text = read_bounded(hostfile, TOOL_OUTPUT_MAX_BYTES, what="hostfile", allow_fifo=True).decode(
+            "utf-8", errors="replace")
         try:
             names = parse_hostfile(text)
         except HcError as exc:
@@ -68,6 +71,8 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
             click.echo(f"hc: skipped {line}", err=True)
         if not names:
             raise HcError(f"partition {partition!r}: no node to check (all down or drained by someone else)")
+    if not names:  # a hostfile or partition that names none: never a healthy-looking empty run
+        raise click.UsageError("no node to check")
     progress = progress_printer(len(names)) if via == "ssh" else None
     run = run_many(app.config, names, command="sweep", via=via, mode=mode, tier=tier, only=checks,
                    since=parse_since(since), act=act, dry_run=dry_run, on_done=progress)

@@ -124,6 +124,20 @@ UNREACHABLE = finding(
     "Check that the node is up and reachable (ssh, host key, sshd); the message says what failed.",
     action="investigate",
 )
+NOTHING_CHECKED = finding(
+    "hc.E007",
+    "nothing was checked: every selected check was skipped, or no check was selected",
+    "A run that looked at nothing is not a healthy result: check --checks and --tier, and that the "
+    "node's fabric (hc config show NODE) configures what the checks look at.",
+    action="fix-config",
+)
+NOT_WRITTEN = finding(
+    "hc.E008",
+    "a file hc must keep (the audit log) could not be written",
+    "The message names the path and why (full or read-only disk, a link or special file at the path, "
+    "permissions); the actions were taken but not all were recorded there.",
+    action="fix-config",
+)
 
 # Findings about acting on the scheduler (actions/): also never evidence against a node.
 GUARDED = finding(
@@ -154,4 +168,20 @@ LOCKED = finding(
     "A health check or epilogue was acting at the same time; the next run acts. If it persists, "
     "look for a stuck hc process on the node.",
     action="rerun",
+)
+
+STATE_FAILED = finding(
+    "act.E005",
+    "hc's state on the node (lock, kernel-log cursor, job marks, ERROR count) could not be kept",
+    "slurm.state_dir is full, read-only or not a directory; the checks and actions still ran, but "
+    "the next run may judge the kernel log since boot again. Free or fix the state directory.",
+    action="fix-config",
+)
+
+LAUNCH_FAILED = finding(
+    "act.E006",
+    "the Slurm launcher could not place hc on the nodes (srun refused, pended past its bound, or failed)",
+    "Nodes Slurm cannot schedule (drained, down, reserved, busy) are checked over SSH or skipped and "
+    "named; look at srun's message in the evidence.",
+    action="investigate",
 )

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from healthcheck.core.config import Config
+from healthcheck.core.errors import UsageError
 from healthcheck.core.model import NodeResult, Report
-from healthcheck.report.build import make_report, utc_now
+from healthcheck.report.build import make_report, sort_nodes, utc_now, with_run_finding
 
 
 @dataclass
@@ -37,18 +38,28 @@ def run_many(
     on_done: Optional[Callable[[str, NodeResult], None]] = None,
     env: Optional[dict] = None,
 ) -> MultiRun:
+    if not nodes:
+        # checking nothing must not look like a healthy run (SKIP, exit 0)
+        raise UsageError("no node to check: the node list, hostlist or hostfile names none")
     started = utc_now()
     only = list(only)
+    warnings: list[str] = []
+    launch_findings: list = []
     if via == "slurm":
         from healthcheck.core.srun import check_over_srun
 
-        results = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env)
+        launched = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env, mode=mode)
+        if isinstance(launched, list):  # a transport that returns only the node results
+            results = launched
+        else:  # SrunOutcome: results, the launcher's run findings, notes for stderr
+            results = launched.results
+            launch_findings = list(launched.run_findings)
+            warnings += launched.notes
     else:
         from healthcheck.core.remote import check_over_ssh
 
         results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
                                  on_done=on_done)
-    warnings: list[str] = []
     history = _history(config, warnings)
     if len(results) > 1 or history is not None:
         from healthcheck.fleet import analyse
@@ -63,6 +74,8 @@ def run_many(
         results = analyse(results, config.main.fleet, statuses)
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
                          started=started, finished=utc_now(), nodes=results)
+    for finding in launch_findings:  # the nodes it concerns carry their own status already
+        report = with_run_finding(report, finding, raise_status=False)
     run = MultiRun(report=report, warnings=warnings)
     if act:
         from healthcheck.actions.apply import act as act_in_slurm
@@ -71,9 +84,13 @@ def run_many(
         from healthcheck.actions.slurm import SlurmClient
 
         settings = config.main.slurm
+        audit = AuditLog(Path(settings.audit_log))
         outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=env),
-                               audit=AuditLog(Path(settings.audit_log)), resume=True, dry_run=dry_run)
+                               audit=audit, resume=True, dry_run=dry_run)
         run.report = with_outcome(report, outcome)
+        lost = audit.failure_finding(scope=_scope(report))
+        if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
+            run.report = with_run_finding(run.report, lost)  # (stderr has a line per record already)
         run.guarded = outcome.guarded
         run.messages = outcome.messages
     if history is not None:
@@ -83,6 +100,12 @@ def run_many(
         except Exception as exc:  # history is a convenience: never lose the run over it
             warnings.append(f"history not written: {exc}")
     return run
+
+
+def _scope(report: Report) -> str:
+    from healthcheck.core.nodes import fold
+
+    return fold(n.node for n in report.nodes) or "run"
 
 
 def _history(config: Config, warnings: list[str]):
@@ -104,13 +127,17 @@ def partition_nodes(config: Config, partition: str, env: Optional[dict] = None) 
     from healthcheck.actions.slurm import SlurmClient
     from healthcheck.core.errors import HcError
 
+    if not partition or not partition.strip():
+        # sinfo without -p lists every node of the cluster: an empty name must not mean "all"
+        raise UsageError(f"no node to check: partition {partition!r} names no partition")
     states, error = SlurmClient(config.main.slurm, env=env).nodes(partition=partition)
     if error is not None:
         raise HcError(f"cannot list partition {partition!r}: {error}")
     if not states:
         raise HcError(f"partition {partition!r} has no nodes (or does not exist)")
     keep, skipped = [], []
-    for name, state in sorted(states.items()):
+    for name in sort_nodes(states):
+        state = states[name]
         if "down" in state.state or not state.responding:
             skipped.append(f"{name} ({state.state}{'' if state.responding else ', not responding'})")
         elif state.drained and not state.drained_by_hc:
@@ -124,9 +151,9 @@ def progress_printer(total: int) -> Optional[Callable[[str, NodeResult], None]]:
     """A progress bar on a terminal (stderr), nothing otherwise."""
     if not sys.stderr.isatty():
         return None
-    import click
-
     import threading
+
+    import click
 
     bar = click.progressbar(length=total, label="checking", file=sys.stderr, show_pos=True)
     bar.__enter__()

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import secrets
 import socket
 from collections import defaultdict
 from typing import Any, Iterable
 
+import msgspec
+
 from healthcheck import __version__
-from healthcheck.core.model import NodeResult, Report
+from healthcheck.core import catalogue
+from healthcheck.core.catalogue import FindingSpec
+from healthcheck.core.model import Finding, NodeResult, Report, fingerprint
 from healthcheck.core.status import Status, worst
 
 
@@ -27,34 +32,118 @@ def new_run_id(now: _dt.datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+NODE_PLACEHOLDER = "<node>"
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders gpu2 before gpu10 (digits compare as numbers); the name
+    itself breaks ties (gpu01 and gpu1), so the order is total and stable."""
+    parts = re.split(r"(\d+)", name)
+    # re.split with one group alternates text, digits, text...: positions never mix types
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
+
+
+def sort_nodes(names: Iterable[str]) -> list[str]:
+    return sorted(names, key=natural_key)
+
+
+def without_node(message: str, node: str) -> str:
+    """`message` with the node's own name replaced by a placeholder, so identical findings
+    whose messages name their node ("no report from srun for gpu017") fold together.
+    Only whole names: "gpu1" inside "gpu10" or "mgpu1" is left alone."""
+    if not node or node not in message:
+        return message
+    pattern = rf"(?<![A-Za-z0-9_.-]){re.escape(node)}(?![A-Za-z0-9_-])(?!\.[A-Za-z0-9])"
+    return re.sub(pattern, NODE_PLACEHOLDER, message)
+
+
 def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN) -> list[dict[str, Any]]:
-    """Identical findings across nodes, folded: one entry per (status, id, component, message)."""
+    """Identical findings across nodes, folded: one entry per (status, id, component,
+    message with the node's name taken out). A group's message is the finding's own where
+    all its members say the same, else the one with the placeholder."""
     from ClusterShell.NodeSet import NodeSet
 
     groups: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    messages: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for node in nodes:
         for f in node.findings:
             if f.status.rank >= min_status.rank:
-                groups[(f.status.value, f.id, f.component, f.message)].append(f.node)
+                key = (f.status.value, f.id, f.component, without_node(f.message, f.node))
+                groups[key].append(f.node)
+                messages[key].add(f.message)
     out = []
-    for (status, fid, component, message), members in groups.items():
+    for key, members in groups.items():
+        status, fid, component, template = key
+        count = len(members)  # findings folded (a node may have two alike)
+        members = sort_nodes(dict.fromkeys(members))
+        said = messages[key]
         out.append(
             {
                 "status": status,
                 "id": fid,
                 "component": component,
-                "message": message,
+                "message": next(iter(said)) if len(said) == 1 else template,
                 "nodes": str(NodeSet.fromlist(members)) if _foldable(members) else ",".join(members),
-                "count": len(members),
+                "count": count,
             }
         )
-    out.sort(key=lambda g: (-Status(g["status"]).rank, g["id"], g["component"], g["nodes"]))
+    out.sort(key=lambda g: (-Status(g["status"]).rank, g["id"], g["component"], natural_key(g["nodes"])))
     return out
 
 
 def _foldable(names: list[str]) -> bool:
     # NodeSet parses brackets and commas; a hostile name must not be reinterpreted
     return all(n and all(c.isalnum() or c in "-_." for c in n) for n in names)
+
+
+def run_finding(spec: FindingSpec, message: str, *, scope: str, value: object = None,
+                evidence: str | None = None) -> Finding:
+    """A finding about the run rather than one node (check "hc.run"), stamped as the engine would."""
+    f = spec(Status.ERROR, message, value=value, evidence=evidence)
+    return msgspec.structs.replace(f, check="hc.run", subject=scope, hint=spec.hint, suggested_action=spec.action,
+                                   fingerprint=fingerprint("", "hc.run", scope, spec.id))
+
+
+def with_run_finding(report: Report, finding: Finding, *, raise_status: bool = True) -> Report:
+    """The report with one more run finding, listed in the table; with `raise_status`,
+    the run's status becomes at least the finding's (hc.E007 and hc.E008 are ERROR: the
+    run is not a clean result). Findings whose nodes carry their own status (a launcher
+    that failed on some nodes) leave it as the nodes made it."""
+    group = {"status": finding.status.value, "id": finding.id, "component": finding.component,
+             "message": finding.message, "nodes": finding.subject, "count": 1}
+    status = worst((report.status, finding.status)) if raise_status else report.status
+    return msgspec.structs.replace(
+        report, run_findings=[*report.run_findings, finding], findings_summary=[*report.findings_summary, group],
+        status=status,
+    )
+
+
+def nothing_checked(nodes: list[NodeResult], tier: str) -> Finding | None:
+    """hc.E007 when nodes were named but no check produced a verdict on any of them.
+
+    The rule: a run whose every node is SKIP (no check on any node ended PASS, WARN,
+    FAIL or ERROR; an unreachable node is ERROR, so it counts as looked at) did not check
+    anything, and must not read as healthy. A run with no node at all is refused before
+    it starts (a usage error), so it never gets here.
+    """
+    if not nodes or any(n.status is not Status.SKIP for n in nodes):
+        return None
+    checks = [(n.node, c) for n in nodes for c in n.checks]
+    scope = _scope(n.node for n in nodes)
+    if not checks:
+        message = f"nothing was checked: no check of tier {tier} was selected (see --checks and --tier)"
+    else:
+        node, first = checks[0]
+        why = f"; {first.name} on {node}: {first.reason}" if first.reason else ""
+        message = f"nothing was checked: all {len(checks)} selected checks were skipped{why}"
+    return run_finding(catalogue.NOTHING_CHECKED, message, scope=scope, value=len(checks))
+
+
+def _scope(names: Iterable[str]) -> str:
+    from healthcheck.core.nodes import fold
+
+    members = sort_nodes(names)
+    return (fold(members) if _foldable(members) else ",".join(members)) or "run"
 
 
 def make_report(
@@ -66,11 +155,13 @@ def make_report(
     started: _dt.datetime,
     finished: _dt.datetime,
     nodes: list[NodeResult],
+    require_checks: bool = True,
 ) -> Report:
+    """The report of a run; with `require_checks`, a run that checked nothing is ERROR (hc.E007)."""
     summary: dict[str, int] = {s.value: 0 for s in Status}
     for node in nodes:
         summary[node.status.value] += 1
-    return Report(
+    report = Report(
         run_id=new_run_id(started),
         hc_version=__version__,
         command=command,
@@ -82,7 +173,9 @@ def make_report(
         duration_s=round((finished - started).total_seconds(), 3),
         host=os.environ.get("HC_HOST") or socket.gethostname(),
         status=worst((n.status for n in nodes), default=Status.SKIP),
-        nodes=sorted(nodes, key=lambda n: n.node),
+        nodes=sorted(nodes, key=lambda n: natural_key(n.node)),
         summary=summary,
         findings_summary=group_findings(nodes),
     )
+    empty = nothing_checked(report.nodes, tier) if require_checks else None
+    return with_run_finding(report, empty) if empty is not None else report

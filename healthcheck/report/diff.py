@@ -12,16 +12,23 @@ message changed (a counter that grew) is the same finding. Buckets, most urgent 
 - new_errors: ERROR now that was not ERROR before (a node that became unreachable);
 - new_warnings / cleared_warnings: the same for WARN, lower priority;
 - nodes_added / nodes_removed: nodes in only one of the two reports.
+
+The two reports are compared in the order they ran (`started_at`), whichever order they
+were given in: swapped arguments would otherwise call every fix a new failure. A swap,
+and two runs made with different configs (config digest), are said in `notes`, on the
+rendered diff and, from the CLI, on stderr.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Iterable, Optional
 
 import msgspec
 
 from healthcheck.core.model import Finding, NodeResult, Report
 from healthcheck.core.status import Status
+from healthcheck.report.build import natural_key, sort_nodes, without_node
 
 _RAN = (Status.PASS, Status.WARN, Status.FAIL)
 
@@ -47,6 +54,7 @@ class RunRef(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str
     status: Status
     nodes: int
+    config_digest: str = ""
 
 
 class ReportDiff(msgspec.Struct, kw_only=True):
@@ -61,6 +69,9 @@ class ReportDiff(msgspec.Struct, kw_only=True):
     cleared_warnings: list[Change] = []
     nodes_added: list[str] = []
     nodes_removed: list[str] = []
+    swapped: bool = False  # the reports were given newest first and compared in time order
+    config_changed: bool = False  # the two runs used different configs
+    notes: list[str] = []  # what the reader must know to trust the comparison
 
     def counts(self) -> dict[str, int]:
         """Bucket -> size, in order of urgency."""
@@ -73,7 +84,40 @@ BUCKETS = ("new_failures", "still_failing", "fixed", "unverified", "new_errors",
 
 def _ref(report: Report) -> RunRef:
     return RunRef(run_id=report.run_id, command=report.command, tier=report.tier,
-                  started_at=report.started_at, status=report.status, nodes=len(report.nodes))
+                  started_at=report.started_at, status=report.status, nodes=len(report.nodes),
+                  config_digest=report.config_digest)
+
+
+def _started(report: Report) -> object:
+    """When the run started, comparable; the raw text where it does not parse."""
+    try:
+        when = _dt.datetime.fromisoformat(report.started_at.replace("Z", "+00:00"))
+    except ValueError:
+        return (1, report.started_at)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return (0, when.timestamp())
+
+
+def in_time_order(old: Report, new: Report) -> tuple[Report, Report, bool]:
+    """(older, newer, swapped): the reports in the order they ran."""
+    try:
+        swapped = _started(old) > _started(new)  # type: ignore[operator]
+    except TypeError:  # one parses, the other does not: keep the order given
+        swapped = False
+    return (new, old, True) if swapped else (old, new, False)
+
+
+def _notes(d: ReportDiff, given_first: Report, given_second: Report) -> list[str]:
+    notes = []
+    if d.swapped:
+        notes.append(f"the reports were given newest first: {given_first.run_id} (started {given_first.started_at}) "
+                     f"ran after {given_second.run_id} (started {given_second.started_at}); compared in time order, "
+                     f"older {d.old.run_id} -> newer {d.new.run_id}")
+    if d.config_changed:
+        notes.append(f"the two runs used different configs ({d.old.config_digest or '?'} -> "
+                     f"{d.new.config_digest or '?'}): a change may come from the config, not the nodes")
+    return notes
 
 
 def _change(f: Finding, before: Optional[Status], after: Optional[Status]) -> Change:
@@ -104,14 +148,22 @@ def _rechecked(f: Finding, node: Optional[NodeResult]) -> bool:
 
 
 def diff(old: Report, new: Report) -> ReportDiff:
-    """The changes from `old` to `new`, bucketed by urgency."""
+    """The changes from the older of the two reports to the newer, bucketed by urgency.
+
+    The reports are put in the order they ran (started_at) whatever order they come
+    in; `swapped` and `notes` say when that changed the order given.
+    """
+    given = (old, new)
+    old, new, swapped = in_time_order(old, new)
     old_nodes = {n.node: n for n in old.nodes}
     new_nodes = {n.node: n for n in new.nodes}
     before = _by_fingerprint(old.nodes)
     after = _by_fingerprint(new.nodes)
-    d = ReportDiff(old=_ref(old), new=_ref(new))
-    d.nodes_added = sorted(set(new_nodes) - set(old_nodes))
-    d.nodes_removed = sorted(set(old_nodes) - set(new_nodes))
+    d = ReportDiff(old=_ref(old), new=_ref(new), swapped=swapped,
+                   config_changed=old.config_digest != new.config_digest)
+    d.notes = _notes(d, *given)
+    d.nodes_added = sort_nodes(set(new_nodes) - set(old_nodes))
+    d.nodes_removed = sort_nodes(set(old_nodes) - set(new_nodes))
     for key, f in after.items():
         prev = before.get(key)
         was = prev.status if prev is not None else None
@@ -132,7 +184,7 @@ def diff(old: Report, new: Report) -> ReportDiff:
         elif f.status is Status.WARN and now is None and _rechecked(f, new_nodes.get(f.node)):
             d.cleared_warnings.append(_change(f, f.status, None))
     for name in BUCKETS[:7]:
-        getattr(d, name).sort(key=lambda c: (c.id, c.component, c.node))
+        getattr(d, name).sort(key=lambda c: (c.id, c.component, natural_key(c.node)))
     return d
 
 
@@ -145,7 +197,7 @@ def _fold(names: list[str]) -> str:
     # a name NodeSet would reinterpret (brackets, commas) is listed as it is
     if all(is_valid_node_name(n) for n in names):
         return fold(names)
-    return ",".join(names)
+    return ",".join(sort_nodes(dict.fromkeys(names)))
 
 
 _TITLES = {
@@ -183,13 +235,18 @@ def render_diff(d: ReportDiff) -> str:
         f"{d.new.command} (tier {d.new.tier}) {d.new.started_at} run {d.new.run_id}, "
         f"since {d.old.started_at} run {d.old.run_id}:",
         headline(d),
+        *(f"warning: {printable(note)}" for note in d.notes),
     ]
     rows = []
     for name, title in _TITLES.items():
-        groups: dict[tuple[str, str, str], list[str]] = {}
+        # identical changes fold, even where the message names its node (srun: one per node)
+        groups: dict[tuple[str, str, str], list[Change]] = {}
         for ch in getattr(d, name):
-            groups.setdefault((ch.id, ch.component, ch.message), []).append(ch.node)
-        for (fid, component, message), nodes in groups.items():
+            groups.setdefault((ch.id, ch.component, without_node(ch.message, ch.node)), []).append(ch)
+        for (fid, component, template), changes in groups.items():
+            said = {ch.message for ch in changes}
+            message = next(iter(said)) if len(said) == 1 else template
+            nodes = [ch.node for ch in changes]
             rows.append([title, fid, printable(_fold(nodes)), printable(component or "-"), printable(message)])
     if rows:
         out.append("")

@@ -1,8 +1,9 @@
 """Run history: every report hc produced, in one SQLite file, for diffs and flap detection.
 
 Several hc runs may write at once (cron health checks, an operator's ad hoc run), so the
-database runs in WAL mode with a busy timeout, and each run is recorded in one
-transaction: a reader sees a run whole or not at all. The whole report is kept
+database runs in WAL mode with a busy timeout, the first open (WAL switch and schema,
+where the busy timeout does not cover every conflict) is retried on SQLITE_BUSY, and each
+run is recorded in one transaction: a reader sees a run whole or not at all. The whole report is kept
 (zlib-compressed JSON), plus one row per node (status, fabric) indexed by node, so a
 node's recent statuses come back in one query for 10,000 nodes.
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import sqlite3
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
@@ -102,21 +105,24 @@ class History:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
+        from healthcheck.core.atomic import check_database_path
+
+        # SQLite follows a link at the path and, on a device or FIFO, writes its journal
+        # files next to it: only a regular file (or none yet) is a history
+        check_database_path(self.path, "history")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise HcError(f"history {self.path}: cannot create its directory: {exc.strerror or exc}") from None
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
         try:
-            # isolation_level None: transactions are explicit (BEGIN IMMEDIATE), never implicit
+            # isolation_level None: transactions are explicit (BEGIN IMMEDIATE), never implicit.
+            # timeout= sets SQLite's busy timeout before any statement runs.
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
             raise HcError(f"history {self.path}: cannot open: {exc}") from None
         try:
-            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")  # a recorded run survives a power cut, not only a crash
-            db.execute("PRAGMA foreign_keys = ON")
-            self._migrate(db)
+            _retry_busy(lambda: self._initialise(db), deadline)
         except sqlite3.Error as exc:
             db.close()
             raise HcError(f"history {self.path}: not a usable hc history database: {exc}") from None
@@ -124,6 +130,14 @@ class History:
             db.close()
             raise
         return db
+
+    def _initialise(self, db: sqlite3.Connection) -> None:
+        """Pragmas and schema; safe to run again after SQLITE_BUSY (every step is idempotent)."""
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")  # a recorded run survives a power cut, not only a crash
+        db.execute("PRAGMA foreign_keys = ON")
+        self._migrate(db)
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Create the schema, or refuse a database written by a newer hc."""
@@ -286,6 +300,34 @@ class History:
             per_node.setdefault(node, []).append((started_at, run, status))
         # runs that started in the same millisecond can put more than `limit` rows past the bound
         return {node: [s for _, _, s in sorted(items)[-limit:]] for node, items in per_node.items()}
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _retry_busy(step: Callable[[], None], deadline: float) -> None:
+    """Run `step` until it does not fail with SQLITE_BUSY, or until `deadline`.
+
+    The busy timeout does not cover every lock conflict: two connections that both hold
+    a read lock and want to write (two processes switching a brand-new database to WAL
+    at once, or creating its schema) would deadlock, so SQLite fails one of them at once
+    with "database is locked" without waiting. Retrying from the start after a short,
+    jittered sleep lets the other finish first.
+    """
+    delay = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.25)
+
 
 @contextlib.contextmanager
 def _write_transaction(db: sqlite3.Connection) -> Iterator[None]:

@@ -1,15 +1,20 @@
-"""Reports as JSON: encode, decode and write atomically (never a half-written report)."""
+"""Reports as JSON: encode, decode and write atomically (never a half-written report).
+
+`write_atomic` lives in healthcheck.core.atomic (every writer of a file uses it); it is
+re-exported here for the callers that import it from this module.
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import msgspec
 
+from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Report
+
+__all__ = ["SCHEMA_FILE", "decode", "encode", "read_report", "write_atomic"]
 
 SCHEMA_FILE = Path(__file__).parent / "schema" / "hc.report-1.schema.json"
 
@@ -35,35 +40,3 @@ def read_report(path: Path) -> Report:
     except OSError as exc:
         raise HcError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return decode(data, str(path))
-
-
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write `data` to `path` via a temporary file in the same directory and a rename."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise HcError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise HcError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:  # make the rename itself durable
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass

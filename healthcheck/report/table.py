@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from healthcheck.core.catalogue import NOTHING_CHECKED
 from healthcheck.core.model import Report
 
 
@@ -36,8 +37,11 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
     nodes = len(report.nodes)
     node_word = "node" if nodes == 1 else "nodes"
     fabrics = sorted({n.fabric for n in report.nodes})
+    verdict = report.status.value
+    if any(f.id == NOTHING_CHECKED.id for f in report.run_findings):
+        verdict += " (nothing was checked)"  # an all-SKIP run must not read as a clean one
     out.append(
-        f"{report.status.value}: {nodes} {node_word} ({counts}), tier {report.tier}, "
+        f"{verdict}: {nodes} {node_word} ({counts}), tier {report.tier}, "
         f"fabric {', '.join(fabrics) or '-'}, {report.duration_s:.2f}s, run {report.run_id}"
     )
     return "\n".join(out)

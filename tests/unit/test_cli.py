@@ -199,9 +199,11 @@ def test_parse_reads_stdin():
     assert r.returncode == 0 and len(json.loads(r.stdout)["facts"]["ports"]) == 9
 
 
-def test_parse_empty_ibstat_is_no_hca_not_an_error():
+def test_parse_empty_ibstat_is_an_input_error_like_every_parser():
+    # empty input is nothing to parse (exit 4) for every tool (issue 8, 19); a node with
+    # no HCA is judged from what ibstat says, not from silence
     r = run_hc("parse", "ibstat", "-", input="")
-    assert r.returncode == 0 and json.loads(r.stdout)["facts"]["ports"] == []
+    assert r.returncode == 4 and b"Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("tool", ["ip-link", "ibstatus", "perfquery"])

@@ -175,3 +175,62 @@ def test_damaged_report_blob_is_an_error(tmp_path):
     db.close()
     with pytest.raises(HcError, match="damaged"):
         History(path).last(1)
+
+
+# ------------------------------------------------ first open of a brand-new database
+
+
+def test_first_open_waits_for_a_concurrent_first_open(tmp_path):
+    """Another process in the middle of creating the database holds its write lock. The
+    WAL switch needs that lock while holding a read lock, a conflict SQLite reports at
+    once ("database is locked") instead of waiting the busy timeout: hc must wait."""
+    import threading
+
+    path = tmp_path / "h.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # as a concurrent first open does (rollback mode still)
+    release = threading.Timer(0.5, lambda: other.execute("COMMIT"))
+    release.start()
+    try:
+        with History(path) as h:
+            h.record(make(1, {"n1": Status.PASS}))
+            assert [r.run_id for r in h.last(5)] == [make(1, {}).run_id]
+    finally:
+        release.join()
+        other.close()
+
+
+def _first_opener(path_pattern: str, rounds: int, index: int, barrier, failures) -> None:
+    reports = [make(index * 1000, {f"n{index}": Status.PASS, "shared": Status.FAIL})]
+    for round_ in range(rounds):
+        barrier.wait(60)  # every process opens the brand-new file at the same moment
+        try:
+            with History(path_pattern.format(round_)) as h:
+                h.runs(1)  # open first, as the flap query of a run does, before anything else
+                for r in reports:
+                    h.record(r)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which names the error
+            failures.put(f"round {round_}: {exc}")
+
+
+def test_many_processes_create_and_write_a_new_database_at_once(tmp_path):
+    """Many processes, started together through a barrier, each opening (creating) a
+    brand-new database and writing to it; several rounds, a new file each."""
+    procs_n, rounds = 12, 25
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(procs_n)
+    failures = ctx.Queue()
+    pattern = str(tmp_path / "h{}.sqlite")
+    procs = [ctx.Process(target=_first_opener, args=(pattern, rounds, i, barrier, failures)) for i in range(procs_n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+        assert p.exitcode == 0
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert errors == []
+    for round_ in range(rounds):
+        with History(pattern.format(round_)) as h:
+            assert len(h.runs(1000)) == procs_n

@@ -125,3 +125,46 @@ def test_node_result_error_field_round_trips():
     n = unreachable_result("gpu9", "generic", "connection refused", "agentless")
     assert n.status is Status.ERROR and n.findings[0].id == "hc.E006"
     assert msgspec.json.decode(msgspec.json.encode(n), type=NodeResult) == n
+
+
+# ------------------------------------------- folding and order (issue 8, item 19)
+
+
+def unreachable(name):
+    return NodeResult(node=name, fabric="f1", status=Status.ERROR, error="no report", findings=[
+        Finding(id="hc.E006", status=Status.ERROR, message=f"no report from srun for {name} (task exited 1)",
+                node=name, check="hc.reach", subject=name, fingerprint="0123456789abcdef")])
+
+
+def test_findings_whose_messages_name_their_node_fold_into_one_row():
+    nodes = [unreachable(n) for n in ("gpu10", "gpu2", "gpu1", "gpu11")]
+    (group,) = group_findings(nodes)
+    assert group["nodes"] == "gpu[1-2,10-11]" and group["count"] == 4
+    assert group["message"] == "no report from srun for <node> (task exited 1)"
+    text = render(report(nodes))
+    assert len([line for line in text.splitlines() if "hc.E006" in line]) == 1
+    # one node: its own message, name and all
+    assert group_findings([unreachable("gpu7")])[0]["message"] == "no report from srun for gpu7 (task exited 1)"
+
+
+def test_only_whole_node_names_are_taken_out_of_messages():
+    from healthcheck.report.build import without_node
+
+    assert without_node("gpu1 sees gpu10 and mgpu1 at gpu1.", "gpu1") == "<node> sees gpu10 and mgpu1 at <node>."
+    assert without_node("peer gpu1.ib is down", "gpu1") == "peer gpu1.ib is down"  # another host's name
+    assert without_node("lid 0x11 down", "") == "lid 0x11 down"
+
+
+def test_nodes_sort_naturally_in_the_report_and_the_table():
+    names = ["gpu10", "gpu2", "gpu1", "gpu11", "login1"]
+    r = report([node_result(n) for n in names])
+    assert [n.node for n in r.nodes] == ["gpu1", "gpu2", "gpu10", "gpu11", "login1"]
+    # names NodeSet must not fold are listed, naturally ordered too
+    hostile = [node_result(n, DOWN) for n in ("x[10]", "x[9]", "gpu10", "gpu9")]
+    assert group_findings(hostile)[0]["nodes"] == "gpu9,gpu10,x[9],x[10]"
+
+
+def test_natural_key_orders_numbers_as_numbers():
+    from healthcheck.report.build import sort_nodes
+
+    assert sort_nodes(["n10", "n9", "n1", "n01", "a", "n1b", "n1a"]) == ["a", "n01", "n1", "n1a", "n1b", "n9", "n10"]

@@ -234,3 +234,47 @@ def test_round_trip_through_msgspec_keeps_diff_types():
     d = diff(OLD, NEW)
     again = msgspec.json.decode(msgspec.json.encode(d), type=type(d))
     assert again == d
+
+
+# ---------------------------------------------------- order and config (issue 8, 19)
+
+
+def test_swapped_arguments_are_compared_in_time_order_and_said():
+    d = diff(NEW, OLD)  # newest first: without reordering, every fix would be a new failure
+    assert d.swapped and d.old.run_id == OLD.run_id and d.new.run_id == NEW.run_id
+    assert nodes_of(d.new_failures) == nodes_of(diff(OLD, NEW).new_failures)
+    assert nodes_of(d.fixed) == [("gpu01", "ib.E002")]
+    assert any("newest first" in note for note in d.notes)
+    text = render_diff(d)
+    assert "warning: the reports were given newest first" in text
+    assert not diff(OLD, NEW).swapped and diff(OLD, NEW).notes == []
+
+
+def test_diff_says_when_the_configs_differ():
+    import msgspec
+
+    other = msgspec.structs.replace(NEW, config_digest="sha256:" + "1" * 64)
+    d = diff(OLD, other)
+    assert d.config_changed and any("different configs" in note for note in d.notes)
+    assert json.loads(to_json(d))["config_changed"] is True
+
+
+def test_diff_rows_fold_messages_that_name_their_node_and_sort_naturally():
+    def down(name):
+        return n(name, Finding(id="hc.E006", status=Status.ERROR, message=f"no report from srun for {name}",
+                               node=name, check="hc.reach", subject=name,
+                               fingerprint=fingerprint(name, "hc.reach", name, "hc.E006")), checks={})
+
+    names = ["gpu10", "gpu2", "gpu1", "gpu11"]
+    d = diff(rep(0, [n(x) for x in names]), rep(1, [down(x) for x in names] + [n("gpu3")]))
+    assert [c.node for c in d.new_errors] == ["gpu1", "gpu2", "gpu10", "gpu11"]
+    rows = [line for line in render_diff(d).splitlines() if line.startswith("NEW ERROR")]
+    assert len(rows) == 1 and "gpu[1-2,10-11]" in rows[0] and "no report from srun for <node>" in rows[0]
+    assert d.nodes_added == ["gpu3"]
+
+
+def test_diff_cli_warns_on_stderr_when_old_is_newer(tmp_path):
+    old, new = write(tmp_path, "old.json", OLD), write(tmp_path, "new.json", NEW)
+    r = run_hc("report", "diff", str(new), str(old))
+    assert r.returncode == 2 and b"3 new failures, 1 fixed" in r.stdout
+    assert b"hc: warning: the reports were given newest first" in r.stderr
