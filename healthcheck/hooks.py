@@ -28,7 +28,7 @@ from healthcheck.actions.policy import drain_reason
 from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
-from healthcheck.core.errors import ExitCode
+from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.localrun import check_this_node
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
@@ -59,64 +59,87 @@ def verdict() -> int:
 
 
 def node_name(env: Mapping[str, str]) -> str:
-    import socket
+    """This node's name from the hook's environment, validated (UsageError otherwise)."""
+    from healthcheck.cli.app import this_node_name
 
-    return env.get("HC_NODE_NAME") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
+    return this_node_name(env)
 
 
 def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool = False,
-             tier: Optional[str] = None, resume: Optional[bool] = None) -> HookResult:
+             tier: Optional[str] = None, resume: Optional[bool] = None, node: Optional[str] = None,
+             hard_deadline: Optional[float] = None) -> HookResult:
+    """Check this node with the hook's tier, act in Slurm, write the report.
+
+    hard_deadline: the monotonic time the whole run must end by (cli/hooks.py kills it
+    then); Slurm calls stop half a second before it so the report is still written.
+    """
     settings = config.main.slurm
     policy = getattr(settings, kind)
-    node = node_name(env)
+    node = node or node_name(env)
     state = NodeState(settings.state_dir, node)
     job = env.get("SLURM_JOB_ID", "")
     started = time.time()
+    state_problems: list[str] = []
 
     since = _window(kind, state, settings, job, env)
     report, abandoned = check_this_node(
         config, node=node, tier=tier or policy.tier, command=kind, deadline_s=policy.deadline_s,
         params={"since": since},
+        # the epilogue's checks are all about GPUs: on a CPU node skipping every one is
+        # the right answer, not "nothing was checked"
+        require_checks=kind != "epilogue",
     )
+    # hc's own state is bookkeeping: a full or read-only state_dir is reported, and the
+    # verdict and the drain still go through
     if kind == "prologue" and job:
-        state.mark_job_start(job, started)
+        _best_effort(state_problems, "job start mark", state.mark_job_start, job, started)
     if kind in ("prologue", "health", "epilogue"):
-        state.set_kernel_log_cursor(started)
+        _best_effort(state_problems, "kernel-log cursor", state.set_kernel_log_cursor, started)
 
     result = report.nodes[0]
     extra: dict[str, str] = {}
-    escalation_note: list = []
+    run_notes: list = []
     if kind in ("prologue", "health"):
         error_ids = sorted({f.id for f in result.findings if f.status is Status.ERROR})
-        count = state.record_run(result.status is not Status.ERROR, error_ids)
+        count = _best_effort(state_problems, "ERROR count", state.record_run,
+                             result.status is not Status.ERROR, error_ids) or 0
         if count >= settings.error_escalation_runs:
             if settings.error_escalation == "drain":
                 extra[node] = drain_reason(error_ids, settings.drain.reason_max_len, prefix=f"ERROR x{count} ")
             else:
-                escalation_note.append(run_finding(
+                run_notes.append(run_finding(
                     catalogue.ERRORS_REPEATED,
                     f"{node} could not be checked in {count} consecutive runs ({', '.join(error_ids) or 'ERROR'})",
                     scope=node, value=count))
 
-    # Slurm calls of a prologue/epilogue share its deadline (plus a little for acting):
-    # a dead controller must not keep a job waiting until PrologEpilogTimeout.
-    action_deadline = time.monotonic() + 2.5 if kind in ("prologue", "epilogue") else None
-    client = SlurmClient(settings, env=_slurm_env(env), deadline=action_deadline)
+    client = SlurmClient(settings, env=_slurm_env(env), deadline=_action_deadline(kind, hard_deadline))
     audit = AuditLog(Path(settings.audit_log))
     if kind == "prologue" and result.status is Status.FAIL:
         set_verdict(int(ExitCode.FAIL))  # if the deadline hits while acting: keep the job off
     wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
-    outcome = Outcome(run_findings=escalation_note)
+    outcome = Outcome()
     if wants_action:
+        acting = dict(report=report, settings=settings, client=client, audit=audit,
+                      resume=(kind == "health" and resume is not False), dry_run=dry_run,
+                      extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
         try:
             with state.lock(settings.lock_timeout_s):
-                acted = act(report, settings=settings, client=client, audit=audit,
-                            resume=(kind == "health" and resume is not False), dry_run=dry_run,
-                            extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
-            acted.run_findings = escalation_note + acted.run_findings
-            outcome = acted
+                outcome = act(**acting)
         except LockTimeout as exc:
             outcome.run_findings.append(run_finding(catalogue.LOCKED, str(exc), scope=node))
+        except OSError as exc:
+            # no lock file (state_dir unusable): act anyway -- the policy re-reads Slurm's
+            # states, and a FAIL must still take the node out
+            state_problems.append(f"node lock: {exc.strerror or exc}")
+            outcome = act(**acting)
+    if state_problems:
+        run_notes.append(run_finding(
+            catalogue.STATE_FAILED, f"hc's state under {state.dir} could not be kept: " + "; ".join(state_problems),
+            scope=node, evidence="; ".join(state_problems)))
+    lost = audit.failure_finding(scope=node)  # an action whose audit record was not written
+    if lost is not None:
+        run_notes.append(lost)
+    outcome.run_findings = run_notes + outcome.run_findings
     report = with_outcome(report, outcome)
     messages = list(outcome.messages)
     messages += _write_report(report, settings.report_dir, node, kind)
@@ -131,6 +154,26 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     code = _exit_code(kind, report, outcome)
     return HookResult(report=report, exit_code=code, summary=_summary(kind, node, job, report, outcome, code),
                       messages=messages, abandoned=abandoned)
+
+
+# A prologue or epilogue keeps a job waiting while it talks to Slurm: a dead controller
+# may cost it this long at most (health runs have until their hard deadline).
+JOB_HOOK_ACTION_S = 2.5
+
+
+def _action_deadline(kind: str, hard_deadline: Optional[float]) -> Optional[float]:
+    limits = [hard_deadline - 0.5] if hard_deadline is not None else []
+    if kind in ("prologue", "epilogue"):
+        limits.append(time.monotonic() + JOB_HOOK_ACTION_S)
+    return min(limits) if limits else None
+
+
+def _best_effort(problems: list[str], what: str, fn, *args):
+    try:
+        return fn(*args)
+    except (OSError, HcError) as exc:
+        problems.append(f"{what}: {getattr(exc, 'strerror', None) or exc}")
+        return None
 
 
 def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, str]) -> Optional[float]:

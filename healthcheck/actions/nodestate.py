@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Optional
@@ -46,9 +47,7 @@ class NodeState:
         except (OSError, ValueError, AttributeError):
             count = 0
         count += 1
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"consecutive": count, "ids": sorted(set(error_ids)), "time": time.time()}))
-        os.replace(tmp, path)
+        _write(path, json.dumps({"consecutive": count, "ids": sorted(set(error_ids)), "time": time.time()}))
         return count
 
     # ------------------------------------------------------ kernel-log cursor
@@ -66,9 +65,7 @@ class NodeState:
 
     def set_kernel_log_cursor(self, when: float) -> None:
         self._ensure()
-        tmp = self.dir / "kernel-log-cursor.tmp"
-        tmp.write_text(f"{when:.3f}\n")
-        os.replace(tmp, self.dir / "kernel-log-cursor")
+        _write(self.dir / "kernel-log-cursor", f"{when:.3f}\n")
 
     # -------------------------------------------------------------- job marks
 
@@ -76,7 +73,7 @@ class NodeState:
         self._ensure()
         jobs = self.dir / "jobs"
         jobs.mkdir(exist_ok=True)
-        (jobs / _safe(job_id)).write_text(f"{when if when is not None else time.time():.3f}\n")
+        _write(jobs / _safe(job_id), f"{when if when is not None else time.time():.3f}\n")
         # drop marks of jobs whose epilogue never ran (node crashed, slurmd restarted)
         cutoff = time.time() - 7 * 86400
         for old in jobs.iterdir():
@@ -97,6 +94,15 @@ class NodeState:
         return value
 
 
+def _write(path: Path, text: str) -> None:
+    """Replace a state file atomically through a unique temporary name: the prologues of
+    jobs starting together, or a prologue beside a health run, write the same files, and
+    a shared temp name made the loser's rename fail (it then exited 3 and Slurm drained)."""
+    from healthcheck.core.atomic import write_atomic
+
+    write_atomic(path, text.encode())
+
+
 def _safe(job_id: str) -> str:
     return "".join(c for c in job_id if c.isalnum() or c in "._-") or "unknown"
 
@@ -108,7 +114,12 @@ class _Lock:
         self.fd: Optional[int] = None
 
     def __enter__(self) -> "_Lock":
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # a lock file planted as a link is not followed (hc runs as root)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            self.fd = None
+            raise OSError(errno.EINVAL, f"{self.path} is not a regular file")
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:

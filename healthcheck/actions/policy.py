@@ -20,6 +20,16 @@ from healthcheck.core.status import Status
 
 REASON_PREFIX = "hc:"
 _ID = re.compile(r"\b[a-z][a-z0-9]*\.[EW]\d{3}\b")
+# Exactly what drain_reason() writes: "hc: ", an optional "ERROR xN ", finding IDs
+# separated by commas, an optional " +N" for the IDs that did not fit. An admin's
+# "hc:maint - jdoe replacing DIMM" starts like it and is not hc's.
+_ID_TEXT = r"[a-z][a-z0-9]*\.[EW]\d{3}"
+_HC_REASON = re.compile(rf"hc: (?:ERROR x\d+ )?(?:{_ID_TEXT}(?:,{_ID_TEXT})*(?: \+\d+)?|\+\d+)")
+
+
+def is_hc_reason(reason: str) -> bool:
+    """Whether hc wrote this drain reason (and so may replace or resume it)."""
+    return bool(_HC_REASON.fullmatch(reason))
 
 
 def drain_reason(ids: Iterable[str], max_len: int, prefix: str = "") -> str:
@@ -124,6 +134,9 @@ def decide(
         state = states.get(node)
         if state is None:
             plan.keep[node] = "not known to Slurm"
+            continue
+        if state.hands_off:
+            plan.keep[node] = f"{state.hands_off}{f' ({state.reason})' if state.reason else ''}: not touched"
             continue
         fails = sorted({f.id for f in result.findings if f.status is Status.FAIL})
         reason = None

@@ -27,6 +27,10 @@ _TRANSIENT = (
 )
 
 
+# sinfo long states (%T) in which a node is someone else's business
+_HANDS_OFF_STATES = frozenset({"down", "fail", "failing", "future", "unknown", "maint", "planned"})
+
+
 @dataclass(frozen=True)
 class SlurmNode:
     name: str
@@ -42,7 +46,25 @@ class SlurmNode:
 
     @property
     def drained_by_hc(self) -> bool:
-        return self.drained and self.reason.startswith("hc:")
+        """Drained with a reason of exactly hc's format ("hc:maint - jdoe" is an admin's)."""
+        from healthcheck.actions.policy import is_hc_reason
+
+        return self.drained and is_hc_reason(self.reason)
+
+    @property
+    def hands_off(self) -> Optional[str]:
+        """Why hc must not drain or resume this node whatever it finds, or None.
+
+        A DOWN node is an admin's or Slurm's decision (a PSU swap, a node that stopped
+        answering); draining it would replace their reason with hc's, and resuming it
+        would put it back into service. hc reports such nodes and leaves them alone.
+        """
+        if not self.responding:
+            return f"{self.state}, not responding"
+        base = self.state.split("+", 1)[0]
+        if base in _HANDS_OFF_STATES or base.startswith(("power", "reboot")):
+            return self.state
+        return None
 
 
 @dataclass

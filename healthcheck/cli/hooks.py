@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -14,53 +15,149 @@ import click
 from healthcheck.cli.app import App, config_option
 
 
+# The whole hook run is bounded by its tier's deadline_s plus this margin for acting and
+# writing the report; the margin also covers loading the config, which is read before
+# deadline_s is known (a first deadline from the schema's default is armed before it).
+HARD_MARGIN_S = 3.0
+
+
 def _run(kind: str, config_path: Optional[Path], fmt: Optional[str], dry_run: bool,
          tier: Optional[str] = None, resume: Optional[bool] = None) -> int:
-    from healthcheck.core.errors import HcError
+    """Run a hook inside its deadline and the exception guard; return its documented exit code.
 
-    # A prologue or epilogue must never hold a job up, nor fail it because hc itself is
-    # broken: on a bad config it logs and lets the job go.
-    lenient = kind in ("prologue", "epilogue")
-    app = App(config_path, fmt or "table")
+    Nothing before or after the checks may make a hook exit otherwise: Slurm drains a node
+    on any other Prolog/Epilog exit, outside hc's guard and with no reason hc could resume.
+    """
+    guard = HookGuard(kind)
     try:
+        from healthcheck.cli.app import this_node_name
+        from healthcheck.core.config.schema import SlurmSettings
+
+        guard.arm(getattr(SlurmSettings(), kind).deadline_s + HARD_MARGIN_S)
+        app = App(config_path, fmt or "table")
         config = app.config
-    except HcError as exc:
-        if not lenient:
-            raise
-        click.echo(f"hc {kind}: error: {exc} (job not affected)", err=True)
-        return 0
-    settings = getattr(config.main.slurm, kind)
-    if lenient:
-        _arm_hard_deadline(kind, settings.deadline_s + 3.0)
-    from healthcheck.hooks import run_hook
+        node = this_node_name()
+        settings = getattr(config.main.slurm, kind)
+        guard.arm(settings.deadline_s + HARD_MARGIN_S)
+        from healthcheck.hooks import run_hook
 
-    result = run_hook(kind, config, dict(os.environ), dry_run=dry_run, tier=tier, resume=resume)
-    for message in result.messages:
-        click.echo(message)
-    if fmt is not None:
-        app.emit_report(result.report)
-    click.echo(result.summary, err=True)
-    if result.abandoned:
+        result = run_hook(kind, config, dict(os.environ), dry_run=dry_run, tier=tier, resume=resume,
+                          node=node, hard_deadline=guard.deadline)
+        for message in result.messages:  # stdout stays parseable with --format json
+            click.echo(message, err=fmt == "json")
+        if fmt is not None:
+            app.emit_report(result.report)
+        click.echo(result.summary, err=True)
         sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(result.exit_code)
-    return result.exit_code
+        return guard.finish(result.exit_code, abandoned=result.abandoned)
+    except Exception as exc:  # noqa: BLE001 -- the contract with Slurm outranks any bug
+        return guard.failed(exc)
 
 
-def _arm_hard_deadline(kind: str, seconds: float) -> None:
-    """Last resort: whatever hangs (config on a dead NFS mount, a stuck import), return
-    before Slurm's PrologEpilogTimeout and let the job run."""
+class HookGuard:
+    """The deadline and the exit contract of one hook run.
 
-    def give_up(signum: int, frame: object) -> None:
+    prologue: 2 only when the node FAILed (the verdict), else 0, whatever went wrong;
+    epilogue: always 0; health: its Nagios code, 4 for a bad config, 3 for anything else
+    that stopped it. On the hard deadline or SIGTERM, the commands hc started are killed
+    and the hook exits by the same contract.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.started = time.monotonic()
+        self.deadline: Optional[float] = None
+        signal.signal(signal.SIGTERM, self._give_up)
+
+    def arm(self, seconds: float) -> None:
+        """Bound the whole run to `seconds` from its start (not from now)."""
+        self.deadline = self.started + seconds
+        signal.signal(signal.SIGALRM, self._give_up)
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, self.deadline - time.monotonic()))
+
+    def _code(self, own: int, *, finished: bool = False) -> int:
+        """The exit code the contract allows, given what the run wanted; a run that did
+        not finish falls back on the verdict it reached (a FAIL keeps the job off)."""
+        if self.kind == "epilogue":
+            return 0
+        if self.kind == "prologue":
+            wanted = (own,) if finished else (own, _verdict())
+            return 2 if 2 in wanted else 0  # 2: ExitCode.FAIL
+        return own
+
+    def finish(self, code: int, *, abandoned: bool = False) -> int:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        code = self._code(code, finished=True)  # e.g. a guard refusal lets the job run
+        if abandoned:  # a probe thread is stuck in a system call: do not wait for it
+            _exit_now(code)
+        return code
+
+    def failed(self, exc: BaseException) -> int:
+        from healthcheck.core.errors import ExitCode, HcError
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        from healthcheck.runners.local import kill_children
+
+        kill_children()
+        if isinstance(exc, HcError):
+            what, own = str(exc), int(exc.exit_code)
+        else:
+            what, own = f"internal error: {type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+            if os.environ.get("HC_DEBUG") == "1":
+                import traceback
+
+                traceback.print_exc()
+        code = self._code(own)
+        _log(f"hc {self.kind}: error: {_one_line(what)} ({_consequence(self.kind, code)})")
+        # threads (a probe stuck in NVML) must not keep a failed hook alive
+        _exit_now(code)
+        return code  # not reached
+
+    def _give_up(self, signum: int, frame: object) -> None:
+        from healthcheck.runners.local import kill_children
+
+        kill_children()
+        code = self._code(3)
+        why = "hard deadline exceeded" if signum == signal.SIGALRM else f"signal {signal.Signals(signum).name}"
+        _log(f"hc {self.kind}: {why} after {time.monotonic() - self.started:.1f}s; giving up "
+             f"({_consequence(self.kind, code)})")
+        _exit_now(code)
+
+
+def _verdict() -> int:
+    try:
         from healthcheck.hooks import verdict
 
-        code = verdict()
-        what = "job not affected" if code == 0 else "the node FAILed: keeping the job off it"
-        os.write(2, f"hc {kind}: hard deadline of {seconds:g}s exceeded; giving up ({what})\n".encode())
-        os._exit(code)
+        return verdict()
+    except Exception:  # noqa: BLE001 -- hc itself broken: no verdict, the job goes on
+        return 0
 
-    signal.signal(signal.SIGALRM, give_up)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+def _consequence(kind: str, code: int) -> str:
+    if kind == "health":
+        return f"exit {code}"
+    return "job not affected" if code == 0 else "the node FAILed: keeping the job off it"
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _log(line: str) -> None:
+    try:
+        os.write(2, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass  # stderr closed: the exit code is all slurmd gets anyway
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 -- a closed or full stdout must not change the code
+            pass
+    os._exit(code)
 
 
 def _format_option(fn):

@@ -1,32 +1,58 @@
 """Check nodes through Slurm: one `srun` task per node runs `hc node --local`, and the
 labelled output of every task is merged. This is how a sweep scales to thousands of
-nodes: Slurm does the fan-out, hc adds no machinery of its own."""
+nodes: Slurm does the fan-out, hc adds no machinery of its own.
+
+Slurm cannot place a task on every node: a node hc drained (the normal state after any
+`--act`) takes no new job, so srun would pend until its timeout and nothing would be
+checked. The nodes are therefore sorted first, from one `sinfo`:
+
+- placeable (up, responding, not drained): one srun task each, inside the caller's
+  allocation where there is one, else in a new allocation whose wait is bounded
+  (`srun --immediate`), and cancelled by its unique job name if srun does not finish;
+- drained by hc: checked over SSH, so a fixed node can be resumed;
+- anyone else's (drained for another reason, DOWN, not responding), nodes busy with a
+  job, and nodes outside the caller's allocation: not checked, and named as skipped
+  with the reason.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import uuid
 from collections import defaultdict
-from typing import Iterable, Optional
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
 
 import msgspec
 
 from healthcheck.core.config import Config
 from healthcheck.core.engine import unreachable_result
 from healthcheck.core.errors import HcError
-from healthcheck.core.model import NodeResult
+from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
-from healthcheck.runners.local import run_command
+from healthcheck.core.status import Status
+from healthcheck.runners.local import CommandResult, run_command
 
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 
+@dataclass
+class SrunOutcome:
+    results: list[NodeResult]
+    run_findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each for stderr
 
-def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float]) -> list[str]:
+
+def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float],
+              job_name: str = "hc-sweep", wait_s: Optional[int] = None) -> list[str]:
     s = config.main.slurm
     argv = [
         s.srun, f"--nodelist={fold(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-        "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0", "--job-name=hc-sweep",
-        s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args(),
+        "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0", f"--job-name={job_name}",
     ]
+    if wait_s is not None:
+        argv.append(f"--immediate={wait_s}")
+    argv += [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
     only = list(only)
     if only:
         argv += ["--checks", ",".join(only)]
@@ -36,11 +62,91 @@ def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str
 
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
-                    since: Optional[float] = None, env: Optional[dict] = None) -> list[NodeResult]:
+                    since: Optional[float] = None, env: Optional[dict] = None, mode: str = "auto") -> SrunOutcome:
+    from healthcheck.actions.slurm import SlurmClient
+
+    only = list(only)
+    run_env = dict(env) if env is not None else dict(os.environ)
+    states, error = SlurmClient(config.main.slurm, env=run_env).nodes(fold(nodes))
+    out = SrunOutcome(results=[])
+    if error is not None:
+        # without states nothing can be sorted: try them all, bounded as always
+        out.notes.append(f"cannot read node states from Slurm ({error}); trying srun on every node")
+        placeable, over_ssh, skipped = list(nodes), [], {}
+    else:
+        placeable, over_ssh, skipped = _sort(nodes, states, _allocation(run_env))
+    by_node: dict[str, NodeResult] = {}
+    if placeable:
+        for r in _run_srun(config, placeable, tier=tier, only=only, since=since, env=run_env, out=out):
+            by_node[r.node] = r
+    if over_ssh:
+        from healthcheck.core.remote import check_over_ssh
+
+        out.notes.append(f"checking {fold(over_ssh)} over SSH: drained by hc, so Slurm cannot place a task there")
+        for r in check_over_ssh(config, over_ssh, tier=tier, only=only, mode=mode, params={"since": since}):
+            by_node[r.node] = r
+    for node, why in skipped.items():
+        out.notes.append(f"skipped {node} ({why})")
+        by_node[node] = NodeResult(node=node, fabric=config.fabric_of(node), status=Status.SKIP, mode="slurm",
+                                   error=f"not checked: {why}")
+    out.results = [by_node[n] for n in nodes if n in by_node]
+    return out
+
+
+def _allocation(env: Mapping[str, str]) -> Optional[set[str]]:
+    """The nodes of the allocation hc runs in (an sbatch or salloc), or None outside one."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not env.get("SLURM_JOB_ID") or not nodelist:
+        return None
+    from healthcheck.core.nodes import expand
+
+    return set(expand([nodelist]))
+
+
+def _sort(nodes: list[str], states: Mapping, allocation: Optional[set[str]]
+          ) -> tuple[list[str], list[str], dict[str, str]]:
+    placeable: list[str] = []
+    over_ssh: list[str] = []
+    skipped: dict[str, str] = {}
+    for node in nodes:
+        state = states.get(node)
+        if state is None:
+            skipped[node] = "not a node Slurm knows"
+        elif state.hands_off:
+            skipped[node] = f"{state.hands_off}{f': {state.reason}' if state.reason else ''}"
+        elif state.drained_by_hc:
+            over_ssh.append(node)
+        elif state.drained:
+            skipped[node] = f"drained by someone else: {state.reason or 'no reason'}"
+        elif allocation is not None:
+            if node in allocation:
+                placeable.append(node)
+            else:
+                skipped[node] = f"{state.state}, not in this job's allocation"
+        elif state.state.split("+", 1)[0] in ("allocated", "completing"):
+            skipped[node] = f"{state.state}: busy with a job"
+        else:
+            placeable.append(node)
+    return placeable, over_ssh, skipped
+
+
+def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], since: Optional[float],
+              env: dict, out: SrunOutcome) -> list[NodeResult]:
+    from healthcheck.actions.apply import run_finding
+    from healthcheck.core import catalogue
     from healthcheck.report.jsonio import decode
 
-    argv = srun_argv(config, nodes, tier=tier, only=only, since=since)
-    result = run_command(argv, timeout_s=config.main.slurm.sweep_timeout_s, env=env)
+    settings = config.main.slurm
+    inside = _allocation(env) is not None
+    job_name = f"hc-sweep-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
+    wait_s = None if inside else settings.sweep_wait_s
+    argv = srun_argv(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s)
+    result: Optional[CommandResult] = None
+    try:
+        result = run_command(argv, timeout_s=settings.sweep_timeout_s, env=env)
+    finally:
+        if not inside and (result is None or result.timed_out):
+            _cancel(settings, job_name, env, out)  # a pending or running job hc submitted
     if result.not_found:
         raise HcError(f"{argv[0]} not found: the Slurm transport needs srun (or use --via ssh)")
     tasks: dict[int, list[str]] = defaultdict(list)
@@ -58,15 +164,24 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
             continue
         for n in report.nodes:
             by_node[n.node] = msgspec.structs.replace(n, mode="slurm")
-    said = [l for l in result.stderr.splitlines() if l.strip()]
-    why = "; ".join(problems) or (said[-1] if said else "")
-    if result.timed_out:
-        why = f"srun did not finish within {config.main.slurm.sweep_timeout_s:g}s" + (f": {why}" if why else "")
-    out = []
-    for node in nodes:
-        if node in by_node:
-            out.append(by_node[node])
-        else:
-            out.append(unreachable_result(node, config.fabric_of(node), f"no report from srun for {node}"
-                                          + (f": {why}" if why else ""), "slurm", evidence=result.stderr[-2000:] or None))
-    return out
+    missing = [n for n in nodes if n not in by_node]
+    if missing:
+        said = [line for line in result.stderr.splitlines() if line.strip()]
+        why = "; ".join(problems) or (said[-1] if said else f"srun exited {result.returncode}")
+        if result.timed_out:
+            why = f"srun did not finish within {settings.sweep_timeout_s:g}s" + (f": {why}" if why else "")
+        # one launcher failure is one finding for the run, not one row per node
+        out.run_findings.append(run_finding(
+            catalogue.LAUNCH_FAILED, f"no report from srun for {fold(missing)}: {why}", scope=fold(missing),
+            evidence=result.stderr[-2000:] or None))
+    return [by_node.get(n) or unreachable_result(n, config.fabric_of(n), "no report from srun (see act.E006)",
+                                                 "slurm") for n in nodes]
+
+
+def _cancel(settings, job_name: str, env: dict, out: SrunOutcome) -> None:
+    scancel = os.path.join(os.path.dirname(settings.scontrol), "scancel") if os.sep in settings.scontrol \
+        else "scancel"
+    r = run_command((scancel, f"--name={job_name}", f"--user={os.getuid()}"), timeout_s=settings.command_timeout_s,
+                    env=env)
+    out.notes.append(f"cancelled the sweep's job {job_name}" if r.ok
+                     else f"could not cancel the sweep's job {job_name}: {(r.stderr or r.error or '').strip()}")

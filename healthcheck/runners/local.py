@@ -1,13 +1,61 @@
-"""Run a local command with a hard timeout that kills the whole process group."""
+"""Run a local command with a hard timeout that kills the whole process group.
+
+Children die with the run: each command runs in its own process group (so a timeout
+kills everything it started), the groups still running are known (`kill_children`, which
+the hooks' hard deadline and signal handlers call before exiting), and each child asks
+the kernel for SIGKILL when hc dies (PR_SET_PDEATHSIG), so an hc killed by slurmd or
+the OOM killer leaves no orphaned `scontrol` to drain a node after a newer run resumed it.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
+
+# process groups of the commands running now (leader pid == pgid)
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_children() -> None:
+    """SIGKILL every command group hc started that is still running (safe in a signal handler)."""
+    for pgid in list(_LIVE):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _pdeathsig() -> Optional[Callable[[], None]]:
+    """A preexec function that makes the child die with hc (Linux), resolved before any fork.
+
+    It only calls prctl(2) and getppid(2) through an already-resolved ctypes function,
+    so it takes no lock that another thread could hold at fork time.
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # hc died between fork and prctl
+            os._exit(137)
+
+    return preexec
+
+
+_PREEXEC: Optional[Callable[[], None]] = None
+_PREEXEC_PID = -1
 
 
 @dataclass(frozen=True)
@@ -42,7 +90,10 @@ def run_command(
     cwd: Optional[str] = None,
 ) -> CommandResult:
     """Run argv (never through a shell); on timeout kill its process group and return."""
+    global _PREEXEC, _PREEXEC_PID
     argv = tuple(argv)
+    if _PREEXEC_PID != os.getpid():  # resolved once per process (the parent pid is baked in)
+        _PREEXEC, _PREEXEC_PID = _pdeathsig(), os.getpid()
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -54,11 +105,26 @@ def run_command(
             cwd=cwd,
             # Its own process group, so a timeout kills the tool and everything it started.
             start_new_session=True,
+            preexec_fn=_PREEXEC,
         )
     except FileNotFoundError:
         return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
     except OSError as exc:
         return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
+    try:
+        return _wait(proc, argv, input, timeout_s, start)
+    except BaseException:  # Ctrl-C, a hook's deadline: what hc started dies with it
+        _kill_group(proc)
+        raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+
+
+def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: Optional[str], timeout_s: float,
+          start: float) -> CommandResult:
     try:
         out, err = proc.communicate(input.encode() if input is not None else None, timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -41,10 +41,10 @@ def site(fresh_netns_rig, tmp_path):
 
     def write(fabric: str = "eth0: {mtu: 9000, count: 1}", extra: str = "", timeout: float = 5) -> Path:
         (tmp_path / "fabrics").mkdir(exist_ok=True)
-        (tmp_path / "empty-kern.log").write_text("")
+        (tmp_path / "kern.log").write_text("[    0.000000] Linux version 6.1.0 (hc rig)\n")  # a kernel log is never empty
         interfaces = f"net:\n  interfaces:\n    {fabric}\n" if fabric else ""
         (tmp_path / "fabrics" / "rig.yaml").write_text(
-            f"extends: generic\n{interfaces}gpu:\n  xid: {{source: file, file: {tmp_path}/empty-kern.log}}\n")
+            f"extends: generic\n{interfaces}gpu:\n  xid: {{source: file, file: {tmp_path}/kern.log}}\n")
         cfg = tmp_path / "hc.yaml"
         cfg.write_text(
             "nodes:\n  'node[1-4]': rig\n"

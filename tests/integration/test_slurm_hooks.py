@@ -34,11 +34,11 @@ class HcCluster:
 
     def write_config(self, *, mtu: int = 9000, fraction: float = 0.3, extra: str = "") -> None:
         (self.root / "etc" / "fabrics").mkdir(parents=True, exist_ok=True)
-        (self.root / "empty-kern.log").write_text("")
+        (self.root / "kern.log").write_text("[    0.000000] Linux version 6.1.0 (hc rig)\n")  # a kernel log is never empty
         (self.root / "etc" / "fabrics" / "rig.yaml").write_text(
             "extends: generic\n"
             f"net:\n  interfaces:\n    eth0: {{mtu: {mtu}, count: 1}}\n"
-            f"gpu:\n  xid: {{source: file, file: {self.root}/empty-kern.log}}\n"
+            f"gpu:\n  xid: {{source: file, file: {self.root}/kern.log}}\n"
         )
         self.config.write_text(
             "nodes:\n  'node[1-4]': rig\n"

@@ -150,7 +150,8 @@ def test_parse_sinfo():
     text = "node1|idle|Unknown|none\nnode2|drained|2026-11-22T07:55:31|hc: test | pipes|ok\nnode3|idle*|Unknown|none\nnode2|drained|2026-11-22T07:55:31|hc: test | pipes|ok\n"
     nodes = parse_sinfo(text)
     assert set(nodes) == {"node1", "node2", "node3"}
-    assert nodes["node2"].reason == "hc: test | pipes|ok" and nodes["node2"].drained_by_hc
+    # parsed whole despite the pipes; not hc's format, so not hc's to touch (issue 8, A5)
+    assert nodes["node2"].reason == "hc: test | pipes|ok" and not nodes["node2"].drained_by_hc
     assert not nodes["node3"].responding and nodes["node3"].state == "idle"
 
 
@@ -238,3 +239,44 @@ def test_audit_log_lines_stay_whole_under_concurrency(tmp_path):
         t.join()
     records = log.read()
     assert len(records) == 100 and all(len(r["pad"]) == 5000 for r in records)
+
+
+# hc owns only the reasons it wrote; DOWN and unresponsive nodes are never touched (issue 8, A5)
+
+
+@pytest.mark.parametrize("reason", ["hc:maint - jdoe replacing DIMM", "hc: net.E001 per jdoe", "hc:net.E001",
+                                    "hc: see ticket 4411", "HC: net.E001"])
+def test_a_reason_that_merely_starts_like_hcs_is_an_admins(reason):
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", reason))
+    failing = decide([result("n1", "net.E001")], states, POLICY, cluster_size=10, resume=True)
+    assert failing.drain == {} and "someone else" in failing.keep["n1"]
+    passing = decide([result("n1")], states, POLICY, cluster_size=10, resume=True)
+    assert passing.resume == [] and "someone else" in passing.keep["n1"]
+
+
+@pytest.mark.parametrize("reason", ["hc: net.E001", "hc: ib.E002,net.E001", "hc: ERROR x3 hc.E002", "hc: gpu.E001 +2"])
+def test_every_reason_hc_writes_is_recognised_as_hcs(reason):
+    from healthcheck.actions.policy import is_hc_reason
+
+    assert is_hc_reason(reason) and SlurmNode("n1", "drained", reason).drained_by_hc
+
+
+@pytest.mark.parametrize("state,responding,reason", [
+    ("down", True, "admin: psu swap"), ("down", True, ""), ("down", False, "Not responding"),
+    ("idle", False, ""), ("drained", False, "hc: net.E001"), ("fail", True, "admin"),
+    ("powered_down", True, ""), ("maint", True, ""),
+])
+def test_down_and_unresponsive_nodes_are_neither_drained_nor_resumed(state, responding, reason):
+    states = dict(CLUSTER, n1=SlurmNode("n1", state, reason, responding=responding))
+    for r in (result("n1", "net.E001"), result("n1")):
+        plan = decide([r], states, POLICY, cluster_size=10, resume=True)
+        assert plan.drain == {} and plan.resume == [] and plan.guard is None
+        assert "not touched" in plan.keep["n1"]
+
+
+def test_sinfo_states_of_down_and_unresponsive_nodes_parse_as_hands_off():
+    nodes = parse_sinfo("n1|down*|2026-11-22T07:55:31|Not responding\n"
+                        "n2|down|2026-11-22T07:55:31|admin: psu swap\n"
+                        "n3|drained*|2026-11-22T07:55:31|hc: net.E001\n"
+                        "n4|idle|Unknown|none\n")
+    assert [n for n, s in sorted(nodes.items()) if s.hands_off] == ["n1", "n2", "n3"]
