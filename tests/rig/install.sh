@@ -8,18 +8,20 @@
 #     slurm-wlm munge openssh-server iproute2 iputils-ping openmpi-bin libopenmpi-dev
 #     infiniband-diags perftest rdma-core ibverbs-utils bc procps util-linux
 #     clustershell pdsh
+#   hc itself, editable with its test and bandwidth extras, into the checkout's .venv
+#   (bin/install --dev), unless RIG_PIP names another interpreter's pip
 #   Python packages (into the interpreter behind $RIG_PIP):
 #     paramiko mpi4py py-spy nvidia-ml-py, and torch==2.13.0
 #
 # Knobs
-#   RIG_PIP            pip command to use (default "python3 -m pip"; e.g. ".venv/bin/pip")
+#   RIG_PIP            pip command to use (default: the checkout's .venv, made by bin/install --dev)
 #   RIG_INSTALL_TORCH  1 (default) | 0: skip torch. torch is always pinned to 2.13.0: the
 #                      CPU wheel lies in /opt/wheels and pip's config (find-links) finds it;
 #                      never let pip resolve another (multi-GB CUDA) version.
 #   RIG_INSTALL_APT    1 (default) | 0: skip the Debian packages (e.g. inside a venv-only job)
 set -euo pipefail
 t0=$SECONDS
-read -r -a PIP <<<"${RIG_PIP:-python3 -m pip}"
+read -r -a PIP <<<"${RIG_PIP:-python3 -m pip}"  # replaced by the .venv below unless set
 log=$(mktemp /tmp/hc-rig-install.XXXXXX.log)
 trap 'rm -f "$log"' EXIT
 die() { echo "install.sh: $*" >&2; [[ -s $log ]] && tail -n 40 "$log" >&2; exit 1; }
@@ -53,6 +55,15 @@ if ((${#apt_missing[@]})); then
 fi
 
 # ---- Python packages ---------------------------------------------------------------
+if [[ -z ${RIG_PIP:-} ]]; then
+  here=$(cd "$(dirname "$0")/../.." && pwd)
+  if [[ ${RIG_INSTALL_TORCH:-1} == 1 ]]; then
+    "$here/bin/install" --dev >"$log" 2>&1 || die "bin/install --dev failed"
+  else
+    "$here/bin/install" --dev --no-torch >"$log" 2>&1 || die "bin/install --dev --no-torch failed"
+  fi
+  PIP=("$here/.venv/bin/python" -m pip)
+fi
 "${PIP[@]}" --version >/dev/null 2>&1 || die "'${PIP[*]}' does not run (set RIG_PIP)"
 want=(paramiko mpi4py py-spy nvidia-ml-py)
 [[ ${RIG_INSTALL_TORCH:-1} == 1 ]] && want+=(torch)
