@@ -60,7 +60,7 @@ def verdict() -> int:
 
 def node_name(env: Mapping[str, str]) -> str:
     """This node's name from the hook's environment, validated (UsageError otherwise)."""
-    from healthcheck.cli.app import this_node_name
+    from healthcheck.core.nodes import this_node_name
 
     return this_node_name(env)
 

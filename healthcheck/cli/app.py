@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import click
 
 from healthcheck.core.config import Config, load_config
 from healthcheck.core.errors import ExitCode
+from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
-
-
-def this_node_name(env: Optional[Mapping[str, str]] = None) -> str:
-    """$HC_NODE_NAME, else Slurm's name for this node, else the short host name; validated,
-    since the name becomes file names under state_dir/report_dir and scontrol arguments."""
-    from healthcheck.core.errors import UsageError
-    from healthcheck.core.nodes import is_valid_node_name
-
-    env = os.environ if env is None else env
-    for var in ("HC_NODE_NAME", "SLURMD_NODENAME"):
-        if env.get(var):
-            name, source = env[var], f"${var}"
-            break
-    else:
-        name, source = socket.gethostname().split(".", 1)[0], "the host name"
-    if not is_valid_node_name(name):
-        from healthcheck.core.inputs import clip
-
-        raise UsageError(f"{source} {clip(name, 80)!r} is not a valid node name "
-                         "(letters, digits, hyphens and dots)")
-    return name
 
 
 def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from healthcheck.core.errors import UsageError
 
@@ -378,3 +378,24 @@ def fold(names: Iterable[str]) -> str:
     from ClusterShell.NodeSet import NodeSet
 
     return str(NodeSet.fromlist(list(names)))
+
+
+def this_node_name(env: Optional[Mapping[str, str]] = None) -> str:
+    """$HC_NODE_NAME, else Slurm's name for this node, else the short host name; validated,
+    since the name becomes file names under state_dir/report_dir and scontrol arguments."""
+    import os
+    import socket
+
+    env = os.environ if env is None else env
+    for var in ("HC_NODE_NAME", "SLURMD_NODENAME"):
+        if env.get(var):
+            name, source = env[var], f"${var}"
+            break
+    else:
+        name, source = socket.gethostname().split(".", 1)[0], "the host name"
+    if not is_valid_node_name(name):
+        from healthcheck.core.inputs import clip
+
+        raise UsageError(f"{source} {clip(name, 80)!r} is not a valid node name "
+                         "(letters, digits, hyphens and dots)")
+    return name
