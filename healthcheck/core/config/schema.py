@@ -352,7 +352,8 @@ class SlurmSettings(Strict):
     drain: DrainPolicy = DrainPolicy()
     prologue: CommandPolicy = CommandPolicy(tier="quick", deadline_s=5.0)
     epilogue: CommandPolicy = CommandPolicy(tier="epilogue", deadline_s=30.0)
-    health: CommandPolicy = CommandPolicy(tier="quick", deadline_s=60.0)
+    # slurmd kills HealthCheckProgram after 60 s; the hook's whole run is deadline_s + 3 s
+    health: CommandPolicy = CommandPolicy(tier="quick", deadline_s=45.0)
     # Consecutive prologue/health runs that could not check the node (ERROR) before hc
     # escalates: "report" adds a finding to the report and log; "drain" drains the
     # node with reason "hc: ERROR x<N> <ids>" (never on a single ERROR).
