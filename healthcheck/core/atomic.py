@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Union
 
 from healthcheck.core.errors import HcError
+from healthcheck.core.inputs import describe_mode
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -47,22 +48,6 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 class WriteError(HcError):
     """A file hc was told to write could not be written, or must not be (exit 4)."""
-
-
-def _describe(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    return "not a regular file"
 
 
 def _show(path: PathLike) -> str:
@@ -126,7 +111,7 @@ def classify(path: PathLike) -> str:
         return "fifo"
     if stat.S_ISLNK(mode):
         raise refuse_symlink(path)
-    raise _fail(path, f"it is {_describe(mode)}")
+    raise _fail(path, f"it is {describe_mode(mode)}")
 
 
 # ------------------------------------------------------------------- whole files
@@ -202,7 +187,7 @@ def _write_in_place(path: PathLike, data: bytes, *, append: bool) -> None:
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # swapped since lstat
-            raise _fail(path, f"it is {_describe(st.st_mode)} now; not written")
+            raise _fail(path, f"it is {describe_mode(st.st_mode)} now; not written")
         os.set_blocking(fd, True)
         _write_all(fd, data)
     except OSError as exc:
@@ -261,7 +246,7 @@ def append(path: PathLike, data: bytes, mode: int = 0o644, *, lock: bool = True)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # replaced between lstat and open
-            raise _fail(path, f"it is {_describe(st.st_mode)}")
+            raise _fail(path, f"it is {describe_mode(st.st_mode)}")
         os.set_blocking(fd, True)
         if lock:
             fcntl.flock(fd, fcntl.LOCK_EX)

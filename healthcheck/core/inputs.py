@@ -34,17 +34,13 @@ class InputNotFound(HcError):
     """The named input does not exist (callers may word this their own way)."""
 
 
-def _describe(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISDIR(mode):
-        return "a directory"
+def describe_mode(mode: int) -> str:
+    """What a file of this st_mode is, for a one-line message ("a FIFO", "a symbolic link")."""
+    for test, what in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device")):
+        if test(mode):
+            return what
     return "not a regular file"
 
 
@@ -69,7 +65,7 @@ def read_bounded(path: Path | str, max_bytes: int, *, what: str = "file",
             raise HcError(f"{path}: cannot read {what}: it is a directory")
         accepted = stat.S_ISREG(st.st_mode) or (allow_fifo and stat.S_ISFIFO(st.st_mode))
         if regular_only and not accepted:
-            raise HcError(f"{path}: cannot read {what}: it is {_describe(st.st_mode)}, not a regular file")
+            raise HcError(f"{path}: cannot read {what}: it is {describe_mode(st.st_mode)}, not a regular file")
         if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
             raise InputTooLarge(f"{path}: {what} is {st.st_size} bytes, more than the {max_bytes} hc reads")
         os.set_blocking(fd, True)
@@ -106,16 +102,3 @@ def clip(text: str, limit: int = 120) -> str:
     """Input echoed in an error message, cut to `limit` characters and made one line."""
     text = text.replace("\n", "\\n").replace("\r", "\\r")
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
-
-
-def is_regular_or_absent(path: Path | str) -> str | None:
-    """None when `path` is a regular file or does not exist; else what it is."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISREG(st.st_mode):
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return "a symbolic link"
-    return _describe(st.st_mode)

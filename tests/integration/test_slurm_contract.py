@@ -22,15 +22,6 @@ from test_slurm_hooks import HcCluster, drained
 pytestmark = pytest.mark.rig
 
 
-@pytest.fixture
-def hc(fresh_netns_rig, fresh_slurm_rig, tmp_path) -> HcCluster:
-    cluster = HcCluster(tmp_path, fresh_netns_rig, fresh_slurm_rig)
-    cluster.write_config()
-    cluster.install_hooks()
-    cluster.use_hooks()
-    return cluster
-
-
 def _job_runs_and_nothing_is_drained(hc: HcCluster, node: str = "node1") -> None:
     job = hc.slurm.sbatch("-N1", "-w", node, wrap="hostname")
     info = hc.slurm.wait_job_state(job, "COMPLETED", timeout=40)

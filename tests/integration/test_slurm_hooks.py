@@ -93,15 +93,6 @@ class HcCluster:
         return self.slurm.sinfo_nodes()[name]
 
 
-@pytest.fixture
-def hc(fresh_netns_rig, fresh_slurm_rig, tmp_path) -> HcCluster:
-    cluster = HcCluster(tmp_path, fresh_netns_rig, fresh_slurm_rig)
-    cluster.write_config()
-    cluster.install_hooks()
-    cluster.use_hooks()
-    return cluster
-
-
 def drained(state: tuple[str, str]) -> bool:
     return "drain" in state[0]
 
