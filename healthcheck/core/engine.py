@@ -3,7 +3,8 @@ evaluate each check, and stamp its findings.
 
 Providers run in daemon threads the engine can abandon: a probe that hangs in the
 kernel (NVML on a dying GPU, statvfs on a dead NFS mount) costs its budget and becomes
-an ERROR, never a hung prologue.
+an ERROR, never a hung prologue. Exclusive providers (bandwidth tests) run after all
+the others have finished, one at a time, each alone on the node.
 """
 
 from __future__ import annotations
@@ -18,63 +19,116 @@ import msgspec
 
 from healthcheck.core import catalogue
 from healthcheck.core.config import NodeConfig
-from healthcheck.core.facts import ProbeContext, ProbeError, provider_for
+from healthcheck.core.facts import Provider, ProbeContext, ProbeError, ProbeKind, current_providers
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult, fingerprint
 from healthcheck.core.registry import CheckSpec, NotApplicable
 from healthcheck.core.status import Status, worst
 
 _ERROR_SPECS = {
-    "missing": catalogue.TOOL_MISSING,
-    "timeout": catalogue.TIMED_OUT,
-    "failed": catalogue.TOOL_FAILED,
-    "unparsable": catalogue.UNPARSABLE,
-    "unreadable": catalogue.TOOL_FAILED,
+    ProbeKind.MISSING: catalogue.TOOL_MISSING,
+    ProbeKind.TIMEOUT: catalogue.TIMED_OUT,
+    ProbeKind.FAILED: catalogue.TOOL_FAILED,
+    ProbeKind.UNPARSABLE: catalogue.UNPARSABLE,
+    ProbeKind.UNREADABLE: catalogue.TOOL_FAILED,
+    ProbeKind.NOT_RUN: catalogue.TIMED_OUT,  # the run's time ran out, or it could not run alone
 }
+
+# After a provider's timeout the runner has killed its command; this covers collecting
+# the output. A thread still alive after that is stuck in-process and is abandoned.
+_GRACE_S = 0.5
 
 
 class _Gathering(threading.Thread):
-    def __init__(self, fact: str, ctx: ProbeContext) -> None:
+    def __init__(self, fact: str, provider: Provider, ctx: ProbeContext) -> None:
         super().__init__(name=f"hc-fact-{fact}", daemon=True)
         self.fact = fact
+        self.provider = provider
         self.ctx = ctx
         self.value: Any = None
         self.error: Optional[ProbeError] = None
 
     def run(self) -> None:
         try:
-            self.value = provider_for(self.fact, self.ctx.transport)(self.ctx)
+            self.value = self.provider.fn(self.ctx)
         except ProbeError as exc:
             self.error = exc
         except Exception as exc:  # a provider bug must not take the run down
-            self.error = ProbeError("failed", f"gathering {self.fact} raised {type(exc).__name__}: {exc}",
+            self.error = ProbeError(ProbeKind.FAILED, f"gathering {self.fact} raised {type(exc).__name__}: {exc}",
                                     traceback.format_exc(limit=5))
+
+
+def _budget(budget: float, deadline: Optional[float]) -> tuple[float, bool]:
+    """The time a fact gets now, and whether the run's deadline cut it below its budget."""
+    if deadline is None:
+        return budget, False
+    left = max(0.0, deadline - time.monotonic())
+    return min(budget, left), left < budget
+
+
+def _start(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: Optional[float]
+           ) -> tuple[_Gathering, float, bool]:
+    """Start gathering `fact`; returns the thread, when to give up on it, and whether it was cut short."""
+    timeout, cut = _budget(budget, deadline)
+    t = _Gathering(fact, provider, dataclasses.replace(ctx, timeout_s=timeout))
+    t.start()
+    return t, time.monotonic() + timeout, cut
+
+
+def _collect(t: _Gathering, give_up_at: float, cut: bool) -> tuple[Any, bool]:
+    """Wait for a gathering thread until its budget (plus grace); returns its result and whether it was abandoned."""
+    t.join(max(0.0, give_up_at + _GRACE_S - time.monotonic()))
+    if t.is_alive():
+        result: Any = ProbeError(ProbeKind.TIMEOUT, f"gathering {t.fact} did not finish within {t.ctx.timeout_s:g}s")
+    else:
+        result = t.error if t.error is not None else t.value
+    if cut and isinstance(result, ProbeError):
+        result.cut_short = True  # the run's deadline, not the probe's budget, stopped it
+    return result, t.is_alive()
 
 
 def gather(
     needs: dict[str, float], ctx: ProbeContext, deadline: Optional[float] = None
 ) -> tuple[dict[str, Any], bool]:
-    """Gather each fact (name -> time budget) in its own thread.
+    """Gather each fact (name -> time budget): concurrent providers each in its own
+    thread, then exclusive ones one at a time, alone.
 
     Returns fact -> value or ProbeError, and whether any thread had to be abandoned.
     """
-    threads = []
-    for fact, budget in needs.items():
-        timeout = budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
-        t = _Gathering(fact, dataclasses.replace(ctx, timeout_s=timeout))
-        t.start()
-        threads.append((t, time.monotonic() + timeout))
     results: dict[str, Any] = {}
-    abandoned = False
-    for t, fact_deadline in threads:
-        # the runner kills a hung command at its timeout; the grace covers collecting
-        # its output. A thread still alive after that is stuck in-process: abandon it.
-        t.join(max(0.0, fact_deadline + 0.5 - time.monotonic()))
-        if t.is_alive():
-            abandoned = True
-            results[t.fact] = ProbeError("timeout", f"gathering {t.fact} did not finish within {t.ctx.timeout_s:g}s")
-        else:
-            results[t.fact] = t.error if t.error is not None else t.value
-    return results, abandoned
+    concurrent: list[tuple[str, Provider]] = []
+    exclusive: list[tuple[str, Provider]] = []
+    providers = current_providers()
+    for fact in needs:
+        try:
+            provider = providers.get(fact, ctx.transport)
+        except ProbeError as exc:
+            results[fact] = exc
+            continue
+        (exclusive if provider.exclusive else concurrent).append((fact, provider))
+    started = [(_start(fact, p, ctx, needs[fact], deadline)) for fact, p in concurrent]
+    stuck: list[str] = []
+    for t, give_up_at, cut in started:
+        results[t.fact], alive = _collect(t, give_up_at, cut)
+        if alive:
+            stuck.append(t.fact)
+    for fact, provider in exclusive:  # only runs that need a bandwidth test get here
+        results[fact], alive = _gather_alone(fact, provider, ctx, needs[fact], deadline, stuck)
+        if alive:
+            stuck.append(fact)
+    return {fact: results[fact] for fact in needs}, bool(stuck)
+
+
+def _gather_alone(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: Optional[float],
+                  stuck: list[str]) -> tuple[Any, bool]:
+    """Run one exclusive provider with nothing else running; returns its result and whether it was abandoned."""
+    if stuck:  # an abandoned provider may still hold the GPUs or HCAs: this one would not run alone
+        return ProbeError(ProbeKind.NOT_RUN, f"{fact} was not started: it must run alone, and "
+                          f"{', '.join(stuck)} did not finish within its budget and may still be running"), False
+    timeout, _ = _budget(budget, deadline)
+    if timeout <= 0:
+        return ProbeError(ProbeKind.NOT_RUN, f"{fact} was not started: the run's deadline had passed"), False
+    t, give_up_at, cut = _start(fact, provider, ctx, budget, deadline)
+    return _collect(t, give_up_at, cut)
 
 
 def plan_facts(specs: Iterable[CheckSpec], limits: Any, budget_floor: float = 0.0
@@ -150,11 +204,7 @@ def _evaluate(
 ) -> tuple[Status, Optional[str], list[Finding], list[Metric]]:
     errors = [facts[f] for f in spec.needs if isinstance(facts.get(f), ProbeError)]
     if errors:
-        err = errors[0]
-        finding = _ERROR_SPECS.get(err.kind, catalogue.TOOL_FAILED)(
-            Status.ERROR, f"{spec.name} could not run: {err.message}", evidence=err.evidence
-        )
-        return Status.ERROR, err.message, [finding], []
+        return _not_evaluated(spec, errors)
     try:
         optional = (None if isinstance(facts.get(f), ProbeError) else facts.get(f) for f in spec.optional)
         output = list(spec.fn(*(facts[f] for f in spec.needs), *optional, limits))
@@ -174,6 +224,28 @@ def _evaluate(
         return Status.ERROR, message, [catalogue.CHECK_CRASHED(Status.ERROR, message)], metrics
     status = worst((f.status for f in found), default=Status.PASS)
     return status, None, found, metrics
+
+
+def _not_evaluated(spec: CheckSpec, errors: list[ProbeError]
+                   ) -> tuple[Status, Optional[str], list[Finding], list[Metric]]:
+    """A check whose facts could not be gathered: ERROR, or FAIL where it declared a hang evidence."""
+    hang = spec.hang_finding
+    hangs = [e for e in errors if e.is_hang] if hang is not None else []
+    others = [e for e in errors if e not in hangs]
+    findings = [_error_finding(spec, others[0])] if others else []
+    if hang is None or not hangs:
+        return Status.ERROR, others[0].message, findings, []
+    # the probe had its whole budget and never finished: that is what the check judges
+    hung = [hang(Status.FAIL, f"{spec.name}: {e.message} (a hang is evidence against the node)",
+                 evidence=e.evidence) for e in hangs]
+    return Status.FAIL, hangs[0].message, hung + findings, []
+
+
+def _error_finding(spec: CheckSpec, err: ProbeError) -> Finding:
+    """The hc.E00x finding of a check that could not run because a fact could not be gathered."""
+    return _ERROR_SPECS.get(err.kind, catalogue.TOOL_FAILED)(
+        Status.ERROR, f"{spec.name} could not run: {err.message}", evidence=err.evidence
+    )
 
 
 def _stamp(f: Finding, node_config: NodeConfig, check: str) -> Finding:

@@ -7,10 +7,12 @@ exits, sleeps, drains or reads a config file.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from healthcheck.core.catalogue import FindingSpec
+from healthcheck.core.facts import DEFAULT_PROVIDERS, Providers, ProviderFn, using_providers
 from healthcheck.core.model import Finding, Metric
 
 TIERS = ("quick", "standard", "deep")
@@ -39,6 +41,10 @@ class CheckSpec:
     # facts passed after `needs` (and before limits) that may be missing: None when
     # they could not be gathered, instead of making the check ERROR
     optional: tuple[str, ...] = ()
+    # the finding (FAIL) when a needed fact's provider runs out of its whole budget: a
+    # hang is evidence against the node (a bandwidth test that never completes); None:
+    # such a timeout is ERROR (hc.E002), as for any check
+    hang_finding: Optional[FindingSpec] = None
 
     @property
     def family(self) -> str:
@@ -49,12 +55,136 @@ class CheckSpec:
         return frozenset(spec.id for spec in self.findings)
 
 
-REGISTRY: dict[str, CheckSpec] = {}
-
-
 def tiers_from(lowest: str) -> frozenset[str]:
     """Tiers are cumulative: a quick check also runs in standard and deep."""
     return frozenset(TIERS[TIERS.index(lowest) :])
+
+
+def _tiers(name: str, tier: str | Iterable[str]) -> frozenset[str]:
+    """The tiers and contexts of `tier` (a lowest tier, or an explicit set)."""
+    if isinstance(tier, str):
+        tiers = tiers_from(tier) if tier in TIERS else frozenset({tier})
+    else:
+        tiers = frozenset(tier)
+    unknown = tiers - set(TIERS) - set(CONTEXTS)
+    if unknown:
+        raise ValueError(f"check {name}: unknown tier(s) {sorted(unknown)}")
+    return tiers
+
+
+class Registry:
+    """Checks and fact providers registered together.
+
+    The process has one (`DEFAULT`, behind `@check`, `@provides`, `select` and
+    `REGISTRY`); a test builds its own, registers throw-away checks and providers with
+    `reg.check` / `reg.provides`, and runs them inside `with using(reg):`, so nothing
+    leaks into other tests. `Registry(base=DEFAULT)` also sees the real checks and
+    providers (its own win on a clash).
+    """
+
+    def __init__(self, load: Optional[Callable[[], None]] = None, providers: Optional[Providers] = None,
+                 base: Optional[Registry] = None) -> None:
+        self.checks: dict[str, CheckSpec] = {}
+        self.base = base
+        if providers is None:
+            providers = Providers(base=base.providers if base is not None else None)
+        self.providers = providers
+        self._load = load  # imports the modules that register checks here, when first needed
+
+    def all_checks(self) -> dict[str, CheckSpec]:
+        """The checks registered here and in the base (these win on a clash), by name."""
+        if self._load is not None:
+            self._load()
+        inherited = self.base.all_checks() if self.base is not None else {}
+        return {**inherited, **self.checks}
+
+    def check(
+        self,
+        name: str,
+        *,
+        tier: str | Iterable[str],
+        needs: Iterable[str],
+        findings: Iterable[FindingSpec],
+        budget_s: float = 2.0,
+        applies: Optional[Callable[[Any], Optional[str]]] = None,
+        optional: Iterable[str] = (),
+        hang_finding: Optional[FindingSpec] = None,
+    ) -> Callable[[CheckFn], CheckFn]:
+        """Register `fn` as check `name` here (see the module-level `check`)."""
+        tiers = _tiers(name, tier)
+        declared = tuple(findings)
+        if hang_finding is not None and hang_finding not in declared:
+            declared += (hang_finding,)  # the engine emits it for the check, so it is declared
+
+        def register(fn: CheckFn) -> CheckFn:
+            if name in self.checks:
+                raise ValueError(f"check {name} registered twice")
+            doc = (fn.__doc__ or "").strip().splitlines()
+            self.checks[name] = CheckSpec(
+                name=name,
+                fn=fn,
+                tiers=tiers,
+                needs=tuple(needs),
+                findings=declared,
+                budget_s=budget_s,
+                summary=doc[0] if doc else "",
+                applies=applies,
+                optional=tuple(optional),
+                hang_finding=hang_finding,
+            )
+            return fn
+
+        return register
+
+    def provides(self, fact: str, transport: str = "local", **kw: Any) -> Callable[[ProviderFn], ProviderFn]:
+        """Register a provider of `fact` here (see `healthcheck.core.facts.provides`)."""
+        return self.providers.provides(fact, transport, **kw)
+
+    def select(self, tier: str, names: Iterable[str] = ()) -> list[CheckSpec]:
+        """The checks here for `tier` (or context), optionally narrowed to `names`.
+
+        A name may be a whole family ("ib") or one check ("ib.port_state").
+        """
+        checks = self.all_checks()
+        wanted = list(names)
+        families = {spec.family for spec in checks.values()}
+        unknown = [w for w in wanted if w not in checks and w not in families]
+        if unknown:
+            from healthcheck.core.errors import UsageError
+
+            raise UsageError(f"unknown check or family: {', '.join(unknown)} (see hc checks list)")
+        chosen = []
+        for spec in sorted(checks.values(), key=lambda s: s.name):
+            if tier not in spec.tiers:
+                continue
+            if wanted and not any(spec.name == w or spec.family == w for w in wanted):
+                continue
+            chosen.append(spec)
+        return chosen
+
+
+def _load_checks() -> None:
+    from healthcheck.checks import load_all
+
+    load_all()
+
+
+# The process-wide registry: every check module registers here, whatever is swapped in.
+DEFAULT = Registry(load=_load_checks, providers=DEFAULT_PROVIDERS)
+REGISTRY: dict[str, CheckSpec] = DEFAULT.checks
+_current = DEFAULT
+
+
+@contextmanager
+def using(registry: Registry) -> Iterator[Registry]:
+    """Make `registry` the one `select()` and the engine's provider lookups use, for the block."""
+    global _current
+    previous, _current = _current, registry
+    try:
+        with using_providers(registry.providers):
+            yield registry
+    finally:
+        _current = previous
 
 
 def check(
@@ -66,61 +196,23 @@ def check(
     budget_s: float = 2.0,
     applies: Optional[Callable[[Any], Optional[str]]] = None,
     optional: Iterable[str] = (),
+    hang_finding: Optional[FindingSpec] = None,
 ) -> Callable[[CheckFn], CheckFn]:
-    """Register `fn` as check `name`.
+    """Register `fn` as process-wide check `name`.
 
     `tier` is the lowest tier the check runs in (tiers are cumulative) or an explicit
     set of tiers and contexts. The first line of the function's docstring states the
-    invariant the check guards and is shown by `hc checks list`.
+    invariant the check guards and is shown by `hc checks list`. `hang_finding`: a
+    needed fact's provider running out of its whole budget is this finding, FAIL, with
+    the probe's partial output as evidence, instead of ERROR (hc.E002).
     """
-    if isinstance(tier, str):
-        tiers = tiers_from(tier) if tier in TIERS else frozenset({tier})
-    else:
-        tiers = frozenset(tier)
-    unknown = tiers - set(TIERS) - set(CONTEXTS)
-    if unknown:
-        raise ValueError(f"check {name}: unknown tier(s) {sorted(unknown)}")
-
-    def register(fn: CheckFn) -> CheckFn:
-        if name in REGISTRY:
-            raise ValueError(f"check {name} registered twice")
-        doc = (fn.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = CheckSpec(
-            name=name,
-            fn=fn,
-            tiers=tiers,
-            needs=tuple(needs),
-            findings=tuple(findings),
-            budget_s=budget_s,
-            summary=doc[0] if doc else "",
-            applies=applies,
-            optional=tuple(optional),
-        )
-        return fn
-
-    return register
+    return DEFAULT.check(name, tier=tier, needs=needs, findings=findings, budget_s=budget_s, applies=applies,
+                         optional=optional, hang_finding=hang_finding)
 
 
 def select(tier: str, names: Iterable[str] = ()) -> list[CheckSpec]:
-    """The registered checks for `tier` (or context), optionally narrowed to `names`.
+    """The current registry's checks for `tier` (or context), optionally narrowed to `names`.
 
     A name may be a whole family ("ib") or one check ("ib.port_state").
     """
-    from healthcheck.checks import load_all
-
-    load_all()
-    wanted = list(names)
-    families = {spec.family for spec in REGISTRY.values()}
-    unknown = [w for w in wanted if w not in REGISTRY and w not in families]
-    if unknown:
-        from healthcheck.core.errors import UsageError
-
-        raise UsageError(f"unknown check or family: {', '.join(unknown)} (see hc checks list)")
-    chosen = []
-    for spec in sorted(REGISTRY.values(), key=lambda s: s.name):
-        if tier not in spec.tiers:
-            continue
-        if wanted and not any(spec.name == w or spec.family == w for w in wanted):
-            continue
-        chosen.append(spec)
-    return chosen
+    return _current.select(tier, names)

@@ -18,7 +18,7 @@ import time
 from typing import Callable, Mapping, Optional
 
 from healthcheck.core.errors import ParseError
-from healthcheck.core.facts import ProbeContext, ProbeError, provides
+from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.parsers.gpu_common import GpuFacts, LostGpu
 from healthcheck.probes.sysinfo import boot_time
 
@@ -317,7 +317,7 @@ def command_source(ctx: ProbeContext, argv: tuple[str, ...]) -> Source:
         if result.not_found:
             raise ProbeError("missing", f"{name}: not found")
         if result.timed_out:
-            raise ProbeError("timeout", f"{name}: did not finish within {ctx.timeout_s:g}s")
+            raise timeout_error(result, name, ctx.timeout_s)  # keeps what it printed
         if result.error:
             raise ProbeError("failed", f"{name}: {result.error}")
         said = (result.stderr or "").strip().splitlines()
@@ -432,7 +432,7 @@ def _nvidia_smi_facts(ctx: ProbeContext) -> GpuFacts:
     if result.not_found:
         return GpuFacts(source="nvidia-smi -q", init_error="nvidia-smi not found (no NVIDIA driver installed)")
     if result.timed_out:
-        raise ProbeError("timeout", f"nvidia-smi -q did not finish within {ctx.timeout_s:g}s (a hung GPU?)")
+        raise timeout_error(result, "nvidia-smi -q (a hung GPU?)", ctx.timeout_s)
     # a driver failure is printed instead of a report, with a non-zero exit: the parser
     # turns it into init_error, which the checks judge
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from healthcheck.core.facts import ProbeContext, ProbeError, provides
+from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.parsers.ib_common import (
     IbCounters,
     IbPort,
@@ -138,7 +138,7 @@ def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
             out.extend(IbPortCounters(ca=port.ca, port=port.port, lid=p.lid, counters=p.counters) for p in parsed.ports)
             continue
         if result.timed_out:
-            raise ProbeError("timeout", f"perfquery -x -C {port.ca} -P {port.port} did not finish within {ctx.timeout_s:g}s")
+            raise timeout_error(result, f"perfquery -x -C {port.ca} -P {port.port}", ctx.timeout_s)
         out.append(_sysfs_counters_over_shell(ctx, port.ca, port.port, result.stdout + result.stderr))
     return IbCounters(ports=out)
 

@@ -107,7 +107,9 @@ def run_command(
             start_new_session=True,
             preexec_fn=_PREEXEC,
         )
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if cwd is not None and exc.filename == cwd:  # the directory is missing, not the tool
+            return CommandResult(argv, None, "", "", 0.0, error=f"cannot run in {cwd}: {exc.strerror}")
         return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
     except OSError as exc:
         return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
@@ -130,14 +132,15 @@ def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: Optional[str], t
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
-            # Collect what it printed before it hung; a grandchild that left the process
-            # group may still hold the pipes, so this wait is bounded too.
+            # Collect what it printed before it hung (the evidence of a hang); a grandchild
+            # that left the process group may still hold the pipes, so this wait is bounded too.
             out, err = proc.communicate(timeout=1.0)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
+            # what was read so far comes with the exception: keep it rather than nothing
+            out, err = exc.output or b"", exc.stderr or b""
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
-            out, err = b"", b""
             proc.wait(timeout=1.0)
         return CommandResult(
             argv, None, _decode(out), _decode(err), time.monotonic() - start, timed_out=True
@@ -153,12 +156,22 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 class LocalRunner:
-    """Runs commands on this machine."""
+    """Runs commands on this machine, in `env` (None: hc's own environment)."""
 
     def __init__(self, env: Optional[Mapping[str, str]] = None) -> None:
         self.env = env
 
     def run(
-        self, argv: tuple[str, ...], *, timeout_s: float, input: Optional[str] = None
+        self,
+        argv: tuple[str, ...],
+        *,
+        timeout_s: float,
+        input: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
     ) -> CommandResult:
-        return run_command(argv, timeout_s=timeout_s, input=input, env=self.env)
+        """Run argv here; `env` adds to (and overrides) the runner's environment, as over SSH."""
+        merged = self.env
+        if env:
+            merged = {**(self.env if self.env is not None else os.environ), **env}
+        return run_command(argv, timeout_s=timeout_s, input=input, env=merged, cwd=cwd)

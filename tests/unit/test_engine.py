@@ -12,8 +12,8 @@ from support import make_fake_sysfs_ib, write_stub
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.engine import run_checks
-from healthcheck.core.facts import ProbeContext, ProbeError, provides
-from healthcheck.core.registry import CheckSpec, select
+from healthcheck.core.facts import ProbeContext, ProbeError
+from healthcheck.core.registry import DEFAULT, CheckSpec, Registry, select, using
 from healthcheck.core.status import Status
 from healthcheck.runners.local import LocalRunner
 
@@ -145,18 +145,28 @@ def test_binary_output_is_error_not_crash(tmp_path):
     assert [f.status for f in result.findings] == [Status.ERROR]
 
 
-# A provider that hangs in-process (as NVML or statvfs can) and checks that misbehave.
-@provides("test_hang", "local")
+# A provider that hangs in-process (as NVML or statvfs can) and checks that misbehave,
+# registered in a registry this module owns (over the real one), so nothing leaks.
+REG = Registry(base=DEFAULT)
+
+
+@pytest.fixture(autouse=True)
+def _own_registry():
+    with using(REG):
+        yield
+
+
+@REG.provides("test_hang", "local")
 def _hang(ctx):
     time.sleep(30)
 
 
-@provides("test_value", "local")
+@REG.provides("test_value", "local")
 def _value(ctx):
     return 42
 
 
-@provides("test_probe_error", "local")
+@REG.provides("test_probe_error", "local")
 def _probe_error(ctx):
     raise ProbeError("failed", "no luck", "stderr text")
 
