@@ -14,7 +14,6 @@ policy (actions/), writes its report, and returns the exit code Slurm should see
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,24 +181,18 @@ def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, s
     if kind == "epilogue":
         start = state.job_start(job, remove=True) if job else None
         if start is None and job:
-            start = _job_start_from_slurm(settings, job, env)
+            # its own client: the hook's is built after the checks, with the actions' deadline
+            start = _job_start_from_slurm(SlurmClient(settings, env=_slurm_env(env),
+                                                      deadline=_action_deadline(kind, None)), job)
         if start is not None:
             return start - 1.0  # slack for clocks that tick between the prologue and the kernel
     return state.kernel_log_cursor()
 
 
-def _job_start_from_slurm(settings, job: str, env: Mapping[str, str]) -> Optional[float]:
-    import datetime as dt
-
-    from healthcheck.runners.local import run_command
-
-    r = run_command((settings.scontrol, "-o", "show", "job", job), timeout_s=settings.command_timeout_s,
-                    env=_slurm_env(env))
-    m = re.search(r"\bStartTime=(\S+)", r.stdout) if r.ok else None
-    try:
-        return dt.datetime.fromisoformat(m.group(1)).timestamp() if m else None
-    except ValueError:
-        return None
+def _job_start_from_slurm(client: SlurmClient, job: str) -> Optional[float]:
+    """The job's start from Slurm (through the client's retries and deadline), or None."""
+    start, _ = client.job_start(job)
+    return start
 
 
 def _slurm_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ results with Slurm's own message, never exceptions that end the run.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -129,6 +130,13 @@ class SlurmClient:
             return {}, r.message
         return parse_sinfo(r.message), None
 
+    def job_start(self, job_id: str) -> tuple[Optional[float], Optional[str]]:
+        """When job `job_id` started (epoch seconds, from `scontrol -o show job`); (start, error)."""
+        r = self._call((self.settings.scontrol, "-o", "show", "job", job_id))
+        if not r.ok:
+            return None, r.message
+        return parse_job_start(r.message)
+
     def drain(self, nodes: str, reason: str, *, dry_run: bool = False) -> SlurmResult:
         argv = (self.settings.scontrol, "update", f"nodename={nodes}", "state=drain", f"reason={reason}")
         return self._act(argv, dry_run)
@@ -156,6 +164,22 @@ def parse_sinfo(text: str) -> dict[str, SlurmNode]:
         nodes[name] = SlurmNode(name, state.rstrip("*~#!%$@^-").lower(), reason,
                                 "" if when in ("Unknown", "none") else when, responding)
     return nodes
+
+
+def parse_job_start(text: str) -> tuple[Optional[float], Optional[str]]:
+    """`StartTime=` of `scontrol -o show job` (local time, as Slurm prints it) -> (epoch, error)."""
+    import datetime as dt
+
+    m = re.search(r"(?:^|\s)StartTime=(\S+)", text)
+    if m is None:
+        return None, "no StartTime in scontrol's answer"
+    value = m.group(1)
+    if value in ("Unknown", "None", "N/A"):
+        return None, f"the job has no start time ({value})"
+    try:
+        return dt.datetime.fromisoformat(value).timestamp(), None
+    except ValueError:
+        return None, f"unreadable StartTime {value!r}"
 
 
 def shell_line(argv: tuple[str, ...]) -> str:

@@ -36,7 +36,7 @@ def check_over_ssh(
     params: Optional[dict] = None,
     on_done: Optional[Callable[[str, NodeResult], None]] = None,
 ) -> list[NodeResult]:
-    from healthcheck.runners.ssh import fan_out
+    from healthcheck.runners.fanout import fan_out
 
     settings = config.main.ssh
     only = list(only)
@@ -52,7 +52,14 @@ def check_over_ssh(
         except Exception as exc:  # one node's surprise must not end the sweep
             return unreachable_result(node, fabrics[node], f"{type(exc).__name__}: {exc}", mode)
 
-    results = fan_out(nodes, work, max_parallel=settings.max_parallel, on_done=on_done)
+    def stuck(node: str) -> NodeResult:
+        return unreachable_result(node, fabrics[node], f"{node}: no result within {backstop:g}s (abandoned)", mode)
+
+    # work bounds itself (connect timeout + node_timeout_s); this only catches a node stuck
+    # in-process (a hung paramiko call), so one such node cannot hold the sweep up
+    backstop = settings.connect_timeout_s + settings.node_timeout_s + settings.command_timeout_s + 10
+    results = fan_out(nodes, work, max_parallel=settings.max_parallel, on_done=on_done, timeout_s=backstop,
+                      on_timeout=stuck)
     return [results[n] for n in nodes]
 
 

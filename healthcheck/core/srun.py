@@ -18,9 +18,7 @@ checked. The nodes are therefore sorted first, from one `sinfo`:
 from __future__ import annotations
 
 import os
-import re
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
@@ -32,9 +30,9 @@ from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
 from healthcheck.core.status import Status
-from healthcheck.runners.local import CommandResult, run_command
+from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch
+from healthcheck.runners.local import run_command
 
-_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 
 @dataclass
 class SrunOutcome:
@@ -45,20 +43,22 @@ class SrunOutcome:
 
 def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float],
               job_name: str = "hc-sweep", wait_s: Optional[int] = None) -> list[str]:
+    """`srun --label`, one task per node, running `hc node --local --format json` there."""
+    return list(_srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name,
+                             wait_s=wait_s).argv)
+
+
+def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float],
+                 job_name: str, wait_s: Optional[int]) -> Launch:
     s = config.main.slurm
-    argv = [
-        s.srun, f"--nodelist={fold(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-        "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0", f"--job-name={job_name}",
-    ]
-    if wait_s is not None:
-        argv.append(f"--immediate={wait_s}")
-    argv += [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
+    program = [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
     only = list(only)
     if only:
-        argv += ["--checks", ",".join(only)]
+        program += ["--checks", ",".join(only)]
     if since is not None:
-        argv += ["--since", str(since)]
-    return argv
+        program += ["--since", str(since)]
+    return srun_launch(program, srun=s.srun, nodelist=fold(nodes), nodes=len(nodes), ntasks=len(nodes),
+                       ntasks_per_node=1, job_name=job_name, immediate_s=wait_s)
 
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
@@ -140,23 +140,19 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
     inside = _allocation(env) is not None
     job_name = f"hc-sweep-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
     wait_s = None if inside else settings.sweep_wait_s
-    argv = srun_argv(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s)
-    result: Optional[CommandResult] = None
+    spec = _srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s)
+    result: Optional[LaunchResult] = None
     try:
-        result = run_command(argv, timeout_s=settings.sweep_timeout_s, env=env)
+        # SIGTERM first at the timeout: srun then cancels its step before it is killed
+        result = launch(spec, timeout_s=settings.sweep_timeout_s, env=env)
     finally:
         if not inside and (result is None or result.timed_out):
             _cancel(settings, job_name, env, out)  # a pending or running job hc submitted
     if result.not_found:
-        raise HcError(f"{argv[0]} not found: the Slurm transport needs srun (or use --via ssh)")
-    tasks: dict[int, list[str]] = defaultdict(list)
-    for line in result.stdout.splitlines():
-        m = _LABEL.match(line)
-        if m:
-            tasks[int(m.group(1))].append(m.group(2))
+        raise HcError(f"{spec.argv[0]} not found: the Slurm transport needs srun (or use --via ssh)")
     by_node: dict[str, NodeResult] = {}
     problems: list[str] = []
-    for task, lines in sorted(tasks.items()):
+    for task, lines in sorted(result.ranks.items()):
         try:
             report = decode("\n".join(lines).encode(), f"srun task {task}")
         except HcError as exc:

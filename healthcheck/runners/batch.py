@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from healthcheck.core.facts import Runner
 from healthcheck.runners.local import CommandResult
@@ -76,9 +76,20 @@ class PrefetchingRunner:
         self.runner = runner
         self.results = results
 
-    def run(self, argv: tuple[str, ...], *, timeout_s: float, input: Optional[str] = None) -> CommandResult:
-        cached = self.results.get(tuple(argv)) if input is None else None
-        return cached if cached is not None else self.runner.run(argv, timeout_s=timeout_s, input=input)
+    def run(self, argv: tuple[str, ...], *, timeout_s: float, input: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> CommandResult:
+        """The prefetched result of argv, or argv run on the underlying runner."""
+        # the batch ran with no input, environment or directory of its own: only such calls match
+        plain = input is None and env is None and cwd is None
+        cached = self.results.get(tuple(argv)) if plain else None
+        if cached is not None:
+            return cached
+        extra: dict[str, Any] = {}
+        if env is not None:
+            extra["env"] = env
+        if cwd is not None:
+            extra["cwd"] = cwd  # only passed when asked: not every runner takes them yet
+        return self.runner.run(argv, timeout_s=timeout_s, input=input, **extra)
 
 
 def prefetch(runner: Runner, commands: list[tuple[str, ...]], timeout_s: float) -> PrefetchingRunner:

@@ -58,6 +58,26 @@ _PREEXEC: Optional[Callable[[], None]] = None
 _PREEXEC_PID = -1
 
 
+def die_with_hc() -> Optional[Callable[[], None]]:
+    """The preexec function that makes a child die with this process (PR_SET_PDEATHSIG),
+    resolved once per process because the parent's pid is baked into it."""
+    global _PREEXEC, _PREEXEC_PID
+    if _PREEXEC_PID != os.getpid():
+        _PREEXEC, _PREEXEC_PID = _pdeathsig(), os.getpid()
+    return _PREEXEC
+
+
+def track_group(pgid: int) -> None:
+    """Register a running command's process group, so kill_children() reaches it."""
+    with _LIVE_LOCK:
+        _LIVE.add(pgid)
+
+
+def untrack_group(pgid: int) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(pgid)
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """The outcome of one command. A timeout or a missing tool is a result, not an exception."""
@@ -90,10 +110,7 @@ def run_command(
     cwd: Optional[str] = None,
 ) -> CommandResult:
     """Run argv (never through a shell); on timeout kill its process group and return."""
-    global _PREEXEC, _PREEXEC_PID
     argv = tuple(argv)
-    if _PREEXEC_PID != os.getpid():  # resolved once per process (the parent pid is baked in)
-        _PREEXEC, _PREEXEC_PID = _pdeathsig(), os.getpid()
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -105,7 +122,7 @@ def run_command(
             cwd=cwd,
             # Its own process group, so a timeout kills the tool and everything it started.
             start_new_session=True,
-            preexec_fn=_PREEXEC,
+            preexec_fn=die_with_hc(),
         )
     except FileNotFoundError as exc:
         if cwd is not None and exc.filename == cwd:  # the directory is missing, not the tool
@@ -113,16 +130,14 @@ def run_command(
         return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
     except OSError as exc:
         return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
-    with _LIVE_LOCK:
-        _LIVE.add(proc.pid)
+    track_group(proc.pid)
     try:
         return _wait(proc, argv, input, timeout_s, start)
     except BaseException:  # Ctrl-C, a hook's deadline: what hc started dies with it
         _kill_group(proc)
         raise
     finally:
-        with _LIVE_LOCK:
-            _LIVE.discard(proc.pid)
+        untrack_group(proc.pid)
 
 
 def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: Optional[str], timeout_s: float,

@@ -1,8 +1,8 @@
 """Run commands on other nodes over SSH (paramiko), with the local runner's semantics.
 
 One `SshConnection` per node, reused for every command on it; `run()` returns the same
-`CommandResult` as `runners.local.run_command` and never raises. `fan_out()` runs one
-piece of work per node with bounded parallelism.
+`CommandResult` as `runners.local.run_command` and never raises. The bounded fan-out
+over many nodes lives in runners/fanout.py (re-exported here as `fan_out`).
 
 What is honoured, and from where:
 
@@ -26,7 +26,7 @@ What is honoured, and from where:
   settings.identity_files and the config's IdentityFile (missing files skipped), and
   paramiko's default ~/.ssh/id_* only when no identity file is configured at all.
 
-Remote commands are `timeout -k 2 <N> [env NAME=value ...] argv...`, quoted with
+Remote commands are `[cd -- <cwd> || exit 125;] timeout -k 2 <N> [env NAME=value ...] argv...`, quoted with
 `shlex.join`: the remote login shell must be POSIX-like (sh, bash, zsh, dash) and the
 node must have coreutils `timeout` (or busybox's). The wrapper makes sure nothing
 outlives a timed-out command even though closing a channel does not signal the process.
@@ -52,7 +52,6 @@ import dataclasses
 import errno
 import getpass
 import os
-import re
 import select
 import shlex
 import socket
@@ -61,14 +60,14 @@ import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from healthcheck.runners.fanout import fan_out as fan_out  # re-exported: callers and tests import it here
 from healthcheck.runners.local import CommandResult
+from healthcheck.runners.launch import check_env  # one rule for environment names
 
 if TYPE_CHECKING:  # the config package costs ~35 ms to import; callers have it already
     from healthcheck.core.config.schema import SshSettings
-
-T = TypeVar("T")
 
 ERROR_KINDS = (
     "unknown-host-key", "changed-host-key", "revoked-host-key", "refused", "timeout", "unreachable", "auth",
@@ -83,7 +82,6 @@ LOCAL_GRACE_S = 0.5
 # Exit statuses of coreutils `timeout`: timed out (TERM, then KILL); its own failure;
 # command found but not runnable; command not found.
 _TIMED_OUT_CODES = (124, 137)
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would allow a final "\n"
 # Concurrent commands per connection: below OpenSSH's default MaxSessions (10).
 MAX_SESSIONS = 8
 _READ_CHUNK = 1 << 16
@@ -152,18 +150,6 @@ def _quiet_paramiko_logging() -> None:
 # ------------------------------------------------------------------------- pure helpers
 
 
-def check_env(env: Optional[Mapping[str, str]]) -> dict[str, str]:
-    """Validate environment names ([A-Za-z_][A-Za-z0-9_]*) and str values; ValueError."""
-    out: dict[str, str] = {}
-    for name, value in (env or {}).items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"invalid environment variable name {name!r}")
-        if not isinstance(value, str) or "\0" in value:
-            raise ValueError(f"invalid value for environment variable {name}: {value!r}")
-        out[name] = value
-    return out
-
-
 def format_seconds(seconds: float) -> str:
     """Duration for coreutils `timeout`: plain decimal, never 0 (0 would mean 'no limit')."""
     text = f"{max(float(seconds), 0.01):.3f}".rstrip("0").rstrip(".")
@@ -171,7 +157,8 @@ def format_seconds(seconds: float) -> str:
 
 
 def remote_command(
-    argv: tuple[str, ...] | list[str], *, timeout_s: float, env: Optional[Mapping[str, str]] = None
+    argv: tuple[str, ...] | list[str], *, timeout_s: float, env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
 ) -> str:
     """The command line sent to the remote shell; ValueError for an argv or env it cannot carry.
 
@@ -179,7 +166,8 @@ def remote_command(
     argument is ever interpreted by the remote shell. `timeout` stops option parsing at N
     and `env` at its first non-option word, so an argv[0] starting with "-" is still run
     as a command; only an argv[0] containing "=" cannot follow `env` (it would be read as
-    an assignment).
+    an assignment). With cwd, `cd -- <cwd>` comes first; a directory it cannot enter
+    exits 125 with a line starting `hc: cannot cd` (see `_result`).
     """
     argv = tuple(argv)
     if not argv:
@@ -195,7 +183,20 @@ def remote_command(
         if "=" in argv[0]:
             raise ValueError(f"cannot run {argv[0]!r} with an environment (it contains '=')")
         words += ["env", *(f"{k}={v}" for k, v in variables.items())]
-    return shlex.join([*words, *argv])
+    command = shlex.join([*words, *argv])
+    return f"{_cd_prefix(cwd)}{command}" if cwd is not None else command
+
+
+_CD_FAILED = "hc: cannot cd to "
+
+
+def _cd_prefix(cwd: str) -> str:
+    """`cd -- <cwd> || exit 125; `, quoted; ValueError for a cwd that cannot be carried."""
+    if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+        raise ValueError(f"invalid working directory {cwd!r}")
+    # 125 plus our own line tells "could not start there" from the command's own failure
+    failed = shlex.quote(f"{_CD_FAILED}{cwd}")
+    return f"cd -- {shlex.quote(cwd)} || {{ printf '%s\\n' {failed} >&2; exit 125; }}; "
 
 
 def parse_jump(spec: str) -> tuple[Optional[str], str, Optional[int]]:
@@ -778,18 +779,21 @@ class SshConnection:
         *,
         timeout_s: float,
         input: Optional[str] = None,
-        env: Optional[dict[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
     ) -> CommandResult:
         """Run argv on the node; like runners.local.run_command, never raises.
 
         timeout_s counts from the moment the command starts: (re)connecting first, when
         the connection is not up, has its own budget (settings.connect_timeout_s), and
         waiting for one of the connection's session slots counts against timeout_s.
+        env adds variables for the command (names [A-Za-z_][A-Za-z0-9_]*); cwd is the
+        remote directory it starts in (a directory it cannot enter is an `error`).
         """
         argv = tuple(argv)
         start = time.monotonic()
         try:
-            command = remote_command(argv, timeout_s=timeout_s, env=env)
+            command = remote_command(argv, timeout_s=timeout_s, env=env, cwd=cwd)
         except ValueError as exc:
             return CommandResult(argv, None, "", "", 0.0, error=str(exc))
         try:
@@ -1030,49 +1034,7 @@ def _result(
     if status in (125, 126) and stderr.startswith(("timeout: ", "env: ")):
         said = stderr.strip().splitlines()[-1]
         return CommandResult(argv, None, stdout, stderr, duration, error=said)
+    if status == 125 and _CD_FAILED in stderr:  # the cwd prefix: the command never started
+        said = "; ".join(line.strip() for line in stderr.strip().splitlines() if line.strip())
+        return CommandResult(argv, None, stdout, stderr, duration, error=said)
     return CommandResult(argv, status, stdout, stderr, duration)
-
-
-# ------------------------------------------------------------------------------ fan-out
-
-
-def fan_out(
-    nodes: list[str],
-    work: Callable[[str], T],
-    *,
-    max_parallel: int,
-    on_done: Optional[Callable[[str, T], None]] = None,
-) -> dict[str, T]:
-    """Run work(node) for every node, at most `max_parallel` at once; {node: result}.
-
-    `work` is expected to turn one node's failure into a result. If it raises anyway
-    (or on_done does), that is a bug or a deliberate stop (e.g. a ConfigError): nodes
-    not yet started are cancelled, the running ones finish, and the first exception
-    is re-raised. on_done is called from the calling thread, in completion order.
-    Duplicate node names run once.
-    """
-    from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-
-    if max_parallel < 1:
-        raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
-    unique = list(dict.fromkeys(nodes))
-    results: dict[str, T] = {}
-    if not unique:
-        return results
-    workers = min(max_parallel, len(unique))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hc-fan-out")
-    try:
-        futures: dict[Future, str] = {pool.submit(work, node): node for node in unique}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for fut in done:
-                node = futures[fut]
-                results[node] = fut.result()  # re-raises work's exception
-                if on_done is not None:
-                    on_done(node, results[node])
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return {node: results[node] for node in unique}

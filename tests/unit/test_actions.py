@@ -280,3 +280,67 @@ def test_sinfo_states_of_down_and_unresponsive_nodes_parse_as_hands_off():
                         "n3|drained*|2026-11-22T07:55:31|hc: net.E001\n"
                         "n4|idle|Unknown|none\n")
     assert [n for n, s in sorted(nodes.items()) if s.hands_off] == ["n1", "n2", "n3"]
+
+
+# ------------------------------------------------------------------------ job start (scontrol)
+
+
+def test_job_start_parses_scontrol_one_liner():
+    import datetime as dt
+
+    line = ("JobId=42 JobName=train UserId=u(1) JobState=RUNNING RunTime=00:01:00 "
+            "SubmitTime=2026-11-22T07:50:00 EligibleTime=2026-11-22T07:50:00 StartTime=2026-11-22T07:55:31 "
+            "EndTime=Unknown NodeList=n1")
+    c, run, _ = client(cr(0, out=line))
+    start, error = c.job_start("42")
+    assert error is None and start == dt.datetime(2026, 11, 22, 7, 55, 31).timestamp()
+    assert run.calls == [("scontrol", "-o", "show", "job", "42")]
+
+
+def test_job_start_failures_are_messages_not_exceptions():
+    from healthcheck.actions.slurm import parse_job_start
+
+    assert parse_job_start("JobId=1 StartTime=Unknown")[0] is None
+    assert "no start time" in parse_job_start("JobId=1 StartTime=Unknown")[1]
+    assert "unreadable" in parse_job_start("JobId=1 StartTime=garbage")[1]
+    assert "no StartTime" in parse_job_start("JobId=1 EligibleTime=2026-01-01T00:00:00")[1]
+    # an unknown job is permanent: one call, Slurm's message kept
+    c, run, slept = client(cr(1, err="slurm_load_jobs error: Invalid job id specified"))
+    assert c.job_start("9") == (None, "slurm_load_jobs error: Invalid job id specified") and slept == []
+    # a controller that does not answer is retried, then given up on
+    c, run, slept = client(cr(timed_out=True), cr(timed_out=True), cr(timed_out=True))
+    start, error = c.job_start("9")
+    assert start is None and "timed out" in error and len(run.calls) == 3
+    c, _, _ = client(cr(not_found=True))
+    assert c.job_start("9") == (None, "scontrol not found")
+
+
+def test_job_start_respects_the_clients_deadline():
+    import time as _time
+
+    c, run, _ = client(cr(0, out="StartTime=2026-11-22T07:55:31"))
+    c.deadline = _time.monotonic() - 1
+    start, error = c.job_start("42")
+    assert start is None and "deadline" in error and run.calls == []
+
+
+def test_epilogue_window_asks_slurm_through_the_client(monkeypatch):
+    from healthcheck import hooks
+
+    seen = {}
+
+    def fake_job_start(self, job_id):
+        seen["job"], seen["deadline"] = job_id, self.deadline
+        return 1000.0, None
+
+    monkeypatch.setattr(SlurmClient, "job_start", fake_job_start)
+
+    class NoMark:
+        def job_start(self, job, remove=False):
+            return None
+
+        def kernel_log_cursor(self):
+            return None
+
+    assert hooks._window("epilogue", NoMark(), SlurmSettings(), "42", {}) == 999.0
+    assert seen["job"] == "42" and seen["deadline"] is not None  # bounded like the hook's actions

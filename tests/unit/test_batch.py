@@ -58,3 +58,21 @@ def test_truncated_batch_output_keeps_only_whole_records():
     results = parse_batch(out, commands, 0.1)
     assert set(results) == {("a",)} and results[("a",)].stdout == "ok"
     assert "timeout -k 2 3 a" in batch_script(commands, 2.5)
+
+
+def test_env_and_cwd_bypass_the_batch_and_reach_the_runner():
+    calls = []
+
+    class Recorder:
+        def run(self, argv, *, timeout_s, input=None, **kw):
+            calls.append((tuple(argv), kw))
+            return CommandResult(tuple(argv), 0, "live", "", 0.0)
+
+    cached = CommandResult(("ip", "link"), 0, "cached", "", 0.0)
+    runner = PrefetchingRunner(Recorder(), {("ip", "link"): cached})
+    assert runner.run(("ip", "link"), timeout_s=1) is cached and calls == []
+    assert runner.run(("ip", "link"), timeout_s=1, env={"A": "1"}).stdout == "live"
+    assert runner.run(("ip", "link"), timeout_s=1, cwd="/tmp").stdout == "live"
+    runner.run(("x",), timeout_s=1)
+    # env/cwd are passed only when given, so runners without them keep working
+    assert calls == [(("ip", "link"), {"env": {"A": "1"}}), (("ip", "link"), {"cwd": "/tmp"}), (("x",), {})]

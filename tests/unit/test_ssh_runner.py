@@ -414,3 +414,35 @@ def test_unresolvable_name_is_unreachable() -> None:
         SshConnection("no-such-host.invalid", _local(22)).connect()
     # "timeout" where no resolver answers within the connect timeout
     assert info.value.kind in ("unreachable", "timeout") and "no-such-host.invalid" in info.value.message
+
+
+# ------------------------------------------------------------------ working directory (cwd)
+
+
+def test_cwd_is_entered_first_and_quoted(tmp_path: Path) -> None:
+    odd = tmp_path / "a b $(touch pwned) 'q'\\n"
+    odd.mkdir()
+    cmd = remote_command(("sh", "-c", 'pwd; printf "%s" "$V"'), timeout_s=5, env={"V": "x y"}, cwd=str(odd))
+    assert cmd.startswith("cd -- ")
+    r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, cwd=tmp_path, timeout=10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == f"{odd}\nx y"
+    assert not (tmp_path / "pwned").exists() and not (odd / "pwned").exists()
+
+
+def test_a_cwd_that_cannot_be_entered_is_an_error_not_the_commands_status(tmp_path: Path) -> None:
+    cmd = remote_command(("true",), timeout_s=5, cwd=str(tmp_path / "missing"))
+    r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=10)
+    mapped = _result(("true",), r.returncode, "", r.stderr.decode(), 0.1, 5)
+    assert r.returncode == 125 and mapped.error and "missing" in mapped.error and not mapped.ok
+    # a command's own 125 without the marker stays its exit status
+    assert _result(("x",), 125, "", "x: failed\n", 0.1, 5).returncode == 125
+
+
+@pytest.mark.parametrize("cwd", ["", "a\0b"])
+def test_bad_cwd_is_refused_without_connecting(cwd: str) -> None:
+    with pytest.raises(ValueError, match="working directory"):
+        remote_command(("true",), timeout_s=1, cwd=cwd)
+    conn = SshConnection("node1", SshSettings(config_file=None, known_hosts=[], use_agent=False))
+    r = conn.run(("true",), timeout_s=1, cwd=cwd)
+    assert r.error and "working directory" in r.error and not conn.connected
