@@ -234,3 +234,14 @@ def test_a_full_state_dir_is_reported_and_the_job_runs(tmp_path):
         assert run_hc("prologue", env=env, timeout=30).returncode == 0
     finally:
         subprocess.run(["umount", "-l", str(full)])
+
+
+def test_a_prologue_fail_the_guard_refuses_to_drain_lets_the_job_run(tmp_path):
+    """A non-zero exit would make Slurm drain the node anyway, outside the guard."""
+    bin_dir, log, env = setup(tmp_path, mtu=1500)
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(cfg.read_text().replace("slurm:\n", "slurm:\n  drain: {enabled: false}\n", 1))
+    r = run_hc("prologue", "--format", "json", env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "act.E001" in [f["id"] for f in json.loads(r.stdout)["run_findings"]]
+    assert b"exit 0" in r.stderr and not log.exists()
