@@ -1,6 +1,7 @@
 """Fleet analysis: findings no single node can give, from many nodes' results at once.
 
-Pure functions over `NodeResult`s (no I/O), run on a merged multi-node report:
+Three analyses of scope "fleet" (registry.analysis), pure functions over `NodeResult`s
+(no I/O), run by core/analysis.py on a merged multi-node report:
 
 - drift (fleet.E001): a categorical metric (MTU, firmware, driver) that differs from what
   most nodes of the same fabric have, per component;
@@ -30,14 +31,17 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from itertools import repeat
 from operator import sub
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import msgspec
 
+from healthcheck.core.analysis import FleetInput
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import FleetSettings
-from healthcheck.core.model import Finding, Limit, NodeResult, fingerprint
-from healthcheck.core.status import Status, worst
+from healthcheck.core.model import Finding, Limit, NodeResult
+from healthcheck.core.registry import CONTEXTS, TIERS, NotApplicable, analysis
+from healthcheck.core.stamp import stamp
+from healthcheck.core.status import Status
 
 DRIFT = finding(
     "fleet.E001",
@@ -87,6 +91,10 @@ class _Group:
         self.unit = unit
 
 
+# Fleet analyses run over every tier and context a many-node run can have.
+_ALL = TIERS + CONTEXTS
+
+
 def analyse(
     nodes: list[NodeResult], settings: FleetSettings, history: dict[str, list[str]] | None = None
 ) -> list[NodeResult]:
@@ -94,31 +102,62 @@ def analyse(
 
     history: node -> its recent statuses, oldest first, not counting this run (for flapping).
     """
-    drift_groups, outlier_groups = _collect(nodes, settings)
-    extra: dict[int, list[Finding]] = {}
-    for groups, judge in ((drift_groups, _drift), (outlier_groups, lambda k, g: _outliers(k, g, settings))):
-        for key, group in groups.items():
-            # a node whose component a check already found WARN or FAIL is explained: it
-            # neither gets a fleet finding nor sways the norm the others are judged by
-            judged = [i for i in group.values if _already_judged(nodes[i], key[2])]
-            for i in judged:
-                del group.values[i]
-            for i, f in judge(key, group):
-                extra.setdefault(i, []).append(f)
-    if history:
-        for i, node in enumerate(nodes):
-            if node.error is None and node.node in history:
-                f = flap_finding(history[node.node], node.status, settings)
-                if f is not None:
-                    extra.setdefault(i, []).append(f)
-    out = list(nodes)
-    for i, found in extra.items():
-        node = nodes[i]
-        stamped = [_stamp(f, node.node) for f in found]
-        out[i] = msgspec.structs.replace(
-            node, findings=[*node.findings, *stamped], status=worst((node.status, Status.WARN))
-        )
-    return out
+    from healthcheck.core.analysis import analyse_fleet
+
+    return analyse_fleet(nodes, settings, history)[0]
+
+
+def _judge(inputs: FleetInput, groups: dict[_Key, _Group],
+           judge: Callable[[_Key, _Group], Iterable[tuple[int, Finding]]]) -> Iterator[tuple[str, Finding]]:
+    """Judge every group, leaving out the nodes whose component a check already judged."""
+    nodes = inputs.nodes
+    for key, group in groups.items():
+        # a node whose component a check already found WARN or FAIL is explained: it
+        # neither gets a fleet finding nor sways the norm the others are judged by
+        judged = [i for i in group.values if _already_judged(nodes[i], key[2])]
+        if judged:
+            kept = _Group(group.unit)
+            kept.values = {i: v for i, v in group.values.items() if i not in judged}
+            group = kept
+        for i, f in judge(key, group):
+            yield nodes[i].node, f
+
+
+def _groups(inputs: FleetInput, settings: FleetSettings) -> tuple[dict[_Key, _Group], dict[_Key, _Group]]:
+    """Drift and outlier groups, collected once for both analyses."""
+    return inputs.shared("fleet.groups", lambda: _collect(inputs.nodes, settings))
+
+
+def _need_peers(inputs: FleetInput) -> None:
+    if len(inputs.reachable) < 2:
+        raise NotApplicable("fewer than two nodes were checked: no peers to compare with")
+
+
+@analysis(CHECK_DRIFT, scope="fleet", tier=_ALL, findings=(DRIFT,))
+def drift(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
+    """A setting or version matches what most nodes of the same fabric have."""
+    _need_peers(inputs)
+    yield from _judge(inputs, _groups(inputs, settings)[0], _drift)
+
+
+@analysis(CHECK_OUTLIER, scope="fleet", tier=_ALL, findings=(OUTLIER,))
+def outliers(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
+    """A measurement is near the median of the same component on the fabric's nodes."""
+    _need_peers(inputs)
+    yield from _judge(inputs, _groups(inputs, settings)[1], lambda k, g: _outliers(k, g, settings))
+
+
+@analysis(CHECK_FLAP, scope="fleet", tier=_ALL, findings=(FLAPPING,))
+def flaps(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
+    """A node does not keep changing between FAIL and healthy across recent runs."""
+    history = inputs.history
+    if not history:
+        raise NotApplicable("no run history")
+    for node in inputs.nodes:
+        if node.error is None and node.node in history:
+            f = flap_finding(history[node.node], node.status, settings)
+            if f is not None:
+                yield node.node, f
 
 
 def _already_judged(node: NodeResult, component: str) -> bool:
@@ -324,15 +363,8 @@ def flap_finding(past: list[str], current: Status, settings: FleetSettings) -> O
 
 
 _CHECK_OF = {DRIFT.id: CHECK_DRIFT, OUTLIER.id: CHECK_OUTLIER, FLAPPING.id: CHECK_FLAP}
-_SPEC_OF = {DRIFT.id: DRIFT, OUTLIER.id: OUTLIER, FLAPPING.id: FLAPPING}
 
 
 def _stamp(f: Finding, node: str) -> Finding:
-    """Fill in what the engine fills in for a check's findings."""
-    check = _CHECK_OF[f.id]
-    spec = _SPEC_OF[f.id]
-    subject = f"{node}:{f.component}" if f.component else node
-    return msgspec.structs.replace(
-        f, node=node, check=check, subject=subject, hint=spec.hint, suggested_action=spec.action,
-        fingerprint=fingerprint(node, check, subject, f.id),
-    )
+    """A fleet finding stamped for `node` (the analyses' runner stamps them the same way)."""
+    return stamp(f, check=_CHECK_OF[f.id], node=node)

@@ -3,7 +3,8 @@ the blast-radius guard forbids it. Pure: no I/O, so every rule is testable.
 
 Etiquette (LBNL NHC's): reasons start with "hc:" followed by the finding IDs; a node
 drained by anyone else is never touched; an hc-drained node is resumed only when the
-checks named in its reason ran again and passed; only FAIL drains.
+checks or analyses named in its reason ran again over it and passed (who emits an ID is
+the catalogue's to say); only FAIL drains.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Iterable, Mapping, Optional
 
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.core.config.schema import DrainPolicy
-from healthcheck.core.model import NodeResult
-from healthcheck.core.status import Status
+from healthcheck.core.model import AnalysisRun, NodeResult
+from healthcheck.core.nodes import Hostlist
+from healthcheck.core.status import Status, worst
 
 REASON_PREFIX = "hc:"
 _ID = re.compile(r"\b[a-z][a-z0-9]*\.[EW]\d{3}\b")
@@ -70,21 +72,45 @@ class Plan:
 
 
 def checks_behind(ids: Iterable[str]) -> dict[str, set[str]]:
-    """finding ID -> the checks that can emit it (from the registry)."""
-    from healthcheck.checks import load_all
-    from healthcheck.core.registry import REGISTRY
+    """finding ID -> the checks and analyses that can emit it (from the catalogue)."""
+    from healthcheck.core.catalogue import emitters
 
-    load_all()
-    out: dict[str, set[str]] = {}
-    for spec in REGISTRY.values():
-        for fid in spec.finding_ids:
-            out.setdefault(fid, set()).add(spec.name)
-    return {i: out.get(i, set()) for i in ids}
+    return {i: set(names) for i, names in emitters(ids).items()}
+
+
+def analysed(result: NodeResult, runs: Iterable[tuple[AnalysisRun, Hostlist]]) -> dict[str, Status]:
+    """analysis name -> its verdict on this node, for the analyses that judged it in this run.
+
+    An analysis's findings are on the node (check = its name): none is PASS.
+    """
+    out: dict[str, Status] = {}
+    for run, judged in runs:
+        if result.node in judged:
+            out[run.name] = worst((f.status for f in result.findings if f.check == run.name), default=Status.PASS)
+    return out
+
+
+def _judging(analyses: Iterable[AnalysisRun]) -> list[tuple[AnalysisRun, Hostlist]]:
+    """The analyses that ran and judged nodes, each with its nodes parsed once for the whole run."""
+    from healthcheck.core.nodes import HostlistError, parse_hostlist
+
+    out = []
+    for run in analyses:
+        if run.nodes and run.status not in (Status.SKIP, Status.ERROR):
+            try:
+                out.append((run, parse_hostlist(run.nodes)))
+            except HostlistError:
+                continue  # judged nodes it cannot name resume nothing
+    return out
 
 
 def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = (),
-               rebooted_since_drain: Optional[bool] = None) -> tuple[bool, str]:
-    """An hc-drained node may be resumed when the checks named in its reason passed now."""
+               rebooted_since_drain: Optional[bool] = None,
+               analyses: Optional[Mapping[str, Status]] = None) -> tuple[bool, str]:
+    """An hc-drained node may be resumed when the checks or analyses named in its reason passed now.
+
+    analyses: analysis name -> its verdict on this node, for those that judged it (`analysed`).
+    """
     if result.status not in (Status.PASS, Status.WARN):
         return False, f"status is {result.status.value}"
     ids, truncated = reason_ids(reason)
@@ -98,14 +124,15 @@ def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = 
         # an ERROR escalation, or a reason cut short: need a clean run of the tier
         if any(s is Status.ERROR for s in ran.values()):
             return False, "a check could not run"
-    for fid, checks in checks_behind(ids).items():
+    ran.update(analyses or {})
+    for fid, emitters in checks_behind(ids).items():
         if fid.startswith("hc."):
             continue
-        if not checks:
-            return False, f"no check emits {fid} any more"
-        passed = [c for c in checks if ran.get(c) in (Status.PASS, Status.WARN)]
+        if not emitters:
+            return False, f"no check or analysis emits {fid} any more"
+        passed = [c for c in emitters if ran.get(c) in (Status.PASS, Status.WARN)]
         if not passed:
-            missing = ", ".join(sorted(checks))
+            missing = ", ".join(sorted(emitters))
             return False, f"{fid}: {missing} did not run and pass in this run"
     return True, "the checks named in the reason pass again"
 
@@ -119,14 +146,18 @@ def decide(
     resume: bool,
     extra_drains: Optional[Mapping[str, str]] = None,
     boot_times: Optional[Mapping[str, float]] = None,
+    analyses: Iterable[AnalysisRun] = (),
 ) -> Plan:
     """The plan for these results given the nodes' current Slurm states.
 
     extra_drains: node -> reason for drains the caller decided on other grounds
     (repeated ERROR escalated by policy).
     boot_times: node -> epoch of its last boot, where known (for resume_after_reboot_only).
+    analyses: the analyses that ran over the results (Report.analyses), for resuming nodes
+    drained for their findings.
     """
     plan = Plan()
+    judging = _judging(analyses)
     results = list(results)
     new: list[str] = []
     for result in results:
@@ -160,7 +191,7 @@ def decide(
             drained_at = _epoch(state.reason_time)
             rebooted = booted is not None and drained_at is not None and booted > drained_at
             ok, why = can_resume(result, state.reason, reboot_only=policy.resume_after_reboot_only,
-                                 rebooted_since_drain=rebooted)
+                                 rebooted_since_drain=rebooted, analyses=analysed(result, judging))
             if ok:
                 plan.resume.append(node)
             else:

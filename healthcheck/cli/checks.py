@@ -1,4 +1,4 @@
-"""`hc checks list`: the catalogue of checks and finding IDs."""
+"""`hc checks list`: the catalogue of checks, analyses and finding IDs."""
 
 from __future__ import annotations
 
@@ -19,21 +19,23 @@ def checks() -> None:
               help="Only the checks that run in this tier or context.")
 @format_option
 def list_checks(tier: Optional[str], fmt: str) -> int:
-    """List every check (name, tiers, budget, invariant) and every finding ID (meaning, hint)."""
+    """List every check and analysis (name, scope, tiers, budget, invariant) and every finding ID (meaning, hint)."""
     from healthcheck.core import catalogue
-    from healthcheck.core.registry import REGISTRY, TIERS
-    from healthcheck.checks import load_all
+    from healthcheck.core.registry import TIERS, current
 
-    load_all()
-    import healthcheck.fleet  # noqa: F401  (declares the fleet.* IDs)
-
-    specs = [s for s in sorted(REGISTRY.values(), key=lambda s: s.name) if tier is None or tier in s.tiers]
-    ids_in_view = {spec.id for s in specs for spec in s.findings}
-    # IDs no check emits (could-not-run, actions, fleet): always listed
-    emitted = {spec.id for s in REGISTRY.values() for spec in s.findings}
+    registry = current()  # checks and analyses come from the registries, each loading its modules
+    specs = [s for s in sorted(registry.all_checks().values(), key=lambda s: s.name)
+             if tier is None or tier in s.tiers]
+    analyses = [a for a in sorted(registry.all_analyses().values(), key=lambda a: a.name)
+                if tier is None or tier in a.tiers]
+    producers = [*specs, *analyses]
+    ids_in_view = {spec.id for s in producers for spec in s.findings}
+    # IDs no check or analysis emits (could-not-run, actions): always listed
+    emitted = {spec.id for s in [*registry.all_checks().values(), *registry.all_analyses().values()]
+               for spec in s.findings}
     core_ids = {i for i in catalogue.CATALOGUE if i not in emitted}
     emitted_by: dict[str, list[str]] = {}
-    for s in specs:
+    for s in producers:
         for spec in s.findings:
             emitted_by.setdefault(spec.id, []).append(s.name)
     findings = [
@@ -47,6 +49,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
                 "checks": [
                     {
                         "name": s.name,
+                        "scope": "node",
                         "tiers": sorted(s.tiers, key=order.get),
                         "budget_s": s.budget_s,
                         "needs": list(s.needs),
@@ -54,6 +57,16 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
                         "findings": [f.id for f in s.findings],
                     }
                     for s in specs
+                ],
+                "analyses": [
+                    {
+                        "name": a.name,
+                        "scope": a.scope,
+                        "tiers": sorted(a.tiers, key=order.get),
+                        "summary": a.summary,
+                        "findings": [f.id for f in a.findings],
+                    }
+                    for a in analyses
                 ],
                 "findings": [
                     {
@@ -71,8 +84,10 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
         return 0
     from tabulate import tabulate
 
-    rows = [[s.name, ",".join(sorted(s.tiers, key=order.get)), f"{s.budget_s:g}s", s.summary] for s in specs]
-    app.echo(tabulate(rows, headers=["CHECK", "TIERS", "BUDGET", "INVARIANT"], tablefmt="simple", maxcolwidths=[None, None, None, 70]))
+    rows = [[s.name, "node", ",".join(sorted(s.tiers, key=order.get)), f"{s.budget_s:g}s", s.summary] for s in specs]
+    rows += [[a.name, a.scope, ",".join(sorted(a.tiers, key=order.get)), "", a.summary] for a in analyses]
+    app.echo(tabulate(rows, headers=["CHECK", "SCOPE", "TIERS", "BUDGET", "INVARIANT"], tablefmt="simple",
+                      maxcolwidths=[None, None, None, None, 70]))
     app.echo()
     rows = [[f.id, f.title, f.action, f.hint] for f in findings]
     app.echo(tabulate(rows, headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple", maxcolwidths=[None, 40, None, 60]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from healthcheck.core.model import Finding, Limit
 from healthcheck.core.status import Status
@@ -72,6 +72,21 @@ class FindingSpec:
 
 
 CATALOGUE: dict[str, FindingSpec] = {}
+# finding ID -> the checks and analyses that declare they emit it (filled as they register)
+EMITTERS: dict[str, set[str]] = {}
+
+
+def record_emitter(finding_id: str, emitter: str) -> None:
+    """Record that check or analysis `emitter` declared `finding_id` (registry.py calls this)."""
+    EMITTERS.setdefault(finding_id, set()).add(emitter)
+
+
+def emitters(ids: Iterable[str]) -> dict[str, frozenset[str]]:
+    """finding ID -> the checks and analyses that can emit it, every family declared first."""
+    from healthcheck.core.plugins import load_declarations
+
+    load_declarations()
+    return {i: frozenset(EMITTERS.get(i, ())) for i in ids}
 
 
 def finding(id: str, title: str, hint: str, action: str = "investigate", retired: bool = False) -> FindingSpec:

@@ -15,13 +15,12 @@ import time
 import traceback
 from typing import Any, Iterable, Optional
 
-import msgspec
-
 from healthcheck.core import catalogue
 from healthcheck.core.config import NodeConfig
 from healthcheck.core.facts import Provider, ProbeContext, ProbeError, ProbeKind, current_providers
-from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult, fingerprint
+from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.registry import CheckSpec, NotApplicable
+from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 
 _ERROR_SPECS = {
@@ -249,30 +248,13 @@ def _error_finding(spec: CheckSpec, err: ProbeError) -> Finding:
 
 
 def _stamp(f: Finding, node_config: NodeConfig, check: str) -> Finding:
-    node = node_config.node
-    subject = f"{node}:{f.component}" if f.component else node
-    spec = catalogue.CATALOGUE.get(f.id)
-    limit = f.limit
-    if limit is not None and limit.source is None:
-        limit = msgspec.structs.replace(limit, source=node_config.source(limit.key))
-    return msgspec.structs.replace(
-        f,
-        node=node,
-        check=check,
-        subject=subject,
-        hint=spec.hint if spec else "",
-        suggested_action=spec.action if spec else "",
-        limit=limit,
-        fingerprint=fingerprint(node, check, subject, f.id),
-    )
+    """A check's finding stamped for this node (limits' sources from its config)."""
+    return stamp(f, check=check, node=node_config.node, limit_source=node_config.source)
 
 
 def unreachable_result(node: str, fabric: str, message: str, mode: str, evidence: Optional[str] = None,
                        value: Any = None) -> NodeResult:
     """The result of a node that could not be checked at all: ERROR, never FAIL."""
-    f = catalogue.UNREACHABLE(Status.ERROR, message, evidence=evidence, value=value)
-    f = msgspec.structs.replace(
-        f, node=node, check="hc.reach", subject=node, hint=catalogue.UNREACHABLE.hint,
-        suggested_action=catalogue.UNREACHABLE.action, fingerprint=fingerprint(node, "hc.reach", node, f.id),
-    )
+    f = stamp(catalogue.UNREACHABLE(Status.ERROR, message, evidence=evidence, value=value), check="hc.reach",
+              node=node)
     return NodeResult(node=node, fabric=fabric, status=Status.ERROR, mode=mode, findings=[f], error=message)

@@ -1,5 +1,6 @@
 """A run over many nodes (`hc node NODES`, `hc sweep`): check them over SSH or through
-Slurm, add the findings no single node can give (drift, outliers, flaps), act in Slurm
+Slurm, add the findings no single node can give (the registered analyses of scope
+"fleet": drift, outliers, flaps), act in Slurm
 if asked (the same policy and guard as the hooks), and record the run in the history."""
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
+
+import msgspec
 
 from healthcheck.core.config import Config
 from healthcheck.core.errors import UsageError
@@ -61,19 +64,20 @@ def run_many(
         results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
                                  on_done=on_done)
     history = _history(config, warnings)
-    if len(results) > 1 or history is not None:
-        from healthcheck.fleet import analyse
+    statuses = None
+    if history is not None:
+        try:
+            # the same command only: a quick prologue and a deep sweep disagreeing is no flap
+            statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=command)
+        except Exception as exc:
+            warnings.append(f"history not read: {exc}")
+    from healthcheck.core.analysis import analyse_fleet
 
-        statuses = None
-        if history is not None:
-            try:
-                # the same command only: a quick prologue and a deep sweep disagreeing is no flap
-                statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=command)
-            except Exception as exc:
-                warnings.append(f"history not read: {exc}")
-        results = analyse(results, config.main.fleet, statuses)
+    # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
+    results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
                          started=started, finished=utc_now(), nodes=results)
+    report = msgspec.structs.replace(report, analyses=analyses)
     for finding in launch_findings:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
     run = MultiRun(report=report, warnings=warnings)

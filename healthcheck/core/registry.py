@@ -1,8 +1,13 @@
-"""The check registry: one decorator registers a check, in one place.
+"""The check and analysis registries: one decorator registers a check or an analysis, in one place.
 
 A check is a plain function that receives facts (typed values a probe gathered and a
 parser made) and the node's limits, and returns findings and metrics. It never prints,
 exits, sleeps, drains or reads a config file.
+
+An analysis is the same for work whose input is many results at once: the nodes of a
+run (scope "fleet"), pairs of nodes measured together ("pairs") or a job's ranks
+("job"). It receives its scope's input and limits and yields `(who, finding)`: who is a
+node's name, or a tuple of the member nodes a finding is about.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ CONTEXTS = ("epilogue",)
 
 CheckOutput = Iterable[Union[Finding, Metric]]
 CheckFn = Callable[..., CheckOutput]
+# What an analysis works over: a run's nodes, pairs of nodes, a job's ranks.
+SCOPES = ("fleet", "pairs", "job")
+AnalysisFn = Callable[[Any, Any], Iterable[tuple[Union[str, tuple[str, ...]], Finding]]]
 
 
 class NotApplicable(Exception):
@@ -45,6 +53,24 @@ class CheckSpec:
     # hang is evidence against the node (a bandwidth test that never completes); None:
     # such a timeout is ERROR (hc.E002), as for any check
     hang_finding: Optional[FindingSpec] = None
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def finding_ids(self) -> frozenset[str]:
+        return frozenset(spec.id for spec in self.findings)
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    name: str  # family.aspect, e.g. fleet.drift
+    fn: AnalysisFn  # (input of its scope, limits) -> (node or member nodes, finding)
+    scope: str  # one of SCOPES
+    tiers: frozenset[str]
+    findings: tuple[FindingSpec, ...]
+    summary: str = field(default="")
 
     @property
     def family(self) -> str:
@@ -83,8 +109,13 @@ class Registry:
     """
 
     def __init__(self, load: Optional[Callable[[], None]] = None, providers: Optional[Providers] = None,
-                 base: Optional[Registry] = None) -> None:
+                 base: Optional[Registry] = None, load_analyses: Optional[Callable[[], None]] = None) -> None:
         self.checks: dict[str, CheckSpec] = {}
+        self.analyses: dict[str, AnalysisSpec] = {}
+        self._load_analyses = load_analyses  # imports the modules that register analyses here
+        # only the process-wide registry tells the catalogue who emits what: a test's
+        # throw-away checks must not leak into other tests' resume decisions
+        self.records_emitters = False
         self.base = base
         if providers is None:
             providers = Providers(base=base.providers if base is not None else None)
@@ -119,6 +150,8 @@ class Registry:
         def register(fn: CheckFn) -> CheckFn:
             if name in self.checks:
                 raise ValueError(f"check {name} registered twice")
+            if self.records_emitters:
+                _record_emitter(name, declared)
             doc = (fn.__doc__ or "").strip().splitlines()
             self.checks[name] = CheckSpec(
                 name=name,
@@ -135,6 +168,38 @@ class Registry:
             return fn
 
         return register
+
+    def all_analyses(self) -> dict[str, AnalysisSpec]:
+        """The analyses registered here and in the base (these win on a clash), in registration order."""
+        if self._load_analyses is not None:
+            self._load_analyses()
+        inherited = self.base.all_analyses() if self.base is not None else {}
+        return {**inherited, **self.analyses}
+
+    def analysis(self, name: str, *, scope: str, tier: str | Iterable[str], findings: Iterable[FindingSpec]
+                 ) -> Callable[[AnalysisFn], AnalysisFn]:
+        """Register `fn` as analysis `name` here (see the module-level `analysis`)."""
+        if scope not in SCOPES:
+            raise ValueError(f"analysis {name}: unknown scope {scope!r} (one of {', '.join(SCOPES)})")
+        tiers = _tiers(name, tier)
+        declared = tuple(findings)
+
+        def register(fn: AnalysisFn) -> AnalysisFn:
+            if name in self.analyses:
+                raise ValueError(f"analysis {name} registered twice")
+            if self.records_emitters:
+                _record_emitter(name, declared)
+            doc = (fn.__doc__ or "").strip().splitlines()
+            self.analyses[name] = AnalysisSpec(name=name, fn=fn, scope=scope, tiers=tiers, findings=declared,
+                                               summary=doc[0] if doc else "")
+            return fn
+
+        return register
+
+    def select_analyses(self, scope: str, tier: Optional[str] = None) -> list[AnalysisSpec]:
+        """The analyses here of `scope` (that run in `tier`, if given), in registration order."""
+        return [a for a in self.all_analyses().values()
+                if a.scope == scope and (tier is None or tier in a.tiers)]
 
     def provides(self, fact: str, transport: str = "local", **kw: Any) -> Callable[[ProviderFn], ProviderFn]:
         """Register a provider of `fact` here (see `healthcheck.core.facts.provides`)."""
@@ -163,15 +228,31 @@ class Registry:
         return chosen
 
 
+def _record_emitter(name: str, findings: Iterable[FindingSpec]) -> None:
+    """Tell the catalogue that `name` emits these IDs (what resuming a drained node asks)."""
+    from healthcheck.core.catalogue import record_emitter
+
+    for spec in findings:
+        record_emitter(spec.id, name)
+
+
 def _load_checks() -> None:
     from healthcheck.checks import load_all
 
     load_all()
 
 
-# The process-wide registry: every check module registers here, whatever is swapped in.
-DEFAULT = Registry(load=_load_checks, providers=DEFAULT_PROVIDERS)
+def _load_analyses() -> None:
+    from healthcheck.core.plugins import load_analyses
+
+    load_analyses()
+
+
+# The process-wide registry: every check and analysis module registers here, whatever is swapped in.
+DEFAULT = Registry(load=_load_checks, providers=DEFAULT_PROVIDERS, load_analyses=_load_analyses)
+DEFAULT.records_emitters = True
 REGISTRY: dict[str, CheckSpec] = DEFAULT.checks
+ANALYSES: dict[str, AnalysisSpec] = DEFAULT.analyses
 _current = DEFAULT
 
 
@@ -208,6 +289,22 @@ def check(
     """
     return DEFAULT.check(name, tier=tier, needs=needs, findings=findings, budget_s=budget_s, applies=applies,
                          optional=optional, hang_finding=hang_finding)
+
+
+def analysis(name: str, *, scope: str, tier: str | Iterable[str], findings: Iterable[FindingSpec]
+             ) -> Callable[[AnalysisFn], AnalysisFn]:
+    """Register `fn` as process-wide analysis `name` of `scope` ("fleet", "pairs" or "job").
+
+    `fn(input, limits)` is pure: it yields `(node, finding)` or `(members, finding)` and
+    never prints, acts or reads a file; the runner stamps what it yields. Raising
+    `NotApplicable` means it did not run (too few nodes, no history).
+    """
+    return DEFAULT.analysis(name, scope=scope, tier=tier, findings=findings)
+
+
+def current() -> Registry:
+    """The registry in use (DEFAULT, or a test's inside `with using(reg):`)."""
+    return _current
 
 
 def select(tier: str, names: Iterable[str] = ()) -> list[CheckSpec]:

@@ -344,3 +344,52 @@ def test_epilogue_window_asks_slurm_through_the_client(monkeypatch):
 
     assert hooks._window("epilogue", NoMark(), SlurmSettings(), "42", {}) == 999.0
     assert seen["job"] == "42" and seen["deadline"] is not None  # bounded like the hook's actions
+
+
+# ------------------------------------------------------- resume after an analysis
+
+
+def _swept(*names):
+    """Nodes checked together, all with the same MTU: fleet drift judges them and finds nothing."""
+    from healthcheck.core.analysis import analyse_fleet
+    from healthcheck.core.config.schema import FleetSettings
+    from healthcheck.core.model import Metric
+
+    nodes = [NodeResult(node=n, fabric="f", status=Status.PASS, metrics=[Metric("mtu", 4092, component="ib0")],
+                        checks=[CheckResult("net.mtu", Status.PASS, 0.0)]) for n in names]
+    return analyse_fleet(nodes, FleetSettings())
+
+
+def test_fleet_drained_node_is_resumed_when_drift_judged_it_again_and_found_nothing():
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: fleet.E001"))
+    results, runs = _swept("n0", "n1", "n2")
+    assert [(r.status, r.nodes) for r in runs if r.name == "fleet.drift"] == [(Status.PASS, "n[0-2]")]
+    plan = decide(results, states, POLICY, cluster_size=10, resume=True, analyses=runs)
+    assert plan.resume == ["n1"]
+
+
+def test_fleet_drained_node_stays_drained_when_drift_did_not_run_over_it():
+    states = dict(CLUSTER, n1=SlurmNode("n1", "drained", "hc: fleet.E001"))
+    results, runs = _swept("n1")  # one node: no peers, drift does not apply
+    assert [r.status for r in runs if r.name == "fleet.drift"] == [Status.SKIP]
+    plan = decide(results, states, POLICY, cluster_size=10, resume=True, analyses=runs)
+    assert plan.resume == [] and "fleet.drift did not run and pass" in plan.keep["n1"]
+    # a report without analyses (a hook's) keeps it too
+    plan = decide(results, states, POLICY, cluster_size=10, resume=True)
+    assert plan.resume == []
+
+
+def test_pair_drained_node_is_resumed_only_when_the_pair_analysis_judged_it():
+    from healthcheck.core.catalogue import EMITTERS
+    from healthcheck.core.model import AnalysisRun
+
+    EMITTERS.setdefault("pairtest.E001", set()).add("pairtest.bw")  # as @analysis(findings=) records it
+    try:
+        states = dict(CLUSTER, n3=SlurmNode("n3", "drained", "hc: pairtest.E001"))
+        ran = AnalysisRun(name="pairtest.bw", scope="pairs", status=Status.PASS, nodes="n[2-3]")
+        assert decide([result("n3")], states, POLICY, cluster_size=10, resume=True, analyses=[ran]).resume == ["n3"]
+        other = AnalysisRun(name="pairtest.bw", scope="pairs", status=Status.PASS, nodes="n[4-5]")
+        kept = decide([result("n3")], states, POLICY, cluster_size=10, resume=True, analyses=[other])
+        assert kept.resume == [] and "pairtest.bw did not run and pass" in kept.keep["n3"]
+    finally:
+        EMITTERS.pop("pairtest.E001", None)
