@@ -12,23 +12,29 @@ pytest_plugins = ["rigfixtures"]
 
 @pytest.fixture(scope="session")
 def report_schema() -> dict[str, Any]:
+    """The JSON Schema of the report version hc writes now."""
     from healthcheck.report.jsonio import SCHEMA_FILE
 
     return json.loads(SCHEMA_FILE.read_text())
 
 
 @pytest.fixture(scope="session")
-def validate_report(report_schema):
-    """Validate a report (bytes, str or dict) against the shipped JSON Schema."""
+def validate_report():
+    """Validate a report (bytes, str or dict) against the shipped JSON Schema of its own version."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(report_schema)
+    from healthcheck.report.jsonio import SCHEMA_FILES
+
+    validators = {name: jsonschema.Draft202012Validator(json.loads(path.read_text()))
+                  for name, path in SCHEMA_FILES.items()}
 
     def check(report: Any) -> dict[str, Any]:
         if isinstance(report, (bytes, str)):
             report = json.loads(report)
-        errors = sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))
-        assert not errors, "report does not match hc.report/1: " + "; ".join(
+        version = report.get("schema") if isinstance(report, dict) else None
+        assert version in validators, f"report schema {version!r} is none of {sorted(validators)}"
+        errors = sorted(validators[version].iter_errors(report), key=lambda e: list(e.absolute_path))
+        assert not errors, f"report does not match {version}: " + "; ".join(
             f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]
         )
         return report

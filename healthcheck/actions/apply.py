@@ -14,8 +14,9 @@ from healthcheck.actions.policy import Plan, decide, rollback_needed
 from healthcheck.actions.slurm import SlurmClient, SlurmResult, shell_line
 from healthcheck.core import catalogue
 from healthcheck.core.config.schema import SlurmSettings
-from healthcheck.core.model import Action, ActionRecord, Finding, Report, fingerprint
+from healthcheck.core.model import Action, ActionRecord, Finding, Report
 from healthcheck.core.nodes import fold
+from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
 from healthcheck.report.build import group_findings, iso, utc_now
 
@@ -32,11 +33,8 @@ class Outcome:
 
 def run_finding(spec: catalogue.FindingSpec, message: str, *, scope: str, value: object = None,
                 evidence: Optional[str] = None) -> Finding:
-    f = spec(Status.ERROR, message, value=value, evidence=evidence)
-    return msgspec.structs.replace(
-        f, check="hc.actions", subject=scope, hint=spec.hint, suggested_action=spec.action,
-        fingerprint=fingerprint("", "hc.actions", scope, spec.id),
-    )
+    """A finding about acting on the scheduler (check "hc.actions"): ERROR, about the run's `scope`."""
+    return stamp(spec(Status.ERROR, message, value=value, evidence=evidence), check="hc.actions", subject=scope)
 
 
 def act(
@@ -58,7 +56,7 @@ def act(
                                             scope=scope, evidence=error))
         return out
     plan = decide(report.nodes, states, settings.drain, cluster_size=len(states), resume=resume,
-                  extra_drains=extra_drains, boot_times=boot_times)
+                  extra_drains=extra_drains, boot_times=boot_times, analyses=report.analyses)
     out.plan = plan
     if plan.guard is not None:
         out.guarded = True
@@ -154,7 +152,7 @@ def with_outcome(report: Report, outcome: Outcome) -> Report:
                 action = Action(kind="keep", message=plan.keep[n.node])
         nodes.append(msgspec.structs.replace(n, action=action) if action is not None else n)
     run_findings = list(report.run_findings) + outcome.run_findings
-    summary = group_findings(nodes) + _groups(run_findings)
+    summary = group_findings(nodes, groups=report.groups) + _groups(run_findings)
     return msgspec.structs.replace(report, nodes=nodes, run_findings=run_findings,
                                    actions=list(report.actions) + outcome.records, findings_summary=summary)
 

@@ -1,4 +1,4 @@
-"""The result model: findings, metrics, per-check and per-node results, and the report.
+"""The result model: findings, metrics, per-check, per-node and per-group results, and the report.
 
 All are msgspec Structs, so a report encodes to JSON (and decodes back) without glue
 code. The per-node structs never form reference cycles, so they are created with
@@ -8,13 +8,15 @@ gc=False: the garbage collector would otherwise dominate decoding 10,000 node re
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional
+from typing import Any, Literal, Optional, TypedDict
 
 import msgspec
 
 from healthcheck.core.status import Status
 
-REPORT_SCHEMA = "hc.report/1"
+REPORT_SCHEMA = "hc.report/2"
+# the report schemas this hc reads; an older one is upgraded in memory on decode
+READABLE_SCHEMAS = ("hc.report/1", REPORT_SCHEMA)
 
 
 class Limit(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
@@ -48,6 +50,8 @@ class Finding(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     hint: str = ""
     suggested_action: str = ""
     fingerprint: str = ""
+    # the nodes a finding about a pair, group or job names (node is "" for those); [] otherwise
+    members: list[str] = []
 
 
 class Metric(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
@@ -57,6 +61,7 @@ class Metric(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     value: Any
     unit: Optional[str] = None
     component: str = ""
+    members: list[str] = []  # the nodes measured together, where not the whole group's (one pair of a job)
 
 
 class CheckResult(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
@@ -104,6 +109,49 @@ class NodeResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     error: Optional[str] = None  # the node could not be checked at all (unreachable)
 
 
+GroupKind = Literal["pair", "group", "job"]
+
+
+class GroupResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
+    """A result about several nodes together: a pair (A <-> B bandwidth), a group, or a job's ranks.
+
+    Its findings name their member nodes (Finding.members); its metrics carry value and
+    unit (busbw per message size: name "busbw", component the size).
+    """
+
+    kind: GroupKind
+    name: str  # unique within the report and stable across runs, e.g. "gpu01-gpu02" or "job 4711"
+    members: list[str]  # the nodes, in the order the result names them (a pair: A, B)
+    status: Status
+    findings: list[Finding] = []
+    metrics: list[Metric] = []
+
+
+class FindingGroup(TypedDict):
+    """Identical findings folded across nodes (or a group's members): one row of the table."""
+
+    status: str
+    id: str
+    component: str
+    message: str
+    nodes: str  # a hostlist, or names joined by commas where a name cannot be folded
+    count: int
+
+
+class AnalysisRun(msgspec.Struct, gc=False, frozen=True, kw_only=True, omit_defaults=True):
+    """One analysis over many nodes' results: the nodes it judged, and how it ended.
+
+    Its findings are on the nodes (check = its name); resuming a node drained for one
+    needs the analysis to have judged the node again.
+    """
+
+    name: str  # e.g. "fleet.drift"
+    scope: str  # fleet | pairs | job
+    status: Status  # worst of its findings (PASS: none); SKIP: it did not apply; ERROR: it failed
+    nodes: str = ""  # hostlist of the nodes it judged
+    reason: Optional[str] = None  # why it was skipped or failed
+
+
 class Report(msgspec.Struct, kw_only=True):
     schema: str = REPORT_SCHEMA
     run_id: str
@@ -119,11 +167,15 @@ class Report(msgspec.Struct, kw_only=True):
     status: Status
     nodes: list[NodeResult]
     summary: dict[str, int] = {}
-    findings_summary: list[dict[str, Any]] = []
+    findings_summary: list[FindingGroup] = []
     # findings about the run rather than one node (the blast-radius guard refusing,
     # Slurm unreachable) and the actions taken
     run_findings: list[Finding] = []
     actions: list[ActionRecord] = []
+    # results about pairs, groups of nodes and jobs (bandwidth pair matrices, hang diagnosis)
+    groups: list[GroupResult] = []
+    # the analyses that ran over the nodes (drift, outliers, flaps, pairs), for resuming
+    analyses: list[AnalysisRun] = []
 
 
 def fingerprint(node: str, check: str, subject: str, finding_id: str) -> str:

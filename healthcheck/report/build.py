@@ -1,4 +1,4 @@
-"""Assemble a run's report from node results."""
+"""Assemble a run's report from node results (and results about pairs, groups and jobs)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import msgspec
 from healthcheck import __version__
 from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec
-from healthcheck.core.model import Finding, NodeResult, Report, fingerprint
+from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
 from healthcheck.core.status import Status, worst
 
 
@@ -57,25 +57,35 @@ def without_node(message: str, node: str) -> str:
     return re.sub(pattern, NODE_PLACEHOLDER, message)
 
 
-def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN) -> list[dict[str, Any]]:
+def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN, *,
+                   groups: Iterable[GroupResult] = ()) -> list[dict[str, Any]]:
     """Identical findings across nodes, folded: one entry per (status, id, component,
     message with the node's name taken out). A group's message is the finding's own where
-    all its members say the same, else the one with the placeholder."""
+    all its members say the same, else the one with the placeholder. Findings of
+    run-level `groups` (pairs, jobs) fold the same way, listing the nodes they name."""
     from ClusterShell.NodeSet import NodeSet
 
-    groups: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    members_of: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     messages: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    counts: dict[tuple[str, str, str, str], int] = defaultdict(int)  # findings folded (a node may have two alike)
+
+    def add(f: Finding, names: Iterable[str]) -> None:
+        if f.status.rank >= min_status.rank:
+            key = (f.status.value, f.id, f.component, without_node(f.message, f.node))
+            members_of[key].extend(names)
+            messages[key].add(f.message)
+            counts[key] += 1
+
     for node in nodes:
         for f in node.findings:
-            if f.status.rank >= min_status.rank:
-                key = (f.status.value, f.id, f.component, without_node(f.message, f.node))
-                groups[key].append(f.node)
-                messages[key].add(f.message)
+            add(f, (f.node,))
+    for group in groups:
+        for f in group.findings:
+            add(f, f.members or group.members)
     out = []
-    for key, members in groups.items():
+    for key, names in members_of.items():
         status, fid, component, template = key
-        count = len(members)  # findings folded (a node may have two alike)
-        members = sort_nodes(dict.fromkeys(members))
+        members = sort_nodes(dict.fromkeys(names))
         said = messages[key]
         out.append(
             {
@@ -84,7 +94,7 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
                 "component": component,
                 "message": next(iter(said)) if len(said) == 1 else template,
                 "nodes": str(NodeSet.fromlist(members)) if _foldable(members) else ",".join(members),
-                "count": count,
+                "count": counts[key],
             }
         )
     out.sort(key=lambda g: (-Status(g["status"]).rank, g["id"], g["component"], natural_key(g["nodes"])))
@@ -99,9 +109,9 @@ def _foldable(names: list[str]) -> bool:
 def run_finding(spec: FindingSpec, message: str, *, scope: str, value: object = None,
                 evidence: str | None = None) -> Finding:
     """A finding about the run rather than one node (check "hc.run"), stamped as the engine would."""
-    f = spec(Status.ERROR, message, value=value, evidence=evidence)
-    return msgspec.structs.replace(f, check="hc.run", subject=scope, hint=spec.hint, suggested_action=spec.action,
-                                   fingerprint=fingerprint("", "hc.run", scope, spec.id))
+    from healthcheck.core.stamp import stamp
+
+    return stamp(spec(Status.ERROR, message, value=value, evidence=evidence), check="hc.run", subject=scope)
 
 
 def with_run_finding(report: Report, finding: Finding, *, raise_status: bool = True) -> Report:
@@ -109,11 +119,10 @@ def with_run_finding(report: Report, finding: Finding, *, raise_status: bool = T
     the run's status becomes at least the finding's (hc.E007 and hc.E008 are ERROR: the
     run is not a clean result). Findings whose nodes carry their own status (a launcher
     that failed on some nodes) leave it as the nodes made it."""
-    group = {"status": finding.status.value, "id": finding.id, "component": finding.component,
-             "message": finding.message, "nodes": finding.subject, "count": 1}
     status = worst((report.status, finding.status)) if raise_status else report.status
     return msgspec.structs.replace(
-        report, run_findings=[*report.run_findings, finding], findings_summary=[*report.findings_summary, group],
+        report, run_findings=[*report.run_findings, finding],
+        findings_summary=[*report.findings_summary, _run_row(finding)],
         status=status,
     )
 
@@ -156,8 +165,11 @@ def make_report(
     finished: _dt.datetime,
     nodes: list[NodeResult],
     require_checks: bool = True,
+    groups: Iterable[GroupResult] = (),
 ) -> Report:
-    """The report of a run; with `require_checks`, a run that checked nothing is ERROR (hc.E007)."""
+    """The report of a run; with `require_checks`, a run that checked nothing is ERROR (hc.E007).
+
+    `groups` (pair, group and job results) count towards the run's status like nodes do."""
     summary: dict[str, int] = {s.value: 0 for s in Status}
     for node in nodes:
         summary[node.status.value] += 1
@@ -177,5 +189,26 @@ def make_report(
         summary=summary,
         findings_summary=group_findings(nodes),
     )
+    report = with_groups(report, groups)
     empty = nothing_checked(report.nodes, tier) if require_checks else None
     return with_run_finding(report, empty) if empty is not None else report
+
+
+def with_groups(report: Report, groups: Iterable[GroupResult]) -> Report:
+    """The report with more run-level results (pairs, groups, jobs): listed, their findings
+    folded into the summary, and the run's status at least as bad as theirs."""
+    groups = list(groups)
+    if not groups:
+        return report
+    every = [*report.groups, *groups]
+    # the summary again from every node and group, then the run findings' rows after it
+    # (as with_run_finding lists them): a finding a node and a pair share stays one row
+    summary = [*group_findings(report.nodes, groups=every), *(_run_row(f) for f in report.run_findings)]
+    return msgspec.structs.replace(report, groups=every, findings_summary=summary,
+                                   status=worst((report.status, *(g.status for g in groups))))
+
+
+def _run_row(finding: Finding) -> dict[str, Any]:
+    """A run finding's row of the findings summary: its scope stands for the nodes."""
+    return {"status": finding.status.value, "id": finding.id, "component": finding.component,
+            "message": finding.message, "nodes": finding.subject, "count": 1}

@@ -13,6 +13,10 @@ message changed (a counter that grew) is the same finding. Buckets, most urgent 
 - new_warnings / cleared_warnings: the same for WARN, lower priority;
 - nodes_added / nodes_removed: nodes in only one of the two reports.
 
+Findings of run-level groups (pairs, jobs) go into the same buckets, by fingerprint too;
+one counts as looked at again where the newer report has a group of the same kind and
+name that ran (PASS, WARN or FAIL). A hc.report/1 report has no groups.
+
 The two reports are compared in the order they ran (`started_at`), whichever order they
 were given in: swapped arguments would otherwise call every fix a new failure. A swap,
 and two runs made with different configs (config digest), are said in `notes`, on the
@@ -22,11 +26,11 @@ rendered diff and, from the CLI, on stderr.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import msgspec
 
-from healthcheck.core.model import Finding, NodeResult, Report
+from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
 from healthcheck.core.status import Status
 from healthcheck.report.build import natural_key, sort_nodes, without_node
 
@@ -45,6 +49,8 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     fingerprint: str
     before: Optional[Status]  # None: not in the older report
     after: Optional[Status]  # None: not in the newer report
+    group: str = ""  # "pair gpu01-gpu02": the finding is about a run-level group, not one node
+    members: list[str] = []  # the nodes a group's finding names
 
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,21 +126,61 @@ def _notes(d: ReportDiff, given_first: Report, given_second: Report) -> list[str
     return notes
 
 
-def _change(f: Finding, before: Optional[Status], after: Optional[Status]) -> Change:
+def _change(f: Finding, before: Optional[Status], after: Optional[Status],
+            group: Optional[GroupResult] = None) -> Change:
+    where = {} if group is None else {"group": _group_key(group), "members": list(f.members or group.members)}
     return Change(node=f.node, id=f.id, check=f.check, subject=f.subject, component=f.component,
-                  message=f.message, fingerprint=f.fingerprint, before=before, after=after)
+                  message=f.message, fingerprint=f.fingerprint, before=before, after=after, **where)
+
+
+def _group_key(group: GroupResult) -> str:
+    return f"{group.kind} {group.name}"
 
 
 def _by_fingerprint(nodes: Iterable[NodeResult]) -> dict[str, Finding]:
     """Every finding by fingerprint; a duplicate keeps the worst."""
+    return _index((f, None) for node in nodes for f in node.findings)[0]
+
+
+def _index(found: Iterable[tuple[Finding, Optional[GroupResult]]]
+           ) -> tuple[dict[str, Finding], dict[str, GroupResult]]:
+    """Findings by fingerprint (a duplicate keeps the worst), and the group each came from."""
     out: dict[str, Finding] = {}
-    for node in nodes:
-        for f in node.findings:
-            key = f.fingerprint or f"{f.node}\x1f{f.check}\x1f{f.subject}\x1f{f.id}"
-            seen = out.get(key)
-            if seen is None or f.status.rank > seen.status.rank:
-                out[key] = f
-    return out
+    owners: dict[str, GroupResult] = {}
+    for f, group in found:
+        key = f.fingerprint or f"{f.node}\x1f{f.check}\x1f{f.subject}\x1f{f.id}"
+        if group is not None:  # a group's finding never matches a node's, even unstamped
+            key = f"{_group_key(group)}\x1e{key}"
+        seen = out.get(key)
+        if seen is None or f.status.rank > seen.status.rank:
+            out[key] = f
+            if group is not None:
+                owners[key] = group
+    return out, owners
+
+
+def _bucket(d: "ReportDiff", before: dict[str, Finding], after: dict[str, Finding],
+            rechecked: Callable[[Finding, str], bool], change: Callable[..., Change]) -> None:
+    """Sort each finding's change between the two runs into the diff's buckets."""
+    for key, f in after.items():
+        prev = before.get(key)
+        was = prev.status if prev is not None else None
+        if f.status is Status.FAIL:
+            (d.still_failing if was is Status.FAIL else d.new_failures).append(change(key, f, was, f.status))
+        elif f.status is Status.ERROR and was is not Status.ERROR:
+            d.new_errors.append(change(key, f, was, f.status))
+        elif f.status is Status.WARN and was not in (Status.WARN, Status.FAIL):
+            d.new_warnings.append(change(key, f, was, f.status))
+    for key, f in before.items():
+        now_f = after.get(key)
+        now = now_f.status if now_f is not None else None
+        if f.status is Status.FAIL and now is not Status.FAIL:
+            if now is not None or rechecked(f, key):
+                d.fixed.append(change(key, now_f or f, f.status, now))
+            else:
+                d.unverified.append(change(key, f, f.status, None))
+        elif f.status is Status.WARN and now is None and rechecked(f, key):
+            d.cleared_warnings.append(change(key, f, f.status, None))
 
 
 def _rechecked(f: Finding, node: Optional[NodeResult]) -> bool:
@@ -164,27 +210,15 @@ def diff(old: Report, new: Report) -> ReportDiff:
     d.notes = _notes(d, *given)
     d.nodes_added = sort_nodes(set(new_nodes) - set(old_nodes))
     d.nodes_removed = sort_nodes(set(old_nodes) - set(new_nodes))
-    for key, f in after.items():
-        prev = before.get(key)
-        was = prev.status if prev is not None else None
-        if f.status is Status.FAIL:
-            (d.still_failing if was is Status.FAIL else d.new_failures).append(_change(f, was, f.status))
-        elif f.status is Status.ERROR and was is not Status.ERROR:
-            d.new_errors.append(_change(f, was, f.status))
-        elif f.status is Status.WARN and was not in (Status.WARN, Status.FAIL):
-            d.new_warnings.append(_change(f, was, f.status))
-    for key, f in before.items():
-        now_f = after.get(key)
-        now = now_f.status if now_f is not None else None
-        if f.status is Status.FAIL and now is not Status.FAIL:
-            if now is not None or _rechecked(f, new_nodes.get(f.node)):
-                d.fixed.append(_change(now_f or f, f.status, now))
-            else:
-                d.unverified.append(_change(f, f.status, None))
-        elif f.status is Status.WARN and now is None and _rechecked(f, new_nodes.get(f.node)):
-            d.cleared_warnings.append(_change(f, f.status, None))
+    _bucket(d, before, after, lambda f, _key: _rechecked(f, new_nodes.get(f.node)),
+            lambda _key, f, was, now: _change(f, was, now))
+    g_before, old_owners = _index((f, g) for g in old.groups for f in g.findings)
+    g_after, new_owners = _index((f, g) for g in new.groups for f in g.findings)
+    ran = {_group_key(g) for g in new.groups if g.status in _RAN}
+    _bucket(d, g_before, g_after, lambda _f, key: _group_key(old_owners[key]) in ran,
+            lambda key, f, was, now: _change(f, was, now, new_owners.get(key) or old_owners[key]))
     for name in BUCKETS[:7]:
-        getattr(d, name).sort(key=lambda c: (c.id, c.component, natural_key(c.node)))
+        getattr(d, name).sort(key=lambda c: (c.id, c.component, c.group, natural_key(c.node)))
     return d
 
 
@@ -240,14 +274,16 @@ def render_diff(d: ReportDiff) -> str:
     rows = []
     for name, title in _TITLES.items():
         # identical changes fold, even where the message names its node (srun: one per node)
-        groups: dict[tuple[str, str, str], list[Change]] = {}
+        # a group's change is its own row, its members listed (pairs must not merge)
+        groups: dict[tuple[str, str, str, str], list[Change]] = {}
         for ch in getattr(d, name):
-            groups.setdefault((ch.id, ch.component, without_node(ch.message, ch.node)), []).append(ch)
-        for (fid, component, template), changes in groups.items():
+            groups.setdefault((ch.id, ch.component, ch.group, without_node(ch.message, ch.node)), []).append(ch)
+        for (fid, component, _group, template), changes in groups.items():
             said = {ch.message for ch in changes}
             message = next(iter(said)) if len(said) == 1 else template
-            nodes = [ch.node for ch in changes]
-            rows.append([title, fid, printable(_fold(nodes)), printable(component or "-"), printable(message)])
+            nodes = [n for ch in changes for n in (ch.members if ch.group else [ch.node])]
+            subject = component or _group or "-"
+            rows.append([title, fid, printable(_fold(nodes)), printable(subject), printable(message)])
     if rows:
         out.append("")
         out.append(tabulate(rows, headers=["CHANGE", "ID", "NODES", "SUBJECT", "MESSAGE"], tablefmt="simple"))

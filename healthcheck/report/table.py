@@ -1,9 +1,15 @@
-"""Human-readable output: one line per group of identical findings, nodes folded."""
+"""Human-readable output: one line per group of identical findings, nodes folded, then
+one line per run-level result (pair, group, job)."""
 
 from __future__ import annotations
 
 from healthcheck.core.catalogue import NOTHING_CHECKED
-from healthcheck.core.model import Report
+from healthcheck.core.model import GroupResult, Report
+from healthcheck.core.status import Status
+
+# above this many groups, passing ones are counted rather than listed (a 64-node pair
+# matrix has 2,016 pairs; the slow ones must not drown)
+LIST_PASSING_UP_TO = 20
 
 
 def printable(text: object) -> str:
@@ -26,6 +32,9 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
         ]
         out.append(tabulate(rows, headers=["STATUS", "ID", "NODES", "SUBJECT", "MESSAGE"], tablefmt="simple"))
         out.append("")
+    if report.groups:
+        out.extend(render_groups(report.groups))
+        out.append("")
     if show_checks is None:
         show_checks = len(report.nodes) == 1
     if show_checks:
@@ -45,3 +54,39 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
         f"fabric {', '.join(fabrics) or '-'}, {report.duration_s:.2f}s, run {report.run_id}"
     )
     return "\n".join(out)
+
+
+def _members(names: list[str]) -> str:
+    from healthcheck.report.build import _foldable, sort_nodes
+
+    if _foldable(names):
+        from healthcheck.core.nodes import fold
+
+        return fold(names)
+    return ",".join(sort_nodes(dict.fromkeys(names)))  # NodeSet would reinterpret brackets and commas
+
+
+def _worst_finding(group: GroupResult) -> str:
+    """`ID message` of the group's most severe finding, or "-"."""
+    if not group.findings:
+        return "-"
+    f = max(group.findings, key=lambda f: f.status.rank)  # the first of the worst: the producer's order
+    return f"{f.id} {f.message}"
+
+
+def render_groups(groups: list[GroupResult]) -> list[str]:
+    """The run-level results, worst first: kind, name, members as a hostlist, status, worst finding."""
+    from tabulate import tabulate
+
+    from healthcheck.report.build import natural_key
+
+    ordered = sorted(groups, key=lambda g: (-g.status.rank, g.kind, natural_key(g.name)))
+    listed = [g for g in ordered if len(groups) <= LIST_PASSING_UP_TO or g.status.rank > Status.PASS.rank]
+    rows = [[g.kind, printable(g.name), printable(_members(g.members)), g.status.value,
+             printable(_worst_finding(g))] for g in listed]
+    out = [tabulate(rows, headers=["GROUP", "NAME", "MEMBERS", "STATUS", "WORST FINDING"], tablefmt="simple")] \
+        if rows else []
+    hidden = len(groups) - len(listed)
+    if hidden:
+        out.append(f"{hidden} more pair/group/job results passed or were skipped (--format json lists them)")
+    return out

@@ -48,7 +48,7 @@ def test_round_trip_and_last(tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
     blob = db.execute("SELECT report FROM runs LIMIT 1").fetchone()[0]
-    assert zlib.decompress(blob).startswith(b'{"schema":"hc.report/1"')
+    assert zlib.decompress(blob).startswith(b'{"schema":"hc.report/2"')
 
 
 def test_previous_same_command_and_tier(tmp_path):

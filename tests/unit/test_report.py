@@ -63,14 +63,17 @@ def test_report_round_trip_and_schema(validate_report):
     data = encode(r)
     validate_report(data)
     assert decode(data) == r
-    assert json.loads(data)["schema"] == "hc.report/1"
+    assert json.loads(data)["schema"] == "hc.report/2"
 
 
 def test_decode_rejects_other_schemas_and_garbage():
     r = report([node_result("gpu017")])
     data = json.loads(encode(r))
-    data["schema"] = "hc.report/2"
-    with pytest.raises(HcError, match="unsupported report schema"):
+    data["schema"] = "hc.report/3"
+    with pytest.raises(HcError, match="unsupported report schema 'hc.report/3'"):
+        decode(json.dumps(data).encode())
+    data["nodes"] = "a newer shape"  # a newer version that does not fit the model: still named
+    with pytest.raises(HcError, match="unsupported report schema 'hc.report/3'"):
         decode(json.dumps(data).encode())
     with pytest.raises(HcError, match="not a valid hc report"):
         decode(b"{not json")
@@ -112,11 +115,12 @@ def test_every_catalogued_id_appears_in_the_schema_pattern():
     import re
 
     from healthcheck.checks import load_all
-    from healthcheck.report.jsonio import SCHEMA_FILE
+    from healthcheck.report.jsonio import SCHEMA_FILES
 
     load_all()
-    pattern = json.loads(SCHEMA_FILE.read_text())["$defs"]["finding_id"]["pattern"]
-    assert all(re.match(pattern, fid) for fid in CATALOGUE)
+    v1 = json.loads(SCHEMA_FILES["hc.report/1"].read_text())["$defs"]["finding_id"]["pattern"]
+    v2 = json.loads(SCHEMA_FILES["hc.report/2"].read_text())["$defs"]["Finding"]["properties"]["id"]["pattern"]
+    assert all(re.match(v1, fid) and re.match(v2, fid) for fid in CATALOGUE)
 
 
 def test_node_result_error_field_round_trips():

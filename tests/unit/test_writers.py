@@ -346,7 +346,7 @@ def test_output_to_a_descriptor_alias_goes_to_stdout(tmp_path):
     # this guards against) cannot create a file in /proc, but could replace /dev/stdout
     r = hc_local(tmp_path, "--output", "/proc/self/fd/1", "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count(b'"schema": "hc.report/1"') == 2  # -o, then --format json
+    assert r.stdout.count(b'"schema": "hc.report/2"') == 2  # -o, then --format json
 
 
 # ------------------------------------------------------------- hooks' report_dir
