@@ -35,8 +35,23 @@ class NotApplicable(Exception):
     """Raised by a check when it does not apply to this node (its status becomes SKIP)."""
 
 
+class _Declared:
+    """What checks and analyses share: a dotted name and the findings they declare."""
+
+    name: str
+    findings: tuple[FindingSpec, ...]
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def finding_ids(self) -> frozenset[str]:
+        return frozenset(spec.id for spec in self.findings)
+
+
 @dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(_Declared):
     name: str  # family.aspect
     fn: CheckFn
     tiers: frozenset[str]
@@ -54,31 +69,15 @@ class CheckSpec:
     # such a timeout is ERROR (hc.E002), as for any check
     hang_finding: Optional[FindingSpec] = None
 
-    @property
-    def family(self) -> str:
-        return self.name.split(".", 1)[0]
-
-    @property
-    def finding_ids(self) -> frozenset[str]:
-        return frozenset(spec.id for spec in self.findings)
-
 
 @dataclass(frozen=True)
-class AnalysisSpec:
+class AnalysisSpec(_Declared):
     name: str  # family.aspect, e.g. fleet.drift
     fn: AnalysisFn  # (input of its scope, limits) -> (node or member nodes, finding)
     scope: str  # one of SCOPES
     tiers: frozenset[str]
     findings: tuple[FindingSpec, ...]
     summary: str = field(default="")
-
-    @property
-    def family(self) -> str:
-        return self.name.split(".", 1)[0]
-
-    @property
-    def finding_ids(self) -> frozenset[str]:
-        return frozenset(spec.id for spec in self.findings)
 
 
 def tiers_from(lowest: str) -> frozenset[str]:
