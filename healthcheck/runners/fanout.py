@@ -62,6 +62,7 @@ class _FanOut:
         self.results: dict[str, Any] = {}
         self.running: dict[str, float] = {}  # node -> monotonic deadline
         self.done: queue.Queue[tuple[str, bool, Any]] = queue.Queue()
+        self.threads: dict[str, threading.Thread] = {}
 
     def go(self, nodes: list[str]) -> None:
         """Run every node; the first exception stops new starts and is re-raised at the end."""
@@ -83,7 +84,9 @@ class _FanOut:
     def _start(self, node: str) -> None:
         limit = self.timeout_s if self.timeout_s is not None else math.inf
         self.running[node] = time.monotonic() + limit
-        threading.Thread(target=self._one, args=(node,), name=f"hc-fan-out-{node}", daemon=True).start()
+        thread = threading.Thread(target=self._one, args=(node,), name=f"hc-fan-out-{node}", daemon=True)
+        self.threads[node] = thread
+        thread.start()
 
     def _one(self, node: str) -> None:
         try:
@@ -99,6 +102,12 @@ class _FanOut:
         except queue.Empty:
             self._expire()
             return None
+        # it has handed its result over and is ending: wait for that, so no worker is
+        # still tearing down (paramiko, cryptography) while the interpreter finalizes --
+        # a daemon thread alive at exit is how the sweep once died with SIGSEGV
+        thread = self.threads.pop(node, None)
+        if thread is not None:
+            thread.join(5.0)
         if node not in self.running:  # finished after it was given up on
             return None
         del self.running[node]
@@ -131,3 +140,6 @@ class _FanOut:
                 self.running = {n: d for n, d in self.running.items() if d > now}
                 continue
             self.running.pop(node, None)
+            thread = self.threads.pop(node, None)
+            if thread is not None:
+                thread.join(5.0)

@@ -897,13 +897,26 @@ class SshConnection:
     def _close_locked(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            client.close()
+            _close_and_join(client)
         self._close_jump()
 
     def _close_jump(self) -> None:
         jump, self._jump = self._jump, None
         if jump is not None:
-            jump.close()
+            jump.close()  # an SshConnection of its own: closes and joins its client
+
+
+def _close_and_join(client: Any) -> None:
+    """Close a paramiko client and wait (briefly) for its transport thread to end.
+
+    paramiko's stop_thread() closes the packetizer and then skips its own join, so the
+    transport thread can outlive close(); a daemon thread still in cryptography's C code
+    while the interpreter finalizes is how a sweep process can die with SIGSEGV.
+    """
+    transport = client.get_transport()
+    client.close()
+    if transport is not None and transport is not threading.current_thread():
+        transport.join(2.0)
 
 
 def _wait_inactive(transport: Any, limit_s: float) -> bool:

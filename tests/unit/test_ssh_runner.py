@@ -446,3 +446,24 @@ def test_bad_cwd_is_refused_without_connecting(cwd: str) -> None:
     conn = SshConnection("node1", SshSettings(config_file=None, known_hosts=[], use_agent=False))
     r = conn.run(("true",), timeout_s=1, cwd=cwd)
     assert r.error and "working directory" in r.error and not conn.connected
+
+
+def test_closing_a_connection_waits_for_paramikos_transport_thread():
+    """paramiko's own close() does not join its transport thread; ours does."""
+    import threading
+
+    from healthcheck.runners.ssh import _close_and_join
+
+    release = threading.Event()
+    transport = threading.Thread(target=release.wait, args=(5,), daemon=True)
+    transport.start()
+
+    class Client:
+        def get_transport(self):
+            return transport
+
+        def close(self):
+            release.set()  # the transport's loop ends shortly after close
+
+    _close_and_join(Client())
+    assert not transport.is_alive()
