@@ -50,8 +50,10 @@ class Finding(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     hint: str = ""
     suggested_action: str = ""
     fingerprint: str = ""
-    # the nodes a finding about a pair, group or job names (node is "" for those); [] otherwise
-    members: list[str] = []
+    # the nodes a finding about a pair, group or job names (node is "" for those); () otherwise.
+    # A tuple: a list per finding and metric made decoding 10,000 reports 3.5x slower
+    # (millions of GC-tracked empty lists); the empty tuple is one shared object.
+    members: tuple[str, ...] = ()
 
 
 class Metric(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
@@ -61,7 +63,7 @@ class Metric(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     value: Any
     unit: Optional[str] = None
     component: str = ""
-    members: list[str] = []  # the nodes measured together, where not the whole group's (one pair of a job)
+    members: tuple[str, ...] = ()  # the nodes measured together, where not the whole group's (one pair of a job)
 
 
 class CheckResult(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):

@@ -31,7 +31,7 @@ def stamp(f: Finding, *, check: str, node: Optional[str] = None, members: Option
     if limit is not None and limit.source is None and limit_source is not None:
         source = limit_source(limit.key) if callable(limit_source) else limit_source
         limit = msgspec.structs.replace(limit, source=source)
-    extra = {"members": names} if names else {}  # only findings about several nodes name them
+    extra = {"members": tuple(names)} if names else {}  # only findings about several nodes name them
     return msgspec.structs.replace(
         f,
         node=who,

@@ -34,7 +34,7 @@ def test_a_pair_analysis_is_one_decorated_function():
     [(who, f)] = out.findings
     assert who == ("n3", "n4")
     assert (f.id, f.status, f.check, f.node, f.members) == ("pairtest.E001", Status.FAIL, "pairtest.bw", "",
-                                                           ["n3", "n4"])
+                                                           ("n3", "n4"))
     assert f.subject == "n3-n4" and f.fingerprint and f.hint == ""  # not in the catalogue: no hint
     [run] = out.runs
     assert (run.name, run.scope, run.status, run.nodes) == ("pairtest.bw", "pairs", Status.FAIL, "n[1-4]")

@@ -32,7 +32,7 @@ def pair(a: str, b: str, busbw: float, limit: float = 150.0) -> GroupResult:
     if busbw < limit:
         findings.append(Finding(id="bw.E001", status=Status.FAIL, message=f"busbw {busbw} GB/s below {limit} GB/s",
                                 component="1MiB", value=busbw, unit="GB/s", check="bw.pairs", subject=name,
-                                members=[a, b], fingerprint=fingerprint("", "bw.pairs", name, "bw.E001")))
+                                members=(a, b), fingerprint=fingerprint("", "bw.pairs", name, "bw.E001")))
     metrics = [Metric("busbw", busbw, "GB/s", component=size) for size in ("64KiB", "1MiB")]
     return GroupResult(kind="pair", name=name, members=[a, b], status=Status.FAIL if findings else Status.PASS,
                        findings=findings, metrics=metrics)
@@ -57,7 +57,7 @@ def test_a_version_1_report_decodes_upgraded_without_groups(validate_report):
     r = decode(data)
     assert r.schema == "hc.report/2" and r.groups == [] and r.status is Status.FAIL
     assert [n.node for n in r.nodes] == ["gpu01", "gpu02", "gpu03"]
-    assert all(f.members == [] for n in r.nodes for f in n.findings)
+    assert all(f.members == () for n in r.nodes for f in n.findings)
     validate_report(encode(r))  # re-encoded, it is a valid /2 report
 
 
