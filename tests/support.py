@@ -100,3 +100,32 @@ def write_stub(directory: Path, name: str, script: str) -> Path:
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
     return path
+
+
+def srun_stand_in(tmp_path: Path, script_tail: str = "", dead: str = "none") -> str:
+    """A bin dir whose `srun` runs the real `hc` once per node of --nodelist, labelled
+    like `srun --label` (the real srun is covered on the rig); `dead`: a node whose task
+    never started."""
+    bin_dir = tmp_path / "bin"
+    # like `srun --label`: run the command once per node of --nodelist, prefix each line
+    write_stub(bin_dir, "srun", f"""
+nodes=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodelist=*) nodes="${{1#--nodelist=}}" ;;
+    --*) ;;
+    *) break ;;
+  esac
+  shift
+done
+shift  # the hc command itself
+i=0
+for n in $({sys.executable} -c 'import sys; from ClusterShell.NodeSet import NodeSet; print(" ".join(NodeSet(sys.argv[1])))' "$nodes"); do
+  [ "$n" = "{dead}" ] && continue  # a node whose task never started
+  HC_NODE_NAME=$n {sys.executable} -m healthcheck "$@" | sed "s/^/$i: /"
+  i=$((i+1))
+done
+{script_tail}
+exit 2
+""")
+    return str(bin_dir)

@@ -3,36 +3,9 @@ the real `hc node --local` once per node (the real srun is covered on the rig)."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from support import run_hc, write_stub
-
-
-def srun_stand_in(tmp_path, script_tail: str = "", dead: str = "none") -> str:
-    bin_dir = tmp_path / "bin"
-    # like `srun --label`: run the command once per node of --nodelist, prefix each line
-    write_stub(bin_dir, "srun", f"""
-nodes=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --nodelist=*) nodes="${{1#--nodelist=}}" ;;
-    --*) ;;
-    *) break ;;
-  esac
-  shift
-done
-shift  # the hc command itself
-i=0
-for n in $({sys.executable} -c 'import sys; from ClusterShell.NodeSet import NodeSet; print(" ".join(NodeSet(sys.argv[1])))' "$nodes"); do
-  [ "$n" = "{dead}" ] && continue  # a node whose task never started
-  HC_NODE_NAME=$n {sys.executable} -m healthcheck "$@" | sed "s/^/$i: /"
-  i=$((i+1))
-done
-{script_tail}
-exit 2
-""")
-    return str(bin_dir)
+from support import run_hc, srun_stand_in, write_stub
 
 
 def config(tmp_path, mtu=65536):

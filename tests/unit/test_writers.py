@@ -377,29 +377,9 @@ def test_hook_reports_never_follow_a_planted_link(tmp_path):
 
 
 def test_sweep_act_with_an_unwritable_audit_log_says_so_in_the_report(tmp_path, validate_report):
-    import sys
+    from support import srun_stand_in, write_stub
 
-    from support import write_stub
-
-    bin_dir = tmp_path / "bin"
-    # like `srun --label`: run hc once per node of --nodelist, prefix each line
-    write_stub(bin_dir, "srun", f"""
-nodes=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --nodelist=*) nodes="${{1#--nodelist=}}" ;;
-    --*) ;;
-    *) break ;;
-  esac
-  shift
-done
-shift
-i=0
-for n in $({sys.executable} -c 'import sys; from ClusterShell.NodeSet import NodeSet; print(" ".join(NodeSet(sys.argv[1])))' "$nodes"); do
-  HC_NODE_NAME=$n {sys.executable} -m healthcheck "$@" | sed "s/^/$i: /"
-  i=$((i+1))
-done
-""")
+    bin_dir = Path(srun_stand_in(tmp_path))
     sinfo = "\\n".join(f"n{i}|idle|Unknown|none" for i in range(1, 31))
     write_stub(bin_dir, "sinfo", f'printf "{sinfo}\\n"\n')
     write_stub(bin_dir, "scontrol", "exit 0\n")
