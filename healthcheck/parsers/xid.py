@@ -439,17 +439,7 @@ def _sxid(body: str, line: str, stamp: _Stamp) -> Optional[SXidEvent]:
 
 def _fallen_off(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
     m = _FELL_OFF.search(body)
-    if not m:
-        return None
-    return XidEvent(
-        code=79,
-        pci_bus_id=_bus_id(m.group("pci")),
-        message="GPU has fallen off the bus.",
-        line=line,
-        time=stamp.time,
-        uptime_s=stamp.uptime_s,
-        legacy=True,
-    )
+    return _legacy_79(m.group("pci"), "GPU has fallen off the bus.", line, stamp) if m else None
 
 
 def _not_responding(body: str, line: str, stamp: _Stamp, lines: list[str], number: int) -> Optional[XidEvent]:
@@ -466,15 +456,13 @@ def _not_responding(body: str, line: str, stamp: _Stamp, lines: list[str], numbe
         _FALLEN in nxt for nxt in lines[number + 1 : number + 1 + _CONTINUATION_LINES]
     ):
         return None
-    return XidEvent(
-        code=79,
-        pci_bus_id=_bus_id(m.group("pci")),
-        message="GPU has fallen off the bus and is not responding to commands.",
-        line=line,
-        time=stamp.time,
-        uptime_s=stamp.uptime_s,
-        legacy=True,
-    )
+    return _legacy_79(m.group("pci"), "GPU has fallen off the bus and is not responding to commands.", line, stamp)
+
+
+def _legacy_79(pci: str, message: str, line: str, stamp: _Stamp) -> XidEvent:
+    """A GPU lost without an Xid number in the log, judged as the Xid it stands for (79)."""
+    return XidEvent(code=79, pci_bus_id=_bus_id(pci), message=message, line=line, time=stamp.time,
+                    uptime_s=stamp.uptime_s, legacy=True)
 
 
 def _init_failed(body: str, line: str, stamp: _Stamp, nearby: Optional[str]) -> Optional[GpuFault]:
