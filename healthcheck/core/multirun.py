@@ -51,13 +51,11 @@ def run_many(
     if via == "slurm":
         from healthcheck.core.srun import check_over_srun
 
+        # the node results, the launcher's run findings, and notes for stderr
         launched = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env, mode=mode)
-        if isinstance(launched, list):  # a transport that returns only the node results
-            results = launched
-        else:  # SrunOutcome: results, the launcher's run findings, notes for stderr
-            results = launched.results
-            launch_findings = list(launched.run_findings)
-            warnings += launched.notes
+        results = launched.results
+        launch_findings = list(launched.run_findings)
+        warnings += launched.notes
     else:
         from healthcheck.core.remote import check_over_ssh
 
