@@ -20,9 +20,11 @@ def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | N
            timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run the real `hc` entry point in a subprocess, as an operator would."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    # a crash in C code (a signal, not an exit) leaves its Python stack on stderr
+    full_env["PYTHONFAULTHANDLER"] = "1"
     full_env.update(env or {})
     data = input.encode() if isinstance(input, str) else input
-    return subprocess.run(
+    r = subprocess.run(
         [sys.executable, "-m", "healthcheck", *args],
         input=data,
         capture_output=True,
@@ -30,6 +32,10 @@ def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | N
         timeout=timeout,
         cwd=cwd,
     )
+    if r.returncode < 0:  # shown in the failing test's captured output
+        print(f"hc {' '.join(args)} died with signal {-r.returncode}; stderr:\n"
+              f"{r.stderr.decode(errors='replace')}", file=sys.stderr)
+    return r
 
 
 def no_hardware_outputs() -> dict[str, tuple[str, str, int]]:
