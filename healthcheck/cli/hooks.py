@@ -39,7 +39,7 @@ def _run(kind: str, config_path: Optional[Path], fmt: Optional[str], dry_run: bo
         node = this_node_name()
         settings = getattr(config.main.slurm, kind)
         guard.arm(settings.deadline_s + HARD_MARGIN_S)
-        from healthcheck.hooks import run_hook
+        from healthcheck.orchestrate.hooks import run_hook
 
         result = run_hook(kind, config, dict(os.environ), dry_run=dry_run, tier=tier, resume=resume,
                           node=node, hard_deadline=guard.deadline)
@@ -126,7 +126,7 @@ class HookGuard:
 
 def _verdict() -> int:
     try:
-        from healthcheck.hooks import verdict
+        from healthcheck.orchestrate.hooks import verdict
 
         return verdict()
     except Exception:  # noqa: BLE001 -- hc itself broken: no verdict, the job goes on

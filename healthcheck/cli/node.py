@@ -95,7 +95,7 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     app = App(config_path, fmt)
     checks = [s for s in only.split(",") if s]
     if local:
-        from healthcheck.core.localrun import check_this_node
+        from healthcheck.orchestrate.localrun import check_this_node
 
         report, abandoned = check_this_node(app.config, node=this_node_name(), tier=tier, only=checks,
                                             params={"since": parse_since(since)})
@@ -111,7 +111,7 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
             click.echo(f"hc: error: {exc}", err=True)
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
         os._exit(code)
-    from healthcheck.core.multirun import progress_printer, run_many
+    from healthcheck.orchestrate.multirun import progress_printer, run_many
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
 

@@ -6,7 +6,7 @@
 real GPU node is the code the tests run.
 
 NVML can hang on a failing GPU; the probe runs in an engine thread that is abandoned at
-its deadline (see core/engine.py), so a hang costs the budget and becomes an ERROR.
+its deadline (see orchestrate/engine.py), so a hang costs the budget and becomes an ERROR.
 """
 
 from __future__ import annotations

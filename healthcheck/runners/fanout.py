@@ -1,6 +1,6 @@
 """Run one piece of work per node, at most N at once, each within its own time limit.
 
-Transport-neutral: SSH checks (core/remote.py) use it, and so can anything else that
+Transport-neutral: SSH checks (orchestrate/remote.py) use it, and so can anything else that
 turns a node name into a result. `work` is expected to bound itself (the SSH runner's
 timeouts); the per-node limit here is the backstop for work stuck in-process (a hung
 library call), whose thread is abandoned, never waited for.

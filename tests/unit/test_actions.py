@@ -325,7 +325,7 @@ def test_job_start_respects_the_clients_deadline():
 
 
 def test_epilogue_window_asks_slurm_through_the_client(monkeypatch):
-    from healthcheck import hooks
+    from healthcheck.orchestrate import hooks
 
     seen = {}
 

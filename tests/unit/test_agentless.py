@@ -9,7 +9,7 @@ from support import write_stub
 
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.engine import run_checks
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext, provider_for
 from healthcheck.core.registry import select
 from healthcheck.core.status import Status

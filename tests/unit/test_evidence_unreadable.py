@@ -22,7 +22,7 @@ from support import CORPUS, FIXTURES, make_fake_sysfs_ib, run_hc
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config, NodeConfig
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.engine import run_checks
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provider_for
 from healthcheck.core.model import Finding, Metric

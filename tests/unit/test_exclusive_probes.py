@@ -19,7 +19,7 @@ import pytest
 
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.engine import run_checks
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import (
     PARTIAL_OUTPUT_BYTES,
     ProbeContext,

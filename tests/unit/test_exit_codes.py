@@ -71,7 +71,7 @@ def test_a_hostfile_with_no_node_is_a_usage_error(tmp_path):
 def test_run_many_refuses_an_empty_node_list(tmp_path):
     from healthcheck.core.config import load_config
     from healthcheck.core.errors import UsageError
-    from healthcheck.core.multirun import partition_nodes, run_many
+    from healthcheck.orchestrate.multirun import partition_nodes, run_many
 
     cfg = load_config(config(tmp_path))
     with pytest.raises(UsageError, match="no node to check"):

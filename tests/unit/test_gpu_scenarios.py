@@ -97,7 +97,7 @@ def test_hung_nvml_returns_within_budget_as_error(h100_config):
 
 def test_leftover_process_in_epilogue_context(h100_config):
     from healthcheck.core.config.loader import Config
-    from healthcheck.core.engine import run_checks
+    from healthcheck.orchestrate.engine import run_checks
     from healthcheck.core.facts import ProbeContext
     from healthcheck.core.registry import select
     from healthcheck.runners.local import LocalRunner

@@ -86,7 +86,7 @@ def _hc_with(patch: str, *args: str, env: dict, timeout: float = 60) -> subproce
 def test_an_unexpected_exception_exits_by_the_contract(tmp_path, exc):
     bin_dir, log, env = setup(tmp_path)
     patch = f"""
-        import healthcheck.hooks as h
+        import healthcheck.orchestrate.hooks as h
         def broken(*a, **k):
             raise {exc}
         h.run_hook = broken
@@ -100,7 +100,7 @@ def test_an_unexpected_exception_exits_by_the_contract(tmp_path, exc):
 def test_a_failed_node_still_exits_2_when_hc_breaks_while_acting(tmp_path):
     bin_dir, log, env = setup(tmp_path, mtu=1500)
     patch = """
-        import healthcheck.hooks as h
+        import healthcheck.orchestrate.hooks as h
         def broken(*a, **k):
             raise RuntimeError("audit exploded")
         h.act = broken

@@ -11,7 +11,7 @@ import pytest
 from test_checks_gpu import facts, healthy_gpu
 
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.engine import run_checks
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.registry import select
 from healthcheck.core.status import Status

@@ -124,7 +124,7 @@ def test_every_catalogued_id_appears_in_the_schema_pattern():
 
 
 def test_node_result_error_field_round_trips():
-    from healthcheck.core.engine import unreachable_result
+    from healthcheck.orchestrate.engine import unreachable_result
 
     n = unreachable_result("gpu9", "generic", "connection refused", "agentless")
     assert n.status is Status.ERROR and n.findings[0].id == "hc.E006"

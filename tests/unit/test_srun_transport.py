@@ -107,7 +107,7 @@ def test_an_srun_that_never_starts_is_bounded_and_its_job_cancelled(tmp_path, va
 
 def test_srun_gets_a_bounded_wait_outside_an_allocation_and_none_inside(tmp_path):
     from healthcheck.core.config import load_config
-    from healthcheck.core.srun import srun_argv
+    from healthcheck.orchestrate.srun import srun_argv
 
     cfg = load_config(config(tmp_path))
     outside = srun_argv(cfg, ["n1"], tier="quick", only=(), since=None, job_name="hc-sweep-x", wait_s=60)

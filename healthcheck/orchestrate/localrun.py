@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from healthcheck.core.config import Config
-from healthcheck.core.engine import run_checks
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.model import Report
 from healthcheck.core.registry import select

@@ -28,7 +28,7 @@ from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
 from healthcheck.core.errors import ExitCode, HcError
-from healthcheck.core.localrun import check_this_node
+from healthcheck.orchestrate.localrun import check_this_node
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
 from healthcheck.probes.sysinfo import boot_time

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional
 import msgspec
 
 from healthcheck.core.config import Config
-from healthcheck.core.engine import plan_facts, run_checks, unreachable_result
+from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.facts import ProbeContext, prefetch_commands
 from healthcheck.core.model import NodeResult

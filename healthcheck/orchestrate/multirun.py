@@ -49,7 +49,7 @@ def run_many(
     warnings: list[str] = []
     launch_findings: list = []
     if via == "slurm":
-        from healthcheck.core.srun import check_over_srun
+        from healthcheck.orchestrate.srun import check_over_srun
 
         # the node results, the launcher's run findings, and notes for stderr
         launched = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env, mode=mode)
@@ -57,7 +57,7 @@ def run_many(
         launch_findings = list(launched.run_findings)
         warnings += launched.notes
     else:
-        from healthcheck.core.remote import check_over_ssh
+        from healthcheck.orchestrate.remote import check_over_ssh
 
         results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
                                  on_done=on_done)

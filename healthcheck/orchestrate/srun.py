@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Optional
 import msgspec
 
 from healthcheck.core.config import Config
-from healthcheck.core.engine import unreachable_result
+from healthcheck.orchestrate.engine import unreachable_result
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
@@ -80,7 +80,7 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
         for r in _run_srun(config, placeable, tier=tier, only=only, since=since, env=run_env, out=out):
             by_node[r.node] = r
     if over_ssh:
-        from healthcheck.core.remote import check_over_ssh
+        from healthcheck.orchestrate.remote import check_over_ssh
 
         out.notes.append(f"checking {fold(over_ssh)} over SSH: drained by hc, so Slurm cannot place a task there")
         for r in check_over_ssh(config, over_ssh, tier=tier, only=only, mode=mode, params={"since": since}):
