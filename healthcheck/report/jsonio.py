@@ -15,6 +15,7 @@ import msgspec
 from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
+from healthcheck.core import typed
 
 __all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "decode", "encode", "read_report", "write_atomic"]
 
@@ -42,10 +43,10 @@ def _unsupported(source: str, schema: str) -> HcError:
 def decode(data: bytes, source: str = "report") -> Report:
     """A report of any readable version, as the current model (an older one upgraded in memory)."""
     try:
-        report = msgspec.json.decode(data, type=Report)
+        report = typed.decode_json(data, Report)
     except msgspec.DecodeError as exc:
         try:  # a newer hc's report may not fit this model: name its version, not the mismatch
-            head = msgspec.json.decode(data, type=_Head)
+            head = typed.decode_json(data, _Head)
         except msgspec.DecodeError:
             head = None
         if head is not None and head.schema.startswith("hc.report/") and head.schema not in READABLE_SCHEMAS:

@@ -28,6 +28,7 @@ from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.inputs import clip as _clip
 from healthcheck.core.nodes import Hostlist, HostlistError, parse_hostlist
+from healthcheck.core import typed
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
 EMBEDDED_DEFAULT = EMBEDDED_DIR / "default.yaml"
@@ -320,7 +321,7 @@ def _convert(data: Any, model: type, prov: Provenance, doc: YamlDoc | None) -> A
     """msgspec.convert (types and ranges), then the rules across keys; errors name file,
     line and key."""
     try:
-        value = msgspec.convert(data, model)
+        value = typed.convert(data, model)
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc), data, model, prov, doc)) from None
     for path, message, related in value_problems(value):
@@ -435,7 +436,7 @@ def _fails(value: Any, tp: Any, *, keys: bool = False) -> bool:
     if keys:
         return _bad_key(value, tp) is not None
     try:
-        msgspec.convert(value, tp)
+        typed.convert(value, tp)
     except msgspec.ValidationError:
         return True
     return False
