@@ -39,9 +39,10 @@ from healthcheck.core.analysis import FleetInput
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import FleetSettings
 from healthcheck.core.model import Finding, Limit, NodeResult
-from healthcheck.core.registry import CONTEXTS, TIERS, NotApplicable, analysis
+from healthcheck.core.registry import NotApplicable, analysis
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
+from healthcheck.core.tiers import ALL  # fleet analyses run in every tier and context
 
 DRIFT = finding(
     "fleet.E001",
@@ -91,10 +92,6 @@ class _Group:
         self.unit = unit
 
 
-# Fleet analyses run over every tier and context a many-node run can have.
-_ALL = TIERS + CONTEXTS
-
-
 def analyse(
     nodes: list[NodeResult], settings: FleetSettings, history: dict[str, list[str]] | None = None
 ) -> list[NodeResult]:
@@ -133,21 +130,21 @@ def _need_peers(inputs: FleetInput) -> None:
         raise NotApplicable("fewer than two nodes were checked: no peers to compare with")
 
 
-@analysis(CHECK_DRIFT, scope="fleet", tier=_ALL, findings=(DRIFT,))
+@analysis(CHECK_DRIFT, scope="fleet", tier=ALL, findings=(DRIFT,))
 def drift(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
     """A setting or version matches what most nodes of the same fabric have."""
     _need_peers(inputs)
     yield from _judge(inputs, _groups(inputs, settings)[0], _drift)
 
 
-@analysis(CHECK_OUTLIER, scope="fleet", tier=_ALL, findings=(OUTLIER,))
+@analysis(CHECK_OUTLIER, scope="fleet", tier=ALL, findings=(OUTLIER,))
 def outliers(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
     """A measurement is near the median of the same component on the fabric's nodes."""
     _need_peers(inputs)
     yield from _judge(inputs, _groups(inputs, settings)[1], lambda k, g: _outliers(k, g, settings))
 
 
-@analysis(CHECK_FLAP, scope="fleet", tier=_ALL, findings=(FLAPPING,))
+@analysis(CHECK_FLAP, scope="fleet", tier=ALL, findings=(FLAPPING,))
 def flaps(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
     """A node does not keep changing between FAIL and healthy across recent runs."""
     history = inputs.history

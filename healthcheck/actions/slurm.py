@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from healthcheck.core.config.schema import SlurmSettings
-from healthcheck.runners.local import CommandResult, run_command
+from healthcheck.runners.base import CommandResult
+from healthcheck.runners.local import run_command
 
 # Slurm's messages for failures that a retry can fix
 _TRANSIENT = (

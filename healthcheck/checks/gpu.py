@@ -25,9 +25,8 @@ from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding, Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status, against_limits
+from healthcheck.core.tiers import ALL as ALL_TIERS_AND_EPILOGUE
 from healthcheck.parsers.gpu_common import Gpu, GpuFacts
-
-ALL_TIERS_AND_EPILOGUE = ("quick", "standard", "deep", "epilogue")
 
 NVML_UNAVAILABLE = finding(
     "gpu.E001", "NVML could not initialise on a node that should have GPUs",
@@ -146,7 +145,7 @@ def _label(g: Gpu) -> str:
 
 def _pci_only(facts: GpuFacts) -> list[str]:
     """Bus ids of the NVIDIA GPUs only the PCI bus shows (NVML down or listing none)."""
-    from healthcheck.probes.gpu import is_pci_only
+    from healthcheck.parsers.gpu_common import is_pci_only
 
     return [lost.pci_bus_id or "?" for lost in facts.lost if is_pci_only(lost)]
 
@@ -183,50 +182,52 @@ def _severity(value: str) -> Optional[Status]:
 @check("gpu.count", tier="quick", needs=("gpus",),
        findings=(NVML_UNAVAILABLE, GPUS_NOT_DRIVEN, GPU_COUNT, GPU_MODEL, GPU_LOST, catalogue.TOOL_MISSING),
        budget_s=5.0)
-def count(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """The fabric's number of GPUs (or every GPU of the job, or every NVIDIA GPU on the PCI bus) is present, answering, and of the fabric's model."""
     expected = limits.gpu.count
-    on_pci = _pci_only(facts)
-    if on_pci and expected != 0 and not facts.gpus:
-        why = facts.init_error or "NVML lists no GPU"
+    on_pci = _pci_only(gpus)
+    if on_pci and expected != 0 and not gpus.gpus:
+        why = gpus.init_error or "NVML lists no GPU"
         where = ", ".join(on_pci)
         if expected is None:
             # A GPU node whose driver is down cannot run a GPU job: that is evidence
             # against the node (FAIL), not a check that could not run (ERROR).
             yield GPUS_NOT_DRIVEN.fail(
                 f"{len(on_pci)} NVIDIA GPU(s) on the PCI bus ({where}) but {why}: the node cannot run GPU jobs",
-                value=on_pci, evidence="; ".join(lost.error for lost in facts.lost))
-        elif facts.init_error:
+                value=on_pci, evidence="; ".join(lost.error for lost in gpus.lost))
+        elif gpus.init_error:
             yield NVML_UNAVAILABLE.fail(
-                f"NVML could not initialise ({facts.init_error}); expected {expected} GPUs; on the PCI bus: {where}",
-                value=facts.init_error, limit=Limit("==", expected, "gpu.count"))
+                f"NVML could not initialise ({gpus.init_error}); expected {expected} GPUs; on the PCI bus: {where}",
+                value=gpus.init_error, limit=Limit("==", expected, "gpu.count"))
         else:
             yield GPU_COUNT.fail(f"NVML lists no GPU, expected {expected}; on the PCI bus: {where}",
                                  value=0, limit=Limit("==", expected, "gpu.count"))
         return
-    if facts.init_error:
+    if gpus.init_error:
         if not expected:
-            raise NotApplicable(f"no NVIDIA GPU here: {facts.init_error}")
+            raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}")
         yield NVML_UNAVAILABLE.fail(
-            f"NVML could not initialise ({facts.init_error}); expected {expected} GPUs",
-            value=facts.init_error, limit=Limit("==", expected, "gpu.count"))
+            f"NVML could not initialise ({gpus.init_error}); expected {expected} GPUs",
+            value=gpus.init_error, limit=Limit("==", expected, "gpu.count"))
         return
-    if not facts.gpus and not facts.lost and expected is None:
+    if not gpus.gpus and not gpus.lost and expected is None:
         raise NotApplicable("no NVIDIA GPU found and the fabric expects none")
-    for lost in facts.lost:
+    for lost in gpus.lost:
         where = f"GPU{lost.index}" if lost.index is not None else (lost.pci_bus_id or "a GPU")
         yield GPU_LOST.fail(f"{where} does not answer ({lost.error})", component=where, value=lost.error)
-    present = {g.index for g in facts.gpus}
-    if facts.scoped_to is not None:
-        for index in facts.scoped_to:
-            if index not in present and not any(l.index == index for l in facts.lost):
-                yield GPU_COUNT.fail(f"the job's GPU{index} is not present", component=f"GPU{index}",
-                                     limit=Limit("present", index, "SLURM_JOB_GPUS"))
-    elif expected is not None and len(facts.gpus) + len(facts.lost) != expected:
-        yield GPU_COUNT.fail(f"{len(facts.gpus) + len(facts.lost)} GPUs found, expected {expected}",
-                             value=len(facts.gpus) + len(facts.lost), limit=Limit("==", expected, "gpu.count"))
-    yield Metric("gpu_count", len(facts.gpus))
-    for g in facts.gpus:
+    present = {g.index for g in gpus.gpus}
+    if gpus.scoped_to is not None:
+        for index in gpus.scoped_to:
+            if index not in present and not any(l.index == index for l in gpus.lost):
+                # the job's environment asked for it, not the config: no Limit (its key
+                # would name no config key, and the finding no source)
+                yield GPU_COUNT.fail(f"the job's GPU{index} (SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES) is not "
+                                     "present", component=f"GPU{index}")
+    elif expected is not None and len(gpus.gpus) + len(gpus.lost) != expected:
+        yield GPU_COUNT.fail(f"{len(gpus.gpus) + len(gpus.lost)} GPUs found, expected {expected}",
+                             value=len(gpus.gpus) + len(gpus.lost), limit=Limit("==", expected, "gpu.count"))
+    yield Metric("gpu_count", len(gpus.gpus))
+    for g in gpus.gpus:
         if g.name:
             yield Metric("model", g.name, component=_label(g))
         if limits.gpu.model is not None and g.name is None:
@@ -239,10 +240,10 @@ def count(facts: GpuFacts, limits: Fabric) -> CheckOutput:
 @check("gpu.ecc", tier=ALL_TIERS_AND_EPILOGUE, needs=("gpus",),
        findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, catalogue.TOOL_MISSING),
        budget_s=5.0)
-def ecc(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU has uncorrected ECC errors, too many corrected ones, pending retirements or remaps, or a failed remap."""
     gl = limits.gpu
-    for g in _gpus(facts, limits):
+    for g in _gpus(gpus, limits):
         c = _label(g)
         for name in ("ecc_volatile_uncorrected", "ecc_volatile_corrected", "remapped_rows_correctable",
                      "remapped_rows_uncorrectable", "retired_pages_dbe"):
@@ -287,21 +288,21 @@ def log_window(log) -> str:
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
        findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, catalogue.TOOL_FAILED), budget_s=5.0)
-def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
+def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed init, crash dump) the severity table marks WARN or FAIL, in the window read."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
     from healthcheck.parsers.xid import INIT_FAILED, summarize
 
-    if log.source is None or not log.source_lines:
+    if kernel_gpu_log.source is None or not kernel_gpu_log.source_lines:
         # the providers never hand on an unread log; anything else is not evidence either
         yield catalogue.TOOL_FAILED(Status.ERROR, "gpu.xid has no kernel log that was read (source "
-                                    f"{log.source or 'unknown'}, {log.source_lines or 0} lines): Xid events "
-                                    "cannot be ruled out")
+                                    f"{kernel_gpu_log.source or 'unknown'}, {kernel_gpu_log.source_lines or 0} "
+                                    "lines): Xid events cannot be ruled out")
         return
     policy = limits.gpu.xid
     no_gpu = gpus is not None and gpus.init_error and not limits.gpu.count and not _pci_only(gpus)
-    if no_gpu and not log.xids and not log.sxids and not log.faults:
-        raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}; no NVIDIA event {log_window(log)}")
+    if no_gpu and not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not kernel_gpu_log.faults:
+        raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}; no NVIDIA event {log_window(kernel_gpu_log)}")
     index_of = {g.pci_bus_id: g.index for g in (gpus.gpus if gpus is not None else [])}
     scope = set(gpus.scoped_to) if gpus is not None and gpus.scoped_to is not None else None
 
@@ -313,14 +314,14 @@ def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
         where = f"GPU{index}" if index is not None else (bus or "GPU?")
         return where, f" ({bus})" if index is not None and bus else "", where
 
-    yield Metric("xid_events", len(log.xids))
-    window = log_window(log)
-    yield Metric("kernel_log_lines", log.source_lines)
+    yield Metric("xid_events", len(kernel_gpu_log.xids))
+    window = log_window(kernel_gpu_log)
+    yield Metric("kernel_log_lines", kernel_gpu_log.source_lines)
     # what was read, for a PASS as much as a FAIL: a clean verdict names its evidence
     yield Metric("kernel_log", window)
     failed: set[Optional[str]] = set()  # buses with a FAIL already: a crash dump adds nothing to them
-    numberless = {e.pci_bus_id for e in log.xids if e.legacy}
-    for s in summarize(log.xids):
+    numberless = {e.pci_bus_id for e in kernel_gpu_log.xids if e.legacy}
+    for s in summarize(kernel_gpu_log.xids):
         status = _severity(policy.severity.get(s.code, policy.unknown))
         where, pci, _ = place(s.pci_bus_id)
         if where is None or status is None:
@@ -338,7 +339,7 @@ def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
                   limit=Limit("==", policy.severity.get(s.code, policy.unknown), key), evidence=s.first_line)
     seen: set[tuple] = set()
-    for e in log.sxids:
+    for e in kernel_gpu_log.sxids:
         if e.severity is None:
             continue  # continuation lines (Severity/Data) belong to the event above them
         status = _severity(policy.sxid_fatal if e.severity.lower() == "fatal" else policy.sxid_other)
@@ -350,7 +351,7 @@ def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
         yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}", component=f"{where}:sxid{e.code}",
                    value=e.code, evidence=e.line)
     groups: dict[tuple[str, Optional[str]], list] = {}
-    for fault in log.faults:
+    for fault in kernel_gpu_log.faults:
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
         where, pci, component = place(bus)
@@ -371,10 +372,10 @@ def xid(log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
 
 @check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT, catalogue.TOOL_MISSING),
        budget_s=5.0)
-def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def clocks(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU's clocks are held down by a hardware or thermal reason, and none is hotter than the fabric's limit."""
     gl = limits.gpu
-    for g in _gpus(facts, limits):
+    for g in _gpus(gpus, limits):
         c = _label(g)
         if g.temperature_c is not None:
             yield Metric("temperature_c", g.temperature_c, "C", component=c)
@@ -396,14 +397,14 @@ def clocks(facts: GpuFacts, limits: Fabric) -> CheckOutput:
 
 @check("gpu.pcie", tier="quick", needs=("gpus",), findings=(PCIE_WIDTH, PCIE_GEN, catalogue.TOOL_MISSING),
        budget_s=5.0)
-def pcie(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def pcie(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU's PCIe link runs at its full width and generation (or the fabric's, where set)."""
     gl = limits.gpu
-    gpus = _gpus(facts, limits)
+    judged = _gpus(gpus, limits)
     if not gl.pcie_width and not gl.pcie_gen and all(
-            g.pcie_width_current is None and g.pcie_gen_current is None for g in gpus):
+            g.pcie_width_current is None and g.pcie_gen_current is None for g in judged):
         raise NotApplicable("NVML gives no PCIe link state for any GPU and the fabric sets no figure")
-    for g in gpus:
+    for g in judged:
         c = _label(g)
         if gl.pcie_width and g.pcie_width_current is None:
             yield _unknown(f"{c}'s PCIe link width", c, "gpu.pcie_width")
@@ -427,15 +428,15 @@ def pcie(facts: GpuFacts, limits: Fabric) -> CheckOutput:
 
 @check("gpu.nvlink", tier="standard", needs=("gpus",), findings=(NVLINK_DOWN, NVLINK_ERRORS, catalogue.TOOL_MISSING),
        budget_s=8.0)
-def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def nvlink(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU has the fabric's number of active NVLinks, with error counters under the fabric's limits."""
     gl = limits.gpu
-    gpus = _gpus(facts, limits)
-    if gl.nvlink_count is None and not any(g.nvlinks for g in gpus):
+    judged = _gpus(gpus, limits)
+    if gl.nvlink_count is None and not any(g.nvlinks for g in judged):
         raise NotApplicable("no NVLink here and the fabric expects none")
     warn_at = msgspec.structs.asdict(gl.nvlink_errors_warn)
     fail_at = msgspec.structs.asdict(gl.nvlink_errors_fail)
-    for g in gpus:
+    for g in judged:
         c = _label(g)
         if g.nvlinks is None:
             if gl.nvlink_count is not None:
@@ -463,30 +464,31 @@ def nvlink(facts: GpuFacts, limits: Fabric) -> CheckOutput:
 
 @check("gpu.versions", tier="standard", needs=("gpus",), optional=("shared_libs",),
        findings=(VERSION_MISMATCH, VERSION_INCONSISTENT, catalogue.TOOL_MISSING), budget_s=5.0)
-def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
+def versions(gpus: GpuFacts, shared_libs, limits: Fabric) -> CheckOutput:
     """Driver, CUDA, VBIOS and NCCL versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
     gl = limits.gpu
-    gpus = _gpus(facts, limits)
-    nccl_lib = libs.version_of("libnccl.so") if libs is not None else None
+    judged = _gpus(gpus, limits)
+    nccl_lib = shared_libs.version_of("libnccl.so") if shared_libs is not None else None
     nccl = nccl_lib.version if nccl_lib is not None else None
-    if facts.driver_version:
-        yield Metric("driver_version", facts.driver_version)
-    if facts.cuda_version:
-        yield Metric("cuda_version", facts.cuda_version)
+    if gpus.driver_version:
+        yield Metric("driver_version", gpus.driver_version)
+    if gpus.cuda_version:
+        yield Metric("cuda_version", gpus.cuda_version)
     if nccl:
         yield Metric("nccl_version", nccl)
-    for label, have, want, key in (("driver", facts.driver_version, gl.driver_version, "gpu.driver_version"),
-                                   ("CUDA", facts.cuda_version, gl.cuda_version, "gpu.cuda_version"),
+    for label, have, want, key in (("driver", gpus.driver_version, gl.driver_version, "gpu.driver_version"),
+                                   ("CUDA", gpus.cuda_version, gl.cuda_version, "gpu.cuda_version"),
                                    ("NCCL", nccl, gl.nccl_version, "gpu.nccl_version")):
         if want is not None and have is None:
-            why = "the shared-library list could not be read" if label == "NCCL" and libs is None else "unknown"
+            unread = label == "NCCL" and shared_libs is None
+            why = "the shared-library list could not be read" if unread else "unknown"
             yield catalogue.TOOL_MISSING(Status.ERROR, f"{label} version is {why}, so {key} cannot be judged",
                                          component=label.lower())
         elif want is not None and have != want:
             yield VERSION_MISMATCH.fail(f"{label} version is {have}, expected {want}", component=label.lower(),
                                         value=have, limit=Limit("==", want, key))
-    vbios = {g.vbios_version for g in gpus if g.vbios_version}
-    for g in gpus:
+    vbios = {g.vbios_version for g in judged if g.vbios_version}
+    for g in judged:
         if g.vbios_version:
             yield Metric("vbios_version", g.vbios_version, component=_label(g))
         if gl.vbios_version is not None and g.vbios_version is None:
@@ -502,9 +504,9 @@ def versions(facts: GpuFacts, libs, limits: Fabric) -> CheckOutput:
 
 @check("gpu.processes", tier="epilogue", needs=("gpus",),
        findings=(LEFTOVER_PROCESS, LEFTOVER_MEMORY, catalogue.TOOL_MISSING), budget_s=5.0)
-def processes(facts: GpuFacts, limits: Fabric) -> CheckOutput:
+def processes(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """After a job, no compute process is left on its GPUs and no GPU holds memory without a process."""
-    for g in _gpus(facts, limits):
+    for g in _gpus(gpus, limits):
         c = _label(g)
         if g.processes is None:
             # what a job left behind is this check's whole question: not knowing is not "nothing"

@@ -71,19 +71,19 @@ def _is_compute(port: IbPort, ib: IbLimits) -> bool:
     findings=(HCA_COUNT, PORT_NOT_ACTIVE, PORT_PHYS_STATE, PORT_RATE, catalogue.TOOL_FAILED, catalogue.TOOL_MISSING),
     budget_s=3.0,
 )
-def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
+def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
     """The fabric's compute HCAs are all present and every port of them is Active/LinkUp at the expected rate."""
     ib = limits.ib
-    if not ports.ports and not ports.errors and ib.hca_count is None:
+    if not ib_ports.ports and not ib_ports.errors and ib.hca_count is None:
         raise NotApplicable("no InfiniBand HCA found and the fabric expects none")
-    if ports.errors:
+    if ib_ports.errors:
         yield catalogue.TOOL_FAILED(Status.ERROR, "InfiniBand HCAs or ports could not be read: "
-                                    + "; ".join(ports.errors[:5]), value=len(ports.errors),
-                                    evidence="\n".join(ports.errors)[-2000:])
-    compute = [p for p in ports.ports if _is_compute(p, ib)]
-    others = [p for p in ports.ports if not _is_compute(p, ib)]
+                                    + "; ".join(ib_ports.errors[:5]), value=len(ib_ports.errors),
+                                    evidence="\n".join(ib_ports.errors)[-2000:])
+    compute = [p for p in ib_ports.ports if _is_compute(p, ib)]
+    others = [p for p in ib_ports.ports if not _is_compute(p, ib)]
     hcas = sorted({p.ca for p in compute})
-    if ports.errors and ib.hca_count is not None and len(hcas) < ib.hca_count:
+    if ib_ports.errors and ib.hca_count is not None and len(hcas) < ib.hca_count:
         pass  # the HCAs not counted may be the ones that could not be read: the ERROR above says so
     elif ib.hca_count is not None and len(hcas) != ib.hca_count:
         message = f"{len(hcas)} compute HCAs found, expected {ib.hca_count}"
@@ -121,14 +121,14 @@ def port_state(ports: IbPorts, limits: Fabric) -> CheckOutput:
 
 @check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH, catalogue.TOOL_MISSING),
        budget_s=3.0)
-def counters(facts: IbCounters, limits: Fabric) -> CheckOutput:
+def counters(ib_counters: IbCounters, limits: Fabric) -> CheckOutput:
     """No error counter of an HCA port is above the fabric's warn or fail limit."""
     ib = limits.ib
-    if not facts.ports:
+    if not ib_counters.ports:
         raise NotApplicable("no InfiniBand HCA found")
     fail_limits = msgspec.structs.asdict(ib.counters_fail)
     warn_limits = msgspec.structs.asdict(ib.counters_warn)
-    for port in facts.ports:
+    for port in ib_counters.ports:
         if port.ca and not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
             continue
         missing = [name for name in fail_limits if port.counters.get(name) is None

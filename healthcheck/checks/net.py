@@ -54,13 +54,13 @@ MTU_OUT_OF_BOUNDS = finding(
     findings=(MTU_MISMATCH, IFACE_MISSING, IFACE_COUNT, IFACE_DOWN, MTU_OUT_OF_BOUNDS),
     budget_s=2.0,
 )
-def mtu(links: IpLinks, limits: Fabric) -> CheckOutput:
+def mtu(ip_links: IpLinks, limits: Fabric) -> CheckOutput:
     """Every interface the fabric names exists, is up and has its MTU; every other up interface has a sane MTU."""
     net = limits.net
     claimed: set[str] = set()
     for pattern, spec in net.interfaces.items():
         key = key_str(("net", "interfaces", pattern))
-        matched = [link for link in links.links if fnmatchcase(link.name, pattern)]
+        matched = [link for link in ip_links.links if fnmatchcase(link.name, pattern)]
         claimed.update(link.name for link in matched)
         if spec.count is not None and len(matched) != spec.count:
             names = ", ".join(sorted(link.name for link in matched)) or "none"
@@ -92,7 +92,7 @@ def mtu(links: IpLinks, limits: Fabric) -> CheckOutput:
                     unit="bytes",
                     limit=Limit("==", spec.mtu, f"{key}.mtu"),
                 )
-    for link in links.links:
+    for link in ip_links.links:
         if link.name in claimed or not link.admin_up or any(fnmatchcase(link.name, p) for p in net.ignore):
             continue
         yield Metric("mtu", link.mtu, "bytes", component=link.name)

@@ -13,8 +13,7 @@ from healthcheck.core.config.yamlsrc import key_str
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, check
 from healthcheck.core.status import Status
-from healthcheck.parsers.procfs import MemInfo, Mounts
-from healthcheck.probes.sysinfo import DiskSpace, Processes
+from healthcheck.parsers.procfs import DiskSpace, MemInfo, Mounts, Processes
 
 GIB = 1024**3
 
@@ -61,9 +60,9 @@ SERVICE_DOWN = finding(
     budget_s=1.0,
     applies=lambda limits: None if limits.sys.mem_total_min_gib is not None else "no memory figure configured",
 )
-def memory(mem: MemInfo, limits: Fabric) -> CheckOutput:
+def memory(meminfo: MemInfo, limits: Fabric) -> CheckOutput:
     """The node has at least the fabric's total memory."""
-    total_gib = mem.total_kib * 1024 / GIB
+    total_gib = meminfo.total_kib * 1024 / GIB
     yield Metric("mem_total_gib", round(total_gib, 1), "GiB")
     minimum = limits.sys.mem_total_min_gib
     if minimum is not None and total_gib < minimum:
@@ -83,9 +82,9 @@ def memory(mem: MemInfo, limits: Fabric) -> CheckOutput:
     budget_s=2.0,
     applies=lambda limits: None if limits.sys.disk_free_min_gib else "no free-space limits configured",
 )
-def disk(space: DiskSpace, limits: Fabric) -> CheckOutput:
+def disk(disk_space: DiskSpace, limits: Fabric) -> CheckOutput:
     """Every configured path exists and has at least its configured free space."""
-    measured = {entry.path: entry for entry in space.paths}
+    measured = {entry.path: entry for entry in disk_space.paths}
     for path, minimum in limits.sys.disk_free_min_gib.items():
         entry = measured.get(path)
         if entry is None or entry.unreadable:
@@ -119,10 +118,10 @@ def disk(space: DiskSpace, limits: Fabric) -> CheckOutput:
     budget_s=1.0,
     applies=lambda limits: None if limits.sys.mounts else "no required mounts configured",
 )
-def mounts(facts: Mounts, limits: Fabric) -> CheckOutput:
+def mounts(mounts: Mounts, limits: Fabric) -> CheckOutput:
     """Every required mount point is mounted."""
     for mountpoint in limits.sys.mounts:
-        if not facts.at(mountpoint.rstrip("/") or "/"):
+        if not mounts.at(mountpoint.rstrip("/") or "/"):
             yield MOUNT_MISSING.fail(
                 f"{mountpoint} is not mounted", component=mountpoint, limit=Limit("present", mountpoint, "sys.mounts")
             )
@@ -136,16 +135,16 @@ def mounts(facts: Mounts, limits: Fabric) -> CheckOutput:
     budget_s=2.0,
     applies=lambda limits: None if limits.sys.services else "no required services configured",
 )
-def services(procs: Processes, limits: Fabric) -> CheckOutput:
+def services(processes: Processes, limits: Fabric) -> CheckOutput:
     """Every service the fabric requires has its process running."""
     for service, process in limits.sys.services.items():
-        if process not in procs.names and procs.incomplete:
+        if process not in processes.names and processes.incomplete:
             yield catalogue.TOOL_FAILED(
                 Status.ERROR, f"{service}: no process {process} seen, but the process list is incomplete "
-                f"({procs.incomplete}): cannot tell whether it runs", component=service)
-        elif process not in procs.names:
+                f"({processes.incomplete}): cannot tell whether it runs", component=service)
+        elif process not in processes.names:
             yield SERVICE_DOWN.fail(
                 f"{service} is not running (no process {process})",
                 component=service,
-                limit=Limit("present", process, f"sys.services.{service}"),
+                limit=Limit("present", process, key_str(("sys", "services", service))),
             )

@@ -14,6 +14,7 @@ from healthcheck.core.errors import ExitCode
 from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
+from healthcheck.core.tiers import TIERS
 
 
 def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:
@@ -101,7 +102,7 @@ def format_option(fn: Callable) -> Callable:
 def tier_option(default: str = "quick") -> Callable[[Callable], Callable]:
     return click.option(
         "--tier",
-        type=click.Choice(["quick", "standard", "deep"]),
+        type=click.Choice(list(TIERS)),
         default=default,
         envvar="HC_TIER",
         show_default=True,

@@ -7,6 +7,7 @@ from typing import Optional
 import click
 
 from healthcheck.cli.app import App, format_option
+from healthcheck.core.tiers import ALL
 
 
 @click.group()
@@ -15,13 +16,13 @@ def checks() -> None:
 
 
 @checks.command("list")
-@click.option("--tier", type=click.Choice(["quick", "standard", "deep", "epilogue"]), default=None,
+@click.option("--tier", type=click.Choice(list(ALL)), default=None,
               help="Only the checks that run in this tier or context.")
 @format_option
 def list_checks(tier: Optional[str], fmt: str) -> int:
     """List every check and analysis (name, scope, tiers, budget, invariant) and every finding ID (meaning, hint)."""
     from healthcheck.core import catalogue
-    from healthcheck.core.registry import TIERS, current
+    from healthcheck.core.registry import current
 
     registry = current()  # checks and analyses come from the registries, each loading its modules
     specs = [s for s in sorted(registry.all_checks().values(), key=lambda s: s.name)
@@ -41,7 +42,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
     findings = [
         f for fid, f in sorted(catalogue.CATALOGUE.items()) if fid in ids_in_view or fid in core_ids
     ]
-    order = {t: i for i, t in enumerate(TIERS + ("epilogue",))}
+    order = {t: i for i, t in enumerate(ALL)}
     app = App(fmt=fmt)
     if fmt == "json":
         app.emit_json(

@@ -13,6 +13,7 @@ from typing import Optional
 import click
 
 from healthcheck.cli.app import App, config_option
+from healthcheck.core.tiers import TIERS
 
 
 # The whole hook run is bounded by its tier's deadline_s plus this margin for acting and
@@ -199,7 +200,7 @@ def epilogue(config_path: Optional[Path], fmt: Optional[str], dry_run: bool) -> 
 @config_option
 @_format_option
 @_dry_run_option
-@click.option("--tier", type=click.Choice(["quick", "standard", "deep"]), default=None,
+@click.option("--tier", type=click.Choice(list(TIERS)), default=None,
               help="Tier to run [default: slurm.health.tier in the config].")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Resume nodes hc drained once the checks named in their reason pass again.")

@@ -111,7 +111,8 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
             click.echo(f"hc: error: {exc}", err=True)
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
         os._exit(code)
-    from healthcheck.orchestrate.multirun import progress_printer, run_many
+    from healthcheck.cli.progress import progress_printer
+    from healthcheck.orchestrate.multirun import run_many
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
 

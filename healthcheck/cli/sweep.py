@@ -37,7 +37,8 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
     Exit codes as for `hc node`; 5 when --act was refused by the blast-radius guard.
     """
     from healthcheck.core.errors import ExitCode, HcError
-    from healthcheck.orchestrate.multirun import partition_nodes, progress_printer, run_many
+    from healthcheck.cli.progress import progress_printer
+    from healthcheck.orchestrate.multirun import partition_nodes, run_many
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
 

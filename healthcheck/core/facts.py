@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-from healthcheck.runners.local import CommandResult
+from healthcheck.runners.base import CommandResult, Runner
 
 # How much of what a timed-out command printed is kept as evidence (per stream, bytes):
 # enough for the last lines of a bandwidth sweep, small enough for a report.
@@ -76,25 +76,6 @@ def partial_output(result: CommandResult, limit: int = PARTIAL_OUTPUT_BYTES) -> 
 def timeout_error(result: CommandResult, what: str, timeout_s: float) -> ProbeError:
     """The ProbeError of a timed-out command, carrying what it printed as evidence."""
     return ProbeError(ProbeKind.TIMEOUT, f"{what} did not finish within {timeout_s:g}s", partial_output(result))
-
-
-class Runner(Protocol):
-    """Where a command runs: locally, over SSH, under srun.
-
-    env: variables set for this command on top of the runner's own environment;
-    cwd: the directory it runs in. Callers pass them only when they need them, so a
-    runner that predates them keeps working for every other command.
-    """
-
-    def run(
-        self,
-        argv: tuple[str, ...],
-        *,
-        timeout_s: float,
-        input: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-    ) -> CommandResult: ...
 
 
 @dataclass
@@ -225,9 +206,9 @@ class Providers:
 
 
 def _load_probes() -> None:
-    from healthcheck.probes import load_all
+    from healthcheck.core.plugins import load_probes
 
-    load_all()
+    load_probes()
 
 
 # The process-wide providers: every probe module registers here (through `provides`).

@@ -1,12 +1,19 @@
-"""Import the modules that register checks, analyses or fact providers, once, when first needed."""
+"""Import the modules that register checks, analyses or fact providers, once, when first needed.
+
+Plugins are named here, not imported: the kernel loads the packages that fill its
+registries by name, as entry points would, so it does not depend on their code (the
+import contract in pyproject.toml keeps `healthcheck.core` below checks and probes).
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import Iterable
 
-# Modules that register analyses (work over many nodes' results); the check families
-# are listed in healthcheck/checks/__init__.py.
+# Packages whose load_all() registers their check families and fact providers (each
+# lists its own modules), and the modules that register analyses.
+CHECK_PACKAGE = "healthcheck.checks"
+PROBE_PACKAGE = "healthcheck.probes"
 ANALYSIS_MODULES = ("healthcheck.fleet",)
 
 _loaded: set[str] = set()
@@ -30,9 +37,17 @@ def load_analyses() -> None:
     _loaded.add("<analyses>")
 
 
+def load_checks() -> None:
+    """Import every check family, once per process."""
+    importlib.import_module(CHECK_PACKAGE).load_all()
+
+
+def load_probes() -> None:
+    """Import every fact provider module, once per process."""
+    importlib.import_module(PROBE_PACKAGE).load_all()
+
+
 def load_declarations() -> None:
     """Import every check family and analysis module, so the catalogue knows every emitter."""
-    from healthcheck.checks import load_all
-
-    load_all()
+    load_checks()
     load_analyses()

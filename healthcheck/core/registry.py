@@ -12,6 +12,8 @@ node's name, or a tuple of the member nodes a finding is about.
 
 from __future__ import annotations
 
+import inspect
+import keyword
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
@@ -19,10 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.facts import DEFAULT_PROVIDERS, Providers, ProviderFn, using_providers
 from healthcheck.core.model import Finding, Metric
-
-TIERS = ("quick", "standard", "deep")
-# Contexts that are not tiers: the epilogue runs what a job may have left behind.
-CONTEXTS = ("epilogue",)
+from healthcheck.core.tiers import CONTEXTS, TIERS
 
 CheckOutput = Iterable[Union[Finding, Metric]]
 CheckFn = Callable[..., CheckOutput]
@@ -55,14 +54,14 @@ class CheckSpec(_Declared):
     name: str  # family.aspect
     fn: CheckFn
     tiers: frozenset[str]
-    needs: tuple[str, ...]  # fact names, passed to fn positionally in this order
+    needs: tuple[str, ...]  # fact names, passed to fn by keyword (its parameters bear these names)
     findings: tuple[FindingSpec, ...]
     budget_s: float
     summary: str = field(default="")
     # limits -> reason to skip before any fact is gathered (keeps the prologue cheap)
     applies: Optional[Callable[[Any], Optional[str]]] = None
-    # facts passed after `needs` (and before limits) that may be missing: None when
-    # they could not be gathered, instead of making the check ERROR
+    # facts, passed by keyword like `needs`, that may be missing: None when they could
+    # not be gathered, instead of making the check ERROR
     optional: tuple[str, ...] = ()
     # the finding (FAIL) when a needed fact's provider runs out of its whole budget: a
     # hang is evidence against the node (a bandwidth test that never completes); None:
@@ -145,10 +144,12 @@ class Registry:
         declared = tuple(findings)
         if hang_finding is not None and hang_finding not in declared:
             declared += (hang_finding,)  # the engine emits it for the check, so it is declared
+        needed, optionals = tuple(needs), tuple(optional)
 
         def register(fn: CheckFn) -> CheckFn:
             if name in self.checks:
                 raise ValueError(f"check {name} registered twice")
+            _check_signature(name, fn, needed, optionals)
             if self.records_emitters:
                 _record_emitter(name, declared)
             doc = (fn.__doc__ or "").strip().splitlines()
@@ -156,12 +157,12 @@ class Registry:
                 name=name,
                 fn=fn,
                 tiers=tiers,
-                needs=tuple(needs),
+                needs=needed,
                 findings=declared,
                 budget_s=budget_s,
                 summary=doc[0] if doc else "",
                 applies=applies,
-                optional=tuple(optional),
+                optional=optionals,
                 hang_finding=hang_finding,
             )
             return fn
@@ -227,6 +228,48 @@ class Registry:
         return chosen
 
 
+def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: tuple[str, ...]) -> None:
+    """Refuse a check whose parameters are not exactly its declared facts and `limits`.
+
+    The engine calls `fn(**{fact: value}, limits=limits)`: a fact with no parameter of
+    its name, or a parameter that names no fact, would fail on every run (or take a
+    default silently), so both are caught here, when the check is registered.
+    """
+    declared = needs + optional
+    for fact in declared:
+        if not isinstance(fact, str) or not fact.isidentifier() or keyword.iskeyword(fact) or fact == "limits":
+            raise ValueError(f"check {name}: fact name {fact!r} cannot be a parameter name "
+                             "(facts reach a check by keyword: a Python identifier other than 'limits')")
+    twice = sorted({fact for fact in declared if declared.count(fact) > 1})
+    if twice:
+        raise ValueError(f"check {name}: fact(s) declared twice in needs/optional: {', '.join(twice)}")
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"check {name}: its signature cannot be read ({exc})") from None
+    problems = []
+    positional_only = [p.name for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    if positional_only:
+        problems.append(f"positional-only parameter(s) {', '.join(positional_only)}")
+    by_keyword = {p.name for p in params.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    missing = [fact for fact in declared if fact not in by_keyword]
+    if missing:
+        problems.append(f"no parameter for declared fact(s) {', '.join(missing)}")
+    if "limits" not in by_keyword:
+        problems.append("no parameter 'limits'")
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    extra = [stars.get(p.kind, "") + p.name for p in params.values()
+             if p.name not in ("limits", *declared, *positional_only) or p.kind in stars]
+    if extra:
+        problems.append(f"parameter(s) {', '.join(extra)} name no declared fact")
+    if problems:
+        where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        raise TypeError(f"check {name} ({where}): {'; '.join(problems)} (facts reach a check by keyword: its "
+                        f"parameters must be exactly its needs/optional facts ({', '.join(declared) or 'none'}) "
+                        "and limits)")
+
+
 def _record_emitter(name: str, findings: Iterable[FindingSpec]) -> None:
     """Tell the catalogue that `name` emits these IDs (what resuming a drained node asks)."""
     from healthcheck.core.catalogue import record_emitter
@@ -236,9 +279,9 @@ def _record_emitter(name: str, findings: Iterable[FindingSpec]) -> None:
 
 
 def _load_checks() -> None:
-    from healthcheck.checks import load_all
+    from healthcheck.core.plugins import load_checks
 
-    load_all()
+    load_checks()
 
 
 def _load_analyses() -> None:
@@ -282,7 +325,10 @@ def check(
 
     `tier` is the lowest tier the check runs in (tiers are cumulative) or an explicit
     set of tiers and contexts. The first line of the function's docstring states the
-    invariant the check guards and is shown by `hc checks list`. `hang_finding`: a
+    invariant the check guards and is shown by `hc checks list`. The function's
+    parameters are its `needs` and `optional` facts, by name, and `limits`: the engine
+    passes each by keyword, and registration refuses a signature that does not match.
+    `hang_finding`: a
     needed fact's provider running out of its whole budget is this finding, FAIL, with
     the probe's partial output as evidence, instead of ERROR (hc.E002).
     """

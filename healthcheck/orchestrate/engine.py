@@ -205,8 +205,10 @@ def _evaluate(
     if errors:
         return _not_evaluated(spec, errors)
     try:
-        optional = (None if isinstance(facts.get(f), ProbeError) else facts.get(f) for f in spec.optional)
-        output = list(spec.fn(*(facts[f] for f in spec.needs), *optional, limits))
+        # by keyword: a check's parameters are its facts' names (registration checks them)
+        given = {f: facts[f] for f in spec.needs}
+        given.update((f, None if isinstance(facts.get(f), ProbeError) else facts.get(f)) for f in spec.optional)
+        output = list(spec.fn(**given, limits=limits))
     except NotApplicable as exc:
         return Status.SKIP, str(exc), [], []
     except Exception as exc:

@@ -5,7 +5,6 @@ if asked (the same policy and guard as the hooks), and record the run in the his
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -147,26 +146,3 @@ def partition_nodes(config: Config, partition: str, env: Optional[dict] = None) 
         else:
             keep.append(name)
     return keep, skipped
-
-
-def progress_printer(total: int) -> Optional[Callable[[str, NodeResult], None]]:
-    """A progress bar on a terminal (stderr), nothing otherwise."""
-    if not sys.stderr.isatty():
-        return None
-    import threading
-
-    import click
-
-    bar = click.progressbar(length=total, label="checking", file=sys.stderr, show_pos=True)
-    bar.__enter__()
-    done = [0]
-    lock = threading.Lock()  # workers finish from many threads at once
-
-    def on_done(node: str, result: NodeResult) -> None:
-        with lock:
-            done[0] += 1
-            bar.update(1)
-            if done[0] == total:
-                bar.__exit__(None, None, None)
-
-    return on_done

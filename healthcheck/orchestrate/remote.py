@@ -74,7 +74,7 @@ def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only
         conn.connect()
     except SshError as exc:
         return unreachable_result(node, fabric, exc.message, mode if mode != "auto" else "agentless",
-                                  value=exc.kind)
+                                  value=exc.kind.value)  # the plain string in the report
     try:
         chosen = mode
         if mode == "auto":

@@ -11,19 +11,9 @@ import re
 
 import msgspec
 
-# Clock event ("throttle") reasons, canonical names (NVML's nvmlClocksEventReason*
-# bits; nvidia-smi -q's "Clocks Event Reasons"/"Clocks Throttle Reasons" lines).
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+# Clock event ("throttle") reasons: bit -> canonical name; the kernel holds the list,
+# since the config schema validates names against it.
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 
 
 def throttle_names(mask: int) -> list[str]:
@@ -94,6 +84,15 @@ class LostGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     pci_bus_id: str | None
     index: int | None = None
     error: str = ""
+
+
+# LostGpu.error of a GPU seen only on the PCI bus, not through NVML
+PCI_ONLY = "on the PCI bus but not driven"
+
+
+def is_pci_only(lost: LostGpu) -> bool:
+    """A LostGpu that only the PCI bus knows of (NVML could not start or lists no GPU)."""
+    return lost.error.startswith(PCI_ONLY)
 
 
 class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -27,9 +27,9 @@ from typing import Any
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
-    THROTTLE_REASONS,
     Gpu,
     GpuFacts,
     GpuProcess,

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
-    THROTTLE_REASONS,
     Gpu,
     GpuFacts,
     LostGpu,

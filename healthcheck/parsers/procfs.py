@@ -1,4 +1,13 @@
-"""/proc/meminfo and /proc/self/mounts text -> facts."""
+"""/proc/meminfo and /proc/self/mounts text -> facts; the sys checks' other facts.
+
+DiskSpace (statvfs, or `stat -f` over SSH) and Processes (/proc, or `ps` over SSH) are
+read by probes/sysinfo.py; their types live here with the rest of the sys facts.
+
+What hc was not allowed to read is kept apart from what is broken: a path statvfs is
+refused for (EACCES) is `unreadable`, a path that fails otherwise (EIO, a dead mount) is
+an `error`; a process list that other users' processes are hidden from (/proc mounted
+hidepid=) is `incomplete`.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +37,26 @@ class Mounts(msgspec.Struct, frozen=True):
 
     def at(self, mountpoint: str) -> list[Mount]:
         return [m for m in self.mounts if m.mountpoint == mountpoint]
+
+
+class PathSpace(msgspec.Struct, frozen=True, omit_defaults=True):
+    path: str
+    exists: bool
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    error: str | None = None  # statvfs failed on a path that is there: the filesystem is broken
+    unreadable: str | None = None  # hc may not look (permission): nothing can be said about it
+
+
+class DiskSpace(msgspec.Struct, frozen=True):
+    paths: list[PathSpace]
+
+
+class Processes(msgspec.Struct, frozen=True):
+    # executable names of every running process (basename of argv[0] and of comm)
+    names: frozenset[str]
+    # why some processes may be missing from `names` (hidepid, permission), or None
+    incomplete: str | None = None
 
 
 def parse_meminfo(text: str) -> MemInfo:

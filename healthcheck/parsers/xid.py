@@ -1,16 +1,9 @@
 """Kernel log text -> NVIDIA Xid (GPU) and SXid (NVSwitch) events.
 
 Input: the kernel ring buffer or a log that holds it, one message a line, in any of
-the shapes that reach a health check:
-
-- `dmesg --time-format iso`       2024-11-15T12:02:03,470068+00:00 NVRM: Xid (PCI:0000:19:00): 48, ...
-- `dmesg --decode` (-x)           kern  :warn  : 2025-01-21T02:21:33,498559+00:00 NVRM: Xid ...
-- `dmesg -T` / `--time-format ctime`  [Sun Feb 23 16:24:18 2025] NVRM: Xid ...
-- `dmesg` (raw, seconds since boot)   [6781741.548768] NVRM: Xid ...      (`dmesg -r`: <4>[...] ...)
-- `journalctl -k` (short)         Nov 22 13:00:01 gpu017 kernel: NVRM: Xid ...
-- `journalctl -o short-iso`       2024-01-22T11:22:33+0000 gpu017 kernel: NVRM: Xid ...
-  (and short-iso-precise, rsyslog RFC 3339, classic syslog with "kernel: [123.456]")
-- bare messages with no timestamp  NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...
+the shapes that reach a health check (dmesg raw, -T, --time-format iso, -x, -r; the
+journal's short, short-iso and short-monotonic; syslog; bare messages). Line framing and
+timestamps are parsers/kernlog.py's: this module reads what a message says.
 
 The Xid message itself is `NVRM: Xid (PCI:<bus id>): <code>, pid=<pid>, name=<comm>,
 <text>`; older drivers omit `name=`, and `pid`/`name` may be `'<unknown>'`. Drivers
@@ -26,11 +19,10 @@ given the bus id of the NVIDIA line just before it, when there is one. NVSwitch 
 `nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
 `Severity ...` and `Data {...}` lines carrying the same code.
 
-Times: an explicit UTC offset is honoured. `dmesg -T` and syslog/journal "short"
-timestamps are printed in the node's local time without a zone; the parser treats them
-as UTC (health-check nodes run in UTC; a node that does not will shift by its offset).
-Raw `[uptime]` stamps become a wall-clock time only when the caller gives `boot_time`.
-A timestamp that cannot be a real date leaves `time` unset rather than failing the parse.
+Times are those kernlog.split_prefix reads off each line (an explicit UTC offset
+honoured, zoneless stamps taken as UTC, raw `[uptime]` stamps a wall-clock time only
+when the caller gives `boot_time`); a timestamp that cannot be a real date leaves
+`time` unset rather than failing the parse.
 
 Non-Xid lines are ignored. An empty log is valid (no events); a non-empty text in which
 no line looks like a kernel log raises ParseError. Nothing else is ever raised.
@@ -38,16 +30,15 @@ no line looks like a kernel log raises ParseError. Nothing else is ever raised.
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
-import time as _time
 from typing import Optional
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
+from healthcheck.parsers.kernlog import Stamp, split_prefix
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -114,35 +105,6 @@ class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):
     processes: list[str]  # distinct process names, in the order first seen
 
 
-# --- line prefixes: priority, facility:level, timestamps, "host kernel:" -------------
-
-# English abbreviations, whatever the locale: dmesg and journald print them in C locale
-# on the nodes we read (calendar.month_abbr would follow this process's locale).
-_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
-
-# Every repetition below is bounded or anchored, so a hostile multi-megabyte line costs
-# linear time; digit runs are bounded so int() never meets Python's 4300-digit limit.
-_PRIORITY = re.compile(r"<\d{1,3}>", re.ASCII)  # dmesg -r: "<4>"
-_DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{2,8} *: ")  # dmesg -x: "kern  :warn  : "
-_ISO = re.compile(
-    r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
-    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?(?:\s+|$)",
-    re.ASCII,
-)
-_MONTH = "(?P<mon>" + "|".join(_MONTHS) + ")"
-_CTIME = re.compile(  # dmesg -T: "[Sun Feb 23 16:24:18 2025]", weekday ignored
-    r"\[\s*(?:[A-Z][a-z]{2}\s+)?" + _MONTH + r"\s+(?P<d>\d{1,2})\s+"
-    r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s+(?P<y>\d{4})\]\s*",
-    re.ASCII,
-)
-_SYSLOG = re.compile(  # journalctl short / syslog: "Nov 22 13:00:01" (short-precise adds .123456)
-    _MONTH + r"\s+(?P<d>\d{1,2})\s+(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
-    r"(?:\.(?P<frac>\d{1,9}))?\s+",
-    re.ASCII,
-)
-_UPTIME = re.compile(r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*", re.ASCII)
-_KERNEL_TAG = re.compile(r"(?:[^\s\[\]]{1,255}\s+)?kernel(?:\[\d{1,10}\])?:\s*")  # "gpu017 kernel: "
-
 # --- messages --------------------------------------------------------------------------
 
 # The comma after the code is required: every driver prints one, and a capture cut in
@@ -173,14 +135,6 @@ _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-
 _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
-class _Stamp(msgspec.Struct):
-    """What the prefix of one line says about when it was logged."""
-
-    time: Optional[float] = None
-    uptime_s: Optional[float] = None
-    prefixed: bool = False  # some known log prefix was found: this is a log line
-
-
 def parse_kernel_log(
     text: str, *, boot_time: Optional[float] = None, year: Optional[int] = None
 ) -> KernelGpuLog:
@@ -201,7 +155,7 @@ def parse_kernel_log(
     last_gpu: tuple[int, Optional[str]] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
     looks_like_log = False
     for number, line in enumerate(lines):
-        stamp, body = _split_prefix(line, boot_time, year)
+        stamp, body = split_prefix(line, boot_time, year)
         looks_like_log = looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
             continue  # the common case, kept cheap
@@ -245,130 +199,6 @@ def _mentions_kernel(line: str) -> bool:
     return "NVRM:" in line or "kernel:" in line or "nvidia" in line
 
 
-# --- prefixes and timestamps -----------------------------------------------------------
-
-
-def _split_prefix(line: str, boot_time: Optional[float], year: Optional[int]) -> tuple[_Stamp, str]:
-    """Peel the known prefixes off a line, in whatever order the tool stacked them.
-
-    A journal line can carry a wall-clock stamp, a host and "kernel:", then the kernel's
-    own "[uptime]"; `journalctl -o short-monotonic` puts the uptime first. A bounded
-    loop takes each prefix once, so the order does not matter.
-    """
-    stamp = _Stamp()
-    body = line.lstrip()
-    for _ in range(6):
-        rest = _strip_one(body, stamp, year)
-        if rest is None:
-            break
-        stamp.prefixed = True
-        body = rest
-    if stamp.time is None and stamp.uptime_s is not None and boot_time is not None:
-        stamp.time = _finite(boot_time + stamp.uptime_s)
-    return stamp, body
-
-
-def _strip_one(body: str, stamp: _Stamp, year: Optional[int]) -> Optional[str]:
-    """Remove one known prefix from body and note what it said; None if none is there."""
-    for pattern in (_PRIORITY, _DECODE):
-        m = pattern.match(body)
-        if m:
-            return body[m.end():]
-    if stamp.time is None:
-        m = _ISO.match(body)
-        if m:
-            stamp.time = iso_time(m)
-            return body[m.end():]
-        m = _CTIME.match(body)
-        if m:
-            stamp.time = ctime_time(m)
-            return body[m.end():]
-        m = _SYSLOG.match(body)
-        if m:
-            stamp.time = syslog_time(m, year)
-            return body[m.end():]
-    if stamp.uptime_s is None:
-        m = _UPTIME.match(body)
-        if m:
-            stamp.uptime_s = _finite(float(m.group("up")))
-            return body[m.end():]
-    m = _KERNEL_TAG.match(body)
-    if m:
-        return body[m.end():]
-    return None
-
-
-def _epoch(
-    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str] = None
-) -> Optional[float]:
-    """UTC calendar fields -> epoch seconds; None when they are not a real time."""
-    try:
-        return _checked_epoch(y, mo, d, h, mi, s, frac)
-    except (ValueError, OverflowError):  # a caller's absurd `year`: no time, not a crash
-        return None
-
-
-def _checked_epoch(
-    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str]
-) -> Optional[float]:
-    if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]):
-        return None
-    if not (h < 24 and mi < 60 and s < 61):  # 60: a leap second
-        return None
-    seconds = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
-    return seconds + (int(frac) / 10 ** len(frac) if frac else 0.0)
-
-
-def iso_time(m: re.Match[str]) -> Optional[float]:
-    """`2024-11-15T12:02:03,470068+00:00` (dmesg iso), `...+0000` (journal short-iso)."""
-    y = int(m.group("y"))
-    if y < 1970:
-        return None
-    t = _epoch(y, int(m.group("mo")), int(m.group("d")), int(m.group("h")), int(m.group("mi")),
-               int(m.group("s")), m.group("frac"))
-    tz = m.group("tz")
-    if t is None or not tz or tz == "Z":
-        return t  # no offset: taken as UTC (see the module docstring)
-    sign = -1 if tz[0] == "-" else 1
-    digits = tz[1:].replace(":", "")
-    return t - sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-
-
-def ctime_time(m: re.Match[str]) -> Optional[float]:
-    """`[Sun Feb 23 16:24:18 2025]` (dmesg -T): local time without a zone, taken as UTC."""
-    mon = _MONTHS.get(m.group("mon"))
-    y = int(m.group("y"))
-    if mon is None or y < 1970:
-        return None
-    return _epoch(y, mon, int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
-
-
-def syslog_time(m: re.Match[str], year: Optional[int], now: Optional[float] = None) -> Optional[float]:
-    """`Nov 22 13:00:01` (journal/syslog short): no year and no zone, taken as UTC.
-
-    Without a given year, a log read in January holds December's lines: a time more
-    than a day in the future belongs to the year before.
-    """
-    mon = _MONTHS.get(m.group("mon"))
-    if mon is None:
-        return None
-    fields = (mon, int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
-    if year is not None:
-        return _epoch(year, *fields, m.group("frac"))
-    now = _time.time() if now is None else now
-    this_year = _time.gmtime(now).tm_year
-    t = _epoch(this_year, *fields, m.group("frac"))
-    if t is not None and t > now + 86400:
-        return _epoch(this_year - 1, *fields, m.group("frac"))
-    if t is None:  # Feb 29 of a leap year, read in a common year
-        return _epoch(this_year - 1, *fields, m.group("frac"))
-    return t
-
-
-def _finite(value: float) -> Optional[float]:
-    return value if math.isfinite(value) else None
-
-
 # --- messages --------------------------------------------------------------------------
 
 
@@ -378,7 +208,7 @@ def _bus_id(raw: str) -> Optional[str]:
     return bus if _NORMAL_PCI.fullmatch(bus) else None
 
 
-def _xid(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
+def _xid(body: str, line: str, stamp: Stamp) -> Optional[XidEvent]:
     m = _XID.search(body)
     if not m:
         return None
@@ -415,7 +245,7 @@ def _pid_name(rest: str) -> tuple[Optional[int], Optional[str], str]:
     return pid, process, rest.strip()
 
 
-def _sxid(body: str, line: str, stamp: _Stamp) -> Optional[SXidEvent]:
+def _sxid(body: str, line: str, stamp: Stamp) -> Optional[SXidEvent]:
     m = _SXID.search(body)
     if not m:
         return None
@@ -437,12 +267,12 @@ def _sxid(body: str, line: str, stamp: _Stamp) -> Optional[SXidEvent]:
     )
 
 
-def _fallen_off(body: str, line: str, stamp: _Stamp) -> Optional[XidEvent]:
+def _fallen_off(body: str, line: str, stamp: Stamp) -> Optional[XidEvent]:
     m = _FELL_OFF.search(body)
     return _legacy_79(m.group("pci"), "GPU has fallen off the bus.", line, stamp) if m else None
 
 
-def _not_responding(body: str, line: str, stamp: _Stamp, lines: list[str], number: int) -> Optional[XidEvent]:
+def _not_responding(body: str, line: str, stamp: Stamp, lines: list[str], number: int) -> Optional[XidEvent]:
     """The probe-time "The NVIDIA GPU ... has fallen off the bus and is not responding" message.
 
     dmesg and journalctl print a multi-line kernel message as continuation lines, and
@@ -459,13 +289,13 @@ def _not_responding(body: str, line: str, stamp: _Stamp, lines: list[str], numbe
     return _legacy_79(m.group("pci"), "GPU has fallen off the bus and is not responding to commands.", line, stamp)
 
 
-def _legacy_79(pci: str, message: str, line: str, stamp: _Stamp) -> XidEvent:
+def _legacy_79(pci: str, message: str, line: str, stamp: Stamp) -> XidEvent:
     """A GPU lost without an Xid number in the log, judged as the Xid it stands for (79)."""
     return XidEvent(code=79, pci_bus_id=_bus_id(pci), message=message, line=line, time=stamp.time,
                     uptime_s=stamp.uptime_s, legacy=True)
 
 
-def _init_failed(body: str, line: str, stamp: _Stamp, nearby: Optional[str]) -> Optional[GpuFault]:
+def _init_failed(body: str, line: str, stamp: Stamp, nearby: Optional[str]) -> Optional[GpuFault]:
     """`NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2028)` (older drivers name no GPU)."""
     m = _INIT_FAILED.search(body)
     if not m:

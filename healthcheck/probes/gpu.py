@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from typing import Callable, Mapping, Optional
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
-from healthcheck.parsers.gpu_common import GpuFacts, LostGpu
+from healthcheck.parsers.gpu_common import PCI_ONLY, GpuFacts, LostGpu
+from healthcheck.parsers.kernlog import kernel_lines, kmsg_line
 from healthcheck.probes.sysinfo import boot_time
 
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
@@ -82,15 +82,6 @@ NVIDIA_VENDOR = "0x10de"
 # PCI class codes of a GPU: 0x0300xx VGA-compatible controller, 0x0302xx 3D controller
 # (an SXM H100 is 0x030200). NVSwitches (0x0680xx), audio and USB functions are not GPUs.
 _GPU_CLASSES = {"0x0300": "VGA controller", "0x0302": "3D controller"}
-# LostGpu.error of a GPU seen only on the PCI bus, not through NVML
-PCI_ONLY = "on the PCI bus but not driven"
-
-
-def is_pci_only(lost: LostGpu) -> bool:
-    """A LostGpu that only the PCI bus knows of (NVML could not start or lists no GPU)."""
-    return lost.error.startswith(PCI_ONLY)
-
-
 def _nothing_answers(facts: GpuFacts) -> bool:
     # the case where "no NVIDIA GPU here" would be concluded; a job scoped to no GPU
     # (scoped_to == []) asks about none, so the bus is not looked at for it
@@ -190,30 +181,11 @@ def parse_pci_scan(text: str) -> list[tuple[str, str, str]]:
 # ------------------------------------------------------------------ kernel log
 
 
-_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
-# what tools print about the log rather than from it (journalctl's "-- No entries --",
-# "-- Boot ... --", its hints to users outside the journal's groups): never kernel lines
-_NOT_KERNEL_LINES = ("-- ", "Hint: ", "Users in groups", "Pass -q to turn off", "No journal files were found",
-                     "No entries")
 # The last instant an ISO 8601 date can name (9999-12-31T23:59:59Z). A later `since`, a
 # negative one or one that is not a finite number cannot be a real window.
 MAX_SINCE = 253402300799.0
 KMSG = "/dev/kmsg"
 JOURNAL = ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q")
-
-
-def kmsg_line(record: str) -> Optional[str]:
-    """One /dev/kmsg record -> "[uptime] message" (its key=value continuation lines dropped).
-
-    The kernel escapes a newline inside a message as "\\x0a"; it becomes a continuation
-    line, as dmesg prints it, so the driver's multi-line messages read the same from
-    every source.
-    """
-    m = _KMSG.match(record.split("\n", 1)[0])
-    if not m:
-        return None
-    message = m.group("msg").replace("\\x0a", "\n" + " " * 15)
-    return f"[{int(m.group('usec')) / 1e6:.6f}] {message}"
 
 
 def _read_kmsg(ctx: ProbeContext) -> str:
@@ -239,32 +211,6 @@ def _read_kmsg(ctx: ProbeContext) -> str:
     finally:
         os.close(fd)
     return "\n".join(lines)
-
-
-def _is_note(line: str) -> bool:
-    return not line.strip() or line.lstrip().startswith(_NOT_KERNEL_LINES)
-
-
-def kernel_lines(text: str) -> int:
-    """How many lines of `text` are the kernel's own (not blank, not a tool's notes about the log).
-
-    Whether there is any kernel line at all is decided exactly, line by line, stopping
-    at the first (usually the first line). A tool's notes are a few short journalctl
-    lines, so past 64 KiB the count is the newline count: a ring buffer of 100k lines
-    costs the prologue ~2 ms instead of the ~60 ms of splitting it into line objects.
-    """
-    start, size = 0, len(text)
-    while start < size:
-        end = text.find("\n", start)
-        end = size if end < 0 else end
-        if not _is_note(text[start:end]):
-            break
-        start = end + 1
-    else:
-        return 0
-    if size > 65536:
-        return text.count("\n") + (not text.endswith("\n"))
-    return sum(1 for line in text.split("\n") if not _is_note(line))
 
 
 # A source: (name as reports say it, read() -> (text, note on why it may be empty)).

@@ -424,7 +424,7 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
                                                      int(g.remapped_rows_pending), int(bool(g.remapped_rows_failure))])
         put("nvmlDeviceGetTemperature", (h, TEMPERATURE_GPU), g.temperature_c)
         if g.throttle_reasons is not None:
-            from healthcheck.parsers.gpu_common import THROTTLE_REASONS
+            from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 
             bits = {name: bit for bit, name in THROTTLE_REASONS.items()}
             put("nvmlDeviceGetCurrentClocksEventReasons", (h,), sum(bits[r] for r in g.throttle_reasons if r in bits))

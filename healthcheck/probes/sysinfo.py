@@ -12,30 +12,16 @@ from __future__ import annotations
 import os
 import re
 
-import msgspec
-
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
-from healthcheck.parsers.procfs import MemInfo, Mounts, parse_meminfo, parse_mounts
-
-
-class PathSpace(msgspec.Struct, frozen=True, omit_defaults=True):
-    path: str
-    exists: bool
-    free_bytes: int | None = None
-    total_bytes: int | None = None
-    error: str | None = None  # statvfs failed on a path that is there: the filesystem is broken
-    unreadable: str | None = None  # hc may not look (permission): nothing can be said about it
-
-
-class DiskSpace(msgspec.Struct, frozen=True):
-    paths: list[PathSpace]
-
-
-class Processes(msgspec.Struct, frozen=True):
-    # executable names of every running process (basename of argv[0] and of comm)
-    names: frozenset[str]
-    # why some processes may be missing from `names` (hidepid, permission), or None
-    incomplete: str | None = None
+from healthcheck.parsers.procfs import (
+    DiskSpace,
+    MemInfo,
+    Mounts,
+    PathSpace,
+    Processes,
+    parse_meminfo,
+    parse_mounts,
+)
 
 
 def _read_text(ctx: ProbeContext, path: str) -> str:

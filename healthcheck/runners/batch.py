@@ -12,8 +12,7 @@ import math
 import shlex
 from typing import Any, Mapping, Optional
 
-from healthcheck.core.facts import Runner
-from healthcheck.runners.local import CommandResult
+from healthcheck.runners.base import CommandResult, Runner
 
 _MARK = "@@hc-batch"
 

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
+
+from healthcheck.runners.base import CommandResult
 
 # process groups of the commands running now (leader pid == pgid)
 _LIVE: set[int] = set()
@@ -76,24 +77,6 @@ def track_group(pgid: int) -> None:
 def untrack_group(pgid: int) -> None:
     with _LIVE_LOCK:
         _LIVE.discard(pgid)
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """The outcome of one command. A timeout or a missing tool is a result, not an exception."""
-
-    argv: tuple[str, ...]
-    returncode: Optional[int]
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    not_found: bool = False
-    error: Optional[str] = None  # could not start for another reason (permission, ...)
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.not_found and not self.error
 
 
 def _decode(data: Optional[bytes]) -> str:

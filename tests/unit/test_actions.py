@@ -14,7 +14,7 @@ from healthcheck.actions.slurm import SlurmClient, SlurmNode, parse_sinfo, shell
 from healthcheck.core.config.schema import DrainPolicy, SlurmSettings
 from healthcheck.core.model import CheckResult, Finding, NodeResult
 from healthcheck.core.status import Status
-from healthcheck.runners.local import CommandResult
+from healthcheck.runners.base import CommandResult
 
 POLICY = DrainPolicy(max_drain_fraction=0.3)
 

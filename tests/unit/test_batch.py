@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from healthcheck.runners.base import CommandResult
 from healthcheck.runners.batch import PrefetchingRunner, batch_script, parse_batch, prefetch
-from healthcheck.runners.local import CommandResult, LocalRunner
+from healthcheck.runners.local import LocalRunner
 
 
 def test_outputs_are_exact_whatever_they_contain():

@@ -16,7 +16,7 @@ from healthcheck.parsers.ip_link import parse_ip_link
 
 
 def run(links, limits):
-    out = list(mtu(links, limits))
+    out = list(mtu(ip_links=links, limits=limits))
     return [o for o in out if isinstance(o, Finding)], [o for o in out if isinstance(o, Metric)]
 
 

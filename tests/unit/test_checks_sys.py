@@ -10,8 +10,8 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.model import Finding
 from healthcheck.checks.sys import disk, memory, mounts, services
-from healthcheck.parsers.procfs import MemInfo, parse_meminfo, parse_mounts
-from healthcheck.probes.sysinfo import DiskSpace, PathSpace, Processes, disk_space, processes
+from healthcheck.parsers.procfs import DiskSpace, MemInfo, PathSpace, Processes, parse_meminfo, parse_mounts
+from healthcheck.probes.sysinfo import disk_space, processes
 from healthcheck.runners.local import LocalRunner
 
 GIB = 1024**3
@@ -47,9 +47,9 @@ def test_meminfo_parser():
 def test_memory_edges():
     total_gib = 2113407228 * 1024 / GIB  # ~2015.5 GiB
     mem = parse_meminfo(MEMINFO)
-    assert ids(memory(mem, limits(mem_total_min_gib=1800))) == []
-    assert ids(memory(mem, limits(mem_total_min_gib=round(total_gib, 1) - 0.1))) == []
-    out = list(memory(mem, limits(mem_total_min_gib=2048)))
+    assert ids(memory(meminfo=mem, limits=limits(mem_total_min_gib=1800))) == []
+    assert ids(memory(meminfo=mem, limits=limits(mem_total_min_gib=round(total_gib, 1) - 0.1))) == []
+    out = list(memory(meminfo=mem, limits=limits(mem_total_min_gib=2048)))
     assert ids(out) == [("sys.E001", "FAIL", "")]
     assert out[-1].limit.key == "sys.mem_total_min_gib"
 
@@ -63,16 +63,16 @@ def test_mounts_parser_unescapes_octal():
 
 def test_required_mounts():
     parsed = parse_mounts(MOUNTS)
-    assert ids(mounts(parsed, limits(mounts=["/home", "/home/"]))) == []
-    assert ids(mounts(parsed, limits(mounts=["/home", "/apps"]))) == [("sys.E004", "FAIL", "/apps")]
+    assert ids(mounts(mounts=parsed, limits=limits(mounts=["/home", "/home/"]))) == []
+    assert ids(mounts(mounts=parsed, limits=limits(mounts=["/home", "/apps"]))) == [("sys.E004", "FAIL", "/apps")]
 
 
 def test_disk_edges():
     space = DiskSpace([PathSpace("/tmp", True, free_bytes=10 * GIB, total_bytes=100 * GIB),
                        PathSpace("/scratch", False), PathSpace("/nfs", True, error="Stale file handle")])
-    out = list(disk(space, limits(disk_free_min_gib={"/tmp": 10, "/scratch": 1, "/nfs": 1})))
+    out = list(disk(disk_space=space, limits=limits(disk_free_min_gib={"/tmp": 10, "/scratch": 1, "/nfs": 1})))
     assert ids(out) == [("sys.E003", "FAIL", "/scratch"), ("sys.E003", "FAIL", "/nfs")]
-    out = list(disk(space, limits(disk_free_min_gib={"/tmp": 10.01})))
+    out = list(disk(disk_space=space, limits=limits(disk_free_min_gib={"/tmp": 10.01})))
     assert ids(out) == [("sys.E002", "FAIL", "/tmp")]
 
 
@@ -87,7 +87,7 @@ def test_disk_probe_on_real_paths(tmp_path):
 def test_services():
     procs = Processes(frozenset({"nv-fabricmanager", "sshd"}))
     lim = limits(services={"nvidia-fabricmanager": "nv-fabricmanager", "nvidia-persistenced": "nvidia-persistenced"})
-    assert ids(services(procs, lim)) == [("sys.E005", "FAIL", "nvidia-persistenced")]
+    assert ids(services(processes=procs, limits=lim)) == [("sys.E005", "FAIL", "nvidia-persistenced")]
 
 
 def test_process_probe_sees_long_names_that_comm_truncates(tmp_path):
@@ -108,5 +108,5 @@ def test_process_probe_sees_long_names_that_comm_truncates(tmp_path):
 
 
 def test_memory_metric_is_recorded():
-    out = list(memory(MemInfo(total_kib=1024 * 1024), limits(mem_total_min_gib=0.5)))
+    out = list(memory(meminfo=MemInfo(total_kib=1024 * 1024), limits=limits(mem_total_min_gib=0.5)))
     assert out[0].name == "mem_total_gib" and out[0].value == 1.0

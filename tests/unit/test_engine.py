@@ -180,7 +180,8 @@ def spec(name, needs, fn, budget=0.5, findings=(_SPEC_X,)):
 
 def test_in_process_hang_is_abandoned_within_budget(tmp_path):
     start = time.monotonic()
-    result, abandoned = run_checks(node(), [spec("test.hang", ["test_hang"], lambda v, l: [])], ctx_with(tmp_path))
+    result, abandoned = run_checks(node(), [spec("test.hang", ["test_hang"], lambda test_hang, limits: [])],
+                                   ctx_with(tmp_path))
     assert abandoned and time.monotonic() - start < 1.5
     assert [(f.id, f.status) for f in result.findings] == [("hc.E002", Status.ERROR)]
 
@@ -188,14 +189,14 @@ def test_in_process_hang_is_abandoned_within_budget(tmp_path):
 def test_deadline_caps_every_budget(tmp_path):
     start = time.monotonic()
     result, abandoned = run_checks(
-        node(), [spec("test.hang", ["test_hang"], lambda v, l: [], budget=20)], ctx_with(tmp_path),
+        node(), [spec("test.hang", ["test_hang"], lambda test_hang, limits: [], budget=20)], ctx_with(tmp_path),
         deadline=time.monotonic() + 0.3,
     )
     assert abandoned and time.monotonic() - start < 1.2
 
 
 def test_check_that_raises_is_error_hc_e005(tmp_path):
-    def boom(value, limits):
+    def boom(test_value, limits):
         raise KeyError("oops")
 
     result, _ = run_checks(node(), [spec("test.boom", ["test_value"], boom)], ctx_with(tmp_path))
@@ -207,13 +208,15 @@ def test_undeclared_finding_id_is_an_error(tmp_path):
     from healthcheck.checks.net import MTU_MISMATCH
 
     result, _ = run_checks(
-        node(), [spec("test.undeclared", ["test_value"], lambda v, l: [MTU_MISMATCH.fail("x")])], ctx_with(tmp_path)
+        node(), [spec("test.undeclared", ["test_value"], lambda test_value, limits: [MTU_MISMATCH.fail("x")])],
+        ctx_with(tmp_path),
     )
     assert [(f.id, f.status) for f in result.findings] == [("hc.E005", Status.ERROR)]
 
 
 def test_probe_error_carries_evidence_and_never_fails(tmp_path):
-    result, _ = run_checks(node(), [spec("test.err", ["test_probe_error"], lambda v, l: [])], ctx_with(tmp_path))
+    result, _ = run_checks(node(), [spec("test.err", ["test_probe_error"], lambda test_probe_error, limits: [])],
+                           ctx_with(tmp_path))
     (f,) = result.findings
     assert (f.id, f.status, f.evidence) == ("hc.E003", Status.ERROR, "stderr text")
     assert result.status is Status.ERROR
@@ -221,8 +224,8 @@ def test_probe_error_carries_evidence_and_never_fails(tmp_path):
 
 def test_fail_outranks_error_on_a_node(tmp_path):
     checks = [
-        spec("test.fail", ["test_value"], lambda v, l: [_SPEC_X.fail("bad")]),
-        spec("test.err", ["test_probe_error"], lambda v, l: []),
+        spec("test.fail", ["test_value"], lambda test_value, limits: [_SPEC_X.fail("bad")]),
+        spec("test.err", ["test_probe_error"], lambda test_probe_error, limits: []),
     ]
     result, _ = run_checks(node(), checks, ctx_with(tmp_path))
     assert result.status is Status.FAIL

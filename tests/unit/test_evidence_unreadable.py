@@ -31,7 +31,8 @@ from healthcheck.core.status import Status
 from healthcheck.parsers.gpu_common import GpuFacts
 from healthcheck.parsers.xid import parse_kernel_log, since
 from healthcheck.probes import gpu as gpu_probe
-from healthcheck.runners.local import CommandResult, LocalRunner
+from healthcheck.runners.base import CommandResult
+from healthcheck.runners.local import LocalRunner
 
 CFG = Config(EMBEDDED_DEFAULT)
 GENERIC = CFG.fabric("generic")
@@ -138,7 +139,8 @@ def test_xids_in_a_readable_source_after_refused_ones_are_found(monkeypatch):
 
 def test_a_source_read_with_no_nvidia_line_passes_and_names_what_it_read(monkeypatch):
     kmsg_says(monkeypatch, BOOT_LINES)
-    out = list(g.xid(provider_for("kernel_gpu_log", "local")(ctx_for(limits=H100)), None, H100))
+    out = list(g.xid(kernel_gpu_log=provider_for("kernel_gpu_log", "local")(ctx_for(limits=H100)),
+                     gpus=None, limits=H100))
     assert found(out) == []
     assert metric(out, "kernel_log") == "since boot in /dev/kmsg (2 lines read)"
     assert metric(out, "kernel_log_lines") == 2
@@ -147,7 +149,7 @@ def test_a_source_read_with_no_nvidia_line_passes_and_names_what_it_read(monkeyp
 def test_the_pass_names_the_window_and_source_it_read(monkeypatch):
     kmsg_says(monkeypatch, BOOT_LINES * 1607)
     log = provider_for("kernel_gpu_log", "local")(ctx_for(limits=H100, since=1700000000.0))
-    out = list(g.xid(log, None, H100))
+    out = list(g.xid(kernel_gpu_log=log, gpus=None, limits=H100))
     assert found(out) == []
     assert metric(out, "kernel_log") == "since 2023-11-14T22:13:20Z in /dev/kmsg (3,214 lines read)"
 
@@ -203,7 +205,7 @@ def test_ssh_transport_every_command_refused_or_empty_is_an_error():
 
 def test_a_check_never_passes_a_log_no_provider_read():
     # anything but a provider's output (no source, no lines) is not evidence either
-    out = list(g.xid(parse_kernel_log(""), None, H100))
+    out = list(g.xid(kernel_gpu_log=parse_kernel_log(""), gpus=None, limits=H100))
     assert found(out) == [("hc.E003", "ERROR", "")]
 
 
@@ -267,16 +269,6 @@ def test_real_kmsg_and_dmesg_refusal_as_nobody_is_not_a_pass():
     assert "dmesg: exited 1" in message and "Operation not permitted" in message.split("dmesg:", 1)[1]
 
 
-def test_kmsg_multi_line_record_reads_like_dmesg():
-    record = ("3,1042,14387209961,-;NVRM: The NVIDIA GPU 0000:5d:00.0\\x0aNVRM: (PCI ID: 10de:2330) installed "
-              "in this system has\\x0aNVRM: fallen off the bus and is not responding to commands.\n"
-              " SUBSYSTEM=pci\n DEVICE=+pci:0000:5d:00.0\n")
-    line = gpu_probe.kmsg_line(record)
-    assert line.splitlines()[0] == "[14387.209961] NVRM: The NVIDIA GPU 0000:5d:00.0"
-    (event,) = parse_kernel_log(line).xids
-    assert (event.code, event.pci_bus_id, event.legacy) == (79, "0000:5d:00.0", True)
-
-
 # --- number-less GPU failures: gpu.xid FAILs and names the PCI bus id --------------------
 
 def read_log(text: str):
@@ -291,7 +283,7 @@ def read_log(text: str):
     ("no-timestamp-legacy-fallen-off-bus.txt", "0000:91:00.0"),
 ])
 def test_fallen_off_the_bus_without_an_xid_number_fails(name, bus):
-    out = list(g.xid(read_log((KERNEL_LOG / name).read_text()), None, GENERIC))
+    out = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / name).read_text()), gpus=None, limits=GENERIC))
     fails = [f for f in out if isinstance(f, Finding) and f.component == f"{bus}:xid79"]
     assert len(fails) == 1 and fails[0].status is Status.FAIL and fails[0].id == "gpu.E020"
     assert bus in fails[0].message and "fallen off the bus" in fails[0].message
@@ -303,18 +295,20 @@ def test_fallen_off_the_bus_names_the_gpu_index_when_nvml_knows_the_bus():
 
     gpus = facts(*[healthy_gpu(i, pci_bus_id=f"0000:{0x18 + i:02x}:00.0") for i in range(8)])
     gpus = msgspec.structs.replace(gpus, gpus=[*gpus.gpus[:5], healthy_gpu(5, pci_bus_id="0000:5d:00.0")])
-    out = list(g.xid(read_log((KERNEL_LOG / "dmesg-probe-fallen-off-bus-continuation.txt").read_text()), gpus, H100))
+    out = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / "dmesg-probe-fallen-off-bus-continuation.txt").read_text()),
+                     gpus=gpus, limits=H100))
     (fail,) = [f for f in out if isinstance(f, Finding)]
     assert fail.component == "GPU5:xid79" and "GPU5 (0000:5d:00.0)" in fail.message
 
 
 def test_rm_init_adapter_failed_fails_naming_the_bus():
-    out = list(g.xid(read_log((KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt").read_text()), None, GENERIC))
+    out = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt").read_text()),
+                     gpus=None, limits=GENERIC))
     assert found(out) == [("gpu.E022", "FAIL", "0000:01:00.0:init-failed")]
     (fail,) = [f for f in out if isinstance(f, Finding)]
     assert "0000:01:00.0" in fail.message and "RmInitAdapter failed" in fail.evidence
-    old = list(g.xid(read_log((KERNEL_LOG / "syslog-old-rminitadapter-failed-no-bus-id.txt").read_text()), None,
-                     GENERIC))
+    old = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / "syslog-old-rminitadapter-failed-no-bus-id.txt").read_text()),
+                     gpus=None, limits=GENERIC))
     assert found(old) == [("gpu.E022", "FAIL", "GPU?:init-failed")]
 
 
@@ -322,11 +316,12 @@ def test_a_crash_dump_alone_fails_and_one_after_an_xid_is_the_same_incident():
     lines = (KERNEL_LOG / "dmesg-xid79-serial-crash-dump.txt").read_text().splitlines()
     # the same real lines without the Xid and "fallen off" ones: a dump, and the GPU named before it
     alone = "\n".join(line for line in lines if "Xid" not in line and "fallen off" not in line)
-    out = list(g.xid(read_log(alone), None, GENERIC))
+    out = list(g.xid(kernel_gpu_log=read_log(alone), gpus=None, limits=GENERIC))
     assert found(out) == [("gpu.E023", "FAIL", "0000:5d:00.0:crash-dump")]
-    both = list(g.xid(read_log("\n".join(lines)), None, GENERIC))
+    both = list(g.xid(kernel_gpu_log=read_log("\n".join(lines)), gpus=None, limits=GENERIC))
     assert found(both) == [("gpu.E020", "FAIL", "0000:5d:00.0:xid79")]
-    old = list(g.xid(read_log((KERNEL_LOG / "syslog-old-driver-xid79-crash-dump.txt").read_text()), None, GENERIC))
+    old = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / "syslog-old-driver-xid79-crash-dump.txt").read_text()),
+                     gpus=None, limits=GENERIC))
     assert found(old) == [("gpu.E020", "FAIL", "0000:01:00.0:xid79")]
 
 
@@ -334,7 +329,8 @@ def test_numberless_failures_of_another_jobs_gpu_are_not_this_prologues():
     from test_checks_gpu import healthy_gpu
 
     scoped = GpuFacts(source="t", gpus=[healthy_gpu(0, pci_bus_id="0000:01:00.0"), healthy_gpu(1)], scoped_to=[1])
-    out = list(g.xid(read_log((KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt").read_text()), scoped, H100))
+    out = list(g.xid(kernel_gpu_log=read_log((KERNEL_LOG / "dmesg-rminitadapter-failed-gsp.txt").read_text()),
+                     gpus=scoped, limits=H100))
     assert found(out) == []
 
 
@@ -375,7 +371,7 @@ def test_a_since_that_is_no_real_time_reads_since_boot(monkeypatch, value):
     kmsg_says(monkeypatch, DBE_LOG)
     log = provider_for("kernel_gpu_log", "local")(ctx_for(limits=H100, since=value))
     assert 48 in {x.code for x in log.xids}  # the double-bit ECC error is not hidden
-    out = list(g.xid(log, None, H100))
+    out = list(g.xid(kernel_gpu_log=log, gpus=None, limits=H100))
     assert ("gpu.E020", "FAIL", "0000:19:00.0:xid48") in found(out)
     assert log.since is None and "read since boot" in log.window_note
 
@@ -445,13 +441,13 @@ def test_driver_not_loaded_on_a_gpu_node_fails_naming_the_pci_addresses(tmp_path
     fake_pci(tmp_path, HGX_PCI)
     facts = provider_for("gpus", "local")(ctx_for(root=tmp_path))  # no /proc/driver/nvidia under it
     assert facts.init_error and [lost.pci_bus_id for lost in facts.lost] == ["0000:3b:00.0", "0000:41:00.0"]
-    out = list(g.count(facts, GENERIC))
+    out = list(g.count(gpus=facts, limits=GENERIC))
     assert found(out) == [("gpu.E005", "FAIL", "")]
     assert "0000:3b:00.0, 0000:41:00.0" in out[0].message and "cannot run GPU jobs" in out[0].message
     with pytest.raises(NotApplicable, match="see gpu.count"):
-        list(g.ecc(facts, GENERIC))
+        list(g.ecc(gpus=facts, limits=GENERIC))
     # and where the fabric expects GPUs, gpu.E001 names them too
-    out = list(g.count(facts, H100))
+    out = list(g.count(gpus=facts, limits=H100))
     assert found(out) == [("gpu.E001", "FAIL", "")] and "0000:3b:00.0" in out[0].message
 
 
@@ -460,7 +456,7 @@ def test_no_nvidia_gpu_on_the_bus_is_still_no_gpu_here(tmp_path):
     facts = provider_for("gpus", "local")(ctx_for(root=tmp_path))
     assert facts.lost == []
     with pytest.raises(NotApplicable, match="no NVIDIA GPU here"):
-        list(g.count(facts, GENERIC))
+        list(g.count(gpus=facts, limits=GENERIC))
     # no PCI bus at all (a virtio-mmio VM): no PCI GPU either
     assert provider_for("gpus", "local")(ctx_for(root=tmp_path / "empty")).lost == []
 
@@ -505,7 +501,7 @@ def test_agentless_nvidia_smi_missing_with_gpus_on_the_bus_fails():
     scan = "hc-pci: 0000:3b:00.0 0x030200 \nhc-pci-end\n"
     runner = FakeRunner({gpu_probe.PCI_SCAN: (0, scan, "")})  # nvidia-smi: not found
     facts = provider_for("gpus", "ssh")(ctx_for(runner, transport="ssh"))
-    assert found(g.count(facts, GENERIC)) == [("gpu.E005", "FAIL", "")]
+    assert found(g.count(gpus=facts, limits=GENERIC)) == [("gpu.E005", "FAIL", "")]
 
 
 def test_gpu_record_without_nvml_exits_3_with_one_line(tmp_path):
@@ -529,15 +525,16 @@ def test_gpu_figures_the_fabric_sets_that_nvml_cannot_give_are_errors():
 
     strict = msgspec.convert({"gpu": {"temp_max_c": 85, "pcie_width": 16, "pcie_gen": 5, "model": "M",
                                       "vbios_version": "1", "driver_version": "2"}}, Fabric)
-    assert ("hc.E001", "ERROR", "GPU2") in found(g.clocks(with_gpu(2, temperature_c=None), strict))
-    assert ("hc.E001", "ERROR", "GPU2") in found(g.clocks(with_gpu(2, throttle_reasons=None), strict))
-    assert found(g.pcie(with_gpu(2, pcie_width_current=None, pcie_gen_current=None), strict)) == [
+    assert ("hc.E001", "ERROR", "GPU2") in found(g.clocks(gpus=with_gpu(2, temperature_c=None), limits=strict))
+    assert ("hc.E001", "ERROR", "GPU2") in found(g.clocks(gpus=with_gpu(2, throttle_reasons=None), limits=strict))
+    assert found(g.pcie(gpus=with_gpu(2, pcie_width_current=None, pcie_gen_current=None), limits=strict)) == [
         ("hc.E001", "ERROR", "GPU2"), ("hc.E001", "ERROR", "GPU2")]
-    assert ("hc.E001", "ERROR", "GPU2") in found(g.count(with_gpu(2, name=None), strict))
-    assert ("hc.E001", "ERROR", "GPU2") in found(g.versions(with_gpu(2, vbios_version=None), None, strict))
+    assert ("hc.E001", "ERROR", "GPU2") in found(g.count(gpus=with_gpu(2, name=None), limits=strict))
+    assert ("hc.E001", "ERROR", "GPU2") in found(g.versions(gpus=with_gpu(2, vbios_version=None), shared_libs=None,
+                                                            limits=strict))
     nodriver = msgspec.structs.replace(with_gpu(0), driver_version=None)
-    assert ("hc.E001", "ERROR", "driver") in found(g.versions(nodriver, None, strict))
-    assert found(g.processes(with_gpu(4, processes=None), H100)) == [("hc.E001", "ERROR", "GPU4")]
+    assert ("hc.E001", "ERROR", "driver") in found(g.versions(gpus=nodriver, shared_libs=None, limits=strict))
+    assert found(g.processes(gpus=with_gpu(4, processes=None), limits=H100)) == [("hc.E001", "ERROR", "GPU4")]
 
 
 def test_gpu_checks_never_pass_having_judged_no_gpu():
@@ -548,7 +545,7 @@ def test_gpu_checks_never_pass_having_judged_no_gpu():
     for check in (g.ecc, g.clocks, g.pcie, g.nvlink, g.processes):
         with pytest.raises(NotApplicable, match="see gpu.count"):
             list(check(all_lost, H100))
-    assert {f for f, *_ in found(g.count(all_lost, H100))} == {"gpu.E004"}
+    assert {f for f, *_ in found(g.count(gpus=all_lost, limits=H100))} == {"gpu.E004"}
 
 
 def test_ib_hca_whose_ports_or_state_cannot_be_read_is_an_error_not_a_fail(tmp_path):
@@ -562,7 +559,7 @@ def test_ib_hca_whose_ports_or_state_cannot_be_read_is_an_error_not_a_fail(tmp_p
     from healthcheck.checks.ib import port_state
 
     limits = msgspec.convert({"ib": {"hca_count": 3}}, Fabric)
-    out = list(port_state(ports, limits))
+    out = list(port_state(ib_ports=ports, limits=limits))
     assert found(out) == [("hc.E003", "ERROR", "")]
     assert "mlx5_1/1: cannot read state" in out[0].message and "mlx5_2: cannot list its ports" in out[0].message
 
@@ -576,8 +573,9 @@ def test_ib_rate_and_counters_that_cannot_be_read_are_errors(tmp_path):
     shutil.rmtree(port / "counters")
     ctx = ctx_for(root=tmp_path)
     limits = msgspec.convert({"ib": {"rate_gbps": 400, "counters_fail": {"symbol_error": 10}}}, Fabric)
-    assert found(port_state(provider_for("ib_ports", "local")(ctx), limits)) == [("hc.E001", "ERROR", "mlx5_0/1")]
-    assert found(counters(provider_for("ib_counters", "local")(ctx), limits)) == [
+    assert found(port_state(ib_ports=provider_for("ib_ports", "local")(ctx), limits=limits)) == [
+        ("hc.E001", "ERROR", "mlx5_0/1")]
+    assert found(counters(ib_counters=provider_for("ib_counters", "local")(ctx), limits=limits)) == [
         ("hc.E001", "ERROR", "mlx5_0/1:counters")]
 
 
@@ -595,7 +593,7 @@ def test_a_path_hc_may_not_stat_is_an_error_not_a_missing_path(monkeypatch, tmp_
     monkeypatch.setattr(os, "statvfs", refuse)
     limits = msgspec.convert({"sys": {"disk_free_min_gib": {"/scratch": 1}}}, Fabric)
     space = provider_for("disk_space", "local")(ctx_for(root=tmp_path, limits=limits))
-    assert found(disk(space, limits)) == [("hc.E003", "ERROR", "/scratch")]
+    assert found(disk(disk_space=space, limits=limits)) == [("hc.E003", "ERROR", "/scratch")]
 
 
 def test_agentless_stat_failures_are_told_apart():
@@ -607,8 +605,8 @@ def test_agentless_stat_failures_are_told_apart():
               "stat: cannot read file system information for '/c': Transport endpoint is not connected\n")
     runner = FakeRunner({"stat": (1, "", stderr)})
     space = provider_for("disk_space", "ssh")(ctx_for(runner, limits=limits, transport="ssh"))
-    assert found(disk(space, limits)) == [("hc.E003", "ERROR", "/b"), ("hc.E003", "ERROR", "/d"),
-                                          ("sys.E003", "FAIL", "/a"), ("sys.E003", "FAIL", "/c")]
+    assert found(disk(disk_space=space, limits=limits)) == [("hc.E003", "ERROR", "/b"), ("hc.E003", "ERROR", "/d"),
+                                                            ("sys.E003", "FAIL", "/a"), ("sys.E003", "FAIL", "/c")]
 
 
 def test_a_service_missing_from_a_hidden_process_list_is_an_error_not_a_fail(tmp_path):
@@ -621,13 +619,13 @@ def test_a_service_missing_from_a_hidden_process_list_is_an_error_not_a_fail(tmp
     limits = msgspec.convert({"sys": {"services": {"fabricmanager": "nv-fabricmanager"}}}, Fabric)
     procs = provider_for("processes", "local")(ctx_for(root=tmp_path, limits=limits))
     assert procs.incomplete and "hidepid" in procs.incomplete  # no PID 1: others' processes are hidden
-    assert found(services(procs, limits)) == [("hc.E003", "ERROR", "fabricmanager")]
+    assert found(services(processes=procs, limits=limits)) == [("hc.E003", "ERROR", "fabricmanager")]
     (tmp_path / "proc/1").mkdir()
     (tmp_path / "proc/1/cmdline").write_bytes(b"/sbin/init\0")
     (tmp_path / "proc/1/comm").write_text("systemd\n")
     procs = provider_for("processes", "local")(ctx_for(root=tmp_path, limits=limits))
     assert procs.incomplete is None
-    assert found(services(procs, limits)) == [("sys.E005", "FAIL", "fabricmanager")]
+    assert found(services(processes=procs, limits=limits)) == [("sys.E005", "FAIL", "fabricmanager")]
 
 
 def test_agentless_ps_without_pid_1_is_incomplete():
@@ -640,14 +638,3 @@ def test_agentless_ps_without_pid_1_is_incomplete():
 def test_real_ps_sees_pid_1_here():
     procs = provider_for("processes", "ssh")(ProbeContext(runner=LocalRunner(), transport="ssh", timeout_s=10))
     assert procs.incomplete is None and procs.names
-
-
-@pytest.mark.parametrize("text, lines", [
-    ("", 0), ("\n\n  \n", 0), ("-- No entries --\n", 0), ("No journal files were found.\n", 0),
-    (("Hint: You are currently not seeing messages from other users and the system.\n"
-      "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"), 0),
-    ("\n" * 200_000, 0),  # big, and still nothing: decided line by line, not by size
-    (BOOT_LINES, 2), ("x\n\ny", 2), (BOOT_LINES * 50_000, 100_000),
-])
-def test_kernel_lines_tells_a_log_from_a_tools_notes(text, lines):
-    assert gpu_probe.kernel_lines(text) == lines

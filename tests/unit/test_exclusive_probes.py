@@ -33,7 +33,8 @@ from healthcheck.core.registry import DEFAULT, REGISTRY, Registry, select, using
 from healthcheck.core.status import Status
 from healthcheck.report.build import make_report, utc_now
 from healthcheck.report.jsonio import encode
-from healthcheck.runners.local import CommandResult, LocalRunner
+from healthcheck.runners.base import CommandResult
+from healthcheck.runners.local import LocalRunner
 
 CFG = Config(EMBEDDED_DEFAULT)
 # Findings built directly, not declared in the process-wide catalogue (they would leak).
@@ -91,8 +92,16 @@ def recording(reg: Registry, log: Log, fact: str, *, exclusive: bool = False, bo
 def needing(reg: Registry, name: str, facts: tuple[str, ...], *, budget: float = 2.0,
             hang_finding: Optional[FindingSpec] = None) -> None:
     """Register a throw-away check that needs `facts` and passes when it gets them."""
+    import inspect
+
+    def passes(**given: Any) -> list:
+        return []
+
+    # facts reach a check by keyword: its parameters are its facts' names and limits
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    passes.__signature__ = inspect.Signature([inspect.Parameter(f, keyword) for f in (*facts, "limits")])
     reg.check(name, tier="deep", needs=facts, findings=(BW_SLOW,), budget_s=budget,
-              hang_finding=hang_finding)(lambda *args: [])
+              hang_finding=hang_finding)(passes)
 
 
 # -- 1. exclusive providers -------------------------------------------------------------

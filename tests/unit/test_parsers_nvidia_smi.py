@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from support import CORPUS, corpus_files
 
 from healthcheck.core.errors import ParseError
-from healthcheck.parsers.gpu_common import THROTTLE_REASONS, GpuFacts, LostGpu
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
+from healthcheck.parsers.gpu_common import GpuFacts, LostGpu
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
 from healthcheck.parsers.nvidia_smi_query import (
     NEWER_QUERY_FIELDS,

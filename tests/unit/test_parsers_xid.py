@@ -18,11 +18,9 @@ from healthcheck.core.errors import ParseError
 from healthcheck.parsers.xid import (
     KernelGpuLog,
     XidEvent,
-    _SYSLOG,
     parse_kernel_log,
     since,
     summarize,
-    syslog_time,
 )
 
 KERNEL_LOG = FIXTURES / "kernel-log"
@@ -272,15 +270,6 @@ def test_journal_short_without_a_year_is_never_in_the_future():
     t = log.xids[0].time
     assert t is not None and t <= time.time() + 86400
     assert time.gmtime(t)[1:6] == (11, 22, 13, 0, 1)
-
-
-def test_syslog_year_rollover():
-    m = _SYSLOG.match("Dec 31 23:59:59 gpu017 kernel: x")
-    jan_2025 = 1735776000.0  # 2025-01-02T00:00:00Z
-    assert syslog_time(m, None, now=jan_2025) == 1735689599.0  # Dec 31 2024, not 2025
-    leap = _SYSLOG.match("Feb 29 12:00:00 gpu017 kernel: x")
-    assert syslog_time(leap, 2023) is None  # not a date: no time, no crash
-    assert syslog_time(leap, 2024) == 1709208000.0
 
 
 def test_journal_short_iso_offsets():

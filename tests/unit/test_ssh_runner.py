@@ -17,6 +17,7 @@ from healthcheck.core.config.schema import SshSettings
 from healthcheck.runners.ssh import (
     SshConnection,
     SshError,
+    SshErrorKind,
     _append_known_host,
     _result,
     check_env,
@@ -144,9 +145,16 @@ def test_good_node_names(name: str) -> None:
 
 
 def test_ssh_error_kinds_are_closed() -> None:
-    assert str(SshError("refused", "node1: refused")) == "node1: refused"
+    err = SshError(SshErrorKind.REFUSED, "node1: refused")
+    assert str(err) == "node1: refused"
+    # the kind is an enum that is also its string: comparisons, str() and JSON see the value
+    assert err.kind is SshErrorKind.REFUSED and err.kind == "refused" and str(err.kind) == "refused"
+    assert [str(k) for k in SshErrorKind] == [
+        "unknown-host-key", "changed-host-key", "revoked-host-key", "refused", "timeout", "unreachable", "auth",
+        "dropped", "config", "other",
+    ]
     with pytest.raises(ValueError):
-        SshError("nope", "x")
+        SshError("nope", "x")  # type: ignore[arg-type]
 
 
 # -------------------------------------------------------------------- exit-status mapping

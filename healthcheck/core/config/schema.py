@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from healthcheck.core.tiers import ALL as ALL_TIERS
+
 # (key path inside the section, message, related key paths the message names)
 Problem = tuple[tuple[Any, ...], str, tuple[tuple[Any, ...], ...]]
 
@@ -253,7 +255,7 @@ class GpuLimits(Strict):
 
     def problems(self) -> Iterator[Problem]:
         # a misspelt reason never matches: the throttling it meant would go unreported
-        from healthcheck.parsers.gpu_common import THROTTLE_REASONS
+        from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 
         known = THROTTLE_REASONS.values()
         for key in ("throttle_fail", "throttle_warn"):
@@ -325,7 +327,7 @@ class DrainPolicy(Strict):
 
 
 class CommandPolicy(Strict):
-    tier: Literal["quick", "standard", "deep", "epilogue"] = "quick"
+    tier: Literal[ALL_TIERS] = "quick"  # a tier, or the epilogue context
     deadline_s: Seconds = 5.0
 
 

@@ -1,0 +1,157 @@
+"""Host keys: known_hosts files (plain, hashed, `@revoked`), recording new keys, the
+missing-key policy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from healthcheck.runners.ssh.config import Target, _cached_by_stat
+from healthcheck.runners.ssh.errors import SshError, SshErrorKind
+from healthcheck.runners.ssh.paramiko_import import import_paramiko
+
+if TYPE_CHECKING:
+    from healthcheck.runners.ssh.connection import SshConnection
+
+
+@dataclass(frozen=True)
+class KnownKey:
+    path: str
+    lineno: int
+    names: tuple[str, ...]
+    key: Any  # paramiko PKey
+    revoked: bool = False  # an "@revoked" line: this key must never be accepted
+
+
+_KNOWN_CACHE: dict[str, tuple[tuple[int, int], list[KnownKey]]] = {}
+_KNOWN_WRITE_LOCK = threading.Lock()
+
+
+def _read_known_hosts(path: str) -> list[KnownKey]:
+    """Every usable entry of one known_hosts file (cached by mtime and size).
+
+    Parsed here instead of HostKeys.load, which de-duplicates in O(n^2) and forgets
+    which file and line an entry came from (which a changed-key message must name).
+    """
+    return _cached_by_stat(_KNOWN_CACHE, path, "known_hosts", _parse_known_hosts, [])
+
+
+def _parse_known_hosts(path: str) -> list[KnownKey]:
+    paramiko = import_paramiko()
+    entries: list[KnownKey] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                line = line.strip()
+                revoked = line.startswith("@revoked")
+                if revoked:
+                    line = line[len("@revoked"):].strip()
+                if not line or line.startswith(("#", "@")):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                except Exception:  # bad base64 (InvalidHostKey), unknown key type, ...
+                    continue
+                if entry is not None and entry.key is not None:
+                    entries.append(KnownKey(path, lineno, tuple(entry.hostnames), entry.key, revoked))
+    except OSError as exc:
+        raise SshError(SshErrorKind.CONFIG, f"known_hosts {path}: {exc.strerror or exc}") from None
+    return entries
+
+
+def _host_pattern(name: str, port: int) -> str:
+    return name if port == 22 else f"[{name}]:{port}"
+
+
+def _name_matches(stored: str, name: str) -> bool:
+    if stored.startswith("|1|"):
+        try:
+            return import_paramiko().HostKeys.hash_host(name, stored) == stored
+        except Exception:  # malformed salt
+            return False
+    return stored == name
+
+
+def find_known_keys(files: tuple[str, ...], name: str, port: int) -> list[KnownKey]:
+    """Trusted entries for `name` (at `port`) in the files, in file order."""
+    pattern = _host_pattern(name, port)
+    return [
+        k for path in files for k in _read_known_hosts(path)
+        if not k.revoked and any(_name_matches(stored, pattern) for stored in k.names)
+    ]
+
+
+def revoked_entry(files: tuple[str, ...], names: tuple[str, ...], port: int, key: Any) -> KnownKey | None:
+    """The `@revoked` line that revokes `key` for any of `names` (or for every host, `*`)."""
+    patterns = [_host_pattern(n, port) for n in names]
+    for path in files:
+        for k in _read_known_hosts(path):
+            if k.revoked and k.key == key and any(
+                stored == "*" or any(_name_matches(stored, p) for p in patterns) for stored in k.names
+            ):
+                return k
+    return None
+
+
+def _append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -> None:
+    """accept_new_host_keys: record a first-seen key as a plain line (see module doc)."""
+    hosts = ",".join(_host_pattern(n, port) for n in names)
+    line = f"{hosts} {key.get_name()} {key.get_base64()}\n"
+    with _KNOWN_WRITE_LOCK:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        with open(path, "a+", encoding="utf-8") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                fh.seek(fh.tell() - 1)
+                if fh.read(1) != "\n":
+                    line = "\n" + line
+            fh.write(line)
+
+
+class _UnknownHostKey(Exception):
+    def __init__(self, key: Any) -> None:
+        super().__init__("unknown host key")
+        self.key = key
+
+
+def _fingerprint(key: Any) -> str:
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+def _refuse_revoked(target: Any, key: Any, client: Any = None) -> None:
+    entry = revoked_entry(target.known_hosts, target.host_key_names, target.port, key)
+    if entry is not None:
+        if client is not None:
+            client.close()
+        raise SshError(SshErrorKind.REVOKED_HOST_KEY, f"{target.where}: host key {_fingerprint(key)} is revoked "
+                                                      f"(@revoked in {entry.path}:{entry.lineno}); not connecting")
+
+
+class _Policy:
+    """Missing host key: refuse (default) or record it (accept_new_host_keys)."""
+
+    def __init__(self, conn: SshConnection, target: Target) -> None:
+        self.conn = conn
+        self.target = target
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        _refuse_revoked(self.target, key)
+        if not self.conn.settings.accept_new_host_keys:
+            raise _UnknownHostKey(key)
+        if not self.target.known_hosts:
+            raise SshError(
+                SshErrorKind.CONFIG, f"{self.target.where}: accept_new_host_keys needs a known_hosts file"
+            )
+        path = self.target.known_hosts[0]
+        try:
+            _append_known_host(path, self.target.host_key_names, self.target.port, key)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise SshError(
+                SshErrorKind.CONFIG, f"{self.target.where}: cannot record its host key in {path}: {why}"
+            ) from None
