@@ -32,6 +32,8 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "xid": ("healthcheck.parsers.xid", "parse_kernel_log", "kernel log (dmesg, dmesg -T/--time-format iso, journal, syslog) -> Xid/SXid events"),
     "nvidia-smi-topo": ("healthcheck.parsers.nvidia_topo", "parse_nvidia_topo", "nvidia-smi topo -m"),
     "nvidia-smi-nvlink": ("healthcheck.parsers.nvlink_status", "parse_nvlink_status", "nvidia-smi nvlink -s"),
+    "nccl-tests": ("healthcheck.parsers.nccl_tests", "parse_nccl_tests", "nccl-tests/rccl-tests *_perf output (text, -J JSON)"),
+    "ib_write_bw": ("healthcheck.parsers.perftest", "parse_perftest", "perftest ib_write_bw / ib_read_bw / ib_send_bw"),
 }
 
 

@@ -44,6 +44,8 @@ CONTEXT = {
     "xid": "[  100.000000] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.\n",
     "nvidia-smi-topo": "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18\t0-51\t0\nGPU1\tNV18\t X \t0-51\t0\n",
     "nvidia-smi-nvlink": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)\n\t Link 0: 26.562 GB/s\n",
+    "ib_write_bw": "                    RDMA_Write BW Test\n #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n",
+    "nccl-tests": "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 1 iters: 1 validation: 1\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n           8             2     float     sum      -1    10.51    0.00    0.00      0    10.30    0.00    0.00      0\n",
 }
 
 # How a line of each tool starts, so the filler lands where its patterns look.
@@ -62,6 +64,8 @@ PREFIXES = {
             "kernel: NVRM: ", "2024-01-01T00:00:00+00:00 host kernel: "],
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <"],
+    "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: "],
+    "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the "],
 }
 
 # What fills the line: runs that make lazy or nested quantifiers backtrack.
@@ -211,6 +215,8 @@ _AT_SCALE = {
     "xid": lambda: _repeat(_read("xid-dmesg/xid79-with-nvswitch-sxid-20034.txt")),
     "hostfile": lambda: _repeat("".join(f"gpu{i:05d} slots=8\n" for i in range(1000))),
     "ldconfig": lambda: _repeat(CONTEXT["ldconfig"] + "".join(f"\tlib{i}.so.1 -> lib{i}.so.1.2.3\n" for i in range(1000))),
+    "ib_write_bw": lambda: _repeat((FIXTURES / "ib_write_bw/loopback-all-sizes-interleaved.txt").read_text()),
+    "nccl-tests": lambda: _repeat((FIXTURES / "nccl-tests/all_reduce-h100-a3mega-2node-16rank.txt").read_text()),
 }
 
 

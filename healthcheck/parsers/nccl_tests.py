@@ -1,0 +1,824 @@
+"""nccl-tests (and rccl-tests) output -> NcclTestsRun: bandwidth samples, the rank map,
+the footer's verdicts, failures and launcher errors.
+
+Every format since nccl-tests 2.x (read in NVIDIA/nccl-tests src/common.cu, util.cu at
+the tags v2.9.0 ... v2.19.6):
+
+* text, newest (>= 2.13): `size count type redop root` then out-of-place and in-place
+  `time algbw busbw #wrong` (`N/A` with `-c 0`); `-I 1` adds `i_min i_max i_p99 i_cv%`
+  to each, `-S 1` a timestamp at the end, `-C 1` says `cputime`. Numbers are fixed
+  width and become `%e` when large (`1e+06`).
+* text, old (<= 2.11): a header per collective (all_gather has neither redop nor root,
+  alltoall prints a blank redop), and the last column is `error`: the maximum deviation
+  (`%5.0le`), not a count. A deviation of 0 means nothing was wrong (wrong=0); any other
+  is judged by nccl-tests' tolerance, which only `Out of bounds values` reports
+  (wrong=None).
+* JSON written with `-J FILE` (>= 2.17.3): `parse_nccl_tests_json`. Its `env` (the whole
+  environment of the run) is never kept. Its `devices` hold one entry per process (the
+  first rank of each), so `rank_count` is processes x threads x GPUs.
+* rccl-tests' `--output_file` JSON lines (one record per size and placement).
+
+Launcher prefixes (`srun -l`'s `0: `, `mpirun --tag-output`'s `[1,0]<stdout>:`) are
+stripped, and whatever is not nccl-tests' own (NCCL INFO/WARN lines, MPI banners, X11
+noise) is skipped, except launcher failures (Open MPI's "not enough slots", mpirun's
+"exited on signal", srun's task errors), which are facts of their own.
+
+A text is garbage (ParseError) only when it holds no fact about a run: no row, no
+failure, no launcher error, no rank (device) line and no run banner (version, `nThread`
+or `Collective test starting` line). A column header alone is garbage. A banner with no
+row is a run that never measured (a hang or crash at init): it parses, with
+`samples == ()` and `completed` False, so a check must never read "no sample below the
+threshold" as a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
+
+UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
+MAX_LISTED = 1000  # failures and `# error:` lines kept (a hostile input could print millions)
+_MESSAGE_MAX = 300
+
+FailureKind = Literal["nccl", "cuda", "timeout", "test", "setup", "signal", "task"]
+Format = Literal["text", "json", "rccl-json-lines"]
+
+
+class RankDevice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One `#  Rank N Group G Pid P on HOST device D [bus] MODEL` line (JSON: `devices`)."""
+
+    rank: int
+    host: str
+    device: int  # CUDA device index on the host
+    pid: int | None = None
+    group: int | None = None  # None in the old format (<= 2.13.3), which has no Group
+    bus_id: str = ""  # as printed: "0000:04:00" (>= 2.14) or "0x04" (older)
+    model: str = ""  # cudaDeviceProp.name, e.g. "NVIDIA H100 80GB HBM3"
+
+
+class NcclTestsFailure(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One failure line.
+
+    kind: nccl / cuda (`HOST: Test NCCL|CUDA failure FILE:LINE 'message'`), timeout
+    (`HOST: Test timeout (Ns) FILE:LINE`, `-T`), test (` .. HOST pid P: Test failure
+    FILE:LINE`, one per stack frame under a root failure), setup (`Invalid number of
+    GPUs ...`), signal (mpirun: `process rank R with PID P on node HOST exited on signal
+    S`), task (srun: `srun: error: HOST: task N: ...`).
+    """
+
+    kind: FailureKind
+    host: str = ""
+    file: str = ""
+    line: int | None = None
+    message: str = ""
+    pid: int | None = None
+
+
+class NcclTestsRun(msgspec.Struct, frozen=True):
+    """What one nccl-tests run printed.
+
+    `samples` holds one BandwidthSample per row and placement, in the order printed
+    (a size repeats with `-N`, `-o all`, `-d all`). Each sample's `ranks` is
+    `rank_count`: the distinct ranks of the rank map (JSON: processes x threads x GPUs);
+    without a rank map, NCCL's own `rank R nranks N` (an NCCL_DEBUG=INFO line), then
+    nThread x nGpus of the banner (exact for one process, a lower bound for an MPI run,
+    which always prints its rank map unless the capture was cut); else 0: unknown.
+    `wrong` is None where nothing was counted (`N/A`, `-c 0`, or an old-format
+    deviation other than 0).
+    """
+
+    collective: str  # one of bandwidth_common.COLLECTIVES, or UNKNOWN
+    format: Format = "text"
+    program: str | None = None  # as printed: "all_reduce_perf_mpi", JSON args[0]'s name
+    version: str | None = None  # nccl-tests' own version (>= 2.17.4 text)
+    nccl_headers: int | None = None  # NCCL_VERSION_CODE it was built with, e.g. 22907
+    nccl_library: int | None = None  # the libnccl it ran with (a mismatch: nccl-tests#255)
+    nccl_version: str | None = None  # NCCL's banner "NCCL version 2.19.3+cuda12.2"
+    threads: int | None = None  # nThread (-t)
+    gpus_per_thread: int | None = None  # nGpus (-g)
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    validation: bool | None = None  # -c: False means #wrong is N/A
+    ranks: tuple[RankDevice, ...] = ()  # every rank line, duplicates kept (see lone_ranks)
+    rank_count: int = 0  # what each sample's `ranks` holds; 0: unknown
+    headers: int = 0  # run banners printed (nThread lines); more than one: see lone_ranks
+    tables: int = 0  # column headers printed
+    samples: tuple[BandwidthSample, ...] = ()
+    bad_rows: int = 0  # lines shaped like a row (two integers first) that did not parse
+    last_size_bytes: int | None = None  # the last row's size: where a hung run stopped
+    out_of_bounds: int | None = None  # "# Out of bounds values : N OK|FAILED"
+    out_of_bounds_ok: bool | None = None
+    avg_busbw_gbytes_per_s: float | None = None  # mean over every size and placement
+    avg_ok: bool | None = None  # None unless NCCL_TESTS_MIN_BW was set
+    completed: bool = False  # the footer (Avg bus bandwidth) was printed
+    failures: tuple[NcclTestsFailure, ...] = ()
+    errors: tuple[str, ...] = ()  # "# error: ..." (ncclGetLastError), JSON "errors"
+    launcher_error: str | None = None  # the launcher never started the test
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The rank map's hosts, in rank order of first appearance."""
+        return tuple(dict.fromkeys(r.host for r in self.ranks))
+
+    @property
+    def lone_ranks(self) -> bool:
+        """Several processes each ran the test alone: a binary built without MPI=1 launched
+        by mpirun or srun (nccl-tests#182). Each prints its own banner and its own rank 0,
+        and a one-rank collective's busbw is 0. (Logs of several runs appended to one
+        file look the same; hc runs one test per capture.)"""
+        numbers = [r.rank for r in self.ranks]
+        return self.headers > 1 and len(numbers) > len(set(numbers))
+
+    @property
+    def root_failures(self) -> tuple[NcclTestsFailure, ...]:
+        """The failures less the ` .. Test failure` stack frames under them."""
+        return tuple(f for f in self.failures if f.kind != "test")
+
+
+# ---------------------------------------------------------------- names
+
+_BY_KEY = {c.replace("_", ""): c for c in COLLECTIVES}
+
+
+def collective_name(name: str) -> str | None:
+    """"all_reduce_perf", "/x/all_reduce_perf_mpi", "AllReduce", "all_reduce" -> "all_reduce";
+    None for a name that is no known collective."""
+    base = name.strip().rsplit("/", 1)[-1].lower()
+    cut = base.find("_perf")
+    if cut > 0:
+        base = base[:cut]
+    return _BY_KEY.get(base.replace("_", "").replace("-", ""))
+
+
+# ---------------------------------------------------------------- text patterns
+# Anchored, bounded and possessive where two parts could share characters, so a long
+# hostile line costs its length (see tests/unit/test_parsers_hostile.py).
+
+_PREFIX = re.compile(r"\[\d{1,9},\d{1,9}\]<std(?:out|err)>:|\s*+\d{1,9}: ")
+_VERSION = re.compile(r"#\s*+nccl-tests version (\S{1,64})(?: nccl-headers=(\d{1,9}))?(?: nccl-library=(\d{1,9}))?")
+_STARTING = re.compile(r"#\s*+Collective test (starting|concluded): (\S{1,256})")
+_BANNER = re.compile(
+    r"#?\s*+nThread\s++(\d{1,9})\s++nGpus\s++(\d{1,9})\s++minBytes\s++(\d{1,20})\s++maxBytes\s++(\d{1,20})"
+)
+_WARMUP = re.compile(r"warmup iters:\s*+(\d{1,9})\s++iters:\s*+(\d{1,9})")
+_VALIDATION = re.compile(r"validation:\s*+(\d{1,9})")
+_RANK = re.compile(
+    r"#\s*+Rank\s++(\d{1,9})\s++(?:Group\s++(\d{1,9})\s++)?Pid\s++(\d{1,10})\s++on\s++(\S{1,1024})\s++"
+    r"device\s++(\d{1,9})\s++\[([^\]]{0,128})\]\s*+(.{0,1024})"
+)
+_OOB = re.compile(r"#\s*+Out of bounds values\s*+:\s*+(\d{1,12})(?:\s++(OK|FAILED))?")
+_AVG = re.compile(r"#\s*+Avg bus bandwidth\s*+:\s*+(\S{1,40})(?:\s++(OK|FAILED))?")
+_ERROR = re.compile(r"#\s*+error:\s*+(.*)")
+_NCCL_NRANKS = re.compile(r"\brank (\d{1,9}) nranks (\d{1,9})\b")  # NCCL INFO "comm 0x.. rank 0 nranks 16 ..."
+_NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64})")
+_FAILURE = re.compile(r"([^\s:]{1,256}): Test (NCCL|CUDA) failure ([^\s:]{1,512}):(\d{1,9})(?: (.*))?")
+_TIMEOUT = re.compile(r"([^\s:]{1,256}): Test timeout \((\d{1,9})s\) ([^\s:]{1,512}):(\d{1,9})")
+_TRACE = re.compile(r"\.\. (\S{1,256}) pid (\d{1,10}): Test failure ([^\s:]{1,512}):(\d{1,9})")
+_SIGNAL = re.compile(
+    r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})"
+    r"(?: \(([^)]{0,100})\))?"
+)
+_SRUN_TASK = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([0-9,\-]{1,64}): (.{1,300})")
+_SLOTS = re.compile(r"There are not enough slots available in the system to satisfy the (\d{1,9})")
+_LAUNCHER_LINES = (
+    "mpirun was unable to launch the specified application",
+    "mpirun was unable to find the specified executable",
+    "mpirun could not find anything to do",
+    "ORTE was unable to reliably start one or more daemons",
+    "PRTE was unable to reliably start one or more daemons",
+    "srun: error: Unable to allocate resources",
+    "srun: error: Unable to create step",
+    "srun: error: Unable to create job step",
+)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+_TIME_COLUMNS = ("time", "cputime")
+_WRONG_COLUMNS = ("#wrong", "error")
+
+
+class _Table:
+    """Where the columns of a row are, from a column header (or guessed without one)."""
+
+    def __init__(self, left: list[str], groups: list[list[str]]) -> None:
+        self.has_redop = "redop" in left
+        self.has_root = "root" in left
+        self.width = sum(len(g) for g in groups)
+        placements = ("out-of-place", "in-place") if len(groups) == 2 else ("out-of-place",)
+        self.slots = self._slots(zip(placements, groups))
+        # trace replay prints no out-of-place body: the in-place columns alone
+        self.in_place_only = self._slots([("in-place", groups[1])]) if len(groups) == 2 else None
+        self.in_place_width = len(groups[1]) if len(groups) == 2 else -1
+
+    @staticmethod
+    def _slots(groups) -> list[tuple[str, int, int, int, int, bool]]:
+        """(placement, index of time, algbw, busbw, #wrong or -1, wrong is a deviation)."""
+        slots, offset = [], 0
+        for placement, names in groups:
+            wrong = next((i for i, n in enumerate(names) if n in _WRONG_COLUMNS), -1)
+            slots.append((placement, offset + 0, offset + names.index("algbw"), offset + names.index("busbw"),
+                          -1 if wrong < 0 else offset + wrong, wrong >= 0 and names[wrong] == "error"))
+            offset += len(names)
+        return slots
+
+
+# No header seen: the newest layout, redop and root told apart by their look.
+_GUESS = _Table([], [["time", "algbw", "busbw", "#wrong"], ["time", "algbw", "busbw", "#wrong"]])
+_INF = math.inf
+
+
+def _header(body: str) -> _Table | None:
+    """A `#  size count type [redop] [root] time algbw busbw #wrong|error ...` line."""
+    tokens = body.lstrip("#").split()
+    if len(tokens) > 64 or tokens[:3] != ["size", "count", "type"]:
+        return None
+    cut = next((i for i, t in enumerate(tokens) if t in _TIME_COLUMNS), None)
+    if cut is None:
+        return None
+    left, perf = tokens[3:cut], tokens[cut:]
+    if any(t not in ("redop", "root") for t in left):
+        return None
+    second = next((i for i, t in enumerate(perf) if i and t in _TIME_COLUMNS), len(perf))
+    groups = [perf[:second], [t for t in perf[second:] if t != "timestamp"]]
+    groups = [g for g in groups if g]
+    if not all("busbw" in g and "algbw" in g for g in groups):
+        return None
+    return _Table(left, groups)
+
+
+def _number(token: str) -> float | None:
+    if not token.isascii():  # float() reads other scripts' digits too
+        return None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if 0 <= value < _INF else None  # NaN fails both
+
+
+def _natural(token: str) -> int | None:
+    if not (token.isascii() and token.isdigit()) or len(token) > 20:  # "²".isdigit()
+        return None
+    return int(token)
+
+
+def _integer(token: str) -> int | None:
+    body = token.removeprefix("-")
+    if not (body.isascii() and body.isdigit()) or len(body) > 12:
+        return None
+    return int(token)
+
+
+def _row(tokens: list[str], table: _Table | None) -> tuple[int, str, str | None, list] | None:
+    """(size, type, redop, [(placement, time, algbw, busbw, wrong)]) of a table row, None
+    when the tokens are not one. Called for every row: kept to plain indexing."""
+    n = len(tokens)
+    if n < 7 or n > 64:
+        return None
+    size, count = _natural(tokens[0]), _natural(tokens[1])
+    dtype = tokens[2]
+    if size is None or count is None or not _WORD.fullmatch(dtype):
+        return None
+    redop, i = None, 3
+    layout = table or _GUESS
+    # (old alltoall prints its redop column blank)
+    if (layout.has_redop or table is None) and _WORD.fullmatch(tokens[3]):
+        redop, i = tokens[3], 4
+    if table is not None:
+        if table.has_root:
+            if i >= n or _integer(tokens[i]) is None:
+                return None
+            i += 1
+    elif n - i == layout.width + 1 and _integer(tokens[i]) is not None:
+        i += 1  # the root column of the newest layout
+    left = n - i
+    slots = layout.slots
+    if left < layout.width or (table is None and left != layout.width):
+        if left != layout.in_place_width or layout.in_place_only is None:
+            return None
+        slots = layout.in_place_only
+    measured = []
+    for placement, t, a, b, w, deviation in slots:
+        try:
+            time_us, algbw, busbw = float(tokens[i + t]), float(tokens[i + a]), float(tokens[i + b])
+        except ValueError:
+            return None
+        if not (0 <= time_us < _INF and 0 <= algbw < _INF and 0 <= busbw < _INF):
+            return None
+        wrong: int | None = None
+        if w >= 0:
+            token = tokens[i + w]
+            if token != "N/A":
+                value = _number(token)
+                if value is None:
+                    return None
+                if deviation or value != int(value):  # a deviation: 0 is "none wrong", else unknown
+                    wrong = 0 if value == 0 else None
+                else:
+                    wrong = int(value)
+        measured.append((placement, time_us, algbw, busbw, wrong))
+    return size, dtype, (None if redop in (None, "none") else redop), measured
+
+
+def _strip_prefix(line: str) -> str:
+    """`srun -l`'s `0: ` and `mpirun --tag-output`'s `[1,0]<stdout>:`, within 40 characters."""
+    if line.find(":", 0, 40) < 0:
+        return line
+    m = _PREFIX.match(line)
+    return line[m.end():] if m else line
+
+
+def _message(text: str) -> str:
+    """A failure's quoted message: `'unhandled system error / last'` -> its text."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        text = text[1:-1]
+    elif text[:1] == "'":
+        text = text[1:]
+    text = text.strip()
+    if text.endswith(" /"):  # "<error> / <ncclGetLastError>" with no last error
+        text = text[:-2].rstrip()
+    return clip(text, _MESSAGE_MAX)
+
+
+# ---------------------------------------------------------------- the text parser
+
+
+def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsRun:
+    """nccl-tests' stdout (any 2.x), its `-J` JSON, or rccl-tests' JSON lines -> facts.
+
+    `collective` ("all_reduce", "all_reduce_perf") names the test where the output does
+    not (a table without its banner); a name the output prints takes precedence. A name
+    that is no collective is a ValueError (the caller's mistake, not the output's).
+    """
+    fallback = _caller_collective(collective)
+    if text.lstrip()[:1] == "{":
+        return _parse_json(text.strip(), fallback)
+    return _parse_text(text, fallback)
+
+
+def _caller_collective(collective: str | None) -> str | None:
+    if collective is None:
+        return None
+    name = collective_name(collective)
+    if name is None:
+        raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+    return name
+
+
+class _Banner:
+    """The run's banner lines as they are read (the first of each kind counts)."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.nccl_headers: int | None = None
+        self.nccl_library: int | None = None
+        self.nccl_version: str | None = None
+        self.threads: int | None = None
+        self.gpus: int | None = None
+        self.min_bytes: int | None = None
+        self.max_bytes: int | None = None
+        self.warmup_iters: int | None = None
+        self.iters: int | None = None
+        self.validation: bool | None = None
+        self.nccl_nranks: int | None = None  # NCCL's own "nranks N" (NCCL_DEBUG=INFO)
+        self.headers = 0  # nThread lines: one per process that started the test alone or as rank 0
+        self.started = False  # any line of the banner or the rank map
+
+
+def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
+    table: _Table | None = None
+    rows: list[tuple[int, str, str | None, list, str | None]] = []
+    ranks: list[RankDevice] = []
+    failures: list[NcclTestsFailure] = []
+    errors: list[str] = []
+    banner = _Banner()
+    program: str | None = None
+    current: str | None = None  # the collective of the rows that follow
+    tables = bad_rows = 0
+    out_of_bounds: int | None = None
+    oob_ok: bool | None = None
+    avg: float | None = None
+    avg_ok: bool | None = None
+    completed = False
+    launcher_error: str | None = None
+    expect_application = False
+
+    for raw in text.splitlines():
+        body = _strip_prefix(raw).strip()
+        if not body:
+            continue
+        if expect_application:  # the line after Open MPI's "...requested by the application:"
+            expect_application = False
+            if " " not in body and "/" in body:
+                program = program or clip(body.rsplit("/", 1)[-1], 256)
+                continue
+        first = body[0]
+        if first.isdigit() and body.isascii():
+            tokens = body.split()
+            parsed = _row(tokens, table)
+            if parsed is not None:
+                rows.append((*parsed, current))
+                continue
+            if len(tokens) > 1 and tokens[0].isdigit() and tokens[1].isdigit():
+                bad_rows += 1
+                continue
+        if first == "#" or body.startswith("nThread"):
+            if _banner_line(body, banner, ranks, errors):
+                continue
+            m = _STARTING.match(body)
+            if m:
+                banner.started = True
+                program = program or clip(m.group(2), 256)
+                current = collective_name(m.group(2)) or current
+                continue
+            if "size" in body[:40]:
+                found = _header(body)
+                if found is not None:
+                    table, tables = found, tables + 1
+                continue
+            m = _OOB.match(body)
+            if m:
+                count = int(m.group(1))
+                out_of_bounds = count if out_of_bounds is None else max(out_of_bounds, count)
+                oob_ok = (oob_ok is not False) and count == 0 and m.group(2) != "FAILED"
+                continue
+            m = _AVG.match(body)
+            if m:  # several footers (lone ranks): the worst of them
+                value = _number(m.group(1))
+                completed = True
+                if value is not None:
+                    avg = value if avg is None else min(avg, value)
+                if m.group(2):
+                    avg_ok = (avg_ok is not False) and m.group(2) == "OK"
+            continue
+        failure = _failure(body)
+        if failure is not None:
+            if len(failures) < MAX_LISTED:
+                failures.append(failure)
+            continue
+        if "NCCL version" in body:
+            m = _NCCL_VERSION.search(body)
+            if m and banner.nccl_version is None:
+                banner.nccl_version = m.group(1)
+            continue
+        if banner.nccl_nranks is None and " nranks " in body and "NCCL INFO" in body[:300]:
+            m = _NCCL_NRANKS.search(body)
+            if m:
+                banner.nccl_nranks = int(m.group(2))
+            continue
+        if launcher_error is None:
+            m = _SLOTS.match(body)
+            if m:
+                launcher_error = f"Open MPI: not enough slots available for the {m.group(1)} slots requested"
+                continue
+            if body.startswith(_LAUNCHER_LINES):
+                launcher_error = clip(body, _MESSAGE_MAX)
+                continue
+        if body.startswith("slots that were requested by the application:"):
+            expect_application = True
+
+    if not (rows or failures or launcher_error or banner.started):
+        what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
+        raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
+    if ranks:
+        rank_count = len({r.rank for r in ranks})
+    elif banner.nccl_nranks is not None:
+        rank_count = banner.nccl_nranks
+    elif banner.threads is not None and banner.gpus is not None:
+        rank_count = banner.threads * banner.gpus
+    else:
+        rank_count = 0
+    collective = (collective_name(program) if program else None) or fallback or UNKNOWN
+    samples = tuple(
+        BandwidthSample(
+            collective=name or collective, size_bytes=size, busbw_gbytes_per_s=busbw, algbw_gbytes_per_s=algbw,
+            time_us=time_us, ranks=rank_count, placement=placement, wrong=wrong, dtype=dtype, redop=redop,
+        )
+        for size, dtype, redop, measured, name in rows
+        for placement, time_us, algbw, busbw, wrong in measured
+    )
+    return NcclTestsRun(
+        collective=collective,
+        format="text",
+        program=program,
+        version=banner.version,
+        nccl_headers=banner.nccl_headers,
+        nccl_library=banner.nccl_library,
+        nccl_version=banner.nccl_version,
+        threads=banner.threads,
+        gpus_per_thread=banner.gpus,
+        min_bytes=banner.min_bytes,
+        max_bytes=banner.max_bytes,
+        warmup_iters=banner.warmup_iters,
+        iters=banner.iters,
+        validation=banner.validation,
+        ranks=tuple(ranks),
+        rank_count=rank_count,
+        headers=banner.headers,
+        tables=tables,
+        samples=samples,
+        bad_rows=bad_rows,
+        last_size_bytes=rows[-1][0] if rows else None,
+        out_of_bounds=out_of_bounds,
+        out_of_bounds_ok=oob_ok,
+        avg_busbw_gbytes_per_s=avg,
+        avg_ok=avg_ok,
+        completed=completed,
+        failures=tuple(failures),
+        errors=tuple(errors),
+        launcher_error=launcher_error,
+    )
+
+
+def _banner_line(body: str, banner: _Banner, ranks: list[RankDevice], errors: list[str]) -> bool:
+    """The banner's lines (version, nThread, rank map) and `# error:`; True when one matched."""
+    m = _RANK.match(body)
+    if m:
+        rank, group, pid, host, device, bus, model = m.groups()
+        ranks.append(RankDevice(rank=int(rank), host=host, device=int(device), pid=int(pid),
+                                group=None if group is None else int(group), bus_id=bus.strip(),
+                                model=model.strip()))
+        banner.started = True
+        return True
+    m = _BANNER.match(body)
+    if m:
+        banner.headers += 1
+        banner.started = True
+        if banner.threads is None:
+            banner.threads, banner.gpus = int(m.group(1)), int(m.group(2))
+            banner.min_bytes, banner.max_bytes = int(m.group(3)), int(m.group(4))
+            tail = body[m.end():m.end() + 400]
+            w = _WARMUP.search(tail)
+            if w:
+                banner.warmup_iters, banner.iters = int(w.group(1)), int(w.group(2))
+            v = _VALIDATION.search(tail)
+            if v:
+                banner.validation = int(v.group(1)) != 0
+        return True
+    m = _VERSION.match(body)
+    if m:
+        banner.started = True
+        if banner.version is None:
+            banner.version = m.group(1)
+            banner.nccl_headers = int(m.group(2)) if m.group(2) else None
+            banner.nccl_library = int(m.group(3)) if m.group(3) else None
+        return True
+    m = _ERROR.match(body)
+    if m:
+        if len(errors) < MAX_LISTED:
+            errors.append(clip(m.group(1).strip(), _MESSAGE_MAX))
+        return True
+    return False
+
+
+def _failure(body: str) -> NcclTestsFailure | None:
+    if ": Test " in body[:300]:
+        m = _FAILURE.match(body)
+        if m:
+            host, kind, file, line, message = m.groups()
+            return NcclTestsFailure(kind="nccl" if kind == "NCCL" else "cuda", host=host, file=file,
+                                    line=int(line), message=_message(message or ""))
+        m = _TIMEOUT.match(body)
+        if m:
+            host, seconds, file, line = m.groups()
+            return NcclTestsFailure(kind="timeout", host=host, file=file, line=int(line),
+                                    message=f"no completion within {seconds} s (-T)")
+        m = _TRACE.match(body)
+        if m:
+            host, pid, file, line = m.groups()
+            return NcclTestsFailure(kind="test", host=host, file=file, line=int(line), pid=int(pid))
+    if body.startswith("Invalid number of GPUs"):
+        return NcclTestsFailure(kind="setup", message=clip(body, _MESSAGE_MAX))
+    if body.startswith("mpirun noticed"):
+        m = _SIGNAL.match(body)
+        if m:
+            rank, pid, host, signal, name = m.groups()
+            what = f"rank {rank} exited on signal {signal}" + (f" ({name})" if name else "")
+            return NcclTestsFailure(kind="signal", host=host, pid=int(pid), message=what)
+    if body.startswith("srun: error: "):
+        m = _SRUN_TASK.match(body)
+        if m:
+            host, tasks, what = m.groups()
+            return NcclTestsFailure(kind="task", host=host, message=clip(f"task {tasks}: {what.strip()}", _MESSAGE_MAX))
+    return None
+
+
+# ---------------------------------------------------------------- JSON
+
+
+class _JsonPlacement(msgspec.Struct):
+    time: float | str | None = None
+    cpu_time: float | str | None = None
+    alg_bw: float | str | None = None
+    bus_bw: float | str | None = None
+    nwrong: float | str | None = None
+
+
+class _JsonResult(msgspec.Struct):
+    size: int
+    count: int | None = None
+    type: str = ""
+    redop: str = ""
+    root: str | int | None = None
+    out_of_place: _JsonPlacement | None = None
+    in_place: _JsonPlacement | None = None
+
+
+class _JsonDevice(msgspec.Struct):
+    rank: int
+    hostname: str = ""
+    device: int = 0
+    pid: int | None = None
+    group: int | None = None
+    device_hex: str = ""
+    device_info: str = ""
+
+
+class _JsonConfig(msgspec.Struct):
+    nthreads: int | None = None
+    ngpus: int | None = None
+    minimum_bytes: int | None = None
+    maximum_bytes: int | None = None
+    warmup_iters: int | None = None
+    iterations: int | None = None
+    validation: int | None = None
+    devices: list[_JsonDevice] = []
+
+
+class _JsonVerdict(msgspec.Struct):
+    count: int | None = None
+    bandwidth: float | str | None = None
+    okay: bool | str | None = None  # nccl-tests writes booleans as "true"/"false"
+
+
+class _JsonDoc(msgspec.Struct):
+    # no `env`: it is the run's whole environment, skipped unread into any fact
+    version: int | None = None
+    args: list[str] = []
+    nccl_version: int | None = None
+    config: _JsonConfig | None = None
+    results: list[_JsonResult] | None = None
+    out_of_bounds: _JsonVerdict | None = None
+    average_bus_bandwidth: _JsonVerdict | None = None
+    errors: list[str] = []
+
+
+class _RcclRecord(msgspec.Struct):
+    size: int
+    time: float | str
+    algBw: float | str
+    busBw: float | str
+    name: str = ""
+    type: str = "float"
+    redop: str | None = None
+    inPlace: int = 0
+    gpus: int | None = None
+    wrong: str | float | None = msgspec.field(default=None, name="#wrong")
+
+
+_DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, ValueError, UnicodeError)
+
+
+def parse_nccl_tests_json(text: str, collective: str | None = None) -> NcclTestsRun:
+    """The file nccl-tests >= 2.17.3 writes with `-J FILE` (or rccl-tests' JSON lines)."""
+    return _parse_json(text.strip(), _caller_collective(collective))
+
+
+def _parse_json(text: str, fallback: str | None) -> NcclTestsRun:
+    first = text.split("\n", 1)[0]
+    if '"busBw"' in first[:4096]:
+        return _parse_rccl_lines(text, fallback)
+    try:
+        doc = msgspec.json.decode(text, type=_JsonDoc)
+    except _DECODE_ERRORS as exc:
+        raise ParseError(f"nccl-tests JSON: {clip(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}"
+                         " (a run that did not finish leaves it cut)") from None
+    if doc.results is None and doc.config is None:
+        raise ParseError(f"nccl-tests JSON: no \"results\" or \"config\" (starts with {clip(text, 60)!r})")
+    config = doc.config or _JsonConfig()
+    program = clip(doc.args[0].rsplit("/", 1)[-1], 256) if doc.args else None
+    name = (collective_name(program) if program else None) or fallback or UNKNOWN
+    ranks = tuple(RankDevice(rank=d.rank, host=d.hostname, device=d.device, pid=d.pid, group=d.group,
+                             bus_id=d.device_hex, model=d.device_info.strip()) for d in config.devices)
+    per_process = (config.nthreads or 0) * (config.ngpus or 0)
+    processes = len({d.rank for d in config.devices}) or (1 if per_process else 0)
+    rank_count = processes * per_process
+    samples = []
+    bad_rows = 0
+    for result in doc.results or ():
+        measured: list[BandwidthSample] = []
+        for placement, p in (("out-of-place", result.out_of_place), ("in-place", result.in_place)):
+            if p is None:
+                continue
+            time_us = _json_number(p.time if p.time is not None else p.cpu_time)
+            algbw, busbw = _json_number(p.alg_bw), _json_number(p.bus_bw)
+            wrong_value = _json_number(p.nwrong) if p.nwrong is not None else None
+            if time_us is None or algbw is None or busbw is None or (p.nwrong is not None and wrong_value is None):
+                measured = []
+                break
+            measured.append(BandwidthSample(
+                collective=name, size_bytes=result.size, busbw_gbytes_per_s=busbw, algbw_gbytes_per_s=algbw,
+                time_us=time_us, ranks=rank_count, placement=placement,  # type: ignore[arg-type]
+                wrong=None if wrong_value is None else int(wrong_value), dtype=result.type or "float",
+                redop=None if result.redop in ("", "none") else result.redop,
+            ))
+        if measured and result.size >= 0:
+            samples.extend(measured)
+        else:
+            bad_rows += 1
+    oob = doc.out_of_bounds
+    avg = doc.average_bus_bandwidth
+    return NcclTestsRun(
+        collective=name,
+        format="json",
+        program=program,
+        nccl_library=doc.nccl_version,
+        threads=config.nthreads,
+        gpus_per_thread=config.ngpus,
+        min_bytes=config.minimum_bytes,
+        max_bytes=config.maximum_bytes,
+        warmup_iters=config.warmup_iters,
+        iters=config.iterations,
+        validation=None if config.validation is None else config.validation != 0,
+        ranks=ranks,
+        rank_count=rank_count,
+        headers=1,
+        tables=0 if doc.results is None else 1,
+        samples=tuple(samples),
+        bad_rows=bad_rows,
+        last_size_bytes=samples[-1].size_bytes if samples else None,
+        out_of_bounds=oob.count if oob else None,
+        out_of_bounds_ok=_json_bool(oob.okay) if oob else None,
+        avg_busbw_gbytes_per_s=_json_number(avg.bandwidth) if avg else None,
+        avg_ok=_json_bool(avg.okay) if avg else None,
+        completed=avg is not None,
+        errors=tuple(clip(e, _MESSAGE_MAX) for e in doc.errors[:MAX_LISTED]),
+    )
+
+
+def _json_number(value: float | str | None) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = float(value)
+        return value if math.isfinite(value) and value >= 0 else None
+    return None  # "nan", null
+
+
+def _json_bool(value: bool | str | None) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None  # "unchecked"
+
+
+def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
+    """rccl-tests `--output_file`: one JSON record per line (size, placement)."""
+    decoder = msgspec.json.Decoder(_RcclRecord)
+    lines = [line for line in text.splitlines() if line.strip()]
+    samples = []
+    bad_rows = 0
+    names: list[str] = []
+    for i, line in enumerate(lines):
+        try:
+            r = decoder.decode(line)
+        except _DECODE_ERRORS as exc:
+            if i == len(lines) - 1 and i > 0:  # the last record, cut by a run that died
+                bad_rows += 1
+                continue
+            raise ParseError(f"rccl-tests JSON lines: line {i + 1}: {clip(str(exc) or type(exc).__name__)}") from None
+        time_us, algbw, busbw = _json_number(r.time), _json_number(r.algBw), _json_number(r.busBw)
+        wrong: int | None = None
+        if isinstance(r.wrong, str):
+            wrong = _natural(r.wrong.strip())
+        elif isinstance(r.wrong, (int, float)) and math.isfinite(r.wrong) and r.wrong >= 0:
+            wrong = int(r.wrong)
+        if time_us is None or algbw is None or busbw is None or r.size < 0:
+            bad_rows += 1
+            continue
+        name = collective_name(r.name) if r.name else None
+        if r.name and not names:
+            names.append(r.name)
+        samples.append(BandwidthSample(
+            collective=name or fallback or UNKNOWN, size_bytes=r.size, busbw_gbytes_per_s=busbw,
+            algbw_gbytes_per_s=algbw, time_us=time_us, ranks=r.gpus if r.gpus and r.gpus > 0 else 0,
+            placement="in-place" if r.inPlace else "out-of-place", wrong=wrong, dtype=r.type or "float",
+            redop=None if r.redop in (None, "", "none") else r.redop,
+        ))
+    if not samples:
+        raise ParseError("rccl-tests JSON lines: no record with size, time, algBw and busBw")
+    return NcclTestsRun(
+        collective=(collective_name(names[0]) if names else None) or fallback or UNKNOWN,
+        format="rccl-json-lines",
+        program=clip(names[0], 256) if names else None,
+        rank_count=samples[0].ranks,
+        tables=1,
+        samples=tuple(samples),
+        bad_rows=bad_rows,
+        last_size_bytes=samples[-1].size_bytes,
+    )

@@ -1,0 +1,640 @@
+"""perftest bandwidth output (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) text -> PerftestRun.
+
+What perftest prints (linux-rdma/perftest @00b55b6, src/perftest_parameters.[ch],
+src/perftest_resources.[ch], src/perftest_communication.c, src/write_bw.c):
+
+* the server prints `* Waiting for client to connect... *` before anything else
+  (`-R`: ` Waiting for client rdma_cm QP to connect`), then both sides print a banner:
+  a title (`RDMA_Write [Bidirectional ][Post List ]BW Test`) and `Key : value` fields,
+  two to a line, tab-separated (`Dual-port : OFF\\t\\tDevice : mlx5_0`), then the
+  address lines (`local address: LID 0xd06 QPN 0x095f PSN ...`, ` GID: ...` on RoCE);
+* the table: ` #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]`
+  (`--report_gbits`), `[MiB/sec]` otherwise (`[MB/sec]` before 24.07, same values);
+  ` #sl` after #bytes with `--sl`-QoS reports, four per-port columns with
+  `--report-per-port`, a CPU_Util column with `--cpu_util`;
+* unidirectional `-a`: the client prints every size; the write server prints only the
+  client's last row, once, at the end. Bidirectional (`-b`): both sides print every size,
+  the sum of both directions. A loopback log (server and client into one file) therefore
+  holds the same rows twice: with two banners, an exact repeat of a row is dropped;
+* `-D` (duration), `-N`, `--run_infinitely`: the peak is not measured and prints `0.00`,
+  which is read as unknown (None), never as zero; `--run_infinitely` prints a row for
+  the same size every `-D` seconds until killed, and those rows are all kept;
+* errors go to stderr, one line each, a specific line first and then what main() gave
+  up on (`Failed to modify QP 122273 to RTR` / ` Unable to Connect the HCA's through the
+  link`): every one is a PerftestFailure, in order, so the first is the most specific.
+  stderr is unbuffered and stdout a pipe's full buffer, so an error may land inside
+  another line: errors are found anywhere in a line, and a line may hold several.
+
+Linear time: every line is cut to MAX_LINE characters, every pattern is anchored at a
+literal and bounded, and row de-duplication is a set lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from enum import Enum
+from typing import Literal
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+
+# MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
+# (src/perftest_parameters.c @00b55b6) divides bytes/s by
+# `format_factor = (report_fmt == MBS) ? 0x100000 : 125000000`, i.e. by 2^20 for
+# "MiB/sec" (named "MB/sec" before perftest 24.07, commit 1d202bb, same value) and by
+# 125,000,000 bytes (10^9 bits) for "Gb/sec" (--report_gbits). So
+# Gb/s = MiB/s x 2^20 x 8 / 10^9 = MiB/s x 0.008388608.
+MIB_PER_S_TO_GBITS = 2**20 * 8 / 1e9
+_UNIT_TO_GBITS = {"Gb/sec": 1.0, "MB/sec": MIB_PER_S_TO_GBITS, "MiB/sec": MIB_PER_S_TO_GBITS}
+
+MAX_LINE = 4096  # perftest's longest line (the per-port header) is ~190 characters
+
+Side = Literal["client", "server", "both", "unknown"]
+TestVerb = Literal["write", "write_imm", "read", "send", "send_imm", "atomic", "unknown"]
+
+
+class PerftestFailureKind(str, Enum):
+    """What a perftest error line says went wrong (a str, so `kind == "connect"` holds)."""
+
+    CONNECT = "connect"  # client: "Couldn't connect to HOST:PORT" (server not up yet: retry)
+    LISTEN = "listen"  # server: "Couldn't listen to port P" (port taken: a leftover perftest)
+    SOCKET = "socket"  # "Unable to init the socket connection", "... open file descriptor ..."
+    EXCHANGE = "exchange"  # connected, then the TCP side channel failed (keys, reports, sync)
+    VERSION_MISMATCH = "version-mismatch"  # "not compatible with versions older than ..."
+    RDMA_CM = "rdma-cm"  # -R: rdma_cm setup, resolve, connect or listen failed
+    NO_DEVICE = "no-device"  # "No IB devices found" / " Did not detect devices "
+    DEVICE_NOT_FOUND = "device-not-found"  # "IB device X not found", "Unable to find the Infiniband/RoCE device"
+    DEVICE_CONTEXT = "device-context"  # "Couldn't get context for the device" (ibv_open_device failed)
+    DEVICE_ATTRIBUTES = "device-attributes"  # "Couldn't get device attributes", port query failed
+    LINK_CONFIG = "link-config"  # "Couldn't set the link layer", "Couldn't set Eth MTU"
+    ALLOCATE_MR = "allocate-mr"  # "Couldn't allocate MR" (with --use_cuda: GPUDirect path)
+    IB_RESOURCES = "ib-resources"  # "Couldn't create IB resources", PD, CQ, SRQ
+    CREATE_QP = "create-qp"  # "Failed to create QP.", "Unable to create QP."
+    MODIFY_QP = "modify-qp"  # "Failed to modify QP N to RTR" (GID/LID/MTU mismatch, no SM)
+    HCA_CONNECT = "hca-connect"  # " Unable to Connect the HCA's through the link"
+    COMPLETION_ERROR = "completion-error"  # "Completion with error at client" + "Failed status ..."
+    RUN = "run"  # "Failed to complete run_iter_bw function successfully", post/poll failed
+    GPU = "gpu"  # "Couldn't init GPU context", DMA-BUF unsupported, CUDA library missing
+    USAGE = "usage"  # " Parser function exited with Error" (bad arguments)
+    OTHER = "other"  # a line that reads as an error ("Couldn't ...", "Failed ...") hc does not know
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PerftestFailure(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One error perftest printed; the fields it names, where it names them."""
+
+    kind: PerftestFailureKind
+    message: str  # the error as printed, stripped (the matched part of a line that held more)
+    host: str | None = None  # CONNECT: the server asked for
+    port: int | None = None  # CONNECT, LISTEN: the TCP port of the side channel (-p)
+    device: str | None = None  # DEVICE_NOT_FOUND, DEVICE_CONTEXT: the -d name
+    qp: int | None = None  # MODIFY_QP, COMPLETION_ERROR (Poll send CQ error): the QP number
+    qp_state: str | None = None  # MODIFY_QP: RTR, RTS or INIT
+    where: str | None = None  # COMPLETION_ERROR: "client" or "server", as printed
+    wc_status: int | None = None  # COMPLETION_ERROR: ibv_wc_status number
+    wc_status_text: str | None = None  # its ibv_wc_status_str() text
+    vendor_syndrome: str | None = None  # COMPLETION_ERROR: "0x51" (perftest prints "syndrom")
+    wr_id: int | None = None  # COMPLETION_ERROR: the work request id
+
+
+class PerftestRow(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One result row, bandwidths in Gb/s (10^9 bits a second) whatever perftest printed."""
+
+    size_bytes: int
+    iterations: int  # with -D: the count achieved in the duration
+    bw_avg_gbits: float
+    msg_rate_mpps: float
+    bw_peak_gbits: float | None = None  # None: not measured (-D, -N, --run_infinitely print 0.00)
+    sl: int | None = None  # the service level column of QoS reports
+    cpu_util_percent: float | None = None  # --cpu_util
+
+
+class PerftestAddress(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A ` local address:` / ` remote address:` line (one per QP), with its ` GID:` line."""
+
+    role: Literal["local", "remote"]
+    lid: int  # 0 on RoCE; 0 on an IB port means no Subnet Manager gave it one
+    qpn: int
+    psn: int
+    gid: str | None = None  # RoCE (and IB with a GRH), as perftest prints it
+
+
+class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One ib_*_bw test as its output tells it: banner, rows, failures.
+
+    Banner fields are None where no banner was printed (a run that failed before it). A
+    log holding both sides (loopback) is side "both": scalars come from the first banner,
+    `devices` names every device seen.
+    """
+
+    test: TestVerb = "unknown"
+    side: Side = "unknown"
+    title: str | None = None  # "RDMA_Write Bidirectional BW Test"
+    bidirectional: bool | None = None  # -b
+    device: str | None = None  # "mlx5_0"
+    devices: tuple[str, ...] = ()
+    qps: int | None = None  # -q
+    transport: str | None = None  # "IB" (verbs transport; RoCE is IB too), "IW"
+    connection: str | None = None  # "RC", "UC", "UD", "XRC", "DC", "SRD"
+    link_type: str | None = None  # "IB", "Ethernet" (RoCE), "Unknown"
+    mtu: int | None = None  # bytes, the active path MTU
+    gid_index: int | None = None  # -x; printed on RoCE only
+    data_exchange: str | None = None  # "Ethernet" (TCP side channel) or "rdma_cm" (-R)
+    rdma_cm_qps: bool | None = None
+    tx_depth: int | None = None
+    cq_moderation: int | None = None
+    post_list: int | None = None
+    unit: str | None = None  # the table's unit as printed: "Gb/sec", "MB/sec" or "MiB/sec"
+    rows: tuple[PerftestRow, ...] = ()
+    # --report-both on a bidirectional run: each direction's own rows
+    local_rows: tuple[PerftestRow, ...] = ()
+    remote_rows: tuple[PerftestRow, ...] = ()
+    addresses: tuple[PerftestAddress, ...] = ()
+    failures: tuple[PerftestFailure, ...] = ()
+    warnings: tuple[str, ...] = ()  # "BW peak won't be measured in this run.", CPU frequency
+    cpu_frequency_conflict: bool = False  # "Conflicting CPU frequency values detected" (run without -F)
+
+    @property
+    def ok(self) -> bool:
+        """Rows and no failure."""
+        return bool(self.rows) and not self.failures
+
+    @property
+    def first_failure(self) -> PerftestFailure | None:
+        """The first error printed: the most specific (what main() gave up on follows it)."""
+        return self.failures[0] if self.failures else None
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The message sizes measured, ascending."""
+        return tuple(sorted({r.size_bytes for r in self.rows}))
+
+    def rows_at(self, size_bytes: int | None = None) -> tuple[PerftestRow, ...]:
+        """The rows of `size_bytes` (the largest size measured when None)."""
+        if size_bytes is None:
+            if not self.rows:
+                return ()
+            size_bytes = max(r.size_bytes for r in self.rows)
+        return tuple(r for r in self.rows if r.size_bytes == size_bytes)
+
+    def avg_gbits(self, size_bytes: int | None = None) -> float | None:
+        """BW average in Gb/s at `size_bytes` (the largest size when None); None when not
+        measured. --run_infinitely rows of one size: the mean of their averages."""
+        rows = self.rows_at(size_bytes)
+        return sum(r.bw_avg_gbits for r in rows) / len(rows) if rows else None
+
+
+# ------------------------------------------------------------------ line shapes
+
+_TITLE = re.compile(
+    r"[ \t]*+(?P<verb>Send_imm|Send|RDMA_Write_imm|RDMA_Write|RDMA_Read|Atomic)"
+    r"(?: (?:CMP_AND_SWAP|FETCH_AND_ADD))?(?P<bidir> Bidirectional)?(?: Post List)?"
+    r" (?:BW|Latency)(?: forwarding)?(?: Multicast)? Test[ \t]*+$"
+)
+_VERBS: dict[str, TestVerb] = {"Send": "send", "Send_imm": "send_imm", "RDMA_Write": "write",
+                               "RDMA_Write_imm": "write_imm", "RDMA_Read": "read", "Atomic": "atomic"}
+# ctx_print_test_info(): the labels a banner line starts with (the left column)
+_FIELD_LINE = re.compile(
+    r"[ \t]*+(?:Dual-port|Number of qps|Connection type|PCIe relax order|ibv_wr\* API|TX depth|RX depth"
+    r"|Post List|Recv Post List|CQ Moderation|CQE Poll Batch|Mtu|Link type|CPU freq|Buffer size"
+    r"|GID index2?|Max inline data|Outstand reads|rdma_cm QPs|Data ex\. method|NUMA node)[ \t]*+:"
+)
+# two fields on one line are separated by tabs (or the spaces a paste turned them into)
+_FIELD_SPLIT = re.compile(r"[ \t]{2,}+(?=[A-Za-z])")
+_FIELD_LINE_MAX = 400  # a banner line is < 120 characters; cut so the split stays cheap
+_HEADER = re.compile(r"BW average\[(?P<unit>Gb/sec|MB/sec|MiB/sec)\]")
+_INT = re.compile(r"[0-9]{1,19}")
+_ADDRESS = re.compile(
+    r"[ \t]*+(?P<role>local|remote) address: LID (?P<lid>(?:0x)?[0-9a-fA-F]{1,8})"
+    r" QPN (?P<qpn>(?:0x)?[0-9a-fA-F]{1,8}) PSN (?P<psn>(?:0x)?[0-9a-fA-F]{1,8})(?![0-9a-fA-FxX])"
+)
+_GID = re.compile(r"[ \t]*+GID: (?P<gid>[0-9a-fA-F:.]{1,64})[ \t]*+$")
+_WAITING = ("Waiting for client to connect", "Waiting for client rdma_cm QP to connect")
+_CPU_CONFLICT = re.compile(
+    r"Conflicting CPU frequency values detected: [0-9.]{1,30} != [0-9.]{1,30}\.(?: CPU Frequency is not max\.)?"
+)
+_WARNING = re.compile(r"WARNING: (?P<text>.{1,200})")
+_SAMPLED_CPU = re.compile(r"Using sampled CPU speed [0-9]{1,9} MHz over reported speed [0-9]{1,9} MHz")
+
+# ibv_wc_status_str() (rdma-core libibverbs/enum_strs.c), for builds that print the number only
+WC_STATUS = {
+    0: "success", 1: "local length error", 2: "local QP operation error",
+    3: "local EE context operation error", 4: "local protection error", 5: "Work Request Flushed Error",
+    6: "memory management operation error", 7: "bad response error", 8: "local access error",
+    9: "remote invalid request error", 10: "remote access error", 11: "remote operation error",
+    12: "transport retry counter exceeded", 13: "RNR retry counter exceeded", 14: "local RDD violation error",
+    15: "remote invalid RD request", 16: "aborted error", 17: "invalid EE context number",
+    18: "invalid EE context state", 19: "fatal error", 20: "response timeout error", 21: "general error",
+}
+
+_K = PerftestFailureKind
+# (literal that starts the error, kind, pattern matched at that literal for its fields or None).
+# Longer literals before their prefixes: the alternation takes the first that matches.
+_RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
+    ("Couldn't connect to ", _K.CONNECT, re.compile(r"Couldn't connect to (?P<target>[^\s]{1,300})")),
+    ("Couldn't listen to port", _K.LISTEN, re.compile(r"Couldn't listen to port(?: (?P<port>[0-9]{1,9}))?")),
+    ("Unable to init the socket connection", _K.SOCKET, None),
+    ("Unable to open file descriptor for socket connection", _K.SOCKET, None),
+    ("Unable to set up socket connection", _K.SOCKET, None),
+    ("Failed to bind socket", _K.SOCKET, None),
+    ("accept() failed", _K.SOCKET, None),
+    ("Current implementation is not compatible with versions older than", _K.VERSION_MISMATCH,
+     re.compile(r"Current implementation is not compatible with versions older than [0-9.]{1,20}")),
+    ("Failed to exchange", _K.EXCHANGE, re.compile(r"Failed to exchange [^\n]{0,80}")),
+    ("Couldn't send local address", _K.EXCHANGE, None),
+    ("Couldn't read remote address", _K.EXCHANGE, None),
+    ("Couldn't parse line", _K.EXCHANGE, None),
+    ("Unable to write to socket/rdma_cm", _K.EXCHANGE, None),
+    ("Unable to read from socket/rdma_cm", _K.EXCHANGE, None),
+    ("Unable to read to socket/rdma_cm", _K.EXCHANGE, None),
+    ("Unable to write from socket/rdma_cm", _K.EXCHANGE, None),
+    ("Couldn't read reports", _K.EXCHANGE, None),
+    ("Couldn't send reports", _K.EXCHANGE, None),
+    ("Failed to close connection between server and client", _K.EXCHANGE, None),
+    ("Failed to sync between server and client", _K.EXCHANGE, None),
+    ("Unable to create RDMA_CM resources", _K.RDMA_CM, None),
+    ("Unable to connect (retries", _K.RDMA_CM, re.compile(r"Unable to connect \(retries = [0-9]{1,9}\)")),
+    ("Unable to perform rdma_client function", _K.RDMA_CM, None),
+    ("Unable to perform rdma_server function", _K.RDMA_CM, None),
+    ("Unable to create rdma resources", _K.RDMA_CM, None),
+    ("Function rdma_connect failed", _K.RDMA_CM, None),
+    ("bad event waiting for connect request", _K.RDMA_CM, None),
+    ("rdma_listen failed", _K.RDMA_CM, None),
+    ("rdma_resolve_addr failed", _K.RDMA_CM, None),
+    ("rdma_resolve_route failed", _K.RDMA_CM, None),
+    ("rdma_get_cm_events failed", _K.RDMA_CM, None),
+    ("rdma_create_id failed", _K.RDMA_CM, None),
+    ("rdma_create_event_channel failed", _K.RDMA_CM, None),
+    ("Failed to create RDMA CM", _K.RDMA_CM, re.compile(r"Failed to create RDMA CM[^\n]{0,60}")),
+    ("Failed to connect RDMA CM", _K.RDMA_CM, re.compile(r"Failed to connect RDMA CM[^\n]{0,60}")),
+    ("Failed to connect through RDMA CM", _K.RDMA_CM, None),
+    ("Failed to resolve RDMA CM route", _K.RDMA_CM, None),
+    ("Failed to accept RDMA CM connection", _K.RDMA_CM, None),
+    ("Failed to get RDMA CM address", _K.RDMA_CM, re.compile(r"Failed to get RDMA CM address[^\n]{0,120}")),
+    ("No IB devices found", _K.NO_DEVICE, None),
+    ("Did not detect devices", _K.NO_DEVICE, None),
+    ("Unable to find the Infiniband/RoCE device", _K.DEVICE_NOT_FOUND, None),
+    ("IB device ", _K.DEVICE_NOT_FOUND, re.compile(r"IB device (?P<device>[^\s]{1,64}) not found")),
+    ("Couldn't get context for the device", _K.DEVICE_CONTEXT, None),
+    ("Couldn't open IB device", _K.DEVICE_CONTEXT, re.compile(r"Couldn't open IB device(?: (?P<device>[^\s]{1,64}))?")),
+    ("ibv_open_device", _K.DEVICE_CONTEXT, re.compile(r"ibv_open_device[^\n]{0,120}")),
+    ("Couldn't get device attributes", _K.DEVICE_ATTRIBUTES, None),
+    ("Failed to query device attributes", _K.DEVICE_ATTRIBUTES, None),
+    ("Unable to query port", _K.DEVICE_ATTRIBUTES, re.compile(r"Unable to query port [0-9]{1,9} attributes")),
+    ("Couldn't set the link layer", _K.LINK_CONFIG, None),
+    ("Couldn't set Eth MTU", _K.LINK_CONFIG, None),
+    ("Couldn't allocate MR", _K.ALLOCATE_MR, re.compile(r"Couldn't allocate MR(?: with error=-?[0-9]{1,9})?")),
+    ("Failed to create MR", _K.ALLOCATE_MR, None),
+    ("failed to create mr", _K.ALLOCATE_MR, None),
+    ("Couldn't create null MR", _K.ALLOCATE_MR, None),
+    ("Couldn't create IB resources", _K.IB_RESOURCES, None),
+    ("Couldn't allocate PD", _K.IB_RESOURCES, None),
+    ("Couldn't create CQ", _K.IB_RESOURCES, None),
+    ("Couldn't create a receiver CQ", _K.IB_RESOURCES, None),
+    ("Failed to create CQs", _K.IB_RESOURCES, None),
+    ("Couldn't create SRQ", _K.IB_RESOURCES, None),
+    ("Couldn't create XRC", _K.IB_RESOURCES, re.compile(r"Couldn't create XRC[^\n]{0,40}")),
+    ("Couldn't allocate context", _K.IB_RESOURCES, None),
+    ("Couldn't allocate work buf", _K.IB_RESOURCES, None),
+    ("Failed to create QP", _K.CREATE_QP, None),
+    ("Unable to create QP", _K.CREATE_QP, None),
+    ("Couldn't create rdma new QP", _K.CREATE_QP, re.compile(r"Couldn't create rdma new QP[^\n]{0,80}")),
+    ("Couldn't create rdma old QP", _K.CREATE_QP, re.compile(r"Couldn't create rdma old QP[^\n]{0,80}")),
+    ("Requested QP size might be too big", _K.CREATE_QP, None),
+    ("Failed to modify QP", _K.MODIFY_QP,
+     re.compile(r"Failed to modify QP (?:(?P<qp>[0-9]{1,10}) )?to (?P<state>RTR|RTS|INIT)")),
+    ("Unable to Connect the HCA's through the link", _K.HCA_CONNECT, None),
+    ("Failed to create AH", _K.HCA_CONNECT, None),
+    ("Completion with error at", _K.COMPLETION_ERROR, re.compile(r"Completion with error at (?P<where>client|server)")),
+    ("Completion with wc_flags mismatch", _K.COMPLETION_ERROR, None),
+    ("completion with Error in", _K.COMPLETION_ERROR, None),
+    ("Poll send CQ error status=", _K.COMPLETION_ERROR,
+     re.compile(r"Poll send CQ error status=(?P<status>[0-9]{1,4}) qp (?P<qp>[0-9]{1,10})")),
+    ("Bad wc status", _K.COMPLETION_ERROR, re.compile(r"Bad wc status[^\n]{0,40}")),
+    # the detail line of a completion error, folded into the failure before it
+    ("Failed status", None,
+     re.compile(r"Failed status(?:-(?P<text>[^()\n]{1,80}) \((?P<code>[0-9]{1,4})\)| (?P<code2>[0-9]{1,4}))"
+                r": wr_id (?P<wr>-?[0-9]{1,19}) syndrom (?P<syn>0x[0-9a-fA-F]{1,8})")),
+    ("Failed to complete run_iter", _K.RUN, re.compile(r"Failed to complete run_iter[^\s]{0,40} function successfully")),
+    ("poll CQ failed", _K.RUN, None),
+    ("Poll Receive CQ failed", _K.RUN, None),
+    ("Couldn't post send", _K.RUN, None),
+    ("Couldn't post recv", _K.RUN, None),
+    ("Can't produce a report", _K.RUN, None),
+    ("Couldn't init GPU context", _K.GPU, re.compile(r"Couldn't init GPU context(?:: -?[0-9]{1,9})?")),
+    ("No such device ID", _K.GPU, re.compile(r"No such device ID \(-?[0-9]{1,9}\) exists in system")),
+    ("cuDeviceGetByPCIBusId failed", _K.GPU, None),
+    ("DMA-BUF is not supported", _K.GPU, None),
+    ("Failed to load CUDA runtime library", _K.GPU, None),
+    ("Parser function exited with Error", _K.USAGE, None),
+]
+# The rules by the first word of their literal: a line is searched for each word with
+# str.find (a regex alternation of ~100 literals costs ~100 steps a character), and the
+# rules of a word are tried only where it occurs.
+_BY_WORD: dict[str, list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]]] = {}
+for _rule in _RULES:
+    _BY_WORD.setdefault(_rule[0].split(" ")[0], []).append(_rule)
+# a line that reads as an error although no rule knows it
+_ERRORISH = re.compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|ERROR)\b")
+
+
+def parse_perftest(text: str) -> PerftestRun:
+    """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
+    p = _Parser()
+    for raw in text.splitlines():
+        if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
+            raw, p.carry = p.carry + raw, ""
+        p.line(raw[:MAX_LINE])
+    return p.result(text)
+
+
+class _Parser:
+    """Line by line; mutable state here, frozen facts at the end."""
+
+    def __init__(self) -> None:
+        self.titles = 0
+        self.title: str | None = None
+        self.verb: TestVerb = "unknown"
+        self.bidir: bool | None = None
+        self.fields: dict[str, str] = {}
+        self.devices: dict[str, None] = {}
+        self.unit: str | None = None
+        self.unit_now: str | None = None
+        self.layout: re.Pattern[str] | None = None
+        self.section = "main"
+        self.rows: dict[str, list[PerftestRow]] = {"main": [], "local": [], "remote": []}
+        self.addresses: list[dict] = []
+        self.failures: list[dict] = []
+        self.warnings: dict[str, None] = {}
+        self.cpu_conflict = False
+        self.server = False
+        self.client = False
+        self.waiting = False
+        self.carry = ""
+
+    # ------------------------------------------------------------- one line
+
+    def line(self, line: str) -> None:
+        if "Conflicting CPU frequency" in line:
+            # get_cpu_mhz() warns on stderr (unbuffered) while the table is printed, and
+            # stdout into a pipe is written a 4 KiB buffer at a time: the warning can land
+            # after half a row, whose rest is the next line. Cut it out, join the halves.
+            m = _CPU_CONFLICT.search(line)
+            self.cpu_conflict = True
+            self.warnings[m.group(0) if m else "Conflicting CPU frequency values detected"] = None
+            if m:
+                before, after = line[: m.start()], line[m.end():]
+                if before.strip() and not after.strip():
+                    self.carry = before[:MAX_LINE]
+                    return
+                line = before + after
+            else:
+                line = line.replace("Conflicting CPU frequency", "")
+        stripped = line.strip()
+        if not stripped or stripped.startswith("---"):
+            return
+        if self._row(stripped):
+            return
+        m = _TITLE.match(line)
+        if m:
+            self.titles += 1
+            self.section = "main"
+            if self.title is None:
+                self.title = " ".join(stripped.split())
+                self.verb = _VERBS[m.group("verb")]
+                self.bidir = m.group("bidir") is not None
+            return
+        if "#bytes" in line:
+            h = _HEADER.search(line)
+            if h:
+                self.unit_now = h.group("unit")
+                self.unit = self.unit or self.unit_now
+                self.layout = self._layout(line)
+            return
+        if _FIELD_LINE.match(line):
+            self._fields(line)
+            return
+        m = _ADDRESS.match(line)
+        if m:
+            self.addresses.append({"role": m.group("role"), "lid": int(m.group("lid"), 16),
+                                   "qpn": int(m.group("qpn"), 16), "psn": int(m.group("psn"), 16)})
+            return
+        m = _GID.match(line)
+        if m:
+            if self.addresses and "gid" not in self.addresses[-1]:
+                self.addresses[-1]["gid"] = m.group("gid")
+            return
+        if stripped.startswith("Local results:"):
+            self.section = "local"
+            return
+        if stripped.startswith("Remote results:"):
+            self.section = "remote"
+            return
+        if any(w in line for w in _WAITING):
+            self.server = self.waiting = True
+            return
+        if "Please run the same command with the IB/RoCE interface IP" in line or "Client closed connection" in line:
+            self.server = True
+            return
+        m = _SAMPLED_CPU.search(line)
+        if m:
+            self.warnings[m.group(0)] = None
+            return
+        m = _WARNING.search(line)
+        if m:
+            self.warnings[m.group("text").strip()] = None
+            return
+        self._failures(line, stripped)
+
+    def _layout(self, header: str) -> re.Pattern[str]:
+        cols = ["size", "iters", "peak", "avg", "rate"]
+        if "#sl" in header:
+            cols.insert(1, "sl")
+        if "BW Port1" in header:
+            cols += ["p1", "p1rate", "p2", "p2rate"]
+        return _row_pattern(tuple(cols))
+
+    def _row(self, stripped: str) -> bool:
+        """A result row under a table header: True when it was one."""
+        if self.unit_now is None or not stripped[0].isdigit() or len(stripped) > _FIELD_LINE_MAX:
+            return False
+        m = self.layout.fullmatch(stripped)  # type: ignore[union-attr]
+        if m is None:
+            return False
+        factor = _UNIT_TO_GBITS[self.unit_now]
+        peak = float(m.group("peak"))
+        self.rows[self.section].append(PerftestRow(
+            size_bytes=int(m.group("size")),
+            iterations=int(m.group("iters")),
+            bw_avg_gbits=round(float(m.group("avg")) * factor, 6),
+            msg_rate_mpps=float(m.group("rate")),
+            bw_peak_gbits=round(peak * factor, 6) if peak > 0 else None,
+            sl=int(m.group("sl")) if "sl" in m.re.groupindex else None,
+            cpu_util_percent=float(m.group("cpu")) if m.group("cpu") else None,
+        ))
+        return True
+
+    def _fields(self, line: str) -> None:
+        for segment in _FIELD_SPLIT.split(line[:_FIELD_LINE_MAX].strip()):
+            key, sep, value = segment.partition(":")
+            if not sep:
+                continue
+            key = " ".join(key.split())
+            value = value.split()[0] if value.split() else ""
+            if key == "Device" and value:
+                self.devices.setdefault(value[:64], None)
+            if value and key not in self.fields:
+                self.fields[key] = value[:64]
+
+    def _failures(self, line: str, stripped: str) -> None:
+        hits: list[tuple[int, int, str, PerftestFailureKind | None, re.Match[str] | None]] = []
+        for word, rules in _BY_WORD.items():
+            at = line.find(word)
+            while at != -1:
+                for literal, kind, pattern in rules:  # the first rule that matches here
+                    if line.startswith(literal, at):
+                        detail = pattern.match(line, at) if pattern else None
+                        if pattern is None or detail is not None:  # a literal without its fields is not this error
+                            hits.append((at, detail.end() if detail else at + len(literal), literal, kind, detail))
+                            break
+                at = line.find(word, at + len(word))
+        hits.sort(key=lambda h: h[0])
+        found: list[tuple[str, PerftestFailureKind | None, re.Match[str] | None]] = []
+        end = 0
+        for start, stop, literal, kind, detail in hits:
+            if start >= end:  # one error's text is never read as the start of another
+                found.append((literal, kind, detail))
+                end = stop
+        if not found:
+            if _ERRORISH.match(line):
+                self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200)})
+            return
+        for literal, kind, detail in found:
+            if kind is None:  # "Failed status ...": the detail of the completion error before it
+                self._completion_status(detail)  # type: ignore[arg-type]
+                continue
+            # the line as printed when it holds this error alone; the error's own part when more
+            message = clip(stripped, 200) if len(found) == 1 else detail.group(0).strip() if detail else literal
+            self.failures.append(self._failure(kind, message, detail))
+
+    def _failure(self, kind: PerftestFailureKind, message: str, m: re.Match[str] | None) -> dict:
+        f: dict = {"kind": kind, "message": message}
+        groups = m.groupdict() if m else {}
+        if kind is _K.CONNECT:
+            self.client = True
+            host, colon, port = groups.get("target", "").rpartition(":")
+            if colon and _INT.fullmatch(port) and len(port) <= 5:
+                f["host"], f["port"] = host, int(port)
+            elif groups.get("target"):
+                f["host"] = groups["target"]
+        elif kind is _K.LISTEN:
+            self.server = True
+            if groups.get("port"):
+                f["port"] = int(groups["port"])
+        elif kind is _K.RDMA_CM and message.startswith("Unable to connect (retries"):
+            self.client = True
+        if groups.get("device"):
+            f["device"] = groups["device"]
+        if groups.get("qp"):
+            f["qp"] = int(groups["qp"])
+        if groups.get("state"):
+            f["qp_state"] = groups["state"]
+        if groups.get("where"):
+            f["where"] = groups["where"]
+        if groups.get("status"):
+            f["wc_status"] = int(groups["status"])
+            f["wc_status_text"] = WC_STATUS.get(f["wc_status"])
+        return f
+
+    def _completion_status(self, m: re.Match[str]) -> None:
+        code = int(m.group("code") or m.group("code2"))
+        detail = {"wc_status": code, "wc_status_text": (m.group("text") or "").strip() or WC_STATUS.get(code),
+                  "vendor_syndrome": m.group("syn").lower(), "wr_id": int(m.group("wr"))}
+        for f in reversed(self.failures):
+            if f["kind"] is _K.COMPLETION_ERROR and "vendor_syndrome" not in f:
+                f.update(detail)
+                return
+        self.failures.append({"kind": _K.COMPLETION_ERROR, "message": m.group(0).strip(), **detail})
+
+    # ------------------------------------------------------------- the facts
+
+    def result(self, text: str) -> PerftestRun:
+        rows = {k: _dedupe(v) if self.titles >= 2 else tuple(v) for k, v in self.rows.items()}
+        failures = _dedupe([PerftestFailure(**{k: v for k, v in f.items() if v is not None}) for f in self.failures])
+        if self.titles == 0 and not any(rows.values()) and not failures:
+            if self.waiting:
+                raise ParseError("perftest: a server waiting for its client, and nothing after: no banner, "
+                                 "result or error")
+            raise ParseError("perftest: no test banner (\"RDMA_Write BW Test\"), result row or error "
+                             f"(starts with {clip(text.strip(), 60)!r})")
+        if self.titles >= 2 or (self.server and self.client):
+            side: Side = "both"
+        elif self.server:
+            side = "server"
+        elif self.client or self.titles:
+            # the server prints "Waiting for client to connect" before its banner
+            # (write_bw.c), so a banner without it is the client's
+            side = "client"
+        else:
+            side = "unknown"
+        fields = self.fields
+        return PerftestRun(
+            test=self.verb,
+            side=side,
+            title=self.title,
+            bidirectional=self.bidir,
+            device=fields.get("Device"),
+            devices=tuple(self.devices),
+            qps=_int(fields.get("Number of qps")),
+            transport=fields.get("Transport type"),
+            connection=fields.get("Connection type"),
+            link_type=fields.get("Link type"),
+            mtu=_int(fields.get("Mtu", "").split("[")[0]),
+            gid_index=_int(fields.get("GID index")),
+            data_exchange=fields.get("Data ex. method"),
+            rdma_cm_qps={"ON": True, "OFF": False}.get(fields.get("rdma_cm QPs", "")),
+            tx_depth=_int(fields.get("TX depth")),
+            cq_moderation=_int(fields.get("CQ Moderation")),
+            post_list=_int(fields.get("Post List")),
+            unit=self.unit,
+            rows=rows["main"],
+            local_rows=rows["local"],
+            remote_rows=rows["remote"],
+            addresses=_dedupe([PerftestAddress(**a) for a in self.addresses]),
+            failures=failures,
+            warnings=tuple(self.warnings),
+            cpu_frequency_conflict=self.cpu_conflict,
+        )
+
+
+_ROW_INT = r"[0-9]{1,19}"
+_ROW_FLOAT = r"[0-9]{1,20}(?:\.[0-9]{1,20})?+"  # never "inf" or "nan": a broken measurement is no row
+
+
+@functools.lru_cache(maxsize=8)
+def _row_pattern(cols: tuple[str, ...]) -> re.Pattern[str]:
+    """A row of `cols`, whitespace between, and the --cpu_util column after them or not."""
+    parts = [f"(?P<{c}>{_ROW_INT if c in ('size', 'iters', 'sl') else _ROW_FLOAT})" for c in cols]
+    return re.compile(r"[ \t]++".join(parts) + rf"(?:[ \t]++(?P<cpu>{_ROW_FLOAT}))?[ \t]*+")
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and _INT.fullmatch(value) and len(value) <= 9 else None
+
+
+def _dedupe(items: list) -> tuple:
+    """Drop exact repeats, keeping the first of each in order (server and client print the
+    same rows, addresses swap sides, both may print the same error)."""
+    seen: set = set()
+    out = []
+    for item in items:
+        key = msgspec.structs.astuple(item)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return tuple(out)
