@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "health": ("healthcheck.cli.hooks", "health", "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
     "report": ("healthcheck.cli.report", "report", "Saved reports: show one, diff two runs, list the run history."),
+    "bw": ("healthcheck.cli.bw", "bw", "Bandwidth tests: hc bw allreduce sweeps collectives with torch.distributed."),
 }
 
 
