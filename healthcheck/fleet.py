@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from itertools import repeat
+from collections.abc import Callable, Iterable, Iterator
+from itertools import pairwise, repeat
 from operator import sub
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any
 
 import msgspec
 
@@ -87,7 +88,7 @@ class _Group:
 
     __slots__ = ("values", "unit")
 
-    def __init__(self, unit: Optional[str]) -> None:
+    def __init__(self, unit: str | None) -> None:
         self.values: dict[int, Any] = {}
         self.unit = unit
 
@@ -338,10 +339,10 @@ def _round(x: float) -> float:
 def transitions(statuses: list[str]) -> int:
     """How often consecutive statuses change between FAIL and not-FAIL."""
     fails = [s == Status.FAIL.value for s in statuses]
-    return sum(1 for a, b in zip(fails, fails[1:]) if a != b)
+    return sum(1 for a, b in pairwise(fails) if a != b)
 
 
-def flap_finding(past: list[str], current: Status, settings: FleetSettings) -> Optional[Finding]:
+def flap_finding(past: list[str], current: Status, settings: FleetSettings) -> Finding | None:
     """A flapping finding if the last `flap_runs` statuses (this run included) change often enough."""
     runs = max(settings.flap_runs, 1)
     recent = [str(s) for s in past[-(runs - 1):]] if runs > 1 else []

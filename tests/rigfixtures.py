@@ -59,7 +59,7 @@ _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:  # makes the ``rig`` package importable in every setup
     sys.path.insert(0, _TESTS)
 
-from rig import (  # after the sys.path line above
+from rig import (  # noqa: E402 (after the sys.path line above)
     NetnsRig,
     RigError,
     RigTimeout,

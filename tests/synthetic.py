@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from typing import Optional
 
 import msgspec
 
@@ -33,7 +32,7 @@ def node_name(i: int) -> str:
 
 
 def _finding(node: str, check: str, fid: str, status: Status, component: str, message: str, value=None,
-             limit: Optional[Limit] = None) -> Finding:
+             limit: Limit | None = None) -> Finding:
     subject = f"{node}:{component}" if component else node
     return Finding(id=fid, status=status, message=message, component=component, value=value, limit=limit,
                    node=node, check=check, subject=subject, hint="see hc checks list",

@@ -4,8 +4,8 @@ guard, and write every action to the audit log and the report."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
 
 import msgspec
 
@@ -25,14 +25,14 @@ from healthcheck.report.build import group_findings, iso, utc_now
 class Outcome:
     records: list[ActionRecord] = field(default_factory=list)
     run_findings: list[Finding] = field(default_factory=list)
-    plan: Optional[Plan] = None
+    plan: Plan | None = None
     guarded: bool = False
     drained: list[str] = field(default_factory=list)  # drains that stand (not rolled back)
     messages: list[str] = field(default_factory=list)  # what --dry-run prints, one per action
 
 
 def run_finding(spec: catalogue.FindingSpec, message: str, *, scope: str, value: object = None,
-                evidence: Optional[str] = None) -> Finding:
+                evidence: str | None = None) -> Finding:
     """A finding about acting on the scheduler (check "hc.actions"): ERROR, about the run's `scope`."""
     return stamp(spec(Status.ERROR, message, value=value, evidence=evidence), check="hc.actions", subject=scope)
 
@@ -45,8 +45,8 @@ def act(
     audit: AuditLog,
     resume: bool,
     dry_run: bool = False,
-    extra_drains: Optional[Mapping[str, str]] = None,
-    boot_times: Optional[Mapping[str, float]] = None,
+    extra_drains: Mapping[str, str] | None = None,
+    boot_times: Mapping[str, float] | None = None,
 ) -> Outcome:
     out = Outcome()
     scope = fold(n.node for n in report.nodes) or "run"
@@ -69,7 +69,8 @@ def act(
         if result.ok:
             out.drained.extend(nodes)
         else:
-            out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"drain of {fold(nodes)} failed: {result.message}",
+            out.run_findings.append(run_finding(catalogue.SLURM_FAILED,
+                                                f"drain of {fold(nodes)} failed: {result.message}",
                                                 scope=scope, evidence=result.message))
     if out.drained and not dry_run:
         _roll_back_past_the_guard(out, settings, client, audit, report.run_id, scope)
@@ -77,7 +78,8 @@ def act(
         result = client.resume(fold(plan.resume), dry_run=dry_run)
         out.records.append(_record("resume", plan.resume, result, None, dry_run, audit, report.run_id, out))
         if not result.ok:
-            out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"resume of {fold(plan.resume)} failed: {result.message}",
+            out.run_findings.append(run_finding(catalogue.SLURM_FAILED,
+                                                f"resume of {fold(plan.resume)} failed: {result.message}",
                                                 scope=scope, evidence=result.message))
     return out
 
@@ -113,7 +115,7 @@ def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: Slu
             return
 
 
-def _record(action: str, nodes: list[str], result: SlurmResult, reason: Optional[str], dry_run: bool,
+def _record(action: str, nodes: list[str], result: SlurmResult, reason: str | None, dry_run: bool,
             audit: AuditLog, run_id: str, out: Outcome) -> ActionRecord:
     record = ActionRecord(
         time=iso(utc_now()), nodes=fold(nodes), action=action, ok=result.ok, command=shell_line(result.argv),
@@ -136,7 +138,7 @@ def with_outcome(report: Report, outcome: Outcome) -> Report:
     plan = outcome.plan
     nodes = []
     for n in report.nodes:
-        action: Optional[Action] = None
+        action: Action | None = None
         if plan is not None:
             reason = next((r for r, ns in plan.drain.items() if n.node in ns), None)
             rec = next((r for r in outcome.records if n.node in _members(r.nodes)), None)

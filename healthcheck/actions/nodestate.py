@@ -11,7 +11,6 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Optional
 
 
 class LockTimeout(Exception):
@@ -29,7 +28,7 @@ class NodeState:
 
     # ------------------------------------------------------------------ lock
 
-    def lock(self, timeout_s: float) -> "_Lock":
+    def lock(self, timeout_s: float) -> _Lock:
         self._ensure()
         return _Lock(self.dir / "lock", timeout_s)
 
@@ -52,7 +51,7 @@ class NodeState:
 
     # ------------------------------------------------------ kernel-log cursor
 
-    def kernel_log_cursor(self) -> Optional[float]:
+    def kernel_log_cursor(self) -> float | None:
         """Until when the hooks have judged this node's kernel log (None: never, so since boot).
 
         Each Xid is judged once by whichever hook sees it first; a node an operator put
@@ -69,7 +68,7 @@ class NodeState:
 
     # -------------------------------------------------------------- job marks
 
-    def mark_job_start(self, job_id: str, when: Optional[float] = None) -> None:
+    def mark_job_start(self, job_id: str, when: float | None = None) -> None:
         self._ensure()
         jobs = self.dir / "jobs"
         jobs.mkdir(exist_ok=True)
@@ -83,7 +82,7 @@ class NodeState:
             except OSError:
                 pass
 
-    def job_start(self, job_id: str, *, remove: bool = False) -> Optional[float]:
+    def job_start(self, job_id: str, *, remove: bool = False) -> float | None:
         path = self.dir / "jobs" / _safe(job_id)
         try:
             value = float(path.read_text().strip())
@@ -111,9 +110,9 @@ class _Lock:
     def __init__(self, path: Path, timeout_s: float) -> None:
         self.path = path
         self.timeout_s = timeout_s
-        self.fd: Optional[int] = None
+        self.fd: int | None = None
 
-    def __enter__(self) -> "_Lock":
+    def __enter__(self) -> _Lock:
         # a lock file planted as a link is not followed (hc runs as root)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
 
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.core.config.schema import DrainPolicy
@@ -64,7 +64,7 @@ class Plan:
     drain: dict[str, list[str]] = field(default_factory=dict)  # reason -> nodes
     resume: list[str] = field(default_factory=list)
     keep: dict[str, str] = field(default_factory=dict)  # node -> why it is left alone
-    guard: Optional[Guard] = None
+    guard: Guard | None = None
 
     @property
     def to_drain(self) -> list[str]:
@@ -105,8 +105,8 @@ def _judging(analyses: Iterable[AnalysisRun]) -> list[tuple[AnalysisRun, Hostlis
 
 
 def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = (),
-               rebooted_since_drain: Optional[bool] = None,
-               analyses: Optional[Mapping[str, Status]] = None) -> tuple[bool, str]:
+               rebooted_since_drain: bool | None = None,
+               analyses: Mapping[str, Status] | None = None) -> tuple[bool, str]:
     """An hc-drained node may be resumed when the checks or analyses named in its reason passed now.
 
     analyses: analysis name -> its verdict on this node, for those that judged it (`analysed`).
@@ -144,8 +144,8 @@ def decide(
     *,
     cluster_size: int,
     resume: bool,
-    extra_drains: Optional[Mapping[str, str]] = None,
-    boot_times: Optional[Mapping[str, float]] = None,
+    extra_drains: Mapping[str, str] | None = None,
+    boot_times: Mapping[str, float] | None = None,
     analyses: Iterable[AnalysisRun] = (),
 ) -> Plan:
     """The plan for these results given the nodes' current Slurm states.
@@ -208,7 +208,7 @@ def decide(
     return plan
 
 
-def _epoch(slurm_time: str) -> Optional[float]:
+def _epoch(slurm_time: str) -> float | None:
     """Slurm's "2026-11-22T07:55:31" (the controller's local time) -> epoch seconds."""
     import datetime as dt
 
@@ -219,7 +219,7 @@ def _epoch(slurm_time: str) -> Optional[float]:
 
 
 def guard(new: list[str], checked: int, states: Mapping[str, SlurmNode], policy: DrainPolicy,
-          cluster_size: int) -> Optional[Guard]:
+          cluster_size: int) -> Guard | None:
     """None if draining `new` is within the limits, else why not."""
     if not new:
         return None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.runners.base import CommandResult
@@ -54,7 +54,7 @@ class SlurmNode:
         return self.drained and is_hc_reason(self.reason)
 
     @property
-    def hands_off(self) -> Optional[str]:
+    def hands_off(self) -> str | None:
         """Why hc must not drain or resume this node whatever it finds, or None.
 
         A DOWN node is an admin's or Slurm's decision (a PSU swap, a node that stopped
@@ -80,11 +80,11 @@ class SlurmResult:
 @dataclass
 class SlurmClient:
     settings: SlurmSettings
-    env: Optional[dict[str, str]] = None
+    env: dict[str, str] | None = None
     run: Callable[..., CommandResult] = field(default=run_command)
     sleep: Callable[[float], None] = field(default=time.sleep)
     # a monotonic time no call may run past (a prologue's deadline); None = no limit
-    deadline: Optional[float] = None
+    deadline: float | None = None
 
     def _timeout(self) -> float:
         if self.deadline is None:
@@ -118,10 +118,10 @@ class SlurmClient:
             delay *= 2
         return last
 
-    def nodes(self, names: Optional[str] = None, partition: Optional[str] = None
-              ) -> tuple[dict[str, SlurmNode], Optional[str]]:
+    def nodes(self, names: str | None = None, partition: str | None = None
+              ) -> tuple[dict[str, SlurmNode], str | None]:
         """State of `names` (a hostlist), of a partition, or of every node; (nodes, error)."""
-        argv = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
+        argv: tuple[str, ...] = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
         if names:
             argv += ("-n", names)
         if partition:
@@ -131,7 +131,7 @@ class SlurmClient:
             return {}, r.message
         return parse_sinfo(r.message), None
 
-    def job_start(self, job_id: str) -> tuple[Optional[float], Optional[str]]:
+    def job_start(self, job_id: str) -> tuple[float | None, str | None]:
         """When job `job_id` started (epoch seconds, from `scontrol -o show job`); (start, error)."""
         r = self._call((self.settings.scontrol, "-o", "show", "job", job_id))
         if not r.ok:
@@ -167,7 +167,7 @@ def parse_sinfo(text: str) -> dict[str, SlurmNode]:
     return nodes
 
 
-def parse_job_start(text: str) -> tuple[Optional[float], Optional[str]]:
+def parse_job_start(text: str) -> tuple[float | None, str | None]:
     """`StartTime=` of `scontrol -o show job` (local time, as Slurm prints it) -> (epoch, error)."""
     import datetime as dt
 

@@ -56,12 +56,14 @@ import socket
 import sys
 import time
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import msgspec
 
 from healthcheck.core.errors import ExitCode, HcError, UsageError
+from healthcheck.core.units import parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample, Placement, bus_factor
 
 # what the torch sweep measures (bandwidth_common.COLLECTIVES names)
@@ -76,8 +78,6 @@ CORRUPT_ENV = "HC_BW_TEST_CORRUPT_RANK"
 RENDEZVOUS_GRACE_S = 2.0  # past --timeout, before the watchdog ends a rendezvous torch has not
 SENTINEL = -1.0
 _CHUNK = 1 << 24  # elements per step when filling or checking a buffer (bounded temporaries)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.I)
 _SOURCE_PREFIX = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 _UNSUPPORTED = re.compile(r"not (?:yet )?(?:supported|implemented)|does not support|unsupported", re.I)
 
@@ -95,19 +95,6 @@ class WrongResults(HcError):
 
 
 # ------------------------------------------------------------------------------ sizes
-
-
-def parse_size(text: str) -> int:
-    """'1M' -> 1048576. Units are binary as in nccl-tests: K, M, G, T (KB, KiB ... alike)."""
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
-        raise ValueError(f"{text.strip()!r} is not a size (a number with an optional K, M, G or T)")
-    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-    if value != int(value):
-        raise ValueError(f"{text.strip()!r} is not a whole number of bytes")
-    if not 1 <= value <= MAX_SIZE:
-        raise ValueError(f"{text.strip()!r} is out of range (1 B to 1T)")
-    return int(value)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -232,7 +219,7 @@ def derived_port(job_id: str, step_id: str = "0") -> int:
     return PORT_BASE + key % PORT_SPAN
 
 
-def _int(env: Mapping[str, str], name: str, default: Optional[int] = None) -> int:
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
     value = env.get(name)
     if value is None or value == "":
         if default is None:
@@ -263,14 +250,14 @@ def first_host(nodelist: str) -> str:
     return expand([nodelist])[0]
 
 
-def discover_ranks(env: Mapping[str, str], master_addr: Optional[str] = None,
-                   master_port: Optional[int] = None) -> RankInfo:
+def discover_ranks(env: Mapping[str, str], master_addr: str | None = None,
+                   master_port: int | None = None) -> RankInfo:
     """This process's rank, the world and the rendezvous address, from the launcher's variables."""
 
-    def addr_port(required: str) -> tuple[Optional[str], Optional[int]]:
+    def addr_port(required: str) -> tuple[str | None, int | None]:
         addr = master_addr or env.get("MASTER_ADDR") or None
         if master_port is not None:
-            port: Optional[int] = _port(master_port, "--master-port")
+            port: int | None = _port(master_port, "--master-port")
         elif env.get("MASTER_PORT"):
             port = _port(env["MASTER_PORT"], "$MASTER_PORT")
         else:
@@ -338,21 +325,21 @@ class SweepReport(msgspec.Struct, frozen=True):
     check: bool
     timeout_s: float
     samples: list[BandwidthSample]
-    wrong: Optional[int]  # every sample's #wrong summed; None with --no-check
+    wrong: int | None  # every sample's #wrong summed; None with --no-check
     unsupported: dict[str, str] = {}  # collective -> why this torch/backend cannot run it
 
 
 @dataclass(frozen=True)
 class SweepOptions:
     collectives: tuple[str, ...] = ("all_reduce",)
-    sizes: Optional[tuple[int, ...]] = None  # None: DEFAULT_SIZES of the backend
+    sizes: tuple[int, ...] | None = None  # None: DEFAULT_SIZES of the backend
     iters: int = 20
     warmup: int = 5
     check: bool = True
     backend: str = "auto"  # auto | nccl | gloo
     timeout_s: float = 120.0
-    master_addr: Optional[str] = None
-    master_port: Optional[int] = None
+    master_addr: str | None = None
+    master_port: int | None = None
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
@@ -407,7 +394,7 @@ def _choose_device(torch: Any, dist: Any, backend: str, info: RankInfo) -> tuple
     return backend, torch.device("cpu")
 
 
-def _corrupt_rank(env: Mapping[str, str]) -> Optional[int]:
+def _corrupt_rank(env: Mapping[str, str]) -> int | None:
     value = env.get(CORRUPT_ENV)
     if not value:
         return None
@@ -416,7 +403,7 @@ def _corrupt_rank(env: Mapping[str, str]) -> Optional[int]:
     return int(value)
 
 
-def run_sweep(opts: SweepOptions, env: Optional[Mapping[str, str]] = None) -> tuple[RankInfo, SweepReport]:
+def run_sweep(opts: SweepOptions, env: Mapping[str, str] | None = None) -> tuple[RankInfo, SweepReport]:
     """Run the sweep on this rank; every rank returns the same report."""
     from datetime import timedelta
 
@@ -443,7 +430,7 @@ def run_sweep(opts: SweepOptions, env: Optional[Mapping[str, str]] = None) -> tu
                          f"(is rank 0 running there, and all {info.world_size} ranks started?)")
     try:
         dist.init_process_group(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds; each becomes one line
+    except Exception as exc:
         watchdog.cancel()
         raise SweepError(f"{where} failed: {one_line(exc)}") from None
     session = _Session(torch, dist, info, backend, device, opts, corrupt)
@@ -454,7 +441,7 @@ def run_sweep(opts: SweepOptions, env: Optional[Mapping[str, str]] = None) -> tu
         return info, report
     except HcError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise SweepError(f"{session.where} failed: {one_line(exc)}") from None
     finally:
         watchdog.cancel()
@@ -482,7 +469,7 @@ class _Watchdog:
     def _fire(message: str) -> None:
         try:
             sys.stdout.flush()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         try:
             os.write(2, f"hc: error: {message}\n".encode(errors="replace"))
@@ -499,13 +486,13 @@ def _shutdown(dist: Any, backend: str, ok: bool) -> None:
             abort()  # a failed NCCL communicator: destroying it may wait on the hung work
         else:
             dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - the result (or the error) is what matters now
+    except Exception:
         pass
 
 
 class _Session:
     def __init__(self, torch: Any, dist: Any, info: RankInfo, backend: str, device: Any,
-                 opts: SweepOptions, corrupt: Optional[int]) -> None:
+                 opts: SweepOptions, corrupt: int | None) -> None:
         self.torch, self.dist, self.info, self.backend, self.device = torch, dist, info, backend, device
         self.opts, self.corrupt = opts, corrupt
         self.n, self.rank = info.world_size, info.rank
@@ -519,7 +506,7 @@ class _Session:
 
     # -- the sweep
 
-    def run(self, sizes: Sequence[int], where: str, watchdog: Optional[_Watchdog] = None) -> SweepReport:
+    def run(self, sizes: Sequence[int], where: str, watchdog: _Watchdog | None = None) -> SweepReport:
         torch = self.torch
         self.where = where
         me = (socket.gethostname(), self._device_name(),
@@ -546,7 +533,7 @@ class _Session:
         self.where = "gathering the results"
         every = self._gather_results(measured)
         samples = []
-        total_wrong: Optional[int] = 0 if self.opts.check else None
+        total_wrong: int | None = 0 if self.opts.check else None
         for i, (geo, _, _) in enumerate(measured):
             times = [every[r][i] for r in range(self.n)]
             wrong = int(sum(every[r][len(measured) + i] for r in range(self.n))) if self.opts.check else None
@@ -615,7 +602,7 @@ class _Session:
               "alltoall": self.alltoall}[collective]
         return lambda: fn(recv, send)
 
-    def _probe(self, collective: str) -> Optional[str]:
+    def _probe(self, collective: str) -> str | None:
         """Why this torch and backend cannot run `collective` (None: it ran once, on one element per chunk)."""
         self.where = f"{collective} (first call)"
         send, recv = self._buffers(geometry(collective, ELEMENT_BYTES * self.n, self.n))

@@ -7,7 +7,7 @@ only place a family is named.
 
 from __future__ import annotations
 
-FAMILIES = ("net", "ib", "sys", "gpu")
+FAMILIES = ("net", "ib", "sys", "gpu", "bw")
 
 
 def load_all() -> None:

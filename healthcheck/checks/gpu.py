@@ -15,8 +15,6 @@ that was not read.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import msgspec
 
 from healthcheck.core import catalogue
@@ -96,7 +94,8 @@ TOO_HOT = finding(
     "Check fans, airflow and inlet temperature; an idle GPU this hot has a cooling fault.", action="investigate")
 PCIE_WIDTH = finding(
     "gpu.E040", "a GPU's PCIe link trained narrower than its maximum",
-    "A x16 link at x8 halves host bandwidth: reseat the GPU (or its riser/cable) and check the slot; RMA if it persists.",
+    "A x16 link at x8 halves host bandwidth: reseat the GPU (or its riser/cable) and check the slot; "
+    "RMA if it persists.",
     action="reseat-cable")
 PCIE_GEN = finding(
     "gpu.E041", "a GPU's PCIe link runs at a lower generation than its maximum",
@@ -175,7 +174,7 @@ def _unknown(what: str, component: str, key: str) -> Finding:
         Status.ERROR, f"{what}: no value could be read, so {key} cannot be judged", component=component)
 
 
-def _severity(value: str) -> Optional[Status]:
+def _severity(value: str) -> Status | None:
     return {"FAIL": Status.FAIL, "WARN": Status.WARN}.get(value)
 
 
@@ -183,7 +182,8 @@ def _severity(value: str) -> Optional[Status]:
        findings=(NVML_UNAVAILABLE, GPUS_NOT_DRIVEN, GPU_COUNT, GPU_MODEL, GPU_LOST, catalogue.TOOL_MISSING),
        budget_s=5.0)
 def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
-    """The fabric's number of GPUs (or every GPU of the job, or every NVIDIA GPU on the PCI bus) is present, answering, and of the fabric's model."""
+    """The fabric's number of GPUs (or every GPU of the job, or every NVIDIA GPU on the PCI bus) is present,
+    answering, and of the fabric's model."""
     expected = limits.gpu.count
     on_pci = _pci_only(gpus)
     if on_pci and expected != 0 and not gpus.gpus:
@@ -218,7 +218,7 @@ def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     present = {g.index for g in gpus.gpus}
     if gpus.scoped_to is not None:
         for index in gpus.scoped_to:
-            if index not in present and not any(l.index == index for l in gpus.lost):
+            if index not in present and not any(lost.index == index for lost in gpus.lost):
                 # the job's environment asked for it, not the config: no Limit (its key
                 # would name no config key, and the finding no source)
                 yield GPU_COUNT.fail(f"the job's GPU{index} (SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES) is not "
@@ -257,9 +257,10 @@ def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
         if g.ecc_volatile_uncorrected:
             yield ECC_UNCORRECTED.fail(f"{c} has {g.ecc_volatile_uncorrected} uncorrected ECC errors since reset",
                                        component=c, value=g.ecc_volatile_uncorrected)
-        if gl.ecc_volatile_corrected_max is not None and (g.ecc_volatile_corrected or 0) > gl.ecc_volatile_corrected_max:
+        corrected_max = gl.ecc_volatile_corrected_max
+        if corrected_max is not None and (g.ecc_volatile_corrected or 0) > corrected_max:
             yield ECC_CORRECTED.warn(
-                f"{c} has {g.ecc_volatile_corrected} corrected ECC errors since reset, above {gl.ecc_volatile_corrected_max}",
+                f"{c} has {g.ecc_volatile_corrected} corrected ECC errors since reset, above {corrected_max}",
                 component=c, value=g.ecc_volatile_corrected,
                 limit=Limit("<=", gl.ecc_volatile_corrected_max, "gpu.ecc_volatile_corrected_max"))
         status = _severity(gl.retired_pages_pending)
@@ -274,7 +275,7 @@ def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
             yield REMAP_FAILED.fail(f"{c} had a row remapping failure", component=c, value=True)
 
 
-def _when(t: Optional[float]) -> str:
+def _when(t: float | None) -> str:
     import time
 
     return "boot" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
@@ -288,8 +289,9 @@ def log_window(log) -> str:
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
        findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, catalogue.TOOL_FAILED), budget_s=5.0)
-def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput:
-    """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed init, crash dump) the severity table marks WARN or FAIL, in the window read."""
+def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
+    """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
+    init, crash dump) the severity table marks WARN or FAIL, in the window read."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
     from healthcheck.parsers.xid import INIT_FAILED, summarize
 
@@ -301,12 +303,13 @@ def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput
         return
     policy = limits.gpu.xid
     no_gpu = gpus is not None and gpus.init_error and not limits.gpu.count and not _pci_only(gpus)
-    if no_gpu and not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not kernel_gpu_log.faults:
+    no_event = not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not kernel_gpu_log.faults
+    if gpus is not None and no_gpu and no_event:
         raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}; no NVIDIA event {log_window(kernel_gpu_log)}")
     index_of = {g.pci_bus_id: g.index for g in (gpus.gpus if gpus is not None else [])}
     scope = set(gpus.scoped_to) if gpus is not None and gpus.scoped_to is not None else None
 
-    def place(bus: Optional[str]) -> tuple[Optional[str], str, str]:
+    def place(bus: str | None) -> tuple[str | None, str, str]:
         """(where, " (bus)" when where is an index, component prefix); where None: not this job's GPU."""
         index = index_of.get(bus) if bus else None
         if scope is not None and index is not None and index not in scope:
@@ -319,7 +322,7 @@ def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput
     yield Metric("kernel_log_lines", kernel_gpu_log.source_lines)
     # what was read, for a PASS as much as a FAIL: a clean verdict names its evidence
     yield Metric("kernel_log", window)
-    failed: set[Optional[str]] = set()  # buses with a FAIL already: a crash dump adds nothing to them
+    failed: set[str | None] = set()  # buses with a FAIL already: a crash dump adds nothing to them
     numberless = {e.pci_bus_id for e in kernel_gpu_log.xids if e.legacy}
     for s in summarize(kernel_gpu_log.xids):
         status = _severity(policy.severity.get(s.code, policy.unknown))
@@ -338,19 +341,19 @@ def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput
             failed.add(s.pci_bus_id)
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
                   limit=Limit("==", policy.severity.get(s.code, policy.unknown), key), evidence=s.first_line)
-    seen: set[tuple] = set()
+    seen: set[tuple[int, str | None, str]] = set()
     for e in kernel_gpu_log.sxids:
         if e.severity is None:
             continue  # continuation lines (Severity/Data) belong to the event above them
         status = _severity(policy.sxid_fatal if e.severity.lower() == "fatal" else policy.sxid_other)
-        key = (e.code, e.pci_bus_id, e.severity)
-        if status is None or key in seen:
+        event = (e.code, e.pci_bus_id, e.severity)
+        if status is None or event in seen:
             continue
-        seen.add(key)
+        seen.add(event)
         where = e.switch or e.pci_bus_id or "nvswitch"
-        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}", component=f"{where}:sxid{e.code}",
-                   value=e.code, evidence=e.line)
-    groups: dict[tuple[str, Optional[str]], list] = {}
+        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}",
+                   component=f"{where}:sxid{e.code}", value=e.code, evidence=e.line)
+    groups: dict[tuple[str, str | None], list] = {}
     for fault in kernel_gpu_log.faults:
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
@@ -366,7 +369,8 @@ def xid(kernel_gpu_log, gpus: Optional[GpuFacts], limits: Fabric) -> CheckOutput
         else:
             failed.add(bus)
             yield GPU_INIT_FAILED.fail(
-                f"{where}{pci}: the NVIDIA driver could not initialise the GPU (RmInitAdapter failed) {times}, {window}",
+                f"{where}{pci}: the NVIDIA driver could not initialise the GPU (RmInitAdapter failed) "
+                f"{times}, {window}",
                 component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
 
 
@@ -443,10 +447,10 @@ def nvlink(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
                 # the fabric says this GPU has NVLinks; NVML could not list them (MIG mode?)
                 yield _unknown(f"{c}'s NVLink state", c, "gpu.nvlink_count")
             continue  # unknown and not asked about: nothing to judge
-        active = [l for l in g.nvlinks if l.active]
+        active = [link for link in g.nvlinks if link.active]
         yield Metric("nvlink_active", len(active), component=c)
         if gl.nvlink_count is not None and len(active) < gl.nvlink_count:
-            down = [str(l.link) for l in g.nvlinks if not l.active]
+            down = [str(link.link) for link in g.nvlinks if not link.active]
             yield NVLINK_DOWN.fail(
                 f"{c} has {len(active)} active NVLinks, expected {gl.nvlink_count}"
                 + (f" (down: {', '.join(down)})" if down else ""),

@@ -109,7 +109,7 @@ def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
         elif ib.rate_gbps is not None and p.rate_gbps is None:
             yield catalogue.TOOL_MISSING(Status.ERROR, f"{p.name} rate is unknown, so ib.rate_gbps cannot be judged",
                                          component=p.name)
-        elif ib.rate_gbps is not None and p.rate_gbps < ib.rate_gbps:
+        elif ib.rate_gbps is not None and p.rate_gbps is not None and p.rate_gbps < ib.rate_gbps:
             yield PORT_RATE.fail(
                 f"{p.name} runs at {p.rate_gbps:g} Gb/s, expected {ib.rate_gbps:g}",
                 component=p.name,

@@ -98,7 +98,8 @@ def mtu(ip_links: IpLinks, limits: Fabric) -> CheckOutput:
         yield Metric("mtu", link.mtu, "bytes", component=link.name)
         if link.mtu is None:
             continue
-        for bound, op, word, key in ((net.mtu_min, ">=", "below", "net.mtu_min"), (net.mtu_max, "<=", "above", "net.mtu_max")):
+        for bound, op, word, key in ((net.mtu_min, ">=", "below", "net.mtu_min"),
+                                     (net.mtu_max, "<=", "above", "net.mtu_max")):
             if bound is not None and (link.mtu < bound if op == ">=" else link.mtu > bound):
                 yield MTU_OUT_OF_BOUNDS.warn(
                     f"{link.name} MTU is {link.mtu}, {word} {bound}",

@@ -8,7 +8,7 @@ import io
 import os
 import select
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -17,7 +17,8 @@ from healthcheck import __version__
 # name -> (module, attribute, one-line help): listed here so `hc --help` needs no imports
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "node": ("healthcheck.cli.node", "node", "Check nodes: this one (--local) or named ones over SSH."),
-    "sweep": ("healthcheck.cli.sweep", "sweep", "Check many nodes (hostlist, hostfile, partition); fleet findings; --act."),
+    "sweep": ("healthcheck.cli.sweep", "sweep",
+              "Check many nodes (hostlist, hostfile, partition); fleet findings; --act."),
     "checks": ("healthcheck.cli.checks", "checks", "The catalogue of checks and finding IDs."),
     "config": ("healthcheck.cli.config", "config", "Validate the configuration; show a node's limits."),
     "parse": ("healthcheck.cli.parse", "parse", "Parse a captured tool output and print its facts."),
@@ -34,7 +35,7 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
-    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
         module, attr, _ = COMMANDS[name]
@@ -99,7 +100,7 @@ class _GuardedStdout(io.RawIOBase):
     def isatty(self) -> bool:
         return os.isatty(self._fd)
 
-    def write(self, data) -> int:  # type: ignore[override]
+    def write(self, data) -> int:
         size = len(memoryview(data).cast("B"))
         if self.broken:
             return size
@@ -149,7 +150,7 @@ def _guard_stdout(*, tolerant: bool) -> None:
         pass
     buffered = io.BufferedWriter(_GuardedStdout(1, tolerant=tolerant))
     sys.stdout = io.TextIOWrapper(buffered, encoding=out.encoding, errors=out.errors,
-                                  line_buffering=out.line_buffering)
+                                  line_buffering=bool(out.line_buffering))
 
 
 # Slurm acts on these commands' exit codes (a non-zero prologue drains the node), and
@@ -184,7 +185,7 @@ def _closed_stdout(argv: list[str] | None) -> bool:
     except OSError:
         pass
     if _command_name(argv) in _HOOKS:
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+        sys.stdout = open(1, "w", closefd=False)
         return False
     click.echo("hc: error: standard output is closed: nothing was run (redirect it to a file or /dev/null)",
                err=True)
@@ -196,7 +197,7 @@ def _closed_stdout(argv: list[str] | None) -> bool:
 _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from healthcheck.core.errors import ExitCode, HcError
 
     if _stdout_closed() and _closed_stdout(argv):

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import click
 
 from healthcheck.core.config import Config, load_config
 from healthcheck.core.errors import ExitCode
-from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.model import Report
+from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.status import Status
 from healthcheck.core.tiers import TIERS
 
@@ -28,7 +29,7 @@ def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:
 
 
 class App:
-    def __init__(self, config_path: Optional[Path] = None, fmt: str = "table") -> None:
+    def __init__(self, config_path: Path | None = None, fmt: str = "table") -> None:
         self.config_path = config_path
         self.format = fmt
 
@@ -45,7 +46,7 @@ class App:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
         sys.stdout.flush()
 
-    def emit_report(self, report: Report, *, output: Optional[Path] = None) -> None:
+    def emit_report(self, report: Report, *, output: Path | None = None) -> None:
         """Write the JSON report to `output` and show it on stdout in the chosen format.
 
         `output` goes through core.atomic.write_atomic: atomic for a regular file or a new

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import click
 
@@ -47,7 +46,7 @@ HC_BW_TEST_CORRUPT_RANK=N (tests only): rank N adds 1 to the first element
 it sends in each checked run, so the check must report wrong results."""
 
 
-def _sizes(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[tuple[int, ...]]:
+def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
     from healthcheck.bandwidth.torch_sweep import parse_sizes
@@ -97,9 +96,9 @@ def bw() -> None:
               help="The rendezvous port on it [env MASTER_PORT].")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", envvar="HC_FORMAT",
               show_default=True, help="Output format on rank 0's stdout [env HC_FORMAT].")
-def allreduce(collectives: tuple[str, ...], sizes: Optional[tuple[int, ...]], iters: int, warmup: int,
-              check: bool, backend: str, timeout_s: float, master_addr: Optional[str],
-              master_port: Optional[int], fmt: str) -> int:
+def allreduce(collectives: tuple[str, ...], sizes: tuple[int, ...] | None, iters: int, warmup: int,
+              check: bool, backend: str, timeout_s: float, master_addr: str | None,
+              master_port: int | None, fmt: str) -> int:
     """Sweep all_reduce (or --collectives) over sizes with torch.distributed, nccl-tests style.
 
     Each size: warm-up runs, timed runs, then one run checked against exact values.

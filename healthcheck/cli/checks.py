@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import click
 
 from healthcheck.cli.app import App, format_option
@@ -19,7 +17,7 @@ def checks() -> None:
 @click.option("--tier", type=click.Choice(list(ALL)), default=None,
               help="Only the checks that run in this tier or context.")
 @format_option
-def list_checks(tier: Optional[str], fmt: str) -> int:
+def list_checks(tier: str | None, fmt: str) -> int:
     """List every check and analysis (name, scope, tiers, budget, invariant) and every finding ID (meaning, hint)."""
     from healthcheck.core import catalogue
     from healthcheck.core.registry import current
@@ -42,7 +40,8 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
     findings = [
         f for fid, f in sorted(catalogue.CATALOGUE.items()) if fid in ids_in_view or fid in core_ids
     ]
-    order = {t: i for i, t in enumerate(ALL)}
+    order: dict[str, int] = {t: i for i, t in enumerate(ALL)}
+    rank = order.__getitem__  # registration admits only the names in ALL
     app = App(fmt=fmt)
     if fmt == "json":
         app.emit_json(
@@ -51,7 +50,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
                     {
                         "name": s.name,
                         "scope": "node",
-                        "tiers": sorted(s.tiers, key=order.get),
+                        "tiers": sorted(s.tiers, key=rank),
                         "budget_s": s.budget_s,
                         "needs": list(s.needs),
                         "summary": s.summary,
@@ -63,7 +62,7 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
                     {
                         "name": a.name,
                         "scope": a.scope,
-                        "tiers": sorted(a.tiers, key=order.get),
+                        "tiers": sorted(a.tiers, key=rank),
                         "summary": a.summary,
                         "findings": [f.id for f in a.findings],
                     }
@@ -85,11 +84,12 @@ def list_checks(tier: Optional[str], fmt: str) -> int:
         return 0
     from tabulate import tabulate
 
-    rows = [[s.name, "node", ",".join(sorted(s.tiers, key=order.get)), f"{s.budget_s:g}s", s.summary] for s in specs]
-    rows += [[a.name, a.scope, ",".join(sorted(a.tiers, key=order.get)), "", a.summary] for a in analyses]
+    rows = [[s.name, "node", ",".join(sorted(s.tiers, key=rank)), f"{s.budget_s:g}s", s.summary] for s in specs]
+    rows += [[a.name, a.scope, ",".join(sorted(a.tiers, key=rank)), "", a.summary] for a in analyses]
     app.echo(tabulate(rows, headers=["CHECK", "SCOPE", "TIERS", "BUDGET", "INVARIANT"], tablefmt="simple",
                       maxcolwidths=[None, None, None, None, 70]))
     app.echo()
     rows = [[f.id, f.title, f.action, f.hint] for f in findings]
-    app.echo(tabulate(rows, headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple", maxcolwidths=[None, 40, None, 60]))
+    app.echo(tabulate(rows, headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple",
+                      maxcolwidths=[None, 40, None, 60]))
     return 0

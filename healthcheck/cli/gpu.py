@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -25,7 +24,7 @@ def gpu() -> None:
 @gpu.command()
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help="Write here (default: stdout).")
 @click.option("--note", default="", help="What this recording shows (e.g. 'GPU3 row remap pending').")
-def record(output: Optional[Path], note: str) -> int:
+def record(output: Path | None, note: str) -> int:
     """Query every GPU through NVML as the checks do and write each call and its answer.
 
     Where NVML cannot start or lists no GPU there is nothing to record: exit 3, one line.

@@ -8,13 +8,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import click
 
 from healthcheck.cli.app import App, config_option
 from healthcheck.core.tiers import TIERS
-
 
 # The whole hook run is bounded by its tier's deadline_s plus this margin for acting and
 # writing the report; the margin also covers loading the config, which is read before
@@ -22,8 +20,8 @@ from healthcheck.core.tiers import TIERS
 HARD_MARGIN_S = 3.0
 
 
-def _run(kind: str, config_path: Optional[Path], fmt: Optional[str], dry_run: bool,
-         tier: Optional[str] = None, resume: Optional[bool] = None) -> int:
+def _run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
+         tier: str | None = None, resume: bool | None = None) -> int:
     """Run a hook inside its deadline and the exception guard; return its documented exit code.
 
     Nothing before or after the checks may make a hook exit otherwise: Slurm drains a node
@@ -51,7 +49,7 @@ def _run(kind: str, config_path: Optional[Path], fmt: Optional[str], dry_run: bo
         click.echo(result.summary, err=True)
         sys.stdout.flush()
         return guard.finish(result.exit_code, abandoned=result.abandoned)
-    except Exception as exc:  # noqa: BLE001 -- the contract with Slurm outranks any bug
+    except Exception as exc:
         return guard.failed(exc)
 
 
@@ -67,7 +65,7 @@ class HookGuard:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.started = time.monotonic()
-        self.deadline: Optional[float] = None
+        self.deadline: float | None = None
         signal.signal(signal.SIGTERM, self._give_up)
 
     def arm(self, seconds: float) -> None:
@@ -130,7 +128,7 @@ def _verdict() -> int:
         from healthcheck.orchestrate.hooks import verdict
 
         return verdict()
-    except Exception:  # noqa: BLE001 -- hc itself broken: no verdict, the job goes on
+    except Exception:
         return 0
 
 
@@ -156,7 +154,7 @@ def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001 -- a closed or full stdout must not change the code
+        except Exception:
             pass
     os._exit(code)
 
@@ -175,7 +173,7 @@ def _dry_run_option(fn):
 @config_option
 @_format_option
 @_dry_run_option
-def prologue(config_path: Optional[Path], fmt: Optional[str], dry_run: bool) -> int:
+def prologue(config_path: Path | None, fmt: str | None, dry_run: bool) -> int:
     """Before a job: the quick tier on this node for the job's GPUs, under a hard deadline.
 
     On FAIL: drain this node (reason "hc: <finding ids>") and exit 2 so Slurm requeues the
@@ -188,7 +186,7 @@ def prologue(config_path: Optional[Path], fmt: Optional[str], dry_run: bool) -> 
 @config_option
 @_format_option
 @_dry_run_option
-def epilogue(config_path: Optional[Path], fmt: Optional[str], dry_run: bool) -> int:
+def epilogue(config_path: Path | None, fmt: str | None, dry_run: bool) -> int:
     """After a job: leftover GPU processes and memory, Xid and ECC since the job started.
 
     Drains on FAIL; always exits 0 (never changes the job's state).
@@ -204,6 +202,6 @@ def epilogue(config_path: Optional[Path], fmt: Optional[str], dry_run: bool) -> 
               help="Tier to run [default: slurm.health.tier in the config].")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Resume nodes hc drained once the checks named in their reason pass again.")
-def health(config_path: Optional[Path], fmt: Optional[str], dry_run: bool, tier: Optional[str], resume: bool) -> int:
+def health(config_path: Path | None, fmt: str | None, dry_run: bool, tier: str | None, resume: bool) -> int:
     """For HealthCheckProgram or cron: check this node, drain on FAIL, resume what hc drained once fixed."""
     return _run("health", config_path, fmt, dry_run, tier=tier, resume=resume)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -23,7 +22,7 @@ from healthcheck.cli.app import (
 from healthcheck.core.errors import ExitCode, HcError
 
 
-def parse_since(value: str) -> Optional[float]:
+def parse_since(value: str) -> float | None:
     """'boot' -> None (the whole kernel log of this boot); ISO 8601 or epoch -> epoch seconds.
 
     A time that is not a real one (nan, inf, 1e400, before 1970, after 9999) is an input
@@ -86,7 +85,7 @@ def mode_option(fn):
 @output_option
 @fail_level_option
 def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, mode: str,
-         config_path: Optional[Path], fmt: str, output: Optional[Path], fail_level: str) -> int:
+         config_path: Path | None, fmt: str, output: Path | None, fail_level: str) -> int:
     """Check nodes: NODES (hostlists, e.g. gpu017 'gpu[001-004]') over SSH, or --local this machine."""
     if not local and not nodes:
         raise click.UsageError("name the nodes to check, or use --local for this machine")
@@ -112,9 +111,9 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
         os._exit(code)
     from healthcheck.cli.progress import progress_printer
-    from healthcheck.orchestrate.multirun import run_many
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
+    from healthcheck.orchestrate.multirun import run_many
 
     names = expand(nodes)
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy

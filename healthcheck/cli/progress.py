@@ -4,12 +4,12 @@ calls back when a node is done."""
 from __future__ import annotations
 
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from healthcheck.core.model import NodeResult
 
 
-def progress_printer(total: int) -> Optional[Callable[[str, NodeResult], None]]:
+def progress_printer(total: int) -> Callable[[str, NodeResult], None] | None:
     """A progress bar on a terminal (stderr), nothing otherwise."""
     if not sys.stderr.isatty():
         return None

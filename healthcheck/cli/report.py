@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,7 +23,7 @@ def report() -> None:
     """Saved reports: show one, diff two runs, list the run history."""
 
 
-def _read(path: Path) -> "Report":
+def _read(path: Path) -> Report:
     """A report from a file, or from stdin for '-'."""
     from healthcheck.report.jsonio import decode, read_report
 
@@ -42,7 +42,7 @@ def show(file: Path, fmt: str) -> int:
     return 0
 
 
-def _history(app: App, *, must_exist: bool = True) -> "History":
+def _history(app: App, *, must_exist: bool = True) -> History:
     """The configured run history; an error when none is kept (or none recorded yet)."""
     from healthcheck.report.history import History
 
@@ -61,7 +61,7 @@ def _history(app: App, *, must_exist: bool = True) -> "History":
               help="With no files: diff the last two runs of this command (node, health, ...).")
 @config_option
 @format_option
-def diff_cmd(old: Optional[Path], new: Optional[Path], command: Optional[str], config_path: Optional[Path],
+def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_path: Path | None,
              fmt: str) -> int:
     """What changed between two runs: new failures, fixed, still failing, nodes added or gone.
 
@@ -114,7 +114,7 @@ def diff_cmd(old: Optional[Path], new: Optional[Path], command: Optional[str], c
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="How many to list.")
 @config_option
 @format_option
-def history_cmd(node: Optional[str], command: Optional[str], limit: int, config_path: Optional[Path], fmt: str) -> int:
+def history_cmd(node: str | None, command: str | None, limit: int, config_path: Path | None, fmt: str) -> int:
     """List the recorded runs (newest first), or one node's recent statuses."""
     from dataclasses import asdict
 
@@ -139,7 +139,8 @@ def history_cmd(node: Optional[str], command: Optional[str], limit: int, config_
             if fmt == "json":
                 app.emit_json([asdict(i) for i in items])
             else:
-                rows = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id] for i in items]
+                rows: list[list[object]] = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]
+                                            for i in items]
                 app.echo(tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"],
                                   tablefmt="simple") if rows else f"no runs of {node} recorded")
             return 0

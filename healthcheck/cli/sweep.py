@@ -4,11 +4,18 @@ Slurm, add fleet findings, and optionally drain and resume through the Slurm pol
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import click
 
-from healthcheck.cli.app import App, config_option, exit_code_for, fail_level_option, format_option, output_option, tier_option
+from healthcheck.cli.app import (
+    App,
+    config_option,
+    exit_code_for,
+    fail_level_option,
+    format_option,
+    output_option,
+    tier_option,
+)
 from healthcheck.cli.node import mode_option, parse_since, since_option
 
 
@@ -23,24 +30,29 @@ from healthcheck.cli.node import mode_option, parse_since, since_option
 @tier_option(default="standard")
 @click.option("--checks", "only", default="", help="Only these checks or families, comma-separated.")
 @since_option
-@click.option("--act", is_flag=True, help="Drain FAIL nodes and resume fixed ones (policy and blast-radius guard apply).")
+@click.option("--pairs/--no-pairs", default=True, show_default=True,
+              help="With --tier deep: also test bandwidth between nodes and name the culprit node or link.")
+@click.option("--exhaustive", is_flag=True,
+              help="With --pairs: test every pair (circle method, n-1 rounds) however many nodes.")
+@click.option("--act", is_flag=True,
+              help="Drain FAIL nodes and resume fixed ones (policy and blast-radius guard apply).")
 @click.option("--dry-run", is_flag=True, envvar="HC_DRY_RUN", help="With --act: print the scontrol commands only.")
 @config_option
 @format_option
 @output_option
 @fail_level_option
-def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional[str], via: str, mode: str,
-          tier: str, only: str, since: str, act: bool, dry_run: bool, config_path: Optional[Path], fmt: str,
-          output: Optional[Path], fail_level: str) -> int:
+def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, via: str, mode: str,
+          tier: str, only: str, since: str, pairs: bool, exhaustive: bool, act: bool, dry_run: bool,
+          config_path: Path | None, fmt: str, output: Path | None, fail_level: str) -> int:
     """Check many nodes at once and merge one report (fleet drift, outliers and flaps included).
 
     Exit codes as for `hc node`; 5 when --act was refused by the blast-radius guard.
     """
-    from healthcheck.core.errors import ExitCode, HcError
     from healthcheck.cli.progress import progress_printer
-    from healthcheck.orchestrate.multirun import partition_nodes, run_many
+    from healthcheck.core.errors import ExitCode, HcError
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
+    from healthcheck.orchestrate.multirun import partition_nodes, run_many
 
     # "is not None": --nodes '' names an empty set, which is an error of its own (below)
     chosen = [x for x in (hostlist, hostfile, partition) if x is not None]
@@ -67,6 +79,7 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
         except HcError as exc:
             raise HcError(f"{hostfile}: {exc}") from None
     else:
+        assert partition is not None  # exactly one of the three was given (above)
         names, skipped = partition_nodes(app.config, partition)
         for line in skipped:
             click.echo(f"hc: skipped {line}", err=True)
@@ -76,7 +89,8 @@ def sweep(hostlist: Optional[str], hostfile: Optional[Path], partition: Optional
         raise click.UsageError("no node to check")
     progress = progress_printer(len(names)) if via == "ssh" else None
     run = run_many(app.config, names, command="sweep", via=via, mode=mode, tier=tier, only=checks,
-                   since=parse_since(since), act=act, dry_run=dry_run, on_done=progress)
+                   since=parse_since(since), act=act, dry_run=dry_run, on_done=progress, pairs=pairs,
+                   exhaustive=exhaustive)
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
     for message in run.messages:

@@ -9,8 +9,9 @@ which is what resuming a node drained for one of its findings asks.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any
 
 import msgspec
 
@@ -19,7 +20,7 @@ from healthcheck.core.registry import NotApplicable, current
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 
-Who = Union[str, tuple[str, ...]]  # a node, or the member nodes a finding is about
+Who = str | tuple[str, ...]  # a node, or the member nodes a finding is about
 
 
 @dataclass
@@ -27,7 +28,7 @@ class FleetInput:
     """The input of scope "fleet": a run's node results, and each node's recent statuses."""
 
     nodes: list[NodeResult]
-    history: Optional[dict[str, list[str]]] = None  # node -> statuses, oldest first, not this run
+    history: dict[str, list[str]] | None = None  # node -> statuses, oldest first, not this run
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -50,7 +51,7 @@ class Outcome:
     runs: list[AnalysisRun] = field(default_factory=list)
 
 
-def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: Optional[str] = None
+def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: str | None = None
                  ) -> Outcome:
     """Run the current registry's analyses of `scope` over `inputs`; `judged`: the nodes they cover."""
     from healthcheck.core.nodes import fold
@@ -84,8 +85,8 @@ def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str],
     return out
 
 
-def analyse_fleet(nodes: list[NodeResult], settings: Any, history: Optional[dict[str, list[str]]] = None,
-                  tier: Optional[str] = None) -> tuple[list[NodeResult], list[AnalysisRun]]:
+def analyse_fleet(nodes: list[NodeResult], settings: Any, history: dict[str, list[str]] | None = None,
+                  tier: str | None = None) -> tuple[list[NodeResult], list[AnalysisRun]]:
     """The nodes, in the same order, with the fleet analyses' findings added (status raised to
     match), and how each analysis ran."""
     inputs = FleetInput(list(nodes), history)

@@ -8,8 +8,9 @@ or renumbered; retired IDs stay listed with `retired=True`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from healthcheck.core.model import Finding, Limit
 from healthcheck.core.status import Status
@@ -48,9 +49,9 @@ class FindingSpec:
         *,
         component: str = "",
         value: Any = None,
-        unit: Optional[str] = None,
-        limit: Optional[Limit] = None,
-        evidence: Optional[str] = None,
+        unit: str | None = None,
+        limit: Limit | None = None,
+        evidence: str | None = None,
     ) -> Finding:
         """A finding of this ID; the engine stamps node, subject, hint and fingerprint."""
         return Finding(

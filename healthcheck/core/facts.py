@@ -8,11 +8,12 @@ only has a shell on the node (agentless SSH).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any
 
 from healthcheck.runners.base import CommandResult, Runner
 
@@ -42,7 +43,7 @@ class ProbeError(Exception):
     deadline, not the probe's own budget, ended it, so a timeout is no sign of a hang.
     """
 
-    def __init__(self, kind: ProbeKind | str, message: str, evidence: Optional[str] = None) -> None:
+    def __init__(self, kind: ProbeKind | str, message: str, evidence: str | None = None) -> None:
         super().__init__(message)
         self.kind = ProbeKind(kind)
         self.message = message
@@ -63,7 +64,7 @@ def _tail(text: str, limit: int) -> tuple[str, bool]:
     return data[-limit:].decode("utf-8", errors="ignore"), True
 
 
-def partial_output(result: CommandResult, limit: int = PARTIAL_OUTPUT_BYTES) -> Optional[str]:
+def partial_output(result: CommandResult, limit: int = PARTIAL_OUTPUT_BYTES) -> str | None:
     """What a stopped command printed before it was killed (each stream's tail), or None."""
     parts = []
     for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
@@ -101,8 +102,8 @@ class ProbeContext:
         argv: tuple[str, ...],
         *,
         ok_codes: tuple[int, ...] = (0,),
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run argv, turning a missing tool, a timeout or an error exit into ProbeError."""
         # env/cwd only when asked for: runners that predate them (ssh, batch) keep working
@@ -145,7 +146,7 @@ class Provider:
     fn: ProviderFn
     # the commands it will run, known before it runs (so a remote transport can run them
     # for all facts of a node in one session)
-    prefetch: Optional[PrefetchFn] = None
+    prefetch: PrefetchFn | None = None
     # runs alone, after every concurrent provider of the run has finished, one at a time
     # (a GPU bandwidth test must not share the GPUs with NVML probes)
     exclusive: bool = False
@@ -158,12 +159,12 @@ class Providers:
     over the process-wide one, so its throw-away providers sit beside the real ones).
     """
 
-    def __init__(self, load: Optional[Callable[[], None]] = None, base: Optional[Providers] = None) -> None:
+    def __init__(self, load: Callable[[], None] | None = None, base: Providers | None = None) -> None:
         self.by_key: dict[tuple[str, str], Provider] = {}
         self._load = load  # imports the modules that register into this set, when first needed
         self.base = base
 
-    def provides(self, fact: str, transport: str = "local", *, prefetch: Optional[PrefetchFn] = None,
+    def provides(self, fact: str, transport: str = "local", *, prefetch: PrefetchFn | None = None,
                  exclusive: bool = False) -> Callable[[ProviderFn], ProviderFn]:
         """Register a provider of `fact` for `transport` (and the commands it will run)."""
 
@@ -176,7 +177,7 @@ class Providers:
 
         return register
 
-    def lookup(self, fact: str, transport: str) -> Optional[Provider]:
+    def lookup(self, fact: str, transport: str) -> Provider | None:
         """The provider of `fact` over `transport` here or in the base, or None."""
         if self._load is not None:
             self._load()
@@ -232,7 +233,7 @@ def using_providers(providers: Providers) -> Iterator[Providers]:
         _current = previous
 
 
-def provides(fact: str, transport: str = "local", *, prefetch: Optional[PrefetchFn] = None,
+def provides(fact: str, transport: str = "local", *, prefetch: PrefetchFn | None = None,
              exclusive: bool = False) -> Callable[[ProviderFn], ProviderFn]:
     """Register a process-wide provider of `fact` for `transport`.
 

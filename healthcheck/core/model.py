@@ -8,7 +8,7 @@ gc=False: the garbage collector would otherwise dominate decoding 10,000 node re
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Optional, TypedDict
+from typing import Any, Literal, TypedDict
 
 import msgspec
 
@@ -25,7 +25,7 @@ class Limit(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     op: str  # "==", ">=", "<=", "in", "present"
     value: Any
     key: str  # config key, e.g. "ib.rate_gbps"
-    source: Optional[str] = None  # "configs/fabrics/h100-ndr400.yaml:12", stamped by the engine
+    source: str | None = None  # "configs/fabrics/h100-ndr400.yaml:12", stamped by the engine
 
 
 class Finding(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -41,9 +41,9 @@ class Finding(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     message: str
     component: str = ""  # the part of the node, e.g. "mlx5_2/1"; "" for the node itself
     value: Any = None
-    unit: Optional[str] = None
-    limit: Optional[Limit] = None
-    evidence: Optional[str] = None  # raw excerpt (a kernel log line, a tool's stderr)
+    unit: str | None = None
+    limit: Limit | None = None
+    evidence: str | None = None  # raw excerpt (a kernel log line, a tool's stderr)
     node: str = ""
     check: str = ""
     subject: str = ""  # "gpu017:mlx5_2/1"
@@ -61,7 +61,7 @@ class Metric(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
 
     name: str  # e.g. "mtu", "rate_gbps", "fw_ver"
     value: Any
-    unit: Optional[str] = None
+    unit: str | None = None
     component: str = ""
     members: tuple[str, ...] = ()  # the nodes measured together, where not the whole group's (one pair of a job)
 
@@ -72,17 +72,17 @@ class CheckResult(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     name: str
     status: Status
     duration_s: float
-    reason: Optional[str] = None  # why it was skipped or could not run
+    reason: str | None = None  # why it was skipped or could not run
 
 
 class Action(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """What was done (or would have been done) to the node in the scheduler."""
 
     kind: str  # "none", "drain", "resume", "guarded"
-    reason: Optional[str] = None
+    reason: str | None = None
     dry_run: bool = False
     ok: bool = True
-    message: Optional[str] = None
+    message: str | None = None
 
 
 class ActionRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True, omit_defaults=True):
@@ -93,9 +93,9 @@ class ActionRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True, omit_def
     action: str  # drain | resume | rollback
     ok: bool
     command: str  # the exact scontrol command line
-    reason: Optional[str] = None
+    reason: str | None = None
     dry_run: bool = False
-    message: Optional[str] = None  # Slurm's answer, or why it failed
+    message: str | None = None  # Slurm's answer, or why it failed
     attempts: int = 1
 
 
@@ -107,8 +107,8 @@ class NodeResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     checks: list[CheckResult] = []
     findings: list[Finding] = []
     metrics: list[Metric] = []
-    action: Optional[Action] = None
-    error: Optional[str] = None  # the node could not be checked at all (unreachable)
+    action: Action | None = None
+    error: str | None = None  # the node could not be checked at all (unreachable)
 
 
 GroupKind = Literal["pair", "group", "job"]
@@ -151,7 +151,7 @@ class AnalysisRun(msgspec.Struct, gc=False, frozen=True, kw_only=True, omit_defa
     scope: str  # fleet | pairs | job
     status: Status  # worst of its findings (PASS: none); SKIP: it did not apply; ERROR: it failed
     nodes: str = ""  # hostlist of the nodes it judged
-    reason: Optional[str] = None  # why it was skipped or failed
+    reason: str | None = None  # why it was skipped or failed
 
 
 class Report(msgspec.Struct, kw_only=True):

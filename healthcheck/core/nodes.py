@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from healthcheck.core.errors import UsageError
 
@@ -238,7 +238,7 @@ class Hostlist:
         if any(len(ix) > _MAX_DIGITS for ix in indexes):
             return False  # int() refuses such numbers; no range in a hostlist reaches them
         for dims in self._elements.get(pat, ()):
-            if all(any(r.has(ix) for r in ranges) for ranges, ix in zip(dims, indexes)):
+            if all(any(r.has(ix) for r in ranges) for ranges, ix in zip(dims, indexes, strict=True)):
                 return True
         return False
 
@@ -278,7 +278,7 @@ class Hostlist:
 
 def _intersect_dims(a: Dims, b: Dims) -> Dims | None:
     out = []
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         both = tuple(r for x in ra for y in rb if (r := x.intersect(y)) is not None)
         if not both:
             return None
@@ -315,7 +315,7 @@ def _nodeset(text: str) -> NodeSet:
 
     try:
         ns = NodeSet(text)
-    except Exception as exc:  # noqa: BLE001 - ClusterShell raises anything on hostile input
+    except Exception as exc:
         raise HostlistError(_reason(exc)) from None
     if len(ns) > MAX_EXPAND:  # @groups come from ClusterShell's group source: no bound before
         raise HostlistError(f"expands to more than {MAX_EXPAND} nodes")
@@ -341,7 +341,7 @@ def parse_hostlist(text: str) -> Hostlist:
         return Hostlist(text)
     except HostlistError:
         raise
-    except Exception as exc:  # noqa: BLE001 - MemoryError and RecursionError included
+    except Exception as exc:
         raise HostlistError(_reason(exc)) from None
 
 
@@ -380,7 +380,7 @@ def fold(names: Iterable[str]) -> str:
     return str(NodeSet.fromlist(list(names)))
 
 
-def this_node_name(env: Optional[Mapping[str, str]] = None) -> str:
+def this_node_name(env: Mapping[str, str] | None = None) -> str:
     """$HC_NODE_NAME, else Slurm's name for this node, else the short host name; validated,
     since the name becomes file names under state_dir/report_dir and scontrol arguments."""
     import os

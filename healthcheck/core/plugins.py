@@ -8,13 +8,13 @@ import contract in pyproject.toml keeps `healthcheck.core` below checks and prob
 from __future__ import annotations
 
 import importlib
-from typing import Iterable
+from collections.abc import Iterable
 
 # Packages whose load_all() registers their check families and fact providers (each
 # lists its own modules), and the modules that register analyses.
 CHECK_PACKAGE = "healthcheck.checks"
 PROBE_PACKAGE = "healthcheck.probes"
-ANALYSIS_MODULES = ("healthcheck.fleet",)
+ANALYSIS_MODULES = ("healthcheck.fleet", "healthcheck.bandwidth.pairs_analysis")
 
 _loaded: set[str] = set()
 

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import inspect
 import keyword
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any
 
 from healthcheck.core.catalogue import FindingSpec
-from healthcheck.core.facts import DEFAULT_PROVIDERS, Providers, ProviderFn, using_providers
+from healthcheck.core.facts import DEFAULT_PROVIDERS, ProviderFn, Providers, using_providers
 from healthcheck.core.model import Finding, Metric
 from healthcheck.core.tiers import CONTEXTS, TIERS
 
-CheckOutput = Iterable[Union[Finding, Metric]]
+CheckOutput = Iterable[Finding | Metric]
 CheckFn = Callable[..., CheckOutput]
 # What an analysis works over: a run's nodes, pairs of nodes, a job's ranks.
 SCOPES = ("fleet", "pairs", "job")
-AnalysisFn = Callable[[Any, Any], Iterable[tuple[Union[str, tuple[str, ...]], Finding]]]
+AnalysisFn = Callable[[Any, Any], Iterable[tuple[str | tuple[str, ...], Finding]]]
 
 
 class NotApplicable(Exception):
@@ -59,14 +60,14 @@ class CheckSpec(_Declared):
     budget_s: float
     summary: str = field(default="")
     # limits -> reason to skip before any fact is gathered (keeps the prologue cheap)
-    applies: Optional[Callable[[Any], Optional[str]]] = None
+    applies: Callable[[Any], str | None] | None = None
     # facts, passed by keyword like `needs`, that may be missing: None when they could
     # not be gathered, instead of making the check ERROR
     optional: tuple[str, ...] = ()
     # the finding (FAIL) when a needed fact's provider runs out of its whole budget: a
     # hang is evidence against the node (a bandwidth test that never completes); None:
     # such a timeout is ERROR (hc.E002), as for any check
-    hang_finding: Optional[FindingSpec] = None
+    hang_finding: FindingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ class Registry:
     providers (its own win on a clash).
     """
 
-    def __init__(self, load: Optional[Callable[[], None]] = None, providers: Optional[Providers] = None,
-                 base: Optional[Registry] = None, load_analyses: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, load: Callable[[], None] | None = None, providers: Providers | None = None,
+                 base: Registry | None = None, load_analyses: Callable[[], None] | None = None) -> None:
         self.checks: dict[str, CheckSpec] = {}
         self.analyses: dict[str, AnalysisSpec] = {}
         self._load_analyses = load_analyses  # imports the modules that register analyses here
@@ -117,7 +118,7 @@ class Registry:
         self.base = base
         if providers is None:
             providers = Providers(base=base.providers if base is not None else None)
-        self.providers = providers
+        self.providers: Providers = providers
         self._load = load  # imports the modules that register checks here, when first needed
 
     def all_checks(self) -> dict[str, CheckSpec]:
@@ -135,9 +136,9 @@ class Registry:
         needs: Iterable[str],
         findings: Iterable[FindingSpec],
         budget_s: float = 2.0,
-        applies: Optional[Callable[[Any], Optional[str]]] = None,
+        applies: Callable[[Any], str | None] | None = None,
         optional: Iterable[str] = (),
-        hang_finding: Optional[FindingSpec] = None,
+        hang_finding: FindingSpec | None = None,
     ) -> Callable[[CheckFn], CheckFn]:
         """Register `fn` as check `name` here (see the module-level `check`)."""
         tiers = _tiers(name, tier)
@@ -152,7 +153,6 @@ class Registry:
             _check_signature(name, fn, needed, optionals)
             if self.records_emitters:
                 _record_emitter(name, declared)
-            doc = (fn.__doc__ or "").strip().splitlines()
             self.checks[name] = CheckSpec(
                 name=name,
                 fn=fn,
@@ -160,7 +160,7 @@ class Registry:
                 needs=needed,
                 findings=declared,
                 budget_s=budget_s,
-                summary=doc[0] if doc else "",
+                summary=_summary(fn),
                 applies=applies,
                 optional=optionals,
                 hang_finding=hang_finding,
@@ -189,14 +189,13 @@ class Registry:
                 raise ValueError(f"analysis {name} registered twice")
             if self.records_emitters:
                 _record_emitter(name, declared)
-            doc = (fn.__doc__ or "").strip().splitlines()
             self.analyses[name] = AnalysisSpec(name=name, fn=fn, scope=scope, tiers=tiers, findings=declared,
-                                               summary=doc[0] if doc else "")
+                                               summary=_summary(fn))
             return fn
 
         return register
 
-    def select_analyses(self, scope: str, tier: Optional[str] = None) -> list[AnalysisSpec]:
+    def select_analyses(self, scope: str, tier: str | None = None) -> list[AnalysisSpec]:
         """The analyses here of `scope` (that run in `tier`, if given), in registration order."""
         return [a for a in self.all_analyses().values()
                 if a.scope == scope and (tier is None or tier in a.tiers)]
@@ -226,6 +225,12 @@ class Registry:
                 continue
             chosen.append(spec)
         return chosen
+
+
+def _summary(fn: Callable[..., Any]) -> str:
+    """A docstring's first paragraph as one line (a long first sentence may wrap)."""
+    first = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in first.splitlines())
 
 
 def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: tuple[str, ...]) -> None:
@@ -258,7 +263,8 @@ def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: t
         problems.append(f"no parameter for declared fact(s) {', '.join(missing)}")
     if "limits" not in by_keyword:
         problems.append("no parameter 'limits'")
-    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    stars: dict[inspect._ParameterKind, str] = {inspect.Parameter.VAR_POSITIONAL: "*",
+                                                inspect.Parameter.VAR_KEYWORD: "**"}
     extra = [stars.get(p.kind, "") + p.name for p in params.values()
              if p.name not in ("limits", *declared, *positional_only) or p.kind in stars]
     if extra:
@@ -317,14 +323,14 @@ def check(
     needs: Iterable[str],
     findings: Iterable[FindingSpec],
     budget_s: float = 2.0,
-    applies: Optional[Callable[[Any], Optional[str]]] = None,
+    applies: Callable[[Any], str | None] | None = None,
     optional: Iterable[str] = (),
-    hang_finding: Optional[FindingSpec] = None,
+    hang_finding: FindingSpec | None = None,
 ) -> Callable[[CheckFn], CheckFn]:
     """Register `fn` as process-wide check `name`.
 
     `tier` is the lowest tier the check runs in (tiers are cumulative) or an explicit
-    set of tiers and contexts. The first line of the function's docstring states the
+    set of tiers and contexts. The docstring's first paragraph states the
     invariant the check guards and is shown by `hc checks list`. The function's
     parameters are its `needs` and `optional` facts, by name, and `limits`: the engine
     passes each by keyword, and registration refuses a signature that does not match.

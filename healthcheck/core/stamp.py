@@ -7,7 +7,7 @@ so a finding reads (and de-duplicates) the same whatever produced it.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -15,11 +15,11 @@ from healthcheck.core import catalogue
 from healthcheck.core.model import Finding, fingerprint
 
 # "file:line" of a limit, or a function from the limit's config key to it
-LimitSource = Union[str, Callable[[str], Optional[str]], None]
+LimitSource = str | Callable[[str], str | None] | None
 
 
-def stamp(f: Finding, *, check: str, node: Optional[str] = None, members: Optional[Iterable[str]] = None,
-          subject: Optional[str] = None, limit_source: LimitSource = None) -> Finding:
+def stamp(f: Finding, *, check: str, node: str | None = None, members: Iterable[str] | None = None,
+          subject: str | None = None, limit_source: LimitSource = None) -> Finding:
     """`f` stamped for `check` on `node` (or about `members` together, or the run's `subject`)."""
     who = node or ""
     names = list(members) if members is not None else []

@@ -40,7 +40,8 @@ def worst(statuses: object, default: Status = Status.PASS) -> Status:
     return default if result is None else result
 
 
-def against_limits(value: float, fail_above: float | None, warn_above: float | None) -> tuple[Status, float, str] | None:
+def against_limits(value: float, fail_above: float | None,
+                   warn_above: float | None) -> tuple[Status, float, str] | None:
     """The status `value` earns against upper limits: (FAIL or WARN, the limit crossed,
     "fail" or "warn"), or None within both. A limit of None is not checked."""
     if fail_above is not None and value > fail_above:

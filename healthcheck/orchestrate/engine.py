@@ -13,11 +13,12 @@ import dataclasses
 import threading
 import time
 import traceback
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from healthcheck.core import catalogue
 from healthcheck.core.config import NodeConfig
-from healthcheck.core.facts import Provider, ProbeContext, ProbeError, ProbeKind, current_providers
+from healthcheck.core.facts import ProbeContext, ProbeError, ProbeKind, Provider, current_providers
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.registry import CheckSpec, NotApplicable
 from healthcheck.core.stamp import stamp
@@ -44,7 +45,7 @@ class _Gathering(threading.Thread):
         self.provider = provider
         self.ctx = ctx
         self.value: Any = None
-        self.error: Optional[ProbeError] = None
+        self.error: ProbeError | None = None
 
     def run(self) -> None:
         try:
@@ -56,7 +57,7 @@ class _Gathering(threading.Thread):
                                     traceback.format_exc(limit=5))
 
 
-def _budget(budget: float, deadline: Optional[float]) -> tuple[float, bool]:
+def _budget(budget: float, deadline: float | None) -> tuple[float, bool]:
     """The time a fact gets now, and whether the run's deadline cut it below its budget."""
     if deadline is None:
         return budget, False
@@ -64,7 +65,7 @@ def _budget(budget: float, deadline: Optional[float]) -> tuple[float, bool]:
     return min(budget, left), left < budget
 
 
-def _start(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: Optional[float]
+def _start(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: float | None
            ) -> tuple[_Gathering, float, bool]:
     """Start gathering `fact`; returns the thread, when to give up on it, and whether it was cut short."""
     timeout, cut = _budget(budget, deadline)
@@ -86,7 +87,7 @@ def _collect(t: _Gathering, give_up_at: float, cut: bool) -> tuple[Any, bool]:
 
 
 def gather(
-    needs: dict[str, float], ctx: ProbeContext, deadline: Optional[float] = None
+    needs: dict[str, float], ctx: ProbeContext, deadline: float | None = None
 ) -> tuple[dict[str, Any], bool]:
     """Gather each fact (name -> time budget): concurrent providers each in its own
     thread, then exclusive ones one at a time, alone.
@@ -117,7 +118,7 @@ def gather(
     return {fact: results[fact] for fact in needs}, bool(stuck)
 
 
-def _gather_alone(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: Optional[float],
+def _gather_alone(fact: str, provider: Provider, ctx: ProbeContext, budget: float, deadline: float | None,
                   stuck: list[str]) -> tuple[Any, bool]:
     """Run one exclusive provider with nothing else running; returns its result and whether it was abandoned."""
     if stuck:  # an abandoned provider may still hold the GPUs or HCAs: this one would not run alone
@@ -154,7 +155,7 @@ def run_checks(
     specs: Iterable[CheckSpec],
     ctx: ProbeContext,
     *,
-    deadline: Optional[float] = None,
+    deadline: float | None = None,
     mode: str = "local",
     budget_floor: float = 0.0,
 ) -> tuple[NodeResult, bool]:
@@ -173,8 +174,8 @@ def run_checks(
     checks: list[CheckResult] = []
     findings: list[Finding] = []
     metrics: list[Metric] = []
-    for name, reason in skipped.items():
-        checks.append(CheckResult(name, Status.SKIP, 0.0, reason))
+    for name, why in skipped.items():
+        checks.append(CheckResult(name, Status.SKIP, 0.0, why))
     for spec in runnable:
         start = time.monotonic()
         status, reason, out_findings, out_metrics = _evaluate(spec, facts, limits)
@@ -200,7 +201,7 @@ def run_checks(
 
 def _evaluate(
     spec: CheckSpec, facts: dict[str, Any], limits: Any
-) -> tuple[Status, Optional[str], list[Finding], list[Metric]]:
+) -> tuple[Status, str | None, list[Finding], list[Metric]]:
     errors = [facts[f] for f in spec.needs if isinstance(facts.get(f), ProbeError)]
     if errors:
         return _not_evaluated(spec, errors)
@@ -228,7 +229,7 @@ def _evaluate(
 
 
 def _not_evaluated(spec: CheckSpec, errors: list[ProbeError]
-                   ) -> tuple[Status, Optional[str], list[Finding], list[Metric]]:
+                   ) -> tuple[Status, str | None, list[Finding], list[Metric]]:
     """A check whose facts could not be gathered: ERROR, or FAIL where it declared a hang evidence."""
     hang = spec.hang_finding
     hangs = [e for e in errors if e.is_hang] if hang is not None else []
@@ -254,7 +255,7 @@ def _stamp(f: Finding, node_config: NodeConfig, check: str) -> Finding:
     return stamp(f, check=check, node=node_config.node, limit_source=node_config.source)
 
 
-def unreachable_result(node: str, fabric: str, message: str, mode: str, evidence: Optional[str] = None,
+def unreachable_result(node: str, fabric: str, message: str, mode: str, evidence: str | None = None,
                        value: Any = None) -> NodeResult:
     """The result of a node that could not be checked at all: ERROR, never FAIL."""
     f = stamp(catalogue.UNREACHABLE(Status.ERROR, message, evidence=evidence, value=value), check="hc.reach",

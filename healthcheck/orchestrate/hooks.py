@@ -13,12 +13,12 @@ policy (actions/), writes its report, and returns the exit code Slurm should see
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
-
 
 from healthcheck.actions.apply import Outcome, act, run_finding, with_outcome
 from healthcheck.actions.audit import AuditLog
@@ -28,9 +28,9 @@ from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
 from healthcheck.core.errors import ExitCode, HcError
-from healthcheck.orchestrate.localrun import check_this_node
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.localrun import check_this_node
 from healthcheck.probes.sysinfo import boot_time
 from healthcheck.report.jsonio import encode, write_atomic
 
@@ -65,8 +65,8 @@ def node_name(env: Mapping[str, str]) -> str:
 
 
 def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool = False,
-             tier: Optional[str] = None, resume: Optional[bool] = None, node: Optional[str] = None,
-             hard_deadline: Optional[float] = None) -> HookResult:
+             tier: str | None = None, resume: bool | None = None, node: str | None = None,
+             hard_deadline: float | None = None) -> HookResult:
     """Check this node with the hook's tier, act in Slurm, write the report.
 
     hard_deadline: the monotonic time the whole run must end by (cli/hooks.py kills it
@@ -118,19 +118,19 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
     outcome = Outcome()
     if wants_action:
-        acting = dict(report=report, settings=settings, client=client, audit=audit,
-                      resume=(kind == "health" and resume is not False), dry_run=dry_run,
-                      extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
+        acting = functools.partial(act, report, settings=settings, client=client, audit=audit,
+                                   resume=(kind == "health" and resume is not False), dry_run=dry_run,
+                                   extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
         try:
             with state.lock(settings.lock_timeout_s):
-                outcome = act(**acting)
+                outcome = acting()
         except LockTimeout as exc:
             outcome.run_findings.append(run_finding(catalogue.LOCKED, str(exc), scope=node))
         except OSError as exc:
             # no lock file (state_dir unusable): act anyway -- the policy re-reads Slurm's
             # states, and a FAIL must still take the node out
             state_problems.append(f"node lock: {exc.strerror or exc}")
-            outcome = act(**acting)
+            outcome = acting()
     if state_problems:
         run_notes.append(run_finding(
             catalogue.STATE_FAILED, f"hc's state under {state.dir} could not be kept: " + "; ".join(state_problems),
@@ -160,7 +160,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
 JOB_HOOK_ACTION_S = 2.5
 
 
-def _action_deadline(kind: str, hard_deadline: Optional[float]) -> Optional[float]:
+def _action_deadline(kind: str, hard_deadline: float | None) -> float | None:
     limits = [hard_deadline - 0.5] if hard_deadline is not None else []
     if kind in ("prologue", "epilogue"):
         limits.append(time.monotonic() + JOB_HOOK_ACTION_S)
@@ -175,7 +175,7 @@ def _best_effort(problems: list[str], what: str, fn, *args):
         return None
 
 
-def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, str]) -> Optional[float]:
+def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, str]) -> float | None:
     """Since when the kernel log is judged: the job's start in the epilogue, else where
     the hooks left off (else since boot)."""
     if kind == "epilogue":
@@ -189,7 +189,7 @@ def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, s
     return state.kernel_log_cursor()
 
 
-def _job_start_from_slurm(client: SlurmClient, job: str) -> Optional[float]:
+def _job_start_from_slurm(client: SlurmClient, job: str) -> float | None:
     """The job's start from Slurm (through the client's retries and deadline), or None."""
     start, _ = client.job_start(job)
     return start
@@ -203,7 +203,7 @@ def _slurm_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _write_report(report: Report, report_dir: Optional[str], node: str, kind: str) -> list[str]:
+def _write_report(report: Report, report_dir: str | None, node: str, kind: str) -> list[str]:
     if not report_dir:
         return []
     data = encode(report)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 from healthcheck.core.config import Config
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.model import Report
 from healthcheck.core.registry import select
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.report.build import make_report, utc_now
 from healthcheck.runners.local import LocalRunner
 
@@ -23,9 +23,9 @@ def check_this_node(
     tier: str,
     only: Iterable[str] = (),
     command: str = "node --local",
-    deadline_s: Optional[float] = None,
+    deadline_s: float | None = None,
     root: Path = Path("/"),
-    params: Optional[dict] = None,
+    params: dict | None = None,
     require_checks: bool = True,
 ) -> tuple[Report, bool]:
     """Run the checks of `tier` on this machine as `node`; returns the report and whether

@@ -5,9 +5,9 @@ if asked (the same policy and guard as the hooks), and record the run in the his
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
 
 import msgspec
 
@@ -34,11 +34,13 @@ def run_many(
     mode: str = "auto",
     tier: str = "quick",
     only: Iterable[str] = (),
-    since: Optional[float] = None,
+    since: float | None = None,
     act: bool = False,
     dry_run: bool = False,
-    on_done: Optional[Callable[[str, NodeResult], None]] = None,
-    env: Optional[dict] = None,
+    on_done: Callable[[str, NodeResult], None] | None = None,
+    env: dict | None = None,
+    pairs: bool = True,
+    exhaustive: bool = False,
 ) -> MultiRun:
     if not nodes:
         # checking nothing must not look like a healthy run (SKIP, exit 0)
@@ -60,6 +62,15 @@ def run_many(
 
         results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
                                  on_done=on_done)
+    pair_run = None
+    if tier == "deep" and pairs and len(results) > 1:
+        if via == "slurm":
+            warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
+        else:
+            from healthcheck.orchestrate.pairs import judge_pairs, run_pairs
+
+            pair_run = run_pairs(config, results, exhaustive=exhaustive)
+            warnings += pair_run.notes
     history = _history(config, warnings)
     statuses = None
     if history is not None:
@@ -72,9 +83,18 @@ def run_many(
 
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
+    groups: list = []
+    if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair
+        results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
+        analyses = [*analyses, *pair_analyses]
+        launch_findings += pair_findings
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
                          started=started, finished=utc_now(), nodes=results)
     report = msgspec.structs.replace(report, analyses=analyses)
+    if groups:
+        from healthcheck.report.build import with_groups
+
+        report = with_groups(report, groups)
     for finding in launch_findings:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
     run = MultiRun(report=report, warnings=warnings)
@@ -122,7 +142,7 @@ def _history(config: Config, warnings: list[str]):
         return None
 
 
-def partition_nodes(config: Config, partition: str, env: Optional[dict] = None) -> tuple[list[str], list[str]]:
+def partition_nodes(config: Config, partition: str, env: dict | None = None) -> tuple[list[str], list[str]]:
     """Nodes of a partition worth checking, and the skipped ones with why: down nodes and
     nodes drained for reasons hc did not write are left alone."""
     from healthcheck.actions.slurm import SlurmClient

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from healthcheck.core.config import Config
-from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.facts import ProbeContext, prefetch_commands
 from healthcheck.core.model import NodeResult
 from healthcheck.core.registry import select
+from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
 from healthcheck.runners.batch import prefetch
 
 MODES = ("auto", "agent", "agentless")
@@ -33,8 +33,8 @@ def check_over_ssh(
     tier: str,
     only: Iterable[str] = (),
     mode: str = "auto",
-    params: Optional[dict] = None,
-    on_done: Optional[Callable[[str, NodeResult], None]] = None,
+    params: dict | None = None,
+    on_done: Callable[[str, NodeResult], None] | None = None,
 ) -> list[NodeResult]:
     from healthcheck.runners.fanout import fan_out
 
@@ -78,7 +78,8 @@ def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only
     try:
         chosen = mode
         if mode == "auto":
-            probe = conn.run(("sh", "-c", f"command -v {shlex.quote(settings.remote_hc)}"), timeout_s=settings.command_timeout_s)
+            probe = conn.run(("sh", "-c", f"command -v {shlex.quote(settings.remote_hc)}"),
+                             timeout_s=settings.command_timeout_s)
             chosen = "agent" if probe.ok and probe.stdout.strip() else "agentless"
         if chosen == "agent":
             return _agent(conn, node, fabric, settings, tier=tier, only=only, params=params, deadline=deadline,

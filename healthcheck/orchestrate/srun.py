@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
 
 import msgspec
 
 from healthcheck.core.config import Config
-from healthcheck.orchestrate.engine import unreachable_result
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import unreachable_result
 from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch
 from healthcheck.runners.local import run_command
 
@@ -41,15 +41,15 @@ class SrunOutcome:
     notes: list[str] = field(default_factory=list)  # one line each for stderr
 
 
-def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float],
-              job_name: str = "hc-sweep", wait_s: Optional[int] = None) -> list[str]:
+def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
+              job_name: str = "hc-sweep", wait_s: int | None = None) -> list[str]:
     """`srun --label`, one task per node, running `hc node --local --format json` there."""
     return list(_srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name,
                              wait_s=wait_s).argv)
 
 
-def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: Optional[float],
-                 job_name: str, wait_s: Optional[int]) -> Launch:
+def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
+                 job_name: str, wait_s: int | None) -> Launch:
     s = config.main.slurm
     program = [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
     only = list(only)
@@ -62,7 +62,7 @@ def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[
 
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
-                    since: Optional[float] = None, env: Optional[dict] = None, mode: str = "auto") -> SrunOutcome:
+                    since: float | None = None, env: dict | None = None, mode: str = "auto") -> SrunOutcome:
     from healthcheck.actions.slurm import SlurmClient
 
     only = list(only)
@@ -72,7 +72,7 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
     if error is not None:
         # without states nothing can be sorted: try them all, bounded as always
         out.notes.append(f"cannot read node states from Slurm ({error}); trying srun on every node")
-        placeable, over_ssh, skipped = list(nodes), [], {}
+        placeable, over_ssh, skipped = list(nodes), list[str](), dict[str, str]()
     else:
         placeable, over_ssh, skipped = _sort(nodes, states, _allocation(run_env))
     by_node: dict[str, NodeResult] = {}
@@ -93,7 +93,7 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
     return out
 
 
-def _allocation(env: Mapping[str, str]) -> Optional[set[str]]:
+def _allocation(env: Mapping[str, str]) -> set[str] | None:
     """The nodes of the allocation hc runs in (an sbatch or salloc), or None outside one."""
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not env.get("SLURM_JOB_ID") or not nodelist:
@@ -103,7 +103,7 @@ def _allocation(env: Mapping[str, str]) -> Optional[set[str]]:
     return set(expand([nodelist]))
 
 
-def _sort(nodes: list[str], states: Mapping, allocation: Optional[set[str]]
+def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None
           ) -> tuple[list[str], list[str], dict[str, str]]:
     placeable: list[str] = []
     over_ssh: list[str] = []
@@ -130,7 +130,7 @@ def _sort(nodes: list[str], states: Mapping, allocation: Optional[set[str]]
     return placeable, over_ssh, skipped
 
 
-def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], since: Optional[float],
+def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], since: float | None,
               env: dict, out: SrunOutcome) -> list[NodeResult]:
     from healthcheck.actions.apply import run_finding
     from healthcheck.core import catalogue
@@ -141,7 +141,7 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
     job_name = f"hc-sweep-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
     wait_s = None if inside else settings.sweep_wait_s
     spec = _srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s)
-    result: Optional[LaunchResult] = None
+    result: LaunchResult | None = None
     try:
         # SIGTERM first at the timeout: srun then cancels its step before it is killed
         result = launch(spec, timeout_s=settings.sweep_timeout_s, env=env)

@@ -9,7 +9,7 @@ why a one-rank run reports "Avg bus bandwidth 0" and must not be judged as slow.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import msgspec
 
@@ -43,8 +43,43 @@ class BandwidthSample(msgspec.Struct, frozen=True, omit_defaults=True):
     time_us: float
     ranks: int
     placement: Placement = "out-of-place"
-    wrong: Optional[int] = None  # elements that failed validation; None when not checked (-c 0, N/A)
+    wrong: int | None = None  # elements that failed validation; None when not checked (-c 0, N/A)
     dtype: str = "float"
-    redop: Optional[str] = None
+    redop: str | None = None
     # per-rank times in microseconds where the tool reports them (torch sweep; nccl-tests -I 1)
     rank_times_us: tuple[float, ...] = ()
+
+
+class BandwidthAttempt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One run of a bandwidth tool on a node (or pair): what it measured and how it ended."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = {}  # the variables hc set for it (NCCL_*, CUDA_*), echoed in the report
+    samples: tuple[BandwidthSample, ...] = ()
+    ranks: int = 0  # how many ranks reported (0: unknown)
+    expected_ranks: int = 0
+    duration_s: float = 0.0
+    returncode: int | None = None
+    hung: bool = False  # killed at hc's timeout: the last size reached is in last_size_bytes
+    last_size_bytes: int | None = None
+    wrong: int | None = None  # total elements that failed validation (None: not checked)
+    out_of_bounds: int | None = None
+    failures: tuple[str, ...] = ()  # the tool's own failure lines (Test NCCL failure ..., Couldn't connect ...)
+    misconfigured: str | None = None  # why the run says nothing about the node (lone ranks, launcher refused)
+    output_tail: str = ""  # the end of what it printed: evidence for a finding
+
+
+class BandwidthRun(msgspec.Struct, frozen=True):
+    """Every attempt of one collective in one scope (a test is re-run while it falls short)."""
+
+    collective: str
+    scope: str  # single_node | ib_loopback | pair
+    attempts: tuple[BandwidthAttempt, ...]
+
+
+class BandwidthRuns(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A node's bandwidth tests of one tool; gpus == 0 means there was nothing to test."""
+
+    tool: str  # nccl-tests | torch
+    gpus: int
+    runs: tuple[BandwidthRun, ...] = ()

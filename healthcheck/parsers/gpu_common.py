@@ -109,7 +109,8 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     scoped_to: list[int] | None = None
 
 
-_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-9a-fA-F]))?$")
+_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+                  r"(?:\.(?P<fn>[0-9a-fA-F]))?$")
 
 
 def normalize_pci(bus_id: str) -> str:

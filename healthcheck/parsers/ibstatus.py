@@ -50,5 +50,6 @@ def parse_ibstatus(text: str) -> IbPorts:
     if not ports:
         if "No devices" in text:
             return IbPorts(ports=[])
-        raise ParseError(f"ibstatus: no \"Infiniband device ... status:\" block (starts with {clip(text.strip(), 60)!r})")
+        raise ParseError(
+            f"ibstatus: no \"Infiniband device ... status:\" block (starts with {clip(text.strip(), 60)!r})")
     return IbPorts(ports=ports)

@@ -107,7 +107,7 @@ def parse_ip_link_text(text: str) -> IpLinks:
         if m:
             flush()
             rest = m.group("rest").split()
-            attrs = dict(zip(rest[::2], rest[1::2]))
+            attrs = dict(zip(rest[::2], rest[1::2], strict=False))
             name = m.group("name")
             # "eth0@if6" / "eth0@NONE": the peer after @ is not part of the name
             if "@" in name:

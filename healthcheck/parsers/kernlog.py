@@ -38,7 +38,6 @@ import calendar
 import math
 import re
 import time as _time
-from typing import Optional
 
 import msgspec
 
@@ -51,7 +50,7 @@ _NOT_KERNEL_LINES = ("-- ", "Hint: ", "Users in groups", "Pass -q to turn off", 
                      "No entries")
 
 
-def kmsg_line(record: str) -> Optional[str]:
+def kmsg_line(record: str) -> str | None:
     """One /dev/kmsg record -> "[uptime] message" (its key=value continuation lines dropped).
 
     The kernel escapes a newline inside a message as "\\x0a"; it becomes a continuation
@@ -101,12 +100,12 @@ _KERNEL_TAG = re.compile(r"(?:[^\s\[\]]{1,255}\s+)?kernel(?:\[\d{1,10}\])?:\s*")
 class Stamp(msgspec.Struct):
     """What the prefix of one line says about when it was logged."""
 
-    time: Optional[float] = None
-    uptime_s: Optional[float] = None
+    time: float | None = None
+    uptime_s: float | None = None
     prefixed: bool = False  # some known log prefix was found: this is a log line
 
 
-def split_prefix(line: str, boot_time: Optional[float], year: Optional[int]) -> tuple[Stamp, str]:
+def split_prefix(line: str, boot_time: float | None, year: int | None) -> tuple[Stamp, str]:
     """Peel the known prefixes off a line, in whatever order the tool stacked them.
 
     A journal line can carry a wall-clock stamp, a host and "kernel:", then the kernel's
@@ -126,7 +125,7 @@ def split_prefix(line: str, boot_time: Optional[float], year: Optional[int]) -> 
     return stamp, body
 
 
-def _strip_one(body: str, stamp: Stamp, year: Optional[int]) -> Optional[str]:
+def _strip_one(body: str, stamp: Stamp, year: int | None) -> str | None:
     """Remove one known prefix from body and note what it said; None if none is there."""
     for pattern in (_PRIORITY, _DECODE):
         m = pattern.match(body)
@@ -157,8 +156,8 @@ def _strip_one(body: str, stamp: Stamp, year: Optional[int]) -> Optional[str]:
 
 
 def _epoch(
-    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str] = None
-) -> Optional[float]:
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = None
+) -> float | None:
     """UTC calendar fields -> epoch seconds; None when they are not a real time."""
     try:
         return _checked_epoch(y, mo, d, h, mi, s, frac)
@@ -167,8 +166,8 @@ def _epoch(
 
 
 def _checked_epoch(
-    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: Optional[str]
-) -> Optional[float]:
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None
+) -> float | None:
     if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]):
         return None
     if not (h < 24 and mi < 60 and s < 61):  # 60: a leap second
@@ -177,7 +176,7 @@ def _checked_epoch(
     return seconds + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
-def iso_time(m: re.Match[str]) -> Optional[float]:
+def iso_time(m: re.Match[str]) -> float | None:
     """`2024-11-15T12:02:03,470068+00:00` (dmesg iso), `...+0000` (journal short-iso)."""
     y = int(m.group("y"))
     if y < 1970:
@@ -192,7 +191,7 @@ def iso_time(m: re.Match[str]) -> Optional[float]:
     return t - sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
 
 
-def ctime_time(m: re.Match[str]) -> Optional[float]:
+def ctime_time(m: re.Match[str]) -> float | None:
     """`[Sun Feb 23 16:24:18 2025]` (dmesg -T): local time without a zone, taken as UTC."""
     mon = _MONTHS.get(m.group("mon"))
     y = int(m.group("y"))
@@ -201,7 +200,7 @@ def ctime_time(m: re.Match[str]) -> Optional[float]:
     return _epoch(y, mon, int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
 
 
-def syslog_time(m: re.Match[str], year: Optional[int], now: Optional[float] = None) -> Optional[float]:
+def syslog_time(m: re.Match[str], year: int | None, now: float | None = None) -> float | None:
     """`Nov 22 13:00:01` (journal/syslog short): no year and no zone, taken as UTC.
 
     Without a given year, a log read in January holds December's lines: a time more
@@ -223,7 +222,7 @@ def syslog_time(m: re.Match[str], year: Optional[int], now: Optional[float] = No
     return t
 
 
-def _finite(value: float) -> Optional[float]:
+def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 

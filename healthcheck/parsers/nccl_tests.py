@@ -212,7 +212,7 @@ class _Table:
         self.has_root = "root" in left
         self.width = sum(len(g) for g in groups)
         placements = ("out-of-place", "in-place") if len(groups) == 2 else ("out-of-place",)
-        self.slots = self._slots(zip(placements, groups))
+        self.slots = self._slots(zip(placements, groups, strict=False))
         # trace replay prints no out-of-place body: the in-place columns alone
         self.in_place_only = self._slots([("in-place", groups[1])]) if len(groups) == 2 else None
         self.in_place_width = len(groups[1]) if len(groups) == 2 else -1

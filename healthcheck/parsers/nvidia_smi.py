@@ -612,7 +612,7 @@ def parse_nvidia_smi_q(text: str) -> GpuFacts:
         raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {clip(text.strip(), 60)!r})")
     pci_ids = [normalize_pci(pci) for pci, _ in blocks]
     indexes, lost = assign_indexes(pci_ids, lost)
-    gpus = [_gpu(pci, root, index) for (pci, root), index in zip(blocks, indexes)]
+    gpus = [_gpu(pci, root, index) for (pci, root), index in zip(blocks, indexes, strict=True)]
     return GpuFacts(
         source=SOURCE,
         gpus=gpus,

@@ -294,7 +294,7 @@ def _facts(
                 f"nvidia-smi --query-gpu: a row has {len(cells)} values for {len(columns)} columns"
             )
         # A shorter row (output cut off) keeps the columns it has; the rest stay None.
-        row = dict(zip(columns, cells))
+        row = dict(zip(columns, cells, strict=False))
         index = parse_int(row.get("index"))
         raw_bus_id = _pick(row, _COLUMNS["pci_bus_id"])
         if raw_bus_id is None:

@@ -70,7 +70,7 @@ def parse_nvidia_topo(text: str) -> Topology:
             continue  # a repeated row (pasted twice): the first one stands
         devices.append(label)
         links[label] = {}
-        for column, value in zip(columns, values):
+        for column, value in zip(columns, values, strict=False):
             _store(label, column, value, links[label], cpu, numa)
     if not devices:
         raise ParseError("nvidia-smi topo: a header row but no device rows under it")

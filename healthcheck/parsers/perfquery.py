@@ -73,5 +73,6 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     for lid, port in order:
         ports.append(IbPortCounters(ca=ca, port=port, lid=lid, counters=blocks[(lid, port)]))
     if not ports:
-        raise ParseError(f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")
+        raise ParseError(
+            f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")
     return IbCounters(ports=ports)

@@ -320,7 +320,8 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Failed status", None,
      re.compile(r"Failed status(?:-(?P<text>[^()\n]{1,80}) \((?P<code>[0-9]{1,4})\)| (?P<code2>[0-9]{1,4}))"
                 r": wr_id (?P<wr>-?[0-9]{1,19}) syndrom (?P<syn>0x[0-9a-fA-F]{1,8})")),
-    ("Failed to complete run_iter", _K.RUN, re.compile(r"Failed to complete run_iter[^\s]{0,40} function successfully")),
+    ("Failed to complete run_iter", _K.RUN,
+     re.compile(r"Failed to complete run_iter[^\s]{0,40} function successfully")),
     ("poll CQ failed", _K.RUN, None),
     ("Poll Receive CQ failed", _K.RUN, None),
     ("Couldn't post send", _K.RUN, None),

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Optional
 
 import msgspec
 
@@ -43,13 +42,13 @@ from healthcheck.parsers.kernlog import Stamp, split_prefix
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     code: int  # 79; the legacy "GPU has fallen off the bus" line without a code -> 79, legacy=True
-    pci_bus_id: Optional[str]  # normalize_pci(...) -> "0000:19:00.0"
+    pci_bus_id: str | None  # normalize_pci(...) -> "0000:19:00.0"
     message: str  # the text after "pid=..., name=...," (or after the code)
     line: str  # the raw line (evidence for tickets)
-    pid: Optional[int] = None  # None for pid='<unknown>'
-    process: Optional[str] = None  # None for name=<unknown>
-    time: Optional[float] = None  # epoch seconds (UTC) when the line has a wall-clock timestamp
-    uptime_s: Optional[float] = None  # seconds since boot when the line has "[12345.678901]"
+    pid: int | None = None  # None for pid='<unknown>'
+    process: str | None = None  # None for name=<unknown>
+    time: float | None = None  # epoch seconds (UTC) when the line has a wall-clock timestamp
+    uptime_s: float | None = None  # seconds since boot when the line has "[12345.678901]"
     legacy: bool = False
 
 
@@ -57,22 +56,22 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     code: int  # 20034
     message: str
     line: str
-    switch: Optional[str] = None  # "nvidia-nvswitch1"
-    pci_bus_id: Optional[str] = None
-    severity: Optional[str] = None  # "Fatal" / "Non-fatal"; None on "Severity ..."/"Data {...}" lines
-    time: Optional[float] = None
-    uptime_s: Optional[float] = None
+    switch: str | None = None  # "nvidia-nvswitch1"
+    pci_bus_id: str | None = None
+    severity: str | None = None  # "Fatal" / "Non-fatal"; None on "Severity ..."/"Data {...}" lines
+    time: float | None = None
+    uptime_s: float | None = None
 
 
 class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU failure the driver logs without an Xid number."""
 
     kind: str  # INIT_FAILED ("RmInitAdapter failed!") or CRASH_DUMP ("A GPU crash dump has been created.")
-    pci_bus_id: Optional[str]
+    pci_bus_id: str | None
     message: str
     line: str
-    time: Optional[float] = None
-    uptime_s: Optional[float] = None
+    time: float | None = None
+    uptime_s: float | None = None
 
 
 INIT_FAILED = "init-failed"
@@ -87,20 +86,20 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     faults: list[GpuFault] = []
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
-    source: Optional[str] = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
-    source_lines: Optional[int] = None
-    since: Optional[float] = None  # epoch seconds; None: since boot
-    window_note: Optional[str] = None  # why the window is not the one asked for, if it is not
+    source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
+    source_lines: int | None = None
+    since: float | None = None  # epoch seconds; None: since boot
+    window_note: str | None = None  # why the window is not the one asked for, if it is not
 
 
 class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):
     """All the events of one Xid code on one GPU: a flood of 629 lines is one fact."""
 
     code: int
-    pci_bus_id: Optional[str]
+    pci_bus_id: str | None
     count: int
-    first_time: Optional[float]
-    last_time: Optional[float]
+    first_time: float | None
+    last_time: float | None
     first_line: str
     processes: list[str]  # distinct process names, in the order first seen
 
@@ -136,7 +135,7 @@ _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
 def parse_kernel_log(
-    text: str, *, boot_time: Optional[float] = None, year: Optional[int] = None
+    text: str, *, boot_time: float | None = None, year: int | None = None
 ) -> KernelGpuLog:
     """Every Xid and SXid event in a kernel log, in the order logged.
 
@@ -152,7 +151,7 @@ def parse_kernel_log(
     sxids: list[SXidEvent] = []
     uuids: dict[str, str] = {}
     faults: list[GpuFault] = []
-    last_gpu: tuple[int, Optional[str]] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
+    last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
     looks_like_log = False
     for number, line in enumerate(lines):
         stamp, body = split_prefix(line, boot_time, year)
@@ -202,13 +201,13 @@ def _mentions_kernel(line: str) -> bool:
 # --- messages --------------------------------------------------------------------------
 
 
-def _bus_id(raw: str) -> Optional[str]:
+def _bus_id(raw: str) -> str | None:
     """The parenthesised bus id, normalised; None when it is not a PCI address."""
     bus = normalize_pci(raw)
     return bus if _NORMAL_PCI.fullmatch(bus) else None
 
 
-def _xid(body: str, line: str, stamp: Stamp) -> Optional[XidEvent]:
+def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
     m = _XID.search(body)
     if not m:
         return None
@@ -225,14 +224,14 @@ def _xid(body: str, line: str, stamp: Stamp) -> Optional[XidEvent]:
     )
 
 
-def _pid_name(rest: str) -> tuple[Optional[int], Optional[str], str]:
+def _pid_name(rest: str) -> tuple[int | None, str | None, str]:
     """`pid=1248209, name=python3.10, Ch 00000008` -> (1248209, "python3.10", "Ch 00000008").
 
     Old drivers print no `name=`; `<unknown>` (quoted or not) means the driver did not
     know, which is None, not a process called "<unknown>".
     """
-    pid: Optional[int] = None
-    process: Optional[str] = None
+    pid: int | None = None
+    process: str | None = None
     m = _PID.match(rest)
     if m:
         pid = int(m.group("pid")) if m.group("pid") else None
@@ -245,7 +244,7 @@ def _pid_name(rest: str) -> tuple[Optional[int], Optional[str], str]:
     return pid, process, rest.strip()
 
 
-def _sxid(body: str, line: str, stamp: Stamp) -> Optional[SXidEvent]:
+def _sxid(body: str, line: str, stamp: Stamp) -> SXidEvent | None:
     m = _SXID.search(body)
     if not m:
         return None
@@ -267,12 +266,12 @@ def _sxid(body: str, line: str, stamp: Stamp) -> Optional[SXidEvent]:
     )
 
 
-def _fallen_off(body: str, line: str, stamp: Stamp) -> Optional[XidEvent]:
+def _fallen_off(body: str, line: str, stamp: Stamp) -> XidEvent | None:
     m = _FELL_OFF.search(body)
     return _legacy_79(m.group("pci"), "GPU has fallen off the bus.", line, stamp) if m else None
 
 
-def _not_responding(body: str, line: str, stamp: Stamp, lines: list[str], number: int) -> Optional[XidEvent]:
+def _not_responding(body: str, line: str, stamp: Stamp, lines: list[str], number: int) -> XidEvent | None:
     """The probe-time "The NVIDIA GPU ... has fallen off the bus and is not responding" message.
 
     dmesg and journalctl print a multi-line kernel message as continuation lines, and
@@ -295,7 +294,7 @@ def _legacy_79(pci: str, message: str, line: str, stamp: Stamp) -> XidEvent:
                     uptime_s=stamp.uptime_s, legacy=True)
 
 
-def _init_failed(body: str, line: str, stamp: Stamp, nearby: Optional[str]) -> Optional[GpuFault]:
+def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuFault | None:
     """`NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2028)` (older drivers name no GPU)."""
     m = _INIT_FAILED.search(body)
     if not m:
@@ -359,13 +358,13 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
 
 def summarize(xids: list[XidEvent]) -> list[XidSummary]:
     """Fold a flood into one summary per (code, GPU), in the order first seen."""
-    groups: dict[tuple[int, Optional[str]], list[XidEvent]] = {}
+    groups: dict[tuple[int, str | None], list[XidEvent]] = {}
     for event in xids:
         groups.setdefault((event.code, event.pci_bus_id), []).append(event)
     return [_summary(code, bus, events) for (code, bus), events in groups.items()]
 
 
-def _summary(code: int, bus: Optional[str], events: list[XidEvent]) -> XidSummary:
+def _summary(code: int, bus: str | None, events: list[XidEvent]) -> XidSummary:
     times = [e.time for e in events if e.time is not None]
     processes: list[str] = []
     for e in events:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
@@ -25,7 +25,7 @@ from healthcheck.probes.sysinfo import boot_time
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
 
 
-def job_gpu_indexes(env: Mapping[str, str]) -> Optional[list[int]]:
+def job_gpu_indexes(env: Mapping[str, str]) -> list[int] | None:
     """The NVML indexes of the job's GPUs, or None when the environment names none.
 
     SLURM_JOB_GPUS holds the node's GPU indexes (gres.conf order, which is NVML/PCI
@@ -99,7 +99,8 @@ def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFac
         return facts
     why = facts.init_error or "NVML lists no GPU"
     lost = [
-        LostGpu(pci_bus_id=bus, error=f"{PCI_ONLY} ({_GPU_CLASSES.get(cls[:6], cls)}, driver: {driver or 'none'}): {why}")
+        LostGpu(pci_bus_id=bus,
+                error=f"{PCI_ONLY} ({_GPU_CLASSES.get(cls[:6], cls)}, driver: {driver or 'none'}): {why}")
         for bus, cls, driver in on_pci
     ]
     return msgspec.structs.replace(facts, lost=lost)
@@ -274,7 +275,7 @@ def command_source(ctx: ProbeContext, argv: tuple[str, ...]) -> Source:
     return name, read
 
 
-def _file_source(ctx: ProbeContext, file: Optional[str]) -> Source:
+def _file_source(ctx: ProbeContext, file: str | None) -> Source:
     name = f"file {file}"
 
     def read() -> tuple[str, str]:
@@ -312,7 +313,7 @@ def kernel_gpu_log(ctx: ProbeContext):
     return gpu_events(ctx, text, how, count, boot_time(str(ctx.root)))
 
 
-def window(raw: object, now: Optional[float] = None) -> tuple[Optional[float], Optional[str]]:
+def window(raw: object, now: float | None = None) -> tuple[float | None, str | None]:
     """A run's `since` -> (epoch seconds or None for "since boot", a note when it is odd).
 
     Whatever sets it (the command line, a hook's cursor file, a remote caller), a
@@ -334,7 +335,7 @@ def window(raw: object, now: Optional[float] = None) -> tuple[Optional[float], O
     return t, None
 
 
-def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: Optional[float] = None):
+def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: float | None = None):
     """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
     import msgspec
 
@@ -394,7 +395,8 @@ def _query_gpu(ctx: ProbeContext, why: str) -> GpuFacts:
     argv = ("nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv")
     result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
     if not result.ok:
-        raise ProbeError("unparsable", f"{why}; and --query-gpu failed: {(result.stderr or result.stdout).strip()[-200:]}")
+        failed = (result.stderr or result.stdout).strip()[-200:]
+        raise ProbeError("unparsable", f"{why}; and --query-gpu failed: {failed}")
     return ctx.parse(parse_nvidia_smi_query, result.stdout, "nvidia-smi --query-gpu")
 
 

@@ -8,8 +8,8 @@ that is "Unknown" (which would FAIL) or silently left out (which could PASS).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Optional
 
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.parsers.ib_common import (
@@ -26,7 +26,7 @@ SYSFS_IB = "/sys/class/infiniband"
 IBSTAT = ("ibstat",)
 
 
-def _read(path: Path) -> Optional[str]:
+def _read(path: Path) -> str | None:
     try:
         return path.read_text(errors="replace").strip()
     except OSError:
@@ -35,7 +35,7 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def _required(path: Path, errors: list[str], what: str) -> Optional[str]:
+def _required(path: Path, errors: list[str], what: str) -> str | None:
     """An attribute every port has (state, phys_state): its absence is an error to report."""
     try:
         return path.read_text(errors="replace").strip()
@@ -44,7 +44,7 @@ def _required(path: Path, errors: list[str], what: str) -> Optional[str]:
         return None
 
 
-def _port_dirs(ctx: ProbeContext, errors: Optional[list[str]] = None) -> list[tuple[Path, str, int]]:
+def _port_dirs(ctx: ProbeContext, errors: list[str] | None = None) -> list[tuple[Path, str, int]]:
     base = ctx.path(SYSFS_IB)
     try:
         cas = sorted(base.iterdir(), key=lambda p: p.name)
@@ -130,11 +130,12 @@ def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
     from healthcheck.parsers.perfquery import parse_perfquery
 
     ports = ib_ports_ibstat(ctx).ports
-    out = []
+    out: list[IbPortCounters] = []
     for port in ports:
         result = ctx.runner.run(("perfquery", "-x", "-C", port.ca, "-P", str(port.port)), timeout_s=ctx.timeout_s)
         if result.ok:
-            parsed = ctx.parse(lambda t, ca=port.ca: parse_perfquery(t, ca=ca), result.stdout, "perfquery -x")
+            parsed: IbCounters = ctx.parse(functools.partial(parse_perfquery, ca=port.ca), result.stdout,
+                                           "perfquery -x")
             out.extend(IbPortCounters(ca=port.ca, port=port.port, lid=p.lid, counters=p.counters) for p in parsed.ports)
             continue
         if result.timed_out:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import time
 import types
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from healthcheck.parsers.gpu_common import (
     Gpu,
@@ -52,7 +53,7 @@ def _error_name(exc: BaseException) -> str:
     return name if name.startswith("NVMLError_") else f"NVMLError({getattr(exc, 'value', '?')})"
 
 
-def _text(value: Any) -> Optional[str]:
+def _text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -72,9 +73,9 @@ class NvmlProbe:
     def __init__(self, nvml: Any, source: str = "nvml") -> None:
         self.nvml = nvml
         self.source = source
-        self._nvml_error: type = getattr(nvml, "NVMLError", Exception)
+        self._nvml_error: type[Exception] = getattr(nvml, "NVMLError", Exception)
 
-    def facts(self, indexes: Optional[Iterable[int]] = None, *, nvlink: bool = True) -> GpuFacts:
+    def facts(self, indexes: Iterable[int] | None = None, *, nvlink: bool = True) -> GpuFacts:
         """Every GPU's facts, or only those of `indexes` (the job's GPUs)."""
         nv = self.nvml
         try:
@@ -125,7 +126,7 @@ class NvmlProbe:
         except AttributeError:  # an older pynvml without this function
             return None
 
-    def _lost_pci(self, index: int) -> Optional[str]:
+    def _lost_pci(self, index: int) -> str | None:
         return None  # without a handle NVML cannot say which bus it was on; Xids will
 
     def _gpu(self, index: int, *, nvlink: bool) -> Gpu:
@@ -185,7 +186,7 @@ class NvmlProbe:
             processes=self._processes(h),
         )
 
-    def _nvlinks(self, h: Any) -> Optional[list[NvLink]]:
+    def _nvlinks(self, h: Any) -> list[NvLink] | None:
         nv = self.nvml
         links: list[NvLink] = []
         for link in range(NVLINK_MAX_LINKS):
@@ -210,7 +211,7 @@ class NvmlProbe:
             links.append(NvLink(link=link, active=active, **counters))
         return links
 
-    def _processes(self, h: Any) -> Optional[list[GpuProcess]]:
+    def _processes(self, h: Any) -> list[GpuProcess] | None:
         nv = self.nvml
         procs = self._opt(nv.nvmlDeviceGetComputeRunningProcesses, h)
         if procs is None:
@@ -351,7 +352,7 @@ class ReplayNvml:
             self.NVMLError = ReplayError
 
     @classmethod
-    def from_file(cls, path: Path) -> "ReplayNvml":
+    def from_file(cls, path: str | Path) -> ReplayNvml:
         return cls(json.loads(Path(path).read_text()), source=f"nvml replay: {path}")
 
     def __getattr__(self, name: str) -> Any:
@@ -393,7 +394,8 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
     if facts.cuda_version:
         major, _, minor = facts.cuda_version.partition(".")
         put("nvmlSystemGetCudaDriverVersion", (), int(major) * 1000 + int(minor or 0) * 10)
-    every = sorted([(g.index, g) for g in facts.gpus] + [(l.index, l) for l in facts.lost if l.index is not None],
+    every = sorted([(g.index, g) for g in facts.gpus]
+                   + [(lost.index, lost) for lost in facts.lost if lost.index is not None],
                    key=lambda t: t[0])
     put("nvmlDeviceGetCount", (), len(every))
     for index, g in every:
@@ -416,12 +418,16 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
         put("nvmlDeviceGetTotalEccErrors", (h, UNCORRECTED, VOLATILE), g.ecc_volatile_uncorrected)
         put("nvmlDeviceGetTotalEccErrors", (h, CORRECTED, AGGREGATE), g.ecc_aggregate_corrected)
         put("nvmlDeviceGetTotalEccErrors", (h, UNCORRECTED, AGGREGATE), g.ecc_aggregate_uncorrected)
-        put("nvmlDeviceGetRetiredPages", (h, RETIRE_SBE), None if g.retired_pages_sbe is None else [0] * g.retired_pages_sbe)
-        put("nvmlDeviceGetRetiredPages", (h, RETIRE_DBE), None if g.retired_pages_dbe is None else [0] * g.retired_pages_dbe)
-        put("nvmlDeviceGetRetiredPagesPendingStatus", (h,), None if g.retired_pages_pending is None else int(g.retired_pages_pending))
+        put("nvmlDeviceGetRetiredPages", (h, RETIRE_SBE),
+            None if g.retired_pages_sbe is None else [0] * g.retired_pages_sbe)
+        put("nvmlDeviceGetRetiredPages", (h, RETIRE_DBE),
+            None if g.retired_pages_dbe is None else [0] * g.retired_pages_dbe)
+        put("nvmlDeviceGetRetiredPagesPendingStatus", (h,),
+            None if g.retired_pages_pending is None else int(g.retired_pages_pending))
         if g.remapped_rows_pending is not None:
-            put("nvmlDeviceGetRemappedRows", (h,), [g.remapped_rows_correctable or 0, g.remapped_rows_uncorrectable or 0,
-                                                     int(g.remapped_rows_pending), int(bool(g.remapped_rows_failure))])
+            put("nvmlDeviceGetRemappedRows", (h,),
+                [g.remapped_rows_correctable or 0, g.remapped_rows_uncorrectable or 0,
+                 int(g.remapped_rows_pending), int(bool(g.remapped_rows_failure))])
         put("nvmlDeviceGetTemperature", (h, TEMPERATURE_GPU), g.temperature_c)
         if g.throttle_reasons is not None:
             from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
@@ -444,7 +450,8 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
                 "free": (g.memory_total_mib - (g.memory_used_mib or 0)) * 2**20}})
         if g.processes is not None:
             put("nvmlDeviceGetComputeRunningProcesses", (h,), [
-                {"__struct__": {"pid": p.pid, "usedGpuMemory": None if p.used_memory_mib is None else p.used_memory_mib * 2**20}}
+                {"__struct__": {"pid": p.pid,
+                                "usedGpuMemory": None if p.used_memory_mib is None else p.used_memory_mib * 2**20}}
                 for p in g.processes])
             for p in g.processes:
                 put("nvmlSystemGetProcessName", (p.pid,), p.name)

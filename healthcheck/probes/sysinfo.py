@@ -72,7 +72,8 @@ def disk_space(ctx: ProbeContext) -> DiskSpace:
             out.append(PathSpace(path=path, exists=True, error=exc.strerror or str(exc)))
             continue
         out.append(
-            PathSpace(path=path, exists=True, free_bytes=st.f_bavail * st.f_frsize, total_bytes=st.f_blocks * st.f_frsize)
+            PathSpace(path=path, exists=True, free_bytes=st.f_bavail * st.f_frsize,
+                      total_bytes=st.f_blocks * st.f_frsize)
         )
     return DiskSpace(out)
 
@@ -116,7 +117,8 @@ MEMINFO = ("cat", "/proc/meminfo")
 MOUNTS = ("cat", "/proc/self/mounts")
 PS = (("ps", "-e", "-o", "pid=,comm="), ("ps", "-e", "-o", "pid=,args="))
 # "stat: cannot read file system information for '/scratch': Permission denied"
-_STAT_FAILED = re.compile(r"cannot read file system information for (?:'(?P<q>.*)'|‘(?P<u>.*)’|(?P<b>\S+)): (?P<why>.*)$")
+_STAT_FAILED = re.compile(
+    r"cannot read file system information for (?:'(?P<q>.*)'|‘(?P<u>.*)’|(?P<b>\S+)): (?P<why>.*)$")
 
 
 def _stat_paths(ctx: ProbeContext) -> list[str]:

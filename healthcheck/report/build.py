@@ -8,14 +8,15 @@ import re
 import secrets
 import socket
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from healthcheck import __version__
 from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec
-from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
+from healthcheck.core.model import Finding, FindingGroup, GroupResult, NodeResult, Report
 from healthcheck.core.status import Status, worst
 
 
@@ -58,7 +59,7 @@ def without_node(message: str, node: str) -> str:
 
 
 def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN, *,
-                   groups: Iterable[GroupResult] = ()) -> list[dict[str, Any]]:
+                   groups: Iterable[GroupResult] = ()) -> list[FindingGroup]:
     """Identical findings across nodes, folded: one entry per (status, id, component,
     message with the node's name taken out). A group's message is the finding's own where
     all its members say the same, else the one with the placeholder. Findings of
@@ -82,7 +83,7 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
     for group in groups:
         for f in group.findings:
             add(f, f.members or group.members)
-    out = []
+    out: list[FindingGroup] = []
     for key, names in members_of.items():
         status, fid, component, template = key
         members = sort_nodes(dict.fromkeys(names))

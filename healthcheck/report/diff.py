@@ -26,7 +26,7 @@ rendered diff and, from the CLI, on stderr.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -47,8 +47,8 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     component: str
     message: str  # the newer message where the finding is in both
     fingerprint: str
-    before: Optional[Status]  # None: not in the older report
-    after: Optional[Status]  # None: not in the newer report
+    before: Status | None  # None: not in the older report
+    after: Status | None  # None: not in the newer report
     group: str = ""  # "pair gpu01-gpu02": the finding is about a run-level group, not one node
     members: list[str] = []  # the nodes a group's finding names
 
@@ -126,11 +126,12 @@ def _notes(d: ReportDiff, given_first: Report, given_second: Report) -> list[str
     return notes
 
 
-def _change(f: Finding, before: Optional[Status], after: Optional[Status],
-            group: Optional[GroupResult] = None) -> Change:
-    where = {} if group is None else {"group": _group_key(group), "members": list(f.members or group.members)}
+def _change(f: Finding, before: Status | None, after: Status | None,
+            group: GroupResult | None = None) -> Change:
     return Change(node=f.node, id=f.id, check=f.check, subject=f.subject, component=f.component,
-                  message=f.message, fingerprint=f.fingerprint, before=before, after=after, **where)
+                  message=f.message, fingerprint=f.fingerprint, before=before, after=after,
+                  group="" if group is None else _group_key(group),
+                  members=[] if group is None else list(f.members or group.members))
 
 
 def _group_key(group: GroupResult) -> str:
@@ -142,7 +143,7 @@ def _by_fingerprint(nodes: Iterable[NodeResult]) -> dict[str, Finding]:
     return _index((f, None) for node in nodes for f in node.findings)[0]
 
 
-def _index(found: Iterable[tuple[Finding, Optional[GroupResult]]]
+def _index(found: Iterable[tuple[Finding, GroupResult | None]]
            ) -> tuple[dict[str, Finding], dict[str, GroupResult]]:
     """Findings by fingerprint (a duplicate keeps the worst), and the group each came from."""
     out: dict[str, Finding] = {}
@@ -159,7 +160,7 @@ def _index(found: Iterable[tuple[Finding, Optional[GroupResult]]]
     return out, owners
 
 
-def _bucket(d: "ReportDiff", before: dict[str, Finding], after: dict[str, Finding],
+def _bucket(d: ReportDiff, before: dict[str, Finding], after: dict[str, Finding],
             rechecked: Callable[[Finding, str], bool], change: Callable[..., Change]) -> None:
     """Sort each finding's change between the two runs into the diff's buckets."""
     for key, f in after.items():
@@ -183,7 +184,7 @@ def _bucket(d: "ReportDiff", before: dict[str, Finding], after: dict[str, Findin
             d.cleared_warnings.append(change(key, f, f.status, None))
 
 
-def _rechecked(f: Finding, node: Optional[NodeResult]) -> bool:
+def _rechecked(f: Finding, node: NodeResult | None) -> bool:
     """Whether the newer run looked again at what found `f`: node reachable and its check ran."""
     if node is None or node.error is not None:
         return False

@@ -16,9 +16,10 @@ import random
 import sqlite3
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
@@ -89,10 +90,10 @@ class History:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path).expanduser()
-        self._db: Optional[sqlite3.Connection] = None
+        self._db: sqlite3.Connection | None = None
 
     @classmethod
-    def from_settings(cls, settings: HistorySettings) -> Optional["History"]:
+    def from_settings(cls, settings: HistorySettings) -> History | None:
         """The configured history, or None where `history.path` is null (keep none)."""
         return None if settings.path is None else cls(Path(settings.path))
 
@@ -158,7 +159,7 @@ class History:
             self._db.close()
             self._db = None
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -228,7 +229,7 @@ class History:
             raise HcError(f"history {self.path}: run {run_id} is damaged: {exc}") from None
         return decode(data, f"history {self.path} run {run_id}")
 
-    def previous(self, report: Report) -> Optional[Report]:
+    def previous(self, report: Report) -> Report | None:
         """The latest run of the same command and tier that started before `report`."""
         rows = self._rows(
             "SELECT run_id, report FROM runs WHERE command = ? AND tier = ? AND run_id != ? "
@@ -245,7 +246,7 @@ class History:
                           (*params, max(n, 0)))
         return [self._report(*row) for row in rows]
 
-    def get(self, run_id: str) -> Optional[Report]:
+    def get(self, run_id: str) -> Report | None:
         """One recorded run by its run ID."""
         rows = self._rows("SELECT run_id, report FROM runs WHERE run_id = ?", (run_id,))
         return self._report(*rows[0]) if rows else None
@@ -258,7 +259,8 @@ class History:
             f"FROM runs {where} ORDER BY started_at DESC, id DESC LIMIT ?",
             (*params, max(limit, 0)),
         )
-        return [RunInfo(*row[:8], summary=json.loads(row[8])) for row in rows]
+        return [RunInfo(run_id, started_at, finished_at, cmd, tier, status, host, node_count, json.loads(summary))
+                for run_id, started_at, finished_at, cmd, tier, status, host, node_count, summary in rows]
 
     def node_runs(self, node: str, limit: int, command: str | None = None) -> list[NodeRun]:
         """A node's newest `limit` results (in `command`'s runs, where given), newest first."""
@@ -342,7 +344,7 @@ def _write_transaction(db: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def record_run(report: Report, settings: HistorySettings) -> Optional[str]:
+def record_run(report: Report, settings: HistorySettings) -> str | None:
     """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""
     history = History.from_settings(settings)
     if history is None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
-from healthcheck.core import typed
 
 __all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "decode", "encode", "read_report", "write_atomic"]
 

@@ -6,8 +6,9 @@ this module and nothing else from runners, so runners may import the kernel with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -15,13 +16,13 @@ class CommandResult:
     """The outcome of one command. A timeout or a missing tool is a result, not an exception."""
 
     argv: tuple[str, ...]
-    returncode: Optional[int]
+    returncode: int | None
     stdout: str
     stderr: str
     duration_s: float
     timed_out: bool = False
     not_found: bool = False
-    error: Optional[str] = None  # could not start for another reason (permission, ...)
+    error: str | None = None  # could not start for another reason (permission, ...)
 
     @property
     def ok(self) -> bool:
@@ -41,7 +42,7 @@ class Runner(Protocol):
         argv: tuple[str, ...],
         *,
         timeout_s: float,
-        input: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> CommandResult: ...

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from healthcheck.runners.base import CommandResult, Runner
 
@@ -33,7 +34,8 @@ def batch_script(commands: list[tuple[str, ...]], timeout_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_batch(output: str, commands: list[tuple[str, ...]], duration_s: float) -> dict[tuple[str, ...], CommandResult]:
+def parse_batch(output: str, commands: list[tuple[str, ...]],
+                duration_s: float) -> dict[tuple[str, ...], CommandResult]:
     """The per-command results in `output` (commands missing from it are left out)."""
     import base64
     import binascii
@@ -75,8 +77,8 @@ class PrefetchingRunner:
         self.runner = runner
         self.results = results
 
-    def run(self, argv: tuple[str, ...], *, timeout_s: float, input: Optional[str] = None,
-            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> CommandResult:
+    def run(self, argv: tuple[str, ...], *, timeout_s: float, input: str | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandResult:
         """The prefetched result of argv, or argv run on the underlying runner."""
         # the batch ran with no input, environment or directory of its own: only such calls match
         plain = input is None and env is None and cwd is None

@@ -13,7 +13,8 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -23,9 +24,9 @@ def fan_out(
     work: Callable[[str], T],
     *,
     max_parallel: int,
-    on_done: Optional[Callable[[str, T], None]] = None,
-    timeout_s: Optional[float] = None,
-    on_timeout: Optional[Callable[[str], T]] = None,
+    on_done: Callable[[str, T], None] | None = None,
+    timeout_s: float | None = None,
+    on_timeout: Callable[[str], T] | None = None,
 ) -> dict[str, T]:
     """Run work(node) for every node, at most `max_parallel` at once; {node: result}.
 
@@ -52,8 +53,8 @@ def fan_out(
 class _FanOut:
     """The state of one fan_out call: what waits, what runs (with its deadline), what is done."""
 
-    def __init__(self, work: Callable[[str], Any], max_parallel: int, timeout_s: Optional[float],
-                 on_timeout: Optional[Callable[[str], Any]], on_done: Optional[Callable[[str, Any], None]]) -> None:
+    def __init__(self, work: Callable[[str], Any], max_parallel: int, timeout_s: float | None,
+                 on_timeout: Callable[[str], Any] | None, on_done: Callable[[str, Any], None] | None) -> None:
         self.work = work
         self.max_parallel = max_parallel
         self.timeout_s = timeout_s
@@ -67,7 +68,7 @@ class _FanOut:
     def go(self, nodes: list[str]) -> None:
         """Run every node; the first exception stops new starts and is re-raised at the end."""
         todo = deque(nodes)
-        failure: Optional[BaseException] = None
+        failure: BaseException | None = None
         try:
             while todo or self.running:
                 while todo and len(self.running) < self.max_parallel:
@@ -94,7 +95,7 @@ class _FanOut:
         except BaseException as exc:  # handed to the calling thread, which re-raises it
             self.done.put((node, False, exc))
 
-    def _collect(self) -> Optional[BaseException]:
+    def _collect(self) -> BaseException | None:
         """Wait for one node to finish or run out of time; its exception, if it raised."""
         wait = min(self.running.values()) - time.monotonic()
         try:

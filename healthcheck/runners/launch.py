@@ -33,8 +33,8 @@ import signal
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
 
 from healthcheck.runners import local as _local
 
@@ -56,7 +56,7 @@ class Launch:
     kind: str  # srun | mpirun | torchrun
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # set on the launcher, which hands them on
-    nranks: Optional[int] = None  # how many ranks it starts, where the argv says
+    nranks: int | None = None  # how many ranks it starts, where the argv says
     role: str = "default"  # torchrun's label prefix
 
 
@@ -69,13 +69,13 @@ class LaunchResult:
     ranks: Ranks  # rank -> its stdout lines (srun: stdout and stderr, both labelled alike)
     rank_stderr: Ranks  # rank -> its stderr lines, where the launcher labels them apart
     exit_codes: dict[int, int]  # rank -> exit code, where the launcher said it
-    returncode: Optional[int]  # the launcher's own; None when it was killed or never started
+    returncode: int | None  # the launcher's own; None when it was killed or never started
     stdout: str
     stderr: str  # the launcher's stderr, whole (its own messages and any unlabelled lines)
     duration_s: float
     timed_out: bool = False
     not_found: bool = False
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,7 +89,7 @@ class LaunchResult:
 # ------------------------------------------------------------------------------ command lines
 
 
-def check_env(env: Optional[Mapping[str, str]]) -> dict[str, str]:
+def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
     """Environment names must be [A-Za-z_][A-Za-z0-9_]* and values str without NUL; ValueError."""
     out: dict[str, str] = {}
     for name, value in (env or {}).items():
@@ -101,10 +101,10 @@ def check_env(env: Optional[Mapping[str, str]]) -> dict[str, str]:
     return out
 
 
-def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: Optional[str] = None,
-                nodes: Optional[int] = None, ntasks: Optional[int] = None, ntasks_per_node: Optional[int] = 1,
-                job_name: Optional[str] = None, immediate_s: Optional[int] = None, extra: Iterable[str] = (),
-                env: Optional[Mapping[str, str]] = None) -> Launch:
+def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: str | None = None,
+                nodes: int | None = None, ntasks: int | None = None, ntasks_per_node: int | None = 1,
+                job_name: str | None = None, immediate_s: int | None = None, extra: Iterable[str] = (),
+                env: Mapping[str, str] | None = None) -> Launch:
     """`srun --label ...` starting program once per task (one per node by default)."""
     argv = [srun]
     if nodelist:
@@ -125,10 +125,10 @@ def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: Optiona
     return Launch("srun", tuple(argv), check_env(env), ntasks)
 
 
-def mpirun_launch(program: Sequence[str], *, np: int, hosts: Optional[Sequence[str]] = None,
-                  hostfile: Optional[str] = None, mpirun: str = "mpirun", oversubscribe: bool = False,
+def mpirun_launch(program: Sequence[str], *, np: int, hosts: Sequence[str] | None = None,
+                  hostfile: str | None = None, mpirun: str = "mpirun", oversubscribe: bool = False,
                   allow_run_as_root: bool = False, extra: Iterable[str] = (),
-                  env: Optional[Mapping[str, str]] = None) -> Launch:
+                  env: Mapping[str, str] | None = None) -> Launch:
     """`mpirun -np N --tag-output [-x NAME]... --host/--hostfile` (Open MPI) starting program."""
     if hosts and hostfile:
         raise ValueError("give hosts or a hostfile, not both")
@@ -149,10 +149,10 @@ def mpirun_launch(program: Sequence[str], *, np: int, hosts: Optional[Sequence[s
 
 
 def torchrun_launch(program: Sequence[str], *, nproc_per_node: int, nnodes: int = 1,
-                    rdzv_endpoint: Optional[str] = None, rdzv_id: Optional[str] = None,
-                    torchrun: str = "torchrun", no_python: bool = False, log_dir: Optional[str] = None,
-                    shutdown_timeout_s: Optional[int] = None, extra: Iterable[str] = (),
-                    env: Optional[Mapping[str, str]] = None) -> Launch:
+                    rdzv_endpoint: str | None = None, rdzv_id: str | None = None,
+                    torchrun: str = "torchrun", no_python: bool = False, log_dir: str | None = None,
+                    shutdown_timeout_s: int | None = None, extra: Iterable[str] = (),
+                    env: Mapping[str, str] | None = None) -> Launch:
     """`torchrun --tee 3 ...`: `--standalone` without an endpoint, else c10d rendezvous at HOST:PORT."""
     argv = [torchrun, f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}"]
     if rdzv_endpoint is None:
@@ -221,7 +221,7 @@ def _task_ids(spec: str) -> list[int]:
 
 def parse_mpirun(stdout: str, stderr: str) -> tuple[Ranks, Ranks, dict[int, int]]:
     """`mpirun --tag-output` output -> (ranks, rank stderr, the failed rank's exit code)."""
-    streams = {"stdout": defaultdict(str), "stderr": defaultdict(str)}
+    streams: dict[str, defaultdict[int, str]] = {"stdout": defaultdict(str), "stderr": defaultdict(str)}
     for text in (stdout, stderr):
         tags = list(_MPI_TAG.finditer(text))
         for i, tag in enumerate(tags):
@@ -269,8 +269,8 @@ def parse(spec: Launch, stdout: str, stderr: str) -> tuple[Ranks, Ranks, dict[in
 # ------------------------------------------------------------------------------ running
 
 
-def launch(spec: Launch, *, timeout_s: float, env: Optional[Mapping[str, str]] = None,
-           cwd: Optional[str] = None, grace_s: float = 3.0) -> LaunchResult:
+def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = None,
+           cwd: str | None = None, grace_s: float = 3.0) -> LaunchResult:
     """Run spec's launcher (env: its base environment, default hc's) and read it back per rank."""
     run_env = dict(os.environ if env is None else env)
     run_env.update(spec.env)
@@ -375,7 +375,7 @@ def _descendants(root: int) -> set[int]:
     return out
 
 
-def _ppid(pid: int) -> Optional[int]:
+def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -405,12 +405,12 @@ def _alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def _text(data: Optional[bytes]) -> str:
+def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
 
-def _result(spec: Launch, returncode: Optional[int], out: str, err: str, duration: float, *,
-            timed_out: bool = False, not_found: bool = False, error: Optional[str] = None) -> LaunchResult:
+def _result(spec: Launch, returncode: int | None, out: str, err: str, duration: float, *,
+            timed_out: bool = False, not_found: bool = False, error: str | None = None) -> LaunchResult:
     ranks, rank_err, codes = parse(spec, out, err)
     if returncode == 0 and spec.nranks:
         # a launcher that exits 0 saw every rank exit 0

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 from healthcheck.runners.base import CommandResult
 
@@ -32,7 +32,7 @@ def kill_children() -> None:
             pass
 
 
-def _pdeathsig() -> Optional[Callable[[], None]]:
+def _pdeathsig() -> Callable[[], None] | None:
     """A preexec function that makes the child die with hc (Linux), resolved before any fork.
 
     It only calls prctl(2) and getppid(2) through an already-resolved ctypes function,
@@ -55,11 +55,11 @@ def _pdeathsig() -> Optional[Callable[[], None]]:
     return preexec
 
 
-_PREEXEC: Optional[Callable[[], None]] = None
+_PREEXEC: Callable[[], None] | None = None
 _PREEXEC_PID = -1
 
 
-def die_with_hc() -> Optional[Callable[[], None]]:
+def die_with_hc() -> Callable[[], None] | None:
     """The preexec function that makes a child die with this process (PR_SET_PDEATHSIG),
     resolved once per process because the parent's pid is baked into it."""
     global _PREEXEC, _PREEXEC_PID
@@ -79,7 +79,7 @@ def untrack_group(pgid: int) -> None:
         _LIVE.discard(pgid)
 
 
-def _decode(data: Optional[bytes]) -> str:
+def _decode(data: bytes | None) -> str:
     # Tool output is not guaranteed to be UTF-8 (or text at all); never let decoding fail.
     return (data or b"").decode("utf-8", errors="replace")
 
@@ -88,9 +88,9 @@ def run_command(
     argv: tuple[str, ...] | list[str],
     *,
     timeout_s: float,
-    input: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[str] = None,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
 ) -> CommandResult:
     """Run argv (never through a shell); on timeout kill its process group and return."""
     argv = tuple(argv)
@@ -123,7 +123,7 @@ def run_command(
         untrack_group(proc.pid)
 
 
-def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: Optional[str], timeout_s: float,
+def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: str | None, timeout_s: float,
           start: float) -> CommandResult:
     try:
         out, err = proc.communicate(input.encode() if input is not None else None, timeout=timeout_s)
@@ -156,7 +156,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 class LocalRunner:
     """Runs commands on this machine, in `env` (None: hc's own environment)."""
 
-    def __init__(self, env: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = env
 
     def run(
@@ -164,9 +164,9 @@ class LocalRunner:
         argv: tuple[str, ...],
         *,
         timeout_s: float,
-        input: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run argv here; `env` adds to (and overrides) the runner's environment, as over SSH."""
         merged = self.env

@@ -36,8 +36,8 @@ def site(fresh_netns_rig, tmp_path):
     shutil.copy(net.known_hosts, known)
     # the rig's ssh_config names its own known_hosts; hc's list must be the only one here
     ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text("".join(l for l in net.ssh_config.read_text().splitlines(keepends=True)
-                                  if "UserKnownHostsFile" not in l))
+    ssh_config.write_text("".join(line for line in net.ssh_config.read_text().splitlines(keepends=True)
+                                  if "UserKnownHostsFile" not in line))
 
     def write(fabric: str = "eth0: {mtu: 9000, count: 1}", extra: str = "", timeout: float = 5) -> Path:
         (tmp_path / "fabrics").mkdir(exist_ok=True)

@@ -22,7 +22,7 @@ if _TESTS not in sys.path:  # so that the ``rigfixtures`` plugin below is import
 pytest_plugins = ["rigfixtures"]
 pytestmark = pytest.mark.rig
 
-from rig import NetnsRig, SlurmRig, rig_available, run  # after the sys.path line above
+from rig import NetnsRig, SlurmRig, rig_available, run  # noqa: E402 - after the sys.path line above
 
 # ---------------------------------------------------------------------------------
 # hosts

@@ -166,8 +166,8 @@ def _with_ssh(hc: HcCluster) -> None:
     known = hc.root / "known_hosts"
     shutil.copy(net.known_hosts, known)
     ssh_config = hc.root / "ssh_config"
-    ssh_config.write_text("".join(l for l in net.ssh_config.read_text().splitlines(keepends=True)
-                                  if "UserKnownHostsFile" not in l))
+    ssh_config.write_text("".join(line for line in net.ssh_config.read_text().splitlines(keepends=True)
+                                  if "UserKnownHostsFile" not in line))
     shim = hc.root / "hc-shim"
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m healthcheck \"$@\"\n")
     shim.chmod(0o755)

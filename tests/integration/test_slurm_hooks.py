@@ -84,7 +84,7 @@ class HcCluster:
     def audit(self) -> list[dict]:
         if not self.audit_path.exists():
             return []
-        return [json.loads(l) for l in self.audit_path.read_text().splitlines() if l.strip()]
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
 
     def report(self, node: str, kind: str) -> dict:
         return json.loads((self.reports / node / f"{kind}-latest.json").read_text())

@@ -25,10 +25,10 @@ if _TESTS not in sys.path:  # so that the ``rigfixtures`` plugin below is import
 pytest_plugins = ["rigfixtures"]
 pytestmark = pytest.mark.rig
 
-from rig import NetnsRig, wait_for  # after the sys.path line above
+from rig import NetnsRig, wait_for  # noqa: E402 - after the sys.path line above
 
-from healthcheck.core.config.schema import SshSettings
-from healthcheck.runners.ssh import SshConnection, SshError, fan_out
+from healthcheck.core.config.schema import SshSettings  # noqa: E402
+from healthcheck.runners.ssh import SshConnection, SshError, fan_out  # noqa: E402
 
 CONNECT_TIMEOUT_S = 2.0
 

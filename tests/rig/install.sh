@@ -8,7 +8,7 @@
 #     slurm-wlm munge openssh-server iproute2 iputils-ping openmpi-bin libopenmpi-dev
 #     infiniband-diags perftest rdma-core ibverbs-utils bc procps util-linux
 #     clustershell pdsh
-#   hc itself, editable with its test and bandwidth extras, into the checkout's .venv
+#   hc itself, editable with its test, lint and bandwidth extras, into the checkout's .venv
 #   (bin/install --dev), unless RIG_PIP names another interpreter's pip
 #   Python packages (into the interpreter behind $RIG_PIP):
 #     paramiko mpi4py py-spy nvidia-ml-py, and torch==2.13.0

@@ -535,6 +535,31 @@ class NetnsRig:
             check=True,
         )
 
+    def throttle(self, host: HostRef, rate: str = "100mbit") -> None:
+        """Slow ``host``'s eth0 both ways: tbf on its eth0 and on its veth peer in the
+        root namespace (what reaches the host). :meth:`reset` removes both."""
+        h = self.host(host)
+        tbf = ["root", "tbf", "rate", rate, "burst", "1mbit", "latency", "100ms"]
+        run([TC, "-n", h.netns, "qdisc", "replace", "dev", "eth0", *tbf], timeout=10, check=True)
+        run([TC, "qdisc", "replace", "dev", f"{self.prefix}v{h.index}", *tbf], timeout=10, check=True)
+
+    def throttle_link(self, a: HostRef, b: HostRef, rate: str = "100mbit") -> None:
+        """Slow only the traffic between ``a`` and ``b``: a veth pair of their own
+        (``lk<index>`` in each), /32 routes to each other's eth0 address through it (the
+        addresses stay the same) and tbf on both ends. The rig's kernel offers no
+        classful qdisc, so per-destination shaping on eth0 is not possible. :meth:`reset`
+        deletes the pair."""
+        ha, hb = self.host(a), self.host(b)
+        la, lb = f"lk{hb.index}", f"lk{ha.index}"
+        run([IP, "link", "add", la, "netns", ha.netns, "type", "veth", "peer", "name", lb, "netns", hb.netns],
+            timeout=10, check=True)
+        tbf = ["root", "tbf", "rate", rate, "burst", "1mbit", "latency", "100ms"]
+        for h, link, peer in ((ha, la, hb), (hb, lb, ha)):
+            run([IP, "-n", h.netns, "link", "set", link, "mtu", str(h.mtu), "up"], timeout=10, check=True)
+            run([IP, "-n", h.netns, "route", "add", f"{peer.addr}/32", "dev", link, "src", h.addr],
+                timeout=10, check=True)
+            run([TC, "-n", h.netns, "qdisc", "replace", "dev", link, *tbf], timeout=10, check=True)
+
     def links(self, host: HostRef) -> dict[str, dict[str, Any]]:
         """``ip -j link`` inside the host, keyed by interface name."""
         r = run(["ip", "-n", self.host(host).netns, "-j", "link"], timeout=10, check=True)
@@ -664,7 +689,10 @@ class NetnsRig:
                 ifaces.append(("ib0", int(h.ib_mtu), f"{self.prefix}f{h.index}"))
             # stand-ins go first: a test may have left a hanging `ip` in local/bin, which
             # is first on PATH inside the host; system tools are called by full path
-            inner = [f'rm -rf "{self.local_dir}/bin"/*; mkdir -p "{self.local_dir}/bin"']
+            inner = [f'rm -rf "{self.local_dir}/bin"/*; mkdir -p "{self.local_dir}/bin"',
+                     # a "slow link" test's own veth pairs (throttle_link); deleting one end deletes both
+                     f"for l in $({IP} -o link show | sed -n 's/^[0-9]*: \\(lk[0-9]*\\)@.*/\\1/p'); "
+                     f"do {IP} link del $l 2>/dev/null; done"]
             for iface, mtu, peer in ifaces:
                 inner.append(f"{IP} link set {iface} mtu {mtu} up")
                 # a "slow node" test may have added tbf on both ends

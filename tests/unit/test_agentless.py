@@ -9,10 +9,10 @@ from support import write_stub
 
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.config.schema import Fabric
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext, provider_for
 from healthcheck.core.registry import select
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.runners.local import LocalRunner
 
 CFG = Config(EMBEDDED_DEFAULT)

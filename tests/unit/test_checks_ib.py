@@ -6,11 +6,11 @@ import msgspec
 import pytest
 from support import CORPUS, no_hardware_outputs
 
+from healthcheck.checks.ib import counters, port_state
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding
 from healthcheck.core.registry import NotApplicable
-from healthcheck.checks.ib import counters, port_state
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters, IbPorts
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.perfquery import parse_perfquery
@@ -82,7 +82,7 @@ def test_rate_edges():
     fs = findings(port_state(ib_ports=base, limits=limits))
     assert ids(fs) == [("ib.E004", "FAIL", "mlx5_0/1")] and fs[0].limit.key == "ib.rate_gbps"
     for rate in ("400", "800"):
-        ok = parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: %s\n" % rate)
+        ok = parse_ibstat(f"CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: {rate}\n")
         assert findings(port_state(ib_ports=ok, limits=limits)) == []
 
 

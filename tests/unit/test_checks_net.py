@@ -7,11 +7,11 @@ import json
 import msgspec
 from support import CORPUS, FIXTURES
 
-from healthcheck.core.config.schema import Fabric
+from healthcheck.checks.net import mtu
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding, Metric
 from healthcheck.core.status import Status
-from healthcheck.checks.net import mtu
 from healthcheck.parsers.ip_link import parse_ip_link
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from healthcheck.checks.sys import disk, memory, mounts, services
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.model import Finding
-from healthcheck.checks.sys import disk, memory, mounts, services
 from healthcheck.parsers.procfs import DiskSpace, MemInfo, PathSpace, Processes, parse_meminfo, parse_mounts
 from healthcheck.probes.sysinfo import disk_space, processes
 from healthcheck.runners.local import LocalRunner

@@ -77,8 +77,8 @@ def test_hostile_interface_names_keep_json_valid_and_table_one_line_per_finding(
     report = validate_report(r.stdout)
     assert sorted(f["component"] for f in report["nodes"][0]["findings"]) == sorted(names)
     r = hc_node(tmp_path, fabric, env={"PATH": str(bin_dir)})
-    lines = [l for l in r.stdout.decode().splitlines() if "net.E005" in l]
-    assert len(lines) == 4 and any("eth\\n1" in l for l in lines) and not any("\x1b" in l for l in lines)
+    lines = [line for line in r.stdout.decode().splitlines() if "net.E005" in line]
+    assert len(lines) == 4 and any("eth\\n1" in line for line in lines) and not any("\x1b" in line for line in lines)
 
 
 def test_checks_list_table_and_json():
@@ -119,7 +119,7 @@ def test_config_validate_ok_and_show(tmp_path):
     r = run_hc("config", "show", "gpu017", "--format", "json")
     data = json.loads(r.stdout)
     assert data["fabric"] == "generic"
-    mtu_min = next(l for l in data["limits"] if l["key"] == "net.mtu_min")
+    mtu_min = next(limit for limit in data["limits"] if limit["key"] == "net.mtu_min")
     assert mtu_min["value"] == 1280 and "configs/fabrics/generic.yaml:" in mtu_min["source"]
     r = run_hc("config", "show", "gpu017")
     assert b"gpu017: fabric generic" in r.stdout and b"net.mtu_min" in r.stdout
@@ -151,7 +151,7 @@ def test_bad_input_is_one_line_and_exit_4(tmp_path, args, files, message):
     assert r.returncode == 4, (r.returncode, r.stderr)
     err = r.stderr.decode()
     assert message in err and "Traceback" not in err
-    assert len([l for l in err.splitlines() if l.startswith("hc: error:")]) == 1
+    assert len([line for line in err.splitlines() if line.startswith("hc: error:")]) == 1
 
 
 def test_env_var_selects_config(tmp_path):
@@ -184,7 +184,7 @@ def test_version_and_help():
         ("ibstatus", CORPUS / "ibstatus/a100-hdr200-all-active.txt", lambda f: f["ports"][0]["state"] == "Active"),
         ("perfquery", CORPUS / "perfquery/switch-port-xmitdiscards-linkdowned.txt", lambda f: f["ports"][0]["counters"]["link_downed"] == 1),
         ("ip-link", CORPUS / "ip-json-link/ipoib-7of8-missing-interface.txt", lambda f: len(f["links"]) == 7),
-        ("ip-link", FIXTURES / "ip-link/netns-veth-detail.txt", lambda f: {l["name"] for l in f["links"]} == {"lo", "eth0", "ib0", "ib0p"}),
+        ("ip-link", FIXTURES / "ip-link/netns-veth-detail.txt", lambda f: {link["name"] for link in f["links"]} == {"lo", "eth0", "ib0", "ib0p"}),
     ],
 )
 def test_parse_prints_facts_as_json(tool, path, check):

@@ -48,13 +48,12 @@ def test_reference_figures_of_shipped_fabrics():
     cfg = Config(EMBEDDED_DEFAULT)
     h100, h200, a100, roce = (cfg.fabric(n) for n in ("h100-ndr400", "h200-ndr400", "a100-hdr200", "h100-roce400"))
     assert (h100.gpu.count, h100.ib.hca_count, h100.ib.rate_gbps, h100.ib.link_layer) == (8, 8, 400, "InfiniBand")
-    assert h100.bandwidth.allreduce_single_node.busbw_min_gbytes_per_s == 460
-    assert h100.bandwidth.allreduce_single_node.busbw_peak_gbytes_per_s == 480
-    assert h100.bandwidth.allreduce_single_node.busbw_ring_gbytes_per_s == 370
+    assert h100.bandwidth.all_reduce.single_node.busbw_min_gbytes_per_s == {"16G": 460}
+    assert h100.bandwidth.all_reduce.pair.busbw_min_gbytes_per_s == {"16G": 340}
     assert h100.bandwidth.ib_write_bw.per_hca_min_gbps == 380
     assert h200.gpu.model == "NVIDIA H200" and h200.ib.rate_gbps == 400  # inherited
-    assert (a100.ib.rate_gbps, a100.bandwidth.allreduce_single_node.busbw_min_gbytes_per_s) == (200, 228)
-    assert a100.bandwidth.ib_write_bw.per_hca_typical_gbps == 190
+    assert (a100.ib.rate_gbps, a100.bandwidth.all_reduce.single_node.busbw_min_gbytes_per_s) == (200, {"16G": 228})
+    assert a100.bandwidth.ib_write_bw.per_hca_typical_gbps == 195
     assert roce.ib.link_layer == "Ethernet" and "ib*" not in roce.net.interfaces
     assert roce.net.interfaces["enp*np0"].mtu == 9000
     assert h100.net.interfaces["ib*"].mtu == 4092

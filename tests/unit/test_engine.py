@@ -11,10 +11,10 @@ from support import make_fake_sysfs_ib, write_stub
 
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.registry import DEFAULT, CheckSpec, Registry, select, using
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.runners.local import LocalRunner
 
 CFG = Config(EMBEDDED_DEFAULT)

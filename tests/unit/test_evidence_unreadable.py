@@ -22,12 +22,12 @@ from support import CORPUS, FIXTURES, make_fake_sysfs_ib, run_hc
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config, NodeConfig
 from healthcheck.core.config.schema import Fabric
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provider_for
 from healthcheck.core.model import Finding, Metric
 from healthcheck.core.registry import NotApplicable, select
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.parsers.gpu_common import GpuFacts
 from healthcheck.parsers.xid import parse_kernel_log, since
 from healthcheck.probes import gpu as gpu_probe
@@ -223,7 +223,7 @@ def _as_nobody(fn) -> dict:
             os.setgid(nobody.pw_gid)
             os.setuid(nobody.pw_uid)
             data = json.dumps(fn()).encode()
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
+        except BaseException as exc:
             data = json.dumps({"crash": f"{type(exc).__name__}: {exc}"}).encode()
         os.write(write_end, data)
         os._exit(0)

@@ -13,13 +13,12 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import (
     PARTIAL_OUTPUT_BYTES,
     ProbeContext,
@@ -31,6 +30,7 @@ from healthcheck.core.facts import (
 )
 from healthcheck.core.registry import DEFAULT, REGISTRY, Registry, select, using
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.report.build import make_report, utc_now
 from healthcheck.report.jsonio import encode
 from healthcheck.runners.base import CommandResult
@@ -90,7 +90,7 @@ def recording(reg: Registry, log: Log, fact: str, *, exclusive: bool = False, bo
 
 
 def needing(reg: Registry, name: str, facts: tuple[str, ...], *, budget: float = 2.0,
-            hang_finding: Optional[FindingSpec] = None) -> None:
+            hang_finding: FindingSpec | None = None) -> None:
     """Register a throw-away check that needs `facts` and passes when it gets them."""
     import inspect
 
@@ -334,7 +334,7 @@ def test_local_runner_env_adds_to_its_environment_and_cwd_is_honoured(tmp_path):
 
 def test_run_checked_passes_env_and_cwd_only_when_given(tmp_path):
     class OldRunner:  # a runner that predates env/cwd (as batch.PrefetchingRunner does)
-        def run(self, argv: tuple[str, ...], *, timeout_s: float, input: Optional[str] = None) -> CommandResult:
+        def run(self, argv: tuple[str, ...], *, timeout_s: float, input: str | None = None) -> CommandResult:
             return CommandResult(tuple(argv), 0, "old\n", "", 0.0)
 
     assert ProbeContext(runner=OldRunner()).run_checked(("x",)).stdout == "old\n"

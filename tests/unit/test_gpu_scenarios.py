@@ -97,9 +97,9 @@ def test_hung_nvml_returns_within_budget_as_error(h100_config):
 
 def test_leftover_process_in_epilogue_context(h100_config):
     from healthcheck.core.config.loader import Config
-    from healthcheck.orchestrate.engine import run_checks
     from healthcheck.core.facts import ProbeContext
     from healthcheck.core.registry import select
+    from healthcheck.orchestrate.engine import run_checks
     from healthcheck.runners.local import LocalRunner
 
     cfg = Config(h100_config)

@@ -209,7 +209,7 @@ def _first_opener(path_pattern: str, rounds: int, index: int, barrier, failures)
                 h.runs(1)  # open first, as the flap query of a run does, before anything else
                 for r in reports:
                     h.record(r)
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which names the error
+        except Exception as exc:
             failures.put(f"round {round_}: {exc}")
 
 

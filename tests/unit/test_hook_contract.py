@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 from support import REPO, run_hc, write_stub
-
 from test_hooks import setup
 
 
 def _ok_line(stderr: bytes) -> None:
     assert b"Traceback" not in stderr
     text = stderr.decode()
-    assert text.count("hc ") >= 1 and len([l for l in text.splitlines() if "error" in l]) <= 1, text
+    assert text.count("hc ") >= 1 and len([line for line in text.splitlines() if "error" in line]) <= 1, text
 
 
 # A1 --------------------------------------------------------------- errors found after the config loaded
@@ -75,7 +74,7 @@ def test_an_unusable_state_dir_is_reported_and_the_verdict_still_stands(tmp_path
 
 def _hc_with(patch: str, *args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess after `patch` (Python) has broken something."""
-    code = textwrap.dedent(patch) + "\nfrom healthcheck.cli import main\nmain(%r)\n" % (list(args),)
+    code = textwrap.dedent(patch) + f"\nfrom healthcheck.cli import main\nmain({list(args)!r})\n"
     full = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
     full.update(env)
     full["PYTHONPATH"] = str(REPO)

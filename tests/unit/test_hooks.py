@@ -33,7 +33,7 @@ def test_repeated_error_escalates_to_a_drain_only_when_configured(tmp_path):
     codes = [run_hc("prologue", env=env, timeout=30).returncode for _ in range(3)]
     assert codes == [0, 0, 0]
     assert log.read_text().splitlines() == ["update nodename=node1 state=drain reason=hc: ERROR x3 hc.E002"]
-    audit = [json.loads(l) for l in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [(a["node"], a["action"], a["reason"]) for a in audit] == [("node1", "drain", "hc: ERROR x3 hc.E002")]
 
 

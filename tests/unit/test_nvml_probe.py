@@ -11,10 +11,10 @@ import pytest
 from test_checks_gpu import facts, healthy_gpu
 
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.orchestrate.engine import run_checks
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.registry import select
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
 from healthcheck.parsers.gpu_common import GpuFacts, GpuProcess, LostGpu
 from healthcheck.probes.gpu import job_gpu_indexes
 from healthcheck.probes.nvml import NvmlProbe, RecordingNvml, ReplayNvml, recording_from_facts
@@ -48,7 +48,7 @@ def test_lost_gpu_and_missing_queries():
     f = GpuFacts(source="test", gpus=[healthy_gpu(0, temperature_c=None, nvlinks=[])],
                  lost=[LostGpu(pci_bus_id=None, index=1, error="NVMLError_GpuIsLost")], driver_version="535.161.08")
     out = replay(f)
-    assert [l.index for l in out.lost] == [1] and out.lost[0].error == "NVMLError_GpuIsLost"
+    assert [lost.index for lost in out.lost] == [1] and out.lost[0].error == "NVMLError_GpuIsLost"
     assert out.gpus[0].temperature_c is None and out.gpus[0].nvlinks == []
 
 
@@ -64,7 +64,7 @@ def test_a_gpu_lost_in_the_middle_of_queries():
     rec["calls"]["nvmlDeviceGetTemperature(gpu4,0)"] = {"error": 15}  # GPU_IS_LOST
     out = NvmlProbe(ReplayNvml(rec)).facts()
     assert [g.index for g in out.gpus] == [0, 1, 2, 3, 5, 6, 7]
-    assert [(l.index, l.error) for l in out.lost] == [(4, "NVMLError_GpuIsLost")]
+    assert [(lost.index, lost.error) for lost in out.lost] == [(4, "NVMLError_GpuIsLost")]
 
 
 def test_job_scope_queries_only_the_jobs_gpus():

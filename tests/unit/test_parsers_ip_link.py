@@ -16,8 +16,8 @@ IP = FIXTURES / "ip-link"
 def test_corpus_ipoib_eight_interfaces_mtu_2044():
     facts = parse_ip_link((FIXTURES / "corpus/ip-json-link/ipoib-8x-mtu2044-up-filtered.txt").read_text())
     assert len(facts.links) == 8
-    assert {l.mtu for l in facts.links} == {2044}
-    assert all(l.link_type == "infiniband" and l.admin_up and l.carrier for l in facts.links)
+    assert {link.mtu for link in facts.links} == {2044}
+    assert all(link.link_type == "infiniband" and link.admin_up and link.carrier for link in facts.links)
     assert facts.links[0].name == "ibp12s0"
 
 

@@ -461,7 +461,7 @@ def test_q_and_query_of_the_same_h100_agree():
 def capture_columns(name: str) -> dict[str, str]:
     """A one-GPU capture as {field name without unit: value}."""
     header, row = list(csv.reader(io.StringIO(csv_text(name)), skipinitialspace=True))
-    return {h.split(" [")[0]: v for h, v in zip(header, row)}
+    return {h.split(" [")[0]: v for h, v in zip(header, row, strict=True)}
 
 
 def to_csv(header: list[str], rows: list[list[str]]) -> str:

@@ -43,7 +43,7 @@ def test_identical_findings_fold_into_one_hostlist():
     assert groups == [{"status": "FAIL", "id": "ib.E002", "component": "mlx5_2/1", "message": DOWN[3],
                        "nodes": "gpu[017,033-035]", "count": 4}]
     text = render(report(nodes))
-    line = next(l for l in text.splitlines() if "ib.E002" in l)
+    line = next(row for row in text.splitlines() if "ib.E002" in row)
     assert line.split()[:4] == ["FAIL", "ib.E002", "gpu[017,033-035]", "mlx5_2/1"]
     assert text.splitlines()[-1].startswith("FAIL: 5 nodes (1 PASS, 4 FAIL)")
 

@@ -105,9 +105,9 @@ def test_render_and_json():
     text = render_diff(d)
     lines = text.splitlines()
     assert lines[1].startswith("3 new failures, 1 fixed, 1 still failing, 3 not rechecked")
-    row = next(l for l in lines if l.startswith("NEW FAIL") and "ib.E002" in l)
+    row = next(line for line in lines if line.startswith("NEW FAIL") and "ib.E002" in line)
     assert "gpu[03,09]" in row
-    assert any(l.startswith("nodes only in the newer report: gpu09") for l in lines)
+    assert any(line.startswith("nodes only in the newer report: gpu09") for line in lines)
     doc = json.loads(to_json(d))
     assert doc["counts"]["new_failures"] == 3
     assert {c["node"] for c in doc["new_failures"]} == {"gpu03", "gpu06", "gpu09"}
@@ -165,7 +165,7 @@ def test_bad_input_is_one_line_and_exit_4(tmp_path, args, content, message):
     assert r.returncode == 4, (r.returncode, r.stderr)
     err = r.stderr.decode()
     assert message in err and "Traceback" not in err
-    assert len([l for l in err.splitlines() if l.startswith("hc: error:")]) == 1
+    assert len([line for line in err.splitlines() if line.startswith("hc: error:")]) == 1
 
 
 def test_diff_two_files_exit_codes(tmp_path):

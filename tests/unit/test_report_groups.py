@@ -134,7 +134,7 @@ def test_the_table_lists_groups_worst_first_with_members_folded():
 
 def test_many_passing_groups_are_counted_not_listed():
     names = [f"n{i:03d}" for i in range(2 * LIST_PASSING_UP_TO + 2)]
-    groups = [pair(a, b, 180.0) for a, b in zip(names[::2], names[1::2])]
+    groups = [pair(a, b, 180.0) for a, b in zip(names[::2], names[1::2], strict=True)]
     groups.append(pair("x1", "x2", 10.0))
     text = render(report(0, groups, names=names))
     assert "x1-x2" in text and "n000-n001" not in text

@@ -9,11 +9,11 @@ from __future__ import annotations
 from healthcheck import fleet
 from healthcheck.actions import apply
 from healthcheck.core import catalogue
-from healthcheck.orchestrate import engine
 from healthcheck.core.config.loader import NodeConfig
 from healthcheck.core.config.schema import Fabric, FleetSettings
 from healthcheck.core.model import Finding, Limit, Metric, NodeResult
 from healthcheck.core.status import Status
+from healthcheck.orchestrate import engine
 from healthcheck.report import build
 
 

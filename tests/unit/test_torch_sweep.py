@@ -16,7 +16,6 @@ import time
 
 import msgspec
 import pytest
-
 from support import run_hc
 
 from healthcheck.bandwidth.torch_sweep import (

@@ -23,12 +23,12 @@ from typing import Any
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
 from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.inputs import clip as _clip
 from healthcheck.core.nodes import Hostlist, HostlistError, parse_hostlist
-from healthcheck.core import typed
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
 EMBEDDED_DEFAULT = EMBEDDED_DIR / "default.yaml"
@@ -178,7 +178,8 @@ class Config:
                 compiled.append((pattern, parse_hostlist(pattern)))
             except HostlistError as exc:
                 raise ConfigError(
-                    f"{self.doc.where((section, pattern))}: {section}: {_clip(pattern)!r} is not a valid hostlist: {exc}"
+                    f"{self.doc.where((section, pattern))}: {section}: {_clip(pattern)!r} "
+                    f"is not a valid hostlist: {exc}"
                 ) from None
         return compiled
 
@@ -203,7 +204,8 @@ class Config:
             if node in ns:
                 override = self.main.overrides[pattern]
                 if not isinstance(override, dict):
-                    raise ConfigError(f"{self.doc.where(('overrides', pattern))}: overrides.{pattern}: must be a mapping")
+                    raise ConfigError(
+                        f"{self.doc.where(('overrides', pattern))}: overrides.{pattern}: must be a mapping")
                 _merge(data, prov, copy.deepcopy(override), _doc_provenance(self.doc, ("overrides", pattern)), ())
         limits = _convert(data, Fabric, prov, None)
         return NodeConfig(node=node, fabric_name=fabric_name, limits=limits, provenance=prov)

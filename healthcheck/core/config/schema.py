@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from healthcheck.core.tiers import ALL as ALL_TIERS
+from healthcheck.core.tiers import TierOrContext
 
 # (key path inside the section, message, related key paths the message names)
 Problem = tuple[tuple[Any, ...], str, tuple[tuple[Any, ...], ...]]
@@ -31,11 +31,13 @@ Problem = tuple[tuple[Any, ...], str, tuple[tuple[Any, ...], ...]]
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
 ABSOLUTE_PATH_RE = r"^/[^\x00-\x1f\x7f]*$"
 PROCESS_NAME_RE = r"^[^/\s\x00-\x1f\x7f]+$"
+SIZE_RE = r"^\s*\d+(\.\d+)?\s*[KMGTkmgt]?i?B?\s*$"
 # msgspec names a pattern by its regex; errors say what it means instead
 PATTERN_WORDS = {
     NO_CONTROL_RE: "non-empty text without control characters",
     ABSOLUTE_PATH_RE: "an absolute path (starting with /, no control characters)",
     PROCESS_NAME_RE: "a process name (no /, spaces or control characters)",
+    SIZE_RE: "a size in bytes, or with K, M, G or T (binary: 16G is 16 GiB)",
 }
 
 Text = Annotated[str, Meta(min_length=1, max_length=1024, pattern=NO_CONTROL_RE)]  # names, versions, commands
@@ -93,8 +95,10 @@ def glob_problem(pattern: str) -> str | None:
 
 
 def _globs(key: str, patterns: Any) -> Iterator[Problem]:
-    for at, pattern in (patterns.items() if isinstance(patterns, dict) else enumerate(patterns)):
-        why = glob_problem(at if isinstance(patterns, dict) else pattern)
+    # a mapping's globs are its keys, a list's its items; `at` is where the problem is
+    pairs = ((at, at) for at in patterns) if isinstance(patterns, dict) else enumerate(patterns)
+    for at, pattern in pairs:
+        why = glob_problem(pattern)
         if why:
             yield (key, at), why, ()
 
@@ -132,7 +136,7 @@ def value_problems(value: Any, at: tuple[Any, ...] = ()) -> Iterator[Problem]:
 # ---------------------------------------------------------------------------- fabric
 
 
-class InterfaceSpec(Strict):
+class InterfaceSpec(Strict, frozen=True):
     mtu: Mtu | None = None  # expected MTU of every interface matching the pattern
     count: Count | None = None  # exact number of interfaces that must match
     required: bool = True  # at least one interface must match
@@ -142,13 +146,14 @@ class InterfaceSpec(Strict):
             yield ("count",), "count 0 with required: true fails every node (add required: false to forbid them)", ()
 
 
-class NetLimits(Strict):
+class NetLimits(Strict, frozen=True):
     # glob pattern of interface names -> expectations, e.g. {"ib*": {mtu: 4092, count: 8}}
     interfaces: dict[Glob, InterfaceSpec] = {}
     # sanity bounds for every other interface that is up (WARN outside them)
     mtu_min: Mtu | None = None
     mtu_max: Mtu | None = None
-    ignore: list[Glob] = msgspec.field(default_factory=lambda: ["lo"])  # glob patterns of interfaces the sanity bounds skip
+    # glob patterns of interfaces the sanity bounds skip
+    ignore: list[Glob] = msgspec.field(default_factory=lambda: ["lo"])
 
     def problems(self) -> Iterator[Problem]:
         if self.mtu_min is not None and self.mtu_max is not None and self.mtu_min > self.mtu_max:
@@ -157,7 +162,7 @@ class NetLimits(Strict):
         yield from _globs("ignore", self.ignore)
 
 
-class IbCounterLimits(Strict):
+class IbCounterLimits(Strict, frozen=True):
     """Upper limits per port error counter (names as in sysfs `ports/N/counters/`)."""
 
     symbol_error: CounterLimit | None = None
@@ -170,7 +175,7 @@ class IbCounterLimits(Strict):
     excessive_buffer_overrun_errors: CounterLimit | None = None
 
 
-class IbLimits(Strict):
+class IbLimits(Strict, frozen=True):
     hcas: list[Glob] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
     hca_types: list[Text] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
     hca_count: Count | None = None  # compute HCAs that must be present
@@ -189,7 +194,7 @@ class IbLimits(Strict):
         yield from _globs("hcas", self.hcas)
 
 
-class SysLimits(Strict):
+class SysLimits(Strict, frozen=True):
     mem_total_min_gib: Gib | None = None
     disk_free_min_gib: dict[AbsPath, Gib] = {}  # path -> free GiB it must have
     mounts: list[AbsPath] = []  # mount points that must be mounted
@@ -199,7 +204,7 @@ class SysLimits(Strict):
 Severity = Literal["FAIL", "WARN", "ignore"]
 
 
-class XidPolicy(Strict):
+class XidPolicy(Strict, frozen=True):
     """Where Xid events are read and what each code means for the node."""
 
     # auto: /dev/kmsg if readable, else `dmesg`, else `journalctl -k`; file: `file`
@@ -215,7 +220,7 @@ class XidPolicy(Strict):
             yield ("source",), "is 'file' but xid.file names no file", ()
 
 
-class NvLinkCounterLimits(Strict):
+class NvLinkCounterLimits(Strict, frozen=True):
     """Upper limits per NVLink error counter (NVML's DL counters)."""
 
     crc_flit_errors: CounterLimit | None = None
@@ -224,7 +229,7 @@ class NvLinkCounterLimits(Strict):
     recovery_errors: CounterLimit | None = None
 
 
-class GpuLimits(Strict):
+class GpuLimits(Strict, frozen=True):
     count: Count | None = None
     model: Text | None = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
     # memory errors
@@ -264,35 +269,126 @@ class GpuLimits(Strict):
                     yield (key, i), f"unknown throttle reason {reason!r} (known: {', '.join(known)})", ()
 
 
-class AllReduceReference(Strict):
-    """Single-node AllReduce busbw (nccl-tests definition) for a healthy node of the fabric."""
+SizeText = Annotated[str, Meta(min_length=1, max_length=32, pattern=SIZE_RE)]  # "16G", "8M", "1048576"
+Repeats = Annotated[int, Meta(ge=1, le=20)]
+Iterations = Annotated[int, Meta(ge=1, le=100_000)]
+EnvName = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, Meta(max_length=4096, pattern=r"^[^\x00]*$")]
 
-    busbw_peak_gbytes_per_s: GBps | None = None  # what a healthy node reaches at large sizes
-    busbw_min_gbytes_per_s: GBps | None = None  # production floor at message_bytes
-    busbw_ring_gbytes_per_s: GBps | None = None  # with NVLS/CollNet off (ring only)
-    message_bytes: Bytes = 16 * 1024**3
+
+def _sizes(key: str, sizes: Any) -> Iterator[Problem]:
+    from healthcheck.core.units import parse_size
+
+    pairs = ((at, at) for at in sizes) if isinstance(sizes, dict) else enumerate(sizes)
+    for at, text in pairs:
+        try:
+            parse_size(text)
+        except ValueError as exc:
+            yield (key, at), str(exc), ()
+
+
+class BusBwFloor(Strict, frozen=True):
+    """Per message size (binary units: "16G" is 16 GiB, as nccl-tests' -b/-e read them),
+    the lowest busbw (GB/s, nccl-tests' definition) a healthy node or pair reaches."""
+
+    busbw_min_gbytes_per_s: dict[SizeText, GBps] = {}
 
     def problems(self) -> Iterator[Problem]:
-        yield from _not_above("busbw_min_gbytes_per_s", self.busbw_min_gbytes_per_s,
-                              "busbw_peak_gbytes_per_s", self.busbw_peak_gbytes_per_s)
+        yield from _sizes("busbw_min_gbytes_per_s", self.busbw_min_gbytes_per_s)
 
 
-class IbWriteBwReference(Strict):
-    """ib_write_bw per HCA (perftest --report_gbits), large messages."""
+class CollectiveFloors(Strict, frozen=True):
+    """Floors of one collective in each scope it runs in."""
 
-    per_hca_typical_gbps: Gbps | None = None
+    single_node: BusBwFloor = BusBwFloor()  # every GPU of the node, NVLink/NVLS
+    ib_loopback: BusBwFloor = BusBwFloor()  # the same with P2P and SHM off: out through the HCAs and back
+    pair: BusBwFloor = BusBwFloor()  # two nodes (NCCL_ALGO=RING for nccl-tests)
+
+
+class NcclTestsSettings(Strict, frozen=True):
+    """How the nccl-tests binaries run (all_reduce_perf and the others the fabric lists)."""
+
+    enabled: bool = True
+    bin_dir: PathText | None = None  # where <collective>_perf live; None: $PATH
+    iters: Iterations = 20  # -n
+    warmup: Iterations = 5  # -w
+    ib_loopback: bool = True  # also run with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+    timeout_s: Seconds = 300.0  # hc's own, around the whole run (nccl-tests' -T skips init)
+    env: dict[EnvName, EnvValue] = {}  # NCCL_IB_HCA, NCCL_ALGO, ... for every run; echoed in the report
+
+
+class TorchSweepSettings(Strict, frozen=True):
+    """hc's own pure-PyTorch sweep (`hc bw allreduce`), on one node and between pairs."""
+
+    enabled: bool = True
+    iters: Iterations = 20
+    warmup: Iterations = 5
+    timeout_s: Seconds = 300.0
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    env: dict[EnvName, EnvValue] = {}
+
+
+class IbWriteBwSettings(Strict, frozen=True):
+    """ib_write_bw per compute HCA: loopback on one node, HCA i <-> HCA i between a pair."""
+
+    enabled: bool = True
+    size: SizeText = "8M"  # -s
+    iters: Iterations = 5000  # -n
+    qps: Annotated[int, Meta(ge=1, le=1024)] = 1  # -q
+    bidirectional: bool = False  # -b (then the floor doubles)
+    use_cuda: bool = False  # --use_cuda=<GPU of the HCA's NUMA node>: the GPU-direct path
+    gid_index: Annotated[int, Meta(ge=0, le=255)] | None = None  # -x, RoCE
+    port_base: Port = 18515  # HCA i listens on port_base + i
+    timeout_s: Seconds = 60.0
+    # Gb/s a healthy HCA reaches; None: rate_fraction x the port's sysfs rate (NVIDIA's rule)
     per_hca_min_gbps: Gbps | None = None
+    per_hca_typical_gbps: Gbps | None = None  # what a healthy HCA reaches (for the record)
+    rate_fraction: Annotated[float, Meta(gt=0, le=1.0)] = 0.9
 
     def problems(self) -> Iterator[Problem]:
-        yield from _not_above("per_hca_min_gbps", self.per_hca_min_gbps, "per_hca_typical_gbps", self.per_hca_typical_gbps)
+        yield from _not_above("per_hca_min_gbps", self.per_hca_min_gbps,
+                              "per_hca_typical_gbps", self.per_hca_typical_gbps)
+        yield from _sizes("size", [self.size])
 
 
-class BandwidthLimits(Strict):
-    allreduce_single_node: AllReduceReference = AllReduceReference()
-    ib_write_bw: IbWriteBwReference = IbWriteBwReference()
+class PairSettings(Strict, frozen=True):
+    """Tests between nodes in a deep sweep (`hc sweep --tier deep`): hc's torch sweep across
+    each pair (circle method up to circle_max nodes, then groups, regrouping and bisection)."""
+
+    enabled: bool = True
+    circle_max: Annotated[int, Meta(ge=2, le=4096)] = 16  # up to this many nodes: every pair (n-1 rounds)
+    group_size: Annotated[int, Meta(ge=2, le=1024)] = 8  # above it: groups of this many, then bisection
+    port: Port = 29517  # the rendezvous port on each test's first node
+    timeout_s: Seconds = 300.0  # one test between nodes, start-up included
 
 
-class Fabric(Strict):
+class BandwidthLimits(Strict, frozen=True):
+    """The deep tier's bandwidth tests and the floors they are judged against.
+
+    Floors apply only at the sizes they name: small sizes are measured and reported, not
+    judged, unless the fabric sets a floor for them.
+    """
+
+    sizes: list[SizeText] = msgspec.field(default_factory=lambda: ["64M", "1G"])  # sizes every sweep measures
+    repeats: Repeats = 2  # a test below a floor runs again, up to this many times in all; FAIL only if all fall short
+    peer_fraction: Annotated[float, Meta(gt=0, lt=1.0)] = 0.1  # this far below its peers' median: WARN
+    collectives: list[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]] = \
+        msgspec.field(default_factory=lambda: ["all_reduce"])
+    all_reduce: CollectiveFloors = CollectiveFloors()
+    all_gather: CollectiveFloors = CollectiveFloors()
+    reduce_scatter: CollectiveFloors = CollectiveFloors()
+    broadcast: CollectiveFloors = CollectiveFloors()
+    alltoall: CollectiveFloors = CollectiveFloors()
+    nccl_tests: NcclTestsSettings = NcclTestsSettings()
+    torch: TorchSweepSettings = TorchSweepSettings()
+    ib_write_bw: IbWriteBwSettings = IbWriteBwSettings()
+    pairs: PairSettings = PairSettings()
+
+    def problems(self) -> Iterator[Problem]:
+        yield from _sizes("sizes", self.sizes)
+
+
+class Fabric(Strict, frozen=True):
     description: Annotated[str, Meta(max_length=4096)] = ""
     extends: Text | None = None  # name of a fabric this one refines
     gpu: GpuLimits = GpuLimits()
@@ -305,7 +401,7 @@ class Fabric(Strict):
 # ------------------------------------------------------------------------------ main
 
 
-class DrainPolicy(Strict):
+class DrainPolicy(Strict, frozen=True):
     """When hc may take nodes out of the scheduler, and how many at most."""
 
     enabled: bool = True
@@ -326,12 +422,12 @@ class DrainPolicy(Strict):
     resume_after_reboot_only: list[Text] = msgspec.field(default_factory=lambda: ["gpu.E020", "gpu.E021"])
 
 
-class CommandPolicy(Strict):
-    tier: Literal[ALL_TIERS] = "quick"  # a tier, or the epilogue context
+class CommandPolicy(Strict, frozen=True):
+    tier: TierOrContext = "quick"  # a tier, or the epilogue context
     deadline_s: Seconds = 5.0
 
 
-class SlurmSettings(Strict):
+class SlurmSettings(Strict, frozen=True):
     """How hc acts in Slurm: commands, deadlines, drain policy, where it keeps state."""
 
     scontrol: Text = "scontrol"
@@ -363,7 +459,7 @@ class SlurmSettings(Strict):
     error_escalation: Literal["report", "drain"] = "report"
 
 
-class SshSettings(Strict):
+class SshSettings(Strict, frozen=True):
     """How hc reaches nodes over SSH (paramiko). ~/.ssh/config is honoured for HostName,
     User, Port, IdentityFile, UserKnownHostsFile and ProxyJump."""
 
@@ -383,7 +479,7 @@ class SshSettings(Strict):
     remote_hc: Text = "hc"  # how agent mode runs hc on a node
 
 
-class FleetSettings(Strict):
+class FleetSettings(Strict, frozen=True):
     """Findings no single node can give: drift within a fabric, peer-relative outliers, flaps."""
 
     # categorical metrics that must agree across a fabric's nodes (per component)
@@ -411,12 +507,12 @@ class FleetSettings(Strict):
             yield ("flap_transitions",), message, (("flap_runs",),)
 
 
-class HistorySettings(Strict):
+class HistorySettings(Strict, frozen=True):
     path: PathText | None = "~/.local/state/hc/history.sqlite"  # None: keep no history
     keep_runs: Annotated[int, Meta(ge=1, le=10_000_000)] = 500
 
 
-class MainConfig(Strict):
+class MainConfig(Strict, frozen=True):
     # where fabric files are looked up, relative to the main file; the fabrics shipped
     # with hc are searched last, so a site can refine or replace them
     fabric_dirs: list[PathText] = msgspec.field(default_factory=lambda: ["fabrics"])  # each must exist when set

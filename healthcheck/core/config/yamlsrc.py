@@ -105,7 +105,7 @@ def _check_bounds(path: Path, text: str) -> None:
     stack: list[_Open] = []
     total = aliases = 0
     for event in yaml.parse(text, Loader=_Loader):
-        line = event.start_mark.line + 1
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0  # a parsed event has a mark
         if isinstance(event, yaml.CollectionStartEvent):
             if len(stack) >= MAX_DEPTH:
                 raise ConfigError(f"{path}:{line}: nested deeper than {MAX_DEPTH} levels")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.launch import check_env  # one rule for environment names
@@ -23,8 +23,8 @@ def format_seconds(seconds: float) -> str:
 
 
 def remote_command(
-    argv: tuple[str, ...] | list[str], *, timeout_s: float, env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[str] = None,
+    argv: tuple[str, ...] | list[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
 ) -> str:
     """The command line sent to the remote shell; ValueError for an argv or env it cannot carry.
 

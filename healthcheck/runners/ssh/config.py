@@ -5,8 +5,9 @@ from __future__ import annotations
 import getpass
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
@@ -15,7 +16,7 @@ if TYPE_CHECKING:  # the config package costs ~35 ms to import; callers have it 
     from healthcheck.core.config.schema import SshSettings
 
 
-def parse_jump(spec: str) -> tuple[Optional[str], str, Optional[int]]:
+def parse_jump(spec: str) -> tuple[str | None, str, int | None]:
     """ProxyJump `[user@]host[:port]` -> (user, host, port); ValueError otherwise."""
     spec = spec.strip()
     if spec.startswith("ssh://"):
@@ -46,7 +47,7 @@ class Target:
     known_hosts: tuple[str, ...]
     host_key_names: tuple[str, ...]  # names to look the host key up under, in order
     identities_only: bool = False
-    proxy_jump: Optional[str] = None
+    proxy_jump: str | None = None
 
     @property
     def where(self) -> str:
@@ -83,7 +84,7 @@ def _cached_by_stat(cache: dict[str, tuple[tuple[int, int], Any]], path: str, wh
     return value
 
 
-def _load_ssh_config(path: Optional[str]) -> Any:
+def _load_ssh_config(path: str | None) -> Any:
     """Parsed paramiko SSHConfig for `path` (cached by mtime), or None without a file."""
     if not path:
         return None
@@ -100,7 +101,7 @@ def _parse_ssh_config(path: str) -> Any:
         raise SshError(SshErrorKind.CONFIG, f"ssh config {path}: {exc}") from None
 
 
-def _lookup(config: Any, name: str, config_file: Optional[str]) -> dict[str, Any]:
+def _lookup(config: Any, name: str, config_file: str | None) -> dict[str, Any]:
     if config is None:
         return {"hostname": name}
     try:
@@ -118,7 +119,7 @@ def _is_none(value: Any) -> bool:
     return value is None or str(value).strip().lower() == "none"
 
 
-def _proxy_jump(node: str, value: Any) -> Optional[str]:
+def _proxy_jump(node: str, value: Any) -> str | None:
     """The ProxyJump value, or None; like ssh, ignore a jump to the host itself (the
     usual result of `Host *` + ProxyJump applying to the jump host's own entry)."""
     if _is_none(value):

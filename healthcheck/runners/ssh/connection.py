@@ -10,7 +10,8 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.ssh.commands import _result, remote_command
@@ -55,7 +56,7 @@ class SshConnection:
         settings: SshSettings,
         *,
         _jump_allowed: bool = True,
-        _port: Optional[int] = None,
+        _port: int | None = None,
     ) -> None:
         from healthcheck.core.errors import HcError
         from healthcheck.core.nodes import check_node_name
@@ -73,8 +74,8 @@ class SshConnection:
         self._lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
         self._client: Any = None
-        self._jump: Optional[SshConnection] = None
-        self.target: Optional[Target] = None
+        self._jump: SshConnection | None = None
+        self.target: Target | None = None
 
     def __repr__(self) -> str:
         return f"SshConnection({self.node!r}, connected={self.connected})"
@@ -282,9 +283,9 @@ class SshConnection:
         argv: tuple[str, ...],
         *,
         timeout_s: float,
-        input: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run argv on the node; like runners.local.run_command, never raises.
 
@@ -313,7 +314,7 @@ class SshConnection:
             self._sessions.release()
 
     def _run_channel(
-        self, transport: Any, argv: tuple[str, ...], command: str, input: Optional[str],
+        self, transport: Any, argv: tuple[str, ...], command: str, input: str | None,
         timeout_s: float, start: float,
     ) -> CommandResult:
         chan = None
@@ -373,7 +374,7 @@ class SshConnection:
         self,
         argv: tuple[str, ...],
         start: float,
-        exc: Optional[BaseException],
+        exc: BaseException | None,
         stdout: str,
         stderr: str,
     ) -> CommandResult:
@@ -470,7 +471,7 @@ def _pump(chan: Any, stdin: bytes, deadline: float) -> tuple[bytes, bytes, bool]
         if pending and chan.send_ready():
             try:
                 sent = chan.send(pending[:_WRITE_CHUNK])
-            except socket.timeout:
+            except TimeoutError:
                 sent = 0
             except OSError:  # the remote closed its stdin (the command does not read it)
                 sent, pending = 0, memoryview(b"")
@@ -495,7 +496,7 @@ def _drain(read: Callable[[int], bytes], into: list[bytes]) -> bool:
     while True:
         try:
             data = read(_READ_CHUNK)
-        except socket.timeout:
+        except TimeoutError:
             return False
         if not data:
             return True

@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 import threading
 from types import ModuleType
-from typing import Optional
 
 _IMPORT_LOCK = threading.Lock()
-_PARAMIKO: Optional[ModuleType] = None
+_PARAMIKO: ModuleType | None = None
 
 
 def import_paramiko() -> ModuleType:

@@ -6,7 +6,7 @@ import errno
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 
@@ -22,7 +22,7 @@ def _resolve(host: str, port: int, timeout_s: float) -> list[tuple]:
     def lookup() -> None:
         try:
             box["ok"] = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
+        except Exception as exc:
             box["err"] = exc
 
     thread = threading.Thread(target=lookup, name=f"hc-dns-{host}", daemon=True)
@@ -44,7 +44,7 @@ _UNREACHABLE = {
 def open_socket(host: str, port: int, deadline: float) -> socket.socket:
     """TCP connect to host:port by `deadline`; SshError refused/timeout/unreachable."""
     infos = _resolve(host, port, deadline - time.monotonic())
-    last: Optional[SshError] = None
+    last: SshError | None = None
     for family, kind, proto, _canon, addr in infos:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -53,7 +53,7 @@ def open_socket(host: str, port: int, deadline: float) -> socket.socket:
         sock.settimeout(remaining)
         try:
             sock.connect(addr)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             sock.close()
             last = SshError(SshErrorKind.TIMEOUT, f"TCP connect to {addr[0]}:{port} timed out")
             continue

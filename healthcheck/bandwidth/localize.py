@@ -1,0 +1,596 @@
+"""Who is slow: culprit nodes, slow links, a fabric-wide problem and peer outliers, from
+the results of bandwidth tests between nodes. Pure: no I/O, no launching.
+
+A test measures its member nodes together (a pair, or a group in one allreduce); its
+`Result` says whether it reached its threshold. A failed test implicates every member,
+so attribution comes from comparing each node's tests (collectives.md §0.8, §4):
+
+- **culprit** (FAIL, drains): the node failed every test it was in, and at least
+  `confirm_tests` of them had only known-good partners (nodes that reached the floor in
+  another test, or that the caller vouches for). Slow with every partner while the
+  partners are fine elsewhere.
+- **suspect** (not FAIL): failed every test it was in, but never with known-good
+  partners only (its partners were suspects too). `confirmation_tests` plans the
+  re-test with a known-good partner that turns it into a culprit or clears it.
+- **slow link** (WARN, drains nothing): a test that failed although every member
+  reached the floor in another test: the path between them (switch port, cable,
+  route), named with its HCAs. A failed group whose slow pair inside it was found is
+  explained by that pair, a failure with a member that is a peer outlier by that
+  member (a node just at the floor fails some tests and passes others), and a failure
+  that a re-test of the same members did not reproduce is not reported.
+- **fabric-wide** (WARN, names no node): most nodes never passed, or most failures are
+  unexplained, or most screening tests failed and naming the nodes would exceed the
+  blast-radius guard (`max_culprit_fraction` of the nodes, as the drain policy's
+  `max_drain_fraction`). One finding; no culprit, link or outlier of that kind is named.
+- **peer outlier** (WARN): a node whose best result is below the median of its peers'
+  best by more than `outlier_fraction`, or a single test below the median of its peers
+  by more than `pair_outlier_fraction`, even where every threshold was met. A node's
+  best leaves out tests with a culprit or suspect, and needs `outlier_min_tests` tests:
+  a node slow by itself is slow in every test, its partners only in the one they shared
+  (regrouping keeps earlier partners apart, so no one shares two tests with it).
+
+Results are judged per `kind` (one kind: comparable values, e.g. "ib_write_bw mlx5_2" or
+"all_reduce 1GiB"), so a node slow on one rail only is a culprit of that rail, and a
+whole rail that is slow is a fabric-wide finding of that rail. Values are compared only
+between tests with the same number of members.
+
+`localize_adaptive` drives a whole localization round by round through a callback that
+runs tests (the circle method for small n, group testing, random regrouping and
+bisection down to known-good pairs for large n).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import msgspec
+
+from healthcheck.bandwidth.schedule import (
+    Purpose,
+    Seed,
+    Test,
+    _unique,
+    circle_rounds,
+    groups,
+    round_seed,
+    split_tests,
+)
+
+
+class LocalizeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How failures are attributed; the defaults are what an operator would start with."""
+
+    # failed tests with known-good partners only that make a never-passing node a culprit
+    confirm_tests: int = 1
+    # more than this fraction of the nodes never passing, of the failures unexplained, or
+    # of the screening tests failing (with the guard exceeded): a fabric-wide problem
+    fabric_fraction: float = 0.5
+    fabric_min_nodes: int = 4  # fewer nodes than this: never fabric-wide (two nodes and one slow test)
+    # the blast-radius guard (as slurm.drain.max_drain_fraction / guard_min_nodes)
+    max_culprit_fraction: float = 0.1
+    guard_min_nodes: int = 10
+    outlier_fraction: float = 0.05  # a node's best this far below its peers' median best
+    pair_outlier_fraction: float = 0.10  # one test this far below the median of its peers
+    outlier_min_peers: int = 8  # fewer peers (nodes, or tests) than this: no outlier findings
+    outlier_min_tests: int = 2  # a node judged on fewer tests of one size is not an outlier
+
+    def __post_init__(self) -> None:
+        for name in ("fabric_fraction", "max_culprit_fraction", "outlier_fraction", "pair_outlier_fraction"):
+            v = getattr(self, name)
+            if not (0 < v < 1):
+                raise ValueError(f"{name} must be between 0 and 1, not {v}")
+        for name in ("confirm_tests", "fabric_min_nodes", "guard_min_nodes", "outlier_min_peers",
+                     "outlier_min_tests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+
+
+DEFAULT_SETTINGS = LocalizeSettings()
+
+
+class Result(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One test's measurement and its verdict against the test's threshold."""
+
+    members: tuple[str, ...]
+    value: float  # the measured bandwidth (busbw, or ib_write_bw's average)
+    passed: bool  # reached its threshold
+    threshold: float | None = None
+    unit: str = "GB/s"
+    kind: str = ""  # what makes results comparable and judged together (a rail, a collective and size)
+    hcas: tuple[str, ...] = ()  # each member's HCA, in members' order, where the test names them
+    link: str = ""  # a label for the path between the members (switch port, cable) where known
+    purpose: Purpose = "screen"
+    limit_key: str = ""  # the config key that set the threshold
+
+
+class Culprit(msgspec.Struct, frozen=True):
+    """A node slow with every partner, confirmed with known-good ones: FAIL."""
+
+    node: str
+    kind: str
+    failed: int  # tests it was in (every one failed)
+    confirmed_by: tuple[tuple[str, ...], ...]  # the partners of each failed test whose others were known good
+    best: float  # its best value
+    threshold: float | None
+    unit: str
+    hca: str = ""  # its HCA, where every failed test named the same one
+    limit_key: str = ""
+
+
+class Suspect(msgspec.Struct, frozen=True):
+    """A node that failed every test it was in, none of them with known-good partners only."""
+
+    node: str
+    kind: str
+    failed: int
+    partners: tuple[str, ...]  # everyone it was measured with
+    best: float
+    threshold: float | None
+    unit: str
+    hca: str = ""
+
+
+class SlowLink(msgspec.Struct, frozen=True):
+    """A test that failed although every member reached the floor in another test."""
+
+    members: tuple[str, ...]
+    kind: str
+    value: float
+    threshold: float | None
+    unit: str
+    hcas: tuple[str, ...] = ()
+    link: str = ""
+    passes: tuple[int, ...] = ()  # each member's passed tests elsewhere, in members' order
+    limit_key: str = ""
+
+
+class FabricWide(msgspec.Struct, frozen=True):
+    """Too much failed to blame nodes: one finding, no node named."""
+
+    kind: str
+    tests: int
+    failed: int
+    nodes: int
+    implicated: int  # nodes that never passed
+    reason: str
+
+
+class Outlier(msgspec.Struct, frozen=True):
+    """A node (its best result) or one test below the median of its peers, threshold met or not."""
+
+    members: tuple[str, ...]  # one node, or the members of the test
+    kind: str
+    value: float
+    peer_median: float
+    below: float  # fraction below the peers' median
+    peers: int  # nodes (or tests) whose median it was compared with, itself included
+    size: int  # members per test of the tests compared
+    unit: str
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    culprits: tuple[Culprit, ...] = ()
+    suspects: tuple[Suspect, ...] = ()
+    links: tuple[SlowLink, ...] = ()
+    fabric: tuple[FabricWide, ...] = ()
+    outliers: tuple[Outlier, ...] = ()
+    good: tuple[str, ...] = ()  # passed a test of every kind they were in, and named by nothing
+    untested: tuple[str, ...] = ()  # named in `nodes` but in no result
+    tests: int = 0
+    failed: int = 0
+
+    @property
+    def culprit_nodes(self) -> list[str]:
+        return sorted({c.node for c in self.culprits})
+
+    @property
+    def suspect_nodes(self) -> list[str]:
+        return sorted({s.node for s in self.suspects} - {c.node for c in self.culprits})
+
+    @property
+    def named_nodes(self) -> list[str]:
+        """Every node a finding would name alone (culprits, suspects, node outliers)."""
+        named = {c.node for c in self.culprits} | {s.node for s in self.suspects}
+        named |= {o.members[0] for o in self.outliers if len(o.members) == 1}
+        return sorted(named)
+
+
+# ------------------------------------------------------------------------------ judge
+
+
+class _Part(msgspec.Struct):
+    culprits: list[Culprit]
+    suspects: list[Suspect]
+    links: list[SlowLink]
+    fabric: FabricWide | None
+    outliers: list[Outlier]
+    nodes: set[str]
+    good: set[str]
+
+
+def _hca_of(node: str, results: Iterable[Result]) -> str:
+    labels = {r.hcas[r.members.index(node)] for r in results if len(r.hcas) == len(r.members)}
+    return labels.pop() if len(labels) == 1 else ""
+
+
+def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: LocalizeSettings,
+                fabric_check: bool = True) -> _Part:
+    passes: dict[str, int] = defaultdict(int)
+    tests_of: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rs):
+        for m in dict.fromkeys(r.members):
+            tests_of[m].append(i)
+            if r.passed:
+                passes[m] += 1
+    nodes = set(tests_of)
+
+    def vouched(m: str) -> bool:
+        return passes[m] > 0 or m in known_good
+
+    candidates = sorted(m for m in nodes if passes[m] == 0)  # in tests, and none passed: every one failed
+    culprits: list[Culprit] = []
+    suspects: list[Suspect] = []
+    for m in candidates:
+        mine = [rs[i] for i in tests_of[m]]
+        confirming = [r for r in mine if all(vouched(o) for o in r.members if o != m)]
+        best = max(r.value for r in mine)
+        thresholds = {r.threshold for r in mine if r.threshold is not None}
+        threshold = max(thresholds) if thresholds else None
+        unit = mine[0].unit
+        if len(confirming) >= s.confirm_tests:
+            culprits.append(Culprit(
+                node=m, kind=kind, failed=len(mine),
+                confirmed_by=tuple(tuple(o for o in r.members if o != m) for r in confirming),
+                best=best, threshold=threshold, unit=unit, hca=_hca_of(m, mine),
+                limit_key=next((r.limit_key for r in mine if r.limit_key), "")))
+        else:
+            partners = tuple(sorted({o for r in mine for o in r.members if o != m}))
+            suspects.append(Suspect(node=m, kind=kind, failed=len(mine), partners=partners, best=best,
+                                    threshold=threshold, unit=unit, hca=_hca_of(m, mine)))
+    implicated = set(candidates)
+    # a node below its peers everywhere explains its own failures at the edge of the floor
+    outliers = _outliers(kind, rs, implicated, s)
+    slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1}
+
+    # failures no never-passing (or slower-than-its-peers) member explains
+    passed_sets = {frozenset(r.members) for r in rs if r.passed}
+    unexplained = [r for r in rs if not r.passed and len(set(r.members)) >= 2
+                   and not implicated.intersection(r.members) and not slow_nodes.intersection(r.members)
+                   and frozenset(r.members) not in passed_sets]
+    slow_pairs = [frozenset(r.members) for r in unexplained if len(set(r.members)) == 2]
+    links: list[SlowLink] = []
+    seen: set[frozenset[str]] = set()
+    for r in unexplained:
+        key = frozenset(r.members)
+        if key in seen or (len(key) > 2 and any(p <= key for p in slow_pairs)):
+            continue
+        seen.add(key)
+        links.append(SlowLink(members=r.members, kind=kind, value=r.value, threshold=r.threshold, unit=r.unit,
+                              hcas=r.hcas, link=r.link, passes=tuple(passes[m] for m in r.members),
+                              limit_key=r.limit_key))
+
+    # fabric-wide: too much is wrong to name nodes
+    n = len(nodes)
+    screen = [r for r in rs if r.purpose == "screen"] or rs
+    screen_failed = sum(not r.passed for r in screen)
+    failed = sum(not r.passed for r in rs)
+    reason = ""
+    if fabric_check and n >= s.fabric_min_nodes:
+        if len(implicated) > s.fabric_fraction * n:
+            reason = f"{len(implicated)} of {n} nodes failed every test they were in"
+        elif len(unexplained) > s.fabric_fraction * len(rs):
+            reason = (f"{len(unexplained)} of {len(rs)} tests failed although every member reached the floor "
+                      f"in another test")
+        elif (screen_failed > s.fabric_fraction * len(screen) and n >= s.guard_min_nodes
+              and len(implicated) > s.max_culprit_fraction * n):
+            reason = (f"{screen_failed} of {len(screen)} tests failed, and the {len(implicated)} nodes they "
+                      f"implicate are more than the blast-radius guard ({s.max_culprit_fraction:g} of {n})")
+    if reason:
+        fabric = FabricWide(kind=kind, tests=len(rs), failed=failed, nodes=n, implicated=len(implicated),
+                            reason=reason)
+        return _Part([], [], [], fabric, [], nodes, set())
+
+    named = implicated | slow_nodes
+    named |= {m for link in links for m in link.members}
+    good = {m for m in nodes if passes[m] > 0} - named
+    return _Part(culprits, suspects, links, None, outliers, nodes, good)
+
+
+def _outliers(kind: str, rs: list[Result], implicated: set[str], s: LocalizeSettings) -> list[Outlier]:
+    """Nodes whose best, and single tests, are far below the median of their peers (same size of test)."""
+    by_size: dict[int, list[Result]] = defaultdict(list)
+    for r in rs:
+        by_size[len(set(r.members))].append(r)
+    nodes_out: list[Outlier] = []
+    for size, group in sorted(by_size.items()):
+        if size < 2:
+            continue
+        best: dict[str, float] = {}
+        count: dict[str, int] = defaultdict(int)
+        for r in group:
+            if implicated.intersection(r.members):
+                continue  # a culprit or suspect explains the test; it says nothing about the others
+            for m in set(r.members):
+                count[m] += 1
+                if r.value > best.get(m, -math.inf):
+                    best[m] = r.value
+        scored = {m: v for m, v in best.items() if count[m] >= s.outlier_min_tests}
+        if len(scored) < s.outlier_min_peers:
+            continue
+        med = statistics.median(scored.values())
+        if med <= 0:
+            continue
+        for m in sorted(scored):
+            v = scored[m]
+            if v < med * (1 - s.outlier_fraction):
+                nodes_out.append(Outlier(members=(m,), kind=kind, value=v, peer_median=med, below=1 - v / med,
+                                         peers=len(scored), size=size, unit=group[0].unit))
+    # one finding per node: the size of test with the most peers
+    chosen: dict[str, Outlier] = {}
+    for o in nodes_out:
+        if o.members[0] not in chosen or o.peers > chosen[o.members[0]].peers:
+            chosen[o.members[0]] = o
+    nodes_out = [chosen[m] for m in sorted(chosen)]
+    # single tests, leaving out every test a slow node (of any size of test) explains
+    bad = implicated | set(chosen)
+    tests_out: list[Outlier] = []
+    for size, group in sorted(by_size.items()):
+        clean = [r for r in group if not bad.intersection(r.members)]
+        if size < 2 or len(clean) < s.outlier_min_peers:
+            continue
+        med = statistics.median(r.value for r in clean)
+        if med <= 0:
+            continue
+        for r in clean:
+            if r.passed and r.value < med * (1 - s.pair_outlier_fraction):
+                tests_out.append(Outlier(members=r.members, kind=kind, value=r.value, peer_median=med,
+                                         below=1 - r.value / med, peers=len(clean), size=size, unit=r.unit))
+    return nodes_out + tests_out
+
+
+def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, known_good: Iterable[str] = (),
+             settings: LocalizeSettings | None = None, fabric_check: bool = True) -> Verdict:
+    """Judge the results: culprits, suspects, slow links, fabric-wide problems and peer outliers.
+
+    nodes: every node meant to be tested (those in no result are `untested`);
+    known_good: nodes vouched for from elsewhere (a node-local loopback test, an earlier
+    run), which count as known-good partners even without a pass here;
+    fabric_check=False: attribute nodes and links even where the verdict would be
+    fabric-wide (what the adaptive driver plans its next tests from).
+    """
+    s = settings or DEFAULT_SETTINGS
+    rs = list(results)
+    vouched = frozenset(known_good)
+    by_kind: dict[str, list[Result]] = defaultdict(list)
+    for r in rs:
+        by_kind[r.kind].append(r)
+    parts = [_judge_kind(kind, by_kind[kind], vouched, s, fabric_check) for kind in sorted(by_kind)]
+    tested: set[str] = set().union(*(p.nodes for p in parts)) if parts else set()
+    not_good = set().union(*(p.nodes - p.good for p in parts)) if parts else set()
+    wanted = _unique(nodes) if nodes is not None else []
+    return Verdict(
+        culprits=tuple(c for p in parts for c in p.culprits),
+        suspects=tuple(x for p in parts for x in p.suspects),
+        links=tuple(x for p in parts for x in p.links),
+        fabric=tuple(p.fabric for p in parts if p.fabric is not None),
+        outliers=tuple(x for p in parts for x in p.outliers),
+        good=tuple(sorted(tested - not_good)),
+        untested=tuple(n for n in wanted if n not in tested),
+        tests=len(rs),
+        failed=sum(not r.passed for r in rs),
+    )
+
+
+# ----------------------------------------------------------------------- confirmation
+
+
+def confirmation_tests(suspects: Verdict | Iterable[str], known_good: Iterable[str], *,
+                       busy: Iterable[str] = (), tried: Iterable[Iterable[str]] = (), seed: Seed = 0
+                       ) -> list[Test]:
+    """The re-tests that confirm or clear suspects: each with its own known-good partner.
+
+    Partners are drawn from `known_good` (minus `busy` nodes and the suspects
+    themselves) in a seeded random order, each used once, preferring one the suspect
+    was never measured with (`tried`: member lists of earlier tests). Suspects beyond
+    the partners available get no test this time.
+    """
+    if isinstance(suspects, Verdict):
+        names = suspects.suspect_nodes
+    else:
+        names = list(dict.fromkeys(suspects))
+    exclude = set(busy) | set(names)
+    pool = [g for g in dict.fromkeys(sorted(set(known_good))) if g not in exclude]
+    random.Random(f"hc.confirm/{seed}").shuffle(pool)
+    pairs = {frozenset(t) for t in tried}
+    tests: list[Test] = []
+    for s in names:
+        if not pool:
+            break
+        pick = next((j for j, g in enumerate(pool) if frozenset((s, g)) not in pairs), 0)
+        tests.append(Test((s, pool.pop(pick)), "confirm"))
+    return tests
+
+
+# ---------------------------------------------------------------------------- adaptive
+
+
+class Adaptive(msgspec.Struct, frozen=True):
+    """What `localize_adaptive` found, and what it cost."""
+
+    verdict: Verdict
+    rounds: int
+    tests: int
+    plan: str  # "circle" or "groups"
+    complete: bool  # False: stopped (max_rounds, no partner left) with suspects or a group to narrow
+    results: tuple[Result, ...] = ()
+
+
+RunRound = Callable[[list[Test]], list[Result]]
+
+
+def _blocks(results: Sequence[Result], suspects: list[str]) -> list[list[str]]:
+    """Suspects grouped by the latest failed test they share (what bisection splits next)."""
+    left = dict.fromkeys(suspects)
+    blocks: list[list[str]] = []
+    for r in reversed(results):
+        if r.passed:
+            continue
+        block = [m for m in dict.fromkeys(r.members) if m in left]
+        for m in block:
+            del left[m]
+        if block:
+            blocks.append(block)
+    blocks.extend([m] for m in left)
+    return blocks
+
+
+def _tag(got: Iterable[Result], tests: list[Test]) -> list[Result]:
+    """Results with the purpose of the test they measured (run_round need not copy it)."""
+    purpose = {frozenset(t.members): t.purpose for t in tests}
+    out = []
+    for r in got:
+        p = purpose.get(frozenset(r.members), "screen")
+        out.append(msgspec.structs.replace(r, purpose=p) if r.purpose == "screen" and p != "screen" else r)
+    return out
+
+
+def localize_adaptive(
+    nodes: Sequence[str],
+    run_round: RunRound,
+    *,
+    k: int = 8,
+    seed: Seed = 0,
+    rails: Mapping[str, str] | None = None,
+    exhaustive: bool = False,
+    circle_max: int = 16,
+    screen_rounds: int = 2,
+    partners_per_round: int | None = None,
+    pad: bool = False,
+    max_rounds: int | None = None,
+    known_good: Iterable[str] = (),
+    settings: LocalizeSettings | None = None,
+) -> Adaptive:
+    """Localize slow nodes and links among `nodes`, round by round, through `run_round`.
+
+    `run_round(tests)` runs disjoint tests at the same time and returns their results
+    (a test that could not run may return none: its members stay unjudged).
+
+    - n <= circle_max, or exhaustive=True: every pair once (`circle_rounds`, n-1 rounds,
+      n for odd n), then confirmation rounds for any suspect left.
+    - otherwise: round 1 puts every node in a group of about k (`groups`); each later
+      round plans, in this order: a known-good partner for every suspect
+      (`confirmation_tests`) when there are enough partners (at most
+      `partners_per_round` lent per round), else the bisection of each failed group's
+      suspects (`split_tests`, with `pad`); pairs inside a group that failed while each
+      member passed elsewhere (a circle round over its members, to find the slow link);
+      and, for the first `screen_rounds` rounds, a random regrouping of every node not
+      otherwise busy and not implicated (a second partner set for everyone).
+
+    Stops when nothing is left to test, when every kind is fabric-wide, or after
+    `max_rounds` (default: the screening rounds + 2*ceil(log2 n) + 3, plus k - 1 in group
+    mode for narrowing a slow link). `known_good`: nodes vouched for from elsewhere,
+    lent as partners too (they may lie outside `nodes`).
+    """
+    names = _unique(nodes)
+    n = len(names)
+    s = settings or DEFAULT_SETTINGS
+    vouched = list(dict.fromkeys(known_good))
+    plan = "circle" if exhaustive or n <= circle_max else "groups"
+    if n < 2:
+        return Adaptive(verdict=localize([], nodes=names, settings=s), rounds=0, tests=0, plan=plan,
+                        complete=n == 0)
+    circle = circle_rounds(names) if plan == "circle" else []
+    screens = len(circle) if plan == "circle" else max(1, screen_rounds)
+    if max_rounds is None:
+        max_rounds = screens + 2 * math.ceil(math.log2(n)) + 3 + (k - 1 if plan == "groups" else 0)
+    results: list[Result] = []
+    tests_run = 0
+    rounds = 0
+    pending = True
+    planning = Verdict()
+    while rounds < max_rounds:
+        if results:
+            # stop once every kind is fabric-wide, but never on a partial circle: after one
+            # round of pairs, two bad nodes of six implicate four
+            if plan == "groups" or rounds >= len(circle):
+                real = localize(results, nodes=names, known_good=vouched, settings=s)
+                if {r.kind for r in results} <= {f.kind for f in real.fabric}:
+                    pending = False
+                    break
+            planning = localize(results, nodes=names, known_good=vouched, settings=s, fabric_check=False)
+        tests, pending = _plan(rounds, plan, names, circle, results, planning, vouched, k=k, seed=seed,
+                               rails=rails, screens=screens, partners_per_round=partners_per_round, pad=pad)
+        if not tests:
+            break
+        rounds += 1
+        tests_run += len(tests)
+        results.extend(_tag(run_round(tests), tests))
+    verdict = localize(results, nodes=names, known_good=vouched, settings=s)
+    if rounds >= max_rounds and not verdict.fabric:
+        planning = localize(results, nodes=names, known_good=vouched, settings=s, fabric_check=False)
+        pending = bool(_plan(rounds, plan, names, circle, results, planning, vouched, k=k, seed=seed, rails=rails,
+                             screens=screens, partners_per_round=partners_per_round, pad=pad)[0])
+    return Adaptive(verdict=verdict, rounds=rounds, tests=tests_run, plan=plan, complete=not pending,
+                    results=tuple(results))
+
+
+def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]]], results: list[Result],
+          verdict: Verdict, vouched: list[str], *, k: int, seed: Seed, rails: Mapping[str, str] | None,
+          screens: int, partners_per_round: int | None, pad: bool) -> tuple[list[Test], bool]:
+    """Round r's tests (0-based), and whether anything is still left to resolve."""
+    if plan == "circle" and r < len(circle):
+        return [Test(p, "screen") for p in circle[r]], True
+    if plan == "groups" and r == 0:
+        return [Test(tuple(g), "screen") for g in groups(names, k, seed, rails)], True
+
+    tests: list[Test] = []
+    busy: set[str] = set()
+    implicated = {c.node for c in verdict.culprits} | {x.node for x in verdict.suspects}
+    suspects = verdict.suspect_nodes
+    pool = [g for g in dict.fromkeys([*verdict.good, *vouched]) if g not in implicated]
+    random.Random(f"hc.partners/{seed}/{r}").shuffle(pool)
+    budget = len(pool) if partners_per_round is None else min(len(pool), partners_per_round)
+    tried = [res.members for res in results if len(set(res.members)) == 2]
+    unresolved = bool(suspects)
+
+    if suspects and budget:
+        if len(suspects) <= budget:
+            tests += confirmation_tests(suspects, pool[:budget], tried=tried, seed=f"{seed}/{r}")
+        else:
+            lend = pool[:budget]
+            for block in _blocks(results, suspects):
+                planned = split_tests(block, [g for g in lend if g not in busy], pad=pad)
+                for t in planned:
+                    busy.update(t.members)
+                tests += planned
+        for t in tests:
+            busy.update(t.members)
+
+    # a group that failed while each member passed elsewhere: look for the slow pair inside it
+    tested_pairs = {frozenset(m) for m in tried}
+    narrowing = False
+    for link in verdict.links:
+        members = sorted(set(link.members))
+        if len(members) <= 2:
+            continue
+        for rnd in circle_rounds(members):
+            todo = [p for p in rnd if frozenset(p) not in tested_pairs]
+            if not todo:
+                continue
+            narrowing = True
+            for p in todo:
+                if not busy.intersection(p):
+                    tests.append(Test(p, "narrow"))
+                    busy.update(p)
+            break
+
+    if plan == "groups" and r < screens:
+        free = [m for m in names if m not in busy and m not in implicated]
+        if len(free) >= 2:
+            earlier = [res.members for res in results]
+            tests += [Test(tuple(g), "screen") for g in groups(free, k, round_seed(seed, r), rails, avoid=earlier)]
+    return tests, unresolved or narrowing

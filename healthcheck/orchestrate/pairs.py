@@ -1,0 +1,289 @@
+"""Bandwidth tests between nodes, for a deep sweep: hc's torch sweep across pairs (or
+groups) of nodes over SSH, planned and judged by `bandwidth.localize`, then the `pairs`
+analyses (bw.pairs) name the culprit node or the slow link.
+
+Every test starts `hc bw allreduce` on each member at once over SSH, with torchrun's
+variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT): the first member is the rendezvous; all
+sides have timeouts, and a member that fails to start makes the test ERROR (no result,
+no evidence against anyone). A test passes when it reaches the fabric's pair floor at
+its largest judged size, or, where the fabric sets none, when it is within
+`bandwidth.peer_fraction` of the median of every test so far (peers, not a figure).
+
+Only nodes that are reachable and passed their own node-local bandwidth tests take
+part: a node slow on its own is judged on that alone, and must not implicate partners.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from healthcheck.bandwidth.judge import floors
+from healthcheck.bandwidth.localize import Result
+from healthcheck.bandwidth.schedule import Test
+from healthcheck.core.catalogue import finding
+from healthcheck.core.config import Config
+from healthcheck.core.model import GroupResult, Metric, NodeResult
+from healthcheck.core.status import Status
+from healthcheck.core.units import format_size, parse_size
+from healthcheck.parsers.bandwidth_common import BandwidthSample
+
+SCOPE = "pair"
+
+TEST_NOT_RUN = finding(
+    "bw.E107",
+    "a bandwidth test between nodes could not run (a member unreachable, the worker missing or failing to start)",
+    "The evidence names each member's error: hc (with torch) must be installed on the nodes as ssh.remote_hc, "
+    "and the rendezvous port (bandwidth.pairs.port) reachable between them. No node is judged by this test.",
+    action="fix-config",
+)
+
+
+@dataclass
+class PairRun:
+    """What the tests between nodes gave: one GroupResult per test, the Results they judged."""
+
+    groups: list[GroupResult] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # the nodes that took part
+    rounds: int = 0
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # localize's, from the fabric and the drain guard
+
+
+def eligible(results: Sequence[NodeResult]) -> list[str]:
+    """Reachable nodes whose own bandwidth tests did not fail (they are judged on those)."""
+    out = []
+    for r in results:
+        if r.error is not None or r.status in (Status.SKIP,):
+            continue
+        if any(f.check.startswith("bw.") and f.status is Status.FAIL for f in r.findings):
+            continue
+        out.append(r.node)
+    return out
+
+
+class _Plan:
+    """The settings every test of the run shares, from the first node's fabric."""
+
+    def __init__(self, config: Config, node: str) -> None:
+        limits = config.for_node(node).limits
+        bw = limits.bandwidth
+        self.collective = bw.collectives[0]
+        self.floors = floors(bw, self.collective, SCOPE)
+        sizes = {parse_size(s) for s in bw.sizes} | {f.size_bytes for f in self.floors}
+        self.sizes = sorted(sizes)
+        self.judged = self.floors[-1].size_bytes if self.floors else self.sizes[-1]
+        floor = next((f for f in self.floors if f.size_bytes == self.judged), None)
+        self.floor = floor.gbytes_per_s if floor else None
+        self.limit_key = floor.key if floor else ""
+        self.peer_fraction = bw.peer_fraction
+        self.repeats = bw.repeats
+        self.torch = bw.torch
+        self.pairs = bw.pairs
+
+
+def _worker_argv(remote_hc: str, plan: _Plan, master: str) -> tuple[str, ...]:
+    torch = plan.torch
+    return (remote_hc, "bw", "allreduce", "--format", "json", "--collectives", plan.collective,
+            "--sizes", ",".join(format_size(s) for s in plan.sizes), "--iters", str(torch.iters),
+            "--warmup", str(torch.warmup), "--backend", torch.backend,
+            "--timeout", str(max(5, int(plan.pairs.timeout_s) - 10)),
+            "--master-addr", master, "--master-port", str(plan.pairs.port))
+
+
+def _address(config: Config, node: str) -> str:
+    """How the other members reach `node`: the host name SSH would connect to."""
+    from healthcheck.runners.ssh import resolve_target
+
+    return resolve_target(node, config.main.ssh).hostname
+
+
+def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[BandwidthSample] | None, str]:
+    """One test: the worker on every member at once; rank 0's samples, or None and why."""
+    from healthcheck.runners.ssh import SshConnection, SshError
+
+    settings = config.main.ssh
+    try:
+        master = _address(config, members[0])
+    except SshError as exc:
+        return None, exc.message
+    argv = _worker_argv(settings.remote_hc, plan, master)
+    outputs: dict[int, Any] = {}
+
+    def member(rank: int, node: str) -> None:
+        env = {"RANK": str(rank), "WORLD_SIZE": str(len(members)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": master, "MASTER_PORT": str(plan.pairs.port), **plan.torch.env}
+        conn = SshConnection(node, settings)
+        try:
+            conn.connect()
+            outputs[rank] = conn.run(argv, timeout_s=plan.pairs.timeout_s, env=env)
+        except SshError as exc:
+            outputs[rank] = exc.message
+        except Exception as exc:  # one member's surprise is this test's ERROR, not the sweep's end
+            outputs[rank] = f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=member, args=(i, n), daemon=True) for i, n in enumerate(members)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(plan.pairs.timeout_s + settings.connect_timeout_s + 10)
+    first = outputs.get(0)
+    if first is None or isinstance(first, str):
+        return None, f"{members[0]}: {first or 'no result'}"
+    problems = [f"{members[r]}: {o if isinstance(o, str) else (o.stderr or o.stdout).strip()[-300:]}"
+                for r, o in sorted(outputs.items()) if isinstance(o, str) or not o.ok]
+    try:
+        doc = msgspec.json.decode(first.stdout[first.stdout.find("{"):], type=dict)
+        samples = [msgspec.convert(s, BandwidthSample) for s in doc.get("samples", [])]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, "; ".join(problems) or "the torch sweep printed no result"
+    if problems and not samples:
+        return None, "; ".join(problems)
+    return samples, "; ".join(problems)
+
+
+def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool = False,
+              max_parallel: int | None = None) -> PairRun:
+    """Test the eligible nodes against each other until the culprit (or link) is named."""
+    from healthcheck.bandwidth.localize import localize_adaptive
+    from healthcheck.runners.fanout import fan_out
+
+    run = PairRun(nodes=eligible(results))
+    if len(run.nodes) < 2:
+        run.notes.append("bandwidth between nodes: fewer than two eligible nodes, nothing to pair")
+        return run
+    plan = _Plan(config, run.nodes[0])
+    if not plan.pairs.enabled or not plan.torch.enabled:
+        run.notes.append("bandwidth between nodes: disabled in the fabric (bandwidth.pairs / bandwidth.torch)")
+        run.nodes = []
+        return run
+    values: list[float] = []
+    parallel = max_parallel or max(1, config.main.ssh.max_parallel // 2)
+    drain = config.main.slurm.drain
+    run.settings = {"outlier_fraction": plan.peer_fraction, "pair_outlier_fraction": plan.peer_fraction,
+                    "max_culprit_fraction": max(min(drain.max_drain_fraction, 0.99), 0.01),
+                    "guard_min_nodes": max(drain.guard_min_nodes, 1)}
+
+    def measure(tests: dict[str, Test]) -> dict[str, tuple[list[BandwidthSample] | None, str]]:
+        return fan_out(list(tests), lambda name: run_test(config, plan, tests[name].members), max_parallel=parallel)
+
+    def reference() -> float | None:
+        if plan.floor is not None:
+            return plan.floor
+        return (1 - plan.peer_fraction) * statistics.median(values) if values else None
+
+    def run_round(tests: list[Test]) -> list[Result]:
+        keyed = {"-".join(t.members): t for t in tests}
+        best: dict[str, tuple[float, list[BandwidthSample]]] = {}
+        for name, (samples, why) in measure(keyed).items():
+            value = _value(samples, plan)
+            if value is None:
+                run.groups.append(_group(keyed[name], Status.ERROR, [], f"no result: {why}"))
+            else:
+                best[name] = (value, samples or [])
+        values.extend(v for v, _ in best.values())
+        # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
+        for _ in range(plan.repeats - 1):
+            floor = reference()
+            short = {n: keyed[n] for n, (v, _) in best.items() if floor is not None and v < floor}
+            if not short:
+                break
+            for name, (samples, _why) in measure(short).items():
+                value = _value(samples, plan)
+                if value is not None and value > best[name][0]:
+                    best[name] = (value, samples or [])
+        floor = reference()
+        out = []
+        for name, (value, samples) in best.items():
+            test = keyed[name]
+            passed = floor is None or value >= floor
+            # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
+            run.groups.append(_group(test, Status.PASS if passed else Status.WARN, samples, "", plan))
+            out.append(Result(members=tuple(test.members), value=value, passed=passed, threshold=floor,
+                              kind=f"{plan.collective} {format_size(plan.judged)}", purpose=test.purpose,
+                              limit_key=plan.limit_key if plan.floor is not None else ""))
+        run.results += out
+        return out
+
+    from healthcheck.bandwidth.localize import LocalizeSettings
+
+    adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
+                                 circle_max=plan.pairs.circle_max, settings=LocalizeSettings(**run.settings))
+    run.rounds = adaptive.rounds
+    return run
+
+
+def _value(samples: list[BandwidthSample] | None, plan: _Plan) -> float | None:
+    if not samples:
+        return None
+    got = [s.busbw_gbytes_per_s for s in samples if s.collective == plan.collective and s.size_bytes == plan.judged]
+    return max(got) if got else None
+
+
+def _group(test: Test, status: Status, samples: list[BandwidthSample], reason: str,
+           plan: _Plan | None = None) -> GroupResult:
+    members = list(test.members)
+    metrics = [Metric("busbw", s.busbw_gbytes_per_s, "GB/s", component=format_size(s.size_bytes))
+               for s in samples if plan is None or s.collective == plan.collective]
+    findings = []
+    if reason:
+        from healthcheck.core.stamp import stamp
+
+        findings = [stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="torch"), check="bw.pairs",
+                          members=tuple(members))]
+    name = "-".join(members) + ("" if test.purpose == "screen" else f" ({test.purpose})")
+    return GroupResult(kind="pair" if len(members) == 2 else "group", name=name, members=members, status=status,
+                       findings=findings, metrics=metrics)
+
+
+def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResult], list[GroupResult], list[Any],
+                                                                    list[Any]]:
+    """Run the `pairs` analyses over the tests: node findings onto the nodes (a culprit
+    FAILs its node, which the policy drains), pair findings onto the pair's result, and a
+    finding that names no node (fabric-wide) for the run. Returns nodes, groups, analysis
+    runs and run findings."""
+    from healthcheck.bandwidth.pairs_analysis import PairsInput
+    from healthcheck.core.analysis import run_analyses
+    from healthcheck.core.status import worst
+
+    if not run.results:
+        return results, run.groups, [], []
+    outcome = run_analyses("pairs", PairsInput(run.results, nodes=run.nodes), run.settings or None,
+                           judged=run.nodes, tier="deep")
+    on_node: dict[str, list[Any]] = {}
+    on_group: dict[frozenset[str], list[Any]] = {}
+    for_run = []
+    for who, f in outcome.findings:
+        if isinstance(who, str) and who:
+            on_node.setdefault(who, []).append(f)
+        elif who:
+            on_group.setdefault(frozenset(who), []).append(f)
+        else:
+            for_run.append(f)
+    nodes = []
+    for node in results:
+        found = on_node.pop(node.node, None)
+        if found:
+            node = msgspec.structs.replace(node, findings=[*node.findings, *found],
+                                           status=worst((node.status, *(f.status for f in found))))
+        nodes.append(node)
+    groups = []
+    for g in run.groups:  # a pair's finding goes on its first screening result
+        found = on_group.pop(frozenset(g.members), None)
+        if found:
+            g = msgspec.structs.replace(g, findings=[*g.findings, *found],
+                                        status=worst((g.status, *(f.status for f in found))))
+        groups.append(g)
+    for members, found in on_group.items():  # members never tested together as one test
+        names = sorted(members)
+        groups.append(GroupResult(kind="pair" if len(names) == 2 else "group", name="-".join(names), members=names,
+                                  status=worst(f.status for f in found), findings=found))
+    return nodes, groups, outcome.runs, for_run

@@ -1,0 +1,71 @@
+"""Bandwidth between nodes on the rig: hc's real torch sweep (gloo) between sshd hosts in
+network namespaces, one host's link throttled with tc tbf: the sweep must name that host
+as the culprit, and no other; one slow link between two hosts is a link, nobody drained."""
+
+from __future__ import annotations
+
+import pytest
+from test_remote_rig import by_node, hc
+from test_remote_rig import site as site
+
+pytestmark = pytest.mark.rig
+
+# gloo over veth: ~GB/s healthy, 12 MB/s through tbf 100mbit; peers within 50% of the
+# median are healthy (the rig's timing varies, a throttled link is 100x off)
+BANDWIDTH = """bandwidth:
+  sizes: [1M]
+  repeats: 2
+  peer_fraction: 0.5
+  torch: {backend: gloo, iters: 5, warmup: 2}
+  pairs: {timeout_s: 90}
+"""
+
+
+def deep_sweep(site, *extra: str):
+    (site.dir / "fabrics" / "rig.yaml").write_text((site.dir / "fabrics" / "rig.yaml").read_text() + BANDWIDTH)
+    return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", *extra, timeout=600)
+
+
+def named(report, *ids: str) -> dict[str, set[str]]:
+    """finding id -> the nodes (or member pairs) it names, over nodes and groups."""
+    out: dict[str, set[str]] = {}
+    for n in report["nodes"]:
+        for f in n["findings"]:
+            if f["id"] in ids:
+                out.setdefault(f["id"], set()).add(n["node"])
+    for g in report.get("groups", []):
+        for f in g["findings"]:
+            if f["id"] in ids:
+                out.setdefault(f["id"], set()).add("-".join(sorted(f["members"])))
+    return out
+
+
+def test_throttled_host_is_named_the_culprit_and_no_other(site):
+    site.net.throttle("node3", "100mbit")
+    r, report = deep_sweep(site)
+    assert report is not None, r.stderr
+    assert r.returncode == 2, r.stderr
+    nodes = by_node(report)
+    assert nodes["node3"]["status"] == "FAIL"
+    assert named(report, "bw.E101", "bw.E102", "bw.E104", "bw.E105") == {"bw.E101": {"node3"}}, report["groups"]
+    assert all(nodes[n]["status"] != "FAIL" for n in ("node1", "node2", "node4"))
+    pairs = {g["name"]: g for g in report["groups"]}
+    assert len([g for g in pairs.values() if g["kind"] == "pair"]) >= 3  # node3 with each partner at least
+    (run,) = [a for a in report["analyses"] if a["name"] == "bw.pairs"]
+    assert run["status"] == "FAIL" and run["nodes"] == "node[1-4]"
+
+
+def test_one_slow_link_is_a_link_finding_and_drains_nobody(site):
+    site.net.throttle_link("node1", "node2", "100mbit")
+    r, report = deep_sweep(site)
+    assert report is not None, r.stderr
+    assert named(report, "bw.E101", "bw.E102", "bw.E105") == {"bw.E102": {"node1-node2"}}, report["groups"]
+    assert all(n["status"] != "FAIL" for n in report["nodes"])
+    assert r.returncode in (0, 1)  # WARN at worst
+
+
+def test_healthy_rig_names_nobody(site):
+    r, report = deep_sweep(site)
+    assert report is not None, r.stderr
+    assert named(report, "bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105") == {}
+    assert {g["status"] for g in report["groups"]} == {"PASS"}

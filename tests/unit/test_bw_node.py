@@ -1,0 +1,175 @@
+"""The deep tier on one node: nccl-tests (through a stand-in replaying real captures) and
+hc's torch sweep (real, on gloo), judged per collective, scope and size, with repeats,
+hang -> FAIL, wrong results -> FAIL and misconfiguration -> ERROR."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from healthcheck.core.config.loader import load_config
+from healthcheck.core.facts import ProbeContext
+from healthcheck.core.registry import select
+from healthcheck.core.status import Status
+from healthcheck.orchestrate.engine import run_checks
+from healthcheck.runners.local import LocalRunner
+
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "nccl-tests"
+
+
+def node_root(tmp_path: Path, gpus: int) -> Path:
+    root = tmp_path / "root"
+    for i in range(gpus):
+        (root / "proc/driver/nvidia/gpus" / f"0000:{i + 1:02x}:00.0").mkdir(parents=True)
+    return root
+
+
+def config(tmp_path: Path, bandwidth: str) -> Path:
+    fabrics = tmp_path / "fabrics"
+    fabrics.mkdir(exist_ok=True)
+    (fabrics / "node.yaml").write_text("extends: generic\nbandwidth:\n" + bandwidth)
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"fabric_dirs: [{fabrics}]\nnodes:\n  'gpu[001-009]': node\n")
+    return cfg
+
+
+def nccl_fabric(tmp_path: Path, scenario: str, floor: float = 228, repeats: int = 2, timeout: float = 30) -> str:
+    return (f"  sizes: [8G]\n  repeats: {repeats}\n"
+            f"  all_reduce:\n    single_node: {{busbw_min_gbytes_per_s: {{8G: {floor}}}}}\n"
+            f"    ib_loopback: {{busbw_min_gbytes_per_s: {{8G: 18}}}}\n"
+            f"  nccl_tests:\n    bin_dir: {STANDINS}\n    timeout_s: {timeout}\n"
+            f"    env: {{HC_STANDIN_SCENARIO: {scenario}, HC_STANDIN_LOG: {tmp_path}/calls.jsonl,"
+            f" HC_STANDIN_STATE: {tmp_path}/state, NCCL_IB_HCA: '=mlx5_0'}}\n"
+            f"  torch: {{enabled: false}}\n")
+
+
+def deep(tmp_path: Path, bandwidth: str, gpus: int = 8, only: str = "bw"):
+    cfg = load_config(config(tmp_path, bandwidth))
+    ctx = ProbeContext(runner=LocalRunner(), root=node_root(tmp_path, gpus), timeout_s=120)
+    result, _ = run_checks(cfg.for_node("gpu001"), select("deep", [only]), ctx)
+    return result
+
+
+def findings(result, check: str) -> list[tuple[str, Status, str]]:
+    return [(f.id, f.status, f.component) for f in result.findings if f.check == check]
+
+
+def status(result, check: str) -> Status:
+    return next(c.status for c in result.checks if c.name == check)
+
+
+def calls(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_healthy_node_passes_both_scopes_with_the_flags_and_env_hc_promises(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "healthy"))
+    assert status(result, "bw.nccl") == Status.PASS, result.findings
+    made = calls(tmp_path)
+    assert len(made) == 2  # single node, then IB loopback; no repeat when the floor is met
+    for call in made:
+        argv = call["argv"]
+        assert argv[0] == "all_reduce_perf"
+        for flag, value in (("-g", "8"), ("-c", "1"), ("-a", "3"), ("-w", "5"), ("-n", "20"), ("-b", str(8 << 30))):
+            assert argv[argv.index(flag) + 1] == value
+        assert call["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and call["env"]["NCCL_IB_HCA"] == "=mlx5_0"
+    assert "NCCL_P2P_DISABLE" not in made[0]["env"]
+    assert made[1]["env"]["NCCL_P2P_DISABLE"] == "1" and made[1]["env"]["NCCL_SHM_DISABLE"] == "1"
+    busbw = {m.component: m.value for m in result.metrics if m.name == "busbw_gbytes_per_s"}
+    assert busbw["all_reduce/single_node/8G"] == 235.26
+
+
+def test_slow_node_fails_only_after_every_repeat_fell_short(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "slow", repeats=3))
+    assert ("bw.E001", Status.FAIL, "all_reduce/single_node/8G") in findings(result, "bw.nccl")
+    f = next(f for f in result.findings if f.id == "bw.E001" and "single_node" in f.component)
+    assert f.value == 117.63 and f.limit.key == "bandwidth.all_reduce.single_node.busbw_min_gbytes_per_s.8G"
+    assert f.limit.source and "node.yaml" in f.limit.source
+    assert len([c for c in calls(tmp_path) if "NCCL_P2P_DISABLE" not in c["env"]]) == 3
+
+
+def test_a_shortfall_that_does_not_repeat_passes(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "slow-then-healthy", repeats=2))
+    assert status(result, "bw.nccl") == Status.PASS, result.findings
+    assert len(calls(tmp_path)) == 3  # slow, healthy again, then the IB loopback run
+
+
+def test_wrong_results_fail_as_corruption(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "wrong"))
+    assert ("bw.E002", Status.FAIL, "all_reduce/single_node") in findings(result, "bw.nccl")
+
+
+def test_nccl_failure_fails_with_the_failure_line(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "nccl-failure"))
+    (f,) = [f for f in result.findings if f.component == "all_reduce/single_node"]
+    assert (f.id, f.status) == ("bw.E004", Status.FAIL)
+    assert "common.cu" in f.message or "common.cu" in (f.evidence or "")
+
+
+def test_hang_is_evidence_with_the_last_size_reached(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "hang", timeout=3))
+    (f,) = [f for f in result.findings if f.component == "all_reduce/single_node"]
+    assert (f.id, f.status) == ("bw.E003", Status.FAIL)
+    assert "last size reached" in f.message and f.value and "all_reduce_perf" in (f.evidence or "")
+    assert len(calls(tmp_path)) == 2  # a hang is not re-run; the loopback run still runs
+
+
+def test_wrong_rank_count_is_error_never_fail(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "missing-ranks"))
+    assert status(result, "bw.nccl") == Status.ERROR
+    assert {i for i, s, _ in findings(result, "bw.nccl")} == {"bw.E005"}
+
+
+def test_missing_binary_is_error_naming_where_hc_looked(tmp_path):
+    fabric = nccl_fabric(tmp_path, "healthy").replace(str(STANDINS), str(tmp_path / "nowhere"))
+    result = deep(tmp_path, fabric)
+    assert status(result, "bw.nccl") == Status.ERROR
+    (f,) = [f for f in result.findings if f.check == "bw.nccl"]
+    assert f.id == "hc.E001" and str(tmp_path / "nowhere") in f.message
+
+
+def test_node_without_gpus_skips(tmp_path):
+    result = deep(tmp_path, nccl_fabric(tmp_path, "healthy"), gpus=0)
+    assert status(result, "bw.nccl") == Status.SKIP and calls(tmp_path) == []
+
+
+def torch_fabric(floor: float, env: str = "{}") -> str:
+    return ("  sizes: [64K, 1M]\n  repeats: 1\n"
+            f"  all_reduce:\n    single_node: {{busbw_min_gbytes_per_s: {{1M: {floor}}}}}\n"
+            "  nccl_tests: {enabled: false}\n"
+            f"  torch: {{backend: gloo, iters: 3, warmup: 1, timeout_s: 120, env: {env}}}\n")
+
+
+@pytest.mark.slow
+def test_torch_sweep_on_two_gloo_ranks_is_judged_like_nccl_tests(tmp_path):
+    result = deep(tmp_path, torch_fabric(0.0001), gpus=2)
+    assert status(result, "bw.torch") == Status.PASS, (result.findings, result.checks)
+    comps = {m.component for m in result.metrics if m.name == "busbw_gbytes_per_s"}
+    assert comps == {"all_reduce/single_node/64K", "all_reduce/single_node/1M"}
+    # a floor no CPU reaches: FAIL at the judged size only
+    (tmp_path / "slow").mkdir()
+    slow = deep(tmp_path / "slow", torch_fabric(100000), gpus=2)
+    assert [(i, s, c) for i, s, c in findings(slow, "bw.torch")] == [
+        ("bw.E001", Status.FAIL, "all_reduce/single_node/1M")]
+
+
+@pytest.mark.slow
+def test_torch_sweep_wrong_results_fail(tmp_path):
+    result = deep(tmp_path, torch_fabric(0.0001, env="{HC_BW_TEST_CORRUPT_RANK: '1'}"), gpus=2)
+    assert ("bw.E002", Status.FAIL, "all_reduce/single_node") in findings(result, "bw.torch"), result.findings
+
+
+def test_hc_node_local_deep_on_this_machine_exits_cleanly():
+    """No GPU here: the deep tier's bandwidth checks skip, nothing hangs or errors."""
+    from support import run_hc
+
+    r = run_hc("node", "--local", "--tier", "deep", "--checks", "bw", "--format", "json", timeout=60)
+    assert r.returncode in (0, 3), r.stderr
+    report = json.loads(r.stdout)
+    checks = {c["name"]: c["status"] for c in report["nodes"][0]["checks"]}
+    assert checks["bw.nccl"] in ("SKIP", "ERROR") and checks["bw.torch"] in ("SKIP", "ERROR")
+    assert sys.executable
