@@ -31,6 +31,9 @@ _TRANSIENT = (
 
 # sinfo long states (%T) in which a node is someone else's business
 _HANDS_OFF_STATES = frozenset({"down", "fail", "failing", "future", "unknown", "maint", "planned"})
+# sinfo long states (%T), or parts of one ("mixed+drain"), with a job on the node: "draining"
+# is a drain asked for while a job still runs ("drained" has none left)
+_BUSY_STATES = frozenset({"allocated", "mixed", "completing", "draining"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ class SlurmNode:
             return self.state
         return None
 
+    @property
+    def busy(self) -> bool:
+        """A job runs on the node (allocated, mixed, completing, draining): no deep test there."""
+        return any(part in _BUSY_STATES for part in self.state.split("+"))
+
 
 @dataclass
 class SlurmResult:
@@ -75,6 +83,16 @@ class SlurmResult:
     message: str  # Slurm's output (stderr or stdout), or what went wrong
     argv: tuple[str, ...]
     attempts: int = 1
+    not_found: bool = False  # the command does not exist here (no Slurm installed)
+
+
+@dataclass
+class NodeStates:
+    """What one sinfo said: the nodes' states, or why Slurm could not be asked."""
+
+    nodes: dict[str, SlurmNode]
+    error: str | None = None  # Slurm's message when it could not be asked
+    not_installed: bool = False  # sinfo itself is missing: no Slurm on this machine
 
 
 @dataclass
@@ -103,7 +121,7 @@ class SlurmClient:
             if r.ok:
                 return SlurmResult(True, (r.stdout or r.stderr).strip(), argv, attempt)
             if r.not_found:
-                return SlurmResult(False, f"{argv[0]} not found", argv, attempt)
+                return SlurmResult(False, f"{argv[0]} not found", argv, attempt, not_found=True)
             said = (r.stderr or r.stdout).strip()
             if r.timed_out:
                 message = f"{argv[0]} timed out after {timeout:g}s" + (f": {said.splitlines()[-1]}" if said else "")
@@ -121,6 +139,11 @@ class SlurmClient:
     def nodes(self, names: str | None = None, partition: str | None = None
               ) -> tuple[dict[str, SlurmNode], str | None]:
         """State of `names` (a hostlist), of a partition, or of every node; (nodes, error)."""
+        states = self.node_states(names, partition)
+        return states.nodes, states.error
+
+    def node_states(self, names: str | None = None, partition: str | None = None) -> NodeStates:
+        """`nodes()`, telling a missing sinfo (no Slurm here) from a Slurm that did not answer."""
         argv: tuple[str, ...] = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
         if names:
             argv += ("-n", names)
@@ -128,8 +151,15 @@ class SlurmClient:
             argv += ("-p", partition)
         r = self._call(argv)
         if not r.ok:
-            return {}, r.message
-        return parse_sinfo(r.message), None
+            return NodeStates({}, r.message, r.not_found)
+        return NodeStates(parse_sinfo(r.message))
+
+    def job_exclusive(self, job_id: str) -> tuple[bool | None, str | None]:
+        """Whether job `job_id` holds its nodes alone (`scontrol -o show job`); (exclusive, error)."""
+        r = self._call((self.settings.scontrol, "-o", "show", "job", job_id))
+        if not r.ok:
+            return None, r.message
+        return parse_job_exclusive(r.message)
 
     def job_start(self, job_id: str) -> tuple[float | None, str | None]:
         """When job `job_id` started (epoch seconds, from `scontrol -o show job`); (start, error)."""
@@ -181,6 +211,20 @@ def parse_job_start(text: str) -> tuple[float | None, str | None]:
         return dt.datetime.fromisoformat(value).timestamp(), None
     except ValueError:
         return None, f"unreadable StartTime {value!r}"
+
+
+def parse_job_exclusive(text: str) -> tuple[bool | None, str | None]:
+    """`OverSubscribe=` of `scontrol -o show job` -> (exclusive, error).
+
+    A job submitted with `--exclusive` shows OverSubscribe=NO (Slurm before 16.05: Shared=0
+    or Shared=NO); anything else (OK, YES, USER, MCS, TOPO) may share its nodes with other
+    jobs. A job exclusive only through its partition's OverSubscribe=EXCLUSIVE is not told
+    apart here: it reads as shared, so deep tests skip rather than run beside a job.
+    """
+    m = re.search(r"(?:^|\s)(OverSubscribe|Shared)=(\S+)", text)
+    if m is None:
+        return None, "no OverSubscribe in scontrol's answer"
+    return m.group(2).upper() in ("NO", "0"), None
 
 
 def shell_line(argv: tuple[str, ...]) -> str:

@@ -96,8 +96,25 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     if local:
         from healthcheck.orchestrate.localrun import check_this_node
 
-        report, abandoned = check_this_node(app.config, node=this_node_name(), tier=tier, only=checks,
-                                            params={"since": parse_since(since)})
+        name = this_node_name()
+        window = parse_since(since)
+        skip_deep, run_findings = None, []
+        if tier == "deep":  # never under someone else's job: see orchestrate/busy.py
+            from healthcheck.core.registry import select
+            from healthcheck.orchestrate.busy import guard_this_node
+
+            select(tier, checks)  # unknown check names are a usage error before Slurm is asked
+            guard = guard_this_node(app.config, name, os.environ)
+            for note in guard.notes:
+                click.echo(f"hc: warning: {note}", err=True)
+            skip_deep, run_findings = guard.skip_reason, guard.run_findings
+        report, abandoned = check_this_node(app.config, node=name, tier=tier, only=checks,
+                                            params={"since": window}, skip_deep=skip_deep)
+        if run_findings:
+            from healthcheck.report.build import with_run_finding
+
+            for finding in run_findings:
+                report = with_run_finding(report, finding)
         if not abandoned:
             app.emit_report(report, output=output)
             return int(exit_code_for(report.status, fail_level))

@@ -27,13 +27,21 @@ def check_this_node(
     root: Path = Path("/"),
     params: dict | None = None,
     require_checks: bool = True,
+    skip_deep: str | None = None,
 ) -> tuple[Report, bool]:
     """Run the checks of `tier` on this machine as `node`; returns the report and whether
-    a probe had to be abandoned (the caller should then exit without waiting for it)."""
+    a probe had to be abandoned (the caller should then exit without waiting for it).
+
+    skip_deep: the deep-only checks SKIP for this reason (a job runs on the node, see
+    orchestrate/busy.py); the other checks run."""
     started = utc_now()
     deadline = time.monotonic() + deadline_s if deadline_s is not None else None
     node_config = config.for_node(node)
     specs = select(tier, only)
+    if skip_deep:
+        from healthcheck.orchestrate.busy import skip_deep_only
+
+        specs = skip_deep_only(specs, skip_deep)
     ctx = ProbeContext(runner=LocalRunner(), transport="local", root=root, env=dict(os.environ),
                        params={k: v for k, v in (params or {}).items() if v is not None})
     result, abandoned = run_checks(node_config, specs, ctx, deadline=deadline, mode="local")

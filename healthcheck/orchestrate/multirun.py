@@ -13,7 +13,8 @@ import msgspec
 
 from healthcheck.core.config import Config
 from healthcheck.core.errors import UsageError
-from healthcheck.core.model import NodeResult, Report
+from healthcheck.core.model import Finding, NodeResult, Report
+from healthcheck.core.status import Status
 from healthcheck.report.build import make_report, sort_nodes, utc_now, with_run_finding
 
 
@@ -49,6 +50,7 @@ def run_many(
     only = list(only)
     warnings: list[str] = []
     launch_findings: list = []
+    guard_findings: list = []  # the run could not do what was asked: its status is at least ERROR
     if via == "slurm":
         from healthcheck.orchestrate.srun import check_over_srun
 
@@ -58,10 +60,25 @@ def run_many(
         launch_findings = list(launched.run_findings)
         warnings += launched.notes
     else:
-        from healthcheck.orchestrate.remote import check_over_ssh
+        from healthcheck.orchestrate import remote
 
-        results = check_over_ssh(config, nodes, tier=tier, only=only, mode=mode, params={"since": since},
-                                 on_done=on_done)
+        to_check, skipped = nodes, []
+        if tier == "deep":  # never under a user's job: busy nodes skipped and named (orchestrate/busy.py)
+            from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+
+            guard = guard_sweep(config, nodes, env=env)
+            warnings += guard.notes
+            guard_findings += guard.run_findings
+            to_check = guard.allowed
+            skipped = [skipped_result(n, config.fabric_of(n), why, "agentless" if mode == "auto" else mode)
+                       for n, why in guard.skipped.items()]
+            for r in skipped:  # a progress bar counts every node named
+                if on_done is not None:
+                    on_done(r.node, r)
+        checked = remote.check_over_ssh(config, to_check, tier=tier, only=only, mode=mode, params={"since": since},
+                                        on_done=on_done) if to_check else []
+        by_node = {r.node: r for r in [*checked, *skipped]}
+        results = [by_node[n] for n in nodes if n in by_node]
     pair_run = None
     if tier == "deep" and pairs and len(results) > 1:
         if via == "slurm":
@@ -88,8 +105,11 @@ def run_many(
         results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
         analyses = [*analyses, *pair_analyses]
         launch_findings += pair_findings
+    # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected"
+    busy_only = _nothing_checked_busy(results, tier) if not guard_findings else None
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
-                         started=started, finished=utc_now(), nodes=results)
+                         started=started, finished=utc_now(), nodes=results,
+                         require_checks=busy_only is None and not guard_findings)
     report = msgspec.structs.replace(report, analyses=analyses)
     if groups:
         from healthcheck.report.build import with_groups
@@ -97,6 +117,8 @@ def run_many(
         report = with_groups(report, groups)
     for finding in launch_findings:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
+    for finding in [*guard_findings, *([busy_only] if busy_only is not None else [])]:
+        report = with_run_finding(report, finding)
     run = MultiRun(report=report, warnings=warnings)
     if act:
         from healthcheck.actions.apply import act as act_in_slurm
@@ -121,6 +143,25 @@ def run_many(
         except Exception as exc:  # history is a convenience: never lose the run over it
             warnings.append(f"history not written: {exc}")
     return run
+
+
+def _nothing_checked_busy(results: list[NodeResult], tier: str) -> Finding | None:
+    """hc.E007 when every node of a deep run was skipped before any check ran (busy with a job,
+    or one the Slurm transport could not place), saying so rather than "no check was selected"."""
+    if tier != "deep" or not results or any(r.status is not Status.SKIP or r.checks for r in results):
+        return None
+    from healthcheck.core import catalogue
+    from healthcheck.report.build import run_finding
+
+    scope = _scope_of(r.node for r in results)
+    return run_finding(catalogue.NOTHING_CHECKED, f"nothing was checked: every node was skipped before its checks "
+                       f"ran ({scope}; each node's result says why)", scope=scope, value=0)
+
+
+def _scope_of(names: Iterable[str]) -> str:
+    from healthcheck.core.nodes import fold
+
+    return fold(names) or "run"
 
 
 def _scope(report: Report) -> str:

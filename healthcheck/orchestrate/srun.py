@@ -13,6 +13,12 @@ checked. The nodes are therefore sorted first, from one `sinfo`:
 - anyone else's (drained for another reason, DOWN, not responding), nodes busy with a
   job, and nodes outside the caller's allocation: not checked, and named as skipped
   with the reason.
+
+The deep tier takes its nodes to itself: the allocation hc submits asks for them whole
+(`srun --exclusive`), so no user's job shares them while the bandwidth tests run, and a
+node with any job on it (mixed too) is skipped rather than waited for. Inside the
+caller's allocation hc submits nothing: `hc node --local` on each node then runs the
+deep tests only if that allocation is exclusive (orchestrate/busy.py).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from healthcheck.core.config import Config
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
-from healthcheck.core.status import Status
+from healthcheck.orchestrate.busy import DEEP, skipped_result
 from healthcheck.orchestrate.engine import unreachable_result
 from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch
 from healthcheck.runners.local import run_command
@@ -42,14 +48,15 @@ class SrunOutcome:
 
 
 def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
-              job_name: str = "hc-sweep", wait_s: int | None = None) -> list[str]:
-    """`srun --label`, one task per node, running `hc node --local --format json` there."""
+              job_name: str = "hc-sweep", wait_s: int | None = None, exclusive: bool = False) -> list[str]:
+    """`srun --label`, one task per node, running `hc node --local --format json` there;
+    `exclusive`: the nodes whole (`--exclusive`), for the deep tier's own allocation."""
     return list(_srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name,
-                             wait_s=wait_s).argv)
+                             wait_s=wait_s, exclusive=exclusive).argv)
 
 
 def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
-                 job_name: str, wait_s: int | None) -> Launch:
+                 job_name: str, wait_s: int | None, exclusive: bool = False) -> Launch:
     s = config.main.slurm
     program = [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
     only = list(only)
@@ -58,7 +65,8 @@ def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[
     if since is not None:
         program += ["--since", str(since)]
     return srun_launch(program, srun=s.srun, nodelist=fold(nodes), nodes=len(nodes), ntasks=len(nodes),
-                       ntasks_per_node=1, job_name=job_name, immediate_s=wait_s)
+                       ntasks_per_node=1, job_name=job_name, immediate_s=wait_s,
+                       extra=("--exclusive",) if exclusive else ())
 
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
@@ -74,7 +82,7 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
         out.notes.append(f"cannot read node states from Slurm ({error}); trying srun on every node")
         placeable, over_ssh, skipped = list(nodes), list[str](), dict[str, str]()
     else:
-        placeable, over_ssh, skipped = _sort(nodes, states, _allocation(run_env))
+        placeable, over_ssh, skipped = _sort(nodes, states, _allocation(run_env), whole=tier == DEEP)
     by_node: dict[str, NodeResult] = {}
     if placeable:
         for r in _run_srun(config, placeable, tier=tier, only=only, since=since, env=run_env, out=out):
@@ -87,8 +95,7 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
             by_node[r.node] = r
     for node, why in skipped.items():
         out.notes.append(f"skipped {node} ({why})")
-        by_node[node] = NodeResult(node=node, fabric=config.fabric_of(node), status=Status.SKIP, mode="slurm",
-                                   error=f"not checked: {why}")
+        by_node[node] = skipped_result(node, config.fabric_of(node), why, "slurm")
     out.results = [by_node[n] for n in nodes if n in by_node]
     return out
 
@@ -103,8 +110,10 @@ def _allocation(env: Mapping[str, str]) -> set[str] | None:
     return set(expand([nodelist]))
 
 
-def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None
+def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None, whole: bool = False
           ) -> tuple[list[str], list[str], dict[str, str]]:
+    """whole: hc's allocation will ask for the nodes whole (deep tier), so a node sharing
+    any job (mixed) cannot be placed either."""
     placeable: list[str] = []
     over_ssh: list[str] = []
     skipped: dict[str, str] = {}
@@ -123,7 +132,7 @@ def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None
                 placeable.append(node)
             else:
                 skipped[node] = f"{state.state}, not in this job's allocation"
-        elif state.state.split("+", 1)[0] in ("allocated", "completing"):
+        elif state.state.split("+", 1)[0] in ("allocated", "completing") or (whole and state.busy):
             skipped[node] = f"{state.state}: busy with a job"
         else:
             placeable.append(node)
@@ -140,7 +149,9 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
     inside = _allocation(env) is not None
     job_name = f"hc-sweep-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
     wait_s = None if inside else settings.sweep_wait_s
-    spec = _srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s)
+    # the deep tier's own allocation holds its nodes whole; inside the caller's, that job decides
+    spec = _srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s,
+                        exclusive=tier == DEEP and not inside)
     result: LaunchResult | None = None
     try:
         # SIGTERM first at the timeout: srun then cancels its step before it is killed
