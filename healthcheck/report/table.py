@@ -1,7 +1,11 @@
 """Human-readable output: one line per group of identical findings, nodes folded, then
+the bandwidth between nodes (a pair matrix per message size, the groups' busbw), then
 one line per run-level result (pair, group, job)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from healthcheck.core.catalogue import NOTHING_CHECKED
 from healthcheck.core.model import GroupResult, Report
@@ -10,6 +14,13 @@ from healthcheck.core.status import Status
 # above this many groups, passing ones are counted rather than listed (a 64-node pair
 # matrix has 2,016 pairs; the slow ones must not drown)
 LIST_PASSING_UP_TO = 20
+# a pair matrix is printed for at most this many nodes (wider does not fit a terminal);
+# past it, the SLOWEST_PAIRS slowest pairs of each size are listed instead
+MATRIX_UP_TO = 32
+SLOWEST_PAIRS = 20
+BUSBW = "busbw"  # the metric a bandwidth test between nodes reports, per message size (its component)
+_MARK = {Status.WARN: "!", Status.FAIL: "!!"}  # after a cell's value: the test shown fell short
+NO_RESULT = "ERR"  # a cell whose pair's tests all ended ERROR (could not run): no value
 
 
 def printable(text: object) -> str:
@@ -33,6 +44,7 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
         out.append(tabulate(rows, headers=["STATUS", "ID", "NODES", "SUBJECT", "MESSAGE"], tablefmt="simple"))
         out.append("")
     if report.groups:
+        out.extend(render_bandwidth(report.groups))  # nothing where no pair or group was tested
         out.extend(render_groups(report.groups))
         out.append("")
     if show_checks is None:
@@ -90,3 +102,190 @@ def render_groups(groups: list[GroupResult]) -> list[str]:
     if hidden:
         out.append(f"{hidden} more pair/group/job results passed or were skipped (--format json lists them)")
     return out
+
+
+# ---------------------------------------------------------------- bandwidth between nodes
+
+
+class _Cell(NamedTuple):
+    """A pair's (or group's) busbw at one size: the best of its tests, and that test's status;
+    value None where no test gave one (status ERROR: a test could not run)."""
+
+    value: float | None
+    status: Status
+
+    def text(self, marks: int = 0) -> str:
+        """The value (or ERR), then its mark padded to `marks` characters, so that values with
+        and without marks line up when right-aligned; marks=0: no mark (a STATUS column says)."""
+        if self.value is None:
+            return NO_RESULT + " " * marks
+        return f"{self.value:.1f}" + (_MARK.get(self.status, "").ljust(marks) if marks else "")
+
+
+def _busbw(group: GroupResult, size: str) -> float | None:
+    """The group's best busbw at `size`, or None where it measured none."""
+    values = [float(m.value) for m in group.metrics if m.name == BUSBW and m.component == size
+              and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)]
+    return max(values) if values else None
+
+
+def _sizes(groups: Iterable[GroupResult]) -> list[str]:
+    """The message sizes the groups measured busbw at, smallest first ("64M" before "1G")."""
+    from healthcheck.core.units import parse_size
+    from healthcheck.report.build import natural_key
+
+    def key(size: str) -> tuple:
+        try:
+            return 0, parse_size(size), natural_key(size)
+        except ValueError:  # a size hc does not write: after the others, by name
+            return 1, 0, natural_key(size)
+
+    return sorted({m.component for g in groups for m in g.metrics if m.name == BUSBW}, key=key)
+
+
+def _unit(groups: Iterable[GroupResult]) -> str:
+    units = {m.unit for g in groups for m in g.metrics if m.name == BUSBW and m.unit}
+    return printable(units.pop()) if len(units) == 1 else "GB/s" if not units else "mixed units"
+
+
+def _best(tests: Sequence[GroupResult], size: str) -> _Cell | None:
+    """The best of one pair's (or group's) tests at `size`: its value and status; ERR where
+    no test measured it and one could not run; None where none was tested at that size."""
+    measured = [(v, g.status) for g in tests if (v := _busbw(g, size)) is not None]
+    if measured:
+        value, status = max(measured, key=lambda vs: vs[0])  # the first of the best: the producer's order
+        return _Cell(value, status)
+    if any(g.status is Status.ERROR for g in tests):
+        return _Cell(None, Status.ERROR)
+    return None
+
+
+def _pair_name(a: str, b: str) -> str:
+    return f"{printable(a)}-{printable(b)}"
+
+
+def render_bandwidth(groups: list[GroupResult]) -> list[str]:
+    """The bandwidth between nodes, from run-level results: for pairs, a nodes x nodes matrix
+    of busbw per message size (the slowest pairs where there are too many nodes); for groups
+    (more than two nodes tested together), each one's busbw. [] where there are neither, so
+    a report without them renders as it always has. Findings about pairs and groups (slow
+    links) are in the findings table already, folded with the nodes' own."""
+    from healthcheck.report.build import sort_nodes
+
+    out: list[str] = []
+    pairs: dict[tuple[str, str], list[GroupResult]] = {}
+    for g in groups:
+        if g.kind == "pair" and len(set(g.members)) == 2:
+            a, b = sort_nodes(g.members)
+            pairs.setdefault((a, b), []).append(g)  # "a-b" and "a-b (confirm)": one pair, two tests
+    # a pair result with neither a value nor an ERROR test (a finding about a pair never
+    # tested as one) has no cell: the GROUP table and the findings table list it
+    if pairs:
+        out.extend(_pair_bandwidth(pairs))
+    tested_groups = [g for g in groups if g.kind == "group" and (_sizes([g]) or g.status is Status.ERROR)]
+    if tested_groups:
+        out.extend(_group_bandwidth(tested_groups))
+    return out
+
+
+def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str]:
+    """Per size: the matrix of the pairs' busbw, or the slowest pairs past MATRIX_UP_TO nodes."""
+    from tabulate import tabulate
+
+    from healthcheck.report.build import natural_key, sort_nodes
+
+    every = [g for tests in pairs.values() for g in tests]
+    sizes = _sizes(every)
+    unit = _unit(every)
+    nodes = sort_nodes({n for pair in pairs for n in pair})
+    possible = len(nodes) * (len(nodes) - 1) // 2
+    out: list[str] = []
+    if not sizes:
+        failed = sum(1 for tests in pairs.values() if any(g.status is Status.ERROR for g in tests))
+        if failed:
+            out += [f"pair {BUSBW}: no test between nodes gave a result ({failed} of {possible} pairs could not "
+                    f"run, listed below)", ""]
+        return out
+    legend = False
+    for size in sizes:
+        cells = {pair: cell for pair, tests in pairs.items() if (cell := _best(tests, size)) is not None}
+        if not cells:
+            continue
+        no_result = sum(1 for c in cells.values() if c.value is None)
+        title = (f"pair {BUSBW} at {printable(size)} ({unit}): {len(cells)} of {possible} pairs tested"
+                 + (f", {no_result} without a result" if no_result else ""))
+        if len(nodes) <= MATRIX_UP_TO:
+            if not legend:
+                out.append(f"each cell: the best {BUSBW} of the pair's tests; {_MARK[Status.WARN]} WARN, "
+                           f"{_MARK[Status.FAIL]} FAIL, {NO_RESULT} no result, blank not tested")
+                legend = True
+            out.append(title)
+            out.extend(_matrix(nodes, cells))
+        else:
+            slowest = sorted(((pair, c) for pair, c in cells.items() if c.value is not None),
+                             key=lambda pc: (pc[1].value, natural_key(pc[0][0]), natural_key(pc[0][1])))
+            shown = slowest[:SLOWEST_PAIRS]
+            out.append(f"{title}, among {len(nodes)} nodes (too many for a matrix); the {len(shown)} slowest:")
+            out.append(tabulate([[_pair_name(*pair), c.text(), c.status.value] for pair, c in shown],
+                                headers=["PAIR", f"{BUSBW.upper()} {printable(size)}", "STATUS"], tablefmt="simple",
+                                colalign=("left", "right", "left"), disable_numparse=True))
+        out.append("")
+    return out
+
+
+def _matrix(nodes: list[str], cells: dict[tuple[str, str], _Cell]) -> list[str]:
+    """Both triangles: a node's row reads its busbw with every partner."""
+    marks = max((len(_MARK.get(c.status, "")) for c in cells.values() if c.value is not None), default=0)
+
+    def cell(a: str, b: str) -> str:
+        if a == b:
+            return "-" + " " * marks
+        c = cells.get((a, b)) or cells.get((b, a))
+        return c.text(marks) if c is not None else ""
+
+    names = [printable(n) for n in nodes]
+    rows = [[name, *(cell(a, b) for b in nodes)] for name, a in zip(names, nodes, strict=True)]
+    return _table(rows, ["", *names], right=tuple(range(1, len(names) + 1)))
+
+
+def _table(rows: list[list[str]], headers: list[str], *, right: tuple[int, ...] = ()) -> list[str]:
+    """tabulate's "simple" layout with the cells as given, for the matrix: tabulate strips
+    the padding that lines up values with and without a mark, so the columns are laid out here."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _group_bandwidth(groups: list[GroupResult]) -> list[str]:
+    """Each group's busbw per size (a group is one test of more than two nodes); past
+    LIST_PASSING_UP_TO, the slowest at the largest size (no result first)."""
+    from tabulate import tabulate
+
+    from healthcheck.report.build import natural_key
+
+    sizes = _sizes(groups)
+    if len(groups) <= LIST_PASSING_UP_TO:
+        listed = sorted(groups, key=lambda g: natural_key(g.name))
+        title = f"group {BUSBW} ({_unit(groups)}):"
+    else:
+        largest = sizes[-1] if sizes else ""
+
+        def slow(g: GroupResult) -> tuple:
+            v = _busbw(g, largest)
+            return (v is not None, v or 0.0, natural_key(g.name))
+
+        listed = sorted(groups, key=slow)[:LIST_PASSING_UP_TO]
+        title = (f"group {BUSBW} ({_unit(groups)}): the {len(listed)} slowest of {len(groups)} groups at "
+                 f"{printable(largest)} (--format json lists them all)")
+    rows = []
+    for g in listed:
+        cells = [_best([g], size) for size in sizes]
+        rows.append([printable(g.name), printable(_members(g.members)), g.status.value,
+                     *(c.text() if c is not None else "" for c in cells)])
+    table = tabulate(rows, headers=["GROUP", "MEMBERS", "STATUS", *(printable(s) for s in sizes)], tablefmt="simple",
+                     colalign=("left", "left", "left", *("right" for _ in sizes)), disable_numparse=True)
+    return [title, table, ""]
