@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
 from healthcheck.bandwidth.judge import describe, floors, judge
+from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec, finding
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding, Limit, Metric
@@ -22,6 +25,7 @@ from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status
 from healthcheck.core.units import format_size
 from healthcheck.parsers.bandwidth_common import BandwidthAttempt, BandwidthRun, BandwidthRuns
+from healthcheck.parsers.perftest import IbWriteBwAttempt, IbWriteBwHca, IbWriteBwLoopback, loopback_floor
 
 BELOW_FLOOR = finding(
     "bw.E001",
@@ -157,3 +161,170 @@ def nccl(nccl_tests: BandwidthRuns, limits: Fabric) -> CheckOutput:
 def torch(torch_sweep: BandwidthRuns, limits: Fabric) -> CheckOutput:
     """hc's torch collective sweep on all the node's GPUs reaches the fabric's busbw floors with exact results."""
     yield from _runs(torch_sweep, limits)
+
+
+# ----------------------------------------------------------- ib_write_bw loopback per HCA port
+
+IB_BELOW_FLOOR = finding(
+    "bw.E010",
+    "an HCA port's ib_write_bw loopback stayed below its floor in every attempt",
+    "The floor is bandwidth.ib_write_bw.per_hca_min_gbps, or rate_fraction x the port's rate (NVIDIA's 0.9 x "
+    "rate rule). Look at the port: a PCIe link trained below x16 or Gen5 (lspci -vv, LnkSta), the HCA on the "
+    "wrong NUMA node or unpinned (see the notes), error counters rising (perfquery), the GPU-direct path "
+    "(nvidia-peermem) with use_cuda. Compare with the node's other ports and its peers (hc report).",
+    action="investigate",
+)
+IB_TEST_FAILED = finding(
+    "bw.E011",
+    "ib_write_bw failed on an HCA port: QP to RTR, completion error, device open or memory registration",
+    "'Failed to modify QP .. to RTR': no SM, a port not Active, a wrong GID index (-x, RoCE) or an MTU "
+    "mismatch; a completion error (status/syndrome in the evidence): the link or, with use_cuda, the "
+    "GPU-direct path (nvidia-peermem, ACS, BIOS); 'Couldn't get context': the driver (dmesg, ibv_devinfo). "
+    "Fix, then re-run `hc node --local --tier deep --checks bw.ib_write_bw`.",
+    action="investigate",
+)
+IB_NOT_RUN = finding(
+    "bw.E012",
+    "the ib_write_bw loopback could not run on an HCA port (perftest missing or unable to see the device, "
+    "side channel refused, output hc cannot read)",
+    "Not evidence against the node. Install perftest where the message says hc looked; 'Did not detect "
+    "devices' means libibverbs sees no HCA (rdma-core provider library, /dev/infiniband in a container); "
+    "'Couldn't listen to port' means a leftover perftest holds bandwidth.ib_write_bw.port_base + i; "
+    "'Couldn't allocate MR' in host memory is the memlock limit (ulimit -l).",
+    action="fix-config",
+)
+IB_COUNTERS_ROSE = finding(
+    "bw.E013",
+    "an HCA port error counter rose more than the fabric allows during a bandwidth test",
+    "Errors that appear under load are a marginal cable, transceiver or port: reseat or replace the cable, "
+    "check the switch side (ibdiagnet), clear the counters (perfquery -R) and re-run the test.",
+    action="replace-cable",
+)
+IB_HUNG = finding(
+    "bw.E014",
+    "ib_write_bw loopback on an HCA port hung and was stopped at hc's timeout",
+    "A loopback that connects and never finishes points at the HCA, its firmware or, with use_cuda, the "
+    "GPU-direct path: check dmesg for mlx5 errors and the port's counters, then reset the HCA or reboot.",
+    action="reboot",
+)
+_IB_FINDINGS = (IB_BELOW_FLOOR, IB_TEST_FAILED, IB_NOT_RUN, IB_COUNTERS_ROSE, IB_HUNG, catalogue.TOOL_MISSING)
+
+
+def _ib_evidence(hca: IbWriteBwHca, attempt: IbWriteBwAttempt | None = None, lines: str = "") -> str:
+    head = f"notes: {'; '.join(hca.notes)}\n" if hca.notes else ""
+    if hca.counter_rises:
+        head += "error counters that rose during the test: " + _rises(hca) + "\n"
+    env = " ".join(f"{k}={v}" for k, v in sorted(attempt.env.items())) if attempt else ""
+    head += f"env: {env}\n" if env else ""
+    head += lines[:1500] + "\n" if lines else ""
+    return head + (attempt.output_tail[-6000:] if attempt else "")
+
+
+def _rises(hca: IbWriteBwHca) -> str:
+    return ", ".join(f"{name} +{rise}" for name, rise in sorted(hca.counter_rises.items()))
+
+
+def _rose(hca: IbWriteBwHca) -> str:
+    """The counters that rose, for the message of a finding about the same port."""
+    return f"; error counters rose during the test: {_rises(hca)}" if hca.counter_rises else ""
+
+
+def _ib_counters(hca: IbWriteBwHca, limits: Fabric) -> CheckOutput:
+    max_rise = msgspec.structs.asdict(limits.bandwidth.counters_max_rise)
+    if hca.counters_unknown and any(v is not None for v in max_rise.values()):
+        yield catalogue.TOOL_MISSING(Status.ERROR, f"{hca.name}: error counters could not be read around the "
+                                     f"ib_write_bw test ({hca.counters_unknown}), so bandwidth.counters_max_rise "
+                                     "cannot be judged", component=f"{hca.name}:counters")
+    for counter, rise in sorted(hca.counter_rises.items()):
+        most = max_rise.get(counter)
+        if most is not None and rise > most:
+            yield IB_COUNTERS_ROSE.fail(
+                f"{hca.name} {counter} rose by {rise} during the ib_write_bw loopback, more than {most}",
+                component=f"{hca.name}:{counter}", value=rise,
+                limit=Limit("<=", most, f"bandwidth.counters_max_rise.{counter}"), evidence=_ib_evidence(hca))
+
+
+def _ib_judge(hca: IbWriteBwHca, fact: IbWriteBwLoopback, limits: Fabric) -> CheckOutput:
+    name = hca.name
+    if hca.not_run:
+        yield _error(IB_NOT_RUN, f"{name}: ib_write_bw not run: {hca.not_run}", component=name,
+                     evidence=_ib_evidence(hca))
+        return
+    if not hca.attempts:
+        yield _error(IB_NOT_RUN, f"{name}: no ib_write_bw attempt finished within the run's time", component=name,
+                     evidence=_ib_evidence(hca))
+        return
+    values = [a.avg_gbits for a in hca.attempts if a.avg_gbits is not None]
+    if values:
+        yield Metric("bw_gbps", max(values), "Gb/s", component=name)
+    yield from _ib_counters(hca, limits)
+    last = hca.attempts[-1]
+    size = format_size(fact.size_bytes)
+    if last.hung:
+        yield IB_HUNG.fail(f"{name}: ib_write_bw loopback hung: stopped after {last.duration_s:g}s{_rose(hca)}",
+                           component=name, evidence=_ib_evidence(hca, last))
+        return
+    broke = last.hca_failures(fact.use_cuda)
+    if broke:
+        yield IB_TEST_FAILED.fail(f"{name}: ib_write_bw failed: {broke[0].message} ({broke[0].kind}){_rose(hca)}",
+                                  component=name, value=str(broke[0].kind),
+                                  evidence=_ib_evidence(hca, last, "\n".join(f.message for f in last.failures)))
+        return
+    if last.cut_short:
+        yield _error(IB_NOT_RUN, f"{name}: ib_write_bw stopped after {last.duration_s:g}s, when the run's deadline "
+                     "came (no sign of a hang)", component=name, evidence=_ib_evidence(hca, last))
+        return
+    if last.failures or last.unreadable or last.avg_gbits is None:
+        if last.failures:
+            why = f"{last.failures[0].message} ({last.failures[0].kind})"
+            if last.connect_tries > 1:
+                why += f", after {last.connect_tries} client starts"
+        else:
+            why = last.unreadable or (f"no result row at {size} (client exit {last.client_returncode}, "
+                                      f"server exit {last.server_returncode})")
+        yield _error(IB_NOT_RUN, f"{name}: ib_write_bw could not run: {why}", component=name,
+                     evidence=_ib_evidence(hca, last, "\n".join(f.message for f in last.failures)))
+        return
+    settings = limits.bandwidth.ib_write_bw
+    floor, setting = loopback_floor(settings.per_hca_min_gbps, settings.rate_fraction, fact.bidirectional,
+                                    hca.rate_gbps)
+    key = ("bandwidth.ib_write_bw.per_hca_min_gbps" if setting == "per_hca_min_gbps"
+           else "bandwidth.ib_write_bw.rate_fraction")
+    if floor is None:
+        yield catalogue.TOOL_MISSING(Status.ERROR, f"{name}: the port's rate is unknown, so its ib_write_bw floor "
+                                     f"(rate_fraction x rate) cannot be set; set {key.rsplit('.', 1)[0]}"
+                                     ".per_hca_min_gbps", component=name, value=max(values))
+        return
+    if all(v < floor for v in values):
+        how = "per_hca_min_gbps" if setting == "per_hca_min_gbps" else (
+            f"{settings.rate_fraction:g} x {hca.rate_gbps:g} Gb/s port rate" + (" x2 bidirectional"
+                                                                               if fact.bidirectional else ""))
+        got = ", ".join(f"{v:g}" for v in values)
+        yield IB_BELOW_FLOOR.fail(
+            f"{name}: ib_write_bw loopback at {size}: {max(values):g} Gb/s, floor {floor:g} ({how}); "
+            f"attempts: {got}{_rose(hca)}",
+            component=name, value=max(values), unit="Gb/s", limit=Limit(">=", floor, key),
+            evidence=_ib_evidence(hca, last))
+
+
+def _ib_write_bw_enabled(limits: Fabric) -> str | None:
+    return None if limits.bandwidth.ib_write_bw.enabled else "ib_write_bw is disabled in the fabric " \
+        "(bandwidth.ib_write_bw.enabled)"
+
+
+@check("bw.ib_write_bw", tier="deep", needs=("ib_write_bw_loopback",), findings=_IB_FINDINGS, budget_s=600.0,
+       applies=_ib_write_bw_enabled)
+def ib_write_bw(ib_write_bw_loopback: IbWriteBwLoopback, limits: Fabric) -> CheckOutput:
+    """ib_write_bw loopback on every Active compute HCA port reaches its floor (per_hca_min_gbps, or
+    rate_fraction x the port's rate), without failures, hangs or error counters rising."""
+    fact = ib_write_bw_loopback
+    if fact.missing:
+        yield _error(IB_NOT_RUN, f"ib_write_bw could not run: {fact.missing}", component="ib_write_bw")
+        return
+    if not fact.hcas:
+        if fact.skipped:
+            raise NotApplicable("no Active compute HCA port to test (ib.port_state judges them: "
+                                + "; ".join(fact.skipped[:8]) + ")")
+        raise NotApplicable("no compute HCA on this node")
+    for hca in fact.hcas:
+        yield from _ib_judge(hca, fact, limits)

@@ -639,3 +639,109 @@ def _dedupe(items: list) -> tuple:
             seen.add(key)
             out.append(item)
     return tuple(out)
+
+
+# ------------------------------------------------- ib_write_bw loopback on one node (facts)
+#
+# The deep tier runs a server and a client of ib_write_bw on the same node, per compute
+# HCA port (healthcheck/probes/ib_write_bw.py); these are what it found, judged by the
+# check bw.ib_write_bw (healthcheck/checks/bw.py).
+
+# What a perftest failure says about the HCA. These kinds are the HCA (or its driver, or
+# the GPU-direct path) refusing or breaking RDMA on this node: evidence against it. Every
+# other kind (the TCP side channel, a device perftest cannot see, bad arguments, a CUDA
+# library it cannot load, a line hc does not know) means the test could not run, which
+# says nothing about the node. "Couldn't allocate MR" is the HCA's only with --use_cuda
+# (the GPUDirect path); in host memory it is almost always RLIMIT_MEMLOCK.
+HCA_FAILURE_KINDS = frozenset({
+    PerftestFailureKind.DEVICE_CONTEXT, PerftestFailureKind.DEVICE_ATTRIBUTES, PerftestFailureKind.LINK_CONFIG,
+    PerftestFailureKind.IB_RESOURCES, PerftestFailureKind.CREATE_QP, PerftestFailureKind.MODIFY_QP,
+    PerftestFailureKind.HCA_CONNECT, PerftestFailureKind.COMPLETION_ERROR, PerftestFailureKind.RUN,
+})
+
+
+def is_hca_failure(failure: PerftestFailure, use_cuda: bool) -> bool:
+    """Whether `failure` is evidence against the HCA (see HCA_FAILURE_KINDS)."""
+    if failure.kind is PerftestFailureKind.ALLOCATE_MR:
+        return use_cuda
+    return failure.kind in HCA_FAILURE_KINDS
+
+
+def loopback_floor(per_hca_min_gbps: float | None, rate_fraction: float, bidirectional: bool,
+                   rate_gbps: float | None) -> tuple[float | None, str]:
+    """The Gb/s an HCA port's loopback must reach, and the setting that gave it.
+
+    `per_hca_min_gbps` as set; otherwise NVIDIA's rule (ngc_multinode_perf): rate_fraction
+    x the port's sysfs rate, x2 for a bidirectional run (both directions are summed).
+    (None, "rate_fraction") when the rate is unknown and no floor is set.
+    """
+    if per_hca_min_gbps is not None:
+        return per_hca_min_gbps, "per_hca_min_gbps"
+    if rate_gbps is None or rate_gbps <= 0:
+        return None, "rate_fraction"
+    return round(rate_fraction * rate_gbps * (2 if bidirectional else 1), 6), "rate_fraction"
+
+
+class IbWriteBwAttempt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One loopback run on one HCA port: an ib_write_bw server and its client, both on this node."""
+
+    server_argv: tuple[str, ...]
+    client_argv: tuple[str, ...]
+    env: dict[str, str] = {}  # the variables hc set for both sides, echoed in the report
+    # the measuring side's rows: the client's (it measures a write), the server's where it printed none
+    rows: tuple[PerftestRow, ...] = ()
+    avg_gbits: float | None = None  # BW average at the size run; None: no row
+    # the client's, then the server's (the server's first when the client only found no server listening)
+    failures: tuple[PerftestFailure, ...] = ()
+    client_returncode: int | None = None
+    server_returncode: int | None = None
+    hung: bool = False  # the client was killed at its whole timeout (bandwidth.ib_write_bw.timeout_s)
+    cut_short: bool = False  # killed at a timeout the run's deadline had shortened: no sign of a hang
+    server_timed_out: bool = False  # the server was killed at its timeout (no client came, or it hung)
+    connect_tries: int = 1  # client starts: it is started again while perftest says "Couldn't connect"
+    duration_s: float = 0.0
+    unreadable: str | None = None  # output hc could not read as perftest's (no banner, row or error)
+    output_tail: str = ""  # the end of what each side printed: evidence for a finding
+
+    def hca_failures(self, use_cuda: bool) -> tuple[PerftestFailure, ...]:
+        return tuple(f for f in self.failures if is_hca_failure(f, use_cuda))
+
+
+class IbWriteBwHca(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Every loopback attempt on one compute HCA port, how it was run and what its error counters did."""
+
+    device: str  # mlx5_0
+    port: int  # the HCA port (-i)
+    tcp_port: int  # the side channel's port (-p): port_base + this port's index
+    rate_gbps: float | None = None  # the port's rate from sysfs (or ibstat)
+    link_layer: str | None = None
+    numa_node: int | None = None  # /sys/class/infiniband/DEV/device/numa_node; None: unknown (-1)
+    pinned: bool = False  # both sides ran under numactl -N/-m of the HCA's node
+    gpu: int | None = None  # --use_cuda=<this> (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    notes: tuple[str, ...] = ()  # how it was run where that was not the plan (unpinned, GPU by index)
+    floor_gbps: float | None = None  # the floor the probe re-ran against (the check derives its own)
+    floor_setting: str = ""  # per_hca_min_gbps | rate_fraction
+    attempts: tuple[IbWriteBwAttempt, ...] = ()
+    # error counters that rose during the test (after - before, sysfs names), and why they are unknown
+    counter_rises: dict[str, int] = {}
+    counters_unknown: str | None = None
+    not_run: str | None = None  # why hc could not run the test on this port (no GPU for --use_cuda, ...)
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+class IbWriteBwLoopback(msgspec.Struct, frozen=True, omit_defaults=True):
+    """ib_write_bw loopback on every Active compute HCA port of a node.
+
+    No `hcas` and no `skipped` means the node has no compute HCA; `missing` says that
+    perftest was not found and where hc looked (nothing was run).
+    """
+
+    size_bytes: int = 0
+    bidirectional: bool = False
+    use_cuda: bool = False
+    hcas: tuple[IbWriteBwHca, ...] = ()
+    skipped: tuple[str, ...] = ()  # compute ports not Active ("mlx5_2/1: Down/Polling"): ib.port_state's
+    missing: str | None = None

@@ -339,6 +339,7 @@ def _fabrics() -> list[Fabric]:
         "sys": {"mem_total_min_gib": 1e6, "disk_free_min_gib": {"/tmp": 1e9, "/scratch.1": 1e9, "/gone": 1},
                 "mounts": ["/nothing/mounted/here"],
                 "services": {"nvidia-fabricmanager": "nv-fabricmanager", "slurmd.service": "slurmd"}},
+        "bandwidth": {"counters_max_rise": zero_ib},
     }
     warn = {"gpu": {"nvlink_errors_warn": zero_nvlink, "retired_pages_pending": "FAIL"},
             "ib": {"counters_warn": zero_ib},
@@ -427,6 +428,7 @@ def fact_samples() -> dict[str, list[Any]]:
                                        "\tlibnccl.so.2 -> libnccl.so.2.18.3\n")],
         "nccl_tests": _bandwidth_runs("nccl-tests"),
         "torch_sweep": _bandwidth_runs("torch"),
+        "ib_write_bw_loopback": _ib_write_bw_loopbacks(),
     }
 
 
@@ -446,6 +448,24 @@ def _bandwidth_runs(tool: str) -> list[Any]:
         out.append(BandwidthRuns(tool, 8, tuple(BandwidthRun("all_reduce", scope, (attempt,))
                                                 for scope in ("single_node", "ib_loopback"))))
     return out
+
+
+def _ib_write_bw_loopbacks() -> list[Any]:
+    """The real HDR loopback capture as each port's attempt, at 200 and 400 Gb/s (short of
+    0.9 x 400), every error counter rising; and a port where the QP never reached RTR."""
+    from healthcheck.parsers.perftest import IbWriteBwAttempt, IbWriteBwHca, IbWriteBwLoopback, parse_perftest
+
+    run = parse_perftest((FIXTURES / "ib_write_bw" / "loopback-8M-server-client-interleaved.txt").read_text())
+    measured = IbWriteBwAttempt(server_argv=("ib_write_bw",), client_argv=("ib_write_bw", "localhost"),
+                                rows=run.rows, avg_gbits=run.avg_gbits())
+    rises = {name: 3 for name in IbCounterLimits.__struct_fields__}
+    hcas = tuple(IbWriteBwHca(device=f"mlx5_{i}", port=1, tcp_port=18515 + i, rate_gbps=rate, attempts=(measured,),
+                              counter_rises=rises) for i, rate in enumerate((200.0, 400.0)))
+    rtr = parse_perftest((FIXTURES / "ib_write_bw" / "failed-to-modify-qp-to-rtr-grh-required-two-qps.txt").read_text())
+    failed = IbWriteBwAttempt(server_argv=("ib_write_bw",), client_argv=("ib_write_bw", "localhost"),
+                              failures=rtr.failures, client_returncode=1)
+    broken = IbWriteBwHca(device="mlx5_2", port=1, tcp_port=18517, rate_gbps=400.0, attempts=(failed,))
+    return [IbWriteBwLoopback(size_bytes=8 << 20, hcas=hcas), IbWriteBwLoopback(size_bytes=8 << 20, hcas=(broken,))]
 
 
 @cache

@@ -335,7 +335,7 @@ class IbWriteBwSettings(Strict, frozen=True):
     size: SizeText = "8M"  # -s
     iters: Iterations = 5000  # -n
     qps: Annotated[int, Meta(ge=1, le=1024)] = 1  # -q
-    bidirectional: bool = False  # -b (then the floor doubles)
+    bidirectional: bool = False  # -b (then the floor from rate_fraction doubles; per_hca_min_gbps is taken as set)
     use_cuda: bool = False  # --use_cuda=<GPU of the HCA's NUMA node>: the GPU-direct path
     gid_index: Annotated[int, Meta(ge=0, le=255)] | None = None  # -x, RoCE
     port_base: Port = 18515  # HCA i listens on port_base + i
@@ -344,6 +344,7 @@ class IbWriteBwSettings(Strict, frozen=True):
     per_hca_min_gbps: Gbps | None = None
     per_hca_typical_gbps: Gbps | None = None  # what a healthy HCA reaches (for the record)
     rate_fraction: Annotated[float, Meta(gt=0, le=1.0)] = 0.9
+    env: dict[EnvName, EnvValue] = {}  # set for both sides of every run (MLX5_*, CUDA_*); echoed in the report
 
     def problems(self) -> Iterator[Problem]:
         yield from _not_above("per_hca_min_gbps", self.per_hca_min_gbps,
@@ -383,6 +384,8 @@ class BandwidthLimits(Strict, frozen=True):
     torch: TorchSweepSettings = TorchSweepSettings()
     ib_write_bw: IbWriteBwSettings = IbWriteBwSettings()
     pairs: PairSettings = PairSettings()
+    # an HCA error counter rising more than this during a test FAILs the port
+    counters_max_rise: IbCounterLimits = IbCounterLimits()
 
     def problems(self) -> Iterator[Problem]:
         yield from _sizes("sizes", self.sizes)
