@@ -21,9 +21,16 @@ BANDWIDTH = """bandwidth:
 """
 
 
-def deep_sweep(site, *extra: str):
+@pytest.fixture
+def idle(fresh_slurm_rig):
+    """The rig's real Slurm, every node idle: deep tests run only on nodes Slurm says are free."""
+    return {"SLURM_CONF": str(fresh_slurm_rig.slurm_conf)}
+
+
+def deep_sweep(site, env, *extra: str):
     (site.dir / "fabrics" / "rig.yaml").write_text((site.dir / "fabrics" / "rig.yaml").read_text() + BANDWIDTH)
-    return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", *extra, timeout=600)
+    return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", *extra,
+              env=env, timeout=600)
 
 
 def named(report, *ids: str) -> dict[str, set[str]]:
@@ -40,9 +47,9 @@ def named(report, *ids: str) -> dict[str, set[str]]:
     return out
 
 
-def test_throttled_host_is_named_the_culprit_and_no_other(site):
+def test_throttled_host_is_named_the_culprit_and_no_other(site, idle):
     site.net.throttle("node3", "100mbit")
-    r, report = deep_sweep(site)
+    r, report = deep_sweep(site, idle)
     assert report is not None, r.stderr
     assert r.returncode == 2, r.stderr
     nodes = by_node(report)
@@ -55,17 +62,44 @@ def test_throttled_host_is_named_the_culprit_and_no_other(site):
     assert run["status"] == "FAIL" and run["nodes"] == "node[1-4]"
 
 
-def test_one_slow_link_is_a_link_finding_and_drains_nobody(site):
+def test_one_slow_link_is_a_link_finding_and_drains_nobody(site, idle):
     site.net.throttle_link("node1", "node2", "100mbit")
-    r, report = deep_sweep(site)
+    r, report = deep_sweep(site, idle)
     assert report is not None, r.stderr
     assert named(report, "bw.E101", "bw.E102", "bw.E105") == {"bw.E102": {"node1-node2"}}, report["groups"]
     assert all(n["status"] != "FAIL" for n in report["nodes"])
     assert r.returncode in (0, 1)  # WARN at worst
 
 
-def test_healthy_rig_names_nobody(site):
-    r, report = deep_sweep(site)
+def test_healthy_rig_names_nobody(site, idle):
+    r, report = deep_sweep(site, idle)
     assert report is not None, r.stderr
     assert named(report, "bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105") == {}
     assert {g["status"] for g in report["groups"]} == {"PASS"}
+
+
+def test_a_node_with_a_job_is_skipped_and_never_paired(site, idle, fresh_slurm_rig):
+    job = fresh_slurm_rig.sbatch("-N1", "-w", "node2", wrap="sleep 300")
+    try:
+        fresh_slurm_rig.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
+        r, report = deep_sweep(site, idle)
+    finally:
+        fresh_slurm_rig.scancel(job)
+    assert report is not None, r.stderr
+    assert by_node(report)["node2"]["status"] == "SKIP"
+    assert all("node2" not in g["members"] for g in report["groups"])
+    assert len([g for g in report["groups"] if g["kind"] == "pair"]) == 3  # every pair of the three idle nodes
+
+
+def test_culprit_is_drained_then_resumed_when_the_pair_tests_pass_again(site, idle, fresh_slurm_rig):
+    site.net.throttle("node3", "100mbit")
+    r, report = deep_sweep(site, idle, "--act")
+    assert report is not None, r.stderr
+    assert fresh_slurm_rig.wait_node_state("node3", "drained") == ("drained", "hc: bw.E101")
+    assert all("drain" not in fresh_slurm_rig.sinfo_nodes()[n][0] for n in ("node1", "node2", "node4"))
+    site.net.reset()  # the link is fixed
+    r, report = hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", "--act",
+                   env=idle, timeout=600)
+    assert report is not None, r.stderr
+    assert named(report, "bw.E101", "bw.E102", "bw.E105") == {}
+    fresh_slurm_rig.wait_node_state("node3", ("idle",))
