@@ -17,7 +17,7 @@ from healthcheck.core.config.schema import Fabric, IbLimits
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status, against_limits
-from healthcheck.parsers.ib_common import IbCounters, IbPort, IbPorts
+from healthcheck.parsers.ib_common import IbCounters, IbPort, IbPorts, is_compute
 
 HCA_COUNT = finding(
     "ib.E001",
@@ -57,11 +57,7 @@ COUNTER_HIGH = finding(
 
 
 def _is_compute(port: IbPort, ib: IbLimits) -> bool:
-    if not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
-        return False
-    if ib.hca_types and port.ca_type not in ib.hca_types:
-        return False
-    return ib.link_layer is None or port.link_layer is None or port.link_layer == ib.link_layer
+    return is_compute(port, ib.hcas, ib.hca_types, ib.link_layer)
 
 
 @check(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
 import msgspec
 
@@ -92,3 +94,14 @@ def rate_gbps(text: str) -> float | None:
     """"400 Gb/sec (4X NDR)" / "400" / "2.5 Gb/sec (1X SDR)" -> 400.0 / 400.0 / 2.5."""
     m = _RATE.match(text)
     return float(m.group(1)) if m else None
+
+
+def is_compute(port: IbPort, hcas: Iterable[str], hca_types: Iterable[str], link_layer: str | None) -> bool:
+    """Whether `port` is a compute HCA's, as the fabric selects them (ib.hcas name globs,
+    ib.hca_types, ib.link_layer): a frontend Ethernet port on an IB node is not."""
+    types = list(hca_types)
+    if not any(fnmatchcase(port.ca, pattern) for pattern in hcas):
+        return False
+    if types and port.ca_type not in types:
+        return False
+    return link_layer is None or port.link_layer is None or port.link_layer == link_layer

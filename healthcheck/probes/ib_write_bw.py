@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
 import msgspec
@@ -52,7 +51,7 @@ from healthcheck.core.config.schema import IbCounterLimits, IbLimits
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
 from healthcheck.core.units import parse_size
-from healthcheck.parsers.ib_common import IbPort, IbPorts
+from healthcheck.parsers.ib_common import IbPort, IbPorts, is_compute
 from healthcheck.parsers.perftest import (
     IbWriteBwAttempt,
     IbWriteBwHca,
@@ -81,12 +80,7 @@ ERROR_COUNTERS = (*IbCounterLimits.__struct_fields__, "port_rcv_constraint_error
 
 
 def _is_compute(port: IbPort, ib: IbLimits) -> bool:
-    """The ib checks' selection (checks/ib.py): name globs, CA types, link layer."""
-    if not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
-        return False
-    if ib.hca_types and port.ca_type not in ib.hca_types:
-        return False
-    return ib.link_layer is None or port.link_layer is None or port.link_layer == ib.link_layer
+    return is_compute(port, ib.hcas, ib.hca_types, ib.link_layer)
 
 
 class _Node:
