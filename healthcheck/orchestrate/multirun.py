@@ -109,7 +109,9 @@ def run_many(
     busy_only = _nothing_checked_busy(results, tier) if not guard_findings else None
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
                          started=started, finished=utc_now(), nodes=results,
-                         require_checks=busy_only is None and not guard_findings)
+                         # pair tests that gave a verdict checked something even where every node check skipped
+                         require_checks=busy_only is None and not guard_findings and not any(
+                             g.status in (Status.PASS, Status.WARN, Status.FAIL) for g in groups))
     report = msgspec.structs.replace(report, analyses=analyses)
     if groups:
         from healthcheck.report.build import with_groups

@@ -57,10 +57,11 @@ class PairRun:
 
 
 def eligible(results: Sequence[NodeResult]) -> list[str]:
-    """Reachable nodes whose own bandwidth tests did not fail (they are judged on those)."""
+    """Reachable nodes whose own bandwidth tests did not fail (they are judged on those); a
+    node whose checks all skipped (no GPU, no HCA) takes part: the pair tests need neither."""
     out = []
     for r in results:
-        if r.error is not None or r.status in (Status.SKIP,):
+        if r.error is not None:  # unreachable, or skipped before its checks (a job on it)
             continue
         if any(f.check.startswith("bw.") and f.status is Status.FAIL for f in r.findings):
             continue
