@@ -10,12 +10,13 @@ from test_remote_rig import site as site
 
 pytestmark = pytest.mark.rig
 
-# gloo over veth: ~GB/s healthy, 12 MB/s through tbf 100mbit; peers within 50% of the
-# median are healthy (the rig's timing varies, a throttled link is 100x off)
+# gloo over veth: ~0.3 GB/s busbw healthy, ~0.012 through tbf 100mbit (25x off); on two
+# shared cores a healthy test can measure at a third of its peers, so only a test below
+# 30% of the median, in each of three attempts, is short
 BANDWIDTH = """bandwidth:
   sizes: [1M]
-  repeats: 2
-  peer_fraction: 0.5
+  repeats: 3
+  peer_fraction: 0.7
   torch: {backend: gloo, iters: 5, warmup: 2}
   pairs: {timeout_s: 90}
 """
