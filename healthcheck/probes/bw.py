@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -163,9 +164,12 @@ def _torch_attempt(ctx: ProbeContext, gpus: int, sizes: list[str], timeout_s: fl
     # the torchrun beside this interpreter (hc's venv) first: the worker must import the same hc
     beside = Path(sys.executable).parent / "torchrun"
     torchrun = str(beside) if beside.exists() else shutil.which("torchrun") or "torchrun"
-    spec = torchrun_launch(program, nproc_per_node=gpus, torchrun=torchrun, no_python=True,
-                           env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **settings.env})
-    result = launch(spec, timeout_s=timeout_s)
+    # torchrun's --tee writes every worker's output under a log dir (a new /tmp/torchelastic_*
+    # of its own otherwise, left behind by every run): hc's, removed after the run
+    with tempfile.TemporaryDirectory(prefix="hc-torchrun-") as logs:
+        spec = torchrun_launch(program, nproc_per_node=gpus, torchrun=torchrun, no_python=True, log_dir=logs,
+                               env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **settings.env})
+        result = launch(spec, timeout_s=timeout_s)
     if result.not_found:
         raise ProbeError(ProbeKind.MISSING, "torchrun not found (install torch: pip install 'hc[bandwidth]')")
     lines = result.ranks.get(0, [])
