@@ -23,7 +23,7 @@ from typing import Any
 from healthcheck.bandwidth.judge import floors, short_of, size_range
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, ProbeKind, provides
-from healthcheck.core.units import format_size
+from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthAttempt, BandwidthRun, BandwidthRuns
 
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one directory per GPU the driver bound
@@ -216,7 +216,7 @@ def torch_sweep(ctx: ProbeContext) -> BandwidthRuns:
     if not bw.torch.enabled or gpus == 0:
         return BandwidthRuns("torch", gpus)
     deadline = time.monotonic() + ctx.timeout_s
-    sizes = sorted({format_size(s) for s in _sizes_bytes(_measured_sizes(bw))}, key=_sort_key)
+    sizes = [format_size(b) for b in sorted({parse_size(s) for s in _measured_sizes(bw)})]
     # one launch measures every collective; re-run while any falls short
     attempts: dict[str, list[BandwidthAttempt]] = {c: [] for c in bw.collectives}
     for _ in range(bw.repeats):
@@ -232,14 +232,3 @@ def torch_sweep(ctx: ProbeContext) -> BandwidthRuns:
             break
     return BandwidthRuns("torch", gpus, tuple(BandwidthRun(c, "single_node", tuple(a)) for c, a in attempts.items()))
 
-
-def _sizes_bytes(sizes: list[str]) -> set[int]:
-    from healthcheck.core.units import parse_size
-
-    return {parse_size(s) for s in sizes}
-
-
-def _sort_key(text: str) -> int:
-    from healthcheck.core.units import parse_size
-
-    return parse_size(text)
