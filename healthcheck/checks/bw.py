@@ -141,6 +141,11 @@ def _judge_run(run: BandwidthRun, limits: Fabric, tool: str) -> Iterator[Finding
 def _runs(fact: BandwidthRuns, limits: Fabric) -> CheckOutput:
     if fact.gpus == 0:
         raise NotApplicable("no GPU on this node")
+    if fact.gpus == 1:
+        # a one-rank collective copies at most one buffer on one GPU (nccl-tests' busbw is 0 by
+        # definition): a PASS here would be a verdict on nothing; pair tests measure such nodes
+        raise NotApplicable("one GPU: a collective within the node moves no data (pair tests in "
+                            "`hc sweep --tier deep` measure it)")
     if not fact.runs:
         raise NotApplicable(f"{fact.tool} is disabled in the fabric (bandwidth)")
     for run in fact.runs:

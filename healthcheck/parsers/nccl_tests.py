@@ -760,7 +760,8 @@ def _parse_json(text: str, fallback: str | None) -> NcclTestsRun:
         avg_busbw_gbytes_per_s=_json_number(avg.bandwidth) if avg else None,
         avg_ok=_json_bool(avg.okay) if avg else None,
         completed=avg is not None,
-        errors=tuple(clip(e, _MESSAGE_MAX) for e in doc.errors[:MAX_LISTED]),
+        # nccl-tests 2.19 writes `"errors": [""]` for a clean run
+        errors=tuple(clip(e, _MESSAGE_MAX) for e in doc.errors if e.strip())[:MAX_LISTED],
     )
 
 

@@ -133,7 +133,7 @@ def nccl_tests(ctx: ProbeContext) -> BandwidthRuns:
     """nccl-tests on every GPU of the node, then with NVLink/SHM off (IB loopback)."""
     bw = ctx.limits.bandwidth
     gpus = gpu_count(ctx)
-    if not bw.nccl_tests.enabled or gpus == 0:
+    if not bw.nccl_tests.enabled or gpus < 2:  # one GPU: no collective within the node moves data
         return BandwidthRuns("nccl-tests", gpus)
     deadline = time.monotonic() + ctx.timeout_s
     size_args = size_range(_measured_sizes(bw))
@@ -213,7 +213,7 @@ def torch_sweep(ctx: ProbeContext) -> BandwidthRuns:
     """hc's own torch collective sweep on every GPU of the node (gloo where the fabric says so)."""
     bw = ctx.limits.bandwidth
     gpus = gpu_count(ctx)
-    if not bw.torch.enabled or gpus == 0:
+    if not bw.torch.enabled or gpus < 2:  # one GPU: no collective within the node moves data
         return BandwidthRuns("torch", gpus)
     deadline = time.monotonic() + ctx.timeout_s
     sizes = [format_size(b) for b in sorted({parse_size(s) for s in _measured_sizes(bw)})]

@@ -137,6 +137,18 @@ def test_node_without_gpus_skips(tmp_path):
     assert status(result, "bw.nccl") == Status.SKIP and calls(tmp_path) == []
 
 
+def test_node_with_one_gpu_skips_what_would_measure_nothing(tmp_path):
+    """On an H100 with one GPU, nccl-tests printed busbw 0 and in-place algbw of 1e+06 GB/s:
+    a collective of one rank moves nothing, so neither single-node test gives a verdict."""
+    fabric = nccl_fabric(tmp_path, "healthy").replace("torch: {enabled: false}", "torch: {backend: gloo}")
+    result = deep(tmp_path, fabric, gpus=1)
+    for check in ("bw.nccl", "bw.torch"):
+        assert status(result, check) == Status.SKIP
+        (c,) = [c for c in result.checks if c.name == check]
+        assert "one GPU" in (c.reason or ""), c
+    assert calls(tmp_path) == []
+
+
 def torch_fabric(floor: float, env: str = "{}") -> str:
     return ("  sizes: [64K, 1M]\n  repeats: 1\n"
             f"  all_reduce:\n    single_node: {{busbw_min_gbytes_per_s: {{1M: {floor}}}}}\n"

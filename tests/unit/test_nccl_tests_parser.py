@@ -56,6 +56,9 @@ EXPECTED = {
     "all_reduce-a100-8gpu-old-format-c0.txt": (UNKNOWN, 68, 8, True, 0, False),
     "all_reduce-a100-pcie-4gpu-collective-test-starting-header-nccl-2.19.3-init.txt": ("all_reduce", 0, 4, False, 0, False),
     "all_reduce-h100-2node-ring-large-sizes-tail-95gbs.txt": (UNKNOWN, 10, 0, True, 0, False),
+    "all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt": ("all_reduce", 28, 1, True, 0, False),
+    "all_gather-h100-1gpu-2.19.6-nccl-debug-info-2.28.9.txt": ("all_gather", 6, 1, True, 0, False),
+    "broadcast-h100-1gpu-2.19.6.txt": ("broadcast", 12, 1, True, 0, False),
     "all_reduce-h100-a3mega-2node-16rank.txt": (UNKNOWN, 62, 16, True, 0, False),
     "all_reduce-mpi-tag-output-2.18-socket-rtx5090.txt": ("all_reduce", 16, 2, True, 0, False),
     "all_reduce-multi-redop-max-min-rows-fragment.txt": (UNKNOWN, 22, 0, False, 0, False),
@@ -441,6 +444,26 @@ def test_nccl_tests_json():
     assert (run.out_of_bounds, run.out_of_bounds_ok, run.avg_busbw_gbytes_per_s, run.avg_ok, run.completed) == (
         0, True, 98.7, None, True)
     assert run.last_size_bytes == 2097152 and run.validation is True and run.iters == 20
+
+
+def test_h100_json_and_text_of_one_run_agree():
+    """nccl-tests 2.19.6 with -J on an H100 (captured on hardware): the file and the table agree."""
+    text = parse("broadcast-h100-1gpu-2.19.6.txt")
+    doc = parse_nccl_tests(read("broadcast-h100-1gpu-2.19.6-J.json"))
+    assert (doc.format, doc.collective, doc.nccl_library, doc.rank_count) == ("json", "broadcast", 22809, 1)
+    assert doc.errors == ()  # the file says "errors": [""] for a clean run
+    assert [(r.host, r.bus_id, r.model) for r in doc.ranks] == [("vm", "0000:00:06", "NVIDIA H100 80GB HBM3")]
+    assert [(s.size_bytes, s.placement) for s in doc.samples] == [(s.size_bytes, s.placement) for s in text.samples]
+    for a, b in zip(doc.samples, text.samples, strict=True):
+        # the table keeps 5 significant digits, and one only once a value passes 1e6 ("1e+06")
+        assert a.busbw_gbytes_per_s == pytest.approx(b.busbw_gbytes_per_s, rel=1e-3 if b.busbw_gbytes_per_s < 1e6 else 0.5)
+    assert "IS_SANDBOX" not in msgspec.json.encode(doc).decode()  # its env dump stays out of the facts
+
+
+def test_h100_nccl_debug_lines_inside_the_table():
+    run = parse("all_gather-h100-1gpu-2.19.6-nccl-debug-info-2.28.9.txt")
+    assert (run.version, run.nccl_version, run.nccl_library) == ("2.19.6", "2.28.9+cuda13.0", 22809)
+    assert [s.size_bytes for s in run.samples if s.placement == "out-of-place"] == [1 << 20, 8 << 20, 64 << 20]
 
 
 def test_nccl_tests_json_never_keeps_the_environment():
