@@ -85,9 +85,18 @@ SUSPECT = finding(
     "is slow too.",
     action="rerun",
 )
+# ERROR on a test's own result, never on a node: orchestrate/pairs.py stamps it where a test gave nothing
+TEST_NOT_RUN = finding(
+    "bw.E107",
+    "a bandwidth test between nodes could not run (a member unreachable, the worker missing or failing to start)",
+    "The evidence names each member's error: hc (with torch) must be installed on the nodes as ssh.remote_hc, "
+    "the tools the fabric's bandwidth.pairs.tests name (nccl-tests, perftest, mpirun) present, and the "
+    "rendezvous port (bandwidth.pairs.port) reachable between them. No node is judged by this test.",
+    action="fix-config",
+)
 
 CHECK = "bw.pairs"
-FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT)
+FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, TEST_NOT_RUN)
 _SHOWN = 6  # node names listed in a message; the rest are counted
 
 Who = str | tuple[str, ...]

@@ -26,7 +26,6 @@ import msgspec
 from healthcheck.bandwidth.judge import floors
 from healthcheck.bandwidth.localize import Result
 from healthcheck.bandwidth.schedule import Test
-from healthcheck.core.catalogue import finding
 from healthcheck.core.config import Config
 from healthcheck.core.model import GroupResult, Metric, NodeResult
 from healthcheck.core.status import Status
@@ -34,15 +33,6 @@ from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 SCOPE = "pair"
-
-TEST_NOT_RUN = finding(
-    "bw.E107",
-    "a bandwidth test between nodes could not run (a member unreachable, the worker missing or failing to start)",
-    "The evidence names each member's error: hc (with torch) must be installed on the nodes as ssh.remote_hc, "
-    "and the rendezvous port (bandwidth.pairs.port) reachable between them. No node is judged by this test.",
-    action="fix-config",
-)
-
 
 @dataclass
 class PairRun:
@@ -169,9 +159,13 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     values: list[float] = []
     parallel = max_parallel or max(1, config.main.ssh.max_parallel // 2)
     drain = config.main.slurm.drain
+    localize = plan.pairs.localize
     run.settings = {"outlier_fraction": plan.peer_fraction, "pair_outlier_fraction": plan.peer_fraction,
                     "max_culprit_fraction": max(min(drain.max_drain_fraction, 0.99), 0.01),
-                    "guard_min_nodes": max(drain.guard_min_nodes, 1)}
+                    "guard_min_nodes": max(drain.guard_min_nodes, 1),
+                    **{name: getattr(localize, name) for name in localize.__struct_fields__}}
+    # groups span leaves where the config says which leaf a node hangs off (rails)
+    rails = {n: rail for n in run.nodes if (rail := config.rail_of(n)) is not None}
 
     def measure(tests: dict[str, Test]) -> dict[str, tuple[list[BandwidthSample] | None, str]]:
         return fan_out(list(tests), lambda name: run_test(config, plan, tests[name].members), max_parallel=parallel)
@@ -217,7 +211,8 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     from healthcheck.bandwidth.localize import LocalizeSettings
 
     adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
-                                 circle_max=plan.pairs.circle_max, settings=LocalizeSettings(**run.settings))
+                                 circle_max=plan.pairs.circle_max, rails=rails or None,
+                                 settings=LocalizeSettings(**run.settings))
     run.rounds = adaptive.rounds
     return run
 
@@ -236,6 +231,7 @@ def _group(test: Test, status: Status, samples: list[BandwidthSample], reason: s
                for s in samples if plan is None or s.collective == plan.collective]
     findings = []
     if reason:
+        from healthcheck.bandwidth.pairs_analysis import TEST_NOT_RUN
         from healthcheck.core.stamp import stamp
 
         findings = [stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="torch"), check="bw.pairs",

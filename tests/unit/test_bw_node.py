@@ -132,6 +132,16 @@ def test_missing_binary_is_error_naming_where_hc_looked(tmp_path):
     assert f.id == "hc.E001" and str(tmp_path / "nowhere") in f.message
 
 
+def test_a_floor_at_a_size_the_run_never_reached_is_error_not_pass(tmp_path):
+    """The capture stops at 8G; a floor at 16G cannot be judged from it (bw.E006, ERROR), and
+    the sizes it did measure still pass their own floors."""
+    fabric = nccl_fabric(tmp_path, "healthy").replace("{8G: 228}", "{8G: 1, 16G: 228}")
+    result = deep(tmp_path, fabric, gpus=8)
+    assert ("bw.E006", Status.ERROR, "all_reduce/single_node/16G") in findings(result, "bw.nccl")
+    assert not [f for f in findings(result, "bw.nccl") if f[1] is Status.FAIL]
+    assert status(result, "bw.nccl") == Status.ERROR
+
+
 def test_node_without_gpus_skips(tmp_path):
     result = deep(tmp_path, nccl_fabric(tmp_path, "healthy"), gpus=0)
     assert status(result, "bw.nccl") == Status.SKIP and calls(tmp_path) == []

@@ -97,6 +97,7 @@ class Config:
         self._fabric_docs: dict[str, YamlDoc] = {}
         self._patterns = self._compile_patterns("nodes", self.main.nodes)
         self._override_patterns = self._compile_patterns("overrides", self.main.overrides)
+        self._rail_patterns = self._compile_patterns("rails", self.main.rails)
         for pattern, fabric in self.main.nodes.items():
             self._fabric_path(fabric, where=self.doc.where(("nodes", pattern)), key=f"nodes.{pattern}")
         if self.main.default_fabric is not None:
@@ -194,6 +195,11 @@ class Config:
         if self.main.default_fabric is None:
             raise ConfigError(f"{self.path}: nodes: {node} matches no pattern and there is no default_fabric")
         return self.main.default_fabric
+
+    def rail_of(self, node: str) -> str | None:
+        """The leaf switch or rail group `rails` puts the node under (the first pattern that
+        names it), or None."""
+        return next((self.main.rails[p] for p, ns in self._rail_patterns if node in ns), None)
 
     def for_node(self, node: str) -> NodeConfig:
         fabric_name = self.fabric_of(node)

@@ -352,15 +352,44 @@ class IbWriteBwSettings(Strict, frozen=True):
         yield from _sizes("size", [self.size])
 
 
+OpenFraction = Annotated[float, Meta(gt=0, lt=1.0)]
+
+
+class LocalizeLimits(Strict, frozen=True):
+    """How a deep sweep attributes slow tests between nodes (bandwidth.localize.LocalizeSettings;
+    the blast-radius guard comes from slurm.drain, the outlier fraction from peer_fraction)."""
+
+    confirm_tests: Annotated[int, Meta(ge=1, le=64)] = 1  # short tests with known-good partners that name a culprit
+    fabric_fraction: OpenFraction = 0.5  # more than this never passing / short: a fabric-wide problem, no node named
+    fabric_min_nodes: Annotated[int, Meta(ge=1, le=100_000)] = 4  # fewer nodes: never fabric-wide
+    outlier_min_peers: Annotated[int, Meta(ge=1, le=100_000)] = 8  # fewer peers: no outlier findings
+    outlier_min_tests: Annotated[int, Meta(ge=1, le=1024)] = 2  # a node judged on fewer tests is no outlier
+
+
+PairTest = Literal["torch", "nccl_tests", "ib_write_bw"]
+
+
 class PairSettings(Strict, frozen=True):
-    """Tests between nodes in a deep sweep (`hc sweep --tier deep`): hc's torch sweep across
-    each pair (circle method up to circle_max nodes, then groups, regrouping and bisection)."""
+    """Tests between nodes in a deep sweep (`hc sweep --tier deep`): each pair (circle method
+    up to circle_max nodes, then groups, regrouping and bisection) runs the listed tests."""
 
     enabled: bool = True
+    # torch: hc's sweep across the members; nccl_tests: <collective>_perf across them under mpirun
+    # (one rank per GPU, nccl_env added); ib_write_bw: HCA i of one node to HCA i of the other
+    tests: list[PairTest] = msgspec.field(default_factory=lambda: ["torch"])
+    # how a test starts on its members: ssh (hc's own fan-out), mpirun (a host list), srun (in an
+    # allocation hc holds: --via slurm, or run inside salloc/sbatch)
+    launcher: Literal["ssh", "mpirun", "srun"] = "ssh"
+    nccl_env: dict[EnvName, EnvValue] = msgspec.field(default_factory=lambda: {"NCCL_ALGO": "RING"})
     circle_max: Annotated[int, Meta(ge=2, le=4096)] = 16  # up to this many nodes: every pair (n-1 rounds)
     group_size: Annotated[int, Meta(ge=2, le=1024)] = 8  # above it: groups of this many, then bisection
     port: Port = 29517  # the rendezvous port on each test's first node
     timeout_s: Seconds = 300.0  # one test between nodes, start-up included
+    localize: LocalizeLimits = LocalizeLimits()
+
+    def problems(self) -> Iterator[Problem]:
+        if len(set(self.tests)) != len(self.tests):
+            yield ("tests",), "a test is listed twice", ()
 
 
 class BandwidthLimits(Strict, frozen=True):
@@ -521,6 +550,9 @@ class MainConfig(Strict, frozen=True):
     fabric_dirs: list[PathText] = msgspec.field(default_factory=lambda: ["fabrics"])  # each must exist when set
     default_fabric: Text | None = None  # for nodes no pattern matches
     nodes: dict[str, str] = {}  # hostlist pattern -> fabric name
+    # hostlist pattern -> the leaf switch or rail group its nodes hang off: a deep sweep's
+    # groups of nodes then span leaves, so a slow uplink is not mistaken for slow nodes
+    rails: dict[str, Text] = {}
     overrides: dict[str, dict] = {}  # hostlist pattern -> partial fabric (deep-merged)
     slurm: SlurmSettings = SlurmSettings()
     ssh: SshSettings = SshSettings()
