@@ -96,9 +96,13 @@ def _address(config: Config, node: str) -> str:
 
 
 def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[BandwidthSample] | None, str]:
-    """One test: the worker on every member at once; rank 0's samples, or None and why."""
+    """One test: the worker on every member at once; rank 0's samples, or None and why.
+    Started over SSH by hc itself, or by the fabric's launcher (mpirun, srun: pair_launch)."""
+    from healthcheck.orchestrate.pair_launch import run_launched, samples_from_json
     from healthcheck.runners.ssh import SshConnection, SshError
 
+    if plan.pairs.launcher != "ssh":
+        return run_launched(config, plan, members)
     settings = config.main.ssh
     try:
         master = _address(config, members[0])
@@ -131,10 +135,8 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
         return None, f"{members[0]}: {first or 'no result'}"
     problems = [f"{members[r]}: {o if isinstance(o, str) else (o.stderr or o.stdout).strip()[-300:]}"
                 for r, o in sorted(outputs.items()) if isinstance(o, str) or not o.ok]
-    try:
-        doc = msgspec.json.decode(first.stdout[first.stdout.find("{"):], type=dict)
-        samples = [msgspec.convert(s, BandwidthSample) for s in doc.get("samples", [])]
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    samples = samples_from_json(first.stdout)
+    if samples is None:
         return None, "; ".join(problems) or "the torch sweep printed no result"
     if problems and not samples:
         return None, "; ".join(problems)

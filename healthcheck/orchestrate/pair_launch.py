@@ -1,0 +1,178 @@
+"""Pair tests started by a launcher (`bandwidth.pairs.launcher: mpirun | srun`) rather than
+by hc's own SSH fan-out: one launcher process starts `hc bw allreduce` once per member
+node, `runners.launch` reads each rank's output back and kills every rank at the test's
+timeout. Same contract as `pairs.run_test`: rank 0's samples, or None and one line
+naming the members (the launcher missing, the timeout, a rank failing, no readable
+result) -- never an exception, since one test's surprise must not end the sweep.
+
+- mpirun (Open MPI): `--host a,b`, one rank per host in the members' order, so rank 0
+  is the first member and the rendezvous is its address (as over SSH); the torch
+  variables go with `-x`; as root it needs `--allow-run-as-root`.
+- srun: inside the allocation hc runs in (SLURM_JOB_ID set) a step of it (`--jobid
+  --overlap`); else an allocation of its own, whole nodes (`--exclusive`) and a bounded
+  wait (`--immediate`), cancelled by its unique job name if srun had to be killed.
+  Slurm, not the members' order, decides which node runs task 0, so the worker takes
+  the rendezvous host from the step (SLURM_STEP_NODELIST's first node is task 0's).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from healthcheck.parsers.bandwidth_common import BandwidthSample
+from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
+
+if TYPE_CHECKING:
+    from healthcheck.core.config import Config
+    from healthcheck.orchestrate.pairs import _Plan
+
+Outcome = tuple[list[BandwidthSample] | None, str]
+
+# torchrun's variables in hc's own environment would reach the ranks (srun hands its whole
+# environment on) and the worker reads them before any launcher's: each rank alone
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                  "MASTER_PORT")
+_SAID = 300  # characters of a rank's or the launcher's last words kept in a why
+
+
+class _Report(msgspec.Struct):
+    """The part of `hc bw allreduce --format json` a pair test reads."""
+
+    samples: list[BandwidthSample] = []
+
+
+def samples_from_json(text: str) -> list[BandwidthSample] | None:
+    """Rank 0's samples from its JSON document (anything before the first "{", a login
+    banner or a warning, is not the worker's); None when there is no readable document."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        return msgspec.json.decode(text[start:], type=_Report).samples
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome:
+    """One test through plan.pairs.launcher: rank 0's samples, or None and why."""
+    from healthcheck.runners.ssh import SshError
+
+    kind = plan.pairs.launcher
+    who = ",".join(members)
+    env = launch_env(os.environ)
+    job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
+    own_job = kind == "srun" and not env.get("SLURM_JOB_ID")
+    result: LaunchResult | None = None
+    try:
+        spec = mpirun_spec(config, plan, members) if kind == "mpirun" else srun_spec(config, plan, members, env,
+                                                                                      job_name)
+        result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
+        return outcome(result, members, plan.pairs.timeout_s)
+    except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
+        return None, f"{who}: {exc.message}"
+    except Exception as exc:  # one test's surprise is this test's ERROR, not the sweep's end
+        return None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
+    finally:
+        if own_job and (result is None or result.timed_out):
+            _cancel(config, job_name, env)  # srun was killed: the allocation it asked for may outlive it
+
+
+def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """hc's environment for the launcher, less torchrun's variables (see _TORCHRUN_VARS)."""
+    return {k: v for k, v in environ.items() if k not in _TORCHRUN_VARS}
+
+
+def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str]) -> Launch:
+    """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`."""
+    from healthcheck.orchestrate.pairs import _address, _worker_argv
+
+    program = _worker_argv(config.main.ssh.remote_hc, plan, _address(config, members[0]))
+    # one rank per member in the members' order (rank 0 on members[0], the rendezvous), and
+    # unpinned: Open MPI binds a rank to one core by default, which ssh and srun do not
+    extra = ("--map-by", "ppr:1:node", "--bind-to", "none")
+    return mpirun_launch(program, np=len(members), hosts=members, allow_run_as_root=os.geteuid() == 0,
+                         extra=extra, env=plan.torch.env)
+
+
+def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[str, str],
+              job_name: str) -> Launch:
+    """`srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=a,b ... hc bw allreduce ...`:
+    a step of hc's own allocation where env has one, else a job of its own."""
+    from healthcheck.orchestrate.pairs import _worker_argv
+
+    s = config.main.slurm
+    program = _without_master_addr(_worker_argv(s.remote_hc, plan, ""))
+    job = env.get("SLURM_JOB_ID")
+    if job:
+        extra: tuple[str, ...] = (f"--jobid={job}", "--overlap")  # beside hc's own step, on its nodes
+        wait_s: int | None = None
+    else:
+        extra = ("--exclusive",)  # no user's job shares the nodes while they are measured
+        # a busy node fails the test fast instead of queueing, and leaves the test time to run
+        wait_s = max(1, min(s.sweep_wait_s, int(plan.pairs.timeout_s) // 3))
+    return srun_launch(program, srun=s.srun, nodelist=",".join(members), nodes=len(members),
+                       ntasks=len(members), ntasks_per_node=1, job_name=job_name, immediate_s=wait_s,
+                       extra=extra, env=plan.torch.env)
+
+
+def _without_master_addr(argv: Sequence[str]) -> list[str]:
+    """The worker's argv less `--master-addr X`: under srun it takes task 0's node from the step."""
+    words = list(argv)
+    if "--master-addr" in words:
+        i = words.index("--master-addr")
+        del words[i:i + 2]
+    return words
+
+
+def outcome(result: LaunchResult, members: Sequence[str], timeout_s: float) -> Outcome:
+    """Rank 0's samples with what went wrong on the way, or None and why; `why` names the members."""
+    who = ",".join(members)
+    if result.not_found:
+        return None, f"{who}: {result.argv[0]} not found (bandwidth.pairs.launcher: {result.kind})"
+    if result.error:
+        return None, f"{who}: {result.kind}: {result.error}"
+    problems = _problems(result, members)
+    if result.timed_out:
+        return None, f"{who}: {result.kind} did not finish within {timeout_s:g}s" + (f"; {problems}" if problems
+                                                                                      else "")
+    samples = samples_from_json("\n".join(result.ranks.get(0, [])))
+    if not samples:
+        return None, f"{who}: {problems or 'the torch sweep printed no result'}"
+    return samples, f"{who}: {problems}" if problems else ""
+
+
+def _problems(result: LaunchResult, members: Sequence[str]) -> str:
+    """Each failed rank's exit code and last words, then the launcher's where it failed."""
+    out = []
+    for rank, code in sorted(result.exit_codes.items()):
+        if code != 0:
+            # mpirun's rank i runs on members[i]; Slurm orders srun's tasks itself
+            where = f"{members[rank]} (rank {rank})" if result.kind == "mpirun" and rank < len(members) \
+                else f"task {rank}"
+            said = _said(result.rank_stderr.get(rank, []) or result.ranks.get(rank, []), members)
+            out.append(f"{where} exited {code}" + (f": {said}" if said else ""))
+    if not result.ok and not result.timed_out:
+        said = _said(result.stderr.splitlines(), members)
+        out.append(f"{result.kind} exited {result.returncode}" + (f": {said}" if said else ""))
+    return "; ".join(out)
+
+
+def _said(lines: Sequence[str], members: Sequence[str]) -> str:
+    """The last line naming a member (which one failed: `ssh: connect to host b`, `srun:
+    error: b: task 1: Exited`), else the last line with any word in it; one line, bounded."""
+    words = [line.strip() for line in lines if any(c.isalnum() for c in line)]
+    naming = [line for line in words if any(m in line for m in members)]
+    return (naming or words or [""])[-1][-_SAID:]
+
+
+def _cancel(config: Config, job_name: str, env: Mapping[str, str]) -> None:
+    """scancel the test's own job by its name, as a sweep through Slurm does with its job."""
+    from healthcheck.orchestrate.srun import SrunOutcome
+    from healthcheck.orchestrate.srun import _cancel as cancel_job
+
+    cancel_job(config.main.slurm, job_name, dict(env), SrunOutcome(results=[]))

@@ -1,0 +1,152 @@
+"""A deep sweep's pair tests started by mpirun and by srun (bandwidth.pairs.launcher) on the
+rig: `hc sweep --tier deep` over node1..node4 (sshd hosts in network namespaces, the rig's
+real Slurm), hc's real torch sweep (gloo) in every pair.
+
+- mpirun (Open MPI) runs on the login side (the root namespace) and starts its daemons
+  over the rig's sshd: ssh -F the rig's ssh_config and the rig's subnet for its own
+  traffic, given as OMPI_MCA_* variables in hc's environment (mpirun reads them there);
+- srun asks the rig's Slurm for an allocation of its own per test (whole nodes, a
+  bounded wait).
+
+The worker on the nodes is a wrapper that notes which launcher's variables it got, so
+the tests know the pairs ran through the launcher and not over SSH. Functional
+assertions only: every pair of the four ran and gave busbw, none could not run (bw.E107);
+never a bandwidth or a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import itertools
+import shutil
+import subprocess
+
+import pytest
+from test_remote_rig import hc, hc_bin
+from test_remote_rig import site as site
+
+pytestmark = pytest.mark.rig
+
+NODES = ["node1", "node2", "node3", "node4"]
+PAIRS = {f"{a}-{b}" for a, b in itertools.combinations(NODES, 2)}
+
+
+def fabric(launcher: str) -> str:
+    """A deep sweep's bandwidth section: 1M only, gloo on each host's eth0 (exported by the
+    launcher), tests started by `launcher`."""
+    return f"""bandwidth:
+  sizes: [1M]
+  repeats: 3
+  peer_fraction: 0.7
+  torch: {{backend: gloo, iters: 5, warmup: 2, env: {{GLOO_SOCKET_IFNAME: eth0}}}}
+  pairs: {{launcher: {launcher}, timeout_s: 90}}
+"""
+
+
+@pytest.fixture
+def rig(site, fresh_slurm_rig):
+    """The site with its deep-sweep worker wrapped: each start appends the launcher's
+    variables it got (Open MPI's rank, Slurm's task and job) to workers.log."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed in this environment (hc[bandwidth])")
+    log = site.dir / "workers.log"
+    worker = site.dir / "hc-worker"
+    worker.write_text("#!/bin/sh\n"
+                      f'echo "ompi=${{OMPI_COMM_WORLD_RANK:-}} slurm=${{SLURM_PROCID:-}} job=${{SLURM_JOB_ID:-}} '
+                      f'torchrun=${{RANK:-}} $(hostname)" >> {log}\n'
+                      f'exec {hc_bin(site.dir)} "$@"\n')
+    worker.chmod(0o755)
+    site.config.write_text(site.config.read_text().replace(f"remote_hc: {hc_bin(site.dir)}",
+                                                           f"remote_hc: {worker}"))
+    site.log = log
+    site.slurm = fresh_slurm_rig
+    return site
+
+
+def deep_sweep(site, launcher: str, env: dict[str, str]):
+    rig_yaml = site.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + fabric(launcher))
+    env = {"SLURM_CONF": str(site.slurm.slurm_conf), **env}  # deep tests run only on nodes Slurm says are idle
+    return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", env=env,
+              timeout=600)
+
+
+def assert_pairs_ran(report: dict) -> None:
+    groups = [g for g in report.get("groups", []) if g["kind"] == "pair"]
+    not_run = [(g["name"], f["message"]) for g in report.get("groups", []) for f in g["findings"]
+               if f["id"] == "bw.E107"]
+    assert not not_run, not_run
+    assert {"-".join(sorted(g["members"])) for g in groups} == PAIRS, groups
+    for g in groups:
+        assert g["status"] in ("PASS", "WARN"), g
+        busbw = [m for m in g["metrics"] if m["name"] == "busbw"]
+        assert busbw and all(m["value"] > 0 for m in busbw), g
+    assert any(a["name"] == "bw.pairs" for a in report["analyses"])
+
+
+def workers(site) -> list[dict[str, str]]:
+    """What each worker start noted: the launcher's variables and the host."""
+    out = []
+    for line in site.log.read_text().splitlines():
+        *fields, host = line.split(" ")
+        out.append({**dict(f.split("=", 1) for f in fields), "host": host})
+    return out
+
+
+def test_deep_sweep_pairs_through_mpirun(rig):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{mpirun} is not Open MPI's")
+    net = rig.net
+    subnet = str(ipaddress.ip_network(f"{net.host('node1').addr}/24", strict=False))
+    # how this mpirun reaches the rig's hosts: the rig's ssh (hosts, key, known_hosts), its subnet
+    env = {"OMPI_MCA_plm_rsh_agent": f"ssh -F {net.ssh_config}", "OMPI_MCA_btl_tcp_if_include": subnet,
+           "OMPI_MCA_oob_tcp_if_include": subnet}
+    r, report = deep_sweep(rig, "mpirun", env)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    assert_pairs_ran(report)
+    started = workers(rig)
+    assert len(started) >= 2 * len(PAIRS)  # two ranks a test, reruns besides
+    assert all(w["ompi"] in ("0", "1") and not w["slurm"] and not w["torchrun"] for w in started), started
+    assert {w["host"] for w in started} == set(NODES)
+
+
+def test_deep_sweep_pairs_through_srun(rig):
+    r, report = deep_sweep(rig, "srun", {})
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    assert_pairs_ran(report)
+    started = workers(rig)
+    assert len(started) >= 2 * len(PAIRS)
+    assert all(w["slurm"] in ("0", "1") and w["job"] and not w["ompi"] and not w["torchrun"] for w in started), started
+    assert len({w["job"] for w in started}) >= len(PAIRS)  # an allocation of its own per test
+    assert {w["host"] for w in started} == set(NODES)
+    # every test's allocation ended with it: the nodes are idle again
+    for node in NODES:
+        rig.slurm.wait_node_state(node, "idle")
+
+
+def test_srun_pair_test_meeting_a_job_fails_fast_as_a_test_that_could_not_run(rig, monkeypatch):
+    """A node that took a job after the sweep's idle check: srun's bounded wait ends, and the
+    test is (None, why) naming its members, within the test's timeout."""
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.orchestrate import pairs
+
+    rig_yaml = rig.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
+    config = load_config(rig.config)
+    plan = pairs._Plan(config, "node1")
+    monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    job = rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300")
+    try:
+        rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
+        samples, why = pairs.run_test(config, plan, ["node1", "node2"])
+    finally:
+        rig.slurm.scancel(job)
+    assert samples is None
+    assert why.startswith("node1,node2: srun exited "), why
+    assert not rig.log.exists()  # no worker started
