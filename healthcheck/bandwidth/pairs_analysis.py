@@ -94,9 +94,19 @@ TEST_NOT_RUN = finding(
     "rendezvous port (bandwidth.pairs.port) reachable between them. No node is judged by this test.",
     action="fix-config",
 )
+# WARN on a test's own result: the tool failed between these nodes (evidence the analysis weighs)
+TEST_FAILED = finding(
+    "bw.E108",
+    "a bandwidth test between nodes failed: it hung, returned wrong data, or nccl-tests/ib_write_bw reported "
+    "an error",
+    "Evidence against the pair, not yet against a node: bw.pairs names the node when it fails with every "
+    "partner (bw.E101) or the link when only this pair does (bw.E102). The evidence holds the tool's last "
+    "lines (NCCL WARN, completion status, the HCA port).",
+    action="investigate",
+)
 
 CHECK = "bw.pairs"
-FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, TEST_NOT_RUN)
+FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, TEST_NOT_RUN, TEST_FAILED)
 _SHOWN = 6  # node names listed in a message; the rest are counted
 
 Who = str | tuple[str, ...]

@@ -77,6 +77,10 @@ class _Plan:
         self.repeats = bw.repeats
         self.torch = bw.torch
         self.pairs = bw.pairs
+        # the torch sweep needs bandwidth.torch enabled; the first tool listed is the one the
+        # pair matrix shows and localization compares with peers
+        self.tools = [t for t in bw.pairs.tests if t != "torch" or bw.torch.enabled]
+        self.gpus = limits.gpu.count or 0  # nccl-tests between nodes runs one rank per GPU the fabric names
 
 
 def _worker_argv(remote_hc: str, plan: _Plan, master: str) -> tuple[str, ...]:
@@ -154,11 +158,11 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         run.notes.append("bandwidth between nodes: fewer than two eligible nodes, nothing to pair")
         return run
     plan = _Plan(config, run.nodes[0])
-    if not plan.pairs.enabled or not plan.torch.enabled:
-        run.notes.append("bandwidth between nodes: disabled in the fabric (bandwidth.pairs / bandwidth.torch)")
+    if not plan.pairs.enabled or not plan.tools:
+        run.notes.append("bandwidth between nodes: disabled in the fabric (bandwidth.pairs, or bandwidth.torch "
+                         "where pairs.tests names only torch)")
         run.nodes = []
         return run
-    values: list[float] = []
     parallel = max_parallel or max(1, config.main.ssh.max_parallel // 2)
     drain = config.main.slurm.drain
     localize = plan.pairs.localize
@@ -168,45 +172,56 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
                     **{name: getattr(localize, name) for name in localize.__struct_fields__}}
     # groups span leaves where the config says which leaf a node hangs off (rails)
     rails = {n: rail for n in run.nodes if (rail := config.rail_of(n)) is not None}
+    values: dict[str, list[float]] = {tool: [] for tool in plan.tools}  # clean measurements, per tool
+    not_applicable: set[str] = set()
 
-    def measure(tests: dict[str, Test]) -> dict[str, tuple[list[BandwidthSample] | None, str]]:
-        return fan_out(list(tests), lambda name: run_test(config, plan, tests[name].members), max_parallel=parallel)
+    def measure(tests: dict[str, Test]) -> dict[str, list[Measured]]:
+        return fan_out(list(tests), lambda name: measure_test(config, plan, tests[name].members),
+                       max_parallel=parallel)
 
-    def reference() -> float | None:
-        if plan.floor is not None:
-            return plan.floor
-        return (1 - plan.peer_fraction) * statistics.median(values) if values else None
+    def reference(m: Measured) -> float | None:
+        if m.floor is not None:
+            return m.floor
+        peers = values[m.tool]
+        return (1 - plan.peer_fraction) * statistics.median(peers) if peers else None
+
+    def short(m: Measured) -> bool:
+        ref = reference(m)
+        return m.against or (m.value is not None and ref is not None and m.value < ref)
 
     def run_round(tests: list[Test]) -> list[Result]:
         keyed = {"-".join(t.members): t for t in tests}
-        best: dict[str, tuple[float, list[BandwidthSample]]] = {}
-        for name, (samples, why) in measure(keyed).items():
-            value = _value(samples, plan)
-            if value is None:
-                run.groups.append(_group(keyed[name], Status.ERROR, [], f"no result: {why}"))
-            else:
-                best[name] = (value, samples or [])
-        values.extend(v for v, _ in best.values())
+        best = measure(keyed)
+        for got in best.values():
+            for m in got:
+                if m.not_applicable:
+                    not_applicable.add(m.why)
+                elif m.value is not None and not m.against:
+                    values[m.tool].append(m.value)
         # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
         for _ in range(plan.repeats - 1):
-            floor = reference()
-            short = {n: keyed[n] for n, (v, _) in best.items() if floor is not None and v < floor}
-            if not short:
+            again = {n: keyed[n] for n, got in best.items() if any(short(m) for m in got)}
+            if not again:
                 break
-            for name, (samples, _why) in measure(short).items():
-                value = _value(samples, plan)
-                if value is not None and value > best[name][0]:
-                    best[name] = (value, samples or [])
-        floor = reference()
+            for name, got in measure(again).items():
+                best[name] = [_better(old, new, short) for old, new in zip(best[name], got, strict=True)]
         out = []
-        for name, (value, samples) in best.items():
+        for name, got in best.items():
             test = keyed[name]
-            passed = floor is None or value >= floor
+            judged = [m for m in got if m.value is not None]
+            unjudged = [m for m in got if m.value is None and not m.not_applicable]
+            problems = [f"{m.tool}: {m.why}" for m in unjudged]
+            if not judged:
+                run.groups.append(_group(test, Status.ERROR, got, "; ".join(problems) or "no test applies", plan))
+                continue
+            passed = not any(short(m) for m in judged)
             # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
-            run.groups.append(_group(test, Status.PASS if passed else Status.WARN, samples, "", plan))
-            out.append(Result(members=tuple(test.members), value=value, passed=passed, threshold=floor,
-                              kind=f"{plan.collective} {format_size(plan.judged)}", purpose=test.purpose,
-                              limit_key=plan.limit_key if plan.floor is not None else ""))
+            status = Status.ERROR if unjudged else Status.PASS if passed else Status.WARN
+            run.groups.append(_group(test, status, got, "; ".join(problems), plan))
+            lead = judged[0]  # the first tool the fabric lists that gave a figure
+            out.append(Result(members=tuple(test.members), value=lead.value or 0.0, passed=passed,
+                              threshold=reference(lead), kind=lead.kind, purpose=test.purpose,
+                              limit_key=lead.limit_key if lead.floor is not None else ""))
         run.results += out
         return out
 
@@ -216,6 +231,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
                                  circle_max=plan.pairs.circle_max, rails=rails or None,
                                  settings=LocalizeSettings(**run.settings))
     run.rounds = adaptive.rounds
+    run.notes += sorted(not_applicable)
     return run
 
 
@@ -226,18 +242,103 @@ def _value(samples: list[BandwidthSample] | None, plan: _Plan) -> float | None:
     return max(got) if got else None
 
 
-def _group(test: Test, status: Status, samples: list[BandwidthSample], reason: str,
-           plan: _Plan | None = None) -> GroupResult:
+@dataclass
+class Measured:
+    """What one tool of a test between nodes gave, as the sweep judges it."""
+
+    tool: str  # torch | nccl_tests | ib_write_bw (bandwidth.pairs.tests)
+    value: float | None  # the figure compared; None: this tool gave no verdict (why says why)
+    floor: float | None = None  # the fabric's floor for value; None: judged against its peers
+    against: bool = False  # the tool's own failure (hang, wrong data, NCCL/HCA error): short whatever value says
+    why: str = ""
+    kind: str = ""  # what value measures, e.g. "all_reduce 1G"
+    limit_key: str = ""
+    metrics: list[Metric] = field(default_factory=list)
+    evidence: str = ""
+    not_applicable: bool = False  # nothing to test (no GPU for nccl-tests, no HCA for ib_write_bw)
+
+
+def measure_test(config: Config, plan: _Plan, members: Sequence[str]) -> list[Measured]:
+    """Every tool the fabric lists (bandwidth.pairs.tests), one after another, on these members."""
+    from healthcheck.orchestrate import pair_tools
+
+    out = []
+    for tool in plan.tools:
+        if tool == "torch":
+            samples, why = run_test(config, plan, members)
+            value = _value(samples, plan)
+            out.append(Measured("torch", value, plan.floor, why=why if value is None else "",
+                                kind=f"{plan.collective} {format_size(plan.judged)}", limit_key=plan.limit_key,
+                                metrics=_busbw_metrics(samples or [], plan, "torch")))
+        elif tool == "nccl_tests":
+            got = pair_tools.nccl_tests_pair(config, members, collective=plan.collective, sizes=plan.sizes,
+                                             gpus=plan.gpus, timeout_s=plan.pairs.timeout_s)
+            out.append(_from_tool(got, _busbw_metrics(list(got.samples), plan, "nccl_tests")))
+        elif tool == "ib_write_bw":
+            if len(members) != 2:  # HCA i <-> HCA i is a pair's test; groups are judged by the others
+                out.append(Measured("ib_write_bw", None, not_applicable=True,
+                                    why="ib_write_bw between nodes runs on pairs, not on groups"))
+                continue
+            got = pair_tools.ib_write_bw_pair(config, members, timeout_s=plan.pairs.timeout_s)
+            out.append(_from_tool(got, [Metric("ib_write_bw_gbits", h.gbits, "Gb/s", component=h.hca)
+                                        for h in got.hcas if h.gbits is not None]))
+    return out
+
+
+def _from_tool(got: Any, metrics: list[Metric]) -> Measured:
+    """A pair_tools measurement as the sweep judges it."""
+    common = dict(kind=f"{got.tool} {got.kind}".strip(), limit_key=got.limit_key, metrics=metrics,
+                  evidence=got.evidence)
+    if got.outcome == "not-applicable":
+        return Measured(got.tool, None, why=got.why, not_applicable=True, **common)
+    if got.passed is None:  # misconfigured, not run: no verdict
+        return Measured(got.tool, None, why=got.why, **common)
+    against = got.outcome in ("hung", "wrong", "failed")
+    return Measured(got.tool, got.value if got.value is not None else 0.0, got.threshold, against=against,
+                    why=got.why if against else "", **common)
+
+
+def _better(old: Measured, new: Measured, short: Any) -> Measured:
+    """Of two attempts of one tool, the one to keep: one with a figure over one without, a
+    passing one over a short one, else the higher figure."""
+    if new.value is None:
+        return old
+    if old.value is None:
+        return new
+    if short(old) != short(new):
+        return new if short(old) else old
+    return new if new.value > old.value else old
+
+
+def _metric_name(plan: _Plan, tool: str) -> str:
+    # the first tool listed gives the pair matrix its figures ("busbw"); the others keep their own names
+    return "busbw" if plan.tools and plan.tools[0] == tool else f"{tool}_busbw"
+
+
+def _busbw_metrics(samples: list[BandwidthSample], plan: _Plan, tool: str) -> list[Metric]:
+    best: dict[int, float] = {}
+    for s in samples:
+        if s.collective == plan.collective:
+            best[s.size_bytes] = max(best.get(s.size_bytes, 0.0), s.busbw_gbytes_per_s)
+    name = _metric_name(plan, tool)
+    return [Metric(name, v, "GB/s", component=format_size(size)) for size, v in sorted(best.items())]
+
+
+def _group(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+    from healthcheck.bandwidth.pairs_analysis import TEST_FAILED, TEST_NOT_RUN
+    from healthcheck.core.stamp import stamp
+
     members = list(test.members)
-    metrics = [Metric("busbw", s.busbw_gbytes_per_s, "GB/s", component=format_size(s.size_bytes))
-               for s in samples if plan is None or s.collective == plan.collective]
+    metrics = [m for got in measured for m in got.metrics]
     findings = []
     if reason:
-        from healthcheck.bandwidth.pairs_analysis import TEST_NOT_RUN
-        from healthcheck.core.stamp import stamp
-
-        findings = [stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="torch"), check="bw.pairs",
-                          members=tuple(members))]
+        findings.append(stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="pair"), check="bw.pairs",
+                              members=tuple(members)))
+    for got in measured:
+        if got.against:  # evidence against the pair; which node (or the link) is the analysis's to say
+            findings.append(stamp(TEST_FAILED(Status.WARN, got.why[:1000], component=got.tool,
+                                              evidence=got.evidence or None), check="bw.pairs",
+                                  members=tuple(members)))
     name = "-".join(members) + ("" if test.purpose == "screen" else f" ({test.purpose})")
     return GroupResult(kind="pair" if len(members) == 2 else "group", name=name, members=members, status=status,
                        findings=findings, metrics=metrics)

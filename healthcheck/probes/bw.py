@@ -68,8 +68,6 @@ def _missing(bin_dir: str | None, collective: str) -> ProbeError:
 def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, size_args: tuple[int, int, int],
                   timeout_s: float) -> BandwidthAttempt:
     """One nccl-tests run: -w, -n, -c 1 (check results) and -a 3 (the slowest rank's time)."""
-    from healthcheck.parsers.nccl_tests import parse_nccl_tests
-
     settings = ctx.limits.bandwidth.nccl_tests
     lo, hi, factor = size_args
     argv = (_binary(settings.bin_dir, collective), "-b", str(lo), "-e", str(hi), "-f", str(factor),
@@ -81,13 +79,24 @@ def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, siz
     if result.error:
         raise ProbeError(ProbeKind.FAILED, f"{argv[0]}: {result.error}")
     text = result.stdout + ("\n" + result.stderr if result.stderr else "")
-    tail = text[-TAIL:]
-    common: dict[str, Any] = dict(argv=argv, env=env, expected_ranks=gpus, duration_s=round(result.duration_s, 3),
-                                  returncode=result.returncode, hung=result.timed_out, output_tail=tail)
+    return nccl_attempt_from_text(text, collective, argv=argv, env=env, expected_ranks=gpus,
+                                  duration_s=round(result.duration_s, 3), returncode=result.returncode,
+                                  hung=result.timed_out, output_tail=text[-TAIL:])
+
+
+def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> BandwidthAttempt:
+    """What one nccl-tests run printed, read into an attempt (here on one node, and between
+    nodes in orchestrate/pair_tools.py): samples, wrong elements, the tool's failure lines,
+    and why a run says nothing (the launcher refused, lone ranks, a rank count other than
+    `expected_ranks`). `common`: the attempt's argv, env, expected_ranks, duration_s,
+    returncode, hung and output_tail, as BandwidthAttempt names them."""
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    expected = common.get("expected_ranks", 0)
     try:
         run = parse_nccl_tests(text, collective=collective)
     except ParseError as exc:
-        if result.timed_out:  # hung before it printed anything: still a hang
+        if common.get("hung"):  # hung before it printed anything: still a hang
             return BandwidthAttempt(**common)
         return BandwidthAttempt(**common, misconfigured=f"nccl-tests printed nothing hc understands ({exc})")
     samples = tuple(s for s in run.samples if s.size_bytes > 0)
@@ -97,8 +106,8 @@ def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, siz
         misconfigured = f"the launcher refused: {run.launcher_error}"
     elif run.lone_ranks:
         misconfigured = "every rank ran alone (a binary built without MPI launched by mpirun): busbw 0 means nothing"
-    elif run.rank_count and run.rank_count != gpus:
-        misconfigured = f"{run.rank_count} ranks reported, {gpus} expected (one per GPU)"
+    elif run.rank_count and run.rank_count != expected:
+        misconfigured = f"{run.rank_count} ranks reported, {expected} expected (one per GPU)"
     failures = tuple(f"{f.host + ': ' if f.host else ''}{f.kind}: {f.message}"[:500] for f in run.failures)
     return BandwidthAttempt(**common, samples=samples, ranks=run.rank_count, last_size_bytes=run.last_size_bytes,
                             wrong=wrong, out_of_bounds=run.out_of_bounds, failures=failures,

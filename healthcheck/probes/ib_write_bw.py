@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,7 @@ from healthcheck.parsers.perftest import (
     loopback_floor,
     parse_perftest,
 )
-from healthcheck.runners.base import CommandResult
+from healthcheck.runners.base import CommandResult, Runner
 
 TOOL = "ib_write_bw"
 SYSFS_IB = "/sys/class/infiniband"
@@ -72,6 +72,7 @@ HOST = "localhost"
 CONNECT_WINDOW_S = 20.0  # how long a client is started again while its server is not listening yet
 FIRST_SLEEP_S, MAX_SLEEP_S = 0.05, 0.5  # between those starts, doubling
 MARGIN_S = 4.0  # kept from the probe's budget: a killed command's group is reaped within ~2 s
+SERVER_GRACE_S = 3.0  # a server still running this long after its client is stopped (where hc can)
 SHORT_TIMEOUT_S = 10.0  # a file read over SSH, `numactl ... true`, `ib_write_bw --version`
 TAIL = 3000  # characters of each side's output kept as evidence
 # the error counters whose rise is recorded: those the fabric can limit, and three more
@@ -299,9 +300,17 @@ def _side(name: str, result: CommandResult | None, argv: tuple[str, ...], extra:
 
 
 def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: float,
-             cut: bool) -> IbWriteBwAttempt:
-    """One server and its client; the client is started again while the server is not listening yet."""
+             cut: bool, *, client_runner: Runner | None = None, stop_server: Callable[[], None] | None = None,
+             names: tuple[str, str] = ("server", "client")) -> IbWriteBwAttempt:
+    """One server and its client; the client is started again while the server is not listening yet.
+
+    Between two nodes (orchestrate/pair_tools.py) the server runs through ctx.runner and the
+    client through `client_runner`, and `stop_server` ends a server still running
+    SERVER_GRACE_S after its client finished (none came: it would wait for its timeout);
+    `names` label each side in the evidence.
+    """
     extra: dict[str, Any] = {"env": dict(env)} if env else {}
+    run_client = (client_runner or ctx.runner).run
     box: dict[str, CommandResult] = {}
 
     def serve() -> None:
@@ -314,7 +323,7 @@ def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: 
     tries, sleep = 0, FIRST_SLEEP_S
     while True:
         tries += 1
-        client = ctx.runner.run(plan.client, timeout_s=max(end - time.monotonic(), 0.5), **extra)
+        client = run_client(plan.client, timeout_s=max(end - time.monotonic(), 0.5), **extra)
         if not _refused(client) or not server.is_alive():
             break
         now = time.monotonic()
@@ -322,6 +331,10 @@ def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: 
             break
         time.sleep(sleep)
         sleep = min(sleep * 2, MAX_SLEEP_S)
+    if stop_server is not None:
+        server.join(min(SERVER_GRACE_S, max(end - time.monotonic(), 0.0)))
+        if server.is_alive():
+            stop_server()
     server.join(max(end - time.monotonic(), 0.0) + MARGIN_S)
     served = box.get("server")
     duration = time.monotonic() - start
@@ -345,8 +358,8 @@ def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: 
             unreadable = f"{TOOL} printed nothing hc understands ({client_unparsable})"
         elif not _text(client).strip():
             unreadable = f"the client printed nothing (exit {client.returncode})"
-    tail = (_side("server", served, plan.server)
-            + _side("client", client, plan.client, f" (start {tries})" if tries > 1 else ""))
+    tail = (_side(names[0], served, plan.server)
+            + _side(names[1], client, plan.client, f" (start {tries})" if tries > 1 else ""))
     return IbWriteBwAttempt(
         server_argv=plan.server, client_argv=plan.client, env=dict(env), rows=rows,
         avg_gbits=round(avg, 6) if avg is not None else None, failures=tuple(failures),

@@ -292,7 +292,7 @@ def test_a_pair_well_below_its_peers_is_an_outlier_though_it_passed():
 def test_bw_pairs_is_an_analysis_of_scope_pairs_with_catalogued_findings():
     spec = registry.DEFAULT.all_analyses()[CHECK]
     assert (spec.scope, spec.tiers) == ("pairs", frozenset({"deep"}))
-    assert {f.id for f in spec.findings} == {"bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105", "bw.E107"}
+    assert {f.id for f in spec.findings} == {"bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105", "bw.E107", "bw.E108"}
     assert all(CATALOGUE[f.id] is f and EMITTERS[f.id] == {CHECK} for f in spec.findings)
     assert CATALOGUE["bw.E101"].action == "investigate" and CATALOGUE["bw.E105"].action == "rerun"
 

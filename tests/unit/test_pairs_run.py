@@ -30,8 +30,8 @@ def results(n: int) -> list[NodeResult]:
                        checks=[CheckResult("bw.torch", Status.PASS, 0.0)]) for i in range(1, n + 1)]
 
 
-def sample(busbw: float) -> list[BandwidthSample]:
-    return [BandwidthSample(collective="all_reduce", size_bytes=1 << 20, busbw_gbytes_per_s=busbw,
+def sample(busbw: float, size: int = 1 << 20) -> list[BandwidthSample]:
+    return [BandwidthSample(collective="all_reduce", size_bytes=size, busbw_gbytes_per_s=busbw,
                             algbw_gbytes_per_s=busbw, time_us=1.0, ranks=2)]
 
 
@@ -93,3 +93,92 @@ def test_bad_localize_keys_are_config_errors_naming_the_key(tmp_path, bad):
     with pytest.raises(ConfigError) as err:
         cfg.for_node("n01")
     assert "bandwidth.pairs.localize" in str(err.value) and "f.yaml:" in str(err.value)
+
+
+# ------------------------------------------------------------ several tools per test
+
+
+def tools_config(tmp_path: Path, tests: str, n: int = 4) -> object:
+    fabrics = tmp_path / "fabrics"
+    fabrics.mkdir(exist_ok=True)
+    (fabrics / "f.yaml").write_text(
+        "extends: generic\ngpu: {count: 8}\nbandwidth:\n  sizes: [1G]\n  repeats: 2\n"
+        "  all_reduce: {pair: {busbw_min_gbytes_per_s: {1G: 5}}}\n"
+        f"  pairs: {{circle_max: 8, tests: {tests}}}\n")
+    (tmp_path / "hc.yaml").write_text(f"fabric_dirs: [{fabrics}]\nnodes: {{'n[01-{n:02d}]': f}}\n")
+    return load_config(tmp_path / "hc.yaml")
+
+
+def measurement(tool, members, outcome, value=None, why="", threshold=5.0, hcas=()):
+    from healthcheck.orchestrate.pair_tools import PASSED, PairMeasurement
+
+    samples = (BandwidthSample(collective="all_reduce", size_bytes=1 << 30, busbw_gbytes_per_s=value,
+                               algbw_gbytes_per_s=value, time_us=1.0, ranks=16),) if value else ()
+    return PairMeasurement(tool=tool, members=tuple(members), outcome=outcome, passed=PASSED[outcome], value=value,
+                           unit="GB/s", threshold=threshold, kind="all_reduce 1G", samples=samples, why=why,
+                           hcas=hcas, evidence="NCCL WARN ..." if outcome != "passed" else "")
+
+
+def test_nccl_tests_hanging_with_every_partner_of_one_node_names_it(tmp_path, monkeypatch):
+    from healthcheck.orchestrate import pair_tools
+
+    calls = []
+
+    def nccl(cfg, members, *, collective, sizes, gpus, timeout_s):
+        calls.append((tuple(members), gpus, collective))
+        if "n03" in members:
+            return measurement("nccl_tests", members, "hung", why=f"{','.join(members)}: hung at 256M")
+        return measurement("nccl_tests", members, "passed", value=40.0)
+
+    monkeypatch.setattr(pairs, "run_test", lambda cfg, plan, members: (sample(10.0, 1 << 30), ""))
+    monkeypatch.setattr(pair_tools, "nccl_tests_pair", nccl)
+    run = pairs.run_pairs(tools_config(tmp_path, "[nccl_tests, torch]"), results(4))
+    assert {c[1:] for c in calls} == {(8, "all_reduce")}  # one rank per GPU the fabric names
+    with_n03 = [g for g in run.groups if "n03" in g.members]
+    assert with_n03 and all(g.status is Status.WARN for g in with_n03)
+    assert all([f.id for f in g.findings] == ["bw.E108"] and "hung" in g.findings[0].message for g in with_n03)
+    # the lead tool (listed first) gives the pair matrix its figures; torch keeps its own name
+    ok = [g for g in run.groups if "n03" not in g.members]
+    assert all({m.name for m in g.metrics} == {"busbw", "torch_busbw"} for g in ok)
+    assert all(m.value == 40.0 for g in ok for m in g.metrics if m.name == "busbw")
+    nodes, _groups, _runs, _for_run = pairs.judge_pairs(results(4), run)
+    verdict = {n.node: (n.status, [f.id for f in n.findings]) for n in nodes}
+    assert verdict["n03"] == (Status.FAIL, ["bw.E101"])
+    assert all(verdict[n] == (Status.PASS, []) for n in ("n01", "n02", "n04"))
+
+
+def test_a_tool_that_cannot_run_is_error_on_the_test_while_the_others_judge(tmp_path, monkeypatch):
+    from healthcheck.orchestrate import pair_tools
+
+    monkeypatch.setattr(pairs, "run_test", lambda cfg, plan, members: (sample(10.0, 1 << 30), ""))
+    monkeypatch.setattr(pair_tools, "nccl_tests_pair", lambda cfg, members, **kw: measurement(
+        "nccl_tests", members, "not-run", why=f"{members[0]}: mpirun not found on this machine"))
+    run = pairs.run_pairs(tools_config(tmp_path, "[torch, nccl_tests]"), results(4))
+    assert run.groups and all(g.status is Status.ERROR for g in run.groups)
+    assert all([f.id for f in g.findings] == ["bw.E107"] and "nccl_tests: " in g.findings[0].message
+               and "mpirun not found" in g.findings[0].message for g in run.groups)
+    assert run.results and all(r.passed for r in run.results)  # torch judged every pair
+    nodes, *_ = pairs.judge_pairs(results(4), run)
+    assert all(n.status is Status.PASS for n in nodes)
+
+
+def test_ib_write_bw_runs_on_pairs_and_a_short_hca_is_a_short_test(tmp_path, monkeypatch):
+    from healthcheck.orchestrate import pair_tools
+    from healthcheck.orchestrate.pair_tools import HcaSample
+
+    def ib(cfg, members, *, timeout_s):
+        slow = set(members) == {"n01", "n02"}  # one link: only this pair's mlx5_1 is slow
+        hcas = (HcaSample("mlx5_0/1", 390.0, 380.0), HcaSample("mlx5_1/1", 120.0 if slow else 391.0, 380.0,
+                                                                 outcome="short" if slow else "passed"))
+        return measurement("ib_write_bw", members, "short" if slow else "passed", value=0.32 if slow else 1.02,
+                           threshold=1.0, hcas=hcas, why="mlx5_1/1 at 120 Gb/s" if slow else "")
+
+    monkeypatch.setattr(pair_tools, "ib_write_bw_pair", ib)
+    run = pairs.run_pairs(tools_config(tmp_path, "[ib_write_bw]"), results(4))
+    slow = [g for g in run.groups if set(g.members) == {"n01", "n02"}]
+    assert slow and slow[0].status is Status.WARN
+    assert {(m.name, m.component, m.value) for m in slow[0].metrics} >= {("ib_write_bw_gbits", "mlx5_1/1", 120.0)}
+    nodes, groups, *_ = pairs.judge_pairs(results(4), run)
+    assert all(n.status is Status.PASS for n in nodes)  # a slow link drains nobody
+    link = [f for g in groups for f in g.findings if f.id == "bw.E102"]
+    assert link and set(link[0].members) == {"n01", "n02"}

@@ -10,10 +10,22 @@ Scenarios: healthy, slow (derived: the healthy capture at half the bandwidth), w
 (derived: #wrong on the largest rows), nccl-failure, hang (the first rows, then it
 sleeps until killed), slow-then-healthy (slow on the first call, healthy after; state in
 HC_STANDIN_STATE), missing-ranks (the 4-GPU capture on an 8-GPU node).
+
+Between two nodes, one process per rank under mpirun (rank and size from Open MPI's
+OMPI_COMM_WORLD_RANK/_SIZE; a binary built with MPI=1 prints from rank 0 only):
+
+  pair-healthy      rank 0 prints the 2-node x 8-GPU capture (16 ranks), its {host1} as the
+                    host it runs on and {host2} as HC_STANDIN_PEER (else left as printed)
+  pair-hang         rank 0 prints the same up to its third row; every rank then sleeps until killed
+  pair-nccl-failure the 2-host x 2-GPU capture (4 ranks): rank 0 prints the banner and the
+                    rank map, the last rank the NCCL failure and its stack line, and exits 1
+  pair-lone-ranks   every rank prints the 1-GPU capture as its own rank 0 (a binary built
+                    without MPI launched by mpirun)
 """
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -26,6 +38,41 @@ CAPTURES = {
     "nccl-failure": ("test-nccl-failure-common-cu-961-with-nccl-chains-two-hosts-4090.txt", 3),
     "missing-ranks": ("all_reduce-a100-pcie-4gpu-collective-test-starting-header-nccl-2.19.3-init.txt", 0),
 }
+
+PAIR_HEALTHY = "all_reduce-a100-2node-16rank-pairwise-templated-hosts.txt"
+PAIR_FAILURE = "all_reduce-2host-4rank-test-nccl-failure-internal-error-mpirun-abort.txt"
+LONE = "all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt"
+
+
+def pair(scenario: str) -> int:
+    """The 2-node scenarios: each rank a process of its own, as mpirun starts them."""
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    if scenario == "pair-lone-ranks":
+        sys.stdout.write((FIXTURES / LONE).read_text())
+        return 0
+    if scenario == "pair-nccl-failure":
+        lines = (FIXTURES / PAIR_FAILURE).read_text().splitlines(keepends=True)
+        if rank == 0:
+            sys.stdout.write("".join(lines[:7]))  # the banner and the rank map
+        if rank == size - 1:
+            sys.stdout.write("".join(lines[7:9]))  # the failure and its stack line
+            sys.stdout.flush()
+            return 1
+        return 0
+    text = (FIXTURES / PAIR_HEALTHY).read_text().replace("{host1}", socket.gethostname())
+    text = text.replace("{host2}", os.environ.get("HC_STANDIN_PEER", "{host2}"))
+    if scenario == "pair-hang":
+        if rank == 0:
+            lines = text.splitlines(keepends=True)
+            table = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#        (B)"))
+            sys.stdout.write("".join(lines[:table + 4]))
+            sys.stdout.flush()
+        time.sleep(3600)
+        return 0
+    if rank == 0:
+        sys.stdout.write(text)
+    return 0
 
 
 def main() -> int:
@@ -40,6 +87,8 @@ def main() -> int:
         calls = int(state.read_text()) if state.exists() else 0
         state.write_text(str(calls + 1))
         scenario = "slow" if calls == 0 else "healthy"
+    if scenario.startswith("pair-"):
+        return pair(scenario)
     if scenario == "hang":
         lines = (FIXTURES / CAPTURES["healthy"][0]).read_text().splitlines(keepends=True)
         sys.stdout.write("".join(lines[:40]))
