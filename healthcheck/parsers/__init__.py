@@ -38,6 +38,10 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "nccl-tests": ("healthcheck.parsers.nccl_tests", "parse_nccl_tests",
                    "nccl-tests/rccl-tests *_perf output (text, -J JSON)"),
     "ib_write_bw": ("healthcheck.parsers.perftest", "parse_perftest", "perftest ib_write_bw / ib_read_bw / ib_send_bw"),
+    "nccl-log": ("healthcheck.parsers.nccl_log", "parse_nccl_log",
+                 "NCCL debug log (NCCL_DEBUG=INFO/WARN, NCCL_DEBUG_FILE, stdout with NCCL lines), 2.4-2.30"),
+    "torch-log": ("healthcheck.parsers.torch_log", "parse_torch_log",
+                  "PyTorch distributed / torchrun output: watchdog, NCCL and gloo errors, ChildFailedError"),
 }
 
 

@@ -45,6 +45,8 @@ CONTEXT = {
     "nvidia-smi-topo": "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18\t0-51\t0\nGPU1\tNV18\t X \t0-51\t0\n",
     "nvidia-smi-nvlink": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)\n\t Link 0: 26.562 GB/s\n",
     "ib_write_bw": "                    RDMA_Write BW Test\n #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n",
+    "nccl-log": "h:1:2 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n",
+    "torch-log": "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.\n",
     "nccl-tests": "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 1 iters: 1 validation: 1\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n           8             2     float     sum      -1    10.51    0.00    0.00      0    10.30    0.00    0.00      0\n",
 }
 
@@ -65,6 +67,24 @@ PREFIXES = {
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <"],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: "],
+    "nccl-log": ["", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] x.cc:1 NCCL WARN ", "[2026-01-01 00:00:00] h:1:2 [0] NCCL INFO ",
+                 "[1,0]<stdout>:", "0: ", "[rank0]:", "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks ",
+                 "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff ", "h:1:2 [0] NCCL INFO NET/IB : Using ",
+                 "h:1:2 [0] NCCL INFO NET/Socket : Using ", "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via ",
+                 "h:1:2 [0] NCCL INFO Init timings - f: rank 0 nranks 1 total 1 (",
+                 "h:1:2 [0] x.cc:1 NCCL WARN NET/IB : Got completion from peer ", "h:1:2 [0] x.cc:1 NCCL WARN Call to ",
+                 "h:1:2 [0] x.cc:1 NCCL WARN Cuda failure '", "h:1:2 [0] NCCL INFO NCCL_X set by environment to ",
+                 "NCCL version ", "h:1:2 [0] NCCL INFO x.cc:1 -> "],
+    "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
+                  "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
+                  "last enqueued work: 1, last completed work: ",
+                  "Detected mismatch between collectives on ranks. Rank 0 is running collective: ",
+                  "NCCL error in: a:1, ", "Connection closed by peer [", "Timed out waiting ", "failed to bind to ",
+                  "The client socket has timed out after 1s while trying to connect to ",
+                  "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary: ", "Traceback (most recent call last):",
+                  "  File \"", "terminate called after throwing an instance of '", " - [0] Timeout at collective: ",
+                  "#1 started ranks:", "(WorkerDict pid=1) ", "0: ", "[1,0]<stderr>:", "E0325 20:57:27.620000 2606 ",
+                  "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: "],
     "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the "],
 }
 
@@ -216,6 +236,8 @@ _AT_SCALE = {
     "hostfile": lambda: _repeat("".join(f"gpu{i:05d} slots=8\n" for i in range(1000))),
     "ldconfig": lambda: _repeat(CONTEXT["ldconfig"] + "".join(f"\tlib{i}.so.1 -> lib{i}.so.1.2.3\n" for i in range(1000))),
     "ib_write_bw": lambda: _repeat((FIXTURES / "ib_write_bw/loopback-all-sizes-interleaved.txt").read_text()),
+    "nccl-log": lambda: _repeat((FIXTURES / "h100-captures/nccl-2.28.9-debug-info-1rank-torch-2.11.txt").read_text()),
+    "torch-log": lambda: _repeat((FIXTURES / "h100-captures/torchrun-2.11-duplicate-gpu-nccl-invalid-usage.txt").read_text()),
     "nccl-tests": lambda: _repeat((FIXTURES / "nccl-tests/all_reduce-h100-a3mega-2node-16rank.txt").read_text()),
 }
 

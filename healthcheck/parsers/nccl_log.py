@@ -1,0 +1,911 @@
+"""NCCL debug logs (NCCL_DEBUG=INFO/WARN/TRACE, NCCL_DEBUG_FILE files, a job's stdout with
+NCCL lines among others) -> NcclLog: per process, per communicator, WARNs classified.
+
+Every NCCL from 2.4 to 2.30 (formats from NVIDIA/nccl src/debug.cc, init.cc, bootstrap.cc,
+transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
+
+* the line prefix: INFO `host:pid:tid [cudaDev] NCCL INFO msg`; WARN `host:pid:tid [cudaDev]
+  file.cc:line NCCL WARN msg`, printed after a newline (a blank line before each WARN);
+  TRACE `host:pid:tid [cudaDev] usec func:line NCCL TRACE msg`; CALL `host:pid:tid NCCL
+  CALL msg`. From 2.26 an optional strftime timestamp comes first, by default on WARN
+  lines only and shaped `[%F %T] ` (`[2026-04-28 14:14:48] `, `%Xf` adds a fraction);
+  another NCCL_DEBUG_TIMESTAMP_FORMAT is not read as a time (the line still parses).
+* a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
+  (mpirun --tag-output), `[155] `, `[default0]:` (torchrun --tee), `(RayTrainWorker pid=N,
+  ip=...) `; whatever precedes `host:pid:tid` on the line.
+* `NCCL version 2.x.y+cudaZ`: an INFO line (>= 2.22 at INFO), or a bare line without any
+  prefix (<= 2.21 on stdout, and the VERSION level), which names no process: it goes to
+  `versions` only.
+
+Facts, each with the line number (1-based, lines split on "\\n" only, as `sed -n Np`
+counts) of the line that said it, so a finding can name `file:line`:
+
+* per process (host, pid): version, CUDA driver, bootstrap interface (`Bootstrap : Using
+  eth0:...`, >= 2.24 `Bootstrap: Using`), IB devices (`NET/IB : Using [0]mlx5_0:1/IB ...`)
+  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), the network
+  chosen (`Using network IB|Socket|<plugin>`), NCCL_* settings echoed (`... set by
+  environment to ...`), cudaDev seen, channel connections counted per transport (P2P/IPC,
+  P2P/CUMEM, SHM, NET/IB/GDRDMA, NET/Socket ...), `Connected all rings|trees`, error
+  returns (`file.cc:N -> code`), WARNs.
+* per communicator (host, pid, comm pointer): the `[funcName ]comm 0x.. rank R nranks N
+  cudaDev D [nvmlDev D] busId B [commId 0x..] - Init START|COMPLETE` lines (the pid <-> rank
+  <-> comm map; START without COMPLETE is a hang in init), `Init timings`, `nNodes`/
+  `localRanks`, teardown (`- Abort|Destroy START|COMPLETE`), and the COLL lines
+  (`AllReduce: opCount 1e sendbuff .. count N datatype D op O root R comm 0x.. [nranks=N]
+  stream ..`): how many, the last opCount and operation.
+  opCount is `comm->opCount`, advanced only when a launch has proxy work: collectives
+  grouped in one launch share it and an intra-node communicator may not advance it. Compare
+  it only between ranks of one communicator (same `comm_id`); the count of COLL lines per
+  communicator is the plainer progress measure.
+* WARNs, classified (WarnKind): IB completion errors (peer, status, vendor err, hca), verbs
+  call failures, socket errors (peer), no usable interface, CUDA failures, proxy errors,
+  duplicate GPU, other; with host, pid, time when stamped, line and clipped text.
+
+A text with no NCCL line (prefixed or a bare version line) is garbage: ParseError. Lists are
+bounded (MAX_*), counters are not; `truncated` says something was left out. Every pattern
+runs on a bounded piece of its line, so a hostile line costs its length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal, cast
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.kernlog import iso_time
+
+MAX_PROCESSES = 65536
+MAX_COMMS = 65536
+MAX_WARNS = 1000  # listed; warn_counts counts them all
+MAX_PER_PROCESS = 64  # devices, IB/socket devices, NCCL_* settings, transports of one process
+TEXT_MAX = 300  # a WARN's text as kept
+_HEAD_MAX = 2048  # where " NCCL " must appear: launcher prefix + timestamp + host:pid:tid [dev] src
+_MSG_MAX = 8192  # what the patterns read of a message
+
+WarnKind = Literal["ib-completion", "ibverbs", "socket", "no-interface", "cuda", "proxy", "duplicate-gpu", "other"]
+WARN_KINDS: tuple[WarnKind, ...] = (
+    "ib-completion", "ibverbs", "socket", "no-interface", "cuda", "proxy", "duplicate-gpu", "other",
+)
+Level = Literal["INFO", "WARN", "TRACE", "CALL", "ABORT"]
+_LEVELS = frozenset(("INFO", "WARN", "TRACE", "CALL", "ABORT"))
+
+
+# ---------------------------------------------------------------- fact types
+
+
+class NcclPrefix(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One NCCL line's prefix and message (`split_nccl_line`)."""
+
+    host: str
+    pid: int
+    tid: int
+    level: Level
+    message: str
+    dev: int | None = None  # cudaDev in brackets; CALL lines have none
+    src: str = ""  # WARN's `file.cc:line`, TRACE's `func:line`
+    time: float | None = None  # the >= 2.26 timestamp, local time taken as UTC
+    stamp: str = ""  # that timestamp as printed
+    label: str = ""  # a launcher's prefix before it, as printed: "[1,0]<stdout>:", "0:", "[rank3]:"
+
+    @property
+    def label_rank(self) -> int | None:
+        """The rank a launcher's label names: `[1,N]<stdout>:` (mpirun --tag-output), `N:`
+        (srun -l), `[rankN]:` (torch), `[N]`; None for another label (torchrun's `[defaultN]:`
+        is a local rank)."""
+        m = _LABEL_RANK.fullmatch(self.label)
+        if not m:
+            return None
+        return _int(next(g for g in m.groups() if g is not None))
+
+
+class NetDevice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`[0]mlx5_0:1/IB` (NET/IB: name, port, link IB|RoCE, extra e.g. SHARP) or
+    `[0]eth0:10.0.0.1<0>` (NET/Socket: name, addr)."""
+
+    index: int
+    name: str
+    port: int | None = None
+    link: str = ""
+    extra: str = ""
+    addr: str = ""
+
+
+class EnvSetting(msgspec.Struct, frozen=True):
+    """`NCCL_IB_HCA set by environment to mlx5_0` (the last value echoed wins)."""
+
+    name: str
+    value: str
+    line: int
+
+
+class TransportUse(msgspec.Struct, frozen=True):
+    """Channel connections of one process over one transport ("NET/IB/GDRDMA", "P2P/IPC")."""
+
+    transport: str
+    count: int
+    first_line: int
+
+
+class NcclComm(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One communicator as one process saw it (host, pid, comm pointer).
+
+    `comm_id` (>= 2.18) is the same on every rank of the communicator: group by it to
+    compare ranks. A communicator known only from COLL lines has no rank.
+    """
+
+    host: str
+    pid: int
+    comm: str  # the pointer as printed: "0x55bef0201370"
+    line: int  # where it was first named
+    func: str = ""  # ncclCommInitRank, ncclCommInitRankConfig, ncclCommSplit ... (>= 2.21)
+    comm_id: str = ""
+    rank: int | None = None
+    nranks: int | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    bus_id: str = ""
+    parent: str = ""  # ncclCommSplit's parent comm
+    nnodes: int | None = None
+    local_ranks: int | None = None
+    local_rank: int | None = None
+    init_start_line: int | None = None
+    init_complete_line: int | None = None
+    init_total_s: float | None = None  # `Init timings` (>= 2.22)
+    init_timings: dict[str, float] = {}  # kernels, alloc, bootstrap, allgathers, topo, graphs, ...
+    rings_connected: bool = False  # `Connected all rings` on the thread that initialized it
+    trees_connected: bool = False
+    end: str = ""  # "abort", "destroy" (a `- Abort|Destroy START|COMPLETE` line), lowercase
+    end_complete: bool = False
+    end_line: int | None = None
+    coll_count: int = 0  # COLL lines (NCCL_DEBUG_SUBSYS=COLL)
+    first_op_count: int | None = None
+    last_op_count: int | None = None
+    last_op: str = ""  # "AllReduce", "AllGather", "Send" ...
+    last_count: int | None = None  # elements of the last COLL
+    first_coll_line: int | None = None
+    last_coll_line: int | None = None
+
+    @property
+    def init_hung(self) -> bool:
+        """Init START printed, neither COMPLETE nor a teardown: stuck in init (if the log is whole)."""
+        return self.init_start_line is not None and self.init_complete_line is None and not self.end
+
+
+class NcclWarn(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One `NCCL WARN` line, classified.
+
+    ib-completion: `NET/IB : Got completion from peer P with error|status=S ... vendor err V
+    (Send|Recv) [hca H]` (status is ibv_wc_status: 5 flush, 12 retry exceeded, 13 RNR retry
+    exceeded; the first in time names the bad link: hca + peer). ibverbs: `Call to ibv_X
+    failed [with error E]`. socket: socketProgress/connect/poll failures (peer). no-interface:
+    `no socket interface found`, `No usable listening interface found`. cuda: `Cuda failure
+    [N] 'E'`, `Failed to CUDA calloc`. proxy: proxy thread and service errors. duplicate-gpu:
+    `Duplicate GPU detected`.
+    """
+
+    kind: WarnKind
+    line: int
+    host: str
+    pid: int
+    text: str  # the message, clipped
+    tid: int | None = None
+    dev: int | None = None
+    src: str = ""
+    time: float | None = None
+    stamp: str = ""
+    peer: str = ""  # ib-completion, socket: "10.0.0.5<33092>", "host<51159>"
+    hca: str = ""  # ib-completion (>= 2.22 prints it)
+    status: int | None = None  # ib-completion: ibv_wc_status
+    vendor_err: int | None = None
+    request: str = ""  # ib-completion: Send, Recv, Flush
+    call: str = ""  # ibverbs: "ibv_create_qp"
+    error: str = ""  # ibverbs/socket/cuda: "Network is unreachable", "out of memory"
+    code: int | None = None  # cuda: the driver error number (>= 2.20)
+
+
+class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What one process (host, pid) said about itself."""
+
+    host: str
+    pid: int
+    first_line: int
+    last_line: int
+    lines: int = 0  # its NCCL lines
+    version: str = ""  # "2.28.9" from its own INFO line
+    cuda: str = ""  # "13.0" of "+cuda13.0"
+    cuda_driver: int | None = None  # cudaDriverVersion 12070
+    devices: tuple[int, ...] = ()  # cudaDev seen in its prefixes, in order
+    bootstrap_if: str = ""  # "eth0"
+    bootstrap_addr: str = ""  # "10.0.0.1<0>"
+    network: str = ""  # "IB", "Socket", a plugin's name ("IBext_v8")
+    ib_devices: tuple[NetDevice, ...] = ()
+    ib_no_device: bool = False  # `NET/IB : No device found.`
+    socket_devices: tuple[NetDevice, ...] = ()
+    socket_fallback: bool = False  # network Socket, or IB found nothing and sockets were listed
+    env: tuple[EnvSetting, ...] = ()
+    transports: tuple[TransportUse, ...] = ()
+    rings_connected: int = 0  # `Connected all rings` lines (one per comm and GPU)
+    trees_connected: int = 0
+    launcher_rank: int | None = None  # the rank its lines' launcher label names (NcclPrefix.label_rank)
+    ranks: tuple[int, ...] = ()  # its ranks in its largest communicator(s)
+    world_size: int | None = None  # that communicator's nranks
+    warns: int = 0
+    error_returns: int = 0  # `file.cc:N -> code` lines (an error unwinding)
+    first_error_line: int | None = None
+    first_error_code: int | None = None  # ncclResult_t: 1 cuda, 2 system, 3 internal, 5 usage, 6 remote
+
+
+class NcclLog(msgspec.Struct, frozen=True):
+    """Everything an NCCL debug log (or stdout holding one) said, in line order."""
+
+    lines: int  # lines in the text
+    nccl_lines: int  # lines with an NCCL prefix
+    versions: tuple[str, ...] = ()  # every NCCL version printed ("2.19.3+cuda12.3"), first seen first
+    processes: tuple[NcclProcess, ...] = ()
+    comms: tuple[NcclComm, ...] = ()
+    warns: tuple[NcclWarn, ...] = ()  # the first MAX_WARNS, in line order
+    warn_counts: dict[str, int] = {}  # kind -> WARNs of that kind (all of them)
+    ranks: tuple[int, ...] = ()  # every rank a comm line named, sorted
+    world_sizes: tuple[int, ...] = ()  # every nranks seen (comm and COLL lines), sorted
+    first_warn: NcclWarn | None = None  # by line order
+    first_warn_by_time: NcclWarn | None = None  # by timestamp (>= 2.26 stamps WARNs); None without
+    truncated: bool = False  # a bounded list dropped something
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.host for p in self.processes))
+
+    def process(self, host: str, pid: int) -> NcclProcess | None:
+        return next((p for p in self.processes if p.host == host and p.pid == pid), None)
+
+    def comm_groups(self) -> dict[str, tuple[NcclComm, ...]]:
+        """commId -> the ranks' views of that communicator (comms that print no commId left out)."""
+        groups: dict[str, list[NcclComm]] = {}
+        for c in self.comms:
+            if c.comm_id:
+                groups.setdefault(c.comm_id, []).append(c)
+        return {k: tuple(v) for k, v in groups.items()}
+
+    def rank_map(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """(host, pid) -> its ranks, in its largest communicator(s)."""
+        return {(p.host, p.pid): p.ranks for p in self.processes if p.ranks}
+
+
+# ---------------------------------------------------------------- the line prefix
+
+_HOST_TOKEN = re.compile(r"(.{1,1024}):(\d{1,10}):(\d{1,10})", re.ASCII)
+_DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
+_SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
+_USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
+_LABEL_RANK = re.compile(
+    r"\[\d{1,9},(\d{1,9})\]<std(?:out|err)>:|(\d{1,9}):|\[rank(\d{1,9})\]:|\[(\d{1,9})\]", re.ASCII
+)
+_STAMP = re.compile(
+    r"\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\]$",
+    re.ASCII,
+)
+
+
+def split_nccl_line(line: str) -> NcclPrefix | None:
+    """A line's NCCL prefix and message; None for a line that is not NCCL's.
+
+    Bounded work: " NCCL " is looked for in the first 2 KiB only, and the message is cut
+    to 8 KiB.
+    """
+    at = line.find(" NCCL ", 0, _HEAD_MAX)
+    if at < 0:
+        return None
+    rest = line[at + 6:]
+    level, _, message = rest.partition(" ")
+    if level not in _LEVELS:
+        return None
+    tokens = line[:at].split()
+    if not tokens:
+        return None
+    src = ""
+    if level in ("WARN", "TRACE", "ABORT") and _SRC_TOKEN.fullmatch(tokens[-1]):
+        src = tokens.pop()
+        if tokens and level == "TRACE" and _USEC_TOKEN.fullmatch(tokens[-1]):
+            tokens.pop()
+    dev: int | None = None
+    if tokens:
+        m = _DEV_TOKEN.fullmatch(tokens[-1])
+        if m:
+            dev = int(m.group(1))
+            tokens.pop()
+    if not tokens:
+        return None
+    m = _HOST_TOKEN.fullmatch(tokens.pop())
+    if not m:
+        return None
+    host = m.group(1).rsplit(":", 1)[-1]  # `[1,0]<stdout>:host`, `[rank3]:host`
+    if "]" in host:
+        host = host.rsplit("]", 1)[-1]
+    if not host:
+        return None
+    time: float | None = None
+    stamp = ""
+    before = " ".join(tokens)
+    if before:
+        t = _STAMP.search(before[-64:])
+        if t:
+            stamp, time = t.group(0)[1:-1], iso_time(t)
+            before = before[: -len(t.group(0))].rstrip()
+    glued = m.group(1)[: len(m.group(1)) - len(host)]  # "[1,0]<stdout>:" before the host, no space
+    label = " ".join(x for x in (before, glued) if x)[-64:]
+    return NcclPrefix(
+        host=host, pid=int(m.group(2)), tid=int(m.group(3)), level=cast(Level, level),
+        message=message[:_MSG_MAX].rstrip(), dev=dev, src=src, time=time, stamp=stamp, label=label,
+    )
+
+
+# ---------------------------------------------------------------- message patterns
+# Anchored and bounded: each runs on at most _MSG_MAX characters.
+
+_VERSION = re.compile(
+    r"NCCL version (?P<v>\d{1,4}\.\d{1,4}\.\d{1,4}[^\s+]{0,32})(?:\+cuda(?P<cuda>\d{1,4}(?:\.\d{1,4})?))?", re.ASCII
+)
+_BARE_VERSION = re.compile(
+    r"NCCL version \d{1,4}\.\d{1,4}\.\d{1,4}[^\s+]{0,32}\+cuda\d{1,4}(?:\.\d{1,4})?\s*$", re.ASCII
+)
+_BOOTSTRAP = re.compile(r"Bootstrap ?: Using (?:\[\d{1,4}\])?(?P<if>[^\s:\[\]]{1,64}):(?P<addr>\S{1,128})")
+_IB_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):(\d{1,4})/([A-Za-z]{1,8})(?:/([^\s\[\];]{1,32}))?")
+_SOCKET_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):([^\s\[\]]{1,128})")
+_ENV = re.compile(r"(NCCL_[A-Za-z0-9_]{1,64}) set (?:by environment )?to ?(.{0,512})")
+_DRIVER = re.compile(r"cudaDriverVersion (\d{1,9})")
+_COMM = re.compile(
+    r"(?:\[Rank -?\d{1,9}\] )?(?:(?P<func>nccl[A-Za-z]{1,40}) )?comm (?P<comm>0x[0-9a-fA-F]{1,16}) "
+    r"rank (?P<rank>-?\d{1,9}) n[Rr]anks (?P<nranks>\d{1,9})(?P<rest>.*)"
+)
+_PHASE = re.compile(r"-\s{0,4}(?P<what>[A-Z][a-z]{1,15}) (?P<phase>START|COMPLETE)\s*$")
+_COMM_FIELDS = {"cudaDev": "cuda_dev", "nvmlDev": "nvml_dev", "busId": "bus_id", "commId": "comm_id",
+                "parent": "parent", "nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank"}
+_TIMINGS = re.compile(
+    r"Init timings(?: - [A-Za-z]{1,40})?: rank (?P<rank>-?\d{1,9}) nranks (?P<nranks>\d{1,9}) "
+    r"total (?P<total>\d{1,9}(?:\.\d{1,9})?)(?: \((?P<parts>[^)]{0,512})\))?"
+)
+_TIMING_PART = re.compile(r"([a-z]{1,20}) (\d{1,9}(?:\.\d{1,9})?)")
+_COLL = re.compile(
+    r"(?P<op>[A-Za-z][A-Za-z0-9_]{0,31}): opCount (?P<opc>[0-9a-fA-F]{1,16}) sendbuff \S{1,32} recvbuff \S{1,32} "
+    r"count (?P<count>\d{1,20}) datatype -?\d{1,4} op -?\d{1,4} root -?\d{1,9} "
+    r"comm (?P<comm>0x[0-9a-fA-F]{1,16}|\(nil\)) \[nranks=(?P<nranks>\d{1,9})\]"
+)
+_CONNECTION = re.compile(
+    r"(?:Channel|Ring) \d{1,4}(?:/\d{1,4})? : \d{1,9}(?:\[[0-9a-fA-F]{1,16}\])? -> \d{1,9}(?:\[[0-9a-fA-F]{1,16}\])?"
+    r"(?: \[(?:send|receive)\])? via (?P<via>.{1,200})"
+)
+_ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,64})?")
+
+# WARN classes
+_IB_COMPLETION = re.compile(
+    r"NET/IB ?: ?Got completion from peer (?P<peer>\S{1,256}) with "
+    r"(?:error (?P<err>-?\d{1,9})|status=(?P<st>-?\d{1,9}))"
+)
+_VENDOR = re.compile(r"vendor err (\d{1,9})(?: \((\w{1,16})\))?")
+_HCA = re.compile(r" hca (\S{1,64})")
+_VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with error (.{1,200}))?")
+_CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
+# ncclSocketToString: "10.0.0.1<42830>", "host<51159>"; after "peer", "from", "to" (not "Call to recv")
+_PEER = re.compile(r"(?:peer|from|to) (\S{0,256}<\d{1,5}>)")
+_SOCKET_SRC = ("misc/socket.cc", "transport/net_socket.cc", "socket.cc")
+_CONNECTION_WORDS = ("Connection closed by remote peer", "Connection refused", "Connection reset by peer",
+                     " connect to ", "Connection timed out")
+_SOCKET_WORDS = ("socket", "Socket connect", "Net : Connect", "connect to ")
+
+
+# ---------------------------------------------------------------- builders
+
+
+class _Proc:
+    __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
+                 "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "socket_devices", "env",
+                 "transports", "rings", "trees", "warns", "error_returns", "first_error_line", "first_error_code",
+                 "launcher_rank")
+
+    def __init__(self, host: str, pid: int, line: int) -> None:
+        self.host, self.pid, self.first_line, self.last_line = host, pid, line, line
+        self.lines = 0
+        self.version = self.cuda = self.bootstrap_if = self.bootstrap_addr = self.network = ""
+        self.cuda_driver: int | None = None
+        self.devices: dict[int, None] = {}
+        self.ib_devices: list[NetDevice] = []
+        self.ib_no_device = False
+        self.socket_devices: list[NetDevice] = []
+        self.env: dict[str, EnvSetting] = {}
+        self.transports: dict[str, list[int]] = {}  # transport -> [count, first line]
+        self.rings = self.trees = self.warns = self.error_returns = 0
+        self.first_error_line: int | None = None
+        self.first_error_code: int | None = None
+        self.launcher_rank: int | None = None
+
+
+class _Comm:
+    __slots__ = ("host", "pid", "comm", "line", "fields", "init_start_line", "init_complete_line", "init_total_s",
+                 "init_timings", "rings", "trees", "end", "end_complete", "end_line", "coll_count", "first_op_count",
+                 "last_op_count", "last_op", "last_count", "first_coll_line", "last_coll_line")
+
+    def __init__(self, host: str, pid: int, comm: str, line: int) -> None:
+        self.host, self.pid, self.comm, self.line = host, pid, comm, line
+        self.fields: dict[str, object] = {}
+        self.init_start_line: int | None = None
+        self.init_complete_line: int | None = None
+        self.init_total_s: float | None = None
+        self.init_timings: dict[str, float] = {}
+        self.rings = self.trees = False
+        self.end = ""
+        self.end_complete = False
+        self.end_line: int | None = None
+        self.coll_count = 0
+        self.first_op_count: int | None = None
+        self.last_op_count: int | None = None
+        self.last_op = ""
+        self.last_count: int | None = None
+        self.first_coll_line: int | None = None
+        self.last_coll_line: int | None = None
+
+    def freeze(self) -> NcclComm:
+        f = self.fields
+        return NcclComm(
+            host=self.host, pid=self.pid, comm=self.comm, line=self.line,
+            func=str(f.get("func", "")), comm_id=str(f.get("comm_id", "")),
+            rank=_opt_int(f.get("rank")), nranks=_opt_int(f.get("nranks")),
+            cuda_dev=_opt_int(f.get("cuda_dev")), nvml_dev=_opt_int(f.get("nvml_dev")),
+            bus_id=str(f.get("bus_id", "")), parent=str(f.get("parent", "")),
+            nnodes=_opt_int(f.get("nnodes")), local_ranks=_opt_int(f.get("local_ranks")),
+            local_rank=_opt_int(f.get("local_rank")),
+            init_start_line=self.init_start_line, init_complete_line=self.init_complete_line,
+            init_total_s=self.init_total_s, init_timings=self.init_timings,
+            rings_connected=self.rings, trees_connected=self.trees,
+            end=self.end, end_complete=self.end_complete, end_line=self.end_line,
+            coll_count=self.coll_count, first_op_count=self.first_op_count, last_op_count=self.last_op_count,
+            last_op=self.last_op, last_count=self.last_count,
+            first_coll_line=self.first_coll_line, last_coll_line=self.last_coll_line,
+        )
+
+
+def _opt_int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _int(token: str, digits: int = 12) -> int | None:
+    body = token.removeprefix("-")
+    if not (body.isascii() and body.isdigit()) or len(body) > digits:
+        return None
+    return int(token)
+
+
+def _seconds(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.comms: list[_Comm] = []
+        self.comm_at: dict[tuple[str, int, str], _Comm] = {}
+        self.init_thread: dict[tuple[str, int, int], _Comm] = {}  # the comm a thread is initializing
+        self.pending: dict[tuple[str, int, int], list[bool]] = {}  # rings/trees before an old COMPLETE
+        self.by_rank: dict[tuple[str, int, int | None, int], _Comm] = {}  # (host, pid, rank, nranks) -> latest
+        self.versions: dict[str, None] = {}
+        self.warns: list[NcclWarn] = []
+        self.warn_counts: dict[str, int] = {}
+        self.first_warn: NcclWarn | None = None
+        self.earliest: NcclWarn | None = None
+        self.world_sizes: set[int] = set()
+        self.nccl_lines = 0
+        self.truncated = False
+
+    # -- processes and comms
+
+    def proc(self, p: NcclPrefix, line: int) -> _Proc | None:
+        key = (p.host, p.pid)
+        proc = self.procs.get(key)
+        if proc is None:
+            if len(self.procs) >= MAX_PROCESSES:
+                self.truncated = True
+                return None
+            proc = self.procs[key] = _Proc(p.host, p.pid, line)
+        proc.last_line = line
+        proc.lines += 1
+        if p.label and proc.launcher_rank is None:
+            proc.launcher_rank = p.label_rank
+        if p.dev is not None and p.dev not in proc.devices:
+            if len(proc.devices) < MAX_PER_PROCESS:
+                proc.devices[p.dev] = None
+            else:
+                self.truncated = True
+        return proc
+
+    def comm(self, p: NcclPrefix, pointer: str, line: int, fresh: bool = False) -> _Comm | None:
+        """The comm at this pointer in this process; a new one when `fresh` (Init START) and
+        the pointer's last comm already began or ended (an address reused after a destroy)."""
+        key = (p.host, p.pid, pointer)
+        comm = self.comm_at.get(key)
+        if comm is not None and not (fresh and (comm.init_start_line is not None or comm.end)):
+            return comm
+        if len(self.comms) >= MAX_COMMS:
+            self.truncated = True
+            return None
+        comm = _Comm(p.host, p.pid, pointer, line)
+        self.comms.append(comm)
+        self.comm_at[key] = comm
+        return comm
+
+    # -- one prefixed line
+
+    def line(self, p: NcclPrefix, number: int, following: str | None) -> None:
+        self.nccl_lines += 1
+        proc = self.proc(p, number)
+        if proc is None:
+            return
+        if p.level == "WARN":
+            self.warn(p, proc, number, following)
+            return
+        if p.level != "INFO":
+            return
+        msg = p.message
+        head = msg[:40]
+        if head.startswith("NCCL version "):
+            m = _VERSION.match(msg)
+            if m:
+                proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
+                self.versions[m.group(0)[len("NCCL version "):]] = None
+        elif head.startswith("Bootstrap") and " Using " in head:
+            m = _BOOTSTRAP.match(msg)
+            if m and not proc.bootstrap_if:
+                proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+        elif head.startswith("NET/IB"):
+            self.net_ib(proc, msg)
+        elif head.startswith("NET/Socket") and " Using" in head:
+            if not proc.socket_devices:
+                proc.socket_devices = self.devices(_SOCKET_DEVICE, msg, socket=True)
+        elif head.startswith("Using network "):
+            proc.network = _network_name(msg) or proc.network
+        elif head.startswith("cudaDriverVersion"):
+            m = _DRIVER.match(msg)
+            if m:
+                proc.cuda_driver = int(m.group(1))
+        elif head.startswith("Connected all rings"):
+            self.connected(p, proc, rings=True)
+        elif head.startswith("Connected all trees"):
+            self.connected(p, proc, rings=False)
+        elif head.startswith("Init timings"):
+            self.timings(p, msg)
+        elif head.startswith(("Channel ", "Ring ")):
+            self.connection(proc, msg, number)
+        elif "opCount " in msg[:48]:
+            self.coll(p, msg, number)
+        elif "comm 0x" in msg[:64]:
+            self.comm_line(p, msg, number)
+        elif head.startswith("NCCL_") and " set " in msg[:100]:
+            self.env(proc, msg, number)
+        elif " -> " in msg[:300]:
+            m = _ERROR_RETURN.fullmatch(msg[:400])
+            if m:
+                proc.error_returns += 1
+                if proc.first_error_line is None:
+                    proc.first_error_line, proc.first_error_code = number, int(m.group(1))
+
+    def net_ib(self, proc: _Proc, msg: str) -> None:
+        if "No device found" in msg[:40]:
+            proc.ib_no_device = True
+            return
+        using = msg.find(" Using", 0, 16)
+        if using < 0 or proc.ib_devices:
+            return
+        devices = msg[using:].partition("; OOB")[0]
+        proc.ib_devices = self.devices(_IB_DEVICE, devices, socket=False)
+
+    def devices(self, pattern: re.Pattern[str], text: str, socket: bool) -> list[NetDevice]:
+        found: list[NetDevice] = []
+        for m in pattern.finditer(text):
+            if len(found) >= MAX_PER_PROCESS:
+                self.truncated = True
+                break
+            if socket:
+                found.append(NetDevice(index=int(m.group(1)), name=m.group(2), addr=m.group(3)))
+            else:
+                found.append(NetDevice(index=int(m.group(1)), name=m.group(2), port=int(m.group(3)),
+                                       link=m.group(4), extra=m.group(5) or ""))
+        return found
+
+    def env(self, proc: _Proc, msg: str, number: int) -> None:
+        m = _ENV.fullmatch(msg[:600])
+        if not m:
+            return
+        name, value = m.group(1), m.group(2).strip()
+        if value.endswith(".") and _int(value[:-1], 20) is not None:  # "%s set by environment to %lld."
+            value = value[:-1]
+        if name in proc.env or len(proc.env) < MAX_PER_PROCESS:
+            proc.env[name] = EnvSetting(name=name, value=value, line=number)
+        else:
+            self.truncated = True
+
+    def connection(self, proc: _Proc, msg: str, number: int) -> None:
+        m = _CONNECTION.match(msg)
+        if not m:
+            return
+        transport = _transport(m.group("via"))
+        use = proc.transports.get(transport)
+        if use is not None:
+            use[0] += 1
+        elif len(proc.transports) < MAX_PER_PROCESS:
+            proc.transports[transport] = [1, number]
+        else:
+            self.truncated = True
+
+    def connected(self, p: NcclPrefix, proc: _Proc, rings: bool) -> None:
+        if rings:
+            proc.rings += 1
+        else:
+            proc.trees += 1
+        key = (p.host, p.pid, p.tid)
+        comm = self.init_thread.get(key)
+        if comm is not None and comm.init_complete_line is None:
+            if rings:
+                comm.rings = True
+            else:
+                comm.trees = True
+            return
+        # before 2.18 there is no Init START: the thread's next COMPLETE is this comm's
+        flags = self.pending.setdefault(key, [False, False])
+        flags[0 if rings else 1] = True
+
+    def comm_line(self, p: NcclPrefix, msg: str, number: int) -> None:
+        m = _COMM.match(msg)
+        if not m:
+            return
+        rest = m.group("rest")[:1024]
+        phase = _PHASE.search(rest)
+        what = phase.group("what") if phase else ""
+        starting = what == "Init" and phase is not None and phase.group("phase") == "START"
+        comm = self.comm(p, m.group("comm"), number, fresh=starting)
+        if comm is None:
+            return
+        fields = comm.fields
+        if m.group("func"):
+            fields["func"] = m.group("func")
+        rank, nranks = _int(m.group("rank")), int(m.group("nranks"))
+        fields["rank"], fields["nranks"] = rank, nranks
+        self.world_sizes.add(nranks)
+        self.by_rank[(p.host, p.pid, rank, nranks)] = comm
+        words = (rest[:phase.start()] if phase else rest).split()
+        for i, word in enumerate(words[:-1]):
+            name = _COMM_FIELDS.get(word)
+            if name is None:
+                continue
+            value = words[i + 1].rstrip("-")
+            if name in ("bus_id", "comm_id", "parent"):
+                fields[name] = value[:64]
+            else:
+                number_value = _int(value)
+                if number_value is not None:
+                    fields[name] = number_value
+        if phase is None:
+            return
+        key = (p.host, p.pid, p.tid)
+        if what == "Init":
+            if starting:
+                comm.init_start_line = number
+                self.init_thread[key] = comm
+            else:
+                comm.init_complete_line = number
+                flags = self.pending.pop(key, None)
+                if flags is not None:
+                    comm.rings = comm.rings or flags[0]
+                    comm.trees = comm.trees or flags[1]
+                self.init_thread[key] = comm
+        else:
+            comm.end = what.lower()
+            comm.end_complete = phase.group("phase") == "COMPLETE"
+            comm.end_line = number
+
+    def timings(self, p: NcclPrefix, msg: str) -> None:
+        m = _TIMINGS.match(msg)
+        if not m:
+            return
+        rank, nranks = _int(m.group("rank")), int(m.group("nranks"))
+        self.world_sizes.add(nranks)
+        comm = self.init_thread.get((p.host, p.pid, p.tid))
+        if comm is None or comm.fields.get("rank") != rank or comm.fields.get("nranks") != nranks:
+            comm = self.by_rank.get((p.host, p.pid, rank, nranks))
+        if comm is None:
+            return
+        comm.init_total_s = _seconds(m.group("total"))
+        for part in _TIMING_PART.finditer(m.group("parts") or ""):
+            seconds = _seconds(part.group(2))
+            if seconds is not None and len(comm.init_timings) < 16:
+                comm.init_timings[part.group(1)] = seconds
+
+    def coll(self, p: NcclPrefix, msg: str, number: int) -> None:
+        m = _COLL.match(msg)
+        if not m:
+            return
+        comm = self.comm(p, m.group("comm"), number)
+        if comm is None:
+            return
+        nranks = int(m.group("nranks"))
+        self.world_sizes.add(nranks)
+        comm.fields.setdefault("nranks", nranks)
+        op_count = int(m.group("opc"), 16)
+        comm.coll_count += 1
+        if comm.first_op_count is None:
+            comm.first_op_count, comm.first_coll_line = op_count, number
+        comm.last_op_count, comm.last_op, comm.last_coll_line = op_count, m.group("op"), number
+        comm.last_count = _int(m.group("count"), 20)
+
+    # -- WARN
+
+    def warn(self, p: NcclPrefix, proc: _Proc, number: int, following: str | None) -> None:
+        proc.warns += 1
+        w = _classify(p, number, following)
+        self.warn_counts[w.kind] = self.warn_counts.get(w.kind, 0) + 1
+        if self.first_warn is None:
+            self.first_warn = w
+        if w.time is not None and (self.earliest is None or self.earliest.time is None or w.time < self.earliest.time):
+            self.earliest = w
+        if len(self.warns) < MAX_WARNS:
+            self.warns.append(w)
+        else:
+            self.truncated = True
+
+    # -- the facts
+
+    def freeze(self, lines: int) -> NcclLog:
+        comms = [c.freeze() for c in self.comms]
+        by_proc: dict[tuple[str, int], list[NcclComm]] = {}
+        for c in comms:
+            by_proc.setdefault((c.host, c.pid), []).append(c)
+        processes = [self.freeze_proc(proc, by_proc.get(key, [])) for key, proc in self.procs.items()]
+        processes.sort(key=lambda x: x.first_line)
+        counts: dict[str, int] = {kind: self.warn_counts[kind] for kind in WARN_KINDS if kind in self.warn_counts}
+        return NcclLog(
+            lines=lines, nccl_lines=self.nccl_lines, versions=tuple(self.versions),
+            processes=tuple(processes), comms=tuple(comms), warns=tuple(self.warns), warn_counts=counts,
+            ranks=tuple(sorted({c.rank for c in comms if c.rank is not None})),
+            world_sizes=tuple(sorted(self.world_sizes)),
+            first_warn=self.first_warn, first_warn_by_time=self.earliest, truncated=self.truncated,
+        )
+
+    @staticmethod
+    def freeze_proc(proc: _Proc, comms: list[NcclComm]) -> NcclProcess:
+        sized = [c for c in comms if c.rank is not None and c.nranks is not None]
+        world = max((c.nranks for c in sized if c.nranks is not None), default=None)
+        ranks = tuple(sorted({c.rank for c in sized if c.nranks == world and c.rank is not None}))
+        fallback = proc.network == "Socket" or (
+            not proc.network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
+        return NcclProcess(
+            host=proc.host, pid=proc.pid, first_line=proc.first_line, last_line=proc.last_line, lines=proc.lines,
+            version=proc.version, cuda=proc.cuda, cuda_driver=proc.cuda_driver, devices=tuple(proc.devices),
+            bootstrap_if=proc.bootstrap_if, bootstrap_addr=proc.bootstrap_addr, network=proc.network,
+            ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device,
+            socket_devices=tuple(proc.socket_devices), socket_fallback=fallback,
+            env=tuple(proc.env.values()),
+            transports=tuple(TransportUse(transport=t, count=use[0], first_line=use[1])
+                             for t, use in proc.transports.items()),
+            rings_connected=proc.rings, trees_connected=proc.trees, launcher_rank=proc.launcher_rank,
+            ranks=ranks, world_size=world,
+            warns=proc.warns, error_returns=proc.error_returns, first_error_line=proc.first_error_line,
+            first_error_code=proc.first_error_code,
+        )
+
+
+def _network_name(msg: str) -> str:
+    """`Using network IB` -> "IB"."""
+    name = msg[len("Using network "):].strip()
+    return name[:64] if name and " " not in name else ""
+
+
+def _transport(via: str) -> str:
+    """`NET/IB/0/GDRDMA` -> "NET/IB/GDRDMA", `P2P/CUMEM/read` -> "P2P/CUMEM",
+    `SHM/direct/direct` and `direct shared memory` -> "SHM", `NET/Socket/0` -> "NET/Socket"."""
+    via = via.strip()
+    if via.startswith("NET/"):
+        parts = via.split("/")
+        name = parts[1].split("(")[0] if len(parts) > 1 else ""
+        flags = [part for part in parts[2:] if part.isalpha() and part.isascii()]
+        return "/".join(["NET", name[:32], *flags[:2]])
+    if via.startswith("P2P/"):
+        return "/".join(via.split("/")[:2])[:40]
+    if via.startswith("SHM") or via.endswith("shared memory"):
+        return "SHM"
+    return via.split()[0][:32] if via.split() else "?"
+
+
+def _warn(kind: WarnKind, p: NcclPrefix, number: int, text: str, **fields: Any) -> NcclWarn:
+    return NcclWarn(kind=kind, line=number, host=p.host, pid=p.pid, text=text, tid=p.tid, dev=p.dev, src=p.src,
+                    time=p.time, stamp=p.stamp, **fields)
+
+
+def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
+    msg = p.message
+    m = _IB_COMPLETION.search(msg[:200])
+    if m:
+        full = msg
+        if "vendor err" not in msg and following is not None:  # a line the terminal wrapped
+            full = msg + " " + following
+        vendor = _VENDOR.search(full)
+        hca = _HCA.search(full)
+        return _warn("ib-completion", p, number, clip(full, TEXT_MAX), peer=m.group("peer"),
+                     status=_int(m.group("err") or m.group("st") or ""),
+                     vendor_err=_int(vendor.group(1)) if vendor else None,
+                     request=(vendor.group(2) or "") if vendor else "", hca=hca.group(1) if hca else "")
+    text = clip(msg, TEXT_MAX)
+    if "Call to " in msg[:40]:
+        v = _VERBS.search(msg[:400])
+        if v and (v.group(1).startswith("ibv_") or "ibvwrap" in p.src):
+            return _warn("ibverbs", p, number, text, call=v.group(1), error=(v.group(2) or "").strip())
+    if "Cuda failure" in msg[:80] or "CUDA calloc" in msg[:80]:
+        c = _CUDA.search(msg[:400])
+        return _warn("cuda", p, number, text, error=c.group("err") if c else "",
+                     code=_int(c.group("code")) if c and c.group("code") else None)
+    if msg.startswith("Duplicate GPU detected"):
+        return _warn("duplicate-gpu", p, number, text)
+    lower = msg[:120].lower()
+    if "no socket interface found" in lower or "no usable listening interface" in lower:
+        return _warn("no-interface", p, number, text)
+    src_file = p.src.rsplit(":", 1)[0]
+    if (msg.startswith(_SOCKET_WORDS) or any(w in msg[:200] for w in _CONNECTION_WORDS)
+            or src_file.endswith(_SOCKET_SRC)):
+        peer = _PEER.search(msg[:400])
+        error = msg[:400].rsplit(" : ", 1)[1].strip()[:200] if " : " in msg[:400] else ""
+        return _warn("socket", p, number, text, peer=peer.group(1) if peer else "", error=error)
+    if (src_file.rsplit("/", 1)[-1].startswith("proxy") or "[Proxy" in msg[:40] or "[Service thread]" in msg[:40]
+            or msg.startswith("Proxy")):
+        return _warn("proxy", p, number, text)
+    return _warn("other", p, number, text)
+
+
+# ---------------------------------------------------------------- the parser
+
+
+def _bare_version(line: str) -> str | None:
+    """`NCCL version 2.10.3+cuda11.3` printed without a prefix (<= 2.21, or the VERSION level),
+    after a launcher's label at most; never a sentence that mentions a version."""
+    at = line.find("NCCL version ", 0, 128)
+    if at < 0:
+        return None
+    before = line[:at]
+    if before.strip() and not before.rstrip().endswith((":", "]", ">", ")")):
+        return None
+    if not _BARE_VERSION.match(line, at):
+        return None
+    m = _VERSION.match(line, at)
+    return m.group(0)[len("NCCL version "):] if m else None
+
+
+def parse_nccl_log(text: str) -> NcclLog:
+    """An NCCL debug log, or any output holding NCCL lines -> NcclLog; ParseError when no
+    line is NCCL's."""
+    raw_lines = text.split("\n")
+    if raw_lines and raw_lines[-1] == "":
+        raw_lines.pop()
+    builder = _Builder()
+    count = len(raw_lines)
+    for index, raw in enumerate(raw_lines):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        prefix = split_nccl_line(line)
+        if prefix is None:
+            version = _bare_version(line)
+            if version is not None:
+                builder.versions[version] = None
+            continue
+        following = None
+        if prefix.level == "WARN" and index + 1 < count:
+            nxt = raw_lines[index + 1][:TEXT_MAX].strip()
+            if nxt and split_nccl_line(nxt) is None:
+                following = nxt
+        builder.line(prefix, index + 1, following)
+    if not builder.nccl_lines and not builder.versions:
+        raise ParseError(f"nccl-log: no NCCL debug line (host:pid:tid [dev] NCCL INFO|WARN ...) "
+                         f"and no 'NCCL version' line (starts with {clip(text.strip(), 60)!r})")
+    return builder.freeze(count)
