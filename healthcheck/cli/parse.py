@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from healthcheck.parsers import TOOLS
+from healthcheck.parsers import BINARY_TOOLS, TOOLS
 
 
 @click.command(epilog="Tools: " + ", ".join(f"{k} ({v[2]})" for k, v in TOOLS.items()))
@@ -26,10 +26,13 @@ def parse(tool: str, file: str | None, fmt: str) -> int:
     from healthcheck.parsers import parser_for
 
     data, source = _read_input(tool, file)
-    text = data.decode("utf-8", errors="replace")
-    if "\x00" in text:
-        raise HcError(f"{source}: binary data, not the text output of {tool}")
-    facts = parser_for(tool)(text)
+    if tool in BINARY_TOOLS:  # a pickle: the parser reads it as data, without running anything in it
+        facts = parser_for(tool)(data)
+    else:
+        text = data.decode("utf-8", errors="replace")
+        if "\x00" in text:
+            raise HcError(f"{source}: binary data, not the text output of {tool}")
+        facts = parser_for(tool)(text)
     App(fmt=fmt).emit_json({"tool": tool, "source": source, "facts": facts})
     return 0
 

@@ -42,16 +42,27 @@ TOOLS: dict[str, tuple[str, str, str]] = {
                  "NCCL debug log (NCCL_DEBUG=INFO/WARN, NCCL_DEBUG_FILE, stdout with NCCL lines), 2.4-2.30"),
     "torch-log": ("healthcheck.parsers.torch_log", "parse_torch_log",
                   "PyTorch distributed / torchrun output: watchdog, NCCL and gloo errors, ChildFailedError"),
+    "py-spy": ("healthcheck.parsers.py_spy", "parse_py_spy",
+               "py-spy dump (text, --json, --locals, --native, --subprocesses; its errors as facts)"),
+    "flight-recorder": ("healthcheck.parsers.flight_recorder", "parse_flight_recorder",
+                        "torch Flight Recorder dump (pickle, read as data and never executed; or its JSON)"),
+    "flight-recorder-analysis": ("healthcheck.parsers.flight_recorder", "parse_fr_analysis",
+                                 "torchfrtrace / NVRx Flight Recorder attribution output"),
+    "nccl-ras": ("healthcheck.parsers.nccl_ras", "parse_nccl_ras",
+                 "NCCL RAS STATUS / VERBOSE STATUS reply (port 28028, ncclras; text or 2.29+ JSON)"),
 }
+# tools whose input is bytes, not text: the parser gets them undecoded
+BINARY_TOOLS = frozenset({"flight-recorder"})
 
 
-def parser_for(tool: str) -> Callable[[str], Any]:
-    """TOOL's parser, with empty (or blank) input a ParseError whatever the tool."""
+def parser_for(tool: str) -> Callable[[Any], Any]:
+    """TOOL's parser, with empty (or blank) input a ParseError whatever the tool (text, or
+    bytes for BINARY_TOOLS)."""
     module, func, _ = TOOLS[tool]
     parse = getattr(importlib.import_module(module), func)
 
     @functools.wraps(parse)
-    def parse_text(text: str) -> Any:
+    def parse_text(text: str | bytes) -> Any:
         if not text.strip():
             raise ParseError(f"{tool}: empty input: no output to parse")
         return parse(text)

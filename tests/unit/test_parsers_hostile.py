@@ -47,6 +47,10 @@ CONTEXT = {
     "ib_write_bw": "                    RDMA_Write BW Test\n #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n",
     "nccl-log": "h:1:2 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n",
     "torch-log": "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.\n",
+    "py-spy": 'Process 1: python x.py\nPython v3.11.7 (/usr/bin/python3)\n\nThread 1 (idle): "MainThread"\n    f (a.py:1)\n',
+    "flight-recorder": "",
+    "flight-recorder-analysis": "Collective sequence number: 1 has errors\ngroup info: 0:default_pg\n",
+    "nccl-ras": "Warnings\n========\n\n#0-0 (0000000000000001) MISMATCH\n  Communicator ranks have different AllReduce operation counts\n",
     "nccl-tests": "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 1 iters: 1 validation: 1\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n           8             2     float     sum      -1    10.51    0.00    0.00      0    10.30    0.00    0.00      0\n",
 }
 
@@ -85,6 +89,17 @@ PREFIXES = {
                   "  File \"", "terminate called after throwing an instance of '", " - [0] Timeout at collective: ",
                   "#1 started ranks:", "(WorkerDict pid=1) ", "0: ", "[1,0]<stderr>:", "E0325 20:57:27.620000 2606 ",
                   "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: "],
+    "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
+               "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
+               "Permission Denied"],
+    "flight-recorder": ["", "{", '{"version": "2.10", "entries": [', "(", "\x80\x02", "}"],
+    "flight-recorder-analysis": ["", "error msg: ", "error msg: Culprit rank 1; Error type: ",
+                                 "collective stack trace: ", "missing ranks: {", "PGID | ", "1 | ",
+                                 "Not all ranks joining collective "],
+    "nccl-ras": ["", "  Rank 1 -- ", "  Rank 1 has launched up to operation ", "  Rank 1 has status ", "  Rank 1 reported ",
+                 "  1 ranks reported ", "  1 ranks have launched up to operation ", "#0-0 (", "  Process 1 on node ",
+                 "  Node a running processes ", "NCCL version ", "Communicators... (", "  The missing ranks: ", ">>> ",
+                 "SERVER PROTOCOL ", "ERROR: ", '{"nccl_version"'],
     "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the "],
 }
 
@@ -206,6 +221,15 @@ def _repeat(text: str) -> Callable[[int], str]:
     return lambda size: text * max(1, size // len(text))
 
 
+def _fr_at_scale() -> Callable[[int], str]:
+    """A real Flight Recorder dump (its JSON form) with its entries repeated: repeating the
+    whole file would be several JSON documents, which no dump is."""
+    import json
+
+    doc = json.loads((FIXTURES / "flight-recorder/gloo-2.13-healthy-rank0.json").read_text())
+    return lambda size: json.dumps(dict(doc, entries=doc["entries"] * max(1, size // 400)))
+
+
 def _head_and_rows(text: str) -> Callable[[int], str]:
     """A table's header once, its rows repeated (a header repeated is a bad row)."""
     head, _, rows = text.partition("\n")
@@ -238,6 +262,11 @@ _AT_SCALE = {
     "ib_write_bw": lambda: _repeat((FIXTURES / "ib_write_bw/loopback-all-sizes-interleaved.txt").read_text()),
     "nccl-log": lambda: _repeat((FIXTURES / "h100-captures/nccl-2.28.9-debug-info-1rank-torch-2.11.txt").read_text()),
     "torch-log": lambda: _repeat((FIXTURES / "h100-captures/torchrun-2.11-duplicate-gpu-nccl-invalid-usage.txt").read_text()),
+    "py-spy": lambda: _repeat((FIXTURES / "py-spy/0.4.3-torchrun-agent-subprocesses.txt").read_text()),
+    "flight-recorder-analysis": lambda: _repeat((FIXTURES / "flight-recorder/torchfrtrace-2.13-gloo-skip.txt").read_text()),
+    "nccl-ras": lambda: _repeat(
+        (FIXTURES / "nccl-ras/derived-2.28-verbose-incomplete-async-error-status-mismatch.txt").read_text()),
+    "flight-recorder": lambda: _fr_at_scale(),
     "nccl-tests": lambda: _repeat((FIXTURES / "nccl-tests/all_reduce-h100-a3mega-2node-16rank.txt").read_text()),
 }
 

@@ -1,0 +1,656 @@
+"""NCCL RAS replies (`STATUS` / `VERBOSE STATUS` on TCP 28028, NCCL >= 2.24; `ncclras`'s
+output, or a raw transcript of the protocol) -> NcclRasStatus.
+
+What NCCL prints (NVIDIA/nccl src/ras/client_support.cc and client.cc, compared at the
+tags v2.24.3-1, v2.26.2-1, v2.27.7-1, v2.28.9-1, v2.29.7-1, v2.30.7-1; real 2.28.9
+captures in tests/fixtures/h100-captures, derived ones in tests/fixtures/nccl-ras):
+
+* the handshake, when the capture is a transcript: the client's `CLIENT PROTOCOL 2`,
+  `TIMEOUT N`, `[VERBOSE ]STATUS` (kept here with a `>>> ` prefix, or bare), the
+  server's `SERVER PROTOCOL 2`, `OK`, or `ERROR: ...`; `ncclras`'s own errors on stderr
+  (`Connecting to HOST:PORT: REASON`, `Failed to connect to the NCCL RAS service!`, ...);
+* `NCCL version 2.28.9 compiled with CUDA 13.0`, `CUDA runtime version 13000, driver
+  version 13000`;
+* `Job summary` / `===========`: one row `Nodes (total) / Processes per node / GPUs per
+  process / Processes (total) / GPUs (total)` when every node is alike; else the
+  distributions (`Nodes / Processes per node [/ GPUs per process]` rows, `Processes /
+  GPUs per process` rows), the totals row (`Nodes / Processes / GPUs (total)`) and
+  `The outlier node(s):` / `  Node IP running process(es) PID,PID`;
+* `Communicators... (0.000s)` / `=============`, then `Group Comms Nodes Ranks Ranks Ranks
+  Status Errors` rows (`%5d  %8d  %8d  %8s  %8d  %8d  %8s  %6s`: ranks per node is `N` or
+  `MIN-MAX`, status NOCOMM (UNKNOWN in 2.24)/INIT/RUNNING/FINALIZE/ABORT, errors OK or
+  MISMATCH/ERROR/INCOMPLETE joined by commas), or `No communicator data collected!`;
+* `Errors` / `======`: `INCOMPLETE` + `Missing communicator data from N job processes`
+  + `  Process PID on node IP managing GPU(s) LIST`; `DEAD` + `N job process(es are| is)
+  considered dead (unreachable via the RAS network)` + the same process lines; per
+  communicator `#G-I (HASH) INCOMPLETE` + `Missing communicator data from N ranks` +
+  `  Rank R -- GPU G managed by process P on node IP` (2.24: `The missing ranks: 1,3`),
+  `#G-I (HASH) ERROR` + `Initialization|Asynchronous error(s) on N rank(s)` + `N ranks
+  reported ERROR` / `Rank R reported ERROR -- GPU ...`;
+* `Warnings` / `========`: `TIMEOUT` + `Encountered N communication timeout(s) while
+  gathering communicator data`; `#G-I (HASH) MISMATCH` + `Communicator ranks have
+  different status` (`N ranks have status S`, `Rank R has status S -- GPU ...`; 2.24
+  `The unknown ranks: ...`) and `Communicator ranks have different OP operation counts`
+  (2.24: `collective`) + `N ranks have launched up to operation K` / `Rank R has launched
+  up to operation K -- GPU G managed by process P on node IP` / `... have not launched
+  any operations`. A `Rank R -- GPU ...` line belongs to the `N ranks ...` line above it.
+  Non-verbose replies list ranks only for small (outlier) sets.
+* `Warning: missing data from N process(es) (received from X, expected Y)` is in code that
+  every release so far compiles out (`#if 0`); it is read all the same.
+* NCCL >= 2.29 `ncclras -f json` / `SET FORMAT json`: one JSON object (nccl_version,
+  communicators [{hash, size, ranks [{rank, host, pid, cuda_dev, nvml_dev, status,
+  collective_counts}], missing_ranks}], ras {collection_time_sec, timeouts_count}).
+
+Any of: a version line, a section header, a handshake line, an ncclras error, a JSON
+reply. Else ParseError. Lines are cut at MAX_LINE; patterns are anchored and bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+
+MAX_LINE = 4096
+MAX_LISTED = 10_000  # ranks and processes kept per list (NCCL itself lists at most a few)
+
+IssueKind = Literal["INCOMPLETE", "ERROR", "MISMATCH"]
+
+
+class RasRank(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`Rank R -- GPU G managed by process P on node IP` (GPU, process and node None for
+    `[process information not found]`). `gpu` is the CUDA device as printed, with
+    `nvml_gpu` where NVML numbers it differently (`0 (NVML 3)`)."""
+
+    rank: int
+    gpu: int | None = None
+    nvml_gpu: int | None = None
+    pid: int | None = None
+    node: str | None = None  # the process's IP address (NCCL prints no hostname)
+
+
+class RasProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`Process P on node IP managing GPU(s) 0,1 [(NVML 2,3)]`."""
+
+    pid: int
+    node: str
+    gpus: tuple[int, ...] = ()
+    nvml_gpus: tuple[int, ...] = ()
+
+
+class RasRankSet(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Ranks that share a value: `N ranks have launched up to operation K` and the rank
+    lines under it (listed only when NCCL judged the set an outlier), or one `Rank R has
+    launched up to operation K -- ...` line (count 1). `value` is the operation count
+    (None: not launched any), the status (RUNNING...) or the error (Remote process
+    error...)."""
+
+    count: int
+    value: str | None = None
+    ranks: tuple[RasRank, ...] = ()
+
+
+class RasOpCounts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`Communicator ranks have different OP operation counts`: OP is AllReduce,
+    AllGather... ("collective" in 2.24, which did not split by operation)."""
+
+    operation: str
+    sets: tuple[RasRankSet, ...] = ()
+
+    @property
+    def behind(self) -> RasRankSet | None:
+        """The set with the lowest count (not launched any counts as lowest)."""
+        if not self.sets:
+            return None
+        return min(self.sets, key=lambda s: -1 if s.value is None else int(s.value))
+
+
+class RasErrors(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`Initialization|Asynchronous error(s) on N rank(s)` and what each set reported."""
+
+    kind: Literal["init", "async"]
+    ranks: int
+    sets: tuple[RasRankSet, ...] = ()
+
+
+class RasCommIssue(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A `#G-I (HASH) INCOMPLETE|ERROR|MISMATCH` block: communicator I of summary group G."""
+
+    kind: IssueKind
+    group: int
+    index: int
+    hash: str  # 16 hex digits, as printed
+    missing_rank_count: int | None = None  # INCOMPLETE: "Missing communicator data from N ranks"
+    missing_ranks: tuple[RasRank, ...] = ()  # INCOMPLETE (2.24 lists numbers only: RasRank(rank=R))
+    status_sets: tuple[RasRankSet, ...] = ()  # MISMATCH: "Communicator ranks have different status"
+    unknown_ranks: tuple[int, ...] = ()  # 2.24: "The unknown ranks: ..."
+    op_counts: tuple[RasOpCounts, ...] = ()  # MISMATCH
+    errors: tuple[RasErrors, ...] = ()  # ERROR
+
+
+class RasCommGroup(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A row of the Communicators table: communicators alike in size, nodes, status and
+    errors, grouped."""
+
+    group: int
+    comms: int
+    nodes: int
+    ranks_per_node_min: int
+    ranks_per_node_max: int
+    ranks_per_comm: int
+    ranks_in_group: int
+    status: str  # NOCOMM (UNKNOWN in 2.24) / INIT / RUNNING / FINALIZE / ABORT
+    errors: tuple[str, ...] = ()  # () for OK; else MISMATCH, ERROR, INCOMPLETE
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class RasCount(msgspec.Struct, frozen=True):
+    """A row of the job summary's distributions: `count` nodes (or processes) have
+    `value` processes per node (or GPUs per process)."""
+
+    count: int
+    value: int
+
+
+class RasOutlierNode(msgspec.Struct, frozen=True):
+    node: str
+    pids: tuple[int, ...]
+
+
+class RasJob(msgspec.Struct, frozen=True, omit_defaults=True):
+    nodes: int | None = None
+    processes: int | None = None
+    gpus: int | None = None
+    processes_per_node: tuple[RasCount, ...] = ()  # one row when every node is alike
+    gpus_per_process: tuple[RasCount, ...] = ()
+    outlier_nodes: tuple[RasOutlierNode, ...] = ()
+
+
+class RasJsonRank(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A rank of the JSON reply (NCCL >= 2.29)."""
+
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    init_state: int | None = None  # ncclResult_t: 0 success
+    async_error: int | None = None
+    finalize_called: bool = False
+    destroy_flag: bool = False
+    abort_flag: bool = False
+    collective_counts: dict[str, int] = {}
+    missing: bool = False  # listed under missing_ranks (no data from it)
+    unresponsive: bool | None = None  # missing: its process did not answer (2.30)
+    dead: bool | None = None  # missing: its process is considered dead (2.30)
+
+
+class RasCommunicator(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A communicator of the JSON reply, with every rank's operation counts."""
+
+    hash: str
+    size: int
+    ranks: tuple[RasJsonRank, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.behind and not any(
+            r.missing or r.abort_flag or (r.init_state or 0) not in (0, 7) or (r.async_error or 0) not in (0, 7)
+            for r in self.ranks)  # 7: ncclInProgress
+
+    @property
+    def behind(self) -> dict[str, tuple[int, ...]]:
+        """Per operation whose counts differ: the ranks with the lowest count."""
+        out: dict[str, tuple[int, ...]] = {}
+        present = [r for r in self.ranks if not r.missing]
+        for op in sorted({op for r in present for op in r.collective_counts}):
+            counts = {r.rank: r.collective_counts.get(op, 0) for r in present}
+            if len(set(counts.values())) > 1:
+                low = min(counts.values())
+                out[op] = tuple(sorted(r for r, c in counts.items() if c == low))
+        return out
+
+
+class NcclRasStatus(msgspec.Struct, frozen=True, omit_defaults=True):
+    format: Literal["text", "json"] = "text"
+    nccl_version: str | None = None  # "2.28.9"
+    cuda_compiled: str | None = None  # "13.0"
+    cuda_runtime: int | None = None  # 13000
+    cuda_driver: int | None = None
+    protocol: int | None = None  # SERVER PROTOCOL N
+    verbose: bool | None = None  # the transcript's `VERBOSE STATUS` / `STATUS`
+    job: RasJob | None = None
+    collection_s: float | None = None  # "Communicators... (0.000s)", JSON collection_time_sec
+    groups: tuple[RasCommGroup, ...] = ()
+    no_communicators: bool = False  # "No communicator data collected!"
+    incomplete_processes: int | None = None  # Errors/INCOMPLETE: job processes that sent no data
+    missing_processes: tuple[RasProcess, ...] = ()
+    dead_processes: int | None = None  # Errors/DEAD
+    dead: tuple[RasProcess, ...] = ()
+    processes_not_found: int = 0  # "[could not find information on N processes]"
+    issues: tuple[RasCommIssue, ...] = ()
+    timeouts: int | None = None  # Warnings/TIMEOUT (JSON: timeouts_count)
+    missing_data: int | None = None  # "Warning: missing data from N processes"
+    communicators: tuple[RasCommunicator, ...] = ()  # JSON only
+    complete: bool = False  # the Warnings section (JSON: its "ras" block) was reached
+    server_errors: tuple[str, ...] = ()  # "ERROR: Unknown command ..." from the server
+    client_error: str | None = None  # ncclras could not reach or talk to the RAS service
+
+    @property
+    def ok(self) -> bool:
+        """Every communicator group OK and no Errors/Warnings entry; in JSON, no missing
+        rank, no error and no operation count that differs (a report that was cut, or no
+        report at all, is not OK)."""
+        return (self.complete and not self.issues and not self.incomplete_processes and not self.dead_processes
+                and not self.timeouts and all(g.ok for g in self.groups) and self.client_error is None
+                and all(c.ok for c in self.communicators))
+
+    @property
+    def lagging(self) -> tuple[tuple[str, RasRankSet], ...]:
+        """(operation, the ranks with the lowest count) for every operation-count mismatch."""
+        return tuple((c.operation, behind) for i in self.issues for c in i.op_counts
+                     if (behind := c.behind) is not None)
+
+
+# ---------------------------------------------------------------- text
+
+_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64}) compiled with CUDA (\d{1,4}\.\d{1,4})")
+_CUDA = re.compile(r"CUDA runtime version (-?\d{1,9}), driver version (-?\d{1,9})")
+_COMMUNICATORS = re.compile(r"Communicators\.\.\.(?: \((\d{1,9}\.\d{1,9})s\))?")
+_ISSUE = re.compile(r"#(\d{1,9})-(\d{1,9}) \(([0-9a-fA-F]{1,32})\) (INCOMPLETE|ERROR|MISMATCH)")
+_GPU = r"GPU (\d{1,9})(?: \(NVML (\d{1,9})\))?"
+_WHO = r"(?:" + _GPU + r" managed by process (\d{1,10}) on node (\S{0,256})|\[process information not found\])"
+_RANK = re.compile(r"Rank (\d{1,9}) -- " + _WHO)
+_RANK_OP = re.compile(r"Rank (\d{1,9}) has (?:launched up to operation (\d{1,20})|not launched any operations) -- "
+                      + _WHO)
+_RANK_STATUS = re.compile(r"Rank (\d{1,9}) has status ([A-Z]{1,16}) -- " + _WHO)
+_RANK_REPORTED = re.compile(r"Rank (\d{1,9}) reported (.{1,64}?) -- " + _WHO)
+_SET_OP = re.compile(r"(\d{1,9}) ranks have (?:launched up to operation (\d{1,20})|not launched any operations)")
+_SET_STATUS = re.compile(r"(\d{1,9}) ranks have status ([A-Z]{1,16})")
+_SET_REPORTED = re.compile(r"(\d{1,9}) ranks reported (.{1,64})")
+_RANKS_STATUS_24 = re.compile(r"Rank ([\d,]{1,100000}) has status ([A-Z]{1,16})")
+_DIFFERENT_OPS = re.compile(r"Communicator ranks have different (\w{1,32}) operation counts")
+_ERRORS_ON = re.compile(r"(Initialization|Asynchronous) errors? on (\d{1,9}) ranks?")
+_MISSING_RANKS = re.compile(r"Missing communicator data from (\d{1,9}) ranks?")
+_MISSING_PROCS = re.compile(r"Missing communicator data from (\d{1,9}) job process(?:es)?")
+_DEAD = re.compile(r"(\d{1,9}) job process(?:es are| is) considered dead")
+_PROCESS = re.compile(r"Process (\d{1,10}) on node (\S{0,256}) managing GPUs? ([\d,]{0,256})"
+                      r"(?: \(NVML ([\d,]{0,256})\))?")
+_NOT_FOUND = re.compile(r"\[could not find information on (\d{1,9}) process(?:es)?\]")
+_TIMEOUTS = re.compile(r"Encountered (\d{1,9}) communication timeouts? while gathering")
+_MISSING_DATA = re.compile(r"Warning: missing data from (\d{1,9}) process(?:es)?")
+_OUTLIER = re.compile(r"Node (\S{1,256}) running process(?:es)? ([\d,]{1,100000})")
+_PROTOCOL = re.compile(r"SERVER PROTOCOL (\d{1,9})")
+_CLIENT_ERRORS = (
+    "Failed to connect to the NCCL RAS service!", "NCCL unexpectedly closed the connection",
+    "Unexpected response from NCCL:", "Connection timed out", "Connecting to ", "Resolving ",
+    "NCCL RAS protocol version mismatch",
+)
+_SEPARATORS = frozenset({"===========", "=============", "======", "========"})
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",")[:MAX_LISTED] if t.isascii() and t.isdigit() and len(t) < 12)
+
+
+def _who(rank: int, m: re.Match, first: int) -> RasRank:
+    """The GPU/process/node groups that start at group `first` of `m`."""
+    gpu, nvml, pid, node = m.group(first), m.group(first + 1), m.group(first + 2), m.group(first + 3)
+    if gpu is None:
+        return RasRank(rank=rank)
+    return RasRank(rank=rank, gpu=int(gpu), nvml_gpu=None if nvml is None else int(nvml), pid=int(pid), node=node)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.out: dict = {}
+        self.section = ""  # "job", "comms", "errors", "warnings"
+        self.job: dict = {}
+        self.table = ""  # the job summary's table being read
+        self.pending_header: list[str] = []
+        self.groups: list[RasCommGroup] = []
+        self.issues: list[dict] = []
+        self.issue: dict | None = None
+        self.block = ""  # "INCOMPLETE" / "DEAD" (process lists) outside a #G-I block
+        self.rankset: dict | None = None  # the `N ranks ...` set rank lines attach to
+        self.missing_processes: list[RasProcess] = []
+        self.dead: list[RasProcess] = []
+        self.server_errors: list[str] = []
+        self.facts = 0
+
+    def line(self, raw: str) -> None:
+        line = raw[:MAX_LINE].rstrip()
+        body = line.strip()
+        if not body:
+            return
+        if body.startswith(">>>"):
+            command = body[3:].strip().upper()
+            if command in ("STATUS", "VERBOSE STATUS"):
+                self.out["verbose"] = command == "VERBOSE STATUS"
+                self.facts += 1
+            return
+        if (m := _PROTOCOL.fullmatch(body)) is not None:
+            self.out["protocol"] = int(m.group(1))
+            self.facts += 1
+            return
+        if body.startswith("ERROR: "):
+            self.server_errors.append(clip(body, 300))
+            self.facts += 1
+            return
+        if body.startswith(_CLIENT_ERRORS):
+            if "client_error" not in self.out and not body.startswith("NCCL RAS protocol version mismatch"):
+                self.out["client_error"] = clip(body, 300)
+            self.facts += 1
+            return
+        if body.startswith("NCCL version ") and (m := _VERSION.fullmatch(body)):
+            self.out["nccl_version"], self.out["cuda_compiled"] = m.group(1), m.group(2)
+            self.facts += 1
+            return
+        if body.startswith("CUDA runtime version ") and (m := _CUDA.fullmatch(body)):
+            self.out["cuda_runtime"], self.out["cuda_driver"] = int(m.group(1)), int(m.group(2))
+            return
+        if body in _SEPARATORS:
+            return
+        if body == "Job summary":
+            self.section, self.facts = "job", self.facts + 1
+            return
+        if body.startswith("Communicators..."):
+            self.section, self.facts = "comms", self.facts + 1
+            m = _COMMUNICATORS.fullmatch(body)
+            if m and m.group(1):
+                self.out["collection_s"] = float(m.group(1))
+            return
+        if body == "Errors":
+            self.section, self.facts, self.issue, self.block, self.rankset = "errors", self.facts + 1, None, "", None
+            return
+        if body == "Warnings":
+            self.section, self.facts, self.issue, self.block, self.rankset = "warnings", self.facts + 1, None, "", None
+            self.out["complete"] = True
+            return
+        if (m := _MISSING_DATA.search(body)) is not None:
+            self.out["missing_data"] = int(m.group(1))
+            return
+        if self.section == "job":
+            self.job_line(body)
+        elif self.section == "comms":
+            self.comms_line(body)
+        elif self.section in ("errors", "warnings"):
+            self.issue_line(body)
+
+    # -- Job summary
+    def job_line(self, body: str) -> None:
+        tokens = body.split()
+        if tokens and not tokens[0].isdigit():
+            self.pending_header.append(body)
+            header = " ".join(self.pending_header)
+            if body.startswith("The outlier node"):
+                self.table, self.pending_header = "outliers", []
+            elif (m := _OUTLIER.fullmatch(body)) is not None:
+                self.job.setdefault("outlier_nodes", []).append(
+                    RasOutlierNode(node=m.group(1), pids=_ints(m.group(2))))
+                self.pending_header = []
+            elif len(self.pending_header) >= 2:
+                words = header.split()
+                if words[:5] == ["Nodes", "Processes", "GPUs", "Processes", "GPUs"]:
+                    self.table = "consistent"
+                elif words[:3] == ["Nodes", "Processes", "GPUs"] and "(total)" in words:
+                    self.table = "totals"
+                elif words[:3] == ["Nodes", "Processes", "GPUs"]:
+                    self.table = "nodes3"
+                elif words[:2] == ["Nodes", "Processes"]:
+                    self.table = "nodes2"
+                elif words[:2] == ["Processes", "GPUs"]:
+                    self.table = "gpus"
+                self.pending_header = []
+            return
+        numbers = [int(t) for t in tokens if t.isascii() and t.isdigit() and len(t) < 12]
+        if len(numbers) != len(tokens):
+            return
+        self.pending_header = []
+        if self.table == "consistent" and len(numbers) == 5:
+            nodes, ppn, gpp, procs, gpus = numbers
+            self.job.update(nodes=nodes, processes=procs, gpus=gpus,
+                            processes_per_node=[RasCount(count=nodes, value=ppn)],
+                            gpus_per_process=[RasCount(count=procs, value=gpp)])
+        elif self.table == "totals" and len(numbers) == 3:
+            self.job.update(nodes=numbers[0], processes=numbers[1], gpus=numbers[2])
+        elif self.table == "nodes3" and len(numbers) == 3:
+            self.job.setdefault("processes_per_node", []).append(RasCount(count=numbers[0], value=numbers[1]))
+            per_process = self.job.setdefault("gpus_per_process", [])
+            if not per_process:  # every process has this many GPUs: counted from the totals row
+                per_process.append(RasCount(count=0, value=numbers[2]))
+        elif self.table == "nodes2" and len(numbers) == 2:
+            self.job.setdefault("processes_per_node", []).append(RasCount(count=numbers[0], value=numbers[1]))
+        elif self.table == "gpus" and len(numbers) == 2:
+            self.job.setdefault("gpus_per_process", []).append(RasCount(count=numbers[0], value=numbers[1]))
+
+    # -- Communicators table
+    def comms_line(self, body: str) -> None:
+        if body == "No communicator data collected!":
+            self.out["no_communicators"] = True
+            return
+        tokens = body.split()
+        if len(tokens) != 8 or not all(t.isascii() and t.isdigit() and len(t) < 12 for t in tokens[:3] + tokens[4:6]):
+            return  # the two header lines
+        low, _, high = tokens[3].partition("-")
+        if not (low.isascii() and low.isdigit() and len(low) < 12) or (high and not (
+                high.isascii() and high.isdigit() and len(high) < 12)):
+            return
+        errors = tuple(e for e in tokens[7].split(",") if e and e != "OK")
+        self.groups.append(RasCommGroup(
+            group=int(tokens[0]), comms=int(tokens[1]), nodes=int(tokens[2]), ranks_per_node_min=int(low),
+            ranks_per_node_max=int(high or low), ranks_per_comm=int(tokens[4]), ranks_in_group=int(tokens[5]),
+            status=tokens[6][:16], errors=errors[:8]))
+
+    # -- Errors and Warnings
+    def new_set(self, target: list, count: int, value: str | None) -> None:
+        self.rankset = {"count": count, "value": value, "ranks": []}
+        target.append(self.rankset)
+
+    def issue_line(self, body: str) -> None:
+        if (m := _ISSUE.fullmatch(body)) is not None:
+            self.issue = {"kind": m.group(4), "group": int(m.group(1)), "index": int(m.group(2)), "hash": m.group(3),
+                          "missing_ranks": [], "status_sets": [], "op_counts": [], "errors": []}
+            self.issues.append(self.issue)
+            self.block, self.rankset = "", None
+            return
+        if body in ("INCOMPLETE", "DEAD", "TIMEOUT"):
+            self.issue, self.block, self.rankset = None, body, None
+            return
+        if self.issue is None:
+            self.process_line(body)
+            return
+        issue = self.issue
+        if (m := _MISSING_RANKS.fullmatch(body)) is not None:
+            issue["missing_rank_count"] = int(m.group(1))
+        elif body.startswith("The missing rank") and ":" in body:  # 2.24
+            issue["missing_ranks"].extend(RasRank(rank=r) for r in _ints(body.partition(":")[2].strip()))
+        elif body.startswith("Rank "):
+            self.rank_line(body, issue)
+        elif body == "Communicator ranks have different status":
+            issue["_list"] = issue["status_sets"]
+        elif (m := _DIFFERENT_OPS.fullmatch(body)) is not None:
+            counts: dict[str, Any] = {"operation": m.group(1), "sets": []}
+            issue["op_counts"].append(counts)
+            issue["_list"] = counts["sets"]
+        elif (m := _ERRORS_ON.fullmatch(body)) is not None:
+            errors: dict[str, Any] = {"kind": "init" if m.group(1) == "Initialization" else "async",
+                                      "ranks": int(m.group(2)), "sets": []}
+            issue["errors"].append(errors)
+            issue["_list"] = errors["sets"]
+        elif (m := _SET_OP.fullmatch(body)) is not None and "_list" in issue:
+            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
+        elif (m := _SET_STATUS.fullmatch(body)) is not None and "_list" in issue:
+            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
+        elif (m := _SET_REPORTED.fullmatch(body)) is not None and "_list" in issue:
+            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
+        elif body.startswith("The unknown ranks:"):  # 2.24
+            issue["unknown_ranks"] = _ints(body.partition(":")[2].strip())
+
+    def rank_line(self, body: str, issue: dict) -> None:
+        target = issue.get("_list")
+        if (m := _RANK_OP.fullmatch(body)) is not None and target is not None:
+            self.new_set(target, 1, m.group(2))
+            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
+            self.rankset = None
+        elif (m := _RANK_STATUS.fullmatch(body)) is not None and target is not None:
+            self.new_set(target, 1, m.group(2))
+            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
+            self.rankset = None
+        elif (m := _RANK_REPORTED.fullmatch(body)) is not None and target is not None:
+            self.new_set(target, 1, m.group(2))
+            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
+            self.rankset = None
+        elif (m := _RANKS_STATUS_24.fullmatch(body)) is not None and target is not None:  # 2.24: "Rank 3 has status X"
+            ranks = _ints(m.group(1))
+            self.new_set(target, len(ranks), m.group(2))
+            self.rankset["ranks"].extend(RasRank(rank=r) for r in ranks)  # type: ignore[index]
+            self.rankset = None
+        elif (m := _RANK.fullmatch(body)) is not None:
+            rank = _who(int(m.group(1)), m, 2)
+            if self.rankset is not None and len(self.rankset["ranks"]) < MAX_LISTED:
+                self.rankset["ranks"].append(rank)
+            elif issue["kind"] == "INCOMPLETE" and len(issue["missing_ranks"]) < MAX_LISTED:
+                issue["missing_ranks"].append(rank)
+
+    def process_line(self, body: str) -> None:
+        if self.block == "INCOMPLETE" and (m := _MISSING_PROCS.fullmatch(body)):
+            self.out["incomplete_processes"] = int(m.group(1))
+        elif self.block == "DEAD" and (m := _DEAD.match(body)):
+            self.out["dead_processes"] = int(m.group(1))
+        elif self.block == "TIMEOUT" and (m := _TIMEOUTS.match(body)):
+            self.out["timeouts"] = int(m.group(1))
+        elif (m := _PROCESS.fullmatch(body)) is not None:
+            target = self.dead if self.block == "DEAD" else self.missing_processes
+            if len(target) < MAX_LISTED:
+                target.append(RasProcess(pid=int(m.group(1)), node=m.group(2), gpus=_ints(m.group(3)),
+                                         nvml_gpus=_ints(m.group(4) or "")))
+        elif (m := _NOT_FOUND.fullmatch(body)) is not None:
+            self.out["processes_not_found"] = self.out.get("processes_not_found", 0) + int(m.group(1))
+
+    def finish(self) -> NcclRasStatus:
+        job = None
+        per_process = self.job.get("gpus_per_process")
+        if per_process and per_process[0].count == 0 and self.job.get("processes") is not None:
+            per_process[0] = RasCount(count=self.job["processes"], value=per_process[0].value)  # every process
+        if self.job:
+            job = RasJob(nodes=self.job.get("nodes"), processes=self.job.get("processes"), gpus=self.job.get("gpus"),
+                         processes_per_node=tuple(self.job.get("processes_per_node", ())),
+                         gpus_per_process=tuple(self.job.get("gpus_per_process", ())),
+                         outlier_nodes=tuple(self.job.get("outlier_nodes", ())))
+        issues = []
+        for i in self.issues:
+            issues.append(RasCommIssue(
+                kind=i["kind"], group=i["group"], index=i["index"], hash=i["hash"],
+                missing_rank_count=i.get("missing_rank_count"), missing_ranks=tuple(i["missing_ranks"]),
+                status_sets=_sets(i["status_sets"]), unknown_ranks=i.get("unknown_ranks", ()),
+                op_counts=tuple(RasOpCounts(operation=c["operation"], sets=_sets(c["sets"])) for c in i["op_counts"]),
+                errors=tuple(RasErrors(kind=e["kind"], ranks=e["ranks"], sets=_sets(e["sets"])) for e in i["errors"]),
+            ))
+        return NcclRasStatus(**self.out, job=job, groups=tuple(self.groups), issues=tuple(issues),
+                             missing_processes=tuple(self.missing_processes), dead=tuple(self.dead),
+                             server_errors=tuple(self.server_errors[:100]))
+
+
+def _sets(sets: list[dict]) -> tuple[RasRankSet, ...]:
+    return tuple(RasRankSet(count=s["count"], value=s["value"], ranks=tuple(s["ranks"])) for s in sets)
+
+
+# ---------------------------------------------------------------- JSON (NCCL >= 2.29)
+
+
+class _JStatus(msgspec.Struct):
+    init_state: int | None = None
+    async_error: int | None = None
+    finalize_called: bool = False
+    destroy_flag: bool = False
+    abort_flag: bool = False
+    unresponsive: bool | None = None  # missing ranks (2.30)
+    considered_dead: bool | None = None
+
+
+class _JRank(msgspec.Struct):
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    status: _JStatus | None = None
+    collective_counts: dict[str, int] = {}
+
+
+class _JComm(msgspec.Struct):
+    hash: str = ""
+    size: int = 0
+    ranks: list[_JRank] = []
+    missing_ranks: list[_JRank] = []
+
+
+class _JRas(msgspec.Struct):
+    collection_time_sec: float | None = None
+    timeouts_count: int | None = None
+
+
+class _JReply(msgspec.Struct):
+    nccl_version: str
+    cuda_runtime_version: int | None = None
+    cuda_driver_version: int | None = None
+    communicators: list[_JComm] = []
+    ras: _JRas | None = None
+
+
+def _json_rank(r: _JRank, missing: bool) -> RasJsonRank:
+    s = r.status or _JStatus()
+    return RasJsonRank(rank=r.rank, host=clip(r.host, 256), pid=None if r.pid is None or r.pid < 0 else r.pid,
+                       cuda_dev=r.cuda_dev, nvml_dev=r.nvml_dev, init_state=s.init_state, async_error=s.async_error,
+                       finalize_called=s.finalize_called, destroy_flag=s.destroy_flag, abort_flag=s.abort_flag,
+                       collective_counts=dict(list(r.collective_counts.items())[:64]), missing=missing,
+                       unresponsive=s.unresponsive, dead=s.considered_dead)
+
+
+def _parse_json(text: str) -> NcclRasStatus:
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        reply = msgspec.json.decode(text[start:end + 1], type=_JReply)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ParseError(f"nccl-ras JSON: {clip(message)}") from None
+    except RecursionError:
+        raise ParseError("nccl-ras JSON: nested too deeply") from None
+    reader = _Reader()  # the handshake around the JSON, if any
+    for line in (text[:start] + "\n" + text[end + 1:]).splitlines():
+        reader.line(line)
+    head = reader.out
+    return NcclRasStatus(
+        format="json", nccl_version=clip(reply.nccl_version, 64), cuda_runtime=reply.cuda_runtime_version,
+        cuda_driver=reply.cuda_driver_version, protocol=head.get("protocol"), verbose=head.get("verbose"),
+        collection_s=reply.ras.collection_time_sec if reply.ras else None,
+        timeouts=reply.ras.timeouts_count if reply.ras else None,
+        communicators=tuple(RasCommunicator(
+            hash=clip(c.hash, 64), size=c.size,
+            ranks=tuple([_json_rank(r, False) for r in c.ranks] + [_json_rank(r, True) for r in c.missing_ranks]))
+            for c in reply.communicators),
+        complete=reply.ras is not None, server_errors=tuple(reader.server_errors[:100]),
+        client_error=head.get("client_error"),
+    )
+
+
+def parse_nccl_ras(text: str) -> NcclRasStatus:
+    """A RAS reply (text or JSON), with or without the protocol transcript around it."""
+    first = text.find("{")
+    if first >= 0 and '"nccl_version"' in text[first:first + 4096]:
+        return _parse_json(text)
+    reader = _Reader()
+    for line in text.splitlines():
+        reader.line(line)
+    if not reader.facts:
+        raise ParseError(f"nccl-ras: no RAS reply, handshake or ncclras error in the output "
+                         f"(starts with {clip(text.strip(), 60)!r})")
+    return reader.finish()
