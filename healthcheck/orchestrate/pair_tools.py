@@ -25,7 +25,11 @@ again while the server is not listening yet). Each server writes its pid to a fi
 by that pid, and every such file is removed at the end. Both sides run under timeouts
 (the fabric's `timeout_s`, within the test's). The floor of a port is
 `per_hca_min_gbps`, or `rate_fraction` x the slower of the two ports' rates (x2
-bidirectional), the node-local rule.
+bidirectional), the node-local rule. Each tested port's error counters are read on both
+members before and after (sysfs over SSH, as on one node): a counter that rose by more
+than the fabric's `bandwidth.counters_max_rise` allows on either member makes the port
+"failed" (evidence against the pair's link), naming the member, port, counter and rise;
+counters that could not be read are noted (`counters_unknown`), never a failure.
 
 One call is one measurement: running a short test again (`bandwidth.repeats`) is the
 sweep's, as for the torch test. Both use members[0]'s fabric for the pair, as the torch
@@ -88,6 +92,9 @@ class HcaSample(msgspec.Struct, frozen=True, omit_defaults=True):
     floor_gbps: float | None = None  # its floor; None: the port's rate is unknown and no per_hca_min_gbps is set
     outcome: Outcome = "passed"
     failure: str | None = None  # why it did not pass, one line naming the member where the tool tells which
+    # member node -> error counter -> how much it rose during the test (members and counters that rose only)
+    counter_rises: dict[str, dict[str, int]] = {}
+    counters_unknown: str | None = None  # why the counters of a member were not read before or after
 
     @property
     def ratio(self) -> float | None:
@@ -389,8 +396,16 @@ def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float
             missing = _missing(side.ctx, local=False)
             if missing:
                 return done("not-run", f"{side.node}: {missing}", notes=notes)
+        tested = [[active[i][k] for k in both] for i in range(2)]
+        before = [_counters(side, ports) for side, ports in zip(sides, tested, strict=True)]
         hcas, attempts, argv_env = _run_ports(server, client, address, both, active, size, settings, deadline)
-        samples = tuple(_hca_sample(h, attempts.get(h.name), settings.use_cuda, members) for h in hcas)
+        after = [_counters(side, ports) for side, ports in zip(sides, tested, strict=True)]
+        max_rise = msgspec.structs.asdict(limits.bandwidth.counters_max_rise)
+        samples = tuple(_with_counters(_hca_sample(h, attempts.get(h.name), settings.use_cuda, members),
+                                       sides, before, after, max_rise) for h in hcas)
+        if any(v is not None for v in max_rise.values()):  # a limit the unread counters leave unjudged
+            notes += tuple(f"{s.hca}: error counters unknown, bandwidth.counters_max_rise not judged: "
+                           f"{s.counters_unknown}" for s in samples if s.counters_unknown)
         return _ib_result(done, members, samples, hcas, attempts, notes, argv_env)
     finally:
         for side in sides:
@@ -508,6 +523,40 @@ def _hca_sample(hca: IbWriteBwHca, attempt: IbWriteBwAttempt | None, use_cuda: b
         return sample("short", f"{_who(members)}: {attempt.avg_gbits:g} Gb/s, floor {floor:g} Gb/s "
                       f"({hca.floor_setting})")
     return sample("passed")
+
+
+def _counters(side: _Member, ports: list[Any]) -> dict[str, dict[str, int] | str]:
+    """The member's error counters of the ports (port name -> counters, or why not read); never raises."""
+    try:
+        return side.files.counters(ports)
+    except Exception as exc:  # unreadable counters are a note, never the test's end
+        return {p.name: f"{type(exc).__name__}: {exc}" for p in ports}
+
+
+def _with_counters(sample: HcaSample, sides: list[_Member], before: list[dict[str, dict[str, int] | str]],
+                   after: list[dict[str, dict[str, int] | str]], max_rise: dict[str, int | None]) -> HcaSample:
+    """The port's counter rises on each member recorded; a rise above the fabric's
+    bandwidth.counters_max_rise makes it "failed" (unless it already hung or failed)."""
+    from healthcheck.probes.ib_write_bw import _rises
+
+    rises: dict[str, dict[str, int]] = {}
+    unknown: list[str] = []
+    over: list[str] = []
+    for side, was, now in zip(sides, before, after, strict=True):
+        rose, why = _rises(was.get(sample.hca), now.get(sample.hca))
+        if why:
+            unknown.append(f"{side.node}: {why}")
+        if rose:
+            rises[side.node] = rose
+        for counter, rise in rose.items():
+            most = max_rise.get(counter)
+            if most is not None and rise > most:
+                over.append(f"{side.node}: {sample.hca} {counter} rose by {rise} during the ib_write_bw test, "
+                            f"more than {most} (bandwidth.counters_max_rise.{counter})")
+    fields: dict[str, Any] = dict(counter_rises=rises, counters_unknown="; ".join(unknown) or None)
+    if over and sample.outcome not in ("hung", "failed"):
+        fields.update(outcome="failed", failure=_one_line("; ".join(over)))
+    return msgspec.structs.replace(sample, **fields)
 
 
 def _side_of(attempt: IbWriteBwAttempt, message: str, members: tuple[str, ...]) -> str:

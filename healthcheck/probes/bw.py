@@ -8,6 +8,14 @@ to the fabric's `repeats`; the attempts are the fact, the check judges them.
 
 A node with no GPU has nothing to test (`gpus == 0`, the checks SKIP); a tool that is
 missing where the fabric says to look is hc.E001, never a verdict on the node.
+
+nccl-tests >= 2.17.3 also writes its results as JSON with `-J FILE` (exact where the table
+rounds: a one-rank in-place algbw prints as `1e+06`). Whether a binary can is asked once
+per process (`<binary> -h` lists `-J,--output_file`); where it can, the run writes to a
+file of hc's on the node (mktemp here, /tmp/hc-nccl-tests-<uuid>.json over SSH, removed
+afterwards) and the samples are read from it; a file that is missing, empty or cut (a
+run that died leaves it unclosed) leaves the text table as the source. The text is the
+evidence either way, and the failures, rank count and hang are always read from it.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +39,11 @@ from healthcheck.parsers.bandwidth_common import BandwidthAttempt, BandwidthRun,
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one directory per GPU the driver bound
 IB_LOOPBACK_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
 TAIL = 8000  # characters of a run's output kept as evidence
+HELP_TIMEOUT_S = 10.0  # `<collective>_perf -h`: does it know -J?
+JSON_MAX = 4 << 20  # bytes of a -J file read back; a longer one is cut, so the text table is read
+# (transport, node or None, binary) -> whether it supports -J, for this process
+_JSON_SUPPORT: dict[tuple[str, str | None, str], bool] = {}
+_JSON_SUPPORT_LOCK = threading.Lock()
 
 
 def gpu_count(ctx: ProbeContext) -> int:
@@ -65,23 +80,96 @@ def _missing(bin_dir: str | None, collective: str) -> ProbeError:
                       "set bandwidth.nccl_tests.bin_dir or install nccl-tests")
 
 
+def _supports_json(ctx: ProbeContext, binary: str, env: dict[str, str]) -> bool:
+    """Whether `binary` writes JSON with -J (its `-h` lists --output_file); asked once per process."""
+    key = (ctx.transport, getattr(ctx.runner, "node", None), binary)
+    with _JSON_SUPPORT_LOCK:
+        if key in _JSON_SUPPORT:
+            return _JSON_SUPPORT[key]
+    result = ctx.runner.run((binary, "-h"), timeout_s=HELP_TIMEOUT_S, env=env)
+    if result.not_found or result.error:  # not known: the run itself says what is wrong; ask again next time
+        return False
+    supported = "--output_file" in result.stdout + result.stderr
+    with _JSON_SUPPORT_LOCK:
+        _JSON_SUPPORT[key] = supported
+    return supported
+
+
+def _json_file(ctx: ProbeContext) -> str:
+    """A new file for -J on the node: mktemp here, a unique name under /tmp over SSH."""
+    if ctx.transport == "local":
+        fd, path = tempfile.mkstemp(prefix="hc-nccl-tests-", suffix=".json")
+        os.close(fd)
+        return path
+    return f"/tmp/hc-nccl-tests-{uuid.uuid4().hex}.json"
+
+
+def _take_json(ctx: ProbeContext, path: str) -> str:
+    """The -J file's text (at most JSON_MAX bytes; "" when unreadable), and the file removed."""
+    if ctx.transport == "local":
+        try:
+            with open(path, "rb") as f:
+                return f.read(JSON_MAX).decode(errors="replace")
+        except OSError:
+            return ""
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    result = ctx.runner.run(("sh", "-c", 'head -c "$1" "$0" 2>/dev/null; rm -f "$0"', path, str(JSON_MAX)),
+                            timeout_s=HELP_TIMEOUT_S)
+    return result.stdout if result.ok else ""
+
+
+def _with_json(attempt: BandwidthAttempt, text: str, collective: str) -> BandwidthAttempt:
+    """The attempt's samples (and wrong, out of bounds, last size) from the -J file where it
+    parses with results; the attempt as read from the text otherwise."""
+    import msgspec
+
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    if not text.strip() or attempt.hung:
+        return attempt
+    try:
+        run = parse_nccl_tests(text, collective=collective)
+    except ParseError:  # cut (the run died) or not nccl-tests' JSON: the table stands
+        return attempt
+    samples = tuple(s for s in run.samples if s.size_bytes > 0)
+    if run.format != "json" or not samples:
+        return attempt
+    wrong = sum(s.wrong for s in samples if s.wrong is not None) if any(s.wrong is not None for s in samples) else None
+    return msgspec.structs.replace(attempt, samples=samples, last_size_bytes=run.last_size_bytes, wrong=wrong,
+                                   out_of_bounds=run.out_of_bounds if run.out_of_bounds is not None
+                                   else attempt.out_of_bounds)
+
+
 def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, size_args: tuple[int, int, int],
                   timeout_s: float) -> BandwidthAttempt:
-    """One nccl-tests run: -w, -n, -c 1 (check results) and -a 3 (the slowest rank's time)."""
+    """One nccl-tests run: -w, -n, -c 1 (check results) and -a 3 (the slowest rank's time), and
+    -J FILE where the binary supports it (samples from the JSON, the text table otherwise)."""
     settings = ctx.limits.bandwidth.nccl_tests
     lo, hi, factor = size_args
-    argv = (_binary(settings.bin_dir, collective), "-b", str(lo), "-e", str(hi), "-f", str(factor),
-            "-g", str(gpus), "-w", str(settings.warmup), "-n", str(settings.iters), "-c", "1", "-a", "3")
+    argv: tuple[str, ...] = (_binary(settings.bin_dir, collective), "-b", str(lo), "-e", str(hi), "-f",
+                             str(factor), "-g", str(gpus), "-w", str(settings.warmup), "-n", str(settings.iters),
+                             "-c", "1", "-a", "3")
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **settings.env, **(IB_LOOPBACK_ENV if scope == "ib_loopback" else {})}
-    result = ctx.runner.run(argv, timeout_s=timeout_s, env=env)
+    json_path = _json_file(ctx) if _supports_json(ctx, argv[0], env) else None
+    if json_path:
+        argv += ("-J", json_path)
+    try:
+        result = ctx.runner.run(argv, timeout_s=timeout_s, env=env)
+    finally:
+        json_text = _take_json(ctx, json_path) if json_path else ""
     if result.not_found:
         raise _missing(settings.bin_dir, collective)
     if result.error:
         raise ProbeError(ProbeKind.FAILED, f"{argv[0]}: {result.error}")
     text = result.stdout + ("\n" + result.stderr if result.stderr else "")
-    return nccl_attempt_from_text(text, collective, argv=argv, env=env, expected_ranks=gpus,
-                                  duration_s=round(result.duration_s, 3), returncode=result.returncode,
-                                  hung=result.timed_out, output_tail=text[-TAIL:])
+    attempt = nccl_attempt_from_text(text, collective, argv=argv, env=env, expected_ranks=gpus,
+                                     duration_s=round(result.duration_s, 3), returncode=result.returncode,
+                                     hung=result.timed_out, output_tail=text[-TAIL:])
+    return _with_json(attempt, json_text, collective)
 
 
 def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> BandwidthAttempt:

@@ -61,9 +61,21 @@ def status(result, check: str) -> Status:
     return next(c.status for c in result.checks if c.name == check)
 
 
-def calls(tmp_path: Path) -> list[dict]:
+def calls(tmp_path: Path, *, help: bool = False) -> list[dict]:
+    """The stand-in's runs (or, with help, its `-h` calls: hc asking whether it supports -J)."""
     path = tmp_path / "calls.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    made = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [c for c in made if ("-h" in c["argv"]) == help]
+
+
+@pytest.fixture(autouse=True)
+def _forget_json_support():
+    """Whether a binary supports -J is asked once per process: each test asks afresh."""
+    from healthcheck.probes import bw
+
+    bw._JSON_SUPPORT.clear()
+    yield
+    bw._JSON_SUPPORT.clear()
 
 
 def test_healthy_node_passes_both_scopes_with_the_flags_and_env_hc_promises(tmp_path):
@@ -77,6 +89,8 @@ def test_healthy_node_passes_both_scopes_with_the_flags_and_env_hc_promises(tmp_
         for flag, value in (("-g", "8"), ("-c", "1"), ("-a", "3"), ("-w", "5"), ("-n", "20"), ("-b", str(8 << 30))):
             assert argv[argv.index(flag) + 1] == value
         assert call["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and call["env"]["NCCL_IB_HCA"] == "=mlx5_0"
+    assert [c["argv"] for c in calls(tmp_path, help=True)] == [["all_reduce_perf", "-h"]]  # asked once
+    assert all("-J" not in c["argv"] for c in made)  # its usage lacks --output_file: the text table
     assert "NCCL_P2P_DISABLE" not in made[0]["env"]
     assert made[1]["env"]["NCCL_P2P_DISABLE"] == "1" and made[1]["env"]["NCCL_SHM_DISABLE"] == "1"
     busbw = {m.component: m.value for m in result.metrics if m.name == "busbw_gbytes_per_s"}
@@ -195,3 +209,99 @@ def test_hc_node_local_deep_on_this_machine_exits_cleanly():
     checks = {c["name"]: c["status"] for c in report["nodes"][0]["checks"]}
     assert checks["bw.nccl"] in ("SKIP", "ERROR") and checks["bw.torch"] in ("SKIP", "ERROR")
     assert sys.executable
+
+
+# ------------------------------------------------------------------ -J (nccl-tests >= 2.17.3)
+
+JSON_CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests" / "broadcast-h100-1gpu-2.19.6-J.json"
+ONE_G = 1 << 30
+
+
+def broadcast_fabric(tmp_path: Path) -> str:
+    """The stand-in as broadcast_perf (a link of hc's test to it), scenario broadcast-1gpu."""
+    bin_dir = tmp_path / "bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir()
+        (bin_dir / "broadcast_perf").symlink_to(STANDINS / "replay.py")
+    return nccl_fabric(tmp_path, "broadcast-1gpu").replace(str(STANDINS), str(bin_dir))
+
+
+def broadcast_attempt(tmp_path: Path, json_mode: str | None):
+    """One `_nccl_attempt` of the stand-in's 1-GPU broadcast on an H100 (text, and its -J file
+    where HC_STANDIN_JSON says the binary has -J)."""
+    from healthcheck.probes.bw import _nccl_attempt
+
+    fabric = broadcast_fabric(tmp_path)
+    if json_mode:
+        fabric = fabric.replace("NCCL_IB_HCA:", f"HC_STANDIN_JSON: '{json_mode}', NCCL_IB_HCA:")
+    cfg = load_config(config(tmp_path, fabric))
+    ctx = ProbeContext(runner=LocalRunner(), timeout_s=60, limits=cfg.for_node("gpu001").limits)
+    return _nccl_attempt(ctx, "broadcast", "single_node", 1, (1 << 20, ONE_G, 4), 30)
+
+
+def placement(attempt, size: int, where: str):
+    return next(s for s in attempt.samples if s.size_bytes == size and s.placement == where)
+
+
+def test_nccl_tests_with_json_support_reads_the_exact_values_from_its_file(tmp_path):
+    attempt = broadcast_attempt(tmp_path, "1")
+    doc = json.loads(JSON_CAPTURE.read_text())
+    # every sample is the JSON's, exactly: the table prints the 1G in-place algbw as 1e+06
+    assert [(s.size_bytes, s.placement, s.algbw_gbytes_per_s, s.busbw_gbytes_per_s, s.time_us)
+            for s in attempt.samples] == [
+        (r["size"], p, r[k]["alg_bw"], r[k]["bus_bw"], r[k]["time"])
+        for r in doc["results"] for p, k in (("out-of-place", "out_of_place"), ("in-place", "in_place"))]
+    assert placement(attempt, ONE_G, "in-place").algbw_gbytes_per_s == 1320066.171625
+    assert placement(attempt, 1 << 20, "out-of-place").busbw_gbytes_per_s == 184.08504  # text: 184.09
+    assert (attempt.last_size_bytes, attempt.wrong, attempt.out_of_bounds, attempt.misconfigured) == (ONE_G, 0, 0, None)
+    assert "Avg bus bandwidth" in attempt.output_tail  # the text stays the evidence
+    (run,) = calls(tmp_path)
+    argv = run["argv"]
+    out = argv[argv.index("-J") + 1]
+    assert attempt.argv[-2:] == ("-J", out) and Path(out).name.startswith("hc-nccl-tests-")
+    assert not Path(out).exists()  # hc's temp file is gone
+    # asked once per binary: a second run does not ask again
+    broadcast_attempt(tmp_path, "1")
+    assert len(calls(tmp_path, help=True)) == 1 and len(calls(tmp_path)) == 2
+
+
+def test_nccl_tests_without_json_support_passes_no_J_and_reads_the_table(tmp_path):
+    attempt = broadcast_attempt(tmp_path, None)
+    assert [c["argv"] for c in calls(tmp_path, help=True)] == [["broadcast_perf", "-h"]]
+    (run,) = calls(tmp_path)
+    assert "-J" not in run["argv"] and "-J" not in attempt.argv
+    assert placement(attempt, ONE_G, "in-place").algbw_gbytes_per_s == 1e6  # as the table rounds it
+    assert placement(attempt, 1 << 20, "out-of-place").busbw_gbytes_per_s == 184.09
+
+
+def test_nccl_tests_json_left_unclosed_falls_back_to_the_table(tmp_path):
+    attempt = broadcast_attempt(tmp_path, "cut")
+    (run,) = calls(tmp_path)
+    out = run["argv"][run["argv"].index("-J") + 1]
+    assert not Path(out).exists()
+    assert placement(attempt, ONE_G, "in-place").algbw_gbytes_per_s == 1e6  # the table's value
+    assert len(attempt.samples) == 12 and attempt.misconfigured is None
+
+
+def test_nccl_tests_json_over_ssh_is_a_unique_tmp_file_read_back_and_removed(tmp_path):
+    """Over SSH (here a runner that runs locally but says ssh): -J /tmp/hc-nccl-tests-<uuid>.json,
+    read back with head -c and removed by the same command."""
+    from healthcheck.probes.bw import _nccl_attempt
+
+    fabric = broadcast_fabric(tmp_path).replace("NCCL_IB_HCA:", "HC_STANDIN_JSON: '1', NCCL_IB_HCA:")
+    cfg = load_config(config(tmp_path, fabric))
+    seen = []
+
+    class Remote(LocalRunner):
+        node = "gpu001"
+
+        def run(self, argv, **kw):
+            seen.append(tuple(argv))
+            return super().run(argv, **kw)
+
+    ctx = ProbeContext(runner=Remote(), transport="ssh", timeout_s=60, limits=cfg.for_node("gpu001").limits)
+    attempt = _nccl_attempt(ctx, "broadcast", "single_node", 1, (1 << 20, ONE_G, 4), 30)
+    out = attempt.argv[-1]
+    assert out.startswith("/tmp/hc-nccl-tests-") and out.endswith(".json") and not Path(out).exists()
+    assert seen[-1][:2] == ("sh", "-c") and seen[-1][-2] == out and 'rm -f "$0"' in seen[-1][2]
+    assert placement(attempt, ONE_G, "in-place").algbw_gbytes_per_s == 1320066.171625

@@ -309,9 +309,10 @@ def ssh(monkeypatch):
     return FakeConnection
 
 
-def ib(site: Site, scenario: str = "healthy", *, timeout: float = 30, ib_write_bw: str = "", test_timeout: float = 60):
-    return ib_write_bw_pair(site.config(scenario=scenario, ib_write_bw=ib_write_bw, timeout=timeout), MEMBERS,
-                            timeout_s=test_timeout)
+def ib(site: Site, scenario: str = "healthy", *, timeout: float = 30, ib_write_bw: str = "", test_timeout: float = 60,
+       bandwidth: str = ""):
+    return ib_write_bw_pair(site.config(scenario=scenario, ib_write_bw=ib_write_bw, timeout=timeout,
+                                        bandwidth=bandwidth), MEMBERS, timeout_s=test_timeout)
 
 
 def pid_files() -> set[str]:
@@ -464,3 +465,63 @@ def test_ib_write_bw_needs_two_members_and_never_raises(site, ssh, monkeypatch):
     monkeypatch.setattr("healthcheck.runners.ssh.resolve_target", boom)
     m = ib(site)
     assert (m.outcome, m.why) == ("not-run", "gpu001,gpu002: ib_write_bw: RuntimeError: no address")
+
+
+def counters_of(readings):
+    """`_Node.counters` answering from readings[node]: one dict per call (before, then after) for
+    every port, or a str (why the counters could not be read)."""
+    seen: dict[str, int] = {}
+
+    def counters(self, ports):
+        node = self.ctx.runner.node
+        n = seen.get(node, 0)
+        seen[node] = n + 1
+        return {p.name: readings[node][min(n, len(readings[node]) - 1)] for p in ports}
+
+    return counters
+
+
+def test_ib_write_bw_counter_rise_above_the_limit_fails_naming_member_port_counter(site, ssh, monkeypatch):
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+        "gpu001": [{"symbol_error": 3, "link_downed": 0}] * 2,
+        "gpu002": [{"symbol_error": 3, "link_downed": 0}, {"symbol_error": 15, "link_downed": 0}]}))
+    m = ib(site, bandwidth="  counters_max_rise: {symbol_error: 10}\n")
+    assert (m.outcome, m.passed) == ("failed", False)
+    assert [(h.outcome, h.counter_rises, h.counters_unknown) for h in m.hcas] == [
+        ("failed", {"gpu002": {"symbol_error": 12}}, None)] * 2
+    assert m.hcas[0].failure == ("gpu002: mlx5_0/1 symbol_error rose by 12 during the ib_write_bw test, more than "
+                                 "10 (bandwidth.counters_max_rise.symbol_error)")
+    assert m.why.startswith("mlx5_0/1: gpu002: mlx5_0/1 symbol_error rose by 12") and "(and 1 more ports)" in m.why
+    assert m.hcas[0].gbits == HDR_LOOPBACK_GBITS  # measured all the same
+
+
+def test_ib_write_bw_counter_rise_within_the_limit_passes_and_is_recorded(site, ssh, monkeypatch):
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+        "gpu001": [{"port_rcv_errors": 1}, {"port_rcv_errors": 3}],
+        "gpu002": [{"port_rcv_errors": 5}, {"port_rcv_errors": 0}]}))  # went down: reset meanwhile, no rise
+    m = ib(site, bandwidth="  counters_max_rise: {port_rcv_errors: 2}\n")
+    assert (m.outcome, m.passed, m.why) == ("passed", True, "")
+    assert [(h.outcome, h.counter_rises, h.counters_unknown) for h in m.hcas] == [
+        ("passed", {"gpu001": {"port_rcv_errors": 2}}, None)] * 2
+    assert not any("counters" in n for n in m.notes)
+
+
+def test_ib_write_bw_unreadable_counters_are_noted_never_a_failure(site, ssh, monkeypatch):
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+        "gpu001": [{"symbol_error": 0}] * 2,
+        "gpu002": [{"symbol_error": 0}, "no counters for mlx5_0/1: /sys unreadable"]}))
+    m = ib(site, bandwidth="  counters_max_rise: {symbol_error: 0}\n")
+    assert (m.outcome, m.passed) == ("passed", True)
+    assert [(h.outcome, h.counter_rises, h.counters_unknown) for h in m.hcas] == [
+        ("passed", {}, "gpu002: after the test: no counters for mlx5_0/1: /sys unreadable")] * 2
+    assert "mlx5_0/1: error counters unknown, bandwidth.counters_max_rise not judged: gpu002: after the test: " \
+           "no counters for mlx5_0/1: /sys unreadable" in m.notes
+
+    def boom(self, ports):
+        raise OSError("connection reset")
+
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", boom)
+    m = ib(site)
+    assert (m.outcome, m.passed) == ("passed", True)
+    assert m.hcas[0].counters_unknown == ("gpu001: before the test: OSError: connection reset; "
+                                          "gpu002: before the test: OSError: connection reset")

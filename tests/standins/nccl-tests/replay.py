@@ -11,6 +11,14 @@ Scenarios: healthy, slow (derived: the healthy capture at half the bandwidth), w
 sleeps until killed), slow-then-healthy (slow on the first call, healthy after; state in
 HC_STANDIN_STATE), missing-ranks (the 4-GPU capture on an 8-GPU node).
 
+-J FILE (nccl-tests >= 2.17.3's JSON), only where HC_STANDIN_JSON is set: `-h` then prints
+a usage listing `-J,--output_file` (without it, an older usage that does not), and `-J FILE`
+writes the scenario's JSON capture to FILE (broadcast-1gpu: the real -J file of the same
+run as its text); HC_STANDIN_JSON=cut writes only its first half, as a run that died
+leaves it. A scenario without a JSON capture writes nothing.
+
+  broadcast-1gpu    the 1-GPU broadcast capture on an H100 (text; JSON with -J)
+
 Between two nodes, one process per rank under mpirun (rank and size from Open MPI's
 OMPI_COMM_WORLD_RANK/_SIZE; a binary built with MPI=1 prints from rank 0 only):
 
@@ -37,7 +45,14 @@ CAPTURES = {
     "wrong": ("derived/all_reduce-a100-8gpu-wrong-rows.txt", 0),
     "nccl-failure": ("test-nccl-failure-common-cu-961-with-nccl-chains-two-hosts-4090.txt", 3),
     "missing-ranks": ("all_reduce-a100-pcie-4gpu-collective-test-starting-header-nccl-2.19.3-init.txt", 0),
+    "broadcast-1gpu": ("broadcast-h100-1gpu-2.19.6.txt", 0),
 }
+JSON_CAPTURES = {"broadcast-1gpu": "broadcast-h100-1gpu-2.19.6-J.json"}
+# the -h usage (abridged), before -J (2.17.3) and after
+USAGE = ("USAGE: {name} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n"
+         "\t[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n"
+         "\t[-c,--check <check iteration count>] \n\t[-a,--average <0/1/2/3> report average iteration time "
+         "<0=RANK0/1=AVG/2=MIN/3=MAX>] \n{json}\t[-h,--help]\n")
 
 PAIR_HEALTHY = "all_reduce-a100-2node-16rank-pairwise-templated-hosts.txt"
 PAIR_FAILURE = "all_reduce-2host-4rank-test-nccl-failure-internal-error-mpirun-abort.txt"
@@ -82,6 +97,17 @@ def main() -> int:
         seen = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "CUDA_"))}
         with open(log, "a") as f:
             f.write(json.dumps({"argv": [Path(sys.argv[0]).name, *sys.argv[1:]], "env": seen}) + "\n")
+    json_mode = os.environ.get("HC_STANDIN_JSON")
+    if "-h" in sys.argv[1:]:
+        json_line = "\t[-J,--output_file <file>] write the results as JSON to <file>\n" if json_mode else ""
+        sys.stdout.write(USAGE.format(name=Path(sys.argv[0]).name, json=json_line))
+        return 0
+    if json_mode and "-J" in sys.argv[1:-1]:
+        out = sys.argv[sys.argv.index("-J") + 1]
+        capture = JSON_CAPTURES.get(scenario)
+        if capture:
+            doc = (FIXTURES / capture).read_text()
+            Path(out).write_text(doc[:len(doc) // 2] if json_mode == "cut" else doc)
     if scenario == "slow-then-healthy":
         state = Path(os.environ["HC_STANDIN_STATE"])
         calls = int(state.read_text()) if state.exists() else 0
