@@ -162,6 +162,12 @@ class _NoGlobals(pickle.Unpickler):
 
 
 def _unpickle(data: bytes) -> Any:
+    import gc
+
+    # a dump is many small containers: the cyclic collector would run over all of them again
+    # and again while they are built (a real dump has no cycles; the walk after refuses any)
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         return _NoGlobals(io.BytesIO(data)).load()
     except RecursionError:
@@ -169,6 +175,9 @@ def _unpickle(data: bytes) -> Any:
     except Exception as exc:  # anything the unpickler raises on hostile bytes is garbage
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"Flight Recorder dump: not a readable pickle ({clip(message, 200)})") from None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _check_plain(obj: Any, budget: int) -> None:
