@@ -1,0 +1,220 @@
+"""`hc run [OPTIONS] -- CMD [ARGS...]`: set the debug variables, check every rank, then exec CMD.
+
+The command replaces hc in the same process (os.execvpe): its argv, pid and exit code are
+the job's own. Everything hc says goes to stderr; stdout is the job's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
+
+EPILOG = """\b
+Inside a job script, around each rank or around the launcher:
+  srun hc run -- python train.py --lr 3e-4
+  torchrun --nproc-per-node 8 -m healthcheck run -- python train.py
+  srun --ntasks-per-node 1 hc run -- torchrun --nnodes 4 ... train.py
+
+\b
+Sets, unless already set: NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS (--nccl-subsys),
+NCCL_DEBUG_FILE=<log dir>/nccl.%h.%p.log, the Flight Recorder
+(TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_FR_BUFFER_SIZE=2000,
+TORCH_NCCL_DUMP_ON_TIMEOUT=1, TORCH_NCCL_DEBUG_INFO_TEMP_FILE and
+TORCH_FR_DUMP_TEMP_FILE=<log dir>/fr/nccl_trace_rank_) and, with
+--debug-desync, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_NCCL_DESYNC_DEBUG=1.
+A name pair is set only when neither name is. Each rank writes
+<log dir>/hc-run.rank<R>.<host>.<pid>.json: what it set, its rank, host, pid
+(NCCL's %p: the command keeps hc's pid) and the command.
+Log dir: --log-dir, else $HC_RUN_LOG_DIR, else $SLURM_SUBMIT_DIR/hc-job-<jobid>,
+else <tmp>/hc-run-<uid>/<run>.
+
+\b
+Preflight (every rank, --no-preflight skips it): the launcher's variables
+(RANK < WORLD_SIZE, LOCAL_RANK < LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, Slurm
+or Open MPI agreeing), CUDA_VISIBLE_DEVICES under torchrun (one GPU for
+several local ranks), MASTER_PORT already in use (rank 0, on the master's
+host), the node's quick tier (local rank 0; its ERROR only warns), a short
+all-reduce + barrier naming ranks slower than --straggler-factor x the
+median (a warning: the job runs). Rank 0 prints the NCCL/TORCH variables in
+effect and the command that diagnoses the job if it hangs.
+
+\b
+Exit codes (before the command starts; afterwards they are the command's):
+  2    preflight FAIL on this or another rank (one line names it)
+  3    the straggler test could not complete (rendezvous or collective
+       failed or timed out after --straggler-timeout)
+  4    usage error, or the log directory cannot be created
+  126  the command cannot be executed; 127: it was not found
+
+\b
+HC_RUN_TEST_DELAY_RANK=N (tests only): rank N sleeps HC_RUN_TEST_DELAY_S
+(0.3) in each step of the straggler test."""
+
+
+def _say(line: str) -> None:
+    click.echo(f"hc run: {line}", err=True)
+
+
+def _log_dir(explicit: Path | None, env: dict[str, str]) -> Path:
+    import tempfile
+
+    from healthcheck.jobwrap import envset
+
+    if explicit is not None:
+        return envset.make_log_dir(explicit)
+    chosen = envset.default_log_dir(env)
+    try:
+        return envset.make_log_dir(chosen)
+    except envset.UsageError as exc:
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+        if not job:
+            raise
+        fallback = Path(tempfile.gettempdir()) / f"hc-run-{os.getuid()}" / envset.safe_key(f"job-{job}")
+        _say(f"warning: {exc}; logging to {fallback} on each node instead")
+        return envset.make_log_dir(fallback)
+
+
+def _rank_label(rank: int | None, world: int | None) -> str:
+    return f"rank {rank}: " if rank not in (None, 0) and (world or 0) > 1 else ""
+
+
+@click.command(epilog=EPILOG, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), envvar="HC_RUN_LOG_DIR",
+              help="Where NCCL debug files, Flight Recorder dumps and manifests go [env HC_RUN_LOG_DIR].")
+@click.option("--nccl-debug", type=click.Choice(["INFO", "WARN"], case_sensitive=False), default="INFO",
+              show_default=True, help="NCCL_DEBUG, unless set: WARN keeps only the warnings.")
+@click.option("--nccl-subsys", default=DEFAULT_SUBSYS, show_default=True, metavar="LIST",
+              help="NCCL_DEBUG_SUBSYS, unless set. Add COLL for one line per collective per rank (very verbose).")
+@click.option("--debug-desync", is_flag=True,
+              help="Also TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_NCCL_DESYNC_DEBUG=1 (slower collectives).")
+@click.option("--preflight/--no-preflight", default=True, show_default=True, help="Check before the job starts.")
+@click.option("--node-check/--no-node-check", default=True, show_default=True,
+              help="Run this node's quick tier (local rank 0).")
+@click.option("--node-timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True,
+              help="Seconds the quick tier may take (past it: a warning).")
+@click.option("--straggler-test/--no-straggler-test", default=True, show_default=True,
+              help="The all-reduce + barrier across every rank.")
+@click.option("--straggler-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+              help="Seconds for its rendezvous and each collective.")
+@click.option("--straggler-factor", type=click.FloatRange(1.1, 1000), default=3.0, show_default=True,
+              help="A rank whose step takes this many times the median is named.")
+@click.option("--straggler-backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="auto: NCCL where there is a GPU, else gloo.")
+def run(command: tuple[str, ...], log_dir: Path | None, nccl_debug: str, nccl_subsys: str, debug_desync: bool,
+        preflight: bool, node_check: bool, node_timeout: float, straggler_test: bool, straggler_timeout: float,
+        straggler_factor: float, straggler_backend: str) -> int:
+    """Run CMD with NCCL/torch debugging on and a preflight on every rank (exec: CMD's exit code is the job's)."""
+    from healthcheck.core.errors import HcError
+    from healthcheck.jobwrap import envset
+
+    env = dict(os.environ)
+    if "/" not in command[0] and shutil.which(command[0], path=env.get("PATH", os.defpath)) is None:
+        click.echo(f"hc: error: {command[0]}: command not found", err=True)  # before any rank waits on it
+        return 127
+    info = envset.who(env)
+    label = _rank_label(info.rank, info.world_size)
+    directory = _log_dir(log_dir, env)
+    env_set = envset.debug_env(env, directory, nccl_debug=nccl_debug.upper(), subsys=nccl_subsys.strip(),
+                               desync=debug_desync)
+    env_kept = envset.kept_env(env, desync=debug_desync)
+    env.update(env_set)
+    try:
+        envset.write_manifest(directory, info, command, env, env_set, env_kept)
+    except HcError as exc:  # bookkeeping: the job still runs
+        _say(f"warning: {label}no manifest: {exc}")
+    lead = info.rank in (0, None)
+    if lead:
+        _say(f"logs in {directory}")
+        _say(f"env: {envset.shown_env(env)}")
+    if preflight:
+        _preflight(env, info, label, node_check=node_check, node_timeout=node_timeout, straggler_test=straggler_test,
+                   straggler_timeout=straggler_timeout, straggler_factor=straggler_factor,
+                   straggler_backend=straggler_backend)
+    if lead:
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        live = f"; while it runs: hc diagnose job {job}" if job else ""
+        _say(f"if this job hangs: hc diagnose logs {directory}{live}")
+    return exec_command(command, env)
+
+
+def _preflight(env: dict[str, str], info: Who, label: str, *, node_check: bool, node_timeout: float,
+               straggler_test: bool, straggler_timeout: float, straggler_factor: float,
+               straggler_backend: str) -> None:
+    from healthcheck.jobwrap import preflight as pf
+
+    launcher = pf.check_launcher_env(env)
+    for p in launcher:
+        if p.status == "WARN":
+            _say(f"warning: preflight: {label}{p.message}")
+    bad = [p for p in launcher if p.status == "FAIL"]
+    if bad:  # no rendezvous is possible with these: stop now
+        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise pf.PreflightFail(f"preflight: {label}{bad[0].message}{more}")
+    problems = pf.check_cuda_mapping(env, pf.node_has_nvidia_gpus())
+    if info.rank in (0, None):  # the process that will listen on MASTER_PORT
+        port_problems, _ = pf.check_master_port(env)
+        problems += port_problems
+    if node_check and (info.local_rank in (0, None)):
+        found = pf.quick_tier(env, node_timeout)
+        if found is not None:
+            problems.append(found)
+    for p in problems:
+        if p.status == "WARN":
+            _say(f"warning: preflight: {label}{p.message}")
+    failed = [p for p in problems if p.status == "FAIL"]
+    verdict = ("FAIL", failed[0].message) if failed else ("PASS", "")
+    if straggler_test and (info.world_size or 1) > 1:
+        _straggler(env, info, label, verdict, straggler_timeout, straggler_factor, straggler_backend)
+    if failed:
+        raise pf.PreflightFail(f"preflight: {label}{failed[0].message}")
+
+
+def _straggler(env: dict[str, str], info: Who, label: str, verdict: tuple[str, str], timeout_s: float, factor: float,
+               backend: str) -> None:
+    from healthcheck.bandwidth.torch_sweep import SweepError
+    from healthcheck.core.errors import UsageError
+    from healthcheck.jobwrap import straggler
+
+    opts = straggler.StragglerOptions(timeout_s=timeout_s, factor=factor, backend=backend)
+    try:
+        result = straggler.run(env, verdict, opts)
+    except (SweepError, UsageError) as exc:  # no torch, no backend, no rendezvous address
+        _say(f"warning: preflight: {label}straggler test not run: {exc}")
+        return
+    if result is None:
+        return
+    if result.stragglers:
+        if result.rank == 0 or result.rank in result.stragglers:
+            _say(f"warning: preflight: {label}{result.summary()}")
+    elif result.rank == 0:
+        _say(f"preflight: {result.summary()}")
+
+
+def exec_command(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """Replace this process with the command; returns only when it cannot start (126, 127)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    # Python ignores SIGPIPE and SIGXFSZ; an exec'd program would inherit that
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvpe(command[0], list(command), env)
+    except FileNotFoundError:
+        click.echo(f"hc: error: {command[0]}: command not found", err=True)
+        return 127
+    except OSError as exc:
+        click.echo(f"hc: error: {command[0]}: cannot execute: {exc.strerror or exc}", err=True)
+        return 126
+    return 126  # not reached: execvpe returns only by raising

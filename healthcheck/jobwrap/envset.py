@@ -1,0 +1,214 @@
+"""What `hc run` sets before the job starts: the log directory, the debug variables, the manifest.
+
+Nothing the user set is ever replaced. A variable with two names (torch >= 2.8 reads
+TORCH_FR_BUFFER_SIZE before TORCH_NCCL_TRACE_BUFFER_SIZE) is set under both names only
+when the user set neither: setting the other name would override the user's value on
+the releases that read it first.
+
+NCCL expands only %h (host) and %p (pid) in NCCL_DEBUG_FILE, and NCCL opens the file
+only when NCCL_DEBUG is above VERSION. The Flight Recorder writes `<prefix><rank>` per
+rank when a collective times out (TORCH_NCCL_DUMP_ON_TIMEOUT).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from healthcheck.core.errors import UsageError
+
+MANIFEST_SCHEMA = "hc.run/1"
+FR_BUFFER_ENTRIES = "2000"  # torch 2.13's own default; older releases default to 0 (off)
+DEFAULT_SUBSYS = "INIT,BOOTSTRAP,ENV,NET"  # BOOTSTRAP (NCCL >= 2.23) is ignored by older NCCL
+NCCL_FILE_NAME = "nccl.%h.%p.log"
+FR_PREFIX_NAME = "fr/nccl_trace_rank_"
+MAX_KEY = 64  # a job id or run id in a directory name
+MAX_DIR = 3800  # NCCL copies NCCL_DEBUG_FILE (expanded) into a PATH_MAX (4096) buffer
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+# (names, value) in the order they are set; names with aliases are one entry
+PAIRS_FR = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),)
+PAIRS_FR_FILE = (("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),)
+
+
+@dataclass(frozen=True)
+class Who:
+    """This process's place in the job, as far as the launcher's variables tell (never raises)."""
+
+    launcher: str  # torchrun | mpirun | srun | none
+    rank: int | None
+    world_size: int | None
+    local_rank: int | None
+    local_world_size: int | None
+
+
+def _num(env: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        value = (env.get(name) or "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def who(env: Mapping[str, str]) -> Who:
+    if "RANK" in env or "WORLD_SIZE" in env or "TORCHELASTIC_RUN_ID" in env:
+        return Who("torchrun" if "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in env else "env",
+                   _num(env, "RANK"), _num(env, "WORLD_SIZE"), _num(env, "LOCAL_RANK"),
+                   _num(env, "LOCAL_WORLD_SIZE"))
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return Who("mpirun", _num(env, "OMPI_COMM_WORLD_RANK"), _num(env, "OMPI_COMM_WORLD_SIZE"),
+                   _num(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _num(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return Who("srun", _num(env, "SLURM_PROCID"), _num(env, "SLURM_NTASKS"), _num(env, "SLURM_LOCALID"), None)
+    return Who("none", 0, 1, 0, 1)
+
+
+def safe_key(text: str) -> str:
+    """A job or run id as one bounded directory-name component."""
+    key = _UNSAFE.sub("_", text)[:MAX_KEY].strip(".")
+    return key or "x"
+
+
+def default_log_dir(env: Mapping[str, str]) -> Path:
+    """$SLURM_SUBMIT_DIR/hc-job-<jobid> under Slurm, else a per-run directory in the temp dir.
+
+    Every rank of one job must name the same directory without talking: Slurm's job id,
+    torchrun's run id, or the rendezvous address; a job on one process uses its pid.
+    """
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if job:
+        base = env.get("SLURM_SUBMIT_DIR") or os.getcwd()
+        return Path(base) / f"hc-job-{safe_key(job)}"
+    if env.get("TORCHELASTIC_RUN_ID"):
+        key = f"torchrun-{env['TORCHELASTIC_RUN_ID']}"
+    elif env.get("MASTER_PORT"):
+        key = f"{env.get('MASTER_ADDR', 'localhost')}-{env['MASTER_PORT']}"
+    else:
+        key = f"pid{os.getpid()}"
+    return Path(tempfile.gettempdir()) / f"hc-run-{os.getuid()}" / safe_key(key)
+
+
+def _own_dir(path: Path, mode: int) -> None:
+    """Create `path` (mode) or accept it: a real directory (never a link) that we own."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{path}: not a directory (a symbolic link or a file): refusing to log there")
+    if info.st_uid != os.getuid():
+        raise UsageError(f"{path}: owned by uid {info.st_uid}, not by this user: refusing to log there")
+
+
+def make_log_dir(path: Path) -> Path:
+    """Create the log directory (0750, its fr/ inside) and return it absolute; UsageError when not possible."""
+    path = Path(os.path.abspath(path))
+    if len(str(path)) > MAX_DIR:
+        raise UsageError(f"--log-dir is {len(str(path))} characters long: NCCL takes at most {MAX_DIR}")
+    if not str(path).isprintable():
+        raise UsageError(f"--log-dir {str(path)!r}: control characters in the path")
+    try:
+        if path.parent.name.startswith("hc-run-") and path.parent.parent == Path(tempfile.gettempdir()):
+            _own_dir(path.parent, 0o700)  # the per-user directory in a world-writable /tmp
+        path.mkdir(mode=0o750, parents=True, exist_ok=True)
+        _own_dir(path, 0o750)
+        _own_dir(path / "fr", 0o750)
+    except OSError as exc:
+        raise UsageError(f"cannot create the log directory {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def debug_env(env: Mapping[str, str], log_dir: Path, *, nccl_debug: str = "INFO",
+              subsys: str = DEFAULT_SUBSYS, desync: bool = False) -> dict[str, str]:
+    """The variables hc sets: those the user has not set (a pair only when neither name is)."""
+    wanted: list[tuple[tuple[str, ...], str]] = [
+        (("NCCL_DEBUG",), nccl_debug),
+        (("NCCL_DEBUG_SUBSYS",), subsys),
+        (("NCCL_DEBUG_FILE",), str(log_dir / NCCL_FILE_NAME)),
+        (PAIRS_FR[0], FR_BUFFER_ENTRIES),
+        (("TORCH_NCCL_DUMP_ON_TIMEOUT",), "1"),
+        (PAIRS_FR_FILE[0], str(log_dir / FR_PREFIX_NAME)),
+    ]
+    if desync:
+        wanted += [(("TORCH_DISTRIBUTED_DEBUG",), "DETAIL"), (("TORCH_NCCL_DESYNC_DEBUG",), "1")]
+    out: dict[str, str] = {}
+    for names, value in wanted:
+        if value and not any(name in env for name in names):
+            out.update(dict.fromkeys(names, value))
+    return out
+
+
+def kept_env(env: Mapping[str, str], *, desync: bool = False) -> dict[str, str]:
+    """The variables hc would set that the user had set already (kept as they were)."""
+    names = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", *PAIRS_FR[0], "TORCH_NCCL_DUMP_ON_TIMEOUT",
+             *PAIRS_FR_FILE[0]]
+    if desync:
+        names += ["TORCH_DISTRIBUTED_DEBUG", "TORCH_NCCL_DESYNC_DEBUG"]
+    return {name: env[name] for name in names if name in env}
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    """One rank's record in the log directory: which pid (NCCL's %p) is which rank, and what was set."""
+
+    schema: str
+    hc_version: str
+    launcher: str
+    rank: int | None
+    world_size: int | None
+    local_rank: int | None
+    host: str
+    pid: int
+    started_at: str  # ISO 8601, UTC, milliseconds
+    started_unix: float
+    command: list[str]
+    cwd: str
+    log_dir: str
+    job_id: str | None
+    step_id: str | None
+    env_set: dict[str, str]  # what hc set
+    env_kept: dict[str, str]  # what hc would have set, as the user had it
+
+
+def manifest_path(log_dir: Path, info: Who, host: str, pid: int) -> Path:
+    rank = "x" if info.rank is None else str(info.rank)
+    return log_dir / f"hc-run.rank{rank}.{safe_key(host)}.{pid}.json"
+
+
+def write_manifest(log_dir: Path, info: Who, command: Sequence[str], env: Mapping[str, str],
+                   env_set: Mapping[str, str], env_kept: Mapping[str, str], *, now: float | None = None) -> Path:
+    from healthcheck import __version__
+    from healthcheck.core.atomic import write_atomic
+
+    now = time.time() if now is None else now
+    host, pid = socket.gethostname(), os.getpid()
+    manifest = Manifest(
+        schema=MANIFEST_SCHEMA, hc_version=__version__, launcher=info.launcher, rank=info.rank,
+        world_size=info.world_size, local_rank=info.local_rank, host=host, pid=pid,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
+        started_unix=round(now, 3), command=list(command), cwd=os.getcwd(), log_dir=str(log_dir),
+        job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
+        step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
+        env_set=dict(env_set), env_kept=dict(env_kept))
+    path = manifest_path(log_dir, info, host, pid)
+    write_atomic(path, msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n", mode=0o640)
+    return path
+
+
+def shown_env(env: Mapping[str, str], limit: int = 120) -> str:
+    """The NCCL_* and TORCH_* variables in effect, compact: `NAME=value ...`, each value clipped."""
+    names = sorted(n for n in env if n.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCH_DISTRIBUTED_")))
+    parts = []
+    for name in names:
+        value = env[name].replace("\n", "\\n")
+        parts.append(f"{name}={value if len(value) <= limit else value[:limit] + '...'}")
+    return " ".join(parts) if parts else "(none)"

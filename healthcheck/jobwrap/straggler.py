@@ -1,0 +1,261 @@
+"""The preflight's straggler test: a short all-reduce + barrier across every rank of the job.
+
+Each of `iters` steps: a fixed local computation (a few small matmuls, on the rank's
+GPU under NCCL), timed; an all-reduce of 1 MiB, timed; a barrier. A rank's step time is
+its median over the steps; ranks slower than `factor` x the median of all ranks (and
+by at least `min_excess_s`) are named. A collective evens out the ranks' times (the fast
+wait for the slow inside it), so the local step, not the collective, is what tells a
+slow rank from the others; the all-reduce time is reported beside it.
+
+Every rank's preflight verdict (PASS/WARN/FAIL and its line) is exchanged first: a FAIL
+on any rank stops every rank with that rank's line.
+
+The rendezvous reuses the job's MASTER_ADDR/MASTER_PORT (torch_sweep.discover_ranks: torchrun,
+Open MPI, srun), under a key prefix of its own so nothing it writes can be read by the job:
+- under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent's store outlives this
+  process; the prefix carries the restart count;
+- otherwise rank 0 serves the store on MASTER_PORT itself. The job's own store will be
+  served there by the same process after exec, so no rank may leave before rank 0's
+  store is gone: each tells rank 0 it is done and waits until the store stops answering;
+  rank 0 waits for all of them, closes its store and checks that the port is free again.
+
+The process group is destroyed before the command is exec'd. The whole test is bounded:
+the rendezvous and every collective by `timeout_s` (a watchdog ends the process, exit 3,
+when torch's own timeout does not), the closing handshake by HANDSHAKE_S.
+
+Test hook (tests only): HC_RUN_TEST_DELAY_RANK=N makes rank N sleep HC_RUN_TEST_DELAY_S
+(default 0.3) in each local step, so the test must name it.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from healthcheck.bandwidth import torch_sweep as ts
+from healthcheck.core.errors import UsageError
+from healthcheck.jobwrap.preflight import PreflightError, PreflightFail, port_in_use
+
+DELAY_RANK_ENV = "HC_RUN_TEST_DELAY_RANK"
+DELAY_S_ENV = "HC_RUN_TEST_DELAY_S"
+HANDSHAKE_S = 15.0
+STORE_PREFIX = "hc-run-preflight"
+_ELEMS = 1 << 18  # 1 MiB of float32
+
+
+@dataclass(frozen=True)
+class StragglerOptions:
+    iters: int = 10
+    timeout_s: float = 120.0
+    factor: float = 3.0
+    min_excess_s: float = 0.05
+    backend: str = "auto"  # auto | nccl | gloo
+
+
+@dataclass(frozen=True)
+class StragglerResult:
+    rank: int
+    ranks: int
+    launcher: str
+    backend: str
+    hosts: list[str]
+    step_s: list[float]  # per rank, median local step
+    allreduce_s: list[float]  # per rank, median all-reduce
+    stragglers: list[int]
+    verdicts: list[tuple[str, str]] = field(default_factory=list)  # per rank (status, line)
+
+    def summary(self) -> str:
+        med = statistics.median(self.step_s)
+        text = (f"straggler test: {self.ranks} ranks ({self.backend}), step median {med * 1e3:.1f} ms, "
+                f"all-reduce median {statistics.median(self.allreduce_s) * 1e3:.1f} ms")
+        if not self.stragglers:
+            return text + ", no straggler"
+        named = ", ".join(f"rank {r} ({self.hosts[r]}) {self.step_s[r] * 1e3:.0f} ms" for r in self.stragglers)
+        return f"{text}; slower than {med * 1e3:.1f} ms x the factor: {named}"
+
+
+def stragglers(times: list[float], factor: float, min_excess_s: float) -> list[int]:
+    """Ranks whose time is above factor x the median and above the median by min_excess_s."""
+    if len(times) < 2:
+        return []
+    med = statistics.median(times)
+    return [r for r, t in enumerate(times) if t > factor * med and t - med > min_excess_s]
+
+
+def _delay(env: Mapping[str, str], rank: int) -> float:
+    value = env.get(DELAY_RANK_ENV, "").strip()
+    if not value:
+        return 0.0
+    if not value.isdigit():
+        raise UsageError(f"${DELAY_RANK_ENV}={value[:40]!r} is not a rank")
+    if int(value) != rank:
+        return 0.0
+    try:
+        return max(0.0, float(env.get(DELAY_S_ENV) or 0.3))
+    except ValueError:
+        raise UsageError(f"${DELAY_S_ENV}={env.get(DELAY_S_ENV, '')[:40]!r} is not seconds") from None
+
+
+def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions) -> StragglerResult | None:
+    """Run the test on this rank (None: one rank, nothing to compare). Raises PreflightFail when any
+    rank's verdict is FAIL, PreflightError when the test cannot complete."""
+    from datetime import timedelta
+
+    info = ts.discover_ranks(env)
+    if info.world_size < 2:
+        return None
+    delay = _delay(env, info.rank)
+    torch, dist = ts._import_torch()
+    backend, device = ts._choose_device(torch, dist, opts.backend, info)
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    serve = info.rank == 0 and not agent_store
+    where = f"rendezvous at {info.master_addr}:{info.master_port} ({info.world_size} ranks, {info.launcher})"
+    watchdog = ts._Watchdog(opts.timeout_s + ts.RENDEZVOUS_GRACE_S,
+                            f"preflight: {ts._rank_prefix(info)}the straggler test's {where} did not complete "
+                            f"within {opts.timeout_s:g} s (are all {info.world_size} ranks started? "
+                            "--no-straggler-test skips it)")
+    timeout = timedelta(seconds=opts.timeout_s)
+    base: Any = None
+    ok = False
+    try:
+        try:
+            base = dist.TCPStore(info.master_addr, info.master_port, info.world_size if serve else None, serve,
+                                 timeout=timeout, wait_for_workers=False)
+            prefix = f"{STORE_PREFIX}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+            kwargs: dict[str, Any] = dict(backend=backend, store=dist.PrefixStore(prefix, base), rank=info.rank,
+                                          world_size=info.world_size, timeout=timeout)
+            if device.type == "cuda" and ts.eager_init_ok(torch.__version__):
+                import inspect
+
+                if "device_id" in inspect.signature(dist.init_process_group).parameters:
+                    kwargs["device_id"] = device
+            dist.init_process_group(**kwargs)
+            kwargs.clear()  # no reference to the store but `base`: rank 0 drops it to free the port
+        except Exception as exc:
+            raise PreflightError(f"preflight: {ts._rank_prefix(info)}the straggler test's {where} failed: "
+                                 f"{ts.one_line(exc)}") from None
+        stage = "exchanging the preflight verdicts"
+        try:
+            gather = ts._gather_fn(dist, info.world_size)
+            mine = msgspec.json.encode([socket.gethostname(), verdict[0], verdict[1]])
+            peers = [msgspec.json.decode(b) for b in _all_gather_bytes(torch, gather, device, info.world_size, mine)]
+            watchdog.cancel()  # every rank answered: torch's timeout bounds the collectives now
+            verdicts = [(str(p[1]), str(p[2])) for p in peers]
+            hosts = [str(p[0]) for p in peers]
+            failed = [r for r, v in enumerate(verdicts) if v[0] == "FAIL"]
+            if failed:
+                ok = True
+                first = failed[0]
+                others = f" (and {len(failed) - 1} more ranks)" if len(failed) > 1 else ""
+                raise PreflightFail(f"preflight: rank {first} ({hosts[first]}): {verdicts[first][1]}{others}")
+            stage = "the all-reduce steps"
+            step, reduce = _steps(torch, dist, device, opts.iters, delay, backend == "nccl")
+            stage = "gathering the step times"
+            times = _all_gather_floats(torch, gather, device, info.world_size, [step, reduce])
+            ok = True
+        except PreflightFail:
+            raise
+        except Exception as exc:
+            raise PreflightError(f"preflight: {ts._rank_prefix(info)}the straggler test failed in {stage}: "
+                                 f"{ts.one_line(exc)}") from None
+    finally:
+        watchdog.cancel()
+        ts._shutdown(dist, backend, ok)
+        if base is not None and not agent_store:
+            _part(base, info.rank, info.world_size)
+            base = None
+            if serve:
+                _wait_port_free(info.master_port)
+    step_s = [t[0] for t in times]
+    return StragglerResult(rank=info.rank, ranks=info.world_size, launcher=info.launcher, backend=backend,
+                           hosts=hosts, step_s=step_s, allreduce_s=[t[1] for t in times],
+                           stragglers=stragglers(step_s, opts.factor, opts.min_excess_s), verdicts=verdicts)
+
+
+def _steps(torch: Any, dist: Any, device: Any, iters: int, delay: float, cuda: bool) -> tuple[float, float]:
+    """(median local step, median all-reduce) in seconds on this rank."""
+    a = torch.full((128, 128), 0.5, device=device)
+    buf = torch.zeros(_ELEMS, dtype=torch.float32, device=device)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def barrier() -> None:
+        if cuda:
+            dist.barrier(device_ids=[device.index])
+        else:
+            dist.barrier()
+
+    dist.all_reduce(buf)  # warm-up: connections and kernels
+    sync()
+    barrier()
+    steps, reduces = [], []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        b = a
+        for _ in range(4):
+            b = torch.mm(b, a)
+        sync()
+        if delay:
+            time.sleep(delay)
+        t1 = time.perf_counter()
+        dist.all_reduce(buf)
+        sync()
+        t2 = time.perf_counter()
+        barrier()
+        steps.append(t1 - t0)
+        reduces.append(t2 - t1)
+    return statistics.median(steps), statistics.median(reduces)
+
+
+def _all_gather_bytes(torch: Any, gather: Any, device: Any, n: int, data: bytes) -> list[bytes]:
+    lengths = torch.empty(n, dtype=torch.int64, device=device)
+    gather(lengths, torch.tensor([len(data)], dtype=torch.int64, device=device))
+    longest = max(1, int(lengths.max().item()))
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if data:
+        mine[:len(data)] = torch.tensor(list(data), dtype=torch.uint8, device=device)
+    out = torch.empty(n * longest, dtype=torch.uint8, device=device)
+    gather(out, mine)
+    rows = out.cpu().view(n, longest).tolist()
+    return [bytes(row[:length]) for row, length in zip(rows, lengths.cpu().tolist(), strict=True)]
+
+
+def _all_gather_floats(torch: Any, gather: Any, device: Any, n: int, values: list[float]) -> list[list[float]]:
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    out = torch.empty(n * len(values), dtype=torch.float64, device=device)
+    gather(out, mine)
+    return [row.tolist() for row in out.cpu().view(n, len(values))]
+
+
+def _part(store: Any, rank: int, world: int) -> None:
+    """Leave the store rank 0 serves on MASTER_PORT so the job can serve its own there (module doc)."""
+    deadline = time.monotonic() + HANDSHAKE_S
+    try:
+        if rank != 0:
+            store.add("hc/left", 1)
+            while time.monotonic() < deadline:  # until rank 0's store stops answering
+                store.check(["hc/left"])
+                time.sleep(0.02)
+            return
+        while store.add("hc/left", 0) < world - 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except Exception:
+        return  # the store is gone: what a leaving rank waits for
+
+
+def _wait_port_free(port: int) -> None:
+    """Rank 0, its store dropped: until the port can be listened on again (bounded)."""
+    import gc
+
+    gc.collect()
+    deadline = time.monotonic() + HANDSHAKE_S
+    while port_in_use(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
