@@ -154,6 +154,10 @@ class SlurmClient:
             return NodeStates({}, r.message, r.not_found)
         return NodeStates(parse_sinfo(r.message))
 
+    def show_job(self, job_id: str) -> SlurmResult:
+        """`scontrol -o show job ID`: the job's record (one line per job), or Slurm's message."""
+        return self._call((self.settings.scontrol, "-o", "show", "job", job_id))
+
     def job_exclusive(self, job_id: str) -> tuple[bool | None, str | None]:
         """Whether job `job_id` holds its nodes alone (`scontrol -o show job`); (exclusive, error)."""
         r = self._call((self.settings.scontrol, "-o", "show", "job", job_id))

@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
     "report": ("healthcheck.cli.report", "report", "Saved reports: show one, diff two runs, list the run history."),
     "bw": ("healthcheck.cli.bw", "bw", "Bandwidth tests: hc bw allreduce sweeps collectives with torch.distributed."),
+    "diagnose": ("healthcheck.cli.diagnose", "diagnose",
+                 "Diagnose a hung or failed distributed job from its logs."),
     "run": ("healthcheck.cli.run", "run",
             "Job wrapper: NCCL/torch debug logs, a preflight on every rank, then exec CMD."),
 }

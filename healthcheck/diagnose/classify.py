@@ -1,0 +1,793 @@
+"""JobEvidence -> findings: the ordered rules of shared/notes/diagnose.md section 6.
+
+Each rule reads one kind of evidence and emits `Finding`s: a class, the ranks it names,
+the evidence lines (`source:line` and what the line says) and a confidence. A rule never
+names a rank without a line (or a dump, or a stack) that speaks of it; where rules name
+different ranks for one failure, the verdict lowers its confidence and says so.
+
+Rules, in the order of precedence the verdict uses:
+ 1. init-failure: a port in use, rendezvous/store timeouts, NCCL without a usable
+    interface, duplicate GPUs, Init START without COMPLETE.
+ 2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors.
+ 3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
+    kill matched by pid, a Python exception on one rank that is not a collective's error
+    (error.json, a traceback), NCCL `Cuda failure 'out of memory'`.
+ 4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
+    odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
+    seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
+    stack is outside the function the others wait in (a skipped collective).
+ 5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
+ 6. network: IB completion errors (the first names hca and peer), verbs failures,
+    socket errors when no rank died.
+ 7. stuck-rank: NCCL RAS op counts (overrides the watchdog), the desync report, the
+    complement of the ranks that timed out at one SeqNum, the stack groups (a minority
+    outside c10d while the rest wait in a collective), Flight Recorder lag.
+ 8. socket-fallback: NCCL on sockets where IB was expected (a performance cliff).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from collections.abc import Iterable
+from typing import Literal
+
+import msgspec
+
+from healthcheck.diagnose.evidence import RankEvidence
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import StackGroup, group_stacks, rank_words
+from healthcheck.parsers.flight_recorder import FlightRecorderDump, FrComparison, compare_ranks
+
+FailureClass = Literal["dead-rank", "collective-mismatch", "shape-mismatch", "stuck-rank", "host-wedged", "network",
+                       "socket-fallback", "init-failure", "gpu-failure", "unknown"]
+Confidence = Literal["high", "medium", "low"]
+
+PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
+                                        "collective-mismatch", "host-wedged", "network", "stuck-rank",
+                                        "socket-fallback", "unknown")
+
+NEXT_STEP: dict[str, str] = {
+    "dead-rank": "read the dead rank's own log and the node's kernel log (OOM killer, segfault); "
+                 "peers' 'connection closed' errors are collateral",
+    "collective-mismatch": "make every rank call the same collectives in the same order (look for a collective "
+                           "inside an `if rank ...` or a data-dependent branch); rerun with "
+                           "TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch name the call",
+    "shape-mismatch": "make the odd rank's tensor the same shape and dtype as its peers' at that collective "
+                      "(uneven last batch, padding, a per-rank dtype)",
+    "stuck-rank": "look at the odd rank's stack: a data loader, file system or compute step that never returns; "
+                  "py-spy dump it again to see whether it moves",
+    "host-wedged": "a CUDA/NCCL call or the GIL blocks the watchdog: py-spy dump --native the rank, check the GPU "
+                   "(nvidia-smi, Xid) and run hc node on its host",
+    "network": "run hc node --tier standard on the two hosts of the failing link (IB ports, counters, cables); "
+               "then hc bw pairs between them",
+    "socket-fallback": "NCCL fell back to TCP sockets: check NCCL_IB_HCA / NCCL_SOCKET_IFNAME and that the IB "
+                       "devices are visible in the job (hc node --tier standard)",
+    "init-failure": "fix the launch: a free MASTER_PORT, every rank reachable on MASTER_ADDR, the right "
+                    "NCCL_SOCKET_IFNAME, one GPU per rank; then relaunch",
+    "gpu-failure": "drain the node and run hc node --tier deep on it; the Xid names the GPU",
+    "unknown": "collect more: per-rank logs with NCCL_DEBUG=INFO, py-spy dump --json of every rank while it "
+               "hangs, Flight Recorder dumps (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT=1)",
+}
+
+
+class Evidence(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One line (or dump, or stack) that a finding stands on."""
+
+    source: str
+    text: str
+    line: int | None = None
+    rank: int | None = None
+    time: float | None = None  # epoch seconds, where the input says
+
+
+class Finding(msgspec.Struct, frozen=True, omit_defaults=True, rename={"cls": "class"}):
+    cls: FailureClass
+    summary: str
+    confidence: Confidence
+    ranks: tuple[int, ...] = ()  # the odd ranks this finding names (each with evidence)
+    evidence: tuple[Evidence, ...] = ()
+    where: str = ""  # "train.py:37" where the odd rank is
+    divergence: str = ""  # "seq 10 of default_pg", "SeqNum 52"
+
+
+class Analysis(msgspec.Struct, kw_only=True):
+    """Everything the rules found, with what the verdict needs beside it."""
+
+    findings: list[Finding] = []
+    groups: list[StackGroup] = []
+    fr: FrComparison | None = None
+    events: list[Evidence] = []  # every error event, for the first failure
+    world_sizes: dict[int, list[int]] = {}  # world size -> ranks that said it
+    notes: list[str] = []
+
+
+_COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
+_COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
+                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
+                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
+                      "preamble.length", "Received data size", "watchdog", "collective operation timeout")
+
+
+def _t(col: Collected, source: str, line: int | None) -> float | None:
+    st = col.stamps.get(source)
+    return st.at(line) if st is not None and line is not None else None
+
+
+def _iso(t: float | None) -> str:
+    if t is None:
+        return ""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _ev(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
+    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=_t(col, source, line))
+
+
+def _fact_rank(fact: object, file_rank: int | None) -> int | None:
+    r = getattr(fact, "rank", None)
+    if r is not None:
+        return r
+    if file_rank is not None:
+        return file_rank
+    pg_rank = getattr(fact, "pg_rank", None)
+    return pg_rank if pg_rank is not None and getattr(fact, "pg_id", "") in ("", "0") else None
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _init(col: Collected, out: Analysis) -> None:
+    ev = col.evidence
+    items: list[Evidence] = []
+    ranks: set[int] = set()
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for a in f.log.address_in_use:
+            r = _fact_rank(a, f.rank)
+            items.append(_ev(col, f.source, a.line, f"address already in use (port {a.port})", r))
+            if r is not None:
+                ranks.add(r)
+        for z in f.log.rendezvous:
+            r = _fact_rank(z, f.rank)
+            items.append(_ev(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", r))
+        for b in f.log.backend_errors:
+            if "Duplicate GPU" in b.last_error:
+                r = _fact_rank(b, f.rank)
+                items.append(_ev(col, f.source, b.line, b.last_error, r))
+                if r is not None:
+                    ranks.add(r)
+    for n in ev.nccl_logs:
+        assert n.log is not None
+        rank_of = {(p.host, p.pid): (p.ranks[0] if len(p.ranks) == 1 else n.rank) for p in n.log.processes}
+        for w in n.log.warns:
+            if w.kind in ("no-interface", "duplicate-gpu"):
+                r = rank_of.get((w.host, w.pid))
+                items.append(Evidence(source=n.source, line=w.line, text=w.text, rank=r, time=w.time))
+                if r is not None:
+                    ranks.add(r)
+        for c in n.log.comms:
+            if c.init_hung and c.init_start_line is not None:
+                items.append(Evidence(source=n.source, line=c.init_start_line, rank=c.rank,
+                                      text=f"comm {c.comm} rank {c.rank}: Init START without COMPLETE"))
+    if not items:
+        return
+    ports = any("address already in use" in i.text for i in items)
+    what = "the master port is already in use" if ports else "the job failed while starting (init/rendezvous)"
+    if ranks:
+        summary = f"{rank_words(ranks)} could not start: {what}"
+    else:
+        summary = f"init failure: {what}"
+    out.findings.append(Finding(cls="init-failure", summary=summary, confidence="high" if ports or ranks else "medium",
+                                ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+
+
+def _gpu(col: Collected, out: Analysis) -> None:
+    ev = col.evidence
+    items: list[Evidence] = []
+    ranks: set[int] = set()
+    pid_rank = col.pid_ranks
+    for k in ev.kernel:
+        if k.kind == "xid":
+            r = pid_rank.get(k.pid) if k.pid is not None else None
+            items.append(Evidence(source=k.source, line=k.line, text=k.text, rank=r, time=k.time))
+            if r is not None:
+                ranks.add(r)
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for b in f.log.backend_errors:
+            if b.kind == "cuda" and "out of memory" not in b.reason:
+                r = _fact_rank(b, f.rank)
+                items.append(_ev(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
+                if r is not None:
+                    ranks.add(r)
+    if not items:
+        return
+    xid = [i for i in items if "Xid" in i.text]
+    summary = (f"GPU failure: Xid in the kernel log{' of ' + rank_words(ranks) if ranks else ''}" if xid
+               else f"{rank_words(ranks) if ranks else 'a rank'} hit a CUDA error")
+    out.findings.append(Finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
+                                ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+
+
+def _collective_error(text: str) -> bool:
+    return any(word in text for word in _COLLECTIVE_ERRORS)
+
+
+def _dead(col: Collected, out: Analysis) -> None:
+    ev = col.evidence
+    items: list[Evidence] = []
+    ranks: dict[int, str] = {}
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for block in f.log.child_failed:
+            for fail in block.failures:
+                if fail.rank is None or fail.signal in _COLLATERAL:
+                    continue
+                if fail.signal and fail.signal != "SIGABRT":
+                    ranks[fail.rank] = f"killed by {fail.signal}"
+                    items.append(_ev(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) "
+                                     f"exitcode {fail.exitcode} ({fail.signal})", fail.rank))
+                elif fail.exception and not _collective_error(fail.exception + fail.traceback):
+                    ranks[fail.rank] = f"crashed: {fail.exception}"
+                    items.append(_ev(col, f.source, fail.line, f"rank {fail.rank} exitcode {fail.exitcode}: "
+                                     f"{fail.exception}", fail.rank))
+    for rank, r in ev.ranks.items():
+        if r.signal and r.signal not in _COLLATERAL and r.signal != "SIGABRT" and rank not in ranks:
+            ranks[rank] = f"killed by {r.signal}"
+            items.append(Evidence(source=(r.sources or ["process"])[0], rank=rank,
+                                  text=f"rank {rank} exited with {r.signal} (exit {r.exit_code})"))
+    # live: ranks the world size says exist that no node holds (while others live), zombies
+    live = any(r.alive for r in ev.ranks.values())
+    gone: list[int] = []
+    for rank, r in ev.ranks.items():
+        if rank in ranks or not live:
+            continue
+        if r.state in ("missing", "zombie"):
+            ranks[rank] = "its process is gone" if r.state == "missing" else "exited (a zombie, not reaped)"
+            gone.append(rank)
+            items.append(Evidence(source=(r.sources or ["live collection"])[0], rank=rank,
+                                  text=r.stack_error or f"rank {rank}: {r.state}"))
+    for k in ev.kernel:
+        if k.kind == "oom-kill":
+            killed = col.pid_ranks.get(k.pid) if k.pid is not None else None
+            items.append(Evidence(source=k.source, line=k.line, text=k.text, rank=killed, time=k.time))
+            if killed is not None:
+                ranks[killed] = "killed by the OOM killer"
+    for e in ev.error_files:
+        if not _collective_error(e.message):
+            items.append(Evidence(source=e.source, text=f"error file: {e.message}", rank=e.rank, time=e.timestamp))
+            if e.rank is not None:
+                ranks.setdefault(e.rank, f"crashed: {e.message[:120]}")
+    for n in ev.nccl_logs:
+        assert n.log is not None
+        for w in n.log.warns:
+            if w.kind == "cuda" and "out of memory" in w.error:
+                oom = col.pid_ranks.get(w.pid)
+                items.append(Evidence(source=n.source, line=w.line, text=w.text, rank=oom, time=w.time))
+                if oom is not None:
+                    ranks.setdefault(oom, "out of GPU memory")
+    if not items:
+        return
+    peers = sum(1 for f in ev.torch_logs if f.log is not None for g in f.log.gloo if g.kind == "peer-closed")
+    why = "; ".join(sorted(set(ranks.values())))[:200]
+    summary = (f"{rank_words(ranks)} died ({why})" if ranks else "a rank was killed (OOM kill in the kernel log, "
+               "no rank matched by pid)")
+    if peers and ranks:
+        summary += f"; {peers} peer error(s) 'connection closed' are collateral"
+    only_gone = bool(ranks) and set(ranks) == set(gone) and len(items) == len(gone)
+    if only_gone:
+        summary = (f"{rank_words(ranks)} died: no process of it on its node while the other ranks still run "
+                   "(killed, crashed or exited early; the node's kernel log and the launcher's output say how)")
+    out.findings.append(Finding(cls="dead-rank", summary=summary,
+                                confidence=("medium" if only_gone else "high") if ranks else "low",
+                                ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+
+
+def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
+    """rank -> what it ran: the ranks of the smallest side when one side is a strict
+    majority; with the majority's and the minority's values."""
+    counts = Counter(sides.values())
+    if len(counts) < 2:
+        return None
+    (top, n_top), *rest = counts.most_common()
+    if rest and rest[0][1] == n_top:
+        return None
+    odd = tuple(sorted(r for r, v in sides.items() if v != top))
+    return odd, top, sides[odd[0]]
+
+
+def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) -> None:
+    ev = col.evidence
+    sides: dict[int, str] = {}
+    items: list[Evidence] = []
+    shape = False
+    seq = None
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for m in f.log.mismatches:
+            for fp in (m.local, m.remote):
+                if fp is None:
+                    continue
+                sides[fp.rank] = f"{fp.op_type} [{fp.shape}] {fp.dtypes}"
+                seq = fp.seq if fp.seq is not None else seq
+            diff = m.differences.lower()
+            shape = shape or "shape" in diff or "dtype" in diff
+            items.append(_ev(col, f.source, m.line, f"Detected mismatch between collectives: rank {m.local.rank} "
+                             f"runs {sides.get(m.local.rank, '?')}"
+                             + (f", rank {m.remote.rank} runs {sides.get(m.remote.rank, '?')}" if m.remote else "")
+                             + (f" ({m.differences})" if m.differences else ""), _fact_rank(m, f.rank)))
+        for g in f.log.gloo:
+            if g.kind == "size-mismatch":
+                shape = True
+                items.append(_ev(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
+                                 f"{g.expected_bytes} (Received data size doesn't match)", _fact_rank(g, f.rank)))
+    fr_odd: tuple[int, ...] = ()
+    fr_text = ""
+    divergence = ""
+    if out.fr is not None:
+        for grp in out.fr.groups:
+            for mm in grp.mismatches:
+                variants = {r: v.value for v in mm.variants for r in v.ranks}
+                pick = _minority(variants)
+                label = f"seq {mm.seq} of {grp.pg_desc or grp.pg_name}"
+                divergence = divergence or label
+                for v in mm.variants:
+                    for r in v.ranks[:8]:
+                        items.append(Evidence(source=_fr_source(ev.ranks.get(r)), rank=r,
+                                              text=f"Flight Recorder {label}: {mm.field} {v.value}"))
+                if mm.field != "op":
+                    shape = True
+                if pick is not None and not fr_odd:
+                    fr_odd = pick[0]
+                    fr_text = f"{mm.field} {pick[2]} where the others have {pick[1]}"
+                if not pick and not fr_odd:
+                    fr_text = f"{mm.field} differs: " + "; ".join(f"{rank_words(v.ranks)}: {v.value}"
+                                                                  for v in mm.variants)
+                break
+            if grp.mismatches:
+                break
+    if not items:
+        return
+    pick = _minority(sides) if sides else None
+    odd = pick[0] if pick else fr_odd
+    if pick and fr_odd and set(pick[0]) != set(fr_odd):
+        out.notes.append(f"DETAIL names {rank_words(pick[0])}, the Flight Recorder {rank_words(fr_odd)}")
+    cls: FailureClass = "shape-mismatch" if shape else "collective-mismatch"
+    what = "tensor shape/dtype" if shape else "collective"
+    if odd:
+        detail = f"runs {pick[2]} where the others run {pick[1]}" if pick else fr_text
+        summary = f"{rank_words(odd)} called a {what} its peers did not match: {detail}"
+        confidence: Confidence = "high"
+    else:
+        summary = f"ranks disagree on a {what}" + (f": {fr_text}" if fr_text else " (no majority to name the odd rank)")
+        confidence = "medium"
+    if seq is not None and not divergence:
+        divergence = f"SequenceNumber {seq}"
+    out.findings.append(Finding(cls=cls, summary=summary, confidence=confidence, ranks=odd,
+                                evidence=tuple(items[:24]), divergence=divergence))
+
+
+def _stack_mismatch(col: Collected, out: Analysis) -> None:
+    """Every stacked rank waits in a collective, but a strict minority in another one (or
+    the same op called from another function): they called a collective the others did
+    not (a skipped or added collective)."""
+    groups = out.groups
+    if len(groups) < 2 or any(g.collective is None for g in groups):
+        return
+    sides = {r: f"{g.collective} <- {g.function or '?'}" for g in groups for r in g.ranks}
+    pick = _minority(sides)
+    if pick is None or len(pick[0]) * 2 >= len(sides):
+        return
+    odd, top, theirs = pick
+    ev = col.evidence
+    items = [Evidence(source=_stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
+             for g in groups]
+    where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
+    out.findings.append(Finding(
+        cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(items[:12]), where=where,
+        summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
+                "different collectives (a skipped, added or reordered collective)"))
+
+
+_INIT_FRAMES = ("init_process_group", "_create_c10d_store", "rendezvous", "TCPStore", "_store_based_barrier",
+                "init_device_mesh")
+
+
+def _init_stacks(col: Collected, out: Analysis) -> None:
+    """No log says it, but the stacks do: most ranks wait inside init_process_group (the
+    store/rendezvous) while a minority is elsewhere, not in any collective: the minority
+    never joined (it failed to start its part: the store's port, an exception)."""
+    if any(f.cls == "init-failure" for f in out.findings) or not out.groups:
+        return
+    in_init = [g for g in out.groups if any(f.split(" (")[0] in _INIT_FRAMES or "rendezvous" in f.split(" (")[0]
+                                            for f in g.frames)]
+    if not in_init:
+        return
+    waiting = {r for g in in_init for r in g.ranks}
+    others = [g for g in out.groups if g not in in_init]
+    if any(g.collective is not None for g in others):
+        return
+    odd = tuple(sorted(r for g in others for r in g.ranks))
+    ev = col.evidence
+    missing = tuple(sorted(r for r, x in ev.ranks.items() if x.state == "missing"))
+    if len(odd) >= len(waiting):
+        return
+    items = [Evidence(source=_stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
+             for g in out.groups]
+    if odd:
+        summary = (f"{rank_words(odd)} did not join the job's start: {rank_words(waiting)} wait in "
+                   f"init_process_group (store/rendezvous) while {rank_words(odd)} is in {others[0].label}"
+                   f" (it failed to start its part: the master port taken, an exception)")
+        confidence: Confidence = "medium"
+    else:
+        odd = missing
+        summary = ("every rank waits in init_process_group (store/rendezvous)"
+                   + (f"; {rank_words(missing)} never started or died" if missing else
+                      ": a rank never joined, or MASTER_ADDR:MASTER_PORT cannot be reached"))
+        confidence = "medium" if missing else "low"
+    out.findings.append(Finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
+                                evidence=tuple(items[:12]), where=others[0].where if others else ""))
+
+
+def _fr_source(r: RankEvidence | None) -> str:
+    if r is None:
+        return "flight recorder"
+    return next((s for s in r.sources if "trace" in s or s.endswith((".pkl", ".pickle"))),
+                r.sources[0] if r.sources else "flight recorder")
+
+
+def _wedged(col: Collected, out: Analysis) -> None:
+    items: list[Evidence] = []
+    ranks: set[int] = set()
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for s in f.log.stuck:
+            r = _fact_rank(s, f.rank)
+            text = f"watchdog {s.kind}" + (f" for {s.seconds} s" if s.seconds else "")
+            items.append(_ev(col, f.source, s.line, text, r))
+            if r is not None:
+                ranks.add(r)
+    if items:
+        who = rank_words(ranks) if ranks else "a rank"
+        out.findings.append(Finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
+                                    confidence="high" if ranks else "medium",
+                                    summary=f"{who}: the host side is wedged (the ProcessGroupNCCL watchdog made no "
+                                            "progress: a CUDA/NCCL call or the GIL blocks it)"))
+
+
+def _network(col: Collected, out: Analysis) -> None:
+    first = None
+    items: list[Evidence] = []
+    for n in col.evidence.nccl_logs:
+        assert n.log is not None
+        for w in n.log.warns:
+            if w.kind in ("ib-completion", "ibverbs", "socket"):
+                e = Evidence(source=n.source, line=w.line, text=w.text, rank=col.pid_ranks.get(w.pid), time=w.time)
+                items.append(e)
+                if w.kind != "socket" and (first is None or (w.time or 0) < (first[0].time or 0)):
+                    first = (w, n.source)
+    if not items:
+        return
+    if first is not None:
+        w = first[0]
+        link = f"hca {w.hca or '?'} on {w.host} to peer {w.peer or '?'}"
+        status = f" (status {w.status})" if w.status is not None else ""
+        summary = f"network failure: the first IB error is on {link}{status}"
+        rank = col.pid_ranks.get(w.pid)
+        ranks: tuple[int, ...] = (rank,) if rank is not None else ()
+        out.findings.append(Finding(cls="network", summary=summary, confidence="high", ranks=ranks,
+                                    evidence=tuple(items[:20])))
+    else:
+        out.findings.append(Finding(cls="network", confidence="low", evidence=tuple(items[:20]),
+                                    summary="socket errors between ranks (a peer closed or reset the connection)"))
+
+
+def _ras(col: Collected, out: Analysis) -> list[Finding]:
+    found = []
+    for reply in col.evidence.ras:
+        st = reply.status
+        for op, ranks in ((op, r) for c in st.communicators for op, r in c.behind.items()):
+            found.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+                                 summary=f"{rank_words(ranks)} is behind: NCCL RAS counts fewer {op} operations",
+                                 evidence=(Evidence(source=reply.source,
+                                                    text=f"RAS: {op} behind on {rank_words(ranks)}"),)))
+        for issue in st.issues:
+            for oc in issue.op_counts:
+                behind = oc.behind
+                if behind is not None and behind.ranks:
+                    rs = tuple(r.rank for r in behind.ranks)
+                    found.append(Finding(cls="stuck-rank", confidence="high", ranks=rs,
+                                         summary=f"{rank_words(rs)} is behind: NCCL RAS says it launched up to "
+                                                 f"{oc.operation} operation {behind.value}",
+                                         evidence=tuple(Evidence(source=reply.source, rank=r.rank,
+                                                                 text=f"Rank {r.rank} has launched up to operation "
+                                                                      f"{behind.value} -- process {r.pid} on node "
+                                                                      f"{r.node}") for r in behind.ranks[:10])))
+        if st.dead:
+            found.append(Finding(cls="dead-rank", confidence="medium",
+                                 summary=f"NCCL RAS considers {len(st.dead)} process(es) dead: "
+                                         + ", ".join(f"pid {p.pid} on {p.node}" for p in st.dead[:5]),
+                                 ranks=tuple(sorted({col.pid_ranks[p.pid] for p in st.dead if p.pid in col.pid_ranks})),
+                                 evidence=(Evidence(source=reply.source, text="RAS: DEAD processes"),)))
+    return found
+
+
+def _world(col: Collected) -> tuple[set[int], int | None]:
+    sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
+    world = max(sizes) if sizes else None
+    known = set(col.evidence.ranks)
+    return known, world
+
+
+def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) -> None:
+    ev = col.evidence
+    known, world = _world(col)
+    everyone = set(range(world)) if world else known
+    # the desync report names the lagging ranks itself
+    for f in ev.torch_logs:
+        assert f.log is not None
+        lag = [d for d in f.log.desync if d.kind in ("never-joined", "not-finished")]
+        if lag:
+            ranks = tuple(sorted({r for d in lag for r in d.ranks}))
+            out.findings.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+                                        summary=f"{rank_words(ranks)} never joined or never finished the collective "
+                                                "the others wait in (desync report)",
+                                        evidence=tuple(_ev(col, f.source, d.line, f"desync: {d.kind} {list(d.ranks)}",
+                                                           f.rank) for d in lag[:10])))
+            return
+    # watchdog timeouts (NCCL) and gloo timeouts: who waited, at which SeqNum
+    waiting: dict[int, Evidence] = {}
+    seqs: Counter[int] = Counter()
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for t in f.log.timeouts:
+            r = _fact_rank(t, f.rank)
+            if r is not None:
+                text = f"watchdog timeout at SeqNum {t.seq} ({t.op_type})"
+                waiting.setdefault(r, _ev(col, f.source, t.line, text, r))
+                seqs[t.seq] += 1
+        for g in f.log.gloo:
+            if g.kind == "timeout":
+                r = _fact_rank(g, f.rank)
+                if r is not None:
+                    waiting.setdefault(r, _ev(col, f.source, g.line, f"gloo: timed out waiting {g.timeout_ms} ms for "
+                                                                     f"{g.operation}", r))
+    # the stacks: who waits in a collective, who does not
+    outside = [g for g in out.groups if g.collective is None]
+    inside = [g for g in out.groups if g.collective is not None]
+    n_in = sum(len(g.ranks) for g in inside)
+    n_out = sum(len(g.ranks) for g in outside)
+    stack_odd: tuple[int, ...] = ()
+    where = ""
+    if inside and outside and n_out < n_in:
+        stack_odd = tuple(sorted(r for g in outside for r in g.ranks))
+        where = outside[0].label
+    # Flight Recorder: who never recorded the seq the others are at, who came late
+    fr_missing: tuple[int, ...] = ()
+    divergence = ""
+    if out.fr is not None:
+        for grp in out.fr.groups:
+            if grp.missing:
+                m = grp.missing[-1]
+                if len(m.missing) < len(m.present):
+                    fr_missing = m.missing
+                    divergence = f"seq {m.seq} ({m.op}) of {grp.pg_desc or grp.pg_name}"
+                    break
+    lag_odd, lag_text = _fr_lag(dumps)
+    complement: tuple[int, ...] = ()
+    if waiting and world:
+        rest = everyone - set(waiting)
+        if rest and len(rest) < len(waiting):
+            complement = tuple(sorted(rest))
+    stopped = tuple(sorted(r for r, x in ev.ranks.items() if x.state == "stopped"))
+    if stopped and len(stopped) * 2 >= len(ev.ranks):
+        stopped = ()  # most ranks stopped: the whole job was suspended, no odd one
+    candidates = [c for c in (stack_odd, fr_missing, lag_odd, complement, stopped) if c]
+    if not candidates:
+        return
+    votes: Counter[int] = Counter(r for c in candidates for r in c)
+    odd = tuple(sorted(r for r, n in votes.items() if n == max(votes.values())))
+    agree = all(set(c) == set(odd) for c in candidates)
+    items: list[Evidence] = []
+    for sg in out.groups:
+        if set(sg.ranks) & set(odd):
+            r0 = sg.ranks[0]
+            items.append(Evidence(source=_stack_source(ev.ranks.get(r0)), rank=r0, text=f"stack: {sg.text}"))
+    for sg in out.groups:
+        if sg.collective is not None and not set(sg.ranks) & set(odd):
+            items.append(Evidence(source=_stack_source(ev.ranks.get(sg.ranks[0])), rank=sg.ranks[0],
+                                  text=f"stack: {sg.text}"))
+            break
+    for r in stopped:
+        x = ev.ranks[r]
+        items.insert(0, Evidence(source=(x.sources or ["live collection"])[0], rank=r,
+                                 text=f"rank {r} (pid {x.pid}, {x.host}) is stopped (state T): SIGSTOP, a debugger "
+                                      "or job control froze it"))
+    if fr_missing:
+        items.append(Evidence(source="flight recorder", text=f"Flight Recorder: {rank_words(fr_missing)} never "
+                                                             f"recorded {divergence}"))
+    if lag_text:
+        items.append(Evidence(source="flight recorder", text=lag_text))
+    items.extend(list(waiting.values())[:8])
+    if complement:
+        items.append(Evidence(source="logs", text=f"{rank_words(waiting)} timed out waiting; "
+                                                  f"{rank_words(complement)} did not (world size {world})"))
+    # a rank past the point the others wait at, outside their function: it skipped a collective
+    skipped = False
+    if stack_odd and fr_missing and set(stack_odd) == set(fr_missing) and inside:
+        funcs = {f.split(" (")[0] for g in inside for f in g.frames if not f.startswith(("all_reduce", "_exception"))}
+        waiting_fn = inside[0].function
+        odd_frames = [f.split(" (")[0] for g in outside for f in g.frames]
+        skipped = bool(waiting_fn) and waiting_fn not in odd_frames and bool(funcs)
+    if skipped:
+        wait_at = inside[0].where
+        out.findings.append(Finding(
+            cls="collective-mismatch", ranks=odd, confidence="medium" if agree else "low", evidence=tuple(items[:24]),
+            where=outside[0].where, divergence=divergence,
+            summary=f"{rank_words(odd)} skipped a collective: the others wait in {inside[0].collective} at {wait_at} "
+                    f"({divergence}), {rank_words(odd)} recorded none and is past it, in {where}"))
+        return
+    what = _stuck_kind(outside)
+    if stopped and set(stopped) & set(odd):
+        what = "stopped: state T, SIGSTOP or a debugger" + (f"; {what}" if what else "")
+    summary = f"{rank_words(odd)} is behind" + (f", stuck in {where}" if where and stack_odd else "")
+    if what:
+        summary += f" ({what})"
+    if waiting:
+        summary += f"; {rank_words(waiting)} wait for it in a collective"
+    confidence: Confidence = "high" if agree and len(candidates) >= 2 else "medium" if agree else "low"
+    if not agree:
+        out.notes.append("the evidence for the stuck rank disagrees: " + "; ".join(
+            f"{name} {rank_words(c)}" for name, c in (("stacks", stack_odd), ("flight recorder", fr_missing),
+                                                       ("flight recorder lag", lag_odd),
+                                                       ("timeouts' complement", complement),
+                                                       ("stopped processes", stopped)) if c))
+    out.findings.append(Finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
+                                summary=summary, where=outside[0].where if outside and stack_odd else "",
+                                divergence=divergence))
+
+
+def _stuck_kind(groups: list[StackGroup]) -> str:
+    text = " ".join(f for g in groups for f in g.frames).lower()
+    if "dataloader" in text or "_next_data" in text or "queue.py" in text:
+        return "in the data loader"
+    if "socket.py" in text or "ssl.py" in text or " read" in text or "open (" in text:
+        return "in I/O"
+    return ""
+
+
+def _stack_source(r: RankEvidence | None) -> str:
+    if r is None:
+        return "py-spy"
+    return next((s for s in r.sources if "spy" in s.lower()), r.sources[0] if r.sources else "py-spy")
+
+
+def _fr_lag(dumps: dict[int, FlightRecorderDump]) -> tuple[tuple[int, ...], str]:
+    """Ranks that entered the last seq every rank recorded much later than the rest."""
+    if len(dumps) < 3:
+        return (), ""
+    created: dict[int, dict[int, int]] = {}
+    for rank, d in dumps.items():
+        for e in d.entries:
+            if e.is_p2p or e.collective_seq_id is None or e.time_created_ns is None:
+                continue
+            if e.pg_desc in ("default_pg", "") or e.pg_name in ("0", ""):
+                created.setdefault(rank, {})[e.collective_seq_id] = e.time_created_ns
+    common = set.intersection(*(set(v) for v in created.values())) if len(created) == len(dumps) else set()
+    if not common:
+        return (), ""
+    seq = max(common)
+    times = {r: created[r][seq] for r in created}
+    ordered = sorted(times.values())
+    median = ordered[len(ordered) // 2]
+    late = tuple(sorted(r for r, t in times.items() if t - median > 1_000_000_000))
+    if not late or len(late) * 2 >= len(times):
+        return (), ""
+    lag = max(times[r] - median for r in late) / 1e9
+    return late, f"Flight Recorder: {rank_words(late)} entered seq {seq} {lag:.1f} s after the others"
+
+
+def _fallback(col: Collected, out: Analysis) -> None:
+    items = []
+    for n in col.evidence.nccl_logs:
+        assert n.log is not None
+        log_hosts = {q.host for q in n.log.processes}
+        for p in n.log.processes:
+            # sockets matter only between nodes: a one-node communicator (a 1-GPU job, NVLink
+            # inside a node) never touches the network, whatever NCCL chose for it
+            nodes = [c.nnodes for c in n.log.comms if c.host == p.host and c.pid == p.pid and c.nnodes]
+            if not (max(nodes) > 1 if nodes else len(log_hosts) > 1):
+                continue
+            if p.socket_fallback and (p.ib_no_device or any(e.name == "NCCL_IB_HCA" for e in p.env)
+                                      or any(q.network.startswith("IB") for q in n.log.processes)):
+                items.append(Evidence(source=n.source, line=p.first_line,
+                                      text=f"{p.host} pid {p.pid}: NCCL uses sockets (network {p.network or 'Socket'})",
+                                      rank=p.ranks[0] if len(p.ranks) == 1 else None))
+    if items:
+        hosts = sorted({i.text.split(" ")[0] for i in items})
+        out.findings.append(Finding(cls="socket-fallback", confidence="medium", evidence=tuple(items[:20]),
+                                    summary=f"NCCL fell back to TCP sockets on {', '.join(hosts[:8])}: a performance "
+                                            "cliff, not a hang"))
+
+
+def _events(col: Collected) -> list[Evidence]:
+    """Every error a log printed, with its time where the log has one: for the first failure."""
+    ev = col.evidence
+    events: list[Evidence] = []
+    for f in ev.torch_logs:
+        assert f.log is not None
+        log = f.log
+        for fail in (x for b in log.child_failed for x in b.failures):
+            t = None
+            try:
+                t = _dt.datetime.strptime(fail.time, "%Y-%m-%d_%H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+            except ValueError:
+                pass
+            if fail.signal not in _COLLATERAL:
+                events.append(Evidence(source=f.source, line=fail.line, rank=fail.rank, time=t,
+                                       text=f"exitcode {fail.exitcode} {fail.signal}".strip()))
+        for kind in ("timeouts", "gloo", "mismatches", "backend_errors", "address_in_use", "rendezvous", "stuck"):
+            for fact in getattr(log, kind):
+                events.append(_ev(col, f.source, fact.line, f"{kind}: {_short(fact)}", _fact_rank(fact, f.rank)))
+        for e in log.exceptions:
+            events.append(_ev(col, f.source, e.line, f"{e.type}: {e.message}", _fact_rank(e, f.rank)))
+    for n in ev.nccl_logs:
+        assert n.log is not None
+        for w in n.log.warns:
+            events.append(Evidence(source=n.source, line=w.line, text=w.text, rank=col.pid_ranks.get(w.pid),
+                                   time=w.time))
+    for k in ev.kernel:
+        events.append(Evidence(source=k.source, line=k.line, text=k.text, time=k.time,
+                               rank=col.pid_ranks.get(k.pid) if k.pid is not None else None))
+    for ef in ev.error_files:
+        events.append(Evidence(source=ef.source, text=ef.message, rank=ef.rank, time=ef.timestamp))
+    return events
+
+
+def _short(fact: object) -> str:
+    for name in ("message", "differences", "op_type", "kind", "reason"):
+        value = getattr(fact, name, "")
+        if value:
+            return str(value)[:160]
+    return type(fact).__name__
+
+
+def analyse(col: Collected) -> Analysis:
+    ev = col.evidence
+    out = Analysis()
+    sizes: dict[int, list[int]] = {}
+    for rank, r in ev.ranks.items():
+        if r.world_size:
+            sizes.setdefault(r.world_size, []).append(rank)
+    out.world_sizes = sizes
+    out.groups = group_stacks({r: x.stack for r, x in ev.ranks.items() if x.stack is not None})
+    dumps = {r: x.flight_recorder for r, x in ev.ranks.items() if x.flight_recorder is not None}
+    if dumps:
+        out.fr = compare_ranks(dumps)
+    out.events = _events(col)
+    _init(col, out)
+    _gpu(col, out)
+    _dead(col, out)
+    ras = _ras(col, out)
+    out.findings.extend(f for f in ras if f.cls == "dead-rank")
+    _init_stacks(col, out)
+    _mismatch(col, out, dumps)
+    if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
+        _stack_mismatch(col, out)
+    _wedged(col, out)
+    _network(col, out)
+    stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
+    if stuck_from_ras:
+        out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
+    else:
+        _stuck(col, out, dumps)
+    _fallback(col, out)
+    return out
+
+
+def ordered(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: PRECEDENCE.index(f.cls))
+
+
+__all__ = ["PRECEDENCE", "Analysis", "Evidence", "Finding", "analyse", "ordered", "_iso"]

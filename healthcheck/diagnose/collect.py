@@ -1,0 +1,842 @@
+"""Live collection on one node: every rank process of a job, its state and its Python stack.
+
+Runs ON the node (locally; `hc diagnose job` reaches each node over SSH or `srun
+--overlap --jobid`), bounded in time (`timeout_s` for the whole node, `per_rank_timeout_s`
+per py-spy) and in output (environ, command lines, py-spy output and the RAS reply are
+read to fixed limits). Nothing here raises on a node's state: a process that vanishes,
+an environ we may not read, a py-spy that is missing or refused ptrace, a RAS port with
+nothing behind it are facts in the result (`NodeCollection.errors`, `RankProcess`,
+`NodeCollection.ras`), each error naming its fix.
+
+Finding the ranks:
+- `pids`: those processes; a pid that carries no rank but has rank processes below it
+  (a torchrun agent, `srun`'s bash wrapper) stands for them.
+- `job_id`: processes whose /proc/PID/cgroup path names `job_<id>` (Slurm's cgroup
+  plugins, v1 and v2) or whose environ has SLURM_JOB_ID=<id> (proctrack/linuxproc, any
+  plugin). This collector itself, its ancestors and its own Slurm step are left out (it
+  may run as a step of the very job: `srun --overlap --jobid`).
+- Only processes in this collector's network namespace count (`same_netns`): a node's
+  ranks share it, and on the test rig the namespace is the host (all hosts share one pid
+  namespace there). Processes whose namespace cannot be read are kept.
+- A rank is a Python process with a rank variable: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
+  PMIX_RANK, SLURM_PROCID (in that order of trust). A candidate whose child carries the
+  same rank is that rank's helper (DataLoader worker, compile worker) and is not listed;
+  one whose child carries a different rank (or that has no rank itself) is a launcher
+  agent (torchrun's elastic agent under srun) and is recorded as the children's
+  `agent_pid`, not as a rank.
+
+Per rank: host, pid, ppid, rank, local_rank, world_size, state from /proc/PID/stat (R
+running, S sleeping, D disk sleep, T stopped: a SIGSTOPped rank, t traced, Z zombie),
+CUDA_VISIBLE_DEVICES, the debug files it was told to write (NCCL_DEBUG_FILE with NCCL's
+%h/%p expanded, the Flight Recorder dump prefix TORCH_FR_DUMP_TEMP_FILE /
+TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank, TORCHELASTIC_ERROR_FILE), the launch-relevant
+variables (never the whole environment: it may hold secrets) and `py-spy dump --json
+--pid PID` parsed by parsers.py_spy (`--native` optional). py-spy pauses a process with
+ptrace; a stopped (T) or uninterruptible (D) process would make it fail or wait, so
+those are read with `--nonblocking` (memory only, no ptrace stop), which works on a
+SIGSTOPped rank. Zombies are not dumped.
+
+Optional: NCCL's RAS service on 127.0.0.1:28028 (`ras_client.query_ras`), parsed by
+parsers.nccl_ras; connection refused is absent evidence, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime as _dt
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+from healthcheck.diagnose.ras_client import DEFAULT_HOST, DEFAULT_PORT, RasOutcome, query_ras
+from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
+from healthcheck.parsers.py_spy import PySpyDump, PySpyThread, parse_py_spy
+from healthcheck.runners.local import run_command
+
+MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read (the kernel allows far more; ranks never need it)
+MAX_CMDLINE = 4096
+MAX_VALUE = 1024  # characters of one kept variable's value
+MAX_KEPT_VARS = 200
+MAX_PY_SPY_OUTPUT = 4 << 20  # bytes of one py-spy dump kept and parsed
+MAX_SKIPPED = 100  # skipped processes listed per node
+DEFAULT_PARALLEL = 8
+DEFAULT_TIMEOUT_S = 20.0
+DEFAULT_PER_RANK_TIMEOUT_S = 10.0
+DEFAULT_RAS_TIMEOUT_S = 5.0
+
+ErrorKind = Literal[
+    "py-spy-missing",  # no py-spy binary: nothing was dumped on this node
+    "ptrace-denied",  # py-spy was refused ptrace (not root, no CAP_SYS_PTRACE, Yama)
+    "py-spy-timeout",  # py-spy did not finish within its time
+    "py-spy-failed",  # py-spy said something else (no-python, an unknown Python, ...)
+    "process-gone",  # the pid vanished while we looked at it
+    "environ-unreadable",  # /proc/PID/environ refused (another user's process, no ptrace-read right)
+    "proc-unreadable",  # /proc itself or a process's stat could not be read
+    "ras-error",  # a RAS service answered but the exchange failed
+    "no-ranks",  # nothing of the job on this node
+    "deadline",  # the node's time ran out before this rank was dumped
+]
+FoundBy = Literal["pid", "cgroup", "environ"]
+DumpMode = Literal["blocking", "nonblocking"]
+
+PTRACE_FIX = ("run hc as root, or give it CAP_SYS_PTRACE (containers: --cap-add SYS_PTRACE; Kubernetes: "
+              "securityContext.capabilities.add [SYS_PTRACE]), or allow ptrace of non-children with "
+              "sysctl kernel.yama.ptrace_scope=0")
+PY_SPY_FIX = "install py-spy on every node (pip install py-spy, >= 0.4 for Python 3.12+) or pass its path"
+
+# rank variables, most trusted first; (rank, local rank, world size)
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+_LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+_WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS")
+_JOB_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
+# variables kept per rank (names, and prefixes); names that look like secrets never are
+_KEEP_NAMES = frozenset({
+    *_RANK_VARS, *_LOCAL_VARS, *_WORLD_VARS, *_JOB_VARS, "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_NODEID",
+    "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURMD_NODENAME", "SLURM_CPUS_ON_NODE",
+    "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "PYTHONFAULTHANDLER",
+})
+_KEEP_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCH_DISTRIBUTED_", "TORCHELASTIC_", "GLOO_",
+                  "TORCH_CPP_LOG", "UCX_", "HC_")
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)KEY(?:$|_)|AUTH", re.I)
+_CGROUP_JOB = re.compile(r"/job_(\d{1,20})(?:/|$)")
+_PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?[a-z]?(?:-dbg)?$")
+_AGENT_CMD = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+_STATE_NAMES = {
+    "R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
+    "X": "dead", "I": "idle", "P": "parked", "W": "waking", "K": "wakekill",
+}
+
+
+class CollectError(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Something this node could not give, with what to do about it."""
+
+    kind: ErrorKind
+    message: str
+    fix: str | None = None
+    pid: int | None = None
+    rank: int | None = None
+
+
+class DebugFiles(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where this rank was told to write its evidence (paths as seen on its node)."""
+
+    nccl_debug: str | None = None  # NCCL_DEBUG_FILE, %h and %p expanded as NCCL does
+    flight_recorder: str | None = None  # TORCH_FR_DUMP_TEMP_FILE (or TORCH_NCCL_DEBUG_INFO_TEMP_FILE) + rank
+    flight_recorder_prefix: str | None = None  # the variable as given
+    elastic_error: str | None = None  # TORCHELASTIC_ERROR_FILE (@record)
+
+
+class RankProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One rank's process as this node saw it."""
+
+    pid: int
+    host: str
+    state: str  # /proc/PID/stat: R S D T t Z ...
+    state_name: str  # running, sleeping, disk-sleep, stopped, ...
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    rank_source: str | None = None  # the variable the rank came from (RANK, SLURM_PROCID, ...)
+    ppid: int | None = None
+    agent_pid: int | None = None  # the launcher agent above it (torchrun), where there is one
+    helpers: tuple[int, ...] = ()  # its own Python children with the same rank (DataLoader workers)
+    command: str = ""
+    found_by: FoundBy = "pid"
+    slurm_job_id: str | None = None
+    slurm_step_id: str | None = None
+    cuda_visible_devices: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    debug_files: DebugFiles = DebugFiles()
+    env: dict[str, str] = {}  # the launch and NCCL/torch variables it runs with (not the whole environ)
+    environ_truncated: bool = False
+    # py-spy
+    stack: PySpyDump | None = None
+    py_spy_mode: DumpMode | None = None
+    py_spy_s: float | None = None
+    py_spy_raw: str | None = None  # py-spy's own JSON, when asked for (`raw=True`)
+    collective: str | None = None  # the c10d call its main thread is in (all_reduce, wait, ...)
+    user_frame: str | None = None  # its main thread's innermost program frame: "fn (file.py:12)"
+
+
+class SkippedProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A process of the job that is not a rank, and why."""
+
+    pid: int
+    reason: Literal["not-python", "no-rank", "agent", "helper", "other-netns", "collector", "zombie"]
+    command: str = ""
+
+
+class RasEvidence(msgspec.Struct, frozen=True, omit_defaults=True):
+    """NCCL RAS on this node: ok with the parsed status, absent (nothing listens) or error."""
+
+    outcome: RasOutcome
+    address: str
+    reason: str | None = None
+    status: NcclRasStatus | None = None
+    transcript: str | None = None  # the exchange as read (client lines prefixed `>>> `)
+    duration_s: float = 0.0
+
+
+class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What one node holds of a job, right now."""
+
+    host: str
+    collected_at: str  # ISO 8601, UTC, when collection started
+    duration_s: float = 0.0
+    job_id: str | None = None
+    pids: tuple[int, ...] = ()  # as asked
+    ranks: tuple[RankProcess, ...] = ()
+    ras: RasEvidence | None = None  # None: not asked
+    errors: tuple[CollectError, ...] = ()
+    skipped: tuple[SkippedProcess, ...] = ()
+    py_spy: str | None = None  # the py-spy binary used (None: none found, or not asked)
+    ptrace_scope: int | None = None  # kernel.yama.ptrace_scope where the file exists
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    @property
+    def by_rank(self) -> dict[int, RankProcess]:
+        return {r.rank: r for r in self.ranks if r.rank is not None}
+
+
+def decode_collection(data: bytes | str) -> NodeCollection:
+    """A NodeCollection back from its JSON (msgspec.ValidationError / DecodeError on bad input)."""
+    return msgspec.json.decode(data, type=NodeCollection)
+
+
+# ------------------------------------------------------------------------------ /proc
+
+
+class _Proc:
+    """What /proc says about one process (read once, bounded)."""
+
+    __slots__ = ("pid", "state", "ppid", "command", "exe", "environ", "environ_error", "environ_truncated",
+                 "cgroup_job", "netns")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.state = "?"
+        self.ppid: int | None = None
+        self.command = ""
+        self.exe = ""
+        self.environ: dict[str, str] | None = None
+        self.environ_error: str | None = None
+        self.environ_truncated = False
+        self.cgroup_job: str | None = None
+        self.netns: str | None = None
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """NUL-separated NAME=VALUE -> dict; the first of duplicate names wins (as getenv finds it);
+    items without `=` or with an empty name are dropped; bytes that are not UTF-8 are replaced."""
+    out: dict[str, str] = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if not sep or not name:
+            continue
+        key = name.decode("utf-8", errors="replace")
+        if key not in out:
+            out[key] = value.decode("utf-8", errors="replace")
+    return out
+
+
+def read_environ(pid: int, proc: str = "/proc", max_bytes: int = MAX_ENVIRON) \
+        -> tuple[dict[str, str] | None, str | None, bool]:
+    """(environ, error, truncated): at most max_bytes are read; a last item cut by the bound is dropped.
+    An unreadable environ is (None, why, False), never an exception."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        return None, "process gone", False
+    except PermissionError as exc:
+        return None, f"permission denied ({exc.strerror}): another user's process, needs root or CAP_SYS_PTRACE", \
+            False
+    except OSError as exc:
+        return None, exc.strerror or str(exc), False
+    truncated = len(data) > max_bytes
+    if truncated:
+        data = data[:max_bytes]
+        cut = data.rfind(b"\0")
+        data = data[:cut] if cut >= 0 else b""
+    return parse_environ(data), None, truncated
+
+
+def _read_small(path: str, limit: int = 65536) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def read_stat(pid: int, proc: str = "/proc") -> tuple[str, int | None] | None:
+    """(state letter, ppid) from /proc/PID/stat, None when unreadable."""
+    data = _read_small(f"{proc}/{pid}/stat", 4096)
+    if not data:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # the command name may hold spaces and ')'
+    if not fields:
+        return None
+    state = fields[0].decode("ascii", errors="replace")[:1]
+    ppid = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return state, ppid
+
+
+def cgroup_job(text: str) -> str | None:
+    """The Slurm job id a /proc/PID/cgroup names (`.../job_123/step_0/...`), else None."""
+    for line in text.splitlines():
+        m = _CGROUP_JOB.search(line.rpartition(":")[2])
+        if m:
+            return m.group(1)
+    return None
+
+
+def _inspect(pid: int, proc: str, with_environ: bool = True) -> _Proc | None:
+    stat = read_stat(pid, proc)
+    if stat is None:
+        return None
+    p = _Proc(pid)
+    p.state, p.ppid = stat
+    raw = _read_small(f"{proc}/{pid}/cmdline", MAX_CMDLINE) or b""
+    p.command = " ".join(w.decode("utf-8", errors="replace") for w in raw.split(b"\0") if w)[:MAX_CMDLINE]
+    try:
+        p.exe = os.readlink(f"{proc}/{pid}/exe")
+    except OSError:
+        p.exe = ""
+    cg = _read_small(f"{proc}/{pid}/cgroup", 16384)
+    if cg:
+        p.cgroup_job = cgroup_job(cg.decode("utf-8", errors="replace"))
+    try:
+        p.netns = os.readlink(f"{proc}/{pid}/ns/net")
+    except OSError:
+        p.netns = None
+    if with_environ:
+        p.environ, p.environ_error, p.environ_truncated = read_environ(pid, proc)
+    return p
+
+
+def is_python(p: _Proc) -> bool:
+    """Its executable (or, where /proc/PID/exe is unreadable, argv[0]) is a python."""
+    exe = p.exe.removesuffix(" (deleted)")
+    name = os.path.basename(exe) if exe else os.path.basename(p.command.split(" ", 1)[0])
+    return bool(_PYTHON.match(name))
+
+
+def rank_of(env: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """(rank, the variable it came from): the first of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
+    PMIX_RANK, SLURM_PROCID that holds a whole number."""
+    for name in _RANK_VARS:
+        value = _int(env.get(name))
+        if value is not None:
+            return value, name
+    return None, None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.isdigit() and len(text) < 12 else None
+
+
+def _first_int(env: Mapping[str, str], names: Iterable[str]) -> int | None:
+    for name in names:
+        value = _int(env.get(name))
+        if value is not None:
+            return value
+    return None
+
+
+def kept_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The launch, NCCL and torch variables of a rank, never anything that looks like a secret."""
+    out: dict[str, str] = {}
+    for name in sorted(env):
+        if len(out) >= MAX_KEPT_VARS:
+            break
+        if (name in _KEEP_NAMES or name.startswith(_KEEP_PREFIXES)) and not _SECRET.search(name):
+            out[name] = env[name][:MAX_VALUE]
+    return out
+
+
+def debug_files(env: Mapping[str, str], pid: int, host: str, rank: int | None) -> DebugFiles:
+    nccl = env.get("NCCL_DEBUG_FILE")
+    if nccl:  # NCCL expands %h (its hostname up to the first dot) and %p (the pid)
+        nccl = nccl.replace("%h", host.split(".", 1)[0]).replace("%p", str(pid))
+    prefix = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    fr = f"{prefix}{rank}" if prefix and rank is not None else None
+    return DebugFiles(nccl_debug=nccl or None, flight_recorder=fr, flight_recorder_prefix=prefix or None,
+                      elastic_error=env.get("TORCHELASTIC_ERROR_FILE") or None)
+
+
+def _ancestors(pid: int, proc: str) -> set[int]:
+    out: set[int] = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        stat = read_stat(pid, proc)
+        if stat is None or stat[1] is None:
+            break
+        pid = stat[1]
+    return out
+
+
+def _all_pids(proc: str) -> list[int]:
+    try:
+        return sorted(int(e) for e in os.listdir(proc) if e.isdigit())
+    except OSError:
+        return []
+
+
+# ------------------------------------------------------------------------------ discovery
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.ranks: list[tuple[_Proc, FoundBy]] = []
+        self.skipped: list[SkippedProcess] = []
+        self.errors: list[CollectError] = []
+
+    def skip(self, p: _Proc, reason: str) -> None:
+        if len(self.skipped) < MAX_SKIPPED:
+            self.skipped.append(SkippedProcess(p.pid, reason, clip(p.command, 200)))  # type: ignore[arg-type]
+
+
+def _descendants(root: int, children: Mapping[int, list[int]]) -> list[int]:
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.append(c)
+                todo.append(c)
+    return out
+
+
+def _children_map(procs: Iterable[_Proc]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        if p.ppid is not None:
+            children.setdefault(p.ppid, []).append(p.pid)
+    return children
+
+
+def find_ranks(*, job_id: str | int | None = None, pids: Sequence[int] | None = None, proc: str = "/proc",
+               same_netns: bool = True) -> tuple[list[tuple[_Proc, FoundBy]], list[SkippedProcess],
+                                                  list[CollectError], dict[int, int], dict[int, list[int]]]:
+    """The rank processes of a job on this node (see the module's docstring).
+
+    Returns (ranks with how each was found, skipped processes, errors, {rank pid: agent pid},
+    {rank pid: helper pids}).
+    """
+    found = _Found()
+    me = os.getpid()
+    mine = _ancestors(me, proc) if proc == "/proc" else set()
+    own_env = os.environ
+    try:
+        own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
+    except OSError:
+        own_netns = None
+    job = str(job_id) if job_id is not None else None
+
+    candidates: dict[int, tuple[_Proc, FoundBy]] = {}
+    if pids:
+        procs: dict[int, _Proc] = {}
+        for pid in dict.fromkeys(int(p) for p in pids):
+            p = _inspect(pid, proc)
+            if p is None:
+                found.errors.append(CollectError("process-gone", f"no process {pid} on this node", pid=pid))
+                continue
+            procs[pid] = p
+        # a given pid without a rank (a torchrun agent, a shell) stands for the ranks below it
+        every = None
+        for pid, p in procs.items():
+            if p.environ is None or rank_of(p.environ)[0] is not None:
+                candidates[pid] = (p, "pid")
+                continue
+            if every is None:
+                every = {q.pid: q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc)) if q}
+            below = [q for q in (_inspect(d, proc) for d in _descendants(pid, _children_map(every.values()))) if q]
+            ranked = [q for q in below if q.environ and rank_of(q.environ)[0] is not None and is_python(q)]
+            if ranked:
+                found.skip(p, "agent")
+                for q in ranked:
+                    candidates.setdefault(q.pid, (q, "pid"))
+            else:
+                candidates[pid] = (p, "pid")
+    elif job is not None:
+        every_pid = _all_pids(proc)
+        if not every_pid:
+            found.errors.append(CollectError("proc-unreadable", f"cannot list {proc}"))
+        hidden: list[int] = []  # Python processes whose environ we may not read (a rank may hide there)
+        for pid in every_pid:
+            if pid in mine or pid <= 2:  # init and kthreadd are never a job's
+                continue
+            p = _inspect(pid, proc, with_environ=False)
+            if p is None or p.ppid == 2:  # kernel threads
+                continue
+            if p.cgroup_job is not None:  # Slurm's cgroup says whose it is
+                if p.cgroup_job == job:
+                    p.environ, p.environ_error, p.environ_truncated = read_environ(pid, proc)
+                    candidates[pid] = (p, "cgroup")
+                continue
+            p.environ, p.environ_error, p.environ_truncated = read_environ(pid, proc)
+            if p.environ is not None and any(p.environ.get(v) == job for v in _JOB_VARS):
+                candidates[pid] = (p, "environ")
+            elif p.environ is None and p.environ_error and "permission" in p.environ_error and is_python(p):
+                hidden.append(pid)
+        if hidden:
+            found.errors.append(CollectError(
+                "environ-unreadable", f"cannot read the environ of {len(hidden)} Python process(es) "
+                f"({', '.join(map(str, hidden[:10]))}{', ...' if len(hidden) > 10 else ''}): ranks of job {job} "
+                "may hide there", fix=PTRACE_FIX))
+    else:
+        raise ValueError("give job_id or pids")
+
+    # leave out this collector's own step when it runs inside the job (srun --overlap --jobid)
+    own_step = own_env.get("SLURM_STEP_ID") if job is not None and own_env.get("SLURM_JOB_ID") == job else None
+    kept: dict[int, tuple[_Proc, FoundBy]] = {}
+    for pid, (p, how) in candidates.items():
+        env = p.environ or {}
+        if pid == me or pid in mine or (own_step is not None and env.get("SLURM_STEP_ID") == own_step
+                                        and not pids):
+            found.skip(p, "collector")
+        elif p.state in ("Z", "X"):
+            found.skip(p, "zombie")
+        elif same_netns and own_netns and p.netns and p.netns != own_netns and not pids:
+            found.skip(p, "other-netns")
+        elif not is_python(p):
+            found.skip(p, "not-python")
+        elif p.environ is not None and rank_of(env)[0] is None and not pids:
+            found.skip(p, "no-rank")  # (a pid named by hand is kept: a one-process job has no rank)
+        else:
+            kept[pid] = (p, how)
+
+    # agents and helpers: a kept process whose parent is kept too
+    agents: dict[int, int] = {}
+    helpers: dict[int, list[int]] = {}
+    drop: set[int] = set()
+    for pid, (p, _) in kept.items():
+        parent = kept.get(p.ppid) if p.ppid is not None else None
+        if parent is None:
+            continue
+        mine_rank = rank_of(p.environ or {})
+        theirs = rank_of(parent[0].environ or {})
+        if mine_rank == theirs:  # same rank: a worker of that rank (DataLoader, compile pool)
+            top = parent[0]
+            while top.ppid in kept and rank_of(kept[top.ppid][0].environ or {}) == mine_rank:
+                top = kept[top.ppid][0]
+            helpers.setdefault(top.pid, []).append(pid)
+            drop.add(pid)
+            found.skip(p, "helper")
+        else:  # another rank below it: it launched ranks (torchrun's agent under srun)
+            agents[pid] = parent[0].pid
+            if parent[0].pid not in drop:
+                drop.add(parent[0].pid)
+                found.skip(parent[0], "agent")
+    for pid, (p, _) in kept.items():  # the agent of a torchrun outside any job step: the parent's command
+        if pid not in drop and pid not in agents and p.ppid is not None:
+            parent_cmd = (_read_small(f"{proc}/{p.ppid}/cmdline", MAX_CMDLINE) or b"").replace(b"\0", b" ")
+            if any(a.encode() in parent_cmd for a in _AGENT_CMD):
+                agents[pid] = p.ppid
+    found.ranks = [(p, how) for pid, (p, how) in kept.items() if pid not in drop]
+    return found.ranks, found.skipped, found.errors, agents, helpers
+
+
+# ------------------------------------------------------------------------------ py-spy
+
+
+def resolve_py_spy(py_spy: str | None) -> str | None:
+    """The py-spy to run: a path, or a name looked up next to this Python (hc's venv), then on PATH."""
+    if not py_spy:
+        return None
+    if os.sep in py_spy:
+        return py_spy if os.access(py_spy, os.X_OK) else None
+    beside = Path(sys.executable).parent / py_spy  # the one installed with hc (its venv) first
+    if os.access(beside, os.X_OK) and beside.is_file():
+        return str(beside)
+    return shutil.which(py_spy)
+
+
+def _main_thread(dump: PySpyDump, pid: int) -> PySpyThread | None:
+    threads = dump.threads
+    return next((t for t in threads if t.os_thread_id == pid), None) \
+        or next((t for t in threads if t.name == "MainThread"), None) \
+        or (threads[0] if threads else None)
+
+
+class _Dump(msgspec.Struct):
+    stack: PySpyDump | None = None
+    mode: DumpMode | None = None
+    seconds: float | None = None
+    raw: str | None = None
+    error: CollectError | None = None
+
+
+def dump_stack(py_spy: str, pid: int, state: str, *, timeout_s: float, native: bool = False,
+               keep_raw: bool = False, rank: int | None = None) -> _Dump:
+    """`py-spy dump --json --pid PID` (`--nonblocking` for a stopped or D-state process)."""
+    mode: DumpMode = "nonblocking" if state in ("T", "t", "D") else "blocking"
+    argv = [py_spy, "dump", "--json", "--pid", str(pid)]
+    if native:
+        argv.append("--native")
+    if mode == "nonblocking":
+        argv.append("--nonblocking")
+    r = run_command(argv, timeout_s=timeout_s, env={**os.environ, "RUST_BACKTRACE": "0"})
+    seconds = round(r.duration_s, 3)
+    if r.not_found:
+        return _Dump(mode=mode, seconds=seconds, error=CollectError(
+            "py-spy-missing", f"{py_spy}: not found", fix=PY_SPY_FIX, pid=pid, rank=rank))
+    if r.error:
+        return _Dump(mode=mode, seconds=seconds, error=CollectError(
+            "py-spy-failed", f"cannot run {py_spy}: {r.error}", fix=PY_SPY_FIX, pid=pid, rank=rank))
+    if r.timed_out:
+        return _Dump(mode=mode, seconds=seconds, error=CollectError(
+            "py-spy-timeout", f"py-spy dump of pid {pid} (state {state}) took more than {timeout_s:g} s",
+            fix="retry with a longer --timeout, or dump it by hand with py-spy dump --nonblocking",
+            pid=pid, rank=rank))
+    out = r.stdout[:MAX_PY_SPY_OUTPUT]
+    if r.returncode == 0 and out.strip():
+        try:
+            dump = parse_py_spy(out)
+        except ParseError as exc:
+            return _Dump(mode=mode, seconds=seconds, raw=out if keep_raw else None, error=CollectError(
+                "py-spy-failed", f"py-spy output for pid {pid} unreadable: {exc}", pid=pid, rank=rank))
+        return _Dump(stack=dump, mode=mode, seconds=seconds, raw=out if keep_raw else None)
+    return _Dump(mode=mode, seconds=seconds, error=py_spy_error(r.stderr or r.stdout, pid, rank, r.returncode))
+
+
+def py_spy_error(text: str, pid: int, rank: int | None = None, returncode: int | None = None) -> CollectError:
+    """py-spy's complaint (stderr) as an error fact naming the fix."""
+    try:
+        err = parse_py_spy(text[:MAX_PY_SPY_OUTPUT]).error
+    except ParseError:
+        err = None
+    if err is None:
+        return CollectError("py-spy-failed", f"py-spy failed on pid {pid} (exit {returncode}): "
+                            f"{clip(text.strip(), 400) or 'no message'}", pid=pid, rank=rank)
+    said = "; ".join([err.message, *err.reasons])
+    if err.kind == "permission":
+        scope = ptrace_scope()
+        where = f" (kernel.yama.ptrace_scope is {scope})" if scope is not None else ""
+        return CollectError("ptrace-denied", f"py-spy was refused ptrace on pid {pid}{where}: {clip(said, 300)}",
+                            fix=PTRACE_FIX, pid=pid, rank=rank)
+    if err.kind == "no-process":
+        return CollectError("process-gone", f"pid {pid} ended before py-spy read it: {clip(said, 300)}",
+                            pid=pid, rank=rank)
+    if err.kind == "no-python":
+        return CollectError("py-spy-failed", f"py-spy found no Python in pid {pid}: {clip(said, 300)}",
+                            fix="a Python newer than this py-spy knows? upgrade py-spy", pid=pid, rank=rank)
+    return CollectError("py-spy-failed", f"py-spy failed on pid {pid}: {clip(said, 400)}", pid=pid, rank=rank)
+
+
+def ptrace_scope(path: str = "/proc/sys/kernel/yama/ptrace_scope") -> int | None:
+    data = _read_small(path, 16)
+    return _int(data.decode("ascii", errors="replace")) if data else None
+
+
+# ------------------------------------------------------------------------------ RAS
+
+
+def ask_ras(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = DEFAULT_RAS_TIMEOUT_S,
+            keep_transcript: bool = True) -> RasEvidence:
+    """NCCL RAS's verbose status, parsed; refused = absent, not an error."""
+    x = query_ras(host, port, timeout_s=timeout_s)
+    status = None
+    reason = x.reason
+    outcome = x.outcome
+    if x.transcript and outcome != "absent":
+        try:
+            status = parse_nccl_ras(x.transcript)
+        except ParseError as exc:
+            outcome, reason = "error", f"unreadable RAS reply: {exc}"
+    return RasEvidence(outcome, x.address, reason, status, x.transcript if keep_transcript and x.transcript else None,
+                       x.duration_s)
+
+
+# ------------------------------------------------------------------------------ the node
+
+
+def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None = None,
+                 py_spy: str | None = "py-spy", native: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 per_rank_timeout_s: float = DEFAULT_PER_RANK_TIMEOUT_S, parallel: int = DEFAULT_PARALLEL,
+                 ras: bool = False, ras_host: str = DEFAULT_HOST, ras_port: int = DEFAULT_PORT,
+                 raw: bool = False, same_netns: bool = True, host: str | None = None,
+                 proc: str = "/proc") -> NodeCollection:
+    """Every rank of job `job_id` (or the processes `pids`) on this node, with its stack.
+
+    py_spy: the py-spy binary (name or path; None: no stacks). timeout_s bounds the whole
+    collection; each py-spy gets per_rank_timeout_s (less when the node's time runs out),
+    `parallel` of them at once. ras: also ask NCCL RAS at ras_host:ras_port. raw: keep
+    py-spy's JSON text per rank (fixtures, bug reports).
+    """
+    if (job_id is None) == (not pids):
+        raise ValueError("give exactly one of job_id and pids")
+    start = time.monotonic()
+    deadline = start + max(1.0, timeout_s)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    host = host or socket.gethostname()
+    errors: list[CollectError] = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel) + (1 if ras else 0),
+                                                 thread_name_prefix="hc-collect")
+    ras_future = pool.submit(ask_ras, ras_host, ras_port, min(DEFAULT_RAS_TIMEOUT_S, timeout_s)) if ras else None
+    try:
+        found, skipped, find_errors, agents, helpers = find_ranks(job_id=job_id, pids=pids, proc=proc,
+                                                                  same_netns=same_netns)
+        errors.extend(find_errors)
+        binary = resolve_py_spy(py_spy)
+        if py_spy and binary is None and found:
+            errors.append(CollectError("py-spy-missing", f"py-spy not found (looked for {py_spy!r} on PATH and next "
+                                       f"to {sys.executable}): no stacks from {host}", fix=PY_SPY_FIX))
+        ranks: list[RankProcess] = []
+        futures: dict[int, concurrent.futures.Future[_Dump]] = {}
+        for p, _how in found:
+            rank, _ = rank_of(p.environ or {})
+            if binary and p.state not in ("Z", "X"):
+                left = deadline - time.monotonic()
+                futures[p.pid] = pool.submit(dump_stack, binary, p.pid, p.state,
+                                             timeout_s=max(0.5, min(per_rank_timeout_s, left)), native=native,
+                                             keep_raw=raw, rank=rank)
+        for p, how in found:
+            dump = None
+            fut = futures.get(p.pid)
+            if fut is not None:
+                try:
+                    dump = fut.result(timeout=max(0.1, deadline - time.monotonic() + 2.0))
+                except concurrent.futures.TimeoutError:
+                    fut.cancel()
+                    errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
+                                               "ran out first", fix="raise --timeout", pid=p.pid))
+            ranks.append(_rank_process(p, how, host, agents.get(p.pid), helpers.get(p.pid, []), dump))
+            if dump is not None and dump.error is not None:
+                errors.append(dump.error)
+            if p.environ is None and p.environ_error:
+                errors.append(CollectError("environ-unreadable", f"cannot read /proc/{p.pid}/environ "
+                                           f"({p.environ_error}): no rank or debug files for it",
+                                           fix=PTRACE_FIX, pid=p.pid))
+        if not ranks and not any(e.kind == "process-gone" for e in errors):
+            what = f"job {job_id}" if job_id is not None else f"pids {', '.join(map(str, pids or ()))}"
+            errors.append(CollectError("no-ranks", f"no Python rank process of {what} on {host}"))
+        ras_evidence = None
+        if ras_future is not None:
+            try:
+                ras_evidence = ras_future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
+            except concurrent.futures.TimeoutError:
+                ras_evidence = RasEvidence("error", f"{ras_host}:{ras_port}", "RAS query outlived the node's time")
+            if ras_evidence.outcome == "error":
+                errors.append(CollectError("ras-error", f"NCCL RAS at {ras_evidence.address}: {ras_evidence.reason}"))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
+    return NodeCollection(
+        host=host, collected_at=started, duration_s=round(time.monotonic() - start, 3),
+        job_id=str(job_id) if job_id is not None else None, pids=tuple(int(p) for p in pids or ()),
+        ranks=tuple(ranks), ras=ras_evidence, errors=tuple(errors), skipped=tuple(skipped),
+        py_spy=binary, ptrace_scope=ptrace_scope())
+
+
+def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers: list[int],
+                  dump: _Dump | None) -> RankProcess:
+    env = p.environ or {}
+    rank, source = rank_of(env)
+    stack = dump.stack if dump else None
+    main = _main_thread(stack, p.pid) if stack else None
+    user = main.user_frame if main else None
+    return RankProcess(
+        pid=p.pid, host=host, state=p.state, state_name=_STATE_NAMES.get(p.state, "unknown"),
+        rank=rank, local_rank=_first_int(env, _LOCAL_VARS), world_size=_first_int(env, _WORLD_VARS),
+        rank_source=source, ppid=p.ppid, agent_pid=agent, helpers=tuple(sorted(helpers)),
+        command=clip(p.command, 1000), found_by=how,
+        slurm_job_id=next((env[v] for v in _JOB_VARS if v in env), None),
+        slurm_step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), master_addr=env.get("MASTER_ADDR"),
+        master_port=_int(env.get("MASTER_PORT")), debug_files=debug_files(env, p.pid, host, rank),
+        env=kept_env(env), environ_truncated=p.environ_truncated,
+        stack=stack, py_spy_mode=dump.mode if dump else None, py_spy_s=dump.seconds if dump else None,
+        py_spy_raw=dump.raw if dump else None, collective=main.collective if main else None,
+        user_frame=f"{user.name} ({user.file}:{user.line})" if user and user.line is not None
+        else (f"{user.name} ({user.file})" if user else None),
+    )
+
+
+def local_rank_pids(proc: str = "/proc", same_netns: bool = True) -> list[int]:
+    """Every rank process on this machine (`hc diagnose pids --local`): Python processes with
+    a rank variable (RANK, SLURM_PROCID, ...), in this collector's network namespace, not
+    this collector or its ancestors. A rank's own workers (same rank, below it) are among
+    them; collect_node lists them as its helpers."""
+    mine = _ancestors(os.getpid(), proc) if proc == "/proc" else set()
+    try:
+        own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
+    except OSError:
+        own_netns = None
+    out = []
+    for pid in _all_pids(proc):
+        if pid in mine or pid <= 2:
+            continue
+        p = _inspect(pid, proc, with_environ=False)
+        if p is None or p.ppid == 2 or p.state in ("Z", "X") or not is_python(p):
+            continue
+        if same_netns and own_netns and p.netns and p.netns != own_netns:
+            continue
+        env, _, _ = read_environ(pid, proc)
+        if env is not None and rank_of(env)[0] is not None:
+            out.append(pid)
+    return out
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m healthcheck.diagnose.collect --job ID | --pids PID... | --local [--ras] [--native]`: the
+    NodeCollection as JSON on stdout; exit 0 when ranks were found, 1 when none, 2 on usage.
+    (`hc diagnose collect` is the same, wired in the CLI.)"""
+    ap = argparse.ArgumentParser(prog="hc diagnose collect", description=main.__doc__)
+    who = ap.add_mutually_exclusive_group(required=True)
+    who.add_argument("--job", help="Slurm job id")
+    who.add_argument("--pids", type=int, nargs="+", help="process ids (a torchrun agent stands for its ranks)")
+    who.add_argument("--local", action="store_true",
+                     help="every rank process on this machine (Python with RANK/SLURM_PROCID/..., this netns)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds for the whole node")
+    ap.add_argument("--per-rank-timeout", type=float, default=DEFAULT_PER_RANK_TIMEOUT_S)
+    ap.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL)
+    ap.add_argument("--py-spy", default="py-spy", help="py-spy binary (name or path)")
+    ap.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
+    ap.add_argument("--native", action="store_true", help="py-spy --native (C/C++ frames too)")
+    ap.add_argument("--ras", action="store_true", help="also ask NCCL RAS (127.0.0.1:28028)")
+    ap.add_argument("--ras-port", type=int, default=DEFAULT_PORT)
+    ap.add_argument("--raw", action="store_true", help="keep py-spy's own JSON per rank")
+    ap.add_argument("--any-netns", action="store_true", help="ranks in other network namespaces too")
+    args = ap.parse_args(argv)
+    if args.local:
+        args.pids = local_rank_pids(same_netns=not args.any_netns)
+        if not args.pids:
+            host = socket.gethostname()
+            empty = NodeCollection(host=host, collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(
+                timespec="milliseconds"), errors=(CollectError("no-ranks", f"no Python rank process on {host}"),))
+            sys.stdout.buffer.write(empty.to_json() + b"\n")
+            sys.stdout.flush()
+            return 1
+    result = collect_node(job_id=args.job, pids=args.pids, py_spy=None if args.no_stacks else args.py_spy,
+                          native=args.native, timeout_s=args.timeout, per_rank_timeout_s=args.per_rank_timeout,
+                          parallel=args.parallel, ras=args.ras, ras_port=args.ras_port, raw=args.raw,
+                          same_netns=not args.any_netns)
+    sys.stdout.buffer.write(result.to_json() + b"\n")
+    sys.stdout.flush()
+    return 0 if result.ranks else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Live collections -> evidence (`hc diagnose pids|job`).
+
+`collect.collect_node` runs on each node and returns a `NodeCollection` (the rank
+processes, their /proc state and py-spy stacks, the debug files each rank was told to
+write, NCCL RAS); this module merges the nodes' collections into the `JobEvidence` the
+classifier reads, the same structure `sources.py` fills from saved files:
+
+* each rank process -> a RankEvidence: rank, host, pid, local rank, world size, the GPU
+  from CUDA_VISIBLE_DEVICES, alive and its state (a stopped (T) rank is a stuck rank's
+  evidence), the parsed py-spy stack, or why there is none with the fix (py-spy missing,
+  ptrace refused);
+* ranks the world size says exist that no node that answered holds are `missing` (a dead
+  rank candidate, named); where a node did not answer they may be there, and are not;
+* the debug files the ranks were given (NCCL_DEBUG_FILE, Flight Recorder dumps,
+  torchelastic error files) are read where reachable, bounded (MAX_DEBUG_FILES files,
+  MAX_DEBUG_BYTES each, MAX_DEBUG_TOTAL in all), and parsed through sources.read_data,
+  exactly as `hc diagnose logs` parses them;
+* RAS replies become RasReply; node errors (py-spy missing, a pid gone, no ranks) and nodes
+  that did not answer are `unreadable` with why.
+
+Also the Slurm side of `hc diagnose job`: `scontrol -o show job` parsed (`parse_job`), the
+per-node collector command over `srun --overlap` (`srun_collect_argv`) and the debug file
+fetch script (`fetch_argv` / `parse_fetched`). Running the commands is the caller's: this
+layer takes callables, so it stays below the CLI and the Slurm client.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as _dt
+import os
+import re
+import shlex
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from healthcheck.core.inputs import clip
+from healthcheck.diagnose.collect import NodeCollection, RankProcess
+from healthcheck.diagnose.evidence import JobEvidence, RasReply, Unreadable
+from healthcheck.diagnose.sources import Collected, read_data
+
+MiB = 1024 * 1024
+MAX_DEBUG_FILES = 256  # debug files read per job (the rest are listed as not read)
+MAX_DEBUG_BYTES = 16 * MiB  # of one file (the first bytes: an NCCL log's init and first errors)
+MAX_DEBUG_TOTAL = 256 * MiB  # in all
+_STACK_ERRORS = ("py-spy-missing", "ptrace-denied", "py-spy-timeout", "py-spy-failed", "deadline")
+
+# fetch a node's files in one command: a header line per file, then its bytes in base64
+_FETCH_SCRIPT = ('n=$1; shift; for f in "$@"; do if [ -f "$f" ] && [ -r "$f" ]; then '
+                 'printf "==hc-file== %s %s\\n" "$(wc -c < "$f" | tr -d " ")" "$f"; '
+                 'head -c "$n" -- "$f" | base64 | tr -d "\\n"; echo; '
+                 'else printf "==hc-missing== %s\\n" "$f"; fi; done')
+
+FileFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
+"""(host, paths) -> {path: the file's first bytes, or why it could not be read}."""
+
+
+@dataclass
+class NodeResult:
+    """What one node gave: its collection, or why there is none (it did not answer)."""
+
+    host: str
+    collection: NodeCollection | None = None
+    why: str = ""  # set when collection is None
+    seconds: float | None = None
+
+
+@dataclass
+class DebugFile:
+    host: str
+    path: str
+    rank: int | None
+    kind: str  # "nccl-debug", "flight-recorder", "error-file"
+
+
+@dataclass
+class LiveResult:
+    collected: Collected
+    missing: list[int] = field(default_factory=list)  # ranks no node that answered holds
+    files: list[DebugFile] = field(default_factory=list)
+
+
+def gpu_of(r: RankProcess) -> str:
+    """The GPU a rank uses as far as its environment says: CUDA_VISIBLE_DEVICES' entry for
+    its local rank (torch's cuda:LOCAL_RANK), or the only one."""
+    value = (r.cuda_visible_devices or "").strip()
+    if not value:
+        return ""
+    devs = [d.strip() for d in value.split(",") if d.strip()]
+    if len(devs) == 1:
+        return f"GPU {devs[0]}"
+    if r.local_rank is not None and 0 <= r.local_rank < len(devs):
+        return f"GPU {devs[r.local_rank]} (CUDA_VISIBLE_DEVICES={clip(value, 60)}, local rank {r.local_rank})"
+    return f"CUDA_VISIBLE_DEVICES={clip(value, 60)}"
+
+
+def _stack_error(c: NodeCollection, r: RankProcess) -> str:
+    for e in c.errors:
+        if e.kind in _STACK_ERRORS and (e.pid == r.pid or (e.pid is None and e.kind == "py-spy-missing")):
+            return e.message + (f"; fix: {e.fix}" if e.fix else "")
+    if r.stack is None and c.py_spy is None:
+        return "no stack: py-spy was not run on this node"
+    return ""
+
+
+def debug_files_of(c: NodeCollection) -> list[DebugFile]:
+    out = []
+    for r in c.ranks:
+        d = r.debug_files
+        for kind, path in (("nccl-debug", d.nccl_debug), ("flight-recorder", d.flight_recorder),
+                           ("error-file", d.elastic_error)):
+            if path:
+                out.append(DebugFile(c.host, path, r.rank, kind))
+    return out
+
+
+def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES) -> dict[str, bytes | str]:
+    """Read files on this machine: regular files only, never blocking, the first max_bytes."""
+    out: dict[str, bytes | str] = {}
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            out[p] = "no such file on the node (or not readable)" if isinstance(exc, FileNotFoundError) \
+                else f"cannot read: {exc.strerror or exc}"
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                out[p] = "not a regular file"
+                continue
+            chunks, left = [], max_bytes
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            out[p] = b"".join(chunks)
+        except OSError as exc:
+            out[p] = f"cannot read: {exc.strerror or exc}"
+        finally:
+            os.close(fd)
+    return out
+
+
+def fetch_argv(paths: Sequence[str], max_bytes: int = MAX_DEBUG_BYTES) -> list[str]:
+    """One shell command that prints every file's first max_bytes (base64) with a header."""
+    return ["sh", "-c", _FETCH_SCRIPT, "hc-fetch", str(int(max_bytes)), *paths]
+
+
+def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
+    """fetch_argv's output -> {path: bytes | why}; a path it never mentions: why."""
+    out: dict[str, bytes | str] = {}
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("==hc-missing== "):
+            out[line[len("==hc-missing== "):]] = "no such file on the node (or not readable)"
+        elif line.startswith("==hc-file== "):
+            _, size, path = line.split(" ", 2)
+            body = lines[i + 1] if i + 1 < len(lines) else ""
+            i += 1
+            try:
+                out[path] = base64.b64decode(body, validate=True)
+            except (binascii.Error, ValueError):
+                out[path] = "unreadable transfer (base64)"
+        i += 1
+    for p in paths:
+        out.setdefault(p, "the node's answer did not include it (cut by the time or size limit?)")
+    return out
+
+
+def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: str,
+                        fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
+                        max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL) -> LiveResult:
+    """Merge the nodes' collections into evidence (see the module's docstring). `fetch`
+    reads a node's debug files (None: they are listed as not read)."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    results = [n if isinstance(n, NodeResult) else NodeResult(n.host, n) for n in nodes]
+    ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    col = Collected(evidence=ev)
+    silent: list[str] = []
+    unranked: list[tuple[NodeCollection, RankProcess]] = []
+    files: list[DebugFile] = []
+    for n in results:
+        c = n.collection
+        if c is None:
+            silent.append(n.host)
+            ev.unreadable.append(Unreadable(n.host, f"node did not answer: {n.why or 'no reason given'}"))
+            continue
+        ev.inputs += 1
+        for r in c.ranks:
+            if r.rank is None:
+                unranked.append((c, r))
+                continue
+            _add_rank(col, c, r, r.rank)
+        for e in c.errors:
+            if e.kind in _STACK_ERRORS and e.pid is not None:
+                continue  # on the rank's record (stack_error)
+            where = f"{c.host}" + (f": pid {e.pid}" if e.pid is not None else "")
+            ev.unreadable.append(Unreadable(where, e.message + (f"; fix: {e.fix}" if e.fix else "")))
+        if c.ras is not None and c.ras.status is not None and c.ras.outcome == "ok":
+            ev.ras.append(RasReply(source=f"{c.host}: NCCL RAS {c.ras.address}", status=c.ras.status, host=c.host))
+        files.extend(debug_files_of(c))
+    for c, r in unranked:  # a process named by hand without a rank variable: a rank of its own
+        rank = max(ev.ranks, default=-1) + 1
+        _add_rank(col, c, r, rank)
+        ev.unreadable.append(Unreadable(f"{c.host}: pid {r.pid}", f"no rank variable (RANK, SLURM_PROCID, ...): "
+                                        f"listed as rank {rank}"))
+    # ranks the world size says exist that no answering node holds
+    sizes = [r.world_size for r in ev.ranks.values() if r.world_size]
+    missing: list[int] = []
+    if sizes:
+        world = max(sizes)
+        missing = [r for r in range(world) if r not in ev.ranks]
+        for rank in missing:
+            rec = ev.rank(rank)
+            if silent:
+                rec.stack_error = f"not found; it may run on the node(s) that did not answer: {', '.join(silent)}"
+            else:
+                rec.alive = False
+                rec.state = "missing"
+                rec.world_size = world
+                rec.stack_error = (f"no process of rank {rank} on any node of the job (world size {world}): "
+                                 "it exited or was killed")
+                rec.sources.append("live collection: " + ", ".join(n.host for n in results if n.collection))
+    _read_debug_files(col, files, fetch, now.year, max_files, max_total)
+    ev.ranks = dict(sorted(ev.ranks.items()))
+    return LiveResult(col, missing if not silent else [], files)
+
+
+def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> None:
+    ev = col.evidence
+    if rank in ev.ranks and ev.ranks[rank].pid is not None:
+        prev = ev.ranks[rank]
+        ev.unreadable.append(Unreadable(f"{c.host}: pid {r.pid}", f"a second process claims rank {rank} "
+                                        f"(also pid {prev.pid} on {prev.host}): ignored"))
+        return
+    stack = None
+    if r.stack is not None:
+        stack = next((p for p in r.stack.processes if p.pid == r.pid), None) or \
+            (r.stack.processes[0] if r.stack.processes else None)
+    e = ev.rank(rank)
+    e.host = r.host or c.host
+    e.pid = r.pid
+    e.local_rank = r.local_rank
+    e.world_size = r.world_size
+    e.gpu = gpu_of(r)
+    e.alive = r.state not in ("Z", "X")
+    e.state = r.state_name
+    e.stack = stack
+    e.stack_error = "" if stack is not None else _stack_error(c, r)
+    e.sources.append(f"{e.host}: pid {r.pid} ({r.state_name}" + (f", py-spy {r.py_spy_mode}" if r.py_spy_mode
+                                                                  else "") + ")")
+    col.pid_ranks[r.pid] = rank
+
+
+def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher | None, year: int,
+                      max_files: int, max_total: int) -> None:
+    ev = col.evidence
+    if not files:
+        return
+    seen: set[tuple[str, str]] = set()
+    todo: list[DebugFile] = []
+    for f in files:
+        if (f.host, f.path) in seen:
+            continue
+        seen.add((f.host, f.path))
+        if len(todo) >= max_files:
+            ev.unreadable.append(Unreadable(f"{f.host}:{f.path}", f"more than {max_files} debug files: not read"))
+            continue
+        todo.append(f)
+    if fetch is None:
+        for f in todo:
+            ev.unreadable.append(Unreadable(f"{f.host}:{f.path}", "not fetched (no way to reach the node's files)"))
+        return
+    by_host: dict[str, list[DebugFile]] = {}
+    for f in todo:
+        by_host.setdefault(f.host, []).append(f)
+    budget = max_total
+    for host, fs in by_host.items():
+        try:
+            got = fetch(host, [f.path for f in fs])
+        except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
+            got = {f.path: f"fetch failed: {clip(str(exc), 200)}" for f in fs}
+        for f in fs:
+            source = f"{host}:{f.path}"
+            data = got.get(f.path, "not fetched")
+            if isinstance(data, str):
+                if f.kind == "flight-recorder" and "no such file" in data:
+                    continue  # written only on a timeout or a dump request: absent is normal
+                ev.unreadable.append(Unreadable(source, f"{f.kind}: {data}"))
+                continue
+            if len(data) > budget:
+                ev.unreadable.append(Unreadable(source, f"over the {max_total} bytes of debug files read in all"))
+                continue
+            budget -= len(data)
+            ev.inputs += 1
+            read_data(source, data, col, year, rank=f.rank)
+
+
+# ---------------------------------------------------------------------------- Slurm
+
+
+class SlurmJob(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What `scontrol -o show job ID` says of a job (the parts a diagnosis needs)."""
+
+    job_id: str
+    state: str = ""  # RUNNING, PENDING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    nodes: str = ""  # NodeList (a hostlist)
+    num_tasks: int | None = None
+    start: str = ""
+    end: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    name: str = ""
+    reason: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("RUNNING", "SUSPENDED", "COMPLETING", "STOPPED")
+
+    @property
+    def output_files(self) -> list[str]:
+        return list(dict.fromkeys(p for p in (self.stdout, self.stderr) if p and p not in ("(null)", "/dev/null")))
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=(\S*)")
+
+
+def parse_job(text: str, job_id: str) -> SlurmJob | None:
+    """`scontrol -o show job ID` -> SlurmJob (the first record whose JobId matches; an array
+    or het job prints several), None when none does."""
+    for line in text.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if fields.get("JobId") != str(job_id) and not line.startswith(f"JobId={job_id} "):
+            continue
+        tasks = fields.get("NumTasks", "")
+        return SlurmJob(job_id=str(job_id), state=fields.get("JobState", ""),
+                        nodes="" if fields.get("NodeList") in (None, "(null)") else fields.get("NodeList", ""),
+                        num_tasks=int(tasks) if tasks.isdigit() else None,
+                        start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
+                        stdout=fields.get("StdOut", ""), stderr=fields.get("StdErr", ""),
+                        name=fields.get("JobName", ""), reason=fields.get("Reason", ""))
+    return None
+
+
+def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bool = False) -> list[str]:
+    """The helper's arguments (`hc diagnose collect ...`) for one node of the job."""
+    args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}"]
+    if ras:
+        args.append("--ras")
+    if native:
+        args.append("--native")
+    return args
+
+
+def srun_collect_argv(srun: str, job_id: str, node: str, command: Sequence[str]) -> list[str]:
+    """Run `command` as a step of job `job_id` on `node`, beside the job's own steps:
+    --overlap (share the job's resources; Slurm 20.11+), --gres=none (no GPU binding, so the
+    step never waits for the job's GPUs), one task; --quiet: the helper's JSON is the only
+    stdout."""
+    return [srun, "--overlap", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+            "--ntasks-per-node=1", "--gres=none", "--quiet", "--kill-on-bad-exit=0", *command]
+
+
+def remote_argv(remote_hc: str, args: Sequence[str]) -> list[str]:
+    """`ssh.remote_hc` / `slurm.remote_hc` (a command, maybe with arguments) + args."""
+    return [*shlex.split(remote_hc), *args]
+
+
+def decode_node(host: str, stdout: str | bytes) -> NodeCollection | None:
+    """The helper's JSON (the last line that decodes), None when there is none."""
+    text = stdout.decode("utf-8", errors="replace") if isinstance(stdout, bytes) else stdout
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return msgspec.json.decode(line, type=NodeCollection)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+    return None

@@ -1,0 +1,549 @@
+"""Saved files -> JobEvidence (`hc diagnose logs DIR|FILE...`).
+
+The walk is bounded (MAX_FILES files, MAX_TOTAL_BYTES in all, MAX_DEPTH directories
+deep, MAX_FILE_BYTES a file); links are never followed out of the directory named, and
+nothing that is not a regular file is opened. Each file is sniffed by name and content:
+
+* Flight Recorder dumps (`nccl_trace_rank_N`, pickle or JSON; rank from the name);
+* py-spy dumps, text or `--json` (rank from the name: `rank3`, `py-spy-3.json`; else
+  from its pid, mapped through the other files);
+* torchrun `@record` error files (`{"message": {"message", "extraInfo": {"py_callstack",
+  "timestamp"}}}`);
+* NCCL RAS replies (`ncclras`, text or JSON);
+* kernel logs (OOM kills, Xid);
+* any other text is read as an NCCL debug log and as a PyTorch/torchrun log (a job's
+  stdout holds both); per-rank files (`rank3.log`, a `[rank3]:`-only file) give their
+  rank to every line.
+
+A file that gives nothing (binary, unreadable, cut, of no known kind) is listed in
+`unreadable` with why. Nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from healthcheck.core.errors import HcError, ParseError
+from healthcheck.core.inputs import clip, read_bounded
+from healthcheck.diagnose.evidence import (
+    ErrorFile,
+    JobEvidence,
+    KernelEvent,
+    NcclLogFile,
+    RasReply,
+    TorchLogFile,
+    Unreadable,
+)
+from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
+from healthcheck.parsers.kernlog import split_prefix
+from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.nccl_ras import parse_nccl_ras
+from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
+from healthcheck.parsers.torch_log import parse_torch_log
+from healthcheck.parsers.xid import parse_kernel_log
+
+MiB = 1024 * 1024
+MAX_FILES = 20_000
+MAX_TOTAL_BYTES = 4096 * MiB
+MAX_FILE_BYTES = 256 * MiB
+MAX_DEPTH = 8
+MAX_STAMPS = 200_000  # timestamped lines indexed per file
+
+_RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
+_PYSPY_NAME = re.compile(r"py-?spy[_\-.](?:rank[_\-.]?)?(\d{1,7})(?!\d)", re.IGNORECASE)
+_OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process (\d{1,10}) \(([^)]{0,64})\)")
+_STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
+_ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
+_GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
+_PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
+_RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
+
+
+@dataclass
+class TextStamps:
+    """Where a text log says what time it is: (line, epoch seconds) of its stamped lines,
+    in line order. `at(line)`: the time of the last stamped line at or before it."""
+
+    stamps: list[tuple[int, float]] = field(default_factory=list)
+
+    def at(self, line: int) -> float | None:
+        lo, hi = 0, len(self.stamps)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.stamps[mid][0] <= line:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.stamps[lo - 1][1] if lo else None
+
+
+@dataclass
+class Collected:
+    """JobEvidence plus what only the classifier needs: the times of log lines."""
+
+    evidence: JobEvidence
+    stamps: dict[str, TextStamps] = field(default_factory=dict)  # source -> its stamps
+    pid_ranks: dict[int, int] = field(default_factory=dict)  # pid -> global rank
+    pending: list[tuple[str, PySpyDump]] = field(default_factory=list)  # py-spy dumps only a pid can place
+
+
+def _epoch(date: str, clock: str, frac: str | None) -> float | None:
+    try:
+        t = _dt.datetime.fromisoformat(f"{date}T{clock}").replace(tzinfo=_dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+    return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _stamps(text: str, year: int) -> TextStamps:
+    out = TextStamps()
+    for number, line in enumerate(text.split("\n"), 1):
+        head = line[:80]
+        if not head or not (head[0].isdigit() or head[0] == "["):
+            continue
+        m = _ISO_STAMP.match(head) or _ISO_STAMP.match(head, head.find("]:") + 2 if head.startswith("[rank") else 0)
+        t = None
+        if m:
+            t = _epoch(m.group(1), m.group(2), m.group(3))
+        else:
+            g = _GLOG_STAMP.match(head)
+            if g:
+                t = _epoch(f"{year:04d}-{g.group(1)}-{g.group(2)}", g.group(3), g.group(4))
+        if t is not None:
+            out.stamps.append((number, t))
+            if len(out.stamps) >= MAX_STAMPS:
+                break
+    return out
+
+
+def rank_from_name(path: str) -> int | None:
+    """`rank3.log`, `rank_3/`, `py-spy-3.json`, `nccl_trace_rank_3`: the rank a path names
+    (its file name first, then its directories), None when it names none."""
+    parts = path.replace("\\", "/").split("/")
+    for part in reversed(parts[-3:]):
+        m = _PYSPY_NAME.search(part) or _RANK_NAME.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# ---------------------------------------------------------------- the walk
+
+
+def walk(paths: list[Path], unreadable: list[Unreadable]) -> list[Path]:
+    """The regular files under `paths`, bounded; what is skipped goes to `unreadable`."""
+    files: list[Path] = []
+    budget = [MAX_TOTAL_BYTES]
+
+    def take(p: Path, st: os.stat_result) -> bool:
+        if len(files) >= MAX_FILES:
+            unreadable.append(Unreadable(str(p), f"more than {MAX_FILES} files: the rest were not read"))
+            return False
+        if st.st_size > MAX_FILE_BYTES:
+            unreadable.append(Unreadable(str(p), f"{st.st_size} bytes, more than the {MAX_FILE_BYTES} read"))
+            return True
+        if st.st_size > budget[0]:
+            unreadable.append(Unreadable(str(p), f"over the {MAX_TOTAL_BYTES} bytes read in all"))
+            return True
+        budget[0] -= st.st_size
+        files.append(p)
+        return True
+
+    for top in paths:
+        try:
+            st = os.stat(top)
+        except OSError as exc:
+            raise HcError(f"{top}: cannot read: {exc.strerror or exc}") from None
+        if stat.S_ISREG(st.st_mode):
+            take(top, st)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise HcError(f"{top}: not a file or a directory")
+        root = os.path.realpath(top)
+        stack: list[tuple[Path, int]] = [(top, 0)]
+        while stack:
+            d, depth = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError as exc:
+                unreadable.append(Unreadable(str(d), f"cannot list: {exc.strerror or exc}"))
+                continue
+            subdirs = []
+            for e in entries:
+                p = Path(e.path)
+                try:
+                    if e.is_symlink():
+                        real = os.path.realpath(e.path)
+                        if os.path.commonpath([root, real]) != root:
+                            unreadable.append(Unreadable(str(p), "a link out of the directory: not followed"))
+                            continue
+                        if os.path.isdir(real):
+                            continue  # inside the tree: walked where it really is
+                    st = e.stat(follow_symlinks=True)
+                except (OSError, ValueError) as exc:
+                    unreadable.append(Unreadable(str(p), f"cannot stat: {getattr(exc, 'strerror', None) or exc}"))
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if depth + 1 > MAX_DEPTH:
+                        unreadable.append(Unreadable(str(p), f"deeper than {MAX_DEPTH} directories: not read"))
+                    else:
+                        subdirs.append((p, depth + 1))
+                elif stat.S_ISREG(st.st_mode):
+                    if not take(p, st):
+                        return files
+                else:
+                    unreadable.append(Unreadable(str(p), "not a regular file"))
+            stack.extend(reversed(subdirs))
+    return files
+
+
+# ---------------------------------------------------------------- one file
+
+
+def _is_binary(data: bytes) -> bool:
+    head = data[:8192]
+    if b"\x00" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a multi-byte character cut at the end is fine
+    return False
+
+
+class _ErrorMessage(msgspec.Struct):
+    message: str | dict | None = None
+
+
+def _run_manifest(text: str, col: Collected) -> bool:
+    """`hc run`'s manifest of one rank (schema hc.run/1): its rank, host, pid (NCCL's %p in
+    the debug file names) and world size. True when the text was one."""
+    if '"hc.run/1"' not in text[:4096]:
+        return False
+    try:
+        doc = msgspec.json.decode(text.encode(), type=dict)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return False
+    rank = doc.get("rank")
+    if doc.get("schema") != "hc.run/1" or not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        return False
+    ev = col.evidence.rank(rank)
+    host, pid, world, local = doc.get("host"), doc.get("pid"), doc.get("world_size"), doc.get("local_rank")
+    if isinstance(host, str) and host and not ev.host:
+        ev.host = host[:255]
+    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and ev.pid is None:
+        ev.pid = pid
+    if isinstance(world, int) and not isinstance(world, bool) and world > 0 and ev.world_size is None:
+        ev.world_size = world
+    if isinstance(local, int) and not isinstance(local, bool) and local >= 0 and ev.local_rank is None:
+        ev.local_rank = local
+    return True
+
+
+def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
+    try:
+        raw = msgspec.json.decode(data, type=_ErrorMessage)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    msg = raw.message
+    if isinstance(msg, str):
+        return ErrorFile(source=source, message=clip(msg, 500), rank=rank)
+    if not isinstance(msg, dict):
+        return None
+    text = msg.get("message")
+    extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
+    stamp = extra.get("timestamp") if isinstance(extra, dict) else None
+    try:
+        timestamp = float(stamp) if stamp is not None else None
+    except (TypeError, ValueError):
+        timestamp = None
+    code = msg.get("errorCode")
+    return ErrorFile(source=source, message=clip(str(text or ""), 500), rank=rank,
+                     traceback=clip(str(extra.get("py_callstack", "")), 4000) if isinstance(extra, dict) else "",
+                     timestamp=timestamp, error_code=code if isinstance(code, int) else None)
+
+
+def _kernel(source: str, text: str, out: list[KernelEvent]) -> bool:
+    found = False
+    if "Killed process" in text or "oom" in text:
+        for number, line in enumerate(text.split("\n"), 1):
+            m = _OOM.search(line[:4096])
+            if m:
+                stamp, _ = split_prefix(line[:4096], None, None)
+                out.append(KernelEvent(source=source, line=number, kind="oom-kill", text=clip(line.strip(), 300),
+                                       pid=int(m.group(2)), time=stamp.time))
+                found = True
+                continue
+            m = _STEP_OOM.search(line[:4096])
+            if m:
+                out.append(KernelEvent(source=source, line=number, kind="oom-kill", text=clip(line.strip(), 300)))
+                found = True
+    if "NVRM:" in text:
+        try:
+            log = parse_kernel_log(text)
+        except ParseError:
+            return found
+        lines = text.split("\n")
+        index = {ln: i for i, ln in enumerate(lines, 1)}
+        for x in log.xids:
+            out.append(KernelEvent(source=source, line=index.get(x.line, 0), kind="xid", text=clip(x.line, 300),
+                                   pid=x.pid, time=x.time, xid=x.code, pci_bus_id=x.pci_bus_id or ""))
+            found = True
+    return found
+
+
+def read_one(path: Path, col: Collected, year: int) -> None:
+    """Sniff and parse one file into `col.evidence`."""
+    source = str(path)
+    try:
+        data = read_bounded(path, MAX_FILE_BYTES, what="log")
+    except HcError as exc:
+        col.evidence.unreadable.append(Unreadable(source, str(exc).removeprefix(f"{source}: ")))
+        return
+    read_data(source, data, col, year)
+
+
+def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | None = None) -> None:
+    """Sniff and parse one file's bytes (read already: a local file, or one fetched from a
+    node as `host:/path`) into `col.evidence`. `rank`: the rank the file is known to belong
+    to (a live rank's NCCL_DEBUG_FILE); None: from its name."""
+    ev = col.evidence
+    if not data.strip():
+        ev.unreadable.append(Unreadable(source, "empty"))
+        return
+    name = source.replace("\\", "/").rsplit("/", 1)[-1]
+    if rank is None:
+        rank = rank_from_name(source)
+    head = data.lstrip()[:1]
+    fr_name = "trace_rank" in name or name.startswith(("fr_", "fr-")) or name.endswith((".pkl", ".pickle"))
+    if data[:1] == b"\x80" or (fr_name and head == b"{"):
+        try:
+            dump = parse_flight_recorder(data)
+        except ParseError as exc:
+            ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+            return
+        fr_rank = rank_from_filename(name)
+        if fr_rank is None:
+            fr_rank = rank
+        if fr_rank is None:
+            ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank "
+                                                    "(expected nccl_trace_rank_N)"))
+            return
+        r = ev.rank(fr_rank)
+        r.flight_recorder = dump
+        r.sources.append(source)
+        return
+    if _is_binary(data):
+        ev.unreadable.append(Unreadable(source, "binary, not a log (no known dump format either)"))
+        return
+    text = data.decode("utf-8", errors="replace")
+    if head == b"[":
+        if _py_spy(source, text, rank, col):
+            return
+    if head == b"{":
+        if "\"entries\"" in text[:1_000_000] and "\"version\"" in text[:1_000_000]:
+            try:
+                dump = parse_flight_recorder(data)
+            except ParseError as exc:
+                ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+                return
+            fr_rank = rank_from_filename(name) if rank is None else rank
+            if fr_rank is None:
+                ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank"))
+                return
+            ev.rank(fr_rank).flight_recorder = dump
+            ev.rank(fr_rank).sources.append(source)
+            return
+        if _run_manifest(text, col):
+            return
+        err = _error_file(source, data, rank)
+        if err is not None and err.message:
+            ev.error_files.append(err)
+            if rank is not None:
+                ev.rank(rank).sources.append(source)
+            return
+        try:
+            ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
+            return
+        except ParseError:
+            pass
+        ev.unreadable.append(Unreadable(source, "JSON of no known kind (not py-spy, Flight Recorder, "
+                                                "a torchrun error file or NCCL RAS)"))
+        return
+    start = text[:65536]
+    if _PY_SPY_HEAD.search(start) or start.lstrip().startswith("Error: "):
+        if _py_spy(source, text, rank, col):
+            return
+    if any(h in start for h in _RAS_HEAD) and "NCCL INFO" not in start:
+        try:
+            ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
+            return
+        except ParseError:
+            pass
+    got = _kernel(source, text, ev.kernel)
+    nccl = torch = None
+    if " NCCL " in text or "NCCL version" in text:
+        try:
+            nccl = parse_nccl_log(text)
+        except ParseError:
+            nccl = None
+    try:
+        torch = parse_torch_log(text)
+    except ParseError:
+        torch = None
+    if nccl is not None:
+        ev.nccl_logs.append(NcclLogFile(source=source, rank=rank, log=nccl))
+    if torch is not None:
+        if rank is None and len(torch.prefixed_ranks) == 1 and torch.prefixed_ranks[0] is not None:
+            only = torch.prefixed_ranks[0]
+            rank = only if all(x in (None, only) for x in torch.ranks) else None
+        ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
+    if nccl is not None or torch is not None:
+        col.stamps[source] = _stamps(text, year)
+        if rank is not None:
+            ev.rank(rank).sources.append(source)
+        return
+    if not got:
+        ev.unreadable.append(Unreadable(source, "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or "
+                                                "kernel log content"))
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc)
+    for prefix in ("Flight Recorder dump: ", "Flight Recorder JSON: "):
+        text = text.removeprefix(prefix)
+    return clip(text, 200)
+
+
+# py-spy's own words for a refused ptrace or a missing tool -> the fix
+PTRACE_FIX = ("ptrace refused: run as root, or give hc CAP_SYS_PTRACE (docker --cap-add SYS_PTRACE), "
+              "or set kernel.yama.ptrace_scope=0")
+
+
+def stack_error_text(dump: PySpyDump) -> str:
+    err = dump.error
+    if err is None:
+        return ""
+    if err.kind == "permission":
+        return PTRACE_FIX
+    if err.kind == "no-process":
+        return f"py-spy: the process was gone ({clip(err.message, 120)})"
+    if err.kind == "no-python":
+        return f"py-spy: not a Python process ({clip(err.message, 120)})"
+    return f"py-spy: {clip(err.message, 160)}"
+
+
+def _py_spy(source: str, text: str, rank: int | None, col: Collected) -> bool:
+    try:
+        dump = parse_py_spy(text)
+    except ParseError:
+        return False
+    ev = col.evidence
+    if not dump.processes:
+        if rank is not None:
+            r = ev.rank(rank)
+            r.stack_error = stack_error_text(dump)
+            r.sources.append(source)
+        else:
+            ev.unreadable.append(Unreadable(source, stack_error_text(dump) or "py-spy output without a stack"))
+        return True
+    if rank is not None and len(dump.processes) == 1:
+        r = ev.rank(rank)
+        r.stack = dump.processes[0]
+        r.sources.append(source)
+        if dump.processes[0].pid is not None and r.pid is None:
+            r.pid = dump.processes[0].pid
+        return True
+    col.pending.append((source, dump))
+    return True
+
+
+# ---------------------------------------------------------------- the ranks
+
+
+def _link_ranks(col: Collected) -> None:
+    """Fill RankEvidence from the parsed logs: host, pid, world size, GPU, exits."""
+    ev = col.evidence
+    pids = col.pid_ranks
+    for f in ev.nccl_logs:
+        if f.log is None:
+            continue
+        for p in f.log.processes:
+            ranks = p.ranks or ((f.rank,) if f.rank is not None else ())
+            if len(ranks) != 1:
+                continue
+            r = ev.rank(ranks[0])
+            r.host = r.host or p.host
+            if r.pid is None:
+                r.pid = p.pid
+            pids.setdefault(p.pid, ranks[0])
+            if p.world_size is not None:
+                r.world_size = p.world_size
+            if not r.gpu and p.devices:
+                r.gpu = f"cuda:{p.devices[0]}"
+            if f.source not in r.sources:
+                r.sources.append(f.source)
+    for t in ev.torch_logs:
+        if t.log is None:
+            continue
+        for block in t.log.child_failed:
+            for fail in block.failures:
+                if fail.rank is None:
+                    continue
+                r = ev.rank(fail.rank)
+                r.host = r.host or fail.host
+                if fail.pid is not None:
+                    r.pid = fail.pid
+                    pids[fail.pid] = fail.rank
+                if fail.local_rank is not None:
+                    r.local_rank = fail.local_rank
+                r.exit_code = fail.exitcode
+                r.signal = fail.signal
+                r.alive = False
+                if t.source not in r.sources:
+                    r.sources.append(t.source)
+    for rank, r in ev.ranks.items():
+        if r.pid is not None:
+            pids.setdefault(r.pid, rank)
+        if r.flight_recorder is not None and r.world_size is None:
+            sizes = [len(g.ranks) for g in r.flight_recorder.process_groups if g.ranks]
+            default = [len(g.ranks) for g in r.flight_recorder.process_groups
+                       if g.ranks and g.desc in ("default_pg", "")]
+            if default or sizes:
+                r.world_size = max(default or sizes)
+    for source, dump in col.pending:
+        for proc in dump.processes:
+            placed = pids.get(proc.pid) if proc.pid is not None else None
+            if placed is None:
+                ev.unreadable.append(Unreadable(source, f"py-spy dump of pid {proc.pid}: no file says which rank "
+                                                        "it is (name the file rankN or py-spy-N.json)"))
+                continue
+            r = ev.rank(placed)
+            r.stack = proc
+            r.sources.append(source)
+
+
+def collect(paths: list[Path], *, now: _dt.datetime | None = None) -> Collected:
+    """Read DIR|FILE... into evidence. HcError (exit 4) only for a path that does not exist
+    or is not a file or directory; everything inside is judged, never raised."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    ev = JobEvidence(job="logs: " + " ".join(str(p) for p in paths)[:500],
+                     collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    col = Collected(evidence=ev)
+    files = walk(paths, ev.unreadable)
+    ev.inputs = len(files)
+    for f in files:
+        read_one(f, col, now.year)
+    for err in ev.error_files:
+        if err.rank is not None:
+            ev.rank(err.rank)
+    _link_ranks(col)
+    ev.ranks = dict(sorted(ev.ranks.items()))
+    return col

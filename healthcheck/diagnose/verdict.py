@@ -1,0 +1,294 @@
+"""Findings -> the Verdict: one class with a confidence, the odd ranks (host, pid, GPU),
+a summary sentence, the next step, the first failure, the stack groups and a per-rank
+table; as a table (tabulate) or as the `hc.diagnosis/1` JSON document, whose JSON
+Schema ships in healthcheck/report/schema/hc.diagnosis-1.schema.json (generated from
+these structs: `python -m healthcheck.diagnose.verdict --write-schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from healthcheck.diagnose.classify import (
+    NEXT_STEP,
+    Analysis,
+    Confidence,
+    Evidence,
+    FailureClass,
+    Finding,
+    _iso,
+    analyse,
+    ordered,
+)
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
+
+DIAGNOSIS_SCHEMA = "hc.diagnosis/1"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "report" / "schema" / "hc.diagnosis-1.schema.json"
+_LOWER: dict[str, Confidence] = {"high": "medium", "medium": "low", "low": "low"}
+
+
+class OddRank(msgspec.Struct, frozen=True, omit_defaults=True):
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    gpu: str = ""
+    why: str = ""
+
+
+class FirstFailure(msgspec.Struct, frozen=True, omit_defaults=True):
+    text: str
+    source: str
+    line: int | None = None
+    rank: int | None = None
+    time: str = ""  # ISO 8601 UTC, at the log's resolution
+    basis: str = ""  # "earliest time" / "log order (no times)"
+
+
+class RankRow(msgspec.Struct, frozen=True, omit_defaults=True):
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    state: str = ""  # "exit -9 (SIGKILL)", "alive", ""
+    watchdog_seq: int | None = None  # SeqNum of its watchdog timeout
+    last_enqueued: int | None = None  # torch watchdog / Flight Recorder
+    last_completed: int | None = None
+    nccl_ops: str = ""  # "comm 0x..: 52 AllReduce (opCount 33)"
+    stack: str = ""  # its stack group's label
+    odd: bool = False
+
+
+class Unread(msgspec.Struct, frozen=True):
+    source: str
+    why: str
+
+
+class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"cls": "class"}):
+    schema: str  # always DIAGNOSIS_SCHEMA (required: never omitted from the JSON)
+    job: str = ""
+    collected_at: str = ""
+    cls: FailureClass
+    confidence: Confidence
+    summary: str
+    next_step: str
+    odd_ranks: list[OddRank] = []
+    odd_ranks_folded: str = ""  # "3,5-6"
+    odd_hosts: str = ""  # ClusterShell hostlist
+    world_size: int | None = None
+    ranks_seen: str = ""  # folded
+    first_failure: FirstFailure | None = None
+    divergence: str = ""
+    why_unknown: str = ""
+    notes: list[str] = []
+    findings: list[Finding] = []
+    stack_groups: list[StackGroup] = []
+    ranks: list[RankRow] = []
+    inputs: int = 0
+    unreadable: list[Unread] = []
+
+
+def _hosts(names: list[str]) -> str:
+    names = [n for n in names if n]
+    if not names:
+        return ""
+    try:
+        from healthcheck.core.nodes import fold
+
+        return fold(names)
+    except Exception:  # a name ClusterShell will not fold (an IP with a port): list them
+        return ",".join(sorted(set(names)))
+
+
+def _first_failure(analysis: Analysis) -> FirstFailure | None:
+    events = analysis.events
+    if not events:
+        return None
+    timed = [e for e in events if e.time is not None]
+    if timed:
+        e = min(timed, key=lambda x: (x.time or 0.0))
+        return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, time=_iso(e.time),
+                            basis="earliest time across the logs")
+    e = events[0]
+    return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, basis="first in the input (no times)")
+
+
+def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
+    ev = col.evidence
+    group_of = {r: g.label for g in analysis.groups for r in g.ranks}
+    seq: dict[int, int] = {}
+    prog: dict[int, tuple[int | None, int | None]] = {}
+    for f in ev.torch_logs:
+        assert f.log is not None
+        for t in f.log.timeouts:
+            who = t.rank if t.rank is not None else f.rank
+            if who is not None:
+                seq.setdefault(who, t.seq)
+        for p in f.log.progress:
+            who = p.rank if p.rank is not None else f.rank
+            if who is not None and p.last_enqueued is not None:
+                prog[who] = (p.last_enqueued, p.last_completed)
+    if analysis.fr is not None:
+        for grp in analysis.fr.groups[:1]:
+            for fp in grp.progress:
+                prog.setdefault(fp.rank, (fp.last_enqueued, fp.last_completed))
+    nccl: dict[int, str] = {}
+    for n in ev.nccl_logs:
+        assert n.log is not None
+        for c in n.log.comms:
+            if c.rank is not None and c.coll_count and c.nranks and c.nranks > 1:
+                nccl.setdefault(c.rank, f"{c.coll_count} COLL, last {c.last_op} opCount {c.last_op_count}")
+    rows = []
+    for rank, r in ev.ranks.items():
+        state = ""
+        if r.exit_code is not None:
+            state = f"exit {r.exit_code}" + (f" ({r.signal})" if r.signal else "")
+        elif r.state:
+            state = r.state  # live: running, sleeping, stopped, missing
+        elif r.alive:
+            state = "alive"
+        elif r.stack_error:
+            state = r.stack_error[:60]
+        enq, done = prog.get(rank, (None, None))
+        rows.append(RankRow(rank=rank, host=r.host, pid=r.pid, state=state, watchdog_seq=seq.get(rank),
+                            last_enqueued=enq, last_completed=done, nccl_ops=nccl.get(rank, ""),
+                            stack=group_of.get(rank, ""), odd=rank in odd))
+    return rows
+
+
+def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
+    analysis = analysis or analyse(col)
+    ev = col.evidence
+    findings = ordered(analysis.findings)
+    notes = list(analysis.notes)
+    unread = [Unread(u.source, u.why) for u in ev.unreadable]
+    world = max(analysis.world_sizes) if analysis.world_sizes else None
+    base: dict[str, Any] = dict(schema=DIAGNOSIS_SCHEMA, job=ev.job, collected_at=ev.collected_at, inputs=ev.inputs,
+                                unreadable=unread[:200],
+                stack_groups=analysis.groups, world_size=world, ranks_seen=fold_ranks(ev.ranks),
+                first_failure=_first_failure(analysis))
+    why = ""
+    if len(analysis.world_sizes) > 1:
+        why = "the ranks disagree about the world size: " + "; ".join(
+            f"{rank_words(rs)} say {size}" for size, rs in sorted(analysis.world_sizes.items()))
+    elif world is not None and any(r >= world for r in ev.ranks):
+        why = f"ranks beyond the world size {world} appear: {fold_ranks(r for r in ev.ranks if r >= world)}"
+    elif not findings:
+        if not ev.inputs:
+            why = "no file to read"
+        elif not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
+            why = f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
+        else:
+            why = "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+    if why:
+        return Verdict(cls="unknown", confidence="low", summary=f"no diagnosis: {why}",
+                       next_step=NEXT_STEP["unknown"], why_unknown=why, findings=findings,
+                       ranks=_rows(col, analysis, set()), notes=notes, **base)
+    main = findings[0]
+    confidence = main.confidence
+    others = [f for f in findings[1:] if f.ranks and main.ranks and not set(f.ranks) & set(main.ranks)
+              and f.cls not in ("socket-fallback", "network")]
+    if others:
+        confidence = _LOWER[confidence]
+        notes.append("other evidence names other ranks: " + "; ".join(f"{f.cls} {rank_words(f.ranks)}"
+                                                                      for f in others[:3]))
+    odd = set(main.ranks)
+    odd_list = [OddRank(rank=o, host=ev.ranks[o].host if o in ev.ranks else "",
+                        pid=ev.ranks[o].pid if o in ev.ranks else None,
+                        gpu=ev.ranks[o].gpu if o in ev.ranks else "") for o in sorted(odd)]
+    summary = main.summary
+    if main.where and main.where not in summary:
+        summary += f" ({main.where})"
+    return Verdict(cls=main.cls, confidence=confidence, summary=summary, next_step=NEXT_STEP[main.cls],
+                   odd_ranks=odd_list, odd_ranks_folded=fold_ranks(odd),
+                   odd_hosts=_hosts([o.host for o in odd_list]),
+                   divergence=main.divergence, notes=notes, findings=findings, ranks=_rows(col, analysis, odd),
+                   **base)
+
+
+# ---------------------------------------------------------------- output
+
+
+def encode(verdict: Verdict) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(verdict), indent=2) + b"\n"
+
+
+def _where(e: Evidence) -> str:
+    return f"{e.source}:{e.line}" if e.line is not None else e.source
+
+
+def render(verdict: Verdict, *, max_rows: int = 64) -> str:
+    from tabulate import tabulate
+
+    out = [f"{verdict.cls}  (confidence {verdict.confidence})", verdict.summary]
+    if verdict.odd_ranks:
+        out.append("odd: " + "; ".join(
+            f"rank {o.rank}" + (f" on {o.host}" if o.host else "") + (f" pid {o.pid}" if o.pid else "")
+            + (f" {o.gpu}" if o.gpu else "") for o in verdict.odd_ranks[:16]))
+    if verdict.first_failure is not None:
+        f = verdict.first_failure
+        out.append(f"first failure: {f.time + ' ' if f.time else ''}"
+                   f"{'rank ' + str(f.rank) + ': ' if f.rank is not None else ''}{f.text} "
+                   f"[{f.source}{':' + str(f.line) if f.line else ''}] ({f.basis})")
+    if verdict.divergence:
+        out.append(f"divergence: {verdict.divergence}")
+    out.append(f"next: {verdict.next_step}")
+    for n in verdict.notes:
+        out.append(f"note: {n}")
+    if verdict.stack_groups:
+        out.append("")
+        out.append("stacks:")
+        for g in verdict.stack_groups:
+            out.append(("  * " if g.singleton else "    ") + g.text)
+    if verdict.findings:
+        out.append("")
+        out.append("evidence:")
+        for fd in verdict.findings[:4]:
+            out.append(f"  [{fd.cls}, {fd.confidence}] {fd.summary}")
+            for e in fd.evidence[:8]:
+                out.append(f"    {_where(e)}: {e.text}")
+    if verdict.ranks:
+        rows = [["*" if r.odd else "", r.rank, r.host, r.pid or "", r.state, r.watchdog_seq or "",
+                 "" if r.last_enqueued is None else r.last_enqueued,
+                 "" if r.last_completed is None else r.last_completed,
+                 r.nccl_ops, r.stack[:60]] for r in verdict.ranks[:max_rows]]
+        out.append("")
+        out.append(tabulate(rows, headers=["", "rank", "host", "pid", "state", "seq", "enqueued", "completed",
+                                           "nccl", "stack"]))
+        if len(verdict.ranks) > max_rows:
+            out.append(f"... {len(verdict.ranks) - max_rows} more ranks (--format json lists them all)")
+    if verdict.unreadable:
+        out.append("")
+        out.append(f"not read ({len(verdict.unreadable)}):")
+        for u in verdict.unreadable[:10]:
+            out.append(f"  {u.source}: {u.why}")
+    return "\n".join(out)
+
+
+def json_schema() -> dict:
+    schema = msgspec.json.schema(Verdict)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://hc.invalid/schema/hc.diagnosis-1.schema.json"
+    schema["title"] = DIAGNOSIS_SCHEMA
+    defs = schema.get("$defs", {})
+    if "Verdict" in defs:
+        defs["Verdict"]["properties"]["schema"] = {"const": DIAGNOSIS_SCHEMA}
+        defs["Verdict"]["required"] = sorted(set(defs["Verdict"].get("required", [])) | {"schema"})
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m healthcheck.diagnose.verdict --write-schema | --check
+    text = schema_text()
+    if "--write-schema" in sys.argv:
+        SCHEMA_PATH.write_text(text)
+    elif SCHEMA_PATH.read_text() != text:
+        print(f"{SCHEMA_PATH} is stale: python -m healthcheck.diagnose.verdict --write-schema", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,505 @@
+"""Live collection (`healthcheck.diagnose.collect`) of real hung gloo jobs across the rig's hosts.
+
+tests/rig/jobs/hang_job.py runs 4 ranks, one per namespace host, started by torchrun (a
+c10d rendezvous at node1, one torchrun inside every host) or by srun on the rig's real
+Slurm. One rank misbehaves (see the job's docstring): (a) skips a collective, (b) sends
+a tensor of another size, (c) is SIGKILLed by this test, (d) sleeps in a named function,
+(e) is SIGSTOPped by this test, (f) the master port is taken. When the job is where it
+hangs, this test runs the collector on every host through the rig's sshd (`python -m
+healthcheck.diagnose.collect --job ID | --pids ...`, the venv's Python; the hosts share
+this machine's pid namespace and files, so the collector's network-namespace filter is
+what keeps each host to its own ranks), all hosts at once, and asserts what a diagnosis
+needs: every rank found with its number and host, healthy ranks inside a c10d collective,
+the odd one where it is (another collective, the named function, state T, absent),
+the failure text in the logs; and that collecting a 4-rank job takes less than 30 s
+(the issue's target; the time is printed).
+
+Every job is ended by this test, by pid (SIGCONT, then SIGKILL to the ranks it started;
+the launchers then exit), and the test asserts no process of the job is left.
+
+With HC_SAVE_LIVE_FIXTURES=1 each scenario's per-rank logs, the launcher's labelled
+output, py-spy's own JSON per rank and the collections are written to
+tests/fixtures/diagnose-live/<scenario>-<launcher>/ (see the README there).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from healthcheck.diagnose.collect import NodeCollection, decode_collection
+from healthcheck.parsers.py_spy import parse_py_spy
+from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch, torchrun_launch
+
+pytestmark = pytest.mark.rig
+
+NODES = ["node1", "node2", "node3", "node4"]
+BIN = Path(sys.executable).parent
+PYTHON = sys.executable
+TORCHRUN = BIN / "torchrun"
+JOB = Path(__file__).resolve().parents[1] / "rig" / "jobs" / "hang_job.py"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose-live"
+LAUNCH_TIMEOUT_S = 180  # backstop: launch() kills every rank after this
+HANG_WAIT_S = 90  # for every rank to reach the step where it hangs (4 torch imports on a small machine)
+COLLECT_BOUND_S = 30.0  # the issue's target for a 4-rank job
+GLOO_ENV = {"GLOO_SOCKET_IFNAME": "eth0"}
+_PORTS = itertools.count(random.randrange(32100, 32700, 50))
+
+
+def clean_env() -> dict[str, str]:
+    prefixes = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "OMPI_", "PMIX_", "PMI_", "TORCHELASTIC_")
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in names}
+
+
+@dataclass
+class Job:
+    scenario: str
+    launcher: str
+    out: Path
+    odd: int
+    results: dict[str, LaunchResult] = field(default_factory=dict)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+    extra_pids: list[int] = field(default_factory=list)  # processes the test started beside the job
+
+    def rank_info(self) -> dict[int, dict]:
+        out = {}
+        for f in self.out.glob("rank*.json"):
+            try:
+                d = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            out[d["rank"]] = d
+        return out
+
+    def log(self, rank: int) -> str:
+        f = self.out / f"rank{rank}.log"
+        return f.read_text(errors="replace") if f.exists() else ""
+
+    def launcher_output(self) -> str:
+        return "\n".join(f"===== {host}: rc {r.returncode} timed_out {r.timed_out}\n{r.stdout}\n{r.stderr}"
+                         for host, r in sorted(self.results.items()))
+
+
+def _start(job: Job, host: str, spec: Launch, env: dict[str, str], cwd: str | None = None) -> None:
+    def one() -> None:
+        try:
+            job.results[host] = launch(spec, timeout_s=LAUNCH_TIMEOUT_S, env=env, cwd=cwd, grace_s=2.0)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            job.errors[host] = exc
+
+    t = threading.Thread(target=one, daemon=True, name=f"{job.launcher}-{host}")
+    t.start()
+    job.threads.append(t)
+
+
+def program(job: Job, *extra: str) -> list[str]:
+    return [PYTHON, str(JOB), "--scenario", job.scenario, "--odd-rank", str(job.odd), "--out", str(job.out),
+            "--at", "3", *extra]
+
+
+def start_torchrun(net, tmp_path: Path, scenario: str, odd: int, *extra: str) -> Job:
+    job = Job(scenario, "torchrun", tmp_path / f"{scenario}-torchrun-{uuid.uuid4().hex[:6]}", odd)
+    job.out.mkdir()
+    endpoint = f"{net.host('node1').addr}:{next(_PORTS)}"
+    rdzv_id = f"hcdg-{uuid.uuid4().hex[:10]}"
+    for host in NODES:
+        spec = torchrun_launch(program(job, *extra), nproc_per_node=1, nnodes=len(NODES), rdzv_endpoint=endpoint,
+                               rdzv_id=rdzv_id, torchrun=str(TORCHRUN), no_python=True,
+                               log_dir=str(job.out / f"torchrun-{host}"), shutdown_timeout_s=3,
+                               extra=["--rdzv-conf=join_timeout=60", "--max-restarts=0"], env=GLOO_ENV)
+        _start(job, host, replace(spec, argv=(*net.nsenter_argv(host), *spec.argv)), clean_env())
+    return job
+
+
+def start_srun(slurm, net, tmp_path: Path, scenario: str, odd: int, port: int | None = None, *extra: str) -> Job:
+    job = Job(scenario, "srun", tmp_path / f"{scenario}-srun-{uuid.uuid4().hex[:6]}", odd)
+    job.out.mkdir()
+    env = {**GLOO_ENV, "MASTER_ADDR": net.host("node1").addr, "MASTER_PORT": str(port or next(_PORTS))}
+    spec = srun_launch(program(job, *extra), nodes=len(NODES), ntasks=len(NODES), ntasks_per_node=1,
+                       job_name=f"hcdg-{scenario}", immediate_s=30, env=env)
+    _start(job, "srun", spec, {**clean_env(), **slurm.env}, cwd=str(slurm.jobs_dir))
+    return job
+
+
+def wait_until(what: str, check, timeout: float, job: Job) -> None:
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if check():
+            return
+        if job.errors:
+            raise AssertionError(f"launcher failed: {job.errors}")
+        if job.threads and not any(t.is_alive() for t in job.threads):
+            break
+        time.sleep(0.25)
+    raise AssertionError(f"{job.scenario}/{job.launcher}: {what} did not happen within {timeout:g} s\n"
+                         + "\n".join(job.log(r) for r in range(len(NODES))) + job.launcher_output()[-4000:])
+
+
+def wait_hung(job: Job, settle_s: float = 1.5) -> None:
+    wait_until("every rank reaching the hang step",
+               lambda: all((job.out / f"rank{r}.hung").exists() for r in range(len(NODES))), HANG_WAIT_S, job)
+    time.sleep(settle_s)  # from the marker into the collective
+
+
+def collect(net, hosts_args: dict[str, list[str]]) -> tuple[dict[str, NodeCollection], float]:
+    """Run the collector on each host over SSH, all at once; ({host: collection}, wall seconds)."""
+    out: dict[str, NodeCollection] = {}
+    failures: dict[str, str] = {}
+
+    def one(host: str, args: list[str]) -> None:
+        argv = [*net.ssh_argv(host), PYTHON, "-m", "healthcheck.diagnose.collect", "--raw", "--timeout", "20",
+                *args]
+        r = subprocess.run(argv, capture_output=True, timeout=45, check=False)
+        try:
+            out[host] = decode_collection(r.stdout)
+        except Exception as exc:  # reported below
+            failures[host] = f"rc {r.returncode}: {exc}\n{r.stdout[-2000:]!r}\n{r.stderr[-2000:]!r}"
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(h, a), daemon=True) for h, a in hosts_args.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    elapsed = time.monotonic() - start
+    assert not failures, failures
+    return out, elapsed
+
+
+def by_job(job_id: str) -> dict[str, list[str]]:
+    return {h: ["--job", job_id] for h in NODES}
+
+
+def by_pids(job: Job) -> dict[str, list[str]]:
+    info = job.rank_info()
+    hosts: dict[str, list[str]] = {}
+    for d in info.values():
+        hosts.setdefault(d["host"], []).append(str(d["pid"]))
+    return {h: ["--pids", *pids] for h, pids in hosts.items()}
+
+
+def ranks_of(cols: dict[str, NodeCollection]) -> dict[int, tuple[str, object]]:
+    out: dict[int, tuple[str, object]] = {}
+    for host, c in cols.items():
+        for r in c.ranks:
+            assert r.rank is not None and r.rank not in out, (r.rank, host, out)
+            out[r.rank] = (host, r)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def job_processes(job: Job) -> list[int]:
+    """Live processes whose command line names this job's output directory (ranks, agents, srun)."""
+    marker = str(job.out).encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmd and _alive(int(entry)):
+                pids.append(int(entry))
+    return pids
+
+
+def end_job(job: Job) -> None:
+    """Stop the job: its ranks (by the pids they wrote), SIGCONT then SIGKILL; the launchers
+    then exit. Assert nothing of it is left."""
+    pids = [d["pid"] for d in job.rank_info().values()] + job.extra_pids
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        for pid in pids:
+            if _alive(pid):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+    for t in job.threads:
+        t.join(LAUNCH_TIMEOUT_S + 30)
+    deadline = time.monotonic() + 15
+    while job_processes(job) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = job_processes(job)
+    assert not left, f"processes of {job.scenario}/{job.launcher} left behind: {left}"
+    assert not [t.name for t in job.threads if t.is_alive()]
+
+
+def save_fixture(job: Job, cols: dict[str, NodeCollection], elapsed: float, note: str) -> None:
+    if os.environ.get("HC_SAVE_LIVE_FIXTURES") != "1":
+        return
+    d = FIXTURES / f"{job.scenario}-{job.launcher}"
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    for f in sorted(job.out.glob("rank*.log")):
+        shutil.copy(f, d / f.name)
+    (d / f"{job.launcher}-output.txt").write_text(job.launcher_output())
+    for host, c in sorted(cols.items()):
+        for r in c.ranks:
+            if r.py_spy_raw:
+                (d / f"py-spy-rank{r.rank}.json").write_text(r.py_spy_raw)
+        slim = replace_raw(c)
+        (d / f"collect-{host}.json").write_text(json.dumps(json.loads(slim.to_json()), indent=1) + "\n")
+    (d / "NOTE.txt").write_text(f"scenario {job.scenario}, launcher {job.launcher}, odd rank {job.odd}\n"
+                                f"collection of 4 hosts over SSH: {elapsed:.2f} s\n{note}\n")
+
+
+def replace_raw(c: NodeCollection) -> NodeCollection:
+    import msgspec
+
+    return msgspec.structs.replace(c, ranks=tuple(msgspec.structs.replace(r, py_spy_raw=None) for r in c.ranks))
+
+
+@pytest.fixture
+def net(fresh_netns_rig):
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed in this environment (hc[bandwidth])")
+    if not TORCHRUN.exists():
+        pytest.skip(f"no torchrun next to {sys.executable}")
+    if shutil.which("py-spy", path=str(BIN)) is None:
+        pytest.skip("py-spy is not installed in the venv (hc[test])")
+    return fresh_netns_rig
+
+
+@pytest.fixture
+def jobs():
+    started: list[Job] = []
+    yield started
+    problems = []
+    for job in started:
+        try:
+            end_job(job)
+        except AssertionError as exc:
+            problems.append(str(exc))
+    assert not problems, problems
+
+
+def assert_in_collective(r, name: str | None = "all_reduce") -> None:
+    assert r.stack is not None and r.stack.threads, r
+    assert r.collective == name if name else r.collective is not None, (r.rank, r.collective, r.user_frame)
+
+
+def assert_found(cols: dict[str, NodeCollection], ranks: list[int]) -> dict:
+    got = ranks_of(cols)
+    assert sorted(got) == ranks, {h: [(r.rank, r.pid) for r in c.ranks] for h, c in cols.items()}
+    for rank, (host, r) in got.items():
+        assert r.host == host == NODES[rank], (rank, host, r.host)  # one rank per host, rank i on node i+1
+        assert r.world_size == len(NODES)
+        assert r.py_spy_raw and parse_py_spy(r.py_spy_raw).threads  # py-spy's own JSON parses
+    return got
+
+
+# ------------------------------------------------------------------------------ torchrun
+
+
+def test_skip_torchrun(net, jobs, tmp_path):
+    """(a) rank 2 skips an all_reduce and waits in the next collective (broadcast)."""
+    job = start_torchrun(net, tmp_path, "skip", 2)
+    jobs.append(job)
+    wait_hung(job)
+    cols, elapsed = collect(net, by_pids(job))
+    got = assert_found(cols, [0, 1, 2, 3])
+    for rank, (_, r) in got.items():
+        if rank == 2:
+            assert_in_collective(r, "broadcast")
+            assert r.user_frame.startswith("sync_params (hang_job.py:"), r.user_frame
+        else:
+            assert_in_collective(r, "all_reduce")
+            assert r.user_frame.startswith("train_step (hang_job.py:"), r.user_frame
+        assert r.agent_pid is not None and r.state in ("S", "R")
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, "rank 2 skipped step 3's all_reduce; it waits in broadcast, 0,1,3 in all_reduce")
+    print(f"skip/torchrun: collected 4 hosts in {elapsed:.2f} s")
+
+
+def test_sleep_torchrun_by_agent_pid(net, jobs, tmp_path):
+    """(d) rank 1 sleeps in load_batch_slowly; collected through each host's torchrun agent pid."""
+    job = start_torchrun(net, tmp_path, "sleep", 1)
+    jobs.append(job)
+    wait_hung(job)
+    agents = {}
+    for d in job.rank_info().values():
+        ppid = int(Path(f"/proc/{d['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        agents[d["host"]] = ["--pids", str(ppid)]  # the agent stands for its ranks
+    cols, elapsed = collect(net, agents)
+    got = assert_found(cols, [0, 1, 2, 3])
+    for rank, (_, r) in got.items():
+        if rank == 1:
+            assert r.collective is None and r.user_frame.startswith("load_batch_slowly (hang_job.py:"), r
+        else:
+            assert_in_collective(r)
+        assert r.pid == job.rank_info()[rank]["pid"]
+    assert all(s.reason == "agent" for c in cols.values() for s in c.skipped), [c.skipped for c in cols.values()]
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, "rank 1 sleeps in load_batch_slowly at step 3; 0,2,3 wait in all_reduce")
+    print(f"sleep/torchrun: collected 4 hosts in {elapsed:.2f} s")
+
+
+def test_stop_torchrun(net, jobs, tmp_path):
+    """(e) rank 3 is SIGSTOPped: state T, its stack read without ptrace-stopping it."""
+    job = start_torchrun(net, tmp_path, "stop", 3)
+    jobs.append(job)
+    wait_hung(job)
+    pid = job.rank_info()[3]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    cols, elapsed = collect(net, by_pids(job))
+    got = assert_found(cols, [0, 1, 2, 3])
+    odd = got[3][1]
+    assert odd.state == "T" and odd.state_name == "stopped" and odd.py_spy_mode == "nonblocking", odd
+    assert odd.user_frame.startswith("wait_to_be_stopped (hang_job.py:"), odd.user_frame
+    for rank in (0, 1, 2):
+        assert_in_collective(got[rank][1])
+        assert got[rank][1].py_spy_mode == "blocking"
+    assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"  # still stopped
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, "rank 3 SIGSTOPped while in wait_to_be_stopped at step 3; 0,1,2 in all_reduce")
+    print(f"stop/torchrun: collected 4 hosts in {elapsed:.2f} s")
+
+
+def test_kill_torchrun(net, jobs, tmp_path):
+    """(c) rank 2 is SIGKILLed: absent from the collection; a survivor's log shows the peer loss."""
+    job = start_torchrun(net, tmp_path, "kill", 2, "--linger", "120")
+    jobs.append(job)
+    wait_hung(job)
+    pid = job.rank_info()[2]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    lost = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
+    wait_until("a survivor logging the peer loss",
+               lambda: any(lost.search(job.log(r)) for r in (0, 1, 3)), 30, job)
+    time.sleep(1.0)
+    cols, elapsed = collect(net, by_pids(job))
+    assert 2 not in ranks_of(cols)
+    assert any(e.kind == "process-gone" and e.pid == pid for e in cols["node3"].errors), cols["node3"].errors
+    got = assert_found({h: c for h, c in cols.items() if h != "node3"}, [0, 1, 3])
+    for _, r in got.values():  # each survivor either saw the loss (after_failure) or still waits in all_reduce
+        assert r.user_frame.startswith(("after_failure (hang_job.py:", "train_step (hang_job.py:")), r.user_frame
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, "rank 2 SIGKILLed by the test at step 3; survivors log the peer loss and "
+                                     "linger in after_failure (or still wait in all_reduce)")
+    print(f"kill/torchrun: collected in {elapsed:.2f} s; survivors: "
+          + ", ".join(f"{k}: {r.user_frame}" for k, (_, r) in got.items()))
+
+
+def test_size_torchrun(net, jobs, tmp_path):
+    """(b) rank 1's tensor has another size: gloo's receiver aborts, the text names the mismatch."""
+    job = start_torchrun(net, tmp_path, "size", 1, "--linger", "120")
+    jobs.append(job)
+    wait_hung(job, settle_s=0.5)
+    text = re.compile(r"Received data size doesn't match|op.preamble.length <= op.nbytes")
+    wait_until("the size mismatch being reported",
+               lambda: text.search("".join(job.log(r) for r in range(4)) + job.launcher_output()), 40, job)
+    time.sleep(2.0)
+    cols, elapsed = collect(net, by_pids(job))
+    got = ranks_of(cols)
+    assert got, "no rank left to collect"
+    for _, r in got.values():
+        assert r.stack is not None
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, f"rank 1 all_reduces 1025 floats at step 3, the others 1024; "
+                                     f"ranks still alive when collected: {sorted(got)}")
+    print(f"size/torchrun: alive {sorted(got)}: "
+          + ", ".join(f"{k}: {r.user_frame} [{r.collective}]" for k, (_, r) in sorted(got.items())))
+
+
+# ------------------------------------------------------------------------------ srun
+
+
+@pytest.fixture
+def slurm(fresh_slurm_rig, net):
+    return fresh_slurm_rig
+
+
+def test_sleep_srun_by_job_id(slurm, net, jobs, tmp_path):
+    """(d) under srun: the collector finds the ranks by the Slurm job id alone."""
+    job = start_srun(slurm, net, tmp_path, "sleep", 2)
+    jobs.append(job)
+    wait_hung(job)
+    job_id = job.rank_info()[0]["slurm_job_id"]
+    assert job_id
+    cols, elapsed = collect(net, by_job(job_id))
+    got = assert_found(cols, [0, 1, 2, 3])
+    for rank, (_, r) in got.items():
+        assert r.slurm_job_id == job_id and r.found_by in ("environ", "cgroup") and r.rank_source == "SLURM_PROCID"
+        if rank == 2:
+            assert r.user_frame.startswith("load_batch_slowly (hang_job.py:") and r.collective is None
+        else:
+            assert_in_collective(r)
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 2 sleeps in load_batch_slowly at step 3")
+    print(f"sleep/srun: collected 4 hosts by job id in {elapsed:.2f} s")
+
+
+def test_stop_srun_by_job_id(slurm, net, jobs, tmp_path):
+    """(e) under srun: a SIGSTOPped rank found by job id, state T."""
+    job = start_srun(slurm, net, tmp_path, "stop", 0)
+    jobs.append(job)
+    wait_hung(job)
+    os.kill(job.rank_info()[0]["pid"], signal.SIGSTOP)
+    job_id = job.rank_info()[0]["slurm_job_id"]
+    cols, elapsed = collect(net, by_job(job_id))
+    got = assert_found(cols, [0, 1, 2, 3])
+    assert got[0][1].state == "T" and got[0][1].user_frame.startswith("wait_to_be_stopped (hang_job.py:")
+    for rank in (1, 2, 3):
+        assert_in_collective(got[rank][1])
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 0 SIGSTOPped in wait_to_be_stopped at step 3")
+    print(f"stop/srun: collected 4 hosts by job id in {elapsed:.2f} s")
+
+
+def test_port_taken_srun(slurm, net, jobs, tmp_path):
+    """(f) the master port is held on node1: rank 0's store cannot listen (EADDRINUSE); the
+    other ranks wait in init_process_group."""
+    port = next(_PORTS)
+    holder = subprocess.Popen(
+        [*net.nsenter_argv("node1"), PYTHON, "-c",
+         "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(64); "
+         "print('held', flush=True); time.sleep(150)", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        job = start_srun(slurm, net, tmp_path, "port", 0, port, "--linger", "120", "--timeout", "120")
+        jobs.append(job)
+        taken = re.compile(r"EADDRINUSE|address already in use", re.I)
+        wait_until("rank 0 failing to listen", lambda: taken.search(job.log(0)), HANG_WAIT_S, job)
+        time.sleep(1.5)
+        job_id = job.rank_info()[0]["slurm_job_id"]
+        cols, elapsed = collect(net, by_job(job_id))
+        got = assert_found(cols, [0, 1, 2, 3])
+        assert got[0][1].user_frame.startswith("after_failure (hang_job.py:"), got[0][1].user_frame
+        for rank in (1, 2, 3):  # clients of the held port: inside init_process_group, no collective yet
+            r = got[rank][1]
+            frames = [f.name for t in r.stack.threads for f in t.frames]
+            assert "init_process_group" in " ".join(frames), (rank, frames)
+            assert not (job.out / f"rank{rank}.hung").exists()
+        assert "DistNetworkError" in job.log(0)
+        assert elapsed < COLLECT_BOUND_S, elapsed
+        save_fixture(job, cols, elapsed, f"Slurm job {job_id}; port {port} on node1 held by another process: "
+                                         "rank 0 cannot listen, ranks 1-3 wait in init_process_group")
+        print(f"port/srun: collected 4 hosts by job id in {elapsed:.2f} s")
+    finally:
+        holder.kill()
+        holder.wait(10)

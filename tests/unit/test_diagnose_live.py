@@ -1,0 +1,297 @@
+"""Live collections -> evidence -> verdict (healthcheck/diagnose/live.py), on the real
+collections saved from hung gloo jobs on the rig (tests/fixtures/diagnose-live/), and
+`hc diagnose job|pids` against a fake Slurm (scripts named in the config)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from support import FIXTURES, run_hc
+
+from healthcheck.diagnose.collect import (
+    CollectError,
+    DebugFiles,
+    NodeCollection,
+    RankProcess,
+    decode_collection,
+)
+from healthcheck.diagnose.live import (
+    NodeResult,
+    evidence_from_nodes,
+    fetch_argv,
+    local_fetcher,
+    parse_fetched,
+    parse_job,
+    srun_collect_argv,
+)
+from healthcheck.diagnose.sources import read_one
+from healthcheck.diagnose.verdict import build
+from healthcheck.runners.local import run_command
+
+LIVE = FIXTURES / "diagnose-live"
+
+# scenario -> (class, odd ranks) from the collections alone
+EXPECTED = {
+    "skip-torchrun": ("collective-mismatch", [2]),
+    "size-torchrun": ("dead-rank", [1]),  # the rank gloo aborted (SIGABRT) is gone; the text is in torchrun's stderr
+    "kill-torchrun": ("dead-rank", [2]),
+    "sleep-torchrun": ("stuck-rank", [1]),
+    "stop-torchrun": ("stuck-rank", [3]),
+    "sleep-srun": ("stuck-rank", [2]),
+    "stop-srun": ("stuck-rank", [0]),
+    "port-srun": ("init-failure", [0]),
+}
+
+
+def collections(name: str) -> list[NodeCollection]:
+    return [decode_collection(f.read_bytes()) for f in sorted((LIVE / name).glob("collect-node*.json"))]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_collections_name_the_class_and_the_odd_rank(name):
+    live = evidence_from_nodes(collections(name), job=name)
+    v = build(live.collected)
+    cls, odd = EXPECTED[name]
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == (cls, odd), (v.summary, v.notes)
+    for o in v.odd_ranks:  # never a healthy rank; the odd one with its host
+        assert o.host == f"node{o.rank + 1}" or o.rank in live.missing
+    ev = live.collected.evidence
+    for rank, r in ev.ranks.items():
+        if rank not in live.missing:
+            assert r.host == f"node{rank + 1}" and r.pid and r.world_size == 4 and r.alive and r.stack is not None
+
+
+@pytest.mark.parametrize("name", ["kill-torchrun", "port-srun", "stop-torchrun", "sleep-srun"])
+def test_collections_with_the_logs_saved_beside_them(name):
+    """The live evidence plus the logs the job wrote (what a debug file read would add): same odd rank."""
+    live = evidence_from_nodes(collections(name), job=name)
+    col = live.collected
+    for f in sorted((LIVE / name).glob("*.log")) + sorted((LIVE / name).glob("*-output.txt")):
+        read_one(f, col, 2026)
+    v = build(col)
+    assert [o.rank for o in v.odd_ranks] == EXPECTED[name][1], v.summary
+    assert v.cls == EXPECTED[name][0], v.summary
+
+
+def test_stopped_rank_is_stuck_evidence():
+    live = evidence_from_nodes(collections("stop-torchrun"), job="stop")
+    r3 = live.collected.evidence.ranks[3]
+    assert r3.state == "stopped" and r3.alive
+    v = build(live.collected)
+    assert v.confidence == "high" and "state T" in v.summary
+    assert any("stopped (state T)" in e.text for f in v.findings for e in f.evidence)
+    assert next(row for row in v.ranks if row.rank == 3).state == "stopped"
+
+
+def test_missing_rank_is_named_and_a_silent_node_is_not_a_death():
+    cols = collections("sleep-torchrun")
+    without = [c for c in cols if c.host != "node3"]  # rank 2 was on node3
+    live = evidence_from_nodes(without, job="x")
+    assert live.missing == [2]
+    assert live.collected.evidence.ranks[2].state == "missing"
+    v = build(live.collected)
+    assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [2]
+    # node3 did not answer: rank 2 may be there, so it is not called dead
+    silent = evidence_from_nodes([*without, NodeResult("node3", None, "no answer within 25 s")], job="x")
+    assert silent.missing == []
+    v = build(silent.collected)
+    assert v.cls != "dead-rank" and 2 not in [o.rank for o in v.odd_ranks]
+    assert any(u.source == "node3" and "did not answer" in u.why for u in v.unreadable)
+
+
+def _rank(pid: int, rank: int, state: str = "S", **kw) -> RankProcess:
+    return RankProcess(pid=pid, host="h1", state=state, state_name={"S": "sleeping", "T": "stopped"}[state],
+                       rank=rank, local_rank=rank, world_size=2, **kw)
+
+
+def test_py_spy_errors_are_reasons_with_the_fix():
+    c = NodeCollection(host="h1", collected_at="2026-01-01T00:00:00Z",
+                       ranks=(_rank(11, 0, cuda_visible_devices="0,1"), _rank(12, 1, cuda_visible_devices="0,1")),
+                       errors=(CollectError("ptrace-denied", "py-spy was refused ptrace on pid 11",
+                                            fix="run hc as root, or give it CAP_SYS_PTRACE", pid=11, rank=0),
+                               CollectError("py-spy-timeout", "py-spy dump of pid 12 took more than 10 s",
+                                            fix="retry with a longer --timeout", pid=12)),
+                       py_spy="/usr/bin/py-spy")
+    ev = evidence_from_nodes([c], job="x").collected.evidence
+    assert "CAP_SYS_PTRACE" in ev.ranks[0].stack_error and "ptrace" in ev.ranks[0].stack_error
+    assert "longer --timeout" in ev.ranks[1].stack_error
+    assert ev.ranks[0].gpu.startswith("GPU 0") and ev.ranks[1].gpu.startswith("GPU 1")
+    missing = NodeCollection(host="h2", collected_at="2026-01-01T00:00:00Z", ranks=(_rank(13, 0),),
+                             errors=(CollectError("py-spy-missing", "py-spy not found", fix="pip install py-spy"),))
+    live = evidence_from_nodes([missing], job="x")
+    assert any("pip install py-spy" in u.why for u in live.collected.evidence.unreadable)
+    assert "pip install py-spy" in live.collected.evidence.ranks[0].stack_error
+    v = build(live.collected)  # no stacks at all: a verdict, never a traceback
+    assert v.cls
+
+
+def test_debug_files_are_read_bounded_and_parsed(tmp_path):
+    nccl = FIXTURES / "diagnose"
+    some_log = next((p for p in sorted(nccl.rglob("*")) if p.is_file() and p.suffix in (".log", ".txt")), None)
+    err = tmp_path / "error.json"
+    err.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
+        "py_callstack": "Traceback ...", "timestamp": "1760000000"}}}))
+    c = NodeCollection(host="h1", collected_at="2026-01-01T00:00:00Z", ranks=(
+        _rank(11, 0, debug_files=DebugFiles(elastic_error=str(err), flight_recorder=str(tmp_path / "fr_0"),
+                                            nccl_debug=str(some_log) if some_log else None)),
+        _rank(12, 1, debug_files=DebugFiles(nccl_debug=str(tmp_path / "absent.log")))))
+    live = evidence_from_nodes([c], job="x", fetch=local_fetcher)
+    ev = live.collected.evidence
+    assert [e.message for e in ev.error_files] == ["ValueError: bad batch"] and ev.error_files[0].rank == 0
+    assert ev.error_files[0].source == f"h1:{err}"
+    assert any("absent.log" in u.source and "no such file" in u.why for u in ev.unreadable)
+    assert not any("fr_0" in u.source for u in ev.unreadable)  # a Flight Recorder dump is written only on demand
+    # not fetched at all: listed, not read
+    ev2 = evidence_from_nodes([c], job="x").collected.evidence
+    assert any("not fetched" in u.why for u in ev2.unreadable)
+    # the file cap
+    ev3 = evidence_from_nodes([c], job="x", fetch=local_fetcher, max_files=1).collected.evidence
+    assert sum("more than 1 debug files" in u.why for u in ev3.unreadable) == (3 if some_log else 2)
+
+
+def test_fetch_script_round_trip_binary_and_cap(tmp_path):
+    blob = tmp_path / "fr_dump_0"
+    blob.write_bytes(bytes(range(256)) * 40)
+    text = tmp_path / "nccl.log"
+    text.write_text("h:1:1 [0] NCCL INFO hello\n" * 3)
+    paths = [str(blob), str(text), str(tmp_path / "nope"), str(tmp_path / "with space")]
+    r = run_command(fetch_argv(paths, max_bytes=1000), timeout_s=10)
+    got = parse_fetched(r.stdout, paths)
+    assert got[str(blob)] == (bytes(range(256)) * 40)[:1000]
+    assert got[str(text)] == text.read_bytes()
+    assert "no such file" in str(got[str(tmp_path / "nope")])
+    assert isinstance(got[str(tmp_path / "with space")], str)
+
+
+def test_parse_job_and_srun_argv():
+    line = ("JobId=42 JobName=train UserId=u(1) JobState=RUNNING Reason=None NodeList=node[1-4] NumNodes=4 "
+            "NumTasks=4 StartTime=2026-11-23T07:00:00 EndTime=Unknown StdErr=/j/42.err StdIn=/dev/null "
+            "StdOut=/j/42.out")
+    j = parse_job(line, "42")
+    assert j is not None and j.running and j.nodes == "node[1-4]" and j.num_tasks == 4
+    assert j.output_files == ["/j/42.out", "/j/42.err"]
+    assert parse_job(line, "43") is None
+    done = parse_job(line.replace("RUNNING", "COMPLETED"), "42")
+    assert done is not None and not done.running
+    argv = srun_collect_argv("srun", "42", "node2", ["hc", "diagnose", "collect", "--job", "42"])
+    assert "--overlap" in argv and "--jobid=42" in argv and "--nodelist=node2" in argv and "--gres=none" in argv
+    assert argv[-5:] == ["hc", "diagnose", "collect", "--job", "42"]
+
+
+# ------------------------------------------------------------------- hc diagnose job (fake Slurm)
+
+
+def fake_slurm(tmp_path: Path, show: str, rc: int = 0, srun_body: str = "exit 1") -> Path:
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\ncat <<'EOF'\n{show}\nEOF\nexit {rc}\n")
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n" + srun_body + "\n")
+    for f in (scontrol, srun):
+        f.chmod(0o755)
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {scontrol}\n  srun: {srun}\n  remote_hc: {sys.executable} -m healthcheck\n"
+                   "  retries: 1\n")
+    return cfg
+
+
+def test_job_that_does_not_exist(tmp_path):
+    cfg = fake_slurm(tmp_path, "slurm_load_jobs error: Invalid job id specified", rc=1)
+    r = run_hc("diagnose", "job", "999999", "--config", str(cfg))
+    assert r.returncode == 4, r.stderr
+    out = r.stdout.decode()
+    assert out.count("\n") == 1 and "no such job" in out and "hc diagnose logs" in out
+
+
+def test_job_that_has_ended_points_at_logs(tmp_path):
+    cfg = fake_slurm(tmp_path, "JobId=7 JobName=t JobState=FAILED Reason=NonZeroExitCode NodeList=node1 "
+                               "EndTime=2026-11-23T08:00:00 StdErr=/j/7.err StdOut=/j/7.out")
+    r = run_hc("diagnose", "job", "7", "--config", str(cfg))
+    assert r.returncode == 3, r.stderr
+    out = r.stdout.decode()
+    assert out.count("\n") == 1 and "has ended (FAILED" in out and "hc diagnose logs /j/7.out /j/7.err" in out
+
+
+def test_job_without_slurm(tmp_path):
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {tmp_path}/no-scontrol\n")
+    r = run_hc("diagnose", "job", "5", "--config", str(cfg))
+    assert r.returncode == 4 and b"not found" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_job_with_a_node_that_does_not_answer(tmp_path):
+    """node1 answers with a real collection (stop-torchrun's), node2 hangs past the bound,
+    node3's step fails: a verdict within the bound naming the silent nodes, never a hang."""
+    good = LIVE / "stop-torchrun"
+    body = textwrap.dedent(f"""\
+        for a; do case "$a" in --nodelist=*) node="${{a#--nodelist=}}";; esac; done
+        case "$node" in
+          node1) cat {good}/collect-node1.json | tr -d '\\n'; echo;;
+          node2) exec sleep 60;;
+          node3) echo "srun: error: Unable to create step for job 9: Requested nodes are busy" >&2; exit 1;;
+          node4) cat {good}/collect-node4.json | tr -d '\\n'; echo;;
+        esac""")
+    cfg = fake_slurm(tmp_path, "JobId=9 JobName=t JobState=RUNNING Reason=None NodeList=node[1-4] NumTasks=4",
+                     srun_body=body)
+    start = time.monotonic()
+    r = run_hc("diagnose", "job", "9", "--config", str(cfg), "--timeout", "1", "--startup-timeout", "2",
+               "--format", "json", timeout=60)
+    elapsed = time.monotonic() - start
+    v = json.loads(r.stdout)
+    assert r.returncode in (0, 3), r.stderr
+    assert elapsed < 15, elapsed
+    why = {u["source"]: u["why"] for u in v["unreadable"]}
+    assert "no answer within" in why["node2"] and "Requested nodes are busy" in why["node3"]
+    # ranks 1 and 2 may be on the silent nodes: not called dead
+    assert v["class"] != "dead-rank"
+    assert 3 in [o["rank"] for o in v.get("odd_ranks", [])] or v["class"] == "unknown"
+
+
+def test_pids_of_this_machine(tmp_path):
+    """Two real 'ranks' (RANK/WORLD_SIZE set) of a 3-rank world, one SIGSTOPped: rank 2 is
+    missing (dead-rank), rank 1 stopped; by pid and by --local."""
+    procs = []
+    try:
+        for rank in (0, 1):
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank),
+                   "HC_TEST_MARK": str(tmp_path)}
+            procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env))
+        time.sleep(0.5)
+        os.kill(procs[1].pid, signal.SIGSTOP)
+        r = run_hc("diagnose", "pids", *(str(p.pid) for p in procs), "--format", "json", "--timeout", "10")
+        assert r.returncode == 0, r.stderr
+        v = json.loads(r.stdout)
+        assert v["class"] == "dead-rank" and [o["rank"] for o in v["odd_ranks"]] == [2]
+        states = {row["rank"]: row.get("state") for row in v["ranks"]}
+        assert states[1] == "stopped" and states[2] == "missing"
+        r = run_hc("diagnose", "pids", "--local", "--format", "json", "--timeout", "10")
+        v = json.loads(r.stdout)
+        assert r.returncode in (0, 3), r.stderr
+        seen = {row["pid"] for row in v["ranks"] if row.get("pid")} | {
+            int(u["source"].rsplit(" ", 1)[1]) for u in v.get("unreadable", []) if ": pid " in u["source"]}
+        assert seen >= {p.pid for p in procs}  # (other rank processes on a shared machine claim ranks too)
+        r = run_hc("diagnose", "pids", "--local", "1")
+        assert r.returncode == 4 and b"not both" in r.stderr  # hc maps usage errors to 4
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait(10)
+
+
+def test_node_collection_json_is_what_job_reads():
+    from healthcheck.diagnose.live import decode_node
+
+    raw = (LIVE / "stop-srun" / "collect-node1.json").read_text()
+    line = json.dumps(json.loads(raw))
+    assert decode_node("node1", "srun: warning: noise\n" + line + "\n") == msgspec.json.decode(
+        line, type=NodeCollection)
+    assert decode_node("node1", "garbage\n{not json") is None
