@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "corpus"
@@ -14,6 +16,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 def corpus_files(folder: str) -> list[Path]:
     return sorted((CORPUS / folder).glob("*.txt"))
+
+
+def best_time(fn: Callable[[Any], Any], arg: Any, runs: int = 3) -> float:
+    """The fastest of `runs` calls of fn(arg), in seconds, a ParseError counting as done:
+    linear-time tests compare a 10x input's best with a 1x one's, measured alike."""
+    import gc
+    import time
+
+    from healthcheck.core.errors import ParseError
+
+    took = []
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        try:
+            fn(arg)
+        except ParseError:
+            pass
+        took.append(time.perf_counter() - start)
+    return min(took)
 
 
 def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,

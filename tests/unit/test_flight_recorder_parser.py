@@ -4,14 +4,13 @@ text (torchfrtrace, NVRx), and hostile dumps: a pickle that would run code runs 
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import time
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES
+from support import CORPUS, FIXTURES, best_time
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -396,17 +395,7 @@ def test_rank_from_filename():
 
 
 def _best(parse, data, runs: int = 3) -> float:
-    gc.collect()
-    took = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        try:
-            parse(data)
-        except ParseError:
-            pass
-        took.append(time.perf_counter() - start)
-    return min(took)
-
+    return best_time(parse, data, runs)
 
 def _big_dump(n: int) -> bytes:
     entry = {"record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1,

@@ -5,14 +5,11 @@ garbage, linear time and the JSON round trip."""
 
 from __future__ import annotations
 
-import gc
-import time
-
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import CORPUS, FIXTURES
+from support import CORPUS, FIXTURES, best_time
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.nccl_log import (
@@ -570,17 +567,7 @@ def test_huge_numbers_and_long_fields_are_no_crash():
 
 
 def _best(text: str, runs: int = 3) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        gc.collect()
-        start = time.perf_counter()
-        try:
-            parse_nccl_log(text)
-        except ParseError:
-            pass
-        best = min(best, time.perf_counter() - start)
-    return best
-
+    return best_time(parse_nccl_log, text, runs)
 
 NEAR_MISSES = [
     "h:1:2 [0] NCCL INF", "h:x:2 [0] NCCL INFO comm 0x1", " NCCL INFO ", "h:1:2 [0] NCCL WARN NET/IB : Got completion ",

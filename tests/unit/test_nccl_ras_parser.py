@@ -5,12 +5,9 @@ wording, the 2.29+ JSON), ncclras's own errors, garbage and hostile sizes."""
 
 from __future__ import annotations
 
-import gc
-import time
-
 import msgspec
 import pytest
-from support import FIXTURES
+from support import FIXTURES, best_time
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -224,17 +221,7 @@ def test_garbage_is_a_short_parse_error(text):
 
 
 def _best(text: str, runs: int = 3) -> float:
-    gc.collect()
-    took = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        try:
-            parse_nccl_ras(text)
-        except ParseError:
-            pass
-        took.append(time.perf_counter() - start)
-    return min(took)
-
+    return best_time(parse_nccl_ras, text, runs)
 
 def test_rank_lines_cost_linear_time():
     head = read("derived-2.28-mismatch-allreduce-one-rank-behind.txt")

@@ -4,15 +4,13 @@ lines, failures, launchers, garbage and hostile sizes."""
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import FIXTURES, run_hc
+from support import FIXTURES, best_time, run_hc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -563,14 +561,7 @@ def test_arbitrary_text_is_facts_or_a_parse_error(text):
 
 
 def _best(text: str, runs: int = 3) -> float:
-    took = []
-    for _ in range(runs):
-        gc.collect()
-        start = time.perf_counter()
-        parse_nccl_tests(text, "all_reduce")
-        took.append(time.perf_counter() - start)
-    return min(took)
-
+    return best_time(lambda t: parse_nccl_tests(t, "all_reduce"), text, runs)
 
 def test_rows_cost_linear_time():
     """200,000 rows against 20,000 (no absolute time: the machine is shared): linear is

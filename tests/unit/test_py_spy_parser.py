@@ -5,12 +5,9 @@ hostile sizes."""
 
 from __future__ import annotations
 
-import gc
-import time
-
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES
+from support import CORPUS, FIXTURES, best_time
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -299,17 +296,7 @@ def test_garbage_is_a_short_parse_error(text):
 
 
 def _best(text: str, runs: int = 3) -> float:
-    gc.collect()
-    took = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        try:
-            parse_py_spy(text)
-        except ParseError:
-            pass
-        took.append(time.perf_counter() - start)
-    return min(took)
-
+    return best_time(parse_py_spy, text, runs)
 
 def test_frames_cost_linear_time():
     """10x the frames costs ~10x (never against an absolute time: the machine is shared)."""
