@@ -242,8 +242,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     answer is named, never waited for), takes every rank's state and py-spy stack, reads the
     debug files the ranks were given, and prints one verdict as `hc diagnose logs` does.
     A job that is pending or has ended is answered in one line (for an ended job: the
-    `hc diagnose logs` command for its output files). Not done here: the nodes' kernel logs
-    (OOM kills, Xid) in the job's window."""
+    `hc diagnose logs` command for its output files). Each node also reads its kernel log
+    from the job's start: OOM kills, Xid and HCA link events in the job's window."""
     from healthcheck.actions.slurm import SlurmClient
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
@@ -282,7 +282,7 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
                        + (f"{files} <its per-rank logs>" if files else "<its output and per-rank logs>"))
         return int(ExitCode.ERROR)
     nodes = expand([info.nodes])
-    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native)
+    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native, since=info.start_epoch)
     close: Callable[[], None] = lambda: None  # noqa: E731
     if via == "srun":
         env_hc = cfg.slurm.remote_hc

@@ -469,6 +469,10 @@ def _network(col: Collected, out: Analysis) -> None:
                     first = (w, n.source)
     if not items:
         return
+    # HCA link events in the job's window (kernel log): the link's side of the same failure. Alone
+    # they make no finding: a port that flapped is not proof that this job's traffic used it
+    items.extend(Evidence(source=k.source, line=k.line, text=k.text, time=k.time)
+                 for k in col.evidence.kernel if k.kind == "link")
     if first is not None:
         w = first[0]
         link = f"hca {w.hca or '?'} on {w.host} to peer {w.peer or '?'}"

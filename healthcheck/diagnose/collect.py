@@ -38,6 +38,19 @@ SIGSTOPped rank. Zombies are not dumped.
 
 Optional: NCCL's RAS service on 127.0.0.1:28028 (`ras_client.query_ras`), parsed by
 parsers.nccl_ras; connection refused is absent evidence, not an error.
+
+The node's kernel log in the job's window (`NodeCollection.kernel`): read through hc's
+kernel-log reader (probes.gpu.read_kernel_log: /dev/kmsg, then `dmesg --time-format iso`,
+then the journal since the window's start), bounded in time and size, from the job's
+start: `since` when given, else the earliest start (/proc/PID/stat) of the job's
+processes on this node, else SLURM_JOB_START_TIME where this collector runs in the job.
+Kept: OOM kills (`Out of memory: Killed process PID (...)`, `Memory cgroup out of
+memory: ...`, with the Slurm job the kernel's `oom-kill:` line names from the killed
+task's memory cgroup), NVIDIA Xid and SXid lines (parsers.xid), and mlx5 link events
+(`mlx5_core ... Link down|up`, port state changes, port module events). Lines stamped
+before the window, and lines with no time at all, are dropped (counted): stale events
+must not make a diagnosis. A kernel log no source could read, or a window no process
+says, is a note in the result (`KernelLog.note`), not an error.
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as _dt
+import math
 import os
 import re
 import shutil
@@ -58,11 +72,15 @@ from typing import Literal
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.ras_client import DEFAULT_HOST, DEFAULT_PORT, RasOutcome, query_ras
+from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, PySpyThread, parse_py_spy
-from healthcheck.runners.local import run_command
+from healthcheck.parsers.xid import parse_kernel_log
+from healthcheck.probes.gpu import MAX_SINCE, Source, command_source, read_kernel_log
+from healthcheck.runners.local import LocalRunner, run_command
 
 MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read (the kernel allows far more; ranks never need it)
 MAX_CMDLINE = 4096
@@ -74,6 +92,10 @@ DEFAULT_PARALLEL = 8
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_PER_RANK_TIMEOUT_S = 10.0
 DEFAULT_RAS_TIMEOUT_S = 5.0
+KERNEL_TIMEOUT_S = 5.0  # for one kernel-log source (dmesg, journalctl)
+MAX_KERNEL_TEXT = 32 << 20  # characters of a kernel log looked at (the ring buffer is far smaller)
+MAX_KERNEL_EVENTS = 200  # kept per node (the first in the window; the rest counted)
+KERNEL_SLACK_S = 1.0  # a line stamped this much before the window still counts (clock rounding)
 
 ErrorKind = Literal[
     "py-spy-missing",  # no py-spy binary: nothing was dumped on this node
@@ -190,6 +212,39 @@ class RasEvidence(msgspec.Struct, frozen=True, omit_defaults=True):
     duration_s: float = 0.0
 
 
+KernelKind = Literal["oom-kill", "xid", "link"]
+
+
+class KernelLine(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One kernel log event in the job's window: an OOM kill, an Xid/SXid, an mlx5 link event."""
+
+    kind: KernelKind
+    text: str  # the line as read (clipped)
+    line: int  # its number in the log as read (1-based)
+    time: float | None = None  # epoch seconds
+    pid: int | None = None  # the process it names (the OOM victim, the Xid's process)
+    process: str = ""  # that process's name, where the line says
+    job: str | None = None  # OOM kills: the Slurm job its memory cgroup names (the kernel's oom-kill: line)
+    xid: int | None = None
+    pci_bus_id: str = ""
+    device: str = ""  # link events: the mlx5 device / interface the line names
+
+
+class KernelLog(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The node's kernel log in the job's window, or why it was not read (`note`)."""
+
+    since: float | None = None  # the window's start, epoch seconds (None: not known, not read)
+    since_from: str = ""  # "argument", "process 1234", "SLURM_JOB_START_TIME"
+    source: str | None = None  # "/dev/kmsg", "dmesg --time-format iso", ...; None: not read
+    lines: int = 0  # kernel lines read
+    events: tuple[KernelLine, ...] = ()
+    dropped_before: int = 0  # events stamped before the window
+    dropped_untimed: int = 0  # events with no time (cannot be placed in the window)
+    dropped_over: int = 0  # events past MAX_KERNEL_EVENTS
+    note: str | None = None  # why the log was not read, or what limits what it says
+    duration_s: float = 0.0
+
+
 class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
     """What one node holds of a job, right now."""
 
@@ -204,6 +259,7 @@ class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
     skipped: tuple[SkippedProcess, ...] = ()
     py_spy: str | None = None  # the py-spy binary used (None: none found, or not asked)
     ptrace_scope: int | None = None  # kernel.yama.ptrace_scope where the file exists
+    kernel: KernelLog | None = None  # None: not asked
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)
@@ -666,6 +722,196 @@ def ask_ras(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float
                        x.duration_s)
 
 
+# ------------------------------------------------------------------------------ kernel log
+
+KERNEL_FIX = ("run the collector as root or with CAP_SYSLOG (kernel.dmesg_restrict=1 refuses others /dev/kmsg "
+              "and dmesg), or add its user to the systemd-journal group")
+# mm/oom_kill.c: "%s: Killed process %d (%s) total-vm:..." with %s "Out of memory" (and
+# " (oom_kill_allocating_task)") or "Memory cgroup out of memory"; kernels before 4.19 also
+# print the bare "Killed process N (comm)" after "Kill process N (comm) score S or sacrifice child"
+_OOM_KILLED = re.compile(r"Killed process (?P<pid>\d{1,10}) \((?P<name>[^)]{0,64})\)")
+# 4.19+: "oom-kill:constraint=...,oom_memcg=...,task_memcg=/slurm/uid_0/job_5/step_0/task_0,task=python3,pid=1234,"
+_OOM_INFO = re.compile(r"oom-kill:\S{0,2048}?task_memcg=(?P<memcg>[^,\s]{0,1024})\S{0,512}?,pid=(?P<pid>\d{1,10})")
+_LINK_WORDS = re.compile(r"\blink (?:is )?(?:down|up)\b|\bport module event\b|\bport (?:\d{1,3} )?state\b"
+                         r"|\bphysical port state\b|\bstate change\b|\bport \d{1,3} change\b", re.I)
+_LINK_DEVICE = re.compile(r"mlx5_core (?P<pci>[0-9a-fA-F:.]{7,16})(?: (?P<ifname>[^\s:]{1,32}))?:"
+                          r"|\b(?P<ib>mlx5_\d{1,3})\b")
+_KERNEL_WORDS = ("Killed process", "oom-kill:", "NVRM", "SXid", "mlx5")
+
+
+def machine_boot_time(proc: str = "/proc") -> float | None:
+    """This boot's start (epoch seconds) from {proc}/stat's btime, None when unreadable."""
+    from healthcheck.parsers.procfs import parse_boot_time
+
+    data = _read_small(f"{proc}/stat", 1 << 20)
+    return parse_boot_time(data.decode("ascii", errors="replace")) if data else None
+
+
+def process_start(pid: int, proc: str = "/proc", boot: float | None = None) -> float | None:
+    """When a process started (epoch seconds): /proc/PID/stat's starttime (clock ticks after
+    boot) + the boot time; None when either is unreadable."""
+    boot = machine_boot_time(proc) if boot is None else boot
+    data = _read_small(f"{proc}/{pid}/stat", 4096)
+    if boot is None or not data:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # field 3 (state) is fields[0]; starttime is field 22
+    if len(fields) < 20 or not fields[19].isdigit():
+        return None
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        ticks = 100
+    return boot + int(fields[19]) / max(1, ticks)
+
+
+def kernel_sources(timeout_s: float = KERNEL_TIMEOUT_S, since: float | None = None, root: str = "/") -> list[Source]:
+    """hc's kernel-log sources, in order: /dev/kmsg, `dmesg --time-format iso`, plain dmesg,
+    the journal (from `since` only, so a long boot's journal is not read whole)."""
+    from healthcheck.probes.gpu import _kmsg_source  # the gpu.xid probe's own /dev/kmsg reader
+
+    ctx = ProbeContext(runner=LocalRunner(), root=Path(root), timeout_s=timeout_s)
+    journal: tuple[str, ...] = ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q")
+    if since is not None:
+        journal += ("--since", f"@{int(since)}")
+    return [_kmsg_source(ctx), command_source(ctx, ("dmesg", "--time-format", "iso")),
+            command_source(ctx, ("dmesg",)), command_source(ctx, journal)]
+
+
+def kernel_events(text: str, since: float, *, boot: float | None = None, year: int | None = None,
+                  max_events: int = MAX_KERNEL_EVENTS) -> tuple[list[KernelLine], int, int, int]:
+    """The OOM kills, Xid/SXid and mlx5 link events of a kernel log stamped at or after
+    `since` (less KERNEL_SLACK_S): (events in log order, dropped before the window, dropped
+    without a time, dropped past max_events)."""
+    lines = text[:MAX_KERNEL_TEXT].split("\n")
+    found: list[tuple[int, KernelLine]] = []
+    nvidia: list[tuple[int, str]] = []
+    oom_job: dict[int, str] = {}
+    for number, raw in enumerate(lines, 1):
+        if not any(w in raw for w in _KERNEL_WORDS):
+            continue
+        line = raw[:4096]
+        if "NVRM" in line or "SXid" in line:
+            nvidia.append((number, raw))
+            continue
+        stamp, body = split_prefix(line, boot, year)
+        m = _OOM_INFO.search(body)
+        if m:
+            job = cgroup_job(m.group("memcg"))
+            if job is not None:
+                oom_job[int(m.group("pid"))] = job
+            continue
+        m = _OOM_KILLED.search(body)
+        if m:
+            pid = int(m.group("pid"))
+            found.append((number, KernelLine("oom-kill", clip(body.strip(), 300), number, stamp.time, pid=pid,
+                                             process=m.group("name"), job=oom_job.get(pid))))
+            continue
+        if "mlx5" in body and _LINK_WORDS.search(body):
+            d = _LINK_DEVICE.search(body)
+            device = (d.group("ib") or " ".join(x for x in (d.group("pci"), d.group("ifname")) if x)) if d else ""
+            found.append((number, KernelLine("link", clip(body.strip(), 300), number, stamp.time, device=device)))
+    if nvidia:
+        found.extend(_nvidia_events(nvidia, boot, year))
+    found.sort(key=lambda x: x[0])
+    kept: list[KernelLine] = []
+    before = untimed = over = 0
+    for _, e in found:
+        if e.time is None:
+            untimed += 1
+        elif e.time < since - KERNEL_SLACK_S:
+            before += 1
+        elif len(kept) >= max_events:
+            over += 1
+        else:
+            kept.append(e)
+    return kept, before, untimed, over
+
+
+def _nvidia_events(nvidia: list[tuple[int, str]], boot: float | None, year: int | None) \
+        -> list[tuple[int, KernelLine]]:
+    try:
+        log = parse_kernel_log("\n".join(raw for _, raw in nvidia), boot_time=boot, year=year)
+    except ParseError:
+        return []
+    numbers: dict[str, list[int]] = {}
+    for number, raw in nvidia:
+        numbers.setdefault(raw, []).append(number)
+
+    def number_of(raw: str) -> int:
+        left = numbers.get(raw)
+        return left.pop(0) if left else 0
+
+    out: list[tuple[int, KernelLine]] = []
+    for x in log.xids:
+        n = number_of(x.line)
+        out.append((n, KernelLine("xid", clip(split_prefix(x.line, None, None)[1].strip(), 300), n, x.time,
+                                  pid=x.pid, process=x.process or "", xid=x.code, pci_bus_id=x.pci_bus_id or "")))
+    seen: set[tuple[int, str | None]] = set()
+    for sx in log.sxids:
+        n = number_of(sx.line)
+        if sx.severity is None and (sx.code, sx.pci_bus_id) in seen:
+            continue  # its "Severity ..." / "Data {...}" lines repeat the event
+        seen.add((sx.code, sx.pci_bus_id))
+        out.append((n, KernelLine("xid", clip(split_prefix(sx.line, None, None)[1].strip(), 300), n, sx.time,
+                                  xid=sx.code, pci_bus_id=sx.pci_bus_id or "", device=sx.switch or "")))
+    for f in log.faults:
+        n = number_of(f.line)
+        out.append((n, KernelLine("xid", clip(split_prefix(f.line, None, None)[1].strip(), 300), n, f.time,
+                                  pci_bus_id=f.pci_bus_id or "")))
+    return out
+
+
+def read_kernel(since: float | None, *, since_from: str = "", sources: Sequence[Source] | None = None,
+                timeout_s: float = KERNEL_TIMEOUT_S, boot: float | None = None, year: int | None = None) -> KernelLog:
+    """The node's kernel events in the window from `since` (see the module's docstring). A
+    log no source could read, or no window, is a KernelLog with `note`, never an exception."""
+    start = time.monotonic()
+    if since is not None and not (math.isfinite(since) and 0 <= since <= MAX_SINCE):
+        return KernelLog(note=f"kernel log not read: since={since!r} is not a usable time")
+    if since is None:
+        return KernelLog(note="kernel log not read: the job's start is not known on this node (no process of it "
+                              "here); give --since")
+    srcs = list(sources) if sources is not None else kernel_sources(timeout_s, since)
+    try:
+        text, name, count = read_kernel_log(srcs)
+    except (ProbeError, OSError) as exc:
+        why = exc.message if isinstance(exc, ProbeError) else str(exc)
+        return KernelLog(since=since, since_from=since_from, note=f"kernel log unreadable ({clip(why, 600)}); "
+                         f"fix: {KERNEL_FIX}", duration_s=round(time.monotonic() - start, 3))
+    if boot is None:  # raw "[uptime]" stamps (/dev/kmsg, plain dmesg) need it
+        boot = machine_boot_time()
+    events, before, untimed, over = kernel_events(text, since, boot=boot, year=year)
+    notes = []
+    if untimed:
+        notes.append(f"{untimed} event(s) without a time could not be placed in the job's window: left out")
+    if over:
+        notes.append(f"{over} more event(s) past the first {MAX_KERNEL_EVENTS}: left out")
+    if len(text) > MAX_KERNEL_TEXT:
+        notes.append(f"only the first {MAX_KERNEL_TEXT} characters of the kernel log were read")
+    return KernelLog(since=since, since_from=since_from, source=name, lines=count, events=tuple(events),
+                     dropped_before=before, dropped_untimed=untimed, dropped_over=over,
+                     note="; ".join(notes) or None, duration_s=round(time.monotonic() - start, 3))
+
+
+def job_window(pids: Iterable[int], *, job_id: str | None, proc: str = "/proc",
+               env: Mapping[str, str] | None = None) -> tuple[float | None, str]:
+    """The job's start on this node: the earliest start of its processes here, else
+    SLURM_JOB_START_TIME where this collector runs inside the job; (None, "") when neither says."""
+    boot = machine_boot_time(proc)
+    best: tuple[float, int] | None = None
+    for pid in dict.fromkeys(pids):
+        t = process_start(pid, proc, boot) if boot is not None else None
+        if t is not None and (best is None or t < best[0]):
+            best = (t, pid)
+    if best is not None:
+        return best[0], f"process {best[1]}"
+    env = os.environ if env is None else env
+    start = _int(env.get("SLURM_JOB_START_TIME"))
+    if start and job_id is not None and env.get("SLURM_JOB_ID") == str(job_id):
+        return float(start), "SLURM_JOB_START_TIME"
+    return None, ""
+
+
 # ------------------------------------------------------------------------------ the node
 
 
@@ -674,13 +920,16 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
                  per_rank_timeout_s: float = DEFAULT_PER_RANK_TIMEOUT_S, parallel: int = DEFAULT_PARALLEL,
                  ras: bool = False, ras_host: str = DEFAULT_HOST, ras_port: int = DEFAULT_PORT,
                  raw: bool = False, same_netns: bool = True, host: str | None = None,
-                 proc: str = "/proc") -> NodeCollection:
+                 proc: str = "/proc", kernel: bool = True, since: float | None = None,
+                 kernel_sources: Sequence[Source] | None = None) -> NodeCollection:
     """Every rank of job `job_id` (or the processes `pids`) on this node, with its stack.
 
     py_spy: the py-spy binary (name or path; None: no stacks). timeout_s bounds the whole
     collection; each py-spy gets per_rank_timeout_s (less when the node's time runs out),
     `parallel` of them at once. ras: also ask NCCL RAS at ras_host:ras_port. raw: keep
-    py-spy's JSON text per rank (fixtures, bug reports).
+    py-spy's JSON text per rank (fixtures, bug reports). kernel: also read the node's
+    kernel log from the job's start (`since`, epoch seconds, else the earliest start of
+    the job's processes here) through `kernel_sources` (default: kernel_sources()).
     """
     if (job_id is None) == (not pids):
         raise ValueError("give exactly one of job_id and pids")
@@ -689,13 +938,23 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
     host = host or socket.gethostname()
     errors: list[CollectError] = []
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel) + (1 if ras else 0),
-                                                 thread_name_prefix="hc-collect")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel) + (1 if ras else 0)
+                                                 + (1 if kernel else 0), thread_name_prefix="hc-collect")
     ras_future = pool.submit(ask_ras, ras_host, ras_port, min(DEFAULT_RAS_TIMEOUT_S, timeout_s)) if ras else None
     try:
         found, skipped, find_errors, agents, helpers = find_ranks(job_id=job_id, pids=pids, proc=proc,
                                                                   same_netns=same_netns)
         errors.extend(find_errors)
+        kernel_future = None
+        if kernel:
+            since_from = "argument"
+            if since is None:
+                job_pids = [p.pid for p, _ in found] + list(agents.values()) + \
+                    [s.pid for s in skipped if s.reason not in ("collector", "other-netns")]
+                since, since_from = job_window(job_pids, job_id=str(job_id) if job_id is not None else None,
+                                               proc=proc)
+            kernel_future = pool.submit(read_kernel, since, since_from=since_from, sources=kernel_sources,
+                                        timeout_s=max(0.5, min(KERNEL_TIMEOUT_S, deadline - time.monotonic())))
         binary = resolve_py_spy(py_spy)
         if py_spy and binary is None and found:
             errors.append(CollectError("py-spy-missing", f"py-spy not found (looked for {py_spy!r} on PATH and next "
@@ -737,6 +996,12 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
                 ras_evidence = RasEvidence("error", f"{ras_host}:{ras_port}", "RAS query outlived the node's time")
             if ras_evidence.outcome == "error":
                 errors.append(CollectError("ras-error", f"NCCL RAS at {ras_evidence.address}: {ras_evidence.reason}"))
+        kernel_log = None
+        if kernel_future is not None:
+            try:
+                kernel_log = kernel_future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
+            except concurrent.futures.TimeoutError:
+                kernel_log = KernelLog(since=since, note="kernel log not read: the node's time ran out first")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
@@ -744,7 +1009,7 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
         host=host, collected_at=started, duration_s=round(time.monotonic() - start, 3),
         job_id=str(job_id) if job_id is not None else None, pids=tuple(int(p) for p in pids or ()),
         ranks=tuple(ranks), ras=ras_evidence, errors=tuple(errors), skipped=tuple(skipped),
-        py_spy=binary, ptrace_scope=ptrace_scope())
+        py_spy=binary, ptrace_scope=ptrace_scope(), kernel=kernel_log)
 
 
 def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers: list[int],
@@ -819,6 +1084,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ras-port", type=int, default=DEFAULT_PORT)
     ap.add_argument("--raw", action="store_true", help="keep py-spy's own JSON per rank")
     ap.add_argument("--any-netns", action="store_true", help="ranks in other network namespaces too")
+    ap.add_argument("--since", type=float, default=None,
+                    help="the job's start (epoch seconds): kernel log events from then on [default: the earliest "
+                         "start of the job's processes on this node]")
+    ap.add_argument("--no-kernel", action="store_true", help="do not read the kernel log (OOM kills, Xid, links)")
     args = ap.parse_args(argv)
     if args.local:
         args.pids = local_rank_pids(same_netns=not args.any_netns)
@@ -832,7 +1101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = collect_node(job_id=args.job, pids=args.pids, py_spy=None if args.no_stacks else args.py_spy,
                           native=args.native, timeout_s=args.timeout, per_rank_timeout_s=args.per_rank_timeout,
                           parallel=args.parallel, ras=args.ras, ras_port=args.ras_port, raw=args.raw,
-                          same_netns=not args.any_netns)
+                          same_netns=not args.any_netns, kernel=not args.no_kernel, since=args.since)
     sys.stdout.buffer.write(result.to_json() + b"\n")
     sys.stdout.flush()
     return 0 if result.ranks else 1

@@ -16,7 +16,16 @@ classifier reads, the same structure `sources.py` fills from saved files:
   MAX_DEBUG_BYTES each, MAX_DEBUG_TOTAL in all), and parsed through sources.read_data,
   exactly as `hc diagnose logs` parses them;
 * RAS replies become RasReply; node errors (py-spy missing, a pid gone, no ranks) and nodes
-  that did not answer are `unreadable` with why.
+  that did not answer are `unreadable` with why;
+* each node's kernel events in the job's window (collect.KernelLog) become the evidence's
+  kernel events (source `host: /dev/kmsg`), so the rules read them as they read a saved
+  kernel log: an Xid -> gpu-failure, an OOM kill whose pid is a rank's -> dead-rank. A
+  rank the OOM killer took is gone, so its pid is no live rank's: an OOM kill of a
+  process the kernel puts in this job's memory cgroup, or of a Python process, is given
+  to the rank missing from the job when exactly one is (its pid and host then those of
+  the kill); an OOM kill the kernel puts in another job's cgroup, or one of an unknown
+  process while no rank is missing, is not this job's evidence. A kernel log a node could
+  not read is `unreadable` with why.
 
 Also the Slurm side of `hc diagnose job`: `scontrol -o show job` parsed (`parse_job`), the
 per-node collector command over `srun --overlap` (`srun_collect_argv`) and the debug file
@@ -39,8 +48,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from healthcheck.core.inputs import clip
-from healthcheck.diagnose.collect import NodeCollection, RankProcess
-from healthcheck.diagnose.evidence import JobEvidence, RasReply, Unreadable
+from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
+from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, RasReply, Unreadable
 from healthcheck.diagnose.sources import Collected, read_data
 
 MiB = 1024 * 1024
@@ -229,6 +238,7 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
                 rec.stack_error = (f"no process of rank {rank} on any node of the job (world size {world}): "
                                  "it exited or was killed")
                 rec.sources.append("live collection: " + ", ".join(n.host for n in results if n.collection))
+    _kernel_events(col, results, missing if not silent else [])
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
@@ -258,6 +268,46 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
     e.sources.append(f"{e.host}: pid {r.pid} ({r.state_name}" + (f", py-spy {r.py_spy_mode}" if r.py_spy_mode
                                                                   else "") + ")")
     col.pid_ranks[r.pid] = rank
+
+
+def _python_name(name: str) -> bool:
+    # torch names its main thread pt_main_thread, and the kernel reports that name
+    return bool(_PYTHON.match(name)) or name.startswith("pt_")
+
+
+def _kernel_events(col: Collected, results: list[NodeResult], missing: list[int]) -> None:
+    """The nodes' kernel events -> evidence (see the module's docstring)."""
+    ev = col.evidence
+    ooms: list[tuple[str, str, KernelLine]] = []  # unmatched OOM kills that may be the job's
+    for n in results:
+        c = n.collection
+        if c is None or c.kernel is None:
+            continue
+        k = c.kernel
+        if k.note:
+            ev.unreadable.append(Unreadable(f"{c.host}: kernel log" + (f" ({k.source})" if k.source else ""),
+                                            k.note))
+        source = f"{c.host}: {k.source or 'kernel log'}"
+        job_pids = {p for r in c.ranks for p in (r.pid, *r.helpers)}
+        for e in k.events:
+            if e.kind == "oom-kill" and e.pid not in col.pid_ranks:
+                if e.job is not None and c.job_id is not None and e.job != c.job_id:
+                    continue  # the kernel says it was another job's
+                if e.pid not in job_pids and e.job is None and not (missing and _python_name(e.process)):
+                    continue  # nothing says it was this job's
+                if e.pid not in job_pids:
+                    ooms.append((c.host, source, e))
+            ev.kernel.append(KernelEvent(source=source, line=e.line, kind=e.kind, text=e.text, host=c.host,
+                                         pid=e.pid, time=e.time, xid=e.xid, pci_bus_id=e.pci_bus_id))
+    victims = {e.pid for _, _, e in ooms}
+    if len(missing) == 1 and len(victims) == 1:
+        host, source, e = ooms[0]
+        rank = missing[0]
+        rec = ev.rank(rank)
+        assert e.pid is not None
+        rec.pid, rec.host = e.pid, host
+        rec.sources.append(f"{source}:{e.line}")
+        col.pid_ranks[e.pid] = rank
 
 
 def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher | None, year: int,
@@ -326,6 +376,19 @@ class SlurmJob(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.state in ("RUNNING", "SUSPENDED", "COMPLETING", "STOPPED")
 
     @property
+    def start_epoch(self) -> float | None:
+        """StartTime as epoch seconds, less a minute for clocks that disagree; None when
+        Slurm gave none. scontrol prints the controller's local time with no zone: read as
+        this machine's (a site runs one zone)."""
+        import datetime
+
+        try:
+            when = datetime.datetime.strptime(self.start, "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            return None
+        return when.timestamp() - 60.0
+
+    @property
     def output_files(self) -> list[str]:
         return list(dict.fromkeys(p for p in (self.stdout, self.stderr) if p and p not in ("(null)", "/dev/null")))
 
@@ -350,9 +413,13 @@ def parse_job(text: str, job_id: str) -> SlurmJob | None:
     return None
 
 
-def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bool = False) -> list[str]:
-    """The helper's arguments (`hc diagnose collect ...`) for one node of the job."""
+def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bool = False,
+                 since: float | None = None) -> list[str]:
+    """The helper's arguments (`hc diagnose collect ...`) for one node of the job; `since`
+    (epoch seconds, the job's start): the kernel log's window on every node."""
     args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}"]
+    if since is not None:
+        args += ["--since", f"{since:.3f}"]
     if ras:
         args.append("--ras")
     if native:

@@ -1,6 +1,6 @@
 """`hc diagnose job` (srun-launched jobs on the rig's real Slurm, collected through `srun
---overlap --jobid`) and `hc diagnose hosts` (torchrun-launched jobs, collected over SSH with
-`hc diagnose collect --local` on every host): the verdict names the odd rank and the class,
+--overlap --jobid`, and over SSH with `--via ssh`) and `hc diagnose hosts` (torchrun-launched
+jobs, collected over SSH with `hc diagnose collect --local` on every host): the verdict names the odd rank and the class,
 within 30 s of being called (the issue's target), and never a healthy rank.
 
 The jobs are tests/rig/jobs/hang_job.py, started and ended (by pid, nothing left behind) by
@@ -83,6 +83,23 @@ def test_job_sleep_srun(slurm, net, jobs, tmp_path):
     v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
     check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun")
     assert next(o for o in v["odd_ranks"])["host"] == "node3"
+
+
+def test_job_sleep_srun_via_ssh(slurm, net, jobs, tmp_path):
+    """The same srun-launched hang reached over SSH (`--via ssh`: ssh.remote_hc on every node of
+    the job, no srun step): the sleeping rank, on its host, within 30 s; the nodes' kernel logs
+    read in the job's window (the rig's hosts share this machine's kernel) and nothing in them
+    taken for this job's failure."""
+    job = start_srun(slurm, net, tmp_path, "sleep", 1)
+    jobs.append(job)
+    wait_hung(job)
+    v, elapsed, rc = diagnose("job", _job_id(job), "--via", "ssh", "--config", str(site_config(net, tmp_path)),
+                              env=slurm.env)
+    check(v, elapsed, rc, ("stuck-rank",), 1, "job sleep/srun via ssh")
+    odd = v["odd_ranks"][0]
+    assert odd["host"] == "node2" and odd["pid"] == job.rank_info()[1]["pid"]
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3]
+    assert not any(u["source"].endswith("did not answer") for u in v.get("unreadable", []))
 
 
 def test_job_stop_srun(slurm, net, jobs, tmp_path):

@@ -420,3 +420,82 @@ def test_main_prints_the_collection_as_json(procs, job_id, capsys):
     assert [(r["pid"], r["rank"]) for r in d["ranks"]] == [(p.pid, 1)] and d["job_id"] == job_id
     assert C.main(["--job", str(int(job_id) + 1), "--no-stacks"]) == 1  # nothing of that job here
     assert json.loads(capsys.readouterr().out)["errors"][-1]["kind"] == "no-ranks"
+
+
+# ------------------------------------------------------------------------------ the kernel log in the job's window
+
+KERNEL_LOG = """\
+[  100.000000] Out of memory: Killed process 4000 (python3) total-vm:1kB, anon-rss:1kB
+[ 5000.000000] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/slurm/uid_0/job_5,\
+task_memcg=/slurm/uid_0/job_5/step_0/task_0,task=python3,pid=1234,uid=0
+[ 5000.100000] Memory cgroup out of memory: Killed process 1234 (python3) total-vm:123kB, anon-rss:1kB
+[ 5001.000000] NVRM: Xid (PCI:0000:19:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
+[ 5002.000000] mlx5_core 0000:17:00.0 enp23s0f0np0: Link down
+[ 5002.500000] hctbr0: port 1(veth1) entered blocking state
+[ 5003.000000] nvidia-nvswitch1: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up
+[ 5003.000000] nvidia-nvswitch1: SXid (PCI:0000:05:00.0): 20034, Severity 5 Engine instance 30 Sub-engine instance 00
+[ 5004.000000] mlx5_core 0000:17:00.0: Port module event: module 0, Cable unplugged
+bare line: Out of memory: Killed process 4242 (python3)
+"""
+
+
+def test_kernel_events_oom_xid_sxid_link_in_the_window():
+    boot = 1_700_000_000.0
+    events, before, untimed, over = C.kernel_events(KERNEL_LOG, boot + 4000, boot=boot)
+    assert [(e.kind, e.line, e.pid, e.xid) for e in events] == [
+        ("oom-kill", 3, 1234, None), ("xid", 4, 1234, 79), ("link", 5, None, None), ("xid", 7, None, 20034),
+        ("link", 9, None, None)]
+    assert (before, untimed, over) == (1, 1, 0)  # the OOM at 100 s; the bare line with no time
+    oom, xid, link, sxid, module = events
+    assert (oom.job, oom.process, oom.time) == ("5", "python3", boot + 5000.1)
+    assert oom.text.startswith("Memory cgroup out of memory: Killed process 1234")
+    assert xid.pci_bus_id == "0000:19:00.0" and xid.text.startswith("NVRM: Xid")
+    assert link.device == "0000:17:00.0 enp23s0f0np0" and link.text.endswith("Link down")
+    assert sxid.device == "nvidia-nvswitch1" and module.device == "0000:17:00.0"
+    # bounded: the first max_events kept, the rest counted
+    events, _, _, over = C.kernel_events(KERNEL_LOG, boot, boot=boot, max_events=2)
+    assert len(events) == 2 and over == 4
+    # no boot time: raw [uptime] stamps cannot be placed, so nothing is taken
+    assert C.kernel_events(KERNEL_LOG, boot, boot=None)[0] == []
+
+
+def test_read_kernel_notes_what_it_cannot_do():
+    from healthcheck.core.facts import ProbeError
+
+    def refused() -> tuple[str, str]:
+        raise ProbeError("unreadable", "/dev/kmsg: Operation not permitted")
+
+    k = C.read_kernel(1.0e9, sources=[("/dev/kmsg", refused), ("dmesg", lambda: ("", "dmesg: read kernel buffer "
+                                                                                       "failed"))])
+    assert k.source is None and "Operation not permitted" in k.note and "CAP_SYSLOG" in k.note
+    k = C.read_kernel(None, sources=[("x", lambda: ("[1.0] a\n", ""))])
+    assert k.source is None and "--since" in k.note
+    assert "not a usable time" in C.read_kernel(float("nan")).note
+    k = C.read_kernel(1_700_004_000.0, sources=[("file k", lambda: (KERNEL_LOG, ""))], boot=1_700_000_000.0)
+    assert k.source == "file k" and len(k.events) == 5 and k.dropped_before == 1 and "without a time" in k.note
+
+
+def test_job_window_from_process_start_times_else_slurm(tmp_path):
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1700000000\n")
+    fields = " ".join(["0"] * 17)
+    for pid, ticks in ((10, 5000), (11, 3000)):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        # pid (comm) state ppid ... starttime (field 22)
+        (d / "stat").write_text(f"{pid} (py (x)) S 1 {fields} {ticks} 0 0\n")
+    tck = os.sysconf("SC_CLK_TCK")
+    assert C.process_start(10, str(tmp_path)) == 1700000000 + 5000 / tck
+    assert C.job_window([10, 11, 99], job_id="5", proc=str(tmp_path)) == (1700000000 + 3000 / tck, "process 11")
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_START_TIME": "1700000123"}
+    assert C.job_window([99], job_id="5", proc=str(tmp_path), env=env) == (1700000123.0, "SLURM_JOB_START_TIME")
+    assert C.job_window([99], job_id="6", proc=str(tmp_path), env=env) == (None, "")
+
+
+def test_main_reads_the_kernel_log_unless_told_not_to(procs, job_id, capsys):
+    p, _ = procs.start(SLEEPER, job_env(job_id, RANK="0"))
+    assert C.main(["--pids", str(p.pid), "--no-stacks", "--no-kernel"]) == 0
+    assert C.decode_collection(capsys.readouterr().out).kernel is None
+    assert C.main(["--pids", str(p.pid), "--no-stacks", "--since", "1700000000"]) == 0
+    k = C.decode_collection(capsys.readouterr().out).kernel
+    assert k is not None and k.since == 1700000000 and k.since_from == "argument"
+    assert k.source is not None or "kernel log unreadable" in (k.note or "")  # this machine's own log, or why not

@@ -295,3 +295,185 @@ def test_node_collection_json_is_what_job_reads():
     assert decode_node("node1", "srun: warning: noise\n" + line + "\n") == msgspec.json.decode(
         line, type=NodeCollection)
     assert decode_node("node1", "garbage\n{not json") is None
+
+
+# ------------------------------------------------------------------------------ kernel events in the job's window
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
+
+
+class KernelJob:
+    """Two real 'ranks' of job JOB (SLURM_JOB_ID, RANK/WORLD_SIZE set) and a kernel log file
+    the collector reads through its injectable source, as it reads /dev/kmsg."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.job = str(800_000_000 + os.getpid() % 100_000)
+        self.log = tmp_path / "kern.log"
+        self.procs: list[subprocess.Popen] = []
+        for rank in (0, 1):
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                   "SLURM_JOB_ID": self.job}
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env,
+                                               start_new_session=True))
+        time.sleep(0.3)
+        self.pids = [p.pid for p in self.procs]
+
+    def source(self) -> tuple[str, object]:
+        return ("file " + str(self.log), lambda: (self.log.read_text(), ""))
+
+    def collect(self, lines: list[str]) -> NodeCollection:
+        from healthcheck.diagnose.collect import collect_node
+
+        self.log.write_text("".join(line + "\n" for line in lines))
+        return collect_node(job_id=self.job, py_spy=None, host="h1", timeout_s=10,
+                            kernel_sources=[self.source()])  # type: ignore[list-item]
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait(10)
+
+
+@pytest.fixture
+def kjob(tmp_path):
+    j = KernelJob(tmp_path)
+    yield j
+    j.close()
+
+
+def _old_lines(pid: int) -> list[str]:
+    """An OOM kill naming the pid and an Xid, both an hour before the job started (pid reuse, an
+    earlier job): never this job's evidence."""
+    old = time.time() - 3600
+    return [f"{_iso(old)} Out of memory: Killed process {pid} (python3) total-vm:1000kB, anon-rss:900kB",
+            f"{_iso(old + 1)} NVRM: Xid (PCI:0000:19:00): 79, pid={pid}, name=python3, GPU has fallen off the bus."]
+
+
+def test_an_oom_kill_of_a_rank_pid_in_the_window_is_a_dead_rank_naming_it(kjob):
+    now = time.time()
+    c = kjob.collect([*_old_lines(kjob.pids[0]),
+                      f"{_iso(now - 30)} kernel: bridge: port 1(veth0) entered blocking state",
+                      f"{_iso(now)} oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+                      f"oom_memcg=/slurm/uid_0/job_{kjob.job},task_memcg=/slurm/uid_0/job_{kjob.job}/step_0/task_1,"
+                      f"task=python3,pid={kjob.pids[1]},uid=0",
+                      f"{_iso(now)} Memory cgroup out of memory: Killed process {kjob.pids[1]} (python3) "
+                      "total-vm:9000000kB, anon-rss:8000000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20kB "
+                      "oom_score_adj:0"])
+    k = c.kernel
+    assert k is not None and k.source == f"file {kjob.log}" and k.since_from.startswith("process ")
+    assert abs(k.since - now) < 30  # the ranks' start, from /proc/PID/stat
+    assert [(e.kind, e.pid, e.job) for e in k.events] == [("oom-kill", kjob.pids[1], kjob.job)]
+    assert k.dropped_before == 2  # the hour-old OOM and Xid
+    live = evidence_from_nodes([c], job="kernel")
+    (ke,) = live.collected.evidence.kernel
+    assert ke.source == f"h1: file {kjob.log}" and ke.line == 5 and ke.host == "h1"
+    v = build(live.collected)
+    assert v.cls == "dead-rank" and [(o.rank, o.pid) for o in v.odd_ranks] == [(1, kjob.pids[1])], v.summary
+    assert "OOM killer" in v.summary and v.confidence == "high"
+    assert any("Killed process" in e.text and e.rank == 1 for f in v.findings for e in f.evidence)
+
+
+def test_an_xid_in_the_window_is_a_gpu_failure(kjob):
+    now = time.time()
+    c = kjob.collect([*_old_lines(kjob.pids[1]),
+                      f"{_iso(now + 1)} NVRM: Xid (PCI:0000:3b:00): 48, pid={kjob.pids[0]}, name=python3, "
+                      "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer."])
+    assert c.kernel is not None and [(e.kind, e.xid, e.pid, e.pci_bus_id) for e in c.kernel.events] == [
+        ("xid", 48, kjob.pids[0], "0000:3b:00.0")]
+    v = build(evidence_from_nodes([c], job="kernel").collected)
+    assert v.cls == "gpu-failure" and [o.rank for o in v.odd_ranks] == [0], v.summary
+    assert "Xid" in v.summary and v.confidence == "high"
+    assert v.first_failure is not None and "Xid" in v.first_failure.text
+
+
+def test_kernel_events_before_the_jobs_start_are_ignored(kjob):
+    c = kjob.collect(_old_lines(kjob.pids[0]) + _old_lines(kjob.pids[1]))
+    assert c.kernel is not None and c.kernel.events == () and c.kernel.dropped_before == 4
+    ev = evidence_from_nodes([c], job="kernel").collected.evidence
+    assert ev.kernel == []
+    v = build(evidence_from_nodes([c], job="kernel").collected)
+    assert v.cls not in ("dead-rank", "gpu-failure")
+    # the same lines with the window given earlier than they are: in it
+    from healthcheck.diagnose.collect import collect_node
+
+    c = collect_node(job_id=kjob.job, py_spy=None, host="h1", since=time.time() - 7200,
+                     kernel_sources=[kjob.source()])  # type: ignore[list-item]
+    assert c.kernel is not None and c.kernel.since_from == "argument" and len(c.kernel.events) == 4
+    assert build(evidence_from_nodes([c], job="kernel").collected).cls == "gpu-failure"
+
+
+def test_an_unreadable_kernel_log_is_noted_not_an_error(kjob):
+    from healthcheck.core.facts import ProbeError
+    from healthcheck.diagnose.collect import collect_node
+
+    def refused() -> tuple[str, str]:
+        raise ProbeError("unreadable", "/dev/kmsg: Operation not permitted")
+
+    c = collect_node(job_id=kjob.job, py_spy=None, host="h1", kernel_sources=[("/dev/kmsg", refused)])
+    assert c.kernel is not None and c.kernel.source is None and "CAP_SYSLOG" in c.kernel.note
+    assert not any("kernel" in e.message for e in c.errors) and len(c.ranks) == 2
+    ev = evidence_from_nodes([c], job="kernel").collected.evidence
+    assert any(u.source == "h1: kernel log" and "Operation not permitted" in u.why for u in ev.unreadable)
+
+
+def _node(host: str, ranks: tuple[RankProcess, ...], events: tuple, job: str = "55") -> NodeCollection:
+    from healthcheck.diagnose.collect import KernelLog
+
+    return NodeCollection(host=host, collected_at="2026-01-01T00:00:00Z", job_id=job, ranks=ranks,
+                          kernel=KernelLog(since=1.0e9, source="/dev/kmsg", lines=100, events=events))
+
+
+def test_an_oom_killed_rank_that_is_gone_is_named_from_the_kill():
+    """A rank the OOM killer took has no process left, so no live pid to match: the kill (this
+    job's cgroup, or a Python process) is given to the one rank missing from the job."""
+    from healthcheck.diagnose.collect import KernelLine
+
+    def r(pid: int, rank: int, host: str) -> RankProcess:
+        return RankProcess(pid=pid, host=host, state="S", state_name="sleeping", rank=rank, world_size=4)
+
+    other_job = KernelLine("oom-kill", "Memory cgroup out of memory: Killed process 700 (python3)", 3, 1.1e9,
+                           pid=700, process="python3", job="99")
+    ours = KernelLine("oom-kill", "Out of memory: Killed process 931 (pt_main_thread)", 9, 1.1e9, pid=931,
+                      process="pt_main_thread")
+    nodes = [_node("n1", (r(101, 0, "n1"), r(102, 1, "n1")), ()),
+             _node("n2", (r(201, 3, "n2"),), (other_job, ours))]
+    live = evidence_from_nodes(nodes, job="slurm job 55")
+    assert live.missing == [2]
+    ev = live.collected.evidence
+    assert [k.pid for k in ev.kernel] == [931]  # another job's kill is not this job's evidence
+    v = build(live.collected)
+    assert v.cls == "dead-rank" and [(o.rank, o.host, o.pid) for o in v.odd_ranks] == [(2, "n2", 931)], v.summary
+    assert "OOM killer" in v.summary and v.confidence == "high"
+    # nothing missing: an unknown process's OOM kill is no evidence of this job
+    stray = KernelLine("oom-kill", "Out of memory: Killed process 932 (java)", 4, 1.1e9, pid=932, process="java")
+    full = [_node("n1", (r(101, 0, "n1"), r(102, 1, "n1")), (stray,)), _node("n2", (r(201, 2, "n2"), r(202, 3, "n2")), ())]
+    live = evidence_from_nodes(full, job="slurm job 55")
+    assert live.collected.evidence.kernel == [] and build(live.collected).cls != "dead-rank"
+
+
+def test_collect_args_pass_the_window():
+    from healthcheck.diagnose.live import collect_args
+
+    assert collect_args("7", timeout_s=15) == ["diagnose", "collect", "--job", "7", "--timeout", "15"]
+    assert collect_args("7", timeout_s=15, since=1700000000.5)[-2:] == ["--since", "1700000000.500"]
+
+
+def test_the_jobs_start_sets_every_nodes_kernel_log_window():
+    """scontrol's StartTime (local time, no zone) becomes --since on every node's helper, a
+    minute early for clocks that disagree; no StartTime, no --since (each node dates its own)."""
+    import datetime
+
+    from healthcheck.diagnose.live import SlurmJob, collect_args
+
+    job = SlurmJob(job_id="7", state="RUNNING", nodes="n[1-2]", start="2026-11-23T08:07:23")
+    expected = datetime.datetime(2026, 11, 23, 8, 7, 23).timestamp() - 60
+    assert job.start_epoch == expected
+    args = collect_args("7", timeout_s=20, since=job.start_epoch)
+    assert args[args.index("--since") + 1] == f"{expected:.3f}"
+    for start in ("", "Unknown", "None", "2026-13-40T99:00:00"):
+        assert SlurmJob(job_id="7", start=start).start_epoch is None
+    assert "--since" not in collect_args("7", timeout_s=20, since=None)
