@@ -472,10 +472,13 @@ class _Found:
 
 
 def _descendants(root: int, children: Mapping[int, list[int]]) -> list[int]:
-    out, todo = [], [root]
+    out: list[int] = []
+    seen: set[int] = set()  # a list's `in` would make a big tree quadratic
+    todo = [root]
     while todo:
         for c in children.get(todo.pop(), []):
-            if c not in out:
+            if c not in seen:
+                seen.add(c)
                 out.append(c)
                 todo.append(c)
     return out
@@ -517,14 +520,15 @@ def find_ranks(*, job_id: str | int | None = None, pids: Sequence[int] | None = 
                 continue
             procs[pid] = p
         # a given pid without a rank (a torchrun agent, a shell) stands for the ranks below it
-        every = None
+        children: dict[int, list[int]] | None = None  # the node's process tree, read once when first needed
         for pid, p in procs.items():
             if p.environ is None or rank_of(p.environ)[0] is not None:
                 candidates[pid] = (p, "pid")
                 continue
-            if every is None:
-                every = {q.pid: q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc)) if q}
-            below = [q for q in (_inspect(d, proc) for d in _descendants(pid, _children_map(every.values()))) if q]
+            if children is None:
+                children = _children_map(q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc))
+                                         if q)
+            below = [q for q in (_inspect(d, proc) for d in _descendants(pid, children)) if q]
             ranked = [q for q in below if q.environ and rank_of(q.environ)[0] is not None and is_python(q)]
             if ranked:
                 found.skip(p, "agent")
