@@ -14,25 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_bw_launchers_rig import hc_program
 
 from healthcheck.runners.launch import launch, srun_launch
 
 pytestmark = pytest.mark.rig
 
 NODES = ["node1", "node2", "node3", "node4"]
-BIN = Path(sys.executable).parent
 JOB = ("import json, os, sys; print(json.dumps({'task': int(os.environ['SLURM_PROCID']), 'pid': os.getpid(), "
        "'argv': sys.argv[1:], 'nccl_file': os.environ.get('NCCL_DEBUG_FILE')}), flush=True); sys.exit(3)")
-
-
-def hc_program(tmp_path: Path) -> str:
-    hc = BIN / "hc"
-    if hc.exists():
-        return str(hc)
-    shim = tmp_path / "hc"
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m healthcheck \"$@\"\n")
-    shim.chmod(0o755)
-    return str(shim)
 
 
 def clean_env() -> dict[str, str]:
