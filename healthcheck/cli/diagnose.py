@@ -4,7 +4,7 @@ collect the same evidence live and plug into this group as further subcommands."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,11 +178,14 @@ def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResu
     return [results[n] for n in dict.fromkeys(nodes)]
 
 
-def _fetcher(run: Callable[[str, list[str], float], CommandResult]) -> Callable[[str, list[str]], dict]:
-    from healthcheck.diagnose.live import fetch_argv, parse_fetched
+def _fetcher(run: Callable[[str, list[str], float], CommandResult],
+             tail: bool = False) -> Callable[[str, list[str]], dict]:
+    """Read files on a node through run: their first bytes (debug files), or their last
+    (tail: a job's output)."""
+    from healthcheck.diagnose.live import MAX_DEBUG_BYTES, MAX_OUTPUT_BYTES, fetch_argv, parse_fetched
 
     def fetch(host: str, paths: list[str]) -> dict:
-        r = run(host, fetch_argv(paths), 20.0)
+        r = run(host, fetch_argv(paths, MAX_OUTPUT_BYTES if tail else MAX_DEBUG_BYTES, tail=tail), 20.0)
         if r.returncode != 0 and not r.stdout:
             why = "no answer" if r.timed_out else (r.stderr or r.error or f"exit {r.returncode}").strip()[:200]
             return {p: f"fetch failed: {why}" for p in paths}
@@ -217,12 +220,14 @@ def _ssh_runner(settings: object) -> tuple[Callable[[str, list[str], float], Com
 
 
 def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], helper: list[str],
-                  label: str, timeout_s: float, parallel: int, startup_s: float) -> Verdict:
+                  label: str, timeout_s: float, parallel: int, startup_s: float,
+                  outputs: Sequence[tuple[str, str]] = ()) -> Verdict:
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
     results = _gather(nodes, run, helper, timeout_s, parallel, startup_s)
-    live = evidence_from_nodes(results, job=label, fetch=_fetcher(run))
+    live = evidence_from_nodes(results, job=label, fetch=_fetcher(run), outputs=outputs,
+                               output_fetch=_fetcher(run, tail=True))
     return build(live.collected)
 
 
@@ -243,7 +248,9 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     debug files the ranks were given, and prints one verdict as `hc diagnose logs` does.
     A job that is pending or has ended is answered in one line (for an ended job: the
     `hc diagnose logs` command for its output files). Each node also reads its kernel log
-    from the job's start: OOM kills, Xid and HCA link events in the job's window."""
+    from the job's start: OOM kills, Xid and HCA link events in the job's window. A batch
+    job's own stdout/stderr (scontrol's StdOut/StdErr) are read on its batch host, their
+    last 8 MiB: what a rank printed as it died (a gloo size mismatch, a traceback) is there."""
     from healthcheck.actions.slurm import SlurmClient
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
@@ -297,8 +304,10 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
             cmd = remote_argv(cfg.ssh.remote_hc, argv) if argv[:1] == ["diagnose"] else argv
             return ssh_run(node, cmd, t)
     try:
+        # a batch job's stdout/stderr, read on its batch host: what a rank printed as it died
+        outputs = [(info.batch_host, p) for p in info.output_files] if info.batch_host else []
         verdict = _live_verdict(nodes, run, helper_args, f"slurm job {job_id} ({info.nodes})", timeout_s,
-                                parallel or cfg.ssh.max_parallel, startup_s)
+                                parallel or cfg.ssh.max_parallel, startup_s, outputs)
     finally:
         close()
     return _emit(verdict, fmt, output)

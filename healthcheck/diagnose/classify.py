@@ -276,12 +276,35 @@ def _dead(col: Collected, out: Analysis) -> None:
     if peers and ranks:
         summary += f"; {peers} peer error(s) 'connection closed' are collateral"
     only_gone = bool(ranks) and set(ranks) == set(gone) and len(items) == len(gone)
+    if only_gone and _gloo_size_aborts(col):
+        return  # gloo's size check aborted them: the mismatch rule names them as its parties
     if only_gone:
-        summary = (f"{rank_words(ranks)} died: no process of it on its node while the other ranks still run "
+        where = "it on its node" if len(ranks) == 1 else "them on their nodes"
+        summary = (f"{rank_words(ranks)} died: no process of {where} while the other ranks still run "
                    "(killed, crashed or exited early; the node's kernel log and the launcher's output say how)")
     out.findings.append(Finding(cls="dead-rank", summary=summary,
                                 confidence=("medium" if only_gone else "high") if ranks else "low",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+
+
+def _gloo_size_aborts(col: Collected) -> bool:
+    """A gloo 'Received data size doesn't match' in the text: gloo aborts (SIGABRT) the
+    ranks whose check failed, so their deaths are the mismatch's consequence."""
+    return any(g.kind == "size-mismatch" for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo)
+
+
+def _aborted(col: Collected) -> list[int]:
+    """Ranks gone by SIGABRT or gone from a live job while others run: those gloo's size
+    check aborted, when the text shows one."""
+    ev = col.evidence
+    out = {r for r, x in ev.ranks.items() if x.signal == "SIGABRT"}
+    if any(x.alive for x in ev.ranks.values()):
+        out |= {r for r, x in ev.ranks.items() if x.state in ("missing", "zombie")}
+    for f in ev.torch_logs:
+        assert f.log is not None
+        out |= {fail.rank for block in f.log.child_failed for fail in block.failures
+                if fail.rank is not None and fail.signal == "SIGABRT"}
+    return sorted(out)
 
 
 def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
@@ -355,10 +378,25 @@ def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump
         out.notes.append(f"DETAIL names {rank_words(pick[0])}, the Flight Recorder {rank_words(fr_odd)}")
     cls: FailureClass = "shape-mismatch" if shape else "collective-mismatch"
     what = "tensor shape/dtype" if shape else "collective"
+    aborted = _aborted(col) if not odd and shape and _gloo_size_aborts(col) else []
     if odd:
         detail = f"runs {pick[2]} where the others run {pick[1]}" if pick else fr_text
         summary = f"{rank_words(odd)} called a {what} its peers did not match: {detail}"
         confidence: Confidence = "high"
+    elif aborted:
+        # gloo checks sizes on the receiving side: the rank with the other size and a peer
+        # it exchanged with are aborted, and nothing in the text says which is which
+        odd = tuple(aborted)
+        summary = (f"{rank_words(odd)} disagreed with a peer on a tensor size and gloo aborted "
+                   f"{'it' if len(odd) == 1 else 'them'} (Received data size doesn't match); which rank "
+                   "holds the other size the text does not say: rerun under hc run --debug-desync "
+                   "(TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and the shapes)")
+        confidence = "medium"
+        for r in odd:
+            x = ev.ranks.get(r)
+            if x is not None and not any(i.rank == r for i in items):
+                items.append(Evidence(source=(x.sources or ["live collection"])[0], rank=r,
+                                      text=x.stack_error or f"rank {r}: {x.signal or x.state or 'gone'}"))
     else:
         summary = f"ranks disagree on a {what}" + (f": {fr_text}" if fr_text else " (no majority to name the odd rank)")
         confidence = "medium"

@@ -63,9 +63,14 @@ _FETCH_SCRIPT = ('n=$1; shift; for f in "$@"; do if [ -f "$f" ] && [ -r "$f" ]; 
                  'printf "==hc-file== %s %s\\n" "$(wc -c < "$f" | tr -d " ")" "$f"; '
                  'head -c "$n" -- "$f" | base64 | tr -d "\\n"; echo; '
                  'else printf "==hc-missing== %s\\n" "$f"; fi; done')
+# the same, keeping a file's LAST n bytes: a job's output has its failure at the end
+_FETCH_TAIL_SCRIPT = _FETCH_SCRIPT.replace('head -c "$n"', 'tail -c "$n"')
 
 FileFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 """(host, paths) -> {path: the file's first bytes, or why it could not be read}."""
+OutputFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
+"""(host, paths) -> {path: the file's LAST bytes, or why}: a job's stdout/stderr."""
+MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure is
 
 
 @dataclass
@@ -127,8 +132,10 @@ def debug_files_of(c: NodeCollection) -> list[DebugFile]:
     return out
 
 
-def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES) -> dict[str, bytes | str]:
-    """Read files on this machine: regular files only, never blocking, the first max_bytes."""
+def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES,
+                  tail: bool = False) -> dict[str, bytes | str]:
+    """Read files on this machine: regular files only, never blocking, the first max_bytes
+    (the last ones with tail)."""
     out: dict[str, bytes | str] = {}
     for p in paths:
         try:
@@ -138,9 +145,12 @@ def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES)
                 else f"cannot read: {exc.strerror or exc}"
             continue
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 out[p] = "not a regular file"
                 continue
+            if tail and st.st_size > max_bytes:
+                os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
             chunks, left = [], max_bytes
             while left > 0:
                 chunk = os.read(fd, min(left, 1 << 20))
@@ -156,9 +166,10 @@ def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES)
     return out
 
 
-def fetch_argv(paths: Sequence[str], max_bytes: int = MAX_DEBUG_BYTES) -> list[str]:
-    """One shell command that prints every file's first max_bytes (base64) with a header."""
-    return ["sh", "-c", _FETCH_SCRIPT, "hc-fetch", str(int(max_bytes)), *paths]
+def fetch_argv(paths: Sequence[str], max_bytes: int = MAX_DEBUG_BYTES, tail: bool = False) -> list[str]:
+    """One shell command that prints every file's first max_bytes (last with tail), base64,
+    with a header."""
+    return ["sh", "-c", _FETCH_TAIL_SCRIPT if tail else _FETCH_SCRIPT, "hc-fetch", str(int(max_bytes)), *paths]
 
 
 def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
@@ -186,9 +197,14 @@ def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
 
 def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: str,
                         fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
-                        max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL) -> LiveResult:
+                        max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL,
+                        outputs: Sequence[tuple[str, str]] = (),
+                        output_fetch: OutputFetcher | None = None) -> LiveResult:
     """Merge the nodes' collections into evidence (see the module's docstring). `fetch`
-    reads a node's debug files (None: they are listed as not read)."""
+    reads a node's debug files (None: they are listed as not read); `outputs` are the job's
+    own stdout/stderr as (host, path), read through `output_fetch` (their ends) and parsed
+    as `hc diagnose logs` parses a saved job output: what a rank printed as it died (gloo's
+    size mismatch, a Python traceback) is seen only there."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     results = [n if isinstance(n, NodeResult) else NodeResult(n.host, n) for n in nodes]
     ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -240,6 +256,7 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
                 rec.sources.append("live collection: " + ", ".join(n.host for n in results if n.collection))
     _kernel_events(col, results, missing if not silent else [])
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
+    _read_outputs(col, outputs, output_fetch, now.year)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
 
@@ -354,6 +371,32 @@ def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher
             read_data(source, data, col, year, rank=f.rank)
 
 
+def _read_outputs(col: Collected, outputs: Sequence[tuple[str, str]], fetch: OutputFetcher | None,
+                  year: int) -> None:
+    ev = col.evidence
+    by_host: dict[str, list[str]] = {}
+    for host, path in dict.fromkeys(outputs):
+        by_host.setdefault(host, []).append(path)
+    for host, paths in by_host.items():
+        if fetch is None:
+            got: dict[str, bytes | str] = {p: "not fetched (no way to reach the node's files)" for p in paths}
+        else:
+            try:
+                got = fetch(host, paths)
+            except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
+                got = {p: f"fetch failed: {clip(str(exc), 200)}" for p in paths}
+        for path in paths:
+            data = got.get(path, "not fetched")
+            source = f"{host}:{path}"
+            if isinstance(data, str):
+                ev.unreadable.append(Unreadable(source, f"job output: {data}"))
+                continue
+            if len(data) >= MAX_OUTPUT_BYTES:  # its end only: the first line read may be cut
+                data = data.split(b"\n", 1)[-1]
+            ev.inputs += 1
+            read_data(source, data, col, year)
+
+
 # ---------------------------------------------------------------------------- Slurm
 
 
@@ -370,6 +413,7 @@ class SlurmJob(msgspec.Struct, frozen=True, omit_defaults=True):
     stderr: str = ""
     name: str = ""
     reason: str = ""
+    batch_host: str = ""  # where a batch job's script runs, and its StdOut/StdErr are written
 
     @property
     def running(self) -> bool:
@@ -409,7 +453,8 @@ def parse_job(text: str, job_id: str) -> SlurmJob | None:
                         num_tasks=int(tasks) if tasks.isdigit() else None,
                         start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
                         stdout=fields.get("StdOut", ""), stderr=fields.get("StdErr", ""),
-                        name=fields.get("JobName", ""), reason=fields.get("Reason", ""))
+                        name=fields.get("JobName", ""), reason=fields.get("Reason", ""),
+                        batch_host="" if fields.get("BatchHost") in (None, "(null)") else fields["BatchHost"])
     return None
 
 

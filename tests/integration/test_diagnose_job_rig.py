@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_diagnose_live_rig as live_rig
 from support import run_hc
+
+from healthcheck.runners.launch import srun_launch
 
 NODES = live_rig.NODES
 PYTHON = live_rig.PYTHON
@@ -198,3 +202,49 @@ def test_job_size_srun(slurm, net, jobs, tmp_path):
                                              ("missing", "", None)})
     print(f"job size/srun: {v['class']} odd {named}, gone {gone}: {v['summary'][:160]}")
     assert (v["class"], rc) == ("dead-rank", 0) and 1 in named and elapsed < BOUND_S, v["summary"]
+
+
+def start_sbatch(slurm, net, tmp_path: Path, scenario: str, odd: int, *extra: str) -> tuple[live_rig.Job, int]:
+    """The job as most sites run one: a batch script whose srun starts the ranks, its
+    output in a file Slurm names (StdOut), written on the batch host."""
+    job = live_rig.Job(scenario, "sbatch", tmp_path / f"{scenario}-sbatch-{uuid.uuid4().hex[:6]}", odd)
+    job.out.mkdir()
+    env = {**live_rig.GLOO_ENV, "MASTER_ADDR": net.host("node1").addr, "MASTER_PORT": str(next(_PORTS))}
+    step = srun_launch(live_rig.program(job, *extra), nodes=len(NODES), ntasks=len(NODES), ntasks_per_node=1)
+    script = job.out / "job.sh"
+    script.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+                      + shlex.join(step.argv) + "\n")
+    job_id = slurm.sbatch(f"--nodes={len(NODES)}", f"--ntasks={len(NODES)}", "--ntasks-per-node=1",
+                          f"--job-name=hcdg-{scenario}", f"--output={job.out}/slurm-%j.out", script=script)
+    return job, job_id
+
+
+def test_job_size_sbatch_reads_the_job_output(slurm, net, jobs, tmp_path):
+    """Rank 1's tensor has another size, in a batch job: gloo aborts the rank(s) whose size
+    check failed, which live are only gone; `hc diagnose job` reads the job's StdOut on its
+    batch host, where the abort is printed, and says shape-mismatch, naming the aborted
+    rank(s) (the odd one among them), never a rank that still runs."""
+    job, job_id = start_sbatch(slurm, net, tmp_path, "size", 1, "--linger", "120")
+    jobs.append(job)
+    try:
+        out = job.out / f"slurm-{job_id}.out"
+        wait_until("gloo's size check failing in the job's output",
+                   lambda: out.exists() and "Received data size" in out.read_text(errors="replace"), 120, job)
+        wait_until("every rank's info", lambda: len(job.rank_info()) == len(NODES), 60, job)
+        time.sleep(1.5)
+        v, elapsed, rc = diagnose("job", str(job_id), "--config", str(site_config(net, tmp_path)), env=slurm.env)
+        named = [o["rank"] for o in v.get("odd_ranks", [])]
+        alive = {row["rank"] for row in v["ranks"] if row.get("state") not in ("missing", "", None)}
+        print(f"job size/sbatch: {v['class']} odd {named}, alive {sorted(alive)} in {elapsed:.1f} s: "
+              f"{v['summary'][:200]}")
+        assert (v["class"], rc) == ("shape-mismatch", 0), (v["summary"], v.get("unreadable"))
+        assert 1 in named and not set(named) & alive, (named, alive)
+        assert any(str(out) in e.get("source", "") for f in v["findings"] for e in f.get("evidence", [])), v
+        assert elapsed < BOUND_S, elapsed
+    finally:
+        for pid in [d["pid"] for d in job.rank_info().values()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        slurm.scancel(job_id)

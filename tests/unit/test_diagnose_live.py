@@ -4,6 +4,7 @@ collections saved from hung gloo jobs on the rig (tests/fixtures/diagnose-live/)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -477,3 +478,46 @@ def test_the_jobs_start_sets_every_nodes_kernel_log_window():
     for start in ("", "Unknown", "None", "2026-13-40T99:00:00"):
         assert SlurmJob(job_id="7", start=start).start_epoch is None
     assert "--since" not in collect_args("7", timeout_s=20, since=None)
+
+
+# ------------------------------------------------------------------- a batch job's own output
+
+
+def test_job_output_read_live_turns_gloo_aborts_into_the_size_mismatch():
+    """Live, the rank gloo's size check aborted is only 'gone'; the job's output (read at
+    its end on the batch host) says why: the verdict is the mismatch, naming that rank."""
+    out = LIVE / "size-torchrun" / "torchrun-output.txt"
+    alone = build(evidence_from_nodes(collections("size-torchrun"), job="x").collected)
+    assert (alone.cls, [o.rank for o in alone.odd_ranks]) == ("dead-rank", [1])
+    live = evidence_from_nodes(collections("size-torchrun"), job="x", outputs=[("node1", str(out))],
+                               output_fetch=functools.partial(local_fetcher, tail=True))
+    v = build(live.collected)
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("shape-mismatch", [1]), v.summary
+    assert any(e.source.startswith(f"node1:{out}") for f in v.findings for e in f.evidence)
+    # unreachable output is listed, never fatal
+    gone = evidence_from_nodes(collections("size-torchrun"), job="x", outputs=[("node1", "/nonexistent/job.out")],
+                               output_fetch=functools.partial(local_fetcher, tail=True)).collected.evidence
+    assert any(u.source == "node1:/nonexistent/job.out" and "job output" in u.why for u in gone.unreadable)
+    unfetched = evidence_from_nodes(collections("size-torchrun"), job="x",
+                                    outputs=[("node1", str(out))]).collected.evidence
+    assert any("not fetched" in u.why for u in unfetched.unreadable)
+
+
+def test_output_fetch_keeps_the_end(tmp_path):
+    f = tmp_path / "slurm-7.out"
+    f.write_bytes(b"".join(b"line %d\n" % i for i in range(5000)))
+    data = f.read_bytes()
+    got = local_fetcher("h", [str(f)], max_bytes=100, tail=True)[str(f)]
+    assert got == data[-100:]
+    r = run_command(fetch_argv([str(f)], max_bytes=100, tail=True), timeout_s=10)
+    assert parse_fetched(r.stdout, [str(f)])[str(f)] == data[-100:]
+    assert local_fetcher("h", [str(f)], max_bytes=100)[str(f)] == data[:100]
+
+
+def test_parse_job_batch_host():
+    line = ("JobId=42 JobName=train JobState=RUNNING NodeList=node[1-4] BatchFlag=1 BatchHost=node1 "
+            "StartTime=2026-11-23T07:00:00 StdErr=/j/42.out StdOut=/j/42.out")
+    j = parse_job(line, "42")
+    assert j is not None and j.batch_host == "node1" and j.output_files == ["/j/42.out"]
+    interactive = parse_job("JobId=43 JobState=RUNNING NodeList=node1 BatchFlag=0", "43")
+    assert interactive is not None and interactive.batch_host == "" and interactive.output_files == []
