@@ -130,7 +130,13 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
     import datetime as dt
     import socket
 
-    from healthcheck.diagnose.collect import CollectError, NodeCollection, collect_node, local_rank_pids
+    from healthcheck.diagnose.collect import (
+        CollectError,
+        NodeCollection,
+        collect_node,
+        find_launchers,
+        local_rank_pids,
+    )
     from healthcheck.diagnose.live import evidence_from_nodes, local_fetcher
     from healthcheck.diagnose.verdict import build
 
@@ -141,7 +147,10 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
     if wanted:
         node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host)
     else:
+        # none started: a torchrun agent still in its rendezvous says why
+        launchers = find_launchers(host, py_spy="py-spy", timeout_s=timeout_s) if local else []
         node = NodeCollection(host=host, collected_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                              launchers=tuple(launchers),
                               errors=(CollectError("no-ranks", f"no Python rank process on {host} (RANK, "
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))

@@ -170,16 +170,52 @@ def _init(col: Collected, out: Analysis) -> None:
             if c.init_hung and c.init_start_line is not None:
                 items.append(Evidence(source=n.source, line=c.init_start_line, rank=c.rank,
                                       text=f"comm {c.comm} rank {c.rank}: Init START without COMPLETE"))
+    launchers = _launchers(col, items)
     if not items:
         return
     ports = any("address already in use" in i.text for i in items)
     what = "the master port is already in use" if ports else "the job failed while starting (init/rendezvous)"
     if ranks:
         summary = f"{rank_words(ranks)} could not start: {what}"
+    elif launchers:
+        summary = launchers
+        ports = ports or "held by" in launchers
     else:
         summary = f"init failure: {what}"
     out.findings.append(Finding(cls="init-failure", summary=summary, confidence="high" if ports or ranks else "medium",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+
+
+def _launchers(col: Collected, items: list[Evidence]) -> str:
+    """Live, agents (torchrun) whose ranks never started: where they wait, and a foreign
+    process on the rendezvous port (the store cannot start: every agent waits on a
+    listener that never answers). Their evidence goes into items; the summary is returned
+    ("" when there are none, or ranks did start)."""
+    ev = col.evidence
+    if not ev.launchers or any(r.alive for r in ev.ranks.values()):
+        return ""
+    from healthcheck.core.nodes import fold
+
+    taken = [a for a in ev.launchers if a.listening and not a.holder_is_launcher]
+    for a in taken:
+        who = f"pid {a.holder_pid} ({a.holder_command})" if a.holder_pid is not None else "a process hc cannot see"
+        items.append(Evidence(source=a.source, text=f"port {a.port} on {a.host} is held by {who}, not a torchrun "
+                                                    f"agent: the rendezvous store at {a.endpoint} cannot start"))
+    for a in ev.launchers[:16]:
+        items.append(Evidence(source=a.source, text=f"torchrun agent pid {a.pid} on {a.host}: no rank started"
+                              + (f"; it waits in {a.waiting_in}" if a.waiting_in else "")
+                              + (f" (rendezvous at {a.endpoint})" if a.endpoint else "")))
+    hosts = fold(sorted({a.host for a in ev.launchers}))
+    if taken:
+        a = taken[0]
+        who = f"pid {a.holder_pid} ({a.holder_command[:80]})" if a.holder_pid is not None else "another process"
+        return (f"no rank started: the rendezvous port {a.port} on {a.host} is held by {who}, so the torchrun "
+                f"agents on {hosts} wait on a store that never answers")
+    waiting = [a for a in ev.launchers if a.waiting_in]
+    return (f"no rank started: the torchrun agents on {hosts} "
+            + ("wait in the rendezvous" if waiting else "have started no worker")
+            + (f" at {ev.launchers[0].endpoint}" if ev.launchers[0].endpoint else "")
+            + " (a node that has not joined, or an endpoint they cannot reach)")
 
 
 def _gpu(col: Collected, out: Analysis) -> None:

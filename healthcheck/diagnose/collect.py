@@ -36,6 +36,12 @@ ptrace; a stopped (T) or uninterruptible (D) process would make it fail or wait,
 those are read with `--nonblocking` (memory only, no ptrace stop), which works on a
 SIGSTOPped rank. Zombies are not dumped.
 
+Where no rank runs (`--local`): torchrun agents with no Python child are launchers whose
+ranks never started (`find_launchers`): their py-spy stack (waiting in the rendezvous or
+the store's creation) and who listens on their rendezvous port here (/proc/net/tcp{,6},
+the socket's inode found among /proc/PID/fd, bounded in time). A foreign process on that
+port keeps the store from starting while every agent waits on it: the port-taken hang.
+
 Optional: NCCL's RAS service on 127.0.0.1:28028 (`ras_client.query_ras`), parsed by
 parsers.nccl_ras; connection refused is absent evidence, not an error.
 
@@ -245,6 +251,30 @@ class KernelLog(msgspec.Struct, frozen=True, omit_defaults=True):
     duration_s: float = 0.0
 
 
+class PortHolder(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The process listening on a launcher's rendezvous port on this node."""
+
+    port: int
+    pid: int | None = None  # None: a listener whose process could not be found (another user's, gone)
+    command: str = ""
+    is_launcher: bool = False  # a torchrun agent hosting its store: as it should be
+
+
+class LauncherProcess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A launcher agent (torchrun) on this node with no rank below it: ranks that never
+    started. Where it waits (its stack) and who holds its rendezvous port say why."""
+
+    pid: int
+    host: str
+    state: str
+    command: str = ""
+    endpoint: str = ""  # --rdzv-endpoint (or --master-addr:--master-port) as given
+    port: int | None = None
+    stack: PySpyDump | None = None
+    waiting_in: str | None = None  # "fn (file.py:12)": its main thread's innermost rendezvous/store frame
+    port_holder: PortHolder | None = None  # who listens on `port` here (None: nothing does)
+
+
 class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
     """What one node holds of a job, right now."""
 
@@ -260,6 +290,7 @@ class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
     py_spy: str | None = None  # the py-spy binary used (None: none found, or not asked)
     ptrace_scope: int | None = None  # kernel.yama.ptrace_scope where the file exists
     kernel: KernelLog | None = None  # None: not asked
+    launchers: tuple[LauncherProcess, ...] = ()  # agents with no ranks (read only where no rank was found)
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)
@@ -1065,6 +1096,136 @@ def local_rank_pids(proc: str = "/proc", same_netns: bool = True) -> list[int]:
     return out
 
 
+# ------------------------------------------------------------------------------ launchers without ranks
+
+_ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")
+_ADDR_FLAGS = ("--master-addr", "--master_addr")
+_PORT_FLAGS = ("--master-port", "--master_port")
+_RDZV_WORDS = ("rendezvous", "tcpstore", "_create_tcp_store", "_create_c10d_store", "store")
+MAX_LAUNCHERS = 16
+MAX_FD_SCAN_S = 2.0  # the socket -> process search, over every process's fds
+
+
+def launcher_endpoint(argv: Sequence[str]) -> tuple[str, int | None]:
+    """(endpoint as given, its port) from a torchrun command line; ("", None) when it names none."""
+    def value(flags: tuple[str, ...]) -> str | None:
+        for i, a in enumerate(argv):
+            for f in flags:
+                if a == f and i + 1 < len(argv):
+                    return argv[i + 1]
+                if a.startswith(f + "="):
+                    return a[len(f) + 1:]
+        return None
+
+    endpoint = value(_ENDPOINT_FLAGS)
+    if endpoint:
+        host, sep, port = endpoint.rpartition(":")
+        return endpoint, (int(port) if sep and port.isdigit() and host else None)
+    addr, port_s = value(_ADDR_FLAGS), value(_PORT_FLAGS)
+    if port_s and port_s.isdigit():
+        return f"{addr or '127.0.0.1'}:{port_s}", int(port_s)
+    return "", None
+
+
+def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
+    """Socket inodes listening on TCP `port` in this process's network namespace."""
+    out: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        data = _read_small(f"{proc}/net/{name}", 4 << 20) or b""
+        for line in data.decode("ascii", errors="replace").splitlines()[1:]:
+            f = line.split()
+            if len(f) < 10 or f[3] != "0A":  # 0A: LISTEN
+                continue
+            _, _, hexport = f[1].rpartition(":")
+            try:
+                if int(hexport, 16) == port:
+                    out.add(f[9])
+            except ValueError:
+                continue
+    return out
+
+
+def socket_owner(inodes: set[str], proc: str = "/proc", budget_s: float = MAX_FD_SCAN_S) -> int | None:
+    """The pid holding one of these socket inodes (the first found; None within the budget)."""
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    until = time.monotonic() + budget_s
+    for pid in _all_pids(proc):
+        if time.monotonic() > until:
+            return None
+        try:
+            fds = os.listdir(f"{proc}/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{proc}/{pid}/fd/{fd}") in wanted:
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+def _waiting_in(stack: PySpyDump | None, pid: int) -> str | None:
+    main = _main_thread(stack, pid) if stack else None
+    if main is None:
+        return None
+    for fr in main.frames:  # innermost first
+        where = f"{fr.name} {fr.file}".lower()
+        if any(w in where for w in _RDZV_WORDS):
+            return f"{fr.name} ({os.path.basename(fr.file)}:{fr.line})" if fr.line is not None else fr.name
+    return None
+
+
+def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str = "/proc",
+                   same_netns: bool = True) -> list[LauncherProcess]:
+    """The torchrun agents on this node (this netns) that have no Python child: launchers
+    whose ranks never started, with their stack and who holds their rendezvous port."""
+    until = time.monotonic() + timeout_s
+    try:
+        own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
+    except OSError:
+        own_netns = None
+    mine = _ancestors(os.getpid(), proc) if proc == "/proc" else set()
+    procs = [q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc) if x not in mine) if q]
+    children = _children_map(procs)
+    by_pid = {q.pid: q for q in procs}
+    agents = []
+    for q in procs:
+        argv = q.command.split(" ")
+        if q.state in ("Z", "X") or not is_python(q) or not any(a in argv[:3] or any(
+                w.endswith("/" + a) for w in argv[:2]) for a in _AGENT_CMD):
+            continue
+        if same_netns and own_netns and q.netns and q.netns != own_netns:
+            continue
+        if any(c in by_pid and is_python(by_pid[c]) for c in children.get(q.pid, [])):
+            continue  # it started its workers: they are the ranks
+        agents.append(q)
+    binary = resolve_py_spy(py_spy) if py_spy else None
+    out: list[LauncherProcess] = []
+    for q in agents[:MAX_LAUNCHERS]:
+        endpoint, port = launcher_endpoint(q.command.split(" "))
+        dump = None
+        if binary and time.monotonic() < until:
+            dump = dump_stack(binary, q.pid, q.state, timeout_s=max(0.5, min(5.0, until - time.monotonic())))
+        holder = None
+        if port is not None:
+            owner = socket_owner(listening_inodes(port, proc), proc,
+                                 budget_s=max(0.2, min(MAX_FD_SCAN_S, until - time.monotonic())))
+            if owner is not None or listening_inodes(port, proc):
+                o = by_pid.get(owner) if owner is not None else None
+                is_agent = o is not None and o.pid in {a.pid for a in agents} or (
+                    o is not None and any(a in o.command for a in _AGENT_CMD))
+                holder = PortHolder(port=port, pid=owner, command=clip(o.command, 200) if o else "",
+                                    is_launcher=is_agent)
+        stack = dump.stack if dump else None
+        out.append(LauncherProcess(pid=q.pid, host=host, state=q.state, command=clip(q.command, 1000),
+                                   endpoint=endpoint, port=port, stack=stack, waiting_in=_waiting_in(stack, q.pid),
+                                   port_holder=holder))
+    return out
+
+
 # ------------------------------------------------------------------------------ command line
 
 
@@ -1097,8 +1258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pids = local_rank_pids(same_netns=not args.any_netns)
         if not args.pids:
             host = socket.gethostname()
-            empty = NodeCollection(host=host, collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(
-                timespec="milliseconds"), errors=(CollectError("no-ranks", f"no Python rank process on {host}"),))
+            when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+            launchers = find_launchers(host, py_spy=None if args.no_stacks else args.py_spy,
+                                       timeout_s=args.timeout, same_netns=not args.any_netns)
+            empty = NodeCollection(host=host, collected_at=when, launchers=tuple(launchers),
+                                   errors=(CollectError("no-ranks", f"no Python rank process on {host}"),))
             sys.stdout.buffer.write(empty.to_json() + b"\n")
             sys.stdout.flush()
             return 1

@@ -102,6 +102,22 @@ class Unreadable(msgspec.Struct, frozen=True):
     why: str
 
 
+class Launcher(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A launcher agent (torchrun) seen live with no rank below it, where it waits, and who
+    holds its rendezvous port on its host."""
+
+    source: str
+    host: str
+    pid: int
+    endpoint: str = ""
+    port: int | None = None
+    waiting_in: str | None = None
+    holder_pid: int | None = None  # the process listening on `port` on this host
+    holder_command: str = ""
+    holder_is_launcher: bool = False
+    listening: bool = False  # something listens on `port` on this host
+
+
 class JobEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything collected about one job. `ranks` is keyed by global rank."""
 
@@ -112,6 +128,7 @@ class JobEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_files: list[ErrorFile] = []
     ras: list[RasReply] = []
     kernel: list[KernelEvent] = []  # in the job's window only
+    launchers: list[Launcher] = []  # live: agents whose ranks never started
     unreadable: list[Unreadable] = []
     inputs: int = 0  # files (or sources) looked at
     collected_at: str = ""  # ISO 8601 UTC

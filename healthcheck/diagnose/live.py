@@ -49,7 +49,7 @@ import msgspec
 
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
-from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, RasReply, Unreadable
+from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
 from healthcheck.diagnose.sources import Collected, read_data
 
 MiB = 1024 * 1024
@@ -232,6 +232,13 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
         if c.ras is not None and c.ras.status is not None and c.ras.outcome == "ok":
             ev.ras.append(RasReply(source=f"{c.host}: NCCL RAS {c.ras.address}", status=c.ras.status, host=c.host))
         files.extend(debug_files_of(c))
+        for a in c.launchers:
+            h = a.port_holder
+            ev.launchers.append(Launcher(
+                source=f"{c.host}: pid {a.pid} ({clip(a.command, 120)})", host=c.host, pid=a.pid,
+                endpoint=a.endpoint, port=a.port, waiting_in=a.waiting_in,
+                holder_pid=h.pid if h else None, holder_command=h.command if h else "",
+                holder_is_launcher=bool(h and h.is_launcher), listening=h is not None))
     for c, r in unranked:  # a process named by hand without a rank variable: a rank of its own
         rank = max(ev.ranks, default=-1) + 1
         _add_rank(col, c, r, rank)

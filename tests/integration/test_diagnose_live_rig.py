@@ -114,10 +114,10 @@ def program(job: Job, *extra: str) -> list[str]:
             "--at", "3", *extra]
 
 
-def start_torchrun(net, tmp_path: Path, scenario: str, odd: int, *extra: str) -> Job:
+def start_torchrun(net, tmp_path: Path, scenario: str, odd: int, *extra: str, port: int | None = None) -> Job:
     job = Job(scenario, "torchrun", tmp_path / f"{scenario}-torchrun-{uuid.uuid4().hex[:6]}", odd)
     job.out.mkdir()
-    endpoint = f"{net.host('node1').addr}:{next(_PORTS)}"
+    endpoint = f"{net.host('node1').addr}:{port or next(_PORTS)}"
     rdzv_id = f"hcdg-{uuid.uuid4().hex[:10]}"
     for host in NODES:
         spec = torchrun_launch(program(job, *extra), nproc_per_node=1, nnodes=len(NODES), rdzv_endpoint=endpoint,

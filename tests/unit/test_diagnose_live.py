@@ -288,6 +288,41 @@ def test_pids_of_this_machine(tmp_path):
             p.wait(10)
 
 
+def test_torchrun_whose_rendezvous_port_is_taken(tmp_path):
+    """A real torchrun (c10d rendezvous at 127.0.0.1:PORT) while another process holds
+    PORT: no rank starts; `hc diagnose pids --local` reads the agent's stack (waiting in
+    the store's creation) and names the holder. Runs where torchrun is installed."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed")
+    import socket as _socket
+
+    holder = _socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(8)
+    port = holder.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    agent = subprocess.Popen([str(torchrun), "--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hc-test", "--max-restarts=0",
+                              "-m", "json.tool", os.devnull], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        v: dict = {}
+        for _ in range(20):  # torch's import takes seconds before the agent reaches its rendezvous
+            time.sleep(2)
+            r = run_hc("diagnose", "pids", "--local", "--format", "json", "--timeout", "15")
+            v = json.loads(r.stdout)
+            if "held by" in v.get("summary", ""):
+                break
+        assert v["class"] == "init-failure" and not v.get("odd_ranks"), v.get("summary")
+        assert f"port {port} on " in v["summary"] and f"held by pid {os.getpid()}" in v["summary"], v["summary"]
+        assert any(f"torchrun agent pid {agent.pid}" in e["text"] for f in v["findings"] for e in f["evidence"])
+    finally:
+        agent.kill()
+        agent.wait(10)
+        holder.close()
+
+
 def test_node_collection_json_is_what_job_reads():
     from healthcheck.diagnose.live import decode_node
 
@@ -521,3 +556,59 @@ def test_parse_job_batch_host():
     assert j is not None and j.batch_host == "node1" and j.output_files == ["/j/42.out"]
     interactive = parse_job("JobId=43 JobState=RUNNING NodeList=node1 BatchFlag=0", "43")
     assert interactive is not None and interactive.batch_host == "" and interactive.output_files == []
+
+
+# ------------------------------------------------------------------- launchers whose ranks never started
+
+
+def test_launcher_endpoint_from_torchrun_argv():
+    from healthcheck.diagnose.collect import launcher_endpoint
+
+    assert launcher_endpoint(["python", "torchrun", "--rdzv-endpoint=10.0.0.1:29400", "x.py"]) == ("10.0.0.1:29400",
+                                                                                                    29400)
+    assert launcher_endpoint(["torchrun", "--rdzv_endpoint", "node1:1234"]) == ("node1:1234", 1234)
+    assert launcher_endpoint(["torchrun", "--master-addr", "n1", "--master_port=29500"]) == ("n1:29500", 29500)
+    assert launcher_endpoint(["torchrun", "--rdzv-endpoint=node1"]) == ("node1", None)  # torch's default port
+    assert launcher_endpoint(["torchrun", "x.py"]) == ("", None)
+
+
+def test_the_listener_of_a_port_and_its_process():
+    import socket as _socket
+
+    from healthcheck.diagnose.collect import listening_inodes, socket_owner
+
+    s = _socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        inodes = listening_inodes(port)
+        assert inodes and socket_owner(inodes) == os.getpid()
+    finally:
+        s.close()
+    assert listening_inodes(port) == set() and socket_owner(set()) is None
+
+
+def _launcher_collection(**holder) -> NodeCollection:
+    from healthcheck.diagnose.collect import LauncherProcess, PortHolder
+
+    return NodeCollection(host="node1", collected_at="2026-01-01T00:00:00Z", launchers=(LauncherProcess(
+        pid=500, host="node1", state="S", command="python torchrun --rdzv-endpoint=10.0.0.1:29400 train.py",
+        endpoint="10.0.0.1:29400", port=29400, waiting_in="_create_tcp_store (c10d_rendezvous_backend.py:156)",
+        port_holder=PortHolder(port=29400, **holder) if holder else None),),
+        errors=(CollectError("no-ranks", "no Python rank process on node1"),))
+
+
+def test_agents_without_ranks_and_a_foreign_port_holder_are_an_init_failure():
+    taken = build(evidence_from_nodes([_launcher_collection(pid=77, command="nc -l 29400")], job="x").collected)
+    assert (taken.cls, taken.confidence, taken.odd_ranks) == ("init-failure", "high", [])
+    assert "port 29400 on node1 is held by pid 77 (nc -l 29400)" in taken.summary
+    # the agent hosting its own store is as it should be: the agents wait in the rendezvous
+    own = build(evidence_from_nodes([_launcher_collection(pid=500, command="torchrun", is_launcher=True)],
+                                    job="x").collected)
+    assert own.cls == "init-failure" and "held by" not in own.summary and "wait in the rendezvous" in own.summary
+    assert own.confidence == "medium"
+    # an answering rank elsewhere means the launchers are not the story
+    alive = NodeCollection(host="node2", collected_at="2026-01-01T00:00:00Z", ranks=(_rank(11, 0),))
+    v = build(evidence_from_nodes([_launcher_collection(pid=77, command="nc"), alive], job="x").collected)
+    assert "held by" not in v.summary
