@@ -343,6 +343,56 @@ def _aborted(col: Collected) -> list[int]:
     return sorted(out)
 
 
+class _CollAt(msgspec.Struct, frozen=True):
+    """One rank's last NCCL COLL line on one communicator."""
+
+    op_count: int
+    op: str
+    source: str
+    line: int | None
+
+
+def _nccl_colls(col: Collected) -> dict[str, dict[int, _CollAt]]:
+    """NCCL_DEBUG_SUBSYS=COLL: per communicator (commId, the same on every rank; else its
+    size), each global rank's last COLL line. A process's rank is its pid's where the
+    evidence places it, else its rank in a communicator as big as the world."""
+    _, world = _world(col)
+    out: dict[str, dict[int, _CollAt]] = {}
+    for n in col.evidence.nccl_logs:
+        assert n.log is not None
+        for c in n.log.comms:
+            if c.last_op_count is None:
+                continue
+            rank = col.pid_ranks.get(c.pid)
+            if rank is None and c.rank is not None and (world is None or c.nranks == world):
+                rank = c.rank
+            if rank is None:
+                continue
+            key = c.comm_id or (f"nranks={c.nranks}" if c.nranks else "")
+            if key:
+                out.setdefault(key, {})[rank] = _CollAt(c.last_op_count, c.last_op, n.source, c.last_coll_line)
+    return out
+
+
+def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
+    """Ranks whose last NCCL operation on a communicator is behind the others' (a strict
+    minority): they never launched the collective the rest are in."""
+    for comm, ranks in _nccl_colls(col).items():
+        if len(ranks) < 2:
+            continue
+        top = max(c.op_count for c in ranks.values())
+        behind = tuple(sorted(r for r, c in ranks.items() if c.op_count < top))
+        if not behind or len(behind) * 2 >= len(ranks):
+            continue
+        items = [_ev(col, ranks[r].source, ranks[r].line, f"rank {r}: last NCCL {ranks[r].op} opCount "
+                     f"{ranks[r].op_count:#x} on comm {comm}", r) for r in behind[:8]]
+        ahead = next(r for r, c in ranks.items() if c.op_count == top)
+        items.append(_ev(col, ranks[ahead].source, ranks[ahead].line, f"rank {ahead}: last NCCL {ranks[ahead].op} "
+                         f"opCount {top:#x} (the others reached it)", ahead))
+        return behind, items, f"NCCL opCount {top:#x} on comm {comm}"
+    return (), [], ""
+
+
 def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
     """rank -> what it ran: the ranks of the smallest side when one side is a strict
     majority; with the majority's and the minority's values."""
@@ -381,6 +431,14 @@ def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump
                 shape = True
                 items.append(_ev(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
                                  f"{g.expected_bytes} (Received data size doesn't match)", _fact_rank(g, f.rank)))
+    # NCCL COLL lines: one opCount, different operations on different ranks
+    for comm, at in _nccl_colls(col).items():
+        counts = {c.op_count for c in at.values()}
+        if len(at) >= 2 and len(counts) == 1 and len({c.op for c in at.values()}) > 1 and not sides:
+            for r, c in at.items():
+                sides[r] = f"{c.op} (NCCL opCount {c.op_count:#x})"
+                items.append(_ev(col, c.source, c.line, f"rank {r}: NCCL {c.op} opCount {c.op_count:#x} on comm "
+                                 f"{comm}", r))
     fr_odd: tuple[int, ...] = ()
     fr_text = ""
     divergence = ""
@@ -653,6 +711,9 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
                     divergence = f"seq {m.seq} ({m.op}) of {grp.pg_desc or grp.pg_name}"
                     break
     lag_odd, lag_text = _fr_lag(dumps)
+    nccl_odd, nccl_items, nccl_at = _nccl_behind(col)
+    if nccl_at and not divergence:
+        divergence = nccl_at
     complement: tuple[int, ...] = ()
     if waiting and world:
         rest = everyone - set(waiting)
@@ -661,7 +722,7 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
     stopped = tuple(sorted(r for r, x in ev.ranks.items() if x.state == "stopped"))
     if stopped and len(stopped) * 2 >= len(ev.ranks):
         stopped = ()  # most ranks stopped: the whole job was suspended, no odd one
-    candidates = [c for c in (stack_odd, fr_missing, lag_odd, complement, stopped) if c]
+    candidates = [c for c in (stack_odd, fr_missing, lag_odd, complement, stopped, nccl_odd) if c]
     if not candidates:
         return
     votes: Counter[int] = Counter(r for c in candidates for r in c)
@@ -687,6 +748,7 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
                                                              f"recorded {divergence}"))
     if lag_text:
         items.append(Evidence(source="flight recorder", text=lag_text))
+    items.extend(nccl_items)
     items.extend(list(waiting.values())[:8])
     if complement:
         items.append(Evidence(source="logs", text=f"{rank_words(waiting)} timed out waiting; "
@@ -714,13 +776,16 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
         summary += f" ({what})"
     if waiting:
         summary += f"; {rank_words(waiting)} wait for it in a collective"
+    if nccl_odd and set(nccl_odd) == set(odd):
+        summary += f"; it never launched {nccl_at.split(' on comm ')[0]}, which the other ranks did"
     confidence: Confidence = "high" if agree and len(candidates) >= 2 else "medium" if agree else "low"
     if not agree:
         out.notes.append("the evidence for the stuck rank disagrees: " + "; ".join(
             f"{name} {rank_words(c)}" for name, c in (("stacks", stack_odd), ("flight recorder", fr_missing),
                                                        ("flight recorder lag", lag_odd),
                                                        ("timeouts' complement", complement),
-                                                       ("stopped processes", stopped)) if c))
+                                                       ("stopped processes", stopped),
+                                                       ("NCCL opCounts", nccl_odd)) if c))
     out.findings.append(Finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
                                 summary=summary, where=outside[0].where if outside and stack_odd else "",
                                 divergence=divergence))

@@ -22,6 +22,7 @@ CASES = {
     "detail": ("shape-mismatch", [1]),
     "dead": ("dead-rank", [1]),
     "port-in-use": ("init-failure", [0]),
+    "nccl-opcount": ("stuck-rank", [2]),  # derived: per-rank COLL lines, rank 2 one opCount behind
 }
 
 
@@ -70,3 +71,26 @@ def test_cli_table_and_json_exit_0(tmp_path):
     assert doc["schema"] == "hc.diagnosis/1" and doc["class"] == "stuck-rank"
     r = run_hc("diagnose", "logs", str(SCEN / "shape"), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["odd_ranks"][0]["rank"] == 2
+
+
+def test_nccl_opcount_lag_and_op_mismatch(tmp_path):
+    """NCCL COLL lines per communicator (commId): the rank whose last opCount is behind the
+    others' is stuck; the same opCount running another operation is a collective mismatch;
+    ranks all at one opCount with one operation are no evidence."""
+    src = SCEN / "nccl-opcount"
+    v = build(collect([src]))
+    assert "never launched NCCL opCount 0x139e" in v.summary and v.divergence.startswith("NCCL opCount 0x139e")
+    # rank 2 launches 139e too, but an AllGather
+    for r in range(4):
+        text = (src / f"nccl-rank{r}.log").read_text()
+        if r == 2:
+            text += text.splitlines()[-1].replace("opCount 139d", "opCount 139e").replace("AllReduce", "AllGather") + "\n"
+        (tmp_path / f"nccl-rank{r}.log").write_text(text)
+    v = build(collect([tmp_path]))
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("collective-mismatch", [2]), v.summary
+    assert "AllGather" in v.summary
+    # everyone at 139e with AllReduce: nothing to say from the opCounts
+    (tmp_path / "nccl-rank2.log").write_text((src / "nccl-rank0.log").read_text().replace(":41000:", ":41002:")
+                                             .replace("rank 0 nranks", "rank 2 nranks").replace("gpu001", "gpu002"))
+    v = build(collect([tmp_path]))
+    assert v.cls == "unknown", v.summary
