@@ -144,7 +144,9 @@ class SlurmClient:
 
     def node_states(self, names: str | None = None, partition: str | None = None) -> NodeStates:
         """`nodes()`, telling a missing sinfo (no Slurm here) from a Slurm that did not answer."""
-        argv: tuple[str, ...] = (self.settings.sinfo, "-h", "-N", "-o", "%N|%T|%H|%E")
+        from healthcheck.parsers.sinfo import HC_FORMAT  # "%N|%T|%H|%E", what parse_sinfo reads
+
+        argv: tuple[str, ...] = (self.settings.sinfo, "-h", "-N", "-o", HC_FORMAT)
         if names:
             argv += ("-n", names)
         if partition:
@@ -187,18 +189,16 @@ class SlurmClient:
 
 
 def parse_sinfo(text: str) -> dict[str, SlurmNode]:
-    """`sinfo -h -N -o '%N|%T|%H|%E'` -> node -> state (a node in several partitions once)."""
-    nodes: dict[str, SlurmNode] = {}
-    for line in text.splitlines():
-        parts = line.split("|", 3)
-        if len(parts) < 4 or not parts[0]:
-            continue
-        name, state, when, reason = parts
-        responding = not state.endswith("*")
-        reason = "" if reason == "none" else reason.strip()
-        nodes[name] = SlurmNode(name, state.rstrip("*~#!%$@^-").lower(), reason,
-                                "" if when in ("Unknown", "none") else when, responding)
-    return nodes
+    """`sinfo -h -N -o '%N|%T|%H|%E'` -> node -> state (a node in several partitions once).
+
+    The text is read by parsers/sinfo.py (`hc parse sinfo` reads it the same way);
+    lines it cannot read are skipped, never an error."""
+    from healthcheck.parsers.sinfo import parse_hc_sinfo
+
+    return {
+        row.nodes: SlurmNode(row.nodes, row.state or "", row.reason or "", row.reason_time or "", row.responding)
+        for row in parse_hc_sinfo(text)
+    }
 
 
 def parse_job_start(text: str) -> tuple[float | None, str | None]:

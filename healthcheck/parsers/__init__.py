@@ -27,7 +27,15 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "perfquery": ("healthcheck.parsers.perfquery", "parse_perfquery", "perfquery, perfquery -x, perfquery -E"),
     "nvidia-smi-q": ("healthcheck.parsers.nvidia_smi", "parse_nvidia_smi_q", "nvidia-smi -q"),
     "nvidia-smi-query-gpu": ("healthcheck.parsers.nvidia_smi_query", "parse_nvidia_smi_query",
-                             "nvidia-smi --query-gpu=... --format=csv"),
+                             "nvidia-smi --query-gpu=... --format=csv (every field kept)"),
+    "nvidia-smi": ("healthcheck.parsers.nvidia_smi_table", "parse_nvidia_smi_table",
+                   "nvidia-smi default table: GPUs, MIG devices, processes, ERR! cells (drivers 384-610)"),
+    "sinfo": ("healthcheck.parsers.sinfo", "parse_sinfo",
+              "sinfo -R, sinfo -N -l, sinfo, -o/-O with a header, hc's -h -N -o '%N|%T|%H|%E'"),
+    "scontrol-show-node": ("healthcheck.parsers.scontrol_node", "parse_scontrol_show_node",
+                           "scontrol show node (many nodes, -o): state and flags, reason with who and when"),
+    "ibv_devinfo": ("healthcheck.parsers.ibv_devinfo", "parse_ibv_devinfo",
+                    "ibv_devinfo, -v, -l (rdma-core and MLNX_OFED): ports, state, MTU, link layer, firmware"),
     "hostfile": ("healthcheck.parsers.hostfile", "parse_hostfile", "hostfile: plain, Open MPI slots=N, MPICH host:N"),
     "ldconfig": ("healthcheck.parsers.ldconfig", "parse_ldconfig",
                  "ldconfig -N -X -v (shared libraries, e.g. the NCCL version)"),
@@ -50,6 +58,8 @@ TOOLS: dict[str, tuple[str, str, str]] = {
                                  "torchfrtrace / NVRx Flight Recorder attribution output"),
     "nccl-ras": ("healthcheck.parsers.nccl_ras", "parse_nccl_ras",
                  "NCCL RAS STATUS / VERBOSE STATUS reply (port 28028, ncclras; text or 2.29+ JSON)"),
+    "dcgmi-diag": ("healthcheck.parsers.dcgmi_diag", "parse_dcgmi_diag",
+                   "dcgmi diag (DCGM 2.x-4.x: -j JSON or the table; dcgmi's own errors as facts)"),
 }
 # tools whose input is bytes, not text: the parser gets them undecoded
 BINARY_TOOLS = frozenset({"flight-recorder"})

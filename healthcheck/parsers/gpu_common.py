@@ -76,6 +76,19 @@ class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
     memory_used_mib: int | None = None
     processes: list[GpuProcess] | None = None
     fabric_state: str | None = None  # NVSwitch fabric registration ("Completed")
+    # load, power and clocks (nvidia-smi --query-gpu; None where not asked for or N/A)
+    fan_speed_pct: float | None = None
+    utilization_gpu_pct: float | None = None
+    utilization_memory_pct: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None  # the enforced limit
+    clocks_graphics_mhz: float | None = None
+    clocks_sm_mhz: float | None = None
+    clocks_memory_mhz: float | None = None
+    compute_mode: str | None = None  # "Default", "Exclusive_Process", "Prohibited"
+    # every --query-gpu column as given, by field name (lower-case, no unit: "power.draw");
+    # numbers as numbers, None where nvidia-smi had no value ([N/A], [Not Supported])
+    query_fields: dict[str, int | float | str | None] | None = None
 
 
 class LostGpu(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -7,6 +7,10 @@ subset and order of fields parses. Headers and values may carry units
 header (`--format=csv,noheader`) the caller must say which fields were asked for:
 `parse_nvidia_smi_query(text, fields=[...])`.
 
+Every column is kept: the ones the checks read become typed Gpu fields, and all of
+them (utilisation, clocks, power, encoder stats, whatever was asked for) are in
+`Gpu.query_fields` by field name (lower-case, unit dropped), numbers as numbers.
+
 The one-line messages nvidia-smi prints instead of rows (a lost GPU, "No devices
 were found", driver/NVML failures) are read as in the -q parser. Cells like [N/A],
 [Not Supported], [Unknown Error], ERR! and "[Requested functionality has been
@@ -137,6 +141,16 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "memory_total_mib": ("memory.total",),
     "memory_used_mib": ("memory.used",),
     "fabric_state": ("fabric.state",),
+    "fan_speed_pct": ("fan.speed",),
+    "utilization_gpu_pct": ("utilization.gpu",),
+    "utilization_memory_pct": ("utilization.memory",),
+    # power.draw is what every driver has; 535+ adds .average and .instant beside it
+    "power_draw_w": ("power.draw", "power.draw.instant", "power.draw.average"),
+    "power_limit_w": ("enforced.power.limit", "power.limit"),
+    "clocks_graphics_mhz": ("clocks.current.graphics", "clocks.gr"),
+    "clocks_sm_mhz": ("clocks.current.sm", "clocks.sm"),
+    "clocks_memory_mhz": ("clocks.current.memory", "clocks.mem"),
+    "compute_mode": ("compute_mode",),
 }
 _CONVERT = {
     "index": parse_int,
@@ -153,7 +167,17 @@ _CONVERT = {
     "remapped_rows_failure": parse_bool,
     "temperature_c": parse_float,
     "fabric_state": clean_value,
+    "fan_speed_pct": parse_float,
+    "utilization_gpu_pct": parse_float,
+    "utilization_memory_pct": parse_float,
+    "power_draw_w": parse_float,
+    "power_limit_w": parse_float,
+    "clocks_graphics_mhz": parse_float,
+    "clocks_sm_mhz": parse_float,
+    "clocks_memory_mhz": parse_float,
+    "compute_mode": clean_value,
 }
+QUERY_VALUE_MAX = 256  # a cell longer than any nvidia-smi value: hostile input, cut
 _DRIVER_COLUMNS = ("kmd_version", "driver_version")  # 610 deprecates driver_version
 _REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # 535 renamed them
 
@@ -209,8 +233,29 @@ def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
     return next((v for v in present if clean_value(v) is not None), present[0] if present else None)
 
 
+_QUERY_NUMBER = re.compile(r"^(?P<num>-?[0-9]{1,30}(?:\.[0-9]{1,30})?)\s*(?:[A-Za-z%]{1,4})?$")
+
+
+# Fields whose values are names, versions or ids even where they look like numbers
+# ("serial" 0000000000000, "inforom.oem" 2.1, "pci.device_id"): kept as text.
+_TEXT_FIELDS = ("version", "inforom", "vbios", "serial", "uuid", "name", "bus_id", "timestamp", "pci.", "_id")
+
+
+def _query_value(name: str, raw: str) -> int | float | str | None:
+    """One cell as given: "629.25 W" -> 629.25, "81559 MiB" -> 81559, "[N/A]" -> None,
+    anything else ("0x0000", "Enabled", a date, a version) as text."""
+    text = clean_value(raw)
+    if text is None:
+        return None
+    m = _QUERY_NUMBER.match(text) if not any(part in name for part in _TEXT_FIELDS) else None
+    if m:
+        num = m.group("num")
+        return float(num) if "." in num else int(num)
+    return clip(text, QUERY_VALUE_MAX)
+
+
 def _gpu_fields(row: dict[str, str]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {"query_fields": {name: _query_value(name, value) for name, value in row.items()}}
     for attr, names in _COLUMNS.items():
         if attr in {"index", "pci_bus_id"}:
             continue

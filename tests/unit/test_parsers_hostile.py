@@ -39,6 +39,10 @@ CONTEXT = {
     "perfquery": "# Port extended counters: Lid 1 port 1 (CapMask: 0x5A00)\nPortXmitData:....................1\n",
     "nvidia-smi-q": "Driver Version                            : 535.183.01\nGPU 00000000:19:00.0\n    Product Name                          : NVIDIA H100\n    PCI\n        Bus Id                            : 00000000:19:00.0\n",
     "nvidia-smi-query-gpu": "index, pci.bus_id, name, memory.total [MiB]\n0, 00000000:19:00.0, NVIDIA H100, 81559 MiB\n",
+    "nvidia-smi": "| NVIDIA-SMI 550.90.07    Driver Version: 550.90.07    CUDA Version: 12.4 |\n| GPU  Name  Persistence-M | Bus-Id  Disp.A | Volatile Uncorr. ECC |\n|====+====+====|\n|   0  NVIDIA H100  On  | 00000000:19:00.0 Off |  0 |\n",
+    "sinfo": "REASON               USER      TIMESTAMP           NODELIST\nNot responding       root      2026-11-23T13:29:05 node4\n",
+    "scontrol-show-node": "NodeName=n1 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1\n",
+    "ibv_devinfo": "hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
     "hostfile": "gpu001 slots=8\n",
     "ldconfig": "/usr/lib/x86_64-linux-gnu: (from /etc/ld.so.conf.d/x86_64-linux-gnu.conf:3)\n\tlibnccl.so.2 -> libnccl.so.2.18.3\n",
     "xid": "[  100.000000] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.\n",
@@ -52,6 +56,7 @@ CONTEXT = {
     "flight-recorder-analysis": "Collective sequence number: 1 has errors\ngroup info: 0:default_pg\n",
     "nccl-ras": "Warnings\n========\n\n#0-0 (0000000000000001) MISMATCH\n  Communicator ranks have different AllReduce operation counts\n",
     "nccl-tests": "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 1 iters: 1 validation: 1\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n           8             2     float     sum      -1    10.51    0.00    0.00      0    10.30    0.00    0.00      0\n",
+    "dcgmi-diag": "|-----  Deployment  --------+------------------------------------------------|\n| software                  | Pass                                           |\n| Warning                   | Persistence mode for GPU 0 is disabled. Enabl  |\n",
 }
 
 # How a line of each tool starts, so the filler lands where its patterns look.
@@ -64,6 +69,15 @@ PREFIXES = {
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
                      "        Total : 1", "No devices were found"],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
+    "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
+                   "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
+                   "ERR!", "|ERR!  "],
+    "sinfo": ["", "REASON ", "node1|", "node1|idle|", "node1|idle|Unknown|", "NODELIST|STATE|", "slurm_load_partitions: ",
+              "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026"],
+    "scontrol-show-node": ["", "NodeName=", "NodeName=a ", "   Reason=", "   OS=", "   State=", "Node ", "NodeName=a Reason=x ",
+                           "slurm_load_node error: "],
+    "ibv_devinfo": ["", "hca_id:", "\t", "\t\tport:\t", "\t\t\tstate:\t", "GID[", "\t\t\tGID[  0]:\t", "1 HCAs found:",
+                    "IB device '", "\tlog ", "\tooo_rc_caps = ", "\t\t\tactive_speed:\t"],
     "hostfile": ["", "a", "a:", "a:1", "a[", "a[1-", "gpu[1-2],"],
     "ldconfig": ["", "/", "/a", "/a:", "\t", "\ta", "\ta ->", "\ta -> b"],
     "xid": ["", "[", "[  1.0] ", "NVRM: Xid (PCI:", "NVRM: Xid (PCI:0000:1b:00): ", "NVRM: Xid (PCI:0000:1b:00): 79, ",
@@ -101,6 +115,9 @@ PREFIXES = {
                  "  Node a running processes ", "NCCL version ", "Communicators... (", "  The missing ranks: ", ">>> ",
                  "SERVER PROTOCOL ", "ERROR: ", '{"nccl_version"'],
     "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the "],
+    "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
+                   "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
+                   "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],
 }
 
 # What fills the line: runs that make lazy or nested quantifiers backtrack.
@@ -230,6 +247,13 @@ def _fr_at_scale() -> Callable[[int], str]:
     return lambda size: json.dumps(dict(doc, entries=doc["entries"] * max(1, size // 400)))
 
 
+def _dcgm_json_at_scale() -> Callable[[int], str]:
+    """A dcgmi diag -j document with its tests repeated (one document, as dcgmi writes one)."""
+    doc = json.loads((FIXTURES / "dcgmi-diag/derived-4.5-json-r3-h100-memory-gpu3-thermal-gpu6.txt").read_text())
+    categories = doc["DCGM Diagnostic"]["test_categories"]
+    return lambda size: json.dumps(dict(doc, **{"DCGM Diagnostic": {"test_categories": categories * max(1, size // 12_000)}}))
+
+
 def _head_and_rows(text: str) -> Callable[[int], str]:
     """A table's header once, its rows repeated (a header repeated is a bad row)."""
     head, _, rows = text.partition("\n")
@@ -253,6 +277,10 @@ _AT_SCALE = {
     "ip-link-json": lambda: _json_array(_read("ip-json-link/ipoib-7of8-missing-interface.txt")),
     "nvidia-smi-q": lambda: _repeat(_read("nvidia-smi-q/h100-8gpu-driver-535.183.01.txt")),
     "nvidia-smi-query-gpu": lambda: _head_and_rows(_read("nvidia-smi-query-gpu/h100-590-all-fields-load.txt")),
+    "nvidia-smi": lambda: _repeat(_read("nvidia-smi/h100-8gpu-550.90.07.txt")),
+    "sinfo": lambda: _head_and_rows((FIXTURES / "sinfo/slurm-22.05-R-reasons-truncated-20.txt").read_text()),
+    "scontrol-show-node": lambda: _repeat(_read("scontrol-show-node/h100-4nodes-idle-drain-xid-reason.txt")),
+    "ibv_devinfo": lambda: _repeat((FIXTURES / "ibv_devinfo/cx6-vv-2hca-port2-down-disabled.txt").read_text()),
     "nvidia-smi-topo": lambda: _head_and_rows(_read("nvidia-smi-topo/h100-8gpu-nv18.txt")),
     "nvidia-smi-nvlink": lambda: _repeat(_read("nvidia-smi-nvlink/h100-18links-590.txt")),
     "perfquery": lambda: _repeat(_read("perfquery/switch-port-xmitdiscards-linkdowned.txt")),
@@ -268,6 +296,8 @@ _AT_SCALE = {
         (FIXTURES / "nccl-ras/derived-2.28-verbose-incomplete-async-error-status-mismatch.txt").read_text()),
     "flight-recorder": lambda: _fr_at_scale(),
     "nccl-tests": lambda: _repeat((FIXTURES / "nccl-tests/all_reduce-h100-a3mega-2node-16rank.txt").read_text()),
+    "dcgmi-diag": lambda: _repeat((FIXTURES / "dcgmi-diag/derived-4.5-text-r3-h100-memory-gpu3-thermal-gpu6.txt").read_text()),
+    "dcgmi-diag-json": lambda: _dcgm_json_at_scale(),
 }
 
 
@@ -277,5 +307,5 @@ def test_every_tool_is_run_at_scale():
 
 @pytest.mark.parametrize("case", sorted(_AT_SCALE))
 def test_a_real_output_at_scale_costs_its_length(case):
-    tool = "ip-link" if case == "ip-link-json" else case
+    tool = case.removesuffix("-json")  # ip-link-json, dcgmi-diag-json: the same tool's JSON form
     _assert_linear(tool, _AT_SCALE[case](), "real output at scale")
