@@ -2,12 +2,12 @@
 
 Each family module registers its checks with `healthcheck.core.registry.check` and
 declares its finding IDs with `healthcheck.core.catalogue.finding`. This list is the
-only place a family is named.
+only place a family is named (`dcgm` holds the gpu family's DCGM diagnostic checks).
 """
 
 from __future__ import annotations
 
-FAMILIES = ("net", "ib", "sys", "gpu", "bw")
+FAMILIES = ("net", "ib", "sys", "gpu", "bw", "dcgm")
 
 
 def load_all() -> None:

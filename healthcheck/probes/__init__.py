@@ -5,7 +5,7 @@ Each module registers fact providers with `healthcheck.core.facts.provides`.
 
 from __future__ import annotations
 
-MODULES = ("net", "ib", "sysinfo", "gpu", "bw", "ib_write_bw")
+MODULES = ("net", "ib", "sysinfo", "gpu", "bw", "ib_write_bw", "dcgm")
 
 
 def load_all() -> None:

@@ -429,7 +429,17 @@ def fact_samples() -> dict[str, list[Any]]:
         "nccl_tests": _bandwidth_runs("nccl-tests"),
         "torch_sweep": _bandwidth_runs("torch"),
         "ib_write_bw_loopback": _ib_write_bw_loopbacks(),
+        "dcgm_diag": _dcgm_runs(1),
+        "dcgm_diag_deep": _dcgm_runs(3),
     }
+
+
+def _dcgm_runs(level: int) -> list[Any]:
+    """Every dcgmi diag capture and derived output as one run (gpu.dcgm builds no Limit)."""
+    from healthcheck.parsers.dcgmi_diag import DcgmRun, parse_dcgmi_diag
+
+    paths = sorted((CORPUS / "dcgmi-diag").glob("*.txt")) + sorted((FIXTURES / "dcgmi-diag").glob("*.txt"))
+    return [DcgmRun(level, diag=parse_dcgmi_diag(path.read_text())) for path in paths]
 
 
 def _bandwidth_runs(tool: str) -> list[Any]:

@@ -229,6 +229,24 @@ class NvLinkCounterLimits(Strict, frozen=True):
     recovery_errors: CounterLimit | None = None
 
 
+class DcgmSettings(Strict, frozen=True):
+    """NVIDIA DCGM's diagnostic, `dcgmi diag -r LEVEL -j`: gpu.dcgm runs level_standard in
+    the standard tier (every node, busy or not: levels 1-2 take seconds to minutes), and
+    gpu.dcgm_deep runs level_deep in the deep tier, only on a node with no job (levels 3-4
+    stress every GPU for half an hour or more). Off unless a fabric turns it on: a site
+    without DCGM would otherwise see every standard run ERROR; turned on, a node where
+    dcgmi or nv-hostengine is missing is ERROR (never FAIL)."""
+
+    enabled: bool = False
+    dcgmi: PathText = "dcgmi"  # the command, or its path
+    host: Text | None = None  # dcgmi --host: the nv-hostengine to use (default: localhost, else dcgmi's embedded one)
+    level_standard: Annotated[int, Meta(ge=1, le=2)] = 1  # -r: 1 Deployment (quick), 2 + PCIe and memory (medium)
+    level_deep: Annotated[int, Meta(ge=1, le=4)] = 3  # -r: 3 + stress (long), 4 + more stress (extended)
+    # hc's own time limits around one dcgmi run (each within its check's budget: 10 min, 4 h)
+    timeout_standard_s: Annotated[float, Meta(gt=0, le=600.0)] = 300.0
+    timeout_deep_s: Annotated[float, Meta(gt=0, le=14_400.0)] = 3600.0
+
+
 class GpuLimits(Strict, frozen=True):
     count: Count | None = None
     model: Text | None = None  # NVML/nvidia-smi product name, e.g. "NVIDIA H100 80GB HBM3"
@@ -257,6 +275,7 @@ class GpuLimits(Strict, frozen=True):
     # epilogue: memory a GPU may still show in use with no process on it
     leftover_memory_max_mib: Mib = 1024
     xid: XidPolicy = XidPolicy()
+    dcgm: DcgmSettings = DcgmSettings()
 
     def problems(self) -> Iterator[Problem]:
         # a misspelt reason never matches: the throttling it meant would go unreported
@@ -544,6 +563,60 @@ class HistorySettings(Strict, frozen=True):
     keep_runs: Annotated[int, Meta(ge=1, le=10_000_000)] = 500
 
 
+class PrometheusSettings(Strict, frozen=True):
+    """node_exporter textfile-collector export (report/prometheus.py): each run named in
+    `commands` writes `<textfile_dir>/hc-<command>.prom` atomically."""
+
+    # the directory node_exporter reads (--collector.textfile.directory; Debian's default
+    # is /var/lib/prometheus/node-exporter); None: no export. It must exist.
+    textfile_dir: AbsPath | None = None
+    # the runs that export; `hc node` exports with --prometheus DIR whatever this says
+    commands: list[Literal["prologue", "epilogue", "health", "sweep", "node"]] = msgspec.field(
+        default_factory=lambda: ["prologue", "epilogue", "health", "sweep"])
+    # bounds on what one file may hold, so a sweep of many nodes or a node with many
+    # findings cannot flood Prometheus: series past max_series are dropped (counted in
+    # hc_export_dropped_series), a longer label value is cut and keeps a hash of the rest
+    max_series: Annotated[int, Meta(ge=100, le=10_000_000)] = 100_000
+    max_findings_per_node: Annotated[int, Meta(ge=1, le=100_000)] = 100
+    label_max_chars: Annotated[int, Meta(ge=32, le=1024)] = 128
+
+
+HEADER_NAME_RE = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+WEBHOOK_URL_RE = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f]+$"
+PATTERN_WORDS[HEADER_NAME_RE] = "an HTTP header name (letters, digits, hyphens)"
+PATTERN_WORDS[WEBHOOK_URL_RE] = "an http:// or https:// URL without spaces or control characters"
+HeaderName = Annotated[str, Meta(min_length=1, max_length=256, pattern=HEADER_NAME_RE)]
+WebhookUrl = Annotated[str, Meta(min_length=8, max_length=2048, pattern=WEBHOOK_URL_RE)]
+
+
+class TicketSettings(Strict, frozen=True):
+    """`hc report tickets`: which findings are tickets, and how the webhook gets them
+    (actions/webhook.py: retries with backoff, a spool for what was not delivered)."""
+
+    min_status: Literal["FAIL", "ERROR", "WARN"] = "WARN"  # findings at or above it (FAIL > ERROR > WARN)
+    lookback_runs: Annotated[int, Meta(ge=1, le=100_000)] = 100  # earlier runs of the same nodes read
+    webhook_url: WebhookUrl | None = None  # POST every record here (--webhook overrides, --no-webhook skips)
+    token_file: PathText | None = None  # its one line is the token header's value, e.g. "Bearer abc..."
+    token_header: HeaderName = "Authorization"
+    timeout_s: Seconds = 10.0  # one POST, answer included
+    attempts: Annotated[int, Meta(ge=1, le=100)] = 5  # per record, for transient failures
+    backoff_s: Delay = 1.0  # the first wait between attempts, doubled after each (with jitter)
+    max_total_s: Seconds = 300.0  # the whole delivery: past it, what is left waits in the spool
+    spool_dir: PathText | None = None  # records not delivered yet; None: <slurm.state_dir>/tickets
+
+
+class BaselineSettings(Strict, frozen=True):
+    """`hc baseline`: how thresholds are learned from sweep reports of healthy-looking nodes
+    (report/baseline.py); each is also a command-line option."""
+
+    min_nodes: Annotated[int, Meta(ge=2, le=1_000_000)] = 8  # fewer nodes (pairs) left for a metric: refused
+    percentile: Annotated[float, Meta(ge=0, le=50.0)] = 5.0  # floors from this low percentile (ceilings: 100 - it)
+    margin: Annotated[float, Meta(ge=0, lt=1.0)] = 0.05  # floor = the percentile x (1 - margin)
+    temp_margin_c: Annotated[float, Meta(ge=0, le=50.0)] = 10.0  # temperature ceiling = the percentile + this
+    max_spread: Annotated[float, Meta(gt=0, le=1.0)] = 0.1  # MAD / median above this: too noisy, refused
+    outlier_z: Annotated[float, Meta(gt=0, le=1000.0)] = 3.5  # |modified z| above this: dropped before learning
+
+
 class MainConfig(Strict, frozen=True):
     # where fabric files are looked up, relative to the main file; the fabrics shipped
     # with hc are searched last, so a site can refine or replace them
@@ -558,3 +631,6 @@ class MainConfig(Strict, frozen=True):
     ssh: SshSettings = SshSettings()
     fleet: FleetSettings = FleetSettings()
     history: HistorySettings = HistorySettings()
+    baseline: BaselineSettings = BaselineSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()
+    tickets: TicketSettings = TicketSettings()
