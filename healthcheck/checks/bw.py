@@ -241,6 +241,8 @@ def _ib_counters(hca: IbWriteBwHca, limits: Fabric) -> CheckOutput:
                                      f"ib_write_bw test ({hca.counters_unknown}), so bandwidth.counters_max_rise "
                                      "cannot be judged", component=f"{hca.name}:counters")
     for counter, rise in sorted(hca.counter_rises.items()):
+        # every rise is kept, judged or not: the counters' delta under load is what an operator trends
+        yield Metric("counter_rise", rise, component=f"{hca.name}:{counter}")
         most = max_rise.get(counter)
         if most is not None and rise > most:
             yield IB_COUNTERS_ROSE.fail(

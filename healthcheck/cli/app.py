@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from healthcheck.core.config import Config, load_config
-from healthcheck.core.errors import ExitCode
+from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.model import Report
 from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.status import Status
@@ -130,3 +130,42 @@ def output_option(fn: Callable) -> Callable:
         help="Also write the JSON report to this file (atomically; a device or FIFO such as /dev/null is "
              "written in place; a symbolic link or directory is refused).",
     )(fn)
+
+
+def prometheus_option(fn: Callable) -> Callable:
+    return click.option(
+        "--prometheus",
+        "prometheus_to",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Also write the run's series for node_exporter's textfile collector to DIR/hc-<command>.prom "
+             "(atomically; DIR must exist) [default: prometheus.textfile_dir in the config, for the commands "
+             "prometheus.commands names].",
+        metavar="DIR",
+    )(fn)
+
+
+def prometheus_dir(app: App, flag: Path | None, command: str) -> Path | None:
+    """Where this run exports for Prometheus: --prometheus, else the config's textfile_dir
+    when its `commands` name this one, else nowhere."""
+    settings = app.config.main.prometheus
+    if flag is None and settings.textfile_dir is not None and command in settings.commands:
+        flag = Path(settings.textfile_dir)
+    if flag is None:
+        return None
+    from healthcheck.report.prometheus import check_directory
+
+    return check_directory(flag)  # now, not only after a run that may take an hour
+
+
+def export_prometheus(app: App, report: Report, directory: Path | None) -> HcError | None:
+    """Write the Prometheus textfile; the error, to raise once the report is shown (as a
+    failed --output is: the checks ran, and the run still does not exit 0)."""
+    if directory is None:
+        return None
+    from healthcheck.report.prometheus import export
+
+    try:
+        export(report, directory, app.config.main.prometheus)
+    except HcError as exc:
+        return exc
+    return None

@@ -13,12 +13,16 @@ from healthcheck.cli.app import (
     App,
     config_option,
     exit_code_for,
+    export_prometheus,
     fail_level_option,
     format_option,
     output_option,
+    prometheus_dir,
+    prometheus_option,
     this_node_name,
     tier_option,
 )
+from healthcheck.cli.completion import complete_nodes
 from healthcheck.core.errors import ExitCode, HcError
 
 
@@ -74,7 +78,7 @@ def mode_option(fn):
 
 
 @click.command()
-@click.argument("nodes", nargs=-1)
+@click.argument("nodes", nargs=-1, shell_complete=complete_nodes)
 @click.option("--local", "local", is_flag=True, help="Check the machine hc runs on.")
 @tier_option()
 @click.option("--checks", "only", default="", help="Only these checks or families, comma-separated (e.g. ib,net.mtu).")
@@ -83,9 +87,11 @@ def mode_option(fn):
 @config_option
 @format_option
 @output_option
+@prometheus_option
 @fail_level_option
 def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, mode: str,
-         config_path: Path | None, fmt: str, output: Path | None, fail_level: str) -> int:
+         config_path: Path | None, fmt: str, output: Path | None, prometheus_to: Path | None,
+         fail_level: str) -> int:
     """Check nodes: NODES (hostlists, e.g. gpu017 'gpu[001-004]') over SSH, or --local this machine."""
     if not local and not nodes:
         raise click.UsageError("name the nodes to check, or use --local for this machine")
@@ -93,6 +99,7 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
         raise click.UsageError("--local checks this machine; do not name nodes with it")
     app = App(config_path, fmt)
     checks = [s for s in only.split(",") if s]
+    prom = prometheus_dir(app, prometheus_to, "node")
     if local:
         from healthcheck.orchestrate.localrun import check_this_node
 
@@ -115,14 +122,19 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
 
             for finding in run_findings:
                 report = with_run_finding(report, finding)
+        exported = export_prometheus(app, report, prom)
         if not abandoned:
             app.emit_report(report, output=output)
+            if exported is not None:
+                raise exported
             return int(exit_code_for(report.status, fail_level))
         # a probe thread is stuck in the kernel; do not let interpreter shutdown wait for it
         code = int(exit_code_for(report.status, fail_level))
         try:
             app.emit_report(report, output=output)
             sys.stdout.flush()
+            if exported is not None:
+                raise exported
         except (HcError, StdoutError) as exc:
             click.echo(f"hc: error: {exc}", err=True)
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
@@ -140,5 +152,8 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
                    since=parse_since(since), on_done=progress_printer(len(names)))
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
+    exported = export_prometheus(app, run.report, prom)
     app.emit_report(run.report, output=output)
+    if exported is not None:
+        raise exported
     return int(exit_code_for(run.report.status, fail_level))

@@ -11,16 +11,20 @@ from healthcheck.cli.app import (
     App,
     config_option,
     exit_code_for,
+    export_prometheus,
     fail_level_option,
     format_option,
     output_option,
+    prometheus_dir,
+    prometheus_option,
     tier_option,
 )
+from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.node import mode_option, parse_since, since_option
 
 
 @click.command()
-@click.option("--nodes", "hostlist", help="Nodes as a hostlist, e.g. 'gpu[001-128]'.")
+@click.option("--nodes", "hostlist", shell_complete=complete_nodes, help="Nodes as a hostlist, e.g. 'gpu[001-128]'.")
 @click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False),
               help="A hostfile: one node per line, or MPI 'host slots=N' / 'host:N' lines.")
 @click.option("--partition", help="Every node of a Slurm partition that is up and not drained by someone else.")
@@ -40,10 +44,12 @@ from healthcheck.cli.node import mode_option, parse_since, since_option
 @config_option
 @format_option
 @output_option
+@prometheus_option
 @fail_level_option
 def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, via: str, mode: str,
           tier: str, only: str, since: str, pairs: bool, exhaustive: bool, act: bool, dry_run: bool,
-          config_path: Path | None, fmt: str, output: Path | None, fail_level: str) -> int:
+          config_path: Path | None, fmt: str, output: Path | None, prometheus_to: Path | None,
+          fail_level: str) -> int:
     """Check many nodes at once and merge one report (fleet drift, outliers and flaps included).
 
     Exit codes as for `hc node`; 5 when --act was refused by the blast-radius guard.
@@ -87,6 +93,7 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
             raise HcError(f"partition {partition!r}: no node to check (all down or drained by someone else)")
     if not names:  # a hostfile or partition that names none: never a healthy-looking empty run
         raise click.UsageError("no node to check")
+    prom = prometheus_dir(app, prometheus_to, "sweep")
     progress = progress_printer(len(names)) if via == "ssh" else None
     run = run_many(app.config, names, command="sweep", via=via, mode=mode, tier=tier, only=checks,
                    since=parse_since(since), act=act, dry_run=dry_run, on_done=progress, pairs=pairs,
@@ -95,7 +102,11 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
         click.echo(f"hc: warning: {warning}", err=True)
     for message in run.messages:
         click.echo(message, err=True)
+    # per-node series and the fleet's (nodes per status, analyses, pair tests)
+    exported = export_prometheus(app, run.report, prom)
     app.emit_report(run.report, output=output)
+    if exported is not None:
+        raise exported
     if run.guarded:
         return int(ExitCode.GUARD)
     return int(exit_code_for(run.report.status, fail_level))

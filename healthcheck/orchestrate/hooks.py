@@ -27,6 +27,7 @@ from healthcheck.actions.policy import drain_reason
 from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
+from healthcheck.core.config.schema import PrometheusSettings
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.model import Report
 from healthcheck.core.status import Status
@@ -142,6 +143,9 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     report = with_outcome(report, outcome)
     messages = list(outcome.messages)
     messages += _write_report(report, settings.report_dir, node, kind)
+    prometheus = config.main.prometheus
+    if prometheus.textfile_dir is not None and kind in prometheus.commands:
+        messages += _export_prometheus(report, prometheus, kind)
     if kind == "health":
         # prologue and epilogue run per job: recording them would flood the history
         from healthcheck.report.history import record_run
@@ -214,6 +218,18 @@ def _write_report(report: Report, report_dir: str | None, node: str, kind: str) 
             write_atomic(base / f"{kind}-{report.run_id}.json", data)
     except Exception as exc:  # a full or read-only log disk must not fail a prologue
         return [f"report not written under {base}: {exc}"]
+    return []
+
+
+def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) -> list[str]:
+    """The node_exporter textfile, best effort: a missing directory or a full disk is
+    logged and changes neither the verdict nor the exit code Slurm sees."""
+    try:
+        from healthcheck.report.prometheus import export
+
+        export(report, settings.textfile_dir or "", settings, command=kind)
+    except Exception as exc:
+        return [f"prometheus textfile not written: {exc}"]
     return []
 
 
