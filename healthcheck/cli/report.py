@@ -1,4 +1,4 @@
-"""`hc report`: show a saved report, diff two runs, list the run history."""
+"""`hc report`: show a saved report, diff two runs, list the run history, ticket records."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ REPORT_FILE = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
 
 @click.group()
 def report() -> None:
-    """Saved reports: show one, diff two runs, list the run history."""
+    """Saved reports: show one, diff two runs, an HTML page, the run history, ticket records."""
 
 
 def _read(path: Path) -> Report:
@@ -39,6 +39,56 @@ def show(file: Path, fmt: str) -> int:
     """Show a saved report (a file hc wrote with --output or --format json; '-' reads stdin)."""
     report = _read(file)
     App(fmt=fmt).emit_report(report)
+    return 0
+
+
+@report.command("html")
+@click.argument("file", required=False, type=REPORT_FILE)
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The HTML file to write (atomically; a symbolic link or directory is refused).")
+@click.option("--runs", type=click.IntRange(min=2, max=50), default=10, show_default=True,
+              help="How many recent runs the history section follows the nodes with findings over.")
+@config_option
+def html_cmd(file: Path | None, output: Path, runs: int, config_path: Path | None) -> int:
+    """One self-contained HTML page for a run: summary, findings, node grid, pair heat map, busbw curves, history.
+
+    \b
+    hc report html REPORT -o report.html   a saved report ('-' reads stdin)
+    hc report html -o report.html          the newest run in the history
+
+    No script and nothing fetched: it opens offline and can be attached to a ticket.
+    Floors on the curves are those the run compared with, and the config's fabrics'
+    for the other sizes. Exit 0 written; 4 unreadable report or output.
+    """
+    from healthcheck.core.atomic import write_atomic
+    from healthcheck.report.build import iso, utc_now
+    from healthcheck.report.history import History
+    from healthcheck.report.html import config_floors, followed_nodes, merge_floors, render_html, report_floors
+    from healthcheck.report.trend import from_history
+
+    app = App(config_path)
+    notes: list[str] = []
+    history: History | None
+    if file is None:
+        history = _history(app)
+        with history:
+            newest = history.last(1)
+        if not newest:
+            raise HcError(f"no run recorded in the history at {history.path}")
+        report = newest[0]
+    else:
+        report = _read(file)
+        history = History.from_settings(app.config.main.history)
+    fabrics = {n.fabric for n in report.nodes}
+    floors, why = config_floors(app.config, fabrics)
+    notes += why
+    if floors and app.config.digest != report.config_digest:
+        notes.append(f"floors the run's findings do not name are from the config at {app.config.path}, which is "
+                     "not the one this run used (its digest differs)")
+    trend = from_history(history, report, followed_nodes(report), runs)
+    page = render_html(report, floors=merge_floors(report_floors(report), floors), trend=trend, notes=notes,
+                       generated_at=iso(utc_now()))
+    write_atomic(output, page.encode("utf-8"))
     return 0
 
 
@@ -153,3 +203,103 @@ def history_cmd(node: str | None, command: str | None, limit: int, config_path: 
     app.echo(tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "NODES", "COUNTS", "HOST", "RUN"],
                       tablefmt="simple") if rows else "no runs recorded")
     return 0
+
+
+@report.command("tickets")
+@click.argument("file", required=False, type=REPORT_FILE)
+@click.option("--format", "fmt", type=click.Choice(["table", "jsonl", "json"]), default="table", show_default=True,
+              help="table for people; jsonl: one record per line; json: one array.")
+@click.option("--min-status", type=click.Choice(["fail", "error", "warn"], case_sensitive=False), default=None,
+              help="Findings at or above this status are tickets (FAIL > ERROR > WARN) [default: tickets.min_status].")
+@click.option("--lookback", type=click.IntRange(min=1, max=100_000), default=None,
+              help="Earlier runs of the same nodes to read from the history [default: tickets.lookback_runs].")
+@click.option("--webhook", "webhook", metavar="URL", default=None,
+              help="POST each record to this http(s) URL [default: tickets.webhook_url].")
+@click.option("--no-webhook", is_flag=True, help="Only print the records, even where the config names a webhook.")
+@click.option("--token-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="A file whose one line is the token header's value (never printed) [default: tickets.token_file].")
+@click.option("--token-header", default=None, metavar="NAME",
+              help="The header that carries the token [default: tickets.token_header, Authorization].")
+@config_option
+def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: int | None, webhook: str | None,
+                no_webhook: bool, token_file: Path | None, token_header: str | None, config_path: Path | None) -> int:
+    """Ticket records for a run: one per finding to open (new), update (ongoing) or close (fixed).
+
+    \b
+    hc report tickets REPORT --format jsonl   a saved report ('-' reads stdin)
+    hc report tickets --format jsonl          the newest run in the history
+    hc report tickets --webhook URL           ... and POST each record as JSON
+
+    Records are keyed by the finding's fingerprint and read the history for first
+    seen, last seen and times seen; `fixed` needs this run to have looked again
+    (node reached, the check ran): a node not checked keeps its tickets open. The
+    webhook gets Idempotency-Key: <fingerprint>:<state>:<episode>, retries with
+    backoff, and what it did not take waits in the spool (tickets.spool_dir, else
+    <slurm.state_dir>/tickets), sent first by the next delivery; a record is never
+    sent twice.
+
+    \b
+    Exit codes: 0 records written (and delivered); 3 a delivery failed: the
+    records left are kept in the spool for the next run; 4 unreadable report or
+    history, a report of another schema, a bad URL, token file or spool.
+    """
+    from healthcheck.core.status import Status
+    from healthcheck.report.history import History
+    from healthcheck.report.tickets import render, tickets_for, to_jsonl
+
+    app = App(config_path)
+    settings = app.config.main.tickets
+    target = None
+    url = webhook if webhook is not None else settings.webhook_url
+    if not no_webhook and url is not None:
+        # every input of the delivery is checked before anything is read or sent
+        from healthcheck.actions.webhook import WebhookTarget, check_header_name, check_url, read_token
+
+        token_path = token_file or (Path(settings.token_file).expanduser() if settings.token_file else None)
+        target = WebhookTarget(
+            url=check_url(url),
+            token=read_token(token_path) if token_path is not None else None,
+            token_header=check_header_name(token_header or settings.token_header),
+            timeout_s=settings.timeout_s, attempts=settings.attempts, backoff_s=settings.backoff_s,
+            max_total_s=settings.max_total_s)
+    elif token_file or token_header:
+        raise HcError("--token-file and --token-header go with a webhook (--webhook URL or tickets.webhook_url)")
+    threshold = Status((min_status or settings.min_status).upper())
+    history = History.from_settings(app.config.main.history)
+    if file is None:
+        history = _history(app)
+        with history:
+            newest = history.last(1)
+        if not newest:
+            raise HcError(f"no run recorded in the history at {history.path}")
+        report = newest[0]
+    else:
+        report = _read(file)
+        if history is None or not history.path.exists():
+            where = "is kept (history.path is null)" if history is None else f"yet at {history.path}"
+            click.echo(f"hc: warning: no run history {where}: every finding is new", err=True)
+            history = None
+    if history is not None:
+        with history:
+            tickets = tickets_for(report, history, lookback=lookback or settings.lookback_runs, min_status=threshold)
+    else:
+        tickets = tickets_for(report, None, lookback=0, min_status=threshold)
+    if fmt == "jsonl":
+        sys.stdout.buffer.write(to_jsonl(tickets))
+        sys.stdout.flush()
+    elif fmt == "json":
+        app.emit_json(tickets)
+    else:
+        app.echo(render(tickets))
+    if target is None:
+        return 0
+    from healthcheck.actions.audit import AuditLog
+    from healthcheck.actions.webhook import Spool, deliver, describe
+
+    slurm = app.config.main.slurm
+    spool = Spool(Path(settings.spool_dir or f"{slurm.state_dir}/tickets").expanduser())
+    done = deliver(tickets, target, spool, audit=AuditLog(Path(slurm.audit_log).expanduser()))
+    for message in done.messages:
+        click.echo(f"hc: warning: {message}", err=True)
+    click.echo(f"hc: {describe(done, spool)}", err=True)
+    return int(ExitCode.OK if done.complete else ExitCode.ERROR)

@@ -251,6 +251,21 @@ class History:
         rows = self._rows("SELECT run_id, report FROM runs WHERE run_id = ?", (run_id,))
         return self._report(*rows[0]) if rows else None
 
+    def raw_reports(self, command: str, tier: str, until: str, limit: int) -> list[tuple[str, bytes]]:
+        """The newest `limit` runs of `command` and `tier` that started at or before `until`,
+        newest first, as (run_id, report JSON) not decoded: a reader that needs a few fields
+        of 2,000-node reports (the HTML report's trends) decodes only those."""
+        rows = self._rows(
+            "SELECT run_id, report FROM runs WHERE command = ? AND tier = ? AND started_at <= ? "
+            "ORDER BY started_at DESC, id DESC LIMIT ?", (command, tier, until, max(limit, 0)))
+        out = []
+        for run_id, blob in rows:
+            try:
+                out.append((run_id, zlib.decompress(blob)))
+            except zlib.error as exc:
+                raise HcError(f"history {self.path}: run {run_id} is damaged: {exc}") from None
+        return out
+
     def runs(self, limit: int, command: str | None = None) -> list[RunInfo]:
         """The newest `limit` runs' summaries, newest first, without decoding their reports."""
         where, params = ("WHERE command = ?", (command,)) if command else ("", ())
@@ -302,6 +317,45 @@ class History:
             per_node.setdefault(node, []).append((started_at, run, status))
         # runs that started in the same millisecond can put more than `limit` rows past the bound
         return {node: [s for _, _, s in sorted(items)[-limit:]] for node, items in per_node.items()}
+
+    def earlier(self, report: Report, nodes: list[str], limit: int) -> list[str]:
+        """The run IDs of the newest `limit` runs (any command) that started before `report`
+        and checked any of `nodes`, oldest first (read each with `report_json`).
+
+        Each node's index is entered at its (limit + 1)-th newest row at or before the
+        report's start, so a long history is not scanned whole for a few nodes.
+        """
+        if limit <= 0 or not nodes:
+            return []
+        sql = """
+            SELECT run_id FROM runs WHERE id IN (
+                SELECT n.run FROM temp.hc_wanted w
+                CROSS JOIN run_nodes n ON n.node = w.name AND n.started_at <= :started AND n.started_at >= coalesce((
+                    SELECT started_at FROM run_nodes WHERE node = w.name AND started_at <= :started
+                    ORDER BY started_at DESC LIMIT 1 OFFSET :skip), ''))
+            AND run_id != :run_id AND (started_at < :started OR (started_at = :started AND run_id < :run_id))
+            ORDER BY started_at DESC, run_id DESC LIMIT :limit
+        """
+        try:
+            db = self.db
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS hc_wanted (name TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM temp.hc_wanted")
+            db.executemany("INSERT OR IGNORE INTO temp.hc_wanted (name) VALUES (?)", ((n,) for n in nodes))
+            rows = db.execute(sql, {"started": report.started_at, "run_id": report.run_id, "skip": limit + 1,
+                                    "limit": limit}).fetchall()
+        except sqlite3.Error as exc:
+            raise self._fail("read earlier runs", exc) from None
+        return [run_id for (run_id,) in reversed(rows)]
+
+    def report_json(self, run_id: str) -> bytes | None:
+        """One recorded run's report as JSON, undecoded (for readers that need only part of it)."""
+        rows = self._rows("SELECT report FROM runs WHERE run_id = ?", (run_id,))
+        if not rows:
+            return None
+        try:
+            return zlib.decompress(rows[0][0])
+        except zlib.error as exc:
+            raise HcError(f"history {self.path}: run {run_id} is damaged: {exc}") from None
 
 def _is_busy(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
