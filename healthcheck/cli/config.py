@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.completion import complete_nodes
 
 
 @click.group()
@@ -18,7 +19,19 @@ def config() -> None:
 @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @config_option
 def validate(file: Path | None, config_path: Path | None) -> int:
-    """Check FILE (default: the active config) and every fabric it can reach."""
+    """Check FILE (default: the active config) and every fabric it can reach.
+
+    FILE may also be a fabric file (one `hc baseline` wrote): it is then checked with what it
+    extends, looked up in the fabric_dirs of the active config (--config)."""
+    from healthcheck.core.config.loader import is_fabric_file
+
+    if file is not None and is_fabric_file(file):
+        cfg = App(config_path).config
+        limits, _ = cfg.fabric_file(file)
+        extends = f" (extends {limits.extends})" if limits.extends else ""
+        click.echo(f"ok: {file}: fabric {file.stem}{extends}, checked with the fabrics of {cfg.path} "
+                   f"(fabric_dirs: {', '.join(dict.fromkeys(str(d) for d in cfg.fabric_dirs))})")
+        return 0
     app = App(file or config_path)
     cfg = app.config
     notes = cfg.validate()
@@ -33,7 +46,7 @@ def validate(file: Path | None, config_path: Path | None) -> int:
 
 
 @config.command()
-@click.argument("node")
+@click.argument("node", shell_complete=complete_nodes)
 @config_option
 @format_option
 def show(node: str, config_path: Path | None, fmt: str) -> int:

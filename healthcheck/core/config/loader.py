@@ -35,6 +35,7 @@ EMBEDDED_DEFAULT = EMBEDDED_DIR / "default.yaml"
 SITE_CONFIG = Path("/etc/hc/hc.yaml")
 
 Provenance = dict[Path_, str]  # key path (fabric-relative) -> "file:line"
+FABRIC_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # a fabric's name is its file's, without .yaml
 
 
 def default_config_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -94,7 +95,9 @@ class Config:
             raise ConfigError(f"{path}: the config file is empty (it needs at least default_fabric or nodes)")
         self.main: MainConfig = _convert(self.doc.data, MainConfig, _doc_provenance(self.doc, ()), self.doc)
         self.fabric_dirs = self._site_fabric_dirs() + [EMBEDDED_DIR / "fabrics"]
-        self._fabric_docs: dict[str, YamlDoc] = {}
+        self._fabric_docs: dict[Path, YamlDoc] = {}
+        # (name, below) -> its file: for_node runs once per node of a sweep, without a stat per node
+        self._fabric_paths: dict[tuple[str, Path | None], Path] = {}
         self._patterns = self._compile_patterns("nodes", self.main.nodes)
         self._override_patterns = self._compile_patterns("overrides", self.main.overrides)
         self._rail_patterns = self._compile_patterns("rails", self.main.rails)
@@ -123,39 +126,70 @@ class Config:
                 names.update(p.stem for p in d.glob("*.yaml"))
         return sorted(names)
 
-    def _fabric_path(self, name: str, *, where: str, key: str) -> Path:
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+    def _fabric_path(self, name: str, *, where: str, key: str, below: Path | None = None) -> Path:
+        """The file of fabric `name`: the first `name`.yaml in fabric_dirs, then hc's own.
+
+        below: the file of a fabric that extends its own name. It refines the next file of
+        that name in the search order (a site's h100-ndr400.yaml, as `hc baseline` writes
+        it, over hc's own), so the search starts after the directory `below` is in, or,
+        for a file outside fabric_dirs, anywhere but `below` itself.
+        """
+        if not isinstance(name, str) or not re.fullmatch(FABRIC_NAME_RE, name):
             raise ConfigError(f"{where}: {key}: {name!r} is not a valid fabric name")
-        for d in self.fabric_dirs:
+        found = self._fabric_paths.get((name, below))
+        if found is None:
+            found = self._fabric_paths[(name, below)] = self._find_fabric(name, where=where, key=key, below=below)
+        return found
+
+    def _find_fabric(self, name: str, *, where: str, key: str, below: Path | None) -> Path:
+        dirs = self.fabric_dirs
+        if below is not None:
+            below = below.resolve()
+            at = next((i for i, d in enumerate(dirs) if d.resolve() == below.parent), None)
+            dirs = dirs[at + 1:] if at is not None else dirs
+        for d in dirs:
             candidate = d / f"{name}.yaml"
+            if below is not None and candidate.resolve() == below:
+                continue
             if candidate.is_file():
                 return candidate
             if candidate.exists():  # a FIFO or device would hang or flood the reader
                 raise ConfigError(f"{where}: {key}: {candidate} is not a regular file")
+        if below is not None:
+            raise ConfigError(f"{where}: {key}: no fabric {name!r} after {below} to refine (a fabric that extends "
+                              f"its own name refines the next {name}.yaml in fabric_dirs, then hc's own)")
         known = ", ".join(self.fabric_names()) or "none"
         raise ConfigError(f"{where}: {key}: unknown fabric {name!r} (known: {known})")
 
-    def _fabric_doc(self, name: str, *, where: str, key: str) -> YamlDoc:
-        if name not in self._fabric_docs:
-            self._fabric_docs[name] = load_yaml(self._fabric_path(name, where=where, key=key))
-        return self._fabric_docs[name]
+    def _fabric_doc(self, path: Path) -> YamlDoc:
+        if path not in self._fabric_docs:
+            self._fabric_docs[path] = load_yaml(path)
+        return self._fabric_docs[path]
 
-    def fabric_raw(self, name: str, *, where: str = "", key: str = "fabric") -> tuple[dict, Provenance]:
-        """The merged raw data of fabric `name` (following `extends`) and its provenance."""
+    def fabric_raw(self, name: str, *, where: str = "", key: str = "fabric",
+                   below: Path | None = None) -> tuple[dict, Provenance]:
+        """The merged raw data of fabric `name` (following `extends`) and its provenance.
+
+        below: look `name` up after this file (see _fabric_path): what a file of that
+        name extending itself refines."""
         chain: list[YamlDoc] = []
         seen: list[str] = []
+        files: set[Path] = set()
         current: str | None = name
         cur_where, cur_key = where or str(self.path), key
         while current is not None:
             if not isinstance(current, str):
                 raise ConfigError(f"{cur_where}: {cur_key}: expected a fabric name, got {type(current).__name__}")
-            if current in seen:
+            path = self._fabric_path(current, where=cur_where, key=cur_key, below=below)
+            if path in files:  # the same name and place give the same path: a cycle
                 raise ConfigError(f"{cur_where}: extends: cycle {' -> '.join(seen + [current])}")
+            files.add(path)
             seen.append(current)
-            doc = self._fabric_doc(current, where=cur_where, key=cur_key)
+            doc = self._fabric_doc(path)
             chain.append(doc)
             parent = doc.data.get("extends") if isinstance(doc.data, dict) else None
             cur_where, cur_key = doc.where(("extends",)), "extends"
+            below = path if parent == current else None
             current = parent
         data: dict = {}
         prov: Provenance = {}
@@ -164,9 +198,26 @@ class Config:
         data.pop("extends", None)
         return data, prov
 
-    def fabric(self, name: str) -> Fabric:
-        data, prov = self.fabric_raw(name)
+    def fabric(self, name: str, *, below: Path | None = None) -> Fabric:
+        data, prov = self.fabric_raw(name, below=below)
         return _convert(data, Fabric, prov, None)
+
+    def fabric_file(self, path: Path, *, instead_of: Path | None = None) -> tuple[Fabric, Provenance]:
+        """A fabric file read on its own (`hc config validate FILE`), its `extends` looked up in
+        this config's fabric_dirs (one extending its own name: after FILE, see _fabric_path).
+
+        instead_of: where FILE is about to be written (`hc baseline` checks its output before
+        replacing that path): `extends` is looked up as it will be from there."""
+        doc = load_yaml(path)
+        data: dict = {}
+        prov: Provenance = {}
+        parent = doc.data.get("extends")
+        at = instead_of or path
+        if parent is not None:
+            data, prov = self.fabric_raw(parent, where=doc.where(("extends",)), key="extends",
+                                         below=at if parent == at.stem else None)
+        _merge(data, prov, doc.data, _doc_provenance(doc, ()), ())  # keeps FILE's own `extends`
+        return _convert(data, Fabric, prov, None), prov
 
     # -------------------------------------------------------------------- nodes
 
@@ -285,6 +336,14 @@ class Config:
 
 def load_config(path: Path | None = None) -> Config:
     return Config(Path(path) if path is not None else default_config_path())
+
+
+def is_fabric_file(path: Path) -> bool:
+    """Whether `path` holds a fabric (its keys are a fabric's, none a main config's), so that
+    `hc config validate FILE` can validate either kind of file."""
+    data = load_yaml(path).data
+    keys = set(data) if isinstance(data, dict) else set()
+    return bool(keys & set(Fabric.__struct_fields__)) and not keys & set(MainConfig.__struct_fields__)
 
 
 # ------------------------------------------------------------------ internals
