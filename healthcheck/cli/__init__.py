@@ -8,11 +8,14 @@ import io
 import os
 import select
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from healthcheck import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from click.shell_completion import CompletionItem
 
 # name -> (module, attribute, one-line help): listed here so `hc --help` needs no imports
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -26,12 +29,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "epilogue": ("healthcheck.cli.hooks", "epilogue", "Slurm Epilog: what the job left behind; drain on FAIL."),
     "health": ("healthcheck.cli.hooks", "health", "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
-    "report": ("healthcheck.cli.report", "report", "Saved reports: show one, diff two runs, list the run history."),
+    "report": ("healthcheck.cli.report", "report",
+               "Saved reports: show one, diff two runs, an HTML page, the run history, ticket records."),
     "bw": ("healthcheck.cli.bw", "bw", "Bandwidth tests: hc bw allreduce sweeps collectives with torch.distributed."),
     "diagnose": ("healthcheck.cli.diagnose", "diagnose",
                  "Diagnose a hung or failed distributed job from its logs."),
     "run": ("healthcheck.cli.run", "run",
             "Job wrapper: NCCL/torch debug logs, a preflight on every rank, then exec CMD."),
+    "baseline": ("healthcheck.cli.baseline", "baseline",
+                 "Learn a fabric's thresholds from sweep reports; write them as a fabric file."),
+    "completion": ("healthcheck.cli.completion", "completion",
+                   "Print the shell completion script: eval \"$(hc completion bash)\" (or zsh, fish)."),
 }
 
 
@@ -50,6 +58,18 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Subcommand names (with their help) from COMMANDS, then the group's options.
+
+        click's own Group.shell_complete looks every subcommand up for its help line, which
+        here imports all of them (torch's checks included) on each TAB.
+        """
+        from click.shell_completion import CompletionItem
+
+        items = [CompletionItem(name, help=COMMANDS[name][2]) for name in self.list_commands(ctx)
+                 if name.startswith(incomplete)]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
+
 
 EPILOG = """\b
 Exit codes:
@@ -65,8 +85,18 @@ HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
 NVML), HC_DEBUG=1 (tracebacks for internal errors)."""
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from healthcheck.probes.versions import version_lines  # reads metadata and /proc; imports no torch
+
+    click.echo("\n".join(version_lines(__version__)))
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hc")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show hc's version and the Python, torch, NCCL and NVIDIA driver versions it sees, and exit.")
 def cli() -> None:
     """hc: find broken GPU cluster nodes before jobs do, and take them out safely."""
 

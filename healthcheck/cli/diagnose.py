@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from healthcheck.cli.app import config_option, format_option
+from healthcheck.cli.completion import complete_nodes
 
 if TYPE_CHECKING:
     from healthcheck.diagnose.live import NodeResult
@@ -323,7 +324,7 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 
 
 @diagnose.command(epilog=EXIT_CODES)
-@click.argument("hostlist")
+@click.argument("hostlist", shell_complete=complete_nodes)
 @click.option("--parallel", type=int, default=None, help="Nodes at once [default: ssh.max_parallel].")
 @config_option
 @_live_options

@@ -8,6 +8,7 @@
 #     slurm-wlm munge openssh-server iproute2 iputils-ping openmpi-bin libopenmpi-dev
 #     infiniband-diags perftest rdma-core ibverbs-utils bc procps util-linux
 #     clustershell pdsh prometheus-node-exporter chromium (the Prometheus scrape and the HTML report's screenshot tests)
+#     pipx zsh fish (the `pipx install .` test; completion scripts run in real shells)
 #   hc itself, editable with its test, lint and bandwidth extras, into the checkout's .venv
 #   (bin/install --dev), unless RIG_PIP names another interpreter's pip
 #   Python packages (into the interpreter behind $RIG_PIP):
@@ -31,7 +32,7 @@ die() { echo "install.sh: $*" >&2; [[ -s $log ]] && tail -n 40 "$log" >&2; exit 
 # ---- Debian packages ---------------------------------------------------------------
 DEB=(slurm-wlm munge openssh-server iproute2 iputils-ping openmpi-bin libopenmpi-dev
      infiniband-diags perftest rdma-core ibverbs-utils bc procps util-linux
-     clustershell pdsh prometheus-node-exporter chromium)
+     clustershell pdsh prometheus-node-exporter chromium pipx zsh fish)
 apt_missing=()
 if [[ ${RIG_INSTALL_APT:-1} == 1 ]]; then
   for p in "${DEB[@]}"; do
