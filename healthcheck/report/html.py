@@ -30,7 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
 from healthcheck.core.status import Status
-from healthcheck.report.svg import SERIES, Svg, clip, esc, gradient, luminance, nice_max, num, ramp, status_fill
+from healthcheck.report.svg import (
+    SERIES,
+    Svg,
+    clip,
+    esc,
+    gradient,
+    luminance,
+    measure,
+    nice_max,
+    num,
+    ramp,
+    status_fill,
+)
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -447,7 +459,8 @@ def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
     font = min(11.0, side - 1)
     top_h = label_w
     legend_h = 50.0
-    width = label_w + n * side + 20
+    # room for the scale below the cells (at least 200 px wide) and its end label
+    width = label_w + max(n * side, min(320.0, max(n * side, 200.0))) + 60
     height = top_h + n * side + legend_h
     svg = Svg(width, height, id_="heatmap", class_="heatmap",
               label=f"pair busbw at {size} ({unit}), {n} nodes: low is dark")
@@ -474,19 +487,19 @@ def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
                          data_row=a, data_col=b, data_status="ERROR")
             else:
                 fill = ramp(here.value / top)
-                svg.rect(x, y, side, side, fill, title=f"{a} \u2013 {b}: {here.value:.1f} {unit} at {size}, "
+                svg.rect(x, y, side, side, fill, title=f"{a} \u2013 {b}: {measure(here.value)} {unit} at {size}, "
                          f"{here.status.value}", data_row=a, data_col=b, data_value=num(here.value),
                          data_status=here.status.value)
                 if side >= 40:
                     ink = "#fff" if luminance(fill) < 0.4 else "#111"
-                    svg.text(x + side / 2, y + side / 2 + 4, f"{here.value:.0f}", size=10, anchor="middle", fill=ink)
+                    svg.text(x + side / 2, y + side / 2 + 4, measure(here.value), size=10, anchor="middle", fill=ink)
     # the scale: dark is slow; the floor marked on it above, the ends below
     ly = top_h + n * side + 18
     lw = min(320.0, max(n * side, 200.0))
     svg.raw(gradient("heat-scale", ((i / 10, ramp(i / 10)) for i in range(11))))
     svg.rect(label_w, ly, lw, 10, "url(#heat-scale)")
     svg.text(label_w, ly + 23, "0", size=10)
-    svg.text(label_w + lw, ly + 23, f"{top:.0f} {unit}", size=10, anchor="end")
+    svg.text(label_w + lw, ly + 23, f"{measure(top)} {unit}", size=10, anchor="end")
     if floor is not None and 0 < floor.gbytes_per_s <= top:
         fx = label_w + lw * floor.gbytes_per_s / top
         svg.line(fx, ly - 3, fx, ly + 13, "#c62828", 2)
@@ -499,14 +512,15 @@ def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
     for culprit in sort_nodes(culprits & {x for pair, _ in measured_pairs for x in pair}):
         mine = [c.value for pair, c in measured_pairs if culprit in pair and c.value is not None]
         folded += (f'<tr><td class="mono pair">{esc(culprit)} \u2013 {len(mine)} partners</td>'
-                   f'<td class="num">{min(mine):.1f}\u2013{max(mine):.1f}</td><td>{_badge("FAIL")}</td>'
+                   f'<td class="num">{measure(min(mine))}\u2013{measure(max(mine))}</td><td>{_badge("FAIL")}</td>'
                    f'<td>{esc(culprit)} is the culprit (<span class="mono">bw.E101</span>): slow with every '
                    "partner</td></tr>")
     slow = sorted(((pair, c) for pair, c in measured_pairs if not culprits.intersection(pair)),
                   key=lambda pc: (pc[1].value, natural_key(pc[0][0]), natural_key(pc[0][1])))[:SLOWEST_PAIRS]
     worst = {frozenset(g.members): g for tests in pairs.values() for g in tests if g.findings}
     rows = folded + "".join(
-        f'<tr><td class="mono pair">{esc(a)} \u2013 {esc(b)}</td><td class="num">{c.value:.1f}</td>'
+        f'<tr><td class="mono pair">{esc(a)} \u2013 {esc(b)}</td>'
+        f'<td class="num">{measure(c.value) if c.value is not None else "-"}</td>'
         f"<td>{_badge(c.status.value)}</td><td>{_pair_finding(worst.get(frozenset((a, b))))}"
         "</td></tr>"
         for (a, b), c in slow)
@@ -700,8 +714,9 @@ def _curve_svg(chart: _Chart, fmarks: dict[int, FloorMark], id_: str) -> str:
                      title=f"median of {len(chart.series):,} {kind}")
         for s in xs:
             at = per_size[s]
-            svg.circle(px(s), py(statistics.median(at)), 3, "#1f4e79",
-                       title=f"{labels[s]}: median {statistics.median(at):.1f}, min {at[0]:.1f}, max {at[-1]:.1f} GB/s")
+            mid = statistics.median(at)
+            svg.circle(px(s), py(mid), 3, "#1f4e79",
+                       title=f"{labels[s]}: median {measure(mid)}, min {measure(at[0])}, max {measure(at[-1])} GB/s")
     if fmarks:
         pts = [(px(s), py(m.gbytes_per_s)) for s, m in sorted(fmarks.items())]
         if len(pts) > 1:
@@ -717,7 +732,7 @@ def _curve_svg(chart: _Chart, fmarks: dict[int, FloorMark], id_: str) -> str:
         pts = [(px(s), py(series[s])) for s in sorted(series)]
         svg.polyline(pts, colour, 2, title=name, class_="flagged", data_name=name)
         for s in sorted(series):
-            svg.circle(px(s), py(series[s]), 3.5, colour, title=f"{name}: {series[s]:.1f} GB/s at {labels[s]}")
+            svg.circle(px(s), py(series[s]), 3.5, colour, title=f"{name}: {measure(series[s])} GB/s at {labels[s]}")
         legend.append(f'<span><i class="swatch" style="background:{colour}"></i>{esc(clip(name, 60))}</span>')
     more = len(chart.flagged) - CURVE_HIGHLIGHTS
     if more > 0:
@@ -798,7 +813,7 @@ def _trend_svg(t: Any, trend: Trend, index: int) -> str:
         if len(pts) > 1:
             svg.polyline([(px(i), py(v)) for i, v in pts], colour, 1.8, class_=f"trend-{attr}")
         for i, v in pts:
-            svg.circle(px(i), py(v), 2.5, colour, title=f"{t.points[i].started_at}: {what} {v:.1f} GB/s")
+            svg.circle(px(i), py(v), 2.5, colour, title=f"{t.points[i].started_at}: {what} {measure(v)} GB/s")
     for i, p in enumerate(t.points):
         status = p.status or "absent"
         svg.circle(px(i), top + plot_h + 16, 5, status_fill(status) if p.status else "#ffffff",

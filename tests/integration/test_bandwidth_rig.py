@@ -4,6 +4,12 @@ as the culprit, and no other; one slow link between two hosts is a link, nobody 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from test_remote_rig import by_node, hc
 from test_remote_rig import site as site
@@ -61,6 +67,19 @@ def test_throttled_host_is_named_the_culprit_and_no_other(site, idle):
     assert len([g for g in pairs.values() if g["kind"] == "pair"]) >= 3  # node3 with each partner at least
     (run,) = [a for a in report["analyses"] if a["name"] == "bw.pairs"]
     assert run["status"] == "FAIL" and run["nodes"] == "node[1-4]"
+    save_screenshot(site, report)
+
+
+def save_screenshot(site, report: dict) -> None:
+    """With HC_SAVE_RIG_SCREENSHOT=PNG, this real sweep's HTML report, screenshotted
+    (tests/report_screenshot.py): the picture in docs/ comes from here."""
+    png = os.environ.get("HC_SAVE_RIG_SCREENSHOT")
+    if not png:
+        return
+    saved = site.dir / "rig-sweep.json"
+    saved.write_text(json.dumps(report))
+    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "report_screenshot.py"), str(saved),
+                    "--config", str(site.config), "-o", png, "--size", "1280,2400"], check=True, timeout=120)
 
 
 def test_one_slow_link_is_a_link_finding_and_drains_nobody(site, idle):
