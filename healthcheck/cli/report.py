@@ -71,11 +71,7 @@ def html_cmd(file: Path | None, output: Path, runs: int, config_path: Path | Non
     history: History | None
     if file is None:
         history = _history(app)
-        with history:
-            newest = history.last(1)
-        if not newest:
-            raise HcError(f"no run recorded in the history at {history.path}")
-        report = newest[0]
+        report = _newest(history)
     else:
         report = _read(file)
         history = History.from_settings(app.config.main.history)
@@ -102,6 +98,15 @@ def _history(app: App, *, must_exist: bool = True) -> History:
     if must_exist and not history.path.exists():
         raise HcError(f"no run history yet at {history.path}")
     return history
+
+
+def _newest(history: History) -> Report:
+    """The newest run the history holds (what html and tickets read without a REPORT)."""
+    with history:
+        newest = history.last(1)
+    if not newest:
+        raise HcError(f"no run recorded in the history at {history.path}")
+    return newest[0]
 
 
 @report.command("diff")
@@ -268,11 +273,7 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
     history = History.from_settings(app.config.main.history)
     if file is None:
         history = _history(app)
-        with history:
-            newest = history.last(1)
-        if not newest:
-            raise HcError(f"no run recorded in the history at {history.path}")
-        report = newest[0]
+        report = _newest(history)
     else:
         report = _read(file)
         if history is None or not history.path.exists():

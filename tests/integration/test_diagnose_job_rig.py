@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -118,13 +117,7 @@ def test_job_stop_srun(slurm, net, jobs, tmp_path):
 
 def test_job_port_taken_srun(slurm, net, jobs, tmp_path):
     port = next(_PORTS)
-    holder = subprocess.Popen(
-        [*net.nsenter_argv("node1"), PYTHON, "-c",
-         "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(64); "
-         "print('held', flush=True); time.sleep(150)", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+    with live_rig.hold_port(net, "node1", port):
         job = start_srun(slurm, net, tmp_path, "port", 0, port, "--linger", "120", "--timeout", "120")
         jobs.append(job)
         taken = re.compile(r"EADDRINUSE|address already in use", re.I)
@@ -133,9 +126,6 @@ def test_job_port_taken_srun(slurm, net, jobs, tmp_path):
         time.sleep(1.5)
         v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
         check(v, elapsed, rc, ("init-failure",), 0, "job port/srun")
-    finally:
-        holder.kill()
-        holder.wait(10)
 
 
 def test_job_that_does_not_exist_on_real_slurm(slurm, net, tmp_path):
@@ -256,33 +246,26 @@ def test_hosts_port_taken_torchrun(net, jobs, tmp_path):
     answers). `hc diagnose hosts` finds no rank, reads the agents (their py-spy stacks in
     the rendezvous) and who holds the port: init-failure naming node1's holder, no rank."""
     port = next(_PORTS)
-    holder = subprocess.Popen(
-        [*net.nsenter_argv("node1"), PYTHON, "-c",
-         "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(64); "
-         "print('held', flush=True); time.sleep(150)", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+    with live_rig.hold_port(net, "node1", port) as holder:
         job = start_torchrun(net, tmp_path, "healthy", 0, port=port)
         jobs.append(job)
-        # the agents start torch (seconds on this machine) before they reach the rendezvous
-        v, elapsed, rc = {}, 0.0, -1
-        for _ in range(8):
-            time.sleep(4)
-            v, elapsed, rc = hosts(net, tmp_path)
-            if v.get("class") == "init-failure":
-                break
-        named = [o["rank"] for o in v.get("odd_ranks", [])]
-        print(f"hosts port/torchrun: {v.get('class')} odd {named} in {elapsed:.1f} s: {v.get('summary', '')[:220]}")
-        assert (v["class"], named, rc) == ("init-failure", [], 0), (v.get("summary"), v.get("unreadable"))
-        assert f"port {port} on node1 is held by pid {holder.pid}" in v["summary"], v["summary"]
-        assert elapsed < BOUND_S, elapsed
-    finally:
-        holder.kill()
-        holder.wait(10)
-        if "job" in locals():  # its agents would wait out their store timeout: end them (ours, by pid)
+        try:
+            # the agents start torch (seconds on this machine) before they reach the rendezvous
+            v, elapsed, rc = {}, 0.0, -1
+            for _ in range(8):
+                time.sleep(4)
+                v, elapsed, rc = hosts(net, tmp_path)
+                if v.get("class") == "init-failure":
+                    break
+            named = [o["rank"] for o in v.get("odd_ranks", [])]
+            print(f"hosts port/torchrun: {v.get('class')} odd {named} in {elapsed:.1f} s: {v.get('summary', '')[:220]}")
+            assert (v["class"], named, rc) == ("init-failure", [], 0), (v.get("summary"), v.get("unreadable"))
+            assert f"port {port} on node1 is held by pid {holder.pid}" in v["summary"], v["summary"]
+            assert elapsed < BOUND_S, elapsed
+        finally:  # its agents would wait out their store timeout: end them (ours, by pid)
             for pid in live_rig.job_processes(job):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+

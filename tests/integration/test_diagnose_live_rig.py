@@ -24,6 +24,7 @@ tests/fixtures/diagnose-live/<scenario>-<launcher>/ (see the README there).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -136,6 +138,22 @@ def start_srun(slurm, net, tmp_path: Path, scenario: str, odd: int, port: int | 
                        job_name=f"hcdg-{scenario}", immediate_s=30, env=env)
     _start(job, "srun", spec, {**clean_env(), **slurm.env}, cwd=str(slurm.jobs_dir))
     return job
+
+
+@contextlib.contextmanager
+def hold_port(net, host: str, port: int) -> Iterator[subprocess.Popen]:
+    """Another process listening on `port` on `host` (0.0.0.0) while the block runs; ended by pid."""
+    holder = subprocess.Popen(
+        [*net.nsenter_argv(host), PYTHON, "-c",
+         "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(64); "
+         "print('held', flush=True); time.sleep(150)", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(10)
 
 
 def wait_until(what: str, check, timeout: float, job: Job) -> None:
@@ -474,13 +492,7 @@ def test_port_taken_srun(slurm, net, jobs, tmp_path):
     """(f) the master port is held on node1: rank 0's store cannot listen (EADDRINUSE); the
     other ranks wait in init_process_group."""
     port = next(_PORTS)
-    holder = subprocess.Popen(
-        [*net.nsenter_argv("node1"), PYTHON, "-c",
-         "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(64); "
-         "print('held', flush=True); time.sleep(150)", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+    with hold_port(net, "node1", port):
         job = start_srun(slurm, net, tmp_path, "port", 0, port, "--linger", "120", "--timeout", "120")
         jobs.append(job)
         taken = re.compile(r"EADDRINUSE|address already in use", re.I)
@@ -500,6 +512,3 @@ def test_port_taken_srun(slurm, net, jobs, tmp_path):
         save_fixture(job, cols, elapsed, f"Slurm job {job_id}; port {port} on node1 held by another process: "
                                          "rank 0 cannot listen, ranks 1-3 wait in init_process_group")
         print(f"port/srun: collected 4 hosts by job id in {elapsed:.2f} s")
-    finally:
-        holder.kill()
-        holder.wait(10)
