@@ -383,6 +383,21 @@ class Spool:
         waiting[digest] = path
         return path
 
+    def reject(self, key: str, body: bytes, why: str) -> Path:
+        """Set aside a record the receiver refused for good: kept (never lost) in rejected/,
+        never sent again, so it cannot hold back the records queued behind it."""
+        import json
+
+        from healthcheck.core.atomic import write_atomic
+
+        folder = self.dir / "rejected"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        path = folder / f"{self._hash(key)}.json"
+        doc = {"key": key, "body": body.decode("utf-8", "surrogateescape"), "why": why,
+               "rejected_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        write_atomic(path, (json.dumps(doc, ensure_ascii=True) + "\n").encode(), mode=0o600)
+        return path
+
     def remove(self, entry: SpoolEntry) -> None:
         try:
             entry.path.unlink()
@@ -430,6 +445,7 @@ class Delivery:
     from_spool: int = 0  # of those, records earlier deliveries had kept
     duplicates: int = 0  # records delivered before (same key): not sent again
     spooled: int = 0  # this run's records kept for the next delivery
+    rejected: int = 0  # records the receiver refused for good (4xx): set aside, never resent
     waiting: int = 0  # records in the spool after this delivery
     attempts: int = 0  # POSTs tried
     failure: str | None = None
@@ -437,7 +453,7 @@ class Delivery:
 
     @property
     def complete(self) -> bool:
-        return self.failure is None and self.waiting == 0
+        return self.failure is None and self.waiting == 0 and self.rejected == 0
 
 
 @dataclass
@@ -577,6 +593,23 @@ def deliver(tickets: Iterable[Ticket], target: WebhookTarget, spool: Spool, *, a
                     settle()
                 continue
             tries = f"after {made} attempt{'s' if made != 1 else ''}" if made else "before any attempt"
+            if attempt.status is not None and 400 <= attempt.status < 500 and not attempt.retryable:
+                # refused for good: resending it first on every run would block every record behind it
+                try:
+                    aside = str(spool.reject(key, body, f"{attempt.message} ({tries})"))
+                except (OSError, HcError) as exc:
+                    aside = None
+                    out.messages.append(f"rejected record {key} not set aside: {exc}")
+                if aside is not None:
+                    done.add(key)  # in the ledger too: a key is never sent again once answered
+                    marked.append(key)
+                    out.rejected += 1
+                    out.messages.append(f"the receiver refused a record for good ({attempt.message}): kept in {aside}, "
+                                        "not sent again")
+                    if entry is not None:
+                        spool.remove(entry)
+                    audit_line(_audit_entry(target, _fields(body), key, False, attempt, made, aside))
+                    continue
             out.failure = f"{attempt.message} ({tries})"
             kept = str(entry.path) if entry is not None else keep(index, key, body)
             audit_line(_audit_entry(target, _fields(body), key, False, attempt, made, kept))
@@ -596,6 +629,8 @@ def describe(d: Delivery, spool: Spool) -> str:
     if d.duplicates:
         parts.append(f"{d.duplicates} already delivered before, not sent again")
     line = ", ".join(parts)
+    if d.rejected:
+        line += f"; {d.rejected} refused by the receiver, set aside in {spool.dir / 'rejected'}"
     if d.failure is not None:
         line += f"; delivery stopped: {d.failure}"
     if d.waiting:

@@ -19,8 +19,8 @@ it. For the run asked about, a record says:
 as the history read (`lookback` runs that checked any of this run's nodes); an episode
 older than that starts at the oldest run read. Records depend only on the run and the
 runs before it (never on the clock or on runs after it), so the same input gives the
-same records: `key` (fingerprint, state and the run that opened the episode) is the
-delivery's idempotency key. Findings about the run itself (`run_findings`: the guard,
+same records: `key` (fingerprint, state and the run that opened the episode; for
+`ongoing`, this run: each run's update goes out once) is the delivery's idempotency key. Findings about the run itself (`run_findings`: the guard,
 Slurm unreachable) name no node and are not tickets.
 """
 
@@ -55,7 +55,7 @@ class Ticket(msgspec.Struct, frozen=True, kw_only=True):
     """One record for a ticketing system: open (new), update (ongoing) or close (fixed)."""
 
     schema: str = TICKET_SCHEMA
-    key: str  # fingerprint:state:run that opened the episode -- the idempotency key
+    key: str  # fingerprint:state:run that opened the episode (ongoing: this run) -- the idempotency key
     fingerprint: str
     state: State
     id: str
@@ -241,9 +241,11 @@ def _token(text: str) -> str:
     return "h" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def idempotency_key(fp: str, state: State, opened_in: str) -> str:
-    """fingerprint:state:episode -- one delivery per state of each episode of a finding."""
-    return f"{_token(fp)}:{state}:{_token(opened_in)}"
+def idempotency_key(fp: str, state: State, opened_in: str, run_id: str) -> str:
+    """fingerprint:state:episode for `new` and `fixed` (once per episode), and
+    fingerprint:ongoing:run for `ongoing`: each run's update (last seen, times seen) is
+    delivered once, and the same run read again gives the same key."""
+    return f"{_token(fp)}:{state}:{_token(run_id if state == 'ongoing' else opened_in)}"
 
 
 def _nodes_text(names: Iterable[str]) -> str:
@@ -264,7 +266,7 @@ def _ticket(key: str, state: State, ep: _Episode, run: _Run, report: Report) -> 
     if evidence is not None and len(evidence) > EVIDENCE_MAX:
         evidence = evidence[:EVIDENCE_MAX] + f"\n... ({len(f.evidence or '') - EVIDENCE_MAX} more characters)"
     return Ticket(
-        key=idempotency_key(key, state, ep.opened_in), fingerprint=key, state=state, id=f.id,
+        key=idempotency_key(key, state, ep.opened_in, run.run_id), fingerprint=key, state=state, id=f.id,
         title=spec.title if spec else "", status=f.status, nodes=_nodes_text(ep.last.members), check=f.check,
         subject=f.subject, component=f.component, group=ep.last.group or "", message=f.message,
         evidence=evidence, value=f.value, unit=f.unit, limit=f.limit,

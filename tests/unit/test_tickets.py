@@ -252,7 +252,7 @@ def test_hostile_names_and_fingerprints_stay_inert():
     (t,) = replay(r)
     assert t.nodes == bad  # listed as it is: NodeSet must not expand it into other nodes
     assert "\n" not in t.key and "\r" not in t.key and t.key.startswith("h")
-    assert t.key == idempotency_key(t.fingerprint, "new", r.run_id)
+    assert t.key == idempotency_key(t.fingerprint, "new", r.run_id, r.run_id)
     assert "\x1b" not in render([t]) and "\n" not in render([t]).splitlines()[2]
 
 

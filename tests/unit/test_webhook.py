@@ -215,8 +215,10 @@ def test_no_duplicate_delivery_of_the_same_fingerprint_and_state(tmp_path):
         for recs in (records(r0), records(r0), records(r0, r1), records(r0, r1, r2), records(r0, r1, r2)):
             assert deliver(recs, target(s.url), spool).complete
     (fp,) = {k.split(":")[0] for k in s.keys()}
-    assert [k.split(":")[1] for k in s.keys()] == ["new", "ongoing"]  # once per state of the episode
-    assert len((tmp_path / "spool" / LEDGER_NAME).read_text().splitlines()) == 2
+    # new once per episode; an update per run that saw it again (r1, r2), each once
+    assert [k.split(":")[1] for k in s.keys()] == ["new", "ongoing", "ongoing"]
+    assert len(set(s.keys())) == 3
+    assert len((tmp_path / "spool" / LEDGER_NAME).read_text().splitlines()) == 3
 
 
 def test_a_record_already_spooled_is_kept_once(tmp_path):
@@ -233,9 +235,27 @@ def test_final_answers_are_not_retried_and_redirects_not_followed(tmp_path, acti
     tickets = records(run(0, {"n1"}))
     with Server(then=action) as s:
         d = deliver(tickets, target(s.url, attempts=3), Spool(tmp_path / "spool"))
-    assert not d.complete and d.spooled == 1
+    assert not d.complete
+    assert (d.rejected, d.spooled) == ((1, 0) if action == "400" else (0, 1))
     assert len(s.requests) == (3 if retried else 1)
     assert all(r["path"] != "/elsewhere" for r in s.requests)
+
+
+def test_a_record_the_receiver_refuses_is_set_aside_and_blocks_nothing(tmp_path):
+    """A 4xx is final: the record is kept in rejected/ (audited, never lost) and never sent
+    again, and the records behind it are delivered, in this run and the next."""
+    tickets = records(run(0, {"n1", "n2"}))
+    assert len(tickets) == 2
+    spool = Spool(tmp_path / "spool")
+    with Server(["400"]) as s:
+        d = deliver(tickets, target(s.url, attempts=3), spool)
+        assert (d.rejected, d.delivered, d.waiting) == (1, 1, 0) and not d.complete
+        refused = s.keys("400")[0]
+        kept = list((tmp_path / "spool" / "rejected").glob("*.json"))
+        assert len(kept) == 1 and refused in kept[0].read_text()
+        again = deliver(tickets, target(s.url, attempts=3), spool)  # the next run: nothing resent
+    assert again.complete and again.delivered == 0 and again.duplicates == 2
+    assert s.keys().count(refused) == 1 and len(s.accepted()) == 1
 
 
 def test_backoff_doubles_between_attempts_and_honours_retry_after(tmp_path):
