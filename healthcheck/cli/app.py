@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -144,28 +144,44 @@ def prometheus_option(fn: Callable) -> Callable:
     )(fn)
 
 
-def prometheus_dir(app: App, flag: Path | None, command: str) -> Path | None:
+class PrometheusTarget(NamedTuple):
+    """Where a run exports for Prometheus, and whether the operator asked on the command line."""
+
+    directory: Path
+    explicit: bool  # --prometheus DIR: a failure is the run's; from the config: a warning
+
+
+def prometheus_dir(app: App, flag: Path | None, command: str) -> PrometheusTarget | None:
     """Where this run exports for Prometheus: --prometheus, else the config's textfile_dir
-    when its `commands` name this one, else nowhere."""
+    when its `commands` name this one, else nowhere. An explicit DIR that cannot be used
+    is an error now (not after a run that may take an hour); the config's is a warning: a
+    metrics side-output must not stop a sweep (and its drains) on a host without it."""
     settings = app.config.main.prometheus
-    if flag is None and settings.textfile_dir is not None and command in settings.commands:
-        flag = Path(settings.textfile_dir)
-    if flag is None:
-        return None
     from healthcheck.report.prometheus import check_directory
 
-    return check_directory(flag)  # now, not only after a run that may take an hour
+    if flag is not None:
+        return PrometheusTarget(check_directory(flag), True)
+    if settings.textfile_dir is None or command not in settings.commands:
+        return None
+    try:
+        return PrometheusTarget(check_directory(Path(settings.textfile_dir)), False)
+    except HcError as exc:
+        click.echo(f"hc: warning: prometheus.textfile_dir: {exc}: no Prometheus export this run", err=True)
+        return None
 
 
-def export_prometheus(app: App, report: Report, directory: Path | None) -> HcError | None:
+def export_prometheus(app: App, report: Report, target: PrometheusTarget | None) -> HcError | None:
     """Write the Prometheus textfile; the error, to raise once the report is shown (as a
-    failed --output is: the checks ran, and the run still does not exit 0)."""
-    if directory is None:
+    failed --output is: the checks ran, and the run still does not exit 0), where the
+    operator asked for it with --prometheus; a warning where the config asked."""
+    if target is None:
         return None
     from healthcheck.report.prometheus import export
 
     try:
-        export(report, directory, app.config.main.prometheus)
+        export(report, target.directory, app.config.main.prometheus)
     except HcError as exc:
-        return exc
+        if target.explicit:
+            return exc
+        click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
     return None

@@ -221,16 +221,35 @@ def _write_report(report: Report, report_dir: str | None, node: str, kind: str) 
     return []
 
 
-def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) -> list[str]:
-    """The node_exporter textfile, best effort: a missing directory or a full disk is
-    logged and changes neither the verdict nor the exit code Slurm sees."""
-    try:
-        from healthcheck.report.prometheus import export
+# how long a hook waits for its textfile: a hung file system (a stale NFS mount) must not
+# carry the hook to its hard deadline, where the exit code would no longer be the verdict's
+PROMETHEUS_EXPORT_S = 2.0
 
-        export(report, settings.textfile_dir or "", settings, command=kind)
-    except Exception as exc:
-        return [f"prometheus textfile not written: {exc}"]
-    return []
+
+def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) -> list[str]:
+    """The node_exporter textfile, best effort and bounded in time: a missing directory, a
+    full disk or a hung write is logged and changes neither the verdict nor the exit code
+    Slurm sees."""
+    import threading
+
+    from healthcheck.report.prometheus import export
+
+    failed: list[str] = []
+
+    def write() -> None:
+        try:
+            export(report, settings.textfile_dir or "", settings, command=kind)
+        except Exception as exc:
+            failed.append(f"prometheus textfile not written: {exc}")
+
+    # a daemon thread: a write stuck in the kernel is left behind, never waited for
+    t = threading.Thread(target=write, name="hc-prometheus", daemon=True)
+    t.start()
+    t.join(PROMETHEUS_EXPORT_S)
+    if t.is_alive():
+        return [f"prometheus textfile not written: {settings.textfile_dir} did not answer within "
+                f"{PROMETHEUS_EXPORT_S:g} s (a hung file system?)"]
+    return failed
 
 
 def _exit_code(kind: str, report: Report, outcome: Outcome) -> int:

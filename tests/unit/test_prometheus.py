@@ -11,6 +11,7 @@ import json
 import math
 import os
 import stat
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -432,6 +433,12 @@ def test_sweep_exports_from_the_config(tmp_path):
     got = samples((out / "hc-sweep.prom").read_bytes())
     assert {lab["node"] for lab, v in got["hc_node_status"] if v == 1 and lab["status"] == "PASS"} == {"n1", "n2", "n3"}
     assert value(got, "hc_nodes", status="PASS", command="sweep") == 3
+    # the config's directory missing on this host: a warning, and the sweep runs as it would
+    out.rename(tmp_path / "gone")
+    r = run_hc("sweep", "--via", "slurm", "--nodes", "n[1-3]", "--tier", "quick", "--config", str(cfg),
+               env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert r.returncode == 0 and b"warning: prometheus.textfile_dir" in r.stderr, r.stderr
+    assert b"Traceback" not in r.stderr and not out.exists()
 
 
 @pytest.mark.parametrize("text, message", [
@@ -500,6 +507,27 @@ def test_an_exporter_that_breaks_never_changes_a_hooks_exit_code(tmp_path):
         assert r.returncode == code, (kind, r.stderr)
         assert b"exporter broke" in r.stdout + r.stderr
     assert os.listdir(out) == []
+
+
+def test_an_export_that_hangs_keeps_the_hooks_exit_code(tmp_path):
+    """A textfile directory that does not answer (a stale NFS mount) is waited for a
+    bounded time only: the health hook still exits 2 on FAIL, well before its deadline."""
+    bin_dir, log, env = setup(tmp_path, mtu=1500)
+    out = tmp_path / "textfile"
+    out.mkdir()
+    with_textfile(tmp_path, env, out)
+    patch = """
+        import time
+        import healthcheck.report.prometheus as p
+        def hung(*a, **k):
+            time.sleep(60)
+        p.render = hung
+    """
+    start = time.monotonic()
+    r = _hc_with(patch, "health", env=env)
+    assert r.returncode == 2, r.stderr
+    assert b"did not answer within" in r.stdout + r.stderr
+    assert time.monotonic() - start < 30
 
 
 def test_a_hook_report_still_reaches_slurm_and_report_dir_when_the_export_fails(tmp_path):
