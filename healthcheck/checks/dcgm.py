@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec, finding
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.model import Finding
+from healthcheck.core.model import Finding, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status
 from healthcheck.parsers.gpu_common import GpuFacts
@@ -141,7 +141,7 @@ def _results(test: DcgmTest) -> list[DcgmResult]:
     return out
 
 
-def _judge(run: DcgmRun, gpus: GpuFacts | None, limits: Fabric, failed: FindingSpec) -> Iterator[Finding]:
+def _judge(run: DcgmRun, gpus: GpuFacts | None, limits: Fabric, failed: FindingSpec) -> Iterator[Finding | Metric]:
     from healthcheck.parsers.dcgmi_diag import SEVERITY_CONFIG, SEVERITY_MONITOR
 
     usable_severities = {SEVERITY_MONITOR, SEVERITY_CONFIG}  # DCGM: the GPU can still run work
@@ -164,7 +164,10 @@ def _judge(run: DcgmRun, gpus: GpuFacts | None, limits: Fabric, failed: FindingS
                 status = "Warn"  # the 4.x table: the test's row says Warn, each GPU's row Fail (dcgmi prints so)
             component, where = _where(test, result)
             if status in _NOT_EVIDENCE:
+                # no evidence either way; kept in the report (a test DCGM skipped beside passes
+                # would otherwise leave no trace)
                 skipped.append(component)
+                yield Metric("dcgm_result", status, component=component)
                 continue
             judged += 1
             if status == "Pass":

@@ -16,6 +16,7 @@ from support import CORPUS, FIXTURES, run_hc, write_stub
 from healthcheck.core.config.loader import load_config
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext
+from healthcheck.core.model import Finding
 from healthcheck.core.registry import select
 from healthcheck.core.status import Status
 from healthcheck.orchestrate.engine import run_checks
@@ -301,6 +302,9 @@ def test_a_failed_test_fails_naming_the_test_and_gpu(tmp_path, standin, scenario
     (f,) = result.findings
     assert f.message.startswith("DCGM ") and "(dcgmi diag -r 2)" in f.message
     assert f.evidence.startswith(f"$ {STANDIN} diag -r 2 -j  (exit 205)")
+    if scenario == "pcie-2x":  # a test skipped beside the judged ones is no evidence, but it is in the report
+        skipped = {(m.component, m.value) for m in result.metrics if m.name == "dcgm_result"}
+        assert skipped and {v for _, v in skipped} == {"Skip"}, result.metrics
 
 
 def test_deep_run_fails_the_bad_gpu_warns_the_hot_one_and_skips_nothing_else(tmp_path, standin):
@@ -332,7 +336,8 @@ def test_a_4x_table_warning_stays_a_warning(tmp_path):
 
     cfg = load_config(config(tmp_path))
     diag = parse(DERIVED / "derived-4.5-text-r3-h100-memory-gpu3-thermal-gpu6.txt")
-    out = list(_judge(DcgmRun(3, diag=diag), None, cfg.for_node("gpu001").limits, FAILED_DEEP))
+    out = [f for f in _judge(DcgmRun(3, diag=diag), None, cfg.for_node("gpu001").limits, FAILED_DEEP)
+           if isinstance(f, Finding)]
     assert {(f.id, f.status, f.component) for f in out} == {("gpu.E081", Status.FAIL, "GPU3:memory"),
                                                             ("gpu.E082", Status.WARN, "GPU6:targeted_stress")}
 
