@@ -160,6 +160,10 @@ class DcgmRun(msgspec.Struct, frozen=True, omit_defaults=True):
     evidence: str | None = None
 
 
+# a message's pieces read (each a 45-column row): enough for MAX_TEXT
+_MAX_PIECES = 256
+
+
 def status_word(raw: str) -> str:
     """dcgmi's result word in its canonical spelling ("pass" -> "Pass"), or the word as printed."""
     word = raw.strip()
@@ -487,9 +491,10 @@ class _Reader:
             return
         if not name and self.message is not None and self._continues(info):
             target, kind, pieces, _ = self.message
-            pieces.append(raw[:_CHUNK])
+            if len(pieces) < _MAX_PIECES:  # past it the text is clipped anyway: rejoining would be quadratic
+                pieces.append(raw[:_CHUNK])
+                self._flush()
             self.message = (target, kind, pieces, len(raw.rstrip()) >= _CHUNK)
-            self._flush()
             return
         self.message = None
         if self.section == "Metadata":
