@@ -20,8 +20,9 @@ as the history read (`lookback` runs that checked any of this run's nodes); an e
 older than that starts at the oldest run read. Records depend only on the run and the
 runs before it (never on the clock or on runs after it), so the same input gives the
 same records: `key` (fingerprint, state and the run that opened the episode; for
-`ongoing`, this run: each run's update goes out once) is the delivery's idempotency key. Findings about the run itself (`run_findings`: the guard,
-Slurm unreachable) name no node and are not tickets.
+`ongoing`, this run: each run's update goes out once) is the delivery's idempotency
+key. Findings about the run itself (`run_findings`: the guard, Slurm unreachable) name
+no node and are not tickets.
 """
 
 from __future__ import annotations
