@@ -179,7 +179,7 @@ def _spans(text: str) -> list[re.Match[str]]:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() and len(text) <= 15 else None
+    return int(text) if text is not None and text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 # ---------------------------------------------------------------------------

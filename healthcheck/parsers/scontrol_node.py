@@ -21,6 +21,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.sinfo import slurm_int
 
 SOURCE = "scontrol show node"
 VALUE_MAX = 4096  # Slurm's own values are short; a longer one is hostile input
@@ -138,9 +139,6 @@ def _reason_suffix(value: str) -> tuple[str, str, str] | None:
     return value[:i].rstrip(), user, when
 
 
-def _int(value: str | None) -> int | None:
-    text = (value or "").strip()
-    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def _float(value: str | None) -> float | None:
@@ -187,18 +185,18 @@ def _node(fields: dict[str, str]) -> ScontrolNode:
         version=_none(fields.get("Version")),
         node_addr=_none(fields.get("NodeAddr")),
         node_hostname=_none(fields.get("NodeHostName")),
-        cpu_alloc=_int(fields.get("CPUAlloc")),
-        cpu_efctv=_int(fields.get("CPUEfctv")),
-        cpu_tot=_int(fields.get("CPUTot")),
+        cpu_alloc=slurm_int(fields.get("CPUAlloc")),
+        cpu_efctv=slurm_int(fields.get("CPUEfctv")),
+        cpu_tot=slurm_int(fields.get("CPUTot")),
         cpu_load=_float(fields.get("CPULoad")),
-        sockets=_int(fields.get("Sockets")),
-        boards=_int(fields.get("Boards")),
-        cores_per_socket=_int(fields.get("CoresPerSocket")),
-        threads_per_core=_int(fields.get("ThreadsPerCore")),
-        real_memory_mb=_int(fields.get("RealMemory")),
-        alloc_mem_mb=_int(fields.get("AllocMem")),
-        free_mem_mb=_int(fields.get("FreeMem")),
-        tmp_disk_mb=_int(fields.get("TmpDisk")),
+        sockets=slurm_int(fields.get("Sockets")),
+        boards=slurm_int(fields.get("Boards")),
+        cores_per_socket=slurm_int(fields.get("CoresPerSocket")),
+        threads_per_core=slurm_int(fields.get("ThreadsPerCore")),
+        real_memory_mb=slurm_int(fields.get("RealMemory")),
+        alloc_mem_mb=slurm_int(fields.get("AllocMem")),
+        free_mem_mb=slurm_int(fields.get("FreeMem")),
+        tmp_disk_mb=slurm_int(fields.get("TmpDisk")),
         gres=_none(fields.get("Gres")),
         gres_used=_none(fields.get("GresUsed")),
         available_features=_list(fields.get("AvailableFeatures")),

@@ -113,9 +113,12 @@ def _none(value: str | None, *empty: str) -> str | None:
     return None if not text or text in empty else clip(text, VALUE_MAX)
 
 
-def _int(value: str | None) -> int | None:
+def slurm_int(value: str | None) -> int | None:
+    """A count Slurm printed (ASCII digits: str.isdigit also takes '²', which int() refuses), else None."""
     text = (value or "").strip()
-    return int(text) if text.isdigit() and len(text) <= 18 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 
 
 def _row(cells: dict[str, str], width: int | None = None) -> SinfoRow | None:
@@ -134,7 +137,7 @@ def _row(cells: dict[str, str], width: int | None = None) -> SinfoRow | None:
     reason = _none(cells.get("REASON"), "none")
     return SinfoRow(
         nodes=clip(nodes, VALUE_MAX),
-        node_count=_int(cells.get("NODES")),
+        node_count=slurm_int(cells.get("NODES")),
         partition=partition.rstrip("*") if partition else None,
         default_partition=partition.endswith("*") if partition else None,
         avail=_none(cells.get("AVAIL")),
@@ -142,11 +145,11 @@ def _row(cells: dict[str, str], width: int | None = None) -> SinfoRow | None:
         state=state or None,
         state_flags=flags,
         responding=responding,
-        cpus=_int(cells.get("CPUS")),
+        cpus=slurm_int(cells.get("CPUS")),
         sockets_cores_threads=_none(cells.get("S:C:T")),
-        memory_mb=_int(cells.get("MEMORY")),
-        tmp_disk_mb=_int(cells.get("TMP_DISK")),
-        weight=_int(cells.get("WEIGHT")),
+        memory_mb=slurm_int(cells.get("MEMORY")),
+        tmp_disk_mb=slurm_int(cells.get("TMP_DISK")),
+        weight=slurm_int(cells.get("WEIGHT")),
         features=_none(cells.get("AVAIL_FE") or cells.get("AVAIL_FEATURES") or cells.get("FEATURES"), "(null)"),
         reason=reason,
         reason_maybe_cut=bool(reason and width and len(reason) >= width),

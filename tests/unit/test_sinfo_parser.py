@@ -151,3 +151,16 @@ def test_hc_parse_sinfo(fmt):
 def test_every_fixture_has_its_source_listed():
     listed = (DIR / "SOURCES.md").read_text()
     assert [p.name for p in sorted(DIR.glob("*.txt")) if f"`{p.name}`" not in listed] == []
+
+
+def test_a_unicode_digit_in_a_count_is_no_number_and_no_crash():
+    """str.isdigit takes '²', int() refuses it: a count must be ASCII digits (sinfo and scontrol)."""
+    from healthcheck.parsers.scontrol_node import parse_scontrol_show_node
+    from healthcheck.parsers.sinfo import slurm_int
+
+    assert (slurm_int("²"), slurm_int(" 64 "), slurm_int("1" * 19)) == (None, 64, None)
+    (node,) = parse_scontrol_show_node("NodeName=n1 State=IDLE CPUTot=²\n").nodes
+    assert node.name == "n1" and node.cpu_tot is None
+    from healthcheck.parsers.nvidia_smi_table import _int as smi_int
+
+    assert (smi_int("²"), smi_int("7")) == (None, 7)
