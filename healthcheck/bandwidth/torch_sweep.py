@@ -403,20 +403,48 @@ def _corrupt_rank(env: Mapping[str, str]) -> int | None:
     return int(value)
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """torch imported and this process's device chosen: what every sweep in a process shares."""
+
+    torch: Any
+    dist: Any
+    backend: str  # nccl | gloo
+    device: Any
+
+
+def open_runtime(backend: str, info: RankInfo) -> Runtime:
+    """Import torch and choose the backend and device (cuda:LOCAL_RANK on NCCL); SweepError."""
+    torch, dist = _import_torch()
+    chosen, device = _choose_device(torch, dist, backend, info)
+    return Runtime(torch, dist, chosen, device)
+
+
 def run_sweep(opts: SweepOptions, env: Mapping[str, str] | None = None) -> tuple[RankInfo, SweepReport]:
     """Run the sweep on this rank; every rank returns the same report."""
-    from datetime import timedelta
-
     env = os.environ if env is None else env
     info = discover_ranks(env, opts.master_addr, opts.master_port)
     corrupt = _corrupt_rank(env)
-    torch, dist = _import_torch()
-    backend, device = _choose_device(torch, dist, opts.backend, info)
-    sizes = opts.sizes or parse_sizes(DEFAULT_SIZES[backend])
+    runtime = open_runtime(opts.backend, info)
     os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port), RANK=str(info.rank),
                       WORLD_SIZE=str(info.world_size), LOCAL_RANK=str(info.local_rank))
-    kwargs: dict[str, Any] = dict(backend=backend, init_method="env://", rank=info.rank,
-                                  world_size=info.world_size, timeout=timedelta(seconds=opts.timeout_s))
+    return info, sweep_once(runtime, info, opts, corrupt)
+
+
+def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: int | None = None,
+               store_prefix: str | None = None) -> SweepReport:
+    """One sweep in its own process group, destroyed after it. The rendezvous is torch's
+    env:// (MASTER_ADDR/PORT in os.environ); with `store_prefix`, a store this rank opens
+    itself under that prefix, which leaves the port free when the sweep ends (rendezvous.py):
+    how a process that runs many sweeps on one port (`hc bw serve`) keeps them apart."""
+    from datetime import timedelta
+
+    from healthcheck.bandwidth import rendezvous
+
+    torch, dist, backend, device = runtime.torch, runtime.dist, runtime.backend, runtime.device
+    sizes = opts.sizes or parse_sizes(DEFAULT_SIZES[backend])
+    kwargs: dict[str, Any] = dict(backend=backend, rank=info.rank, world_size=info.world_size,
+                                  timeout=timedelta(seconds=opts.timeout_s))
     if device.type == "cuda" and eager_init_ok(torch.__version__):
         import inspect
 
@@ -428,24 +456,38 @@ def run_sweep(opts: SweepOptions, env: Mapping[str, str] | None = None) -> tuple
     watchdog = _Watchdog(opts.timeout_s + RENDEZVOUS_GRACE_S,
                          f"{_rank_prefix(info)}{where} did not complete within {opts.timeout_s:g} s "
                          f"(is rank 0 running there, and all {info.world_size} ranks started?)")
-    try:
-        dist.init_process_group(**kwargs)
-    except Exception as exc:
-        watchdog.cancel()
-        raise SweepError(f"{where} failed: {one_line(exc)}") from None
-    session = _Session(torch, dist, info, backend, device, opts, corrupt)
+    base: Any = None
     ok = False
     try:
-        report = session.run(sizes, where, watchdog)
-        ok = True
-        return info, report
-    except HcError:
-        raise
-    except Exception as exc:
-        raise SweepError(f"{session.where} failed: {one_line(exc)}") from None
+        try:
+            if store_prefix is None:
+                kwargs["init_method"] = "env://"
+            else:
+                base, kwargs["store"] = rendezvous.open_store(dist, info.master_addr, info.master_port,
+                                                              info.world_size, info.rank == 0, opts.timeout_s,
+                                                              store_prefix)
+            dist.init_process_group(**kwargs)
+            kwargs.clear()  # no reference to the store but `base`: rank 0 drops it to free the port
+        except Exception as exc:
+            raise SweepError(f"{where} failed: {one_line(exc)}") from None
+        session = _Session(torch, dist, info, backend, device, opts, corrupt)
+        try:
+            report = session.run(sizes, where, watchdog)
+            ok = True
+            return report
+        except HcError:
+            raise
+        except Exception as exc:
+            raise SweepError(f"{session.where} failed: {one_line(exc)}") from None
     finally:
         watchdog.cancel()
         _shutdown(dist, backend, ok)
+        if base is not None:
+            if ok:  # a failed sweep's peers may be gone: nobody to part from
+                rendezvous.part(base, info.rank, info.world_size)
+            base = None
+            if info.rank == 0:
+                rendezvous.wait_port_free(info.master_port)
 
 
 def _rank_prefix(info: RankInfo) -> str:

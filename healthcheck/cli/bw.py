@@ -131,3 +131,34 @@ def allreduce(collectives: tuple[str, ...], sizes: tuple[int, ...] | None, iters
     if report.unsupported:
         raise ts.SweepError("not run: " + "; ".join(f"{c} ({why})" for c, why in report.unsupported.items()))
     return 0
+
+
+SERVE_EPILOG = """\b
+hc sweep starts one on every node of a deep sweep's tests between nodes
+(bandwidth.pairs.persistent_workers), over SSH, so torch is imported and
+the device set up once per node for the whole sweep, not once per test.
+By hand:
+  hc bw serve --backend gloo
+then one request per line on stdin, e.g.
+  {"id": "t1", "rank": 0, "world_size": 2, "master_addr": "a",
+   "master_port": 29517, "sizes": [4194304]}
+Every line it prints for hc starts with "hc-bw-serve ": once "ready" (or
+why not, exit 3), then one reply per request with the exit code
+`hc bw allreduce` would give (0, 2, 3, or 4 for a bad request) and its
+report. It ends at the end of its input, after --idle-timeout seconds
+without a request, or with exit 3 when a rendezvous or collective hangs
+past the request's timeout_s."""
+
+
+@bw.command(epilog=SERVE_EPILOG)
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="auto: NCCL where there is a GPU, else gloo (CPU).")
+@click.option("--local-rank", type=click.IntRange(0, 1023), default=0, show_default=True,
+              help="The GPU (cuda:N) on NCCL.")
+@click.option("--idle-timeout", "idle_s", type=click.FloatRange(1, 86400), default=900.0, show_default=True,
+              help="Seconds without a request before it ends.")
+def serve(backend: str, local_rank: int, idle_s: float) -> int:
+    """Run torch sweeps on request, one JSON line each (for a deep sweep's pair tests)."""
+    from healthcheck.bandwidth.serve import serve as run
+
+    return run(backend, local_rank, idle_s)

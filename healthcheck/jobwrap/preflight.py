@@ -10,7 +10,6 @@ on one rank stops every rank with the same line instead of leaving them to time 
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from glob import glob
 
+from healthcheck.bandwidth.rendezvous import port_in_use
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.inputs import clip
 
@@ -185,27 +185,6 @@ def _local_address(addr: str) -> bool:
         except OSError:
             continue
     return False
-
-
-def port_in_use(port: int, addresses: tuple[str, ...] = ("0.0.0.0", "::")) -> str | None:
-    """Why `port` cannot be listened on as torch's TCPStore does (SO_REUSEADDR, the wildcard
-    address), or None when it can. An address family this host lacks is skipped."""
-    for address in addresses:
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        with s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((address, port))
-                s.listen(1)
-            except OSError as exc:
-                if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-                    continue
-                return exc.strerror or str(exc)
-    return None
 
 
 def check_master_port(env: Mapping[str, str]) -> tuple[list[Problem], str]:

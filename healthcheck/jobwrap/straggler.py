@@ -39,12 +39,12 @@ from typing import Any
 import msgspec
 
 from healthcheck.bandwidth import torch_sweep as ts
+from healthcheck.bandwidth.rendezvous import open_store, part, wait_port_free
 from healthcheck.core.errors import UsageError
-from healthcheck.jobwrap.preflight import PreflightError, PreflightFail, port_in_use
+from healthcheck.jobwrap.preflight import PreflightError, PreflightFail
 
 DELAY_RANK_ENV = "HC_RUN_TEST_DELAY_RANK"
 DELAY_S_ENV = "HC_RUN_TEST_DELAY_S"
-HANDSHAKE_S = 15.0
 STORE_PREFIX = "hc-run-preflight"
 _ELEMS = 1 << 18  # 1 MiB of float32
 
@@ -125,11 +125,12 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
     ok = False
     try:
         try:
-            base = dist.TCPStore(info.master_addr, info.master_port, info.world_size if serve else None, serve,
-                                 timeout=timeout, wait_for_workers=False)
             prefix = f"{STORE_PREFIX}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-            kwargs: dict[str, Any] = dict(backend=backend, store=dist.PrefixStore(prefix, base), rank=info.rank,
+            base, store = open_store(dist, info.master_addr, info.master_port, info.world_size, serve,
+                                     opts.timeout_s, prefix)
+            kwargs: dict[str, Any] = dict(backend=backend, store=store, rank=info.rank,
                                           world_size=info.world_size, timeout=timeout)
+            store = None
             if device.type == "cuda" and ts.eager_init_ok(torch.__version__):
                 import inspect
 
@@ -168,10 +169,10 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
         watchdog.cancel()
         ts._shutdown(dist, backend, ok)
         if base is not None and not agent_store:
-            _part(base, info.rank, info.world_size)
+            part(base, info.rank, info.world_size)
             base = None
             if serve:
-                _wait_port_free(info.master_port)
+                wait_port_free(info.master_port)
     step_s = [t[0] for t in times]
     return StragglerResult(rank=info.rank, ranks=info.world_size, launcher=info.launcher, backend=backend,
                            hosts=hosts, step_s=step_s, allreduce_s=[t[1] for t in times],
@@ -233,29 +234,3 @@ def _all_gather_floats(torch: Any, gather: Any, device: Any, n: int, values: lis
     out = torch.empty(n * len(values), dtype=torch.float64, device=device)
     gather(out, mine)
     return [row.tolist() for row in out.cpu().view(n, len(values))]
-
-
-def _part(store: Any, rank: int, world: int) -> None:
-    """Leave the store rank 0 serves on MASTER_PORT so the job can serve its own there (module doc)."""
-    deadline = time.monotonic() + HANDSHAKE_S
-    try:
-        if rank != 0:
-            store.add("hc/left", 1)
-            while time.monotonic() < deadline:  # until rank 0's store stops answering
-                store.check(["hc/left"])
-                time.sleep(0.02)
-            return
-        while store.add("hc/left", 0) < world - 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-    except Exception:
-        return  # the store is gone: what a leaving rank waits for
-
-
-def _wait_port_free(port: int) -> None:
-    """Rank 0, its store dropped: until the port can be listened on again (bounded)."""
-    import gc
-
-    gc.collect()
-    deadline = time.monotonic() + HANDSHAKE_S
-    while port_in_use(port) and time.monotonic() < deadline:
-        time.sleep(0.05)
