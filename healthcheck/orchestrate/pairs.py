@@ -2,10 +2,12 @@
 groups) of nodes over SSH, planned and judged by `bandwidth.localize`, then the `pairs`
 analyses (bw.pairs) name the culprit node or the slow link.
 
-Every test starts `hc bw allreduce` on each member at once over SSH, with torchrun's
-variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT): the first member is the rendezvous; all
-sides have timeouts, and a member that fails to start makes the test ERROR (no result,
-no evidence against anyone). A test passes when it reaches the fabric's pair floor at
+Every test runs hc's torch sweep on each member at once over SSH: by default on the
+node's persistent worker (`hc bw serve`, pair_workers.py: started once per node for the
+whole sweep), else (`pairs.persistent_workers: false`) `hc bw allreduce` started per
+test with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT); the first member is
+the rendezvous; all sides have timeouts, and a member that fails to start makes the
+test ERROR (no result, no evidence against anyone). A test passes when it reaches the fabric's pair floor at
 its largest judged size, or, where the fabric sets none, when it is within
 `bandwidth.peer_fraction` of the median of every test so far (peers, not a figure).
 
@@ -19,7 +21,7 @@ import statistics
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,6 +33,9 @@ from healthcheck.core.model import GroupResult, Metric, NodeResult
 from healthcheck.core.status import Status
 from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
+
+if TYPE_CHECKING:
+    from healthcheck.orchestrate.pair_workers import WorkerPool
 
 SCOPE = "pair"
 
@@ -81,6 +86,8 @@ class _Plan:
         # pair matrix shows and localization compares with peers
         self.tools = [t for t in bw.pairs.tests if t != "torch" or bw.torch.enabled]
         self.gpus = limits.gpu.count or 0  # nccl-tests between nodes runs one rank per GPU the fabric names
+        # the sweep's persistent torch workers (pair_workers), where run_pairs opened them
+        self.workers: WorkerPool | None = None
 
 
 def _worker_argv(remote_hc: str, plan: _Plan, master: str) -> tuple[str, ...]:
@@ -112,6 +119,8 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
         master = _address(config, members[0])
     except SshError as exc:
         return None, exc.message
+    if plan.workers is not None:
+        return plan.workers.run_test(members, master)
     argv = _worker_argv(settings.remote_hc, plan, master)
     outputs: dict[int, Any] = {}
 
@@ -226,10 +235,21 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         return out
 
     from healthcheck.bandwidth.localize import LocalizeSettings
+    from healthcheck.orchestrate.pair_workers import WorkerPool
 
-    adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
-                                 circle_max=plan.pairs.circle_max, rails=rails or None,
-                                 settings=LocalizeSettings(**run.settings))
+    if plan.pairs.launcher == "ssh" and plan.pairs.persistent_workers and "torch" in plan.tools:
+        plan.workers = WorkerPool(config, plan, len(run.nodes))
+    try:
+        adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
+                                     circle_max=plan.pairs.circle_max, rails=rails or None,
+                                     settings=LocalizeSettings(**run.settings))
+    finally:
+        if plan.workers is not None:
+            restarted = sorted(n for n, k in plan.workers.starts().items() if k > 1)
+            plan.workers.close()
+            if restarted:
+                run.notes.append(f"bandwidth between nodes: torch workers started again after a failed test on "
+                                 f"{', '.join(restarted[:20])}" + (" ..." if len(restarted) > 20 else ""))
     run.rounds = adaptive.rounds
     run.notes += sorted(not_applicable)
     return run

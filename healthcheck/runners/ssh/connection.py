@@ -30,6 +30,7 @@ from healthcheck.runners.ssh.tcp import open_socket
 
 if TYPE_CHECKING:  # the config package costs ~35 ms to import; callers have it already
     from healthcheck.core.config.schema import SshSettings
+    from healthcheck.runners.ssh.stream import RemoteStream
 
 
 # We stop waiting locally this long after timeout_s: enough for the remote wrapper's
@@ -312,6 +313,34 @@ class SshConnection:
             return self._run_channel(transport, argv, command, input, timeout_s, start)
         finally:
             self._sessions.release()
+
+    def open_stream(
+        self, argv: tuple[str, ...], *, lifetime_s: float, env: Mapping[str, str] | None = None,
+    ) -> RemoteStream:
+        """Start argv on the node with its stdin and stdout kept open (stream.RemoteStream),
+        for at most lifetime_s; SshError when it cannot be started."""
+        from healthcheck.runners.ssh.stream import RemoteStream
+
+        try:
+            command = remote_command(tuple(argv), timeout_s=lifetime_s, env=env)
+        except ValueError as exc:
+            raise SshError(SshErrorKind.CONFIG, f"{self.node}: {exc}") from None
+        transport = self._live_transport()
+        timeout_s = self.settings.connect_timeout_s
+        if not self._sessions.acquire(timeout=timeout_s):
+            raise SshError(SshErrorKind.TIMEOUT, f"{self._where()}: no free session on the connection")
+        chan = None
+        try:
+            chan = transport.open_session(timeout=timeout_s)
+            chan.exec_command(command)
+        except Exception as exc:
+            if chan is not None:
+                chan.close()
+            self._sessions.release()
+            result = self._failure(transport, tuple(argv), time.monotonic(), exc)
+            raise SshError(SshErrorKind.DROPPED if "dropped" in (result.error or "") else SshErrorKind.OTHER,
+                           result.error or f"{self._where()}: {type(exc).__name__}: {exc}") from None
+        return RemoteStream(self.node, chan, self._sessions.release)
 
     def _run_channel(
         self, transport: Any, argv: tuple[str, ...], command: str, input: str | None,

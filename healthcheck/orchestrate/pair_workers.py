@@ -1,0 +1,232 @@
+"""The torch pair tests of one deep sweep through persistent workers: one `hc bw serve` per
+node (bandwidth/serve.py), started over SSH the first time a test needs the node and
+kept for the rest of the sweep, so torch's import and the device's set-up are paid once
+per node instead of once per test (`bandwidth.pairs.persistent_workers`, the ssh launcher).
+
+Same contract as `pairs.run_test`: rank 0's samples, or None and one line naming the
+member; never an exception, since one test's surprise must not end the sweep. A test
+sends each member its request (rank i: the members' order, rank 0's host the
+rendezvous) and waits for every reply within the test's timeout. A worker that could not
+start, did not answer in time, ended, or answered with an error is closed and started
+afresh when a later test needs its node: a hung collective cannot be recovered inside
+the process, and a new process costs one start-up, which is what the old way paid on
+every test. A node's worker serves one test at a time; a test takes its members' workers
+in name order, so two tests sharing a node wait for each other instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from healthcheck.parsers.bandwidth_common import BandwidthSample
+
+if TYPE_CHECKING:
+    from healthcheck.core.config import Config
+    from healthcheck.orchestrate.pairs import _Plan
+    from healthcheck.runners.ssh import SshConnection
+    from healthcheck.runners.ssh.stream import RemoteStream
+
+Outcome = tuple[list[BandwidthSample] | None, str]
+_PREFIX = b"hc-bw-serve "
+_GRACE_S = 10.0  # past the sweep's own timeout: for the reply to arrive after a rank gave up
+LIFETIME_MAX_S = 86400.0
+
+
+class _Ready(msgspec.Struct):
+    ready: bool
+    pid: int = 0
+    error: str = ""
+
+
+class _ReplySamples(msgspec.Struct):
+    samples: list[BandwidthSample] = []
+
+
+class _Reply(msgspec.Struct):
+    id: str
+    exit: int
+    error: str = ""
+    report: _ReplySamples | None = None
+
+
+@dataclass
+class _Worker:
+    """One node's `hc bw serve`: its connection and stream, and whether it may serve again."""
+
+    node: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    conn: SshConnection | None = None
+    stream: RemoteStream | None = None
+    pid: int = 0
+    starts: int = 0
+
+    def usable(self) -> bool:
+        return self.stream is not None and not self.stream.ended
+
+    def retire(self) -> None:
+        """Close the stream (end of input: the worker ends); a later test starts a new one."""
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close()
+
+
+class WorkerPool:
+    """Every node's persistent worker for one sweep; `close()` ends them all."""
+
+    def __init__(self, config: Config, plan: _Plan, nodes: int) -> None:
+        self.config = config
+        self.plan = plan
+        # a node takes part in at most every test of the sweep; the wrapper's limit is a backstop
+        # (the worker ends on its own at the end of input, idle, or a hung collective)
+        self.lifetime_s = min(LIFETIME_MAX_S, plan.pairs.timeout_s * (nodes + 16))
+        self.idle_s = max(600.0, 4 * plan.pairs.timeout_s)
+        self._lock = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._closed = False
+
+    # -- one test
+
+    def run_test(self, members: Sequence[str], master: str) -> Outcome:
+        """The torch sweep across members on their workers; rank 0's samples, or None and why."""
+        workers = [self._worker(n) for n in members]
+        held: list[_Worker] = []
+        try:
+            for w in sorted(workers, key=lambda w: w.node):
+                w.lock.acquire()
+                held.append(w)
+            if self._closed:
+                return None, f"{members[0]}: the sweep is ending"
+            return self._run(members, workers, master)
+        finally:
+            for w in held:
+                w.lock.release()
+
+    def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> Outcome:
+        started: dict[str, str] = {}
+        threads = [threading.Thread(target=lambda w=w: started.__setitem__(w.node, self._ensure(w)), daemon=True)
+                   for w in workers if not w.usable()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.plan.pairs.timeout_s + self.config.main.ssh.connect_timeout_s + _GRACE_S)
+        failed = [f"{w.node}: {started.get(w.node) or 'the worker did not start in time'}"
+                  for w in workers if not w.usable()]
+        if failed:
+            return None, "; ".join(failed)
+        test_id = uuid.uuid4().hex[:16]
+        replies: dict[int, _Reply | str] = {}
+        deadline = time.monotonic() + self.plan.pairs.timeout_s + _GRACE_S
+
+        def one(rank: int, w: _Worker) -> None:
+            replies[rank] = self._ask(w, test_id, rank, len(members), master, deadline)
+
+        threads = [threading.Thread(target=one, args=(r, w), daemon=True) for r, w in enumerate(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()) + 5)
+        problems = []
+        for rank, w in enumerate(workers):
+            got = replies.get(rank, "no reply")
+            if isinstance(got, str) or got.exit != 0:
+                w.retire()  # never reused after a failure: the next test starts it afresh
+                problems.append(f"{w.node}: {got if isinstance(got, str) else got.error or f'exit {got.exit}'}")
+        first = replies.get(0)
+        samples = first.report.samples if isinstance(first, _Reply) and first.report is not None else None
+        if not samples:
+            return None, "; ".join(problems) or "the torch sweep printed no result"
+        return samples, "; ".join(problems)
+
+    def _ask(self, w: _Worker, test_id: str, rank: int, world: int, master: str, deadline: float) -> _Reply | str:
+        """Send w its request and wait for the reply with test_id; a str says why none came."""
+        plan = self.plan
+        request = {"id": test_id, "rank": rank, "world_size": world, "master_addr": master,
+                   "master_port": plan.pairs.port, "collectives": [plan.collective], "sizes": list(plan.sizes),
+                   "iters": plan.torch.iters, "warmup": plan.torch.warmup, "check": True,
+                   "timeout_s": float(max(5, int(plan.pairs.timeout_s) - 10))}
+        stream = w.stream
+        if stream is None or not stream.send_line(msgspec.json.encode(request)):
+            return f"the worker (pid {w.pid}) is gone: {stream.stderr_tail() if stream else ''}".rstrip(": ")
+        while True:
+            line = stream.read_line(deadline, lambda text: text.startswith(_PREFIX))
+            if line is None:
+                if stream.ended:
+                    said = stream.stderr_tail()
+                    return f"the worker (pid {w.pid}) ended" + (f": {said}" if said else "")
+                return f"no reply within {plan.pairs.timeout_s:g}s"
+            try:
+                reply = msgspec.json.decode(line[len(_PREFIX):], type=_Reply)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # not a reply (a stale ready line, a torn write): keep reading
+            if reply.id == test_id:
+                return reply
+
+    # -- workers
+
+    def _worker(self, node: str) -> _Worker:
+        with self._lock:
+            return self._workers.setdefault(node, _Worker(node))
+
+    def _ensure(self, w: _Worker) -> str:
+        """Start w's worker (the caller holds w.lock); '' when it is ready, else why not."""
+        from healthcheck.runners.ssh import SshConnection, SshError
+
+        w.retire()
+        settings = self.config.main.ssh
+        plan = self.plan
+        argv = (settings.remote_hc, "bw", "serve", "--backend", plan.torch.backend,
+                "--idle-timeout", f"{self.idle_s:g}")
+        try:
+            if w.conn is None:
+                w.conn = SshConnection(w.node, settings)
+            w.conn.connect()
+            w.stream = w.conn.open_stream(argv, lifetime_s=self.lifetime_s, env=dict(plan.torch.env))
+        except SshError as exc:
+            return exc.message
+        except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
+            return f"{type(exc).__name__}: {exc}"
+        w.starts += 1
+        line = w.stream.read_line(time.monotonic() + plan.pairs.timeout_s, lambda text: text.startswith(_PREFIX))
+        ready = None
+        if line is not None:
+            try:
+                ready = msgspec.json.decode(line[len(_PREFIX):], type=_Ready)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                ready = None
+        if ready is None or not ready.ready:
+            why = (ready.error if ready else "") or w.stream.stderr_tail() or (
+                "no answer within the test's timeout" if line is None and not w.stream.ended
+                else "it ended before it was ready")
+            w.retire()
+            return f"`{settings.remote_hc} bw serve` did not start: {why}"
+        w.pid = ready.pid
+        return ""
+
+    def starts(self) -> dict[str, int]:
+        """How many times each node's worker was started (1: it served the whole sweep)."""
+        with self._lock:
+            return {n: w.starts for n, w in self._workers.items()}
+
+    def close(self) -> None:
+        """End every worker and close every connection (in parallel; each waits a moment)."""
+        self._closed = True
+        with self._lock:
+            workers = list(self._workers.values())
+
+        def end(w: _Worker) -> None:
+            w.retire()
+            if w.conn is not None:
+                w.conn.close()
+
+        threads = [threading.Thread(target=end, args=(w,), daemon=True) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)

@@ -1,0 +1,142 @@
+"""A deep sweep's persistent torch workers (orchestrate/pair_workers.py) on the rig's real
+sshd hosts: one `hc bw serve` per node serves every test it takes part in; a worker that
+was killed, or hung, costs the test it was in (ERROR, naming the node) and is started
+afresh for the next; closing the pool ends every worker on the nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from test_remote_rig import site as site
+
+from healthcheck.core.config.loader import load_config
+from healthcheck.orchestrate import pairs
+from healthcheck.orchestrate.pair_workers import WorkerPool
+
+pytestmark = pytest.mark.rig
+
+FABRIC = """bandwidth:
+  sizes: [256K]
+  repeats: 1
+  torch: {backend: gloo, iters: 3, warmup: 1}
+  pairs: {timeout_s: TIMEOUT}
+"""
+
+
+def pool_for(site, timeout_s: int = 60) -> tuple[WorkerPool, pairs._Plan]:
+    rig_yaml = site.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + FABRIC.replace("TIMEOUT", str(timeout_s)))
+    config = load_config(site.config)
+    plan = pairs._Plan(config, "node1")
+    plan.workers = WorkerPool(config, plan, 3)
+    return plan.workers, plan
+
+
+def one_test(config_plan, members):
+    """One test through pairs.run_test, as the sweep runs it."""
+    pool, plan = config_plan
+    return pairs.run_test(pool.config, plan, members)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # the rig's hosts are network namespaces: their processes are ours to see
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def gone(pids, limit_s: float = 15) -> bool:
+    deadline = time.monotonic() + limit_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(alive(p) for p in pids)
+
+
+def pids(pool: WorkerPool) -> dict[str, int]:
+    return {n: w.pid for n, w in pool._workers.items()}
+
+
+def test_one_worker_per_node_serves_every_test_and_ends_with_the_pool(site):
+    pool, plan = got = pool_for(site)
+    try:
+        for members in (["node1", "node2"], ["node2", "node3"], ["node3", "node1"], ["node1", "node2"]):
+            samples, why = one_test(got, members)
+            assert samples and why == "", why
+            assert {(s.collective, s.size_bytes, s.ranks) for s in samples} == {("all_reduce", 256 * 1024, 2)}
+            assert all(s.wrong == 0 for s in samples)
+        assert pool.starts() == {"node1": 1, "node2": 1, "node3": 1}  # each started once for four tests
+        workers = pids(pool)
+        assert all(alive(p) for p in workers.values())
+    finally:
+        pool.close()
+    assert gone(workers.values())
+
+
+def test_a_killed_worker_costs_its_test_only_and_is_started_again(site):
+    pool, plan = got = pool_for(site)
+    try:
+        assert one_test(got, ["node1", "node2"])[0]
+        first = pids(pool)
+        os.kill(first["node2"], signal.SIGKILL)
+        assert gone([first["node2"]])
+        samples, why = one_test(got, ["node2", "node3"])  # node2's worker is gone: started afresh, the test runs
+        assert samples, why
+        assert pool.starts() == {"node1": 1, "node2": 2, "node3": 1}
+        assert pids(pool)["node1"] == first["node1"]
+    finally:
+        pool.close()
+
+
+def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site):
+    pool, plan = got = pool_for(site, timeout_s=20)
+    stopped = None
+    try:
+        assert one_test(got, ["node1", "node3"])[0]
+        stopped = pids(pool)["node3"]
+        os.kill(stopped, signal.SIGSTOP)  # a worker that answers nothing: hung in a collective, or the node
+        start = time.monotonic()
+        samples, why = one_test(got, ["node1", "node3"])
+        assert samples is None and "node3" in why, why
+        assert time.monotonic() - start < 20 + 10 + 15  # the test's timeout, its grace, and slack for 2 cores
+        os.kill(stopped, signal.SIGCONT)  # its stream was closed: it reads the end of its input and ends
+        assert gone([stopped])
+        stopped = None
+        samples, why = one_test(got, ["node1", "node3"])
+        assert samples, why
+        assert pool.starts()["node3"] == 2
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        pool.close()
+
+
+def test_a_deep_sweep_through_workers_notes_no_restart_and_leaves_no_worker(site, fresh_slurm_rig):
+    """The whole `hc sweep --tier deep` (persistent workers are the default): every pair
+    measured, and no `hc bw serve` left on any host afterwards."""
+    from test_bandwidth_rig import deep_sweep
+
+    before = _serve_pids()
+    r, report = deep_sweep(site, {"SLURM_CONF": str(fresh_slurm_rig.slurm_conf)})
+    assert report is not None, r.stderr
+    assert len([g for g in report["groups"] if g["kind"] == "pair"]) >= 6
+    assert b"started again" not in r.stderr, r.stderr  # no worker failed and had to be restarted
+    assert gone(_serve_pids() - before, limit_s=5)
+
+
+def _serve_pids() -> set[int]:
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in words and b"bw" in words:
+            out.add(int(entry))
+    return out
