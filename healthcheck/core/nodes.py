@@ -392,10 +392,12 @@ def this_node_name(env: Mapping[str, str] | None = None) -> str:
             name, source = env[var], f"${var}"
             break
     else:
-        name, source = socket.gethostname().split(".", 1)[0], "the host name"
+        host = socket.gethostname()
+        name = host.split(".", 1)[0]
+        source = "the host name" if name == host else f"the host name {host[:80]!r}, short name"
     if not is_valid_node_name(name):
         from healthcheck.core.inputs import clip
 
         raise UsageError(f"{source} {clip(name, 80)!r} is not a valid node name "
-                         "(letters, digits, hyphens and dots)")
+                         "(letters, digits, hyphens and dots; set HC_NODE_NAME)")
     return name

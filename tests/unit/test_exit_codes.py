@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_hc
+from support import run_hc, write_stub
 
 
 def config(tmp_path: Path, fabric: str = "net:\n  interfaces:\n    lo: {mtu: 65536}\n") -> Path:
@@ -58,6 +58,33 @@ def test_an_empty_node_set_is_a_usage_error(tmp_path, args):
     assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     assert "no node" in one_error_line(r.stderr) or "empty" in one_error_line(r.stderr)
     assert b"SKIP" not in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["node", "n1&n2"],
+    ["node", "n[1-3]!n[1-3]"],
+    ["sweep", "--nodes", "n[1-2]^n[1-2]"],
+    ["sweep", "--nodes", "n1&n2"],
+])
+def test_a_node_pattern_that_matches_nothing_is_a_usage_error(tmp_path, args):
+    """A pattern whose set operations leave no node checks nothing: exit 4, one line, never "SKIP: 0 nodes"."""
+    r = run_hc(*args, "--config", str(config(tmp_path)))
+    assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
+    line = one_error_line(r.stderr)
+    assert "no node to check" in line and f"{args[-1]!r} names no node" in line, line
+    assert r.stdout == b""
+
+
+def test_a_partition_with_no_node_in_sinfo_is_a_usage_error(tmp_path):
+    """--partition of a partition sinfo lists no node for (absent, or empty) is exit 4 naming it, not an empty PASS."""
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "sinfo", f'echo "$@" >> {tmp_path}/sinfo.log\n')  # what sinfo -p nosuch prints: nothing
+    r = run_hc("sweep", "--partition", "nosuch", "--config", str(config(tmp_path)),
+               env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
+    assert "partition 'nosuch' has no nodes" in one_error_line(r.stderr)
+    assert r.stdout == b""
+    assert "-p nosuch" in (tmp_path / "sinfo.log").read_text()  # Slurm was asked, not guessed
 
 
 def test_a_hostfile_with_no_node_is_a_usage_error(tmp_path):

@@ -8,8 +8,12 @@ through the real wrappers on the rig's Slurm in tests/integration/test_slurm_con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -186,6 +190,103 @@ def test_health_with_a_slow_controller_ends_by_its_deadline_and_leaves_a_report(
     assert not log.exists()
 
 
+def _slow_health(tmp_path: Path, deadline_s: float, command_timeout_s: float) -> None:
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(cfg.read_text().replace("  prologue: {deadline_s: 1.5}",
+                                           f"  prologue: {{deadline_s: 1.5}}\n  health: {{deadline_s: {deadline_s}}}\n"
+                                           f"  command_timeout_s: {command_timeout_s}"))
+
+
+@pytest.mark.parametrize("stalled", ["sinfo", "ip"])  # a slow controller; a check whose command hangs
+def test_health_cut_short_by_its_deadline_still_writes_its_report_and_history_row(tmp_path, stalled):
+    """A health run its deadline cut short leaves both its report and its history row, the same run in each."""
+    bin_dir, log, env = setup(tmp_path, mtu=1500)
+    write_stub(bin_dir, stalled, "exec sleep 60\n")
+    _slow_health(tmp_path, deadline_s=2, command_timeout_s=30)
+    start = time.monotonic()
+    r = run_hc("health", "--format", "json", env=env, timeout=60)
+    assert time.monotonic() - start < 2 + 3 + 3  # deadline_s + the hard margin + interpreter start
+    # the slow controller: net.E001 FAILs, act.E003; the hung `ip`: net.mtu could not run
+    assert r.returncode == {"sinfo": 2, "ip": 3}[stalled], r.stderr
+    report = json.loads(r.stdout)
+    latest = json.loads((tmp_path / "reports" / "node1" / "health-latest.json").read_text())
+    assert latest["run_id"] == report["run_id"]
+    history = tmp_path / "history.sqlite"
+    assert history.is_file(), "no history written"
+    with contextlib.closing(sqlite3.connect(f"file:{history}?mode=ro", uri=True)) as db:
+        runs = db.execute("SELECT run_id, command, status FROM runs").fetchall()
+        nodes = db.execute("SELECT node, status FROM run_nodes").fetchall()
+    assert runs == [(report["run_id"], "health", report["status"])]
+    assert nodes == [("node1", report["nodes"][0]["status"])]
+
+
+def _start_hc(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    """The real `hc`, started (not waited for) with run_hc's environment, to be signalled."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    full.update(env)
+    return subprocess.Popen([sys.executable, "-m", "healthcheck", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=full)
+
+
+def _pid_from(path: Path, within: float) -> int:
+    """The pid a stub wrote to `path` once it started."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text())
+        time.sleep(0.05)
+    pytest.fail(f"no pid in {path} after {within}s: the stub never ran")
+
+
+def _gone(pid: int, within: float) -> bool:
+    """Whether process `pid` is gone (or a zombie waiting to be reaped) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _end_stray(pid: int, program: bytes) -> None:
+    """SIGKILL a stub this test started if it is still running `program` (a failed test's leftover)."""
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(program):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_the_commands_health_started_die_with_it_when_slurmd_kills_it(tmp_path, sig):
+    """hc health killed (SIGKILL) or stopped (SIGTERM) while sinfo hangs leaves no sinfo behind to act later."""
+    bin_dir, log, env = setup(tmp_path)
+    pidfile = tmp_path / "sinfo.pid"
+    write_stub(bin_dir, "sinfo", f"echo $$ > {pidfile}\nexec sleep 120\n")  # a controller that never answers
+    _slow_health(tmp_path, deadline_s=60, command_timeout_s=60)  # hc itself would wait a minute
+    hc = _start_hc("health", env=env)
+    child = None
+    try:
+        child = _pid_from(pidfile, within=15)
+        hc.send_signal(sig)
+        _, err = hc.communicate(timeout=15)
+        if sig == signal.SIGTERM:  # hc's handler: its children killed, exit by the contract
+            assert hc.returncode == 3, err
+            assert b"signal SIGTERM" in err and b"giving up (exit 3)" in err
+        else:  # no handler runs: only PR_SET_PDEATHSIG takes the child with it
+            assert hc.returncode == -signal.SIGKILL
+        assert _gone(child, within=5), f"sinfo ({child}) outlived hc health ({sig.name})"
+        assert not log.exists()  # nothing drained or resumed
+    finally:
+        if hc.poll() is None:
+            hc.kill()
+            hc.wait()
+        if child is not None:
+            _end_stray(child, b"sleep")
+
+
 # 18 --------------------------------------------------------------- node names from the environment
 
 
@@ -202,6 +303,56 @@ def test_hook_node_names_are_validated_before_they_become_paths(tmp_path, name):
     made = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
     assert not any(p.startswith(("x", "state/x")) or "passwd" in p for p in made), made
     assert not (tmp_path.parent / "x").exists()
+
+
+# sethostname(2) in a private UTS namespace, then exec hc: the host's own name is untouched
+_AS_HOST = """
+import ctypes, os, sys
+name = sys.argv[1].encode()
+if ctypes.CDLL(None, use_errno=True).sethostname(name, len(name)) != 0:
+    print("sethostname:", os.strerror(ctypes.get_errno()), file=sys.stderr)
+    sys.exit(97)
+os.execv(sys.executable, [sys.executable, "-m", "healthcheck", *sys.argv[2:]])
+"""
+
+
+def _hc_as_host(host_name: str, kind: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`hc KIND` on a machine whose host name is `host_name`, with neither HC_NODE_NAME nor SLURMD_NODENAME."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    full.update({k: v for k, v in env.items() if k not in ("HC_NODE_NAME", "SLURMD_NODENAME")})
+    r = subprocess.run(["unshare", "--uts", sys.executable, "-c", _AS_HOST, host_name, kind], env=full,
+                       capture_output=True, timeout=30)
+    assert r.returncode != 97, r.stderr
+    return r
+
+
+@pytest.mark.parametrize("host_name", ["../../z", "bad host", "x/y"])
+def test_the_host_name_fallback_is_validated_before_it_becomes_a_path(tmp_path, host_name):
+    """With no HC_NODE_NAME or SLURMD_NODENAME, a bad host name is one line (prologue 0, health 4), never a path."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--uts", "true"],
+                                                         capture_output=True).returncode != 0:
+        pytest.skip("cannot make a private UTS namespace here (unshare --uts needs root)")
+    bin_dir, log, env = setup(tmp_path / "site", mtu=1500)
+    # the fallback is really taken: a good host name becomes the node's state and report names
+    assert _hc_as_host("node7", "health", env).returncode == 2
+    assert (tmp_path / "site" / "state" / "node7").is_dir()
+    assert (tmp_path / "site" / "reports" / "node7" / "health-latest.json").exists()
+    assert log.read_text() == "update nodename=node7 state=drain reason=hc: net.E001\n"
+    log.unlink()  # from here on nothing may be drained
+    before = set(tmp_path.rglob("*"))
+    for kind, want in (("prologue", 0), ("epilogue", 0), ("health", 4)):
+        r = _hc_as_host(host_name, kind, env)
+        assert r.returncode == want, (kind, r.stderr)
+        assert b"Traceback" not in r.stderr
+        (line,) = [x for x in r.stderr.decode().splitlines() if "not a valid node name" in x]
+        short = host_name.split(".", 1)[0]  # the fallback takes the short name, and says both
+        said = f"the host name {host_name!r}, short name {short!r}" if short != host_name \
+            else f"the host name {host_name!r}"
+        assert f"{said} is not a valid node name" in line, line
+    assert not log.exists()
+    made = sorted(p.relative_to(tmp_path).as_posix() for p in set(tmp_path.rglob("*")) - before)
+    assert made == [], made
+    assert not (tmp_path / "z").exists() and not (tmp_path.parent / "z").exists()
 
 
 def test_a_full_state_dir_is_reported_and_the_job_runs(tmp_path):
