@@ -66,6 +66,7 @@ class _Worker:
     stream: RemoteStream | None = None
     pid: int = 0
     starts: int = 0
+    lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
 
     def usable(self) -> bool:
         return self.stream is not None and not self.stream.ended
@@ -93,9 +94,13 @@ class WorkerPool:
 
     # -- one test
 
-    def run_test(self, members: Sequence[str], master: str) -> Outcome:
-        """The torch sweep across members on their workers; rank 0's samples, or None and why."""
+    def run_test(self, members: Sequence[str], master: str) -> Outcome | None:
+        """The torch sweep across members on their workers; rank 0's samples, or None and
+        why; None alone where a member's hc has no `bw serve` (the caller starts the test
+        the old way, `hc bw allreduce` on every member)."""
         workers = [self._worker(n) for n in members]
+        if any(w.lacks_serve for w in workers):
+            return None
         held: list[_Worker] = []
         try:
             for w in sorted(workers, key=lambda w: w.node):
@@ -103,7 +108,8 @@ class WorkerPool:
                 held.append(w)
             if self._closed:
                 return None, f"{members[0]}: the sweep is ending"
-            return self._run(members, workers, master)
+            outcome = self._run(members, workers, master)
+            return None if any(w.lacks_serve for w in workers) else outcome
         finally:
             for w in held:
                 w.lock.release()
@@ -205,6 +211,7 @@ class WorkerPool:
                 "no answer within the test's timeout" if line is None and not w.stream.ended
                 else "it ended before it was ready")
             w.retire()
+            w.lacks_serve = "No such command 'serve'" in why
             return f"`{settings.remote_hc} bw serve` did not start: {why}"
         w.pid = ready.pid
         return ""

@@ -120,7 +120,9 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
     except SshError as exc:
         return None, exc.message
     if plan.workers is not None:
-        return plan.workers.run_test(members, master)
+        got = plan.workers.run_test(members, master)
+        if got is not None:
+            return got  # else a member's hc has no `bw serve`: this test starts hc bw allreduce per member
     argv = _worker_argv(settings.remote_hc, plan, master)
     outputs: dict[int, Any] = {}
 

@@ -140,3 +140,27 @@ def _serve_pids() -> set[int]:
         if b"serve" in words and b"bw" in words:
             out.add(int(entry))
     return out
+
+
+def test_a_node_whose_hc_has_no_bw_serve_gets_its_tests_started_per_test(site):
+    """A rolling upgrade: node2's hc predates `hc bw serve`; its tests run as `hc bw allreduce`
+    per member (measured, not ERROR), and its worker is not tried again."""
+    from test_remote_rig import hc_bin
+
+    old = site.dir / "old-hc"
+    old.write_text(f"#!/bin/sh\nif [ \"$1 $2\" = 'bw serve' ] && [ \"$(hostname)\" = node2 ]; then\n"
+                   f"  echo \"Usage: hc bw [OPTIONS] COMMAND [ARGS]...\" >&2\n"
+                   f"  echo \"hc: error: No such command 'serve'.\" >&2\n  exit 4\nfi\n"
+                   f"exec {hc_bin(site.dir)} \"$@\"\n")
+    old.chmod(0o755)
+    text = site.config.read_text()
+    site.config.write_text(text.replace(f"  remote_hc: {hc_bin(site.dir)}\n", f"  remote_hc: {old}\n", 1))
+    pool, plan = got = pool_for(site)
+    try:
+        for members in (["node1", "node2"], ["node2", "node3"], ["node1", "node3"]):
+            samples, why = one_test(got, members)
+            assert samples, why
+        assert pool.starts() == {"node1": 1, "node2": 1, "node3": 1}  # node2's serve tried once, not for its 2nd test
+        assert pool._workers["node2"].lacks_serve
+    finally:
+        pool.close()
