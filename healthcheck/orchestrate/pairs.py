@@ -289,7 +289,14 @@ def measure_test(config: Config, plan: _Plan, members: Sequence[str]) -> list[Me
         if tool == "torch":
             samples, why = run_test(config, plan, members)
             value = _value(samples, plan)
-            out.append(Measured("torch", value, plan.floor, why=why if value is None else "",
+            # wrong data is evidence against the pair whatever its bandwidth, as nccl-tests' #wrong is
+            wrong = sum(s.wrong or 0 for s in samples or [])
+            if wrong:
+                bad = sorted({format_size(s.size_bytes) for s in samples or [] if s.wrong})
+                why = (f"{','.join(members)}: {wrong} wrong elements in the torch sweep's checked results "
+                       f"({plan.collective} at {', '.join(bad)})")
+            out.append(Measured("torch", value, plan.floor, against=bool(wrong),
+                                why=why if wrong or value is None else "",
                                 kind=f"{plan.collective} {format_size(plan.judged)}", limit_key=plan.limit_key,
                                 metrics=_busbw_metrics(samples or [], plan, "torch")))
         elif tool == "nccl_tests":

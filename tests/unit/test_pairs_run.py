@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from healthcheck.core.config.loader import load_config
@@ -142,6 +143,28 @@ def test_nccl_tests_hanging_with_every_partner_of_one_node_names_it(tmp_path, mo
     assert all({m.name for m in g.metrics} == {"busbw", "torch_busbw"} for g in ok)
     assert all(m.value == 40.0 for g in ok for m in g.metrics if m.name == "busbw")
     nodes, _groups, _runs, _for_run = pairs.judge_pairs(results(4), run)
+    verdict = {n.node: (n.status, [f.id for f in n.findings]) for n in nodes}
+    assert verdict["n03"] == (Status.FAIL, ["bw.E101"])
+    assert all(verdict[n] == (Status.PASS, []) for n in ("n01", "n02", "n04"))
+
+
+def test_wrong_data_in_the_torch_pair_test_is_evidence_whatever_its_bandwidth(tmp_path, monkeypatch):
+    """A pair whose torch sweep counted wrong elements is short (bw.E108), even at full busbw."""
+    def model(cfg, plan, members):
+        got = sample(10.0)
+        if "n03" in members:
+            got = [msgspec.structs.replace(s, wrong=7) for s in got]
+        return got, ""
+
+    monkeypatch.setattr(pairs, "run_test", model)
+    run = pairs.run_pairs(config(tmp_path, 4), results(4))
+    with_n03 = [g for g in run.groups if "n03" in g.members]
+    assert with_n03 and all(g.status is Status.WARN for g in with_n03)
+    for g in with_n03:
+        (f,) = g.findings
+        assert f.id == "bw.E108" and "7 wrong elements" in f.message and "all_reduce at 1M" in f.message
+    assert all(g.status is Status.PASS for g in run.groups if "n03" not in g.members)
+    nodes, *_ = pairs.judge_pairs(results(4), run)
     verdict = {n.node: (n.status, [f.id for f in n.findings]) for n in nodes}
     assert verdict["n03"] == (Status.FAIL, ["bw.E101"])
     assert all(verdict[n] == (Status.PASS, []) for n in ("n01", "n02", "n04"))
