@@ -39,6 +39,7 @@ from healthcheck.bandwidth.localize import (
     Verdict,
     localize,
 )
+from healthcheck.core import typed
 from healthcheck.core.catalogue import finding
 from healthcheck.core.model import Finding, GroupResult, Limit
 from healthcheck.core.registry import NotApplicable, analysis
@@ -177,7 +178,7 @@ def settings_of(limits: Any) -> LocalizeSettings:
     if isinstance(nested, LocalizeSettings):
         return nested
     if isinstance(limits, Mapping):
-        return msgspec.convert(dict(limits), LocalizeSettings)
+        return typed.convert(dict(limits), LocalizeSettings)
     raise TypeError(f"{CHECK}: limits must be LocalizeSettings, not {type(limits).__name__}")
 
 

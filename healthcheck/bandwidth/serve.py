@@ -35,6 +35,7 @@ from typing import Annotated
 import msgspec
 
 from healthcheck.bandwidth import torch_sweep as ts
+from healthcheck.core import typed
 from healthcheck.core.errors import ExitCode, HcError
 
 PREFIX = b"hc-bw-serve "
@@ -109,7 +110,7 @@ def answer(runtime: ts.Runtime, line: bytes | None, corrupt: int | None) -> Repl
     if line is None:
         return Reply(id="", exit=int(ExitCode.BAD_INPUT), error=f"a request longer than {MAX_REQUEST} bytes")
     try:
-        req = msgspec.json.decode(line, type=Request)
+        req = typed.decode_json(line, Request)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return Reply(id=_id_of(line), exit=int(ExitCode.BAD_INPUT), error=f"bad request: {str(exc)[:200]}")
     unknown = [c for c in req.collectives if c not in ts.SWEEP_COLLECTIVES]

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 _READY: set[Any] = set()
+_DECODERS: dict[Any, Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -38,3 +39,15 @@ def decode_json(data: bytes | str, tp: Any) -> Any:
     """msgspec.json.decode into `tp`, with the type's plan built safely first."""
     prepare(tp)
     return msgspec.json.decode(data, type=tp)
+
+
+def decoder(tp: Any) -> msgspec.json.Decoder:
+    """A JSON decoder into `tp`, built once under the lock and shared (Decoder.decode is thread-safe)."""
+    found = _DECODERS.get(tp)
+    if found is None:
+        with _LOCK:
+            found = _DECODERS.get(tp)
+            if found is None:
+                found = _DECODERS[tp] = msgspec.json.Decoder(tp)
+                _READY.add(tp)
+    return found

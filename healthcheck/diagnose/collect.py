@@ -77,6 +77,7 @@ from typing import Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.inputs import clip
@@ -302,7 +303,7 @@ class NodeCollection(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def decode_collection(data: bytes | str) -> NodeCollection:
     """A NodeCollection back from its JSON (msgspec.ValidationError / DecodeError on bad input)."""
-    return msgspec.json.decode(data, type=NodeCollection)
+    return typed.decode_json(data, NodeCollection)
 
 
 # ------------------------------------------------------------------------------ /proc

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
@@ -500,7 +501,7 @@ def decode_node(host: str, stdout: str | bytes) -> NodeCollection | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                return msgspec.json.decode(line, type=NodeCollection)
+                return typed.decode_json(line, NodeCollection)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
     return None

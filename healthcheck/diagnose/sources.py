@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.evidence import (
@@ -228,7 +229,7 @@ def _run_manifest(text: str, col: Collected) -> bool:
     if '"hc.run/1"' not in text[:4096]:
         return False
     try:
-        doc = msgspec.json.decode(text.encode(), type=dict)
+        doc = typed.decode_json(text.encode(), dict)
     except (msgspec.DecodeError, UnicodeEncodeError):
         return False
     rank = doc.get("rank")
@@ -249,7 +250,7 @@ def _run_manifest(text: str, col: Collected) -> bool:
 
 def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
     try:
-        raw = msgspec.json.decode(data, type=_ErrorMessage)
+        raw = typed.decode_json(data, _ErrorMessage)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     msg = raw.message

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
 
@@ -53,7 +54,7 @@ def samples_from_json(text: str) -> list[BandwidthSample] | None:
     if start < 0:
         return None
     try:
-        return msgspec.json.decode(text[start:], type=_Report).samples
+        return typed.decode_json(text[start:], _Report).samples
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class WorkerPool:
                     return f"the worker (pid {w.pid}) ended" + (f": {said}" if said else "")
                 return f"no reply within {plan.pairs.timeout_s:g}s"
             try:
-                reply = msgspec.json.decode(line[len(_PREFIX):], type=_Reply)
+                reply = typed.decode_json(line[len(_PREFIX):], _Reply)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # not a reply (a stale ready line, a torn write): keep reading
             if reply.id == test_id:
@@ -203,7 +204,7 @@ class WorkerPool:
         ready = None
         if line is not None:
             try:
-                ready = msgspec.json.decode(line[len(_PREFIX):], type=_Ready)
+                ready = typed.decode_json(line[len(_PREFIX):], _Ready)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 ready = None
         if ready is None or not ready.ready:

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 
@@ -342,7 +343,7 @@ def _j_gpus(doc: _JDoc) -> tuple[DcgmGpu, ...]:
 def _parse_json(text: str, start: int) -> DcgmDiag:
     end = text.rfind("}")
     try:
-        doc = msgspec.json.decode(text[start:end + 1], type=_JDoc)
+        doc = typed.decode_json(text[start:end + 1], _JDoc)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"dcgmi diag JSON: {clip(message)}") from None

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 
@@ -310,16 +311,16 @@ def _convert(obj: Any, fmt: Format) -> FlightRecorderDump:
     if m.group(1) != "2":
         raise ParseError(f"Flight Recorder dump: version {version}: only the 2.x format is known")
     try:
-        configs = msgspec.convert(obj.get("pg_config") or {}, dict[str, _RawConfig], strict=False)
-        statuses = msgspec.convert(obj.get("pg_status") or {}, dict[str, _RawStatus], strict=False)
-        comm_lib = msgspec.convert(obj.get("comm_lib_version") or "", str, strict=False)
-        raw_entries = msgspec.convert(obj.get("entries") or [], list[Any])
+        configs = typed.convert(obj.get("pg_config") or {}, dict[str, _RawConfig], strict=False)
+        statuses = typed.convert(obj.get("pg_status") or {}, dict[str, _RawStatus], strict=False)
+        comm_lib = typed.convert(obj.get("comm_lib_version") or "", str, strict=False)
+        raw_entries = typed.convert(obj.get("entries") or [], list[Any])
     except msgspec.ValidationError as exc:
         raise ParseError(f"Flight Recorder dump: {clip(str(exc), 200)}") from None
     entries, bad = [], 0
     for raw in raw_entries:
         try:
-            entries.append(_entry(msgspec.convert(raw, _RawEntry, strict=False), fmt == "json"))
+            entries.append(_entry(typed.convert(raw, _RawEntry, strict=False), fmt == "json"))
         except (msgspec.ValidationError, TypeError, ValueError, IndexError):
             bad += 1
     return FlightRecorderDump(
@@ -743,6 +744,6 @@ def parse_fr_analysis(text: str) -> FrAnalysis:
     if not findings and not rows and not no_errors:
         raise ParseError("Flight Recorder analysis: no torchfrtrace report and no NVRx attribution table "
                          f"(starts with {clip(text.strip(), 60)!r})")
-    built = tuple(msgspec.convert({**f, "frames": tuple(f["frames"])}, FrAnalysisFinding) for f in findings)
+    built = tuple(typed.convert({**f, "frames": tuple(f["frames"])}, FrAnalysisFinding) for f in findings)
     return FrAnalysis(tool="nvrx" if rows and not findings else "torchfrtrace", findings=built,
                       attribution=tuple(rows), entries_without_errors=no_errors)

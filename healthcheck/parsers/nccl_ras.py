@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 
@@ -618,7 +619,7 @@ def _json_rank(r: _JRank, missing: bool) -> RasJsonRank:
 def _parse_json(text: str) -> NcclRasStatus:
     start, end = text.find("{"), text.rfind("}")
     try:
-        reply = msgspec.json.decode(text[start:end + 1], type=_JReply)
+        reply = typed.decode_json(text[start:end + 1], _JReply)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"nccl-ras JSON: {clip(message)}") from None

@@ -39,6 +39,7 @@ from typing import Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
@@ -697,7 +698,7 @@ def _parse_json(text: str, fallback: str | None) -> NcclTestsRun:
     if '"busBw"' in first[:4096]:
         return _parse_rccl_lines(text, fallback)
     try:
-        doc = msgspec.json.decode(text, type=_JsonDoc)
+        doc = typed.decode_json(text, _JsonDoc)
     except _DECODE_ERRORS as exc:
         raise ParseError(f"nccl-tests JSON: {clip(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}"
                          " (a run that did not finish leaves it cut)") from None
@@ -780,7 +781,7 @@ def _json_bool(value: bool | str | None) -> bool | None:
 
 def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
     """rccl-tests `--output_file`: one JSON record per line (size, placement)."""
-    decoder = msgspec.json.Decoder(_RcclRecord)
+    decoder = typed.decoder(_RcclRecord)
     lines = [line for line in text.splitlines() if line.strip()]
     samples = []
     bad_rows = 0

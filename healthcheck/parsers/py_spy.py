@@ -39,6 +39,7 @@ from typing import Literal
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 
@@ -448,7 +449,7 @@ class _JTrace(msgspec.Struct):
     process_info: _JProcessInfo | None = None
 
 
-_DECODER = msgspec.json.Decoder(list[_JTrace])
+_DECODER = typed.decoder(list[_JTrace])
 
 
 def _frame(f: _JFrame) -> PySpyFrame:

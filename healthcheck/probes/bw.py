@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.bandwidth.judge import floors, short_of, size_range
+from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, ProbeKind, provides
 from healthcheck.core.units import format_size, parse_size
@@ -277,8 +278,8 @@ def _torch_attempt(ctx: ProbeContext, gpus: int, sizes: list[str], timeout_s: fl
                                   hung=result.timed_out, output_tail=tail)
     start = text.find("{")
     try:
-        doc = msgspec.json.decode(text[start:] if start >= 0 else "", type=dict)
-        samples = tuple(msgspec.convert(s, BandwidthSample) for s in doc.get("samples", []))
+        doc = typed.decode_json(text[start:] if start >= 0 else "", dict)
+        samples = tuple(typed.convert(s, BandwidthSample) for s in doc.get("samples", []))
     except (msgspec.DecodeError, msgspec.ValidationError):
         if result.timed_out:
             return [BandwidthAttempt(**common)] * len(bw.collectives)

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from healthcheck.core import typed
 from healthcheck.core.model import READABLE_SCHEMAS, Report
 
 NODE_BUSBW = "busbw_gbytes_per_s"  # checks/bw.py: a node's own busbw, component collective/scope/size
@@ -143,10 +144,10 @@ def _current(report: Report, followed: set[str], key: str, size: str) -> dict[st
 
 
 def _decode_run(data: bytes, followed: set[str], key: str, size: str) -> dict[str, Point]:
-    run = msgspec.json.decode(data, type=_Run)
+    run = typed.decode_json(data, _Run)
     if run.schema not in READABLE_SCHEMAS:
         raise ValueError(f"report schema {run.schema!r} is not one this hc reads")
-    metrics = msgspec.json.Decoder(list[_Metric])
+    metrics = typed.decoder(list[_Metric])
     statuses: dict[str, str] = {}
     own: dict[str, float] = {}
     for n in run.nodes:

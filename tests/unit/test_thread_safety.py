@@ -48,3 +48,25 @@ def test_nodes_configs_converted_in_eight_threads_at_once_do_not_crash(tmp_path:
         r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), str(cfg)],
                            capture_output=True, timeout=60)
         assert r.returncode == 0, f"attempt {attempt}: exit {r.returncode}\n{r.stderr.decode()[-3000:]}"
+
+
+def test_every_typed_msgspec_decode_goes_through_core_typed() -> None:
+    """No module decodes or converts into a type but through core/typed.py (whose lock builds
+    each type's plan once): `hc diagnose job --via ssh` died with SIGSEGV in CI decoding each
+    node's NodeCollection in its own thread with msgspec.json.decode(type=...) directly."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "healthcheck"
+    raw = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == "core/typed.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            typed_decode = name in ("msgspec.json.decode", "msgspec.msgpack.decode", "msgspec.yaml.decode") and any(
+                k.arg == "type" for k in node.keywords)
+            if typed_decode or name in ("msgspec.convert", "msgspec.json.Decoder", "msgspec.msgpack.Decoder"):
+                raw.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    assert raw == [], "use healthcheck.core.typed (decode_json, convert, decoder) instead:\n" + "\n".join(raw)
