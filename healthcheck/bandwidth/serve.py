@@ -124,14 +124,8 @@ def answer(runtime: ts.Runtime, line: bytes | None, corrupt: int | None) -> Repl
         report = ts.sweep_once(runtime, info, opts, corrupt, store_prefix=f"hc-bw-serve/{req.id}")
     except HcError as exc:
         return Reply(id=req.id, exit=int(exc.exit_code), error=f"{ts._rank_prefix(info)}{exc}")
-    if report.wrong:
-        bad = sorted({s.collective for s in report.samples if s.wrong})
-        return Reply(id=req.id, exit=int(ExitCode.FAIL), report=report,
-                     error=f"{report.wrong} wrong elements ({', '.join(bad)}) over {report.ranks} ranks")
-    if report.unsupported:
-        return Reply(id=req.id, exit=int(ExitCode.ERROR), report=report,
-                     error="not run: " + "; ".join(f"{c} ({why})" for c, why in report.unsupported.items()))
-    return Reply(id=req.id, exit=0, report=report)
+    problem = ts.report_error(report)  # the exit `hc bw allreduce` would give
+    return Reply(id=req.id, exit=int(problem.exit_code) if problem else 0, error=str(problem or ""), report=report)
 
 
 def _id_of(line: bytes) -> str:

@@ -490,6 +490,16 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
                 rendezvous.wait_port_free(info.master_port)
 
 
+def report_error(report: SweepReport) -> HcError | None:
+    """Why a sweep that ran still exits non-zero: wrong results (2) before collectives not run (3)."""
+    if report.wrong:
+        bad = sorted({s.collective for s in report.samples if s.wrong})
+        return WrongResults(f"{report.wrong} wrong elements ({', '.join(bad)}) over {report.ranks} ranks")
+    if report.unsupported:
+        return SweepError("not run: " + "; ".join(f"{c} ({why})" for c, why in report.unsupported.items()))
+    return None
+
+
 def _rank_prefix(info: RankInfo) -> str:
     return f"rank {info.rank}: " if info.rank else ""
 

@@ -105,7 +105,6 @@ def allreduce(collectives: tuple[str, ...], sizes: tuple[int, ...] | None, iters
     The time is the slowest rank's; every rank's time is kept, so a straggler stands out.
     """
     from healthcheck.bandwidth import torch_sweep as ts
-    from healthcheck.core.errors import ExitCode
 
     opts = ts.SweepOptions(collectives=collectives, sizes=sizes, iters=iters, warmup=warmup, check=check,
                            backend=backend, timeout_s=timeout_s, master_addr=master_addr,
@@ -117,19 +116,15 @@ def allreduce(collectives: tuple[str, ...], sizes: tuple[int, ...] | None, iters
         if rank and rank != "0" and not isinstance(exc, ts.UsageError):
             raise type(exc)(f"rank {rank}: {exc}") from None
         raise
+    problem = ts.report_error(report)
     if info.rank != 0:
-        if report.wrong:
-            return int(ExitCode.FAIL)
-        return int(ExitCode.ERROR) if report.unsupported else 0
+        return int(problem.exit_code) if problem else 0
     if fmt == "json":
         ts.write_stdout(ts.encode_json(report))
     else:
         click.echo(ts.render_table(report))
-    if report.wrong:
-        bad = sorted({s.collective for s in report.samples if s.wrong})
-        raise ts.WrongResults(f"{report.wrong} wrong elements ({', '.join(bad)}) over {report.ranks} ranks")
-    if report.unsupported:
-        raise ts.SweepError("not run: " + "; ".join(f"{c} ({why})" for c, why in report.unsupported.items()))
+    if problem:
+        raise problem
     return 0
 
 

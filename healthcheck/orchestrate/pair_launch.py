@@ -41,7 +41,7 @@ _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
 _SAID = 300  # characters of a rank's or the launcher's last words kept in a why
 
 
-class _Report(msgspec.Struct):
+class SweepSamples(msgspec.Struct):
     """The part of `hc bw allreduce --format json` a pair test reads."""
 
     samples: list[BandwidthSample] = []
@@ -54,7 +54,7 @@ def samples_from_json(text: str) -> list[BandwidthSample] | None:
     if start < 0:
         return None
     try:
-        return typed.decode_json(text[start:], _Report).samples
+        return typed.decode_json(text[start:], SweepSamples).samples
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

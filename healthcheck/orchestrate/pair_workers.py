@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.orchestrate.pair_launch import SweepSamples
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
@@ -46,15 +47,11 @@ class _Ready(msgspec.Struct):
     error: str = ""
 
 
-class _ReplySamples(msgspec.Struct):
-    samples: list[BandwidthSample] = []
-
-
 class _Reply(msgspec.Struct):
     id: str
     exit: int
     error: str = ""
-    report: _ReplySamples | None = None
+    report: SweepSamples | None = None  # what a reply carries that a test reads
 
 
 @dataclass

@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from healthcheck.runners.ssh.connection import _drain
+
 MAX_LINE = 4 << 20  # one stdout line; a sweep's reply is kilobytes
 STDERR_TAIL = 4000
-_READ_CHUNK = 1 << 16
 
 
 class RemoteStream:
@@ -88,27 +89,18 @@ class RemoteStream:
         try:
             select.select([self._chan.fileno()], [], [], wait_s)
             self._drain_stderr()
-            while True:
-                try:
-                    data = self._chan.recv(_READ_CHUNK)
-                except TimeoutError:
-                    return
-                if not data:
-                    self._eof = True
-                    self._drain_stderr()
-                    return
-                self._out += data
+            chunks: list[bytes] = []
+            self._eof = _drain(self._chan.recv, chunks)
+            self._out += b"".join(chunks)
+            if self._eof:
+                self._drain_stderr()
         except OSError:  # the transport went away under us
             self._eof = True
 
     def _drain_stderr(self) -> None:
-        while True:
-            try:
-                data = self._chan.recv_stderr(_READ_CHUNK)
-            except TimeoutError:
-                return
-            if not data:
-                return
+        chunks: list[bytes] = []
+        _drain(self._chan.recv_stderr, chunks)
+        for data in chunks:
             self._keep(data)
 
     def _keep(self, data: bytes) -> None:
