@@ -10,7 +10,7 @@ import time
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, best_time
+from support import CORPUS, FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -394,9 +394,6 @@ def test_rank_from_filename():
 # ------------------------------------------------------------ linear time
 
 
-def _best(parse, data, runs: int = 3) -> float:
-    return best_time(parse, data, runs)
-
 def _big_dump(n: int) -> bytes:
     entry = {"record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1,
              "profiling_name": "nccl:all_reduce", "input_sizes": [[1024, 1024]], "input_dtypes": ["Float"],
@@ -406,15 +403,12 @@ def _big_dump(n: int) -> bytes:
 
 
 def test_dumps_cost_linear_time():
-    small, large = _big_dump(2_000), _big_dump(20_000)
-    assert _best(parse_flight_recorder, large, runs=2) < 25 * _best(parse_flight_recorder, small) + 0.2
+    assert_linear(parse_flight_recorder, _big_dump(2_000), _big_dump(20_000))
 
 
 def test_hostile_pickles_cost_their_length():
     for unit in (b"(", b"N", b"]", b"\x88", b"K\x01"):
-        small, large = unit * 50_000 + b".", unit * 500_000 + b"."
-        t_small = _best(parse_flight_recorder, small)
-        assert _best(parse_flight_recorder, large, runs=2) < 25 * t_small + 0.2, unit
+        assert_linear(parse_flight_recorder, unit * 50_000 + b".", unit * 500_000 + b".", what=unit)
 
 
 def test_comparing_many_ranks_costs_linear_time():
@@ -422,8 +416,7 @@ def test_comparing_many_ranks_costs_linear_time():
         one = _dump(*(_entry(s) for s in range(1, 201)))
         return {r: one for r in range(ranks)}
 
-    small, large = make(20), make(200)
-    assert _best(compare_ranks, large, runs=2) < 25 * _best(compare_ranks, small) + 0.2
+    assert_linear(compare_ranks, make(20), make(200))
 
 
 # ------------------------------------------------------------ the analyzers' text
@@ -506,12 +499,11 @@ def test_analysis_garbage_is_a_parse_error(text):
 
 def test_analysis_costs_linear_time():
     one = read_analysis("local/torchfrtrace-2.13-gloo-skip.txt")
-    assert _best(parse_fr_analysis, one * 10_000, runs=2) < 25 * _best(parse_fr_analysis, one * 1_000) + 0.2
+    assert_linear(parse_fr_analysis, one * 1_000, one * 10_000)
     for line in ("error msg: " + "Culprit rank 1; Error type: X, " * 20_000, "collective stack trace: \n" + "a at b" * 50_000,
                  "PGID | a\n" + "1 |" * 50_000):
         head = "Collective sequence number: 1 has errors\n"
-        small = _best(parse_fr_analysis, head + line[: len(line) // 10])
-        assert _best(parse_fr_analysis, head + line, runs=2) < 25 * small + 0.2
+        assert_linear(parse_fr_analysis, head + line[: len(line) // 10], head + line, what=line[:30])
 
 
 def test_the_proposed_tools_entries(monkeypatch):

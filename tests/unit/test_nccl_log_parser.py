@@ -9,7 +9,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import CORPUS, FIXTURES, best_time
+from support import CORPUS, FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.nccl_log import (
@@ -566,9 +566,6 @@ def test_huge_numbers_and_long_fields_are_no_crash():
     assert len(log.processes[0].ib_devices) == 64 and log.truncated
 
 
-def _best(text: str, runs: int = 3) -> float:
-    return best_time(parse_nccl_log, text, runs)
-
 NEAR_MISSES = [
     "h:1:2 [0] NCCL INF", "h:x:2 [0] NCCL INFO comm 0x1", " NCCL INFO ", "h:1:2 [0] NCCL WARN NET/IB : Got completion ",
     "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff ", "h:1:2 [0] NCCL INFO comm 0x1 rank 1 nranks ",
@@ -592,8 +589,7 @@ def test_cost_is_linear(shape):
             return (FIXTURES / "h100-captures/nccl-2.28.9-debug-info-1rank-torch-2.11.txt").read_text() * (n // 100)
         return "".join(f"h{i % 64}:{i % 64}:1 [0] NCCL INFO AllReduce: opCount {i:x} sendbuff 0x1 recvbuff 0x2 "
                        f"count 4 datatype 7 op 0 root 0 comm 0x{i % 64:x} [nranks=64] stream 0x3\n" for i in range(n))
-    small, large = _best(make(10_000)), _best(make(100_000), runs=2)
-    assert large < 25 * small + 0.1, (shape, small, large)
+    assert_linear(parse_nccl_log, make(10_000), make(100_000), slack=0.1, what=shape)
 
 
 # ------------------------------------------------------------ fuzz

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from support import FIXTURES, best_time
+from support import FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -220,14 +220,10 @@ def test_garbage_is_a_short_parse_error(text):
 # ------------------------------------------------------------ linear time
 
 
-def _best(text: str, runs: int = 3) -> float:
-    return best_time(parse_nccl_ras, text, runs)
-
 def test_rank_lines_cost_linear_time():
     head = read("derived-2.28-mismatch-allreduce-one-rank-behind.txt")
     line = "  Rank 13 has launched up to operation 1204 -- GPU 5 managed by process 48213 on node 10.1.0.12\n"
-    small, large = _best(head + line * 10_000), _best(head + line * 100_000, runs=2)
-    assert large < 25 * small + 0.2, (small, large)
+    assert_linear(parse_nccl_ras, head + line * 10_000, head + line * 100_000)
 
 
 @pytest.mark.parametrize("prefix", ["", "  Rank 1 -- ", "  Rank 1 has launched up to operation ", "  Rank 1 reported ",
@@ -236,16 +232,15 @@ def test_rank_lines_cost_linear_time():
 def test_one_long_line_costs_its_length(prefix):
     head = read("derived-2.28-verbose-incomplete-async-error-status-mismatch.txt")
     for filler in ("1,", " -- ", "a ", "GPU 0 "):
-        small = _best(head + prefix + filler * 20_000 + "x\n")
-        large = _best(head + prefix + filler * 200_000 + "x\n", runs=2)
-        assert large < 25 * small + 0.2, (prefix, filler, small, large)
+        assert_linear(parse_nccl_ras, head + prefix + filler * 20_000 + "x\n",
+                      head + prefix + filler * 200_000 + "x\n", what=(prefix, filler))
 
 
 def test_json_costs_linear_time():
     text = read("derived-2.30-json-one-rank-behind-one-missing.txt")
     rank = text[text.index('        {\n          "rank": 1'):text.index("\n      ],")]
     body = text.replace(rank, ",\n".join([rank] * 100)), text.replace(rank, ",\n".join([rank] * 1000))
-    assert _best(body[1], runs=2) < 25 * _best(body[0]) + 0.2
+    assert_linear(parse_nccl_ras, *body)
 
 
 def test_the_proposed_tools_entry(monkeypatch):

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import FIXTURES, best_time, run_hc
+from support import FIXTURES, assert_linear, run_hc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -560,23 +560,22 @@ def test_arbitrary_text_is_facts_or_a_parse_error(text):
 # ------------------------------------------------------------ cost and the CLI
 
 
-def _best(text: str, runs: int = 3) -> float:
-    return best_time(lambda t: parse_nccl_tests(t, "all_reduce"), text, runs)
+def _parse(text: str) -> object:
+    return parse_nccl_tests(text, "all_reduce")
+
 
 def test_rows_cost_linear_time():
     """200,000 rows against 20,000 (no absolute time: the machine is shared): linear is
     ~10x, quadratic ~100x."""
     row = "  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47743  179.92  337.35      0\n"
     head = read("all_reduce-h100-a3mega-2node-16rank.txt")
-    small, large = _best(head + row * 20_000), _best(head + row * 200_000, runs=2)
-    assert large < 25 * small + 0.2, (small, large)
+    assert_linear(_parse, head + row * 20_000, head + row * 200_000)
 
 
 def test_one_long_line_costs_its_length():
     for prefix in ("#  Rank 0 Group 0 Pid 1 on ", "h: Test NCCL failure ", "1 2 float sum -1 ", "[1,0]<stdout>:", "0: "):
-        small = _best(BANNER + prefix + "a " * 50_000 + "\n")
-        large = _best(BANNER + prefix + "a " * 500_000 + "\n", runs=2)
-        assert large < 25 * small + 0.2, (prefix, small, large)
+        assert_linear(_parse, BANNER + prefix + "a " * 50_000 + "\n", BANNER + prefix + "a " * 500_000 + "\n",
+                      what=prefix)
 
 
 def test_hc_parse_prints_the_facts():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import FIXTURES, run_hc
+from support import FIXTURES, assert_linear, run_hc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -443,27 +443,16 @@ def _rows(n: int) -> str:
     return TITLE + GBITS_HEADER + rows
 
 
-def _best_of(text: str, times: int = 2) -> tuple[float, PerftestRun]:
-    """The fastest of `times` parses (the least disturbed by a busy machine), and the facts."""
-    best = float("inf")
-    for _ in range(times):
-        start = time.perf_counter()
-        run = parse_perftest(text)
-        best = min(best, time.perf_counter() - start)
-    return best, run
-
-
 def test_parse_time_is_linear_in_rows():
-    (small, _), (large, run) = _best_of(_rows(20_000), 5), _best_of(_rows(200_000))
-    assert len(run.rows) == 200_000
-    assert large / small < 25, f"200k rows cost {large / small:.1f}x 20k rows (linear: ~10x)"
+    assert len(parse_perftest(_rows(200_000)).rows) == 200_000
+    assert_linear(parse_perftest, _rows(20_000), _rows(200_000), slack=0.0)
 
 
 def test_interleaved_logs_at_scale_are_linear():
-    (small, _), (large, run) = (_best_of(_interleave(_rows(n), _rows(n)), 5 if n < 100_000 else 2)
-                                for n in (10_000, 100_000))
+    run = parse_perftest(_interleave(_rows(100_000), _rows(100_000)))
     assert run.side == "both" and len(run.rows) == 100_000  # every row printed twice, kept once
-    assert large / small < 25, f"10x the lines cost {large / small:.1f}x (linear: ~10x)"
+    assert_linear(parse_perftest, _interleave(_rows(10_000), _rows(10_000)),
+                  _interleave(_rows(100_000), _rows(100_000)), slack=0.0)
 
 
 # ----------------------------------------------------------------------- hc parse

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, best_time
+from support import CORPUS, FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -295,15 +295,11 @@ def test_garbage_is_a_short_parse_error(text):
 # ------------------------------------------------------------ linear time
 
 
-def _best(text: str, runs: int = 3) -> float:
-    return best_time(parse_py_spy, text, runs)
-
 def test_frames_cost_linear_time():
     """10x the frames costs ~10x (never against an absolute time: the machine is shared)."""
     head = 'Thread 1 (idle): "MainThread"\n'
     frame = "    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)\n"
-    small, large = _best(head + frame * 20_000), _best(head + frame * 200_000, runs=2)
-    assert large < 25 * small + 0.2, (small, large)
+    assert_linear(parse_py_spy, head + frame * 20_000, head + frame * 200_000)
 
 
 @pytest.mark.parametrize("prefix", ["", "Thread ", 'Thread 1 (idle): "', "    ", "    f (", "Process 1: ",
@@ -311,15 +307,13 @@ def test_frames_cost_linear_time():
 def test_one_long_line_costs_its_length(prefix):
     head = 'Thread 1 (idle): "MainThread"\n    f (a.py:1)\n'
     for filler in ("a ", " (", ":1", '"'):
-        small = _best(head + prefix + filler * 50_000 + "x\n")
-        large = _best(head + prefix + filler * 500_000 + "x\n", runs=2)
-        assert large < 25 * small + 0.2, (prefix, filler, small, large)
+        assert_linear(parse_py_spy, head + prefix + filler * 50_000 + "x\n",
+                      head + prefix + filler * 500_000 + "x\n", what=(prefix, filler))
 
 
 def test_json_costs_linear_time():
     one = read("local/0.4.3-gloo-rank0-waiting-in-all_reduce.json")
-    small, large = _best(one * 200), _best(one * 2000, runs=2)
-    assert large < 25 * small + 0.2, (small, large)
+    assert_linear(parse_py_spy, one * 200, one * 2000)
 
 
 def test_the_proposed_tools_entry(monkeypatch):
