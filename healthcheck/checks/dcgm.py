@@ -146,7 +146,8 @@ def _judge(run: DcgmRun, gpus: GpuFacts | None, limits: Fabric, failed: FindingS
 
     usable_severities = {SEVERITY_MONITOR, SEVERITY_CONFIG}  # DCGM: the GPU can still run work
     if run.problem is not None or run.diag is None:
-        if run.problem == "no-gpu":
+        if run.problem in ("no-gpu", "gpus-busy"):
+            # not run, and rightly: no evidence either way (a busy GPU is not a broken one)
             raise NotApplicable(run.reason or "no GPU to test")
         no_gpu = _no_gpu(gpus, limits)
         if no_gpu:

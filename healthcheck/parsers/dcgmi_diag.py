@@ -148,15 +148,16 @@ class DcgmRun(msgspec.Struct, frozen=True, omit_defaults=True):
     `problem` says why there is no diagnostic to judge (`missing`: dcgmi is not there;
     `hostengine`: it could not reach or start a host engine; `failed`: DCGM's own runtime
     error, or dcgmi failing otherwise; `unparsable`: output hc cannot read; `no-gpu`: the
-    job has no GPU, so dcgmi was not run) and `reason` in words; evidence is the command
-    and its output's tail."""
+    job has no GPU, so dcgmi was not run; `gpus-busy`: level 2 or more, and the GPUs were not
+    seen idle, so dcgmi was not run) and `reason` in words; evidence is the command and its
+    output's tail."""
 
     level: int
     argv: tuple[str, ...] = ()
     returncode: int | None = None
     duration_s: float = 0.0
     diag: DcgmDiag | None = None
-    problem: Literal["missing", "hostengine", "failed", "unparsable", "no-gpu"] | None = None
+    problem: Literal["missing", "hostengine", "failed", "unparsable", "no-gpu", "gpus-busy"] | None = None
     reason: str | None = None
     evidence: str | None = None
 

@@ -3,7 +3,11 @@
 Two facts, one per tier, so each runs the way its tier must:
 
 * `dcgm_diag` (gpu.dcgm, standard tier): gpu.dcgm.level_standard (1 or 2), beside the
-  other probes; it takes seconds to minutes and runs on busy nodes like every standard check;
+  other probes; it takes seconds to minutes. Level 1 reads the deployment and runs on busy
+  nodes like every standard check. Level 2 allocates GPU memory and drives PCIe, which a job
+  on the GPU makes fail ("CUDA-capable device(s) is/are busy or unavailable": a healthy node
+  would FAIL) and which slows the job: it runs only where the GPUs it tests are seen idle
+  (no compute process, through the node's own `gpus` fact), and is not run otherwise;
 * `dcgm_diag_deep` (gpu.dcgm_deep, deep tier only): gpu.dcgm.level_deep (3 by default),
   exclusive: after every concurrent probe and the bandwidth tests, alone on the node, and,
   its check being deep-only, never on a node a job is using (orchestrate/busy.py skips
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from healthcheck.core.config.schema import DcgmSettings
 from healthcheck.core.errors import ParseError
-from healthcheck.core.facts import ProbeContext, provides, timeout_error
+from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.core.inputs import clip
 from healthcheck.probes.gpu import job_gpu_indexes
 
@@ -62,6 +66,34 @@ def _parsed(text: str) -> DcgmDiag | None:
         return None
 
 
+# the lowest level whose tests need the GPUs to themselves (memory and PCIe: DCGM runs "a
+# medium validation after a failed job, once the GPUs are idle")
+IDLE_LEVEL = 2
+
+
+def gpus_not_idle(ctx: ProbeContext) -> str | None:
+    """Why the GPUs dcgmi would test (the job's, or all) are not known to be idle, or None:
+    the node's `gpus` fact (NVML here, `nvidia-smi -q` over SSH) lists no compute process
+    on any of them. A GPU whose processes could not be listed is not known to be idle."""
+    from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml
+
+    gather = gpus_nvml if ctx.transport == "local" else gpus_nvidia_smi
+    try:
+        facts = gather(ctx)
+    except ProbeError as exc:
+        return f"cannot tell whether the GPUs are idle: {exc.message}"
+    if facts.init_error and not facts.gpus:
+        return f"cannot tell whether the GPUs are idle: {facts.init_error}"
+    running = [f"GPU {g.index}: {p.name or 'pid'} {p.pid}" for g in facts.gpus for p in g.processes or ()]
+    if running:
+        more = f" and {len(running) - 4} more" if len(running) > 4 else ""
+        return f"compute processes run on the GPUs ({', '.join(running[:4])}{more})"
+    unknown = [str(g.index) for g in facts.gpus if g.processes is None]
+    if unknown:
+        return f"cannot tell whether GPU {', '.join(unknown[:8])} are idle: {facts.source} lists no processes for them"
+    return None
+
+
 def run_diag(ctx: ProbeContext, level: int, timeout_s: float) -> DcgmRun:
     """One `dcgmi diag` run on the node, as a fact: the parsed diagnostic, or why there is none."""
     from healthcheck.parsers.dcgmi_diag import DcgmRun
@@ -71,6 +103,12 @@ def run_diag(ctx: ProbeContext, level: int, timeout_s: float) -> DcgmRun:
     argv = diag_argv(settings, level, scope)
     if scope == []:
         return DcgmRun(level, argv, problem="no-gpu", reason="the job has no GPU for DCGM to test")
+    if level >= IDLE_LEVEL:
+        busy = gpus_not_idle(ctx)
+        if busy is not None:
+            return DcgmRun(level, argv, problem="gpus-busy",
+                           reason=f"dcgmi diag -r {level} not run: {busy} (level {level} tests GPU memory and PCIe, "
+                                  "which fail and slow the work beside a running process; it runs on idle GPUs)")
     timeout = min(ctx.timeout_s, timeout_s)
     started = time.monotonic()
     result = ctx.runner.run(argv, timeout_s=timeout)

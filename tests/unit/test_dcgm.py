@@ -7,6 +7,7 @@ level only on an idle node."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -473,6 +474,70 @@ def test_the_deep_level_runs_alone_and_only_the_deep_check_resumes_its_drain():
     assert deep_only(REGISTRY["gpu.dcgm_deep"]) and not deep_only(REGISTRY["gpu.dcgm"])
     # a level-1 pass must not resume a node a level-3 failure drained
     assert checks_behind(["gpu.E080", "gpu.E081"]) == {"gpu.E080": {"gpu.dcgm"}, "gpu.E081": {"gpu.dcgm_deep"}}
+
+
+LEFTOVER_REPLAY = FIXTURES / "nvml" / "leftover-process.json"
+
+
+def test_level_2_does_not_run_beside_a_process_on_the_gpus(tmp_path, standin):
+    """Level 2's memory and PCIe tests fail beside a job's work ("busy or unavailable"):
+    with a process on GPU 1, dcgmi is not run and the check SKIPs naming the process,
+    never FAIL against a healthy node."""
+    log = standin("dbe-3x")
+    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(LEFTOVER_REPLAY)})
+    check = next(c for c in result.checks if c.name == "gpu.dcgm")
+    assert (check.status, result.findings, calls(log)) == (Status.SKIP, [], [])
+    assert "dcgmi diag -r 2 not run: compute processes run on the GPUs (GPU 1: python3 4242)" in check.reason
+
+
+def test_level_2_runs_on_idle_gpus_and_level_1_beside_a_process(tmp_path, standin):
+    log = standin("dbe-3x")
+    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2")  # the healthy H100s: no process
+    assert found(result, "gpu.dcgm") == {("gpu.E080", Status.FAIL, "GPU5:GPU Memory")}
+    standin("pass-4x")
+    result = run(tmp_path, "standard", "gpu.dcgm", env={"HC_NVML_REPLAY": str(LEFTOVER_REPLAY)})  # level 1 reads only
+    assert status(result, "gpu.dcgm") == Status.PASS
+    assert [c[:3] for c in calls(log)] == [["diag", "-r", "2"], ["diag", "-r", "1"]]
+
+
+def test_inside_a_job_only_its_gpus_must_be_idle(tmp_path, standin):
+    """The leftover process is on GPU 1: a job holding GPUs 2,3 tests them at level 2."""
+    log = standin("pass-4x")
+    env = {"HC_NVML_REPLAY": str(LEFTOVER_REPLAY), "SLURM_JOB_GPUS": "2,3"}
+    assert status(run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env=env), "gpu.dcgm") == Status.PASS
+    assert calls(log) == [["diag", "-r", "2", "-j", "-i", "2,3"]]
+
+
+def test_level_2_does_not_run_where_the_processes_cannot_be_listed(tmp_path, standin):
+    recording = json.loads(H100_REPLAY.read_text())
+    recording["calls"]["nvmlDeviceGetComputeRunningProcesses(gpu4)"] = {"error": 3}  # NOT_SUPPORTED
+    blind = tmp_path / "no-process-list.json"
+    blind.write_text(json.dumps(recording))
+    log = standin("pass-4x")
+    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(blind)})
+    check = next(c for c in result.checks if c.name == "gpu.dcgm")
+    assert (check.status, calls(log)) == (Status.SKIP, [])
+    assert "cannot tell whether GPU 4 are idle" in check.reason
+
+
+@pytest.mark.parametrize("capture, runs, named", [
+    ("h100-1gpu-driver-590.48.01-load.txt", False, "memhog 11327"),
+    ("h100-8gpu-driver-535.183.01.txt", False, "GPU 2: /usr/bin/python 1002127"),
+    ("h100-8gpu-driver-535.161.08.txt", True, None)])
+def test_over_ssh_nvidia_smi_says_whether_the_gpus_are_idle(tmp_path, standin, monkeypatch, capture, runs,
+                                                           named):
+    """A node reached without hc: `nvidia-smi -q` lists the processes (a memory hog under
+    load, a python on one GPU of eight, `Processes: None` on every GPU)."""
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "nvidia-smi", f"cat {CORPUS / 'nvidia-smi-q' / capture}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    log = standin("pass-4x")
+    cfg = load_config(config(tmp_path, "level_standard: 2"))
+    ctx = ProbeContext(runner=LocalRunner(), transport="ssh", timeout_s=60, env={})
+    result, _ = run_checks(cfg.for_node("gpu001"), select("standard", ["gpu.dcgm"]), ctx)
+    assert (status(result, "gpu.dcgm"), len(calls(log))) == ((Status.PASS, 1) if runs else (Status.SKIP, 0))
+    if named:
+        assert named in next(c for c in result.checks if c.name == "gpu.dcgm").reason
 
 
 def test_levels_3_and_4_are_refused_for_the_standard_tier(tmp_path):

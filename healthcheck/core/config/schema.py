@@ -231,7 +231,9 @@ class NvLinkCounterLimits(Strict, frozen=True):
 
 class DcgmSettings(Strict, frozen=True):
     """NVIDIA DCGM's diagnostic, `dcgmi diag -r LEVEL -j`: gpu.dcgm runs level_standard in
-    the standard tier (every node, busy or not: levels 1-2 take seconds to minutes), and
+    the standard tier (every node, busy or not; level 1 takes seconds, level 2 about two
+    minutes and runs only where no compute process is on the GPUs it tests: its memory and
+    PCIe tests fail beside a job's work), and
     gpu.dcgm_deep runs level_deep in the deep tier, only on a node with no job (levels 3-4
     stress every GPU for half an hour or more). Off unless a fabric turns it on: a site
     without DCGM would otherwise see every standard run ERROR; turned on, a node where
@@ -240,7 +242,7 @@ class DcgmSettings(Strict, frozen=True):
     enabled: bool = False
     dcgmi: PathText = "dcgmi"  # the command, or its path
     host: Text | None = None  # dcgmi --host: the nv-hostengine to use (default: localhost, else dcgmi's embedded one)
-    level_standard: Annotated[int, Meta(ge=1, le=2)] = 1  # -r: 1 Deployment (quick), 2 + PCIe and memory (medium)
+    level_standard: Annotated[int, Meta(ge=1, le=2)] = 1  # -r: 1 Deployment, 2 + PCIe and memory (idle GPUs only)
     level_deep: Annotated[int, Meta(ge=1, le=4)] = 3  # -r: 3 + stress (long), 4 + more stress (extended)
     # hc's own time limits around one dcgmi run (each within its check's budget: 10 min, 4 h)
     timeout_standard_s: Annotated[float, Meta(gt=0, le=600.0)] = 300.0
