@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
-from healthcheck.orchestrate.pair_launch import SweepSamples
-from healthcheck.parsers.bandwidth_common import BandwidthSample
+from healthcheck.orchestrate.pair_launch import Outcome, SweepSamples
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from healthcheck.runners.ssh import SshConnection
     from healthcheck.runners.ssh.stream import RemoteStream
 
-Outcome = tuple[list[BandwidthSample] | None, str]
 _PREFIX = b"hc-bw-serve "
 _GRACE_S = 10.0  # past the sweep's own timeout: for the reply to arrive after a rank gave up
 LIFETIME_MAX_S = 86400.0
