@@ -80,7 +80,7 @@ def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome
         return None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
     finally:
         if own_job and (result is None or result.timed_out):
-            _cancel(config, job_name, env)  # srun was killed: the allocation it asked for may outlive it
+            cancel_job(config, job_name, env)  # srun was killed: the allocation it asked for may outlive it
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -119,6 +119,29 @@ def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[
     return srun_launch(program, srun=s.srun, nodelist=",".join(members), nodes=len(members),
                        ntasks=len(members), ntasks_per_node=1, job_name=job_name, immediate_s=wait_s,
                        extra=extra, env=plan.torch.env)
+
+
+def serve_spec(config: Config, plan: _Plan, node: str, program: Sequence[str], env: Mapping[str, str],
+               job_name: str) -> tuple[Launch, bool]:
+    """One persistent worker (`hc bw serve`, pair_workers) as one task on `node`, its output
+    unlabelled (read as it comes); and whether srun asked for an allocation of its own (to
+    cancel by job_name if srun has to be killed)."""
+    if plan.pairs.launcher == "mpirun":
+        return mpirun_launch(program, np=1, hosts=[node], allow_run_as_root=os.geteuid() == 0,
+                             extra=("--bind-to", "none"), env=plan.torch.env, tag_output=False), False
+    s = config.main.slurm
+    job = env.get("SLURM_JOB_ID")
+    if job:
+        extra: tuple[str, ...] = (f"--jobid={job}", "--overlap")
+        wait_s: int | None = None
+    else:
+        # the node held, whole, for the sweep: no user's job lands on it between two of its tests
+        extra = ("--exclusive",)
+        wait_s = max(1, min(s.sweep_wait_s, int(plan.pairs.timeout_s) // 3))
+    spec = srun_launch(program, srun=s.srun, nodelist=node, nodes=1, ntasks=1, ntasks_per_node=1,
+                       job_name=None if job else job_name, immediate_s=wait_s, extra=extra, env=plan.torch.env,
+                       label=False)
+    return spec, not job
 
 
 def _without_master_addr(argv: Sequence[str]) -> list[str]:
@@ -171,9 +194,8 @@ def _said(lines: Sequence[str], members: Sequence[str]) -> str:
     return (naming or words or [""])[-1][-_SAID:]
 
 
-def _cancel(config: Config, job_name: str, env: Mapping[str, str]) -> None:
-    """scancel the test's own job by its name, as a sweep through Slurm does with its job."""
-    from healthcheck.orchestrate.srun import SrunOutcome
-    from healthcheck.orchestrate.srun import _cancel as cancel_job
+def cancel_job(config: Config, job_name: str, env: Mapping[str, str]) -> None:
+    """scancel the test's (or a worker's) own job by its name, as a sweep through Slurm does with its job."""
+    from healthcheck.orchestrate.srun import SrunOutcome, _cancel
 
-    cancel_job(config.main.slurm, job_name, dict(env), SrunOutcome(results=[]))
+    _cancel(config.main.slurm, job_name, dict(env), SrunOutcome(results=[]))

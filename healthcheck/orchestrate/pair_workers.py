@@ -1,7 +1,13 @@
 """The torch pair tests of one deep sweep through persistent workers: one `hc bw serve` per
-node (bandwidth/serve.py), started over SSH the first time a test needs the node and
-kept for the rest of the sweep, so torch's import and the device's set-up are paid once
-per node instead of once per test (`bandwidth.pairs.persistent_workers`, the ssh launcher).
+node (bandwidth/serve.py), started the first time a test needs the node and kept for the
+rest of the sweep, so torch's import and the device's set-up are paid once per node
+instead of once per test (`bandwidth.pairs.persistent_workers`). It is started the way
+the fabric's pairs are (`bandwidth.pairs.launcher`): over hc's own SSH (ssh/stream.py),
+or by srun or mpirun running one task on the node (process_stream.py): srun as a step of
+the allocation hc runs in, else as a one-node allocation of its own (whole node, bounded
+wait) held for the sweep and cancelled by its unique name if srun had to be killed;
+mpirun with the node as its one host. Every test's rank and rendezvous come with its
+request (the first member's address), never from the launcher.
 
 Same contract as `pairs.run_test`: rank 0's samples, or None and one line naming the
 member; never an exception, since one test's surprise must not end the sweep. A test
@@ -16,10 +22,11 @@ in name order, so two tests sharing a node wait for each other instead of deadlo
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,8 +38,8 @@ from healthcheck.orchestrate.pair_launch import Outcome, SweepSamples
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.orchestrate.pairs import _Plan
+    from healthcheck.runners.line_stream import LineStream
     from healthcheck.runners.ssh import SshConnection
-    from healthcheck.runners.ssh.stream import RemoteStream
 
 _PREFIX = b"hc-bw-serve "
 _GRACE_S = 10.0  # past the sweep's own timeout: for the reply to arrive after a rank gave up
@@ -54,15 +61,16 @@ class _Reply(msgspec.Struct):
 
 @dataclass
 class _Worker:
-    """One node's `hc bw serve`: its connection and stream, and whether it may serve again."""
+    """One node's `hc bw serve`: its stream (and SSH connection), and whether it may serve again."""
 
     node: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     conn: SshConnection | None = None
-    stream: RemoteStream | None = None
+    stream: LineStream | None = None
     pid: int = 0
     starts: int = 0
     lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
+    cancel: Callable[[], None] | None = None  # ends the allocation srun asked for, if srun had to be killed
 
     def usable(self) -> bool:
         return self.stream is not None and not self.stream.ended
@@ -70,8 +78,9 @@ class _Worker:
     def retire(self) -> None:
         """Close the stream (end of input: the worker ends); a later test starts a new one."""
         stream, self.stream = self.stream, None
-        if stream is not None:
-            stream.close()
+        cancel, self.cancel = self.cancel, None
+        if stream is not None and stream.close() and cancel is not None:
+            cancel()
 
 
 class WorkerPool:
@@ -178,22 +187,15 @@ class WorkerPool:
 
     def _ensure(self, w: _Worker) -> str:
         """Start w's worker (the caller holds w.lock); '' when it is ready, else why not."""
-        from healthcheck.runners.ssh import SshConnection, SshError
-
         w.retire()
-        settings = self.config.main.ssh
         plan = self.plan
-        argv = (settings.remote_hc, "bw", "serve", "--backend", plan.torch.backend,
-                "--idle-timeout", f"{self.idle_s:g}")
-        try:
-            if w.conn is None:
-                w.conn = SshConnection(w.node, settings)
-            w.conn.connect()
-            w.stream = w.conn.open_stream(argv, lifetime_s=self.lifetime_s, env=dict(plan.torch.env))
-        except SshError as exc:
-            return exc.message
-        except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
-            return f"{type(exc).__name__}: {exc}"
+        kind = plan.pairs.launcher
+        remote_hc = self.config.main.slurm.remote_hc if kind == "srun" else self.config.main.ssh.remote_hc
+        argv = (remote_hc, "bw", "serve", "--backend", plan.torch.backend, "--idle-timeout", f"{self.idle_s:g}")
+        started = self._start_ssh(w, argv) if kind == "ssh" else self._start_launched(w, argv)
+        if started:
+            return started
+        assert w.stream is not None
         w.starts += 1
         line = w.stream.read_line(time.monotonic() + plan.pairs.timeout_s, lambda text: text.startswith(_PREFIX))
         ready = None
@@ -208,8 +210,42 @@ class WorkerPool:
                 else "it ended before it was ready")
             w.retire()
             w.lacks_serve = "No such command 'serve'" in why
-            return f"`{settings.remote_hc} bw serve` did not start: {why}"
+            return f"`{remote_hc} bw serve` did not start: {why}"
         w.pid = ready.pid
+        return ""
+
+    def _start_ssh(self, w: _Worker, argv: tuple[str, ...]) -> str:
+        """Open w's stream over hc's own SSH; '' when it started, else why not."""
+        from healthcheck.runners.ssh import SshConnection, SshError
+
+        try:
+            if w.conn is None:
+                w.conn = SshConnection(w.node, self.config.main.ssh)
+            w.conn.connect()
+            w.stream = w.conn.open_stream(argv, lifetime_s=self.lifetime_s, env=dict(self.plan.torch.env))
+        except SshError as exc:
+            return exc.message
+        except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    def _start_launched(self, w: _Worker, argv: tuple[str, ...]) -> str:
+        """Start w's worker as one srun or mpirun task on its node; '' when it started, else why not."""
+        from healthcheck.orchestrate.pair_launch import cancel_job, launch_env, serve_spec
+        from healthcheck.runners.process_stream import ProcessStream
+
+        kind = self.plan.pairs.launcher
+        env = launch_env(os.environ)
+        job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"
+        spec, own_job = serve_spec(self.config, self.plan, w.node, argv, env, job_name)
+        try:
+            w.stream = ProcessStream.start(w.node, spec, env)
+        except FileNotFoundError:
+            return f"{spec.argv[0]} not found (bandwidth.pairs.launcher: {kind})"
+        except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
+            return f"{kind}: {type(exc).__name__}: {exc}"
+        if own_job:
+            w.cancel = lambda: cancel_job(self.config, job_name, env)
         return ""
 
     def starts(self) -> dict[str, int]:

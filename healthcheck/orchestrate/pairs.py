@@ -2,10 +2,11 @@
 groups) of nodes over SSH, planned and judged by `bandwidth.localize`, then the `pairs`
 analyses (bw.pairs) name the culprit node or the slow link.
 
-Every test runs hc's torch sweep on each member at once over SSH: by default on the
-node's persistent worker (`hc bw serve`, pair_workers.py: started once per node for the
-whole sweep), else (`pairs.persistent_workers: false`) `hc bw allreduce` started per
-test with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT); the first member is
+Every test runs hc's torch sweep on each member at once: by default on the node's
+persistent worker (`hc bw serve`, pair_workers.py: started once per node for the whole
+sweep, over SSH or by the fabric's launcher), else (`pairs.persistent_workers: false`)
+`hc bw allreduce` started per test, over SSH with torchrun's variables (RANK,
+WORLD_SIZE, MASTER_ADDR/PORT) or by mpirun or srun (pair_launch.py); the first member is
 the rendezvous; all sides have timeouts, and a member that fails to start makes the
 test ERROR (no result, no evidence against anyone). A test passes when it reaches the fabric's pair floor at
 its largest judged size, or, where the fabric sets none, when it is within
@@ -112,6 +113,14 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
     from healthcheck.orchestrate.pair_launch import run_launched, samples_from_json
     from healthcheck.runners.ssh import SshConnection, SshError
 
+    if plan.workers is not None:
+        try:
+            master = _address(config, members[0])
+        except SshError as exc:
+            return None, exc.message
+        got = plan.workers.run_test(members, master)
+        if got is not None:
+            return got  # else a member's hc has no `bw serve`: this test starts hc bw allreduce per member
     if plan.pairs.launcher != "ssh":
         return run_launched(config, plan, members)
     settings = config.main.ssh
@@ -119,10 +128,6 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
         master = _address(config, members[0])
     except SshError as exc:
         return None, exc.message
-    if plan.workers is not None:
-        got = plan.workers.run_test(members, master)
-        if got is not None:
-            return got  # else a member's hc has no `bw serve`: this test starts hc bw allreduce per member
     argv = _worker_argv(settings.remote_hc, plan, master)
     outputs: dict[int, Any] = {}
 
@@ -239,7 +244,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     from healthcheck.bandwidth.localize import LocalizeSettings
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
-    if plan.pairs.launcher == "ssh" and plan.pairs.persistent_workers and "torch" in plan.tools:
+    if plan.pairs.persistent_workers and "torch" in plan.tools:
         plan.workers = WorkerPool(config, plan, len(run.nodes))
     try:
         adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,

@@ -104,8 +104,9 @@ def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: str | None = None,
                 nodes: int | None = None, ntasks: int | None = None, ntasks_per_node: int | None = 1,
                 job_name: str | None = None, immediate_s: int | None = None, extra: Iterable[str] = (),
-                env: Mapping[str, str] | None = None) -> Launch:
-    """`srun --label ...` starting program once per task (one per node by default)."""
+                env: Mapping[str, str] | None = None, label: bool = True) -> Launch:
+    """`srun --label ...` starting program once per task (one per node by default); label=False
+    for one task whose output is read as it comes (a persistent worker's protocol lines)."""
     argv = [srun]
     if nodelist:
         argv.append(f"--nodelist={nodelist}")
@@ -116,7 +117,7 @@ def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: str | N
     if ntasks_per_node is not None:
         argv.append(f"--ntasks-per-node={ntasks_per_node}")
     # one task's failure must not kill the others: each rank's answer is wanted
-    argv += ["--label", "--kill-on-bad-exit=0"]
+    argv += ["--label", "--kill-on-bad-exit=0"] if label else ["--kill-on-bad-exit=0"]
     if job_name:
         argv.append(f"--job-name={job_name}")
     if immediate_s is not None:
@@ -128,12 +129,13 @@ def srun_launch(program: Sequence[str], *, srun: str = "srun", nodelist: str | N
 def mpirun_launch(program: Sequence[str], *, np: int, hosts: Sequence[str] | None = None,
                   hostfile: str | None = None, mpirun: str = "mpirun", oversubscribe: bool = False,
                   allow_run_as_root: bool = False, extra: Iterable[str] = (),
-                  env: Mapping[str, str] | None = None) -> Launch:
-    """`mpirun -np N --tag-output [-x NAME]... --host/--hostfile` (Open MPI) starting program."""
+                  env: Mapping[str, str] | None = None, tag_output: bool = True) -> Launch:
+    """`mpirun -np N --tag-output [-x NAME]... --host/--hostfile` (Open MPI) starting program;
+    tag_output=False for one rank whose output is read as it comes (its tags cut lines in pieces)."""
     if hosts and hostfile:
         raise ValueError("give hosts or a hostfile, not both")
     variables = check_env(env)
-    argv = [mpirun, "-np", str(int(np)), "--tag-output"]
+    argv = [mpirun, "-np", str(int(np))] + (["--tag-output"] if tag_output else [])
     if hosts:
         argv += ["--host", ",".join(hosts)]  # host or host:slots each
     if hostfile:
@@ -290,7 +292,7 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     try:
         out, err, timed_out = _wait(proc, timeout_s, grace_s)
     except BaseException:  # Ctrl-C, a hook's deadline: the ranks die with it
-        _kill_tree(proc, 0.0)
+        kill_tree(proc, 0.0)
         raise
     finally:
         _track(proc.pid, False)
@@ -310,7 +312,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float, grace_s: float) -> tuple[str
         return _text(out), _text(err), False
     except subprocess.TimeoutExpired:
         pass
-    _kill_tree(proc, grace_s)
+    kill_tree(proc, grace_s)
     try:
         # output printed before the kill; a process that escaped may still hold the pipes
         out, err = proc.communicate(timeout=1.0)
@@ -323,7 +325,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float, grace_s: float) -> tuple[str
     return _text(out), _text(err), True
 
 
-def _kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
+def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the group and its descendants (launchers clean up on it), then SIGKILL them all."""
     seen = _descendants(proc.pid)
     _signal(proc.pid, seen, signal.SIGTERM)

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from healthcheck.runners.base import CommandResult
 
@@ -66,6 +67,28 @@ def die_with_hc() -> Callable[[], None] | None:
     if _PREEXEC_PID != os.getpid():
         _PREEXEC, _PREEXEC_PID = _pdeathsig(), os.getpid()
     return _PREEXEC
+
+
+_LASTING: Any = None  # concurrent.futures.ThreadPoolExecutor: one thread that lives as long as hc
+_LASTING_LOCK = threading.Lock()
+
+
+def popen_for_life(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+    """subprocess.Popen(argv, **popen) for a child meant to outlive the thread that asks for it
+    (a persistent worker started from a test's short-lived thread), yet die with hc.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process:
+    a child forked from a short-lived thread would be killed with that thread. So it is
+    forked from one thread kept for the life of the process, and dies with hc as every
+    child does."""
+    global _LASTING
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _LASTING_LOCK:
+        if _LASTING is None:
+            _LASTING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hc-spawn")
+        spawner = _LASTING
+    return spawner.submit(subprocess.Popen, list(argv), preexec_fn=die_with_hc(), **popen).result()
 
 
 def track_group(pgid: int) -> None:

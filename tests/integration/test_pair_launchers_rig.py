@@ -5,8 +5,12 @@ real Slurm), hc's real torch sweep (gloo) in every pair.
 - mpirun (Open MPI) runs on the login side (the root namespace) and starts its daemons
   over the rig's sshd: ssh -F the rig's ssh_config and the rig's subnet for its own
   traffic, given as OMPI_MCA_* variables in hc's environment (mpirun reads them there);
-- srun asks the rig's Slurm for an allocation of its own per test (whole nodes, a
-  bounded wait).
+- srun asks the rig's Slurm for an allocation of its own (whole nodes, a bounded wait):
+  per test, or, with persistent workers (the default), one per node held for the sweep.
+
+Each way runs twice: with persistent workers (one `hc bw serve` per node, started by the
+launcher once for the sweep: pair_workers.py) and without (`hc bw allreduce` launched
+per test: pair_launch.py).
 
 The worker on the nodes is a wrapper that notes which launcher's variables it got, so
 the tests know the pairs ran through the launcher and not over SSH. Functional
@@ -32,15 +36,15 @@ NODES = ["node1", "node2", "node3", "node4"]
 PAIRS = {f"{a}-{b}" for a, b in itertools.combinations(NODES, 2)}
 
 
-def fabric(launcher: str) -> str:
+def fabric(launcher: str, persistent: bool = True) -> str:
     """A deep sweep's bandwidth section: 1M only, gloo on each host's eth0 (exported by the
-    launcher), tests started by `launcher`."""
+    launcher), tests started by `launcher`, on persistent workers or per test."""
     return f"""bandwidth:
   sizes: [1M]
   repeats: 3
   peer_fraction: 0.7
   torch: {{backend: gloo, iters: 5, warmup: 2, env: {{GLOO_SOCKET_IFNAME: eth0}}}}
-  pairs: {{launcher: {launcher}, timeout_s: 90}}
+  pairs: {{launcher: {launcher}, timeout_s: 90, persistent_workers: {str(persistent).lower()}}}
 """
 
 
@@ -64,9 +68,9 @@ def rig(site, fresh_slurm_rig):
     return site
 
 
-def deep_sweep(site, launcher: str, env: dict[str, str]):
+def deep_sweep(site, launcher: str, env: dict[str, str], persistent: bool):
     rig_yaml = site.dir / "fabrics" / "rig.yaml"
-    rig_yaml.write_text(rig_yaml.read_text() + fabric(launcher))
+    rig_yaml.write_text(rig_yaml.read_text() + fabric(launcher, persistent))
     env = {"SLURM_CONF": str(site.slurm.slurm_conf), **env}  # deep tests run only on nodes Slurm says are idle
     return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", env=env,
               timeout=600)
@@ -94,7 +98,14 @@ def workers(site) -> list[dict[str, str]]:
     return out
 
 
-def test_deep_sweep_pairs_through_mpirun(rig):
+def one_start_per_node(started: list[dict[str, str]]) -> bool:
+    """Every node's worker started, about once for the sweep (a restart after a failed test
+    is allowed, not a start per test: 2 x 6 pairs x repeats)."""
+    return {w["host"] for w in started} == set(NODES) and len(started) <= len(NODES) + 2
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_deep_sweep_pairs_through_mpirun(rig, persistent):
     mpirun = shutil.which("mpirun")
     if mpirun is None or shutil.which("orted") is None:
         pytest.skip("Open MPI (mpirun, orted) is not installed")
@@ -106,24 +117,32 @@ def test_deep_sweep_pairs_through_mpirun(rig):
     # how this mpirun reaches the rig's hosts: the rig's ssh (hosts, key, known_hosts), its subnet
     env = {"OMPI_MCA_plm_rsh_agent": f"ssh -F {net.ssh_config}", "OMPI_MCA_btl_tcp_if_include": subnet,
            "OMPI_MCA_oob_tcp_if_include": subnet}
-    r, report = deep_sweep(rig, "mpirun", env)
+    r, report = deep_sweep(rig, "mpirun", env, persistent)
     assert report is not None, r.stderr.decode(errors="replace")[-3000:]
     assert_pairs_ran(report)
     started = workers(rig)
-    assert len(started) >= 2 * len(PAIRS)  # two ranks a test, reruns besides
-    assert all(w["ompi"] in ("0", "1") and not w["slurm"] and not w["torchrun"] for w in started), started
-    assert {w["host"] for w in started} == set(NODES)
+    assert all(not w["slurm"] and not w["torchrun"] for w in started), started
+    if persistent:  # one mpirun per node, one rank each
+        assert one_start_per_node(started) and all(w["ompi"] == "0" for w in started), started
+    else:
+        assert len(started) >= 2 * len(PAIRS)  # two ranks a test, reruns besides
+        assert all(w["ompi"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(NODES)
 
 
-def test_deep_sweep_pairs_through_srun(rig):
-    r, report = deep_sweep(rig, "srun", {})
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_deep_sweep_pairs_through_srun(rig, persistent):
+    r, report = deep_sweep(rig, "srun", {}, persistent)
     assert report is not None, r.stderr.decode(errors="replace")[-3000:]
     assert_pairs_ran(report)
     started = workers(rig)
-    assert len(started) >= 2 * len(PAIRS)
-    assert all(w["slurm"] in ("0", "1") and w["job"] and not w["ompi"] and not w["torchrun"] for w in started), started
-    assert len({w["job"] for w in started}) >= len(PAIRS)  # an allocation of its own per test
-    assert {w["host"] for w in started} == set(NODES)
+    assert all(w["job"] and not w["ompi"] and not w["torchrun"] for w in started), started
+    if persistent:  # one task per node, each in a one-node allocation of its own held for the sweep
+        assert one_start_per_node(started) and all(w["slurm"] == "0" for w in started), started
+        assert len({w["job"] for w in started}) == len(started)
+    else:
+        assert len(started) >= 2 * len(PAIRS)
+        assert all(w["slurm"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(NODES)
+        assert len({w["job"] for w in started}) >= len(PAIRS)  # an allocation of its own per test
     # every test's allocation ended with it: the nodes are idle again
     for node in NODES:
         rig.slurm.wait_node_state(node, "idle")
@@ -150,3 +169,31 @@ def test_srun_pair_test_meeting_a_job_fails_fast_as_a_test_that_could_not_run(ri
     assert samples is None
     assert why.startswith("node1,node2: srun exited "), why
     assert not rig.log.exists()  # no worker started
+
+
+def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_node(rig, monkeypatch):
+    """A node that took a job after the sweep's idle check: its worker's allocation is not
+    granted within srun's bounded wait, and the test is (None, why) naming that node; its
+    partner's worker started and is ended with the sweep, its allocation with it."""
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.orchestrate import pairs
+    from healthcheck.orchestrate.pair_workers import WorkerPool
+
+    rig_yaml = rig.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
+    config = load_config(rig.config)
+    plan = pairs._Plan(config, "node1")
+    plan.workers = WorkerPool(config, plan, 2)
+    monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    job = rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300")
+    try:
+        rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
+        samples, why = pairs.run_test(config, plan, ["node1", "node2"])
+    finally:
+        plan.workers.close()
+        rig.slurm.scancel(job)
+    assert samples is None
+    assert why.startswith("node2: `") and "bw serve` did not start: " in why, why
+    assert [w["host"] for w in workers(rig)] == ["node1"]  # node2's never started
+    rig.slurm.wait_node_state("node1", "idle")  # node1's allocation ended with its worker

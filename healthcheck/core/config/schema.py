@@ -401,8 +401,9 @@ class PairSettings(Strict, frozen=True):
     # how a test starts on its members: ssh (hc's own fan-out), mpirun (a host list), srun (in an
     # allocation hc holds: --via slurm, or run inside salloc/sbatch)
     launcher: Literal["ssh", "mpirun", "srun"] = "ssh"
-    # ssh: one `hc bw serve` per node for the whole sweep (torch imported and the device set
-    # up once per node, not once per test); false: `hc bw allreduce` started per test
+    # one `hc bw serve` per node for the whole sweep, started by the launcher (torch imported
+    # and the device set up once per node, not once per test; srun holds each node, whole,
+    # for the sweep); false: `hc bw allreduce` started per test
     persistent_workers: bool = True
     nccl_env: dict[EnvName, EnvValue] = msgspec.field(default_factory=lambda: {"NCCL_ALGO": "RING"})
     circle_max: Annotated[int, Meta(ge=2, le=4096)] = 16  # up to this many nodes: every pair (n-1 rounds)

@@ -1,0 +1,281 @@
+"""A deep sweep's persistent torch workers started by srun or mpirun (pair_workers with
+`bandwidth.pairs.launcher: srun | mpirun`), here through stand-in launchers that note
+their argv and run the task on this machine: real `hc bw serve` processes on gloo over
+loopback, driven through the launcher's stdin and stdout. What a stand-in cannot show
+(Slurm's allocation, Open MPI's daemons) the rig's real srun and mpirun do
+(integration/test_pair_launchers_rig.py); this is what hc asks of them and how it reads
+them back, kills them and cancels what srun asked for.
+
+Also the carrier itself, runners/process_stream.ProcessStream, on plain processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import write_stub
+from test_torch_sweep import _free_port
+
+from healthcheck.core.config.loader import load_config
+from healthcheck.runners.launch import Launch
+from healthcheck.runners.process_stream import ProcessStream
+
+# srun's and mpirun's options hc gives, as the stand-in must skip them to find the program
+LAUNCHER = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps([os.path.basename(sys.argv[0])] + args) + "\\n")
+takes_value = {{"-np", "--host", "-x", "--bind-to", "--map-by"}}
+i = 0
+while i < len(args) and args[i].startswith("-"):
+    i += 2 if args[i] in takes_value else 1
+{tail}
+"""
+RUN = "os.execvp(args[i], args[i:])\n"
+# a launcher that outlives its task (as a wedged srun would): close() must kill it
+LINGER = "import subprocess, time\nsubprocess.call(args[i:])\ntime.sleep(600)\n"
+
+
+def site(tmp_path: Path, launcher: str, tail: str = RUN) -> tuple[object, Path]:
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / "launcher.log"
+    for name in ("srun", "mpirun"):
+        path = write_stub(bin_dir, name, "")
+        path.write_text(LAUNCHER.format(python=sys.executable, log=str(log), tail=tail))
+    write_stub(bin_dir, "scancel", f"echo scancel \"$@\" >> {tmp_path / 'scancel.log'}\n")
+    write_stub(bin_dir, "hc", f'exec {sys.executable} -m healthcheck "$@"\n')
+    fabrics = tmp_path / "fabrics"
+    fabrics.mkdir()
+    (fabrics / "f.yaml").write_text(
+        "extends: generic\nbandwidth:\n  sizes: [64K]\n  repeats: 1\n"
+        "  torch: {backend: gloo, iters: 2, warmup: 1, env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: '1'}}\n"
+        f"  pairs: {{launcher: {launcher}, timeout_s: 60, port: {_free_port()}}}\n")
+    (tmp_path / "hc.yaml").write_text(
+        f"fabric_dirs: [{fabrics}]\nnodes: {{'n[1-2]': f}}\n"
+        f"slurm: {{srun: {bin_dir / 'srun'}, scontrol: {bin_dir / 'scontrol'}, remote_hc: {bin_dir / 'hc'}}}\n"
+        f"ssh: {{remote_hc: {bin_dir / 'hc'}}}\n")
+    return load_config(tmp_path / "hc.yaml"), log
+
+
+def pool(config):
+    from healthcheck.orchestrate import pairs
+    from healthcheck.orchestrate.pair_workers import WorkerPool
+
+    plan = pairs._Plan(config, "n1")
+    plan.workers = WorkerPool(config, plan, 2)
+    return plan.workers
+
+
+def launches(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def gone(pids, limit_s: float = 15) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{p}").exists() and b"Z" not in Path(f"/proc/{p}/stat").read_bytes().split(b")")[-1][:3]
+                   for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    pytest.importorskip("torch")
+    for name in list(os.environ):
+        if name.startswith(("SLURM", "OMPI_", "PMIX", "HC_")) or name in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+            monkeypatch.delenv(name)
+
+
+def test_srun_workers_serve_every_test_each_on_its_own_node_and_end_with_the_sweep(tmp_path):
+    config, log = site(tmp_path, "srun")
+    workers = pool(config)
+    try:
+        for members in (["n1", "n2"], ["n2", "n1"], ["n1", "n2"]):
+            samples, why = workers.run_test(members, "127.0.0.1")
+            assert samples and why == "", why
+            assert {(s.collective, s.ranks, s.wrong) for s in samples} == {("all_reduce", 2, 0)}
+        assert workers.starts() == {"n1": 1, "n2": 1}  # one start per node for three tests
+        pids = [w.stream.proc.pid for w in workers._workers.values()]
+    finally:
+        workers.close()
+    assert gone(pids)
+    argvs = launches(log)
+    assert sorted(a for argv in argvs for a in argv if a.startswith("--nodelist=")) == ["--nodelist=n1", "--nodelist=n2"]
+    for argv in argvs:
+        # a one-node allocation of its own, whole, a bounded wait, a name to cancel it by,
+        # and output as it comes (no --label: the protocol's lines are read unprefixed)
+        assert {"--nodes=1", "--ntasks=1", "--exclusive"} <= set(argv) and "--label" not in argv, argv
+        assert any(a.startswith("--immediate=") for a in argv) and any(a.startswith("--job-name=hc-pair-")
+                                                                      for a in argv), argv
+        assert argv[-7:] == [str(tmp_path / "bin" / "hc"), "bw", "serve", "--backend", "gloo", "--idle-timeout",
+                             "600"], argv
+    assert not (tmp_path / "scancel.log").exists()  # each ended at the end of its input: nothing to cancel
+
+
+def test_inside_an_allocation_srun_workers_are_steps_of_it(tmp_path, monkeypatch):
+    config, log = site(tmp_path, "srun")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    workers = pool(config)
+    try:
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        assert samples and why == "", why
+    finally:
+        workers.close()
+    for argv in launches(log):
+        assert {"--jobid=4242", "--overlap"} <= set(argv), argv
+        assert "--exclusive" not in argv and not any(a.startswith("--job-name") for a in argv), argv
+
+
+def test_mpirun_workers_run_one_rank_on_their_node_untagged(tmp_path, monkeypatch):
+    config, log = site(tmp_path, "mpirun")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")  # hc runs `mpirun` from PATH
+    workers = pool(config)
+    try:
+        for members in (["n1", "n2"], ["n2", "n1"]):
+            samples, why = workers.run_test(members, "127.0.0.1")
+            assert samples and why == "", why
+        assert workers.starts() == {"n1": 1, "n2": 1}
+    finally:
+        workers.close()
+    argvs = launches(log)
+    assert sorted(a[a.index("--host") + 1] for a in argvs) == ["n1", "n2"]
+    for argv in argvs:
+        assert argv[1:3] == ["-np", "1"] and "--tag-output" not in argv, argv
+        assert ["-x", "GLOO_SOCKET_IFNAME"] == argv[argv.index("-x"):argv.index("-x") + 2], argv  # names, not values
+
+
+def test_a_launcher_that_outlives_its_worker_is_killed_and_its_allocation_cancelled(tmp_path):
+    config, log = site(tmp_path, "srun", tail=LINGER)
+    workers = pool(config)
+    try:
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        assert samples and why == "", why
+        pids = [w.stream.proc.pid for w in workers._workers.values()]
+    finally:
+        workers.close()
+    assert gone(pids)
+    names = sorted(next(a.split("=", 1)[1] for a in argv if a.startswith("--job-name=")) for argv in launches(log))
+    cancelled = sorted(line.split()[1].split("=", 1)[1] for line in (tmp_path / "scancel.log").read_text().splitlines())
+    assert cancelled == names  # by its own unique name: never anyone else's job
+
+
+def test_a_launcher_that_is_not_installed_is_the_tests_error_naming_it(tmp_path):
+    config, _ = site(tmp_path, "srun")
+    (tmp_path / "bin" / "srun").unlink()
+    workers = pool(config)
+    try:
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+    finally:
+        workers.close()
+    assert samples is None
+    assert f"n1: {tmp_path / 'bin' / 'srun'} not found (bandwidth.pairs.launcher: srun)" in why, why
+
+
+def test_a_node_whose_worker_cannot_start_names_the_node_and_what_the_launcher_said(tmp_path):
+    config, _ = site(tmp_path, "srun", tail="sys.stderr.write('srun: error: Unable to allocate resources: "
+                                              "Requested nodes are busy\\n')\nsys.exit(1)\n")
+    workers = pool(config)
+    try:
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+    finally:
+        workers.close()
+    assert samples is None
+    assert "n1: `" in why and "bw serve` did not start: srun: error: Unable to allocate resources: Requested nodes " \
+        "are busy" in why, why
+
+
+# ------------------------------------------------------------ the carrier
+
+
+def stream(script: str) -> ProcessStream:
+    return ProcessStream.start("here", Launch("local", (sys.executable, "-c", script)), dict(os.environ))
+
+
+ECHO = "import sys\nfor line in sys.stdin:\n    print('got ' + line.strip(), flush=True)\nsys.stderr.write('bye\\n')\n"
+
+
+def test_lines_go_in_and_come_back_and_end_of_input_ends_it():
+    s = stream(ECHO)
+    try:
+        assert s.send_line(b"one") and s.send_line(b"two\n")
+        deadline = time.monotonic() + 20
+        assert s.read_line(deadline, lambda line: line.startswith(b"got t")) == b"got two"  # "got one" skipped
+        assert not s.ended
+    finally:
+        killed = s.close()
+    assert killed is False and s.ended and s.exit_status() == 0
+    assert not s.send_line(b"three") and s.read_line(time.monotonic() + 1, lambda line: True) is None
+
+
+def test_a_task_that_ended_says_why_from_its_stderr():
+    s = stream("import sys\nsys.stderr.write('worker: no GPU\\n')\nsys.exit(3)\n")
+    try:
+        assert s.read_line(time.monotonic() + 20, lambda line: True) is None
+        assert s.ended and s.stderr_tail() == "worker: no GPU"
+        assert not s.send_line(b"x")
+    finally:
+        s.close()
+
+
+def test_a_line_without_end_is_bounded():
+    from healthcheck.runners.line_stream import MAX_LINE
+
+    s = stream(f"import sys, time\nsys.stdout.write('x' * {MAX_LINE + 10})\nsys.stdout.flush()\ntime.sleep(60)\n")
+    try:
+        assert s.read_line(time.monotonic() + 30, lambda line: True) is None
+        assert s.ended and "a stdout line over" in s.stderr_tail()
+    finally:
+        assert s.close() is True  # it did not end at the end of its input: killed
+
+
+def test_the_deadline_returns_none_while_it_runs():
+    s = stream(ECHO)
+    try:
+        started = time.monotonic()
+        assert s.read_line(started + 0.5, lambda line: True) is None
+        assert not s.ended and time.monotonic() - started < 5
+    finally:
+        s.close()
+
+
+SPAWN_FROM_A_THREAD = """
+import subprocess, sys, threading, time
+from healthcheck.runners.local import popen_for_life
+started = []
+t = threading.Thread(target=lambda: started.append(popen_for_life(["sleep", "120"])))
+t.start(); t.join()
+time.sleep(1.0)  # the thread that asked is gone; the child must not have gone with it
+print(started[0].pid, started[0].poll(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_child_started_from_a_short_lived_thread_outlives_it_and_dies_with_hc():
+    """PR_SET_PDEATHSIG fires when the forking *thread* ends: a worker started from a test's
+    thread would die with it; popen_for_life forks from a thread that lasts."""
+    import signal
+    import subprocess
+
+    parent = subprocess.Popen([sys.executable, "-c", SPAWN_FROM_A_THREAD], stdout=subprocess.PIPE)
+    child = None
+    try:
+        assert parent.stdout is not None
+        pid, status = parent.stdout.readline().split()
+        child = int(pid)
+        assert status == b"None"  # still running after its thread ended
+        parent.send_signal(signal.SIGKILL)  # no handler runs: only the kernel takes the child
+        parent.wait(10)
+        assert gone([child], limit_s=5), f"sleep ({child}) outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if child is not None and Path(f"/proc/{child}").exists() and b"sleep" in Path(f"/proc/{child}/cmdline").read_bytes():
+            os.kill(child, 9)
