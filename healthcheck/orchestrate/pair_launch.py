@@ -194,8 +194,11 @@ def _said(lines: Sequence[str], members: Sequence[str]) -> str:
     return (naming or words or [""])[-1][-_SAID:]
 
 
-def cancel_job(config: Config, job_name: str, env: Mapping[str, str]) -> None:
-    """scancel the test's (or a worker's) own job by its name, as a sweep through Slurm does with its job."""
+def cancel_job(config: Config, job_name: str, env: Mapping[str, str]) -> str:
+    """scancel the test's (or a worker's) own job by its name, as a sweep through Slurm does
+    with its job; what happened, in one line for the run's notes."""
     from healthcheck.orchestrate.srun import SrunOutcome, _cancel
 
-    _cancel(config.main.slurm, job_name, dict(env), SrunOutcome(results=[]))
+    out = SrunOutcome(results=[])
+    _cancel(config.main.slurm, job_name, dict(env), out)
+    return "; ".join(out.notes)

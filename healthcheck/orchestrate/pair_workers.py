@@ -70,17 +70,19 @@ class _Worker:
     pid: int = 0
     starts: int = 0
     lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
-    cancel: Callable[[], None] | None = None  # ends the allocation srun asked for, if srun had to be killed
+    cancel: Callable[[], str] | None = None  # ends the allocation srun asked for, if srun had to be killed
 
     def usable(self) -> bool:
         return self.stream is not None and not self.stream.ended
 
-    def retire(self) -> None:
-        """Close the stream (end of input: the worker ends); a later test starts a new one."""
+    def retire(self) -> str:
+        """Close the stream (end of input: the worker ends); a later test starts a new one.
+        What cancelling srun's allocation said, where srun had to be killed, else ''."""
         stream, self.stream = self.stream, None
         cancel, self.cancel = self.cancel, None
         if stream is not None and stream.close() and cancel is not None:
-            cancel()
+            return cancel()
+        return ""
 
 
 class WorkerPool:
@@ -96,6 +98,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._closed = False
+        self.notes: list[str] = []  # for the run: allocations cancelled (or not) after srun was killed
 
     # -- one test
 
@@ -104,20 +107,38 @@ class WorkerPool:
         why; None alone where a member's hc has no `bw serve` (the caller starts the test
         the old way, `hc bw allreduce` on every member)."""
         workers = [self._worker(n) for n in members]
-        if any(w.lacks_serve for w in workers):
-            return None
         held: list[_Worker] = []
         try:
             for w in sorted(workers, key=lambda w: w.node):
                 w.lock.acquire()
                 held.append(w)
+            if any(w.lacks_serve for w in workers):
+                self._fall_back(workers)
+                return None
             if self._closed:
                 return None, f"{members[0]}: the sweep is ending"
             outcome = self._run(members, workers, master)
-            return None if any(w.lacks_serve for w in workers) else outcome
+            if any(w.lacks_serve for w in workers):
+                self._fall_back(workers)
+                return None
+            return outcome
         finally:
             for w in held:
                 w.lock.release()
+
+    def _retire(self, w: _Worker) -> None:
+        said = w.retire()
+        if said:
+            self.notes.append(f"{w.node}: {said}")
+
+    def _fall_back(self, workers: list[_Worker]) -> None:
+        """Before the test is started per test on every member (a member's hc has no `bw serve`).
+        A launcher's per-test start asks for the members' nodes themselves, which a partner's
+        worker holds (srun's allocation of its own, whole node): those workers end first, and
+        start again when a later test needs them. Over SSH nothing is held."""
+        if self.plan.pairs.launcher != "ssh":
+            for w in workers:
+                self._retire(w)
 
     def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> Outcome:
         started: dict[str, str] = {}
@@ -147,7 +168,7 @@ class WorkerPool:
         for rank, w in enumerate(workers):
             got = replies.get(rank, "no reply")
             if isinstance(got, str) or got.exit != 0:
-                w.retire()  # never reused after a failure: the next test starts it afresh
+                self._retire(w)  # never reused after a failure: the next test starts it afresh
                 problems.append(f"{w.node}: {got if isinstance(got, str) else got.error or f'exit {got.exit}'}")
         first = replies.get(0)
         samples = first.report.samples if isinstance(first, _Reply) and first.report is not None else None
@@ -187,7 +208,7 @@ class WorkerPool:
 
     def _ensure(self, w: _Worker) -> str:
         """Start w's worker (the caller holds w.lock); '' when it is ready, else why not."""
-        w.retire()
+        self._retire(w)
         plan = self.plan
         kind = plan.pairs.launcher
         remote_hc = self.config.main.slurm.remote_hc if kind == "srun" else self.config.main.ssh.remote_hc
@@ -208,7 +229,7 @@ class WorkerPool:
             why = (ready.error if ready else "") or w.stream.stderr_tail() or (
                 "no answer within the test's timeout" if line is None and not w.stream.ended
                 else "it ended before it was ready")
-            w.retire()
+            self._retire(w)
             w.lacks_serve = "No such command 'serve'" in why
             return f"`{remote_hc} bw serve` did not start: {why}"
         w.pid = ready.pid
@@ -260,7 +281,7 @@ class WorkerPool:
             workers = list(self._workers.values())
 
         def end(w: _Worker) -> None:
-            w.retire()
+            self._retire(w)
             if w.conn is not None:
                 w.conn.close()
 

@@ -115,7 +115,9 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
 
     if plan.workers is not None:
         try:
-            master = _address(config, members[0])
+            # srun's nodes are Slurm's names (as its per-test steps name task 0's node); hc's
+            # ssh config, which srun does not use, must not decide where ranks meet
+            master = members[0] if plan.pairs.launcher == "srun" else _address(config, members[0])
         except SshError as exc:
             return None, exc.message
         got = plan.workers.run_test(members, master)
@@ -254,6 +256,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         if plan.workers is not None:
             restarted = sorted(n for n, k in plan.workers.starts().items() if k > 1)
             plan.workers.close()
+            run.notes += plan.workers.notes
             if restarted:
                 run.notes.append(f"bandwidth between nodes: torch workers started again after a failed test on "
                                  f"{', '.join(restarted[:20])}" + (" ..." if len(restarted) > 20 else ""))

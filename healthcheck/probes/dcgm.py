@@ -74,7 +74,8 @@ IDLE_LEVEL = 2
 def gpus_not_idle(ctx: ProbeContext) -> str | None:
     """Why the GPUs dcgmi would test (the job's, or all) are not known to be idle, or None:
     the node's `gpus` fact (NVML here, `nvidia-smi -q` over SSH) lists no compute process
-    on any of them. A GPU whose processes could not be listed is not known to be idle."""
+    on any of them, and none holds more memory than gpu.leftover_memory_max_mib. A GPU whose
+    processes could not be listed is not known to be idle."""
     from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml
 
     gather = gpus_nvml if ctx.transport == "local" else gpus_nvidia_smi
@@ -91,6 +92,13 @@ def gpus_not_idle(ctx: ProbeContext) -> str | None:
     unknown = [str(g.index) for g in facts.gpus if g.processes is None]
     if unknown:
         return f"cannot tell whether GPU {', '.join(unknown[:8])} are idle: {facts.source} lists no processes for them"
+    # a process NVML cannot list (another PID namespace: hc in a container) still holds memory
+    limit = ctx.limits.gpu.leftover_memory_max_mib if ctx.limits is not None else 1024
+    held = [f"GPU {g.index}: {g.memory_used_mib} MiB" for g in facts.gpus
+            if g.memory_used_mib is not None and g.memory_used_mib > limit]
+    if held:
+        return (f"GPU memory is in use with no process listed ({', '.join(held[:4])}; "
+                f"gpu.leftover_memory_max_mib {limit})")
     return None
 
 

@@ -96,10 +96,11 @@ class LineStream:
 
     def stderr_tail(self) -> str:
         """The last stderr line that says something (what the command last complained of)."""
-        try:
-            self._drain_stderr()
-        except OSError:
-            pass
+        with self._lock:  # never beside a reader (nor a close that is ending the carrier)
+            try:
+                self._drain_stderr()
+            except OSError:
+                pass
         text = b"".join(self._err).decode("utf-8", errors="replace")[-STDERR_TAIL:]
         lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
         return lines[-1][-300:] if lines else ""

@@ -6,11 +6,13 @@ stdout back (Slurm's default, one task here); mpirun hands its stdin to rank 0.
 
 Children die with the run, as every launch's do (launch.py): the launcher has its own
 process group, registered with runners.local so a hook's deadline reaches it, and dies
-with hc (PR_SET_PDEATHSIG, forked from a thread that lasts: local.popen_for_life),
-taking its task with it (srun signals its step, mpirun its daemons); and hc's end closes
-the task's input, which ends the worker too. Closing sends end-of-input (the worker's cue to end), waits a moment, then
-kills the launcher's whole tree; `close()` says whether it had to, so the caller can
-cancel an allocation srun had asked for (see pair_workers).
+with hc (PR_SET_PDEATHSIG, forked from a thread that lasts: local.popen_for_life). Its
+task goes with it: the launcher's end closes the task's input, which ends the worker
+(mpirun's daemons also end their ranks). What a SIGKILLed srun cannot do is release an
+allocation it asked for: that job waits for Slurm's InactiveLimit or its time limit.
+Closing sends end-of-input (the worker's cue to end), waits a moment, then kills the
+launcher's whole tree; `close()` says whether it had to, so the caller can cancel an
+allocation srun had asked for, by its unique name (see pair_workers).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 
@@ -40,6 +43,8 @@ class ProcessStream(LineStream):
         for fd in (self._in, self._stdout, self._stderr):
             os.set_blocking(fd, False)
         self._err_eof = False
+        self._send = threading.Lock()  # a writer and close() never use stdin's fd at once
+        self._pipes_closed = False  # once set, no fd number is read again (it may be reused)
 
     @classmethod
     def start(cls, node: str, spec: Launch, env: Mapping[str, str]) -> ProcessStream:
@@ -56,8 +61,10 @@ class ProcessStream(LineStream):
         return self.proc.poll() is not None
 
     def send_line(self, data: bytes) -> bool:
-        if self.ended:
-            return False
+        with self._send:
+            return not self.ended and self._send_locked(data)
+
+    def _send_locked(self, data: bytes) -> bool:
         payload = memoryview(data if data.endswith(b"\n") else data + b"\n")
         stall = time.monotonic() + SEND_STALL_S
         try:
@@ -73,6 +80,9 @@ class ProcessStream(LineStream):
             return False
 
     def _pump(self, wait_s: float) -> None:
+        if self._pipes_closed:
+            self._eof = True
+            return
         fds = [self._stdout] + ([] if self._err_eof else [self._stderr])
         try:
             select.select(fds, [], [], wait_s)
@@ -86,7 +96,7 @@ class ProcessStream(LineStream):
             self._eof = True
 
     def _drain_stderr(self) -> None:
-        if self._err_eof:
+        if self._err_eof or self._pipes_closed:
             return
         chunks: list[bytes] = []
         self._err_eof = _drain_fd(self._stderr, chunks)
@@ -100,11 +110,12 @@ class ProcessStream(LineStream):
             self._closed = True
         killed = False
         try:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()  # end of input: the worker's cue to end, the launcher's to follow it
-            except OSError:
-                pass
+            with self._send:
+                try:
+                    assert self.proc.stdin is not None
+                    self.proc.stdin.close()  # end of input: the worker's cue to end, the launcher's to follow it
+                except OSError:
+                    pass
             try:
                 self.proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
@@ -116,12 +127,16 @@ class ProcessStream(LineStream):
                     pass
         finally:
             _local.untrack_group(self.proc.pid)
-            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
+            # a reader sees _closed within one pump (half a second) and lets the lock go; then
+            # no fd number of ours is read again once closed
+            with self._lock:
+                self._pipes_closed = True
+                for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                    if pipe is not None:
+                        try:
+                            pipe.close()
+                        except OSError:
+                            pass
         return killed
 
     def exit_status(self) -> int | None:

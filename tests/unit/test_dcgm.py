@@ -520,6 +520,20 @@ def test_level_2_does_not_run_where_the_processes_cannot_be_listed(tmp_path, sta
     assert "cannot tell whether GPU 4 are idle" in check.reason
 
 
+def test_level_2_does_not_run_where_memory_is_held_with_no_process_listed(tmp_path, standin):
+    """A process in another PID namespace (hc in a container) is not listed, but holds memory."""
+    recording = json.loads(H100_REPLAY.read_text())
+    info = recording["calls"]["nvmlDeviceGetMemoryInfo(gpu6)"]["ok"]["__struct__"]
+    info["used"], info["free"] = 40 << 30, info["total"] - (40 << 30)
+    held = tmp_path / "memory-held.json"
+    held.write_text(json.dumps(recording))
+    log = standin("pass-4x")
+    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(held)})
+    check = next(c for c in result.checks if c.name == "gpu.dcgm")
+    assert (check.status, calls(log)) == (Status.SKIP, [])
+    assert "GPU memory is in use with no process listed (GPU 6: 40960 MiB" in check.reason
+
+
 @pytest.mark.parametrize("capture, runs, named", [
     ("h100-1gpu-driver-590.48.01-load.txt", False, "memhog 11327"),
     ("h100-8gpu-driver-535.183.01.txt", False, "GPU 2: /usr/bin/python 1002127"),

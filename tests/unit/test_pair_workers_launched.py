@@ -75,11 +75,18 @@ def launches(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # gone (or reaped between two looks)
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
 def gone(pids, limit_s: float = 15) -> bool:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{p}").exists() and b"Z" not in Path(f"/proc/{p}/stat").read_bytes().split(b")")[-1][:3]
-                   for p in pids):
+        if not any(_running(p) for p in pids):
             return True
         time.sleep(0.1)
     return False
@@ -279,3 +286,51 @@ def test_a_child_started_from_a_short_lived_thread_outlives_it_and_dies_with_hc(
             parent.wait()
         if child is not None and Path(f"/proc/{child}").exists() and b"sleep" in Path(f"/proc/{child}/cmdline").read_bytes():
             os.kill(child, 9)
+
+
+def test_srun_workers_meet_at_the_slurm_name_of_the_first_member_not_the_ssh_one(tmp_path, monkeypatch):
+    """srun does not use hc's ssh config: a ProxyCommand or a HostName there must neither
+    fail the test nor move the rendezvous (mpirun, which goes through ssh, uses it)."""
+    from healthcheck.orchestrate import pairs
+    from healthcheck.orchestrate.pair_workers import WorkerPool
+
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host n1\n  HostName 10.9.9.9\n  ProxyCommand ssh -W %h:%p jump\n")
+    seen = []
+    monkeypatch.setattr(WorkerPool, "run_test", lambda self, members, master: seen.append(master) or ([], ""))
+    site(tmp_path, "srun")
+    main = tmp_path / "hc.yaml"
+    main.write_text(main.read_text().replace("ssh: {", f"ssh: {{config_file: {ssh_config}, "))
+    config = load_config(main)
+    plan = pairs._Plan(config, "n1")
+    plan.workers = WorkerPool(config, plan, 2)
+    assert pairs.run_test(config, plan, ["n1", "n2"]) == ([], "")
+    assert seen == ["n1"]
+
+
+def test_a_member_without_bw_serve_frees_its_partners_node_before_the_per_test_launch(tmp_path, monkeypatch):
+    """Under srun each worker holds its node whole; the per-test launch for a pair whose
+    other member's hc has no `bw serve` asks for both nodes, so the partner's worker ends
+    first (and starts again when a later test needs it)."""
+    from healthcheck.orchestrate import pair_launch, pairs
+
+    config, _ = site(tmp_path, "srun")
+    workers = pool(config)
+    plan = pairs._Plan(config, "n1")
+    plan.workers = workers
+    alive_at_launch = []
+
+    def per_test(cfg, p, members):
+        alive_at_launch.append(workers._workers["n1"].usable())
+        return None, "per test"
+
+    monkeypatch.setattr(pair_launch, "run_launched", per_test)
+    try:
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        assert samples and why == "", why
+        assert workers._workers["n1"].usable()
+        workers._workers["n2"].lacks_serve = True  # as a worker answering "No such command 'serve'" marks it
+        assert pairs.run_test(config, plan, ["n1", "n2"]) == (None, "per test")
+        assert alive_at_launch == [False]
+    finally:
+        workers.close()

@@ -403,7 +403,8 @@ class PairSettings(Strict, frozen=True):
     launcher: Literal["ssh", "mpirun", "srun"] = "ssh"
     # one `hc bw serve` per node for the whole sweep, started by the launcher (torch imported
     # and the device set up once per node, not once per test; srun holds each node, whole,
-    # for the sweep); false: `hc bw allreduce` started per test
+    # while its worker lives: the sweep, or until 10 minutes without a test); false:
+    # `hc bw allreduce` started per test
     persistent_workers: bool = True
     nccl_env: dict[EnvName, EnvValue] = msgspec.field(default_factory=lambda: {"NCCL_ALGO": "RING"})
     circle_max: Annotated[int, Meta(ge=2, le=4096)] = 16  # up to this many nodes: every pair (n-1 rounds)
