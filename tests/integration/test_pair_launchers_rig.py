@@ -148,33 +148,9 @@ def test_deep_sweep_pairs_through_srun(rig, persistent):
         rig.slurm.wait_node_state(node, "idle")
 
 
-def test_srun_pair_test_meeting_a_job_fails_fast_as_a_test_that_could_not_run(rig, monkeypatch):
-    """A node that took a job after the sweep's idle check: srun's bounded wait ends, and the
-    test is (None, why) naming its members, within the test's timeout."""
-    from healthcheck.core.config.loader import load_config
-    from healthcheck.orchestrate import pairs
-
-    rig_yaml = rig.dir / "fabrics" / "rig.yaml"
-    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
-    config = load_config(rig.config)
-    plan = pairs._Plan(config, "node1")
-    monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    job = rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300")
-    try:
-        rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
-        samples, why = pairs.run_test(config, plan, ["node1", "node2"])
-    finally:
-        rig.slurm.scancel(job)
-    assert samples is None
-    assert why.startswith("node1,node2: srun exited "), why
-    assert not rig.log.exists()  # no worker started
-
-
-def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_node(rig, monkeypatch):
-    """A node that took a job after the sweep's idle check: its worker's allocation is not
-    granted within srun's bounded wait, and the test is (None, why) naming that node; its
-    partner's worker started and is ended with the sweep, its allocation with it."""
+def pair_test_beside_a_job_on_node2(rig, monkeypatch, *, persistent: bool):
+    """One srun test of node1 and node2 while a job holds node2 (it took the job after the
+    sweep's idle check); what the test returned."""
     from healthcheck.core.config.loader import load_config
     from healthcheck.orchestrate import pairs
     from healthcheck.orchestrate.pair_workers import WorkerPool
@@ -183,16 +159,34 @@ def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_no
     rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
     config = load_config(rig.config)
     plan = pairs._Plan(config, "node1")
-    plan.workers = WorkerPool(config, plan, 2)
+    if persistent:
+        plan.workers = WorkerPool(config, plan, 2)
     monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     job = rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300")
     try:
         rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
-        samples, why = pairs.run_test(config, plan, ["node1", "node2"])
+        return pairs.run_test(config, plan, ["node1", "node2"])
     finally:
-        plan.workers.close()
+        if plan.workers is not None:
+            plan.workers.close()
         rig.slurm.scancel(job)
+
+
+def test_srun_pair_test_meeting_a_job_fails_fast_as_a_test_that_could_not_run(rig, monkeypatch):
+    """srun's bounded wait ends, and the test is (None, why) naming its members, within the
+    test's timeout."""
+    samples, why = pair_test_beside_a_job_on_node2(rig, monkeypatch, persistent=False)
+    assert samples is None
+    assert why.startswith("node1,node2: srun exited "), why
+    assert not rig.log.exists()  # no worker started
+
+
+def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_node(rig, monkeypatch):
+    """node2's worker's allocation is not granted within srun's bounded wait, and the test
+    is (None, why) naming that node; node1's worker started and is ended with the sweep,
+    its allocation with it."""
+    samples, why = pair_test_beside_a_job_on_node2(rig, monkeypatch, persistent=True)
     assert samples is None
     assert why.startswith("node2: `") and "bw serve` did not start: " in why, why
     assert [w["host"] for w in workers(rig)] == ["node1"]  # node2's never started

@@ -508,30 +508,35 @@ def test_inside_a_job_only_its_gpus_must_be_idle(tmp_path, standin):
     assert calls(log) == [["diag", "-r", "2", "-j", "-i", "2,3"]]
 
 
-def test_level_2_does_not_run_where_the_processes_cannot_be_listed(tmp_path, standin):
+def _level_2_on_changed_h100s(tmp_path, standin, change) -> str:
+    """gpu.dcgm at level 2 on the healthy H100 recording as `change` alters it: asserts
+    dcgmi was not run and the check SKIPped; returns why."""
     recording = json.loads(H100_REPLAY.read_text())
-    recording["calls"]["nvmlDeviceGetComputeRunningProcesses(gpu4)"] = {"error": 3}  # NOT_SUPPORTED
-    blind = tmp_path / "no-process-list.json"
-    blind.write_text(json.dumps(recording))
+    change(recording["calls"])
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(recording))
     log = standin("pass-4x")
-    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(blind)})
+    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(changed)})
     check = next(c for c in result.checks if c.name == "gpu.dcgm")
     assert (check.status, calls(log)) == (Status.SKIP, [])
-    assert "cannot tell whether GPU 4 are idle" in check.reason
+    return check.reason or ""
+
+
+def test_level_2_does_not_run_where_the_processes_cannot_be_listed(tmp_path, standin):
+    def unlisted(calls: dict) -> None:
+        calls["nvmlDeviceGetComputeRunningProcesses(gpu4)"] = {"error": 3}  # NOT_SUPPORTED
+
+    assert "cannot tell whether GPU 4 are idle" in _level_2_on_changed_h100s(tmp_path, standin, unlisted)
 
 
 def test_level_2_does_not_run_where_memory_is_held_with_no_process_listed(tmp_path, standin):
     """A process in another PID namespace (hc in a container) is not listed, but holds memory."""
-    recording = json.loads(H100_REPLAY.read_text())
-    info = recording["calls"]["nvmlDeviceGetMemoryInfo(gpu6)"]["ok"]["__struct__"]
-    info["used"], info["free"] = 40 << 30, info["total"] - (40 << 30)
-    held = tmp_path / "memory-held.json"
-    held.write_text(json.dumps(recording))
-    log = standin("pass-4x")
-    result = run(tmp_path, "standard", "gpu.dcgm", dcgm="level_standard: 2", env={"HC_NVML_REPLAY": str(held)})
-    check = next(c for c in result.checks if c.name == "gpu.dcgm")
-    assert (check.status, calls(log)) == (Status.SKIP, [])
-    assert "GPU memory is in use with no process listed (GPU 6: 40960 MiB" in check.reason
+    def held(calls: dict) -> None:
+        info = calls["nvmlDeviceGetMemoryInfo(gpu6)"]["ok"]["__struct__"]
+        info["used"], info["free"] = 40 << 30, info["total"] - (40 << 30)
+
+    assert "GPU memory is in use with no process listed (GPU 6: 40960 MiB" in \
+        _level_2_on_changed_h100s(tmp_path, standin, held)
 
 
 @pytest.mark.parametrize("capture, runs, named", [

@@ -173,14 +173,18 @@ def test_a_launcher_that_outlives_its_worker_is_killed_and_its_allocation_cancel
     assert cancelled == names  # by its own unique name: never anyone else's job
 
 
+def one_test(config) -> tuple[object, str]:
+    workers = pool(config)
+    try:
+        return workers.run_test(["n1", "n2"], "127.0.0.1")
+    finally:
+        workers.close()
+
+
 def test_a_launcher_that_is_not_installed_is_the_tests_error_naming_it(tmp_path):
     config, _ = site(tmp_path, "srun")
     (tmp_path / "bin" / "srun").unlink()
-    workers = pool(config)
-    try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
-    finally:
-        workers.close()
+    samples, why = one_test(config)
     assert samples is None
     assert f"n1: {tmp_path / 'bin' / 'srun'} not found (bandwidth.pairs.launcher: srun)" in why, why
 
@@ -188,11 +192,7 @@ def test_a_launcher_that_is_not_installed_is_the_tests_error_naming_it(tmp_path)
 def test_a_node_whose_worker_cannot_start_names_the_node_and_what_the_launcher_said(tmp_path):
     config, _ = site(tmp_path, "srun", tail="sys.stderr.write('srun: error: Unable to allocate resources: "
                                               "Requested nodes are busy\\n')\nsys.exit(1)\n")
-    workers = pool(config)
-    try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
-    finally:
-        workers.close()
+    samples, why = one_test(config)
     assert samples is None
     assert "n1: `" in why and "bw serve` did not start: srun: error: Unable to allocate resources: Requested nodes " \
         "are busy" in why, why
