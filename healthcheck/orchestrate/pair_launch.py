@@ -200,5 +200,5 @@ def cancel_job(config: Config, job_name: str, env: Mapping[str, str]) -> str:
     from healthcheck.orchestrate.srun import SrunOutcome, _cancel
 
     out = SrunOutcome(results=[])
-    _cancel(config.main.slurm, job_name, dict(env), out)
+    _cancel(config.main.slurm, job_name, dict(env), out, what="the allocation srun asked for, job")
     return "; ".join(out.notes)

@@ -5,9 +5,10 @@ instead of once per test (`bandwidth.pairs.persistent_workers`). It is started t
 the fabric's pairs are (`bandwidth.pairs.launcher`): over hc's own SSH (ssh/stream.py),
 or by srun or mpirun running one task on the node (process_stream.py): srun as a step of
 the allocation hc runs in, else as a one-node allocation of its own (whole node, bounded
-wait) held for the sweep and cancelled by its unique name if srun had to be killed;
-mpirun with the node as its one host. Every test's rank and rendezvous come with its
-request (the first member's address), never from the launcher.
+wait) held while the worker lives (the sweep, or until it idles out) and cancelled by its
+unique name if srun had to be killed; mpirun with the node as its one host. Every test's
+rank and rendezvous come with its request (the first member: its address over SSH, the
+node's name as the launcher knows it otherwise), never from the launcher.
 
 Same contract as `pairs.run_test`: rank 0's samples, or None and one line naming the
 member; never an exception, since one test's surprise must not end the sweep. A test
@@ -64,7 +65,8 @@ class _Worker:
     """One node's `hc bw serve`: its stream (and SSH connection), and whether it may serve again."""
 
     node: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one test at a time
+    swap: threading.Lock = field(default_factory=threading.Lock)  # stream and cancel change together
     conn: SshConnection | None = None
     stream: LineStream | None = None
     pid: int = 0
@@ -78,8 +80,9 @@ class _Worker:
     def retire(self) -> str:
         """Close the stream (end of input: the worker ends); a later test starts a new one.
         What cancelling srun's allocation said, where srun had to be killed, else ''."""
-        stream, self.stream = self.stream, None
-        cancel, self.cancel = self.cancel, None
+        with self.swap:  # close() may retire it beside a test that is still running
+            stream, self.stream = self.stream, None
+            cancel, self.cancel = self.cancel, None
         if stream is not None and stream.close() and cancel is not None:
             return cancel()
         return ""
@@ -133,11 +136,11 @@ class WorkerPool:
 
     def _fall_back(self, workers: list[_Worker]) -> None:
         """Before the test is started per test on every member (a member's hc has no `bw serve`).
-        A launcher's per-test start asks for the members' nodes themselves, which a partner's
-        worker holds (srun's allocation of its own, whole node): those workers end first, and
-        start again when a later test needs them. Over SSH nothing is held."""
-        if self.plan.pairs.launcher != "ssh":
-            for w in workers:
+        srun's per-test start asks for the members' nodes whole, which a partner's worker
+        holds (an allocation of its own): those workers end first, and start again when a
+        later test needs them. Steps, mpirun ranks and SSH sessions hold nothing."""
+        for w in workers:
+            if w.cancel is not None:
                 self._retire(w)
 
     def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> Outcome:
@@ -216,6 +219,9 @@ class WorkerPool:
         started = self._start_ssh(w, argv) if kind == "ssh" else self._start_launched(w, argv)
         if started:
             return started
+        if self._closed:  # close() ran while this one started: it would be left running
+            self._retire(w)
+            return "the sweep is ending"
         assert w.stream is not None
         w.starts += 1
         line = w.stream.read_line(time.monotonic() + plan.pairs.timeout_s, lambda text: text.startswith(_PREFIX))
@@ -260,13 +266,14 @@ class WorkerPool:
         job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"
         spec, own_job = serve_spec(self.config, self.plan, w.node, argv, env, job_name)
         try:
-            w.stream = ProcessStream.start(w.node, spec, env)
+            stream = ProcessStream.start(w.node, spec, env)
         except FileNotFoundError:
             return f"{spec.argv[0]} not found (bandwidth.pairs.launcher: {kind})"
         except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
             return f"{kind}: {type(exc).__name__}: {exc}"
-        if own_job:
-            w.cancel = lambda: cancel_job(self.config, job_name, env)
+        with w.swap:
+            w.stream = stream
+            w.cancel = (lambda: cancel_job(self.config, job_name, env)) if own_job else None
         return ""
 
     def starts(self) -> dict[str, int]:
@@ -288,5 +295,6 @@ class WorkerPool:
         threads = [threading.Thread(target=end, args=(w,), daemon=True) for w in workers]
         for t in threads:
             t.start()
+        # a wedged srun: 3 s for its exit, kill_tree's 2 + 2 s, 2 s to reap, then scancel
         for t in threads:
-            t.join(10)
+            t.join(10 + self.config.main.slurm.command_timeout_s + 5)

@@ -115,9 +115,10 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
 
     if plan.workers is not None:
         try:
-            # srun's nodes are Slurm's names (as its per-test steps name task 0's node); hc's
-            # ssh config, which srun does not use, must not decide where ranks meet
-            master = members[0] if plan.pairs.launcher == "srun" else _address(config, members[0])
+            # a launcher names nodes its own way (srun: Slurm's names, mpirun: through Open
+            # MPI's own ssh); hc's ssh config, which neither reads, must not decide where
+            # ranks meet (nor refuse a ProxyCommand it cannot follow)
+            master = members[0] if plan.pairs.launcher != "ssh" else _address(config, members[0])
         except SshError as exc:
             return None, exc.message
         got = plan.workers.run_test(members, master)
@@ -256,7 +257,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         if plan.workers is not None:
             restarted = sorted(n for n, k in plan.workers.starts().items() if k > 1)
             plan.workers.close()
-            run.notes += plan.workers.notes
+            run.notes += [f"bandwidth between nodes: {note}" for note in plan.workers.notes]
             if restarted:
                 run.notes.append(f"bandwidth between nodes: torch workers started again after a failed test on "
                                  f"{', '.join(restarted[:20])}" + (" ..." if len(restarted) > 20 else ""))

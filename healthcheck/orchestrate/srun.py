@@ -185,10 +185,10 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
                                                  "slurm") for n in nodes]
 
 
-def _cancel(settings, job_name: str, env: dict, out: SrunOutcome) -> None:
+def _cancel(settings, job_name: str, env: dict, out: SrunOutcome, what: str = "the sweep's job") -> None:
     scancel = os.path.join(os.path.dirname(settings.scontrol), "scancel") if os.sep in settings.scontrol \
         else "scancel"
     r = run_command((scancel, f"--name={job_name}", f"--user={os.getuid()}"), timeout_s=settings.command_timeout_s,
                     env=env)
-    out.notes.append(f"cancelled the sweep's job {job_name}" if r.ok
-                     else f"could not cancel the sweep's job {job_name}: {(r.stderr or r.error or '').strip()}")
+    out.notes.append(f"cancelled {what} {job_name}" if r.ok
+                     else f"could not cancel {what} {job_name}: {(r.stderr or r.error or '').strip()}")

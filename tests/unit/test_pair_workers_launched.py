@@ -171,6 +171,10 @@ def test_a_launcher_that_outlives_its_worker_is_killed_and_its_allocation_cancel
     names = sorted(next(a.split("=", 1)[1] for a in argv if a.startswith("--job-name=")) for argv in launches(log))
     cancelled = sorted(line.split()[1].split("=", 1)[1] for line in (tmp_path / "scancel.log").read_text().splitlines())
     assert cancelled == names  # by its own unique name: never anyone else's job
+    job_of = {next(a[len("--nodelist="):] for a in argv if a.startswith("--nodelist=")):
+              next(a[len("--job-name="):] for a in argv if a.startswith("--job-name=")) for argv in launches(log)}
+    assert sorted(workers.notes) == [f"{node}: cancelled the allocation srun asked for, job {job_of[node]}"
+                                     for node in ("n1", "n2")]  # for the run's notes
 
 
 def one_test(config) -> tuple[object, str]:
@@ -288,9 +292,9 @@ def test_a_child_started_from_a_short_lived_thread_outlives_it_and_dies_with_hc(
             os.kill(child, 9)
 
 
-def test_srun_workers_meet_at_the_slurm_name_of_the_first_member_not_the_ssh_one(tmp_path, monkeypatch):
-    """srun does not use hc's ssh config: a ProxyCommand or a HostName there must neither
-    fail the test nor move the rendezvous (mpirun, which goes through ssh, uses it)."""
+def test_launched_workers_meet_at_the_launchers_name_of_the_first_member_not_the_ssh_one(tmp_path, monkeypatch):
+    """Neither srun nor mpirun (Open MPI has its own ssh) reads hc's ssh config: a
+    ProxyCommand or a HostName there must neither fail the test nor move the rendezvous."""
     from healthcheck.orchestrate import pairs
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
@@ -298,14 +302,15 @@ def test_srun_workers_meet_at_the_slurm_name_of_the_first_member_not_the_ssh_one
     ssh_config.write_text("Host n1\n  HostName 10.9.9.9\n  ProxyCommand ssh -W %h:%p jump\n")
     seen = []
     monkeypatch.setattr(WorkerPool, "run_test", lambda self, members, master: seen.append(master) or ([], ""))
-    site(tmp_path, "srun")
-    main = tmp_path / "hc.yaml"
-    main.write_text(main.read_text().replace("ssh: {", f"ssh: {{config_file: {ssh_config}, "))
-    config = load_config(main)
-    plan = pairs._Plan(config, "n1")
-    plan.workers = WorkerPool(config, plan, 2)
-    assert pairs.run_test(config, plan, ["n1", "n2"]) == ([], "")
-    assert seen == ["n1"]
+    for launcher in ("srun", "mpirun"):
+        site(tmp_path / launcher, launcher)
+        main = tmp_path / launcher / "hc.yaml"
+        main.write_text(main.read_text().replace("ssh: {", f"ssh: {{config_file: {ssh_config}, "))
+        config = load_config(main)
+        plan = pairs._Plan(config, "n1")
+        plan.workers = WorkerPool(config, plan, 2)
+        assert pairs.run_test(config, plan, ["n1", "n2"]) == ([], "")
+    assert seen == ["n1", "n1"]
 
 
 def test_a_member_without_bw_serve_frees_its_partners_node_before_the_per_test_launch(tmp_path, monkeypatch):
@@ -334,3 +339,93 @@ def test_a_member_without_bw_serve_frees_its_partners_node_before_the_per_test_l
         assert alive_at_launch == [False]
     finally:
         workers.close()
+
+
+NO_SERVE_ON_N2 = """node = next((a.split("=", 1)[1] for a in args if a.startswith("--nodelist=")), "")
+if node == "n2" and "serve" in args:
+    sys.stderr.write("Usage: hc bw [OPTIONS] COMMAND [ARGS]...\\nError: No such command 'serve'.\\n")
+    sys.exit(2)
+""" + RUN
+
+
+@pytest.mark.parametrize("inside_a_job", [False, True], ids=["own-allocations", "steps"])
+def test_a_node_found_without_bw_serve_frees_only_a_held_partner_for_the_per_test_launch(tmp_path, monkeypatch,
+                                                                                         inside_a_job):
+    """n2's hc answers "No such command 'serve'" when its worker starts: the test goes the
+    per-test way. n1's worker holds its node whole when it is an allocation of its own, so
+    it ends first; as a step of hc's own allocation it holds nothing and serves on."""
+    from healthcheck.orchestrate import pair_launch, pairs
+
+    if inside_a_job:
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    config, _ = site(tmp_path, "srun", tail=NO_SERVE_ON_N2)
+    plan = pairs._Plan(config, "n1")
+    plan.workers = workers = pool(config)
+    n1_alive_at_launch = []
+
+    def per_test(cfg, p, members):
+        n1_alive_at_launch.append(workers._workers["n1"].usable())
+        return None, "per test"
+
+    monkeypatch.setattr(pair_launch, "run_launched", per_test)
+    try:
+        assert pairs.run_test(config, plan, ["n1", "n2"]) == (None, "per test")
+        assert workers._workers["n2"].lacks_serve
+        assert n1_alive_at_launch == [inside_a_job]
+    finally:
+        workers.close()
+
+
+def test_a_reader_never_reads_an_fd_number_closed_under_it():
+    """close() from another thread while a reader waits in select: the fd numbers freed may
+    be reused at once (here by pipes full of someone else's bytes); the reader returns None
+    and reads none of them."""
+    import subprocess
+    import threading
+
+    from healthcheck.runners import process_stream
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    s = process_stream.ProcessStream("here", proc)
+    parked, go_on = threading.Event(), threading.Event()
+    real_select = process_stream.select.select
+
+    def select(r, w, x, timeout):
+        if threading.current_thread().name == "reader" and not parked.is_set():
+            parked.set()
+            go_on.wait(10)  # as if select returned just as close() freed the fds
+            return r, [], []
+        return real_select(r, w, x, timeout)
+
+    got: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: got.append(s.read_line(time.monotonic() + 20, lambda line: True)),
+                              name="reader")
+    pipes: list[tuple[int, int]] = []
+    try:
+        process_stream.select.select = select
+        reader.start()
+        assert parked.wait(10)
+        closer = threading.Thread(target=s.close)
+        closer.start()
+        closer.join(1.5)  # close() has ended the task and waits for the reader's lock
+        for _ in range(8):
+            r, w = os.pipe()
+            os.write(w, b"foreign\n")
+            pipes.append((r, w))
+        go_on.set()
+        reader.join(20)
+        closer.join(20)
+        for r, _ in pipes:  # every foreign byte is still there: the reader took none
+            os.set_blocking(r, False)
+            assert os.read(r, 100) == b"foreign\n"
+    finally:
+        process_stream.select.select = real_select
+        go_on.set()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got == [None] and not closer.is_alive()

@@ -403,7 +403,7 @@ class PairSettings(Strict, frozen=True):
     launcher: Literal["ssh", "mpirun", "srun"] = "ssh"
     # one `hc bw serve` per node for the whole sweep, started by the launcher (torch imported
     # and the device set up once per node, not once per test; srun holds each node, whole,
-    # while its worker lives: the sweep, or until 10 minutes without a test); false:
+    # while its worker lives: the sweep, or until it idles out without a test); false:
     # `hc bw allreduce` started per test
     persistent_workers: bool = True
     nccl_env: dict[EnvName, EnvValue] = msgspec.field(default_factory=lambda: {"NCCL_ALGO": "RING"})
