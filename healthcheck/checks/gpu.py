@@ -506,10 +506,14 @@ def versions(gpus: GpuFacts, shared_libs, limits: Fabric) -> CheckOutput:
                                         component="vbios", value=sorted(vbios))
 
 
-@check("gpu.processes", tier="epilogue", needs=("gpus",),
+# the epilogue, and the deep tier, which runs only on a node no job uses (orchestrate/busy.py):
+# there a process is as much left behind as after a job, and it would make DCGM's deep
+# level SKIP (probes/dcgm.py) without saying so as a finding
+@check("gpu.processes", tier=("epilogue", "deep"), needs=("gpus",),
        findings=(LEFTOVER_PROCESS, LEFTOVER_MEMORY, catalogue.TOOL_MISSING), budget_s=5.0)
 def processes(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
-    """After a job, no compute process is left on its GPUs and no GPU holds memory without a process."""
+    """After a job, and on a node no job uses, no compute process is left on its GPUs and no GPU
+    holds memory without a process."""
     for g in _gpus(gpus, limits):
         c = _label(g)
         if g.processes is None:

@@ -462,6 +462,38 @@ def test_deep_level_on_an_idle_node_fails_the_bad_gpu_exit_2(tmp_path, validate_
     assert [c[:3] for c in calls(log)] == [["diag", "-r", "1"], ["diag", "-r", "3"]]  # the deep one last, alone
 
 
+def test_on_an_idle_node_a_process_skips_the_deep_level_and_is_itself_the_finding(tmp_path, validate_report):
+    """Slurm says idle, yet a python holds GPU 1: DCGM's level 3 would fail the GPU as busy,
+    so it is not run; the process is what the report says (gpu.E070, FAIL, as after a job)."""
+    log = tmp_path / "dcgmi-calls.jsonl"
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "sinfo", "printf 'gpu001|idle|Unknown|none\\n'\n")
+    cfg = config(tmp_path)
+    cfg.write_text(cfg.read_text() + f"slurm: {{sinfo: {bin_dir / 'sinfo'}, scontrol: /bin/false, retries: 1}}\n")
+    code, report = hc_node(tmp_path, cfg, "--checks", "gpu.dcgm_deep,gpu.processes", "--tier", "deep",
+                           env={"HC_DCGMI_SCENARIO": "memory-fail-4x", "HC_STANDIN_LOG": str(log),
+                                "HC_NVML_REPLAY": str(LEFTOVER_REPLAY)})
+    validate_report(report)
+    checks = {c["name"]: c for c in report["nodes"][0]["checks"]}
+    assert checks["gpu.dcgm_deep"]["status"] == "SKIP" and "python3 4242" in checks["gpu.dcgm_deep"]["reason"]
+    assert [(f["id"], f["status"], f["subject"]) for f in report["nodes"][0]["findings"]] == [
+        ("gpu.E070", "FAIL", "gpu001:GPU1")]
+    assert code == 2 and calls(log) == []
+
+
+def test_on_a_busy_node_the_deep_tier_leaves_the_jobs_processes_alone(tmp_path, validate_report):
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "sinfo", "printf 'gpu001|mixed|Unknown|none\\n'\n")
+    cfg = config(tmp_path)
+    cfg.write_text(cfg.read_text() + f"slurm: {{sinfo: {bin_dir / 'sinfo'}, scontrol: /bin/false, retries: 1}}\n")
+    code, report = hc_node(tmp_path, cfg, "--checks", "gpu.processes,gpu.count", "--tier", "deep",
+                           env={"HC_NVML_REPLAY": str(LEFTOVER_REPLAY)})
+    validate_report(report)
+    checks = {c["name"]: c for c in report["nodes"][0]["checks"]}
+    assert checks["gpu.processes"]["status"] == "SKIP" and checks["gpu.processes"]["reason"].startswith("node busy")
+    assert checks["gpu.count"]["status"] == "PASS" and report["nodes"][0]["findings"] == [] and code == 0
+
+
 def test_the_deep_level_runs_alone_and_only_the_deep_check_resumes_its_drain():
     from healthcheck.actions.policy import checks_behind
     from healthcheck.core.facts import current_providers
