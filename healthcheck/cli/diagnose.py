@@ -45,12 +45,20 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
     stuck-rank, host-wedged, network, socket-fallback, init-failure, gpu-failure or
     unknown), a confidence, the odd ranks, the first failure by time, the stack groups,
     a per-rank table and the evidence lines (file:line). Files that cannot be read are
-    listed with why; they never stop the diagnosis.
+    listed with why; they never stop the diagnosis. The walk never enters /proc, /sys,
+    /dev or another kernel pseudo file system, opens only regular files, and is bounded
+    (20,000 files, 4 GiB); a long one shows its progress on stderr.
     """
+    from healthcheck.cli.progress import TextProgress
     from healthcheck.diagnose.sources import collect
     from healthcheck.diagnose.verdict import build
 
-    return _emit(build(collect(list(paths))), fmt, output)
+    progress = TextProgress("hc diagnose logs")
+    try:
+        collected = collect(list(paths), progress=progress)
+    finally:
+        progress.done()
+    return _emit(build(collected), fmt, output)
 
 
 def _emit(verdict: Verdict, fmt: str, output: Path | None) -> int:
