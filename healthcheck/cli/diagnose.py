@@ -96,7 +96,8 @@ def _live_options(fn: Callable) -> Callable:
     opts: list[Callable[[Callable], Callable]] = [
         click.option("--timeout", "timeout_s", type=float, default=DEFAULT_NODE_TIMEOUT_S, show_default=True,
                      help="Seconds for one node's collection (py-spy of every rank); a node that has not answered "
-                          "a few seconds after it is named as not answering."),
+                          "a few seconds after it is named as not answering. hc diagnose job: also the most "
+                          "its question to Slurm (scontrol show job, retries included) may take."),
         click.option("--startup-timeout", "startup_s", type=float, default=STARTUP_MARGIN_S, show_default=True,
                      help="Seconds, beyond --timeout, for starting the helper on a node (SSH, an srun step); "
                           "hc diagnose job/hosts only."),
@@ -269,6 +270,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     from the job's start: OOM kills, Xid and HCA link events in the job's window. A batch
     job's own stdout/stderr (scontrol's StdOut/StdErr) are read on its batch host, their
     last 8 MiB: what a rank printed as it died (a gloo size mismatch, a traceback) is there."""
+    import time
+
     from healthcheck.actions.slurm import SlurmClient
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
@@ -279,7 +282,9 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")
     cfg = load_config(config_path).main
-    shown = SlurmClient(cfg.slurm).show_job(job_id)
+    # --timeout bounds the question to Slurm too, retries included: with Slurm's own
+    # defaults (command_timeout_s x retries) a hung scontrol would hold hc for 47 s
+    shown = SlurmClient(cfg.slurm, deadline=time.monotonic() + timeout_s).show_job(job_id)
     if not shown.ok:
         if shown.not_found:
             click.echo(f"hc diagnose job: {cfg.slurm.scontrol} not found: no Slurm here", err=True)
