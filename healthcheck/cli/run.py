@@ -81,13 +81,24 @@ def _log_dir(explicit: Path | None, env: dict[str, str]) -> Path:
         return envset.make_log_dir(fallback)
 
 
+def _log_dir_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--log-dir as a Path; an empty one is refused (exit 4): Path('') is '.', and the job's
+    NCCL files and manifests would land in whatever directory it was started from."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("is empty: name the directory for the logs (or leave the option out for the "
+                                 "default)")
+    return Path(value)
+
+
 def _rank_label(rank: int | None, world: int | None) -> str:
     return f"rank {rank}: " if rank not in (None, 0) and (world or 0) > 1 else ""
 
 
 @click.command(epilog=EPILOG, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), envvar="HC_RUN_LOG_DIR",
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar="HC_RUN_LOG_DIR", callback=_log_dir_option,
               help="Where NCCL debug files, Flight Recorder dumps and manifests go [env HC_RUN_LOG_DIR].")
 @click.option("--nccl-debug", type=click.Choice(["INFO", "WARN"], case_sensitive=False), default="INFO",
               show_default=True, help="NCCL_DEBUG, unless set: WARN keeps only the warnings.")
