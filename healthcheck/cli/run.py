@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli.params import number
 from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
 
 EPILOG = """\b
@@ -109,13 +110,13 @@ def _rank_label(rank: int | None, world: int | None) -> str:
 @click.option("--preflight/--no-preflight", default=True, show_default=True, help="Check before the job starts.")
 @click.option("--node-check/--no-node-check", default=True, show_default=True,
               help="Run this node's quick tier (local rank 0).")
-@click.option("--node-timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True,
+@click.option("--node-timeout", type=number(1, 600), default=60.0, show_default=True,
               help="Seconds the quick tier may take (past it: a warning).")
 @click.option("--straggler-test/--no-straggler-test", default=True, show_default=True,
               help="The all-reduce + barrier across every rank.")
-@click.option("--straggler-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--straggler-timeout", type=number(1, 3600), default=120.0, show_default=True,
               help="Seconds for its rendezvous and each collective.")
-@click.option("--straggler-factor", type=click.FloatRange(1.1, 1000), default=3.0, show_default=True,
+@click.option("--straggler-factor", type=number(1.1, 1000), default=3.0, show_default=True,
               help="A rank whose step takes this many times the median is named.")
 @click.option("--straggler-backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where there is a GPU, else gloo.")
