@@ -107,12 +107,9 @@ def serve(backend: str = "auto", local_rank: int = 0, idle_s: float = IDLE_S, *,
 
 def answer(runtime: ts.Runtime, line: bytes | None, corrupt: int | None) -> Reply:
     """The reply to one request line (None: a line longer than MAX_REQUEST)."""
-    if line is None:
-        return Reply(id="", exit=int(ExitCode.BAD_INPUT), error=f"a request longer than {MAX_REQUEST} bytes")
-    try:
-        req = typed.decode_json(line, Request)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return Reply(id=_id_of(line), exit=int(ExitCode.BAD_INPUT), error=f"bad request: {str(exc)[:200]}")
+    req = parse_request(line)
+    if isinstance(req, Reply):
+        return req
     unknown = [c for c in req.collectives if c not in ts.SWEEP_COLLECTIVES]
     if unknown or req.rank >= req.world_size:
         why = f"unknown collectives {unknown}" if unknown else f"rank {req.rank} in a world of {req.world_size}"
@@ -128,11 +125,29 @@ def answer(runtime: ts.Runtime, line: bytes | None, corrupt: int | None) -> Repl
     return Reply(id=req.id, exit=int(problem.exit_code) if problem else 0, error=str(problem or ""), report=report)
 
 
+def parse_request(line: bytes | None) -> Request | Reply:
+    """The request a line holds, or the refusal to send back (exit 4): a line too long,
+    not UTF-8, not JSON, or not a Request. Never raises: a bad line ends no worker."""
+    if line is None:
+        return Reply(id="", exit=int(ExitCode.BAD_INPUT), error=f"a request longer than {MAX_REQUEST} bytes")
+    try:
+        # msgspec checks UTF-8 only inside strings, and raises UnicodeDecodeError there
+        # (not its DecodeError): checked first, for every byte of the line
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Reply(id="", exit=int(ExitCode.BAD_INPUT),
+                     error=f"bad request: not UTF-8 (byte {exc.start}: {line[exc.start:exc.start + 1]!r})")
+    try:
+        return typed.decode_json(line, Request)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        return Reply(id=_id_of(line), exit=int(ExitCode.BAD_INPUT), error=f"bad request: {str(exc)[:200]}")
+
+
 def _id_of(line: bytes) -> str:
     """A bad request's id where one can be read, so the caller can match the refusal."""
     try:
         got = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):
         return ""
     value = got.get("id") if isinstance(got, dict) else None
     return value[:64] if isinstance(value, str) else ""

@@ -76,7 +76,8 @@ Exit codes:
   0  healthy (or only WARN without --fail-level warn)
   1  WARN with --fail-level warn
   2  FAIL: evidence that a node is bad
-  3  ERROR: a check could not run (and nothing failed)
+  3  ERROR: a check could not run (and nothing failed), or an --output or
+     --prometheus file could not be written (a FAIL still exits 2)
   4  usage, configuration or input error
   5  an action was refused by the blast-radius guard
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,24 +46,33 @@ class App:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
         sys.stdout.flush()
 
-    def emit_report(self, report: Report, *, output: Path | None = None) -> None:
-        """Write the JSON report to `output` and show it on stdout in the chosen format.
+    def emit_report(self, report: Report, *, output: Path | None = None,
+                    lost: Sequence[HcError] = ()) -> Report:
+        """Write the JSON report to `output`, show it on stdout in the chosen format, and
+        return it as shown: the report, plus one hc.E008 run finding (ERROR) for each
+        side output that could not be written (`output`, and the failures in `lost`: an
+        explicit --prometheus export).
 
         `output` goes through core.atomic.write_atomic: atomic for a regular file or a new
-        path, written in place for a device or FIFO, refused for a link or directory. A
-        failed write still shows the report on stdout (the checks ran), then raises the
-        one-line error: a run whose --output was lost never exits 0.
+        path, written in place for a device or FIFO (a link or directory was refused
+        before the run: `check_output`). A failed write is a warning on stderr and a run
+        finding, never the end of the command: the checks ran and their verdict stands
+        (a FAIL exits 2, and its drain happened already). The exit code comes from the
+        status of the report returned, so a run whose --output was lost never exits 0:
+        a PASS or WARN becomes ERROR (exit 3), a FAIL stays FAIL (exit 2).
         """
-        from healthcheck.core.errors import HcError
         from healthcheck.report.jsonio import encode, write_atomic
 
         data = encode(report)
-        failed: HcError | None = None
+        failures = list(lost)
         if output is not None:
             try:
                 write_atomic(output, data)
             except HcError as exc:
-                failed = exc
+                failures.append(HcError(f"--output {exc}"))
+        if failures:
+            report = report_not_written(report, failures)
+            data = encode(report)
         if self.format == "json":
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
@@ -71,8 +80,31 @@ class App:
             from healthcheck.report.table import render
 
             click.echo(render(report))
-        if failed is not None:
-            raise failed
+        return report
+
+
+def report_not_written(report: Report, failures: Sequence[HcError]) -> Report:
+    """The report with hc.E008 for each output that could not be written, each said on stderr."""
+    from healthcheck.core import catalogue
+    from healthcheck.core.nodes import fold
+    from healthcheck.report.build import run_finding, with_run_finding
+
+    scope = fold(n.node for n in report.nodes) or "run"
+    for exc in failures:
+        click.echo(f"hc: warning: not written: {exc}; the verdict stands", err=True)
+        report = with_run_finding(report, run_finding(catalogue.NOT_WRITTEN, f"not written: {exc}",
+                                                      scope=scope, evidence=str(exc)))
+    return report
+
+
+def check_output(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """--output refused before anything runs where it can never be written: a symbolic
+    link, a directory, a block device or a socket (exit 4); a sweep may take an hour."""
+    if value is not None:
+        from healthcheck.core.atomic import classify
+
+        classify(value)  # WriteError (exit 4, one line) for what write_atomic would refuse
+    return value
 
 
 # ------------------------------------------------------------ shared options
@@ -127,8 +159,10 @@ def output_option(fn: Callable) -> Callable:
         "--output",
         "-o",
         type=click.Path(path_type=Path, dir_okay=False),
+        callback=check_output,
         help="Also write the JSON report to this file (atomically; a device or FIFO such as /dev/null is "
-             "written in place; a symbolic link or directory is refused).",
+             "written in place; a symbolic link or directory is refused before the run). A write that fails "
+             "after the run is a warning and an hc.E008 run finding: a FAIL still exits 2, a PASS exits 3.",
     )(fn)
 
 
@@ -171,9 +205,9 @@ def prometheus_dir(app: App, flag: Path | None, command: str) -> PrometheusTarge
 
 
 def export_prometheus(app: App, report: Report, target: PrometheusTarget | None) -> HcError | None:
-    """Write the Prometheus textfile; the error, to raise once the report is shown (as a
-    failed --output is: the checks ran, and the run still does not exit 0), where the
-    operator asked for it with --prometheus; a warning where the config asked."""
+    """Write the Prometheus textfile; the error, for `App.emit_report(lost=...)` (a run
+    finding, as a failed --output is: the verdict stands, and the run does not exit 0),
+    where the operator asked for it with --prometheus; a warning where the config asked."""
     if target is None:
         return None
     from healthcheck.report.prometheus import export
@@ -182,6 +216,6 @@ def export_prometheus(app: App, report: Report, target: PrometheusTarget | None)
         export(report, target.directory, app.config.main.prometheus)
     except HcError as exc:
         if target.explicit:
-            return exc
+            return HcError(f"--prometheus {exc}")
         click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
     return None

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.params import integer, number
 
 _SETTINGS = "defaults from the config's baseline section"
 
@@ -17,17 +18,17 @@ _SETTINGS = "defaults from the config's baseline section"
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="The fabric file to write (atomically), NAME.yaml: fabric NAME. Named after --fabric and put "
                    "in a directory of fabric_dirs, it refines that fabric for all its nodes.")
-@click.option("--min-nodes", type=click.IntRange(2, 1_000_000), default=None,
+@click.option("--min-nodes", type=integer(2, 1_000_000), default=None,
               help=f"Fewest nodes (pairs) a key is learned from [{_SETTINGS}: 8].")
-@click.option("--percentile", type=click.FloatRange(0, 50), default=None,
+@click.option("--percentile", type=number(0, 50), default=None,
               help="Floors from this low percentile; temperature ceilings from 100 minus it [5].")
-@click.option("--margin", type=click.FloatRange(0, 1, max_open=True), default=None,
+@click.option("--margin", type=number(0, 1, high_open=True), default=None,
               help="A floor is the percentile x (1 - margin) [0.05].")
-@click.option("--temp-margin", "temp_margin_c", type=click.FloatRange(0, 50), default=None,
+@click.option("--temp-margin", "temp_margin_c", type=number(0, 50), default=None,
               help="A temperature ceiling is the percentile + this many C [10].")
-@click.option("--max-spread", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--max-spread", type=number(0, 1, low_open=True), default=None,
               help="A key whose MAD/median is above this is refused as too noisy [0.1].")
-@click.option("--outlier-z", type=click.FloatRange(0, 1000, min_open=True), default=None,
+@click.option("--outlier-z", type=number(0, 1000, low_open=True), default=None,
               help="Values beyond this modified z-score (MAD) are dropped before learning [3.5].")
 @config_option
 @format_option

@@ -7,6 +7,8 @@ import os
 
 import click
 
+from healthcheck.cli.params import integer, number
+
 # the sweep's collectives (torch_sweep.SWEEP_COLLECTIVES), here so `--help` imports nothing
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
 
@@ -81,18 +83,18 @@ def bw() -> None:
               help=f"Comma-separated: {', '.join(_COLLECTIVES)}, or all.")
 @click.option("--sizes", callback=_sizes, metavar="LIST",
               help="Sizes in bytes per rank, e.g. 1M,16M,1G or 1K:1M (see below).")
-@click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True,
+@click.option("--iters", type=integer(1, 100000), default=20, show_default=True,
               help="Timed iterations per size.")
-@click.option("--warmup", type=click.IntRange(0, 100000), default=5, show_default=True,
+@click.option("--warmup", type=integer(0, 100000), default=5, show_default=True,
               help="Untimed iterations before them.")
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Check every result against exact expected values.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where there is a GPU, else gloo (CPU).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86400), default=120.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=number(1, 86400), default=120.0, show_default=True,
               help="Seconds before the rendezvous or any one collective gives up (init_process_group's timeout).")
 @click.option("--master-addr", metavar="HOST", help="Rank 0's host [env MASTER_ADDR].")
-@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT",
+@click.option("--master-port", type=integer(1, 65535), metavar="PORT",
               help="The rendezvous port on it [env MASTER_PORT].")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", envvar="HC_FORMAT",
               show_default=True, help="Output format on rank 0's stdout [env HC_FORMAT].")
@@ -148,9 +150,9 @@ past the request's timeout_s."""
 @bw.command(epilog=SERVE_EPILOG)
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where there is a GPU, else gloo (CPU).")
-@click.option("--local-rank", type=click.IntRange(0, 1023), default=0, show_default=True,
+@click.option("--local-rank", type=integer(0, 1023), default=0, show_default=True,
               help="The GPU (cuda:N) on NCCL.")
-@click.option("--idle-timeout", "idle_s", type=click.FloatRange(1, 86400), default=900.0, show_default=True,
+@click.option("--idle-timeout", "idle_s", type=number(1, 86400), default=900.0, show_default=True,
               help="Seconds without a request before it ends.")
 def serve(backend: str, local_rank: int, idle_s: float) -> int:
     """Run torch sweeps on request, one JSON line each (for a deep sweep's pair tests)."""

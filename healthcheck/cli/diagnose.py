@@ -12,6 +12,8 @@ import click
 
 from healthcheck.cli.app import config_option, format_option
 from healthcheck.cli.completion import complete_nodes
+from healthcheck.cli.params import integer, number, pid
+from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
     from healthcheck.diagnose.live import NodeResult
@@ -45,12 +47,20 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
     stuck-rank, host-wedged, network, socket-fallback, init-failure, gpu-failure or
     unknown), a confidence, the odd ranks, the first failure by time, the stack groups,
     a per-rank table and the evidence lines (file:line). Files that cannot be read are
-    listed with why; they never stop the diagnosis.
+    listed with why; they never stop the diagnosis. The walk never enters /proc, /sys,
+    /dev or another kernel pseudo file system, opens only regular files, and is bounded
+    (20,000 files, 4 GiB); a long one shows its progress on stderr.
     """
+    from healthcheck.cli.progress import TextProgress
     from healthcheck.diagnose.sources import collect
     from healthcheck.diagnose.verdict import build
 
-    return _emit(build(collect(list(paths))), fmt, output)
+    progress = TextProgress("hc diagnose logs")
+    try:
+        collected = collect(list(paths), progress=progress)
+    finally:
+        progress.done()
+    return _emit(build(collected), fmt, output)
 
 
 def _emit(verdict: Verdict, fmt: str, output: Path | None) -> int:
@@ -86,10 +96,13 @@ STARTUP_MARGIN_S = 10.0  # beyond a node's collection time: starting the helper 
 
 def _live_options(fn: Callable) -> Callable:
     opts: list[Callable[[Callable], Callable]] = [
-        click.option("--timeout", "timeout_s", type=float, default=DEFAULT_NODE_TIMEOUT_S, show_default=True,
+        click.option("--timeout", "timeout_s", type=number(0, MAX_TIMEOUT_S, low_open=True),
+                     default=DEFAULT_NODE_TIMEOUT_S, show_default=True,
                      help="Seconds for one node's collection (py-spy of every rank); a node that has not answered "
-                          "a few seconds after it is named as not answering."),
-        click.option("--startup-timeout", "startup_s", type=float, default=STARTUP_MARGIN_S, show_default=True,
+                          "a few seconds after it is named as not answering. hc diagnose job: also the most "
+                          "its question to Slurm (scontrol show job, retries included) may take."),
+        click.option("--startup-timeout", "startup_s", type=number(0, MAX_TIMEOUT_S), default=STARTUP_MARGIN_S,
+                     show_default=True,
                      help="Seconds, beyond --timeout, for starting the helper on a node (SSH, an srun step); "
                           "hc diagnose job/hosts only."),
         click.option("--ras", is_flag=True, help="Also ask NCCL's RAS service (127.0.0.1:28028) on each node."),
@@ -116,7 +129,7 @@ def collect(args: tuple[str, ...]) -> int:
 
 
 @diagnose.command(epilog=EXIT_CODES)
-@click.argument("pids", nargs=-1, type=int)
+@click.argument("pids", nargs=-1, type=pid())
 @click.option("--local", is_flag=True, help="Every rank process on this machine (torchrun's children, mpirun's "
                                             "ranks: Python processes with RANK/SLURM_PROCID/... set).")
 @_live_options
@@ -246,7 +259,8 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
 @click.option("--via", type=click.Choice(["srun", "ssh"]), default="srun", show_default=True,
               help="How to reach the job's nodes: a step of the job (srun --overlap --jobid, no GPU binding) or "
                    "SSH (the config's ssh settings; ssh.remote_hc runs hc there).")
-@click.option("--parallel", type=int, default=None, help="Nodes at once [default: ssh.max_parallel].")
+@click.option("--parallel", type=integer(1, MAX_PARALLEL), default=None,
+              help="Nodes at once [default: ssh.max_parallel].")
 @config_option
 @_live_options
 def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
@@ -261,6 +275,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     from the job's start: OOM kills, Xid and HCA link events in the job's window. A batch
     job's own stdout/stderr (scontrol's StdOut/StdErr) are read on its batch host, their
     last 8 MiB: what a rank printed as it died (a gloo size mismatch, a traceback) is there."""
+    import time
+
     from healthcheck.actions.slurm import SlurmClient
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
@@ -271,7 +287,9 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")
     cfg = load_config(config_path).main
-    shown = SlurmClient(cfg.slurm).show_job(job_id)
+    # --timeout bounds the question to Slurm too, retries included: with Slurm's own
+    # defaults (command_timeout_s x retries) a hung scontrol would hold hc for 47 s
+    shown = SlurmClient(cfg.slurm, deadline=time.monotonic() + timeout_s).show_job(job_id)
     if not shown.ok:
         if shown.not_found:
             click.echo(f"hc diagnose job: {cfg.slurm.scontrol} not found: no Slurm here", err=True)
@@ -325,7 +343,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 
 @diagnose.command(epilog=EXIT_CODES)
 @click.argument("hostlist", shell_complete=complete_nodes)
-@click.option("--parallel", type=int, default=None, help="Nodes at once [default: ssh.max_parallel].")
+@click.option("--parallel", type=integer(1, MAX_PARALLEL), default=None,
+              help="Nodes at once [default: ssh.max_parallel].")
 @config_option
 @_live_options
 def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,

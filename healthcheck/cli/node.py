@@ -122,19 +122,16 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
 
             for finding in run_findings:
                 report = with_run_finding(report, finding)
-        exported = export_prometheus(app, report, prom)
+        lost = [e for e in (export_prometheus(app, report, prom),) if e is not None]
         if not abandoned:
-            app.emit_report(report, output=output)
-            if exported is not None:
-                raise exported
-            return int(exit_code_for(report.status, fail_level))
+            shown = app.emit_report(report, output=output, lost=lost)
+            return int(exit_code_for(shown.status, fail_level))
         # a probe thread is stuck in the kernel; do not let interpreter shutdown wait for it
         code = int(exit_code_for(report.status, fail_level))
         try:
-            app.emit_report(report, output=output)
+            shown = app.emit_report(report, output=output, lost=lost)
             sys.stdout.flush()
-            if exported is not None:
-                raise exported
+            code = int(exit_code_for(shown.status, fail_level))
         except (HcError, StdoutError) as exc:
             click.echo(f"hc: error: {exc}", err=True)
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
@@ -152,8 +149,6 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
                    since=parse_since(since), on_done=progress_printer(len(names)))
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
-    exported = export_prometheus(app, run.report, prom)
-    app.emit_report(run.report, output=output)
-    if exported is not None:
-        raise exported
-    return int(exit_code_for(run.report.status, fail_level))
+    lost = [e for e in (export_prometheus(app, run.report, prom),) if e is not None]
+    shown = app.emit_report(run.report, output=output, lost=lost)
+    return int(exit_code_for(shown.status, fail_level))

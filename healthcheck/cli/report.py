@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.params import integer
 from healthcheck.core.errors import ExitCode, HcError
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def show(file: Path, fmt: str) -> int:
 @click.argument("file", required=False, type=REPORT_FILE)
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="The HTML file to write (atomically; a symbolic link or directory is refused).")
-@click.option("--runs", type=click.IntRange(min=2, max=50), default=10, show_default=True,
+@click.option("--runs", type=integer(2, 50), default=10, show_default=True,
               help="How many recent runs the history section follows the nodes with findings over.")
 @config_option
 def html_cmd(file: Path | None, output: Path, runs: int, config_path: Path | None) -> int:
@@ -166,7 +167,7 @@ def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_pat
 @report.command("history")
 @click.option("--node", default=None, help="This node's recent results instead of the runs.")
 @click.option("--command", "command", default=None, help="Only runs of this command.")
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="How many to list.")
+@click.option("--limit", "-n", type=integer(1, 1_000_000), default=20, show_default=True, help="How many to list.")
 @config_option
 @format_option
 def history_cmd(node: str | None, command: str | None, limit: int, config_path: Path | None, fmt: str) -> int:
@@ -216,7 +217,7 @@ def history_cmd(node: str | None, command: str | None, limit: int, config_path: 
               help="table for people; jsonl: one record per line; json: one array.")
 @click.option("--min-status", type=click.Choice(["fail", "error", "warn"], case_sensitive=False), default=None,
               help="Findings at or above this status are tickets (FAIL > ERROR > WARN) [default: tickets.min_status].")
-@click.option("--lookback", type=click.IntRange(min=1, max=100_000), default=None,
+@click.option("--lookback", type=integer(1, 100_000), default=None,
               help="Earlier runs of the same nodes to read from the history [default: tickets.lookback_runs].")
 @click.option("--webhook", "webhook", metavar="URL", default=None,
               help="POST each record to this http(s) URL [default: tickets.webhook_url].")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli.params import number
 from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
 
 EPILOG = """\b
@@ -81,13 +82,24 @@ def _log_dir(explicit: Path | None, env: dict[str, str]) -> Path:
         return envset.make_log_dir(fallback)
 
 
+def _log_dir_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--log-dir as a Path; an empty one is refused (exit 4): Path('') is '.', and the job's
+    NCCL files and manifests would land in whatever directory it was started from."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("is empty: name the directory for the logs (or leave the option out for the "
+                                 "default)")
+    return Path(value)
+
+
 def _rank_label(rank: int | None, world: int | None) -> str:
     return f"rank {rank}: " if rank not in (None, 0) and (world or 0) > 1 else ""
 
 
 @click.command(epilog=EPILOG, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), envvar="HC_RUN_LOG_DIR",
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar="HC_RUN_LOG_DIR", callback=_log_dir_option,
               help="Where NCCL debug files, Flight Recorder dumps and manifests go [env HC_RUN_LOG_DIR].")
 @click.option("--nccl-debug", type=click.Choice(["INFO", "WARN"], case_sensitive=False), default="INFO",
               show_default=True, help="NCCL_DEBUG, unless set: WARN keeps only the warnings.")
@@ -98,13 +110,13 @@ def _rank_label(rank: int | None, world: int | None) -> str:
 @click.option("--preflight/--no-preflight", default=True, show_default=True, help="Check before the job starts.")
 @click.option("--node-check/--no-node-check", default=True, show_default=True,
               help="Run this node's quick tier (local rank 0).")
-@click.option("--node-timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True,
+@click.option("--node-timeout", type=number(1, 600), default=60.0, show_default=True,
               help="Seconds the quick tier may take (past it: a warning).")
 @click.option("--straggler-test/--no-straggler-test", default=True, show_default=True,
               help="The all-reduce + barrier across every rank.")
-@click.option("--straggler-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--straggler-timeout", type=number(1, 3600), default=120.0, show_default=True,
               help="Seconds for its rendezvous and each collective.")
-@click.option("--straggler-factor", type=click.FloatRange(1.1, 1000), default=3.0, show_default=True,
+@click.option("--straggler-factor", type=number(1.1, 1000), default=3.0, show_default=True,
               help="A rank whose step takes this many times the median is named.")
 @click.option("--straggler-backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where there is a GPU, else gloo.")

@@ -103,10 +103,8 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
     for message in run.messages:
         click.echo(message, err=True)
     # per-node series and the fleet's (nodes per status, analyses, pair tests)
-    exported = export_prometheus(app, run.report, prom)
-    app.emit_report(run.report, output=output)
-    if exported is not None:
-        raise exported
+    lost = [e for e in (export_prometheus(app, run.report, prom),) if e is not None]
+    shown = app.emit_report(run.report, output=output, lost=lost)
     if run.guarded:
         return int(ExitCode.GUARD)
-    return int(exit_code_for(run.report.status, fail_level))
+    return int(exit_code_for(shown.status, fail_level))

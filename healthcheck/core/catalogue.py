@@ -149,9 +149,10 @@ NOTHING_CHECKED = finding(
 )
 NOT_WRITTEN = finding(
     "hc.E008",
-    "a file hc must keep (the audit log) could not be written",
+    "a file hc must keep (the audit log, an --output report, a --prometheus export) could not be written",
     "The message names the path and why (full or read-only disk, a link or special file at the path, "
-    "permissions); the actions were taken but not all were recorded there.",
+    "a FIFO nobody reads, permissions); the checks and actions happened and the verdict stands, but their "
+    "record is missing there.",
     action="fix-config",
 )
 

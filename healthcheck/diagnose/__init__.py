@@ -1,8 +1,14 @@
 """Diagnose a hung or failed distributed job: the odd rank, the failure class, the evidence.
 
 evidence.py  the typed evidence collectors fill (RankEvidence, JobEvidence)
-sources.py   saved files -> evidence (`hc diagnose logs`)
+sources.py   saved files -> evidence (`hc diagnose logs`); walk.py the bounded walk over them
 stacks.py    STAT-like grouping of the ranks' stacks
 classify.py  the ordered rules -> findings
 verdict.py   findings -> the Verdict (table, hc.diagnosis/1 JSON)
 """
+
+# The bounds of the live commands' numbers, shared by `hc diagnose job|hosts|pids` and the
+# per-node helper they start (`hc diagnose collect`, which gets --timeout passed on): here,
+# so the CLI reads them without importing the collector.
+MAX_PARALLEL = 4096  # as ssh.max_parallel: nodes, or ranks, at once
+MAX_TIMEOUT_S = 3600.0  # one node's collection

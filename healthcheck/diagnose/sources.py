@@ -1,8 +1,9 @@
 """Saved files -> JobEvidence (`hc diagnose logs DIR|FILE...`).
 
-The walk is bounded (MAX_FILES files, MAX_TOTAL_BYTES in all, MAX_DEPTH directories
-deep, MAX_FILE_BYTES a file); links are never followed out of the directory named, and
-nothing that is not a regular file is opened. Each file is sniffed by name and content:
+The files come from `walk.py`: a bounded walk that never enters /proc, /sys, /dev or
+any kernel pseudo file system, never follows a link out of the directory named, opens
+nothing but regular files and shows every name escaped. Each file is sniffed by name
+and content:
 
 * Flight Recorder dumps (`nccl_trace_rank_N`, pickle or JSON; rank from the name);
 * py-spy dumps, text or `--json` (rank from the name: `rank3`, `py-spy-3.json`; else
@@ -24,7 +25,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from healthcheck.diagnose.evidence import (
     TorchLogFile,
     Unreadable,
 )
+from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_log import parse_nccl_log
@@ -50,11 +51,6 @@ from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
-MiB = 1024 * 1024
-MAX_FILES = 20_000
-MAX_TOTAL_BYTES = 4096 * MiB
-MAX_FILE_BYTES = 256 * MiB
-MAX_DEPTH = 8
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
@@ -133,76 +129,6 @@ def rank_from_name(path: str) -> int | None:
         if m:
             return int(m.group(1))
     return None
-
-
-# ---------------------------------------------------------------- the walk
-
-
-def walk(paths: list[Path], unreadable: list[Unreadable]) -> list[Path]:
-    """The regular files under `paths`, bounded; what is skipped goes to `unreadable`."""
-    files: list[Path] = []
-    budget = [MAX_TOTAL_BYTES]
-
-    def take(p: Path, st: os.stat_result) -> bool:
-        if len(files) >= MAX_FILES:
-            unreadable.append(Unreadable(str(p), f"more than {MAX_FILES} files: the rest were not read"))
-            return False
-        if st.st_size > MAX_FILE_BYTES:
-            unreadable.append(Unreadable(str(p), f"{st.st_size} bytes, more than the {MAX_FILE_BYTES} read"))
-            return True
-        if st.st_size > budget[0]:
-            unreadable.append(Unreadable(str(p), f"over the {MAX_TOTAL_BYTES} bytes read in all"))
-            return True
-        budget[0] -= st.st_size
-        files.append(p)
-        return True
-
-    for top in paths:
-        try:
-            st = os.stat(top)
-        except OSError as exc:
-            raise HcError(f"{top}: cannot read: {exc.strerror or exc}") from None
-        if stat.S_ISREG(st.st_mode):
-            take(top, st)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            raise HcError(f"{top}: not a file or a directory")
-        root = os.path.realpath(top)
-        stack: list[tuple[Path, int]] = [(top, 0)]
-        while stack:
-            d, depth = stack.pop()
-            try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
-            except OSError as exc:
-                unreadable.append(Unreadable(str(d), f"cannot list: {exc.strerror or exc}"))
-                continue
-            subdirs = []
-            for e in entries:
-                p = Path(e.path)
-                try:
-                    if e.is_symlink():
-                        real = os.path.realpath(e.path)
-                        if os.path.commonpath([root, real]) != root:
-                            unreadable.append(Unreadable(str(p), "a link out of the directory: not followed"))
-                            continue
-                        if os.path.isdir(real):
-                            continue  # inside the tree: walked where it really is
-                    st = e.stat(follow_symlinks=True)
-                except (OSError, ValueError) as exc:
-                    unreadable.append(Unreadable(str(p), f"cannot stat: {getattr(exc, 'strerror', None) or exc}"))
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    if depth + 1 > MAX_DEPTH:
-                        unreadable.append(Unreadable(str(p), f"deeper than {MAX_DEPTH} directories: not read"))
-                    else:
-                        subdirs.append((p, depth + 1))
-                elif stat.S_ISREG(st.st_mode):
-                    if not take(p, st):
-                        return files
-                else:
-                    unreadable.append(Unreadable(str(p), "not a regular file"))
-            stack.extend(reversed(subdirs))
-    return files
 
 
 # ---------------------------------------------------------------- one file
@@ -301,14 +227,14 @@ def _kernel(source: str, text: str, out: list[KernelEvent]) -> bool:
 
 
 def read_one(path: Path, col: Collected, year: int) -> None:
-    """Sniff and parse one file into `col.evidence`."""
-    source = str(path)
+    """Sniff and parse one file into `col.evidence` (regular files only, never blocking)."""
     try:
         data = read_bounded(path, MAX_FILE_BYTES, what="log")
-    except HcError as exc:
-        col.evidence.unreadable.append(Unreadable(source, str(exc).removeprefix(f"{source}: ")))
+    except HcError as exc:  # its message starts with the path as Python holds it
+        why = str(exc).removeprefix(f"{os.fspath(path)}: ")
+        col.evidence.unreadable.append(Unreadable(shown(path), shown(why)))
         return
-    read_data(source, data, col, year)
+    read_data(shown(path), data, col, year)
 
 
 def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | None = None) -> None:
@@ -531,17 +457,22 @@ def _link_ranks(col: Collected) -> None:
             r.sources.append(source)
 
 
-def collect(paths: list[Path], *, now: _dt.datetime | None = None) -> Collected:
-    """Read DIR|FILE... into evidence. HcError (exit 4) only for a path that does not exist
-    or is not a file or directory; everything inside is judged, never raised."""
+def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Progress | None = None) -> Collected:
+    """Read DIR|FILE... into evidence. HcError (exit 4) only for a path that does not exist,
+    is not a file or directory, or is a kernel pseudo file system (/proc); everything
+    inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    ev = JobEvidence(job="logs: " + " ".join(str(p) for p in paths)[:500],
+    ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     col = Collected(evidence=ev)
-    files = walk(paths, ev.unreadable)
-    ev.inputs = len(files)
-    for f in files:
-        read_one(f, col, now.year)
+    found = walk(paths, progress=progress)
+    ev.unreadable.extend(found.unreadable())
+    ev.inputs = len(found.files)
+    for f, data in read_all(found.files, pseudo=found.pseudo, is_binary=_is_binary, progress=progress):
+        if isinstance(data, Skip):
+            ev.unreadable.append(Unreadable(f.name, str(data)))
+        else:
+            read_data(f.name, data, col, now.year)
     for err in ev.error_files:
         if err.rank is not None:
             ev.rank(err.rank)

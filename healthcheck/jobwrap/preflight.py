@@ -76,8 +76,12 @@ def check_launcher_env(env: Mapping[str, str]) -> list[Problem]:
     problems: list[Problem] = []
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
              "SLURM_LOCALID", "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "OMPI_COMM_WORLD_RANK",
-             "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
+             "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
     n = _int_vars(env, names, problems)
+    # every launcher's own rank inside its own world, with or without torch's variables
+    # (srun or mpirun alone runs one task per rank: a rank outside its world never meets)
+    for rank_name, world_name in _LAUNCHER_WORLDS:
+        problems += _rank_in_world(n, rank_name, world_name)
     torch_vars = [v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                   if v in env]
     if not torch_vars:
@@ -85,12 +89,9 @@ def check_launcher_env(env: Mapping[str, str]) -> list[Problem]:
     for have, need in (("RANK", "WORLD_SIZE"), ("WORLD_SIZE", "RANK")):
         if have in env and need not in env:
             problems.append(_fail(f"${have} is set but ${need} is not: torch.distributed's env:// needs both"))
+    problems += _rank_in_world(n, "RANK", "WORLD_SIZE")
     if "RANK" in n and "WORLD_SIZE" in n:
-        rank, world = n["RANK"], n["WORLD_SIZE"]
-        if world < 1:
-            problems.append(_fail("$WORLD_SIZE=0: a job needs at least one rank"))
-        elif rank >= world:
-            problems.append(_fail(f"$RANK={rank} is not below $WORLD_SIZE={world}"))
+        world = n["WORLD_SIZE"]
         if world > 1 or "MASTER_ADDR" in env or "MASTER_PORT" in env:
             for name in ("MASTER_ADDR", "MASTER_PORT"):
                 if not env.get(name, "").strip():
@@ -108,6 +109,20 @@ def check_launcher_env(env: Mapping[str, str]) -> list[Problem]:
         problems += _same_process(n, "Open MPI", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                                   "OMPI_COMM_WORLD_LOCAL_RANK"))
     return problems
+
+
+# (rank, world) of each launcher: Slurm's task, Open MPI's rank and its rank on the node
+_LAUNCHER_WORLDS = (("SLURM_PROCID", "SLURM_NTASKS"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"))
+
+
+def _rank_in_world(n: Mapping[str, int], rank_name: str, world_name: str) -> list[Problem]:
+    """FAIL where a world of that name is empty or the rank is not inside it."""
+    if world_name in n and n[world_name] < 1:
+        return [_fail(f"${world_name}=0: a job needs at least one rank")]
+    if rank_name in n and world_name in n and n[rank_name] >= n[world_name]:
+        return [_fail(f"${rank_name}={n[rank_name]} is not below ${world_name}={n[world_name]}")]
+    return []
 
 
 def _same_process(n: Mapping[str, int], who: str, names: tuple[str, str, str]) -> list[Problem]:

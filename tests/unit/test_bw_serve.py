@@ -112,13 +112,20 @@ def test_one_worker_serves_many_tests_with_its_rank_changing_and_frees_the_port(
     (json.dumps({"id": "u", "rank": 0, "world_size": 2, "master_addr": "h", "master_port": 1, "sizes": [1],
                  "extra": 1}).encode(), "unknown field"),
     (b"{" + b" " * (70 * 1024) + b"}", "longer than"),
+    # invalid UTF-8 inside a JSON string (msgspec raises UnicodeDecodeError there, not its
+    # DecodeError) and as bare bytes: a refusal, never the worker's end (issue 18, D.15)
+    (b'{"id": "b", "rank": 0, "world_size": 1, "master_addr": "h\xff\xfe", "master_port": 1, "sizes": [1]}',
+     "not UTF-8"),
+    (b'{"id": "\xc3(", "rank": 0, "world_size": 1, "master_addr": "h", "master_port": 1, "sizes": [1]}',
+     "not UTF-8"),
+    (b"\xff\xfe\x00garbage", "not UTF-8"),
 ])
 def test_a_bad_request_is_refused_with_exit_4_and_the_worker_serves_on(workers, line, why):
     (a,) = workers(1)
     a.send(line)
     reply = a.read()
     assert reply["exit"] == 4 and why in reply["error"], reply
-    assert reply["id"] in ("", "r", "c", "p", "x", "u")
+    assert reply["id"] in ("", "r", "c", "p", "x", "u", "b")
     a.send(request("alone", 0, _free_port(), sizes=[4096]) | {"world_size": 1})
     reply = a.read()
     assert (reply["id"], reply["exit"]) == ("alone", 0), reply

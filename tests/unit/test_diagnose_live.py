@@ -228,6 +228,40 @@ def test_job_without_slurm(tmp_path):
     assert r.returncode == 4 and b"not found" in r.stderr and b"Traceback" not in r.stderr
 
 
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie not yet reaped counts: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_job_with_a_hung_scontrol_ends_within_its_timeout_and_leaves_nothing(tmp_path):
+    """`--timeout` bounds the Slurm query too: with Slurm's defaults (15 s per call, 3
+    attempts) a hung scontrol held `hc diagnose job --timeout 2` 47 s (issue 18, D.12)."""
+    pids = tmp_path / "scontrol.pids"
+    cfg = fake_slurm(tmp_path, "JobId=7 JobName=t JobState=FAILED NodeList=node1")
+    cfg.write_text(cfg.read_text().replace("  retries: 1\n", ""))  # the defaults: 3 attempts of 15 s
+    start = time.monotonic()
+    assert run_hc("diagnose", "job", "7", "--config", str(cfg), "--timeout", "2").returncode == 3
+    baseline = time.monotonic() - start  # hc's own start and a prompt answer
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 1000\n")
+    start = time.monotonic()
+    r = run_hc("diagnose", "job", "7", "--config", str(cfg), "--timeout", "2", timeout=120)
+    elapsed = time.monotonic() - start - baseline
+    assert r.returncode == 3 and b"Traceback" not in r.stderr, r.stderr
+    assert "Slurm did not answer" in r.stdout.decode() and "timed out" in r.stdout.decode()
+    assert elapsed < 3 * 2, elapsed  # the retry budget would be 45 s and more
+    started = [int(p) for p in pids.read_text().split()]
+    assert started
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in started), started
+
+
 def test_job_with_a_node_that_does_not_answer(tmp_path):
     """node1 answers with a real collection (stop-torchrun's), node2 hangs past the bound,
     node3's step fails: a verdict within the bound naming the silent nodes, never a hang."""

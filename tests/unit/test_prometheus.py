@@ -406,15 +406,24 @@ def test_hc_node_local_writes_the_textfile(tmp_path):
     assert os.listdir(out) == ["hc-node.prom"]
 
 
-def test_hc_node_with_an_unusable_textfile_directory_is_one_line_and_exit_4(tmp_path):
+def test_hc_node_with_an_unusable_textfile_directory_is_one_line_and_exit_4_or_a_warning_after_the_run(tmp_path):
     r = run_hc("node", "--local", "--prometheus", str(tmp_path / "missing"))
     assert r.returncode == 4 and r.stderr.decode().count("\n") == 1 and b"does not exist" in r.stderr
     assert r.stdout == b""  # refused before any check ran
     (tmp_path / "hc-node.prom").symlink_to(tmp_path / "elsewhere")
     r = run_hc("node", "--local", "--prometheus", str(tmp_path), "--format", "json")
-    # the checks ran and their report is shown; the lost export still makes the run exit 4
-    assert r.returncode == 4 and json.loads(r.stdout)["nodes"] and b"symbolic link" in r.stderr
-    assert b"Traceback" not in r.stderr and not (tmp_path / "elsewhere").exists()
+    # the checks ran and their report is shown; the lost export is a warning and hc.E008,
+    # so the run never exits 0 (ERROR, 3) and a FAIL keeps its 2 (issue 18, B.7: it was 4)
+    report = json.loads(r.stdout)
+    assert r.returncode == 3 and report["nodes"] and b"symbolic link" in r.stderr
+    assert [f["id"] for f in report["run_findings"]] == ["hc.E008"] and b"--prometheus" in r.stderr
+    assert b"Traceback" not in r.stderr and b"hc: error" not in r.stderr and not (tmp_path / "elsewhere").exists()
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "t.yaml").write_text("net:\n  interfaces:\n    lo: {mtu: 1500}\n")  # lo FAILs
+    (tmp_path / "hc.yaml").write_text("default_fabric: t\n")
+    r = run_hc("node", "--local", "--config", str(tmp_path / "hc.yaml"), "--prometheus", str(tmp_path),
+               env={"HC_NODE_NAME": "gpu017"})
+    assert r.returncode == 2 and b"symbolic link" in r.stderr and b"hc.E008" in r.stdout
 
 
 def test_sweep_exports_from_the_config(tmp_path):

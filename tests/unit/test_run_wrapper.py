@@ -111,6 +111,19 @@ def test_log_dir_is_created_private_and_a_link_is_refused(tmp_path):
     assert r.returncode == 4 and len(stderr_lines(r)) == 1 and "symbolic link" in r.stderr.decode()
 
 
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_log_dir_is_a_usage_error_and_nothing_is_written_here(tmp_path, value):
+    # Path("") is ".": --log-dir '' wrote the NCCL files and manifests into the current directory
+    marker = tmp_path / "ran"
+    here = tmp_path / "cwd"
+    here.mkdir()
+    r = run_hc("run", "--log-dir", value, "--no-preflight", "--", "touch", str(marker), cwd=str(here))
+    assert r.returncode == 4, r.stderr
+    errors = [ln for ln in stderr_lines(r) if ln.startswith("hc: error:")]
+    assert len(errors) == 1 and "--log-dir" in errors[0] and "Traceback" not in r.stderr.decode()
+    assert not marker.exists() and list(here.iterdir()) == []
+
+
 def test_the_manifest_records_rank_host_pid_command_and_what_was_set(tmp_path):
     prog = "import os; print(os.getpid())"
     r = hc_run(tmp_path, "--no-preflight", "--", PY, "-c", prog, "x y",
@@ -163,6 +176,17 @@ BROKEN = [
       "SLURM_NTASKS": "4"}, "$RANK=2 but SLURM says $SLURM_PROCID=3"),
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1", "OMPI_COMM_WORLD_RANK": "1",
       "OMPI_COMM_WORLD_SIZE": "4"}, "$WORLD_SIZE=2 but Open MPI says $OMPI_COMM_WORLD_SIZE=4"),
+    # srun or mpirun alone, with no torch variable: a rank outside its world is the same
+    # FAIL as RANK >= WORLD_SIZE (it only warned, through the straggler test; issue 18, D.16)
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "2"}, "$SLURM_PROCID=5 is not below $SLURM_NTASKS=2"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "0"}, "$SLURM_NTASKS=0"),
+    ({"SLURM_PROCID": "2", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"}, "$SLURM_PROCID=2 is not below $SLURM_NTASKS=2"),
+    ({"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"},
+     "$OMPI_COMM_WORLD_RANK=4 is not below $OMPI_COMM_WORLD_SIZE=4"),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "$OMPI_COMM_WORLD_LOCAL_RANK=3 is not below $OMPI_COMM_WORLD_LOCAL_SIZE=2"),
+    ({**TORCHRUN, "SLURM_PROCID": "3", "SLURM_NTASKS": "2", "SLURM_NNODES": "2"},
+     "$SLURM_PROCID=3 is not below $SLURM_NTASKS=2"),
 ]
 
 
@@ -171,8 +195,10 @@ def test_each_broken_launcher_environment_is_named(env, expected):
     assert any(expected in m for m in fails(env)), fails(env)
 
 
-@pytest.mark.parametrize("env,expected", [BROKEN[0], BROKEN[2], BROKEN[5], BROKEN[7], BROKEN[9]],
-                         ids=["rank-alone", "rank-too-big", "no-master-addr", "local-rank", "slurm-disagrees"])
+@pytest.mark.parametrize("env,expected", [BROKEN[0], BROKEN[2], BROKEN[5], BROKEN[7], BROKEN[9], BROKEN[11],
+                                          BROKEN[14]],
+                         ids=["rank-alone", "rank-too-big", "no-master-addr", "local-rank", "slurm-disagrees",
+                              "slurm-rank-too-big", "ompi-rank-too-big"])
 def test_a_broken_launcher_environment_stops_the_job_with_exit_2_and_one_line(tmp_path, env, expected):
     marker = tmp_path / "ran"
     r = hc_run(tmp_path, "--", "touch", str(marker), env=env)

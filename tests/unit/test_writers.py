@@ -295,14 +295,62 @@ def one_error_line(stderr: bytes) -> str:
     return lines[0]
 
 
+def one_warning_line(stderr: bytes) -> str:
+    text = stderr.decode()
+    assert "hc: error:" not in text and "Traceback" not in text, text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("hc: warning:")]
+    return line
+
+
 @root_only
-def test_output_to_a_full_device_is_one_line_and_exit_4(tmp_path):
+def test_output_to_a_full_device_keeps_a_fails_exit_2_and_says_so(tmp_path, validate_report):
+    # the verdict's exit code wins: a FAIL whose -o is lost exited 4 (issue 18, B.7)
     full = chardev(tmp_path, "full", FULL)
-    r = hc_local(tmp_path, "--output", str(full))
-    assert r.returncode == 4, r.stderr
-    assert "No space left on device" in one_error_line(r.stderr)
-    assert b"PASS: 1 node" in r.stdout  # the checks ran: their result is still shown
+    r = hc_local(tmp_path, "--output", str(full), mtu=1500)
+    assert r.returncode == 2, r.stderr
+    assert "No space left on device" in one_warning_line(r.stderr)
+    assert b"hc.E008" in r.stdout and b"FAIL" in r.stdout  # the run finding, in the table shown
+    r = hc_local(tmp_path, "--output", str(full), "--format", "json", mtu=1500)
+    assert r.returncode == 2, r.stderr
+    report = validate_report(r.stdout)
+    assert report["status"] == "FAIL"
+    (lost,) = [f for f in report["run_findings"] if f["id"] == "hc.E008"]
+    assert lost["status"] == "ERROR" and str(full) in lost["message"] and "No space left" in lost["message"]
     assert_chardev(full, FULL)
+
+
+@root_only
+def test_output_to_a_full_device_on_a_pass_is_error_exit_3(tmp_path, validate_report):
+    # never 0: the report that was asked for is lost; ERROR (3), as a lost audit record is
+    full = chardev(tmp_path, "full", FULL)
+    r = hc_local(tmp_path, "--output", str(full), "--format", "json")
+    assert r.returncode == 3, r.stderr
+    assert "No space left on device" in one_warning_line(r.stderr)
+    report = validate_report(r.stdout)  # the checks ran: their result is still shown
+    assert report["status"] == "ERROR" and report["nodes"][0]["status"] == "PASS"
+    assert [f["id"] for f in report["run_findings"]] == ["hc.E008"]
+    assert_chardev(full, FULL)
+
+
+@root_only
+def test_a_sweep_that_drains_a_failing_node_exits_2_when_its_output_is_lost(tmp_path, validate_report):
+    from support import srun_stand_in, write_stub
+
+    bin_dir = Path(srun_stand_in(tmp_path))
+    sinfo = "\\n".join(f"n{i}|idle|Unknown|none" for i in range(1, 31))
+    write_stub(bin_dir, "sinfo", f'printf "{sinfo}\\n"\n')
+    calls = tmp_path / "scontrol.calls"
+    write_stub(bin_dir, "scontrol", f'echo "$@" >> {calls}\nexit 0\n')
+    cfg = node_config(tmp_path, mtu=1500)
+    cfg.write_text(f"default_fabric: t\nslurm:\n  audit_log: {tmp_path}/audit.jsonl\nhistory: {{path: null}}\n")
+    full = chardev(tmp_path, "full", FULL)
+    r = run_hc("sweep", "--via", "slurm", "--nodes", "n1", "--tier", "quick", "--act", "--config", str(cfg),
+               "--format", "json", "--output", str(full), env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert r.returncode == 2, r.stderr
+    report = validate_report(r.stdout)
+    assert [a["action"] for a in report["actions"]] == ["drain"] and "state=drain" in calls.read_text()
+    assert [f["id"] for f in report["run_findings"]] == ["hc.E008"]
+    assert "No space left on device" in one_warning_line(r.stderr)
 
 
 @root_only
@@ -321,6 +369,7 @@ def test_output_to_a_symlink_is_refused(tmp_path):
     r = hc_local(tmp_path, "--output", str(link))
     assert r.returncode == 4 and "symbolic link" in one_error_line(r.stderr)
     assert os.path.islink(link) and target.read_text() == "precious"
+    assert r.stdout == b""  # refused before the run: it could never be written
 
 
 def test_output_to_a_fifo_reaches_its_reader(tmp_path, validate_report):
@@ -339,6 +388,7 @@ def test_output_to_a_directory_is_refused(tmp_path):
     directory.mkdir()
     r = hc_local(tmp_path, "--output", str(directory))
     assert r.returncode == 4 and b"directory" in r.stderr and directory.is_dir()
+    assert r.stdout == b""
 
 
 def test_output_to_a_descriptor_alias_goes_to_stdout(tmp_path):
