@@ -25,10 +25,10 @@ def report() -> None:
 
 def _read(path: Path) -> Report:
     """A report from a file, or from stdin for '-'."""
-    from healthcheck.report.jsonio import decode, read_report
+    from healthcheck.report.jsonio import read_report, read_stdin_report
 
     if str(path) == "-":
-        return decode(sys.stdin.buffer.read(), "stdin")
+        return read_stdin_report(sys.stdin.buffer)
     return read_report(path)
 
 
