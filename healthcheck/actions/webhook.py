@@ -1,7 +1,8 @@
 """Delivering ticket records to a webhook: POST each as JSON, retry, and never lose one.
 
 An action with side effects outside hc (a ticketing system), so it lives with the
-Slurm actions and is audited like them: one audit line per record delivered or kept.
+Slurm actions and is audited like them: one audit line per record delivered, kept or
+rejected (`outcome`), saying why a record kept was not sent.
 
 - Each record is one POST (`Content-Type: application/json`, the record as the body),
   with `Idempotency-Key: <fingerprint>:<state>:<episode>` so the receiver can drop a
@@ -9,14 +10,22 @@ Slurm actions and is audited like them: one audit line per record delivered or k
   configured header.
 - Transient failures (no connection, a connection closed, a timeout, HTTP 408, 425,
   429 and 5xx) are retried with exponential backoff and jitter, up to `attempts` per
-  record and `max_total_s` for the whole delivery; any other answer (3xx: redirects are
-  never followed, the token must not go elsewhere; 4xx) is final at once. Each attempt
-  has a hard deadline: the request runs in a daemon thread, abandoned at `timeout_s`
-  (a server that trickles its answer a byte at a time would defeat a socket timeout).
+  record and `max_total_s` for the whole delivery; any other answer is final at once.
+  Each attempt has a hard deadline: the request runs in a daemon thread, abandoned at
+  `timeout_s` (a server that trickles its answer a byte at a time would defeat a
+  socket timeout).
 - The first record that cannot be delivered stops the delivery: it and every later
   record are kept in the spool (a directory under hc's state dir, one file per record,
   written atomically) in order, and the next delivery sends the spool first. Stopping
-  keeps the order: a ticket is never closed before it was opened.
+  keeps the order: a ticket is never closed before it was opened. An answer about hc's
+  configuration rather than the record (a redirect: never followed, the token must not
+  go elsewhere; 401, 403, 404, 405, 407, 410: CONFIG_STATUS) stops it the same way, as
+  a configuration error (the command exits 4): no record can get through until the URL
+  or token is fixed, so none is set aside.
+- A record the receiver refuses for good (400, 409, 422, any other 4xx) is set aside in
+  `rejected/` with its place in the queue, so it holds back nothing; it is not
+  delivered (never in the ledger), a later delivery of the same record does not send it
+  again, and `resend_rejected` moves it back into the spool at its place.
 - A ledger of delivered keys (`delivered`, the newest LEDGER_KEEP) makes a record that
   was delivered once never sent again (the same run's tickets twice, a spooled record
   that was also delivered by a later run).
@@ -59,9 +68,14 @@ BACKOFF_MAX_S = 60.0  # the longest wait between two attempts
 LOCK_NAME = "lock"
 LEDGER_NAME = "delivered"
 _ENTRY_RE = re.compile(r"^(\d{20})-([0-9a-f]{32})\.json$")
+_REJECTED_RE = re.compile(r"^([0-9a-f]{32})\.json$")
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
 _RESERVED_HEADERS = {"content-type", "content-length", "idempotency-key", "host", "transfer-encoding", "connection"}
 _RETRY_STATUS = {408, 425, 429}
+# Answers about the URL or the token, not about the record: Unauthorized, Forbidden, Not
+# Found, Method Not Allowed, Proxy Authentication Required, Gone (and every redirect).
+CONFIG_STATUS = frozenset({401, 403, 404, 405, 407, 410})
+REJECTED_DIR = "rejected"
 
 
 class WebhookError(HcError):
@@ -183,6 +197,15 @@ class Attempt:
     status: int | None  # the HTTP status, None where no answer came
     message: str  # what happened, for people: never the token, never the URL's path
     retry_after: float | None = None
+    # the answer says hc is configured wrong (a redirect, 401, 403, 404, 405, 407, 410): no
+    # record can get through until someone fixes the URL or the token, so none is set aside
+    configuration: bool = False
+
+    @property
+    def refused(self) -> bool:
+        """The receiver refused this one record for good (400, 409, 422, ...): set it aside."""
+        return (not self.ok and not self.retryable and not self.configuration and self.status is not None
+                and 400 <= self.status < 500)
 
 
 def _snippet(body: bytes) -> str:
@@ -203,13 +226,26 @@ def _retry_after(value: str | None) -> float | None:
     return seconds if 0 <= seconds <= 86_400 else None
 
 
+def _status_text(status: int) -> str:
+    """"HTTP 404 Not Found": the number, and its standard name where it has one."""
+    import http
+
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
 def _answer(status: int, body: bytes, retry_after: str | None) -> Attempt:
     if 200 <= status < 300:
         return Attempt(True, False, status, f"HTTP {status}")
     said = _snippet(body)
-    message = f"HTTP {status}" + (f": {said}" if said else "")
+    message = _status_text(status) + (f": {said}" if said else "")
     if 300 <= status < 400:
-        return Attempt(False, False, status, f"{message} (a redirect: not followed, the token stays with this URL)")
+        return Attempt(False, False, status, f"{message} (a redirect: not followed, the token stays with this URL)",
+                       configuration=True)
+    if status in CONFIG_STATUS:
+        return Attempt(False, False, status, message, configuration=True)
     return Attempt(False, status in _RETRY_STATUS or status >= 500, status, message, _retry_after(retry_after))
 
 
@@ -333,7 +369,7 @@ class Spool:
     # -- entries
 
     @staticmethod
-    def _hash(key: str) -> str:
+    def key_hash(key: str) -> str:
         return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
     def _names(self) -> list[str]:
@@ -354,7 +390,7 @@ class Spool:
             try:
                 doc = json.loads(read_bounded(path, SPOOL_ENTRY_MAX, what="spooled ticket"))
                 key, body = doc["key"], doc["body"]
-                if not isinstance(key, str) or not isinstance(body, str) or self._hash(key) != _ENTRY_RE.match(
+                if not isinstance(key, str) or not isinstance(body, str) or self.key_hash(key) != _ENTRY_RE.match(
                         name).group(2):  # type: ignore[union-attr]
                     raise ValueError("key or body missing, or not the file's key")
             except (HcError, ValueError, KeyError, TypeError) as exc:
@@ -373,7 +409,7 @@ class Spool:
 
         from healthcheck.core.atomic import write_atomic
 
-        digest = self._hash(key)
+        digest = self.key_hash(key)
         if digest in waiting:
             return waiting[digest]
         path = self.dir / f"{sequence:020d}-{digest}.json"
@@ -383,20 +419,75 @@ class Spool:
         waiting[digest] = path
         return path
 
-    def reject(self, key: str, body: bytes, why: str) -> Path:
+    # -- records the receiver refused for good
+
+    @property
+    def rejected_dir(self) -> Path:
+        return self.dir / REJECTED_DIR
+
+    def rejected(self) -> set[str]:
+        """Key hashes of the records set aside in rejected/ (never delivered: not in the ledger)."""
+        try:
+            names = os.listdir(self.rejected_dir)
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise self._fail(f"cannot list {REJECTED_DIR}/: {exc.strerror or exc}") from None
+        return {m.group(1) for n in names if (m := _REJECTED_RE.match(n))}
+
+    def reject(self, key: str, body: bytes, why: str, sequence: int) -> Path:
         """Set aside a record the receiver refused for good: kept (never lost) in rejected/,
-        never sent again, so it cannot hold back the records queued behind it."""
+        with its place in the queue (`sequence`) for `resend_rejected`, so it cannot hold back
+        the records queued behind it. It is not delivered: its key stays out of the ledger."""
         import json
 
         from healthcheck.core.atomic import write_atomic
 
-        folder = self.dir / "rejected"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        path = folder / f"{self._hash(key)}.json"
-        doc = {"key": key, "body": body.decode("utf-8", "surrogateescape"), "why": why,
+        self.rejected_dir.mkdir(mode=0o700, exist_ok=True)
+        path = self.rejected_dir / f"{self.key_hash(key)}.json"
+        doc = {"key": key, "body": body.decode("utf-8", "surrogateescape"), "why": why, "sequence": sequence,
                "rejected_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         write_atomic(path, (json.dumps(doc, ensure_ascii=True) + "\n").encode(), mode=0o600)
         return path
+
+    def unreject(self, key: str) -> None:
+        """Drop a set-aside copy of a record that has now been delivered (from the spool)."""
+        try:
+            (self.rejected_dir / f"{self.key_hash(key)}.json").unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.problems.append(f"{self.rejected_dir}: a delivered record's rejected copy stays: "
+                                 f"{exc.strerror or exc}")
+
+    def requeue_rejected(self, waiting: dict[str, Path]) -> int:
+        """Move every record of rejected/ back into the queue at its old place (under the lock),
+        and out of the ledger, where an older hc wrote the keys it had refused; returns how many."""
+        import json
+
+        from healthcheck.core.inputs import read_bounded
+
+        moved: list[str] = []
+        for digest in sorted(self.rejected()):
+            path = self.rejected_dir / f"{digest}.json"
+            try:
+                doc = json.loads(read_bounded(path, SPOOL_ENTRY_MAX, what="rejected ticket"))
+                key, body, sequence = doc["key"], doc["body"], doc.get("sequence")
+                if not isinstance(key, str) or not isinstance(body, str) or self.key_hash(key) != digest:
+                    raise ValueError("key or body missing, or not the file's key")
+                if not isinstance(sequence, int) or not 0 <= sequence < 10**20:
+                    sequence = os.stat(path).st_mtime_ns  # set aside by an older hc: in the order refused
+            except (HcError, ValueError, KeyError, TypeError, OSError) as exc:
+                self.problems.append(f"{path}: not sent again, left in place: {exc}")
+                continue
+            self.add(key, body.encode("utf-8", "surrogateescape"), sequence, waiting=waiting)
+            moved.append(key)
+            try:
+                path.unlink()  # after the spool holds it; a copy left is dropped once it is delivered
+            except OSError as exc:
+                self.problems.append(f"{path}: queued again, but cannot remove it: {exc.strerror or exc}")
+        self.forget(moved)
+        return len(moved)
 
     def remove(self, entry: SpoolEntry) -> None:
         try:
@@ -432,6 +523,24 @@ class Spool:
 
         append(self.dir / LEDGER_NAME, "".join(k + "\n" for k in keys).encode("utf-8", "surrogateescape"), mode=0o600)
 
+    def forget(self, keys: Iterable[str]) -> None:
+        """Take keys out of the ledger (under the lock): records that were never delivered."""
+        from healthcheck.core.atomic import write_atomic
+        from healthcheck.core.inputs import InputNotFound, read_bounded
+
+        gone = set(keys)
+        path = self.dir / LEDGER_NAME
+        if not gone:
+            return
+        try:
+            lines = read_bounded(path, LEDGER_MAX_BYTES, what="ledger of delivered tickets").decode(
+                "utf-8", "surrogateescape").splitlines()
+        except InputNotFound:
+            return
+        kept = [k for k in lines if k not in gone]
+        if len(kept) != len(lines):
+            write_atomic(path, "".join(k + "\n" for k in kept).encode("utf-8", "surrogateescape"), mode=0o600)
+
 
 # -------------------------------------------------------------------- the delivery
 
@@ -445,10 +554,13 @@ class Delivery:
     from_spool: int = 0  # of those, records earlier deliveries had kept
     duplicates: int = 0  # records delivered before (same key): not sent again
     spooled: int = 0  # this run's records kept for the next delivery
-    rejected: int = 0  # records the receiver refused for good (4xx): set aside, never resent
+    rejected: int = 0  # records the receiver refused for good (400, 409, 422...): set aside in rejected/
+    rejected_before: int = 0  # this run's records an earlier delivery set aside: not sent (--resend-rejected)
+    resent: int = 0  # records moved back from rejected/ into the queue (--resend-rejected)
     waiting: int = 0  # records in the spool after this delivery
     attempts: int = 0  # POSTs tried
     failure: str | None = None
+    configuration: bool = False  # the failure is an answer about hc's URL or token (exit 4)
     messages: list[str] = field(default_factory=list)  # warnings for stderr
 
     @property
@@ -489,150 +601,243 @@ def _send(target: WebhookTarget, key: str, body: bytes, deadline: float, clock: 
     return last, made
 
 
-def _audit_entry(target: WebhookTarget, ticket: dict[str, Any] | None, key: str, ok: bool, attempt: Attempt | None,
-                 made: int, kept: str | None) -> dict[str, Any]:
-    ticket = ticket or {}
-    return {
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "action": "ticket", "ok": ok, "url": shown_url(target.url), "key": key,
-        "state": ticket.get("state"), "id": ticket.get("id"), "node": ticket.get("nodes"),
-        "report_id": ticket.get("run_id"), "http_status": attempt.status if attempt else None,
-        "attempts": made, "message": attempt.message if attempt else "already delivered", "spooled": kept,
-    }
-
-
-def _fields(body: bytes) -> dict[str, Any] | None:
+def _fields(body: bytes) -> dict[str, Any]:
     import json
 
     try:
         doc = json.loads(body)
     except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _tries(made: int) -> str:
+    return f"after {made} attempt{'s' if made != 1 else ''}" if made else "before any attempt"
+
+
+@dataclass
+class _Queued:
+    """One record on its way: from the spool (`entry`) or from this run (`index` in its records)."""
+
+    entry: SpoolEntry | None
+    index: int
+    key: str
+    body: bytes
+
+    @property
+    def sequence(self) -> int | None:
+        """Its place in the spool's order, where it has one already."""
+        if self.entry is None:
+            return None
+        m = _ENTRY_RE.match(self.entry.path.name)
+        return int(m.group(1)) if m else None
+
+
+class _Delivering:
+    """One delivery under the spool's lock: sends in order, keeps, sets aside, audits."""
+
+    def __init__(self, target: WebhookTarget, spool: Spool, audit: AuditLog | None, clock: _Clock,
+                 out: Delivery) -> None:
+        self.target, self.spool, self.audit, self.clock, self.out = target, spool, audit, clock, out
+        self.base = time.time_ns()
+        self.waiting = spool.waiting()
+        self.rejected = spool.rejected()
+        # the ledger is written in batches (one fsync each), and a delivered spool file is removed
+        # only after its key is in the ledger: a crash in between re-sends, with the same key
+        self.marked: list[str] = []
+        self.sent_entries: list[SpoolEntry] = []
+        self.done: set[str] = set()
+        self.deadline = 0.0
+
+    # -- what is written
+
+    def audit_line(self, item: _Queued, outcome: str, attempt: Attempt | None, made: int, where: str | None,
+                   message: str) -> None:
+        """One line per record delivered, kept or set aside: `outcome` says which, and
+        `message` what happened (for a record kept unsent, why it was not sent)."""
+        if self.audit is None:
+            return
+        ticket = _fields(item.body)
+        entry = {
+            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "action": "ticket", "outcome": outcome, "ok": outcome == "delivered", "url": shown_url(self.target.url),
+            "key": item.key, "state": ticket.get("state"), "id": ticket.get("id"), "node": ticket.get("nodes"),
+            "report_id": ticket.get("run_id"), "http_status": attempt.status if attempt else None,
+            "attempts": made, "message": message, "spooled": where if outcome == "kept" else None,
+            "rejected": where if outcome == "rejected" else None,
+        }
+        try:
+            self.audit.append(entry)
+        except OSError as exc:
+            if not self.out.messages or "audit log" not in self.out.messages[-1]:
+                self.out.messages.append(f"audit log {self.audit.path} not written: {exc.strerror or exc}")
+
+    def keep(self, item: _Queued) -> str:
+        """This run's record, into the spool for the next delivery (a spooled one stays where it is)."""
+        if item.entry is not None:
+            return str(item.entry.path)
+        path = self.spool.add(item.key, item.body, self.base + item.index, waiting=self.waiting)
+        self.out.spooled += 1
+        return str(path)
+
+    def settle(self) -> None:
+        if self.marked:
+            try:
+                self.spool.mark_delivered(self.marked)
+            except HcError as exc:  # the receiver has them; a resend would carry the same Idempotency-Key
+                self.out.messages.append(f"ledger of delivered tickets not written: {exc}")
+            self.marked.clear()
+        for sent in self.sent_entries:
+            self.spool.remove(sent)
+        self.sent_entries.clear()
+
+    # -- one record
+
+    def skipped(self, item: _Queued) -> bool:
+        """Whether `item` is not to be sent: delivered before, or (this run's) set aside before."""
+        digest = Spool.key_hash(item.key)
+        if item.entry is None and digest in self.rejected:
+            # refused for good earlier (an older hc may have put its key in the ledger too: it
+            # was never delivered, and is not counted as such)
+            self.out.rejected_before += 1
+            return True
+        if item.key in self.done:
+            if item.entry is None:
+                self.out.duplicates += 1
+            else:
+                self.spool.remove(item.entry)
+            return True
+        return False
+
+    def handle(self, item: _Queued) -> None:
+        if self.skipped(item):
+            return
+        if self.out.failure is not None:  # stopped: keep the rest, in order
+            if item.entry is None:
+                self.audit_line(item, "kept", None, 0, self.keep(item),
+                                f"not sent: the delivery stopped at an earlier record ({self.out.failure})")
+            return
+        attempt, made = _send(self.target, item.key, item.body, self.deadline, self.clock, self.out)
+        if attempt.ok:
+            self.delivered(item, attempt, made)
+        elif attempt.refused:
+            self.set_aside(item, attempt, made)
+        else:
+            self.stop(item, attempt, made)
+
+    def delivered(self, item: _Queued, attempt: Attempt, made: int) -> None:
+        self.done.add(item.key)
+        self.marked.append(item.key)
+        self.out.delivered += 1
+        if item.entry is not None:
+            self.out.from_spool += 1
+            self.sent_entries.append(item.entry)
+            if Spool.key_hash(item.key) in self.rejected:  # queued again by --resend-rejected, copy left
+                self.spool.unreject(item.key)
+        self.audit_line(item, "delivered", attempt, made, None, attempt.message)
+        if len(self.marked) >= LEDGER_BATCH:
+            self.settle()
+
+    def set_aside(self, item: _Queued, attempt: Attempt, made: int) -> None:
+        """Refused for good: resending it first on every run would block every record behind it."""
+        why = f"{attempt.message} ({_tries(made)})"
+        sequence = item.sequence if item.sequence is not None else self.base + max(item.index, 0)
+        try:
+            aside = str(self.spool.reject(item.key, item.body, why, sequence))
+        except (OSError, HcError) as exc:
+            self.out.messages.append(f"rejected record {item.key} not set aside: {exc}")
+            self.stop(item, attempt, made)  # kept in the spool instead: never lost
+            return
+        self.rejected.add(Spool.key_hash(item.key))  # the same key later in this queue is not sent again
+        self.out.rejected += 1
+        if item.entry is not None:
+            self.spool.remove(item.entry)
+        self.audit_line(item, "rejected", attempt, made, aside, f"refused by the receiver: {why}")
+
+    def stop(self, item: _Queued, attempt: Attempt, made: int) -> None:
+        if attempt.configuration:
+            self.out.configuration = True
+            self.out.failure = (f"{shown_url(self.target.url)} answered {attempt.message} ({_tries(made)}): the "
+                                "webhook URL or its token is wrong (--webhook or tickets.webhook_url; --token-file "
+                                "or tickets.token_file); nothing was set aside")
+        else:
+            self.out.failure = f"{attempt.message} ({_tries(made)})"
+        self.audit_line(item, "kept", attempt, made, self.keep(item), attempt.message)
+
+    # -- the whole delivery
+
+    def run(self, records: list[tuple[str, bytes]], resend_rejected: bool) -> None:
+        if resend_rejected:
+            self.out.resent = self.spool.requeue_rejected(self.waiting)
+            self.rejected = self.spool.rejected()  # what could not be moved (said in problems)
+        self.done = self.spool.delivered(compact=True)
+        self.deadline = self.clock.now() + self.target.max_total_s
+        queue = [_Queued(e, -1, e.key, e.body) for e in self.spool.entries()]
+        queue += [_Queued(None, i, key, body) for i, (key, body) in enumerate(records)]
+        for item in queue:
+            self.handle(item)
+
+    def locked_out(self, records: list[tuple[str, bytes]], resend_rejected: bool) -> None:
+        """Another delivery holds the spool: keep this run's records for the next one, send nothing."""
+        self.out.failure = f"another hc is delivering from {self.spool.dir}: records kept there for the next delivery"
+        if resend_rejected:
+            self.out.failure += f"; the records in {self.spool.rejected_dir} were not queued again"
+        self.done = self.spool.delivered()
+        for i, (key, body) in enumerate(records):
+            item = _Queued(None, i, key, body)
+            if not self.skipped(item):
+                self.keep(item)
 
 
 def deliver(tickets: Iterable[Ticket], target: WebhookTarget, spool: Spool, *, audit: AuditLog | None = None,
-            sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> Delivery:
+            resend_rejected: bool = False, sleep: Callable[[float], None] = time.sleep,
+            now: Callable[[], float] = time.monotonic) -> Delivery:
     """Send what the spool holds, then `tickets`, in order; keep in the spool whatever is not delivered.
 
+    resend_rejected: first move the records set aside in rejected/ back into the spool, at
+    their places, and send them with the rest.
     WebhookError (exit 4) before anything is sent where the spool cannot be used.
     """
     from healthcheck.report.tickets import encode_line
 
-    clock = _Clock(sleep, now)
     out = Delivery(url=shown_url(target.url))
     spool.prepare()
     records = [(t.key, encode_line(t).rstrip(b"\n")) for t in tickets]
-    base = time.time_ns()
-    waiting = spool.waiting()
-
-    def audit_line(entry: dict[str, Any]) -> None:
-        if audit is None:
-            return
-        try:
-            audit.append(entry)
-        except OSError as exc:
-            if not out.messages or "audit log" not in out.messages[-1]:
-                out.messages.append(f"audit log {audit.path} not written: {exc.strerror or exc}")
-
-    def keep(index: int, key: str, body: bytes) -> str:
-        path = spool.add(key, body, base + index, waiting=waiting)
-        out.spooled += 1
-        return str(path)
-
+    run = _Delivering(target, spool, audit, _Clock(sleep, now), out)
     if not spool.try_lock():
-        out.failure = f"another hc is delivering from {spool.dir}: records kept there for the next delivery"
-        done = spool.delivered()
-        for i, (key, body) in enumerate(records):
-            if key not in done:
-                keep(i, key, body)
-        out.waiting = len(spool.waiting())
-        return out
-    # the ledger is written in batches (one fsync each), and a delivered spool file is removed
-    # only after its key is in the ledger: a crash in between re-sends, with the same key
-    marked: list[str] = []
-    sent_entries: list[SpoolEntry] = []
-
-    def settle() -> None:
-        if marked:
-            try:
-                spool.mark_delivered(marked)
-            except HcError as exc:  # the receiver has them; a resend would carry the same Idempotency-Key
-                out.messages.append(f"ledger of delivered tickets not written: {exc}")
-            marked.clear()
-        for sent in sent_entries:
-            spool.remove(sent)
-        sent_entries.clear()
-
-    try:
-        done = spool.delivered(compact=True)
-        deadline = clock.now() + target.max_total_s
-        queue: list[tuple[SpoolEntry | None, int, str, bytes]] = [(e, -1, e.key, e.body) for e in spool.entries()]
-        queue += [(None, i, key, body) for i, (key, body) in enumerate(records)]
-        for entry, index, key, body in queue:
-            if key in done:  # delivered before: sent once only
-                if entry is None:
-                    out.duplicates += 1
-                if entry is not None:
-                    spool.remove(entry)
-                continue
-            if out.failure is not None:  # stopped: keep the rest, in order
-                if entry is None:
-                    audit_line(_audit_entry(target, _fields(body), key, False, None, 0, keep(index, key, body)))
-                continue
-            attempt, made = _send(target, key, body, deadline, clock, out)
-            if attempt.ok:
-                done.add(key)
-                marked.append(key)
-                out.delivered += 1
-                if entry is not None:
-                    out.from_spool += 1
-                    sent_entries.append(entry)
-                audit_line(_audit_entry(target, _fields(body), key, True, attempt, made, None))
-                if len(marked) >= LEDGER_BATCH:
-                    settle()
-                continue
-            tries = f"after {made} attempt{'s' if made != 1 else ''}" if made else "before any attempt"
-            if attempt.status is not None and 400 <= attempt.status < 500 and not attempt.retryable:
-                # refused for good: resending it first on every run would block every record behind it
-                try:
-                    aside = str(spool.reject(key, body, f"{attempt.message} ({tries})"))
-                except (OSError, HcError) as exc:
-                    aside = None
-                    out.messages.append(f"rejected record {key} not set aside: {exc}")
-                if aside is not None:
-                    done.add(key)  # in the ledger too: a key is never sent again once answered
-                    marked.append(key)
-                    out.rejected += 1
-                    out.messages.append(f"the receiver refused a record for good ({attempt.message}): kept in {aside}, "
-                                        "not sent again")
-                    if entry is not None:
-                        spool.remove(entry)
-                    audit_line(_audit_entry(target, _fields(body), key, False, attempt, made, aside))
-                    continue
-            out.failure = f"{attempt.message} ({tries})"
-            kept = str(entry.path) if entry is not None else keep(index, key, body)
-            audit_line(_audit_entry(target, _fields(body), key, False, attempt, made, kept))
-    finally:
-        settle()
-        spool.unlock()
+        run.locked_out(records, resend_rejected)
+    else:
+        try:
+            run.run(records, resend_rejected)
+        finally:
+            run.settle()
+            spool.unlock()
     out.waiting = len(spool.waiting())
     out.messages.extend(spool.problems)
     return out
 
 
+def _count(n: int, what: str = "record") -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
 def describe(d: Delivery, spool: Spool) -> str:
-    """One line for stderr: what was delivered, what waits and why."""
-    parts = [f"{d.delivered} ticket record{'s' if d.delivered != 1 else ''} delivered to {d.url}"]
-    if d.from_spool:
-        parts.append(f"{d.from_spool} of them from the spool")
+    """One line for stderr: how many were delivered, kept and rejected, and why any wait."""
+    delivered = f"{d.delivered} delivered" + (f" ({d.from_spool} of them from the spool)" if d.from_spool else "")
+    line = (f"ticket records to {d.url}: {delivered}, {d.waiting} kept in the spool, "
+            f"{d.rejected} rejected by the receiver")
+    notes = []
+    if d.resent:
+        notes.append(f"{_count(d.resent)} set aside before queued again (--resend-rejected)")
     if d.duplicates:
-        parts.append(f"{d.duplicates} already delivered before, not sent again")
-    line = ", ".join(parts)
-    if d.rejected:
-        line += f"; {d.rejected} refused by the receiver, set aside in {spool.dir / 'rejected'}"
+        notes.append(f"{d.duplicates} already delivered before, not sent again")
+    if d.rejected_before:
+        notes.append(f"{_count(d.rejected_before)} rejected by an earlier delivery, not sent again")
     if d.failure is not None:
-        line += f"; delivery stopped: {d.failure}"
+        notes.append(f"delivery stopped: {d.failure}")
     if d.waiting:
-        line += f"; {d.waiting} record{'s' if d.waiting != 1 else ''} kept in {spool.dir} for the next delivery"
-    return line
+        notes.append(f"{_count(d.waiting)} kept in {spool.dir}, in order, for the next delivery")
+    if d.rejected or d.rejected_before:
+        notes.append(f"rejected records are kept in {spool.rejected_dir}: `hc report tickets --resend-rejected` "
+                     "sends them again once the receiver takes them")
+    return "; ".join([line, *notes])

@@ -57,7 +57,7 @@ def baseline(reports: tuple[Path, ...], fabric: str, output: Path, min_nodes: in
 
     from healthcheck import __version__
     from healthcheck.core.atomic import write_atomic
-    from healthcheck.core.config.loader import FABRIC_NAME_RE
+    from healthcheck.core.config.loader import FABRIC_NAME_RE, ExtendsCycle
     from healthcheck.core.errors import HcError
     from healthcheck.report.baseline import learn, read_reports, render, rows, safe
 
@@ -67,7 +67,13 @@ def baseline(reports: tuple[Path, ...], fabric: str, output: Path, min_nodes: in
     app = App(config_path, fmt)
     cfg = app.config
     below = output if output.stem == fabric else None  # the output will refine the fabric of its own name
-    _, prov = cfg.fabric_raw(fabric, key="--fabric", below=below)
+    try:  # as it will be looked up once installed: fabric <output's name>, extending --fabric
+        _, prov = cfg.fabric_raw(fabric, key="--fabric", below=below, child=(output.stem, output))
+    except ExtendsCycle as exc:
+        raise HcError(f"{safe(output, 200)}: not written: installed as fabric {output.stem}, extending {fabric}, "
+                      f"it would be an extends cycle ({' -> '.join(exc.chain)}) and no node of these fabrics "
+                      f"could be checked; name it {fabric}.yaml (it then refines {fabric}) or after a new "
+                      "fabric") from None
     base = cfg.fabric(fabric, below=below)
     given = {"min_nodes": min_nodes, "percentile": percentile, "margin": margin, "temp_margin_c": temp_margin_c,
              "max_spread": max_spread, "outlier_z": outlier_z}

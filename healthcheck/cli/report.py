@@ -26,10 +26,10 @@ def report() -> None:
 
 def _read(path: Path) -> Report:
     """A report from a file, or from stdin for '-'."""
-    from healthcheck.report.jsonio import decode, read_report
+    from healthcheck.report.jsonio import read_report, read_stdin_report
 
     if str(path) == "-":
-        return decode(sys.stdin.buffer.read(), "stdin")
+        return read_stdin_report(sys.stdin.buffer)
     return read_report(path)
 
 
@@ -226,9 +226,13 @@ def history_cmd(node: str | None, command: str | None, limit: int, config_path: 
               help="A file whose one line is the token header's value (never printed) [default: tickets.token_file].")
 @click.option("--token-header", default=None, metavar="NAME",
               help="The header that carries the token [default: tickets.token_header, Authorization].")
+@click.option("--resend-rejected", is_flag=True,
+              help="First move the records the receiver refused (the spool's rejected/) back into the spool, "
+                   "and send them again with the rest.")
 @config_option
 def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: int | None, webhook: str | None,
-                no_webhook: bool, token_file: Path | None, token_header: str | None, config_path: Path | None) -> int:
+                no_webhook: bool, token_file: Path | None, token_header: str | None, resend_rejected: bool,
+                config_path: Path | None) -> int:
     """Ticket records for a run: one per finding to open (new), update (ongoing) or close (fixed).
 
     \b
@@ -242,12 +246,19 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
     webhook gets Idempotency-Key: <fingerprint>:<state>:<episode>, retries with
     backoff, and what it did not take waits in the spool (tickets.spool_dir, else
     <slurm.state_dir>/tickets), sent first by the next delivery; a record is never
-    sent twice.
+    sent twice. An answer about the URL or token (a redirect, 401, 403, 404, 405,
+    407, 410) stops the delivery and keeps every record spooled, in order. A record
+    the receiver refuses for good (400, 409, 422, any other 4xx) is set aside in
+    the spool's rejected/ so it blocks nothing; it is not delivered, and
+    --resend-rejected sends it again once the receiver takes it.
 
     \b
-    Exit codes: 0 records written (and delivered); 3 a delivery failed: the
-    records left are kept in the spool for the next run; 4 unreadable report or
-    history, a report of another schema, a bad URL, token file or spool.
+    Exit codes: 0 records written (and delivered); 3 a delivery stopped (no
+    answer, 5xx, 429...: the records left wait in the spool for the next run)
+    or the receiver refused records (set aside in rejected/); 4 unreadable
+    report or history, a report of another schema, a bad URL, token file or
+    spool, or the webhook answered that its URL or token is wrong (the records
+    wait in the spool).
     """
     from healthcheck.core.status import Status
     from healthcheck.report.history import History
@@ -268,8 +279,9 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
             token_header=check_header_name(token_header or settings.token_header),
             timeout_s=settings.timeout_s, attempts=settings.attempts, backoff_s=settings.backoff_s,
             max_total_s=settings.max_total_s)
-    elif token_file or token_header:
-        raise HcError("--token-file and --token-header go with a webhook (--webhook URL or tickets.webhook_url)")
+    elif token_file or token_header or resend_rejected:
+        raise HcError("--token-file, --token-header and --resend-rejected go with a webhook "
+                      "(--webhook URL or tickets.webhook_url)")
     threshold = Status((min_status or settings.min_status).upper())
     history = History.from_settings(app.config.main.history)
     if file is None:
@@ -300,8 +312,12 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
 
     slurm = app.config.main.slurm
     spool = Spool(Path(settings.spool_dir or f"{slurm.state_dir}/tickets").expanduser())
-    done = deliver(tickets, target, spool, audit=AuditLog(Path(slurm.audit_log).expanduser()))
+    done = deliver(tickets, target, spool, audit=AuditLog(Path(slurm.audit_log).expanduser()),
+                   resend_rejected=resend_rejected)
     for message in done.messages:
         click.echo(f"hc: warning: {message}", err=True)
+    if done.configuration:  # nothing gets through until the URL or token is fixed
+        click.echo(f"hc: error: {describe(done, spool)}", err=True)
+        return int(ExitCode.BAD_INPUT)
     click.echo(f"hc: {describe(done, spool)}", err=True)
     return int(ExitCode.OK if done.complete else ExitCode.ERROR)

@@ -9,14 +9,16 @@ name against the ranges arithmetically, in time linear in the name. Only where a
 is really needed (`expand`, for `--nodes`) are names produced, and only after
 counting them: more than MAX_EXPAND is an error. Forms outside the common one
 (operators `!&^`, `@groups`, wildcards) are left to ClusterShell, after an upper bound
-on what it would expand.
+on what it would expand. A hostlist holds printable ASCII only: no node name holds
+anything else. Which of many hostlists share a name (a config's node patterns) is found
+by `overlapping`, a sweep, never by comparing every pair.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -276,6 +278,75 @@ class Hostlist:
         return str(_nodeset(text)) if size <= MAX_EXPAND else text
 
 
+    def boxes(self) -> list[tuple[str, Dims]]:
+        """This hostlist as boxes, each a name pattern with one tuple of ranges per index: its
+        terms where it is plain, else one box per name (at most MAX_EXPAND, counted at parse)."""
+        if self._elements is not None:
+            return [(pat, dims) for pat, many in self._elements.items() for dims in many]
+        out: list[tuple[str, Dims]] = []
+        for name in self.nodeset():
+            pat, indexes = split_name(name)
+            if all(len(ix) <= _MAX_DIGITS for ix in indexes):  # int() refuses longer; no range reaches them
+                out.append((pat, tuple((_Range(int(ix), int(ix), 1, _pad_of(ix)),) for ix in indexes)))
+        return out
+
+
+# ------------------------------------------------------------- many hostlists at once
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One box of a hostlist (`owner`) cut to one range of the index the sweep runs along."""
+
+    owner: int
+    start: int
+    stop: int
+    dims: Dims
+
+
+def _pieces(boxes: list[tuple[int, Dims]]) -> list[_Piece]:
+    """The boxes of one name pattern, cut along the index whose ranges start in the most
+    places (the one that tells the boxes apart best), sorted by where they start."""
+    if not boxes or not boxes[0][1]:
+        return [_Piece(owner, 0, 0, dims) for owner, dims in boxes]  # no index: one name each
+    width = len(boxes[0][1])
+    axis = max(range(width), key=lambda k: len({r.start for _, dims in boxes for r in dims[k]}))
+    pieces = [_Piece(owner, r.start, r.stop, dims[:axis] + ((r,),) + dims[axis + 1:])
+              for owner, dims in boxes for r in dims[axis]]
+    pieces.sort(key=lambda p: (p.start, p.owner))
+    return pieces
+
+
+def overlapping(hostlists: Sequence[Hostlist], groups: Sequence[Hashable],
+                apart: Callable[[Hashable, Hashable], bool]) -> Iterator[tuple[int, int]]:
+    """The pairs (i, j), i < j, of hostlists that share a name and whose groups are `apart`,
+    each once, without comparing every pair: boxes of the same name pattern are swept along
+    one index in order, and a box is compared only with the boxes still open there whose
+    group is apart from its own (a config's node patterns grouped by fabric: only patterns
+    of other fabrics). A config of N disjoint patterns costs N log N, not N squared.
+    HostlistError where a pattern outside the plain form cannot be listed."""
+    by_pattern: dict[str, list[tuple[int, Dims]]] = {}
+    for owner, hostlist in enumerate(hostlists):
+        for pat, dims in hostlist.boxes():
+            by_pattern.setdefault(pat, []).append((owner, dims))
+    found: set[tuple[int, int]] = set()
+    for boxes in by_pattern.values():
+        open_: dict[Hashable, list[_Piece]] = {}
+        for piece in _pieces(boxes):
+            mine = groups[piece.owner]
+            for group, pieces in open_.items():
+                if not apart(mine, group):
+                    continue
+                pieces[:] = [p for p in pieces if p.stop >= piece.start]  # the ones closed here go
+                for other in pieces:
+                    pair = (min(other.owner, piece.owner), max(other.owner, piece.owner))
+                    if other.owner != piece.owner and pair not in found and _intersect_dims(
+                            other.dims, piece.dims) is not None:
+                        found.add(pair)
+                        yield pair
+            open_.setdefault(mine, []).append(piece)
+
+
 def _intersect_dims(a: Dims, b: Dims) -> Dims | None:
     out = []
     for ra, rb in zip(a, b, strict=True):
@@ -331,12 +402,29 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def foreign_character(text: str) -> str | None:
+    """The first character of `text` that no hostlist of node names can hold, described
+    ("U+202E RIGHT-TO-LEFT OVERRIDE"): anything but printable ASCII and spaces. Slurm and
+    ClusterShell node names are ASCII; a pattern with another letter, a control character
+    or a bidi override that reorders how it is shown can never match, only mislead."""
+    if text.isascii() and text.isprintable():
+        return None
+    import unicodedata
+
+    ch = next(c for c in text if not " " <= c <= "~")
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'a control character')}"
+
+
 def parse_hostlist(text: str) -> Hostlist:
     """Hostlist(text), with every failure (ClusterShell's included) a HostlistError."""
     if not isinstance(text, str) or not text.strip():
         raise HostlistError("empty hostlist")
     if len(text) > 65536:
         raise HostlistError(f"{len(text)} characters long")
+    foreign = foreign_character(text)
+    if foreign is not None:
+        raise HostlistError(f"it holds {foreign}, which no node name can (node names are ASCII letters, digits, "
+                            "hyphens and dots)")
     try:
         return Hostlist(text)
     except HostlistError:
@@ -355,7 +443,7 @@ def expand(patterns: Iterable[str]) -> list[str]:
         try:
             hostlists.append(parse_hostlist(pattern))
         except HostlistError as exc:
-            raise UsageError(f"{_clip(pattern)!r} is not a valid hostlist: {exc}") from None
+            raise UsageError(f"{ascii(_clip(pattern))} is not a valid hostlist: {exc}") from None
     if sum(h.size_bound for h in hostlists) > MAX_EXPAND:
         every = _clip(", ".join(h.text for h in hostlists))
         raise UsageError(f"hostlist expands to more than {MAX_EXPAND} nodes: {every}")

@@ -1,10 +1,17 @@
-"""msgspec conversion and decoding that are safe from many threads at once.
+"""msgspec conversion and decoding that are safe from many threads at once, and bounded.
 
 msgspec builds a type's decoding plan the first time the type is used, evaluating its
 annotations in Python code (the GIL is released in between), and two threads doing that
 for one type at once crash the interpreter with SIGSEGV. hc hit it in agentless sweeps,
 whose per-node threads each convert their node's fabric config. So each type's plan is
 built once, under a lock, before any conversion or decode uses it.
+
+msgspec decodes nested arrays and objects by recursion, guarded only by the
+interpreter's recursion limit: 100,000 `[` are a RecursionError, which no caller expects
+from a decode. `decode_json` therefore measures the nesting first (`check_depth`: a few
+passes of bytes methods, linear in the input) and refuses more than MAX_DEPTH levels
+with `TooDeep`, a `msgspec.DecodeError`: every caller that reports a malformed document
+in one line reports this one too.
 """
 
 from __future__ import annotations
@@ -13,6 +20,45 @@ import threading
 from typing import Any
 
 import msgspec
+
+MAX_DEPTH = 64  # levels of arrays and objects; hc's own documents nest about 8 deep
+_BRACKETS = bytes.maketrans(b"{}", b"[]")  # one kind of pair: depth is all that counts
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"[]{}')
+
+
+class TooDeep(msgspec.DecodeError):
+    """A JSON document nested deeper than hc reads (a DecodeError: callers say it in one line)."""
+
+
+def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
+    """TooDeep where `data`'s arrays and objects nest more than `limit` levels.
+
+    Linear time, in bytes methods (no Python loop per byte): escapes and strings are taken
+    out, the brackets left are removed innermost pair by innermost pair, at most `limit`
+    passes. Brackets that do not pair (not JSON) are left for the decoder to name, unless
+    more than `limit` of them are open."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # too few brackets to nest that deep: most documents stop here
+    if b"\\" in raw:  # an escaped backslash, then an escaped quote, never ends a string
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    text = raw.translate(_BRACKETS, _NOT_STRUCTURE)
+    # two quotes in a row go without changing which brackets are inside a string (every
+    # string without brackets is such a pair); what is left is split at the quotes
+    text = text.replace(b'""', b"")
+    if b'"' in text:
+        text = b"".join(text.split(b'"')[::2])  # outside strings only
+    if b"[" * (limit + 1) in text:
+        raise TooDeep(f"JSON nested deeper than {limit} levels")
+    for _ in range(limit):
+        inner = text.replace(b"[]", b"")  # the innermost level
+        if len(inner) == len(text):
+            break  # nothing left, or only brackets that do not pair (not JSON)
+        text = inner
+    # a pair left after `limit` levels came off, or more than `limit` opened and never closed
+    if b"[]" in text or text.count(b"[") > limit:
+        raise TooDeep(f"JSON nested deeper than {limit} levels")
+
 
 _READY: set[Any] = set()
 _DECODERS: dict[Any, Any] = {}
@@ -36,9 +82,14 @@ def convert(data: Any, tp: Any, **kwargs: Any) -> Any:
 
 
 def decode_json(data: bytes | str, tp: Any) -> Any:
-    """msgspec.json.decode into `tp`, with the type's plan built safely first."""
+    """msgspec.json.decode into `tp`, with the type's plan built safely first; TooDeep (a
+    DecodeError) past MAX_DEPTH levels of nesting."""
     prepare(tp)
-    return msgspec.json.decode(data, type=tp)
+    check_depth(data)
+    try:
+        return msgspec.json.decode(data, type=tp)
+    except RecursionError:  # called from deep in a stack already: still one line
+        raise TooDeep("JSON nested too deep to decode here") from None
 
 
 def decoder(tp: Any) -> msgspec.json.Decoder:

@@ -553,12 +553,20 @@ def _emit(tree: dict, depth: int, out: list[str]) -> None:
             out.append(f"{pad}{_key(key)}: {_num(value.value)}  # {value.comment}")
 
 
+def _when(started_at: str) -> tuple[float, str]:
+    """A run's start, to put runs in time order (whatever offset each is written in)."""
+    from healthcheck.report.jsonio import parse_time
+
+    when = parse_time(started_at)
+    return (when.timestamp() if when is not None else math.inf, started_at)
+
+
 def render(baseline: Baseline, *, name: str, extends: str, written_at: str, hc_version: str) -> tuple[str, dict]:
     """The fabric file's text (comments and keys) and the data it holds (to check it reads back)."""
     b, s = baseline, baseline.settings
     tree, plain = _tree(b)
     runs = b.runs
-    dates = sorted(r.started_at for r in runs)
+    dates = sorted((r.started_at for r in runs), key=_when)
     lines = [
         f"# Fabric {name}: the thresholds of {extends} learned by `hc baseline` (hc {safe(hc_version, 40)}) "
         f"at {written_at}.",

@@ -25,7 +25,6 @@ rendered diff and, from the CLI, on stderr.
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -94,23 +93,13 @@ def _ref(report: Report) -> RunRef:
                   config_digest=report.config_digest)
 
 
-def _started(report: Report) -> object:
-    """When the run started, comparable; the raw text where it does not parse."""
-    try:
-        when = _dt.datetime.fromisoformat(report.started_at.replace("Z", "+00:00"))
-    except ValueError:
-        return (1, report.started_at)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
-    return (0, when.timestamp())
-
-
 def in_time_order(old: Report, new: Report) -> tuple[Report, Report, bool]:
-    """(older, newer, swapped): the reports in the order they ran."""
-    try:
-        swapped = _started(old) > _started(new)  # type: ignore[operator]
-    except TypeError:  # one parses, the other does not: keep the order given
-        swapped = False
+    """(older, newer, swapped): the reports in the order they ran (by time, whatever offset
+    each started_at is written in; a report hc read has a valid one, see jsonio.decode)."""
+    from healthcheck.report.jsonio import parse_time
+
+    before, after = parse_time(old.started_at), parse_time(new.started_at)
+    swapped = before is not None and after is not None and before > after
     return (new, old, True) if swapped else (old, new, False)
 
 

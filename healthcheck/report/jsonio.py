@@ -8,7 +8,10 @@ re-exported here for the callers that import it from this module.
 
 from __future__ import annotations
 
+import datetime as _dt
+import re
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -17,7 +20,14 @@ from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
 
-__all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "decode", "encode", "read_report", "write_atomic"]
+__all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "check_started", "decode", "encode", "parse_time", "read_report",
+           "read_stdin_report", "write_atomic"]
+
+# RFC 3339 as hc writes it ("2026-11-22T03:00:00.000Z"), any offset, seconds and fraction
+# optional; no zone is UTC. Parsed here, not by datetime.fromisoformat, whose forms differ
+# between the Pythons hc runs on.
+_TIME_RE = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?"
+                      r"([Zz]|[+-]\d\d:?\d\d)?", re.ASCII)
 
 _SCHEMA_DIR = Path(__file__).parent / "schema"
 # each readable version's JSON Schema (/2 is generated: python -m healthcheck.report.schema_gen)
@@ -29,6 +39,36 @@ class _Head(msgspec.Struct):
     """Only the schema name, to say which version a report that did not decode claims to be."""
 
     schema: str = ""
+
+
+def parse_time(text: str) -> _dt.datetime | None:
+    """A report's timestamp as an aware datetime (UTC where it names no zone); None where it
+    is not one."""
+    m = _TIME_RE.fullmatch(text) if isinstance(text, str) and len(text) <= 40 else None
+    if m is None:
+        return None
+    year, month, day, hour, minute = (int(m.group(i)) for i in range(1, 6))
+    second, fraction, zone = int(m.group(6) or 0), (m.group(7) or "").ljust(6, "0")[:6], m.group(8)
+    tz = _dt.timezone.utc
+    if zone and zone not in "Zz":
+        hours, minutes = int(zone[1:3]), int(zone[-2:])
+        if hours > 23 or minutes > 59:
+            return None
+        sign = -1 if zone[0] == "-" else 1
+        tz = _dt.timezone(sign * _dt.timedelta(hours=hours, minutes=minutes))
+    try:
+        return _dt.datetime(year, month, day, hour, minute, second, int(fraction), tzinfo=tz)
+    except ValueError:  # month 13, February 30, second 60
+        return None
+
+
+def check_started(started_at: str, source: str) -> None:
+    """HcError (exit 4) where `started_at` is not a timestamp: runs are ordered by it."""
+    if parse_time(started_at) is None:
+        from healthcheck.core.inputs import clip
+
+        raise HcError(f"{source}: not a valid hc report: started_at {clip(ascii(started_at), 60)} is not a "
+                      "timestamp (e.g. 2026-11-22T03:00:00Z)")
 
 
 def encode(report: Report, *, indent: int = 2) -> bytes:
@@ -54,6 +94,7 @@ def decode(data: bytes, source: str = "report") -> Report:
         raise HcError(f"{source}: not a valid hc report: {exc}") from None
     if report.schema not in READABLE_SCHEMAS:
         raise _unsupported(source, report.schema)
+    check_started(report.started_at, source)
     if report.schema != REPORT_SCHEMA:
         # /1 -> /2 only adds fields with defaults (groups, members), so the decoded report is whole
         report.schema = REPORT_SCHEMA
@@ -61,8 +102,14 @@ def decode(data: bytes, source: str = "report") -> Report:
 
 
 def read_report(path: Path) -> Report:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise HcError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return decode(data, str(path))
+    """A saved report, read up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
+    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
+
+    return decode(read_bounded(path, REPORT_MAX_BYTES, what="report", allow_fifo=True), str(path))
+
+
+def read_stdin_report(stream: BinaryIO) -> Report:
+    """A report piped in ('-'), read up to REPORT_MAX_BYTES."""
+    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_stream_bounded
+
+    return decode(read_stream_bounded(stream, REPORT_MAX_BYTES, what="report"), "stdin")

@@ -129,6 +129,9 @@ def decode_run(data: bytes, source: str) -> _Run:
     if run.schema not in READABLE_SCHEMAS:
         raise HcError(f"{source}: unsupported report schema {run.schema!r} "
                       f"(this hc reads {' and '.join(READABLE_SCHEMAS)})")
+    from healthcheck.report.jsonio import check_started
+
+    check_started(run.started_at, source)  # episodes are dated by it
     return run
 
 

@@ -422,6 +422,46 @@ def test_a_fabric_extending_its_own_name_with_nothing_below_is_an_error(tmp_path
         Config(cfg).for_node("n1")
 
 
+@pytest.mark.parametrize(("fabric", "output", "chain"), [
+    ("h100-ndr400", "generic.yaml", "generic -> h100-ndr400 -> generic"),  # h100-ndr400 extends generic
+    ("h200-ndr400", "h100-ndr400.yaml", "h100-ndr400 -> h200-ndr400 -> h100-ndr400"),
+    ("h100-roce400", "generic.yaml", "generic -> h100-roce400 -> h100-ndr400 -> generic"),
+])
+@pytest.mark.parametrize("where", ["outside", "site"])
+def test_a_baseline_that_would_be_an_extends_cycle_is_not_written(tmp_path, fabric, output, chain, where):
+    """Installed in fabric_dirs, `<name>.yaml` IS fabric <name>: a baseline of a fabric that
+    extends <name> (directly or not), written as <name>.yaml, would make every node of them
+    unresolvable. Refused before anything is written, wherever the output goes now."""
+    (tmp_path / "site").mkdir()
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text("fabric_dirs: [site]\ndefault_fabric: generic\n")
+    nodes = [deep_node(n.node, n.metrics, fabric=fabric) for n in fleet(10)]
+    report = write_report(tmp_path / "r.json", nodes)
+    out = (tmp_path / "site" if where == "site" else tmp_path) / output
+    r = run_hc("baseline", str(report), "--fabric", fabric, "-o", str(out), "--config", str(cfg))
+    err = r.stderr.decode()
+    assert r.returncode == 4 and err.count("\n") == 1 and f"extends cycle ({chain})" in err, err
+    assert f"name it {fabric}.yaml" in err and not out.exists()
+    assert run_hc("config", "validate", "--config", str(cfg)).returncode == 0  # the site still loads
+
+
+def test_validate_finds_the_extends_cycle_a_fabric_file_would_make_once_installed(tmp_path):
+    loop = tmp_path / "generic.yaml"
+    loop.write_text("extends: h100-ndr400\nib: {hca_count: 4}\n")
+    r = run_hc("config", "validate", str(loop))
+    err = r.stderr.decode()
+    assert r.returncode == 4 and "extends: cycle generic -> h100-ndr400 -> generic" in err, err
+    refine = tmp_path / "h100-ndr400.yaml"  # extending its own name refines hc's own: no cycle
+    refine.write_text("extends: h100-ndr400\nib: {hca_count: 4}\n")
+    assert run_hc("config", "validate", str(refine)).returncode == 0
+    (tmp_path / "fabrics").mkdir()  # and installed, the main config's validate names the chain
+    loop.rename(tmp_path / "fabrics" / "generic.yaml")
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text("fabric_dirs: [fabrics]\ndefault_fabric: generic\n")
+    r = run_hc("config", "validate", "--config", str(cfg))
+    assert r.returncode == 4 and b"extends: cycle" in r.stderr and b"-> generic" in r.stderr, r.stderr
+
+
 def test_validate_a_fabric_file_names_file_line_and_key(tmp_path):
     bad = tmp_path / "site-h100.yaml"
     bad.write_text("extends: h100-ndr400\nbandwidth:\n  ib_write_bw:\n    per_hca_min_gbps: -3\n")

@@ -4,15 +4,17 @@ and a clean error (never an internal one) for whatever ClusterShell chokes on.""
 from __future__ import annotations
 
 import random
+import re
 import time
+from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
-from support import run_hc
+from support import assert_linear, run_hc
 
 from healthcheck.core.config.loader import Config
 from healthcheck.core.errors import ConfigError, UsageError
-from healthcheck.core.nodes import MAX_EXPAND, HostlistError, expand, parse_hostlist
+from healthcheck.core.nodes import MAX_EXPAND, HostlistError, expand, overlapping, parse_hostlist
 
 PATTERNS = [
     "gpu[1-10]", "gpu[001-128]", "gpu[01-16]-ib[0-7]", "n[0-9]", "n[00-09]", "rack[1-4]n[1-32]",
@@ -180,3 +182,69 @@ def test_hc_sweep_refuses_a_huge_nodes_list_quickly(tmp_path):
     assert r.returncode == 4 and f"more than {MAX_EXPAND} nodes".encode() in r.stderr, r.stderr
     r = run_hc("node", "node[1-1000000000]", timeout=60)
     assert r.returncode == 4 and b"internal error" not in r.stderr, r.stderr
+
+
+# ----------------------------------------------- many patterns at once (issue 18, D.17)
+
+
+def _random_term(rng: random.Random) -> str:
+    if rng.random() < 0.1:  # a form outside the plain one: listed through ClusterShell
+        return rng.choice(["n[1-10]!n5", "gpu[1-5]^gpu[3-8]", "x.[0-9]&x.[5-20]"])
+    return _random_pattern(rng)
+
+
+def test_overlapping_finds_every_pair_that_shares_a_name_and_only_those():
+    """The sweep against every pair compared the slow way, on random plain and operator
+    patterns with padding, steps, two indexes and names without digits, in random groups."""
+    rng = random.Random(20261122)
+    for _ in range(60):
+        texts = [_random_term(rng) for _ in range(rng.randint(2, 14))] + rng.sample(["login", "x.", "gpu"], 1)
+        hostlists = [parse_hostlist(t) for t in texts]
+        groups = [rng.choice("ab") for _ in texts]
+        expected = {(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))
+                    if groups[i] != groups[j] and hostlists[i].overlap(hostlists[j]) is not None}
+        found = list(overlapping(hostlists, groups, lambda a, b: a != b))
+        assert len(found) == len(set(found)) and set(found) == expected, texts
+
+
+def _many_patterns(tmp_path, n: int) -> Path:
+    """A config as a big site writes one: a pattern per rack of 8 and a few single nodes,
+    three fabrics taking turns, and overrides over some racks."""
+    fabrics = ("h100-ndr400", "a100-hdr200", "generic")
+    lines = ["default_fabric: generic", "nodes:"]
+    for i in range(n):
+        pattern = f"gpu[{i * 8:06d}-{i * 8 + 7:06d}]" if i % 10 else f"login{i}"
+        lines.append(f"  '{pattern}': {fabrics[i % 3]}")
+    lines += ["overrides:", f"  'gpu[000000-{min(n, 50) * 8:06d}]': {{ib: {{hca_count: 4}}}}",
+              "  'login0,gpu[000100-000200]': {gpu: {count: 4}}"]
+    path = tmp_path / f"hc-{n}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_validating_twenty_thousand_node_patterns_costs_ten_times_two_thousand(tmp_path):
+    small, large = _many_patterns(tmp_path, 2_000), _many_patterns(tmp_path, 20_000)
+    assert Config(large).validate() == []
+    assert_linear(lambda path: Config(path).validate(), small, large, what="hc config validate")
+
+
+@pytest.mark.parametrize("section", ["nodes", "overrides", "rails"])
+@pytest.mark.parametrize("pattern, named", [
+    ("gpu\\u202e[01-10]", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("gpu[1-4]\\u2066x", "U+2066 LEFT-TO-RIGHT ISOLATE"),
+    ("gp\\u00fc[1-3]", "U+00FC LATIN SMALL LETTER U WITH DIAERESIS"),
+    ("gpu\\u200b1", "U+200B ZERO WIDTH SPACE"),
+    ("\\u0433pu[1-2]", "U+0433 CYRILLIC SMALL LETTER GHE"),  # looks like a g
+    ("n\\x01[1-2]", "U+0001"),
+    ("n\\t1", "U+0009"),
+])
+def test_patterns_no_node_name_can_match_are_refused_at_file_line(tmp_path, section, pattern, named):
+    value = {"nodes": "generic", "overrides": "{ib: {hca_count: 4}}", "rails": "leaf1"}[section]
+    path = tmp_path / "hc.yaml"
+    path.write_text(f'default_fabric: generic\n{section}:\n  "gpu[1-2]": {value}\n  "{pattern}": {value}\n')
+    with pytest.raises(ConfigError, match=rf"hc.yaml:4: {section}: .* is not a valid hostlist: it holds {re.escape(named)}"):
+        Config(path)
+    r = run_hc("config", "validate", str(path))
+    err = r.stderr.decode()
+    assert r.returncode == 4 and err.count("\n") == 1 and "internal error" not in err, err
+    assert err.isascii() and named in err  # the pattern escaped: a bidi override cannot reorder the line

@@ -27,6 +27,7 @@ from healthcheck.actions.webhook import (
     check_header_name,
     check_url,
     deliver,
+    describe,
     read_token,
     shown_url,
 )
@@ -241,21 +242,107 @@ def test_final_answers_are_not_retried_and_redirects_not_followed(tmp_path, acti
     assert all(r["path"] != "/elsewhere" for r in s.requests)
 
 
-def test_a_record_the_receiver_refuses_is_set_aside_and_blocks_nothing(tmp_path):
-    """A 4xx is final: the record is kept in rejected/ (audited, never lost) and never sent
-    again, and the records behind it are delivered, in this run and the next."""
+def ledger(tmp_path: Path) -> list[str]:
+    path = tmp_path / "spool" / LEDGER_NAME
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def set_aside(tmp_path: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "spool" / "rejected").glob("*.json"))]
+
+
+@pytest.mark.parametrize("status", ["400", "409", "422"])
+def test_a_record_the_receiver_refuses_is_set_aside_never_delivered_and_blocks_nothing(tmp_path, status):
+    """A receiver refusing one record for good: it is kept in rejected/ (audited as rejected,
+    never lost), never written into the ledger of delivered keys, never sent again by a plain
+    delivery, and the records behind it are delivered, in this run and the next."""
     tickets = records(run(0, {"n1", "n2"}))
     assert len(tickets) == 2
     spool = Spool(tmp_path / "spool")
-    with Server(["400"]) as s:
-        d = deliver(tickets, target(s.url, attempts=3), spool)
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    with Server([status]) as s:
+        d = deliver(tickets, target(s.url, attempts=3), spool, audit=audit)
         assert (d.rejected, d.delivered, d.waiting) == (1, 1, 0) and not d.complete
-        refused = s.keys("400")[0]
-        kept = list((tmp_path / "spool" / "rejected").glob("*.json"))
-        assert len(kept) == 1 and refused in kept[0].read_text()
-        again = deliver(tickets, target(s.url, attempts=3), spool)  # the next run: nothing resent
-    assert again.complete and again.delivered == 0 and again.duplicates == 2
+        refused = s.keys(status)[0]
+        assert [x["key"] for x in set_aside(tmp_path)] == [refused]
+        assert refused not in ledger(tmp_path)  # refused is not delivered
+        again = deliver(tickets, target(s.url, attempts=3), spool, audit=audit)  # the next run: nothing resent
+    assert again.delivered == 0 and again.duplicates == 1 and again.rejected_before == 1
     assert s.keys().count(refused) == 1 and len(s.accepted()) == 1
+    assert ledger(tmp_path) == s.accepted()
+    first = {a["key"]: a for a in audit.read()[:2]}
+    assert (first[refused]["outcome"], first[refused]["ok"], first[refused]["http_status"]) == (
+        "rejected", False, int(status))
+    assert "already delivered" not in first[refused]["message"] and first[refused]["rejected"] is not None
+    line = describe(again, spool)
+    assert "1 record rejected by an earlier delivery, not sent again" in line and "--resend-rejected" in line
+
+
+@pytest.mark.parametrize("status", ["401", "403", "404", "405"])
+def test_an_answer_about_the_url_or_token_keeps_every_record_spooled_in_order(tmp_path, status):
+    """401/403/404/405 say hc is configured wrong, not that the record is: nothing is set
+    aside, nothing goes into the ledger, every record waits in the spool in order (audited as
+    kept, never as delivered), and once the URL or token is fixed each is delivered once."""
+    tickets = records(run(0, {"n1", "n2", "n3"}))
+    spool = Spool(tmp_path / "spool")
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    with Server(then=status) as s:
+        d = deliver(tickets, target(s.url, attempts=3), spool, audit=audit)
+    assert (d.delivered, d.rejected, d.spooled, d.waiting) == (0, 0, 3, 3) and not d.complete
+    assert len(s.requests) == 1  # neither retried nor tried with the next record
+    failure = d.failure or ""
+    assert f"HTTP {status}" in failure and f"http://127.0.0.1:{s.port}" in failure and "secretpath" not in failure
+    assert set_aside(tmp_path) == [] and ledger(tmp_path) == []
+    spooled = [json.loads(p.read_text())["key"] for p in sorted((tmp_path / "spool").glob("*.json"))]
+    assert spooled == [t.key for t in tickets]
+    lines = audit.read()
+    assert [(a["outcome"], a["ok"]) for a in lines] == [("kept", False)] * 3
+    assert lines[0]["http_status"] == int(status) and lines[1]["http_status"] is None
+    assert all("already delivered" not in a["message"] for a in lines)
+    assert "not sent: the delivery stopped at an earlier record" in lines[1]["message"]
+
+    with Server() as s:  # the URL or token fixed
+        d = deliver(tickets, target(s.url), spool)
+    assert d.complete and (d.delivered, d.from_spool) == (3, 3)  # the spool first; this run's copies are not resent
+    assert s.keys() == [t.key for t in tickets] and ledger(tmp_path) == s.keys()
+
+
+def test_resend_rejected_queues_the_refused_records_again_at_their_place(tmp_path):
+    tickets = records(run(0, {"n1", "n2", "n3"}))
+    spool = Spool(tmp_path / "spool")
+    with Server(["422", "ok", "422"]) as s:
+        d = deliver(tickets, target(s.url, attempts=1), spool)
+    assert (d.delivered, d.rejected) == (1, 2)
+    refused = [tickets[0].key, tickets[2].key]
+    with Server() as s:
+        plain = deliver(tickets, target(s.url), spool)
+        assert s.requests == [] and plain.rejected_before == 2 and plain.duplicates == 1
+        d = deliver(tickets, target(s.url), spool, resend_rejected=True)
+    assert d.complete and (d.resent, d.delivered, d.from_spool, d.duplicates) == (2, 2, 2, 3)
+    assert s.keys() == refused  # in the order they were first queued
+    assert set_aside(tmp_path) == [] and sorted(ledger(tmp_path)) == sorted(t.key for t in tickets)
+
+
+def test_records_an_older_hc_set_aside_and_called_delivered_are_sent_again(tmp_path):
+    """What hc before issue 18 left after a 404: every record in rejected/ (without its place
+    in the queue) and its key in the ledger of delivered keys. The plain delivery says they
+    were rejected, not delivered; --resend-rejected sends them, in the order refused."""
+    tickets = records(run(0, {"n1", "n2"}))
+    spool = Spool(tmp_path / "spool")
+    spool.prepare()
+    (tmp_path / "spool" / "rejected").mkdir()
+    for k, t in enumerate(tickets):
+        path = tmp_path / "spool" / "rejected" / f"{spool.key_hash(t.key)}.json"
+        path.write_text(json.dumps({"key": t.key, "body": msgspec.json.encode(t).decode(), "why": "HTTP 404",
+                                    "rejected_at": "2026-11-22T03:00:00+00:00"}))
+        os.utime(path, ns=(10**18 + k, 10**18 + k))
+    (tmp_path / "spool" / LEDGER_NAME).write_text("".join(t.key + "\n" for t in tickets))
+    with Server() as s:
+        plain = deliver(tickets, target(s.url), spool)
+        assert s.requests == [] and (plain.rejected_before, plain.duplicates) == (2, 0)
+        d = deliver(tickets, target(s.url), spool, resend_rejected=True)
+    assert d.complete and d.resent == 2 and d.delivered == 2 and s.keys() == [t.key for t in tickets]
+    assert ledger(tmp_path) == [t.key for t in tickets] and set_aside(tmp_path) == []
 
 
 def test_backoff_doubles_between_attempts_and_honours_retry_after(tmp_path):
@@ -458,12 +545,63 @@ def test_the_command_with_webhook_and_token_options(tmp_path):
     assert b"s3cr3t" not in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("status", ["401", "404"])
+def test_the_command_exits_4_on_a_wrong_url_or_token_and_delivers_everything_once_fixed(tmp_path, status):
+    """A URL typo or a bad token: exit 4 naming the answer and the URL (never its path, never
+    the token), every record kept; the run after the fix delivers them all, none called
+    'already delivered'."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    with History(tmp_path / "history.sqlite") as h:
+        h.record(run(0, {"n1", "n2", "n3"}))
+    with Server(then=status) as s:
+        cfg = hc_config(tmp_path, s.url, token_file=str(token_file))
+        r = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+        port = s.port
+    err = r.stderr.decode()
+    assert r.returncode == 4, err
+    assert f"HTTP {status}" in err and f"http://127.0.0.1:{port}" in err and "wrong" in err
+    assert "0 delivered, 3 kept in the spool, 0 rejected" in err
+    assert "s3cr3t" not in err and "secretpath" not in err and "Traceback" not in err
+    assert len(r.stdout.splitlines()) == 3  # the records are printed whatever the delivery
+    with Server() as s:
+        cfg = hc_config(tmp_path, s.url, token_file=str(token_file))
+        fixed = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+    assert fixed.returncode == 0, fixed.stderr
+    assert sorted(s.keys()) == sorted(json.loads(x)["key"] for x in r.stdout.splitlines())
+    assert b"3 delivered (3 of them from the spool)" in fixed.stderr
+
+
+def test_the_command_resends_rejected_records_when_asked(tmp_path):
+    with History(tmp_path / "history.sqlite") as h:
+        h.record(run(0, {"n1", "n2"}))
+    with Server(["422"]) as s:
+        cfg = hc_config(tmp_path, s.url)
+        r = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+        refused = s.keys("422")
+    assert r.returncode == 3 and b"1 delivered, 0 kept in the spool, 1 rejected by the receiver" in r.stderr, r.stderr
+    assert b"--resend-rejected" in r.stderr
+    with Server() as s:
+        cfg = hc_config(tmp_path, s.url)
+        plain = run_hc("report", "tickets", "--config", str(cfg))
+        assert s.requests == [] and plain.returncode == 0, plain.stderr
+        assert b"1 record rejected by an earlier delivery, not sent again" in plain.stderr
+        resent = run_hc("report", "tickets", "--resend-rejected", "--config", str(cfg))
+    assert resent.returncode == 0 and s.keys() == refused, resent.stderr
+    assert b"1 delivered (1 of them from the spool)" in resent.stderr
+    assert list((tmp_path / "state" / "tickets" / "rejected").glob("*.json")) == []
+    audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(a["outcome"], a["key"] in refused) for a in audit] == [
+        ("rejected", True), ("delivered", False), ("delivered", True)]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--webhook", "ftp://127.0.0.1/x"], "is not http or https"),
     (["--webhook", "http://u:p@127.0.0.1/x"], "credentials"),
     (["--webhook", "http://127.0.0.1/x", "--token-file", "{tmp}/missing"], "cannot read token file"),
     (["--webhook", "http://127.0.0.1/x", "--token-header", "Content-Type"], "hc sets itself"),
     (["--token-file", "{tmp}/token"], "go with a webhook"),
+    (["--resend-rejected"], "go with a webhook"),
 ])
 def test_bad_delivery_input_exits_4_before_anything_is_sent(tmp_path, args, message):
     (tmp_path / "token").write_text(TOKEN)
