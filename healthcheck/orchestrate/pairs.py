@@ -234,11 +234,13 @@ class _Sweep:
     not_applicable: set[str] = field(default_factory=set)
     released: set[str] = field(default_factory=set)  # taken nodes whose worker was ended
 
-    def measure(self, tests: dict[str, Test], held: dict[str, str]) -> dict[str, list[Measured]]:
-        """The tests whose members no job took (Slurm asked first); the others into held, with why."""
+    def measure(self, tests: dict[str, Test], held: dict[str, str], what: str = "not run"
+                ) -> dict[str, list[Measured]]:
+        """The tests whose members no job took (Slurm asked first); the others into held, with
+        why (`what` they are: "not run", or for a repeat "not judged")."""
         from healthcheck.runners.fanout import fan_out
 
-        held.update(_stopped(tests, self._stop(t.members for t in tests.values()), "not run"))
+        held.update(_stopped(tests, self._stop(t.members for t in tests.values()), what))
         tests = {name: t for name, t in tests.items() if name not in held}
         if not tests:
             return {}
@@ -284,7 +286,7 @@ class _Sweep:
             again = {n: keyed[n] for n, got in best.items() if any(self.short(m) for m in got)}
             if not again:
                 break
-            for name, got in self.measure(again, held).items():
+            for name, got in self.measure(again, held, "not judged").items():
                 best[name] = [_better(old, new, self.short) for old, new in zip(best[name], got, strict=True)]
         # a job that took a member while the round ran may have run beside its tests
         held.update(_stopped({n: keyed[n] for n in best if n not in held},

@@ -181,3 +181,22 @@ def test_a_sweep_through_multirun_watches_with_the_guards_client(tmp_path, monke
     assert stopped and all(g.status is Status.ERROR and "job 99 took n03" in g.findings[0].message
                            for g in stopped)
     assert any("job 99 took n03" in w for w in run.warnings)
+
+
+def test_a_short_test_is_not_repeated_beside_a_job_and_its_first_attempt_is_not_used(tmp_path, monkeypatch):
+    slurm = Slurm()
+    tested: list[tuple[str, ...]] = []
+
+    def model(cfg, plan, members):
+        tested.append(tuple(members))
+        if "n02" in members:  # slow, so it would run again; a job lands on n02 meanwhile
+            slurm.jobs = [SlurmJob("77", ME + 1, "train", "n02")]
+            return sample(1.0), ""
+        return sample(10.0), ""
+
+    monkeypatch.setattr(pairs, "run_test", model)
+    run = pairs.run_pairs(config(tmp_path), results(4), watch=watch(slurm))
+    assert len([t for t in tested if "n02" in t]) == 1  # never again, not even its repeat
+    (first,) = [g for g in run.groups if "n02" in g.members and g.findings[0].message.startswith("not judged: ")]
+    assert "job 77 took n02" in first.findings[0].message and first.status is Status.ERROR
+    assert all("n02" not in r.members for r in run.results)  # its short figure implicates nobody
