@@ -11,7 +11,7 @@ import msgspec
 
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.policy import Plan, decide, rollback_needed
-from healthcheck.actions.slurm import SlurmClient, SlurmResult, shell_line
+from healthcheck.actions.slurm import SlurmClient, SlurmNode, SlurmResult, shell_line
 from healthcheck.core import catalogue
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.core.model import Action, ActionRecord, Finding, Report
@@ -32,9 +32,9 @@ class Outcome:
 
 
 def run_finding(spec: catalogue.FindingSpec, message: str, *, scope: str, value: object = None,
-                evidence: str | None = None) -> Finding:
-    """A finding about acting on the scheduler (check "hc.actions"): ERROR, about the run's `scope`."""
-    return stamp(spec(Status.ERROR, message, value=value, evidence=evidence), check="hc.actions", subject=scope)
+                evidence: str | None = None, status: Status = Status.ERROR) -> Finding:
+    """A finding about acting on the scheduler (check "hc.actions"): ERROR unless said, about the run's `scope`."""
+    return stamp(spec(status, message, value=value, evidence=evidence), check="hc.actions", subject=scope)
 
 
 def act(
@@ -52,12 +52,18 @@ def act(
     scope = fold(n.node for n in report.nodes) or "run"
     states, error = client.nodes()
     if error is not None:
-        out.run_findings.append(run_finding(catalogue.SLURM_FAILED, f"cannot read node states from Slurm: {error}",
-                                            scope=scope, evidence=error))
+        # nothing is decided on no answer; the nodes hc would have drained are named
+        wanted = [n.node for n in report.nodes if n.status is Status.FAIL or n.node in (extra_drains or {})]
+        text = f"cannot read node states from Slurm: {error}"
+        if wanted:
+            text += f"; not drained: {fold(wanted)}"
+            out.messages.append(f"hc: not drained: {fold(wanted)}: cannot read node states from Slurm ({error})")
+        out.run_findings.append(run_finding(catalogue.SLURM_FAILED, text, scope=scope, evidence=error))
         return out
     plan = decide(report.nodes, states, settings.drain, cluster_size=len(states), resume=resume,
                   extra_drains=extra_drains, boot_times=boot_times, analyses=report.analyses)
     out.plan = plan
+    _say_what_was_not_done(out, plan, states)
     if plan.guard is not None:
         out.guarded = True
         out.run_findings.append(run_finding(
@@ -82,6 +88,33 @@ def act(
                                                 f"resume of {fold(plan.resume)} failed: {result.message}",
                                                 scope=scope, evidence=result.message))
     return out
+
+
+def _say_what_was_not_done(out: Outcome, plan: Plan, states: Mapping[str, SlurmNode]) -> None:
+    """Every action hc would take and does not is a run finding and a line of output:
+    a FAIL it may not drain (act.E007), a node it drained that stays drained (act.E008).
+    Nodes with the same why share one finding."""
+    for nodes, why in _by_why(plan.not_drained):
+        text = f"not drained: {fold(nodes)} {why}"
+        out.run_findings.append(run_finding(catalogue.NOT_DRAINED, text, scope=fold(nodes), value=nodes))
+        out.messages.append(f"hc: {text}")
+    for nodes, why in _by_why(plan.stays_drained):
+        reasons = sorted({states[n].reason for n in nodes if n in states})
+        text = f"{fold(nodes)} stays drained ({'; '.join(reasons)}): {why}"
+        out.run_findings.append(run_finding(catalogue.STAYS_DRAINED, text, scope=fold(nodes), value=nodes,
+                                            status=Status.WARN))
+        out.messages.append(f"hc: {text}")
+
+
+def _by_why(whys: Mapping[str, str]) -> list[tuple[list[str], str]]:
+    """node -> why, as (nodes, why) with the nodes that share a why together."""
+    from healthcheck.report.build import natural_key, sort_nodes
+
+    grouped: dict[str, list[str]] = {}
+    for node, why in whys.items():
+        grouped.setdefault(why, []).append(node)
+    return sorted(((sort_nodes(nodes), why) for why, nodes in grouped.items()),
+                  key=lambda nw: natural_key(nw[0][0]))
 
 
 # Concurrent runs on other nodes (every prologue of a large job failing at once) may

@@ -63,7 +63,11 @@ class Guard:
 class Plan:
     drain: dict[str, list[str]] = field(default_factory=dict)  # reason -> nodes
     resume: list[str] = field(default_factory=list)
-    keep: dict[str, str] = field(default_factory=dict)  # node -> why it is left alone
+    keep: dict[str, str] = field(default_factory=dict)  # node -> why it is left alone (its action's text)
+    # node -> why hc may not drain it although it FAILed (its state in Slurm), said as a run finding
+    not_drained: dict[str, str] = field(default_factory=dict)
+    # node -> why a node hc drained is not resumed (resume was asked), said as a run finding
+    stays_drained: dict[str, str] = field(default_factory=dict)
     guard: Guard | None = None
 
     @property
@@ -107,34 +111,81 @@ def _judging(analyses: Iterable[AnalysisRun]) -> list[tuple[AnalysisRun, Hostlis
 def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = (),
                rebooted_since_drain: bool | None = None,
                analyses: Mapping[str, Status] | None = None) -> tuple[bool, str]:
-    """An hc-drained node may be resumed when the checks or analyses named in its reason passed now.
+    """An hc-drained node may be resumed when the checks or analyses named in its reason
+    ran over it now and passed, whatever any other check says (an unrelated ERROR, such as
+    a loopback test that cannot run there, never keeps a repaired node out).
 
     analyses: analysis name -> its verdict on this node, for those that judged it (`analysed`).
+    Returns (resume?, why not: every named finding ID that did not pass, and what its
+    check did instead).
     """
-    if result.status not in (Status.PASS, Status.WARN):
-        return False, f"status is {result.status.value}"
     ids, truncated = reason_ids(reason)
     if not ids:
         return False, "the reason names no finding ID"
+    if result.status is Status.FAIL:
+        return False, "it FAILs now: " + ", ".join(sorted({f.id for f in result.findings
+                                                            if f.status is Status.FAIL}) or ["see its findings"])
     needs_reboot = sorted(ids & set(reboot_only))
     if needs_reboot and not rebooted_since_drain:
         return False, f"{', '.join(needs_reboot)} clears only with a reboot (or an operator's resume)"
-    ran = {c.name: c.status for c in result.checks}
+    if result.error is not None and not result.checks:
+        return False, f"it was not checked in this run ({result.error})"
     if any(i.startswith("hc.") for i in ids) or truncated:
-        # an ERROR escalation, or a reason cut short: need a clean run of the tier
-        if any(s is Status.ERROR for s in ran.values()):
-            return False, "a check could not run"
+        # an ERROR escalation, or a reason cut short: only a clean run of the tier tells
+        unclean = _not_clean(result)
+        if unclean:
+            return False, unclean
+    ran = {c.name: c.status for c in result.checks}
     ran.update(analyses or {})
-    for fid, emitters in checks_behind(ids).items():
-        if fid.startswith("hc."):
-            continue
-        if not emitters:
-            return False, f"no check or analysis emits {fid} any more"
-        passed = [c for c in emitters if ran.get(c) in (Status.PASS, Status.WARN)]
-        if not passed:
-            missing = ", ".join(sorted(emitters))
-            return False, f"{fid}: {missing} did not run and pass in this run"
+    missing = [why for fid, emitters in sorted(checks_behind(ids).items())
+               if not fid.startswith("hc.") and (why := _not_passed(fid, emitters, ran))]
+    if missing:
+        return False, "; ".join(missing)
     return True, "the checks named in the reason pass again"
+
+
+def _not_clean(result: NodeResult) -> str:
+    """Why this run is not a clean run of the tier ('' when it is): what the reason of an
+    ERROR escalation (or one cut short) is resumed on."""
+    errored = sorted(c.name for c in result.checks if c.status is Status.ERROR)
+    if errored:
+        shown = ", ".join(errored[:5]) + (f" and {len(errored) - 5} more" if len(errored) > 5 else "")
+        return f"{shown} could not run (ERROR), and the reason asks for a clean run"
+    if not any(c.status in (Status.PASS, Status.WARN) for c in result.checks):
+        return "no check ran and passed, and the reason asks for a clean run"
+    return ""
+
+
+def _not_passed(fid: str, emitters: set[str], ran: Mapping[str, Status]) -> str:
+    """Why finding `fid` is not cleared in this run ('' when one of its emitters passed):
+    what each of the checks or analyses that emit it did instead."""
+    if not emitters:
+        return f"no check or analysis emits {fid} any more"
+    if any(ran.get(e) in (Status.PASS, Status.WARN) for e in emitters):
+        return ""
+
+    def did(status: Status) -> list[str]:
+        return sorted(e for e in emitters if ran.get(e) is status)
+
+    if failed := did(Status.FAIL):
+        return f"{fid}: {', '.join(failed)} FAILed again"
+    if errored := did(Status.ERROR):
+        return f"{fid}: {', '.join(errored)} could not run (ERROR)"
+    if skipped := did(Status.SKIP):
+        return f"{fid}: {', '.join(skipped)} was skipped"
+    return f"{fid}: {', '.join(sorted(emitters))} did not run and pass in this run"
+
+
+@dataclass
+class _Ask:
+    """What decide() was asked, shared by every node's decision."""
+
+    policy: DrainPolicy
+    resume: bool
+    extra_drains: Mapping[str, str]
+    boot_times: Mapping[str, float]
+    judging: list[tuple[AnalysisRun, Hostlist]]
+    new: list[str] = field(default_factory=list)  # nodes hc drains now that it had not drained
 
 
 def decide(
@@ -155,57 +206,95 @@ def decide(
     boot_times: node -> epoch of its last boot, where known (for resume_after_reboot_only).
     analyses: the analyses that ran over the results (Report.analyses), for resuming nodes
     drained for their findings.
+
+    Every node hc would act on and does not is in the plan with why: `not_drained` (a
+    FAIL hc may not drain), `stays_drained` (a node hc drained, not resumed).
     """
     plan = Plan()
-    judging = _judging(analyses)
+    ask = _Ask(policy, resume, extra_drains or {}, boot_times or {}, _judging(analyses))
     results = list(results)
-    new: list[str] = []
     for result in results:
-        node = result.node
-        state = states.get(node)
-        if state is None:
-            plan.keep[node] = "not known to Slurm"
-            continue
-        if state.hands_off:
-            plan.keep[node] = f"{state.hands_off}{f' ({state.reason})' if state.reason else ''}: not touched"
-            continue
-        fails = sorted({f.id for f in result.findings if f.status is Status.FAIL})
-        reason = None
-        if fails and result.status is Status.FAIL:
-            reason = drain_reason(fails, policy.reason_max_len)
-        elif extra_drains and node in extra_drains:
-            reason = extra_drains[node]
-        if reason is not None:
-            if state.drained and not state.drained_by_hc:
-                plan.keep[node] = f"drained by someone else ({state.reason or 'no reason'}): not touched"
-                continue
-            if state.drained_by_hc and state.reason == reason:
-                plan.keep[node] = "already drained by hc for the same reason"
-                continue
-            plan.drain.setdefault(reason, []).append(node)
-            if not state.drained_by_hc:
-                new.append(node)
-            continue
-        if resume and state.drained_by_hc:
-            booted = (boot_times or {}).get(node)
-            drained_at = _epoch(state.reason_time)
-            rebooted = booted is not None and drained_at is not None and booted > drained_at
-            ok, why = can_resume(result, state.reason, reboot_only=policy.resume_after_reboot_only,
-                                 rebooted_since_drain=rebooted, analyses=analysed(result, judging))
-            if ok:
-                plan.resume.append(node)
-            else:
-                plan.keep[node] = f"stays drained: {why}"
-        elif state.drained and not state.drained_by_hc:
-            plan.keep[node] = f"drained by someone else ({state.reason or 'no reason'}): not touched"
+        _plan_node(plan, result, states.get(result.node), ask)
     if not policy.enabled and plan.drain:
         plan.guard = Guard("draining is disabled by config (slurm.drain.enabled: false)", plan.to_drain)
         plan.drain = {}
         return plan
-    plan.guard = guard(new, len(results), states, policy, cluster_size)
+    plan.guard = guard(ask.new, len(results), states, policy, cluster_size)
     if plan.guard is not None:
         plan.drain = {}
     return plan
+
+
+def _wanted_reason(result: NodeResult, ask: _Ask) -> str | None:
+    """The reason hc would drain this node for, or None (only FAIL drains, or an escalation)."""
+    fails = sorted({f.id for f in result.findings if f.status is Status.FAIL})
+    if fails and result.status is Status.FAIL:
+        return drain_reason(fails, ask.policy.reason_max_len)
+    return ask.extra_drains.get(result.node)
+
+
+def _plan_node(plan: Plan, result: NodeResult, state: SlurmNode | None, ask: _Ask) -> None:
+    """One node's part of the plan."""
+    node = result.node
+    reason = _wanted_reason(result, ask)
+    if state is None:
+        plan.keep[node] = "not known to Slurm"
+        if reason is not None:
+            plan.not_drained[node] = ("is not among the nodes sinfo lists (no node Slurm knows by that name: "
+                                      "name it as Slurm does, or set HC_NODE_NAME)")
+        return
+    if state.hands_off:
+        plan.keep[node] = f"{state.hands_off}{f' ({state.reason})' if state.reason else ''}: not touched"
+        if reason is not None:
+            plan.not_drained[node] = f"is {_hands_off_words(state)}: hc does not touch such a node"
+        elif ask.resume and state.drained_by_hc:
+            plan.stays_drained[node] = f"it is {_hands_off_words(state)}: hc does not touch such a node"
+        return
+    someone_else = f"drained by someone else ({state.reason or 'no reason'}): not touched"
+    if reason is not None:
+        _plan_drain(plan, node, state, reason, ask, someone_else)
+    elif ask.resume and state.drained_by_hc:
+        _plan_resume(plan, result, state, ask)
+    elif state.drained and not state.drained_by_hc:
+        plan.keep[node] = someone_else
+
+
+def _plan_drain(plan: Plan, node: str, state: SlurmNode, reason: str, ask: _Ask, someone_else: str) -> None:
+    if state.drained and not state.drained_by_hc:
+        plan.keep[node] = someone_else
+        plan.not_drained[node] = (f"is drained by someone else ({state.reason or 'no reason'}): hc does not replace "
+                                  "another's reason")
+        return
+    if state.drained_by_hc and state.reason == reason:
+        again = ", ".join(sorted(reason_ids(reason)[0])) or reason
+        plan.keep[node] = f"already drained by hc for the same reason: {again} found again"
+        if ask.resume:
+            plan.stays_drained[node] = f"{again} found again"
+        return
+    plan.drain.setdefault(reason, []).append(node)
+    if not state.drained_by_hc:
+        ask.new.append(node)
+
+
+def _plan_resume(plan: Plan, result: NodeResult, state: SlurmNode, ask: _Ask) -> None:
+    node = result.node
+    booted = ask.boot_times.get(node)
+    drained_at = _epoch(state.reason_time)
+    rebooted = booted is not None and drained_at is not None and booted > drained_at
+    ok, why = can_resume(result, state.reason, reboot_only=ask.policy.resume_after_reboot_only,
+                         rebooted_since_drain=rebooted, analyses=analysed(result, ask.judging))
+    if ok:
+        plan.resume.append(node)
+    else:
+        plan.keep[node] = f"stays drained: {why}"
+        plan.stays_drained[node] = why
+
+
+def _hands_off_words(state: SlurmNode) -> str:
+    """How a node hc must not touch stands in Slurm, in words: "not responding (idle*)", "down (admin: psu swap)"."""
+    shown = f"{state.state}*" if not state.responding else state.state
+    what = f"not responding ({shown})" if not state.responding else f"{shown} in Slurm"
+    return what + (f", reason {state.reason!r}" if state.reason else "")
 
 
 def _epoch(slurm_time: str) -> float | None:

@@ -7,6 +7,7 @@ results with Slurm's own message, never exceptions that end the run.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -84,6 +85,7 @@ class SlurmResult:
     argv: tuple[str, ...]
     attempts: int = 1
     not_found: bool = False  # the command does not exist here (no Slurm installed)
+    stdout: str = ""  # what the command printed on stdout (its answer, where it succeeded)
 
 
 @dataclass
@@ -119,7 +121,7 @@ class SlurmClient:
                 return SlurmResult(False, f"no time left before the deadline ({last.message})", argv, attempt - 1)
             r = self.run(argv, timeout_s=timeout, env=self.env)
             if r.ok:
-                return SlurmResult(True, (r.stdout or r.stderr).strip(), argv, attempt)
+                return SlurmResult(True, (r.stdout or r.stderr).strip(), argv, attempt, stdout=r.stdout)
             if r.not_found:
                 return SlurmResult(False, f"{argv[0]} not found", argv, attempt, not_found=True)
             said = (r.stderr or r.stdout).strip()
@@ -154,7 +156,22 @@ class SlurmClient:
         r = self._call(argv)
         if not r.ok:
             return NodeStates({}, r.message, r.not_found)
-        return NodeStates(parse_sinfo(r.message))
+        nodes, unreadable = read_sinfo(r.stdout)  # a warning on stderr is not a node
+        if unreadable is not None:
+            # garbage is no answer: read as "these nodes are absent" it would hide every FAIL
+            return NodeStates({}, f"{argv[0]}'s answer is not node states: {unreadable}")
+        return NodeStates(nodes)
+
+    def jobs_on(self, names: str) -> tuple[list[SlurmJob], str | None]:
+        """The running (or ending, or suspended) jobs on `names` (a hostlist), by one squeue;
+        (jobs, error). Garbage from squeue is an error, never "no job"."""
+        squeue = os.path.join(os.path.dirname(self.settings.sinfo), "squeue") if os.sep in self.settings.sinfo \
+            else "squeue"
+        r = self._call((squeue, "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", names,
+                        "-o", SQUEUE_FORMAT))
+        if not r.ok:
+            return [], r.message
+        return read_squeue(r.stdout)
 
     def show_job(self, job_id: str) -> SlurmResult:
         """`scontrol -o show job ID`: the job's record (one line per job), or Slurm's message."""
@@ -188,17 +205,78 @@ class SlurmClient:
         return self._call(argv)
 
 
+# what a node name and a state (%T) of sinfo look like: anything else is not sinfo's answer
+_SINFO_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
+_SINFO_STATE = re.compile(r"[a-z][a-z_]*(?:\+[a-z][a-z_]*)*[*~#!%$@^-]*")
+_SHOWN_MAX = 80  # characters of an unreadable line named in the error
+
+
+def read_sinfo(text: str) -> tuple[dict[str, SlurmNode], str | None]:
+    """hc's `sinfo -h -N -o '%N|%T|%H|%E'` read strictly: (nodes, None), or ({}, what is wrong)
+    when any line is not a node's state (binary garbage, another format, an error message
+    on stdout). Nothing printed is an answer: no node matched."""
+    from healthcheck.core.inputs import clip
+    from healthcheck.parsers.sinfo import HC_FIELDS, parse_hc_sinfo
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):
+        parts = line.split("|", len(HC_FIELDS) - 1)
+        if len(parts) != len(HC_FIELDS) or not _SINFO_NAME.fullmatch(parts[0]) \
+                or not _SINFO_STATE.fullmatch(parts[1].strip().lower()):
+            return {}, f"line {number} of {len(lines)} is {clip(line.strip(), _SHOWN_MAX)!r}"
+    rows = parse_hc_sinfo("\n".join(lines))
+    return {row.nodes: SlurmNode(row.nodes, row.state or "", row.reason or "", row.reason_time or "",
+                                 row.responding) for row in rows}, None
+
+
 def parse_sinfo(text: str) -> dict[str, SlurmNode]:
     """`sinfo -h -N -o '%N|%T|%H|%E'` -> node -> state (a node in several partitions once).
 
     The text is read by parsers/sinfo.py (`hc parse sinfo` reads it the same way);
-    lines it cannot read are skipped, never an error."""
+    lines it cannot read are skipped. What Slurm answers is read by `read_sinfo`, which
+    refuses such lines."""
     from healthcheck.parsers.sinfo import parse_hc_sinfo
 
     return {
         row.nodes: SlurmNode(row.nodes, row.state or "", row.reason or "", row.reason_time or "", row.responding)
         for row in parse_hc_sinfo(text)
     }
+
+
+SQUEUE_FORMAT = "%i|%U|%j|%N"  # job id, user id, name (may hold "|"), nodes (a hostlist)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job squeue lists on some node: its id, owner's uid, name and nodes (a hostlist)."""
+
+    id: str
+    uid: int
+    name: str
+    nodes: str
+
+
+_JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,20})?(?:\.[A-Za-z0-9_]{1,32})?")
+_UID = re.compile(r"[0-9]{1,10}")
+_JOB_NODES = re.compile(r"[A-Za-z0-9._,\[\]-]{1,4096}")
+
+
+def read_squeue(text: str) -> tuple[list[SlurmJob], str | None]:
+    """squeue's SQUEUE_FORMAT lines -> (jobs, None), or ([], what is wrong) for any line that
+    is not a job (garbage is no answer)."""
+    from healthcheck.core.inputs import clip
+
+    jobs = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):
+        head = line.strip().split("|", 2)
+        rest = head[2].rsplit("|", 1) if len(head) == 3 else []
+        if len(rest) != 2 or not _JOB_ID.fullmatch(head[0]) or not _UID.fullmatch(head[1]) \
+                or not _JOB_NODES.fullmatch(rest[1]):
+            shown = clip(line.strip(), _SHOWN_MAX)
+            return [], f"squeue's answer is not jobs: line {number} of {len(lines)} is {shown!r}"
+        jobs.append(SlurmJob(head[0], int(head[1]), rest[0], rest[1]))
+    return jobs, None
 
 
 def parse_job_start(text: str) -> tuple[float | None, str | None]:

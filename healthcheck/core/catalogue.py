@@ -202,3 +202,28 @@ LAUNCH_FAILED = finding(
     "named; look at srun's message in the evidence.",
     action="investigate",
 )
+
+NOT_DRAINED = finding(
+    "act.E007",
+    "a node FAILed and hc did not drain it: Slurm shows it down, not responding or unknown, someone else "
+    "drained it, or sinfo does not list it",
+    "hc acts only on nodes Slurm shows up, responding and not drained by anyone else, and only on names sinfo "
+    "lists. The node's FAIL still stands (a prologue still keeps the job off it): drain it by hand if it is "
+    "back in service, or name it as Slurm does (HC_NODE_NAME, the hostlist).",
+    action="investigate",
+)
+STAYS_DRAINED = finding(
+    "act.E008",
+    "a node hc drained stays drained: the checks named in its reason did not run and pass again",
+    "The message names each finding ID of the reason and what its check did in this run: FAILed again, could "
+    "not run (ERROR), was skipped, or did not run (an analysis such as bw.pairs or fleet.drift runs only in a "
+    "sweep over its peers). Other checks do not matter: an unrelated ERROR never keeps a node drained.",
+    action="investigate",
+)
+NO_SLURM = finding(
+    "act.E009",
+    "no Slurm here (sinfo not found): deep tests ran without asking whether a job uses the node",
+    "On a Slurm cluster, install Slurm's client commands on the machine hc runs on (or set slurm.sinfo): hc "
+    "then skips nodes with a job. Without Slurm, make sure no job uses the node while its deep tests run.",
+    action="fix-config",
+)

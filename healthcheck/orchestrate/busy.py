@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
@@ -36,6 +37,9 @@ from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
 from healthcheck.core.registry import CheckSpec
 from healthcheck.core.status import Status
+
+if TYPE_CHECKING:
+    from healthcheck.actions.slurm import SlurmClient, SlurmJob
 
 DEEP = "deep"
 BUSY_REASON = "node busy: job(s) running"
@@ -65,6 +69,25 @@ def _slurm_failed(message: str, scope: str, evidence: str) -> Finding:
     return run_finding(catalogue.SLURM_FAILED, message, scope=scope or "run", evidence=evidence)
 
 
+# what a deep run that could not ask Slurm did, in the words of its run finding and notes
+NOT_ASKED = "deep tests not run on {nodes}: Slurm cannot be asked whether a job runs there ({error}); hc does " \
+    "not run them beside a job it cannot see (SLURM_CONF, or slurm.sinfo, must reach the cluster's controller)"
+
+
+def _cannot_ask(nodes: str, error: str) -> Finding:
+    """act.E003 (ERROR) for a deep run whose nodes' jobs Slurm could not tell: nothing deep was tested."""
+    return _slurm_failed(NOT_ASKED.format(nodes=nodes, error=error), nodes, error)
+
+
+def no_slurm(config: Config, nodes: str) -> Finding:
+    """act.E009 (WARN): no Slurm here (sinfo not installed), so deep tests ran without asking about jobs."""
+    from healthcheck.core.stamp import stamp
+
+    message = (f"{config.main.slurm.sinfo} not found: no Slurm here to ask whether a job runs on {nodes}; its "
+               "deep tests ran without that check")
+    return stamp(catalogue.NO_SLURM(Status.WARN, message), check="hc.run", subject=nodes or "run")
+
+
 @dataclass
 class SweepGuard:
     """A deep sweep's nodes sorted by Slurm: those to test, those skipped (node -> why)."""
@@ -73,6 +96,7 @@ class SweepGuard:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one line each for stderr
     run_findings: list[Finding] = field(default_factory=list)  # ERROR: the run could not do what was asked
+    watch: JobWatch | None = None  # asks again before the sweep's tests between nodes
 
 
 def guard_sweep(config: Config, nodes: list[str], *, env: dict | None = None, client=None) -> SweepGuard:
@@ -81,17 +105,16 @@ def guard_sweep(config: Config, nodes: list[str], *, env: dict | None = None, cl
 
     client = client or SlurmClient(config.main.slurm, env=env)
     answer = client.node_states(fold(nodes))
+    watch = JobWatch(config, env, client, off=answer.not_installed)
     if answer.not_installed:
-        return SweepGuard(allowed=list(nodes), notes=[
+        return SweepGuard(allowed=list(nodes), watch=watch, run_findings=[no_slurm(config, fold(nodes))], notes=[
             f"{config.main.slurm.sinfo} not found (no Slurm here): deep tests run without checking the nodes "
             "for jobs"])
     if answer.error is not None:
-        why = f"Slurm did not answer ({answer.error}): deep tests do not run where a job may be running"
-        finding = _slurm_failed(f"deep tests not run on {fold(nodes)}: cannot read node states from Slurm: "
-                                f"{answer.error}", fold(nodes), answer.error)
+        why = f"Slurm cannot be asked whether a job runs there ({answer.error}): deep tests do not run blind"
         return SweepGuard(allowed=[], skipped={n: why for n in nodes}, notes=[f"not testing {fold(nodes)}: {why}"],
-                          run_findings=[finding])
-    guard = SweepGuard(allowed=[])
+                          run_findings=[_cannot_ask(fold(nodes), answer.error)])
+    guard = SweepGuard(allowed=[], watch=watch)
     unknown: list[str] = []
     for node in nodes:
         state = answer.nodes.get(node)
@@ -137,12 +160,12 @@ def guard_this_node(config: Config, node: str, env: Mapping[str, str], *, client
         return LocalGuard()
     answer = client.node_states(node)
     if answer.not_installed:
-        return LocalGuard(notes=[f"{config.main.slurm.sinfo} not found (no Slurm here): deep tests run without "
-                                 "checking the node for jobs"])
+        return LocalGuard(run_findings=[no_slurm(config, node)], notes=[
+            f"{config.main.slurm.sinfo} not found (no Slurm here): deep tests run without checking the node for "
+            "jobs"])
     if answer.error is not None:
-        return LocalGuard(f"Slurm did not answer ({answer.error}): deep tests do not run where a job may be running",
-                          run_findings=[_slurm_failed(f"deep tests not run on {node}: cannot read its state from "
-                                                      f"Slurm: {answer.error}", node, answer.error)])
+        return LocalGuard(f"Slurm cannot be asked whether a job runs here ({answer.error}): deep tests do not run "
+                          "blind", run_findings=[_cannot_ask(node, answer.error)])
     state = answer.nodes.get(node)
     if state is None:
         return LocalGuard(notes=[f"{node}: not a node Slurm knows; deep tests run without knowing whether a job "
@@ -150,3 +173,88 @@ def guard_this_node(config: Config, node: str, env: Mapping[str, str], *, client
     if state.busy:
         return LocalGuard(f"{BUSY_REASON} ({state.state})")
     return LocalGuard()
+
+
+# Jobs hc starts for its own tests between nodes: a worker's or a test's allocation
+# (pair_workers, pair_launch) and a sweep's own job (srun.py). They hold a node for hc.
+HC_JOB_PREFIXES = ("hc-pair-", "hc-sweep")
+
+
+@dataclass
+class JobWatch:
+    """A deep sweep's check, before each round of tests between nodes, that no job took a
+    node since the sweep's idle check (a job that starts five seconds in would share the
+    node with hc's bandwidth tests, which would measure the job and slow it down).
+
+    One sinfo for the round's nodes; for those it shows busy, one squeue naming the jobs.
+    A job of hc's own (its workers' allocations, the allocation hc runs in) is not one.
+    A node a job took is not tested again in the sweep (`taken`); a round where Slurm
+    does not answer tests nothing it could not vouch for (`check` says why), and the next
+    round asks again. Where sinfo is not installed there is nothing to ask."""
+
+    config: Config
+    env: Mapping[str, str] | None = None
+    client: SlurmClient | None = None  # built from config and env when None
+    taken: dict[str, str] = field(default_factory=dict)  # node -> the job(s) that took it
+    off: bool = False  # no Slurm here: nothing to watch
+
+    @property
+    def slurm(self) -> SlurmClient:
+        if self.client is None:
+            from healthcheck.actions.slurm import SlurmClient
+
+            self.client = SlurmClient(self.config.main.slurm, env=dict(self.env) if self.env is not None else None)
+        return self.client
+
+    def check(self, nodes: Iterable[str]) -> dict[str, str]:
+        """node -> why it must not be tested now, for the nodes of `nodes` that must not."""
+        nodes = list(dict.fromkeys(nodes))
+        out = {n: self.taken[n] for n in nodes if n in self.taken}
+        ask = [n for n in nodes if n not in self.taken]
+        if self.off or not ask:
+            return out
+        answer = self.slurm.node_states(fold(ask))
+        if answer.not_installed:
+            self.off = True
+            return out
+        if answer.error is not None:
+            why = f"Slurm did not say whether a job took the node ({answer.error}): not tested blind"
+            return {**out, **{n: why for n in ask}}
+        busy = [n for n in ask if (s := answer.nodes.get(n)) is not None and s.busy]
+        if busy:
+            out.update(self._jobs_on(busy))
+        return out
+
+    def _jobs_on(self, busy: list[str]) -> dict[str, str]:
+        """For nodes sinfo shows busy: the ones a job other than hc's own took (for good),
+        or, where squeue does not answer, why they are not tested this round."""
+        from healthcheck.core.nodes import HostlistError, parse_hostlist
+
+        jobs, error = self.slurm.jobs_on(fold(busy))
+        if error is not None:
+            why = f"Slurm shows a job on the node and did not say whose ({error}): not tested beside it"
+            return {n: why for n in busy}
+        out: dict[str, str] = {}
+        for node in busy:
+            theirs = []
+            for job in jobs:
+                try:
+                    on_node = node in parse_hostlist(job.nodes)
+                except HostlistError:
+                    on_node = True  # squeue listed it for these nodes: a hostlist hc cannot read is no alibi
+                if on_node and not self._own(job):
+                    theirs.append(job)
+            if theirs:
+                ids = ", ".join(j.id for j in theirs[:5]) + (f" and {len(theirs) - 5} more" if len(theirs) > 5 else "")
+                self.taken[node] = out[node] = (f"job {ids} took {node} during the sweep: its tests between "
+                                                "nodes stop there")
+        return out
+
+    def _own(self, job: SlurmJob) -> bool:
+        """A job hc started for this sweep (a worker's or a test's allocation), or the one it runs in."""
+        import os
+
+        inside = (self.env if self.env is not None else os.environ).get("SLURM_JOB_ID", "")
+        if inside and job.id.split(".")[0] == inside:
+            return True
+        return job.uid == os.getuid() and job.name.startswith(HC_JOB_PREFIXES)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -16,6 +17,9 @@ from healthcheck.core.errors import UsageError
 from healthcheck.core.model import Finding, NodeResult, Report
 from healthcheck.core.status import Status
 from healthcheck.report.build import make_report, sort_nodes, utc_now, with_run_finding
+
+if TYPE_CHECKING:
+    from healthcheck.orchestrate.busy import JobWatch
 
 
 @dataclass
@@ -50,7 +54,8 @@ def run_many(
     only = list(only)
     warnings: list[str] = []
     launch_findings: list = []
-    guard_findings: list = []  # the run could not do what was asked: its status is at least ERROR
+    guard_findings: list = []  # the deep tier's Slurm check: not run blind (ERROR), or run unchecked (WARN)
+    watch = None
     if via == "slurm":
         from healthcheck.orchestrate.srun import check_over_srun
 
@@ -60,25 +65,10 @@ def run_many(
         launch_findings = list(launched.run_findings)
         warnings += launched.notes
     else:
-        from healthcheck.orchestrate import remote
-
-        to_check, skipped = nodes, []
-        if tier == "deep":  # never under a user's job: busy nodes skipped and named (orchestrate/busy.py)
-            from healthcheck.orchestrate.busy import guard_sweep, skipped_result
-
-            guard = guard_sweep(config, nodes, env=env)
-            warnings += guard.notes
-            guard_findings += guard.run_findings
-            to_check = guard.allowed
-            skipped = [skipped_result(n, config.fabric_of(n), why, "agentless" if mode == "auto" else mode)
-                       for n, why in guard.skipped.items()]
-            for r in skipped:  # a progress bar counts every node named
-                if on_done is not None:
-                    on_done(r.node, r)
-        checked = remote.check_over_ssh(config, to_check, tier=tier, only=only, mode=mode, params={"since": since},
-                                        on_done=on_done) if to_check else []
-        by_node = {r.node: r for r in [*checked, *skipped]}
-        results = [by_node[n] for n in nodes if n in by_node]
+        swept = _over_ssh(config, nodes, tier=tier, only=only, mode=mode, since=since, on_done=on_done, env=env)
+        results, watch = swept.results, swept.watch
+        warnings += swept.notes
+        guard_findings += swept.run_findings
     pair_run = None
     if tier == "deep" and pairs and len(results) > 1:
         if via == "slurm":
@@ -86,7 +76,7 @@ def run_many(
         else:
             from healthcheck.orchestrate.pairs import judge_pairs, run_pairs
 
-            pair_run = run_pairs(config, results, exhaustive=exhaustive)
+            pair_run = run_pairs(config, results, exhaustive=exhaustive, watch=watch)
             warnings += pair_run.notes
     history = _history(config, warnings)
     statuses = None
@@ -105,12 +95,14 @@ def run_many(
         results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
         analyses = [*analyses, *pair_analyses]
         launch_findings += pair_findings
-    # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected"
-    busy_only = _nothing_checked_busy(results, tier) if not guard_findings else None
+    # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected";
+    # where Slurm could not be asked, its act.E003 says why nothing was
+    blind = any(f.status is Status.ERROR for f in guard_findings)
+    busy_only = _nothing_checked_busy(results, tier) if not blind else None
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
                          started=started, finished=utc_now(), nodes=results,
                          # pair tests that gave a verdict checked something even where every node check skipped
-                         require_checks=busy_only is None and not guard_findings and not any(
+                         require_checks=busy_only is None and not blind and not any(
                              g.status in (Status.PASS, Status.WARN, Status.FAIL) for g in groups))
     report = msgspec.structs.replace(report, analyses=analyses)
     if groups:
@@ -145,6 +137,40 @@ def run_many(
         except Exception as exc:  # history is a convenience: never lose the run over it
             warnings.append(f"history not written: {exc}")
     return run
+
+
+@dataclass
+class _Swept:
+    """The nodes' results over SSH, with the deep tier's Slurm check (busy.py) where it applies."""
+
+    results: list[NodeResult]
+    notes: list[str] = field(default_factory=list)
+    run_findings: list[Finding] = field(default_factory=list)
+    watch: JobWatch | None = None  # the check again, before each round of tests between nodes
+
+
+def _over_ssh(config: Config, nodes: list[str], *, tier: str, only: list[str], mode: str, since: float | None,
+              on_done: Callable[[str, NodeResult], None] | None, env: dict | None) -> _Swept:
+    from healthcheck.orchestrate import remote
+
+    out = _Swept(results=[])
+    to_check, skipped = nodes, []
+    if tier == "deep":  # never under a user's job: busy nodes skipped and named (orchestrate/busy.py)
+        from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+
+        guard = guard_sweep(config, nodes, env=env)
+        out.watch, out.notes, out.run_findings = guard.watch, guard.notes, guard.run_findings
+        to_check = guard.allowed
+        skipped = [skipped_result(n, config.fabric_of(n), why, "agentless" if mode == "auto" else mode)
+                   for n, why in guard.skipped.items()]
+        for r in skipped:  # a progress bar counts every node named
+            if on_done is not None:
+                on_done(r.node, r)
+    checked = remote.check_over_ssh(config, to_check, tier=tier, only=only, mode=mode, params={"since": since},
+                                    on_done=on_done) if to_check else []
+    by_node = {r.node: r for r in [*checked, *skipped]}
+    out.results = [by_node[n] for n in nodes if n in by_node]
+    return out
 
 
 def _nothing_checked_busy(results: list[NodeResult], tier: str) -> Finding | None:

@@ -276,6 +276,14 @@ class WorkerPool:
             w.cancel = (lambda: cancel_job(self.config, job_name, env)) if own_job else None
         return ""
 
+    def release(self, node: str) -> None:
+        """End `node`'s worker now, between tests (a job took the node: no more tests there)."""
+        with self._lock:
+            w = self._workers.get(node)
+        if w is not None:
+            with w.lock:
+                self._retire(w)
+
     def starts(self) -> dict[str, int]:
         """How many times each node's worker was started (1: it served the whole sweep)."""
         with self._lock:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
+    from healthcheck.orchestrate.busy import JobWatch
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
 SCOPE = "pair"
@@ -50,6 +51,7 @@ class PairRun:
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # localize's, from the fabric and the drain guard
+    taken: dict[str, str] = field(default_factory=dict)  # node -> the job that took it mid-sweep (not judged)
 
 
 def eligible(results: Sequence[NodeResult]) -> list[str]:
@@ -167,10 +169,17 @@ def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[
 
 
 def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool = False,
-              max_parallel: int | None = None) -> PairRun:
-    """Test the eligible nodes against each other until the culprit (or link) is named."""
-    from healthcheck.bandwidth.localize import localize_adaptive
-    from healthcheck.runners.fanout import fan_out
+              max_parallel: int | None = None, watch: JobWatch | None = None) -> PairRun:
+    """Test the eligible nodes against each other until the culprit (or link) is named.
+
+    With `watch` (busy.JobWatch, what a deep sweep's idle check gives), Slurm is asked
+    again before each batch of tests and after a round's last whether a job took a member:
+    a test with such a member is not run, or its result not used (the job may have run
+    beside it), and is ERROR naming the job; that node is not tested again in the sweep,
+    nor judged by the pairs analysis. Without one (a caller that checked otherwise, the
+    tests), nothing is asked."""
+    from healthcheck.bandwidth.localize import LocalizeSettings, localize_adaptive
+    from healthcheck.orchestrate.pair_workers import WorkerPool
 
     run = PairRun(nodes=eligible(results))
     if len(run.nodes) < 2:
@@ -182,7 +191,6 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
                          "where pairs.tests names only torch)")
         run.nodes = []
         return run
-    parallel = max_parallel or max(1, config.main.ssh.max_parallel // 2)
     drain = config.main.slurm.drain
     localize = plan.pairs.localize
     run.settings = {"outlier_fraction": plan.peer_fraction, "pair_outlier_fraction": plan.peer_fraction,
@@ -191,66 +199,11 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
                     **{name: getattr(localize, name) for name in localize.__struct_fields__}}
     # groups span leaves where the config says which leaf a node hangs off (rails)
     rails = {n: rail for n in run.nodes if (rail := config.rail_of(n)) is not None}
-    values: dict[str, list[float]] = {tool: [] for tool in plan.tools}  # clean measurements, per tool
-    not_applicable: set[str] = set()
-
-    def measure(tests: dict[str, Test]) -> dict[str, list[Measured]]:
-        return fan_out(list(tests), lambda name: measure_test(config, plan, tests[name].members),
-                       max_parallel=parallel)
-
-    def reference(m: Measured) -> float | None:
-        if m.floor is not None:
-            return m.floor
-        peers = values[m.tool]
-        return (1 - plan.peer_fraction) * statistics.median(peers) if peers else None
-
-    def short(m: Measured) -> bool:
-        ref = reference(m)
-        return m.against or (m.value is not None and ref is not None and m.value < ref)
-
-    def run_round(tests: list[Test]) -> list[Result]:
-        keyed = {"-".join(t.members): t for t in tests}
-        best = measure(keyed)
-        for got in best.values():
-            for m in got:
-                if m.not_applicable:
-                    not_applicable.add(m.why)
-                elif m.value is not None and not m.against:
-                    values[m.tool].append(m.value)
-        # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
-        for _ in range(plan.repeats - 1):
-            again = {n: keyed[n] for n, got in best.items() if any(short(m) for m in got)}
-            if not again:
-                break
-            for name, got in measure(again).items():
-                best[name] = [_better(old, new, short) for old, new in zip(best[name], got, strict=True)]
-        out = []
-        for name, got in best.items():
-            test = keyed[name]
-            judged = [m for m in got if m.value is not None]
-            unjudged = [m for m in got if m.value is None and not m.not_applicable]
-            problems = [f"{m.tool}: {m.why}" for m in unjudged]
-            if not judged:
-                run.groups.append(_group(test, Status.ERROR, got, "; ".join(problems) or "no test applies", plan))
-                continue
-            passed = not any(short(m) for m in judged)
-            # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
-            status = Status.ERROR if unjudged else Status.PASS if passed else Status.WARN
-            run.groups.append(_group(test, status, got, "; ".join(problems), plan))
-            lead = judged[0]  # the first tool the fabric lists that gave a figure
-            out.append(Result(members=tuple(test.members), value=lead.value or 0.0, passed=passed,
-                              threshold=reference(lead), kind=lead.kind, purpose=test.purpose,
-                              limit_key=lead.limit_key if lead.floor is not None else ""))
-        run.results += out
-        return out
-
-    from healthcheck.bandwidth.localize import LocalizeSettings
-    from healthcheck.orchestrate.pair_workers import WorkerPool
-
+    sweep = _Sweep(config, plan, run, max_parallel or max(1, config.main.ssh.max_parallel // 2), watch)
     if plan.pairs.persistent_workers and "torch" in plan.tools:
         plan.workers = WorkerPool(config, plan, len(run.nodes))
     try:
-        adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
+        adaptive = localize_adaptive(run.nodes, sweep.run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
                                      circle_max=plan.pairs.circle_max, rails=rails or None,
                                      settings=LocalizeSettings(**run.settings))
     finally:
@@ -262,8 +215,117 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
                 run.notes.append(f"bandwidth between nodes: torch workers started again after a failed test on "
                                  f"{', '.join(restarted[:20])}" + (" ..." if len(restarted) > 20 else ""))
     run.rounds = adaptive.rounds
-    run.notes += sorted(not_applicable)
+    run.notes += sorted(sweep.not_applicable)
+    run.taken = dict(watch.taken) if watch is not None else {}
+    run.notes += [f"bandwidth between nodes: {why}" for _, why in sorted(run.taken.items())]
     return run
+
+
+@dataclass
+class _Sweep:
+    """One sweep's rounds of tests between nodes: what localization's run_round calls."""
+
+    config: Config
+    plan: _Plan
+    run: PairRun
+    parallel: int
+    watch: JobWatch | None  # asks Slurm whether a job took a member (None: nothing is asked)
+    values: dict[str, list[float]] = field(default_factory=dict)  # clean measurements, per tool
+    not_applicable: set[str] = field(default_factory=set)
+    released: set[str] = field(default_factory=set)  # taken nodes whose worker was ended
+
+    def measure(self, tests: dict[str, Test], held: dict[str, str], what: str = "not run"
+                ) -> dict[str, list[Measured]]:
+        """The tests whose members no job took (Slurm asked first); the others into held, with
+        why (`what` they are: "not run", or for a repeat "not judged")."""
+        from healthcheck.runners.fanout import fan_out
+
+        held.update(_stopped(tests, self._stop(t.members for t in tests.values()), what))
+        tests = {name: t for name, t in tests.items() if name not in held}
+        if not tests:
+            return {}
+        return fan_out(list(tests), lambda name: measure_test(self.config, self.plan, tests[name].members),
+                       max_parallel=self.parallel)
+
+    def _stop(self, members: Iterable[Sequence[str]]) -> dict[str, str]:
+        """node -> why it must not be tested now (a job took it), of these tests' members."""
+        if self.watch is None:
+            return {}
+        return self.watch.check(n for names in members for n in names)
+
+    def _release_taken(self) -> None:
+        """A persistent worker on a node a job took ends now, not with the sweep: it shares the node."""
+        if self.watch is None or self.plan.workers is None:
+            return
+        for node in sorted(set(self.watch.taken) - self.released):
+            self.plan.workers.release(node)
+            self.released.add(node)
+
+    def reference(self, m: Measured) -> float | None:
+        if m.floor is not None:
+            return m.floor
+        peers = self.values.get(m.tool)
+        return (1 - self.plan.peer_fraction) * statistics.median(peers) if peers else None
+
+    def short(self, m: Measured) -> bool:
+        ref = self.reference(m)
+        return m.against or (m.value is not None and ref is not None and m.value < ref)
+
+    def run_round(self, tests: list[Test]) -> list[Result]:
+        keyed = {"-".join(t.members): t for t in tests}
+        held: dict[str, str] = {}  # test -> why it was not run, or its result not used
+        best = self.measure(keyed, held)
+        for got in best.values():
+            for m in got:
+                if m.not_applicable:
+                    self.not_applicable.add(m.why)
+                elif m.value is not None and not m.against:
+                    self.values.setdefault(m.tool, []).append(m.value)
+        # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
+        for _ in range(self.plan.repeats - 1):
+            again = {n: keyed[n] for n, got in best.items() if any(self.short(m) for m in got)}
+            if not again:
+                break
+            for name, got in self.measure(again, held, "not judged").items():
+                best[name] = [_better(old, new, self.short) for old, new in zip(best[name], got, strict=True)]
+        # a job that took a member while the round ran may have run beside its tests
+        held.update(_stopped({n: keyed[n] for n in best if n not in held},
+                             self._stop(keyed[name].members for name in best), "not judged"))
+        for name, why in held.items():
+            best.pop(name, None)
+            self.run.groups.append(_group(keyed[name], Status.ERROR, [], why, self.plan))
+        self._release_taken()
+        out = [r for name, got in best.items() if (r := self._verdict(keyed[name], got)) is not None]
+        self.run.results += out
+        return out
+
+    def _verdict(self, test: Test, got: list[Measured]) -> Result | None:
+        """The test's result in the report (a GroupResult) and for localization (None: no figure)."""
+        judged = [m for m in got if m.value is not None]
+        unjudged = [m for m in got if m.value is None and not m.not_applicable]
+        problems = [f"{m.tool}: {m.why}" for m in unjudged]
+        if not judged:
+            self.run.groups.append(_group(test, Status.ERROR, got, "; ".join(problems) or "no test applies",
+                                          self.plan))
+            return None
+        passed = not any(self.short(m) for m in judged)
+        # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
+        status = Status.ERROR if unjudged else Status.PASS if passed else Status.WARN
+        self.run.groups.append(_group(test, status, got, "; ".join(problems), self.plan))
+        lead = judged[0]  # the first tool the fabric lists that gave a figure
+        return Result(members=tuple(test.members), value=lead.value or 0.0, passed=passed,
+                      threshold=self.reference(lead), kind=lead.kind, purpose=test.purpose,
+                      limit_key=lead.limit_key if lead.floor is not None else "")
+
+
+def _stopped(tests: dict[str, Test], stop: dict[str, str], what: str) -> dict[str, str]:
+    """test -> why, for the tests with a member that must not be tested (`stop`: node -> why)."""
+    out = {}
+    for name, test in tests.items():
+        whys = list(dict.fromkeys(stop[n] for n in test.members if n in stop))
+        if whys:
+            out[name] = f"{what}: " + "; ".join(whys)
+    return out
 
 
 def _value(samples: list[BandwidthSample] | None, plan: _Plan) -> float | None:
@@ -394,8 +456,10 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
 
     if not run.results:
         return results, run.groups, [], []
+    # a node a job took mid-sweep was not tested to the end: the analysis does not vouch for it
+    judged = [n for n in run.nodes if n not in run.taken]
     outcome = run_analyses("pairs", PairsInput(run.results, nodes=run.nodes), run.settings or None,
-                           judged=run.nodes, tier="deep")
+                           judged=judged, tier="deep")
     on_node: dict[str, list[Any]] = {}
     on_group: dict[frozenset[str], list[Any]] = {}
     for_run = []

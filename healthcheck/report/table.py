@@ -62,10 +62,33 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
     if any(f.id == NOTHING_CHECKED.id for f in report.run_findings):
         verdict += " (nothing was checked)"  # an all-SKIP run must not read as a clean one
     out.append(
-        f"{verdict}: {nodes} {node_word} ({counts}), tier {report.tier}, "
+        f"{verdict}: {nodes} {node_word} ({counts}){_beyond_nodes(report)}, tier {report.tier}, "
         f"fabric {', '.join(fabrics) or '-'}, {report.duration_s:.2f}s, run {report.run_id}"
     )
     return "\n".join(out)
+
+
+def _beyond_nodes(report: Report) -> str:
+    """Where the verdict comes from when the nodes' own statuses do not explain it ("ERROR:
+    1 node (1 PASS)" would read as a contradiction): the run-level results and run findings
+    at the run's status, e.g. " + 1 run finding ERROR (act.E003)"; '' otherwise."""
+    from healthcheck.core.status import worst
+
+    if report.status.rank <= worst((n.status for n in report.nodes), default=Status.SKIP).rank:
+        return ""
+    status = report.status
+    parts = []
+    kinds: dict[str, int] = {}
+    for g in report.groups:
+        if g.status is status:
+            kinds[g.kind] = kinds.get(g.kind, 0) + 1
+    parts += [f"{n} {printable(kind)}{'' if n == 1 else 's'} {status.value}" for kind, n in sorted(kinds.items())]
+    # "nothing was checked" is said in the verdict already
+    found = [f for f in report.run_findings if f.status is status and f.id != NOTHING_CHECKED.id]
+    if found:
+        ids = ", ".join(sorted({printable(f.id) for f in found}))
+        parts.append(f"{len(found)} run finding{'' if len(found) == 1 else 's'} {status.value} ({ids})")
+    return "".join(f" + {p}" for p in parts)
 
 
 def _members(names: list[str]) -> str:

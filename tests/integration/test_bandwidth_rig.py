@@ -123,3 +123,37 @@ def test_culprit_is_drained_then_resumed_when_the_pair_tests_pass_again(site, id
     assert report is not None, r.stderr
     assert named(report, "bw.E101", "bw.E102", "bw.E105") == {}
     fresh_slurm_rig.wait_node_state("node3", ("idle",))
+
+
+def test_a_repaired_node_is_resumed_though_an_unrelated_check_cannot_run(site, idle, fresh_slurm_rig):
+    """issue 18, B.4: node3 drained by hc for bw.E101 (slow with every partner), now repaired:
+    its pair tests pass, while one of its own checks cannot run (nvidia-smi answers garbage:
+    the GPU checks ERROR), so its status is ERROR. The checks named in hc's reason ran and
+    passed: it is resumed. Before, it stayed drained and nothing said why."""
+    fresh_slurm_rig.drain("node3", "hc: bw.E101")
+    fresh_slurm_rig.wait_node_state("node3", "drained")
+    site.net.local_bin("node3", "nvidia-smi", "#!/bin/sh\necho 'no report here'\nexit 1\n")
+    r, report = deep_sweep(site, idle, "--act")
+    assert report is not None, r.stderr
+    node3 = by_node(report)["node3"]
+    assert node3["status"] == "ERROR", node3  # the unrelated check could not run
+    assert not any(f["status"] == "FAIL" for f in node3["findings"]), node3["findings"]
+    (pairs_run,) = [a for a in report["analyses"] if a["name"] == "bw.pairs"]
+    assert pairs_run["status"] == "PASS" and pairs_run["nodes"] == "node[1-4]", pairs_run
+    assert node3["action"]["kind"] == "resume", node3["action"]
+    fresh_slurm_rig.wait_node_state("node3", ("idle",))
+    assert not [f for f in report["run_findings"] if f["id"] == "act.E008"]  # nothing stays drained
+
+
+def test_a_drained_node_that_stays_drained_says_why(site, idle, fresh_slurm_rig):
+    """issue 18, B.4: the same node swept with --no-pairs: bw.pairs, the analysis behind its
+    reason, did not run, so it stays drained, and the run says so (act.E008, and a line)."""
+    fresh_slurm_rig.drain("node3", "hc: bw.E101")
+    fresh_slurm_rig.wait_node_state("node3", "drained")
+    r, report = deep_sweep(site, idle, "--act", "--no-pairs")
+    assert report is not None, r.stderr
+    assert fresh_slurm_rig.sinfo_nodes()["node3"] == ("drained", "hc: bw.E101")
+    (kept,) = [f for f in report["run_findings"] if f["id"] == "act.E008"]
+    assert kept["status"] == "WARN" and kept["subject"] == "node3"
+    assert kept["message"] == "node3 stays drained (hc: bw.E101): bw.E101: bw.pairs did not run and pass in this run"
+    assert b"hc: node3 stays drained (hc: bw.E101)" in r.stderr

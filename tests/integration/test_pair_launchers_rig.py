@@ -191,3 +191,69 @@ def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_no
     assert why.startswith("node2: `") and "bw serve` did not start: " in why, why
     assert [w["host"] for w in workers(rig)] == ["node1"]  # node2's never started
     rig.slurm.wait_node_state("node1", "idle")  # node1's allocation ended with its worker
+
+
+# issue 18, B.6: a job that lands on a node after the sweep's idle check ---------------------
+
+
+def _mpirun_env(rig) -> dict[str, str]:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    subnet = str(ipaddress.ip_network(f"{rig.net.host('node1').addr}/24", strict=False))
+    return {"OMPI_MCA_plm_rsh_agent": f"ssh -F {rig.net.ssh_config}", "OMPI_MCA_btl_tcp_if_include": subnet,
+            "OMPI_MCA_oob_tcp_if_include": subnet}
+
+
+@pytest.mark.parametrize("launcher,persistent", [("ssh", True), ("ssh", False), ("srun", True), ("srun", False),
+                                                 ("mpirun", True)],
+                         ids=["ssh-persistent", "ssh-per-test", "srun-persistent", "srun-per-test",
+                              "mpirun-persistent"])
+def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(rig, monkeypatch, launcher,
+                                                                                 persistent):
+    """`hc sweep --tier deep` (run_many, in this process): node[1-4] idle at the sweep's
+    start; a user's job takes node2 before the tests between nodes begin. node2's tests are
+    not run, each ERROR naming the job (squeue's id); no worker starts there; the other
+    pairs run; the pairs analysis does not vouch for node2. hc's own worker allocations
+    (srun) are not mistaken for a job. Before the fix node2 was tested beside the job
+    (ssh, mpirun) or its test failed naming no job (srun)."""
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.nodes import parse_hostlist
+    from healthcheck.orchestrate import pairs
+    from healthcheck.orchestrate.multirun import run_many
+
+    for name, value in (_mpirun_env(rig) if launcher == "mpirun" else {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    rig_yaml = rig.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + fabric(launcher, persistent).replace("timeout_s: 90", "timeout_s: 60"))
+    real_run_pairs = pairs.run_pairs
+    landed: list[str] = []
+
+    def a_job_lands_first(config, results, **kw):
+        landed.append(rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300"))
+        rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
+        return real_run_pairs(config, results, **kw)
+
+    monkeypatch.setattr(pairs, "run_pairs", a_job_lands_first)
+    try:
+        run = run_many(load_config(rig.config), NODES, command="sweep", tier="deep", only=["net"],
+                       mode="agentless")
+    finally:
+        for job in landed:
+            rig.slurm.scancel(job)
+    (job,) = landed
+    groups = [g for g in run.report.groups if g.kind == "pair"]
+    with_node2 = [g for g in groups if "node2" in g.members]
+    assert with_node2 and all(g.status.value == "ERROR" for g in with_node2), with_node2
+    for g in with_node2:
+        assert any(f.id == "bw.E107" and f"job {job} took node2 during the sweep" in f.message for f in g.findings), g
+    others = {"-".join(sorted(g.members)) for g in groups if g.status.value in ("PASS", "WARN")}
+    assert others == {"node1-node3", "node1-node4", "node3-node4"}, [(g.name, g.status, g.findings) for g in groups]
+    assert all("node2" != w["host"] for w in workers(rig)), workers(rig)  # nothing of hc's ran beside the job
+    (judged,) = [a for a in run.report.analyses if a.name == "bw.pairs"]
+    assert "node2" not in parse_hostlist(judged.nodes)
+    assert any(f"job {job} took node2" in w for w in run.warnings), run.warnings
+    for node in ("node1", "node3", "node4"):  # hc's own allocations ended with the sweep
+        rig.slurm.wait_node_state(node, "idle")

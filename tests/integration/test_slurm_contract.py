@@ -148,14 +148,43 @@ def test_a_down_node_is_neither_drained_nor_resumed(hc):
     hc.slurm.scontrol("update", "nodename=node2", "state=down", "reason=admin: psu swap")
     hc.slurm.wait_node_state("node2", "down")
     hc.net.set_mtu("node2", "eth0", 1500)
-    assert hc.health("node2").rc == 2
+    r = hc.health("node2")
+    assert r.rc == 2
     assert hc.node("node2") == ("down", "admin: psu swap")
+    # not silently (issue 18, B.5): the run says it did not drain the FAIL, and why
+    (said,) = hc.report("node2", "health")["run_findings"]
+    assert said["id"] == "act.E007" and said["message"].startswith("not drained: node2 is down in Slurm")
+    assert "act.E007: not drained: node2 is down" in r.stderr
     hc.net.set_mtu("node2", "eth0", 9000)
     assert hc.health("node2").rc == 0
     assert hc.node("node2") == ("down", "admin: psu swap")
     assert hc.audit() == []
     action = hc.report("node2", "health")["nodes"][0]["action"]
     assert action["kind"] == "keep" and "not touched" in action["message"]
+
+
+def test_a_fail_on_a_node_that_does_not_respond_is_said_and_not_drained(hc):
+    """issue 18, B.5: node2's slurmd stops answering (SIGSTOP), so Slurm shows it idle*;
+    its health run FAILs: exit 2 (the verdict), no drain (hc does not touch such a node),
+    and the run says so, naming the node and why, in its report and in slurmd's log line."""
+    pid = int((hc.slurm.dir / "run" / "slurmd-node2.pid").read_text())
+    assert Path(f"/proc/{pid}/exe").resolve().name.startswith("slurmd")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hc.slurm.wait_node_state("node2", "idle*", timeout=90)  # SlurmdTimeout=30 on the rig
+        hc.net.set_mtu("node2", "eth0", 1500)
+        r = hc.health("node2")
+        assert r.rc == 2, r.stderr
+        assert hc.node("node2")[0] == "idle*"  # not drained
+        report = hc.report("node2", "health")
+        (said,) = report["run_findings"]
+        assert said["id"] == "act.E007" and said["subject"] == "node2"
+        assert said["message"].startswith("not drained: node2 is not responding (idle*)"), said
+        assert "act.E007: not drained: node2 is not responding" in r.stderr
+        assert hc.audit() == []
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    hc.slurm.wait_node_state("node2", "idle", timeout=90)
 
 
 # A6: a sweep through Slurm checks drained nodes, bounds its wait, leaves nothing behind -----

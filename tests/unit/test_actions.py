@@ -68,7 +68,9 @@ def test_resume_only_when_the_named_checks_pass_again():
     assert not_run.resume == [] and "did not run and pass" in not_run.keep["n1"]
     errored = decide([result("n1", checks={"net.mtu": Status.ERROR}, status=Status.ERROR)], states, POLICY,
                      cluster_size=10, resume=True)
-    assert errored.resume == [] and "status is ERROR" in errored.keep["n1"]
+    # the named check itself could not run: not judged again, so not resumed, and said so
+    assert errored.resume == [] and "net.mtu could not run (ERROR)" in errored.keep["n1"]
+    assert errored.stays_drained == {"n1": "net.E001: net.mtu could not run (ERROR)"}
     no_resume = decide([result("n1")], states, POLICY, cluster_size=10, resume=False)
     assert no_resume.resume == []
 

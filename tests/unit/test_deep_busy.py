@@ -55,7 +55,7 @@ def transport(monkeypatch):
         return [NodeResult(node=n, fabric="t", status=Status.PASS, mode="agentless",
                            checks=[CheckResult("net.mtu", Status.PASS, 0.0)]) for n in nodes]
 
-    def run_pairs(config, results, *, exhaustive=False, max_parallel=None):
+    def run_pairs(config, results, *, exhaustive=False, max_parallel=None, watch=None):
         seen["pairs"] += pairs.eligible(results)
         return pairs.PairRun(nodes=pairs.eligible(results))
 
@@ -91,7 +91,11 @@ def test_no_sinfo_at_all_deep_sweep_proceeds_with_a_warning(tmp_path, transport)
     run = run_many(load_config(cfg), NODES, command="sweep", tier="deep")
     assert transport["ssh"] == NODES and transport["pairs"] == NODES
     assert any("not found (no Slurm here)" in w for w in run.warnings)
-    assert run.report.status is Status.PASS
+    # said in the report too (issue 18, C.10): the deep tests ran without asking about jobs
+    (finding,) = run.report.run_findings
+    assert (finding.id, finding.status, finding.subject) == ("act.E009", Status.WARN, "n[1-4]")
+    assert "deep tests ran without that check" in finding.message
+    assert run.report.status is Status.WARN
 
 
 def test_slurm_unreachable_deep_tests_do_not_run_blind(tmp_path, transport):
@@ -142,7 +146,7 @@ def test_hc_node_local_deep_with_slurm_unreachable_is_error_not_blind(tmp_path, 
                env={"HC_NODE_NAME": "me"})
     report = validate_report(r.stdout)
     checks = {c["name"]: c for c in report["nodes"][0]["checks"]}
-    assert all(c["status"] == "SKIP" and "Slurm did not answer" in c["reason"]
+    assert all(c["status"] == "SKIP" and "Slurm cannot be asked" in c["reason"]
                for name, c in checks.items() if name.startswith("bw."))
     assert [f["id"] for f in report["run_findings"]] == ["act.E003"]
     assert r.returncode == 3 and report["status"] == "ERROR"
@@ -196,3 +200,26 @@ def test_the_slurm_transport_asks_for_whole_nodes_for_the_deep_tier_only(tmp_pat
     srun.check_over_srun(cfg, ["n1", "n2"], tier="deep", env=inside)
     assert "--exclusive" not in seen[2]
     assert "--exclusive" in srun.srun_argv(cfg, ["n1"], tier="deep", only=(), since=None, exclusive=True)
+
+
+# issue 18, C.10: a machine without Slurm said "ERROR: 1 node (1 PASS)" and left the reader to guess
+
+
+@pytest.mark.parametrize("sinfo,status,fid,said", [
+    ('#echo "sinfo: fatal: Could not establish a configuration source" >&2\nexit 1\n', "ERROR", "act.E003",
+     "deep tests not run on me: Slurm cannot be asked whether a job runs there (sinfo: fatal: Could not "
+     "establish a configuration source)"),
+    (None, "WARN", "act.E009", "no Slurm here to ask whether a job runs on me; its deep tests ran without that "
+                               "check"),
+])
+def test_hc_node_deep_without_slurm_says_slurm_cannot_be_asked_and_what_it_means(tmp_path, sinfo, status, fid,
+                                                                                 said):
+    cfg = config_file(tmp_path, sinfo, sinfo_path=None if sinfo else str(tmp_path / "no-such-dir" / "sinfo"))
+    r = run_hc("node", "--local", "--tier", "deep", "--checks", "net,bw", "--config", str(cfg),
+               env={"HC_NODE_NAME": "me"})
+    lines = r.stdout.decode().splitlines()
+    (row,) = [line for line in lines[:-1] if fid in line]
+    assert row.split()[0] == status and said in row, row
+    verdict = lines[-1]
+    # the verdict says where it comes from, not only that the one node passed
+    assert verdict.startswith(f"{status}: 1 node (1 PASS) + 1 run finding {status} ({fid}), tier deep"), verdict

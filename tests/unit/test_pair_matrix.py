@@ -248,7 +248,8 @@ BEFORE_JOB = "\n".join([
     "-------  --------  ------------  --------  -------------------",
     "job      job 4711  gpu[001-002]  ERROR     hc.E002 rank 1 hung",
     "",
-    "ERROR: 2 nodes (2 PASS), tier quick, fabric h100-ndr400, 2.00s, run 20261122T130000Z-000000",
+    # the verdict says where its ERROR comes from (issue 18, C.10): "2 PASS" alone contradicted it
+    "ERROR: 2 nodes (2 PASS) + 1 job ERROR, tier quick, fabric h100-ndr400, 2.00s, run 20261122T130000Z-000000",
 ])
 
 
