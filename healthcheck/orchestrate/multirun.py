@@ -101,10 +101,10 @@ def run_many(
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
     groups: list = []
+    pair_findings: list = []
     if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair
         results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
         analyses = [*analyses, *pair_analyses]
-        launch_findings += pair_findings
     # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected"
     busy_only = _nothing_checked_busy(results, tier) if not guard_findings else None
     report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
@@ -119,7 +119,8 @@ def run_many(
         report = with_groups(report, groups)
     for finding in launch_findings:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
-    for finding in [*guard_findings, *([busy_only] if busy_only is not None else [])]:
+    # the pair analyses' findings about no node (fabric-wide, undecided): no node carries their status
+    for finding in [*pair_findings, *guard_findings, *([busy_only] if busy_only is not None else [])]:
         report = with_run_finding(report, finding)
     run = MultiRun(report=report, warnings=warnings)
     if act:

@@ -9,8 +9,13 @@ sweep, over SSH or by the fabric's launcher), else (`pairs.persistent_workers: f
 WORLD_SIZE, MASTER_ADDR/PORT) or by mpirun or srun (pair_launch.py); the first member is
 the rendezvous; all sides have timeouts, and a member that fails to start makes the
 test ERROR (no result, no evidence against anyone). A test passes when it reaches the fabric's pair floor at
-its largest judged size, or, where the fabric sets none, when it is within
-`bandwidth.peer_fraction` of the median of every test so far (peers, not a figure).
+its largest judged size (the floor decides, however few the nodes), or, where the fabric
+sets none, when it is within `bandwidth.peer_fraction` of its peers' reference
+(`localize.peer_threshold`: the median of the tests with no suspected node, robust where
+a slow node is in half the tests or more). A short test runs again, up to
+`bandwidth.repeats`; once the rounds are done every peer-judged test is judged against the
+sweep's final reference, runs again where it is short by it and has not used its repeats,
+and takes the final status (`_settle`): two tests at one speed are judged alike.
 
 Only nodes that are reachable and passed their own node-local bandwidth tests take
 part: a node slow on its own is judged on that alone, and must not implicate partners.
@@ -18,7 +23,6 @@ part: a node slow on its own is judged on that alone, and must not implicate par
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from healthcheck.bandwidth.judge import floors
-from healthcheck.bandwidth.localize import Result
+from healthcheck.bandwidth.localize import Result, judge_by_peers, peer_threshold
 from healthcheck.bandwidth.schedule import Test
 from healthcheck.core.config import Config
 from healthcheck.core.model import GroupResult, Metric, NodeResult
@@ -186,62 +190,41 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     drain = config.main.slurm.drain
     localize = plan.pairs.localize
     run.settings = {"outlier_fraction": plan.peer_fraction, "pair_outlier_fraction": plan.peer_fraction,
+                    "peer_fraction": plan.peer_fraction,
                     "max_culprit_fraction": max(min(drain.max_drain_fraction, 0.99), 0.01),
                     "guard_min_nodes": max(drain.guard_min_nodes, 1),
                     **{name: getattr(localize, name) for name in localize.__struct_fields__}}
     # groups span leaves where the config says which leaf a node hangs off (rails)
     rails = {n: rail for n in run.nodes if (rail := config.rail_of(n)) is not None}
-    values: dict[str, list[float]] = {tool: [] for tool in plan.tools}  # clean measurements, per tool
+    judging = _Judging(plan.peer_fraction)
+    records: list[_Record] = []
     not_applicable: set[str] = set()
 
     def measure(tests: dict[str, Test]) -> dict[str, list[Measured]]:
         return fan_out(list(tests), lambda name: measure_test(config, plan, tests[name].members),
                        max_parallel=parallel)
 
-    def reference(m: Measured) -> float | None:
-        if m.floor is not None:
-            return m.floor
-        peers = values[m.tool]
-        return (1 - plan.peer_fraction) * statistics.median(peers) if peers else None
-
-    def short(m: Measured) -> bool:
-        ref = reference(m)
-        return m.against or (m.value is not None and ref is not None and m.value < ref)
-
     def run_round(tests: list[Test]) -> list[Result]:
         keyed = {"-".join(t.members): t for t in tests}
         best = measure(keyed)
-        for got in best.values():
-            for m in got:
-                if m.not_applicable:
-                    not_applicable.add(m.why)
-                elif m.value is not None and not m.against:
-                    values[m.tool].append(m.value)
+        mine = {name: _Record(keyed[name], got, 1) for name, got in best.items()}
+        for rec in mine.values():
+            not_applicable.update(m.why for m in rec.got if m.not_applicable)
+            judging.note(rec)
         # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
         for _ in range(plan.repeats - 1):
-            again = {n: keyed[n] for n, got in best.items() if any(short(m) for m in got)}
-            if not again:
+            if not _again([rec for rec in mine.values() if judging.short_test(rec.got)], measure, judging):
                 break
-            for name, got in measure(again).items():
-                best[name] = [_better(old, new, short) for old, new in zip(best[name], got, strict=True)]
         out = []
-        for name, got in best.items():
-            test = keyed[name]
-            judged = [m for m in got if m.value is not None]
-            unjudged = [m for m in got if m.value is None and not m.not_applicable]
-            problems = [f"{m.tool}: {m.why}" for m in unjudged]
-            if not judged:
-                run.groups.append(_group(test, Status.ERROR, got, "; ".join(problems) or "no test applies", plan))
-                continue
-            passed = not any(short(m) for m in judged)
-            # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
-            status = Status.ERROR if unjudged else Status.PASS if passed else Status.WARN
-            run.groups.append(_group(test, status, got, "; ".join(problems), plan))
-            lead = judged[0]  # the first tool the fabric lists that gave a figure
-            out.append(Result(members=tuple(test.members), value=lead.value or 0.0, passed=passed,
-                              threshold=reference(lead), kind=lead.kind, purpose=test.purpose,
-                              limit_key=lead.limit_key if lead.floor is not None else ""))
-        run.results += out
+        for rec in mine.values():
+            group, result = _outcome(rec, judging, plan)
+            rec.group = len(run.groups)
+            run.groups.append(group)
+            if result is not None:
+                rec.result = len(run.results)
+                run.results.append(result)
+                out.append(result)
+            records.append(rec)
         return out
 
     from healthcheck.bandwidth.localize import LocalizeSettings
@@ -253,6 +236,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         adaptive = localize_adaptive(run.nodes, run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
                                      circle_max=plan.pairs.circle_max, rails=rails or None,
                                      settings=LocalizeSettings(**run.settings))
+        _settle(run, records, judging, measure, plan)
     finally:
         if plan.workers is not None:
             restarted = sorted(n for n, k in plan.workers.starts().items() if k > 1)
@@ -346,6 +330,119 @@ def _better(old: Measured, new: Measured, short: Any) -> Measured:
     if short(old) != short(new):
         return new if short(old) else old
     return new if new.value > old.value else old
+
+
+# ---------------------------------------------------------------------------- judging
+
+
+@dataclass(eq=False)  # compared and hashed by identity: two tests of the same members are two records
+class _Record:
+    """One test of the sweep: the best attempt of each tool so far, and where its results went."""
+
+    test: Test
+    got: list[Measured]
+    attempts: int
+    group: int = -1  # its GroupResult in run.groups
+    result: int | None = None  # its Result in run.results (None: no tool gave a figure)
+
+
+class _Judging:
+    """Whether a tool's figure is short: against the fabric's pair floor where it sets one (the
+    known-good figure: `hc baseline` learns it from earlier sweeps), which decides whatever the
+    number of nodes; else against every test of the sweep so far (`localize.peer_threshold`:
+    robust where the slow node is in half the tests or more, as with three or four nodes).
+    A test's figure is its best attempt's, and changes when it is run again."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+        self._figures: dict[str, dict[_Record, tuple[tuple[str, ...], float]]] = {}  # tool -> test -> figure
+        self._cached: dict[str, float | None] = {}
+
+    def note(self, rec: _Record) -> None:
+        """The test's figures (its best attempts) as peers of the others."""
+        for m in rec.got:
+            if m.value is not None and m.floor is None and not m.against and not m.not_applicable:
+                self._figures.setdefault(m.tool, {})[rec] = (tuple(rec.test.members), m.value)
+                self._cached.pop(m.tool, None)
+
+    def reference(self, m: Measured) -> float | None:
+        if m.floor is not None:
+            return m.floor
+        if m.tool not in self._cached:
+            self._cached[m.tool] = peer_threshold(self._figures.get(m.tool, {}).values(), self.fraction)
+        return self._cached[m.tool]
+
+    def short(self, m: Measured) -> bool:
+        ref = self.reference(m)
+        return m.against or (m.value is not None and ref is not None and m.value < ref)
+
+    def short_test(self, got: list[Measured]) -> bool:
+        return any(self.short(m) for m in got)
+
+
+def _again(recs: list[_Record], measure: Any, judging: _Judging) -> bool:
+    """Run these tests once more, in rounds of tests with no node in common, keeping each
+    tool's better attempt; False where there was nothing to run."""
+    left = list(recs)
+    while left:
+        busy: set[str] = set()
+        batch = []
+        for rec in left:
+            if not busy.intersection(rec.test.members):
+                batch.append(rec)
+                busy.update(rec.test.members)
+        left = [rec for rec in left if rec not in batch]
+        got = measure({"-".join(rec.test.members): rec.test for rec in batch})
+        for rec in batch:
+            new = got["-".join(rec.test.members)]
+            rec.got = [_better(old, other, judging.short) for old, other in zip(rec.got, new, strict=True)]
+            rec.attempts += 1
+            judging.note(rec)
+    return bool(recs)
+
+
+def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult, Result | None]:
+    """The test's GroupResult and, where a tool gave a figure, the Result localization judges."""
+    test, got = rec.test, rec.got
+    judged = [m for m in got if m.value is not None]
+    unjudged = [m for m in got if m.value is None and not m.not_applicable]
+    problems = "; ".join(f"{m.tool}: {m.why}" for m in unjudged)
+    if not judged:
+        return _group(test, Status.ERROR, got, problems or "no test applies", plan), None
+    short = [m for m in judged if judging.short(m)]
+    # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
+    status = Status.ERROR if unjudged else Status.WARN if short else Status.PASS
+    lead = judged[0]  # the first tool the fabric lists that gave a figure
+    # with no floor the lead's figure is judged again against every test of the sweep
+    # (localize.judge_by_peers), unless the tool failed itself or another tool made the test short
+    peers = lead.floor is None and not lead.against and all(m is lead for m in short)
+    result = Result(members=tuple(test.members), value=lead.value or 0.0, passed=not short,
+                    threshold=judging.reference(lead), kind=lead.kind, purpose=test.purpose,
+                    limit_key=lead.limit_key if lead.floor is not None else "", peers=peers)
+    return _group(test, status, got, problems, plan), result
+
+
+def _settle(run: PairRun, records: list[_Record], judging: _Judging, measure: Any, plan: _Plan) -> None:
+    """Judge every test against the sweep's final reference: one short by it that has not
+    run `repeats` times runs again (the first tests had few peers or none when they ran),
+    and each peer-judged test's status is the final judgment, so two tests at one speed
+    are judged alike whatever order they ran in."""
+    while True:
+        final = judge_by_peers(run.results, judging.fraction)[0]
+        again = [rec for rec in records if rec.result is not None and rec.attempts < plan.repeats
+                 and final[rec.result].peers and not final[rec.result].passed]
+        if not _again(again, measure, judging):
+            break
+        for rec in again:
+            group, result = _outcome(rec, judging, plan)
+            if result is not None and rec.result is not None:
+                run.groups[rec.group], run.results[rec.result] = group, result
+    for rec in records:
+        if rec.result is None:
+            continue
+        r, g = final[rec.result], run.groups[rec.group]
+        if r.peers and g.status in (Status.PASS, Status.WARN):
+            run.groups[rec.group] = msgspec.structs.replace(g, status=Status.PASS if r.passed else Status.WARN)
 
 
 def _metric_name(plan: _Plan, tool: str) -> str:
