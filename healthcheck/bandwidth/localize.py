@@ -29,6 +29,17 @@ so attribution comes from comparing each node's tests (collectives.md §0.8, §4
   a node slow by itself is slow in every test, its partners only in the one they shared
   (regrouping keeps earlier partners apart, so no one shares two tests with it).
 
+A test with no floor (`Result.peers`) is judged against the other tests of its kind
+(`judge_by_peers`, `peer_threshold`): short below `1 - peer_fraction` of the median of
+the tests that involve no suspected node, a node being suspected whose best test is that
+far below the median of every node's best. A node slow with every partner is in 2 of 3
+tests at three nodes and in half of them at four, so the median of all tests would be
+its own speed; the nodes' bests are not fooled until half the nodes are slow. Every such
+test is judged against the same reference, each time `localize` runs, so two tests at one
+speed are judged alike whatever order they ran in. Where no reference exists (fewer than
+three nodes), or a test fell short and no node passed any test to confirm a suspect
+against, the verdict says the kind is `undecided` instead of passing or naming anyone.
+
 Results are judged per `kind` (one kind: comparable values, e.g. "ib_write_bw mlx5_2" or
 "all_reduce 1GiB"), so a node slow on one rail only is a culprit of that rail, and a
 whole rail that is slow is a fabric-wide finding of that rail. Values are compared only
@@ -46,6 +57,7 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal
 
 import msgspec
 
@@ -77,9 +89,12 @@ class LocalizeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     pair_outlier_fraction: float = 0.10  # one test this far below the median of its peers
     outlier_min_peers: int = 8  # fewer peers (nodes, or tests) than this: no outlier findings
     outlier_min_tests: int = 2  # a node judged on fewer tests of one size is not an outlier
+    # a test with no floor (Result.peers) this far below its peers' reference is short (bandwidth.peer_fraction)
+    peer_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("fabric_fraction", "max_culprit_fraction", "outlier_fraction", "pair_outlier_fraction"):
+        for name in ("fabric_fraction", "max_culprit_fraction", "outlier_fraction", "pair_outlier_fraction",
+                     "peer_fraction"):
             v = getattr(self, name)
             if not (0 < v < 1):
                 raise ValueError(f"{name} must be between 0 and 1, not {v}")
@@ -105,6 +120,8 @@ class Result(msgspec.Struct, frozen=True, omit_defaults=True):
     link: str = ""  # a label for the path between the members (switch port, cable) where known
     purpose: Purpose = "screen"
     limit_key: str = ""  # the config key that set the threshold
+    # no floor: `passed` and `threshold` are the peers' (judge_by_peers sets them from every test of its kind)
+    peers: bool = False
 
 
 class Culprit(msgspec.Struct, frozen=True):
@@ -119,6 +136,7 @@ class Culprit(msgspec.Struct, frozen=True):
     unit: str
     hca: str = ""  # its HCA, where every failed test named the same one
     limit_key: str = ""
+    peers: bool = False  # the threshold is its peers' (no floor), not a configured one
 
 
 class Suspect(msgspec.Struct, frozen=True):
@@ -146,6 +164,7 @@ class SlowLink(msgspec.Struct, frozen=True):
     link: str = ""
     passes: tuple[int, ...] = ()  # each member's passed tests elsewhere, in members' order
     limit_key: str = ""
+    peers: bool = False  # the threshold is its peers' (no floor), not a configured one
 
 
 class FabricWide(msgspec.Struct, frozen=True):
@@ -157,6 +176,25 @@ class FabricWide(msgspec.Struct, frozen=True):
     nodes: int
     implicated: int  # nodes that never passed
     reason: str
+
+
+class Undecided(msgspec.Struct, frozen=True):
+    """Tests of one kind that cannot tell who is slow: nobody is named from them, and the run says so.
+
+    why "no-peers": no floor, and fewer than three nodes in the tests, so nothing to judge
+    them against (one pair: its figure is all there is); "no-partner": tests fell short and
+    no node passed any test, so no known-good partner can confirm a suspect (two nodes, or
+    every node of a few slow)."""
+
+    kind: str
+    why: Literal["no-peers", "no-partner"]
+    nodes: tuple[str, ...]  # every node in the tests of this kind
+    tests: int
+    low: float  # the lowest and highest figure among them
+    high: float
+    threshold: float | None  # the floor the short tests missed ("no-partner"), where one was set
+    unit: str
+    limit_key: str = ""
 
 
 class Outlier(msgspec.Struct, frozen=True):
@@ -178,6 +216,7 @@ class Verdict(msgspec.Struct, frozen=True):
     links: tuple[SlowLink, ...] = ()
     fabric: tuple[FabricWide, ...] = ()
     outliers: tuple[Outlier, ...] = ()
+    undecided: tuple[Undecided, ...] = ()  # kinds whose tests cannot tell who is slow
     good: tuple[str, ...] = ()  # passed a test of every kind they were in, and named by nothing
     untested: tuple[str, ...] = ()  # named in `nodes` but in no result
     tests: int = 0
@@ -199,6 +238,53 @@ class Verdict(msgspec.Struct, frozen=True):
         return sorted(named)
 
 
+# ------------------------------------------------------------------------------ peers
+
+
+def peer_threshold(tests: Iterable[tuple[Sequence[str], float]], fraction: float) -> float | None:
+    """The figure below which a test (members, figure) is short, judged against its peers; None
+    where fewer than three nodes or two tests: nothing to compare a test with.
+
+    `1 - fraction` of the median of the tests that involve no suspected node, a node being
+    suspected when its best test is below `1 - fraction` of the median of every node's best.
+    A node slow with every partner is slow in all its tests, and a healthy node's best is
+    with a healthy partner: the median of the bests is a healthy figure while fewer than
+    half the nodes are slow, where the median of the tests is not (three nodes, one slow:
+    two of three tests are its own)."""
+    got = [(tuple(dict.fromkeys(members)), v) for members, v in tests if math.isfinite(v)]
+    best: dict[str, float] = {}
+    for members, v in got:
+        for m in members:
+            best[m] = max(best.get(m, -math.inf), v)
+    if len(got) < 2 or len(best) < 3:
+        return None
+    keep = 1 - fraction
+    typical_best = statistics.median(best.values())
+    suspected = {m for m, v in best.items() if v < keep * typical_best}
+    clean = [v for members, v in got if not suspected.intersection(members)]
+    return keep * (statistics.median(clean) if clean else typical_best)
+
+
+def judge_by_peers(results: Iterable[Result], fraction: float) -> tuple[list[Result], set[str]]:
+    """The results with every peer-judged one (`Result.peers`) judged against one reference
+    per kind (`peer_threshold` over all of them), and the kinds that had no reference (their
+    tests count as passed: nothing was found against them, and the verdict says they were
+    not judged)."""
+    rs = list(results)
+    figures: dict[str, list[tuple[Sequence[str], float]]] = defaultdict(list)
+    for r in rs:
+        if r.peers:
+            figures[r.kind].append((r.members, r.value))
+    thresholds = {kind: peer_threshold(tests, fraction) for kind, tests in figures.items()}
+    out = []
+    for r in rs:
+        if r.peers:
+            t = thresholds[r.kind]
+            r = msgspec.structs.replace(r, passed=t is None or r.value >= t, threshold=t)
+        out.append(r)
+    return out, {kind for kind, t in thresholds.items() if t is None}
+
+
 # ------------------------------------------------------------------------------ judge
 
 
@@ -210,6 +296,7 @@ class _Part(msgspec.Struct):
     outliers: list[Outlier]
     nodes: set[str]
     good: set[str]
+    undecided: Undecided | None = None
 
 
 def _hca_of(node: str, results: Iterable[Result]) -> str:
@@ -218,7 +305,8 @@ def _hca_of(node: str, results: Iterable[Result]) -> str:
 
 
 def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: LocalizeSettings,
-                fabric_check: bool = True) -> _Part:
+                fabric_check: bool = True, unpeered: bool = False) -> _Part:
+    """One kind's results judged; `unpeered`: its peer-judged tests had nothing to compare with."""
     passes: dict[str, int] = defaultdict(int)
     tests_of: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rs):
@@ -227,40 +315,64 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
             if r.passed:
                 passes[m] += 1
     nodes = set(tests_of)
+    culprits, suspects = _attribute(kind, rs, tests_of, passes, known_good, s)
+    implicated = {c.node for c in culprits} | {x.node for x in suspects}
+    # a node below its peers everywhere explains its own failures at the edge of the floor
+    outliers = _outliers(kind, rs, implicated, s)
+    slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1}
+    links, unexplained = _links(kind, rs, passes, implicated | slow_nodes)
 
+    reason = _fabric_reason(len(nodes), rs, implicated, unexplained, s) if fabric_check else ""
+    if reason:
+        fabric = FabricWide(kind=kind, tests=len(rs), failed=sum(not r.passed for r in rs), nodes=len(nodes),
+                            implicated=len(implicated), reason=reason)
+        return _Part([], [], [], fabric, [], nodes, set())
+
+    named = implicated | slow_nodes
+    named |= {m for link in links for m in link.members}
+    good = {m for m in nodes if passes[m] > 0} - named
+    no_partner = bool(implicated) and not any(passes.values()) and not known_good
+    undecided = _undecided(kind, rs, nodes, no_partner=no_partner, unpeered=unpeered)
+    return _Part(culprits, suspects, links, None, outliers, nodes, good, undecided)
+
+
+def _attribute(kind: str, rs: list[Result], tests_of: Mapping[str, list[int]], passes: Mapping[str, int],
+               known_good: frozenset[str], s: LocalizeSettings) -> tuple[list[Culprit], list[Suspect]]:
+    """The nodes that failed every test they were in: culprits where `confirm_tests` of those
+    tests had only known-good partners, else suspects."""
     def vouched(m: str) -> bool:
-        return passes[m] > 0 or m in known_good
+        return passes.get(m, 0) > 0 or m in known_good
 
-    candidates = sorted(m for m in nodes if passes[m] == 0)  # in tests, and none passed: every one failed
     culprits: list[Culprit] = []
     suspects: list[Suspect] = []
-    for m in candidates:
+    for m in sorted(m for m in tests_of if passes.get(m, 0) == 0):  # in tests, and none passed
         mine = [rs[i] for i in tests_of[m]]
         confirming = [r for r in mine if all(vouched(o) for o in r.members if o != m)]
         best = max(r.value for r in mine)
         thresholds = {r.threshold for r in mine if r.threshold is not None}
         threshold = max(thresholds) if thresholds else None
         unit = mine[0].unit
+        peers = any(r.peers for r in mine)
         if len(confirming) >= s.confirm_tests:
             culprits.append(Culprit(
                 node=m, kind=kind, failed=len(mine),
                 confirmed_by=tuple(tuple(o for o in r.members if o != m) for r in confirming),
                 best=best, threshold=threshold, unit=unit, hca=_hca_of(m, mine),
-                limit_key=next((r.limit_key for r in mine if r.limit_key), "")))
+                limit_key=next((r.limit_key for r in mine if r.limit_key), ""), peers=peers))
         else:
             partners = tuple(sorted({o for r in mine for o in r.members if o != m}))
             suspects.append(Suspect(node=m, kind=kind, failed=len(mine), partners=partners, best=best,
                                     threshold=threshold, unit=unit, hca=_hca_of(m, mine)))
-    implicated = set(candidates)
-    # a node below its peers everywhere explains its own failures at the edge of the floor
-    outliers = _outliers(kind, rs, implicated, s)
-    slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1}
+    return culprits, suspects
 
-    # failures no never-passing (or slower-than-its-peers) member explains
+
+def _links(kind: str, rs: list[Result], passes: Mapping[str, int], explained_by: set[str]
+           ) -> tuple[list[SlowLink], list[Result]]:
+    """Failures no never-passing (or slower-than-its-peers) member explains, and the slow
+    links they name (a group's failure is explained by a slow pair found inside it)."""
     passed_sets = {frozenset(r.members) for r in rs if r.passed}
     unexplained = [r for r in rs if not r.passed and len(set(r.members)) >= 2
-                   and not implicated.intersection(r.members) and not slow_nodes.intersection(r.members)
-                   and frozenset(r.members) not in passed_sets]
+                   and not explained_by.intersection(r.members) and frozenset(r.members) not in passed_sets]
     slow_pairs = [frozenset(r.members) for r in unexplained if len(set(r.members)) == 2]
     links: list[SlowLink] = []
     seen: set[frozenset[str]] = set()
@@ -270,34 +382,41 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
             continue
         seen.add(key)
         links.append(SlowLink(members=r.members, kind=kind, value=r.value, threshold=r.threshold, unit=r.unit,
-                              hcas=r.hcas, link=r.link, passes=tuple(passes[m] for m in r.members),
-                              limit_key=r.limit_key))
+                              hcas=r.hcas, link=r.link, passes=tuple(passes.get(m, 0) for m in r.members),
+                              limit_key=r.limit_key, peers=r.peers))
+    return links, unexplained
 
-    # fabric-wide: too much is wrong to name nodes
-    n = len(nodes)
+
+def _fabric_reason(n: int, rs: list[Result], implicated: set[str], unexplained: list[Result],
+                   s: LocalizeSettings) -> str:
+    """Why too much is wrong to name nodes (a fabric-wide problem), or ""."""
+    if n < s.fabric_min_nodes:
+        return ""
     screen = [r for r in rs if r.purpose == "screen"] or rs
     screen_failed = sum(not r.passed for r in screen)
-    failed = sum(not r.passed for r in rs)
-    reason = ""
-    if fabric_check and n >= s.fabric_min_nodes:
-        if len(implicated) > s.fabric_fraction * n:
-            reason = f"{len(implicated)} of {n} nodes failed every test they were in"
-        elif len(unexplained) > s.fabric_fraction * len(rs):
-            reason = (f"{len(unexplained)} of {len(rs)} tests failed although every member reached the floor "
-                      f"in another test")
-        elif (screen_failed > s.fabric_fraction * len(screen) and n >= s.guard_min_nodes
-              and len(implicated) > s.max_culprit_fraction * n):
-            reason = (f"{screen_failed} of {len(screen)} tests failed, and the {len(implicated)} nodes they "
-                      f"implicate are more than the blast-radius guard ({s.max_culprit_fraction:g} of {n})")
-    if reason:
-        fabric = FabricWide(kind=kind, tests=len(rs), failed=failed, nodes=n, implicated=len(implicated),
-                            reason=reason)
-        return _Part([], [], [], fabric, [], nodes, set())
+    if len(implicated) > s.fabric_fraction * n:
+        return f"{len(implicated)} of {n} nodes failed every test they were in"
+    if len(unexplained) > s.fabric_fraction * len(rs):
+        return f"{len(unexplained)} of {len(rs)} tests failed although every member reached the floor in another test"
+    if (screen_failed > s.fabric_fraction * len(screen) and n >= s.guard_min_nodes
+            and len(implicated) > s.max_culprit_fraction * n):
+        return (f"{screen_failed} of {len(screen)} tests failed, and the {len(implicated)} nodes they "
+                f"implicate are more than the blast-radius guard ({s.max_culprit_fraction:g} of {n})")
+    return ""
 
-    named = implicated | slow_nodes
-    named |= {m for link in links for m in link.members}
-    good = {m for m in nodes if passes[m] > 0} - named
-    return _Part(culprits, suspects, links, None, outliers, nodes, good)
+
+def _undecided(kind: str, rs: list[Result], nodes: set[str], *, no_partner: bool, unpeered: bool
+               ) -> Undecided | None:
+    """What these tests cannot tell: who is slow where tests fell short and no node passed one
+    (no known-good partner), or anything at all where no floor and no peers judged them."""
+    if not (no_partner or unpeered):
+        return None
+    short = [r for r in rs if not r.passed]
+    thresholds = [r.threshold for r in short if r.threshold is not None and not r.peers]
+    return Undecided(kind=kind, why="no-partner" if no_partner else "no-peers", nodes=tuple(sorted(nodes)),
+                     tests=len(rs), low=min(r.value for r in rs), high=max(r.value for r in rs),
+                     threshold=max(thresholds) if thresholds else None, unit=rs[0].unit,
+                     limit_key=next((r.limit_key for r in short if r.limit_key), ""))
 
 
 def _outliers(kind: str, rs: list[Result], implicated: set[str], s: LocalizeSettings) -> list[Outlier]:
@@ -363,12 +482,13 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
     fabric-wide (what the adaptive driver plans its next tests from).
     """
     s = settings or DEFAULT_SETTINGS
-    rs = list(results)
+    rs, unpeered = judge_by_peers(results, s.peer_fraction)
     vouched = frozenset(known_good)
     by_kind: dict[str, list[Result]] = defaultdict(list)
     for r in rs:
         by_kind[r.kind].append(r)
-    parts = [_judge_kind(kind, by_kind[kind], vouched, s, fabric_check) for kind in sorted(by_kind)]
+    parts = [_judge_kind(kind, by_kind[kind], vouched, s, fabric_check, unpeered=kind in unpeered)
+             for kind in sorted(by_kind)]
     tested: set[str] = set().union(*(p.nodes for p in parts)) if parts else set()
     not_good = set().union(*(p.nodes - p.good for p in parts)) if parts else set()
     wanted = _unique(nodes) if nodes is not None else []
@@ -378,6 +498,7 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
         links=tuple(x for p in parts for x in p.links),
         fabric=tuple(p.fabric for p in parts if p.fabric is not None),
         outliers=tuple(x for p in parts for x in p.outliers),
+        undecided=tuple(p.undecided for p in parts if p.undecided is not None),
         good=tuple(sorted(tested - not_good)),
         untested=tuple(n for n in wanted if n not in tested),
         tests=len(rs),
@@ -522,7 +643,9 @@ def localize_adaptive(
                     pending = False
                     break
             planning = localize(results, nodes=names, known_good=vouched, settings=s, fabric_check=False)
-        tests, pending = _plan(rounds, plan, names, circle, results, planning, vouched, k=k, seed=seed,
+        # bisection follows the failed tests as judged now (a peer-judged test by every test so far)
+        judged = judge_by_peers(results, s.peer_fraction)[0]
+        tests, pending = _plan(rounds, plan, names, circle, judged, planning, vouched, k=k, seed=seed,
                                rails=rails, screens=screens, partners_per_round=partners_per_round, pad=pad)
         if not tests:
             break
@@ -532,7 +655,8 @@ def localize_adaptive(
     verdict = localize(results, nodes=names, known_good=vouched, settings=s)
     if rounds >= max_rounds and not verdict.fabric:
         planning = localize(results, nodes=names, known_good=vouched, settings=s, fabric_check=False)
-        pending = bool(_plan(rounds, plan, names, circle, results, planning, vouched, k=k, seed=seed, rails=rails,
+        judged = judge_by_peers(results, s.peer_fraction)[0]
+        pending = bool(_plan(rounds, plan, names, circle, judged, planning, vouched, k=k, seed=seed, rails=rails,
                              screens=screens, partners_per_round=partners_per_round, pad=pad)[0])
     return Adaptive(verdict=verdict, rounds=rounds, tests=tests_run, plan=plan, complete=not pending,
                     results=tuple(results))

@@ -10,10 +10,14 @@ measured nodes together) and turns its verdict into catalogued findings:
   what the blast-radius guard exists to stop;
 - bw.E104 peer outlier, WARN: a node or pair well below its peers, threshold met;
 - bw.E105 suspect, WARN: failed every test it was in but never with known-good partners
-  only; not confirmed, so not FAIL (`localize.confirmation_tests` plans the re-test).
+  only; not confirmed, so not FAIL (`localize.confirmation_tests` plans the re-test);
+- bw.E106 undecided, WARN, names no node: the tests cannot tell who is slow (one pair and
+  no floor to judge it against; or tests fell short and no node passed one, so no partner
+  is known good): said for the run instead of passing the tests or naming anyone.
 
 Who a finding is about: a node's name (E101, E104 node, E105), the member nodes (E102,
-E104 pair), or `()` for E103 (no node named: its stamped `node` and `members` are empty).
+E104 pair), or `()` for E103 and E106 (no node named: its stamped `node` and `members` are
+empty).
 
 core/analysis.py has no input type for this scope yet, so `PairsInput` lives here,
 shaped like its `FleetInput` (a dataclass with the scope's data and a memo).
@@ -36,6 +40,7 @@ from healthcheck.bandwidth.localize import (
     Result,
     SlowLink,
     Suspect,
+    Undecided,
     Verdict,
     localize,
 )
@@ -86,6 +91,15 @@ SUSPECT = finding(
     "is slow too.",
     action="rerun",
 )
+UNDECIDED = finding(
+    "bw.E106",
+    "the bandwidth tests between nodes cannot tell who is slow: too few nodes, or no partner known good",
+    "One pair with no floor has nothing to be judged against, and a pair (or a few nodes) that fell short "
+    "with no node passing any test cannot say which node, or the link, is slow: nothing is drained. Set the "
+    "pair floor (bandwidth.<collective>.pair.busbw_min_gbytes_per_s; hc baseline learns it from earlier "
+    "sweeps), or sweep these nodes together with nodes known to be good.",
+    action="fix-config",
+)
 # ERROR on a test's own result, never on a node: orchestrate/pairs.py stamps it where a test gave nothing
 TEST_NOT_RUN = finding(
     "bw.E107",
@@ -107,7 +121,7 @@ TEST_FAILED = finding(
 )
 
 CHECK = "bw.pairs"
-FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, TEST_NOT_RUN, TEST_FAILED)
+FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, UNDECIDED, TEST_NOT_RUN, TEST_FAILED)
 _SHOWN = 6  # node names listed in a message; the rest are counted
 
 Who = str | tuple[str, ...]
@@ -196,6 +210,8 @@ def findings(verdict: Verdict, settings: LocalizeSettings = DEFAULT_SETTINGS) ->
     out: list[tuple[Who, Finding]] = []
     if verdict.fabric:
         out.append(((), _fabric(verdict.fabric, settings)))
+    if verdict.undecided:
+        out.append(((), _undecided(verdict.undecided)))
     out += [(c.node, _culprit(c)) for c in verdict.culprits]
     out += [(s.node, _suspect(s)) for s in verdict.suspects]
     out += [(tuple(link.members), _link(link)) for link in verdict.links]
@@ -232,8 +248,14 @@ def _floor(limit_key: str, threshold: float | None) -> Limit | None:
     return None if threshold is None or not limit_key else Limit(">=", threshold, limit_key)
 
 
+def _below(threshold: float | None, unit: str, peers: bool) -> str:
+    if threshold is None:
+        return ""
+    return f" below {_v(threshold)} {unit}" + (" (its peers' figure less bandwidth.peer_fraction)" if peers else "")
+
+
 def _culprit(c: Culprit) -> Finding:
-    below = f" below {_v(c.threshold)} {c.unit}" if c.threshold is not None else ""
+    below = _below(c.threshold, c.unit, c.peers)
     partners = [p for ps in c.confirmed_by for p in ps] or ["none (a test of the node alone)"]
     message = (f"slow with every partner{_of(c.kind)}: {_all(c.failed)} fell short, best "
                f"{_v(c.best)} {c.unit}{below}; known-good partners it was slow with: {_names(partners)}")
@@ -250,7 +272,7 @@ def _suspect(s: Suspect) -> Finding:
 def _link(link: SlowLink) -> Finding:
     labels = [f"{m} ({h})" for m, h in zip(link.members, link.hcas, strict=True)] \
         if len(link.hcas) == len(link.members) else list(link.members)
-    below = f" below {_v(link.threshold)} {link.unit}" if link.threshold is not None else ""
+    below = _below(link.threshold, link.unit, link.peers)
     elsewhere = ", ".join(f"{m} {p}" for m, p in zip(link.members, link.passes, strict=False))
     path = f" over {link.link}" if link.link else ""
     what = "pair" if len(link.members) == 2 else f"group of {len(link.members)}"
@@ -269,6 +291,25 @@ def _fabric(fabric: tuple[FabricWide, ...], settings: LocalizeSettings) -> Findi
                f"is named and nothing is drained")
     # no Limit: LocalizeSettings is not in the config schema yet, so no key to name
     return FABRIC_WIDE.warn(message, value=round(failed / tests, 4) if tests else None)
+
+
+def _undecided(undecided: tuple[Undecided, ...]) -> Finding:
+    parts = []
+    for u in undecided:
+        figures = _v(u.low) if u.low == u.high else f"{_v(u.low)}-{_v(u.high)}"
+        tests = "1 test" if u.tests == 1 else f"{u.tests} tests"
+        what = f"{tests}{_of(u.kind)} between {_names(u.nodes)} at {figures} {u.unit}"
+        if u.why == "no-peers":
+            parts.append(f"{what}: no pair floor is set, and too few nodes to judge the tests against each "
+                         f"other (it takes 3): not judged")
+        else:
+            floor = f" short of the floor {_v(u.threshold)} {u.unit}" if u.threshold is not None else " short"
+            parts.append(f"{what}, every one{floor}: no node passed a test, so no known-good partner can tell "
+                         f"which node, or the link, is slow")
+    message = "; ".join(parts) + ". No node is named and nothing is drained"
+    first = undecided[0]
+    limit = _floor(first.limit_key, first.threshold) if first.why == "no-partner" else None
+    return UNDECIDED.warn(message, component=first.kind, value=first.low, unit=first.unit, limit=limit)
 
 
 def _outlier(o: Outlier, settings: LocalizeSettings) -> Finding:

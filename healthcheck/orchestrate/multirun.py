@@ -91,10 +91,10 @@ def run_many(
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
     groups: list = []
+    pair_findings: list = []
     if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair
         results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
         analyses = [*analyses, *pair_analyses]
-        launch_findings += pair_findings
     # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected";
     # where Slurm could not be asked, its act.E003 says why nothing was
     blind = any(f.status is Status.ERROR for f in guard_findings)
@@ -111,7 +111,8 @@ def run_many(
         report = with_groups(report, groups)
     for finding in launch_findings:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
-    for finding in [*guard_findings, *([busy_only] if busy_only is not None else [])]:
+    # the pair analyses' findings about no node (fabric-wide, undecided): no node carries their status
+    for finding in [*pair_findings, *guard_findings, *([busy_only] if busy_only is not None else [])]:
         report = with_run_finding(report, finding)
     run = MultiRun(report=report, warnings=warnings)
     if act:

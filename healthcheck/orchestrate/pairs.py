@@ -9,8 +9,13 @@ sweep, over SSH or by the fabric's launcher), else (`pairs.persistent_workers: f
 WORLD_SIZE, MASTER_ADDR/PORT) or by mpirun or srun (pair_launch.py); the first member is
 the rendezvous; all sides have timeouts, and a member that fails to start makes the
 test ERROR (no result, no evidence against anyone). A test passes when it reaches the fabric's pair floor at
-its largest judged size, or, where the fabric sets none, when it is within
-`bandwidth.peer_fraction` of the median of every test so far (peers, not a figure).
+its largest judged size (the floor decides, however few the nodes), or, where the fabric
+sets none, when it is within `bandwidth.peer_fraction` of its peers' reference
+(`localize.peer_threshold`: the median of the tests with no suspected node, robust where
+a slow node is in half the tests or more). A short test runs again, up to
+`bandwidth.repeats`; once the rounds are done every peer-judged test is judged against the
+sweep's final reference, runs again where it is short by it and has not used its repeats,
+and takes the final status (`_settle`): two tests at one speed are judged alike.
 
 Only nodes that are reachable and passed their own node-local bandwidth tests take
 part: a node slow on its own is judged on that alone, and must not implicate partners.
@@ -18,7 +23,6 @@ part: a node slow on its own is judged on that alone, and must not implicate par
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from healthcheck.bandwidth.judge import floors
-from healthcheck.bandwidth.localize import Result
+from healthcheck.bandwidth.localize import Result, judge_by_peers, peer_threshold
 from healthcheck.bandwidth.schedule import Test
 from healthcheck.core.config import Config
 from healthcheck.core.model import GroupResult, Metric, NodeResult
@@ -196,6 +200,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     run.settings = {"outlier_fraction": plan.peer_fraction, "pair_outlier_fraction": plan.peer_fraction,
                     "max_culprit_fraction": max(min(drain.max_drain_fraction, 0.99), 0.01),
                     "guard_min_nodes": max(drain.guard_min_nodes, 1),
+                    "peer_fraction": plan.peer_fraction,
                     **{name: getattr(localize, name) for name in localize.__struct_fields__}}
     # groups span leaves where the config says which leaf a node hangs off (rails)
     rails = {n: rail for n in run.nodes if (rail := config.rail_of(n)) is not None}
@@ -206,6 +211,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
         adaptive = localize_adaptive(run.nodes, sweep.run_round, k=plan.pairs.group_size, exhaustive=exhaustive,
                                      circle_max=plan.pairs.circle_max, rails=rails or None,
                                      settings=LocalizeSettings(**run.settings))
+        sweep.settle()
     finally:
         if plan.workers is not None:
             restarted = sorted(n for n, k in plan.workers.starts().items() if k > 1)
@@ -230,9 +236,13 @@ class _Sweep:
     run: PairRun
     parallel: int
     watch: JobWatch | None  # asks Slurm whether a job took a member (None: nothing is asked)
-    values: dict[str, list[float]] = field(default_factory=dict)  # clean measurements, per tool
+    judging: _Judging = field(init=False)
+    records: list[_Record] = field(default_factory=list)  # every test judged so far, in order
     not_applicable: set[str] = field(default_factory=set)
     released: set[str] = field(default_factory=set)  # taken nodes whose worker was ended
+
+    def __post_init__(self) -> None:
+        self.judging = _Judging(self.plan.peer_fraction)
 
     def measure(self, tests: dict[str, Test], held: dict[str, str], what: str = "not run"
                 ) -> dict[str, list[Measured]]:
@@ -261,61 +271,64 @@ class _Sweep:
             self.plan.workers.release(node)
             self.released.add(node)
 
-    def reference(self, m: Measured) -> float | None:
-        if m.floor is not None:
-            return m.floor
-        peers = self.values.get(m.tool)
-        return (1 - self.plan.peer_fraction) * statistics.median(peers) if peers else None
-
-    def short(self, m: Measured) -> bool:
-        ref = self.reference(m)
-        return m.against or (m.value is not None and ref is not None and m.value < ref)
-
     def run_round(self, tests: list[Test]) -> list[Result]:
         keyed = {"-".join(t.members): t for t in tests}
         held: dict[str, str] = {}  # test -> why it was not run, or its result not used
-        best = self.measure(keyed, held)
-        for got in best.values():
-            for m in got:
-                if m.not_applicable:
-                    self.not_applicable.add(m.why)
-                elif m.value is not None and not m.against:
-                    self.values.setdefault(m.tool, []).append(m.value)
+        mine = {name: _Record(keyed[name], got, 1) for name, got in self.measure(keyed, held).items()}
+        for rec in mine.values():
+            self.not_applicable.update(m.why for m in rec.got if m.not_applicable)
+            self.judging.note(rec)
         # a test that fell short runs again, up to the fabric's repeats: it is short only if every attempt was
         for _ in range(self.plan.repeats - 1):
-            again = {n: keyed[n] for n, got in best.items() if any(self.short(m) for m in got)}
-            if not again:
+            if not _again([rec for rec in mine.values() if self.judging.short_test(rec.got)],
+                          lambda again: self.measure(again, held, "not judged"), self.judging):
                 break
-            for name, got in self.measure(again, held, "not judged").items():
-                best[name] = [_better(old, new, self.short) for old, new in zip(best[name], got, strict=True)]
         # a job that took a member while the round ran may have run beside its tests
-        held.update(_stopped({n: keyed[n] for n in best if n not in held},
-                             self._stop(keyed[name].members for name in best), "not judged"))
+        held.update(_stopped({n: keyed[n] for n in mine if n not in held},
+                             self._stop(keyed[name].members for name in mine), "not judged"))
         for name, why in held.items():
-            best.pop(name, None)
+            unused = mine.pop(name, None)
+            if unused is not None:
+                self.judging.forget(unused)
             self.run.groups.append(_group(keyed[name], Status.ERROR, [], why, self.plan))
         self._release_taken()
-        out = [r for name, got in best.items() if (r := self._verdict(keyed[name], got)) is not None]
-        self.run.results += out
+        out = []
+        for rec in mine.values():
+            group, result = _outcome(rec, self.judging, self.plan)
+            rec.group = len(self.run.groups)
+            self.run.groups.append(group)
+            if result is not None:
+                rec.result = len(self.run.results)
+                self.run.results.append(result)
+                out.append(result)
+            self.records.append(rec)
         return out
 
-    def _verdict(self, test: Test, got: list[Measured]) -> Result | None:
-        """The test's result in the report (a GroupResult) and for localization (None: no figure)."""
-        judged = [m for m in got if m.value is not None]
-        unjudged = [m for m in got if m.value is None and not m.not_applicable]
-        problems = [f"{m.tool}: {m.why}" for m in unjudged]
-        if not judged:
-            self.run.groups.append(_group(test, Status.ERROR, got, "; ".join(problems) or "no test applies",
-                                          self.plan))
-            return None
-        passed = not any(self.short(m) for m in judged)
-        # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
-        status = Status.ERROR if unjudged else Status.PASS if passed else Status.WARN
-        self.run.groups.append(_group(test, status, got, "; ".join(problems), self.plan))
-        lead = judged[0]  # the first tool the fabric lists that gave a figure
-        return Result(members=tuple(test.members), value=lead.value or 0.0, passed=passed,
-                      threshold=self.reference(lead), kind=lead.kind, purpose=test.purpose,
-                      limit_key=lead.limit_key if lead.floor is not None else "")
+    def settle(self) -> None:
+        """Judge every test against the sweep's final reference: one short by it that has not
+        run `repeats` times runs again (the first tests had few peers or none when they ran),
+        and each peer-judged test's status is the final judgment, so two tests at one speed
+        are judged alike whatever order they ran in. A test whose member a job took since
+        keeps the figure it had (measured while its nodes were idle)."""
+        held: dict[str, str] = {}
+        run, judging, plan = self.run, self.judging, self.plan
+        while True:
+            final = judge_by_peers(run.results, judging.fraction)[0]
+            again = [rec for rec in self.records if rec.result is not None and rec.attempts < plan.repeats
+                     and final[rec.result].peers and not final[rec.result].passed
+                     and "-".join(rec.test.members) not in held]  # a held test is not run again
+            if not _again(again, lambda tests: self.measure(tests, held, "not judged"), judging):
+                break
+            for rec in again:
+                group, result = _outcome(rec, judging, plan)
+                if result is not None and rec.result is not None:
+                    run.groups[rec.group], run.results[rec.result] = group, result
+        for rec in self.records:
+            if rec.result is None:
+                continue
+            r, g = final[rec.result], run.groups[rec.group]
+            if r.peers and g.status in (Status.PASS, Status.WARN):
+                run.groups[rec.group] = msgspec.structs.replace(g, status=Status.PASS if r.passed else Status.WARN)
 
 
 def _stopped(tests: dict[str, Test], stop: dict[str, str], what: str) -> dict[str, str]:
@@ -489,3 +502,102 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
         groups.append(GroupResult(kind="pair" if len(names) == 2 else "group", name="-".join(names), members=names,
                                   status=worst(f.status for f in found), findings=found))
     return nodes, groups, outcome.runs, for_run
+
+
+# ---------------------------------------------------------------------------- judging
+
+
+@dataclass(eq=False)  # compared and hashed by identity: two tests of the same members are two records
+class _Record:
+    """One test of the sweep: the best attempt of each tool so far, and where its results went."""
+
+    test: Test
+    got: list[Measured]
+    attempts: int
+    group: int = -1  # its GroupResult in run.groups
+    result: int | None = None  # its Result in run.results (None: no tool gave a figure)
+
+
+class _Judging:
+    """Whether a tool's figure is short: against the fabric's pair floor where it sets one (the
+    known-good figure: `hc baseline` learns it from earlier sweeps), which decides whatever the
+    number of nodes; else against every test of the sweep so far (`localize.peer_threshold`:
+    robust where the slow node is in half the tests or more, as with three or four nodes).
+    A test's figure is its best attempt's, and changes when it is run again."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+        self._figures: dict[str, dict[_Record, tuple[tuple[str, ...], float]]] = {}  # tool -> test -> figure
+        self._cached: dict[str, float | None] = {}
+
+    def note(self, rec: _Record) -> None:
+        """The test's figures (its best attempts) as peers of the others."""
+        for m in rec.got:
+            if m.value is not None and m.floor is None and not m.against and not m.not_applicable:
+                self._figures.setdefault(m.tool, {})[rec] = (tuple(rec.test.members), m.value)
+                self._cached.pop(m.tool, None)
+
+    def forget(self, rec: _Record) -> None:
+        """No longer a peer: its result is not used (a job took a member while it ran)."""
+        for tool, figures in self._figures.items():
+            if figures.pop(rec, None) is not None:
+                self._cached.pop(tool, None)
+
+    def reference(self, m: Measured) -> float | None:
+        if m.floor is not None:
+            return m.floor
+        if m.tool not in self._cached:
+            self._cached[m.tool] = peer_threshold(self._figures.get(m.tool, {}).values(), self.fraction)
+        return self._cached[m.tool]
+
+    def short(self, m: Measured) -> bool:
+        ref = self.reference(m)
+        return m.against or (m.value is not None and ref is not None and m.value < ref)
+
+    def short_test(self, got: list[Measured]) -> bool:
+        return any(self.short(m) for m in got)
+
+
+def _again(recs: list[_Record], measure: Any, judging: _Judging) -> bool:
+    """Run these tests once more, in rounds of tests with no node in common, keeping each
+    tool's better attempt (a test `measure` held back, a job having taken a member, keeps
+    what it had); False where there was nothing to run."""
+    left = list(recs)
+    while left:
+        busy: set[str] = set()
+        batch = []
+        for rec in left:
+            if not busy.intersection(rec.test.members):
+                batch.append(rec)
+                busy.update(rec.test.members)
+        left = [rec for rec in left if rec not in batch]
+        got = measure({"-".join(rec.test.members): rec.test for rec in batch})
+        for rec in batch:
+            new = got.get("-".join(rec.test.members))
+            if new is None:
+                continue
+            rec.got = [_better(old, other, judging.short) for old, other in zip(rec.got, new, strict=True)]
+            rec.attempts += 1
+            judging.note(rec)
+    return bool(recs)
+
+
+def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult, Result | None]:
+    """The test's GroupResult and, where a tool gave a figure, the Result localization judges."""
+    test, got = rec.test, rec.got
+    judged = [m for m in got if m.value is not None]
+    unjudged = [m for m in got if m.value is None and not m.not_applicable]
+    problems = "; ".join(f"{m.tool}: {m.why}" for m in unjudged)
+    if not judged:
+        return _group(test, Status.ERROR, got, problems or "no test applies", plan), None
+    short = [m for m in judged if judging.short(m)]
+    # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
+    status = Status.ERROR if unjudged else Status.WARN if short else Status.PASS
+    lead = judged[0]  # the first tool the fabric lists that gave a figure
+    # with no floor the lead's figure is judged again against every test of the sweep
+    # (localize.judge_by_peers), unless the tool failed itself or another tool made the test short
+    peers = lead.floor is None and not lead.against and all(m is lead for m in short)
+    result = Result(members=tuple(test.members), value=lead.value or 0.0, passed=not short,
+                    threshold=judging.reference(lead), kind=lead.kind, purpose=test.purpose,
+                    limit_key=lead.limit_key if lead.floor is not None else "", peers=peers)
+    return _group(test, status, got, problems, plan), result

@@ -34,9 +34,9 @@ def idle(fresh_slurm_rig):
     return {"SLURM_CONF": str(fresh_slurm_rig.slurm_conf)}
 
 
-def deep_sweep(site, env, *extra: str):
+def deep_sweep(site, env, *extra: str, nodes: str = "node[1-4]"):
     (site.dir / "fabrics" / "rig.yaml").write_text((site.dir / "fabrics" / "rig.yaml").read_text() + BANDWIDTH)
-    return hc(site, "sweep", "--nodes", "node[1-4]", "--mode", "agentless", "--tier", "deep", *extra,
+    return hc(site, "sweep", "--nodes", nodes, "--mode", "agentless", "--tier", "deep", *extra,
               env=env, timeout=600)
 
 
@@ -157,3 +157,33 @@ def test_a_drained_node_that_stays_drained_says_why(site, idle, fresh_slurm_rig)
     assert kept["status"] == "WARN" and kept["subject"] == "node3"
     assert kept["message"] == "node3 stays drained (hc: bw.E101): bw.E101: bw.pairs did not run and pass in this run"
     assert b"hc: node3 stays drained (hc: bw.E101)" in r.stderr
+
+
+def test_three_nodes_the_throttled_one_is_named_and_drained(site, idle, fresh_slurm_rig):
+    """Issue 18 B.3: node1, node3, node4 with node3 held to 100 Mbit/s: both node3 pairs ~40x
+    slower than node1-node4, which was every pair PASS (the median of three tests is node3's
+    own speed). node3 is the culprit (bw.E101) and drained with --act; nobody else is named."""
+    site.net.throttle("node3", "100mbit")
+    r, report = deep_sweep(site, idle, "--act", nodes="node[1,3-4]")
+    assert report is not None, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert named(report, "bw.E101", "bw.E102", "bw.E104", "bw.E105", "bw.E106") == {"bw.E101": {"node3"}}, \
+        report["groups"]
+    pairs = {frozenset(g["members"]): g["status"] for g in report["groups"] if g["kind"] == "pair"}
+    assert pairs == {frozenset(("node1", "node4")): "PASS", frozenset(("node1", "node3")): "WARN",
+                     frozenset(("node3", "node4")): "WARN"}
+    assert fresh_slurm_rig.wait_node_state("node3", "drained") == ("drained", "hc: bw.E101")
+    assert all("drain" not in fresh_slurm_rig.sinfo_nodes()[n][0] for n in ("node1", "node2", "node4"))
+
+
+def test_four_nodes_the_one_held_to_200mbit_is_named_and_drained(site, idle, fresh_slurm_rig):
+    """Issue 18 B.3: four nodes, node4 held to 200 Mbit/s (its three pairs in half the tests):
+    named and drained, nobody else."""
+    site.net.throttle("node4", "200mbit")
+    r, report = deep_sweep(site, idle, "--act")
+    assert report is not None, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert named(report, "bw.E101", "bw.E102", "bw.E104", "bw.E105", "bw.E106") == {"bw.E101": {"node4"}}, \
+        report["groups"]
+    assert fresh_slurm_rig.wait_node_state("node4", "drained") == ("drained", "hc: bw.E101")
+    assert all("drain" not in fresh_slurm_rig.sinfo_nodes()[n][0] for n in ("node1", "node2", "node3"))

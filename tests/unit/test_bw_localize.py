@@ -14,8 +14,10 @@ from healthcheck.bandwidth.localize import (
     Result,
     Verdict,
     confirmation_tests,
+    judge_by_peers,
     localize,
     localize_adaptive,
+    peer_threshold,
 )
 from healthcheck.bandwidth.pairs_analysis import CHECK, PairsInput, findings
 from healthcheck.bandwidth.schedule import Test as Planned
@@ -122,11 +124,12 @@ def test_one_percent_bad_nodes_among_2048_are_all_named_and_no_healthy_one():
 
 
 def test_a_suspect_not_confirmed_against_a_known_good_partner_is_not_fail():
-    # two nodes, one slow test: either could be at fault
+    # two nodes, one slow test: either could be at fault, and the run says no test can tell
     v = localize([Result(("a", "b"), 20.0, False, threshold=40.0)])
     only(v, suspects=["a", "b"])
     out = findings(v)
-    assert {f.id for _, f in out} == {"bw.E105"} and all(f.status is Status.WARN for _, f in out)
+    assert sorted((str(who), f.id) for who, f in out) == [("()", "bw.E106"), ("a", "bw.E105"), ("b", "bw.E105")]
+    assert all(f.status is Status.WARN for _, f in out)
     # a group that fell short: every member is a suspect until re-tested with a known-good partner
     group = ("s1", "s2", "s3", "s4")
     results = [Result(group, 20.0, False), Result(("g1", "g2", "g3", "g4"), 46.0, True)]
@@ -251,6 +254,70 @@ def test_a_few_bad_nodes_on_a_small_fabric_are_not_fabric_wide():
     only(localize(Fabric({"gpu0001": 0.5, "gpu0006": 0.5}).circle(nodes)), culprits=["gpu0001", "gpu0006"])
 
 
+# ----------------------------------------------------------- judged by peers (no floor)
+
+
+def peer(members, value):
+    """A test with no floor: short or not is for its peers to say."""
+    return Result(tuple(members), value, True, peers=True)
+
+
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4, 5])
+def test_three_nodes_one_slow_with_both_partners_is_its_culprit_whatever_the_order(order):
+    """Node3 in 2 of 3 tests: the median of the tests is its own speed; the nodes' bests are not."""
+    import itertools
+
+    tests = [peer(("n1", "n4"), 0.5), peer(("n1", "n3"), 0.012), peer(("n3", "n4"), 0.012)]
+    rs = list(itertools.permutations(tests))[order]
+    v = localize(rs)
+    only(v, culprits=["n3"])
+    [c] = v.culprits
+    assert c.peers and c.threshold == pytest.approx(0.45) and sorted(c.confirmed_by) == [("n1",), ("n4",)]
+    [(who, f)] = findings(v)
+    assert (who, f.id, f.status) == ("n3", "bw.E101", Status.FAIL) and "its peers' figure" in f.message
+
+
+def test_the_peer_reference_holds_while_fewer_than_half_the_nodes_are_slow():
+    for n, slow in ((4, ["n2"]), (4, ["n1", "n3"]), (5, ["n1", "n4"]), (8, ["n0", "n5"])):
+        nodes = [f"n{i}" for i in range(n)]
+        rs = [peer(p, 0.02 if set(p) & set(slow) else 0.5) for rnd in circle_rounds(nodes) for p in rnd]
+        only(localize(rs), culprits=slow)
+    # two slow of three are the majority: the tests cannot show them, and no healthy node is named
+    rs = [peer(p, 0.02 if set(p) & {"n1", "n2"} else 0.5) for p in (("n0", "n1"), ("n0", "n2"), ("n1", "n2"))]
+    only(localize(rs))
+
+
+def test_tests_at_one_speed_are_judged_alike_and_floors_are_never_judged_by_peers():
+    rs = [peer(("a", "b"), 0.5), peer(("a", "d"), 0.012), peer(("c", "d"), 0.012), peer(("b", "c"), 0.5)]
+    judged, unjudged = judge_by_peers(rs, 0.1)
+    assert [r.passed for r in judged] == [True, False, False, True] and unjudged == set()
+    assert len({r.threshold for r in judged}) == 1
+    floor = [Result(("a", "b"), 0.5, True, threshold=0.4), Result(("c", "d"), 0.012, True, threshold=0.01),
+             Result(("a", "c"), 0.5, True, threshold=0.4)]
+    assert judge_by_peers(floor, 0.1) == (floor, set())
+
+
+def test_one_pair_without_a_floor_is_undecided_not_passed():
+    assert peer_threshold([(("a", "b"), 0.5)], 0.1) is None
+    v = localize([peer(("a", "b"), 0.012)])
+    only(v)
+    [u] = v.undecided
+    assert (u.why, u.nodes, u.tests, u.low) == ("no-peers", ("a", "b"), 1, 0.012)
+    [(who, f)] = findings(v)
+    assert (who, f.id, f.status) == ((), "bw.E106", Status.WARN) and "not judged" in f.message
+    # short of a floor, with no node that passed anything: no partner can tell which
+    v = localize([Result(("a", "b"), 0.012, False, threshold=0.4, limit_key="bandwidth.x")])
+    [u] = v.undecided
+    assert (u.why, u.threshold, u.limit_key) == ("no-partner", 0.4, "bandwidth.x")
+    # nodes vouched for from elsewhere can: then a culprit, not undecided
+    assert localize([Result(("a", "b"), 0.012, False, threshold=0.4)], known_good=["b"]).undecided == ()
+
+
+def test_peer_fraction_is_a_fraction():
+    with pytest.raises(ValueError, match="peer_fraction"):
+        LocalizeSettings(peer_fraction=0.0)
+
+
 # ------------------------------------------------------------------------- outliers
 
 
@@ -292,9 +359,11 @@ def test_a_pair_well_below_its_peers_is_an_outlier_though_it_passed():
 def test_bw_pairs_is_an_analysis_of_scope_pairs_with_catalogued_findings():
     spec = registry.DEFAULT.all_analyses()[CHECK]
     assert (spec.scope, spec.tiers) == ("pairs", frozenset({"deep"}))
-    assert {f.id for f in spec.findings} == {"bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105", "bw.E107", "bw.E108"}
+    assert {f.id for f in spec.findings} == {"bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105", "bw.E106",
+                                             "bw.E107", "bw.E108"}
     assert all(CATALOGUE[f.id] is f and EMITTERS[f.id] == {CHECK} for f in spec.findings)
     assert CATALOGUE["bw.E101"].action == "investigate" and CATALOGUE["bw.E105"].action == "rerun"
+    assert CATALOGUE["bw.E106"].action == "fix-config"
 
 
 def test_the_analysis_stamps_culprits_links_and_fabric_findings():
