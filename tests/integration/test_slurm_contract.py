@@ -279,3 +279,25 @@ def test_an_hc_bin_that_is_not_there_checks_nothing_loudly_and_never_drains(hc):
                       timeout=30)
     assert "NOT checked" in hc.slurm.log("slurmd-node1")
     assert not any(drained(s) for s in hc.slurm.sinfo_nodes().values())
+
+
+def test_the_nightly_sweep_script_runs_on_real_slurm_and_logs_where_it_was_submitted(hc):
+    """Its --output named /var/log/hc/sweeps/, which sbatch opens before the script runs
+    and never makes: a first submission failed, unseen."""
+    stub = hc.root / "hc-stub"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {hc.root}/stub.log\n')
+    stub.chmod(0o755)
+    settings = hc.root / "nightly.env"
+    settings.write_text(f"HC_BIN={stub}\nHC_SWEEP_DIR={hc.root}/sweeps\n")
+    submit = hc.root / "submit"
+    submit.mkdir()
+    r = hc.slurm.run(["sbatch", "--parsable", "--partition=debug", f"--chdir={submit}",
+                      f"--export=ALL,HC_SETTINGS={settings}", str(REPO / "slurm" / "nightly-sweep.sbatch")],
+                     timeout=30, check=True)
+    job = int(r.stdout.strip().split(";")[0])
+    info = hc.slurm.wait_job_state(job, "COMPLETED", timeout=60)
+    assert info["ExitCode"] == "0:0", info
+    assert (submit / f"hc-nightly-{job}.out").exists(), sorted(p.name for p in submit.iterdir())
+    sweep, diff = (hc.root / "stub.log").read_text().splitlines()
+    assert sweep.startswith("sweep --via slurm --partition debug --tier standard --act --output "
+                            f"{hc.root}/sweeps/sweep-") and diff.startswith("report diff ")
