@@ -129,6 +129,51 @@ def test_deep_sweep_pairs_through_mpirun(rig, persistent):
         assert all(w["ompi"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(NODES)
 
 
+def open_mpi(rig) -> str:
+    """The rig's subnet, for Open MPI's own traffic; skips where mpirun is not Open MPI's."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{mpirun} is not Open MPI's")
+    return str(ipaddress.ip_network(f"{rig.net.host('node1').addr}/24", strict=False))
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_deep_sweep_pairs_through_mpirun_with_hcs_own_ssh_settings(rig, persistent, monkeypatch):
+    """Issue 18 D.18: no OMPI_MCA_plm_rsh_agent from the site; hc hands mpirun's ssh its own
+    view of the nodes (the ssh config, key and known hosts of its `ssh` section). The site
+    sets only what hc cannot know: which network Open MPI's own traffic takes."""
+    subnet = open_mpi(rig)
+    for name in ("OMPI_MCA_plm_rsh_agent", "OMPI_MCA_plm_rsh_args"):
+        monkeypatch.delenv(name, raising=False)
+    env = {"OMPI_MCA_btl_tcp_if_include": subnet, "OMPI_MCA_oob_tcp_if_include": subnet}
+    r, report = deep_sweep(rig, "mpirun", env, persistent)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    assert_pairs_ran(report)
+    assert {w["host"] for w in workers(rig)} == set(NODES) and all(w["ompi"] for w in workers(rig))
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_an_mpirun_that_cannot_reach_the_nodes_keeps_open_mpis_whole_message(rig, persistent):
+    """The site's own ssh for mpirun (kept as it is), one that cannot resolve the rig's
+    names: every pair is ERROR (bw.E107, no node judged), its line ssh's complaint, its
+    evidence Open MPI's whole banner -- not only the banner's last line."""
+    open_mpi(rig)
+    env = {"OMPI_MCA_plm_rsh_agent": "ssh -o BatchMode=yes -o ConnectTimeout=3"}  # no -F: no rig names
+    r, report = deep_sweep(rig, "mpirun", env, persistent)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    groups = [g for g in report["groups"] if g["kind"] == "pair"]
+    assert groups and all(g["status"] == "ERROR" for g in groups), groups
+    for g in groups:
+        (finding,) = [f for f in g["findings"] if f["id"] == "bw.E107"]
+        assert "Could not resolve hostname node" in finding["message"], finding["message"]
+        assert "ORTE was unable to reliably start one or more daemons" in finding["evidence"], finding["evidence"]
+        assert "mpirun -np " in finding["evidence"]  # the command line, as run
+    assert all(n["status"] != "FAIL" for n in report["nodes"])
+
+
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
 def test_deep_sweep_pairs_through_srun(rig, persistent):
     r, report = deep_sweep(rig, "srun", {}, persistent)
