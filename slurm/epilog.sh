@@ -4,12 +4,18 @@
 # and Slurm never drains the node for an Epilog error, whatever happened to hc or to
 # this script (HC_BIN missing, hc-env.sh or the settings file missing or broken, even an
 # `exit` in it): the EXIT trap holds that for every way out.
+
+# said on stderr and to syslog: slurmd logs nothing of a prolog or epilog that exits 0
+hc_say() {
+    echo "$*" >&2
+    logger -t hc -p daemon.err -- "$*" 2>/dev/null
+}
 hc_rc=
 hc_exit() {
     case $hc_rc in
         0) ;;
-        '') echo "hc epilogue: the wrapper stopped before hc ran" >&2 ;;
-        *) echo "hc epilogue: exited $hc_rc unexpectedly ($HC_BIN)" >&2 ;;
+        '') hc_say "hc epilogue: the wrapper stopped before hc ran: this node is NOT checked" ;;
+        *) hc_say "hc epilogue: exited $hc_rc unexpectedly ($HC_BIN)" ;;
     esac
     exit 0
 }
@@ -32,10 +38,8 @@ fi
 HC_BIN=${HC_BIN:-hc}
 # --- end of settings ---
 case $HC_BIN in */*) [ -f "$HC_BIN" ] && [ -x "$HC_BIN" ] ;; *) command -v "$HC_BIN" >/dev/null ;; esac || {
-    echo "hc epilogue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-         "(set HC_BIN in /etc/hc/slurm.env)" >&2
-    logger -t hc -p daemon.err "epilogue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-        2>/dev/null
+    hc_say "hc epilogue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
+           "(set HC_BIN in /etc/hc/slurm.env)"
     hc_rc=0
     exit 0
 }

@@ -5,8 +5,14 @@
 # hc acts through scontrol itself. Exits as `hc health` does; when hc cannot be run
 # (HC_BIN missing, the wrapper stopped by a broken settings file) 3, UNKNOWN: nothing
 # was judged, and nothing is drained for it.
+
+# said on stderr (slurmd logs it with the exit code 3) and to syslog
+hc_say() {
+    echo "$*" >&2
+    logger -t hc -p daemon.err -- "$*" 2>/dev/null
+}
 hc_exit() {
-    echo "hc health: the wrapper stopped before hc ran: this node is NOT checked" >&2
+    hc_say "hc health: the wrapper stopped before hc ran: this node is NOT checked"
     exit 3
 }
 trap hc_exit EXIT
@@ -29,10 +35,8 @@ HC_BIN=${HC_BIN:-hc}
 # --- end of settings ---
 case $HC_BIN in */*) [ -f "$HC_BIN" ] && [ -x "$HC_BIN" ] ;; *) command -v "$HC_BIN" >/dev/null ;; esac || {
     trap - EXIT
-    echo "hc health: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-         "(set HC_BIN in /etc/hc/slurm.env)" >&2
-    logger -t hc -p daemon.err "health: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-        2>/dev/null
+    hc_say "hc health: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
+           "(set HC_BIN in /etc/hc/slurm.env)"
     exit 3
 }
 trap - EXIT

@@ -6,14 +6,20 @@
 # Slurm drains the node itself ("Prolog error") on any non-zero exit, so only 0 and 2
 # leave here: whatever else happens (a crash Python cannot catch, the OOM killer, HC_BIN
 # missing, hc-env.sh or the settings file missing or broken, even an `exit` in it) is
-# logged and the job goes on. The EXIT trap holds that for every way out of this script;
+# said (stderr, syslog) and the job goes on. The EXIT trap holds that for every way out;
 # hc's own guard does the same inside.
+
+# said on stderr and to syslog: slurmd logs nothing of a prolog or epilog that exits 0
+hc_say() {
+    echo "$*" >&2
+    logger -t hc -p daemon.err -- "$*" 2>/dev/null
+}
 hc_rc=
 hc_exit() {
     case $hc_rc in
         0|2) exit "$hc_rc" ;;
-        '') echo "hc prologue: the wrapper stopped before hc ran; job not affected" >&2 ;;
-        *) echo "hc prologue: exited $hc_rc unexpectedly ($HC_BIN); job not affected" >&2 ;;
+        '') hc_say "hc prologue: the wrapper stopped before hc ran: this node is NOT checked; job not affected" ;;
+        *) hc_say "hc prologue: exited $hc_rc unexpectedly ($HC_BIN); job not affected" ;;
     esac
     exit 0
 }
@@ -36,10 +42,8 @@ fi
 HC_BIN=${HC_BIN:-hc}
 # --- end of settings ---
 case $HC_BIN in */*) [ -f "$HC_BIN" ] && [ -x "$HC_BIN" ] ;; *) command -v "$HC_BIN" >/dev/null ;; esac || {
-    echo "hc prologue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-         "(set HC_BIN in /etc/hc/slurm.env); job not affected" >&2
-    logger -t hc -p daemon.err "prologue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
-        2>/dev/null
+    hc_say "hc prologue: HC_BIN=$HC_BIN is not an executable file: this node is NOT checked" \
+           "(set HC_BIN in /etc/hc/slurm.env); job not affected"
     hc_rc=0
     exit 0
 }
