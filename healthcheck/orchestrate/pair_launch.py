@@ -3,11 +3,14 @@ by hc's own SSH fan-out: one launcher process starts `hc bw allreduce` once per 
 node, `runners.launch` reads each rank's output back and kills every rank at the test's
 timeout. Same contract as `pairs.run_test`: rank 0's samples, or None and one line
 naming the members (the launcher missing, the timeout, a rank failing, no readable
-result) -- never an exception, since one test's surprise must not end the sweep.
+result) -- never an exception, since one test's surprise must not end the sweep. That
+line is a `Reason`: it carries what the launcher printed, whole (bounded), as the test's
+evidence -- Open MPI explains a failure in banners of many lines, one of which says little.
 
 - mpirun (Open MPI): `--host a,b`, one rank per host in the members' order, so rank 0
   is the first member and the rendezvous is its address (as over SSH); the torch
-  variables go with `-x`; as root it needs `--allow-run-as-root`.
+  variables go with `-x`; as root it needs `--allow-run-as-root`; its ssh gets hc's
+  view of the nodes (`--mca plm_rsh_args`, runners/ompi.py) unless the site set its own.
 - srun: inside the allocation hc runs in (SLURM_JOB_ID set) a step of it (`--jobid
   --overlap`); else an allocation of its own, whole nodes (`--exclusive`) and a bounded
   wait (`--immediate`), cancelled by its unique job name if srun had to be killed.
@@ -32,7 +35,34 @@ if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.orchestrate.pairs import _Plan
 
-Outcome = tuple[list[BandwidthSample] | None, str]
+Outcome = tuple[list[BandwidthSample] | None, str]  # the str may be a Reason, with evidence
+EVIDENCE_MAX = 8000  # characters of a launcher's output kept as a test's evidence
+
+
+class Reason(str):
+    """A test's one-line why that also carries the launcher's whole output (bounded: its
+    start and its end) as evidence; compares, joins and prints as the line alone, so an
+    Outcome stays a (samples, why) pair for whoever reads only the line."""
+
+    evidence: str
+
+    def __new__(cls, why: str, evidence: str = "") -> Reason:
+        self = super().__new__(cls, why)
+        self.evidence = middle_cut(evidence.strip("\n"), EVIDENCE_MAX)
+        return self
+
+
+def evidence_of(why: str) -> str:
+    """The evidence a why carries ('' for a plain str)."""
+    return why.evidence if isinstance(why, Reason) else ""
+
+
+def middle_cut(text: str, most: int) -> str:
+    """text, or its start and its end when longer than `most` (a banner's cause and the last words)."""
+    if len(text) <= most:
+        return text
+    half = (most - 5) // 2
+    return f"{text[:half]}\n...\n{text[-half:]}"
 
 # torchrun's variables in hc's own environment would reach the ranks (srun hands its whole
 # environment on) and the worker reads them before any launcher's: each rank alone
@@ -70,8 +100,8 @@ def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome
     own_job = kind == "srun" and not env.get("SLURM_JOB_ID")
     result: LaunchResult | None = None
     try:
-        spec = mpirun_spec(config, plan, members) if kind == "mpirun" else srun_spec(config, plan, members, env,
-                                                                                      job_name)
+        spec = mpirun_spec(config, plan, members, env) if kind == "mpirun" else srun_spec(config, plan, members, env,
+                                                                                           job_name)
         result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
         return outcome(result, members, plan.pairs.timeout_s)
     except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
@@ -88,14 +118,18 @@ def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in _TORCHRUN_VARS}
 
 
-def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str]) -> Launch:
-    """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`."""
+def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[str, str] | None = None
+                ) -> Launch:
+    """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`; env: the
+    launcher's environment (default hc's), which says whether the site set mpirun's ssh itself."""
     from healthcheck.orchestrate.pairs import _address, _worker_argv
+    from healthcheck.runners.ompi import site_args
 
     program = _worker_argv(config.main.ssh.remote_hc, plan, _address(config, members[0]))
     # one rank per member in the members' order (rank 0 on members[0], the rendezvous), and
     # unpinned: Open MPI binds a rank to one core by default, which ssh and srun do not
-    extra = ("--map-by", "ppr:1:node", "--bind-to", "none")
+    extra = (*site_args(config.main.ssh, os.environ if env is None else env), "--map-by", "ppr:1:node",
+             "--bind-to", "none")
     return mpirun_launch(program, np=len(members), hosts=members, allow_run_as_root=os.geteuid() == 0,
                          extra=extra, env=plan.torch.env)
 
@@ -127,8 +161,11 @@ def serve_spec(config: Config, plan: _Plan, node: str, program: Sequence[str], e
     unlabelled (read as it comes); and whether srun asked for an allocation of its own (to
     cancel by job_name if srun has to be killed)."""
     if plan.pairs.launcher == "mpirun":
+        from healthcheck.runners.ompi import site_args
+
         return mpirun_launch(program, np=1, hosts=[node], allow_run_as_root=os.geteuid() == 0,
-                             extra=("--bind-to", "none"), env=plan.torch.env, tag_output=False), False
+                             extra=(*site_args(config.main.ssh, env), "--bind-to", "none"), env=plan.torch.env,
+                             tag_output=False), False
     s = config.main.slurm
     job = env.get("SLURM_JOB_ID")
     if job:
@@ -154,20 +191,30 @@ def _without_master_addr(argv: Sequence[str]) -> list[str]:
 
 
 def outcome(result: LaunchResult, members: Sequence[str], timeout_s: float) -> Outcome:
-    """Rank 0's samples with what went wrong on the way, or None and why; `why` names the members."""
+    """Rank 0's samples with what went wrong on the way, or None and why; `why` names the
+    members and, where something went wrong, carries the launcher's output as evidence."""
     who = ",".join(members)
     if result.not_found:
         return None, f"{who}: {result.argv[0]} not found (bandwidth.pairs.launcher: {result.kind})"
     if result.error:
         return None, f"{who}: {result.kind}: {result.error}"
     problems = _problems(result, members)
+    evidence = launcher_evidence(result)
     if result.timed_out:
-        return None, f"{who}: {result.kind} did not finish within {timeout_s:g}s" + (f"; {problems}" if problems
-                                                                                      else "")
+        return None, Reason(f"{who}: {result.kind} did not finish within {timeout_s:g}s"
+                            + (f"; {problems}" if problems else ""), evidence)
     samples = samples_from_json("\n".join(result.ranks.get(0, [])))
     if not samples:
-        return None, f"{who}: {problems or 'the torch sweep printed no result'}"
-    return samples, f"{who}: {problems}" if problems else ""
+        return None, Reason(f"{who}: {problems or 'the torch sweep printed no result'}", evidence)
+    return samples, Reason(f"{who}: {problems}", evidence) if problems else ""
+
+
+def launcher_evidence(result: LaunchResult) -> str:
+    """The command line, how it ended, and what the launcher and the ranks said on stderr, whole
+    (bounded by Reason): Open MPI's banners say why in their middle, not in their last line."""
+    ended = "killed at hc's timeout" if result.timed_out else f"exit {result.returncode}"
+    head = f"$ {' '.join(result.argv)}  ({ended}, {result.duration_s:.1f}s)"
+    return "\n".join(part for part in (head, result.stderr.strip("\n")) if part)
 
 
 def _problems(result: LaunchResult, members: Sequence[str]) -> str:
@@ -181,9 +228,21 @@ def _problems(result: LaunchResult, members: Sequence[str]) -> str:
             said = _said(result.rank_stderr.get(rank, []) or result.ranks.get(rank, []), members)
             out.append(f"{where} exited {code}" + (f": {said}" if said else ""))
     if not result.ok and not result.timed_out:
-        said = _said(result.stderr.splitlines(), members)
+        said = launcher_said(result.kind, result.stderr, members)
         out.append(f"{result.kind} exited {result.returncode}" + (f": {said}" if said else ""))
     return "; ".join(out)
+
+
+def launcher_said(kind: str, stderr: str, members: Sequence[str]) -> str:
+    """The launcher's own line that says most: srun's last naming a member (`srun: error: b:
+    task 1: Exited`); mpirun's first (ssh's complaint, `ssh: Could not resolve hostname b`,
+    comes before the banners Open MPI adds, whose last line only names the node it gave up on)."""
+    lines = stderr.splitlines()
+    if kind != "mpirun":
+        return _said(lines, members)
+    words = [line.strip() for line in lines if any(c.isalnum() for c in line)]
+    naming = [line for line in words if any(m in line for m in members)]
+    return (naming or words or [""])[0][-_SAID:]
 
 
 def _said(lines: Sequence[str], members: Sequence[str]) -> str:

@@ -12,7 +12,8 @@ first member. The variables are `bandwidth.nccl_tests.env` then `bandwidth.pairs
 every rank is read (rank 0 prints the table; the rank that fails prints the failure) with
 the node-local reader (`probes.bw.nccl_attempt_from_text`). Open MPI reaches the members
 its own way (ssh, or Slurm inside an allocation; its MCA settings come from hc's
-environment, e.g. OMPI_MCA_plm_rsh_agent).
+environment, e.g. OMPI_MCA_btl_tcp_if_include); its ssh gets hc's view of the nodes
+(`--mca plm_rsh_args`, runners/ompi.py) unless the site set plm_rsh_agent/args itself.
 
 ib_write_bw (`ib_write_bw_pair`): over SSH, the compute HCA ports Active on both members
 (selected as on one node: the fabric's ib.hcas, hca_types, link_layer; matched by device
@@ -178,6 +179,7 @@ def _nccl_tests_pair(config: Config, members: tuple[str, ...], collective: str, 
     from healthcheck.core.units import format_size, parse_size
     from healthcheck.probes.bw import TAIL, _binary, nccl_attempt_from_text
     from healthcheck.runners.launch import launch, mpirun_launch
+    from healthcheck.runners.ompi import site_args
 
     who = _who(members)
     if gpus <= 0:
@@ -199,7 +201,8 @@ def _nccl_tests_pair(config: Config, members: tuple[str, ...], collective: str, 
     # ranks 0..gpus-1 on members[0] and so on; unbound, so NCCL picks the cores near each GPU
     spec = mpirun_launch(program, np=ranks, hosts=[f"{m}:{gpus}" for m in members],
                          allow_run_as_root=os.geteuid() == 0,
-                         extra=("--map-by", f"ppr:{gpus}:node", "--bind-to", "none"), env=env)
+                         extra=(*site_args(config.main.ssh, os.environ), "--map-by", f"ppr:{gpus}:node",
+                                "--bind-to", "none"), env=env)
     result = launch(spec, timeout_s=min(timeout_s, settings.timeout_s))
     common: dict[str, Any] = dict(tool="nccl_tests", members=members, kind=f"{collective} {format_size(judged)}",
                                   argv=spec.argv, env=env, duration_s=round(result.duration_s, 3),

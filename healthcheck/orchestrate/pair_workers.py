@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
-from healthcheck.orchestrate.pair_launch import Outcome, SweepSamples
+from healthcheck.orchestrate.pair_launch import Outcome, Reason, SweepSamples
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -73,6 +73,8 @@ class _Worker:
     starts: int = 0
     lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
     cancel: Callable[[], str] | None = None  # ends the allocation srun asked for, if srun had to be killed
+    command: str = ""  # how it was last started (the launcher's command line, or the one run over SSH)
+    said: str = ""  # what it printed when it last failed to start, whole: the test's evidence
 
     def usable(self) -> bool:
         return self.stream is not None and not self.stream.ended
@@ -154,7 +156,8 @@ class WorkerPool:
         failed = [f"{w.node}: {started.get(w.node) or 'the worker did not start in time'}"
                   for w in workers if not w.usable()]
         if failed:
-            return None, "; ".join(failed)
+            said = "\n".join(f"{w.node}:\n{w.said}" for w in workers if not w.usable() and w.said)
+            return None, Reason("; ".join(failed), said)
         test_id = uuid.uuid4().hex[:16]
         replies: dict[int, _Reply | str] = {}
         deadline = time.monotonic() + self.plan.pairs.timeout_s + _GRACE_S
@@ -212,6 +215,7 @@ class WorkerPool:
     def _ensure(self, w: _Worker) -> str:
         """Start w's worker (the caller holds w.lock); '' when it is ready, else why not."""
         self._retire(w)
+        w.said = ""
         plan = self.plan
         kind = plan.pairs.launcher
         remote_hc = self.config.main.slurm.remote_hc if kind == "srun" else self.config.main.ssh.remote_hc
@@ -232,19 +236,30 @@ class WorkerPool:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 ready = None
         if ready is None or not ready.ready:
-            why = (ready.error if ready else "") or w.stream.stderr_tail() or (
+            w.said = f"$ {w.command}\n{w.stream.stderr_text()}"
+            why = (ready.error if ready else "") or self._last_words(w) or (
                 "no answer within the test's timeout" if line is None and not w.stream.ended
                 else "it ended before it was ready")
             self._retire(w)
-            w.lacks_serve = "No such command 'serve'" in why
+            w.lacks_serve = "No such command 'serve'" in why + w.said
             return f"`{remote_hc} bw serve` did not start: {why}"
         w.pid = ready.pid
         return ""
+
+    def _last_words(self, w: _Worker) -> str:
+        """The line of what w's worker (or its launcher) printed on stderr that says most."""
+        from healthcheck.orchestrate.pair_launch import launcher_said
+
+        assert w.stream is not None
+        if self.plan.pairs.launcher != "mpirun":
+            return w.stream.stderr_tail()
+        return launcher_said("mpirun", w.stream.stderr_text(), [w.node])
 
     def _start_ssh(self, w: _Worker, argv: tuple[str, ...]) -> str:
         """Open w's stream over hc's own SSH; '' when it started, else why not."""
         from healthcheck.runners.ssh import SshConnection, SshError
 
+        w.command = " ".join(argv)
         try:
             if w.conn is None:
                 w.conn = SshConnection(w.node, self.config.main.ssh)
@@ -265,6 +280,7 @@ class WorkerPool:
         env = launch_env(os.environ)
         job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"
         spec, own_job = serve_spec(self.config, self.plan, w.node, argv, env, job_name)
+        w.command = " ".join(spec.argv)
         try:
             stream = ProcessStream.start(w.node, spec, env)
         except FileNotFoundError:

@@ -367,11 +367,13 @@ class Measured:
 def measure_test(config: Config, plan: _Plan, members: Sequence[str]) -> list[Measured]:
     """Every tool the fabric lists (bandwidth.pairs.tests), one after another, on these members."""
     from healthcheck.orchestrate import pair_tools
+    from healthcheck.orchestrate.pair_launch import evidence_of
 
     out = []
     for tool in plan.tools:
         if tool == "torch":
             samples, why = run_test(config, plan, members)
+            evidence = evidence_of(why)  # what the launcher printed, whole, where it carries it
             value = _value(samples, plan)
             # wrong data is evidence against the pair whatever its bandwidth, as nccl-tests' #wrong is
             wrong = sum(s.wrong or 0 for s in samples or [])
@@ -382,7 +384,7 @@ def measure_test(config: Config, plan: _Plan, members: Sequence[str]) -> list[Me
             out.append(Measured("torch", value, plan.floor, against=bool(wrong),
                                 why=why if wrong or value is None else "",
                                 kind=f"{plan.collective} {format_size(plan.judged)}", limit_key=plan.limit_key,
-                                metrics=_busbw_metrics(samples or [], plan, "torch")))
+                                metrics=_busbw_metrics(samples or [], plan, "torch"), evidence=evidence))
         elif tool == "nccl_tests":
             got = pair_tools.nccl_tests_pair(config, members, collective=plan.collective, sizes=plan.sizes,
                                              gpus=plan.gpus, timeout_s=plan.pairs.timeout_s)
@@ -445,8 +447,11 @@ def _group(test: Test, status: Status, measured: list[Measured], reason: str, pl
     metrics = [m for got in measured for m in got.metrics]
     findings = []
     if reason:
-        findings.append(stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="pair"), check="bw.pairs",
-                              members=tuple(members)))
+        # each tool that gave nothing: what its launcher printed, whole (Open MPI's banners), not one line
+        said = "\n\n".join(f"[{m.tool}]\n{m.evidence}" for m in measured
+                            if m.value is None and not m.not_applicable and m.evidence)
+        findings.append(stamp(TEST_NOT_RUN(Status.ERROR, reason[:1000], component="pair", evidence=said or None),
+                              check="bw.pairs", members=tuple(members)))
     for got in measured:
         if got.against:  # evidence against the pair; which node (or the link) is the analysis's to say
             findings.append(stamp(TEST_FAILED(Status.WARN, got.why[:1000], component=got.tool,

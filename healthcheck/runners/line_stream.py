@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 
 MAX_LINE = 4 << 20  # one stdout line; a sweep's reply is kilobytes
-STDERR_TAIL = 4000
+STDERR_TAIL = 8000
 SEND_STALL_S = 5.0  # a stdin nobody reads for this long: the command is stuck
 
 
@@ -96,11 +96,14 @@ class LineStream:
 
     def stderr_tail(self) -> str:
         """The last stderr line that says something (what the command last complained of)."""
+        lines = [line.strip() for line in self.stderr_text().splitlines() if any(c.isalnum() for c in line)]
+        return lines[-1][-300:] if lines else ""
+
+    def stderr_text(self) -> str:
+        """The stderr kept (its last STDERR_TAIL characters), whole: a launcher's banner of many lines."""
         with self._lock:  # never beside a reader (nor a close that is ending the carrier)
             try:
                 self._drain_stderr()
             except OSError:
                 pass
-        text = b"".join(self._err).decode("utf-8", errors="replace")[-STDERR_TAIL:]
-        lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
-        return lines[-1][-300:] if lines else ""
+        return b"".join(self._err).decode("utf-8", errors="replace")[-STDERR_TAIL:]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import itertools
+import os
 import shutil
 import subprocess
 
@@ -127,6 +128,50 @@ def test_deep_sweep_pairs_through_mpirun(rig, persistent):
     else:
         assert len(started) >= 2 * len(PAIRS)  # two ranks a test, reruns besides
         assert all(w["ompi"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(NODES)
+
+
+def open_mpi(rig) -> str:
+    """The rig's subnet, for Open MPI's own traffic; skips where mpirun is not Open MPI's."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{mpirun} is not Open MPI's")
+    return str(ipaddress.ip_network(f"{rig.net.host('node1').addr}/24", strict=False))
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_deep_sweep_pairs_through_mpirun_with_hcs_own_ssh_settings(rig, persistent, monkeypatch):
+    """Issue 18 D.18: no OMPI_MCA_ setting from the site at all; hc hands mpirun's ssh its
+    own view of the nodes (the ssh config, key and known hosts of its `ssh` section), which
+    is all the rig needs (its hosts share one network with this machine)."""
+    open_mpi(rig)
+    for name in [n for n in os.environ if n.startswith("OMPI_MCA_")]:
+        monkeypatch.delenv(name)
+    r, report = deep_sweep(rig, "mpirun", {}, persistent)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    assert_pairs_ran(report)
+    assert {w["host"] for w in workers(rig)} == set(NODES) and all(w["ompi"] for w in workers(rig))
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
+def test_an_mpirun_that_cannot_reach_the_nodes_keeps_open_mpis_whole_message(rig, persistent):
+    """The site's own ssh for mpirun (kept as it is), one that cannot resolve the rig's
+    names: every pair is ERROR (bw.E107, no node judged), its line ssh's complaint, its
+    evidence Open MPI's whole banner -- not only the banner's last line."""
+    open_mpi(rig)
+    env = {"OMPI_MCA_plm_rsh_agent": "ssh -o BatchMode=yes -o ConnectTimeout=3"}  # no -F: no rig names
+    r, report = deep_sweep(rig, "mpirun", env, persistent)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    groups = [g for g in report["groups"] if g["kind"] == "pair"]
+    assert groups and all(g["status"] == "ERROR" for g in groups), groups
+    for g in groups:
+        (finding,) = [f for f in g["findings"] if f["id"] == "bw.E107"]
+        assert "Could not resolve hostname node" in finding["message"], finding["message"]
+        assert "ORTE was unable to reliably start one or more daemons" in finding["evidence"], finding["evidence"]
+        assert "mpirun -np " in finding["evidence"]  # the command line, as run
+    assert all(n["status"] != "FAIL" for n in report["nodes"])
 
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])

@@ -4,6 +4,7 @@ paramiko; sweeps over SSH and through Slurm; fleet drift; report diff; the sandb
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -223,5 +224,37 @@ def test_sandbox_up_sweep_drains_the_two_broken_nodes_down(tmp_path):
         assert states["node2"] == ["drained", "hc: ib.E002"] and states["node3"] == ["drained", "hc: net.E001"]
     finally:
         down = subprocess.run([str(REPO / "bin/sandbox"), "down"], capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0
+    assert not Path("/tmp/hc-sandbox").exists()
+
+
+def _fresh_checkout(dest: Path) -> Path:
+    """What a fresh clone of this checkout holds (tracked files and new ones git does not
+    ignore, as they are now), without the .venv or anything else built here."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True, timeout=60).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file() or source.is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name, follow_symlinks=False)
+    return dest
+
+
+def test_sandbox_up_works_the_first_time_in_a_fresh_clone(tmp_path):
+    """Issue 18 C.9: `bin/sandbox up` chose its Python before install.sh made the clone's
+    .venv, so the first run found no hc; it asks only once the .venv is there."""
+    clone = _fresh_checkout(tmp_path / "clone")
+    assert not (clone / ".venv").exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    up = subprocess.run([str(clone / "bin/sandbox"), "up"], capture_output=True, text=True, timeout=900, env=env)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert f"PATH={clone}/.venv/bin:" in Path("/tmp/hc-sandbox/env.sh").read_text()
+        r = subprocess.run(["bash", "-c", ". /tmp/hc-sandbox/env.sh && hc --version"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.startswith("hc, version"), r.stderr
+    finally:
+        down = subprocess.run([str(clone / "bin/sandbox"), "down"], capture_output=True, text=True, timeout=120)
         assert down.returncode == 0
     assert not Path("/tmp/hc-sandbox").exists()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import run_hc
+from support import REPO, run_hc
 from test_slurm_hooks import HcCluster, drained
 
 pytestmark = pytest.mark.rig
@@ -260,3 +260,74 @@ def test_an_hc_that_dies_outside_its_guard_still_never_drains(hc, crash):
     env = hc.hooks / "hc-slurm.env"
     env.write_text(env.read_text() + f"HC_BIN={broken}\n")
     _job_runs_and_nothing_is_drained(hc)
+
+
+# Issue 18 C.8 and C.10: the wrappers and the nightly script installed as people do ------------
+
+
+def _wrappers_installed(hc: HcCluster, how: str) -> Path:
+    """prolog.sh, epilog.sh and healthcheck.sh in a directory of their own, copied there
+    without hc-env.sh or linked from the checkout, the rig's settings file beside them;
+    Slurm then runs those."""
+    hooks = hc.root / ("copied" if how == "copied alone" else "linked")
+    hooks.mkdir()
+    for name in ("prolog.sh", "epilog.sh", "healthcheck.sh"):
+        if how == "copied alone":
+            shutil.copy(REPO / "slurm" / name, hooks / name)
+        else:
+            (hooks / name).symlink_to(REPO / "slurm" / name)
+    shutil.copy(hc.hooks / "hc-slurm.env", hooks / "hc-slurm.env")
+    hc.slurm.reconfigure(prolog=str(hooks / "prolog.sh"), epilog=str(hooks / "epilog.sh"),
+                         extra_conf=["SchedulerParameters=nohold_on_prolog_fail"])
+    return hooks
+
+
+@pytest.mark.parametrize("how", ["copied alone", "linked from the checkout"])
+def test_wrappers_copied_alone_or_linked_from_the_checkout_run_hc_and_keep_the_contract(hc, how):
+    """Either way used to exit 2 (`.: cannot open hc-env.sh`): Slurm drained every node."""
+    hooks = _wrappers_installed(hc, how)
+    _job_runs_and_nothing_is_drained(hc)
+    assert hc.report("node1", "prologue")["status"] == "PASS"  # hc ran, through these wrappers
+    r = hc.net.exec("node2", [str(hooks / "healthcheck.sh")], env={"SLURMD_NODENAME": "node2"},
+                    inherit_env=False, timeout=60)
+    assert r.rc == 0 and hc.report("node2", "health")["status"] == "PASS", r.stderr
+    hc.net.set_mtu("node3", "eth0", 1500)  # a FAIL still drains, with hc's reason: its exit 2 goes through
+    job = hc.slurm.sbatch("-N1", "-w", "node3", wrap="hostname")
+    assert hc.slurm.wait_node_state("node3", "drained", timeout=30) == ("drained", "hc: net.E001")
+    hc.slurm.scancel(job)
+
+
+def test_an_hc_bin_that_is_not_there_checks_nothing_loudly_and_never_drains(hc):
+    """The example settings named /usr/local/bin/hc where bin/install puts /opt/hc/bin/hc:
+    as is, no node was ever checked and nothing said so."""
+    env = hc.hooks / "hc-slurm.env"
+    env.write_text(env.read_text() + "HC_BIN=/usr/local/bin/not-hc\n")
+    hc.use_hooks(healthcheck=str(hc.hooks / "healthcheck.sh"), hc_interval=2)
+    _job_runs_and_nothing_is_drained(hc)
+    # health exits 3, which slurmd logs with what it said, every HealthCheckInterval (slurmd logs
+    # nothing of a prolog or epilog that exits 0: theirs go to stderr and syslog, unit-tested)
+    hc.slurm.wait_for(lambda: "hc health: HC_BIN=/usr/local/bin/not-hc is not an executable file: "
+                      "this node is NOT checked" in hc.slurm.log("slurmd-node1"), timeout=30)
+    assert not any(drained(s) for s in hc.slurm.sinfo_nodes().values())
+
+
+def test_the_nightly_sweep_script_runs_on_real_slurm_and_logs_where_it_was_submitted(hc):
+    """Its --output named /var/log/hc/sweeps/, which sbatch opens before the script runs
+    and never makes: a first submission failed, unseen."""
+    stub = hc.root / "hc-stub"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {hc.root}/stub.log\n')
+    stub.chmod(0o755)
+    settings = hc.root / "nightly.env"
+    settings.write_text(f"HC_BIN={stub}\nHC_SWEEP_DIR={hc.root}/sweeps\n")
+    submit = hc.root / "submit"
+    submit.mkdir()
+    r = hc.slurm.run(["sbatch", "--parsable", "--partition=debug", f"--chdir={submit}",
+                      f"--export=ALL,HC_SETTINGS={settings}", str(REPO / "slurm" / "nightly-sweep.sbatch")],
+                     timeout=30, check=True)
+    job = int(r.stdout.strip().split(";")[0])
+    info = hc.slurm.wait_job_state(job, "COMPLETED", timeout=60)
+    assert info["ExitCode"] == "0:0", info
+    assert (submit / f"hc-nightly-{job}.out").exists(), sorted(p.name for p in submit.iterdir())
+    sweep, diff = (hc.root / "stub.log").read_text().splitlines()
+    assert sweep.startswith("sweep --via slurm --partition debug --tier standard --act --output "
+                            f"{hc.root}/sweeps/sweep-") and diff.startswith("report diff ")

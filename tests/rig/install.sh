@@ -11,7 +11,7 @@
 #     pipx zsh fish (the `pipx install .` test; completion scripts run in real shells)
 #   hc itself, editable with its test, lint and bandwidth extras, into the checkout's .venv
 #   (bin/install --dev), unless RIG_PIP names another interpreter's pip
-#   Python packages (into the interpreter behind $RIG_PIP):
+#   Python packages (into the interpreter behind $RIG_PIP), at constraints.txt's versions:
 #     paramiko mpi4py py-spy nvidia-ml-py, and torch==2.13.0
 #
 # Knobs
@@ -56,8 +56,8 @@ if ((${#apt_missing[@]})); then
 fi
 
 # ---- Python packages ---------------------------------------------------------------
+here=$(cd "$(dirname "$0")/../.." && pwd)
 if [[ -z ${RIG_PIP:-} ]]; then
-  here=$(cd "$(dirname "$0")/../.." && pwd)
   if [[ ${RIG_INSTALL_TORCH:-1} == 1 ]]; then
     "$here/bin/install" --dev >"$log" 2>&1 || die "bin/install --dev failed"
   else
@@ -86,7 +86,8 @@ if [[ ${RIG_INSTALL_TORCH:-1} == 1 && ${have[torch]:-} != 2.13.0* ]]; then
   pip_missing+=("torch==2.13.0")       # exact pin, also replaces another version
 fi
 if ((${#pip_missing[@]})); then
-  "${PIP[@]}" install -q "${pip_missing[@]}" >"$log" 2>&1 || die "pip install ${pip_missing[*]} failed"
+  "${PIP[@]}" install -q -c "$here/constraints.txt" "${pip_missing[@]}" >"$log" 2>&1 \
+    || die "pip install ${pip_missing[*]} failed"
 fi
 
 apt_msg="apt: ${#apt_missing[@]} installed"; ((${#apt_missing[@]})) || apt_msg="apt: ok"

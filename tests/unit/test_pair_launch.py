@@ -166,6 +166,70 @@ def test_mpirun_that_cannot_start_its_daemons_names_the_member_its_ssh_failed_on
     assert why == "n01,n02: mpirun exited 1: ssh: connect to host n02 port 22: Connection refused"
 
 
+def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp_path, monkeypatch):
+    """Issue 18 D.18: mpirun without the site's settings failed every pair with only the last
+    line of Open MPI's message ("target node: n02"); the cause (ssh's line) and the whole
+    banner (bounded) are what an operator needs."""
+    from support import FIXTURES
+
+    from healthcheck.bandwidth.schedule import Test
+    from healthcheck.core.status import Status
+    from healthcheck.orchestrate.pairs import _group
+
+    banner = (FIXTURES / "mpirun" / "unreachable-hosts.stderr").read_text()
+    config, plan = setup(tmp_path, "mpirun")
+    fake_launch(monkeypatch, rc=255, stderr=banner)
+    samples, why = pairs.run_test(config, plan, MEMBERS)
+    assert samples is None
+    assert why == "n01,n02: mpirun exited 255: ssh: Could not resolve hostname n01: Name or service not known"
+    evidence = pair_launch.evidence_of(why)
+    assert evidence.startswith("$ mpirun -np 2 ") and "(exit 255" in evidence.splitlines()[0]
+    assert banner.strip() in evidence  # every line of both banners, not one
+    # and the pair's bw.E107 carries it
+    (measured,) = pairs.measure_test(config, plan, MEMBERS)
+    assert measured.value is None and measured.evidence == evidence
+    group = _group(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
+    (finding,) = group.findings
+    assert finding.id == "bw.E107" and "Could not resolve hostname n01" in finding.message
+    assert "ORTE was unable to reliably start one or more daemons" in finding.evidence
+    assert "ORTE does not know how to route a message" in finding.evidence
+
+
+def test_a_launchers_evidence_is_bounded_keeping_its_start_and_its_end(tmp_path, monkeypatch):
+    config, plan = setup(tmp_path, "mpirun")
+    fake_launch(monkeypatch, rc=1, stderr="ssh: first words\n" + "x" * 100_000 + "\nlast words\n")
+    _, why = pairs.run_test(config, plan, MEMBERS)
+    evidence = pair_launch.evidence_of(why)
+    assert len(evidence) <= pair_launch.EVIDENCE_MAX
+    assert "ssh: first words" in evidence and evidence.endswith("last words")
+
+
+def test_mpirun_gets_hcs_ssh_view_of_the_nodes(tmp_path, monkeypatch):
+    """mpirun's ssh knows nothing of hc's ssh section: hc hands it the same config, keys,
+    known hosts and policy, and never a prompt (a prompt only waits for the timeout)."""
+    monkeypatch.delenv("OMPI_MCA_plm_rsh_agent", raising=False)
+    monkeypatch.delenv("OMPI_MCA_plm_rsh_args", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.openmpi/mca-params.conf of the test's user
+    monkeypatch.setattr("healthcheck.runners.ompi.param_files", lambda environ, mpirun="mpirun": [])
+    config, plan = setup(tmp_path, "mpirun")
+    argv = pair_launch.mpirun_spec(config, plan, MEMBERS).argv
+    assert after(argv, "--mca") == "plm_rsh_args"
+    ssh = argv[argv.index("plm_rsh_args") + 1].split(" ")  # Open MPI splits it at spaces
+    assert ssh[:2] == ["-F", str(tmp_path / "ssh_config")]
+    assert "BatchMode=yes" in ssh and "StrictHostKeyChecking=yes" in ssh
+    assert argv.index("--mca") < argv.index("/opt/hc/bin/hc")  # mpirun's option, not the program's
+
+
+def test_mpirun_keeps_the_sites_own_ssh_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config, plan = setup(tmp_path, "mpirun")
+    env = {"OMPI_MCA_plm_rsh_agent": "ssh -F /site/ssh_config", "HOME": str(tmp_path)}
+    assert "--mca" not in pair_launch.mpirun_spec(config, plan, MEMBERS, env).argv
+    (tmp_path / ".openmpi").mkdir()
+    (tmp_path / ".openmpi" / "mca-params.conf").write_text("# site\nplm_rsh_args = -F /site/ssh_config\n")
+    assert "--mca" not in pair_launch.mpirun_spec(config, plan, MEMBERS, {"HOME": str(tmp_path)}).argv
+
+
 def test_a_surprise_in_the_launch_is_the_tests_error_not_the_sweeps_end(tmp_path, monkeypatch):
     config, plan = setup(tmp_path, "mpirun")
 

@@ -33,7 +33,7 @@ with open({log!r}, "a") as f:
 takes_value = {{"-np", "--host", "-x", "--bind-to", "--map-by"}}
 i = 0
 while i < len(args) and args[i].startswith("-"):
-    i += 2 if args[i] in takes_value else 1
+    i += 3 if args[i] == "--mca" else 2 if args[i] in takes_value else 1
 {tail}
 """
 RUN = "os.execvp(args[i], args[i:])\n"
@@ -200,6 +200,26 @@ def test_a_node_whose_worker_cannot_start_names_the_node_and_what_the_launcher_s
     assert samples is None
     assert "n1: `" in why and "bw serve` did not start: srun: error: Unable to allocate resources: Requested nodes " \
         "are busy" in why, why
+
+
+def test_an_mpirun_that_cannot_start_a_worker_keeps_open_mpis_whole_message(tmp_path, monkeypatch):
+    """Issue 18 D.18, with persistent workers: the line says the cause (ssh's), the
+    evidence holds both of Open MPI's banners, not only their last line."""
+    from support import FIXTURES
+
+    from healthcheck.orchestrate.pair_launch import evidence_of
+
+    banner = FIXTURES / "mpirun" / "unreachable-hosts.stderr"
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")  # hc runs `mpirun` from PATH
+    config, _ = site(tmp_path, "mpirun", tail=f"sys.stderr.write(open({str(banner)!r}).read().replace('n01', "
+                                              "args[args.index('--host') + 1]))\nsys.exit(255)\n")
+    samples, why = one_test(config)
+    assert samples is None
+    assert "n1: `" in why and "bw serve` did not start: ssh: Could not resolve hostname n1" in why, why
+    evidence = evidence_of(why)
+    assert "ORTE was unable to reliably start one or more daemons" in evidence
+    assert "ORTE does not know how to route a message" in evidence
+    assert "$ mpirun -np 1 " in evidence  # the command line each worker was started with
 
 
 # ------------------------------------------------------------ the carrier

@@ -1,0 +1,72 @@
+"""bin/install as the README's first command runs it (issue 18 C.9): hc's venv is built on
+an interpreter every user can run, never on the first python3 on PATH (pyenv's, under
+root's home: "bad interpreter: Permission denied" for everyone else), and its last line
+stands on its own. Needs root (another user runs the result) and Debian's /usr/bin/python3."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user can pass through, as /opt is (pytest's tmp_path is root's alone)."""
+    if os.geteuid() != 0 or not SYSTEM_PYTHON.exists() or not shutil.which("runuser"):
+        pytest.skip("needs root, /usr/bin/python3 and runuser")
+    path = Path(tempfile.mkdtemp(prefix="hc-install-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def private_python(tmp_path: Path) -> Path:
+    """A python3 only root can reach: a link in a directory closed to others (as pyenv's under /root)."""
+    private = tmp_path / "private-bin"
+    private.mkdir()
+    private.chmod(0o700)
+    (private / "python3").symlink_to(SYSTEM_PYTHON)
+    return private / "python3"
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=120,
+                          cwd="/")
+
+
+def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(tmp_path, shared_dir):
+    first_on_path = private_python(tmp_path)
+    prefix = shared_dir / "hc"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env["PATH"] = f"{first_on_path.parent}:{env['PATH']}"
+    r = subprocess.run([str(REPO / "bin" / "install"), "--prefix", str(prefix)], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "home = /usr/bin" in (prefix / "pyvenv.cfg").read_text()
+    other = as_nobody(str(prefix / "bin" / "hc"), "--version")
+    assert other.returncode == 0 and other.stdout.startswith("hc, version"), other.stderr
+    lines = r.stdout.splitlines()
+    # --version's lines, then bin/install's own on a line of its own
+    assert lines[0].startswith("hc, version") and lines[-1].startswith("bin/install: "), lines
+    assert lines[-1].endswith(f"(HC_BIN={prefix}/bin/hc)") and lines[:-1] == other.stdout.splitlines()
+
+
+def test_an_interpreter_other_users_cannot_run_is_refused_for_a_shared_prefix(tmp_path, shared_dir):
+    python = private_python(tmp_path)
+    prefix = shared_dir / "hc"
+    r = subprocess.run([str(REPO / "bin" / "install"), "--prefix", str(prefix)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=str(python)), timeout=120)
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert str(python) in r.stderr and "other users" in r.stderr and "\n" not in r.stderr.strip()
+    assert not prefix.exists()  # nothing half-built
