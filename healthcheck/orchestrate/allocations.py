@@ -17,7 +17,11 @@ job (`OwnJob`):
   cancel is cancelled by its id (bounded: CANCEL_BOUND_S);
 - gets a time limit (`--time`, minutes: the bound of what it serves plus MARGIN_S) where
   the partition's MaxTime allows it (read once per process with sinfo; unknown: none, and
-  the rest of this holds).
+  the rest of this holds);
+- if hc was killed outright, is found by the next sweep (`cancel_leftovers`): a job of
+  hc's name owned by the same user whose hc is gone (same host: no process with that pid
+  and start time) or past its bound (another host) is cancelled, named in a run finding
+  (act.E010) and written to the audit log.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from healthcheck.runners import stop
@@ -38,11 +42,15 @@ from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
 
 if TYPE_CHECKING:
+    from healthcheck.actions.audit import AuditLog
+    from healthcheck.core.config import Config
     from healthcheck.core.config.schema import SlurmSettings
+    from healthcheck.core.model import Finding
 
 MARGIN_S = 120.0  # past the bound of what a job serves, before Slurm ends it
 CANCEL_BOUND_S = 20.0  # one job's cancel and the looks after it
 RECHECK_S = 0.5  # between two looks for a grant that raced the cancel
+LEFTOVERS_MAX = 200  # jobs one sweep cancels as leftovers (the rest: the next sweep)
 _NAME = re.compile(r"hc-(?P<kind>[a-z]{1,16})-(?P<token>[0-9a-f]{8})\.(?P<pid>\d{1,10})\.(?P<start>\d{1,20})"
                    r"\.(?P<until>\d{1,12})@(?P<host>[A-Za-z0-9_-]{1,64})")
 # squeue's states of a job that has ended or is ending (cancelled, completing): nothing to cancel
@@ -303,3 +311,117 @@ class OwnJob:
 def needs_own_job(launcher: str, env: Mapping[str, str]) -> bool:
     """Whether srun asks for a job of hc's own (outside an allocation) rather than a step."""
     return launcher == "srun" and not env.get("SLURM_JOB_ID")
+
+
+# ------------------------------------------------------------------ leftovers
+
+
+@dataclass
+class Leftovers:
+    """What the look for jobs a killed hc left found and did."""
+
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def cancel_leftovers(settings: SlurmSettings, env: Mapping[str, str], audit: AuditLog, *,
+                     now: float | None = None) -> Leftovers:
+    """Cancel this user's hc-named jobs whose hc has ended; one run finding (act.E010)
+    naming them, one audit record each. Nothing where Slurm is not installed; a note where
+    squeue does not answer."""
+    from healthcheck.actions.apply import run_finding
+    from healthcheck.core import catalogue
+
+    out = Leftovers()
+    deadline = time.monotonic() + CANCEL_BOUND_S
+    jobs, error = live_jobs(settings, env, deadline)
+    if error == "not found":
+        return out
+    if error is not None:
+        out.notes.append(f"could not look for Slurm jobs a killed hc left behind: squeue: {error}")
+        return out
+    now = time.time() if now is None else now
+    found = {job: (name, why) for job, name in jobs
+             if (owner := owner_of(name)) is not None and (why := abandoned(owner, now)) is not None}
+    if not found:
+        return out
+    ids = tuple(sorted(found, key=lambda j: (len(j), j))[:LEFTOVERS_MAX])
+    r = _scancel(settings, env, ids, deadline)
+    still, _ = live_jobs(settings, env, deadline)
+    live = {job for job, _ in still}
+    cancelled = [j for j in ids if j not in live]
+    failed = [j for j in ids if j in live]
+    _audit(audit, ids, found, r, live)
+    message = f"cancelled {len(cancelled)} Slurm job(s) a killed hc left behind: " + "; ".join(
+        f"{j} {found[j][0]} ({found[j][1]})" for j in cancelled)
+    if failed:
+        message = (message if cancelled else "") + (" " if cancelled else "") + (
+            f"could not cancel {', '.join(failed)}: {_said(r) if not r.ok else 'still live after scancel'}")
+    out.findings.append(run_finding(catalogue.LEFTOVER_JOB, message, scope="slurm", value=list(ids),
+                                    evidence="\n".join(f"{j} {found[j][0]}: {found[j][1]}" for j in ids)))
+    out.notes.append(message)
+    return out
+
+
+def _audit(audit: AuditLog, ids: tuple[str, ...], found: dict[str, tuple[str, str]], r: CommandResult,
+           live: set[str]) -> None:
+    from healthcheck.actions.slurm import shell_line
+    from healthcheck.report.build import iso, utc_now
+
+    when = iso(utc_now())
+    for job in ids:
+        entry = {"time": when, "action": "cancel-leftover", "job": job, "job_name": found[job][0],
+                 "reason": found[job][1], "ok": job not in live, "command": shell_line(r.argv),
+                 "message": (r.stderr or r.stdout).strip()[:500] or None}
+        try:
+            audit.append(entry)
+        except OSError:
+            pass  # kept in audit.failures: the run reports it (hc.E008)
+
+
+@dataclass
+class SweepLeftovers:
+    """The look for leftovers before a run: run findings (act.E010), the audit's failures
+    (hc.E008, which make the run ERROR), notes for stderr."""
+
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def before_run(config: Config, nodes: list[str], *, via: str, tier: str, pairs: bool,
+               env: Mapping[str, str] | None = None) -> SweepLeftovers:
+    """Before a run that will ask Slurm for jobs of its own (a sweep through Slurm outside an
+    allocation, or a deep sweep whose pair tests srun starts), cancel the jobs a killed hc left."""
+    from pathlib import Path
+
+    from healthcheck.actions.audit import AuditLog
+
+    env = dict(os.environ if env is None else env)
+    out = SweepLeftovers()
+    if env.get("SLURM_JOB_ID"):
+        return out  # inside an allocation hc asks for steps of it, which end with it
+    if not (via == "slurm" or (tier == "deep" and pairs and len(nodes) > 1 and _pairs_by_srun(config, nodes))):
+        return out
+    audit = AuditLog(Path(config.main.slurm.audit_log))
+    found = cancel_leftovers(config.main.slurm, env, audit)
+    out.findings, out.notes = found.findings, found.notes
+    lost = audit.failure_finding(scope="slurm")
+    if lost is not None:
+        out.errors.append(lost)
+    return out
+
+
+def _pairs_by_srun(config: Config, nodes: list[str]) -> bool:
+    """Whether any of the nodes' fabrics has srun start its pair tests."""
+    from healthcheck.core.errors import HcError
+
+    seen: dict[str, str] = {}
+    for node in nodes:
+        try:
+            fabric = config.fabric_of(node)
+            if fabric not in seen:
+                seen[fabric] = config.for_node(node).limits.bandwidth.pairs.launcher
+        except HcError:
+            continue  # the node's own checks say what is wrong with its config
+    return "srun" in seen.values()

@@ -1,18 +1,21 @@
 """The Slurm jobs hc asks srun for itself outside an allocation (orchestrate/allocations.py):
 named for who asked, time-limited where the partition allows, cancelled with a second look
-for a grant that raced the cancel. Stand-in srun, scancel, squeue and sinfo; the real
-Slurm is the rig's (integration/test_pair_launchers_rig.py)."""
+for a grant that raced the cancel, and cancelled by the next sweep when a killed hc left
+them. Stand-in srun, scancel, squeue and sinfo; the real Slurm is the rig's
+(integration/test_slurm_contract.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from support import write_stub
+from support import run_hc, srun_stand_in, write_stub
 from test_pair_workers_launched import LINGER, launches, pool, site
 from test_stop_signals import RACING_SQUEUE
 
@@ -132,3 +135,95 @@ def test_a_grant_that_raced_the_cancel_by_name_is_cancelled_by_its_id(tmp_path):
     assert sorted(w.split("=", 1)[1] for line in cancels for w in line.split() if w.startswith("--name=")) == names
     assert sorted(w for line in cancels for w in line.split() if w.isdigit()) == ["7700", "7701"], cancels
     assert all(" granted as it was cancelled" in note for note in workers.notes), workers.notes
+
+
+# ------------------------------------------------------------ leftovers of a killed hc
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+LISTING_SQUEUE = """#!{python}
+import sys
+open({d!r} + "/squeue.log", "a").write(" ".join(sys.argv[1:]) + "\\n")
+try:
+    cancelled = set(open({d!r} + "/scancel.log").read().split())
+except OSError:
+    cancelled = set()
+for line in open({d!r} + "/jobs").read().splitlines():
+    if line.split("|", 1)[0] not in cancelled:
+        print(line)
+"""
+
+
+def _start_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rfind(b")") + 2:].split()[19])
+
+
+def test_the_next_sweep_cancels_the_jobs_a_killed_hc_left_and_only_those(tmp_path, validate_report):
+    """Jobs of hc's name whose hc is gone (this host: no process with that pid and start time)
+    or past its bound (another host) are cancelled, named in act.E010 and audited; a running
+    hc's, a young one from another host, an ending one and anyone else's are not touched."""
+    import re
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9_-]", "", socket.gethostname().split(".", 1)[0])
+    future, past = int(time.time()) + 3600, int(time.time()) - 60
+    me = f"{os.getpid()}.{_start_ticks(os.getpid())}"
+    jobs = {
+        "101": f"hc-pair-aaaaaaaa.{_dead_pid()}.1.{future}@{host}|RUNNING",  # its hc died here: cancelled
+        "102": f"hc-pair-bbbbbbbb.{me}.{future}@{host}|RUNNING",  # this test's process runs: kept
+        "103": f"hc-sweep-cccccccc.1.1.{past}@otherhost|PENDING",  # another host's, past its bound: cancelled
+        "104": f"hc-pair-dddddddd.1.1.{future}@otherhost|RUNNING",  # another host's, within its bound: kept
+        "105": "training|RUNNING",  # anyone else's
+        "106": f"hc-pair-eeeeeeee.{_dead_pid()}.1.{future}@{host}|COMPLETING",  # ending already
+    }
+    (tmp_path / "jobs").write_text("".join(f"{job}|{line}\n" for job, line in jobs.items()))
+    bin_dir = Path(srun_stand_in(tmp_path))
+    write_stub(bin_dir, "scancel", f'echo "$@" >> {tmp_path}/scancel.log\n')
+    write_stub(bin_dir, "squeue", "")
+    (bin_dir / "squeue").write_text(LISTING_SQUEUE.format(python=sys.executable, d=str(tmp_path)))
+    write_stub(bin_dir, "sinfo", "printf 'n1|idle|Unknown|none\\n'\n")
+    cfg = tmp_path / "hc.yaml"
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "t.yaml").write_text("net:\n  interfaces:\n    lo: {mtu: 65536}\n")
+    cfg.write_text(f"default_fabric: t\nhistory: {{path: {tmp_path}/h.sqlite}}\n"
+                   f"slurm: {{audit_log: {tmp_path}/audit.jsonl}}\n")
+    r = run_hc("sweep", "--via", "slurm", "--nodes", "n1", "--tier", "quick", "--config", str(cfg), "--format", "json",
+               env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=60)
+    report = validate_report(r.stdout)
+    assert r.returncode == 0, r.stderr  # n1 passed: the leftovers are the run's finding, not its verdict
+    (finding,) = [f for f in report["run_findings"] if f["id"] == "act.E010"]
+    assert "101 hc-pair-aaaaaaaa" in finding["message"] and "103 hc-sweep-cccccccc" in finding["message"]
+    assert not any(f" {j} " in f" {finding['message']} " for j in ("102", "104", "105", "106"))
+    assert sorted(finding["value"]) == ["101", "103"]
+    cancels = (tmp_path / "scancel.log").read_text().splitlines()
+    leftover_cancel = [line for line in cancels if "--name=" not in line]
+    assert [sorted(w for w in line.split() if w.isdigit()) for line in leftover_cancel] == [["101", "103"]]
+    assert f"--user={os.getuid()}" in leftover_cancel[0].split()
+    assert all(f"--user={os.getuid()}" in line for line in (tmp_path / "squeue.log").read_text().splitlines())
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert sorted((a["action"], a["job"], a["ok"]) for a in audit) == [("cancel-leftover", "101", True),
+                                                                       ("cancel-leftover", "103", True)]
+    assert "gone" in next(a["reason"] for a in audit if a["job"] == "101")
+    assert "past its bound" in next(a["reason"] for a in audit if a["job"] == "103")
+    assert b"left behind" in r.stderr  # said where the operator looks, too
+
+
+def test_a_sweep_inside_an_allocation_or_without_slurm_looks_for_no_leftovers(tmp_path):
+    from healthcheck.orchestrate.allocations import before_run
+
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"default_fabric: generic\nslurm: {{scontrol: {tmp_path}/bin/scontrol, audit_log: {tmp_path}/audit.jsonl}}\n")
+    squeue = write_stub(tmp_path / "bin", "squeue", f"echo called >> {tmp_path}/squeue.log\n")
+    config = load_config(cfg)
+    assert before_run(config, ["n1"], via="slurm", tier="quick", pairs=True, env={"SLURM_JOB_ID": "7"}).findings == []
+    assert before_run(config, ["n1", "n2"], via="ssh", tier="deep", pairs=True, env={}).findings == []  # ssh pairs
+    assert not (tmp_path / "squeue.log").exists()
+    squeue.unlink()  # no Slurm here: nothing to say
+    out = before_run(config, ["n1"], via="slurm", tier="quick", pairs=True, env={})
+    assert out.findings == [] and out.notes == []
