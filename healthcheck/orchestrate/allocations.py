@@ -201,10 +201,10 @@ def _said(r: CommandResult) -> str:
     return lines[-1][:300] if lines else f"exit {r.returncode}"
 
 
-def live_jobs(settings: SlurmSettings, env: Mapping[str, str], deadline: float, *,
-              name: str | None = None) -> tuple[list[tuple[str, str]], str | None]:
-    """This user's jobs that have not ended, as (id, name), named `name` where given; or
-    ([], why) when squeue cannot be asked."""
+def queued_jobs(settings: SlurmSettings, env: Mapping[str, str], deadline: float, *,
+                name: str | None = None) -> tuple[list[tuple[str, str, str]], str | None]:
+    """This user's jobs squeue lists, as (id, name, state), named `name` where given; or
+    ([], why) when squeue cannot be asked ("not found": no Slurm here)."""
     argv = (_tool(settings, "squeue"), "--noheader", f"--user={os.getuid()}", "--format=%i|%j|%T",
             *((f"--name={name}",) if name else ()))
     r = _run(settings, env, argv, deadline)
@@ -214,9 +214,16 @@ def live_jobs(settings: SlurmSettings, env: Mapping[str, str], deadline: float, 
     for line in r.stdout.splitlines():
         job, sep, rest = line.strip().partition("|")
         named, _, state = rest.rpartition("|")  # a name may hold "|": the state is the last field
-        if sep and job.isdigit() and state.strip() and state.strip() not in _ENDED:
-            jobs.append((job, named))
+        if sep and job.isdigit() and state.strip():
+            jobs.append((job, named, state.strip()))
     return jobs, None
+
+
+def live_jobs(settings: SlurmSettings, env: Mapping[str, str], deadline: float, *,
+              name: str | None = None) -> tuple[list[tuple[str, str]], str | None]:
+    """This user's jobs that have not ended (nor are ending), as (id, name); see queued_jobs."""
+    jobs, error = queued_jobs(settings, env, deadline, name=name)
+    return [(job, named) for job, named, state in jobs if state not in _ENDED], error
 
 
 def _scancel(settings: SlurmSettings, env: Mapping[str, str], targets: tuple[str, ...],
@@ -347,20 +354,31 @@ def cancel_leftovers(settings: SlurmSettings, env: Mapping[str, str], audit: Aud
         return out
     ids = tuple(sorted(found, key=lambda j: (len(j), j))[:LEFTOVERS_MAX])
     r = _scancel(settings, env, ids, deadline)
-    still, _ = live_jobs(settings, env, deadline)
-    live = {job for job, _ in still}
-    cancelled = [j for j in ids if j not in live]
-    failed = [j for j in ids if j in live]
+    live = _until_released(settings, env, ids, deadline, cancelled=r.ok)
     _audit(audit, ids, found, r, live)
-    message = f"cancelled {len(cancelled)} Slurm job(s) a killed hc left behind: " + "; ".join(
-        f"{j} {found[j][0]} ({found[j][1]})" for j in cancelled)
-    if failed:
-        message = (message if cancelled else "") + (" " if cancelled else "") + (
-            f"could not cancel {', '.join(failed)}: {_said(r) if not r.ok else 'still live after scancel'}")
+    said = [f"{j} {found[j][0]} ({found[j][1]})" for j in ids if j not in live]
+    message = f"cancelled {len(said)} Slurm job(s) a killed hc left behind: {'; '.join(said)}" if said else ""
+    if live:
+        why = _said(r) if not r.ok else "still live after scancel"
+        message += f"{'. ' if message else ''}could not cancel job(s) {', '.join(sorted(live))}: {why}"
     out.findings.append(run_finding(catalogue.LEFTOVER_JOB, message, scope="slurm", value=list(ids),
                                     evidence="\n".join(f"{j} {found[j][0]}: {found[j][1]}" for j in ids)))
     out.notes.append(message)
     return out
+
+
+def _until_released(settings: SlurmSettings, env: Mapping[str, str], ids: tuple[str, ...],
+                    deadline: float, *, cancelled: bool) -> set[str]:
+    """Wait (bounded) until the cancelled jobs have left their nodes (no longer live nor
+    completing), so this sweep does not skip those nodes as busy; the ids still live."""
+    while True:
+        jobs, error = queued_jobs(settings, env, deadline)
+        if error is not None:
+            return set() if cancelled else set(ids)  # cannot look: scancel's word stands
+        held = {job: state for job, _, state in jobs if job in ids and (state == "COMPLETING" or state not in _ENDED)}
+        if not held or not cancelled or time.monotonic() >= deadline:
+            return {job for job, state in held.items() if state not in _ENDED}
+        time.sleep(min(RECHECK_S, max(0.0, deadline - time.monotonic())))
 
 
 def _audit(audit: AuditLog, ids: tuple[str, ...], found: dict[str, tuple[str, str]], r: CommandResult,

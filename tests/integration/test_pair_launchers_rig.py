@@ -277,6 +277,9 @@ def test_a_job_a_sigkilled_hc_left_is_cancelled_by_the_next_sweep(rig, validate_
     validate_report(report)
     (finding,) = [f for f in report["run_findings"] if f["id"] == "act.E010"]
     assert job["jobid"] in finding["value"] and job["name"] in finding["message"], finding
+    # cancelled before the sweep sorted its nodes: the node the job held is checked, not skipped as busy
+    held = next(n for n in report["nodes"] if n["node"] == job["nodes"])
+    assert held["status"] != "SKIP" and held["mode"] == "slurm", held
     rig.slurm.wait_for(lambda: job["jobid"] not in {j["jobid"] for j in hcs_jobs(rig)}, timeout=30,
                        what="the leftover job to leave the queue")
     audit = [json.loads(line) for line in (rig.dir / "audit.jsonl").read_text().splitlines()]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -168,9 +170,6 @@ def test_the_next_sweep_cancels_the_jobs_a_killed_hc_left_and_only_those(tmp_pat
     """Jobs of hc's name whose hc is gone (this host: no process with that pid and start time)
     or past its bound (another host) are cancelled, named in act.E010 and audited; a running
     hc's, a young one from another host, an ending one and anyone else's are not touched."""
-    import re
-    import socket
-
     host = re.sub(r"[^A-Za-z0-9_-]", "", socket.gethostname().split(".", 1)[0])
     future, past = int(time.time()) + 3600, int(time.time()) - 60
     me = f"{os.getpid()}.{_start_ticks(os.getpid())}"
@@ -227,3 +226,65 @@ def test_a_sweep_inside_an_allocation_or_without_slurm_looks_for_no_leftovers(tm
     squeue.unlink()  # no Slurm here: nothing to say
     out = before_run(config, ["n1"], via="slurm", tier="quick", pairs=True, env={})
     assert out.findings == [] and out.notes == []
+
+
+def test_leftovers_scancel_refuses_are_named_as_not_cancelled_and_audited_so(tmp_path):
+    """scancel refuses (a job of hc's name owned by this user that Slurm will not cancel): the
+    finding says which and why, and the audit records the attempt as failed."""
+    from healthcheck.actions.audit import AuditLog
+    from healthcheck.orchestrate.allocations import cancel_leftovers
+
+    host = re.sub(r"[^A-Za-z0-9_-]", "", socket.gethostname().split(".", 1)[0])
+    (tmp_path / "jobs").write_text(f"201|hc-pair-aaaaaaaa.{_dead_pid()}.1.{int(time.time()) + 3600}@{host}|RUNNING\n")
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "scancel", "echo 'scancel: error: Kill job error on job id 201: Access/permission denied' >&2\n"
+                                   "exit 1\n")
+    write_stub(bin_dir, "squeue", "")
+    (bin_dir / "squeue").write_text(LISTING_SQUEUE.format(python=sys.executable, d=str(tmp_path)))
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"slurm: {{scontrol: {bin_dir}/scontrol}}\n")
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    out = cancel_leftovers(load_config(cfg).main.slurm, {"PATH": "/usr/bin:/bin"}, audit)
+    (finding,) = out.findings
+    assert finding.id == "act.E010" and "could not cancel job(s) 201" in finding.message
+    assert "permission denied" in finding.message and "cancelled 1" not in finding.message
+    assert [(a["job"], a["ok"]) for a in audit.read()] == [("201", False)]
+
+
+# squeue as Slurm answers while a cancelled job's node finishes its epilog: COMPLETING for two
+# looks after the cancel, then gone
+COMPLETING_SQUEUE = """#!{python}
+import os
+d = {d!r}
+cancelled = os.path.exists(d + "/scancel.log")
+looks = len(open(d + "/looks").read()) if os.path.exists(d + "/looks") else 0
+if cancelled:
+    open(d + "/looks", "a").write("x")
+for line in open(d + "/jobs").read().splitlines():
+    job, name, state = line.split("|")
+    if not cancelled:
+        print(line)
+    elif looks < 2:
+        print(job + "|" + name + "|COMPLETING")
+"""
+
+
+def test_the_leftovers_nodes_are_free_before_the_sweep_goes_on(tmp_path):
+    """A cancelled leftover's node stays busy while its job completes (its epilog: hc's own
+    epilogue, say); the look waits (bounded) until the job has left, so the sweep that
+    follows does not skip the node as busy."""
+    from healthcheck.actions.audit import AuditLog
+    from healthcheck.orchestrate.allocations import cancel_leftovers
+
+    host = re.sub(r"[^A-Za-z0-9_-]", "", socket.gethostname().split(".", 1)[0])
+    (tmp_path / "jobs").write_text(f"301|hc-pair-aaaaaaaa.{_dead_pid()}.1.{int(time.time()) + 3600}@{host}|RUNNING\n")
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "scancel", f'echo "$@" >> {tmp_path}/scancel.log\n')
+    write_stub(bin_dir, "squeue", "")
+    (bin_dir / "squeue").write_text(COMPLETING_SQUEUE.format(python=sys.executable, d=str(tmp_path)))
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"slurm: {{scontrol: {bin_dir}/scontrol}}\n")
+    out = cancel_leftovers(load_config(cfg).main.slurm, {"PATH": "/usr/bin:/bin"}, AuditLog(tmp_path / "audit.jsonl"))
+    assert len((tmp_path / "looks").read_text()) == 3  # completing, completing, gone: then it returned
+    (finding,) = out.findings
+    assert "cancelled 1 " in finding.message and "301" in finding.message
