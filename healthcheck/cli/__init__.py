@@ -191,6 +191,10 @@ def _guard_stdout(*, tolerant: bool) -> None:
 # Slurm acts on these commands' exit codes (a non-zero prologue drains the node), and
 # slurmd reads nothing from their stdout: a closed or full stdout must not change their verdict.
 _HOOKS = ("prologue", "epilogue", "health")
+# the commands that start launchers and Slurm allocations on other nodes: SIGINT, SIGTERM and
+# SIGHUP end all of them, bounded, and exit 128 + the signal (runners/stop.py); the hooks
+# keep their own contract (cli/hooks.py), `hc run` becomes the job, the workers are srun's
+_STOPPABLE = ("sweep", "node")
 
 
 def _stdout_closed() -> bool:
@@ -234,7 +238,10 @@ _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 def main(argv: list[str] | None = None) -> None:
     from healthcheck.core.errors import ExitCode, HcError
+    from healthcheck.runners import stop
 
+    if _command_name(argv) in _STOPPABLE:
+        stop.install()  # before anything is started
     if _stdout_closed() and _closed_stdout(argv):
         sys.exit(int(ExitCode.BAD_INPUT))
     _guard_stdout(tolerant=_command_name(argv) in _HOOKS)
@@ -254,9 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"hc: error: {exc.format_message()}", err=True)
         code = ExitCode.BAD_INPUT
-    except click.exceptions.Abort:
-        click.echo("hc: interrupted", err=True)
-        code = 130
+    except click.exceptions.Abort:  # click's word for a KeyboardInterrupt (a stop included)
+        code = _interrupted()
     except StdoutError as exc:
         click.echo(f"hc: error: {exc}", err=True)
         code = ExitCode.BAD_INPUT
@@ -264,14 +270,40 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"hc: error: {exc}", err=True)
         code = exc.exit_code
     except KeyboardInterrupt:
-        click.echo("hc: interrupted", err=True)
-        code = 130
+        code = _interrupted()
     except Exception as exc:  # never a traceback for the operator unless asked
         if os.environ.get("HC_DEBUG") == "1":
             raise
         click.echo(f"hc: internal error: {type(exc).__name__}: {exc} (HC_DEBUG=1 shows the traceback)", err=True)
         code = ExitCode.ERROR
+    if stop.stopping():  # a stop whose exception never reached here (swallowed, or in a finalizer)
+        _exit_stopped()
     sys.exit(int(code) if isinstance(code, int) else 0)
+
+
+def _interrupted() -> int:
+    """Ctrl-C, or a stop signal: where hc handles them (_STOPPABLE), the stop's cleanup is
+    waited for and hc exits 128 + the signal at once; else "interrupted", 130."""
+    from healthcheck.runners import stop
+
+    if stop.installed():
+        _exit_stopped()
+    click.echo("hc: interrupted", err=True)
+    return 130
+
+
+def _exit_stopped() -> None:
+    """Wait for the stop's cleanup (bounded), say it, and leave without interpreter shutdown
+    (threads of the sweep may still wait on what the cleanup ended)."""
+    from healthcheck.runners import stop
+
+    code = stop.finish()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or full stdout must not keep a stopped hc alive
+            pass
+    os._exit(code)
 
 
 def _flushed(code: int) -> int:

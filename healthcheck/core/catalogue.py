@@ -227,3 +227,11 @@ NO_SLURM = finding(
     "then skips nodes with a job. Without Slurm, make sure no job uses the node while its deep tests run.",
     action="fix-config",
 )
+LEFTOVER_JOB = finding(
+    "act.E010",
+    "Slurm jobs a killed hc left behind were found (and cancelled)",
+    "An hc killed outright (SIGKILL, the OOM killer, a lost login node) cannot cancel the job srun "
+    "had asked for; the next sweep cancels jobs of hc's name whose hc is gone or past its bound, "
+    "and the audit log has a line for each. If it recurs, find what kills hc.",
+    action="investigate",
+)

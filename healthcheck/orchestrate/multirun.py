@@ -50,6 +50,10 @@ def run_many(
     if not nodes:
         # checking nothing must not look like a healthy run (SKIP, exit 0)
         raise UsageError("no node to check: the node list, hostlist or hostfile names none")
+    from healthcheck.orchestrate.allocations import before_run
+
+    # the jobs of hc's own that a killed hc left (SIGKILL cannot be handled), cancelled first
+    leftovers = before_run(config, nodes, via=via, tier=tier, pairs=pairs, env=env)
     started = utc_now()
     only = list(only)
     warnings: list[str] = []
@@ -109,11 +113,13 @@ def run_many(
         from healthcheck.report.build import with_groups
 
         report = with_groups(report, groups)
-    for finding in launch_findings:  # the nodes it concerns carry their own status already
+    for finding in [*leftovers.findings, *launch_findings]:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
     # the pair analyses' findings about no node (fabric-wide, undecided): no node carries their status
-    for finding in [*pair_findings, *guard_findings, *([busy_only] if busy_only is not None else [])]:
+    for finding in [*pair_findings, *guard_findings, *([busy_only] if busy_only is not None else []),
+                    *leftovers.errors]:
         report = with_run_finding(report, finding)
+    warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
     if act:
         from healthcheck.actions.apply import act as act_in_slurm

@@ -12,8 +12,9 @@ evidence -- Open MPI explains a failure in banners of many lines, one of which s
   variables go with `-x`; as root it needs `--allow-run-as-root`; its ssh gets hc's
   view of the nodes (`--mca plm_rsh_args`, runners/ompi.py) unless the site set its own.
 - srun: inside the allocation hc runs in (SLURM_JOB_ID set) a step of it (`--jobid
-  --overlap`); else an allocation of its own, whole nodes (`--exclusive`) and a bounded
-  wait (`--immediate`), cancelled by its unique job name if srun had to be killed.
+  --overlap`); else an allocation of its own, whole nodes (`--exclusive`), a bounded
+  wait (`--immediate`) and a time limit from the test's where the partition allows,
+  cancelled if srun had to be killed or hc is stopped (orchestrate/allocations.py).
   Slurm, not the members' order, decides which node runs task 0, so the worker takes
   the rendezvous host from the step (SLURM_STEP_NODELIST's first node is task 0's).
 """
@@ -91,17 +92,20 @@ def samples_from_json(text: str) -> list[BandwidthSample] | None:
 
 def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome:
     """One test through plan.pairs.launcher: rank 0's samples, or None and why."""
+    from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
     from healthcheck.runners.ssh import SshError
 
     kind = plan.pairs.launcher
     who = ",".join(members)
     env = launch_env(os.environ)
-    job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
-    own_job = kind == "srun" and not env.get("SLURM_JOB_ID")
+    # outside an allocation srun asks for a job of hc's own: named, time-limited, cancelled
+    # if srun had to be killed or hc is stopped
+    job = OwnJob(config.main.slurm, env, "pair", plan.pairs.timeout_s) if needs_own_job(kind, env) else None
     result: LaunchResult | None = None
     try:
-        spec = mpirun_spec(config, plan, members, env) if kind == "mpirun" else srun_spec(config, plan, members, env,
-                                                                                           job_name)
+        spec = mpirun_spec(config, plan, members, env) if kind == "mpirun" else srun_spec(
+            config, plan, members, env, job.name if job is not None else f"hc-pair-{uuid.uuid4().hex[:12]}",
+            time_args=job.srun_args() if job is not None else ())
         result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
         return outcome(result, members, plan.pairs.timeout_s)
     except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
@@ -109,8 +113,8 @@ def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome
     except Exception as exc:  # one test's surprise is this test's ERROR, not the sweep's end
         return None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
     finally:
-        if own_job and (result is None or result.timed_out):
-            cancel_job(config, job_name, env)  # srun was killed: the allocation it asked for may outlive it
+        if job is not None:  # srun killed or never started: the allocation it asked for may outlive it
+            job.settle(None if result is None else result.returncode)
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -135,9 +139,10 @@ def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mappin
 
 
 def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[str, str],
-              job_name: str) -> Launch:
+              job_name: str, time_args: tuple[str, ...] = ()) -> Launch:
     """`srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=a,b ... hc bw allreduce ...`:
-    a step of hc's own allocation where env has one, else a job of its own."""
+    a step of hc's own allocation where env has one, else a job of its own (`time_args`:
+    its time limit, OwnJob.srun_args)."""
     from healthcheck.orchestrate.pairs import _worker_argv
 
     s = config.main.slurm
@@ -147,7 +152,7 @@ def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[
         extra: tuple[str, ...] = (f"--jobid={job}", "--overlap")  # beside hc's own step, on its nodes
         wait_s: int | None = None
     else:
-        extra = ("--exclusive",)  # no user's job shares the nodes while they are measured
+        extra = ("--exclusive", *time_args)  # no user's job shares the nodes while they are measured
         # a busy node fails the test fast instead of queueing, and leaves the test time to run
         wait_s = max(1, min(s.sweep_wait_s, int(plan.pairs.timeout_s) // 3))
     return srun_launch(program, srun=s.srun, nodelist=",".join(members), nodes=len(members),
@@ -156,10 +161,10 @@ def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[
 
 
 def serve_spec(config: Config, plan: _Plan, node: str, program: Sequence[str], env: Mapping[str, str],
-               job_name: str) -> tuple[Launch, bool]:
+               job_name: str, time_args: tuple[str, ...] = ()) -> tuple[Launch, bool]:
     """One persistent worker (`hc bw serve`, pair_workers) as one task on `node`, its output
-    unlabelled (read as it comes); and whether srun asked for an allocation of its own (to
-    cancel by job_name if srun has to be killed)."""
+    unlabelled (read as it comes); and whether srun asked for an allocation of its own
+    (named job_name, limited by `time_args`: OwnJob)."""
     if plan.pairs.launcher == "mpirun":
         from healthcheck.runners.ompi import site_args
 
@@ -173,7 +178,7 @@ def serve_spec(config: Config, plan: _Plan, node: str, program: Sequence[str], e
         wait_s: int | None = None
     else:
         # the node held, whole, for the sweep: no user's job lands on it between two of its tests
-        extra = ("--exclusive",)
+        extra = ("--exclusive", *time_args)
         wait_s = max(1, min(s.sweep_wait_s, int(plan.pairs.timeout_s) // 3))
     spec = srun_launch(program, srun=s.srun, nodelist=node, nodes=1, ntasks=1, ntasks_per_node=1,
                        job_name=None if job else job_name, immediate_s=wait_s, extra=extra, env=plan.torch.env,
@@ -251,13 +256,3 @@ def _said(lines: Sequence[str], members: Sequence[str]) -> str:
     words = [line.strip() for line in lines if any(c.isalnum() for c in line)]
     naming = [line for line in words if any(m in line for m in members)]
     return (naming or words or [""])[-1][-_SAID:]
-
-
-def cancel_job(config: Config, job_name: str, env: Mapping[str, str]) -> str:
-    """scancel the test's (or a worker's) own job by its name, as a sweep through Slurm does
-    with its job; what happened, in one line for the run's notes."""
-    from healthcheck.orchestrate.srun import SrunOutcome, _cancel
-
-    out = SrunOutcome(results=[])
-    _cancel(config.main.slurm, job_name, dict(env), out, what="the allocation srun asked for, job")
-    return "; ".join(out.notes)

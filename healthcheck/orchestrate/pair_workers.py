@@ -5,8 +5,9 @@ instead of once per test (`bandwidth.pairs.persistent_workers`). It is started t
 the fabric's pairs are (`bandwidth.pairs.launcher`): over hc's own SSH (ssh/stream.py),
 or by srun or mpirun running one task on the node (process_stream.py): srun as a step of
 the allocation hc runs in, else as a one-node allocation of its own (whole node, bounded
-wait) held while the worker lives (the sweep, or until it idles out) and cancelled by its
-unique name if srun had to be killed; mpirun with the node as its one host. Every test's
+wait, a time limit from the sweep's bound where the partition allows) held while the
+worker lives (the sweep, or until it idles out) and cancelled if srun had to be killed or
+hc is stopped (orchestrate/allocations.py); mpirun with the node as its one host. Every test's
 rank and rendezvous come with its request (the first member: its address over SSH, the
 node's name as the launcher knows it otherwise), never from the launcher.
 
@@ -27,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,7 @@ from healthcheck.orchestrate.pair_launch import Outcome, Reason, SweepSamples
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
+    from healthcheck.orchestrate.allocations import OwnJob
     from healthcheck.orchestrate.pairs import _Plan
     from healthcheck.runners.line_stream import LineStream
     from healthcheck.runners.ssh import SshConnection
@@ -72,7 +74,7 @@ class _Worker:
     pid: int = 0
     starts: int = 0
     lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
-    cancel: Callable[[], str] | None = None  # ends the allocation srun asked for, if srun had to be killed
+    job: OwnJob | None = None  # the allocation srun asked for (outside hc's own): cancelled unless srun ended it
     command: str = ""  # how it was last started (the launcher's command line, or the one run over SSH)
     said: str = ""  # what it printed when it last failed to start, whole: the test's evidence
 
@@ -81,13 +83,16 @@ class _Worker:
 
     def retire(self) -> str:
         """Close the stream (end of input: the worker ends); a later test starts a new one.
-        What cancelling srun's allocation said, where srun had to be killed, else ''."""
+        What cancelling srun's allocation said, where srun did not end by itself, else ''."""
         with self.swap:  # close() may retire it beside a test that is still running
             stream, self.stream = self.stream, None
-            cancel, self.cancel = self.cancel, None
-        if stream is not None and stream.close() and cancel is not None:
-            return cancel()
-        return ""
+            job, self.job = self.job, None
+        if stream is None:
+            return ""
+        killed = stream.close()
+        if job is None:
+            return ""
+        return job.settle(None if killed else stream.exit_status())
 
 
 class WorkerPool:
@@ -142,7 +147,7 @@ class WorkerPool:
         holds (an allocation of its own): those workers end first, and start again when a
         later test needs them. Steps, mpirun ranks and SSH sessions hold nothing."""
         for w in workers:
-            if w.cancel is not None:
+            if w.job is not None:
                 self._retire(w)
 
     def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> Outcome:
@@ -273,23 +278,29 @@ class WorkerPool:
 
     def _start_launched(self, w: _Worker, argv: tuple[str, ...]) -> str:
         """Start w's worker as one srun or mpirun task on its node; '' when it started, else why not."""
-        from healthcheck.orchestrate.pair_launch import cancel_job, launch_env, serve_spec
+        from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
+        from healthcheck.orchestrate.pair_launch import launch_env, serve_spec
         from healthcheck.runners.process_stream import ProcessStream
 
         kind = self.plan.pairs.launcher
         env = launch_env(os.environ)
-        job_name = f"hc-pair-{uuid.uuid4().hex[:12]}"
-        spec, own_job = serve_spec(self.config, self.plan, w.node, argv, env, job_name)
+        # a job of hc's own outside an allocation: held at most as long as the worker may live
+        job = OwnJob(self.config.main.slurm, env, "pair", self.lifetime_s) if needs_own_job(kind, env) else None
+        spec, _ = serve_spec(self.config, self.plan, w.node, argv, env,
+                             job.name if job is not None else f"hc-pair-{uuid.uuid4().hex[:12]}",
+                             time_args=job.srun_args() if job is not None else ())
         w.command = " ".join(spec.argv)
         try:
             stream = ProcessStream.start(w.node, spec, env)
-        except FileNotFoundError:
-            return f"{spec.argv[0]} not found (bandwidth.pairs.launcher: {kind})"
         except Exception as exc:  # one node's surprise is this test's ERROR, not the sweep's end
+            if job is not None:
+                job.release()  # srun never ran: it asked for nothing
+            if isinstance(exc, FileNotFoundError):
+                return f"{spec.argv[0]} not found (bandwidth.pairs.launcher: {kind})"
             return f"{kind}: {type(exc).__name__}: {exc}"
         with w.swap:
             w.stream = stream
-            w.cancel = (lambda: cancel_job(self.config, job_name, env)) if own_job else None
+            w.job = job
         return ""
 
     def release(self, node: str) -> None:

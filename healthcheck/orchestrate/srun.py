@@ -8,7 +8,8 @@ checked. The nodes are therefore sorted first, from one `sinfo`:
 
 - placeable (up, responding, not drained): one srun task each, inside the caller's
   allocation where there is one, else in a new allocation whose wait is bounded
-  (`srun --immediate`), and cancelled by its unique job name if srun does not finish;
+  (`srun --immediate`), with a time limit from the sweep's where the partition allows,
+  and cancelled if srun does not finish or hc is stopped (orchestrate/allocations.py);
 - drained by hc: checked over SSH, so a fixed node can be resumed;
 - anyone else's (drained for another reason, DOWN, not responding), nodes busy with a
   job, and nodes outside the caller's allocation: not checked, and named as skipped
@@ -34,10 +35,10 @@ from healthcheck.core.config import Config
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
 from healthcheck.core.nodes import fold
+from healthcheck.orchestrate.allocations import OwnJob
 from healthcheck.orchestrate.busy import DEEP, skipped_result
 from healthcheck.orchestrate.engine import unreachable_result
 from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch
-from healthcheck.runners.local import run_command
 
 
 @dataclass
@@ -48,15 +49,18 @@ class SrunOutcome:
 
 
 def srun_argv(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
-              job_name: str = "hc-sweep", wait_s: int | None = None, exclusive: bool = False) -> list[str]:
+              job_name: str = "hc-sweep", wait_s: int | None = None, exclusive: bool = False,
+              time_args: tuple[str, ...] = ()) -> list[str]:
     """`srun --label`, one task per node, running `hc node --local --format json` there;
-    `exclusive`: the nodes whole (`--exclusive`), for the deep tier's own allocation."""
+    `exclusive`: the nodes whole (`--exclusive`), for the deep tier's own allocation;
+    `time_args`: the own allocation's time limit (OwnJob.srun_args)."""
     return list(_srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name,
-                             wait_s=wait_s, exclusive=exclusive).argv)
+                             wait_s=wait_s, exclusive=exclusive, time_args=time_args).argv)
 
 
 def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[str], since: float | None,
-                 job_name: str, wait_s: int | None, exclusive: bool = False) -> Launch:
+                 job_name: str, wait_s: int | None, exclusive: bool = False,
+                 time_args: tuple[str, ...] = ()) -> Launch:
     s = config.main.slurm
     program = [s.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config.remote_args()]
     only = list(only)
@@ -66,7 +70,7 @@ def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[
         program += ["--since", str(since)]
     return srun_launch(program, srun=s.srun, nodelist=fold(nodes), nodes=len(nodes), ntasks=len(nodes),
                        ntasks_per_node=1, job_name=job_name, immediate_s=wait_s,
-                       extra=("--exclusive",) if exclusive else ())
+                       extra=(*(("--exclusive",) if exclusive else ()), *time_args))
 
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
@@ -147,18 +151,23 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
 
     settings = config.main.slurm
     inside = _allocation(env) is not None
-    job_name = f"hc-sweep-{uuid.uuid4().hex[:12]}"  # what a cancel can name without touching others
+    # outside an allocation, a job of hc's own: named to be cancelled without touching others,
+    # time-limited, and cancelled on a stop (orchestrate/allocations.py)
+    job = None if inside else OwnJob(settings, env, "sweep", settings.sweep_timeout_s)
+    job_name = job.name if job is not None else f"hc-sweep-{uuid.uuid4().hex[:12]}"
     wait_s = None if inside else settings.sweep_wait_s
     # the deep tier's own allocation holds its nodes whole; inside the caller's, that job decides
     spec = _srun_launch(config, nodes, tier=tier, only=only, since=since, job_name=job_name, wait_s=wait_s,
-                        exclusive=tier == DEEP and not inside)
+                        exclusive=tier == DEEP and not inside, time_args=job.srun_args() if job else ())
     result: LaunchResult | None = None
     try:
         # SIGTERM first at the timeout: srun then cancels its step before it is killed
         result = launch(spec, timeout_s=settings.sweep_timeout_s, env=env)
     finally:
-        if not inside and (result is None or result.timed_out):
-            _cancel(settings, job_name, env, out)  # a pending or running job hc submitted
+        if job is not None:  # srun killed or never started: the job it asked for may pend or run on
+            settled = job.settle(None if result is None else result.returncode, "the sweep's job")
+            if settled:
+                out.notes.append(settled)
     if result.not_found:
         raise HcError(f"{spec.argv[0]} not found: the Slurm transport needs srun (or use --via ssh)")
     by_node: dict[str, NodeResult] = {}
@@ -183,12 +192,3 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
             evidence=result.stderr[-2000:] or None))
     return [by_node.get(n) or unreachable_result(n, config.fabric_of(n), "no report from srun (see act.E006)",
                                                  "slurm") for n in nodes]
-
-
-def _cancel(settings, job_name: str, env: dict, out: SrunOutcome, what: str = "the sweep's job") -> None:
-    scancel = os.path.join(os.path.dirname(settings.scontrol), "scancel") if os.sep in settings.scontrol \
-        else "scancel"
-    r = run_command((scancel, f"--name={job_name}", f"--user={os.getuid()}"), timeout_s=settings.command_timeout_s,
-                    env=env)
-    out.notes.append(f"cancelled {what} {job_name}" if r.ok
-                     else f"could not cancel {what} {job_name}: {(r.stderr or r.error or '').strip()}")

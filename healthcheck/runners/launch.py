@@ -22,7 +22,8 @@ The timeout kills every rank: the launcher runs in its own process group; at the
 timeout the group and every descendant (found through /proc, since torchrun starts its
 workers in sessions of their own) get SIGTERM, which srun forwards to its step and
 mpirun to its daemons and ranks, then, after `grace_s`, SIGKILL. The child dies with hc
-(PR_SET_PDEATHSIG) and is registered with runners.local so `kill_children` reaches it.
+(PR_SET_PDEATHSIG), is registered with runners.local so `kill_children` reaches it, and
+with runners.stop, in the same step as its fork, so a stop signal kills its tree.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from healthcheck.runners import local as _local
+from healthcheck.runners import stop as _stop
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SRUN_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
@@ -278,26 +280,47 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     run_env.update(spec.env)
     if cwd is not None and not os.path.isdir(cwd):
         return _result(spec, None, "", "", 0.0, error=f"{cwd}: no such directory")
+    proc: subprocess.Popen | None = None
+    forget = _nothing
     try:
-        proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=run_env, cwd=cwd,
-                                start_new_session=True,  # its own group: the timeout reaches all of it
-                                preexec_fn=_local.die_with_hc())
-    except FileNotFoundError:
-        return _result(spec, None, "", f"{spec.argv[0]}: command not found", 0.0, not_found=True)
-    except OSError as exc:
-        return _result(spec, None, "", "", 0.0, error=f"{spec.argv[0]}: {exc.strerror or exc}")
-    start = time.monotonic()
-    _track(proc.pid, True)
-    try:
+        # the fork and its registration for a stop (SIGINT, SIGTERM, SIGHUP: runners/stop.py)
+        # are one step, and a stop arriving during them is raised after, inside this try
+        with _stop.deferred():
+            try:
+                started, forget = _stop.start_registered(lambda: _popen(spec, run_env, cwd),
+                                                         lambda p: kill_tree(p, grace_s))
+                proc = started
+            except FileNotFoundError:
+                return _result(spec, None, "", f"{spec.argv[0]}: command not found", 0.0, not_found=True)
+            except OSError as exc:
+                return _result(spec, None, "", "", 0.0, error=f"{spec.argv[0]}: {exc.strerror or exc}")
+            except _stop.StopRefused as exc:
+                return _result(spec, None, "", "", 0.0, error=str(exc))
+            _track(proc.pid, True)
+        assert proc is not None
+        start = time.monotonic()
         out, err, timed_out = _wait(proc, timeout_s, grace_s)
     except BaseException:  # Ctrl-C, a hook's deadline: the ranks die with it
-        kill_tree(proc, 0.0)
+        if proc is not None:
+            kill_tree(proc, 0.0)
         raise
     finally:
-        _track(proc.pid, False)
+        forget()
+        if proc is not None:
+            _track(proc.pid, False)
     return _result(spec, None if timed_out else proc.returncode, out, err, time.monotonic() - start,
                    timed_out=timed_out)
+
+
+def _popen(spec: Launch, env: Mapping[str, str], cwd: str | None) -> subprocess.Popen:
+    return subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=cwd,
+                            start_new_session=True,  # its own group: the timeout reaches all of it
+                            preexec_fn=_local.die_with_hc())
+
+
+def _nothing() -> None:
+    return None
 
 
 def _track(pgid: int, running: bool) -> None:

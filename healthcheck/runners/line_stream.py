@@ -56,6 +56,10 @@ class LineStream:
         True when the command had to be killed (it did not end at the end of its input)."""
         raise NotImplementedError
 
+    def exit_status(self) -> int | None:
+        """The command's exit status once it ended (negative: the signal that killed it), else None."""
+        raise NotImplementedError
+
     # -- shared
 
     @property

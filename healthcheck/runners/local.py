@@ -2,9 +2,11 @@
 
 Children die with the run: each command runs in its own process group (so a timeout
 kills everything it started), the groups still running are known (`kill_children`, which
-the hooks' hard deadline and signal handlers call before exiting), and each child asks
-the kernel for SIGKILL when hc dies (PR_SET_PDEATHSIG), so an hc killed by slurmd or
-the OOM killer leaves no orphaned `scontrol` to drain a node after a newer run resumed it.
+the hooks' hard deadline and signal handlers and a sweep's stop (runners/stop.py) call
+before exiting; a stop arriving at the fork is raised once the group is known), and each
+child asks the kernel for SIGKILL when hc dies (PR_SET_PDEATHSIG), so an hc killed by
+slurmd or the OOM killer leaves no orphaned `scontrol` to drain a node after a newer run
+resumed it.
 """
 
 from __future__ import annotations
@@ -116,34 +118,47 @@ def run_command(
     cwd: str | None = None,
 ) -> CommandResult:
     """Run argv (never through a shell); on timeout kill its process group and return."""
+    from healthcheck.runners.stop import deferred
+
     argv = tuple(argv)
     start = time.monotonic()
+    proc: subprocess.Popen | None = None
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            # Its own process group, so a timeout kills the tool and everything it started.
-            start_new_session=True,
-            preexec_fn=die_with_hc(),
-        )
-    except FileNotFoundError as exc:
-        if cwd is not None and exc.filename == cwd:  # the directory is missing, not the tool
-            return CommandResult(argv, None, "", "", 0.0, error=f"cannot run in {cwd}: {exc.strerror}")
-        return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
-    except OSError as exc:
-        return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
-    track_group(proc.pid)
-    try:
+        # a stop (Ctrl-C, SIGTERM) arriving between the fork and track_group is raised
+        # after it, inside this try: no command runs that kill_children and the except miss
+        with deferred():
+            try:
+                proc = _popen(argv, input, env, cwd)
+            except FileNotFoundError as exc:
+                if cwd is not None and exc.filename == cwd:  # the directory is missing, not the tool
+                    return CommandResult(argv, None, "", "", 0.0, error=f"cannot run in {cwd}: {exc.strerror}")
+                return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
+            except OSError as exc:
+                return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
+            track_group(proc.pid)
         return _wait(proc, argv, input, timeout_s, start)
     except BaseException:  # Ctrl-C, a hook's deadline: what hc started dies with it
-        _kill_group(proc)
+        if proc is not None:
+            _kill_group(proc)
         raise
     finally:
-        untrack_group(proc.pid)
+        if proc is not None:
+            untrack_group(proc.pid)
+
+
+def _popen(argv: tuple[str, ...], input: str | None, env: Mapping[str, str] | None,
+           cwd: str | None) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        # Its own process group, so a timeout kills the tool and everything it started.
+        start_new_session=True,
+        preexec_fn=die_with_hc(),
+    )
 
 
 def _wait(proc: subprocess.Popen, argv: tuple[str, ...], input: str | None, timeout_s: float,

@@ -6,13 +6,14 @@ stdout back (Slurm's default, one task here); mpirun hands its stdin to rank 0.
 
 Children die with the run, as every launch's do (launch.py): the launcher has its own
 process group, registered with runners.local so a hook's deadline reaches it, and dies
-with hc (PR_SET_PDEATHSIG, forked from a thread that lasts: local.popen_for_life). Its
-task goes with it: the launcher's end closes the task's input, which ends the worker
-(mpirun's daemons also end their ranks). What a SIGKILLed srun cannot do is release an
-allocation it asked for: that job waits for Slurm's InactiveLimit or its time limit.
+with hc (PR_SET_PDEATHSIG, forked from a thread that lasts: local.popen_for_life), and a
+stop (SIGINT, SIGTERM, SIGHUP) kills its tree first (runners/stop.py). Its task goes with
+it: the launcher's end closes the task's input, which ends the worker (mpirun's daemons
+also end their ranks). What a SIGKILLed srun cannot do is release an allocation it asked
+for: that is orchestrate/allocations.py's (a time limit, a cancel, the next sweep).
 Closing sends end-of-input (the worker's cue to end), waits a moment, then kills the
-launcher's whole tree; `close()` says whether it had to, so the caller can cancel an
-allocation srun had asked for, by its unique name (see pair_workers).
+launcher's whole tree; `close()` says whether it had to, and `exit_status()` how it
+ended, so the caller can cancel an allocation srun did not give back (see pair_workers).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from healthcheck.runners import local as _local
+from healthcheck.runners import stop as _stop
 from healthcheck.runners.launch import Launch, kill_tree
 from healthcheck.runners.line_stream import SEND_STALL_S, LineStream
 
@@ -45,17 +47,31 @@ class ProcessStream(LineStream):
         self._err_eof = False
         self._send = threading.Lock()  # a writer and close() never use stdin's fd at once
         self._pipes_closed = False  # once set, no fd number is read again (it may be reused)
+        self._forget_stop: Callable[[], None] = _nothing  # unregisters the launcher from a stop's cleanup
 
     @classmethod
     def start(cls, node: str, spec: Launch, env: Mapping[str, str]) -> ProcessStream:
         """Start spec's launcher with its stdin and stdout kept open; OSError (FileNotFoundError
         for a launcher that is not installed) when it cannot be started."""
         run_env = {**env, **spec.env}
-        # forked from a thread that lasts (the caller's is a test's): see popen_for_life
-        proc = _local.popen_for_life(spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=run_env, start_new_session=True)  # its own group: close() reaches all of it
-        _local.track_group(proc.pid)
-        return cls(node, proc)
+
+        def fork() -> subprocess.Popen:
+            # forked from a thread that lasts (the caller's is a test's): see popen_for_life
+            return _local.popen_for_life(spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=run_env,
+                                         start_new_session=True)  # its own group: close() reaches all of it
+
+        # a stop (SIGINT, SIGTERM, SIGHUP) ends the launcher first (srun then gives up its
+        # request or its job): runners/stop.py; once hc is stopping, none is started (OSError)
+        with _stop.deferred():  # from the main thread, a stop is raised once all this is done
+            try:
+                proc, forget = _stop.start_registered(fork, lambda p: kill_tree(p, 2.0))
+            except _stop.StopRefused as exc:
+                raise OSError(str(exc)) from None
+            _local.track_group(proc.pid)
+            stream = cls(node, proc)
+            stream._forget_stop = forget
+        return stream
 
     def _exited(self) -> bool:
         return self.proc.poll() is not None
@@ -126,6 +142,7 @@ class ProcessStream(LineStream):
                 except subprocess.TimeoutExpired:
                     pass
         finally:
+            self._forget_stop()
             _local.untrack_group(self.proc.pid)
             # a reader sees _closed within one pump (half a second) and lets the lock go; then
             # no fd number of ours is read again once closed
@@ -141,6 +158,10 @@ class ProcessStream(LineStream):
 
     def exit_status(self) -> int | None:
         return self.proc.poll()
+
+
+def _nothing() -> None:
+    return None
 
 
 def _drain_fd(fd: int, into: list[bytes]) -> bool:

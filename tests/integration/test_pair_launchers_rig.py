@@ -23,9 +23,14 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import itertools
+import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from test_remote_rig import hc, hc_bin
@@ -302,3 +307,90 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     assert any(f"job {job} took node2" in w for w in run.warnings), run.warnings
     for node in ("node1", "node3", "node4"):  # hc's own allocations ended with the sweep
         rig.slurm.wait_node_state(node, "idle")
+
+
+# A stopped or killed hc leaves no allocation (issue 18, A2) ---------------------------------
+
+
+def start_deep_sweep(site) -> subprocess.Popen:
+    """`hc sweep --tier deep` through srun workers (one-node allocations of their own), started
+    in a session of its own (as a terminal's job is), not waited for."""
+    rig_yaml = site.dir / "fabrics" / "rig.yaml"
+    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    env["SLURM_CONF"] = str(site.slurm.slurm_conf)
+    return subprocess.Popen([sys.executable, "-m", "healthcheck", "sweep", "--nodes", "node[1-4]", "--mode",
+                             "agentless", "--tier", "deep", "--config", str(site.config), "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+
+
+def hcs_jobs(site, *, running: bool = False) -> list[dict[str, str]]:
+    """The jobs of hc's name in the queue (granted ones only, where `running`)."""
+    return [j for j in site.slurm.squeue() if j["name"].startswith("hc-") and (not running or j["state"] == "RUNNING")]
+
+
+def first_hcs_jobs(site, sweep: subprocess.Popen, *, running: bool) -> list[dict[str, str]]:
+    """hc's own jobs as soon as Slurm shows one (granted, where `running`)."""
+    until = time.monotonic() + 180  # the nodes' own deep checks come first
+    while time.monotonic() < until and sweep.poll() is None:
+        jobs = hcs_jobs(site, running=running)
+        if jobs:
+            return jobs
+        time.sleep(0.1)
+    sweep.kill()
+    _, err = sweep.communicate()
+    pytest.fail(f"hc asked Slurm for no job of its own: {err.decode(errors='replace')[-3000:]}")
+
+
+def _end(sweep: subprocess.Popen) -> None:
+    if sweep.poll() is None:
+        sweep.kill()
+        sweep.wait()
+
+
+def test_sigterm_right_after_a_deep_sweep_asks_for_worker_allocations_leaves_no_job(rig):
+    """SIGTERM as soon as Slurm shows the first worker's job: hc exits 143, and no job of its
+    name is left (pending, granted, or granted while it was being cancelled)."""
+    sweep = start_deep_sweep(rig)
+    try:
+        first_hcs_jobs(rig, sweep, running=False)
+        os.kill(sweep.pid, signal.SIGTERM)
+        _, err = sweep.communicate(timeout=60)
+    finally:
+        _end(sweep)
+    assert sweep.returncode == 143, err.decode(errors="replace")[-3000:]
+    assert b"hc: stopped by SIGTERM" in err and b"Traceback" not in err
+    rig.slurm.wait_for(lambda: not hcs_jobs(rig), timeout=30, what="hc's jobs to leave the queue")
+    for node in NODES:
+        rig.slurm.wait_node_state(node, "idle")
+
+
+def test_a_job_a_sigkilled_hc_left_is_cancelled_by_the_next_sweep(rig, validate_report):
+    """SIGKILL cannot be handled: a worker's granted job stays with nobody to end it. The next
+    sweep cancels it (its name says which hc asked, and that hc is gone), names it in act.E010
+    and writes it to the audit log."""
+    sweep = start_deep_sweep(rig)
+    try:
+        job = first_hcs_jobs(rig, sweep, running=True)[0]
+        os.kill(sweep.pid, signal.SIGKILL)
+        sweep.wait(30)
+    finally:
+        _end(sweep)
+    time.sleep(3)  # whatever Slurm does by itself when srun dies with hc, it has done by now
+    assert job["jobid"] in {j["jobid"] for j in hcs_jobs(rig)}, "Slurm ended the job by itself: nothing was left"
+    # the partition has no MaxTime: the job's own limit (the sweep's bound) ends it at the latest
+    assert rig.slurm.job(job["jobid"])["TimeLimit"] not in ("UNLIMITED", "Partition_Limit")
+    env = {"SLURM_CONF": str(rig.slurm.slurm_conf),
+           "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    r, report = hc(rig, "sweep", "--via", "slurm", "--nodes", "node[1-4]", "--tier", "quick", env=env, timeout=180)
+    assert report is not None, r.stderr.decode(errors="replace")[-3000:]
+    validate_report(report)
+    (finding,) = [f for f in report["run_findings"] if f["id"] == "act.E010"]
+    assert job["jobid"] in finding["value"] and job["name"] in finding["message"], finding
+    # cancelled before the sweep sorted its nodes: the node the job held is checked, not skipped as busy
+    held = next(n for n in report["nodes"] if n["node"] == job["nodes"])
+    assert held["status"] != "SKIP" and held["mode"] == "slurm", held
+    rig.slurm.wait_for(lambda: job["jobid"] not in {j["jobid"] for j in hcs_jobs(rig)}, timeout=30,
+                       what="the leftover job to leave the queue")
+    audit = [json.loads(line) for line in (rig.dir / "audit.jsonl").read_text().splitlines()]
+    assert any(a["action"] == "cancel-leftover" and a["job"] == job["jobid"] and a["ok"] for a in audit), audit
