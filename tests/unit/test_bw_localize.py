@@ -17,9 +17,9 @@ from healthcheck.bandwidth.localize import (
     judge_by_peers,
     localize,
     localize_adaptive,
-    peer_threshold,
 )
 from healthcheck.bandwidth.pairs_analysis import CHECK, PairsInput, findings
+from healthcheck.bandwidth.peers import peer_threshold
 from healthcheck.bandwidth.schedule import Test as Planned
 from healthcheck.bandwidth.schedule import circle_rounds, groups
 from healthcheck.core import registry
@@ -360,10 +360,10 @@ def test_bw_pairs_is_an_analysis_of_scope_pairs_with_catalogued_findings():
     spec = registry.DEFAULT.all_analyses()[CHECK]
     assert (spec.scope, spec.tiers) == ("pairs", frozenset({"deep"}))
     assert {f.id for f in spec.findings} == {"bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105", "bw.E106",
-                                             "bw.E107", "bw.E108"}
+                                             "bw.E107", "bw.E108", "bw.E109"}
     assert all(CATALOGUE[f.id] is f and EMITTERS[f.id] == {CHECK} for f in spec.findings)
     assert CATALOGUE["bw.E101"].action == "investigate" and CATALOGUE["bw.E105"].action == "rerun"
-    assert CATALOGUE["bw.E106"].action == "fix-config"
+    assert CATALOGUE["bw.E106"].action == "fix-config" and CATALOGUE["bw.E109"].action == "rerun"
 
 
 def test_the_analysis_stamps_culprits_links_and_fabric_findings():
