@@ -6,9 +6,12 @@ A test measures its member nodes together (a pair, or a group in one allreduce);
 so attribution comes from comparing each node's tests (collectives.md §0.8, §4):
 
 - **culprit** (FAIL, drains): the node failed every test it was in, and at least
-  `confirm_tests` of them had only known-good partners (nodes that reached the floor in
-  another test, or that the caller vouches for). Slow with every partner while the
-  partners are fine elsewhere.
+  `confirm_tests` of them had only known-good partners (nodes that passed another test
+  clearly, or that the caller vouches for). Slow with every partner while the partners
+  are fine elsewhere. A pass is clear when above its threshold by more than the spread of
+  the passing figures (`_clear_passes`, from `outlier_min_peers` passing tests): a slow
+  node whose figures straddle the floor passes now and then, and its pass must not make
+  the healthy node it was paired with a culprit.
 - **within the noise** (WARN, drains nothing): a node that would be a culprit by tests
   with no floor, but whose best test is not below the sweep's noise threshold
   (`peers.PeerReference.noise_threshold`): slower than its peers by `peer_fraction`,
@@ -247,6 +250,7 @@ class Verdict(msgspec.Struct, frozen=True):
     # slower than their peers with every partner, not beyond the sweep's spread: said, not drained
     within_noise: tuple[WithinNoise, ...] = ()
     good: tuple[str, ...] = ()  # passed a test of every kind they were in, and named by nothing
+    vouching: tuple[str, ...] = ()  # good, and passed clearly above the threshold in every kind they were in
     untested: tuple[str, ...] = ()  # named in `nodes` but in no result
     tests: int = 0
     failed: int = 0
@@ -311,6 +315,7 @@ class _Part(msgspec.Struct):
     good: set[str]
     undecided: Undecided | None = None
     within: list[WithinNoise] = msgspec.field(default_factory=list)
+    vouching: set[str] = msgspec.field(default_factory=set)  # good, with a clear pass (_clear_passes)
 
 
 def _hca_of(node: str, results: Iterable[Result]) -> str:
@@ -330,7 +335,8 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
             if r.passed:
                 passes[m] += 1
     nodes = set(tests_of)
-    culprits, suspects, within = _attribute(kind, rs, tests_of, passes, known_good, s, reference)
+    vouching = _clear_passes(rs, s) | (known_good & nodes)
+    culprits, suspects, within = _attribute(kind, rs, tests_of, passes, known_good | vouching, s, reference)
     implicated = {c.node for c in culprits} | {x.node for x in suspects}
     # a node below its peers everywhere explains its own failures at the edge of the floor
     outliers = _outliers(kind, rs, implicated, s)
@@ -349,25 +355,39 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
     good = {m for m in nodes if passes[m] > 0} - named
     no_partner = bool(implicated) and not any(passes.values()) and not known_good
     undecided = _undecided(kind, rs, nodes, no_partner=no_partner, unpeered=unpeered)
-    return _Part(culprits, suspects, links, None, outliers, nodes, good, undecided, within)
+    return _Part(culprits, suspects, links, None, outliers, nodes, good, undecided, within, vouching & good)
+
+
+def _clear_passes(rs: list[Result], s: LocalizeSettings) -> set[str]:
+    """The members of the tests that passed clearly: at or above their threshold times
+    exp(the spread of the passing figures: 1.4826 x the MAD of their logarithms), where at
+    least `outlier_min_peers` tests passed to measure it (fewer: any pass). A pass nearer the
+    threshold than the sweep's own spread is what a slow node whose figures straddle it also
+    gives now and then: it does not make the node a known-good partner that confirms another
+    as the culprit. A floor `hc baseline` set (a few % under the healthy figures) leaves the
+    healthy passes clear where the sweep is quiet; a noisy sweep widens the margin."""
+    passed = [r for r in rs if r.passed]
+    logs = [math.log(r.value) for r in passed if r.value > 0]
+    margin = 1.0
+    if len(logs) >= s.outlier_min_peers:
+        mid = statistics.median(logs)
+        margin = math.exp(1.4826 * statistics.median(abs(x - mid) for x in logs))
+    return {m for r in passed if r.threshold is None or r.value >= r.threshold * margin for m in r.members}
 
 
 def _attribute(kind: str, rs: list[Result], tests_of: Mapping[str, list[int]], passes: Mapping[str, int],
                known_good: frozenset[str], s: LocalizeSettings, reference: PeerReference | None = None
                ) -> tuple[list[Culprit], list[Suspect], list[WithinNoise]]:
     """The nodes that failed every test they were in: culprits where `confirm_tests` of those
-    tests had only known-good partners, else suspects; a culprit judged against its peers
-    only (no floor) whose best is not below the sweep's noise threshold is within the noise
-    instead (said, not drained)."""
-    def vouched(m: str) -> bool:
-        return passes.get(m, 0) > 0 or m in known_good
-
+    tests had only known-good partners (`known_good`: vouched for, or a clear pass here), else
+    suspects; a culprit judged against its peers only (no floor) whose best is not below the
+    sweep's noise threshold is within the noise instead (said, not drained)."""
     culprits: list[Culprit] = []
     suspects: list[Suspect] = []
     within: list[WithinNoise] = []
     for m in sorted(m for m in tests_of if passes.get(m, 0) == 0):  # in tests, and none passed
         mine = [rs[i] for i in tests_of[m]]
-        confirming = [r for r in mine if all(vouched(o) for o in r.members if o != m)]
+        confirming = [r for r in mine if all(o in known_good for o in r.members if o != m)]
         best = max(r.value for r in mine)
         thresholds = {r.threshold for r in mine if r.threshold is not None}
         threshold = max(thresholds) if thresholds else None
@@ -532,6 +552,7 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
              for kind in sorted(by_kind)]
     tested: set[str] = set().union(*(p.nodes for p in parts)) if parts else set()
     not_good = set().union(*(p.nodes - p.good for p in parts)) if parts else set()
+    unclear = set().union(*(p.nodes - p.vouching for p in parts)) if parts else set()
     wanted = _unique(nodes) if nodes is not None else []
     return Verdict(
         culprits=tuple(c for p in parts for c in p.culprits),
@@ -542,6 +563,7 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
         undecided=tuple(p.undecided for p in parts if p.undecided is not None),
         within_noise=tuple(w for p in parts for w in p.within),
         good=tuple(sorted(tested - not_good)),
+        vouching=tuple(sorted(tested - not_good - unclear)),
         untested=tuple(n for n in wanted if n not in tested),
         tests=len(rs),
         failed=sum(not r.passed for r in rs),
@@ -704,42 +726,31 @@ def localize_adaptive(
                     results=tuple(results))
 
 
-def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]]], results: list[Result],
-          verdict: Verdict, vouched: list[str], *, k: int, seed: Seed, rails: Mapping[str, str] | None,
-          screens: int, partners_per_round: int | None, pad: bool) -> tuple[list[Test], bool]:
-    """Round r's tests (0-based), and whether anything is still left to resolve."""
-    if plan == "circle" and r < len(circle):
-        return [Test(p, "screen") for p in circle[r]], True
-    if plan == "groups" and r == 0:
-        return [Test(tuple(g), "screen") for g in groups(names, k, seed, rails)], True
-
+def _confirm_or_split(suspects: list[str], lend: list[str], results: list[Result], tried: list[tuple[str, ...]],
+                      busy: set[str], *, seed: str, pad: bool) -> list[Test]:
+    """A known-good partner for every suspect where there are enough, else the bisection of each
+    failed test's suspects; the nodes they take are added to `busy`."""
     tests: list[Test] = []
-    busy: set[str] = set()
-    implicated = {c.node for c in verdict.culprits} | {x.node for x in verdict.suspects}
-    suspects = verdict.suspect_nodes
-    pool = [g for g in dict.fromkeys([*verdict.good, *vouched]) if g not in implicated]
-    random.Random(f"hc.partners/{seed}/{r}").shuffle(pool)
-    budget = len(pool) if partners_per_round is None else min(len(pool), partners_per_round)
-    tried = [res.members for res in results if len(set(res.members)) == 2]
-    unresolved = bool(suspects)
+    if len(suspects) <= len(lend):
+        tests += confirmation_tests(suspects, lend, tried=tried, seed=seed)
+    else:
+        for block in _blocks(results, suspects):
+            planned = split_tests(block, [g for g in lend if g not in busy], pad=pad)
+            for t in planned:
+                busy.update(t.members)
+            tests += planned
+    for t in tests:
+        busy.update(t.members)
+    return tests
 
-    if suspects and budget:
-        if len(suspects) <= budget:
-            tests += confirmation_tests(suspects, pool[:budget], tried=tried, seed=f"{seed}/{r}")
-        else:
-            lend = pool[:budget]
-            for block in _blocks(results, suspects):
-                planned = split_tests(block, [g for g in lend if g not in busy], pad=pad)
-                for t in planned:
-                    busy.update(t.members)
-                tests += planned
-        for t in tests:
-            busy.update(t.members)
 
-    # a group that failed while each member passed elsewhere: look for the slow pair inside it
+def _narrow(links: Iterable[SlowLink], tried: list[tuple[str, ...]], tests: list[Test], busy: set[str]
+            ) -> tuple[list[Test], bool]:
+    """A group that failed while each member passed elsewhere: the next round of pairs inside it
+    not tested yet (on nodes not busy), and whether any such pair is left."""
     tested_pairs = {frozenset(m) for m in tried}
     narrowing = False
-    for link in verdict.links:
+    for link in links:
         members = sorted(set(link.members))
         if len(members) <= 2:
             continue
@@ -753,6 +764,32 @@ def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]
                     tests.append(Test(p, "narrow"))
                     busy.update(p)
             break
+    return tests, narrowing
+
+
+def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]]], results: list[Result],
+          verdict: Verdict, vouched: list[str], *, k: int, seed: Seed, rails: Mapping[str, str] | None,
+          screens: int, partners_per_round: int | None, pad: bool) -> tuple[list[Test], bool]:
+    """Round r's tests (0-based), and whether anything is still left to resolve."""
+    if plan == "circle" and r < len(circle):
+        return [Test(p, "screen") for p in circle[r]], True
+    if plan == "groups" and r == 0:
+        return [Test(tuple(g), "screen") for g in groups(names, k, seed, rails)], True
+
+    tests: list[Test] = []
+    busy: set[str] = set()
+    implicated = {c.node for c in verdict.culprits} | {x.node for x in verdict.suspects}
+    suspects = verdict.suspect_nodes
+    # partners that passed clearly (a pass at the threshold's edge confirms nobody), else any good one
+    pool = [g for g in dict.fromkeys([*(verdict.vouching or verdict.good), *vouched]) if g not in implicated]
+    random.Random(f"hc.partners/{seed}/{r}").shuffle(pool)
+    budget = len(pool) if partners_per_round is None else min(len(pool), partners_per_round)
+    tried = [res.members for res in results if len(set(res.members)) == 2]
+    unresolved = bool(suspects)
+
+    if suspects and budget:
+        tests += _confirm_or_split(suspects, pool[:budget], results, tried, busy, seed=f"{seed}/{r}", pad=pad)
+    tests, narrowing = _narrow(verdict.links, tried, tests, busy)
 
     if plan == "groups" and r < screens:
         free = [m for m in names if m not in busy and m not in implicated]

@@ -155,6 +155,38 @@ def test_a_suspect_not_confirmed_against_a_known_good_partner_is_not_fail():
     assert not a.complete and a.rounds == 1
 
 
+def test_a_pass_at_the_edge_of_the_floor_does_not_vouch_for_a_partner():
+    """Group mode, floor 0.5, +-30 %: slow x (0.4) fails its screening group with healthy h;
+    slow p's figures straddle the floor and its group passed at 0.507 (the healthy groups at
+    0.74-1.27). h's confirmation test
+    drew p as its known-good partner and measured p's speed, 0.439: h was the culprit,
+    confirmed by a slow node, and drained. A pass that near the floor is what a straddling
+    slow node gives now and then: it does not confirm anyone, so h stays a suspect (another
+    confirmation follows, with a partner that passed clearly); x, short with a partner that
+    passed clearly, is still named."""
+    floor = 0.5
+    g1 = ("x", "h", "a1", "a2", "a3", "a4", "a5", "a6")
+    g2 = ("p", "b1", "b2", "b3", "b4", "b5", "b6", "b7")
+    g3 = ("a1", "a2", "a3", "a4", "a5", "a6", "c1", "c2")
+    g4 = ("y", "d1", "d2", "d3", "d4", "d5", "d6", "d7")
+    # the rest of the fleet: healthy groups, +-30 % around 1.0
+    rest = [Result(tuple(f"e{i}{j}" for j in range(8)), v, True, threshold=floor)
+            for i, v in enumerate((0.74, 0.81, 0.88, 0.93, 1.07, 1.14, 1.2, 1.27))]
+    results = [Result(g1, 0.394, False, threshold=floor), Result(g2, 0.507, True, threshold=floor),
+               Result(g3, 1.02, True, threshold=floor), Result(g4, 0.98, True, threshold=floor), *rest,
+               Result(("x", "y"), 0.46, False, threshold=floor, purpose="confirm"),
+               Result(("h", "p"), 0.439, False, threshold=floor, purpose="confirm")]
+    v = localize(results)
+    assert (v.culprit_nodes, v.suspect_nodes) == (["x"], ["h"])  # (groups 10 % under the median are outliers)
+    # the next confirmation partners are drawn from the nodes that passed clearly, never p
+    assert "p" in v.good and "p" not in v.vouching and {"y", "a1", "c1", "e00"} <= set(v.vouching)
+    # a quiet sweep (+-3 %) against a floor hc baseline set a few % below: healthy passes vouch
+    quiet = [Result(tuple(f"q{i}{j}" for j in range(2)), 0.5 * 1.06 * (1 + (i % 5 - 2) / 100), True,
+                    threshold=floor) for i in range(10)]
+    v = localize([*quiet, Result(("s", "q00"), 0.3, False, threshold=floor, purpose="confirm")])
+    only(v, culprits=["s"])
+
+
 def test_confirmation_partners_are_distinct_new_and_free():
     tests = confirmation_tests(["s1", "s2"], ["g1", "g2", "g3"], busy=["g3"], tried=[("s1", "g1"), ("s2", "g1")])
     assert sorted(t.members for t in tests) == [("s1", "g2"), ("s2", "g1")] or \
