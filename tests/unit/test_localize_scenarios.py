@@ -97,3 +97,14 @@ def test_a_straddling_slow_node_never_confirms_a_healthy_one_as_the_culprit():
     s = score(STRADDLING[:8])
     assert s.false_culprits == [] and s.false_drains == []
     assert s.maybe_named > 0
+
+
+def test_two_slow_nodes_among_twelve_on_a_noisy_fabric_are_named_not_fabric_wide():
+    """+-30 % at peer_fraction 0.1: a third of the healthy pairs are short by the fraction, and
+    with two nodes at 0.1 (21 of 66 pairs) most pairs 'failed': the run was called fabric-wide
+    and nobody named. Short pairs within the sweep's noise do not count as failures."""
+    mine = [sc for sc in NOISE_TUNING if sc.n == 12 and sc.jitter == 0.3 and sc.name.endswith("two nodes at 0.1")]
+    assert len(mine) == 4
+    s = score(mine)
+    assert s.missed == [] and s.caught == s.culprits == 8
+    assert s.false_culprits == [] and s.false_drains == []
