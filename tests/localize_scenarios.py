@@ -22,7 +22,7 @@ spread, 8 standard deviations of the healthy figures' logarithms below their med
 slower node short of that is `maybe`: it may be named, or said (bw.E109 within the noise,
 bw.E105), never passed silently, and a healthy node is never named or drained.
 
-TUNING was used to choose the reference (`localize.peer_threshold`); HELD_OUT was written
+TUNING was used to choose the reference (`peers.peer_threshold`); HELD_OUT was written
 before the code was run on it and never tuned on: other node counts, slowness, jitter,
 floors and seeds. NOISE_TUNING and NOISE_HELD_OUT (issue 18, after B.3): noisy fleets at
 the default peer_fraction 0.1, healthy or with a mildly to grossly slow node; the held-out

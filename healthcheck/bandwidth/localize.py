@@ -15,7 +15,9 @@ so attribution comes from comparing each node's tests (collectives.md §0.8, §4
 - **within the noise** (WARN, drains nothing): a node that would be a culprit by tests
   with no floor, but whose best test is not below the sweep's noise threshold
   (`peers.PeerReference.noise_threshold`): slower than its peers by `peer_fraction`,
-  not by more than the sweep's own spread allows a healthy test.
+  not by more than the sweep's own spread allows a healthy test. Said where its best is
+  also below every test it is not in (the rig's node1: 0.59-0.64 vs 0.71-0.88); a node
+  whose short tests overlap the others' is the noise itself, and not named.
 - **suspect** (not FAIL): failed every test it was in, but never with known-good
   partners only (its partners were suspects too). `confirmation_tests` plans the
   re-test with a known-good partner that turns it into a culprit or clears it.
@@ -341,6 +343,8 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
     # a node below its peers everywhere explains its own failures at the edge of the floor
     outliers = _outliers(kind, rs, implicated, s)
     slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1} | {w.node for w in within}
+    # said where it is below every test it is not in; else its short tests are the noise itself
+    within = [w for w in within if w.peers_low is None or w.high < w.peers_low]
     links, unexplained = _links(kind, rs, passes, implicated | slow_nodes)
 
     noise = reference.noise_threshold if reference is not None else None

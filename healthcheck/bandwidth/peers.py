@@ -30,8 +30,8 @@ exp(-z x s)))`:
   order of magnitude slower is named however noisy its peers.
 
 The suspected nodes whose best is not below `noise_threshold` are given back to the
-reference one at a time (the least suspect first: their tests change the reference and
-the spread) until every node still suspected is below it (`PeerReference.suspected`).
+reference (their tests change the reference and the spread) and it is computed again,
+until every node still suspected is below it (`PeerReference.suspected`).
 `localize` names a node short with every partner the culprit only where its best is below
 `noise_threshold`, and says the others are slower within the noise (bw.E109, no drain).
 """
@@ -83,11 +83,12 @@ def peer_reference(tests: Iterable[tuple[Sequence[str], float]], fraction: float
     while True:
         noise_reference, spread, factor = _noise_bound(got, suspected, len(best), typical_best)
         noise_threshold = noise_reference * min(keep, factor)
-        # a suspected node not below it goes back to the reference, the least suspect first
-        cleared = [m for m in suspected if best[m] >= noise_threshold]
+        # the suspected nodes not below it go back to the reference (their tests join it and
+        # the spread); the set only shrinks, so this ends
+        cleared = {m for m in suspected if best[m] >= noise_threshold}
         if not cleared:
             break
-        suspected.discard(max(cleared, key=lambda m: (best[m], m)))
+        suspected -= cleared
     return PeerReference(threshold=keep * reference, reference=reference, noise_threshold=noise_threshold,
                          noise_reference=noise_reference, spread=spread, suspected=tuple(sorted(suspected)))
 
@@ -103,12 +104,16 @@ def _noise_bound(got: Figures, suspected: set[str], nodes: int, typical_best: fl
     """The reference with these nodes suspected, the pooled spread (None: not measured) and
     the factor of the reference below which a test is beyond it: exp(-z x spread), never
     below GROSS, and GROSS where the spread is not measured."""
-    clean = [v for members, v in got if not suspected.intersection(members)]
+    clean: list[float] = []
+    own: dict[str, list[float]] = {}  # each suspected node's tests with partners not suspected
+    for members, v in got:
+        mine = [m for m in members if m in suspected]
+        if not mine:
+            clean.append(v)
+        elif len(mine) == 1:
+            own.setdefault(mine[0], []).append(v)
     reference = statistics.median(clean) if clean else typical_best
-    groups = [clean]
-    for m in sorted(suspected):  # each suspected node's tests with partners not suspected
-        groups.append([v for members, v in got if m in members and not (suspected - {m}).intersection(members)])
-    spread, df = _pooled_log_sd(groups)
+    spread, df = _pooled_log_sd([clean, *own.values()])
     if spread is None or not clean:
         return reference, spread, GROSS
     z = _t_quantile(PEER_ALPHA / nodes, df) * math.sqrt(1 + 1 / len(clean))
