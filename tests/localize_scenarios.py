@@ -402,7 +402,7 @@ class Score:
         return not (self.missed or self.false_culprits or self.false_drains or self.unsaid or self.silent)
 
     def row(self) -> str:
-        maybe = (f"; slower within the noise {self.maybe}: named {self.maybe_named}, said {self.maybe_said}"
+        maybe = (f"; slow, not clearly (maybe) {self.maybe}: named {self.maybe_named}, said {self.maybe_said}"
                  if self.maybe else "")
         return (f"culprits caught {self.caught}/{self.culprits}, missed {len(self.missed)}, false culprits "
                 f"{len(self.false_culprits)}, false drains {len(self.false_drains)}{maybe}; links found "
