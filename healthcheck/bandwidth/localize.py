@@ -6,9 +6,18 @@ A test measures its member nodes together (a pair, or a group in one allreduce);
 so attribution comes from comparing each node's tests (collectives.md §0.8, §4):
 
 - **culprit** (FAIL, drains): the node failed every test it was in, and at least
-  `confirm_tests` of them had only known-good partners (nodes that reached the floor in
-  another test, or that the caller vouches for). Slow with every partner while the
-  partners are fine elsewhere.
+  `confirm_tests` of them had only known-good partners (nodes that passed another test
+  clearly, or that the caller vouches for). Slow with every partner while the partners
+  are fine elsewhere. A pass is clear when above its threshold by more than the spread of
+  the passing figures (`_clear_passes`, from `outlier_min_peers` passing tests): a slow
+  node whose figures straddle the floor passes now and then, and its pass must not make
+  the healthy node it was paired with a culprit.
+- **within the noise** (WARN, drains nothing): a node that would be a culprit by tests
+  with no floor, but whose best test is not below the sweep's noise threshold
+  (`peers.PeerReference.noise_threshold`): slower than its peers by `peer_fraction`,
+  not by more than the sweep's own spread allows a healthy test. Said where its best is
+  also below every test it is not in (the rig's node1: 0.59-0.64 vs 0.71-0.88); a node
+  whose short tests overlap the others' is the noise itself, and not named.
 - **suspect** (not FAIL): failed every test it was in, but never with known-good
   partners only (its partners were suspects too). `confirmation_tests` plans the
   re-test with a known-good partner that turns it into a culprit or clears it.
@@ -22,6 +31,8 @@ so attribution comes from comparing each node's tests (collectives.md §0.8, §4
   unexplained, or most screening tests failed and naming the nodes would exceed the
   blast-radius guard (`max_culprit_fraction` of the nodes, as the drain policy's
   `max_drain_fraction`). One finding; no culprit, link or outlier of that kind is named.
+  A test with no floor short by `peer_fraction` but not below the noise threshold does
+  not count as failed here: on a noisy fabric a third of healthy tests are that short.
 - **peer outlier** (WARN): a node whose best result is below the median of its peers'
   best by more than `outlier_fraction`, or a single test below the median of its peers
   by more than `pair_outlier_fraction`, even where every threshold was met. A node's
@@ -30,13 +41,16 @@ so attribution comes from comparing each node's tests (collectives.md §0.8, §4
   (regrouping keeps earlier partners apart, so no one shares two tests with it).
 
 A test with no floor (`Result.peers`) is judged against the other tests of its kind
-(`judge_by_peers`, `peer_threshold`): short below `1 - peer_fraction` of the median of
-the tests that involve no suspected node, a node being suspected whose best test is that
-far below the median of every node's best. A node slow with every partner is in 2 of 3
-tests at three nodes and in half of them at four, so the median of all tests would be
-its own speed; the nodes' bests are not fooled until half the nodes are slow. Every such
-test is judged against the same reference, each time `localize` runs, so two tests at one
-speed are judged alike whatever order they ran in. Where no reference exists (fewer than
+(`judge_by_peers`, `peers.peer_reference`): short below `1 - peer_fraction` of the median
+of the tests that involve no suspected node, a node being suspected whose best test is
+that far below the median of every node's best. A node slow with every partner is in 2 of
+3 tests at three nodes and in half of them at four, so the median of all tests would be
+its own speed; the nodes' bests are not fooled until half the nodes are slow. Such a node
+is the culprit only where its best is also below the noise threshold (peers.py: the
+sweep's measured spread, or a quarter of the reference where too few tests measure it);
+else it is within the noise. Every such test is judged against the same reference, each
+time `localize` runs, so two tests at one speed are judged alike whatever order they ran
+in. Where no reference exists (fewer than
 three nodes), or a test fell short and no node passed any test to confirm a suspect
 against, the verdict says the kind is `undecided` instead of passing or naming anyone.
 
@@ -61,6 +75,7 @@ from typing import Literal
 
 import msgspec
 
+from healthcheck.bandwidth.peers import PeerReference, peer_reference
 from healthcheck.bandwidth.schedule import (
     Purpose,
     Seed,
@@ -137,6 +152,23 @@ class Culprit(msgspec.Struct, frozen=True):
     hca: str = ""  # its HCA, where every failed test named the same one
     limit_key: str = ""
     peers: bool = False  # the threshold is its peers' (no floor), not a configured one
+
+
+class WithinNoise(msgspec.Struct, frozen=True):
+    """A node short with every partner against its peers (no floor), confirmed with known-good
+    partners, whose best test is still not below the sweep's noise threshold
+    (`PeerReference.noise_threshold`): slower than its peers, not beyond this sweep's spread."""
+
+    node: str
+    kind: str
+    failed: int  # tests it was in (every one short)
+    low: float  # its tests' lowest and highest figure
+    high: float
+    peers_low: float | None  # the figures of the tests with neither it nor a node that never passed
+    peers_high: float | None
+    noise_threshold: float  # what its best would have had to be below
+    spread: float | None  # the sweep's measured spread (log standard deviation); None: too few tests
+    unit: str
 
 
 class Suspect(msgspec.Struct, frozen=True):
@@ -217,7 +249,10 @@ class Verdict(msgspec.Struct, frozen=True):
     fabric: tuple[FabricWide, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     undecided: tuple[Undecided, ...] = ()  # kinds whose tests cannot tell who is slow
+    # slower than their peers with every partner, not beyond the sweep's spread: said, not drained
+    within_noise: tuple[WithinNoise, ...] = ()
     good: tuple[str, ...] = ()  # passed a test of every kind they were in, and named by nothing
+    vouching: tuple[str, ...] = ()  # good, and passed clearly above the threshold in every kind they were in
     untested: tuple[str, ...] = ()  # named in `nodes` but in no result
     tests: int = 0
     failed: int = 0
@@ -241,48 +276,32 @@ class Verdict(msgspec.Struct, frozen=True):
 # ------------------------------------------------------------------------------ peers
 
 
-def peer_threshold(tests: Iterable[tuple[Sequence[str], float]], fraction: float) -> float | None:
-    """The figure below which a test (members, figure) is short, judged against its peers; None
-    where fewer than three nodes or two tests: nothing to compare a test with.
-
-    `1 - fraction` of the median of the tests that involve no suspected node, a node being
-    suspected when its best test is below `1 - fraction` of the median of every node's best.
-    A node slow with every partner is slow in all its tests, and a healthy node's best is
-    with a healthy partner: the median of the bests is a healthy figure while fewer than
-    half the nodes are slow, where the median of the tests is not (three nodes, one slow:
-    two of three tests are its own)."""
-    got = [(tuple(dict.fromkeys(members)), v) for members, v in tests if math.isfinite(v)]
-    best: dict[str, float] = {}
-    for members, v in got:
-        for m in members:
-            best[m] = max(best.get(m, -math.inf), v)
-    if len(got) < 2 or len(best) < 3:
-        return None
-    keep = 1 - fraction
-    typical_best = statistics.median(best.values())
-    suspected = {m for m, v in best.items() if v < keep * typical_best}
-    clean = [v for members, v in got if not suspected.intersection(members)]
-    return keep * (statistics.median(clean) if clean else typical_best)
-
-
-def judge_by_peers(results: Iterable[Result], fraction: float) -> tuple[list[Result], set[str]]:
-    """The results with every peer-judged one (`Result.peers`) judged against one reference
-    per kind (`peer_threshold` over all of them), and the kinds that had no reference (their
-    tests count as passed: nothing was found against them, and the verdict says they were
-    not judged)."""
-    rs = list(results)
+def peer_references(results: Iterable[Result], fraction: float) -> dict[str, PeerReference | None]:
+    """Per kind, what its peer-judged results (`Result.peers`) are judged against
+    (`peers.peer_reference` over all of them); None where nothing to compare them with."""
     figures: dict[str, list[tuple[Sequence[str], float]]] = defaultdict(list)
-    for r in rs:
+    for r in results:
         if r.peers:
             figures[r.kind].append((r.members, r.value))
-    thresholds = {kind: peer_threshold(tests, fraction) for kind, tests in figures.items()}
+    return {kind: peer_reference(tests, fraction) for kind, tests in figures.items()}
+
+
+def judge_by_peers(results: Iterable[Result], fraction: float,
+                   references: Mapping[str, PeerReference | None] | None = None) -> tuple[list[Result], set[str]]:
+    """The results with every peer-judged one judged against its kind's threshold
+    (`peer_references`, computed here unless given), and the kinds that had no reference
+    (their tests count as passed: nothing was found against them, and the verdict says they
+    were not judged)."""
+    rs = list(results)
+    refs = references if references is not None else peer_references(rs, fraction)
     out = []
     for r in rs:
         if r.peers:
-            t = thresholds[r.kind]
+            ref = refs.get(r.kind)
+            t = ref.threshold if ref is not None else None
             r = msgspec.structs.replace(r, passed=t is None or r.value >= t, threshold=t)
         out.append(r)
-    return out, {kind for kind, t in thresholds.items() if t is None}
+    return out, {kind for kind, ref in refs.items() if ref is None}
 
 
 # ------------------------------------------------------------------------------ judge
@@ -297,6 +316,8 @@ class _Part(msgspec.Struct):
     nodes: set[str]
     good: set[str]
     undecided: Undecided | None = None
+    within: list[WithinNoise] = msgspec.field(default_factory=list)
+    vouching: set[str] = msgspec.field(default_factory=set)  # good, with a clear pass (_clear_passes)
 
 
 def _hca_of(node: str, results: Iterable[Result]) -> str:
@@ -305,8 +326,9 @@ def _hca_of(node: str, results: Iterable[Result]) -> str:
 
 
 def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: LocalizeSettings,
-                fabric_check: bool = True, unpeered: bool = False) -> _Part:
-    """One kind's results judged; `unpeered`: its peer-judged tests had nothing to compare with."""
+                fabric_check: bool = True, reference: PeerReference | None = None, unpeered: bool = False) -> _Part:
+    """One kind's results judged; `reference`: what its peer-judged tests were judged against,
+    `unpeered`: they had nothing to compare with."""
     passes: dict[str, int] = defaultdict(int)
     tests_of: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rs):
@@ -315,14 +337,18 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
             if r.passed:
                 passes[m] += 1
     nodes = set(tests_of)
-    culprits, suspects = _attribute(kind, rs, tests_of, passes, known_good, s)
+    vouching = _clear_passes(rs, s) | (known_good & nodes)
+    culprits, suspects, within = _attribute(kind, rs, tests_of, passes, known_good | vouching, s, reference)
     implicated = {c.node for c in culprits} | {x.node for x in suspects}
     # a node below its peers everywhere explains its own failures at the edge of the floor
     outliers = _outliers(kind, rs, implicated, s)
-    slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1}
+    slow_nodes = {o.members[0] for o in outliers if len(o.members) == 1} | {w.node for w in within}
+    # said where it is below every test it is not in; else its short tests are the noise itself
+    within = [w for w in within if w.peers_low is None or w.high < w.peers_low]
     links, unexplained = _links(kind, rs, passes, implicated | slow_nodes)
 
-    reason = _fabric_reason(len(nodes), rs, implicated, unexplained, s) if fabric_check else ""
+    noise = reference.noise_threshold if reference is not None else None
+    reason = _fabric_reason(len(nodes), rs, implicated, unexplained, s, noise) if fabric_check else ""
     if reason:
         fabric = FabricWide(kind=kind, tests=len(rs), failed=sum(not r.passed for r in rs), nodes=len(nodes),
                             implicated=len(implicated), reason=reason)
@@ -333,37 +359,65 @@ def _judge_kind(kind: str, rs: list[Result], known_good: frozenset[str], s: Loca
     good = {m for m in nodes if passes[m] > 0} - named
     no_partner = bool(implicated) and not any(passes.values()) and not known_good
     undecided = _undecided(kind, rs, nodes, no_partner=no_partner, unpeered=unpeered)
-    return _Part(culprits, suspects, links, None, outliers, nodes, good, undecided)
+    return _Part(culprits, suspects, links, None, outliers, nodes, good, undecided, within, vouching & good)
+
+
+def _clear_passes(rs: list[Result], s: LocalizeSettings) -> set[str]:
+    """The members of the tests that passed clearly: at or above their threshold times
+    exp(the spread of the passing figures: 1.4826 x the MAD of their logarithms), where at
+    least `outlier_min_peers` tests passed to measure it (fewer: any pass). A pass nearer the
+    threshold than the sweep's own spread is what a slow node whose figures straddle it also
+    gives now and then: it does not make the node a known-good partner that confirms another
+    as the culprit. A floor `hc baseline` set (a few % under the healthy figures) leaves the
+    healthy passes clear where the sweep is quiet; a noisy sweep widens the margin."""
+    passed = [r for r in rs if r.passed]
+    logs = [math.log(r.value) for r in passed if r.value > 0]
+    margin = 1.0
+    if len(logs) >= s.outlier_min_peers:
+        mid = statistics.median(logs)
+        margin = math.exp(1.4826 * statistics.median(abs(x - mid) for x in logs))
+    return {m for r in passed if r.threshold is None or r.value >= r.threshold * margin for m in r.members}
 
 
 def _attribute(kind: str, rs: list[Result], tests_of: Mapping[str, list[int]], passes: Mapping[str, int],
-               known_good: frozenset[str], s: LocalizeSettings) -> tuple[list[Culprit], list[Suspect]]:
+               known_good: frozenset[str], s: LocalizeSettings, reference: PeerReference | None = None
+               ) -> tuple[list[Culprit], list[Suspect], list[WithinNoise]]:
     """The nodes that failed every test they were in: culprits where `confirm_tests` of those
-    tests had only known-good partners, else suspects."""
-    def vouched(m: str) -> bool:
-        return passes.get(m, 0) > 0 or m in known_good
-
+    tests had only known-good partners (`known_good`: vouched for, or a clear pass here), else
+    suspects; a culprit judged against its peers only (no floor) whose best is not below the
+    sweep's noise threshold is within the noise instead (said, not drained)."""
     culprits: list[Culprit] = []
     suspects: list[Suspect] = []
+    within: list[WithinNoise] = []
     for m in sorted(m for m in tests_of if passes.get(m, 0) == 0):  # in tests, and none passed
         mine = [rs[i] for i in tests_of[m]]
-        confirming = [r for r in mine if all(vouched(o) for o in r.members if o != m)]
+        confirming = [r for r in mine if all(o in known_good for o in r.members if o != m)]
         best = max(r.value for r in mine)
         thresholds = {r.threshold for r in mine if r.threshold is not None}
         threshold = max(thresholds) if thresholds else None
         unit = mine[0].unit
-        peers = any(r.peers for r in mine)
-        if len(confirming) >= s.confirm_tests:
+        if len(confirming) < s.confirm_tests:
+            partners = tuple(sorted({o for r in mine for o in r.members if o != m}))
+            suspects.append(Suspect(node=m, kind=kind, failed=len(mine), partners=partners, best=best,
+                                    threshold=threshold, unit=unit, hca=_hca_of(m, mine)))
+        elif reference is not None and all(r.peers for r in mine) and best >= reference.noise_threshold:
+            within.append(_within_noise(m, kind, rs, mine, passes, reference))
+        else:
             culprits.append(Culprit(
                 node=m, kind=kind, failed=len(mine),
                 confirmed_by=tuple(tuple(o for o in r.members if o != m) for r in confirming),
                 best=best, threshold=threshold, unit=unit, hca=_hca_of(m, mine),
-                limit_key=next((r.limit_key for r in mine if r.limit_key), ""), peers=peers))
-        else:
-            partners = tuple(sorted({o for r in mine for o in r.members if o != m}))
-            suspects.append(Suspect(node=m, kind=kind, failed=len(mine), partners=partners, best=best,
-                                    threshold=threshold, unit=unit, hca=_hca_of(m, mine)))
-    return culprits, suspects
+                limit_key=next((r.limit_key for r in mine if r.limit_key), ""), peers=any(r.peers for r in mine)))
+    return culprits, suspects, within
+
+
+def _within_noise(m: str, kind: str, rs: list[Result], mine: list[Result], passes: Mapping[str, int],
+                  reference: PeerReference) -> WithinNoise:
+    others = [r.value for r in rs if m not in r.members and all(passes.get(o, 0) > 0 for o in r.members)]
+    figures = [r.value for r in mine]
+    return WithinNoise(node=m, kind=kind, failed=len(mine), low=min(figures), high=max(figures),
+                       peers_low=min(others) if others else None, peers_high=max(others) if others else None,
+                       noise_threshold=reference.noise_threshold, spread=reference.spread, unit=mine[0].unit)
 
 
 def _links(kind: str, rs: list[Result], passes: Mapping[str, int], explained_by: set[str]
@@ -388,12 +442,20 @@ def _links(kind: str, rs: list[Result], passes: Mapping[str, int], explained_by:
 
 
 def _fabric_reason(n: int, rs: list[Result], implicated: set[str], unexplained: list[Result],
-                   s: LocalizeSettings) -> str:
-    """Why too much is wrong to name nodes (a fabric-wide problem), or ""."""
+                   s: LocalizeSettings, noise_threshold: float | None = None) -> str:
+    """Why too much is wrong to name nodes (a fabric-wide problem), or "". A test judged
+    against its peers that is short by peer_fraction but not below the sweep's noise threshold
+    is not counted: on a noisy fabric a third of healthy tests are that short, and two slow
+    nodes among twelve would make most tests 'fail'."""
     if n < s.fabric_min_nodes:
         return ""
+
+    def failed(r: Result) -> bool:
+        return not r.passed and (not r.peers or noise_threshold is None or r.value < noise_threshold)
+
+    unexplained = [r for r in unexplained if failed(r)]
     screen = [r for r in rs if r.purpose == "screen"] or rs
-    screen_failed = sum(not r.passed for r in screen)
+    screen_failed = sum(failed(r) for r in screen)
     if len(implicated) > s.fabric_fraction * n:
         return f"{len(implicated)} of {n} nodes failed every test they were in"
     if len(unexplained) > s.fabric_fraction * len(rs):
@@ -482,15 +544,19 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
     fabric-wide (what the adaptive driver plans its next tests from).
     """
     s = settings or DEFAULT_SETTINGS
-    rs, unpeered = judge_by_peers(results, s.peer_fraction)
+    results = list(results)
+    references = peer_references(results, s.peer_fraction)
+    rs, unpeered = judge_by_peers(results, s.peer_fraction, references)
     vouched = frozenset(known_good)
     by_kind: dict[str, list[Result]] = defaultdict(list)
     for r in rs:
         by_kind[r.kind].append(r)
-    parts = [_judge_kind(kind, by_kind[kind], vouched, s, fabric_check, unpeered=kind in unpeered)
+    parts = [_judge_kind(kind, by_kind[kind], vouched, s, fabric_check, reference=references.get(kind),
+                         unpeered=kind in unpeered)
              for kind in sorted(by_kind)]
     tested: set[str] = set().union(*(p.nodes for p in parts)) if parts else set()
     not_good = set().union(*(p.nodes - p.good for p in parts)) if parts else set()
+    unclear = set().union(*(p.nodes - p.vouching for p in parts)) if parts else set()
     wanted = _unique(nodes) if nodes is not None else []
     return Verdict(
         culprits=tuple(c for p in parts for c in p.culprits),
@@ -499,7 +565,9 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
         fabric=tuple(p.fabric for p in parts if p.fabric is not None),
         outliers=tuple(x for p in parts for x in p.outliers),
         undecided=tuple(p.undecided for p in parts if p.undecided is not None),
+        within_noise=tuple(w for p in parts for w in p.within),
         good=tuple(sorted(tested - not_good)),
+        vouching=tuple(sorted(tested - not_good - unclear)),
         untested=tuple(n for n in wanted if n not in tested),
         tests=len(rs),
         failed=sum(not r.passed for r in rs),
@@ -662,42 +730,31 @@ def localize_adaptive(
                     results=tuple(results))
 
 
-def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]]], results: list[Result],
-          verdict: Verdict, vouched: list[str], *, k: int, seed: Seed, rails: Mapping[str, str] | None,
-          screens: int, partners_per_round: int | None, pad: bool) -> tuple[list[Test], bool]:
-    """Round r's tests (0-based), and whether anything is still left to resolve."""
-    if plan == "circle" and r < len(circle):
-        return [Test(p, "screen") for p in circle[r]], True
-    if plan == "groups" and r == 0:
-        return [Test(tuple(g), "screen") for g in groups(names, k, seed, rails)], True
-
+def _confirm_or_split(suspects: list[str], lend: list[str], results: list[Result], tried: list[tuple[str, ...]],
+                      busy: set[str], *, seed: str, pad: bool) -> list[Test]:
+    """A known-good partner for every suspect where there are enough, else the bisection of each
+    failed test's suspects; the nodes they take are added to `busy`."""
     tests: list[Test] = []
-    busy: set[str] = set()
-    implicated = {c.node for c in verdict.culprits} | {x.node for x in verdict.suspects}
-    suspects = verdict.suspect_nodes
-    pool = [g for g in dict.fromkeys([*verdict.good, *vouched]) if g not in implicated]
-    random.Random(f"hc.partners/{seed}/{r}").shuffle(pool)
-    budget = len(pool) if partners_per_round is None else min(len(pool), partners_per_round)
-    tried = [res.members for res in results if len(set(res.members)) == 2]
-    unresolved = bool(suspects)
+    if len(suspects) <= len(lend):
+        tests += confirmation_tests(suspects, lend, tried=tried, seed=seed)
+    else:
+        for block in _blocks(results, suspects):
+            planned = split_tests(block, [g for g in lend if g not in busy], pad=pad)
+            for t in planned:
+                busy.update(t.members)
+            tests += planned
+    for t in tests:
+        busy.update(t.members)
+    return tests
 
-    if suspects and budget:
-        if len(suspects) <= budget:
-            tests += confirmation_tests(suspects, pool[:budget], tried=tried, seed=f"{seed}/{r}")
-        else:
-            lend = pool[:budget]
-            for block in _blocks(results, suspects):
-                planned = split_tests(block, [g for g in lend if g not in busy], pad=pad)
-                for t in planned:
-                    busy.update(t.members)
-                tests += planned
-        for t in tests:
-            busy.update(t.members)
 
-    # a group that failed while each member passed elsewhere: look for the slow pair inside it
+def _narrow(links: Iterable[SlowLink], tried: list[tuple[str, ...]], tests: list[Test], busy: set[str]
+            ) -> tuple[list[Test], bool]:
+    """A group that failed while each member passed elsewhere: the next round of pairs inside it
+    not tested yet (on nodes not busy), and whether any such pair is left."""
     tested_pairs = {frozenset(m) for m in tried}
     narrowing = False
-    for link in verdict.links:
+    for link in links:
         members = sorted(set(link.members))
         if len(members) <= 2:
             continue
@@ -711,6 +768,32 @@ def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]
                     tests.append(Test(p, "narrow"))
                     busy.update(p)
             break
+    return tests, narrowing
+
+
+def _plan(r: int, plan: str, names: list[str], circle: list[list[tuple[str, str]]], results: list[Result],
+          verdict: Verdict, vouched: list[str], *, k: int, seed: Seed, rails: Mapping[str, str] | None,
+          screens: int, partners_per_round: int | None, pad: bool) -> tuple[list[Test], bool]:
+    """Round r's tests (0-based), and whether anything is still left to resolve."""
+    if plan == "circle" and r < len(circle):
+        return [Test(p, "screen") for p in circle[r]], True
+    if plan == "groups" and r == 0:
+        return [Test(tuple(g), "screen") for g in groups(names, k, seed, rails)], True
+
+    tests: list[Test] = []
+    busy: set[str] = set()
+    implicated = {c.node for c in verdict.culprits} | {x.node for x in verdict.suspects}
+    suspects = verdict.suspect_nodes
+    # partners that passed clearly (a pass at the threshold's edge confirms nobody), else any good one
+    pool = [g for g in dict.fromkeys([*(verdict.vouching or verdict.good), *vouched]) if g not in implicated]
+    random.Random(f"hc.partners/{seed}/{r}").shuffle(pool)
+    budget = len(pool) if partners_per_round is None else min(len(pool), partners_per_round)
+    tried = [res.members for res in results if len(set(res.members)) == 2]
+    unresolved = bool(suspects)
+
+    if suspects and budget:
+        tests += _confirm_or_split(suspects, pool[:budget], results, tried, busy, seed=f"{seed}/{r}", pad=pad)
+    tests, narrowing = _narrow(verdict.links, tried, tests, busy)
 
     if plan == "groups" and r < screens:
         free = [m for m in names if m not in busy and m not in implicated]

@@ -13,9 +13,12 @@ measured nodes together) and turns its verdict into catalogued findings:
   only; not confirmed, so not FAIL (`localize.confirmation_tests` plans the re-test);
 - bw.E106 undecided, WARN, names no node: the tests cannot tell who is slow (one pair and
   no floor to judge it against; or tests fell short and no node passed one, so no partner
-  is known good): said for the run instead of passing the tests or naming anyone.
+  is known good): said for the run instead of passing the tests or naming anyone;
+- bw.E109 within the noise, WARN: no floor, a node short with every partner against its
+  peers, confirmed, but its best test is not below the sweep's noise threshold (what its
+  measured spread allows a healthy test): not evidence enough to drain, said instead.
 
-Who a finding is about: a node's name (E101, E104 node, E105), the member nodes (E102,
+Who a finding is about: a node's name (E101, E104 node, E105, E109), the member nodes (E102,
 E104 pair), or `()` for E103 and E106 (no node named: its stamped `node` and `members` are
 empty).
 
@@ -42,6 +45,7 @@ from healthcheck.bandwidth.localize import (
     Suspect,
     Undecided,
     Verdict,
+    WithinNoise,
     localize,
 )
 from healthcheck.core import typed
@@ -100,6 +104,16 @@ UNDECIDED = finding(
     "sweeps), or sweep these nodes together with nodes known to be good.",
     action="fix-config",
 )
+WITHIN_NOISE = finding(
+    "bw.E109",
+    "a node is slower than its peers with every partner, but within the spread of this sweep's own tests",
+    "No pair floor is set, so the node was judged against the other tests of the sweep: every one of its tests "
+    "fell short of them by more than bandwidth.peer_fraction, but not by more than the sweep's own run-to-run "
+    "spread allows a healthy test, so it is not drained. Re-run the sweep, and set the pair floor "
+    "(bandwidth.<collective>.pair.busbw_min_gbytes_per_s; hc baseline learns it from earlier sweeps) so the "
+    "node is judged against a known-good figure; a node slow for real is below it every time.",
+    action="rerun",
+)
 # ERROR on a test's own result, never on a node: orchestrate/pairs.py stamps it where a test gave nothing
 TEST_NOT_RUN = finding(
     "bw.E107",
@@ -121,7 +135,8 @@ TEST_FAILED = finding(
 )
 
 CHECK = "bw.pairs"
-FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, UNDECIDED, TEST_NOT_RUN, TEST_FAILED)
+FINDINGS = (CULPRIT, SLOW_LINK, FABRIC_WIDE, PEER_OUTLIER, SUSPECT, UNDECIDED, TEST_NOT_RUN, TEST_FAILED,
+            WITHIN_NOISE)
 _SHOWN = 6  # node names listed in a message; the rest are counted
 
 Who = str | tuple[str, ...]
@@ -214,6 +229,7 @@ def findings(verdict: Verdict, settings: LocalizeSettings = DEFAULT_SETTINGS) ->
         out.append(((), _undecided(verdict.undecided)))
     out += [(c.node, _culprit(c)) for c in verdict.culprits]
     out += [(s.node, _suspect(s)) for s in verdict.suspects]
+    out += [(w.node, _within_noise(w)) for w in verdict.within_noise]
     out += [(tuple(link.members), _link(link)) for link in verdict.links]
     for o in verdict.outliers:
         who: Who = o.members[0] if len(o.members) == 1 else tuple(o.members)
@@ -267,6 +283,22 @@ def _suspect(s: Suspect) -> Finding:
     message = (f"failed {_all(s.failed)}{_of(s.kind)} (best {_v(s.best)} {s.unit}), never with known-good "
                f"partners only (partners: {_names(s.partners)}): not confirmed, not drained")
     return SUSPECT.warn(message, component=s.hca or s.kind, value=s.best, unit=s.unit)
+
+
+def _within_noise(w: WithinNoise) -> Finding:
+    figures = _v(w.low) if w.low == w.high else f"{_v(w.low)}-{_v(w.high)}"
+    if w.peers_low is None or w.peers_high is None:
+        peers = ""
+    else:
+        peers = f" vs {_v(w.peers_low)}" + ("" if w.peers_low == w.peers_high else f"-{_v(w.peers_high)}")
+    spread = ("too few tests to measure the sweep's spread: only a quarter of the reference or less counts"
+              if w.spread is None else f"the reference less what the sweep's spread, {w.spread:.2g} in log, "
+              f"allows a healthy test")
+    message = (f"slower than its peers with every partner{_of(w.kind)} ({figures}{peers} {w.unit}: {_all(w.failed)} "
+               f"short by bandwidth.peer_fraction), but within this sweep's spread: to be named, its best "
+               f"({_v(w.high)}) would have to be below {_v(w.noise_threshold)} {w.unit} ({spread}). Not drained; "
+               f"set a pair floor (hc baseline) to judge it")
+    return WITHIN_NOISE.warn(message, component=w.kind, value=w.high, unit=w.unit)
 
 
 def _link(link: SlowLink) -> Finding:

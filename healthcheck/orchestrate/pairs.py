@@ -11,11 +11,13 @@ the rendezvous; all sides have timeouts, and a member that fails to start makes 
 test ERROR (no result, no evidence against anyone). A test passes when it reaches the fabric's pair floor at
 its largest judged size (the floor decides, however few the nodes), or, where the fabric
 sets none, when it is within `bandwidth.peer_fraction` of its peers' reference
-(`localize.peer_threshold`: the median of the tests with no suspected node, robust where
+(`peers.peer_threshold`: the median of the tests with no suspected node, robust where
 a slow node is in half the tests or more). A short test runs again, up to
 `bandwidth.repeats`; once the rounds are done every peer-judged test is judged against the
 sweep's final reference, runs again where it is short by it and has not used its repeats,
-and takes the final status (`_settle`): two tests at one speed are judged alike.
+and takes the final status (`_settle`): two tests at one speed are judged alike. Whether
+a node short with every partner is the culprit, or slower within the sweep's own noise, is
+the analysis's to say (bw.pairs, `peers.PeerReference.noise_threshold`).
 
 Only nodes that are reachable and passed their own node-local bandwidth tests take
 part: a node slow on its own is judged on that alone, and must not implicate partners.
@@ -31,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from healthcheck.bandwidth.judge import floors
-from healthcheck.bandwidth.localize import Result, judge_by_peers, peer_threshold
+from healthcheck.bandwidth.localize import Result, judge_by_peers
+from healthcheck.bandwidth.peers import peer_threshold
 from healthcheck.bandwidth.schedule import Test
 from healthcheck.core.config import Config
 from healthcheck.core.model import GroupResult, Metric, NodeResult
@@ -526,7 +529,7 @@ class _Record:
 class _Judging:
     """Whether a tool's figure is short: against the fabric's pair floor where it sets one (the
     known-good figure: `hc baseline` learns it from earlier sweeps), which decides whatever the
-    number of nodes; else against every test of the sweep so far (`localize.peer_threshold`:
+    number of nodes; else against every test of the sweep so far (`peers.peer_threshold`:
     robust where the slow node is in half the tests or more, as with three or four nodes).
     A test's figure is its best attempt's, and changes when it is run again."""
 

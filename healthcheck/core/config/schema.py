@@ -428,7 +428,8 @@ class BandwidthLimits(Strict, frozen=True):
     sizes: list[SizeText] = msgspec.field(default_factory=lambda: ["64M", "1G"])  # sizes every sweep measures
     repeats: Repeats = 2  # a test below a floor runs again, up to this many times in all; FAIL only if all fall short
     # this far below its peers' median: WARN; and a pair test with no pair floor this far below its
-    # peers' reference is short (bandwidth/localize.peer_threshold): set it above the run-to-run spread
+    # peers' reference is short (bandwidth/peers.py); a node short with every partner is the culprit
+    # only where also beyond the sweep's own measured spread (else bw.E109, not drained)
     peer_fraction: Annotated[float, Meta(gt=0, lt=1.0)] = 0.1
     collectives: list[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]] = \
         msgspec.field(default_factory=lambda: ["all_reduce"])
