@@ -107,6 +107,15 @@ def owner_of(name: str) -> Owner | None:
     return Owner(m["kind"], int(m["pid"]), int(m["start"]), int(m["until"]), m["host"])
 
 
+def asked_by_this_hc(name: str) -> bool:
+    """Whether a job of this name is one this very hc asked for (this process on this host,
+    by pid and start time): not another hc's, however alike its name."""
+    owner = owner_of(name)
+    if owner is None or owner.host != this_host() or owner.pid != os.getpid():
+        return False
+    return owner.start == (start_ticks(owner.pid) or 0)  # job_name writes 0 where it could not read it
+
+
 def abandoned(owner: Owner, now: float) -> str | None:
     """Why the hc behind a job has surely ended (its job is a leftover), or None when it may still run."""
     if owner.host == this_host() and start_ticks(os.getpid()) is not None:
