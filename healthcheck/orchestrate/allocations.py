@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.core.config.schema import SlurmSettings
     from healthcheck.core.model import Finding
+    from healthcheck.runners.launch import LaunchResult
 
 MARGIN_S = 120.0  # past the bound of what a job serves, before Slurm ends it
 CANCEL_BOUND_S = 20.0  # one job's cancel and the looks after it
@@ -257,6 +258,11 @@ class OwnJob:
         # not `late`: once hc is stopping, the launch that would ask for this job is refused
         self._forget = stop.at_stop(self._cancel_once, stop.SLURM, late=False)
 
+    @property
+    def ended(self) -> bool:
+        """Whether the job is known to be gone: srun gave it back, or a cancel took it."""
+        return self._ended
+
     def srun_args(self) -> tuple[str, ...]:
         """srun's options for this job: its time limit, where the partition allows one."""
         return (f"--time={self.minutes}",) if self.minutes is not None else ()
@@ -276,6 +282,14 @@ class OwnJob:
             self.release()
             return ""
         return self.cancel(what)
+
+    def settle_launch(self, result: LaunchResult | None, what: str = "the allocation srun asked for, job") -> str:
+        """settle() after runners.launch ran srun: one that never ran (not found, not started)
+        asked for nothing and is released; one that was killed, timed out or raised is cancelled."""
+        if result is not None and (result.not_found or result.error):
+            self.release()
+            return ""
+        return self.settle(None if result is None else result.returncode, what)
 
     def cancel(self, what: str = "the allocation srun asked for, job") -> str:
         """Cancel the job by its name, then cancel by id what a look finds still live (a
