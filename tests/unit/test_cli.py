@@ -96,6 +96,23 @@ def test_checks_list_table_and_json():
     assert net["tiers"] == ["quick", "standard", "deep"] and net["summary"]
 
 
+def test_checks_list_names_every_finding_issue_18_added():
+    """What hc says when it does not act, cannot judge, or loses a file is looked up by its ID:
+    each is listed with its meaning, hint and action (the table too), hc.E008 for every file."""
+    added = {"act.E007": "investigate", "act.E008": "investigate", "act.E009": "fix-config",
+             "act.E010": "investigate", "bw.E106": "fix-config", "bw.E109": "rerun", "hc.E008": "fix-config"}
+    table = run_hc("checks", "list")
+    assert table.returncode == 0
+    listed = {line.split()[0] for line in table.stdout.decode().splitlines() if line.strip()}
+    assert set(added) <= listed
+    data = json.loads(run_hc("checks", "list", "--format", "json").stdout)
+    by_id = {f["id"]: f for f in data["findings"]}
+    for fid, action in added.items():
+        assert by_id[fid]["title"] and by_id[fid]["hint"] and by_id[fid]["suggested_action"] == action, fid
+    lost = by_id["hc.E008"]["title"]
+    assert "audit log" in lost and "--output" in lost and "--prometheus" in lost
+
+
 def test_every_catalogued_check_declares_findings_that_exist():
     from healthcheck.checks import load_all
     from healthcheck.core.catalogue import CATALOGUE
