@@ -293,7 +293,7 @@ class _Sweep:
             unused = mine.pop(name, None)
             if unused is not None:
                 self.judging.forget(unused)
-            self.run.groups.append(_group(keyed[name], Status.ERROR, [], why, self.plan))
+            self.run.groups.append(group_result(keyed[name], Status.ERROR, [], why, self.plan))
         self._release_taken()
         out = []
         for rec in mine.values():
@@ -442,7 +442,9 @@ def _busbw_metrics(samples: list[BandwidthSample], plan: _Plan, tool: str) -> li
     return [Metric(name, v, "GB/s", component=format_size(size)) for size, v in sorted(best.items())]
 
 
-def _group(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+    """One test as the report shows it: its figures, bw.E107 (ERROR) where `reason` says a
+    tool gave nothing, with what its launcher printed, and bw.E108 (WARN) for a tool's failure."""
     from healthcheck.bandwidth.pairs_analysis import TEST_FAILED, TEST_NOT_RUN
     from healthcheck.core.stamp import stamp
 
@@ -597,7 +599,7 @@ def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult,
     unjudged = [m for m in got if m.value is None and not m.not_applicable]
     problems = "; ".join(f"{m.tool}: {m.why}" for m in unjudged)
     if not judged:
-        return _group(test, Status.ERROR, got, problems or "no test applies", plan), None
+        return group_result(test, Status.ERROR, got, problems or "no test applies", plan), None
     short = [m for m in judged if judging.short(m)]
     # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
     status = Status.ERROR if unjudged else Status.WARN if short else Status.PASS
@@ -608,4 +610,4 @@ def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult,
     result = Result(members=tuple(test.members), value=lead.value or 0.0, passed=not short,
                     threshold=judging.reference(lead), kind=lead.kind, purpose=test.purpose,
                     limit_key=lead.limit_key if lead.floor is not None else "", peers=peers)
-    return _group(test, status, got, problems, plan), result
+    return group_result(test, status, got, problems, plan), result

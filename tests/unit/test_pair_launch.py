@@ -174,7 +174,7 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
 
     from healthcheck.bandwidth.schedule import Test
     from healthcheck.core.status import Status
-    from healthcheck.orchestrate.pairs import _group
+    from healthcheck.orchestrate.pairs import group_result
 
     banner = (FIXTURES / "mpirun" / "unreachable-hosts.stderr").read_text()
     config, plan = setup(tmp_path, "mpirun")
@@ -188,7 +188,7 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
     # and the pair's bw.E107 carries it
     (measured,) = pairs.measure_test(config, plan, MEMBERS)
     assert measured.value is None and measured.evidence == evidence
-    group = _group(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
+    group = group_result(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
     (finding,) = group.findings
     assert finding.id == "bw.E107" and "Could not resolve hostname n01" in finding.message
     assert "ORTE was unable to reliably start one or more daemons" in finding.evidence
