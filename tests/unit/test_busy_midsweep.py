@@ -117,6 +117,26 @@ def test_no_slurm_installed_means_nothing_to_watch():
     assert w.check(["n1"]) == {} and w.check(["n1"]) == {} and len(slurm.calls) == 1  # asked once
 
 
+# --------------------------------------------------------------- squeue's answer, read strictly
+
+
+def test_squeue_is_read_strictly_and_whole():
+    """Garbage from squeue is no answer (never "no job on the node"); a name may hold "|";
+    a big job's node list is as long as its hostlist is (a thousand scattered nodes: 6,000
+    characters), not cut at 4,096 (every busy node would then go untested, round after round)."""
+    from healthcheck.actions.slurm import read_squeue
+
+    scattered = "gpu[" + ",".join(f"{i:04d}" for i in range(1, 2400, 2)) + "]"
+    assert len(scattered) > 4096
+    jobs, error = read_squeue(f"4242|1000|train|a|b|n[01-02]\n77_3|0|x|{scattered}\n")
+    assert error is None
+    assert [(j.id, j.uid, j.name, j.nodes) for j in jobs] == [("4242", 1000, "train|a|b", "n[01-02]"),
+                                                               ("77_3", 0, "x", scattered)]
+    for garbage in ("\x00\xff\x10binary", "JOBID USER NAME NODELIST", "4242|1000|train", "x|1000|train|n01"):
+        jobs, error = read_squeue(f"1|0|ok|n01\n{garbage}\n")
+        assert jobs == [] and error is not None and "not jobs" in error, garbage
+
+
 # --------------------------------------------------------------- in a sweep (run_pairs)
 
 
