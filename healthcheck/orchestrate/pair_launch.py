@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.inputs import middle_cut
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
 
@@ -57,13 +58,6 @@ def evidence_of(why: str) -> str:
     """The evidence a why carries ('' for a plain str)."""
     return why.evidence if isinstance(why, Reason) else ""
 
-
-def middle_cut(text: str, most: int) -> str:
-    """text, or its start and its end when longer than `most` (a banner's cause and the last words)."""
-    if len(text) <= most:
-        return text
-    half = (most - 5) // 2
-    return f"{text[:half]}\n...\n{text[-half:]}"
 
 # torchrun's variables in hc's own environment would reach the ranks (srun hands its whole
 # environment on) and the worker reads them before any launcher's: each rank alone
