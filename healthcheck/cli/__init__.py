@@ -80,6 +80,8 @@ Exit codes:
      --prometheus file could not be written (a FAIL still exits 2)
   4  usage, configuration or input error
   5  an action was refused by the blast-radius guard
+  128+N  hc sweep / hc node stopped by signal N (130 Ctrl-C, 143 SIGTERM,
+     129 SIGHUP): what hc started was ended, its Slurm jobs cancelled
 
 Environment: HC_CONFIG (config file), HC_NODE_NAME (this node's name),
 HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
