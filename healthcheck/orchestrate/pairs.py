@@ -43,6 +43,7 @@ from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
+    from healthcheck.bandwidth.pairs_analysis import PairsInput
     from healthcheck.orchestrate.busy import JobWatch
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
@@ -467,6 +468,19 @@ def group_result(test: Test, status: Status, measured: list[Measured], reason: s
                        findings=findings, metrics=metrics)
 
 
+def vouched_for(inputs: PairsInput, run: PairRun) -> list[str]:
+    """The nodes the pairs analyses judged, in the order swept: what a drain policy may resume
+    on (policy.analysed: judged, and nothing found, is a pass). Not a node whose every test
+    gave no figure (ERROR: a worker that never started, a node lost, Slurm not answering),
+    nor one of tests that cannot tell who is slow (bw.E106: one pair and no floor, or no
+    partner known good), nor one a job took mid-sweep (not tested to the end)."""
+    from healthcheck.bandwidth.pairs_analysis import settings_of
+
+    undecided = {n for u in inputs.verdict(settings_of(run.settings or None)).undecided for n in u.nodes}
+    measured = set(inputs.tested)
+    return [n for n in run.nodes if n in measured and n not in undecided and n not in run.taken]
+
+
 def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResult], list[GroupResult], list[Any],
                                                                     list[Any]]:
     """Run the `pairs` analyses over the tests: node findings onto the nodes (a culprit
@@ -479,10 +493,8 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
 
     if not run.results:
         return results, run.groups, [], []
-    # a node a job took mid-sweep was not tested to the end: the analysis does not vouch for it
-    judged = [n for n in run.nodes if n not in run.taken]
-    outcome = run_analyses("pairs", PairsInput(run.results, nodes=run.nodes), run.settings or None,
-                           judged=judged, tier="deep")
+    inputs = PairsInput(run.results, nodes=run.nodes)
+    outcome = run_analyses("pairs", inputs, run.settings or None, judged=vouched_for(inputs, run), tier="deep")
     on_node: dict[str, list[Any]] = {}
     on_group: dict[frozenset[str], list[Any]] = {}
     for_run = []
