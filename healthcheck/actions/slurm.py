@@ -258,7 +258,7 @@ class SlurmJob:
 
 _JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,20})?(?:\.[A-Za-z0-9_]{1,32})?")
 _UID = re.compile(r"[0-9]{1,10}")
-_JOB_NODES = re.compile(r"[A-Za-z0-9._,\[\]-]{1,4096}")
+_JOB_NODES = re.compile(r"[A-Za-z0-9._,\[\]-]{1,65536}")  # as long as a hostlist hc reads (nodes.parse_hostlist)
 
 
 def read_squeue(text: str) -> tuple[list[SlurmJob], str | None]:

@@ -116,7 +116,7 @@ def _noise_bound(got: Figures, suspected: set[str], nodes: int, typical_best: fl
     spread, df = _pooled_log_sd([clean, *own.values()])
     if spread is None or not clean:
         return reference, spread, GROSS
-    z = _t_quantile(PEER_ALPHA / nodes, df) * math.sqrt(1 + 1 / len(clean))
+    z = t_quantile(PEER_ALPHA / nodes, df) * math.sqrt(1 + 1 / len(clean))
     return reference, spread, max(GROSS, math.exp(-z * spread))
 
 
@@ -141,7 +141,7 @@ def _pooled_log_sd(groups: list[list[float]]) -> tuple[float | None, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _t_quantile(p: float, df: int) -> float:
+def t_quantile(p: float, df: int) -> float:
     """t with P(T > t) = p (0 < p < 0.5) for Student's t with df degrees of freedom: bisection
     on the tail, which falls monotonically."""
     lo, hi = 0.0, 1.0

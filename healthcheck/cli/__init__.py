@@ -80,6 +80,8 @@ Exit codes:
      --prometheus file could not be written (a FAIL still exits 2)
   4  usage, configuration or input error
   5  an action was refused by the blast-radius guard
+  128+N  hc sweep / hc node stopped by signal N (130 Ctrl-C, 143 SIGTERM,
+     129 SIGHUP): what hc started was ended, its Slurm jobs cancelled
 
 Environment: HC_CONFIG (config file), HC_NODE_NAME (this node's name),
 HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
@@ -238,9 +240,10 @@ _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 def main(argv: list[str] | None = None) -> None:
     from healthcheck.core.errors import ExitCode, HcError
-    from healthcheck.runners import stop
 
     if _command_name(argv) in _STOPPABLE:
+        from healthcheck.runners import stop
+
         stop.install()  # before anything is started
     if _stdout_closed() and _closed_stdout(argv):
         sys.exit(int(ExitCode.BAD_INPUT))
@@ -276,20 +279,26 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"hc: internal error: {type(exc).__name__}: {exc} (HC_DEBUG=1 shows the traceback)", err=True)
         code = ExitCode.ERROR
-    if stop.stopping():  # a stop whose exception never reached here (swallowed, or in a finalizer)
-        _exit_stopped()
+    stopping = _stop_module()
+    if stopping is not None and stopping.stopping():  # a stop whose exception never reached here
+        _exit_stopped()                                # (swallowed, or in a finalizer)
     sys.exit(int(code) if isinstance(code, int) else 0)
 
 
 def _interrupted() -> int:
     """Ctrl-C, or a stop signal: where hc handles them (_STOPPABLE), the stop's cleanup is
     waited for and hc exits 128 + the signal at once; else "interrupted", 130."""
-    from healthcheck.runners import stop
-
-    if stop.installed():
+    stop = _stop_module()
+    if stop is not None and stop.installed():
         _exit_stopped()
     click.echo("hc: interrupted", err=True)
     return 130
+
+
+def _stop_module() -> Any:
+    """runners.stop, where this command loaded it (_STOPPABLE: a hook never does, so the
+    prologue imports nothing for it; unloaded, it handles no signal and nothing stops)."""
+    return sys.modules.get("healthcheck.runners.stop")
 
 
 def _exit_stopped() -> None:

@@ -98,6 +98,15 @@ def read_stdin_bounded(max_bytes: int, what: str = "input") -> bytes:
     return read_stream_bounded(sys.stdin.buffer, max_bytes, what=what)
 
 
+def middle_cut(text: str, most: int) -> str:
+    """text, or its start and its end when longer than `most`: a tool's output kept as
+    evidence, whose command and cause come first and whose last words come last."""
+    if len(text) <= most:
+        return text
+    half = (most - 5) // 2
+    return f"{text[:half]}\n...\n{text[-half:]}"
+
+
 def clip(text: str, limit: int = 120) -> str:
     """Input echoed in an error message, cut to `limit` characters and made one line."""
     text = text.replace("\n", "\\n").replace("\r", "\\r")

@@ -11,7 +11,8 @@ interpreter's recursion limit: 100,000 `[` are a RecursionError, which no caller
 from a decode. `decode_json` therefore measures the nesting first (`check_depth`: a few
 passes of bytes methods, linear in the input) and refuses more than MAX_DEPTH levels
 with `TooDeep`, a `msgspec.DecodeError`: every caller that reports a malformed document
-in one line reports this one too.
+in one line reports this one too. Bytes that are not UTF-8 inside a string are
+msgspec's UnicodeDecodeError, which decode_json turns into `NotUtf8`, a DecodeError too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,21 @@ _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"[]{}')
 
 class TooDeep(msgspec.DecodeError):
     """A JSON document nested deeper than hc reads (a DecodeError: callers say it in one line)."""
+
+
+class NotUtf8(msgspec.DecodeError):
+    """A JSON document with bytes that are not UTF-8 inside a string: msgspec raises
+    UnicodeDecodeError there (not its DecodeError, which it raises for such bytes elsewhere),
+    which no caller expects from a decode; this is a DecodeError, said in one line."""
+
+
+def _not_utf8(data: bytes | str) -> NotUtf8:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return NotUtf8(f"JSON is not UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})")
+    return NotUtf8("JSON is not UTF-8")
 
 
 def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
@@ -83,13 +99,16 @@ def convert(data: Any, tp: Any, **kwargs: Any) -> Any:
 
 def decode_json(data: bytes | str, tp: Any) -> Any:
     """msgspec.json.decode into `tp`, with the type's plan built safely first; TooDeep (a
-    DecodeError) past MAX_DEPTH levels of nesting."""
+    DecodeError) past MAX_DEPTH levels of nesting, NotUtf8 (a DecodeError) for bytes that
+    are not UTF-8 in a string."""
     prepare(tp)
     check_depth(data)
     try:
         return msgspec.json.decode(data, type=tp)
     except RecursionError:  # called from deep in a stack already: still one line
         raise TooDeep("JSON nested too deep to decode here") from None
+    except UnicodeDecodeError:
+        raise _not_utf8(data) from None
 
 
 def decoder(tp: Any) -> msgspec.json.Decoder:

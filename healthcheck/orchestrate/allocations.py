@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.core.config.schema import SlurmSettings
     from healthcheck.core.model import Finding
+    from healthcheck.runners.launch import LaunchResult
 
 MARGIN_S = 120.0  # past the bound of what a job serves, before Slurm ends it
 CANCEL_BOUND_S = 20.0  # one job's cancel and the looks after it
@@ -105,6 +106,15 @@ def owner_of(name: str) -> Owner | None:
     if m is None:
         return None
     return Owner(m["kind"], int(m["pid"]), int(m["start"]), int(m["until"]), m["host"])
+
+
+def asked_by_this_hc(name: str) -> bool:
+    """Whether a job of this name is one this very hc asked for (this process on this host,
+    by pid and start time): not another hc's, however alike its name."""
+    owner = owner_of(name)
+    if owner is None or owner.host != this_host() or owner.pid != os.getpid():
+        return False
+    return owner.start == (start_ticks(owner.pid) or 0)  # job_name writes 0 where it could not read it
 
 
 def abandoned(owner: Owner, now: float) -> str | None:
@@ -248,6 +258,11 @@ class OwnJob:
         # not `late`: once hc is stopping, the launch that would ask for this job is refused
         self._forget = stop.at_stop(self._cancel_once, stop.SLURM, late=False)
 
+    @property
+    def ended(self) -> bool:
+        """Whether the job is known to be gone: srun gave it back, or a cancel took it."""
+        return self._ended
+
     def srun_args(self) -> tuple[str, ...]:
         """srun's options for this job: its time limit, where the partition allows one."""
         return (f"--time={self.minutes}",) if self.minutes is not None else ()
@@ -267,6 +282,14 @@ class OwnJob:
             self.release()
             return ""
         return self.cancel(what)
+
+    def settle_launch(self, result: LaunchResult | None, what: str = "the allocation srun asked for, job") -> str:
+        """settle() after runners.launch ran srun: one that never ran (not found, not started)
+        asked for nothing and is released; one that was killed, timed out or raised is cancelled."""
+        if result is not None and (result.not_found or result.error):
+            self.release()
+            return ""
+        return self.settle(None if result is None else result.returncode, what)
 
     def cancel(self, what: str = "the allocation srun asked for, job") -> str:
         """Cancel the job by its name, then cancel by id what a look finds still live (a

@@ -175,11 +175,6 @@ def guard_this_node(config: Config, node: str, env: Mapping[str, str], *, client
     return LocalGuard()
 
 
-# Jobs hc starts for its own tests between nodes: a worker's or a test's allocation
-# (pair_workers, pair_launch) and a sweep's own job (srun.py). They hold a node for hc.
-HC_JOB_PREFIXES = ("hc-pair-", "hc-sweep")
-
-
 @dataclass
 class JobWatch:
     """A deep sweep's check, before each round of tests between nodes, that no job took a
@@ -187,7 +182,9 @@ class JobWatch:
     node with hc's bandwidth tests, which would measure the job and slow it down).
 
     One sinfo for the round's nodes; for those it shows busy, one squeue naming the jobs.
-    A job of hc's own (its workers' allocations, the allocation hc runs in) is not one.
+    A job of this hc's own (its workers' and tests' allocations, whose names carry its pid
+    and host: allocations.OwnJob; the allocation hc runs in) is not one; another hc's is
+    (a sweep beside this one measures the same links, and would be measured with them).
     A node a job took is not tested again in the sweep (`taken`); a round where Slurm
     does not answer tests nothing it could not vouch for (`check` says why), and the next
     round asks again. Where sinfo is not installed there is nothing to ask."""
@@ -251,10 +248,12 @@ class JobWatch:
         return out
 
     def _own(self, job: SlurmJob) -> bool:
-        """A job hc started for this sweep (a worker's or a test's allocation), or the one it runs in."""
+        """A job this hc started for its sweep (a worker's or a test's allocation), or the one it runs in."""
         import os
+
+        from healthcheck.orchestrate.allocations import asked_by_this_hc
 
         inside = (self.env if self.env is not None else os.environ).get("SLURM_JOB_ID", "")
         if inside and job.id.split(".")[0] == inside:
             return True
-        return job.uid == os.getuid() and job.name.startswith(HC_JOB_PREFIXES)
+        return job.uid == os.getuid() and asked_by_this_hc(job.name)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.inputs import middle_cut
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
 
@@ -57,13 +58,6 @@ def evidence_of(why: str) -> str:
     """The evidence a why carries ('' for a plain str)."""
     return why.evidence if isinstance(why, Reason) else ""
 
-
-def middle_cut(text: str, most: int) -> str:
-    """text, or its start and its end when longer than `most` (a banner's cause and the last words)."""
-    if len(text) <= most:
-        return text
-    half = (most - 5) // 2
-    return f"{text[:half]}\n...\n{text[-half:]}"
 
 # torchrun's variables in hc's own environment would reach the ranks (srun hands its whole
 # environment on) and the worker reads them before any launcher's: each rank alone
@@ -107,14 +101,18 @@ def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome
             config, plan, members, env, job.name if job is not None else f"hc-pair-{uuid.uuid4().hex[:12]}",
             time_args=job.srun_args() if job is not None else ())
         result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
-        return outcome(result, members, plan.pairs.timeout_s)
+        got = outcome(result, members, plan.pairs.timeout_s)
     except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
-        return None, f"{who}: {exc.message}"
+        got = None, f"{who}: {exc.message}"
     except Exception as exc:  # one test's surprise is this test's ERROR, not the sweep's end
-        return None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
+        got = None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
     finally:
-        if job is not None:  # srun killed or never started: the allocation it asked for may outlive it
-            job.settle(None if result is None else result.returncode)
+        # srun killed or never started: the allocation it asked for may outlive it
+        settled = job.settle_launch(result) if job is not None else ""
+    if job is not None and settled and not job.ended:  # a cancel that failed is said, never dropped
+        samples, why = got
+        got = samples, Reason(f"{why}; {settled}" if why else f"{who}: {settled}", evidence_of(why))
+    return got
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from healthcheck.core.inputs import middle_cut
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
@@ -594,14 +595,7 @@ def _ib_result(done: Any, members: tuple[str, ...], samples: tuple[HcaSample, ..
         a = attempts.get(h.name)
         if a is not None:
             piece = f"=== {h.name} (floor {h.floor_gbps} Gb/s)\n{a.output_tail}\n"
-            evidence += _middle_cut(piece, max(EVIDENCE_MAX // max(len(hcas), 1), 1500))
+            evidence += middle_cut(piece, max(EVIDENCE_MAX // max(len(hcas), 1), 1500))
     return done(outcome, why, value=value, hcas=samples, hung=outcome == "hung", notes=notes + port_notes,
                 evidence=evidence, env=env)
 
-
-def _middle_cut(text: str, most: int) -> str:
-    """text, or its start and its end when longer than `most` (each side's command and last words)."""
-    if len(text) <= most:
-        return text
-    half = (most - 5) // 2
-    return f"{text[:half]}\n...\n{text[-half:]}"

@@ -43,6 +43,7 @@ from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 if TYPE_CHECKING:
+    from healthcheck.bandwidth.pairs_analysis import PairsInput
     from healthcheck.orchestrate.busy import JobWatch
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
@@ -293,7 +294,7 @@ class _Sweep:
             unused = mine.pop(name, None)
             if unused is not None:
                 self.judging.forget(unused)
-            self.run.groups.append(_group(keyed[name], Status.ERROR, [], why, self.plan))
+            self.run.groups.append(group_result(keyed[name], Status.ERROR, [], why, self.plan))
         self._release_taken()
         out = []
         for rec in mine.values():
@@ -442,7 +443,9 @@ def _busbw_metrics(samples: list[BandwidthSample], plan: _Plan, tool: str) -> li
     return [Metric(name, v, "GB/s", component=format_size(size)) for size, v in sorted(best.items())]
 
 
-def _group(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+    """One test as the report shows it: its figures, bw.E107 (ERROR) where `reason` says a
+    tool gave nothing, with what its launcher printed, and bw.E108 (WARN) for a tool's failure."""
     from healthcheck.bandwidth.pairs_analysis import TEST_FAILED, TEST_NOT_RUN
     from healthcheck.core.stamp import stamp
 
@@ -465,6 +468,19 @@ def _group(test: Test, status: Status, measured: list[Measured], reason: str, pl
                        findings=findings, metrics=metrics)
 
 
+def vouched_for(inputs: PairsInput, run: PairRun) -> list[str]:
+    """The nodes the pairs analyses judged, in the order swept: what a drain policy may resume
+    on (policy.analysed: judged, and nothing found, is a pass). Not a node whose every test
+    gave no figure (ERROR: a worker that never started, a node lost, Slurm not answering),
+    nor one of tests that cannot tell who is slow (bw.E106: one pair and no floor, or no
+    partner known good), nor one a job took mid-sweep (not tested to the end)."""
+    from healthcheck.bandwidth.pairs_analysis import settings_of
+
+    undecided = {n for u in inputs.verdict(settings_of(run.settings or None)).undecided for n in u.nodes}
+    measured = set(inputs.tested)
+    return [n for n in run.nodes if n in measured and n not in undecided and n not in run.taken]
+
+
 def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResult], list[GroupResult], list[Any],
                                                                     list[Any]]:
     """Run the `pairs` analyses over the tests: node findings onto the nodes (a culprit
@@ -477,10 +493,8 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
 
     if not run.results:
         return results, run.groups, [], []
-    # a node a job took mid-sweep was not tested to the end: the analysis does not vouch for it
-    judged = [n for n in run.nodes if n not in run.taken]
-    outcome = run_analyses("pairs", PairsInput(run.results, nodes=run.nodes), run.settings or None,
-                           judged=judged, tier="deep")
+    inputs = PairsInput(run.results, nodes=run.nodes)
+    outcome = run_analyses("pairs", inputs, run.settings or None, judged=vouched_for(inputs, run), tier="deep")
     on_node: dict[str, list[Any]] = {}
     on_group: dict[frozenset[str], list[Any]] = {}
     for_run = []
@@ -597,7 +611,7 @@ def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult,
     unjudged = [m for m in got if m.value is None and not m.not_applicable]
     problems = "; ".join(f"{m.tool}: {m.why}" for m in unjudged)
     if not judged:
-        return _group(test, Status.ERROR, got, problems or "no test applies", plan), None
+        return group_result(test, Status.ERROR, got, problems or "no test applies", plan), None
     short = [m for m in judged if judging.short(m)]
     # a test that fell short is WARN: the verdict (culprit node FAIL, slow link WARN) is the analysis's
     status = Status.ERROR if unjudged else Status.WARN if short else Status.PASS
@@ -608,4 +622,4 @@ def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult,
     result = Result(members=tuple(test.members), value=lead.value or 0.0, passed=not short,
                     threshold=judging.reference(lead), kind=lead.kind, purpose=test.purpose,
                     limit_key=lead.limit_key if lead.floor is not None else "", peers=peers)
-    return _group(test, status, got, problems, plan), result
+    return group_result(test, status, got, problems, plan), result

@@ -164,8 +164,8 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
         # SIGTERM first at the timeout: srun then cancels its step before it is killed
         result = launch(spec, timeout_s=settings.sweep_timeout_s, env=env)
     finally:
-        if job is not None:  # srun killed or never started: the job it asked for may pend or run on
-            settled = job.settle(None if result is None else result.returncode, "the sweep's job")
+        if job is not None:  # srun killed: the job it asked for may pend or run on
+            settled = job.settle_launch(result, "the sweep's job")
             if settled:
                 out.notes.append(settled)
     if result.not_found:

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from healthcheck.runners.base import CommandResult
@@ -109,6 +110,12 @@ def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
 
+# What holds a stop signal's raise while a command is forked and its group registered:
+# runners.stop.install() sets its `deferred` here. Until then no stop handler runs (the
+# hooks never install one, and never import runners.stop: the prologue stays fast).
+stop_deferral: Callable[[], AbstractContextManager[None]] = nullcontext
+
+
 def run_command(
     argv: tuple[str, ...] | list[str],
     *,
@@ -118,15 +125,13 @@ def run_command(
     cwd: str | None = None,
 ) -> CommandResult:
     """Run argv (never through a shell); on timeout kill its process group and return."""
-    from healthcheck.runners.stop import deferred
-
     argv = tuple(argv)
     start = time.monotonic()
     proc: subprocess.Popen | None = None
     try:
         # a stop (Ctrl-C, SIGTERM) arriving between the fork and track_group is raised
         # after it, inside this try: no command runs that kill_children and the except miss
-        with deferred():
+        with stop_deferral():
             try:
                 proc = _popen(argv, input, env, cwd)
             except FileNotFoundError as exc:

@@ -102,6 +102,9 @@ def install() -> None:
     # write into this pipe (the parent would take the child's signal for its own)
     os.register_at_fork(after_in_child=_forget_in_child)
     threading.Thread(target=_relay, args=(read_end,), name="hc-stop", daemon=True).start()
+    from healthcheck.runners import local
+
+    local.stop_deferral = deferred  # run_command's fork and registration: one step for a stop
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _handler)

@@ -8,6 +8,7 @@ client here (busy.JobWatch's); the rig test runs it against real Slurm for every
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from healthcheck.actions.slurm import NodeStates, SlurmJob, SlurmNode
@@ -16,6 +17,7 @@ from healthcheck.core.model import CheckResult, NodeResult
 from healthcheck.core.nodes import parse_hostlist
 from healthcheck.core.status import Status
 from healthcheck.orchestrate import pairs
+from healthcheck.orchestrate.allocations import job_name, this_host
 from healthcheck.orchestrate.busy import JobWatch
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
@@ -69,14 +71,28 @@ def test_a_node_a_job_took_is_named_with_the_job_and_stays_taken():
 
 def test_hcs_own_jobs_are_not_a_job_taking_the_node():
     slurm = Slurm()
-    slurm.jobs = [SlurmJob("10", ME, "hc-pair-0123456789ab", "n1"),  # a worker's allocation of its own
-                  SlurmJob("11", ME, "hc-pair-ba9876543210", "n[2-3]"),  # a per-test allocation
+    slurm.jobs = [SlurmJob("10", ME, job_name("pair", 600), "n1"),  # a worker's allocation of its own
+                  SlurmJob("11", ME, job_name("pair", 60), "n[2-3]"),  # a per-test allocation
                   SlurmJob("12", ME + 1, "batch", "n4")]  # the allocation hc runs in (SLURM_JOB_ID)
     w = watch(slurm, {"SLURM_JOB_ID": "12"})
     assert w.check(["n1", "n2", "n3", "n4"]) == {} and not w.taken
     # another user's job named like hc's is theirs
     slurm.jobs.append(SlurmJob("13", ME + 1, "hc-pair-evil", "n1"))
     assert set(w.check(["n1", "n2"])) == {"n1"} and "job 13 took n1" in w.taken["n1"]
+
+
+def test_another_hcs_allocation_is_a_job_taking_the_node():
+    """Only this hc's own jobs share its nodes: the workers of a sweep beside it (same user,
+    another pid, another host, an older hc's name), or a leftover of a killed one, would run
+    their bandwidth tests beside this sweep's, and each would measure the other."""
+    here = job_name("pair", 600)
+    other_pid = re.sub(r"\.(\d+)\.(\d+)\.", lambda m: f".{int(m[1]) + 1}.{m[2]}.", here, count=1)
+    other_host = here.rsplit("@", 1)[0] + ("@login2" if this_host() != "login2" else "@login3")
+    for i, name in enumerate([other_pid, other_host, "hc-pair-0123456789ab", "hc-sweep-ba9876543210"]):
+        slurm = Slurm()
+        slurm.jobs = [SlurmJob(str(20 + i), ME, name, "n1")]
+        w = watch(slurm)
+        assert set(w.check(["n1", "n2"])) == {"n1"} and f"job {20 + i} took n1" in w.taken["n1"], name
 
 
 def test_slurm_that_does_not_answer_tests_nothing_blind_and_asks_again_next_time():
@@ -99,6 +115,26 @@ def test_no_slurm_installed_means_nothing_to_watch():
     slurm.installed = False
     w = watch(slurm)
     assert w.check(["n1"]) == {} and w.check(["n1"]) == {} and len(slurm.calls) == 1  # asked once
+
+
+# --------------------------------------------------------------- squeue's answer, read strictly
+
+
+def test_squeue_is_read_strictly_and_whole():
+    """Garbage from squeue is no answer (never "no job on the node"); a name may hold "|";
+    a big job's node list is as long as its hostlist is (a thousand scattered nodes: 6,000
+    characters), not cut at 4,096 (every busy node would then go untested, round after round)."""
+    from healthcheck.actions.slurm import read_squeue
+
+    scattered = "gpu[" + ",".join(f"{i:04d}" for i in range(1, 2400, 2)) + "]"
+    assert len(scattered) > 4096
+    jobs, error = read_squeue(f"4242|1000|train|a|b|n[01-02]\n77_3|0|x|{scattered}\n")
+    assert error is None
+    assert [(j.id, j.uid, j.name, j.nodes) for j in jobs] == [("4242", 1000, "train|a|b", "n[01-02]"),
+                                                               ("77_3", 0, "x", scattered)]
+    for garbage in ("\x00\xff\x10binary", "JOBID USER NAME NODELIST", "4242|1000|train", "x|1000|train|n01"):
+        jobs, error = read_squeue(f"1|0|ok|n01\n{garbage}\n")
+        assert jobs == [] and error is not None and "not jobs" in error, garbage
 
 
 # --------------------------------------------------------------- in a sweep (run_pairs)

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from healthcheck.bandwidth.peers import GROSS, _t_quantile, peer_reference, peer_threshold
+from healthcheck.bandwidth.peers import GROSS, peer_reference, peer_threshold, t_quantile
 
 RIG_HEALTHY = [(("n1", "n2"), 0.59), (("n1", "n3"), 0.61), (("n1", "n4"), 0.64),
                (("n2", "n3"), 0.71), (("n2", "n4"), 0.80), (("n3", "n4"), 0.88)]
@@ -18,7 +18,7 @@ RIG_HEALTHY = [(("n1", "n2"), 0.59), (("n1", "n3"), 0.61), (("n1", "n4"), 0.64),
 @pytest.mark.parametrize(("p", "df", "t"), [(0.025, 2, 4.303), (0.05, 10, 1.812), (0.001, 5, 5.893),
                                            (0.005, 1, 63.657), (0.0005, 30, 3.646)])
 def test_the_student_t_quantile_matches_the_tables(p, df, t):
-    assert _t_quantile(p, df) == pytest.approx(t, abs=1e-3)
+    assert t_quantile(p, df) == pytest.approx(t, abs=1e-3)
 
 
 def test_a_node_lowest_by_chance_is_short_by_the_fraction_but_not_beyond_the_noise():

@@ -96,6 +96,23 @@ def test_checks_list_table_and_json():
     assert net["tiers"] == ["quick", "standard", "deep"] and net["summary"]
 
 
+def test_checks_list_names_every_finding_issue_18_added():
+    """What hc says when it does not act, cannot judge, or loses a file is looked up by its ID:
+    each is listed with its meaning, hint and action (the table too), hc.E008 for every file."""
+    added = {"act.E007": "investigate", "act.E008": "investigate", "act.E009": "fix-config",
+             "act.E010": "investigate", "bw.E106": "fix-config", "bw.E109": "rerun", "hc.E008": "fix-config"}
+    table = run_hc("checks", "list")
+    assert table.returncode == 0
+    listed = {line.split()[0] for line in table.stdout.decode().splitlines() if line.strip()}
+    assert set(added) <= listed
+    data = json.loads(run_hc("checks", "list", "--format", "json").stdout)
+    by_id = {f["id"]: f for f in data["findings"]}
+    for fid, action in added.items():
+        assert by_id[fid]["title"] and by_id[fid]["hint"] and by_id[fid]["suggested_action"] == action, fid
+    lost = by_id["hc.E008"]["title"]
+    assert "audit log" in lost and "--output" in lost and "--prometheus" in lost
+
+
 def test_every_catalogued_check_declares_findings_that_exist():
     from healthcheck.checks import load_all
     from healthcheck.core.catalogue import CATALOGUE
@@ -172,6 +189,20 @@ def test_version_and_help():
     assert run_hc("--version").stdout.startswith(b"hc, version ")
     r = run_hc("--help")
     assert r.returncode == 0 and b"Exit codes" in r.stdout
+
+
+def test_the_help_lists_every_exit_code_the_readme_does():
+    import re
+
+    from support import REPO
+
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    codes = re.findall(r"^\| (\d+(?: \+ N)?) \|", table, re.M)
+    assert codes[:6] == ["0", "1", "2", "3", "4", "5"] and "128 + N" in codes
+    shown = {line.split()[0] for line in run_hc("--help").stdout.decode().split("Exit codes:", 1)[1].splitlines()
+             if line.startswith("  ") and line.split()[0][0].isdigit()}
+    assert {c.replace(" ", "") for c in codes} <= shown
 
 
 # ------------------------------------------------------------------------ hc parse

@@ -213,6 +213,39 @@ def test_the_walk_counts_the_entries_it_looks_at(tmp_path, monkeypatch):
     assert found.full and any("more than 10 entries" in u.why for u in found.unreadable())
 
 
+def test_the_walk_resolves_links_only_where_there_are_links(tmp_path, monkeypatch):
+    """os.path.realpath lstats every component of a path: run on every entry it was three
+    quarters of a walk of /usr. An entry's real path is its directory's plus its name."""
+    for d in range(5):
+        sub = tmp_path / f"d{d}" / "deeper"
+        sub.mkdir(parents=True)
+        for i in range(40):
+            (sub / f"rank{i}.log").write_text(NCCL_LINE)
+    (tmp_path / "d0" / "link.log").symlink_to(tmp_path / "d1" / "deeper" / "rank0.log")
+    calls: list[str] = []
+    real = os.path.realpath
+
+    def counted(path, *args, **kwargs):
+        calls.append(os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(walk_mod.os.path, "realpath", counted)
+    found = walk_mod.walk([tmp_path])
+    assert len(found.files) == 201
+    assert len(calls) <= 3, calls  # the top (and where it is), and the one link
+
+
+def test_a_path_through_a_link_to_root_still_never_enters_proc_sys_or_dev(tmp_path, monkeypatch):
+    """Where mountinfo cannot be read, the walk knows /proc, /sys and /dev by their real paths,
+    whatever path led there."""
+    monkeypatch.setattr(walk_mod, "MAX_FILES", 40)
+    (tmp_path / "root").symlink_to("/")
+    found = walk_mod.walk([tmp_path / "root"], pseudo={})
+    skipped = {u.source: u.why for u in found.unreadable()}
+    for name in ("proc", "sys", "dev"):
+        assert "pseudo file system" in skipped[f"{tmp_path}/root/{name}"], skipped
+
+
 def test_a_binary_file_is_not_read_past_its_first_bytes(tmp_path, monkeypatch):
     (tmp_path / "core").write_bytes(b"\x7fELF\x00" + b"\x00" * (4 * 1024 * 1024))
     reads: list[int] = []

@@ -539,3 +539,10 @@ def test_hc_parse_reads_a_dump_as_bytes_and_refuses_a_malicious_one_with_exit_4(
     r = run_hc("parse", "flight-recorder", str(evil))
     assert r.returncode == 4 and not marker.exists()
     assert len(r.stderr.decode().strip().splitlines()) == 1 and b"refused global" in r.stderr
+
+
+def test_json_with_bytes_that_are_not_utf8_in_a_string_is_a_parse_error():
+    """msgspec raises UnicodeDecodeError there, not its DecodeError: `hc parse flight-recorder`
+    said "internal error", exit 3."""
+    with pytest.raises(ParseError, match="not UTF-8"):
+        parse_flight_recorder(b'{"version": "2.4", "pg_config": {"x\xff": 1}, "entries": []}')

@@ -174,7 +174,7 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
 
     from healthcheck.bandwidth.schedule import Test
     from healthcheck.core.status import Status
-    from healthcheck.orchestrate.pairs import _group
+    from healthcheck.orchestrate.pairs import group_result
 
     banner = (FIXTURES / "mpirun" / "unreachable-hosts.stderr").read_text()
     config, plan = setup(tmp_path, "mpirun")
@@ -188,7 +188,7 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
     # and the pair's bw.E107 carries it
     (measured,) = pairs.measure_test(config, plan, MEMBERS)
     assert measured.value is None and measured.evidence == evidence
-    group = _group(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
+    group = group_result(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
     (finding,) = group.findings
     assert finding.id == "bw.E107" and "Could not resolve hostname n01" in finding.message
     assert "ORTE was unable to reliably start one or more daemons" in finding.evidence
@@ -306,6 +306,28 @@ def test_srun_timeout_kills_it_cancels_its_job_and_names_the_members(tmp_path, m
     samples, why = pairs.run_test(config, plan, MEMBERS)
     assert samples is None and why == "n01,n02: srun did not finish within 1s"
     assert (tmp_path / "cancelled").read_text().startswith("--name=hc-pair-")  # its own job, by its name
+
+
+def test_a_cancel_that_fails_after_a_timeout_is_said_in_the_tests_error(tmp_path, monkeypatch):
+    """scancel refused: the job srun asked for may hold both nodes until its time limit.
+    The test's ERROR says so (it was dropped: nothing said the allocation was left)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    config, plan = setup(tmp_path, "srun", timeout_s=1)
+    script(tmp_path / "bin" / "srun", "echo '0: starting'\nexec sleep 30\n")
+    script(tmp_path / "bin" / "scancel", "echo 'scancel: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    samples, why = pairs.run_test(config, plan, MEMBERS)
+    assert samples is None and why.startswith("n01,n02: srun did not finish within 1s; ")
+    assert "could not cancel the allocation srun asked for, job hc-pair-" in why
+    assert "Unable to contact slurm controller" in why
+
+
+def test_an_srun_that_never_ran_asked_for_nothing_to_cancel(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    config, plan = setup(tmp_path, "srun")
+    script(tmp_path / "bin" / "scancel", f'echo "$@" >> {tmp_path}/cancelled\n')
+    samples, why = pairs.run_test(config, plan, MEMBERS)  # no srun in bin/
+    assert samples is None and why == f"n01,n02: {tmp_path}/bin/srun not found (bandwidth.pairs.launcher: srun)"
+    assert not (tmp_path / "cancelled").exists()  # no scancel (nor squeue looks) for a job never asked for
 
 
 def test_srun_a_failing_task_is_named_with_its_node_from_sruns_error(tmp_path, monkeypatch):

@@ -213,3 +213,42 @@ def test_a_sweep_of_two_nodes_without_a_floor_is_not_a_clean_pass(tmp_path, monk
     assert [f.id for f in report.run_findings if f.id.startswith("bw.")] == ["bw.E106"]
     assert report.status is Status.WARN
     assert all(n.status is Status.PASS for n in report.nodes)
+
+
+def _resumed(runs, name: str) -> tuple[list[str], dict[str, str]]:
+    """A policy's answer, after this sweep, for `name` drained by hc for bw.E101."""
+    from healthcheck.actions.policy import decide
+    from healthcheck.actions.slurm import SlurmNode
+    from healthcheck.core.config.schema import DrainPolicy
+
+    states = {f"n{i:02d}": SlurmNode(f"n{i:02d}", "idle") for i in range(1, 17)}
+    states[name] = SlurmNode(name, "drained", "hc: bw.E101")
+    plan = decide(results([name]), states, DrainPolicy(max_drain_fraction=0.3), cluster_size=16, resume=True,
+                  analyses=runs)
+    return plan.resume, plan.stays_drained
+
+
+def test_a_node_none_of_whose_tests_gave_a_figure_is_not_vouched_for(tmp_path, monkeypatch):
+    """n04 drained for bw.E101; in this sweep every test with it ERRORs (its worker never
+    starts, it is lost): bw.pairs judged the nodes it measured, not n04, so n04 is not
+    resumed on a pass that measured nothing (it was: judged meant every eligible node)."""
+    nodes = ["n01", "n02", "n03", "n04"]
+    monkeypatch.setattr(pairs, "run_test", Rig({}, lost="n04"))
+    run = pairs.run_pairs(config(tmp_path, nodes), results(nodes))
+    _nodes, groups, runs, _ = pairs.judge_pairs(results(nodes), run)
+    assert all(g.status is Status.ERROR for g in groups if "n04" in g.members)
+    (bw,) = [r for r in runs if r.name == "bw.pairs"]
+    assert bw.nodes == "n[01-03]"
+    assert _resumed(runs, "n04") == ([], {"n04": "bw.E101: bw.pairs did not run and pass in this run"})
+    assert _resumed(runs, "n01")[0] == ["n01"]  # measured, and nothing found: a pass
+
+
+def test_a_pair_that_cannot_be_judged_vouches_for_neither_node(tmp_path, monkeypatch):
+    """Two nodes, no floor (bw.E106): the tests judged nobody, so a drained node is not resumed
+    on them."""
+    nodes = ["n01", "n02"]
+    monkeypatch.setattr(pairs, "run_test", Rig({}))
+    run = pairs.run_pairs(config(tmp_path, nodes), results(nodes))
+    _nodes, _groups, runs, for_run = pairs.judge_pairs(results(nodes), run)
+    assert [f.id for f in for_run] == ["bw.E106"]
+    assert _resumed(runs, "n02") == ([], {"n02": "bw.E101: bw.pairs did not run and pass in this run"})

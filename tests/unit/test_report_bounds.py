@@ -82,6 +82,26 @@ def test_a_report_nested_100000_deep_is_one_line_and_exit_4_in_every_reader(tmp_
     assert_one_line_exit_4(run_reader(reader, tmp_path, content), f"nested deeper than {MAX_DEPTH} levels")
 
 
+@pytest.mark.parametrize("reader", READERS)
+def test_a_report_with_bytes_that_are_not_utf8_in_a_string_is_one_line_and_exit_4(tmp_path, reader):
+    """msgspec raises UnicodeDecodeError (not its DecodeError) for such bytes inside a string:
+    every reader said "internal error", exit 3. typed.decode_json makes it a DecodeError."""
+    content = with_value('"gpu-x"').replace(b'"gpu-x"', b'"gpu\xff\xfe"')
+    assert b'"gpu\xff\xfe"' in content
+    assert_one_line_exit_4(run_reader(reader, tmp_path, content), "not UTF-8")
+
+
+def test_every_typed_decode_refuses_bytes_that_are_not_utf8_as_a_decode_error():
+    from healthcheck.core.typed import NotUtf8
+
+    for data in (b'{"a": "x\xff"}', b'["\xc3("]', b'{"\xff": 1}'):
+        with pytest.raises(NotUtf8, match=r"JSON is not UTF-8 \(byte \d+"):
+            decode_json(data, dict if data[:1] == b"{" else list)
+    assert issubclass(NotUtf8, msgspec.DecodeError)
+    with pytest.raises(HcError, match="not UTF-8"):
+        decode_run(b'{"schema": "hc.report/2", "run_id": "\xff"}', "history run x")
+
+
 def test_nesting_is_bounded_for_every_decode_and_counted_right():
     assert decode(with_value(nested(40))).nodes[0].findings[0].value is not None  # deep, within the bound
     with pytest.raises(HcError, match="nested deeper"):

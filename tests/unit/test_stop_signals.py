@@ -291,3 +291,29 @@ def test_sigterm_to_a_deep_sweep_cancels_every_worker_allocation_even_one_grante
             hc.wait()
         for pid in pids:
             _end_stray(pid, b"python")
+
+
+# ------------------------------------------------------------ the hooks keep their own contract
+
+
+def test_the_hooks_never_load_the_stop_machinery(tmp_path):
+    """A prologue runs before every job: it imports nothing it does not use. Only `hc sweep`
+    and `hc node` handle stop signals; run_command defers a stop only once they installed it."""
+    from test_hooks import setup
+
+    _bin, _log, env = setup(tmp_path)
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('LOADED' if 'healthcheck.runners.stop' in sys.modules else 'NOT LOADED',"
+            " file=sys.stderr))\n"
+            "from healthcheck.cli import main\nmain(['prologue'])\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    full.update(env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=full, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines()[-1] == "NOT LOADED", r.stderr
+    installed = subprocess.run(
+        [sys.executable, "-c", "from healthcheck.runners import local, stop\n"
+                               "assert local.stop_deferral is not stop.deferred\n"
+                               "stop.install()\nassert local.stop_deferral is stop.deferred\n"],
+        capture_output=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
