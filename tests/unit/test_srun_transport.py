@@ -99,6 +99,7 @@ def test_an_srun_that_never_starts_is_bounded_and_its_job_cancelled(tmp_path, va
     write_stub(bin_dir, "srun", 'echo "srun: job 42 queued and waiting for resources" >&2\nexec sleep 60\n')
     write_stub(bin_dir, "scancel", f'echo "$@" >> {tmp_path}/scancel.log\n')
     write_stub(bin_dir, "sinfo", "printf 'n1|idle|Unknown|none\\n'\n")
+    write_stub(bin_dir, "squeue", "exit 0\n")  # an empty queue, not the real squeue's DNS wait
     cfg = config(tmp_path)
     cfg.write_text(cfg.read_text() + "slurm: {sweep_timeout_s: 2}\n")
     r = run_hc("sweep", "--via", "slurm", "--nodes", "n1", "--tier", "quick", "--config", str(cfg),
@@ -120,6 +121,7 @@ def test_ctrl_c_during_a_sweep_via_slurm_cancels_its_job_and_leaves_no_srun(tmp_
                                 f'sleep 120 &\necho $! > {tmp_path}/sleep.pid\nwait\n')
     write_stub(bin_dir, "scancel", f'echo "$@" >> {tmp_path}/scancel.log\n')
     write_stub(bin_dir, "sinfo", "printf 'n1|idle|Unknown|none\\n'\n")
+    write_stub(bin_dir, "squeue", "exit 0\n")  # an empty queue, not the real squeue's DNS wait
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
     env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
     # a session of its own: the Ctrl-C below reaches hc's group as a terminal's would, and nothing else

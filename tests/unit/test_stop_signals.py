@@ -79,6 +79,8 @@ def _slurm_sweep(tmp_path: Path, script: str, env: dict[str, str]) -> subprocess
     write_stub(bin_dir, "srun", PENDING_SRUN.format(d=tmp_path))
     write_stub(bin_dir, "scancel", f'echo "$@" >> {tmp_path}/scancel.log\n')
     write_stub(bin_dir, "sinfo", "printf 'n1|idle|Unknown|none\\n'\n")
+    # an empty queue: the real squeue, with no controller, asks DNS for one and may wait on it
+    write_stub(bin_dir, "squeue", "exit 0\n")
     return subprocess.Popen([sys.executable, "-c", script, "sweep", "--via", "slurm", "--nodes", "n1",
                              "--tier", "quick", "--config", str(_config(tmp_path))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
