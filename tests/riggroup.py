@@ -1,0 +1,116 @@
+"""pytest plugin (tests/conftest.py loads it): the suite in pytest-xdist workers, every test
+that uses the rig in one of them.
+
+pyproject's addopts say `-n auto --dist loadgroup`. The rig (tests/rig: network namespaces,
+sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time, in file order,
+in one worker; the other tests spread over the other workers, one test at a time.
+
+Which tests use the rig is decided here, at collection, so nobody has to remember it: those
+marked `rig`, those using a rig fixture (directly or through another fixture), and every
+test under tests/integration unless its module says `USES_RIG = False`. They get the
+`xdist_group("rig")` mark. xdist's own loadgroup reads that mark by renaming the test's node
+id, which pytest 9 no longer lets it do, so the scheduler below groups them instead: each
+worker writes the ids of the rig's tests to a file the controller named, and the controller
+reads them when it splits the collection into units of work (after every worker collected).
+
+`-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
+starts in a second, not after workers collected the whole suite), else one per CPU plus one
+for the rig's worker, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RIG_GROUP = "rig"
+RIG_FIXTURES = frozenset({"netns_rig", "slurm_rig", "fresh_netns_rig", "fresh_slurm_rig"})
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+# below this many test files a run stays in one process: each worker collects the whole run
+# (~10 s for the suite on two cores) before the first test starts
+XDIST_MIN_FILES = 8
+_IDS_KEY = "hc_rig_ids"  # in a worker's workerinput: the file to write the rig's test ids to
+
+
+def uses_rig(item: pytest.Item) -> bool:
+    """Marked `rig`, using a rig fixture, or anywhere in tests/integration: a test there is
+    taken to touch the rig's hosts, Slurm or the sandbox unless its module says otherwise
+    (`USES_RIG = False`: the browser, pipx and node_exporter tests)."""
+    if item.get_closest_marker("rig") is not None or RIG_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return INTEGRATION in item.path.parents and getattr(getattr(item, "module", None), "USES_RIG", True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rig = [item for item in items if uses_rig(item)]
+    for item in rig:
+        item.add_marker(pytest.mark.xdist_group(RIG_GROUP))
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput and _IDS_KEY in workerinput:
+        path = Path(f"{workerinput[_IDS_KEY]}.{workerinput['workerid']}")
+        partial = Path(f"{path}.tmp")
+        partial.write_text("".join(f"{item.nodeid}\n" for item in rig))
+        partial.replace(path)  # whole or not at all
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: no error where it is not installed
+def pytest_configure_node(node: Any) -> None:
+    """The controller, before it starts a worker: where the worker writes its rig test ids."""
+    config = node.config
+    if not hasattr(config, "hc_rig_ids_dir"):
+        config.hc_rig_ids_dir = tempfile.mkdtemp(prefix="hc-xdist-")
+    node.workerinput[_IDS_KEY] = os.path.join(config.hc_rig_ids_dir, "rig-ids")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "hc_rig_ids_dir"):
+        shutil.rmtree(config.hc_rig_ids_dir, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class RigGroupScheduling(LoadGroupScheduling):
+        """loadgroup, with the rig's tests one unit of work, read from the workers' files."""
+
+        rig_ids: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.rig_ids is None:
+                folder = Path(getattr(config, "hc_rig_ids_dir", "/nonexistent"))
+                self.rig_ids = frozenset(line for f in folder.glob("rig-ids.*") if f.suffix != ".tmp"
+                                         for line in f.read_text().splitlines())
+            return RIG_GROUP if nodeid in self.rig_ids else super()._split_scope(nodeid)
+
+    return RigGroupScheduling(config, log)
+
+
+def _test_files(args: list[str]) -> int:
+    """How many test files the command line names (a directory: the test files under it)."""
+    count = 0
+    for arg in args:
+        path = Path(arg.split("::", 1)[0])
+        if path.is_dir():
+            count += sum(1 for _ in path.rglob("test_*.py"))
+        elif path.exists():
+            count += 1
+    return count
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: none for a few files, else one per CPU and one for the rig's tests."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if _test_files(config.args) < XDIST_MIN_FILES:
+        return 0
+    return len(os.sched_getaffinity(0)) + 1
