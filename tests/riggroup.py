@@ -3,15 +3,18 @@ that uses the rig in one of them.
 
 pyproject's addopts say `-n auto --dist loadgroup`. The rig (tests/rig: network namespaces,
 sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time, in file order,
-in one worker; the other tests spread over the other workers, one test at a time.
+in one worker; the other tests spread over the other workers, one test at a time, except
+that the tests sharing a module-scoped fixture (a pipx install, a sweep's history) go
+together, so it is made once.
 
 Which tests use the rig is decided here, at collection, so nobody has to remember it: those
 marked `rig`, those using a rig fixture (directly or through another fixture), and every
 test under tests/integration unless its module says `USES_RIG = False`. They get the
 `xdist_group("rig")` mark. xdist's own loadgroup reads that mark by renaming the test's node
 id, which pytest 9 no longer lets it do, so the scheduler below groups them instead: each
-worker writes the ids of the rig's tests to a file the controller named, and the controller
-reads them when it splits the collection into units of work (after every worker collected).
+worker writes every grouped test's id and group to a file the controller named, and the
+controller reads them when it splits the collection into units of work (after every worker
+collected). The largest unit, the rig's, goes out first.
 
 `-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
 starts in a second, not after workers collected the whole suite), else one per CPU plus one
@@ -34,7 +37,7 @@ INTEGRATION = Path(__file__).resolve().parent / "integration"
 # below this many test files a run stays in one process: each worker collects the whole run
 # (~10 s for the suite on two cores) before the first test starts
 XDIST_MIN_FILES = 8
-_IDS_KEY = "hc_rig_ids"  # in a worker's workerinput: the file to write the rig's test ids to
+_IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
 
 
 def uses_rig(item: pytest.Item) -> bool:
@@ -46,31 +49,44 @@ def uses_rig(item: pytest.Item) -> bool:
     return INTEGRATION in item.path.parents and getattr(getattr(item, "module", None), "USES_RIG", True)
 
 
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The module's own group where the test uses a module- (class-, package-) scoped fixture:
+    its tests in one worker set the fixture up once (a pipx install, a sweep's history)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.nodeid.split("::", 1)[0]
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rig = [item for item in items if uses_rig(item)]
-    for item in rig:
-        item.add_marker(pytest.mark.xdist_group(RIG_GROUP))
+    groups: dict[str, str] = {}
+    for item in items:
+        group = RIG_GROUP if uses_rig(item) else shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput and _IDS_KEY in workerinput:
         path = Path(f"{workerinput[_IDS_KEY]}.{workerinput['workerid']}")
         partial = Path(f"{path}.tmp")
-        partial.write_text("".join(f"{item.nodeid}\n" for item in rig))
+        partial.write_text("".join(f"{group}\t{nodeid}\n" for nodeid, group in groups.items()))
         partial.replace(path)  # whole or not at all
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hooks: no error where it is not installed
 def pytest_configure_node(node: Any) -> None:
-    """The controller, before it starts a worker: where the worker writes its rig test ids."""
+    """The controller, before it starts a worker: where the worker writes the tests' groups."""
     config = node.config
-    if not hasattr(config, "hc_rig_ids_dir"):
-        config.hc_rig_ids_dir = tempfile.mkdtemp(prefix="hc-xdist-")
-    node.workerinput[_IDS_KEY] = os.path.join(config.hc_rig_ids_dir, "rig-ids")
+    if not hasattr(config, "hc_groups_dir"):
+        config.hc_groups_dir = tempfile.mkdtemp(prefix="hc-xdist-")
+    node.workerinput[_IDS_KEY] = os.path.join(config.hc_groups_dir, "groups")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if hasattr(config, "hc_rig_ids_dir"):
-        shutil.rmtree(config.hc_rig_ids_dir, ignore_errors=True)
+    if hasattr(config, "hc_groups_dir"):
+        shutil.rmtree(config.hc_groups_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -80,16 +96,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadGroupScheduling
 
     class RigGroupScheduling(LoadGroupScheduling):
-        """loadgroup, with the rig's tests one unit of work, read from the workers' files."""
+        """loadgroup, with each group one unit of work, read from the workers' files."""
 
-        rig_ids: frozenset[str] | None = None
+        groups: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self.rig_ids is None:
-                folder = Path(getattr(config, "hc_rig_ids_dir", "/nonexistent"))
-                self.rig_ids = frozenset(line for f in folder.glob("rig-ids.*") if f.suffix != ".tmp"
-                                         for line in f.read_text().splitlines())
-            return RIG_GROUP if nodeid in self.rig_ids else super()._split_scope(nodeid)
+            if self.groups is None:
+                folder = Path(getattr(config, "hc_groups_dir", "/nonexistent"))
+                lines = [line.split("\t", 1) for f in folder.glob("groups.*") if f.suffix != ".tmp"
+                         for line in f.read_text().splitlines()]
+                self.groups = {nodeid: group for group, nodeid in lines}
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
     return RigGroupScheduling(config, log)
 
