@@ -2,10 +2,10 @@
 that uses the rig in one of them.
 
 pyproject's addopts say `-n auto --dist loadgroup`. The rig (tests/rig: network namespaces,
-sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time, in file order,
-in one worker; the other tests spread over the other workers, one test at a time, except
-that the tests sharing a module-scoped fixture (a pipx install, a sweep's history) go
-together, so it is made once.
+sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time in one worker,
+those that mostly wait first (RIG_FIRST); the other tests spread over the other workers, one
+test at a time, except that the tests sharing a module-scoped fixture (a pipx install, a
+sweep's history) go together, so it is made once.
 
 Which tests use the rig is decided here, at collection, so nobody has to remember it: those
 marked `rig`, those using a rig fixture (directly or through another fixture), and every
@@ -37,6 +37,11 @@ INTEGRATION = Path(__file__).resolve().parent / "integration"
 # below this many test files a run stays in one process: each worker collects the whole run
 # (~10 s for the suite on two cores) before the first test starts
 XDIST_MIN_FILES = 8
+# rig test files whose tests mostly wait (on Slurm, sshd, deadlines) and use little CPU: they
+# run first, while the other workers' tests take the CPUs; the torch-heavy ones (deep sweeps,
+# hung jobs) after, on quieter CPUs (they compare bandwidths, and start four torch processes)
+RIG_FIRST = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
+                       "test_rig_selftest.py", "test_netns_mtu.py"})
 _IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
 
 
@@ -61,6 +66,8 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the same order in every worker (xdist checks): a stable sort, files kept whole
+    items.sort(key=lambda item: item.path.name not in RIG_FIRST)
     groups: dict[str, str] = {}
     for item in items:
         group = RIG_GROUP if uses_rig(item) else shared_fixture_group(item)
