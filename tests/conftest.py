@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-# the real-component rig (network namespaces, sshd, Slurm): tests/rigfixtures.py
-pytest_plugins = ["rigfixtures"]
+# the real-component rig (network namespaces, sshd, Slurm): tests/rigfixtures.py; the xdist
+# workers, the rig's tests all in one of them: tests/riggroup.py
+pytest_plugins = ["rigfixtures", "riggroup"]
+
 
 @pytest.fixture(scope="session")
 def report_schema() -> dict[str, Any]:

@@ -43,7 +43,7 @@ fresh_slurm_rig  function: slurm_rig after reset() of both rigs -- no jobs, all 
 
 Rig tests share one rig per session, so they must not run in parallel processes
 (pytest-xdist) unless each worker gets its own HC_RIG_PREFIX/SUBNET/BRIDGE/DIR and
-HC_SLURM_DIR/HC_SLURM_CTLD_PORT.
+HC_SLURM_DIR/HC_SLURM_CTLD_PORT: tests/riggroup.py sends them all to one worker.
 """
 
 from __future__ import annotations

@@ -207,6 +207,8 @@ def pair_test_beside_a_job_on_node2(rig, monkeypatch, *, persistent: bool):
 
     rig_yaml = rig.dir / "fabrics" / "rig.yaml"
     rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
+    # srun's bounded wait for node2 (--immediate), 3 s where it would be a third of the test's 30 s
+    rig.config.write_text(rig.config.read_text().replace("slurm:\n", "slurm:\n  sweep_wait_s: 3\n", 1))
     config = load_config(rig.config)
     plan = pairs._Plan(config, "node1")
     if persistent:

@@ -16,6 +16,8 @@ from support import REPO
 from healthcheck import __version__
 
 pytestmark = pytest.mark.slow
+# touches no rig (tests/conftest.py): runs beside the rig's tests, in any worker
+USES_RIG = False
 
 # what `pipx install .` needs of the checkout: pyproject.toml names README.md, and
 # healthcheck/configs is a link to ../configs (the embedded default config and fabrics)

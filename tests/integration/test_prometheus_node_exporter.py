@@ -23,6 +23,8 @@ from healthcheck.core.status import Status
 from healthcheck.report.prometheus import export, label_value
 
 EXPORTER = os.environ.get("HC_TEST_NODE_EXPORTER", "/usr/bin/prometheus-node-exporter")
+# touches no rig (tests/conftest.py): runs beside the rig's tests, in any worker
+USES_RIG = False
 # a real directory the sys.disk check measures: its path becomes the `path` label
 HOSTILE_DIR = 'we"ird \\ dir ü€ ☃'
 # an interface name no kernel would accept, as a corrupted tool output could still give it

@@ -20,6 +20,8 @@ from support import run_hc
 from sweep_reports import history_of_sweeps, write_config
 
 pytestmark = pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed")
+# touches no rig (tests/conftest.py): runs beside the rig's tests, in any worker
+USES_RIG = False
 NAMES = [f"gpu{i:02d}" for i in range(1, 9)]
 CULPRIT = "gpu04"
 WIDTH, HEIGHT = 1280, 4000

@@ -226,9 +226,11 @@ def test_slurmctld_down_is_reported_and_the_report_is_complete(hc, validate_repo
     hc.slurm.wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3],
                       timeout=20)
     hc.net.set_mtu("node3", "eth0", 1500)
+    # one attempt: what a run says when Slurm cannot be asked does not depend on how often it asked
+    hc.config.write_text(hc.config.read_text().replace("  retries: 2\n", "  retries: 1\n"))
     start = time.monotonic()
     r = hc.health("node3")
-    assert time.monotonic() - start < 45  # sinfo itself takes ~9 s to give up, twice
+    assert time.monotonic() - start < 30  # sinfo itself takes ~9 s to give up
     assert r.rc == 2 and "Traceback" not in r.stderr
     report = validate_report(hc.report("node3", "health"))
     assert [f["id"] for f in report["nodes"][0]["findings"]] == ["net.E001"]
@@ -242,6 +244,9 @@ def test_slurmctld_down_is_reported_and_the_report_is_complete(hc, validate_repo
 
 
 def test_hanging_probe_prologue_returns_within_its_deadline_and_the_job_runs(hc):
+    # the job completes once its epilogue ran, which meets the same hangs: a short deadline for it too
+    hc.config.write_text(hc.config.read_text().replace("  prologue: {deadline_s: 3}\n",
+                                                       "  prologue: {deadline_s: 3}\n  epilogue: {deadline_s: 3}\n"))
     hc.net.local_bin("node1", "ip", "#!/bin/sh\nexec sleep 3600\n")
     hc.gpu_scenario("node1", "nvml-hang")
     job = hc.slurm.sbatch("-N1", "-w", "node1", wrap="hostname")

@@ -303,8 +303,12 @@ class FakeConnection:
 
 
 @pytest.fixture
-def ssh(monkeypatch):
+def ssh(monkeypatch, tmp_path):
     monkeypatch.setattr("healthcheck.runners.ssh.SshConnection", FakeConnection)
+    # the servers' pid files in this test's own directory, not /tmp: a test running beside
+    # this one (an xdist worker, the rig's) has its own there, and each asserts it left none
+    (tmp_path / "pids").mkdir()
+    monkeypatch.setattr("healthcheck.orchestrate.pair_tools._PID_DIR", str(tmp_path / "pids"))
     FakeConnection.IBSTAT = {n: ibstat("mlx5_0", "mlx5_1") for n in MEMBERS}
     FakeConnection.UNREACHABLE = set()
     FakeConnection.PATHS = {}
@@ -318,12 +322,12 @@ def ib(site: Site, scenario: str = "healthy", *, timeout: float = 30, ib_write_b
                                         bandwidth=bandwidth), MEMBERS, timeout_s=test_timeout)
 
 
-def pid_files() -> set[str]:
-    return {p.name for p in Path("/tmp").glob("hc-ib_write_bw-*.pid")}
+def pid_files(site: Site) -> set[str]:
+    return {p.name for p in (site.tmp / "pids").glob("hc-ib_write_bw-*.pid")}
 
 
 def test_ib_write_bw_server_on_the_first_member_client_on_the_second_per_hca(site, ssh):
-    before = pid_files()
+    before = pid_files(site)
     m = ib(site)
     assert (m.tool, m.members, m.outcome, m.passed, m.hung, m.why) == ("ib_write_bw", MEMBERS, "passed", True, False, "")
     assert [(h.hca, h.gbits, h.floor_gbps, h.outcome, h.failure) for h in m.hcas] == [
@@ -345,7 +349,7 @@ def test_ib_write_bw_server_on_the_first_member_client_on_the_second_per_hca(sit
     assert all(c[0] == "sh" and "ib_write_bw" in c for c in server.commands if "-d" in c)
     assert all(c[0] == "ib_write_bw" and c[-1] == "127.0.0.1" for c in client.commands if "-d" in c)
     assert any(c[:2] == ("sh", "-c") and "hc-stop" in c for c in server.commands)  # pid files cleaned up
-    assert pid_files() == before
+    assert pid_files(site) == before
     assert any("unpinned: the HCA's NUMA node is unknown" in n for n in m.notes)
 
 
@@ -383,13 +387,13 @@ def test_ib_write_bw_client_is_started_again_until_the_server_listens(site, ssh)
 
 
 def test_ib_write_bw_hang_is_evidence(site, ssh):
-    before = pid_files()
+    before = pid_files(site)
     start = time.monotonic()
     m = ib(site, "hang", timeout=3)
     assert time.monotonic() - start < 25
     assert (m.outcome, m.passed, m.hung) == ("hung", False, True)
     assert "ib_write_bw hung: stopped after" in m.why
-    assert pid_files() == before
+    assert pid_files(site) == before
 
 
 def test_ib_write_bw_completion_error_fails_the_pair_naming_the_client(site, ssh):
@@ -415,7 +419,7 @@ def test_ib_write_bw_server_whose_client_never_connects_is_killed_by_pid(site, s
         "exit 1\n")
     (refusing / "ib_write_bw").chmod(0o755)
     ssh.PATHS["gpu002"] = f"{refusing}:/usr/bin:/bin"
-    before = pid_files()
+    before = pid_files(site)
     start = time.monotonic()
     m = ib(site, timeout=40)
     took = time.monotonic() - start
@@ -424,7 +428,7 @@ def test_ib_write_bw_server_whose_client_never_connects_is_killed_by_pid(site, s
     assert "Couldn't connect to 127.0.0.1" in m.why and "client starts" in m.why
     # each server was stopped by SIGTERM from hc (here, with no SSH wrapper, the signal itself)
     assert m.evidence.count("--- server on gpu001: $ sh -c") == 2 and m.evidence.count("(exit -15)") == 2
-    assert pid_files() == before
+    assert pid_files(site) == before
 
 
 def test_ib_write_bw_ports_active_on_one_member_only_are_noted_not_tested(site, ssh):

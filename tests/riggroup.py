@@ -1,0 +1,140 @@
+"""pytest plugin (tests/conftest.py loads it): the suite in pytest-xdist workers, every test
+that uses the rig in one of them.
+
+pyproject's addopts say `-n auto --dist loadgroup`. The rig (tests/rig: network namespaces,
+sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time in one worker,
+those that mostly wait first (RIG_FIRST); the other tests spread over the other workers, one
+test at a time, except that the tests sharing a module-scoped fixture (a pipx install, a
+sweep's history) go together, so it is made once.
+
+Which tests use the rig is decided here, at collection, so nobody has to remember it: those
+marked `rig`, those using a rig fixture (directly or through another fixture), and every
+test under tests/integration unless its module says `USES_RIG = False`. They get the
+`xdist_group("rig")` mark. xdist's own loadgroup reads that mark by renaming the test's node
+id, which pytest 9 no longer lets it do, so the scheduler below groups them instead: each
+worker writes every grouped test's id and group to a file the controller named, and the
+controller reads them when it splits the collection into units of work (after every worker
+collected). The largest unit, the rig's, goes out first.
+
+`-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
+starts in a second, not after workers collected the whole suite), else one per CPU plus one
+for the rig's worker, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RIG_GROUP = "rig"
+RIG_FIXTURES = frozenset({"netns_rig", "slurm_rig", "fresh_netns_rig", "fresh_slurm_rig"})
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+# below this many test files a run stays in one process: each worker collects the whole run
+# (~10 s for the suite on two cores) before the first test starts
+XDIST_MIN_FILES = 8
+# rig test files whose tests mostly wait (on Slurm, sshd, deadlines) and use little CPU: they
+# run first, while the other workers' tests take the CPUs; the torch-heavy ones (deep sweeps,
+# hung jobs) after, on quieter CPUs (they compare bandwidths, and start four torch processes)
+RIG_FIRST = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
+                       "test_rig_selftest.py", "test_netns_mtu.py"})
+_IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
+
+
+def uses_rig(item: pytest.Item) -> bool:
+    """Marked `rig`, using a rig fixture, or anywhere in tests/integration: a test there is
+    taken to touch the rig's hosts, Slurm or the sandbox unless its module says otherwise
+    (`USES_RIG = False`: the browser, pipx and node_exporter tests)."""
+    if item.get_closest_marker("rig") is not None or RIG_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return INTEGRATION in item.path.parents and getattr(getattr(item, "module", None), "USES_RIG", True)
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The module's own group where the test uses a module- (class-, package-) scoped fixture:
+    its tests in one worker set the fixture up once (a pipx install, a sweep's history)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.nodeid.split("::", 1)[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the same order in every worker (xdist checks): a stable sort, files kept whole
+    items.sort(key=lambda item: item.path.name not in RIG_FIRST)
+    groups: dict[str, str] = {}
+    for item in items:
+        group = RIG_GROUP if uses_rig(item) else shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput and _IDS_KEY in workerinput:
+        path = Path(f"{workerinput[_IDS_KEY]}.{workerinput['workerid']}")
+        partial = Path(f"{path}.tmp")
+        partial.write_text("".join(f"{group}\t{nodeid}\n" for nodeid, group in groups.items()))
+        partial.replace(path)  # whole or not at all
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: no error where it is not installed
+def pytest_configure_node(node: Any) -> None:
+    """The controller, before it starts a worker: where the worker writes the tests' groups."""
+    config = node.config
+    if not hasattr(config, "hc_groups_dir"):
+        config.hc_groups_dir = tempfile.mkdtemp(prefix="hc-xdist-")
+    node.workerinput[_IDS_KEY] = os.path.join(config.hc_groups_dir, "groups")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "hc_groups_dir"):
+        shutil.rmtree(config.hc_groups_dir, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class RigGroupScheduling(LoadGroupScheduling):
+        """loadgroup, with each group one unit of work, read from the workers' files."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                folder = Path(getattr(config, "hc_groups_dir", "/nonexistent"))
+                lines = [line.split("\t", 1) for f in folder.glob("groups.*") if f.suffix != ".tmp"
+                         for line in f.read_text().splitlines()]
+                self.groups = {nodeid: group for group, nodeid in lines}
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return RigGroupScheduling(config, log)
+
+
+def _test_files(args: list[str]) -> int:
+    """How many test files the command line names (a directory: the test files under it)."""
+    count = 0
+    for arg in args:
+        path = Path(arg.split("::", 1)[0])
+        if path.is_dir():
+            count += sum(1 for _ in path.rglob("test_*.py"))
+        elif path.exists():
+            count += 1
+    return count
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: none for a few files, else one per CPU and one for the rig's tests."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if _test_files(config.args) < XDIST_MIN_FILES:
+        return 0
+    return len(os.sched_getaffinity(0)) + 1
