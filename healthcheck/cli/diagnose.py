@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from healthcheck.cli.app import config_option, format_option
+from healthcheck.cli.app import config_option, format_option, prometheus_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from healthcheck.core.config import Config
     from healthcheck.diagnose.live import NodeResult
     from healthcheck.diagnose.verdict import Verdict
     from healthcheck.runners.base import CommandResult
@@ -23,8 +24,14 @@ if TYPE_CHECKING:
 EXIT_CODES = """\b
 Exit codes:
   0  diagnosed: a failure class other than unknown
-  3  unknown: nothing conclusive in the input (the verdict says why)
-  4  usage or input error: a path that does not exist, -o not writable"""
+  3  unknown: nothing conclusive in the input (the verdict says why), or
+     --prometheus DIR could not be written after the diagnosis
+  4  usage or input error: a path that does not exist, -o not writable
+
+\b
+The diagnosis is a finding of the catalogue (diag.E001-E010, hc checks list),
+fingerprinted per job and culprit: hc report tickets|html|show read the
+-o FILE as they read a report, and --prometheus DIR writes hc-diagnose.prom."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,8 +43,11 @@ def diagnose() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @format_option
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
-              help="Also write the hc.diagnosis/1 JSON to this file (atomically).")
-def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
+              help="Also write the hc.diagnosis/2 JSON to this file (atomically).")
+@prometheus_option
+@config_option
+def logs(paths: tuple[Path, ...], fmt: str, output: Path | None, prometheus_to: Path | None,
+         config_path: Path | None) -> int:
     """Diagnose from saved files: DIR|FILE... of per-rank logs (NCCL_DEBUG files, job
     stdout/stderr with [rankN]:, srun -l or mpirun prefixes, torchrun output), py-spy dumps
     (text or --json, named rankN / py-spy-N), Flight Recorder dumps (nccl_trace_rank_N),
@@ -55,30 +65,100 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
     from healthcheck.diagnose.sources import collect
     from healthcheck.diagnose.verdict import build
 
+    sink = Sink(fmt, output, prometheus_to, config_path)
     progress = TextProgress("hc diagnose logs")
     try:
         collected = collect(list(paths), progress=progress)
     finally:
         progress.done()
-    return _emit(build(collected), fmt, output)
+    return sink.emit(build(collected))
 
 
-def _emit(verdict: Verdict, fmt: str, output: Path | None) -> int:
-    import sys
+class Sink:
+    """Where a verdict goes: stdout (table or JSON), -o FILE (hc.diagnosis/2) and the
+    Prometheus textfile (--prometheus DIR, else prometheus.textfile_dir where
+    prometheus.commands names "diagnose"), the directory checked before the diagnosis
+    starts. The config is read for the export and the run history; a diagnosis of saved
+    files never needed one, so a config that cannot be read is a warning unless --config
+    named it (then exit 4, as every command)."""
 
-    from healthcheck.core.atomic import write_atomic
-    from healthcheck.core.errors import ExitCode
-    from healthcheck.diagnose.verdict import encode, render
+    def __init__(self, fmt: str, output: Path | None, prometheus_to: Path | None = None,
+                 config_path: Path | None = None) -> None:
+        from healthcheck.cli.app import PrometheusTarget
+        from healthcheck.report.prometheus import check_directory
 
-    data = encode(verdict)
-    if output is not None:
-        write_atomic(output, data)
-    if fmt == "json":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:
-        click.echo(render(verdict))
-    return int(ExitCode.ERROR if verdict.cls == "unknown" else ExitCode.OK)
+        self.fmt, self.output = fmt, output
+        self.config = _config(config_path)
+        self.prometheus: PrometheusTarget | None = None
+        if prometheus_to is not None:
+            self.prometheus = PrometheusTarget(check_directory(prometheus_to), True)
+        elif self.config is not None:
+            from healthcheck.cli.app import App, prometheus_dir
+
+            app = App(config_path)
+            app.__dict__["config"] = self.config  # the one already read (App.config is a cached_property)
+            self.prometheus = prometheus_dir(app, None, "diagnose")
+
+    def emit(self, verdict: Verdict) -> int:
+        import sys
+
+        from healthcheck.core.atomic import write_atomic
+        from healthcheck.core.errors import ExitCode
+        from healthcheck.diagnose.verdict import encode, render
+
+        data = encode(verdict)
+        if self.output is not None:
+            write_atomic(self.output, data)
+        lost = self._export(verdict)
+        if self.fmt == "json":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            click.echo(render(verdict))
+        if lost:  # the diagnosis stands, its export is missing: never exit 0
+            click.echo(f"hc: error: --prometheus {lost}", err=True)
+            return int(ExitCode.ERROR)
+        return int(ExitCode.ERROR if verdict.cls == "unknown" else ExitCode.OK)
+
+    def _export(self, verdict: Verdict) -> str:
+        """Write the Prometheus textfile; why it failed where --prometheus asked ("" when written
+        or not asked; the config's directory failing is a warning, as for hc node)."""
+        if self.prometheus is None:
+            return ""
+        from healthcheck.cli.report import diagnosis_report
+        from healthcheck.core.errors import HcError
+        from healthcheck.report.prometheus import export
+
+        settings = self.config.main.prometheus if self.config is not None else None
+        try:
+            export(diagnosis_report(verdict), self.prometheus.directory, settings)
+        except HcError as exc:
+            if self.prometheus.explicit:
+                return str(exc)
+            click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
+        return ""
+
+
+def _config_named(config_path: Path | None) -> Config:
+    """The config a command cannot do without (hc diagnose job|hosts: Slurm, SSH): its error is exit 4."""
+    from healthcheck.core.config.loader import load_config
+
+    return load_config(config_path)
+
+
+def _config(config_path: Path | None) -> Config | None:
+    """The config (--config, $HC_CONFIG, the site's or the embedded one); None, with a
+    warning, where it cannot be read and --config did not name it."""
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.errors import HcError
+
+    try:
+        return load_config(config_path)
+    except HcError as exc:
+        if config_path is not None:
+            raise
+        click.echo(f"hc: warning: config not read ({exc}): no Prometheus export from it, no run history", err=True)
+        return None
 
 
 JOB_EXIT_CODES = """\b
@@ -89,7 +169,7 @@ Exit codes:
      `hc diagnose logs` with the job's output files), or Slurm did not answer
   4  usage or input error: no such job, scontrol/srun missing, -o not writable"""
 
-_OUTPUT_HELP = "Also write the hc.diagnosis/1 JSON to this file (atomically)."
+_OUTPUT_HELP = "Also write the hc.diagnosis/2 JSON to this file (atomically)."
 DEFAULT_NODE_TIMEOUT_S = 15.0
 STARTUP_MARGIN_S = 10.0  # beyond a node's collection time: starting the helper there (ssh, an srun step)
 
@@ -108,6 +188,7 @@ def _live_options(fn: Callable) -> Callable:
         click.option("--ras", is_flag=True, help="Also ask NCCL's RAS service (127.0.0.1:28028) on each node."),
         click.option("--native", is_flag=True, help="py-spy --native: C/C++ frames too (slower)."),
         click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help=_OUTPUT_HELP),
+        prometheus_option,
         format_option,
     ]
     for opt in reversed(opts):
@@ -132,9 +213,10 @@ def collect(args: tuple[str, ...]) -> int:
 @click.argument("pids", nargs=-1, type=pid())
 @click.option("--local", is_flag=True, help="Every rank process on this machine (torchrun's children, mpirun's "
                                             "ranks: Python processes with RANK/SLURM_PROCID/... set).")
+@config_option
 @_live_options
-def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float, ras: bool, native: bool,
-         output: Path | None, fmt: str) -> int:
+def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s: float, startup_s: float, ras: bool,
+         native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a job running on this machine, no Slurm: PID... (a torchrun agent's pid
     stands for its ranks) or --local. Takes every rank's state (a stopped rank is state T)
     and py-spy --json stack (needs root or CAP_SYS_PTRACE; a refusal is reported with the
@@ -156,6 +238,7 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
 
     if bool(pids) == local:
         raise click.UsageError("give PID... or --local (not both)")
+    sink = Sink(fmt, output, prometheus_to, config_path)
     wanted = local_rank_pids() if local else list(pids)
     host = socket.gethostname()
     if wanted:
@@ -169,7 +252,7 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))
     live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher)
-    return _emit(build(live.collected), fmt, output)
+    return sink.emit(build(live.collected))
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
@@ -264,8 +347,7 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
 @config_option
 @_live_options
 def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-        ras: bool,
-        native: bool, output: Path | None, fmt: str) -> int:
+        ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a running Slurm job: finds its nodes (scontrol show job), runs `hc diagnose
     collect --job ID` on every node at once (each bounded by --timeout; a node that does not
     answer is named, never waited for), takes every rank's state and py-spy stack, reads the
@@ -278,7 +360,6 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     import time
 
     from healthcheck.actions.slurm import SlurmClient
-    from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
     from healthcheck.core.nodes import expand
     from healthcheck.diagnose.live import collect_args, parse_job, remote_argv, srun_collect_argv
@@ -286,7 +367,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")
-    cfg = load_config(config_path).main
+    sink = Sink(fmt, output, prometheus_to, config_path)
+    cfg = (sink.config or _config_named(config_path)).main
     # --timeout bounds the question to Slurm too, retries included: with Slurm's own
     # defaults (command_timeout_s x retries) a hung scontrol would hold hc for 47 s
     shown = SlurmClient(cfg.slurm, deadline=time.monotonic() + timeout_s).show_job(job_id)
@@ -338,7 +420,7 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
                                 parallel or cfg.ssh.max_parallel, startup_s, outputs)
     finally:
         close()
-    return _emit(verdict, fmt, output)
+    return sink.emit(verdict)
 
 
 @diagnose.command(epilog=EXIT_CODES)
@@ -348,16 +430,15 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 @config_option
 @_live_options
 def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-          ras: bool, native: bool,
-          output: Path | None, fmt: str) -> int:
+          ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a job launched without Slurm across HOSTLIST (torchrun on each host, mpirun):
     runs `hc diagnose collect --local` on every host over SSH (ssh.remote_hc) and prints one
     verdict: every rank process found there is taken as the job's (run it where one job runs)."""
-    from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import expand
     from healthcheck.diagnose.live import remote_argv
 
-    cfg = load_config(config_path).main
+    sink = Sink(fmt, output, prometheus_to, config_path)
+    cfg = (sink.config or _config_named(config_path)).main
     nodes = expand([hostlist])
     ssh_run, close = _ssh_runner(cfg.ssh)
     args = ["diagnose", "collect", "--local", "--timeout", f"{timeout_s:g}", *(["--ras"] if ras else []),
@@ -371,4 +452,4 @@ def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout
                                 startup_s)
     finally:
         close()
-    return _emit(verdict, fmt, output)
+    return sink.emit(verdict)
