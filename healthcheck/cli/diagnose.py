@@ -14,6 +14,7 @@ from healthcheck.cli.app import config_option, format_option, prometheus_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
+from healthcheck.probes.gpu import MAX_SINCE
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -196,17 +197,61 @@ def _live_options(fn: Callable) -> Callable:
     return fn
 
 
-@diagnose.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                    "help_option_names": []}, add_help_option=False)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def collect(args: tuple[str, ...]) -> int:
-    """The per-node helper of `hc diagnose job|hosts`: every rank process of a job on THIS
-    node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack and
-    debug file paths (--ras: NCCL RAS too), as one JSON line (--help: its options).
-    Exit 0: ranks found, 1: none, 2: usage."""
-    from healthcheck.diagnose.collect import main
+COLLECT_EXIT_CODES = """\b
+Exit codes:
+  0  ranks found (the NodeCollection JSON line on stdout)
+  1  none found (the JSON line says why: no-ranks, and any torchrun agent
+     whose ranks never started)
+  4  usage error: an option out of range, --job/--pids/--local not one"""
 
-    return main(list(args))
+
+@diagnose.command(epilog=COLLECT_EXIT_CODES)
+@click.argument("pid_args", nargs=-1, type=pid(), metavar="[PID]...")
+@click.option("--job", "job_id", metavar="ID", help="The Slurm job whose ranks to collect.")
+@click.option("--pids", "by_pids", is_flag=True,
+              help="The processes PID... (a torchrun agent stands for its ranks): --pids 11 12 13.")
+@click.option("--local", is_flag=True,
+              help="Every rank process on this machine (Python with RANK/SLURM_PROCID/..., this netns).")
+@click.option("--timeout", "timeout_s", type=number(0, MAX_TIMEOUT_S, low_open=True), default=20.0,
+              show_default=True, help="Seconds for the whole node.")
+@click.option("--per-rank-timeout", "per_rank_timeout_s", type=number(0, MAX_TIMEOUT_S, low_open=True),
+              default=10.0, show_default=True, help="Seconds for one rank's py-spy.")
+@click.option("--parallel", type=integer(1, MAX_PARALLEL), default=8, show_default=True,
+              help="py-spy dumps at once.")
+@click.option("--py-spy", "py_spy", default="py-spy", show_default=True, help="The py-spy binary (name or path).")
+@click.option("--no-stacks", is_flag=True, help="Do not run py-spy.")
+@click.option("--native", is_flag=True, help="py-spy --native (C/C++ frames too).")
+@click.option("--ras", is_flag=True, help="Also ask NCCL RAS (127.0.0.1, --ras-port).")
+@click.option("--ras-port", type=integer(1, 65535), default=28028, show_default=True)
+@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports).")
+@click.option("--any-netns", is_flag=True, help="Ranks in other network namespaces too.")
+@click.option("--since", type=number(0, MAX_SINCE), default=None,
+              help="The job's start (epoch seconds): kernel log events from then on [default: the earliest start "
+                   "of the job's processes on this node].")
+@click.option("--no-kernel", is_flag=True, help="Do not read the kernel log (OOM kills, Xid, links).")
+def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local: bool, timeout_s: float,
+            per_rank_timeout_s: float, parallel: int, py_spy: str, no_stacks: bool, native: bool, ras: bool,
+            ras_port: int, raw: bool, any_netns: bool, since: float | None, no_kernel: bool) -> int:
+    """The per-node helper of `hc diagnose job|hosts`: every rank process of a job on THIS
+    node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack,
+    debug file paths and the kernel log of the job's window (--ras: NCCL RAS too), as one
+    JSON line."""
+    import sys
+
+    from healthcheck.diagnose.collect import collect_here
+
+    if sum((job_id is not None, by_pids, local)) != 1:
+        raise click.UsageError("give exactly one of --job ID, --pids PID... and --local")
+    if by_pids != bool(pid_args):
+        raise click.UsageError("--pids takes the process ids: --pids PID..." if by_pids
+                               else f"process ids ({pid_args[0]}) go with --pids")
+    result = collect_here(job_id=job_id, pids=list(pid_args) or None, local=local, py_spy=None if no_stacks else py_spy,
+                          timeout_s=timeout_s, same_netns=not any_netns, native=native,
+                          per_rank_timeout_s=per_rank_timeout_s, parallel=parallel, ras=ras, ras_port=ras_port,
+                          raw=raw, kernel=not no_kernel, since=since)
+    sys.stdout.buffer.write(result.to_json() + b"\n")
+    sys.stdout.flush()
+    return 0 if result.ranks else 1
 
 
 @diagnose.command(epilog=EXIT_CODES)
