@@ -18,7 +18,7 @@ from healthcheck.probes.gpu import MAX_SINCE
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
-    from healthcheck.diagnose.live import NodeResult
+    from healthcheck.diagnose.live import NodeAnswer
     from healthcheck.diagnose.verdict import Verdict
     from healthcheck.runners.base import CommandResult
 
@@ -301,20 +301,20 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
-            timeout_s: float, parallel: int, startup_s: float = STARTUP_MARGIN_S) -> list[NodeResult]:
+            timeout_s: float, parallel: int, startup_s: float = STARTUP_MARGIN_S) -> list[NodeAnswer]:
     """The helper on every node, at most `parallel` at once, each bounded: a node that does
-    not answer in time (or answers nonsense) is a NodeResult with why, never a hang."""
+    not answer in time (or answers nonsense) is a NodeAnswer with why, never a hang."""
     from healthcheck.core.inputs import clip
-    from healthcheck.diagnose.live import NodeResult, decode_node
+    from healthcheck.diagnose.live import NodeAnswer, decode_node
     from healthcheck.runners.fanout import fan_out
 
     limit = timeout_s + startup_s
 
-    def one(node: str) -> NodeResult:
+    def one(node: str) -> NodeAnswer:
         r = run(node, args, limit)
         col = decode_node(node, r.stdout)
         if col is not None:
-            return NodeResult(node, col, seconds=round(r.duration_s, 2))
+            return NodeAnswer(node, col, seconds=round(r.duration_s, 2))
         if r.timed_out:
             why = f"no answer within {limit:g} s"
         elif r.not_found:
@@ -322,10 +322,10 @@ def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResu
         else:
             said = (r.stderr or r.stdout or r.error or "").strip()
             why = f"exit {r.returncode}: {clip(said.splitlines()[-1] if said else 'no output', 300)}"
-        return NodeResult(node, None, why, round(r.duration_s, 2))
+        return NodeAnswer(node, None, why, round(r.duration_s, 2))
 
     results = fan_out(nodes, one, max_parallel=max(1, parallel), timeout_s=limit + 5.0,
-                      on_timeout=lambda n: NodeResult(n, None, f"no answer within {limit + 5.0:g} s"))
+                      on_timeout=lambda n: NodeAnswer(n, None, f"no answer within {limit + 5.0:g} s"))
     return [results[n] for n in dict.fromkeys(nodes)]
 
 

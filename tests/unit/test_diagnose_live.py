@@ -26,7 +26,7 @@ from healthcheck.diagnose.collect import (
     decode_collection,
 )
 from healthcheck.diagnose.live import (
-    NodeResult,
+    NodeAnswer,
     evidence_from_nodes,
     fetch_argv,
     local_fetcher,
@@ -102,7 +102,7 @@ def test_missing_rank_is_named_and_a_silent_node_is_not_a_death():
     v = build(live.collected)
     assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [2]
     # node3 did not answer: rank 2 may be there, so it is not called dead
-    silent = evidence_from_nodes([*without, NodeResult("node3", None, "no answer within 25 s")], job="x")
+    silent = evidence_from_nodes([*without, NodeAnswer("node3", None, "no answer within 25 s")], job="x")
     assert silent.missing == []
     v = build(silent.collected)
     assert v.cls != "dead-rank" and 2 not in [o.rank for o in v.odd_ranks]
