@@ -18,8 +18,11 @@ from healthcheck.probes.gpu import MAX_SINCE
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
+    from healthcheck.diagnose.evidence import HealthEvent
+    from healthcheck.diagnose.health import HistoryLookup
     from healthcheck.diagnose.live import NodeAnswer
     from healthcheck.diagnose.verdict import Verdict
+    from healthcheck.report.history import History
     from healthcheck.runners.base import CommandResult
 
 EXIT_CODES = """\b
@@ -72,7 +75,7 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None, prometheus_to: 
         collected = collect(list(paths), progress=progress)
     finally:
         progress.done()
-    return sink.emit(build(collected))
+    return sink.emit(build(collected, history=sink.history()))
 
 
 class Sink:
@@ -99,6 +102,18 @@ class Sink:
             app = App(config_path)
             app.__dict__["config"] = self.config  # the one already read (App.config is a cached_property)
             self.prometheus = prometheus_dir(app, None, "diagnose")
+
+    def history(self) -> HistoryLookup | None:
+        """hc's run history for the culprits' hosts (diagnose/health.py): the runs that FAILed
+        them in the job's window; None where no history is kept (or none recorded yet)."""
+        if self.config is None:
+            return None
+        from healthcheck.report.history import History
+
+        history = History.from_settings(self.config.main.history)
+        if history is None or not history.path.exists():
+            return None
+        return lambda hosts, start, end: history_events(history, hosts, start, end)
 
     def emit(self, verdict: Verdict) -> int:
         import sys
@@ -138,6 +153,30 @@ class Sink:
                 return str(exc)
             click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
         return ""
+
+
+def history_events(history: History, hosts: Sequence[str], start: float, end: float) -> list[HealthEvent]:
+    """The history's FAILs of `hosts` in [start, end] as health events (one per run and host)."""
+    import datetime as dt
+
+    from healthcheck.diagnose.evidence import HealthEvent
+    from healthcheck.report.build import iso
+    from healthcheck.report.jsonio import parse_time
+
+    def stamp(t: float) -> str:
+        return iso(dt.datetime.fromtimestamp(t, dt.timezone.utc))
+
+    with history:
+        failures = history.node_failures(list(hosts), stamp(start), stamp(end))
+    out = []
+    for f in failures:
+        ids = list(dict.fromkeys(x.id for x in f.findings))
+        when = parse_time(f.started_at)
+        said = "; ".join(f"{x.id} {x.message}" for x in f.findings[:3]) or "FAIL"
+        out.append(HealthEvent(host=f.node, kind="hc", text=f"hc {f.command}: {said}"[:500],
+                               source=f"hc history {history.path} run {f.run_id}",
+                               time=when.timestamp() if when else None, id=", ".join(ids[:3])))
+    return out
 
 
 def _config_named(config_path: Path | None) -> Config:
@@ -297,7 +336,7 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))
     live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher)
-    return sink.emit(build(live.collected))
+    return sink.emit(build(live.collected, history=sink.history()))
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
@@ -372,14 +411,18 @@ def _ssh_runner(settings: object) -> tuple[Callable[[str, list[str], float], Com
 
 def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], helper: list[str],
                   label: str, timeout_s: float, parallel: int, startup_s: float,
-                  outputs: Sequence[tuple[str, str]] = ()) -> Verdict:
+                  outputs: Sequence[tuple[str, str]] = (), *, history: HistoryLookup | None = None,
+                  started: float | None = None) -> Verdict:
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
     results = _gather(nodes, run, helper, timeout_s, parallel, startup_s)
     live = evidence_from_nodes(results, job=label, fetch=_fetcher(run), outputs=outputs,
                                output_fetch=_fetcher(run, tail=True))
-    return build(live.collected)
+    ev = live.collected.evidence
+    if ev.window_start is None:  # no node read its kernel log: the job's start as Slurm says it
+        ev.window_start = started
+    return build(live.collected, history=history)
 
 
 @diagnose.command(epilog=JOB_EXIT_CODES)
@@ -462,7 +505,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
         # a batch job's stdout/stderr, read on its batch host: what a rank printed as it died
         outputs = [(info.batch_host, p) for p in info.output_files] if info.batch_host else []
         verdict = _live_verdict(nodes, run, helper_args, f"slurm job {job_id} ({info.nodes})", timeout_s,
-                                parallel or cfg.ssh.max_parallel, startup_s, outputs)
+                                parallel or cfg.ssh.max_parallel, startup_s, outputs, history=sink.history(),
+                                started=info.start_epoch)
     finally:
         close()
     return sink.emit(verdict)
@@ -494,7 +538,7 @@ def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout
 
     try:
         verdict = _live_verdict(nodes, run, args, f"hosts {hostlist}", timeout_s, parallel or cfg.ssh.max_parallel,
-                                startup_s)
+                                startup_s, history=sink.history())
     finally:
         close()
     return sink.emit(verdict)

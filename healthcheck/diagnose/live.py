@@ -310,6 +310,8 @@ def _kernel_events(col: Collected, results: list[NodeAnswer], missing: list[int]
         if c is None or c.kernel is None:
             continue
         k = c.kernel
+        if k.since is not None:  # the window every node read its kernel log from: the job's start
+            ev.window_start = k.since if ev.window_start is None else min(ev.window_start, k.since)
         if k.note:
             ev.unreadable.append(Unreadable(f"{c.host}: kernel log" + (f" ({k.source})" if k.source else ""),
                                             k.note))

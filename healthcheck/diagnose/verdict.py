@@ -30,7 +30,9 @@ from healthcheck.core.model import Finding, GroupResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.diagnose.classify import NEXT_STEP, Analysis, _iso, analyse, ordered
+from healthcheck.diagnose.evidence import HealthEvent
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.health import HistoryLookup, join
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
 
@@ -93,6 +95,8 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"cls": "
     why_unknown: str = ""
     notes: list[str] = []
     findings: list[JobFinding] = []  # kernel findings, stamped; the first is the verdict's
+    # what the culprits' hosts said in the job's window (kernel events, hc's history): health.py
+    node_health: list[HealthEvent] = []
     stack_groups: list[StackGroup] = []
     ranks: list[RankRow] = []
     inputs: int = 0
@@ -203,7 +207,9 @@ def stamped(col: Collected, findings: list[JobFinding]) -> list[JobFinding]:
     return out
 
 
-def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
+def build(col: Collected, analysis: Analysis | None = None, *, history: HistoryLookup | None = None) -> Verdict:
+    """The verdict of what was collected; `history` reads hc's run history for the culprits'
+    hosts (diagnose/health.py; None: not consulted)."""
     analysis = analysis or analyse(col)
     ev = col.evidence
     findings = ordered(analysis.findings)
@@ -236,11 +242,16 @@ def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
     summary = main.message
     if main.where and main.where not in summary:
         summary += f" ({main.where})"
+    health = join(ev, findings, (e.time for e in analysis.events), history)
+    notes += health.notes
+    if health.clause:  # said in the finding too: a ticket carries it
+        summary += f"; {health.clause}"
+        findings[0] = msgspec.structs.replace(main, message=f"{main.message}; {health.clause}")
     return Verdict(cls=main.cls, confidence=confidence, summary=summary, next_step=NEXT_STEP[main.cls],
                    odd_ranks=odd_list, odd_ranks_folded=fold_ranks(odd),
                    odd_hosts=_hosts([o.host for o in odd_list]),
                    divergence=main.divergence, notes=notes, findings=stamped(col, findings),
-                   ranks=_rows(col, analysis, odd), **base)
+                   node_health=health.events, ranks=_rows(col, analysis, odd), **base)
 
 
 def status_of(verdict: Verdict) -> Status:
