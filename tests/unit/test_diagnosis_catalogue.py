@@ -142,7 +142,7 @@ def test_report_html_and_show_read_a_diagnosis(diagnosis, tmp_path):
     assert r.returncode == 0, r.stderr
     text = page.read_text()
     HTMLParser().feed(text)
-    assert "diag.E001" in text and "rank 2 died" in text and "node3" in text
+    assert "diag.E001" in text and "rank 2 died" in text and "node3" in text and "Jobs diagnosed" in text
     shown = run_hc("report", "show", str(diagnosis), "--format", "json")
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
@@ -164,3 +164,20 @@ def test_diagnose_exports_prometheus(tmp_path):
     # a directory that cannot be written is refused before the diagnosis, as for hc node
     bad = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(tmp_path / "missing"))
     assert bad.returncode == 4 and b"Traceback" not in bad.stderr
+
+
+def test_a_broken_diagnosis_document_is_one_line(tmp_path):
+    """A document that claims hc.diagnosis/2 but is not one (hand-edited, cut short, another
+    version's) is refused in one line, exit 4, by every reader of reports."""
+    cases = {"cut": b'{"schema": "hc.diagnosis/2", "class": "dead-rank", "findings": [{"id": "diag.E0',
+             "fields": json.dumps({"schema": "hc.diagnosis/2", "class": "dead-rank"}).encode(),
+             "newer": json.dumps({"schema": "hc.diagnosis/3", "class": "x", "confidence": "high", "summary": "s",
+                                  "next_step": "n"}).encode()}
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(data)
+        for cmd in (["report", "tickets", str(path), "--no-webhook"], ["report", "show", str(path)],
+                    ["report", "html", str(path), "-o", str(tmp_path / "x.html")]):
+            r = run_hc(*cmd)
+            assert r.returncode == 4, (name, cmd, r.stderr)
+            assert b"Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
