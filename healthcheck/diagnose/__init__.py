@@ -5,7 +5,8 @@ sources.py   saved files -> evidence (`hc diagnose logs`); walk.py the bounded w
 stacks.py    STAT-like grouping of the ranks' stacks
 classify.py  the ordered rules -> findings
 findings.py  JobFinding: a kernel finding about a job (diag.E0xx)
-verdict.py   findings -> the Verdict (table, hc.diagnosis/2 JSON)
+verdict.py   findings -> the Verdict (table, hc.diagnosis/2 JSON), a report's job result
+health.py    the culprits' hosts' health in the job's window (kernel events, hc's history)
 """
 
 # The bounds of the live commands' numbers, shared by `hc diagnose job|hosts|pids` and the
