@@ -161,6 +161,13 @@ def test_diagnose_exports_prometheus(tmp_path):
     assert 'id="diag.E001"' in line and 'check="diagnose"' in line and 'severity="FAIL"' in line
     assert ':rank 2"' in line and line.endswith(" 1.0")
     assert 'hc_group_status{command="diagnose"' in text and 'kind="job",status="FAIL"' in text
+    # or where the config says so, for the command diagnose
+    (prom / "hc-diagnose.prom").unlink()
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"prometheus: {{textfile_dir: {prom}, commands: [diagnose]}}\n")
+    r = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--config", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert 'id="diag.E001"' in (prom / "hc-diagnose.prom").read_text()
     # a directory that cannot be written is refused before the diagnosis, as for hc node
     bad = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(tmp_path / "missing"))
     assert bad.returncode == 4 and b"Traceback" not in bad.stderr
