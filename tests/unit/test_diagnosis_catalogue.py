@@ -159,6 +159,7 @@ def test_diagnose_exports_prometheus(tmp_path):
     text = (prom / "hc-diagnose.prom").read_text()
     (line,) = [x for x in text.splitlines() if x.startswith("hc_finding{")]
     assert 'id="diag.E001"' in line and 'check="diagnose"' in line and 'severity="FAIL"' in line
+    assert 'node="node3"' in line  # the culprit's host, as a node's finding names its node
     assert ':rank 2"' in line and line.endswith(" 1.0")
     assert 'hc_group_status{command="diagnose"' in text and 'kind="job",status="FAIL"' in text
     # or where the config says so, for the command diagnose
