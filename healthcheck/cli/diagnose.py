@@ -113,7 +113,9 @@ class Sink:
         history = History.from_settings(self.config.main.history)
         if history is None or not history.path.exists():
             return None
-        return lambda hosts, start, end: history_events(history, hosts, start, end)
+        config = self.config
+        return lambda hosts, start, end: history_events(history, hosts, start, end,
+                                                        allowed=lambda host: _max_rise(config, host))
 
     def emit(self, verdict: Verdict) -> int:
         import sys
@@ -155,10 +157,14 @@ class Sink:
         return ""
 
 
-def history_events(history: History, hosts: Sequence[str], start: float, end: float) -> list[HealthEvent]:
-    """The history's FAILs of `hosts` in [start, end] as health events (one per run and host)."""
+def history_events(history: History, hosts: Sequence[str], start: float, end: float, *,
+                   allowed: Callable[[str], dict[str, int]] | None = None) -> list[HealthEvent]:
+    """What the history says of `hosts` in [start, end], as health events: each run that
+    FAILed a host, and each IB error counter that rose on one over the window (more than
+    `allowed(host)[counter]`, 0 where unset)."""
     import datetime as dt
 
+    from healthcheck.core.config.schema import IbCounterLimits
     from healthcheck.diagnose.evidence import HealthEvent
     from healthcheck.report.build import iso
     from healthcheck.report.jsonio import parse_time
@@ -166,9 +172,20 @@ def history_events(history: History, hosts: Sequence[str], start: float, end: fl
     def stamp(t: float) -> str:
         return iso(dt.datetime.fromtimestamp(t, dt.timezone.utc))
 
+    def epoch(text: str) -> float | None:
+        when = parse_time(text)
+        return when.timestamp() if when else None
+
+    counters = frozenset(IbCounterLimits.__struct_fields__)
     with history:
         failures = history.node_failures(list(hosts), stamp(start), stamp(end))
-    out = []
+        rises = [r for h in hosts for r in history.counter_rises(
+            h, stamp(start), stamp(end), counters, allowed=allowed(h) if allowed else None,
+            lookback=stamp(start - COUNTER_LOOKBACK_S))]
+    out = [HealthEvent(host=r.node, kind="counters", source=f"hc history {history.path}", time=epoch(r.after_at),
+                       text=f"{r.component} {r.name} rose from {r.before:g} ({r.before_at}) to {r.after:g} "
+                            f"({r.after_at})",
+                       said=f"had {r.name} of {r.component} rise by {r.after - r.before:g}") for r in rises]
     for f in failures:
         ids = list(dict.fromkeys(x.id for x in f.findings))
         when = parse_time(f.started_at)
@@ -177,6 +194,23 @@ def history_events(history: History, hosts: Sequence[str], start: float, end: fl
                                source=f"hc history {history.path} run {f.run_id}",
                                time=when.timestamp() if when else None, id=", ".join(ids[:3])))
     return out
+
+
+COUNTER_LOOKBACK_S = 86400.0  # how far before a job a reading of its hosts' IB counters is a baseline
+
+
+def _max_rise(config: Config, host: str) -> dict[str, int]:
+    """The rise of each IB error counter the host's fabric allows during a test
+    (bandwidth.counters_max_rise); {} where the host has no fabric here."""
+    import msgspec
+
+    from healthcheck.core.errors import HcError
+
+    try:
+        limits = config.for_node(host).limits.bandwidth.counters_max_rise
+    except (HcError, ValueError):
+        return {}
+    return {k: v for k, v in msgspec.structs.asdict(limits).items() if v is not None}
 
 
 def _config_named(config_path: Path | None) -> Config:

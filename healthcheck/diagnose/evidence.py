@@ -52,16 +52,18 @@ class KernelEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a host's health said in the job's window: a kernel event of it (kind "xid",
-    "oom-kill", "link") or a finding hc's history holds for it (kind "hc": a check that
-    FAILed the host, id its finding ID). `diagnose/health.py` joins them to the culprits."""
+    "oom-kill", "link"), or what hc's history holds for it: a check that FAILed the host
+    (kind "hc", id its finding ID), an IB error counter that rose between the runs before
+    and in the window (kind "counters"). `diagnose/health.py` joins them to the culprits."""
 
     host: str
-    kind: str
+    kind: str  # "xid", "oom-kill", "link", "hc" (a FAIL), "counters" (an IB error counter rose)
     text: str
     source: str  # "gpu017: /dev/kmsg:412", "hc history run 20261122T024500Z-3f2a9c"
     time: float | None = None  # epoch seconds
     id: str = ""  # the finding ID of an "hc" event
     xid: int | None = None
+    said: str = ""  # how the verdict's summary says it, where the producer knows better than its kind
 
 
 class RankEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -7,9 +7,11 @@ died ...; node3 logged Xid 79 at 2026-11-22 13:00:01 UTC"):
 - the kernel events the nodes logged (a live collection reads each node's kernel log from
   the job's start: Xid, OOM kills, HCA link events, each with its host; a kernel log read
   from saved files names no host, so it is not joined);
-- hc's own history: a run that FAILed the host in the window (its finding IDs), an IB
-  error-counter rise included (ib.counters FAILs on one). report/ and diagnose/ are
-  layers apart, so the caller (the CLI) passes a `HistoryLookup` that reads the history.
+- hc's own history: a run that FAILed the host in the window (its finding IDs), and an IB
+  error counter that rose between the host's last run before the job and its last run in
+  the window (beyond the fabric's bandwidth.counters_max_rise where set). report/ and
+  diagnose/ are layers apart, so the caller (the CLI) passes a `HistoryLookup` that reads
+  the history.
 
 The culprits are the ranks the verdict's first finding names; where it names none (an
 Xid no pid ties to a rank), the ranks the other findings name. The window runs from the
@@ -119,6 +121,8 @@ def _said(host: str, ranks: list[int], events: list[HealthEvent]) -> str:
 
 def _phrase(e: HealthEvent) -> str:
     when = f" at {_clock(e.time)}" if e.time is not None else ""
+    if e.said:
+        return f"{e.said}{' by ' + _clock(e.time) if e.time is not None else ''}"
     if e.kind == "xid":
         word = "SXid" if "SXid" in e.text else "Xid"  # an NVSwitch's, which the same parser reads
         return f"logged {word} {e.xid if e.xid is not None else '?'}{when}"

@@ -13,7 +13,7 @@ import msgspec
 from support import FIXTURES, run_hc
 
 from healthcheck.cli.diagnose import history_events
-from healthcheck.core.model import CheckResult, NodeResult
+from healthcheck.core.model import CheckResult, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
 from healthcheck.diagnose.collect import KernelLog, NodeCollection, decode_collection, read_kernel
@@ -85,7 +85,8 @@ def test_a_kill_the_verdict_already_stands_on_is_not_said_twice():
     assert v.node_health == [] and "logged an OOM kill" not in v.summary
 
 
-def _record(history: History, when: dt.datetime, node: str, status: Status, finding_id: str = "ib.E005") -> None:
+def _record(history: History, when: dt.datetime, node: str, status: Status, finding_id: str = "ib.E005",
+            metrics: list[Metric] | None = None) -> None:
     findings = []
     if status is Status.FAIL:
         from healthcheck.core.catalogue import CATALOGUE
@@ -94,7 +95,7 @@ def _record(history: History, when: dt.datetime, node: str, status: Status, find
         load_declarations()
         findings = [stamp(CATALOGUE[finding_id].fail("mlx5_0/1 symbol_error rose by 40", component="mlx5_0/1"),
                           check="ib.counters", node=node)]
-    result = NodeResult(node=node, fabric="t", status=status, findings=findings,
+    result = NodeResult(node=node, fabric="t", status=status, findings=findings, metrics=metrics or [],
                         checks=[CheckResult(name="ib.counters", status=status, duration_s=0.1)])
     report = make_report(command="health", tier="standard", config_digest="x", config_path="c", started=when,
                          finished=when + dt.timedelta(seconds=2), nodes=[result])
@@ -118,6 +119,35 @@ def test_a_fail_in_hcs_history_in_the_window_is_said(tmp_path):
     assert "symbol_error rose by 40" in event.text and event.source.startswith("hc history ")
     assert "node4 (rank 3) was FAILed by hc at 2026-11-23 07:53:00 UTC (ib.E005)" in v.summary
     assert "gpu.E010" not in v.summary and "gpu.E020" not in v.summary
+
+
+def _counters(symbol_error: int, link_downed: int, port: str = "mlx5_0/1") -> list[Metric]:
+    return [Metric("symbol_error", symbol_error, component=port), Metric("link_downed", link_downed, component=port)]
+
+
+def test_an_ib_counter_that_rose_over_the_window_is_said(tmp_path):
+    """ib.counters PASSes below its limits, yet a counter that rose while the job ran on the
+    culprit's host is part of its story: its last reading before the job against its last in
+    the window; a reset, another host's rise, or a rise the fabric allows is not said."""
+    history = History(tmp_path / "history.sqlite")
+    _record(history, JOB_START - dt.timedelta(hours=2), "node4", Status.PASS,
+            metrics=[*_counters(10, 2), *_counters(30, 0, "mlx5_1/1")])
+    _record(history, JOB_START + dt.timedelta(minutes=6), "node4", Status.PASS,
+            metrics=[*_counters(50, 2), *_counters(0, 0, "mlx5_1/1")])  # mlx5_1/1 reset: no rise
+    _record(history, JOB_START - dt.timedelta(hours=1), "node1", Status.PASS, metrics=_counters(0, 0))
+    _record(history, JOB_START + dt.timedelta(minutes=6), "node1", Status.PASS, metrics=_counters(900, 3))
+    window = KernelLog(since=JOB_START.timestamp(), source="/dev/kmsg", lines=10)
+    cols = with_kernel(collections("stop-torchrun"), {f"node{i}": window for i in range(1, 5)})
+    v = build(evidence_from_nodes(cols, job="j").collected,
+              history=lambda hosts, start, end: history_events(history, hosts, start, end))
+    (event,) = v.node_health
+    assert (event.host, event.kind) == ("node4", "counters")
+    assert "mlx5_0/1 symbol_error rose from 10" in event.text and "to 50" in event.text
+    assert "node4 (rank 3) had symbol_error of mlx5_0/1 rise by 40 by 2026-11-23 07:56:00 UTC" in v.summary
+    # the fabric allows that much during a test (bandwidth.counters_max_rise): not said
+    events = history_events(history, ["node4"], JOB_START.timestamp(), JOB_START.timestamp() + 3600,
+                            allowed=lambda host: {"symbol_error": 40})
+    assert events == []
 
 
 def _copy(src: Path, dst: Path) -> Path:
