@@ -46,13 +46,20 @@ def stderr_lines(r) -> list[str]:
 # ------------------------------------------------------------------ the variables
 
 
-def test_every_debug_variable_is_set_on_an_empty_environment_with_both_flight_recorder_names(tmp_path):
-    got = envset.debug_env({}, tmp_path)
+def test_every_debug_variable_is_set_on_an_empty_environment_under_the_names_torch_reads_without_a_warning(
+        tmp_path):
+    got = envset.debug_env({}, tmp_path, release=(2, 13))
     assert got["NCCL_DEBUG"] == "INFO" and got["NCCL_DEBUG_SUBSYS"] == envset.DEFAULT_SUBSYS
     assert got["NCCL_DEBUG_FILE"] == f"{tmp_path}/nccl.%h.%p.log"
-    assert got["TORCH_NCCL_TRACE_BUFFER_SIZE"] == got["TORCH_FR_BUFFER_SIZE"] == "2000"
+    # torch >= 2.8 warns on every rank when the old name is set at all, even beside the new one
+    assert got["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in got
     assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == got["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
+    assert got["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in got
+    assert envset.debug_env({}, tmp_path) == got  # torch unknown: the current names
+    old = envset.debug_env({}, tmp_path, release=(2, 7))  # which knows only the old names
+    assert old["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and "TORCH_FR_BUFFER_SIZE" not in old
+    assert old["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
     assert "TORCH_DISTRIBUTED_DEBUG" not in got and "TORCH_NCCL_DESYNC_DEBUG" not in got
     desync = envset.debug_env({}, tmp_path, desync=True, nccl_debug="WARN", subsys="INIT,COLL")
     assert desync["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL" and desync["TORCH_NCCL_DESYNC_DEBUG"] == "1"
@@ -77,7 +84,7 @@ def test_the_command_sees_the_variables_and_the_users_values_win(tmp_path):
     seen = json.loads(r.stdout)
     logs = tmp_path / "logs"
     assert seen["NCCL_DEBUG"] == "TRACE" and seen["NCCL_DEBUG_FILE"] == f"{logs}/nccl.%h.%p.log"
-    assert seen["TORCH_FR_BUFFER_SIZE"] == seen["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert seen["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in seen
     assert seen["TORCH_FR_DUMP_TEMP_FILE"] == f"{logs}/fr/nccl_trace_rank_"
     # hc says everything on stderr: the job's stdout is the job's
     assert r.stdout.decode().count("\n") == 1
