@@ -22,19 +22,34 @@ from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
 EPILOG = """\b
 Inside a job script, around each rank or around the launcher:
   srun hc run -- python train.py --lr 3e-4
+  mpirun -np 16 hc run -- python train.py
   torchrun --nproc-per-node 8 -m healthcheck run -- python train.py
+  hc run -- torchrun --nproc-per-node 8 train.py
   srun --ntasks-per-node 1 hc run -- torchrun --nnodes 4 ... train.py
 
 \b
 Sets, unless already set: NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS (--nccl-subsys),
 NCCL_DEBUG_FILE=<log dir>/nccl.%h.%p.log, the Flight Recorder
-(TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_FR_BUFFER_SIZE=2000,
-TORCH_NCCL_DUMP_ON_TIMEOUT=1, TORCH_NCCL_DEBUG_INFO_TEMP_FILE and
-TORCH_FR_DUMP_TEMP_FILE=<log dir>/fr/nccl_trace_rank_) and, with
+(TORCH_FR_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1,
+TORCH_FR_DUMP_TEMP_FILE=<log dir>/fr/nccl_trace_rank_; for torch < 2.8
+TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE instead,
+never both: torch >= 2.8 warns on every rank about the old names) and, with
 --debug-desync, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_NCCL_DESYNC_DEBUG=1.
-A name pair is set only when neither name is. Each rank writes
-<log dir>/hc-run.rank<R>.<host>.<pid>.json: what it set, its rank, host, pid
-(NCCL's %p: the command keeps hc's pid) and the command.
+A variable with two names is set only when neither name is. Each rank writes
+<log dir>/hc-run.rank<R>.<host>.<pid>.json: what it set, its rank, local
+rank, world size, host, pid (NCCL's %p: the command keeps hc's pid) and the
+command; and <log dir>/hc-run.rank<R>.<host>.<pid>.log: its stdout and
+stderr, each line with its time, and how it exited (--no-tee: not kept; the
+console sees the output as before).
+
+\b
+Around a launcher hc is not a rank. Around torchrun it starts each rank
+through hc run (PYTHON_EXEC points at a script in the log directory; the
+rank's command sees PYTHON_EXEC as it was), so every rank is recorded as
+torchrun numbered it; torchrun's own output is kept as
+hc-run.launcher.<host>.<pid>.log. Around mpirun or srun (or torchrun
+--no-python) the ranks are not recorded: hc says so and how to (hc run
+inside the launcher); the launcher's output is kept.
 Log dir: --log-dir, else $HC_RUN_LOG_DIR, else $SLURM_SUBMIT_DIR/hc-job-<jobid>,
 else <tmp>/hc-run-<uid>/<run>.
 
@@ -46,7 +61,9 @@ several local ranks), MASTER_PORT already in use (rank 0, on the master's
 host), the node's quick tier (local rank 0; its ERROR only warns), a short
 all-reduce + barrier naming ranks slower than --straggler-factor x the
 median (a warning: the job runs). Rank 0 prints the NCCL/TORCH variables in
-effect and the command that diagnoses the job if it hangs.
+effect and the command that diagnoses the job if it fails or hangs
+(hc diagnose logs <log dir>). Around a launcher: its variables and the
+node's quick tier only (the ranks check the rest).
 
 \b
 Exit codes (before the command starts; afterwards they are the command's):

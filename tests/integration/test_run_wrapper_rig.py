@@ -2,7 +2,9 @@
 network-namespace host. The straggler test meets across the hosts (node1 from the step's
 nodelist, a port derived from the job id) over gloo, names the host a test hook slows,
 and every task then execs the job, whose exit code srun reports per task. The log directory
-is the default, $SLURM_SUBMIT_DIR/hc-job-<jobid>, with one manifest per task.
+is the default, $SLURM_SUBMIT_DIR/hc-job-<jobid>, with one manifest and one output file
+per task (the task's own lines, its Slurm rank in the header, its exit where the kernel
+lets the tee see it: a pidfd, Linux >= 6.15; slurmstepd reaps at once).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 
 import pytest
 from test_bw_launchers_rig import hc_program
 
+from healthcheck.parsers.run_output import parse_run_output
 from healthcheck.runners.launch import launch, srun_launch
 
 pytestmark = pytest.mark.rig
@@ -49,7 +53,7 @@ def test_srun_hc_run_names_the_slow_host_and_runs_the_job_on_every_task(fresh_sl
     rank0 = "\n".join(r.rank_stderr.get(0, []) + r.ranks[0])  # hc says everything on stderr
     warning = next(ln for ln in rank0.splitlines() if "straggler test: 4 ranks (gloo)" in ln)
     assert "rank 2 (node3)" in warning and "node1" not in warning.split("factor:")[1], warning
-    (hint,) = [ln for ln in rank0.splitlines() if "if this job hangs" in ln]
+    (hint,) = [ln for ln in rank0.splitlines() if "if this job fails or hangs" in ln]
     log_dir = Path(hint.split("hc diagnose logs ")[1].split(";")[0])
     assert log_dir.parent == Path(slurm.jobs_dir) and log_dir.name.startswith("hc-job-")
     assert "hc diagnose job " in hint
@@ -57,3 +61,14 @@ def test_srun_hc_run_names_the_slow_host_and_runs_the_job_on_every_task(fresh_sl
     assert sorted(m["host"] for m in manifests) == NODES, detail
     assert {m["rank"]: m["pid"] for m in manifests} == {t: j["pid"] for t, j in jobs.items()}
     assert all(j["nccl_file"] == f"{log_dir}/nccl.%h.%p.log" for j in jobs.values())
+    assert all((m["world_size"], m["local_rank"], m["launcher"]) == (4, 0, "srun") for m in manifests)
+    kept = {}
+    for p in log_dir.glob("hc-run.rank*.log"):
+        parsed = parse_run_output(p.read_bytes().decode(errors="replace"))
+        assert parsed is not None, p
+        kept[parsed.rank] = parsed
+    assert sorted(kept) == [0, 1, 2, 3], detail
+    pidfd_exit = tuple(int(x) for x in platform.release().split(".")[:2]) >= (6, 15)
+    for task, parsed in kept.items():
+        assert json.dumps(jobs[task]) in parsed.text and parsed.host == NODES[task]
+        assert parsed.exit_code == 3 if pidfd_exit else parsed.exit_code in (3, None)

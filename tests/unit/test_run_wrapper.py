@@ -66,6 +66,20 @@ def test_every_debug_variable_is_set_on_an_empty_environment_under_the_names_tor
     assert desync["NCCL_DEBUG"] == "WARN" and desync["NCCL_DEBUG_SUBSYS"] == "INIT,COLL"
 
 
+def test_on_a_real_nccl_timeout_torch_warns_about_the_old_names_only_never_those_hc_sets(tmp_path):
+    # captured on an H100 (tests/fixtures/h100-captures/fr-env-names): torch 2.11, NCCL, a collective timed out
+    here = Path(__file__).parent.parent / "fixtures" / "h100-captures" / "fr-env-names"
+    old = (here / "torch-2.11-nccl-timeout-old-names.txt").read_text()
+    new = (here / "torch-2.11-nccl-timeout-new-names.txt").read_text()
+    names = {n for pair in (*envset.PAIRS_FR, *envset.PAIRS_FR_FILE) for n in pair}
+    warned = {n for n in names for ln in old.splitlines() if n in ln and "deprecated" in ln.lower()
+              and ln.lower().index(n.lower()) < ln.lower().index("deprecated")}
+    assert warned == {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+    hc_sets = set(envset.debug_env({}, tmp_path, release=(2, 11)))
+    assert hc_sets & names and not hc_sets & warned
+    assert "deprecated" not in new.lower() and "Watchdog caught collective operation timeout" in new
+
+
 def test_what_the_user_set_is_never_overridden_and_a_pair_is_left_alone_when_either_name_is_set(tmp_path):
     user = {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/scratch/n.%h.log", "TORCH_FR_BUFFER_SIZE": "0",
             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/scratch/fr_", "TORCH_DISTRIBUTED_DEBUG": "INFO"}
