@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,8 @@ host), the node's quick tier (local rank 0; its ERROR only warns), a short
 all-reduce + barrier naming ranks slower than --straggler-factor x the
 median (a warning: the job runs). Rank 0 prints the NCCL/TORCH variables in
 effect and the command that diagnoses the job if it fails or hangs
-(hc diagnose logs <log dir>). Around a launcher: its variables and the
+(hc diagnose logs <log dir>), and says it again once rank 0 (or the launcher
+hc runs) has exited other than 0. Around a launcher: its variables and the
 node's quick tier only (the ranks check the rest).
 
 \b
@@ -198,8 +200,12 @@ def run(command: tuple[str, ...], log_dir: Path | None, nccl_debug: str, nccl_su
     return _as_rank(command, env, directory, opts)
 
 
-def _tee(path: Path, info: Who | None, kind: str, label: str) -> Path | None:
-    """Send this process's stdout/stderr (the command's, after exec) through the tee into `path`."""
+_TEES: list[int] = []  # the tee this hc run started: told to say nothing if hc exits without exec
+
+
+def _tee(path: Path, info: Who | None, kind: str, label: str, after_failure: str = "") -> Path | None:
+    """Send this process's stdout/stderr (the command's, after exec) through the tee into `path`;
+    `after_failure`: the line the tee says once the command has failed."""
     from healthcheck.jobwrap import tee
     from healthcheck.parsers import run_output
 
@@ -207,11 +213,31 @@ def _tee(path: Path, info: Who | None, kind: str, label: str) -> Path | None:
     head = run_output.header(rank=info.rank if info else None, world=info.world_size if info else None,
                              local_rank=info.local_rank if info else None, host=host, pid=pid, launcher=kind)
     try:
-        tee.start(path, head)
+        _TEES.append(tee.start(path, head, after_failure=after_failure))
     except tee.TeeError as exc:  # bookkeeping: the job still runs, its output as it was
         _say(f"warning: {label}output not kept: {exc}")
         return None
     return path
+
+
+def _no_command(func: Callable[[], int]) -> int:
+    """Run up to the exec: where hc exits itself (a preflight FAIL, a command it cannot start),
+    the tee must not say that the command failed."""
+    from healthcheck.jobwrap import tee
+
+    try:
+        code = func()
+    except BaseException:
+        tee.quiet(_TEES)
+        raise
+    tee.quiet(_TEES)  # exec returned: the command never started
+    return code
+
+
+def _after_failure(who: str, directory: Path) -> str:
+    from healthcheck.jobwrap.tee import HOW
+
+    return f"hc run: {who} {HOW}: hc diagnose logs {directory}"
 
 
 def _as_rank(command: tuple[str, ...], env: dict[str, str], directory: Path, opts: RunOptions) -> int:
@@ -226,16 +252,24 @@ def _as_rank(command: tuple[str, ...], env: dict[str, str], directory: Path, opt
                                desync=opts.debug_desync, release=envset.torch_release())
     env_kept = envset.kept_env(env, desync=opts.debug_desync)
     env.update(env_set)
-    output = _tee(envset.output_path(directory, info, host, pid), info, info.launcher, label) if opts.tee else None
+    lead = info.rank in (0, None)
+    who = "the command" if (info.world_size or 1) == 1 else f"rank {info.rank}"
+    after = _after_failure(who, directory) if lead and not opts.inner else ""
+    output = (_tee(envset.output_path(directory, info, host, pid), info, info.launcher, label, after)
+              if opts.tee else None)
     try:
         envset.write_manifest(directory, info, command, env, env_set, env_kept, output=output)
     except HcError as exc:  # bookkeeping: the job still runs
         _say(f"warning: {label}no manifest: {exc}")
-    lead = info.rank in (0, None)
     if lead:
         if not opts.inner:
             _say(f"logs in {directory}")
         _say(f"env: {envset.shown_env(env)}")
+    return _no_command(lambda: _preflight_and_exec(command, env, info, label, opts, directory, lead))
+
+
+def _preflight_and_exec(command: tuple[str, ...], env: dict[str, str], info: Who, label: str, opts: RunOptions,
+                        directory: Path, lead: bool) -> int:
     if opts.preflight:
         _preflight(env, info, label, opts)
     if lead and not opts.inner:
@@ -254,7 +288,8 @@ def _around_launcher(command: tuple[str, ...], kind: str, env: dict[str, str], d
     label = "" if lead else f"task {info.rank}: "
     host, pid = socket.gethostname(), os.getpid()
     if opts.tee:
-        _tee(envset.output_path(directory, None, host, pid), None, kind, label)
+        after = _after_failure(kind, directory) if lead else ""
+        _tee(envset.output_path(directory, None, host, pid), None, kind, label, after)
     why = _delegate(command, env, directory, opts) if kind == "torchrun" else "it starts the ranks itself"
     if why is not None:  # the ranks inherit the variables; who they are stays unknown
         env.update(envset.debug_env(env, directory, nccl_debug=opts.nccl_debug, subsys=opts.nccl_subsys,
@@ -268,11 +303,14 @@ def _around_launcher(command: tuple[str, ...], kind: str, env: dict[str, str], d
             _say(f"warning: {kind}: ranks not recorded ({why}); to record them, run hc inside it: "
                  f"{_INSIDE[kind]}")
             _say(f"env: {envset.shown_env(env)}")
-    if opts.preflight:
-        _launcher_preflight(env, info, label, opts)
-    if lead:
-        _say(_next_step(directory, env))
-    return exec_command(command, env)
+    def preflight_and_exec() -> int:
+        if opts.preflight:
+            _launcher_preflight(env, info, label, opts)
+        if lead:
+            _say(_next_step(directory, env))
+        return exec_command(command, env)
+
+    return _no_command(preflight_and_exec)
 
 
 _INSIDE = {"torchrun": "torchrun ... -m healthcheck run -- python train.py",

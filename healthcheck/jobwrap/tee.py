@@ -35,6 +35,7 @@ from healthcheck.parsers import run_output
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_PARTIAL = 64 * 1024  # a line longer than this is written in pieces
 READY_TIMEOUT_S = 10.0
+HOW = "{how}"  # in the line said after a failure: "exited 1", "was killed by SIGKILL"
 EXIT_WAIT_S = 2.0  # after the output ended: how long to look for the exit status
 # ioctl(pidfd, PIDFD_GET_INFO, struct pidfd_info) (linux/pidfd.h, 6.15): _IOWR(0xFF, 11, 64 bytes)
 _PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
@@ -49,9 +50,11 @@ class TeeError(Exception):
     """The tee could not be started: the job runs with its output as it was."""
 
 
-def start(path: Path, head: str) -> int:
+def start(path: Path, head: str, *, after_failure: str = "") -> int:
     """Start the tee for `path` (created here, never over an existing file) and send fds 1 and 2
-    through it. Returns the tee's pid; TeeError (nothing redirected) when it cannot."""
+    through it. `after_failure`: what to say on the console (stderr) once the process has
+    exited other than 0, followed by how it exited (the next step, said when it is needed).
+    Returns the tee's pid; TeeError (nothing redirected) when it cannot."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
     except OSError as exc:
@@ -64,7 +67,7 @@ def start(path: Path, head: str) -> int:
         ready_r, ready_w = os.pipe()
         con_out, con_err = os.dup(1), os.dup(2)
         fds += [r_out, r_err, ready_r, ready_w, con_out, con_err]
-        proc = _spawn(path, (r_out, r_err, con_out, con_err, fd, ready_w))
+        proc = _spawn(path, (r_out, r_err, con_out, con_err, fd, ready_w), after_failure)
         os.close(ready_w)
         fds.remove(ready_w)
         if not _ready(ready_r, proc):
@@ -91,10 +94,19 @@ def start(path: Path, head: str) -> int:
     return proc.pid
 
 
-def _spawn(path: Path, fds: tuple[int, int, int, int, int, int]) -> subprocess.Popen[bytes]:
+def quiet(pids: list[int]) -> None:
+    """hc exits without starting the command (a preflight FAIL): the tee says nothing of it."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)  # ours, by pid
+        except OSError:
+            pass
+
+
+def _spawn(path: Path, fds: tuple[int, int, int, int, int, int], after_failure: str) -> subprocess.Popen[bytes]:
     package_parent = str(Path(__file__).resolve().parents[2])
     argv = [sys.executable, "-I", "-c", _ENTRY, package_parent, "hc-run-tee", str(path), *map(str, fds),
-            str(os.getpid())]
+            str(os.getpid()), after_failure]
     return subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={"LC_ALL": "C.UTF-8"}, close_fds=True)
 
@@ -211,9 +223,12 @@ def _pump(streams: list[_Stream], out: _File) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """The tee process: `hc-run-tee PATH OUT ERR CONSOLE_OUT CONSOLE_ERR FILE READY JOB_PID` (fds, a pid)."""
+    """The tee process: `hc-run-tee PATH OUT ERR CONSOLE_OUT CONSOLE_ERR FILE READY JOB_PID SAY` (fds, a
+    pid, the line for the console after a failure)."""
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
+    say = [argv[9] if len(argv) > 9 else ""]
+    signal.signal(signal.SIGUSR1, lambda *_: say.clear())  # hc exited itself: no command failed
     path = argv[1]
     pipe_out, pipe_err, con_out, con_err, file_fd, ready, job = (int(a) for a in argv[2:9])
     watch = _Watch(job)
@@ -226,8 +241,22 @@ def main(argv: list[str]) -> None:
     except Exception:  # never leave the job writing into a pipe nobody reads: the console only
         out.fd = None
         _pump([st for st in streams if _is_open(st.pipe)], out)
-    out.write(run_output.end_line(time.time(), watch.exit_code()))
+    code = watch.exit_code()
+    out.write(run_output.end_line(time.time(), code))
+    if code and say and say[0] and streams[1].console is not None:
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited {code}"
+        try:
+            _write_all(streams[1].console, say[0].replace(HOW, how).encode() + b"\n")
+        except OSError:
+            pass
     os._exit(0)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class _Watch:

@@ -168,9 +168,12 @@ def test_the_printed_next_step_names_the_rank_the_captured_console_names(tmp_pat
     live = diagnose(captured)
     if death == "kill":
         assert (live["class"], odd(live)) == ("dead-rank", [2]), live["summary"]  # the truth
-    logs = diagnose(printed_log_dir(console))
+    log_dir = printed_log_dir(console)
+    logs = diagnose(log_dir)
     # whatever the rules make of an exception, the log directory says what the console says
     assert (logs["class"], odd(logs)) == (live["class"], odd(live)), logs["summary"]
+    if form == "around":  # and once torchrun has failed, hc says it again, last
+        assert console.rstrip().splitlines()[-1] == f"hc run: torchrun exited 1: hc diagnose logs {log_dir}"
 
 
 # ------------------------------------------------------------------ plain processes

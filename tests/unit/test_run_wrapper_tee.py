@@ -82,6 +82,9 @@ def test_the_tee_ends_with_the_job_and_a_signalled_rank_is_recorded_as_such(tmp_
     r = subprocess.run([PY, "-m", "healthcheck", "run", "--log-dir", str(tmp_path / "logs"), "--no-preflight", "--",
                         PY, "-c", job], env=env, capture_output=True, timeout=60)
     assert r.returncode == -9 and r.stdout == b"about to die\n"
+    deadline = time.monotonic() + 10  # the tee says it once the rank has gone: after hc's exit status
+    while not logs_of(tmp_path) or logs_of(tmp_path)[2].exit_code is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     kept = logs_of(tmp_path)[2]
     assert kept.exit_code == -9 and kept.world_size == 4 and "about to die" in kept.text
     ev = collect([tmp_path / "logs"]).evidence
