@@ -209,3 +209,18 @@ def test_a_torchrun_hc_cannot_see_into_is_said_so_and_no_rank_is_claimed(tmp_pat
     assert "--no-python" in warning and "-m healthcheck run" in warning
     assert not list((tmp_path / "logs").glob("hc-run.rank*"))  # "rank 0 of 1" would be false
     assert set(logs_of(tmp_path)) == {None}
+
+
+def test_the_next_step_is_said_again_after_a_failure_but_not_when_hc_stopped_the_job(tmp_path):
+    logs = tmp_path / "logs"
+    failed = run_hc("run", "--log-dir", str(logs), "--no-preflight", "--", PY, "-c", "import sys; sys.exit(3)")
+    assert failed.returncode == 3
+    assert failed.stderr.decode().rstrip().splitlines()[-1] == f"hc run: the command exited 3: hc diagnose logs {logs}"
+    ok = run_hc("run", "--log-dir", str(logs), "--no-preflight", "--", "true")
+    assert ok.returncode == 0 and "exited" not in ok.stderr.decode()
+    # a preflight FAIL: hc exits 2 itself, the command never ran; one line, no "exited 2"
+    stopped = run_hc("run", "--log-dir", str(logs), "--no-node-check", "--", "true",
+                     env={"RANK": "0", "WORLD_SIZE": "2"})
+    assert stopped.returncode == 2
+    errors = [ln for ln in stopped.stderr.decode().splitlines() if "exited" in ln or ln.startswith("hc: error")]
+    assert len(errors) == 1 and errors[0].startswith("hc: error: preflight")
