@@ -303,6 +303,7 @@ def _around_launcher(command: tuple[str, ...], kind: str, env: dict[str, str], d
             _say(f"warning: {kind}: ranks not recorded ({why}); to record them, run hc inside it: "
                  f"{_INSIDE[kind]}")
             _say(f"env: {envset.shown_env(env)}")
+
     def preflight_and_exec() -> int:
         if opts.preflight:
             _launcher_preflight(env, info, label, opts)
