@@ -102,6 +102,32 @@ def _delay(env: Mapping[str, str], rank: int) -> float:
         raise UsageError(f"${DELAY_S_ENV}={env.get(DELAY_S_ENV, '')[:40]!r} is not seconds") from None
 
 
+# where each launcher says how many of its ranks share this node
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def local_world_size(env: Mapping[str, str]) -> int | None:
+    """How many ranks of the job run on this node, where the launcher says."""
+    for name in LOCAL_SIZE_VARS:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def preflight_backend(torch: Any, requested: str, env: Mapping[str, str]) -> str:
+    """`auto` is NCCL only where each local rank can have a GPU of its own (as many visible
+    as ranks here, or this rank bound to one by CUDA_VISIBLE_DEVICES), else gloo: a job whose
+    ranks share one GPU (or use none) runs, and the test must not fail where the job would
+    not (NCCL refuses two ranks on one GPU: "Duplicate GPU detected")."""
+    if requested != "auto" or not torch.cuda.is_available():
+        return requested
+    visible = torch.cuda.device_count()
+    local = local_world_size(env)
+    bound = visible == 1 and env.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "all")
+    return "nccl" if local is None or local <= visible or bound else "gloo"
+
+
 def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions) -> StragglerResult | None:
     """Run the test on this rank (None: one rank, nothing to compare). Raises PreflightFail when any
     rank's verdict is FAIL, PreflightError when the test cannot complete."""
@@ -112,7 +138,7 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
         return None
     delay = _delay(env, info.rank)
     torch, dist = ts._import_torch()
-    backend, device = ts._choose_device(torch, dist, opts.backend, info)
+    backend, device = ts._choose_device(torch, dist, preflight_backend(torch, opts.backend, env), info)
     agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     serve = info.rank == 0 and not agent_store
     where = f"rendezvous at {info.master_addr}:{info.master_port} ({info.world_size} ranks, {info.launcher})"
