@@ -63,6 +63,7 @@ _STACK_ERRORS = ("py-spy-missing", "ptrace-denied", "py-spy-timeout", "py-spy-fa
 _FETCH_SCRIPT = ('n=$1; shift; for f in "$@"; do if [ -f "$f" ] && [ -r "$f" ]; then '
                  'printf "==hc-file== %s %s\\n" "$(wc -c < "$f" | tr -d " ")" "$f"; '
                  'head -c "$n" -- "$f" | base64 | tr -d "\\n"; echo; '
+                 'elif [ -e "$f" ]; then printf "==hc-unreadable== %s\\n" "$f"; '
                  'else printf "==hc-missing== %s\\n" "$f"; fi; done')
 # the same, keeping a file's LAST n bytes: a job's output has its failure at the end
 _FETCH_TAIL_SCRIPT = _FETCH_SCRIPT.replace('head -c "$n"', 'tail -c "$n"')
@@ -72,6 +73,8 @@ FileFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 OutputFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 """(host, paths) -> {path: the file's LAST bytes, or why}: a job's stdout/stderr."""
 MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure is
+NO_SUCH_FILE = "no such file on the node"
+MAX_RANK_OUTPUT_BYTES = 1 * MiB  # of one rank's own stdout/stderr file
 
 
 @dataclass
@@ -142,7 +145,7 @@ def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES,
         try:
             fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
-            out[p] = "no such file on the node (or not readable)" if isinstance(exc, FileNotFoundError) \
+            out[p] = NO_SUCH_FILE if isinstance(exc, FileNotFoundError) \
                 else f"cannot read: {exc.strerror or exc}"
             continue
         try:
@@ -181,7 +184,9 @@ def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("==hc-missing== "):
-            out[line[len("==hc-missing== "):]] = "no such file on the node (or not readable)"
+            out[line[len("==hc-missing== "):]] = NO_SUCH_FILE
+        elif line.startswith("==hc-unreadable== "):
+            out[line[len("==hc-unreadable== "):]] = "not a readable regular file (permissions, or a directory)"
         elif line.startswith("==hc-file== "):
             _, size, path = line.split(" ", 2)
             body = lines[i + 1] if i + 1 < len(lines) else ""
@@ -367,8 +372,8 @@ def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher
             source = f"{host}:{f.path}"
             data = got.get(f.path, "not fetched")
             if isinstance(data, str):
-                if f.kind == "flight-recorder" and "no such file" in data:
-                    continue  # written only on a timeout or a dump request: absent is normal
+                if data == NO_SUCH_FILE:
+                    continue  # a path the rank was given but has not written (yet): nothing was left unread
                 ev.unreadable.append(Unreadable(source, f"{f.kind}: {data}"))
                 continue
             if len(data) > budget:
