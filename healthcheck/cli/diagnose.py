@@ -14,6 +14,14 @@ from healthcheck.cli.app import config_option, format_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
+from healthcheck.diagnose.sampling import (
+    DEFAULT_HORIZON_S,
+    DEFAULT_SAMPLES,
+    DEFAULT_WINDOW_S,
+    MAX_SAMPLES,
+    MAX_WINDOW_S,
+    SamplingSpec,
+)
 
 if TYPE_CHECKING:
     from healthcheck.diagnose.live import NodeResult
@@ -22,7 +30,8 @@ if TYPE_CHECKING:
 
 EXIT_CODES = """\b
 Exit codes:
-  0  diagnosed: a failure class other than unknown
+  0  diagnosed: a failure class other than unknown, or progressing (live:
+     every rank's stack moved while it was sampled: nothing hangs)
   3  unknown: nothing conclusive in the input (the verdict says why)
   4  usage or input error: a path that does not exist, -o not writable"""
 
@@ -83,7 +92,8 @@ def _emit(verdict: Verdict, fmt: str, output: Path | None) -> int:
 
 JOB_EXIT_CODES = """\b
 Exit codes:
-  0  diagnosed: a failure class other than unknown
+  0  diagnosed: a failure class other than unknown, or progressing (every
+     rank's stack moved while it was sampled: nothing hangs)
   3  unknown: nothing conclusive (the verdict says why), or nothing live to
      diagnose: the job is pending or has ended (the one-line answer names
      `hc diagnose logs` with the job's output files), or Slurm did not answer
@@ -107,6 +117,13 @@ def _live_options(fn: Callable) -> Callable:
                           "hc diagnose job/hosts only."),
         click.option("--ras", is_flag=True, help="Also ask NCCL's RAS service (127.0.0.1:28028) on each node."),
         click.option("--native", is_flag=True, help="py-spy --native: C/C++ frames too (slower)."),
+        click.option("--samples", "samples", type=integer(1, MAX_SAMPLES), default=DEFAULT_SAMPLES,
+                     show_default=True,
+                     help="py-spy dumps of every rank over --window: a rank whose stack (or I/O) moves between "
+                          "them is progressing, not stuck; 1 is a single look. While a rank has not moved, "
+                          f"sampling goes on up to {DEFAULT_HORIZON_S:g} s (a straggler slower than the window)."),
+        click.option("--window", "window_s", type=number(0, MAX_WINDOW_S), default=DEFAULT_WINDOW_S,
+                     show_default=True, help="Seconds the samples are spread over."),
         click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help=_OUTPUT_HELP),
         format_option,
     ]
@@ -134,7 +151,7 @@ def collect(args: tuple[str, ...]) -> int:
                                             "ranks: Python processes with RANK/SLURM_PROCID/... set).")
 @_live_options
 def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float, ras: bool, native: bool,
-         output: Path | None, fmt: str) -> int:
+         samples: int, window_s: float, output: Path | None, fmt: str) -> int:
     """Diagnose a job running on this machine, no Slurm: PID... (a torchrun agent's pid
     stands for its ranks) or --local. Takes every rank's state (a stopped rank is state T)
     and py-spy --json stack (needs root or CAP_SYS_PTRACE; a refusal is reported with the
@@ -142,6 +159,7 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
     dumps, torchelastic error files), names ranks the world size expects but that are gone,
     and prints one verdict as `hc diagnose logs` does."""
     import datetime as dt
+    import functools
     import socket
 
     from healthcheck.diagnose.collect import (
@@ -151,7 +169,7 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
         find_launchers,
         local_rank_pids,
     )
-    from healthcheck.diagnose.live import evidence_from_nodes, local_fetcher
+    from healthcheck.diagnose.live import MAX_RANK_OUTPUT_BYTES, evidence_from_nodes, local_fetcher
     from healthcheck.diagnose.verdict import build
 
     if bool(pids) == local:
@@ -159,7 +177,8 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
     wanted = local_rank_pids() if local else list(pids)
     host = socket.gethostname()
     if wanted:
-        node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host)
+        node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host,
+                            sampling=_spec(samples, window_s))
     else:
         # none started: a torchrun agent still in its rendezvous says why
         launchers = find_launchers(host, py_spy="py-spy", timeout_s=timeout_s) if local else []
@@ -168,8 +187,14 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
                               errors=(CollectError("no-ranks", f"no Python rank process on {host} (RANK, "
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))
-    live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher)
+    live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher,
+                               rank_output_fetch=functools.partial(local_fetcher, max_bytes=MAX_RANK_OUTPUT_BYTES,
+                                                                   tail=True))
     return _emit(build(live.collected), fmt, output)
+
+
+def _spec(samples: int, window_s: float) -> SamplingSpec:
+    return SamplingSpec(samples, window_s, max(window_s, DEFAULT_HORIZON_S))
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
@@ -264,8 +289,7 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
 @config_option
 @_live_options
 def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-        ras: bool,
-        native: bool, output: Path | None, fmt: str) -> int:
+        ras: bool, native: bool, samples: int, window_s: float, output: Path | None, fmt: str) -> int:
     """Diagnose a running Slurm job: finds its nodes (scontrol show job), runs `hc diagnose
     collect --job ID` on every node at once (each bounded by --timeout; a node that does not
     answer is named, never waited for), takes every rank's state and py-spy stack, reads the
@@ -317,7 +341,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
                        + (f"{files} <its per-rank logs>" if files else "<its output and per-rank logs>"))
         return int(ExitCode.ERROR)
     nodes = expand([info.nodes])
-    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native, since=info.start_epoch)
+    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native, since=info.start_epoch,
+                               sampling=_spec(samples, window_s))
     close: Callable[[], None] = lambda: None  # noqa: E731
     if via == "srun":
         env_hc = cfg.slurm.remote_hc
@@ -348,20 +373,19 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 @config_option
 @_live_options
 def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-          ras: bool, native: bool,
-          output: Path | None, fmt: str) -> int:
+          ras: bool, native: bool, samples: int, window_s: float, output: Path | None, fmt: str) -> int:
     """Diagnose a job launched without Slurm across HOSTLIST (torchrun on each host, mpirun):
     runs `hc diagnose collect --local` on every host over SSH (ssh.remote_hc) and prints one
     verdict: every rank process found there is taken as the job's (run it where one job runs)."""
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import expand
-    from healthcheck.diagnose.live import remote_argv
+    from healthcheck.diagnose.live import remote_argv, sampling_args
 
     cfg = load_config(config_path).main
     nodes = expand([hostlist])
     ssh_run, close = _ssh_runner(cfg.ssh)
     args = ["diagnose", "collect", "--local", "--timeout", f"{timeout_s:g}", *(["--ras"] if ras else []),
-            *(["--native"] if native else [])]
+            *(["--native"] if native else []), *sampling_args(_spec(samples, window_s))]
 
     def run(node: str, argv: list[str], t: float) -> CommandResult:
         return ssh_run(node, remote_argv(cfg.ssh.remote_hc, argv) if argv[:1] == ["diagnose"] else argv, t)

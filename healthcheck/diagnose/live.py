@@ -51,6 +51,7 @@ from healthcheck.core import typed
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
+from healthcheck.diagnose.sampling import SamplingSpec
 from healthcheck.diagnose.sources import Collected, read_data
 
 MiB = 1024 * 1024
@@ -205,12 +206,14 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
                         fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
                         max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL,
                         outputs: Sequence[tuple[str, str]] = (),
-                        output_fetch: OutputFetcher | None = None) -> LiveResult:
+                        output_fetch: OutputFetcher | None = None,
+                        rank_output_fetch: OutputFetcher | None = None) -> LiveResult:
     """Merge the nodes' collections into evidence (see the module's docstring). `fetch`
     reads a node's debug files (None: they are listed as not read); `outputs` are the job's
     own stdout/stderr as (host, path), read through `output_fetch` (their ends) and parsed
     as `hc diagnose logs` parses a saved job output: what a rank printed as it died (gloo's
-    size mismatch, a Python traceback) is seen only there."""
+    size mismatch, a Python traceback) is seen only there. `rank_output_fetch` reads each
+    rank's own stdout/stderr file, where it has one (its last MAX_RANK_OUTPUT_BYTES)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     results = [n if isinstance(n, NodeResult) else NodeResult(n.host, n) for n in nodes]
     ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -270,6 +273,7 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
     _kernel_events(col, results, missing if not silent else [])
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
     _read_outputs(col, outputs, output_fetch, now.year)
+    _read_rank_outputs(col, results, {p for _, p in outputs}, rank_output_fetch, now.year)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
 
@@ -295,6 +299,7 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
     e.state = r.state_name
     e.stack = stack
     e.stack_error = "" if stack is not None else _stack_error(c, r)
+    e.samples = list(r.samples)
     e.sources.append(f"{e.host}: pid {r.pid} ({r.state_name}" + (f", py-spy {r.py_spy_mode}" if r.py_spy_mode
                                                                   else "") + ")")
     col.pid_ranks[r.pid] = rank
@@ -410,6 +415,48 @@ def _read_outputs(col: Collected, outputs: Sequence[tuple[str, str]], fetch: Out
             read_data(source, data, col, year)
 
 
+def _read_rank_outputs(col: Collected, results: list[NodeResult], seen: set[str], fetch: OutputFetcher | None,
+                       year: int) -> None:
+    """Each rank's own stdout/stderr file (RankProcess.outputs), its last
+    MAX_RANK_OUTPUT_BYTES, parsed as that rank's log: torch's warnings and a dying rank's
+    traceback are there. Bounded: MAX_DEBUG_FILES files; an empty or absent one is not
+    listed (nothing was printed, nothing was left unread)."""
+    if fetch is None:
+        return
+    todo: dict[str, list[tuple[str, int | None]]] = {}
+    for n in results:
+        for r in n.collection.ranks if n.collection is not None else ():
+            for path in r.outputs:
+                if path not in seen and sum(map(len, todo.values())) < MAX_DEBUG_FILES:
+                    seen.add(path)
+                    todo.setdefault(n.host, []).append((path, r.rank))
+    for host, files in todo.items():
+        try:
+            got = fetch(host, [p for p, _ in files])
+        except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
+            got = {p: f"fetch failed: {clip(str(exc), 200)}" for p, _ in files}
+        for path, rank in files:
+            data = got.get(path, NO_SUCH_FILE)
+            if isinstance(data, str):
+                if data != NO_SUCH_FILE:
+                    col.evidence.unreadable.append(Unreadable(f"{host}:{path}", f"rank output: {data}"))
+                continue
+            if len(data) >= MAX_RANK_OUTPUT_BYTES:  # its end only: the first line read may be cut
+                data = data.split(b"\n", 1)[-1]
+            if data.strip():
+                col.evidence.inputs += 1
+                _read_rank_output(col, f"{host}:{path}", data, year, rank)
+
+
+def _read_rank_output(col: Collected, source: str, data: bytes, year: int, rank: int | None) -> None:
+    """A rank's output parsed as its log; one that holds nothing hc reads (a job's own
+    progress lines) is ordinary output, not a file left unread."""
+    before = len(col.evidence.unreadable)
+    read_data(source, data, col, year, rank=rank)
+    new = col.evidence.unreadable[before:]
+    col.evidence.unreadable[before:] = [u for u in new if not (u.source == source and "content" in u.why)]
+
+
 # ---------------------------------------------------------------------------- Slurm
 
 
@@ -472,10 +519,11 @@ def parse_job(text: str, job_id: str) -> SlurmJob | None:
 
 
 def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bool = False,
-                 since: float | None = None) -> list[str]:
+                 since: float | None = None, sampling: SamplingSpec | None = None) -> list[str]:
     """The helper's arguments (`hc diagnose collect ...`) for one node of the job; `since`
-    (epoch seconds, the job's start): the kernel log's window on every node."""
-    args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}"]
+    (epoch seconds, the job's start): the kernel log's window on every node; `sampling`:
+    the stack sampling every node does (None: the helper's default)."""
+    args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}", *sampling_args(sampling)]
     if since is not None:
         args += ["--since", f"{since:.3f}"]
     if ras:
@@ -483,6 +531,13 @@ def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bo
     if native:
         args.append("--native")
     return args
+
+
+def sampling_args(spec: SamplingSpec | None) -> list[str]:
+    """The helper's sampling options for spec (none for None: its defaults)."""
+    if spec is None:
+        return []
+    return ["--samples", str(spec.samples), "--window", f"{spec.window_s:g}", "--horizon", f"{spec.horizon_s:g}"]
 
 
 def srun_collect_argv(srun: str, job_id: str, node: str, command: Sequence[str]) -> list[str]:
