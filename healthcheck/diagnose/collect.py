@@ -212,7 +212,7 @@ class RankProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     py_spy_mode: DumpMode | None = None
     py_spy_s: float | None = None
     py_spy_raw: str | None = None  # py-spy's own JSON, when asked for (`raw=True`)
-    samples: tuple[StackSample, ...] = ()  # the stack sampled over the window (sampling.py), the first is `stack`
+    samples: tuple[StackSample, ...] = ()  # the stack sampled over the window (sampling.py), the last is `stack`
     outputs: tuple[str, ...] = ()  # its stdout/stderr where they are regular files (a batch job's, `> rank1.log`)
     collective: str | None = None  # the c10d call its main thread is in (all_reduce, wait, ...)
     user_frame: str | None = None  # its main thread's innermost program frame: "fn (file.py:12)"
@@ -1023,7 +1023,7 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
         sampled = _sample(binary, found, spec, pool, deadline, per_rank_timeout_s, native, raw, proc) \
             if binary else Sampled()
         for p, how in found:
-            dump = sampled.first.get(p.pid)
+            dump = sampled.last.get(p.pid)
             if binary and dump is None and p.state not in ("Z", "X"):
                 errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
                                            "ran out first", fix="raise --timeout", pid=p.pid))

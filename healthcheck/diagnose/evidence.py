@@ -69,7 +69,7 @@ class RankEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     signal: str = ""  # "SIGKILL"
     stack: PySpyProcess | None = None  # py-spy's dump of the process
     stack_error: str = ""  # why there is no stack: "py-spy not found: pip install py-spy", "ptrace refused: ..."
-    samples: list[StackSample] = []  # live: the stack sampled over a window (motion.py); the first is `stack`
+    samples: list[StackSample] = []  # live: the stack sampled over a window (motion.py); the last is `stack`
     flight_recorder: FlightRecorderDump | None = None
     sources: list[str] = []  # the files (or commands) this rank's facts came from
 

@@ -92,7 +92,9 @@ def sample_of(thread: PySpyThread | None, at: float, io: int | None,
 
 
 def _same(a: StackSample, b: StackSample) -> bool:
-    return a.key == b.key and a.io == b.io and a.counters == b.counters
+    """No change between two samples (an I/O count one of them could not read is no change)."""
+    io_same = a.io is None or b.io is None or a.io == b.io
+    return a.key == b.key and io_same and a.counters == b.counters
 
 
 def still_run(samples: Sequence[StackSample]) -> Sequence[StackSample]:

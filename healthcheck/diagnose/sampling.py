@@ -6,13 +6,16 @@ motion.STILL_S) is the price every diagnosis pays. Where a rank on this node is 
 the window's end (its stack, I/O and step counter unchanged for STILL_S) it may be stuck,
 or a straggler whose step is longer than the window; sampling then goes on, at the same
 pace, until no rank is still or `horizon_s` (default 6 s) has passed: a hang costs the
-horizon, a healthy job only the window. A stopped (T) rank cannot move and does
+horizon, a healthy job only the window. Where at the horizon one rank is still while
+another changed within STILL_S (it reached its wait late: a loaded node), sampling goes
+on up to SETTLE_S more, so that rank too is seen still or moving. A stopped (T) rank cannot move and does
 not hold sampling up. Everything stays inside the node's deadline.
 
 Each dump is `py-spy dump --json --locals` (the caller's `dump`): the locals give the
 process group of the collective a rank waits in and the step counter; they are reduced
-to a `StackSample` at once, and the first dump, which becomes the rank's stack, is kept
-without them (a local may hold anything).
+to a `StackSample` at once, and the last dump, which becomes the rank's stack (the
+rank as it is at the end, as motion.py judges it), is kept without them (a local may
+hold anything).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ MAX_SAMPLES = 20
 MAX_WINDOW_S = 5.0
 MAX_HORIZON_S = 10.0
 MARGIN_S = 0.5  # left before the node's deadline: sampling never eats the rest of the collection
+SETTLE_S = 2.0  # past the horizon, while one rank is still and another only just stopped changing
 
 # (pid, state, timeout_s) -> the collector's dump result (an object with .stack: PySpyDump | None)
 Dumper = Callable[[int, str, float], Any]
@@ -54,9 +58,10 @@ class SamplingSpec(msgspec.Struct, frozen=True):
 
 @dataclass
 class Sampled:
-    """Per pid: its first dump (the collector's result object) and its samples."""
+    """Per pid: its last dump that gave a stack (the collector's result object; where
+    none did, its first result, with why) and its samples."""
 
-    first: dict[int, Any] = field(default_factory=dict)
+    last: dict[int, Any] = field(default_factory=dict)
     samples: dict[int, list[StackSample]] = field(default_factory=dict)
     started: dict[int, float] = field(default_factory=dict)
 
@@ -96,15 +101,14 @@ def _take(out: Sampled, pid: int, result: Any, now: float, proc: str) -> bool:
     stack: PySpyDump | None = getattr(result, "stack", None)
     process = _process(stack, pid) if stack is not None else None
     if process is None:
-        out.first.setdefault(pid, result)
+        out.last.setdefault(pid, result)
         return False
     start = out.started.setdefault(pid, now)
     main = main_thread(process)
     out.samples.setdefault(pid, []).append(sample_of(main, now - start, read_io(pid, proc),
                                                      blocking_thread(process, main)))
-    if pid not in out.first:
-        assert stack is not None
-        out.first[pid] = msgspec.structs.replace(result, stack=without_locals(stack))
+    assert stack is not None
+    out.last[pid] = msgspec.structs.replace(result, stack=without_locals(stack))  # the rank as it is now
     return True
 
 
@@ -123,12 +127,19 @@ def _round(pids: Sequence[tuple[int, str]], dump: Dumper, pool: concurrent.futur
 
 def _go_on(done: int, spec: SamplingSpec, out: Sampled, waiting_for: set[int], elapsed: float) -> bool:
     """Another round: the window (at least STILL_S: a rank must be seen still that long)
-    is not over, or a rank is still and the horizon allows."""
+    is not over; or a rank is still and the horizon allows; or, past the horizon (by at
+    most SETTLE_S), a rank is still while another changed within STILL_S: a rank that
+    reached its wait late is given the time to be seen still."""
     if done < spec.samples or elapsed < STILL_S:
         return True
-    if elapsed + spec.interval_s > max(spec.horizon_s, spec.window_s, STILL_S):
+    sampled = [out.samples[pid] for pid in waiting_for if len(out.samples.get(pid, [])) > 1]
+    still = sum(not moved(s) for s in sampled)
+    if not still:
         return False
-    return any(not moved(out.samples.get(pid, [])) for pid in waiting_for if len(out.samples.get(pid, [])) > 1)
+    horizon = max(spec.horizon_s, spec.window_s, STILL_S)
+    if elapsed + spec.interval_s <= horizon:
+        return True
+    return still < len(sampled) and elapsed + spec.interval_s <= horizon + SETTLE_S
 
 
 def sample_ranks(targets: Sequence[tuple[int, str]], dump: Dumper, spec: SamplingSpec, *,
@@ -147,7 +158,7 @@ def sample_ranks(targets: Sequence[tuple[int, str]], dump: Dumper, spec: Samplin
         now = clock()
         live = [(pid, state) for pid, state in live if pid in got and _take(out, pid, got[pid], now, proc)]
         for pid, result in got.items():
-            out.first.setdefault(pid, result)
+            out.last.setdefault(pid, result)
         done += 1
         waiting_for = {pid for pid, _ in live} - stopped
         if spec.samples <= 1 or not _go_on(done, spec, out, waiting_for, now - t0):

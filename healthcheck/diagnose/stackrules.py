@@ -50,7 +50,7 @@ def rank_group(x: RankEvidence | None) -> str:
     if x is None:
         return ""
     if x.samples:
-        return x.samples[0].group
+        return x.samples[-1].group
     proc = x.stack
     thread = main_thread(proc) if proc is not None else None
     return collective_group(thread.frames) if thread is not None else ""

@@ -164,7 +164,7 @@ def test_a_hang_at_world_size_two_is_named(job):
     j = job("hang", 2, odd="1")
     j.wait_for("step 2")
     v, _ = j.diagnose()
-    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), (v["summary"], v["stack_groups"])
 
 
 @needs_jobs
@@ -182,7 +182,7 @@ def test_a_whole_nodes_ranks_hanging_together_are_all_named_with_their_host(job)
         nodes = list(pool.map(lambda hp: collect_node(pids=hp[1], host=hp[0], timeout_s=15, kernel=False),
                               [("node1", pids[:3]), ("node2", pids[3:])]))
     v = build(evidence_from_nodes(nodes, job="x").collected)
-    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [3, 4, 5]), v.summary
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [3, 4, 5]), (v.summary, v.stack_groups)
     assert v.odd_hosts == "node2" and "on node2" in v.summary, v.summary
 
 
@@ -222,7 +222,7 @@ def test_the_not_in_group_warning_is_read():
 
 @needs_jobs
 def test_the_thread_the_main_thread_waits_on_is_shown(job):
-    j = job("thread", 2, odd="1")
+    j = job("thread", 3, odd="1")
     j.wait_for("step 2")
     v, _ = j.diagnose()
     assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
@@ -294,3 +294,11 @@ def test_one_sample_or_none_is_no_motion():
     assert job_motion({0: one}) is None
     assert moved([StackSample(at=0.0, key="a", io=5), StackSample(at=1.0, key="a", io=9)])
     assert not moved([StackSample(at=0.0, key="a", io=5), StackSample(at=1.0, key="a", io=5)])
+
+
+@pytest.mark.parametrize("args", [["--samples", "0"], ["--samples", "21"], ["--samples", "nan"],
+                                  ["--window", "nan"], ["--window", "-1"], ["--window", "6"]])
+def test_sampling_options_are_bounded(args):
+    r = run_hc("diagnose", "pids", "1", *args)
+    assert r.returncode == 4 and b"Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.decode().strip().splitlines()) <= 3  # click's usage line, the hint, the error
