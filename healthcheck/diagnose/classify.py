@@ -1,7 +1,8 @@
 """JobEvidence -> findings: the ordered rules of shared/notes/diagnose.md section 6.
 
-Each rule reads one kind of evidence and emits `Finding`s: a class, the ranks it names,
-the evidence lines (`source:line` and what the line says) and a confidence. A rule never
+Each rule reads one kind of evidence and emits findings (`findings.job_finding`: kernel
+findings of the class's diag.E0xx ID): a class, the ranks it names, the evidence lines
+(`source:line` and what the line says) and a confidence. A rule never
 names a rank without a line (or a dump, or a stack) that speaks of it; where rules name
 different ranks for one failure, the verdict lowers its confidence and says so.
 
@@ -20,9 +21,12 @@ Rules, in the order of precedence the verdict uses:
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors when no rank died.
  7. stuck-rank: NCCL RAS op counts (overrides the watchdog), the desync report, the
-    complement of the ranks that timed out at one SeqNum, the stack groups (a minority
-    outside c10d while the rest wait in a collective), Flight Recorder lag.
+    complement of the ranks that timed out at one SeqNum, the stack groups (ranks
+    outside c10d while still ranks wait in a collective, at any count), Flight Recorder lag.
  8. socket-fallback: NCCL on sockets where IB was expected (a performance cliff).
+ 9. progressing: live, every sampled rank's stack, I/O or step counter moved (stuck.py).
+The stack rules (7's stacks, 9, the stack mismatch of 4, the init stacks of 1) are in
+stuck.py and stackrules.py, on the stacks as sampled (motion.py).
 """
 
 from __future__ import annotations
@@ -33,19 +37,11 @@ from collections.abc import Iterable
 
 import msgspec
 
+from healthcheck.diagnose.analysis import Analysis, iso, line_time, world
+from healthcheck.diagnose.analysis import fact_rank as _fact_rank
+from healthcheck.diagnose.analysis import log_evidence as _ev
 from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.findings import (
-    Analysis,
-    Confidence,
-    Evidence,
-    FailureClass,
-    Finding,
-    iso,
-    line_time,
-    world,
-)
-from healthcheck.diagnose.findings import fact_rank as _fact_rank
-from healthcheck.diagnose.findings import log_evidence as _ev
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
@@ -94,9 +90,6 @@ _COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", 
                       "preamble.length", "Received data size", "watchdog", "collective operation timeout")
 
 
-# ---------------------------------------------------------------- rules
-
-
 def _init(col: Collected, out: Analysis) -> None:
     ev = col.evidence
     items: list[Evidence] = []
@@ -142,7 +135,8 @@ def _init(col: Collected, out: Analysis) -> None:
         ports = ports or "held by" in launchers
     else:
         summary = f"init failure: {what}"
-    out.findings.append(Finding(cls="init-failure", summary=summary, confidence="high" if ports or ranks else "medium",
+    out.findings.append(job_finding(cls="init-failure", summary=summary,
+                                    confidence="high" if ports or ranks else "medium",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
 
 
@@ -202,7 +196,7 @@ def _gpu(col: Collected, out: Analysis) -> None:
     xid = [i for i in items if "Xid" in i.text]
     summary = (f"GPU failure: Xid in the kernel log{' of ' + rank_words(ranks) if ranks else ''}" if xid
                else f"{rank_words(ranks) if ranks else 'a rank'} hit a CUDA error")
-    out.findings.append(Finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
+    out.findings.append(job_finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
 
 
@@ -278,7 +272,7 @@ def _dead(col: Collected, out: Analysis) -> None:
         where = "it on its node" if len(ranks) == 1 else "them on their nodes"
         summary = (f"{rank_words(ranks)} died: no process of {where} while the other ranks still run "
                    "(killed, crashed or exited early; the node's kernel log and the launcher's output say how)")
-    out.findings.append(Finding(cls="dead-rank", summary=summary,
+    out.findings.append(job_finding(cls="dead-rank", summary=summary,
                                 confidence=("medium" if only_gone else "high") if ranks else "low",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
 
@@ -456,7 +450,7 @@ def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump
         confidence = "medium"
     if seq is not None and not divergence:
         divergence = f"SequenceNumber {seq}"
-    out.findings.append(Finding(cls=cls, summary=summary, confidence=confidence, ranks=odd,
+    out.findings.append(job_finding(cls=cls, summary=summary, confidence=confidence, ranks=odd,
                                 evidence=tuple(items[:24]), divergence=divergence))
 
 
@@ -480,7 +474,7 @@ def _wedged(col: Collected, out: Analysis) -> None:
                 ranks.add(r)
     if items:
         who = rank_words(ranks) if ranks else "a rank"
-        out.findings.append(Finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
                                     confidence="high" if ranks else "medium",
                                     summary=f"{who}: the host side is wedged (the ProcessGroupNCCL watchdog made no "
                                             "progress: a CUDA/NCCL call or the GIL blocks it)"))
@@ -510,19 +504,19 @@ def _network(col: Collected, out: Analysis) -> None:
         summary = f"network failure: the first IB error is on {link}{status}"
         rank = col.pid_ranks.get(w.pid)
         ranks: tuple[int, ...] = (rank,) if rank is not None else ()
-        out.findings.append(Finding(cls="network", summary=summary, confidence="high", ranks=ranks,
+        out.findings.append(job_finding(cls="network", summary=summary, confidence="high", ranks=ranks,
                                     evidence=tuple(items[:20])))
     else:
-        out.findings.append(Finding(cls="network", confidence="low", evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="network", confidence="low", evidence=tuple(items[:20]),
                                     summary="socket errors between ranks (a peer closed or reset the connection)"))
 
 
-def _ras(col: Collected, out: Analysis) -> list[Finding]:
+def _ras(col: Collected, out: Analysis) -> list[JobFinding]:
     found = []
     for reply in col.evidence.ras:
         st = reply.status
         for op, ranks in ((op, r) for c in st.communicators for op, r in c.behind.items()):
-            found.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+            found.append(job_finding(cls="stuck-rank", confidence="high", ranks=ranks,
                                  summary=f"{rank_words(ranks)} is behind: NCCL RAS counts fewer {op} operations",
                                  evidence=(Evidence(source=reply.source,
                                                     text=f"RAS: {op} behind on {rank_words(ranks)}"),)))
@@ -531,7 +525,7 @@ def _ras(col: Collected, out: Analysis) -> list[Finding]:
                 behind = oc.behind
                 if behind is not None and behind.ranks:
                     rs = tuple(r.rank for r in behind.ranks)
-                    found.append(Finding(cls="stuck-rank", confidence="high", ranks=rs,
+                    found.append(job_finding(cls="stuck-rank", confidence="high", ranks=rs,
                                          summary=f"{rank_words(rs)} is behind: NCCL RAS says it launched up to "
                                                  f"{oc.operation} operation {behind.value}",
                                          evidence=tuple(Evidence(source=reply.source, rank=r.rank,
@@ -539,7 +533,7 @@ def _ras(col: Collected, out: Analysis) -> list[Finding]:
                                                                       f"{behind.value} -- process {r.pid} on node "
                                                                       f"{r.node}") for r in behind.ranks[:10])))
         if st.dead:
-            found.append(Finding(cls="dead-rank", confidence="medium",
+            found.append(job_finding(cls="dead-rank", confidence="medium",
                                  summary=f"NCCL RAS considers {len(st.dead)} process(es) dead: "
                                          + ", ".join(f"pid {p.pid} on {p.node}" for p in st.dead[:5]),
                                  ranks=tuple(sorted({col.pid_ranks[p.pid] for p in st.dead if p.pid in col.pid_ranks})),
@@ -565,7 +559,7 @@ def _fallback(col: Collected, out: Analysis) -> None:
                                       rank=p.ranks[0] if len(p.ranks) == 1 else None))
     if items:
         hosts = sorted({i.text.split(" ")[0] for i in items})
-        out.findings.append(Finding(cls="socket-fallback", confidence="medium", evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="socket-fallback", confidence="medium", evidence=tuple(items[:20]),
                                     summary=f"NCCL fell back to TCP sockets on {', '.join(hosts[:8])}: a performance "
                                             "cliff, not a hang"))
 
@@ -649,8 +643,9 @@ def analyse(col: Collected) -> Analysis:
     return out
 
 
-def ordered(findings: Iterable[Finding]) -> list[Finding]:
+def ordered(findings: Iterable[JobFinding]) -> list[JobFinding]:
     return sorted(findings, key=lambda f: PRECEDENCE.index(f.cls))
 
 
-__all__ = ["PRECEDENCE", "Analysis", "Evidence", "Finding", "analyse", "ordered", "_iso"]
+__all__ = ["PRECEDENCE", "Analysis", "Confidence", "Evidence", "FailureClass", "JobFinding", "analyse", "ordered",
+           "_iso"]

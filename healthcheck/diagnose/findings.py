@@ -1,25 +1,64 @@
-"""What the diagnosis rules produce, shared by every rule module: a `Finding` (a class,
-the ranks it names, its evidence, a confidence) made of `Evidence` lines, gathered in an
-`Analysis`. The rules live in their own modules (classify.py orders them); this module
-holds only the types and the small helpers that build evidence from the collected logs.
+"""A diagnosis finding is a kernel finding about a job: `JobFinding`.
+
+The kernel's `core.model.Finding` (catalogued ID, status, message, subject, members,
+fingerprint) is what tickets, Prometheus and the HTML report carry. A rule of
+`classify.py` concludes one failure class about some ranks; `job_finding` makes that a
+kernel finding with the class's catalogue ID (`diag.E0xx`, core/catalogue.py) and status,
+and keeps what only a diagnosis has beside it (a thin specialisation, nothing renamed):
+
+    cls         the failure class ("dead-rank", ...; "class" in JSON)
+    confidence  high, medium or low
+    ranks       the odd ranks it names (each with evidence)
+    lines       the evidence lines, structured (source, line, rank, time); the kernel's
+                `evidence` holds the same lines as text ("source:line: text")
+    where       where the odd rank is ("train.py:37"); divergence: "seq 10 of default_pg"
+
+`component` is the ranks ("rank 4", "ranks 3,5-6"); the verdict stamps check "diagnose",
+the job's subject ("<job>:<component>", so the fingerprint is per job and culprit) and the
+culprits' hosts as `members` (core/stamp.py, as every finding is stamped).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
+from collections.abc import Iterable
 from typing import Literal
 
 import msgspec
 
-from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.motion import JobMotion
-from healthcheck.diagnose.sources import Collected
-from healthcheck.diagnose.stacks import StackGroup
-from healthcheck.parsers.flight_recorder import FrComparison
+from healthcheck.core import catalogue
+from healthcheck.core.catalogue import FindingSpec
+from healthcheck.core.model import Finding
+from healthcheck.core.status import Status
 
 FailureClass = Literal["dead-rank", "collective-mismatch", "shape-mismatch", "stuck-rank", "host-wedged", "network",
                        "socket-fallback", "init-failure", "gpu-failure", "progressing", "unknown"]
 Confidence = Literal["high", "medium", "low"]
+
+CHECK = "diagnose"  # the `check` every diagnosis finding is stamped with
+MAX_EVIDENCE_TEXT = 16 * 1024  # characters of the evidence text (the structured lines are kept whole)
+
+# failure class -> its catalogue ID; a class without one is refused at import (tests walk FailureClass)
+SPECS: dict[str, FindingSpec] = {
+    "dead-rank": catalogue.DIAG_DEAD_RANK,
+    "collective-mismatch": catalogue.DIAG_COLLECTIVE_MISMATCH,
+    "shape-mismatch": catalogue.DIAG_SHAPE_MISMATCH,
+    "stuck-rank": catalogue.DIAG_STUCK_RANK,
+    "host-wedged": catalogue.DIAG_HOST_WEDGED,
+    "network": catalogue.DIAG_NETWORK,
+    "socket-fallback": catalogue.DIAG_SOCKET_FALLBACK,
+    "init-failure": catalogue.DIAG_INIT_FAILURE,
+    "gpu-failure": catalogue.DIAG_GPU_FAILURE,
+    "progressing": catalogue.DIAG_PROGRESSING,
+    "unknown": catalogue.DIAG_UNKNOWN,
+}
+# a job that failed is FAIL (about the job: a diagnosis never drains); a performance cliff
+# is WARN; a live job seen progressing is PASS; no diagnosis is ERROR (not judged: never
+# read as a healthy job)
+_STATUS: dict[str, Status] = {"socket-fallback": Status.WARN, "progressing": Status.PASS, "unknown": Status.ERROR}
+
+
+def status_of(cls: str) -> Status:
+    return _STATUS.get(cls, Status.FAIL)
 
 
 class Evidence(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -31,65 +70,55 @@ class Evidence(msgspec.Struct, frozen=True, omit_defaults=True):
     rank: int | None = None
     time: float | None = None  # epoch seconds, where the input says
 
-
-class Finding(msgspec.Struct, frozen=True, omit_defaults=True, rename={"cls": "class"}):
-    cls: FailureClass
-    summary: str
-    confidence: Confidence
-    ranks: tuple[int, ...] = ()  # the odd ranks this finding names (each with evidence)
-    evidence: tuple[Evidence, ...] = ()
-    where: str = ""  # "train.py:37" where the odd rank is
-    divergence: str = ""  # "seq 10 of default_pg", "SeqNum 52"
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
 
 
-class Analysis(msgspec.Struct, kw_only=True):
-    """Everything the rules found, with what the verdict needs beside it."""
-
-    findings: list[Finding] = []
-    groups: list[StackGroup] = []
-    fr: FrComparison | None = None
-    events: list[Evidence] = []  # every error event, for the first failure
-    world_sizes: dict[int, list[int]] = {}  # world size -> ranks that said it
-    notes: list[str] = []
-    motion: JobMotion | None = None  # the sampled ranks' motion (live); None: each stack is one look
-
-
-def line_time(col: Collected, source: str, line: int | None) -> float | None:
-    st = col.stamps.get(source)
-    return st.at(line) if st is not None and line is not None else None
+def evidence_text(lines: Iterable[Evidence], limit: int = MAX_EVIDENCE_TEXT) -> str | None:
+    """The lines as the kernel's evidence text ("source:line: text" a line), bounded."""
+    out: list[str] = []
+    size = 0
+    for e in lines:
+        row = f"{e.where}: {e.text}"
+        if size + len(row) > limit:
+            out.append("...")
+            break
+        out.append(row)
+        size += len(row) + 1
+    return "\n".join(out) or None
 
 
-def iso(t: float | None) -> str:
-    if t is None:
+def ranks_component(ranks: Iterable[int]) -> str:
+    """"rank 4", "ranks 3,5-6", or "" (the job as a whole)."""
+    from healthcheck.diagnose.stacks import fold_ranks
+
+    ranks = sorted(set(ranks))
+    if not ranks:
         return ""
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold_ranks(ranks)}"
 
 
-def log_evidence(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
-    """Evidence for a log line, with the line's time where the log stamps it."""
-    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=line_time(col, source, line))
+class JobFinding(Finding, frozen=True, kw_only=True, rename={"cls": "class"}):
+    """A kernel Finding about a job's ranks (see the module's docstring)."""
+
+    cls: FailureClass
+    confidence: Confidence
+    ranks: tuple[int, ...] = ()
+    lines: tuple[Evidence, ...] = ()
+    where: str = ""
+    divergence: str = ""
 
 
-def fact_rank(fact: object, file_rank: int | None) -> int | None:
-    """The global rank a parsed log fact speaks of: its own, the file's, or its rank in
-    the default process group."""
-    r = getattr(fact, "rank", None)
-    if r is not None:
-        return r
-    if file_rank is not None:
-        return file_rank
-    pg_rank = getattr(fact, "pg_rank", None)
-    return pg_rank if pg_rank is not None and getattr(fact, "pg_id", "") in ("", "0") else None
-
-
-def stack_source(r: RankEvidence | None) -> str:
-    """Where a rank's stack came from, as the user would open it."""
-    if r is None:
-        return "py-spy"
-    return next((s for s in r.sources if "spy" in s.lower()), r.sources[0] if r.sources else "py-spy")
-
-
-def world(col: Collected) -> tuple[set[int], int | None]:
-    """The ranks the evidence holds and the largest world size any rank saw."""
-    sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
-    return set(col.evidence.ranks), (max(sizes) if sizes else None)
+def job_finding(*, cls: FailureClass, summary: str, confidence: Confidence, ranks: Iterable[int] = (),
+                evidence: Iterable[Evidence] = (), where: str = "", divergence: str = "") -> JobFinding:
+    """What a rule concludes (a class about some ranks, with its evidence lines) as a kernel
+    finding of the class's catalogue ID and status."""
+    spec = SPECS.get(cls)
+    if spec is None:
+        raise ValueError(f"failure class {cls!r} has no finding ID in diagnose.findings.SPECS")
+    lines = tuple(evidence)
+    odd = tuple(ranks)
+    return JobFinding(id=spec.id, status=status_of(cls), message=summary, component=ranks_component(odd),
+                      evidence=evidence_text(lines), check=CHECK, cls=cls, confidence=confidence, ranks=odd,
+                      lines=lines, where=where, divergence=divergence)

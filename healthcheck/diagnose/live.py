@@ -79,8 +79,9 @@ MAX_RANK_OUTPUT_BYTES = 1 * MiB  # of one rank's own stdout/stderr file
 
 
 @dataclass
-class NodeResult:
-    """What one node gave: its collection, or why there is none (it did not answer)."""
+class NodeAnswer:
+    """What one node gave: its collection, or why there is none (it did not answer).
+    (Not the kernel's NodeResult, which is a node's checks: this is one helper's reply.)"""
 
     host: str
     collection: NodeCollection | None = None
@@ -202,7 +203,7 @@ def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
     return out
 
 
-def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: str,
+def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: str,
                         fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
                         max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL,
                         outputs: Sequence[tuple[str, str]] = (),
@@ -215,7 +216,7 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
     size mismatch, a Python traceback) is seen only there. `rank_output_fetch` reads each
     rank's own stdout/stderr file, where it has one (its last MAX_RANK_OUTPUT_BYTES)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    results = [n if isinstance(n, NodeResult) else NodeResult(n.host, n) for n in nodes]
+    results = [n if isinstance(n, NodeAnswer) else NodeAnswer(n.host, n) for n in nodes]
     ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     col = Collected(evidence=ev)
     silent: list[str] = []
@@ -310,7 +311,7 @@ def _python_name(name: str) -> bool:
     return bool(_PYTHON.match(name)) or name.startswith("pt_")
 
 
-def _kernel_events(col: Collected, results: list[NodeResult], missing: list[int]) -> None:
+def _kernel_events(col: Collected, results: list[NodeAnswer], missing: list[int]) -> None:
     """The nodes' kernel events -> evidence (see the module's docstring)."""
     ev = col.evidence
     ooms: list[tuple[str, str, KernelLine]] = []  # unmatched OOM kills that may be the job's
@@ -319,6 +320,8 @@ def _kernel_events(col: Collected, results: list[NodeResult], missing: list[int]
         if c is None or c.kernel is None:
             continue
         k = c.kernel
+        if k.since is not None:  # the window every node read its kernel log from: the job's start
+            ev.window_start = k.since if ev.window_start is None else min(ev.window_start, k.since)
         if k.note:
             ev.unreadable.append(Unreadable(f"{c.host}: kernel log" + (f" ({k.source})" if k.source else ""),
                                             k.note))
@@ -415,7 +418,7 @@ def _read_outputs(col: Collected, outputs: Sequence[tuple[str, str]], fetch: Out
             read_data(source, data, col, year)
 
 
-def _read_rank_outputs(col: Collected, results: list[NodeResult], seen: set[str], fetch: OutputFetcher | None,
+def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str], fetch: OutputFetcher | None,
                        year: int) -> None:
     """Each rank's own stdout/stderr file (RankProcess.outputs), its last
     MAX_RANK_OUTPUT_BYTES, parsed as that rank's log: torch's warnings and a dying rank's

@@ -12,6 +12,9 @@ and content:
   "timestamp"}}}`);
 * NCCL RAS replies (`ncclras`, text or JSON);
 * kernel logs (OOM kills, Xid);
+* `hc run`'s output of a rank (`hc-run.rank<R>.<host>.<pid>.log`) or of a launcher it
+  wrapped: each line stamped with its time, the rank in its first line (parsers/run_output.py);
+  read as the console showed it, with those times; its shim for torchrun is passed over;
 * any other text is read as an NCCL debug log and as a PyTorch/torchrun log (a job's
   stdout holds both); per-rank files (`rank3.log`, a `[rank3]:`-only file) give their
   rank to every line.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +52,7 @@ from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
+from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
@@ -174,6 +179,36 @@ def _run_manifest(text: str, col: Collected) -> bool:
     return True
 
 
+def _read_run_output(source: str, data: bytes, col: Collected) -> None:
+    """`hc run`'s copy of a rank's (or a launcher's) output, read as the console showed it with
+    the time of each line; the rank its header names (a launcher's: none, whatever the file is
+    called), and how the rank exited where the tee saw it. Its shim for torchrun: passed over."""
+    run = parse_run_output(data.decode("utf-8", errors="replace"))
+    if run is None:
+        return  # hc run's shim: nothing of the job's
+    if run.rank is not None:
+        r = col.evidence.rank(run.rank)
+        r.host = r.host or run.host
+        if r.pid is None:
+            r.pid = run.pid
+        if r.world_size is None:
+            r.world_size = run.world_size
+        if run.exit_code is not None:
+            r.alive = False
+            r.exit_code = run.exit_code
+            if run.exit_code < 0:
+                r.signal = signal_name(-run.exit_code)
+    if not _read_text_log(source, run.text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+        col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
     try:
         raw = typed.decode_json(data, _ErrorMessage)
@@ -245,27 +280,16 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
     if not data.strip():
         ev.unreadable.append(Unreadable(source, "empty"))
         return
+    if data.startswith((HEADER_START.encode(), b"#!/bin/sh\n" + SHIM_MARK.encode())):
+        _read_run_output(source, data, col)
+        return
     name = source.replace("\\", "/").rsplit("/", 1)[-1]
     if rank is None:
         rank = rank_from_name(source)
     head = data.lstrip()[:1]
     fr_name = "trace_rank" in name or name.startswith(("fr_", "fr-")) or name.endswith((".pkl", ".pickle"))
     if data[:1] == b"\x80" or (fr_name and head == b"{"):
-        try:
-            dump = parse_flight_recorder(data)
-        except ParseError as exc:
-            ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
-            return
-        fr_rank = rank_from_filename(name)
-        if fr_rank is None:
-            fr_rank = rank
-        if fr_rank is None:
-            ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank "
-                                                    "(expected nccl_trace_rank_N)"))
-            return
-        r = ev.rank(fr_rank)
-        r.flight_recorder = dump
-        r.sources.append(source)
+        _read_flight_recorder(source, name, data, rank, col)
         return
     if _is_binary(data):
         ev.unreadable.append(Unreadable(source, "binary, not a log (no known dump format either)"))
@@ -275,34 +299,7 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
         if _py_spy(source, text, rank, col):
             return
     if head == b"{":
-        if "\"entries\"" in text[:1_000_000] and "\"version\"" in text[:1_000_000]:
-            try:
-                dump = parse_flight_recorder(data)
-            except ParseError as exc:
-                ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
-                return
-            fr_rank = rank_from_filename(name) if rank is None else rank
-            if fr_rank is None:
-                ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank"))
-                return
-            ev.rank(fr_rank).flight_recorder = dump
-            ev.rank(fr_rank).sources.append(source)
-            return
-        if _run_manifest(text, col):
-            return
-        err = _error_file(source, data, rank)
-        if err is not None and err.message:
-            ev.error_files.append(err)
-            if rank is not None:
-                ev.rank(rank).sources.append(source)
-            return
-        try:
-            ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
-            return
-        except ParseError:
-            pass
-        ev.unreadable.append(Unreadable(source, "JSON of no known kind (not py-spy, Flight Recorder, "
-                                                "a torchrun error file or NCCL RAS)"))
+        _read_json(source, name, data, text, rank, col)
         return
     start = text[:65536]
     if _PY_SPY_HEAD.search(start) or start.lstrip().startswith("Error: "):
@@ -314,6 +311,67 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
+    if not _read_text_log(source, text, rank, col, _stamps(text, year)):
+        ev.unreadable.append(Unreadable(source, "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or "
+                                                "kernel log content"))
+
+
+def _read_flight_recorder(source: str, name: str, data: bytes, rank: int | None, col: Collected) -> None:
+    """A Flight Recorder dump (pickle, or JSON by its name): its rank from the name, else `rank`."""
+    ev = col.evidence
+    try:
+        dump = parse_flight_recorder(data)
+    except ParseError as exc:
+        ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+        return
+    fr_rank = rank_from_filename(name)
+    if fr_rank is None:
+        fr_rank = rank
+    if fr_rank is None:
+        ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank "
+                                                "(expected nccl_trace_rank_N)"))
+        return
+    r = ev.rank(fr_rank)
+    r.flight_recorder = dump
+    r.sources.append(source)
+
+
+def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None, col: Collected) -> None:
+    """A JSON file: a Flight Recorder dump, `hc run`'s manifest, a torchrun error file or a RAS reply."""
+    ev = col.evidence
+    if "\"entries\"" in text[:1_000_000] and "\"version\"" in text[:1_000_000]:
+        try:
+            dump = parse_flight_recorder(data)
+        except ParseError as exc:
+            ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+            return
+        fr_rank = rank_from_filename(name) if rank is None else rank
+        if fr_rank is None:
+            ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank"))
+            return
+        ev.rank(fr_rank).flight_recorder = dump
+        ev.rank(fr_rank).sources.append(source)
+        return
+    if _run_manifest(text, col):
+        return
+    err = _error_file(source, data, rank)
+    if err is not None and err.message:
+        ev.error_files.append(err)
+        if rank is not None:
+            ev.rank(rank).sources.append(source)
+        return
+    try:
+        ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
+        return
+    except ParseError:
+        pass
+    ev.unreadable.append(Unreadable(source, "JSON of no known kind (not py-spy, Flight Recorder, "
+                                            "a torchrun error file or NCCL RAS)"))
+
+
+def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps) -> bool:
+    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them."""
+    ev = col.evidence
     got = _kernel(source, text, ev.kernel)
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
@@ -333,13 +391,11 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             rank = only if all(x in (None, only) for x in torch.ranks) else None
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
-        col.stamps[source] = _stamps(text, year)
+        col.stamps[source] = stamps
         if rank is not None:
             ev.rank(rank).sources.append(source)
-        return
-    if not got:
-        ev.unreadable.append(Unreadable(source, "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or "
-                                                "kernel log content"))
+        return True
+    return got
 
 
 def _why(exc: Exception) -> str:

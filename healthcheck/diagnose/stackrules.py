@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from healthcheck.diagnose.analysis import Analysis, log_evidence, stack_source
 from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.findings import Analysis, Confidence, Evidence, Finding, log_evidence, stack_source
+from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import collective_group
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, main_thread, rank_words
@@ -87,14 +88,14 @@ def group_culprit(col: Collected, out: Analysis, groups: Sequence[StackGroup]) -
     others = tuple(sorted(r for g in world for r in g.ranks))
     rest = f"; {rank_words(others)} wait elsewhere ({world[0].label})" if world else ""
     if culprits:
-        out.findings.append(Finding(
+        out.findings.append(job_finding(
             cls="collective-mismatch", ranks=culprits, confidence="high" if world else "medium",
             evidence=tuple(items[:16]), where=first.where,
             summary=f"{rank_words(culprits)}{hosts_of(col, culprits)} did not enter the {first.collective} its process "
                     f"group waits in: it passed a group it does not belong to and torch skipped the call; "
                     f"{rank_words(victims)} waits for it there ({first.label}){rest}"))
         return True
-    out.findings.append(Finding(
+    out.findings.append(job_finding(
         cls="collective-mismatch", confidence="low", evidence=tuple(items[:16]), where=first.where,
         summary=f"{rank_words(victims)} waits in {first.collective} on a process group of its own "
                 f"({first.label}){rest}: a member of its group did not enter that collective, and the stacks do "
@@ -116,7 +117,7 @@ def stack_mismatch(col: Collected, out: Analysis) -> None:
         return
     odd, top, theirs = pick
     where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
-    out.findings.append(Finding(
+    out.findings.append(job_finding(
         cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(_stack_items(col, groups)[:12]),
         where=where,
         summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
@@ -154,6 +155,6 @@ def init_stacks(col: Collected, out: Analysis) -> None:
                    + (f"; {rank_words(missing)} never started or died" if missing else
                       ": a rank never joined, or MASTER_ADDR:MASTER_PORT cannot be reached"))
         confidence = "medium" if missing else "low"
-    out.findings.append(Finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
+    out.findings.append(job_finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
                                 evidence=tuple(_stack_items(col, groups)[:12]),
                                 where=others[0].where if others else ""))

@@ -4,6 +4,7 @@ Each source names its candidates and the ranks most sources name are the stuck o
 - the stacks: ranks outside any collective while others wait inside one, at any count
   (world size 2, a whole node's ranks); where the stacks were sampled (motion.py) only
   ranks that did not move wait, and a rank that moved through a collective is neither;
+  where a rank died, the survivors' stacks (their error handling) name no one;
 - Flight Recorder: ranks that never recorded the seq the others are at, or came late;
 - the logs: the complement of the ranks that timed out, the desync report;
 - stopped (T) processes, NCCL opCounts behind (classify computes those).
@@ -23,16 +24,8 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from healthcheck.diagnose.findings import (
-    Analysis,
-    Confidence,
-    Evidence,
-    Finding,
-    fact_rank,
-    log_evidence,
-    stack_source,
-    world,
-)
+from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_source, world
+from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import JobMotion, waited_for
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
@@ -121,7 +114,7 @@ def _desync(col: Collected, out: Analysis) -> bool:
         lag = [d for d in f.log.desync if d.kind in ("never-joined", "not-finished")]
         if lag:
             ranks = tuple(sorted({r for d in lag for r in d.ranks}))
-            out.findings.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+            out.findings.append(job_finding(cls="stuck-rank", confidence="high", ranks=ranks,
                                         summary=f"{rank_words(ranks)} never joined or never finished the collective "
                                                 "the others wait in (desync report)",
                                         evidence=tuple(log_evidence(col, f.source, d.line,
@@ -321,8 +314,10 @@ def stuck_rule(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDum
     fr_missing, divergence = _fr_missing(out)
     lag_odd, lag_text = fr_lag(dumps)
     nccl_odd, nccl_items, nccl_at = nccl
-    c = Candidates(stacks=sides.odd, fr_missing=fr_missing, fr_lag=lag_odd, complement=_complement(col, waiting),
-                   stopped=_stopped(col), nccl=nccl_odd)
+    # a rank died: the survivors' stacks are their error handling, not a second culprit
+    dead = any(f.cls == "dead-rank" and f.ranks for f in out.findings)
+    c = Candidates(stacks=() if dead else sides.odd, fr_missing=fr_missing, fr_lag=lag_odd,
+                   complement=_complement(col, waiting), stopped=_stopped(col), nccl=nccl_odd)
     odd, agree = c.vote()
     if not odd:
         return
@@ -331,7 +326,7 @@ def stuck_rule(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDum
     named = c.named()
     if _skipped(sides, c, out.groups):
         inside = next(g for g in out.groups if g.collective is not None)
-        out.findings.append(Finding(
+        out.findings.append(job_finding(
             cls="collective-mismatch", ranks=odd, confidence="medium" if agree else "low", evidence=tuple(items[:24]),
             where=sides.outside[0].where, divergence=divergence,
             summary=f"{rank_words(odd)} skipped a collective: the others wait in {inside.collective} at {inside.where} "
@@ -342,7 +337,7 @@ def stuck_rule(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDum
     if not agree:
         out.notes.append("the evidence for the stuck rank disagrees: " + "; ".join(
             f"{name} {rank_words(ranks)}" for name, ranks in named))
-    out.findings.append(Finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
+    out.findings.append(job_finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
                                 summary=_summary(col, out, sides, c, odd, waiting, nccl_at),
                                 where=sides.outside[0].where if sides.outside and c.stacks else "",
                                 divergence=divergence))
@@ -393,5 +388,5 @@ def progress_rule(col: Collected, out: Analysis) -> None:
                       text=f"rank {r}: moved over {m.samples} samples in {m.span_s:.1f} s"
                            + (f", {m.counter} at {m.step_rate:.2g}/s" if m.step_rate else ""))
              for r, m in sorted(motion.ranks.items())[:16]]
-    out.findings.append(Finding(cls="progressing", summary=summary, evidence=tuple(items),
+    out.findings.append(job_finding(cls="progressing", summary=summary, evidence=tuple(items),
                                 confidence="high" if not unsampled and statistics.median(spans) > 0 else "medium"))

@@ -129,6 +129,7 @@ def test_a_healthy_job_with_jittery_steps_names_no_rank_in_any_try(job):
         assert v["class"] == "progressing" and _odd(v) == [], v["summary"]
         assert "samples of every rank over" in v["summary"] and "steps/s" in v["summary"], v["summary"]
         assert any(n.startswith("stacks: ") and "samples" in n for n in v["notes"])
+        assert (v["findings"][0]["id"], v["findings"][0]["status"]) == ("diag.E011", "PASS")  # nothing hangs
         assert elapsed < LIVE_BOUND_S
 
 
