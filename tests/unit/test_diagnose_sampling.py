@@ -303,3 +303,14 @@ def test_sampling_options_are_bounded(args):
     r = run_hc("diagnose", "pids", "1", *args)
     assert r.returncode == 4 and b"Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.decode().strip().splitlines()) <= 3  # click's usage line, the hint, the error
+
+
+def test_the_survivors_of_a_dead_rank_are_not_a_second_culprit():
+    """At any count, 'outside any collective while others wait' would call the survivors
+    lingering in their error handling stuck beside the rank that died (one look, saved)."""
+    from healthcheck.diagnose.sources import collect
+    from healthcheck.diagnose.verdict import build
+
+    v = build(collect([FIXTURES / "diagnose-live" / "kill-torchrun"]))
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("dead-rank", [2]), v.summary
+    assert [f.cls for f in v.findings] == ["dead-rank"] and v.confidence == "high", v.notes
