@@ -313,7 +313,8 @@ Exit codes:
 @click.option("--native", is_flag=True, help="py-spy --native (C/C++ frames too).")
 @click.option("--ras", is_flag=True, help="Also ask NCCL RAS (127.0.0.1, --ras-port).")
 @click.option("--ras-port", type=integer(1, 65535), default=28028, show_default=True)
-@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports).")
+@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports; it holds "
+                                          "the values of the ranks' local variables: py-spy --locals).")
 @click.option("--any-netns", is_flag=True, help="Ranks in other network namespaces too.")
 @click.option("--since", type=number(0, MAX_SINCE), default=None,
               help="The job's start (epoch seconds): kernel log events from then on [default: the earliest start "

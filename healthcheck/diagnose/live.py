@@ -76,6 +76,7 @@ OutputFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure is
 NO_SUCH_FILE = "no such file on the node"
 MAX_RANK_OUTPUT_BYTES = 1 * MiB  # of one rank's own stdout/stderr file
+MAX_RANK_OUTPUTS = 64  # rank output files read per job (their ends: 64 MiB at most)
 
 
 @dataclass
@@ -422,7 +423,7 @@ def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str]
                        year: int) -> None:
     """Each rank's own stdout/stderr file (RankProcess.outputs), its last
     MAX_RANK_OUTPUT_BYTES, parsed as that rank's log: torch's warnings and a dying rank's
-    traceback are there. Bounded: MAX_DEBUG_FILES files; an empty or absent one is not
+    traceback are there. Bounded: MAX_RANK_OUTPUTS files; an empty or absent one is not
     listed (nothing was printed, nothing was left unread)."""
     if fetch is None:
         return
@@ -430,7 +431,7 @@ def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str]
     for n in results:
         for r in n.collection.ranks if n.collection is not None else ():
             for path in r.outputs:
-                if path not in seen and sum(map(len, todo.values())) < MAX_DEBUG_FILES:
+                if path not in seen and sum(map(len, todo.values())) < MAX_RANK_OUTPUTS:
                     seen.add(path)
                     todo.setdefault(n.host, []).append((path, r.rank))
     for host, files in todo.items():
