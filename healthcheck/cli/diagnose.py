@@ -14,6 +14,15 @@ from healthcheck.cli.app import config_option, format_option, prometheus_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
+from healthcheck.diagnose.sampling import (
+    DEFAULT_HORIZON_S,
+    DEFAULT_SAMPLES,
+    DEFAULT_WINDOW_S,
+    MAX_HORIZON_S,
+    MAX_SAMPLES,
+    MAX_WINDOW_S,
+    SamplingSpec,
+)
 from healthcheck.probes.gpu import MAX_SINCE
 
 if TYPE_CHECKING:
@@ -27,13 +36,14 @@ if TYPE_CHECKING:
 
 EXIT_CODES = """\b
 Exit codes:
-  0  diagnosed: a failure class other than unknown
+  0  diagnosed: a failure class other than unknown, or progressing (live:
+     every rank's stack moved while it was sampled: nothing hangs)
   3  unknown: nothing conclusive in the input (the verdict says why), or
      --prometheus DIR could not be written after the diagnosis
   4  usage or input error: a path that does not exist, -o not writable
 
 \b
-The diagnosis is a finding of the catalogue (diag.E001-E010, hc checks list),
+The diagnosis is a finding of the catalogue (diag.E001-E011, hc checks list),
 fingerprinted per job and culprit: hc report tickets|html|show read the
 -o FILE as they read a report, and --prometheus DIR writes hc-diagnose.prom."""
 
@@ -261,6 +271,13 @@ def _live_options(fn: Callable) -> Callable:
                           "hc diagnose job/hosts only."),
         click.option("--ras", is_flag=True, help="Also ask NCCL's RAS service (127.0.0.1:28028) on each node."),
         click.option("--native", is_flag=True, help="py-spy --native: C/C++ frames too (slower)."),
+        click.option("--samples", "samples", type=integer(1, MAX_SAMPLES), default=DEFAULT_SAMPLES,
+                     show_default=True,
+                     help="py-spy dumps of every rank over --window: a rank whose stack (or I/O) moves between "
+                          "them is progressing, not stuck; 1 is a single look. While a rank is still, sampling "
+                          f"goes on up to {DEFAULT_HORIZON_S:g} s (a straggler slower than the window)."),
+        click.option("--window", "window_s", type=number(0, MAX_WINDOW_S), default=DEFAULT_WINDOW_S,
+                     show_default=True, help="Seconds the samples are spread over (at least 1 is sampled)."),
         click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help=_OUTPUT_HELP),
         prometheus_option,
         format_option,
@@ -296,15 +313,23 @@ Exit codes:
 @click.option("--native", is_flag=True, help="py-spy --native (C/C++ frames too).")
 @click.option("--ras", is_flag=True, help="Also ask NCCL RAS (127.0.0.1, --ras-port).")
 @click.option("--ras-port", type=integer(1, 65535), default=28028, show_default=True)
-@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports).")
+@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports; it holds "
+                                          "the values of the ranks' local variables: py-spy --locals).")
 @click.option("--any-netns", is_flag=True, help="Ranks in other network namespaces too.")
 @click.option("--since", type=number(0, MAX_SINCE), default=None,
               help="The job's start (epoch seconds): kernel log events from then on [default: the earliest start "
                    "of the job's processes on this node].")
 @click.option("--no-kernel", is_flag=True, help="Do not read the kernel log (OOM kills, Xid, links).")
+@click.option("--samples", type=integer(1, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
+              help="py-spy dumps of every rank over --window (1: a single look).")
+@click.option("--window", "window_s", type=number(0, MAX_WINDOW_S), default=DEFAULT_WINDOW_S, show_default=True,
+              help="Seconds the samples are spread over.")
+@click.option("--horizon", "horizon_s", type=number(0, MAX_HORIZON_S), default=DEFAULT_HORIZON_S, show_default=True,
+              help="Seconds sampling may go on while a rank is still (a straggler slower than the window).")
 def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local: bool, timeout_s: float,
             per_rank_timeout_s: float, parallel: int, py_spy: str, no_stacks: bool, native: bool, ras: bool,
-            ras_port: int, raw: bool, any_netns: bool, since: float | None, no_kernel: bool) -> int:
+            ras_port: int, raw: bool, any_netns: bool, since: float | None, no_kernel: bool, samples: int,
+            window_s: float, horizon_s: float) -> int:
     """The per-node helper of `hc diagnose job|hosts`: every rank process of a job on THIS
     node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack,
     debug file paths and the kernel log of the job's window (--ras: NCCL RAS too), as one
@@ -321,7 +346,8 @@ def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local:
     result = collect_here(job_id=job_id, pids=list(pid_args) or None, local=local, py_spy=None if no_stacks else py_spy,
                           timeout_s=timeout_s, same_netns=not any_netns, native=native,
                           per_rank_timeout_s=per_rank_timeout_s, parallel=parallel, ras=ras, ras_port=ras_port,
-                          raw=raw, kernel=not no_kernel, since=since)
+                          raw=raw, kernel=not no_kernel, since=since,
+                          sampling=SamplingSpec(samples, window_s, max(window_s, horizon_s)))
     sys.stdout.buffer.write(result.to_json() + b"\n")
     sys.stdout.flush()
     return 0 if result.ranks else 1
@@ -334,7 +360,8 @@ def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local:
 @config_option
 @_live_options
 def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s: float, startup_s: float, ras: bool,
-         native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
+         native: bool, samples: int, window_s: float, output: Path | None, prometheus_to: Path | None,
+         fmt: str) -> int:
     """Diagnose a job running on this machine, no Slurm: PID... (a torchrun agent's pid
     stands for its ranks) or --local. Takes every rank's state (a stopped rank is state T)
     and py-spy --json stack (needs root or CAP_SYS_PTRACE; a refusal is reported with the
@@ -342,6 +369,7 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
     dumps, torchelastic error files), names ranks the world size expects but that are gone,
     and prints one verdict as `hc diagnose logs` does."""
     import datetime as dt
+    import functools
     import socket
 
     from healthcheck.diagnose.collect import (
@@ -351,7 +379,7 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
         find_launchers,
         local_rank_pids,
     )
-    from healthcheck.diagnose.live import evidence_from_nodes, local_fetcher
+    from healthcheck.diagnose.live import MAX_RANK_OUTPUT_BYTES, evidence_from_nodes, local_fetcher
     from healthcheck.diagnose.verdict import build
 
     if bool(pids) == local:
@@ -360,7 +388,8 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
     wanted = local_rank_pids() if local else list(pids)
     host = socket.gethostname()
     if wanted:
-        node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host)
+        node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host,
+                            sampling=_spec(samples, window_s))
     else:
         # none started: a torchrun agent still in its rendezvous says why
         launchers = find_launchers(host, py_spy="py-spy", timeout_s=timeout_s) if local else []
@@ -369,8 +398,14 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
                               errors=(CollectError("no-ranks", f"no Python rank process on {host} (RANK, "
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))
-    live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher)
+    live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher,
+                               rank_output_fetch=functools.partial(local_fetcher, max_bytes=MAX_RANK_OUTPUT_BYTES,
+                                                                   tail=True))
     return sink.emit(build(live.collected, history=sink.history()))
+
+
+def _spec(samples: int, window_s: float) -> SamplingSpec:
+    return SamplingSpec(samples, window_s, max(window_s, DEFAULT_HORIZON_S))
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
@@ -469,7 +504,8 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
 @config_option
 @_live_options
 def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-        ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
+        ras: bool, native: bool, samples: int, window_s: float, output: Path | None, prometheus_to: Path | None,
+        fmt: str) -> int:
     """Diagnose a running Slurm job: finds its nodes (scontrol show job), runs `hc diagnose
     collect --job ID` on every node at once (each bounded by --timeout; a node that does not
     answer is named, never waited for), takes every rank's state and py-spy stack, reads the
@@ -521,7 +557,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
                        + (f"{files} <its per-rank logs>" if files else "<its output and per-rank logs>"))
         return int(ExitCode.ERROR)
     nodes = expand([info.nodes])
-    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native, since=info.start_epoch)
+    helper_args = collect_args(job_id, timeout_s=timeout_s, ras=ras, native=native, since=info.start_epoch,
+                               sampling=_spec(samples, window_s))
     close: Callable[[], None] = lambda: None  # noqa: E731
     if via == "srun":
         env_hc = cfg.slurm.remote_hc
@@ -553,19 +590,20 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 @config_option
 @_live_options
 def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-          ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
+          ras: bool, native: bool, samples: int, window_s: float, output: Path | None, prometheus_to: Path | None,
+          fmt: str) -> int:
     """Diagnose a job launched without Slurm across HOSTLIST (torchrun on each host, mpirun):
     runs `hc diagnose collect --local` on every host over SSH (ssh.remote_hc) and prints one
     verdict: every rank process found there is taken as the job's (run it where one job runs)."""
     from healthcheck.core.nodes import expand
-    from healthcheck.diagnose.live import remote_argv
+    from healthcheck.diagnose.live import remote_argv, sampling_args
 
     sink = Sink(fmt, output, prometheus_to, config_path)
     cfg = (sink.config or _config_named(config_path)).main
     nodes = expand([hostlist])
     ssh_run, close = _ssh_runner(cfg.ssh)
     args = ["diagnose", "collect", "--local", "--timeout", f"{timeout_s:g}", *(["--ras"] if ras else []),
-            *(["--native"] if native else [])]
+            *(["--native"] if native else []), *sampling_args(_spec(samples, window_s))]
 
     def run(node: str, argv: list[str], t: float) -> CommandResult:
         return ssh_run(node, remote_argv(cfg.ssh.remote_hc, argv) if argv[:1] == ["diagnose"] else argv, t)

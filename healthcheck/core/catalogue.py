@@ -302,6 +302,13 @@ DIAG_GPU_FAILURE = finding(
     "Drain the host and run hc node --tier deep on it; the Xid (kernel log) names the GPU.",
     action="reset-gpu",
 )
+DIAG_PROGRESSING = finding(
+    "diag.E011",
+    "a live job was progressing: every rank's stack or I/O moved while hc sampled it (nothing hangs)",
+    "Nothing hangs and no rank is to blame. If the job is slow, look at the straggler the finding names in "
+    "words (its data loading, its host: hc node) or profile a step; sample again if it hangs later.",
+    action="none",
+)
 DIAG_UNKNOWN = finding(
     "diag.E010",
     "a job could not be diagnosed: nothing conclusive in what it left (ERROR: not judged)",

@@ -21,9 +21,12 @@ Rules, in the order of precedence the verdict uses:
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors when no rank died.
  7. stuck-rank: NCCL RAS op counts (overrides the watchdog), the desync report, the
-    complement of the ranks that timed out at one SeqNum, the stack groups (a minority
-    outside c10d while the rest wait in a collective), Flight Recorder lag.
+    complement of the ranks that timed out at one SeqNum, the stack groups (ranks
+    outside c10d while still ranks wait in a collective, at any count), Flight Recorder lag.
  8. socket-fallback: NCCL on sockets where IB was expected (a performance cliff).
+ 9. progressing: live, every sampled rank's stack, I/O or step counter moved (stuck.py).
+The stack rules (7's stacks, 9, the stack mismatch of 4, the init stacks of 1) are in
+stuck.py and stackrules.py, on the stacks as sampled (motion.py).
 """
 
 from __future__ import annotations
@@ -34,15 +37,25 @@ from collections.abc import Iterable
 
 import msgspec
 
+from healthcheck.diagnose.analysis import Analysis, iso, line_time, world
+from healthcheck.diagnose.analysis import fact_rank as _fact_rank
+from healthcheck.diagnose.analysis import log_evidence as _ev
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.sources import Collected
-from healthcheck.diagnose.stacks import StackGroup, group_stacks, rank_words
-from healthcheck.parsers.flight_recorder import FlightRecorderDump, FrComparison, compare_ranks
+from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
+from healthcheck.diagnose.stacks import group_stacks, rank_words
+from healthcheck.diagnose.stuck import progress_rule, stuck_rule
+from healthcheck.parsers.flight_recorder import FlightRecorderDump, compare_ranks
+
+_iso = iso  # the verdict's name for it
+_t = line_time
+_world = world
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
                                         "collective-mismatch", "host-wedged", "network", "stuck-rank",
-                                        "socket-fallback", "unknown")
+                                        "socket-fallback", "progressing", "unknown")
 
 NEXT_STEP: dict[str, str] = {
     "dead-rank": "read the dead rank's own log and the node's kernel log (OOM killer, segfault); "
@@ -63,20 +76,11 @@ NEXT_STEP: dict[str, str] = {
     "init-failure": "fix the launch: a free MASTER_PORT, every rank reachable on MASTER_ADDR, the right "
                     "NCCL_SOCKET_IFNAME, one GPU per rank; then relaunch",
     "gpu-failure": "drain the node and run hc node --tier deep on it; the Xid names the GPU",
+    "progressing": "nothing hangs: every rank moved while hc looked; if the job is slow, look at the straggler "
+                   "named (its data loading, its node: hc node) or profile a step",
     "unknown": "collect more: per-rank logs with NCCL_DEBUG=INFO, py-spy dump --json of every rank while it "
                "hangs, Flight Recorder dumps (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT=1)",
 }
-
-
-class Analysis(msgspec.Struct, kw_only=True):
-    """Everything the rules found, with what the verdict needs beside it."""
-
-    findings: list[JobFinding] = []
-    groups: list[StackGroup] = []
-    fr: FrComparison | None = None
-    events: list[Evidence] = []  # every error event, for the first failure
-    world_sizes: dict[int, list[int]] = {}  # world size -> ranks that said it
-    notes: list[str] = []
 
 
 _COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
@@ -84,34 +88,6 @@ _COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", 
                       "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
                       "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
                       "preamble.length", "Received data size", "watchdog", "collective operation timeout")
-
-
-def _t(col: Collected, source: str, line: int | None) -> float | None:
-    st = col.stamps.get(source)
-    return st.at(line) if st is not None and line is not None else None
-
-
-def _iso(t: float | None) -> str:
-    if t is None:
-        return ""
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _ev(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
-    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=_t(col, source, line))
-
-
-def _fact_rank(fact: object, file_rank: int | None) -> int | None:
-    r = getattr(fact, "rank", None)
-    if r is not None:
-        return r
-    if file_rank is not None:
-        return file_rank
-    pg_rank = getattr(fact, "pg_rank", None)
-    return pg_rank if pg_rank is not None and getattr(fact, "pg_id", "") in ("", "0") else None
-
-
-# ---------------------------------------------------------------- rules
 
 
 def _init(col: Collected, out: Analysis) -> None:
@@ -478,68 +454,6 @@ def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump
                                 evidence=tuple(items[:24]), divergence=divergence))
 
 
-def _stack_mismatch(col: Collected, out: Analysis) -> None:
-    """Every stacked rank waits in a collective, but a strict minority in another one (or
-    the same op called from another function): they called a collective the others did
-    not (a skipped or added collective)."""
-    groups = out.groups
-    if len(groups) < 2 or any(g.collective is None for g in groups):
-        return
-    sides = {r: f"{g.collective} <- {g.function or '?'}" for g in groups for r in g.ranks}
-    pick = _minority(sides)
-    if pick is None or len(pick[0]) * 2 >= len(sides):
-        return
-    odd, top, theirs = pick
-    ev = col.evidence
-    items = [Evidence(source=_stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
-             for g in groups]
-    where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
-    out.findings.append(job_finding(
-        cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(items[:12]), where=where,
-        summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
-                "different collectives (a skipped, added or reordered collective)"))
-
-
-_INIT_FRAMES = ("init_process_group", "_create_c10d_store", "rendezvous", "TCPStore", "_store_based_barrier",
-                "init_device_mesh")
-
-
-def _init_stacks(col: Collected, out: Analysis) -> None:
-    """No log says it, but the stacks do: most ranks wait inside init_process_group (the
-    store/rendezvous) while a minority is elsewhere, not in any collective: the minority
-    never joined (it failed to start its part: the store's port, an exception)."""
-    if any(f.cls == "init-failure" for f in out.findings) or not out.groups:
-        return
-    in_init = [g for g in out.groups if any(f.split(" (")[0] in _INIT_FRAMES or "rendezvous" in f.split(" (")[0]
-                                            for f in g.frames)]
-    if not in_init:
-        return
-    waiting = {r for g in in_init for r in g.ranks}
-    others = [g for g in out.groups if g not in in_init]
-    if any(g.collective is not None for g in others):
-        return
-    odd = tuple(sorted(r for g in others for r in g.ranks))
-    ev = col.evidence
-    missing = tuple(sorted(r for r, x in ev.ranks.items() if x.state == "missing"))
-    if len(odd) >= len(waiting):
-        return
-    items = [Evidence(source=_stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
-             for g in out.groups]
-    if odd:
-        summary = (f"{rank_words(odd)} did not join the job's start: {rank_words(waiting)} wait in "
-                   f"init_process_group (store/rendezvous) while {rank_words(odd)} is in {others[0].label}"
-                   f" (it failed to start its part: the master port taken, an exception)")
-        confidence: Confidence = "medium"
-    else:
-        odd = missing
-        summary = ("every rank waits in init_process_group (store/rendezvous)"
-                   + (f"; {rank_words(missing)} never started or died" if missing else
-                      ": a rank never joined, or MASTER_ADDR:MASTER_PORT cannot be reached"))
-        confidence = "medium" if missing else "low"
-    out.findings.append(job_finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
-                                evidence=tuple(items[:12]), where=others[0].where if others else ""))
-
-
 def _fr_source(r: RankEvidence | None) -> str:
     if r is None:
         return "flight recorder"
@@ -627,188 +541,6 @@ def _ras(col: Collected, out: Analysis) -> list[JobFinding]:
     return found
 
 
-def _world(col: Collected) -> tuple[set[int], int | None]:
-    sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
-    world = max(sizes) if sizes else None
-    known = set(col.evidence.ranks)
-    return known, world
-
-
-def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) -> None:
-    ev = col.evidence
-    known, world = _world(col)
-    everyone = set(range(world)) if world else known
-    # the desync report names the lagging ranks itself
-    for f in ev.torch_logs:
-        assert f.log is not None
-        lag = [d for d in f.log.desync if d.kind in ("never-joined", "not-finished")]
-        if lag:
-            ranks = tuple(sorted({r for d in lag for r in d.ranks}))
-            out.findings.append(job_finding(cls="stuck-rank", confidence="high", ranks=ranks,
-                                        summary=f"{rank_words(ranks)} never joined or never finished the collective "
-                                                "the others wait in (desync report)",
-                                        evidence=tuple(_ev(col, f.source, d.line, f"desync: {d.kind} {list(d.ranks)}",
-                                                           f.rank) for d in lag[:10])))
-            return
-    # watchdog timeouts (NCCL) and gloo timeouts: who waited, at which SeqNum
-    waiting: dict[int, Evidence] = {}
-    seqs: Counter[int] = Counter()
-    for f in ev.torch_logs:
-        assert f.log is not None
-        for t in f.log.timeouts:
-            r = _fact_rank(t, f.rank)
-            if r is not None:
-                text = f"watchdog timeout at SeqNum {t.seq} ({t.op_type})"
-                waiting.setdefault(r, _ev(col, f.source, t.line, text, r))
-                seqs[t.seq] += 1
-        for g in f.log.gloo:
-            if g.kind == "timeout":
-                r = _fact_rank(g, f.rank)
-                if r is not None:
-                    waiting.setdefault(r, _ev(col, f.source, g.line, f"gloo: timed out waiting {g.timeout_ms} ms for "
-                                                                     f"{g.operation}", r))
-    # the stacks: who waits in a collective, who does not
-    outside = [g for g in out.groups if g.collective is None]
-    inside = [g for g in out.groups if g.collective is not None]
-    n_in = sum(len(g.ranks) for g in inside)
-    n_out = sum(len(g.ranks) for g in outside)
-    stack_odd: tuple[int, ...] = ()
-    where = ""
-    if inside and outside and n_out < n_in:
-        stack_odd = tuple(sorted(r for g in outside for r in g.ranks))
-        where = outside[0].label
-    # Flight Recorder: who never recorded the seq the others are at, who came late
-    fr_missing: tuple[int, ...] = ()
-    divergence = ""
-    if out.fr is not None:
-        for grp in out.fr.groups:
-            if grp.missing:
-                m = grp.missing[-1]
-                if len(m.missing) < len(m.present):
-                    fr_missing = m.missing
-                    divergence = f"seq {m.seq} ({m.op}) of {grp.pg_desc or grp.pg_name}"
-                    break
-    lag_odd, lag_text = _fr_lag(dumps)
-    nccl_odd, nccl_items, nccl_at = _nccl_behind(col)
-    if nccl_at and not divergence:
-        divergence = nccl_at
-    complement: tuple[int, ...] = ()
-    if waiting and world:
-        rest = everyone - set(waiting)
-        if rest and len(rest) < len(waiting):
-            complement = tuple(sorted(rest))
-    stopped = tuple(sorted(r for r, x in ev.ranks.items() if x.state == "stopped"))
-    if stopped and len(stopped) * 2 >= len(ev.ranks):
-        stopped = ()  # most ranks stopped: the whole job was suspended, no odd one
-    candidates = [c for c in (stack_odd, fr_missing, lag_odd, complement, stopped, nccl_odd) if c]
-    if not candidates:
-        return
-    votes: Counter[int] = Counter(r for c in candidates for r in c)
-    odd = tuple(sorted(r for r, n in votes.items() if n == max(votes.values())))
-    agree = all(set(c) == set(odd) for c in candidates)
-    items: list[Evidence] = []
-    for sg in out.groups:
-        if set(sg.ranks) & set(odd):
-            r0 = sg.ranks[0]
-            items.append(Evidence(source=_stack_source(ev.ranks.get(r0)), rank=r0, text=f"stack: {sg.text}"))
-    for sg in out.groups:
-        if sg.collective is not None and not set(sg.ranks) & set(odd):
-            items.append(Evidence(source=_stack_source(ev.ranks.get(sg.ranks[0])), rank=sg.ranks[0],
-                                  text=f"stack: {sg.text}"))
-            break
-    for r in stopped:
-        x = ev.ranks[r]
-        items.insert(0, Evidence(source=(x.sources or ["live collection"])[0], rank=r,
-                                 text=f"rank {r} (pid {x.pid}, {x.host}) is stopped (state T): SIGSTOP, a debugger "
-                                      "or job control froze it"))
-    if fr_missing:
-        items.append(Evidence(source="flight recorder", text=f"Flight Recorder: {rank_words(fr_missing)} never "
-                                                             f"recorded {divergence}"))
-    if lag_text:
-        items.append(Evidence(source="flight recorder", text=lag_text))
-    items.extend(nccl_items)
-    items.extend(list(waiting.values())[:8])
-    if complement:
-        items.append(Evidence(source="logs", text=f"{rank_words(waiting)} timed out waiting; "
-                                                  f"{rank_words(complement)} did not (world size {world})"))
-    # a rank past the point the others wait at, outside their function: it skipped a collective
-    skipped = False
-    if stack_odd and fr_missing and set(stack_odd) == set(fr_missing) and inside:
-        funcs = {f.split(" (")[0] for g in inside for f in g.frames if not f.startswith(("all_reduce", "_exception"))}
-        waiting_fn = inside[0].function
-        odd_frames = [f.split(" (")[0] for g in outside for f in g.frames]
-        skipped = bool(waiting_fn) and waiting_fn not in odd_frames and bool(funcs)
-    if skipped:
-        wait_at = inside[0].where
-        out.findings.append(job_finding(
-            cls="collective-mismatch", ranks=odd, confidence="medium" if agree else "low", evidence=tuple(items[:24]),
-            where=outside[0].where, divergence=divergence,
-            summary=f"{rank_words(odd)} skipped a collective: the others wait in {inside[0].collective} at {wait_at} "
-                    f"({divergence}), {rank_words(odd)} recorded none and is past it, in {where}"))
-        return
-    what = _stuck_kind(outside)
-    if stopped and set(stopped) & set(odd):
-        what = "stopped: state T, SIGSTOP or a debugger" + (f"; {what}" if what else "")
-    summary = f"{rank_words(odd)} is behind" + (f", stuck in {where}" if where and stack_odd else "")
-    if what:
-        summary += f" ({what})"
-    if waiting:
-        summary += f"; {rank_words(waiting)} wait for it in a collective"
-    if nccl_odd and set(nccl_odd) == set(odd):
-        summary += f"; it never launched {nccl_at.split(' on comm ')[0]}, which the other ranks did"
-    confidence: Confidence = "high" if agree and len(candidates) >= 2 else "medium" if agree else "low"
-    if not agree:
-        out.notes.append("the evidence for the stuck rank disagrees: " + "; ".join(
-            f"{name} {rank_words(c)}" for name, c in (("stacks", stack_odd), ("flight recorder", fr_missing),
-                                                       ("flight recorder lag", lag_odd),
-                                                       ("timeouts' complement", complement),
-                                                       ("stopped processes", stopped),
-                                                       ("NCCL opCounts", nccl_odd)) if c))
-    out.findings.append(job_finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
-                                summary=summary, where=outside[0].where if outside and stack_odd else "",
-                                divergence=divergence))
-
-
-def _stuck_kind(groups: list[StackGroup]) -> str:
-    text = " ".join(f for g in groups for f in g.frames).lower()
-    if "dataloader" in text or "_next_data" in text or "queue.py" in text:
-        return "in the data loader"
-    if "socket.py" in text or "ssl.py" in text or " read" in text or "open (" in text:
-        return "in I/O"
-    return ""
-
-
-def _stack_source(r: RankEvidence | None) -> str:
-    if r is None:
-        return "py-spy"
-    return next((s for s in r.sources if "spy" in s.lower()), r.sources[0] if r.sources else "py-spy")
-
-
-def _fr_lag(dumps: dict[int, FlightRecorderDump]) -> tuple[tuple[int, ...], str]:
-    """Ranks that entered the last seq every rank recorded much later than the rest."""
-    if len(dumps) < 3:
-        return (), ""
-    created: dict[int, dict[int, int]] = {}
-    for rank, d in dumps.items():
-        for e in d.entries:
-            if e.is_p2p or e.collective_seq_id is None or e.time_created_ns is None:
-                continue
-            if e.pg_desc in ("default_pg", "") or e.pg_name in ("0", ""):
-                created.setdefault(rank, {})[e.collective_seq_id] = e.time_created_ns
-    common = set.intersection(*(set(v) for v in created.values())) if len(created) == len(dumps) else set()
-    if not common:
-        return (), ""
-    seq = max(common)
-    times = {r: created[r][seq] for r in created}
-    ordered = sorted(times.values())
-    median = ordered[len(ordered) // 2]
-    late = tuple(sorted(r for r, t in times.items() if t - median > 1_000_000_000))
-    if not late or len(late) * 2 >= len(times):
-        return (), ""
-    lag = max(times[r] - median for r in late) / 1e9
-    return late, f"Flight Recorder: {rank_words(late)} entered seq {seq} {lag:.1f} s after the others"
-
-
 def _fallback(col: Collected, out: Analysis) -> None:
     items = []
     for n in col.evidence.nccl_logs:
@@ -883,6 +615,9 @@ def analyse(col: Collected) -> Analysis:
             sizes.setdefault(r.world_size, []).append(rank)
     out.world_sizes = sizes
     out.groups = group_stacks({r: x.stack for r, x in ev.ranks.items() if x.stack is not None})
+    out.motion = job_motion({r: x.samples for r, x in ev.ranks.items() if x.samples})
+    if out.motion is not None:
+        out.notes.append(f"stacks: {out.motion.describe()}")
     dumps = {r: x.flight_recorder for r, x in ev.ranks.items() if x.flight_recorder is not None}
     if dumps:
         out.fr = compare_ranks(dumps)
@@ -892,17 +627,18 @@ def analyse(col: Collected) -> Analysis:
     _dead(col, out)
     ras = _ras(col, out)
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
-    _init_stacks(col, out)
+    init_stacks(col, out)
     _mismatch(col, out, dumps)
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
-        _stack_mismatch(col, out)
+        stack_mismatch(col, out)
     _wedged(col, out)
     _network(col, out)
     stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
     if stuck_from_ras:
         out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
     else:
-        _stuck(col, out, dumps)
+        stuck_rule(col, out, dumps, _nccl_behind(col))
+    progress_rule(col, out)
     _fallback(col, out)
     return out
 

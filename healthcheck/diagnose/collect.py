@@ -68,6 +68,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,7 +81,9 @@ from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.inputs import clip
+from healthcheck.diagnose.motion import StackSample
 from healthcheck.diagnose.ras_client import DEFAULT_HOST, DEFAULT_PORT, RasOutcome, query_ras
+from healthcheck.diagnose.sampling import MARGIN_S, Sampled, SamplingSpec, sample_ranks
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, PySpyThread, parse_py_spy
@@ -195,6 +198,8 @@ class RankProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     py_spy_mode: DumpMode | None = None
     py_spy_s: float | None = None
     py_spy_raw: str | None = None  # py-spy's own JSON, when asked for (`raw=True`)
+    samples: tuple[StackSample, ...] = ()  # the stack sampled over the window (sampling.py), the last is `stack`
+    outputs: tuple[str, ...] = ()  # its stdout/stderr where they are regular files (a batch job's, `> rank1.log`)
     collective: str | None = None  # the c10d call its main thread is in (all_reduce, wait, ...)
     user_frame: str | None = None  # its main thread's innermost program frame: "fn (file.py:12)"
 
@@ -677,12 +682,15 @@ class _Dump(msgspec.Struct):
 
 
 def dump_stack(py_spy: str, pid: int, state: str, *, timeout_s: float, native: bool = False,
-               keep_raw: bool = False, rank: int | None = None) -> _Dump:
-    """`py-spy dump --json --pid PID` (`--nonblocking` for a stopped or D-state process)."""
+               keep_raw: bool = False, rank: int | None = None, with_locals: bool = False) -> _Dump:
+    """`py-spy dump --json --pid PID` (`--nonblocking` for a stopped or D-state process;
+    `--locals` with_locals: sampling.py reduces them at once)."""
     mode: DumpMode = "nonblocking" if state in ("T", "t", "D") else "blocking"
     argv = [py_spy, "dump", "--json", "--pid", str(pid)]
     if native:
         argv.append("--native")
+    if with_locals:
+        argv.append("--locals")
     if mode == "nonblocking":
         argv.append("--nonblocking")
     r = run_command(argv, timeout_s=timeout_s, env={**os.environ, "RUST_BACKTRACE": "0"})
@@ -956,7 +964,8 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
                  ras: bool = False, ras_host: str = DEFAULT_HOST, ras_port: int = DEFAULT_PORT,
                  raw: bool = False, same_netns: bool = True, host: str | None = None,
                  proc: str = "/proc", kernel: bool = True, since: float | None = None,
-                 kernel_sources: Sequence[Source] | None = None) -> NodeCollection:
+                 kernel_sources: Sequence[Source] | None = None,
+                 sampling: SamplingSpec | None = None) -> NodeCollection:
     """Every rank of job `job_id` (or the processes `pids`) on this node, with its stack.
 
     py_spy: the py-spy binary (name or path; None: no stacks). timeout_s bounds the whole
@@ -965,6 +974,7 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
     py-spy's JSON text per rank (fixtures, bug reports). kernel: also read the node's
     kernel log from the job's start (`since`, epoch seconds, else the earliest start of
     the job's processes here) through `kernel_sources` (default: kernel_sources()).
+    sampling: how many times, over how long, every rank's stack is dumped (sampling.py).
     """
     if (job_id is None) == (not pids):
         raise ValueError("give exactly one of job_id and pids")
@@ -995,25 +1005,16 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
             errors.append(CollectError("py-spy-missing", f"py-spy not found (looked for {py_spy!r} on PATH and next "
                                        f"to {sys.executable}): no stacks from {host}", fix=PY_SPY_FIX))
         ranks: list[RankProcess] = []
-        futures: dict[int, concurrent.futures.Future[_Dump]] = {}
-        for p, _how in found:
-            rank, _ = rank_of(p.environ or {})
-            if binary and p.state not in ("Z", "X"):
-                left = deadline - time.monotonic()
-                futures[p.pid] = pool.submit(dump_stack, binary, p.pid, p.state,
-                                             timeout_s=max(0.5, min(per_rank_timeout_s, left)), native=native,
-                                             keep_raw=raw, rank=rank)
+        spec = sampling or SamplingSpec()
+        sampled = _sample(binary, found, spec, pool, deadline, per_rank_timeout_s, native, raw, proc) \
+            if binary else Sampled()
         for p, how in found:
-            dump = None
-            fut = futures.get(p.pid)
-            if fut is not None:
-                try:
-                    dump = fut.result(timeout=max(0.1, deadline - time.monotonic() + 2.0))
-                except concurrent.futures.TimeoutError:
-                    fut.cancel()
-                    errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
-                                               "ran out first", fix="raise --timeout", pid=p.pid))
-            ranks.append(_rank_process(p, how, host, agents.get(p.pid), helpers.get(p.pid, []), dump))
+            dump = sampled.last.get(p.pid)
+            if binary and dump is None and p.state not in ("Z", "X"):
+                errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
+                                           "ran out first", fix="raise --timeout", pid=p.pid))
+            ranks.append(_rank_process(p, how, host, agents.get(p.pid), helpers.get(p.pid, []), dump,
+                                       tuple(sampled.samples.get(p.pid, ())), output_files(p.pid, proc)))
             if dump is not None and dump.error is not None:
                 errors.append(dump.error)
             if p.environ is None and p.environ_error:
@@ -1047,8 +1048,44 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
         py_spy=binary, ptrace_scope=ptrace_scope(), kernel=kernel_log)
 
 
+def _sample(binary: str, found: list[tuple[_Proc, FoundBy]], spec: SamplingSpec,
+            pool: concurrent.futures.Executor, deadline: float, per_rank_s: float, native: bool, raw: bool,
+            proc: str) -> Sampled:
+    """Every found rank's stack, sampled (sampling.py); with --locals, and without where
+    py-spy cannot read a process's locals."""
+    ranks = {p.pid: rank_of(p.environ or {})[0] for p, _ in found}
+
+    def dump(pid: int, state: str, timeout_s: float) -> _Dump:
+        d = dump_stack(binary, pid, state, timeout_s=timeout_s, native=native, keep_raw=raw, rank=ranks.get(pid),
+                       with_locals=True)
+        if d.error is not None and d.error.kind == "py-spy-failed":
+            d = dump_stack(binary, pid, state, timeout_s=timeout_s, native=native, keep_raw=raw,
+                           rank=ranks.get(pid))
+        return d
+
+    return sample_ranks([(p.pid, p.state) for p, _ in found], dump, spec, pool=pool,
+                        deadline=deadline - MARGIN_S, per_dump_s=per_rank_s, proc=proc)
+
+
+def output_files(pid: int, proc: str = "/proc") -> tuple[str, ...]:
+    """The regular files a process's stdout and stderr go to (what it printed as it
+    failed: torch's warnings, a traceback); pipes, terminals and deleted files are not."""
+    out: list[str] = []
+    for fd in (1, 2):
+        link = f"{proc}/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(link)
+            regular = stat.S_ISREG(os.stat(link).st_mode)
+        except OSError:
+            continue
+        if regular and target.startswith("/") and not target.endswith(" (deleted)") and target not in out:
+            out.append(target)
+    return tuple(out)
+
+
 def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers: list[int],
-                  dump: _Dump | None) -> RankProcess:
+                  dump: _Dump | None, samples: tuple[StackSample, ...] = (),
+                  outputs: tuple[str, ...] = ()) -> RankProcess:
     env = p.environ or {}
     rank, source = rank_of(env)
     stack = dump.stack if dump else None
@@ -1065,7 +1102,8 @@ def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers:
         master_port=_int(env.get("MASTER_PORT")), debug_files=debug_files(env, p.pid, host, rank),
         env=kept_env(env), environ_truncated=p.environ_truncated,
         stack=stack, py_spy_mode=dump.mode if dump else None, py_spy_s=dump.seconds if dump else None,
-        py_spy_raw=dump.raw if dump else None, collective=main.collective if main else None,
+        py_spy_raw=dump.raw if dump else None, samples=samples, outputs=outputs,
+        collective=main.collective if main else None,
         user_frame=f"{user.name} ({user.file}:{user.line})" if user and user.line is not None
         else (f"{user.name} ({user.file})" if user else None),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
+from healthcheck.diagnose.motion import StackSample
 from healthcheck.parsers.flight_recorder import FlightRecorderDump
 from healthcheck.parsers.nccl_log import NcclLog
 from healthcheck.parsers.nccl_ras import NcclRasStatus
@@ -84,6 +85,7 @@ class RankEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     signal: str = ""  # "SIGKILL"
     stack: PySpyProcess | None = None  # py-spy's dump of the process
     stack_error: str = ""  # why there is no stack: "py-spy not found: pip install py-spy", "ptrace refused: ..."
+    samples: list[StackSample] = []  # live: the stack sampled over a window (motion.py); the last is `stack`
     flight_recorder: FlightRecorderDump | None = None
     sources: list[str] = []  # the files (or commands) this rank's facts came from
 

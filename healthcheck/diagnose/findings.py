@@ -31,7 +31,7 @@ from healthcheck.core.model import Finding
 from healthcheck.core.status import Status
 
 FailureClass = Literal["dead-rank", "collective-mismatch", "shape-mismatch", "stuck-rank", "host-wedged", "network",
-                       "socket-fallback", "init-failure", "gpu-failure", "unknown"]
+                       "socket-fallback", "init-failure", "gpu-failure", "progressing", "unknown"]
 Confidence = Literal["high", "medium", "low"]
 
 CHECK = "diagnose"  # the `check` every diagnosis finding is stamped with
@@ -48,11 +48,13 @@ SPECS: dict[str, FindingSpec] = {
     "socket-fallback": catalogue.DIAG_SOCKET_FALLBACK,
     "init-failure": catalogue.DIAG_INIT_FAILURE,
     "gpu-failure": catalogue.DIAG_GPU_FAILURE,
+    "progressing": catalogue.DIAG_PROGRESSING,
     "unknown": catalogue.DIAG_UNKNOWN,
 }
 # a job that failed is FAIL (about the job: a diagnosis never drains); a performance cliff
-# is WARN; no diagnosis is ERROR (not judged: never read as a healthy job)
-_STATUS: dict[str, Status] = {"socket-fallback": Status.WARN, "unknown": Status.ERROR}
+# is WARN; a live job seen progressing is PASS; no diagnosis is ERROR (not judged: never
+# read as a healthy job)
+_STATUS: dict[str, Status] = {"socket-fallback": Status.WARN, "progressing": Status.PASS, "unknown": Status.ERROR}
 
 
 def status_of(cls: str) -> Status:

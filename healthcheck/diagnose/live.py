@@ -51,6 +51,7 @@ from healthcheck.core import typed
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
+from healthcheck.diagnose.sampling import SamplingSpec
 from healthcheck.diagnose.sources import Collected, read_data
 
 MiB = 1024 * 1024
@@ -63,6 +64,7 @@ _STACK_ERRORS = ("py-spy-missing", "ptrace-denied", "py-spy-timeout", "py-spy-fa
 _FETCH_SCRIPT = ('n=$1; shift; for f in "$@"; do if [ -f "$f" ] && [ -r "$f" ]; then '
                  'printf "==hc-file== %s %s\\n" "$(wc -c < "$f" | tr -d " ")" "$f"; '
                  'head -c "$n" -- "$f" | base64 | tr -d "\\n"; echo; '
+                 'elif [ -e "$f" ]; then printf "==hc-unreadable== %s\\n" "$f"; '
                  'else printf "==hc-missing== %s\\n" "$f"; fi; done')
 # the same, keeping a file's LAST n bytes: a job's output has its failure at the end
 _FETCH_TAIL_SCRIPT = _FETCH_SCRIPT.replace('head -c "$n"', 'tail -c "$n"')
@@ -72,6 +74,9 @@ FileFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 OutputFetcher = Callable[[str, list[str]], dict[str, "bytes | str"]]
 """(host, paths) -> {path: the file's LAST bytes, or why}: a job's stdout/stderr."""
 MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure is
+NO_SUCH_FILE = "no such file on the node"
+MAX_RANK_OUTPUT_BYTES = 1 * MiB  # of one rank's own stdout/stderr file
+MAX_RANK_OUTPUTS = 64  # rank output files read per job (their ends: 64 MiB at most)
 
 
 @dataclass
@@ -143,7 +148,7 @@ def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES,
         try:
             fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
-            out[p] = "no such file on the node (or not readable)" if isinstance(exc, FileNotFoundError) \
+            out[p] = NO_SUCH_FILE if isinstance(exc, FileNotFoundError) \
                 else f"cannot read: {exc.strerror or exc}"
             continue
         try:
@@ -182,7 +187,9 @@ def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("==hc-missing== "):
-            out[line[len("==hc-missing== "):]] = "no such file on the node (or not readable)"
+            out[line[len("==hc-missing== "):]] = NO_SUCH_FILE
+        elif line.startswith("==hc-unreadable== "):
+            out[line[len("==hc-unreadable== "):]] = "not a readable regular file (permissions, or a directory)"
         elif line.startswith("==hc-file== "):
             _, size, path = line.split(" ", 2)
             body = lines[i + 1] if i + 1 < len(lines) else ""
@@ -201,12 +208,14 @@ def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: st
                         fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
                         max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL,
                         outputs: Sequence[tuple[str, str]] = (),
-                        output_fetch: OutputFetcher | None = None) -> LiveResult:
+                        output_fetch: OutputFetcher | None = None,
+                        rank_output_fetch: OutputFetcher | None = None) -> LiveResult:
     """Merge the nodes' collections into evidence (see the module's docstring). `fetch`
     reads a node's debug files (None: they are listed as not read); `outputs` are the job's
     own stdout/stderr as (host, path), read through `output_fetch` (their ends) and parsed
     as `hc diagnose logs` parses a saved job output: what a rank printed as it died (gloo's
-    size mismatch, a Python traceback) is seen only there."""
+    size mismatch, a Python traceback) is seen only there. `rank_output_fetch` reads each
+    rank's own stdout/stderr file, where it has one (its last MAX_RANK_OUTPUT_BYTES)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     results = [n if isinstance(n, NodeAnswer) else NodeAnswer(n.host, n) for n in nodes]
     ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -266,6 +275,7 @@ def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: st
     _kernel_events(col, results, missing if not silent else [])
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
     _read_outputs(col, outputs, output_fetch, now.year)
+    _read_rank_outputs(col, results, {p for _, p in outputs}, rank_output_fetch, now.year)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
 
@@ -291,6 +301,7 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
     e.state = r.state_name
     e.stack = stack
     e.stack_error = "" if stack is not None else _stack_error(c, r)
+    e.samples = list(r.samples)
     e.sources.append(f"{e.host}: pid {r.pid} ({r.state_name}" + (f", py-spy {r.py_spy_mode}" if r.py_spy_mode
                                                                   else "") + ")")
     col.pid_ranks[r.pid] = rank
@@ -370,8 +381,8 @@ def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher
             source = f"{host}:{f.path}"
             data = got.get(f.path, "not fetched")
             if isinstance(data, str):
-                if f.kind == "flight-recorder" and "no such file" in data:
-                    continue  # written only on a timeout or a dump request: absent is normal
+                if data == NO_SUCH_FILE:
+                    continue  # a path the rank was given but has not written (yet): nothing was left unread
                 ev.unreadable.append(Unreadable(source, f"{f.kind}: {data}"))
                 continue
             if len(data) > budget:
@@ -406,6 +417,48 @@ def _read_outputs(col: Collected, outputs: Sequence[tuple[str, str]], fetch: Out
                 data = data.split(b"\n", 1)[-1]
             ev.inputs += 1
             read_data(source, data, col, year)
+
+
+def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str], fetch: OutputFetcher | None,
+                       year: int) -> None:
+    """Each rank's own stdout/stderr file (RankProcess.outputs), its last
+    MAX_RANK_OUTPUT_BYTES, parsed as that rank's log: torch's warnings and a dying rank's
+    traceback are there. Bounded: MAX_RANK_OUTPUTS files; an empty or absent one is not
+    listed (nothing was printed, nothing was left unread)."""
+    if fetch is None:
+        return
+    todo: dict[str, list[tuple[str, int | None]]] = {}
+    for n in results:
+        for r in n.collection.ranks if n.collection is not None else ():
+            for path in r.outputs:
+                if path not in seen and sum(map(len, todo.values())) < MAX_RANK_OUTPUTS:
+                    seen.add(path)
+                    todo.setdefault(n.host, []).append((path, r.rank))
+    for host, files in todo.items():
+        try:
+            got = fetch(host, [p for p, _ in files])
+        except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
+            got = {p: f"fetch failed: {clip(str(exc), 200)}" for p, _ in files}
+        for path, rank in files:
+            data = got.get(path, NO_SUCH_FILE)
+            if isinstance(data, str):
+                if data != NO_SUCH_FILE:
+                    col.evidence.unreadable.append(Unreadable(f"{host}:{path}", f"rank output: {data}"))
+                continue
+            if len(data) >= MAX_RANK_OUTPUT_BYTES:  # its end only: the first line read may be cut
+                data = data.split(b"\n", 1)[-1]
+            if data.strip():
+                col.evidence.inputs += 1
+                _read_rank_output(col, f"{host}:{path}", data, year, rank)
+
+
+def _read_rank_output(col: Collected, source: str, data: bytes, year: int, rank: int | None) -> None:
+    """A rank's output parsed as its log; one that holds nothing hc reads (a job's own
+    progress lines) is ordinary output, not a file left unread."""
+    before = len(col.evidence.unreadable)
+    read_data(source, data, col, year, rank=rank)
+    new = col.evidence.unreadable[before:]
+    col.evidence.unreadable[before:] = [u for u in new if not (u.source == source and "content" in u.why)]
 
 
 # ---------------------------------------------------------------------------- Slurm
@@ -470,10 +523,11 @@ def parse_job(text: str, job_id: str) -> SlurmJob | None:
 
 
 def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bool = False,
-                 since: float | None = None) -> list[str]:
+                 since: float | None = None, sampling: SamplingSpec | None = None) -> list[str]:
     """The helper's arguments (`hc diagnose collect ...`) for one node of the job; `since`
-    (epoch seconds, the job's start): the kernel log's window on every node."""
-    args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}"]
+    (epoch seconds, the job's start): the kernel log's window on every node; `sampling`:
+    the stack sampling every node does (None: the helper's default)."""
+    args = ["diagnose", "collect", "--job", str(job_id), "--timeout", f"{timeout_s:g}", *sampling_args(sampling)]
     if since is not None:
         args += ["--since", f"{since:.3f}"]
     if ras:
@@ -481,6 +535,13 @@ def collect_args(job_id: str, *, timeout_s: float, ras: bool = False, native: bo
     if native:
         args.append("--native")
     return args
+
+
+def sampling_args(spec: SamplingSpec | None) -> list[str]:
+    """The helper's sampling options for spec (none for None: its defaults)."""
+    if spec is None:
+        return []
+    return ["--samples", str(spec.samples), "--window", f"{spec.window_s:g}", "--horizon", f"{spec.horizon_s:g}"]
 
 
 def srun_collect_argv(srun: str, job_id: str, node: str, command: Sequence[str]) -> list[str]:

@@ -72,6 +72,31 @@ def main_thread(proc: PySpyProcess) -> PySpyThread | None:
     return with_frames[0] if with_frames else None
 
 
+_THREAD_WAITS = frozenset({"join", "_wait_for_tstate_lock", "get", "result", "wait", "acquire"})
+_THREAD_FILES = ("threading.py", "queue.py", "concurrent/futures/")
+
+
+def _waits_on_a_thread(thread: PySpyThread) -> bool:
+    """The thread sits in a join, a queue's get, a future's result (the standard
+    library's waits on another thread), outside any collective."""
+    if thread.collective is not None:
+        return False
+    for f in thread.frames:
+        if not f.library:
+            return False
+        if f.name.rsplit(".", 1)[-1] in _THREAD_WAITS and (f.file or f.filename).endswith(_THREAD_FILES):
+            return True
+    return False
+
+
+def blocking_thread(proc: PySpyProcess, main: PySpyThread | None) -> PySpyThread | None:
+    """The thread the main thread waits on: where main waits on a thread (join, a queue,
+    a future), the first other thread with frames of the program; None otherwise."""
+    if main is None or not _waits_on_a_thread(main):
+        return None
+    return next((t for t in proc.threads if t is not main and t.frames and user_frame(t.frames) is not None), None)
+
+
 def _label(frames: tuple[PySpyFrame, ...]) -> tuple[str, str | None, PySpyFrame | None]:
     coll = collective(frames)
     users = [f for f in frames if not f.library]
@@ -85,26 +110,34 @@ def _label(frames: tuple[PySpyFrame, ...]) -> tuple[str, str | None, PySpyFrame 
     return " <- ".join(parts) or "(no frames)", coll, user
 
 
+def _group(ranks: tuple[int, ...], key: tuple[str, ...], thread: PySpyThread | None, blocker: PySpyThread | None,
+           singleton: bool) -> StackGroup:
+    """One class; where the main thread waits on another thread, that thread's stack is
+    shown beside it and its program frame is where the rank is."""
+    label, coll, user = _label(thread.frames if thread is not None else ())
+    if blocker is not None:
+        blocked_label, _, user = _label(blocker.frames)
+        label += f" | waits on thread {blocker.name or blocker.id!r}: {blocked_label}"
+    return StackGroup(ranks=ranks, label=label, collective=coll,
+                      where=f"{user.file}:{user.line}" if user is not None and user.line is not None else "",
+                      function=user.name if user is not None else "", frames=key[:32], singleton=singleton)
+
+
 def group_stacks(stacks: Mapping[int, PySpyProcess]) -> list[StackGroup]:
     """rank -> py-spy process, grouped; the largest class first, singletons marked when
     there are at least two classes and three ranks."""
     classes: dict[tuple[str, ...], list[int]] = {}
-    info: dict[tuple[str, ...], tuple[tuple[PySpyFrame, ...]]] = {}
+    info: dict[tuple[str, ...], tuple[PySpyThread | None, PySpyThread | None]] = {}
     for rank, proc in stacks.items():
         thread = main_thread(proc)
-        frames = thread.frames if thread is not None else ()
-        key = tuple(_frame_text(f) for f in frames)
+        blocker = blocking_thread(proc, thread)
+        key = tuple(_frame_text(f) for t in (thread, blocker) if t is not None for f in t.frames)
         classes.setdefault(key, []).append(rank)
-        info.setdefault(key, (frames,))
+        info.setdefault(key, (thread, blocker))
     several = len(classes) > 1 and len(stacks) >= 3
     groups = []
     for key, ranks in classes.items():
-        frames = info[key][0]
-        label, coll, user = _label(frames)
-        groups.append(StackGroup(
-            ranks=tuple(sorted(ranks)), label=label, collective=coll,
-            where=f"{user.file}:{user.line}" if user is not None and user.line is not None else "",
-            function=user.name if user is not None else "", frames=key[:32],
-            singleton=several and len(ranks) == 1))
+        thread, blocker = info[key]
+        groups.append(_group(tuple(sorted(ranks)), key, thread, blocker, several and len(ranks) == 1))
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks))
     return groups

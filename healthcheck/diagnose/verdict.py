@@ -295,8 +295,6 @@ def decode(data: bytes, source: str = "diagnosis") -> Verdict:
 
 
 def render(verdict: Verdict, *, max_rows: int = 64) -> str:
-    from tabulate import tabulate
-
     out = [f"{verdict.cls}  (confidence {verdict.confidence})", verdict.summary]
     if verdict.odd_ranks:
         out.append("odd: " + "; ".join(
@@ -325,13 +323,8 @@ def render(verdict: Verdict, *, max_rows: int = 64) -> str:
             for e in fd.lines[:8]:
                 out.append(f"    {e.where}: {e.text}")
     if verdict.ranks:
-        rows = [["*" if r.odd else "", r.rank, r.host, r.pid or "", r.state, r.watchdog_seq or "",
-                 "" if r.last_enqueued is None else r.last_enqueued,
-                 "" if r.last_completed is None else r.last_completed,
-                 r.nccl_ops, r.stack[:60]] for r in verdict.ranks[:max_rows]]
         out.append("")
-        out.append(tabulate(rows, headers=["", "rank", "host", "pid", "state", "seq", "enqueued", "completed",
-                                           "nccl", "stack"]))
+        out.append(_rank_table(verdict.ranks[:max_rows]))
         if len(verdict.ranks) > max_rows:
             out.append(f"... {len(verdict.ranks) - max_rows} more ranks (--format json lists them all)")
     if verdict.unreadable:
@@ -340,6 +333,22 @@ def render(verdict: Verdict, *, max_rows: int = 64) -> str:
         for u in verdict.unreadable[:10]:
             out.append(f"  {u.source}: {u.why}")
     return "\n".join(out)
+
+
+_RANK_COLUMNS = ("", "rank", "host", "pid", "state", "seq", "enqueued", "completed", "nccl", "stack")
+
+
+def _rank_table(ranks: list[RankRow]) -> str:
+    """The per-rank table, without the columns no rank fills (a gloo job has no NCCL
+    counts or watchdog seqs; a live one no exit codes)."""
+    from tabulate import tabulate
+
+    rows = [["*" if r.odd else "", r.rank, r.host, r.pid or "", r.state, r.watchdog_seq or "",
+             "" if r.last_enqueued is None else r.last_enqueued,
+             "" if r.last_completed is None else r.last_completed,
+             r.nccl_ops, r.stack[:60]] for r in ranks]
+    keep = [i for i, name in enumerate(_RANK_COLUMNS) if name == "rank" or any(row[i] != "" for row in rows)]
+    return tabulate([[row[i] for i in keep] for row in rows], headers=[_RANK_COLUMNS[i] for i in keep])
 
 
 def json_schema() -> dict:

@@ -241,6 +241,17 @@ class GlooError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     message: str = ""
 
 
+class NotInGroup(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """torch's `Running OP on global rank N which does not belong to the given group.`
+    (distributed_c10d._warn_not_in_group, a UserWarning): rank N called OP with a process
+    group it is not a member of, and torch skipped the call. Harmless where that is the
+    program's intent; the culprit where the rank should have been in the group its
+    partner waits in."""
+
+    operation: str
+    global_rank: int
+
+
 FrKind = Literal["disabled", "stack", "dump-written", "dump-failed", "dump-preparing", "dump-signal-sent",
                  "dump-signal-observed"]
 
@@ -403,6 +414,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     closing_signals: tuple[ClosingSignal, ...] = ()
     worker_group: tuple[WorkerGroupEvent, ...] = ()
     exceptions: tuple[ExceptionRaised, ...] = ()
+    not_in_group: tuple[NotInGroup, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
@@ -441,7 +453,7 @@ class TorchLog(msgspec.Struct, frozen=True):
 
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
               "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
-              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions")
+              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group")
 
 
 # ---------------------------------------------------------------- line prefixes
@@ -605,6 +617,7 @@ _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})")
 _GLOO_PEER = re.compile(r"Connection closed by peer \[([^\]\s]{1,128})\]:(\d{1,5})")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d{1,20})ms for (\w{1,32}) operation")
 _GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d{1,20}) vs (\d{1,20})")
+_NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
 _GLOO_READ = re.compile(r"Read error \[([^\]\s]{1,128})\]:(\d{1,5}): ([^.\n]{0,200})")
 _FR_FRAME = re.compile(r"#\d{1,6} \S")
 _FR_PATH = re.compile(r"debug info to (?:file: )?(\S{1,1024})")
@@ -819,6 +832,8 @@ class _Parser:
             self.closing_signal(line)
         if "orker group" in b:
             self.worker_group(line)
+        if "does not belong to the given group" in b:
+            self.not_in_group(line)
         if "NCCL version " in b:
             for m in _NCCL_VERSION.finditer(b, 0, 4096):
                 self.version(m.group(1))
@@ -1045,6 +1060,15 @@ class _Parser:
             if o.key == key:
                 self.close("fr-stack", o.key)
         return False
+
+    def not_in_group(self, line: _Line) -> None:
+        m = _NOT_IN_GROUP.search(line.body)
+        if m is not None:
+            rank = int(m.group(2))
+            where = self.where(line)
+            if rank >= 0:  # the message names the global rank itself (-1: no default group yet)
+                where["rank"] = rank
+            self.add("not_in_group", NotInGroup(**where, operation=m.group(1), global_rank=rank))
 
     def gloo(self, line: _Line) -> None:
         b = line.body

@@ -23,7 +23,7 @@ from healthcheck.diagnose.verdict import SCHEMA_PATH, build, decode, encode, job
 
 LIVE = FIXTURES / "diagnose-live"
 SCEN = FIXTURES / "diagnose"
-DIAG_IDS = {f"diag.E{n:03d}" for n in range(1, 11)}
+DIAG_IDS = {f"diag.E{n:03d}" for n in range(1, 12)}
 
 
 def _copy(src: Path, dst: Path) -> Path:

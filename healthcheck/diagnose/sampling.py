@@ -1,0 +1,171 @@
+"""Sampling a node's ranks: every rank's stack several times over a short window, so the
+diagnosis can tell a rank that waits forever from one that is merely slow (motion.py).
+
+The window (`samples` dumps over `window_s`, default 4 over 1.5 s, never under
+motion.STILL_S) is the price every diagnosis pays. Where a rank on this node is still at
+the window's end (its stack, I/O and step counter unchanged for STILL_S) it may be stuck,
+or a straggler whose step is longer than the window; sampling then goes on, at the same
+pace, until no rank is still or `horizon_s` (default 6 s) has passed: a hang costs the
+horizon, a healthy job only the window. Where at the horizon one rank is still while
+another changed within STILL_S (it reached its wait late: a loaded node), sampling goes
+on up to SETTLE_S more, so that rank too is seen still or moving. A stopped (T) rank cannot move and does
+not hold sampling up. Everything stays inside the node's deadline.
+
+Each dump is `py-spy dump --json --locals` (the caller's `dump`): the locals give the
+process group of the collective a rank waits in and the step counter; they are reduced
+to a `StackSample` at once, and the last dump, which becomes the rank's stack (the
+rank as it is at the end, as motion.py judges it), is kept without them (a local may
+hold anything).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from healthcheck.diagnose.motion import STILL_S, StackSample, moved, sample_of
+from healthcheck.diagnose.stacks import blocking_thread, main_thread
+from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyProcess
+
+DEFAULT_SAMPLES = 4
+DEFAULT_WINDOW_S = 1.5
+DEFAULT_HORIZON_S = 6.0
+MAX_SAMPLES = 20
+MAX_WINDOW_S = 5.0
+MAX_HORIZON_S = 10.0
+MARGIN_S = 0.5  # left before the node's deadline: sampling never eats the rest of the collection
+SETTLE_S = 2.0  # past the horizon, while one rank is still and another only just stopped changing
+
+# (pid, state, timeout_s) -> the collector's dump result (an object with .stack: PySpyDump | None)
+Dumper = Callable[[int, str, float], Any]
+
+
+class SamplingSpec(msgspec.Struct, frozen=True):
+    samples: int = DEFAULT_SAMPLES
+    window_s: float = DEFAULT_WINDOW_S
+    horizon_s: float = DEFAULT_HORIZON_S
+
+    @property
+    def interval_s(self) -> float:
+        """Between two rounds (at least 0.1 s: a window of 0 still spreads its samples)."""
+        return max(0.1, self.window_s / (self.samples - 1)) if self.samples > 1 else 0.0
+
+
+@dataclass
+class Sampled:
+    """Per pid: its last dump that gave a stack (the collector's result object; where
+    none did, its first result, with why) and its samples."""
+
+    last: dict[int, Any] = field(default_factory=dict)
+    samples: dict[int, list[StackSample]] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)
+
+
+def read_io(pid: int, proc: str = "/proc") -> int | None:
+    """rchar + wchar of the process (/proc/PID/io): bytes it passed to read and write
+    calls, sockets included. None where the file cannot be read."""
+    try:
+        with open(f"{proc}/{pid}/io", "rb") as f:
+            text = f.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    total = 0
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("rchar", "wchar") and value.strip().isdigit():
+            total += int(value)
+    return total
+
+
+def without_locals(dump: PySpyDump) -> PySpyDump:
+    """The dump with every frame's locals dropped."""
+    def frames(fs: Sequence[PySpyFrame]) -> tuple[PySpyFrame, ...]:
+        return tuple(msgspec.structs.replace(f, locals=()) if f.locals else f for f in fs)
+
+    procs = tuple(msgspec.structs.replace(p, threads=tuple(msgspec.structs.replace(t, frames=frames(t.frames))
+                                                               for t in p.threads)) for p in dump.processes)
+    return msgspec.structs.replace(dump, processes=procs)
+
+
+def _process(dump: PySpyDump, pid: int) -> PySpyProcess | None:
+    return next((p for p in dump.processes if p.pid == pid), None) or (dump.processes[0] if dump.processes else None)
+
+
+def _take(out: Sampled, pid: int, result: Any, now: float, proc: str) -> bool:
+    """Record one dump of pid; False when it gave no stack (the pid is sampled no more)."""
+    stack: PySpyDump | None = getattr(result, "stack", None)
+    process = _process(stack, pid) if stack is not None else None
+    if process is None:
+        out.last.setdefault(pid, result)
+        return False
+    start = out.started.setdefault(pid, now)
+    main = main_thread(process)
+    out.samples.setdefault(pid, []).append(sample_of(main, now - start, read_io(pid, proc),
+                                                     blocking_thread(process, main)))
+    assert stack is not None
+    out.last[pid] = msgspec.structs.replace(result, stack=without_locals(stack))  # the rank as it is now
+    return True
+
+
+def _round(pids: Sequence[tuple[int, str]], dump: Dumper, pool: concurrent.futures.Executor, deadline: float,
+           per_dump_s: float, clock: Callable[[], float]) -> dict[int, Any]:
+    left = deadline - clock()
+    futures = {pid: pool.submit(dump, pid, state, max(0.5, min(per_dump_s, left))) for pid, state in pids}
+    got: dict[int, Any] = {}
+    for pid, fut in futures.items():
+        try:
+            got[pid] = fut.result(timeout=max(0.1, deadline - clock() + 2.0))
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+    return got
+
+
+def _go_on(done: int, spec: SamplingSpec, out: Sampled, waiting_for: set[int], elapsed: float) -> bool:
+    """Another round: the window (at least STILL_S: a rank must be seen still that long)
+    is not over; or a rank is still and the horizon allows; or, past the horizon (by at
+    most SETTLE_S), a rank is still while another changed within STILL_S: a rank that
+    reached its wait late is given the time to be seen still."""
+    if done < spec.samples or elapsed < STILL_S:
+        return True
+    sampled = [out.samples[pid] for pid in waiting_for if len(out.samples.get(pid, [])) > 1]
+    still = sum(not moved(s) for s in sampled)
+    if not still:
+        return False
+    horizon = max(spec.horizon_s, spec.window_s, STILL_S)
+    if elapsed + spec.interval_s <= horizon:
+        return True
+    return still < len(sampled) and elapsed + spec.interval_s <= horizon + SETTLE_S
+
+
+def sample_ranks(targets: Sequence[tuple[int, str]], dump: Dumper, spec: SamplingSpec, *,
+                 pool: concurrent.futures.Executor, deadline: float, per_dump_s: float, proc: str = "/proc",
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> Sampled:
+    """Dump every (pid, state) of `targets` in rounds (see the module's docstring).
+    Zombies are not dumped; a pid whose dump fails is not dumped again."""
+    out = Sampled()
+    live = [(pid, state) for pid, state in targets if state not in ("Z", "X")]
+    stopped = {pid for pid, state in live if state in ("T", "t")}
+    t0 = clock()
+    done = 0
+    while live:
+        got = _round(live, dump, pool, deadline, per_dump_s, clock)
+        now = clock()
+        live = [(pid, state) for pid, state in live if pid in got and _take(out, pid, got[pid], now, proc)]
+        for pid, result in got.items():
+            out.last.setdefault(pid, result)
+        done += 1
+        waiting_for = {pid for pid, _ in live} - stopped
+        if spec.samples <= 1 or not _go_on(done, spec, out, waiting_for, now - t0):
+            break
+        next_at = t0 + done * spec.interval_s
+        if next_at > deadline - MARGIN_S:
+            break
+        if next_at > now:
+            sleep(next_at - now)
+    return out

@@ -1,0 +1,160 @@
+"""Rules on the stacks alone (of the ranks that did not move, where they were sampled):
+
+- group_culprit (collective-mismatch): a rank waits in a collective on a process group
+  of its own while the others wait elsewhere: the lone stack is the victim, waiting for a
+  member of its group that never entered. torch names that member when it skipped the
+  call (`Running OP on global rank N which does not belong to the given group`: it passed
+  a group it is not in); without the warning the finding names no rank.
+- stack_mismatch (collective-mismatch): every rank waits in a collective, a strict
+  minority in another one (or the same op from another function).
+- init_stacks (init-failure): most ranks wait in init_process_group while a minority is
+  elsewhere, in no collective: the minority never joined.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from healthcheck.diagnose.analysis import Analysis, log_evidence, stack_source
+from healthcheck.diagnose.evidence import RankEvidence
+from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
+from healthcheck.diagnose.motion import collective_group
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import StackGroup, main_thread, rank_words
+from healthcheck.diagnose.stuck import hosts_of, still_groups
+
+_INIT_FRAMES = ("init_process_group", "_create_c10d_store", "rendezvous", "TCPStore", "_store_based_barrier",
+                "init_device_mesh")
+
+
+def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
+    """rank -> what it runs: the ranks off the strict majority, the majority's value and theirs."""
+    counts = Counter(sides.values())
+    if len(counts) < 2:
+        return None
+    (top, n_top), *rest = counts.most_common()
+    if rest and rest[0][1] == n_top:
+        return None
+    odd = tuple(sorted(r for r, v in sides.items() if v != top))
+    return odd, top, sides[odd[0]]
+
+
+def _stack_items(col: Collected, groups: Sequence[StackGroup]) -> list[Evidence]:
+    return [Evidence(source=stack_source(col.evidence.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
+            for g in groups]
+
+
+def rank_group(x: RankEvidence | None) -> str:
+    """The process group of the collective a rank waits in: "default", "subgroup", or ""
+    where py-spy showed no locals."""
+    if x is None:
+        return ""
+    if x.samples:
+        return x.samples[-1].group
+    proc = x.stack
+    thread = main_thread(proc) if proc is not None else None
+    return collective_group(thread.frames) if thread is not None else ""
+
+
+def _warned(col: Collected, ops: set[str | None]) -> dict[int, Evidence]:
+    """Ranks torch warned had called one of `ops` with a group they do not belong to."""
+    out: dict[int, Evidence] = {}
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for w in f.log.not_in_group:
+            if w.global_rank >= 0 and w.operation in ops:
+                out.setdefault(w.global_rank, log_evidence(
+                    col, f.source, w.line, f"rank {w.global_rank} ran {w.operation} with a process group it does not "
+                                           "belong to: torch skipped the call", w.global_rank))
+    return out
+
+
+def group_culprit(col: Collected, out: Analysis, groups: Sequence[StackGroup]) -> bool:
+    """See the module's docstring; True when it made a finding."""
+    ev = col.evidence
+    kinds = {r: rank_group(ev.ranks.get(r)) for g in groups for r in g.ranks}
+    lone = [g for g in groups if any(kinds[r] == "subgroup" for r in g.ranks)]
+    world = [g for g in groups if g not in lone]
+    if not lone:
+        return False
+    warned = _warned(col, {g.collective for g in lone})
+    victims = tuple(sorted(r for g in lone for r in g.ranks))
+    culprits = tuple(sorted(r for r in warned if r not in victims))
+    if not world and not culprits:
+        return False  # every rank waits on a group of its own (tensor-parallel groups): nothing stands out
+    first = lone[0]
+    items = [*(warned[r] for r in culprits), *_stack_items(col, groups)]
+    others = tuple(sorted(r for g in world for r in g.ranks))
+    rest = f"; {rank_words(others)} wait elsewhere ({world[0].label})" if world else ""
+    if culprits:
+        out.findings.append(job_finding(
+            cls="collective-mismatch", ranks=culprits, confidence="high" if world else "medium",
+            evidence=tuple(items[:16]), where=first.where,
+            summary=f"{rank_words(culprits)}{hosts_of(col, culprits)} did not enter the {first.collective} its process "
+                    f"group waits in: it passed a group it does not belong to and torch skipped the call; "
+                    f"{rank_words(victims)} waits for it there ({first.label}){rest}"))
+        return True
+    out.findings.append(job_finding(
+        cls="collective-mismatch", confidence="low", evidence=tuple(items[:16]), where=first.where,
+        summary=f"{rank_words(victims)} waits in {first.collective} on a process group of its own "
+                f"({first.label}){rest}: a member of its group did not enter that collective, and the stacks do "
+                "not say which (torch warns 'does not belong to the given group' for a rank that passed a group it "
+                "is not in: read the job's output)"))
+    return True
+
+
+def stack_mismatch(col: Collected, out: Analysis) -> None:
+    """Every still rank waits in a collective, but not all in the same one."""
+    groups = still_groups(out.groups, out.motion)
+    if len(groups) < 2 or any(g.collective is None for g in groups):
+        return
+    if group_culprit(col, out, groups):
+        return
+    sides = {r: f"{g.collective} <- {g.function or '?'}" for g in groups for r in g.ranks}
+    pick = _minority(sides)
+    if pick is None or len(pick[0]) * 2 >= len(sides):
+        return
+    odd, top, theirs = pick
+    where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
+    out.findings.append(job_finding(
+        cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(_stack_items(col, groups)[:12]),
+        where=where,
+        summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
+                "different collectives (a skipped, added or reordered collective)"))
+
+
+def _in_init(g: StackGroup) -> bool:
+    return any(f.split(" (")[0] in _INIT_FRAMES or "rendezvous" in f.split(" (")[0] for f in g.frames)
+
+
+def init_stacks(col: Collected, out: Analysis) -> None:
+    """No log says it, but the stacks do: most ranks wait inside init_process_group (the
+    store/rendezvous) while a minority is elsewhere, not in any collective: the minority
+    never joined (it failed to start its part: the store's port, an exception)."""
+    groups = still_groups(out.groups, out.motion)
+    if any(f.cls == "init-failure" for f in out.findings) or not groups:
+        return
+    in_init = [g for g in groups if _in_init(g)]
+    others = [g for g in groups if g not in in_init]
+    if not in_init or any(g.collective is not None for g in others):
+        return
+    waiting = {r for g in in_init for r in g.ranks}
+    odd = tuple(sorted(r for g in others for r in g.ranks))
+    if len(odd) >= len(waiting):
+        return
+    missing = tuple(sorted(r for r, x in col.evidence.ranks.items() if x.state == "missing"))
+    confidence: Confidence = "medium"
+    if odd:
+        summary = (f"{rank_words(odd)} did not join the job's start: {rank_words(waiting)} wait in "
+                   f"init_process_group (store/rendezvous) while {rank_words(odd)} is in {others[0].label}"
+                   f" (it failed to start its part: the master port taken, an exception)")
+    else:
+        odd = missing
+        summary = ("every rank waits in init_process_group (store/rendezvous)"
+                   + (f"; {rank_words(missing)} never started or died" if missing else
+                      ": a rank never joined, or MASTER_ADDR:MASTER_PORT cannot be reached"))
+        confidence = "medium" if missing else "low"
+    out.findings.append(job_finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
+                                evidence=tuple(_stack_items(col, groups)[:12]),
+                                where=others[0].where if others else ""))
