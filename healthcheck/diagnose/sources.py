@@ -59,6 +59,8 @@ _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process 
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
 _ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
+# srun -l's `3: `, torch's `[rank3]:`, mpirun --tag-output's `[1,3]<stderr>:`
+_LABEL = re.compile(r" {0,8}(\d{1,7}): |\[rank(\d{1,7})\]: ?|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?")
 _PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
 _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
 
@@ -66,19 +68,33 @@ _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job s
 @dataclass
 class TextStamps:
     """Where a text log says what time it is: (line, epoch seconds) of its stamped lines,
-    in line order. `at(line)`: the time of the last stamped line at or before it."""
+    in line order; and the same per rank, for the lines a rank label (`[rank3]:`, srun's
+    `3: `, mpirun's `[1,3]<stderr>:`) names, and for the lines none names.
+
+    `at(line)`: the time of the last stamped line at or before it. `at(line, rank)`: the
+    last one of that rank, else of the unlabelled lines (a job's console where only the
+    ranks' tracebacks carry a label is one stream in time order; a per-rank file is all
+    the rank's own)."""
 
     stamps: list[tuple[int, float]] = field(default_factory=list)
+    by_rank: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    unlabelled: list[tuple[int, float]] = field(default_factory=list)
 
-    def at(self, line: int) -> float | None:
-        lo, hi = 0, len(self.stamps)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.stamps[mid][0] <= line:
-                lo = mid + 1
-            else:
-                hi = mid
-        return self.stamps[lo - 1][1] if lo else None
+    def at(self, line: int, rank: int | None = None) -> float | None:
+        if rank is None:
+            return _last_at(self.stamps, line)
+        return _last_at(self.by_rank.get(rank) or self.unlabelled, line)
+
+
+def _last_at(stamps: list[tuple[int, float]], line: int) -> float | None:
+    lo, hi = 0, len(stamps)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if stamps[mid][0] <= line:
+            lo = mid + 1
+        else:
+            hi = mid
+    return stamps[lo - 1][1] if lo else None
 
 
 @dataclass
@@ -99,24 +115,42 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
+def _label(head: str) -> tuple[int | None, str]:
+    """A line's rank label taken off: (rank, the rest); (None, head) where it has none."""
+    m = _LABEL.match(head)
+    if m is None:
+        return None, head
+    value = m.group(1) or m.group(2) or m.group(3)
+    return int(value), head[m.end():]
+
+
+def _stamp_of(head: str, year: int) -> float | None:
+    m = _ISO_STAMP.match(head) or _ISO_STAMP.match(head, head.find("]:") + 2 if head.startswith("[rank") else 0)
+    if m:
+        return _epoch(m.group(1), m.group(2), m.group(3))
+    g = _GLOG_STAMP.match(head)
+    if g:
+        return _epoch(f"{year:04d}-{g.group(1)}-{g.group(2)}", g.group(3), g.group(4))
+    return None
+
+
 def _stamps(text: str, year: int) -> TextStamps:
     out = TextStamps()
     for number, line in enumerate(text.split("\n"), 1):
-        head = line[:80]
-        if not head or not (head[0].isdigit() or head[0] == "["):
+        head = line[:120]
+        if not head or not (head[0].isdigit() or head[0] in "[ "):
             continue
-        m = _ISO_STAMP.match(head) or _ISO_STAMP.match(head, head.find("]:") + 2 if head.startswith("[rank") else 0)
-        t = None
-        if m:
-            t = _epoch(m.group(1), m.group(2), m.group(3))
-        else:
-            g = _GLOG_STAMP.match(head)
-            if g:
-                t = _epoch(f"{year:04d}-{g.group(1)}-{g.group(2)}", g.group(3), g.group(4))
-        if t is not None:
-            out.stamps.append((number, t))
-            if len(out.stamps) >= MAX_STAMPS:
-                break
+        rank, rest = _label(head)
+        t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
+        if t is None:
+            continue
+        out.stamps.append((number, t))
+        if rank is None:
+            out.unlabelled.append((number, t))
+        elif rank in out.by_rank or len(out.by_rank) < 4096:
+            out.by_rank.setdefault(rank, []).append((number, t))
+        if len(out.stamps) >= MAX_STAMPS:
+            break
     return out
 
 

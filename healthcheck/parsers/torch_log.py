@@ -379,6 +379,8 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     message: str = ""  # the first line of the message
     framed: bool = False
     native: bool = False
+    frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
+    collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
 
 
 class TorchLog(msgspec.Struct, frozen=True):
@@ -647,6 +649,9 @@ _BLOCK_SIGNAL = re.compile(r"Signal (\d{1,3}) \((\w{1,16})\) received by PID")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,256})'")
 _TERMINATE_BARE = ("terminate called without an active exception", "terminate called recursively")
 _FRAME = re.compile(r"\s{1,16}File \"")
+_FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([^\s]{1,256})")
+_LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
+_C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Warning", "Failure", "Iteration", "Group", "Timeout")
 
 
@@ -687,6 +692,7 @@ class _Parser:
         self.open: dict[tuple[str, tuple[int | None, int | None]], _Open] = {}  # (kind, rank key) -> fact
         self.last_open: dict[str, tuple[int | None, int | None]] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[tuple[int | None, int | None], int] = {}
+        self.frames: dict[tuple[int | None, int | None], tuple[str, str]] = {}  # (own frame, collective)
         self.block: _Block | None = None
         self.border = False  # the line before was a `====` border
         self.pending_work: _Line | None = None  # a WorkNCCL line cut by a hard wrap
@@ -1339,12 +1345,15 @@ class _Parser:
         key = (line.rank, line.task)
         if b.startswith("Traceback (most recent call last):"):
             self.tracebacks[key] = min(self.tracebacks.get(key, 0) + 1, 64)
+            self.frames.pop(key, None)
             self.torch = True
             return
         first = b[:1]
         if first in " \t":
-            if not self.tracebacks.get(key) and _FRAME.match(b):
-                self.tracebacks[key] = 1  # a fragment that starts inside a traceback
+            if _FRAME.match(b):
+                if not self.tracebacks.get(key):
+                    self.tracebacks[key] = 1  # a fragment that starts inside a traceback
+                self.frame(key, b)
             return
         if first == "t" and b.startswith("terminate called"):
             m = _TERMINATE.match(b)
@@ -1367,10 +1376,28 @@ class _Parser:
             return
         if not framed and message is None and "." not in name:
             return  # a bare word alone, with no traceback around it
+        own, collective = self.frames.pop(key, ("", "")) if framed else ("", "")
         if framed:
             self.tracebacks[key] -= 1
         self.add("exceptions", ExceptionRaised(**self.where(line), type=name,
-                                               message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed))
+                                               message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
+                                               frame=own, collective=collective))
+
+    def frame(self, key: tuple[int | None, int | None], body: str) -> None:
+        """A traceback's `File "PATH", line N, in FUNC`: the innermost frame of the program's
+        own code (not a library's) and the torch.distributed function it is in, so far."""
+        m = _FRAME_AT.match(body)
+        if m is None:
+            return
+        path, number, func = m.groups()
+        own, collective = self.frames.get(key, ("", ""))
+        if path.endswith(_C10D_FILES) and "/distributed/" in path:
+            if func != "wrapper":
+                collective = clip(func, 64)
+        elif not _LIBRARY_PATH.search(path):
+            own, collective = f"{clip(_basename(path), 128)}:{number} in {clip(func, 128)}", ""
+        if len(self.frames) < 4096 or key in self.frames:
+            self.frames[key] = (own, collective)
 
     def result(self, lines: int) -> TorchLog:
         if self.pending_work is not None:
