@@ -59,8 +59,9 @@ _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process 
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
 _ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
-# srun -l's `3: `, torch's `[rank3]:`, mpirun --tag-output's `[1,3]<stderr>:`
-_LABEL = re.compile(r" {0,8}(\d{1,7}): |\[rank(\d{1,7})\]: ?|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?")
+# srun -l's `3: `, torch's `[rank3]:`, mpirun --tag-output's `[1,3]<stderr>:`, torchrun --tee's `[default3]:`
+_LABEL = re.compile(r" {0,8}(\d{1,7}): |\[rank(\d{1,7})\]: ?|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?"
+                    r"|\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")
 _PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
 _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
 
@@ -120,7 +121,7 @@ def _label(head: str) -> tuple[int | None, str]:
     m = _LABEL.match(head)
     if m is None:
         return None, head
-    value = m.group(1) or m.group(2) or m.group(3)
+    value = m.group(1) or m.group(2) or m.group(3) or m.group(4)
     return int(value), head[m.end():]
 
 
@@ -348,6 +349,13 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
+    _text_log(source, text, rank, col, year)
+
+
+def _text_log(source: str, text: str, rank: int | None, col: Collected, year: int) -> None:
+    """Any other text: a kernel log, an NCCL debug log and/or a PyTorch/torchrun log (a job's
+    stdout holds both); a rank's own file with none of them still says the rank was heard."""
+    ev = col.evidence
     got = _kernel(source, text, ev.kernel)
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
@@ -371,9 +379,15 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
         if rank is not None:
             ev.rank(rank).sources.append(source)
         return
-    if not got:
-        ev.unreadable.append(Unreadable(source, "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or "
-                                                "kernel log content"))
+    if got:
+        return
+    why = "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or kernel log content"
+    if rank is not None:
+        # a rank's own output with no failure in it (it finished, or left early): the rank
+        # was heard, which the rules that compare ranks need
+        ev.rank(rank).sources.append(source)
+        why += f" (counted as rank {rank}'s output)"
+    ev.unreadable.append(Unreadable(source, why))
 
 
 def _why(exc: Exception) -> str:

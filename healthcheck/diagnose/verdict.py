@@ -25,6 +25,7 @@ from healthcheck.diagnose.classify import (
     analyse,
     ordered,
 )
+from healthcheck.diagnose.logfacts import failures_held
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
 
@@ -172,7 +173,8 @@ def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
                 stack_groups=analysis.groups, world_size=world, ranks_seen=fold_ranks(ev.ranks),
                 first_failure=_first_failure(analysis))
     why = ""
-    if len(analysis.world_sizes) > 1:
+    launch_named = bool(findings) and findings[0].cls == "init-failure" and bool(findings[0].ranks)
+    if len(analysis.world_sizes) > 1 and not launch_named:  # a rank launched with another WORLD_SIZE is named
         why = "the ranks disagree about the world size: " + "; ".join(
             f"{rank_words(rs)} say {size}" for size, rs in sorted(analysis.world_sizes.items()))
     elif world is not None and any(r >= world for r in ev.ranks):
@@ -183,7 +185,9 @@ def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
         elif not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
             why = f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
         else:
-            why = "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+            held = failures_held(col)
+            why = (f"the logs hold {held}, but nothing in them names the rank that caused them" if held
+                   else "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)")
     if why:
         return Verdict(cls="unknown", confidence="low", summary=f"no diagnosis: {why}",
                        next_step=NEXT_STEP["unknown"], why_unknown=why, findings=findings,

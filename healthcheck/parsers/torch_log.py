@@ -47,8 +47,9 @@ shared/notes/diagnose.md sections 2 and 4):
 
 Prefixes taken off each line before it is read: Ray's `(WorkerDict pid=N) ` and its
 `[repeated Nx across cluster]` suffix, a Determined `[ISO time] id || `, a syslog time
-`Jul 13 21:22:34 `, `srun -l`'s `3: `, `mpirun --tag-output`'s `[1,3]<stderr>:` (both the
-launcher's label: `task`, and the rank where no `[rankN]:` says otherwise), torch's
+`Jul 13 21:22:34 `, `srun -l`'s `3: `, `mpirun --tag-output`'s `[1,3]<stderr>:`, torchrun `--tee`'s
+`[default3]:` (each the launcher's label: `task`, and the rank where no `[rankN]:` says
+otherwise; torchrun's is the local rank, the global one on a single node), torch's
 `[rank3]:` (also where a progress bar glued it mid-line; of a line a `\\r` redrew, the
 part after it), the c10 log prefix `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] ` (or
 `[E ProcessGroupNCCL.cpp:474] ` before 2.3), the agent's `E0325 20:57:27.620000 2606
@@ -266,7 +267,8 @@ class AddressInUse(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 
 RendezvousKind = Literal["closed", "connection", "timeout", "state", "graceful-exit", "error", "client-timeout",
-                         "connect-failed", "clients-timeout", "wait-timeout", "socket-timeout", "listen-failed"]
+                         "connect-failed", "clients-timeout", "wait-timeout", "socket-timeout", "listen-failed",
+                         "store-wait"]
 
 
 class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
@@ -278,7 +280,10 @@ class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     connect to ...`; clients-timeout: `Timed out after N seconds waiting for clients. J/W
     clients joined.`; wait-timeout: `wait timeout after Nms, keys: ...`; socket-timeout:
     `Socket Timeout`; listen-failed: `The server socket has failed to listen on any local
-    network address` (see AddressInUse for why).
+    network address` (see AddressInUse for why); store-wait: a client connected to the
+    store (`address`, its remote end) that timed out waiting for an answer (`waitForInput:
+    socket SocketImpl(fd=3, addr=..., remote=[::ffff:127.0.0.1]:30520) timed out after 4000ms`).
+    `address` is `host:port` in every kind (an IPv4-mapped IPv6 address as IPv4).
     """
 
     kind: RendezvousKind
@@ -455,6 +460,7 @@ _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| 
 _SYSLOG_TIME = re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d ")
 _SRUN = re.compile(r" {0,8}(\d{1,7}): ")
 _MPIRUN = re.compile(r"\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?")
+_ROLE = re.compile(r"\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")  # torchrun --tee's `[default3]:`
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,7})\]: ?")
 _RANK_GLOG_INSIDE = re.compile(r"\[rank(\d{1,7})\]:\[[FEWIV]")
 _GLOG_C10 = re.compile(
@@ -488,7 +494,7 @@ class _Line:
             if m:
                 body = body[m.end():]
             if self.task is None and body[:1] in " 0123456789[":
-                m = _SRUN.match(body) or _MPIRUN.match(body)
+                m = _SRUN.match(body) or _MPIRUN.match(body) or _ROLE.match(body)
                 if m:
                     self.task = _int(m.group(1))
                     body = body[m.end():]
@@ -624,6 +630,7 @@ _CLIENTS_JOINED = re.compile(
     r"Timed out after (\d{1,20}) seconds waiting for clients\. (\d{1,9})/(\d{1,9}) clients joined"
 )
 _WAIT_TIMEOUT = re.compile(r"wait timeout after (\d{1,20})ms")
+_STORE_WAIT = re.compile(r"waitForInput: socket SocketImpl\(fd=\d{1,9}, addr=\S{1,128}, remote=(\S{1,128}?)\)")
 _RDZV_CLASS = re.compile(r"Rendezvous(Closed|Connection|Timeout|State|GracefulExit|)Error(?=:|$)")
 _RDZV_KINDS: dict[str, RendezvousKind] = {"Closed": "closed", "Connection": "connection", "Timeout": "timeout",
                                           "State": "state", "GracefulExit": "graceful-exit", "": "error"}
@@ -1170,6 +1177,11 @@ class _Parser:
                                                    address=f":{p.group(1)}" if p else "",
                                                    message=_from(b, "The server socket", at)))
             return
+        m = _STORE_WAIT.search(b)
+        if m and "timed out after" in b:
+            self.add("rendezvous", RendezvousError(**where, kind="store-wait", address=_address(m.group(1)),
+                                                   message=clip(b[m.start():].strip(), _MESSAGE_MAX)))
+            return
         if "Socket Timeout" in b:
             self.add("rendezvous", RendezvousError(**where, kind="socket-timeout",
                                                    message=clip(b.strip(), _MESSAGE_MAX)))
@@ -1366,11 +1378,11 @@ class _Parser:
             if m and index >= 0:
                 self.start("terminate", index, key)
             return
-        head = _exception_head(b)
+        framed = self.tracebacks.get(key, 0) > 0
+        head = _exception_head(b, in_traceback=framed)
         if head is None:
             return
         name, message = head
-        framed = self.tracebacks.get(key, 0) > 0
         last = name.rsplit(".", 1)[-1]
         if not framed and not last.endswith(("Error", "Exception")):
             return
@@ -1410,11 +1422,12 @@ class _Parser:
                         dropped=self.dropped, **facts)
 
 
-def _exception_head(body: str) -> tuple[str, str | None] | None:
+def _exception_head(body: str, in_traceback: bool = False) -> tuple[str, str | None] | None:
     """`pkg.Type: message` -> (pkg.Type, message), `pkg.Type` -> (pkg.Type, None): the last
     line of a Python traceback, None for any other line. The type's last part must look
-    like an exception class (CamelCase, or one of _EXC_SUFFIXES); NCCL's `ncclXxx:` detail
-    lines are not exceptions."""
+    like an exception class (CamelCase, or one of _EXC_SUFFIXES; inside a traceback a
+    program's own class of any CamelCase name, which Python prints without `__main__.`);
+    NCCL's `ncclXxx:` detail lines are not exceptions."""
     colon = body.find(":", 0, 300)
     if colon >= 0:
         after = body[colon + 1:colon + 2]
@@ -1431,10 +1444,17 @@ def _exception_head(body: str) -> tuple[str, str | None] | None:
     if len(parts) > 17 or not all(p.isidentifier() for p in parts):
         return None
     last = parts[-1]
-    if not last.endswith(_EXC_SUFFIXES) and not (len(parts) > 1 and last[:1].isupper()
-                                                  and any(c.islower() for c in last)):
+    camel = last[:1].isupper() and any(c.islower() for c in last)
+    if not last.endswith(_EXC_SUFFIXES) and not (camel and (len(parts) > 1 or in_traceback and message is not None)):
         return None
     return name, message
+
+
+def _address(text: str) -> str:
+    """`[::ffff:127.0.0.1]:30520` -> `127.0.0.1:30520`; `[::1]:80` -> `::1:80`."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    return f"{host.removeprefix('::ffff:')}:{port}"
 
 
 def _from(body: str, opening: str, at: int) -> str:
