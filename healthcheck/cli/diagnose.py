@@ -10,21 +10,32 @@ from typing import TYPE_CHECKING
 
 import click
 
-from healthcheck.cli.app import config_option, format_option
+from healthcheck.cli.app import config_option, format_option, prometheus_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
+from healthcheck.probes.gpu import MAX_SINCE
 
 if TYPE_CHECKING:
-    from healthcheck.diagnose.live import NodeResult
+    from healthcheck.core.config import Config
+    from healthcheck.diagnose.evidence import HealthEvent
+    from healthcheck.diagnose.health import HistoryLookup
+    from healthcheck.diagnose.live import NodeAnswer
     from healthcheck.diagnose.verdict import Verdict
+    from healthcheck.report.history import History
     from healthcheck.runners.base import CommandResult
 
 EXIT_CODES = """\b
 Exit codes:
   0  diagnosed: a failure class other than unknown
-  3  unknown: nothing conclusive in the input (the verdict says why)
-  4  usage or input error: a path that does not exist, -o not writable"""
+  3  unknown: nothing conclusive in the input (the verdict says why), or
+     --prometheus DIR could not be written after the diagnosis
+  4  usage or input error: a path that does not exist, -o not writable
+
+\b
+The diagnosis is a finding of the catalogue (diag.E001-E010, hc checks list),
+fingerprinted per job and culprit: hc report tickets|html|show read the
+-o FILE as they read a report, and --prometheus DIR writes hc-diagnose.prom."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,8 +47,11 @@ def diagnose() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @format_option
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
-              help="Also write the hc.diagnosis/1 JSON to this file (atomically).")
-def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
+              help="Also write the hc.diagnosis/2 JSON to this file (atomically).")
+@prometheus_option
+@config_option
+def logs(paths: tuple[Path, ...], fmt: str, output: Path | None, prometheus_to: Path | None,
+         config_path: Path | None) -> int:
     """Diagnose from saved files: DIR|FILE... of per-rank logs (NCCL_DEBUG files, job
     stdout/stderr with [rankN]:, srun -l or mpirun prefixes, torchrun output), py-spy dumps
     (text or --json, named rankN / py-spy-N), Flight Recorder dumps (nccl_trace_rank_N),
@@ -55,30 +69,170 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None) -> int:
     from healthcheck.diagnose.sources import collect
     from healthcheck.diagnose.verdict import build
 
+    sink = Sink(fmt, output, prometheus_to, config_path)
     progress = TextProgress("hc diagnose logs")
     try:
         collected = collect(list(paths), progress=progress)
     finally:
         progress.done()
-    return _emit(build(collected), fmt, output)
+    return sink.emit(build(collected, history=sink.history()))
 
 
-def _emit(verdict: Verdict, fmt: str, output: Path | None) -> int:
-    import sys
+class Sink:
+    """Where a verdict goes: stdout (table or JSON), -o FILE (hc.diagnosis/2) and the
+    Prometheus textfile (--prometheus DIR, else prometheus.textfile_dir where
+    prometheus.commands names "diagnose"), the directory checked before the diagnosis
+    starts. The config is read for the export and the run history; a diagnosis of saved
+    files never needed one, so a config that cannot be read is a warning unless --config
+    named it (then exit 4, as every command)."""
 
-    from healthcheck.core.atomic import write_atomic
-    from healthcheck.core.errors import ExitCode
-    from healthcheck.diagnose.verdict import encode, render
+    def __init__(self, fmt: str, output: Path | None, prometheus_to: Path | None = None,
+                 config_path: Path | None = None) -> None:
+        from healthcheck.cli.app import PrometheusTarget
+        from healthcheck.report.prometheus import check_directory
 
-    data = encode(verdict)
-    if output is not None:
-        write_atomic(output, data)
-    if fmt == "json":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:
-        click.echo(render(verdict))
-    return int(ExitCode.ERROR if verdict.cls == "unknown" else ExitCode.OK)
+        self.fmt, self.output = fmt, output
+        self.config = _config(config_path)
+        self.prometheus: PrometheusTarget | None = None
+        if prometheus_to is not None:
+            self.prometheus = PrometheusTarget(check_directory(prometheus_to), True)
+        elif self.config is not None:
+            from healthcheck.cli.app import App, prometheus_dir
+
+            app = App(config_path)
+            app.__dict__["config"] = self.config  # the one already read (App.config is a cached_property)
+            self.prometheus = prometheus_dir(app, None, "diagnose")
+
+    def history(self) -> HistoryLookup | None:
+        """hc's run history for the culprits' hosts (diagnose/health.py): the runs that FAILed
+        them in the job's window; None where no history is kept (or none recorded yet)."""
+        if self.config is None:
+            return None
+        from healthcheck.report.history import History
+
+        history = History.from_settings(self.config.main.history)
+        if history is None or not history.path.exists():
+            return None
+        config = self.config
+        return lambda hosts, start, end: history_events(history, hosts, start, end,
+                                                        allowed=lambda host: _max_rise(config, host))
+
+    def emit(self, verdict: Verdict) -> int:
+        import sys
+
+        from healthcheck.core.atomic import write_atomic
+        from healthcheck.core.errors import ExitCode
+        from healthcheck.diagnose.verdict import encode, render
+
+        data = encode(verdict)
+        if self.output is not None:
+            write_atomic(self.output, data)
+        lost = self._export(verdict)
+        if self.fmt == "json":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            click.echo(render(verdict))
+        if lost:  # the diagnosis stands, its export is missing: never exit 0
+            click.echo(f"hc: error: --prometheus {lost}", err=True)
+            return int(ExitCode.ERROR)
+        return int(ExitCode.ERROR if verdict.cls == "unknown" else ExitCode.OK)
+
+    def _export(self, verdict: Verdict) -> str:
+        """Write the Prometheus textfile; why it failed where --prometheus asked ("" when written
+        or not asked; the config's directory failing is a warning, as for hc node)."""
+        if self.prometheus is None:
+            return ""
+        from healthcheck.cli.report import diagnosis_report
+        from healthcheck.core.errors import HcError
+        from healthcheck.report.prometheus import export
+
+        settings = self.config.main.prometheus if self.config is not None else None
+        try:
+            export(diagnosis_report(verdict), self.prometheus.directory, settings)
+        except HcError as exc:
+            if self.prometheus.explicit:
+                return str(exc)
+            click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
+        return ""
+
+
+def history_events(history: History, hosts: Sequence[str], start: float, end: float, *,
+                   allowed: Callable[[str], dict[str, int]] | None = None) -> list[HealthEvent]:
+    """What the history says of `hosts` in [start, end], as health events: each run that
+    FAILed a host, and each IB error counter that rose on one over the window (more than
+    `allowed(host)[counter]`, 0 where unset)."""
+    import datetime as dt
+
+    from healthcheck.core.config.schema import IbCounterLimits
+    from healthcheck.diagnose.evidence import HealthEvent
+    from healthcheck.report.build import iso
+    from healthcheck.report.jsonio import parse_time
+
+    def stamp(t: float) -> str:
+        return iso(dt.datetime.fromtimestamp(t, dt.timezone.utc))
+
+    def epoch(text: str) -> float | None:
+        when = parse_time(text)
+        return when.timestamp() if when else None
+
+    counters = frozenset(IbCounterLimits.__struct_fields__)
+    with history:
+        failures = history.node_failures(list(hosts), stamp(start), stamp(end))
+        rises = [r for h in hosts for r in history.counter_rises(
+            h, stamp(start), stamp(end), counters, allowed=allowed(h) if allowed else None,
+            lookback=stamp(start - COUNTER_LOOKBACK_S))]
+    out = [HealthEvent(host=r.node, kind="counters", source=f"hc history {history.path}", time=epoch(r.after_at),
+                       text=f"{r.component} {r.name} rose from {r.before:g} ({r.before_at}) to {r.after:g} "
+                            f"({r.after_at})",
+                       said=f"had {r.name} of {r.component} rise by {r.after - r.before:g}") for r in rises]
+    for f in failures:
+        ids = list(dict.fromkeys(x.id for x in f.findings))
+        when = parse_time(f.started_at)
+        said = "; ".join(f"{x.id} {x.message}" for x in f.findings[:3]) or "FAIL"
+        out.append(HealthEvent(host=f.node, kind="hc", text=f"hc {f.command}: {said}"[:500],
+                               source=f"hc history {history.path} run {f.run_id}",
+                               time=when.timestamp() if when else None, id=", ".join(ids[:3])))
+    return out
+
+
+COUNTER_LOOKBACK_S = 86400.0  # how far before a job a reading of its hosts' IB counters is a baseline
+
+
+def _max_rise(config: Config, host: str) -> dict[str, int]:
+    """The rise of each IB error counter the host's fabric allows during a test
+    (bandwidth.counters_max_rise); {} where the host has no fabric here."""
+    import msgspec
+
+    from healthcheck.core.errors import HcError
+
+    try:
+        limits = config.for_node(host).limits.bandwidth.counters_max_rise
+    except (HcError, ValueError):
+        return {}
+    return {k: v for k, v in msgspec.structs.asdict(limits).items() if v is not None}
+
+
+def _config_named(config_path: Path | None) -> Config:
+    """The config a command cannot do without (hc diagnose job|hosts: Slurm, SSH): its error is exit 4."""
+    from healthcheck.core.config.loader import load_config
+
+    return load_config(config_path)
+
+
+def _config(config_path: Path | None) -> Config | None:
+    """The config (--config, $HC_CONFIG, the site's or the embedded one); None, with a
+    warning, where it cannot be read and --config did not name it."""
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.errors import HcError
+
+    try:
+        return load_config(config_path)
+    except HcError as exc:
+        if config_path is not None:
+            raise
+        click.echo(f"hc: warning: config not read ({exc}): no Prometheus export from it, no run history", err=True)
+        return None
 
 
 JOB_EXIT_CODES = """\b
@@ -89,7 +243,7 @@ Exit codes:
      `hc diagnose logs` with the job's output files), or Slurm did not answer
   4  usage or input error: no such job, scontrol/srun missing, -o not writable"""
 
-_OUTPUT_HELP = "Also write the hc.diagnosis/1 JSON to this file (atomically)."
+_OUTPUT_HELP = "Also write the hc.diagnosis/2 JSON to this file (atomically)."
 DEFAULT_NODE_TIMEOUT_S = 15.0
 STARTUP_MARGIN_S = 10.0  # beyond a node's collection time: starting the helper there (ssh, an srun step)
 
@@ -108,6 +262,7 @@ def _live_options(fn: Callable) -> Callable:
         click.option("--ras", is_flag=True, help="Also ask NCCL's RAS service (127.0.0.1:28028) on each node."),
         click.option("--native", is_flag=True, help="py-spy --native: C/C++ frames too (slower)."),
         click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), help=_OUTPUT_HELP),
+        prometheus_option,
         format_option,
     ]
     for opt in reversed(opts):
@@ -115,26 +270,71 @@ def _live_options(fn: Callable) -> Callable:
     return fn
 
 
-@diagnose.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                    "help_option_names": []}, add_help_option=False)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def collect(args: tuple[str, ...]) -> int:
-    """The per-node helper of `hc diagnose job|hosts`: every rank process of a job on THIS
-    node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack and
-    debug file paths (--ras: NCCL RAS too), as one JSON line (--help: its options).
-    Exit 0: ranks found, 1: none, 2: usage."""
-    from healthcheck.diagnose.collect import main
+COLLECT_EXIT_CODES = """\b
+Exit codes:
+  0  ranks found (the NodeCollection JSON line on stdout)
+  1  none found (the JSON line says why: no-ranks, and any torchrun agent
+     whose ranks never started)
+  4  usage error: an option out of range, --job/--pids/--local not one"""
 
-    return main(list(args))
+
+@diagnose.command(epilog=COLLECT_EXIT_CODES)
+@click.argument("pid_args", nargs=-1, type=pid(), metavar="[PID]...")
+@click.option("--job", "job_id", metavar="ID", help="The Slurm job whose ranks to collect.")
+@click.option("--pids", "by_pids", is_flag=True,
+              help="The processes PID... (a torchrun agent stands for its ranks): --pids 11 12 13.")
+@click.option("--local", is_flag=True,
+              help="Every rank process on this machine (Python with RANK/SLURM_PROCID/..., this netns).")
+@click.option("--timeout", "timeout_s", type=number(0, MAX_TIMEOUT_S, low_open=True), default=20.0,
+              show_default=True, help="Seconds for the whole node.")
+@click.option("--per-rank-timeout", "per_rank_timeout_s", type=number(0, MAX_TIMEOUT_S, low_open=True),
+              default=10.0, show_default=True, help="Seconds for one rank's py-spy.")
+@click.option("--parallel", type=integer(1, MAX_PARALLEL), default=8, show_default=True,
+              help="py-spy dumps at once.")
+@click.option("--py-spy", "py_spy", default="py-spy", show_default=True, help="The py-spy binary (name or path).")
+@click.option("--no-stacks", is_flag=True, help="Do not run py-spy.")
+@click.option("--native", is_flag=True, help="py-spy --native (C/C++ frames too).")
+@click.option("--ras", is_flag=True, help="Also ask NCCL RAS (127.0.0.1, --ras-port).")
+@click.option("--ras-port", type=integer(1, 65535), default=28028, show_default=True)
+@click.option("--raw", is_flag=True, help="Keep py-spy's own JSON per rank (fixtures, bug reports).")
+@click.option("--any-netns", is_flag=True, help="Ranks in other network namespaces too.")
+@click.option("--since", type=number(0, MAX_SINCE), default=None,
+              help="The job's start (epoch seconds): kernel log events from then on [default: the earliest start "
+                   "of the job's processes on this node].")
+@click.option("--no-kernel", is_flag=True, help="Do not read the kernel log (OOM kills, Xid, links).")
+def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local: bool, timeout_s: float,
+            per_rank_timeout_s: float, parallel: int, py_spy: str, no_stacks: bool, native: bool, ras: bool,
+            ras_port: int, raw: bool, any_netns: bool, since: float | None, no_kernel: bool) -> int:
+    """The per-node helper of `hc diagnose job|hosts`: every rank process of a job on THIS
+    node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack,
+    debug file paths and the kernel log of the job's window (--ras: NCCL RAS too), as one
+    JSON line."""
+    import sys
+
+    from healthcheck.diagnose.collect import collect_here
+
+    if sum((job_id is not None, by_pids, local)) != 1:
+        raise click.UsageError("give exactly one of --job ID, --pids PID... and --local")
+    if by_pids != bool(pid_args):
+        raise click.UsageError("--pids takes the process ids: --pids PID..." if by_pids
+                               else f"process ids ({pid_args[0]}) go with --pids")
+    result = collect_here(job_id=job_id, pids=list(pid_args) or None, local=local, py_spy=None if no_stacks else py_spy,
+                          timeout_s=timeout_s, same_netns=not any_netns, native=native,
+                          per_rank_timeout_s=per_rank_timeout_s, parallel=parallel, ras=ras, ras_port=ras_port,
+                          raw=raw, kernel=not no_kernel, since=since)
+    sys.stdout.buffer.write(result.to_json() + b"\n")
+    sys.stdout.flush()
+    return 0 if result.ranks else 1
 
 
 @diagnose.command(epilog=EXIT_CODES)
 @click.argument("pids", nargs=-1, type=pid())
 @click.option("--local", is_flag=True, help="Every rank process on this machine (torchrun's children, mpirun's "
                                             "ranks: Python processes with RANK/SLURM_PROCID/... set).")
+@config_option
 @_live_options
-def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float, ras: bool, native: bool,
-         output: Path | None, fmt: str) -> int:
+def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s: float, startup_s: float, ras: bool,
+         native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a job running on this machine, no Slurm: PID... (a torchrun agent's pid
     stands for its ranks) or --local. Takes every rank's state (a stopped rank is state T)
     and py-spy --json stack (needs root or CAP_SYS_PTRACE; a refusal is reported with the
@@ -156,6 +356,7 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
 
     if bool(pids) == local:
         raise click.UsageError("give PID... or --local (not both)")
+    sink = Sink(fmt, output, prometheus_to, config_path)
     wanted = local_rank_pids() if local else list(pids)
     host = socket.gethostname()
     if wanted:
@@ -169,24 +370,24 @@ def pids(pids: tuple[int, ...], local: bool, timeout_s: float, startup_s: float,
                                                    "SLURM_PROCID, ... set)"),))
     what = "local ranks" if local else "pids " + " ".join(map(str, pids))
     live = evidence_from_nodes([node], job=f"{what} on {host}", fetch=local_fetcher)
-    return _emit(build(live.collected), fmt, output)
+    return sink.emit(build(live.collected, history=sink.history()))
 
 
 def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], args: list[str],
-            timeout_s: float, parallel: int, startup_s: float = STARTUP_MARGIN_S) -> list[NodeResult]:
+            timeout_s: float, parallel: int, startup_s: float = STARTUP_MARGIN_S) -> list[NodeAnswer]:
     """The helper on every node, at most `parallel` at once, each bounded: a node that does
-    not answer in time (or answers nonsense) is a NodeResult with why, never a hang."""
+    not answer in time (or answers nonsense) is a NodeAnswer with why, never a hang."""
     from healthcheck.core.inputs import clip
-    from healthcheck.diagnose.live import NodeResult, decode_node
+    from healthcheck.diagnose.live import NodeAnswer, decode_node
     from healthcheck.runners.fanout import fan_out
 
     limit = timeout_s + startup_s
 
-    def one(node: str) -> NodeResult:
+    def one(node: str) -> NodeAnswer:
         r = run(node, args, limit)
         col = decode_node(node, r.stdout)
         if col is not None:
-            return NodeResult(node, col, seconds=round(r.duration_s, 2))
+            return NodeAnswer(node, col, seconds=round(r.duration_s, 2))
         if r.timed_out:
             why = f"no answer within {limit:g} s"
         elif r.not_found:
@@ -194,10 +395,10 @@ def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResu
         else:
             said = (r.stderr or r.stdout or r.error or "").strip()
             why = f"exit {r.returncode}: {clip(said.splitlines()[-1] if said else 'no output', 300)}"
-        return NodeResult(node, None, why, round(r.duration_s, 2))
+        return NodeAnswer(node, None, why, round(r.duration_s, 2))
 
     results = fan_out(nodes, one, max_parallel=max(1, parallel), timeout_s=limit + 5.0,
-                      on_timeout=lambda n: NodeResult(n, None, f"no answer within {limit + 5.0:g} s"))
+                      on_timeout=lambda n: NodeAnswer(n, None, f"no answer within {limit + 5.0:g} s"))
     return [results[n] for n in dict.fromkeys(nodes)]
 
 
@@ -244,14 +445,18 @@ def _ssh_runner(settings: object) -> tuple[Callable[[str, list[str], float], Com
 
 def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], CommandResult], helper: list[str],
                   label: str, timeout_s: float, parallel: int, startup_s: float,
-                  outputs: Sequence[tuple[str, str]] = ()) -> Verdict:
+                  outputs: Sequence[tuple[str, str]] = (), *, history: HistoryLookup | None = None,
+                  started: float | None = None) -> Verdict:
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
     results = _gather(nodes, run, helper, timeout_s, parallel, startup_s)
     live = evidence_from_nodes(results, job=label, fetch=_fetcher(run), outputs=outputs,
                                output_fetch=_fetcher(run, tail=True))
-    return build(live.collected)
+    ev = live.collected.evidence
+    if ev.window_start is None:  # no node read its kernel log: the job's start as Slurm says it
+        ev.window_start = started
+    return build(live.collected, history=history)
 
 
 @diagnose.command(epilog=JOB_EXIT_CODES)
@@ -264,8 +469,7 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
 @config_option
 @_live_options
 def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-        ras: bool,
-        native: bool, output: Path | None, fmt: str) -> int:
+        ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a running Slurm job: finds its nodes (scontrol show job), runs `hc diagnose
     collect --job ID` on every node at once (each bounded by --timeout; a node that does not
     answer is named, never waited for), takes every rank's state and py-spy stack, reads the
@@ -278,7 +482,6 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     import time
 
     from healthcheck.actions.slurm import SlurmClient
-    from healthcheck.core.config.loader import load_config
     from healthcheck.core.errors import ExitCode
     from healthcheck.core.nodes import expand
     from healthcheck.diagnose.live import collect_args, parse_job, remote_argv, srun_collect_argv
@@ -286,7 +489,8 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")
-    cfg = load_config(config_path).main
+    sink = Sink(fmt, output, prometheus_to, config_path)
+    cfg = (sink.config or _config_named(config_path)).main
     # --timeout bounds the question to Slurm too, retries included: with Slurm's own
     # defaults (command_timeout_s x retries) a hung scontrol would hold hc for 47 s
     shown = SlurmClient(cfg.slurm, deadline=time.monotonic() + timeout_s).show_job(job_id)
@@ -335,10 +539,11 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
         # a batch job's stdout/stderr, read on its batch host: what a rank printed as it died
         outputs = [(info.batch_host, p) for p in info.output_files] if info.batch_host else []
         verdict = _live_verdict(nodes, run, helper_args, f"slurm job {job_id} ({info.nodes})", timeout_s,
-                                parallel or cfg.ssh.max_parallel, startup_s, outputs)
+                                parallel or cfg.ssh.max_parallel, startup_s, outputs, history=sink.history(),
+                                started=info.start_epoch)
     finally:
         close()
-    return _emit(verdict, fmt, output)
+    return sink.emit(verdict)
 
 
 @diagnose.command(epilog=EXIT_CODES)
@@ -348,16 +553,15 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
 @config_option
 @_live_options
 def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout_s: float, startup_s: float,
-          ras: bool, native: bool,
-          output: Path | None, fmt: str) -> int:
+          ras: bool, native: bool, output: Path | None, prometheus_to: Path | None, fmt: str) -> int:
     """Diagnose a job launched without Slurm across HOSTLIST (torchrun on each host, mpirun):
     runs `hc diagnose collect --local` on every host over SSH (ssh.remote_hc) and prints one
     verdict: every rank process found there is taken as the job's (run it where one job runs)."""
-    from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import expand
     from healthcheck.diagnose.live import remote_argv
 
-    cfg = load_config(config_path).main
+    sink = Sink(fmt, output, prometheus_to, config_path)
+    cfg = (sink.config or _config_named(config_path)).main
     nodes = expand([hostlist])
     ssh_run, close = _ssh_runner(cfg.ssh)
     args = ["diagnose", "collect", "--local", "--timeout", f"{timeout_s:g}", *(["--ras"] if ras else []),
@@ -368,7 +572,7 @@ def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout
 
     try:
         verdict = _live_verdict(nodes, run, args, f"hosts {hostlist}", timeout_s, parallel or cfg.ssh.max_parallel,
-                                startup_s)
+                                startup_s, history=sink.history())
     finally:
         close()
-    return _emit(verdict, fmt, output)
+    return sink.emit(verdict)

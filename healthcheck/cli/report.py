@@ -14,6 +14,7 @@ from healthcheck.core.errors import ExitCode, HcError
 
 if TYPE_CHECKING:
     from healthcheck.core.model import Report
+    from healthcheck.diagnose.verdict import Verdict
     from healthcheck.report.history import History
 
 REPORT_FILE = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
@@ -25,12 +26,28 @@ def report() -> None:
 
 
 def _read(path: Path) -> Report:
-    """A report from a file, or from stdin for '-'."""
-    from healthcheck.report.jsonio import read_report, read_stdin_report
+    """A report from a file, or from stdin for '-': an hc.report, or an hc.diagnosis (a job's
+    diagnosis, read as a report whose one result is the job: `diagnosis_report`)."""
+    from healthcheck.report.jsonio import decode, read_bytes, read_stdin_bytes, schema_of
 
-    if str(path) == "-":
-        return read_stdin_report(sys.stdin.buffer)
-    return read_report(path)
+    stdin = str(path) == "-"
+    data = read_stdin_bytes(sys.stdin.buffer) if stdin else read_bytes(path)
+    source = "stdin" if stdin else str(path)
+    if schema_of(data).startswith("hc.diagnosis/"):
+        from healthcheck.diagnose.verdict import decode as decode_diagnosis
+
+        return diagnosis_report(decode_diagnosis(data, source))
+    return decode(data, source)
+
+
+def diagnosis_report(verdict: Verdict) -> Report:
+    """A job's diagnosis as a report: its findings (diag.E0xx) in one result of kind "job",
+    which tickets, the HTML page and the Prometheus export read as they read a pair's."""
+    from healthcheck.diagnose.verdict import job_result
+    from healthcheck.report.build import job_report
+
+    return job_report(job_result(verdict), command="diagnose", started_at=verdict.collected_at,
+                      hc_version=verdict.hc_version or "unknown")
 
 
 @report.command("show")

@@ -235,3 +235,78 @@ LEFTOVER_JOB = finding(
     "and the audit log has a line for each. If it recurs, find what kills hc.",
     action="investigate",
 )
+
+# Diagnoses of a job (`hc diagnose`): one ID per failure class, about the job's ranks and
+# their hosts rather than a node's state. Never evidence for a drain: a job's diagnosis is
+# a GroupResult of kind "job" in a report, never a node's finding. Their fingerprint is per
+# job and culprit (subject "<job>:<ranks>"), so one failing job is one ticket per culprit.
+DIAG_DEAD_RANK = finding(
+    "diag.E001",
+    "a job failed because a rank died first (a signal, the OOM killer, an exception, an early exit)",
+    "Read the dead rank's own log and its host's kernel log (OOM killer, segfault, Xid); the peers' "
+    "'connection closed' and timeout errors are collateral. The finding names the rank, host and evidence.",
+    action="investigate",
+)
+DIAG_COLLECTIVE_MISMATCH = finding(
+    "diag.E002",
+    "a job's ranks called different collectives (or in a different order) and hung or failed",
+    "Make every rank call the same collectives in the same order (a collective inside `if rank ...` or a "
+    "data-dependent branch); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch name the call.",
+    action="investigate",
+)
+DIAG_SHAPE_MISMATCH = finding(
+    "diag.E003",
+    "a job's ranks passed tensors of different shapes or dtypes to one collective",
+    "Make the odd rank's tensor the same shape and dtype as its peers' at that collective (an uneven last "
+    "batch, padding, a per-rank dtype).",
+    action="investigate",
+)
+DIAG_STUCK_RANK = finding(
+    "diag.E004",
+    "a job hung: a rank stopped outside the collective its peers wait in",
+    "Look at the odd rank's stack (a data loader, file system or compute step that never returns); dump it "
+    "again (py-spy) to see whether it moves, and run hc node on its host.",
+    action="investigate",
+)
+DIAG_HOST_WEDGED = finding(
+    "diag.E005",
+    "a job's watchdog was blocked on a host (a CUDA/NCCL call or the GIL never returned)",
+    "py-spy dump --native the rank, check the GPU (nvidia-smi, Xid in the kernel log) and run hc node --tier "
+    "standard on its host.",
+    action="investigate",
+)
+DIAG_NETWORK = finding(
+    "diag.E006",
+    "a job failed on the network between its ranks (IB completion errors, verbs or socket failures)",
+    "Run hc node --tier standard on the hosts of the failing link (IB ports, counters, cables), then hc bw pairs "
+    "between them.",
+    action="investigate",
+)
+DIAG_SOCKET_FALLBACK = finding(
+    "diag.E007",
+    "a job's NCCL used TCP sockets where InfiniBand was expected (a performance cliff)",
+    "Check NCCL_IB_HCA / NCCL_SOCKET_IFNAME and that the IB devices are visible inside the job (hc node --tier "
+    "standard on its hosts).",
+    action="fix-config",
+)
+DIAG_INIT_FAILURE = finding(
+    "diag.E008",
+    "a job failed while starting (port in use, rendezvous or store timeout, no usable interface, duplicate GPU)",
+    "Fix the launch: a free MASTER_PORT, every rank reachable on MASTER_ADDR, the same WORLD_SIZE on every rank, "
+    "the right NCCL_SOCKET_IFNAME, one GPU per rank; then relaunch.",
+    action="fix-config",
+)
+DIAG_GPU_FAILURE = finding(
+    "diag.E009",
+    "a job failed on a GPU (an Xid in its window, a CUDA error)",
+    "Drain the host and run hc node --tier deep on it; the Xid (kernel log) names the GPU.",
+    action="reset-gpu",
+)
+DIAG_UNKNOWN = finding(
+    "diag.E010",
+    "a job could not be diagnosed: nothing conclusive in what it left (ERROR: not judged)",
+    "Collect more: per-rank logs with NCCL_DEBUG=INFO, py-spy dump --json of every rank while it hangs, Flight "
+    "Recorder dumps (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT=1); the finding says why nothing was "
+    "concluded.",
+    action="investigate",
+)

@@ -4,7 +4,9 @@ evidence.py  the typed evidence collectors fill (RankEvidence, JobEvidence)
 sources.py   saved files -> evidence (`hc diagnose logs`); walk.py the bounded walk over them
 stacks.py    STAT-like grouping of the ranks' stacks
 classify.py  the ordered rules -> findings
-verdict.py   findings -> the Verdict (table, hc.diagnosis/1 JSON)
+findings.py  JobFinding: a kernel finding about a job (diag.E0xx)
+verdict.py   findings -> the Verdict (table, hc.diagnosis/2 JSON), a report's job result
+health.py    the culprits' hosts' health in the job's window (kernel events, hc's history)
 """
 
 # The bounds of the live commands' numbers, shared by `hc diagnose job|hosts|pids` and the

@@ -1,7 +1,8 @@
 """JobEvidence -> findings: the ordered rules of shared/notes/diagnose.md section 6.
 
-Each rule reads one kind of evidence and emits `Finding`s: a class, the ranks it names,
-the evidence lines (`source:line` and what the line says) and a confidence. A rule never
+Each rule reads one kind of evidence and emits findings (`findings.job_finding`: kernel
+findings of the class's diag.E0xx ID): a class, the ranks it names, the evidence lines
+(`source:line` and what the line says) and a confidence. A rule never
 names a rank without a line (or a dump, or a stack) that speaks of it; where rules name
 different ranks for one failure, the verdict lowers its confidence and says so.
 
@@ -35,7 +36,7 @@ import msgspec
 
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Finding
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls, world_of
 from healthcheck.diagnose.logfacts import ev as _ev
 from healthcheck.diagnose.logfacts import fact_rank as _fact_rank
@@ -77,7 +78,7 @@ NEXT_STEP: dict[str, str] = {
 class Analysis(msgspec.Struct, kw_only=True):
     """Everything the rules found, with what the verdict needs beside it."""
 
-    findings: list[Finding] = []
+    findings: list[JobFinding] = []
     groups: list[StackGroup] = []
     fr: FrComparison | None = None
     events: list[Evidence] = []  # every error event, for the first failure
@@ -118,7 +119,7 @@ def _gpu(col: Collected, out: Analysis) -> None:
     xid = [i for i in items if "Xid" in i.text]
     summary = (f"GPU failure: Xid in the kernel log{' of ' + rank_words(ranks) if ranks else ''}" if xid
                else f"{rank_words(ranks) if ranks else 'a rank'} hit a CUDA error")
-    out.findings.append(Finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
+    out.findings.append(job_finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
 
 
@@ -170,7 +171,7 @@ def _stack_mismatch(col: Collected, out: Analysis) -> None:
     items = [Evidence(source=_stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
              for g in groups]
     where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
-    out.findings.append(Finding(
+    out.findings.append(job_finding(
         cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(items[:12]), where=where,
         summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
                 "different collectives (a skipped, added or reordered collective)"))
@@ -212,7 +213,7 @@ def _init_stacks(col: Collected, out: Analysis) -> None:
                    + (f"; {rank_words(missing)} never started or died" if missing else
                       ": a rank never joined, or MASTER_ADDR:MASTER_PORT cannot be reached"))
         confidence = "medium" if missing else "low"
-    out.findings.append(Finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
+    out.findings.append(job_finding(cls="init-failure", summary=summary, confidence=confidence, ranks=odd,
                                 evidence=tuple(items[:12]), where=others[0].where if others else ""))
 
 
@@ -229,7 +230,7 @@ def _wedged(col: Collected, out: Analysis) -> None:
                 ranks.add(r)
     if items:
         who = rank_words(ranks) if ranks else "a rank"
-        out.findings.append(Finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
                                     confidence="high" if ranks else "medium",
                                     summary=f"{who}: the host side is wedged (the ProcessGroupNCCL watchdog made no "
                                             "progress: a CUDA/NCCL call or the GIL blocks it)"))
@@ -259,19 +260,19 @@ def _network(col: Collected, out: Analysis) -> None:
         summary = f"network failure: the first IB error is on {link}{status}"
         rank = col.pid_ranks.get(w.pid)
         ranks: tuple[int, ...] = (rank,) if rank is not None else ()
-        out.findings.append(Finding(cls="network", summary=summary, confidence="high", ranks=ranks,
+        out.findings.append(job_finding(cls="network", summary=summary, confidence="high", ranks=ranks,
                                     evidence=tuple(items[:20])))
     else:
-        out.findings.append(Finding(cls="network", confidence="low", evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="network", confidence="low", evidence=tuple(items[:20]),
                                     summary="socket errors between ranks (a peer closed or reset the connection)"))
 
 
-def _ras(col: Collected, out: Analysis) -> list[Finding]:
+def _ras(col: Collected, out: Analysis) -> list[JobFinding]:
     found = []
     for reply in col.evidence.ras:
         st = reply.status
         for op, ranks in ((op, r) for c in st.communicators for op, r in c.behind.items()):
-            found.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+            found.append(job_finding(cls="stuck-rank", confidence="high", ranks=ranks,
                                  summary=f"{rank_words(ranks)} is behind: NCCL RAS counts fewer {op} operations",
                                  evidence=(Evidence(source=reply.source,
                                                     text=f"RAS: {op} behind on {rank_words(ranks)}"),)))
@@ -280,7 +281,7 @@ def _ras(col: Collected, out: Analysis) -> list[Finding]:
                 behind = oc.behind
                 if behind is not None and behind.ranks:
                     rs = tuple(r.rank for r in behind.ranks)
-                    found.append(Finding(cls="stuck-rank", confidence="high", ranks=rs,
+                    found.append(job_finding(cls="stuck-rank", confidence="high", ranks=rs,
                                          summary=f"{rank_words(rs)} is behind: NCCL RAS says it launched up to "
                                                  f"{oc.operation} operation {behind.value}",
                                          evidence=tuple(Evidence(source=reply.source, rank=r.rank,
@@ -288,7 +289,7 @@ def _ras(col: Collected, out: Analysis) -> list[Finding]:
                                                                       f"{behind.value} -- process {r.pid} on node "
                                                                       f"{r.node}") for r in behind.ranks[:10])))
         if st.dead:
-            found.append(Finding(cls="dead-rank", confidence="medium",
+            found.append(job_finding(cls="dead-rank", confidence="medium",
                                  summary=f"NCCL RAS considers {len(st.dead)} process(es) dead: "
                                          + ", ".join(f"pid {p.pid} on {p.node}" for p in st.dead[:5]),
                                  ranks=tuple(sorted({col.pid_ranks[p.pid] for p in st.dead if p.pid in col.pid_ranks})),
@@ -306,7 +307,7 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
         lag = [d for d in f.log.desync if d.kind in ("never-joined", "not-finished")]
         if lag:
             ranks = tuple(sorted({r for d in lag for r in d.ranks}))
-            out.findings.append(Finding(cls="stuck-rank", confidence="high", ranks=ranks,
+            out.findings.append(job_finding(cls="stuck-rank", confidence="high", ranks=ranks,
                                         summary=f"{rank_words(ranks)} never joined or never finished the collective "
                                                 "the others wait in (desync report)",
                                         evidence=tuple(_ev(col, f.source, d.line, f"desync: {d.kind} {list(d.ranks)}",
@@ -402,7 +403,7 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
         skipped = bool(waiting_fn) and waiting_fn not in odd_frames and bool(funcs)
     if skipped:
         wait_at = inside[0].where
-        out.findings.append(Finding(
+        out.findings.append(job_finding(
             cls="collective-mismatch", ranks=odd, confidence="medium" if agree else "low", evidence=tuple(items[:24]),
             where=outside[0].where, divergence=divergence,
             summary=f"{rank_words(odd)} skipped a collective: the others wait in {inside[0].collective} at {wait_at} "
@@ -426,7 +427,7 @@ def _stuck(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) 
                                                        ("timeouts' complement", complement),
                                                        ("stopped processes", stopped),
                                                        ("NCCL opCounts", nccl_odd)) if c))
-    out.findings.append(Finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
+    out.findings.append(job_finding(cls="stuck-rank", ranks=odd, confidence=confidence, evidence=tuple(items[:24]),
                                 summary=summary, where=outside[0].where if outside and stack_odd else "",
                                 divergence=divergence))
 
@@ -489,7 +490,7 @@ def _fallback(col: Collected, out: Analysis) -> None:
                                       rank=p.ranks[0] if len(p.ranks) == 1 else None))
     if items:
         hosts = sorted({i.text.split(" ")[0] for i in items})
-        out.findings.append(Finding(cls="socket-fallback", confidence="medium", evidence=tuple(items[:20]),
+        out.findings.append(job_finding(cls="socket-fallback", confidence="medium", evidence=tuple(items[:20]),
                                     summary=f"NCCL fell back to TCP sockets on {', '.join(hosts[:8])}: a performance "
                                             "cliff, not a hang"))
 
@@ -579,8 +580,9 @@ def analyse(col: Collected) -> Analysis:
     return out
 
 
-def ordered(findings: Iterable[Finding]) -> list[Finding]:
+def ordered(findings: Iterable[JobFinding]) -> list[JobFinding]:
     return sorted(findings, key=lambda f: PRECEDENCE.index(f.cls))
 
 
-__all__ = ["PRECEDENCE", "Analysis", "Evidence", "Finding", "analyse", "ordered", "_iso"]
+__all__ = ["PRECEDENCE", "Analysis", "Confidence", "Evidence", "FailureClass", "JobFinding", "analyse", "ordered",
+           "_iso"]

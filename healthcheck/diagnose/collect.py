@@ -61,7 +61,6 @@ says, is a note in the result (`KernelLog.note`), not an error.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import datetime as _dt
 import math
@@ -71,18 +70,16 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from healthcheck.core import typed
-from healthcheck.core.bounds import PID_MAX, bounded
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.inputs import clip
-from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
 from healthcheck.diagnose.ras_client import DEFAULT_HOST, DEFAULT_PORT, RasOutcome, query_ras
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
@@ -1229,71 +1226,21 @@ def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str
     return out
 
 
-# ------------------------------------------------------------------------------ command line
+# ------------------------------------------------------------------------------ the helper's run
 
 
-def _bounded_arg(low: float, high: float, *, integer: bool = False,
-                 low_open: bool = False) -> Callable[[str], int | float]:
-    """An argparse type holding a number to core.bounds' rule (finite, in range): argparse's
-    own float and int take nan, inf, -1 and any integer."""
-
-    def parse(text: str) -> int | float:
-        try:
-            return bounded(text, low, high, integer=integer, low_open=low_open)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse.__name__ = "integer" if integer else "number"  # argparse names it in its message
-    return parse
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m healthcheck.diagnose.collect --job ID | --pids PID... | --local [--ras] [--native]`: the
-    NodeCollection as JSON on stdout; exit 0 when ranks were found, 1 when none, 2 on usage.
-    (`hc diagnose collect` is the same, wired in the CLI.)"""
-    ap = argparse.ArgumentParser(prog="hc diagnose collect", description=main.__doc__)
-    seconds = _bounded_arg(0, MAX_TIMEOUT_S, low_open=True)
-    who = ap.add_mutually_exclusive_group(required=True)
-    who.add_argument("--job", help="Slurm job id")
-    who.add_argument("--pids", type=_bounded_arg(1, PID_MAX, integer=True), nargs="+",
-                     help="process ids (a torchrun agent stands for its ranks)")
-    who.add_argument("--local", action="store_true",
-                     help="every rank process on this machine (Python with RANK/SLURM_PROCID/..., this netns)")
-    ap.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT_S, help="seconds for the whole node")
-    ap.add_argument("--per-rank-timeout", type=seconds, default=DEFAULT_PER_RANK_TIMEOUT_S)
-    ap.add_argument("--parallel", type=_bounded_arg(1, MAX_PARALLEL, integer=True), default=DEFAULT_PARALLEL)
-    ap.add_argument("--py-spy", default="py-spy", help="py-spy binary (name or path)")
-    ap.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
-    ap.add_argument("--native", action="store_true", help="py-spy --native (C/C++ frames too)")
-    ap.add_argument("--ras", action="store_true", help="also ask NCCL RAS (127.0.0.1:28028)")
-    ap.add_argument("--ras-port", type=_bounded_arg(1, 65535, integer=True), default=DEFAULT_PORT)
-    ap.add_argument("--raw", action="store_true", help="keep py-spy's own JSON per rank")
-    ap.add_argument("--any-netns", action="store_true", help="ranks in other network namespaces too")
-    ap.add_argument("--since", type=_bounded_arg(0, MAX_SINCE), default=None,
-                    help="the job's start (epoch seconds): kernel log events from then on [default: the earliest "
-                         "start of the job's processes on this node]")
-    ap.add_argument("--no-kernel", action="store_true", help="do not read the kernel log (OOM kills, Xid, links)")
-    args = ap.parse_args(argv)
-    if args.local:
-        args.pids = local_rank_pids(same_netns=not args.any_netns)
-        if not args.pids:
+def collect_here(*, job_id: str | None, pids: Sequence[int] | None, local: bool, py_spy: str | None,
+                 timeout_s: float, same_netns: bool = True, **kw: Any) -> NodeCollection:
+    """What `hc diagnose collect` reports for this node (its options are cli/diagnose.py's):
+    the job's ranks (--job), those pids (--pids) or every rank process here (--local); where
+    --local finds no rank, the torchrun agents whose ranks never started (their stack, who
+    holds their rendezvous port) with a no-ranks error."""
+    if local:
+        pids = local_rank_pids(same_netns=same_netns)
+        if not pids:
             host = socket.gethostname()
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-            launchers = find_launchers(host, py_spy=None if args.no_stacks else args.py_spy,
-                                       timeout_s=args.timeout, same_netns=not args.any_netns)
-            empty = NodeCollection(host=host, collected_at=when, launchers=tuple(launchers),
-                                   errors=(CollectError("no-ranks", f"no Python rank process on {host}"),))
-            sys.stdout.buffer.write(empty.to_json() + b"\n")
-            sys.stdout.flush()
-            return 1
-    result = collect_node(job_id=args.job, pids=args.pids, py_spy=None if args.no_stacks else args.py_spy,
-                          native=args.native, timeout_s=args.timeout, per_rank_timeout_s=args.per_rank_timeout,
-                          parallel=args.parallel, ras=args.ras, ras_port=args.ras_port, raw=args.raw,
-                          same_netns=not args.any_netns, kernel=not args.no_kernel, since=args.since)
-    sys.stdout.buffer.write(result.to_json() + b"\n")
-    sys.stdout.flush()
-    return 0 if result.ranks else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            launchers = find_launchers(host, py_spy=py_spy, timeout_s=timeout_s, same_netns=same_netns)
+            return NodeCollection(host=host, collected_at=when, launchers=tuple(launchers),
+                                  errors=(CollectError("no-ranks", f"no Python rank process on {host}"),))
+    return collect_node(job_id=job_id, pids=pids, py_spy=py_spy, timeout_s=timeout_s, same_netns=same_netns, **kw)

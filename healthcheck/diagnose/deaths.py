@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from healthcheck.diagnose.findings import Confidence, Evidence, Finding
+from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     COLLATERAL,
     RankError,
@@ -257,7 +257,7 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
     return summary
 
 
-def dead_rank(col: Collected) -> Finding | None:
+def dead_rank(col: Collected) -> JobFinding | None:
     """The dead-rank finding, or None: see the module's docstring."""
     acc = _Dead()
     _signalled(col, acc)
@@ -274,7 +274,7 @@ def dead_rank(col: Collected) -> Finding | None:
         return None  # gloo's size check aborted them: the mismatch rule names them as its parties
     unordered = len(acc.ranks) > 1 and "not in the logs" in acc.basis
     confidence: Confidence = ("medium" if only_gone or acc.early or unordered else "high") if acc.ranks else "low"
-    return Finding(cls="dead-rank", summary=_summary(col, acc, firsts), confidence=confidence,
+    return job_finding(cls="dead-rank", summary=_summary(col, acc, firsts), confidence=confidence,
                    ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]), where=acc.where)
 
 

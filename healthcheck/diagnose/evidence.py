@@ -50,6 +50,22 @@ class KernelEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     pci_bus_id: str = ""
 
 
+class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a host's health said in the job's window: a kernel event of it (kind "xid",
+    "oom-kill", "link"), or what hc's history holds for it: a check that FAILed the host
+    (kind "hc", id its finding ID), an IB error counter that rose between the runs before
+    and in the window (kind "counters"). `diagnose/health.py` joins them to the culprits."""
+
+    host: str
+    kind: str  # "xid", "oom-kill", "link", "hc" (a FAIL), "counters" (an IB error counter rose)
+    text: str
+    source: str  # "gpu017: /dev/kmsg:412", "hc history run 20261122T024500Z-3f2a9c"
+    time: float | None = None  # epoch seconds
+    id: str = ""  # the finding ID of an "hc" event
+    xid: int | None = None
+    said: str = ""  # how the verdict's summary says it, where the producer knows better than its kind
+
+
 class RankEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What is known of one rank. Every field but `rank` is optional: a collector fills
     what it can see. `alive` None: unknown (an offline log does not say)."""
@@ -130,6 +146,7 @@ class JobEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_files: list[ErrorFile] = []
     ras: list[RasReply] = []
     kernel: list[KernelEvent] = []  # in the job's window only
+    window_start: float | None = None  # the job's start (epoch seconds) where known: the kernel logs' window
     launchers: list[Launcher] = []  # live: agents whose ranks never started
     unreadable: list[Unreadable] = []
     inputs: int = 0  # files (or sources) looked at

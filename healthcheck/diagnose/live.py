@@ -75,8 +75,9 @@ MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure
 
 
 @dataclass
-class NodeResult:
-    """What one node gave: its collection, or why there is none (it did not answer)."""
+class NodeAnswer:
+    """What one node gave: its collection, or why there is none (it did not answer).
+    (Not the kernel's NodeResult, which is a node's checks: this is one helper's reply.)"""
 
     host: str
     collection: NodeCollection | None = None
@@ -196,7 +197,7 @@ def parse_fetched(text: str, paths: Sequence[str]) -> dict[str, bytes | str]:
     return out
 
 
-def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: str,
+def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: str,
                         fetch: FileFetcher | None = None, now: _dt.datetime | None = None,
                         max_files: int = MAX_DEBUG_FILES, max_total: int = MAX_DEBUG_TOTAL,
                         outputs: Sequence[tuple[str, str]] = (),
@@ -207,7 +208,7 @@ def evidence_from_nodes(nodes: Iterable[NodeResult | NodeCollection], *, job: st
     as `hc diagnose logs` parses a saved job output: what a rank printed as it died (gloo's
     size mismatch, a Python traceback) is seen only there."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    results = [n if isinstance(n, NodeResult) else NodeResult(n.host, n) for n in nodes]
+    results = [n if isinstance(n, NodeAnswer) else NodeAnswer(n.host, n) for n in nodes]
     ev = JobEvidence(job=job, collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     col = Collected(evidence=ev)
     silent: list[str] = []
@@ -300,7 +301,7 @@ def _python_name(name: str) -> bool:
     return bool(_PYTHON.match(name)) or name.startswith("pt_")
 
 
-def _kernel_events(col: Collected, results: list[NodeResult], missing: list[int]) -> None:
+def _kernel_events(col: Collected, results: list[NodeAnswer], missing: list[int]) -> None:
     """The nodes' kernel events -> evidence (see the module's docstring)."""
     ev = col.evidence
     ooms: list[tuple[str, str, KernelLine]] = []  # unmatched OOM kills that may be the job's
@@ -309,6 +310,8 @@ def _kernel_events(col: Collected, results: list[NodeResult], missing: list[int]
         if c is None or c.kernel is None:
             continue
         k = c.kernel
+        if k.since is not None:  # the window every node read its kernel log from: the job's start
+            ev.window_start = k.since if ev.window_start is None else min(ev.window_start, k.since)
         if k.note:
             ev.unreadable.append(Unreadable(f"{c.host}: kernel log" + (f" ({k.source})" if k.source else ""),
                                             k.note))

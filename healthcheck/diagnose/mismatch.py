@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Finding
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     error_evidence,
     ev,
@@ -228,7 +228,7 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
                                                 " (no majority to name the odd rank)"), "medium"
 
 
-def mismatch(col: Collected, fr: FrComparison | None) -> tuple[Finding | None, list[str]]:
+def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None, list[str]]:
     """The mismatch finding (or None) and the notes for the verdict."""
     acc = _Sides()
     _fingerprints(col, acc)
@@ -243,7 +243,7 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[Finding | None, l
         summary += f"; {ratio}"
     cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
     divergence = acc.divergence or (f"SequenceNumber {acc.seq}" if acc.seq is not None else "")
-    return Finding(cls=cls, summary=summary, confidence=confidence, ranks=odd, evidence=tuple(acc.items[:24]),
+    return job_finding(cls=cls, summary=summary, confidence=confidence, ranks=odd, evidence=tuple(acc.items[:24]),
                    divergence=divergence), acc.notes
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Finding
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     RankError,
     Wait,
@@ -65,7 +65,7 @@ def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
     return out
 
 
-def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> Finding | None:
+def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | None:
     quiet = _quiet(col, waits)
     if not quiet or len(quiet) > len(waits):
         return None
@@ -78,13 +78,13 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> Finding | None:
         items.insert(0, error_evidence(e) if e is not None else Evidence(
             source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
     confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
-    return Finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
+    return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
                    divergence=where,
                    summary=f"{rank_words(quiet)} did not time out while {rank_words(waits)} timed out waiting in "
                            f"{where}: {rank_words(quiet)} never entered that collective (stuck or busy elsewhere)")
 
 
-def waited_elsewhere(waits: dict[int, Wait]) -> Finding | None:
+def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
     sides = {r: _where(w) for r, w in waits.items()}
     cls: FailureClass = "collective-mismatch"
     if len(set(sides.values())) == 1:
@@ -97,17 +97,17 @@ def waited_elsewhere(waits: dict[int, Wait]) -> Finding | None:
     what = "tensor size" if cls == "shape-mismatch" else "collective"
     if pick is None:
         text = "; ".join(f"{rank_words([r for r in sides if sides[r] == v])}: {v}" for v in sorted(set(sides.values())))
-        return Finding(cls=cls, confidence="medium", evidence=items,
+        return job_finding(cls=cls, confidence="medium", evidence=items,
                        summary=f"every rank timed out, in different {what}s and no majority names the odd one: "
                                f"{text}")
     odd, top, theirs = pick
-    return Finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
+    return job_finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
                    where=next((waits[r].where for r in odd if waits[r].where), ""),
                    summary=f"{rank_words(odd)} timed out in {theirs} while the others timed out in {top}: "
                            f"the ranks called different {what}s")
 
 
-def post_mortem(col: Collected) -> Finding | None:
+def post_mortem(col: Collected) -> JobFinding | None:
     """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
     waits = rank_waits(col)
     if not waits:

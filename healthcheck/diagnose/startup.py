@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from healthcheck.diagnose.findings import Evidence, Finding
+from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import ev, fact_rank, minority, ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -189,7 +189,7 @@ def _launchers(col: Collected, items: list[Evidence]) -> str:
             + " (a node that has not joined, or an endpoint they cannot reach)")
 
 
-def init_failure(col: Collected) -> Finding | None:
+def init_failure(col: Collected) -> JobFinding | None:
     """The init-failure finding, or None: see the module's docstring."""
     acc = _Init()
     _torch_lines(col, acc)
@@ -212,7 +212,7 @@ def init_failure(col: Collected) -> Finding | None:
         ports = ports or "held by" in launchers
     else:
         summary = f"init failure: {what}"
-    return Finding(cls="init-failure", summary=summary, confidence="high" if ports or acc.ranks else "medium",
+    return job_finding(cls="init-failure", summary=summary, confidence="high" if ports or acc.ranks else "medium",
                    ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]))
 
 

@@ -1,8 +1,19 @@
 """Findings -> the Verdict: one class with a confidence, the odd ranks (host, pid, GPU),
 a summary sentence, the next step, the first failure, the stack groups and a per-rank
-table; as a table (tabulate) or as the `hc.diagnosis/1` JSON document, whose JSON
-Schema ships in healthcheck/report/schema/hc.diagnosis-1.schema.json (generated from
+table; as a table (tabulate) or as the `hc.diagnosis/2` JSON document, whose JSON
+Schema ships in healthcheck/report/schema/hc.diagnosis-2.schema.json (generated from
 these structs: `python -m healthcheck.diagnose.verdict --write-schema`).
+
+The verdict's findings are kernel findings (`findings.JobFinding`), stamped here as the
+engine stamps a check's: check "diagnose", the culprits' hosts as members, subject
+"<job>:<ranks>" and so a fingerprint per job and culprit. A verdict of class unknown
+carries a diag.E010 finding (ERROR): a job nothing could be concluded about never reads as
+a healthy one. `job_result` makes the verdict a report's GroupResult of kind "job", which
+is how tickets, the Prometheus export and the HTML report read it (`hc report ...` takes
+an hc.diagnosis document; `hc diagnose ... --prometheus DIR`).
+
+hc.diagnosis/1 (findings with class/summary/evidence lines and no ID) is not read; its
+schema stays in report/schema/ as the record of what hc wrote before.
 """
 
 from __future__ import annotations
@@ -14,23 +25,20 @@ from typing import Any
 
 import msgspec
 
-from healthcheck.diagnose.classify import (
-    NEXT_STEP,
-    Analysis,
-    Confidence,
-    Evidence,
-    FailureClass,
-    Finding,
-    _iso,
-    analyse,
-    ordered,
-)
+from healthcheck import __version__
+from healthcheck.core.model import Finding, GroupResult
+from healthcheck.core.stamp import stamp
+from healthcheck.core.status import Status, worst
+from healthcheck.diagnose.classify import NEXT_STEP, Analysis, _iso, analyse, ordered
+from healthcheck.diagnose.evidence import HealthEvent
+from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.health import HistoryLookup, join
 from healthcheck.diagnose.logfacts import failures_held
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
 
-DIAGNOSIS_SCHEMA = "hc.diagnosis/1"
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "report" / "schema" / "hc.diagnosis-1.schema.json"
+DIAGNOSIS_SCHEMA = "hc.diagnosis/2"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "report" / "schema" / "hc.diagnosis-2.schema.json"
 _LOWER: dict[str, Confidence] = {"high": "medium", "medium": "low", "low": "low"}
 
 
@@ -71,6 +79,7 @@ class Unread(msgspec.Struct, frozen=True):
 
 class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"cls": "class"}):
     schema: str  # always DIAGNOSIS_SCHEMA (required: never omitted from the JSON)
+    hc_version: str = ""
     job: str = ""
     collected_at: str = ""
     cls: FailureClass
@@ -86,7 +95,9 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"cls": "
     divergence: str = ""
     why_unknown: str = ""
     notes: list[str] = []
-    findings: list[Finding] = []
+    findings: list[JobFinding] = []  # kernel findings, stamped; the first is the verdict's
+    # what the culprits' hosts said in the job's window (kernel events, hc's history): health.py
+    node_health: list[HealthEvent] = []
     stack_groups: list[StackGroup] = []
     ranks: list[RankRow] = []
     inputs: int = 0
@@ -161,36 +172,65 @@ def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
     return rows
 
 
-def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
+def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding], world: int | None) -> str:
+    """Why the verdict is unknown ("" when it is not)."""
+    ev = col.evidence
+    launch_named = bool(findings) and findings[0].cls == "init-failure" and bool(findings[0].ranks)
+    if len(analysis.world_sizes) > 1 and not launch_named:  # a rank launched with another WORLD_SIZE is named
+        return "the ranks disagree about the world size: " + "; ".join(
+            f"{rank_words(rs)} say {size}" for size, rs in sorted(analysis.world_sizes.items()))
+    if world is not None and any(r >= world for r in ev.ranks):
+        return f"ranks beyond the world size {world} appear: {fold_ranks(r for r in ev.ranks if r >= world)}"
+    if findings:
+        return ""
+    if not ev.inputs:
+        return "no file to read"
+    if not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
+        return f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
+    held = failures_held(col)
+    if held:
+        return f"the logs hold {held}, but nothing in them names the rank that caused them"
+    return "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+
+
+def _job(col: Collected) -> str:
+    return col.evidence.job or "job"
+
+
+def stamped(col: Collected, findings: list[JobFinding]) -> list[JobFinding]:
+    """Each finding stamped as the engine stamps a check's: check "diagnose", the hosts of the
+    ranks it names as members, subject "<job>:<ranks>" (the fingerprint: per job and culprit)."""
+    ranks = col.evidence.ranks
+    job = _job(col)
+    out = []
+    for f in findings:
+        hosts = sorted({ranks[r].host for r in f.ranks if r in ranks and ranks[r].host})
+        subject = f"{job}:{f.component}" if f.component else job
+        done = stamp(f, check=CHECK, members=hosts, subject=subject)
+        assert isinstance(done, JobFinding)  # stamp keeps the type (msgspec.structs.replace)
+        out.append(done)
+    return out
+
+
+def build(col: Collected, analysis: Analysis | None = None, *, history: HistoryLookup | None = None) -> Verdict:
+    """The verdict of what was collected; `history` reads hc's run history for the culprits'
+    hosts (diagnose/health.py; None: not consulted)."""
     analysis = analysis or analyse(col)
     ev = col.evidence
     findings = ordered(analysis.findings)
     notes = list(analysis.notes)
     unread = [Unread(u.source, u.why) for u in ev.unreadable]
     world = max(analysis.world_sizes) if analysis.world_sizes else None
-    base: dict[str, Any] = dict(schema=DIAGNOSIS_SCHEMA, job=ev.job, collected_at=ev.collected_at, inputs=ev.inputs,
-                                unreadable=unread[:200],
-                stack_groups=analysis.groups, world_size=world, ranks_seen=fold_ranks(ev.ranks),
-                first_failure=_first_failure(analysis))
-    why = ""
-    launch_named = bool(findings) and findings[0].cls == "init-failure" and bool(findings[0].ranks)
-    if len(analysis.world_sizes) > 1 and not launch_named:  # a rank launched with another WORLD_SIZE is named
-        why = "the ranks disagree about the world size: " + "; ".join(
-            f"{rank_words(rs)} say {size}" for size, rs in sorted(analysis.world_sizes.items()))
-    elif world is not None and any(r >= world for r in ev.ranks):
-        why = f"ranks beyond the world size {world} appear: {fold_ranks(r for r in ev.ranks if r >= world)}"
-    elif not findings:
-        if not ev.inputs:
-            why = "no file to read"
-        elif not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
-            why = f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
-        else:
-            held = failures_held(col)
-            why = (f"the logs hold {held}, but nothing in them names the rank that caused them" if held
-                   else "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)")
+    base: dict[str, Any] = dict(schema=DIAGNOSIS_SCHEMA, hc_version=__version__, job=ev.job,
+                                collected_at=ev.collected_at, inputs=ev.inputs, unreadable=unread[:200],
+                                stack_groups=analysis.groups, world_size=world, ranks_seen=fold_ranks(ev.ranks),
+                                first_failure=_first_failure(analysis))
+    why = _why_unknown(col, analysis, findings, world)
     if why:
-        return Verdict(cls="unknown", confidence="low", summary=f"no diagnosis: {why}",
-                       next_step=NEXT_STEP["unknown"], why_unknown=why, findings=findings,
+        summary = f"no diagnosis: {why}"
+        unknown = job_finding(cls="unknown", summary=summary, confidence="low")
+        return Verdict(cls="unknown", confidence="low", summary=summary,
+                       next_step=NEXT_STEP["unknown"], why_unknown=why, findings=stamped(col, [unknown, *findings]),
                        ranks=_rows(col, analysis, set()), notes=notes, **base)
     main = findings[0]
     confidence = main.confidence
@@ -204,14 +244,34 @@ def build(col: Collected, analysis: Analysis | None = None) -> Verdict:
     odd_list = [OddRank(rank=o, host=ev.ranks[o].host if o in ev.ranks else "",
                         pid=ev.ranks[o].pid if o in ev.ranks else None,
                         gpu=ev.ranks[o].gpu if o in ev.ranks else "") for o in sorted(odd)]
-    summary = main.summary
+    summary = main.message
     if main.where and main.where not in summary:
         summary += f" ({main.where})"
+    health = join(ev, findings, (e.time for e in analysis.events), history)
+    notes += health.notes
+    if health.clause:  # said in the finding too: a ticket carries it
+        summary += f"; {health.clause}"
+        findings[0] = msgspec.structs.replace(main, message=f"{main.message}; {health.clause}")
     return Verdict(cls=main.cls, confidence=confidence, summary=summary, next_step=NEXT_STEP[main.cls],
                    odd_ranks=odd_list, odd_ranks_folded=fold_ranks(odd),
                    odd_hosts=_hosts([o.host for o in odd_list]),
-                   divergence=main.divergence, notes=notes, findings=findings, ranks=_rows(col, analysis, odd),
-                   **base)
+                   divergence=main.divergence, notes=notes, findings=stamped(col, findings),
+                   node_health=health.events, ranks=_rows(col, analysis, odd), **base)
+
+
+def status_of(verdict: Verdict) -> Status:
+    """The verdict's status as a report would count it: its findings' worst."""
+    return worst((f.status for f in verdict.findings), default=Status.SKIP)
+
+
+def job_result(verdict: Verdict) -> GroupResult:
+    """The verdict as a report's result about a job: kind "job", named after the job, its
+    members every host a rank of it ran on, its findings the verdict's as plain kernel
+    findings (what tickets, the Prometheus export and the HTML report read)."""
+    hosts = sorted({r.host for r in verdict.ranks if r.host} | {h for f in verdict.findings for h in f.members})
+    plain = [Finding(**{name: getattr(f, name) for name in Finding.__struct_fields__}) for f in verdict.findings]
+    return GroupResult(kind="job", name=verdict.job or "job", members=hosts, status=status_of(verdict),
+                       findings=plain)
 
 
 # ---------------------------------------------------------------- output
@@ -221,8 +281,22 @@ def encode(verdict: Verdict) -> bytes:
     return msgspec.json.format(msgspec.json.encode(verdict), indent=2) + b"\n"
 
 
-def _where(e: Evidence) -> str:
-    return f"{e.source}:{e.line}" if e.line is not None else e.source
+def decode(data: bytes, source: str = "diagnosis") -> Verdict:
+    """An hc.diagnosis/2 document (`hc diagnose ... -o FILE`); HcError (one line, exit 4)
+    for anything else, /1 included: its findings carry no ID, so no ticket could key on them."""
+    from healthcheck.core import typed
+    from healthcheck.core.errors import HcError
+
+    try:
+        verdict = typed.decode_json(data, Verdict)
+    except msgspec.DecodeError as exc:
+        if b'"hc.diagnosis/1"' in data[:4096]:
+            raise HcError(f"{source}: an hc.diagnosis/1 document (its findings carry no finding ID): diagnose the "
+                          "job again with this hc to get hc.diagnosis/2") from None
+        raise HcError(f"{source}: not a valid {DIAGNOSIS_SCHEMA} document: {exc}") from None
+    if verdict.schema != DIAGNOSIS_SCHEMA:
+        raise HcError(f"{source}: unsupported diagnosis schema {verdict.schema!r} (this hc reads {DIAGNOSIS_SCHEMA})")
+    return verdict
 
 
 def render(verdict: Verdict, *, max_rows: int = 64) -> str:
@@ -252,9 +326,9 @@ def render(verdict: Verdict, *, max_rows: int = 64) -> str:
         out.append("")
         out.append("evidence:")
         for fd in verdict.findings[:4]:
-            out.append(f"  [{fd.cls}, {fd.confidence}] {fd.summary}")
-            for e in fd.evidence[:8]:
-                out.append(f"    {_where(e)}: {e.text}")
+            out.append(f"  [{fd.cls}, {fd.confidence}] {fd.id} {fd.message}")
+            for e in fd.lines[:8]:
+                out.append(f"    {e.where}: {e.text}")
     if verdict.ranks:
         rows = [["*" if r.odd else "", r.rank, r.host, r.pid or "", r.state, r.watchdog_seq or "",
                  "" if r.last_enqueued is None else r.last_enqueued,

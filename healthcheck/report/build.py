@@ -213,3 +213,24 @@ def _run_row(finding: Finding) -> dict[str, Any]:
     """A run finding's row of the findings summary: its scope stands for the nodes."""
     return {"status": finding.status.value, "id": finding.id, "component": finding.component,
             "message": finding.message, "nodes": finding.subject, "count": 1}
+
+
+def job_report(group: GroupResult, *, command: str, started_at: str, hc_version: str = __version__,
+               host: str = "") -> Report:
+    """A report whose one result is about a job (`hc diagnose`'s verdict as a GroupResult of
+    kind "job"): no node was checked, so the run's status is the job's and its findings fold
+    into the summary as a pair's do. The run ID comes from the job and `started_at` (when it
+    was looked at): the same diagnosis read twice is the same run, so the tickets it gives
+    have the same keys."""
+    import hashlib
+
+    from healthcheck.report.jsonio import parse_time
+
+    when = parse_time(started_at) or utc_now()
+    digest = hashlib.sha256(f"{group.name}\x1f{started_at}".encode("utf-8", "surrogateescape")).hexdigest()[:6]
+    report = Report(run_id=when.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + digest,
+                    hc_version=hc_version, command=command, tier="job", config_digest="", config_path="",
+                    started_at=iso(when), finished_at=iso(when), duration_s=0.0,
+                    host=host or os.environ.get("HC_HOST") or socket.gethostname(), status=Status.SKIP,
+                    nodes=[], summary={s.value: 0 for s in Status}, findings_summary=[])
+    return with_groups(report, [group])

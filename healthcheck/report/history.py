@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from healthcheck.core import typed
 from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
-from healthcheck.core.model import Report
+from healthcheck.core.model import Finding, Metric, Report
+from healthcheck.core.status import Status
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -83,6 +87,52 @@ class NodeRun:
     tier: str
     status: str
     fabric: str
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """One recorded run that FAILed a node, and the node's FAIL findings in it."""
+
+    run_id: str
+    command: str
+    node: str
+    started_at: str
+    findings: list[Finding]
+
+
+class _FailedNode(msgspec.Struct):
+    node: str
+    findings: list[Finding] = []
+
+
+class _FailedRun(msgspec.Struct):
+    """A recorded report, decoded only as far as its nodes' findings."""
+
+    nodes: list[_FailedNode] = []
+
+
+@dataclass(frozen=True)
+class CounterRise:
+    """An error counter of a node's component that rose between two recorded runs."""
+
+    node: str
+    component: str  # "mlx5_0/1"
+    name: str  # "symbol_error"
+    before: float
+    after: float
+    before_at: str  # started_at of the run that read `before`
+    after_at: str
+
+
+class _MetricNode(msgspec.Struct):
+    node: str
+    metrics: list[Metric] = []
+
+
+class _MetricRun(msgspec.Struct):
+    """A recorded report, decoded only as far as its nodes' metrics."""
+
+    nodes: list[_MetricNode] = []
 
 
 class History:
@@ -346,6 +396,71 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("read earlier runs", exc) from None
         return [run_id for (run_id,) in reversed(rows)]
+
+    def node_failures(self, nodes: list[str], since: str, until: str, limit: int = 50) -> list[NodeFailure]:
+        """The runs that FAILed any of `nodes` between `since` and `until` (timestamps as
+        reports write them), oldest first, at most `limit`, with each node's FAIL findings:
+        what a job's diagnosis says of its culprits' hosts (diagnose/health.py)."""
+        if limit <= 0 or not nodes:
+            return []
+        marks = ",".join("?" * len(nodes))
+        rows = self._rows(
+            "SELECT r.run_id, r.command, n.node, n.started_at FROM run_nodes n JOIN runs r ON r.id = n.run "
+            f"WHERE n.node IN ({marks}) AND n.status = 'FAIL' AND n.started_at >= ? AND n.started_at <= ? "
+            "ORDER BY n.started_at, n.run LIMIT ?", (*nodes, since, until, limit))
+        out: list[NodeFailure] = []
+        for run_id, command, node, started_at in rows:
+            data = self.report_json(run_id)
+            if data is None:  # pruned since it was listed
+                continue
+            try:
+                run = typed.decode_json(data, _FailedRun)
+            except msgspec.DecodeError as exc:
+                raise HcError(f"history {self.path}: run {run_id} is not a report hc reads: {exc}") from None
+            findings = [f for n in run.nodes if n.node == node for f in n.findings if f.status is Status.FAIL]
+            out.append(NodeFailure(run_id, command, node, started_at, findings))
+        return out
+
+    def counter_rises(self, node: str, start: str, end: str, names: frozenset[str], *,
+                      allowed: dict[str, int] | None = None, lookback: str = "") -> list[CounterRise]:
+        """The error counters (metrics named `names`, per component) that rose on `node` over a
+        job's window: its last reading at or before `start` (from `lookback` on, timestamps as
+        reports write them) against its last one in [start, end], a rise above `allowed[name]`
+        (0 where unset). A counter that went down (reset, a new HCA) is not a rise."""
+        rows = self._rows(
+            "SELECT r.run_id, n.started_at FROM run_nodes n JOIN runs r ON r.id = n.run "
+            "WHERE n.node = ? AND n.started_at >= ? AND n.started_at <= ? ORDER BY n.started_at, n.run LIMIT 500",
+            (node, lookback, end))
+        before: tuple[str, dict[tuple[str, str], float]] | None = None
+        after: tuple[str, dict[tuple[str, str], float]] | None = None
+        for run_id, started_at in rows:
+            values = self._counters(run_id, node, names)
+            if not values:
+                continue
+            if started_at <= start:
+                before = (started_at, values)
+            else:
+                after = (started_at, values)
+        if before is None or after is None:
+            return []
+        out = []
+        for key, then in before[1].items():
+            now = after[1].get(key)
+            component, name = key
+            if now is not None and now - then > (allowed or {}).get(name, 0):
+                out.append(CounterRise(node, component, name, then, now, before[0], after[0]))
+        return out
+
+    def _counters(self, run_id: str, node: str, names: frozenset[str]) -> dict[tuple[str, str], float]:
+        data = self.report_json(run_id)
+        if data is None:
+            return {}
+        try:
+            run = typed.decode_json(data, _MetricRun)
+        except msgspec.DecodeError as exc:
+            raise HcError(f"history {self.path}: run {run_id} is not a report hc reads: {exc}") from None
+        return {(m.component, m.name): float(m.value) for n in run.nodes if n.node == node for m in n.metrics
+                if m.name in names and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)}
 
     def report_json(self, run_id: str) -> bytes | None:
         """One recorded run's report as JSON, undecoded (for readers that need only part of it)."""

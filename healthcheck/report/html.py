@@ -248,7 +248,8 @@ def _summary(report: Report) -> str:
     for n in report.nodes:
         fabrics[n.fabric] += 1
     pairs = sum(1 for g in report.groups if g.kind == "pair")
-    groups = sum(1 for g in report.groups if g.kind != "pair")
+    groups = sum(1 for g in report.groups if g.kind == "group")
+    jobs = [g for g in report.groups if g.kind == "job"]  # hc diagnose: a job's verdict, its findings diag.E0xx
     rows = [
         ("Run", f'<span class="mono">{esc(report.run_id)}</span>'),
         ("Status", _badge(report.status.value)),
@@ -257,7 +258,8 @@ def _summary(report: Report) -> str:
         ("Nodes", f"{len(report.nodes):,}: " + " ".join(
             f"{_badge(s)} {counts[s]:,}" for s in counts if counts[s])),
         ("Fabrics", ", ".join(f"{esc(f)} ({c:,} nodes)" for f, c in sorted(fabrics.items())) or "-"),
-        ("Tests between nodes", f"{pairs:,} pair tests, {groups:,} group results" if report.groups else "none"),
+        ("Tests between nodes", f"{pairs:,} pair tests, {groups:,} group results" if pairs or groups else "none"),
+        *([("Jobs diagnosed", _jobs(jobs))] if jobs else []),
         ("Analyses", ", ".join(f"{esc(a.name)} {_badge(a.status.value)}" for a in report.analyses) or "none"),
         ("Scheduler actions", f"{len(report.actions):,}" if report.actions else "none"),
         ("Ran from", f"{esc(report.host)}, hc {esc(report.hc_version)}, config {esc(report.config_path)} "
@@ -273,6 +275,17 @@ def _summary(report: Report) -> str:
     return (f'<section id="summary"><h1>hc report: {_badge(report.status.value)} '
             f"{len(report.nodes):,} node{'s' if len(report.nodes) != 1 else ''}</h1>"
             f'<table class="meta">{table}</table>{bar}{run_findings}</section>')
+
+
+def _jobs(jobs: list[GroupResult]) -> str:
+    """Each diagnosed job: its status, name, and its verdict (the first finding)."""
+    items = []
+    for g in jobs[:20]:
+        first = g.findings[0] if g.findings else None
+        said = f" <b>{esc(first.id)}</b> {_cell(first.message)}" if first is not None else ""
+        items.append(f"{_badge(g.status.value)} {esc(g.name)}{said}")
+    more = f"<br>... {len(jobs) - 20:,} more" if len(jobs) > 20 else ""
+    return "<br>".join(items) + more
 
 
 def _count_bar(counts: dict[str, int], total: int) -> str:

@@ -21,7 +21,7 @@ from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
 
 __all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "check_started", "decode", "encode", "parse_time", "read_report",
-           "read_stdin_report", "write_atomic"]
+           "read_bytes", "read_stdin_bytes", "read_stdin_report", "schema_of", "write_atomic"]
 
 # RFC 3339 as hc writes it ("2026-11-22T03:00:00.000Z"), any offset, seconds and fraction
 # optional; no zone is UTC. Parsed here, not by datetime.fromisoformat, whose forms differ
@@ -39,6 +39,15 @@ class _Head(msgspec.Struct):
     """Only the schema name, to say which version a report that did not decode claims to be."""
 
     schema: str = ""
+
+
+def schema_of(data: bytes) -> str:
+    """The `schema` a JSON document names ("" where it names none or is not a JSON object):
+    which reader to hand it to (an hc.report, an hc.diagnosis)."""
+    try:
+        return typed.decode_json(data, _Head).schema
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
 
 
 def parse_time(text: str) -> _dt.datetime | None:
@@ -101,15 +110,25 @@ def decode(data: bytes, source: str = "report") -> Report:
     return report
 
 
-def read_report(path: Path) -> Report:
-    """A saved report, read up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
+def read_bytes(path: Path) -> bytes:
+    """A saved document's bytes, up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
     from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
 
-    return decode(read_bounded(path, REPORT_MAX_BYTES, what="report", allow_fifo=True), str(path))
+    return read_bounded(path, REPORT_MAX_BYTES, what="report", allow_fifo=True)
+
+
+def read_stdin_bytes(stream: BinaryIO) -> bytes:
+    """A document piped in ('-'), up to REPORT_MAX_BYTES."""
+    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_stream_bounded
+
+    return read_stream_bounded(stream, REPORT_MAX_BYTES, what="report")
+
+
+def read_report(path: Path) -> Report:
+    """A saved report, read up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
+    return decode(read_bytes(path), str(path))
 
 
 def read_stdin_report(stream: BinaryIO) -> Report:
     """A report piped in ('-'), read up to REPORT_MAX_BYTES."""
-    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_stream_bounded
-
-    return decode(read_stream_bounded(stream, REPORT_MAX_BYTES, what="report"), "stdin")
+    return decode(read_stdin_bytes(stream), "stdin")

@@ -28,7 +28,8 @@ Series (gauges unless named `_total`; base units: seconds, bytes, bytes per seco
     hc_node_status{node, fabric, status}          one-hot
     hc_findings{node, severity}                   FAIL, ERROR and WARN findings per node, 0 included
     hc_check_status{node, check, status}          one-hot
-    hc_finding{node, check, id, subject, severity}  1 per finding (no message: free text is no label)
+    hc_finding{node, check, id, subject, severity}  1 per finding (no message: free text is no label;
+                                                  a job's diagnosis: node is the culprits' hosts)
     hc_check_duration_seconds{node, check}
     ... every measurement a check recorded (METRICS), then the pair/group tests of a deep
     sweep: hc_group_status{group, kind, status}, hc_group_busbw_bytes_per_second{group,
@@ -288,7 +289,7 @@ def build(report: Report, settings: PrometheusSettings | None = None, command: s
         _findings(series, n.findings, settings.max_findings_per_node)
     _findings(series, report.run_findings, settings.max_findings_per_node)
     for g in report.groups:
-        _findings(series, g.findings, settings.max_findings_per_node)
+        _findings(series, g.findings, settings.max_findings_per_node, culprits=g.kind == "job")
     for n in nodes:
         for c in n.checks:
             series.add("hc_check_duration_seconds", "How long a check took on the node.",
@@ -323,13 +324,17 @@ def _run_series(series: Series, report: Report) -> None:
                            {"analysis": a.name}, a.status)
 
 
-def _findings(series: Series, findings: Iterable[Any], most: int) -> None:
+def _findings(series: Series, findings: Iterable[Any], most: int, *, culprits: bool = False) -> None:
+    """One hc_finding per finding. `culprits` (a job's diagnosis, diag.E0xx): its node label is
+    the culprit ranks' hosts (the finding's members), so a diagnosis is found by node as a node's
+    finding is; a pair's or group's findings name no node."""
     for i, f in enumerate(findings):
         if i >= most:
             series.dropped += 1
             continue
+        node = f.node or (",".join(f.members) if culprits else "")
         series.add("hc_finding", "A finding of the run (1); the message is in hc's JSON report.",
-                   {"node": f.node, "check": f.check, "id": f.id, "subject": f.subject or f.component,
+                   {"node": node, "check": f.check, "id": f.id, "subject": f.subject or f.component,
                     "severity": f.status.value}, 1)
 
 

@@ -229,7 +229,7 @@ def test_job_size_sbatch_reads_the_job_output(slurm, net, jobs, tmp_path):
               f"{v['summary'][:200]}")
         assert (v["class"], rc) == ("shape-mismatch", 0), (v["summary"], v.get("unreadable"))
         assert 1 in named and not set(named) & alive, (named, alive)
-        assert any(str(out) in e.get("source", "") for f in v["findings"] for e in f.get("evidence", [])), v
+        assert any(str(out) in e.get("source", "") for f in v["findings"] for e in f.get("lines", [])), v
         assert elapsed < BOUND_S, elapsed
     finally:
         for pid in [d["pid"] for d in job.rank_info().values()]:

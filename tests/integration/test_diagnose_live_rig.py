@@ -6,7 +6,7 @@ Slurm. One rank misbehaves (see the job's docstring): (a) skips a collective, (b
 a tensor of another size, (c) is SIGKILLed by this test, (d) sleeps in a named function,
 (e) is SIGSTOPped by this test, (f) the master port is taken. When the job is where it
 hangs, this test runs the collector on every host through the rig's sshd (`python -m
-healthcheck.diagnose.collect --job ID | --pids ...`, the venv's Python; the hosts share
+healthcheck diagnose collect --job ID | --pids ...`, the venv's Python; the hosts share
 this machine's pid namespace and files, so the collector's network-namespace filter is
 what keeps each host to its own ranks), all hosts at once, and asserts what a diagnosis
 needs: every rank found with its number and host, healthy ranks inside a c10d collective,
@@ -182,7 +182,7 @@ def collect(net, hosts_args: dict[str, list[str]]) -> tuple[dict[str, NodeCollec
     failures: dict[str, str] = {}
 
     def one(host: str, args: list[str]) -> None:
-        argv = [*net.ssh_argv(host), PYTHON, "-m", "healthcheck.diagnose.collect", "--raw", "--timeout", "20",
+        argv = [*net.ssh_argv(host), PYTHON, "-m", "healthcheck", "diagnose", "collect", "--raw", "--timeout", "20",
                 *args]
         r = subprocess.run(argv, capture_output=True, timeout=45, check=False)
         try:

@@ -107,14 +107,16 @@ def test_baseline_options_refuse_nan_with_real_reports(tmp_path, option):
 @pytest.mark.parametrize("args", [["--timeout", "nan"], ["--per-rank-timeout", "inf"], ["--parallel", "0"],
                                   ["--ras-port", "70000"], ["--since", "nan"], ["--timeout", "-1"]])
 def test_the_collect_helper_holds_its_numbers_to_the_same_rule(args):
-    # argparse: its own usage exit (2), documented for the helper; never a traceback
+    # a Click command as every other: a usage error exits 4 (argparse's 2 was the odd one out)
     r = subprocess.run([sys.executable, "-m", "healthcheck", "diagnose", "collect", "--pids", "1", *args],
                        capture_output=True, timeout=60)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 4, r.stderr
     assert b"Traceback" not in r.stderr and args[0].encode() in r.stderr
-    r = subprocess.run([sys.executable, "-m", "healthcheck", "diagnose", "collect", "--pids", "-1"],
-                       capture_output=True, timeout=60)
-    assert r.returncode == 2 and b"Traceback" not in r.stderr
+    for bad in (["--pids", "-1"], ["--pids", "0"], ["--pids"], ["--job", "7", "--local"], ["12"], []):
+        r = subprocess.run([sys.executable, "-m", "healthcheck", "diagnose", "collect", *bad],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 4 and b"Traceback" not in r.stderr, (bad, r.stderr)
+        assert len(r.stderr.decode().strip().splitlines()) <= 2, (bad, r.stderr)  # usage line + one error
 
 
 def test_the_rule_itself():

@@ -413,13 +413,23 @@ def test_a_silent_ras_server_is_an_error_within_the_time_given():
 # ------------------------------------------------------------------------------ the command line
 
 
-def test_main_prints_the_collection_as_json(procs, job_id, capsys):
+def _helper(*args: str) -> subprocess.CompletedProcess:
+    """`hc diagnose collect ARGS` as the job's nodes run it (stdout: one JSON line)."""
+    return subprocess.run([sys.executable, "-m", "healthcheck", "diagnose", "collect", *args], capture_output=True,
+                          timeout=60)
+
+
+def test_main_prints_the_collection_as_json(procs, job_id):
     p, _ = procs.start(SLEEPER, job_env(job_id, RANK="1", WORLD_SIZE="2"))
-    assert C.main(["--job", job_id, "--no-stacks"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    r = _helper("--job", job_id, "--no-stacks")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
     assert [(r["pid"], r["rank"]) for r in d["ranks"]] == [(p.pid, 1)] and d["job_id"] == job_id
-    assert C.main(["--job", str(int(job_id) + 1), "--no-stacks"]) == 1  # nothing of that job here
-    assert json.loads(capsys.readouterr().out)["errors"][-1]["kind"] == "no-ranks"
+    r = _helper("--job", str(int(job_id) + 1), "--no-stacks")
+    assert r.returncode == 1  # nothing of that job here
+    assert json.loads(r.stdout)["errors"][-1]["kind"] == "no-ranks"
+    r = _helper("--pids", str(p.pid), str(p.pid), "--no-stacks", "--no-kernel")  # several pids, as argparse took
+    assert r.returncode == 0 and [x["pid"] for x in json.loads(r.stdout)["ranks"]] == [p.pid], r.stderr
 
 
 # ------------------------------------------------------------------------------ the kernel log in the job's window
@@ -491,11 +501,12 @@ def test_job_window_from_process_start_times_else_slurm(tmp_path):
     assert C.job_window([99], job_id="6", proc=str(tmp_path), env=env) == (None, "")
 
 
-def test_main_reads_the_kernel_log_unless_told_not_to(procs, job_id, capsys):
+def test_main_reads_the_kernel_log_unless_told_not_to(procs, job_id):
     p, _ = procs.start(SLEEPER, job_env(job_id, RANK="0"))
-    assert C.main(["--pids", str(p.pid), "--no-stacks", "--no-kernel"]) == 0
-    assert C.decode_collection(capsys.readouterr().out).kernel is None
-    assert C.main(["--pids", str(p.pid), "--no-stacks", "--since", "1700000000"]) == 0
-    k = C.decode_collection(capsys.readouterr().out).kernel
+    r = _helper("--pids", str(p.pid), "--no-stacks", "--no-kernel")
+    assert r.returncode == 0 and C.decode_collection(r.stdout).kernel is None
+    r = _helper("--pids", str(p.pid), "--no-stacks", "--since", "1700000000")
+    assert r.returncode == 0
+    k = C.decode_collection(r.stdout).kernel
     assert k is not None and k.since == 1700000000 and k.since_from == "argument"
     assert k.source is not None or "kernel log unreadable" in (k.note or "")  # this machine's own log, or why not

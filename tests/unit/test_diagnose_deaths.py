@@ -56,8 +56,8 @@ def test_the_culprit_is_named_and_no_victim(scenario):
     assert [o.rank for o in v.odd_ranks] == culprits, v.summary
     assert not {o.rank for o in v.odd_ranks} & set(victims)
     main = v.findings[0]
-    assert main.evidence and all(e.source for e in main.evidence)
-    assert any(e.rank in culprits for e in main.evidence), main.evidence
+    assert main.lines and all(e.source for e in main.lines)
+    assert any(e.rank in culprits for e in main.lines), main.lines
 
 
 @pytest.mark.parametrize("scenario", ["exc", "exc-torchrun", "exc-tee", "exc-order"])
@@ -137,7 +137,7 @@ def test_nccl_post_mortem_names_the_rank_that_did_not_time_out(tmp_path):
     (tmp_path / "job.out").write_text("".join(_nccl_timeout(r, 52, "ALLREDUCE", 4096) for r in (0, 1, 3)))
     v = build(collect([tmp_path]))
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2]), v.summary
-    assert any("did not time out" in f.summary and "SeqNum 52" in f.summary and f.ranks == (2,) for f in v.findings)
+    assert any("did not time out" in f.message and "SeqNum 52" in f.message and f.ranks == (2,) for f in v.findings)
 
 
 def test_a_broadcast_source_and_a_dtype_ratio_are_said():

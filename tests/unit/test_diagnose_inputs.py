@@ -26,7 +26,7 @@ def test_every_capture_gives_a_verdict(path):
         assert v.why_unknown
     for f in v.findings:
         for r in f.ranks:  # never a rank without a line or a dump that speaks of it
-            assert any(e.rank == r or str(r) in e.text for e in f.evidence) or f.cls != "unknown"
+            assert any(e.rank == r or str(r) in e.text for e in f.lines) or f.cls != "unknown"
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -26,7 +26,7 @@ from healthcheck.diagnose.collect import (
     decode_collection,
 )
 from healthcheck.diagnose.live import (
-    NodeResult,
+    NodeAnswer,
     evidence_from_nodes,
     fetch_argv,
     local_fetcher,
@@ -89,7 +89,7 @@ def test_stopped_rank_is_stuck_evidence():
     assert r3.state == "stopped" and r3.alive
     v = build(live.collected)
     assert v.confidence == "high" and "state T" in v.summary
-    assert any("stopped (state T)" in e.text for f in v.findings for e in f.evidence)
+    assert any("stopped (state T)" in e.text for f in v.findings for e in f.lines)
     assert next(row for row in v.ranks if row.rank == 3).state == "stopped"
 
 
@@ -102,7 +102,7 @@ def test_missing_rank_is_named_and_a_silent_node_is_not_a_death():
     v = build(live.collected)
     assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [2]
     # node3 did not answer: rank 2 may be there, so it is not called dead
-    silent = evidence_from_nodes([*without, NodeResult("node3", None, "no answer within 25 s")], job="x")
+    silent = evidence_from_nodes([*without, NodeAnswer("node3", None, "no answer within 25 s")], job="x")
     assert silent.missing == []
     v = build(silent.collected)
     assert v.cls != "dead-rank" and 2 not in [o.rank for o in v.odd_ranks]
@@ -350,7 +350,7 @@ def test_torchrun_whose_rendezvous_port_is_taken(tmp_path):
                 break
         assert v["class"] == "init-failure" and not v.get("odd_ranks"), v.get("summary")
         assert f"port {port} on " in v["summary"] and f"held by pid {os.getpid()}" in v["summary"], v["summary"]
-        assert any(f"torchrun agent pid {agent.pid}" in e["text"] for f in v["findings"] for e in f["evidence"])
+        assert any(f"torchrun agent pid {agent.pid}" in e["text"] for f in v["findings"] for e in f["lines"])
     finally:
         agent.kill()
         agent.wait(10)
@@ -444,7 +444,7 @@ def test_an_oom_kill_of_a_rank_pid_in_the_window_is_a_dead_rank_naming_it(kjob):
     v = build(live.collected)
     assert v.cls == "dead-rank" and [(o.rank, o.pid) for o in v.odd_ranks] == [(1, kjob.pids[1])], v.summary
     assert "OOM killer" in v.summary and v.confidence == "high"
-    assert any("Killed process" in e.text and e.rank == 1 for f in v.findings for e in f.evidence)
+    assert any("Killed process" in e.text and e.rank == 1 for f in v.findings for e in f.lines)
 
 
 def test_an_xid_in_the_window_is_a_gpu_failure(kjob):
@@ -562,7 +562,7 @@ def test_job_output_read_live_turns_gloo_aborts_into_the_size_mismatch():
                                output_fetch=functools.partial(local_fetcher, tail=True))
     v = build(live.collected)
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("shape-mismatch", [1]), v.summary
-    assert any(e.source.startswith(f"node1:{out}") for f in v.findings for e in f.evidence)
+    assert any(e.source.startswith(f"node1:{out}") for f in v.findings for e in f.lines)
     # unreachable output is listed, never fatal
     gone = evidence_from_nodes(collections("size-torchrun"), job="x", outputs=[("node1", "/nonexistent/job.out")],
                                output_fetch=functools.partial(local_fetcher, tail=True)).collected.evidence

@@ -34,7 +34,7 @@ def test_scenario_class_and_odd_rank(scenario):
     assert [o.rank for o in v.odd_ranks] == odd, v.summary  # exactly: no healthy rank named
     assert v.confidence in ("high", "medium")
     main = v.findings[0]
-    assert main.evidence and all(e.source for e in main.evidence)
+    assert main.lines and all(e.source for e in main.lines)
     assert set(main.ranks) == set(odd)
 
 
@@ -68,7 +68,7 @@ def test_cli_table_and_json_exit_0(tmp_path):
     assert r.returncode == 0, r.stderr
     assert b"stuck-rank" in r.stdout and b"rank 2 (1): load_batch" in r.stdout
     doc = json.loads(out.read_bytes())
-    assert doc["schema"] == "hc.diagnosis/1" and doc["class"] == "stuck-rank"
+    assert doc["schema"] == "hc.diagnosis/2" and doc["class"] == "stuck-rank"
     r = run_hc("diagnose", "logs", str(SCEN / "shape"), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["odd_ranks"][0]["rank"] == 2
 

@@ -1,4 +1,4 @@
-"""The hc.diagnosis/1 document against its shipped JSON Schema, and `hc diagnose logs`
+"""The hc.diagnosis/2 document against its shipped JSON Schema, and `hc diagnose logs`
 in time linear in its input (512 ranks built by replicating the real stuck capture)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_every_verdict_validates(tmp_path):
         if path.is_dir():
             doc = json.loads(encode(build(collect([path]))))
             validator.validate(doc)
-            assert doc["schema"] == "hc.diagnosis/1"
+            assert doc["schema"] == "hc.diagnosis/2"
 
 
 def _replicate(root: Path, ranks: int) -> Path:

@@ -580,8 +580,9 @@ class PrometheusSettings(Strict, frozen=True):
     # the directory node_exporter reads (--collector.textfile.directory; Debian's default
     # is /var/lib/prometheus/node-exporter); None: no export. It must exist.
     textfile_dir: AbsPath | None = None
-    # the runs that export; `hc node` exports with --prometheus DIR whatever this says
-    commands: list[Literal["prologue", "epilogue", "health", "sweep", "node"]] = msgspec.field(
+    # the runs that export; `hc node` exports with --prometheus DIR whatever this says;
+    # "diagnose": every `hc diagnose` verdict (hc-diagnose.prom: the last job diagnosed)
+    commands: list[Literal["prologue", "epilogue", "health", "sweep", "node", "diagnose"]] = msgspec.field(
         default_factory=lambda: ["prologue", "epilogue", "health", "sweep"])
     # bounds on what one file may hold, so a sweep of many nodes or a node with many
     # findings cannot flood Prometheus: series past max_series are dropped (counted in
