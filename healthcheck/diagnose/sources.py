@@ -12,6 +12,9 @@ and content:
   "timestamp"}}}`);
 * NCCL RAS replies (`ncclras`, text or JSON);
 * kernel logs (OOM kills, Xid);
+* `hc run`'s output of a rank (`hc-run.rank<R>.<host>.<pid>.log`) or of a launcher it
+  wrapped: each line stamped with its time, the rank in its first line (parsers/run_output.py);
+  read as the console showed it, with those times; its shim for torchrun is passed over;
 * any other text is read as an NCCL debug log and as a PyTorch/torchrun log (a job's
   stdout holds both); per-rank files (`rank3.log`, a `[rank3]:`-only file) give their
   rank to every line.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +52,7 @@ from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
+from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
@@ -75,7 +80,7 @@ class TextStamps:
     `at(line)`: the time of the last stamped line at or before it. `at(line, rank)`: the
     last one of that rank, else of the unlabelled lines (a job's console where only the
     ranks' tracebacks carry a label is one stream in time order; a per-rank file is all
-    the rank's own)."""
+    the rank's own), else of any line (stamps given whole: `hc run`'s copy of one rank)."""
 
     stamps: list[tuple[int, float]] = field(default_factory=list)
     by_rank: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
@@ -84,7 +89,7 @@ class TextStamps:
     def at(self, line: int, rank: int | None = None) -> float | None:
         if rank is None:
             return _last_at(self.stamps, line)
-        return _last_at(self.by_rank.get(rank) or self.unlabelled, line)
+        return _last_at(self.by_rank.get(rank) or self.unlabelled or self.stamps, line)
 
 
 def _last_at(stamps: list[tuple[int, float]], line: int) -> float | None:
@@ -209,6 +214,36 @@ def _run_manifest(text: str, col: Collected) -> bool:
     return True
 
 
+def _read_run_output(source: str, data: bytes, col: Collected) -> None:
+    """`hc run`'s copy of a rank's (or a launcher's) output, read as the console showed it with
+    the time of each line; the rank its header names (a launcher's: none, whatever the file is
+    called), and how the rank exited where the tee saw it. Its shim for torchrun: passed over."""
+    run = parse_run_output(data.decode("utf-8", errors="replace"))
+    if run is None:
+        return  # hc run's shim: nothing of the job's
+    if run.rank is not None:
+        r = col.evidence.rank(run.rank)
+        r.host = r.host or run.host
+        if r.pid is None:
+            r.pid = run.pid
+        if r.world_size is None:
+            r.world_size = run.world_size
+        if run.exit_code is not None:
+            r.alive = False
+            r.exit_code = run.exit_code
+            if run.exit_code < 0:
+                r.signal = signal_name(-run.exit_code)
+    if not _read_text_log(source, run.text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+        col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
     try:
         raw = typed.decode_json(data, _ErrorMessage)
@@ -280,27 +315,16 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
     if not data.strip():
         ev.unreadable.append(Unreadable(source, "empty"))
         return
+    if data.startswith((HEADER_START.encode(), b"#!/bin/sh\n" + SHIM_MARK.encode())):
+        _read_run_output(source, data, col)
+        return
     name = source.replace("\\", "/").rsplit("/", 1)[-1]
     if rank is None:
         rank = rank_from_name(source)
     head = data.lstrip()[:1]
     fr_name = "trace_rank" in name or name.startswith(("fr_", "fr-")) or name.endswith((".pkl", ".pickle"))
     if data[:1] == b"\x80" or (fr_name and head == b"{"):
-        try:
-            dump = parse_flight_recorder(data)
-        except ParseError as exc:
-            ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
-            return
-        fr_rank = rank_from_filename(name)
-        if fr_rank is None:
-            fr_rank = rank
-        if fr_rank is None:
-            ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank "
-                                                    "(expected nccl_trace_rank_N)"))
-            return
-        r = ev.rank(fr_rank)
-        r.flight_recorder = dump
-        r.sources.append(source)
+        _read_flight_recorder(source, name, data, rank, col)
         return
     if _is_binary(data):
         ev.unreadable.append(Unreadable(source, "binary, not a log (no known dump format either)"))
@@ -310,34 +334,7 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
         if _py_spy(source, text, rank, col):
             return
     if head == b"{":
-        if "\"entries\"" in text[:1_000_000] and "\"version\"" in text[:1_000_000]:
-            try:
-                dump = parse_flight_recorder(data)
-            except ParseError as exc:
-                ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
-                return
-            fr_rank = rank_from_filename(name) if rank is None else rank
-            if fr_rank is None:
-                ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank"))
-                return
-            ev.rank(fr_rank).flight_recorder = dump
-            ev.rank(fr_rank).sources.append(source)
-            return
-        if _run_manifest(text, col):
-            return
-        err = _error_file(source, data, rank)
-        if err is not None and err.message:
-            ev.error_files.append(err)
-            if rank is not None:
-                ev.rank(rank).sources.append(source)
-            return
-        try:
-            ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
-            return
-        except ParseError:
-            pass
-        ev.unreadable.append(Unreadable(source, "JSON of no known kind (not py-spy, Flight Recorder, "
-                                                "a torchrun error file or NCCL RAS)"))
+        _read_json(source, name, data, text, rank, col)
         return
     start = text[:65536]
     if _PY_SPY_HEAD.search(start) or start.lstrip().startswith("Error: "):
@@ -349,12 +346,76 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
-    _text_log(source, text, rank, col, year)
+    if not _read_text_log(source, text, rank, col, _stamps(text, year)):
+        _nothing_known(source, rank, col)
 
 
-def _text_log(source: str, text: str, rank: int | None, col: Collected, year: int) -> None:
-    """Any other text: a kernel log, an NCCL debug log and/or a PyTorch/torchrun log (a job's
-    stdout holds both); a rank's own file with none of them still says the rank was heard."""
+def _nothing_known(source: str, rank: int | None, col: Collected) -> None:
+    """A text of no known kind; a rank's own file (by its name) of no known kind is still
+    that rank's output with no failure in it (it finished, or left early): the rank was
+    heard, which the rules that compare ranks need."""
+    why = "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or kernel log content"
+    if rank is not None:
+        col.evidence.rank(rank).sources.append(source)
+        why += f" (counted as rank {rank}'s output)"
+    col.evidence.unreadable.append(Unreadable(source, why))
+
+
+def _read_flight_recorder(source: str, name: str, data: bytes, rank: int | None, col: Collected) -> None:
+    """A Flight Recorder dump (pickle, or JSON by its name): its rank from the name, else `rank`."""
+    ev = col.evidence
+    try:
+        dump = parse_flight_recorder(data)
+    except ParseError as exc:
+        ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+        return
+    fr_rank = rank_from_filename(name)
+    if fr_rank is None:
+        fr_rank = rank
+    if fr_rank is None:
+        ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank "
+                                                "(expected nccl_trace_rank_N)"))
+        return
+    r = ev.rank(fr_rank)
+    r.flight_recorder = dump
+    r.sources.append(source)
+
+
+def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None, col: Collected) -> None:
+    """A JSON file: a Flight Recorder dump, `hc run`'s manifest, a torchrun error file or a RAS reply."""
+    ev = col.evidence
+    if "\"entries\"" in text[:1_000_000] and "\"version\"" in text[:1_000_000]:
+        try:
+            dump = parse_flight_recorder(data)
+        except ParseError as exc:
+            ev.unreadable.append(Unreadable(source, f"Flight Recorder dump: {_why(exc)}"))
+            return
+        fr_rank = rank_from_filename(name) if rank is None else rank
+        if fr_rank is None:
+            ev.unreadable.append(Unreadable(source, "Flight Recorder dump whose file name gives no rank"))
+            return
+        ev.rank(fr_rank).flight_recorder = dump
+        ev.rank(fr_rank).sources.append(source)
+        return
+    if _run_manifest(text, col):
+        return
+    err = _error_file(source, data, rank)
+    if err is not None and err.message:
+        ev.error_files.append(err)
+        if rank is not None:
+            ev.rank(rank).sources.append(source)
+        return
+    try:
+        ev.ras.append(RasReply(source=source, status=parse_nccl_ras(text)))
+        return
+    except ParseError:
+        pass
+    ev.unreadable.append(Unreadable(source, "JSON of no known kind (not py-spy, Flight Recorder, "
+                                            "a torchrun error file or NCCL RAS)"))
+
+
+def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps) -> bool:
+    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them."""
     ev = col.evidence
     got = _kernel(source, text, ev.kernel)
     nccl = torch = None
@@ -375,19 +436,11 @@ def _text_log(source: str, text: str, rank: int | None, col: Collected, year: in
             rank = only if all(x in (None, only) for x in torch.ranks) else None
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
-        col.stamps[source] = _stamps(text, year)
+        col.stamps[source] = stamps
         if rank is not None:
             ev.rank(rank).sources.append(source)
-        return
-    if got:
-        return
-    why = "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or kernel log content"
-    if rank is not None:
-        # a rank's own output with no failure in it (it finished, or left early): the rank
-        # was heard, which the rules that compare ranks need
-        ev.rank(rank).sources.append(source)
-        why += f" (counted as rank {rank}'s output)"
-    ev.unreadable.append(Unreadable(source, why))
+        return True
+    return got
 
 
 def _why(exc: Exception) -> str:

@@ -1,9 +1,12 @@
 """What `hc run` sets before the job starts: the log directory, the debug variables, the manifest.
 
-Nothing the user set is ever replaced. A variable with two names (torch >= 2.8 reads
-TORCH_FR_BUFFER_SIZE before TORCH_NCCL_TRACE_BUFFER_SIZE) is set under both names only
-when the user set neither: setting the other name would override the user's value on
-the releases that read it first.
+Nothing the user set is ever replaced. The Flight Recorder's variables have two names:
+torch >= 2.8 reads TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE, and warns on every
+rank ("Environment variable TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use
+TORCH_FR_BUFFER_SIZE instead") when the old name is set at all, even beside the new one.
+So hc sets one name: the current one, or the old one where the torch it finds is older
+than 2.8 (which knows no other); and only when the user set neither (setting the other
+name would override the user's value on the releases that read it first).
 
 NCCL expands only %h (host) and %p (pid) in NCCL_DEBUG_FILE, and NCCL opens the file
 only when NCCL_DEBUG is above VERSION. The Flight Recorder writes `<prefix><rank>` per
@@ -35,9 +38,10 @@ MAX_KEY = 64  # a job id or run id in a directory name
 MAX_DIR = 3800  # NCCL copies NCCL_DEBUG_FILE (expanded) into a PATH_MAX (4096) buffer
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
-# (names, value) in the order they are set; names with aliases are one entry
-PAIRS_FR = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),)
-PAIRS_FR_FILE = (("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),)
+# (current name, the name torch < 2.8 reads): a variable torch reads under either
+PAIRS_FR = (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),)
+PAIRS_FR_FILE = (("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),)
+FR_NEW_NAMES_SINCE = (2, 8)
 
 
 @dataclass(frozen=True)
@@ -128,24 +132,40 @@ def make_log_dir(path: Path) -> Path:
     return path
 
 
+def torch_release() -> tuple[int, int] | None:
+    """(major, minor) of the torch installed beside hc, from its metadata (torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    m = re.match(r"(\d{1,4})\.(\d{1,4})", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def fr_name(pair: tuple[str, str], release: tuple[int, int] | None) -> str:
+    """The one name of a Flight Recorder variable to set: the current one unless torch is older."""
+    return pair[1] if release is not None and release < FR_NEW_NAMES_SINCE else pair[0]
+
+
 def debug_env(env: Mapping[str, str], log_dir: Path, *, nccl_debug: str = "INFO",
-              subsys: str = DEFAULT_SUBSYS, desync: bool = False) -> dict[str, str]:
-    """The variables hc sets: those the user has not set (a pair only when neither name is)."""
-    wanted: list[tuple[tuple[str, ...], str]] = [
-        (("NCCL_DEBUG",), nccl_debug),
-        (("NCCL_DEBUG_SUBSYS",), subsys),
-        (("NCCL_DEBUG_FILE",), str(log_dir / NCCL_FILE_NAME)),
-        (PAIRS_FR[0], FR_BUFFER_ENTRIES),
-        (("TORCH_NCCL_DUMP_ON_TIMEOUT",), "1"),
-        (PAIRS_FR_FILE[0], str(log_dir / FR_PREFIX_NAME)),
+              subsys: str = DEFAULT_SUBSYS, desync: bool = False,
+              release: tuple[int, int] | None = None) -> dict[str, str]:
+    """The variables hc sets: those the user has not set (a Flight Recorder one only when neither
+    of its names is, and then under the one name `release` of torch reads without a warning)."""
+    wanted: list[tuple[tuple[str, ...], str, str]] = [
+        (("NCCL_DEBUG",), "NCCL_DEBUG", nccl_debug),
+        (("NCCL_DEBUG_SUBSYS",), "NCCL_DEBUG_SUBSYS", subsys),
+        (("NCCL_DEBUG_FILE",), "NCCL_DEBUG_FILE", str(log_dir / NCCL_FILE_NAME)),
+        (PAIRS_FR[0], fr_name(PAIRS_FR[0], release), FR_BUFFER_ENTRIES),
+        (("TORCH_NCCL_DUMP_ON_TIMEOUT",), "TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+        (PAIRS_FR_FILE[0], fr_name(PAIRS_FR_FILE[0], release), str(log_dir / FR_PREFIX_NAME)),
     ]
     if desync:
-        wanted += [(("TORCH_DISTRIBUTED_DEBUG",), "DETAIL"), (("TORCH_NCCL_DESYNC_DEBUG",), "1")]
-    out: dict[str, str] = {}
-    for names, value in wanted:
-        if value and not any(name in env for name in names):
-            out.update(dict.fromkeys(names, value))
-    return out
+        wanted += [(("TORCH_DISTRIBUTED_DEBUG",), "TORCH_DISTRIBUTED_DEBUG", "DETAIL"),
+                   (("TORCH_NCCL_DESYNC_DEBUG",), "TORCH_NCCL_DESYNC_DEBUG", "1")]
+    return {name: value for names, name, value in wanted if value and not any(n in env for n in names)}
 
 
 def kept_env(env: Mapping[str, str], *, desync: bool = False) -> dict[str, str]:
@@ -166,8 +186,10 @@ class Manifest(msgspec.Struct, kw_only=True):
     rank: int | None
     world_size: int | None
     local_rank: int | None
+    local_world_size: int | None = None
     host: str
     pid: int
+    output: str | None = None  # the tee's file of this rank's stdout and stderr, in log_dir
     started_at: str  # ISO 8601, UTC, milliseconds
     started_unix: float
     command: list[str]
@@ -184,8 +206,16 @@ def manifest_path(log_dir: Path, info: Who, host: str, pid: int) -> Path:
     return log_dir / f"hc-run.rank{rank}.{safe_key(host)}.{pid}.json"
 
 
+def output_path(log_dir: Path, info: Who | None, host: str, pid: int) -> Path:
+    """Where the tee keeps this process's output: per rank, or the launcher's (info None)."""
+    if info is None:
+        return log_dir / f"hc-run.launcher.{safe_key(host)}.{pid}.log"
+    return manifest_path(log_dir, info, host, pid).with_suffix(".log")
+
+
 def write_manifest(log_dir: Path, info: Who, command: Sequence[str], env: Mapping[str, str],
-                   env_set: Mapping[str, str], env_kept: Mapping[str, str], *, now: float | None = None) -> Path:
+                   env_set: Mapping[str, str], env_kept: Mapping[str, str], *, now: float | None = None,
+                   output: Path | None = None) -> Path:
     from healthcheck import __version__
     from healthcheck.core.atomic import write_atomic
 
@@ -193,7 +223,8 @@ def write_manifest(log_dir: Path, info: Who, command: Sequence[str], env: Mappin
     host, pid = socket.gethostname(), os.getpid()
     manifest = Manifest(
         schema=MANIFEST_SCHEMA, hc_version=__version__, launcher=info.launcher, rank=info.rank,
-        world_size=info.world_size, local_rank=info.local_rank, host=host, pid=pid,
+        world_size=info.world_size, local_rank=info.local_rank, local_world_size=info.local_world_size,
+        host=host, pid=pid, output=output.name if output is not None else None,
         started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
         started_unix=round(now, 3), command=list(command), cwd=os.getcwd(), log_dir=str(log_dir),
         job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),

@@ -46,17 +46,38 @@ def stderr_lines(r) -> list[str]:
 # ------------------------------------------------------------------ the variables
 
 
-def test_every_debug_variable_is_set_on_an_empty_environment_with_both_flight_recorder_names(tmp_path):
-    got = envset.debug_env({}, tmp_path)
+def test_every_debug_variable_is_set_on_an_empty_environment_under_the_names_torch_reads_without_a_warning(
+        tmp_path):
+    got = envset.debug_env({}, tmp_path, release=(2, 13))
     assert got["NCCL_DEBUG"] == "INFO" and got["NCCL_DEBUG_SUBSYS"] == envset.DEFAULT_SUBSYS
     assert got["NCCL_DEBUG_FILE"] == f"{tmp_path}/nccl.%h.%p.log"
-    assert got["TORCH_NCCL_TRACE_BUFFER_SIZE"] == got["TORCH_FR_BUFFER_SIZE"] == "2000"
+    # torch >= 2.8 warns on every rank when the old name is set at all, even beside the new one
+    assert got["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in got
     assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == got["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
+    assert got["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in got
+    assert envset.debug_env({}, tmp_path) == got  # torch unknown: the current names
+    old = envset.debug_env({}, tmp_path, release=(2, 7))  # which knows only the old names
+    assert old["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and "TORCH_FR_BUFFER_SIZE" not in old
+    assert old["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{tmp_path}/fr/nccl_trace_rank_"
     assert "TORCH_DISTRIBUTED_DEBUG" not in got and "TORCH_NCCL_DESYNC_DEBUG" not in got
     desync = envset.debug_env({}, tmp_path, desync=True, nccl_debug="WARN", subsys="INIT,COLL")
     assert desync["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL" and desync["TORCH_NCCL_DESYNC_DEBUG"] == "1"
     assert desync["NCCL_DEBUG"] == "WARN" and desync["NCCL_DEBUG_SUBSYS"] == "INIT,COLL"
+
+
+def test_on_a_real_nccl_timeout_torch_warns_about_the_old_names_only_never_those_hc_sets(tmp_path):
+    # captured on an H100 (tests/fixtures/h100-captures/fr-env-names): torch 2.11, NCCL, a collective timed out
+    here = Path(__file__).parent.parent / "fixtures" / "h100-captures" / "fr-env-names"
+    old = (here / "torch-2.11-nccl-timeout-old-names.txt").read_text()
+    new = (here / "torch-2.11-nccl-timeout-new-names.txt").read_text()
+    names = {n for pair in (*envset.PAIRS_FR, *envset.PAIRS_FR_FILE) for n in pair}
+    warned = {n for n in names for ln in old.splitlines() if n in ln and "deprecated" in ln.lower()
+              and ln.lower().index(n.lower()) < ln.lower().index("deprecated")}
+    assert warned == {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+    hc_sets = set(envset.debug_env({}, tmp_path, release=(2, 11)))
+    assert hc_sets & names and not hc_sets & warned
+    assert "deprecated" not in new.lower() and "Watchdog caught collective operation timeout" in new
 
 
 def test_what_the_user_set_is_never_overridden_and_a_pair_is_left_alone_when_either_name_is_set(tmp_path):
@@ -77,7 +98,7 @@ def test_the_command_sees_the_variables_and_the_users_values_win(tmp_path):
     seen = json.loads(r.stdout)
     logs = tmp_path / "logs"
     assert seen["NCCL_DEBUG"] == "TRACE" and seen["NCCL_DEBUG_FILE"] == f"{logs}/nccl.%h.%p.log"
-    assert seen["TORCH_FR_BUFFER_SIZE"] == seen["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert seen["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in seen
     assert seen["TORCH_FR_DUMP_TEMP_FILE"] == f"{logs}/fr/nccl_trace_rank_"
     # hc says everything on stderr: the job's stdout is the job's
     assert r.stdout.decode().count("\n") == 1
