@@ -181,10 +181,28 @@ def _first_in_time(cands: list[_Candidate]) -> tuple[list[_Candidate], str]:
     return tied, basis
 
 
+def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candidate]) -> bool:
+    """Whether anything says the job failed: a peer's collective error, torchrun's failure
+    block, a rank's non-zero exit, or an exception that ends its rank's own file (uncaught).
+    A healthy job may log a caught exception (a retried read): that is no death."""
+    if any(e.victim for e in firsts.values()) or any(c.item.source.endswith(".json") for c in cands):
+        return True
+    if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
+        return True
+    logs = {f.source: f for f in col.evidence.torch_logs if f.log is not None}
+    if any(f.log is not None and f.log.child_failed for f in logs.values()):
+        return True
+    for c in cands:
+        f = logs.get(c.item.source)
+        if f is not None and f.log is not None and f.rank is not None and (c.item.line or 0) >= f.log.lines - 4:
+            return True
+    return False
+
+
 def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     cands = _from_logs(col, firsts)
     cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
-    if not cands:
+    if not cands or not _job_failed(col, firsts, cands):
         return
     chosen, acc.basis = _first_in_time(cands)
     for c in chosen:

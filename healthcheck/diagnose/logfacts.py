@@ -23,7 +23,8 @@ COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "
                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
-                     "KeyboardInterrupt", "SignalException", "got signal:", "gloo::")
+                     "KeyboardInterrupt", "SignalException", "got signal:", "gloo::", "DistError",
+                     "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh")
 _TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught")
 
 

@@ -189,7 +189,7 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
         return f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
     held = failures_held(col)
     if held:
-        return f"the logs hold {held}, but nothing in them names the rank that caused them"
+        return f"the logs hold {held}, and none of it names a culprit rank"
     return "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
 
 

@@ -164,3 +164,10 @@ def test_a_rank_launched_with_another_master_port_or_world_size_is_named_live():
         v = build(Collected(evidence=ev))
         assert (v.cls, [o.rank for o in v.odd_ranks]) == ("init-failure", [1]), (field, v.summary)
         assert str(odd_value) in v.summary
+
+
+def test_a_caught_and_logged_exception_on_a_healthy_job_names_no_rank():
+    """A rank logs an exception it caught (a bad record, skipped) and the job finishes:
+    no rank is named (a guard: the dead-rank rule reads every traceback now)."""
+    v = verdict("healthy-retry")
+    assert v.cls == "unknown" and not v.odd_ranks, v.summary
