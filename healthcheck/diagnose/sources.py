@@ -121,13 +121,26 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
-def _label(head: str) -> tuple[int | None, str]:
-    """A line's rank label taken off: (rank, the rest); (None, head) where it has none."""
-    m = _LABEL.match(head)
-    if m is None:
-        return None, head
-    value = m.group(1) or m.group(2) or m.group(3) or m.group(4)
-    return int(value), head[m.end():]
+def _label(head: str) -> tuple[int | None, str, bool]:
+    """A line's labels taken off: (the rank they name, the rest, whether it had any).
+    `[rankN]:` names the rank; a launcher's label alone (srun, mpirun) too; torchrun's
+    `[default3]:` is a local rank: the rank alone, under srun's node label nothing."""
+    task = local = torch = None
+    labelled = False
+    for _ in range(3):
+        m = _LABEL.match(head)
+        if m is None:
+            break
+        labelled, head = True, head[m.end():]
+        if m.group(2):
+            torch = int(m.group(2))
+        elif m.group(4):
+            local = int(m.group(4))
+        else:
+            task = int(m.group(1) or m.group(3))
+    if torch is not None:
+        return torch, head, labelled
+    return (task if local is None else local if task is None else None), head, labelled
 
 
 def _stamp_of(head: str, year: int) -> float | None:
@@ -146,13 +159,15 @@ def _stamps(text: str, year: int) -> TextStamps:
         head = line[:120]
         if not head or not (head[0].isdigit() or head[0] in "[ "):
             continue
-        rank, rest = _label(head)
+        rank, rest, labelled = _label(head)
         t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
         if t is None:
             continue
         out.stamps.append((number, t))
-        if rank is None:
+        if not labelled:
             out.unlabelled.append((number, t))
+        elif rank is None:
+            pass  # a local rank under a node's label: whose it is, no label says
         elif rank in out.by_rank or len(out.by_rank) < 4096:
             out.by_rank.setdefault(rank, []).append((number, t))
         if len(out.stamps) >= MAX_STAMPS:

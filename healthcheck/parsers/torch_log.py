@@ -489,18 +489,7 @@ class _Line:
             body = body[:-1]
         if "\r" in body:  # a progress bar redrawn, then the line that overwrote it
             body = body.rsplit("\r", 1)[-1] or body
-        for _ in range(2):  # wrappers around wrappers: Ray inside srun, ...
-            m = _RAY.match(body) or _DETERMINED.match(body) or _SYSLOG_TIME.match(body)
-            if m:
-                body = body[m.end():]
-            if self.task is None and body[:1] in " 0123456789[":
-                m = _SRUN.match(body) or _MPIRUN.match(body) or _ROLE.match(body)
-                if m:
-                    self.task = _int(m.group(1))
-                    body = body[m.end():]
-                    continue
-            if not m:
-                break
+        body, self.task, local = _launcher_labels(body)
         if body.startswith("[rank"):
             m = _RANK_PREFIX.match(body)
             if m:
@@ -514,7 +503,11 @@ class _Line:
                 self.torch = True
                 body = body[m.end() - 2:]
         if self.rank is None:
-            self.rank = self.task
+            # a launcher's label is the rank; torchrun's local rank is only on a single node:
+            # under srun (a node's label, then torchrun's) no label says the rank
+            self.rank = self.task if local is None else local if self.task is None else None
+        if self.task is None:
+            self.task = local
         if body[:1] == "[":
             m = _GLOG_C10.match(body)
             if m:
@@ -542,6 +535,29 @@ class _Line:
             if m:
                 body = body[:m.start()]
         self.body = body
+
+
+def _launcher_labels(body: str) -> tuple[str, int | None, int | None]:
+    """Wrappers taken off the front of a line (Ray inside srun, ...): (the rest, the
+    launcher's label: srun -l / mpirun --tag-output, torchrun --tee's local rank)."""
+    task = local = None
+    for _ in range(3):
+        m = _RAY.match(body) or _DETERMINED.match(body) or _SYSLOG_TIME.match(body)
+        if m:
+            body = body[m.end():]
+        if body[:1] not in " 0123456789[":
+            if m:
+                continue
+            break
+        label = (_SRUN.match(body) or _MPIRUN.match(body)) if task is None and local is None else None
+        role = _ROLE.match(body) if label is None and local is None else None
+        if label is not None:
+            task, body = _int(label.group(1)), body[label.end():]
+        elif role is not None:
+            local, body = _int(role.group(1)), body[role.end():]
+        elif not m:
+            break
+    return body, task, local
 
 
 def _int(text: str | None) -> int | None:

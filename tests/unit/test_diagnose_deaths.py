@@ -171,3 +171,18 @@ def test_a_caught_and_logged_exception_on_a_healthy_job_names_no_rank():
     no rank is named (a guard: the dead-rank rule reads every traceback now)."""
     v = verdict("healthy-retry")
     assert v.cls == "unknown" and not v.odd_ranks, v.summary
+
+
+def test_torchruns_local_rank_label_is_no_global_rank_under_a_node_label():
+    """torchrun --tee labels a line with its local rank (`[default1]:`, as exc-tee shows):
+    the rank on one node; under srun's node label (`0: `) no label says the global rank,
+    and only torch's own `[rankN]:` does."""
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    text = ("[default1]:[rank1]: KeyError: 'labels'\n"
+            "[default2]:RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1234\n"
+            "0: [default1]:[rank5]: KeyError: 'labels'\n"
+            "1: [default0]:RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1\n"
+            "3: RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1\n")
+    log = parse_torch_log(text)
+    assert [e.rank for e in log.exceptions] == [1, 2, 5, None, 3]
