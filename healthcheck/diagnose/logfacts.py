@@ -179,7 +179,8 @@ def _op_name(op: str) -> str:
 
 def rank_waits(col: Collected) -> dict[int, Wait]:
     """Each rank's first timeout: the NCCL watchdog's `WorkNCCL(SeqNum, OpType, NumelIn,
-    NumelOut)`, else gloo's `Timed out waiting` with the collective of its traceback."""
+    NumelOut)`, else its status line (`failure detected by watchdog at work sequence id: N`:
+    the SeqNum only), else gloo's `Timed out waiting` with the collective of its traceback."""
     out: dict[int, Wait] = {}
     for f in col.evidence.torch_logs:
         if f.log is None:
@@ -191,6 +192,12 @@ def rank_waits(col: Collected) -> dict[int, Wait]:
                                  numel_in=t.numel_in, numel_out=t.numel_out,
                                  text=f"watchdog timeout in {t.op_type} SeqNum {t.seq}"
                                       + (f" NumelIn {t.numel_in}" if t.numel_in is not None else ""))
+        for p in f.log.progress:  # `failure detected by watchdog at work sequence id: N` and its elders
+            rank = fact_rank(p, f.rank)
+            if rank is not None and rank not in out and p.kind != "dump-signal" and p.seq is not None:
+                out[rank] = Wait(rank=rank, source=f.source, line=p.line, seq=p.seq,
+                                 text=f"watchdog: failed at work {p.seq} (last enqueued {p.last_enqueued}, last "
+                                      f"completed {p.last_completed})")
     for rank, errors in rank_errors(col).items():
         first = errors[0]
         if rank in out or not first.timed_out:

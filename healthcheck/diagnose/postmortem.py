@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
+
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     RankError,
@@ -85,6 +87,10 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
 
 
 def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
+    if not all(w.op for w in waits.values()):  # a watchdog status line names the SeqNum only
+        if len({w.seq for w in waits.values()}) < 2 or any(w.seq is None for w in waits.values()):
+            return None
+        waits = {r: msgspec.structs.replace(w, op="", where="") for r, w in waits.items()}
     sides = {r: _where(w) for r, w in waits.items()}
     cls: FailureClass = "collective-mismatch"
     if len(set(sides.values())) == 1:

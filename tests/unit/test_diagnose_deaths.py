@@ -186,3 +186,16 @@ def test_torchruns_local_rank_label_is_no_global_rank_under_a_node_label():
             "3: RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1\n")
     log = parse_torch_log(text)
     assert [e.rank for e in log.exceptions] == [1, 2, 5, None, 3]
+
+
+def test_nccl_watchdog_status_lines_alone_name_the_rank_that_never_failed(tmp_path):
+    """torch >= 2.6 prints `failure detected by watchdog at work sequence id: N PG status:
+    last enqueued work: E, last completed work: C` (the note's [wheel] string) on every rank
+    whose watchdog fired: the rank that printed none never enqueued N."""
+    _manifests(tmp_path, 4)
+    (tmp_path / "job.out").write_text("".join(
+        f"[rank{r}]:[E1127 10:00:0{r}.000000000 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+        "failure detected by watchdog at work sequence id: 79 PG status: last enqueued work: 79, last completed "
+        "work: 78\n" for r in (0, 1, 3)))
+    v = build(collect([tmp_path]))
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2]), v.summary
