@@ -45,6 +45,7 @@ class _Dead:
     where: str = ""
     basis: str = ""
     early: bool = False
+    clean: bool = False  # the early ranks are known to have exited 0
 
     def name(self, rank: int, why: str, item: Evidence) -> None:
         self.ranks.setdefault(rank, why)
@@ -233,13 +234,29 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     if not closed:
         return
     acc.early = True
+    clean = _exited_cleanly(col)
     for rank in quiet:
+        how = "exited 0" if rank in clean else "no error in its output"
         acc.name(rank, "left the job early: no error of its own, and its peers' connections to it closed",
-                 Evidence(source=rank_source(col, rank), rank=rank,
-                          text=f"rank {rank}: no error and no failure entry (it exited, not killed)"))
+                 Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"
+                          + (" (torchrun lists every rank that failed or that it stopped; not this one)"
+                             if rank in clean and col.evidence.ranks.get(rank) is None else "")))
+    acc.clean = all(r in clean for r in quiet)
     e = closed[0]
     acc.items.append(Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
                               text=f"rank {e.rank}: {e.text[:200]}"))
+
+
+def _exited_cleanly(col: Collected) -> set[int]:
+    """Ranks known to have exited 0: their exit status (live, hc run), or absent from a
+    torchrun failure block that lists the others (torchrun lists every rank that failed
+    and every one it stopped)."""
+    clean = {r for r, x in col.evidence.ranks.items() if x.exit_code == 0}
+    listed = {x.rank for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed
+              for x in b.failures if x.rank is not None}
+    if listed:
+        clean |= ranks_heard(col) - listed
+    return clean
 
 
 def _victims(firsts: dict[int, RankError], named: set[int]) -> str:
@@ -262,8 +279,9 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
     why = "; ".join(sorted(set(ranks.values())))[:240]
     summary = f"{rank_words(ranks)} died ({why})"
     if acc.early:
-        summary = f"{rank_words(ranks)} left the job early without an error (exit 0: it ran out of data or its loop " \
-                  "is shorter) while its peers still called collectives"
+        how = ("exited 0 (it ran out of data, or its loop is shorter)" if acc.clean else
+               "ended without an error of its own (it exited early, or was killed: its output does not say)")
+        summary = f"{rank_words(ranks)} left the job early: it {how} while its peers still called collectives"
     victims = _victims(firsts, set(ranks))
     peers = sum(1 for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo if g.kind == "peer-closed")
     if victims:
