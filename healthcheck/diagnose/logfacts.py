@@ -290,7 +290,22 @@ def error_evidence(e: RankError) -> Evidence:
     return Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time, text=f"rank {e.rank}{at}: {e.text}"[:300])
 
 
+def watchdog_ranks(col: Collected) -> set[int]:
+    """Ranks whose watchdog reported a failed or timed-out collective in any wording (the
+    abort, a status line, an NCCL error, the desync report's own timeout): they waited too,
+    whether or not the WorkNCCL line itself is in the text."""
+    out: set[int] = set()
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        log = f.log
+        facts = (*log.aborts, *log.progress, *log.stuck, *log.backend_errors,
+                 *(d for d in log.desync if d.kind == "timeout-at"))
+        out |= {r for r in (fact_rank(x, f.rank) for x in facts) if r is not None}
+    return out
+
+
 __all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "collective_error", "error_evidence",
            "ev", "fact_rank", "failures_held", "first_errors", "gloo_size_aborts", "known_ranks", "minority",
            "nccl_colls", "rank_errors", "rank_source", "rank_waits", "ranks_heard", "time_at", "torchrun_time",
-           "world_of"]
+           "watchdog_ranks", "world_of"]

@@ -27,6 +27,7 @@ from healthcheck.diagnose.logfacts import (
     rank_source,
     rank_waits,
     ranks_heard,
+    watchdog_ranks,
 )
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -54,7 +55,7 @@ def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
     firsts = first_errors(col)
     first = _first_timeout(waits, firsts)
     out = []
-    for rank in sorted(ranks_heard(col) - set(waits)):
+    for rank in sorted(ranks_heard(col) - set(waits) - watchdog_ranks(col)):
         e = firsts.get(rank)
         if e is not None and not e.victim:
             continue  # an error of its own: the dead-rank rule's
