@@ -199,3 +199,16 @@ def test_nccl_watchdog_status_lines_alone_name_the_rank_that_never_failed(tmp_pa
         "work: 78\n" for r in (0, 1, 3)))
     v = build(collect([tmp_path]))
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2]), v.summary
+
+
+def test_a_rank_whose_watchdog_aborted_is_no_culprit_of_the_post_mortem():
+    """Real fragments (tests/fixtures/corpus): rank 0 printed only the watchdog's abort
+    ('Some NCCL operations have failed or timed out'), rank 2 its WorkNCCL timeout: neither
+    is the rank that did not wait. The desync report's rank 1 'didn't join collective #3'
+    while rank 0 timed out: rank 1 is named."""
+    from support import CORPUS
+
+    v = build(collect([CORPUS / "torch-watchdog" / "ray-dedup-repeated-across-cluster-allreduce-seq1-pg0-default-pg.txt"]))
+    assert 0 not in [o.rank for o in v.odd_ranks], v.summary
+    v = build(collect([CORPUS / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"]))
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [1]), v.summary
