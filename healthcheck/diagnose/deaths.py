@@ -45,7 +45,7 @@ class _Dead:
     where: str = ""
     basis: str = ""
     early: bool = False
-    clean: bool = False  # the early ranks are known to have exited 0
+    exits: set[int | None] = field(default_factory=set)  # the early ranks' exit statuses (None: unknown)
 
     def name(self, rank: int, why: str, item: Evidence) -> None:
         self.ranks.setdefault(rank, why)
@@ -214,19 +214,56 @@ def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) ->
         acc.basis += "; " + ", ".join(f"rank {c.rank} raised {c.text[:60]} after it" for c in later[:4])
 
 
-def _failed_ranks(col: Collected, firsts: dict[int, RankError]) -> set[int]:
-    failed = set(firsts)
+def _exit_codes(col: Collected) -> dict[int, int]:
+    """Each rank's exit status where known: its record (live, hc run), torchrun's failure
+    block, and 0 for a heard rank the block leaves out (torchrun lists every rank that
+    failed and every one it stopped)."""
+    codes = {r: x.exit_code for r, x in col.evidence.ranks.items() if x.exit_code is not None}
+    listed: set[int] = set()
     for f in col.evidence.torch_logs:
         assert f.log is not None
-        failed |= {x.rank for block in f.log.child_failed for x in block.failures if x.rank is not None}
-    return failed | {r for r, x in col.evidence.ranks.items() if x.exit_code not in (None, 0)}
+        for x in (x for b in f.log.child_failed for x in b.failures):
+            if x.rank is None:
+                continue
+            listed.add(x.rank)
+            if x.exitcode is not None:
+                codes.setdefault(x.rank, x.exitcode)
+    if listed:
+        for r in ranks_heard(col) - listed:
+            codes.setdefault(r, 0)
+    return codes
+
+
+def _own_output(col: Collected) -> set[int]:
+    """Ranks whose own lines are in the text (a rank's file, its labelled lines): where it
+    printed no error, it printed none. A rank only torchrun's block or a manifest names is
+    not: its lines may be in a console that labels nobody."""
+    ev_ = col.evidence
+    blocks = {f.source for f in ev_.torch_logs if f.log is not None and f.log.child_failed}
+    own = {f.rank for f in (*ev_.torch_logs, *ev_.nccl_logs) if f.rank is not None}
+    own |= {r for f in ev_.torch_logs if f.log is not None for r in f.log.prefixed_ranks}
+    own |= {r for r, x in ev_.ranks.items() if any(s not in blocks for s in x.sources)}
+    return own
+
+
+def _quiet(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) -> list[int]:
+    """Ranks that printed no error and were not killed: their own output says nothing of a
+    failure, or torchrun says they exited 0."""
+    own = _own_output(col)
+    out = []
+    for r in sorted(ranks_heard(col) - set(firsts)):
+        code = codes.get(r)
+        if code == 0 or (r in own and (code is None or code > 0)):
+            out.append(r)
+    return out
 
 
 def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """A rank with no error at all while every peer that failed did so because a peer
-    closed its connections (none timed out: nobody waited on a live rank): it left early."""
-    failed = _failed_ranks(col, firsts)
-    quiet = sorted(ranks_heard(col) - failed)
+    closed its connections (none timed out: nobody waited on a live rank): it left early,
+    by exit 0 (out of data), by the script's own exit N, or killed without a word."""
+    codes = _exit_codes(col)
+    quiet = _quiet(col, firsts, codes)
     peers = [e for e in firsts.values() if e.victim]
     if not quiet or not peers or any(e.timed_out for e in peers):
         return
@@ -234,29 +271,15 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     if not closed:
         return
     acc.early = True
-    clean = _exited_cleanly(col)
     for rank in quiet:
-        how = "exited 0" if rank in clean else "no error in its output"
-        acc.name(rank, "left the job early: no error of its own, and its peers' connections to it closed",
-                 Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"
-                          + (" (torchrun lists every rank that failed or that it stopped; not this one)"
-                             if rank in clean and col.evidence.ranks.get(rank) is None else "")))
-    acc.clean = all(r in clean for r in quiet)
+        code = codes.get(rank)
+        how = ("exited 0" if code == 0 else f"exited {code} without printing an error" if code is not None
+               else "no error in its output")
+        acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"))
+    acc.exits = {codes.get(r) for r in quiet}
     e = closed[0]
     acc.items.append(Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
                               text=f"rank {e.rank}: {e.text[:200]}"))
-
-
-def _exited_cleanly(col: Collected) -> set[int]:
-    """Ranks known to have exited 0: their exit status (live, hc run), or absent from a
-    torchrun failure block that lists the others (torchrun lists every rank that failed
-    and every one it stopped)."""
-    clean = {r for r, x in col.evidence.ranks.items() if x.exit_code == 0}
-    listed = {x.rank for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed
-              for x in b.failures if x.rank is not None}
-    if listed:
-        clean |= ranks_heard(col) - listed
-    return clean
 
 
 def _victims(firsts: dict[int, RankError], named: set[int]) -> str:
@@ -279,7 +302,10 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
     why = "; ".join(sorted(set(ranks.values())))[:240]
     summary = f"{rank_words(ranks)} died ({why})"
     if acc.early:
-        how = ("exited 0 (it ran out of data, or its loop is shorter)" if acc.clean else
+        code = next(iter(acc.exits)) if len(acc.exits) == 1 else None
+        how = ("exited 0 (it ran out of data, or its loop is shorter)" if code == 0 else
+               f"exited {code} without printing an error (the script stopped itself: read its last lines)"
+               if code is not None else
                "ended without an error of its own (it exited early, or was killed: its output does not say)")
         summary = f"{rank_words(ranks)} left the job early: it {how} while its peers still called collectives"
     victims = _victims(firsts, set(ranks))
