@@ -33,6 +33,7 @@ CASES = {
     "exc-torchrun": ("dead-rank", [1], [0, 2, 3]),
     "exc-tee": ("dead-rank", [2], [0, 1]),
     "exc-order": ("dead-rank", [2], [0, 1]),
+    "exc-rootcause": ("dead-rank", [2], [0, 1]),
     "early-exit": ("dead-rank", [3], [0, 1, 2]),
     "early-exit-plain": ("dead-rank", [1], [0, 2]),
     "exit-nonzero": ("dead-rank", [1], [0, 2]),
@@ -80,12 +81,14 @@ def test_the_first_in_time_wins_over_file_order():
     assert "first in time" in v.summary and "after it" in v.summary, v.summary
 
 
-def test_torchruns_root_cause_is_not_trusted_blindly(tmp_path):
-    """torchrun's Root Cause is the failure with the earliest one-second time: the ranks'
-    own tracebacks decide, and a SIGTERMed survivor is never the culprit."""
-    v = verdict("exc-torchrun")
-    assert [o.rank for o in v.odd_ranks] == [1]
-    assert "KeyError" in v.summary
+def test_torchruns_root_cause_is_not_trusted_blindly():
+    """exc-rootcause: rank 2 logs its KeyError, then saves a checkpoint; its peers time out
+    and exit first, torchrun's Root Cause names rank 0 (SIGABRT) and SIGTERMs rank 2. The
+    ranks' own tracebacks decide: rank 2, and the Root Cause's rank is a victim."""
+    v = verdict("exc-rootcause")
+    root = [f for f in v.findings if f.cls == "dead-rank"]
+    assert [o.rank for o in v.odd_ranks] == [2] and root, v.summary
+    assert "KeyError" in v.summary and "rank 0" not in v.summary.split(";")[0]
 
 
 def test_an_early_exit_is_the_culprit_not_its_peers():
