@@ -31,6 +31,7 @@ CASES = {
     # scenario: (class, the culprit ranks, the ranks that failed because of them)
     "exc": ("dead-rank", [2], [0, 1, 3]),
     "exc-torchrun": ("dead-rank", [1], [0, 2, 3]),
+    "exc-srun": ("dead-rank", [2], [0, 1, 3]),
     "exc-tee": ("dead-rank", [2], [0, 1]),
     "exc-order": ("dead-rank", [2], [0, 1]),
     "exc-rootcause": ("dead-rank", [2], [0, 1]),
@@ -62,7 +63,7 @@ def test_the_culprit_is_named_and_no_victim(scenario):
     assert any(e.rank in culprits for e in main.lines), main.lines
 
 
-@pytest.mark.parametrize("scenario", ["exc", "exc-torchrun", "exc-tee", "exc-order"])
+@pytest.mark.parametrize("scenario", ["exc", "exc-torchrun", "exc-srun", "exc-tee", "exc-order"])
 def test_an_exception_in_own_code_is_named_with_its_type_and_frame(scenario):
     v = verdict(scenario)
     main = v.findings[0]
