@@ -573,6 +573,21 @@ def _link_ranks(col: Collected) -> None:
             r.sources.append(source)
 
 
+def link_task_exits(col: Collected) -> None:
+    """srun's `task N: Killed | Aborted | Exited with exit code C` -> rank N's exit status
+    and host, where nothing better said them. A kill srun made after it aborted the step is
+    its own (collateral): the status is kept, the signal is not."""
+    for t in (t for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits):
+        for task in t.tasks[:4096]:
+            r = col.evidence.rank(task)
+            r.host = r.host or t.host
+            if r.exit_code is None and not r.signal:
+                r.alive = False
+                r.exit_code = t.exitcode if t.exitcode is not None else (
+                    -9 if t.signal == "SIGKILL" else -6 if t.signal == "SIGABRT" else None)
+                r.signal = "" if t.after_abort else ("SIGKILL (out of memory)" if t.oom else t.signal)
+
+
 def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Progress | None = None) -> Collected:
     """Read DIR|FILE... into evidence. HcError (exit 4) only for a path that does not exist,
     is not a file or directory, or is a kernel pseudo file system (/proc); everything
@@ -593,5 +608,6 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
         if err.rank is not None:
             ev.rank(err.rank)
     _link_ranks(col)
+    link_task_exits(col)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return col

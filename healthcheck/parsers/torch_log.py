@@ -41,6 +41,9 @@ shared/notes/diagnose.md sections 2 and 4):
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
   `Closing process P via signal SIG`, worker group restarts.
+* srun's own word on its tasks: `srun: error: node3: task 2: Aborted`, `tasks 0-1: Exited
+  with exit code 1`, `task 1: Killed` / `Out Of Memory`, and whether it had aborted the
+  step before (`Job step aborted`, `CANCELLED`, `Force Terminated`).
 * Python tracebacks: the exception each one ends with (type and first message line), per
   rank prefix, interleaved tracebacks of several ranks counted apart; C++ `terminate
   called after throwing an instance of 'T'` with its `what():`.
@@ -340,6 +343,22 @@ class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     signal: str = ""  # from a negative exit code
 
 
+class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """srun's own word on how tasks ended: `srun: error: node3: task 2: Aborted`, `tasks
+    0-1: Exited with exit code 1`, `task 1: Killed`, `task 1: Out Of Memory`. `tasks`: the
+    task ids (Slurm's, the global rank under srun); `after_abort`: printed after srun
+    aborted or cancelled the step (`Job step aborted`, `CANCELLED`, `Force Terminated`):
+    srun's own kill, collateral."""
+
+    host: str = ""
+    tasks: tuple[int, ...] = ()
+    state: str = ""  # "Killed", "Aborted", "Exited with exit code 1", "Out Of Memory"
+    exitcode: int | None = None
+    signal: str = ""
+    oom: bool = False
+    after_abort: bool = False
+
+
 class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The agent itself was signalled (scancel, the Slurm time limit, a closed terminal):
     `Received 15 death signal, shutting down workers` or SignalException's `Process P got
@@ -406,6 +425,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     rendezvous: tuple[RendezvousError, ...] = ()
     child_failed: tuple[ChildFailedBlock, ...] = ()
     worker_failures: tuple[WorkerFailed, ...] = ()
+    task_exits: tuple[TaskExit, ...] = ()
     agent_signals: tuple[AgentSignal, ...] = ()
     closing_signals: tuple[ClosingSignal, ...] = ()
     worker_group: tuple[WorkerGroupEvent, ...] = ()
@@ -448,7 +468,7 @@ class TorchLog(msgspec.Struct, frozen=True):
 
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
               "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
-              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions")
+              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "task_exits")
 
 
 # ---------------------------------------------------------------- line prefixes
@@ -560,6 +580,20 @@ def _launcher_labels(body: str) -> tuple[str, int | None, int | None]:
     return body, task, local
 
 
+def _task_ids(text: str) -> tuple[int, ...]:
+    """srun's task list: "2", "0-1", "0,2-3" -> the ids, at most _RANKS_MAX."""
+    out: list[int] = []
+    for part in text.split(",", _RANKS_MAX)[:_RANKS_MAX]:
+        lo, _, hi = part.partition("-")
+        first, last = _int(lo), _int(hi) if hi else _int(lo)
+        if first is None or last is None or last < first:
+            continue
+        out.extend(range(first, min(last, first + _RANKS_MAX - len(out)) + 1))
+        if len(out) >= _RANKS_MAX:
+            break
+    return tuple(out[:_RANKS_MAX])
+
+
 def _int(text: str | None) -> int | None:
     """A decimal integer (ASCII digits, optional minus, at most 20 digits), else None."""
     if not text:
@@ -664,6 +698,11 @@ _GROUP_DONE = re.compile(r"\[([^\]]{1,64})\] worker group successfully finished"
 _GROUP_NODES = re.compile(r"\[([^\]]{1,64})\] Detected (\d{1,9}) new nodes from group_rank=\d{1,9}; will restart")
 _GROUP_STEPS: dict[str, GroupEventKind] = {"Stopping": "stopping", "Starting": "starting",
                                            "Rendezvous'ing": "rendezvous"}
+_TASK_EXIT = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096}): (.{1,200})$")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
+_TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
+                 "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+_STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _BLOCK_FIELD = re.compile(r"  (time|host|rank|exitcode|error_file|traceback) {0,8}: ?(.*)")
 _BLOCK_ENTRY = re.compile(r"\[(\d{1,9})\]:")
 _BLOCK_RANK = re.compile(r"(-?\d{1,9}) \(local_rank: (-?\d{1,9})\)")
@@ -719,6 +758,7 @@ class _Parser:
         self.block: _Block | None = None
         self.border = False  # the line before was a `====` border
         self.pending_work: _Line | None = None  # a WorkNCCL line cut by a hard wrap
+        self.step_aborted = False  # srun said it aborted or cancelled the step
         self.desync_reporter: int | None = None
         self.desync_seq: int | None = None
 
@@ -842,6 +882,8 @@ class _Parser:
             self.rendezvous(line)
         if "failed (exitcode: " in b:
             self.worker_failed(line)
+        if b.startswith(("srun: ", "slurmstepd")):
+            self.srun(line)
         if "death signal" in b or "got signal: " in b:
             self.agent_signal(line)
         if "closing signal" in b or "via signal" in b:
@@ -1227,6 +1269,23 @@ class _Parser:
     def agent(line: _Line) -> dict:
         """Where, for the agent's own lines: its label is a node's, never a rank."""
         return {"line": line.number, "task": line.task, "time": line.time}
+
+    def srun(self, line: _Line) -> None:
+        """srun's own lines: how each task ended, and whether srun had aborted the step."""
+        b = line.body
+        if any(w in b for w in _STEP_ABORTED):
+            self.step_aborted = True
+            return
+        m = _TASK_EXIT.match(b)
+        if m is None:
+            return
+        host, tasks, state = m.group(1), _task_ids(m.group(2)), m.group(3).strip()
+        code = _EXIT_CODE.match(state)
+        signal = _TASK_SIGNALS.get(state, "")
+        self.add("task_exits", TaskExit(**self.agent(line), host=clip(host, 256), tasks=tasks,
+                                        state=clip(state, 64), exitcode=_int(code.group(1)) if code else None,
+                                        signal=signal, oom=state.lower() == "out of memory",
+                                        after_abort=self.step_aborted))
 
     def agent_signal(self, line: _Line) -> None:
         b = line.body

@@ -32,6 +32,7 @@ CASES = {
     "exc": ("dead-rank", [2], [0, 1, 3]),
     "exc-torchrun": ("dead-rank", [1], [0, 2, 3]),
     "exc-srun": ("dead-rank", [2], [0, 1, 3]),
+    "kill-srun": ("dead-rank", [1], [0, 2, 3]),
     "exc-tee": ("dead-rank", [2], [0, 1]),
     "exc-order": ("dead-rank", [2], [0, 1]),
     "exc-rootcause": ("dead-rank", [2], [0, 1]),
@@ -221,3 +222,19 @@ def test_a_rank_whose_watchdog_aborted_is_no_culprit_of_the_post_mortem():
     assert 0 not in [o.rank for o in v.odd_ranks], v.summary
     v = build(collect([CORPUS / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"]))
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [1]), v.summary
+
+
+def test_sruns_own_word_on_a_task_is_read():
+    """kill-srun: rank 1 is SIGKILLed and prints nothing; srun says `srun: error: node2: task
+    1: Killed`: rank 1 died by SIGKILL on node2. A kill srun makes after it aborted the step
+    is its own, never a cause."""
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    v = verdict("kill-srun")
+    assert "SIGKILL" in v.summary and v.odd_ranks[0].host == "node2", v.summary
+    log = parse_torch_log("srun: error: node2: tasks 0-1,3: Exited with exit code 1\n"
+                          "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+                          "srun: error: node1: task 2: Killed\n")
+    first, last = log.task_exits
+    assert first.tasks == (0, 1, 3) and first.exitcode == 1 and not first.after_abort
+    assert last.tasks == (2,) and last.signal == "SIGKILL" and last.after_abort
