@@ -880,10 +880,8 @@ class _Parser:
         if ("Rendezvous" in b or "socket" in b or "clients joined" in b or "wait timeout after" in b
                 or "Socket Timeout" in b):
             self.rendezvous(line)
-        if "failed (exitcode: " in b:
-            self.worker_failed(line)
-        if b.startswith(("srun: ", "slurmstepd")):
-            self.srun(line)
+        if "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd")):
+            self.launcher_line(line)
         if "death signal" in b or "got signal: " in b:
             self.agent_signal(line)
         if "closing signal" in b or "via signal" in b:
@@ -1269,6 +1267,13 @@ class _Parser:
     def agent(line: _Line) -> dict:
         """Where, for the agent's own lines: its label is a node's, never a rank."""
         return {"line": line.number, "task": line.task, "time": line.time}
+
+    def launcher_line(self, line: _Line) -> None:
+        """torchrun's agent on a worker that failed, or srun on its tasks."""
+        if "failed (exitcode: " in line.body:
+            self.worker_failed(line)
+        else:
+            self.srun(line)
 
     def srun(self, line: _Line) -> None:
         """srun's own lines: how each task ended, and whether srun had aborted the step."""
