@@ -35,23 +35,23 @@ import datetime as _dt
 from collections import Counter
 from collections.abc import Iterable
 
-import msgspec
-
-from healthcheck.diagnose.analysis import Analysis, iso, line_time, world
+from healthcheck.diagnose.analysis import Analysis, iso
 from healthcheck.diagnose.analysis import fact_rank as _fact_rank
 from healthcheck.diagnose.analysis import log_evidence as _ev
-from healthcheck.diagnose.evidence import RankEvidence
+from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
+from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
+from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
+from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
-from healthcheck.parsers.flight_recorder import FlightRecorderDump, compare_ranks
+from healthcheck.parsers.flight_recorder import compare_ranks
 
 _iso = iso  # the verdict's name for it
-_t = line_time
-_world = world
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
                                         "collective-mismatch", "host-wedged", "network", "stuck-rank",
@@ -83,95 +83,6 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
-_COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
-_COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
-                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
-                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
-                      "preamble.length", "Received data size", "watchdog", "collective operation timeout")
-
-
-def _init(col: Collected, out: Analysis) -> None:
-    ev = col.evidence
-    items: list[Evidence] = []
-    ranks: set[int] = set()
-    for f in ev.torch_logs:
-        assert f.log is not None
-        for a in f.log.address_in_use:
-            r = _fact_rank(a, f.rank)
-            items.append(_ev(col, f.source, a.line, f"address already in use (port {a.port})", r))
-            if r is not None:
-                ranks.add(r)
-        for z in f.log.rendezvous:
-            r = _fact_rank(z, f.rank)
-            items.append(_ev(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", r))
-        for b in f.log.backend_errors:
-            if "Duplicate GPU" in b.last_error:
-                r = _fact_rank(b, f.rank)
-                items.append(_ev(col, f.source, b.line, b.last_error, r))
-                if r is not None:
-                    ranks.add(r)
-    for n in ev.nccl_logs:
-        assert n.log is not None
-        rank_of = {(p.host, p.pid): (p.ranks[0] if len(p.ranks) == 1 else n.rank) for p in n.log.processes}
-        for w in n.log.warns:
-            if w.kind in ("no-interface", "duplicate-gpu"):
-                r = rank_of.get((w.host, w.pid))
-                items.append(Evidence(source=n.source, line=w.line, text=w.text, rank=r, time=w.time))
-                if r is not None:
-                    ranks.add(r)
-        for c in n.log.comms:
-            if c.init_hung and c.init_start_line is not None:
-                items.append(Evidence(source=n.source, line=c.init_start_line, rank=c.rank,
-                                      text=f"comm {c.comm} rank {c.rank}: Init START without COMPLETE"))
-    launchers = _launchers(col, items)
-    if not items:
-        return
-    ports = any("address already in use" in i.text for i in items)
-    what = "the master port is already in use" if ports else "the job failed while starting (init/rendezvous)"
-    if ranks:
-        summary = f"{rank_words(ranks)} could not start: {what}"
-    elif launchers:
-        summary = launchers
-        ports = ports or "held by" in launchers
-    else:
-        summary = f"init failure: {what}"
-    out.findings.append(job_finding(cls="init-failure", summary=summary,
-                                    confidence="high" if ports or ranks else "medium",
-                                ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
-
-
-def _launchers(col: Collected, items: list[Evidence]) -> str:
-    """Live, agents (torchrun) whose ranks never started: where they wait, and a foreign
-    process on the rendezvous port (the store cannot start: every agent waits on a
-    listener that never answers). Their evidence goes into items; the summary is returned
-    ("" when there are none, or ranks did start)."""
-    ev = col.evidence
-    if not ev.launchers or any(r.alive for r in ev.ranks.values()):
-        return ""
-    from healthcheck.core.nodes import fold
-
-    taken = [a for a in ev.launchers if a.listening and not a.holder_is_launcher]
-    for a in taken:
-        who = f"pid {a.holder_pid} ({a.holder_command})" if a.holder_pid is not None else "a process hc cannot see"
-        items.append(Evidence(source=a.source, text=f"port {a.port} on {a.host} is held by {who}, not a torchrun "
-                                                    f"agent: the rendezvous store at {a.endpoint} cannot start"))
-    for a in ev.launchers[:16]:
-        items.append(Evidence(source=a.source, text=f"torchrun agent pid {a.pid} on {a.host}: no rank started"
-                              + (f"; it waits in {a.waiting_in}" if a.waiting_in else "")
-                              + (f" (rendezvous at {a.endpoint})" if a.endpoint else "")))
-    hosts = fold(sorted({a.host for a in ev.launchers}))
-    if taken:
-        a = taken[0]
-        who = f"pid {a.holder_pid} ({a.holder_command[:80]})" if a.holder_pid is not None else "another process"
-        return (f"no rank started: the rendezvous port {a.port} on {a.host} is held by {who}, so the torchrun "
-                f"agents on {hosts} wait on a store that never answers")
-    waiting = [a for a in ev.launchers if a.waiting_in]
-    return (f"no rank started: the torchrun agents on {hosts} "
-            + ("wait in the rendezvous" if waiting else "have started no worker")
-            + (f" at {ev.launchers[0].endpoint}" if ev.launchers[0].endpoint else "")
-            + " (a node that has not joined, or an endpoint they cannot reach)")
-
-
 def _gpu(col: Collected, out: Analysis) -> None:
     ev = col.evidence
     items: list[Evidence] = []
@@ -200,138 +111,10 @@ def _gpu(col: Collected, out: Analysis) -> None:
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
 
 
-def _collective_error(text: str) -> bool:
-    return any(word in text for word in _COLLECTIVE_ERRORS)
-
-
-def _dead(col: Collected, out: Analysis) -> None:
-    ev = col.evidence
-    items: list[Evidence] = []
-    ranks: dict[int, str] = {}
-    for f in ev.torch_logs:
-        assert f.log is not None
-        for block in f.log.child_failed:
-            for fail in block.failures:
-                if fail.rank is None or fail.signal in _COLLATERAL:
-                    continue
-                if fail.signal and fail.signal != "SIGABRT":
-                    ranks[fail.rank] = f"killed by {fail.signal}"
-                    items.append(_ev(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) "
-                                     f"exitcode {fail.exitcode} ({fail.signal})", fail.rank))
-                elif fail.exception and not _collective_error(fail.exception + fail.traceback):
-                    ranks[fail.rank] = f"crashed: {fail.exception}"
-                    items.append(_ev(col, f.source, fail.line, f"rank {fail.rank} exitcode {fail.exitcode}: "
-                                     f"{fail.exception}", fail.rank))
-    for rank, r in ev.ranks.items():
-        if r.signal and r.signal not in _COLLATERAL and r.signal != "SIGABRT" and rank not in ranks:
-            ranks[rank] = f"killed by {r.signal}"
-            items.append(Evidence(source=(r.sources or ["process"])[0], rank=rank,
-                                  text=f"rank {rank} exited with {r.signal} (exit {r.exit_code})"))
-    # live: ranks the world size says exist that no node holds (while others live), zombies
-    live = any(r.alive for r in ev.ranks.values())
-    gone: list[int] = []
-    for rank, r in ev.ranks.items():
-        if rank in ranks or not live:
-            continue
-        if r.state in ("missing", "zombie"):
-            ranks[rank] = "its process is gone" if r.state == "missing" else "exited (a zombie, not reaped)"
-            gone.append(rank)
-            items.append(Evidence(source=(r.sources or ["live collection"])[0], rank=rank,
-                                  text=r.stack_error or f"rank {rank}: {r.state}"))
-    for k in ev.kernel:
-        if k.kind == "oom-kill":
-            killed = col.pid_ranks.get(k.pid) if k.pid is not None else None
-            items.append(Evidence(source=k.source, line=k.line, text=k.text, rank=killed, time=k.time))
-            if killed is not None:
-                ranks[killed] = "killed by the OOM killer"
-    for e in ev.error_files:
-        if not _collective_error(e.message):
-            items.append(Evidence(source=e.source, text=f"error file: {e.message}", rank=e.rank, time=e.timestamp))
-            if e.rank is not None:
-                ranks.setdefault(e.rank, f"crashed: {e.message[:120]}")
-    for n in ev.nccl_logs:
-        assert n.log is not None
-        for w in n.log.warns:
-            if w.kind == "cuda" and "out of memory" in w.error:
-                oom = col.pid_ranks.get(w.pid)
-                items.append(Evidence(source=n.source, line=w.line, text=w.text, rank=oom, time=w.time))
-                if oom is not None:
-                    ranks.setdefault(oom, "out of GPU memory")
-    if not items:
-        return
-    peers = sum(1 for f in ev.torch_logs if f.log is not None for g in f.log.gloo if g.kind == "peer-closed")
-    why = "; ".join(sorted(set(ranks.values())))[:200]
-    summary = (f"{rank_words(ranks)} died ({why})" if ranks else "a rank was killed (OOM kill in the kernel log, "
-               "no rank matched by pid)")
-    if peers and ranks:
-        summary += f"; {peers} peer error(s) 'connection closed' are collateral"
-    only_gone = bool(ranks) and set(ranks) == set(gone) and len(items) == len(gone)
-    if only_gone and _gloo_size_aborts(col):
-        return  # gloo's size check aborted them: the mismatch rule names them as its parties
-    if only_gone:
-        where = "it on its node" if len(ranks) == 1 else "them on their nodes"
-        summary = (f"{rank_words(ranks)} died: no process of {where} while the other ranks still run "
-                   "(killed, crashed or exited early; the node's kernel log and the launcher's output say how)")
-    out.findings.append(job_finding(cls="dead-rank", summary=summary,
-                                confidence=("medium" if only_gone else "high") if ranks else "low",
-                                ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
-
-
-def _gloo_size_aborts(col: Collected) -> bool:
-    """A gloo 'Received data size doesn't match' in the text: gloo aborts (SIGABRT) the
-    ranks whose check failed, so their deaths are the mismatch's consequence."""
-    return any(g.kind == "size-mismatch" for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo)
-
-
-def _aborted(col: Collected) -> list[int]:
-    """Ranks gone by SIGABRT or gone from a live job while others run: those gloo's size
-    check aborted, when the text shows one."""
-    ev = col.evidence
-    out = {r for r, x in ev.ranks.items() if x.signal == "SIGABRT"}
-    if any(x.alive for x in ev.ranks.values()):
-        out |= {r for r, x in ev.ranks.items() if x.state in ("missing", "zombie")}
-    for f in ev.torch_logs:
-        assert f.log is not None
-        out |= {fail.rank for block in f.log.child_failed for fail in block.failures
-                if fail.rank is not None and fail.signal == "SIGABRT"}
-    return sorted(out)
-
-
-class _CollAt(msgspec.Struct, frozen=True):
-    """One rank's last NCCL COLL line on one communicator."""
-
-    op_count: int
-    op: str
-    source: str
-    line: int | None
-
-
-def _nccl_colls(col: Collected) -> dict[str, dict[int, _CollAt]]:
-    """NCCL_DEBUG_SUBSYS=COLL: per communicator (commId, the same on every rank; else its
-    size), each global rank's last COLL line. A process's rank is its pid's where the
-    evidence places it, else its rank in a communicator as big as the world."""
-    _, world = _world(col)
-    out: dict[str, dict[int, _CollAt]] = {}
-    for n in col.evidence.nccl_logs:
-        assert n.log is not None
-        for c in n.log.comms:
-            if c.last_op_count is None:
-                continue
-            rank = col.pid_ranks.get(c.pid)
-            if rank is None and c.rank is not None and (world is None or c.nranks == world):
-                rank = c.rank
-            if rank is None:
-                continue
-            key = c.comm_id or (f"nranks={c.nranks}" if c.nranks else "")
-            if key:
-                out.setdefault(key, {})[rank] = _CollAt(c.last_op_count, c.last_op, n.source, c.last_coll_line)
-    return out
-
-
 def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
     """Ranks whose last NCCL operation on a communicator is behind the others' (a strict
     minority): they never launched the collective the rest are in."""
-    for comm, ranks in _nccl_colls(col).items():
+    for comm, ranks in nccl_colls(col).items():
         if len(ranks) < 2:
             continue
         top = max(c.op_count for c in ranks.values())
@@ -358,107 +141,6 @@ def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
         return None
     odd = tuple(sorted(r for r, v in sides.items() if v != top))
     return odd, top, sides[odd[0]]
-
-
-def _mismatch(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDump]) -> None:
-    ev = col.evidence
-    sides: dict[int, str] = {}
-    items: list[Evidence] = []
-    shape = False
-    seq = None
-    for f in ev.torch_logs:
-        assert f.log is not None
-        for m in f.log.mismatches:
-            for fp in (m.local, m.remote):
-                if fp is None:
-                    continue
-                sides[fp.rank] = f"{fp.op_type} [{fp.shape}] {fp.dtypes}"
-                seq = fp.seq if fp.seq is not None else seq
-            diff = m.differences.lower()
-            shape = shape or "shape" in diff or "dtype" in diff
-            items.append(_ev(col, f.source, m.line, f"Detected mismatch between collectives: rank {m.local.rank} "
-                             f"runs {sides.get(m.local.rank, '?')}"
-                             + (f", rank {m.remote.rank} runs {sides.get(m.remote.rank, '?')}" if m.remote else "")
-                             + (f" ({m.differences})" if m.differences else ""), _fact_rank(m, f.rank)))
-        for g in f.log.gloo:
-            if g.kind == "size-mismatch":
-                shape = True
-                items.append(_ev(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
-                                 f"{g.expected_bytes} (Received data size doesn't match)", _fact_rank(g, f.rank)))
-    # NCCL COLL lines: one opCount, different operations on different ranks
-    for comm, at in _nccl_colls(col).items():
-        counts = {c.op_count for c in at.values()}
-        if len(at) >= 2 and len(counts) == 1 and len({c.op for c in at.values()}) > 1 and not sides:
-            for r, c in at.items():
-                sides[r] = f"{c.op} (NCCL opCount {c.op_count:#x})"
-                items.append(_ev(col, c.source, c.line, f"rank {r}: NCCL {c.op} opCount {c.op_count:#x} on comm "
-                                 f"{comm}", r))
-    fr_odd: tuple[int, ...] = ()
-    fr_text = ""
-    divergence = ""
-    if out.fr is not None:
-        for grp in out.fr.groups:
-            for mm in grp.mismatches:
-                variants = {r: v.value for v in mm.variants for r in v.ranks}
-                pick = _minority(variants)
-                label = f"seq {mm.seq} of {grp.pg_desc or grp.pg_name}"
-                divergence = divergence or label
-                for v in mm.variants:
-                    for r in v.ranks[:8]:
-                        items.append(Evidence(source=_fr_source(ev.ranks.get(r)), rank=r,
-                                              text=f"Flight Recorder {label}: {mm.field} {v.value}"))
-                if mm.field != "op":
-                    shape = True
-                if pick is not None and not fr_odd:
-                    fr_odd = pick[0]
-                    fr_text = f"{mm.field} {pick[2]} where the others have {pick[1]}"
-                if not pick and not fr_odd:
-                    fr_text = f"{mm.field} differs: " + "; ".join(f"{rank_words(v.ranks)}: {v.value}"
-                                                                  for v in mm.variants)
-                break
-            if grp.mismatches:
-                break
-    if not items:
-        return
-    pick = _minority(sides) if sides else None
-    odd = pick[0] if pick else fr_odd
-    if pick and fr_odd and set(pick[0]) != set(fr_odd):
-        out.notes.append(f"DETAIL names {rank_words(pick[0])}, the Flight Recorder {rank_words(fr_odd)}")
-    cls: FailureClass = "shape-mismatch" if shape else "collective-mismatch"
-    what = "tensor shape/dtype" if shape else "collective"
-    aborted = _aborted(col) if not odd and shape and _gloo_size_aborts(col) else []
-    if odd:
-        detail = f"runs {pick[2]} where the others run {pick[1]}" if pick else fr_text
-        summary = f"{rank_words(odd)} called a {what} its peers did not match: {detail}"
-        confidence: Confidence = "high"
-    elif aborted:
-        # gloo checks sizes on the receiving side: the rank with the other size and a peer
-        # it exchanged with are aborted, and nothing in the text says which is which
-        odd = tuple(aborted)
-        summary = (f"{rank_words(odd)} disagreed with a peer on a tensor size and gloo aborted "
-                   f"{'it' if len(odd) == 1 else 'them'} (Received data size doesn't match); which rank "
-                   "holds the other size the text does not say: rerun under hc run --debug-desync "
-                   "(TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and the shapes)")
-        confidence = "medium"
-        for r in odd:
-            x = ev.ranks.get(r)
-            if x is not None and not any(i.rank == r for i in items):
-                items.append(Evidence(source=(x.sources or ["live collection"])[0], rank=r,
-                                      text=x.stack_error or f"rank {r}: {x.signal or x.state or 'gone'}"))
-    else:
-        summary = f"ranks disagree on a {what}" + (f": {fr_text}" if fr_text else " (no majority to name the odd rank)")
-        confidence = "medium"
-    if seq is not None and not divergence:
-        divergence = f"SequenceNumber {seq}"
-    out.findings.append(job_finding(cls=cls, summary=summary, confidence=confidence, ranks=odd,
-                                evidence=tuple(items[:24]), divergence=divergence))
-
-
-def _fr_source(r: RankEvidence | None) -> str:
-    if r is None:
-        return "flight recorder"
-    return next((s for s in r.sources if "trace" in s or s.endswith((".pkl", ".pickle"))),
-                r.sources[0] if r.sources else "flight recorder")
 
 
 def _wedged(col: Collected, out: Analysis) -> None:
@@ -577,7 +259,7 @@ def _events(col: Collected) -> list[Evidence]:
                 t = _dt.datetime.strptime(fail.time, "%Y-%m-%d_%H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
             except ValueError:
                 pass
-            if fail.signal not in _COLLATERAL:
+            if fail.signal not in COLLATERAL:
                 events.append(Evidence(source=f.source, line=fail.line, rank=fail.rank, time=t,
                                        text=f"exitcode {fail.exitcode} {fail.signal}".strip()))
         for kind in ("timeouts", "gloo", "mismatches", "backend_errors", "address_in_use", "rendezvous", "stuck"):
@@ -622,13 +304,20 @@ def analyse(col: Collected) -> Analysis:
     if dumps:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
-    _init(col, out)
+    init = init_failure(col)
+    if init is not None:
+        out.findings.append(init)
     _gpu(col, out)
-    _dead(col, out)
+    dead = dead_rank(col)
+    if dead is not None:
+        out.findings.append(dead)
     ras = _ras(col, out)
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
     init_stacks(col, out)
-    _mismatch(col, out, dumps)
+    found, notes = mismatch(col, out.fr)
+    if found is not None:
+        out.findings.append(found)
+    out.notes.extend(notes)
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         stack_mismatch(col, out)
     _wedged(col, out)
@@ -638,6 +327,9 @@ def analyse(col: Collected) -> Analysis:
         out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
     else:
         stuck_rule(col, out, dumps, _nccl_behind(col))
+        pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
+        if pm is not None:
+            out.findings.append(pm)
     progress_rule(col, out)
     _fallback(col, out)
     return out

@@ -76,6 +76,8 @@ class RankEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     pid: int | None = None
     local_rank: int | None = None
     world_size: int | None = None  # as this rank saw it (RANK/WORLD_SIZE, NCCL nranks, a log)
+    master_addr: str = ""  # MASTER_ADDR / MASTER_PORT as the rank was launched with (its environment)
+    master_port: int | None = None
     gpu: str = ""  # CUDA device / bus id as known
     alive: bool | None = None
     # live: the process state ("running", "sleeping", "stopped" (SIGSTOP), "zombie"), or

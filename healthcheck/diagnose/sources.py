@@ -64,6 +64,9 @@ _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process 
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
 _ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
+# srun -l's `3: `, torch's `[rank3]:`, mpirun --tag-output's `[1,3]<stderr>:`, torchrun --tee's `[default3]:`
+_LABEL = re.compile(r" {0,8}(\d{1,7}): |\[rank(\d{1,7})\]: ?|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?"
+                    r"|\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")
 _PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
 _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
 
@@ -71,19 +74,33 @@ _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job s
 @dataclass
 class TextStamps:
     """Where a text log says what time it is: (line, epoch seconds) of its stamped lines,
-    in line order. `at(line)`: the time of the last stamped line at or before it."""
+    in line order; and the same per rank, for the lines a rank label (`[rank3]:`, srun's
+    `3: `, mpirun's `[1,3]<stderr>:`) names, and for the lines none names.
+
+    `at(line)`: the time of the last stamped line at or before it. `at(line, rank)`: the
+    last one of that rank, else of the unlabelled lines (a job's console where only the
+    ranks' tracebacks carry a label is one stream in time order; a per-rank file is all
+    the rank's own), else of any line (stamps given whole: `hc run`'s copy of one rank)."""
 
     stamps: list[tuple[int, float]] = field(default_factory=list)
+    by_rank: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    unlabelled: list[tuple[int, float]] = field(default_factory=list)
 
-    def at(self, line: int) -> float | None:
-        lo, hi = 0, len(self.stamps)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.stamps[mid][0] <= line:
-                lo = mid + 1
-            else:
-                hi = mid
-        return self.stamps[lo - 1][1] if lo else None
+    def at(self, line: int, rank: int | None = None) -> float | None:
+        if rank is None:
+            return _last_at(self.stamps, line)
+        return _last_at(self.by_rank.get(rank) or self.unlabelled or self.stamps, line)
+
+
+def _last_at(stamps: list[tuple[int, float]], line: int) -> float | None:
+    lo, hi = 0, len(stamps)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if stamps[mid][0] <= line:
+            lo = mid + 1
+        else:
+            hi = mid
+    return stamps[lo - 1][1] if lo else None
 
 
 @dataclass
@@ -104,24 +121,57 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
+def _label(head: str) -> tuple[int | None, str, bool]:
+    """A line's labels taken off: (the rank they name, the rest, whether it had any).
+    `[rankN]:` names the rank; a launcher's label alone (srun, mpirun) too; torchrun's
+    `[default3]:` is a local rank: the rank alone, under srun's node label nothing."""
+    task = local = torch = None
+    labelled = False
+    for _ in range(3):
+        m = _LABEL.match(head)
+        if m is None:
+            break
+        labelled, head = True, head[m.end():]
+        if m.group(2):
+            torch = int(m.group(2))
+        elif m.group(4):
+            local = int(m.group(4))
+        else:
+            task = int(m.group(1) or m.group(3))
+    if torch is not None:
+        return torch, head, labelled
+    return (task if local is None else local if task is None else None), head, labelled
+
+
+def _stamp_of(head: str, year: int) -> float | None:
+    m = _ISO_STAMP.match(head) or _ISO_STAMP.match(head, head.find("]:") + 2 if head.startswith("[rank") else 0)
+    if m:
+        return _epoch(m.group(1), m.group(2), m.group(3))
+    g = _GLOG_STAMP.match(head)
+    if g:
+        return _epoch(f"{year:04d}-{g.group(1)}-{g.group(2)}", g.group(3), g.group(4))
+    return None
+
+
 def _stamps(text: str, year: int) -> TextStamps:
     out = TextStamps()
     for number, line in enumerate(text.split("\n"), 1):
-        head = line[:80]
-        if not head or not (head[0].isdigit() or head[0] == "["):
+        head = line[:120]
+        if not head or not (head[0].isdigit() or head[0] in "[ "):
             continue
-        m = _ISO_STAMP.match(head) or _ISO_STAMP.match(head, head.find("]:") + 2 if head.startswith("[rank") else 0)
-        t = None
-        if m:
-            t = _epoch(m.group(1), m.group(2), m.group(3))
-        else:
-            g = _GLOG_STAMP.match(head)
-            if g:
-                t = _epoch(f"{year:04d}-{g.group(1)}-{g.group(2)}", g.group(3), g.group(4))
-        if t is not None:
-            out.stamps.append((number, t))
-            if len(out.stamps) >= MAX_STAMPS:
-                break
+        rank, rest, labelled = _label(head)
+        t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
+        if t is None:
+            continue
+        out.stamps.append((number, t))
+        if not labelled:
+            out.unlabelled.append((number, t))
+        elif rank is None:
+            pass  # a local rank under a node's label: whose it is, no label says
+        elif rank in out.by_rank or len(out.by_rank) < 4096:
+            out.by_rank.setdefault(rank, []).append((number, t))
+        if len(out.stamps) >= MAX_STAMPS:
+            break
     return out
 
 
@@ -312,8 +362,18 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
         except ParseError:
             pass
     if not _read_text_log(source, text, rank, col, _stamps(text, year)):
-        ev.unreadable.append(Unreadable(source, "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or "
-                                                "kernel log content"))
+        _nothing_known(source, rank, col)
+
+
+def _nothing_known(source: str, rank: int | None, col: Collected) -> None:
+    """A text of no known kind; a rank's own file (by its name) of no known kind is still
+    that rank's output with no failure in it (it finished, or left early): the rank was
+    heard, which the rules that compare ranks need."""
+    why = "no NCCL, PyTorch, torchrun, py-spy, Flight Recorder, RAS or kernel log content"
+    if rank is not None:
+        col.evidence.rank(rank).sources.append(source)
+        why += f" (counted as rank {rank}'s output)"
+    col.evidence.unreadable.append(Unreadable(source, why))
 
 
 def _read_flight_recorder(source: str, name: str, data: bytes, rank: int | None, col: Collected) -> None:
@@ -513,6 +573,21 @@ def _link_ranks(col: Collected) -> None:
             r.sources.append(source)
 
 
+def link_task_exits(col: Collected) -> None:
+    """srun's `task N: Killed | Aborted | Exited with exit code C` -> rank N's exit status
+    and host, where nothing better said them. A kill srun made after it aborted the step is
+    its own (collateral): the status is kept, the signal is not."""
+    for t in (t for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits):
+        for task in t.tasks[:4096]:
+            r = col.evidence.rank(task)
+            r.host = r.host or t.host
+            if r.exit_code is None and not r.signal:
+                r.alive = False
+                r.exit_code = t.exitcode if t.exitcode is not None else (
+                    -9 if t.signal == "SIGKILL" else -6 if t.signal == "SIGABRT" else None)
+                r.signal = "" if t.after_abort else ("SIGKILL (out of memory)" if t.oom else t.signal)
+
+
 def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Progress | None = None) -> Collected:
     """Read DIR|FILE... into evidence. HcError (exit 4) only for a path that does not exist,
     is not a file or directory, or is a kernel pseudo file system (/proc); everything
@@ -533,5 +608,6 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
         if err.rank is not None:
             ev.rank(err.rank)
     _link_ranks(col)
+    link_task_exits(col)
     ev.ranks = dict(sorted(ev.ranks.items()))
     return col

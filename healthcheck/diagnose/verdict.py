@@ -33,6 +33,7 @@ from healthcheck.diagnose.classify import NEXT_STEP, Analysis, _iso, analyse, or
 from healthcheck.diagnose.evidence import HealthEvent
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.health import HistoryLookup, join
+from healthcheck.diagnose.logfacts import failures_held
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
 
@@ -174,7 +175,8 @@ def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
 def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding], world: int | None) -> str:
     """Why the verdict is unknown ("" when it is not)."""
     ev = col.evidence
-    if len(analysis.world_sizes) > 1:
+    launch_named = bool(findings) and findings[0].cls == "init-failure" and bool(findings[0].ranks)
+    if len(analysis.world_sizes) > 1 and not launch_named:  # a rank launched with another WORLD_SIZE is named
         return "the ranks disagree about the world size: " + "; ".join(
             f"{rank_words(rs)} say {size}" for size, rs in sorted(analysis.world_sizes.items()))
     if world is not None and any(r >= world for r in ev.ranks):
@@ -185,6 +187,9 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
         return "no file to read"
     if not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
         return f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
+    held = failures_held(col)
+    if held:
+        return f"the logs hold {held}, and none of it names a culprit rank"
     return "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
 
 

@@ -41,14 +41,18 @@ shared/notes/diagnose.md sections 2 and 4):
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
   `Closing process P via signal SIG`, worker group restarts.
+* srun's own word on its tasks: `srun: error: node3: task 2: Aborted`, `tasks 0-1: Exited
+  with exit code 1`, `task 1: Killed` / `Out Of Memory`, and whether it had aborted the
+  step before (`Job step aborted`, `CANCELLED`, `Force Terminated`).
 * Python tracebacks: the exception each one ends with (type and first message line), per
   rank prefix, interleaved tracebacks of several ranks counted apart; C++ `terminate
   called after throwing an instance of 'T'` with its `what():`.
 
 Prefixes taken off each line before it is read: Ray's `(WorkerDict pid=N) ` and its
 `[repeated Nx across cluster]` suffix, a Determined `[ISO time] id || `, a syslog time
-`Jul 13 21:22:34 `, `srun -l`'s `3: `, `mpirun --tag-output`'s `[1,3]<stderr>:` (both the
-launcher's label: `task`, and the rank where no `[rankN]:` says otherwise), torch's
+`Jul 13 21:22:34 `, `srun -l`'s `3: `, `mpirun --tag-output`'s `[1,3]<stderr>:`, torchrun `--tee`'s
+`[default3]:` (each the launcher's label: `task`, and the rank where no `[rankN]:` says
+otherwise; torchrun's is the local rank, the global one on a single node), torch's
 `[rank3]:` (also where a progress bar glued it mid-line; of a line a `\\r` redrew, the
 part after it), the c10 log prefix `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] ` (or
 `[E ProcessGroupNCCL.cpp:474] ` before 2.3), the agent's `E0325 20:57:27.620000 2606
@@ -277,7 +281,8 @@ class AddressInUse(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 
 RendezvousKind = Literal["closed", "connection", "timeout", "state", "graceful-exit", "error", "client-timeout",
-                         "connect-failed", "clients-timeout", "wait-timeout", "socket-timeout", "listen-failed"]
+                         "connect-failed", "clients-timeout", "wait-timeout", "socket-timeout", "listen-failed",
+                         "store-wait"]
 
 
 class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
@@ -289,7 +294,10 @@ class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     connect to ...`; clients-timeout: `Timed out after N seconds waiting for clients. J/W
     clients joined.`; wait-timeout: `wait timeout after Nms, keys: ...`; socket-timeout:
     `Socket Timeout`; listen-failed: `The server socket has failed to listen on any local
-    network address` (see AddressInUse for why).
+    network address` (see AddressInUse for why); store-wait: a client connected to the
+    store (`address`, its remote end) that timed out waiting for an answer (`waitForInput:
+    socket SocketImpl(fd=3, addr=..., remote=[::ffff:127.0.0.1]:30520) timed out after 4000ms`).
+    `address` is `host:port` in every kind (an IPv4-mapped IPv6 address as IPv4).
     """
 
     kind: RendezvousKind
@@ -346,6 +354,22 @@ class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     signal: str = ""  # from a negative exit code
 
 
+class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """srun's own word on how tasks ended: `srun: error: node3: task 2: Aborted`, `tasks
+    0-1: Exited with exit code 1`, `task 1: Killed`, `task 1: Out Of Memory`. `tasks`: the
+    task ids (Slurm's, the global rank under srun); `after_abort`: printed after srun
+    aborted or cancelled the step (`Job step aborted`, `CANCELLED`, `Force Terminated`):
+    srun's own kill, collateral."""
+
+    host: str = ""
+    tasks: tuple[int, ...] = ()
+    state: str = ""  # "Killed", "Aborted", "Exited with exit code 1", "Out Of Memory"
+    exitcode: int | None = None
+    signal: str = ""
+    oom: bool = False
+    after_abort: bool = False
+
+
 class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The agent itself was signalled (scancel, the Slurm time limit, a closed terminal):
     `Received 15 death signal, shutting down workers` or SignalException's `Process P got
@@ -390,6 +414,8 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     message: str = ""  # the first line of the message
     framed: bool = False
     native: bool = False
+    frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
+    collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
 
 
 class TorchLog(msgspec.Struct, frozen=True):
@@ -410,6 +436,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     rendezvous: tuple[RendezvousError, ...] = ()
     child_failed: tuple[ChildFailedBlock, ...] = ()
     worker_failures: tuple[WorkerFailed, ...] = ()
+    task_exits: tuple[TaskExit, ...] = ()
     agent_signals: tuple[AgentSignal, ...] = ()
     closing_signals: tuple[ClosingSignal, ...] = ()
     worker_group: tuple[WorkerGroupEvent, ...] = ()
@@ -453,7 +480,8 @@ class TorchLog(msgspec.Struct, frozen=True):
 
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
               "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
-              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group")
+              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
+              "task_exits")
 
 
 # ---------------------------------------------------------------- line prefixes
@@ -465,6 +493,7 @@ _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| 
 _SYSLOG_TIME = re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d ")
 _SRUN = re.compile(r" {0,8}(\d{1,7}): ")
 _MPIRUN = re.compile(r"\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?")
+_ROLE = re.compile(r"\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")  # torchrun --tee's `[default3]:`
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,7})\]: ?")
 _RANK_GLOG_INSIDE = re.compile(r"\[rank(\d{1,7})\]:\[[FEWIV]")
 _GLOG_C10 = re.compile(
@@ -493,18 +522,7 @@ class _Line:
             body = body[:-1]
         if "\r" in body:  # a progress bar redrawn, then the line that overwrote it
             body = body.rsplit("\r", 1)[-1] or body
-        for _ in range(2):  # wrappers around wrappers: Ray inside srun, ...
-            m = _RAY.match(body) or _DETERMINED.match(body) or _SYSLOG_TIME.match(body)
-            if m:
-                body = body[m.end():]
-            if self.task is None and body[:1] in " 0123456789[":
-                m = _SRUN.match(body) or _MPIRUN.match(body)
-                if m:
-                    self.task = _int(m.group(1))
-                    body = body[m.end():]
-                    continue
-            if not m:
-                break
+        body, self.task, local = _launcher_labels(body)
         if body.startswith("[rank"):
             m = _RANK_PREFIX.match(body)
             if m:
@@ -518,7 +536,11 @@ class _Line:
                 self.torch = True
                 body = body[m.end() - 2:]
         if self.rank is None:
-            self.rank = self.task
+            # a launcher's label is the rank; torchrun's local rank is only on a single node:
+            # under srun (a node's label, then torchrun's) no label says the rank
+            self.rank = self.task if local is None else local if self.task is None else None
+        if self.task is None:
+            self.task = local
         if body[:1] == "[":
             m = _GLOG_C10.match(body)
             if m:
@@ -546,6 +568,43 @@ class _Line:
             if m:
                 body = body[:m.start()]
         self.body = body
+
+
+def _launcher_labels(body: str) -> tuple[str, int | None, int | None]:
+    """Wrappers taken off the front of a line (Ray inside srun, ...): (the rest, the
+    launcher's label: srun -l / mpirun --tag-output, torchrun --tee's local rank)."""
+    task = local = None
+    for _ in range(3):
+        m = _RAY.match(body) or _DETERMINED.match(body) or _SYSLOG_TIME.match(body)
+        if m:
+            body = body[m.end():]
+        if body[:1] not in " 0123456789[":
+            if m:
+                continue
+            break
+        label = (_SRUN.match(body) or _MPIRUN.match(body)) if task is None and local is None else None
+        role = _ROLE.match(body) if label is None and local is None else None
+        if label is not None:
+            task, body = _int(label.group(1)), body[label.end():]
+        elif role is not None:
+            local, body = _int(role.group(1)), body[role.end():]
+        elif not m:
+            break
+    return body, task, local
+
+
+def _task_ids(text: str) -> tuple[int, ...]:
+    """srun's task list: "2", "0-1", "0,2-3" -> the ids, at most _RANKS_MAX."""
+    out: list[int] = []
+    for part in text.split(",", _RANKS_MAX)[:_RANKS_MAX]:
+        lo, _, hi = part.partition("-")
+        first, last = _int(lo), _int(hi) if hi else _int(lo)
+        if first is None or last is None or last < first:
+            continue
+        out.extend(range(first, min(last, first + _RANKS_MAX - len(out)) + 1))
+        if len(out) >= _RANKS_MAX:
+            break
+    return tuple(out[:_RANKS_MAX])
 
 
 def _int(text: str | None) -> int | None:
@@ -635,6 +694,7 @@ _CLIENTS_JOINED = re.compile(
     r"Timed out after (\d{1,20}) seconds waiting for clients\. (\d{1,9})/(\d{1,9}) clients joined"
 )
 _WAIT_TIMEOUT = re.compile(r"wait timeout after (\d{1,20})ms")
+_STORE_WAIT = re.compile(r"waitForInput: socket SocketImpl\(fd=\d{1,9}, addr=\S{1,128}, remote=(\S{1,128}?)\)")
 _RDZV_CLASS = re.compile(r"Rendezvous(Closed|Connection|Timeout|State|GracefulExit|)Error(?=:|$)")
 _RDZV_KINDS: dict[str, RendezvousKind] = {"Closed": "closed", "Connection": "connection", "Timeout": "timeout",
                                           "State": "state", "GracefulExit": "graceful-exit", "": "error"}
@@ -652,6 +712,11 @@ _GROUP_DONE = re.compile(r"\[([^\]]{1,64})\] worker group successfully finished"
 _GROUP_NODES = re.compile(r"\[([^\]]{1,64})\] Detected (\d{1,9}) new nodes from group_rank=\d{1,9}; will restart")
 _GROUP_STEPS: dict[str, GroupEventKind] = {"Stopping": "stopping", "Starting": "starting",
                                            "Rendezvous'ing": "rendezvous"}
+_TASK_EXIT = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096}): (.{1,200})$")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
+_TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
+                 "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+_STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _BLOCK_FIELD = re.compile(r"  (time|host|rank|exitcode|error_file|traceback) {0,8}: ?(.*)")
 _BLOCK_ENTRY = re.compile(r"\[(\d{1,9})\]:")
 _BLOCK_RANK = re.compile(r"(-?\d{1,9}) \(local_rank: (-?\d{1,9})\)")
@@ -660,6 +725,9 @@ _BLOCK_SIGNAL = re.compile(r"Signal (\d{1,3}) \((\w{1,16})\) received by PID")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,256})'")
 _TERMINATE_BARE = ("terminate called without an active exception", "terminate called recursively")
 _FRAME = re.compile(r"\s{1,16}File \"")
+_FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([^\s]{1,256})")
+_LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
+_C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Warning", "Failure", "Iteration", "Group", "Timeout")
 
 
@@ -700,9 +768,11 @@ class _Parser:
         self.open: dict[tuple[str, tuple[int | None, int | None]], _Open] = {}  # (kind, rank key) -> fact
         self.last_open: dict[str, tuple[int | None, int | None]] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[tuple[int | None, int | None], int] = {}
+        self.frames: dict[tuple[int | None, int | None], tuple[str, str]] = {}  # (own frame, collective)
         self.block: _Block | None = None
         self.border = False  # the line before was a `====` border
         self.pending_work: _Line | None = None  # a WorkNCCL line cut by a hard wrap
+        self.step_aborted = False  # srun said it aborted or cancelled the step
         self.desync_reporter: int | None = None
         self.desync_seq: int | None = None
 
@@ -824,8 +894,8 @@ class _Parser:
         if ("Rendezvous" in b or "socket" in b or "clients joined" in b or "wait timeout after" in b
                 or "Socket Timeout" in b):
             self.rendezvous(line)
-        if "failed (exitcode: " in b:
-            self.worker_failed(line)
+        if "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd")):
+            self.launcher_line(line)
         if "death signal" in b or "got signal: " in b:
             self.agent_signal(line)
         if "closing signal" in b or "via signal" in b:
@@ -1188,6 +1258,11 @@ class _Parser:
                                                    address=f":{p.group(1)}" if p else "",
                                                    message=_from(b, "The server socket", at)))
             return
+        m = _STORE_WAIT.search(b)
+        if m and "timed out after" in b:
+            self.add("rendezvous", RendezvousError(**where, kind="store-wait", address=_address(m.group(1)),
+                                                   message=clip(b[m.start():].strip(), _MESSAGE_MAX)))
+            return
         if "Socket Timeout" in b:
             self.add("rendezvous", RendezvousError(**where, kind="socket-timeout",
                                                    message=clip(b.strip(), _MESSAGE_MAX)))
@@ -1217,6 +1292,30 @@ class _Parser:
     def agent(line: _Line) -> dict:
         """Where, for the agent's own lines: its label is a node's, never a rank."""
         return {"line": line.number, "task": line.task, "time": line.time}
+
+    def launcher_line(self, line: _Line) -> None:
+        """torchrun's agent on a worker that failed, or srun on its tasks."""
+        if "failed (exitcode: " in line.body:
+            self.worker_failed(line)
+        else:
+            self.srun(line)
+
+    def srun(self, line: _Line) -> None:
+        """srun's own lines: how each task ended, and whether srun had aborted the step."""
+        b = line.body
+        if any(w in b for w in _STEP_ABORTED):
+            self.step_aborted = True
+            return
+        m = _TASK_EXIT.match(b)
+        if m is None:
+            return
+        host, tasks, state = m.group(1), _task_ids(m.group(2)), m.group(3).strip()
+        code = _EXIT_CODE.match(state)
+        signal = _TASK_SIGNALS.get(state, "")
+        self.add("task_exits", TaskExit(**self.agent(line), host=clip(host, 256), tasks=tasks,
+                                        state=clip(state, 64), exitcode=_int(code.group(1)) if code else None,
+                                        signal=signal, oom=state.lower() == "out of memory",
+                                        after_abort=self.step_aborted))
 
     def agent_signal(self, line: _Line) -> None:
         b = line.body
@@ -1363,12 +1462,15 @@ class _Parser:
         key = (line.rank, line.task)
         if b.startswith("Traceback (most recent call last):"):
             self.tracebacks[key] = min(self.tracebacks.get(key, 0) + 1, 64)
+            self.frames.pop(key, None)
             self.torch = True
             return
         first = b[:1]
         if first in " \t":
-            if not self.tracebacks.get(key) and _FRAME.match(b):
-                self.tracebacks[key] = 1  # a fragment that starts inside a traceback
+            if _FRAME.match(b):
+                if not self.tracebacks.get(key):
+                    self.tracebacks[key] = 1  # a fragment that starts inside a traceback
+                self.frame(key, b)
             return
         if first == "t" and b.startswith("terminate called"):
             m = _TERMINATE.match(b)
@@ -1381,20 +1483,38 @@ class _Parser:
             if m and index >= 0:
                 self.start("terminate", index, key)
             return
-        head = _exception_head(b)
+        framed = self.tracebacks.get(key, 0) > 0
+        head = _exception_head(b, in_traceback=framed)
         if head is None:
             return
         name, message = head
-        framed = self.tracebacks.get(key, 0) > 0
         last = name.rsplit(".", 1)[-1]
         if not framed and not last.endswith(("Error", "Exception")):
             return
         if not framed and message is None and "." not in name:
             return  # a bare word alone, with no traceback around it
+        own, collective = self.frames.pop(key, ("", "")) if framed else ("", "")
         if framed:
             self.tracebacks[key] -= 1
         self.add("exceptions", ExceptionRaised(**self.where(line), type=name,
-                                               message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed))
+                                               message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
+                                               frame=own, collective=collective))
+
+    def frame(self, key: tuple[int | None, int | None], body: str) -> None:
+        """A traceback's `File "PATH", line N, in FUNC`: the innermost frame of the program's
+        own code (not a library's) and the torch.distributed function it is in, so far."""
+        m = _FRAME_AT.match(body)
+        if m is None:
+            return
+        path, number, func = m.groups()
+        own, collective = self.frames.get(key, ("", ""))
+        if path.endswith(_C10D_FILES) and "/distributed/" in path:
+            if func != "wrapper":
+                collective = clip(func, 64)
+        elif not _LIBRARY_PATH.search(path):
+            own, collective = f"{clip(_basename(path), 128)}:{number} in {clip(func, 128)}", ""
+        if len(self.frames) < 4096 or key in self.frames:
+            self.frames[key] = (own, collective)
 
     def result(self, lines: int) -> TorchLog:
         if self.pending_work is not None:
@@ -1407,11 +1527,12 @@ class _Parser:
                         dropped=self.dropped, **facts)
 
 
-def _exception_head(body: str) -> tuple[str, str | None] | None:
+def _exception_head(body: str, in_traceback: bool = False) -> tuple[str, str | None] | None:
     """`pkg.Type: message` -> (pkg.Type, message), `pkg.Type` -> (pkg.Type, None): the last
     line of a Python traceback, None for any other line. The type's last part must look
-    like an exception class (CamelCase, or one of _EXC_SUFFIXES); NCCL's `ncclXxx:` detail
-    lines are not exceptions."""
+    like an exception class (CamelCase, or one of _EXC_SUFFIXES; inside a traceback a
+    program's own class of any CamelCase name, which Python prints without `__main__.`);
+    NCCL's `ncclXxx:` detail lines are not exceptions."""
     colon = body.find(":", 0, 300)
     if colon >= 0:
         after = body[colon + 1:colon + 2]
@@ -1428,10 +1549,17 @@ def _exception_head(body: str) -> tuple[str, str | None] | None:
     if len(parts) > 17 or not all(p.isidentifier() for p in parts):
         return None
     last = parts[-1]
-    if not last.endswith(_EXC_SUFFIXES) and not (len(parts) > 1 and last[:1].isupper()
-                                                  and any(c.islower() for c in last)):
+    camel = last[:1].isupper() and any(c.islower() for c in last)
+    if not last.endswith(_EXC_SUFFIXES) and not (camel and (len(parts) > 1 or in_traceback and message is not None)):
         return None
     return name, message
+
+
+def _address(text: str) -> str:
+    """`[::ffff:127.0.0.1]:30520` -> `127.0.0.1:30520`; `[::1]:80` -> `::1:80`."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    return f"{host.removeprefix('::ffff:')}:{port}"
 
 
 def _from(body: str, opening: str, at: int) -> str:

@@ -1,0 +1,343 @@
+"""Rule 3, dead-rank: the rank that died first, and never a peer that failed because of it.
+
+A rank dies by a signal (torchrun's block, a live exit status, the OOM killer matched by
+pid), by an exception in its own code, or by leaving early (a shorter loop: it ran out of
+data and exited 0); its peers then fail in a collective ("Connection closed by peer",
+timeouts, NCCL remote errors): those are victims, never named.
+
+Of several ranks that raised in their own code, the one that raised first in time is the
+dead rank: by the logs' time stamps (the rank's own labelled lines where the log labels
+ranks), else torchrun's per-rank failure times and the error files' timestamps; where no
+time orders them, all are named and the verdict says their order is unknown. The
+finding says how the order was decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import (
+    COLLATERAL,
+    RankError,
+    collective_error,
+    ev,
+    first_errors,
+    gloo_size_aborts,
+    rank_source,
+    ranks_heard,
+    torchrun_time,
+)
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
+_SAME_TIME_S = 0.001  # candidates closer than this are tied
+
+
+@dataclass
+class _Dead:
+    """What the dead-rank rule has found so far: rank -> how it died, and the lines."""
+
+    ranks: dict[int, str] = field(default_factory=dict)
+    items: list[Evidence] = field(default_factory=list)
+    gone: list[int] = field(default_factory=list)
+    where: str = ""
+    basis: str = ""
+    early: bool = False
+    exits: set[int | None] = field(default_factory=set)  # the early ranks' exit statuses (None: unknown)
+
+    def name(self, rank: int, why: str, item: Evidence) -> None:
+        self.ranks.setdefault(rank, why)
+        self.items.append(item)
+
+
+@dataclass
+class _Candidate:
+    """A rank that raised in its own code (not a collective's error)."""
+
+    rank: int
+    text: str
+    item: Evidence
+    time: float | None = None
+    frame: str = ""
+    how: str = "the logs' time stamps"
+
+
+def _signalled(col: Collected, acc: _Dead) -> None:
+    """Killed by a signal that is not torchrun's collateral SIGTERM (nor gloo's SIGABRT)."""
+    ev_ = col.evidence
+    for f in ev_.torch_logs:
+        assert f.log is not None
+        for fail in (x for block in f.log.child_failed for x in block.failures):
+            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.signal == "SIGABRT":
+                continue
+            acc.name(fail.rank, f"killed by {fail.signal}",
+                     ev(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) exitcode "
+                                                  f"{fail.exitcode} ({fail.signal})", fail.rank))
+    for rank, r in ev_.ranks.items():
+        if r.signal and r.signal not in COLLATERAL and r.signal != "SIGABRT" and rank not in acc.ranks:
+            acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
+                                                             text=f"rank {rank} exited with {r.signal} "
+                                                                  f"(exit {r.exit_code})"))
+
+
+def _gone(col: Collected, acc: _Dead) -> None:
+    """Live: ranks the world size says exist that no node holds (while others live), zombies."""
+    ev_ = col.evidence
+    if not any(r.alive for r in ev_.ranks.values()):
+        return
+    for rank, r in ev_.ranks.items():
+        if rank in acc.ranks or r.state not in ("missing", "zombie"):
+            continue
+        acc.gone.append(rank)
+        acc.name(rank, "its process is gone" if r.state == "missing" else "exited (a zombie, not reaped)",
+                 Evidence(source=(r.sources or ["live collection"])[0], rank=rank,
+                          text=r.stack_error or f"rank {rank}: {r.state}"))
+
+
+def _out_of_memory(col: Collected, acc: _Dead) -> None:
+    """The OOM killer (kernel log, by pid) and NCCL's `Cuda failure 'out of memory'`."""
+    for k in col.evidence.kernel:
+        if k.kind == "oom-kill":
+            killed = col.pid_ranks.get(k.pid) if k.pid is not None else None
+            acc.items.append(Evidence(source=k.source, line=k.line, text=k.text, rank=killed, time=k.time))
+            if killed is not None:
+                acc.ranks[killed] = "killed by the OOM killer"
+    for n in col.evidence.nccl_logs:
+        assert n.log is not None
+        for w in n.log.warns:
+            if w.kind == "cuda" and "out of memory" in w.error:
+                oom = col.pid_ranks.get(w.pid)
+                acc.items.append(Evidence(source=n.source, line=w.line, text=w.text, rank=oom, time=w.time))
+                if oom is not None:
+                    acc.ranks.setdefault(oom, "out of GPU memory")
+
+
+def _failure_times(col: Collected) -> dict[int, float]:
+    """torchrun's time of each rank's failure (not the SIGTERM it sent the survivors)."""
+    out: dict[int, float] = {}
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for fail in (x for block in f.log.child_failed for x in block.failures):
+            t = torchrun_time(fail.time)
+            if fail.rank is not None and t is not None and fail.signal not in COLLATERAL:
+                out.setdefault(fail.rank, t)
+    return out
+
+
+def _from_logs(col: Collected, firsts: dict[int, RankError]) -> list[_Candidate]:
+    """Ranks whose first printed error is their own code's (a traceback that names no collective)."""
+    when = _failure_times(col)
+    out = []
+    for rank, e in sorted(firsts.items()):
+        if e.victim:
+            continue
+        at = f" at {e.frame}" if e.frame else ""
+        item = Evidence(source=e.source, line=e.line, rank=rank, time=e.time, text=f"rank {rank}: {e.text}{at}"[:300])
+        time, how = e.time, "the logs' time stamps"
+        if time is None and rank in when:
+            time, how = when[rank], "torchrun's failure times"
+        out.append(_Candidate(rank=rank, text=e.text, item=item, time=time, frame=e.frame, how=how))
+    return out
+
+
+def _from_launcher(col: Collected, seen: set[int]) -> list[_Candidate]:
+    """torchrun's failure entries and `@record` error files that hold an exception of the
+    rank's own code (with their timestamps)."""
+    out = []
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for fail in (x for block in f.log.child_failed for x in block.failures):
+            if (fail.rank is None or fail.rank in seen or not fail.exception or fail.signal not in ("", "SIGABRT")
+                    or collective_error(fail.exception + fail.traceback)):
+                continue
+            seen.add(fail.rank)
+            item = ev(col, f.source, fail.line, f"rank {fail.rank} exitcode {fail.exitcode}: {fail.exception}",
+                      fail.rank)
+            out.append(_Candidate(rank=fail.rank, text=fail.exception, item=item, time=torchrun_time(fail.time),
+                                  how="torchrun's failure times"))
+    for e in col.evidence.error_files:
+        if e.rank is None or e.rank in seen or collective_error(e.message):
+            continue
+        seen.add(e.rank)
+        item = Evidence(source=e.source, text=f"error file: {e.message}", rank=e.rank, time=e.timestamp)
+        out.append(_Candidate(rank=e.rank, text=e.message, item=item, time=e.timestamp,
+                              how="the error files' timestamps"))
+    return out
+
+
+def _first_in_time(cands: list[_Candidate]) -> tuple[list[_Candidate], str]:
+    """The candidates that raised first, and how that was decided."""
+    if len(cands) == 1:
+        return cands, "the only rank whose error is in its own code, not a collective's"
+    if any(c.time is None for c in cands):
+        return cands, "which of them raised first is not in the logs (no time on every error)"
+    first = min(c.time or 0.0 for c in cands)
+    tied = [c for c in cands if (c.time or 0.0) - first < _SAME_TIME_S]
+    hows = sorted({c.how for c in cands})
+    basis = f"first in time by {' and '.join(hows)}"
+    if len(tied) > 1:
+        basis += f"; {len(tied)} at the same time"
+    return tied, basis
+
+
+def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candidate]) -> bool:
+    """Whether anything says the job failed: a peer's collective error, torchrun's failure
+    block, a rank's non-zero exit, or an exception that ends its rank's own file (uncaught).
+    A healthy job may log a caught exception (a retried read): that is no death."""
+    if any(e.victim for e in firsts.values()) or any(c.item.source.endswith(".json") for c in cands):
+        return True
+    if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
+        return True
+    logs = {f.source: f for f in col.evidence.torch_logs if f.log is not None}
+    if any(f.log is not None and f.log.child_failed for f in logs.values()):
+        return True
+    for c in cands:
+        f = logs.get(c.item.source)
+        if f is not None and f.log is not None and f.rank is not None and (c.item.line or 0) >= f.log.lines - 4:
+            return True
+    return False
+
+
+def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    cands = _from_logs(col, firsts)
+    cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
+    if not cands or not _job_failed(col, firsts, cands):
+        return
+    chosen, acc.basis = _first_in_time(cands)
+    for c in chosen:
+        acc.name(c.rank, f"raised {c.text[:120]}" + (f" in {c.frame}" if c.frame else ""), c.item)
+    acc.where = chosen[0].frame if len(chosen) == 1 else ""
+    later = [c for c in cands if c not in chosen]
+    if later:
+        acc.basis += "; " + ", ".join(f"rank {c.rank} raised {c.text[:60]} after it" for c in later[:4])
+
+
+def _exit_codes(col: Collected) -> dict[int, int]:
+    """Each rank's exit status where known: its record (live, hc run), torchrun's failure
+    block, and 0 for a heard rank the block leaves out (torchrun lists every rank that
+    failed and every one it stopped)."""
+    codes = {r: x.exit_code for r, x in col.evidence.ranks.items() if x.exit_code is not None}
+    listed: set[int] = set()
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for x in (x for b in f.log.child_failed for x in b.failures):
+            if x.rank is None:
+                continue
+            listed.add(x.rank)
+            if x.exitcode is not None:
+                codes.setdefault(x.rank, x.exitcode)
+    if listed:
+        for r in ranks_heard(col) - listed:
+            codes.setdefault(r, 0)
+    return codes
+
+
+def _own_output(col: Collected) -> set[int]:
+    """Ranks whose own lines are in the text (a rank's file, its labelled lines): where it
+    printed no error, it printed none. A rank only torchrun's block or a manifest names is
+    not: its lines may be in a console that labels nobody."""
+    ev_ = col.evidence
+    blocks = {f.source for f in ev_.torch_logs if f.log is not None and f.log.child_failed}
+    own = {f.rank for f in (*ev_.torch_logs, *ev_.nccl_logs) if f.rank is not None}
+    own |= {r for f in ev_.torch_logs if f.log is not None for r in f.log.prefixed_ranks}
+    own |= {r for r, x in ev_.ranks.items() if any(s not in blocks for s in x.sources)}
+    return own
+
+
+def _quiet(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) -> list[int]:
+    """Ranks that printed no error and were not killed: their own output says nothing of a
+    failure, or torchrun says they exited 0."""
+    own = _own_output(col)
+    out = []
+    for r in sorted(ranks_heard(col) - set(firsts)):
+        code = codes.get(r)
+        if code == 0 or (r in own and (code is None or code > 0)):
+            out.append(r)
+    return out
+
+
+def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """A rank with no error at all while every peer that failed did so because a peer
+    closed its connections (none timed out: nobody waited on a live rank): it left early,
+    by exit 0 (out of data), by the script's own exit N, or killed without a word."""
+    codes = _exit_codes(col)
+    quiet = _quiet(col, firsts, codes)
+    peers = [e for e in firsts.values() if e.victim]
+    if not quiet or not peers or any(e.timed_out for e in peers):
+        return
+    closed = [e for e in peers if any(w in e.message for w in _PEER_GONE)]
+    if not closed:
+        return
+    acc.early = True
+    for rank in quiet:
+        code = codes.get(rank)
+        how = ("exited 0" if code == 0 else f"exited {code} without printing an error" if code is not None
+               else "no error in its output")
+        acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"))
+    acc.exits = {codes.get(r) for r in quiet}
+    e = closed[0]
+    acc.items.append(Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
+                              text=f"rank {e.rank}: {e.text[:200]}"))
+
+
+def _victims(firsts: dict[int, RankError], named: set[int]) -> str:
+    victims = sorted(r for r, e in firsts.items() if e.victim and r not in named)
+    if not victims:
+        return ""
+    kinds = sorted({"timeouts" if e.timed_out else "peer errors" for r, e in firsts.items() if r in victims})
+    return (f"; {rank_words(victims)} failed after it in collectives ({' and '.join(kinds)}): collateral, "
+            "not the cause")
+
+
+def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
+    ranks = acc.ranks
+    if not ranks:
+        return "a rank was killed (OOM kill in the kernel log, no rank matched by pid)"
+    if set(ranks) == set(acc.gone) and len(acc.items) == len(acc.gone):
+        where = "it on its node" if len(ranks) == 1 else "them on their nodes"
+        return (f"{rank_words(ranks)} died: no process of {where} while the other ranks still run "
+                "(killed, crashed or exited early; the node's kernel log and the launcher's output say how)")
+    why = "; ".join(sorted(set(ranks.values())))[:240]
+    summary = f"{rank_words(ranks)} died ({why})"
+    if acc.early:
+        code = next(iter(acc.exits)) if len(acc.exits) == 1 else None
+        how = ("exited 0 (it ran out of data, or its loop is shorter)" if code == 0 else
+               f"exited {code} without printing an error (the script stopped itself: read its last lines)"
+               if code is not None else
+               "ended without an error of its own (it exited early, or was killed: its output does not say)")
+        summary = f"{rank_words(ranks)} left the job early: it {how} while its peers still called collectives"
+    victims = _victims(firsts, set(ranks))
+    peers = sum(1 for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo if g.kind == "peer-closed")
+    if victims:
+        summary += victims
+    elif peers:
+        summary += f"; {peers} peer error(s) 'connection closed' are collateral"
+    if acc.basis:
+        summary += f" (order: {acc.basis})"
+    return summary
+
+
+def dead_rank(col: Collected) -> JobFinding | None:
+    """The dead-rank finding, or None: see the module's docstring."""
+    acc = _Dead()
+    _signalled(col, acc)
+    _gone(col, acc)
+    _out_of_memory(col, acc)
+    firsts = first_errors(col)
+    _own_exceptions(col, firsts, acc)
+    if not acc.items:
+        _early_exits(col, firsts, acc)
+    if not acc.items:
+        return None
+    only_gone = bool(acc.ranks) and set(acc.ranks) == set(acc.gone) and len(acc.items) == len(acc.gone)
+    if only_gone and gloo_size_aborts(col):
+        return None  # gloo's size check aborted them: the mismatch rule names them as its parties
+    unordered = len(acc.ranks) > 1 and "not in the logs" in acc.basis
+    confidence: Confidence = ("medium" if only_gone or acc.early or unordered else "high") if acc.ranks else "low"
+    return job_finding(cls="dead-rank", summary=_summary(col, acc, firsts), confidence=confidence,
+                   ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]), where=acc.where)
+
+
+__all__ = ["dead_rank"]

@@ -1,0 +1,311 @@
+"""What the log-side rules read from the parsed logs, rank by rank: the first error each
+rank printed (its exception, where in its own code, when), the collective each rank
+timed out in (its post-mortem), which ranks the evidence knows of, and the evidence line
+helpers the rules share. Plain reading, no judgement: the rules are in deaths.py,
+postmortem.py, mismatch.py and startup.py.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+
+import msgspec
+
+from healthcheck.diagnose.findings import Evidence
+from healthcheck.diagnose.sources import Collected
+from healthcheck.parsers.torch_log import ExceptionRaised
+
+COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
+# the words of an error that a collective raised on a rank because of another rank (a peer
+# that died, timed out, disagreed): a victim's error, never the cause
+COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
+                     "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
+                     "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
+                     "preamble.length", "Received data size", "watchdog", "collective operation timeout",
+                     "KeyboardInterrupt", "SignalException", "got signal:", "gloo::", "DistError",
+                     "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh")
+_TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught")
+
+
+def collective_error(text: str) -> bool:
+    return any(word in text for word in COLLECTIVE_ERRORS)
+
+
+def time_at(col: Collected, source: str, line: int | None, rank: int | None = None) -> float | None:
+    """The time of a log line: its own stamp, else the last stamped line before it (of its
+    rank where the log labels ranks)."""
+    st = col.stamps.get(source)
+    return st.at(line, rank) if st is not None and line is not None else None
+
+
+def ev(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
+    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=time_at(col, source, line))
+
+
+def fact_rank(fact: object, file_rank: int | None) -> int | None:
+    r = getattr(fact, "rank", None)
+    if r is not None:
+        return r
+    if file_rank is not None:
+        return file_rank
+    pg_rank = getattr(fact, "pg_rank", None)
+    return pg_rank if pg_rank is not None and getattr(fact, "pg_id", "") in ("", "0") else None
+
+
+def world_of(col: Collected) -> tuple[set[int], int | None]:
+    """(the ranks the evidence holds, the largest world size a rank reported)."""
+    sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
+    return set(col.evidence.ranks), max(sizes) if sizes else None
+
+
+def torchrun_time(text: str) -> float | None:
+    """A ChildFailedError entry's `2026-11-23_07:20:56` (one-second resolution), as epoch seconds."""
+    try:
+        return _dt.datetime.strptime(text, "%Y-%m-%d_%H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def known_ranks(col: Collected) -> set[int]:
+    """Every rank some evidence speaks of: a rank record, a log line's label or a fact's
+    rank, a torchrun failure entry, and the world size's range where one is known."""
+    ranks, world = world_of(col)
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        ranks.update(f.log.ranks)
+        ranks.update(f.log.prefixed_ranks)
+        if f.rank is not None:
+            ranks.add(f.rank)
+    if world is not None and world <= 65536:
+        ranks.update(range(world))
+    return ranks
+
+
+def ranks_heard(col: Collected) -> set[int]:
+    """The ranks with output or a record of their own (a file, a labelled line, a fact, a
+    torchrun entry, a manifest, a live process): a rank only a world size implies is not
+    heard, and "it printed no timeout" says nothing of it."""
+    heard = set(col.evidence.ranks)  # a record is made only where something speaks of the rank
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        heard.update(f.log.ranks)
+        heard.update(f.log.prefixed_ranks)
+        if f.rank is not None:
+            heard.add(f.rank)
+    return heard
+
+
+class RankError(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The first error one rank printed: the exception its traceback ends with, where in the
+    program's own code, the collective it was raised in, and when (None: no time known)."""
+
+    rank: int
+    source: str
+    line: int
+    type: str
+    message: str = ""
+    frame: str = ""
+    collective: str = ""
+    time: float | None = None
+    victim: bool = False  # a collective's error: caused by another rank
+
+    @property
+    def text(self) -> str:
+        return f"{self.type}: {self.message}" if self.type and self.message else self.type or self.message
+
+    @property
+    def timed_out(self) -> bool:
+        return any(word in self.message for word in _TIMEOUT_WORDS)
+
+
+def _counts(e: ExceptionRaised) -> bool:
+    """An exception worth reading as a rank's error: a traceback's end, or C++'s terminate."""
+    return e.framed or e.native or e.type.endswith(("Error", "Exception"))
+
+
+def rank_errors(col: Collected) -> dict[int, list[RankError]]:
+    """Each rank's exceptions, in its own order (file order per file; files by time)."""
+    out: dict[int, list[RankError]] = {}
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for e in f.log.exceptions:
+            rank = fact_rank(e, f.rank)
+            if rank is None or not _counts(e):
+                continue
+            text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
+            out.setdefault(rank, []).append(RankError(
+                rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
+                collective=e.collective, time=time_at(col, f.source, e.line, rank),
+                victim=collective_error(text)))
+    for errors in out.values():
+        if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
+            errors.sort(key=lambda x: (x.time is None, x.time or 0.0))
+    return out
+
+
+def first_errors(col: Collected) -> dict[int, RankError]:
+    """The first error of each rank that printed one."""
+    return {rank: errors[0] for rank, errors in rank_errors(col).items() if errors}
+
+
+class Wait(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One rank's post-mortem: the collective it timed out in. `op`: the collective (gloo:
+    the torch.distributed function of its traceback, `all_reduce`; NCCL: the watchdog's
+    OpType, `ALLREDUCE`); `key` compares them in one spelling; `seq`: NCCL's SeqNum; `where`: its own code's frame."""
+
+    rank: int
+    source: str
+    line: int
+    op: str = ""
+    seq: int | None = None
+    numel_in: int | None = None
+    numel_out: int | None = None
+    where: str = ""
+    text: str = ""
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        return _op_name(self.op), self.seq
+
+
+def _op_name(op: str) -> str:
+    """ALLREDUCE / all_reduce / _ALLGATHER_BASE -> one spelling: "allreduce", "allgather_base"."""
+    return op.lower().replace("_", "").removeprefix("c10d")
+
+
+def rank_waits(col: Collected) -> dict[int, Wait]:
+    """Each rank's first timeout: the NCCL watchdog's `WorkNCCL(SeqNum, OpType, NumelIn,
+    NumelOut)`, else its status line (`failure detected by watchdog at work sequence id: N`:
+    the SeqNum only), else gloo's `Timed out waiting` with the collective of its traceback."""
+    out: dict[int, Wait] = {}
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for t in f.log.timeouts:
+            rank = fact_rank(t, f.rank)
+            if rank is not None and rank not in out:
+                out[rank] = Wait(rank=rank, source=f.source, line=t.line, op=t.op_type, seq=t.seq,
+                                 numel_in=t.numel_in, numel_out=t.numel_out,
+                                 text=f"watchdog timeout in {t.op_type} SeqNum {t.seq}"
+                                      + (f" NumelIn {t.numel_in}" if t.numel_in is not None else ""))
+        for p in f.log.progress:  # `failure detected by watchdog at work sequence id: N` and its elders
+            rank = fact_rank(p, f.rank)
+            if rank is not None and rank not in out and p.kind != "dump-signal" and p.seq is not None:
+                out[rank] = Wait(rank=rank, source=f.source, line=p.line, seq=p.seq,
+                                 text=f"watchdog: failed at work {p.seq} (last enqueued {p.last_enqueued}, last "
+                                      f"completed {p.last_completed})")
+    for rank, errors in rank_errors(col).items():
+        first = errors[0]
+        if rank in out or not first.timed_out:
+            continue
+        out[rank] = Wait(rank=rank, source=first.source, line=first.line, op=first.collective, where=first.frame,
+                         text=f"timed out in {first.collective or 'a collective'}"
+                              + (f" at {first.frame}" if first.frame else "") + f": {first.message[:120]}")
+    return out
+
+
+def gloo_size_aborts(col: Collected) -> bool:
+    """A gloo 'Received data size doesn't match' in the text: gloo aborts (SIGABRT) the
+    ranks whose check failed, so their deaths are the mismatch's consequence."""
+    return any(g.kind == "size-mismatch" for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo)
+
+
+def minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
+    """rank -> what it ran: the ranks off the majority when one value is a strict
+    plurality; with the majority's value and the first odd rank's."""
+    counts = Counter(sides.values())
+    if len(counts) < 2:
+        return None
+    (top, n_top), *rest = counts.most_common()
+    if rest and rest[0][1] == n_top:
+        return None
+    odd = tuple(sorted(r for r, v in sides.items() if v != top))
+    return odd, top, sides[odd[0]]
+
+
+class CollAt(msgspec.Struct, frozen=True):
+    """One rank's last NCCL COLL line on one communicator."""
+
+    op_count: int
+    op: str
+    source: str
+    line: int | None
+
+
+def nccl_colls(col: Collected) -> dict[str, dict[int, CollAt]]:
+    """NCCL_DEBUG_SUBSYS=COLL: per communicator (commId, the same on every rank; else its
+    size), each global rank's last COLL line. A process's rank is its pid's where the
+    evidence places it, else its rank in a communicator as big as the world."""
+    _, world = world_of(col)
+    out: dict[str, dict[int, CollAt]] = {}
+    for n in col.evidence.nccl_logs:
+        assert n.log is not None
+        for c in n.log.comms:
+            if c.last_op_count is None:
+                continue
+            rank = col.pid_ranks.get(c.pid)
+            if rank is None and c.rank is not None and (world is None or c.nranks == world):
+                rank = c.rank
+            if rank is None:
+                continue
+            key = c.comm_id or (f"nranks={c.nranks}" if c.nranks else "")
+            if key:
+                out.setdefault(key, {})[rank] = CollAt(c.last_op_count, c.last_op, n.source, c.last_coll_line)
+    return out
+
+
+def failures_held(col: Collected) -> str:
+    """What failures the logs hold, counted ("3 timeouts, 1 peer error"), "" for none: a
+    verdict that names no rank says what it saw, never that there was nothing."""
+    counts: Counter[str] = Counter()
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        log = f.log
+        counts["timeout"] += len(log.timeouts) + sum(1 for g in log.gloo if g.kind == "timeout")
+        counts["peer error"] += sum(1 for g in log.gloo if g.kind in ("peer-closed", "read-error"))
+        counts["size mismatch"] += len(log.mismatches) + sum(1 for g in log.gloo if g.kind == "size-mismatch")
+        counts["backend error"] += len(log.backend_errors)
+        counts["exception"] += sum(1 for e in log.exceptions if e.framed or e.native)
+    counts["NCCL warning"] += sum(len(n.log.warns) for n in col.evidence.nccl_logs if n.log is not None)
+    return ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items() if n)
+
+
+def rank_source(col: Collected, rank: int) -> str:
+    """The file (or collection) a rank's own facts came from, for an evidence line."""
+    r = col.evidence.ranks.get(rank)
+    if r is not None and r.sources:
+        return r.sources[0]
+    return next((f.source for f in col.evidence.torch_logs if f.rank == rank),
+                col.evidence.torch_logs[0].source if col.evidence.torch_logs else "logs")
+
+
+def error_evidence(e: RankError) -> Evidence:
+    at = f" in {e.collective}" if e.collective else ""
+    at += f" at {e.frame}" if e.frame else ""
+    return Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time, text=f"rank {e.rank}{at}: {e.text}"[:300])
+
+
+def watchdog_ranks(col: Collected) -> set[int]:
+    """Ranks whose watchdog reported a failed or timed-out collective in any wording (the
+    abort, a status line, an NCCL error, the desync report's own timeout): they waited too,
+    whether or not the WorkNCCL line itself is in the text."""
+    out: set[int] = set()
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        log = f.log
+        facts = (*log.aborts, *log.progress, *log.stuck, *log.backend_errors,
+                 *(d for d in log.desync if d.kind == "timeout-at"))
+        out |= {r for r in (fact_rank(x, f.rank) for x in facts) if r is not None}
+    return out
+
+
+__all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "collective_error", "error_evidence",
+           "ev", "fact_rank", "failures_held", "first_errors", "gloo_size_aborts", "known_ranks", "minority",
+           "nccl_colls", "rank_errors", "rank_source", "rank_waits", "ranks_heard", "time_at", "torchrun_time",
+           "watchdog_ranks", "world_of"]

@@ -1,0 +1,250 @@
+"""Rule 4, shape-mismatch / collective-mismatch: ranks that called different collectives,
+or the same one with tensors of another shape or dtype, pinned to a rank where the
+evidence allows.
+
+Where the sides come from, strongest first: TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints
+(the minority side is odd), the Flight Recorder's disagreement at one seq, NCCL COLL lines
+(another operation at one opCount); then gloo's size check (`op.preamble.length <=
+op.nbytes. R vs E`, on the receiving side):
+
+* several receivers that all got the same R bytes where they expected the same E share
+  one sender: the rank that reported no size error (a broadcast's source) is odd;
+* R:E of 2:1 (or 1:2) is the same element count in a dtype twice as wide (float64 vs
+  float32, float32 vs float16/bfloat16): said in the verdict;
+* otherwise the aborted ranks are the parties and the verdict says the text cannot tell
+  which one held the other size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from healthcheck.diagnose.evidence import RankEvidence
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import (
+    error_evidence,
+    ev,
+    fact_rank,
+    first_errors,
+    gloo_size_aborts,
+    minority,
+    nccl_colls,
+    ranks_heard,
+)
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+from healthcheck.parsers.flight_recorder import FrComparison
+
+
+@dataclass
+class _SizeReport:
+    """One gloo size check that failed: rank `rank` received `received` bytes where its
+    own tensor holds `expected`."""
+
+    rank: int
+    received: int
+    expected: int
+
+
+@dataclass
+class _Sides:
+    sides: dict[int, str] = field(default_factory=dict)  # rank -> what it ran (DETAIL, NCCL)
+    items: list[Evidence] = field(default_factory=list)
+    shape: bool = False
+    seq: int | None = None
+    sizes: list[_SizeReport] = field(default_factory=list)
+    fr_odd: tuple[int, ...] = ()
+    fr_text: str = ""
+    divergence: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _fingerprints(col: Collected, acc: _Sides) -> None:
+    """DETAIL's `Detected mismatch between collectives on ranks`: both sides' fingerprints."""
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for m in f.log.mismatches:
+            for fp in (m.local, m.remote):
+                if fp is not None:
+                    acc.sides[fp.rank] = f"{fp.op_type} [{fp.shape}] {fp.dtypes}"
+                    acc.seq = fp.seq if fp.seq is not None else acc.seq
+            diff = m.differences.lower()
+            acc.shape = acc.shape or "shape" in diff or "dtype" in diff
+            text = (f"Detected mismatch between collectives: rank {m.local.rank} runs "
+                    f"{acc.sides.get(m.local.rank, '?')}"
+                    + (f", rank {m.remote.rank} runs {acc.sides.get(m.remote.rank, '?')}" if m.remote else "")
+                    + (f" ({m.differences})" if m.differences else ""))
+            acc.items.append(ev(col, f.source, m.line, text, fact_rank(m, f.rank)))
+
+
+def _gloo_sizes(col: Collected, acc: _Sides) -> None:
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for g in f.log.gloo:
+            if g.kind != "size-mismatch":
+                continue
+            acc.shape = True
+            rank = fact_rank(g, f.rank)
+            acc.items.append(ev(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
+                                f"{g.expected_bytes} (Received data size doesn't match)", rank))
+            if rank is not None and g.received_bytes is not None and g.expected_bytes is not None:
+                acc.sizes.append(_SizeReport(rank, g.received_bytes, g.expected_bytes))
+
+
+def _nccl_ops(col: Collected, acc: _Sides) -> None:
+    """NCCL COLL lines: one opCount, different operations on different ranks."""
+    for comm, at in nccl_colls(col).items():
+        counts = {c.op_count for c in at.values()}
+        if len(at) >= 2 and len(counts) == 1 and len({c.op for c in at.values()}) > 1 and not acc.sides:
+            for r, c in at.items():
+                acc.sides[r] = f"{c.op} (NCCL opCount {c.op_count:#x})"
+                acc.items.append(ev(col, c.source, c.line, f"rank {r}: NCCL {c.op} opCount {c.op_count:#x} on comm "
+                                    f"{comm}", r))
+
+
+def _fr_source(r: RankEvidence | None) -> str:
+    if r is None:
+        return "flight recorder"
+    return next((s for s in r.sources if "trace" in s or s.endswith((".pkl", ".pickle"))),
+                r.sources[0] if r.sources else "flight recorder")
+
+
+def _flight_recorder(col: Collected, fr: FrComparison | None, acc: _Sides) -> None:
+    """The first seq of the first group where the Flight Recorder dumps disagree."""
+    if fr is None:
+        return
+    grp = next((g for g in fr.groups if g.mismatches), None)
+    if grp is None:
+        return
+    mm = grp.mismatches[0]
+    variants = {r: v.value for v in mm.variants for r in v.ranks}
+    pick = minority(variants)
+    label = f"seq {mm.seq} of {grp.pg_desc or grp.pg_name}"
+    acc.divergence = label
+    for v in mm.variants:
+        for r in v.ranks[:8]:
+            acc.items.append(Evidence(source=_fr_source(col.evidence.ranks.get(r)), rank=r,
+                                      text=f"Flight Recorder {label}: {mm.field} {v.value}"))
+    acc.shape = acc.shape or mm.field != "op"
+    if pick is not None:
+        acc.fr_odd = pick[0]
+        acc.fr_text = f"{mm.field} {pick[2]} where the others have {pick[1]}"
+    else:
+        acc.fr_text = f"{mm.field} differs: " + "; ".join(f"{rank_words(v.ranks)}: {v.value}" for v in mm.variants)
+
+
+def dtype_ratio(sizes: list[_SizeReport]) -> str:
+    """A 2:1 byte ratio between what was received and what was expected: one element count
+    in a dtype twice as wide."""
+    for s in sizes:
+        if s.received and s.expected and max(s.received, s.expected) == 2 * min(s.received, s.expected):
+            return (f"{s.received} bytes against {s.expected}: a 2:1 ratio, the same element count in a dtype twice "
+                    "as wide (float64 vs float32, or float32 vs float16/bfloat16)")
+    return ""
+
+
+def _past_the_broadcast(col: Collected, others: list[int]) -> list[int]:
+    """Of the ranks that reported no size error, those not failing inside a broadcast,
+    when some did (receivers that waited for the data): the source got past it."""
+    firsts = first_errors(col)
+    inside = [r for r in others if r in firsts and firsts[r].collective == "broadcast"]
+    return [r for r in others if r not in inside] if inside else []
+
+
+def broadcast_source(col: Collected, sizes: list[_SizeReport], items: list[Evidence]) -> tuple[tuple[int, ...], str]:
+    """Receivers that report one (received, expected) share a sender: the one rank that
+    reported no size error, or of those the one that got past the broadcast the others
+    failed in (a broadcast's source completes its sends and goes on). The others' errors
+    go into items."""
+    reporters = {s.rank for s in sizes}
+    pairs = {(s.received, s.expected) for s in sizes}
+    if not reporters or len(pairs) != 1:
+        return (), ""
+    others = sorted(ranks_heard(col) - reporters)
+    how = "the only rank that reported no size error"
+    source = others if len(others) == 1 and len(reporters) >= 2 else []
+    if not source:
+        source, how = _past_the_broadcast(col, others), "it went on past the broadcast the others failed in"
+    if len(source) != 1:
+        return (), ""
+    received, expected = next(iter(pairs))
+    firsts = first_errors(col)
+    items.extend(error_evidence(firsts[r]) for r in others if r in firsts)
+    return (source[0],), (f"{rank_words(reporters)} received {received} bytes where their own tensor holds "
+                          f"{expected}; their common sender, rank {source[0]} (the broadcast's source: {how}), "
+                          "holds the other size")
+
+
+def _aborted(col: Collected, acc: _Sides) -> list[int]:
+    """Ranks gone by SIGABRT or gone from a live job while others run: those gloo's size
+    check aborted, when the text shows one."""
+    ev_ = col.evidence
+    out = {r for r, x in ev_.ranks.items() if x.signal == "SIGABRT"}
+    if any(x.alive for x in ev_.ranks.values()):
+        out |= {r for r, x in ev_.ranks.items() if x.state in ("missing", "zombie")}
+    for f in ev_.torch_logs:
+        assert f.log is not None
+        out |= {fail.rank for block in f.log.child_failed for fail in block.failures
+                if fail.rank is not None and fail.signal == "SIGABRT"}
+    return sorted(out)
+
+
+def _parties(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str]:
+    """gloo checks sizes on the receiving side: the ranks it aborted are the parties, and
+    nothing in the text says which one held the other size."""
+    odd = tuple(_aborted(col, acc))
+    if not odd:
+        return (), ""
+    for r in odd:
+        x = col.evidence.ranks.get(r)
+        if x is not None and not any(i.rank == r for i in acc.items):
+            acc.items.append(Evidence(source=(x.sources or ["live collection"])[0], rank=r,
+                                      text=x.stack_error or f"rank {r}: {x.signal or x.state or 'gone'}"))
+    return odd, (f"{rank_words(odd)} disagreed with a peer on a tensor size and gloo aborted "
+                 f"{'it' if len(odd) == 1 else 'them'} (Received data size doesn't match); which rank "
+                 "holds the other size the text does not say: rerun under hc run --debug-desync "
+                 "(TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and the shapes)")
+
+
+def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confidence]:
+    """The odd ranks, the summary and the confidence, from the strongest side evidence."""
+    what = "tensor shape/dtype" if acc.shape else "collective"
+    pick = minority(acc.sides) if acc.sides else None
+    if pick and acc.fr_odd and set(pick[0]) != set(acc.fr_odd):
+        acc.notes.append(f"DETAIL names {rank_words(pick[0])}, the Flight Recorder {rank_words(acc.fr_odd)}")
+    if pick:
+        return pick[0], f"{rank_words(pick[0])} called a {what} its peers did not match: runs {pick[2]} where the " \
+                        f"others run {pick[1]}", "high"
+    if acc.fr_odd:
+        return acc.fr_odd, f"{rank_words(acc.fr_odd)} called a {what} its peers did not match: {acc.fr_text}", "high"
+    source, text = broadcast_source(col, acc.sizes, acc.items)
+    if source:
+        return source, f"rank {source[0]} sent a tensor of another size: {text}", "high"
+    if acc.shape and gloo_size_aborts(col):
+        odd, text = _parties(col, acc)
+        if odd:
+            return odd, text, "medium"
+    return (), f"ranks disagree on a {what}" + (f": {acc.fr_text}" if acc.fr_text else
+                                                " (no majority to name the odd rank)"), "medium"
+
+
+def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None, list[str]]:
+    """The mismatch finding (or None) and the notes for the verdict."""
+    acc = _Sides()
+    _fingerprints(col, acc)
+    _gloo_sizes(col, acc)
+    _nccl_ops(col, acc)
+    _flight_recorder(col, fr, acc)
+    if not acc.items:
+        return None, acc.notes
+    odd, summary, confidence = _conclude(col, acc)
+    ratio = dtype_ratio(acc.sizes)
+    if ratio:
+        summary += f"; {ratio}"
+    cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
+    divergence = acc.divergence or (f"SequenceNumber {acc.seq}" if acc.seq is not None else "")
+    return job_finding(cls=cls, summary=summary, confidence=confidence, ranks=odd, evidence=tuple(acc.items[:24]),
+                   divergence=divergence), acc.notes
+
+
+__all__ = ["broadcast_source", "dtype_ratio", "mismatch"]

@@ -1,0 +1,125 @@
+"""Post-mortems: when the peers time out, each says which collective it waited in (gloo:
+`Timed out waiting Nms for recv operation` inside the torch.distributed function of its
+traceback, with the line of its own code that called it; NCCL: the watchdog's
+`WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=)`). Read per rank:
+
+* did_not_time_out: ranks the evidence knows that printed no timeout (and no error of
+  their own, nor one a collective raised while the others were timing out) while the
+  others did: they never entered the collective the others waited in (stuck-rank);
+* waited_elsewhere: every rank timed out, but a minority in another collective (another
+  op, SeqNum or call site: collective-mismatch) or in the same one with another element
+  count (shape-mismatch). Without a majority, the sides are said and no rank is named.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import msgspec
+
+from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import (
+    RankError,
+    Wait,
+    error_evidence,
+    first_errors,
+    minority,
+    rank_source,
+    rank_waits,
+    ranks_heard,
+    watchdog_ranks,
+)
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+
+_SAME_FAILURE_S = 1.0  # a peer error this close to the first timeout is that failure's, not a late waker's
+
+
+def _where(w: Wait) -> str:
+    op = w.op or "a collective"  # sides compare as printed: gloo's all_reduce, NCCL's ALLREDUCE never meet
+    return op + (f" SeqNum {w.seq}" if w.seq is not None else "") + (f" at {w.where}" if w.where else "")
+
+
+def _evidence(w: Wait) -> Evidence:
+    return Evidence(source=w.source, line=w.line, rank=w.rank, text=f"rank {w.rank}: {w.text}"[:300])
+
+
+def _first_timeout(waits: dict[int, Wait], firsts: dict[int, RankError]) -> float | None:
+    times = [firsts[r].time for r in waits if r in firsts and firsts[r].time is not None]
+    return min(t for t in times if t is not None) if times else None
+
+
+def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
+    """Known ranks with no timeout whose first error (if any) is not their own code's and
+    not a peer error of the same failure (a rank whose peer exited before it timed out)."""
+    firsts = first_errors(col)
+    first = _first_timeout(waits, firsts)
+    out = []
+    for rank in sorted(ranks_heard(col) - set(waits) - watchdog_ranks(col)):
+        e = firsts.get(rank)
+        if e is not None and not e.victim:
+            continue  # an error of its own: the dead-rank rule's
+        if e is not None and first is not None and e.time is not None and e.time - first < _SAME_FAILURE_S:
+            continue  # failed with the others, before its own timeout fired
+        x = col.evidence.ranks.get(rank)
+        if x is not None and x.signal and x.signal not in ("SIGTERM", "SIGINT", "SIGHUP"):
+            continue  # killed: the dead-rank rule's
+        out.append(rank)
+    return out
+
+
+def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | None:
+    quiet = _quiet(col, waits)
+    if not quiet or len(quiet) > len(waits):
+        return None
+    sides = Counter(_where(w) for w in waits.values())
+    where = sides.most_common(1)[0][0]
+    items = [_evidence(w) for w in list(waits.values())[:8]]
+    firsts = first_errors(col)
+    for rank in quiet[:8]:
+        e = firsts.get(rank)
+        items.insert(0, error_evidence(e) if e is not None else Evidence(
+            source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
+    confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
+    return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
+                   divergence=where,
+                   summary=f"{rank_words(quiet)} did not time out while {rank_words(waits)} timed out waiting in "
+                           f"{where}: {rank_words(quiet)} never entered that collective (stuck or busy elsewhere)")
+
+
+def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
+    if not all(w.op for w in waits.values()):  # a watchdog status line names the SeqNum only
+        if len({w.seq for w in waits.values()}) < 2 or any(w.seq is None for w in waits.values()):
+            return None
+        waits = {r: msgspec.structs.replace(w, op="", where="") for r, w in waits.items()}
+    sides = {r: _where(w) for r, w in waits.items()}
+    cls: FailureClass = "collective-mismatch"
+    if len(set(sides.values())) == 1:
+        sides = {r: f"{_where(w)} with {w.numel_in} elements" for r, w in waits.items() if w.numel_in is not None}
+        if len(set(sides.values())) < 2:
+            return None
+        cls = "shape-mismatch"
+    items = tuple(_evidence(w) for w in list(waits.values())[:12])
+    pick = minority(sides)
+    what = "tensor size" if cls == "shape-mismatch" else "collective"
+    if pick is None:
+        text = "; ".join(f"{rank_words([r for r in sides if sides[r] == v])}: {v}" for v in sorted(set(sides.values())))
+        return job_finding(cls=cls, confidence="medium", evidence=items,
+                       summary=f"every rank timed out, in different {what}s and no majority names the odd one: "
+                               f"{text}")
+    odd, top, theirs = pick
+    return job_finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
+                   where=next((waits[r].where for r in odd if waits[r].where), ""),
+                   summary=f"{rank_words(odd)} timed out in {theirs} while the others timed out in {top}: "
+                           f"the ranks called different {what}s")
+
+
+def post_mortem(col: Collected) -> JobFinding | None:
+    """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
+    waits = rank_waits(col)
+    if not waits:
+        return None
+    return did_not_time_out(col, waits) or waited_elsewhere(waits)
+
+
+__all__ = ["did_not_time_out", "post_mortem", "waited_elsewhere"]
