@@ -443,3 +443,32 @@ def held_out() -> list[Scenario]:
 def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenario]:
     wanted = set(names)
     return [sc for sc in scenarios if sc.name in wanted]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out] [--keep DIR] [NAME...]`:
+    run the scenarios (all of the set, or those named), print each answer and the score."""
+    import argparse
+
+    sys.path.insert(0, str(HERE.parent))
+    from diagnose_jobs.scenarios import TUNING
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--set", choices=("tuning", "held-out"), default="tuning")
+    ap.add_argument("--keep", type=Path, help="copy each job's saved output to DIR/<scenario>")
+    ap.add_argument("names", nargs="*")
+    args = ap.parse_args(argv)
+    scenarios = TUNING if args.set == "tuning" else held_out()
+    if args.names:
+        scenarios = by_name(scenarios, args.names)
+    score = Score()
+    for sc in scenarios:
+        o = run_scenario(sc, keep=args.keep)
+        score.outcomes.append(o)
+        print(" | ".join(score.table()[-1]) + (f" | {o.summary[:160]}" if o.summary else ""), flush=True)
+    print(score.row())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

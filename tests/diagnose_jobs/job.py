@@ -103,7 +103,6 @@ class Job:
         return torch.ones(16, 8) * (self.rank + 1)
 
     def forward_backward(self, batch, step: int):
-        import torch
 
         if self.faulty(step, "raise"):
             raise ValueError(f"NaN in the loss at step {step}: batch {step * self.world + self.rank} is corrupt")

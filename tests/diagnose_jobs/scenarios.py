@@ -47,12 +47,12 @@ TUNING: list[Scenario] = [
     Scenario("port in use plain", "none", 3, "init", (), truth_ranks=(0,), port_taken=True,
              note="rank 0 cannot listen on MASTER_PORT"),
     # healthy or merely slow
-    Scenario("healthy plain live", "none", 4, "none", mode="live"),
+    Scenario("healthy plain w3 live", "none", 3, "none", mode="live"),
     Scenario("straggler plain r1 live", "straggler", 4, "none", (1,), mode="live", args=("--slow", "1.5"),
              note="1.5 s slower every step, progressing"),
     Scenario("jitter torchrun live", "none", 4, "none", launcher="torchrun", mode="live", args=("--jitter", "0.8")),
 ]
 
 # small worlds, a few seconds each: what CI runs against the committed floor
-CI_SUBSET = ["raise plain r2", "loader plain r1 live", "size mismatch plain r3", "dtype mismatch plain w2 r1",
-             "healthy plain live"]
+CI_SUBSET = ["raise torchrun r0 unlabelled", "busy plain r0 live", "dtype mismatch plain w2 r1",
+             "world 2 stuck plain r1 live", "healthy plain w3 live"]
