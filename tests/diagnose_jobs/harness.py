@@ -39,6 +39,8 @@ HERE = Path(__file__).resolve().parent
 JOB = HERE / "job.py"
 REPO = HERE.parents[1]
 HELD_OUT_DIR = REPO / "tests" / "fixtures" / "diagnose-jobs" / "held-out"
+# saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
+SAVED = {"tuning": REPO / "tests" / "fixtures" / "diagnose-jobs" / "tuning", "held-out": HELD_OUT_DIR / "saved"}
 
 # truth classes: what went wrong, in this suite's own words
 CLASSES = ("dead", "stuck", "desync", "shape", "init", "none")
@@ -93,6 +95,13 @@ class Scenario:
         if self.truth_ranks is not None:
             return tuple(sorted(self.truth_ranks))
         return () if self.truth == "none" else tuple(sorted(self.culprits))
+
+    @property
+    def slug(self) -> str:
+        """The scenario's folder name: its name, lower case, runs of other characters as '-'."""
+        import re
+
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
 
     @property
     def how(self) -> str:
@@ -193,6 +202,20 @@ class Score:
                 f"{self.class_right}/{self.n} ({self.pct(self.class_right)}), both {self.both_right}/{self.n}, "
                 f"false culprits {self.false_culprits}, named on healthy {self.named_on_healthy}, "
                 f"median {self.median_seconds:.2f} s" + (f", {self.errors} not run" if self.errors else ""))
+
+    def confusion(self) -> list[list[str]]:
+        """Per truth class: how many jobs, and what hc answered (its own class names) how often:
+        the classes hc cannot tell apart are the off-diagonal counts."""
+        from collections import Counter
+
+        rows = []
+        for truth in CLASSES:
+            answers = Counter(o.hc_class if not o.error else "error" for o in self.outcomes
+                              if o.scenario.truth == truth)
+            if answers:
+                rows.append([truth, str(sum(answers.values())),
+                             ", ".join(f"{cls} {k}" for cls, k in answers.most_common())])
+        return rows
 
     def table(self) -> list[list[str]]:
         return [[o.scenario.name, o.scenario.how, o.scenario.truth_text, o.answer,
@@ -395,9 +418,7 @@ def diagnose(run: Run) -> Outcome:
         run.wait_end()
         run.kill()
         verdict, seconds, rc, error = ask_hc(["logs", str(run.out)], env)
-    ranks = tuple(sorted({int(o["rank"]) for o in verdict.get("odd_ranks", []) if o.get("rank") is not None}))
-    return Outcome(sc, hc_class=str(verdict.get("class", "?")), hc_ranks=ranks, seconds=seconds, rc=rc,
-                   summary=str(verdict.get("summary", ""))[:300], error=error)
+    return outcome_of(sc, verdict, seconds, rc, error)
 
 
 def run_scenario(sc: Scenario, keep: Path | None = None) -> Outcome:
@@ -415,8 +436,28 @@ def run_scenario(sc: Scenario, keep: Path | None = None) -> Outcome:
         if keep is not None:
             import shutil
 
-            shutil.copytree(run.out, keep / sc.name, dirs_exist_ok=True)
+            shutil.copytree(run.out, keep / sc.slug, dirs_exist_ok=True)
         return outcome
+
+
+def replay(sc: Scenario, root: Path) -> Outcome | None:
+    """`hc diagnose logs` on the scenario's saved output under root (None: none saved, or a live
+    scenario, whose diagnosis needs the job running)."""
+    folder = root / sc.slug
+    if sc.mode != "logs" or not folder.is_dir():
+        return None
+    verdict, seconds, rc, error = ask_hc(["logs", str(folder)], clean_env())
+    return outcome_of(sc, verdict, seconds, rc, error)
+
+
+def outcome_of(sc: Scenario, verdict: dict, seconds: float, rc: int, error: str) -> Outcome:
+    ranks = tuple(sorted({int(o["rank"]) for o in verdict.get("odd_ranks", []) if o.get("rank") is not None}))
+    return Outcome(sc, hc_class=str(verdict.get("class", "?")), hc_ranks=ranks, seconds=seconds, rc=rc,
+                   summary=str(verdict.get("summary", ""))[:300], error=error)
+
+
+def replay_all(scenarios: Iterable[Scenario], root: Path) -> Score:
+    return Score([o for o in (replay(sc, root) for sc in scenarios) if o is not None])
 
 
 def run_all(scenarios: Iterable[Scenario], progress=None) -> Score:
@@ -455,7 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--set", choices=("tuning", "held-out"), default="tuning")
-    ap.add_argument("--keep", type=Path, help="copy each job's saved output to DIR/<scenario>")
+    ap.add_argument("--keep", type=Path, help="copy each job's saved output to DIR/<scenario slug>")
+    ap.add_argument("--replay", action="store_true", help="no job: diagnose the set's saved outputs (logs mode)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
     scenarios = TUNING if args.set == "tuning" else held_out()
@@ -463,10 +505,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         scenarios = by_name(scenarios, args.names)
     score = Score()
     for sc in scenarios:
-        o = run_scenario(sc, keep=args.keep)
+        o = replay(sc, SAVED[args.set]) if args.replay else run_scenario(sc, keep=args.keep)
+        if o is None:
+            continue
         score.outcomes.append(o)
         print(" | ".join(score.table()[-1]) + (f" | {o.summary[:160]}" if o.summary else ""), flush=True)
     print(score.row())
+    for row in score.confusion():
+        print("  " + " | ".join(row))
     return 0
 
 
