@@ -21,6 +21,7 @@ TUNING: list[Scenario] = [
     Scenario("raise torchrun r0 unlabelled", "raise", 3, "dead", (0,), launcher="torchrun", labelled=False),
     Scenario("raise mpirun r1", "raise", 4, "dead", (1,), launcher="mpirun"),
     Scenario("raise hc-run torchrun r3", "raise", 4, "dead", (3,), launcher="torchrun", hcrun=True),
+    Scenario("raise hc-run mpirun r2", "raise", 3, "dead", (2,), launcher="mpirun", hcrun=True),
     # ran out of data: exit 0 early, the peers fail after
     Scenario("exit0 plain r3", "exit0", 4, "dead", (3,)),
     # blocked outside the collective while the others wait in it

@@ -28,7 +28,7 @@ from diagnose_jobs.scenarios import CI_SUBSET, TUNING
 # the dtype mismatch's class right without a rank; the exception under torchrun and the
 # world-2 hang unknown; the healthy job right in 3 of 4 tries here and called stuck in the
 # fourth (one snapshot: issue 19 item 2), so the floor does not count on it yet.
-# the tuning set's 13 saved outputs on main as of the suite's commit (d06fa4e): the @record
+# the tuning set's 14 saved outputs on main as of the suite's commit (d06fa4e): the @record
 # exception and the SIGKILL under torchrun and the port in use right; the three mismatches
 # and the wrong WORLD_SIZE classed without a rank; the rest unknown.
 REPLAY_FLOOR = {"rank_right": 3, "class_right": 7, "both_right": 3, "false_culprits": 0, "named_on_healthy": 0}
@@ -92,7 +92,7 @@ def assert_at_least(score: harness.Score, floor: dict[str, int]) -> None:
 def test_the_tuning_sets_saved_outputs_are_diagnosed_at_least_as_well_as_the_floor():
     scenarios = [sc for sc in TUNING if sc.mode == "logs"]
     score = harness.replay_all(scenarios, harness.SAVED["tuning"])
-    assert score.n == len(scenarios) == 13  # every logs-mode tuning job has its saved output
+    assert score.n == len(scenarios) == 14  # every logs-mode tuning job has its saved output
     assert_at_least(score, REPLAY_FLOOR)
 
 
