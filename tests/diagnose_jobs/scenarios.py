@@ -1,0 +1,59 @@
+"""The TUNING set of the measured detector: labelled gloo jobs (job.py) with their truth.
+
+Rules may be tuned on these; the HELD_OUT set (tests/fixtures/diagnose-jobs/held-out/) is
+other worlds, ranks, launchers and variants of the same failure mechanisms, never tuned on.
+CI_SUBSET: the few small, quick ones test_diagnose_jobs.py runs on every CI.
+
+Truth classes (harness.CLASSES): dead (a rank died: exception, signal, exited early),
+stuck (a rank blocked outside the collective its peers wait in, or stopped), desync (a
+rank in another collective, or in none its group waits in), shape (size or dtype of one
+rank's tensor), init (a rank's launch: port, world size), none (healthy or merely slow).
+"""
+
+from __future__ import annotations
+
+from diagnose_jobs.harness import Scenario
+
+TUNING: list[Scenario] = [
+    # a Python exception in one rank's own code
+    Scenario("raise plain r2", "raise", 4, "dead", (2,), note="ValueError; peers: Connection closed by peer"),
+    Scenario("raise torchrun @record r1", "raise", 4, "dead", (1,), launcher="torchrun", args=("--record",)),
+    Scenario("raise torchrun r0 unlabelled", "raise", 3, "dead", (0,), launcher="torchrun", labelled=False),
+    Scenario("raise mpirun r1", "raise", 4, "dead", (1,), launcher="mpirun"),
+    Scenario("raise hc-run torchrun r3", "raise", 4, "dead", (3,), launcher="torchrun", hcrun=True),
+    Scenario("raise hc-run mpirun r2", "raise", 3, "dead", (2,), launcher="mpirun", hcrun=True),
+    # ran out of data: exit 0 early, the peers fail after
+    Scenario("exit0 plain r3", "exit0", 4, "dead", (3,)),
+    # blocked outside the collective while the others wait in it
+    Scenario("loader plain r1 live", "loader", 4, "stuck", (1,), mode="live"),
+    Scenario("loader plain r2 logs", "loader", 4, "stuck", (2,)),
+    Scenario("busy plain r0 live", "busy", 3, "stuck", (0,), mode="live"),
+    Scenario("loader hc-run plain r2 live", "loader", 4, "stuck", (2,), mode="live", hcrun=True),
+    Scenario("two loaders plain r1,r3 live", "loader", 6, "stuck", (1, 3), mode="live"),
+    Scenario("node stuck plain r3-5 live", "loader", 6, "stuck", (3, 4, 5), mode="live",
+             note="a whole node's ranks (3 of 6)"),
+    Scenario("world 2 stuck plain r1 live", "sleep", 2, "stuck", (1,), mode="live"),
+    # death by signal
+    Scenario("kill torchrun r2", "kill", 4, "dead", (2,), launcher="torchrun"),
+    Scenario("stop plain r3 live", "stop", 4, "stuck", (3,), mode="live"),
+    # mismatches
+    Scenario("op mismatch plain r1 live", "op", 4, "desync", (1,), mode="live", note="all_gather vs all_reduce"),
+    Scenario("size mismatch plain r3", "size", 4, "shape", (3,)),
+    Scenario("dtype mismatch plain w2 r1", "dtype", 2, "shape", (1,)),
+    Scenario("broadcast source plain r0", "bcast", 4, "shape", (0,), note="the source sends 48 floats, not 32"),
+    Scenario("wrong group plain r1 live", "group", 4, "desync", (1,), mode="live",
+             note="rank 1 passes group [2,3]: skipped; rank 0 waits alone in group [0,1]"),
+    # launch
+    Scenario("world size plain r2", "none", 4, "init", (2,), rank_env=((2, "WORLD_SIZE", "5"),)),
+    Scenario("port in use plain", "none", 3, "init", (), truth_ranks=(0,), port_taken=True,
+             note="rank 0 cannot listen on MASTER_PORT"),
+    # healthy or merely slow
+    Scenario("healthy plain w3 live", "none", 3, "none", mode="live"),
+    Scenario("straggler plain r1 live", "straggler", 4, "none", (1,), mode="live", args=("--slow", "1.5"),
+             note="1.5 s slower every step, progressing"),
+    Scenario("jitter torchrun live", "none", 4, "none", launcher="torchrun", mode="live", args=("--jitter", "0.8")),
+]
+
+# small worlds, a few seconds each: what CI runs against the committed floor
+CI_SUBSET = ["raise torchrun r0 unlabelled", "busy plain r0 live", "dtype mismatch plain w2 r1",
+             "world 2 stuck plain r1 live", "healthy plain w3 live"]

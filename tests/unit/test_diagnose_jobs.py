@@ -1,0 +1,108 @@
+"""The measured detector (issue 19): labelled gloo jobs (tests/diagnose_jobs/) run for real and
+diagnosed by hc, live or from their saved output.
+
+The tables are checked for what the issue asks of them (at least 30 failing and 5 healthy
+jobs, a held-out set of at least 20 that is not the tuning set again, every hc class
+mapped). CI runs a small subset (CI_SUBSET: worlds 2-3, a few seconds each) and asserts
+hc is at least as good as FLOOR: what main scored when the suite was written. A rule that
+gets better raises the floor (the lead edits FLOOR after a merge); one that gets worse
+fails here. bin/bench --only "diagnose detector" prints the whole tuning and held-out
+tables.
+
+Also in CI, and the same every time: the tuning set's saved outputs (its logs-mode jobs as they
+ran when the suite was captured, tests/fixtures/diagnose-jobs/tuning/) replayed through `hc
+diagnose logs`, against REPLAY_FLOOR."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+from diagnose_jobs import harness
+from diagnose_jobs.scenarios import CI_SUBSET, TUNING
+
+# CI_SUBSET on main as of the suite's commit (5 jobs run for real, d06fa4e): busy r0 right;
+# the dtype mismatch's class right without a rank; the exception under torchrun and the
+# world-2 hang unknown; the healthy job right in 3 of 4 tries here and called stuck in the
+# fourth (one snapshot: issue 19 item 2), so the floor does not count on it yet.
+# the tuning set's 14 saved outputs on main as of the suite's commit (d06fa4e): the @record
+# exception and the SIGKILL under torchrun and the port in use right; the three mismatches
+# and the wrong WORLD_SIZE classed without a rank; the rest unknown.
+REPLAY_FLOOR = {"rank_right": 3, "class_right": 7, "both_right": 3, "false_culprits": 0, "named_on_healthy": 0}
+
+FLOOR = {"rank_right": 1, "class_right": 2, "both_right": 1, "false_culprits": 1, "named_on_healthy": 1}
+
+
+def test_the_sets_are_as_large_and_varied_as_the_issue_asks():
+    held = harness.held_out()
+    every = TUNING + held
+    assert len(held) >= 20
+    assert sum(sc.truth != "none" for sc in every) >= 30 and sum(sc.truth == "none" for sc in every) >= 5
+    assert len({sc.name for sc in every}) == len(every)
+    assert {sc.launcher for sc in every} >= {"plain", "torchrun", "mpirun"}
+    assert {sc.mode for sc in every} == {"live", "logs"} and any(sc.hcrun for sc in every)
+    assert {sc.world for sc in every} >= set(range(2, 9)) - {7}
+    assert any(len(sc.expected_ranks) > 1 for sc in every)
+    assert {sc.truth for sc in every} == set(harness.CLASSES)
+    for sc in every:
+        assert sc.launcher in ("plain", "torchrun", "mpirun") and sc.mode in ("live", "logs"), sc.name
+        assert all(0 <= r < sc.world for r in sc.culprits + sc.expected_ranks), sc.name
+        assert sc.truth != "none" or not sc.expected_ranks, sc.name
+
+
+def test_the_held_out_set_is_not_the_tuning_set_again():
+    def shape(sc: harness.Scenario) -> tuple:
+        return (sc.fault, sc.world, sc.culprits, sc.launcher, sc.mode, sc.hcrun, sc.labelled, sc.args)
+
+    assert not {shape(sc) for sc in harness.held_out()} & {shape(sc) for sc in TUNING}
+
+
+def test_every_class_hc_can_answer_is_mapped_to_the_suites():
+    from healthcheck.diagnose.classify import FailureClass
+
+    for cls in typing.get_args(FailureClass):
+        assert cls in harness.HC_CLASS, f"map hc's {cls!r} in tests/diagnose_jobs/harness.py HC_CLASS"
+
+
+def test_scoring_counts_rank_class_and_false_culprits():
+    sc = harness.Scenario("t", "loader", 4, "stuck", (1, 3))
+    assert harness.Outcome(sc, "stuck-rank", (1, 3)).right
+    wrong = harness.Outcome(sc, "collective-mismatch", (0, 1))
+    assert not wrong.rank_right and not wrong.class_right and wrong.false_culprits == 1
+    healthy = harness.Scenario("h", "straggler", 4, "none", (2,))
+    assert healthy.expected_ranks == ()
+    assert harness.Outcome(healthy, "unknown", ()).right
+    named = harness.Outcome(healthy, "stuck-rank", (2,))
+    assert named.named_on_healthy and named.false_culprits == 1
+    assert harness.Score([named, wrong]).row().startswith("rank right 0/2 (0%), class right 0/2")
+
+
+def assert_at_least(score: harness.Score, floor: dict[str, int]) -> None:
+    table = "\n".join(" | ".join(row) for row in score.table())
+    assert score.errors == 0, table
+    for better_when_more in ("rank_right", "class_right", "both_right"):
+        assert getattr(score, better_when_more) >= floor[better_when_more], (better_when_more, table)
+    for better_when_fewer in ("false_culprits", "named_on_healthy"):
+        assert getattr(score, better_when_fewer) <= floor[better_when_fewer], (better_when_fewer, table)
+
+
+def test_the_tuning_sets_saved_outputs_are_diagnosed_at_least_as_well_as_the_floor():
+    scenarios = [sc for sc in TUNING if sc.mode == "logs"]
+    score = harness.replay_all(scenarios, harness.SAVED["tuning"])
+    assert score.n == len(scenarios) == 14  # every logs-mode tuning job has its saved output
+    assert_at_least(score, REPLAY_FLOOR)
+
+
+@pytest.mark.slow
+def test_ci_subset_is_at_least_as_good_as_the_floor():
+    if not Path(sys.executable).with_name("torchrun").exists() or shutil.which("py-spy") is None and \
+            not Path(sys.executable).with_name("py-spy").exists():
+        pytest.skip("torch (torchrun) and py-spy are needed next to this Python")
+    scenarios = harness.by_name(TUNING, CI_SUBSET)
+    assert len(scenarios) == len(CI_SUBSET)
+    score = harness.run_all(scenarios, repeat_healthy=False)
+    assert_at_least(score, FLOOR)
+    assert all(o.seconds < 15 for o in score.outcomes), "\n".join(" | ".join(row) for row in score.table())
