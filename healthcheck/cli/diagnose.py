@@ -387,12 +387,17 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
     sink = Sink(fmt, output, prometheus_to, config_path)
     wanted = local_rank_pids() if local else list(pids)
     host = socket.gethostname()
+    # torchrun agents given by pid whose ranks never started are read as --local reads them
+    # (and only they: another job's ranks on this machine are not this job's), not as ranks
+    agents = [] if local else find_launchers(host, py_spy="py-spy", timeout_s=timeout_s, only=set(wanted))
+    if agents and len(agents) == len(set(wanted)):
+        wanted = []
     if wanted:
         node = collect_node(pids=wanted, timeout_s=timeout_s, ras=ras, native=native, host=host,
                             sampling=_spec(samples, window_s))
     else:
         # none started: a torchrun agent still in its rendezvous says why
-        launchers = find_launchers(host, py_spy="py-spy", timeout_s=timeout_s) if local else []
+        launchers = find_launchers(host, py_spy="py-spy", timeout_s=timeout_s) if local else agents
         node = NodeCollection(host=host, collected_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                               launchers=tuple(launchers),
                               errors=(CollectError("no-ranks", f"no Python rank process on {host} (RANK, "

@@ -71,7 +71,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -1217,9 +1217,10 @@ def _waiting_in(stack: PySpyDump | None, pid: int) -> str | None:
 
 
 def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str = "/proc",
-                   same_netns: bool = True) -> list[LauncherProcess]:
-    """The torchrun agents on this node (this netns) that have no Python child: launchers
-    whose ranks never started, with their stack and who holds their rendezvous port."""
+                   same_netns: bool = True, only: Collection[int] | None = None) -> list[LauncherProcess]:
+    """The torchrun agents on this node (this netns; among `only` where given) that have no
+    Python child: launchers whose ranks never started, with their stack and who holds their
+    rendezvous port."""
     until = time.monotonic() + timeout_s
     try:
         own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
@@ -1231,6 +1232,8 @@ def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str
     by_pid = {q.pid: q for q in procs}
     agents = []
     for q in procs:
+        if only is not None and q.pid not in only:
+            continue
         argv = q.command.split(" ")
         if q.state in ("Z", "X") or not is_python(q) or not any(a in argv[:3] or any(
                 w.endswith("/" + a) for w in argv[:2]) for a in _AGENT_CMD):

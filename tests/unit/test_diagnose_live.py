@@ -325,7 +325,7 @@ def test_pids_of_this_machine(tmp_path):
 
 def test_torchrun_whose_rendezvous_port_is_taken(tmp_path):
     """A real torchrun (c10d rendezvous at 127.0.0.1:PORT) while another process holds
-    PORT: no rank starts; `hc diagnose pids --local` reads the agent's stack (waiting in
+    PORT: no rank starts; `hc diagnose pids AGENT` reads the agent's stack (waiting in
     the store's creation) and names the holder. Runs where torchrun is installed."""
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.exists():
@@ -345,7 +345,9 @@ def test_torchrun_whose_rendezvous_port_is_taken(tmp_path):
         v: dict = {}
         for _ in range(20):  # torch's import takes seconds before the agent reaches its rendezvous
             time.sleep(2)
-            r = run_hc("diagnose", "pids", "--local", "--format", "json", "--timeout", "15")
+            # the agent's pid, not --local: another test's job on this machine (an xdist worker
+            # beside this one) would be a second world in the same answer
+            r = run_hc("diagnose", "pids", str(agent.pid), "--format", "json", "--timeout", "15")
             v = json.loads(r.stdout)
             if "held by" in v.get("summary", ""):
                 break
