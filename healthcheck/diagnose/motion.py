@@ -11,8 +11,9 @@ integer locals (`step`, `iteration`, ...: the step rate). Values of other locals
 never kept: they may hold anything.
 
 Here, on the diagnosing side, the samples become a `RankMotion` per rank: is it moving
-(its stack, its I/O or a step counter changed within STILL_S of the last sample: a rank
-that moved early in the window and then stopped in a collective is still), was it inside
+(its stack, its I/O while in a collective, or a step counter changed within STILL_S of
+the last sample: a rank that moved early in the window and then stopped in a collective
+is still), was it inside
 a collective, or outside any, since it last changed, and its step rate.
 """
 
@@ -92,8 +93,12 @@ def sample_of(thread: PySpyThread | None, at: float, io: int | None,
 
 
 def _same(a: StackSample, b: StackSample) -> bool:
-    """No change between two samples (an I/O count one of them could not read is no change)."""
-    io_same = a.io is None or b.io is None or a.io == b.io
+    """No change between two samples (an I/O count one of them could not read is no change).
+    I/O tells progress only inside a collective, where the bytes are the collective's:
+    outside one, an unchanged stack with I/O is a background thread's (NCCL's watchdog, a
+    logger), not the rank moving. Seen on an H100: one NCCL rank blocked in
+    torch.cuda.synchronize behind a hung collective was called progressing."""
+    io_same = a.io is None or b.io is None or a.io == b.io or (a.collective is None and b.collective is None)
     return a.key == b.key and io_same and a.counters == b.counters
 
 

@@ -293,8 +293,21 @@ def test_sampling_stops_at_the_window_when_every_rank_moved_and_goes_on_while_on
 def test_one_sample_or_none_is_no_motion():
     one = [StackSample(at=0.0, key="a")]
     assert job_motion({0: one}) is None
-    assert moved([StackSample(at=0.0, key="a", io=5), StackSample(at=1.0, key="a", io=9)])
-    assert not moved([StackSample(at=0.0, key="a", io=5), StackSample(at=1.0, key="a", io=5)])
+    assert moved([StackSample(at=0.0, key="a", collective="all_reduce", io=5),
+                  StackSample(at=1.0, key="a", collective="all_reduce", io=9)])
+    assert not moved([StackSample(at=0.0, key="a", collective="all_reduce", io=5),
+                      StackSample(at=1.0, key="a", collective="all_reduce", io=5)])
+
+
+def test_io_outside_a_collective_is_a_background_threads_not_the_rank_moving():
+    """On an H100, one NCCL rank blocked in torch.cuda.synchronize behind a hung all_reduce
+    (tests/fixtures/h100-captures/nccl-watchdog-timeout-1rank) was called progressing: its
+    stack never changed, only the process's I/O count (NCCL's and torch's own threads)."""
+    synchronize = [StackSample(at=t, key="synchronize@nccl_hang.py:21", io=1000 + int(t * 10)) for t in (0, 0.5, 1, 1.5)]
+    assert not moved(synchronize)
+    # a step counter still tells progress wherever the rank is
+    stepping = [StackSample(at=t, key="s", io=7, counters={"main:step": int(t * 2)}) for t in (0, 0.5, 1, 1.5)]
+    assert moved(stepping)
 
 
 @pytest.mark.parametrize("args", [["--samples", "0"], ["--samples", "21"], ["--samples", "nan"],
