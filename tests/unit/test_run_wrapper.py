@@ -118,6 +118,22 @@ def test_default_log_dir_per_job_bounded_and_shared_by_the_ranks_of_one_run(tmp_
     assert envset.default_log_dir({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}).name == "n1-29500"
 
 
+def test_the_ranks_of_one_mpi_job_name_the_same_default_log_dir_and_another_job_another(tmp_path):
+    # mpirun's ranks had no variable in common that hc read: each logged to pid<its pid>, and
+    # the directory rank 0 printed held rank 0 alone (Open MPI 4: PMIX_NAMESPACE=583008257)
+    ranks = [{"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "3", "PMIX_RANK": str(r),
+              "PMIX_NAMESPACE": "583008257", "OMPI_MCA_ess_base_jobid": "583008257"} for r in range(3)]
+    dirs = {envset.default_log_dir(env) for env in ranks}
+    assert len(dirs) == 1 and dirs.pop().name == "mpi-583008257"
+    # Open MPI 5 (PRRTE) names its jobs with characters no directory name gets
+    five = envset.default_log_dir({"PMIX_NAMESPACE": "prterun-n1/x-1234@1"})
+    assert five.name == "mpi-prterun-n1_x-1234_1"
+    # two jobs in a row on one MASTER_PORT are two jobs, not one directory
+    first, second = ({"MASTER_ADDR": "n1", "MASTER_PORT": "29500", "PMIX_NAMESPACE": ns} for ns in ("11", "12"))
+    assert envset.default_log_dir(first) != envset.default_log_dir(second)
+    assert envset.job_key({"OMPI_MCA_ess_base_jobid": "7"}) == "mpi-7" and envset.job_key({}) is None
+
+
 def test_log_dir_is_created_private_and_a_link_is_refused(tmp_path):
     made = envset.make_log_dir(tmp_path / "a" / "logs")
     assert (made / "fr").is_dir() and oct(made.stat().st_mode & 0o777) == "0o750"
