@@ -134,6 +134,26 @@ def test_the_ranks_of_one_mpi_job_name_the_same_default_log_dir_and_another_job_
     assert envset.job_key({"OMPI_MCA_ess_base_jobid": "7"}) == "mpi-7" and envset.job_key({}) is None
 
 
+def test_rank_0_says_when_the_default_log_dir_cannot_hold_every_rank(tmp_path):
+    def warnings(**env: str) -> list[str]:
+        r = run_hc("run", "--no-preflight", "--", "true", env={"TMPDIR": str(tmp_path), **env})
+        assert r.returncode == 0, r.stderr
+        return [ln for ln in stderr_lines(r) if "warning" in ln]
+
+    # ranks that meet at their own tcp:// address: nothing they share names the job
+    (alone,) = warnings(RANK="0", WORLD_SIZE="2")
+    assert "each rank logs in a directory of its own" in alone and "--log-dir" in alone
+    assert warnings(RANK="1", WORLD_SIZE="2") == []  # rank 0 says it, once for the job
+    # mpirun across two nodes: each node's temp dir holds its own ranks
+    (nodes,) = warnings(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_LOCAL_SIZE="2",
+                        PMIX_NAMESPACE="99")
+    assert "on each node" in nodes and "shared file system" in nodes
+    # one node, one job id: nothing to say
+    assert warnings(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_SIZE="2",
+                    PMIX_NAMESPACE="99") == []
+    assert warnings() == []  # one process
+
+
 def test_log_dir_is_created_private_and_a_link_is_refused(tmp_path):
     made = envset.make_log_dir(tmp_path / "a" / "logs")
     assert (made / "fr").is_dir() and oct(made.stat().st_mode & 0o777) == "0o750"
