@@ -73,7 +73,19 @@ def who(env: Mapping[str, str]) -> Who:
                    _num(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _num(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return Who("srun", _num(env, "SLURM_PROCID"), _num(env, "SLURM_NTASKS"), _num(env, "SLURM_LOCALID"), None)
-    return Who("none", 0, 1, 0, 1)
+    return _mpi_rank(env) or Who("none", 0, 1, 0, 1)
+
+
+def _mpi_rank(env: Mapping[str, str]) -> Who | None:
+    """A rank of an MPI launcher other than Open MPI's: Hydra's (MPICH, Intel MPI, MVAPICH) sets
+    PMI_RANK and PMI_SIZE; a PMIx launcher its PMIX_RANK, the size left unknown. Without this
+    every rank of theirs claimed to be rank 0 of a world of 1."""
+    if "PMI_RANK" in env and "PMI_SIZE" in env:
+        return Who("mpirun", _num(env, "PMI_RANK"), _num(env, "PMI_SIZE"), _num(env, "MPI_LOCALRANKID"),
+                   _num(env, "MPI_LOCALNRANKS"))
+    if _num(env, "PMIX_RANK") is not None:
+        return Who("mpirun", _num(env, "PMIX_RANK"), None, None, None)
+    return None
 
 
 def safe_key(text: str) -> str:

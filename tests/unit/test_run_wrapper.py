@@ -134,6 +134,17 @@ def test_the_ranks_of_one_mpi_job_name_the_same_default_log_dir_and_another_job_
     assert envset.job_key({"OMPI_MCA_ess_base_jobid": "7"}) == "mpi-7" and envset.job_key({}) is None
 
 
+def test_hydras_and_pmixs_ranks_are_who_they_are_not_rank_0_of_1():
+    # MPICH's, Intel MPI's and MVAPICH's Hydra; a PMIx launcher with no OMPI_COMM_WORLD_*
+    hydra = envset.who({"PMI_RANK": "5", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"})
+    assert hydra == envset.Who("mpirun", 5, 8, 1, 4)
+    assert envset.who({"PMIX_RANK": "3", "PMIX_NAMESPACE": "prterun-n1-9@1"}) == envset.Who("mpirun", 3, None, None,
+                                                                                            None)
+    # Open MPI's own variables and srun's come first; nothing at all is one process
+    both = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "PMIX_RANK": "2"}
+    assert envset.who(both).world_size == 4 and envset.who({"PMIX_RANK": "x"}) == envset.Who("none", 0, 1, 0, 1)
+
+
 def test_rank_0_says_when_the_default_log_dir_cannot_hold_every_rank(tmp_path):
     def warnings(**env: str) -> list[str]:
         r = run_hc("run", "--no-preflight", "--", "true", env={"TMPDIR": str(tmp_path), **env})

@@ -326,3 +326,18 @@ def test_inside_mpirun_without_log_dir_every_rank_logs_where_the_next_step_point
     assert "ValueError" in kept[bad][0].text
     logs = diagnose(log_dir)
     assert (logs["class"], odd(logs)) == ("dead-rank", [bad]), logs["summary"]
+
+
+@needs_mpirun
+def test_a_pmix_rank_without_open_mpis_variables_is_recorded_by_its_real_rank(tmp_path, short_tmpdir):
+    # a PMIx launcher that sets no OMPI_COMM_WORLD_*: the real mpirun's PMIX_RANK and namespace,
+    # Open MPI's own variables taken away (each rank claimed to be rank 0 of a world of 1)
+    drop = [arg for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE") for arg in ("-u", f"OMPI_COMM_WORLD_{name}")]
+    prog = "import json, os; print(json.dumps({'rank': int(os.environ['PMIX_RANK']), 'pid': os.getpid()}))"
+    argv = [*mpirun(2), "-x", "TMPDIR", "env", *drop, *HC, "run", "--no-node-check", "--", PY, "-c", prog]
+    r = run(argv, clean_env(TMPDIR=str(short_tmpdir)), tmp_path)
+    console = r.stdout.decode(errors="replace")
+    assert r.returncode == 0, console[-3000:]
+    ran = job_lines(console)
+    found = manifests(printed_log_dir(console))
+    assert {k: (m["pid"], m["launcher"]) for k, m in found.items()} == {k: (ran[k]["pid"], "mpirun") for k in (0, 1)}
