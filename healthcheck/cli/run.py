@@ -52,7 +52,9 @@ hc-run.launcher.<host>.<pid>.log. Around mpirun or srun (or torchrun
 --no-python) the ranks are not recorded: hc says so and how to (hc run
 inside the launcher); the launcher's output is kept.
 Log dir: --log-dir, else $HC_RUN_LOG_DIR, else $SLURM_SUBMIT_DIR/hc-job-<jobid>,
-else <tmp>/hc-run-<uid>/<run>.
+else <tmp>/hc-run-<uid>/<job>: the job named alike on every rank by
+TORCHELASTIC_RUN_ID, PMIX_NAMESPACE (mpirun), or MASTER_ADDR-MASTER_PORT; where
+nothing names it (or the ranks span nodes' temp dirs) rank 0 says so.
 
 \b
 Preflight (every rank, --no-preflight skips it): the launcher's variables
@@ -197,7 +199,31 @@ def run(command: tuple[str, ...], log_dir: Path | None, nccl_debug: str, nccl_su
     kind = None if inner else launcher.launcher_of(command)
     if kind is not None:
         return _around_launcher(command, kind, env, directory, opts)
+    if log_dir is None:
+        _say_where_ranks_log(env, directory)
     return _as_rank(command, env, directory, opts)
+
+
+def _say_where_ranks_log(env: dict[str, str], directory: Path) -> None:
+    """Rank 0 says where the default log directory leaves ranks out of `hc diagnose logs DIR`:
+    nothing the ranks share names the job (each logs in a directory of its own), or the
+    directory is in each node's temp dir and the ranks are on several nodes."""
+    import tempfile
+
+    from healthcheck.jobwrap import envset
+
+    info = envset.who(env)
+    world = info.world_size or 1
+    if info.rank not in (0, None) or world == 1 or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"):
+        return
+    same = "give every rank the same --log-dir (or HC_RUN_LOG_DIR)"
+    if envset.job_key(env) is None:
+        _say(f"warning: no variable names this job to all its {world} ranks (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, "
+             f"PMIX_NAMESPACE, MASTER_ADDR/MASTER_PORT): each rank logs in a directory of its own, this one's "
+             f"in {directory}; to have them in one: {same}")
+    elif (info.local_world_size or world) < world and directory.is_relative_to(tempfile.gettempdir()):
+        _say(f"warning: {directory} is on each node (the temp dir) and the {world} ranks are on several: "
+             f"hc diagnose logs reads one node's; to have them in one place: {same} on a shared file system")
 
 
 _TEES: list[int] = []  # the tee this hc run started: told to say nothing if hc exits without exec

@@ -73,7 +73,19 @@ def who(env: Mapping[str, str]) -> Who:
                    _num(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _num(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return Who("srun", _num(env, "SLURM_PROCID"), _num(env, "SLURM_NTASKS"), _num(env, "SLURM_LOCALID"), None)
-    return Who("none", 0, 1, 0, 1)
+    return _mpi_rank(env) or Who("none", 0, 1, 0, 1)
+
+
+def _mpi_rank(env: Mapping[str, str]) -> Who | None:
+    """A rank of an MPI launcher other than Open MPI's: Hydra's (MPICH, Intel MPI, MVAPICH) sets
+    PMI_RANK and PMI_SIZE; a PMIx launcher its PMIX_RANK, the size left unknown. Without this
+    every rank of theirs claimed to be rank 0 of a world of 1."""
+    if "PMI_RANK" in env and "PMI_SIZE" in env:
+        return Who("mpirun", _num(env, "PMI_RANK"), _num(env, "PMI_SIZE"), _num(env, "MPI_LOCALRANKID"),
+                   _num(env, "MPI_LOCALNRANKS"))
+    if _num(env, "PMIX_RANK") is not None:
+        return Who("mpirun", _num(env, "PMIX_RANK"), None, None, None)
+    return None
 
 
 def safe_key(text: str) -> str:
@@ -82,22 +94,37 @@ def safe_key(text: str) -> str:
     return key or "x"
 
 
+# what every rank of one job finds in its environment and no other job does, first found
+# wins: (variable, prefix of the directory's name). PMIx names each job of Open MPI's mpirun
+# (4.x: "583008257"; 5.x: "prterun-host-123@1"), PRRTE's and srun --mpi=pmix's; Open MPI
+# without PMIx has its ess jobid. Before MASTER_PORT: two jobs in a row on one port (29500)
+# would share a directory, and a job that meets at its own tcp:// address has none.
+JOB_KEYS = (("TORCHELASTIC_RUN_ID", "torchrun-"), ("PMIX_NAMESPACE", "mpi-"), ("OMPI_MCA_ess_base_jobid", "mpi-"))
+
+
+def job_key(env: Mapping[str, str]) -> str | None:
+    """A name for this job that every one of its ranks finds without talking (no Slurm job id:
+    that one names a directory of its own), or None: nothing the ranks share tells them apart."""
+    for name, prefix in JOB_KEYS:
+        if env.get(name):
+            return prefix + env[name]
+    if env.get("MASTER_PORT"):
+        return f"{env.get('MASTER_ADDR', 'localhost')}-{env['MASTER_PORT']}"
+    return None
+
+
 def default_log_dir(env: Mapping[str, str]) -> Path:
-    """$SLURM_SUBMIT_DIR/hc-job-<jobid> under Slurm, else a per-run directory in the temp dir.
+    """$SLURM_SUBMIT_DIR/hc-job-<jobid> under Slurm, else a per-job directory in the temp dir.
 
     Every rank of one job must name the same directory without talking: Slurm's job id,
-    torchrun's run id, or the rendezvous address; a job on one process uses its pid.
+    torchrun's run id, the MPI job's PMIx namespace, or the rendezvous address; where there
+    is none (a one-process job) it is this process's own: pid<pid>.
     """
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if job:
         base = env.get("SLURM_SUBMIT_DIR") or os.getcwd()
         return Path(base) / f"hc-job-{safe_key(job)}"
-    if env.get("TORCHELASTIC_RUN_ID"):
-        key = f"torchrun-{env['TORCHELASTIC_RUN_ID']}"
-    elif env.get("MASTER_PORT"):
-        key = f"{env.get('MASTER_ADDR', 'localhost')}-{env['MASTER_PORT']}"
-    else:
-        key = f"pid{os.getpid()}"
+    key = job_key(env) or f"pid{os.getpid()}"
     return Path(tempfile.gettempdir()) / f"hc-run-{os.getuid()}" / safe_key(key)
 
 

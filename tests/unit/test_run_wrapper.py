@@ -118,6 +118,53 @@ def test_default_log_dir_per_job_bounded_and_shared_by_the_ranks_of_one_run(tmp_
     assert envset.default_log_dir({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}).name == "n1-29500"
 
 
+def test_the_ranks_of_one_mpi_job_name_the_same_default_log_dir_and_another_job_another(tmp_path):
+    # mpirun's ranks had no variable in common that hc read: each logged to pid<its pid>, and
+    # the directory rank 0 printed held rank 0 alone (Open MPI 4: PMIX_NAMESPACE=583008257)
+    ranks = [{"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "3", "PMIX_RANK": str(r),
+              "PMIX_NAMESPACE": "583008257", "OMPI_MCA_ess_base_jobid": "583008257"} for r in range(3)]
+    dirs = {envset.default_log_dir(env) for env in ranks}
+    assert len(dirs) == 1 and dirs.pop().name == "mpi-583008257"
+    # Open MPI 5 (PRRTE) names its jobs with characters no directory name gets
+    five = envset.default_log_dir({"PMIX_NAMESPACE": "prterun-n1/x-1234@1"})
+    assert five.name == "mpi-prterun-n1_x-1234_1"
+    # two jobs in a row on one MASTER_PORT are two jobs, not one directory
+    first, second = ({"MASTER_ADDR": "n1", "MASTER_PORT": "29500", "PMIX_NAMESPACE": ns} for ns in ("11", "12"))
+    assert envset.default_log_dir(first) != envset.default_log_dir(second)
+    assert envset.job_key({"OMPI_MCA_ess_base_jobid": "7"}) == "mpi-7" and envset.job_key({}) is None
+
+
+def test_hydras_and_pmixs_ranks_are_who_they_are_not_rank_0_of_1():
+    # MPICH's, Intel MPI's and MVAPICH's Hydra; a PMIx launcher with no OMPI_COMM_WORLD_*
+    hydra = envset.who({"PMI_RANK": "5", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"})
+    assert hydra == envset.Who("mpirun", 5, 8, 1, 4)
+    assert envset.who({"PMIX_RANK": "3", "PMIX_NAMESPACE": "prterun-n1-9@1"}) == envset.Who("mpirun", 3, None, None,
+                                                                                            None)
+    # Open MPI's own variables and srun's come first; nothing at all is one process
+    both = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "PMIX_RANK": "2"}
+    assert envset.who(both).world_size == 4 and envset.who({"PMIX_RANK": "x"}) == envset.Who("none", 0, 1, 0, 1)
+
+
+def test_rank_0_says_when_the_default_log_dir_cannot_hold_every_rank(tmp_path):
+    def warnings(**env: str) -> list[str]:
+        r = run_hc("run", "--no-preflight", "--", "true", env={"TMPDIR": str(tmp_path), **env})
+        assert r.returncode == 0, r.stderr
+        return [ln for ln in stderr_lines(r) if "warning" in ln]
+
+    # ranks that meet at their own tcp:// address: nothing they share names the job
+    (alone,) = warnings(RANK="0", WORLD_SIZE="2")
+    assert "each rank logs in a directory of its own" in alone and "--log-dir" in alone
+    assert warnings(RANK="1", WORLD_SIZE="2") == []  # rank 0 says it, once for the job
+    # mpirun across two nodes: each node's temp dir holds its own ranks
+    (nodes,) = warnings(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_LOCAL_SIZE="2",
+                        PMIX_NAMESPACE="99")
+    assert "on each node" in nodes and "shared file system" in nodes
+    # one node, one job id: nothing to say
+    assert warnings(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_SIZE="2",
+                    PMIX_NAMESPACE="99") == []
+    assert warnings() == []  # one process
+
+
 def test_log_dir_is_created_private_and_a_link_is_refused(tmp_path):
     made = envset.make_log_dir(tmp_path / "a" / "logs")
     assert (made / "fr").is_dir() and oct(made.stat().st_mode & 0o777) == "0o750"

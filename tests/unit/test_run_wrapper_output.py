@@ -286,3 +286,58 @@ def test_around_mpirun_no_rank_is_claimed_and_hc_says_how_to_record_them(tmp_pat
     assert "mpirun ... hc run -- " in warning
     (launcher_out,) = outputs(tmp_path / "logs")[None]
     assert launcher_out.launcher == "mpirun" and all(f'"rank": {k}' in launcher_out.text for k in (0, 1))
+
+
+@pytest.fixture
+def short_tmpdir():
+    """A TMPDIR of this test's own, short: hc run's default log directory is under it, and Open
+    MPI's session directory too (its PMIx socket's path must stay under the 108-byte limit)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="hcmpi-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("world", [2, 3])
+def test_inside_mpirun_without_log_dir_every_rank_logs_where_the_next_step_points(tmp_path, short_tmpdir, world):
+    # `mpirun -np N hc run -- python job.py` with no --log-dir, and a job that meets at its own
+    # tcp:// address (no MASTER_PORT): every rank must pick the same default log directory,
+    # the one rank 0 prints, or `hc diagnose logs DIR` sees rank 0 alone
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    bad = world - 1  # rank 2 of 3 (rank 1 of 2) raises while the others wait in all_reduce
+    argv = [*mpirun(world), "-x", "JOB_PORT", "-x", "GLOO_SOCKET_IFNAME", "-x", "JOB_BAD", "-x", "TMPDIR", *HC, "run",
+            "--no-node-check", "--no-straggler-test", "--", PY, str(script)]
+    r = run(argv, clean_env(JOB_BAD=str(bad), TMPDIR=str(short_tmpdir)), tmp_path)
+    console = r.stdout.decode(errors="replace")
+    assert r.returncode != 0, console[-3000:]
+    ran = job_lines(console)
+    assert sorted(ran) == list(range(world)), console[-3000:]
+    log_dir = printed_log_dir(console)
+    assert log_dir.is_relative_to(short_tmpdir), log_dir
+    found = manifests(log_dir)
+    assert {k: (m["world_size"], m["launcher"], m["pid"]) for k, m in found.items()} == {
+        k: (world, "mpirun", ran[k]["pid"]) for k in range(world)}, console[-3000:]
+    kept = outputs(log_dir)
+    assert sorted(k for k in kept if k is not None) == list(range(world))
+    assert all(json.dumps(ran[k]) in kept[k][0].text for k in range(world))
+    assert "ValueError" in kept[bad][0].text
+    logs = diagnose(log_dir)
+    assert (logs["class"], odd(logs)) == ("dead-rank", [bad]), logs["summary"]
+
+
+@needs_mpirun
+def test_a_pmix_rank_without_open_mpis_variables_is_recorded_by_its_real_rank(tmp_path, short_tmpdir):
+    # a PMIx launcher that sets no OMPI_COMM_WORLD_*: the real mpirun's PMIX_RANK and namespace,
+    # Open MPI's own variables taken away (each rank claimed to be rank 0 of a world of 1)
+    drop = [arg for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE") for arg in ("-u", f"OMPI_COMM_WORLD_{name}")]
+    prog = "import json, os; print(json.dumps({'rank': int(os.environ['PMIX_RANK']), 'pid': os.getpid()}))"
+    argv = [*mpirun(2), "-x", "TMPDIR", "env", *drop, *HC, "run", "--no-node-check", "--", PY, "-c", prog]
+    r = run(argv, clean_env(TMPDIR=str(short_tmpdir)), tmp_path)
+    console = r.stdout.decode(errors="replace")
+    assert r.returncode == 0, console[-3000:]
+    ran = job_lines(console)
+    found = manifests(printed_log_dir(console))
+    assert {k: (m["pid"], m["launcher"]) for k, m in found.items()} == {k: (ran[k]["pid"], "mpirun") for k in (0, 1)}
