@@ -296,6 +296,8 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
     e.pid = r.pid
     e.local_rank = r.local_rank
     e.world_size = r.world_size
+    e.master_addr = r.master_addr or ""  # its launch, as startup.py compares the ranks'
+    e.master_port = r.master_port
     e.gpu = gpu_of(r)
     e.alive = r.state not in ("Z", "X")
     e.state = r.state_name
