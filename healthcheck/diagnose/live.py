@@ -52,7 +52,7 @@ from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
 from healthcheck.diagnose.sampling import SamplingSpec
-from healthcheck.diagnose.sources import Collected, read_data
+from healthcheck.diagnose.sources import Collected, link_task_exits, read_data
 
 MiB = 1024 * 1024
 MAX_DEBUG_FILES = 256  # debug files read per job (the rest are listed as not read)
@@ -276,6 +276,7 @@ def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: st
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
     _read_outputs(col, outputs, output_fetch, now.year)
     _read_rank_outputs(col, results, {p for _, p in outputs}, rank_output_fetch, now.year)
+    link_task_exits(col)  # srun's `task 1: Killed` in the output, as `hc diagnose logs` reads it
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
 

@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, run_hc
 
+from healthcheck.diagnose.collect import NodeCollection, RankProcess
+from healthcheck.diagnose.live import NO_SUCH_FILE, evidence_from_nodes
+from healthcheck.diagnose.verdict import build
+
 JOB = FIXTURES / "diagnose-wiring" / "init_job.py"
 PY_SPY = Path(sys.executable).parent / "py-spy"
 
@@ -107,3 +111,52 @@ def test_a_live_rank_launched_with_another_master_port_is_the_init_failure(ranks
     assert v["class"] == "init-failure", v["summary"]
     assert [o["rank"] for o in v.get("odd_ranks", [])] == [2], v["summary"]
     assert "MASTER_PORT" in v["summary"], v["summary"]
+
+
+# ------------------------------------------------ srun's own word on a task, live
+
+
+def _sleeping(pid: int, rank: int, host: str, world: int = 4) -> RankProcess:
+    return RankProcess(pid=pid, host=host, state="S", state_name="sleeping", rank=rank, local_rank=0,
+                       world_size=world)
+
+
+def _node(host: str, *ranks: RankProcess) -> NodeCollection:
+    return NodeCollection(host=host, collected_at="2026-11-27T14:08:20Z", job_id="2", ranks=ranks)
+
+
+def _fetch_from(files: dict[str, bytes]):
+    def fetch(host: str, paths: list[str]) -> dict[str, bytes | str]:
+        return {p: files.get(f"{host}:{p}", NO_SUCH_FILE) for p in paths}
+
+    return fetch
+
+
+def test_sruns_task_killed_line_in_the_job_output_names_the_death_live():
+    """kill-srun (the rig's Slurm, srun --label): rank 1 SIGKILLed itself and printed
+    nothing; srun printed `srun: error: node2: task 1: Killed` while ranks 0, 2, 3 still
+    waited. Live, that output (as it stood then: its first 47 lines) is read on the batch
+    host: rank 1 is named as killed by SIGKILL on node2, as `hc diagnose logs` names it."""
+    text = (FIXTURES / "diagnose" / "kill-srun" / "job.out").read_bytes()
+    upto = b"".join(text.splitlines(keepends=True)[:47])
+    assert upto.rstrip().endswith(b"srun: error: node2: task 1: Killed")
+    nodes = [_node("node1", _sleeping(101, 0, "node1")), _node("node2"),
+             _node("node3", _sleeping(301, 2, "node3")), _node("node4", _sleeping(401, 3, "node4"))]
+    live = evidence_from_nodes(nodes, job="slurm job 2", outputs=[("node1", "/j/slurm-2.out")],
+                               output_fetch=_fetch_from({"node1:/j/slurm-2.out": upto}))
+    r1 = live.collected.evidence.ranks[1]
+    assert (r1.host, r1.signal, r1.exit_code) == ("node2", "SIGKILL", -9)
+    v = build(live.collected)
+    assert v.cls == "dead-rank" and [(o.rank, o.host) for o in v.odd_ranks] == [(1, "node2")], v.summary
+    assert "SIGKILL" in v.summary, v.summary
+
+
+def test_sruns_word_on_an_earlier_step_is_no_live_ranks_death():
+    """A task srun said was killed whose rank runs now (a later step of the job) is alive:
+    srun's line is about a process that is gone, not this one."""
+    out = b"srun: error: node2: task 1: Killed\n"  # the line of kill-srun/job.out above
+    nodes = [_node("node1", _sleeping(101, 0, "node1", 2)), _node("node2", _sleeping(201, 1, "node2", 2))]
+    live = evidence_from_nodes(nodes, job="slurm job 2", outputs=[("node1", "/j/slurm-2.out")],
+                               output_fetch=_fetch_from({"node1:/j/slurm-2.out": out}))
+    r1 = live.collected.evidence.ranks[1]
+    assert r1.alive and not r1.signal and r1.exit_code is None
