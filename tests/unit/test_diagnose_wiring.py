@@ -49,18 +49,20 @@ class Ranks:
     """One init_job.py process per rank, each printing to its own file; `odd` ranks get
     their own environment overrides."""
 
-    def __init__(self, tmp: Path, world: int, odd: dict[int, dict[str, str]]) -> None:
+    def __init__(self, tmp: Path, world: int, odd: dict[int, dict[str, str]], argv: tuple[str, ...] = (str(JOB),),
+                 env: dict[str, str] | None = None) -> None:
         self.outputs = [tmp / f"rank{r}.out" for r in range(world)]
         port = str(_free_port())
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_JOBID")}
         self.procs: list[subprocess.Popen] = []
         for rank, out in enumerate(self.outputs):
             with open(out, "wb") as f:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, str(JOB)],
-                    env={**env, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "PYTHONUNBUFFERED": "1",
-                         **odd.get(rank, {})},
+                    [sys.executable, *argv],
+                    env={**base, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(world),
+                         "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                         "PYTHONUNBUFFERED": "1", **odd.get(rank, {})},
                     stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
 
     def wait_for(self, line: str, timeout_s: float = 120.0) -> None:
@@ -84,8 +86,8 @@ class Ranks:
 def ranks(tmp_path):
     made: list[Ranks] = []
 
-    def start(world: int, odd: dict[int, dict[str, str]]) -> Ranks:
-        made.append(Ranks(tmp_path, world, odd))
+    def start(world: int, odd: dict[int, dict[str, str]], **kw) -> Ranks:
+        made.append(Ranks(tmp_path, world, odd, **kw))
         return made[-1]
 
     yield start
@@ -160,3 +162,46 @@ def test_sruns_word_on_an_earlier_step_is_no_live_ranks_death():
                                output_fetch=_fetch_from({"node1:/j/slurm-2.out": out}))
     r1 = live.collected.evidence.ranks[1]
     assert r1.alive and not r1.signal and r1.exit_code is None
+
+
+# ------------------------------------------------ each rank's own output, under Slurm
+
+
+def _slurm_here(tmp: Path, job_id: str) -> Path:
+    """A config whose scontrol says job_id runs on node1 and whose srun runs its command on
+    this machine (srun's options dropped): `hc diagnose job` then collects the real
+    processes whose SLURM_JOB_ID is job_id, and fetches their files, as on a node."""
+    scontrol = tmp / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho 'JobId={job_id} JobName=t JobState=RUNNING Reason=None NodeList=node1 "
+                        "NumTasks=4'\n")
+    srun = tmp / "srun"
+    srun.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\n'
+                    'exec "$@"\n')
+    for f in (scontrol, srun):
+        f.chmod(0o755)
+    cfg = tmp / "hc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {scontrol}\n  srun: {srun}\n  remote_hc: {sys.executable} -m healthcheck\n"
+                   "  retries: 1\n")
+    return cfg
+
+
+@needs_jobs
+@pytest.mark.slow
+def test_diagnose_job_reads_each_ranks_own_output_file(ranks, tmp_path):
+    """diagnose-sampling's `group` job (world 4) as a Slurm job's ranks, each printing to its
+    own file: rank 1 passes pair {2,3} to its pair all_reduce, torch warns in rank 1's
+    output and rank 0 waits alone. `hc diagnose job` reads each rank's own file through the
+    node (as `hc diagnose pids` does): the warning names rank 1; without it, nobody."""
+    job_id = str(4_000_000 + os.getpid() % 1_000_000)
+    job = ranks(4, {}, argv=(str(FIXTURES / "diagnose-sampling" / "job.py"), "group"),
+                env={"SLURM_JOB_ID": job_id})
+    job.wait_for("step 2")
+    time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
+    assert "does not belong to the given group" in job.outputs[1].read_text()
+    r = run_hc("diagnose", "job", job_id, "--config", str(_slurm_here(tmp_path, job_id)), "--format", "json",
+               timeout=120)
+    assert r.returncode in (0, 3), (r.stdout, r.stderr)
+    v = json.loads(r.stdout)
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3], v["summary"]
+    assert (v["class"], [o["rank"] for o in v.get("odd_ranks", [])]) == ("collective-mismatch", [1]), v["summary"]
+    assert "does not belong" in v["summary"], v["summary"]
