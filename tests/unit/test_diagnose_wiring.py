@@ -205,3 +205,46 @@ def test_diagnose_job_reads_each_ranks_own_output_file(ranks, tmp_path):
     assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3], v["summary"]
     assert (v["class"], [o["rank"] for o in v.get("odd_ranks", [])]) == ("collective-mismatch", [1]), v["summary"]
     assert "does not belong" in v["summary"], v["summary"]
+
+
+def test_rank_outputs_are_fetched_on_every_node_at_once_and_bounded(tmp_path):
+    """Each node's files are an srun step or an SSH command: fetched one node after another,
+    a job of many nodes would take their sum. Four nodes' fetches meet at a barrier (a
+    fetch made alone would wait there in vain and fail); a fetcher that raises is its
+    node's failure; rank output files past MAX_RANK_OUTPUTS are counted, not dropped silently."""
+    import threading
+
+    from healthcheck.diagnose.live import MAX_RANK_OUTPUTS
+
+    hosts = [f"node{i}" for i in range(1, 5)]
+    met = threading.Barrier(len(hosts), timeout=10)
+
+    def fetch(host: str, paths: list[str]) -> dict[str, bytes | str]:
+        met.wait()
+        return {p: b"step 1\n" for p in paths}
+
+    nodes = [_node(h, RankProcess(pid=100 + i, host=h, state="S", state_name="sleeping", rank=i, world_size=4,
+                                  outputs=(f"/j/rank{i}.out",)))
+             for i, h in enumerate(hosts)]
+    ev = evidence_from_nodes(nodes, job="x", rank_output_fetch=fetch).collected.evidence
+    assert ev.unreadable == [] and ev.inputs == len(hosts) * 2, ev.unreadable  # 4 collections + 4 outputs
+
+    def broken(host: str, paths: list[str]) -> dict[str, bytes | str]:
+        raise OSError("ssh: connection refused")
+
+    ev = evidence_from_nodes(nodes[:2], job="x", rank_output_fetch=broken).collected.evidence
+    assert sorted(u.source for u in ev.unreadable) == ["node1:/j/rank0.out", "node2:/j/rank1.out"]
+    assert all("connection refused" in u.why for u in ev.unreadable)
+
+    many = [_node("node1", *(RankProcess(pid=1000 + i, host="node1", state="S", state_name="sleeping", rank=i,
+                                         world_size=MAX_RANK_OUTPUTS + 6, outputs=(f"/j/rank{i}.out",))
+                             for i in range(MAX_RANK_OUTPUTS + 6)))]
+    asked: list[str] = []
+
+    def count(host: str, paths: list[str]) -> dict[str, bytes | str]:
+        asked.extend(paths)
+        return {}
+
+    ev = evidence_from_nodes(many, job="x", rank_output_fetch=count).collected.evidence
+    assert len(asked) == MAX_RANK_OUTPUTS
+    assert any(u.source == "rank outputs" and u.why.startswith("6 more") for u in ev.unreadable), ev.unreadable
