@@ -442,14 +442,16 @@ def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResu
     return [results[n] for n in dict.fromkeys(nodes)]
 
 
-def _fetcher(run: Callable[[str, list[str], float], CommandResult],
-             tail: bool = False) -> Callable[[str, list[str]], dict]:
+def _fetcher(run: Callable[[str, list[str], float], CommandResult], tail: bool = False,
+             max_bytes: int | None = None) -> Callable[[str, list[str]], dict]:
     """Read files on a node through run: their first bytes (debug files), or their last
-    (tail: a job's output)."""
+    (tail: a job's output); max_bytes of each, else the kind's own bound."""
     from healthcheck.diagnose.live import MAX_DEBUG_BYTES, MAX_OUTPUT_BYTES, fetch_argv, parse_fetched
 
+    size = max_bytes or (MAX_OUTPUT_BYTES if tail else MAX_DEBUG_BYTES)
+
     def fetch(host: str, paths: list[str]) -> dict:
-        r = run(host, fetch_argv(paths, MAX_OUTPUT_BYTES if tail else MAX_DEBUG_BYTES, tail=tail), 20.0)
+        r = run(host, fetch_argv(paths, size, tail=tail), 20.0)
         if r.returncode != 0 and not r.stdout:
             why = "no answer" if r.timed_out else (r.stderr or r.error or f"exit {r.returncode}").strip()[:200]
             return {p: f"fetch failed: {why}" for p in paths}
@@ -487,12 +489,15 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
                   label: str, timeout_s: float, parallel: int, startup_s: float,
                   outputs: Sequence[tuple[str, str]] = (), *, history: HistoryLookup | None = None,
                   started: float | None = None) -> Verdict:
-    from healthcheck.diagnose.live import evidence_from_nodes
+    from healthcheck.diagnose.live import MAX_RANK_OUTPUT_BYTES, evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
     results = _gather(nodes, run, helper, timeout_s, parallel, startup_s)
+    # each rank's own stdout/stderr file, read on its node as `hc diagnose pids` reads it
+    # here: torch's warnings and a rank's traceback are only there when it prints to a file
     live = evidence_from_nodes(results, job=label, fetch=_fetcher(run), outputs=outputs,
-                               output_fetch=_fetcher(run, tail=True))
+                               output_fetch=_fetcher(run, tail=True),
+                               rank_output_fetch=_fetcher(run, tail=True, max_bytes=MAX_RANK_OUTPUT_BYTES))
     ev = live.collected.evidence
     if ev.window_start is None:  # no node read its kernel log: the job's start as Slurm says it
         ev.window_start = started

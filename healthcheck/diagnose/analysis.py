@@ -7,6 +7,7 @@ them); a rule module imports this, never classify.py.
 from __future__ import annotations
 
 import datetime as _dt
+from collections import Counter
 
 import msgspec
 
@@ -30,9 +31,11 @@ class Analysis(msgspec.Struct, kw_only=True):
     motion: JobMotion | None = None  # the sampled ranks' motion (live); None: each stack is one look
 
 
-def line_time(col: Collected, source: str, line: int | None) -> float | None:
+def time_at(col: Collected, source: str, line: int | None, rank: int | None = None) -> float | None:
+    """The time of a log line: its own stamp, else the last stamped line before it (of its
+    rank where the log labels ranks)."""
     st = col.stamps.get(source)
-    return st.at(line) if st is not None and line is not None else None
+    return st.at(line, rank) if st is not None and line is not None else None
 
 
 def iso(t: float | None) -> str:
@@ -43,7 +46,7 @@ def iso(t: float | None) -> str:
 
 def log_evidence(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
     """Evidence for a log line, with the line's time where the log stamps it."""
-    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=line_time(col, source, line))
+    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=time_at(col, source, line))
 
 
 def fact_rank(fact: object, file_rank: int | None) -> int | None:
@@ -65,7 +68,27 @@ def stack_source(r: RankEvidence | None) -> str:
     return next((s for s in r.sources if "spy" in s.lower()), r.sources[0] if r.sources else "py-spy")
 
 
-def world(col: Collected) -> tuple[set[int], int | None]:
+def stack_evidence(col: Collected, group: StackGroup) -> Evidence:
+    """A stack group as an evidence line: its first rank's stack, where that came from."""
+    return Evidence(source=stack_source(col.evidence.ranks.get(group.ranks[0])), rank=group.ranks[0],
+                    text=f"stack: {group.text}")
+
+
+def world_of(col: Collected) -> tuple[set[int], int | None]:
     """The ranks the evidence holds and the largest world size any rank saw."""
     sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
     return set(col.evidence.ranks), (max(sizes) if sizes else None)
+
+
+def minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
+    """rank -> what it ran (a stack, an op, a launch variable): the ranks off the majority
+    when one value is a strict plurality; with the majority's value and the first odd
+    rank's. None when all agree or two values tie for the most."""
+    counts = Counter(sides.values())
+    if len(counts) < 2:
+        return None
+    (top, n_top), *rest = counts.most_common()
+    if rest and rest[0][1] == n_top:
+        return None
+    odd = tuple(sorted(r for r, v in sides.items() if v != top))
+    return odd, top, sides[odd[0]]

@@ -32,12 +32,9 @@ stuck.py and stackrules.py, on the stacks as sampled (motion.py).
 from __future__ import annotations
 
 import datetime as _dt
-from collections import Counter
 from collections.abc import Iterable
 
-from healthcheck.diagnose.analysis import Analysis, iso
-from healthcheck.diagnose.analysis import fact_rank as _fact_rank
-from healthcheck.diagnose.analysis import log_evidence as _ev
+from healthcheck.diagnose.analysis import Analysis, fact_rank, iso, log_evidence
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -98,8 +95,8 @@ def _gpu(col: Collected, out: Analysis) -> None:
         assert f.log is not None
         for b in f.log.backend_errors:
             if b.kind == "cuda" and "out of memory" not in b.reason:
-                r = _fact_rank(b, f.rank)
-                items.append(_ev(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
+                r = fact_rank(b, f.rank)
+                items.append(log_evidence(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
                 if r is not None:
                     ranks.add(r)
     if not items:
@@ -121,26 +118,14 @@ def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
         behind = tuple(sorted(r for r, c in ranks.items() if c.op_count < top))
         if not behind or len(behind) * 2 >= len(ranks):
             continue
-        items = [_ev(col, ranks[r].source, ranks[r].line, f"rank {r}: last NCCL {ranks[r].op} opCount "
-                     f"{ranks[r].op_count:#x} on comm {comm}", r) for r in behind[:8]]
+        items = [log_evidence(col, ranks[r].source, ranks[r].line, f"rank {r}: last NCCL {ranks[r].op} opCount "
+                              f"{ranks[r].op_count:#x} on comm {comm}", r) for r in behind[:8]]
         ahead = next(r for r, c in ranks.items() if c.op_count == top)
-        items.append(_ev(col, ranks[ahead].source, ranks[ahead].line, f"rank {ahead}: last NCCL {ranks[ahead].op} "
-                         f"opCount {top:#x} (the others reached it)", ahead))
+        items.append(log_evidence(col, ranks[ahead].source, ranks[ahead].line,
+                                  f"rank {ahead}: last NCCL {ranks[ahead].op} opCount {top:#x} (the others reached it)",
+                                  ahead))
         return behind, items, f"NCCL opCount {top:#x} on comm {comm}"
     return (), [], ""
-
-
-def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
-    """rank -> what it ran: the ranks of the smallest side when one side is a strict
-    majority; with the majority's and the minority's values."""
-    counts = Counter(sides.values())
-    if len(counts) < 2:
-        return None
-    (top, n_top), *rest = counts.most_common()
-    if rest and rest[0][1] == n_top:
-        return None
-    odd = tuple(sorted(r for r, v in sides.items() if v != top))
-    return odd, top, sides[odd[0]]
 
 
 def _wedged(col: Collected, out: Analysis) -> None:
@@ -149,9 +134,9 @@ def _wedged(col: Collected, out: Analysis) -> None:
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for s in f.log.stuck:
-            r = _fact_rank(s, f.rank)
+            r = fact_rank(s, f.rank)
             text = f"watchdog {s.kind}" + (f" for {s.seconds} s" if s.seconds else "")
-            items.append(_ev(col, f.source, s.line, text, r))
+            items.append(log_evidence(col, f.source, s.line, text, r))
             if r is not None:
                 ranks.add(r)
     if items:
@@ -264,9 +249,10 @@ def _events(col: Collected) -> list[Evidence]:
                                        text=f"exitcode {fail.exitcode} {fail.signal}".strip()))
         for kind in ("timeouts", "gloo", "mismatches", "backend_errors", "address_in_use", "rendezvous", "stuck"):
             for fact in getattr(log, kind):
-                events.append(_ev(col, f.source, fact.line, f"{kind}: {_short(fact)}", _fact_rank(fact, f.rank)))
+                events.append(log_evidence(col, f.source, fact.line, f"{kind}: {_short(fact)}",
+                                           fact_rank(fact, f.rank)))
         for e in log.exceptions:
-            events.append(_ev(col, f.source, e.line, f"{e.type}: {e.message}", _fact_rank(e, f.rank)))
+            events.append(log_evidence(col, f.source, e.line, f"{e.type}: {e.message}", fact_rank(e, f.rank)))
     for n in ev.nccl_logs:
         assert n.log is not None
         for w in n.log.warns:

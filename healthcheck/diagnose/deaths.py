@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     COLLATERAL,
     RankError,
     collective_error,
-    ev,
     first_errors,
     gloo_size_aborts,
     rank_source,
@@ -73,8 +73,8 @@ def _signalled(col: Collected, acc: _Dead) -> None:
             if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.signal == "SIGABRT":
                 continue
             acc.name(fail.rank, f"killed by {fail.signal}",
-                     ev(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) exitcode "
-                                                  f"{fail.exitcode} ({fail.signal})", fail.rank))
+                     log_evidence(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) "
+                                  f"exitcode {fail.exitcode} ({fail.signal})", fail.rank))
     for rank, r in ev_.ranks.items():
         if r.signal and r.signal not in COLLATERAL and r.signal != "SIGABRT" and rank not in acc.ranks:
             acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
@@ -153,8 +153,8 @@ def _from_launcher(col: Collected, seen: set[int]) -> list[_Candidate]:
                     or collective_error(fail.exception + fail.traceback)):
                 continue
             seen.add(fail.rank)
-            item = ev(col, f.source, fail.line, f"rank {fail.rank} exitcode {fail.exitcode}: {fail.exception}",
-                      fail.rank)
+            item = log_evidence(col, f.source, fail.line,
+                                f"rank {fail.rank} exitcode {fail.exitcode}: {fail.exception}", fail.rank)
             out.append(_Candidate(rank=fail.rank, text=fail.exception, item=item, time=torchrun_time(fail.time),
                                   how="torchrun's failure times"))
     for e in col.evidence.error_files:

@@ -52,7 +52,7 @@ from healthcheck.core.inputs import clip
 from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
 from healthcheck.diagnose.sampling import SamplingSpec
-from healthcheck.diagnose.sources import Collected, read_data
+from healthcheck.diagnose.sources import Collected, link_task_exits, read_data
 
 MiB = 1024 * 1024
 MAX_DEBUG_FILES = 256  # debug files read per job (the rest are listed as not read)
@@ -77,6 +77,7 @@ MAX_OUTPUT_BYTES = 8 * MiB  # of a job's stdout/stderr: its end, where a failure
 NO_SUCH_FILE = "no such file on the node"
 MAX_RANK_OUTPUT_BYTES = 1 * MiB  # of one rank's own stdout/stderr file
 MAX_RANK_OUTPUTS = 64  # rank output files read per job (their ends: 64 MiB at most)
+FETCH_PARALLEL = 16  # nodes whose files are fetched at once
 
 
 @dataclass
@@ -171,6 +172,26 @@ def local_fetcher(host: str, paths: list[str], max_bytes: int = MAX_DEBUG_BYTES,
         finally:
             os.close(fd)
     return out
+
+
+def fetch_hosts(fetch: FileFetcher, wanted: dict[str, list[str]]) -> dict[str, dict[str, bytes | str]]:
+    """fetch(host, paths) on every host at once (FETCH_PARALLEL at most): a job's nodes
+    answer in the time of the slowest, not of their sum (each is an srun step or an SSH
+    command). A fetcher's failure is its node's, never the diagnosis's: each of that
+    node's paths then says why."""
+
+    def one(host: str) -> dict[str, bytes | str]:
+        try:
+            return fetch(host, wanted[host])
+        except Exception as exc:
+            return {p: f"fetch failed: {clip(str(exc) or type(exc).__name__, 200)}" for p in wanted[host]}
+
+    if len(wanted) <= 1:
+        return {host: one(host) for host in wanted}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(FETCH_PARALLEL, len(wanted)), thread_name_prefix="hc-fetch") as pool:
+        return dict(zip(wanted, pool.map(one, wanted), strict=True))
 
 
 def fetch_argv(paths: Sequence[str], max_bytes: int = MAX_DEBUG_BYTES, tail: bool = False) -> list[str]:
@@ -276,6 +297,7 @@ def evidence_from_nodes(nodes: Iterable[NodeAnswer | NodeCollection], *, job: st
     _read_debug_files(col, files, fetch, now.year, max_files, max_total)
     _read_outputs(col, outputs, output_fetch, now.year)
     _read_rank_outputs(col, results, {p for _, p in outputs}, rank_output_fetch, now.year)
+    link_task_exits(col)  # srun's `task 1: Killed` in the output, as `hc diagnose logs` reads it
     ev.ranks = dict(sorted(ev.ranks.items()))
     return LiveResult(col, missing if not silent else [], files)
 
@@ -296,6 +318,8 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
     e.pid = r.pid
     e.local_rank = r.local_rank
     e.world_size = r.world_size
+    e.master_addr = r.master_addr or ""  # its launch, as startup.py compares the ranks'
+    e.master_port = r.master_port
     e.gpu = gpu_of(r)
     e.alive = r.state not in ("Z", "X")
     e.state = r.state_name
@@ -372,11 +396,9 @@ def _read_debug_files(col: Collected, files: list[DebugFile], fetch: FileFetcher
     for f in todo:
         by_host.setdefault(f.host, []).append(f)
     budget = max_total
+    fetched = fetch_hosts(fetch, {host: [f.path for f in fs] for host, fs in by_host.items()})
     for host, fs in by_host.items():
-        try:
-            got = fetch(host, [f.path for f in fs])
-        except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
-            got = {f.path: f"fetch failed: {clip(str(exc), 200)}" for f in fs}
+        got = fetched[host]
         for f in fs:
             source = f"{host}:{f.path}"
             data = got.get(f.path, "not fetched")
@@ -399,14 +421,10 @@ def _read_outputs(col: Collected, outputs: Sequence[tuple[str, str]], fetch: Out
     by_host: dict[str, list[str]] = {}
     for host, path in dict.fromkeys(outputs):
         by_host.setdefault(host, []).append(path)
+    fetched = fetch_hosts(fetch, by_host) if fetch is not None else {}
     for host, paths in by_host.items():
-        if fetch is None:
-            got: dict[str, bytes | str] = {p: "not fetched (no way to reach the node's files)" for p in paths}
-        else:
-            try:
-                got = fetch(host, paths)
-            except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
-                got = {p: f"fetch failed: {clip(str(exc), 200)}" for p in paths}
+        got = fetched[host] if fetch is not None else {p: "not fetched (no way to reach the node's files)"
+                                                        for p in paths}
         for path in paths:
             data = got.get(path, "not fetched")
             source = f"{host}:{path}"
@@ -427,18 +445,10 @@ def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str]
     listed (nothing was printed, nothing was left unread)."""
     if fetch is None:
         return
-    todo: dict[str, list[tuple[str, int | None]]] = {}
-    for n in results:
-        for r in n.collection.ranks if n.collection is not None else ():
-            for path in r.outputs:
-                if path not in seen and sum(map(len, todo.values())) < MAX_RANK_OUTPUTS:
-                    seen.add(path)
-                    todo.setdefault(n.host, []).append((path, r.rank))
+    todo = _rank_outputs(col, results, seen)
+    fetched = fetch_hosts(fetch, {host: [p for p, _ in files] for host, files in todo.items()})
     for host, files in todo.items():
-        try:
-            got = fetch(host, [p for p, _ in files])
-        except Exception as exc:  # a fetcher's failure is the node's, never the diagnosis's
-            got = {p: f"fetch failed: {clip(str(exc), 200)}" for p, _ in files}
+        got = fetched[host]
         for path, rank in files:
             data = got.get(path, NO_SUCH_FILE)
             if isinstance(data, str):
@@ -450,6 +460,28 @@ def _read_rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str]
             if data.strip():
                 col.evidence.inputs += 1
                 _read_rank_output(col, f"{host}:{path}", data, year, rank)
+
+
+def _rank_outputs(col: Collected, results: list[NodeAnswer], seen: set[str]) -> dict[str, list[tuple[str, int | None]]]:
+    """host -> the rank output files to read there (path, rank): the first MAX_RANK_OUTPUTS
+    not read already; how many more there were is said, not dropped in silence."""
+    todo: dict[str, list[tuple[str, int | None]]] = {}
+    taken = left = 0
+    for n in results:
+        for r in n.collection.ranks if n.collection is not None else ():
+            for path in r.outputs:
+                if path in seen:
+                    continue
+                seen.add(path)
+                if taken >= MAX_RANK_OUTPUTS:
+                    left += 1
+                    continue
+                taken += 1
+                todo.setdefault(n.host, []).append((path, r.rank))
+    if left:
+        col.evidence.unreadable.append(Unreadable("rank outputs", f"{left} more rank output file(s) not read "
+                                                                  f"(at most {MAX_RANK_OUTPUTS} are)"))
+    return todo
 
 
 def _read_rank_output(col: Collected, source: str, data: bytes, year: int, rank: int | None) -> None:

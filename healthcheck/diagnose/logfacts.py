@@ -1,8 +1,9 @@
 """What the log-side rules read from the parsed logs, rank by rank: the first error each
 rank printed (its exception, where in its own code, when), the collective each rank
-timed out in (its post-mortem), which ranks the evidence knows of, and the evidence line
-helpers the rules share. Plain reading, no judgement: the rules are in deaths.py,
-postmortem.py, mismatch.py and startup.py.
+timed out in (its post-mortem), which ranks the evidence knows of, and the evidence lines
+of a rank's error. Plain reading, no judgement: the rules are in deaths.py,
+postmortem.py, mismatch.py and startup.py; the helpers every rule shares (log_evidence,
+fact_rank, minority, world_of) are analysis.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 
 import msgspec
 
+from healthcheck.diagnose.analysis import fact_rank, time_at, world_of
 from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.sources import Collected
 from healthcheck.parsers.torch_log import ExceptionRaised
@@ -30,33 +32,6 @@ _TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog
 
 def collective_error(text: str) -> bool:
     return any(word in text for word in COLLECTIVE_ERRORS)
-
-
-def time_at(col: Collected, source: str, line: int | None, rank: int | None = None) -> float | None:
-    """The time of a log line: its own stamp, else the last stamped line before it (of its
-    rank where the log labels ranks)."""
-    st = col.stamps.get(source)
-    return st.at(line, rank) if st is not None and line is not None else None
-
-
-def ev(col: Collected, source: str, line: int | None, text: str, rank: int | None) -> Evidence:
-    return Evidence(source=source, line=line, text=text[:300], rank=rank, time=time_at(col, source, line))
-
-
-def fact_rank(fact: object, file_rank: int | None) -> int | None:
-    r = getattr(fact, "rank", None)
-    if r is not None:
-        return r
-    if file_rank is not None:
-        return file_rank
-    pg_rank = getattr(fact, "pg_rank", None)
-    return pg_rank if pg_rank is not None and getattr(fact, "pg_id", "") in ("", "0") else None
-
-
-def world_of(col: Collected) -> tuple[set[int], int | None]:
-    """(the ranks the evidence holds, the largest world size a rank reported)."""
-    sizes = {r.world_size for r in col.evidence.ranks.values() if r.world_size}
-    return set(col.evidence.ranks), max(sizes) if sizes else None
 
 
 def torchrun_time(text: str) -> float | None:
@@ -214,19 +189,6 @@ def gloo_size_aborts(col: Collected) -> bool:
     return any(g.kind == "size-mismatch" for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo)
 
 
-def minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
-    """rank -> what it ran: the ranks off the majority when one value is a strict
-    plurality; with the majority's value and the first odd rank's."""
-    counts = Counter(sides.values())
-    if len(counts) < 2:
-        return None
-    (top, n_top), *rest = counts.most_common()
-    if rest and rest[0][1] == n_top:
-        return None
-    odd = tuple(sorted(r for r, v in sides.items() if v != top))
-    return odd, top, sides[odd[0]]
-
-
 class CollAt(msgspec.Struct, frozen=True):
     """One rank's last NCCL COLL line on one communicator."""
 
@@ -306,6 +268,5 @@ def watchdog_ranks(col: Collected) -> set[int]:
 
 
 __all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "collective_error", "error_evidence",
-           "ev", "fact_rank", "failures_held", "first_errors", "gloo_size_aborts", "known_ranks", "minority",
-           "nccl_colls", "rank_errors", "rank_source", "rank_waits", "ranks_heard", "time_at", "torchrun_time",
-           "watchdog_ranks", "world_of"]
+           "failures_held", "first_errors", "gloo_size_aborts", "known_ranks", "nccl_colls", "rank_errors",
+           "rank_source", "rank_waits", "ranks_heard", "torchrun_time", "watchdog_ranks"]

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     error_evidence,
-    ev,
-    fact_rank,
     first_errors,
     gloo_size_aborts,
-    minority,
     nccl_colls,
     ranks_heard,
 )
@@ -74,7 +72,7 @@ def _fingerprints(col: Collected, acc: _Sides) -> None:
                     f"{acc.sides.get(m.local.rank, '?')}"
                     + (f", rank {m.remote.rank} runs {acc.sides.get(m.remote.rank, '?')}" if m.remote else "")
                     + (f" ({m.differences})" if m.differences else ""))
-            acc.items.append(ev(col, f.source, m.line, text, fact_rank(m, f.rank)))
+            acc.items.append(log_evidence(col, f.source, m.line, text, fact_rank(m, f.rank)))
 
 
 def _gloo_sizes(col: Collected, acc: _Sides) -> None:
@@ -85,7 +83,7 @@ def _gloo_sizes(col: Collected, acc: _Sides) -> None:
                 continue
             acc.shape = True
             rank = fact_rank(g, f.rank)
-            acc.items.append(ev(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
+            acc.items.append(log_evidence(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
                                 f"{g.expected_bytes} (Received data size doesn't match)", rank))
             if rank is not None and g.received_bytes is not None and g.expected_bytes is not None:
                 acc.sizes.append(_SizeReport(rank, g.received_bytes, g.expected_bytes))
@@ -98,8 +96,8 @@ def _nccl_ops(col: Collected, acc: _Sides) -> None:
         if len(at) >= 2 and len(counts) == 1 and len({c.op for c in at.values()}) > 1 and not acc.sides:
             for r, c in at.items():
                 acc.sides[r] = f"{c.op} (NCCL opCount {c.op_count:#x})"
-                acc.items.append(ev(col, c.source, c.line, f"rank {r}: NCCL {c.op} opCount {c.op_count:#x} on comm "
-                                    f"{comm}", r))
+                acc.items.append(log_evidence(col, c.source, c.line,
+                                              f"rank {r}: NCCL {c.op} opCount {c.op_count:#x} on comm {comm}", r))
 
 
 def _fr_source(r: RankEvidence | None) -> str:

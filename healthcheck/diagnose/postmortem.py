@@ -17,13 +17,13 @@ from collections import Counter
 
 import msgspec
 
+from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     RankError,
     Wait,
     error_evidence,
     first_errors,
-    minority,
     rank_source,
     rank_waits,
     ranks_heard,

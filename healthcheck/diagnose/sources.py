@@ -576,9 +576,13 @@ def _link_ranks(col: Collected) -> None:
 def link_task_exits(col: Collected) -> None:
     """srun's `task N: Killed | Aborted | Exited with exit code C` -> rank N's exit status
     and host, where nothing better said them. A kill srun made after it aborted the step is
-    its own (collateral): the status is kept, the signal is not."""
+    its own (collateral): the status is kept, the signal is not. A rank whose process hc
+    saw alive (live) is left alone: srun spoke of an earlier step's task, not of it."""
     for t in (t for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits):
         for task in t.tasks[:4096]:
+            seen = col.evidence.ranks.get(task)
+            if seen is not None and seen.alive:
+                continue
             r = col.evidence.rank(task)
             r.host = r.host or t.host
             if r.exit_code is None and not r.signal:

@@ -13,10 +13,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
-from healthcheck.diagnose.analysis import Analysis, log_evidence, stack_source
+from healthcheck.diagnose.analysis import Analysis, log_evidence, minority, stack_evidence
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import collective_group
@@ -28,21 +27,8 @@ _INIT_FRAMES = ("init_process_group", "_create_c10d_store", "rendezvous", "TCPSt
                 "init_device_mesh")
 
 
-def _minority(sides: dict[int, str]) -> tuple[tuple[int, ...], str, str] | None:
-    """rank -> what it runs: the ranks off the strict majority, the majority's value and theirs."""
-    counts = Counter(sides.values())
-    if len(counts) < 2:
-        return None
-    (top, n_top), *rest = counts.most_common()
-    if rest and rest[0][1] == n_top:
-        return None
-    odd = tuple(sorted(r for r, v in sides.items() if v != top))
-    return odd, top, sides[odd[0]]
-
-
 def _stack_items(col: Collected, groups: Sequence[StackGroup]) -> list[Evidence]:
-    return [Evidence(source=stack_source(col.evidence.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
-            for g in groups]
+    return [stack_evidence(col, g) for g in groups]
 
 
 def rank_group(x: RankEvidence | None) -> str:
@@ -112,7 +98,7 @@ def stack_mismatch(col: Collected, out: Analysis) -> None:
     if group_culprit(col, out, groups):
         return
     sides = {r: f"{g.collective} <- {g.function or '?'}" for g in groups for r in g.ranks}
-    pick = _minority(sides)
+    pick = minority(sides)
     if pick is None or len(pick[0]) * 2 >= len(sides):
         return
     odd, top, theirs = pick

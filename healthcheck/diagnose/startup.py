@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
-from healthcheck.diagnose.logfacts import ev, fact_rank, minority, ranks_heard
+from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -36,12 +37,14 @@ def _torch_lines(col: Collected, acc: _Init) -> None:
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for a in f.log.address_in_use:
-            acc.add(ev(col, f.source, a.line, f"address already in use (port {a.port})", fact_rank(a, f.rank)), True)
+            acc.add(log_evidence(col, f.source, a.line, f"address already in use (port {a.port})",
+                                 fact_rank(a, f.rank)), True)
         for z in f.log.rendezvous:
-            acc.add(ev(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", fact_rank(z, f.rank)), False)
+            acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}",
+                                 fact_rank(z, f.rank)), False)
         for b in f.log.backend_errors:
             if "Duplicate GPU" in b.last_error:
-                acc.add(ev(col, f.source, b.line, b.last_error, fact_rank(b, f.rank)), True)
+                acc.add(log_evidence(col, f.source, b.line, b.last_error, fact_rank(b, f.rank)), True)
 
 
 def _nccl_lines(col: Collected, acc: _Init) -> None:
@@ -103,7 +106,7 @@ def _store_addresses(col: Collected) -> tuple[dict[int, tuple[str, Evidence]], d
         assert f.log is not None
         for z in f.log.rendezvous:
             rank = fact_rank(z, f.rank)
-            item = ev(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank)
+            item = log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank)
             if z.kind == "clients-timeout":
                 server.append(item)
             elif rank is not None and z.kind in ("client-timeout", "connect-failed") and z.address:
@@ -145,7 +148,7 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
             awaited = _awaited_rank(z.message) if z.kind == "wait-timeout" else None
             if rank is None or awaited is None or awaited < len(heard):
                 continue
-            acc.add(ev(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank), True)
+            acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank), True)
             acc.why = acc.why or (f"it waits in the store for rank {awaited}, which no other rank knows (ranks "
                                   f"0-{len(heard) - 1} were heard): it was launched with a larger WORLD_SIZE")
 

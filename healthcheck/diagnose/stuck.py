@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_source, world
+from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import JobMotion, waited_for
 from healthcheck.diagnose.sources import Collected
@@ -180,7 +180,7 @@ def fr_lag(dumps: dict[int, FlightRecorderDump]) -> tuple[tuple[int, ...], str]:
 
 def _complement(col: Collected, waiting: dict[int, Evidence]) -> tuple[int, ...]:
     """The ranks of the world that did not time out, when they are a minority."""
-    _, size = world(col)
+    _, size = world_of(col)
     if not waiting or not size:
         return ()
     rest = set(range(size)) - set(waiting)
@@ -209,13 +209,10 @@ def hosts_of(col: Collected, ranks: Iterable[int]) -> str:
 
 def _stack_items(col: Collected, groups: Sequence[StackGroup], odd: tuple[int, ...]) -> list[Evidence]:
     """The odd ranks' stack groups, then one group that waits in a collective."""
-    ev = col.evidence
-    items = [Evidence(source=stack_source(ev.ranks.get(g.ranks[0])), rank=g.ranks[0], text=f"stack: {g.text}")
-             for g in groups if set(g.ranks) & set(odd)]
+    items = [stack_evidence(col, g) for g in groups if set(g.ranks) & set(odd)]
     waiter = next((g for g in groups if g.collective is not None and not set(g.ranks) & set(odd)), None)
     if waiter is not None:
-        items.append(Evidence(source=stack_source(ev.ranks.get(waiter.ranks[0])), rank=waiter.ranks[0],
-                              text=f"stack: {waiter.text}"))
+        items.append(stack_evidence(col, waiter))
     return items
 
 
@@ -237,7 +234,7 @@ def _items(col: Collected, out: Analysis, c: Candidates, odd: tuple[int, ...], w
     items.extend(nccl_items)
     items.extend(list(waiting.values())[:8])
     if c.complement:
-        _, size = world(col)
+        _, size = world_of(col)
         items.append(Evidence(source="logs", text=f"{rank_words(waiting)} timed out waiting; "
                                                   f"{rank_words(c.complement)} did not (world size {size})"))
     return items
