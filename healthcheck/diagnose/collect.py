@@ -72,6 +72,7 @@ import stat
 import sys
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -498,7 +499,6 @@ def _all_pids(proc: str) -> list[int]:
 
 class _Found:
     def __init__(self) -> None:
-        self.ranks: list[tuple[_Proc, FoundBy]] = []
         self.skipped: list[SkippedProcess] = []
         self.errors: list[CollectError] = []
 
@@ -528,127 +528,253 @@ def _children_map(procs: Iterable[_Proc]) -> dict[int, list[int]]:
     return children
 
 
+def _own_netns(proc: str) -> str | None:
+    try:
+        return os.readlink(f"{proc}/self/ns/net")
+    except OSError:
+        return None
+
+
+def _own_lineage(proc: str) -> set[int]:
+    """This process and its ancestors, where `proc` is this machine's /proc (else none)."""
+    return _ancestors(os.getpid(), proc) if proc == "/proc" else set()
+
+
+def _in_other_netns(p: _Proc, own: str | None) -> bool:
+    """Known to live in another network namespace than `own` (an unreadable one is not)."""
+    return bool(own and p.netns and p.netns != own)
+
+
+def _has_rank(env: Mapping[str, str] | None) -> bool:
+    return env is not None and rank_of(env)[0] is not None
+
+
+def _runs_agent(pid: int, proc: str = "/proc") -> bool:
+    """The process `pid` runs a torchrun (its command line names one)."""
+    parent_cmd = (_read_small(f"{proc}/{pid}/cmdline", MAX_CMDLINE) or b"").replace(b"\0", b" ")
+    return any(a.encode() in parent_cmd for a in _AGENT_CMD)
+
+
+Candidates = dict[int, tuple[_Proc, FoundBy]]
+# (ranks with how each was found, skipped processes, errors, {rank pid: agent pid}, {rank pid: helper pids})
+FoundRanks = tuple[list[tuple[_Proc, FoundBy]], list[SkippedProcess], list[CollectError], dict[int, int],
+                   dict[int, list[int]]]
+
+
+@dataclass(frozen=True)
+class _Collector:
+    """This collector as the search sees it: its own processes, Slurm step and network
+    namespace are left out of what it finds."""
+
+    pid: int
+    lineage: set[int]
+    step: str | None
+    netns: str | None
+
+
+class _ProcessTree:
+    """The node's process tree, read once when first needed."""
+
+    def __init__(self, proc: str) -> None:
+        self.proc = proc
+        self._children: dict[int, list[int]] | None = None
+
+    def children(self) -> dict[int, list[int]]:
+        if self._children is None:
+            self._children = _children_map(
+                q for q in (_inspect(x, self.proc, with_environ=False) for x in _all_pids(self.proc)) if q)
+        return self._children
+
+
 def find_ranks(*, job_id: str | int | None = None, pids: Sequence[int] | None = None, proc: str = "/proc",
-               same_netns: bool = True) -> tuple[list[tuple[_Proc, FoundBy]], list[SkippedProcess],
-                                                  list[CollectError], dict[int, int], dict[int, list[int]]]:
+               same_netns: bool = True) -> FoundRanks:
     """The rank processes of a job on this node (see the module's docstring).
 
     Returns (ranks with how each was found, skipped processes, errors, {rank pid: agent pid},
     {rank pid: helper pids}).
     """
     found = _Found()
-    me = os.getpid()
-    mine = _ancestors(me, proc) if proc == "/proc" else set()
-    own_env = os.environ
-    try:
-        own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
-    except OSError:
-        own_netns = None
     job = str(job_id) if job_id is not None else None
-
-    candidates: dict[int, tuple[_Proc, FoundBy]] = {}
+    me = _this_collector(job, proc)
     if pids:
-        procs: dict[int, _Proc] = {}
-        for pid in dict.fromkeys(int(p) for p in pids):
-            p = _inspect(pid, proc)
-            if p is None:
-                found.errors.append(CollectError("process-gone", f"no process {pid} on this node", pid=pid))
-                continue
-            procs[pid] = p
-        # a given pid without a rank (a torchrun agent, a shell) stands for the ranks below it
-        children: dict[int, list[int]] | None = None  # the node's process tree, read once when first needed
-        for pid, p in procs.items():
-            if p.environ is None or rank_of(p.environ)[0] is not None:
-                candidates[pid] = (p, "pid")
-                continue
-            if children is None:
-                children = _children_map(q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc))
-                                         if q)
-            below = [q for q in (_inspect(d, proc) for d in _descendants(pid, children)) if q]
-            ranked = [q for q in below if q.environ and rank_of(q.environ)[0] is not None and is_python(q)]
-            if ranked:
-                found.skip(p, "agent")
-                for q in ranked:
-                    candidates.setdefault(q.pid, (q, "pid"))
-            else:
-                candidates[pid] = (p, "pid")
+        candidates = _candidates_by_pid(pids, proc, found)
     elif job is not None:
-        every_pid = _all_pids(proc)
-        if not every_pid:
-            found.errors.append(CollectError("proc-unreadable", f"cannot list {proc}"))
-        hidden: list[int] = []  # Python processes whose environ we may not read (a rank may hide there)
-        for pid in every_pid:
-            if pid in mine or pid <= 2:  # init and kthreadd are never a job's
-                continue
-            p = _inspect(pid, proc, with_environ=False)
-            if p is None or p.ppid == 2:  # kernel threads
-                continue
-            if p.cgroup_job is not None:  # Slurm's cgroup says whose it is
-                if p.cgroup_job == job:
-                    p.environ, p.environ_error, p.environ_truncated = read_environ(pid, proc)
-                    candidates[pid] = (p, "cgroup")
-                continue
-            p.environ, p.environ_error, p.environ_truncated = read_environ(pid, proc)
-            if p.environ is not None and any(p.environ.get(v) == job for v in _JOB_VARS):
-                candidates[pid] = (p, "environ")
-            elif p.environ is None and p.environ_error and "permission" in p.environ_error and is_python(p):
-                hidden.append(pid)
-        if hidden:
-            found.errors.append(CollectError(
-                "environ-unreadable", f"cannot read the environ of {len(hidden)} Python process(es) "
-                f"({', '.join(map(str, hidden[:10]))}{', ...' if len(hidden) > 10 else ''}): ranks of job {job} "
-                "may hide there", fix=PTRACE_FIX))
+        candidates = _candidates_of_job(job, proc, found)
     else:
         raise ValueError("give job_id or pids")
+    kept = _kept_ranks(candidates, found, me, by_pid=bool(pids), same_netns=same_netns)
+    agents, helpers, dropped = _agents_and_helpers(kept, found)
+    _add_agents_outside_steps(kept, dropped, agents, proc)
+    ranks = [(p, how) for pid, (p, how) in kept.items() if pid not in dropped]
+    return ranks, found.skipped, found.errors, agents, helpers
 
-    # leave out this collector's own step when it runs inside the job (srun --overlap --jobid)
-    own_step = own_env.get("SLURM_STEP_ID") if job is not None and own_env.get("SLURM_JOB_ID") == job else None
-    kept: dict[int, tuple[_Proc, FoundBy]] = {}
+
+def _this_collector(job: str | None, proc: str) -> _Collector:
+    """This collector, with its own step when it runs inside the job (srun --overlap --jobid)."""
+    own_env = os.environ
+    step = own_env.get("SLURM_STEP_ID") if job is not None and own_env.get("SLURM_JOB_ID") == job else None
+    return _Collector(pid=os.getpid(), lineage=_own_lineage(proc), step=step, netns=_own_netns(proc))
+
+
+def _candidates_by_pid(pids: Sequence[int], proc: str, found: _Found) -> Candidates:
+    """The given processes; one without a rank (a torchrun agent, a shell) stands for the
+    rank processes below it where there are any."""
+    candidates: Candidates = {}
+    tree = _ProcessTree(proc)
+    for pid, p in _given_processes(pids, proc, found).items():
+        if p.environ is None or _has_rank(p.environ):
+            candidates[pid] = (p, "pid")
+            continue
+        ranked = _ranks_below(pid, proc, tree)
+        if ranked:
+            found.skip(p, "agent")
+            for q in ranked:
+                candidates.setdefault(q.pid, (q, "pid"))
+        else:
+            candidates[pid] = (p, "pid")
+    return candidates
+
+
+def _given_processes(pids: Sequence[int], proc: str, found: _Found) -> dict[int, _Proc]:
+    """The given pids that exist (each once, in the order given); the others are errors."""
+    procs: dict[int, _Proc] = {}
+    for pid in dict.fromkeys(int(p) for p in pids):
+        p = _inspect(pid, proc)
+        if p is None:
+            found.errors.append(CollectError("process-gone", f"no process {pid} on this node", pid=pid))
+            continue
+        procs[pid] = p
+    return procs
+
+
+def _ranks_below(pid: int, proc: str, tree: _ProcessTree) -> list[_Proc]:
+    """The Python processes with a rank below `pid`."""
+    below = [q for q in (_inspect(d, proc) for d in _descendants(pid, tree.children())) if q]
+    return [q for q in below if q.environ and _has_rank(q.environ) and is_python(q)]
+
+
+def _candidates_of_job(job: str, proc: str, found: _Found) -> Candidates:
+    """Every process of job `job` here by its cgroup or its environ (not this collector's
+    lineage, not init, kthreadd or kernel threads); Python processes whose environ is
+    refused are an error (a rank may hide there)."""
+    every_pid = _all_pids(proc)
+    if not every_pid:
+        found.errors.append(CollectError("proc-unreadable", f"cannot list {proc}"))
+    mine = _own_lineage(proc)
+    candidates: Candidates = {}
+    hidden: list[int] = []  # Python processes whose environ we may not read (a rank may hide there)
+    for pid in every_pid:
+        if pid in mine or pid <= 2:  # init and kthreadd are never a job's
+            continue
+        p = _inspect(pid, proc, with_environ=False)
+        if p is None or p.ppid == 2:  # kernel threads
+            continue
+        how = _job_member(p, job, proc)
+        if how is not None:
+            candidates[pid] = (p, how)
+        elif _environ_refused(p):
+            hidden.append(pid)
+    if hidden:
+        found.errors.append(_hidden_error(hidden, job))
+    return candidates
+
+
+def _job_member(p: _Proc, job: str, proc: str) -> FoundBy | None:
+    """How `p` is known to be job `job`'s (its cgroup, else its environ, read here), None when it is not."""
+    if p.cgroup_job is not None:  # Slurm's cgroup says whose it is
+        if p.cgroup_job != job:
+            return None
+        p.environ, p.environ_error, p.environ_truncated = read_environ(p.pid, proc)
+        return "cgroup"
+    p.environ, p.environ_error, p.environ_truncated = read_environ(p.pid, proc)
+    if p.environ is not None and any(p.environ.get(v) == job for v in _JOB_VARS):
+        return "environ"
+    return None
+
+
+def _environ_refused(p: _Proc) -> bool:
+    """A Python process whose environ we were refused (permission)."""
+    return p.environ is None and p.environ_error is not None and "permission" in p.environ_error and is_python(p)
+
+
+def _hidden_error(hidden: list[int], job: str) -> CollectError:
+    shown = f"{', '.join(map(str, hidden[:10]))}{', ...' if len(hidden) > 10 else ''}"
+    return CollectError(
+        "environ-unreadable", f"cannot read the environ of {len(hidden)} Python process(es) ({shown}): ranks of "
+        f"job {job} may hide there", fix=PTRACE_FIX)
+
+
+def _kept_ranks(candidates: Candidates, found: _Found, me: _Collector, *, by_pid: bool,
+                same_netns: bool) -> Candidates:
+    """The candidates that may be ranks; the others skipped with their reason."""
+    kept: Candidates = {}
     for pid, (p, how) in candidates.items():
-        env = p.environ or {}
-        if pid == me or pid in mine or (own_step is not None and env.get("SLURM_STEP_ID") == own_step
-                                        and not pids):
-            found.skip(p, "collector")
-        elif p.state in ("Z", "X"):
-            found.skip(p, "zombie")
-        elif same_netns and own_netns and p.netns and p.netns != own_netns and not pids:
-            found.skip(p, "other-netns")
-        elif not is_python(p):
-            found.skip(p, "not-python")
-        elif p.environ is not None and rank_of(env)[0] is None and not pids:
-            found.skip(p, "no-rank")  # (a pid named by hand is kept: a one-process job has no rank)
+        reason = _skip_reason(p, me, by_pid=by_pid, same_netns=same_netns)
+        if reason is not None:
+            found.skip(p, reason)
         else:
             kept[pid] = (p, how)
+    return kept
 
-    # agents and helpers: a kept process whose parent is kept too
+
+def _skip_reason(p: _Proc, me: _Collector, *, by_pid: bool, same_netns: bool) -> str | None:
+    """Why a candidate is not a rank, None when it may be one. A pid named by hand is kept
+    outside this collector's step and netns, and without a rank (a one-process job has none)."""
+    env = p.environ or {}
+    if p.pid == me.pid or p.pid in me.lineage or (me.step is not None and env.get("SLURM_STEP_ID") == me.step
+                                                  and not by_pid):
+        return "collector"
+    if p.state in ("Z", "X"):
+        return "zombie"
+    if same_netns and _in_other_netns(p, me.netns) and not by_pid:
+        return "other-netns"
+    if not is_python(p):
+        return "not-python"
+    if p.environ is not None and rank_of(env)[0] is None and not by_pid:
+        return "no-rank"
+    return None
+
+
+def _agents_and_helpers(kept: Candidates, found: _Found) -> tuple[dict[int, int], dict[int, list[int]], set[int]]:
+    """A kept process whose parent is kept too: with the parent's rank, a worker of that rank
+    (DataLoader, compile pool: a helper of the topmost process of that rank); with another
+    rank, the parent launched ranks (torchrun's agent under srun). Returns ({rank pid: agent
+    pid}, {rank pid: helper pids}, the pids that are not ranks)."""
     agents: dict[int, int] = {}
     helpers: dict[int, list[int]] = {}
-    drop: set[int] = set()
+    dropped: set[int] = set()
     for pid, (p, _) in kept.items():
-        parent = kept.get(p.ppid) if p.ppid is not None else None
+        parent = kept[p.ppid][0] if p.ppid is not None and p.ppid in kept else None
         if parent is None:
             continue
         mine_rank = rank_of(p.environ or {})
-        theirs = rank_of(parent[0].environ or {})
-        if mine_rank == theirs:  # same rank: a worker of that rank (DataLoader, compile pool)
-            top = parent[0]
-            while top.ppid in kept and rank_of(kept[top.ppid][0].environ or {}) == mine_rank:
-                top = kept[top.ppid][0]
-            helpers.setdefault(top.pid, []).append(pid)
-            drop.add(pid)
+        if mine_rank == rank_of(parent.environ or {}):
+            helpers.setdefault(_top_of_rank(parent, kept, mine_rank).pid, []).append(pid)
+            dropped.add(pid)
             found.skip(p, "helper")
-        else:  # another rank below it: it launched ranks (torchrun's agent under srun)
-            agents[pid] = parent[0].pid
-            if parent[0].pid not in drop:
-                drop.add(parent[0].pid)
-                found.skip(parent[0], "agent")
-    for pid, (p, _) in kept.items():  # the agent of a torchrun outside any job step: the parent's command
-        if pid not in drop and pid not in agents and p.ppid is not None:
-            parent_cmd = (_read_small(f"{proc}/{p.ppid}/cmdline", MAX_CMDLINE) or b"").replace(b"\0", b" ")
-            if any(a.encode() in parent_cmd for a in _AGENT_CMD):
-                agents[pid] = p.ppid
-    found.ranks = [(p, how) for pid, (p, how) in kept.items() if pid not in drop]
-    return found.ranks, found.skipped, found.errors, agents, helpers
+        else:
+            agents[pid] = parent.pid
+            if parent.pid not in dropped:
+                dropped.add(parent.pid)
+                found.skip(parent, "agent")
+    return agents, helpers, dropped
+
+
+def _top_of_rank(p: _Proc, kept: Candidates,
+                 rank: tuple[int | None, str | None]) -> _Proc:
+    """The topmost kept ancestor-or-self of `p` that carries the same rank."""
+    top = p
+    while top.ppid in kept and rank_of(kept[top.ppid][0].environ or {}) == rank:
+        top = kept[top.ppid][0]
+    return top
+
+
+def _add_agents_outside_steps(kept: Candidates, dropped: set[int], agents: dict[int, int], proc: str) -> None:
+    """The agent of a torchrun outside any job step: a rank's parent whose command is torchrun."""
+    for pid, (p, _) in kept.items():
+        if pid not in dropped and pid not in agents and p.ppid is not None and _runs_agent(p.ppid, proc):
+            agents[pid] = p.ppid
+
 
 
 # ------------------------------------------------------------------------------ py-spy
