@@ -87,9 +87,10 @@ from healthcheck.diagnose.ras_client import DEFAULT_HOST, DEFAULT_PORT, RasOutco
 from healthcheck.diagnose.sampling import MARGIN_S, Sampled, SamplingSpec, sample_ranks
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
-from healthcheck.parsers.py_spy import PySpyDump, PySpyThread, parse_py_spy
+from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyThread, parse_py_spy
 from healthcheck.parsers.xid import parse_kernel_log
 from healthcheck.probes.gpu import MAX_SINCE, Source, command_source, read_kernel_log
+from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import LocalRunner, run_command
 
 MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read (the kernel allows far more; ranks never need it)
@@ -807,11 +808,13 @@ class _Dump(msgspec.Struct):
     error: CollectError | None = None
 
 
-def dump_stack(py_spy: str, pid: int, state: str, *, timeout_s: float, native: bool = False,
-               keep_raw: bool = False, rank: int | None = None, with_locals: bool = False) -> _Dump:
-    """`py-spy dump --json --pid PID` (`--nonblocking` for a stopped or D-state process;
-    `--locals` with_locals: sampling.py reduces them at once)."""
-    mode: DumpMode = "nonblocking" if state in ("T", "t", "D") else "blocking"
+def dump_mode(state: str) -> DumpMode:
+    """How to dump a process in this state: stopped, traced or D-state ones without ptrace."""
+    return "nonblocking" if state in ("T", "t", "D") else "blocking"
+
+
+def py_spy_argv(py_spy: str, pid: int, mode: DumpMode, *, native: bool, with_locals: bool) -> list[str]:
+    """The py-spy dump command line."""
     argv = [py_spy, "dump", "--json", "--pid", str(pid)]
     if native:
         argv.append("--native")
@@ -819,28 +822,46 @@ def dump_stack(py_spy: str, pid: int, state: str, *, timeout_s: float, native: b
         argv.append("--locals")
     if mode == "nonblocking":
         argv.append("--nonblocking")
+    return argv
+
+
+def dump_stack(py_spy: str, pid: int, state: str, *, timeout_s: float, native: bool = False,
+               keep_raw: bool = False, rank: int | None = None, with_locals: bool = False) -> _Dump:
+    """`py-spy dump --json --pid PID` (`--nonblocking` for a stopped or D-state process;
+    `--locals` with_locals: sampling.py reduces them at once)."""
+    mode = dump_mode(state)
+    argv = py_spy_argv(py_spy, pid, mode, native=native, with_locals=with_locals)
     r = run_command(argv, timeout_s=timeout_s, env={**os.environ, "RUST_BACKTRACE": "0"})
     seconds = round(r.duration_s, 3)
+    error = _run_error(r, py_spy, pid, state, timeout_s, rank)
+    if error is not None:
+        return _Dump(mode=mode, seconds=seconds, error=error)
+    out = r.stdout[:MAX_PY_SPY_OUTPUT]
+    if not (r.returncode == 0 and out.strip()):
+        return _Dump(mode=mode, seconds=seconds, error=py_spy_error(r.stderr or r.stdout, pid, rank,
+                                                                         r.returncode))
+    raw = out if keep_raw else None
+    try:
+        dump = parse_py_spy(out)
+    except ParseError as exc:
+        return _Dump(mode=mode, seconds=seconds, raw=raw, error=CollectError(
+            "py-spy-failed", f"py-spy output for pid {pid} unreadable: {exc}", pid=pid, rank=rank))
+    return _Dump(stack=dump, mode=mode, seconds=seconds, raw=raw)
+
+
+def _run_error(r: CommandResult, py_spy: str, pid: int, state: str, timeout_s: float,
+               rank: int | None) -> CollectError | None:
+    """Why py-spy did not run to its end (missing, could not start, timed out), None when it did."""
     if r.not_found:
-        return _Dump(mode=mode, seconds=seconds, error=CollectError(
-            "py-spy-missing", f"{py_spy}: not found", fix=PY_SPY_FIX, pid=pid, rank=rank))
+        return CollectError("py-spy-missing", f"{py_spy}: not found", fix=PY_SPY_FIX, pid=pid, rank=rank)
     if r.error:
-        return _Dump(mode=mode, seconds=seconds, error=CollectError(
-            "py-spy-failed", f"cannot run {py_spy}: {r.error}", fix=PY_SPY_FIX, pid=pid, rank=rank))
+        return CollectError("py-spy-failed", f"cannot run {py_spy}: {r.error}", fix=PY_SPY_FIX, pid=pid, rank=rank)
     if r.timed_out:
-        return _Dump(mode=mode, seconds=seconds, error=CollectError(
+        return CollectError(
             "py-spy-timeout", f"py-spy dump of pid {pid} (state {state}) took more than {timeout_s:g} s",
             fix="retry with a longer --timeout, or dump it by hand with py-spy dump --nonblocking",
-            pid=pid, rank=rank))
-    out = r.stdout[:MAX_PY_SPY_OUTPUT]
-    if r.returncode == 0 and out.strip():
-        try:
-            dump = parse_py_spy(out)
-        except ParseError as exc:
-            return _Dump(mode=mode, seconds=seconds, raw=out if keep_raw else None, error=CollectError(
-                "py-spy-failed", f"py-spy output for pid {pid} unreadable: {exc}", pid=pid, rank=rank))
-        return _Dump(stack=dump, mode=mode, seconds=seconds, raw=out if keep_raw else None)
-    return _Dump(mode=mode, seconds=seconds, error=py_spy_error(r.stderr or r.stdout, pid, rank, r.returncode))
+            pid=pid, rank=rank)
+    return None
 
 
 def py_spy_error(text: str, pid: int, rank: int | None = None, returncode: int | None = None) -> CollectError:
@@ -1108,70 +1129,89 @@ def collect_node(*, job_id: str | int | None = None, pids: Sequence[int] | None 
     deadline = start + max(1.0, timeout_s)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
     host = host or socket.gethostname()
-    errors: list[CollectError] = []
+    job = str(job_id) if job_id is not None else None
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel) + (1 if ras else 0)
                                                  + (1 if kernel else 0), thread_name_prefix="hc-collect")
     ras_future = pool.submit(ask_ras, ras_host, ras_port, min(DEFAULT_RAS_TIMEOUT_S, timeout_s)) if ras else None
     try:
         found, skipped, find_errors, agents, helpers = find_ranks(job_id=job_id, pids=pids, proc=proc,
                                                                   same_netns=same_netns)
-        errors.extend(find_errors)
+        errors = list(find_errors)
         kernel_future = None
         if kernel:
-            since_from = "argument"
-            if since is None:
-                job_pids = [p.pid for p, _ in found] + list(agents.values()) + \
-                    [s.pid for s in skipped if s.reason not in ("collector", "other-netns")]
-                since, since_from = job_window(job_pids, job_id=str(job_id) if job_id is not None else None,
-                                               proc=proc)
+            since, since_from = _window_start(since, found, skipped, agents, job, proc)
             kernel_future = pool.submit(read_kernel, since, since_from=since_from, sources=kernel_sources,
                                         timeout_s=max(0.5, min(KERNEL_TIMEOUT_S, deadline - time.monotonic())))
         binary = resolve_py_spy(py_spy)
         if py_spy and binary is None and found:
             errors.append(CollectError("py-spy-missing", f"py-spy not found (looked for {py_spy!r} on PATH and next "
                                        f"to {sys.executable}): no stacks from {host}", fix=PY_SPY_FIX))
-        ranks: list[RankProcess] = []
-        spec = sampling or SamplingSpec()
-        sampled = _sample(binary, found, spec, pool, deadline, per_rank_timeout_s, native, raw, proc) \
-            if binary else Sampled()
+        sampled = _sample(binary, found, sampling or SamplingSpec(), pool, deadline, per_rank_timeout_s, native,
+                          raw, proc) if binary else Sampled()
+        ranks = []
         for p, how in found:
             dump = sampled.last.get(p.pid)
-            if binary and dump is None and p.state not in ("Z", "X"):
-                errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
-                                           "ran out first", fix="raise --timeout", pid=p.pid))
+            errors.extend(_rank_errors(p, dump, stacks_wanted=bool(binary), timeout_s=timeout_s))
             ranks.append(_rank_process(p, how, host, agents.get(p.pid), helpers.get(p.pid, []), dump,
                                        tuple(sampled.samples.get(p.pid, ())), output_files(p.pid, proc)))
-            if dump is not None and dump.error is not None:
-                errors.append(dump.error)
-            if p.environ is None and p.environ_error:
-                errors.append(CollectError("environ-unreadable", f"cannot read /proc/{p.pid}/environ "
-                                           f"({p.environ_error}): no rank or debug files for it",
-                                           fix=PTRACE_FIX, pid=p.pid))
         if not ranks and not any(e.kind == "process-gone" for e in errors):
             what = f"job {job_id}" if job_id is not None else f"pids {', '.join(map(str, pids or ()))}"
             errors.append(CollectError("no-ranks", f"no Python rank process of {what} on {host}"))
-        ras_evidence = None
-        if ras_future is not None:
-            try:
-                ras_evidence = ras_future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
-            except concurrent.futures.TimeoutError:
-                ras_evidence = RasEvidence("error", f"{ras_host}:{ras_port}", "RAS query outlived the node's time")
-            if ras_evidence.outcome == "error":
-                errors.append(CollectError("ras-error", f"NCCL RAS at {ras_evidence.address}: {ras_evidence.reason}"))
-        kernel_log = None
-        if kernel_future is not None:
-            try:
-                kernel_log = kernel_future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
-            except concurrent.futures.TimeoutError:
-                kernel_log = KernelLog(since=since, note="kernel log not read: the node's time ran out first")
+        ras_evidence = _ras_answer(ras_future, deadline, f"{ras_host}:{ras_port}") if ras_future is not None else None
+        if ras_evidence is not None and ras_evidence.outcome == "error":
+            errors.append(CollectError("ras-error", f"NCCL RAS at {ras_evidence.address}: {ras_evidence.reason}"))
+        kernel_log = _kernel_answer(kernel_future, deadline, since) if kernel_future is not None else None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
     return NodeCollection(
         host=host, collected_at=started, duration_s=round(time.monotonic() - start, 3),
-        job_id=str(job_id) if job_id is not None else None, pids=tuple(int(p) for p in pids or ()),
+        job_id=job, pids=tuple(int(p) for p in pids or ()),
         ranks=tuple(ranks), ras=ras_evidence, errors=tuple(errors), skipped=tuple(skipped),
         py_spy=binary, ptrace_scope=ptrace_scope(), kernel=kernel_log)
+
+
+def _window_start(since: float | None, found: list[tuple[_Proc, FoundBy]], skipped: list[SkippedProcess],
+                  agents: dict[int, int], job: str | None, proc: str) -> tuple[float | None, str]:
+    """Where the kernel log's window starts: `since` as given, else the earliest start of the
+    job's processes here (its ranks, their agents, the job's other processes)."""
+    if since is not None:
+        return since, "argument"
+    job_pids = [p.pid for p, _ in found] + list(agents.values()) + \
+        [s.pid for s in skipped if s.reason not in ("collector", "other-netns")]
+    return job_window(job_pids, job_id=job, proc=proc)
+
+
+def _rank_errors(p: _Proc, dump: _Dump | None, *, stacks_wanted: bool, timeout_s: float) \
+        -> list[CollectError]:
+    """What is missing of one rank: its stack (the node's time ran out, or py-spy's error), its environ."""
+    errors = []
+    if stacks_wanted and dump is None and p.state not in ("Z", "X"):
+        errors.append(CollectError("deadline", f"no stack of pid {p.pid}: the node's {timeout_s:g} s "
+                                   "ran out first", fix="raise --timeout", pid=p.pid))
+    if dump is not None and dump.error is not None:
+        errors.append(dump.error)
+    if p.environ is None and p.environ_error:
+        errors.append(CollectError("environ-unreadable", f"cannot read /proc/{p.pid}/environ "
+                                   f"({p.environ_error}): no rank or debug files for it",
+                                   fix=PTRACE_FIX, pid=p.pid))
+    return errors
+
+
+def _ras_answer(future: concurrent.futures.Future[RasEvidence], deadline: float, address: str) -> RasEvidence:
+    """The RAS query's answer, waited for until the node's deadline (and a second)."""
+    try:
+        return future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
+    except concurrent.futures.TimeoutError:
+        return RasEvidence("error", address, "RAS query outlived the node's time")
+
+
+def _kernel_answer(future: concurrent.futures.Future[KernelLog], deadline: float, since: float | None) -> KernelLog:
+    """The kernel log's reading, waited for until the node's deadline (and a second)."""
+    try:
+        return future.result(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
+    except concurrent.futures.TimeoutError:
+        return KernelLog(since=since, note="kernel log not read: the node's time ran out first")
 
 
 def _sample(binary: str, found: list[tuple[_Proc, FoundBy]], spec: SamplingSpec,
@@ -1193,6 +1233,37 @@ def _sample(binary: str, found: list[tuple[_Proc, FoundBy]], spec: SamplingSpec,
                         deadline=deadline - MARGIN_S, per_dump_s=per_rank_s, proc=proc)
 
 
+def _frame_text(frame: PySpyFrame | None) -> str | None:
+    """A frame as "fn (file.py:12)" (no line: "fn (file.py)")."""
+    if frame is None:
+        return None
+    return f"{frame.name} ({frame.file}:{frame.line})" if frame.line is not None else f"{frame.name} ({frame.file})"
+
+
+def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers: list[int],
+                  dump: _Dump | None, samples: tuple[StackSample, ...] = (),
+                  outputs: tuple[str, ...] = ()) -> RankProcess:
+    env = p.environ or {}
+    rank, source = rank_of(env)
+    stack = dump.stack if dump else None
+    main = _main_thread(stack, p.pid) if stack else None
+    return RankProcess(
+        pid=p.pid, host=host, state=p.state, state_name=_STATE_NAMES.get(p.state, "unknown"),
+        rank=rank, local_rank=_first_int(env, _LOCAL_VARS), world_size=_first_int(env, _WORLD_VARS),
+        rank_source=source, ppid=p.ppid, agent_pid=agent, helpers=tuple(sorted(helpers)),
+        command=clip(p.command, 1000), found_by=how,
+        slurm_job_id=next((env[v] for v in _JOB_VARS if v in env), None),
+        slurm_step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), master_addr=env.get("MASTER_ADDR"),
+        master_port=_int(env.get("MASTER_PORT")), debug_files=debug_files(env, p.pid, host, rank),
+        env=kept_env(env), environ_truncated=p.environ_truncated,
+        stack=stack, py_spy_mode=dump.mode if dump else None, py_spy_s=dump.seconds if dump else None,
+        py_spy_raw=dump.raw if dump else None, samples=samples, outputs=outputs,
+        collective=main.collective if main else None,
+        user_frame=_frame_text(main.user_frame if main else None),
+    )
+
+
 def output_files(pid: int, proc: str = "/proc") -> tuple[str, ...]:
     """The regular files a process's stdout and stderr go to (what it printed as it
     failed: torch's warnings, a traceback); pipes, terminals and deleted files are not."""
@@ -1207,32 +1278,6 @@ def output_files(pid: int, proc: str = "/proc") -> tuple[str, ...]:
         if regular and target.startswith("/") and not target.endswith(" (deleted)") and target not in out:
             out.append(target)
     return tuple(out)
-
-
-def _rank_process(p: _Proc, how: FoundBy, host: str, agent: int | None, helpers: list[int],
-                  dump: _Dump | None, samples: tuple[StackSample, ...] = (),
-                  outputs: tuple[str, ...] = ()) -> RankProcess:
-    env = p.environ or {}
-    rank, source = rank_of(env)
-    stack = dump.stack if dump else None
-    main = _main_thread(stack, p.pid) if stack else None
-    user = main.user_frame if main else None
-    return RankProcess(
-        pid=p.pid, host=host, state=p.state, state_name=_STATE_NAMES.get(p.state, "unknown"),
-        rank=rank, local_rank=_first_int(env, _LOCAL_VARS), world_size=_first_int(env, _WORLD_VARS),
-        rank_source=source, ppid=p.ppid, agent_pid=agent, helpers=tuple(sorted(helpers)),
-        command=clip(p.command, 1000), found_by=how,
-        slurm_job_id=next((env[v] for v in _JOB_VARS if v in env), None),
-        slurm_step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
-        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), master_addr=env.get("MASTER_ADDR"),
-        master_port=_int(env.get("MASTER_PORT")), debug_files=debug_files(env, p.pid, host, rank),
-        env=kept_env(env), environ_truncated=p.environ_truncated,
-        stack=stack, py_spy_mode=dump.mode if dump else None, py_spy_s=dump.seconds if dump else None,
-        py_spy_raw=dump.raw if dump else None, samples=samples, outputs=outputs,
-        collective=main.collective if main else None,
-        user_frame=f"{user.name} ({user.file}:{user.line})" if user and user.line is not None
-        else (f"{user.name} ({user.file})" if user else None),
-    )
 
 
 def local_rank_pids(proc: str = "/proc", same_netns: bool = True) -> list[int]:
@@ -1270,22 +1315,24 @@ MAX_LAUNCHERS = 16
 MAX_FD_SCAN_S = 2.0  # the socket -> process search, over every process's fds
 
 
+def _flag_value(argv: Sequence[str], flags: tuple[str, ...]) -> str | None:
+    """The value of the first of `flags` on a command line (`--flag value` or `--flag=value`)."""
+    for i, a in enumerate(argv):
+        for f in flags:
+            if a == f and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(f + "="):
+                return a[len(f) + 1:]
+    return None
+
+
 def launcher_endpoint(argv: Sequence[str]) -> tuple[str, int | None]:
     """(endpoint as given, its port) from a torchrun command line; ("", None) when it names none."""
-    def value(flags: tuple[str, ...]) -> str | None:
-        for i, a in enumerate(argv):
-            for f in flags:
-                if a == f and i + 1 < len(argv):
-                    return argv[i + 1]
-                if a.startswith(f + "="):
-                    return a[len(f) + 1:]
-        return None
-
-    endpoint = value(_ENDPOINT_FLAGS)
+    endpoint = _flag_value(argv, _ENDPOINT_FLAGS)
     if endpoint:
         host, sep, port = endpoint.rpartition(":")
         return endpoint, (int(port) if sep and port.isdigit() and host else None)
-    addr, port_s = value(_ADDR_FLAGS), value(_PORT_FLAGS)
+    addr, port_s = _flag_value(argv, _ADDR_FLAGS), _flag_value(argv, _PORT_FLAGS)
     if port_s and port_s.isdigit():
         return f"{addr or '127.0.0.1'}:{port_s}", int(port_s)
     return "", None
@@ -1297,16 +1344,22 @@ def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
     for name in ("tcp", "tcp6"):
         data = _read_small(f"{proc}/net/{name}", 4 << 20) or b""
         for line in data.decode("ascii", errors="replace").splitlines()[1:]:
-            f = line.split()
-            if len(f) < 10 or f[3] != "0A":  # 0A: LISTEN
-                continue
-            _, _, hexport = f[1].rpartition(":")
-            try:
-                if int(hexport, 16) == port:
-                    out.add(f[9])
-            except ValueError:
-                continue
+            inode = _listener_inode(line, port)
+            if inode is not None:
+                out.add(inode)
     return out
+
+
+def _listener_inode(line: str, port: int) -> str | None:
+    """The socket inode of one /proc/net/tcp line where it listens on `port`, else None."""
+    f = line.split()
+    if len(f) < 10 or f[3] != "0A":  # 0A: LISTEN
+        return None
+    _, _, hexport = f[1].rpartition(":")
+    try:
+        return f[9] if int(hexport, 16) == port else None
+    except ValueError:
+        return None
 
 
 def socket_owner(inodes: set[str], proc: str = "/proc", budget_s: float = MAX_FD_SCAN_S) -> int | None:
@@ -1318,20 +1371,28 @@ def socket_owner(inodes: set[str], proc: str = "/proc", budget_s: float = MAX_FD
     for pid in _all_pids(proc):
         if time.monotonic() > until:
             return None
-        try:
-            fds = os.listdir(f"{proc}/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"{proc}/{pid}/fd/{fd}") in wanted:
-                    return pid
-            except OSError:
-                continue
+        if _holds_any(pid, wanted, proc):
+            return pid
     return None
 
 
+def _holds_any(pid: int, targets: set[str], proc: str) -> bool:
+    """One of the process's file descriptors points at one of `targets`."""
+    try:
+        fds = os.listdir(f"{proc}/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"{proc}/{pid}/fd/{fd}") in targets:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _waiting_in(stack: PySpyDump | None, pid: int) -> str | None:
+    """Its main thread's innermost rendezvous/store frame: "fn (file.py:12)"."""
     main = _main_thread(stack, pid) if stack else None
     if main is None:
         return None
@@ -1342,33 +1403,57 @@ def _waiting_in(stack: PySpyDump | None, pid: int) -> str | None:
     return None
 
 
-def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str = "/proc",
-                   same_netns: bool = True, only: Collection[int] | None = None) -> list[LauncherProcess]:
-    """The torchrun agents on this node (this netns; among `only` where given) that have no
-    Python child: launchers whose ranks never started, with their stack and who holds their
-    rendezvous port."""
-    until = time.monotonic() + timeout_s
-    try:
-        own_netns: str | None = os.readlink(f"{proc}/self/ns/net")
-    except OSError:
-        own_netns = None
-    mine = _ancestors(os.getpid(), proc) if proc == "/proc" else set()
-    procs = [q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc) if x not in mine) if q]
+def is_agent_command(command: str) -> bool:
+    """A command line that runs torchrun (its program or module among its first words)."""
+    argv = command.split(" ")
+    return any(a in argv[:3] or any(w.endswith("/" + a) for w in argv[:2]) for a in _AGENT_CMD)
+
+
+def _rankless_agents(procs: list[_Proc], *, own: str | None, same_netns: bool,
+                     only: Collection[int] | None) -> list[_Proc]:
+    """The torchrun agents among `procs` (among `only` where given; in this netns) with no Python child."""
     children = _children_map(procs)
     by_pid = {q.pid: q for q in procs}
     agents = []
     for q in procs:
         if only is not None and q.pid not in only:
             continue
-        argv = q.command.split(" ")
-        if q.state in ("Z", "X") or not is_python(q) or not any(a in argv[:3] or any(
-                w.endswith("/" + a) for w in argv[:2]) for a in _AGENT_CMD):
+        if q.state in ("Z", "X") or not is_python(q) or not is_agent_command(q.command):
             continue
-        if same_netns and own_netns and q.netns and q.netns != own_netns:
+        if same_netns and _in_other_netns(q, own):
             continue
         if any(c in by_pid and is_python(by_pid[c]) for c in children.get(q.pid, [])):
             continue  # it started its workers: they are the ranks
         agents.append(q)
+    return agents
+
+
+def _port_holder(port: int, agents: list[_Proc], by_pid: Mapping[int, _Proc], proc: str,
+                 until: float) -> PortHolder | None:
+    """Who listens on `port` here: a process (a fellow agent hosting its store, or a foreign
+    one), a listener whose process was not found, or None where nothing listens."""
+    owner = socket_owner(listening_inodes(port, proc), proc,
+                         budget_s=max(0.2, min(MAX_FD_SCAN_S, until - time.monotonic())))
+    if owner is None and not listening_inodes(port, proc):
+        return None
+    o = by_pid.get(owner) if owner is not None else None
+    is_agent = o is not None and o.pid in {a.pid for a in agents} or (
+        o is not None and any(a in o.command for a in _AGENT_CMD))
+    return PortHolder(port=port, pid=owner, command=clip(o.command, 200) if o else "", is_launcher=is_agent)
+
+
+def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str = "/proc",
+                   same_netns: bool = True, only: Collection[int] | None = None) -> list[LauncherProcess]:
+    """The torchrun agents on this node (this netns; among `only` where given) that have no
+    Python child: launchers whose ranks never started, with their stack and who holds their
+    rendezvous port."""
+    until = time.monotonic() + timeout_s
+    own = _own_netns(proc)
+    mine = _own_lineage(proc)
+    procs = [q for q in (_inspect(x, proc, with_environ=False) for x in _all_pids(proc) if x not in mine)
+             if q]
+    by_pid = {q.pid: q for q in procs}
+    agents = _rankless_agents(procs, own=own, same_netns=same_netns, only=only)
     binary = resolve_py_spy(py_spy) if py_spy else None
     out: list[LauncherProcess] = []
     for q in agents[:MAX_LAUNCHERS]:
@@ -1376,16 +1461,7 @@ def find_launchers(host: str, *, py_spy: str | None, timeout_s: float, proc: str
         dump = None
         if binary and time.monotonic() < until:
             dump = dump_stack(binary, q.pid, q.state, timeout_s=max(0.5, min(5.0, until - time.monotonic())))
-        holder = None
-        if port is not None:
-            owner = socket_owner(listening_inodes(port, proc), proc,
-                                 budget_s=max(0.2, min(MAX_FD_SCAN_S, until - time.monotonic())))
-            if owner is not None or listening_inodes(port, proc):
-                o = by_pid.get(owner) if owner is not None else None
-                is_agent = o is not None and o.pid in {a.pid for a in agents} or (
-                    o is not None and any(a in o.command for a in _AGENT_CMD))
-                holder = PortHolder(port=port, pid=owner, command=clip(o.command, 200) if o else "",
-                                    is_launcher=is_agent)
+        holder = _port_holder(port, agents, by_pid, proc, until) if port is not None else None
         stack = dump.stack if dump else None
         out.append(LauncherProcess(pid=q.pid, host=host, state=q.state, command=clip(q.command, 1000),
                                    endpoint=endpoint, port=port, stack=stack, waiting_in=_waiting_in(stack, q.pid),
