@@ -10,6 +10,8 @@ and the server sends the report and closes the connection. An error comes back a
 transcript in the shape `parse_nccl_ras` reads (client lines prefixed `>>> `, as in
 tests/fixtures/h100-captures/nccl-ras-*.txt). Nothing listening (connection refused) is
 `absent`: most jobs run no RAS (NCCL < 2.24, NCCL_RAS_ENABLE=0, gloo), which is no fault.
+`ask_ras` parses that transcript into the node's `RasEvidence` (diagnose/collect.py asks
+it when told).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import time
 from typing import Literal
 
 import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.nccl_ras import NcclRasStatus, parse_nccl_ras
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 28028  # NCCL_RAS_ADDR's default port
@@ -162,3 +167,33 @@ def query_ras(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, timeout_s: 
     if not text.strip():
         return result("error", f"{address} sent no report", truncated=cut)
     return result("ok", "report cut short (deadline or size)" if cut else None, truncated=cut)
+
+
+DEFAULT_RAS_TIMEOUT_S = 5.0
+
+
+class RasEvidence(msgspec.Struct, frozen=True, omit_defaults=True):
+    """NCCL RAS on this node: ok with the parsed status, absent (nothing listens) or error."""
+
+    outcome: RasOutcome
+    address: str
+    reason: str | None = None
+    status: NcclRasStatus | None = None
+    transcript: str | None = None  # the exchange as read (client lines prefixed `>>> `)
+    duration_s: float = 0.0
+
+
+def ask_ras(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = DEFAULT_RAS_TIMEOUT_S,
+            keep_transcript: bool = True) -> RasEvidence:
+    """NCCL RAS's verbose status, parsed; refused = absent, not an error."""
+    x = query_ras(host, port, timeout_s=timeout_s)
+    status = None
+    reason = x.reason
+    outcome = x.outcome
+    if x.transcript and outcome != "absent":
+        try:
+            status = parse_nccl_ras(x.transcript)
+        except ParseError as exc:
+            outcome, reason = "error", f"unreadable RAS reply: {exc}"
+    return RasEvidence(outcome, x.address, reason, status, x.transcript if keep_transcript and x.transcript else None,
+                       x.duration_s)

@@ -42,6 +42,7 @@ from healthcheck.diagnose.evidence import (
     JobEvidence,
     KernelEvent,
     NcclLogFile,
+    RankEvidence,
     RasReply,
     TorchLogFile,
     Unreadable,
@@ -53,7 +54,7 @@ from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
 from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
-from healthcheck.parsers.torch_log import parse_torch_log
+from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
@@ -513,8 +514,18 @@ def _py_spy(source: str, text: str, rank: int | None, col: Collected) -> bool:
 
 def _link_ranks(col: Collected) -> None:
     """Fill RankEvidence from the parsed logs: host, pid, world size, GPU, exits."""
+    _link_nccl_processes(col)
+    _link_child_failures(col)
+    for rank, r in col.evidence.ranks.items():
+        if r.pid is not None:
+            col.pid_ranks.setdefault(r.pid, rank)
+        _world_from_flight_recorder(r)
+    _place_pending_dumps(col)
+
+
+def _link_nccl_processes(col: Collected) -> None:
+    """Each NCCL process of one rank: its host, pid, world size and GPU."""
     ev = col.evidence
-    pids = col.pid_ranks
     for f in ev.nccl_logs:
         if f.log is None:
             continue
@@ -526,44 +537,60 @@ def _link_ranks(col: Collected) -> None:
             r.host = r.host or p.host
             if r.pid is None:
                 r.pid = p.pid
-            pids.setdefault(p.pid, ranks[0])
+            col.pid_ranks.setdefault(p.pid, ranks[0])
             if p.world_size is not None:
                 r.world_size = p.world_size
             if not r.gpu and p.devices:
                 r.gpu = f"cuda:{p.devices[0]}"
             if f.source not in r.sources:
                 r.sources.append(f.source)
+
+
+def _link_child_failures(col: Collected) -> None:
+    """torchrun's ChildFailedError boxes: each failed rank's host, pid, local rank and exit."""
+    ev = col.evidence
     for t in ev.torch_logs:
         if t.log is None:
             continue
         for block in t.log.child_failed:
             for fail in block.failures:
-                if fail.rank is None:
-                    continue
-                r = ev.rank(fail.rank)
-                r.host = r.host or fail.host
-                if fail.pid is not None:
-                    r.pid = fail.pid
-                    pids[fail.pid] = fail.rank
-                if fail.local_rank is not None:
-                    r.local_rank = fail.local_rank
-                r.exit_code = fail.exitcode
-                r.signal = fail.signal
-                r.alive = False
-                if t.source not in r.sources:
-                    r.sources.append(t.source)
-    for rank, r in ev.ranks.items():
-        if r.pid is not None:
-            pids.setdefault(r.pid, rank)
-        if r.flight_recorder is not None and r.world_size is None:
-            sizes = [len(g.ranks) for g in r.flight_recorder.process_groups if g.ranks]
-            default = [len(g.ranks) for g in r.flight_recorder.process_groups
-                       if g.ranks and g.desc in ("default_pg", "")]
-            if default or sizes:
-                r.world_size = max(default or sizes)
+                if fail.rank is not None:
+                    _link_child_failure(col, fail.rank, fail, t.source)
+
+
+def _link_child_failure(col: Collected, rank: int, fail: ChildFailure, source: str) -> None:
+    """One failed rank of a ChildFailedError box: its host, pid, local rank and exit."""
+    r = col.evidence.rank(rank)
+    r.host = r.host or fail.host
+    if fail.pid is not None:
+        r.pid = fail.pid
+        col.pid_ranks[fail.pid] = rank
+    if fail.local_rank is not None:
+        r.local_rank = fail.local_rank
+    r.exit_code = fail.exitcode
+    r.signal = fail.signal
+    r.alive = False
+    if source not in r.sources:
+        r.sources.append(source)
+
+
+def _world_from_flight_recorder(r: RankEvidence) -> None:
+    """A rank's world size from its Flight Recorder dump, where nothing else said it: the
+    default group's size, else its largest group's."""
+    if r.flight_recorder is None or r.world_size is not None:
+        return
+    sizes = [len(g.ranks) for g in r.flight_recorder.process_groups if g.ranks]
+    default = [len(g.ranks) for g in r.flight_recorder.process_groups if g.ranks and g.desc in ("default_pg", "")]
+    if default or sizes:
+        r.world_size = max(default or sizes)
+
+
+def _place_pending_dumps(col: Collected) -> None:
+    """py-spy dumps of several processes, each placed at the rank whose pid it is."""
+    ev = col.evidence
     for source, dump in col.pending:
         for proc in dump.processes:
-            placed = pids.get(proc.pid) if proc.pid is not None else None
+            placed = col.pid_ranks.get(proc.pid) if proc.pid is not None else None
             if placed is None:
                 ev.unreadable.append(Unreadable(source, f"py-spy dump of pid {proc.pid}: no file says which rank "
                                                         "it is (name the file rankN or py-spy-N.json)"))

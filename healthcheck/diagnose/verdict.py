@@ -30,7 +30,7 @@ from healthcheck.core.model import Finding, GroupResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.diagnose.classify import NEXT_STEP, Analysis, _iso, analyse, ordered
-from healthcheck.diagnose.evidence import HealthEvent
+from healthcheck.diagnose.evidence import HealthEvent, JobEvidence, RankEvidence
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.health import HistoryLookup, join
 from healthcheck.diagnose.logfacts import failures_held
@@ -129,17 +129,24 @@ def _first_failure(analysis: Analysis) -> FirstFailure | None:
     return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, basis="first in the input (no times)")
 
 
-def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
-    ev = col.evidence
-    group_of = {r: g.label for g in analysis.groups for r in g.ranks}
+def _watchdog_seqs(ev: JobEvidence) -> dict[int, int]:
+    """Per rank, the SeqNum of its first watchdog timeout in the torch logs."""
     seq: dict[int, int] = {}
-    prog: dict[int, tuple[int | None, int | None]] = {}
     for f in ev.torch_logs:
         assert f.log is not None
         for t in f.log.timeouts:
             who = t.rank if t.rank is not None else f.rank
             if who is not None:
                 seq.setdefault(who, t.seq)
+    return seq
+
+
+def _progress(ev: JobEvidence, analysis: Analysis) -> dict[int, tuple[int | None, int | None]]:
+    """Per rank, (last enqueued, last completed): the torch logs' last word, else the Flight
+    Recorder's first process group."""
+    prog: dict[int, tuple[int | None, int | None]] = {}
+    for f in ev.torch_logs:
+        assert f.log is not None
         for p in f.log.progress:
             who = p.rank if p.rank is not None else f.rank
             if who is not None and p.last_enqueued is not None:
@@ -148,25 +155,43 @@ def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
         for grp in analysis.fr.groups[:1]:
             for fp in grp.progress:
                 prog.setdefault(fp.rank, (fp.last_enqueued, fp.last_completed))
+    return prog
+
+
+def _nccl_ops(ev: JobEvidence) -> dict[int, str]:
+    """Per rank, its first multi-rank communicator's collective count and last op (NCCL logs)."""
     nccl: dict[int, str] = {}
     for n in ev.nccl_logs:
         assert n.log is not None
         for c in n.log.comms:
             if c.rank is not None and c.coll_count and c.nranks and c.nranks > 1:
                 nccl.setdefault(c.rank, f"{c.coll_count} COLL, last {c.last_op} opCount {c.last_op_count}")
+    return nccl
+
+
+def _state_text(r: RankEvidence) -> str:
+    """A rank's state in a word: its exit, its live state, alive, or why its stack is missing."""
+    if r.exit_code is not None:
+        return f"exit {r.exit_code}" + (f" ({r.signal})" if r.signal else "")
+    if r.state:
+        return r.state  # live: running, sleeping, stopped, missing
+    if r.alive:
+        return "alive"
+    if r.stack_error:
+        return r.stack_error[:60]
+    return ""
+
+
+def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
+    ev = col.evidence
+    group_of = {r: g.label for g in analysis.groups for r in g.ranks}
+    seq = _watchdog_seqs(ev)
+    prog = _progress(ev, analysis)
+    nccl = _nccl_ops(ev)
     rows = []
     for rank, r in ev.ranks.items():
-        state = ""
-        if r.exit_code is not None:
-            state = f"exit {r.exit_code}" + (f" ({r.signal})" if r.signal else "")
-        elif r.state:
-            state = r.state  # live: running, sleeping, stopped, missing
-        elif r.alive:
-            state = "alive"
-        elif r.stack_error:
-            state = r.stack_error[:60]
         enq, done = prog.get(rank, (None, None))
-        rows.append(RankRow(rank=rank, host=r.host, pid=r.pid, state=state, watchdog_seq=seq.get(rank),
+        rows.append(RankRow(rank=rank, host=r.host, pid=r.pid, state=_state_text(r), watchdog_seq=seq.get(rank),
                             last_enqueued=enq, last_completed=done, nccl_ops=nccl.get(rank, ""),
                             stack=group_of.get(rank, ""), odd=rank in odd))
     return rows
