@@ -87,7 +87,6 @@ from healthcheck.diagnose.procs import (
     GONE_STATES,
     MAX_CMDLINE,
     MAX_ENVIRON,
-    PYTHON_NAME,
     STATE_NAMES,
     ProcInfo,
     cgroup_job,
@@ -133,11 +132,10 @@ from healthcheck.probes.gpu import Source
 
 # The names callers import from here (cli/diagnose.py, diagnose/live.py, the tests), kept
 # where they were before collect.py was split; new code imports them from their modules.
-_PYTHON = PYTHON_NAME  # diagnose/live.py imports it by this name
 __all__ = [
     "DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_RAS_TIMEOUT_S", "KERNEL_FIX", "KERNEL_SLACK_S", "KERNEL_TIMEOUT_S",
     "MAX_CMDLINE", "MAX_ENVIRON", "MAX_FD_SCAN_S", "MAX_KEPT_VARS", "MAX_KERNEL_EVENTS", "MAX_KERNEL_TEXT",
-    "MAX_LAUNCHERS", "MAX_PY_SPY_OUTPUT", "MAX_SKIPPED", "MAX_VALUE", "PTRACE_FIX", "PY_SPY_FIX", "_PYTHON",
+    "MAX_LAUNCHERS", "MAX_PY_SPY_OUTPUT", "MAX_SKIPPED", "MAX_VALUE", "PTRACE_FIX", "PY_SPY_FIX",
     "CollectError", "DebugFiles", "DumpMode", "ErrorKind", "FoundBy", "KernelKind", "KernelLine", "KernelLog",
     "LauncherProcess", "NodeCollection", "PortHolder", "RankProcess", "RasEvidence", "SkippedProcess",
     "ask_ras", "cgroup_job", "collect_here", "collect_node", "debug_files", "decode_collection", "dump_stack",

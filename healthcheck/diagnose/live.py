@@ -49,8 +49,9 @@ import msgspec
 
 from healthcheck.core import typed
 from healthcheck.core.inputs import clip
-from healthcheck.diagnose.collect import _PYTHON, KernelLine, NodeCollection, RankProcess
 from healthcheck.diagnose.evidence import JobEvidence, KernelEvent, Launcher, RasReply, Unreadable
+from healthcheck.diagnose.nodeschema import KernelLine, NodeCollection, RankProcess
+from healthcheck.diagnose.procs import PYTHON_NAME
 from healthcheck.diagnose.sampling import SamplingSpec
 from healthcheck.diagnose.sources import Collected, link_task_exits, read_data
 
@@ -333,7 +334,7 @@ def _add_rank(col: Collected, c: NodeCollection, r: RankProcess, rank: int) -> N
 
 def _python_name(name: str) -> bool:
     # torch names its main thread pt_main_thread, and the kernel reports that name
-    return bool(_PYTHON.match(name)) or name.startswith("pt_")
+    return bool(PYTHON_NAME.match(name)) or name.startswith("pt_")
 
 
 def _kernel_events(col: Collected, results: list[NodeAnswer], missing: list[int]) -> None:
