@@ -167,11 +167,16 @@ def _assert_linear(tool: str, make: Callable[[int], str], label: str,
         took = sorted(_run(parse, texts[0]) for _ in range(3))[1]
         for before, text in itertools.pairwise(texts):
             limit = FACTOR * took + SLACK_S
-            try:
-                with _deadline(limit + 0.05):
-                    took = _run(parse, text)
-            except _TooSlow:
-                took = float("inf")
+            # up to three tries: a quadratic parser is over the limit in every one, a parser
+            # descheduled once on a busy machine (CI's parallel workers) is not
+            for _ in range(3):
+                try:
+                    with _deadline(limit + 0.05):
+                        took = _run(parse, text)
+                except _TooSlow:
+                    took = float("inf")
+                if took <= limit:
+                    break
             assert took <= limit, (
                 f"{tool}: {label}: {took:.3f} s on {len(text)} chars, more than {FACTOR}x the "
                 f"{len(before)} chars before it + {SLACK_S} s"
