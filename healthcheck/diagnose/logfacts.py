@@ -43,16 +43,10 @@ def torchrun_time(text: str) -> float | None:
 
 
 def known_ranks(col: Collected) -> set[int]:
-    """Every rank some evidence speaks of: a rank record, a log line's label or a fact's
-    rank, a torchrun failure entry, and the world size's range where one is known."""
-    ranks, world = world_of(col)
-    for f in col.evidence.torch_logs:
-        if f.log is None:
-            continue
-        ranks.update(f.log.ranks)
-        ranks.update(f.log.prefixed_ranks)
-        if f.rank is not None:
-            ranks.add(f.rank)
+    """Every rank some evidence speaks of: the ranks heard, and the world size's range
+    where one is known."""
+    ranks = ranks_heard(col)
+    _, world = world_of(col)
     if world is not None and world <= 65536:
         ranks.update(range(world))
     return ranks
