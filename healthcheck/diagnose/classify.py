@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Iterable
 
-from healthcheck.diagnose.analysis import Analysis, fact_rank, iso, log_evidence
+from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -47,8 +47,6 @@ from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.parsers.flight_recorder import compare_ranks
-
-_iso = iso  # the verdict's name for it
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
                                         "collective-mismatch", "host-wedged", "network", "stuck-rank",
@@ -325,5 +323,4 @@ def ordered(findings: Iterable[JobFinding]) -> list[JobFinding]:
     return sorted(findings, key=lambda f: PRECEDENCE.index(f.cls))
 
 
-__all__ = ["PRECEDENCE", "Analysis", "Confidence", "Evidence", "FailureClass", "JobFinding", "analyse", "ordered",
-           "_iso"]
+__all__ = ["PRECEDENCE", "Analysis", "Confidence", "Evidence", "FailureClass", "JobFinding", "analyse", "ordered"]

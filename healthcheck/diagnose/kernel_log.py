@@ -50,13 +50,13 @@ _KERNEL_WORDS = ("Killed process", "oom-kill:", "NVRM", "SXid", "mlx5")
 def kernel_sources(timeout_s: float = KERNEL_TIMEOUT_S, since: float | None = None, root: str = "/") -> list[Source]:
     """hc's kernel-log sources, in order: /dev/kmsg, `dmesg --time-format iso`, plain dmesg,
     the journal (from `since` only, so a long boot's journal is not read whole)."""
-    from healthcheck.probes.gpu import _kmsg_source  # the gpu.xid probe's own /dev/kmsg reader
+    from healthcheck.probes.gpu import kmsg_source  # the gpu.xid probe's own /dev/kmsg reader
 
     ctx = ProbeContext(runner=LocalRunner(), root=Path(root), timeout_s=timeout_s)
     journal: tuple[str, ...] = ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q")
     if since is not None:
         journal += ("--since", f"@{int(since)}")
-    return [_kmsg_source(ctx), command_source(ctx, ("dmesg", "--time-format", "iso")),
+    return [kmsg_source(ctx), command_source(ctx, ("dmesg", "--time-format", "iso")),
             command_source(ctx, ("dmesg",)), command_source(ctx, journal)]
 
 

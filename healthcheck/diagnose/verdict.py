@@ -29,7 +29,8 @@ from healthcheck import __version__
 from healthcheck.core.model import Finding, GroupResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
-from healthcheck.diagnose.classify import NEXT_STEP, Analysis, _iso, analyse, ordered
+from healthcheck.diagnose.analysis import iso
+from healthcheck.diagnose.classify import NEXT_STEP, Analysis, analyse, ordered
 from healthcheck.diagnose.evidence import HealthEvent, JobEvidence, RankEvidence
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.health import HistoryLookup, join
@@ -123,7 +124,7 @@ def _first_failure(analysis: Analysis) -> FirstFailure | None:
     timed = [e for e in events if e.time is not None]
     if timed:
         e = min(timed, key=lambda x: (x.time or 0.0))
-        return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, time=_iso(e.time),
+        return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, time=iso(e.time),
                             basis="earliest time across the logs")
     e = events[0]
     return FirstFailure(text=e.text, source=e.source, line=e.line, rank=e.rank, basis="first in the input (no times)")

@@ -247,7 +247,7 @@ def read_kernel_log(sources: list[Source]) -> tuple[str, str, int]:
                      + "; ".join(tried), "\n".join(tried))
 
 
-def _kmsg_source(ctx: ProbeContext) -> Source:
+def kmsg_source(ctx: ProbeContext) -> Source:
     def read() -> tuple[str, str]:
         try:
             return _read_kmsg(ctx), ""
@@ -304,7 +304,7 @@ def kernel_gpu_log(ctx: ProbeContext):
     policy = ctx.limits.gpu.xid if ctx.limits is not None else None
     source = policy.source if policy is not None else "auto"
     makers = {
-        "kmsg": lambda: _kmsg_source(ctx),
+        "kmsg": lambda: kmsg_source(ctx),
         "dmesg": lambda: command_source(ctx, ("dmesg",)),
         "journal": lambda: command_source(ctx, JOURNAL),
         "file": lambda: _file_source(ctx, policy.file if policy is not None else None),
