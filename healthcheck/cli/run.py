@@ -14,11 +14,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from healthcheck.cli.params import number
 from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
+
+if TYPE_CHECKING:  # the preflight itself is imported where it runs: `hc run --help` stays fast
+    from healthcheck.jobwrap.preflight import Problem
 
 EPILOG = """\b
 Inside a job script, around each rank or around the launcher:
@@ -372,6 +376,13 @@ def _next_step(directory: Path, env: dict[str, str]) -> str:
     return f"if this job fails or hangs: hc diagnose logs {directory}{live}"
 
 
+def _say_warnings(problems: list[Problem], label: str) -> None:
+    """The preflight's WARN problems, a line each (they never stop the job)."""
+    for p in problems:
+        if p.status == "WARN":
+            _say(f"warning: preflight: {label}{p.message}")
+
+
 def _launcher_preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> None:
     """Around a launcher: its own variables and the node's quick tier (once per node); the
     ranks' checks and straggler test are theirs to run (inside, where hc wraps them)."""
@@ -382,9 +393,7 @@ def _launcher_preflight(env: dict[str, str], info: Who, label: str, opts: RunOpt
         found = pf.quick_tier(env, opts.node_timeout)
         if found is not None:
             problems.append(found)
-    for p in problems:
-        if p.status == "WARN":
-            _say(f"warning: preflight: {label}{p.message}")
+    _say_warnings(problems, label)
     failed = [p for p in problems if p.status == "FAIL"]
     if failed:
         raise pf.PreflightFail(f"preflight: {label}{failed[0].message}")
@@ -394,9 +403,7 @@ def _preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> 
     from healthcheck.jobwrap import preflight as pf
 
     launcher = pf.check_launcher_env(env)
-    for p in launcher:
-        if p.status == "WARN":
-            _say(f"warning: preflight: {label}{p.message}")
+    _say_warnings(launcher, label)
     bad = [p for p in launcher if p.status == "FAIL"]
     if bad:  # no rendezvous is possible with these: stop now
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -409,9 +416,7 @@ def _preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> 
         found = pf.quick_tier(env, opts.node_timeout)
         if found is not None:
             problems.append(found)
-    for p in problems:
-        if p.status == "WARN":
-            _say(f"warning: preflight: {label}{p.message}")
+    _say_warnings(problems, label)
     failed = [p for p in problems if p.status == "FAIL"]
     verdict = ("FAIL", failed[0].message) if failed else ("PASS", "")
     if opts.straggler_test and (info.world_size or 1) > 1:
