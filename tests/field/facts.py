@@ -1,0 +1,145 @@
+"""Scores hc's parsers on real outputs harvested from the field (issue 20).
+
+Each file under tests/fixtures/field/<collection>/<tool>/ is a verbatim output (or a
+verbatim fragment of one) pasted in a public issue thread, documentation or another tool's
+test data; its source is in the collection's SOURCES.md (`issues/`: issue threads and
+docs found by search; `repos/`: test data and docs of public repositories, by commit), and
+the collection's facts.yaml lists, per file, the parser it is for and the facts a health judgement needs from it: each fact is a
+leaf of `hc parse TOOL FILE`'s JSON, named by its key and its value (`~text` matches a
+string that contains text). A file is *read* when the parser surfaces every fact.
+
+`split: held-out` files are never used to write a parser rule; they measure whether
+reading holds on outputs nobody tuned to. `gap: WHY` marks a file hc does not read yet:
+the test insists it still misses something, so the gap list can only shrink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from healthcheck.core.errors import HcError
+from healthcheck.parsers import BINARY_TOOLS, parser_for
+
+FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
+
+
+@dataclass(frozen=True)
+class Fact:
+    key: str
+    value: Any
+
+    def matches(self, key: str, value: Any) -> bool:
+        if key != self.key:
+            return False
+        want = self.value
+        if isinstance(want, str) and want.startswith("~"):
+            return isinstance(value, str) and want[1:] in value
+        if isinstance(want, bool) or isinstance(value, bool):
+            return want is value
+        if isinstance(want, (int, float)) and isinstance(value, (int, float)):
+            return abs(float(want) - float(value)) <= 1e-6 * max(1.0, abs(float(want)))
+        return bool(want == value)
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value!r}"
+
+
+@dataclass(frozen=True)
+class FieldFile:
+    path: Path
+    tool: str
+    facts: tuple[Fact, ...]
+    split: str = "tuning"
+    gap: str = ""
+    refused: bool = False  # the file holds nothing of the tool's: refusing it (exit 4) is right
+
+    @property
+    def name(self) -> str:
+        return str(self.path.relative_to(FIELD))
+
+
+@dataclass
+class Reading:
+    file: FieldFile
+    facts_found: list[Fact] = field(default_factory=list)
+    facts_missed: list[Fact] = field(default_factory=list)
+    refused: str = ""   # the one-line reason when the parser refused the file
+    crashed: str = ""   # anything but a refusal: a bug
+
+    @property
+    def read(self) -> bool:
+        if self.crashed:
+            return False
+        if self.file.refused:
+            return bool(self.refused)
+        return not self.refused and not self.facts_missed
+
+
+def load() -> list[FieldFile]:
+    """Every harvested file with its facts, in the facts files' order."""
+    files = []
+    for facts_file in sorted(FIELD.glob("*/facts.yaml")):
+        doc: dict[str, dict[str, Any]] = yaml.safe_load(facts_file.read_text()) or {}
+        for name, entry in doc.items():
+            facts = tuple(Fact(str(k), v) for item in entry.get("facts", []) for k, v in item.items())
+            files.append(FieldFile(facts_file.parent / name, entry["tool"], facts, entry.get("split", "tuning"),
+                                   entry.get("gap", ""), bool(entry.get("refused", False))))
+    return files
+
+
+def leaves(doc: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) for every scalar in a parsed document; list items carry their list's key."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from leaves(v, str(k))
+    elif isinstance(doc, (list, tuple)):
+        for v in doc:
+            yield from leaves(v, key)
+    else:
+        yield key, doc
+
+
+def read(ff: FieldFile) -> Reading:
+    """What hc's parser for the file's tool surfaces of its facts."""
+    import msgspec
+
+    out = Reading(ff)
+    data = ff.path.read_bytes()
+    try:
+        parsed = parser_for(ff.tool)(data if ff.tool in BINARY_TOOLS else data.decode("utf-8", errors="replace"))
+    except HcError as e:
+        out.refused = str(e).splitlines()[0] if str(e) else type(e).__name__
+        out.facts_missed = list(ff.facts)
+        return out
+    except Exception as e:  # any other exception is the bug this measures
+        out.crashed = f"{type(e).__name__}: {e}"
+        out.facts_missed = list(ff.facts)
+        return out
+    found = list(leaves(msgspec.to_builtins(parsed)))
+    for fact in ff.facts:
+        (out.facts_found if any(fact.matches(k, v) for k, v in found) else out.facts_missed).append(fact)
+    return out
+
+
+def main() -> int:
+    """Print, per file, what the parser surfaced; `python tests/field/facts.py [SUBSTRING]`."""
+    import sys
+
+    wanted = sys.argv[1] if len(sys.argv) > 1 else ""
+    readings = [read(ff) for ff in load() if wanted in ff.name]
+    for r in readings:
+        state = "read" if r.read else ("CRASH" if r.crashed else "refused" if r.refused else "missed")
+        detail = r.crashed or r.refused or ", ".join(map(str, r.facts_missed))
+        print(f"{state:8} {r.file.split:9} {r.file.name}  {detail}")
+    n = len(readings)
+    print(f"{sum(r.read for r in readings)}/{n} files read")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
