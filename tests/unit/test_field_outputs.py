@@ -31,7 +31,9 @@ def test_every_field_file_exists_names_a_tool_and_has_its_source(ff):
     assert ff.facts or ff.refused, f"{ff.name}: no facts to check"
     sources = (ff.path.parents[1] / "SOURCES.md").read_text()
     row = next((ln for ln in sources.splitlines() if f"`{ff.path.parent.name}/{ff.path.name}`" in ln), "")
-    assert re.search(r"https?://|github\.com/", row), f"{ff.name}: no source row in SOURCES.md"
+    cells = [c.strip() for c in row.split("|")]
+    assert len(cells) > 3 and len(cells[2]) > 20, f"{ff.name}: no source row in SOURCES.md"
+    assert re.search(r"https?://|github\.com/|captured by this project", cells[2]), f"{ff.name}: {cells[2]}"
 
 
 @pytest.mark.parametrize("ff", FILES, ids=IDS)
