@@ -1,6 +1,6 @@
 """Run a labelled failing (or healthy) gloo job, ask hc for a diagnosis, score the answer.
 
-A scenario (scenarios.py; the held-out ones in tests/fixtures/diagnose-jobs/held-out/) is
+A scenario (scenarios.py; the held-out ones in tests/fixtures/diagnose-jobs/held-out*/) is
 job.py with a fault on some ranks, a launcher (plain processes, torchrun, mpirun; with or
 without `hc run`), a world size and a mode:
 
@@ -38,9 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "job.py"
 REPO = HERE.parents[1]
-HELD_OUT_DIR = REPO / "tests" / "fixtures" / "diagnose-jobs" / "held-out"
+FIXTURES = REPO / "tests" / "fixtures" / "diagnose-jobs"
+# the held-out sets, each a folder with scenarios.py (its HELD_OUT table) and saved/; a set
+# whose scenarios a rule writer has read is no longer unseen, and a fresh one is added here
+HELD_OUT_SETS = ("held-out", "held-out-2")
+SETS = ("tuning", *HELD_OUT_SETS)
 # saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
-SAVED = {"tuning": REPO / "tests" / "fixtures" / "diagnose-jobs" / "tuning", "held-out": HELD_OUT_DIR / "saved"}
+SAVED = {"tuning": FIXTURES / "tuning", **{name: FIXTURES / name / "saved" for name in HELD_OUT_SETS}}
 
 # truth classes: what went wrong, in this suite's own words
 CLASSES = ("dead", "stuck", "desync", "shape", "init", "none")
@@ -483,15 +487,35 @@ def run_all(scenarios: Iterable[Scenario], progress=None, repeat_healthy: bool =
     return score
 
 
-def held_out() -> list[Scenario]:
-    """The held-out scenarios (tests/fixtures/diagnose-jobs/held-out/scenarios.py)."""
+def on_path() -> None:
+    """tests/ importable, so that `diagnose_jobs` is (this file may run as a script)."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+
+
+def held_out(name: str = "held-out") -> list[Scenario]:
+    """A held-out set's scenarios: the HELD_OUT table of tests/fixtures/diagnose-jobs/NAME/scenarios.py."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("diagnose_jobs_held_out", HELD_OUT_DIR / "scenarios.py")
+    if name not in HELD_OUT_SETS:
+        raise ValueError(f"no held-out set {name!r}: one of {', '.join(HELD_OUT_SETS)}")
+    on_path()  # the table imports diagnose_jobs.harness
+    module_name = "diagnose_jobs_" + name.replace("-", "_")
+    spec = importlib.util.spec_from_file_location(module_name, FIXTURES / name / "scenarios.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.HELD_OUT)
+
+
+def scenario_set(name: str) -> list[Scenario]:
+    """The scenarios of a set of SETS: the tuning table or a held-out one."""
+    if name == "tuning":
+        on_path()
+        from diagnose_jobs.scenarios import TUNING
+
+        return list(TUNING)
+    return held_out(name)
 
 
 def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenario]:
@@ -500,20 +524,17 @@ def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out] [--keep DIR] [NAME...]`:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2] [--keep DIR] [NAME...]`:
     run the scenarios (all of the set, or those named), print each answer and the score."""
     import argparse
 
-    sys.path.insert(0, str(HERE.parent))
-    from diagnose_jobs.scenarios import TUNING
-
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--set", choices=("tuning", "held-out"), default="tuning")
+    ap.add_argument("--set", choices=SETS, default="tuning")
     ap.add_argument("--keep", type=Path, help="copy each job's saved output to DIR/<scenario slug>")
     ap.add_argument("--replay", action="store_true", help="no job: diagnose the set's saved outputs (logs mode)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
-    scenarios = TUNING if args.set == "tuning" else held_out()
+    scenarios = scenario_set(args.set)
     if args.names:
         scenarios = by_name(scenarios, args.names)
     score = Score()

@@ -23,6 +23,30 @@ the step the way a training script does. At step --at the ranks in --culprits do
   straggler   no fault: the rank is --slow s slower every step (still progressing)
   none        healthy; --jitter s of random delay per rank and step
 
+Variants added for the second held-out set (tests/fixtures/diagnose-jobs/held-out-2/); the
+ones above are unchanged by them:
+
+  deep        RuntimeError four frames down in the model's code (every rank runs the model
+              code; the culprit's batch holds a NaN at --at)
+  transform   AssertionError in the data loader's transform (load_batch -> apply_transforms
+              -> normalize -> check_range)
+  preinit     ValueError parsing the config, before init_process_group: the peers wait in the
+              rendezvous (no marker from the culprit)
+  exit1       sys.exit(1) in save_checkpoint, nothing printed
+  segv        a segmentation fault in native code (ctypes reads address 0)
+  term        SIGTERM sent by another process (`kill -TERM pid`)
+  skipbarrier every rank enters a barrier each step; the culprit skips it at --at
+  p2p         each step ranks 2k and 2k+1 exchange a tensor (the even one sends first); at
+              --at the culprits receive first: a pair of culprits deadlocks in recv
+  extra       the culprit calls one all_reduce more than its peers at --at (a metric)
+  lock        the main thread waits for a lock a background flush thread holds while it hangs
+  queue       each step a prefetch thread hands the batch over a queue; at --at it hangs and
+              the main thread waits in queue.get
+  subproc     the rank waits for a child process (a checkpoint upload that hangs --hang s)
+  stall       time.sleep(--hang) in log_metrics, between the gradient all_reduce and the
+              buffers' broadcast
+  straggler   with --slow-factor F: the culprit's compute takes F times as long
+
 Before its fault a rank writes MARK/rank<R>.json ({rank, pid, step}); every rank writes
 it at the start too (step -1), so the harness knows the pids. --timeout is the collective
 timeout; --record wraps main in torchelastic's @record.
@@ -31,12 +55,16 @@ timeout; --record wraps main in torchelastic's @record.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
+import queue
 import random
 import signal
+import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -63,12 +91,62 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=10.0, help="collective timeout, s")
     ap.add_argument("--hang", type=float, default=600.0, help="how long a blocked rank blocks, s")
     ap.add_argument("--slow", type=float, default=0.0, help="straggler: extra seconds per step")
+    ap.add_argument("--slow-factor", type=float, default=1.0, help="straggler: its compute takes this many times as long")
     ap.add_argument("--jitter", type=float, default=0.0, help="random extra seconds per step, every rank")
     ap.add_argument("--step-time", type=float, default=0.2, help="a step's compute, s")
     ap.add_argument("--sync-every", type=int, default=2)
     ap.add_argument("--mark", default="", help="a folder for the harness' markers")
     ap.add_argument("--record", action="store_true", help="torchelastic's @record around main")
     return ap.parse_args(argv)
+
+
+def check_finite(name: str, t, step: int) -> None:
+    import torch
+
+    if not bool(torch.isfinite(t).all()):
+        raise RuntimeError(f"{name}: non-finite values in the activations at step {step}")
+
+
+def scaled_softmax(scores, step: int):
+    check_finite("attention scores", scores, step)
+    return scores.softmax(dim=-1)
+
+
+def attention_block(x, step: int):
+    weights = scaled_softmax(x @ x.T / x.shape[1] ** 0.5, step)
+    return weights @ x
+
+
+def model_forward(batch, step: int):
+    return attention_block(batch, step) * 0.01
+
+
+def check_range(x, step: int) -> None:
+    assert float(x.min()) >= 0.0, f"pixel values must be non-negative after decoding (step {step}, min {float(x.min())})"
+
+
+def normalize(x, step: int):
+    check_range(x, step)
+    return (x - x.mean()) / (x.std() + 1e-6) + 1.0
+
+
+def apply_transforms(x, step: int):
+    return normalize(x.flip(0), step)
+
+
+def parse_learning_rate(text: str) -> float:
+    return float(text)
+
+
+def load_config(broken: bool) -> dict:
+    # the culprit's copy of the config has a stray comma: float() says so, before any rendezvous
+    return {"lr": parse_learning_rate("3e-4," if broken else "3e-4")}
+
+
+def die_with_parent() -> None:
+    """A child that the kernel kills when its parent (the rank) dies: nothing outlives the job."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Job:
@@ -79,6 +157,7 @@ class Job:
         self.culprit = rank in {int(r) for r in args.culprits.split(",") if r.strip()}
         self.rng = random.Random(rank)
         self.groups: list = []
+        self.metrics_lock = threading.Lock()
 
     def faulty(self, step: int, *faults: str) -> bool:
         return self.culprit and step == self.args.at and self.args.fault in faults
@@ -100,7 +179,26 @@ class Job:
             raise StopIteration
         if self.args.jitter:
             time.sleep(self.rng.uniform(0, self.args.jitter))
+        if self.args.fault == "queue":
+            return self.prefetched(step)
+        if self.args.fault == "transform":
+            batch = torch.ones(16, 8) * (self.rank + 1)
+            if self.faulty(step, "transform"):
+                batch[5, 3] = -255.0  # a corrupt image decodes to negative pixels
+            return apply_transforms(batch, step)
         return torch.ones(16, 8) * (self.rank + 1)
+
+    def read_shard(self, step: int, out: queue.Queue) -> None:
+        import torch
+
+        if self.faulty(step, "queue"):
+            time.sleep(self.args.hang)  # a shard read from storage that never returns
+        out.put(torch.ones(16, 8) * (self.rank + 1))
+
+    def prefetched(self, step: int):
+        handoff: queue.Queue = queue.Queue(maxsize=1)
+        threading.Thread(target=self.read_shard, args=(step, handoff), name="prefetch", daemon=True).start()
+        return handoff.get(timeout=self.args.hang + 60)
 
     def forward_backward(self, batch, step: int):
 
@@ -114,8 +212,19 @@ class Job:
             del hog
         if self.faulty(step, "stop"):
             os.kill(os.getpid(), signal.SIGSTOP)
-        end = time.monotonic() + self.args.step_time + (self.args.slow if self.culprit and
-                                                        self.args.fault == "straggler" else 0.0)
+        if self.faulty(step, "segv"):
+            ctypes.string_at(0)  # a native extension reading a null pointer
+        if self.faulty(step, "term"):
+            subprocess.run(["kill", "-TERM", str(os.getpid())], check=False)
+            time.sleep(5)  # the signal arrives from the other process
+        if self.args.fault == "deep":
+            if self.faulty(step, "deep"):
+                batch = batch.clone()
+                batch[2, 1] = float("nan")
+            batch = batch + model_forward(batch, step)
+        straggling = self.culprit and self.args.fault == "straggler"
+        compute = self.args.step_time * (self.args.slow_factor if straggling else 1.0)
+        end = time.monotonic() + compute + (self.args.slow if straggling else 0.0)
         if self.faulty(step, "busy"):
             end = time.monotonic() + self.args.hang
         x = 0
@@ -156,6 +265,55 @@ class Job:
     def save_checkpoint(self, step: int) -> None:
         if self.faulty(step, "sleep"):
             time.sleep(self.args.hang)  # a checkpoint write to a file system that hangs
+        if self.faulty(step, "exit1"):
+            sys.exit(1)  # a guard that gives up without a word
+        if self.faulty(step, "subproc"):
+            self.upload_checkpoint()
+
+    def upload_checkpoint(self) -> None:
+        # an upload tool that hangs: the rank waits for its child
+        subprocess.run([sys.executable, "-c", f"import time; time.sleep({self.args.hang})"],
+                       preexec_fn=die_with_parent, check=False)
+
+    def flush_metrics(self) -> None:
+        with self.metrics_lock:
+            time.sleep(self.args.hang)  # a metrics push to a server that never answers
+
+    def log_metrics(self, step: int) -> None:
+        if self.faulty(step, "stall"):
+            time.sleep(self.args.hang)  # a blocking metrics call mid-step
+        if self.faulty(step, "lock"):
+            threading.Thread(target=self.flush_metrics, name="metrics-flush", daemon=True).start()
+            time.sleep(0.2)
+            with self.metrics_lock:  # waits for the flush thread
+                pass
+
+    def extra_collectives(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.faulty(step, "extra"):
+            dist.all_reduce(torch.zeros(1))  # a metric only this rank reduces
+        if self.args.fault == "p2p":
+            self.exchange(step)
+        if self.args.fault == "skipbarrier" and not self.faulty(step, "skipbarrier"):
+            dist.barrier()
+
+    def exchange(self, step: int) -> None:
+        """Ranks 2k and 2k+1 swap a halo; the even one sends first, unless it is a culprit at --at."""
+        import torch
+        import torch.distributed as dist
+
+        partner = self.rank ^ 1
+        if partner >= self.world:
+            return
+        out, into = torch.full((8,), float(self.rank)), torch.empty(8)
+        if self.rank % 2 == 0 and not self.faulty(step, "p2p"):
+            dist.send(out, partner)
+            dist.recv(into, partner)
+        else:
+            dist.recv(into, partner)
+            dist.send(out, partner)
 
     def train_step(self, step: int) -> bool:
         import torch
@@ -172,6 +330,8 @@ class Job:
         grad = self.forward_backward(batch, step)
         self.save_checkpoint(step)
         self.reduce_gradients(grad, step)
+        self.log_metrics(step)
+        self.extra_collectives(step)
         self.sync_buffers(step)
         loss = torch.tensor([float(grad.sum())])
         dist.all_reduce(loss)
@@ -181,6 +341,8 @@ class Job:
     def run(self) -> int:
         import torch.distributed as dist
 
+        if self.args.fault == "preinit":
+            load_config(broken=self.culprit)
         dist.init_process_group("gloo", timeout=timedelta(seconds=self.args.timeout))
         log.info("rank %d of %d initialized (gloo, pid %d)", self.rank, dist.get_world_size(), os.getpid())
         if self.args.fault == "group":

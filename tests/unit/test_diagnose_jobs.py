@@ -61,6 +61,48 @@ def test_the_held_out_set_is_not_the_tuning_set_again():
     assert not {shape(sc) for sc in harness.held_out()} & {shape(sc) for sc in TUNING}
 
 
+def test_the_second_held_out_set_loads_and_is_as_varied_as_asked():
+    """held-out-2 replaces held-out (read while rules were written) as the unseen jobs: at
+    least 24, 20 failing and 4 healthy or slow, 8 live, every launcher, with and without `hc
+    run`, worlds 2-8, several culprits at once, in shapes neither earlier set has."""
+    held2 = harness.held_out("held-out-2")
+    assert len(held2) >= 24 and len({sc.name for sc in held2}) == len(held2)
+    assert sum(sc.truth != "none" for sc in held2) >= 20 and sum(sc.truth == "none" for sc in held2) >= 4
+    assert sum(sc.mode == "live" for sc in held2) >= 8 and any(sc.mode == "logs" for sc in held2)
+    assert {sc.launcher for sc in held2} == {"plain", "torchrun", "mpirun"}
+    assert {sc.hcrun for sc in held2} == {True, False}
+    assert {sc.world for sc in held2} == set(range(2, 9))
+    assert sum(len(sc.expected_ranks) > 1 for sc in held2) >= 2
+    assert {sc.truth for sc in held2} <= set(harness.CLASSES)
+    for sc in held2:
+        assert all(0 <= r < sc.world for r in sc.culprits + sc.expected_ranks), sc.name
+        assert sc.truth != "none" or not sc.expected_ranks, sc.name
+
+    def shape(sc: harness.Scenario) -> tuple:  # a wrong RANK and a wrong MASTER_PORT differ in rank_env only
+        return (sc.fault, sc.world, sc.culprits, sc.launcher, sc.mode, sc.hcrun, sc.labelled, sc.args,
+                sc.rank_env, sc.port_taken)
+
+    seen = {shape(sc) for sc in TUNING + harness.held_out("held-out")}
+    assert not {shape(sc) for sc in held2} & seen
+    assert not {sc.name for sc in held2} & {sc.name for sc in TUNING + harness.held_out("held-out")}
+
+
+def test_every_logs_mode_job_of_the_second_held_out_set_has_its_saved_output():
+    held2 = harness.held_out("held-out-2")
+    saved = harness.SAVED["held-out-2"]
+    logs = {sc.slug for sc in held2 if sc.mode == "logs"}
+    assert len(logs) == sum(sc.mode == "logs" for sc in held2)  # no two share a folder
+    for slug in sorted(logs):
+        folder = saved / slug
+        assert folder.is_dir() and any(folder.rglob("*.log")), f"no saved output in {folder}"
+    assert {p.name for p in saved.iterdir() if p.is_dir()} == logs  # nothing saved for a job not in the table
+
+
+def test_an_unknown_held_out_set_is_refused():
+    with pytest.raises(ValueError):
+        harness.held_out("held-out-9")
+
+
 def test_every_class_hc_can_answer_is_mapped_to_the_suites():
     from healthcheck.diagnose.classify import FailureClass
 
