@@ -365,6 +365,7 @@ def _identity(root: _Node) -> dict[str, Any]:
         "memory_total_mib": parse_int(_value(root, "FB Memory Usage", "Total")),
         "memory_used_mib": parse_int(_value(root, "FB Memory Usage", "Used")),
         "fabric_state": clean_value(_value(root, "Fabric", "State")),
+        "virtualization_mode": clean_value(_value(root, "GPU Virtualization Mode", "Virtualization Mode")),
     }
 
 
@@ -576,9 +577,33 @@ def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
     )
 
 
+# The sections of a GPU block (drivers 470-610), by the name `_norm` gives them: what a
+# `nvidia-smi -q -d SECTION[,SECTION]` block may start with.
+_SECTIONS = frozenset(_norm(k) for k in (
+    "Performance State", "Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Event Reasons Counters",
+    "FB Memory Usage", "BAR1 Memory Usage", "Conf Compute Protected Memory Usage", "ECC Mode", "ECC Errors",
+    "Retired Pages", "Remapped Rows", "Temperature", "Utilization", "Power Readings", "GPU Power Readings",
+    "Module Power Readings", "GPU Memory Power Readings", "Power Smoothing", "Workload Power Profiles",
+    "Clocks", "Applications Clocks", "Default Applications Clocks", "Deferred Clocks", "Max Clocks",
+    "Max Customer Boost Clocks", "Clock Policy", "Compute Mode", "Processes", "Accounting Mode",
+    "Accounting Mode Buffer Size", "Encoder Stats", "FBC Stats", "Voltage", "GPU Reset Status",
+    "GSP Firmware Version", "Fan Speed", "PCI", "Fabric", "MIG Mode", "GPU Virtualization Mode",
+))
+
+
 def _complete_enough(root: _Node) -> bool:
-    """A block cut before its Product Name and PCI Bus Id lines tells nothing reliable."""
-    return _child(root, "Product Name") is not None and _child(root, "PCI", "Bus Id") is not None
+    """Whether a block is a GPU's: a whole report's (its Product Name and PCI Bus Id lines
+    are there), or a `-q -d SECTION,...` fragment's, which never prints the Product Name.
+
+    What is refused is a block cut before its first line was whole: nothing, or a piece of
+    the Product Name line. A fragment's block holds a section hc knows, or more than one
+    line (a section a newer driver added), so it is kept with the facts it has; its bus id
+    comes from its "GPU 00000000:42:00.0" line, which is whole once a line follows it.
+    """
+    if _child(root, "Product Name") is not None:
+        return _child(root, "PCI", "Bus Id") is not None
+    lines = sum(1 for _ in _walk(root))
+    return lines > 1 or any(_norm(c.key) in _SECTIONS for c in root.children)
 
 
 # ---------------------------------------------------------------------------
