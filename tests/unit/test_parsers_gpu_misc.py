@@ -130,18 +130,18 @@ NVLINK_FACTS = {
     "h800-nvlink-status-8links-elided.txt": ([0, 1, 7], 8, 26.562, None),  # GPUs 2-6 elided with "..."
     "l40s-no-nvlink.txt": ([0], 0, None, "does not have or support"),
 }
-NVLINK_REJECTED = {"h800-nvlink-gt-d-throughput-during-training.txt"}  # counters, not status
+NVLINK_COUNTERS = {"h800-nvlink-gt-d-throughput-during-training.txt"}  # counters, not status
 
 
 def test_every_nvlink_file_has_its_facts_listed():
-    assert sorted(p.name for p in corpus_files("nvidia-smi-nvlink")) == sorted(set(NVLINK_FACTS) | NVLINK_REJECTED)
+    assert sorted(p.name for p in corpus_files("nvidia-smi-nvlink")) == sorted(set(NVLINK_FACTS) | NVLINK_COUNTERS)
 
 
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-nvlink"), ids=lambda p: p.name)
 def test_every_nvlink_capture(path):
-    if path.name in NVLINK_REJECTED:
-        with pytest.raises(ParseError):
-            parse_nvlink_status(path.read_text())
+    if path.name in NVLINK_COUNTERS:
+        status = parse_nvlink_status(path.read_text())
+        assert status.gpus and all(g.counters and not g.links for g in status.gpus)
         return
     indexes, nlinks, gbps, unsupported = NVLINK_FACTS[path.name]
     status = parse_nvlink_status(path.read_text())
@@ -179,11 +179,51 @@ def test_nvlink_inactive_links():
     assert status.gpus[1].links == []
 
 
-def test_nvlink_gt_d_is_rejected_as_counters():
-    with pytest.raises(ParseError):
-        parse_nvlink_status(
-            (CORPUS / "nvidia-smi-nvlink/h800-nvlink-gt-d-throughput-during-training.txt").read_text()
-        )
+def test_nvlink_gt_d_throughput_is_read_as_counters_per_link():
+    # real: `nvidia-smi nvlink -i 0 -gt d` on an H800 during training
+    status = parse_nvlink_status(
+        (CORPUS / "nvidia-smi-nvlink/h800-nvlink-gt-d-throughput-during-training.txt").read_text()
+    )
+    (gpu,) = status.gpus
+    assert (gpu.index, gpu.name, gpu.links) == (0, "NVIDIA H800", [])  # counters say nothing of link state
+    assert [c.link for c in gpu.counters] == list(range(8))
+    assert gpu.counters[0].counters == {"data_tx_kib": 1390774681, "data_rx_kib": 1387831436}
+    assert gpu.counters[7].counters == {"data_tx_kib": 1391348007, "data_rx_kib": 1387855953}
+    assert msgspec.json.decode(msgspec.json.encode(status), type=NvLinkStatus) == status
+
+
+def _as_counters(status_text: str, names: tuple[str, ...]) -> str:
+    """SYNTHETIC, not a capture: a real `nvlink -s` capture's GPU lines and link numbers, each
+    link line replaced by one line per counter in the layout `nvlink -gt d` prints
+    ("\t Link 0: Data Tx: 1390774681 KiB"), with the counter names nvidia-smi's `-e` prints
+    (Replay Errors, Recovery Errors, CRC Errors). No real `nvlink -e` capture is among the
+    fixtures this test may use; the layout is the -gt d capture's."""
+    out = []
+    for line in status_text.splitlines():
+        head, sep, _ = line.partition("Link ")
+        if not sep:
+            out.append(line)
+            continue
+        number = line.split("Link ", 1)[1].split(":", 1)[0]
+        out += [f"{head}Link {number}: {name}: {i}" for i, name in enumerate(names)]
+    return "\n".join(out) + "\n"
+
+
+def test_nvlink_e_error_counters_on_18_links():
+    text = _as_counters((CORPUS / "nvidia-smi-nvlink/h100-18links-590.txt").read_text(),
+                        ("Replay Errors", "Recovery Errors", "CRC Errors"))
+    (gpu,) = parse_nvlink_status(text).gpus
+    assert gpu.links == [] and [c.link for c in gpu.counters] == list(range(18))
+    assert all(c.counters == {"replay_errors": 0, "recovery_errors": 1, "crc_errors": 2} for c in gpu.counters)
+
+
+def test_nvlink_counter_values_that_are_not_integers():
+    text = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+            "\t Link 0: Replay Errors: N/A\n\t Link 0: Effective BER: 15e-255\n"
+            "\t Link 0: FEC Errors - 3: 0\n\t Link 0: Raw Tx: 12 KiB\n\t Link 0: Data Tx: garbled words\n")
+    (gpu,) = parse_nvlink_status(text).gpus
+    assert gpu.counters[0].counters == {"replay_errors": None, "effective_ber": 15e-255, "fec_errors_3": 0,
+                                        "raw_tx_kib": 12, "data_tx": "garbled words"}
 
 
 @pytest.mark.parametrize(
