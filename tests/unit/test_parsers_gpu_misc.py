@@ -4,6 +4,7 @@ damaged copies, truncations and garbage."""
 from __future__ import annotations
 
 import random
+import re
 import time
 
 import msgspec
@@ -118,6 +119,86 @@ def test_topo_truncated_captures(path):
             continue
         assert set(topo.devices) <= set(full.devices)
         assert set(topo.nics) <= set(full.nics)
+
+
+def _without_header(text: str, indent: str = "") -> str:
+    """A transformation of a real capture: the matrix pasted without its header row (the
+    first line naming GPU0 that has no "X"), each line behind `indent`."""
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "GPU0" in line and " X " not in f" {line} ")
+    return "".join(indent + line + "\n" for i, line in enumerate(lines) if i != header)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+@pytest.mark.parametrize("indent", ["", "    "])
+def test_topo_matrix_pasted_without_its_header_row(path, indent):
+    full = parse_nvidia_topo(path.read_text())
+    topo = parse_nvidia_topo(_without_header(path.read_text(), indent))
+    assert topo.devices == full.devices
+    assert topo.links == full.links  # the diagonal names each column: GPU-to-GPU links under the same keys
+    assert (topo.cpu_affinity, topo.numa_affinity, topo.nics) == (full.cpu_affinity, full.numa_affinity, full.nics)
+
+
+def test_topo_without_header_and_with_rows_cut_names_only_what_the_rows_tell():
+    # the last three GPU rows cut too: columns 5-7 could be GPUs or NICs, so they are not named
+    text = "".join(_without_header((CORPUS / "nvidia-smi-topo/h100-8gpu-nv18.txt").read_text()).splitlines(True)[:5])
+    topo = parse_nvidia_topo(text)
+    assert topo.devices == GPUS8[:5]
+    assert topo.links["GPU0"] == {f"GPU{i}": "NV18" for i in range(1, 5)}
+    assert topo.cpu_affinity["GPU4"] == "52-103"
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+def test_topo_whose_whitespace_a_paste_squeezed_to_one_space(path):
+    # a transformation of a real capture: every run of tabs and spaces made one space, so
+    # "CPU Affinity NUMA Affinity GPU NUMA ID" is no longer split by its whitespace
+    text = path.read_text()
+    squeezed = "\n".join(" " + " ".join(line.split()) for line in text.splitlines())
+    full, topo = parse_nvidia_topo(text), parse_nvidia_topo(squeezed)
+    assert (topo.devices, topo.links, topo.cpu_affinity, topo.numa_affinity, topo.nics) == (
+        full.devices, full.links, full.cpu_affinity, full.numa_affinity, full.nics)
+
+
+def _with_nic_columns(text: str) -> str:
+    """SYNTHETIC, built from the real h800 capture: its GPU rows given the NIC columns the
+    terminal copy cut (each GPU-NIC value taken from the NIC's own row, the matrix being
+    symmetric) and its NIC rows their NIC columns; the NIC-to-NIC values are not in the
+    capture and are set to SYS, the diagonal to X. No header row."""
+    lines = text.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines if re.match(r"(?:GPU|NIC)[0-9]+\s", line)}
+    nics = [n for n in rows if n.startswith("NIC")]
+    out = []
+    for label, cells in rows.items():
+        links = cells[1:9]
+        rest = cells[9:]
+        if label.startswith("GPU"):
+            links += [rows[n][1 + int(label[3:])] for n in nics]
+        else:
+            links += ["X" if n == label else "SYS" for n in nics]
+        out.append("\t".join([label, *links, *rest]))
+    legend = lines[lines.index("NIC Legend:"):]
+    return "\n".join(out + ["", *legend]) + "\n"
+
+
+def test_topo_without_header_with_nic_columns_and_their_diagonal():
+    text = _with_nic_columns((CORPUS / "nvidia-smi-topo/h800-8gpu-nv8-4nic-truncated-copy.txt").read_text())
+    topo = parse_nvidia_topo(text)
+    assert topo.devices == GPUS8 + ["NIC0", "NIC1", "NIC2", "NIC3"]
+    assert topo.links["GPU0"]["GPU7"] == "NV8" and topo.links["GPU1"]["NIC0"] == "PIX"
+    assert topo.links["GPU7"]["NIC3"] == "PIX" and topo.links["NIC3"]["GPU7"] == "PIX"
+    assert topo.cpu_affinity["GPU7"] == "2-63,96-127" and topo.numa_affinity["GPU4"] == "1"
+    # the NIC rows cut as well: the legend's four NICs name the last four columns
+    gpu_rows_only = "\n".join(line for line in text.splitlines() if not line.startswith("NIC") or ":" in line)
+    topo = parse_nvidia_topo(gpu_rows_only)
+    assert topo.devices == GPUS8 and topo.links["GPU3"]["NIC1"] == "PIX" and topo.links["GPU3"]["GPU0"] == "NV8"
+    assert topo.cpu_affinity["GPU0"] == "-31,64-95"
+
+
+def test_topo_rows_without_an_x_and_without_a_header_are_refused():
+    text = "GPU0 NV8 NV8\nGPU1 NV8 NV8\n"
+    with pytest.raises(ParseError) as info:
+        parse_nvidia_topo(text)
+    assert "diagonal" in str(info.value)
 
 
 # --- nvidia-smi nvlink -s -----------------------------------------------------------------
