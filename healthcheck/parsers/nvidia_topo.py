@@ -73,12 +73,13 @@ def parse_nvidia_topo(text: str) -> Topology:
         rows = _matrix_rows(lines[header_at + 1:])
     else:
         rows = [r for r in _matrix_rows(lines) if len(r) > 1 and _LINK.fullmatch(r[1])]
-        columns = _headerless_columns(rows, _nic_legend(lines))
-        if columns is None:
+        inferred = _headerless_columns(rows, _nic_legend(lines))
+        if inferred is None:
             raise ParseError(
                 f"nvidia-smi topo: no matrix header row (GPU0 ...) and no rows with their 'X' diagonal; "
                 f"starts with {clip(text.strip(), 60)!r}"
             )
+        columns = inferred
     devices: list[str] = []
     links: dict[str, dict[str, str]] = {}
     cpu: dict[str, str] = {}
