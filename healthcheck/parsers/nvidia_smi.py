@@ -36,6 +36,7 @@ from healthcheck.parsers.gpu_common import (
     LostGpu,
     normalize_pci,
 )
+from healthcheck.parsers.pasted import unpasted
 
 SOURCE = "nvidia-smi -q"
 
@@ -317,7 +318,7 @@ def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
     for raw in text.splitlines():
-        line = raw.replace("\x00", "")
+        line = unpasted(raw.replace("\x00", ""))
         lost = lost_gpu_from_line(line)
         if lost is not None:
             scan.lost.append(lost)

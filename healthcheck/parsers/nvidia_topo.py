@@ -39,6 +39,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.pasted import unpasted
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
@@ -66,7 +67,7 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvidia_topo(text: str) -> Topology:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi topo: expected text, got {type(text).__name__}")
-    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    lines = [unpasted(_ANSI.sub("", line)) for line in text.splitlines()]
     header_at = _find_header(lines)
     if header_at is not None:
         columns = _header_columns(lines[header_at])

@@ -31,6 +31,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import NvLink
+from healthcheck.parsers.pasted import unpasted
 
 # The rest of a GPU or Link line is taken whole and split in code: a lazy `.*?` followed
 # by `\s*$` (or an optional UUID group) tried every split of a long run of spaces,
@@ -76,7 +77,7 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
     gpus: list[tuple[re.Match[str], list[NvLink], dict[int, dict[str, CounterValue]]]] = []
     unsupported: str | None = None
     for raw in text.splitlines():
-        line = raw.strip()
+        line = unpasted(raw).strip()
         if not line or line.strip(".…") == "":
             continue  # blank, or "..." where a capture's author elided GPUs
         m = _GPU.match(line)

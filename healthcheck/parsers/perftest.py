@@ -40,6 +40,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.pasted import unpasted
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -228,8 +229,6 @@ _ERRNO = re.compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
 # what a shell prints when a signal killed its child (bash: "Segmentation fault (core dumped)")
 _CRASH = re.compile(r"\b(?:Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)"
                     r"(?: \(core dumped\))?(?=[ \t]|$)")
-# a markdown quote ("> ", "> > ") before every line of a pasted reply; perftest never starts a line with ">"
-_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
 _SAMPLED_CPU = re.compile(r"Using sampled CPU speed [0-9]{1,9} MHz over reported speed [0-9]{1,9} MHz")
 
 # ibv_wc_status_str() (rdma-core libibverbs/enum_strs.c), for builds that print the number only
@@ -359,9 +358,7 @@ def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
     for raw in text.splitlines():
-        quote = _QUOTE.match(raw)
-        if quote:
-            raw = raw[quote.end():]
+        raw = unpasted(raw)
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         p.line(raw[:MAX_LINE])
