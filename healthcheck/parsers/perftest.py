@@ -164,6 +164,10 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     # in every row; each row's iterations are then the count achieved, not the count asked
     peak_not_measured: bool = False
     crashed: str | None = None  # the shell's line for the signal that killed it: "Segmentation fault (core dumped)"
+    # --use_cuda (GPUDirect): the GPU perftest picked, its name and PCI address as printed
+    cuda_device: int | None = None
+    cuda_device_name: str | None = None  # "NVIDIA A30-8C"
+    cuda_pci: str | None = None  # "02:00"
 
     @property
     def ok(self) -> bool:
@@ -224,6 +228,12 @@ _CPU_CONFLICT = re.compile(
 )
 _WARNING = re.compile(r"WARNING: (?P<text>.{1,200})")
 _PEAK_NOT_MEASURED = "BW peak won't be measured"
+# the preamble of a --use_cuda run: the devices listed, the one picked, its name
+_CUDA_LISTED = re.compile(r"[ \t]*+CUDA device (?P<n>[0-9]{1,4}): PCIe address is (?P<pci>[0-9A-Fa-f:.]{1,16})[ \t]*+$")
+_CUDA_PICKED = re.compile(r"[ \t]*+Picking device No\. (?P<n>[0-9]{1,4})")
+_CUDA_NAME = re.compile(
+    r"[ \t]*+\[pid = [0-9]{1,10}, dev = (?P<n>[0-9]{1,4})\] device name = \[(?P<name>[^\]]{1,128})\]"
+)
 # perftest's rdma_cm paths print strerror(errno) after their error: "ERRNO: Bad address."
 _ERRNO = re.compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
 # what a shell prints when a signal killed its child (bash: "Segmentation fault (core dumped)")
@@ -390,6 +400,9 @@ class _Parser:
         self.carry = ""
         self.peak_not_measured = False  # " WARNING: BW peak won't be measured in this run."
         self.crashed: str | None = None
+        self.cuda_pci: dict[int, str] = {}
+        self.cuda_device: int | None = None
+        self.cuda_name: str | None = None
 
     # ------------------------------------------------------------- one line
 
@@ -503,6 +516,23 @@ class _Parser:
             self.failures[-1]["errno_text"] = text
             return True
         self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200), "errno_text": text})
+        return True
+
+    def _cuda(self, line: str, stripped: str) -> bool:
+        """--use_cuda's preamble: "CUDA device 0: PCIe address is 02:00", "Picking device
+        No. 0", "[pid = 56, dev = 0] device name = [NVIDIA A30-8C]"."""
+        if "device" not in line:
+            return False
+        m = _CUDA_LISTED.match(line)
+        if m:
+            self.cuda_pci.setdefault(int(m.group("n")), m.group("pci"))
+            return True
+        m = _CUDA_PICKED.match(line) or _CUDA_NAME.match(line)
+        if not m:
+            return False
+        self.cuda_device = int(m.group("n")) if self.cuda_device is None else self.cuda_device
+        if "name" in m.re.groupindex:
+            self.cuda_name = self.cuda_name or m.group("name").strip()
         return True
 
     def _crash(self, line: str, stripped: str) -> bool:
@@ -682,12 +712,15 @@ class _Parser:
             cpu_frequency_conflict=self.cpu_conflict,
             peak_not_measured=self.peak_not_measured or _no_peak_measured(rows["main"]),
             crashed=self.crashed,
+            cuda_device=self.cuda_device,
+            cuda_device_name=self.cuda_name,
+            cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
         )
 
 
 # _Parser.line's handlers, in the order they are tried; a line none takes is searched for errors
 _LINE_HANDLERS = (_Parser._row_line, _Parser._title, _Parser._table_header, _Parser._banner_fields, _Parser._address,
-                  _Parser._side_or_section, _Parser._warning, _Parser._errno, _Parser._crash)
+                  _Parser._side_or_section, _Parser._warning, _Parser._errno, _Parser._cuda, _Parser._crash)
 
 
 _ROW_INT = r"[0-9]{1,19}"

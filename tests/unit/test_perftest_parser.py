@@ -544,3 +544,10 @@ def test_duration_mode_says_the_peak_was_not_measured():
     # after the warning, a peak column is not a peak whatever it holds
     warned = parse_perftest(" WARNING: BW peak won't be measured in this run.\n" + read("loopback-all-sizes-interleaved.txt"))
     assert warned.rows and all(r.bw_peak_gbits is None for r in warned.rows)
+
+
+def test_use_cuda_names_the_gpu_perftest_picked():
+    # real: the --use_cuda preamble before the MR failure
+    run = parse_perftest(field("gpudirect-use-cuda-a30-vgpu-mr-bad-address-segfault.txt"))
+    assert (run.cuda_device, run.cuda_device_name, run.cuda_pci) == (0, "NVIDIA A30-8C", "02:00")
+    assert parse("client-bidir-4qp-all-sizes-ainic-800g.txt").cuda_device is None  # host memory
