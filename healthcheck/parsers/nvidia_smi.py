@@ -593,18 +593,22 @@ _SECTIONS = frozenset(_norm(k) for k in (
 
 
 def _complete_enough(root: _Node) -> bool:
-    """Whether a block is a GPU's: a whole report's (its Product Name and PCI Bus Id lines
-    are there), or a `-q -d SECTION,...` fragment's, which never prints the Product Name.
+    """Whether a block tells something about its GPU: refused is a block cut before its
+    first line was whole (nothing under the "GPU 00000000:42:00.0" line, or a piece of
+    one line), since that line may be the name, cut ("NVIDIA H1").
 
-    What is refused is a block cut before its first line was whole: nothing, or a piece of
-    the Product Name line. A fragment's block holds a section hc knows, or more than one
-    line (a section a newer driver added), so it is kept with the facts it has; its bus id
-    comes from its "GPU 00000000:42:00.0" line, which is whole once a line follows it.
+    A line is whole once another follows it, so a block of two lines or more is a GPU, kept
+    with the facts it has: a whole report's, one cut before its PCI section, or a
+    `-q -d SECTION,...` fragment's, which never prints the Product Name. A one-line block
+    is one when its line is a section hc knows ("Performance State : P8"). The bus id comes
+    from the block's "GPU ..." line, which is whole once a line follows it.
     """
-    if _child(root, "Product Name") is not None:
-        return _child(root, "PCI", "Bus Id") is not None
-    lines = sum(1 for _ in _walk(root))
-    return lines > 1 or any(_norm(c.key) in _SECTIONS for c in root.children)
+    lines = 0
+    for _ in _walk(root):
+        lines += 1
+        if lines > 1:
+            return True
+    return lines == 1 and _norm(root.children[0].key) in _SECTIONS
 
 
 # ---------------------------------------------------------------------------

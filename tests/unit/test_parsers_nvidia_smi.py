@@ -657,6 +657,17 @@ def test_q_block_cut_inside_its_first_line_is_still_refused():
         parse_nvidia_smi_q(text[:cut])
 
 
+def test_q_first_block_cut_before_its_pci_section_is_a_gpu_with_what_it_has():
+    # a transformation of a real capture: cut where a paste ended, after the first GPU's
+    # identity lines and before its PCI section (which repeats the bus id)
+    text = q_text("h100-8gpu-driver-535.161.08.txt")
+    facts = parse_nvidia_smi_q(text[: text.index("    PCI\n")])
+    (g,) = facts.gpus
+    whole = q("h100-8gpu-driver-535.161.08.txt").gpus[0]
+    assert (g.pci_bus_id, g.name, g.uuid, g.persistence_mode) == (whole.pci_bus_id, whole.name, whole.uuid, True)
+    assert g.pcie_gen_current is None and g.ecc_volatile_uncorrected is None  # not reached: unknown
+
+
 def test_q_virtualization_mode():
     (g,) = q("a10-1gpu-driver-535.129.03.txt").gpus
     assert g.virtualization_mode == "Pass-Through"
