@@ -76,6 +76,9 @@ class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
     memory_used_mib: int | None = None
     processes: list[GpuProcess] | None = None
     fabric_state: str | None = None  # NVSwitch fabric registration ("Completed")
+    # "Pass-Through" (a VM's GPU), "VGPU" (a vGPU guest), "Host VGPU", "None" (bare metal),
+    # as nvidia-smi -q prints it; None where not given
+    virtualization_mode: str | None = None
     # load, power and clocks (nvidia-smi --query-gpu; None where not asked for or N/A)
     fan_speed_pct: float | None = None
     utilization_gpu_pct: float | None = None

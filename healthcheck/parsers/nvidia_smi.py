@@ -36,6 +36,7 @@ from healthcheck.parsers.gpu_common import (
     LostGpu,
     normalize_pci,
 )
+from healthcheck.parsers.pasted import unpasted
 
 SOURCE = "nvidia-smi -q"
 
@@ -317,7 +318,7 @@ def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
     for raw in text.splitlines():
-        line = raw.replace("\x00", "")
+        line = unpasted(raw.replace("\x00", ""))
         lost = lost_gpu_from_line(line)
         if lost is not None:
             scan.lost.append(lost)
@@ -365,6 +366,7 @@ def _identity(root: _Node) -> dict[str, Any]:
         "memory_total_mib": parse_int(_value(root, "FB Memory Usage", "Total")),
         "memory_used_mib": parse_int(_value(root, "FB Memory Usage", "Used")),
         "fabric_state": clean_value(_value(root, "Fabric", "State")),
+        "virtualization_mode": clean_value(_value(root, "GPU Virtualization Mode", "Virtualization Mode")),
     }
 
 
@@ -576,9 +578,37 @@ def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
     )
 
 
+# The sections of a GPU block (drivers 470-610), by the name `_norm` gives them: what a
+# `nvidia-smi -q -d SECTION[,SECTION]` block may start with.
+_SECTIONS = frozenset(_norm(k) for k in (
+    "Performance State", "Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Event Reasons Counters",
+    "FB Memory Usage", "BAR1 Memory Usage", "Conf Compute Protected Memory Usage", "ECC Mode", "ECC Errors",
+    "Retired Pages", "Remapped Rows", "Temperature", "Utilization", "Power Readings", "GPU Power Readings",
+    "Module Power Readings", "GPU Memory Power Readings", "Power Smoothing", "Workload Power Profiles",
+    "Clocks", "Applications Clocks", "Default Applications Clocks", "Deferred Clocks", "Max Clocks",
+    "Max Customer Boost Clocks", "Clock Policy", "Compute Mode", "Processes", "Accounting Mode",
+    "Accounting Mode Buffer Size", "Encoder Stats", "FBC Stats", "Voltage", "GPU Reset Status",
+    "GSP Firmware Version", "Fan Speed", "PCI", "Fabric", "MIG Mode", "GPU Virtualization Mode",
+))
+
+
 def _complete_enough(root: _Node) -> bool:
-    """A block cut before its Product Name and PCI Bus Id lines tells nothing reliable."""
-    return _child(root, "Product Name") is not None and _child(root, "PCI", "Bus Id") is not None
+    """Whether a block tells something about its GPU: refused is a block cut before its
+    first line was whole (nothing under the "GPU 00000000:42:00.0" line, or a piece of
+    one line), since that line may be the name, cut ("NVIDIA H1").
+
+    A line is whole once another follows it, so a block of two lines or more is a GPU, kept
+    with the facts it has: a whole report's, one cut before its PCI section, or a
+    `-q -d SECTION,...` fragment's, which never prints the Product Name. A one-line block
+    is one when its line is a section hc knows ("Performance State : P8"). The bus id comes
+    from the block's "GPU ..." line, which is whole once a line follows it.
+    """
+    lines = 0
+    for _ in _walk(root):
+        lines += 1
+        if lines > 1:
+            return True
+    return lines == 1 and _norm(root.children[0].key) in _SECTIONS
 
 
 # ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from healthcheck.parsers.nvidia_smi import (
     is_no_devices_line,
     lost_gpu_from_line,
 )
+from healthcheck.parsers.pasted import unpasted
 
 SOURCE = "nvidia-smi"
 ERR = "ERR!"
@@ -448,7 +449,7 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
         raise ParseError("nvidia-smi: empty output")
     scan = _Scan()
     for raw in text.splitlines():
-        scan.line(raw)
+        scan.line(unpasted(raw))
     scan.end_table()
     lost = dedupe_lost(scan.lost)
     found = scan.gpus or scan.migs or scan.processes is not None

@@ -19,6 +19,14 @@ header (NIC rows have no affinity columns; damaged copies lose their tails). The
 price: a cell left empty in the middle of a space-aligned row would shift the ones after
 it. A damaged copy's truncated values (CPU affinity "-31,64-95") are kept as printed.
 
+A matrix pasted without its header row is read from its rows: each row's "X" stands in
+its own device's column, so the diagonal names the columns; columns no row names (rows
+cut from the paste) get nvidia-smi's order (GPU0.., then NIC0..) where the named ones
+agree with it and the NIC Legend or a NIC row says where the NICs start, and stay unread
+otherwise. The cells after the connection types are CPU Affinity, NUMA Affinity, GPU NUMA
+ID, the order every driver prints them in. A header whose whitespace a paste squeezed to
+single spaces is split by those names.
+
 The diagonal "X" (a device and itself) is not stored in `links`: every value in it is a
 real connection type (NV#, PIX, PXB, PHB, NODE, SYS, or what the driver printed).
 """
@@ -31,6 +39,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.pasted import unpasted
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
@@ -40,6 +49,11 @@ _HEADER_SPLIT = re.compile(r"\t|\s{2,}")  # "CPU Affinity" holds one space; colu
 _LEGEND_NIC = re.compile(r"\s*(?P<nic>NIC\d{1,4})\s*:\s*(?P<name>\S+)\s*$", re.ASCII)
 _CPU_AFFINITY = "CPU Affinity"
 _NUMA_AFFINITY = "NUMA Affinity"
+_GPU_NUMA_ID = "GPU NUMA ID"
+_AFFINITY_NAMES = (_CPU_AFFINITY.split(), _NUMA_AFFINITY.split(), _GPU_NUMA_ID.split())
+# a matrix cell: X (itself), NV18, PIX, PXB, PHB, NODE, SYS, SOC (older drivers), what comes next
+_LINK = re.compile(r"X|NV\d{1,4}|[A-Z][A-Z0-9]{1,4}", re.ASCII)
+_NUMBERED = re.compile(r"(?P<kind>GPU|NIC)(?P<n>\d{1,4})", re.ASCII)
 
 
 class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -53,18 +67,25 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvidia_topo(text: str) -> Topology:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi topo: expected text, got {type(text).__name__}")
-    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    lines = [unpasted(_ANSI.sub("", line)) for line in text.splitlines()]
     header_at = _find_header(lines)
-    if header_at is None:
-        raise ParseError(
-            f"nvidia-smi topo: no matrix header row (GPU0 ...) found; starts with {clip(text.strip(), 60)!r}"
-        )
-    columns = _header_columns(lines[header_at])
+    if header_at is not None:
+        columns = _header_columns(lines[header_at])
+        rows = _matrix_rows(lines[header_at + 1:])
+    else:
+        rows = [r for r in _matrix_rows(lines) if len(r) > 1 and _LINK.fullmatch(r[1])]
+        inferred = _headerless_columns(rows, _nic_legend(lines))
+        if inferred is None:
+            raise ParseError(
+                f"nvidia-smi topo: no matrix header row (GPU0 ...) and no rows with their 'X' diagonal; "
+                f"starts with {clip(text.strip(), 60)!r}"
+            )
+        columns = inferred
     devices: list[str] = []
     links: dict[str, dict[str, str]] = {}
     cpu: dict[str, str] = {}
     numa: dict[str, str] = {}
-    for line in _matrix_rows(lines[header_at + 1:]):
+    for line in rows:
         label, values = line[0], line[1:]
         if label in links:
             continue  # a repeated row (pasted twice): the first one stands
@@ -82,20 +103,103 @@ def parse_nvidia_topo(text: str) -> Topology:
 def _find_header(lines: list[str]) -> int | None:
     """The first line that names device columns and is not a device row itself.
 
-    The header starts with blank space before "GPU0"; a copy that lost the indentation
-    is still told from a row by its second cell, which is a device name, not "X"/"NV18".
+    A header's second cell is a device name or "CPU Affinity", a row's a connection type
+    ("X", "NV18", "NODE"); indentation tells nothing (a paste may indent every line, and
+    nvidia-smi indents the header only). A header has no "X" (the diagonal) in it.
     """
     for i, line in enumerate(lines):
         cells = line.split()
-        if not cells or not _DEVICE.fullmatch(cells[0]):
+        if not cells or not _DEVICE.fullmatch(cells[0]) or "X" in cells:
             continue
-        if line[:1].isspace() or (len(cells) > 1 and _DEVICE.fullmatch(cells[1])) or "Affinity" in line:
+        if len(cells) == 1 or _DEVICE.fullmatch(cells[1]) or "Affinity" in line:
             return i
     return None
 
 
 def _header_columns(line: str) -> list[str]:
-    return [cell.strip() for cell in _HEADER_SPLIT.split(line.strip()) if cell.strip()]
+    """The header's column names: the device names, then "CPU Affinity", "NUMA Affinity",
+    "GPU NUMA ID" (and what a newer driver adds), split by tabs or runs of spaces, or, where
+    a paste squeezed those to one space, by the names nvidia-smi prints."""
+    cells = line.split()
+    devices = 0
+    while devices < len(cells) and _DEVICE.fullmatch(cells[devices]):
+        devices += 1
+    tail = line.strip().split(None, devices)[devices] if len(cells) > devices else ""
+    return cells[:devices] + [name for cell in _HEADER_SPLIT.split(tail) for name in _squeezed_names(cell.split())]
+
+
+def _squeezed_names(words: list[str]) -> list[str]:
+    """"CPU Affinity NUMA Affinity GPU NUMA ID" (one cell where a paste squeezed the
+    whitespace) -> its three names; words between known names are one column."""
+    names: list[str] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(words):
+        known = next((n for n in _AFFINITY_NAMES if words[i:i + len(n)] == n), None)
+        if known is None:
+            unknown.append(words[i])
+            i += 1
+            continue
+        if unknown:
+            names.append(" ".join(unknown))
+            unknown = []
+        names.append(" ".join(known))
+        i += len(known)
+    return names + ([" ".join(unknown)] if unknown else [])
+
+
+def _headerless_columns(rows: list[list[str]], nics: dict[str, str]) -> list[str] | None:
+    """A matrix pasted without its header row: its columns, from the rows themselves.
+
+    Each row's "X" (a device and itself) stands in the column of that row's device, so the
+    diagonal names the columns; columns no row names (rows cut from the paste) are named
+    by nvidia-smi's order (GPU0.., then NIC0..) where the named ones agree with it. After
+    the link cells come the affinity columns, in the order every driver prints them.
+    None when no row has its "X".
+    """
+    width = max((_link_cells(r) for r in rows), default=0)
+    names: list[str] = [""] * width
+    for row in rows:
+        cells = row[1:1 + _link_cells(row)]
+        if "X" in cells and not names[cells.index("X")]:
+            names[cells.index("X")] = row[0]
+    if not any(names):
+        return None
+    return _fill_in_order(names, len(nics)) + [_CPU_AFFINITY, _NUMA_AFFINITY, _GPU_NUMA_ID]
+
+
+def _link_cells(row: list[str]) -> int:
+    """How many cells after the row's label are connection types (X, NV18, PIX, SYS, ...)."""
+    n = 0
+    while 1 + n < len(row) and _LINK.fullmatch(row[1 + n]):
+        n += 1
+    return n
+
+
+def _fill_in_order(names: list[str], nic_count: int) -> list[str]:
+    """Name the columns no row named, where every named one sits where nvidia-smi's order
+    (GPU0..GPUn-1, then NIC0..) puts it; otherwise leave them unnamed ("")."""
+    gpus, nics_known = _gpu_columns(names, nic_count)
+    if gpus is None:
+        return names
+    expected = [f"GPU{p}" if p < gpus else f"NIC{p - gpus}" if nics_known else "" for p in range(len(names))]
+    if any(name and name != want for name, want in zip(names, expected, strict=True)):
+        return names
+    return [name or want for name, want in zip(names, expected, strict=True)]
+
+
+def _gpu_columns(names: list[str], nic_count: int) -> tuple[int | None, bool]:
+    """How many of the columns are GPUs, and whether the rest are known to be NICs: where
+    a named NIC column says, or the NIC Legend's count. Without either, the columns up to
+    the last named GPU are GPUs and the rest unknown (GPU rows or NIC rows cut)."""
+    for p, name in enumerate(names):
+        m = _NUMBERED.fullmatch(name)
+        if m and m.group("kind") == "NIC":
+            return p - int(m.group("n")), True
+    if nic_count and len(names) >= nic_count:
+        return len(names) - nic_count, True
+    gpu_at = [p for p, name in enumerate(names) if _NUMBERED.fullmatch(name)]
+    return (gpu_at[-1] + 1 if gpu_at else None), False
 
 
 def _matrix_rows(lines: list[str]) -> list[list[str]]:

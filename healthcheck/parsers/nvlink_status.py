@@ -11,10 +11,15 @@ not have or support Nvlink", "Nvlink queries are not supported for Devices in MI
 mode"): that message is kept in `unsupported`, with the GPUs listed so far. A line of
 "..." (an elision in a pasted capture) is skipped.
 
-`nvidia-smi nvlink -gt d` / `-e` print per-link counters ("Link 0: Data Tx: 1390774681
-KiB") in the same layout. Those say nothing about whether a link is up (an inactive link
-can print counters too), so they raise ParseError rather than pass as link status; so
-does a link value that is neither a speed nor "<inactive>" (a capture cut mid-line).
+`nvidia-smi nvlink -e` (error counters: "Link 0: Replay Errors: 0") and `-gt d` / `-gt r`
+(throughput: "Link 0: Data Tx: 1390774681 KiB") print per-link counters in the same
+layout, one line per link and counter, 18 links a GPU on NVLink4/5. They are kept apart
+from link status, in each GPU's `counters` (link -> name -> value, the name lower-case
+with its unit: "replay_errors", "data_tx_kib"): a counter says nothing about whether its
+link is up (an inactive link prints counters too), so counter output leaves `links`
+empty, and `links` empty there means "not asked", never "no links". A counter's value is
+an int, a float ("15e-255"), None (N/A) or the text printed. A status value that is
+neither a speed nor "<inactive>" (a capture cut mid-line) raises ParseError.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import NvLink
+from healthcheck.parsers.pasted import unpasted
 
 # The rest of a GPU or Link line is taken whole and split in code: a lazy `.*?` followed
 # by `\s*$` (or an optional UUID group) tried every split of a long run of spaces,
@@ -34,15 +40,30 @@ _GPU = re.compile(r"GPU (?P<index>\d{1,4}): (?P<rest>.*)$", re.ASCII)
 _UUID = re.compile(r"\(UUID: (?P<uuid>[^)]{0,128})\)", re.ASCII)
 _LINK = re.compile(r"Link (?P<link>\d{1,4}): (?P<value>.*)$", re.ASCII)
 _SPEED = re.compile(r"(?P<gbps>\d{1,6}(?:\.\d{1,6})?) GB/s\b", re.ASCII)
-_COUNTER = re.compile(r"[A-Za-z][A-Za-z ]{0,40}:")  # "Data Tx:", "Replay Errors:" - a counter, not a status
+# a counter's name, then its value and unit: "Data Tx: 1390774681 KiB", "Replay Errors: 0", "FEC Errors - 3: 0"
+_COUNTER_NAME = re.compile(r"(?P<name>[A-Za-z][^:]{0,80}+): ")
+_COUNTER_VALUE = re.compile(r"(?P<value>\S{1,64}+)(?: (?P<unit>[A-Za-z/]{1,8}+))?")
+_INT = re.compile(r"-?[0-9]{1,20}")
+_FLOAT = re.compile(r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,4})?")
+_NOT_A_NAME = re.compile(r"[^a-z0-9]+")
+_NO_VALUE = {"n/a", "[n/a]", "not supported", "[not supported]", "unknown", "unknown error"}
+
+CounterValue = int | float | str | None
 _UNSUPPORTED = re.compile(r"not (?:have or )?support|not supported", re.IGNORECASE)
+
+
+class NvLinkCounters(msgspec.Struct, frozen=True):
+    link: int
+    counters: dict[str, CounterValue]  # "replay_errors": 0, "data_tx_kib": 1390774681, "effective_ber": 1.5e-254
 
 
 class NvLinkGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     index: int
     name: str  # "NVIDIA H100 80GB HBM3"
     uuid: str | None = None
-    links: list[NvLink] = []
+    links: list[NvLink] = []  # nvlink -s; empty for counter output (nothing said about link state)
+    # nvlink -e / -gt d / -gt r: each link's counters, in the order printed
+    counters: list[NvLinkCounters] = []
 
 
 class NvLinkStatus(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -53,34 +74,54 @@ class NvLinkStatus(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvlink_status(text: str) -> NvLinkStatus:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi nvlink: expected text, got {type(text).__name__}")
-    gpus: list[tuple[re.Match[str], list[NvLink]]] = []
+    gpus: list[tuple[re.Match[str], list[NvLink], dict[int, dict[str, CounterValue]]]] = []
     unsupported: str | None = None
     for raw in text.splitlines():
-        line = raw.strip()
+        line = unpasted(raw).strip()
         if not line or line.strip(".…") == "":
             continue  # blank, or "..." where a capture's author elided GPUs
         m = _GPU.match(line)
         if m:
-            gpus.append((m, []))
+            gpus.append((m, [], {}))
             continue
         m = _LINK.match(line)
         if m and gpus:
-            gpus[-1][1].append(_link(int(m.group("link")), m.group("value").rstrip()))
+            _read_link(int(m.group("link")), m.group("value").rstrip(), gpus[-1][1], gpus[-1][2])
             continue
         if _UNSUPPORTED.search(line) and "nvlink" in line.lower():
             unsupported = unsupported or line
     if not gpus and unsupported is None:
         raise ParseError(f"nvidia-smi nvlink: no 'GPU n: ...' line; starts with {clip(text.strip(), 60)!r}")
-    return NvLinkStatus(gpus=[_gpu(m, links) for m, links in gpus], unsupported=unsupported)
+    return NvLinkStatus(gpus=[_gpu(m, links, counters) for m, links, counters in gpus], unsupported=unsupported)
+
+
+def _read_link(number: int, value: str, links: list[NvLink], counters: dict[int, dict[str, CounterValue]]) -> None:
+    """One "Link N: ..." line: a counter ("name: value [unit]") or a link's status."""
+    c = _COUNTER_NAME.match(value)
+    if c is None:
+        links.append(_link(number, value))
+        return
+    name = _NOT_A_NAME.sub("_", c.group("name").lower()).strip("_")
+    key, counted = _counter(name, value[c.end():].strip())
+    counters.setdefault(number, {}).setdefault(key, counted)  # a repeated line: the first stands
+
+
+def _counter(name: str, text: str) -> tuple[str, CounterValue]:
+    """(the counter's key, with its unit when one is printed; its value): an int, a float,
+    None where nvidia-smi has none ("N/A"), else the text as printed."""
+    if text.lower() in _NO_VALUE:
+        return name, None
+    m = _COUNTER_VALUE.fullmatch(text)
+    value = m.group("value") if m else ""
+    number: CounterValue = int(value) if _INT.fullmatch(value) else float(value) if _FLOAT.fullmatch(value) else None
+    if m is None or number is None:  # a word after a word is no value and unit
+        return name, clip(text, 64)
+    unit = m.group("unit")
+    return (f"{name}_{unit.lower().replace('/', '_')}" if unit else name), number
 
 
 def _link(number: int, value: str) -> NvLink:
     """`26.562 GB/s` is an active link, `<inactive>` a down one; nothing else is guessed."""
-    if _COUNTER.match(value):
-        raise ParseError(
-            f"nvidia-smi nvlink: 'Link {number}: {clip(value, 40)}' is a counter (nvlink -gt/-e output), "
-            "not link status (nvlink -s)"
-        )
     if "inactive" in value.lower():  # nvidia-smi prints "<inactive>"
         return NvLink(link=number, active=False)
     m = _SPEED.search(value)
@@ -93,10 +134,11 @@ def _link(number: int, value: str) -> NvLink:
     return NvLink(link=number, active=True, speed_gbps=float(m.group("gbps")))
 
 
-def _gpu(m: re.Match[str], links: list[NvLink]) -> NvLinkGpu:
+def _gpu(m: re.Match[str], links: list[NvLink], counters: dict[int, dict[str, CounterValue]]) -> NvLinkGpu:
     """"NVIDIA H100 80GB HBM3 (UUID: GPU-5269...)": the UUID is the group that ends the line."""
     rest = m.group("rest").rstrip()
     at = rest.rfind("(UUID: ")
     u = _UUID.fullmatch(rest, at) if at >= 0 else None
     name, uuid = (rest[:at], u.group("uuid")) if u else (rest, None)
-    return NvLinkGpu(index=int(m.group("index")), name=name.strip(), uuid=uuid, links=links)
+    return NvLinkGpu(index=int(m.group("index")), name=name.strip(), uuid=uuid, links=links,
+                     counters=[NvLinkCounters(link=n, counters=c) for n, c in counters.items()])

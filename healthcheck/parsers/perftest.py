@@ -40,6 +40,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.pasted import unpasted
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -100,6 +101,7 @@ class PerftestFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     wc_status_text: str | None = None  # its ibv_wc_status_str() text
     vendor_syndrome: str | None = None  # COMPLETION_ERROR: "0x51" (perftest prints "syndrom")
     wr_id: int | None = None  # COMPLETION_ERROR: the work request id
+    errno_text: str | None = None  # the "ERRNO: Bad address." line after it: strerror(errno), without the dot
 
 
 class PerftestRow(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -158,6 +160,14 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     failures: tuple[PerftestFailure, ...] = ()
     warnings: tuple[str, ...] = ()  # "BW peak won't be measured in this run.", CPU frequency
     cpu_frequency_conflict: bool = False  # "Conflicting CPU frequency values detected" (run without -F)
+    # -D/-N/--run_infinitely: perftest said the peak is not measured, or printed 0.00 for it
+    # in every row; each row's iterations are then the count achieved, not the count asked
+    peak_not_measured: bool = False
+    crashed: str | None = None  # the shell's line for the signal that killed it: "Segmentation fault (core dumped)"
+    # --use_cuda (GPUDirect): the GPU perftest picked, its name and PCI address as printed
+    cuda_device: int | None = None
+    cuda_device_name: str | None = None  # "NVIDIA A30-8C"
+    cuda_pci: str | None = None  # "02:00"
 
     @property
     def ok(self) -> bool:
@@ -202,10 +212,8 @@ _VERBS: dict[str, TestVerb] = {"Send": "send", "Send_imm": "send_imm", "RDMA_Wri
 _FIELD_LINE = re.compile(
     r"[ \t]*+(?:Dual-port|Number of qps|Connection type|PCIe relax order|ibv_wr\* API|TX depth|RX depth"
     r"|Post List|Recv Post List|CQ Moderation|CQE Poll Batch|Mtu|Link type|CPU freq|Buffer size"
-    r"|GID index2?|Max inline data|Outstand reads|rdma_cm QPs|Data ex\. method|NUMA node)[ \t]*+:"
+    r"|G(?:ID|id) index2?|Max inline data|Outstand reads|rdma_cm QPs|Data ex\. method|NUMA node)[ \t]*+:"
 )
-# two fields on one line are separated by tabs (or the spaces a paste turned them into)
-_FIELD_SPLIT = re.compile(r"[ \t]{2,}+(?=[A-Za-z])")
 _FIELD_LINE_MAX = 400  # a banner line is < 120 characters; cut so the split stays cheap
 _HEADER = re.compile(r"BW average\[(?P<unit>Gb/sec|MB/sec|MiB/sec)\]")
 _INT = re.compile(r"[0-9]{1,19}")
@@ -219,6 +227,18 @@ _CPU_CONFLICT = re.compile(
     r"Conflicting CPU frequency values detected: [0-9.]{1,30} != [0-9.]{1,30}\.(?: CPU Frequency is not max\.)?"
 )
 _WARNING = re.compile(r"WARNING: (?P<text>.{1,200})")
+_PEAK_NOT_MEASURED = "BW peak won't be measured"
+# the preamble of a --use_cuda run: the devices listed, the one picked, its name
+_CUDA_LISTED = re.compile(r"[ \t]*+CUDA device (?P<n>[0-9]{1,4}): PCIe address is (?P<pci>[0-9A-Fa-f:.]{1,16})[ \t]*+$")
+_CUDA_PICKED = re.compile(r"[ \t]*+Picking device No\. (?P<n>[0-9]{1,4})")
+_CUDA_NAME = re.compile(
+    r"[ \t]*+\[pid = [0-9]{1,10}, dev = (?P<n>[0-9]{1,4})\] device name = \[(?P<name>[^\]]{1,128})\]"
+)
+# perftest's rdma_cm paths print strerror(errno) after their error: "ERRNO: Bad address."
+_ERRNO = re.compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
+# what a shell prints when a signal killed its child (bash: "Segmentation fault (core dumped)")
+_CRASH = re.compile(r"\b(?:Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)"
+                    r"(?: \(core dumped\))?(?=[ \t]|$)")
 _SAMPLED_CPU = re.compile(r"Using sampled CPU speed [0-9]{1,9} MHz over reported speed [0-9]{1,9} MHz")
 
 # ibv_wc_status_str() (rdma-core libibverbs/enum_strs.c), for builds that print the number only
@@ -348,6 +368,7 @@ def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
     for raw in text.splitlines():
+        raw = unpasted(raw)
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         p.line(raw[:MAX_LINE])
@@ -377,80 +398,152 @@ class _Parser:
         self.client = False
         self.waiting = False
         self.carry = ""
+        self.peak_not_measured = False  # " WARNING: BW peak won't be measured in this run."
+        self.crashed: str | None = None
+        self.cuda_pci: dict[int, str] = {}
+        self.cuda_device: int | None = None
+        self.cuda_name: str | None = None
 
     # ------------------------------------------------------------- one line
 
     def line(self, line: str) -> None:
-        if "Conflicting CPU frequency" in line:
-            # get_cpu_mhz() warns on stderr (unbuffered) while the table is printed, and
-            # stdout into a pipe is written a 4 KiB buffer at a time: the warning can land
-            # after half a row, whose rest is the next line. Cut it out, join the halves.
-            m = _CPU_CONFLICT.search(line)
-            self.cpu_conflict = True
-            self.warnings[m.group(0) if m else "Conflicting CPU frequency values detected"] = None
-            if m:
-                before, after = line[: m.start()], line[m.end():]
-                if before.strip() and not after.strip():
-                    self.carry = before[:MAX_LINE]
-                    return
-                line = before + after
-            else:
-                line = line.replace("Conflicting CPU frequency", "")
-        stripped = line.strip()
+        cut = self._without_cpu_warning(line)
+        if cut is None:
+            return
+        stripped = cut.strip()
         if not stripped or stripped.startswith("---"):
             return
-        if self._row(stripped):
-            return
+        for handler in _LINE_HANDLERS:  # the first that reads the line takes it
+            if handler(self, cut, stripped):
+                return
+        self._failures(cut, stripped)
+
+    def _without_cpu_warning(self, line: str) -> str | None:
+        """The line without a "Conflicting CPU frequency" warning; None when it was carried.
+
+        get_cpu_mhz() warns on stderr (unbuffered) while the table is printed, and stdout
+        into a pipe is written a 4 KiB buffer at a time: the warning can land after half a
+        row, whose rest is the next line. Cut it out, join the halves.
+        """
+        if "Conflicting CPU frequency" not in line:
+            return line
+        m = _CPU_CONFLICT.search(line)
+        self.cpu_conflict = True
+        self.warnings[m.group(0) if m else "Conflicting CPU frequency values detected"] = None
+        if not m:
+            return line.replace("Conflicting CPU frequency", "")
+        before, after = line[: m.start()], line[m.end():]
+        if before.strip() and not after.strip():
+            self.carry = before[:MAX_LINE]
+            return None
+        return before + after
+
+    def _title(self, line: str, stripped: str) -> bool:
         m = _TITLE.match(line)
-        if m:
-            self.titles += 1
-            self.section = "main"
-            if self.title is None:
-                self.title = " ".join(stripped.split())
-                self.verb = _VERBS[m.group("verb")]
-                self.bidir = m.group("bidir") is not None
-            return
-        if "#bytes" in line:
-            h = _HEADER.search(line)
-            if h:
-                self.unit_now = h.group("unit")
-                self.unit = self.unit or self.unit_now
-                self.layout = self._layout(line)
-            return
-        if _FIELD_LINE.match(line):
-            self._fields(line)
-            return
+        if not m:
+            return False
+        self.titles += 1
+        self.section = "main"
+        if self.title is None:
+            self.title = " ".join(stripped.split())
+            self.verb = _VERBS[m.group("verb")]
+            self.bidir = m.group("bidir") is not None
+        return True
+
+    def _table_header(self, line: str, stripped: str) -> bool:
+        if "#bytes" not in line:
+            return False
+        h = _HEADER.search(line)
+        if h:
+            self.unit_now = h.group("unit")
+            self.unit = self.unit or self.unit_now
+            self.layout = self._layout(line)
+        return True
+
+    def _banner_fields(self, line: str, stripped: str) -> bool:
+        if not _FIELD_LINE.match(line):
+            return False
+        self._fields(line)
+        return True
+
+    def _address(self, line: str, stripped: str) -> bool:
         m = _ADDRESS.match(line)
         if m:
             self.addresses.append({"role": m.group("role"), "lid": int(m.group("lid"), 16),
                                    "qpn": int(m.group("qpn"), 16), "psn": int(m.group("psn"), 16)})
-            return
+            return True
         m = _GID.match(line)
         if m:
             if self.addresses and "gid" not in self.addresses[-1]:
                 self.addresses[-1]["gid"] = m.group("gid")
-            return
+            return True
+        return False
+
+    def _side_or_section(self, line: str, stripped: str) -> bool:
         if stripped.startswith("Local results:"):
             self.section = "local"
-            return
-        if stripped.startswith("Remote results:"):
+        elif stripped.startswith("Remote results:"):
             self.section = "remote"
-            return
-        if any(w in line for w in _WAITING):
+        elif any(w in line for w in _WAITING):
             self.server = self.waiting = True
-            return
-        if "Please run the same command with the IB/RoCE interface IP" in line or "Client closed connection" in line:
+        elif "Please run the same command with the IB/RoCE interface IP" in line or "Client closed connection" in line:
             self.server = True
-            return
+        else:
+            return False
+        return True
+
+    def _warning(self, line: str, stripped: str) -> bool:
         m = _SAMPLED_CPU.search(line)
         if m:
             self.warnings[m.group(0)] = None
-            return
+            return True
         m = _WARNING.search(line)
         if m:
-            self.warnings[m.group("text").strip()] = None
-            return
-        self._failures(line, stripped)
+            text = m.group("text").strip()
+            self.warnings[text] = None
+            self.peak_not_measured = self.peak_not_measured or text.startswith(_PEAK_NOT_MEASURED)
+            return True
+        return False
+
+    def _errno(self, line: str, stripped: str) -> bool:
+        """"ERRNO: Bad address." (strerror of the call that failed) is the detail of the
+        failure printed before it; alone, it is a failure of its own."""
+        m = _ERRNO.match(line)
+        if not m:
+            return False
+        text = m.group("text").strip().rstrip(".").strip()[:120]
+        if self.failures and "errno_text" not in self.failures[-1]:
+            self.failures[-1]["errno_text"] = text
+            return True
+        self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200), "errno_text": text})
+        return True
+
+    def _cuda(self, line: str, stripped: str) -> bool:
+        """--use_cuda's preamble: "CUDA device 0: PCIe address is 02:00", "Picking device
+        No. 0", "[pid = 56, dev = 0] device name = [NVIDIA A30-8C]"."""
+        if "device" not in line:
+            return False
+        m = _CUDA_LISTED.match(line)
+        if m:
+            self.cuda_pci.setdefault(int(m.group("n")), m.group("pci"))
+            return True
+        m = _CUDA_PICKED.match(line) or _CUDA_NAME.match(line)
+        if not m:
+            return False
+        self.cuda_device = int(m.group("n")) if self.cuda_device is None else self.cuda_device
+        if "name" in m.re.groupindex:
+            self.cuda_name = self.cuda_name or m.group("name").strip()
+        return True
+
+    def _crash(self, line: str, stripped: str) -> bool:
+        """The shell's word for the signal that killed perftest ("Segmentation fault (core
+        dumped)"): it follows a failure perftest did not survive (an MR it could not
+        register, then a NULL dereference), so it is kept beside the failures."""
+        m = _CRASH.search(line)
+        if not m:
+            return False
+        self.crashed = self.crashed or m.group(0)
+        return True
 
     def _layout(self, header: str) -> re.Pattern[str]:
         cols = ["size", "iters", "peak", "avg", "rate"]
@@ -460,7 +553,7 @@ class _Parser:
             cols += ["p1", "p1rate", "p2", "p2rate"]
         return _row_pattern(tuple(cols))
 
-    def _row(self, stripped: str) -> bool:
+    def _row_line(self, line: str, stripped: str) -> bool:
         """A result row under a table header: True when it was one."""
         if self.unit_now is None or not stripped[0].isdigit() or len(stripped) > _FIELD_LINE_MAX:
             return False
@@ -474,23 +567,30 @@ class _Parser:
             iterations=int(m.group("iters")),
             bw_avg_gbits=round(float(m.group("avg")) * factor, 6),
             msg_rate_mpps=float(m.group("rate")),
-            bw_peak_gbits=round(peak * factor, 6) if peak > 0 else None,
+            bw_peak_gbits=round(peak * factor, 6) if peak > 0 and not self.peak_not_measured else None,
             sl=int(m.group("sl")) if "sl" in m.re.groupindex else None,
             cpu_util_percent=float(m.group("cpu")) if m.group("cpu") else None,
         ))
         return True
 
     def _fields(self, line: str) -> None:
-        for segment in _FIELD_SPLIT.split(line[:_FIELD_LINE_MAX].strip()):
-            key, sep, value = segment.partition(":")
+        """`Key : value` pairs, two to a line. A value is one word (OFF, mlx5_0, 4096[B]), so
+        the next field starts after it: pairs split by tabs, by the spaces a paste turned
+        them into, or by a single space where a forum squeezed whitespace, all read alike."""
+        rest = line[:_FIELD_LINE_MAX].strip()
+        while rest:
+            key, sep, after = rest.partition(":")
             if not sep:
-                continue
+                return
+            words = after.split(maxsplit=1)
+            rest = words[1] if len(words) > 1 else ""
             key = " ".join(key.split())
-            value = value.split()[0] if value.split() else ""
+            key = "GID index" if key == "Gid index" else key  # older builds: "Gid index"
+            value = words[0][:64] if words else ""
             if key == "Device" and value:
-                self.devices.setdefault(value[:64], None)
+                self.devices.setdefault(value, None)
             if value and key not in self.fields:
-                self.fields[key] = value[:64]
+                self.fields[key] = value
 
     def _failures(self, line: str, stripped: str) -> None:
         hits: list[tuple[int, int, str, PerftestFailureKind | None, re.Match[str] | None]] = []
@@ -610,7 +710,17 @@ class _Parser:
             failures=failures,
             warnings=tuple(self.warnings),
             cpu_frequency_conflict=self.cpu_conflict,
+            peak_not_measured=self.peak_not_measured or _no_peak_measured(rows["main"]),
+            crashed=self.crashed,
+            cuda_device=self.cuda_device,
+            cuda_device_name=self.cuda_name,
+            cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
         )
+
+
+# _Parser.line's handlers, in the order they are tried; a line none takes is searched for errors
+_LINE_HANDLERS = (_Parser._row_line, _Parser._title, _Parser._table_header, _Parser._banner_fields, _Parser._address,
+                  _Parser._side_or_section, _Parser._warning, _Parser._errno, _Parser._cuda, _Parser._crash)
 
 
 _ROW_INT = r"[0-9]{1,19}"
@@ -622,6 +732,10 @@ def _row_pattern(cols: tuple[str, ...]) -> re.Pattern[str]:
     """A row of `cols`, whitespace between, and the --cpu_util column after them or not."""
     parts = [f"(?P<{c}>{_ROW_INT if c in ('size', 'iters', 'sl') else _ROW_FLOAT})" for c in cols]
     return re.compile(r"[ \t]++".join(parts) + rf"(?:[ \t]++(?P<cpu>{_ROW_FLOAT}))?[ \t]*+")
+
+
+def _no_peak_measured(rows: tuple[PerftestRow, ...]) -> bool:
+    return bool(rows) and all(r.bw_peak_gbits is None for r in rows)
 
 
 def _int(value: str | None) -> int | None:

@@ -4,6 +4,7 @@ damaged copies, truncations and garbage."""
 from __future__ import annotations
 
 import random
+import re
 import time
 
 import msgspec
@@ -120,6 +121,86 @@ def test_topo_truncated_captures(path):
         assert set(topo.nics) <= set(full.nics)
 
 
+def _without_header(text: str, indent: str = "") -> str:
+    """A transformation of a real capture: the matrix pasted without its header row (the
+    first line naming GPU0 that has no "X"), each line behind `indent`."""
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "GPU0" in line and " X " not in f" {line} ")
+    return "".join(indent + line + "\n" for i, line in enumerate(lines) if i != header)
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+@pytest.mark.parametrize("indent", ["", "    "])
+def test_topo_matrix_pasted_without_its_header_row(path, indent):
+    full = parse_nvidia_topo(path.read_text())
+    topo = parse_nvidia_topo(_without_header(path.read_text(), indent))
+    assert topo.devices == full.devices
+    assert topo.links == full.links  # the diagonal names each column: GPU-to-GPU links under the same keys
+    assert (topo.cpu_affinity, topo.numa_affinity, topo.nics) == (full.cpu_affinity, full.numa_affinity, full.nics)
+
+
+def test_topo_without_header_and_with_rows_cut_names_only_what_the_rows_tell():
+    # the last three GPU rows cut too: columns 5-7 could be GPUs or NICs, so they are not named
+    text = "".join(_without_header((CORPUS / "nvidia-smi-topo/h100-8gpu-nv18.txt").read_text()).splitlines(True)[:5])
+    topo = parse_nvidia_topo(text)
+    assert topo.devices == GPUS8[:5]
+    assert topo.links["GPU0"] == {f"GPU{i}": "NV18" for i in range(1, 5)}
+    assert topo.cpu_affinity["GPU4"] == "52-103"
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
+def test_topo_whose_whitespace_a_paste_squeezed_to_one_space(path):
+    # a transformation of a real capture: every run of tabs and spaces made one space, so
+    # "CPU Affinity NUMA Affinity GPU NUMA ID" is no longer split by its whitespace
+    text = path.read_text()
+    squeezed = "\n".join(" " + " ".join(line.split()) for line in text.splitlines())
+    full, topo = parse_nvidia_topo(text), parse_nvidia_topo(squeezed)
+    assert (topo.devices, topo.links, topo.cpu_affinity, topo.numa_affinity, topo.nics) == (
+        full.devices, full.links, full.cpu_affinity, full.numa_affinity, full.nics)
+
+
+def _with_nic_columns(text: str) -> str:
+    """SYNTHETIC, built from the real h800 capture: its GPU rows given the NIC columns the
+    terminal copy cut (each GPU-NIC value taken from the NIC's own row, the matrix being
+    symmetric) and its NIC rows their NIC columns; the NIC-to-NIC values are not in the
+    capture and are set to SYS, the diagonal to X. No header row."""
+    lines = text.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines if re.match(r"(?:GPU|NIC)[0-9]+\s", line)}
+    nics = [n for n in rows if n.startswith("NIC")]
+    out = []
+    for label, cells in rows.items():
+        links = cells[1:9]
+        rest = cells[9:]
+        if label.startswith("GPU"):
+            links += [rows[n][1 + int(label[3:])] for n in nics]
+        else:
+            links += ["X" if n == label else "SYS" for n in nics]
+        out.append("\t".join([label, *links, *rest]))
+    legend = lines[lines.index("NIC Legend:"):]
+    return "\n".join(out + ["", *legend]) + "\n"
+
+
+def test_topo_without_header_with_nic_columns_and_their_diagonal():
+    text = _with_nic_columns((CORPUS / "nvidia-smi-topo/h800-8gpu-nv8-4nic-truncated-copy.txt").read_text())
+    topo = parse_nvidia_topo(text)
+    assert topo.devices == GPUS8 + ["NIC0", "NIC1", "NIC2", "NIC3"]
+    assert topo.links["GPU0"]["GPU7"] == "NV8" and topo.links["GPU1"]["NIC0"] == "PIX"
+    assert topo.links["GPU7"]["NIC3"] == "PIX" and topo.links["NIC3"]["GPU7"] == "PIX"
+    assert topo.cpu_affinity["GPU7"] == "2-63,96-127" and topo.numa_affinity["GPU4"] == "1"
+    # the NIC rows cut as well: the legend's four NICs name the last four columns
+    gpu_rows_only = "\n".join(line for line in text.splitlines() if not line.startswith("NIC") or ":" in line)
+    topo = parse_nvidia_topo(gpu_rows_only)
+    assert topo.devices == GPUS8 and topo.links["GPU3"]["NIC1"] == "PIX" and topo.links["GPU3"]["GPU0"] == "NV8"
+    assert topo.cpu_affinity["GPU0"] == "-31,64-95"
+
+
+def test_topo_rows_without_an_x_and_without_a_header_are_refused():
+    text = "GPU0 NV8 NV8\nGPU1 NV8 NV8\n"
+    with pytest.raises(ParseError) as info:
+        parse_nvidia_topo(text)
+    assert "diagonal" in str(info.value)
+
+
 # --- nvidia-smi nvlink -s -----------------------------------------------------------------
 
 # file -> (GPU indexes, links per GPU, GB/s per link, unsupported message contains)
@@ -130,18 +211,18 @@ NVLINK_FACTS = {
     "h800-nvlink-status-8links-elided.txt": ([0, 1, 7], 8, 26.562, None),  # GPUs 2-6 elided with "..."
     "l40s-no-nvlink.txt": ([0], 0, None, "does not have or support"),
 }
-NVLINK_REJECTED = {"h800-nvlink-gt-d-throughput-during-training.txt"}  # counters, not status
+NVLINK_COUNTERS = {"h800-nvlink-gt-d-throughput-during-training.txt"}  # counters, not status
 
 
 def test_every_nvlink_file_has_its_facts_listed():
-    assert sorted(p.name for p in corpus_files("nvidia-smi-nvlink")) == sorted(set(NVLINK_FACTS) | NVLINK_REJECTED)
+    assert sorted(p.name for p in corpus_files("nvidia-smi-nvlink")) == sorted(set(NVLINK_FACTS) | NVLINK_COUNTERS)
 
 
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-nvlink"), ids=lambda p: p.name)
 def test_every_nvlink_capture(path):
-    if path.name in NVLINK_REJECTED:
-        with pytest.raises(ParseError):
-            parse_nvlink_status(path.read_text())
+    if path.name in NVLINK_COUNTERS:
+        status = parse_nvlink_status(path.read_text())
+        assert status.gpus and all(g.counters and not g.links for g in status.gpus)
         return
     indexes, nlinks, gbps, unsupported = NVLINK_FACTS[path.name]
     status = parse_nvlink_status(path.read_text())
@@ -179,11 +260,51 @@ def test_nvlink_inactive_links():
     assert status.gpus[1].links == []
 
 
-def test_nvlink_gt_d_is_rejected_as_counters():
-    with pytest.raises(ParseError):
-        parse_nvlink_status(
-            (CORPUS / "nvidia-smi-nvlink/h800-nvlink-gt-d-throughput-during-training.txt").read_text()
-        )
+def test_nvlink_gt_d_throughput_is_read_as_counters_per_link():
+    # real: `nvidia-smi nvlink -i 0 -gt d` on an H800 during training
+    status = parse_nvlink_status(
+        (CORPUS / "nvidia-smi-nvlink/h800-nvlink-gt-d-throughput-during-training.txt").read_text()
+    )
+    (gpu,) = status.gpus
+    assert (gpu.index, gpu.name, gpu.links) == (0, "NVIDIA H800", [])  # counters say nothing of link state
+    assert [c.link for c in gpu.counters] == list(range(8))
+    assert gpu.counters[0].counters == {"data_tx_kib": 1390774681, "data_rx_kib": 1387831436}
+    assert gpu.counters[7].counters == {"data_tx_kib": 1391348007, "data_rx_kib": 1387855953}
+    assert msgspec.json.decode(msgspec.json.encode(status), type=NvLinkStatus) == status
+
+
+def _as_counters(status_text: str, names: tuple[str, ...]) -> str:
+    """SYNTHETIC, not a capture: a real `nvlink -s` capture's GPU lines and link numbers, each
+    link line replaced by one line per counter in the layout `nvlink -gt d` prints
+    ("\t Link 0: Data Tx: 1390774681 KiB"), with the counter names nvidia-smi's `-e` prints
+    (Replay Errors, Recovery Errors, CRC Errors). No real `nvlink -e` capture is among the
+    fixtures this test may use; the layout is the -gt d capture's."""
+    out = []
+    for line in status_text.splitlines():
+        head, sep, _ = line.partition("Link ")
+        if not sep:
+            out.append(line)
+            continue
+        number = line.split("Link ", 1)[1].split(":", 1)[0]
+        out += [f"{head}Link {number}: {name}: {i}" for i, name in enumerate(names)]
+    return "\n".join(out) + "\n"
+
+
+def test_nvlink_e_error_counters_on_18_links():
+    text = _as_counters((CORPUS / "nvidia-smi-nvlink/h100-18links-590.txt").read_text(),
+                        ("Replay Errors", "Recovery Errors", "CRC Errors"))
+    (gpu,) = parse_nvlink_status(text).gpus
+    assert gpu.links == [] and [c.link for c in gpu.counters] == list(range(18))
+    assert all(c.counters == {"replay_errors": 0, "recovery_errors": 1, "crc_errors": 2} for c in gpu.counters)
+
+
+def test_nvlink_counter_values_that_are_not_integers():
+    text = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+            "\t Link 0: Replay Errors: N/A\n\t Link 0: Effective BER: 15e-255\n"
+            "\t Link 0: FEC Errors - 3: 0\n\t Link 0: Raw Tx: 12 KiB\n\t Link 0: Data Tx: garbled words\n")
+    (gpu,) = parse_nvlink_status(text).gpus
+    assert gpu.counters[0].counters == {"replay_errors": None, "effective_ber": 15e-255, "fec_errors_3": 0,
+                                        "raw_tx_kib": 12, "data_tx": "garbled words"}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import CORPUS, corpus_files
+from support import CORPUS, FIXTURES, corpus_files
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
@@ -603,3 +603,73 @@ def test_fuzz_both_parsers_return_facts_or_parse_error(text):
             continue
         assert isinstance(facts, GpuFacts)
         msgspec.json.decode(msgspec.json.encode(facts), type=GpuFacts)
+
+
+# ---------------------------------------------------------------------------
+# nvidia-smi -q -d SECTION[,SECTION]: blocks without a Product Name (issue 20)
+# ---------------------------------------------------------------------------
+
+FIELD_Q = FIXTURES / "field" / "issues" / "nvidia-smi-q"
+
+
+def test_q_d_fragment_is_a_gpu_keyed_by_its_bus_id():
+    # real: `nvidia-smi -q -d MEMORY,PERFORMANCE` on an RTX PRO 6000 VM, driver 580, with a
+    # top-level "vGPU Driver Capability" block and "CUDA Version : Not Found"
+    facts = parse_nvidia_smi_q((FIELD_Q / "rtx-pro-6000-q-d-memory-performance-580.txt").read_text())
+    (g,) = facts.gpus
+    assert (g.index, g.pci_bus_id, g.name) == (0, "0000:42:00.0", None)
+    assert g.performance_state == "P8"
+    assert g.throttle_reasons == []  # every reason listed, none active; the Counters section is not read as reasons
+    assert (facts.driver_version, facts.cuda_version) == ("580.105.06", None)  # "Not Found" is no version
+
+
+def _only_sections(text: str, sections: tuple[str, ...]) -> str:
+    """A whole -q report cut down to what `-q -d` prints: the top lines, each GPU's header
+    line and the named sections (a transformation of a real capture, not a capture)."""
+    out, keep = [], True
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            keep = True
+        elif not line.startswith("     "):  # a section's first line (4-space indent)
+            keep = line.strip().split(" :")[0].strip() in sections
+        if keep and not line.strip().startswith("Product Name"):
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_q_d_ecc_and_row_remapper_fragments_keep_every_gpu_and_its_counters():
+    full = q("h100-8gpu-driver-535.161.08.txt")
+    fragment = parse_nvidia_smi_q(_only_sections(q_text("h100-8gpu-driver-535.161.08.txt"),
+                                                 ("ECC Mode", "ECC Errors", "Remapped Rows")))
+    assert [g.pci_bus_id for g in fragment.gpus] == [g.pci_bus_id for g in full.gpus]
+    assert [g.index for g in fragment.gpus] == list(range(8))
+    for whole, part in zip(full.gpus, fragment.gpus, strict=True):
+        assert part.name is None and part.performance_state is None
+        for field in ("ecc_enabled", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                      "remapped_rows_correctable", "remapped_rows_pending", "remapped_rows_failure"):
+            assert getattr(part, field) == getattr(whole, field) is not None, field
+
+
+def test_q_block_cut_inside_its_first_line_is_still_refused():
+    text = q_text("h100-8gpu-driver-535.161.08.txt")
+    cut = text.index("    Product Name") + len("    Product Na")
+    with pytest.raises(ParseError):
+        parse_nvidia_smi_q(text[:cut])
+
+
+def test_q_first_block_cut_before_its_pci_section_is_a_gpu_with_what_it_has():
+    # a transformation of a real capture: cut where a paste ended, after the first GPU's
+    # identity lines and before its PCI section (which repeats the bus id)
+    text = q_text("h100-8gpu-driver-535.161.08.txt")
+    facts = parse_nvidia_smi_q(text[: text.index("    PCI\n")])
+    (g,) = facts.gpus
+    whole = q("h100-8gpu-driver-535.161.08.txt").gpus[0]
+    assert (g.pci_bus_id, g.name, g.uuid, g.persistence_mode) == (whole.pci_bus_id, whole.name, whole.uuid, True)
+    assert g.pcie_gen_current is None and g.ecc_volatile_uncorrected is None  # not reached: unknown
+
+
+def test_q_virtualization_mode():
+    (g,) = q("a10-1gpu-driver-535.129.03.txt").gpus
+    assert g.virtualization_mode == "Pass-Through"
+    (t,) = q("titanv-driver-560.35.03.txt").gpus
+    assert t.virtualization_mode == "None"  # bare metal, as printed

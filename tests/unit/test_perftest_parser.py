@@ -473,3 +473,81 @@ def test_hc_parse_prints_the_facts_as_json():
         "kind": "modify-qp", "message": "Failed to modify QP 122273 to RTR", "qp": 122273, "qp_state": "RTR"}
     r = run_hc("parse", "ib_write_bw", "-", input=b"complete garbage\n")
     assert r.returncode == 4 and r.stderr.decode().startswith("hc: error: perftest: ")
+
+
+# --------------------------------------------- pasted the way people paste (issue 20)
+
+FIELD = FIXTURES / "field" / "issues" / "ib_write_bw"
+
+
+def field(name: str) -> str:
+    return (FIELD / name).read_text()
+
+
+def test_a_reply_quoted_in_markdown_is_read():
+    # real: an ib_write_bw -a --report_gbits client pasted inside a '> ' quote, prose and a fence first
+    run = parse_perftest(field("write-bw-gbits-mlx5-quoted-markdown.txt"))
+    assert (run.title, run.side, run.device, run.mtu, run.link_type, run.unit) == (
+        "RDMA_Write BW Test", "client", "mlx5_0", 4096, "IB", "Gb/sec")
+    assert [(r.size_bytes, r.bw_avg_gbits) for r in run.rows] == [(2, 0.042185), (4, 0.084457), (8, 0.17)]
+    assert run.failures == ()
+
+
+@pytest.mark.parametrize("quote", ["> ", ">", "> > ", "  > "])
+def test_every_quote_depth_reads_as_the_unquoted_output(quote):
+    # a transformation of a real capture: the same lines, each behind a markdown quote
+    text = read("loopback-all-sizes-interleaved.txt")
+    quoted = "".join(quote + line for line in text.splitlines(keepends=True))
+    assert parse_perftest(quoted) == parse_perftest(text)
+
+
+def test_mr_allocation_failure_keeps_its_errno_text_and_the_segfault_after_it():
+    # real: ib_write_bw --use_cuda -R on a vGPU (A30-8C): MR registration refused, rdma_cm
+    # errors each followed by "ERRNO: Bad address.", then the shell's "Segmentation fault"
+    run = parse_perftest(field("gpudirect-use-cuda-a30-vgpu-mr-bad-address-segfault.txt"))
+    assert run.first_failure.kind is K.ALLOCATE_MR and run.first_failure.message == "Couldn't allocate MR"
+    assert [f.errno_text for f in run.failures][-3:] == ["Bad address"] * 3
+    assert run.failures[-1].kind is K.RDMA_CM and run.failures[0].errno_text is None
+    assert run.crashed == "Segmentation fault (core dumped)"
+
+
+def test_softiwarp_mr_failure_and_segfault_with_the_older_gid_label():
+    run = parse_perftest(field("softiwarp-send-bw-mr-fail-segfault.txt"))
+    assert (run.test, run.device, run.transport, run.gid_index) == ("send", "siw_ens33", "IW", 0)  # "Gid index"
+    assert kinds(run) == ["allocate-mr"] * 3 and run.crashed == "Segmentation fault (core dumped)"
+
+
+def test_an_errno_line_with_no_failure_before_it_is_a_failure_of_its_own():
+    run = parse_perftest(TITLE + "ERRNO: Connection refused.\nERRNO: No such device.\n")
+    assert [(f.kind.value, f.errno_text) for f in run.failures] == [
+        ("other", "Connection refused"), ("other", "No such device")]
+    assert run.crashed is None
+
+
+@pytest.mark.parametrize("name", ["loopback-8M-server-client-interleaved.txt", "client-bidir-4qp-all-sizes-ainic-800g.txt",
+                                  "newest-perftest-rdma-cm-lock-free-ddp-fields-gbits.txt"])
+def test_a_banner_whose_whitespace_a_forum_squeezed_reads_the_same(name):
+    # a transformation of real captures: every run of tabs and spaces made one space
+    text = read(name)
+    squeezed = "\n".join(" ".join(line.split()) for line in text.splitlines())
+    run, plain = parse_perftest(squeezed), parse_perftest(text)
+    for attr in ("device", "devices", "qps", "transport", "connection", "link_type", "mtu", "gid_index",
+                 "data_exchange", "rdma_cm_qps", "tx_depth", "cq_moderation", "unit", "rows"):
+        assert getattr(run, attr) == getattr(plain, attr), attr
+    assert run.device is not None and run.transport == "IB"
+
+
+def test_duration_mode_says_the_peak_was_not_measured():
+    assert parse("ngc-multinode-perf-wrapper-bidir-2qp-bw-peak-warning.txt").peak_not_measured  # the WARNING line
+    assert parse("post-list-8byte-60s-msgrate-gbits-ethernet.txt").peak_not_measured  # every peak printed 0.00
+    assert not parse("client-bidir-4qp-all-sizes-ainic-800g.txt").peak_not_measured
+    # after the warning, a peak column is not a peak whatever it holds
+    warned = parse_perftest(" WARNING: BW peak won't be measured in this run.\n" + read("loopback-all-sizes-interleaved.txt"))
+    assert warned.rows and all(r.bw_peak_gbits is None for r in warned.rows)
+
+
+def test_use_cuda_names_the_gpu_perftest_picked():
+    # real: the --use_cuda preamble before the MR failure
+    run = parse_perftest(field("gpudirect-use-cuda-a30-vgpu-mr-bad-address-segfault.txt"))
+    assert (run.cuda_device, run.cuda_device_name, run.cuda_pci) == (0, "NVIDIA A30-8C", "02:00")
+    assert parse("client-bidir-4qp-all-sizes-ainic-800g.txt").cuda_device is None  # host memory
