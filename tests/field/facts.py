@@ -38,7 +38,7 @@ class Fact:
             return False
         want = self.value
         if isinstance(want, str) and want.startswith("~"):
-            return isinstance(value, str) and want[1:] in value
+            return isinstance(value, str) and want[1:].lower() in value.lower()  # bus ids print in either case
         if isinstance(want, bool) or isinstance(value, bool):
             return want is value
         if isinstance(want, (int, float)) and isinstance(value, (int, float)):
