@@ -1,0 +1,258 @@
+"""The one line layer every text parser reads through (parsers/lines.py).
+
+Every sample here is a REAL line from tests/fixtures (each folder's SOURCES.md says where
+it came from), or a real line put through a transformation that says what it adds (a
+launcher's label, CRLF, colour codes, a ` \\` suffix): the shapes a paste takes on the way
+to an operator, built from real output, never a tool's output written by hand.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support import CORPUS, FIXTURES, best_time
+
+from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL
+from healthcheck.parsers.lines import (
+    SAMPLE_MAX,
+    Cursor,
+    Handler,
+    Line,
+    UnrecognizedLines,
+    dispatch,
+    drop_continuation,
+    is_prompt,
+    quoted_paste,
+    read_lines,
+    redrawn,
+    strip_ansi,
+    torn_pieces,
+)
+
+NCCL_TESTS = FIXTURES / "nccl-tests" / "all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt"
+
+
+def _real(path, start: str) -> str:
+    """The first line of a real fixture that starts with `start`."""
+    return next(line for line in path.read_text().split("\n") if line.startswith(start))
+
+
+ROW = _real(NCCL_TESTS, "   536870912")  # a real nccl-tests row
+WATCHDOG = _real(CORPUS / "torch-watchdog" / "srun-label-prefixed-allreduce-seq52-watchdog-terminated-frames.txt",
+                 "11: [rank11]:[E617")
+RAY = _real(CORPUS / "torch-watchdog" / "ray-dedup-repeated-across-cluster-allreduce-seq1-pg0-default-pg.txt",
+            "(WorkerDict pid=3943529) [rank0]:[E816")
+MPI_NCCL = _real(CORPUS / "nccl-debug" / "nccl-2.27-preview-mpirun-tag-output-10-roce-nics-init-start.txt",
+                 "[1,2]<stdout>:")
+DMESG = _real(CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt", "[6781741.548779] NVRM: Xid")
+
+
+def one(text: str, **kw) -> Line:
+    lines = list(read_lines(text, **kw))
+    assert len(lines) == 1
+    return lines[0]
+
+
+# ---------------------------------------------------------------- prefixes, from real lines
+
+
+def test_real_srun_label_and_torch_rank_and_c10_glog_are_taken_off():
+    line = one(WATCHDOG)
+    assert line.task == 11 and line.rank == 11
+    assert line.level == "E" and line.source == "ProcessGroupNCCL.cpp:681" and line.stamp_kind == "glog"
+    assert line.text.startswith("[Rank 11] Some NCCL operations have failed")
+    assert line.labels == WATCHDOG[: len(WATCHDOG) - len(line.text)] and line.raw == WATCHDOG
+
+
+def test_real_ray_worker_prefix_is_the_runner():
+    line = one(RAY)
+    assert line.runner == "(WorkerDict pid=3943529)" and line.rank == 0
+    assert line.text.startswith("[Rank 0] Some NCCL operations")
+
+
+def test_real_mpirun_tag_names_the_rank_and_its_stream():
+    line = one(MPI_NCCL)
+    assert line.task == 2 and line.stream == "stdout"
+    assert line.text.startswith("aiplatform-wlf2-ge78-70:102986:")
+
+
+def test_real_dmesg_uptime_is_a_stamp():
+    line = one(DMESG)
+    assert line.stamp == "6781741.548779" and line.stamp_kind == "dmesg"
+    assert line.text.startswith("NVRM: Xid (PCI:0000:91:00): 79")
+
+
+MESSAGE = DMESG.split("] ", 1)[1]  # the real Xid message, without its stamp
+
+
+@pytest.mark.parametrize(("prefix", "fields"), [
+    # journalctl -k (short): "Mon DD hh:mm:ss host kernel: "
+    ("Nov 22 13:00:01 gpu017 kernel: ", {"stamp": "Nov 22 13:00:01", "stamp_kind": "journal", "host": "gpu017"}),
+    # dmesg -T
+    ("[Sun Feb 23 16:24:18 2025] ", {"stamp": "Sun Feb 23 16:24:18 2025", "stamp_kind": "dmesg-T"}),
+    # dmesg --time-format iso; journalctl -o short-iso
+    ("2024-11-15T12:02:03,470068+00:00 ", {"stamp": "2024-11-15T12:02:03,470068+00:00", "stamp_kind": "iso"}),
+    ("2024-01-22T11:22:33+0000 gpu017 kernel: ", {"stamp": "2024-01-22T11:22:33+0000", "host": "gpu017"}),
+])
+def test_each_kernel_timestamp_is_taken_off_a_real_message(prefix, fields):
+    line = one(prefix + MESSAGE)
+    assert line.text == MESSAGE
+    for name, value in fields.items():
+        assert getattr(line, name) == value
+
+
+@pytest.mark.parametrize(("prefix", "fields"), [
+    ("3: ", {"task": 3}),  # srun --label
+    ("  3: ", {"task": 3}),  # srun --label in a job of 100 tasks: padded
+    ("[1,3]<stderr>:", {"task": 3, "stream": "stderr"}),  # mpirun --tag-output
+    ("[default3]:", {"role": "default", "local_rank": 3}),  # torchrun --tee
+    ("[rank3]:", {"rank": 3}),  # torch >= 2.2
+    ("(RayTrainWorker pid=1234, ip=10.0.0.5) ", {"runner": "(RayTrainWorker pid=1234, ip=10.0.0.5)"}),
+    ("(pid=1234) ", {"runner": "(pid=1234)"}),
+    ("(WorkerDict pid=3943529) 3: ", {"runner": "(WorkerDict pid=3943529)", "task": 3}),
+    ("E0318 17:25:16.769000 2606 torch/distributed/elastic/agent/server/api.py:833] ",
+     {"level": "E", "stamp": "0318 17:25:16.769000", "source": "torch/distributed/elastic/agent/server/api.py:833"}),
+])
+def test_each_launcher_and_runner_prefix_is_taken_off_a_real_row(prefix, fields):
+    line = one(prefix + ROW)
+    # torch's `[rankN]: ` and torchrun's `[default3]:` may take one blank of their own
+    assert line.text.lstrip() == ROW.lstrip() and line.text.split() == ROW.split()
+    assert line.labels.rstrip() == prefix.rstrip()
+    for name, value in fields.items():
+        assert getattr(line, name) == value
+
+
+def test_a_row_or_a_clock_time_is_no_srun_label():
+    assert one(ROW).labels == "" and one(ROW).task is None
+    assert SRUN_LABEL.match("12:34:56 up 3 days") is None
+    assert one("17:25:16 hello").task is None
+
+
+def test_timestamps_can_be_left_for_a_parser_that_reads_its_own():
+    line = one("3: [2026-04-28 14:14:48] " + MPI_NCCL.split(":", 1)[1], stamps=False)
+    assert line.task == 3 and line.text.startswith("[2026-04-28 14:14:48] aiplatform")
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def test_crlf_and_a_redrawn_line():
+    assert one(ROW + "\r\n").text == ROW
+    assert one(ROW + "\r\n").repairs == ("crlf",)
+    assert redrawn("progress 10%\rprogress 20%\r" + ROW) == ROW
+    assert redrawn("a\r") == "a"  # a CR at the very end is no redraw of nothing
+    # a file whose lines end in CR only (a classic Mac editor) is still lines
+    assert [x.text for x in read_lines(ROW + "\r" + ROW + "\r")] == [ROW, ROW]
+
+
+def test_ansi_colour_codes_whole_half_cut_and_without_their_escape():
+    red, reset = "\x1b[0;31m", "\x1b[0m"
+    assert strip_ansi(red + ROW + reset) == ROW
+    assert strip_ansi("[0;31m" + ROW + "[0m") == ROW  # the ESC lost in a paste
+    assert strip_ansi(ROW + "\x1b[0;3") == ROW  # cut at the line's end
+    assert strip_ansi(ROW + "\x1b") == ROW
+    assert strip_ansi(MPI_NCCL) == MPI_NCCL  # `[0]mlx5_0` is no colour code
+    assert one(red + "3: " + ROW + reset).task == 3
+
+
+def test_a_quoted_paste_loses_its_continuations_and_nothing_else():
+    text = "\n".join(line + " \\" for line in NCCL_TESTS.read_text().split("\n")[:12])
+    assert quoted_paste(text.split("\n"))
+    assert [x.text for x in read_lines(text)] == [x.rstrip() for x in NCCL_TESTS.read_text().split("\n")[:12]]
+    # one line that ends in a backslash is kept as it is
+    lone = NCCL_TESTS.read_text().split("\n")[:12]
+    lone[3] += " \\"
+    assert not quoted_paste(lone)
+    assert drop_continuation("a \\") == "a" and drop_continuation("a") == "a"
+
+
+def test_tabs_are_kept_inside_fields():
+    tabbed = "\t".join(ROW.split())
+    assert one(tabbed).text == tabbed and one(tabbed).text.split() == ROW.split()
+
+
+def test_two_processes_torn_into_one_line_stay_two_fragments():
+    first = MPI_NCCL[:60]
+    torn = first + MPI_NCCL.replace("[1,2]", "[1,5]", 1)
+    pieces = list(read_lines(torn))
+    assert [p.task for p in pieces] == [2, 5]
+    assert pieces[0].text == first[len("[1,2]<stdout>:"):]  # the cut fragment, never glued to the other
+    assert pieces[1].text == MPI_NCCL[len("[1,2]<stdout>:"):]
+    assert all(p.number == 1 and "torn" in p.repairs for p in pieces)
+    # a torch log line glued to a progress bar of the same process keeps its srun label
+    glued = "11: Epoch 3: 45%|####5     | 450/1000 " + WATCHDOG[len("11: "):]
+    bar, log = read_lines(glued)
+    assert bar.task == log.task == 11 and log.rank == 11 and log.text.startswith("[Rank 11]")
+    assert torn_pieces(ROW) == [ROW]
+
+
+def test_a_shell_prompt_before_the_output_is_noise():
+    # the commands are the ones the fixtures' SOURCES.md name; the prompts are shapes
+    for prompt in ("$ ./build/all_reduce_perf -b 8 -e 1G -f 4 -g 1",
+                   "user@gpu01:~/nccl-tests$ ./build/all_reduce_perf -b 8",
+                   "[user@gpu01 nccl-tests]$ mpirun -np 16 ./build/all_reduce_perf",
+                   "(base) user@gpu01:~$ srun -l python train.py",
+                   "+ srun --label python train.py", ">>> import torch"):
+        assert is_prompt(prompt), prompt
+        assert one(prompt).noise == "prompt"
+    for output in (ROW, "# nThread 1 nGpus 1", WATCHDOG, MPI_NCCL, DMESG):
+        assert one(output).noise == ""
+
+
+def test_a_megabyte_line_is_cut_and_costs_its_length():
+    small, large = "a" * 100_000, "a" * 1_000_000
+    assert one(large).repairs == ("cut",) and len(one(large).raw) == 65_536
+    took_small = best_time(lambda t: list(read_lines(t)), small)
+    took_large = best_time(lambda t: list(read_lines(t)), "\n".join([large] * 10))
+    assert took_large <= 50 * (took_small * 10) + 0.15
+
+
+@pytest.mark.parametrize("filler", ["[", "(", " ", "0", "[1,", "\x1b[", "[rank", "Nov 22 ", "E0318 ", "[rank1]:[E",
+                                    "[1,0]<stdout>:x", "user@h:~$ ", "\\"])
+def test_hostile_runs_cost_their_length(filler):
+    def read(n: int) -> float:
+        text = filler * (n // len(filler))
+        start = time.perf_counter()
+        list(read_lines(text, max_line=10**7))
+        return time.perf_counter() - start
+
+    read(1000)
+    assert read(1_000_000) <= 50 * read(100_000) + 0.15
+
+
+def test_garbage_reads_as_lines_and_never_raises():
+    garbage = bytes(range(256)).decode("latin-1") * 50 + "\x00\x1b[\r\r\n\\\n" * 100
+    lines = list(read_lines(garbage))
+    assert lines and all(isinstance(x.text, str) for x in lines)
+
+
+# ---------------------------------------------------------------- handlers, unrecognized, wraps
+
+
+def test_dispatch_names_the_handler_and_unrecognized_keeps_a_sample():
+    seen: list[str] = []
+    handlers = (Handler("row", lambda t: t.lstrip()[:1].isdigit(), lambda s, line: s.append(line.text) or True),)
+    unknown = UnrecognizedLines()
+    for line in read_lines(NCCL_TESTS.read_text()):
+        if dispatch(handlers, seen, line) is None:
+            unknown.note(line)
+    frozen = unknown.freeze()
+    assert len(seen) == 14 and frozen.count > 10
+    assert len(frozen.sample) <= SAMPLE_MAX and frozen.sample[0].line == 1
+    assert frozen.sample[0].text.startswith("# nccl-tests version")
+
+
+def test_a_hard_wrap_is_joined_only_when_a_handler_asks():
+    path = CORPUS / "torch-watchdog" / "terminal-hard-wrapped-broadcast-seq4-8ranks.txt"
+    lines = list(read_lines(path.read_text()))
+    assert "ran for" not in lines[0].text  # the layer joins nothing by itself
+    cursor = Cursor(lines)
+    first = next(iter(cursor))
+    joined = cursor.wrapped(first, lambda line: line.rank is not None)
+    assert "OpType=BROADCAST" in joined and joined.endswith("before timing out.")
+    assert next(iter(cursor)).rank == 3  # the continuation was consumed, the next record is next
+
+
+def test_the_launcher_grammar_is_the_one_runners_read():
+    assert MPIRUN_TAG.match("[1,2]<stddiag>:x").group(1) == "2"
