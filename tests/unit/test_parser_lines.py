@@ -256,3 +256,71 @@ def test_a_hard_wrap_is_joined_only_when_a_handler_asks():
 
 def test_the_launcher_grammar_is_the_one_runners_read():
     assert MPIRUN_TAG.match("[1,2]<stddiag>:x").group(1) == "2"
+
+
+# ---------------------------------------------------------------- parsers read through the layer
+# Each shape is a transformation of a real fixture; the parser must surface the same facts
+# from it as from the clean file, and no fact the clean file does not hold.
+
+A3MEGA = FIXTURES / "nccl-tests" / "all_reduce-h100-a3mega-2node-16rank.txt"
+
+
+def _each_line(text: str, change) -> str:
+    return "\n".join(change(i, line) for i, line in enumerate(text.split("\n")))
+
+
+SHAPES = {
+    "srun label": lambda t: _each_line(t, lambda i, x: f"{i % 16:>2}: {x}"),
+    "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,{i % 16}]<stdout>:{x}"),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m"),
+    "colours without their escape": lambda t: _each_line(t, lambda i, x: f"[1;32m{x}[0m"),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid={1000 + i % 4}, ip=10.0.0.{i % 4}) {x}"),
+    "journal stamps": lambda t: _each_line(t, lambda i, x: f"Nov 22 13:00:{i % 60:02} {x}"),
+    "tabs": lambda t: _each_line(t, lambda i, x: "\t".join(x.split()) if x[:1] == " " else x),
+    "prompt first": lambda t: "user@gpu01:~$ mpirun -np 16 ./build/all_reduce_perf -b 8 -e 8G -f 2\n" + t,
+    "labels, colours and crlf": lambda t: _each_line(t, lambda i, x: f"\x1b[32m{i % 16}: {x}\x1b[0m\r"),
+}
+
+
+def _facts(run) -> dict:
+    return {
+        "samples": [(s.size_bytes, s.placement, s.busbw_gbytes_per_s, s.wrong) for s in run.samples],
+        "ranks": [(r.rank, r.host, r.device, r.bus_id) for r in run.ranks],
+        "rank_count": run.rank_count, "avg": run.avg_busbw_gbytes_per_s, "completed": run.completed,
+        "oob": run.out_of_bounds, "threads": run.threads, "max_bytes": run.max_bytes, "bad_rows": run.bad_rows,
+        "failures": run.failures, "collective": run.collective,
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_nccl_tests_reads_the_same_facts_through_every_shape(shape):
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    clean = parse_nccl_tests(A3MEGA.read_text())
+    assert len(clean.samples) > 50 and clean.avg_busbw_gbytes_per_s
+    assert _facts(parse_nccl_tests(SHAPES[shape](A3MEGA.read_text()))) == _facts(clean)
+
+
+def test_nccl_tests_counts_what_it_did_not_read_and_still_reads_the_rest():
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    noise = "\n".join(line for line in WATCHDOG.split("\n"))  # a torch line in the same job's stdout
+    run = parse_nccl_tests(A3MEGA.read_text() + "\n" + noise + "\n")
+    assert run.unrecognized.count == 1 and run.unrecognized.sample[0].text.startswith("[Rank 11] Some NCCL")
+    assert _facts(run) == _facts(parse_nccl_tests(A3MEGA.read_text()))
+    assert parse_nccl_tests(A3MEGA.read_text()).unrecognized.count == 0
+
+
+def test_a_torn_nccl_tests_row_is_never_glued_into_a_row():
+    """Two ranks' rows torn into one line: neither half becomes a row of made-up numbers."""
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    text = A3MEGA.read_text()
+    rows = [line for line in text.split("\n") if line.strip()[:1].isdigit()]
+    torn = "[1,0]<stdout>:" + rows[10][:40] + "[1,1]<stdout>:" + rows[10]
+    run = parse_nccl_tests(text.replace(rows[10], torn, 1))
+    sizes = [s.size_bytes for s in run.samples]
+    assert sizes == [s.size_bytes for s in parse_nccl_tests(text).samples]  # the whole row read once
+    assert run.bad_rows == 1  # the cut half counted, not read

@@ -114,7 +114,11 @@ PREFIXES = {
                  "  1 ranks reported ", "  1 ranks have launched up to operation ", "#0-0 (", "  Process 1 on node ",
                  "  Node a running processes ", "NCCL version ", "Communicators... (", "  The missing ranks: ", ">>> ",
                  "SERVER PROTOCOL ", "ERROR: ", '{"nccl_version"'],
-    "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the "],
+    "nccl-tests": ["", "#", "#  Rank 0 Group 0 Pid 1 on ", "#  Rank 0 Pid 1 on h device 0 [", "# nThread 1 nGpus 1 minBytes ", "nThread ", "# nccl-tests version ", "# Collective test starting: ", "#  size count type redop root time ", "# Avg bus bandwidth : ", "# Out of bounds values : ", "# error: ", "8 2 float sum -1 ", "8 2 ", "h: Test NCCL failure a.cu:1 '", "h: Test timeout (", " .. h pid 1: Test failure ", "[1,0]<stdout>:", "0: ", "h NCCL INFO NCCL version ", "h NCCL INFO comm 0x1 rank 0 nranks ", "mpirun noticed that process rank ", "srun: error: h: task 0: ", "There are not enough slots available in the system to satisfy the ",
+                   # the line layer's prefixes and shapes (parsers/lines.py)
+                   "(WorkerDict pid=1) ", "[default0]:", "[rank0]:", "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ",
+                   "[ 1.0] ", "[Sun Feb 23 16:24:18 2025] ", "2024-01-01T00:00:00+00:00 ", "E0325 20:57:27.620000 2606 ",
+                   "user@h:~$ ", "[1,0]<stdout>:8 2 [1,1]<stdout>:"],
     "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
                    "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
                    "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],
