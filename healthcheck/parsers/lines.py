@@ -78,6 +78,7 @@ class Line(msgspec.Struct, frozen=True):
     stamp: str = ""  # the timestamp as printed
     stamp_kind: str = ""  # iso | journal | dmesg | dmesg-T | glog
     level: str = ""  # glog's severity letter: F E W I V
+    logger: str = ""  # whose log prefix that was: c10 (`[E1218 ... file.cpp:629] `) | glog (`E0318 ... file.py:833] `)
     source: str = ""  # glog's `file.py:833`
     host: str = ""  # the journal's host before `kernel:`
     labels: str = ""  # everything taken off the front, as printed
@@ -280,7 +281,7 @@ def _glog(body: str, taken: _Taken) -> int:
         return 0
     if m is None:
         return 0
-    fields: dict[str, object] = {"level": m.group(1), "source": m.group(3)}
+    fields: dict[str, object] = {"level": m.group(1), "source": m.group(3), "logger": "c10" if first == "[" else "glog"}
     if m.group(2) and "stamp" not in taken.kinds:
         fields.update(stamp=m.group(2), stamp_kind="glog")
     taken.take("glog", m.group(0), **fields)

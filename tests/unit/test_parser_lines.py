@@ -324,3 +324,36 @@ def test_a_torn_nccl_tests_row_is_never_glued_into_a_row():
     sizes = [s.size_bytes for s in run.samples]
     assert sizes == [s.size_bytes for s in parse_nccl_tests(text).samples]  # the whole row read once
     assert run.bad_rows == 1  # the cut half counted, not read
+
+
+TORCH = (CORPUS / "torch-watchdog" / "srun-label-prefixed-allreduce-seq52-watchdog-terminated-frames.txt",
+         CORPUS / "torch-watchdog" / "terminal-hard-wrapped-broadcast-seq4-8ranks.txt",
+         CORPUS / "torch-watchdog" / "heartbeat-monitor-timed-out-watchdog-stuck-600s-multi-rank.txt")
+
+TORCH_SHAPES = {
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1;3{i % 8}m{x}\x1b[0m" if x else x),
+    "colours cut at the end": lambda t: _each_line(t, lambda i, x: x + "\x1b[0" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid={1000 + i % 4}, ip=10.0.0.{i % 4}) {x}"),
+    "prompt first": lambda t: "[user@gpu01 ~]$ srun -l torchrun --nproc_per_node 8 train.py\n" + t,
+    "tabs": lambda t: t.replace("    ", "\t"),
+}
+
+
+def _torch_facts(log) -> dict:
+    return {
+        "counts": log.counts(), "ranks": log.ranks, "prefixed": log.prefixed_ranks,
+        "timeouts": [(t.rank, t.seq, t.op_type, t.timeout_ms, t.wrapped) for t in log.timeouts],
+        "exceptions": [(e.rank, e.type) for e in log.exceptions],
+    }
+
+
+@pytest.mark.parametrize("path", TORCH, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(TORCH_SHAPES))
+def test_torch_log_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    clean = parse_torch_log(path.read_text())
+    assert clean.timeouts or clean.stuck
+    assert _torch_facts(parse_torch_log(TORCH_SHAPES[shape](path.read_text()))) == _torch_facts(clean)

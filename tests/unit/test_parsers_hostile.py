@@ -102,7 +102,10 @@ PREFIXES = {
                   "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary: ", "Traceback (most recent call last):",
                   "  File \"", "terminate called after throwing an instance of '", " - [0] Timeout at collective: ",
                   "#1 started ranks:", "(WorkerDict pid=1) ", "0: ", "[1,0]<stderr>:", "E0325 20:57:27.620000 2606 ",
-                  "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: "],
+                  "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: ",
+                  # the line layer's prefixes and shapes (parsers/lines.py)
+                  "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ", "2024-01-01T00:00:00+00:00 ", "[default0]:",
+                  "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied"],
