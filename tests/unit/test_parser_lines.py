@@ -357,3 +357,44 @@ def test_torch_log_reads_the_same_facts_through_every_shape(shape, path):
     clean = parse_torch_log(path.read_text())
     assert clean.timeouts or clean.stuck
     assert _torch_facts(parse_torch_log(TORCH_SHAPES[shape](path.read_text()))) == _torch_facts(clean)
+
+
+NCCL_LOGS = (CORPUS / "nccl-debug" / "nccl-2.2x-16rank-init-complete-init-timings.txt",
+             CORPUS / "nccl-debug" / "azure-ib-completion-error12.txt")
+
+NCCL_LOG_SHAPES = {
+    "srun label": lambda t: _each_line(t, lambda i, x: f"{i % 16:>2}: {x}" if x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker and srun label": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid=7) 3: {x}" if x else x),
+    "prompt first": lambda t: "$ NCCL_DEBUG=INFO srun -l python train.py\n" + t,
+}
+
+
+def _nccl_facts(log) -> dict:
+    return {
+        "processes": [(p.host, p.pid, p.version, p.ib_devices, p.warns, p.ranks) for p in log.processes],
+        "comms": [(c.comm, c.rank, c.nranks, c.comm_id, c.init_complete_line is not None) for c in log.comms],
+        "warns": [(w.kind, w.host, w.peer, w.status, w.vendor_err, w.hca) for w in log.warns],
+        "ranks": log.ranks, "versions": log.versions,
+    }
+
+
+@pytest.mark.parametrize("path", NCCL_LOGS, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(NCCL_LOG_SHAPES))
+def test_nccl_log_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.nccl_log import parse_nccl_log
+
+    clean = parse_nccl_log(path.read_text())
+    assert clean.processes
+    assert _nccl_facts(parse_nccl_log(NCCL_LOG_SHAPES[shape](path.read_text()))) == _nccl_facts(clean)
+
+
+def test_nccl_log_names_the_launchers_rank_behind_a_runner_prefix():
+    from healthcheck.parsers.nccl_log import parse_nccl_log, split_nccl_line
+
+    shaped = NCCL_LOG_SHAPES["ray worker and srun label"](NCCL_LOGS[0].read_text())
+    assert {p.launcher_rank for p in parse_nccl_log(shaped).processes} == {3}
+    assert split_nccl_line(MPI_NCCL).label_rank == 2
+    assert split_nccl_line(MPI_NCCL).label == "[1,2]<stdout>:"

@@ -92,7 +92,10 @@ PREFIXES = {
                  "h:1:2 [0] NCCL INFO Init timings - f: rank 0 nranks 1 total 1 (",
                  "h:1:2 [0] x.cc:1 NCCL WARN NET/IB : Got completion from peer ", "h:1:2 [0] x.cc:1 NCCL WARN Call to ",
                  "h:1:2 [0] x.cc:1 NCCL WARN Cuda failure '", "h:1:2 [0] NCCL INFO NCCL_X set by environment to ",
-                 "NCCL version ", "h:1:2 [0] NCCL INFO x.cc:1 -> "],
+                 "NCCL version ", "h:1:2 [0] NCCL INFO x.cc:1 -> ",
+                 # the line layer's prefixes and shapes (parsers/lines.py)
+                 "(WorkerDict pid=1) ", "\x1b[0;31m", "[0;31m", "[default0]:", "user@h:~$ ",
+                 "h:1:2 [0] NCCL INFO a[1,1]<stdout>:", "[155] h:1:2 [0] NCCL INFO "],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
