@@ -54,6 +54,7 @@ from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, TORCH_RANK,
 MAX_LINE = 65_536  # characters of one line that are looked at; the rest is cut (`cut`)
 SAMPLE_MAX = 20  # unrecognized lines kept as a sample
 SAMPLE_TEXT = 200  # characters of each
+QUOTED_SAMPLE = 256  # lines that decide whether a paste is quoted
 CONTINUATION_SHARE = 0.8  # of non-blank lines ending in `\` for the paste to be a quoted one
 
 # ---------------------------------------------------------------- the line
@@ -119,8 +120,11 @@ def strip_ansi(text: str) -> str:
 
 
 def quoted_paste(lines: Sequence[str]) -> bool:
-    """Most non-blank lines end in a ` \\` continuation: a paste quoted as one shell string."""
+    """Most non-blank lines end in a ` \\` continuation: a paste quoted as one shell string.
+    The first QUOTED_SAMPLE lines decide (a quoted paste is quoted throughout), so a
+    100,000-line ring buffer costs no extra pass."""
     blank = ending = 0
+    lines = lines[:QUOTED_SAMPLE]
     for line in lines:
         body = line.rstrip("\r").rstrip(" ")
         if not body:

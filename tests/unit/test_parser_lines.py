@@ -398,3 +398,34 @@ def test_nccl_log_names_the_launchers_rank_behind_a_runner_prefix():
     assert {p.launcher_rank for p in parse_nccl_log(shaped).processes} == {3}
     assert split_nccl_line(MPI_NCCL).label_rank == 2
     assert split_nccl_line(MPI_NCCL).label == "[1,2]<stdout>:"
+
+
+KERNEL_LOGS = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt",
+               CORPUS / "xid-dmesg" / "xid48-63-94-dbe-rowremap-contained.txt")
+
+KERNEL_SHAPES = {
+    "srun label (srun -l dmesg)": lambda t: _each_line(t, lambda i, x: f"0: {x}" if x else x),
+    "dmesg --color=always": lambda t: _each_line(
+        t, lambda i, x: f"\x1b[32m{x.split('] ', 1)[0]}]\x1b[0m {x.split('] ', 1)[1]}" if "] " in x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,0]<stdout>:{x}" if x else x),
+}
+
+
+def _kernel_facts(log) -> dict:
+    return {
+        "xids": [(x.code, x.pci_bus_id, x.uptime_s, x.message.strip()) for x in log.xids],
+        "sxids": [(x.code, x.pci_bus_id, x.severity, x.uptime_s) for x in log.sxids],
+        "faults": [(f.kind, f.pci_bus_id) for f in log.faults], "uuids": log.gpu_uuids,
+    }
+
+
+@pytest.mark.parametrize("path", KERNEL_LOGS, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(KERNEL_SHAPES))
+def test_xid_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    clean = parse_kernel_log(path.read_text())
+    assert clean.xids
+    assert _kernel_facts(parse_kernel_log(KERNEL_SHAPES[shape](path.read_text()))) == _kernel_facts(clean)

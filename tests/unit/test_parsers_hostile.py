@@ -81,7 +81,10 @@ PREFIXES = {
     "hostfile": ["", "a", "a:", "a:1", "a[", "a[1-", "gpu[1-2],"],
     "ldconfig": ["", "/", "/a", "/a:", "\t", "\ta", "\ta ->", "\ta -> b"],
     "xid": ["", "[", "[  1.0] ", "NVRM: Xid (PCI:", "NVRM: Xid (PCI:0000:1b:00): ", "NVRM: Xid (PCI:0000:1b:00): 79, ",
-            "kernel: NVRM: ", "2024-01-01T00:00:00+00:00 host kernel: "],
+            "kernel: NVRM: ", "2024-01-01T00:00:00+00:00 host kernel: ",
+            # the line layer's labels and shapes before kernlog's stamps (parsers/lines.py)
+            "0: [  1.0] NVRM: Xid (PCI:", "\x1b[32m[  1.0]\x1b[0m NVRM: ", "[1,0]<stdout>:NVRM: Xid (PCI:0000:1b:00): ",
+            "NVRM: \x1b[", "[0;31mNVRM: "],
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <"],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: "],
