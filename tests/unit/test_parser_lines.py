@@ -429,3 +429,21 @@ def test_xid_reads_the_same_facts_through_every_shape(shape, path):
     clean = parse_kernel_log(path.read_text())
     assert clean.xids
     assert _kernel_facts(parse_kernel_log(KERNEL_SHAPES[shape](path.read_text()))) == _kernel_facts(clean)
+
+
+def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
+    """`hc parse`'s JSON is the parsers' contract: the keys before the line layer stay."""
+    import json
+
+    from support import run_hc
+
+    before = {"avg_busbw_gbytes_per_s", "avg_ok", "bad_rows", "collective", "completed", "errors", "failures",
+              "format", "gpus_per_thread", "headers", "iters", "last_size_bytes", "launcher_error", "max_bytes",
+              "min_bytes", "nccl_headers", "nccl_library", "nccl_version", "out_of_bounds", "out_of_bounds_ok",
+              "program", "rank_count", "ranks", "samples", "tables", "threads", "validation", "version",
+              "warmup_iters"}
+    shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"
+    done = run_hc("parse", "nccl-tests", "-", input=shaped)
+    facts = json.loads(done.stdout)["facts"]
+    assert set(facts) == before | {"unrecognized"}
+    assert facts["unrecognized"]["count"] == 1 and facts["unrecognized"]["sample"][0]["line"] == shaped.count("\n")
