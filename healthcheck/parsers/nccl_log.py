@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import msgspec
@@ -562,47 +563,42 @@ class _Builder:
         if p.level != "INFO":
             return
         msg = p.message
-        head = msg[:40]
-        if head.startswith("NCCL version "):
-            m = _VERSION.match(msg)
-            if m:
-                proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
-                self.versions[m.group(0)[len("NCCL version "):]] = None
-        elif head.startswith("Bootstrap") and " Using " in head:
-            m = _BOOTSTRAP.match(msg)
-            if m and not proc.bootstrap_if:
-                proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
-        elif head.startswith("NET/IB"):
-            self.net_ib(proc, msg)
-        elif head.startswith("NET/Socket") and " Using" in head:
-            if not proc.socket_devices:
-                proc.socket_devices = self.devices(_SOCKET_DEVICE, msg, socket=True)
-        elif head.startswith("Using network "):
-            proc.network = _network_name(msg) or proc.network
-        elif head.startswith("cudaDriverVersion"):
-            m = _DRIVER.match(msg)
-            if m:
-                proc.cuda_driver = int(m.group(1))
-        elif head.startswith("Connected all rings"):
-            self.connected(p, proc, rings=True)
-        elif head.startswith("Connected all trees"):
-            self.connected(p, proc, rings=False)
-        elif head.startswith("Init timings"):
-            self.timings(p, msg)
-        elif head.startswith(("Channel ", "Ring ")):
-            self.connection(proc, msg, number)
-        elif "opCount " in msg[:48]:
-            self.coll(p, msg, number)
-        elif "comm 0x" in msg[:64]:
-            self.comm_line(p, msg, number)
-        elif head.startswith("NCCL_") and " set " in msg[:100]:
-            self.env(proc, msg, number)
-        elif " -> " in msg[:300]:
-            m = _ERROR_RETURN.fullmatch(msg[:400])
-            if m:
-                proc.error_returns += 1
-                if proc.first_error_line is None:
-                    proc.first_error_line, proc.first_error_code = number, int(m.group(1))
+        for when, read in _INFO_HANDLERS:
+            if when(msg):
+                read(self, p, proc, number)
+                return
+
+    # -- INFO handlers (see _INFO_HANDLERS): each reads one kind of message
+
+    def version(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _VERSION.match(p.message)
+        if m:
+            proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
+            self.versions[m.group(0)[len("NCCL version "):]] = None
+
+    def bootstrap(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _BOOTSTRAP.match(p.message)
+        if m and not proc.bootstrap_if:
+            proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+
+    def net_socket(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        if not proc.socket_devices:
+            proc.socket_devices = self.devices(_SOCKET_DEVICE, p.message, socket=True)
+
+    def network(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        proc.network = _network_name(p.message) or proc.network
+
+    def driver(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _DRIVER.match(p.message)
+        if m:
+            proc.cuda_driver = int(m.group(1))
+
+    def error_return(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _ERROR_RETURN.fullmatch(p.message[:400])
+        if m:
+            proc.error_returns += 1
+            if proc.first_error_line is None:
+                proc.first_error_line, proc.first_error_code = number, int(m.group(1))
 
     def net_ib(self, proc: _Proc, msg: str) -> None:
         if "No device found" in msg[:40]:
@@ -806,6 +802,28 @@ class _Builder:
             warns=proc.warns, error_returns=proc.error_returns, first_error_line=proc.first_error_line,
             first_error_code=proc.first_error_code,
         )
+
+
+_InfoRead = Callable[[_Builder, NcclPrefix, _Proc, int], None]
+
+# An INFO message's handlers, tried in order, the first whose test holds reads it: (a cheap
+# test of the message, the _Builder method that reads it)
+_INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
+    (lambda m: m.startswith("NCCL version "), _Builder.version),
+    (lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
+    (lambda m: m.startswith("NET/IB"), lambda b, p, proc, n: b.net_ib(proc, p.message)),
+    (lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
+    (lambda m: m.startswith("Using network "), _Builder.network),
+    (lambda m: m.startswith("cudaDriverVersion"), _Builder.driver),
+    (lambda m: m.startswith("Connected all rings"), lambda b, p, proc, n: b.connected(p, proc, rings=True)),
+    (lambda m: m.startswith("Connected all trees"), lambda b, p, proc, n: b.connected(p, proc, rings=False)),
+    (lambda m: m.startswith("Init timings"), lambda b, p, proc, n: b.timings(p, p.message)),
+    (lambda m: m.startswith(("Channel ", "Ring ")), lambda b, p, proc, n: b.connection(proc, p.message, n)),
+    (lambda m: "opCount " in m[:48], lambda b, p, proc, n: b.coll(p, p.message, n)),
+    (lambda m: "comm 0x" in m[:64], lambda b, p, proc, n: b.comm_line(p, p.message, n)),
+    (lambda m: m.startswith("NCCL_") and " set " in m[:100], lambda b, p, proc, n: b.env(proc, p.message, n)),
+    (lambda m: " -> " in m[:300], _Builder.error_return),
+)
 
 
 def _network_name(msg: str) -> str:
