@@ -23,7 +23,8 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 Shapes mended, each by a small function of its own: CRLF and a stray CR (a progress bar
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
 paste, or cut at the end of a line), the ` \\` continuation on every line of a paste
-(only when most lines carry it), a shell prompt or wrapper line before the output
+and markdown's `> ` before every line of a quoted reply (each only when most lines carry
+it), a shell prompt or wrapper line before the output
 (marked `noise`, left for no parser to read), two processes' lines torn into one (an
 mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
 number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
@@ -83,7 +84,7 @@ class Line(msgspec.Struct, frozen=True):
     source: str = ""  # glog's `file.py:833`
     host: str = ""  # the journal's host before `kernel:`
     labels: str = ""  # everything taken off the front, as printed
-    repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, torn, cut
+    repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
     noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
 
 
@@ -133,6 +134,30 @@ def quoted_paste(lines: Sequence[str]) -> bool:
             ending += 1
     filled = len(lines) - blank
     return filled >= 2 and ending >= CONTINUATION_SHARE * filled
+
+
+_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")  # markdown's `> `, `> > ` (quoted again)
+
+
+def quoted_reply(lines: Sequence[str]) -> bool:
+    """Most non-blank lines start with markdown's `>`: a paste quoted in a reply (an issue,
+    a ticket, chat). Decided for the whole text, so one `>>> ` prompt is no quote."""
+    blank = quoted = 0
+    lines = lines[:QUOTED_SAMPLE]
+    for line in lines:
+        body = line.lstrip(" \t")
+        if not body.strip():
+            blank += 1
+        elif body[:1] == ">":
+            quoted += 1
+    filled = len(lines) - blank
+    return filled >= 2 and quoted >= CONTINUATION_SHARE * filled
+
+
+def drop_quote(text: str) -> str:
+    """A line's markdown quote (`> `, `> > `)."""
+    m = _QUOTE.match(text)
+    return text[m.end():] if m else text
 
 
 def drop_continuation(text: str) -> str:
@@ -326,34 +351,40 @@ def read_lines(text: str, *, stamps: bool = True, max_line: int = MAX_LINE) -> I
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
-    quoted = quoted_paste(raw_lines)
+    quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, max_line=max_line, quoted=quoted)
+        yield from read_line(number, raw, stamps=stamps, max_line=max_line, quoted=quoted, reply=reply)
 
 
-def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX_LINE,
-              quoted: bool = False) -> list[Line]:
-    """One raw line -> its Line (several when two processes' lines were torn into it)."""
-    repairs: list[str] = []
-    if len(raw) > max_line:
-        raw = raw[:max_line]
-        repairs.append("cut")
+def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
+    """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
+    `> `), each repair named in `repairs`."""
+    steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi)]
+    if quoted:
+        steps.append(("continuation", drop_continuation))
+    if reply:
+        steps.append(("quote", drop_quote))
     body, crlf = drop_line_end(raw)
     if crlf:
         repairs.append("crlf")
-    if "\r" in body:
-        body = redrawn(body)
-        repairs.append("cr")
-    if "\x1b" in body or "m" in body and "[" in body:
-        mended = strip_ansi(body)
+    for name, step in steps:
+        mended = step(body)
         if mended != body:
             body = mended
-            repairs.append("ansi")
-    if quoted:
-        mended = drop_continuation(body)
-        if mended != body:
-            body = mended
-            repairs.append("continuation")
+            repairs.append(name)
+    return body
+
+
+def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX_LINE,
+              quoted: bool = False, reply: bool = False) -> list[Line]:
+    """One raw line -> its Line (several when two processes' lines were torn into it).
+    `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
+    markdown-quoted one (`> ` before every line)."""
+    if len(raw) > max_line:
+        raw, repairs = raw[:max_line], ["cut"]
+    else:
+        repairs = []
+    body = mend(raw, repairs, quoted=quoted, reply=reply)
     pieces = torn_pieces(body)
     while len(pieces) > 1 and not peel(pieces[0], stamps)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice

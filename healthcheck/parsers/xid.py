@@ -38,7 +38,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
-from healthcheck.parsers.lines import quoted_paste, read_line
+from healthcheck.parsers.lines import quoted_paste, quoted_reply, read_line
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -148,7 +148,7 @@ def parse_kernel_log(
         raise ParseError(f"kernel log: expected text, got {type(text).__name__}")
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
-    quoted = quoted_paste(lines)
+    quoted, reply = quoted_paste(lines), quoted_reply(lines)
     for number, raw in enumerate(lines):
         if "NVRM:" not in raw and "SXid" not in raw:  # the common case, kept cheap
             if not read.looks_like_log:
@@ -156,7 +156,7 @@ def parse_kernel_log(
             continue
         # the line layer takes off a launcher's label (`srun -l dmesg`), colour codes
         # (`dmesg --color=always`), CRLF, a quoted paste's ` \`; kernlog reads the stamps
-        for piece in read_line(number + 1, raw, stamps=False, quoted=quoted):
+        for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply):
             read.message(number, raw, piece.text)
     if not read.looks_like_log and text.strip():
         raise ParseError(

@@ -167,6 +167,14 @@ def test_a_quoted_paste_loses_its_continuations_and_nothing_else():
     assert drop_continuation("a \\") == "a" and drop_continuation("a") == "a"
 
 
+def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
+    clean = NCCL_TESTS.read_text().split("\n")[:12]
+    quoted = "\n".join(("> > " if i % 2 else "> ") + line for i, line in enumerate(clean))
+    assert [x.text for x in read_lines(quoted)] == clean
+    assert all("quote" in x.repairs for x in read_lines(quoted))
+    assert one(">>> import torch").noise == "prompt"  # one `>` line is no quoted reply
+
+
 def test_tabs_are_kept_inside_fields():
     tabbed = "\t".join(ROW.split())
     assert one(tabbed).text == tabbed and one(tabbed).text.split() == ROW.split()
@@ -281,6 +289,8 @@ SHAPES = {
     "tabs": lambda t: _each_line(t, lambda i, x: "\t".join(x.split()) if x[:1] == " " else x),
     "prompt first": lambda t: "user@gpu01:~$ mpirun -np 16 ./build/all_reduce_perf -b 8 -e 8G -f 2\n" + t,
     "labels, colours and crlf": lambda t: _each_line(t, lambda i, x: f"\x1b[32m{i % 16}: {x}\x1b[0m\r"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    "markdown reply quoted again, labelled": lambda t: _each_line(t, lambda i, x: f"> > [1,{i % 16}]<stdout>:{x}"),
 }
 
 
@@ -338,6 +348,7 @@ TORCH_SHAPES = {
     "ray worker": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid={1000 + i % 4}, ip=10.0.0.{i % 4}) {x}"),
     "prompt first": lambda t: "[user@gpu01 ~]$ srun -l torchrun --nproc_per_node 8 train.py\n" + t,
     "tabs": lambda t: t.replace("    ", "\t"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
 }
 
 
@@ -410,6 +421,7 @@ KERNEL_SHAPES = {
     "crlf": lambda t: t.replace("\n", "\r\n"),
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
     "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,0]<stdout>:{x}" if x else x),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
 }
 
 
