@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import msgspec
@@ -57,6 +58,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.kernlog import iso_time
+from healthcheck.parsers.lines import Line, read_line, read_lines
 
 MAX_PROCESSES = 65536
 MAX_COMMS = 65536
@@ -90,16 +92,17 @@ class NcclPrefix(msgspec.Struct, frozen=True, omit_defaults=True):
     time: float | None = None  # the >= 2.26 timestamp, local time taken as UTC
     stamp: str = ""  # that timestamp as printed
     label: str = ""  # a launcher's prefix before it, as printed: "[1,0]<stdout>:", "0:", "[rank3]:"
+    launcher_rank: int | None = None  # the rank the line layer read in that label (srun, mpirun, torch)
 
     @property
     def label_rank(self) -> int | None:
         """The rank a launcher's label names: `[1,N]<stdout>:` (mpirun --tag-output), `N:`
-        (srun -l), `[rankN]:` (torch), `[N]`; None for another label (torchrun's `[defaultN]:`
-        is a local rank)."""
-        m = _LABEL_RANK.fullmatch(self.label)
-        if not m:
-            return None
-        return _int(next(g for g in m.groups() if g is not None))
+        (srun -l), `[rankN]:` (torch), as the line layer read them, or MPICH/Intel MPI's
+        `-prepend-rank` `[N]`; None for another label (torchrun's `[defaultN]:` is a local rank)."""
+        if self.launcher_rank is not None:
+            return self.launcher_rank
+        m = _PREPEND_RANK.fullmatch(self.label)
+        return _int(m.group(1)) if m else None
 
 
 class NetDevice(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -281,9 +284,9 @@ _HOST_TOKEN = re.compile(r"(.{1,1024}):(\d{1,10}):(\d{1,10})", re.ASCII)
 _DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
 _SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
 _USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
-_LABEL_RANK = re.compile(
-    r"\[\d{1,9},(\d{1,9})\]<std(?:out|err)>:|(\d{1,9}):|\[rank(\d{1,9})\]:|\[(\d{1,9})\]", re.ASCII
-)
+# MPICH/Intel MPI `-prepend-rank`: `[155] ` (not the line layer's: a bare `[N]` is also
+# NCCL's own `[cudaDev]` and torch's desync report's; here only before host:pid:tid)
+_PREPEND_RANK = re.compile(r"\[(\d{1,9})\]", re.ASCII)
 _STAMP = re.compile(
     r"\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\]$",
@@ -297,6 +300,12 @@ def split_nccl_line(line: str) -> NcclPrefix | None:
     Bounded work: " NCCL " is looked for in the first 2 KiB only, and the message is cut
     to 8 KiB.
     """
+    return split_read_line(read_line(1, line, stamps=False)[0])
+
+
+def split_read_line(read: Line) -> NcclPrefix | None:
+    """split_nccl_line of a line the line layer read: its launcher labels already off."""
+    line = read.text
     at = line.find(" NCCL ", 0, _HEAD_MAX)
     if at < 0:
         return None
@@ -337,10 +346,11 @@ def split_nccl_line(line: str) -> NcclPrefix | None:
             stamp, time = t.group(0)[1:-1], iso_time(t)
             before = before[: -len(t.group(0))].rstrip()
     glued = m.group(1)[: len(m.group(1)) - len(host)]  # "[1,0]<stdout>:" before the host, no space
-    label = " ".join(x for x in (before, glued) if x)[-64:]
+    label = " ".join(x for x in (read.labels.strip(), before, glued) if x)[-64:]
     return NcclPrefix(
         host=host, pid=int(m.group(2)), tid=int(m.group(3)), level=cast(Level, level),
         message=message[:_MSG_MAX].rstrip(), dev=dev, src=src, time=time, stamp=stamp, label=label,
+        launcher_rank=read.task if read.task is not None else read.rank,
     )
 
 
@@ -553,47 +563,42 @@ class _Builder:
         if p.level != "INFO":
             return
         msg = p.message
-        head = msg[:40]
-        if head.startswith("NCCL version "):
-            m = _VERSION.match(msg)
-            if m:
-                proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
-                self.versions[m.group(0)[len("NCCL version "):]] = None
-        elif head.startswith("Bootstrap") and " Using " in head:
-            m = _BOOTSTRAP.match(msg)
-            if m and not proc.bootstrap_if:
-                proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
-        elif head.startswith("NET/IB"):
-            self.net_ib(proc, msg)
-        elif head.startswith("NET/Socket") and " Using" in head:
-            if not proc.socket_devices:
-                proc.socket_devices = self.devices(_SOCKET_DEVICE, msg, socket=True)
-        elif head.startswith("Using network "):
-            proc.network = _network_name(msg) or proc.network
-        elif head.startswith("cudaDriverVersion"):
-            m = _DRIVER.match(msg)
-            if m:
-                proc.cuda_driver = int(m.group(1))
-        elif head.startswith("Connected all rings"):
-            self.connected(p, proc, rings=True)
-        elif head.startswith("Connected all trees"):
-            self.connected(p, proc, rings=False)
-        elif head.startswith("Init timings"):
-            self.timings(p, msg)
-        elif head.startswith(("Channel ", "Ring ")):
-            self.connection(proc, msg, number)
-        elif "opCount " in msg[:48]:
-            self.coll(p, msg, number)
-        elif "comm 0x" in msg[:64]:
-            self.comm_line(p, msg, number)
-        elif head.startswith("NCCL_") and " set " in msg[:100]:
-            self.env(proc, msg, number)
-        elif " -> " in msg[:300]:
-            m = _ERROR_RETURN.fullmatch(msg[:400])
-            if m:
-                proc.error_returns += 1
-                if proc.first_error_line is None:
-                    proc.first_error_line, proc.first_error_code = number, int(m.group(1))
+        for when, read in _INFO_HANDLERS:
+            if when(msg):
+                read(self, p, proc, number)
+                return
+
+    # -- INFO handlers (see _INFO_HANDLERS): each reads one kind of message
+
+    def version(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _VERSION.match(p.message)
+        if m:
+            proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
+            self.versions[m.group(0)[len("NCCL version "):]] = None
+
+    def bootstrap(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _BOOTSTRAP.match(p.message)
+        if m and not proc.bootstrap_if:
+            proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+
+    def net_socket(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        if not proc.socket_devices:
+            proc.socket_devices = self.devices(_SOCKET_DEVICE, p.message, socket=True)
+
+    def network(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        proc.network = _network_name(p.message) or proc.network
+
+    def driver(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _DRIVER.match(p.message)
+        if m:
+            proc.cuda_driver = int(m.group(1))
+
+    def error_return(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _ERROR_RETURN.fullmatch(p.message[:400])
+        if m:
+            proc.error_returns += 1
+            if proc.first_error_line is None:
+                proc.first_error_line, proc.first_error_code = number, int(m.group(1))
 
     def net_ib(self, proc: _Proc, msg: str) -> None:
         if "No device found" in msg[:40]:
@@ -799,6 +804,28 @@ class _Builder:
         )
 
 
+_InfoRead = Callable[[_Builder, NcclPrefix, _Proc, int], None]
+
+# An INFO message's handlers, tried in order, the first whose test holds reads it: (a cheap
+# test of the message, the _Builder method that reads it)
+_INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
+    (lambda m: m.startswith("NCCL version "), _Builder.version),
+    (lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
+    (lambda m: m.startswith("NET/IB"), lambda b, p, proc, n: b.net_ib(proc, p.message)),
+    (lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
+    (lambda m: m.startswith("Using network "), _Builder.network),
+    (lambda m: m.startswith("cudaDriverVersion"), _Builder.driver),
+    (lambda m: m.startswith("Connected all rings"), lambda b, p, proc, n: b.connected(p, proc, rings=True)),
+    (lambda m: m.startswith("Connected all trees"), lambda b, p, proc, n: b.connected(p, proc, rings=False)),
+    (lambda m: m.startswith("Init timings"), lambda b, p, proc, n: b.timings(p, p.message)),
+    (lambda m: m.startswith(("Channel ", "Ring ")), lambda b, p, proc, n: b.connection(proc, p.message, n)),
+    (lambda m: "opCount " in m[:48], lambda b, p, proc, n: b.coll(p, p.message, n)),
+    (lambda m: "comm 0x" in m[:64], lambda b, p, proc, n: b.comm_line(p, p.message, n)),
+    (lambda m: m.startswith("NCCL_") and " set " in m[:100], lambda b, p, proc, n: b.env(proc, p.message, n)),
+    (lambda m: " -> " in m[:300], _Builder.error_return),
+)
+
+
 def _network_name(msg: str) -> str:
     """`Using network IB` -> "IB"."""
     name = msg[len("Using network "):].strip()
@@ -886,25 +913,22 @@ def _bare_version(line: str) -> str | None:
 def parse_nccl_log(text: str) -> NcclLog:
     """An NCCL debug log, or any output holding NCCL lines -> NcclLog; ParseError when no
     line is NCCL's."""
-    raw_lines = text.split("\n")
-    if raw_lines and raw_lines[-1] == "":
-        raw_lines.pop()
+    lines = list(read_lines(text, stamps=False))
     builder = _Builder()
-    count = len(raw_lines)
-    for index, raw in enumerate(raw_lines):
-        line = raw[:-1] if raw.endswith("\r") else raw
-        prefix = split_nccl_line(line)
+    for index, line in enumerate(lines):
+        prefix = split_read_line(line)
         if prefix is None:
-            version = _bare_version(line)
+            version = _bare_version(line.text)
             if version is not None:
                 builder.versions[version] = None
             continue
         following = None
-        if prefix.level == "WARN" and index + 1 < count:
-            nxt = raw_lines[index + 1][:TEXT_MAX].strip()
-            if nxt and split_nccl_line(nxt) is None:
+        if prefix.level == "WARN" and index + 1 < len(lines):
+            nxt = lines[index + 1].text[:TEXT_MAX].strip()
+            if nxt and split_read_line(lines[index + 1]) is None:
                 following = nxt
-        builder.line(prefix, index + 1, following)
+        builder.line(prefix, line.number, following)
+    count = text.count("\n") + (not text.endswith("\n"))  # lines as "\n" splits them, a last empty one not
     if not builder.nccl_lines and not builder.versions:
         raise ParseError(f"nccl-log: no NCCL debug line (host:pid:tid [dev] NCCL INFO|WARN ...) "
                          f"and no 'NCCL version' line (starts with {clip(text.strip(), 60)!r})")

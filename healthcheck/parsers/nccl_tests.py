@@ -43,6 +43,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
+from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_lines
 
 UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
 MAX_LISTED = 1000  # failures and `# error:` lines kept (a hostile input could print millions)
@@ -124,6 +125,7 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     failures: tuple[NcclTestsFailure, ...] = ()
     errors: tuple[str, ...] = ()  # "# error: ..." (ncclGetLastError), JSON "errors"
     launcher_error: str | None = None  # the launcher never started the test
+    unrecognized: Unrecognized = Unrecognized()  # lines no handler read (text): how many, the first few
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -164,7 +166,6 @@ def collective_name(name: str) -> str | None:
 # Anchored, bounded and possessive where two parts could share characters, so a long
 # hostile line costs its length (see tests/unit/test_parsers_hostile.py).
 
-_PREFIX = re.compile(r"\[\d{1,9},\d{1,9}\]<std(?:out|err)>:|\s*+\d{1,9}: ")
 _VERSION = re.compile(r"#\s*+nccl-tests version (\S{1,64})(?: nccl-headers=(\d{1,9}))?(?: nccl-library=(\d{1,9}))?")
 _STARTING = re.compile(r"#\s*+Collective test (starting|concluded): (\S{1,256})")
 _BANNER = re.compile(
@@ -305,6 +306,15 @@ def _row(tokens: list[str], table: _Table | None) -> tuple[int, str, str | None,
         if left != layout.in_place_width or layout.in_place_only is None:
             return None
         slots = layout.in_place_only
+    measured = _measured(tokens, i, slots)
+    if measured is None:
+        return None
+    return size, dtype, (None if redop in (None, "none") else redop), measured
+
+
+def _measured(tokens: list[str], i: int, slots: list) -> list | None:
+    """[(placement, time, algbw, busbw, wrong)] of a row's columns from `i`; None when one
+    is no number."""
     measured = []
     for placement, t, a, b, w, deviation in slots:
         try:
@@ -325,15 +335,7 @@ def _row(tokens: list[str], table: _Table | None) -> tuple[int, str, str | None,
                 else:
                     wrong = int(value)
         measured.append((placement, time_us, algbw, busbw, wrong))
-    return size, dtype, (None if redop in (None, "none") else redop), measured
-
-
-def _strip_prefix(line: str) -> str:
-    """`srun -l`'s `0: ` and `mpirun --tag-output`'s `[1,0]<stdout>:`, within 40 characters."""
-    if line.find(":", 0, 40) < 0:
-        return line
-    m = _PREFIX.match(line)
-    return line[m.end():] if m else line
+    return measured
 
 
 def _message(text: str) -> str:
@@ -394,98 +396,188 @@ class _Banner:
         self.started = False  # any line of the banner or the rank map
 
 
+class _Text:
+    """What the text parser has read so far (its handlers' state)."""
+
+    def __init__(self) -> None:
+        self.table: _Table | None = None
+        self.rows: list[tuple[int, str, str | None, list, str | None]] = []
+        self.ranks: list[RankDevice] = []
+        self.failures: list[NcclTestsFailure] = []
+        self.errors: list[str] = []
+        self.banner = _Banner()
+        self.program: str | None = None
+        self.current: str | None = None  # the collective of the rows that follow
+        self.tables = self.bad_rows = 0
+        self.out_of_bounds: int | None = None
+        self.oob_ok: bool | None = None
+        self.avg: float | None = None
+        self.avg_ok: bool | None = None
+        self.completed = False
+        self.launcher_error: str | None = None
+        self.expect_application = False
+        self.unrecognized = UnrecognizedLines()
+
+
+# ---- line handlers: each reads one kind of line into _Text; False: not its line after all
+
+
+def _read_application(s: _Text, line: Line) -> bool:
+    """The line after Open MPI's "...requested by the application:": the program's path."""
+    s.expect_application = False
+    body = line.text.strip()
+    if " " not in body and "/" in body:
+        s.program = s.program or clip(body.rsplit("/", 1)[-1], 256)
+        return True
+    return False
+
+
+def _read_row(s: _Text, line: Line) -> bool:
+    tokens = line.text.split()
+    parsed = _row(tokens, s.table)
+    if parsed is not None:
+        s.rows.append((*parsed, s.current))
+        return True
+    if len(tokens) > 1 and tokens[0].isdigit() and tokens[1].isdigit():
+        s.bad_rows += 1
+        return True
+    return False
+
+
+def _read_banner(s: _Text, line: Line) -> bool:
+    return _banner_line(line.text.strip(), s.banner, s.ranks, s.errors)
+
+
+def _read_starting(s: _Text, line: Line) -> bool:
+    m = _STARTING.match(line.text.strip())
+    if not m:
+        return False
+    s.banner.started = True
+    s.program = s.program or clip(m.group(2), 256)
+    s.current = collective_name(m.group(2)) or s.current
+    return True
+
+
+def _read_header(s: _Text, line: Line) -> bool:
+    found = _header(line.text.strip())
+    if found is not None:
+        s.table, s.tables = found, s.tables + 1
+    return True  # a `#` line naming `size` is the header's, read or not
+
+
+def _read_out_of_bounds(s: _Text, line: Line) -> bool:
+    m = _OOB.match(line.text.strip())
+    if not m:
+        return False
+    count = int(m.group(1))
+    s.out_of_bounds = count if s.out_of_bounds is None else max(s.out_of_bounds, count)
+    s.oob_ok = (s.oob_ok is not False) and count == 0 and m.group(2) != "FAILED"
+    return True
+
+
+def _read_average(s: _Text, line: Line) -> bool:
+    m = _AVG.match(line.text.strip())
+    if not m:
+        return False
+    value = _number(m.group(1))  # several footers (lone ranks): the worst of them
+    s.completed = True
+    if value is not None:
+        s.avg = value if s.avg is None else min(s.avg, value)
+    if m.group(2):
+        s.avg_ok = (s.avg_ok is not False) and m.group(2) == "OK"
+    return True
+
+
+def _read_comment(s: _Text, line: Line) -> bool:
+    return True  # the banner's other `#` lines ("# Using devices", "#")
+
+
+def _read_failure(s: _Text, line: Line) -> bool:
+    failure = _failure(line.text.strip())
+    if failure is None:
+        return False
+    if len(s.failures) < MAX_LISTED:
+        s.failures.append(failure)
+    return True
+
+
+def _read_nccl_version(s: _Text, line: Line) -> bool:
+    m = _NCCL_VERSION.search(line.text)
+    if m and s.banner.nccl_version is None:
+        s.banner.nccl_version = m.group(1)
+    return True
+
+
+def _read_nccl_nranks(s: _Text, line: Line) -> bool:
+    if s.banner.nccl_nranks is not None or "NCCL INFO" not in line.text[:300]:
+        return False
+    m = _NCCL_NRANKS.search(line.text)
+    if m:
+        s.banner.nccl_nranks = int(m.group(2))
+    return True
+
+
+def _read_launcher_error(s: _Text, line: Line) -> bool:
+    if s.launcher_error is not None:
+        return False
+    body = line.text.strip()
+    m = _SLOTS.match(body)
+    if m:
+        s.launcher_error = f"Open MPI: not enough slots available for the {m.group(1)} slots requested"
+        return True
+    if body.startswith(_LAUNCHER_LINES):
+        s.launcher_error = clip(body, _MESSAGE_MAX)
+        return True
+    return False
+
+
+def _read_slots_request(s: _Text, line: Line) -> bool:
+    s.expect_application = True
+    return True
+
+
+def _hash_or_nthread(text: str) -> bool:
+    body = text.lstrip()
+    return body[:1] == "#" or body.startswith("nThread")
+
+
+def _is_row(text: str) -> bool:
+    body = text.lstrip()
+    return body[:1].isdigit() and body.isascii()
+
+
+_HANDLERS: tuple[Handler[_Text], ...] = (
+    Handler("row", _is_row, _read_row),
+    Handler("banner", _hash_or_nthread, _read_banner),
+    Handler("starting", _hash_or_nthread, _read_starting),
+    Handler("header", lambda t: t.lstrip()[:1] == "#" and "size" in t.lstrip()[:40], _read_header),
+    Handler("out-of-bounds", _hash_or_nthread, _read_out_of_bounds),
+    Handler("average", _hash_or_nthread, _read_average),
+    Handler("comment", _hash_or_nthread, _read_comment),
+    Handler("failure", lambda t: True, _read_failure),
+    Handler("nccl-version", lambda t: "NCCL version" in t, _read_nccl_version),
+    Handler("nccl-nranks", lambda t: " nranks " in t, _read_nccl_nranks),
+    Handler("launcher-error", lambda t: True, _read_launcher_error),
+    Handler("slots-request", lambda t: t.lstrip().startswith("slots that were requested by the application:"),
+            _read_slots_request),
+)
+
+
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
-    table: _Table | None = None
-    rows: list[tuple[int, str, str | None, list, str | None]] = []
-    ranks: list[RankDevice] = []
-    failures: list[NcclTestsFailure] = []
-    errors: list[str] = []
-    banner = _Banner()
-    program: str | None = None
-    current: str | None = None  # the collective of the rows that follow
-    tables = bad_rows = 0
-    out_of_bounds: int | None = None
-    oob_ok: bool | None = None
-    avg: float | None = None
-    avg_ok: bool | None = None
-    completed = False
-    launcher_error: str | None = None
-    expect_application = False
+    s = _Text()
+    for line in read_lines(text):
+        if not line.text.strip() or line.noise:
+            continue
+        if s.expect_application and _read_application(s, line):
+            continue
+        if dispatch(_HANDLERS, s, line) is None:
+            s.unrecognized.note(line)
+    return _run_of(s, text, fallback)
 
-    for raw in text.splitlines():
-        body = _strip_prefix(raw).strip()
-        if not body:
-            continue
-        if expect_application:  # the line after Open MPI's "...requested by the application:"
-            expect_application = False
-            if " " not in body and "/" in body:
-                program = program or clip(body.rsplit("/", 1)[-1], 256)
-                continue
-        first = body[0]
-        if first.isdigit() and body.isascii():
-            tokens = body.split()
-            parsed = _row(tokens, table)
-            if parsed is not None:
-                rows.append((*parsed, current))
-                continue
-            if len(tokens) > 1 and tokens[0].isdigit() and tokens[1].isdigit():
-                bad_rows += 1
-                continue
-        if first == "#" or body.startswith("nThread"):
-            if _banner_line(body, banner, ranks, errors):
-                continue
-            m = _STARTING.match(body)
-            if m:
-                banner.started = True
-                program = program or clip(m.group(2), 256)
-                current = collective_name(m.group(2)) or current
-                continue
-            if "size" in body[:40]:
-                found = _header(body)
-                if found is not None:
-                    table, tables = found, tables + 1
-                continue
-            m = _OOB.match(body)
-            if m:
-                count = int(m.group(1))
-                out_of_bounds = count if out_of_bounds is None else max(out_of_bounds, count)
-                oob_ok = (oob_ok is not False) and count == 0 and m.group(2) != "FAILED"
-                continue
-            m = _AVG.match(body)
-            if m:  # several footers (lone ranks): the worst of them
-                value = _number(m.group(1))
-                completed = True
-                if value is not None:
-                    avg = value if avg is None else min(avg, value)
-                if m.group(2):
-                    avg_ok = (avg_ok is not False) and m.group(2) == "OK"
-            continue
-        failure = _failure(body)
-        if failure is not None:
-            if len(failures) < MAX_LISTED:
-                failures.append(failure)
-            continue
-        if "NCCL version" in body:
-            m = _NCCL_VERSION.search(body)
-            if m and banner.nccl_version is None:
-                banner.nccl_version = m.group(1)
-            continue
-        if banner.nccl_nranks is None and " nranks " in body and "NCCL INFO" in body[:300]:
-            m = _NCCL_NRANKS.search(body)
-            if m:
-                banner.nccl_nranks = int(m.group(2))
-            continue
-        if launcher_error is None:
-            m = _SLOTS.match(body)
-            if m:
-                launcher_error = f"Open MPI: not enough slots available for the {m.group(1)} slots requested"
-                continue
-            if body.startswith(_LAUNCHER_LINES):
-                launcher_error = clip(body, _MESSAGE_MAX)
-                continue
-        if body.startswith("slots that were requested by the application:"):
-            expect_application = True
 
+def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
+    rows, ranks, failures, banner = s.rows, s.ranks, s.failures, s.banner
+    program, launcher_error, tables = s.program, s.launcher_error, s.tables
     if not (rows or failures or launcher_error or banner.started):
         what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
         raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
@@ -526,16 +618,17 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
         headers=banner.headers,
         tables=tables,
         samples=samples,
-        bad_rows=bad_rows,
+        bad_rows=s.bad_rows,
         last_size_bytes=rows[-1][0] if rows else None,
-        out_of_bounds=out_of_bounds,
-        out_of_bounds_ok=oob_ok,
-        avg_busbw_gbytes_per_s=avg,
-        avg_ok=avg_ok,
-        completed=completed,
+        out_of_bounds=s.out_of_bounds,
+        out_of_bounds_ok=s.oob_ok,
+        avg_busbw_gbytes_per_s=s.avg,
+        avg_ok=s.avg_ok,
+        completed=s.completed,
         failures=tuple(failures),
-        errors=tuple(errors),
+        errors=tuple(s.errors),
         launcher_error=launcher_error,
+        unrecognized=s.unrecognized.freeze(),
     )
 
 

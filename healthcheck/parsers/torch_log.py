@@ -70,12 +70,14 @@ Python traceback output is a ParseError; nothing else is ever raised.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Line, read_lines
 
 MAX_LISTED = 1000  # facts kept per kind
 MAX_LINE = 16_384  # characters of a line that are read
@@ -487,19 +489,7 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
 # ---------------------------------------------------------------- line prefixes
 # Anchored (match) and bounded: each costs at most its bound at the start of a line.
 
-_RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ")
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
-_DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ")
-_SYSLOG_TIME = re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d ")
-_SRUN = re.compile(r" {0,8}(\d{1,7}): ")
-_MPIRUN = re.compile(r"\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?")
-_ROLE = re.compile(r"\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")  # torchrun --tee's `[default3]:`
-_RANK_PREFIX = re.compile(r"\[rank(\d{1,7})\]: ?")
-_RANK_GLOG_INSIDE = re.compile(r"\[rank(\d{1,7})\]:\[[FEWIV]")
-_GLOG_C10 = re.compile(
-    r"\[([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?)? {0,4}(?:\d{1,10} )?[\w\-]{1,128}\.\w{1,8}:\d{1,7}\] ?"
-)
-_GLOG_PY = re.compile(r"[FEWIV](\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}):\d{1,7}\] ?")
 _PYLOG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): ?(?:torch|torchelastic)[\w.]{0,128}:")
 _PYLOG_OLD = re.compile(
     r"\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) [\w.]{1,64}: "
@@ -507,90 +497,53 @@ _PYLOG_OLD = re.compile(
 
 
 class _Line:
-    """One line with its prefixes taken off."""
+    """One line as the line layer (parsers/lines.py) read it, in the terms torch's facts use:
+    the launcher's label is the rank where no `[rankN]:` says otherwise (torchrun's local
+    rank only on a single node: under srun, a node's label and then torchrun's, no label
+    says the rank)."""
 
     __slots__ = ("body", "number", "rank", "task", "time", "torch")
 
-    def __init__(self, number: int, raw: str) -> None:
-        self.number = number
-        self.rank: int | None = None
-        self.task: int | None = None
+    def __init__(self, line: Line) -> None:
+        self.number = line.number
+        self.rank, self.task = _rank_and_task(line)
+        self.torch = line.rank is not None  # a prefix only torch prints
         self.time = ""
-        self.torch = False  # a prefix only torch prints
-        body = raw[:MAX_LINE]
-        if body.endswith("\r"):
-            body = body[:-1]
-        if "\r" in body:  # a progress bar redrawn, then the line that overwrote it
-            body = body.rsplit("\r", 1)[-1] or body
-        body, self.task, local = _launcher_labels(body)
-        if body.startswith("[rank"):
-            m = _RANK_PREFIX.match(body)
-            if m:
-                self.rank = _int(m.group(1))
-                self.torch = True
-                body = body[m.end():]
-        elif "]:[" in body:  # a log line glued to a progress bar: "... loss=5.46][rank0]:[E709 ..."
-            m = _RANK_GLOG_INSIDE.search(body)
-            if m:
-                self.rank = _int(m.group(1))
-                self.torch = True
-                body = body[m.end() - 2:]
-        if self.rank is None:
-            # a launcher's label is the rank; torchrun's local rank is only on a single node:
-            # under srun (a node's label, then torchrun's) no label says the rank
-            self.rank = self.task if local is None else local if self.task is None else None
-        if self.task is None:
-            self.task = local
-        if body[:1] == "[":
-            m = _GLOG_C10.match(body)
-            if m:
-                self.time = m.group(2) or ""
-                self.torch = True
-                body = body[m.end():]
-            else:
-                m = _PYLOG_OLD.match(body)
-                if m:
-                    self.time = m.group(1)
-                    body = body[m.end():]
-        elif body[:1] in "FEWIVDC":
-            m = _GLOG_PY.match(body)
-            if m:
-                self.time = m.group(1)
-                self.torch = "torch" in m.group(2)
-                body = body[m.end():]
-            else:
-                m = _PYLOG.match(body)
-                if m:
-                    self.torch = True
-                    body = body[m.end():]
+        body = line.text
+        if line.level:  # glog: c10's `[E1218 ... ProcessGroupNCCL.cpp:629]` or the agent's `E0325 ... api.py:869]`
+            self.time = line.stamp if line.stamp_kind == "glog" else ""
+            self.torch = self.torch or line.logger == "c10" or "torch" in line.source
+        else:
+            body = self._python_logging(body)
         if body.endswith("]") and "across cluster" in body[-40:]:
             m = _RAY_REPEATED.search(body, max(0, len(body) - 60))
             if m:
                 body = body[:m.start()]
         self.body = body
 
-
-def _launcher_labels(body: str) -> tuple[str, int | None, int | None]:
-    """Wrappers taken off the front of a line (Ray inside srun, ...): (the rest, the
-    launcher's label: srun -l / mpirun --tag-output, torchrun --tee's local rank)."""
-    task = local = None
-    for _ in range(3):
-        m = _RAY.match(body) or _DETERMINED.match(body) or _SYSLOG_TIME.match(body)
-        if m:
-            body = body[m.end():]
-        if body[:1] not in " 0123456789[":
+    def _python_logging(self, body: str) -> str:
+        """Python logging's `WARNING:torch.distributed...:` and the old `[INFO] time name: `."""
+        if body[:1] == "[":
+            m = _PYLOG_OLD.match(body)
             if m:
-                continue
-            break
-        label = (_SRUN.match(body) or _MPIRUN.match(body)) if task is None and local is None else None
-        role = _ROLE.match(body) if label is None and local is None else None
-        if label is not None:
-            task, body = _int(label.group(1)), body[label.end():]
-        elif role is not None:
-            local, body = _int(role.group(1)), body[role.end():]
-        elif not m:
-            break
-    return body, task, local
+                self.time = m.group(1)
+                return body[m.end():]
+        elif body[:1] in "DIWEC":
+            m = _PYLOG.match(body)
+            if m:
+                self.torch = True
+                return body[m.end():]
+        return body
+
+
+def _rank_and_task(line: Line) -> tuple[int | None, int | None]:
+    """(rank, task): `[rankN]:` is the rank; else a launcher's label (srun, mpirun) or,
+    alone, torchrun's local rank; the task is the launcher's label, else the local rank."""
+    task, local = line.task, line.local_rank
+    rank = line.rank
+    if rank is None:
+        rank = task if local is None else local if task is None else None
+    return rank, task if task is not None else local
 
 
 def _task_ids(text: str) -> tuple[int, ...]:
@@ -827,8 +780,8 @@ class _Parser:
 
     # ------------------------------------------------------------ lines
 
-    def feed(self, number: int, raw: str) -> None:
-        line = _Line(number, raw)
+    def feed(self, read: Line) -> None:
+        line = _Line(read)
         if line.torch:
             self.torch = True
         if line.rank is not None and len(self.prefixed) < _RANKS_MAX * 16:
@@ -861,49 +814,17 @@ class _Parser:
         self.python(line)
 
     def messages(self, line: _Line) -> None:
+        """Every message handler whose words the line holds reads it (one line can hold a
+        timeout, its abort and an NCCL error: each is its own fact)."""
         b = line.body
-        if "WorkNCCL(" in b:
-            self.watchdog_timeout(line, wrapped=False)
-        if "last enqueued" in b or "Last enqueued" in b:
-            self.watchdog_progress(line)
-        if "Heartbeat monitor timed out" in b or "watchdog got stuck for" in b:
-            self.watchdog_stuck(line)
-        if "taking the entire process down" in b:
-            self.add("aborts", WatchdogAbort(**self.group(line, b)))
-        if ("collective" in b and ("#" in b or "lagging" in b)) or "started ranks:" in b or "finished ranks:" in b:
-            self.desync(line)
-        elif self.desync_seq is not None:
+        for when, read in _MESSAGE_HANDLERS:
+            if when(b):
+                read(self, line)
+        if self.desync_seq is not None and not _desync_words(b):
             if " started " in b or " finished " in b:
                 self.desync(line)  # the snapshot's `[0, 1] started ALLREDUCE`
             else:
                 self.desync_seq = None
-        if "Detected mismatch between collectives" in b:
-            self.mismatch(line)
-        if "monitoredBarrier" in b:
-            self.barrier(line)
-        if "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b:
-            self.backend_error(line)
-        if ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
-                or "Received data size doesn't match" in b or "Read error [" in b):
-            self.gloo(line)
-        if ("Stack trace of the failed collective" in b or "debug info" in b or "signal dumping" in b
-                or "dump signal from another rank" in b):
-            self.flight_recorder(line)
-        if "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b:
-            self.address_in_use(line)
-        if ("Rendezvous" in b or "socket" in b or "clients joined" in b or "wait timeout after" in b
-                or "Socket Timeout" in b):
-            self.rendezvous(line)
-        if "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd")):
-            self.launcher_line(line)
-        if "death signal" in b or "got signal: " in b:
-            self.agent_signal(line)
-        if "closing signal" in b or "via signal" in b:
-            self.closing_signal(line)
-        if "orker group" in b:
-            self.worker_group(line)
-        if "does not belong to the given group" in b:
-            self.not_in_group(line)
         if "NCCL version " in b:
             for m in _NCCL_VERSION.finditer(b, 0, 4096):
                 self.version(m.group(1))
@@ -939,6 +860,9 @@ class _Parser:
             ran_for_ms=_int(ran.group(1)) if ran else None,
             terminated="watchdog thread terminated with exception" in b[:start], wrapped=wrapped,
         ))
+
+    def abort(self, line: _Line) -> None:
+        self.add("aborts", WatchdogAbort(**self.group(line, line.body)))
 
     def watchdog_progress(self, line: _Line) -> None:
         b = line.body
@@ -1586,12 +1510,42 @@ def _is_frame(body: str) -> bool:
     return len(tail) == 2 and tail[1].isascii() and tail[1].isdigit()
 
 
+def _desync_words(b: str) -> bool:
+    return ("collective" in b and ("#" in b or "lagging" in b)) or "started ranks:" in b or "finished ranks:" in b
+
+
+# (the words a message holds, the _Parser method that reads it): every one that matches reads the line
+_MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line], None]], ...] = (
+    (lambda b: "WorkNCCL(" in b, lambda p, line: p.watchdog_timeout(line, wrapped=False)),
+    (lambda b: "last enqueued" in b or "Last enqueued" in b, _Parser.watchdog_progress),
+    (lambda b: "Heartbeat monitor timed out" in b or "watchdog got stuck for" in b, _Parser.watchdog_stuck),
+    (lambda b: "taking the entire process down" in b, _Parser.abort),
+    (_desync_words, _Parser.desync),
+    (lambda b: "Detected mismatch between collectives" in b, _Parser.mismatch),
+    (lambda b: "monitoredBarrier" in b, _Parser.barrier),
+    (lambda b: "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b, _Parser.backend_error),
+    (lambda b: ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
+                or "Received data size doesn't match" in b or "Read error [" in b), _Parser.gloo),
+    (lambda b: ("Stack trace of the failed collective" in b or "debug info" in b or "signal dumping" in b
+                or "dump signal from another rank" in b), _Parser.flight_recorder),
+    (lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b, _Parser.address_in_use),
+    (lambda b: ("Rendezvous" in b or "socket" in b or "clients joined" in b or "wait timeout after" in b
+                or "Socket Timeout" in b), _Parser.rendezvous),
+    (lambda b: "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd")), _Parser.launcher_line),
+    (lambda b: "death signal" in b or "got signal: " in b, _Parser.agent_signal),
+    (lambda b: "closing signal" in b or "via signal" in b, _Parser.closing_signal),
+    (lambda b: "orker group" in b, _Parser.worker_group),
+    (lambda b: "does not belong to the given group" in b, _Parser.not_in_group),
+)
+
+
 def parse_torch_log(text: str) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the module's docstring)."""
     parser = _Parser()
-    number = 0
-    for number, raw in enumerate(text.split("\n"), 1):
-        parser.feed(number, raw)
+    for line in read_lines(text, max_line=MAX_LINE):
+        if not line.noise:
+            parser.feed(line)
+    number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted
     log = parser.result(number)
     if not parser.torch and not any(getattr(log, name) for name in FACT_KINDS):
         raise ParseError("torch-log: no PyTorch distributed, torchrun or Python traceback line "

@@ -38,6 +38,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
+from healthcheck.parsers.lines import quoted_paste, quoted_reply, read_line
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -146,52 +147,75 @@ def parse_kernel_log(
     if not isinstance(text, str):  # a caller bug, but parsers only ever raise ParseError
         raise ParseError(f"kernel log: expected text, got {type(text).__name__}")
     lines = text.splitlines()
-    xids: list[tuple[int, XidEvent]] = []
-    legacy: list[tuple[int, XidEvent]] = []
-    sxids: list[SXidEvent] = []
-    uuids: dict[str, str] = {}
-    faults: list[GpuFault] = []
-    last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
-    looks_like_log = False
-    for number, line in enumerate(lines):
-        stamp, body = split_prefix(line, boot_time, year)
-        looks_like_log = looks_like_log or stamp.prefixed or _mentions_kernel(line)
-        if "NVRM:" not in body and "SXid" not in body:
-            continue  # the common case, kept cheap
-        event = _xid(body, line, stamp)
-        if event is not None:
-            xids.append((number, event))
-            last_gpu = (number, event.pci_bus_id)
+    read = _Read(lines, boot_time, year)
+    quoted, reply = quoted_paste(lines), quoted_reply(lines)
+    for number, raw in enumerate(lines):
+        if "NVRM:" not in raw and "SXid" not in raw:  # the common case, kept cheap
+            if not read.looks_like_log:
+                read.looks_like_log = split_prefix(raw, boot_time, year)[0].prefixed or _mentions_kernel(raw)
             continue
-        sxid = _sxid(body, line, stamp)
-        if sxid is not None:
-            sxids.append(sxid)
-            continue
-        lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, lines, number)
-        if lost is not None:
-            legacy.append((number, lost))
-            last_gpu = (number, lost.pci_bus_id)
-            continue
-        if _CRASH_DUMP in body:
-            near = last_gpu[1] if number - last_gpu[0] <= _CRASH_DUMP_REACH else None
-            faults.append(GpuFault(kind=CRASH_DUMP, pci_bus_id=near, message="A GPU crash dump has been created.",
-                                   line=line, time=stamp.time, uptime_s=stamp.uptime_s))
-            continue
-        named = _GPU_AT.search(body)
-        if named is not None:
-            last_gpu = (number, _bus_id(named.group("pci")))
-        failed = _init_failed(body, line, stamp, last_gpu[1] if number - last_gpu[0] <= _CRASH_DUMP_REACH else None)
-        if failed is not None:
-            faults.append(failed)
-            continue
-        _record_uuid(body, uuids)
-    if not looks_like_log and text.strip():
+        # the line layer takes off a launcher's label (`srun -l dmesg`), colour codes
+        # (`dmesg --color=always`), CRLF, a quoted paste's ` \`; kernlog reads the stamps
+        for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply):
+            read.message(number, raw, piece.text)
+    if not read.looks_like_log and text.strip():
         raise ParseError(
             "kernel log: no line looks like kernel log output (no timestamp prefix, "
             f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
         )
-    return KernelGpuLog(xids=_merge_legacy(xids, legacy), sxids=sxids, gpu_uuids=uuids, lines=len(lines),
-                        faults=faults)
+    return KernelGpuLog(xids=_merge_legacy(read.xids, read.legacy), sxids=read.sxids, gpu_uuids=read.uuids,
+                        lines=len(lines), faults=read.faults)
+
+
+class _Read:
+    """What the kernel log said so far; `message` reads one NVIDIA line (`line` in each
+    event is the line as logged)."""
+
+    def __init__(self, lines: list[str], boot_time: float | None, year: int | None) -> None:
+        self.lines, self.boot_time, self.year = lines, boot_time, year
+        self.xids: list[tuple[int, XidEvent]] = []
+        self.legacy: list[tuple[int, XidEvent]] = []
+        self.sxids: list[SXidEvent] = []
+        self.uuids: dict[str, str] = {}
+        self.faults: list[GpuFault] = []
+        self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
+        self.looks_like_log = False
+
+    def near_gpu(self, number: int) -> str | None:
+        return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
+
+    def message(self, number: int, line: str, text: str) -> None:
+        stamp, body = split_prefix(text, self.boot_time, self.year)
+        self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
+        if "NVRM:" not in body and "SXid" not in body:
+            return
+        event = _xid(body, line, stamp)
+        if event is not None:
+            self.xids.append((number, event))
+            self.last_gpu = (number, event.pci_bus_id)
+            return
+        sxid = _sxid(body, line, stamp)
+        if sxid is not None:
+            self.sxids.append(sxid)
+            return
+        lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, self.lines, number)
+        if lost is not None:
+            self.legacy.append((number, lost))
+            self.last_gpu = (number, lost.pci_bus_id)
+            return
+        if _CRASH_DUMP in body:
+            self.faults.append(GpuFault(kind=CRASH_DUMP, pci_bus_id=self.near_gpu(number),
+                                        message="A GPU crash dump has been created.", line=line, time=stamp.time,
+                                        uptime_s=stamp.uptime_s))
+            return
+        named = _GPU_AT.search(body)
+        if named is not None:
+            self.last_gpu = (number, _bus_id(named.group("pci")))
+        failed = _init_failed(body, line, stamp, self.near_gpu(number))
+        if failed is not None:
+            self.faults.append(failed)
+            return
+        _record_uuid(body, self.uuids)
 
 
 def _mentions_kernel(line: str) -> bool:

@@ -37,15 +37,23 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, torchrun_role
 from healthcheck.runners import local as _local
 from healthcheck.runners import stop as _stop
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SRUN_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
-_SRUN_EXIT = re.compile(r"^srun: error: \S+: tasks? ([\d,\-]+): Exited with exit code (\d+)", re.M)
-_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
-_MPI_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)")
-_TORCH_EXIT = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# bounded: a task list, rank or exit code past its bound is no launcher's line (int() of
+# 5,000 digits raises, a task range of a billion ids is a billion-item list)
+_SRUN_EXIT = re.compile(r"^srun: error: \S{1,256}: tasks? ([\d,\-]{1,4096}): Exited with exit code (\d{1,3})", re.M)
+_MPI_EXIT = re.compile(
+    r"Process name:[ \t]{0,64}\[\[\d{1,9},\d{1,9}\],(\d{1,9})\][ \t]{0,64}\n"
+    r"[ \t]{0,64}Exit code:[ \t]{0,64}(-?\d{1,12})"
+)
+_TORCH_EXIT = re.compile(
+    r"rank[ \t]{0,64}:[ \t]{0,64}(\d{1,9}) \(local_rank: \d{1,9}\)[ \t]{0,64}\n[ \t]{0,64}exitcode[ \t]{0,64}:"
+    r"[ \t]{0,64}(-?\d{1,12})"
+)
+_TASKS_MAX = 65_536  # task ids read from one srun error line
 _TAIL = 4000
 
 Ranks = dict[int, list[str]]
@@ -199,9 +207,9 @@ def parse_srun(stdout: str, stderr: str) -> tuple[Ranks, Ranks, dict[int, int]]:
 def _labelled(text: str) -> Ranks:
     tasks: Ranks = defaultdict(list)
     for line in text.splitlines():
-        m = _SRUN_LABEL.match(line)
+        m = SRUN_LABEL.match(line)
         if m:
-            tasks[int(m.group(1))].append(m.group(2))
+            tasks[int(m.group(1))].append(line[m.end():])
     return dict(tasks)
 
 
@@ -216,10 +224,13 @@ def _srun_exits(stderr: str) -> dict[int, int]:
 def _task_ids(spec: str) -> list[int]:
     """srun's task list ("3", "0-2", "1,4-5") -> [task ids]."""
     ids: list[int] = []
-    for part in spec.split(","):
+    for part in spec.split(",", _TASKS_MAX)[:_TASKS_MAX]:
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            ids += range(int(lo), int(hi or lo) + 1)
+        if lo.isdigit() and (not hi or hi.isdigit()) and len(lo) <= 9 and len(hi) <= 9:
+            first = int(lo)
+            ids += range(first, min(int(hi or lo), first + _TASKS_MAX - len(ids) - 1) + 1)
+        if len(ids) >= _TASKS_MAX:
+            break
     return ids
 
 
@@ -227,7 +238,7 @@ def parse_mpirun(stdout: str, stderr: str) -> tuple[Ranks, Ranks, dict[int, int]
     """`mpirun --tag-output` output -> (ranks, rank stderr, the failed rank's exit code)."""
     streams: dict[str, defaultdict[int, str]] = {"stdout": defaultdict(str), "stderr": defaultdict(str)}
     for text in (stdout, stderr):
-        tags = list(_MPI_TAG.finditer(text))
+        tags = list(MPIRUN_TAG.finditer(text))
         for i, tag in enumerate(tags):
             end = tags[i + 1].start() if i + 1 < len(tags) else len(text)
             chunk = text[tag.end():end]
@@ -245,14 +256,14 @@ def parse_mpirun(stdout: str, stderr: str) -> tuple[Ranks, Ranks, dict[int, int]
 
 def parse_torchrun(stdout: str, stderr: str, role: str = "default") -> tuple[Ranks, Ranks, dict[int, int]]:
     """`torchrun --tee 3` output -> (local ranks, their stderr, exit codes from its failure summary)."""
-    label = re.compile(rf"^\[{re.escape(role)}(\d+)\]:(.*)$")
+    label = torchrun_role(role)
 
     def split(text: str) -> Ranks:
         out: Ranks = defaultdict(list)
         for line in text.splitlines():
             m = label.match(line)
             if m:
-                out[int(m.group(1))].append(m.group(2))
+                out[int(m.group(1))].append(line[m.end():])
         return dict(out)
 
     codes = {int(m.group(1)): int(m.group(2)) for m in _TORCH_EXIT.finditer(stderr + "\n" + stdout)}

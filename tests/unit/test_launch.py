@@ -157,6 +157,23 @@ def test_parse_torchrun_prefixes_and_failure_summary():
     assert parse_torchrun("[w0]:x\n[default0]:y\n", "", role="w")[0] == {0: ["x"]}
 
 
+def test_launcher_labels_past_their_bounds_are_no_labels_never_a_crash():
+    """The labels are core/launcher_labels.py's, the one grammar the parsers read too: a
+    5,000-digit task id, rank or exit code is no launcher's (int() raised ValueError)."""
+    huge = "9" * 5000
+    assert parse_srun(f"{huge}: x\n0: y\n", "")[0] == {0: ["y"]}
+    assert parse_mpirun(f"[1,{huge}]<stdout>:x\n[1,0]<stdout>:y\n", "")[0] == {0: ["y"]}
+    assert parse_torchrun(f"[default{huge}]:x\n[default0]:y\n", "")[0] == {0: ["y"]}
+    err = f"srun: error: n1: task {huge}: Exited with exit code 1\n  Process name: [[1,1],{huge}]\n  Exit code: 3\n"
+    assert parse_srun("", err)[2] == {} and parse_mpirun("", err)[2] == {}
+
+
+def test_a_task_range_of_a_billion_ids_is_read_bounded():
+    err = "srun: error: n1: tasks 0-999999999: Exited with exit code 1\n"
+    codes = parse_srun("", err)[2]
+    assert len(codes) == 65_536 and codes[0] == 1
+
+
 # ------------------------------------------------------------------------------ running
 
 

@@ -1,0 +1,504 @@
+"""One way to read a tool's text, line by line, for every text parser.
+
+Operators paste what their machines printed through whatever ran it: a launcher's label
+before each line, a logger's timestamp, colour codes, Windows line ends, a ` \\` at the
+end of every line of a quoted paste, their shell prompt first. `read_lines` takes all
+that off in one place and hands each parser `Line`s: the text as the tool printed it,
+what was taken off (the launcher's rank or task, the timestamp, the runner's tag), the
+line number and the raw line.
+
+Prefixes, peeled in whatever order they were stacked (each kind at most once a line):
+
+- launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
+  `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
+- runners: Ray `(pid=N) `, `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
+  `[2024-03-01T10:00:00.1Z] abc123 || `
+- timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
+  journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
+  dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
+  17:25:16.769000 2606 api.py:833] ` and c10's `[E1218 20:27:21.426415540
+  ProcessGroupNCCL.cpp:629] ` (the last prefix before a message: its level and source
+  are kept)
+
+Shapes mended, each by a small function of its own: CRLF and a stray CR (a progress bar
+redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
+paste, or cut at the end of a line), the ` \\` continuation on every line of a paste
+and markdown's `> ` before every line of a quoted reply (each only when most lines carry
+it), a shell prompt or wrapper line before the output
+(marked `noise`, left for no parser to read), two processes' lines torn into one (an
+mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
+number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
+
+Hard wraps (a message split at the terminal's width) are NOT joined here: whether the
+next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
+
+A parser reads through a table of small `Handler`s (a cheap guard on the text, and a
+function that reads it); `dispatch` tries them in order and names the one that read the
+line, and `Unrecognized` counts and samples the lines no handler read: evidence to show,
+never a reason to refuse a file whose known facts are there.
+
+Everything is linear: each pattern is anchored, bounded and tried at most once per
+prefix; a line is cut at `max_line` characters before it is looked at.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import msgspec
+
+from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, TORCH_RANK, TORCHRUN_ROLE
+
+MAX_LINE = 65_536  # characters of one line that are looked at; the rest is cut (`cut`)
+SAMPLE_MAX = 20  # unrecognized lines kept as a sample
+SAMPLE_TEXT = 200  # characters of each
+QUOTED_SAMPLE = 256  # lines that decide whether a paste is quoted
+CONTINUATION_SHARE = 0.8  # of non-blank lines ending in `\` for the paste to be a quoted one
+
+# ---------------------------------------------------------------- the line
+
+
+class Line(msgspec.Struct, frozen=True):
+    """One line of a tool's text with what was taken off it.
+
+    `text` is what the tool printed; `raw` the line as read (cut at `max_line`), both
+    without the line end. A torn line gives several Lines with the same `number`.
+    """
+
+    number: int  # 1-based, lines split on "\n" as `sed -n Np` counts them
+    raw: str
+    text: str
+    task: int | None = None  # the launcher's task/rank: srun `N: `, mpirun `[job,N]<stream>:`
+    stream: str = ""  # mpirun's stdout | stderr | stddiag
+    role: str = ""  # torchrun --tee's role ("default")
+    local_rank: int | None = None  # torchrun --tee's `[roleN]:`
+    rank: int | None = None  # torch's `[rankN]:`, a global rank
+    runner: str = ""  # Ray's or Determined's tag as printed ("(WorkerDict pid=3943529)")
+    stamp: str = ""  # the timestamp as printed
+    stamp_kind: str = ""  # iso | journal | dmesg | dmesg-T | glog
+    level: str = ""  # glog's severity letter: F E W I V
+    logger: str = ""  # whose log prefix that was: c10 (`[E1218 ... file.cpp:629] `) | glog (`E0318 ... file.py:833] `)
+    source: str = ""  # glog's `file.py:833`
+    host: str = ""  # the journal's host before `kernel:`
+    labels: str = ""  # everything taken off the front, as printed
+    repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
+    noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
+
+
+
+# ---------------------------------------------------------------- shape repairs
+
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-9;?:]{0,32}[ -/]{0,4}[@-~]|\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)?|[@-Z\\-_]|$)"
+    r"|\[\d{1,3}(?:;\d{1,3}){0,15}m"  # SGR whose ESC a paste dropped: "[0;31m"
+)
+_ANSI_CUT = re.compile(r"\x1b\[[0-9;?]{0,32}$")  # a code cut at the end of the line
+
+
+def drop_line_end(text: str) -> tuple[str, bool]:
+    """CRLF's CR; (text, True) when there was one."""
+    return (text[:-1], True) if text.endswith("\r") else (text, False)
+
+
+def redrawn(text: str) -> str:
+    """A line redrawn in place (a progress bar, then the text that overwrote it): what
+    the terminal showed last, the text after the last CR (the whole line if that is empty)."""
+    if "\r" not in text:
+        return text
+    return text.rsplit("\r", 1)[-1] or text.replace("\r", "")
+
+
+def strip_ansi(text: str) -> str:
+    """ANSI escape codes (colour, cursor), also a code cut at the line's end and a colour
+    code whose ESC was lost (`[0;31m`)."""
+    if "\x1b" not in text and ("m" not in text or "[" not in text):
+        return text
+    text = _ANSI_CUT.sub("", text)
+    return _ANSI.sub("", text)
+
+
+def quoted_paste(lines: Sequence[str]) -> bool:
+    """Most non-blank lines end in a ` \\` continuation: a paste quoted as one shell string.
+    The first QUOTED_SAMPLE lines decide (a quoted paste is quoted throughout), so a
+    100,000-line ring buffer costs no extra pass."""
+    blank = ending = 0
+    lines = lines[:QUOTED_SAMPLE]
+    for line in lines:
+        body = line.rstrip("\r").rstrip(" ")
+        if not body:
+            blank += 1
+        elif body.endswith("\\"):
+            ending += 1
+    filled = len(lines) - blank
+    return filled >= 2 and ending >= CONTINUATION_SHARE * filled
+
+
+_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")  # markdown's `> `, `> > ` (quoted again)
+
+
+def quoted_reply(lines: Sequence[str]) -> bool:
+    """Most non-blank lines start with markdown's `>`: a paste quoted in a reply (an issue,
+    a ticket, chat). Decided for the whole text, so one `>>> ` prompt is no quote."""
+    blank = quoted = 0
+    lines = lines[:QUOTED_SAMPLE]
+    for line in lines:
+        body = line.lstrip(" \t")
+        if not body.strip():
+            blank += 1
+        elif body[:1] == ">":
+            quoted += 1
+    filled = len(lines) - blank
+    return filled >= 2 and quoted >= CONTINUATION_SHARE * filled
+
+
+def drop_quote(text: str) -> str:
+    """A line's markdown quote (`> `, `> > `)."""
+    m = _QUOTE.match(text)
+    return text[m.end():] if m else text
+
+
+def drop_continuation(text: str) -> str:
+    """A line's trailing ` \\` (and the blanks around it)."""
+    body = text.rstrip(" ")
+    return body[:-1].rstrip(" ") if body.endswith("\\") else text
+
+
+_PROMPT = re.compile(
+    r"(?:\([\w.\-]{1,64}\) )?"  # a conda/venv name
+    r"(?:[\w.\-]{1,64}@[\w.\-]{1,64}(?::[^\s$#]{0,256})?\s?[$#%]"  # user@host:~$
+    r"|\[[\w.\-]{1,64}@[\w.\-]{1,64}[^\]\n]{0,256}\][$#%]"  # [user@host dir]$
+    r"|\$|>>>|\+{1,3})"  # $ cmd, python's >>>, bash -x's + cmd
+    r"(?: |$)",
+    re.ASCII,
+)
+
+
+def is_prompt(text: str) -> bool:
+    """A shell prompt with the command typed after it, or a `set -x` trace line: what a
+    paste carries before the tool's output, never the tool's."""
+    if text[:1] not in "$>+([" and "@" not in text[:140]:
+        return False
+    return _PROMPT.match(text) is not None
+
+
+_TORN = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV])", re.ASCII)
+
+
+def torn_pieces(text: str) -> list[str]:
+    """Two processes' lines written into one: split where a second launcher tag or torch
+    rank prefix starts mid-line. Each piece stays its own; none is glued to another."""
+    if "]<std" not in text and "]:[" not in text:
+        return [text]
+    cuts = [m.start() for m in _TORN.finditer(text, 1)]
+    if not cuts:
+        return [text]
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b]]
+
+
+# ---------------------------------------------------------------- prefixes
+
+_RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+_DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_JOURNAL = re.compile(
+    _MONTH + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})? (?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?", re.ASCII
+)
+_ISO = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
+    r"(?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?",
+    re.ASCII,
+)
+_UPTIME = re.compile(r"\[ {0,12}\d{1,12}\.\d{1,9}\] ?", re.ASCII)
+_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MONTH + r" {1,2}\d{1,2} \d\d:\d\d:\d\d \d{4}\] ?", re.ASCII)
+_GLOG_C10 = re.compile(
+    r"\[([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?)? {0,4}(?:\d{1,10} )?([\w\-]{1,128}\.\w{1,8}:\d{1,7})\] ?",
+    re.ASCII,
+)
+_GLOG = re.compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
+
+
+class _Taken:
+    """What has been taken off one line so far."""
+
+    __slots__ = ("fields", "kinds", "parts")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, object] = {}
+        self.kinds: set[str] = set()
+        self.parts: list[str] = []
+
+    def take(self, kind: str, text: str, **fields: object) -> None:
+        self.kinds.add(kind)
+        self.parts.append(text)
+        self.fields.update(fields)
+
+
+def _label(body: str, taken: _Taken) -> int:
+    """A launcher's label at the start of body: its length (0: none)."""
+    first = body[:1]
+    if "launcher" not in taken.kinds and (first == " " or first.isdigit()):
+        m = SRUN_LABEL.match(body)
+        if m:
+            taken.take("launcher", m.group(0), task=int(m.group(1)))
+            return m.end()
+    if first != "[":
+        return 0
+    if "launcher" not in taken.kinds:
+        m = MPIRUN_TAG.match(body)
+        if m:
+            taken.take("launcher", m.group(0), task=int(m.group(1)), stream=m.group(2))
+            return m.end()
+    if "rank" not in taken.kinds and body.startswith("[rank"):
+        m = TORCH_RANK.match(body)
+        if m:
+            end = m.end() + (body[m.end():m.end() + 1] == " ")
+            taken.take("rank", body[:end], rank=int(m.group(1)))
+            return end
+    if "role" not in taken.kinds and "rank" not in taken.kinds:
+        m = TORCHRUN_ROLE.match(body)
+        if m:
+            end = m.end() + (body[m.end():m.end() + 1] == " ")
+            taken.take("role", body[:end], role=m.group(1), local_rank=int(m.group(2)))
+            return end
+    return 0
+
+
+def _runner(body: str, taken: _Taken) -> int:
+    if "runner" in taken.kinds:
+        return 0
+    m = _RAY.match(body) if body[:1] == "(" else _DETERMINED.match(body) if body[:2] == "[2" else None
+    if m:
+        taken.take("runner", m.group(0), runner=m.group(0).rstrip())
+        return m.end()
+    return 0
+
+
+def _stamp(body: str, taken: _Taken) -> int:
+    if "stamp" in taken.kinds:
+        return 0
+    first = body[:1]
+    if first.isdigit():
+        m, kind = _ISO.match(body), "iso"
+    elif first == "[":
+        m, kind = _UPTIME.match(body), "dmesg"
+        if m is None:
+            m, kind = _CTIME.match(body), "dmesg-T"
+    elif first in "JFMASOND":
+        m, kind = _JOURNAL.match(body), "journal"
+    else:
+        return 0
+    if m is None:
+        return 0
+    host = m.group(1) if kind in ("iso", "journal") else None
+    text = m.group(0)
+    stamp = text[: m.start(1) - m.start()].strip() if host else text.strip().strip("[]").strip()
+    taken.take("stamp", text, stamp=stamp, stamp_kind=kind, host=host or "")
+    return m.end()
+
+
+def _glog(body: str, taken: _Taken) -> int:
+    first = body[:1]
+    if first == "[":
+        m = _GLOG_C10.match(body)
+    elif first in "FEWIV":
+        m = _GLOG.match(body)
+    else:
+        return 0
+    if m is None:
+        return 0
+    fields: dict[str, object] = {"level": m.group(1), "source": m.group(3), "logger": "c10" if first == "[" else "glog"}
+    if m.group(2) and "stamp" not in taken.kinds:
+        fields.update(stamp=m.group(2), stamp_kind="glog")
+    taken.take("glog", m.group(0), **fields)
+    return m.end()
+
+
+def peel(body: str, stamps: bool = True) -> tuple[str, _Taken]:
+    """The prefixes taken off the front of one line, in whatever order they were stacked;
+    each kind once; a glog prefix is the last before the message."""
+    taken = _Taken()
+    steps = (_runner, _label, _stamp) if stamps else (_runner, _label)
+    for _ in range(8):
+        step = 0
+        for peel_one in steps:
+            step = peel_one(body, taken)
+            if step:
+                break
+        if not step and stamps and "glog" not in taken.kinds:
+            step = _glog(body, taken)
+            if step:
+                body = body[step:]
+                break
+        if not step:
+            break
+        body = body[step:]
+    return body, taken
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_lines(text: str, *, stamps: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
+    """Every line of `text`, mended and with its prefixes taken off (see the module doc).
+
+    `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
+    reads them itself (NCCL's own `[%F %T]` stamp before its prefix).
+    """
+    raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
+    if raw_lines and raw_lines[-1] == "":
+        raw_lines.pop()
+    quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
+    for number, raw in enumerate(raw_lines, 1):
+        yield from read_line(number, raw, stamps=stamps, max_line=max_line, quoted=quoted, reply=reply)
+
+
+def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
+    """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
+    `> `), each repair named in `repairs`."""
+    steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi)]
+    if quoted:
+        steps.append(("continuation", drop_continuation))
+    if reply:
+        steps.append(("quote", drop_quote))
+    body, crlf = drop_line_end(raw)
+    if crlf:
+        repairs.append("crlf")
+    for name, step in steps:
+        mended = step(body)
+        if mended != body:
+            body = mended
+            repairs.append(name)
+    return body
+
+
+def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX_LINE,
+              quoted: bool = False, reply: bool = False) -> list[Line]:
+    """One raw line -> its Line (several when two processes' lines were torn into it).
+    `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
+    markdown-quoted one (`> ` before every line)."""
+    if len(raw) > max_line:
+        raw, repairs = raw[:max_line], ["cut"]
+    else:
+        repairs = []
+    body = mend(raw, repairs, quoted=quoted, reply=reply)
+    pieces = torn_pieces(body)
+    while len(pieces) > 1 and not peel(pieces[0], stamps)[0].strip():
+        pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
+    if len(pieces) > 1:
+        repairs.append("torn")
+    out: list[Line] = []
+    launcher: dict[str, object] = {}
+    for piece in pieces:
+        rest, taken = peel(piece, stamps)
+        if "launcher" in taken.kinds:
+            launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
+        elif launcher:  # a piece glued on by the process the line's launcher label names
+            taken.fields.update(launcher)
+        line = Line(number=number, raw=raw, text=rest, labels="".join(taken.parts), repairs=tuple(repairs),
+                    **taken.fields)  # type: ignore[arg-type]
+        if not taken.parts and is_prompt(rest):
+            line = msgspec.structs.replace(line, noise="prompt")
+        out.append(line)
+    return out
+
+
+# ---------------------------------------------------------------- what no handler read
+
+
+class SampleLine(msgspec.Struct, frozen=True):
+    line: int
+    text: str
+
+
+class Unrecognized(msgspec.Struct, frozen=True):
+    """Lines no handler of a parser read: how many, and the first few as evidence."""
+
+    count: int = 0
+    sample: tuple[SampleLine, ...] = ()
+
+
+@dataclass
+class UnrecognizedLines:
+    """The collector a parser fills while it reads; `freeze()` for its result."""
+
+    count: int = 0
+    sample: list[SampleLine] = field(default_factory=list)
+
+    def note(self, line: Line) -> None:
+        if line.noise or not line.text.strip():
+            return
+        self.count += 1
+        if len(self.sample) < SAMPLE_MAX:
+            self.sample.append(SampleLine(line=line.number, text=line.text.strip()[:SAMPLE_TEXT]))
+
+    def freeze(self) -> Unrecognized:
+        return Unrecognized(count=self.count, sample=tuple(self.sample))
+
+
+# ---------------------------------------------------------------- handler tables
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Handler(Generic[S]):
+    """One kind of line a parser reads: `when` is a cheap test of the text (a compiled
+    pattern's `.match`, a prefix test) and `read` reads it into the parser's state,
+    returning False where the line was not its after all."""
+
+    name: str
+    when: Callable[[str], object]
+    read: Callable[[S, Line], bool]
+
+
+def dispatch(handlers: Sequence[Handler[S]], state: S, line: Line) -> str | None:
+    """The name of the first handler that read the line; None when none did."""
+    text = line.text
+    for handler in handlers:
+        if handler.when(text) and handler.read(state, line):
+            return handler.name
+    return None
+
+
+class Cursor:
+    """Lines with a look ahead, for handlers that ask whether the next line continues one."""
+
+    def __init__(self, lines: Sequence[Line]) -> None:
+        self.lines = lines
+        self.index = 0
+
+    def __iter__(self) -> Iterator[Line]:
+        while self.index < len(self.lines):
+            line = self.lines[self.index]
+            self.index += 1
+            yield line
+
+    def wrapped(self, line: Line, starts_record: Callable[[Line], bool], *, min_width: int = 40,
+                most: int = 8) -> str:
+        """`line`'s text with the lines a terminal hard-wrapped it onto joined back.
+
+        A line was wrapped when its raw length is at least `min_width` and the lines after
+        it carry the same launcher labels and start no record of their own; every wrapped
+        piece but the last is exactly as wide as the first. Joined lines are consumed.
+        """
+        width = len(line.raw.rstrip("\r"))
+        if width < min_width:
+            return line.text
+        parts = [line.text]
+        for _ in range(most):
+            if self.index >= len(self.lines):
+                break
+            nxt = self.lines[self.index]
+            if nxt.number == line.number or starts_record(nxt) or not nxt.text.strip() or nxt.noise:
+                break
+            if nxt.labels and (nxt.task, nxt.rank, nxt.local_rank) != (line.task, line.rank, line.local_rank):
+                break  # another process's line: a terminal's wrap carries no label, a rank's own its own
+            parts.append(nxt.text)
+            self.index += 1
+            if len(nxt.raw.rstrip("\r")) != width:
+                break
+        return "".join(parts)

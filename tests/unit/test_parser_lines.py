@@ -1,0 +1,461 @@
+"""The one line layer every text parser reads through (parsers/lines.py).
+
+Every sample here is a REAL line from tests/fixtures (each folder's SOURCES.md says where
+it came from), or a real line put through a transformation that says what it adds (a
+launcher's label, CRLF, colour codes, a ` \\` suffix): the shapes a paste takes on the way
+to an operator, built from real output, never a tool's output written by hand.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support import CORPUS, FIXTURES, best_time
+
+from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL
+from healthcheck.parsers.lines import (
+    SAMPLE_MAX,
+    Cursor,
+    Handler,
+    Line,
+    UnrecognizedLines,
+    dispatch,
+    drop_continuation,
+    is_prompt,
+    quoted_paste,
+    read_lines,
+    redrawn,
+    strip_ansi,
+    torn_pieces,
+)
+
+NCCL_TESTS = FIXTURES / "nccl-tests" / "all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt"
+
+
+def _real(path, start: str) -> str:
+    """The first line of a real fixture that starts with `start`."""
+    return next(line for line in path.read_text().split("\n") if line.startswith(start))
+
+
+ROW = _real(NCCL_TESTS, "   536870912")  # a real nccl-tests row
+WATCHDOG = _real(CORPUS / "torch-watchdog" / "srun-label-prefixed-allreduce-seq52-watchdog-terminated-frames.txt",
+                 "11: [rank11]:[E617")
+RAY = _real(CORPUS / "torch-watchdog" / "ray-dedup-repeated-across-cluster-allreduce-seq1-pg0-default-pg.txt",
+            "(WorkerDict pid=3943529) [rank0]:[E816")
+MPI_NCCL = _real(CORPUS / "nccl-debug" / "nccl-2.27-preview-mpirun-tag-output-10-roce-nics-init-start.txt",
+                 "[1,2]<stdout>:")
+DMESG = _real(CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt", "[6781741.548779] NVRM: Xid")
+
+
+def one(text: str, **kw) -> Line:
+    lines = list(read_lines(text, **kw))
+    assert len(lines) == 1
+    return lines[0]
+
+
+# ---------------------------------------------------------------- prefixes, from real lines
+
+
+def test_real_srun_label_and_torch_rank_and_c10_glog_are_taken_off():
+    line = one(WATCHDOG)
+    assert line.task == 11 and line.rank == 11
+    assert line.level == "E" and line.source == "ProcessGroupNCCL.cpp:681" and line.stamp_kind == "glog"
+    assert line.text.startswith("[Rank 11] Some NCCL operations have failed")
+    assert line.labels == WATCHDOG[: len(WATCHDOG) - len(line.text)] and line.raw == WATCHDOG
+
+
+def test_real_ray_worker_prefix_is_the_runner():
+    line = one(RAY)
+    assert line.runner == "(WorkerDict pid=3943529)" and line.rank == 0
+    assert line.text.startswith("[Rank 0] Some NCCL operations")
+
+
+def test_real_mpirun_tag_names_the_rank_and_its_stream():
+    line = one(MPI_NCCL)
+    assert line.task == 2 and line.stream == "stdout"
+    assert line.text.startswith("aiplatform-wlf2-ge78-70:102986:")
+
+
+def test_real_dmesg_uptime_is_a_stamp():
+    line = one(DMESG)
+    assert line.stamp == "6781741.548779" and line.stamp_kind == "dmesg"
+    assert line.text.startswith("NVRM: Xid (PCI:0000:91:00): 79")
+
+
+MESSAGE = DMESG.split("] ", 1)[1]  # the real Xid message, without its stamp
+
+
+@pytest.mark.parametrize(("prefix", "fields"), [
+    # journalctl -k (short): "Mon DD hh:mm:ss host kernel: "
+    ("Nov 22 13:00:01 gpu017 kernel: ", {"stamp": "Nov 22 13:00:01", "stamp_kind": "journal", "host": "gpu017"}),
+    # dmesg -T
+    ("[Sun Feb 23 16:24:18 2025] ", {"stamp": "Sun Feb 23 16:24:18 2025", "stamp_kind": "dmesg-T"}),
+    # dmesg --time-format iso; journalctl -o short-iso
+    ("2024-11-15T12:02:03,470068+00:00 ", {"stamp": "2024-11-15T12:02:03,470068+00:00", "stamp_kind": "iso"}),
+    ("2024-01-22T11:22:33+0000 gpu017 kernel: ", {"stamp": "2024-01-22T11:22:33+0000", "host": "gpu017"}),
+])
+def test_each_kernel_timestamp_is_taken_off_a_real_message(prefix, fields):
+    line = one(prefix + MESSAGE)
+    assert line.text == MESSAGE
+    for name, value in fields.items():
+        assert getattr(line, name) == value
+
+
+@pytest.mark.parametrize(("prefix", "fields"), [
+    ("3: ", {"task": 3}),  # srun --label
+    ("  3: ", {"task": 3}),  # srun --label in a job of 100 tasks: padded
+    ("[1,3]<stderr>:", {"task": 3, "stream": "stderr"}),  # mpirun --tag-output
+    ("[default3]:", {"role": "default", "local_rank": 3}),  # torchrun --tee
+    ("[rank3]:", {"rank": 3}),  # torch >= 2.2
+    ("(RayTrainWorker pid=1234, ip=10.0.0.5) ", {"runner": "(RayTrainWorker pid=1234, ip=10.0.0.5)"}),
+    ("(pid=1234) ", {"runner": "(pid=1234)"}),
+    ("(WorkerDict pid=3943529) 3: ", {"runner": "(WorkerDict pid=3943529)", "task": 3}),
+    ("E0318 17:25:16.769000 2606 torch/distributed/elastic/agent/server/api.py:833] ",
+     {"level": "E", "stamp": "0318 17:25:16.769000", "source": "torch/distributed/elastic/agent/server/api.py:833"}),
+])
+def test_each_launcher_and_runner_prefix_is_taken_off_a_real_row(prefix, fields):
+    line = one(prefix + ROW)
+    # torch's `[rankN]: ` and torchrun's `[default3]:` may take one blank of their own
+    assert line.text.lstrip() == ROW.lstrip() and line.text.split() == ROW.split()
+    assert line.labels.rstrip() == prefix.rstrip()
+    for name, value in fields.items():
+        assert getattr(line, name) == value
+
+
+def test_a_row_or_a_clock_time_is_no_srun_label():
+    assert one(ROW).labels == "" and one(ROW).task is None
+    assert SRUN_LABEL.match("12:34:56 up 3 days") is None
+    assert one("17:25:16 hello").task is None
+
+
+def test_timestamps_can_be_left_for_a_parser_that_reads_its_own():
+    line = one("3: [2026-04-28 14:14:48] " + MPI_NCCL.split(":", 1)[1], stamps=False)
+    assert line.task == 3 and line.text.startswith("[2026-04-28 14:14:48] aiplatform")
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def test_crlf_and_a_redrawn_line():
+    assert one(ROW + "\r\n").text == ROW
+    assert one(ROW + "\r\n").repairs == ("crlf",)
+    assert redrawn("progress 10%\rprogress 20%\r" + ROW) == ROW
+    assert redrawn("a\r") == "a"  # a CR at the very end is no redraw of nothing
+    # a file whose lines end in CR only (a classic Mac editor) is still lines
+    assert [x.text for x in read_lines(ROW + "\r" + ROW + "\r")] == [ROW, ROW]
+
+
+def test_ansi_colour_codes_whole_half_cut_and_without_their_escape():
+    red, reset = "\x1b[0;31m", "\x1b[0m"
+    assert strip_ansi(red + ROW + reset) == ROW
+    assert strip_ansi("[0;31m" + ROW + "[0m") == ROW  # the ESC lost in a paste
+    assert strip_ansi(ROW + "\x1b[0;3") == ROW  # cut at the line's end
+    assert strip_ansi(ROW + "\x1b") == ROW
+    assert strip_ansi(MPI_NCCL) == MPI_NCCL  # `[0]mlx5_0` is no colour code
+    assert one(red + "3: " + ROW + reset).task == 3
+
+
+def test_a_quoted_paste_loses_its_continuations_and_nothing_else():
+    text = "\n".join(line + " \\" for line in NCCL_TESTS.read_text().split("\n")[:12])
+    assert quoted_paste(text.split("\n"))
+    assert [x.text for x in read_lines(text)] == [x.rstrip() for x in NCCL_TESTS.read_text().split("\n")[:12]]
+    # one line that ends in a backslash is kept as it is
+    lone = NCCL_TESTS.read_text().split("\n")[:12]
+    lone[3] += " \\"
+    assert not quoted_paste(lone)
+    assert drop_continuation("a \\") == "a" and drop_continuation("a") == "a"
+
+
+def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
+    clean = NCCL_TESTS.read_text().split("\n")[:12]
+    quoted = "\n".join(("> > " if i % 2 else "> ") + line for i, line in enumerate(clean))
+    assert [x.text for x in read_lines(quoted)] == clean
+    assert all("quote" in x.repairs for x in read_lines(quoted))
+    assert one(">>> import torch").noise == "prompt"  # one `>` line is no quoted reply
+
+
+def test_tabs_are_kept_inside_fields():
+    tabbed = "\t".join(ROW.split())
+    assert one(tabbed).text == tabbed and one(tabbed).text.split() == ROW.split()
+
+
+def test_two_processes_torn_into_one_line_stay_two_fragments():
+    first = MPI_NCCL[:60]
+    torn = first + MPI_NCCL.replace("[1,2]", "[1,5]", 1)
+    pieces = list(read_lines(torn))
+    assert [p.task for p in pieces] == [2, 5]
+    assert pieces[0].text == first[len("[1,2]<stdout>:"):]  # the cut fragment, never glued to the other
+    assert pieces[1].text == MPI_NCCL[len("[1,2]<stdout>:"):]
+    assert all(p.number == 1 and "torn" in p.repairs for p in pieces)
+    # a torch log line glued to a progress bar of the same process keeps its srun label
+    glued = "11: Epoch 3: 45%|####5     | 450/1000 " + WATCHDOG[len("11: "):]
+    bar, log = read_lines(glued)
+    assert bar.task == log.task == 11 and log.rank == 11 and log.text.startswith("[Rank 11]")
+    assert torn_pieces(ROW) == [ROW]
+
+
+def test_a_shell_prompt_before_the_output_is_noise():
+    # the commands are the ones the fixtures' SOURCES.md name; the prompts are shapes
+    for prompt in ("$ ./build/all_reduce_perf -b 8 -e 1G -f 4 -g 1",
+                   "user@gpu01:~/nccl-tests$ ./build/all_reduce_perf -b 8",
+                   "[user@gpu01 nccl-tests]$ mpirun -np 16 ./build/all_reduce_perf",
+                   "(base) user@gpu01:~$ srun -l python train.py",
+                   "+ srun --label python train.py", ">>> import torch"):
+        assert is_prompt(prompt), prompt
+        assert one(prompt).noise == "prompt"
+    for output in (ROW, "# nThread 1 nGpus 1", WATCHDOG, MPI_NCCL, DMESG):
+        assert one(output).noise == ""
+
+
+def test_a_megabyte_line_is_cut_and_costs_its_length():
+    small, large = "a" * 100_000, "a" * 1_000_000
+    assert one(large).repairs == ("cut",) and len(one(large).raw) == 65_536
+    took_small = best_time(lambda t: list(read_lines(t)), small)
+    took_large = best_time(lambda t: list(read_lines(t)), "\n".join([large] * 10))
+    assert took_large <= 50 * (took_small * 10) + 0.15
+
+
+@pytest.mark.parametrize("filler", ["[", "(", " ", "0", "[1,", "\x1b[", "[rank", "Nov 22 ", "E0318 ", "[rank1]:[E",
+                                    "[1,0]<stdout>:x", "user@h:~$ ", "\\"])
+def test_hostile_runs_cost_their_length(filler):
+    def read(n: int) -> float:
+        text = filler * (n // len(filler))
+        start = time.perf_counter()
+        list(read_lines(text, max_line=10**7))
+        return time.perf_counter() - start
+
+    read(1000)
+    assert read(1_000_000) <= 50 * read(100_000) + 0.15
+
+
+def test_garbage_reads_as_lines_and_never_raises():
+    garbage = bytes(range(256)).decode("latin-1") * 50 + "\x00\x1b[\r\r\n\\\n" * 100
+    lines = list(read_lines(garbage))
+    assert lines and all(isinstance(x.text, str) for x in lines)
+
+
+# ---------------------------------------------------------------- handlers, unrecognized, wraps
+
+
+def test_dispatch_names_the_handler_and_unrecognized_keeps_a_sample():
+    seen: list[str] = []
+    handlers = (Handler("row", lambda t: t.lstrip()[:1].isdigit(), lambda s, line: s.append(line.text) or True),)
+    unknown = UnrecognizedLines()
+    for line in read_lines(NCCL_TESTS.read_text()):
+        if dispatch(handlers, seen, line) is None:
+            unknown.note(line)
+    frozen = unknown.freeze()
+    assert len(seen) == 14 and frozen.count > 10
+    assert len(frozen.sample) <= SAMPLE_MAX and frozen.sample[0].line == 1
+    assert frozen.sample[0].text.startswith("# nccl-tests version")
+
+
+def test_a_hard_wrap_is_joined_only_when_a_handler_asks():
+    path = CORPUS / "torch-watchdog" / "terminal-hard-wrapped-broadcast-seq4-8ranks.txt"
+    lines = list(read_lines(path.read_text()))
+    assert "ran for" not in lines[0].text  # the layer joins nothing by itself
+    cursor = Cursor(lines)
+    first = next(iter(cursor))
+    joined = cursor.wrapped(first, lambda line: line.rank is not None)
+    assert "OpType=BROADCAST" in joined and joined.endswith("before timing out.")
+    assert next(iter(cursor)).rank == 3  # the continuation was consumed, the next record is next
+
+
+def test_the_launcher_grammar_is_the_one_runners_read():
+    assert MPIRUN_TAG.match("[1,2]<stddiag>:x").group(1) == "2"
+
+
+# ---------------------------------------------------------------- parsers read through the layer
+# Each shape is a transformation of a real fixture; the parser must surface the same facts
+# from it as from the clean file, and no fact the clean file does not hold.
+
+A3MEGA = FIXTURES / "nccl-tests" / "all_reduce-h100-a3mega-2node-16rank.txt"
+
+
+def _each_line(text: str, change) -> str:
+    return "\n".join(change(i, line) for i, line in enumerate(text.split("\n")))
+
+
+SHAPES = {
+    "srun label": lambda t: _each_line(t, lambda i, x: f"{i % 16:>2}: {x}"),
+    "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,{i % 16}]<stdout>:{x}"),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m"),
+    "colours without their escape": lambda t: _each_line(t, lambda i, x: f"[1;32m{x}[0m"),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid={1000 + i % 4}, ip=10.0.0.{i % 4}) {x}"),
+    "journal stamps": lambda t: _each_line(t, lambda i, x: f"Nov 22 13:00:{i % 60:02} {x}"),
+    "tabs": lambda t: _each_line(t, lambda i, x: "\t".join(x.split()) if x[:1] == " " else x),
+    "prompt first": lambda t: "user@gpu01:~$ mpirun -np 16 ./build/all_reduce_perf -b 8 -e 8G -f 2\n" + t,
+    "labels, colours and crlf": lambda t: _each_line(t, lambda i, x: f"\x1b[32m{i % 16}: {x}\x1b[0m\r"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    "markdown reply quoted again, labelled": lambda t: _each_line(t, lambda i, x: f"> > [1,{i % 16}]<stdout>:{x}"),
+}
+
+
+def _facts(run) -> dict:
+    return {
+        "samples": [(s.size_bytes, s.placement, s.busbw_gbytes_per_s, s.wrong) for s in run.samples],
+        "ranks": [(r.rank, r.host, r.device, r.bus_id) for r in run.ranks],
+        "rank_count": run.rank_count, "avg": run.avg_busbw_gbytes_per_s, "completed": run.completed,
+        "oob": run.out_of_bounds, "threads": run.threads, "max_bytes": run.max_bytes, "bad_rows": run.bad_rows,
+        "failures": run.failures, "collective": run.collective,
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_nccl_tests_reads_the_same_facts_through_every_shape(shape):
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    clean = parse_nccl_tests(A3MEGA.read_text())
+    assert len(clean.samples) > 50 and clean.avg_busbw_gbytes_per_s
+    assert _facts(parse_nccl_tests(SHAPES[shape](A3MEGA.read_text()))) == _facts(clean)
+
+
+def test_nccl_tests_counts_what_it_did_not_read_and_still_reads_the_rest():
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    noise = "\n".join(line for line in WATCHDOG.split("\n"))  # a torch line in the same job's stdout
+    run = parse_nccl_tests(A3MEGA.read_text() + "\n" + noise + "\n")
+    assert run.unrecognized.count == 1 and run.unrecognized.sample[0].text.startswith("[Rank 11] Some NCCL")
+    assert _facts(run) == _facts(parse_nccl_tests(A3MEGA.read_text()))
+    assert parse_nccl_tests(A3MEGA.read_text()).unrecognized.count == 0
+
+
+def test_a_torn_nccl_tests_row_is_never_glued_into_a_row():
+    """Two ranks' rows torn into one line: neither half becomes a row of made-up numbers."""
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    text = A3MEGA.read_text()
+    rows = [line for line in text.split("\n") if line.strip()[:1].isdigit()]
+    torn = "[1,0]<stdout>:" + rows[10][:40] + "[1,1]<stdout>:" + rows[10]
+    run = parse_nccl_tests(text.replace(rows[10], torn, 1))
+    sizes = [s.size_bytes for s in run.samples]
+    assert sizes == [s.size_bytes for s in parse_nccl_tests(text).samples]  # the whole row read once
+    assert run.bad_rows == 1  # the cut half counted, not read
+
+
+TORCH = (CORPUS / "torch-watchdog" / "srun-label-prefixed-allreduce-seq52-watchdog-terminated-frames.txt",
+         CORPUS / "torch-watchdog" / "terminal-hard-wrapped-broadcast-seq4-8ranks.txt",
+         CORPUS / "torch-watchdog" / "heartbeat-monitor-timed-out-watchdog-stuck-600s-multi-rank.txt")
+
+TORCH_SHAPES = {
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1;3{i % 8}m{x}\x1b[0m" if x else x),
+    "colours cut at the end": lambda t: _each_line(t, lambda i, x: x + "\x1b[0" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid={1000 + i % 4}, ip=10.0.0.{i % 4}) {x}"),
+    "prompt first": lambda t: "[user@gpu01 ~]$ srun -l torchrun --nproc_per_node 8 train.py\n" + t,
+    "tabs": lambda t: t.replace("    ", "\t"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+}
+
+
+def _torch_facts(log) -> dict:
+    return {
+        "counts": log.counts(), "ranks": log.ranks, "prefixed": log.prefixed_ranks,
+        "timeouts": [(t.rank, t.seq, t.op_type, t.timeout_ms, t.wrapped) for t in log.timeouts],
+        "exceptions": [(e.rank, e.type) for e in log.exceptions],
+    }
+
+
+@pytest.mark.parametrize("path", TORCH, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(TORCH_SHAPES))
+def test_torch_log_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    clean = parse_torch_log(path.read_text())
+    assert clean.timeouts or clean.stuck
+    assert _torch_facts(parse_torch_log(TORCH_SHAPES[shape](path.read_text()))) == _torch_facts(clean)
+
+
+NCCL_LOGS = (CORPUS / "nccl-debug" / "nccl-2.2x-16rank-init-complete-init-timings.txt",
+             CORPUS / "nccl-debug" / "azure-ib-completion-error12.txt")
+
+NCCL_LOG_SHAPES = {
+    "srun label": lambda t: _each_line(t, lambda i, x: f"{i % 16:>2}: {x}" if x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "ray worker and srun label": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid=7) 3: {x}" if x else x),
+    "prompt first": lambda t: "$ NCCL_DEBUG=INFO srun -l python train.py\n" + t,
+}
+
+
+def _nccl_facts(log) -> dict:
+    return {
+        "processes": [(p.host, p.pid, p.version, p.ib_devices, p.warns, p.ranks) for p in log.processes],
+        "comms": [(c.comm, c.rank, c.nranks, c.comm_id, c.init_complete_line is not None) for c in log.comms],
+        "warns": [(w.kind, w.host, w.peer, w.status, w.vendor_err, w.hca) for w in log.warns],
+        "ranks": log.ranks, "versions": log.versions,
+    }
+
+
+@pytest.mark.parametrize("path", NCCL_LOGS, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(NCCL_LOG_SHAPES))
+def test_nccl_log_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.nccl_log import parse_nccl_log
+
+    clean = parse_nccl_log(path.read_text())
+    assert clean.processes
+    assert _nccl_facts(parse_nccl_log(NCCL_LOG_SHAPES[shape](path.read_text()))) == _nccl_facts(clean)
+
+
+def test_nccl_log_names_the_launchers_rank_behind_a_runner_prefix():
+    from healthcheck.parsers.nccl_log import parse_nccl_log, split_nccl_line
+
+    shaped = NCCL_LOG_SHAPES["ray worker and srun label"](NCCL_LOGS[0].read_text())
+    assert {p.launcher_rank for p in parse_nccl_log(shaped).processes} == {3}
+    assert split_nccl_line(MPI_NCCL).label_rank == 2
+    assert split_nccl_line(MPI_NCCL).label == "[1,2]<stdout>:"
+
+
+KERNEL_LOGS = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt",
+               CORPUS / "xid-dmesg" / "xid48-63-94-dbe-rowremap-contained.txt")
+
+KERNEL_SHAPES = {
+    "srun label (srun -l dmesg)": lambda t: _each_line(t, lambda i, x: f"0: {x}" if x else x),
+    "dmesg --color=always": lambda t: _each_line(
+        t, lambda i, x: f"\x1b[32m{x.split('] ', 1)[0]}]\x1b[0m {x.split('] ', 1)[1]}" if "] " in x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,0]<stdout>:{x}" if x else x),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+}
+
+
+def _kernel_facts(log) -> dict:
+    return {
+        "xids": [(x.code, x.pci_bus_id, x.uptime_s, x.message.strip()) for x in log.xids],
+        "sxids": [(x.code, x.pci_bus_id, x.severity, x.uptime_s) for x in log.sxids],
+        "faults": [(f.kind, f.pci_bus_id) for f in log.faults], "uuids": log.gpu_uuids,
+    }
+
+
+@pytest.mark.parametrize("path", KERNEL_LOGS, ids=lambda p: p.stem[:30])
+@pytest.mark.parametrize("shape", sorted(KERNEL_SHAPES))
+def test_xid_reads_the_same_facts_through_every_shape(shape, path):
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    clean = parse_kernel_log(path.read_text())
+    assert clean.xids
+    assert _kernel_facts(parse_kernel_log(KERNEL_SHAPES[shape](path.read_text()))) == _kernel_facts(clean)
+
+
+def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
+    """`hc parse`'s JSON is the parsers' contract: the keys before the line layer stay."""
+    import json
+
+    from support import run_hc
+
+    before = {"avg_busbw_gbytes_per_s", "avg_ok", "bad_rows", "collective", "completed", "errors", "failures",
+              "format", "gpus_per_thread", "headers", "iters", "last_size_bytes", "launcher_error", "max_bytes",
+              "min_bytes", "nccl_headers", "nccl_library", "nccl_version", "out_of_bounds", "out_of_bounds_ok",
+              "program", "rank_count", "ranks", "samples", "tables", "threads", "validation", "version",
+              "warmup_iters"}
+    shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"
+    done = run_hc("parse", "nccl-tests", "-", input=shaped)
+    facts = json.loads(done.stdout)["facts"]
+    assert set(facts) == before | {"unrecognized"}
+    assert facts["unrecognized"]["count"] == 1 and facts["unrecognized"]["sample"][0]["line"] == shaped.count("\n")
