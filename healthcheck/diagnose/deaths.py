@@ -32,7 +32,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
-_SAME_TIME_S = 0.001  # candidates closer than this are tied
+_TOGETHER_S = 0.25  # own-code exceptions this close to the first raised in the same step: together
 
 
 @dataclass
@@ -167,19 +167,33 @@ def _from_launcher(col: Collected, seen: set[int]) -> list[_Candidate]:
     return out
 
 
-def _first_in_time(cands: list[_Candidate]) -> tuple[list[_Candidate], str]:
-    """The candidates that raised first, and how that was decided."""
+def _together_until(cands: list[_Candidate], firsts: dict[int, RankError]) -> float:
+    """Until when a candidate raised "together" with the first: a traceback carries the time
+    of its rank's last stamped line (the step it was in), so ranks that raised in one step
+    are apart by the step's spread only (_TOGETHER_S; a second where torchrun's one-second
+    failure times order them). Any candidate stamped no later than the first of the peers'
+    consequential errors (the collective errors the death caused) raised before them too."""
+    first = min(c.time or 0.0 for c in cands)
+    window = 1.0 if any(c.how == "torchrun's failure times" for c in cands) else _TOGETHER_S
+    victims = [e.time for e in firsts.values() if e.victim and e.time is not None]
+    return max(first + window, min(victims, default=first))
+
+
+def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tuple[list[_Candidate], str]:
+    """The candidates that raised first (every one that raised before the peers'
+    consequential errors: several ranks may raise at once), and how that was decided."""
     if len(cands) == 1:
         return cands, "the only rank whose error is in its own code, not a collective's"
     if any(c.time is None for c in cands):
         return cands, "which of them raised first is not in the logs (no time on every error)"
-    first = min(c.time or 0.0 for c in cands)
-    tied = [c for c in cands if (c.time or 0.0) - first < _SAME_TIME_S]
+    until = _together_until(cands, firsts)
+    together = [c for c in cands if (c.time or 0.0) <= until]
     hows = sorted({c.how for c in cands})
     basis = f"first in time by {' and '.join(hows)}"
-    if len(tied) > 1:
-        basis += f"; {len(tied)} at the same time"
-    return tied, basis
+    if len(together) > 1:
+        basis += (f"; {len(together)} raised together, each in its own code, before their peers' collective "
+                  "errors: independent failures")
+    return together, basis
 
 
 def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candidate]) -> bool:
@@ -205,7 +219,7 @@ def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) ->
     cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
     if not cands or not _job_failed(col, firsts, cands):
         return
-    chosen, acc.basis = _first_in_time(cands)
+    chosen, acc.basis = _first_in_time(cands, firsts)
     for c in chosen:
         acc.name(c.rank, f"raised {c.text[:120]}" + (f" in {c.frame}" if c.frame else ""), c.item)
     acc.where = chosen[0].frame if len(chosen) == 1 else ""
@@ -287,7 +301,8 @@ def _victims(firsts: dict[int, RankError], named: set[int]) -> str:
     if not victims:
         return ""
     kinds = sorted({"timeouts" if e.timed_out else "peer errors" for r, e in firsts.items() if r in victims})
-    return (f"; {rank_words(victims)} failed after it in collectives ({' and '.join(kinds)}): collateral, "
+    after = "it" if len(named) == 1 else "them"
+    return (f"; {rank_words(victims)} failed after {after} in collectives ({' and '.join(kinds)}): collateral, "
             "not the cause")
 
 

@@ -11,6 +11,9 @@ op.nbytes. R vs E`, on the receiving side):
   one sender: the rank that reported no size error (a broadcast's source) is odd;
 * R:E of 2:1 (or 1:2) is the same element count in a dtype twice as wide (float64 vs
   float32, float32 vs float16/bfloat16): said in the verdict;
+* otherwise gloo's ring gives each report's two ranks (the reporter and the rank it
+  receives from, ringsize.py): a rank is named where the reports leave a strict
+  minority of sizes, else the two ranks are said and none is named;
 * otherwise the aborted ranks are the parties and the verdict says the text cannot tell
   which one held the other size.
 """
@@ -29,19 +32,10 @@ from healthcheck.diagnose.logfacts import (
     nccl_colls,
     ranks_heard,
 )
+from healthcheck.diagnose.ringsize import SizeReport, ring_parties
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.flight_recorder import FrComparison
-
-
-@dataclass
-class _SizeReport:
-    """One gloo size check that failed: rank `rank` received `received` bytes where its
-    own tensor holds `expected`."""
-
-    rank: int
-    received: int
-    expected: int
 
 
 @dataclass
@@ -50,7 +44,7 @@ class _Sides:
     items: list[Evidence] = field(default_factory=list)
     shape: bool = False
     seq: int | None = None
-    sizes: list[_SizeReport] = field(default_factory=list)
+    sizes: list[SizeReport] = field(default_factory=list)
     fr_odd: tuple[int, ...] = ()
     fr_text: str = ""
     divergence: str = ""
@@ -86,7 +80,7 @@ def _gloo_sizes(col: Collected, acc: _Sides) -> None:
             acc.items.append(log_evidence(col, f.source, g.line, f"gloo: received {g.received_bytes} bytes, expected "
                                 f"{g.expected_bytes} (Received data size doesn't match)", rank))
             if rank is not None and g.received_bytes is not None and g.expected_bytes is not None:
-                acc.sizes.append(_SizeReport(rank, g.received_bytes, g.expected_bytes))
+                acc.sizes.append(SizeReport(rank, g.received_bytes, g.expected_bytes))
 
 
 def _nccl_ops(col: Collected, acc: _Sides) -> None:
@@ -131,7 +125,7 @@ def _flight_recorder(col: Collected, fr: FrComparison | None, acc: _Sides) -> No
         acc.fr_text = f"{mm.field} differs: " + "; ".join(f"{rank_words(v.ranks)}: {v.value}" for v in mm.variants)
 
 
-def dtype_ratio(sizes: list[_SizeReport]) -> str:
+def dtype_ratio(sizes: list[SizeReport]) -> str:
     """A 2:1 byte ratio between what was received and what was expected: one element count
     in a dtype twice as wide."""
     for s in sizes:
@@ -149,7 +143,7 @@ def _past_the_broadcast(col: Collected, others: list[int]) -> list[int]:
     return [r for r in others if r not in inside] if inside else []
 
 
-def broadcast_source(col: Collected, sizes: list[_SizeReport], items: list[Evidence]) -> tuple[tuple[int, ...], str]:
+def broadcast_source(col: Collected, sizes: list[SizeReport], items: list[Evidence]) -> tuple[tuple[int, ...], str]:
     """Receivers that report one (received, expected) share a sender: the one rank that
     reported no size error, or of those the one that got past the broadcast the others
     failed in (a broadcast's source completes its sends and goes on). The others' errors
@@ -218,6 +212,10 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
     source, text = broadcast_source(col, acc.sizes, acc.items)
     if source:
         return source, f"rank {source[0]} sent a tensor of another size: {text}", "high"
+    ring, text = ring_parties(col, acc.sizes)
+    if text:
+        return ring, f"{rank_words(ring)} sent a tensor of another size: {text}" if ring else \
+            f"ranks disagree on a {what}: {text}", "medium"
     if acc.shape and gloo_size_aborts(col):
         odd, text = _parties(col, acc)
         if odd:

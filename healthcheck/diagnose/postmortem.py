@@ -9,6 +9,8 @@ traceback, with the line of its own code that called it; NCCL: the watchdog's
 * waited_elsewhere: every rank timed out, but a minority in another collective (another
   op, SeqNum or call site: collective-mismatch) or in the same one with another element
   count (shape-mismatch). Without a majority, the sides are said and no rank is named.
+  A rank whose wait a peer cut short (Connection closed when a peer that timed out
+  exited) still says in its traceback which collective it waited in: it counts as a side.
 """
 
 from __future__ import annotations
@@ -114,12 +116,31 @@ def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
                            f"the ranks called different {what}s")
 
 
+def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
+    """Ranks whose wait a peer cut short: no timeout of their own, but a peer error
+    (Connection closed) inside a collective, within _SAME_FAILURE_S of the first timeout
+    (a peer that timed out exited and closed its connections). The traceback still says
+    which collective the rank was waiting in, as a timeout would have."""
+    firsts = first_errors(col)
+    first = _first_timeout(waits, firsts)
+    out: dict[int, Wait] = {}
+    if first is None:
+        return out
+    for rank, e in firsts.items():
+        if rank in waits or not e.victim or not e.collective or e.time is None or e.time - first >= _SAME_FAILURE_S:
+            continue
+        out[rank] = Wait(rank=rank, source=e.source, line=e.line, op=e.collective, where=e.frame,
+                         text=f"in {e.collective}" + (f" at {e.frame}" if e.frame else "")
+                              + f" when a peer that timed out closed its connections: {e.message[:100]}")
+    return out
+
+
 def post_mortem(col: Collected) -> JobFinding | None:
     """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
     waits = rank_waits(col)
     if not waits:
         return None
-    return did_not_time_out(col, waits) or waited_elsewhere(waits)
+    return did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)})
 
 
-__all__ = ["did_not_time_out", "post_mortem", "waited_elsewhere"]
+__all__ = ["cut_short", "did_not_time_out", "post_mortem", "waited_elsewhere"]

@@ -47,6 +47,7 @@ from healthcheck.diagnose.evidence import (
     TorchLogFile,
     Unreadable,
 )
+from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
@@ -217,6 +218,8 @@ def _run_manifest(text: str, col: Collected) -> bool:
     rank = doc.get("rank")
     if doc.get("schema") != "hc.run/1" or not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         return False
+    if launcher_manifest(doc):
+        return True  # a launcher's (an older hc run around torchrun): no rank's world size
     ev = col.evidence.rank(rank)
     host, pid, world, local = doc.get("host"), doc.get("pid"), doc.get("world_size"), doc.get("local_rank")
     if isinstance(host, str) and host and not ev.host:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import statistics
@@ -84,9 +85,10 @@ class Scenario:
     truth: str
     culprits: tuple[int, ...] = ()
     truth_ranks: tuple[int, ...] | None = None
-    launcher: str = "plain"          # plain | torchrun | mpirun
+    launcher: str = "plain"          # plain | torchrun | mpirun | srun (plain processes labelled as srun -l does)
     mode: str = "logs"               # live | logs
     hcrun: bool = False              # each rank (plain, mpirun) or the launcher (torchrun) under `hc run`
+    hcrun_inside: bool = False       # torchrun: each rank under `hc run` too (torchrun --no-python hc run -- ...)
     labelled: bool = True            # torchrun: --tee 3 ([defaultN]: labels); mpirun: --tag-output
     at: int = 2
     args: tuple[str, ...] = ()       # more job.py arguments (--record, --slow 1.5, --jitter 0.3)
@@ -109,7 +111,8 @@ class Scenario:
 
     @property
     def how(self) -> str:
-        parts = [self.launcher + ("+hc run" if self.hcrun else ""), f"w{self.world}", self.mode]
+        parts = [self.launcher + ("+hc run" if self.hcrun else "") + ("+hc run inside" if self.hcrun_inside else ""),
+                 f"w{self.world}", self.mode]
         if self.launcher != "plain":
             parts.append("labelled" if self.labelled else "unlabelled")
         return " ".join(parts)
@@ -302,7 +305,20 @@ class Run:
                 "--master-addr=127.0.0.1", f"--master-port={self.port}", "--max-restarts=0"]
         if self.sc.labelled:
             argv += ["--tee", "3"]
+        if self.sc.hcrun_inside:  # each rank: torchrun starts `hc run -- python job.py`
+            argv += ["--no-python", sys.executable, "-m", "healthcheck", "run", "--log-dir",
+                     str(self.out / "hc-run"), "--no-node-check", "--", sys.executable]
         self.popen([*argv, *self.job_argv()], self.out / "torchrun.log", self.env)
+
+    def start_srun(self) -> None:
+        """Plain processes whose lines go, labelled `R: ` as `srun -l` labels them, into one
+        stream (srun.log): srun's console without a Slurm allocation."""
+        for rank in range(self.sc.world):
+            env = dict(self.env, RANK=str(rank), WORLD_SIZE=str(self.sc.world), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(self.sc.world))
+            env.update({name: value for r, name, value in self.sc.rank_env if r == rank})
+            job = " ".join(shlex.quote(a) for a in [*self.hcrun_prefix(), sys.executable, *self.job_argv()])
+            self.popen(["sh", "-c", f"{job} 2>&1 | sed -u 's/^/{rank}: /'"], self.out / "srun.log", env)
 
     def start_mpirun(self) -> None:
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(self.sc.world),

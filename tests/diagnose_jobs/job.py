@@ -17,6 +17,7 @@ the step the way a training script does. At step --at the ranks in --culprits do
   stop        SIGSTOP itself (a debugger, a frozen node): state T
   op          all_gather where the others all_reduce the gradient
   size        a [4, 5] gradient where the others have [3, 4]
+  small       a [2, 3] gradient where the others have [3, 4] (an uneven last batch)
   dtype       a float64 gradient where the others have float32
   bcast       the broadcast's source (the culprit, --sync-src) sends a wrong-sized tensor
   group       the rank passes a process group it does not belong to (torch warns, skips)
@@ -238,6 +239,8 @@ class Job:
 
         if self.faulty(step, "size"):
             grad = torch.ones(4, 5)
+        if self.faulty(step, "small"):
+            grad = torch.ones(2, 3)
         if self.faulty(step, "dtype"):
             grad = grad.to(torch.float64)
         if self.faulty(step, "op"):

@@ -1,0 +1,83 @@
+"""gloo's size check read per rank: each report says the sizes of two ranks, and a rank is
+named only where those sizes leave a strict minority.
+
+ProcessGroupGloo's allreduce on CPU runs gloo's chunked ring: each rank receives its
+chunks from the next rank of the ring, (rank + 1) % world (every size and dtype mismatch
+captured here with torch 2.13: `op.preamble.length <= op.nbytes. R vs E` printed by rank
+k about a chunk from rank k + 1; tests/fixtures/diagnose-jobs/tuning). So one report gives
+two ranks' chunk sizes: the reporter's own (E bytes) and its sender's (R bytes).
+
+gloo checks on the receiving side and only a chunk larger than expected fails it: the
+rank with the larger tensor is the reporter's sender whether it is the odd one (its tensor
+grew: the reporter holds the majority's size) or the odd one is the reporter (its tensor
+shrank: the sender holds the majority's). Both were captured (`size`/`small`), and each
+gives exactly one report, so one report never says which of the two is odd. A rank is
+named only where the reports together give three or more ranks' sizes with a strict
+minority (majority vs minority of the byte counts); otherwise the finding says which two
+ranks disagree, with their sizes, and names none (at world 2 always).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from healthcheck.diagnose.analysis import minority
+from healthcheck.diagnose.logfacts import known_ranks
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+
+
+@dataclass(frozen=True)
+class SizeReport:
+    """One gloo size check that failed: rank `rank` received `received` bytes where its
+    own tensor holds `expected`."""
+
+    rank: int
+    received: int
+    expected: int
+
+
+def ring_world(col: Collected) -> int | None:
+    """The world size where the ranks the evidence knows are 0..N-1 and at least two."""
+    ranks = known_ranks(col)
+    if len(ranks) < 2 or ranks != set(range(len(ranks))):
+        return None
+    return len(ranks)
+
+
+def ring_sender(report: SizeReport, world: int) -> int:
+    """The rank whose chunk the reporter received in gloo's ring."""
+    return (report.rank + 1) % world
+
+
+def chunk_sizes(sizes: list[SizeReport], world: int) -> dict[int, str]:
+    """rank -> its chunk size in bytes as the reports give it (the reporter's own, its
+    sender's); a rank two reports disagree on is left out."""
+    seen: dict[int, set[int]] = {}
+    for s in sizes:
+        seen.setdefault(s.rank, set()).add(s.expected)
+        seen.setdefault(ring_sender(s, world), set()).add(s.received)
+    return {r: f"{next(iter(b))} bytes" for r, b in seen.items() if len(b) == 1}
+
+
+def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ...], str]:
+    """(the odd rank, or () where no majority says; the text) from gloo's size reports."""
+    world = ring_world(col)
+    if world is None or not sizes:
+        return (), ""
+    s = sizes[0]
+    sender = ring_sender(s, world)
+    pair = (f"rank {s.rank} received {s.received} bytes per chunk from rank {sender} (gloo's ring: each rank "
+            f"receives from the next) where its own tensor gives {s.expected}")
+    by_rank = chunk_sizes(sizes, world)
+    pick = minority(by_rank) if len(by_rank) >= 3 else None
+    if pick is not None:
+        odd, top, theirs = pick
+        return odd, f"{pair}; {rank_words(odd)} holds {theirs} per chunk where the others hold {top}"
+    return (), (f"ranks {min(s.rank, sender)} and {max(s.rank, sender)} disagree on a tensor size: {pair}; one "
+                "report gives two ranks' sizes and no majority, so which of the two is odd the text does not say "
+                "(gloo fails the check where the larger chunk arrives, whether it grew on one rank or shrank on "
+                "the other)")
+
+
+__all__ = ["SizeReport", "chunk_sizes", "ring_parties", "ring_sender", "ring_world"]
