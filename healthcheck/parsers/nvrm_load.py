@@ -24,6 +24,7 @@ import re
 import msgspec
 
 from healthcheck.parsers.gpu_common import normalize_pci
+from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, bus_id
 
 # "loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04" / "... x86_64 Kernel Module  525.125.06"
 _BANNER = re.compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31} ){1,8}\s{0,8}"
@@ -32,7 +33,7 @@ _GSP = re.compile(r"GSP|kgsp|_gsp_", re.ASCII)
 _FAILING = re.compile(r"time ?out|timed out|fail|error|cannot|unexpected", re.IGNORECASE)
 _GPU_INDEX = re.compile(r"\bGPU(?P<index>\d{1,3})\b", re.ASCII)
 _PCI = re.compile(r"PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)", re.ASCII)
-_PROBE = re.compile(r"(?P<driver>nvidia): probe of (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]) "
+_PROBE = re.compile(r"(?P<driver>nvidia): probe of (?:PCI:)?(?P<pci>" + REDACTABLE_BUS + r") "
                     r"failed with error (?P<errno>-?\d{1,6})", re.ASCII)
 PROBE_MARKER = "probe of"  # a cheap test before _PROBE
 # "(PCI ID: 10de:2901)" in the driver's "The NVIDIA GPU ... installed in this system ..." message
@@ -54,7 +55,7 @@ class GspError(msgspec.Struct, frozen=True, omit_defaults=True):
 class Probe(msgspec.Struct, frozen=True):
     """`nvidia: probe of <bus> failed with error <errno>`."""
 
-    pci_bus_id: str
+    pci_bus_id: str | None  # None: redacted in a paste
     errno: int
     message: str
 
@@ -82,7 +83,7 @@ def probe_failure(body: str) -> Probe | None:
     m = _PROBE.search(body) if PROBE_MARKER in body else None
     if m is None:
         return None
-    return Probe(pci_bus_id=normalize_pci(m.group("pci")), errno=int(m.group("errno")),
+    return Probe(pci_bus_id=bus_id(m.group("pci")), errno=int(m.group("errno")),
                  message=body[m.start():].strip()[:200])
 
 

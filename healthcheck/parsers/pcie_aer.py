@@ -50,7 +50,11 @@ class AerEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     uptime_s: float | None = None
 
 
-_DEVICE = r"(?P<driver>[\w.-]{1,32}) (?P<dev>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):"
+# a bus id, or one redacted in a paste ("...", "0000:XX:00.0"; x is no hex digit): read as None
+REDACTABLE_BUS = (r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?|\.{3}"
+                  r"|[0-9A-Fa-fxX]{4,8}:[0-9A-Fa-fxX]{2}:[0-9A-Fa-fxX]{2}(?:\.[0-9A-Fa-fxX])?")
+_REAL_BUS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+_DEVICE = r"(?P<driver>[\w.-]{1,32}) (?:PCI:)?(?P<dev>" + REDACTABLE_BUS + "):"
 _RECEIVED = re.compile(_DEVICE + r" AER: (?P<sev>[A-Za-z][\w ()-]{0,40}?) error (?:message )?received(?: from)?:?"
                        r"\s{0,4}(?P<src>\S{0,40})", re.ASCII)
 _BUS_ERROR = re.compile(_DEVICE + r" (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),"
@@ -60,6 +64,12 @@ _STATUS = re.compile(_DEVICE + r"\s{1,8}device \[(?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-
 _NAME = re.compile(_DEVICE + r"\s{1,8}\[\s{0,2}\d{1,2}\] (?P<name>[A-Za-z][\w /-]{0,60}?)\s{0,40}"
                    r"(?P<first>\(First\))?\s*$", re.ASCII)
 MARKERS = ("AER", "PCIe Bus Error")  # a line with neither opens no event
+
+
+def bus_id(text: str) -> str | None:
+    """A bus id normalised ("0000:00:02.0"); None when it was redacted."""
+    bus = normalize_pci(text)
+    return bus if _REAL_BUS.fullmatch(bus) else None
 
 
 class _Open:
@@ -109,7 +119,7 @@ class AerReader:
         return False
 
     def _start(self, number: int, m: re.Match[str], line: str, stamp: Stamp, **more: object) -> None:
-        fields: dict[str, object] = dict(severity=m.group("sev").strip(), pci_bus_id=normalize_pci(m.group("dev")),
+        fields: dict[str, object] = dict(severity=m.group("sev").strip(), pci_bus_id=bus_id(m.group("dev")),
                                          driver=m.group("driver"), line=line, time=stamp.time,
                                          uptime_s=stamp.uptime_s)
         fields.update({k: v for k, v in more.items() if v is not None})

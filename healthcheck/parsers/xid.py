@@ -58,7 +58,7 @@ from healthcheck.parsers.nvrm_load import (
     gsp_error,
     probe_failure,
 )
-from healthcheck.parsers.pcie_aer import AerEvent, AerReader
+from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, AerEvent, AerReader
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -151,7 +151,8 @@ _SXID = re.compile(
     re.ASCII,
 )
 _SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
-_PCI_TEXT = r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+# a bus id, or one redacted in a paste ("PCI:...", "0000:XX:00.0"): the event stays, its bus None
+_PCI_TEXT = r"(?:PCI:)?(?P<pci>" + REDACTABLE_BUS + ")"
 # "NVRM: GPU at PCI:0000:91:00: GPU has fallen off the bus." / "NVRM: GPU 0000:91:00.0: GPU has
 # fallen off the bus." / older "NVRM: GPU at 0000:06:00.0 has fallen off the bus."
 _FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16}(?:GPU\s{1,16})?has fallen off the bus\.?")

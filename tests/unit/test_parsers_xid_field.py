@@ -234,3 +234,29 @@ def test_megabyte_lines_of_each_new_shape_are_fast_and_safe():
     for line in lines:
         for hostile in (line + " " + "0x0 " * 250_000, line[:40] + "(" * 1_000_000, line + " GSP " * 200_000):
             assert _seconds(hostile) < 20 * baseline + 1.0
+
+
+# --- bus ids redacted in a paste ------------------------------------------------------------
+
+
+def _redacted(text: str, bus: str, mask: str) -> str:
+    """The real lines with one bus id masked as people mask them before posting."""
+    return text.replace(bus, mask)
+
+
+@pytest.mark.parametrize("mask", ["...", "0000:XX:00.0"])
+def test_a_redacted_bus_id_keeps_the_event_without_a_bus(mask):
+    lost = _redacted(read("issues/xid/fallen-off-bus-no-xid-multiline-570.txt"), "0000:b3:00.0", mask)
+    (event,) = parse_kernel_log(lost).xids
+    assert (event.code, event.legacy, event.pci_bus_id, event.pci_device_id) == (79, True, None, "10de:26b5")
+    probe = _redacted(read("repos/xid/b200-fallen-off-bus-at-probe-multiline-nvrm-journal.txt"), "0000:18:00.0", mask)
+    log = parse_kernel_log(probe, year=2024)
+    assert [(e.code, e.pci_bus_id) for e in log.xids] == [(79, None)]
+    assert [(f.kind, f.stage, f.pci_bus_id) for f in log.faults] == [(INIT_FAILED, PROBE, None)]
+    aer = _redacted(read("issues/xid/aer-surprise-down-then-xid79-tesla.txt"), "0000:00:02.0", mask)
+    log = parse_kernel_log(aer)
+    assert [(e.severity, e.pci_bus_id, e.errors) for e in log.aer] == [
+        ("Corrected", None, ["Replay Timer Timeout"]), ("Uncorrected (Fatal)", None, ["Surprise Down Error"])]
+    xid = _redacted(read("issues/xid/xid145-rlw-rxpipe-nonfatal-link13.txt"), "0018:01:00", mask)
+    (event,) = parse_kernel_log(xid).xids
+    assert (event.code, event.pci_bus_id, event.link) == (145, None, 13)
