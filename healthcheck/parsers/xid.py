@@ -293,6 +293,7 @@ class _Read:
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
             return
+        body = unquoted(body)
         if self._event(number, line, body, stamp):
             return
         self._numberless(number, line, body, stamp)
@@ -354,6 +355,18 @@ class _Read:
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
                             gsp_errors=gsp, aer=self.aer.events())
+
+
+def unquoted(body: str) -> str:
+    """A kernel message another tool quoted (`[XID found] (54 minutes ago) "NVRM: Xid ...\\n"`)
+    without its closing quote and the `\\n` escape before it: the message is what the
+    kernel logged. A message not opened by a quote is returned as it is."""
+    at = min((i for i in (body.find("NVRM:"), body.find("SXid")) if i >= 0), default=-1)
+    if at <= 0 or body[at - 1] not in "\"'":
+        return body
+    end = body.rfind(body[at - 1])
+    inner = body[at:end] if end > at else body[at:]
+    return body[: at - 1] + (inner[:-2] if inner.endswith("\\n") else inner)
 
 
 def _mentions_kernel(line: str) -> bool:

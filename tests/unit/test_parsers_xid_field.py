@@ -260,3 +260,13 @@ def test_a_redacted_bus_id_keeps_the_event_without_a_bus(mask):
     xid = _redacted(read("issues/xid/xid145-rlw-rxpipe-nonfatal-link13.txt"), "0018:01:00", mask)
     (event,) = parse_kernel_log(xid).xids
     assert (event.code, event.pci_bus_id, event.link) == (145, None, 13)
+
+
+# --- kernel lines quoted inside another tool's output --------------------------------------
+
+
+def test_a_kernel_line_quoted_by_another_tool_reads_as_the_kernel_logged_it():
+    log = parse("repos/xid/xid119-gsp-rpc-timeout-quoted-in-gpud-scan-output.txt")
+    assert len(log.xids) == 10  # gpud quotes each of its 5 events twice: from dmesg and from kmsg
+    assert all(e.message.endswith(").") for e in log.xids)  # no closing quote, no "\n" escape
+    assert {(e.code, e.pci_bus_id) for e in log.xids} == {(119, "0000:9b:00.0")}
