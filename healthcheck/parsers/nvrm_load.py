@@ -11,7 +11,7 @@ Real lines (tests/fixtures/kernel-log/, tests/fixtures/field/*/xid/, tuning file
     nvidia: probe of 0000:18:00.0 failed with error -1
 
 A GSP error is any driver line (not an Xid: Xid 119/120 are Xids) that names the GSP
-(`GSP`, the `kgsp` functions, `gsp_` firmware sources) and says it failed: a timeout, a
+(`GSP`, its `kernel_gsp_*.c` sources and `kgsp*` functions: "gsp" in any case) and says it failed: a timeout, a
 heartbeat that timed out, a failed RPC, an error. The RPC history table the driver dumps
 after an Xid 119 names GSP functions but reports nothing failing: not an event. These are
 surfaced as facts with the driver version beside them; no check judges them yet.
@@ -29,7 +29,7 @@ from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, bus_id
 # "loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04" / "... x86_64 Kernel Module  525.125.06"
 _BANNER = re.compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31} ){1,8}\s{0,8}"
                      r"(?P<version>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)(?![\w.])", re.ASCII)
-_GSP = re.compile(r"GSP|kgsp|_gsp_", re.ASCII)
+_GSP = re.compile(r"gsp", re.ASCII | re.IGNORECASE)  # "GSP", "kernel_gsp_tu102.c", the kgsp* functions
 _FAILING = re.compile(r"time ?out|timed out|fail|error|cannot|unexpected", re.IGNORECASE)
 _GPU_INDEX = re.compile(r"\bGPU(?P<index>\d{1,3})\b", re.ASCII)
 _PCI = re.compile(r"PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)", re.ASCII)
