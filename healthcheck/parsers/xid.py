@@ -28,6 +28,9 @@ is an `init-failed` fault at stage `probe`, with the `(PCI ID: 10de:2901)` the d
 named for that bus; the load banner gives `driver_version`; GSP firmware errors logged
 without an Xid number are `gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
 (parsers/pcie_aer.py), facts beside the Xids that no check judges yet.
+A bus id redacted in a paste (`PCI:...`, `0000:XX:00.0`) keeps its event with
+`pci_bus_id` None; a kernel line another tool quoted (`"NVRM: Xid ...\\n"`) is read
+without the quote.
 
 Times are those kernlog.split_prefix reads off each line (an explicit UTC offset
 honoured, zoneless stamps taken as UTC, raw `[uptime]` stamps a wall-clock time only
