@@ -312,6 +312,7 @@ class _Read:
         if sxid is not None:
             self.sxids.append(sxid)
             return True
+        self._note_device(body)
         lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, self.lines, number)
         if lost is not None:
             if lost.pci_device_id is not None:
@@ -320,6 +321,14 @@ class _Read:
             self.last_gpu = (number, lost.pci_bus_id)
             return True
         return False
+
+    def _note_device(self, body: str) -> None:
+        """The device id in "The NVIDIA GPU <bus> (PCI ID: 10de:2901) installed in this system ...",
+        whatever the driver goes on to say about that GPU: the evidence a later probe failure names."""
+        m = _THE_GPU.search(body)
+        named = device_id(body) if m else None
+        if m and named:
+            self.device_ids[_bus_id(m.group("pci"))] = named
 
     def _numberless(self, number: int, line: str, body: str, stamp: Stamp) -> None:
         """A crash dump, a failed init, the load banner, a GSP error, a GPU's UUID."""

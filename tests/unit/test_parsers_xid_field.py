@@ -270,3 +270,14 @@ def test_a_kernel_line_quoted_by_another_tool_reads_as_the_kernel_logged_it():
     assert len(log.xids) == 10  # gpud quotes each of its 5 events twice: from dmesg and from kmsg
     assert all(e.message.endswith(").") for e in log.xids)  # no closing quote, no "\n" escape
     assert {(e.code, e.pci_bus_id) for e in log.xids} == {(119, "0000:9b:00.0")}
+
+
+def test_a_probe_failure_names_the_device_id_whatever_the_driver_said_of_the_gpu():
+    # the real journal lines without the one that says the GPU fell off the bus: the driver's
+    # message still names the GPU and its device id before the probe fails
+    text = read("repos/xid/b200-fallen-off-bus-at-probe-multiline-nvrm-journal.txt")
+    cut = "\n".join(line for line in text.splitlines() if "fallen off the bus" not in line)
+    log = parse_kernel_log(cut, year=2024)
+    assert log.xids == []
+    (fault,) = log.faults
+    assert (fault.stage, fault.pci_bus_id, fault.pci_device_id) == (PROBE, "0000:18:00.0", "10de:2901")
