@@ -15,6 +15,8 @@ that was not read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from healthcheck.core import catalogue
@@ -77,7 +79,8 @@ SXID = finding(
     "A fatal SXid takes the NVLink fabric down: restart nvidia-fabricmanager after a reboot; repeated "
     "link faults mean a bad baseboard or tray: RMA.", action="reboot")
 GPU_INIT_FAILED = finding(
-    "gpu.E022", "the kernel log shows a GPU the NVIDIA driver could not initialise (RmInitAdapter failed)",
+    "gpu.E022",
+    "the kernel log shows a GPU the NVIDIA driver could not initialise (RmInitAdapter failed, or refused at probe)",
     "The driver could not bring the GPU up (GSP firmware, VBIOS, a GPU left in a bad state, the open kernel "
     "modules required and not used): read the NVRM lines around it; power-cycle the node; RMA if it recurs.",
     action="reboot")
@@ -292,8 +295,7 @@ def log_window(log) -> str:
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
     init, crash dump) the severity table marks WARN or FAIL, in the window read."""
-    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, summarize
+    from healthcheck.parsers.xid import summarize
 
     if kernel_gpu_log.source is None or not kernel_gpu_log.source_lines:
         # the providers never hand on an unread log; anything else is not evidence either
@@ -353,8 +355,18 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
         where = e.switch or e.pci_bus_id or "nvswitch"
         yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}",
                    component=f"{where}:sxid{e.code}", value=e.code, evidence=e.line)
+    yield from _fault_findings(kernel_gpu_log.faults, place, failed, window)
+
+
+def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str | None, str, str]],
+                    failed: set[str | None], window: str) -> CheckOutput:
+    """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
+    dump, or a failed probe, of a GPU that already FAILed is the same incident."""
+    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
+    from healthcheck.parsers.xid import INIT_FAILED, PROBE
+
     groups: dict[tuple[str, str | None], list] = {}
-    for fault in kernel_gpu_log.faults:
+    for fault in faults_logged:
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
         where, pci, component = place(bus)
@@ -366,12 +378,15 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
                 continue  # the dump of a failure already reported: one incident, one finding
             yield CRASH_DUMP.fail(f"{where}{pci}: the NVIDIA driver created a GPU crash dump {times}, {window}",
                                   component=f"{component}:crash-dump", value=len(faults), evidence=faults[0].line)
-        else:
-            failed.add(bus)
-            yield GPU_INIT_FAILED.fail(
-                f"{where}{pci}: the NVIDIA driver could not initialise the GPU (RmInitAdapter failed) "
-                f"{times}, {window}",
-                component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
+            continue
+        at_probe = all(f.stage == PROBE for f in faults)
+        if at_probe and bus in failed:
+            continue  # the driver refusing at probe a GPU it lost (fallen off the bus): one incident
+        failed.add(bus)
+        how = "refused it at probe" if at_probe else "RmInitAdapter failed"
+        yield GPU_INIT_FAILED.fail(
+            f"{where}{pci}: the NVIDIA driver could not initialise the GPU ({how}) {times}, {window}",
+            component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
 
 
 @check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT, catalogue.TOOL_MISSING),

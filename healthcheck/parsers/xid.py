@@ -19,12 +19,25 @@ given the bus id of the NVIDIA line just before it, when there is one. NVSwitch 
 `nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
 `Severity ...` and `Data {...}` lines carrying the same code.
 
+A multi-line driver message (dmesg and journalctl print its further lines indented under
+the first one's stamp, each with `NVRM: ` again) is read as one message; its evidence
+`line` is its first line. Besides the events: `caused by previous Xid N` is `caused_by`;
+Blackwell's NVLink5 Xids (144-150: `RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x... ...)`)
+give `unit`, `severity`, `link` and the `status` words; `nvidia: probe of <bus> failed`
+is an `init-failed` fault at stage `probe`, with the `(PCI ID: 10de:2901)` the driver
+named for that bus; the load banner gives `driver_version`; GSP firmware errors logged
+without an Xid number are `gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
+(parsers/pcie_aer.py), facts beside the Xids that no check judges yet.
+A bus id redacted in a paste (`PCI:...`, `0000:XX:00.0`) keeps its event with
+`pci_bus_id` None; a kernel line another tool quoted (`"NVRM: Xid ...\\n"`) is read
+without the quote.
+
 Times are those kernlog.split_prefix reads off each line (an explicit UTC offset
 honoured, zoneless stamps taken as UTC, raw `[uptime]` stamps a wall-clock time only
 when the caller gives `boot_time`); a timestamp that cannot be a real date leaves
 `time` unset rather than failing the parse.
 
-Non-Xid lines are ignored. An empty log is valid (no events); a non-empty text in which
+Other lines are ignored. An empty log is valid (no events); a non-empty text in which
 no line looks like a kernel log raises ParseError. Nothing else is ever raised.
 """
 
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import msgspec
 
@@ -39,6 +53,15 @@ from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import quoted_paste, quoted_reply, read_line
+from healthcheck.parsers.nvrm_load import (
+    PROBE_MARKER,
+    GspError,
+    device_id,
+    driver_version,
+    gsp_error,
+    probe_failure,
+)
+from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, AerEvent, AerReader
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -51,6 +74,13 @@ class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     time: float | None = None  # epoch seconds (UTC) when the line has a wall-clock timestamp
     uptime_s: float | None = None  # seconds since boot when the line has "[12345.678901]"
     legacy: bool = False
+    caused_by: int | None = None  # "... caused by previous Xid 149": the Xid this one follows from
+    # NVLink5 (Blackwell, Xid 144-150): "<unit> <Fatal|Nonfatal> XC0 i0 Link <n> (<status words>)"
+    unit: str | None = None  # "NETIR", "RLW_RXPIPE", "SAW_MVB"
+    severity: str | None = None  # "Fatal" / "Nonfatal" as printed
+    link: int | None = None  # the NVLink the driver names; -1 where it names none
+    status: list[str] = []  # the status words, hex as printed
+    pci_device_id: str | None = None  # "10de:2901" when the driver names it (a GPU lost at probe)
 
 
 class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -67,16 +97,19 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU failure the driver logs without an Xid number."""
 
-    kind: str  # INIT_FAILED ("RmInitAdapter failed!") or CRASH_DUMP ("A GPU crash dump has been created.")
+    kind: str  # INIT_FAILED ("RmInitAdapter failed!", a failed probe) or CRASH_DUMP ("A GPU crash dump ...")
     pci_bus_id: str | None
     message: str
     line: str
     time: float | None = None
     uptime_s: float | None = None
+    stage: str | None = None  # PROBE: the driver refused the GPU when it probed it
+    pci_device_id: str | None = None  # "10de:2901" when the driver named it for this bus
 
 
 INIT_FAILED = "init-failed"
 CRASH_DUMP = "crash-dump"
+PROBE = "probe"
 
 
 class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -85,6 +118,9 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     gpu_uuids: dict[str, str] = {}  # pci_bus_id -> "GPU-b6c3..." from "NVRM: GPU at PCI:...: GPU-..." lines
     lines: int = 0  # lines parsed
     faults: list[GpuFault] = []
+    driver_version: str | None = None  # from the driver's load banner ("NVRM: loading NVIDIA UNIX ...  580.159.04")
+    gsp_errors: list[GspError] = []  # GSP firmware errors logged without an Xid number
+    aer: list[AerEvent] = []  # PCIe AER errors (any device: facts beside the Xids, never a verdict here)
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
     source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
@@ -118,7 +154,8 @@ _SXID = re.compile(
     re.ASCII,
 )
 _SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
-_PCI_TEXT = r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+# a bus id, or one redacted in a paste ("PCI:...", "0000:XX:00.0"): the event stays, its bus None
+_PCI_TEXT = r"(?:PCI:)?(?P<pci>" + REDACTABLE_BUS + ")"
 # "NVRM: GPU at PCI:0000:91:00: GPU has fallen off the bus." / "NVRM: GPU 0000:91:00.0: GPU has
 # fallen off the bus." / older "NVRM: GPU at 0000:06:00.0 has fallen off the bus."
 _FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16}(?:GPU\s{1,16})?has fallen off the bus\.?")
@@ -132,6 +169,14 @@ _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
 _GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
+_NVLINK5 = re.compile(
+    r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
+    r"Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?",
+    re.ASCII,
+)
+_HEX_WORD = re.compile(r"0x[0-9A-Fa-f]{1,16}", re.ASCII)
+_STATUS_WORDS = 16
 _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
@@ -150,26 +195,57 @@ def parse_kernel_log(
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
     for number, raw in enumerate(lines):
-        if "NVRM:" not in raw and "SXid" not in raw:  # the common case, kept cheap
+        if not _worth_reading(raw) and not read.aer.expects_detail(number):  # the common case, kept cheap
             if not read.looks_like_log:
                 read.looks_like_log = split_prefix(raw, boot_time, year)[0].prefixed or _mentions_kernel(raw)
             continue
         # the line layer takes off a launcher's label (`srun -l dmesg`), colour codes
         # (`dmesg --color=always`), CRLF, a quoted paste's ` \`; kernlog reads the stamps
         for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply):
-            read.message(number, raw, piece.text)
+            read.piece(number, raw, piece.text)
+    read.flush()
     if not read.looks_like_log and text.strip():
         raise ParseError(
             "kernel log: no line looks like kernel log output (no timestamp prefix, "
             f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
         )
-    return KernelGpuLog(xids=_merge_legacy(read.xids, read.legacy), sxids=read.sxids, gpu_uuids=read.uuids,
-                        lines=len(lines), faults=read.faults)
+    return read.log()
+
+
+_MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER)
+
+
+def _worth_reading(raw: str) -> bool:
+    return any(marker in raw for marker in _MARKERS)
+
+
+_JOINED_LINES = 8  # continuation lines joined to one driver message at most
+
+
+class _Message:
+    """A driver message being read: its first line, and the continuation lines after it."""
+
+    def __init__(self, number: int, raw: str, text: str) -> None:
+        self.number, self.raw, self.text = number, raw, text
+        self.last = number  # the line number of its newest line
+        self.indent = len(text) - len(text.lstrip())
+        self.joined = 0
+
+    def takes(self, number: int, text: str) -> bool:
+        """Whether `text` continues this message: dmesg and journalctl print a multi-line
+        kernel message's further lines indented under its stamp, each with "NVRM: " again."""
+        body = text.lstrip()
+        return (number == self.last + 1 and self.joined < _JOINED_LINES and body.startswith("NVRM:")
+                and len(text) - len(body) > self.indent and not body.startswith("NVRM: Xid"))
+
+    def join(self, number: int, text: str) -> None:
+        self.text = f"{self.text.rstrip()} {text.lstrip()[len('NVRM:'):].strip()}"
+        self.last, self.joined = number, self.joined + 1
 
 
 class _Read:
-    """What the kernel log said so far; `message` reads one NVIDIA line (`line` in each
-    event is the line as logged)."""
+    """What the kernel log said so far; `piece` reads one line's text (`line` in each
+    event is the line as logged: a continued message's first line)."""
 
     def __init__(self, lines: list[str], boot_time: float | None, year: int | None) -> None:
         self.lines, self.boot_time, self.year = lines, boot_time, year
@@ -178,31 +254,84 @@ class _Read:
         self.sxids: list[SXidEvent] = []
         self.uuids: dict[str, str] = {}
         self.faults: list[GpuFault] = []
+        self.gsp: list[GspError] = []
+        self.versions: list[tuple[int, str]] = []  # (line number, driver version) of each load banner
+        self.device_ids: dict[str | None, str] = {}  # bus id -> "10de:2901", as the driver named them
+        self.aer = AerReader()
+        self.pending: _Message | None = None
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
 
     def near_gpu(self, number: int) -> str | None:
         return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
 
+    def piece(self, number: int, raw: str, text: str) -> None:
+        if self.pending is not None and self.pending.takes(number, text):
+            self.pending.join(number, text)
+            return
+        self.flush()
+        if "NVRM:" in text:
+            self.pending = _Message(number, raw, text)  # read when it is complete
+            return
+        stamp, body = split_prefix(text, self.boot_time, self.year)
+        self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(raw)
+        if self.aer.read(number, body, raw, stamp):
+            return
+        probe = probe_failure(body)
+        if probe is not None:
+            self.faults.append(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message,
+                                        line=raw, time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
+                                        pci_device_id=self.device_ids.get(probe.pci_bus_id)))
+            return
+        if "SXid" in body:
+            self.message(number, raw, text)
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self.message(pending.number, pending.raw, pending.text)
+
     def message(self, number: int, line: str, text: str) -> None:
         stamp, body = split_prefix(text, self.boot_time, self.year)
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
             return
+        body = unquoted(body)
+        if self._event(number, line, body, stamp):
+            return
+        self._numberless(number, line, body, stamp)
+
+    def _event(self, number: int, line: str, body: str, stamp: Stamp) -> bool:
+        """An Xid, an SXid or a GPU lost without an Xid number."""
         event = _xid(body, line, stamp)
         if event is not None:
             self.xids.append((number, event))
             self.last_gpu = (number, event.pci_bus_id)
-            return
+            return True
         sxid = _sxid(body, line, stamp)
         if sxid is not None:
             self.sxids.append(sxid)
-            return
+            return True
+        self._note_device(body)
         lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, self.lines, number)
         if lost is not None:
+            if lost.pci_device_id is not None:
+                self.device_ids[lost.pci_bus_id] = lost.pci_device_id
             self.legacy.append((number, lost))
             self.last_gpu = (number, lost.pci_bus_id)
-            return
+            return True
+        return False
+
+    def _note_device(self, body: str) -> None:
+        """The device id in "The NVIDIA GPU <bus> (PCI ID: 10de:2901) installed in this system ...",
+        whatever the driver goes on to say about that GPU: the evidence a later probe failure names."""
+        m = _THE_GPU.search(body)
+        named = device_id(body) if m else None
+        if m and named:
+            self.device_ids[_bus_id(m.group("pci"))] = named
+
+    def _numberless(self, number: int, line: str, body: str, stamp: Stamp) -> None:
+        """A crash dump, a failed init, the load banner, a GSP error, a GPU's UUID."""
         if _CRASH_DUMP in body:
             self.faults.append(GpuFault(kind=CRASH_DUMP, pci_bus_id=self.near_gpu(number),
                                         message="A GPU crash dump has been created.", line=line, time=stamp.time,
@@ -215,7 +344,41 @@ class _Read:
         if failed is not None:
             self.faults.append(failed)
             return
+        version = driver_version(body)
+        if version is not None:
+            self.versions.append((number, version))
+            return
+        gsp = gsp_error(body)
+        if gsp is not None:
+            message, gpu, bus = gsp
+            self.gsp.append(GspError(message=message, line=line, gpu=gpu, pci_bus_id=bus, time=stamp.time,
+                                     uptime_s=stamp.uptime_s, driver_version=self.version_at(number)))
+            return
         _record_uuid(body, self.uuids)
+
+    def version_at(self, number: int) -> str | None:
+        """The driver version loaded when line `number` was logged: the banner before it."""
+        return self.versions[-1][1] if self.versions and self.versions[-1][0] < number else None
+
+    def log(self) -> KernelGpuLog:
+        first = self.versions[0][1] if self.versions else None  # a banner after the errors is the same load's
+        gsp = [e if e.driver_version else msgspec.structs.replace(e, driver_version=first) for e in self.gsp]
+        return KernelGpuLog(xids=_merge_legacy(self.xids, self.legacy), sxids=self.sxids, gpu_uuids=self.uuids,
+                            lines=len(self.lines), faults=self.faults,
+                            driver_version=self.versions[-1][1] if self.versions else None,
+                            gsp_errors=gsp, aer=self.aer.events())
+
+
+def unquoted(body: str) -> str:
+    """A kernel message another tool quoted (`[XID found] (54 minutes ago) "NVRM: Xid ...\\n"`)
+    without its closing quote and the `\\n` escape before it: the message is what the
+    kernel logged. A message not opened by a quote is returned as it is."""
+    at = min((i for i in (body.find("NVRM:"), body.find("SXid")) if i >= 0), default=-1)
+    if at <= 0 or body[at - 1] not in "\"'":
+        return body
+    end = body.rfind(body[at - 1])
+    inner = body[at:end] if end > at else body[at:]
+    return body[: at - 1] + (inner[:-2] if inner.endswith("\\n") else inner)
 
 
 def _mentions_kernel(line: str) -> bool:
@@ -236,6 +399,7 @@ def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
     if not m:
         return None
     pid, process, message = _pid_name(m.group("rest") or "")
+    cause = _CAUSED_BY.search(message)
     return XidEvent(
         code=int(m.group("code")),
         pci_bus_id=_bus_id(m.group("pci")),
@@ -245,7 +409,23 @@ def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
         process=process,
         time=stamp.time,
         uptime_s=stamp.uptime_s,
+        caused_by=int(cause.group("code")) if cause else None,
+        **_nvlink5(message),
     )
+
+
+def _nvlink5(message: str) -> dict[str, Any]:
+    """`RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 ...)` -> unit, severity, link, status.
+
+    Blackwell's NVLink5 Xids (144-150) name the unit that saw the error, whether it is
+    fatal, and the link (-1: none in particular); a capture cut before the status words
+    still gives the rest."""
+    m = _NVLINK5.match(message)
+    if not m:
+        return {}
+    words = _HEX_WORD.findall(m.group("words") or "")
+    return {"unit": m.group("unit"), "severity": m.group("severity"), "link": int(m.group("link")),
+            "status": words[:_STATUS_WORDS]}
 
 
 def _pid_name(rest: str) -> tuple[int | None, str | None, str]:
@@ -305,11 +485,12 @@ def _not_responding(body: str, line: str, stamp: Stamp, lines: list[str], number
     m = _THE_GPU.search(body)
     if not m:
         return None
-    if _FALLEN not in body[m.end():] and not any(
-        _FALLEN in nxt for nxt in lines[number + 1 : number + 1 + _CONTINUATION_LINES]
-    ):
+    after = lines[number + 1 : number + 1 + _CONTINUATION_LINES]
+    if _FALLEN not in body[m.end():] and not any(_FALLEN in nxt for nxt in after):
         return None
-    return _legacy_79(m.group("pci"), "GPU has fallen off the bus and is not responding to commands.", line, stamp)
+    lost = _legacy_79(m.group("pci"), "GPU has fallen off the bus and is not responding to commands.", line, stamp)
+    named = device_id(body) or next((d for d in map(device_id, after) if d), None)
+    return msgspec.structs.replace(lost, pci_device_id=named) if named else lost
 
 
 def _legacy_79(pci: str, message: str, line: str, stamp: Stamp) -> XidEvent:
@@ -375,6 +556,8 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
         xids=[e for e in log.xids if e.time is None or e.time >= t],
         sxids=[e for e in log.sxids if e.time is None or e.time >= t],
         faults=[e for e in log.faults if e.time is None or e.time >= t],
+        gsp_errors=[e for e in log.gsp_errors if e.time is None or e.time >= t],
+        aer=[e for e in log.aer if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
         since=t,
     )

@@ -84,7 +84,12 @@ PREFIXES = {
             "kernel: NVRM: ", "2024-01-01T00:00:00+00:00 host kernel: ",
             # the line layer's labels and shapes before kernlog's stamps (parsers/lines.py)
             "0: [  1.0] NVRM: Xid (PCI:", "\x1b[32m[  1.0]\x1b[0m NVRM: ", "[1,0]<stdout>:NVRM: Xid (PCI:0000:1b:00): ",
-            "NVRM: \x1b[", "[0;31mNVRM: "],
+            "NVRM: \x1b[", "[0;31mNVRM: ",
+            # AER, probe, banner, NVLink5, GSP and quoted shapes (parsers/pcie_aer.py, nvrm_load.py)
+            "pcieport 0000:00:02.0: AER: ", "pcieport 0000:00:02.0: PCIe Bus Error: severity=",
+            "pcieport 0000:00:02.0:    [ ", "nvidia: probe of 0000:18:00.0 failed with error ",
+            "NVRM: loading NVIDIA UNIX x86_64 ", "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 1 (",
+            "NVRM: GSP timed out ", "[XID found] \"NVRM: Xid (PCI:...): 79, \"", "               NVRM: "],
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <"],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: "],

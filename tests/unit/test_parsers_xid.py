@@ -107,6 +107,9 @@ FAULTS = {
     "syslog-old-driver-xid79-crash-dump.txt": {("crash-dump", "0000:01:00.0"): 1},
     "dmesg-rminitadapter-failed-gsp.txt": {("init-failed", "0000:01:00.0"): 1},
     "syslog-old-rminitadapter-failed-no-bus-id.txt": {("init-failed", None): 1},
+    # "nvidia: probe of 0000:5d:00.0 failed with error -1": the driver refused the GPU it lost
+    "syslog-probe-fallen-off-bus-three-lines.txt": {("init-failed", "0000:5d:00.0"): 1},
+    "dmesg-probe-fallen-off-bus-continuation.txt": {("init-failed", "0000:5d:00.0"): 1},
 }
 
 
