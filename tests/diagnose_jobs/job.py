@@ -48,6 +48,34 @@ ones above are unchanged by them:
               buffers' broadcast
   straggler   with --slow-factor F: the culprit's compute takes F times as long
 
+Variants added for the third held-out set (tests/fixtures/diagnose-jobs/held-out-3/); the
+ones above are unchanged by them:
+
+  hookraise   every rank runs autograd (a loss, backward) with a gradient hook; the culprit's
+              hook raises (RuntimeError: gradient clipping sees an inf) inside backward()
+  autograd    a custom autograd Function (ScaledGelu) whose backward raises on the culprit
+  keyerror    the batch comes from a Dataset's __getitem__; the culprit's index map lacks the
+              sample of step --at (KeyError)
+  shortdata   the culprit's shard holds --at batches: its loop ends, it logs that training is
+              done and calls destroy_process_group (no final barrier) while its peers wait
+  osexit      a loader worker thread calls os._exit(2): the process ends, nothing printed
+  threaddied  a decode thread raises (uncaught: "Exception in thread") and the main thread
+              waits forever (no timeout) for the batch it would have handed over
+  pollloop    the rank polls for a file that never appears (time.sleep in a loop), outside any
+              collective
+  fifo        torch.save of the checkpoint to a path that is a FIFO nobody reads (blocks in open)
+  wrongsrc    every step a config broadcast from rank 0; at --at the culprit calls it with
+              itself as the source (its "is main" test is wrong), same size
+  gatherlen   every step an all_gather of a metric; at --at the culprit's output list has one
+              tensor fewer than the world size
+  rsmix       every step the loss is reduced with reduce_scatter_tensor; at --at the culprit
+              uses all_reduce
+  twobarrier  every step a barrier; at --at the culprit calls barrier twice
+  grouporder  two groups of all ranks (grads, metrics) made with new_group; the culprit makes
+              them in the other order, then every step each rank all_reduces on its "grads"
+  nthstraggler  the culprit's step is --slow s slower on every --slow-every-th step (progressing)
+  uneven      healthy: rank r's compute is --step-time * (1 + --uneven * r) every step
+
 Before its fault a rank writes MARK/rank<R>.json ({rank, pid, step}); every rank writes
 it at the start too (step -1), so the harness knows the pids. --timeout is the collective
 timeout; --record wraps main in torchelastic's @record.
@@ -98,6 +126,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--sync-every", type=int, default=2)
     ap.add_argument("--mark", default="", help="a folder for the harness' markers")
     ap.add_argument("--record", action="store_true", help="torchelastic's @record around main")
+    ap.add_argument("--slow-every", type=int, default=0, help="nthstraggler: slow on every Nth step")
+    ap.add_argument("--uneven", type=float, default=0.0, help="uneven: rank r computes (1 + UNEVEN * r) times as long")
     return ap.parse_args(argv)
 
 
@@ -144,6 +174,62 @@ def load_config(broken: bool) -> dict:
     return {"lr": parse_learning_rate("3e-4," if broken else "3e-4")}
 
 
+class ClipGradient:
+    """A gradient hook that refuses an infinite gradient (as a clipping guard does)."""
+
+    def __init__(self, broken: bool, step: int) -> None:
+        self.broken = broken
+        self.step = step
+
+    def __call__(self, grad):
+        import torch
+
+        if self.broken:
+            grad = grad * float("inf")
+        if not bool(torch.isfinite(grad).all()):
+            raise RuntimeError(f"clip_grad: non-finite gradient norm at step {self.step}")
+        return grad
+
+
+def scaled_gelu_function():
+    """A custom autograd Function, made when first needed (torch is imported lazily)."""
+    import torch
+
+    class ScaledGelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, broken: bool):
+            ctx.save_for_backward(x)
+            ctx.broken = broken
+            return torch.nn.functional.gelu(x) * 0.5
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            (x,) = ctx.saved_tensors
+            if ctx.broken:
+                raise FloatingPointError("ScaledGelu.backward: overflow in the gelu derivative")
+            return grad_out * 0.5 * torch.sigmoid(1.702 * x), None
+
+    return ScaledGelu
+
+
+class ShardDataset:
+    """A map-style dataset: sample ids of the rank's shard -> tensors."""
+
+    def __init__(self, rank: int, missing: int | None) -> None:
+        import torch
+
+        self.index = {f"sample-{rank}-{i:05d}": torch.ones(16, 8) * (rank + 1) for i in range(64)}
+        self.rank = rank
+        if missing is not None:
+            del self.index[self.key(missing)]  # a sample the index file lists but the shard lacks
+
+    def key(self, i: int) -> str:
+        return f"sample-{self.rank}-{i:05d}"
+
+    def __getitem__(self, i: int):
+        return self.index[self.key(i)]
+
+
 def die_with_parent() -> None:
     """A child that the kernel kills when its parent (the rank) dies: nothing outlives the job."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -159,6 +245,8 @@ class Job:
         self.rng = random.Random(rank)
         self.groups: list = []
         self.metrics_lock = threading.Lock()
+        self.dataset = None
+        self.grads_group = None
 
     def faulty(self, step: int, *faults: str) -> bool:
         return self.culprit and step == self.args.at and self.args.fault in faults
@@ -182,12 +270,47 @@ class Job:
             time.sleep(self.rng.uniform(0, self.args.jitter))
         if self.args.fault == "queue":
             return self.prefetched(step)
+        if self.args.fault in ("keyerror", "osexit", "threaddied"):
+            return self.load_batch_held_out_3(step)
         if self.args.fault == "transform":
             batch = torch.ones(16, 8) * (self.rank + 1)
             if self.faulty(step, "transform"):
                 batch[5, 3] = -255.0  # a corrupt image decodes to negative pixels
             return apply_transforms(batch, step)
         return torch.ones(16, 8) * (self.rank + 1)
+
+    def load_batch_held_out_3(self, step: int):
+        if self.args.fault == "keyerror":
+            if self.dataset is None:
+                self.dataset = ShardDataset(self.rank, self.args.at if self.culprit else None)
+            return self.dataset[step]
+        if self.args.fault == "osexit":
+            worker = threading.Thread(target=self.loader_worker, args=(step,), name="loader-worker-0")
+            worker.start()
+            worker.join()
+            return self.load_batch_plain()
+        return self.decoded(step)
+
+    def load_batch_plain(self):
+        import torch
+
+        return torch.ones(16, 8) * (self.rank + 1)
+
+    def loader_worker(self, step: int) -> None:
+        if self.faulty(step, "osexit"):
+            os._exit(2)  # a worker that ends the whole process, no word, no cleanup
+
+    def decode_shard(self, step: int, out: queue.Queue) -> None:
+        import torch
+
+        if self.faulty(step, "threaddied"):
+            raise UnicodeDecodeError("utf-8", b"\xff\xfe", 0, 1, f"invalid start byte in the shard's header (step {step})")
+        out.put(torch.ones(16, 8) * (self.rank + 1))
+
+    def decoded(self, step: int):
+        handoff: queue.Queue = queue.Queue(maxsize=1)
+        threading.Thread(target=self.decode_shard, args=(step, handoff), name=f"decode-{step}", daemon=True).start()
+        return handoff.get()  # no timeout: the thread's death is never noticed
 
     def read_shard(self, step: int, out: queue.Queue) -> None:
         import torch
@@ -223,15 +346,39 @@ class Job:
                 batch = batch.clone()
                 batch[2, 1] = float("nan")
             batch = batch + model_forward(batch, step)
+        if self.args.fault in ("hookraise", "autograd"):
+            self.backward(step)
         straggling = self.culprit and self.args.fault == "straggler"
         compute = self.args.step_time * (self.args.slow_factor if straggling else 1.0)
-        end = time.monotonic() + compute + (self.args.slow if straggling else 0.0)
+        end = time.monotonic() + compute + (self.args.slow if straggling else 0.0) + self.extra_compute(step)
         if self.faulty(step, "busy"):
             end = time.monotonic() + self.args.hang
         x = 0
         while time.monotonic() < end:  # compute
             x += 1
         return batch[:3, :4] * 0.5
+
+    def backward(self, step: int) -> None:
+        """A loss and its backward, with a gradient hook (hookraise) or a custom Function (autograd)."""
+        import torch
+
+        weight = torch.full((8, 4), 0.1, requires_grad=True)
+        x = torch.ones(16, 8) * (self.rank + 1)
+        broken = self.faulty(step, "hookraise", "autograd")
+        if self.args.fault == "hookraise":
+            weight.register_hook(ClipGradient(broken, step))
+            out = x @ weight
+        else:
+            out = scaled_gelu_function().apply(x @ weight, broken)
+        out.sum().backward()
+
+    def extra_compute(self, step: int) -> float:
+        """Seconds more than --step-time: the periodic straggler's, an uneven rank's."""
+        if self.args.fault == "nthstraggler" and self.culprit and self.args.slow_every > 0:
+            return self.args.slow if step % self.args.slow_every == self.args.slow_every - 1 else 0.0
+        if self.args.fault == "uneven":
+            return self.args.step_time * self.args.uneven * self.rank
+        return 0.0
 
     def reduce_gradients(self, grad, step: int) -> None:
         import torch
@@ -246,6 +393,9 @@ class Job:
         if self.faulty(step, "op"):
             out = [torch.empty_like(grad) for _ in range(self.world)]
             dist.all_gather(out, grad)
+            return
+        if self.args.fault == "grouporder":
+            dist.all_reduce(grad, group=self.grads_group)
             return
         if self.args.fault == "group" and self.groups and step == self.args.at:
             mine, other = self.groups if self.rank < self.world // 2 else self.groups[::-1]
@@ -272,6 +422,27 @@ class Job:
             sys.exit(1)  # a guard that gives up without a word
         if self.faulty(step, "subproc"):
             self.upload_checkpoint()
+        if self.faulty(step, "pollloop"):
+            self.wait_for_checkpoint_slot()
+        if self.faulty(step, "fifo"):
+            self.write_checkpoint_to_fifo(step)
+
+    def wait_for_checkpoint_slot(self) -> None:
+        # polls for a lock file another service should write: it never does (not busy: sleeps)
+        ready = os.path.join(self.args.mark or "/nonexistent", f"slot-ready-{self.rank}")
+        deadline = time.monotonic() + self.args.hang
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def write_checkpoint_to_fifo(self, step: int) -> None:
+        import tempfile
+
+        import torch
+
+        folder = self.args.mark or tempfile.mkdtemp(prefix="ckpt-")
+        path = os.path.join(folder, f"ckpt-rank{self.rank}-step{step}.pt")
+        os.mkfifo(path)  # a mount that swallows writes: open() for writing waits for a reader
+        torch.save({"step": step, "weights": torch.ones(4)}, path)
 
     def upload_checkpoint(self) -> None:
         # an upload tool that hangs: the rank waits for its child
@@ -301,6 +472,22 @@ class Job:
             self.exchange(step)
         if self.args.fault == "skipbarrier" and not self.faulty(step, "skipbarrier"):
             dist.barrier()
+        self.extra_collectives_held_out_3(step)
+
+    def extra_collectives_held_out_3(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.args.fault == "wrongsrc":
+            config = torch.zeros(6)
+            dist.broadcast(config, src=self.rank if self.faulty(step, "wrongsrc") else 0)
+        if self.args.fault == "gatherlen":
+            n = self.world - 1 if self.faulty(step, "gatherlen") else self.world
+            dist.all_gather([torch.empty(2) for _ in range(n)], torch.ones(2) * self.rank)
+        if self.args.fault == "twobarrier":
+            dist.barrier()
+            if self.faulty(step, "twobarrier"):
+                dist.barrier()  # a second one in a helper the others do not call
 
     def exchange(self, step: int) -> None:
         """Ranks 2k and 2k+1 swap a halo; the even one sends first, unless it is a culprit at --at."""
@@ -318,6 +505,18 @@ class Job:
             dist.recv(into, partner)
             dist.send(out, partner)
 
+    def reduce_loss_scattered(self, loss, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.faulty(step, "rsmix"):
+            dist.all_reduce(loss)  # an old code path on this rank
+            return
+        full = loss.repeat(self.world)
+        part = torch.empty(1)
+        dist.reduce_scatter_tensor(part, full)
+        loss.copy_(part)
+
     def train_step(self, step: int) -> bool:
         import torch
         import torch.distributed as dist
@@ -325,6 +524,9 @@ class Job:
         started = time.monotonic()
         if step == self.args.at and self.culprit:
             self.mark(step)
+        if self.faulty(step, "shortdata"):
+            log.info("rank %d: epoch done after %d steps (its shard is shorter)", self.rank, step)
+            return False
         try:
             batch = self.load_batch(step)
         except StopIteration:
@@ -337,7 +539,10 @@ class Job:
         self.extra_collectives(step)
         self.sync_buffers(step)
         loss = torch.tensor([float(grad.sum())])
-        dist.all_reduce(loss)
+        if self.args.fault == "rsmix":
+            self.reduce_loss_scattered(loss, step)
+        else:
+            dist.all_reduce(loss)
         log.info("step %d loss %.3f (%.2f s)", step, loss.item() / self.world, time.monotonic() - started)
         return True
 
@@ -351,14 +556,31 @@ class Job:
         if self.args.fault == "group":
             half = self.world // 2
             self.groups = [dist.new_group(list(range(half))), dist.new_group(list(range(half, self.world)))]
+        if self.args.fault == "grouporder":
+            self.make_groups_in_order()
         self.mark(-1)
         for step in range(self.args.steps):
             if not self.train_step(step):
+                if self.args.fault == "shortdata":
+                    log.info("training done")
+                    dist.destroy_process_group()
                 return 0
         dist.barrier()
         log.info("training done")
         dist.destroy_process_group()
         return 0
+
+
+    def make_groups_in_order(self) -> None:
+        import torch.distributed as dist
+
+        everyone = list(range(self.world))
+        if self.culprit:  # its setup code builds the metrics group first
+            _metrics = dist.new_group(everyone)
+            self.grads_group = dist.new_group(everyone)
+        else:
+            self.grads_group = dist.new_group(everyone)
+            _metrics = dist.new_group(everyone)
 
 
 def main() -> int:

@@ -100,6 +100,57 @@ def test_every_logs_mode_job_of_the_second_held_out_set_has_its_saved_output():
     assert {p.name for p in saved.iterdir() if p.is_dir()} == logs  # nothing saved for a job not in the table
 
 
+def test_the_third_held_out_set_loads_and_is_as_varied_as_asked():
+    """held-out-3 replaces held-out and held-out-2 (both read while rules were written) as the
+    unseen jobs: at least 24, 20 failing and 4 healthy or slow, 8 live, every launcher, with
+    and without `hc run`, worlds 2-8, several culprits at once, in shapes and names no
+    earlier set has, and mechanisms (job.py variants) none of them uses."""
+    held3 = harness.held_out("held-out-3")
+    assert len(held3) >= 24 and len({sc.name for sc in held3}) == len(held3)
+    assert sum(sc.truth != "none" for sc in held3) >= 20 and sum(sc.truth == "none" for sc in held3) >= 4
+    assert sum(sc.mode == "live" for sc in held3) >= 8 and any(sc.mode == "logs" for sc in held3)
+    assert {sc.launcher for sc in held3} == {"plain", "torchrun", "mpirun"}
+    assert {sc.hcrun for sc in held3} == {True, False}
+    assert {sc.world for sc in held3} == set(range(2, 9))
+    assert sum(len(sc.expected_ranks) > 1 for sc in held3) >= 2
+    assert {sc.truth for sc in held3} <= set(harness.CLASSES)
+    for sc in held3:
+        assert all(0 <= r < sc.world for r in sc.culprits + sc.expected_ranks), sc.name
+        assert sc.truth != "none" or not sc.expected_ranks, sc.name
+
+    def shape(sc: harness.Scenario) -> tuple:
+        return (sc.fault, sc.world, sc.culprits, sc.launcher, sc.mode, sc.hcrun, sc.labelled, sc.args,
+                sc.rank_env, sc.port_taken)
+
+    earlier = TUNING + harness.held_out("held-out") + harness.held_out("held-out-2")
+    assert not {shape(sc) for sc in held3} & {shape(sc) for sc in earlier}
+    assert not {sc.name for sc in held3} & {sc.name for sc in earlier}
+    assert not {sc.slug for sc in held3} & {sc.slug for sc in earlier}
+    # new mechanisms: every failing job's variant is one no earlier set uses ("none" with a
+    # launch fault in rank_env aside)
+    assert not {sc.fault for sc in held3 if sc.fault != "none"} & {sc.fault for sc in earlier}
+
+
+def test_every_logs_mode_job_of_the_third_held_out_set_has_its_saved_output():
+    held3 = harness.held_out("held-out-3")
+    saved = harness.SAVED["held-out-3"]
+    logs = {sc.slug for sc in held3 if sc.mode == "logs"}
+    assert len(logs) == sum(sc.mode == "logs" for sc in held3)  # no two share a folder
+    for slug in sorted(logs):
+        folder = saved / slug
+        assert folder.is_dir() and any(folder.rglob("*.log")), f"no saved output in {folder}"
+    assert {p.name for p in saved.iterdir() if p.is_dir()} == logs  # nothing saved for a job not in the table
+
+
+def test_the_third_held_out_sets_new_variants_are_in_the_job():
+    """Each variant held-out-3 names is one job.py knows (documented in its docstring): a
+    misspelt fault would run a healthy job labelled as a failing one."""
+    from diagnose_jobs import job
+
+    for sc in harness.held_out("held-out-3"):
+        assert sc.fault == "none" or f"\n  {sc.fault} " in job.__doc__, sc.fault
+
+
 def test_an_unknown_held_out_set_is_refused():
     with pytest.raises(ValueError):
         harness.held_out("held-out-9")
