@@ -273,6 +273,7 @@ class _Table:
         self.suffix = piped and line.text.strip().endswith("|")  # -O Field:| ends every cell with "|"
         self.rows: list[dict[str, str]] = []
         self.last_raw = 0  # the width of the row read last (0: the last line was no row)
+        self.joined = 0  # wrapped tails joined to the last row (at most WRAP_MOST: linear time)
 
     def cells(self, text: str) -> dict[str, str] | None:
         if not self.piped:
@@ -286,16 +287,23 @@ class _Table:
         """`line` is the rest of the last row's host list, hard-wrapped onto a line of its own
         by the terminal: one word, no blank before it, after a row as wide as a terminal."""
         text = line.text
-        if self.piped or not self.rows or self.last_raw < WRAP_MIN or self.names[-1] not in _LIST_COLUMNS:
+        if self.piped or not self.rows or self.last_raw < WRAP_MIN or self.joined >= WRAP_MOST:
+            return False
+        if self.names[-1] not in _LIST_COLUMNS:
             return False
         if not text or text[:1].isspace() or len(text.split()) != 1:
             return False
         last = self.rows[-1]
         last[self.names[-1]] += text.strip()
+        self.joined += 1
+        width = len(line.raw.rstrip("\r"))
+        # a tail as wide as the row was wrapped again; a shorter one ends the row
+        self.last_raw = width if width == self.last_raw else 0
         return True
 
 
 WRAP_MIN = 40  # a terminal narrower than this wraps nothing a health judgement reads
+WRAP_MOST = 16  # tails joined to one row: a host list is at most a few terminal lines
 _LIST_COLUMNS = ("NODELIST", "HOSTNAMES")
 
 
@@ -334,6 +342,7 @@ class _Reading:
         if cells is not None:
             table.rows.append(cells)
             table.last_raw = len(line.raw.rstrip("\r"))
+            table.joined = 0
         elif not table.wrapped_tail(line):
             self.unrecognized.note(line)
             if self.misfit is None and table.names:
