@@ -218,3 +218,25 @@ def test_a_port_block_the_paste_cuts_is_marked_cut_not_dropped_or_completed():
     # a whole block is no cut, and a CA whose ports are shown is not listed without them
     whole = parse_ibstat((CORPUS / "ibstat/h100-ib-some-down-disabled.txt").read_text())
     assert not any(p.cut for p in whole.ports) and whole.cas_without_ports == []
+
+
+def _headless(text: str) -> str:
+    """A real perfquery output with its '# ... counters: Lid N port N' lines cut (as a
+    paste that starts at the counters, after a prompt): a transformation, not a capture."""
+    return "$ perfquery -x\n" + "".join(line for line in text.splitlines(keepends=True)
+                                        if "counters:" not in line.lower())
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "field/issues/perfquery/x-extended-lid10-capmask2-rhel75.txt",
+                                  CORPUS / "perfquery/switch-2port-extended-clean.txt"], ids=lambda p: p.name)
+def test_perfquery_blocks_without_their_header_are_read_by_their_port_select(path):
+    whole = parse_perfquery(path.read_text())
+    cut = parse_perfquery(_headless(path.read_text()))
+    assert [(p.port, p.lid, p.counters) for p in cut.ports] == [(p.port, None, p.counters) for p in whole.ports]
+
+
+def test_perfquery_counters_without_header_or_port_select_are_not_read():
+    text = (FIXTURES / "field/issues/perfquery/x-extended-lid10-capmask2-rhel75.txt").read_text()
+    with pytest.raises(ParseError):
+        parse_perfquery("".join(line for line in _headless(text).splitlines(keepends=True)
+                                if not line.startswith("PortSelect")))
