@@ -168,6 +168,9 @@ def explain(tool: str, parse: Callable[[Any], Any], data: str | bytes) -> tuple[
         listed = by_unrecognized(data, unrecognized)
         how, note = "unrecognized", (f"the {tool} parser says which lines it did not read, not which part "
                                     "read the others")
+    elif facts is None:
+        listed = []
+        how, note = "none", f"the {tool} parser refused the text before saying which lines it read"
     else:
         listed = []
         how, note = "none", f"the {tool} parser does not explain its reading per line yet"

@@ -94,3 +94,9 @@ def test_table_format_without_explain_is_a_usage_error():
 def test_the_recording_is_undone_after_the_parse():
     explain("nccl-tests", parser_for("nccl-tests"), NCCL_TESTS.read_text())
     assert nccl_tests.dispatch is lines.dispatch
+
+
+def test_a_refusal_by_a_parser_without_handlers_says_so_plainly():
+    text = SINFO_AFTER_PROMPTS.read_text().splitlines()[:2]  # the prompt and slurmd -C's line: no table
+    r = run_hc("parse", "sinfo", "-", "--explain", input=("\n".join(text) + "\n").encode())
+    assert r.returncode == 4 and "refused the text" in r.stdout.decode() and "refused: sinfo" in r.stdout.decode()
