@@ -330,8 +330,8 @@ class _Reading:
                 self.tables.append(_Table(line, [], False))  # closes the table: no row fits this one
         elif (header := _header(line.text)) is not None:
             self.tables.append(_Table(line, *header))
-        elif table is None and self.timestamp is None and _TIMESTAMP_LINE.match(text):
-            self.timestamp = text  # -l's first line
+        elif (table is None or not table.names) and self.timestamp is None and _TIMESTAMP_LINE.match(text):
+            self.timestamp = text  # -l's first line (also after a prompt closed a table)
         elif table is None:
             self.loose.append(line)
         else:

@@ -254,3 +254,12 @@ def test_a_line_that_fits_no_column_among_rows_is_counted_not_a_refusal():
     report = parse_sinfo("\n".join(text) + "\n")
     assert [r.partition for r in report.rows] == ["static", "compute", "debug"]
     assert report.unrecognized.count == 1 and report.unrecognized.sample[0].line == 4
+
+
+def test_a_long_listing_after_another_table_keeps_its_timestamp():
+    reasons = (DIR / "slurm-22.05-R-reasons-truncated-20.txt").read_text()
+    long = (DIR / "slurm-22.05-N-l-two-partitions-down-star.txt").read_text()
+    report = parse_sinfo("$ sinfo -R\n" + reasons + "$ sinfo -N -l\n" + long)
+    alone = parse_sinfo(long)
+    assert report.timestamp == alone.timestamp and report.timestamp
+    assert report.rows[3:] == alone.rows and report.unrecognized.count == 0
