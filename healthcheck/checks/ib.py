@@ -70,8 +70,12 @@ def _is_compute(port: IbPort, ib: IbLimits) -> bool:
 def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
     """The fabric's compute HCAs are all present and every port of them is Active/LinkUp at the expected rate."""
     ib = limits.ib
-    if not ib_ports.ports and not ib_ports.errors and ib.hca_count is None:
+    if not ib_ports.ports and not ib_ports.errors and not ib_ports.cas_without_ports and ib.hca_count is None:
         raise NotApplicable("no InfiniBand HCA found and the fabric expects none")
+    if ib_ports.cas_without_ports:  # named, but the output shows none of their ports: unread, not absent
+        named = [c.ca for c in ib_ports.cas_without_ports]
+        yield catalogue.TOOL_FAILED(Status.ERROR, "InfiniBand HCAs listed without their ports: " + ", ".join(named[:8]),
+                                    value=len(named))
     if ib_ports.errors:
         yield catalogue.TOOL_FAILED(Status.ERROR, "InfiniBand HCAs or ports could not be read: "
                                     + "; ".join(ib_ports.errors[:5]), value=len(ib_ports.errors),
@@ -79,7 +83,8 @@ def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
     compute = [p for p in ib_ports.ports if _is_compute(p, ib)]
     others = [p for p in ib_ports.ports if not _is_compute(p, ib)]
     hcas = sorted({p.ca for p in compute})
-    if ib_ports.errors and ib.hca_count is not None and len(hcas) < ib.hca_count:
+    unread = bool(ib_ports.errors or ib_ports.cas_without_ports)
+    if unread and ib.hca_count is not None and len(hcas) < ib.hca_count:
         pass  # the HCAs not counted may be the ones that could not be read: the ERROR above says so
     elif ib.hca_count is not None and len(hcas) != ib.hca_count:
         message = f"{len(hcas)} compute HCAs found, expected {ib.hca_count}"

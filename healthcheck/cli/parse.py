@@ -12,28 +12,59 @@ from healthcheck.parsers import BINARY_TOOLS, TOOLS
 @click.command(epilog="Tools: " + ", ".join(f"{k} ({v[2]})" for k, v in TOOLS.items()))
 @click.argument("tool", type=click.Choice(sorted(TOOLS)))
 @click.argument("file", required=False)
-@click.option("--format", "fmt", type=click.Choice(["json"]), default="json", show_default=True,
-              help="Output format.")
-def parse(tool: str, file: str | None, fmt: str) -> int:
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default=None,
+              help="Output format: json (the default), or table (the default with --explain).")
+@click.option("--explain", is_flag=True,
+              help="Say which of the parser's handlers read each line, and which lines none read "
+                   "(a table; with --format json, an 'explain' key beside the facts). Send it with a "
+                   "sample hc reads wrongly.")
+def parse(tool: str, file: str | None, fmt: str | None, explain: bool) -> int:
     """Parse FILE (or stdin with -) as the output of TOOL and print the facts as JSON.
 
     For outputs pasted into tickets and logs analysed offline. Without FILE, stdin is
     read when it is a pipe or a file. Unparsable, empty or oversized input exits 4 with
-    a one-line reason.
+    a one-line reason (with --explain, after the explanation).
     """
     from healthcheck.cli.app import App
-    from healthcheck.core.errors import HcError
+    from healthcheck.core.errors import UsageError
     from healthcheck.parsers import parser_for
 
+    if fmt == "table" and not explain:
+        raise UsageError("--format table shows an explanation: add --explain (the facts are JSON)")
     data, source = _read_input(tool, file)
-    if tool in BINARY_TOOLS:  # a pickle: the parser reads it as data, without running anything in it
-        facts = parser_for(tool)(data)
+    payload = data if tool in BINARY_TOOLS else _text_of(data, tool, source)
+    if explain:
+        return _explain(tool, source, payload, fmt or "table")
+    facts = parser_for(tool)(payload)
+    App(fmt="json").emit_json({"tool": tool, "source": source, "facts": facts})
+    return 0
+
+
+def _text_of(data: bytes, tool: str, source: str) -> str:
+    """A text tool's input as text; NUL bytes say it is binary, no output of the tool.
+    (A BINARY_TOOLS pickle stays bytes: its parser reads it as data, running nothing in it.)"""
+    from healthcheck.core.errors import HcError
+
+    text = data.decode("utf-8", errors="replace")
+    if "\x00" in text:
+        raise HcError(f"{source}: binary data, not the text output of {tool}")
+    return text
+
+
+def _explain(tool: str, source: str, payload: str | bytes, fmt: str) -> int:
+    """The parse with which handler read each line; a refusal still exits 4, after it."""
+    from healthcheck.cli.app import App
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers import parser_for
+    from healthcheck.parsers.explain import explain, render
+
+    facts, explanation = explain(tool, parser_for(tool), payload)
+    if fmt == "json":
+        App(fmt="json").emit_json({"tool": tool, "source": source, "facts": facts, "explain": explanation})
     else:
-        text = data.decode("utf-8", errors="replace")
-        if "\x00" in text:
-            raise HcError(f"{source}: binary data, not the text output of {tool}")
-        facts = parser_for(tool)(text)
-    App(fmt=fmt).emit_json({"tool": tool, "source": source, "facts": facts})
+        click.echo(render(tool, source, explanation))
+    if explanation.refused:
+        raise ParseError(explanation.refused)
     return 0
 
 

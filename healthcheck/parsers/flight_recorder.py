@@ -10,8 +10,8 @@ dumps in tests/fixtures/flight-recorder and tests/fixtures/h100-captures):
   dict** keyed on `version` ("2.x": "2.5" in the tutorial, "2.9" in NVRx's tests, "2.10"
   from torch 2.11 and 2.13). Keys: version, pg_config {key: {name, desc, ranks: "[0, 1]"}},
   pg_status {pg name: {last_enqueued_collective, last_started_collective,
-  last_completed_collective}}, entries, comm_lib_version ("2.28.9", "" for gloo),
-  nccl_comm_state (NCCL, not kept).
+  last_completed_collective}}, entries, comm_lib_version ("2.28.9", "" for gloo; older
+  dumps, NVRx's "2.9", name it nccl_version), nccl_comm_state (NCCL, not kept).
 * each entry: record_id, pg_id, process_group (name, desc), collective_seq_id,
   p2p_seq_id, op_id, profiling_name ("nccl:all_reduce", "gloo:broadcast"),
   time_created_ns, input_sizes/dtypes, output_sizes/dtypes, state
@@ -134,6 +134,7 @@ class FlightRecorderDump(msgspec.Struct, frozen=True, omit_defaults=True):
     format: Format
     version: str  # "2.10"
     comm_lib_version: str = ""  # NCCL's version ("2.28.9"); "" for gloo
+    nccl_version: str = ""  # the dump's `nccl_version` (older dumps' name), else comm_lib_version of NCCL entries
     process_groups: tuple[FrProcessGroup, ...] = ()
     pg_status: tuple[FrPgStatus, ...] = ()
     entries: tuple[FrEntry, ...] = ()
@@ -314,6 +315,7 @@ def _convert(obj: Any, fmt: Format) -> FlightRecorderDump:
         configs = typed.convert(obj.get("pg_config") or {}, dict[str, _RawConfig], strict=False)
         statuses = typed.convert(obj.get("pg_status") or {}, dict[str, _RawStatus], strict=False)
         comm_lib = typed.convert(obj.get("comm_lib_version") or "", str, strict=False)
+        legacy_nccl = typed.convert(obj.get("nccl_version") or "", str, strict=False)
         raw_entries = typed.convert(obj.get("entries") or [], list[Any])
     except msgspec.ValidationError as exc:
         raise ParseError(f"Flight Recorder dump: {clip(str(exc), 200)}") from None
@@ -323,10 +325,12 @@ def _convert(obj: Any, fmt: Format) -> FlightRecorderDump:
             entries.append(_entry(typed.convert(raw, _RawEntry, strict=False), fmt == "json"))
         except (msgspec.ValidationError, TypeError, ValueError, IndexError):
             bad += 1
+    nccl = legacy_nccl or (comm_lib if any(e.backend == "nccl" for e in entries) else "")
     return FlightRecorderDump(
         format=fmt,
         version=version,
-        comm_lib_version=clip(comm_lib, 64),
+        comm_lib_version=clip(comm_lib or legacy_nccl, 64),
+        nccl_version=clip(nccl, 64),
         process_groups=tuple(FrProcessGroup(key=clip(k, MAX_NAME), name=clip(c.name, MAX_NAME),
                                             desc=clip(c.desc, MAX_NAME), ranks=_ranks(c.ranks))
                              for k, c in configs.items()),

@@ -123,6 +123,9 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # the NVML indexes of the job's GPUs when the facts were narrowed to them
     # (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES); None = every GPU of the node
     scoped_to: list[int] | None = None
+    # lines of `nvidia-smi -q` read without their GPU block (`nvidia-smi -q | grep GSP`):
+    # key as a name -> its values as printed; which GPU each is of is not known
+    fragment: dict[str, list[str]] = {}
 
 
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"

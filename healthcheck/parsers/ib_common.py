@@ -37,10 +37,20 @@ class IbPort(msgspec.Struct, frozen=True, omit_defaults=True):
     fw_ver: str | None = None
     lid: int | None = None
     port_guid: str | None = None
+    cut: bool = False  # the text ends inside this port's block (ibstat): the fields after the cut are unknown
 
     @property
     def name(self) -> str:
         return f"{self.ca}/{self.port}"
+
+
+class IbCa(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A CA named with none of its ports shown: seen, its ports' state unknown."""
+
+    ca: str
+    ca_type: str | None = None
+    fw_ver: str | None = None
+    port_count: int | None = None  # ibstat's "Number of ports"
 
 
 class IbPorts(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -48,6 +58,7 @@ class IbPorts(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ports: list[IbPort]
     errors: list[str] = []  # e.g. ibstat's "ibpanic: ... stat of IB device 'mlx5_8' failed"
+    cas_without_ports: list[IbCa] = []  # CAs the text names with no port block (`ibstat | grep mlx5`, a cut)
 
     @property
     def cas(self) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
+from healthcheck.parsers.ib_common import IbCa, IbPort, IbPorts, phys_state, port_state, rate_gbps
 
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
 # the same characters), so a hostile line costs its length, not its length squared;
@@ -23,48 +23,68 @@ _FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
 _LID = re.compile(r"[0-9]{1,9}")
 
 
-def parse_ibstat(text: str) -> IbPorts:
-    ports: list[IbPort] = []
-    errors: list[str] = []
-    ca: dict[str, str] | None = None
-    port: dict[str, Any] | None = None
-    saw_ca = False
+# A port block's fields, as ibstat prints them: the first three say its state; "Link
+# layer" is the last, so a block without it at the end of the text was cut there.
+_STATE_FIELDS = ("State", "Physical state", "Rate")
+_LAST_FIELD = "Link layer"
 
-    def flush_port() -> None:
-        nonlocal port
-        if port is not None and ca is not None:
-            ports.append(_port(ca, port))
-        port = None
 
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+class _Reading:
+    """The CAs and ports read so far."""
+
+    def __init__(self) -> None:
+        self.ports: list[IbPort] = []
+        self.errors: list[str] = []
+        self.cas: list[dict[str, str]] = []
+        self.port: dict[str, Any] | None = None
+        self.ported: set[str] = set()  # CAs with a port block
+
+    def flush_port(self, *, at_end: bool = False) -> None:
+        if self.port is not None and self.cas:
+            ca = self.cas[-1]
+            missing = [k for k in _STATE_FIELDS if k not in self.port]
+            cut = bool(missing) or (at_end and _LAST_FIELD not in self.port)
+            self.ports.append(_port(ca, self.port, cut=cut))
+            self.ported.add(ca["name"])
+        self.port = None
+
+    def read(self, line: str) -> None:
         m = _CA.match(line)
         if m:
-            flush_port()
-            ca = {"name": m.group("name")}
-            saw_ca = True
-            continue
-        if line.startswith(("ibpanic:", "ibwarn:", "ibstat:")):
-            errors.append(line.strip())
-            continue
-        if ca is None:
-            continue
-        m = _PORT.match(line)
-        if m:
-            flush_port()
-            port = {"num": int(m.group("num"))}
-            continue
-        m = _FIELD.match(line)
-        if m:
-            (port if port is not None else ca)[m.group("key").strip()] = m.group("value").strip()
-    flush_port()
-    if not saw_ca and text.strip() and not errors:
+            self.flush_port()
+            self.cas.append({"name": m.group("name")})
+        elif line.startswith(("ibpanic:", "ibwarn:", "ibstat:")):
+            self.errors.append(line.strip())
+        elif not self.cas:
+            return
+        elif m := _PORT.match(line):
+            self.flush_port()
+            self.port = {"num": int(m.group("num"))}
+        elif m := _FIELD.match(line):
+            (self.port if self.port is not None else self.cas[-1])[m.group("key").strip()] = m.group("value").strip()
+
+    def without_ports(self) -> list[IbCa]:
+        return [IbCa(ca=ca["name"], ca_type=ca.get("CA type") or None, fw_ver=ca.get("Firmware version") or None,
+                     port_count=int(n) if _LID.fullmatch(n := ca.get("Number of ports", "")) else None)
+                for ca in self.cas if ca["name"] not in self.ported]
+
+
+def parse_ibstat(text: str) -> IbPorts:
+    """ibstat's CA blocks -> every port, each with its CA's type and firmware. A CA named
+    with no port block (`ibstat | grep mlx5`, a paste cut after it) is listed in
+    `cas_without_ports`; a port block the text ends inside is marked `cut`, its missing
+    fields unknown, never invented."""
+    reading = _Reading()
+    for line in text.splitlines():
+        if line.strip():
+            reading.read(line)
+    reading.flush_port(at_end=True)
+    if not reading.cas and text.strip() and not reading.errors:
         raise ParseError(f"ibstat: no \"CA '...'\" block in the output (starts with {clip(text.strip(), 60)!r})")
-    return IbPorts(ports=ports, errors=errors)
+    return IbPorts(ports=reading.ports, errors=reading.errors, cas_without_ports=reading.without_ports())
 
 
-def _port(ca: dict[str, str], port: dict[str, Any]) -> IbPort:
+def _port(ca: dict[str, str], port: dict[str, Any], *, cut: bool = False) -> IbPort:
     lid = port.get("Base lid", "")
     return IbPort(
         ca=ca["name"],
@@ -77,4 +97,5 @@ def _port(ca: dict[str, str], port: dict[str, Any]) -> IbPort:
         fw_ver=ca.get("Firmware version") or None,
         lid=int(lid) if _LID.fullmatch(lid) else None,
         port_guid=port.get("Port GUID") or None,
+        cut=cut,
     )

@@ -238,6 +238,8 @@ _GPU_HEADER = re.compile(rf"^GPU\s+(?P<pci>{_PCI_ID})\s*$")
 # The key is everything before the first colon, stripped in code: a lazy key followed
 # by `\s*` made a line with a long run of spaces and no colon quadratic.
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]*+):\s?(?P<value>.*)$")
+_NOT_A_NAME = re.compile(r"[^a-z0-9]+")
+FRAGMENT_MAX = 1000  # grep'd lines of -q kept: a grep of every GPU's is a few dozen
 
 
 class _Node:
@@ -312,6 +314,7 @@ class _Scan:
         self.lost: list[LostGpu] = []
         self.init_error: str | None = None
         self.no_devices = False
+        self.loose: list[str] = []  # indented lines outside any GPU block (`nvidia-smi -q | grep GSP`)
 
 
 def _scan(text: str) -> _Scan:
@@ -344,6 +347,8 @@ def _scan(text: str) -> _Scan:
             continue
         if block is not None:
             block.append(line)
+        elif line.strip() and len(scan.loose) < FRAGMENT_MAX:
+            scan.loose.append(line)
     return scan
 
 
@@ -626,8 +631,30 @@ def _top_version(top: dict[str, str], *keys: str) -> str | None:
     return None
 
 
-def parse_nvidia_smi_q(text: str) -> GpuFacts:
-    """`nvidia-smi -q` output -> GpuFacts (source "nvidia-smi -q"). ParseError on garbage."""
+def parse_nvidia_smi_q_pasted(text: str) -> GpuFacts:
+    """`hc parse nvidia-smi-q`: also a fragment of -q, lines grep'd out of it with no GPU
+    block (`nvidia-smi -q | grep GSP`), read into `fragment`; which GPU each line is of
+    is not known, so no Gpu is made of it. (The probe reads whole reports only.)"""
+    return parse_nvidia_smi_q(text, fragments=True)
+
+
+def _fragment(lines: list[str]) -> dict[str, list[str]]:
+    """`    GSP Firmware Version   : N/A` -> {"gsp_firmware_version": ["N/A"]}: each key as a
+    name, its values in the order printed (one a GPU, when grep kept every GPU's)."""
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        kv = _KEY_VALUE.match(line.strip())
+        if kv is None or not kv.group("value").strip():
+            continue
+        name = _NOT_A_NAME.sub("_", kv.group("key").strip().lower()).strip("_")[:64]
+        if name:
+            out.setdefault(name, []).append(clip(kv.group("value").strip(), 200))
+    return out
+
+
+def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
+    """`nvidia-smi -q` output -> GpuFacts (source "nvidia-smi -q"). ParseError on garbage,
+    and (unless `fragments`) on lines of -q without a GPU block."""
     if not text or not text.strip():
         raise ParseError("nvidia-smi -q: empty output")
     scan = _scan(text)
@@ -639,6 +666,9 @@ def parse_nvidia_smi_q(text: str) -> GpuFacts:
     if not blocks and not lost and not scan.no_devices:
         if scan.init_error is not None:
             return GpuFacts(source=SOURCE, init_error=scan.init_error)
+        fragment = _fragment(scan.loose) if fragments else {}
+        if fragment:
+            return GpuFacts(source=SOURCE, fragment=fragment)
         raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {clip(text.strip(), 60)!r})")
     pci_ids = [normalize_pci(pci) for pci, _ in blocks]
     indexes, lost = assign_indexes(pci_ids, lost)

@@ -6,9 +6,11 @@ Input: one block per GPU, a title line then one line per link:
          Link 0: 26.562 GB/s
          Link 1: <inactive>
 
-A GPU without NVLink, or in MIG mode, gets a message line instead of links ("Device does
-not have or support Nvlink", "Nvlink queries are not supported for Devices in MIG
-mode"): that message is kept in `unsupported`, with the GPUs listed so far. A line of
+A GPU without NVLink, or in MIG mode, or whose links are all down, gets a message line
+instead of links ("Device does not have or support Nvlink", "Nvlink queries are not
+supported for Devices in MIG mode", "NVML: Unable to retrieve NVLink information as all
+links are inactive"): the first such message is kept in `unsupported`, and each GPU's in
+its `message` (`all_links_inactive` where NVML says so), with the GPUs listed so far. A line of
 "..." (an elision in a pasted capture) is skipped.
 
 `nvidia-smi nvlink -e` (error counters: "Link 0: Replay Errors: 0") and `-gt d` / `-gt r`
@@ -50,6 +52,10 @@ _NO_VALUE = {"n/a", "[n/a]", "not supported", "[not supported]", "unknown", "unk
 
 CounterValue = int | float | str | None
 _UNSUPPORTED = re.compile(r"not (?:have or )?support|not supported", re.IGNORECASE)
+# NVML's own message in place of a GPU's links: "NVML: Unable to retrieve NVLink information
+# as all links are inactive" (a driver's answer, a fact about that GPU, not a parse failure)
+_NVML_MESSAGE = re.compile(r"NVML: |(?:Unable|Failed) to ", re.IGNORECASE)
+_ALL_INACTIVE = re.compile(r"all (?:nvlinks|links) are inactive", re.IGNORECASE)
 
 
 class NvLinkCounters(msgspec.Struct, frozen=True):
@@ -62,6 +68,8 @@ class NvLinkGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str  # "NVIDIA H100 80GB HBM3"
     uuid: str | None = None
     links: list[NvLink] = []  # nvlink -s; empty for counter output (nothing said about link state)
+    message: str | None = None  # the driver's message in place of this GPU's links (NVML's, "not supported")
+    all_links_inactive: bool = False  # NVML said so: no NVLink of this GPU is up
     # nvlink -e / -gt d / -gt r: each link's counters, in the order printed
     counters: list[NvLinkCounters] = []
 
@@ -74,7 +82,7 @@ class NvLinkStatus(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvlink_status(text: str) -> NvLinkStatus:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi nvlink: expected text, got {type(text).__name__}")
-    gpus: list[tuple[re.Match[str], list[NvLink], dict[int, dict[str, CounterValue]]]] = []
+    gpus: list[_GpuBlock] = []
     unsupported: str | None = None
     for raw in text.splitlines():
         line = unpasted(raw).strip()
@@ -82,17 +90,44 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
             continue  # blank, or "..." where a capture's author elided GPUs
         m = _GPU.match(line)
         if m:
-            gpus.append((m, [], {}))
+            gpus.append(_GpuBlock(m))
             continue
         m = _LINK.match(line)
         if m and gpus:
-            _read_link(int(m.group("link")), m.group("value").rstrip(), gpus[-1][1], gpus[-1][2])
+            _read_link(int(m.group("link")), m.group("value").rstrip(), gpus[-1].links, gpus[-1].counters)
             continue
-        if _UNSUPPORTED.search(line) and "nvlink" in line.lower():
-            unsupported = unsupported or line
+        if _is_driver_message(line):
+            unsupported = unsupported or clip(line, 200)
+            if gpus and gpus[-1].message is None:
+                gpus[-1].message = clip(line, 200)
     if not gpus and unsupported is None:
         raise ParseError(f"nvidia-smi nvlink: no 'GPU n: ...' line; starts with {clip(text.strip(), 60)!r}")
-    return NvLinkStatus(gpus=[_gpu(m, links, counters) for m, links, counters in gpus], unsupported=unsupported)
+    return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported)
+
+
+def _is_driver_message(line: str) -> bool:
+    """"Device does not have or support Nvlink", "Nvlink queries are not supported ... MIG
+    mode", NVML's "Unable to retrieve NVLink information as all links are inactive"."""
+    if _UNSUPPORTED.search(line) and "nvlink" in line.lower():
+        return True
+    return _NVML_MESSAGE.match(line) is not None
+
+
+class _GpuBlock:
+    """One GPU's title line and what followed it."""
+
+    def __init__(self, title: re.Match[str]) -> None:
+        self.title = title
+        self.links: list[NvLink] = []
+        self.counters: dict[int, dict[str, CounterValue]] = {}
+        self.message: str | None = None
+
+    def freeze(self) -> NvLinkGpu:
+        gpu = _gpu(self.title, self.links, self.counters)
+        if self.message is None:
+            return gpu
+        return msgspec.structs.replace(gpu, message=self.message,
+                                       all_links_inactive=_ALL_INACTIVE.search(self.message) is not None)
 
 
 def _read_link(number: int, value: str, links: list[NvLink], counters: dict[int, dict[str, CounterValue]]) -> None:

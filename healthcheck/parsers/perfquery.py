@@ -43,35 +43,52 @@ _HEAD = re.compile(
 _FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*+):\.*+(?P<value>\S+)\s*$")
 
 
+class _Block:
+    """One port's counters: its header's LID and port, or (a block whose '# ... counters'
+    header line a paste lost) the port its PortSelect line names and no LID."""
+
+    def __init__(self, lid: int | None, port: int | None) -> None:
+        self.lid = lid
+        self.port = port
+        self.counters: dict[str, int] = {}
+
+    def read(self, name: str, value: str) -> None:
+        try:
+            number = int(value, 0)
+        except ValueError:
+            return
+        if name == "PortSelect":
+            if self.port is None:
+                self.port = number
+        elif name not in _SKIP:
+            self.counters[CANONICAL.get(name, name)] = number
+
+
 def parse_perfquery(text: str, ca: str = "") -> IbCounters:
-    """Parse one or more counter blocks; `ca` names the HCA when the caller knows it."""
-    ports: list[IbPortCounters] = []
-    blocks: dict[tuple[int, int], dict[str, int]] = {}
-    order: list[tuple[int, int]] = []
-    current: dict[str, int] | None = None
+    """Parse one or more counter blocks; `ca` names the HCA when the caller knows it.
+
+    A block whose header line is missing (a paste that starts at its first counter, a
+    prompt before it) is read by its PortSelect line, with no LID: the counters are
+    perfquery's whatever the header said; without PortSelect its port is unknown and
+    the block is not read."""
+    blocks: dict[tuple[int | None, int | None], _Block] = {}
+    current: _Block | None = None
     for line in text.splitlines():
         m = _HEAD.match(line.strip())
         if m:
             key = (int(m.group("lid")), int(m.group("port")))
-            if key not in blocks:  # -x and -E blocks of one port merge
-                blocks[key] = {}
-                order.append(key)
-            current = blocks[key]
+            current = blocks.setdefault(key, _Block(*key))  # -x and -E blocks of one port merge
             continue
         if "iberror" in line or line.startswith("ibwarn"):
             raise ParseError(f"perfquery: {clip(line.strip())}")
         m = _FIELD.match(line.strip())
-        if m and current is not None:
-            name, value = m.group("name"), m.group("value")
-            if name in _SKIP:
-                continue
-            try:
-                number = int(value, 0)
-            except ValueError:
-                continue
-            current[CANONICAL.get(name, name)] = number
-    for lid, port in order:
-        ports.append(IbPortCounters(ca=ca, port=port, lid=lid, counters=blocks[(lid, port)]))
+        if m is None:
+            continue
+        if current is None or (m.group("name") == "PortSelect" and current.lid is None and current.counters):
+            current = blocks.setdefault((None, len(blocks)), _Block(None, None))  # a block without its header
+        current.read(m.group("name"), m.group("value"))
+    ports = [IbPortCounters(ca=ca, port=b.port, lid=b.lid, counters=b.counters)
+             for b in blocks.values() if b.port is not None]
     if not ports:
         raise ParseError(
             f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")

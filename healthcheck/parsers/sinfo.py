@@ -31,6 +31,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -88,7 +89,9 @@ class SinfoRow(msgspec.Struct, frozen=True, omit_defaults=True):
     reason_user: str | None = None
     reason_uid: int | None = None
     reason_time: str | None = None  # as printed ("2026-11-23T13:28:24"); None: "Unknown"
-    columns: dict[str, str] = {}  # every column as printed, by its header name
+    gres: str | None = None  # -O Gres: "gpu:h100:8(S:0-1)"
+    version: str | None = None  # -O Version: the node's slurmd version ("20.11.8")
+    columns: dict[str, str] = {}  # every column as printed, by its header name (a repeated one: NAME#1)
 
 
 class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -97,6 +100,7 @@ class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
     timestamp: str | None = None  # -l's first line
     rows: list[SinfoRow] = []
     error: str | None = None  # sinfo's own failure ("Unable to contact slurm controller")
+    unrecognized: Unrecognized = Unrecognized()  # lines that fit no table: a banner, another command's output
 
 
 def split_state(raw: str) -> tuple[str, list[str], bool]:
@@ -156,6 +160,8 @@ def _row(cells: dict[str, str], width: int | None = None) -> SinfoRow | None:
         reason_user=user,
         reason_uid=uid,
         reason_time=_none(cells.get("TIMESTAMP"), "Unknown", "none"),
+        gres=_none(cells.get("GRES"), "(null)"),
+        version=_none(cells.get("VERSION"), "N/A"),
         columns={k: clip(v.strip(), VALUE_MAX) for k, v in cells.items()},
     )
 
@@ -221,7 +227,21 @@ def _header(line: str) -> tuple[list[str], bool] | None:
         return None
     if not _CORE_HEADERS & set(names):
         return None
-    return names, piped
+    return unique_names(names), piped
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """A repeated header (`-O` StateCompact and StateLong both print STATE): each earlier
+    one as NAME#1, NAME#2, so no column is lost; the typed fields read the last."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, name in enumerate(names):
+        if name in names[i + 1:]:
+            seen[name] = seen.get(name, 0) + 1
+            out.append(f"{name}#{seen[name]}")
+        else:
+            out.append(name)
+    return out
 
 
 def _reason_width(header_line: str, names: list[str]) -> int | None:
@@ -235,6 +255,99 @@ def _reason_width(header_line: str, names: list[str]) -> int | None:
     else:
         width = len(header_line.rstrip("\n")) - spans[i].start()
     return width if width > len("REASON") else None
+
+
+# ---------------------------------------------------------------------------
+# Reading a paste: tables, and what is around them
+# ---------------------------------------------------------------------------
+
+
+class _Table:
+    """One header's table while it is read: its columns, and the cells of its rows."""
+
+    def __init__(self, line: Line, names: list[str], piped: bool) -> None:
+        self.header = line.text
+        self.names = names
+        self.piped = piped
+        self.width = None if piped else _reason_width(line.text, names)
+        self.suffix = piped and line.text.strip().endswith("|")  # -O Field:| ends every cell with "|"
+        self.rows: list[dict[str, str]] = []
+        self.last_raw = 0  # the width of the row read last (0: the last line was no row)
+        self.joined = 0  # wrapped tails joined to the last row (at most WRAP_MOST: linear time)
+
+    def cells(self, text: str) -> dict[str, str] | None:
+        if not self.piped:
+            return _split_spaces(text, self.names)
+        cut = text.strip()
+        if cut.endswith("|") and (self.suffix or cut.count("|") == len(self.names)):
+            cut = cut[:-1]  # the suffix after the last cell (also on a row whose header lacks it)
+        return _split_pipes(cut, self.names)
+
+    def wrapped_tail(self, line: Line) -> bool:
+        """`line` is the rest of the last row's host list, hard-wrapped onto a line of its own
+        by the terminal: one word, no blank before it, after a row as wide as a terminal."""
+        text = line.text
+        if self.piped or not self.rows or self.last_raw < WRAP_MIN or self.joined >= WRAP_MOST:
+            return False
+        if self.names[-1] not in _LIST_COLUMNS:
+            return False
+        if not text or text[:1].isspace() or len(text.split()) != 1:
+            return False
+        last = self.rows[-1]
+        last[self.names[-1]] += text.strip()
+        self.joined += 1
+        width = len(line.raw.rstrip("\r"))
+        # a tail as wide as the row was wrapped again; a shorter one ends the row
+        self.last_raw = width if width == self.last_raw else 0
+        return True
+
+
+WRAP_MIN = 40  # a terminal narrower than this wraps nothing a health judgement reads
+WRAP_MOST = 16  # tails joined to one row: a host list is at most a few terminal lines
+_LIST_COLUMNS = ("NODELIST", "HOSTNAMES")
+
+
+class _Reading:
+    """What parse_sinfo has read so far: tables, sinfo's own errors, the -l timestamp."""
+
+    def __init__(self) -> None:
+        self.tables: list[_Table] = []
+        self.errors: list[str] = []
+        self.timestamp: str | None = None
+        self.loose: list[Line] = []  # lines before any header: headerless rows, or a preamble
+        self.unrecognized = UnrecognizedLines()
+        self.misfit: tuple[str, str] | None = None  # (header, line): the first line that fit no table
+
+    def read(self, line: Line) -> None:
+        text = line.text.strip()
+        table = self.tables[-1] if self.tables else None
+        if not text:
+            return
+        if text.startswith(_ERRORS):
+            self.errors.append(clip(text))
+        elif line.noise:  # a prompt: what follows is another command's output until a header
+            if table is not None and table.names:
+                self.tables.append(_Table(line, [], False))  # closes the table: no row fits this one
+        elif (header := _header(line.text)) is not None:
+            self.tables.append(_Table(line, *header))
+        elif (table is None or not table.names) and self.timestamp is None and _TIMESTAMP_LINE.match(text):
+            self.timestamp = text  # -l's first line (also after a prompt closed a table)
+        elif table is None:
+            self.loose.append(line)
+        else:
+            self._row(table, line)
+
+    def _row(self, table: _Table, line: Line) -> None:
+        cells = table.cells(line.text) if table.names else None
+        if cells is not None:
+            table.rows.append(cells)
+            table.last_raw = len(line.raw.rstrip("\r"))
+            table.joined = 0
+        elif not table.wrapped_tail(line):
+            self.unrecognized.note(line)
+            if self.misfit is None and table.names:
+                self.misfit = (table.header, line.text)
+            table.last_raw = 0
 
 
 # ---------------------------------------------------------------------------
@@ -271,40 +384,35 @@ def fields_of_format(fmt: str) -> tuple[str, ...]:
 
 def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     """sinfo output (any layout above) -> SinfoReport. Headerless "|"-separated output
-    is read as `fmt` (default: hc's HC_FORMAT). ParseError when it is no sinfo output."""
+    is read as `fmt` (default: hc's HC_FORMAT). ParseError when it is no sinfo output.
+
+    A paste carries more than sinfo printed: a prompt and the command, a banner, another
+    command's output before the table (read from its header on), several tables (each
+    read by its own header; a prompt closes one). A line that fits no header is counted
+    in `unrecognized`, unless it is the rest of a host list the terminal hard-wrapped."""
     if not text or not text.strip():
         raise ParseError("sinfo: empty output")
-    lines = [line.replace("\x00", "") for line in text.splitlines()]
-    errors = [clip(line.strip()) for line in lines if line.strip().startswith(_ERRORS)]
-    body = [line for line in lines if line.strip() and not line.strip().startswith(_ERRORS)]
-    timestamp = None
-    if body and _TIMESTAMP_LINE.match(body[0].strip()):
-        timestamp = body.pop(0).strip()
-    if not body:
+    reading = _Reading()
+    for line in read_lines(text.replace("\x00", ""), stamps=False):
+        reading.read(line)
+    errors = reading.errors
+    tables = [t for t in reading.tables if t.names]
+    if not tables:
+        if reading.loose:
+            return _headerless([line.text for line in reading.loose], fmt, errors)
         if errors:
-            return SinfoReport(layout="error", error=errors[0], timestamp=timestamp)
+            return SinfoReport(layout="error", error=errors[0], timestamp=reading.timestamp)
         raise ParseError("sinfo: no header and no rows")
-    header = _header(body[0])
-    if header is None:
-        return _headerless(body, fmt, errors)
-    names, piped = header
-    width = None if piped else _reason_width(body[0], names)
-    suffix = piped and body[0].strip().endswith("|")  # -O Field:| ends every cell with "|"
-    rows = []
-    for line in body[1:]:
-        if piped:
-            cut = line.strip()
-            cells = _split_pipes(cut[:-1] if suffix and cut.endswith("|") else cut, names)
-        else:
-            cells = _split_spaces(line, names)
-        if cells is None:
-            raise ParseError(f"sinfo: a row that does not fit the header {clip(body[0].strip(), 80)!r}: "
-                             f"{clip(line.strip(), 80)!r}")
-        row = _row(cells, width)
-        if row is not None:
-            rows.append(row)
-    layout = "reasons" if names[0] == "REASON" else "columns"
-    return SinfoReport(layout=layout, timestamp=timestamp, rows=rows, error=errors[0] if errors else None)
+    rows = [row for t in tables for cells in t.rows if (row := _row(cells, t.width)) is not None]
+    if not rows and reading.misfit is not None:
+        header, misfit = reading.misfit
+        raise ParseError(f"sinfo: a row that does not fit the header {clip(header.strip(), 80)!r}: "
+                         f"{clip(misfit.strip(), 80)!r}")
+    for line in reading.loose:
+        reading.unrecognized.note(line)  # what came before the first table: a banner, another command
+    layout = "reasons" if tables[0].names[0] == "REASON" else "columns"
+    return SinfoReport(layout=layout, timestamp=reading.timestamp, rows=rows, error=errors[0] if errors else None,
+                       unrecognized=reading.unrecognized.freeze())
 
 
 _WHEN = re.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|none)$")

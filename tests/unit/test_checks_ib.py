@@ -143,3 +143,16 @@ def test_counters_of_non_compute_hcas_are_ignored():
 def test_no_ports_is_not_applicable():
     with pytest.raises(NotApplicable):
         list(counters(ib_counters=IbCounters(ports=[]), limits=CFG.fabric("generic")))
+
+
+def test_cas_listed_without_their_ports_are_an_error_never_no_hca_nor_a_count_fail():
+    """A capture naming CAs with none of their ports (field corpus: `ibstat | grep mlx5`)."""
+    from support import FIXTURES
+
+    from healthcheck.core import catalogue
+
+    facts = parse_ibstat((FIXTURES / "field/repos/ibstat/grep-mlx5-ca-lines-only-with-prompt.txt").read_text())
+    for fabric in ("generic", "h100-ndr400"):
+        fs = findings(port_state(ib_ports=facts, limits=CFG.fabric(fabric)))
+        assert [f.status.value for f in fs] == ["ERROR"], ids(fs)  # no FAIL: the count was not seen
+        assert fs[0].id == catalogue.TOOL_FAILED.id and "mlx5_0" in fs[0].message

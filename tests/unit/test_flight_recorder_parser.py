@@ -546,3 +546,27 @@ def test_json_with_bytes_that_are_not_utf8_in_a_string_is_a_parse_error():
     said "internal error", exit 3."""
     with pytest.raises(ParseError, match="not UTF-8"):
         parse_flight_recorder(b'{"version": "2.4", "pg_config": {"x\xff": 1}, "entries": []}')
+
+
+NVRX_DUMP = FIXTURES / "field" / "repos" / "flight-recorder" / "nvrx-lock-gil-1st-rank3.pickle"
+
+
+def test_an_older_dumps_nccl_version_key_is_surfaced_and_the_pickle_still_runs_nothing(monkeypatch):
+    """NVRx's "2.9" dumps (field corpus, tuning) name NCCL's version `nccl_version`, not
+    `comm_lib_version`: it was dropped. Read as data: no global may be looked up."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a global was looked up")
+
+    monkeypatch.setattr(pickle, "Unpickler", None)  # the restricted unpickler is bound at import, not looked up
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    d = parse_flight_recorder(NVRX_DUMP.read_bytes())
+    assert d.version == "2.9"
+    assert d.nccl_version == d.comm_lib_version == "2.27.3"
+    assert "nccl" in d.backends
+
+
+def test_a_newer_dump_names_its_nccl_version_from_comm_lib_and_gloo_none():
+    assert parse_flight_recorder(H100.read_bytes()).nccl_version == "2.28.9"
+    gloo = parse_flight_recorder((DIR / "gloo-2.13-skip-rank0.pickle").read_bytes())
+    assert gloo.nccl_version == "" and gloo.comm_lib_version == ""

@@ -238,6 +238,27 @@ def test_every_nvlink_capture(path):
     assert msgspec.json.decode(msgspec.json.encode(status), type=NvLinkStatus) == status
 
 
+def test_nvml_saying_all_links_are_inactive_is_a_fact_of_that_gpu():
+    """NVML's message in place of GPU 6's links (field corpus, tuning): it was dropped,
+    leaving a GPU with no links and nothing said. Also in the middle of a real capture:
+    it belongs to the GPU above it only."""
+    from support import FIXTURES
+
+    text = (FIXTURES / "field/repos/nvidia-smi-nvlink/a100-gpu6-all-links-inactive-nvml.txt").read_text()
+    status = parse_nvlink_status(text)
+    gpu = status.gpus[0]
+    assert (gpu.index, gpu.links, gpu.all_links_inactive) == (6, [], True)
+    assert gpu.message and "all links are inactive" in gpu.message
+    assert status.unsupported == gpu.message
+    # the same two lines between GPU 0 and GPU 1 of the real 8-GPU capture (joined here)
+    eight = (CORPUS / "nvidia-smi-nvlink/a100-8gpu-nvlink-status.txt").read_text().splitlines()
+    first_gpu1 = next(i for i, line in enumerate(eight) if line.startswith("GPU 1:"))
+    mixed = parse_nvlink_status("\n".join([*eight[:first_gpu1], *text.splitlines(), *eight[first_gpu1:]]))
+    assert [(g.index, len(g.links), g.all_links_inactive) for g in mixed.gpus[:3]] == [
+        (0, 12, False), (6, 0, True), (1, 12, False)]
+    assert [g.message for g in mixed.gpus if g.message] == [gpu.message]
+
+
 def test_nvlink_a100_names_and_uuids():
     status = parse_nvlink_status((CORPUS / "nvidia-smi-nvlink/a100-8gpu-nvlink-status.txt").read_text())
     assert status.gpus[0].name == "NVIDIA A100-SXM4-80GB"

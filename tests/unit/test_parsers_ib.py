@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support import CORPUS, corpus_files, no_hardware_outputs
+from support import CORPUS, FIXTURES, corpus_files, no_hardware_outputs
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.ib_common import phys_state, port_state, rate_gbps
@@ -192,3 +192,51 @@ def test_phys_state_decoding(raw, phys):
 @pytest.mark.parametrize("raw, rate", [("400 Gb/sec (4X NDR)", 400.0), ("200", 200.0), ("2.5 Gb/sec (1X SDR)", 2.5), ("", None), ("N/A", None)])
 def test_rate_decoding(raw, rate):
     assert rate_gbps(raw) == rate
+
+
+# ---- ibstat as the field pastes it (issue 20; tuning files of the field corpus)
+
+FIELD_IBSTAT = FIXTURES / "field"
+
+
+def test_ca_lines_without_their_ports_are_cas_seen_not_no_hca():
+    """`ibstat | grep mlx5` keeps only the CA lines: the CAs were dropped, leaving the
+    'no HCA' an empty port list means."""
+    facts = parse_ibstat((FIELD_IBSTAT / "repos/ibstat/grep-mlx5-ca-lines-only-with-prompt.txt").read_text())
+    assert facts.ports == []
+    assert [c.ca for c in facts.cas_without_ports] == [f"mlx5_{i}" for i in range(8)]
+
+
+def test_a_port_block_the_paste_cuts_is_marked_cut_not_dropped_or_completed():
+    """The cx7/cx6 paste ends after mlx5_10's `Physical state`: the port is kept with
+    what was printed, marked cut, its rate and link layer unknown."""
+    facts = parse_ibstat((FIELD_IBSTAT / "issues/ibstat/cx7-roce-200-and-cx6-disabled-cut.txt").read_text())
+    last = facts.ports[-1]
+    assert (last.ca, last.port, last.state, last.phys_state, last.cut) == ("mlx5_10", 1, "Down", "Disabled", True)
+    assert last.rate_gbps is None and last.link_layer is None
+    assert not any(p.cut for p in facts.ports[:-1])
+    # a whole block is no cut, and a CA whose ports are shown is not listed without them
+    whole = parse_ibstat((CORPUS / "ibstat/h100-ib-some-down-disabled.txt").read_text())
+    assert not any(p.cut for p in whole.ports) and whole.cas_without_ports == []
+
+
+def _headless(text: str) -> str:
+    """A real perfquery output with its '# ... counters: Lid N port N' lines cut (as a
+    paste that starts at the counters, after a prompt): a transformation, not a capture."""
+    return "$ perfquery -x\n" + "".join(line for line in text.splitlines(keepends=True)
+                                        if "counters:" not in line.lower())
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "field/issues/perfquery/x-extended-lid10-capmask2-rhel75.txt",
+                                  CORPUS / "perfquery/switch-2port-extended-clean.txt"], ids=lambda p: p.name)
+def test_perfquery_blocks_without_their_header_are_read_by_their_port_select(path):
+    whole = parse_perfquery(path.read_text())
+    cut = parse_perfquery(_headless(path.read_text()))
+    assert [(p.port, p.lid, p.counters) for p in cut.ports] == [(p.port, None, p.counters) for p in whole.ports]
+
+
+def test_perfquery_counters_without_header_or_port_select_are_not_read():
+    text = (FIXTURES / "field/issues/perfquery/x-extended-lid10-capmask2-rhel75.txt").read_text()
+    with pytest.raises(ParseError):
+        parse_perfquery("".join(line for line in _headless(text).splitlines(keepends=True)
+                                if not line.startswith("PortSelect")))

@@ -673,3 +673,33 @@ def test_q_virtualization_mode():
     assert g.virtualization_mode == "Pass-Through"
     (t,) = q("titanv-driver-560.35.03.txt").gpus
     assert t.virtualization_mode == "None"  # bare metal, as printed
+
+
+# ---- lines grep'd out of -q (issue 20; field corpus, tuning)
+
+FIELD_ALL = FIXTURES / "field"
+
+
+def test_lines_grepped_out_of_q_are_a_fragment_for_hc_parse_and_refused_by_the_probe():
+    """`nvidia-smi -q | grep "GSP"` after a prompt and another command: no GPU block, so no
+    GPU is made of it; `hc parse` keeps the lines by key. The probe's parse (whole
+    reports only) still refuses it and falls back to --query-gpu."""
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
+
+    text = (FIELD_ALL / "repos/nvidia-smi-q/grep-gsp-firmware-version-na-after-modprobe-conf.txt").read_text()
+    facts = parse_nvidia_smi_q_pasted(text)
+    assert facts.gpus == [] and facts.fragment == {"gsp_firmware_version": ["N/A"]}
+    with pytest.raises(ParseError, match="no 'GPU"):
+        parse_nvidia_smi_q(text)
+
+
+def test_a_grep_of_a_real_full_report_keeps_each_gpus_value_in_order():
+    """The real H100 -q report grep'd here for its identity lines (as `grep -E` would)."""
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
+
+    full = (FIELD_ALL / "device/nvidia-smi-q/h100-q-full-580.159.04.txt").read_text().splitlines()
+    kept = [line for line in full if re.search(r"Product Name|GSP Firmware Version", line)]
+    facts = parse_nvidia_smi_q_pasted("\n".join(kept) + "\n")
+    whole = parse_nvidia_smi_q("\n".join(full) + "\n")
+    assert facts.fragment["product_name"] == [g.name for g in whole.gpus]
+    assert len(facts.fragment["gsp_firmware_version"]) == len(whole.gpus)

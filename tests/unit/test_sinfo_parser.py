@@ -164,3 +164,102 @@ def test_a_unicode_digit_in_a_count_is_no_number_and_no_crash():
     from healthcheck.parsers.nvidia_smi_table import _int as smi_int
 
     assert (smi_int("²"), smi_int("7")) == (None, 7)
+
+
+# ---- a paste carries more than sinfo printed (issue 20; tuning files of the field corpus)
+
+FIELD_SINFO = FIXTURES / "field" / "repos" / "sinfo"
+
+
+def field(name: str) -> str:
+    return (FIELD_SINFO / name).read_text()
+
+
+@pytest.mark.parametrize(("name", "before"), [
+    ("slinky-hyperpod-eks-2-partitions-command-line-blank.txt", "sinfo"),  # the command line, no prompt
+    ("p5-o-format-after-slurmd-C-prompts.txt", "NodeName=p5-st-p5-1"),  # another command's output first
+    ("hybrid-cloud-idle-tilde-powered-down-prompt.txt", None),  # `$ sinfo`: a prompt, noise
+])
+def test_the_table_is_read_from_its_header_after_a_prompt_command_or_other_output(name, before):
+    report = parse_sinfo(field(name))
+    assert report.layout == "columns" and report.rows
+    assert all(r.partition and "$" not in r.partition for r in report.rows)
+    if before is None:
+        assert report.unrecognized.count == 0
+    else:  # what came before the table is shown, never read as a row
+        assert any(s.text.startswith(before) for s in report.unrecognized.sample)
+
+
+def test_the_powered_down_cloud_nodes_after_a_prompt_keep_their_flags():
+    rows = parse_sinfo(field("hybrid-cloud-idle-tilde-powered-down-prompt.txt")).rows
+    assert [(r.partition, r.default_partition, r.node_count, r.state, r.state_flags) for r in rows] == [
+        ("static", True, 4, "idle", []), ("compute", False, 20, "idle", ["powered_down"]),
+        ("debug", False, 10, "idle", ["powered_down"])]
+
+
+def test_O_all_fields_with_repeated_headers_an_empty_field_and_a_stray_suffix():
+    """`sinfo -O` with every field: STATE, USER and PARTITION printed twice, an empty
+    RESERVATION (`||`), and one row ending in the "|" suffix its header lacks. The row
+    with the suffix was read one column to the right before (state 'root(0)')."""
+    rows = parse_sinfo(field("gcm-O-all-fields-pipe-separated-drain-star-alloc.txt")).rows
+    assert [(r.nodes, r.state, r.state_flags, r.reason, r.gres, r.version) for r in rows] == [
+        ("node0201", "drained", ["not_responding"], "replace", "gpu:gen:8", None),
+        ("node0201", "drained", ["not_responding"], "replace", "gpu:gen:8", None),
+        ("node1537", "allocated", [], None, "gpu:gen:8(S:0-1)", "20.11.8"),
+        ("node4180", "allocated", [], None, "gpu:gen:2(S:0-1)", "20.11.8")]
+    first = rows[0].columns
+    assert first["STATE#1"] == "drain*" and first["STATE"] == "drained*" and first["RESERVATION"] == ""
+    assert first["USER#1"] == "root" and first["USER"] == "root(0)" and rows[0].reason_uid == 0
+
+
+def _hard_wrap(text: str, width: int) -> str:
+    """A terminal `width` columns wide: every longer line continued on the next."""
+    out = []
+    for line in text.splitlines():
+        while len(line) > width:
+            out.append(line[:width])
+            line = line[width:]
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_nodelist_hard_wrapped_by_the_terminal_is_joined_back():
+    """Synthetic shape from a real file: the hybrid-cloud table wrapped at 50 columns cuts
+    each host list in two; the rest lands alone on the next line."""
+    text = field("hybrid-cloud-idle-tilde-powered-down-prompt.txt")
+    clean = parse_sinfo(text)
+    wrapped = parse_sinfo(_hard_wrap(text, 50))
+    assert [r.nodes for r in wrapped.rows] == [r.nodes for r in clean.rows]
+    assert "hybridconf-compute-ghpc-[0-19]" in [r.nodes for r in wrapped.rows]
+    assert wrapped.unrecognized.count == 0
+
+
+def test_a_prompt_closes_a_table_and_the_next_header_opens_one():
+    """Two commands pasted one after the other (real outputs, joined here): the rows of
+    both tables, and what follows a prompt without a header is not read as a row."""
+    summary = field("hybrid-cloud-idle-tilde-powered-down-prompt.txt")
+    reasons = (DIR / "slurm-22.05-R-reasons-truncated-20.txt").read_text()
+    report = parse_sinfo(summary + "$ sinfo -R\n" + reasons + "$ hostname\nnode4\n")
+    assert [r.partition for r in report.rows[:3]] == ["static", "compute", "debug"]
+    assert [(r.nodes, r.reason) for r in report.rows[3:]] == [
+        ("node4", "Not responding"), ("node3", "ib cable reseat | ti"), ("node2", "hc: gpu.E020 gpu 3 X")]
+    assert [s.text for s in report.unrecognized.sample] == ["node4"]
+
+
+def test_a_line_that_fits_no_column_among_rows_is_counted_not_a_refusal():
+    """Another command's line (slurmd -C's, from the p5 file) inside a real table."""
+    other = field("p5-o-format-after-slurmd-C-prompts.txt").splitlines()[1]
+    text = field("hybrid-cloud-idle-tilde-powered-down-prompt.txt").splitlines()
+    text.insert(3, other)
+    report = parse_sinfo("\n".join(text) + "\n")
+    assert [r.partition for r in report.rows] == ["static", "compute", "debug"]
+    assert report.unrecognized.count == 1 and report.unrecognized.sample[0].line == 4
+
+
+def test_a_long_listing_after_another_table_keeps_its_timestamp():
+    reasons = (DIR / "slurm-22.05-R-reasons-truncated-20.txt").read_text()
+    long = (DIR / "slurm-22.05-N-l-two-partitions-down-star.txt").read_text()
+    report = parse_sinfo("$ sinfo -R\n" + reasons + "$ sinfo -N -l\n" + long)
+    alone = parse_sinfo(long)
+    assert report.timestamp == alone.timestamp and report.timestamp
+    assert report.rows[3:] == alone.rows and report.unrecognized.count == 0
