@@ -240,7 +240,7 @@ class _Taken:
 def _label(body: str, taken: _Taken) -> int:
     """A launcher's label at the start of body: its length (0: none)."""
     first = body[:1]
-    if "launcher" not in taken.kinds and (first == " " or first.isdigit()):
+    if "launcher" not in taken.kinds and "no-srun" not in taken.kinds and (first == " " or first.isdigit()):
         m = SRUN_LABEL.match(body)
         if m:
             taken.take("launcher", m.group(0), task=int(m.group(1)))
@@ -317,10 +317,12 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
-def peel(body: str, stamps: bool = True) -> tuple[str, _Taken]:
+def peel(body: str, stamps: bool = True, srun: bool = True) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
     each kind once; a glog prefix is the last before the message."""
     taken = _Taken()
+    if not srun:
+        taken.kinds.add("no-srun")
     steps = (_runner, _label, _stamp) if stamps else (_runner, _label)
     for _ in range(8):
         step = 0
@@ -342,18 +344,19 @@ def peel(body: str, stamps: bool = True) -> tuple[str, _Taken]:
 # ---------------------------------------------------------------- reading
 
 
-def read_lines(text: str, *, stamps: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
+def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
-    reads them itself (NCCL's own `[%F %T]` stamp before its prefix).
+    reads them itself (NCCL's own `[%F %T]` stamp before its prefix); `srun=False`
+    leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, max_line=max_line, quoted=quoted, reply=reply)
+        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply)
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
@@ -375,7 +378,7 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
     return body
 
 
-def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX_LINE,
+def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
@@ -386,14 +389,14 @@ def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply)
     pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps)[0].strip():
+    while len(pieces) > 1 and not peel(pieces[0], stamps, srun)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
     if len(pieces) > 1:
         repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps)
+        rest, taken = peel(piece, stamps, srun)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names

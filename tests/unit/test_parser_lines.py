@@ -459,3 +459,22 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     facts = json.loads(done.stdout)["facts"]
     assert set(facts) == before | {"unrecognized"}
     assert facts["unrecognized"]["count"] == 1 and facts["unrecognized"]["sample"][0]["line"] == shaped.count("\n")
+
+
+def test_py_spy_dumps_of_two_ranks_interleaved_under_srun_are_read_per_rank():
+    """`srun -l py-spy dump` on two nodes: each line labelled, the two dumps' lines taking
+    turns (built from two real dumps); each rank's process is read whole."""
+    from itertools import zip_longest
+
+    from healthcheck.parsers.py_spy import parse_py_spy
+
+    first = (FIXTURES / "py-spy" / "0.4.3-gloo-rank0-waiting-in-all_reduce.txt").read_text()
+    second = (FIXTURES / "py-spy" / "0.4.3-gloo-rank1-sleeping-before-all_reduce-locals.txt").read_text()
+    pairs = zip_longest(first.split("\n"), second.split("\n"))
+    interleaved = "\n".join(f"{task}: {line}" for a, b in pairs for task, line in ((0, a), (1, b)) if line is not None)
+    apart = parse_py_spy(first).processes + parse_py_spy(second).processes
+    assert len(apart) == 2 and all(p.threads for p in apart)
+    assert parse_py_spy(interleaved).processes == apart
+    # anyhow's own numbered causes are no srun labels
+    error = parse_py_spy((FIXTURES / "py-spy" / "0.4.3-error-no-such-pid-caused-by-backtrace.txt").read_text())
+    assert error.errors[0].reasons == ("No such file or directory (os error 2)",)

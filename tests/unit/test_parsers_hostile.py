@@ -114,7 +114,9 @@ PREFIXES = {
                   "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
-               "Permission Denied"],
+               "Permission Denied",
+               # the line layer's labels and shapes (parsers/lines.py)
+               "0: ", "0: Process 1: ", "[1,0]<stdout>:    f (", "\x1b[0;31m", "> ", "Caused by:"],
     "flight-recorder": ["", "{", '{"version": "2.10", "entries": [', "(", "\x80\x02", "}"],
     "flight-recorder-analysis": ["", "error msg: ", "error msg: Culprit rank 1; Error type: ",
                                  "collective stack trace: ", "missing ranks: {", "PGID | ", "1 | ",
