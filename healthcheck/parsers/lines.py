@@ -133,7 +133,7 @@ def quoted_paste(lines: Sequence[str]) -> bool:
         elif body.endswith("\\"):
             ending += 1
     filled = len(lines) - blank
-    return filled >= 2 and ending >= CONTINUATION_SHARE * filled
+    return filled >= 1 and ending >= CONTINUATION_SHARE * filled
 
 
 _QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")  # markdown's `> `, `> > ` (quoted again)
@@ -148,10 +148,10 @@ def quoted_reply(lines: Sequence[str]) -> bool:
         body = line.lstrip(" \t")
         if not body.strip():
             blank += 1
-        elif body[:1] == ">":
+        elif body[:1] == ">" and not body.startswith(">>> "):  # python's prompt is no quote
             quoted += 1
     filled = len(lines) - blank
-    return filled >= 2 and quoted >= CONTINUATION_SHARE * filled
+    return filled >= 1 and quoted >= CONTINUATION_SHARE * filled
 
 
 def drop_quote(text: str) -> str:
@@ -161,9 +161,11 @@ def drop_quote(text: str) -> str:
 
 
 def drop_continuation(text: str) -> str:
-    """A line's trailing ` \\` (and the blanks around it)."""
-    body = text.rstrip(" ")
-    return body[:-1].rstrip(" ") if body.endswith("\\") else text
+    """A line's trailing ` \\` (blanks after it too); the blanks before it are the line's."""
+    body = text.rstrip(" \t")
+    if body.endswith(" \\"):
+        return body[:-2]
+    return body[:-1] if body.endswith("\\") else text
 
 
 _PROMPT = re.compile(
