@@ -31,6 +31,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import read_lines
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -274,7 +275,9 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     is read as `fmt` (default: hc's HC_FORMAT). ParseError when it is no sinfo output."""
     if not text or not text.strip():
         raise ParseError("sinfo: empty output")
-    lines = [line.replace("\x00", "") for line in text.splitlines()]
+    # through the line layer: a paste's prompt line, CRLF, colours, a quoted reply or shell
+    # string mended; no stamp or srun label is taken (sinfo's first column may be either)
+    lines = [line.text.replace("\x00", "") for line in read_lines(text, stamps=False, srun=False) if not line.noise]
     errors = [clip(line.strip()) for line in lines if line.strip().startswith(_ERRORS)]
     body = [line for line in lines if line.strip() and not line.strip().startswith(_ERRORS)]
     timestamp = None

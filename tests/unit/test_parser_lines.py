@@ -159,12 +159,13 @@ def test_ansi_colour_codes_whole_half_cut_and_without_their_escape():
 def test_a_quoted_paste_loses_its_continuations_and_nothing_else():
     text = "\n".join(line + " \\" for line in NCCL_TESTS.read_text().split("\n")[:12])
     assert quoted_paste(text.split("\n"))
-    assert [x.text for x in read_lines(text)] == [x.rstrip() for x in NCCL_TESTS.read_text().split("\n")[:12]]
+    assert [x.text for x in read_lines(text)] == NCCL_TESTS.read_text().split("\n")[:12]
     # one line that ends in a backslash is kept as it is
     lone = NCCL_TESTS.read_text().split("\n")[:12]
     lone[3] += " \\"
     assert not quoted_paste(lone)
     assert drop_continuation("a \\") == "a" and drop_continuation("a") == "a"
+    assert drop_continuation("a   \\ ") == "a  "  # the column's own blanks kept
 
 
 def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
@@ -478,3 +479,27 @@ def test_py_spy_dumps_of_two_ranks_interleaved_under_srun_are_read_per_rank():
     # anyhow's own numbered causes are no srun labels
     error = parse_py_spy((FIXTURES / "py-spy" / "0.4.3-error-no-such-pid-caused-by-backtrace.txt").read_text())
     assert error.errors[0].reasons == ("No such file or directory (os error 2)",)
+
+
+SINFO = sorted((FIXTURES / "sinfo").glob("slurm-*.txt"))
+
+SINFO_SHAPES = {
+    "prompt first": lambda t: "[root@slurm-ctl ~]# sinfo\n" + t,
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
+    "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+}
+
+
+@pytest.mark.parametrize("path", SINFO, ids=lambda p: p.stem[:40])
+@pytest.mark.parametrize("shape", sorted(SINFO_SHAPES))
+def test_sinfo_reads_the_same_rows_through_every_shape(shape, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    try:
+        clean = parse_sinfo(path.read_text())
+    except ParseError:
+        pytest.skip("a capture sinfo's parser refuses as it is")
+    assert parse_sinfo(SINFO_SHAPES[shape](path.read_text())) == clean

@@ -73,7 +73,9 @@ PREFIXES = {
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
                    "ERR!", "|ERR!  "],
     "sinfo": ["", "REASON ", "node1|", "node1|idle|", "node1|idle|Unknown|", "NODELIST|STATE|", "slurm_load_partitions: ",
-              "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026"],
+              "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026",
+              # the line layer's shapes (parsers/lines.py)
+              "[root@h ~]# ", "> ", "\x1b[1m", "node1|idle|Unknown|a \\"],
     "scontrol-show-node": ["", "NodeName=", "NodeName=a ", "   Reason=", "   OS=", "   State=", "Node ", "NodeName=a Reason=x ",
                            "slurm_load_node error: "],
     "ibv_devinfo": ["", "hca_id:", "\t", "\t\tport:\t", "\t\t\tstate:\t", "GID[", "\t\t\tGID[  0]:\t", "1 HCAs found:",
