@@ -13,6 +13,7 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
+from healthcheck.parsers.lines import mended_lines
 
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
 # the same characters), so a hostile line costs its length, not its length squared;
@@ -36,7 +37,7 @@ def parse_ibstat(text: str) -> IbPorts:
             ports.append(_port(ca, port))
         port = None
 
-    for line in text.splitlines():
+    for line in mended_lines(text):
         if not line.strip():
             continue
         m = _CA.match(line)

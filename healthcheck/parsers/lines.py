@@ -411,6 +411,13 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     return out
 
 
+def mended_lines(text: str) -> list[str]:
+    """A tool's lines mended (line ends, colours, a quoted paste or reply), its prompt lines
+    left out and no stamp or srun label taken: for the table and tree parsers, whose first
+    column may look like either (a node name `12: `, a sinfo timestamp)."""
+    return [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
+
+
 # ---------------------------------------------------------------- what no handler read
 
 

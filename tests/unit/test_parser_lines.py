@@ -503,3 +503,38 @@ def test_sinfo_reads_the_same_rows_through_every_shape(shape, path):
     except ParseError:
         pytest.skip("a capture sinfo's parser refuses as it is")
     assert parse_sinfo(SINFO_SHAPES[shape](path.read_text())) == clean
+
+
+# Table and tree parsers read mended_lines: the paste's shapes mended, prompts dropped,
+# nothing taken off the front. Every real capture of each (derived-* files are not).
+def _captures(tool: str, *folders: str) -> list[tuple[str, object]]:
+    return [(tool, path) for folder in folders for path in sorted((FIXTURES / folder).glob("*.txt"))
+            if not path.name.startswith("derived")]
+
+
+TREES = (_captures("scontrol-show-node", "scontrol-show-node", "corpus/scontrol-show-node")
+         + _captures("ibstat", "corpus/ibstat") + _captures("ibstatus", "corpus/ibstatus")
+         + _captures("ibv_devinfo", "ibv_devinfo") + _captures("perfquery", "corpus/perfquery")
+         + [c for c in _captures("dcgmi-diag", "corpus/dcgmi-diag") if "json" not in c[1].name])  # JSON: not lines
+
+TREE_SHAPES = {
+    "prompt first": lambda t: "[root@gpu01 ~]# the-tool --its-options\n" + t,
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
+    "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+}
+
+
+@pytest.mark.parametrize(("tool", "path"), TREES, ids=lambda v: getattr(v, "stem", v)[:40])
+@pytest.mark.parametrize("shape", sorted(TREE_SHAPES))
+def test_table_and_tree_parsers_read_the_same_facts_through_every_shape(shape, tool, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    try:
+        clean = parse(path.read_text())
+    except ParseError:
+        pytest.skip("a capture its parser refuses as it is")
+    assert parse(TREE_SHAPES[shape](path.read_text())) == clean
