@@ -136,7 +136,8 @@ def quoted_paste(lines: Sequence[str]) -> bool:
     return filled >= 1 and ending >= CONTINUATION_SHARE * filled
 
 
-_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")  # markdown's `> `, `> > ` (quoted again)
+# markdown's `> `, `> > ` (quoted again); a `>` glued to the next is the text's (`>>> STATUS`)
+_QUOTE = re.compile(r"[ \t]{0,3}+(?:>(?:[ \t]|$)){1,8}")
 
 
 def quoted_reply(lines: Sequence[str]) -> bool:

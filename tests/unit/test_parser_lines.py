@@ -539,3 +539,22 @@ def test_table_and_tree_parsers_read_the_same_facts_through_every_shape(shape, t
     except ParseError:
         pytest.skip("a capture its parser refuses as it is")
     assert parse(TREE_SHAPES[shape](path.read_text())) == clean
+
+
+# NCCL RAS: the real replies (h100-captures, one healthy rank) and the derived files, whose
+# layout and wording are NCCL's format strings filled with made-up values (nccl-ras/README.md)
+RAS = sorted((FIXTURES / "h100-captures").glob("nccl-ras-*.txt")) + [
+    p for p in sorted((FIXTURES / "nccl-ras").glob("derived-*.txt")) if "json" not in p.name]
+
+
+@pytest.mark.parametrize("path", RAS, ids=lambda p: p.stem[:40])
+@pytest.mark.parametrize("shape", sorted(TREE_SHAPES))
+def test_nccl_ras_reads_the_same_reply_through_every_shape(shape, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers.nccl_ras import parse_nccl_ras
+
+    try:
+        clean = parse_nccl_ras(path.read_text())
+    except ParseError:
+        pytest.skip("a capture its parser refuses as it is")
+    assert parse_nccl_ras(TREE_SHAPES[shape](path.read_text())) == clean
