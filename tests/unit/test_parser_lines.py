@@ -516,7 +516,8 @@ TREES = (_captures("scontrol-show-node", "scontrol-show-node", "corpus/scontrol-
          + _captures("ibstat", "corpus/ibstat") + _captures("ibstatus", "corpus/ibstatus")
          + _captures("ibv_devinfo", "ibv_devinfo") + _captures("perfquery", "corpus/perfquery")
          + [c for c in _captures("dcgmi-diag", "corpus/dcgmi-diag") if "json" not in c[1].name]  # JSON: not lines
-         + _captures("flight-recorder-analysis", "corpus/flight-recorder"))
+         + _captures("flight-recorder-analysis", "corpus/flight-recorder")
+         + [c for c in _captures("ip-link", "ip-link") if "json" not in c[1].name])
 
 TREE_SHAPES = {
     "prompt first": lambda t: "[root@gpu01 ~]# the-tool --its-options\n" + t,
