@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -320,13 +320,15 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
-def peel(body: str, stamps: bool = True, srun: bool = True) -> tuple[str, _Taken]:
+def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
     each kind once; a glog prefix is the last before the message."""
     taken = _Taken()
     if not srun:
         taken.kinds.add("no-srun")
-    steps = (_runner, _label, _stamp) if stamps else (_runner, _label)
+    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    if stamps:
+        steps += (_stamp,)
     for _ in range(8):
         step = 0
         for peel_one in steps:
@@ -342,6 +344,32 @@ def peel(body: str, stamps: bool = True, srun: bool = True) -> tuple[str, _Taken
             break
         body = body[step:]
     return body, taken
+
+
+class Labels(NamedTuple):
+    """A line's launcher labels taken off (nothing mended, no stamp or runner read)."""
+
+    rest: str
+    task: int | None  # srun's or mpirun's
+    rank: int | None  # torch's `[rankN]:`
+    local_rank: int | None  # torchrun's `[roleN]:`
+    labelled: bool  # something was taken off
+
+    @property
+    def global_rank(self) -> int | None:
+        """`[rankN]:`; else a launcher's label, or torchrun's local rank alone (under srun,
+        a node's label and then torchrun's, no label says the rank)."""
+        if self.rank is not None:
+            return self.rank
+        return self.task if self.local_rank is None else self.local_rank if self.task is None else None
+
+
+def labels_of(text: str) -> Labels:
+    """The launcher labels at the start of one line, cheaply (for indexing many lines);
+    a runner's tag is left on (Determined's carries the line's time)."""
+    rest, taken = peel(text, stamps=False, runners=False)
+    f = taken.fields
+    return Labels(rest, f.get("task"), f.get("rank"), f.get("local_rank"), bool(taken.parts))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- reading

@@ -559,3 +559,18 @@ def test_nccl_ras_reads_the_same_reply_through_every_shape(shape, path):
     except ParseError:
         pytest.skip("a capture its parser refuses as it is")
     assert parse_nccl_ras(TREE_SHAPES[shape](path.read_text())) == clean
+
+
+def test_diagnose_indexes_a_lines_time_by_the_rank_the_layers_labels_name():
+    """diagnose/sources.py had a fifth copy of the label regex (no `<stddiag>`); it reads
+    labels_of now. A real ISO-stamped line under each launcher's label."""
+    from healthcheck.diagnose.sources import _stamps
+    from healthcheck.parsers.lines import labels_of
+
+    real = _real(FIXTURES / "diagnose-jobs" / "tuning" / "raise-torchrun-record-r1" / "torchrun.log", "[default1]:2026")
+    bare = real[len("[default1]:"):]  # `2026-11-27 13:35:43,460 INFO [train rank 1] ...`
+    text = "\n".join([f"[1,3]<stddiag>:{bare}", f" 5: {bare}", f"[default2]:{bare}", f"0: [default2]:{bare}",
+                      f"[rank11]:{bare}"])
+    index = _stamps(text, 2026)
+    assert sorted(index.by_rank) == [2, 3, 5, 11] and len(index.stamps) == 5
+    assert labels_of("0: [default2]:x").global_rank is None  # a node's label, then torchrun's local rank
