@@ -87,6 +87,10 @@ class Line(msgspec.Struct, frozen=True):
     repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
     noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
 
+    @property
+    def global_rank(self) -> int | None:
+        return rank_named(self.rank, self.task, self.local_rank)
+
 
 
 # ---------------------------------------------------------------- shape repairs
@@ -346,6 +350,15 @@ def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True
     return body, taken
 
 
+def rank_named(rank: int | None, task: int | None, local_rank: int | None) -> int | None:
+    """The global rank a line's labels name: `[rankN]:`; else a launcher's label, or
+    torchrun's local rank alone (under srun, a node's label and then torchrun's, no label
+    says the rank)."""
+    if rank is not None:
+        return rank
+    return task if local_rank is None else local_rank if task is None else None
+
+
 class Labels(NamedTuple):
     """A line's launcher labels taken off (nothing mended, no stamp or runner read)."""
 
@@ -357,11 +370,7 @@ class Labels(NamedTuple):
 
     @property
     def global_rank(self) -> int | None:
-        """`[rankN]:`; else a launcher's label, or torchrun's local rank alone (under srun,
-        a node's label and then torchrun's, no label says the rank)."""
-        if self.rank is not None:
-            return self.rank
-        return self.task if self.local_rank is None else self.local_rank if self.task is None else None
+        return rank_named(self.rank, self.task, self.local_rank)
 
 
 def labels_of(text: str) -> Labels:
