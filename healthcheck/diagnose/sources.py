@@ -51,6 +51,7 @@ from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
+from healthcheck.parsers.lines import labels_of
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -66,9 +67,6 @@ _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process 
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
 _ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
-# srun -l's `3: `, torch's `[rank3]:`, mpirun --tag-output's `[1,3]<stderr>:`, torchrun --tee's `[default3]:`
-_LABEL = re.compile(r" {0,8}(\d{1,7}): |\[rank(\d{1,7})\]: ?|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>: ?"
-                    r"|\[(?!rank\d)[A-Za-z_][\w\-]{0,63}?(\d{1,7})\]: ?")
 _PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
 _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
 
@@ -124,25 +122,12 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
 
 
 def _label(head: str) -> tuple[int | None, str, bool]:
-    """A line's labels taken off: (the rank they name, the rest, whether it had any).
-    `[rankN]:` names the rank; a launcher's label alone (srun, mpirun) too; torchrun's
-    `[default3]:` is a local rank: the rank alone, under srun's node label nothing."""
-    task = local = torch = None
-    labelled = False
-    for _ in range(3):
-        m = _LABEL.match(head)
-        if m is None:
-            break
-        labelled, head = True, head[m.end():]
-        if m.group(2):
-            torch = int(m.group(2))
-        elif m.group(4):
-            local = int(m.group(4))
-        else:
-            task = int(m.group(1) or m.group(3))
-    if torch is not None:
-        return torch, head, labelled
-    return (task if local is None else local if task is None else None), head, labelled
+    """A line's labels taken off by the line layer (parsers/lines.py): (the rank they name,
+    the rest, whether it had any). `[rankN]:` names the rank; a launcher's label alone
+    (srun, mpirun) too; torchrun's `[default3]:` is a local rank: the rank alone, under
+    srun's node label nothing."""
+    labels = labels_of(head)
+    return labels.global_rank, labels.rest, labels.labelled
 
 
 def _stamp_of(head: str, year: int) -> float | None:

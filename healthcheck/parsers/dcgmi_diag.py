@@ -49,6 +49,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import mended_lines
 
 MAX_LINE = 4096  # dcgmi's rows are 78 characters; anything longer is cut here
 MAX_TEXT = 4096  # characters of a message kept (DCGM's own messages are at most ~1 kB)
@@ -623,6 +624,6 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     if m is not None:
         return _parse_json(text, m.end() - 1)
     reader = _Reader()
-    for line in text.splitlines():
+    for line in mended_lines(text):
         reader.line(line[:MAX_LINE])
     return reader.finish(text)

@@ -47,6 +47,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import mended_lines
 
 MiB = 1024 * 1024
 MAX_DUMP_BYTES = 256 * MiB  # 20,000 entries with deep stacks are ~50 MB
@@ -675,7 +676,7 @@ def parse_fr_analysis(text: str) -> FrAnalysis:
     no_errors = 0
     current: dict[str, Any] | None = None
     in_stack = False
-    for raw in text.splitlines():
+    for raw in mended_lines(text):
         line = raw[:MAX_TEXT * 4]
         if _LOGGER_PREFIX.match(line):
             line = line[_LOGGER_PREFIX.match(line).end():]  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCa, IbPort, IbPorts, phys_state, port_state, rate_gbps
+from healthcheck.parsers.lines import mended_lines
 
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
 # the same characters), so a hostile line costs its length, not its length squared;
@@ -75,7 +76,7 @@ def parse_ibstat(text: str) -> IbPorts:
     `cas_without_ports`; a port block the text ends inside is marked `cut`, its missing
     fields unknown, never invented."""
     reading = _Reading()
-    for line in text.splitlines():
+    for line in mended_lines(text):
         if line.strip():
             reading.read(line)
     reading.flush_port(at_end=True)

@@ -8,6 +8,7 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
+from healthcheck.parsers.lines import mended_lines
 
 # One way to match each line (see ibstat.py): the key starts with a letter, so the
 # leading whitespace and the key never compete for the same spaces.
@@ -35,7 +36,7 @@ def parse_ibstatus(text: str) -> IbPorts:
                 )
             )
 
-    for line in text.splitlines():
+    for line in mended_lines(text):
         m = _HEAD.match(line)
         if m:
             flush()

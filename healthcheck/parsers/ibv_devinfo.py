@@ -24,6 +24,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import mended_lines
 
 SOURCE = "ibv_devinfo"
 VALUE_MAX = 256
@@ -267,7 +268,7 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
     if not text or not text.strip():
         raise ParseError("ibv_devinfo: empty output")
     scan = _Scan()
-    for raw in text.splitlines():
+    for raw in mended_lines(text):
         scan.line(raw)
     scan.end_device()
     if not scan.devices and scan.listed is None and not scan.no_devices and scan.error is None:

@@ -10,6 +10,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import is_prompt, mended_lines
 
 
 class Link(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -42,7 +43,7 @@ def parse_ip_link(text: str) -> IpLinks:
     stripped = text.strip()
     if not stripped:
         raise ParseError("empty output: expected `ip link` text or `ip -j link` JSON")
-    if stripped[0] in "[{":
+    if stripped[0] in "[{" and not is_prompt(stripped[:256].split("\n", 1)[0]):  # `[root@h ~]# ip link` first
         return parse_ip_link_json(stripped)
     return parse_ip_link_text(text)
 
@@ -102,7 +103,7 @@ def parse_ip_link_text(text: str) -> IpLinks:
         if current is not None:
             links.append(Link(**current))
 
-    for line in text.splitlines():
+    for line in mended_lines(text):
         m = _HEADER.match(line)
         if m:
             flush()

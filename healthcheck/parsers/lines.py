@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -86,6 +86,10 @@ class Line(msgspec.Struct, frozen=True):
     labels: str = ""  # everything taken off the front, as printed
     repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
     noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
+
+    @property
+    def global_rank(self) -> int | None:
+        return rank_named(self.rank, self.task, self.local_rank)
 
 
 
@@ -133,10 +137,11 @@ def quoted_paste(lines: Sequence[str]) -> bool:
         elif body.endswith("\\"):
             ending += 1
     filled = len(lines) - blank
-    return filled >= 2 and ending >= CONTINUATION_SHARE * filled
+    return filled >= 1 and ending >= CONTINUATION_SHARE * filled
 
 
-_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")  # markdown's `> `, `> > ` (quoted again)
+# markdown's `> `, `> > ` (quoted again); a `>` glued to the next is the text's (`>>> STATUS`)
+_QUOTE = re.compile(r"[ \t]{0,3}+(?:>(?:[ \t]|$)){1,8}")
 
 
 def quoted_reply(lines: Sequence[str]) -> bool:
@@ -148,10 +153,10 @@ def quoted_reply(lines: Sequence[str]) -> bool:
         body = line.lstrip(" \t")
         if not body.strip():
             blank += 1
-        elif body[:1] == ">":
+        elif body[:1] == ">" and not body.startswith(">>> "):  # python's prompt is no quote
             quoted += 1
     filled = len(lines) - blank
-    return filled >= 2 and quoted >= CONTINUATION_SHARE * filled
+    return filled >= 1 and quoted >= CONTINUATION_SHARE * filled
 
 
 def drop_quote(text: str) -> str:
@@ -161,9 +166,11 @@ def drop_quote(text: str) -> str:
 
 
 def drop_continuation(text: str) -> str:
-    """A line's trailing ` \\` (and the blanks around it)."""
-    body = text.rstrip(" ")
-    return body[:-1].rstrip(" ") if body.endswith("\\") else text
+    """A line's trailing ` \\` (blanks after it too); the blanks before it are the line's."""
+    body = text.rstrip(" \t")
+    if body.endswith(" \\"):
+        return body[:-2]
+    return body[:-1] if body.endswith("\\") else text
 
 
 _PROMPT = re.compile(
@@ -240,7 +247,7 @@ class _Taken:
 def _label(body: str, taken: _Taken) -> int:
     """A launcher's label at the start of body: its length (0: none)."""
     first = body[:1]
-    if "launcher" not in taken.kinds and (first == " " or first.isdigit()):
+    if "launcher" not in taken.kinds and "no-srun" not in taken.kinds and (first == " " or first.isdigit()):
         m = SRUN_LABEL.match(body)
         if m:
             taken.take("launcher", m.group(0), task=int(m.group(1)))
@@ -317,11 +324,15 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
-def peel(body: str, stamps: bool = True) -> tuple[str, _Taken]:
+def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
     each kind once; a glog prefix is the last before the message."""
     taken = _Taken()
-    steps = (_runner, _label, _stamp) if stamps else (_runner, _label)
+    if not srun:
+        taken.kinds.add("no-srun")
+    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    if stamps:
+        steps += (_stamp,)
     for _ in range(8):
         step = 0
         for peel_one in steps:
@@ -339,21 +350,53 @@ def peel(body: str, stamps: bool = True) -> tuple[str, _Taken]:
     return body, taken
 
 
+def rank_named(rank: int | None, task: int | None, local_rank: int | None) -> int | None:
+    """The global rank a line's labels name: `[rankN]:`; else a launcher's label, or
+    torchrun's local rank alone (under srun, a node's label and then torchrun's, no label
+    says the rank)."""
+    if rank is not None:
+        return rank
+    return task if local_rank is None else local_rank if task is None else None
+
+
+class Labels(NamedTuple):
+    """A line's launcher labels taken off (nothing mended, no stamp or runner read)."""
+
+    rest: str
+    task: int | None  # srun's or mpirun's
+    rank: int | None  # torch's `[rankN]:`
+    local_rank: int | None  # torchrun's `[roleN]:`
+    labelled: bool  # something was taken off
+
+    @property
+    def global_rank(self) -> int | None:
+        return rank_named(self.rank, self.task, self.local_rank)
+
+
+def labels_of(text: str) -> Labels:
+    """The launcher labels at the start of one line, cheaply (for indexing many lines);
+    a runner's tag is left on (Determined's carries the line's time)."""
+    rest, taken = peel(text, stamps=False, runners=False)
+    f = taken.fields
+    return Labels(rest, f.get("task"), f.get("rank"), f.get("local_rank"), bool(taken.parts))  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------- reading
 
 
-def read_lines(text: str, *, stamps: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
+def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
-    reads them itself (NCCL's own `[%F %T]` stamp before its prefix).
+    reads them itself (NCCL's own `[%F %T]` stamp before its prefix); `srun=False`
+    leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, max_line=max_line, quoted=quoted, reply=reply)
+        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply)
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
@@ -375,7 +418,7 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
     return body
 
 
-def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX_LINE,
+def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
@@ -386,14 +429,14 @@ def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply)
     pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps)[0].strip():
+    while len(pieces) > 1 and not peel(pieces[0], stamps, srun)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
     if len(pieces) > 1:
         repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps)
+        rest, taken = peel(piece, stamps, srun)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names
@@ -404,6 +447,13 @@ def read_line(number: int, raw: str, *, stamps: bool = True, max_line: int = MAX
             line = msgspec.structs.replace(line, noise="prompt")
         out.append(line)
     return out
+
+
+def mended_lines(text: str) -> list[str]:
+    """A tool's lines mended (line ends, colours, a quoted paste or reply), its prompt lines
+    left out and no stamp or srun label taken: for the table and tree parsers, whose first
+    column may look like either (a node name `12: `, a sinfo timestamp)."""
+    return [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
 
 
 # ---------------------------------------------------------------- what no handler read

@@ -48,6 +48,7 @@ reply. Else ParseError. Lines are cut at MAX_LINE; patterns are anchored and bou
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -55,6 +56,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import read_lines
 
 MAX_LINE = 4096
 MAX_LISTED = 10_000  # ranks and processes kept per list (NCCL itself lists at most a few)
@@ -327,57 +329,12 @@ class _Reader:
         self.facts = 0
 
     def line(self, raw: str) -> None:
-        line = raw[:MAX_LINE].rstrip()
-        body = line.strip()
+        body = raw[:MAX_LINE].strip()
         if not body:
             return
-        if body.startswith(">>>"):
-            command = body[3:].strip().upper()
-            if command in ("STATUS", "VERBOSE STATUS"):
-                self.out["verbose"] = command == "VERBOSE STATUS"
-                self.facts += 1
-            return
-        if (m := _PROTOCOL.fullmatch(body)) is not None:
-            self.out["protocol"] = int(m.group(1))
-            self.facts += 1
-            return
-        if body.startswith("ERROR: "):
-            self.server_errors.append(clip(body, 300))
-            self.facts += 1
-            return
-        if body.startswith(_CLIENT_ERRORS):
-            if "client_error" not in self.out and not body.startswith("NCCL RAS protocol version mismatch"):
-                self.out["client_error"] = clip(body, 300)
-            self.facts += 1
-            return
-        if body.startswith("NCCL version ") and (m := _VERSION.fullmatch(body)):
-            self.out["nccl_version"], self.out["cuda_compiled"] = m.group(1), m.group(2)
-            self.facts += 1
-            return
-        if body.startswith("CUDA runtime version ") and (m := _CUDA.fullmatch(body)):
-            self.out["cuda_runtime"], self.out["cuda_driver"] = int(m.group(1)), int(m.group(2))
-            return
-        if body in _SEPARATORS:
-            return
-        if body == "Job summary":
-            self.section, self.facts = "job", self.facts + 1
-            return
-        if body.startswith("Communicators..."):
-            self.section, self.facts = "comms", self.facts + 1
-            m = _COMMUNICATORS.fullmatch(body)
-            if m and m.group(1):
-                self.out["collection_s"] = float(m.group(1))
-            return
-        if body == "Errors":
-            self.section, self.facts, self.issue, self.block, self.rankset = "errors", self.facts + 1, None, "", None
-            return
-        if body == "Warnings":
-            self.section, self.facts, self.issue, self.block, self.rankset = "warnings", self.facts + 1, None, "", None
-            self.out["complete"] = True
-            return
-        if (m := _MISSING_DATA.search(body)) is not None:
-            self.out["missing_data"] = int(m.group(1))
-            return
+        for when, read in _LINE_HANDLERS:
+            if when(body) and read(self, body):
+                return
         if self.section == "job":
             self.job_line(body)
         elif self.section == "comms":
@@ -385,31 +342,104 @@ class _Reader:
         elif self.section in ("errors", "warnings"):
             self.issue_line(body)
 
+    # -- the handlers of _LINE_HANDLERS: True when the line was theirs
+
+    def command(self, body: str) -> bool:
+        """The client's transcript: `>>> STATUS`, `>>> VERBOSE STATUS`."""
+        command = body[3:].strip().upper()
+        if command in ("STATUS", "VERBOSE STATUS"):
+            self.out["verbose"] = command == "VERBOSE STATUS"
+            self.facts += 1
+        return True
+
+    def protocol(self, body: str) -> bool:
+        m = _PROTOCOL.fullmatch(body)
+        if m is None:
+            return False
+        self.out["protocol"] = int(m.group(1))
+        self.facts += 1
+        return True
+
+    def server_error(self, body: str) -> bool:
+        self.server_errors.append(clip(body, 300))
+        self.facts += 1
+        return True
+
+    def client_error(self, body: str) -> bool:
+        if "client_error" not in self.out and not body.startswith("NCCL RAS protocol version mismatch"):
+            self.out["client_error"] = clip(body, 300)
+        self.facts += 1
+        return True
+
+    def version(self, body: str) -> bool:
+        m = _VERSION.fullmatch(body)
+        if m is None:
+            return False
+        self.out["nccl_version"], self.out["cuda_compiled"] = m.group(1), m.group(2)
+        self.facts += 1
+        return True
+
+    def cuda(self, body: str) -> bool:
+        m = _CUDA.fullmatch(body)
+        if m is None:
+            return False
+        self.out["cuda_runtime"], self.out["cuda_driver"] = int(m.group(1)), int(m.group(2))
+        return True
+
+    def job_summary(self, body: str) -> bool:
+        self.section, self.facts = "job", self.facts + 1
+        return True
+
+    def communicators(self, body: str) -> bool:
+        self.section, self.facts = "comms", self.facts + 1
+        m = _COMMUNICATORS.fullmatch(body)
+        if m and m.group(1):
+            self.out["collection_s"] = float(m.group(1))
+        return True
+
+    def issues_section(self, body: str) -> bool:
+        """`Errors` or `Warnings` (the reply's last section: it is complete)."""
+        self.section, self.facts, self.issue, self.block, self.rankset = body.lower(), self.facts + 1, None, "", None
+        if body == "Warnings":
+            self.out["complete"] = True
+        return True
+
+    def missing_data(self, body: str) -> bool:
+        m = _MISSING_DATA.search(body)
+        if m is None:
+            return False
+        self.out["missing_data"] = int(m.group(1))
+        return True
+
     # -- Job summary
+    def job_header(self, body: str) -> None:
+        """A header line of the job summary's tables (or an outlier node's line)."""
+        self.pending_header.append(body)
+        header = " ".join(self.pending_header)
+        if body.startswith("The outlier node"):
+            self.table, self.pending_header = "outliers", []
+        elif (m := _OUTLIER.fullmatch(body)) is not None:
+            self.job.setdefault("outlier_nodes", []).append(
+                RasOutlierNode(node=m.group(1), pids=_ints(m.group(2))))
+            self.pending_header = []
+        elif len(self.pending_header) >= 2:
+            words = header.split()
+            if words[:5] == ["Nodes", "Processes", "GPUs", "Processes", "GPUs"]:
+                self.table = "consistent"
+            elif words[:3] == ["Nodes", "Processes", "GPUs"] and "(total)" in words:
+                self.table = "totals"
+            elif words[:3] == ["Nodes", "Processes", "GPUs"]:
+                self.table = "nodes3"
+            elif words[:2] == ["Nodes", "Processes"]:
+                self.table = "nodes2"
+            elif words[:2] == ["Processes", "GPUs"]:
+                self.table = "gpus"
+            self.pending_header = []
+
     def job_line(self, body: str) -> None:
         tokens = body.split()
         if tokens and not tokens[0].isdigit():
-            self.pending_header.append(body)
-            header = " ".join(self.pending_header)
-            if body.startswith("The outlier node"):
-                self.table, self.pending_header = "outliers", []
-            elif (m := _OUTLIER.fullmatch(body)) is not None:
-                self.job.setdefault("outlier_nodes", []).append(
-                    RasOutlierNode(node=m.group(1), pids=_ints(m.group(2))))
-                self.pending_header = []
-            elif len(self.pending_header) >= 2:
-                words = header.split()
-                if words[:5] == ["Nodes", "Processes", "GPUs", "Processes", "GPUs"]:
-                    self.table = "consistent"
-                elif words[:3] == ["Nodes", "Processes", "GPUs"] and "(total)" in words:
-                    self.table = "totals"
-                elif words[:3] == ["Nodes", "Processes", "GPUs"]:
-                    self.table = "nodes3"
-                elif words[:2] == ["Nodes", "Processes"]:
-                    self.table = "nodes2"
-                elif words[:2] == ["Processes", "GPUs"]:
-                    self.table = "gpus"
-                self.pending_header = []
+            self.job_header(body)
             return
         numbers = [int(t) for t in tokens if t.isascii() and t.isdigit() and len(t) < 12]
         if len(numbers) != len(tokens):
@@ -643,14 +673,33 @@ def _parse_json(text: str) -> NcclRasStatus:
     )
 
 
+# A reply line's handlers, tried in order (a cheap test of the line, the _Reader method
+# that reads it; a method returning False passes the line on); a line none takes belongs to
+# the section being read
+_LINE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Reader, str], bool]], ...] = (
+    (lambda b: b.startswith(">>>"), _Reader.command),
+    (lambda b: b.startswith("SERVER PROTOCOL"), _Reader.protocol),
+    (lambda b: b.startswith("ERROR: "), _Reader.server_error),
+    (lambda b: b.startswith(_CLIENT_ERRORS), _Reader.client_error),
+    (lambda b: b.startswith("NCCL version "), _Reader.version),
+    (lambda b: b.startswith("CUDA runtime version "), _Reader.cuda),
+    (lambda b: b in _SEPARATORS, lambda r, b: True),
+    (lambda b: b == "Job summary", _Reader.job_summary),
+    (lambda b: b.startswith("Communicators..."), _Reader.communicators),
+    (lambda b: b in ("Errors", "Warnings"), _Reader.issues_section),
+    (lambda b: "missing data from" in b, _Reader.missing_data),
+)
+
+
 def parse_nccl_ras(text: str) -> NcclRasStatus:
     """A RAS reply (text or JSON), with or without the protocol transcript around it."""
     first = text.find("{")
     if first >= 0 and '"nccl_version"' in text[first:first + 4096]:
         return _parse_json(text)
     reader = _Reader()
-    for line in text.splitlines():
-        reader.line(line)
+    # the line layer mends a pasted reply; `>>> STATUS` is the transcript's, not a prompt
+    for line in read_lines(text, stamps=False, srun=False):
+        reader.line(line.text)
     if not reader.facts:
         raise ParseError(f"nccl-ras: no RAS reply, handshake or ncclras error in the output "
                          f"(starts with {clip(text.strip(), 60)!r})")

@@ -7,6 +7,7 @@ import re
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters
+from healthcheck.parsers.lines import mended_lines
 
 # perfquery's names -> the kernel's sysfs names, so limits have one vocabulary
 CANONICAL = {
@@ -73,7 +74,7 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     the block is not read."""
     blocks: dict[tuple[int | None, int | None], _Block] = {}
     current: _Block | None = None
-    for line in text.splitlines():
+    for line in mended_lines(text):
         m = _HEAD.match(line.strip())
         if m:
             key = (int(m.group("lid")), int(m.group("port")))

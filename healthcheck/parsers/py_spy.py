@@ -42,6 +42,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import read_lines
 
 MAX_LINE = 64 * 1024  # a demangled C++ frame name can run to kilobytes; nothing is longer
 MAX_NAME = 512  # frame and thread names kept (long demangled names are cut, see `clip`)
@@ -407,8 +408,27 @@ def _read_text(lines: list[str]) -> PySpyDump:
     return reader.finish()
 
 
+_RUST_LISTS = re.compile(r"^(?:Caused by:|Stack backtrace:)", re.MULTILINE)
+
+
+def _read_labelled(text: str) -> PySpyDump:
+    """Dumps read through the line layer: `srun -l py-spy dump` on many nodes interleaves
+    their lines, so each launcher task's lines are read as one dump of their own, in the
+    order the tasks first spoke (timestamps are left on: no py-spy line starts with one)."""
+    # py-spy's own errors number their causes and frames `    0: ` (anyhow): printed
+    # straight, not under srun, those are no labels
+    srun = _RUST_LISTS.search(text) is None
+    tasks: dict[int | None, list[str]] = {}
+    for line in read_lines(text, stamps=False, srun=srun):
+        if not line.noise:
+            tasks.setdefault(line.task, []).append(line.text)
+    dumps = [_read_text(lines) for lines in tasks.values()]
+    return PySpyDump(format="text", processes=tuple(p for d in dumps for p in d.processes),
+                     errors=tuple(e for d in dumps for e in d.errors))
+
+
 def _parse_text(text: str) -> PySpyDump:
-    dump = _read_text(text.splitlines())
+    dump = _read_labelled(text)
     if not dump.processes and not dump.errors:
         raise ParseError(f"py-spy: no process, thread or error in the output (starts with {clip(text.strip(), 60)!r})")
     return dump

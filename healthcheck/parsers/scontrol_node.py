@@ -21,6 +21,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import mended_lines
 from healthcheck.parsers.sinfo import slurm_int
 
 SOURCE = "scontrol show node"
@@ -219,7 +220,7 @@ def parse_scontrol_show_node(text: str) -> ScontrolNodes:
     records: list[_Record] = []
     not_found: list[str] = []
     error: str | None = None
-    for raw in text.splitlines():
+    for raw in mended_lines(text):
         line = raw.replace("\x00", "").strip()
         if not line:
             if records:

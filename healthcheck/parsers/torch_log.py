@@ -537,13 +537,9 @@ class _Line:
 
 
 def _rank_and_task(line: Line) -> tuple[int | None, int | None]:
-    """(rank, task): `[rankN]:` is the rank; else a launcher's label (srun, mpirun) or,
-    alone, torchrun's local rank; the task is the launcher's label, else the local rank."""
-    task, local = line.task, line.local_rank
-    rank = line.rank
-    if rank is None:
-        rank = task if local is None else local if task is None else None
-    return rank, task if task is not None else local
+    """(rank, task): the rank the line's labels name (lines.rank_named); the task is the
+    launcher's label, else torchrun's local rank."""
+    return line.global_rank, line.task if line.task is not None else line.local_rank
 
 
 def _task_ids(text: str) -> tuple[int, ...]:

@@ -159,12 +159,13 @@ def test_ansi_colour_codes_whole_half_cut_and_without_their_escape():
 def test_a_quoted_paste_loses_its_continuations_and_nothing_else():
     text = "\n".join(line + " \\" for line in NCCL_TESTS.read_text().split("\n")[:12])
     assert quoted_paste(text.split("\n"))
-    assert [x.text for x in read_lines(text)] == [x.rstrip() for x in NCCL_TESTS.read_text().split("\n")[:12]]
+    assert [x.text for x in read_lines(text)] == NCCL_TESTS.read_text().split("\n")[:12]
     # one line that ends in a backslash is kept as it is
     lone = NCCL_TESTS.read_text().split("\n")[:12]
     lone[3] += " \\"
     assert not quoted_paste(lone)
     assert drop_continuation("a \\") == "a" and drop_continuation("a") == "a"
+    assert drop_continuation("a   \\ ") == "a  "  # the column's own blanks kept
 
 
 def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
@@ -459,3 +460,117 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     facts = json.loads(done.stdout)["facts"]
     assert set(facts) == before | {"unrecognized"}
     assert facts["unrecognized"]["count"] == 1 and facts["unrecognized"]["sample"][0]["line"] == shaped.count("\n")
+
+
+def test_py_spy_dumps_of_two_ranks_interleaved_under_srun_are_read_per_rank():
+    """`srun -l py-spy dump` on two nodes: each line labelled, the two dumps' lines taking
+    turns (built from two real dumps); each rank's process is read whole."""
+    from itertools import zip_longest
+
+    from healthcheck.parsers.py_spy import parse_py_spy
+
+    first = (FIXTURES / "py-spy" / "0.4.3-gloo-rank0-waiting-in-all_reduce.txt").read_text()
+    second = (FIXTURES / "py-spy" / "0.4.3-gloo-rank1-sleeping-before-all_reduce-locals.txt").read_text()
+    pairs = zip_longest(first.split("\n"), second.split("\n"))
+    interleaved = "\n".join(f"{task}: {line}" for a, b in pairs for task, line in ((0, a), (1, b)) if line is not None)
+    apart = parse_py_spy(first).processes + parse_py_spy(second).processes
+    assert len(apart) == 2 and all(p.threads for p in apart)
+    assert parse_py_spy(interleaved).processes == apart
+    # anyhow's own numbered causes are no srun labels
+    error = parse_py_spy((FIXTURES / "py-spy" / "0.4.3-error-no-such-pid-caused-by-backtrace.txt").read_text())
+    assert error.errors[0].reasons == ("No such file or directory (os error 2)",)
+
+
+SINFO = sorted((FIXTURES / "sinfo").glob("slurm-*.txt"))
+
+SINFO_SHAPES = {
+    "prompt first": lambda t: "[root@slurm-ctl ~]# sinfo\n" + t,
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
+    "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+}
+
+
+@pytest.mark.parametrize("path", SINFO, ids=lambda p: p.stem[:40])
+@pytest.mark.parametrize("shape", sorted(SINFO_SHAPES))
+def test_sinfo_reads_the_same_rows_through_every_shape(shape, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    try:
+        clean = parse_sinfo(path.read_text())
+    except ParseError:
+        pytest.skip("a capture sinfo's parser refuses as it is")
+    assert parse_sinfo(SINFO_SHAPES[shape](path.read_text())) == clean
+
+
+# Table and tree parsers read mended_lines: the paste's shapes mended, prompts dropped,
+# nothing taken off the front. Every real capture of each (derived-* files are not).
+def _captures(tool: str, *folders: str) -> list[tuple[str, object]]:
+    return [(tool, path) for folder in folders for path in sorted((FIXTURES / folder).glob("*.txt"))
+            if not path.name.startswith("derived")]
+
+
+TREES = (_captures("scontrol-show-node", "scontrol-show-node", "corpus/scontrol-show-node")
+         + _captures("ibstat", "corpus/ibstat") + _captures("ibstatus", "corpus/ibstatus")
+         + _captures("ibv_devinfo", "ibv_devinfo") + _captures("perfquery", "corpus/perfquery")
+         + [c for c in _captures("dcgmi-diag", "corpus/dcgmi-diag") if "json" not in c[1].name]  # JSON: not lines
+         + _captures("flight-recorder-analysis", "corpus/flight-recorder")
+         + [c for c in _captures("ip-link", "ip-link") if "json" not in c[1].name])
+
+TREE_SHAPES = {
+    "prompt first": lambda t: "[root@gpu01 ~]# the-tool --its-options\n" + t,
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
+    "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+}
+
+
+@pytest.mark.parametrize(("tool", "path"), TREES, ids=lambda v: getattr(v, "stem", v)[:40])
+@pytest.mark.parametrize("shape", sorted(TREE_SHAPES))
+def test_table_and_tree_parsers_read_the_same_facts_through_every_shape(shape, tool, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    try:
+        clean = parse(path.read_text())
+    except ParseError:
+        pytest.skip("a capture its parser refuses as it is")
+    assert parse(TREE_SHAPES[shape](path.read_text())) == clean
+
+
+# NCCL RAS: the real replies (h100-captures, one healthy rank) and the derived files, whose
+# layout and wording are NCCL's format strings filled with made-up values (nccl-ras/README.md)
+RAS = sorted((FIXTURES / "h100-captures").glob("nccl-ras-*.txt")) + [
+    p for p in sorted((FIXTURES / "nccl-ras").glob("derived-*.txt")) if "json" not in p.name]
+
+
+@pytest.mark.parametrize("path", RAS, ids=lambda p: p.stem[:40])
+@pytest.mark.parametrize("shape", sorted(TREE_SHAPES))
+def test_nccl_ras_reads_the_same_reply_through_every_shape(shape, path):
+    from healthcheck.core.errors import ParseError
+    from healthcheck.parsers.nccl_ras import parse_nccl_ras
+
+    try:
+        clean = parse_nccl_ras(path.read_text())
+    except ParseError:
+        pytest.skip("a capture its parser refuses as it is")
+    assert parse_nccl_ras(TREE_SHAPES[shape](path.read_text())) == clean
+
+
+def test_diagnose_indexes_a_lines_time_by_the_rank_the_layers_labels_name():
+    """diagnose/sources.py had a fifth copy of the label regex (no `<stddiag>`); it reads
+    labels_of now. A real ISO-stamped line under each launcher's label."""
+    from healthcheck.diagnose.sources import _stamps
+    from healthcheck.parsers.lines import labels_of
+
+    real = _real(FIXTURES / "diagnose-jobs" / "tuning" / "raise-torchrun-record-r1" / "torchrun.log", "[default1]:2026")
+    bare = real[len("[default1]:"):]  # `2026-11-27 13:35:43,460 INFO [train rank 1] ...`
+    text = "\n".join([f"[1,3]<stddiag>:{bare}", f" 5: {bare}", f"[default2]:{bare}", f"0: [default2]:{bare}",
+                      f"[rank11]:{bare}"])
+    index = _stamps(text, 2026)
+    assert sorted(index.by_rank) == [2, 3, 5, 11] and len(index.stamps) == 5
+    assert labels_of("0: [default2]:x").global_rank is None  # a node's label, then torchrun's local rank

@@ -73,7 +73,9 @@ PREFIXES = {
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
                    "ERR!", "|ERR!  "],
     "sinfo": ["", "REASON ", "$ sinfo ", "PARTITION NODELIST\n", "PARTITION NODELIST\np ", "node1|", "node1|idle|", "node1|idle|Unknown|", "NODELIST|STATE|", "slurm_load_partitions: ",
-              "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026"],
+              "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026",
+              # the line layer's shapes (parsers/lines.py)
+              "[root@h ~]# ", "> ", "\x1b[1m", "node1|idle|Unknown|a \\"],
     "scontrol-show-node": ["", "NodeName=", "NodeName=a ", "   Reason=", "   OS=", "   State=", "Node ", "NodeName=a Reason=x ",
                            "slurm_load_node error: "],
     "ibv_devinfo": ["", "hca_id:", "\t", "\t\tport:\t", "\t\t\tstate:\t", "GID[", "\t\t\tGID[  0]:\t", "1 HCAs found:",
@@ -119,7 +121,9 @@ PREFIXES = {
                   "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
-               "Permission Denied"],
+               "Permission Denied",
+               # the line layer's labels and shapes (parsers/lines.py)
+               "0: ", "0: Process 1: ", "[1,0]<stdout>:    f (", "\x1b[0;31m", "> ", "Caused by:"],
     "flight-recorder": ["", "{", '{"version": "2.10", "entries": [', "(", "\x80\x02", "}"],
     "flight-recorder-analysis": ["", "error msg: ", "error msg: Culprit rank 1; Error type: ",
                                  "collective stack trace: ", "missing ranks: {", "PGID | ", "1 | ",
