@@ -719,6 +719,9 @@ class _Block:
         self.misses = 0  # lines in a row a loose box did not read
 
 
+# the box's fields that open a box cut to its tail: only torchrun's box prints them so
+_BOX_TAIL_FIELDS: dict[str, re.Pattern[str]] = {
+    "time": re.compile(r"\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d$"), "rank": _BLOCK_RANK, "exitcode": _BLOCK_EXIT}
 _LOOSE_MISSES = 8  # lines in a row a loose box may not read before it is taken to have ended
 # a collapsed box's fields, wherever they sit on a line: `rank2 (local rank: 2)exitcode: -9 (pid: 36071)`
 _LOOSE_RANK = re.compile(r"rank:? ?(-?\d{1,9}) \(local[_ ]rank: ?(-?\d{1,9})\)")
@@ -814,6 +817,8 @@ class _Parser:
         if self.block is not None:
             if self.block_line(line):
                 return
+        elif self.box_tail(line):
+            return
         body = line.body
         if not body.strip():
             return
@@ -1353,6 +1358,27 @@ class _Parser:
             return False
         self.end_block(complete=False)
         return False
+
+    def box_tail(self, line: _Line) -> bool:
+        """A failure box cut to its tail (the paste begins inside it): its `Root Cause`
+        title, or a field only torchrun's box prints (`  time      : 2025-05-21_15:43:03`,
+        `  rank      : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`) opens it with
+        no program; True when the line was read."""
+        b = line.body
+        if b.startswith("Root Cause (first observed failure)"):
+            self.block = _Block(line, "", loose=True)
+            self.block.section, self.torch = "root", True
+            return True
+        m = _BLOCK_FIELD.fullmatch(b) if b.startswith("  ") else None
+        if m is None:
+            return False
+        shape = _BOX_TAIL_FIELDS.get(m.group(1))
+        if shape is None or not shape.match(m.group(2).strip()):
+            return False
+        self.block = _Block(line, "", loose=True)
+        self.block.entries.append({"line": line.number, "index": 0, "root_cause": False, "traceback": []})
+        self.torch = True
+        return self.block_line(line)
 
     @staticmethod
     def block_marker(block: _Block, stripped: str) -> bool:

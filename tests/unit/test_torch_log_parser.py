@@ -980,3 +980,24 @@ def test_torchx_role_prefix_before_c10_lines_names_the_rank_on_replica_0():
     assert [(t.rank, t.pg_rank) for t in on[0].timeouts] == [(0, 0), (4, 4), (3, 3)]
     assert all(t.time.startswith("1206 18:44:1") for t in on[0].timeouts)  # the c10 prefix read after it
     assert [t.rank for t in on[1].timeouts] == [None, None, None]  # another replica: the global rank is unknown
+
+
+@pytest.mark.parametrize("first", [17, 19, 21])  # from `Root Cause`, from `time`, from `rank`
+def test_a_failure_box_cut_to_its_tail_still_names_the_failure(first):
+    # corpus/torchrun/childfailederror-accelerate-deepspeed-exitcode-9-sigkill.txt cut to its
+    # last lines (a transformation: a paste that begins inside the box)
+    lines = (CORPUS / "torchrun" / "childfailederror-accelerate-deepspeed-exitcode-9-sigkill.txt").read_text()
+    tail = "".join(lines.splitlines(keepends=True)[first - 1:])
+    (block,) = parse_torch_log(tail).child_failed
+    (f,) = block.failures
+    assert (f.exitcode, f.pid, f.signal, block.complete) == (-9, 14750, "SIGKILL", True)
+    assert f.rank == (None if first > 21 else 0)
+    assert f.root_cause is (first == 17)
+    assert f.time == ("" if first > 19 else "2025-05-21_15:43:03")
+
+
+def test_box_fields_alone_or_loosely_shaped_open_no_box():
+    for text in ("  rank      : seven\n", "  host      : node1\n", "  time      : yesterday\n",
+                 "rank: 2 of 8\nexitcode: 0\n"):
+        with pytest.raises(ParseError):
+            parse_torch_log(text)
