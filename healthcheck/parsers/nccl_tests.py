@@ -47,7 +47,15 @@ from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
-from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_lines
+from healthcheck.parsers.lines import (
+    Handler,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    dispatch,
+    read_line,
+    read_lines,
+)
 
 UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
 MAX_LISTED = 1000  # failures and `# error:` lines kept (a hostile input could print millions)
@@ -584,16 +592,27 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     return _run_of(s, text, fallback)
 
 
+_INDENT_MAX = 16  # blanks before a launcher tag of an indented paste (a markdown list's code block)
+
+
 def _prepended(line: Line) -> Line:
-    """A line behind MPICH's `-prepend-rank` `[0] `, the tag off (its rank the line's task
-    where no other launcher label gave one). The line layer leaves a bare `[N]` alone: it is
-    also NCCL's `[cudaDev]`; before nccl-tests' own lines it is only the launcher's."""
-    if line.text[:1] != "[":
+    """A line's launcher tags the line layer left on: a tag behind a whole paste's indent
+    (`    [1,0]<stdout>:#  size ...`: the layer reads tags at the line's start only), and
+    MPICH's `-prepend-rank` `[0] `, its rank the line's task where no other label gave one
+    (the layer leaves a bare `[N]` alone: it is also NCCL's `[cudaDev]`; before nccl-tests'
+    own lines it is only the launcher's)."""
+    text = line.text
+    stripped = text.lstrip(" \t")
+    if stripped[:1] != "[" or len(text) - len(stripped) > _INDENT_MAX:
         return line
-    m = _PREPENDED.match(line.text)
+    if len(stripped) != len(text) and not line.labels:
+        again = read_line(line.number, stripped)[0]
+        if again.labels:
+            return _prepended(msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs))
+    m = _PREPENDED.match(stripped)
     if m is None:
         return line
-    return msgspec.structs.replace(line, text=line.text[m.end():], labels=line.labels + m.group(0),
+    return msgspec.structs.replace(line, text=stripped[m.end():], labels=line.labels + m.group(0),
                                    task=line.task if line.task is not None else int(m.group(1)))
 
 

@@ -639,3 +639,17 @@ def test_the_oldest_failure_line_without_host_or_test_is_a_failure():
     # NCCL's own `Cuda failure 'out of memory'` (no file:line) is no failure of the test's
     with pytest.raises(ParseError):
         parse_nccl_tests("Cuda failure 'out of memory'\n")
+
+
+def test_an_indented_paste_of_tagged_lines_keeps_its_tags_read():
+    # field/repos/nccl-tests/all_reduce-aws-batch-tag-output-trailing-spaces-17G.txt (mpirun
+    # --tag-output) indented 4 blanks as a whole (a transformation: a markdown list's code block)
+    path = FIXTURES / "field" / "repos" / "nccl-tests" / "all_reduce-aws-batch-tag-output-trailing-spaces-17G.txt"
+    text = path.read_text()
+    clean = parse_nccl_tests(text)
+    indented = parse_nccl_tests("".join("    " + line for line in text.splitlines(keepends=True)))
+    assert _facts(indented) == _facts(clean) and len(clean.samples) > 10
+    # an indented `[N] ` prepend-rank tag too
+    tagged = parse_nccl_tests("".join(f"  [0] {line}" for line in text.replace("[1,0]<stdout>:", "")
+                                      .splitlines(keepends=True)))
+    assert _facts(tagged) == _facts(clean)
