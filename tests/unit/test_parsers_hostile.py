@@ -115,7 +115,7 @@ PREFIXES = {
                   "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: ",
                   # issue 20: gloo connect, self-named ranks, torchx labels, wrapped and collapsed shapes
                   "RuntimeError: [pair.cc:799] connect [", "x.DistBackendError: [", "trainer/0 [0]:",
-                  "trainer/0 [0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] ",
+                  "trainer/0 [0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] ", "    [rank0]:", "    E0325 ",
                   "  rank      : 0 (local_rank: 0)", "Root Cause (first observed failure):",
                   "rank2 (local rank: 2)exitcode: ",
                   # the line layer's prefixes and shapes (parsers/lines.py)

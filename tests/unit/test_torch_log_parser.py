@@ -1001,3 +1001,18 @@ def test_box_fields_alone_or_loosely_shaped_open_no_box():
                  "rank: 2 of 8\nexitcode: 0\n"):
         with pytest.raises(ParseError):
             parse_torch_log(text)
+
+
+def test_labels_behind_an_indented_paste_are_read():
+    # field/issues/torch-log/watchdog-reduce-scatter-base-pg1.txt indented 4 blanks as a whole
+    # (a transformation: a markdown list's code block), also with torchx's label
+    text = (FIELD_TORCH / "watchdog-reduce-scatter-base-pg1.txt").read_text()
+    clean = parse_torch_log(text)
+    indented = parse_torch_log("".join("    " + line for line in text.splitlines(keepends=True)))
+    assert indented.timeouts == clean.timeouts and indented.prefixed_ranks == clean.prefixed_ranks == (0, 3, 4)
+    torchx = re.sub(r"^\[rank(\d+)\]:", r"  trainer/0 [\1]:", text, flags=re.M)
+    assert [t.rank for t in parse_torch_log(torchx).timeouts] == [0, 4, 3]
+    # a traceback's indented frames keep their indent: they are no labels
+    frames = parse_torch_log('Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n'
+                             "RuntimeError: boom\n")
+    assert [(e.type, e.framed, e.frame) for e in frames.exceptions] == [("RuntimeError", True, "train.py:3 in <module>")]
