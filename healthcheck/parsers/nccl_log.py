@@ -93,6 +93,8 @@ class NcclPrefix(msgspec.Struct, frozen=True, omit_defaults=True):
     stamp: str = ""  # that timestamp as printed
     label: str = ""  # a launcher's prefix before it, as printed: "[1,0]<stdout>:", "0:", "[rank3]:"
     launcher_rank: int | None = None  # the rank the line layer read in that label (srun, mpirun, torch)
+    bare: bool = False  # `NCCL INFO msg` with no host:pid:tid (host "", pid 0): a grep, a docs excerpt
+    masked: bool = False  # the pid (and tid) masked by whoever pasted it: pid 0
 
     @property
     def label_rank(self) -> int | None:
@@ -224,7 +226,13 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     devices: tuple[int, ...] = ()  # cudaDev seen in its prefixes, in order
     bootstrap_if: str = ""  # "eth0"
     bootstrap_addr: str = ""  # "10.0.0.1<0>"
-    network: str = ""  # "IB", "Socket", a plugin's name ("IBext_v8")
+    network: str = ""  # "IB", "Socket", a plugin's name ("IBext_v8", "AWS Libfabric")
+    network_inferred: bool = False  # no `Using network` line: "IB" because NET/IB listed devices, no plugin
+    net_plugin: str = ""  # an external net plugin and its version: "aws-ofi-nccl 1.13.2-aws", "IBext_v8"
+    net_plugin_version: str = ""  # "1.13.2-aws", "v8"
+    net_plugin_path: str = ""  # HPC-X's `Plugin Path : /opt/hpcx/.../libnccl-net.so`
+    net_provider: str = ""  # aws-ofi-nccl's libfabric provider: "efa"
+    net_nics: int | None = None  # the NICs that provider found
     ib_devices: tuple[NetDevice, ...] = ()
     ib_no_device: bool = False  # `NET/IB : No device found.`
     socket_devices: tuple[NetDevice, ...] = ()
@@ -281,6 +289,9 @@ class NcclLog(msgspec.Struct, frozen=True):
 # ---------------------------------------------------------------- the line prefix
 
 _HOST_TOKEN = re.compile(r"(.{1,1024}):(\d{1,10}):(\d{1,10})", re.ASCII)
+# a host whose pid a reporter masked (`host-01.example.com:XXXXXX`, the tid dropped with it)
+_MASKED_HOST_TOKEN = re.compile(
+    r"([^\s:]{1,255}):(?:X{2,12}|\*{2,12}|<pid>)(?::(?:\d{1,10}|X{2,12}|\*{2,12}|<tid>))?", re.ASCII)
 _DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
 _SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
 _USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
@@ -314,29 +325,17 @@ def split_read_line(read: Line) -> NcclPrefix | None:
     if level not in _LEVELS:
         return None
     tokens = line[:at].split()
-    if not tokens:
-        return None
-    src = ""
-    if level in ("WARN", "TRACE", "ABORT") and _SRC_TOKEN.fullmatch(tokens[-1]):
-        src = tokens.pop()
-        if tokens and level == "TRACE" and _USEC_TOKEN.fullmatch(tokens[-1]):
-            tokens.pop()
+    src = _pop_src(tokens, level)
     dev: int | None = None
     if tokens:
         m = _DEV_TOKEN.fullmatch(tokens[-1])
         if m:
             dev = int(m.group(1))
             tokens.pop()
-    if not tokens:
+    who = _host_token(tokens.pop()) if tokens else None
+    if who is None:
         return None
-    m = _HOST_TOKEN.fullmatch(tokens.pop())
-    if not m:
-        return None
-    host = m.group(1).rsplit(":", 1)[-1]  # `[1,0]<stdout>:host`, `[rank3]:host`
-    if "]" in host:
-        host = host.rsplit("]", 1)[-1]
-    if not host:
-        return None
+    host, pid, tid, glued = who
     time: float | None = None
     stamp = ""
     before = " ".join(tokens)
@@ -345,13 +344,56 @@ def split_read_line(read: Line) -> NcclPrefix | None:
         if t:
             stamp, time = t.group(0)[1:-1], iso_time(t)
             before = before[: -len(t.group(0))].rstrip()
-    glued = m.group(1)[: len(m.group(1)) - len(host)]  # "[1,0]<stdout>:" before the host, no space
     label = " ".join(x for x in (read.labels.strip(), before, glued) if x)[-64:]
     return NcclPrefix(
-        host=host, pid=int(m.group(2)), tid=int(m.group(3)), level=cast(Level, level),
+        host=host, pid=pid if pid is not None else 0, tid=tid or 0, level=cast(Level, level),
         message=message[:_MSG_MAX].rstrip(), dev=dev, src=src, time=time, stamp=stamp, label=label,
-        launcher_rank=read.task if read.task is not None else read.rank,
+        launcher_rank=read.task if read.task is not None else read.rank, masked=pid is None,
     )
+
+
+def _pop_src(tokens: list[str], level: str) -> str:
+    """WARN's `file.cc:line` (and TRACE's `usec func:line`) off the end of the head's tokens."""
+    if not tokens or level not in ("WARN", "TRACE", "ABORT") or not _SRC_TOKEN.fullmatch(tokens[-1]):
+        return ""
+    src = tokens.pop()
+    if tokens and level == "TRACE" and _USEC_TOKEN.fullmatch(tokens[-1]):
+        tokens.pop()
+    return src
+
+
+def _host_token(token: str) -> tuple[str, int | None, int | None, str] | None:
+    """`host:pid:tid` -> (host, pid, tid, what was glued before the host); a pid masked by
+    the reporter (`host:XXXXXX`) gives pid and tid None."""
+    m = _HOST_TOKEN.fullmatch(token)
+    if m:
+        pid: int | None = int(m.group(2))
+        tid: int | None = int(m.group(3))
+    else:
+        m = _MASKED_HOST_TOKEN.fullmatch(token)
+        if not m:
+            return None
+        pid = tid = None
+    host = m.group(1).rsplit(":", 1)[-1]  # `[1,0]<stdout>:host`, `[rank3]:host`
+    if "]" in host:
+        host = host.rsplit("]", 1)[-1]
+    if not host:
+        return None
+    return host, pid, tid, m.group(1)[: len(m.group(1)) - len(host)]  # "[1,0]<stdout>:" glued, no space
+
+
+def split_bare_line(read: Line) -> NcclPrefix | None:
+    """`NCCL INFO msg` / `NCCL WARN msg` at the start of a line (after launcher labels), the
+    host:pid:tid prefix gone (grepped out, a docs excerpt): no process named, host "" and
+    pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's."""
+    if not read.text.startswith("NCCL "):
+        return None
+    level, _, message = read.text[5:].partition(" ")
+    if level not in _LEVELS or not message.strip():
+        return None
+    return NcclPrefix(host="", pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
+                      label=read.labels.strip()[-64:], bare=True,
+                      launcher_rank=read.task if read.task is not None else read.rank)
 
 
 # ---------------------------------------------------------------- message patterns
@@ -389,6 +431,17 @@ _CONNECTION = re.compile(
     r"(?:Channel|Ring) \d{1,4}(?:/\d{1,4})? : \d{1,9}(?:\[[0-9a-fA-F]{1,16}\])? -> \d{1,9}(?:\[[0-9a-fA-F]{1,16}\])?"
     r"(?: \[(?:send|receive)\])? via (?P<via>.{1,200})"
 )
+# an external net plugin's own lines: aws-ofi-nccl's `NET/OFI Using|Initializing aws-ofi-nccl
+# 1.13.2-aws`, `NET/OFI Selected Provider is efa (found 4 nics)`; HPC-X's `P2P plugin IBext_v8`
+# and `Plugin Path : /opt/hpcx/.../libnccl-net.so`
+_PLUGIN_LINES = (
+    re.compile(r"NET/OFI (?:Using|Initializing) (?P<net_plugin>aws-ofi-nccl (?P<net_plugin_version>[\w.\-]{1,32}))"),
+    re.compile(r"NET/OFI Selected Provider is (?P<net_provider>[\w.\-;]{1,64})"
+               r"(?: \(found (?P<net_nics>\d{1,4}) nics?\))?"),
+    re.compile(r"P2P plugin (?P<net_plugin>[A-Za-z][\w]{0,31}?(?:_(?P<net_plugin_version>v\d{1,3}))?)\s*$"),
+    re.compile(r"Plugin Path : (?P<net_plugin_path>\S{1,512})"),
+)
+_OOB = re.compile(r"\s{0,4}(?P<if>[^\s:\[\]<>]{1,64}):(?P<addr>\S{1,128})")
 _ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,64})?")
 
 # WARN classes
@@ -398,7 +451,8 @@ _IB_COMPLETION = re.compile(
 )
 _VENDOR = re.compile(r"vendor err (\d{1,9})(?: \((\w{1,16})\))?")
 _HCA = re.compile(r" hca (\S{1,64})")
-_VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with error (.{1,200}))?")
+# `failed with error E`; >= 2.27 `failed with 110 Connection timed out, on dev mlx5_0:1, curr state ...`
+_VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with (?:error )?([^,]{1,200}))?")
 _CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
 # ncclSocketToString: "10.0.0.1<42830>", "host<51159>"; after "peer", "from", "to" (not "Call to recv")
 _PEER = re.compile(r"(?:peer|from|to) (\S{0,256}<\d{1,5}>)")
@@ -415,7 +469,7 @@ class _Proc:
     __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
                  "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "socket_devices", "env",
                  "transports", "rings", "trees", "warns", "error_returns", "first_error_line", "first_error_code",
-                 "launcher_rank")
+                 "launcher_rank", "plugin")
 
     def __init__(self, host: str, pid: int, line: int) -> None:
         self.host, self.pid, self.first_line, self.last_line = host, pid, line, line
@@ -432,6 +486,7 @@ class _Proc:
         self.first_error_line: int | None = None
         self.first_error_code: int | None = None
         self.launcher_rank: int | None = None
+        self.plugin: dict[str, Any] = {}  # NcclProcess's net_plugin* / net_provider / net_nics
 
 
 class _Comm:
@@ -588,6 +643,13 @@ class _Builder:
     def network(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
         proc.network = _network_name(p.message) or proc.network
 
+    def plugin(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        for pattern in _PLUGIN_LINES:
+            m = pattern.match(p.message)
+            if m:
+                proc.plugin.update({k: v for k, v in m.groupdict().items() if v})
+                return
+
     def driver(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
         m = _DRIVER.match(p.message)
         if m:
@@ -607,8 +669,11 @@ class _Builder:
         using = msg.find(" Using", 0, 16)
         if using < 0 or proc.ib_devices:
             return
-        devices = msg[using:].partition("; OOB")[0]
+        devices, _, oob = msg[using:using + _MSG_MAX].partition("; OOB")
         proc.ib_devices = self.devices(_IB_DEVICE, devices, socket=False)
+        m = _OOB.match(oob)
+        if m and not proc.bootstrap_if:  # the OOB interface: NCCL_SOCKET_IFNAME's pick, as bootstrap's
+            proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
 
     def devices(self, pattern: re.Pattern[str], text: str, socket: bool) -> list[NetDevice]:
         found: list[NetDevice] = []
@@ -788,10 +853,19 @@ class _Builder:
         ranks = tuple(sorted({c.rank for c in sized if c.nranks == world and c.rank is not None}))
         fallback = proc.network == "Socket" or (
             not proc.network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
+        plugin = proc.plugin
+        network, inferred = proc.network, False
+        if not network and proc.ib_devices and not plugin.get("net_plugin") and not plugin.get("net_plugin_path"):
+            network, inferred = "IB", True  # NET/IB found devices, no plugin loaded: NCCL's first net is IB
+        nics = plugin.get("net_nics")
         return NcclProcess(
             host=proc.host, pid=proc.pid, first_line=proc.first_line, last_line=proc.last_line, lines=proc.lines,
             version=proc.version, cuda=proc.cuda, cuda_driver=proc.cuda_driver, devices=tuple(proc.devices),
-            bootstrap_if=proc.bootstrap_if, bootstrap_addr=proc.bootstrap_addr, network=proc.network,
+            bootstrap_if=proc.bootstrap_if, bootstrap_addr=proc.bootstrap_addr, network=network,
+            network_inferred=inferred, net_plugin=str(plugin.get("net_plugin", "")),
+            net_plugin_version=str(plugin.get("net_plugin_version", "")),
+            net_plugin_path=str(plugin.get("net_plugin_path", "")), net_provider=str(plugin.get("net_provider", "")),
+            net_nics=int(nics) if nics else None,
             ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device,
             socket_devices=tuple(proc.socket_devices), socket_fallback=fallback,
             env=tuple(proc.env.values()),
@@ -814,6 +888,7 @@ _INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
     (lambda m: m.startswith("NET/IB"), lambda b, p, proc, n: b.net_ib(proc, p.message)),
     (lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
     (lambda m: m.startswith("Using network "), _Builder.network),
+    (lambda m: m.startswith(("NET/OFI ", "P2P plugin ", "Plugin Path ")), _Builder.plugin),
     (lambda m: m.startswith("cudaDriverVersion"), _Builder.driver),
     (lambda m: m.startswith("Connected all rings"), lambda b, p, proc, n: b.connected(p, proc, rings=True)),
     (lambda m: m.startswith("Connected all trees"), lambda b, p, proc, n: b.connected(p, proc, rings=False)),
@@ -827,9 +902,10 @@ _INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
 
 
 def _network_name(msg: str) -> str:
-    """`Using network IB` -> "IB"."""
+    """`Using network IB` -> "IB", `Using network AWS Libfabric` -> "AWS Libfabric" (a plugin's
+    name may hold spaces); never more than a few words."""
     name = msg[len("Using network "):].strip()
-    return name[:64] if name and " " not in name else ""
+    return name[:64] if name and name.count(" ") <= 3 else ""
 
 
 def _transport(via: str) -> str:
@@ -916,7 +992,7 @@ def parse_nccl_log(text: str) -> NcclLog:
     lines = list(read_lines(text, stamps=False))
     builder = _Builder()
     for index, line in enumerate(lines):
-        prefix = split_read_line(line)
+        prefix = split_read_line(line) or split_bare_line(line)
         if prefix is None:
             version = _bare_version(line.text)
             if version is not None:
@@ -925,7 +1001,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         following = None
         if prefix.level == "WARN" and index + 1 < len(lines):
             nxt = lines[index + 1].text[:TEXT_MAX].strip()
-            if nxt and split_read_line(lines[index + 1]) is None:
+            if nxt and split_read_line(lines[index + 1]) is None and split_bare_line(lines[index + 1]) is None:
                 following = nxt
         builder.line(prefix, line.number, following)
     count = text.count("\n") + (not text.endswith("\n"))  # lines as "\n" splits them, a last empty one not

@@ -18,10 +18,14 @@ the tags v2.9.0 ... v2.19.6):
   first rank of each), so `rank_count` is processes x threads x GPUs.
 * rccl-tests' `--output_file` JSON lines (one record per size and placement).
 
-Launcher prefixes (`srun -l`'s `0: `, `mpirun --tag-output`'s `[1,0]<stdout>:`) are
-stripped, and whatever is not nccl-tests' own (NCCL INFO/WARN lines, MPI banners, X11
-noise) is skipped, except launcher failures (Open MPI's "not enough slots", mpirun's
-"exited on signal", srun's task errors), which are facts of their own.
+Launcher prefixes (`srun -l`'s `0: `, `mpirun --tag-output`'s `[1,0]<stdout>:`, and MPICH
+/ Intel MPI `-prepend-rank`'s `[0] ` before nccl-tests' own lines) are stripped; the rank
+map is read with or without its `#` (a paste that lost it, a build that prints none),
+and the oldest failure line, `NCCL failure common.cu:921 'unhandled system error'` (no
+host, no `Test`), is a failure like the newer ones; and whatever is not nccl-tests' own
+(NCCL INFO/WARN lines, MPI banners, X11 noise) is skipped, except launcher failures (Open
+MPI's "not enough slots", mpirun's "exited on signal", srun's task errors), which are
+facts of their own.
 
 A text is garbage (ParseError) only when it holds no fact about a run: no row, no
 failure, no launcher error, no rank (device) line and no run banner (version, `nThread`
@@ -43,7 +47,15 @@ from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
-from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_lines
+from healthcheck.parsers.lines import (
+    Handler,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    dispatch,
+    read_line,
+    read_lines,
+)
 
 UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
 MAX_LISTED = 1000  # failures and `# error:` lines kept (a hostile input could print millions)
@@ -174,7 +186,7 @@ _BANNER = re.compile(
 _WARMUP = re.compile(r"warmup iters:\s*+(\d{1,9})\s++iters:\s*+(\d{1,9})")
 _VALIDATION = re.compile(r"validation:\s*+(\d{1,9})")
 _RANK = re.compile(
-    r"#\s*+Rank\s++(\d{1,9})\s++(?:Group\s++(\d{1,9})\s++)?Pid\s++(\d{1,10})\s++on\s++(\S{1,1024})\s++"
+    r"#?\s*+Rank\s++(\d{1,9})\s++(?:Group\s++(\d{1,9})\s++)?Pid\s++(\d{1,10})\s++on\s++(\S{1,1024})\s++"
     r"device\s++(\d{1,9})\s++\[([^\]]{0,128})\]\s*+(.{0,1024})"
 )
 _OOB = re.compile(r"#\s*+Out of bounds values\s*+:\s*+(\d{1,12})(?:\s++(OK|FAILED))?")
@@ -183,6 +195,10 @@ _ERROR = re.compile(r"#\s*+error:\s*+(.*)")
 _NCCL_NRANKS = re.compile(r"\brank (\d{1,9}) nranks (\d{1,9})\b")  # NCCL INFO "comm 0x.. rank 0 nranks 16 ..."
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64})")
 _FAILURE = re.compile(r"([^\s:]{1,256}): Test (NCCL|CUDA) failure ([^\s:]{1,512}):(\d{1,9})(?: (.*))?")
+# nccl-tests <= 1.x (and any without the host): `NCCL failure common.cu:921 'unhandled system error'`
+_BARE_FAILURE = re.compile(r"(NCCL|Cuda|CUDA) failure ([^\s:']{1,512}):(\d{1,9})(?: (.*))?")
+# MPICH / Intel MPI `-prepend-rank`: `[0] ` before a line of nccl-tests' own (`#`, a row, nThread, Rank)
+_PREPENDED = re.compile(r"\[(\d{1,9})\] (?=\s{0,32}(?:#|\d|nThread |Rank ))", re.ASCII)
 _TIMEOUT = re.compile(r"([^\s:]{1,256}): Test timeout \((\d{1,9})s\) ([^\s:]{1,512}):(\d{1,9})")
 _TRACE = re.compile(r"\.\. (\S{1,256}) pid (\d{1,10}): Test failure ([^\s:]{1,512}):(\d{1,9})")
 _SIGNAL = re.compile(
@@ -538,7 +554,7 @@ def _read_slots_request(s: _Text, line: Line) -> bool:
 
 def _hash_or_nthread(text: str) -> bool:
     body = text.lstrip()
-    return body[:1] == "#" or body.startswith("nThread")
+    return body[:1] == "#" or body.startswith(("nThread", "Rank ", "Using devices"))
 
 
 def _is_row(text: str) -> bool:
@@ -565,14 +581,39 @@ _HANDLERS: tuple[Handler[_Text], ...] = (
 
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     s = _Text()
-    for line in read_lines(text):
-        if not line.text.strip() or line.noise:
+    for read in read_lines(text):
+        if not read.text.strip() or read.noise:
             continue
+        line = _prepended(read)
         if s.expect_application and _read_application(s, line):
             continue
         if dispatch(_HANDLERS, s, line) is None:
             s.unrecognized.note(line)
     return _run_of(s, text, fallback)
+
+
+_INDENT_MAX = 16  # blanks before a launcher tag of an indented paste (a markdown list's code block)
+
+
+def _prepended(line: Line) -> Line:
+    """A line's launcher tags the line layer left on: a tag behind a whole paste's indent
+    (`    [1,0]<stdout>:#  size ...`: the layer reads tags at the line's start only), and
+    MPICH's `-prepend-rank` `[0] `, its rank the line's task where no other label gave one
+    (the layer leaves a bare `[N]` alone: it is also NCCL's `[cudaDev]`; before nccl-tests'
+    own lines it is only the launcher's)."""
+    text = line.text
+    stripped = text.lstrip(" \t")
+    if stripped[:1] != "[" or len(text) - len(stripped) > _INDENT_MAX:
+        return line
+    if len(stripped) != len(text) and not line.labels:
+        again = read_line(line.number, stripped)[0]
+        if again.labels:
+            return _prepended(msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs))
+    m = _PREPENDED.match(stripped)
+    if m is None:
+        return line
+    return msgspec.structs.replace(line, text=stripped[m.end():], labels=line.labels + m.group(0),
+                                   task=line.task if line.task is not None else int(m.group(1)))
 
 
 def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
@@ -689,6 +730,12 @@ def _failure(body: str) -> NcclTestsFailure | None:
         if m:
             host, pid, file, line = m.groups()
             return NcclTestsFailure(kind="test", host=host, file=file, line=int(line), pid=int(pid))
+    if body.startswith(("NCCL failure ", "Cuda failure ", "CUDA failure ")):
+        m = _BARE_FAILURE.match(body)
+        if m:
+            kind, file, line, message = m.groups()
+            return NcclTestsFailure(kind="nccl" if kind == "NCCL" else "cuda", file=file, line=int(line),
+                                    message=_message(message or ""))
     if body.startswith("Invalid number of GPUs"):
         return NcclTestsFailure(kind="setup", message=clip(body, _MESSAGE_MAX))
     if body.startswith("mpirun noticed"):

@@ -57,7 +57,9 @@ otherwise; torchrun's is the local rank, the global one on a single node), torch
 part after it), the c10 log prefix `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] ` (or
 `[E ProcessGroupNCCL.cpp:474] ` before 2.3), the agent's `E0325 20:57:27.620000 2606
 .../api.py:869] ` and Python logging's `WARNING:torch.distributed...:`. A WorkNCCL line a
-terminal hard-wrapped is joined with the line after it (`wrapped`).
+terminal hard-wrapped is joined with the line after it (`wrapped`); a c10 line word-wrapped
+right after its `[PG ... Rank N]` group (`[Rank 0] Watchdog` / `caught collective ...`) is
+joined with the unprefixed line that finishes its sentence, so the group names the rank.
 
 Every fact carries `line` (1-based, lines split on "\\n": the evidence is `file:line`),
 `rank` (global: `[rankN]:`, else the launcher's label) and `task` (the label) where the
@@ -70,14 +72,14 @@ Python traceback output is a ParseError; nothing else is ever raised.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, read_lines
+from healthcheck.parsers.lines import Line, read_line, read_lines
 
 MAX_LISTED = 1000  # facts kept per kind
 MAX_LINE = 16_384  # characters of a line that are read
@@ -230,11 +232,12 @@ class BackendError(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
     watchdog: bool = False
 
 
-GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error"]
+GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error", "connect"]
 
 
 class GlooError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
-    """A gloo transport error; `source` is gloo's `pair.cc:598` (the line varies by release)."""
+    """A gloo transport error; `source` is gloo's `pair.cc:598` (the line varies by release).
+    connect: pair.cc's `connect [ADDR]:PORT: ERROR` (the peer it could not reach, and why)."""
 
     kind: GlooKind
     source: str = ""
@@ -626,6 +629,9 @@ _GLOO_PEER = re.compile(r"Connection closed by peer \[([^\]\s]{1,128})\]:(\d{1,5
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d{1,20})ms for (\w{1,32}) operation")
 _GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d{1,20}) vs (\d{1,20})")
 _NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
+_GLOO_CONNECT = re.compile(r"\bconnect \[([^\]\s]{1,128})\]:(\d{1,5}): ([^\n]{1,200})")
+# ProcessGroupNCCL's unique-id exchange names the rank that failed: `[4] is setting up NCCL communicator ...`
+_SELF_RANK = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator")
 _GLOO_READ = re.compile(r"Read error \[([^\]\s]{1,128})\]:(\d{1,5}): ([^.\n]{0,200})")
 _FR_FRAME = re.compile(r"#\d{1,6} \S")
 _FR_PATH = re.compile(r"debug info to (?:file: )?(\S{1,1024})")
@@ -698,13 +704,26 @@ class _Open:
 class _Block:
     """A ChildFailedError block being read."""
 
-    def __init__(self, line: _Line, program: str) -> None:
+    def __init__(self, line: _Line, program: str, loose: bool = False) -> None:
         self.line = line
         self.program = program
         self.section = ""
         self.no_other = False
         self.entries: list[dict] = []
         self.field = ""
+        self.loose = loose  # no border: a box collapsed onto few lines (its fields run together)
+        self.misses = 0  # lines in a row a loose box did not read
+
+
+# the box's fields that open a box cut to its tail: only torchrun's box prints them so
+_BOX_TAIL_FIELDS: dict[str, re.Pattern[str]] = {
+    "time": re.compile(r"\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d$"), "rank": _BLOCK_RANK, "exitcode": _BLOCK_EXIT}
+_LOOSE_MISSES = 8  # lines in a row a loose box may not read before it is taken to have ended
+# a collapsed box's fields, wherever they sit on a line: `rank2 (local rank: 2)exitcode: -9 (pid: 36071)`
+_LOOSE_RANK = re.compile(r"rank:? ?(-?\d{1,9}) \(local[_ ]rank: ?(-?\d{1,9})\)")
+_LOOSE_EXIT = re.compile(r"exitcode ?: ?(-?\d{1,20}) \(pid: ?(\d{1,10})\)")
+_LOOSE_ERROR_FILE = re.compile(r"error[_ ]file ?: ?(\S{1,1024})")
+_LOOSE_FIELD = re.compile(r"(time|host|traceback) {0,8}: ?(.*)")
 
 
 class _Parser:
@@ -719,6 +738,7 @@ class _Parser:
         self.tracebacks: dict[tuple[int | None, int | None], int] = {}
         self.frames: dict[tuple[int | None, int | None], tuple[str, str]] = {}  # (own frame, collective)
         self.block: _Block | None = None
+        self.after_child_error = False  # the line before ended `ChildFailedError:` (a box with no border may follow)
         self.border = False  # the line before was a `====` border
         self.pending_work: _Line | None = None  # a WorkNCCL line cut by a hard wrap
         self.step_aborted = False  # srun said it aborted or cancelled the step
@@ -793,12 +813,15 @@ class _Parser:
         if self.block is not None:
             if self.block_line(line):
                 return
+        elif self.box_tail(line):
+            return
         body = line.body
         if not body.strip():
             return
-        if self.border and body.endswith(" FAILED") and len(body) < 1024:
+        after_error, self.after_child_error = self.after_child_error, body.rstrip().endswith("ChildFailedError:")
+        if (self.border or after_error) and body.endswith(" FAILED") and len(body) < 1024:
+            self.block = _Block(line, body[:-7].strip(), loose=not self.border)
             self.border = False
-            self.block = _Block(line, body[:-7].strip())
             self.torch = True
             return
         self.border = body.startswith("========") and not body.strip("=")
@@ -1086,6 +1109,10 @@ class _Parser:
                 received_bytes=_int(size.group(1)) if size else None,
                 expected_bytes=_int(size.group(2)) if size else None,
                 message=clip(b[at:].strip(), _MESSAGE_MAX)))
+        for m in _GLOO_CONNECT.finditer(b):
+            self.add("gloo", GlooError(**self.where(line), kind="connect", source=source_before(m.start()),
+                                       peer=m.group(1), port=_int(m.group(2)),
+                                       message=clip(m.group(3).strip(), _MESSAGE_MAX)))
         for m in _GLOO_READ.finditer(b):
             self.add("gloo", GlooError(**self.where(line), kind="read-error", source=source_before(m.start()),
                                        peer=m.group(1), port=_int(m.group(2)),
@@ -1295,17 +1322,7 @@ class _Parser:
         if stripped.startswith("=====") and not stripped.strip("="):
             self.end_block(complete=True)
             return True
-        if stripped.startswith("-----") and not stripped.strip("-"):
-            block.field = ""
-            return True
-        if stripped == "Failures:":
-            block.section, block.field = "failures", ""
-            return True
-        if stripped.startswith("Root Cause"):
-            block.section, block.field = "root", ""
-            return True
-        if stripped == "<NO_OTHER_FAILURES>":
-            block.no_other = True
+        if self.block_marker(block, stripped):
             return True
         m = _BLOCK_ENTRY.fullmatch(stripped)
         if m:
@@ -1329,8 +1346,72 @@ class _Parser:
                 if len(entry["traceback"]) < _TRACEBACK_LINES:
                     entry["traceback"].append(b[2:] if b.startswith("  ") else b)
                 return True
+            if block.loose and self.loose_fields(entry, stripped):
+                block.misses = 0
+                return True
+        if block.loose and block.misses < _LOOSE_MISSES:
+            block.misses += 1  # a collapsed box's stray words (`time`, `host`, their values): read on
+            return False
         self.end_block(complete=False)
         return False
+
+    def box_tail(self, line: _Line) -> bool:
+        """A failure box cut to its tail (the paste begins inside it): its `Root Cause`
+        title, or a field only torchrun's box prints (`  time      : 2025-05-21_15:43:03`,
+        `  rank      : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`) opens it with
+        no program; True when the line was read."""
+        b = line.body
+        if b.startswith("Root Cause (first observed failure)"):
+            self.block = _Block(line, "", loose=True)
+            self.block.section, self.torch = "root", True
+            return True
+        m = _BLOCK_FIELD.fullmatch(b) if b.startswith("  ") else None
+        if m is None:
+            return False
+        shape = _BOX_TAIL_FIELDS.get(m.group(1))
+        if shape is None or not shape.match(m.group(2).strip()):
+            return False
+        self.block = _Block(line, "", loose=True)
+        self.block.entries.append({"line": line.number, "index": 0, "root_cause": False, "traceback": []})
+        self.torch = True
+        return self.block_line(line)
+
+    @staticmethod
+    def block_marker(block: _Block, stripped: str) -> bool:
+        """A box's rule, section title or `<NO_OTHER_FAILURES>`; True when it was one."""
+        if stripped.startswith("-----") and not stripped.strip("-"):
+            block.field = ""
+        elif stripped == "Failures:":
+            block.section, block.field = "failures", ""
+        elif stripped.startswith("Root Cause"):
+            block.section, block.field = "root", ""
+        elif stripped in ("<NO_OTHER_FAILURES>", "<NO OTHER FAILURES>"):
+            block.no_other = True
+        else:
+            return False
+        return True
+
+    @staticmethod
+    def loose_fields(entry: dict, text: str) -> bool:
+        """A collapsed box's fields run together on one line (`rank2 (local rank: 2)exitcode:
+        -9 (pid: 36071)error file: <N/A>`), or a field whose indent was lost; True when read."""
+        m = _LOOSE_FIELD.match(text)
+        if m:
+            name, value = m.group(1), m.group(2).strip()
+            if name == "traceback":
+                entry["traceback"].append(value)
+            else:
+                entry[name] = value
+            return True
+        found = False
+        for pattern, name, shape in ((_LOOSE_RANK, "rank", "{} (local_rank: {})"),
+                                     (_LOOSE_EXIT, "exitcode", "{} (pid: {})"),
+                                     (_LOOSE_ERROR_FILE, "error_file", "{}")):
+            m = pattern.search(text, 0, 4096)
+            if m:
+                entry[name] = shape.format(*m.groups())
+                found = True
+        return found
 
     def end_block(self, complete: bool) -> None:
         block = self.block
@@ -1416,7 +1497,12 @@ class _Parser:
         own, collective = self.frames.pop(key, ("", "")) if framed else ("", "")
         if framed:
             self.tracebacks[key] -= 1
-        self.add("exceptions", ExceptionRaised(**self.where(line), type=name,
+        where = self.where(line)
+        if where["rank"] is None and message:
+            said = _SELF_RANK.match(message.lstrip())
+            if said:
+                where["rank"] = _int(said.group(1))  # no label: the message names its own rank
+        self.add("exceptions", ExceptionRaised(**where, type=name,
                                                message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
                                                frame=own, collective=collective))
 
@@ -1521,7 +1607,7 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
     (lambda b: "monitoredBarrier" in b, _Parser.barrier),
     (lambda b: "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b, _Parser.backend_error),
     (lambda b: ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
-                or "Received data size doesn't match" in b or "Read error [" in b), _Parser.gloo),
+                or "Received data size doesn't match" in b or "Read error [" in b or "connect [" in b), _Parser.gloo),
     (lambda b: ("Stack trace of the failed collective" in b or "debug info" in b or "signal dumping" in b
                 or "dump signal from another rank" in b), _Parser.flight_recorder),
     (lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b, _Parser.address_in_use),
@@ -1535,12 +1621,86 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
 )
 
 
+# torchx's `ROLE/REPLICA [LOCAL_RANK]:` before each line of a replica's output (torchrun's `--tee`
+# label with an empty role after torchx's own); the line layer does not know it yet
+_TORCHX = re.compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
+
+
+_INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
+
+
+def _relabelled(line: Line) -> Line:
+    """A line's labels the line layer left on: torchx's `trainer/0 [0]:` (the rest read again
+    by the layer: a c10 or glog prefix after it), and any label behind a whole paste's indent
+    (`    [rank3]:[E1206 ...]`: the layer reads labels at the line's start only). The torchx
+    local rank is the rank on replica 0 only (as torchrun's alone is on one node); on another
+    replica the rank is not known."""
+    if line.labels:
+        return line
+    text = line.text
+    stripped = text.lstrip(" \t")
+    if len(text) - len(stripped) > _INDENT_MAX:
+        return line
+    m = _TORCHX.match(stripped) if "/" in stripped[:72] else None
+    if m is not None:
+        again = read_line(line.number, stripped[m.end():], max_line=MAX_LINE)[0]
+        replica, local = int(m.group(2)), int(m.group(3))
+        return msgspec.structs.replace(
+            again, raw=line.raw, labels=m.group(0) + again.labels, role=f"{m.group(1)}/{replica}",
+            local_rank=local if replica == 0 else again.local_rank, repairs=line.repairs + again.repairs)
+    if len(stripped) != len(text) and stripped[:1] in "[(EWIF":
+        again = read_line(line.number, stripped, max_line=MAX_LINE)[0]
+        if again.labels:
+            return msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs)
+    return line
+
+
+_HEAD_TAIL = 40  # characters after a `[PG ... Rank N]` group of a c10 line cut by a word wrap
+
+
+def _cut_after_group(line: Line) -> bool:
+    """A c10 line that ends a few words after its `[PG ... Rank N]` group, at a terminal's
+    width: a message a word wrap cut (`[Rank 0] Watchdog`, `[PG 0 Rank 0]`)."""
+    text = line.text.rstrip()
+    if line.logger != "c10" or len(line.raw) < 40 or not text.endswith(("]", *"abcdefghijklmnopqrstuvwxyz")):
+        return False
+    m = _PG.search(text, max(0, len(text) - 200))
+    return m is not None and len(text) - m.end() <= _HEAD_TAIL and text[m.end():].count(" ") <= 3
+
+
+def _finishes(head: Line, line: Line) -> bool:
+    """`line` finishes `head`'s cut sentence: no prefix of its own, not a new record, and
+    lowercase where the head had words after its group (the group alone: any word)."""
+    text = line.text
+    if line.labels or line.number == head.number or not text.strip() or text[:1] in " \t[" or line.noise:
+        return False
+    return head.text.rstrip().endswith("]") or text[:1].islower()
+
+
+def _word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
+    """The lines, each c10 line a word wrap cut after its group joined with the next."""
+    held: Line | None = None
+    for line in lines:
+        if held is not None:
+            head, held = held, None
+            if _finishes(head, line):
+                yield msgspec.structs.replace(head, text=head.text.rstrip() + " " + line.text.strip())
+                continue
+            yield head
+        if _cut_after_group(line):
+            held = line
+        else:
+            yield line
+    if held is not None:
+        yield held
+
+
 def parse_torch_log(text: str) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the module's docstring)."""
     parser = _Parser()
-    for line in read_lines(text, max_line=MAX_LINE):
-        if not line.noise:
-            parser.feed(line)
+    lines = (_relabelled(line) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
+    for line in _word_unwrapped(lines):
+        parser.feed(line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted
     log = parser.result(number)
     if not parser.torch and not any(getattr(log, name) for name in FACT_KINDS):

@@ -35,8 +35,9 @@ def one(text: str) -> NcclLog:
 # path (under tests/fixtures) -> (versions, networks of the processes, ranks, world sizes,
 #                                  WARNs by kind, processes, comms)
 EXPECTED: dict[str, tuple] = {
+    # NET/IB listed devices, no `Using network` line and no plugin: IB, inferred
     "corpus/nccl-debug/azure-ib-completion-error12.txt":
-        ((), set(), (), (), {"ib-completion": 1}, 1, 0),
+        ((), {"IB"}, (), (), {"ib-completion": 1}, 1, 0),
     "corpus/nccl-debug/coll-opcount-rank-mismatch-allreduce-vs-allgather-rccl.txt":
         ((), set(), (), (4,), {}, 2, 2),
     "corpus/nccl-debug/coll-opcount-ray-128rank-allreduce-hang-mixed-opcounts.txt":
@@ -76,7 +77,7 @@ EXPECTED: dict[str, tuple] = {
     "corpus/nccl-debug/nccl-2.5-era-direct-shared-memory-ring-socket-nic-distance-realpath.txt":
         ((), set(), (), (), {}, 6, 0),
     "corpus/nccl-debug/nccl-2.5.6-256rank-bracket-rank-prefix-roce-mixed-ring-p2p-ipc.txt":
-        ((), set(), (), (), {}, 1, 0),
+        ((), {"IB"}, (), (), {}, 1, 0),
     "corpus/nccl-debug/nccl-2.7.8-roce-2node-1gpu-ibv-create-cq-failed.txt":
         (("2.7.8+cuda11.0",), {"IB"}, (), (), {"ibverbs": 1}, 1, 0),
     "corpus/nccl-debug/nccl-2.8.3-socket-no-libibverbs-xml-realpath-failure.txt":
@@ -611,3 +612,64 @@ def test_never_anything_but_facts_or_parse_error(text):
     except ParseError:
         return
     assert msgspec.json.decode(msgspec.json.encode(log), type=NcclLog) == log
+
+
+# ------------------------------------------------------------ issue 20: shapes from the field
+
+FIELD = FIXTURES / "field"
+
+
+def test_a_line_without_the_host_pid_tid_prefix_is_read_as_no_process():
+    # tests/fixtures/field/repos/nccl-log/net-ib-8-hca-relaxed-ordering-oob-no-prefix.txt:
+    # a grep's excerpt, `NCCL INFO NET/IB : Using ...; OOB eno1:...` and nothing before it
+    log = parse(FIELD / "repos/nccl-log/net-ib-8-hca-relaxed-ordering-oob-no-prefix.txt")
+    (proc,) = log.processes
+    assert (proc.host, proc.pid, proc.lines) == ("", 0, 1)
+    assert [d.name for d in proc.ib_devices] == [f"mlx5_{i}" for i in range(8)]
+    # the OOB interface is NCCL_SOCKET_IFNAME's pick, as bootstrap's; no plugin, so IB
+    assert (proc.bootstrap_if, proc.network, proc.network_inferred) == ("eno1", "IB", True)
+    # a bare WARN line after a launcher label is read too, and its wrapped tail is no NCCL line
+    text = "3: NCCL WARN NET/IB : Got completion from peer 10.0.0.5<33092> with status=12 opcode 0 vendor err 129 (Send)\n"
+    (w,) = one(text).warns
+    assert (w.kind, w.host, w.pid, w.peer, w.status, w.vendor_err) == ("ib-completion", "", 0, "10.0.0.5<33092>", 12, 129)
+    # a sentence that names NCCL is still no line of NCCL's
+    with pytest.raises(ParseError):
+        one("NCCL is a library\nNCCL INFOx\n")
+
+
+def test_a_printed_network_wins_over_the_inferred_one_and_a_plugin_blocks_the_guess():
+    text = (FIELD / "repos/nccl-log/net-ib-8-hca-plus-roce-bond-oob-ibp-no-prefix.txt").read_text()
+    (proc,) = one(text + "NCCL INFO Using network Socket\n").processes
+    assert (proc.network, proc.network_inferred, proc.bootstrap_if) == ("Socket", False, "ibp25s0")
+    (proc,) = one("NCCL INFO P2P plugin IBext_v8\n" + text).processes
+    assert (proc.network, proc.net_plugin, proc.net_plugin_version) == ("", "IBext_v8", "v8")
+
+
+def test_a_masked_pid_behind_a_timestamp_still_names_the_host_and_the_warn():
+    # tests/fixtures/field/issues/nccl-log/timestamped-modify-qp-110-rtr-gids-2.27.txt: NCCL
+    # 2.27's `[%F %T] ` stamp, then `host:XXXXXX` (the reporter masked the pid, tid gone)
+    log = parse(FIELD / "issues/nccl-log/timestamped-modify-qp-110-rtr-gids-2.27.txt")
+    (w,) = log.warns
+    assert (w.kind, w.host, w.pid, w.dev, w.call, w.stamp) == (
+        "ibverbs", "host-01.example.com", 0, 5, "ibv_modify_qp", "2026-03-13 22:26:02")
+    assert w.error == "110 Connection timed out"  # 2.27 drops "error" from "failed with error E"
+    p = split_nccl_line("[2026-03-13 22:26:02] h:XXXXXX [5] ibvwrap.c:262 NCCL WARN x")
+    assert p is not None and p.masked and (p.host, p.pid) == ("h", 0)
+    assert split_nccl_line("h:x:2 [0] NCCL INFO x") is None  # one letter is no mask
+
+
+def test_external_net_plugins_name_themselves_and_their_version():
+    # aws-ofi-nccl 1.5 (`NET/OFI Using aws-ofi-nccl 1.5.0aws`, `Using network AWS Libfabric`)
+    log = parse(FIELD / "repos/nccl-log/p4d-2node-srun-label-nccl-2.18.3-aws-ofi-efa-full-job-out.txt")
+    plugged = [p for p in log.processes if p.net_plugin]
+    assert len(plugged) == 16
+    assert {(p.net_plugin, p.net_plugin_version, p.network, p.net_provider, p.net_nics) for p in plugged} == {
+        ("aws-ofi-nccl 1.5.0aws", "1.5.0aws", "AWS Libfabric", "efa", 4)}
+    # aws-ofi-nccl 1.13 (`NET/OFI Initializing aws-ofi-nccl 1.13.2-aws`)
+    log = parse(FIELD / "repos/nccl-log/fsdp-p5-4node-srun-label-nccl-2.26.2-aws-ofi-1.13.2-elided.txt")
+    assert {(p.host, p.net_plugin_version) for p in log.processes if p.net_plugin} == {("p5-dy-gpu-4", "1.13.2-aws")}
+    # HPC-X's IBext_v8: the plugin, its path, and the network it names
+    log = parse(CORPUS / "nccl-debug/gh200-2node-ibext-v8-sharp-init-start-mnnvl0.txt")
+    gh1 = next(p for p in log.processes if p.host == "gh1")  # gh2's lines here are after init
+    assert (gh1.net_plugin, gh1.net_plugin_version, gh1.network) == ("IBext_v8", "v8", "IBext_v8")
+    assert gh1.net_plugin_path.endswith("/nccl_rdma_sharp_plugin/lib/libnccl-net.so")

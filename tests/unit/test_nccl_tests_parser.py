@@ -592,3 +592,64 @@ def test_hc_parse_prints_the_facts():
 def test_parser_for_refuses_empty_input():
     with pytest.raises(ParseError, match="empty input"):
         parser_for("nccl-tests")(" \n")
+
+
+# ------------------------------------------------------------ issue 20: shapes from the field
+
+FIELD_TESTS = FIXTURES / "field" / "issues" / "nccl-tests"
+
+
+def _facts(run):
+    return ([(r.rank, r.host, r.device, r.model) for r in run.ranks],
+            [(s.size_bytes, s.placement, s.busbw_gbytes_per_s) for s in run.samples],
+            run.avg_busbw_gbytes_per_s, run.out_of_bounds, run.completed)
+
+
+def test_mpich_prepend_rank_tags_before_the_banner_the_rank_map_and_the_rows():
+    # a real 16-rank run with MPICH / Intel MPI `-prepend-rank`'s `[N] ` before every line
+    # (a transformation; the tag's shape is the real one in
+    # corpus/nccl-debug/nccl-2.5.6-256rank-bracket-rank-prefix-roce-mixed-ring-p2p-ipc.txt)
+    text = (DIR / "all_reduce-h100-a3mega-2node-16rank.txt").read_text()
+    clean = parse_nccl_tests(text)
+    tagged = "".join(f"[{i % 3}] {line}" for i, line in enumerate(text.splitlines(keepends=True)))
+    run = parse_nccl_tests(tagged)
+    assert _facts(run) == _facts(clean) and clean.samples and len(clean.ranks) == 16
+    assert run.bad_rows == clean.bad_rows and run.unrecognized.count == clean.unrecognized.count
+
+
+def test_a_rank_map_without_its_hash_is_read():
+    # field/issues/nccl-tests/all-ranks-zero-misbuilt-without-mpi.txt: `Using devices` and
+    # `Rank  0 Group  0 Pid ... on dgx01 device  0 [0x1a] NVIDIA H100 80GB HBM3` with no `#`
+    run = parse_nccl_tests((FIELD_TESTS / "all-ranks-zero-misbuilt-without-mpi.txt").read_text())
+    assert {r.host for r in run.ranks} == {"dgx01", "dgx02"}
+    assert {(r.rank, r.model) for r in run.ranks} == {(0, "NVIDIA H100 80GB HBM3")}
+    # the same rank map with its `#` reads the same
+    hashed = "\n".join("#  " + line if line.startswith("Rank") else line
+                       for line in (FIELD_TESTS / "all-ranks-zero-misbuilt-without-mpi.txt").read_text().splitlines())
+    assert parse_nccl_tests(hashed).ranks == run.ranks
+
+
+def test_the_oldest_failure_line_without_host_or_test_is_a_failure():
+    # field/issues/nccl-tests/socket-closed-by-peer-then-nccl-failure-921.txt (2018):
+    # `NCCL failure common.cu:921 'unhandled system error'` after prose and an NCCL WARN
+    run = parse_nccl_tests((FIELD_TESTS / "socket-closed-by-peer-then-nccl-failure-921.txt").read_text())
+    (f,) = run.failures
+    assert (f.kind, f.host, f.file, f.line, f.message) == ("nccl", "", "common.cu", 921, "unhandled system error")
+    assert not run.completed and not run.samples
+    # NCCL's own `Cuda failure 'out of memory'` (no file:line) is no failure of the test's
+    with pytest.raises(ParseError):
+        parse_nccl_tests("Cuda failure 'out of memory'\n")
+
+
+def test_an_indented_paste_of_tagged_lines_keeps_its_tags_read():
+    # field/repos/nccl-tests/all_reduce-aws-batch-tag-output-trailing-spaces-17G.txt (mpirun
+    # --tag-output) indented 4 blanks as a whole (a transformation: a markdown list's code block)
+    path = FIXTURES / "field" / "repos" / "nccl-tests" / "all_reduce-aws-batch-tag-output-trailing-spaces-17G.txt"
+    text = path.read_text()
+    clean = parse_nccl_tests(text)
+    indented = parse_nccl_tests("".join("    " + line for line in text.splitlines(keepends=True)))
+    assert _facts(indented) == _facts(clean) and len(clean.samples) > 10
+    # an indented `[N] ` prepend-rank tag too
+    tagged = parse_nccl_tests("".join(f"  [0] {line}" for line in text.replace("[1,0]<stdout>:", "")
+                                      .splitlines(keepends=True)))
+    assert _facts(tagged) == _facts(clean)

@@ -105,7 +105,11 @@ PREFIXES = {
                  "NCCL version ", "h:1:2 [0] NCCL INFO x.cc:1 -> ",
                  # the line layer's prefixes and shapes (parsers/lines.py)
                  "(WorkerDict pid=1) ", "\x1b[0;31m", "[0;31m", "[default0]:", "user@h:~$ ",
-                 "h:1:2 [0] NCCL INFO a[1,1]<stdout>:", "[155] h:1:2 [0] NCCL INFO "],
+                 "h:1:2 [0] NCCL INFO a[1,1]<stdout>:", "[155] h:1:2 [0] NCCL INFO ",
+                 # issue 20: bare and pid-masked lines, net plugins
+                 "NCCL INFO ", "NCCL WARN ", "0: NCCL INFO NET/IB : Using [0]m:1/IB ; OOB ", "h:XXXXXX [0] x.c:1 NCCL WARN ",
+                 "h:1:2 [0] NCCL INFO P2P plugin ", "h:1:2 [0] NCCL INFO NET/OFI Using aws-ofi-nccl ",
+                 "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is ", "h:1:2 [0] NCCL INFO Using network "],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
@@ -116,6 +120,11 @@ PREFIXES = {
                   "  File \"", "terminate called after throwing an instance of '", " - [0] Timeout at collective: ",
                   "#1 started ranks:", "(WorkerDict pid=1) ", "0: ", "[1,0]<stderr>:", "E0325 20:57:27.620000 2606 ",
                   "========", "[Rank 0]: Ranks ", "#0 a from ", "a.b.CError: ",
+                  # issue 20: gloo connect, self-named ranks, torchx labels, wrapped and collapsed shapes
+                  "RuntimeError: [pair.cc:799] connect [", "x.DistBackendError: [", "trainer/0 [0]:",
+                  "trainer/0 [0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] ", "    [rank0]:", "    E0325 ",
+                  "  rank      : 0 (local_rank: 0)", "Root Cause (first observed failure):",
+                  "rank2 (local rank: 2)exitcode: ",
                   # the line layer's prefixes and shapes (parsers/lines.py)
                   "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ", "2024-01-01T00:00:00+00:00 ", "[default0]:",
                   "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] "],
@@ -136,7 +145,10 @@ PREFIXES = {
                    # the line layer's prefixes and shapes (parsers/lines.py)
                    "(WorkerDict pid=1) ", "[default0]:", "[rank0]:", "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ",
                    "[ 1.0] ", "[Sun Feb 23 16:24:18 2025] ", "2024-01-01T00:00:00+00:00 ", "E0325 20:57:27.620000 2606 ",
-                   "user@h:~$ ", "[1,0]<stdout>:8 2 [1,1]<stdout>:"],
+                   "user@h:~$ ", "[1,0]<stdout>:8 2 [1,1]<stdout>:",
+                   # issue 20: prepend-rank tags, hash-less rank maps, the oldest failure, indented tags
+                   "[0] ", "[0] #  Rank 0 Group 0 Pid 1 on ", "Rank 0 Group 0 Pid 1 on ", "NCCL failure a.cu:1 '",
+                   "    [1,0]<stdout>:", "    [0] "],
     "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
                    "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
                    "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import re
 import time
 from collections.abc import Callable
 
@@ -915,3 +916,103 @@ def test_hc_parse_torch_log():
     facts = msgspec.json.decode(r.stdout)["facts"]
     assert facts["backend_errors"][0]["last_error"] == "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"
     assert msgspec.convert(facts["child_failed"][0], type=ChildFailedBlock).failures[1].root_cause
+
+
+# ------------------------------------------------------------ issue 20: shapes from the field
+
+FIELD_TORCH = FIXTURES / "field" / "issues" / "torch-log"
+
+
+def test_gloo_connect_failure_names_the_peer_and_port():
+    # field/issues/torch-log/gloo-new-group-pair-connection-refused-interleaved.txt: gloo's
+    # pair.cc `connect [172.31.71.170]:13195: Connection refused` inside a RuntimeError
+    log = parse_torch_log((FIELD_TORCH / "gloo-new-group-pair-connection-refused-interleaved.txt").read_text())
+    (g,) = log.gloo
+    assert (g.kind, g.peer, g.port, g.source, g.message) == ("connect", "172.31.71.170", 13195, "pair.cc:799",
+                                                               "Connection refused")
+
+
+def test_a_distbackenderror_without_a_label_takes_the_rank_its_message_names():
+    # field/issues/torch-log/rank8-distbackenderror-store-get-connection-reset.txt with its
+    # `[rank8]:` prefixes taken off (a transformation: the same output without torch's labels)
+    text = (FIELD_TORCH / "rank8-distbackenderror-store-get-connection-reset.txt").read_text()
+    bare = "\n".join(line.removeprefix("[rank8]: ") for line in text.splitlines())
+    (e,) = parse_torch_log(bare).exceptions
+    assert (e.type, e.rank) == ("torch.distributed.DistBackendError", 8)
+    assert "Connection reset by peer" in e.message
+    # a label wins over the message: the label is the process that printed it
+    (e,) = parse_torch_log(text.replace("[rank8]:", "[rank2]:")).exceptions
+    assert e.rank == 2
+
+
+def test_a_watchdog_line_word_wrapped_after_its_rank_group_keeps_the_group():
+    # field/issues/torch-log/watchdog-hard-wrapped-at-fixed-width-2.3.txt: `[Rank 0] Watchdog`
+    # / `caught collective operation timeout: WorkNCCL(SeqNum=2,` / `OpType=...` at ~70 columns
+    log = parse_torch_log((FIELD_TORCH / "watchdog-hard-wrapped-at-fixed-width-2.3.txt").read_text())
+    (t,) = log.timeouts
+    assert (t.pg_rank, t.seq, t.op_type, t.timeout_ms, t.line, t.wrapped) == (0, 2, "ALLREDUCE", 10000, 4, True)
+    # a c10 line whose sentence is whole is never glued to the line after it
+    whole = ("[E329 19:15:11.775879730 ProcessGroupNCCL.cpp:565] [Rank 0] Watchdog caught collective operation "
+             "timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=10, NumelOut=10, Timeout(ms)=10000) ran for "
+             "10028 milliseconds before timing out.\nTraceback (most recent call last):\n")
+    (t,) = parse_torch_log(whole).timeouts
+    assert (t.pg_rank, t.wrapped, t.ran_for_ms) == (0, False, 10028)
+
+
+def test_a_failure_box_collapsed_onto_few_lines_still_names_the_failure():
+    # field/issues/torch-log/childfailed-box-collapsed-ocr-like.txt: no `====` borders, the
+    # fields run together (`rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>`)
+    log = parse_torch_log((FIELD_TORCH / "childfailed-box-collapsed-ocr-like.txt").read_text())
+    (block,) = log.child_failed
+    (f,) = block.failures
+    assert (block.program, block.no_other_failures) == ("experiments/supervised HO3D V2.py", True)
+    assert (f.root_cause, f.rank, f.local_rank, f.exitcode, f.pid, f.signal) == (True, 2, 2, -9, 36071, "SIGKILL")
+    # a ` FAILED` line with neither a border nor a ChildFailedError line before it is no box
+    assert not parse_torch_log("torch.distributed.DistBackendError: x\ntest_x FAILED\n").child_failed
+
+
+def test_torchx_role_prefix_before_c10_lines_names_the_rank_on_replica_0():
+    # field/issues/torch-log/watchdog-reduce-scatter-base-pg1.txt with each `[rankN]:` made
+    # torchx's `trainer/0 [N]:` (a transformation: the label torchx prints before a replica's lines)
+    text = (FIELD_TORCH / "watchdog-reduce-scatter-base-pg1.txt").read_text()
+    on = {replica: parse_torch_log(re.sub(r"^\[rank(\d+)\]:", rf"trainer/{replica} [\1]:", text, flags=re.M))
+          for replica in (0, 1)}
+    assert [(t.rank, t.pg_rank) for t in on[0].timeouts] == [(0, 0), (4, 4), (3, 3)]
+    assert all(t.time.startswith("1206 18:44:1") for t in on[0].timeouts)  # the c10 prefix read after it
+    assert [t.rank for t in on[1].timeouts] == [None, None, None]  # another replica: the global rank is unknown
+
+
+@pytest.mark.parametrize("first", [17, 19, 21])  # from `Root Cause`, from `time`, from `rank`
+def test_a_failure_box_cut_to_its_tail_still_names_the_failure(first):
+    # corpus/torchrun/childfailederror-accelerate-deepspeed-exitcode-9-sigkill.txt cut to its
+    # last lines (a transformation: a paste that begins inside the box)
+    lines = (CORPUS / "torchrun" / "childfailederror-accelerate-deepspeed-exitcode-9-sigkill.txt").read_text()
+    tail = "".join(lines.splitlines(keepends=True)[first - 1:])
+    (block,) = parse_torch_log(tail).child_failed
+    (f,) = block.failures
+    assert (f.exitcode, f.pid, f.signal, block.complete) == (-9, 14750, "SIGKILL", True)
+    assert f.rank == (None if first > 21 else 0)
+    assert f.root_cause is (first == 17)
+    assert f.time == ("" if first > 19 else "2025-05-21_15:43:03")
+
+
+def test_box_fields_alone_or_loosely_shaped_open_no_box():
+    for text in ("  rank      : seven\n", "  host      : node1\n", "  time      : yesterday\n",
+                 "rank: 2 of 8\nexitcode: 0\n"):
+        with pytest.raises(ParseError):
+            parse_torch_log(text)
+
+
+def test_labels_behind_an_indented_paste_are_read():
+    # field/issues/torch-log/watchdog-reduce-scatter-base-pg1.txt indented 4 blanks as a whole
+    # (a transformation: a markdown list's code block), also with torchx's label
+    text = (FIELD_TORCH / "watchdog-reduce-scatter-base-pg1.txt").read_text()
+    clean = parse_torch_log(text)
+    indented = parse_torch_log("".join("    " + line for line in text.splitlines(keepends=True)))
+    assert indented.timeouts == clean.timeouts and indented.prefixed_ranks == clean.prefixed_ranks == (0, 3, 4)
+    torchx = re.sub(r"^\[rank(\d+)\]:", r"  trainer/0 [\1]:", text, flags=re.M)
+    assert [t.rank for t in parse_torch_log(torchx).timeouts] == [0, 4, 3]
+    # a traceback's indented frames keep their indent: they are no labels
+    frames = parse_torch_log('Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n'
+                             "RuntimeError: boom\n")
+    assert [(e.type, e.framed, e.frame) for e in frames.exceptions] == [("RuntimeError", True, "train.py:3 in <module>")]
