@@ -210,8 +210,9 @@ def _fallback(col: Collected, out: Analysis) -> None:
     items = []
     for n in col.evidence.nccl_logs:
         assert n.log is not None
-        log_hosts = {q.host for q in n.log.processes}
-        for p in n.log.processes:
+        # lines without NCCL's host:pid:tid prefix form a process with no host: no node to name
+        log_hosts = {q.host for q in n.log.processes if q.host}
+        for p in (q for q in n.log.processes if q.host):
             # sockets matter only between nodes: a one-node communicator (a 1-GPU job, NVLink
             # inside a node) never touches the network, whatever NCCL chose for it
             nodes = [c.nnodes for c in n.log.comms if c.host == p.host and c.pid == p.pid and c.nnodes]

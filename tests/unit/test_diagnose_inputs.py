@@ -118,3 +118,25 @@ def test_a_healthy_one_gpu_job_under_hc_run_on_an_h100_is_no_failure():
     assert verdict.cls == "unknown" and not verdict.odd_ranks
     (row,) = verdict.ranks
     assert (row.rank, row.host, row.pid) == (0, "vm", 465)
+
+
+def test_nccl_lines_without_their_host_prefix_name_no_empty_host(tmp_path):
+    """A log whose NCCL lines lost their host:pid:tid prefix (a grep, a wrapper) forms a
+    process with no host: the socket-fallback finding names only real hosts. The bare lines
+    are the fixture's own with the prefix cut off."""
+    import re
+
+    from support import FIXTURES
+
+    from healthcheck.diagnose.sources import collect
+    from healthcheck.diagnose.verdict import build
+
+    text = (FIXTURES / "corpus" / "nccl-debug" / "nccl-2.4-era-aws-many-hosts-ib-no-device-socket-fallback.txt").read_text()
+    bare = [re.sub(r"^\S+:\d+:\d+ \[\d+\] ", "", ln) for ln in text.splitlines() if "NCCL INFO NET/" in ln][:3]
+    assert bare and all(ln.startswith("NCCL INFO") for ln in bare)
+    (tmp_path / "nccl.log").write_text(text + "\n" + "\n".join(bare) + "\n")
+    verdict = build(collect([str(tmp_path)]))
+    fallback = [f for f in verdict.findings if f.cls == "socket-fallback"]
+    assert fallback, verdict.summary
+    assert all(not e.text.startswith(" ") and not e.text.startswith("pid") for f in fallback for e in f.lines)
+    assert ", ," not in fallback[0].message and "sockets on ," not in fallback[0].message
