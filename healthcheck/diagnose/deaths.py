@@ -30,6 +30,7 @@ from healthcheck.diagnose.logfacts import (
 )
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.victims import spoke_of_failure
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
 _TOGETHER_S = 0.25  # own-code exceptions this close to the first raised in the same step: together
@@ -265,7 +266,7 @@ def _quiet(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) 
     failure, or torchrun says they exited 0."""
     own = _own_output(col)
     out = []
-    for r in sorted(ranks_heard(col) - set(firsts)):
+    for r in sorted(ranks_heard(col) - set(firsts) - spoke_of_failure(col)):
         code = codes.get(r)
         if code == 0 or (r in own and (code is None or code > 0)):
             out.append(r)
