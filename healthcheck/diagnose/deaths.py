@@ -28,6 +28,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     torchrun_time,
 )
+from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.victims import spoke_of_failure
@@ -81,6 +82,15 @@ def _signalled(col: Collected, acc: _Dead) -> None:
             acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
                                                              text=f"rank {rank} exited with {r.signal} "
                                                                   f"(exit {r.exit_code})"))
+
+
+def _launcher_kills(col: Collected, acc: _Dead) -> None:
+    """Ranks the launcher saw killed (mpirun's box; SIGTERM torchrun did not send): signals.py."""
+    for rank, why, item in mpirun_kills(col):
+        acc.name(rank, why, item)
+        acc.basis = acc.basis or ONLY_FIRST
+    for rank, why, item in outside_sigterms(col):
+        acc.name(rank, why, item)
 
 
 def _gone(col: Collected, acc: _Dead) -> None:
@@ -338,6 +348,7 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
 def dead_rank(col: Collected) -> JobFinding | None:
     """The dead-rank finding, or None: see the module's docstring."""
     acc = _Dead()
+    _launcher_kills(col, acc)
     _signalled(col, acc)
     _gone(col, acc)
     _out_of_memory(col, acc)

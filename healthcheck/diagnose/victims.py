@@ -38,7 +38,7 @@ def spoke_of_failure(col: Collected) -> set[int]:
         if f.log is None:
             continue
         log = f.log
-        facts = [g for g in log.gloo if g.kind in _GLOO_FAILURES]
+        facts: list[object] = [g for g in log.gloo if g.kind in _GLOO_FAILURES]
         facts += [*log.timeouts, *log.backend_errors, *log.aborts, *log.mismatches]
         out |= {r for r in (fact_rank(x, f.rank) for x in facts) if r is not None}
     return out
