@@ -11,8 +11,8 @@
   it stops (`Sending process P closing signal SIGTERM`). A rank that ended by SIGTERM whose
   pid the agent never signalled was killed from outside: it died first, the others were
   stopped because of it. Where the agent itself got a death signal (the job was cancelled)
-  every SIGTERM is the agent's relay: none is named. Without an agent's word (plain hc
-  run), SIGTERM ranks are named only as a strict minority of the ranks whose exit is known.
+  every SIGTERM is the agent's relay: none is named. Without the agent's word (mpirun and
+  srun stop the survivors with SIGTERM and do not list them) no SIGTERM is named here.
 """
 
 from __future__ import annotations
@@ -61,16 +61,11 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     closed, cancelled = _agent_word(col)
     ranks = col.evidence.ranks
     termed = {r: x for r, x in ranks.items() if x.signal == "SIGTERM"}
-    if cancelled or not termed:
-        return
-    if closed:
-        odd = {r: x for r, x in termed.items() if x.pid is not None and x.pid not in closed}
-        why = "the launcher sent no closing signal to its pid"
-    else:
-        known = [x for x in ranks.values() if x.exit_code is not None]
-        odd = termed if len(termed) * 2 < len(known) else {}
-        why = "the other ranks did not end by SIGTERM"
-    if len(odd) == len(termed) and closed:
+    if cancelled or not termed or not closed:
+        return  # no agent's word: mpirun and srun stop the survivors with SIGTERM and do not say whom
+    odd = {r: x for r, x in termed.items() if x.pid is not None and x.pid not in closed}
+    why = "the launcher sent no closing signal to its pid"
+    if len(odd) == len(termed):
         return  # every SIGTERM unexplained: the text cannot tell the cause from the relay
     for rank, x in sorted(odd.items()):
         text = f"rank {rank} (pid {x.pid}) ended by SIGTERM: {why}"

@@ -75,3 +75,10 @@ def test_ranks_torchrun_stopped_with_sigterm_are_never_named():
     """A rank SIGKILLed under hc run around torchrun: the others' SIGTERM is torchrun's own."""
     v = verdict(JOBS / "held-out" / "saved" / "h-kill-hc-run-torchrun-w4-r3")
     assert v.cls == "dead-rank" and named(v) == [3], v.summary
+
+
+def test_ranks_mpirun_stopped_with_sigterm_are_never_named():
+    """hc run around mpirun w4: ranks 1 and 2 raise; mpirun stops rank 3 (the tee: `end
+    exit=-15`) and lists nobody it stopped: that SIGTERM is the launcher's, not a death."""
+    v = verdict(JOBS / "held-out-2" / "saved" / "h2-transform-assert-hc-run-mpirun-w4-r1-r2")
+    assert v.cls == "dead-rank" and named(v) == [1, 2], v.summary
