@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.launchrank import awaited_rank, wrong_launch
 from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -145,7 +146,7 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
         assert f.log is not None
         for z in f.log.rendezvous:
             rank = fact_rank(z, f.rank)
-            awaited = _awaited_rank(z.message) if z.kind == "wait-timeout" else None
+            awaited = awaited_rank(z.message) if z.kind == "wait-timeout" else None
             if rank is None or awaited is None or awaited < len(heard):
                 continue
             acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank), True)
@@ -153,11 +154,18 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
                                   f"0-{len(heard) - 1} were heard): it was launched with a larger WORLD_SIZE")
 
 
-def _awaited_rank(message: str) -> int | None:
-    """`wait timeout after 4000ms, keys: /default_pg/0//cpu//0/3` -> 3 (one key only)."""
-    keys = message.partition("keys: ")[2].strip()
-    tail = keys.rsplit("/", 1)[-1] if keys.count(",") == 0 and "/" in keys else ""
-    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) < 8 else None
+def _wrong_rank_or_world(col: Collected, acc: _Init) -> None:
+    """A rank whose RANK or WORLD_SIZE differs, as the store's timeouts show it (launchrank.py)."""
+    if acc.ranks:
+        return
+    odd = wrong_launch(col)
+    if odd is None:
+        return
+    rank, items, why = odd
+    for item in items:
+        acc.add(item, item.rank == rank)
+    acc.ranks.add(rank)
+    acc.why = why
 
 
 def _launchers(col: Collected, items: list[Evidence]) -> str:
@@ -202,6 +210,7 @@ def init_failure(col: Collected) -> JobFinding | None:
         _launch_disagreement(col, acc)
         _store_strangers(col, acc)
         _beyond_the_world(col, acc)
+        _wrong_rank_or_world(col, acc)
     launchers = _launchers(col, acc.items)
     if not acc.items:
         return None
