@@ -28,7 +28,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     torchrun_time,
 )
-from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_kills, outside_sigterms
+from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.victims import spoke_of_failure
@@ -292,6 +292,9 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     peers = [e for e in firsts.values() if e.victim]
     if not quiet or not peers or any(e.timed_out for e in peers):
         return
+    first = mpirun_first(col)
+    if first and not first & set(quiet):
+        return  # mpirun says another rank died first: the silent ones are those it stopped
     closed = [e for e in peers if any(w in e.message for w in _PEER_GONE)]
     if not closed:
         return

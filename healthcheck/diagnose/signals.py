@@ -43,6 +43,15 @@ def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             yield rank, f"killed by {t.signal}", log_evidence(col, f.source, t.line, text, rank)
 
 
+def mpirun_first(col: Collected) -> set[int]:
+    """The ranks Open MPI's `exited on signal` box names as the first killed (any signal,
+    gloo's abort too): a rank that printed nothing beside them was stopped by mpirun, it
+    did not leave early. (Its non-zero-exit box is no such word: a rank that exited 0
+    early is never in it, the first victim to exit 1 is.)"""
+    return {t.tasks[0] for f in col.evidence.torch_logs if f.log is not None
+            for t in f.log.task_exits if t.launcher == "mpirun" and t.tasks and t.signal}
+
+
 def _agent_word(col: Collected) -> tuple[set[int], bool]:
     """The pids torchrun's agent sent a closing signal, and whether the agent itself was
     signalled (the whole job cancelled)."""
@@ -73,4 +82,4 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "mpirun_kills", "outside_sigterms"]
+__all__ = ["ONLY_FIRST", "mpirun_first", "mpirun_kills", "outside_sigterms"]

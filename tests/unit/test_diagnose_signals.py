@@ -82,3 +82,13 @@ def test_ranks_mpirun_stopped_with_sigterm_are_never_named():
     exit=-15`) and lists nobody it stopped: that SIGTERM is the launcher's, not a death."""
     v = verdict(JOBS / "held-out-2" / "saved" / "h2-transform-assert-hc-run-mpirun-w4-r1-r2")
     assert v.cls == "dead-rank" and named(v) == [1, 2], v.summary
+
+
+def test_a_rank_mpirun_stopped_before_it_printed_is_not_an_early_exit():
+    """mpirun w4 (tuning): gloo's size check aborts rank 1, mpirun's box says so (signal 6)
+    and stops the rest; rank 3 printed nothing before it was stopped. Before: dead-rank [3],
+    'left the job early'. An exit-0 rank under mpirun is still named (held-out's exit0)."""
+    v = verdict(JOBS / "tuning" / "size-mismatch-mpirun-w4-r2")
+    assert v.cls == "shape-mismatch" and named(v) == [], v.summary
+    v = verdict(JOBS / "held-out" / "saved" / "h-exit0-mpirun-w4-r0")
+    assert v.cls == "dead-rank" and named(v) == [0], v.summary
