@@ -40,6 +40,7 @@ from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Jo
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
+from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
 from healthcheck.diagnose.sources import Collected
@@ -307,6 +308,8 @@ def analyse(col: Collected) -> Analysis:
     out.notes.extend(notes)
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         stack_mismatch(col, out)
+    if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
+        p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
     _wedged(col, out)
     _network(col, out)
     stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
