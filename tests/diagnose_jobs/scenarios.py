@@ -85,6 +85,8 @@ TUNING: list[Scenario] = [
     Scenario("preinit config plain w3 r1", "preinit", 3, "dead", (1,)),
     Scenario("preinit config mpirun w4 r2", "preinit", 4, "dead", (2,), launcher="mpirun"),
     Scenario("p2p order plain w6 r4,r5 live", "p2p", 6, "desync", (4, 5), mode="live"),
+    Scenario("extra all_reduce plain w5 r3 live", "extra", 5, "desync", (3,), mode="live",
+             note="rank 3 reduces one tensor more than its peers"),
     Scenario("wrong RANK plain w3 r2", "none", 3, "init", (2,), rank_env=((2, "RANK", "0"),)),
     Scenario("wrong WORLD_SIZE plain w4 r0", "none", 4, "init", (0,), rank_env=((0, "WORLD_SIZE", "6"),)),
     # healthy or merely slow
