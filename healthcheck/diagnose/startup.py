@@ -21,6 +21,10 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
 
+_NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
+               "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
+
+
 @dataclass
 class _Init:
     items: list[Evidence] = field(default_factory=list)
@@ -223,7 +227,7 @@ def init_failure(col: Collected) -> JobFinding | None:
         summary = launchers
         ports = ports or "held by" in launchers
     else:
-        summary = f"init failure: {what}"
+        summary = f"init failure: {what}" + ("" if ports else _NONE_NAMED)
     return job_finding(cls="init-failure", summary=summary, confidence="high" if ports or acc.ranks else "medium",
                    ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]))
 

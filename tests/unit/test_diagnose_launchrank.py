@@ -50,3 +50,11 @@ def test_the_awaited_key_is_read_only_when_it_is_one_rank():
     assert awaited_rank("wait timeout after 6000ms, keys: /default_pg/0//cpu//0/3") == 3
     assert awaited_rank("wait timeout after 6000ms, keys: /a/1, /a/2") is None
     assert awaited_rank("wait timeout after 6000ms") is None
+
+
+def test_an_init_failure_that_names_no_rank_says_why():
+    """tuning, plain w4, rank 2 with WORLD_SIZE=5: it waits for key `.../4`, ranks 1 and 3
+    printed nothing; the text does not show whose launch differs. Before: no reason given."""
+    v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "world-size-plain-r2"]))
+    assert v.cls == "init-failure" and named(v) == [], v.summary
+    assert "no rank is named" in v.summary and "do not say" in v.summary, v.summary
