@@ -20,7 +20,6 @@ from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
-
 _NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
                "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
 
