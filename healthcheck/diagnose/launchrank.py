@@ -9,7 +9,11 @@
   the store, but none published rank K. The process heard as K runs under another RANK
   (two processes share one): rank K is named.
 
-Where neither holds the text cannot say which rank's setting differs: init-failure names
+* The store host's message in the output of a rank K > 0: K runs as RANK 0 (only RANK 0
+  hosts the store under env://); the real rank 0's `address already in use` is the
+  consequence, not its own failure: K is named, not 0.
+
+Where none holds the text cannot say which rank's setting differs: init-failure names
 none (startup.py), as before.
 """
 
@@ -86,9 +90,22 @@ def unpublished_rank(col: Collected) -> tuple[int, list[Evidence], str] | None:
                         f"{key} runs under another RANK (two processes share one)")
 
 
+def store_host_impostor(col: Collected) -> tuple[int, list[Evidence], str] | None:
+    """A rank K > 0 whose own output holds the store host's `J/W clients joined`: under
+    env:// only RANK 0 hosts the store, so K runs as RANK 0; the real rank 0 then could
+    not listen on the port K took (its `address already in use` is the consequence)."""
+    hosts, _ = _store_lines(col)
+    if len(hosts) != 1 or hosts[0][0] in (None, 0):
+        return None
+    rank, item, _message = hosts[0]
+    assert rank is not None
+    return rank, [item], (f"its output holds the store host's message, and only RANK 0 hosts the store: rank {rank} "
+                          "runs as RANK 0 (two processes claim it; the other could not listen on the port it took)")
+
+
 def wrong_launch(col: Collected) -> tuple[int, list[Evidence], str] | None:
     """The rank whose RANK or WORLD_SIZE differs, with its evidence and why, or None."""
-    return store_host_world(col) or unpublished_rank(col)
+    return store_host_impostor(col) or store_host_world(col) or unpublished_rank(col)
 
 
-__all__ = ["awaited_rank", "store_host_world", "unpublished_rank", "wrong_launch"]
+__all__ = ["awaited_rank", "store_host_impostor", "store_host_world", "unpublished_rank", "wrong_launch"]

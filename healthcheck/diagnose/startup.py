@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
-from healthcheck.diagnose.launchrank import awaited_rank, wrong_launch
+from healthcheck.diagnose.launchrank import awaited_rank, store_host_impostor, wrong_launch
 from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -157,6 +157,18 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
                                   f"0-{len(heard) - 1} were heard): it was launched with a larger WORLD_SIZE")
 
 
+def _impostor(col: Collected, acc: _Init) -> None:
+    """A rank that hosts the store without being rank 0: it, not the rank 0 that then
+    could not listen on the port, is named (launchrank.py)."""
+    odd = store_host_impostor(col)
+    if odd is None:
+        return
+    rank, items, why = odd
+    acc.items.extend(items)
+    acc.ranks = {rank}
+    acc.why = why
+
+
 def _wrong_rank_or_world(col: Collected, acc: _Init) -> None:
     """A rank whose RANK or WORLD_SIZE differs, as the store's timeouts show it (launchrank.py)."""
     if acc.ranks:
@@ -208,6 +220,7 @@ def init_failure(col: Collected) -> JobFinding | None:
     acc = _Init()
     _torch_lines(col, acc)
     _nccl_lines(col, acc)
+    _impostor(col, acc)
     ports = any("address already in use" in i.text for i in acc.items)
     if not ports:
         _launch_disagreement(col, acc)

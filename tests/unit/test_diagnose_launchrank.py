@@ -58,3 +58,14 @@ def test_an_init_failure_that_names_no_rank_says_why():
     v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "world-size-plain-r2"]))
     assert v.cls == "init-failure" and named(v) == [], v.summary
     assert "no rank is named" in v.summary and "do not say" in v.summary, v.summary
+
+
+def test_a_rank_that_hosts_the_store_as_rank_0_is_named_not_the_real_rank_0():
+    """w3, the process launched as rank 2 has RANK=0 and bound the store's port first: the
+    real rank 0 fails with `address already in use`, rank 2's output holds the store host's
+    "2/3 clients joined". Before: rank 0 named (a false culprit in 3 of 4 runs)."""
+    v = build(collect([FIXTURES / "diagnose" / "round3" / "wrong-rank-plain-w3-r2-store-race"]))
+    assert v.cls == "init-failure" and named(v) == [2], v.summary
+    assert "RANK 0" in v.summary, v.summary
+    v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "wrong-rank-plain-w3-r2"]))  # rank 2 lost the race
+    assert v.cls == "init-failure" and named(v) == [2], v.summary
