@@ -3,8 +3,10 @@ waited, failed because of another rank and is never named as the cause.
 
 * raised_by_collective: an exception is a rank's own-code death only where its
   traceback's innermost frames are the job's own code. One raised inside a
-  torch.distributed call (gloo's size check, a peer's `Connection closed`, a timeout,
-  init_process_group's rendezvous) is the collective's, whatever its words say.
+  torch.distributed collective (gloo's size check, a peer's `Connection closed`, a
+  timeout) is the collective's, whatever its words say; init_process_group's own checks
+  (a launch variable not set) are the rank's, unless their words are a peer's (a store
+  timeout).
 * spoke_of_failure: ranks whose own output holds a collective's failure (a gloo transport
   error, a watchdog timeout, a backend error): a rank that printed gloo's size abort did
   not "leave the job without a word", even where the launcher's prefixes cut its
@@ -24,11 +26,18 @@ from healthcheck.diagnose.sources import Collected
 _GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error")
 
 
+# torch.distributed functions that set a rank up rather than wait on its peers: an exception
+# they raise without a collective's words (`environment variable RANK expected, but not
+# set`) is the rank's own launch failing, not a peer's doing
+_SETUP = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups"})
+
+
 def raised_by_collective(words_say_collective: bool, collective: str) -> bool:
     """An exception a collective raised: its words are a collective's error, or its
     traceback ends inside a torch.distributed function (`collective`: the function the
-    innermost frames are in, empty where the job's own code is innermost)."""
-    return words_say_collective or bool(collective)
+    innermost frames are in, empty where the job's own code is innermost) that waits on
+    peers (not one that sets the rank up: _SETUP)."""
+    return words_say_collective or (bool(collective) and collective not in _SETUP)
 
 
 def spoke_of_failure(col: Collected) -> set[int]:

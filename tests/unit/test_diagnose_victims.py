@@ -53,7 +53,9 @@ def test_a_rank_whose_wait_a_peer_cut_short_is_not_the_stuck_one():
     (False, "", False),             # ValueError in the job's own code
     (False, "all_reduce", True),    # raised inside dist.all_reduce, whatever its words
     (True, "", True),               # a collective's words (Connection closed, Timed out)
-    (False, "init_process_group", True),
+    (False, "init_process_group", False),  # RANK not set: the rank's own launch
+    (True, "init_process_group", True),     # a store timeout inside init: its peers'
+    (False, "barrier", True),
 ])
 def test_only_exceptions_innermost_in_own_code_are_own_code_deaths(words, collective, victim):
     assert raised_by_collective(words, collective) is victim
