@@ -40,7 +40,9 @@ from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Jo
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
+from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
+from healthcheck.diagnose.preinit import died_before_joining
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
@@ -289,11 +291,13 @@ def analyse(col: Collected) -> Analysis:
     if dumps:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
-    init = init_failure(col)
-    if init is not None:
+    init, dead = init_failure(col), dead_rank(col)
+    consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank
+    if consequence:
+        out.notes.append(consequence)
+    elif init is not None:
         out.findings.append(init)
     _gpu(col, out)
-    dead = dead_rank(col)
     if dead is not None:
         out.findings.append(dead)
     ras = _ras(col, out)
@@ -305,6 +309,8 @@ def analyse(col: Collected) -> Analysis:
     out.notes.extend(notes)
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         stack_mismatch(col, out)
+    if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
+        p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
     _wedged(col, out)
     _network(col, out)
     stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]

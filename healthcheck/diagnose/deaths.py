@@ -28,8 +28,10 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     torchrun_time,
 )
+from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.victims import spoke_of_failure
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
 _TOGETHER_S = 0.25  # own-code exceptions this close to the first raised in the same step: together
@@ -80,6 +82,15 @@ def _signalled(col: Collected, acc: _Dead) -> None:
             acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
                                                              text=f"rank {rank} exited with {r.signal} "
                                                                   f"(exit {r.exit_code})"))
+
+
+def _launcher_kills(col: Collected, acc: _Dead) -> None:
+    """Ranks the launcher saw killed (mpirun's box; SIGTERM torchrun did not send): signals.py."""
+    for rank, why, item in mpirun_kills(col):
+        acc.name(rank, why, item)
+        acc.basis = acc.basis or ONLY_FIRST
+    for rank, why, item in outside_sigterms(col):
+        acc.name(rank, why, item)
 
 
 def _gone(col: Collected, acc: _Dead) -> None:
@@ -265,7 +276,7 @@ def _quiet(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) 
     failure, or torchrun says they exited 0."""
     own = _own_output(col)
     out = []
-    for r in sorted(ranks_heard(col) - set(firsts)):
+    for r in sorted(ranks_heard(col) - set(firsts) - spoke_of_failure(col)):
         code = codes.get(r)
         if code == 0 or (r in own and (code is None or code > 0)):
             out.append(r)
@@ -281,6 +292,9 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     peers = [e for e in firsts.values() if e.victim]
     if not quiet or not peers or any(e.timed_out for e in peers):
         return
+    first = mpirun_first(col)
+    if first and not first & set(quiet):
+        return  # mpirun says another rank died first: the silent ones are those it stopped
     closed = [e for e in peers if any(w in e.message for w in _PEER_GONE)]
     if not closed:
         return
@@ -337,6 +351,7 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
 def dead_rank(col: Collected) -> JobFinding | None:
     """The dead-rank finding, or None: see the module's docstring."""
     acc = _Dead()
+    _launcher_kills(col, acc)
     _signalled(col, acc)
     _gone(col, acc)
     _out_of_memory(col, acc)

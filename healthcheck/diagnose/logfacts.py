@@ -16,6 +16,7 @@ import msgspec
 from healthcheck.diagnose.analysis import fact_rank, time_at, world_of
 from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.victims import raised_by_collective
 from healthcheck.parsers.torch_log import ExceptionRaised
 
 COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
@@ -109,7 +110,7 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
                 collective=e.collective, time=time_at(col, f.source, e.line, rank),
-                victim=collective_error(text)))
+                victim=raised_by_collective(collective_error(text), e.collective)))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))

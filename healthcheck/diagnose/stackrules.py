@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from healthcheck.diagnose.analysis import Analysis, log_evidence, minority, stack_evidence
 from healthcheck.diagnose.evidence import RankEvidence
+from healthcheck.diagnose.extracall import extra_call
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import collective_group
 from healthcheck.diagnose.sources import Collected
@@ -102,12 +103,20 @@ def stack_mismatch(col: Collected, out: Analysis) -> None:
     if pick is None or len(pick[0]) * 2 >= len(sides):
         return
     odd, top, theirs = pick
+    summary = (f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
+               "different collectives (a skipped, added or reordered collective)")
+    extra = extra_call(groups, odd)  # extracall.py: the side in the majority's op, at another call site
+    if extra != odd:
+        waiting = tuple(r for r in odd if r not in extra)
+        mine = next(g.label for g in groups if set(g.ranks) & set(extra))
+        summary = (f"{rank_words(extra)} waits in {mine}, an op the others wait in at another call site ({top}): "
+                   f"one collective more on {rank_words(extra)} (an added collective, paired with the others' next "
+                   f"one); {rank_words(waiting)} waits for it in a collective it has not reached")
+        odd = extra
     where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
     out.findings.append(job_finding(
         cls="collective-mismatch", ranks=odd, confidence="medium", evidence=tuple(_stack_items(col, groups)[:12]),
-        where=where,
-        summary=f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
-                "different collectives (a skipped, added or reordered collective)"))
+        where=where, summary=summary))
 
 
 def _in_init(g: StackGroup) -> bool:

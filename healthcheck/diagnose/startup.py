@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.launchrank import awaited_rank, store_host_impostor, wrong_launch
 from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+
+_NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
+               "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
 
 
 @dataclass
@@ -145,7 +149,7 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
         assert f.log is not None
         for z in f.log.rendezvous:
             rank = fact_rank(z, f.rank)
-            awaited = _awaited_rank(z.message) if z.kind == "wait-timeout" else None
+            awaited = awaited_rank(z.message) if z.kind == "wait-timeout" else None
             if rank is None or awaited is None or awaited < len(heard):
                 continue
             acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank), True)
@@ -153,11 +157,30 @@ def _beyond_the_world(col: Collected, acc: _Init) -> None:
                                   f"0-{len(heard) - 1} were heard): it was launched with a larger WORLD_SIZE")
 
 
-def _awaited_rank(message: str) -> int | None:
-    """`wait timeout after 4000ms, keys: /default_pg/0//cpu//0/3` -> 3 (one key only)."""
-    keys = message.partition("keys: ")[2].strip()
-    tail = keys.rsplit("/", 1)[-1] if keys.count(",") == 0 and "/" in keys else ""
-    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) < 8 else None
+def _impostor(col: Collected, acc: _Init) -> None:
+    """A rank that hosts the store without being rank 0: it, not the rank 0 that then
+    could not listen on the port, is named (launchrank.py)."""
+    odd = store_host_impostor(col)
+    if odd is None:
+        return
+    rank, items, why = odd
+    acc.items.extend(items)
+    acc.ranks = {rank}
+    acc.why = why
+
+
+def _wrong_rank_or_world(col: Collected, acc: _Init) -> None:
+    """A rank whose RANK or WORLD_SIZE differs, as the store's timeouts show it (launchrank.py)."""
+    if acc.ranks:
+        return
+    odd = wrong_launch(col)
+    if odd is None:
+        return
+    rank, items, why = odd
+    for item in items:
+        acc.add(item, item.rank == rank)
+    acc.ranks.add(rank)
+    acc.why = why
 
 
 def _launchers(col: Collected, items: list[Evidence]) -> str:
@@ -197,11 +220,13 @@ def init_failure(col: Collected) -> JobFinding | None:
     acc = _Init()
     _torch_lines(col, acc)
     _nccl_lines(col, acc)
+    _impostor(col, acc)
     ports = any("address already in use" in i.text for i in acc.items)
     if not ports:
         _launch_disagreement(col, acc)
         _store_strangers(col, acc)
         _beyond_the_world(col, acc)
+        _wrong_rank_or_world(col, acc)
     launchers = _launchers(col, acc.items)
     if not acc.items:
         return None
@@ -214,7 +239,7 @@ def init_failure(col: Collected) -> JobFinding | None:
         summary = launchers
         ports = ports or "held by" in launchers
     else:
-        summary = f"init failure: {what}"
+        summary = f"init failure: {what}" + ("" if ports else _NONE_NAMED)
     return job_finding(cls="init-failure", summary=summary, confidence="high" if ports or acc.ranks else "medium",
                    ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]))
 

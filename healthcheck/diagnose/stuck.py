@@ -26,7 +26,9 @@ import msgspec
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
+from healthcheck.diagnose.logfacts import rank_waits
 from healthcheck.diagnose.motion import JobMotion, waited_for
+from healthcheck.diagnose.postmortem import cut_short
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
 from healthcheck.parsers.flight_recorder import FlightRecorderDump
@@ -179,11 +181,13 @@ def fr_lag(dumps: dict[int, FlightRecorderDump]) -> tuple[tuple[int, ...], str]:
 
 
 def _complement(col: Collected, waiting: dict[int, Evidence]) -> tuple[int, ...]:
-    """The ranks of the world that did not time out, when they are a minority."""
+    """The ranks of the world that did not time out, when they are a minority. A rank
+    whose wait in the same collective a peer's exit cut short (Connection closed within
+    a second of the timeouts, postmortem.cut_short) waited too: it is no complement."""
     _, size = world_of(col)
     if not waiting or not size:
         return ()
-    rest = set(range(size)) - set(waiting)
+    rest = set(range(size)) - set(waiting) - set(cut_short(col, rank_waits(col)))
     return tuple(sorted(rest)) if rest and len(rest) < len(waiting) else ()
 
 

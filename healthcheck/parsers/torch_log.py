@@ -364,7 +364,9 @@ class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     0-1: Exited with exit code 1`, `task 1: Killed`, `task 1: Out Of Memory`. `tasks`: the
     task ids (Slurm's, the global rank under srun); `after_abort`: printed after srun
     aborted or cancelled the step (`Job step aborted`, `CANCELLED`, `Force Terminated`):
-    srun's own kill, collateral."""
+    srun's own kill, collateral. Open MPI's box is read the same way (`launcher` "mpirun"):
+    `mpirun noticed that process rank R with PID P on node H exited on signal N (Name).`
+    names the first rank it saw killed; mpirun then stops the others itself."""
 
     host: str = ""
     tasks: tuple[int, ...] = ()
@@ -373,6 +375,7 @@ class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     signal: str = ""
     oom: bool = False
     after_abort: bool = False
+    launcher: str = "srun"  # "mpirun": Open MPI's `exited on signal` box
 
 
 class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
@@ -669,6 +672,10 @@ _GROUP_STEPS: dict[str, GroupEventKind] = {"Stopping": "stopping", "Starting": "
                                            "Rendezvous'ing": "rendezvous"}
 _TASK_EXIT = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096}): (.{1,200})$")
 _EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
+_MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
+_MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
+_MPIRUN_SIGNAL = re.compile(  # Open MPI 4.1.4 as captured here (held-out-2 saved outputs)
+    r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})")
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
@@ -742,6 +749,7 @@ class _Parser:
         self.border = False  # the line before was a `====` border
         self.pending_work: _Line | None = None  # a WorkNCCL line cut by a hard wrap
         self.step_aborted = False  # srun said it aborted or cancelled the step
+        self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
         self.desync_reporter: int | None = None
         self.desync_seq: int | None = None
 
@@ -1244,8 +1252,33 @@ class _Parser:
         """torchrun's agent on a worker that failed, or srun on its tasks."""
         if "failed (exitcode: " in line.body:
             self.worker_failed(line)
+        elif line.body.startswith("mpirun noticed"):
+            self.mpirun_signal(line)
         else:
             self.srun(line)
+
+    def mpirun_signal(self, line: _Line) -> None:
+        """Open MPI's `process rank R ... exited on signal N`: the first rank it saw killed."""
+        m = _MPIRUN_SIGNAL.match(line.body)
+        if m is None:
+            return
+        number = int(m.group(4))
+        self.add("task_exits", TaskExit(**self.agent(line), host=clip(m.group(3), 256), tasks=(int(m.group(1)),),
+                                        state=f"exited on signal {number}", signal=SIGNALS.get(number, ""),
+                                        launcher="mpirun"))
+
+    def mpirun_exit(self, line: _Line) -> None:
+        """Open MPI's `mpirun detected that one or more processes exited with non-zero status`
+        box: `Process name: [[J,1],R]` then `Exit code: N`, the first rank to exit non-zero."""
+        m = _MPIRUN_PROCESS.match(line.body)
+        if m is not None:
+            self.mpirun_process = int(m.group(1))
+            return
+        m = _MPIRUN_EXIT.match(line.body)
+        if m is not None and self.mpirun_process is not None:
+            self.add("task_exits", TaskExit(**self.agent(line), tasks=(self.mpirun_process,), exitcode=int(m.group(1)),
+                                            state=f"exited with exit code {m.group(1)}", launcher="mpirun"))
+        self.mpirun_process = None
 
     def srun(self, line: _Line) -> None:
         """srun's own lines: how each task ended, and whether srun had aborted the step."""
@@ -1613,10 +1646,12 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
     (lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b, _Parser.address_in_use),
     (lambda b: ("Rendezvous" in b or "socket" in b or "clients joined" in b or "wait timeout after" in b
                 or "Socket Timeout" in b), _Parser.rendezvous),
-    (lambda b: "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd")), _Parser.launcher_line),
+    (lambda b: "failed (exitcode: " in b or b.startswith(("srun: ", "slurmstepd", "mpirun noticed")),
+     _Parser.launcher_line),
     (lambda b: "death signal" in b or "got signal: " in b, _Parser.agent_signal),
     (lambda b: "closing signal" in b or "via signal" in b, _Parser.closing_signal),
     (lambda b: "orker group" in b, _Parser.worker_group),
+    (lambda b: "Process name: [[" in b or "Exit code: " in b, _Parser.mpirun_exit),
     (lambda b: "does not belong to the given group" in b, _Parser.not_in_group),
 )
 

@@ -32,7 +32,7 @@ from diagnose_jobs.scenarios import CI_SUBSET, TUNING
 # right, every class right; the size and dtype mismatches of one gloo size report classed
 # without a rank (one report gives two ranks' sizes and no majority:
 # tests/unit/test_diagnose_culprits.py) and the wrong WORLD_SIZE classed without a rank.
-REPLAY_FLOOR = {"rank_right": 25, "class_right": 33, "both_right": 25, "false_culprits": 0, "named_on_healthy": 0}
+REPLAY_FLOOR = {"rank_right": 33, "class_right": 41, "both_right": 33, "false_culprits": 0, "named_on_healthy": 0}
 
 FLOOR = {"rank_right": 4, "class_right": 5, "both_right": 4, "false_culprits": 0, "named_on_healthy": 0}
 
@@ -188,7 +188,7 @@ def assert_at_least(score: harness.Score, floor: dict[str, int]) -> None:
 def test_the_tuning_sets_saved_outputs_are_diagnosed_at_least_as_well_as_the_floor():
     scenarios = [sc for sc in TUNING if sc.mode == "logs"]
     score = harness.replay_all(scenarios, harness.SAVED["tuning"])
-    assert score.n == len(scenarios) == 33  # every logs-mode tuning job has its saved output
+    assert score.n == len(scenarios) == 41  # every logs-mode tuning job has its saved output
     assert_at_least(score, REPLAY_FLOOR)
 
 

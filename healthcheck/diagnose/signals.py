@@ -1,0 +1,85 @@
+"""Deaths by signal that the launchers report, for the dead-rank rule (deaths.py).
+
+* mpirun: Open MPI's box `process rank R with PID P on node H exited on signal N` names the
+  first rank it saw killed (SIGSEGV, SIGTERM, SIGKILL, SIGBUS...); mpirun then stops the
+  others itself, so they are collateral and never named. It reports one rank only: where
+  several died at once, the others are not in the text (the finding says so). SIGABRT of a
+  rank whose output holds a collective's failure is gloo's abort (victims.spoke_of_failure),
+  not a death of its own.
+* SIGTERM under torchrun (its `Signal 15 (SIGTERM)` entries) or hc run (the tee's
+  `end exit=-15` in the rank's hc-run.rank*.log): torchrun sends SIGTERM to every worker
+  it stops (`Sending process P closing signal SIGTERM`). A rank that ended by SIGTERM whose
+  pid the agent never signalled was killed from outside: it died first, the others were
+  stopped because of it. Where the agent itself got a death signal (the job was cancelled)
+  every SIGTERM is the agent's relay: none is named. Without the agent's word (mpirun and
+  srun stop the survivors with SIGTERM and do not list them) no SIGTERM is named here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from healthcheck.diagnose.analysis import log_evidence
+from healthcheck.diagnose.findings import Evidence
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.victims import spoke_of_failure
+
+ONLY_FIRST = "mpirun names only the first rank it saw die; any other rank that died with it is not in the text"
+
+
+def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it died, the box's line) for each rank Open MPI's box names."""
+    aborted = spoke_of_failure(col)
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for t in f.log.task_exits:
+            if t.launcher != "mpirun" or not t.tasks or not t.signal:
+                continue
+            rank = t.tasks[0]
+            if t.signal == "SIGABRT" and rank in aborted:
+                continue  # gloo's check aborted it: the mismatch's consequence
+            text = f"mpirun: rank {rank} on {t.host or '?'} {t.state} ({t.signal})"
+            yield rank, f"killed by {t.signal}", log_evidence(col, f.source, t.line, text, rank)
+
+
+def mpirun_first(col: Collected) -> set[int]:
+    """The ranks Open MPI's `exited on signal` box names as the first killed (any signal,
+    gloo's abort too): a rank that printed nothing beside them was stopped by mpirun, it
+    did not leave early. (Its non-zero-exit box is no such word: a rank that exited 0
+    early is never in it, the first victim to exit 1 is.)"""
+    return {t.tasks[0] for f in col.evidence.torch_logs if f.log is not None
+            for t in f.log.task_exits if t.launcher == "mpirun" and t.tasks and t.signal}
+
+
+def _agent_word(col: Collected) -> tuple[set[int], bool]:
+    """The pids torchrun's agent sent a closing signal, and whether the agent itself was
+    signalled (the whole job cancelled)."""
+    closed: set[int] = set()
+    cancelled = False
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        closed |= {c.pid for c in f.log.closing_signals}
+        cancelled = cancelled or any(a.kind == "death-signal" for a in f.log.agent_signals)
+    return closed, cancelled
+
+
+def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how, evidence) for ranks killed by SIGTERM from outside the launcher."""
+    closed, cancelled = _agent_word(col)
+    ranks = col.evidence.ranks
+    termed = {r: x for r, x in ranks.items() if x.signal == "SIGTERM"}
+    if cancelled or not termed or not closed:
+        return  # no agent's word: mpirun and srun stop the survivors with SIGTERM and do not say whom
+    odd = {r: x for r, x in termed.items() if x.pid is not None and x.pid not in closed}
+    why = "the launcher sent no closing signal to its pid"
+    if len(odd) == len(termed):
+        return  # every SIGTERM unexplained: the text cannot tell the cause from the relay
+    for rank, x in sorted(odd.items()):
+        text = f"rank {rank} (pid {x.pid}) ended by SIGTERM: {why}"
+        yield rank, "killed by SIGTERM from outside the job", Evidence(
+            source=(x.sources or ["logs"])[0], rank=rank, text=text)
+
+
+__all__ = ["ONLY_FIRST", "mpirun_first", "mpirun_kills", "outside_sigterms"]
