@@ -168,11 +168,12 @@ def test_hung_command_times_out_and_leaves_nothing_behind(fresh_netns_rig: Netns
 
 def test_session_killed_mid_command_is_a_dropped_connection(fresh_netns_rig: NetnsRig) -> None:
     rig = fresh_netns_rig
-    # kill the sshd process that serves this session ("sshd: root@notty"), not the listener
+    # kill the sshd process that serves this session ("sshd: root@notty"), not the listener;
+    # a second after the first line, so sshd has sent it (CI once lost it to the kill)
     rig.local_bin(
         "node3",
         "hc-kill-my-session",
-        "#!/bin/sh\necho started\np=$$\nwhile [ \"$p\" -gt 1 ]; do\n"
+        "#!/bin/sh\necho started\nsleep 1\np=$$\nwhile [ \"$p\" -gt 1 ]; do\n"
         "  case \"$(tr '\\0' ' ' < /proc/$p/cmdline)\" in 'sshd: '*@*) kill -9 \"$p\"; break;; esac\n"
         "  p=$(awk '{print $4}' /proc/$p/stat)\ndone\nsleep 3\n",
     )
