@@ -53,7 +53,8 @@ TUNING: list[Scenario] = [
     # mismatches
     Scenario("op mismatch plain r1 live", "op", 4, "desync", (1,), mode="live", note="all_gather vs all_reduce"),
     Scenario("size mismatch plain r3", "size", 4, "shape", (3,)),
-    Scenario("dtype mismatch plain w2 r1", "dtype", 2, "shape", (1,)),
+    Scenario("dtype mismatch plain w2 r1", "dtype", 2, "shape", (1,), truth_ranks=(),
+             note="two ranks, two dtypes: no majority says which is odd, so none is named"),
     Scenario("size mismatch torchrun w3 r1", "size", 3, "shape", (1,), launcher="torchrun"),
     Scenario("dtype mismatch plain w3 r0", "dtype", 3, "shape", (0,)),
     Scenario("dtype mismatch srun-labelled w5 r4", "dtype", 5, "shape", (4,), launcher="srun"),
