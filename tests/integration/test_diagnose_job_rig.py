@@ -184,14 +184,16 @@ def test_job_size_srun(slurm, net, jobs, tmp_path):
     wait_until("every rank's info", lambda: len(job.rank_info()) == len(NODES), 60, job)
     time.sleep(1.5)
     v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
-    # live, every rank gloo's mismatch aborted is gone (the odd one and a receiver it sent its
-    # longer buffer to; the enforce message is only in their stderr): they are named as dead,
-    # which they are; which of them had the other size is seen only offline, in their output
+    # live, every rank gloo's mismatch aborted is gone: the receiver of the longer buffer
+    # always, the odd one itself only in some runs (a CI run saw rank 0 alone go). They are
+    # named as dead, which they are, and no survivor is; which of them had the other size is
+    # seen only offline, in their output (the enforce message is only in their stderr)
     named = [o["rank"] for o in v.get("odd_ranks", [])]
     gone = sorted(set(range(len(NODES))) - {row["rank"] for row in v["ranks"] if row.get("state") not in
                                              ("missing", "", None)})
     print(f"job size/srun: {v['class']} odd {named}, gone {gone}: {v['summary'][:160]}")
-    assert (v["class"], rc) == ("dead-rank", 0) and 1 in named and elapsed < BOUND_S, v["summary"]
+    assert (v["class"], rc) == ("dead-rank", 0) and gone and sorted(named) == gone, v["summary"]
+    assert elapsed < BOUND_S
 
 
 def start_sbatch(slurm, net, tmp_path: Path, scenario: str, odd: int, *extra: str) -> tuple[live_rig.Job, int]:
