@@ -9,8 +9,12 @@ leaf of `hc parse TOOL FILE`'s JSON, named by its key and its value (`~text` mat
 string that contains text). A file is *read* when the parser surfaces every fact.
 
 `split: held-out` files are never used to write a parser rule; they measure whether
-reading holds on outputs nobody tuned to. `gap: WHY` marks a file hc does not read yet:
-the test insists it still misses something, so the gap list can only shrink.
+reading holds on outputs nobody tuned to. Once others began fixing parsers against the
+held-out files, that set stopped measuring it: `split: held-out-2` is the newer set that
+replaces it as the measure (`unseen/`: files harvested later from repositories not mined
+before, their facts written from the text before hc was run on them); nobody writing a
+parser rule opens these files. `gap: WHY` marks a file hc does not read yet: the test
+insists it still misses something, so the gap list can only shrink.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from healthcheck.core.errors import HcError
 from healthcheck.parsers import BINARY_TOOLS, parser_for
 
 FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
+SPLITS = ("tuning", "held-out", "held-out-2")  # held-out-2: the measure nobody has tuned to
 
 
 @dataclass(frozen=True)
