@@ -190,21 +190,7 @@ def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     expected = limits.gpu.count
     on_pci = _pci_only(gpus)
     if on_pci and expected != 0 and not gpus.gpus:
-        why = gpus.init_error or "NVML lists no GPU"
-        where = ", ".join(on_pci)
-        if expected is None:
-            # A GPU node whose driver is down cannot run a GPU job: that is evidence
-            # against the node (FAIL), not a check that could not run (ERROR).
-            yield GPUS_NOT_DRIVEN.fail(
-                f"{len(on_pci)} NVIDIA GPU(s) on the PCI bus ({where}) but {why}: the node cannot run GPU jobs",
-                value=on_pci, evidence="; ".join(lost.error for lost in gpus.lost))
-        elif gpus.init_error:
-            yield NVML_UNAVAILABLE.fail(
-                f"NVML could not initialise ({gpus.init_error}); expected {expected} GPUs; on the PCI bus: {where}",
-                value=gpus.init_error, limit=Limit("==", expected, "gpu.count"))
-        else:
-            yield GPU_COUNT.fail(f"NVML lists no GPU, expected {expected}; on the PCI bus: {where}",
-                                 value=0, limit=Limit("==", expected, "gpu.count"))
+        yield from _undriven(gpus, on_pci, expected)
         return
     if gpus.init_error:
         if not expected:
@@ -218,6 +204,32 @@ def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     for lost in gpus.lost:
         where = f"GPU{lost.index}" if lost.index is not None else (lost.pci_bus_id or "a GPU")
         yield GPU_LOST.fail(f"{where} does not answer ({lost.error})", component=where, value=lost.error)
+    yield from _missing(gpus, expected)
+    yield Metric("gpu_count", len(gpus.gpus))
+    yield from _models(gpus, limits)
+
+
+def _undriven(gpus: GpuFacts, on_pci: list[str], expected: int | None) -> CheckOutput:
+    """NVIDIA GPUs on the PCI bus that NVML does not list."""
+    why = gpus.init_error or "NVML lists no GPU"
+    where = ", ".join(on_pci)
+    if expected is None:
+        # A GPU node whose driver is down cannot run a GPU job: that is evidence
+        # against the node (FAIL), not a check that could not run (ERROR).
+        yield GPUS_NOT_DRIVEN.fail(
+            f"{len(on_pci)} NVIDIA GPU(s) on the PCI bus ({where}) but {why}: the node cannot run GPU jobs",
+            value=on_pci, evidence="; ".join(lost.error for lost in gpus.lost))
+    elif gpus.init_error:
+        yield NVML_UNAVAILABLE.fail(
+            f"NVML could not initialise ({gpus.init_error}); expected {expected} GPUs; on the PCI bus: {where}",
+            value=gpus.init_error, limit=Limit("==", expected, "gpu.count"))
+    else:
+        yield GPU_COUNT.fail(f"NVML lists no GPU, expected {expected}; on the PCI bus: {where}",
+                             value=0, limit=Limit("==", expected, "gpu.count"))
+
+
+def _missing(gpus: GpuFacts, expected: int | None) -> CheckOutput:
+    """The job's GPUs that are not present, or a count other than the fabric's."""
     present = {g.index for g in gpus.gpus}
     if gpus.scoped_to is not None:
         for index in gpus.scoped_to:
@@ -229,7 +241,10 @@ def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     elif expected is not None and len(gpus.gpus) + len(gpus.lost) != expected:
         yield GPU_COUNT.fail(f"{len(gpus.gpus) + len(gpus.lost)} GPUs found, expected {expected}",
                              value=len(gpus.gpus) + len(gpus.lost), limit=Limit("==", expected, "gpu.count"))
-    yield Metric("gpu_count", len(gpus.gpus))
+
+
+def _models(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
+    """Each GPU's model, and a FAIL where it is not the fabric's."""
     for g in gpus.gpus:
         if g.name:
             yield Metric("model", g.name, component=_label(g))
