@@ -39,7 +39,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -665,85 +665,120 @@ def _errors(message: str) -> tuple[FrAnalysisError, ...]:
     return tuple(out)
 
 
+def _small_int(value: str, digits: int) -> int | None:
+    """`value` as an int when it is a plain number of fewer than `digits` digits."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) < digits else None
+
+
+def _set_record_id(finding: dict[str, Any], value: str) -> None:
+    if (n := _small_int(value, 13)) is not None:
+        finding["record_id"] = n
+
+
+def _set_world_size(finding: dict[str, Any], value: str) -> None:
+    if (n := _small_int(value, 10)) is not None:
+        finding["world_size"] = n
+
+
+def _set_expected_ranks(finding: dict[str, Any], value: str) -> None:
+    if value.startswith("{"):
+        finding["expected_ranks"] = _ints(value)
+    else:
+        _set_world_size(finding, value)  # older torchfrtrace printed the count
+
+
+# a finding's `key: value` lines, each to the field it fills (collective stack trace: below)
+_FINDING_FIELDS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    "internal record id": _set_record_id,
+    "group info": lambda f, v: f.__setitem__("group", clip(v, MAX_NAME)),
+    "collective": lambda f, v: f.__setitem__("collective", clip(v, MAX_NAME)),
+    "missing ranks": lambda f, v: f.__setitem__("missing_ranks", _ints(v)),
+    "input sizes": lambda f, v: f.__setitem__("input_sizes", clip(v, MAX_TEXT)),
+    "output sizes": lambda f, v: f.__setitem__("output_sizes", clip(v, MAX_TEXT)),
+    "world size": _set_world_size,
+    "expected ranks": _set_expected_ranks,
+    "collective state": lambda f, v: f.__setitem__("state", clip(v, 40)),
+    "error msg": lambda f, v: f.__setitem__("errors", _errors(v)),
+}
+
+
+class _AnalysisReader:
+    """The state of one pass over torchfrtrace's report or NVRx's attribution table."""
+
+    def __init__(self) -> None:
+        self.findings: list[dict[str, Any]] = []
+        self.rows: list[FrAttributionRow] = []
+        self.column: Literal["missing", "completed"] | None = None
+        self.no_errors = 0
+        self.current: dict[str, Any] | None = None
+        self.in_stack = False
+
+    def read(self, body: str) -> None:
+        if self.in_stack:
+            if _FRAME.fullmatch(body) and self.current is not None:
+                self.current["frames"].append(clip(body, MAX_TEXT))
+                return
+            self.in_stack = False
+        if self._attribution(body) or self._finding_head(body):
+            return
+        if body.startswith("No errors found for this collective entry"):
+            self.no_errors += 1
+        elif m := _UNDECIDED.match(body):
+            self.findings.append({"kind": "undecided", "ranks_without_dumps": _ints(m.group(1)), "frames": []})
+        elif self.current is not None:
+            self._finding_field(self.current, body)
+
+    def _attribution(self, body: str) -> bool:
+        """NVRx's table: its header sets the last column's meaning, each row is one group's op."""
+        if "|" in body and body.startswith("PGID"):
+            cells = [c.strip() for c in body.split("|")]
+            self.column = "completed" if cells[-1].startswith("Completed") else "missing"
+            return True
+        if self.column is None or "|" not in body:
+            return False
+        cells = [c.strip() for c in body.split("|")]
+        if len(cells) < 6 or (pg_id := _small_int(cells[0], 12)) is None:
+            return False
+        self.rows.append(FrAttributionRow(pg_id=pg_id, pg_desc=clip("|".join(cells[1:-4]), MAX_NAME),
+                                          op=clip(cells[-4], MAX_NAME), size=clip(cells[-3], MAX_NAME),
+                                          dtype=clip(cells[-2], 40), ranks=_ints(cells[-1]), column=self.column))
+        return True
+
+    def _finding_head(self, body: str) -> bool:
+        for pattern, kind in _FINDING_HEADS:
+            if m := pattern.fullmatch(body):
+                self.current = {"kind": kind, "seq": int(m.group(1)), "frames": []}
+                if m.lastindex == 2:
+                    self.current["entry"] = int(m.group(2))
+                self.findings.append(self.current)
+                return True
+        return False
+
+    def _finding_field(self, current: dict[str, Any], body: str) -> None:
+        key, sep, value = body.partition(": ")
+        if not sep and body.endswith(":"):
+            key, value = body[:-1], ""
+        value = value.strip()
+        if key == "collective stack trace":
+            self.in_stack = True
+            if value and _FRAME.fullmatch(value):
+                current["frames"].append(clip(value, MAX_TEXT))
+        elif (setter := _FINDING_FIELDS.get(key)) is not None:
+            setter(current, value)
+
+
 def parse_fr_analysis(text: str) -> FrAnalysis:
     """The text `torchfrtrace DIR [-v]` prints (torch/distributed/flight_recorder:
     components/types.py EntryState.log, utils.py match_coalesced_groups_with_non_p2p), or
     NVRx's `PGID | Process Group Desc | Op Type | Size | Dtype | Missing Ranks` table
     (nvidia_resiliency_ext/attribution/trace_analyzer/fr_attribution.py)."""
-    findings: list[dict[str, Any]] = []
-    rows: list[FrAttributionRow] = []
-    column: Literal["missing", "completed"] | None = None
-    no_errors = 0
-    current: dict[str, Any] | None = None
-    in_stack = False
+    reader = _AnalysisReader()
     for raw in mended_lines(text):
         line = raw[:MAX_TEXT * 4]
-        if _LOGGER_PREFIX.match(line):
-            line = line[_LOGGER_PREFIX.match(line).end():]  # type: ignore[union-attr]
-        body = line.strip()
-        if in_stack:
-            m = _FRAME.fullmatch(body)
-            if m and current is not None:
-                current["frames"].append(clip(body, MAX_TEXT))
-                continue
-            in_stack = False
-        if "|" in body and body.startswith("PGID"):
-            cells = [c.strip() for c in body.split("|")]
-            column = "completed" if cells[-1].startswith("Completed") else "missing"
-            continue
-        if column is not None and "|" in body:
-            cells = [c.strip() for c in body.split("|")]
-            if len(cells) >= 6 and cells[0].isascii() and cells[0].isdigit() and len(cells[0]) < 12:
-                rows.append(FrAttributionRow(pg_id=int(cells[0]), pg_desc=clip("|".join(cells[1:-4]), MAX_NAME),
-                                             op=clip(cells[-4], MAX_NAME), size=clip(cells[-3], MAX_NAME),
-                                             dtype=clip(cells[-2], 40), ranks=_ints(cells[-1]), column=column))
-                continue
-        for pattern, kind in _FINDING_HEADS:
-            m = pattern.fullmatch(body)
-            if m:
-                current = {"kind": kind, "seq": int(m.group(1)), "frames": []}
-                if m.lastindex == 2:
-                    current["entry"] = int(m.group(2))
-                findings.append(current)
-                break
-        else:
-            if body.startswith("No errors found for this collective entry"):
-                no_errors += 1
-            elif m := _UNDECIDED.match(body):
-                findings.append({"kind": "undecided", "ranks_without_dumps": _ints(m.group(1)), "frames": []})
-            elif current is not None:
-                key, sep, value = body.partition(": ")
-                if not sep and body.endswith(":"):
-                    key, value = body[:-1], ""
-                value = value.strip()
-                if key == "collective stack trace":
-                    in_stack = True
-                    first = value.strip()
-                    if first and _FRAME.fullmatch(first):
-                        current["frames"].append(clip(first, MAX_TEXT))
-                elif key == "internal record id" and value.isascii() and value.isdigit() and len(value) < 13:
-                    current["record_id"] = int(value)
-                elif key == "group info":
-                    current["group"] = clip(value, MAX_NAME)
-                elif key == "collective":
-                    current["collective"] = clip(value, MAX_NAME)
-                elif key == "missing ranks":
-                    current["missing_ranks"] = _ints(value)
-                elif key == "input sizes":
-                    current["input_sizes"] = clip(value, MAX_TEXT)
-                elif key == "output sizes":
-                    current["output_sizes"] = clip(value, MAX_TEXT)
-                elif key == "world size" and value.isascii() and value.isdigit() and len(value) < 10:
-                    current["world_size"] = int(value)
-                elif key == "expected ranks":
-                    if value.startswith("{"):
-                        current["expected_ranks"] = _ints(value)
-                    elif value.isascii() and value.isdigit() and len(value) < 10:
-                        current["world_size"] = int(value)  # older torchfrtrace printed the count
-                elif key == "collective state":
-                    current["state"] = clip(value, 40)
-                elif key == "error msg":
-                    current["errors"] = _errors(value)
+        if prefix := _LOGGER_PREFIX.match(line):
+            line = line[prefix.end():]
+        reader.read(line.strip())
+    findings, rows, no_errors = reader.findings, reader.rows, reader.no_errors
     if not findings and not rows and not no_errors:
         raise ParseError("Flight Recorder analysis: no torchfrtrace report and no NVRx attribution table "
                          f"(starts with {clip(text.strip(), 60)!r})")
