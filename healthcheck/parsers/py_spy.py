@@ -327,40 +327,38 @@ class _Text:
         # anything else (indented log continuations, noise) is skipped
 
     def top(self, line: str, body: str) -> None:
-        if body.startswith("Thread "):
-            m = _THREAD.fullmatch(body)
-            if m:
-                self.close_thread()
-                ident, status, name = m.groups()
-                self.thread = {
-                    "id": ident, "status": status or "unknown",
-                    "name": None if name is None else name[:MAX_NAME],
-                    "os_thread_id": None if ident[:2].lower() == "0x" else int(ident),
-                    "thread_id": int(ident, 16) if ident[:2].lower() == "0x" else None,
-                }
-                return
-        if body.startswith("Process "):
-            m = _PROCESS.fullmatch(body)
-            if m:
-                self.close_process()
-                self.process = {"pid": int(m.group(1)), "command": clip(m.group(2).strip(), MAX_TEXT)}
-                return
-        if body.startswith("Parent Process "):
-            m = _PARENT.fullmatch(body)
-            if m and self.process is not None:
-                self.process["parent_pid"] = int(m.group(1))
-                self.process["parent_command"] = clip(m.group(2).strip(), MAX_TEXT)
-                return
-        if body.startswith("Python v"):
-            m = _PYTHON.fullmatch(body)
-            if m and self.process is not None:
-                self.process["python_version"] = m.group(1)
-                if m.group(2) is not None:
-                    self.process["executable"] = clip(m.group(2), MAX_TEXT)
-                return
-        if len(body) >= 10 and body.count("-") == len(body):  # --subprocesses' separator
+        if not self.header(body):
+            self.error_line(body)
+
+    def header(self, body: str) -> bool:
+        """A thread, process, parent or Python line, or --subprocesses' separator: read."""
+        if body.startswith("Thread ") and (m := _THREAD.fullmatch(body)):
+            self.close_thread()
+            ident, status, name = m.groups()
+            self.thread = {
+                "id": ident, "status": status or "unknown",
+                "name": None if name is None else name[:MAX_NAME],
+                "os_thread_id": None if ident[:2].lower() == "0x" else int(ident),
+                "thread_id": int(ident, 16) if ident[:2].lower() == "0x" else None,
+            }
+        elif body.startswith("Process ") and (m := _PROCESS.fullmatch(body)):
             self.close_process()
-            return
+            self.process = {"pid": int(m.group(1)), "command": clip(m.group(2).strip(), MAX_TEXT)}
+        elif body.startswith("Parent Process ") and (m := _PARENT.fullmatch(body)) and self.process is not None:
+            self.process["parent_pid"] = int(m.group(1))
+            self.process["parent_command"] = clip(m.group(2).strip(), MAX_TEXT)
+        elif body.startswith("Python v") and (m := _PYTHON.fullmatch(body)) and self.process is not None:
+            self.process["python_version"] = m.group(1)
+            if m.group(2) is not None:
+                self.process["executable"] = clip(m.group(2), MAX_TEXT)
+        elif len(body) >= 10 and body.count("-") == len(body):  # --subprocesses' separator
+            self.close_process()
+        else:
+            return False
+        return True
+
+    def error_line(self, body: str) -> None:
+        """py-spy's own error report (Error:, its reasons and causes, its backtrace)."""
         if body.startswith("Error:"):
             self.new_error(body[len("Error:"):])
         elif body.startswith("Permission Denied"):
