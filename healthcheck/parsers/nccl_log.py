@@ -22,8 +22,10 @@ counts) of the line that said it, so a finding can name `file:line`:
 
 * per process (host, pid): version, CUDA driver, bootstrap interface (`Bootstrap : Using
   eth0:...`, >= 2.24 `Bootstrap: Using`), IB devices (`NET/IB : Using [0]mlx5_0:1/IB ...`)
-  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), the network
-  chosen (`Using network IB|Socket|<plugin>`), NCCL_* settings echoed (`... set by
+  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), a net plugin's
+  own device list (`NET/FastSocket : Using [0]ibs108:10.0.19.12<0> ...`), the network chosen
+  (`Using network IB|Socket|<plugin>`; without that line, the net that listed devices last:
+  NCCL tries a plugin, IB, Socket in turn and stops at the first with devices), NCCL_* settings echoed (`... set by
   environment to ...`), cudaDev seen, channel connections counted per transport (P2P/IPC,
   P2P/CUMEM, SHM, NET/IB/GDRDMA, NET/Socket ...), `Connected all rings|trees`, error
   returns (`file.cc:N -> code`), WARNs.
@@ -227,7 +229,7 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     bootstrap_if: str = ""  # "eth0"
     bootstrap_addr: str = ""  # "10.0.0.1<0>"
     network: str = ""  # "IB", "Socket", a plugin's name ("IBext_v8", "AWS Libfabric")
-    network_inferred: bool = False  # no `Using network` line: "IB" because NET/IB listed devices, no plugin
+    network_inferred: bool = False  # no `Using network` line: the net that listed devices last (plugin, IB, Socket)
     net_plugin: str = ""  # an external net plugin and its version: "aws-ofi-nccl 1.13.2-aws", "IBext_v8"
     net_plugin_version: str = ""  # "1.13.2-aws", "v8"
     net_plugin_path: str = ""  # HPC-X's `Plugin Path : /opt/hpcx/.../libnccl-net.so`
@@ -236,6 +238,7 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     ib_devices: tuple[NetDevice, ...] = ()
     ib_no_device: bool = False  # `NET/IB : No device found.`
     socket_devices: tuple[NetDevice, ...] = ()
+    plugin_devices: tuple[NetDevice, ...] = ()  # a net plugin's own list: `NET/FastSocket : Using [0]ibs108:...`
     socket_fallback: bool = False  # network Socket, or IB found nothing and sockets were listed
     env: tuple[EnvSetting, ...] = ()
     transports: tuple[TransportUse, ...] = ()
@@ -385,10 +388,12 @@ def _host_token(token: str) -> tuple[str, int | None, int | None, str] | None:
 def split_bare_line(read: Line) -> NcclPrefix | None:
     """`NCCL INFO msg` / `NCCL WARN msg` at the start of a line (after launcher labels), the
     host:pid:tid prefix gone (grepped out, a docs excerpt): no process named, host "" and
-    pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's."""
-    if not read.text.startswith("NCCL "):
+    pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's.
+    A paste's indent before it is no part of it (a markdown code block, a grep in a list)."""
+    text = read.text.lstrip(" \t")
+    if not text.startswith("NCCL "):
         return None
-    level, _, message = read.text[5:].partition(" ")
+    level, _, message = text[5:].partition(" ")
     if level not in _LEVELS or not message.strip():
         return None
     return NcclPrefix(host="", pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
@@ -408,6 +413,8 @@ _BARE_VERSION = re.compile(
 _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (?:\[\d{1,4}\])?(?P<if>[^\s:\[\]]{1,64}):(?P<addr>\S{1,128})")
 _IB_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):(\d{1,4})/([A-Za-z]{1,8})(?:/([^\s\[\];]{1,32}))?")
 _SOCKET_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):([^\s\[\]]{1,128})")
+# a net plugin's own device list, socket-shaped (Google's nccl-fastsocket): `NET/FastSocket : Using [0]...`
+_NET_LIST = re.compile(r"NET/(?P<net>[A-Za-z][\w\-]{0,31}) ?: ?Using(?= \[\d)", re.ASCII)
 _ENV = re.compile(r"(NCCL_[A-Za-z0-9_]{1,64}) set (?:by environment )?to ?(.{0,512})")
 _DRIVER = re.compile(r"cudaDriverVersion (\d{1,9})")
 _COMM = re.compile(
@@ -469,7 +476,7 @@ class _Proc:
     __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
                  "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "socket_devices", "env",
                  "transports", "rings", "trees", "warns", "error_returns", "first_error_line", "first_error_code",
-                 "launcher_rank", "plugin")
+                 "launcher_rank", "plugin", "plugin_devices", "net_listed")
 
     def __init__(self, host: str, pid: int, line: int) -> None:
         self.host, self.pid, self.first_line, self.last_line = host, pid, line, line
@@ -487,6 +494,8 @@ class _Proc:
         self.first_error_code: int | None = None
         self.launcher_rank: int | None = None
         self.plugin: dict[str, Any] = {}  # NcclProcess's net_plugin* / net_provider / net_nics
+        self.plugin_devices: list[NetDevice] = []
+        self.net_listed = ""  # the net whose device list came last: "IB", "Socket", a plugin's name
 
 
 class _Comm:
@@ -639,6 +648,17 @@ class _Builder:
     def net_socket(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
         if not proc.socket_devices:
             proc.socket_devices = self.devices(_SOCKET_DEVICE, p.message, socket=True)
+        if proc.socket_devices:
+            proc.net_listed = "Socket"
+
+    def net_plugin_list(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+        m = _NET_LIST.match(p.message)
+        if m is None or m.group("net") in ("IB", "Socket"):
+            return
+        if not proc.plugin_devices:
+            proc.plugin_devices = self.devices(_SOCKET_DEVICE, p.message[m.end():], socket=True)
+        if proc.plugin_devices:
+            proc.net_listed = m.group("net")
 
     def network(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
         proc.network = _network_name(p.message) or proc.network
@@ -671,6 +691,8 @@ class _Builder:
             return
         devices, _, oob = msg[using:using + _MSG_MAX].partition("; OOB")
         proc.ib_devices = self.devices(_IB_DEVICE, devices, socket=False)
+        if proc.ib_devices:
+            proc.net_listed = "IB"
         m = _OOB.match(oob)
         if m and not proc.bootstrap_if:  # the OOB interface: NCCL_SOCKET_IFNAME's pick, as bootstrap's
             proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
@@ -851,12 +873,13 @@ class _Builder:
         sized = [c for c in comms if c.rank is not None and c.nranks is not None]
         world = max((c.nranks for c in sized if c.nranks is not None), default=None)
         ranks = tuple(sorted({c.rank for c in sized if c.nranks == world and c.rank is not None}))
-        fallback = proc.network == "Socket" or (
-            not proc.network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
         plugin = proc.plugin
         network, inferred = proc.network, False
-        if not network and proc.ib_devices and not plugin.get("net_plugin") and not plugin.get("net_plugin_path"):
-            network, inferred = "IB", True  # NET/IB found devices, no plugin loaded: NCCL's first net is IB
+        if not network:
+            network = _inferred_network(proc)
+            inferred = bool(network)
+        fallback = network == "Socket" or (
+            not network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
         nics = plugin.get("net_nics")
         return NcclProcess(
             host=proc.host, pid=proc.pid, first_line=proc.first_line, last_line=proc.last_line, lines=proc.lines,
@@ -867,7 +890,8 @@ class _Builder:
             net_plugin_path=str(plugin.get("net_plugin_path", "")), net_provider=str(plugin.get("net_provider", "")),
             net_nics=int(nics) if nics else None,
             ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device,
-            socket_devices=tuple(proc.socket_devices), socket_fallback=fallback,
+            socket_devices=tuple(proc.socket_devices), plugin_devices=tuple(proc.plugin_devices),
+            socket_fallback=fallback,
             env=tuple(proc.env.values()),
             transports=tuple(TransportUse(transport=t, count=use[0], first_line=use[1])
                              for t, use in proc.transports.items()),
@@ -887,6 +911,7 @@ _INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
     (lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
     (lambda m: m.startswith("NET/IB"), lambda b, p, proc, n: b.net_ib(proc, p.message)),
     (lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
+    (lambda m: m.startswith("NET/") and " Using [" in m[:48], _Builder.net_plugin_list),
     (lambda m: m.startswith("Using network "), _Builder.network),
     (lambda m: m.startswith(("NET/OFI ", "P2P plugin ", "Plugin Path ")), _Builder.plugin),
     (lambda m: m.startswith("cudaDriverVersion"), _Builder.driver),
@@ -899,6 +924,16 @@ _INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
     (lambda m: m.startswith("NCCL_") and " set " in m[:100], lambda b, p, proc, n: b.env(proc, p.message, n)),
     (lambda m: " -> " in m[:300], _Builder.error_return),
 )
+
+
+def _inferred_network(proc: _Proc) -> str:
+    """The network a process chose when no `Using network` line says: the net that listed
+    its devices last (NCCL tries a plugin, IB, Socket in turn and stops at the first with
+    devices); a built-in one only where no plugin named itself (a plugin may print NCCL's
+    own IB list)."""
+    if proc.net_listed in ("IB", "Socket") and (proc.plugin.get("net_plugin") or proc.plugin.get("net_plugin_path")):
+        return ""
+    return proc.net_listed
 
 
 def _network_name(msg: str) -> str:
