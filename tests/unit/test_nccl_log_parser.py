@@ -711,3 +711,34 @@ def test_an_indented_grep_of_bare_lines_after_its_prompt_is_read():
     # an indented excerpt reads as the unindented one (a transformation of a real field file)
     text = (FIELD / "repos/nccl-log/net-ib-8-hca-relaxed-ordering-oob-no-prefix.txt").read_text()
     assert one("".join("    " + line for line in text.splitlines(keepends=True))) == one(text)
+
+
+def test_lines_are_read_through_named_handlers_and_the_unread_ones_counted():
+    # field/repos/nccl-log/p4d-2node-srun-label-nccl-2.18.3-aws-ofi-efa-full-job-out.txt: a
+    # whole job's stdout, NCCL lines among PMIx and libfabric ones, all under srun labels
+    from healthcheck.parsers import lines, nccl_log, parser_for
+    from healthcheck.parsers.explain import explain, recording_dispatch
+
+    path = FIELD / "repos/nccl-log/p4d-2node-srun-label-nccl-2.18.3-aws-ofi-efa-full-job-out.txt"
+    text = path.read_text()
+    assert nccl_log.dispatch is lines.dispatch
+    log, ex = explain("nccl-log", parser_for("nccl-log"), text)
+    assert ex.how == "handlers"
+    with recording_dispatch() as record:  # every line's handler (explain lists the first 200)
+        parse_nccl_log(text)
+    by = {number: names[0] for number, names in record.items()}
+    raw = text.splitlines()
+    first = {word: next(i for i, t in enumerate(raw, 1) if word in t)
+             for word in ("PMIX ERROR", "NCCL INFO Bootstrap", "NET/OFI Selected Provider", "Using network",
+                          "Init COMPLETE", "via NET/AWS Libfabric")}
+    assert [by[first[w]] for w in first] == [
+        "unrecognized", "bootstrap", "net-plugin", "network", "comm", "connection"]
+    # the parser's own count is what --explain calls unrecognized, with a sample to send
+    assert log.unrecognized.count == ex.counts["unrecognized"] > 16
+    assert log.unrecognized.sample[0].line == first["PMIX ERROR"]
+    assert "PMIX ERROR" in log.unrecognized.sample[0].text
+    # another program's lines take nothing from the facts: blanked, the log reads the same
+    kept = "".join(line + "\n" if "NCCL" in line else "\n" for line in raw)
+    alone = parse_nccl_log(kept)
+    assert alone.unrecognized.count < log.unrecognized.count
+    assert msgspec.structs.replace(alone, unrecognized=log.unrecognized) == log
