@@ -22,8 +22,10 @@ counts) of the line that said it, so a finding can name `file:line`:
 
 * per process (host, pid): version, CUDA driver, bootstrap interface (`Bootstrap : Using
   eth0:...`, >= 2.24 `Bootstrap: Using`), IB devices (`NET/IB : Using [0]mlx5_0:1/IB ...`)
-  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), the network
-  chosen (`Using network IB|Socket|<plugin>`), NCCL_* settings echoed (`... set by
+  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), a net plugin's
+  own device list (`NET/FastSocket : Using [0]ibs108:10.0.19.12<0> ...`), the network chosen
+  (`Using network IB|Socket|<plugin>`; without that line, the net that listed devices last:
+  NCCL tries a plugin, IB, Socket in turn and stops at the first with devices), NCCL_* settings echoed (`... set by
   environment to ...`), cudaDev seen, channel connections counted per transport (P2P/IPC,
   P2P/CUMEM, SHM, NET/IB/GDRDMA, NET/Socket ...), `Connected all rings|trees`, error
   returns (`file.cc:N -> code`), WARNs.
@@ -40,6 +42,13 @@ counts) of the line that said it, so a finding can name `file:line`:
 * WARNs, classified (WarnKind): IB completion errors (peer, status, vendor err, hca), verbs
   call failures, socket errors (peer), no usable interface, CUDA failures, proxy errors,
   duplicate GPU, other; with host, pid, time when stamped, line and clipped text.
+
+Lines are read through the line layer (lines.read_lines, stamps left on: NCCL's own are
+read here) and tables of small handlers (`lines.Handler`, `dispatch`): an NCCL line's
+message through its level's table (_INFO_HANDLERS, _WARN_HANDLERS; the handlers see the
+message as the line's text and its prefix and process in the builder), a line with no
+prefix through _UNPREFIXED_HANDLERS (a bare version). A line none reads (another program's,
+an INFO message no handler knows, TRACE) is counted and sampled in `unrecognized`.
 
 A text with no NCCL line (prefixed or a bare version line) is garbage: ParseError. Lists are
 bounded (MAX_*), counters are not; `truncated` says something was left out. Every pattern
@@ -58,7 +67,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.kernlog import iso_time
-from healthcheck.parsers.lines import Line, read_line, read_lines
+from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_line, read_lines
 
 MAX_PROCESSES = 65536
 MAX_COMMS = 65536
@@ -227,7 +236,7 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     bootstrap_if: str = ""  # "eth0"
     bootstrap_addr: str = ""  # "10.0.0.1<0>"
     network: str = ""  # "IB", "Socket", a plugin's name ("IBext_v8", "AWS Libfabric")
-    network_inferred: bool = False  # no `Using network` line: "IB" because NET/IB listed devices, no plugin
+    network_inferred: bool = False  # no `Using network` line: the net that listed devices last (plugin, IB, Socket)
     net_plugin: str = ""  # an external net plugin and its version: "aws-ofi-nccl 1.13.2-aws", "IBext_v8"
     net_plugin_version: str = ""  # "1.13.2-aws", "v8"
     net_plugin_path: str = ""  # HPC-X's `Plugin Path : /opt/hpcx/.../libnccl-net.so`
@@ -236,6 +245,7 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     ib_devices: tuple[NetDevice, ...] = ()
     ib_no_device: bool = False  # `NET/IB : No device found.`
     socket_devices: tuple[NetDevice, ...] = ()
+    plugin_devices: tuple[NetDevice, ...] = ()  # a net plugin's own list: `NET/FastSocket : Using [0]ibs108:...`
     socket_fallback: bool = False  # network Socket, or IB found nothing and sockets were listed
     env: tuple[EnvSetting, ...] = ()
     transports: tuple[TransportUse, ...] = ()
@@ -265,6 +275,7 @@ class NcclLog(msgspec.Struct, frozen=True):
     first_warn: NcclWarn | None = None  # by line order
     first_warn_by_time: NcclWarn | None = None  # by timestamp (>= 2.26 stamps WARNs); None without
     truncated: bool = False  # a bounded list dropped something
+    unrecognized: Unrecognized = Unrecognized()  # lines no handler read: another program's, an INFO message not read
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -385,10 +396,12 @@ def _host_token(token: str) -> tuple[str, int | None, int | None, str] | None:
 def split_bare_line(read: Line) -> NcclPrefix | None:
     """`NCCL INFO msg` / `NCCL WARN msg` at the start of a line (after launcher labels), the
     host:pid:tid prefix gone (grepped out, a docs excerpt): no process named, host "" and
-    pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's."""
-    if not read.text.startswith("NCCL "):
+    pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's.
+    A paste's indent before it is no part of it (a markdown code block, a grep in a list)."""
+    text = read.text.lstrip(" \t")
+    if not text.startswith("NCCL "):
         return None
-    level, _, message = read.text[5:].partition(" ")
+    level, _, message = text[5:].partition(" ")
     if level not in _LEVELS or not message.strip():
         return None
     return NcclPrefix(host="", pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
@@ -408,6 +421,8 @@ _BARE_VERSION = re.compile(
 _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (?:\[\d{1,4}\])?(?P<if>[^\s:\[\]]{1,64}):(?P<addr>\S{1,128})")
 _IB_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):(\d{1,4})/([A-Za-z]{1,8})(?:/([^\s\[\];]{1,32}))?")
 _SOCKET_DEVICE = re.compile(r"\[(\d{1,4})\]([^\s:\[\]]{1,64}):([^\s\[\]]{1,128})")
+# a net plugin's own device list, socket-shaped (Google's nccl-fastsocket): `NET/FastSocket : Using [0]...`
+_NET_LIST = re.compile(r"NET/(?P<net>[A-Za-z][\w\-]{0,31}) ?: ?Using(?= \[\d)", re.ASCII)
 _ENV = re.compile(r"(NCCL_[A-Za-z0-9_]{1,64}) set (?:by environment )?to ?(.{0,512})")
 _DRIVER = re.compile(r"cudaDriverVersion (\d{1,9})")
 _COMM = re.compile(
@@ -469,7 +484,7 @@ class _Proc:
     __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
                  "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "socket_devices", "env",
                  "transports", "rings", "trees", "warns", "error_returns", "first_error_line", "first_error_code",
-                 "launcher_rank", "plugin")
+                 "launcher_rank", "plugin", "plugin_devices", "net_listed")
 
     def __init__(self, host: str, pid: int, line: int) -> None:
         self.host, self.pid, self.first_line, self.last_line = host, pid, line, line
@@ -487,6 +502,8 @@ class _Proc:
         self.first_error_code: int | None = None
         self.launcher_rank: int | None = None
         self.plugin: dict[str, Any] = {}  # NcclProcess's net_plugin* / net_provider / net_nics
+        self.plugin_devices: list[NetDevice] = []
+        self.net_listed = ""  # the net whose device list came last: "IB", "Socket", a plugin's name
 
 
 class _Comm:
@@ -568,6 +585,13 @@ class _Builder:
         self.world_sizes: set[int] = set()
         self.nccl_lines = 0
         self.truncated = False
+        self.unrecognized = UnrecognizedLines()
+        # the NCCL line being read, for its handlers: its prefix, its process, a WARN's next line
+        self.prefix = NcclPrefix(host="", pid=0, tid=0, level="INFO", message="")
+        self.current = _Proc("", 0, 0)
+        self.following: str | None = None
+        self.following_line = 0
+        self.tail_line = 0  # a line read as the WARN before it, wrapped (no line of its own)
 
     # -- processes and comms
 
@@ -605,75 +629,129 @@ class _Builder:
         self.comm_at[key] = comm
         return comm
 
-    # -- one prefixed line
+    # -- one line
 
-    def line(self, p: NcclPrefix, number: int, following: str | None) -> None:
+    def read(self, lines: list[Line], index: int, line: Line) -> None:
+        """One line through the handler table of its kind; counted in `unrecognized` where
+        no handler read it (another program's line, an INFO message no handler knows).
+        Blank lines and the layer's noise (a shell prompt) are no one's."""
+        if line.noise or not line.text.strip():
+            return
+        prefix = _nccl_prefix(line)
+        if prefix is None:
+            table = _TAIL_HANDLERS if line.number == self.tail_line else _UNPREFIXED_HANDLERS
+            name = dispatch(table, self, line)
+        else:
+            name = self.read_nccl(prefix, lines, index, line)
+        if name is None:
+            self.unrecognized.note(line)
+
+    def read_nccl(self, prefix: NcclPrefix, lines: list[Line], index: int, line: Line) -> str | None:
+        """An NCCL line: its process counted, then its message through its level's table
+        (the handlers see the message as the line's text)."""
         self.nccl_lines += 1
-        proc = self.proc(p, number)
+        proc = self.proc(prefix, line.number)
         if proc is None:
-            return
-        if p.level == "WARN":
-            self.warn(p, proc, number, following)
-            return
-        if p.level != "INFO":
-            return
-        msg = p.message
-        for when, read in _INFO_HANDLERS:
-            if when(msg):
-                read(self, p, proc, number)
-                return
+            return "truncated"  # past MAX_PROCESSES: said by `truncated`
+        self.prefix, self.current = prefix, proc
+        self.following, self.following_line = _wrapped_tail(lines, index) if prefix.level == "WARN" else (None, 0)
+        table = _INFO_HANDLERS if prefix.level == "INFO" else _WARN_HANDLERS if prefix.level == "WARN" else ()
+        return dispatch(table, self, msgspec.structs.replace(line, text=prefix.message))
 
-    # -- INFO handlers (see _INFO_HANDLERS): each reads one kind of message
+    # -- the handlers of _INFO_HANDLERS: each reads one kind of INFO message (the line's
+    # text) into the current process; True when the message was of its kind
 
-    def version(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
-        m = _VERSION.match(p.message)
-        if m:
-            proc.version, proc.cuda = m.group("v"), m.group("cuda") or ""
-            self.versions[m.group(0)[len("NCCL version "):]] = None
+    def version(self, line: Line) -> bool:
+        m = _VERSION.match(line.text)
+        if m is None:
+            return False
+        self.current.version, self.current.cuda = m.group("v"), m.group("cuda") or ""
+        self.versions[m.group(0)[len("NCCL version "):]] = None
+        return True
 
-    def bootstrap(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
-        m = _BOOTSTRAP.match(p.message)
-        if m and not proc.bootstrap_if:
+    def bare_version(self, line: Line) -> bool:
+        """`NCCL version 2.10.3+cuda11.3` with no prefix: a version no process named."""
+        version = _bare_version(line.text)
+        if version is None:
+            return False
+        self.versions[version] = None
+        return True
+
+    def bootstrap(self, line: Line) -> bool:
+        m = _BOOTSTRAP.match(line.text)
+        if m is None:
+            return False
+        proc = self.current
+        if not proc.bootstrap_if:
             proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+        return True
 
-    def net_socket(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+    def net_socket(self, line: Line) -> bool:
+        proc = self.current
         if not proc.socket_devices:
-            proc.socket_devices = self.devices(_SOCKET_DEVICE, p.message, socket=True)
+            proc.socket_devices = self.devices(_SOCKET_DEVICE, line.text, socket=True)
+        if proc.socket_devices:
+            proc.net_listed = "Socket"
+        return True
 
-    def network(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
-        proc.network = _network_name(p.message) or proc.network
+    def net_plugin_list(self, line: Line) -> bool:
+        m = _NET_LIST.match(line.text)
+        if m is None or m.group("net") in ("IB", "Socket"):
+            return False
+        proc = self.current
+        if not proc.plugin_devices:
+            proc.plugin_devices = self.devices(_SOCKET_DEVICE, line.text[m.end():], socket=True)
+        if proc.plugin_devices:
+            proc.net_listed = m.group("net")
+        return True
 
-    def plugin(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
+    def network(self, line: Line) -> bool:
+        self.current.network = _network_name(line.text) or self.current.network
+        return True
+
+    def plugin(self, line: Line) -> bool:
         for pattern in _PLUGIN_LINES:
-            m = pattern.match(p.message)
+            m = pattern.match(line.text)
             if m:
-                proc.plugin.update({k: v for k, v in m.groupdict().items() if v})
-                return
+                self.current.plugin.update({k: v for k, v in m.groupdict().items() if v})
+                return True
+        return False
 
-    def driver(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
-        m = _DRIVER.match(p.message)
-        if m:
-            proc.cuda_driver = int(m.group(1))
+    def driver(self, line: Line) -> bool:
+        m = _DRIVER.match(line.text)
+        if m is None:
+            return False
+        self.current.cuda_driver = int(m.group(1))
+        return True
 
-    def error_return(self, p: NcclPrefix, proc: _Proc, number: int) -> None:
-        m = _ERROR_RETURN.fullmatch(p.message[:400])
-        if m:
-            proc.error_returns += 1
-            if proc.first_error_line is None:
-                proc.first_error_line, proc.first_error_code = number, int(m.group(1))
+    def error_return(self, line: Line) -> bool:
+        m = _ERROR_RETURN.fullmatch(line.text[:400])
+        if m is None:
+            return False
+        proc = self.current
+        proc.error_returns += 1
+        if proc.first_error_line is None:
+            proc.first_error_line, proc.first_error_code = line.number, int(m.group(1))
+        return True
 
-    def net_ib(self, proc: _Proc, msg: str) -> None:
+    def net_ib(self, line: Line) -> bool:
+        proc, msg = self.current, line.text
         if "No device found" in msg[:40]:
             proc.ib_no_device = True
-            return
+            return True
         using = msg.find(" Using", 0, 16)
-        if using < 0 or proc.ib_devices:
-            return
+        if using < 0:
+            return False
+        if proc.ib_devices:
+            return True  # the first list is the process's
         devices, _, oob = msg[using:using + _MSG_MAX].partition("; OOB")
         proc.ib_devices = self.devices(_IB_DEVICE, devices, socket=False)
+        if proc.ib_devices:
+            proc.net_listed = "IB"
         m = _OOB.match(oob)
         if m and not proc.bootstrap_if:  # the OOB interface: NCCL_SOCKET_IFNAME's pick, as bootstrap's
             proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+        return True
 
     def devices(self, pattern: re.Pattern[str], text: str, socket: bool) -> list[NetDevice]:
         found: list[NetDevice] = []
@@ -688,36 +766,46 @@ class _Builder:
                                        link=m.group(4), extra=m.group(5) or ""))
         return found
 
-    def env(self, proc: _Proc, msg: str, number: int) -> None:
-        m = _ENV.fullmatch(msg[:600])
-        if not m:
-            return
-        name, value = m.group(1), m.group(2).strip()
+    def env(self, line: Line) -> bool:
+        m = _ENV.fullmatch(line.text[:600])
+        if m is None:
+            return False
+        name, value, proc = m.group(1), m.group(2).strip(), self.current
         if value.endswith(".") and _int(value[:-1], 20) is not None:  # "%s set by environment to %lld."
             value = value[:-1]
         if name in proc.env or len(proc.env) < MAX_PER_PROCESS:
-            proc.env[name] = EnvSetting(name=name, value=value, line=number)
+            proc.env[name] = EnvSetting(name=name, value=value, line=line.number)
         else:
             self.truncated = True
+        return True
 
-    def connection(self, proc: _Proc, msg: str, number: int) -> None:
-        m = _CONNECTION.match(msg)
-        if not m:
-            return
-        transport = _transport(m.group("via"))
+    def connection(self, line: Line) -> bool:
+        m = _CONNECTION.match(line.text)
+        if m is None:
+            return False
+        transport, proc = _transport(m.group("via")), self.current
         use = proc.transports.get(transport)
         if use is not None:
             use[0] += 1
         elif len(proc.transports) < MAX_PER_PROCESS:
-            proc.transports[transport] = [1, number]
+            proc.transports[transport] = [1, line.number]
         else:
             self.truncated = True
+        return True
 
-    def connected(self, p: NcclPrefix, proc: _Proc, rings: bool) -> None:
-        if rings:
-            proc.rings += 1
-        else:
-            proc.trees += 1
+    def rings_connected(self, line: Line) -> bool:
+        self.current.rings += 1
+        self.connected(rings=True)
+        return True
+
+    def trees_connected(self, line: Line) -> bool:
+        self.current.trees += 1
+        self.connected(rings=False)
+        return True
+
+    def connected(self, rings: bool) -> None:
+        """`Connected all rings|trees` on the thread initializing a comm: that comm's."""
+        p = self.prefix
         key = (p.host, p.pid, p.tid)
         comm = self.init_thread.get(key)
         if comm is not None and comm.init_complete_line is None:
@@ -730,25 +818,32 @@ class _Builder:
         flags = self.pending.setdefault(key, [False, False])
         flags[0 if rings else 1] = True
 
-    def comm_line(self, p: NcclPrefix, msg: str, number: int) -> None:
-        m = _COMM.match(msg)
-        if not m:
-            return
+    def comm_line(self, line: Line) -> bool:
+        """`[func ]comm 0x.. rank R nranks N cudaDev D ... [- Init|Abort|Destroy START|COMPLETE]`."""
+        m = _COMM.match(line.text)
+        if m is None:
+            return False
         rest = m.group("rest")[:1024]
         phase = _PHASE.search(rest)
         what = phase.group("what") if phase else ""
         starting = what == "Init" and phase is not None and phase.group("phase") == "START"
-        comm = self.comm(p, m.group("comm"), number, fresh=starting)
+        comm = self.comm(self.prefix, m.group("comm"), line.number, fresh=starting)
         if comm is None:
-            return
-        fields = comm.fields
+            return True
+        self.comm_fields(comm, m, (rest[:phase.start()] if phase else rest).split())
+        if phase is not None:
+            self.comm_phase(comm, what, phase.group("phase"), line.number)
+        return True
+
+    def comm_fields(self, comm: _Comm, m: re.Match[str], words: list[str]) -> None:
+        """A comm line's rank, nranks and the `name value` pairs after them."""
+        p, fields = self.prefix, comm.fields
         if m.group("func"):
             fields["func"] = m.group("func")
         rank, nranks = _int(m.group("rank")), int(m.group("nranks"))
         fields["rank"], fields["nranks"] = rank, nranks
         self.world_sizes.add(nranks)
         self.by_rank[(p.host, p.pid, rank, nranks)] = comm
-        words = (rest[:phase.start()] if phase else rest).split()
         for i, word in enumerate(words[:-1]):
             name = _COMM_FIELDS.get(word)
             if name is None:
@@ -760,49 +855,51 @@ class _Builder:
                 number_value = _int(value)
                 if number_value is not None:
                     fields[name] = number_value
-        if phase is None:
-            return
-        key = (p.host, p.pid, p.tid)
-        if what == "Init":
-            if starting:
-                comm.init_start_line = number
-                self.init_thread[key] = comm
-            else:
-                comm.init_complete_line = number
-                flags = self.pending.pop(key, None)
-                if flags is not None:
-                    comm.rings = comm.rings or flags[0]
-                    comm.trees = comm.trees or flags[1]
-                self.init_thread[key] = comm
-        else:
-            comm.end = what.lower()
-            comm.end_complete = phase.group("phase") == "COMPLETE"
-            comm.end_line = number
 
-    def timings(self, p: NcclPrefix, msg: str) -> None:
-        m = _TIMINGS.match(msg)
-        if not m:
+    def comm_phase(self, comm: _Comm, what: str, phase: str, number: int) -> None:
+        """`- Init START|COMPLETE` (the thread's comm from then on), `- Abort|Destroy ...`."""
+        p = self.prefix
+        key = (p.host, p.pid, p.tid)
+        if what != "Init":
+            comm.end, comm.end_complete, comm.end_line = what.lower(), phase == "COMPLETE", number
             return
+        if phase == "START":
+            comm.init_start_line = number
+        else:
+            comm.init_complete_line = number
+            flags = self.pending.pop(key, None)
+            if flags is not None:
+                comm.rings = comm.rings or flags[0]
+                comm.trees = comm.trees or flags[1]
+        self.init_thread[key] = comm
+
+    def timings(self, line: Line) -> bool:
+        m = _TIMINGS.match(line.text)
+        if m is None:
+            return False
+        p = self.prefix
         rank, nranks = _int(m.group("rank")), int(m.group("nranks"))
         self.world_sizes.add(nranks)
         comm = self.init_thread.get((p.host, p.pid, p.tid))
         if comm is None or comm.fields.get("rank") != rank or comm.fields.get("nranks") != nranks:
             comm = self.by_rank.get((p.host, p.pid, rank, nranks))
         if comm is None:
-            return
+            return True
         comm.init_total_s = _seconds(m.group("total"))
         for part in _TIMING_PART.finditer(m.group("parts") or ""):
             seconds = _seconds(part.group(2))
             if seconds is not None and len(comm.init_timings) < 16:
                 comm.init_timings[part.group(1)] = seconds
+        return True
 
-    def coll(self, p: NcclPrefix, msg: str, number: int) -> None:
-        m = _COLL.match(msg)
-        if not m:
-            return
-        comm = self.comm(p, m.group("comm"), number)
+    def coll(self, line: Line) -> bool:
+        m = _COLL.match(line.text)
+        if m is None:
+            return False
+        number = line.number
+        comm = self.comm(self.prefix, m.group("comm"), number)
         if comm is None:
-            return
+            return True
         nranks = int(m.group("nranks"))
         self.world_sizes.add(nranks)
         comm.fields.setdefault("nranks", nranks)
@@ -812,12 +909,17 @@ class _Builder:
             comm.first_op_count, comm.first_coll_line = op_count, number
         comm.last_op_count, comm.last_op, comm.last_coll_line = op_count, m.group("op"), number
         comm.last_count = _int(m.group("count"), 20)
+        return True
 
-    # -- WARN
+    # -- WARN (_WARN_HANDLERS)
 
-    def warn(self, p: NcclPrefix, proc: _Proc, number: int, following: str | None) -> None:
+    def warn(self, line: Line) -> bool:
+        """Every WARN is read: classified, `other` at least; a wrapped tail it took is read with it."""
+        p, proc, number, following = self.prefix, self.current, line.number, self.following
         proc.warns += 1
         w = _classify(p, number, following)
+        if following is not None and w.kind == "ib-completion" and "vendor err" not in p.message:
+            self.tail_line = self.following_line
         self.warn_counts[w.kind] = self.warn_counts.get(w.kind, 0) + 1
         if self.first_warn is None:
             self.first_warn = w
@@ -827,6 +929,7 @@ class _Builder:
             self.warns.append(w)
         else:
             self.truncated = True
+        return True
 
     # -- the facts
 
@@ -844,6 +947,7 @@ class _Builder:
             ranks=tuple(sorted({c.rank for c in comms if c.rank is not None})),
             world_sizes=tuple(sorted(self.world_sizes)),
             first_warn=self.first_warn, first_warn_by_time=self.earliest, truncated=self.truncated,
+            unrecognized=self.unrecognized.freeze(),
         )
 
     @staticmethod
@@ -851,12 +955,13 @@ class _Builder:
         sized = [c for c in comms if c.rank is not None and c.nranks is not None]
         world = max((c.nranks for c in sized if c.nranks is not None), default=None)
         ranks = tuple(sorted({c.rank for c in sized if c.nranks == world and c.rank is not None}))
-        fallback = proc.network == "Socket" or (
-            not proc.network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
         plugin = proc.plugin
         network, inferred = proc.network, False
-        if not network and proc.ib_devices and not plugin.get("net_plugin") and not plugin.get("net_plugin_path"):
-            network, inferred = "IB", True  # NET/IB found devices, no plugin loaded: NCCL's first net is IB
+        if not network:
+            network = _inferred_network(proc)
+            inferred = bool(network)
+        fallback = network == "Socket" or (
+            not network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
         nics = plugin.get("net_nics")
         return NcclProcess(
             host=proc.host, pid=proc.pid, first_line=proc.first_line, last_line=proc.last_line, lines=proc.lines,
@@ -867,7 +972,8 @@ class _Builder:
             net_plugin_path=str(plugin.get("net_plugin_path", "")), net_provider=str(plugin.get("net_provider", "")),
             net_nics=int(nics) if nics else None,
             ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device,
-            socket_devices=tuple(proc.socket_devices), socket_fallback=fallback,
+            socket_devices=tuple(proc.socket_devices), plugin_devices=tuple(proc.plugin_devices),
+            socket_fallback=fallback,
             env=tuple(proc.env.values()),
             transports=tuple(TransportUse(transport=t, count=use[0], first_line=use[1])
                              for t, use in proc.transports.items()),
@@ -878,27 +984,61 @@ class _Builder:
         )
 
 
-_InfoRead = Callable[[_Builder, NcclPrefix, _Proc, int], None]
+def _starts(*words: str) -> Callable[[str], bool]:
+    return lambda text: text.startswith(words)
 
-# An INFO message's handlers, tried in order, the first whose test holds reads it: (a cheap
-# test of the message, the _Builder method that reads it)
-_INFO_HANDLERS: tuple[tuple[Callable[[str], bool], _InfoRead], ...] = (
-    (lambda m: m.startswith("NCCL version "), _Builder.version),
-    (lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
-    (lambda m: m.startswith("NET/IB"), lambda b, p, proc, n: b.net_ib(proc, p.message)),
-    (lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
-    (lambda m: m.startswith("Using network "), _Builder.network),
-    (lambda m: m.startswith(("NET/OFI ", "P2P plugin ", "Plugin Path ")), _Builder.plugin),
-    (lambda m: m.startswith("cudaDriverVersion"), _Builder.driver),
-    (lambda m: m.startswith("Connected all rings"), lambda b, p, proc, n: b.connected(p, proc, rings=True)),
-    (lambda m: m.startswith("Connected all trees"), lambda b, p, proc, n: b.connected(p, proc, rings=False)),
-    (lambda m: m.startswith("Init timings"), lambda b, p, proc, n: b.timings(p, p.message)),
-    (lambda m: m.startswith(("Channel ", "Ring ")), lambda b, p, proc, n: b.connection(proc, p.message, n)),
-    (lambda m: "opCount " in m[:48], lambda b, p, proc, n: b.coll(p, p.message, n)),
-    (lambda m: "comm 0x" in m[:64], lambda b, p, proc, n: b.comm_line(p, p.message, n)),
-    (lambda m: m.startswith("NCCL_") and " set " in m[:100], lambda b, p, proc, n: b.env(proc, p.message, n)),
-    (lambda m: " -> " in m[:300], _Builder.error_return),
+
+# An INFO message's handlers, in order; the first that reads it names it (`hc parse --explain`)
+_INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
+    Handler("version", _starts("NCCL version "), _Builder.version),
+    Handler("bootstrap", lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
+    Handler("net-ib", _starts("NET/IB"), _Builder.net_ib),
+    Handler("net-socket", lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
+    Handler("net-plugin-devices", lambda m: m.startswith("NET/") and " Using [" in m[:48], _Builder.net_plugin_list),
+    Handler("network", _starts("Using network "), _Builder.network),
+    Handler("net-plugin", _starts("NET/OFI ", "P2P plugin ", "Plugin Path "), _Builder.plugin),
+    Handler("cuda-driver", _starts("cudaDriverVersion"), _Builder.driver),
+    Handler("rings-connected", _starts("Connected all rings"), _Builder.rings_connected),
+    Handler("trees-connected", _starts("Connected all trees"), _Builder.trees_connected),
+    Handler("init-timings", _starts("Init timings"), _Builder.timings),
+    Handler("connection", _starts("Channel ", "Ring "), _Builder.connection),
+    Handler("coll", lambda m: "opCount " in m[:48], _Builder.coll),
+    Handler("comm", lambda m: "comm 0x" in m[:64], _Builder.comm_line),
+    Handler("env", lambda m: m.startswith("NCCL_") and " set " in m[:100], _Builder.env),
+    Handler("error-return", lambda m: " -> " in m[:300], _Builder.error_return),
 )
+_WARN_HANDLERS: tuple[Handler[_Builder], ...] = (Handler("warn", lambda m: True, _Builder.warn),)
+# a line with no NCCL prefix: only a bare version line is NCCL's
+_UNPREFIXED_HANDLERS: tuple[Handler[_Builder], ...] = (
+    Handler("bare-version", lambda t: "NCCL version " in t[:256], _Builder.bare_version),
+)
+# the line after an IB completion WARN that the terminal wrapped: the WARN read it
+_TAIL_HANDLERS: tuple[Handler[_Builder], ...] = (*_UNPREFIXED_HANDLERS, Handler("warn-tail", lambda t: True,
+                                                                                lambda s, line: True))
+
+
+def _nccl_prefix(line: Line) -> NcclPrefix | None:
+    return split_read_line(line) or split_bare_line(line)
+
+
+def _wrapped_tail(lines: list[Line], index: int) -> tuple[str | None, int]:
+    """The line after a WARN when it is no NCCL line (maybe the WARN's text, wrapped), and
+    its number."""
+    if index + 1 >= len(lines):
+        return None, 0
+    nxt = lines[index + 1]
+    text = nxt.text[:TEXT_MAX].strip()
+    return (text, nxt.number) if text and _nccl_prefix(nxt) is None else (None, 0)
+
+
+def _inferred_network(proc: _Proc) -> str:
+    """The network a process chose when no `Using network` line says: the net that listed
+    its devices last (NCCL tries a plugin, IB, Socket in turn and stops at the first with
+    devices); a built-in one only where no plugin named itself (a plugin may print NCCL's
+    own IB list)."""
+    if proc.net_listed in ("IB", "Socket") and (proc.plugin.get("net_plugin") or proc.plugin.get("net_plugin_path")):
+        return ""
+    return proc.net_listed
 
 
 def _network_name(msg: str) -> str:
@@ -992,18 +1132,7 @@ def parse_nccl_log(text: str) -> NcclLog:
     lines = list(read_lines(text, stamps=False))
     builder = _Builder()
     for index, line in enumerate(lines):
-        prefix = split_read_line(line) or split_bare_line(line)
-        if prefix is None:
-            version = _bare_version(line.text)
-            if version is not None:
-                builder.versions[version] = None
-            continue
-        following = None
-        if prefix.level == "WARN" and index + 1 < len(lines):
-            nxt = lines[index + 1].text[:TEXT_MAX].strip()
-            if nxt and split_read_line(lines[index + 1]) is None and split_bare_line(lines[index + 1]) is None:
-                following = nxt
-        builder.line(prefix, line.number, following)
+        builder.read(lines, index, line)
     count = text.count("\n") + (not text.endswith("\n"))  # lines as "\n" splits them, a last empty one not
     if not builder.nccl_lines and not builder.versions:
         raise ParseError(f"nccl-log: no NCCL debug line (host:pid:tid [dev] NCCL INFO|WARN ...) "

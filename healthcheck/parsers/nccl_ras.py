@@ -41,6 +41,11 @@ captures in tests/fixtures/h100-captures, derived ones in tests/fixtures/nccl-ra
   communicators [{hash, size, ranks [{rank, host, pid, cuda_dev, nvml_dev, status,
   collective_counts}], missing_ranks}], ras {collection_time_sec, timeouts_count}).
 
+Lines are read through the line layer (mended; `>>> STATUS` kept, a shell prompt left out)
+and a table of small handlers (`lines.Handler`, `dispatch`, _LINE_HANDLERS): the transcript
+and the sections' titles, then each section's lines, every handler checking its section.
+A line none reads is counted and sampled in `unrecognized` (left out of the JSON when none).
+
 Any of: a version line, a section header, a handshake line, an ncclras error, a JSON
 reply. Else ParseError. Lines are cut at MAX_LINE; patterns are anchored and bounded.
 """
@@ -56,12 +61,13 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import read_lines
+from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_lines
 
 MAX_LINE = 4096
 MAX_LISTED = 10_000  # ranks and processes kept per list (NCCL itself lists at most a few)
 
 IssueKind = Literal["INCOMPLETE", "ERROR", "MISMATCH"]
+NOTHING_UNREAD = Unrecognized()  # the default, shared: omit_defaults leaves out only this very object
 
 
 class RasRank(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -245,6 +251,7 @@ class NcclRasStatus(msgspec.Struct, frozen=True, omit_defaults=True):
     complete: bool = False  # the Warnings section (JSON: its "ras" block) was reached
     server_errors: tuple[str, ...] = ()  # "ERROR: Unknown command ..." from the server
     client_error: str | None = None  # ncclras could not reach or talk to the RAS service
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (JSON: around the reply); omitted when none
 
     @property
     def ok(self) -> bool:
@@ -296,6 +303,9 @@ _CLIENT_ERRORS = (
     "Unexpected response from NCCL:", "Connection timed out", "Connecting to ", "Resolving ",
     "NCCL RAS protocol version mismatch",
 )
+# the lines ncclras prints after "Failed to connect to the NCCL RAS service!" (src/ras/client.cc)
+_CLIENT_ADVICE = ("Please make sure that the NCCL job has the RAS service enabled",
+                  "the RAS client was started on a node where the NCCL job is running")
 _SEPARATORS = frozenset({"===========", "=============", "======", "========"})
 
 
@@ -312,6 +322,8 @@ def _who(rank: int, m: re.Match, first: int) -> RasRank:
 
 
 class _Reader:
+    """The handlers' state while a text reply is read (see _LINE_HANDLERS)."""
+
     def __init__(self) -> None:
         self.out: dict = {}
         self.section = ""  # "job", "comms", "errors", "warnings"
@@ -327,123 +339,126 @@ class _Reader:
         self.dead: list[RasProcess] = []
         self.server_errors: list[str] = []
         self.facts = 0
+        self.unrecognized = UnrecognizedLines()
 
-    def line(self, raw: str) -> None:
-        body = raw[:MAX_LINE].strip()
-        if not body:
+    def read(self, line: Line) -> None:
+        """One line, its blanks off, through _LINE_HANDLERS; counted in `unrecognized` where
+        none read it. A shell prompt is no line of the reply (`>>> STATUS` is the transcript's)."""
+        body = line.text[:MAX_LINE].strip()
+        if not body or (line.noise and not body.startswith(">>>")):
             return
-        for when, read in _LINE_HANDLERS:
-            if when(body) and read(self, body):
-                return
-        if self.section == "job":
-            self.job_line(body)
-        elif self.section == "comms":
-            self.comms_line(body)
-        elif self.section in ("errors", "warnings"):
-            self.issue_line(body)
+        if body != line.text:
+            line = msgspec.structs.replace(line, text=body)
+        if dispatch(_LINE_HANDLERS, self, line) is None:
+            self.unrecognized.note(msgspec.structs.replace(line, noise=""))
 
-    # -- the handlers of _LINE_HANDLERS: True when the line was theirs
+    def line(self, number: int, text: str) -> None:
+        """A line as it stands (the handshake around a JSON reply)."""
+        self.read(Line(number=number, raw=text, text=text))
 
-    def command(self, body: str) -> bool:
+    # -- the transcript and the sections' titles: True when the line was theirs
+
+    def command(self, line: Line) -> bool:
         """The client's transcript: `>>> STATUS`, `>>> VERBOSE STATUS`."""
-        command = body[3:].strip().upper()
+        command = line.text[3:].strip().upper()
         if command in ("STATUS", "VERBOSE STATUS"):
             self.out["verbose"] = command == "VERBOSE STATUS"
             self.facts += 1
         return True
 
-    def protocol(self, body: str) -> bool:
-        m = _PROTOCOL.fullmatch(body)
+    def protocol(self, line: Line) -> bool:
+        m = _PROTOCOL.fullmatch(line.text)
         if m is None:
             return False
         self.out["protocol"] = int(m.group(1))
         self.facts += 1
         return True
 
-    def server_error(self, body: str) -> bool:
-        self.server_errors.append(clip(body, 300))
+    def server_error(self, line: Line) -> bool:
+        self.server_errors.append(clip(line.text, 300))
         self.facts += 1
         return True
 
-    def client_error(self, body: str) -> bool:
+    def client_error(self, line: Line) -> bool:
+        body = line.text
         if "client_error" not in self.out and not body.startswith("NCCL RAS protocol version mismatch"):
             self.out["client_error"] = clip(body, 300)
         self.facts += 1
         return True
 
-    def version(self, body: str) -> bool:
-        m = _VERSION.fullmatch(body)
+    def client_advice(self, line: Line) -> bool:
+        """The rest of ncclras's `Failed to connect to the NCCL RAS service!` message."""
+        return "client_error" in self.out
+
+    def version(self, line: Line) -> bool:
+        m = _VERSION.fullmatch(line.text)
         if m is None:
             return False
         self.out["nccl_version"], self.out["cuda_compiled"] = m.group(1), m.group(2)
         self.facts += 1
         return True
 
-    def cuda(self, body: str) -> bool:
-        m = _CUDA.fullmatch(body)
+    def cuda(self, line: Line) -> bool:
+        m = _CUDA.fullmatch(line.text)
         if m is None:
             return False
         self.out["cuda_runtime"], self.out["cuda_driver"] = int(m.group(1)), int(m.group(2))
         return True
 
-    def job_summary(self, body: str) -> bool:
+    def job_summary(self, line: Line) -> bool:
         self.section, self.facts = "job", self.facts + 1
         return True
 
-    def communicators(self, body: str) -> bool:
+    def communicators(self, line: Line) -> bool:
         self.section, self.facts = "comms", self.facts + 1
-        m = _COMMUNICATORS.fullmatch(body)
+        m = _COMMUNICATORS.fullmatch(line.text)
         if m and m.group(1):
             self.out["collection_s"] = float(m.group(1))
         return True
 
-    def issues_section(self, body: str) -> bool:
+    def issues_section(self, line: Line) -> bool:
         """`Errors` or `Warnings` (the reply's last section: it is complete)."""
+        body = line.text
         self.section, self.facts, self.issue, self.block, self.rankset = body.lower(), self.facts + 1, None, "", None
         if body == "Warnings":
             self.out["complete"] = True
         return True
 
-    def missing_data(self, body: str) -> bool:
-        m = _MISSING_DATA.search(body)
+    def missing_data(self, line: Line) -> bool:
+        m = _MISSING_DATA.search(line.text)
         if m is None:
             return False
         self.out["missing_data"] = int(m.group(1))
         return True
 
     # -- Job summary
-    def job_header(self, body: str) -> None:
-        """A header line of the job summary's tables (or an outlier node's line)."""
+
+    def job_header(self, line: Line) -> bool:
+        """A header line of the job summary's tables (two make a header), `The outlier
+        node(s):` or an outlier node's line; a line of other words is kept in the header
+        all the same, unread."""
+        body = line.text
+        if self.section != "job" or body.split()[0].isdigit():
+            return False
         self.pending_header.append(body)
-        header = " ".join(self.pending_header)
         if body.startswith("The outlier node"):
             self.table, self.pending_header = "outliers", []
-        elif (m := _OUTLIER.fullmatch(body)) is not None:
-            self.job.setdefault("outlier_nodes", []).append(
-                RasOutlierNode(node=m.group(1), pids=_ints(m.group(2))))
+            return True
+        if (m := _OUTLIER.fullmatch(body)) is not None:
+            self.job.setdefault("outlier_nodes", []).append(RasOutlierNode(node=m.group(1), pids=_ints(m.group(2))))
             self.pending_header = []
-        elif len(self.pending_header) >= 2:
-            words = header.split()
-            if words[:5] == ["Nodes", "Processes", "GPUs", "Processes", "GPUs"]:
-                self.table = "consistent"
-            elif words[:3] == ["Nodes", "Processes", "GPUs"] and "(total)" in words:
-                self.table = "totals"
-            elif words[:3] == ["Nodes", "Processes", "GPUs"]:
-                self.table = "nodes3"
-            elif words[:2] == ["Nodes", "Processes"]:
-                self.table = "nodes2"
-            elif words[:2] == ["Processes", "GPUs"]:
-                self.table = "gpus"
+            return True
+        if len(self.pending_header) >= 2:
+            self.table = _job_table(" ".join(self.pending_header).split()) or self.table
             self.pending_header = []
+        return set(body.split()) <= _JOB_HEADER_WORDS
 
-    def job_line(self, body: str) -> None:
-        tokens = body.split()
-        if tokens and not tokens[0].isdigit():
-            self.job_header(body)
-            return
+    def job_row(self, line: Line) -> bool:
+        """A row of numbers under the job summary's header."""
+        tokens = line.text.split()
         numbers = [int(t) for t in tokens if t.isascii() and t.isdigit() and len(t) < 12]
-        if len(numbers) != len(tokens):
-            return
+        if self.section != "job" or len(numbers) != len(tokens):
+            return False
         self.pending_header = []
         if self.table == "consistent" and len(numbers) == 5:
             nodes, ppn, gpp, procs, gpus = numbers
@@ -461,51 +476,145 @@ class _Reader:
             self.job.setdefault("processes_per_node", []).append(RasCount(count=numbers[0], value=numbers[1]))
         elif self.table == "gpus" and len(numbers) == 2:
             self.job.setdefault("gpus_per_process", []).append(RasCount(count=numbers[0], value=numbers[1]))
+        return True
 
     # -- Communicators table
-    def comms_line(self, body: str) -> None:
-        if body == "No communicator data collected!":
-            self.out["no_communicators"] = True
-            return
-        tokens = body.split()
-        if len(tokens) != 8 or not all(t.isascii() and t.isdigit() and len(t) < 12 for t in tokens[:3] + tokens[4:6]):
-            return  # the two header lines
+
+    def no_communicators(self, line: Line) -> bool:
+        if self.section != "comms":
+            return False
+        self.out["no_communicators"] = True
+        return True
+
+    def comms_header(self, line: Line) -> bool:
+        """The table's two header lines (`Group     Comms ...`, `    #  in group ...`)."""
+        return self.section == "comms"
+
+    def comms_row(self, line: Line) -> bool:
+        tokens = line.text.split()
+        if self.section != "comms" or len(tokens) != 8 or not all(
+                t.isascii() and t.isdigit() and len(t) < 12 for t in tokens[:3] + tokens[4:6]):
+            return False
         low, _, high = tokens[3].partition("-")
         if not (low.isascii() and low.isdigit() and len(low) < 12) or (high and not (
                 high.isascii() and high.isdigit() and len(high) < 12)):
-            return
+            return False
         errors = tuple(e for e in tokens[7].split(",") if e and e != "OK")
         self.groups.append(RasCommGroup(
             group=int(tokens[0]), comms=int(tokens[1]), nodes=int(tokens[2]), ranks_per_node_min=int(low),
             ranks_per_node_max=int(high or low), ranks_per_comm=int(tokens[4]), ranks_in_group=int(tokens[5]),
             status=tokens[6][:16], errors=errors[:8]))
+        return True
 
-    # -- Errors and Warnings
-    def new_set(self, target: list, count: int, value: str | None) -> None:
-        self.rankset = {"count": count, "value": value, "ranks": []}
-        target.append(self.rankset)
+    # -- Errors and Warnings: the blocks
 
-    def issue_line(self, body: str) -> None:
-        if (m := _ISSUE.fullmatch(body)) is not None:
-            self.issue = {"kind": m.group(4), "group": int(m.group(1)), "index": int(m.group(2)), "hash": m.group(3),
-                          "missing_ranks": [], "status_sets": [], "op_counts": [], "errors": []}
-            self.issues.append(self.issue)
-            self.block, self.rankset = "", None
-            return
-        if body in ("INCOMPLETE", "DEAD", "TIMEOUT"):
-            self.issue, self.block, self.rankset = None, body, None
-            return
-        if self.issue is None:
-            self.process_line(body)
-            return
-        issue = self.issue
+    def in_issues(self) -> bool:
+        return self.section in ("errors", "warnings")
+
+    def comm_issue(self, line: Line) -> bool:
+        """`#G-I (HASH) INCOMPLETE|ERROR|MISMATCH`: the block of communicator I of group G."""
+        m = _ISSUE.fullmatch(line.text)
+        if m is None or not self.in_issues():
+            return False
+        self.issue = {"kind": m.group(4), "group": int(m.group(1)), "index": int(m.group(2)), "hash": m.group(3),
+                      "missing_ranks": [], "status_sets": [], "op_counts": [], "errors": []}
+        self.issues.append(self.issue)
+        self.block, self.rankset = "", None
+        return True
+
+    def job_block(self, line: Line) -> bool:
+        """`INCOMPLETE`, `DEAD`, `TIMEOUT`: a block about the job's processes."""
+        if not self.in_issues():
+            return False
+        self.issue, self.block, self.rankset = None, line.text, None
+        return True
+
+    # -- a job block's lines (no #G-I block open)
+
+    def processes_counted(self, line: Line) -> bool:
+        """`Missing communicator data from N job processes` (INCOMPLETE), `N job processes
+        are considered dead` (DEAD), `Encountered N communication timeouts` (TIMEOUT)."""
+        if not self.in_issues() or self.issue is not None:
+            return False
+        body = line.text
+        if self.block == "INCOMPLETE" and (m := _MISSING_PROCS.fullmatch(body)):
+            self.out["incomplete_processes"] = int(m.group(1))
+        elif self.block == "DEAD" and (m := _DEAD.match(body)):
+            self.out["dead_processes"] = int(m.group(1))
+        elif self.block == "TIMEOUT" and (m := _TIMEOUTS.match(body)):
+            self.out["timeouts"] = int(m.group(1))
+        else:
+            return False
+        return True
+
+    def process(self, line: Line) -> bool:
+        """`Process P on node IP managing GPU(s) ...`, `[could not find information on N processes]`."""
+        if not self.in_issues() or self.issue is not None:
+            return False
+        if (m := _PROCESS.fullmatch(line.text)) is not None:
+            target = self.dead if self.block == "DEAD" else self.missing_processes
+            if len(target) < MAX_LISTED:
+                target.append(RasProcess(pid=int(m.group(1)), node=m.group(2), gpus=_ints(m.group(3)),
+                                         nvml_gpus=_ints(m.group(4) or "")))
+        elif (m := _NOT_FOUND.fullmatch(line.text)) is not None:
+            self.out["processes_not_found"] = self.out.get("processes_not_found", 0) + int(m.group(1))
+        else:
+            return False
+        return True
+
+    # -- a #G-I block's lines
+
+    def open_issue(self) -> dict | None:
+        return self.issue if self.in_issues() else None
+
+    def missing_ranks(self, line: Line) -> bool:
+        """`Missing communicator data from N ranks`; 2.24's `The missing rank(s): 1,3`."""
+        issue, body = self.open_issue(), line.text
+        if issue is None:
+            return False
         if (m := _MISSING_RANKS.fullmatch(body)) is not None:
             issue["missing_rank_count"] = int(m.group(1))
         elif body.startswith("The missing rank") and ":" in body:  # 2.24
             issue["missing_ranks"].extend(RasRank(rank=r) for r in _ints(body.partition(":")[2].strip()))
-        elif body.startswith("Rank "):
-            self.rank_line(body, issue)
-        elif body == "Communicator ranks have different status":
+        else:
+            return False
+        return True
+
+    def rank_line(self, line: Line) -> bool:
+        """`Rank R ...`: one rank's own set (`has launched up to`, `has status`, `reported`),
+        or a rank of the set (or the missing ranks) above it."""
+        issue = self.open_issue()
+        if issue is None:
+            return False
+        body, target = line.text, issue.get("_list")
+        for pattern in (_RANK_OP, _RANK_STATUS, _RANK_REPORTED):
+            if (m := pattern.fullmatch(body)) is not None and target is not None:
+                self.new_set(target, 1, m.group(2))
+                self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
+                self.rankset = None
+                return True
+        if (m := _RANKS_STATUS_24.fullmatch(body)) is not None and target is not None:  # 2.24: "Rank 3 has status X"
+            ranks = _ints(m.group(1))
+            self.new_set(target, len(ranks), m.group(2))
+            self.rankset["ranks"].extend(RasRank(rank=r) for r in ranks)  # type: ignore[index]
+            self.rankset = None
+            return True
+        if (m := _RANK.fullmatch(body)) is not None:
+            rank = _who(int(m.group(1)), m, 2)
+            if self.rankset is not None and len(self.rankset["ranks"]) < MAX_LISTED:
+                self.rankset["ranks"].append(rank)
+            elif issue["kind"] == "INCOMPLETE" and len(issue["missing_ranks"]) < MAX_LISTED:
+                issue["missing_ranks"].append(rank)
+            return True
+        return False
+
+    def issue_list(self, line: Line) -> bool:
+        """What the sets below are about: `Communicator ranks have different status`, `...
+        different OP operation counts`, `Initialization|Asynchronous error(s) on N rank(s)`."""
+        issue, body = self.open_issue(), line.text
+        if issue is None:
+            return False
+        if body == "Communicator ranks have different status":
             issue["_list"] = issue["status_sets"]
         elif (m := _DIFFERENT_OPS.fullmatch(body)) is not None:
             counts: dict[str, Any] = {"operation": m.group(1), "sets": []}
@@ -516,55 +625,35 @@ class _Reader:
                                       "ranks": int(m.group(2)), "sets": []}
             issue["errors"].append(errors)
             issue["_list"] = errors["sets"]
-        elif (m := _SET_OP.fullmatch(body)) is not None and "_list" in issue:
-            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
-        elif (m := _SET_STATUS.fullmatch(body)) is not None and "_list" in issue:
-            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
-        elif (m := _SET_REPORTED.fullmatch(body)) is not None and "_list" in issue:
-            self.new_set(issue["_list"], int(m.group(1)), m.group(2))
-        elif body.startswith("The unknown ranks:"):  # 2.24
-            issue["unknown_ranks"] = _ints(body.partition(":")[2].strip())
+        else:
+            return False
+        return True
 
-    def rank_line(self, body: str, issue: dict) -> None:
-        target = issue.get("_list")
-        if (m := _RANK_OP.fullmatch(body)) is not None and target is not None:
-            self.new_set(target, 1, m.group(2))
-            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
-            self.rankset = None
-        elif (m := _RANK_STATUS.fullmatch(body)) is not None and target is not None:
-            self.new_set(target, 1, m.group(2))
-            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
-            self.rankset = None
-        elif (m := _RANK_REPORTED.fullmatch(body)) is not None and target is not None:
-            self.new_set(target, 1, m.group(2))
-            self.rankset["ranks"].append(_who(int(m.group(1)), m, 3))  # type: ignore[index]
-            self.rankset = None
-        elif (m := _RANKS_STATUS_24.fullmatch(body)) is not None and target is not None:  # 2.24: "Rank 3 has status X"
-            ranks = _ints(m.group(1))
-            self.new_set(target, len(ranks), m.group(2))
-            self.rankset["ranks"].extend(RasRank(rank=r) for r in ranks)  # type: ignore[index]
-            self.rankset = None
-        elif (m := _RANK.fullmatch(body)) is not None:
-            rank = _who(int(m.group(1)), m, 2)
-            if self.rankset is not None and len(self.rankset["ranks"]) < MAX_LISTED:
-                self.rankset["ranks"].append(rank)
-            elif issue["kind"] == "INCOMPLETE" and len(issue["missing_ranks"]) < MAX_LISTED:
-                issue["missing_ranks"].append(rank)
+    def rank_set(self, line: Line) -> bool:
+        """`N ranks have launched up to operation K`, `N ranks have status S`, `N ranks reported E`."""
+        issue = self.open_issue()
+        if issue is None or "_list" not in issue:
+            return False
+        for pattern in (_SET_OP, _SET_STATUS, _SET_REPORTED):
+            if (m := pattern.fullmatch(line.text)) is not None:
+                self.new_set(issue["_list"], int(m.group(1)), m.group(2))
+                return True
+        return False
 
-    def process_line(self, body: str) -> None:
-        if self.block == "INCOMPLETE" and (m := _MISSING_PROCS.fullmatch(body)):
-            self.out["incomplete_processes"] = int(m.group(1))
-        elif self.block == "DEAD" and (m := _DEAD.match(body)):
-            self.out["dead_processes"] = int(m.group(1))
-        elif self.block == "TIMEOUT" and (m := _TIMEOUTS.match(body)):
-            self.out["timeouts"] = int(m.group(1))
-        elif (m := _PROCESS.fullmatch(body)) is not None:
-            target = self.dead if self.block == "DEAD" else self.missing_processes
-            if len(target) < MAX_LISTED:
-                target.append(RasProcess(pid=int(m.group(1)), node=m.group(2), gpus=_ints(m.group(3)),
-                                         nvml_gpus=_ints(m.group(4) or "")))
-        elif (m := _NOT_FOUND.fullmatch(body)) is not None:
-            self.out["processes_not_found"] = self.out.get("processes_not_found", 0) + int(m.group(1))
+    def unknown_ranks(self, line: Line) -> bool:
+        """2.24's `The unknown ranks: ...`."""
+        issue = self.open_issue()
+        if issue is None:
+            return False
+        issue["unknown_ranks"] = _ints(line.text.partition(":")[2].strip())
+        return True
+
+    def unread(self) -> Unrecognized:
+        return self.unrecognized.freeze() if self.unrecognized.count else NOTHING_UNREAD
+
+    def new_set(self, target: list, count: int, value: str | None) -> None:
+        self.rankset = {"count": count, "value": value, "ranks": []}
+        target.append(self.rankset)
 
     def finish(self) -> NcclRasStatus:
         job = None
@@ -587,7 +676,21 @@ class _Reader:
             ))
         return NcclRasStatus(**self.out, job=job, groups=tuple(self.groups), issues=tuple(issues),
                              missing_processes=tuple(self.missing_processes), dead=tuple(self.dead),
-                             server_errors=tuple(self.server_errors[:100]))
+                             server_errors=tuple(self.server_errors[:100]), unrecognized=self.unread())
+
+
+_JOB_HEADER_WORDS = frozenset(("Nodes", "Processes", "GPUs", "(total)", "per", "node", "process"))
+
+
+def _job_table(words: list[str]) -> str:
+    """Which job summary table two header lines open ("" for none)."""
+    if words[:5] == ["Nodes", "Processes", "GPUs", "Processes", "GPUs"]:
+        return "consistent"
+    if words[:3] == ["Nodes", "Processes", "GPUs"]:
+        return "totals" if "(total)" in words else "nodes3"
+    if words[:2] == ["Nodes", "Processes"]:
+        return "nodes2"
+    return "gpus" if words[:2] == ["Processes", "GPUs"] else ""
 
 
 def _sets(sets: list[dict]) -> tuple[RasRankSet, ...]:
@@ -656,8 +759,8 @@ def _parse_json(text: str) -> NcclRasStatus:
     except RecursionError:
         raise ParseError("nccl-ras JSON: nested too deeply") from None
     reader = _Reader()  # the handshake around the JSON, if any
-    for line in (text[:start] + "\n" + text[end + 1:]).splitlines():
-        reader.line(line)
+    for number, line in _around(text, start, end):
+        reader.line(number, line)
     head = reader.out
     return NcclRasStatus(
         format="json", nccl_version=clip(reply.nccl_version, 64), cuda_runtime=reply.cuda_runtime_version,
@@ -669,25 +772,65 @@ def _parse_json(text: str) -> NcclRasStatus:
             ranks=tuple([_json_rank(r, False) for r in c.ranks] + [_json_rank(r, True) for r in c.missing_ranks]))
             for c in reply.communicators),
         complete=reply.ras is not None, server_errors=tuple(reader.server_errors[:100]),
-        client_error=head.get("client_error"),
+        client_error=head.get("client_error"), unrecognized=reader.unread(),
     )
 
 
-# A reply line's handlers, tried in order (a cheap test of the line, the _Reader method
-# that reads it; a method returning False passes the line on); a line none takes belongs to
-# the section being read
-_LINE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Reader, str], bool]], ...] = (
-    (lambda b: b.startswith(">>>"), _Reader.command),
-    (lambda b: b.startswith("SERVER PROTOCOL"), _Reader.protocol),
-    (lambda b: b.startswith("ERROR: "), _Reader.server_error),
-    (lambda b: b.startswith(_CLIENT_ERRORS), _Reader.client_error),
-    (lambda b: b.startswith("NCCL version "), _Reader.version),
-    (lambda b: b.startswith("CUDA runtime version "), _Reader.cuda),
-    (lambda b: b in _SEPARATORS, lambda r, b: True),
-    (lambda b: b == "Job summary", _Reader.job_summary),
-    (lambda b: b.startswith("Communicators..."), _Reader.communicators),
-    (lambda b: b in ("Errors", "Warnings"), _Reader.issues_section),
-    (lambda b: "missing data from" in b, _Reader.missing_data),
+def _around(text: str, start: int, end: int) -> list[tuple[int, str]]:
+    """The lines before a JSON reply's `{` and after its `}`, with their line numbers."""
+    before = text[:start].splitlines()
+    after_first = text[:end + 1].count("\n") + 1
+    return list(enumerate(before, 1)) + list(enumerate(text[end + 1:].splitlines(), after_first))
+
+
+def _starts(*words: str) -> Callable[[str], bool]:
+    return lambda text: text.startswith(words)
+
+
+def _read_nothing(reader: _Reader, line: Line) -> bool:
+    return True  # a line of the reply's frame: a separator, the server's OK
+
+
+def _digit(text: str) -> bool:
+    return text[:1].isdigit()
+
+
+# A reply line's handlers (the line stripped), in order; the first that reads it names it
+# (`hc parse --explain`). The transcript and the sections' titles first; then the lines of
+# the section being read, each handler checking it is in its section.
+_LINE_HANDLERS: tuple[Handler[_Reader], ...] = (
+    Handler("command", _starts(">>>"), _Reader.command),
+    Handler("protocol", _starts("SERVER PROTOCOL"), _Reader.protocol),
+    Handler("server-error", _starts("ERROR: "), _Reader.server_error),
+    Handler("client-error", _starts(*_CLIENT_ERRORS), _Reader.client_error),
+    Handler("client-advice", _starts(*_CLIENT_ADVICE), _Reader.client_advice),
+    Handler("version", _starts("NCCL version "), _Reader.version),
+    Handler("cuda", _starts("CUDA runtime version "), _Reader.cuda),
+    Handler("separator", lambda b: b in _SEPARATORS, _read_nothing),
+    Handler("ok", lambda b: b == "OK", _read_nothing),
+    Handler("job-summary", lambda b: b == "Job summary", _Reader.job_summary),
+    Handler("communicators", _starts("Communicators..."), _Reader.communicators),
+    Handler("section", lambda b: b in ("Errors", "Warnings"), _Reader.issues_section),
+    Handler("missing-data", lambda b: "missing data from" in b, _Reader.missing_data),
+    # Job summary
+    Handler("job-header", lambda b: True, _Reader.job_header),
+    Handler("job-row", _digit, _Reader.job_row),
+    # Communicators
+    Handler("no-communicators", lambda b: b == "No communicator data collected!", _Reader.no_communicators),
+    Handler("comms-header", _starts("Group ", "#"), _Reader.comms_header),
+    Handler("comms-row", _digit, _Reader.comms_row),
+    # Errors and Warnings
+    Handler("comm-issue", _starts("#"), _Reader.comm_issue),
+    Handler("job-block", lambda b: b in ("INCOMPLETE", "DEAD", "TIMEOUT"), _Reader.job_block),
+    Handler("processes-counted", lambda b: _digit(b) or b.startswith(("Missing ", "Encountered ")),
+            _Reader.processes_counted),
+    Handler("process", _starts("Process ", "[could not find information on "), _Reader.process),
+    Handler("missing-ranks", _starts("Missing communicator data from ", "The missing rank"), _Reader.missing_ranks),
+    Handler("rank", _starts("Rank "), _Reader.rank_line),
+    Handler("issue-list", _starts("Communicator ranks have different ", "Initialization error", "Asynchronous error"),
+            _Reader.issue_list),
+    Handler("rank-set", _digit, _Reader.rank_set),
+    Handler("unknown-ranks", _starts("The unknown ranks:"), _Reader.unknown_ranks),
 )
 
 
@@ -699,7 +842,7 @@ def parse_nccl_ras(text: str) -> NcclRasStatus:
     reader = _Reader()
     # the line layer mends a pasted reply; `>>> STATUS` is the transcript's, not a prompt
     for line in read_lines(text, stamps=False, srun=False):
-        reader.line(line.text)
+        reader.read(line)
     if not reader.facts:
         raise ParseError(f"nccl-ras: no RAS reply, handshake or ncclras error in the output "
                          f"(starts with {clip(text.strip(), 60)!r})")

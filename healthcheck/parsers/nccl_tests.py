@@ -66,12 +66,13 @@ Format = Literal["text", "json", "rccl-json-lines"]
 
 
 class RankDevice(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One `#  Rank N Group G Pid P on HOST device D [bus] MODEL` line (JSON: `devices`)."""
+    """One `#  Rank N Group G Pid P on HOST device D [bus] MODEL` line (JSON: `devices`);
+    nccl-tests built on NCCL 1.0 (one process) print `#   Rank N on HOST device D [0x00] MODEL`."""
 
     rank: int
     host: str
     device: int  # CUDA device index on the host
-    pid: int | None = None
+    pid: int | None = None  # None in NCCL 1.0's format, which has no Pid
     group: int | None = None  # None in the old format (<= 2.13.3), which has no Group
     bus_id: str = ""  # as printed: "0000:04:00" (>= 2.14) or "0x04" (older)
     model: str = ""  # cudaDeviceProp.name, e.g. "NVIDIA H100 80GB HBM3"
@@ -186,7 +187,7 @@ _BANNER = re.compile(
 _WARMUP = re.compile(r"warmup iters:\s*+(\d{1,9})\s++iters:\s*+(\d{1,9})")
 _VALIDATION = re.compile(r"validation:\s*+(\d{1,9})")
 _RANK = re.compile(
-    r"#?\s*+Rank\s++(\d{1,9})\s++(?:Group\s++(\d{1,9})\s++)?Pid\s++(\d{1,10})\s++on\s++(\S{1,1024})\s++"
+    r"#?\s*+Rank\s++(\d{1,9})\s++(?:Group\s++(\d{1,9})\s++)?(?:Pid\s++(\d{1,10})\s++)?on\s++(\S{1,1024})\s++"
     r"device\s++(\d{1,9})\s++\[([^\]]{0,128})\]\s*+(.{0,1024})"
 )
 _OOB = re.compile(r"#\s*+Out of bounds values\s*+:\s*+(\d{1,12})(?:\s++(OK|FAILED))?")
@@ -678,7 +679,7 @@ def _banner_line(body: str, banner: _Banner, ranks: list[RankDevice], errors: li
     m = _RANK.match(body)
     if m:
         rank, group, pid, host, device, bus, model = m.groups()
-        ranks.append(RankDevice(rank=int(rank), host=host, device=int(device), pid=int(pid),
+        ranks.append(RankDevice(rank=int(rank), host=host, device=int(device), pid=None if pid is None else int(pid),
                                 group=None if group is None else int(group), bus_id=bus.strip(),
                                 model=model.strip()))
         banner.started = True

@@ -70,10 +70,10 @@ EXPECTED: dict[str, tuple] = {
         (("2.29.7+cuda12.9",), {"Socket"}, (0,), (1,), {}, 1, 1),
     "corpus/nccl-debug/nccl-2.2x-16rank-init-complete-init-timings.txt":
         ((), set(), (0, 1, 4, 5, 6), (16,), {}, 1, 5),
-    "corpus/nccl-debug/nccl-2.4-era-aws-many-hosts-ib-no-device-socket-fallback.txt":
-        ((), set(), (), (), {}, 17, 0),
+    "corpus/nccl-debug/nccl-2.4-era-aws-many-hosts-ib-no-device-socket-fallback.txt":  # Socket inferred: no
+        ((), {"Socket"}, (), (), {}, 17, 0),  # `Using network` line before 2.5, `NET/Socket : Using` last
     "corpus/nccl-debug/nccl-2.4.8-all-reduce-perf-hang-no-libibverbs-socket-init.txt":
-        (("2.4.8+cuda10.0",), set(), (), (), {"other": 1}, 1, 0),
+        (("2.4.8+cuda10.0",), {"Socket"}, (), (), {"other": 1}, 1, 0),
     "corpus/nccl-debug/nccl-2.5-era-direct-shared-memory-ring-socket-nic-distance-realpath.txt":
         ((), set(), (), (), {}, 6, 0),
     "corpus/nccl-debug/nccl-2.5.6-256rank-bracket-rank-prefix-roce-mixed-ring-p2p-ipc.txt":
@@ -673,3 +673,72 @@ def test_external_net_plugins_name_themselves_and_their_version():
     gh1 = next(p for p in log.processes if p.host == "gh1")  # gh2's lines here are after init
     assert (gh1.net_plugin, gh1.net_plugin_version, gh1.network) == ("IBext_v8", "v8", "IBext_v8")
     assert gh1.net_plugin_path.endswith("/nccl_rdma_sharp_plugin/lib/libnccl-net.so")
+
+
+def test_the_last_net_transport_to_list_its_devices_names_the_network_when_no_line_does():
+    # NCCL tries its nets in order (a plugin, IB, Socket) and stops at the first with
+    # devices, so the last device list printed is the chosen network's
+    # field/repos/nccl-log/net-fastsocket-8-ifaces-no-prefix.txt: a plugin's own list
+    log = parse(FIELD / "repos/nccl-log/net-fastsocket-8-ifaces-no-prefix.txt")
+    (proc,) = log.processes
+    assert (proc.network, proc.network_inferred, proc.socket_fallback) == ("FastSocket", True, False)
+    assert [(d.index, d.name, d.addr) for d in proc.plugin_devices] == [
+        (i, f"ibs{108 + i}", f"10.0.19.{12 + i}<0>") for i in range(8)]
+    assert not proc.socket_devices and not proc.ib_devices
+    # field/repos/nccl-log/net-socket-eth0-fallback-no-prefix.txt: NCCL's own socket list
+    socket_text = (FIELD / "repos/nccl-log/net-socket-eth0-fallback-no-prefix.txt").read_text()
+    (proc,) = one(socket_text).processes
+    assert (proc.network, proc.network_inferred, proc.socket_fallback) == ("Socket", True, True)
+    assert [(d.name, d.addr) for d in proc.socket_devices] == [("eth0", "10.0.0.23<0>")]
+    # IB listed, then Socket (NCCL_NET=Socket: IB still initializes first); the two real
+    # lines of the field files above, joined
+    ib_text = (FIELD / "repos/nccl-log/net-ib-8-hca-relaxed-ordering-oob-no-prefix.txt").read_text()
+    (proc,) = one(ib_text + socket_text).processes
+    assert (proc.network, proc.network_inferred, proc.socket_fallback, len(proc.ib_devices)) == ("Socket", True, True, 8)
+    # a printed `Using network` still wins, and a loaded plugin still blocks guessing a built-in one
+    (proc,) = one(socket_text + "NCCL INFO Using network IB\n").processes
+    assert (proc.network, proc.network_inferred) == ("IB", False)
+    (proc,) = one("NCCL INFO P2P plugin IBext_v8\n" + socket_text).processes
+    assert (proc.network, proc.network_inferred) == ("", False)
+
+
+def test_an_indented_grep_of_bare_lines_after_its_prompt_is_read():
+    # field/repos/nccl-log/grep-selected-provider-efa-32-nics-no-prefix.txt: a paste indented
+    # 4 blanks as a whole, its first line the prompt (`$ cat ... | grep "Selected Provider is"`)
+    log = parse(FIELD / "repos/nccl-log/grep-selected-provider-efa-32-nics-no-prefix.txt")
+    (proc,) = log.processes
+    assert (proc.network, proc.net_provider, proc.net_nics, proc.lines) == ("AWS Libfabric", "efa", 32, 2)
+    # an indented excerpt reads as the unindented one (a transformation of a real field file)
+    text = (FIELD / "repos/nccl-log/net-ib-8-hca-relaxed-ordering-oob-no-prefix.txt").read_text()
+    assert one("".join("    " + line for line in text.splitlines(keepends=True))) == one(text)
+
+
+def test_lines_are_read_through_named_handlers_and_the_unread_ones_counted():
+    # field/repos/nccl-log/p4d-2node-srun-label-nccl-2.18.3-aws-ofi-efa-full-job-out.txt: a
+    # whole job's stdout, NCCL lines among PMIx and libfabric ones, all under srun labels
+    from healthcheck.parsers import lines, nccl_log, parser_for
+    from healthcheck.parsers.explain import explain, recording_dispatch
+
+    path = FIELD / "repos/nccl-log/p4d-2node-srun-label-nccl-2.18.3-aws-ofi-efa-full-job-out.txt"
+    text = path.read_text()
+    assert nccl_log.dispatch is lines.dispatch
+    log, ex = explain("nccl-log", parser_for("nccl-log"), text)
+    assert ex.how == "handlers"
+    with recording_dispatch() as record:  # every line's handler (explain lists the first 200)
+        parse_nccl_log(text)
+    by = {number: names[0] for number, names in record.items()}
+    raw = text.splitlines()
+    first = {word: next(i for i, t in enumerate(raw, 1) if word in t)
+             for word in ("PMIX ERROR", "NCCL INFO Bootstrap", "NET/OFI Selected Provider", "Using network",
+                          "Init COMPLETE", "via NET/AWS Libfabric")}
+    assert [by[first[w]] for w in first] == [
+        "unrecognized", "bootstrap", "net-plugin", "network", "comm", "connection"]
+    # the parser's own count is what --explain calls unrecognized, with a sample to send
+    assert log.unrecognized.count == ex.counts["unrecognized"] > 16
+    assert log.unrecognized.sample[0].line == first["PMIX ERROR"]
+    assert "PMIX ERROR" in log.unrecognized.sample[0].text
+    # another program's lines take nothing from the facts: blanked, the log reads the same
+    kept = "".join(line + "\n" if "NCCL" in line else "\n" for line in raw)
+    alone = parse_nccl_log(kept)
+    assert alone.unrecognized.count < log.unrecognized.count
+    assert msgspec.structs.replace(alone, unrecognized=log.unrecognized) == log

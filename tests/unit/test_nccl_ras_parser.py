@@ -247,3 +247,40 @@ def test_the_proposed_tools_entry(monkeypatch):
     monkeypatch.setitem(TOOLS, "nccl-ras", ("healthcheck.parsers.nccl_ras", "parse_nccl_ras",
                                             "NCCL RAS status (port 28028 / ncclras, text or JSON)"))
     assert parser_for("nccl-ras")(read("nccl-ras-2.28.9-status-1rank.txt")).ok
+
+
+def test_each_reply_line_is_read_by_a_named_handler_and_a_stray_one_counted():
+    from healthcheck.parsers import lines, nccl_ras
+    from healthcheck.parsers.explain import recording_dispatch
+
+    assert nccl_ras.dispatch is lines.dispatch
+    for path in [REAL / "nccl-ras-2.28.9-verbose-status-1rank.txt", DERIVED / "derived-ncclras-connection-refused.txt",
+                 *sorted(DERIVED.glob("derived-2.2*.txt"))]:
+        text = path.read_text()
+        with recording_dispatch() as record:
+            status = parse_nccl_ras(text)
+        # every non-blank line of a whole reply is read, and `unrecognized` stays out of the JSON
+        assert status.unrecognized.count == 0, (path.name, status.unrecognized)
+        assert "unrecognized" not in msgspec.to_builtins(status)
+        filled = [i for i, t in enumerate(text.splitlines(), 1) if t.strip()]
+        assert sorted(record) == filled and "unrecognized" not in {n for v in record.values() for n in v}
+    by = {number: names[0] for number, names in record.items()}  # the last derived reply (2.28, verbose)
+    raw = text.splitlines()
+    at = {t.strip(): i for i, t in enumerate(raw, 1)}
+    assert by[at["NCCL version 2.28.9 compiled with CUDA 13.0"]] == "version"
+    assert by[at["Job summary"]] == "job-summary" and by[at["0         1         2       6-8        16        14     "
+                                                            "ABORT  INCOMPLETE,ERROR,MISMATCH"]] == "comms-row"
+    assert by[at["#0-0 (0000a17c33e0f6d2) ERROR"]] == "comm-issue"
+    assert by[at["12 ranks have status RUNNING"]] == "rank-set"
+    # an NCCL INFO line (the real 2.28.9 debug capture's) pasted into the reply: counted and
+    # sampled, the reply read the same (a transformation of real files)
+    stray = (REAL / "nccl-2.28.9-debug-info-1rank-torch-2.11.txt").read_text().splitlines()[0]
+    mixed = "\n".join([*raw[:at["Errors"]], stray, *raw[at["Errors"]:]]) + "\n"
+    got = parse_nccl_ras(mixed)
+    assert got.unrecognized.count == 1 and got.unrecognized.sample[0].line == at["Errors"] + 1
+    assert got.unrecognized.sample[0].text == stray.strip()
+    assert msgspec.structs.replace(got, unrecognized=status.unrecognized) == status
+    # the handshake around a JSON reply: a stray line there is counted with its own line number
+    js = (DERIVED / "derived-2.30-json-one-rank-behind-one-missing.txt").read_text()
+    got = parse_nccl_ras(stray + "\n" + js)
+    assert (got.format, got.unrecognized.count, got.unrecognized.sample[0].line) == ("json", 1, 1)

@@ -653,3 +653,16 @@ def test_an_indented_paste_of_tagged_lines_keeps_its_tags_read():
     tagged = parse_nccl_tests("".join(f"  [0] {line}" for line in text.replace("[1,0]<stdout>:", "")
                                       .splitlines(keepends=True)))
     assert _facts(tagged) == _facts(clean)
+
+
+def test_the_nccl_1_0_rank_map_without_pid_names_host_and_model():
+    # field/issues/nccl-tests/nccl-1.0-banner-failure-unhandled-cuda-error.txt (nccl-tests
+    # compiled with NCCL 1.0, one process): `#   Rank  0 on     node03 device  0 [0x00]
+    # Tesla P100-PCIE-16GB` has no Group and no Pid; then the failure before any row
+    run = parse_nccl_tests((FIELD_TESTS / "nccl-1.0-banner-failure-unhandled-cuda-error.txt").read_text())
+    assert [(r.rank, r.host, r.device, r.pid, r.group, r.bus_id, r.model) for r in run.ranks] == [
+        (i, "node03", i, None, None, "0x00", "Tesla P100-PCIE-16GB") for i in range(8)]
+    assert run.rank_count == 8 and not run.completed
+    assert [(f.kind, f.file, f.line, f.message) for f in run.failures] == [
+        ("nccl", "all_reduce.cu", 95, "unhandled cuda error")]
+    assert run.unrecognized.count == 0  # the rank lines are the banner's, not left over
