@@ -486,51 +486,52 @@ def _outliers(kind: str, rs: list[Result], implicated: set[str], s: LocalizeSett
     by_size: dict[int, list[Result]] = defaultdict(list)
     for r in rs:
         by_size[len(set(r.members))].append(r)
-    nodes_out: list[Outlier] = []
-    for size, group in sorted(by_size.items()):
-        if size < 2:
-            continue
-        best: dict[str, float] = {}
-        count: dict[str, int] = defaultdict(int)
-        for r in group:
-            if implicated.intersection(r.members):
-                continue  # a culprit or suspect explains the test; it says nothing about the others
-            for m in set(r.members):
-                count[m] += 1
-                if r.value > best.get(m, -math.inf):
-                    best[m] = r.value
-        scored = {m: v for m, v in best.items() if count[m] >= s.outlier_min_tests}
-        if len(scored) < s.outlier_min_peers:
-            continue
-        med = statistics.median(scored.values())
-        if med <= 0:
-            continue
-        for m in sorted(scored):
-            v = scored[m]
-            if v < med * (1 - s.outlier_fraction):
-                nodes_out.append(Outlier(members=(m,), kind=kind, value=v, peer_median=med, below=1 - v / med,
-                                         peers=len(scored), size=size, unit=group[0].unit))
+    nodes_out = [o for size, group in sorted(by_size.items()) if size >= 2
+                 for o in _slow_nodes(kind, size, group, implicated, s)]
     # one finding per node: the size of test with the most peers
     chosen: dict[str, Outlier] = {}
     for o in nodes_out:
         if o.members[0] not in chosen or o.peers > chosen[o.members[0]].peers:
             chosen[o.members[0]] = o
-    nodes_out = [chosen[m] for m in sorted(chosen)]
     # single tests, leaving out every test a slow node (of any size of test) explains
     bad = implicated | set(chosen)
-    tests_out: list[Outlier] = []
-    for size, group in sorted(by_size.items()):
-        clean = [r for r in group if not bad.intersection(r.members)]
-        if size < 2 or len(clean) < s.outlier_min_peers:
-            continue
-        med = statistics.median(r.value for r in clean)
-        if med <= 0:
-            continue
-        for r in clean:
-            if r.passed and r.value < med * (1 - s.pair_outlier_fraction):
-                tests_out.append(Outlier(members=r.members, kind=kind, value=r.value, peer_median=med,
-                                         below=1 - r.value / med, peers=len(clean), size=size, unit=r.unit))
-    return nodes_out + tests_out
+    tests_out = [o for size, group in sorted(by_size.items()) if size >= 2
+                 for o in _slow_tests(kind, size, [r for r in group if not bad.intersection(r.members)], s)]
+    return [chosen[m] for m in sorted(chosen)] + tests_out
+
+
+def _slow_nodes(kind: str, size: int, group: list[Result], implicated: set[str], s: LocalizeSettings
+                ) -> list[Outlier]:
+    """Nodes whose best test of this size is far below the median of their peers' best."""
+    best: dict[str, float] = {}
+    count: dict[str, int] = defaultdict(int)
+    for r in group:
+        if implicated.intersection(r.members):
+            continue  # a culprit or suspect explains the test; it says nothing about the others
+        for m in set(r.members):
+            count[m] += 1
+            best[m] = max(best.get(m, -math.inf), r.value)
+    scored = {m: v for m, v in best.items() if count[m] >= s.outlier_min_tests}
+    if len(scored) < s.outlier_min_peers:
+        return []
+    med = statistics.median(scored.values())
+    if med <= 0:
+        return []
+    return [Outlier(members=(m,), kind=kind, value=v, peer_median=med, below=1 - v / med, peers=len(scored),
+                    size=size, unit=group[0].unit)
+            for m, v in sorted(scored.items()) if v < med * (1 - s.outlier_fraction)]
+
+
+def _slow_tests(kind: str, size: int, clean: list[Result], s: LocalizeSettings) -> list[Outlier]:
+    """Passing tests far below the median of the tests no slow node explains."""
+    if len(clean) < s.outlier_min_peers:
+        return []
+    med = statistics.median(r.value for r in clean)
+    if med <= 0:
+        return []
+    return [Outlier(members=r.members, kind=kind, value=r.value, peer_median=med, below=1 - r.value / med,
+                    peers=len(clean), size=size, unit=r.unit)
+            for r in clean if r.passed and r.value < med * (1 - s.pair_outlier_fraction)]
 
 
 def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, known_good: Iterable[str] = (),
