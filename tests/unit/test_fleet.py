@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from healthcheck import fleet
@@ -210,15 +208,15 @@ def test_flapping_skips_unreachable_and_unknown_nodes():
 # ------------------------------------------------------------------------ scale
 
 
-def test_ten_thousand_nodes_well_under_a_second():
+def test_ten_thousand_nodes_cost_linear_time():
+    """10,000 nodes are analysed, with the fleet findings, in about ten times what 1,000 take
+    (no absolute time: the machine is shared; bin/bench prints the seconds against its target)."""
+    from support import assert_linear
     from synthetic import synthetic_node
 
     nodes = [synthetic_node(i) for i in range(10_000)]
-    start = time.perf_counter()
     out = fleet.analyse(nodes, SETTINGS)
-    elapsed = time.perf_counter() - start
     assert len(out) == 10_000
     ids = {f.id for n in out for f in n.findings}
     assert {"fleet.E001", "fleet.E002"} <= ids
-    # ~176 metrics a node here (the target is for ~60); generous for a loaded CI machine
-    assert elapsed < 3.0, elapsed
+    assert_linear(lambda ns: fleet.analyse(ns, SETTINGS), nodes[:1_000], nodes, what="fleet.analyse")
