@@ -79,20 +79,21 @@ def test_node_statuses_oldest_first_limited(tmp_path):
         assert [r.status for r in h.node_runs("n1", 2)] == ["FAIL", "PASS"]
 
 
-def test_node_statuses_for_many_nodes_is_one_query_fast(tmp_path):
-    import time
+def test_node_statuses_for_many_nodes_cost_linear_time(tmp_path):
+    """One query for any number of nodes: 10,000 cost about ten times what 1,000 do (no
+    absolute time is asserted on a shared machine; a query per node would still be linear,
+    but a scan of the history per node is quadratic and fails)."""
+    from support import assert_linear
 
     names = [f"gpu{i:05d}" for i in range(10_000)]
     with History(tmp_path / "h.sqlite") as h:
         for k in range(6):
             h.record(make(k, {n: (Status.FAIL if (k + i) % 7 == 0 else Status.PASS) for i, n in enumerate(names)}))
-        start = time.perf_counter()
         got = h.node_statuses(names, 5)
-        elapsed = time.perf_counter() - start
+        assert_linear(lambda ns: h.node_statuses(ns, 5), names[:1_000], names, what="History.node_statuses")
     assert len(got) == 10_000 and all(len(v) == 5 for v in got.values())
     assert got["gpu00000"] == ["PASS", "PASS", "PASS", "PASS", "PASS"]
     assert got["gpu00002"] == ["PASS", "PASS", "PASS", "PASS", "FAIL"]
-    assert elapsed < 2.0, elapsed
 
 
 def test_prune_keeps_the_newest(tmp_path):
