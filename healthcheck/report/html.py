@@ -599,72 +599,98 @@ def _curves(report: Report, floors: Floors, caps: list[str]) -> str:
     return "".join(out)
 
 
-def _charts(report: Report) -> list[_Chart]:
-    charts: dict[tuple[str, str, str], _Chart] = {}
+class _ChartBook:
+    """The charts of one report, keyed by (fabric, collective, scope), and the lines each flags."""
 
-    def chart(fabric: str, collective: str, scope: str) -> _Chart:
+    def __init__(self) -> None:
+        self.charts: dict[tuple[str, str, str], _Chart] = {}
+        self.flagged: dict[tuple[str, str, str], list[tuple[int, str]]] = defaultdict(list)
+
+    def chart(self, fabric: str, collective: str, scope: str) -> _Chart:
         key = (fabric, collective, scope)
-        if key not in charts:
-            charts[key] = _Chart(fabric, collective, scope, {}, {}, [])
-        return charts[key]
+        if key not in self.charts:
+            self.charts[key] = _Chart(fabric, collective, scope, {}, {}, [])
+        return self.charts[key]
 
-    flagged: dict[tuple[str, str, str], list[tuple[int, str]]] = defaultdict(list)
-    for n in report.nodes:
-        for m in n.metrics:
-            if m.name != NODE_BUSBW or m.component.count("/") != 2 or not _is_number(m.value):
-                continue
-            collective, scope, size = m.component.split("/")
-            size_bytes = _size_bytes(size)
-            if size_bytes is None:
-                continue
-            c = chart(n.fabric, collective, scope)
-            c.series.setdefault(n.node, {})[size_bytes] = float(m.value)
-            c.labels[size_bytes] = size
-        for f in n.findings:
-            if f.check.startswith("bw.") and f.status.rank >= Status.WARN.rank and f.component.count("/") >= 1:
-                collective, scope = f.component.split("/")[:2]
-                flagged[(n.fabric, collective, scope)].append((-f.status.rank, n.node))
-    fabric_of = {n.node: n.fabric for n in report.nodes}
-    collective = _pair_collective(report)
-    by_node: dict[str, list[dict[int, float]]] = defaultdict(list)  # a node's pairs' series
-    for (a, b), tests in _pairs(report.groups).items():
-        name = f"{a} \u2013 {b}"
-        fabric = fabric_of.get(a, "")
-        for g in tests:
-            for m in g.metrics:
-                if m.name != "busbw" or not _is_number(m.value):
+    def add_nodes(self, report: Report) -> None:
+        """Each node's own bus bandwidth per size, and the bw findings that flag it."""
+        for n in report.nodes:
+            for m in n.metrics:
+                if m.name != NODE_BUSBW or m.component.count("/") != 2 or not _is_number(m.value):
                     continue
-                size_bytes = _size_bytes(m.component)
+                collective, scope, size = m.component.split("/")
+                size_bytes = _size_bytes(size)
                 if size_bytes is None:
                     continue
-                c = chart(fabric, collective, "pair")
-                best = c.series.setdefault(name, {})
-                best[size_bytes] = max(best.get(size_bytes, 0.0), float(m.value))
-                c.labels[size_bytes] = m.component
-            if g.status.rank >= Status.WARN.rank and g.findings:  # a slow link, a tool that failed
-                flagged[(fabric, collective, "pair")].append((-g.status.rank, name))
-        pair_series = charts.get((fabric, collective, "pair"))
-        if pair_series is not None and name in pair_series.series:
-            by_node[a].append(pair_series.series[name])
-            by_node[b].append(pair_series.series[name])
-    # nodes the pairs analysis named (a culprit, an outlier): the median of their pairs, drawn first
-    for n in report.nodes:
-        named = [f for f in n.findings if f.check == "bw.pairs" and f.status.rank >= Status.WARN.rank]
-        target = charts.get((n.fabric, collective, "pair"))
-        if not named or target is None or not by_node.get(n.node):
-            continue
-        mine = by_node[n.node]
-        label = f"{n.node} (median of its {len(mine)} pairs)"
-        sizes = {s for series in mine for s in series}
-        target.derived[label] = {s: statistics.median([series[s] for series in mine if s in series]) for s in sizes}
-        flagged[(n.fabric, collective, "pair")].append((-max(f.status.rank for f in named) - 10, label))
-    for key, c in charts.items():
-        seen: dict[str, None] = {}
-        for _rank, name in sorted(flagged.get(key, [])):
-            if name in c.series or name in c.derived:
-                seen.setdefault(name)
-        c.flagged = list(seen)
-    return [charts[k] for k in sorted(charts, key=lambda k: (k[0], k[1], k[2] == "pair", k[2]))]
+                c = self.chart(n.fabric, collective, scope)
+                c.series.setdefault(n.node, {})[size_bytes] = float(m.value)
+                c.labels[size_bytes] = size
+            for f in n.findings:
+                if f.check.startswith("bw.") and f.status.rank >= Status.WARN.rank and f.component.count("/") >= 1:
+                    collective, scope = f.component.split("/")[:2]
+                    self.flagged[(n.fabric, collective, scope)].append((-f.status.rank, n.node))
+
+    def add_pairs(self, report: Report, collective: str) -> dict[str, list[dict[int, float]]]:
+        """Each pair's best bus bandwidth per size; returns each node's pairs' series."""
+        fabric_of = {n.node: n.fabric for n in report.nodes}
+        by_node: dict[str, list[dict[int, float]]] = defaultdict(list)
+        for (a, b), tests in _pairs(report.groups).items():
+            name = f"{a} \u2013 {b}"
+            fabric = fabric_of.get(a, "")
+            for g in tests:
+                self._add_pair_test(g, fabric, collective, name)
+            pair_series = self.charts.get((fabric, collective, "pair"))
+            if pair_series is not None and name in pair_series.series:
+                by_node[a].append(pair_series.series[name])
+                by_node[b].append(pair_series.series[name])
+        return by_node
+
+    def _add_pair_test(self, g: GroupResult, fabric: str, collective: str, name: str) -> None:
+        for m in g.metrics:
+            if m.name != "busbw" or not _is_number(m.value):
+                continue
+            size_bytes = _size_bytes(m.component)
+            if size_bytes is None:
+                continue
+            c = self.chart(fabric, collective, "pair")
+            best = c.series.setdefault(name, {})
+            best[size_bytes] = max(best.get(size_bytes, 0.0), float(m.value))
+            c.labels[size_bytes] = m.component
+        if g.status.rank >= Status.WARN.rank and g.findings:  # a slow link, a tool that failed
+            self.flagged[(fabric, collective, "pair")].append((-g.status.rank, name))
+
+    def add_named_medians(self, report: Report, collective: str, by_node: dict[str, list[dict[int, float]]]) -> None:
+        """Nodes the pairs analysis named (a culprit, an outlier): the median of their pairs, drawn first."""
+        for n in report.nodes:
+            named = [f for f in n.findings if f.check == "bw.pairs" and f.status.rank >= Status.WARN.rank]
+            target = self.charts.get((n.fabric, collective, "pair"))
+            if not named or target is None or not by_node.get(n.node):
+                continue
+            mine = by_node[n.node]
+            label = f"{n.node} (median of its {len(mine)} pairs)"
+            sizes = {s for series in mine for s in series}
+            target.derived[label] = {s: statistics.median([series[s] for series in mine if s in series])
+                                     for s in sizes}
+            self.flagged[(n.fabric, collective, "pair")].append((-max(f.status.rank for f in named) - 10, label))
+
+    def finished(self) -> list[_Chart]:
+        """The charts in display order, each with its flagged lines, worst first, once each."""
+        for key, c in self.charts.items():
+            seen: dict[str, None] = {}
+            for _rank, name in sorted(self.flagged.get(key, [])):
+                if name in c.series or name in c.derived:
+                    seen.setdefault(name)
+            c.flagged = list(seen)
+        return [self.charts[k] for k in sorted(self.charts, key=lambda k: (k[0], k[1], k[2] == "pair", k[2]))]
+
+
+def _charts(report: Report) -> list[_Chart]:
+    book = _ChartBook()
+    book.add_nodes(report)
+    collective = _pair_collective(report)
+    by_node = book.add_pairs(report, collective)
+    book.add_named_medians(report, collective, by_node)
+    return book.finished()
 
 
 def _pair_collective(report: Report) -> str:
