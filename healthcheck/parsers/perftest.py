@@ -40,7 +40,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.pasted import unpasted
+from healthcheck.parsers.lines import pasted_lines
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -367,8 +367,7 @@ _ERRORISH = re.compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|
 def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
-    for raw in text.splitlines():
-        raw = unpasted(raw)
+    for raw in pasted_lines(text):
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         p.line(raw[:MAX_LINE])

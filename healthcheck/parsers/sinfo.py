@@ -31,7 +31,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines
+from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines, rewrapped, wrapped_word
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -285,24 +285,17 @@ class _Table:
 
     def wrapped_tail(self, line: Line) -> bool:
         """`line` is the rest of the last row's host list, hard-wrapped onto a line of its own
-        by the terminal: one word, no blank before it, after a row as wide as a terminal."""
-        text = line.text
-        if self.piped or not self.rows or self.last_raw < WRAP_MIN or self.joined >= WRAP_MOST:
+        by the terminal (lines.wrapped_word: one word, after a row as wide as a terminal)."""
+        if self.piped or not self.rows or self.joined >= WRAP_MOST or self.names[-1] not in _LIST_COLUMNS:
             return False
-        if self.names[-1] not in _LIST_COLUMNS:
+        if not wrapped_word(line, self.last_raw):
             return False
-        if not text or text[:1].isspace() or len(text.split()) != 1:
-            return False
-        last = self.rows[-1]
-        last[self.names[-1]] += text.strip()
+        self.rows[-1][self.names[-1]] += line.text.strip()
         self.joined += 1
-        width = len(line.raw.rstrip("\r"))
-        # a tail as wide as the row was wrapped again; a shorter one ends the row
-        self.last_raw = width if width == self.last_raw else 0
+        self.last_raw = rewrapped(line, self.last_raw)
         return True
 
 
-WRAP_MIN = 40  # a terminal narrower than this wraps nothing a health judgement reads
 WRAP_MOST = 16  # tails joined to one row: a host list is at most a few terminal lines
 _LIST_COLUMNS = ("NODELIST", "HOSTNAMES")
 

@@ -52,7 +52,14 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
-from healthcheck.parsers.lines import quoted_paste, quoted_reply, read_line
+from healthcheck.parsers.lines import (
+    continues_indented,
+    join_continuation,
+    quoted_paste,
+    quoted_reply,
+    read_line,
+    unquoted,
+)
 from healthcheck.parsers.nvrm_load import (
     PROBE_MARKER,
     GspError,
@@ -220,6 +227,8 @@ def _worth_reading(raw: str) -> bool:
 
 
 _JOINED_LINES = 8  # continuation lines joined to one driver message at most
+_MARKER = "NVRM:"  # what each continuation line of a driver message starts with again
+_QUOTED_MARKERS = ("NVRM:", "SXid")  # where a message another tool quoted starts
 
 
 class _Message:
@@ -234,12 +243,11 @@ class _Message:
     def takes(self, number: int, text: str) -> bool:
         """Whether `text` continues this message: dmesg and journalctl print a multi-line
         kernel message's further lines indented under its stamp, each with "NVRM: " again."""
-        body = text.lstrip()
-        return (number == self.last + 1 and self.joined < _JOINED_LINES and body.startswith("NVRM:")
-                and len(text) - len(body) > self.indent and not body.startswith("NVRM: Xid"))
+        return (number == self.last + 1 and self.joined < _JOINED_LINES
+                and continues_indented(self.indent, text, _MARKER) and not text.lstrip().startswith("NVRM: Xid"))
 
     def join(self, number: int, text: str) -> None:
-        self.text = f"{self.text.rstrip()} {text.lstrip()[len('NVRM:'):].strip()}"
+        self.text = join_continuation(self.text, text, _MARKER)
         self.last, self.joined = number, self.joined + 1
 
 
@@ -296,7 +304,7 @@ class _Read:
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
             return
-        body = unquoted(body)
+        body = unquoted(body, _QUOTED_MARKERS)
         if self._event(number, line, body, stamp):
             return
         self._numberless(number, line, body, stamp)
@@ -367,18 +375,6 @@ class _Read:
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
                             gsp_errors=gsp, aer=self.aer.events())
-
-
-def unquoted(body: str) -> str:
-    """A kernel message another tool quoted (`[XID found] (54 minutes ago) "NVRM: Xid ...\\n"`)
-    without its closing quote and the `\\n` escape before it: the message is what the
-    kernel logged. A message not opened by a quote is returned as it is."""
-    at = min((i for i in (body.find("NVRM:"), body.find("SXid")) if i >= 0), default=-1)
-    if at <= 0 or body[at - 1] not in "\"'":
-        return body
-    end = body.rfind(body[at - 1])
-    inner = body[at:end] if end > at else body[at:]
-    return body[: at - 1] + (inner[:-2] if inner.endswith("\\n") else inner)
 
 
 def _mentions_kernel(line: str) -> bool:
