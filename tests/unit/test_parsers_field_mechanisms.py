@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from support import FIXTURES
 
+from healthcheck.parsers.perftest import parse_perftest
 from healthcheck.parsers.xid import parse_kernel_log
 
 FIELD = FIXTURES / "field"
@@ -48,3 +49,20 @@ def test_an_nvlink5_xid_word_wrapped_before_its_status_keeps_it():
     assert "(0x00000001 0x00000008" in xids[0].message and xids[0].line.endswith("Link 0")
 
 
+def test_a_perftest_row_cut_at_the_texts_end_is_its_size_not_a_measurement():
+    # tests/fixtures/ib_write_bw/client-bidir-4qp-all-sizes-ainic-800g.txt cut inside its
+    # last row, after the iterations (a transformation: the cut field/issues/ib_write_bw's
+    # duration-mode-roce-gid-lines-mb-cut.txt shows)
+    text = PERFTEST_ROWS.read_text()
+    lines_ = text.splitlines()
+    last = max(i for i, t in enumerate(lines_) if t.strip()[:1].isdigit())
+    size, iters = lines_[last].split()[:2]
+    cut_text = "\n".join([*lines_[:last], lines_[last][:lines_[last].index(iters) + len(iters)]]) + "\n"
+    whole, cut = parse_perftest(text), parse_perftest(cut_text)
+    assert whole.cut_row is None
+    assert (cut.cut_row.size_bytes, cut.cut_row.iterations) == (int(size), int(iters))
+    assert cut.rows == whole.rows[:-1]
+    # a short row with a line after it was no cut at the end
+    assert parse_perftest(cut_text + lines_[last] + "\n").cut_row is None
+    field = parse_perftest(PERFTEST_CUT.read_text())
+    assert field.cut_row.size_bytes == 65536 and field.rows == ()
