@@ -10,6 +10,7 @@ from __future__ import annotations
 from support import FIXTURES
 
 from healthcheck.parsers.perftest import parse_perftest
+from healthcheck.parsers.sinfo import parse_sinfo
 from healthcheck.parsers.xid import parse_kernel_log
 
 FIELD = FIXTURES / "field"
@@ -66,3 +67,8 @@ def test_a_perftest_row_cut_at_the_texts_end_is_its_size_not_a_measurement():
     assert parse_perftest(cut_text + lines_[last] + "\n").cut_row is None
     field = parse_perftest(PERFTEST_CUT.read_text())
     assert field.cut_row.size_bytes == 65536 and field.rows == ()
+
+
+def test_sinfo_compact_states_read_as_slurms_long_names():
+    rows = parse_sinfo(SINFO_WRAPPED.read_text()).rows
+    assert [(r.state, r.columns["STATE"]) for r in rows] == [("fail", "fail"), ("allocated", "alloc")]
