@@ -6,6 +6,7 @@ line, what read it. How much a parser can say depends on how it reads:
 - `handlers`: it reads through a table of `lines.Handler`s with `lines.dispatch`, so
   each line is named by the handler that read it, `unrecognized` where none did, and
   what the line layer made of the rest (`blank`, `prompt`: a shell prompt, noise;
+  `elision`: a paste's `...`;
   `outside the table`: read, or skipped, by the parser's own code before its table);
 - `unrecognized`: it counts the lines it did not read (`lines.Unrecognized` in its
   facts), so each line is `read` or `not read`; past the sample of unread lines, where
@@ -33,13 +34,14 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import lines as line_layer
-from healthcheck.parsers.lines import Line, Unrecognized, read_lines
+from healthcheck.parsers.lines import Line, Unrecognized, is_elision, read_lines
 
 EXPLAIN_LINES = 200  # lines listed; the rest are counted in `lines_left_out`
 EXPLAIN_TEXT = 100  # characters of each line's text shown
 
 BLANK = "blank"
 PROMPT = "prompt"
+ELISION = "elision"
 OUTSIDE = "outside the table"
 UNRECOGNIZED = "unrecognized"
 READ = "read"
@@ -97,10 +99,12 @@ def _cut(text: str) -> str:
 
 
 def _layer_view(line: Line) -> str | None:
-    """What the line layer alone says of a line: blank, a prompt, or nothing."""
+    """What the line layer alone says of a line: blank, a prompt, a paste's elision, or nothing."""
     if not line.text.strip():
         return BLANK
-    return PROMPT if line.noise else None
+    if line.noise:
+        return PROMPT
+    return ELISION if is_elision(line.text) else None
 
 
 def by_handlers(text: str, record: Recorder) -> list[ExplainedLine]:
@@ -108,6 +112,8 @@ def by_handlers(text: str, record: Recorder) -> list[ExplainedLine]:
     out = []
     for line in _first_pieces(text):
         names = record.get(line.number)
+        if names and set(names) == {UNRECOGNIZED} and is_elision(line.text):
+            names = None  # no handler's line: the paste's `...`, never counted unread
         by = "+".join(dict.fromkeys(names)) if names else (_layer_view(line) or OUTSIDE)
         out.append(ExplainedLine(line=line.number, by=by, text=_cut(line.text)))
     return out

@@ -524,8 +524,8 @@ class UnrecognizedLines:
     sample: list[SampleLine] = field(default_factory=list)
 
     def note(self, line: Line) -> None:
-        if line.noise or not line.text.strip():
-            return
+        if line.noise or not line.text.strip() or is_elision(line.text):
+            return  # a prompt, a blank or a paste's `...`: no line of the tool's left unread
         self.count += 1
         if len(self.sample) < SAMPLE_MAX:
             self.sample.append(SampleLine(line=line.number, text=line.text.strip()[:SAMPLE_TEXT]))

@@ -45,6 +45,7 @@ MULTILINE_NVRM = FIELD / "issues" / "xid" / "fallen-off-bus-no-xid-multiline-570
 GPUD_QUOTED = FIELD / "repos" / "xid" / "xid119-gsp-rpc-timeout-quoted-in-gpud-scan-output.txt"
 XID145 = FIELD / "repos" / "xid" / "xid145-rlw-rxpipe-nonfatal-link-13-bare-line.txt"
 SINFO_WRAPPED = FIELD / "repos" / "sinfo" / "trn1-16node-fail-alloc-nodelist-hard-wrapped.txt"
+SCATTER_ELIDED = FIELD / "repos" / "nccl-tests" / "scatter-p4de-srun-label-root-0-elided-no-footer.txt"
 NVLINK_ELIDED = CORPUS / "nvidia-smi-nvlink" / "h800-nvlink-status-8links-elided.txt"
 
 
@@ -180,6 +181,17 @@ def test_an_elision_is_the_layers_and_no_tools_line():
     text = NVLINK_ELIDED.read_text().splitlines()
     assert [i for i, t in enumerate(text, 1) if is_elision(t)] == [19]
     assert not is_elision("") and is_elision(" … ")
+
+
+def test_an_elision_is_never_counted_as_a_line_left_unread():
+    # field/repos/nccl-tests/scatter-p4de-srun-label-root-0-elided-no-footer.txt: `...` where
+    # the reporter cut rows, under srun's label
+    text = SCATTER_ELIDED.read_text()
+    run = parser_for("nccl-tests")(text)
+    assert run.unrecognized.count == 0 and len(run.samples) >= 4
+    facts, explanation = explain("nccl-tests", parser_for("nccl-tests"), text)
+    assert [x.by for x in explanation.lines if x.text == "..."] == ["elision"]
+    assert "unrecognized" not in explanation.counts
 
 
 @pytest.mark.parametrize("filler", [" " * 200_000, "(0x" * 70_000, "[1] " * 50_000, "trainer/0 [" * 20_000,
