@@ -25,7 +25,7 @@ After an uncorrected error the kernel says how recovery went, per device it touc
 each an `AerRecovery`: the GPU behind a root port names itself only there.
 
 Linear: every pattern is anchored or bounded; an event takes at most DETAIL_LINES
-detail lines and ERROR_NAMES names.
+detail lines and ERROR_NAMES names; at most RECOVERY_MAX recovery lines are kept.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from healthcheck.parsers.kernlog import Stamp
 
 DETAIL_REACH = 16  # lines after an event's first line its detail lines may come
 ERROR_NAMES = 32  # error names kept per event
+RECOVERY_MAX = 1024  # recovery lines kept (the first ones: a flood repeats them)
 
 
 class AerEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -145,6 +146,8 @@ class AerReader:
         m = _RECOVERY.search(body)
         if m is None:
             return False
+        if len(self.recovery) >= RECOVERY_MAX:
+            return True
         self.recovery.append(AerRecovery(outcome=(m.group("outcome") + m.group("more")).strip(),
                                          pci_bus_id=bus_id(m.group("dev")), line=line, driver=m.group("driver"),
                                          time=stamp.time, uptime_s=stamp.uptime_s))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from support import FIXTURES
 
+from healthcheck.parsers.pcie_aer import RECOVERY_MAX
 from healthcheck.parsers.perftest import parse_perftest
 from healthcheck.parsers.sinfo import parse_sinfo
 from healthcheck.parsers.xid import parse_kernel_log
@@ -31,6 +32,9 @@ def test_a_device_that_cannot_recover_from_aer_names_its_bus():
     assert {r.outcome for r in log.aer_recovery} == {
         "can't recover (no error_detected callback)", "device recovery failed", "Root Port link has been reset (0)"}
     assert log.aer[0].pci_bus_id == "0000:00:03.0" and log.xids == []
+    # a flood of them keeps a bounded list
+    flood = AER_HUMAN.read_text().splitlines()[0] + "\n"
+    assert len(parse_kernel_log(flood * (RECOVERY_MAX + 10)).aer_recovery) == RECOVERY_MAX
 
 
 def test_an_nvlink5_xid_word_wrapped_before_its_status_keeps_it():
