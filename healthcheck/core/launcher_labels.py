@@ -11,6 +11,11 @@ itself). They are layers apart (parsers | runners), so the grammar lives here, b
   text glued to it; the tag also comes mid-line where a rank's print arrived in pieces.
 - torchrun --tee: `[<role><local rank>]:` ("[default3]:"); torch's own `[rank<N>]:`
   (the global rank, >= 2.2) is not a role.
+- torchx: `<role>/<replica> [<local rank>]:` ("trainer/0 [0]:"), its own label before
+  torchrun's with an empty role.
+- MPICH / Intel MPI `-prepend-rank`: `[<rank>] `. A bare `[N]` is also NCCL's `[cudaDev]`
+  and torch's desync report's, so a reader takes it only where the parser says what
+  follows it (parsers/lines.py `relabelled`).
 
 Every pattern is anchored where it is used and bounded, so a hostile line costs at most
 the pattern's bound at each place it is tried.
@@ -28,6 +33,10 @@ MPIRUN_TAG = re.compile(r"\[\d{1,9},(\d{1,9})\]<(stdout|stderr|stddiag)>:", re.A
 TORCHRUN_ROLE = re.compile(r"\[(?!rank\d)([A-Za-z_][\w\-]{0,63}?)(\d{1,7})\]:", re.ASCII)
 # torch's own global-rank prefix (>= 2.2): `[rank3]:`
 TORCH_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.ASCII)
+# torchx: `trainer/0 [0]:` (role, replica, local rank)
+TORCHX_LABEL = re.compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
+# MPICH / Intel MPI -prepend-rank: `[155] ` (only where the parser says what follows: see above)
+MPICH_RANK = re.compile(r"\[(\d{1,9})\] ", re.ASCII)
 
 
 def torchrun_role(role: str) -> re.Pattern[str]:

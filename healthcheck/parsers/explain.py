@@ -6,16 +6,17 @@ line, what read it. How much a parser can say depends on how it reads:
 - `handlers`: it reads through a table of `lines.Handler`s with `lines.dispatch`, so
   each line is named by the handler that read it, `unrecognized` where none did, and
   what the line layer made of the rest (`blank`, `prompt`: a shell prompt, noise;
+  `elision`: a paste's `...`;
   `outside the table`: read, or skipped, by the parser's own code before its table);
 - `unrecognized`: it counts the lines it did not read (`lines.Unrecognized` in its
   facts), so each line is `read` or `not read`; past the sample of unread lines, where
   more were not read than were sampled, a line is `not known`;
 - `none`: the parser cannot tell yet; the explanation says so and lists no line.
 
-Recording the handlers: lines.py has no hook for it yet, so `recording_dispatch` swaps
-each loaded parser module's `dispatch` name for a recording one for the duration of one
-parse (the CLI parses once, in one thread) and puts it back. The hook belongs in
-lines.py (a ContextVar recorder that `dispatch` calls when set); this swap then goes.
+Recording the handlers: `lines.dispatch` tells each line it dispatched, and the handler
+that read it, to the recorder `lines.recording` sets for the one parse (a context
+variable: nothing is swapped, and a parse in another thread records nothing here); a
+parser with a table of its own tells `lines.recorded` the same.
 
 Bounded: at most EXPLAIN_LINES lines listed (the rest counted), each cut at EXPLAIN_TEXT
 characters; per-handler counts cover every line.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,13 +34,14 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import lines as line_layer
-from healthcheck.parsers.lines import Handler, Line, Unrecognized, read_lines
+from healthcheck.parsers.lines import Line, Unrecognized, is_elision, read_lines
 
 EXPLAIN_LINES = 200  # lines listed; the rest are counted in `lines_left_out`
 EXPLAIN_TEXT = 100  # characters of each line's text shown
 
 BLANK = "blank"
 PROMPT = "prompt"
+ELISION = "elision"
 OUTSIDE = "outside the table"
 UNRECOGNIZED = "unrecognized"
 READ = "read"
@@ -68,25 +70,15 @@ Recorder = dict[int, list[str]]  # line number -> the handlers that read its pie
 
 @contextmanager
 def recording_dispatch() -> Iterator[Recorder]:
-    """Every `lines.dispatch` a loaded parser calls, recorded by line number, while the
-    block runs. (What should move into lines.py: see the module doc.)"""
-    original = line_layer.dispatch
+    """Every line a parser dispatches (`lines.dispatch`, `lines.recorded`) while the block
+    runs, recorded by line number."""
     record: Recorder = {}
 
-    def recording(handlers: Sequence[Handler[Any]], state: Any, line: Line) -> str | None:
-        name = original(handlers, state, line)
+    def note(line: Line, name: str | None) -> None:
         record.setdefault(line.number, []).append(name or UNRECOGNIZED)
-        return name
 
-    swapped = [m for name, m in list(sys.modules.items())
-               if name.startswith("healthcheck.parsers.") and getattr(m, "dispatch", None) is original]
-    for module in swapped:
-        module.dispatch = recording  # type: ignore[attr-defined]
-    try:
+    with line_layer.recording(note):
         yield record
-    finally:
-        for module in swapped:
-            module.dispatch = original  # type: ignore[attr-defined]
 
 
 def uses_handlers(parse: Callable[..., Any]) -> bool:
@@ -107,10 +99,12 @@ def _cut(text: str) -> str:
 
 
 def _layer_view(line: Line) -> str | None:
-    """What the line layer alone says of a line: blank, a prompt, or nothing."""
+    """What the line layer alone says of a line: blank, a prompt, a paste's elision, or nothing."""
     if not line.text.strip():
         return BLANK
-    return PROMPT if line.noise else None
+    if line.noise:
+        return PROMPT
+    return ELISION if is_elision(line.text) else None
 
 
 def by_handlers(text: str, record: Recorder) -> list[ExplainedLine]:
@@ -118,6 +112,8 @@ def by_handlers(text: str, record: Recorder) -> list[ExplainedLine]:
     out = []
     for line in _first_pieces(text):
         names = record.get(line.number)
+        if names and set(names) == {UNRECOGNIZED} and is_elision(line.text):
+            names = None  # no handler's line: the paste's `...`, never counted unread
         by = "+".join(dict.fromkeys(names)) if names else (_layer_view(line) or OUTSIDE)
         out.append(ExplainedLine(line=line.number, by=by, text=_cut(line.text)))
     return out

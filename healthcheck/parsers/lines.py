@@ -32,10 +32,21 @@ number, never glued into one fact). Tabs are kept: parsers split on any whitespa
 Hard wraps (a message split at the terminal's width) are NOT joined here: whether the
 next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
 
+What only a parser can decide is still done here, by a function the parser calls (the
+end of this module): `unpasted`/`pasted_lines` (a quote and a ` \\` off every line, no
+majority deciding, for tools no line of which starts with `>`); `relabelled` (a label
+behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
+parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
+continuation lines, a message another tool quoted); `word_wrapped` (a next line a word
+wrap moved where the head's grammar expects more); `wrapped_word`/`rewrapped` (a table
+cell a terminal hard-wrapped); `is_elision` (a paste's `...`).
+
 A parser reads through a table of small `Handler`s (a cheap guard on the text, and a
 function that reads it); `dispatch` tries them in order and names the one that read the
 line, and `Unrecognized` counts and samples the lines no handler read: evidence to show,
-never a reason to refuse a file whose known facts are there.
+never a reason to refuse a file whose known facts are there. `dispatch` tells what read
+each line to a recorder (passed to it, or set by `recording` for a parse: what `hc parse
+--explain` shows); a parser with a table of its own tells `recorded`.
 
 Everything is linear: each pattern is anchored, bounded and tried at most once per
 prefix; a line is cut at `max_line` characters before it is looked at.
@@ -45,12 +56,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
-from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, TORCH_RANK, TORCHRUN_ROLE
+from healthcheck.core.launcher_labels import (
+    MPICH_RANK,
+    MPIRUN_TAG,
+    SRUN_LABEL,
+    TORCH_RANK,
+    TORCHRUN_ROLE,
+    TORCHX_LABEL,
+)
 
 MAX_LINE = 65_536  # characters of one line that are looked at; the rest is cut (`cut`)
 SAMPLE_MAX = 20  # unrecognized lines kept as a sample
@@ -171,6 +191,31 @@ def drop_continuation(text: str) -> str:
     if body.endswith(" \\"):
         return body[:-2]
     return body[:-1] if body.endswith("\\") else text
+
+
+# any run of `>` (a space after each or not) after up to 3 blanks: for tools no line of
+# which starts with `>` (the GPU tables and trees, perftest), where a reply's `>text` is a quote too
+_LOOSE_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
+
+
+def unpasted(line: str) -> str:
+    """`line` without a markdown quote before it and a shell continuation (` \\`) after it,
+    wherever they are, with no majority of lines deciding: for a tool none of whose lines
+    starts with `>` or ends in ` \\` (nvidia-smi's table, `-q` tree, topo and nvlink,
+    perftest), so a paste quoted only around its interesting lines reads too. A line
+    without them is returned as it is (indentation kept: `-q` is a tree by its indent)."""
+    quote = _LOOSE_QUOTE.match(line)
+    if quote:
+        line = line[quote.end():]
+    end = line.rstrip()
+    if end.endswith("\\") and end[-2:-1] in (" ", "\t"):
+        return end[:-1].rstrip()
+    return line
+
+
+def pasted_lines(text: str) -> list[str]:
+    """`text`'s lines (str.splitlines), each `unpasted`: the GPU and perftest parsers' reading."""
+    return [unpasted(line) for line in text.splitlines()]
 
 
 _PROMPT = re.compile(
@@ -479,8 +524,8 @@ class UnrecognizedLines:
     sample: list[SampleLine] = field(default_factory=list)
 
     def note(self, line: Line) -> None:
-        if line.noise or not line.text.strip():
-            return
+        if line.noise or not line.text.strip() or is_elision(line.text):
+            return  # a prompt, a blank or a paste's `...`: no line of the tool's left unread
         self.count += 1
         if len(self.sample) < SAMPLE_MAX:
             self.sample.append(SampleLine(line=line.number, text=line.text.strip()[:SAMPLE_TEXT]))
@@ -505,13 +550,43 @@ class Handler(Generic[S]):
     read: Callable[[S, Line], bool]
 
 
-def dispatch(handlers: Sequence[Handler[S]], state: S, line: Line) -> str | None:
-    """The name of the first handler that read the line; None when none did."""
+Recorder = Callable[[Line, "str | None"], None]  # (the line, the handler that read it or None)
+_RECORDER: ContextVar[Recorder | None] = ContextVar("hc_lines_recorder", default=None)
+
+
+def dispatch(handlers: Sequence[Handler[S]], state: S, line: Line, record: Recorder | None = None) -> str | None:
+    """The name of the first handler that read the line; None when none did.
+
+    What read the line is told to `record`, else to the recorder `recording` set (what
+    `hc parse --explain` shows), else to no one: every parser that dispatches explains
+    itself with no change of its own."""
+    name = None
     text = line.text
     for handler in handlers:
         if handler.when(text) and handler.read(state, line):
-            return handler.name
-    return None
+            name = handler.name
+            break
+    recorded(line, name, record)
+    return name
+
+
+def recorded(line: Line, name: str | None, record: Recorder | None = None) -> None:
+    """Tell the recorder (`record`, else `recording`'s) which handler read `line` (None:
+    none): for a parser that reads through a table of its own rather than `dispatch`."""
+    hook = record if record is not None else _RECORDER.get()
+    if hook is not None:
+        hook(line, name)
+
+
+@contextmanager
+def recording(record: Recorder) -> Iterator[None]:
+    """Every line a parser dispatches while the block runs, told to `record` (this thread
+    and context only: two parses in two threads record apart)."""
+    token = _RECORDER.set(record)
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
 
 
 class Cursor:
@@ -552,3 +627,134 @@ class Cursor:
             if len(nxt.raw.rstrip("\r")) != width:
                 break
         return "".join(parts)
+
+
+# ---------------------------------------------------------------- labels a parser asks for
+
+INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
+_INDENTED_LABEL = "[(EWIF"  # what a label or a glog prefix behind an indent starts with
+
+
+def relabelled(line: Line, *, torchx: bool = False, rank_before: re.Pattern[str] | None = None) -> Line:
+    """`line` with the labels `read_lines` leaves on taken off, where the parser knows they
+    are labels: any label behind a whole paste's indent (`    [rank3]:[E1206 ...]`: the
+    layer reads labels at a line's start only); with `torchx`, torchx's `trainer/0 [0]:`
+    (the rest read again: a c10 or glog prefix after it); with `rank_before`, MPICH's
+    `-prepend-rank` `[N] ` where the text after it matches `rank_before` (a bare `[N]` is
+    also NCCL's `[cudaDev]`: only the parser knows which of its lines a rank precedes),
+    its rank the line's task where no other label gave one."""
+    text = line.text
+    stripped = text.lstrip(" \t")
+    if len(text) - len(stripped) > INDENT_MAX:
+        return line
+    if not line.labels:
+        again = torchx_read(line, stripped) if torchx else None
+        if again is not None:
+            return again
+        if len(stripped) != len(text) and stripped[:1] in _INDENTED_LABEL:
+            again = read_line(line.number, stripped)[0]
+            if again.labels:
+                line = msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs)
+    return prepended_rank(line, rank_before) if rank_before is not None else line
+
+
+def torchx_read(line: Line, text: str) -> Line | None:
+    """`text` (the line's, unindented) after torchx's `ROLE/REPLICA [LOCAL_RANK]:` read again
+    as a line of its own, the label kept in `labels` and `role` ("trainer/0"); None without
+    one. The local rank is the rank on replica 0 only (as torchrun's alone is on one node)."""
+    m = TORCHX_LABEL.match(text) if "/" in text[:72] else None
+    if m is None:
+        return None
+    again = read_line(line.number, text[m.end():])[0]
+    replica, local = int(m.group(2)), int(m.group(3))
+    return msgspec.structs.replace(
+        again, raw=line.raw, labels=m.group(0) + again.labels, role=f"{m.group(1)}/{replica}",
+        local_rank=local if replica == 0 else again.local_rank, repairs=line.repairs + again.repairs)
+
+
+def prepended_rank(line: Line, before: re.Pattern[str]) -> Line:
+    """`line` without MPICH's `-prepend-rank` `[N] ` where `before` matches what follows it."""
+    stripped = line.text.lstrip(" \t")
+    m = MPICH_RANK.match(stripped) if stripped[:1] == "[" else None
+    if m is None or before.match(stripped, m.end()) is None:
+        return line
+    return msgspec.structs.replace(line, text=stripped[m.end():], labels=line.labels + m.group(0),
+                                   task=line.task if line.task is not None else int(m.group(1)))
+
+
+def mpich_rank(label: str) -> int | None:
+    """The rank in a label that is MPICH's `[N]` alone; None for any other label."""
+    m = MPICH_RANK.fullmatch(label + " ")
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------- messages over several lines
+
+
+def continues_indented(head_indent: int, text: str, marker: str) -> bool:
+    """`text` continues a multi-line log message whose first line's message was indented
+    `head_indent`: dmesg and journalctl print a kernel message's further lines indented
+    under its stamp, each with the message's marker again (the driver's `NVRM:`)."""
+    body = text.lstrip()
+    return body.startswith(marker) and len(text) - len(body) > head_indent
+
+
+def join_continuation(head: str, text: str, marker: str) -> str:
+    """`head` with a continuation line's words after its marker joined on."""
+    return f"{head.rstrip()} {text.lstrip()[len(marker):].strip()}"
+
+
+def word_wrapped(head: str, text: str, *, head_ends: re.Pattern[str], tail_starts: re.Pattern[str]) -> bool:
+    """`text` is the rest of `head`, which a word wrap (an issue's, a chat's) moved onto a
+    line of its own: `head` ends where its grammar expects more (`head_ends` matches at
+    its end, searched in its last 200 characters) and `text` starts with what it expects."""
+    if not text.strip() or tail_starts.match(text.lstrip()) is None:
+        return False
+    head = head.rstrip()
+    return head_ends.search(head, max(0, len(head) - 200)) is not None
+
+
+def unquoted(body: str, markers: Sequence[str]) -> str:
+    """A log message another tool quoted (`[XID found] (54 minutes ago) "NVRM: Xid ...\\n"`)
+    without its quotes and the `\\n` escape before the closing one: the message as logged.
+    The message starts at the first of `markers`; one not opened by a quote is returned
+    as it is."""
+    at = min((i for i in (body.find(m) for m in markers) if i >= 0), default=-1)
+    if at <= 0 or body[at - 1] not in "\"'":
+        return body
+    end = body.rfind(body[at - 1])
+    inner = body[at:end] if end > at else body[at:]
+    return body[: at - 1] + (inner[:-2] if inner.endswith("\\n") else inner)
+
+
+# ---------------------------------------------------------------- hard wraps and elisions
+
+WRAP_MIN = 40  # a terminal narrower than this wraps nothing a health judgement reads
+
+
+def wrapped_word(line: Line, width_before: int, *, min_width: int = WRAP_MIN) -> bool:
+    """`line` is the rest of a table's last cell (a host list) that a terminal hard-wrapped
+    onto a line of its own: the line before it was at least `min_width` wide
+    (`width_before`: its raw width, 0 when it was no row), and this one is one word with
+    no blank before it. `rewrapped` says whether the next line may continue it too."""
+    text = line.text
+    if width_before < min_width or not text or text[:1].isspace():
+        return False
+    return len(text.split(None, 1)) == 1
+
+
+def rewrapped(line: Line, width_before: int) -> int:
+    """The width the next line's wrap test starts from: a tail as wide as the line before
+    was wrapped again (its width), a shorter one ended the cell (0)."""
+    width = len(line.raw.rstrip("\r"))
+    return width if width == width_before else 0
+
+
+_ELISION = frozenset(".…")
+
+
+def is_elision(text: str) -> bool:
+    """A line that is only an elision mark (`...`, `…`) where whoever pasted the output
+    cut some of it: no tool's line, and no line to count as unread."""
+    body = text.strip()
+    return bool(body) and set(body) <= _ELISION

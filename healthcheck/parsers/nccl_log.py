@@ -67,7 +67,16 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.kernlog import iso_time
-from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_line, read_lines
+from healthcheck.parsers.lines import (
+    Handler,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    dispatch,
+    mpich_rank,
+    read_line,
+    read_lines,
+)
 
 MAX_PROCESSES = 65536
 MAX_COMMS = 65536
@@ -112,8 +121,7 @@ class NcclPrefix(msgspec.Struct, frozen=True, omit_defaults=True):
         `-prepend-rank` `[N]`; None for another label (torchrun's `[defaultN]:` is a local rank)."""
         if self.launcher_rank is not None:
             return self.launcher_rank
-        m = _PREPEND_RANK.fullmatch(self.label)
-        return _int(m.group(1)) if m else None
+        return mpich_rank(self.label)
 
 
 class NetDevice(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -306,9 +314,6 @@ _MASKED_HOST_TOKEN = re.compile(
 _DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
 _SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
 _USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
-# MPICH/Intel MPI `-prepend-rank`: `[155] ` (not the line layer's: a bare `[N]` is also
-# NCCL's own `[cudaDev]` and torch's desync report's; here only before host:pid:tid)
-_PREPEND_RANK = re.compile(r"\[(\d{1,9})\]", re.ASCII)
 _STAMP = re.compile(
     r"\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\]$",

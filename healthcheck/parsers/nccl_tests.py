@@ -53,8 +53,8 @@ from healthcheck.parsers.lines import (
     Unrecognized,
     UnrecognizedLines,
     dispatch,
-    read_line,
     read_lines,
+    relabelled,
 )
 
 UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
@@ -198,8 +198,9 @@ _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64})")
 _FAILURE = re.compile(r"([^\s:]{1,256}): Test (NCCL|CUDA) failure ([^\s:]{1,512}):(\d{1,9})(?: (.*))?")
 # nccl-tests <= 1.x (and any without the host): `NCCL failure common.cu:921 'unhandled system error'`
 _BARE_FAILURE = re.compile(r"(NCCL|Cuda|CUDA) failure ([^\s:']{1,512}):(\d{1,9})(?: (.*))?")
-# MPICH / Intel MPI `-prepend-rank`: `[0] ` before a line of nccl-tests' own (`#`, a row, nThread, Rank)
-_PREPENDED = re.compile(r"\[(\d{1,9})\] (?=\s{0,32}(?:#|\d|nThread |Rank ))", re.ASCII)
+# what follows MPICH / Intel MPI's `-prepend-rank` `[0] ` on a line of nccl-tests' own (`#`, a row,
+# nThread, Rank): there only is a bare `[N]` the launcher's (lines.relabelled)
+_OWN_LINE = re.compile(r"\s{0,32}(?:#|\d|nThread |Rank )", re.ASCII)
 _TIMEOUT = re.compile(r"([^\s:]{1,256}): Test timeout \((\d{1,9})s\) ([^\s:]{1,512}):(\d{1,9})")
 _TRACE = re.compile(r"\.\. (\S{1,256}) pid (\d{1,10}): Test failure ([^\s:]{1,512}):(\d{1,9})")
 _SIGNAL = re.compile(
@@ -585,36 +586,12 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     for read in read_lines(text):
         if not read.text.strip() or read.noise:
             continue
-        line = _prepended(read)
+        line = relabelled(read, rank_before=_OWN_LINE)  # behind an indent, MPICH's `[0] `
         if s.expect_application and _read_application(s, line):
             continue
         if dispatch(_HANDLERS, s, line) is None:
             s.unrecognized.note(line)
     return _run_of(s, text, fallback)
-
-
-_INDENT_MAX = 16  # blanks before a launcher tag of an indented paste (a markdown list's code block)
-
-
-def _prepended(line: Line) -> Line:
-    """A line's launcher tags the line layer left on: a tag behind a whole paste's indent
-    (`    [1,0]<stdout>:#  size ...`: the layer reads tags at the line's start only), and
-    MPICH's `-prepend-rank` `[0] `, its rank the line's task where no other label gave one
-    (the layer leaves a bare `[N]` alone: it is also NCCL's `[cudaDev]`; before nccl-tests'
-    own lines it is only the launcher's)."""
-    text = line.text
-    stripped = text.lstrip(" \t")
-    if stripped[:1] != "[" or len(text) - len(stripped) > _INDENT_MAX:
-        return line
-    if len(stripped) != len(text) and not line.labels:
-        again = read_line(line.number, stripped)[0]
-        if again.labels:
-            return _prepended(msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs))
-    m = _PREPENDED.match(stripped)
-    if m is None:
-        return line
-    return msgspec.structs.replace(line, text=stripped[m.end():], labels=line.labels + m.group(0),
-                                   task=line.task if line.task is not None else int(m.group(1)))
 
 
 def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:

@@ -36,7 +36,7 @@ from healthcheck.parsers.gpu_common import (
     LostGpu,
     normalize_pci,
 )
-from healthcheck.parsers.pasted import unpasted
+from healthcheck.parsers.lines import unpasted
 
 SOURCE = "nvidia-smi -q"
 

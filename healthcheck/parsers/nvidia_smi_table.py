@@ -29,13 +29,13 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import LostGpu, normalize_pci
+from healthcheck.parsers.lines import pasted_lines
 from healthcheck.parsers.nvidia_smi import (
     dedupe_lost,
     failure_from_line,
     is_no_devices_line,
     lost_gpu_from_line,
 )
-from healthcheck.parsers.pasted import unpasted
 
 SOURCE = "nvidia-smi"
 ERR = "ERR!"
@@ -448,8 +448,8 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
     if not text or not text.strip():
         raise ParseError("nvidia-smi: empty output")
     scan = _Scan()
-    for raw in text.splitlines():
-        scan.line(unpasted(raw))
+    for line in pasted_lines(text):
+        scan.line(line)
     scan.end_table()
     lost = dedupe_lost(scan.lost)
     found = scan.gpus or scan.migs or scan.processes is not None

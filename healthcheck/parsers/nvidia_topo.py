@@ -39,7 +39,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.pasted import unpasted
+from healthcheck.parsers.lines import unpasted
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own

@@ -33,7 +33,7 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import NvLink
-from healthcheck.parsers.pasted import unpasted
+from healthcheck.parsers.lines import is_elision, pasted_lines
 
 # The rest of a GPU or Link line is taken whole and split in code: a lazy `.*?` followed
 # by `\s*$` (or an optional UUID group) tried every split of a long run of spaces,
@@ -84,9 +84,9 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
         raise ParseError(f"nvidia-smi nvlink: expected text, got {type(text).__name__}")
     gpus: list[_GpuBlock] = []
     unsupported: str | None = None
-    for raw in text.splitlines():
-        line = unpasted(raw).strip()
-        if not line or line.strip(".…") == "":
+    for pasted in pasted_lines(text):
+        line = pasted.strip()
+        if not line or is_elision(line):
             continue  # blank, or "..." where a capture's author elided GPUs
         m = _GPU.match(line)
         if m:

@@ -15,8 +15,17 @@ same device add the device id, the status and mask words and the error names. Th
 severity is kept as printed (Corrected, Uncorrected (Non-Fatal), Uncorrected (Fatal)):
 these are facts beside the Xids, never a verdict of their own.
 
+After an uncorrected error the kernel says how recovery went, per device it touched
+(real lines, tests/fixtures/field/issues/xid/):
+
+    nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+    pcieport 0000:00:03.0: AER: Root Port link has been reset (0)
+    pcieport 0000:00:03.0: AER: device recovery failed
+
+each an `AerRecovery`: the GPU behind a root port names itself only there.
+
 Linear: every pattern is anchored or bounded; an event takes at most DETAIL_LINES
-detail lines and ERROR_NAMES names.
+detail lines and ERROR_NAMES names; at most RECOVERY_MAX recovery lines are kept.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from healthcheck.parsers.kernlog import Stamp
 
 DETAIL_REACH = 16  # lines after an event's first line its detail lines may come
 ERROR_NAMES = 32  # error names kept per event
+RECOVERY_MAX = 1024  # recovery lines kept (the first ones: a flood repeats them)
 
 
 class AerEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -63,7 +73,20 @@ _STATUS = re.compile(_DEVICE + r"\s{1,8}device \[(?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-
                      r"(?P<status>[0-9A-Fa-f]{1,16})/(?P<mask>[0-9A-Fa-f]{1,16})", re.ASCII)
 _NAME = re.compile(_DEVICE + r"\s{1,8}\[\s{0,2}\d{1,2}\] (?P<name>[A-Za-z][\w /-]{0,60}?)\s{0,40}"
                    r"(?P<first>\(First\))?\s*$", re.ASCII)
+_RECOVERY = re.compile(_DEVICE + r" AER: (?P<outcome>can't recover|device recovery failed"
+                       r"|Root Port link has been reset)(?P<more>[^\n]{0,80})", re.ASCII)
 MARKERS = ("AER", "PCIe Bus Error")  # a line with neither opens no event
+
+
+class AerRecovery(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How the kernel's recovery from an uncorrected AER error went for one device."""
+
+    outcome: str  # as printed: "can't recover (no error_detected callback)", "device recovery failed"
+    pci_bus_id: str | None  # the device (a GPU, a port), normalised
+    line: str
+    driver: str | None = None  # "nvidia", "pcieport"
+    time: float | None = None
+    uptime_s: float | None = None
 
 
 def bus_id(text: str) -> str | None:
@@ -88,6 +111,7 @@ class AerReader:
         self._done: list[_Open] = []
         self._open: dict[str, _Open] = {}  # device -> its newest event
         self.last = -DETAIL_REACH - 1  # line number of the newest event
+        self.recovery: list[AerRecovery] = []
 
     def expects_detail(self, number: int) -> bool:
         """An event is open near this line: its detail lines name no AER marker."""
@@ -116,7 +140,18 @@ class AerReader:
         if m:
             self._start(number, m, line, stamp, source=m.group("src") or None)
             return True
-        return False
+        return self._recovery(body, line, stamp)
+
+    def _recovery(self, body: str, line: str, stamp: Stamp) -> bool:
+        m = _RECOVERY.search(body)
+        if m is None:
+            return False
+        if len(self.recovery) >= RECOVERY_MAX:
+            return True
+        self.recovery.append(AerRecovery(outcome=(m.group("outcome") + m.group("more")).strip(),
+                                         pci_bus_id=bus_id(m.group("dev")), line=line, driver=m.group("driver"),
+                                         time=stamp.time, uptime_s=stamp.uptime_s))
+        return True
 
     def _start(self, number: int, m: re.Match[str], line: str, stamp: Stamp, **more: object) -> None:
         fields: dict[str, object] = dict(severity=m.group("sev").strip(), pci_bus_id=bus_id(m.group("dev")),

@@ -40,7 +40,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.pasted import unpasted
+from healthcheck.parsers.lines import pasted_lines
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -116,6 +116,14 @@ class PerftestRow(msgspec.Struct, frozen=True, omit_defaults=True):
     cpu_util_percent: float | None = None  # --cpu_util
 
 
+class PerftestCutRow(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The last row of a text cut before its bandwidth columns (`65536      664644`): the
+    size being measured when the output ended, never a measurement."""
+
+    size_bytes: int
+    iterations: int
+
+
 class PerftestAddress(msgspec.Struct, frozen=True, omit_defaults=True):
     """A ` local address:` / ` remote address:` line (one per QP), with its ` GID:` line."""
 
@@ -168,6 +176,7 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     cuda_device: int | None = None
     cuda_device_name: str | None = None  # "NVIDIA A30-8C"
     cuda_pci: str | None = None  # "02:00"
+    cut_row: PerftestCutRow | None = None  # the text ends inside a row: its size, no bandwidth
 
     @property
     def ok(self) -> bool:
@@ -367,8 +376,7 @@ _ERRORISH = re.compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|
 def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
-    for raw in text.splitlines():
-        raw = unpasted(raw)
+    for raw in pasted_lines(text):
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         p.line(raw[:MAX_LINE])
@@ -401,6 +409,7 @@ class _Parser:
         self.peak_not_measured = False  # " WARNING: BW peak won't be measured in this run."
         self.crashed: str | None = None
         self.cuda_pci: dict[int, str] = {}
+        self.cut_row: PerftestCutRow | None = None  # a row cut short, while no line has come after it
         self.cuda_device: int | None = None
         self.cuda_name: str | None = None
 
@@ -413,6 +422,7 @@ class _Parser:
         stripped = cut.strip()
         if not stripped or stripped.startswith("---"):
             return
+        self.cut_row = None  # a line after it: the short row was no cut at the text's end
         for handler in _LINE_HANDLERS:  # the first that reads the line takes it
             if handler(self, cut, stripped):
                 return
@@ -559,7 +569,7 @@ class _Parser:
             return False
         m = self.layout.fullmatch(stripped)  # type: ignore[union-attr]
         if m is None:
-            return False
+            return self._cut_row(stripped)
         factor = _UNIT_TO_GBITS[self.unit_now]
         peak = float(m.group("peak"))
         self.rows[self.section].append(PerftestRow(
@@ -571,6 +581,18 @@ class _Parser:
             sl=int(m.group("sl")) if "sl" in m.re.groupindex else None,
             cpu_util_percent=float(m.group("cpu")) if m.group("cpu") else None,
         ))
+        return True
+
+    def _cut_row(self, stripped: str) -> bool:
+        """A row with fewer numbers than its header's columns (at least its size and
+        iterations): held as `cut_row` until another line shows it was not the text's end."""
+        words = stripped.split()
+        columns = len(self.layout.groupindex) - 1  # type: ignore[union-attr]  # less --cpu_util's
+        if not 2 <= len(words) < columns or not all(_ROW_NUMBER.fullmatch(w) for w in words):
+            return False
+        if len(words[0]) > 19 or len(words[1]) > 19 or not (words[0] + words[1]).isdigit():
+            return False
+        self.cut_row = PerftestCutRow(size_bytes=int(words[0]), iterations=int(words[1]))
         return True
 
     def _fields(self, line: str) -> None:
@@ -712,6 +734,7 @@ class _Parser:
             cpu_frequency_conflict=self.cpu_conflict,
             peak_not_measured=self.peak_not_measured or _no_peak_measured(rows["main"]),
             crashed=self.crashed,
+            cut_row=self.cut_row,
             cuda_device=self.cuda_device,
             cuda_device_name=self.cuda_name,
             cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
@@ -725,6 +748,7 @@ _LINE_HANDLERS = (_Parser._row_line, _Parser._title, _Parser._table_header, _Par
 
 _ROW_INT = r"[0-9]{1,19}"
 _ROW_FLOAT = r"[0-9]{1,20}(?:\.[0-9]{1,20})?+"  # never "inf" or "nan": a broken measurement is no row
+_ROW_NUMBER = re.compile(_ROW_FLOAT)
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,9 +17,11 @@ At most one column can hold spaces (REASON, else COMMENT or EXTRA); the others n
 do. Fixed-width columns cut their values (`sinfo -R` keeps 20 characters of a reason):
 a reason that fills its column is flagged `reason_maybe_cut`. (A value that fills an
 `-O Field:N` column touches the next one with no space between: use "|" suffixes or
--o for output that must be read back.) States keep Slurm's
-words, lower-case, with the suffix characters read as flags ("down*": not
-responding, "idle~": powered down). What sinfo prints when it cannot reach the
+-o for output that must be read back.) States are Slurm's
+long names, lower-case, with the suffix characters read as flags ("down*": not
+responding, "idle~": powered down); the compact names sinfo prints by default (`%t`:
+"alloc", "mix", "drng") are read as the long ones (`%T`) they stand for, as printed in
+`columns`. What sinfo prints when it cannot reach the
 controller is a fact (`error`), not a parse error.
 """
 
@@ -31,7 +33,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines
+from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines, rewrapped, wrapped_word
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -49,6 +51,13 @@ STATE_SUFFIXES = {
     "@": "pending_reboot",
     "^": "rebooting",
     "-": "planned",
+}
+# sinfo's compact state names (`%t`, the default) -> the long ones (`%T`), lower-case: the pairs
+# in Slurm 22.05's libslurmfull (node_state_string_compact / node_state_string). "drain" is
+# DRAINED's alone; inside StateComplete's "idle+drain" it is the flag, left as printed
+COMPACT_STATES = {
+    "alloc": "allocated", "comp": "completing", "drain": "drained", "drng": "draining", "failg": "failing",
+    "futr": "future", "mix": "mixed", "npc": "perfctrs", "plnd": "planned", "unk": "unknown",
 }
 # -o format letters hc uses, and their header names
 FORMAT_FIELDS = {
@@ -75,7 +84,7 @@ class SinfoRow(msgspec.Struct, frozen=True, omit_defaults=True):
     default_partition: bool | None = None  # sinfo marks the default partition with "*"
     avail: str | None = None
     timelimit: str | None = None
-    state: str | None = None  # lower-case, suffix removed: "drained", "mix", "idle+drain"
+    state: str | None = None  # long name, lower-case, suffix removed: "drained", "mixed", "idle+drain"
     state_flags: list[str] = []  # the suffix, read: ["not_responding"]
     responding: bool = True
     cpus: int | None = None
@@ -104,12 +113,13 @@ class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 def split_state(raw: str) -> tuple[str, list[str], bool]:
-    """ "down*" -> ("down", ["not_responding"], False); "down+not_responding" likewise."""
+    """ "down*" -> ("down", ["not_responding"], False); "down+not_responding" likewise;
+    a compact name as its long one ("mix~" -> "mixed", ["powered_down"])."""
     text = raw.strip().lower()
     base = text.rstrip("".join(STATE_SUFFIXES))
     flags = [STATE_SUFFIXES[c] for c in text[len(base):] if c in STATE_SUFFIXES]
     responding = "not_responding" not in flags and "not_responding" not in base.split("+")
-    return base, flags, responding
+    return COMPACT_STATES.get(base, base), flags, responding
 
 
 def _none(value: str | None, *empty: str) -> str | None:
@@ -285,24 +295,17 @@ class _Table:
 
     def wrapped_tail(self, line: Line) -> bool:
         """`line` is the rest of the last row's host list, hard-wrapped onto a line of its own
-        by the terminal: one word, no blank before it, after a row as wide as a terminal."""
-        text = line.text
-        if self.piped or not self.rows or self.last_raw < WRAP_MIN or self.joined >= WRAP_MOST:
+        by the terminal (lines.wrapped_word: one word, after a row as wide as a terminal)."""
+        if self.piped or not self.rows or self.joined >= WRAP_MOST or self.names[-1] not in _LIST_COLUMNS:
             return False
-        if self.names[-1] not in _LIST_COLUMNS:
+        if not wrapped_word(line, self.last_raw):
             return False
-        if not text or text[:1].isspace() or len(text.split()) != 1:
-            return False
-        last = self.rows[-1]
-        last[self.names[-1]] += text.strip()
+        self.rows[-1][self.names[-1]] += line.text.strip()
         self.joined += 1
-        width = len(line.raw.rstrip("\r"))
-        # a tail as wide as the row was wrapped again; a shorter one ends the row
-        self.last_raw = width if width == self.last_raw else 0
+        self.last_raw = rewrapped(line, self.last_raw)
         return True
 
 
-WRAP_MIN = 40  # a terminal narrower than this wraps nothing a health judgement reads
 WRAP_MOST = 16  # tails joined to one row: a host list is at most a few terminal lines
 _LIST_COLUMNS = ("NODELIST", "HOSTNAMES")
 

@@ -79,7 +79,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, read_line, read_lines
+from healthcheck.parsers.lines import Line, read_lines, relabelled
 
 MAX_LISTED = 1000  # facts kept per kind
 MAX_LINE = 16_384  # characters of a line that are read
@@ -1656,40 +1656,6 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
 )
 
 
-# torchx's `ROLE/REPLICA [LOCAL_RANK]:` before each line of a replica's output (torchrun's `--tee`
-# label with an empty role after torchx's own); the line layer does not know it yet
-_TORCHX = re.compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
-
-
-_INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
-
-
-def _relabelled(line: Line) -> Line:
-    """A line's labels the line layer left on: torchx's `trainer/0 [0]:` (the rest read again
-    by the layer: a c10 or glog prefix after it), and any label behind a whole paste's indent
-    (`    [rank3]:[E1206 ...]`: the layer reads labels at the line's start only). The torchx
-    local rank is the rank on replica 0 only (as torchrun's alone is on one node); on another
-    replica the rank is not known."""
-    if line.labels:
-        return line
-    text = line.text
-    stripped = text.lstrip(" \t")
-    if len(text) - len(stripped) > _INDENT_MAX:
-        return line
-    m = _TORCHX.match(stripped) if "/" in stripped[:72] else None
-    if m is not None:
-        again = read_line(line.number, stripped[m.end():], max_line=MAX_LINE)[0]
-        replica, local = int(m.group(2)), int(m.group(3))
-        return msgspec.structs.replace(
-            again, raw=line.raw, labels=m.group(0) + again.labels, role=f"{m.group(1)}/{replica}",
-            local_rank=local if replica == 0 else again.local_rank, repairs=line.repairs + again.repairs)
-    if len(stripped) != len(text) and stripped[:1] in "[(EWIF":
-        again = read_line(line.number, stripped, max_line=MAX_LINE)[0]
-        if again.labels:
-            return msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs)
-    return line
-
-
 _HEAD_TAIL = 40  # characters after a `[PG ... Rank N]` group of a c10 line cut by a word wrap
 
 
@@ -1733,7 +1699,7 @@ def _word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
 def parse_torch_log(text: str) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the module's docstring)."""
     parser = _Parser()
-    lines = (_relabelled(line) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
+    lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
     for line in _word_unwrapped(lines):
         parser.feed(line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted

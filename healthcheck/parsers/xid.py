@@ -27,7 +27,8 @@ give `unit`, `severity`, `link` and the `status` words; `nvidia: probe of <bus> 
 is an `init-failed` fault at stage `probe`, with the `(PCI ID: 10de:2901)` the driver
 named for that bus; the load banner gives `driver_version`; GSP firmware errors logged
 without an Xid number are `gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
-(parsers/pcie_aer.py), facts beside the Xids that no check judges yet.
+(parsers/pcie_aer.py), with `aer_recovery` (a device that "can't recover" after one: often
+the GPU behind the port that logged the error), facts beside the Xids that no check judges yet.
 A bus id redacted in a paste (`PCI:...`, `0000:XX:00.0`) keeps its event with
 `pci_bus_id` None; a kernel line another tool quoted (`"NVRM: Xid ...\\n"`) is read
 without the quote.
@@ -52,7 +53,15 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
-from healthcheck.parsers.lines import quoted_paste, quoted_reply, read_line
+from healthcheck.parsers.lines import (
+    continues_indented,
+    join_continuation,
+    quoted_paste,
+    quoted_reply,
+    read_line,
+    unquoted,
+    word_wrapped,
+)
 from healthcheck.parsers.nvrm_load import (
     PROBE_MARKER,
     GspError,
@@ -61,7 +70,7 @@ from healthcheck.parsers.nvrm_load import (
     gsp_error,
     probe_failure,
 )
-from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, AerEvent, AerReader
+from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, AerEvent, AerReader, AerRecovery
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -121,6 +130,7 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     driver_version: str | None = None  # from the driver's load banner ("NVRM: loading NVIDIA UNIX ...  580.159.04")
     gsp_errors: list[GspError] = []  # GSP firmware errors logged without an Xid number
     aer: list[AerEvent] = []  # PCIe AER errors (any device: facts beside the Xids, never a verdict here)
+    aer_recovery: list[AerRecovery] = []  # how recovery from them went, per device (a GPU that "can't recover")
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
     source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
@@ -195,7 +205,7 @@ def parse_kernel_log(
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
     for number, raw in enumerate(lines):
-        if not _worth_reading(raw) and not read.aer.expects_detail(number):  # the common case, kept cheap
+        if not _worth_reading(raw) and not read.expects(number, raw):  # the common case, kept cheap
             if not read.looks_like_log:
                 read.looks_like_log = split_prefix(raw, boot_time, year)[0].prefixed or _mentions_kernel(raw)
             continue
@@ -220,6 +230,11 @@ def _worth_reading(raw: str) -> bool:
 
 
 _JOINED_LINES = 8  # continuation lines joined to one driver message at most
+_MARKER = "NVRM:"  # what each continuation line of a driver message starts with again
+_QUOTED_MARKERS = ("NVRM:", "SXid")  # where a message another tool quoted starts
+# an NVLink5 Xid cut after its link, and the status words a word wrap moved onto the next line
+_LINK_AT_END = re.compile(r"(?:Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} Link -?\d{1,3}$", re.ASCII)
+_STATUS_OPENS = re.compile(r"\(0x[0-9A-Fa-f]{1,16}\b", re.ASCII)
 
 
 class _Message:
@@ -233,13 +248,25 @@ class _Message:
 
     def takes(self, number: int, text: str) -> bool:
         """Whether `text` continues this message: dmesg and journalctl print a multi-line
-        kernel message's further lines indented under its stamp, each with "NVRM: " again."""
-        body = text.lstrip()
-        return (number == self.last + 1 and self.joined < _JOINED_LINES and body.startswith("NVRM:")
-                and len(text) - len(body) > self.indent and not body.startswith("NVRM: Xid"))
+        kernel message's further lines indented under its stamp, each with "NVRM: " again
+        (lines.continues_indented); a paste's word wrap moves an NVLink5 Xid's status words
+        onto the next line (`wraps`)."""
+        if number != self.last + 1 or self.joined >= _JOINED_LINES:
+            return False
+        if self.wraps(text):
+            return True
+        return continues_indented(self.indent, text, _MARKER) and not text.lstrip().startswith("NVRM: Xid")
+
+    def wraps(self, text: str) -> bool:
+        """`text` is the `(0x... ...)` status words of this NVLink5 Xid, which ends at its
+        `Link N` (a word wrap in an issue or a chat moved them: real, issue 20's field set)."""
+        return self.joined == 0 and word_wrapped(self.text, text, head_ends=_LINK_AT_END, tail_starts=_STATUS_OPENS)
 
     def join(self, number: int, text: str) -> None:
-        self.text = f"{self.text.rstrip()} {text.lstrip()[len('NVRM:'):].strip()}"
+        if self.wraps(text):
+            self.text = f"{self.text.rstrip()} {text.strip()}"
+        else:
+            self.text = join_continuation(self.text, text, _MARKER)
         self.last, self.joined = number, self.joined + 1
 
 
@@ -261,6 +288,13 @@ class _Read:
         self.pending: _Message | None = None
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
+
+    def expects(self, number: int, raw: str) -> bool:
+        """Whether line `number` may belong to what is being read though it names no marker:
+        an AER event's detail line, or a driver message's wrapped words."""
+        if self.aer.expects_detail(number):
+            return True
+        return self.pending is not None and self.pending.last == number - 1 and "(0x" in raw[:256]
 
     def near_gpu(self, number: int) -> str | None:
         return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
@@ -296,7 +330,7 @@ class _Read:
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
             return
-        body = unquoted(body)
+        body = unquoted(body, _QUOTED_MARKERS)
         if self._event(number, line, body, stamp):
             return
         self._numberless(number, line, body, stamp)
@@ -366,19 +400,7 @@ class _Read:
         return KernelGpuLog(xids=_merge_legacy(self.xids, self.legacy), sxids=self.sxids, gpu_uuids=self.uuids,
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
-                            gsp_errors=gsp, aer=self.aer.events())
-
-
-def unquoted(body: str) -> str:
-    """A kernel message another tool quoted (`[XID found] (54 minutes ago) "NVRM: Xid ...\\n"`)
-    without its closing quote and the `\\n` escape before it: the message is what the
-    kernel logged. A message not opened by a quote is returned as it is."""
-    at = min((i for i in (body.find("NVRM:"), body.find("SXid")) if i >= 0), default=-1)
-    if at <= 0 or body[at - 1] not in "\"'":
-        return body
-    end = body.rfind(body[at - 1])
-    inner = body[at:end] if end > at else body[at:]
-    return body[: at - 1] + (inner[:-2] if inner.endswith("\\n") else inner)
+                            gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery)
 
 
 def _mentions_kernel(line: str) -> bool:
@@ -558,6 +580,7 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
         faults=[e for e in log.faults if e.time is None or e.time >= t],
         gsp_errors=[e for e in log.gsp_errors if e.time is None or e.time >= t],
         aer=[e for e in log.aer if e.time is None or e.time >= t],
+        aer_recovery=[e for e in log.aer_recovery if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
         since=t,
     )

@@ -14,11 +14,11 @@ import msgspec
 import pytest
 from support import CORPUS, FIXTURES, assert_linear
 
+from healthcheck.parsers.lines import unpasted
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
 from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
 from healthcheck.parsers.nvlink_status import parse_nvlink_status
-from healthcheck.parsers.pasted import unpasted
 from healthcheck.parsers.perftest import parse_perftest
 
 PARSERS: dict[str, tuple[Callable[[str], object], list[Path]]] = {

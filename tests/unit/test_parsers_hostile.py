@@ -91,10 +91,15 @@ PREFIXES = {
             "pcieport 0000:00:02.0: AER: ", "pcieport 0000:00:02.0: PCIe Bus Error: severity=",
             "pcieport 0000:00:02.0:    [ ", "nvidia: probe of 0000:18:00.0 failed with error ",
             "NVRM: loading NVIDIA UNIX x86_64 ", "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 1 (",
-            "NVRM: GSP timed out ", "[XID found] \"NVRM: Xid (PCI:...): 79, \"", "               NVRM: "],
+            "NVRM: GSP timed out ", "[XID found] \"NVRM: Xid (PCI:...): 79, \"", "               NVRM: ",
+            # issue 20: an NVLink5 Xid's status words on the next line, AER recovery lines
+            "NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0\n(0x",
+            "nvidia 0000:03:00.0: AER: can't recover ", "[  +0.000844] pcieport 0000:00:03.0: AER: device recovery failed"],
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <", "NVML: ", "Unable to "],
-    "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: "],
+    "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: ",
+                    # issue 20: a row cut after its iterations
+                    " 65536      664644 "],
     "nccl-log": ["", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] x.cc:1 NCCL WARN ", "[2026-01-01 00:00:00] h:1:2 [0] NCCL INFO ",
                  "[1,0]<stdout>:", "0: ", "[rank0]:", "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks ",
                  "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff ", "h:1:2 [0] NCCL INFO NET/IB : Using ",

@@ -51,7 +51,8 @@ def test_reasons_R_and_R_l():
     long = read("slurm-22.05-R-l-user-uid-state.txt")
     assert long.timestamp == "Mon Nov 23 13:29:29 2026"
     assert [(x.nodes, x.state, x.state_flags, x.reason_user, x.reason_uid) for x in long.rows] == [
-        ("node4", "down", ["not_responding"], "root", 0), ("node3", "drng", [], "root", 0), ("node2", "drain", [], "root", 0)]
+        ("node4", "down", ["not_responding"], "root", 0), ("node3", "draining", [], "root", 0),
+        ("node2", "drained", [], "root", 0)]  # compact names read as the long ones
     brackets = read("slurm-22.05-R-reason-with-brackets.txt")
     assert brackets.rows[0].reason == "psu swap [ticket 99]"
 
@@ -70,8 +71,10 @@ def test_nodes_long_and_summary():
         "drained", ["not_responding"], False, "psu swap [ticket 99]")
     summary = read("slurm-22.05-summary.txt")
     assert [(x.partition, x.avail, x.timelimit, x.state, x.nodes) for x in summary.rows][:2] == [
-        ("debug", "up", "infinite", "down", "node4"), ("debug", "up", "infinite", "drng", "node3")]
-    assert {x.state for x in read("slurm-22.05-N-compact-states.txt").rows} == {"mix", "drain", "drng", "down"}
+        ("debug", "up", "infinite", "down", "node4"), ("debug", "up", "infinite", "draining", "node3")]
+    compact = read("slurm-22.05-N-compact-states.txt").rows
+    assert {x.state for x in compact} == {"mixed", "drained", "draining", "down"}
+    assert {x.columns["STATE"] for x in compact} == {"mix", "drain", "drng", "down*"}  # as printed
 
 
 def test_o_and_O_with_headers():
