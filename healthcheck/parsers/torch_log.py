@@ -26,9 +26,10 @@ shared/notes/diagnose.md sections 2 and 4):
   (DistBackendError, RuntimeError before 2.1, or inside a watchdog exception), then
   `ncclXxx: <detail>`, `Last error:` and the line after it (NCCL's own last error,
   e.g. `Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60`); `CUDA error:`.
-* gloo: `Connection closed by peer [ip]:port`, `Timed out waiting Nms for recv|send
-  operation to complete`, `op.preamble.length <= op.nbytes. X vs Y` / `Received data size
-  doesn't match`, `Read error [ip]:port: ...`.
+* gloo: `Connection closed by peer [ip]:port`, `connect [ip]:port: ERROR`, `Connect timeout
+  [ip]:port`, `Timed out waiting Nms for recv|send operation to complete`,
+  `op.preamble.length <= op.nbytes. X vs Y` / `Received data size doesn't match`, `Read
+  error [ip]:port: ...`.
 * Flight Recorder: `Stack trace of the failed collective not found ... FlightRecorder is
   disabled`, the stack that is printed instead (`#0 all_reduce from FILE:LINE`), where a
   dump was written, dump signals between ranks.
@@ -237,7 +238,8 @@ GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error", "con
 
 class GlooError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """A gloo transport error; `source` is gloo's `pair.cc:598` (the line varies by release).
-    connect: pair.cc's `connect [ADDR]:PORT: ERROR` (the peer it could not reach, and why)."""
+    connect: pair.cc's `connect [ADDR]:PORT: ERROR` (the peer it could not reach, and why) or
+    `Connect timeout [ADDR]:PORT` (message "Connect timeout")."""
 
     kind: GlooKind
     source: str = ""
@@ -633,6 +635,8 @@ _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d{1,20})ms for (\w{1,32}) opera
 _GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d{1,20}) vs (\d{1,20})")
 _NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
 _GLOO_CONNECT = re.compile(r"\bconnect \[([^\]\s]{1,128})\]:(\d{1,5}): ([^\n]{1,200})")
+# pair.cc's `Connect timeout [ADDR]:PORT`: the words first, the peer last (gloo's `[none]`: no peer known)
+_GLOO_CONNECT_TIMEOUT = re.compile(r"\b(Connect timeout) \[([^\]\s]{1,128})\]:(\d{1,5})")
 # ProcessGroupNCCL's unique-id exchange names the rank that failed: `[4] is setting up NCCL communicator ...`
 _SELF_RANK = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator")
 _GLOO_READ = re.compile(r"Read error \[([^\]\s]{1,128})\]:(\d{1,5}): ([^.\n]{0,200})")
@@ -1121,6 +1125,9 @@ class _Parser:
             self.add("gloo", GlooError(**self.where(line), kind="connect", source=source_before(m.start()),
                                        peer=m.group(1), port=_int(m.group(2)),
                                        message=clip(m.group(3).strip(), _MESSAGE_MAX)))
+        for m in _GLOO_CONNECT_TIMEOUT.finditer(b):
+            self.add("gloo", GlooError(**self.where(line), kind="connect", source=source_before(m.start()),
+                                       peer=m.group(2), port=_int(m.group(3)), message=m.group(1)))
         for m in _GLOO_READ.finditer(b):
             self.add("gloo", GlooError(**self.where(line), kind="read-error", source=source_before(m.start()),
                                        peer=m.group(1), port=_int(m.group(2)),
@@ -1640,7 +1647,8 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
     (lambda b: "monitoredBarrier" in b, _Parser.barrier),
     (lambda b: "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b, _Parser.backend_error),
     (lambda b: ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
-                or "Received data size doesn't match" in b or "Read error [" in b or "connect [" in b), _Parser.gloo),
+                or "Received data size doesn't match" in b or "Read error [" in b or "connect [" in b
+                or "Connect timeout [" in b), _Parser.gloo),
     (lambda b: ("Stack trace of the failed collective" in b or "debug info" in b or "signal dumping" in b
                 or "dump signal from another rank" in b), _Parser.flight_recorder),
     (lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b, _Parser.address_in_use),

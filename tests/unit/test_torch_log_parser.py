@@ -932,6 +932,19 @@ def test_gloo_connect_failure_names_the_peer_and_port():
                                                                "Connection refused")
 
 
+def test_gloo_connect_timeout_names_the_peer_and_port():
+    # field/issues/torch-log/gloo-pair-connect-timeout-mpirun-aborted.txt (a retired held-out
+    # file): gloo's pair.cc `Connect timeout [172.17.27.13]:27023`, the peer after the words
+    # (no `: error` after it), ending a traceback before mpirun's abort box
+    log = parse_torch_log((FIELD_TORCH / "gloo-pair-connect-timeout-mpirun-aborted.txt").read_text())
+    (g,) = log.gloo
+    assert (g.kind, g.peer, g.port, g.source) == ("connect", "172.17.27.13", 27023, "pair.cc:611")
+    assert "timeout" in g.message.lower()
+    # gloo that does not know its peer (`pair.h:311] Connect timeout [none]`) names none: no fact
+    text = (FIXTURES / "diagnose" / "env-world" / "rank0.log").read_text()
+    assert not [g for g in parse_torch_log(text).gloo if g.kind == "connect"]
+
+
 def test_a_distbackenderror_without_a_label_takes_the_rank_its_message_names():
     # field/issues/torch-log/rank8-distbackenderror-store-get-connection-reset.txt with its
     # `[rank8]:` prefixes taken off (a transformation: the same output without torch's labels)
