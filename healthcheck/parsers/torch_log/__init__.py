@@ -112,7 +112,8 @@ from healthcheck.parsers.torch_log.facts import (
     WorkerFailed,
     WorkerGroupEvent,
 )
-from healthcheck.parsers.torch_log.reader import MAX_LINE, parse_torch_log
+from healthcheck.parsers.torch_log.reader import parse_torch_log
+from healthcheck.parsers.torch_log.text import MAX_LINE
 
 __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",

@@ -74,7 +74,8 @@ _LISTEN_FAILED = "failed to listen on any local network address"
 
 
 def _backend_kind(state: TorchState, b: str) -> tuple[BackendKind, str, str, str, int] | None:
-    """(kind, where, reason, NCCL version, where the error starts) of the line's error."""
+    """(kind, where, reason, NCCL version, where the error starts) of the line's error; an
+    NCCL error's version is noted on `state`."""
     m = _NCCL_ERROR.search(b)
     if m:
         at, reason, version = m.groups()

@@ -28,8 +28,7 @@ from healthcheck.parsers.torch_log import agent, box, errors, tracebacks, watchd
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
-
-MAX_LINE = 16_384  # characters of a line that are read
+from healthcheck.parsers.torch_log.text import MAX_LINE
 
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
 _PYLOG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): ?(?:torch|torchelastic)[\w.]{0,128}:")
@@ -196,7 +195,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *agent.HANDLERS,
-    Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),
+    Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("torch-words", lambda b: any(w in b for w in _TORCH_WORDS), _torch_words),
 )

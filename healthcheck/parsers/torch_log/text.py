@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from healthcheck.core.inputs import clip
 
+MAX_LINE = 16_384  # characters of a line that are read
 MESSAGE_MAX = 300  # characters of a message kept
 RANKS_MAX = 4096  # ranks of one list kept
 _MAX_INT_DIGITS = 20

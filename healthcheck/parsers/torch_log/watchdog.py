@@ -23,9 +23,8 @@ from healthcheck.parsers.torch_log.facts import (
     WatchdogTimeout,
 )
 from healthcheck.parsers.torch_log.state import TorchState, group_where, where
-from healthcheck.parsers.torch_log.text import MESSAGE_MAX, rank_list, to_int
+from healthcheck.parsers.torch_log.text import MAX_LINE, MESSAGE_MAX, rank_list, to_int
 
-LINE_MAX = 16_384  # characters of a line that are read (the parser's MAX_LINE)
 _WORK_SPAN = 600  # characters after `WorkNCCL(` its fields are looked for in
 
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w\-]{1,64})")
@@ -225,7 +224,7 @@ def read_desync_snapshot(state: TorchState, line: Line) -> bool:
 def read_mismatch(state: TorchState, line: Line) -> bool:
     """`Detected mismatch between collectives on ranks`: both fingerprints and their differences."""
     b = line.text
-    sides = list(_FP_SIDE.finditer(b, 0, LINE_MAX))[:2]
+    sides = list(_FP_SIDE.finditer(b, 0, MAX_LINE))[:2]
     if not sides:
         return False
     diff_at = b.find(_FP_DIFFERS)
