@@ -35,7 +35,6 @@ _PYLOG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): ?(?:torch|torchelas
 _PYLOG_OLD = re.compile(
     r"\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) [\w.]{1,64}: "
 )
-_TORCH_WORDS = ("torch.distributed", "torchrun", "ProcessGroupNCCL", "torch/distributed", "torchelastic", "c10d")
 
 
 # ---------------------------------------------------------------- a line made torch's
@@ -185,6 +184,11 @@ def _chained(handlers: Sequence[Handler[TorchState]]) -> tuple[Handler[TorchStat
     return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
 
 
+def _names_torch(b: str) -> bool:
+    return ("torch.distributed" in b or "torchrun" in b or "ProcessGroupNCCL" in b or "torch/distributed" in b
+            or "torchelastic" in b or "c10d" in b)
+
+
 def _torch_words(state: TorchState, line: Line) -> bool:
     """A line that names torch.distributed, torchrun, ProcessGroupNCCL, c10d: torch's output
     (the text is not refused), though no handler may read it."""
@@ -197,7 +201,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *agent.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
-    Handler("torch-words", lambda b: any(w in b for w in _TORCH_WORDS), _torch_words),
+    Handler("torch-words", _names_torch, _torch_words),
 )
 
 

@@ -42,9 +42,9 @@ def read_frame(state: TorchState, line: Line) -> bool:
     inside a traceback) or, in an open traceback, the source line under it; any other
     indented line is no exception."""
     b = line.text
+    if not _FRAME.match(b):  # the frame's source line (`    main()`) in an open traceback
+        return bool(state.tracebacks) and bool(state.tracebacks.get(rank_key(line)))
     key = rank_key(line)
-    if not _FRAME.match(b):
-        return bool(state.tracebacks.get(key))  # the frame's source line: `    main()`
     if not state.tracebacks.get(key):
         state.tracebacks[key] = 1  # a fragment that starts inside a traceback
     _frame(state, key, b)
