@@ -1,6 +1,6 @@
 """Issue 19, round 3: a rank that raises in its own code before init_process_group, while its
 peers wait in the rendezvous/store (healthcheck/diagnose/preinit.py), and mpirun's box that
-names the first process to exit non-zero (parsers/torch_log.py). Real gloo jobs (torch 2.13
+names the first process to exit non-zero (parsers/torch_log/agent.py). Real gloo jobs (torch 2.13
 CPU, Open MPI 4.1.4) saved by the measured detector's harness
 (tests/fixtures/diagnose-jobs/held-out*/saved/, seen sets now)."""
 

@@ -932,6 +932,19 @@ def test_gloo_connect_failure_names_the_peer_and_port():
                                                                "Connection refused")
 
 
+def test_gloo_connect_timeout_names_the_peer_and_port():
+    # field/issues/torch-log/gloo-pair-connect-timeout-mpirun-aborted.txt (a retired held-out
+    # file): gloo's pair.cc `Connect timeout [172.17.27.13]:27023`, the peer after the words
+    # (no `: error` after it), ending a traceback before mpirun's abort box
+    log = parse_torch_log((FIELD_TORCH / "gloo-pair-connect-timeout-mpirun-aborted.txt").read_text())
+    (g,) = log.gloo
+    assert (g.kind, g.peer, g.port, g.source) == ("connect", "172.17.27.13", 27023, "pair.cc:611")
+    assert "timeout" in g.message.lower()
+    # gloo that does not know its peer (`pair.h:311] Connect timeout [none]`) names none: no fact
+    text = (FIXTURES / "diagnose" / "env-world" / "rank0.log").read_text()
+    assert not [g for g in parse_torch_log(text).gloo if g.kind == "connect"]
+
+
 def test_a_distbackenderror_without_a_label_takes_the_rank_its_message_names():
     # field/issues/torch-log/rank8-distbackenderror-store-get-connection-reset.txt with its
     # `[rank8]:` prefixes taken off (a transformation: the same output without torch's labels)
@@ -1016,3 +1029,44 @@ def test_labels_behind_an_indented_paste_are_read():
     frames = parse_torch_log('Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n'
                              "RuntimeError: boom\n")
     assert [(e.type, e.framed, e.frame) for e in frames.exceptions] == [("RuntimeError", True, "train.py:3 in <module>")]
+
+
+# ------------------------------------------------------------ issue 20: the handler table
+
+
+def test_lines_no_handler_reads_are_counted_and_sampled_beside_the_facts():
+    # field/issues/torch-log/gloo-pair-connect-timeout-mpirun-aborted.txt: a caffe2 program's
+    # own log line and mpirun's abort box are no torch handler's; the traceback and gloo's
+    # error are read, and the unread lines are evidence, not a reason to refuse
+    log = parse_torch_log((FIELD_TORCH / "gloo-pair-connect-timeout-mpirun-aborted.txt").read_text())
+    assert [g.kind for g in log.gloo] == ["connect"] and [e.type for e in log.exceptions] == ["RuntimeError"]
+    sampled = {s.line: s.text for s in log.unrecognized.sample}
+    assert log.unrecognized.count == len(sampled)
+    assert 2 in sampled and "Memonger" in sampled[2]
+    assert 14 in sampled and "noticed that the job aborted" in sampled[14]
+    assert not {3, 4, 5, 12} & set(sampled)  # the traceback's header, a frame, its source line, the error
+
+
+def test_hc_parse_torch_log_explain_names_the_handler_of_each_line():
+    from healthcheck.parsers import parser_for
+    from healthcheck.parsers.explain import explain
+
+    text = (FIELD_TORCH / "gloo-pair-connect-timeout-mpirun-aborted.txt").read_text()
+    _, explanation = explain("torch-log", parser_for("torch-log"), text)
+    by = {x.line: x.by for x in explanation.lines}
+    assert explanation.how == "handlers"
+    assert (by[3], by[4], by[12], by[14]) == ("traceback", "traceback-frame", "gloo", "unrecognized")
+
+
+def test_a_line_holding_several_messages_is_read_by_each_and_named_by_the_first():
+    # corpus torch-nccl-error/distbackenderror-remote-process-exited-nccl-2.18.5-two-lines.txt:
+    # its first line is both an NCCL error and the exception a traceback ends with
+    from healthcheck.parsers import parser_for
+    from healthcheck.parsers.explain import explain
+
+    text = read("torch-nccl-error/distbackenderror-remote-process-exited-nccl-2.18.5-two-lines.txt")
+    log, explanation = explain("torch-log", parser_for("torch-log"), text)
+    assert [(b.line, b.kind) for b in log.backend_errors] == [(1, "nccl")]
+    assert [(e.line, e.type) for e in log.exceptions] == [(1, "torch.distributed.DistBackendError")]
+    assert explanation.lines[0].by == "backend-error"
+    assert log.unrecognized.count == 0

@@ -1,0 +1,173 @@
+"""torchrun's agent and the launchers on how workers and tasks ended, one handler each: a
+worker that failed, srun's and mpirun's word on their tasks, the agent signalled, the
+agent closing workers, the worker group's steps. Their labels are a node's, never a rank."""
+
+from __future__ import annotations
+
+import re
+
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Handler, Line
+from healthcheck.parsers.torch_log.facts import (
+    SIGNALS,
+    AgentSignal,
+    ClosingSignal,
+    GroupEventKind,
+    TaskExit,
+    WorkerFailed,
+    WorkerGroupEvent,
+)
+from healthcheck.parsers.torch_log.state import TorchState, agent_where
+from healthcheck.parsers.torch_log.text import task_ids, to_int
+
+_WORKER_FAILED = re.compile(
+    r"failed \(exitcode: (-?\d{1,20})\) local_rank: (\d{1,9}) \(pid: (\d{1,10})\) of (?:binary|fn): (.{0,512})"
+)
+_DEATH = re.compile(r"Received (\d{1,3}) death signal, shutting down workers")
+_GOT_SIGNAL = re.compile(r"Process (\d{1,10}) got signal: (?:Signals\.)?(\w{1,16})")
+_CLOSING = re.compile(r"(?:Sending process (\d{1,10}) closing signal|Closing process (\d{1,10}) via signal) (\w{1,16})")
+_GROUP_RESTART = re.compile(
+    r"\[([^\]]{1,64})\] Worker group (\w{1,32})\. (\d{1,9})/(\d{1,9}) attempts left; will restart worker group"
+)
+_GROUP_STEP = re.compile(r"\[([^\]]{1,64})\] (Stopping|Starting|Rendezvous'ing) worker group")
+_GROUP_DONE = re.compile(r"\[([^\]]{1,64})\] worker group successfully finished")
+_GROUP_NODES = re.compile(r"\[([^\]]{1,64})\] Detected (\d{1,9}) new nodes from group_rank=\d{1,9}; will restart")
+_GROUP_STEPS: dict[str, GroupEventKind] = {"Stopping": "stopping", "Starting": "starting",
+                                           "Rendezvous'ing": "rendezvous"}
+_TASK_EXIT = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096}): (.{1,200})$")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
+_MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
+_MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
+_MPIRUN_SIGNAL = re.compile(  # Open MPI 4.1.4 as captured here (held-out-2 saved outputs)
+    r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})")
+_TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
+                 "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+_STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
+_WORKER_WORDS = "failed (exitcode: "
+
+
+def read_worker_failed(state: TorchState, line: Line) -> bool:
+    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B`."""
+    m = _WORKER_FAILED.search(line.text)
+    if m is None:
+        return False
+    exitcode = int(m.group(1)) if to_int(m.group(1)) is not None else 0
+    state.add("worker_failures", WorkerFailed(
+        **agent_where(line), exitcode=exitcode, local_rank=to_int(m.group(2)), pid=to_int(m.group(3)),
+        binary=clip(m.group(4).strip(), 512), signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
+    return True
+
+
+def read_mpirun_signal(state: TorchState, line: Line) -> bool:
+    """Open MPI's `process rank R ... exited on signal N`: the first rank it saw killed."""
+    m = _MPIRUN_SIGNAL.match(line.text)
+    if m is None:
+        return False
+    number = int(m.group(4))
+    state.add("task_exits", TaskExit(**agent_where(line), host=clip(m.group(3), 256), tasks=(int(m.group(1)),),
+                                     state=f"exited on signal {number}", signal=SIGNALS.get(number, ""),
+                                     launcher="mpirun"))
+    return True
+
+
+def read_mpirun_exit(state: TorchState, line: Line) -> bool:
+    """Open MPI's `mpirun detected that one or more processes exited with non-zero status`
+    box: `Process name: [[J,1],R]` then `Exit code: N`, the first rank to exit non-zero."""
+    m = _MPIRUN_PROCESS.match(line.text)
+    if m is not None:
+        state.mpirun_process = int(m.group(1))
+        return True
+    m = _MPIRUN_EXIT.match(line.text)
+    rank, state.mpirun_process = state.mpirun_process, None
+    if m is None or rank is None:
+        return False
+    state.add("task_exits", TaskExit(**agent_where(line), tasks=(rank,), exitcode=int(m.group(1)),
+                                     state=f"exited with exit code {m.group(1)}", launcher="mpirun"))
+    return True
+
+
+def read_srun(state: TorchState, line: Line) -> bool:
+    """srun's own lines: how each task ended, and whether srun had aborted the step."""
+    b = line.text
+    if any(w in b for w in _STEP_ABORTED):
+        state.step_aborted = True
+        return True
+    m = _TASK_EXIT.match(b)
+    if m is None:
+        return False
+    host, tasks, ended = m.group(1), task_ids(m.group(2)), m.group(3).strip()
+    code = _EXIT_CODE.match(ended)
+    state.add("task_exits", TaskExit(**agent_where(line), host=clip(host, 256), tasks=tasks,
+                                     state=clip(ended, 64), exitcode=to_int(code.group(1)) if code else None,
+                                     signal=_TASK_SIGNALS.get(ended, ""), oom=ended.lower() == "out of memory",
+                                     after_abort=state.step_aborted))
+    return True
+
+
+def read_agent_signal(state: TorchState, line: Line) -> bool:
+    """`Received 15 death signal, shutting down workers`, SignalException's `Process P got signal: S`."""
+    b = line.text
+    m = _DEATH.search(b)
+    if m:
+        number = to_int(m.group(1))
+        state.add("agent_signals", AgentSignal(**agent_where(line), kind="death-signal",
+                                               signal=SIGNALS.get(number or 0, ""), number=number))
+        return True
+    m = _GOT_SIGNAL.search(b)
+    if m is None:
+        return False
+    value = m.group(2)
+    number = to_int(value)
+    name = value if number is None else SIGNALS.get(number, "")
+    if number is None:
+        number = next((n for n, s in SIGNALS.items() if s == name), None)
+    state.add("agent_signals", AgentSignal(**agent_where(line), kind="signal-exception", signal=name,
+                                           number=number, pid=to_int(m.group(1))))
+    return True
+
+
+def read_closing_signal(state: TorchState, line: Line) -> bool:
+    """`Sending process P closing signal SIGTERM`, `Closing process P via signal SIGTERM`."""
+    m = _CLOSING.search(line.text)
+    pid = to_int(m.group(1) or m.group(2)) if m else None
+    if m is None or pid is None:
+        return False
+    state.add("closing_signals", ClosingSignal(**agent_where(line), pid=pid, signal=m.group(3)))
+    return True
+
+
+def _group_event(b: str) -> dict | None:
+    m = _GROUP_RESTART.search(b)
+    if m:
+        return {"kind": "restart", "role": m.group(1), "state": m.group(2), "attempts_left": to_int(m.group(3)),
+                "max_restarts": to_int(m.group(4))}
+    m = _GROUP_STEP.search(b)
+    if m:
+        return {"kind": _GROUP_STEPS[m.group(2)], "role": m.group(1)}
+    m = _GROUP_DONE.search(b)
+    if m:
+        return {"kind": "finished", "role": m.group(1)}
+    m = _GROUP_NODES.search(b)
+    if m:
+        return {"kind": "membership-change", "role": m.group(1), "new_nodes": to_int(m.group(2))}
+    return None
+
+
+def read_worker_group(state: TorchState, line: Line) -> bool:
+    """`[default] Worker group FAILED. 3/3 attempts left; will restart worker group` and the other steps."""
+    event = _group_event(line.text)
+    if event is None:
+        return False
+    state.add("worker_group", WorkerGroupEvent(**agent_where(line), **event))
+    return True
+
+
+HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("worker-failed", lambda b: _WORKER_WORDS in b, read_worker_failed),
+    Handler("mpirun-signal", lambda b: b.startswith("mpirun noticed") and _WORKER_WORDS not in b, read_mpirun_signal),
+    Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
+    Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),
+    Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),
+    Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
+    Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
+)

@@ -1,0 +1,334 @@
+"""Errors torch raises or logs, one handler each: NCCL and CUDA errors, gloo's transport,
+the Flight Recorder's notes, ports in use, rendezvous and store failures, a call on a
+group the rank is not in, and the NCCL versions named."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Handler, Line
+from healthcheck.parsers.torch_log.facts import (
+    AddressInUse,
+    BackendError,
+    BackendKind,
+    FlightRecorderNote,
+    FrKind,
+    GlooError,
+    GlooKind,
+    NotInGroup,
+    RendezvousError,
+    RendezvousKind,
+)
+from healthcheck.parsers.torch_log.state import TorchState, group_where, rank_key, where
+from healthcheck.parsers.torch_log.text import (
+    MESSAGE_MAX,
+    basename,
+    host_port,
+    message_from,
+    rest_of,
+    to_int,
+    type_before,
+)
+
+_NCCL_ERROR = re.compile(
+    r"NCCL error(?: in: ([^\s,]{1,512}),|:) ([^,]{1,256}?)(?: \(run with NCCL_DEBUG=\w{1,16} for details\))?,"
+    r" NCCL version ([\w.+\-]{1,64})"
+)
+_NCCL_TIMEOUT = re.compile(r"NCCL timeout in: ([^\s,]{1,512})")
+_CUDA_ERROR = re.compile(r"CUDA error: ([^\n]{1,300})")
+_VERSION_NUMBERS = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
+_NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})")
+_GLOO_PEER = re.compile(r"Connection closed by peer \[([^\]\s]{1,128})\]:(\d{1,5})")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d{1,20})ms for (\w{1,32}) operation")
+_GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d{1,20}) vs (\d{1,20})")
+_GLOO_CONNECT = re.compile(r"\bconnect \[([^\]\s]{1,128})\]:(\d{1,5}): ([^\n]{1,200})")
+# pair.cc's `Connect timeout [ADDR]:PORT`: the words first, the peer last (gloo's `[none]`: no peer known)
+_GLOO_CONNECT_TIMEOUT = re.compile(r"\b(Connect timeout) \[([^\]\s]{1,128})\]:(\d{1,5})")
+_GLOO_READ = re.compile(r"Read error \[([^\]\s]{1,128})\]:(\d{1,5}): ([^.\n]{0,200})")
+_NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
+_FR_PATH = re.compile(r"debug info to (?:file: )?(\S{1,1024})")
+_FR_PATH_ERROR = re.compile(r"(?:writing NCCLPG debug info|Flight Recorder debug info(?: to file)?): (\S{1,1024})")
+_BIND = re.compile(r"failed to bind to (\S{1,256}?):(\d{1,5}) \(errno: (\d{1,5}) - ([^)]{0,128})\)")
+_LISTEN_PORT = re.compile(r"port: (\d{1,5}), useIpv6: \w{1,8}, code: (-?\d{1,5}), name: (\w{1,32})")
+_ERRNO_98 = re.compile(r"\[Errno (\d{1,5})\] [Aa]ddress already in use")
+_PORT_NEAR = re.compile(r"\bport[ :=]{1,3}(\d{1,5})\b", re.IGNORECASE)
+_CLIENT_TIMEOUT = re.compile(
+    r"client socket has timed out after (\d{1,20}(?:\.\d{1,9})?)(ms|s)? while trying to connect to "
+    r"\(?([^\s(),]{1,256})(?::|, )(\d{1,5})\)?"
+)
+_CLIENT_FAILED = re.compile(r"client socket has failed to connect to (?:any network address of )?(\S{1,256})")
+_CLIENTS_JOINED = re.compile(
+    r"Timed out after (\d{1,20}) seconds waiting for clients\. (\d{1,9})/(\d{1,9}) clients joined"
+)
+_WAIT_TIMEOUT = re.compile(r"wait timeout after (\d{1,20})ms")
+_STORE_WAIT = re.compile(r"waitForInput: socket SocketImpl\(fd=\d{1,9}, addr=\S{1,128}, remote=(\S{1,128}?)\)")
+_RDZV_CLASS = re.compile(r"Rendezvous(Closed|Connection|Timeout|State|GracefulExit|)Error(?=:|$)")
+_RDZV_KINDS: dict[str, RendezvousKind] = {"Closed": "closed", "Connection": "connection", "Timeout": "timeout",
+                                          "State": "state", "GracefulExit": "graceful-exit", "": "error"}
+_LISTEN_FAILED = "failed to listen on any local network address"
+
+
+# ---------------------------------------------------------------- NCCL and CUDA errors
+
+
+def _backend_kind(state: TorchState, b: str) -> tuple[BackendKind, str, str, str, int] | None:
+    """(kind, where, reason, NCCL version, where the error starts) of the line's error; an
+    NCCL error's version is noted on `state`."""
+    m = _NCCL_ERROR.search(b)
+    if m:
+        at, reason, version = m.groups()
+        numbers = _VERSION_NUMBERS.match(version)
+        version = numbers.group(0) if numbers else version
+        state.version(version)
+        return "nccl", at, reason, version, m.start()
+    t = _NCCL_TIMEOUT.search(b)
+    if t:
+        return "nccl-timeout", t.group(1), "timeout", "", t.start()
+    c = _CUDA_ERROR.search(b)
+    if c:
+        return "cuda", "", c.group(1).strip(), "", c.start()
+    return None
+
+
+def read_backend_error(state: TorchState, line: Line) -> bool:
+    """`NCCL error in: FILE:LINE, <reason>, NCCL version V`, `NCCL timeout in:`, `CUDA error:`;
+    an NCCL error's detail lines are read after it (continued.py)."""
+    b = line.text
+    fields = group_where(line, b)
+    found = _backend_kind(state, b)
+    if found is None:
+        return False
+    kind, at, reason, version, start = found
+    index = state.add("backend_errors", BackendError(
+        **fields, kind=kind, reason=clip(reason.strip(), MESSAGE_MAX), exception=type_before(b, start),
+        where=basename(at or ""), nccl_version=version, watchdog="watchdog thread terminated with exception" in b,
+    ))
+    if index >= 0 and kind == "nccl":
+        state.start("backend", index, rank_key(line))
+    return True
+
+
+def read_nccl_version(state: TorchState, line: Line) -> bool:
+    """Every `NCCL version 2.21.5` a line names."""
+    found = False
+    for m in _NCCL_VERSION.finditer(line.text, 0, 4096):
+        state.version(m.group(1))
+        found = True
+    return found
+
+
+# ---------------------------------------------------------------- gloo
+
+
+def _gloo_source(b: str, at: int) -> str:
+    """gloo's `[.../gloo/transport/tcp/pair.cc:598]` just before `at`: "pair.cc:598"."""
+    close = b.rfind("]", max(0, at - 40), at)
+    opening = b.rfind("[", max(0, close - 600), close) if close > 0 else -1
+    inside = b[opening + 1:close].rsplit(None, 1)[-1] if opening >= 0 and close > opening + 1 else ""
+    return basename(inside) if "/gloo/" in inside else ""
+
+
+def _gloo(state: TorchState, line: Line, kind: GlooKind, at: int, **fields: Any) -> None:
+    state.add("gloo", GlooError(**where(line), kind=kind, source=_gloo_source(line.text, at), **fields))
+
+
+def read_gloo(state: TorchState, line: Line) -> bool:
+    """gloo's transport errors (GlooError's kinds), each with pair.cc's source line."""
+    b = line.text
+    found = False
+    for m in _GLOO_PEER.finditer(b):
+        _gloo(state, line, "peer-closed", m.start(), peer=m.group(1), port=to_int(m.group(2)),
+              message=rest_of(b, m.start()))
+        found = True
+    for m in _GLOO_TIMEOUT.finditer(b):
+        _gloo(state, line, "timeout", m.start(), operation=m.group(2), timeout_ms=to_int(m.group(1)),
+              message=clip(m.group(0), MESSAGE_MAX))
+        found = True
+    size = _GLOO_SIZE.search(b)
+    if size or "Received data size doesn't match" in b:
+        at = size.start() if size else b.find("Received data size")
+        _gloo(state, line, "size-mismatch", at, received_bytes=to_int(size.group(1)) if size else None,
+              expected_bytes=to_int(size.group(2)) if size else None, message=rest_of(b, at))
+        found = True
+    return _gloo_connects(state, line) or found
+
+
+def _gloo_connects(state: TorchState, line: Line) -> bool:
+    """pair.cc's `connect [ADDR]:PORT: ERROR`, `Connect timeout [ADDR]:PORT`, `Read error [ADDR]:PORT: ...`."""
+    b = line.text
+    found = False
+    for m in _GLOO_CONNECT.finditer(b):
+        _gloo(state, line, "connect", m.start(), peer=m.group(1), port=to_int(m.group(2)),
+              message=clip(m.group(3).strip(), MESSAGE_MAX))
+        found = True
+    for m in _GLOO_CONNECT_TIMEOUT.finditer(b):
+        _gloo(state, line, "connect", m.start(), peer=m.group(2), port=to_int(m.group(3)), message=m.group(1))
+        found = True
+    for m in _GLOO_READ.finditer(b):
+        _gloo(state, line, "read-error", m.start(), peer=m.group(1), port=to_int(m.group(2)),
+              message=clip(m.group(3).strip(), MESSAGE_MAX))
+        found = True
+    return found
+
+
+def _gloo_words(b: str) -> bool:
+    return ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
+            or "Received data size doesn't match" in b or "Read error [" in b or "connect [" in b
+            or "Connect timeout [" in b)
+
+
+# ---------------------------------------------------------------- the Flight Recorder
+
+
+def _fr_note(b: str) -> tuple[FrKind, str] | None:
+    """(kind, dump path) of a Flight Recorder note other than its stack."""
+    if "Stack trace of the failed collective" in b:
+        return ("disabled", "") if "not found" in b else None
+    if "Finished writing" in b and "debug info to" in b:
+        m = _FR_PATH.search(b)
+        return "dump-written", m.group(1) if m else ""
+    if "Error" in b and "debug info" in b:
+        m = _FR_PATH_ERROR.search(b)
+        return "dump-failed", m.group(1) if m else ""
+    if "preparing to dump debug info" in b:
+        return "dump-preparing", ""
+    if "signal dumping" in b:
+        return "dump-signal-sent", ""
+    if "dump signal from another rank" in b:
+        return "dump-signal-observed", ""
+    return None
+
+
+def read_flight_recorder(state: TorchState, line: Line) -> bool:
+    """What a rank said of the Flight Recorder; the failed collective's stack is read from the
+    lines after it (continued.py)."""
+    b = line.text
+    note = _fr_note(b)
+    if note is not None:
+        kind, path = note
+        state.add("flight_recorder", FlightRecorderNote(**where(line), kind=kind, path=clip(path, 1024)))
+        return True
+    if "Stack trace of the failed collective" not in b:
+        return False
+    index = state.add("flight_recorder", FlightRecorderNote(**where(line), kind="stack"))
+    if index >= 0:
+        state.start("fr-stack", index, rank_key(line))
+    return True
+
+
+# ---------------------------------------------------------------- ports, rendezvous, the store
+
+
+def read_address_in_use(state: TorchState, line: Line) -> bool:
+    """A port already bound: `failed to bind to [::]:29500 (errno: 98 - ...)`, EADDRINUSE, ..."""
+    b = line.text
+    found = False
+    for m in _BIND.finditer(b):
+        errno = to_int(m.group(3))
+        if errno == 98 or "in use" in m.group(4):
+            found = True
+            state.add("address_in_use", AddressInUse(**where(line), port=to_int(m.group(2)), address=m.group(1),
+                                                     errno=errno))
+    if found:
+        return True
+    listen = _LISTEN_PORT.search(b)
+    if listen and (listen.group(3) == "EADDRINUSE" or listen.group(2) in ("-98", "98")):
+        state.add("address_in_use", AddressInUse(**where(line), port=to_int(listen.group(1)), errno=98))
+        return True
+    if "ddress already in use" in b or "EADDRINUSE" in b:
+        e = _ERRNO_98.search(b)
+        p = _PORT_NEAR.search(b)
+        state.add("address_in_use", AddressInUse(**where(line), port=to_int(p.group(1)) if p else None,
+                                                 errno=to_int(e.group(1)) if e else None))
+        return True
+    return False
+
+
+def _client_socket(b: str) -> dict | None:
+    """The TCPStore client's timeouts and failures, and the server's listen failure."""
+    m = _CLIENT_TIMEOUT.search(b)
+    if m:
+        value = float(m.group(1))
+        return {"kind": "client-timeout", "seconds": value / 1000 if m.group(2) == "ms" else value,
+                "address": f"{m.group(3)}:{m.group(4)}", "message": message_from(b, "The client socket", m.start())}
+    m = _CLIENTS_JOINED.search(b)
+    if m:
+        return {"kind": "clients-timeout", "seconds": float(m.group(1)), "joined": to_int(m.group(2)),
+                "expected": to_int(m.group(3)), "message": rest_of(b, m.start())}
+    m = _WAIT_TIMEOUT.search(b)
+    if m:
+        return {"kind": "wait-timeout", "seconds": int(m.group(1)) / 1000, "message": rest_of(b, m.start())}
+    m = _CLIENT_FAILED.search(b)
+    if m:
+        return {"kind": "connect-failed", "address": m.group(1).rstrip(".,"),
+                "message": message_from(b, "The client socket", m.start())}
+    at = b.find(_LISTEN_FAILED)
+    if at >= 0:
+        p = _LISTEN_PORT.search(b)
+        return {"kind": "listen-failed", "address": f":{p.group(1)}" if p else "",
+                "message": message_from(b, "The server socket", at)}
+    return None
+
+
+def _store(b: str) -> dict | None:
+    """A store client's wait that timed out, `Socket Timeout`."""
+    m = _STORE_WAIT.search(b)
+    if m and "timed out after" in b:
+        return {"kind": "store-wait", "address": host_port(m.group(1)), "message": rest_of(b, m.start())}
+    if "Socket Timeout" in b:
+        return {"kind": "socket-timeout", "message": clip(b.strip(), MESSAGE_MAX)}
+    return None
+
+
+def _rendezvous_class(b: str) -> dict | None:
+    """The elastic Rendezvous*Error named (not a traceback's `raise RendezvousClosedError`)."""
+    for m in _RDZV_CLASS.finditer(b, 0, 4096):
+        if b[max(0, m.start() - 6):m.start()] == "raise ":
+            continue
+        rest = b[m.end() + 1:].strip() if m.end() < len(b) else ""
+        return {"kind": _RDZV_KINDS[m.group(1)], "message": clip(rest.strip('",'), MESSAGE_MAX)}
+    return None
+
+
+def read_rendezvous(state: TorchState, line: Line) -> bool:
+    """A rendezvous or TCPStore failure (RendezvousError's kinds)."""
+    b = line.text
+    found = _client_socket(b) or _store(b)
+    if found is None:
+        if b[:1] in " \t" and state.tracebacks.get(rank_key(line)):
+            return False  # a traceback's source line: `raise RendezvousClosedError`
+        found = _rendezvous_class(b)
+    if found is None:
+        return False
+    state.add("rendezvous", RendezvousError(**where(line), **found))
+    return True
+
+
+def read_not_in_group(state: TorchState, line: Line) -> bool:
+    """`Running OP on global rank N which does not belong to the given group.`"""
+    m = _NOT_IN_GROUP.search(line.text)
+    if m is None:
+        return False
+    rank = int(m.group(2))
+    at = where(line)
+    if rank >= 0:  # the message names the global rank itself (-1: no default group yet)
+        at["rank"] = rank
+    state.add("not_in_group", NotInGroup(**at, operation=m.group(1), global_rank=rank))
+    return True
+
+
+HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("backend-error", lambda b: "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b,
+            read_backend_error),
+    Handler("gloo", _gloo_words, read_gloo),
+    Handler("flight-recorder", lambda b: ("Stack trace of the failed collective" in b or "debug info" in b
+                                          or "signal dumping" in b or "dump signal from another rank" in b),
+            read_flight_recorder),
+    Handler("address-in-use", lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b,
+            read_address_in_use),
+    Handler("rendezvous", lambda b: ("Rendezvous" in b or "socket" in b or "clients joined" in b
+                                     or "wait timeout after" in b or "Socket Timeout" in b), read_rendezvous),
+    Handler("not-in-group", lambda b: "does not belong to the given group" in b, read_not_in_group),
+)

@@ -1,0 +1,414 @@
+"""The facts a PyTorch distributed / torchrun log gives (see the package's docstring):
+each names the line that printed it, the rank and the launcher's task where the line had
+them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from healthcheck.parsers.lines import Unrecognized
+
+MAX_LISTED = 1000  # facts kept per kind
+
+# Linux signal numbers (torch prints the negative number as a worker's exit code).
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
+           8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
+           14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
+
+
+
+class _Fact(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    line: int  # 1-based line number in the text parsed
+    rank: int | None = None  # global rank: `[rankN]:`, else the launcher's label
+    task: int | None = None  # srun -l / mpirun --tag-output label, where printed
+    time: str = ""  # the log prefix's time as printed: "1218 20:27:21.426415540"
+
+
+class _GroupFact(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    pg_rank: int | None = None  # the rank in the message's `[... Rank N]`: the group's rank
+    pg_id: str = ""  # `[PG 3 ...]`, `[PG ID 0 ...]`
+    pg_name: str = ""  # the group's GUID (2.5+)
+    pg_desc: str = ""  # "default_pg"
+
+
+class WatchdogTimeout(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """`Watchdog caught collective operation timeout: WorkNCCL(...) ran for N
+    milliseconds before timing out.` `terminated`: the same text quoted by `Process
+    group watchdog thread terminated with exception:` (the exception that ended the
+    watchdog: a rank prints both). `wrapped`: reassembled from two hard-wrapped lines."""
+
+    seq: int
+    op_type: str  # ALLREDUCE, _ALLGATHER_BASE, BROADCAST, ...
+    numel_in: int | None = None  # absent before torch 2.0
+    numel_out: int | None = None
+    timeout_ms: int | None = None
+    ran_for_ms: int | None = None
+    terminated: bool = False
+    wrapped: bool = False
+
+
+ProgressKind = Literal["timeout-at", "exception-at", "failure-at", "dump-signal"]
+
+
+class WatchdogProgress(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """The group's last enqueued and completed work as a rank reported it.
+
+    timeout-at: `Timeout at NCCL work: N, ...` (2.3-2.5); exception-at: `Exception (either
+    an error or timeout) detected by watchdog at work: N, ...` (2.4-2.5); failure-at:
+    `failure detected by watchdog at work sequence id: N PG status: ...` (2.6+);
+    dump-signal: `Received a dump signal due to a collective timeout from rank R|this
+    local rank ...` (`from_rank` None: this rank's own timeout; `seq` None).
+    """
+
+    kind: ProgressKind
+    seq: int | None = None
+    last_enqueued: int | None = None
+    last_completed: int | None = None
+    from_rank: int | None = None
+
+
+class WatchdogStuck(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """The heartbeat monitor: the watchdog itself made no progress (host side wedged)."""
+
+    kind: Literal["heartbeat-timeout", "stuck"]
+    seconds: int | None = None  # "got stuck for N seconds"
+    pending_works: int | None = None  # workMetaList_.size()
+
+
+class WatchdogAbort(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """`To avoid data inconsistency, we are taking the entire process down.` (SIGABRT next)."""
+
+
+DesyncKind = Literal["timeout-at", "never-joined", "not-finished", "not-joined", "started", "finished"]
+
+
+class DesyncLine(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A line of TORCH_NCCL_DESYNC_DEBUG's report.
+
+    timeout-at: `- [R] Timeout at collective: OP, #SEQ` (ranks = (R,)); never-joined:
+    `ranks [..] are the lagging ranks ... never joined any collectives`; not-finished:
+    `[..] joined but didn't finish collective #SEQ`; not-joined: `[..] finished collective
+    #N, but didn't join collective #SEQ` (seq = N + 1, the one not joined); started /
+    finished: the snapshot's `[..] started OP` under `#SEQ started ranks:`. Report lines are
+    continuation lines with no prefix: `rank` is the reporting rank's.
+    """
+
+    kind: DesyncKind
+    ranks: tuple[int, ...] = ()
+    seq: int | None = None
+    op: str = ""
+
+
+class CollectiveFingerprint(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`Rank R is running collective: CollectiveFingerPrint(SequenceNumber=, OpType=,
+    TensorShape=[..], TensorDtypes=, TensorDeviceTypes=...)`, as printed (the shape of the
+    first tensor only; a side with no tensors prints only its sequence number and op)."""
+
+    rank: int
+    op_type: str = ""
+    seq: int | None = None  # absent from the old `inconsistent collective` wording
+    shape: str = ""  # "3, 4"
+    dtypes: str = ""  # "Float"
+    device: str = ""  # "cuda", "cpu"
+
+
+class CollectiveMismatch(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """`Detected mismatch between collectives on ranks.` (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
+
+    local: CollectiveFingerprint
+    remote: CollectiveFingerprint | None = None  # the old wording shows one side only
+    differences: str = ""  # "Tensor Tensor shapes: 3 4vs 4 5"
+    old_wording: bool = False
+
+
+class MonitoredBarrierFailure(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """`[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 5000 ms` (DETAIL, gloo)."""
+
+    reporter: int | None = None  # the `[Rank N]:` that printed it
+    ranks: tuple[int, ...] = ()
+    timeout_ms: int | None = None
+
+
+BackendKind = Literal["nccl", "nccl-timeout", "cuda"]
+
+
+class BackendError(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """`NCCL error in: FILE:LINE, <reason>, NCCL version V` and the lines after it.
+
+    exception: the type printed before it (torch.distributed.DistBackendError, RuntimeError),
+    "" inside a watchdog or `what():` message; watchdog: it ended the watchdog thread.
+    """
+
+    kind: BackendKind
+    reason: str = ""  # "unhandled cuda error", "invalid usage", "remote process exited ..."
+    exception: str = ""
+    where: str = ""  # "NCCLUtils.cpp:93" (the path's last part)
+    nccl_version: str = ""
+    nccl_error: str = ""  # "ncclInvalidUsage"
+    detail: str = ""  # "This usually reflects invalid usage of NCCL library."
+    last_error: str = ""  # NCCL's last error: "Duplicate GPU detected : rank 0 and ..."
+    watchdog: bool = False
+
+
+GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error", "connect"]
+
+
+class GlooError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A gloo transport error; `source` is gloo's `pair.cc:598` (the line varies by release).
+    connect: pair.cc's `connect [ADDR]:PORT: ERROR` (the peer it could not reach, and why) or
+    `Connect timeout [ADDR]:PORT` (message "Connect timeout")."""
+
+    kind: GlooKind
+    source: str = ""
+    peer: str = ""  # the peer's address, without brackets
+    port: int | None = None
+    operation: str = ""  # recv, send (timeouts)
+    timeout_ms: int | None = None
+    received_bytes: int | None = None  # size mismatch: op.preamble.length
+    expected_bytes: int | None = None  # size mismatch: op.nbytes
+    message: str = ""
+
+
+class NotInGroup(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """torch's `Running OP on global rank N which does not belong to the given group.`
+    (distributed_c10d._warn_not_in_group, a UserWarning): rank N called OP with a process
+    group it is not a member of, and torch skipped the call. Harmless where that is the
+    program's intent; the culprit where the rank should have been in the group its
+    partner waits in."""
+
+    operation: str
+    global_rank: int
+
+
+FrKind = Literal["disabled", "stack", "dump-written", "dump-failed", "dump-preparing", "dump-signal-sent",
+                 "dump-signal-observed"]
+
+
+class FlightRecorderNote(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """What a rank said of the Flight Recorder: off (`... not found, potentially because
+    FlightRecorder is disabled`), the failed collective's stack (`frames`, as printed:
+    "#0 all_reduce from .../distributed_c10d.py:3174"), a dump written or not (`path`),
+    or a dump signal sent to / observed from other ranks."""
+
+    kind: FrKind
+    path: str = ""
+    frames: tuple[str, ...] = ()
+
+
+class AddressInUse(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A port already bound: `failed to bind to [::]:29500 (errno: 98 - Address already in
+    use)`, `port: 29620, ... name: EADDRINUSE`, or any `address already in use`."""
+
+    port: int | None = None
+    address: str = ""  # "[::]", "0.0.0.0"
+    errno: int | None = None
+
+
+RendezvousKind = Literal["closed", "connection", "timeout", "state", "graceful-exit", "error", "client-timeout",
+                         "connect-failed", "clients-timeout", "wait-timeout", "socket-timeout", "listen-failed",
+                         "store-wait"]
+
+
+class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A rendezvous or TCPStore failure.
+
+    closed / connection / timeout / state / graceful-exit / error: the elastic Rendezvous*
+    exception named; client-timeout: `The client socket has timed out after 60s while
+    trying to connect to HOST:PORT`; connect-failed: `The client socket has failed to
+    connect to ...`; clients-timeout: `Timed out after N seconds waiting for clients. J/W
+    clients joined.`; wait-timeout: `wait timeout after Nms, keys: ...`; socket-timeout:
+    `Socket Timeout`; listen-failed: `The server socket has failed to listen on any local
+    network address` (see AddressInUse for why); store-wait: a client connected to the
+    store (`address`, its remote end) that timed out waiting for an answer (`waitForInput:
+    socket SocketImpl(fd=3, addr=..., remote=[::ffff:127.0.0.1]:30520) timed out after 4000ms`).
+    `address` is `host:port` in every kind (an IPv4-mapped IPv6 address as IPv4).
+    """
+
+    kind: RendezvousKind
+    seconds: float | None = None
+    address: str = ""  # "192.0.0.1:1234"
+    joined: int | None = None
+    expected: int | None = None
+    message: str = ""
+
+
+class ChildFailure(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """One `[N]:` entry of a ChildFailedError block."""
+
+    line: int  # the `[N]:` line
+    index: int
+    root_cause: bool = False  # under `Root Cause (first observed failure):`
+    time: str = ""  # "2026-11-23_07:20:56" (one-second resolution)
+    host: str = ""
+    rank: int | None = None
+    local_rank: int | None = None
+    exitcode: int | None = None
+    pid: int | None = None
+    signal: str = ""  # SIGKILL: from `(SIGKILL)`, `Signal 9 (SIGKILL) received by PID`, or a negative exit code
+    error_file: str = ""  # "" for <N/A>
+    traceback: str = ""  # as printed, continuation lines dedented, bounded
+    exception: str = ""  # the traceback's last exception line, "RuntimeError: ..."
+
+
+class ChildFailedBlock(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """torchrun's `ChildFailedError` summary: `PROGRAM FAILED`, Failures, Root Cause
+    (`line`: the `PROGRAM FAILED` title).
+
+    The root cause is only the failure with the earliest one-second timestamp: ranks
+    torchrun SIGTERMed in the same second can win it.
+    """
+
+    program: str = ""  # "hang.py"
+    failures: tuple[ChildFailure, ...] = ()  # every entry, root cause included, as printed
+    no_other_failures: bool = False
+    complete: bool = False  # the closing border was read
+
+    @property
+    def root_cause(self) -> ChildFailure | None:
+        return next((f for f in self.failures if f.root_cause), None)
+
+
+class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B` (or `of fn:`)."""
+
+    exitcode: int
+    local_rank: int | None = None
+    pid: int | None = None
+    binary: str = ""
+    signal: str = ""  # from a negative exit code
+
+
+class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """srun's own word on how tasks ended: `srun: error: node3: task 2: Aborted`, `tasks
+    0-1: Exited with exit code 1`, `task 1: Killed`, `task 1: Out Of Memory`. `tasks`: the
+    task ids (Slurm's, the global rank under srun); `after_abort`: printed after srun
+    aborted or cancelled the step (`Job step aborted`, `CANCELLED`, `Force Terminated`):
+    srun's own kill, collateral. Open MPI's box is read the same way (`launcher` "mpirun"):
+    `mpirun noticed that process rank R with PID P on node H exited on signal N (Name).`
+    names the first rank it saw killed; mpirun then stops the others itself."""
+
+    host: str = ""
+    tasks: tuple[int, ...] = ()
+    state: str = ""  # "Killed", "Aborted", "Exited with exit code 1", "Out Of Memory"
+    exitcode: int | None = None
+    signal: str = ""
+    oom: bool = False
+    after_abort: bool = False
+    launcher: str = "srun"  # "mpirun": Open MPI's `exited on signal` box
+
+
+class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The agent itself was signalled (scancel, the Slurm time limit, a closed terminal):
+    `Received 15 death signal, shutting down workers` or SignalException's `Process P got
+    signal: S`. Externally terminated, not a training failure."""
+
+    kind: Literal["death-signal", "signal-exception"]
+    signal: str = ""  # SIGTERM
+    number: int | None = None
+    pid: int | None = None
+
+
+class ClosingSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The agent stopping a worker: `Sending process P closing signal SIGTERM` or `Closing
+    process P via signal SIGTERM`. The worker is collateral, not a cause."""
+
+    pid: int
+    signal: str
+
+
+GroupEventKind = Literal["restart", "stopping", "starting", "rendezvous", "finished", "membership-change"]
+
+
+class WorkerGroupEvent(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """`[default] Worker group FAILED. 3/3 attempts left; will restart worker group` and
+    the agent's other worker group steps."""
+
+    kind: GroupEventKind
+    role: str = ""
+    state: str = ""  # FAILED, UNHEALTHY (restart)
+    attempts_left: int | None = None
+    max_restarts: int | None = None
+    new_nodes: int | None = None
+
+
+class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The exception a traceback ends with: `torch.distributed.DistBackendError: NCCL
+    error ...`. `framed`: a traceback (its header or frames) was read for this rank before
+    it; unframed ones are only `...Error:` / `...Exception:` lines at the start of a line.
+    `native`: C++ `terminate called after throwing an instance of 'T'` (message: `what()`)."""
+
+    type: str
+    message: str = ""  # the first line of the message
+    framed: bool = False
+    native: bool = False
+    frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
+    collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
+
+
+class TorchLog(msgspec.Struct, frozen=True):
+    """What one log (a rank's stderr, a job's output, torchrun's console) says."""
+
+    lines: int  # lines read
+    timeouts: tuple[WatchdogTimeout, ...] = ()
+    progress: tuple[WatchdogProgress, ...] = ()
+    stuck: tuple[WatchdogStuck, ...] = ()
+    aborts: tuple[WatchdogAbort, ...] = ()
+    desync: tuple[DesyncLine, ...] = ()
+    mismatches: tuple[CollectiveMismatch, ...] = ()
+    barrier_failures: tuple[MonitoredBarrierFailure, ...] = ()
+    backend_errors: tuple[BackendError, ...] = ()
+    gloo: tuple[GlooError, ...] = ()
+    flight_recorder: tuple[FlightRecorderNote, ...] = ()
+    address_in_use: tuple[AddressInUse, ...] = ()
+    rendezvous: tuple[RendezvousError, ...] = ()
+    child_failed: tuple[ChildFailedBlock, ...] = ()
+    worker_failures: tuple[WorkerFailed, ...] = ()
+    task_exits: tuple[TaskExit, ...] = ()
+    agent_signals: tuple[AgentSignal, ...] = ()
+    closing_signals: tuple[ClosingSignal, ...] = ()
+    worker_group: tuple[WorkerGroupEvent, ...] = ()
+    exceptions: tuple[ExceptionRaised, ...] = ()
+    not_in_group: tuple[NotInGroup, ...] = ()
+    nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
+    prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
+    dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
+    unrecognized: Unrecognized = Unrecognized()  # lines no handler read: how many, the first few
+
+    def counts(self) -> dict[str, int]:
+        """Facts of each kind, kinds with none left out."""
+        return {name: len(getattr(self, name)) for name in FACT_KINDS if getattr(self, name)}
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every global rank a fact names, sorted. Where a line has no `[rankN]:` or
+        launcher label, a message's `[... Rank N]` stands for it on the default group
+        (PG 0) or where no group is printed (torch <= 2.2 prints none); the desync
+        report's and the ChildFailedError's ranks are global."""
+        seen: set[int] = set()
+        for name in FACT_KINDS:
+            for fact in getattr(self, name):
+                if fact.rank is not None:
+                    seen.add(fact.rank)
+                elif isinstance(fact, _GroupFact) and fact.pg_rank is not None and fact.pg_id in ("", "0"):
+                    seen.add(fact.pg_rank)
+                if isinstance(fact, DesyncLine):
+                    seen.update(fact.ranks)
+                elif isinstance(fact, ChildFailedBlock):
+                    seen.update(f.rank for f in fact.failures if f.rank is not None)
+                elif isinstance(fact, CollectiveMismatch):
+                    seen.add(fact.local.rank)
+                    if fact.remote is not None:
+                        seen.add(fact.remote.rank)
+        return tuple(sorted(seen))
+
+    def final_exceptions(self) -> dict[int | None, ExceptionRaised]:
+        """The last exception of each rank (None: lines with no rank)."""
+        return {e.rank: e for e in self.exceptions}
+
+
+FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
+              "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
+              "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
+              "task_exits")

@@ -1,0 +1,233 @@
+"""The torch log read line by line through one table of handlers (lines.Handler, read with
+lines.dispatch): the lines that finish something opened before them first (a hard-wrapped
+WorkNCCL line, the failure box, an NCCL error's detail, a `what():`, Flight Recorder frames),
+then the messages and tracebacks.
+
+A line can hold several messages (a watchdog timeout, its abort and the NCCL error that
+ended it), so the message handlers are chained: `dispatch` names the first that reads the
+line and that one lets every later handler whose words the line holds read it too. A line
+no handler reads is counted and sampled in `unrecognized`.
+
+Before the table each line is made torch's: the launcher labels the line layer leaves on
+(torchx's, a label behind a whole paste's indent) taken off, Python logging's prefix and
+Ray's `[repeated Nx across cluster]` taken off, and a c10 line a word wrap cut right after
+its `[PG ... Rank N]` group joined with the line finishing it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+
+import msgspec
+
+from healthcheck.core.errors import ParseError
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Handler, Line, dispatch, read_lines, relabelled
+from healthcheck.parsers.torch_log import agent, box, errors, tracebacks, watchdog
+from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
+from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
+from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
+from healthcheck.parsers.torch_log.text import MAX_LINE
+
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
+_PYLOG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): ?(?:torch|torchelastic)[\w.]{0,128}:")
+_PYLOG_OLD = re.compile(
+    r"\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) [\w.]{1,64}: "
+)
+
+
+# ---------------------------------------------------------------- a line made torch's
+
+
+def _python_logging(line: Line) -> tuple[Line, bool]:
+    """Python logging's `WARNING:torch.distributed...:` (True: torch's own) and the old
+    `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)."""
+    body = line.text
+    if body[:1] == "[":
+        m = _PYLOG_OLD.match(body)
+        if m:
+            return msgspec.structs.replace(line, text=body[m.end():], stamp=m.group(1), stamp_kind="pylog"), False
+    elif body[:1] in "DIWEC":
+        m = _PYLOG.match(body)
+        if m:
+            return msgspec.structs.replace(line, text=body[m.end():]), True
+    return line, False
+
+
+def _without_ray_repeat(line: Line) -> Line:
+    body = line.text
+    if body.endswith("]") and "across cluster" in body[-40:]:
+        m = _RAY_REPEATED.search(body, max(0, len(body) - 60))
+        if m:
+            return msgspec.structs.replace(line, text=body[:m.start()])
+    return line
+
+
+def torch_line(state: TorchState, line: Line) -> Line:
+    """The line as torch's handlers read it; whether it is torch's own is noted on `state`
+    (a `[rankN]:` prefix, a c10 log prefix, the agent's glog source, torch's logger)."""
+    torch = line.rank is not None
+    if line.level:  # glog: c10's `[E1218 ... ProcessGroupNCCL.cpp:629]` or the agent's `E0325 ... api.py:869]`
+        torch = torch or line.logger == "c10" or "torch" in line.source
+    else:
+        line, pylog = _python_logging(line)
+        torch = torch or pylog
+    state.torch = state.torch or torch
+    rank = line.global_rank
+    if rank is not None and len(state.prefixed) < PREFIXED_MAX:
+        state.prefixed.add(rank)
+    return _without_ray_repeat(line)
+
+
+# ---------------------------------------------------------------- labels the layer leaves on
+
+# torchx's `ROLE/N [L]:` and a label behind a whole paste's indent: lines.relabelled
+
+
+# ---------------------------------------------------------------- word wraps after a group
+
+_HEAD_TAIL = 40  # characters after a `[PG ... Rank N]` group of a c10 line cut by a word wrap
+
+
+def _cut_after_group(line: Line) -> bool:
+    """A c10 line that ends a few words after its `[PG ... Rank N]` group, at a terminal's
+    width: a message a word wrap cut (`[Rank 0] Watchdog`, `[PG 0 Rank 0]`)."""
+    text = line.text.rstrip()
+    if line.logger != "c10" or len(line.raw) < 40 or not text.endswith(("]", *"abcdefghijklmnopqrstuvwxyz")):
+        return False
+    m = PG_PREFIX.search(text, max(0, len(text) - 200))
+    return m is not None and len(text) - m.end() <= _HEAD_TAIL and text[m.end():].count(" ") <= 3
+
+
+def _finishes(head: Line, line: Line) -> bool:
+    """`line` finishes `head`'s cut sentence: no prefix of its own, not a new record, and
+    lowercase where the head had words after its group (the group alone: any word)."""
+    text = line.text
+    if line.labels or line.number == head.number or not text.strip() or text[:1] in " \t[" or line.noise:
+        return False
+    return head.text.rstrip().endswith("]") or text[:1].islower()
+
+
+def word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
+    """The lines, each c10 line a word wrap cut after its group joined with the next."""
+    held: Line | None = None
+    for line in lines:
+        if held is not None:
+            head, held = held, None
+            if _finishes(head, line):
+                yield msgspec.structs.replace(head, text=head.text.rstrip() + " " + line.text.strip())
+                continue
+            yield head
+        if _cut_after_group(line):
+            held = line
+        else:
+            yield line
+    if held is not None:
+        yield held
+
+
+# ---------------------------------------------------------------- the table
+
+
+def read_every(handlers: Sequence[Handler[TorchState]], state: TorchState, line: Line) -> bool:
+    """Every handler whose words the line holds reads it; True when one did."""
+    text = line.text
+    found = False
+    for handler in handlers:
+        if handler.when(text) and handler.read(state, line):
+            found = True
+    return found
+
+
+def _chained(handlers: Sequence[Handler[TorchState]]) -> tuple[Handler[TorchState], ...]:
+    """The handlers as a first-match table (for `dispatch`) in which the first that reads a
+    line lets every later one read it too: each reads a line once, as `read_every`."""
+    def then_every(read: Callable[[TorchState, Line], bool], rest: Sequence[Handler[TorchState]]
+                   ) -> Callable[[TorchState, Line], bool]:
+        def read_and_rest(state: TorchState, line: Line) -> bool:
+            if not read(state, line):
+                return False
+            read_every(rest, state, line)
+            return True
+        return read_and_rest
+
+    return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
+
+
+def _names_torch(b: str) -> bool:
+    return ("torch.distributed" in b or "torchrun" in b or "ProcessGroupNCCL" in b or "torch/distributed" in b
+            or "torchelastic" in b or "c10d" in b)
+
+
+def _torch_words(state: TorchState, line: Line) -> bool:
+    """A line that names torch.distributed, torchrun, ProcessGroupNCCL, c10d: torch's output
+    (the text is not refused), though no handler may read it."""
+    state.torch = True
+    return False
+
+
+# every message handler whose words a line holds reads it, in this order
+MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
+    *watchdog.HANDLERS, *errors.HANDLERS, *agent.HANDLERS,
+    Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
+    Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
+    Handler("torch-words", _names_torch, _torch_words),
+)
+
+
+def _read_what(state: TorchState, line: Line) -> bool:
+    """A C++ exception's `what():` (continued.py); its message is also read as a message (the
+    watchdog's own text)."""
+    if not read_what(state, line):
+        return False
+    read_every(MESSAGE_HANDLERS, state, line)
+    return True
+
+
+def _always(text: str) -> bool:
+    return True
+
+
+def _blank(state: TorchState, line: Line) -> bool:
+    return True
+
+
+HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("wrapped-work", _always, watchdog.read_wrapped_work),
+    Handler("failure-box", _always, box.read_box),
+    Handler("blank", lambda b: not b.strip(), _blank),
+    Handler("failure-box-title", _always, box.read_box_title),
+    Handler("border", lambda b: b.startswith("========"), box.read_box_border),
+    Handler("nccl-detail", _always, read_nccl_detail),
+    Handler("what", _always, _read_what),
+    Handler("fr-frame", _always, read_fr_frame),
+    *_chained((*MESSAGE_HANDLERS, *tracebacks.HANDLERS)),
+)
+
+
+# ---------------------------------------------------------------- the parse
+
+
+def _result(state: TorchState, lines: int) -> TorchLog:
+    watchdog.flush_work(state)
+    box.end_box(state, complete=False)
+    facts = {name: tuple(values) for name, values in state.facts.items()}
+    return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
+                    dropped=state.dropped, unrecognized=state.unrecognized.freeze(), **facts)
+
+
+def parse_torch_log(text: str) -> TorchLog:
+    """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring)."""
+    state = TorchState()
+    lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
+    for line in word_unwrapped(lines):
+        line = torch_line(state, line)
+        if dispatch(HANDLERS, state, line) is None:
+            state.unrecognized.note(line)
+    number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted
+    log = _result(state, number)
+    if not state.torch and not any(getattr(log, name) for name in FACT_KINDS):
+        raise ParseError("torch-log: no PyTorch distributed, torchrun or Python traceback line "
+                         f"(starts with {clip(text.strip(), 60)!r})")
+    return log

@@ -1,0 +1,121 @@
+"""Python tracebacks and C++ terminations, one handler each (their guards exclude each other):
+a traceback's header, its frames (the program's own innermost frame and the
+torch.distributed function it was in), `terminate called ...`, and the exception a
+traceback ends with. Several ranks' tracebacks interleaved are counted apart."""
+
+from __future__ import annotations
+
+import re
+
+from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import Handler, Line
+from healthcheck.parsers.torch_log.facts import ExceptionRaised
+from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, where
+from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head, to_int
+
+TRACEBACKS_MAX = 64  # tracebacks open at once per rank
+FRAMED_RANKS_MAX = 4096  # ranks whose frames are followed
+
+_HEADER = "Traceback (most recent call last):"
+_TERMINATE_WORDS = "terminate called"
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,256})'")
+_TERMINATE_BARE = ("terminate called without an active exception", "terminate called recursively")
+_FRAME = re.compile(r"\s{1,16}File \"")
+_FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([^\s]{1,256})")
+_LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
+_C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
+# ProcessGroupNCCL's unique-id exchange names the rank that failed: `[4] is setting up NCCL communicator ...`
+_SELF_RANK = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator")
+
+
+def read_header(state: TorchState, line: Line) -> bool:
+    """`Traceback (most recent call last):`: a traceback opens for this rank."""
+    key = rank_key(line)
+    state.tracebacks[key] = min(state.tracebacks.get(key, 0) + 1, TRACEBACKS_MAX)
+    state.frames.pop(key, None)
+    state.torch = True
+    return True
+
+
+def read_frame(state: TorchState, line: Line) -> bool:
+    """An indented line: a traceback's `File "PATH", line N, in FUNC` (a fragment may start
+    inside a traceback) or, in an open traceback, the source line under it; any other
+    indented line is no exception."""
+    b = line.text
+    if not _FRAME.match(b):  # the frame's source line (`    main()`) in an open traceback
+        return bool(state.tracebacks) and bool(state.tracebacks.get(rank_key(line)))
+    key = rank_key(line)
+    if not state.tracebacks.get(key):
+        state.tracebacks[key] = 1  # a fragment that starts inside a traceback
+    _frame(state, key, b)
+    return True
+
+
+def _frame(state: TorchState, key: RankKey, body: str) -> None:
+    """The innermost frame of the program's own code (not a library's) and the
+    torch.distributed function it is in, so far."""
+    m = _FRAME_AT.match(body)
+    if m is None:
+        return
+    path, number, func = m.groups()
+    own, collective = state.frames.get(key, ("", ""))
+    if path.endswith(_C10D_FILES) and "/distributed/" in path:
+        if func != "wrapper":
+            collective = clip(func, 64)
+    elif not _LIBRARY_PATH.search(path):
+        own, collective = f"{clip(basename(path), 128)}:{number} in {clip(func, 128)}", ""
+    if len(state.frames) < FRAMED_RANKS_MAX or key in state.frames:
+        state.frames[key] = (own, collective)
+
+
+def read_terminate(state: TorchState, line: Line) -> bool:
+    """C++ `terminate called after throwing an instance of 'T'` (its `what():` is read after
+    it, continued.py), or a bare `terminate called recursively`."""
+    b = line.text
+    m = _TERMINATE.match(b)
+    if m is None and b.rstrip() not in _TERMINATE_BARE:
+        return False
+    index = state.add("exceptions", ExceptionRaised(
+        **where(line), type=m.group(1) if m else "", native=True, message="" if m else clip(b.strip(), MESSAGE_MAX)))
+    if m and index >= 0:
+        state.start("terminate", index, rank_key(line))
+    return True
+
+
+def read_exception(state: TorchState, line: Line) -> bool:
+    """The exception a traceback ends with (framed), or an `...Error:` / `...Exception:` line
+    with no traceback read before it for this rank."""
+    b = line.text
+    key = rank_key(line)
+    framed = state.tracebacks.get(key, 0) > 0
+    head = exception_head(b, in_traceback=framed)
+    if head is None:
+        return False
+    name, message = head
+    if not framed and not name.rsplit(".", 1)[-1].endswith(("Error", "Exception")):
+        return False
+    if not framed and message is None and "." not in name:
+        return False  # a bare word alone, with no traceback around it
+    own, collective = state.frames.pop(key, ("", "")) if framed else ("", "")
+    if framed:
+        state.tracebacks[key] -= 1
+    at = where(line)
+    if at["rank"] is None and message:
+        said = _SELF_RANK.match(message.lstrip())
+        if said:
+            at["rank"] = to_int(said.group(1))  # no label: the message names its own rank
+    state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
+                                            framed=framed, frame=own, collective=collective))
+    return True
+
+
+def _may_end_traceback(b: str) -> bool:
+    return b[:1] not in " \t" and not b.startswith((_HEADER, _TERMINATE_WORDS))
+
+
+HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("traceback", lambda b: b.startswith(_HEADER), read_header),
+    Handler("traceback-frame", lambda b: b[:1] in " \t", read_frame),
+    Handler("terminate", lambda b: b.startswith(_TERMINATE_WORDS), read_terminate),
+    Handler("exception", _may_end_traceback, read_exception),
+)
