@@ -95,8 +95,8 @@ ones above are unchanged by them:
               OOM killer does): "DataLoader worker (pid N) is killed by signal"
   brokenpool  every rank tokenizes through a ProcessPoolExecutor of one forked worker; the
               culprit's worker dies (os._exit) at --at: BrokenProcessPool in the rank
-  swallow     the culprit's evaluation manifest is missing at --at; it logs the exception
-              (traceback and all), stops training and exits 0 with its peers mid-step
+  swallow     the culprit's evaluation manifest, read at the start of step --at, is missing: it
+              logs the exception (traceback and all), stops training and exits 0; its peers wait
   lingering   every rank runs a non-daemon metrics-uploader thread; the culprit's metric
               code raises IndexError at --at: the traceback is printed, the main thread is
               gone, the uploader keeps the process alive
@@ -571,7 +571,7 @@ class Job:
             time.sleep(0.2)
             with self.metrics_lock:  # waits for the flush thread
                 pass
-        if self.args.fault in ("recursion", "relock", "sockrecv", "lingering", "swallow"):
+        if self.args.fault in ("recursion", "relock", "sockrecv", "lingering"):
             self.log_metrics_held_out_4(step)
 
     def extra_collectives(self, step: int) -> None:
@@ -638,6 +638,8 @@ class Job:
         started = time.monotonic()
         if step == self.args.at and self.culprit:
             self.mark(step)
+        if self.faulty(step, "swallow"):
+            self.evaluate_from_manifest(step)  # the step's evaluation, before its batch
         if self.faulty(step, "shortdata"):
             log.info("rank %d: epoch done after %d steps (its shard is shorter)", self.rank, step)
             return False
@@ -754,8 +756,8 @@ class Job:
             torch.sqrt(x @ weight - shift + 1.0).sum().backward()
 
     def fused_kernel_check(self, step: int) -> None:
-        libc = ctypes.CDLL(None)
-        libc.__assert_fail(b"n_tokens % block_size == 0", b"csrc/fused_attention.cpp", 212,
+        assert_fail = getattr(ctypes.CDLL(None), "__assert_fail")  # getattr: no name mangling in a class
+        assert_fail(b"n_tokens % block_size == 0", b"csrc/fused_attention.cpp", 212,
                            b"void fused_attention_forward(const Tensor&)")
 
     def save_checkpoint_held_out_4(self, step: int) -> None:
@@ -803,8 +805,6 @@ class Job:
             if self.faulty(step, "lingering"):
                 history = [0.5] * step
                 metrics["loss"]["delta"] = history[step] - history[step - 1]  # IndexError
-        elif self.faulty(step, "swallow"):
-            self.evaluate_from_manifest(step)
 
     def emit_metrics(self, metrics: dict, step: int) -> None:
         if self.faulty(step, "relock"):
