@@ -76,6 +76,54 @@ ones above are unchanged by them:
   nthstraggler  the culprit's step is --slow s slower on every --slow-every-th step (progressing)
   uneven      healthy: rank r's compute is --step-time * (1 + --uneven * r) every step
 
+Variants added for the fourth held-out set (tests/fixtures/diagnose-jobs/held-out-4/); the
+ones above are unchanged by them:
+
+  anomaly     every rank's loss backward runs under torch.autograd.detect_anomaly(); the
+              culprit's batch makes a sqrt of negatives, and autograd raises (SqrtBackward0
+              returned nan) inside backward()
+  cassert     a native kernel's assertion fails on the culprit (libc __assert_fail: the
+              assertion message, then SIGABRT)
+  cfgexit     the culprit's checkpoint-time config check fails: sys.exit("config check
+              failed ..."), the message on stderr, exit status 1
+  recursion   the culprit's metrics dict holds itself; flattening it for the logger raises
+              RecursionError
+  workerraise the batch comes from a torch DataLoader with one forked worker process; the
+              culprit's dataset raises ValueError in the worker for sample --at, re-raised in
+              the rank's main process when it reaches that batch
+  workerkilled  as workerraise, but the culprit's worker is SIGKILLed at sample --at (as the
+              OOM killer does): "DataLoader worker (pid N) is killed by signal"
+  brokenpool  every rank tokenizes through a ProcessPoolExecutor of one forked worker; the
+              culprit's worker dies (os._exit) at --at: BrokenProcessPool in the rank
+  swallow     the culprit's evaluation manifest, read at the start of step --at, is missing: it
+              logs the exception (traceback and all), stops training and exits 0; its peers wait
+  lingering   every rank runs a non-daemon metrics-uploader thread; the culprit's metric
+              code raises IndexError at --at: the traceback is printed, the main thread is
+              gone, the uploader keeps the process alive
+  relock      the culprit's metrics callback takes the (non-reentrant) metrics lock its
+              caller already holds: the main thread deadlocks on itself
+  sockrecv    the culprit asks a local sidecar service for the learning rate; it accepts
+              the connection and never answers (socket recv, no timeout)
+  poolhang    every rank tokenizes through a multiprocessing.Pool of one forked worker; the
+              culprit's worker dies (os._exit) at --at and pool.map waits forever
+  ckptlock    every step each rank writes its checkpoint under an flock, then all ranks meet
+              in dist.monitored_barrier; the culprit leaked the lock at --at - 1 and blocks
+              in flock at --at
+  evalonly    the culprits' "is main" test is true (local rank 0 of a node of 4): at --at
+              only they evaluate, gathering predictions with all_gather_object
+  condreduce  every step an inf-check flag is all_reduced, but the culprit skips that
+              all_reduce at --at (its batch was empty: "nothing to unscale")
+  rsdtype     every step a metrics vector goes through reduce_scatter_tensor; at --at the
+              culprit's is float64 (the others' float32)
+  a2asplit    every step tokens are exchanged with all_to_all_single, 2 per rank; at --at
+              the culprit routes 3 tokens to its next rank (its input splits differ)
+  ckptpause   healthy: every --slow-every-th step each rank pauses --slow s in a
+              (synchronous) checkpoint, all at once
+  lograte     healthy: rank r logs its step line every (1 + r mod 4) steps only
+  warmup      healthy: every rank's first --at steps take --slow s more (warm-up)
+  accum       healthy: gradient accumulation, the gradient and loss are reduced every
+              --slow-every-th step only
+
 Before its fault a rank writes MARK/rank<R>.json ({rank, pid, step}); every rank writes
 it at the start too (step -1), so the harness knows the pids. --timeout is the collective
 timeout; --record wraps main in torchelastic's @record.
@@ -85,12 +133,15 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import logging
+import multiprocessing
 import os
 import queue
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -236,6 +287,51 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+class StopTraining(Exception):
+    """A rank that decided to stop training early (it returns 0 from main)."""
+
+
+def flatten_metrics(metrics: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a/b": 1}, as a metrics logger flattens nested metrics."""
+    flat: dict = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            flat.update(flatten_metrics(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def tokenize(step: int, crash: bool) -> int:
+    """A tokenizer pool's task; a crashing one ends its worker process without a word."""
+    if crash:
+        os._exit(3)
+    return step * 7
+
+
+class RecordDataset:
+    """A map-style dataset read by a DataLoader worker process; sample `bad` is broken."""
+
+    def __init__(self, rank: int, length: int, bad: int, how: str) -> None:
+        self.rank, self.length, self.bad, self.how = rank, length, bad, how
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        import torch
+
+        if i == self.bad:
+            self.broken_record(i)
+        return torch.ones(16, 8) * (self.rank + 1)
+
+    def broken_record(self, i: int) -> None:
+        if self.how == "workerraise":
+            raise ValueError(f"record {i} of shard {self.rank}: truncated protobuf (expected 4096 bytes, got 1733)")
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer takes the worker
+
+
 class Job:
     def __init__(self, args: argparse.Namespace, rank: int, world: int) -> None:
         self.args = args
@@ -247,6 +343,10 @@ class Job:
         self.metrics_lock = threading.Lock()
         self.dataset = None
         self.grads_group = None
+        self.loader = None       # held-out-4: a DataLoader iterator, a tokenizer pool
+        self.pool = None
+        self.uploader: threading.Thread | None = None
+        self.leaked_lock = None
 
     def faulty(self, step: int, *faults: str) -> bool:
         return self.culprit and step == self.args.at and self.args.fault in faults
@@ -272,6 +372,8 @@ class Job:
             return self.prefetched(step)
         if self.args.fault in ("keyerror", "osexit", "threaddied"):
             return self.load_batch_held_out_3(step)
+        if self.args.fault in ("workerraise", "workerkilled", "brokenpool", "poolhang"):
+            return self.load_batch_held_out_4(step)
         if self.args.fault == "transform":
             batch = torch.ones(16, 8) * (self.rank + 1)
             if self.faulty(step, "transform"):
@@ -348,6 +450,8 @@ class Job:
             batch = batch + model_forward(batch, step)
         if self.args.fault in ("hookraise", "autograd"):
             self.backward(step)
+        if self.args.fault in ("anomaly", "cassert"):
+            self.compute_held_out_4(step)
         straggling = self.culprit and self.args.fault == "straggler"
         compute = self.args.step_time * (self.args.slow_factor if straggling else 1.0)
         end = time.monotonic() + compute + (self.args.slow if straggling else 0.0) + self.extra_compute(step)
@@ -378,6 +482,8 @@ class Job:
             return self.args.slow if step % self.args.slow_every == self.args.slow_every - 1 else 0.0
         if self.args.fault == "uneven":
             return self.args.step_time * self.args.uneven * self.rank
+        if self.args.fault == "warmup" and step < self.args.at:
+            return self.args.slow
         return 0.0
 
     def reduce_gradients(self, grad, step: int) -> None:
@@ -397,6 +503,8 @@ class Job:
         if self.args.fault == "grouporder":
             dist.all_reduce(grad, group=self.grads_group)
             return
+        if not self.syncs_gradients(step):
+            return  # an accumulation step: no_sync
         if self.args.fault == "group" and self.groups and step == self.args.at:
             mine, other = self.groups if self.rank < self.world // 2 else self.groups[::-1]
             dist.all_reduce(grad, group=other if self.culprit else mine)
@@ -426,6 +534,8 @@ class Job:
             self.wait_for_checkpoint_slot()
         if self.faulty(step, "fifo"):
             self.write_checkpoint_to_fifo(step)
+        if self.args.fault in ("cfgexit", "ckptlock", "ckptpause"):
+            self.save_checkpoint_held_out_4(step)
 
     def wait_for_checkpoint_slot(self) -> None:
         # polls for a lock file another service should write: it never does (not busy: sleeps)
@@ -461,6 +571,8 @@ class Job:
             time.sleep(0.2)
             with self.metrics_lock:  # waits for the flush thread
                 pass
+        if self.args.fault in ("recursion", "relock", "sockrecv", "lingering"):
+            self.log_metrics_held_out_4(step)
 
     def extra_collectives(self, step: int) -> None:
         import torch
@@ -473,6 +585,8 @@ class Job:
         if self.args.fault == "skipbarrier" and not self.faulty(step, "skipbarrier"):
             dist.barrier()
         self.extra_collectives_held_out_3(step)
+        if self.args.fault in ("evalonly", "condreduce", "rsdtype", "a2asplit"):
+            self.extra_collectives_held_out_4(step)
 
     def extra_collectives_held_out_3(self, step: int) -> None:
         import torch
@@ -524,6 +638,8 @@ class Job:
         started = time.monotonic()
         if step == self.args.at and self.culprit:
             self.mark(step)
+        if self.faulty(step, "swallow"):
+            self.evaluate_from_manifest(step)  # the step's evaluation, before its batch
         if self.faulty(step, "shortdata"):
             log.info("rank %d: epoch done after %d steps (its shard is shorter)", self.rank, step)
             return False
@@ -541,9 +657,10 @@ class Job:
         loss = torch.tensor([float(grad.sum())])
         if self.args.fault == "rsmix":
             self.reduce_loss_scattered(loss, step)
-        else:
+        elif self.syncs_gradients(step):
             dist.all_reduce(loss)
-        log.info("step %d loss %.3f (%.2f s)", step, loss.item() / self.world, time.monotonic() - started)
+        if self.logs_step(step):
+            log.info("step %d loss %.3f (%.2f s)", step, loss.item() / self.world, time.monotonic() - started)
         return True
 
     def run(self) -> int:
@@ -582,6 +699,183 @@ class Job:
             self.grads_group = dist.new_group(everyone)
             _metrics = dist.new_group(everyone)
 
+    # ------------------------------------------------------------ held-out-4's variants
+
+    def syncs_gradients(self, step: int) -> bool:
+        """accum: only every --slow-every-th step reduces (the others accumulate, no_sync)."""
+        if self.args.fault != "accum" or self.args.slow_every <= 1:
+            return True
+        return step % self.args.slow_every == self.args.slow_every - 1
+
+    def logs_step(self, step: int) -> bool:
+        """lograte: rank r logs its step line every (1 + r mod 4) steps."""
+        return self.args.fault != "lograte" or step % (1 + self.rank % 4) == 0
+
+    def load_batch_held_out_4(self, step: int):
+        if self.args.fault in ("workerraise", "workerkilled"):
+            return self.next_from_loader(step)
+        self.tokenize_text(step)
+        return self.load_batch_plain()
+
+    def next_from_loader(self, step: int):
+        import torch
+
+        if self.loader is None:
+            dataset = RecordDataset(self.rank, self.args.steps, self.args.at if self.culprit else -1, self.args.fault)
+            self.loader = iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1,
+                                                           multiprocessing_context="fork"))
+        return next(self.loader)
+
+    def tokenize_text(self, step: int) -> None:
+        crash = self.faulty(step, "brokenpool", "poolhang")
+        context = multiprocessing.get_context("fork")
+        if self.args.fault == "brokenpool":
+            from concurrent.futures import ProcessPoolExecutor
+
+            if self.pool is None:
+                self.pool = ProcessPoolExecutor(1, mp_context=context)
+            self.pool.submit(tokenize, step, crash).result()  # BrokenProcessPool if its worker died
+            return
+        if self.pool is None:
+            self.pool = context.Pool(1)
+        self.pool.starmap(tokenize, [(step, crash)])  # waits forever if its worker died
+
+    def compute_held_out_4(self, step: int) -> None:
+        if self.args.fault == "anomaly":
+            self.loss_backward_checked(step)
+        elif self.faulty(step, "cassert"):
+            self.fused_kernel_check(step)
+
+    def loss_backward_checked(self, step: int) -> None:
+        import torch
+
+        with torch.autograd.detect_anomaly():  # the training script debugs NaNs on every rank
+            weight = torch.full((8, 4), 0.1, requires_grad=True)
+            x = torch.ones(16, 8) * (self.rank + 1)
+            shift = 100.0 if self.faulty(step, "anomaly") else 0.0  # a batch whose variance came out negative
+            torch.sqrt(x @ weight - shift + 1.0).sum().backward()
+
+    def fused_kernel_check(self, step: int) -> None:
+        assert_fail = getattr(ctypes.CDLL(None), "__assert_fail")  # getattr: no name mangling in a class
+        assert_fail(b"n_tokens % block_size == 0", b"csrc/fused_attention.cpp", 212,
+                           b"void fused_attention_forward(const Tensor&)")
+
+    def save_checkpoint_held_out_4(self, step: int) -> None:
+        import torch.distributed as dist
+
+        if self.faulty(step, "cfgexit"):
+            sys.exit(f"config check failed at step {step}: micro_batch_size 12 does not divide "
+                     f"global_batch_size 100 / data_parallel_size {self.world} (rank {self.rank})")
+        if self.args.fault == "ckptlock":
+            self.write_checkpoint_locked(step)
+            dist.monitored_barrier(timeout=timedelta(seconds=self.args.timeout))
+        if self.args.fault == "ckptpause" and self.args.slow_every > 0 and \
+                step % self.args.slow_every == self.args.slow_every - 1:
+            log.info("rank %d: saving checkpoint at step %d", self.rank, step)
+            time.sleep(self.args.slow)  # a synchronous checkpoint: every rank at once
+            log.info("rank %d: checkpoint saved", self.rank)
+
+    def write_checkpoint_locked(self, step: int) -> None:
+        import tempfile
+
+        path = os.path.join(self.args.mark or tempfile.gettempdir(), f"ckpt-rank{self.rank}.lock")
+        f = open(path, "w")
+        fcntl.flock(f, fcntl.LOCK_EX)  # blocks while an earlier open of the file holds the lock
+        f.write(f"step {step}\n")
+        f.flush()
+        if self.culprit and step == self.args.at - 1:
+            self.leaked_lock = f  # an error path that returns without closing: the lock stays held
+            return
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+    def log_metrics_held_out_4(self, step: int) -> None:
+        metrics = {"step": step, "loss": {"train": 0.5, "scale": 1.0}}
+        if self.args.fault == "recursion":
+            if self.faulty(step, "recursion"):
+                metrics["loss"]["parent"] = metrics  # a metrics dict that holds itself
+            flatten_metrics(metrics)
+        elif self.args.fault == "relock":
+            with self.metrics_lock:
+                self.emit_metrics(metrics, step)
+        elif self.faulty(step, "sockrecv"):
+            self.query_lr_service(step)
+        elif self.args.fault == "lingering":
+            self.upload_in_background()
+            if self.faulty(step, "lingering"):
+                history = [0.5] * step
+                metrics["loss"]["delta"] = history[step] - history[step - 1]  # IndexError
+
+    def emit_metrics(self, metrics: dict, step: int) -> None:
+        if self.faulty(step, "relock"):
+            self.on_flush(metrics)  # a callback that takes the lock its caller holds
+
+    def on_flush(self, metrics: dict) -> None:
+        with self.metrics_lock:
+            metrics.clear()
+
+    def query_lr_service(self, step: int) -> None:
+        # a sidecar that accepts the connection (the kernel's backlog) and never answers
+        sidecar = socket.socket()
+        sidecar.bind(("127.0.0.1", 0))
+        sidecar.listen(1)
+        conn = socket.create_connection(sidecar.getsockname())
+        conn.sendall(f"GET /lr?step={step} HTTP/1.0\r\n\r\n".encode())
+        conn.recv(4096)  # no timeout
+
+    def upload_in_background(self) -> None:
+        if self.uploader is None:
+            self.uploader = threading.Thread(target=self.upload_loop, name="metrics-uploader")  # not a daemon
+            self.uploader.start()
+
+    def upload_loop(self) -> None:
+        while True:  # uploads forever; nobody stops it when the main thread dies
+            time.sleep(1.0)
+
+    def evaluate_from_manifest(self, step: int) -> None:
+        manifest = os.path.join(self.args.mark or "/nonexistent", f"eval-manifest-{step}.json")
+        try:
+            with open(manifest) as f:
+                json.load(f)
+        except OSError:
+            log.exception("rank %d: evaluation manifest unreadable; stopping training early", self.rank)
+            raise StopTraining from None
+
+    def extra_collectives_held_out_4(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.faulty(step, "evalonly"):
+            self.evaluate(step)
+        if self.args.fault == "condreduce":
+            found_inf = torch.zeros(1)
+            if not self.faulty(step, "condreduce"):  # the culprit's batch was empty: nothing to unscale
+                dist.all_reduce(found_inf)
+        if self.args.fault == "rsdtype":
+            dtype = torch.float64 if self.faulty(step, "rsdtype") else torch.float32
+            part = torch.empty(2, dtype=dtype)
+            dist.reduce_scatter_tensor(part, torch.ones(2 * self.world, dtype=dtype))
+        if self.args.fault == "a2asplit":
+            self.route_tokens(step)
+
+    def evaluate(self, step: int) -> None:
+        import torch.distributed as dist
+
+        predictions: list = [None] * self.world
+        dist.all_gather_object(predictions, {"rank": self.rank, "step": step, "accuracy": 0.5})
+        log.info("rank %d: eval at step %d done", self.rank, step)
+
+    def route_tokens(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        splits = [2] * self.world
+        if self.faulty(step, "a2asplit"):
+            splits[(self.rank + 1) % self.world] = 3  # one token more to the next rank's expert
+        tokens = torch.ones(sum(splits))
+        received = torch.empty(2 * self.world)
+        dist.all_to_all_single(received, tokens, output_split_sizes=[2] * self.world, input_split_sizes=splits)
+
 
 def main() -> int:
     args = parse(sys.argv[1:])
@@ -593,7 +887,10 @@ def main() -> int:
         from torch.distributed.elastic.multiprocessing.errors import record
 
         return record(job.run)()
-    return job.run()
+    try:
+        return job.run()
+    except StopTraining:
+        return 0  # the rank gave up on its own: exit 0, its process group not destroyed
 
 
 if __name__ == "__main__":
