@@ -18,7 +18,9 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
   17:25:16.769000 2606 api.py:833] ` and c10's `[E1218 20:27:21.426415540
   ProcessGroupNCCL.cpp:629] ` (the last prefix before a message: its level and source
-  are kept)
+  are kept); a Python logging prefix where most lines carry one (a test framework's
+  `2019-07-16 03:43:24,132 process   L0458 DEBUG| [stdout] `, logging's `asctime - name -
+  LEVEL - `: `logger_prefixed`), kept as a `pylog` stamp with the logger's name and level
 
 Shapes mended, each by a small function of its own: CRLF and a stray CR (a progress bar
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
@@ -37,7 +39,8 @@ end of this module): `unpasted`/`pasted_lines` (a quote and a ` \\` off every li
 majority deciding, for tools no line of which starts with `>`); `relabelled` (a label
 behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
 parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
-continuation lines, a message another tool quoted); `word_wrapped` (a next line a word
+continuation lines, a message another tool quoted; `continues_bare`: one pasted without
+stamps over bare lines); `word_wrapped` (a next line a word
 wrap moved where the head's grammar expects more); `wrapped_word`/`rewrapped` (a table
 cell a terminal hard-wrapped); `is_elision` (a paste's `...`).
 
@@ -202,11 +205,13 @@ def unpasted(line: str) -> str:
     """`line` without a markdown quote before it and a shell continuation (` \\`) after it,
     wherever they are, with no majority of lines deciding: for a tool none of whose lines
     starts with `>` or ends in ` \\` (nvidia-smi's table, `-q` tree, topo and nvlink,
-    perftest), so a paste quoted only around its interesting lines reads too. A line
-    without them is returned as it is (indentation kept: `-q` is a tree by its indent)."""
+    perftest), so a paste quoted only around its interesting lines reads too; markdown's
+    `**` around a cell too (`unemphasized`). A line without them is returned as it is
+    (indentation kept: `-q` is a tree by its indent)."""
     quote = _LOOSE_QUOTE.match(line)
     if quote:
         line = line[quote.end():]
+    line = unemphasized(line)
     end = line.rstrip()
     if end.endswith("\\") and end[-2:-1] in (" ", "\t"):
         return end[:-1].rstrip()
@@ -214,8 +219,23 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each `unpasted`: the GPU and perftest parsers' reading."""
-    return [unpasted(line) for line in text.splitlines()]
+    """`text`'s lines (str.splitlines), each `unpasted`, and without a Python logging
+    prefix where most lines carry one (`logger_prefixed`): the GPU and perftest parsers'
+    reading."""
+    lines = text.splitlines()
+    if logger_prefixed(lines):
+        lines = [drop_logger(line) for line in lines]
+    return [unpasted(line) for line in lines]
+
+
+# markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number
+# that matters; never across a `*` or a blank at either end, at most 64 characters inside
+_EMPHASIS = re.compile(r"\*\*([^*\s](?:[^*]{0,62}[^*\s])?)\*\*")
+
+
+def unemphasized(line: str) -> str:
+    """`line` without markdown's `**` around any word or cell of it."""
+    return _EMPHASIS.sub(r"\1", line) if "**" in line else line
 
 
 _PROMPT = re.compile(
@@ -271,6 +291,44 @@ _GLOG_C10 = re.compile(
     re.ASCII,
 )
 _GLOG = re.compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
+
+
+# a test framework's or a program's Python logging prefix before every line: avocado's
+# `%(asctime)s %(name)-16s L%(lineno)04d %(levelname)-5.5s| ` (and its `[stdout] ` after
+# it), the logging cookbook's `%(asctime)s - %(name)s - %(levelname)s - `: a stamp, a
+# logger name, an optional line number, a level and a separator
+_PYLOG = re.compile(
+    r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?) {1,8}(?:- {1,8})?"
+    r"([\w.\-]{1,64}) {1,32}(?:- {1,8})?(?:L\d{1,6} {1,8})?"
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) {0,8}(?:\||-|:) ?"
+    r"(?:\[(?:stdout|stderr)\] ?)?",
+    re.ASCII,
+)
+LOGGED_SHARE = 0.5  # of non-blank lines carrying a logger prefix for the text to be logged through one
+_PYLOG_LEVEL = {"DEBUG": "V", "INFO": "I", "WARNING": "W", "WARN": "W", "ERROR": "E", "CRITICAL": "F", "FATAL": "F"}
+
+
+def logger_prefixed(lines: Sequence[str]) -> bool:
+    """Most non-blank lines start with a Python logging prefix (a stamp, a logger's name,
+    a level, a separator: `_PYLOG`): the tool's output as a test framework or a wrapper
+    logged it. The first QUOTED_SAMPLE lines decide, as for a quoted paste."""
+    blank = logged = 0
+    lines = lines[:QUOTED_SAMPLE]
+    for line in lines:
+        body = line.lstrip(" \t")
+        if not body.strip():
+            blank += 1
+        elif body[:1].isdigit() and _PYLOG.match(body) is not None:
+            logged += 1
+    filled = len(lines) - blank
+    return filled >= 1 and logged >= LOGGED_SHARE * filled
+
+
+def drop_logger(text: str) -> str:
+    """A line's Python logging prefix (see `logger_prefixed`), its indent kept out."""
+    body = text.lstrip(" \t")
+    m = _PYLOG.match(body) if body[:1].isdigit() else None
+    return body[m.end():] if m else text
 
 
 class _Taken:
@@ -352,6 +410,19 @@ def _stamp(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+def _pylog(body: str, taken: _Taken) -> int:
+    """A Python logging prefix (a text `logger_prefixed` said is logged through one): its
+    stamp kept as a `pylog` stamp, its logger's name as `source`, its level as a letter."""
+    if "stamp" in taken.kinds or not body[:1].isdigit():
+        return 0
+    m = _PYLOG.match(body)
+    if m is None:
+        return 0
+    taken.take("stamp", m.group(0), stamp=m.group(1), stamp_kind="pylog", logger="pylog", source=m.group(2),
+               level=_PYLOG_LEVEL[m.group(3)])
+    return m.end()
+
+
 def _glog(body: str, taken: _Taken) -> int:
     first = body[:1]
     if first == "[":
@@ -369,13 +440,17 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
-def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True) -> tuple[str, _Taken]:
+def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
+         logged: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
-    each kind once; a glog prefix is the last before the message."""
+    each kind once; a glog prefix is the last before the message. `logged`: the text is
+    logged through a Python logging prefix (`logger_prefixed`), taken off stamps or not."""
     taken = _Taken()
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    if logged:
+        steps = (_pylog, *steps)
     if stamps:
         steps += (_stamp,)
     for _ in range(8):
@@ -439,9 +514,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
-    quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
+    quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply)
+        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
+                             logged=logged)
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
@@ -464,24 +540,25 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-              quoted: bool = False, reply: bool = False) -> list[Line]:
+              quoted: bool = False, reply: bool = False, logged: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
-    markdown-quoted one (`> ` before every line)."""
+    markdown-quoted one (`> ` before every line); `logged`: logged through a Python
+    logging prefix (`logger_prefixed`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply)
     pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps, srun)[0].strip():
+    while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
     if len(pieces) > 1:
         repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps, srun)
+        rest, taken = peel(piece, stamps, srun, logged=logged)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names
@@ -697,6 +774,17 @@ def continues_indented(head_indent: int, text: str, marker: str) -> bool:
     under its stamp, each with the message's marker again (the driver's `NVRM:`)."""
     body = text.lstrip()
     return body.startswith(marker) and len(text) - len(body) > head_indent
+
+
+def continues_bare(text: str, markers: Sequence[str]) -> bool:
+    """`text` continues a log message pasted without its stamps, which the kernel printed
+    over several lines (an Xid 31's `MMU Fault: ...` and `Fault is of type ...` after its
+    `NVRM: Xid` line): words of its own at the line's start, no marker of a new message,
+    no prompt, code fence or elision. The caller bounds how many lines it joins."""
+    body = text.strip()
+    if not body[:1].isalpha() or text[:1].isspace() or is_prompt(body):
+        return False
+    return not any(marker in body for marker in markers)
 
 
 def join_continuation(head: str, text: str, marker: str) -> str:

@@ -170,6 +170,29 @@ def lost_gpu_from_line(line: str) -> LostGpu | None:
     return LostGpu(pci_bus_id=None, error=rest)
 
 
+class DriverWarning(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A `WARNING: ...` line nvidia-smi printed beside its report (the driver's word on a
+    GPU: "infoROM is corrupted at gpu 0008:00:00.0"), with the GPU it names."""
+
+    message: str  # as printed, after "WARNING: "
+    pci_bus_id: str | None = None  # normalised; None where it names no GPU
+
+
+# "WARNING: infoROM is corrupted at gpu 0008:00:00.0" (nvidia-smi, after its table or -q)
+_WARNING = re.compile(r"WARNING:[ \t]{0,8}(?P<message>\S.{0,500})", re.IGNORECASE)
+_WARNING_GPU = re.compile(rf"\bat (?:gpu|GPU) (?P<pci>{_PCI_ID})\b")
+
+
+def driver_warning_from_line(line: str) -> DriverWarning | None:
+    """A `WARNING: ...` line -> DriverWarning, else None."""
+    m = _WARNING.match(line.strip())
+    if m is None:
+        return None
+    message = m.group("message").strip()
+    gpu = _WARNING_GPU.search(message)
+    return DriverWarning(message=message, pci_bus_id=normalize_pci(gpu.group("pci")) if gpu else None)
+
+
 def failure_from_line(line: str) -> str | None:
     """A line saying nvidia-smi could not start at all -> the init_error, else None."""
     text = line.strip()

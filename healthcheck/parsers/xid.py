@@ -54,6 +54,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import (
+    continues_bare,
     continues_indented,
     join_continuation,
     quoted_paste,
@@ -185,6 +186,8 @@ _NVLINK5 = re.compile(
     r"Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?",
     re.ASCII,
 )
+# "on link 14(0x0, ...)", "link 3": a link an NVLink Xid before NVLink5 names in its words
+_LINK_NAMED = re.compile(r"\b[Ll]ink (?P<link>\d{1,3})(?![\d.:])", re.ASCII)
 _HEX_WORD = re.compile(r"0x[0-9A-Fa-f]{1,16}", re.ASCII)
 _STATUS_WORDS = 16
 _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
@@ -231,6 +234,7 @@ def _worth_reading(raw: str) -> bool:
 
 _JOINED_LINES = 8  # continuation lines joined to one driver message at most
 _MARKER = "NVRM:"  # what each continuation line of a driver message starts with again
+_BARE_HEAD = "NVRM: Xid"  # an Xid line with no stamp or label before it: a paste's, its continuations bare too
 _QUOTED_MARKERS = ("NVRM:", "SXid")  # where a message another tool quoted starts
 # an NVLink5 Xid cut after its link, and the status words a word wrap moved onto the next line
 _LINK_AT_END = re.compile(r"(?:Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} Link -?\d{1,3}$", re.ASCII)
@@ -245,6 +249,8 @@ class _Message:
         self.last = number  # the line number of its newest line
         self.indent = len(text) - len(text.lstrip())
         self.joined = 0
+        # an Xid pasted without its stamp: the lines the driver split it onto come bare too
+        self.bare = text.lstrip().startswith(_BARE_HEAD)
 
     def takes(self, number: int, text: str) -> bool:
         """Whether `text` continues this message: dmesg and journalctl print a multi-line
@@ -253,9 +259,15 @@ class _Message:
         onto the next line (`wraps`)."""
         if number != self.last + 1 or self.joined >= _JOINED_LINES:
             return False
-        if self.wraps(text):
+        if self.wraps(text) or self.continues_bare(text):
             return True
         return continues_indented(self.indent, text, _MARKER) and not text.lstrip().startswith("NVRM: Xid")
+
+    def continues_bare(self, text: str) -> bool:
+        """`text` is the next line of an Xid pasted without stamps, which the driver split
+        over at most _CONTINUATION_LINES lines (lines.continues_bare: real, issue 20's
+        field set: an Xid 31's `MMU Fault: ...` and `Fault is of type ...` lines)."""
+        return self.bare and self.joined < _CONTINUATION_LINES - 1 and continues_bare(text, _MARKERS)
 
     def wraps(self, text: str) -> bool:
         """`text` is the `(0x... ...)` status words of this NVLink5 Xid, which ends at its
@@ -263,7 +275,7 @@ class _Message:
         return self.joined == 0 and word_wrapped(self.text, text, head_ends=_LINK_AT_END, tail_starts=_STATUS_OPENS)
 
     def join(self, number: int, text: str) -> None:
-        if self.wraps(text):
+        if self.wraps(text) or self.continues_bare(text):
             self.text = f"{self.text.rstrip()} {text.strip()}"
         else:
             self.text = join_continuation(self.text, text, _MARKER)
@@ -294,7 +306,8 @@ class _Read:
         an AER event's detail line, or a driver message's wrapped words."""
         if self.aer.expects_detail(number):
             return True
-        return self.pending is not None and self.pending.last == number - 1 and "(0x" in raw[:256]
+        pending = self.pending
+        return pending is not None and pending.last == number - 1 and ("(0x" in raw[:256] or pending.bare)
 
     def near_gpu(self, number: int) -> str | None:
         return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
@@ -432,8 +445,18 @@ def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
         time=stamp.time,
         uptime_s=stamp.uptime_s,
         caused_by=int(cause.group("code")) if cause else None,
-        **_nvlink5(message),
+        **_nvlink(message),
     )
+
+
+def _nvlink(message: str) -> dict[str, Any]:
+    """The NVLink an Xid's message names: NVLink5's fields (`_nvlink5`), else the link of
+    an older NVLink Xid (74: `NVLink: fatal error detected on link 14(0x0, ...)`)."""
+    fields = _nvlink5(message)
+    if fields or "NVLink" not in message:
+        return fields
+    m = _LINK_NAMED.search(message)
+    return {"link": int(m.group("link"))} if m else {}
 
 
 def _nvlink5(message: str) -> dict[str, Any]:
