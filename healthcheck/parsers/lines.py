@@ -11,7 +11,8 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 
 - launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
   `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
-- runners: Ray `(pid=N) `, `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
+- runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
+  `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
@@ -565,7 +566,9 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
             taken.fields.update(launcher)
         line = Line(number=number, raw=raw, text=rest, labels="".join(taken.parts), repairs=tuple(repairs),
                     **taken.fields)  # type: ignore[arg-type]
-        if not taken.parts and is_prompt(rest):
+        if "runner" in taken.kinds:
+            line = without_ray_repeat(line)  # Ray's dedup suffix comes with its `(pid=N)` prefix
+        if not taken.parts and is_prompt(unindented(rest)):  # also `    $ cat x | grep y`, indented with the paste
             line = msgspec.structs.replace(line, noise="prompt")
         out.append(line)
     return out
@@ -593,6 +596,12 @@ class Unrecognized(msgspec.Struct, frozen=True):
     sample: tuple[SampleLine, ...] = ()
 
 
+# the empty `Unrecognized`, shared: a struct with omit_defaults leaves out only this very
+# object (msgspec compares a default by identity), so a parser whose facts omit an empty
+# count makes it its field's default and `UnrecognizedLines.frozen_or_nothing()` its value
+NOTHING_UNREAD = Unrecognized()
+
+
 @dataclass
 class UnrecognizedLines:
     """The collector a parser fills while it reads; `freeze()` for its result."""
@@ -610,6 +619,10 @@ class UnrecognizedLines:
     def freeze(self) -> Unrecognized:
         return Unrecognized(count=self.count, sample=tuple(self.sample))
 
+    def frozen_or_nothing(self) -> Unrecognized:
+        """`freeze()`, or NOTHING_UNREAD when every line was read (omitted under omit_defaults)."""
+        return self.freeze() if self.count else NOTHING_UNREAD
+
 
 # ---------------------------------------------------------------- handler tables
 
@@ -625,6 +638,37 @@ class Handler(Generic[S]):
     name: str
     when: Callable[[str], object]
     read: Callable[[S, Line], bool]
+
+
+def starts(*words: str) -> Callable[[str], bool]:
+    """A handler's `when`: the text starts with one of `words` (a prefix guard)."""
+    return lambda text: text.startswith(words)
+
+
+def read_every(handlers: Sequence[Handler[S]], state: S, line: Line) -> bool:
+    """Every handler whose `when` holds reads the line (not only the first); True when one did:
+    for a line that can hold several messages (torch's timeout, its abort and the NCCL error)."""
+    text = line.text
+    found = False
+    for handler in handlers:
+        if handler.when(text) and handler.read(state, line):
+            found = True
+    return found
+
+
+def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
+    """The handlers as a first-match table (for `dispatch`, which names the first that reads
+    a line) in which that first one lets every later one read the line too (`read_every`):
+    each reads a line once."""
+    def then_every(read: Callable[[S, Line], bool], rest: Sequence[Handler[S]]) -> Callable[[S, Line], bool]:
+        def read_and_rest(state: S, line: Line) -> bool:
+            if not read(state, line):
+                return False
+            read_every(rest, state, line)
+            return True
+        return read_and_rest
+
+    return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
 
 
 Recorder = Callable[[Line, "str | None"], None]  # (the line, the handler that read it or None)
@@ -653,6 +697,12 @@ def recorded(line: Line, name: str | None, record: Recorder | None = None) -> No
     hook = record if record is not None else _RECORDER.get()
     if hook is not None:
         hook(line, name)
+
+
+def recording_now() -> bool:
+    """Whether a recorder is listening (`recording`): a parser that builds a `Line` only to
+    tell `recorded` builds it only then."""
+    return _RECORDER.get() is not None
 
 
 @contextmanager
@@ -709,6 +759,13 @@ class Cursor:
 # ---------------------------------------------------------------- labels a parser asks for
 
 INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
+
+
+def unindented(text: str) -> str:
+    """`text` without a whole paste's indent (a markdown code block, a grep in a list): up to
+    INDENT_MAX blanks; a deeper indent is the text's own and is kept."""
+    stripped = text.lstrip(" \t")
+    return stripped if len(text) - len(stripped) <= INDENT_MAX else text
 _INDENTED_LABEL = "[(EWIF"  # what a label or a glog prefix behind an indent starts with
 
 
@@ -763,6 +820,46 @@ def mpich_rank(label: str) -> int | None:
     """The rank in a label that is MPICH's `[N]` alone; None for any other label."""
     m = MPICH_RANK.fullmatch(label + " ")
     return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------- a program's logger around the line
+
+# Ray's log deduplication after a line it folded: `... [repeated 7x across cluster]`
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
+# Python logging's BASIC_FORMAT `WARNING:torch.distributed.run:`, and the older
+# `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)
+_BASIC_LOG = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.]{0,128}):")
+_BRACKET_LOG = re.compile(
+    r"\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ([\w.]{1,64}): "
+)
+
+
+def without_ray_repeat(line: Line) -> Line:
+    """`line` without Ray's `[repeated Nx across cluster]` at its end (`repairs`: "repeated")."""
+    body = line.text
+    if body.endswith("]") and "across cluster" in body[-40:]:
+        m = _RAY_REPEATED.search(body, max(0, len(body) - 60))
+        if m:
+            return msgspec.structs.replace(line, text=body[:m.start()], repairs=(*line.repairs, "repeated"))
+    return line
+
+
+def python_logging(line: Line) -> Line:
+    """`line` without Python logging's prefix where its text starts with one: BASIC_FORMAT's
+    `WARNING:torch.distributed.run:` and the older `[INFO] 2024-01-01 10:00:00,123 name: `
+    (its time a `pylog` stamp); the logger's name is `source`, its level a letter, `logger`
+    "pylog". A parser calls it where such a line is its (torch_log): `LEVEL:word:` alone
+    is too common a shape to take off every tool's lines."""
+    body = line.text
+    bracket = body[:1] == "["
+    m = _BRACKET_LOG.match(body) if bracket else _BASIC_LOG.match(body) if body[:1] in "DIWEC" else None
+    if m is None:
+        return line
+    fields: dict[str, object] = {"logger": "pylog", "level": _PYLOG_LEVEL[m.group(1)],
+                                 "source": m.group(3) if bracket else m.group(2)}
+    if bracket and not line.stamp:
+        fields.update(stamp=m.group(2), stamp_kind="pylog")
+    return msgspec.structs.replace(line, text=body[m.end():], labels=line.labels + m.group(0), **fields)
 
 
 # ---------------------------------------------------------------- messages over several lines

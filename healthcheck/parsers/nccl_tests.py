@@ -48,6 +48,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
 from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
     Handler,
     Line,
     Unrecognized,
@@ -147,7 +148,7 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     failures: tuple[NcclTestsFailure, ...] = ()
     errors: tuple[str, ...] = ()  # "# error: ..." (ncclGetLastError), JSON "errors"
     launcher_error: str | None = None  # the launcher never started the test
-    unrecognized: Unrecognized = Unrecognized()  # lines no handler read (text): how many, the first few
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (text): how many, the first few
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -35,7 +35,15 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines, rewrapped, wrapped_word
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    read_lines,
+    rewrapped,
+    wrapped_word,
+)
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -111,7 +119,7 @@ class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
     timestamp: str | None = None  # -l's first line
     rows: list[SinfoRow] = []
     error: str | None = None  # sinfo's own failure ("Unable to contact slurm controller")
-    unrecognized: Unrecognized = Unrecognized()  # lines that fit no table: a banner, another command's output
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines that fit no table: a banner, another command's output
 
 
 def split_state(raw: str) -> tuple[str, list[str], bool]:
