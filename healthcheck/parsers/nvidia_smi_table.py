@@ -28,10 +28,9 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.gpu_common import LostGpu, normalize_pci
+from healthcheck.parsers.gpu_common import DriverWarning, LostGpu, normalize_pci
 from healthcheck.parsers.lines import pasted_lines
 from healthcheck.parsers.nvidia_smi import (
-    DriverWarning,
     dedupe_lost,
     driver_warning_from_line,
     failure_from_line,

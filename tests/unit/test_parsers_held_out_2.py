@@ -24,6 +24,7 @@ BOLD = FIELD / "issues-2" / "ib_write_bw" / "send-bw-markdown-bold-average-two-c
 PERFTEST = FIXTURES / "ib_write_bw" / "client-bidir-4qp-all-sizes-ainic-800g.txt"
 INFOROM = FIELD / "unseen" / "nvidia-smi" / "v100-8gpu-460.32.03-azure-inforom-corrupted-warning.txt"
 SMI = FIXTURES / "nvidia-smi" / "h200-idle-no-processes-590.48.01.txt"
+SMI_Q = FIXTURES / "corpus" / "nvidia-smi-q" / "a10-1gpu-driver-535.129.03.txt"
 XID31 = FIELD / "unseen" / "xid" / "xid31-mmu-fault-three-lines-no-stamp.txt"
 XID74 = FIELD / "unseen" / "xid" / "xid74-nvlink-fatal-link14-md-backticks.txt"
 XID79_BARE = FIELD / "issues" / "xid" / "xid79-bare-lines-rtx5090.txt"
@@ -118,6 +119,17 @@ def test_a_driver_warning_after_another_table_is_surfaced():
     table = parse_nvidia_smi_table(SMI.read_text() + warning + "\n")
     assert table.gpus == base.gpus and not base.warnings
     assert [w.pci_bus_id for w in table.warnings] == ["0008:00:00.0"]
+
+
+def test_a_driver_warning_before_a_q_report_is_surfaced():
+    # transformation: a real `nvidia-smi -q` with the real file's warning line before it
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    warning = INFOROM.read_text().splitlines()[-1]
+    report = SMI_Q.read_text()
+    base, facts = parse_nvidia_smi_q(report), parse_nvidia_smi_q(warning + "\n" + report)
+    assert facts.gpus == base.gpus and not base.warnings
+    assert [(w.pci_bus_id, "infoROM" in w.message) for w in facts.warnings] == [("0008:00:00.0", True)]
 
 
 # ---------------------------------------------------------------- Xids
