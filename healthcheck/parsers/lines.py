@@ -36,21 +36,29 @@ Hard wraps (a message split at the terminal's width) are NOT joined here: whethe
 next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
 
 What only a parser can decide is still done here, by a function the parser calls (the
-end of this module): `unpasted`/`pasted_lines` (a quote and a ` \\` off every line, no
-majority deciding, for tools no line of which starts with `>`); `relabelled` (a label
+end of this module): `unpasted`/`pasted_lines` (a quote, markdown's `**` around a cell
+(`unemphasized`) and a ` \\` off every line, no majority deciding, for tools no line of
+which starts with `>`); `relabelled` (a label
 behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
 parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
 continuation lines, a message another tool quoted; `continues_bare`: one pasted without
 stamps over bare lines); `word_wrapped` (a next line a word
 wrap moved where the head's grammar expects more); `wrapped_word`/`rewrapped` (a table
-cell a terminal hard-wrapped); `is_elision` (a paste's `...`).
+cell a terminal hard-wrapped); `is_elision` (a paste's `...`); `unindented` (a whole
+paste's indent); `python_logging` (`WARNING:torch...:`, `[INFO] date name: `: too
+common a shape to take off every tool's lines) and `without_ray_repeat` (Ray's
+`[repeated Nx across cluster]`, also taken off every Ray-prefixed line here).
 
 A parser reads through a table of small `Handler`s (a cheap guard on the text, and a
 function that reads it); `dispatch` tries them in order and names the one that read the
 line, and `Unrecognized` counts and samples the lines no handler read: evidence to show,
-never a reason to refuse a file whose known facts are there. `dispatch` tells what read
+never a reason to refuse a file whose known facts are there (`NOTHING_UNREAD` the shared
+empty one, which omit_defaults leaves out). `starts(*words)` is a handler's prefix
+guard; `chained` makes a table whose first handler to read a line lets every later
+matching one read it too (`read_every`). `dispatch` tells what read
 each line to a recorder (passed to it, or set by `recording` for a parse: what `hc parse
---explain` shows); a parser with a table of its own tells `recorded`.
+--explain` shows); a parser with a table of its own tells `recorded` (building the
+`Line` only while `recording_now()`).
 
 Everything is linear: each pattern is anchored, bounded and tried at most once per
 prefix; a line is cut at `max_line` characters before it is looked at.
