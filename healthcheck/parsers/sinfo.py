@@ -440,6 +440,7 @@ NODE_STATES = frozenset({
     "drain", "cloud", "power", "not_responding", "dynamic_future", "dynamic_norm", "boot",
     *COMPACT_STATES,
 })
+INFERRED_COLUMNS_MAX = 64  # fields of a headerless line read by their cells (sinfo -o has fewer letters)
 # a cell's kind in a headerless `-o` line by what it holds (the first cell is the node)
 _CELL_KINDS = (
     ("TIMESTAMP", _WHEN),
@@ -481,11 +482,11 @@ def _inferred(body: list[str], errors: list[str]) -> SinfoReport:
     padded): columns named by what every line's cell holds; the node is the first, the
     state the one column of node states. ParseError where no column is one (nothing
     else is ever read as the state)."""
-    cells = [[cell.strip() for cell in line.split("|")] for line in body]
-    width = len(cells[0])
-    if width < 2 or any(len(row) != width for row in cells):
-        raise ParseError(f"sinfo: no header line, and its '|' fields differ from line to line "
+    width = body[0].count("|") + 1
+    if not 2 <= width <= INFERRED_COLUMNS_MAX or any(line.count("|") + 1 != width for line in body):
+        raise ParseError(f"sinfo: no header line, and its '|' fields differ from line to line or are too many "
                          f"(starts {clip(body[0].strip(), 60)!r})")
+    cells = [[cell.strip() for cell in line.split("|")] for line in body]
     names = [_column_kind([row[i] for row in cells]) for i in range(width)]
     names[0] = "NODELIST"
     gres = [i for i, name in enumerate(names) if name == "GRES"]

@@ -216,3 +216,23 @@ def test_the_new_shapes_cost_their_length(filler):
 
     small, large = filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler))
     assert best_time(each, large) <= 50 * best_time(each, small) + 0.15
+
+
+def test_a_headerless_sinfo_line_of_many_fields_costs_its_length():
+    # a node, a state, then thousands of fields: refused or read, never quadratic in the fields
+    def each(n: int) -> float:
+        return best_time(parse_sinfo, "n1|gpu:a:8|idle" + "|x" * n)
+
+    assert each(32_000) <= 25 * each(2_000) + 0.02  # 16x the fields: ~16x when linear, ~256x quadratic
+
+
+@pytest.mark.parametrize("filler", ["|", "n|gpu:a:8|", "n1|gpu:a:8|idle\n"])
+def test_headerless_sinfo_costs_its_length(filler):
+    def each(text: str) -> None:
+        try:
+            parse_sinfo(text)
+        except ParseError:
+            pass
+
+    small, large = filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler))
+    assert best_time(each, large) <= 50 * best_time(each, small) + 0.15
