@@ -111,6 +111,14 @@ def is_pci_only(lost: LostGpu) -> bool:
     return lost.error.startswith(PCI_ONLY)
 
 
+class DriverWarning(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A `WARNING: ...` line nvidia-smi printed beside its report (the driver's word on a
+    GPU: "infoROM is corrupted at gpu 0008:00:00.0"), with the GPU it names."""
+
+    message: str  # as printed, after "WARNING: "
+    pci_bus_id: str | None = None  # normalised; None where it names no GPU
+
+
 class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     source: str  # "nvml", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvml replay: <file>"
     gpus: list[Gpu] = []
@@ -126,6 +134,7 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # lines of `nvidia-smi -q` read without their GPU block (`nvidia-smi -q | grep GSP`):
     # key as a name -> its values as printed; which GPU each is of is not known
     fragment: dict[str, list[str]] = {}
+    warnings: list[DriverWarning] = []  # nvidia-smi -q's `WARNING: infoROM is corrupted at gpu ...` lines
 
 
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"

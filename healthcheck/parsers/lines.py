@@ -11,14 +11,17 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 
 - launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
   `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
-- runners: Ray `(pid=N) `, `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
+- runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
+  `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
   17:25:16.769000 2606 api.py:833] ` and c10's `[E1218 20:27:21.426415540
   ProcessGroupNCCL.cpp:629] ` (the last prefix before a message: its level and source
-  are kept)
+  are kept); a Python logging prefix where most lines carry one (a test framework's
+  `2019-07-16 03:43:24,132 process   L0458 DEBUG| [stdout] `, logging's `asctime - name -
+  LEVEL - `: `logger_prefixed`), kept as a `pylog` stamp with the logger's name and level
 
 Shapes mended, each by a small function of its own: CRLF and a stray CR (a progress bar
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
@@ -33,20 +36,29 @@ Hard wraps (a message split at the terminal's width) are NOT joined here: whethe
 next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
 
 What only a parser can decide is still done here, by a function the parser calls (the
-end of this module): `unpasted`/`pasted_lines` (a quote and a ` \\` off every line, no
-majority deciding, for tools no line of which starts with `>`); `relabelled` (a label
+end of this module): `unpasted`/`pasted_lines` (a quote, markdown's `**` around a cell
+(`unemphasized`) and a ` \\` off every line, no majority deciding, for tools no line of
+which starts with `>`); `relabelled` (a label
 behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
 parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
-continuation lines, a message another tool quoted); `word_wrapped` (a next line a word
+continuation lines, a message another tool quoted; `continues_bare`: one pasted without
+stamps over bare lines); `word_wrapped` (a next line a word
 wrap moved where the head's grammar expects more); `wrapped_word`/`rewrapped` (a table
-cell a terminal hard-wrapped); `is_elision` (a paste's `...`).
+cell a terminal hard-wrapped); `is_elision` (a paste's `...`); `unindented` (a whole
+paste's indent); `python_logging` (`WARNING:torch...:`, `[INFO] date name: `: too
+common a shape to take off every tool's lines) and `without_ray_repeat` (Ray's
+`[repeated Nx across cluster]`, also taken off every Ray-prefixed line here).
 
 A parser reads through a table of small `Handler`s (a cheap guard on the text, and a
 function that reads it); `dispatch` tries them in order and names the one that read the
 line, and `Unrecognized` counts and samples the lines no handler read: evidence to show,
-never a reason to refuse a file whose known facts are there. `dispatch` tells what read
+never a reason to refuse a file whose known facts are there (`NOTHING_UNREAD` the shared
+empty one, which omit_defaults leaves out). `starts(*words)` is a handler's prefix
+guard; `chained` makes a table whose first handler to read a line lets every later
+matching one read it too (`read_every`). `dispatch` tells what read
 each line to a recorder (passed to it, or set by `recording` for a parse: what `hc parse
---explain` shows); a parser with a table of its own tells `recorded`.
+--explain` shows); a parser with a table of its own tells `recorded` (building the
+`Line` only while `recording_now()`).
 
 Everything is linear: each pattern is anchored, bounded and tried at most once per
 prefix; a line is cut at `max_line` characters before it is looked at.
@@ -202,11 +214,13 @@ def unpasted(line: str) -> str:
     """`line` without a markdown quote before it and a shell continuation (` \\`) after it,
     wherever they are, with no majority of lines deciding: for a tool none of whose lines
     starts with `>` or ends in ` \\` (nvidia-smi's table, `-q` tree, topo and nvlink,
-    perftest), so a paste quoted only around its interesting lines reads too. A line
-    without them is returned as it is (indentation kept: `-q` is a tree by its indent)."""
+    perftest), so a paste quoted only around its interesting lines reads too; markdown's
+    `**` around a cell too (`unemphasized`). A line without them is returned as it is
+    (indentation kept: `-q` is a tree by its indent)."""
     quote = _LOOSE_QUOTE.match(line)
     if quote:
         line = line[quote.end():]
+    line = unemphasized(line)
     end = line.rstrip()
     if end.endswith("\\") and end[-2:-1] in (" ", "\t"):
         return end[:-1].rstrip()
@@ -214,8 +228,23 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each `unpasted`: the GPU and perftest parsers' reading."""
-    return [unpasted(line) for line in text.splitlines()]
+    """`text`'s lines (str.splitlines), each `unpasted`, and without a Python logging
+    prefix where most lines carry one (`logger_prefixed`): the GPU and perftest parsers'
+    reading."""
+    lines = text.splitlines()
+    if logger_prefixed(lines):
+        lines = [drop_logger(line) for line in lines]
+    return [unpasted(line) for line in lines]
+
+
+# markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number
+# that matters; never across a `*` or a blank at either end, at most 64 characters inside
+_EMPHASIS = re.compile(r"\*\*([^*\s](?:[^*]{0,62}[^*\s])?)\*\*")
+
+
+def unemphasized(line: str) -> str:
+    """`line` without markdown's `**` around any word or cell of it."""
+    return _EMPHASIS.sub(r"\1", line) if "**" in line else line
 
 
 _PROMPT = re.compile(
@@ -271,6 +300,44 @@ _GLOG_C10 = re.compile(
     re.ASCII,
 )
 _GLOG = re.compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
+
+
+# a test framework's or a program's Python logging prefix before every line: avocado's
+# `%(asctime)s %(name)-16s L%(lineno)04d %(levelname)-5.5s| ` (and its `[stdout] ` after
+# it), the logging cookbook's `%(asctime)s - %(name)s - %(levelname)s - `: a stamp, a
+# logger name, an optional line number, a level and a separator
+_PYLOG = re.compile(
+    r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?) {1,8}(?:- {1,8})?"
+    r"([\w.\-]{1,64}) {1,32}(?:- {1,8})?(?:L\d{1,6} {1,8})?"
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) {0,8}(?:\||-|:) ?"
+    r"(?:\[(?:stdout|stderr)\] ?)?",
+    re.ASCII,
+)
+LOGGED_SHARE = 0.5  # of non-blank lines carrying a logger prefix for the text to be logged through one
+_PYLOG_LEVEL = {"DEBUG": "V", "INFO": "I", "WARNING": "W", "WARN": "W", "ERROR": "E", "CRITICAL": "F", "FATAL": "F"}
+
+
+def logger_prefixed(lines: Sequence[str]) -> bool:
+    """Most non-blank lines start with a Python logging prefix (a stamp, a logger's name,
+    a level, a separator: `_PYLOG`): the tool's output as a test framework or a wrapper
+    logged it. The first QUOTED_SAMPLE lines decide, as for a quoted paste."""
+    blank = logged = 0
+    lines = lines[:QUOTED_SAMPLE]
+    for line in lines:
+        body = line.lstrip(" \t")
+        if not body.strip():
+            blank += 1
+        elif body[:1].isdigit() and _PYLOG.match(body) is not None:
+            logged += 1
+    filled = len(lines) - blank
+    return filled >= 1 and logged >= LOGGED_SHARE * filled
+
+
+def drop_logger(text: str) -> str:
+    """A line's Python logging prefix (see `logger_prefixed`), its indent kept out."""
+    body = text.lstrip(" \t")
+    m = _PYLOG.match(body) if body[:1].isdigit() else None
+    return body[m.end():] if m else text
 
 
 class _Taken:
@@ -352,6 +419,19 @@ def _stamp(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+def _pylog(body: str, taken: _Taken) -> int:
+    """A Python logging prefix (a text `logger_prefixed` said is logged through one): its
+    stamp kept as a `pylog` stamp, its logger's name as `source`, its level as a letter."""
+    if "stamp" in taken.kinds or not body[:1].isdigit():
+        return 0
+    m = _PYLOG.match(body)
+    if m is None:
+        return 0
+    taken.take("stamp", m.group(0), stamp=m.group(1), stamp_kind="pylog", logger="pylog", source=m.group(2),
+               level=_PYLOG_LEVEL[m.group(3)])
+    return m.end()
+
+
 def _glog(body: str, taken: _Taken) -> int:
     first = body[:1]
     if first == "[":
@@ -369,13 +449,17 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
-def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True) -> tuple[str, _Taken]:
+def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
+         logged: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
-    each kind once; a glog prefix is the last before the message."""
+    each kind once; a glog prefix is the last before the message. `logged`: the text is
+    logged through a Python logging prefix (`logger_prefixed`), taken off stamps or not."""
     taken = _Taken()
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    if logged:
+        steps = (_pylog, *steps)
     if stamps:
         steps += (_stamp,)
     for _ in range(8):
@@ -439,9 +523,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
-    quoted, reply = quoted_paste(raw_lines), quoted_reply(raw_lines)
+    quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply)
+        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
+                             logged=logged)
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
@@ -464,31 +549,34 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-              quoted: bool = False, reply: bool = False) -> list[Line]:
+              quoted: bool = False, reply: bool = False, logged: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
-    markdown-quoted one (`> ` before every line)."""
+    markdown-quoted one (`> ` before every line); `logged`: logged through a Python
+    logging prefix (`logger_prefixed`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply)
     pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps, srun)[0].strip():
+    while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
     if len(pieces) > 1:
         repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps, srun)
+        rest, taken = peel(piece, stamps, srun, logged=logged)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names
             taken.fields.update(launcher)
         line = Line(number=number, raw=raw, text=rest, labels="".join(taken.parts), repairs=tuple(repairs),
                     **taken.fields)  # type: ignore[arg-type]
-        if not taken.parts and is_prompt(rest):
+        if "runner" in taken.kinds:
+            line = without_ray_repeat(line)  # Ray's dedup suffix comes with its `(pid=N)` prefix
+        if not taken.parts and is_prompt(unindented(rest)):  # also `    $ cat x | grep y`, indented with the paste
             line = msgspec.structs.replace(line, noise="prompt")
         out.append(line)
     return out
@@ -516,6 +604,12 @@ class Unrecognized(msgspec.Struct, frozen=True):
     sample: tuple[SampleLine, ...] = ()
 
 
+# the empty `Unrecognized`, shared: a struct with omit_defaults leaves out only this very
+# object (msgspec compares a default by identity), so a parser whose facts omit an empty
+# count makes it its field's default and `UnrecognizedLines.frozen_or_nothing()` its value
+NOTHING_UNREAD = Unrecognized()
+
+
 @dataclass
 class UnrecognizedLines:
     """The collector a parser fills while it reads; `freeze()` for its result."""
@@ -533,6 +627,10 @@ class UnrecognizedLines:
     def freeze(self) -> Unrecognized:
         return Unrecognized(count=self.count, sample=tuple(self.sample))
 
+    def frozen_or_nothing(self) -> Unrecognized:
+        """`freeze()`, or NOTHING_UNREAD when every line was read (omitted under omit_defaults)."""
+        return self.freeze() if self.count else NOTHING_UNREAD
+
 
 # ---------------------------------------------------------------- handler tables
 
@@ -548,6 +646,37 @@ class Handler(Generic[S]):
     name: str
     when: Callable[[str], object]
     read: Callable[[S, Line], bool]
+
+
+def starts(*words: str) -> Callable[[str], bool]:
+    """A handler's `when`: the text starts with one of `words` (a prefix guard)."""
+    return lambda text: text.startswith(words)
+
+
+def read_every(handlers: Sequence[Handler[S]], state: S, line: Line) -> bool:
+    """Every handler whose `when` holds reads the line (not only the first); True when one did:
+    for a line that can hold several messages (torch's timeout, its abort and the NCCL error)."""
+    text = line.text
+    found = False
+    for handler in handlers:
+        if handler.when(text) and handler.read(state, line):
+            found = True
+    return found
+
+
+def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
+    """The handlers as a first-match table (for `dispatch`, which names the first that reads
+    a line) in which that first one lets every later one read the line too (`read_every`):
+    each reads a line once."""
+    def then_every(read: Callable[[S, Line], bool], rest: Sequence[Handler[S]]) -> Callable[[S, Line], bool]:
+        def read_and_rest(state: S, line: Line) -> bool:
+            if not read(state, line):
+                return False
+            read_every(rest, state, line)
+            return True
+        return read_and_rest
+
+    return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
 
 
 Recorder = Callable[[Line, "str | None"], None]  # (the line, the handler that read it or None)
@@ -576,6 +705,12 @@ def recorded(line: Line, name: str | None, record: Recorder | None = None) -> No
     hook = record if record is not None else _RECORDER.get()
     if hook is not None:
         hook(line, name)
+
+
+def recording_now() -> bool:
+    """Whether a recorder is listening (`recording`): a parser that builds a `Line` only to
+    tell `recorded` builds it only then."""
+    return _RECORDER.get() is not None
 
 
 @contextmanager
@@ -632,6 +767,13 @@ class Cursor:
 # ---------------------------------------------------------------- labels a parser asks for
 
 INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
+
+
+def unindented(text: str) -> str:
+    """`text` without a whole paste's indent (a markdown code block, a grep in a list): up to
+    INDENT_MAX blanks; a deeper indent is the text's own and is kept."""
+    stripped = text.lstrip(" \t")
+    return stripped if len(text) - len(stripped) <= INDENT_MAX else text
 _INDENTED_LABEL = "[(EWIF"  # what a label or a glog prefix behind an indent starts with
 
 
@@ -688,6 +830,46 @@ def mpich_rank(label: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# ---------------------------------------------------------------- a program's logger around the line
+
+# Ray's log deduplication after a line it folded: `... [repeated 7x across cluster]`
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
+# Python logging's BASIC_FORMAT `WARNING:torch.distributed.run:`, and the older
+# `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)
+_BASIC_LOG = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.]{0,128}):")
+_BRACKET_LOG = re.compile(
+    r"\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ([\w.]{1,64}): "
+)
+
+
+def without_ray_repeat(line: Line) -> Line:
+    """`line` without Ray's `[repeated Nx across cluster]` at its end (`repairs`: "repeated")."""
+    body = line.text
+    if body.endswith("]") and "across cluster" in body[-40:]:
+        m = _RAY_REPEATED.search(body, max(0, len(body) - 60))
+        if m:
+            return msgspec.structs.replace(line, text=body[:m.start()], repairs=(*line.repairs, "repeated"))
+    return line
+
+
+def python_logging(line: Line) -> Line:
+    """`line` without Python logging's prefix where its text starts with one: BASIC_FORMAT's
+    `WARNING:torch.distributed.run:` and the older `[INFO] 2024-01-01 10:00:00,123 name: `
+    (its time a `pylog` stamp); the logger's name is `source`, its level a letter, `logger`
+    "pylog". A parser calls it where such a line is its (torch_log): `LEVEL:word:` alone
+    is too common a shape to take off every tool's lines."""
+    body = line.text
+    bracket = body[:1] == "["
+    m = _BRACKET_LOG.match(body) if bracket else _BASIC_LOG.match(body) if body[:1] in "DIWEC" else None
+    if m is None:
+        return line
+    fields: dict[str, object] = {"logger": "pylog", "level": _PYLOG_LEVEL[m.group(1)],
+                                 "source": m.group(3) if bracket else m.group(2)}
+    if bracket and not line.stamp:
+        fields.update(stamp=m.group(2), stamp_kind="pylog")
+    return msgspec.structs.replace(line, text=body[m.end():], labels=line.labels + m.group(0), **fields)
+
+
 # ---------------------------------------------------------------- messages over several lines
 
 
@@ -697,6 +879,17 @@ def continues_indented(head_indent: int, text: str, marker: str) -> bool:
     under its stamp, each with the message's marker again (the driver's `NVRM:`)."""
     body = text.lstrip()
     return body.startswith(marker) and len(text) - len(body) > head_indent
+
+
+def continues_bare(text: str, markers: Sequence[str]) -> bool:
+    """`text` continues a log message pasted without its stamps, which the kernel printed
+    over several lines (an Xid 31's `MMU Fault: ...` and `Fault is of type ...` after its
+    `NVRM: Xid` line): words of its own at the line's start, no marker of a new message,
+    no prompt, code fence or elision. The caller bounds how many lines it joins."""
+    body = text.strip()
+    if not body[:1].isalpha() or text[:1].isspace() or is_prompt(body):
+        return False
+    return not any(marker in body for marker in markers)
 
 
 def join_continuation(head: str, text: str, marker: str) -> str:

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import msgspec
@@ -68,6 +67,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.kernlog import iso_time
 from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
     Handler,
     Line,
     Unrecognized,
@@ -76,6 +76,8 @@ from healthcheck.parsers.lines import (
     mpich_rank,
     read_line,
     read_lines,
+    starts,
+    unindented,
 )
 
 MAX_PROCESSES = 65536
@@ -283,7 +285,7 @@ class NcclLog(msgspec.Struct, frozen=True):
     first_warn: NcclWarn | None = None  # by line order
     first_warn_by_time: NcclWarn | None = None  # by timestamp (>= 2.26 stamps WARNs); None without
     truncated: bool = False  # a bounded list dropped something
-    unrecognized: Unrecognized = Unrecognized()  # lines no handler read: another program's, an INFO message not read
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read: another program's, an INFO message not read
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -403,7 +405,7 @@ def split_bare_line(read: Line) -> NcclPrefix | None:
     host:pid:tid prefix gone (grepped out, a docs excerpt): no process named, host "" and
     pid 0. Not a prefixed line (split_read_line says None); `NCCL version` is _bare_version's.
     A paste's indent before it is no part of it (a markdown code block, a grep in a list)."""
-    text = read.text.lstrip(" \t")
+    text = unindented(read.text)
     if not text.startswith("NCCL "):
         return None
     level, _, message = text[5:].partition(" ")
@@ -989,24 +991,20 @@ class _Builder:
         )
 
 
-def _starts(*words: str) -> Callable[[str], bool]:
-    return lambda text: text.startswith(words)
-
-
 # An INFO message's handlers, in order; the first that reads it names it (`hc parse --explain`)
 _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
-    Handler("version", _starts("NCCL version "), _Builder.version),
+    Handler("version", starts("NCCL version "), _Builder.version),
     Handler("bootstrap", lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
-    Handler("net-ib", _starts("NET/IB"), _Builder.net_ib),
+    Handler("net-ib", starts("NET/IB"), _Builder.net_ib),
     Handler("net-socket", lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
     Handler("net-plugin-devices", lambda m: m.startswith("NET/") and " Using [" in m[:48], _Builder.net_plugin_list),
-    Handler("network", _starts("Using network "), _Builder.network),
-    Handler("net-plugin", _starts("NET/OFI ", "P2P plugin ", "Plugin Path "), _Builder.plugin),
-    Handler("cuda-driver", _starts("cudaDriverVersion"), _Builder.driver),
-    Handler("rings-connected", _starts("Connected all rings"), _Builder.rings_connected),
-    Handler("trees-connected", _starts("Connected all trees"), _Builder.trees_connected),
-    Handler("init-timings", _starts("Init timings"), _Builder.timings),
-    Handler("connection", _starts("Channel ", "Ring "), _Builder.connection),
+    Handler("network", starts("Using network "), _Builder.network),
+    Handler("net-plugin", starts("NET/OFI ", "P2P plugin ", "Plugin Path "), _Builder.plugin),
+    Handler("cuda-driver", starts("cudaDriverVersion"), _Builder.driver),
+    Handler("rings-connected", starts("Connected all rings"), _Builder.rings_connected),
+    Handler("trees-connected", starts("Connected all trees"), _Builder.trees_connected),
+    Handler("init-timings", starts("Init timings"), _Builder.timings),
+    Handler("connection", starts("Channel ", "Ring "), _Builder.connection),
     Handler("coll", lambda m: "opCount " in m[:48], _Builder.coll),
     Handler("comm", lambda m: "comm 0x" in m[:64], _Builder.comm_line),
     Handler("env", lambda m: m.startswith("NCCL_") and " set " in m[:100], _Builder.env),

@@ -53,7 +53,6 @@ reply. Else ParseError. Lines are cut at MAX_LINE; patterns are anchored and bou
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -61,13 +60,21 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Handler, Line, Unrecognized, UnrecognizedLines, dispatch, read_lines
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Handler,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    dispatch,
+    read_lines,
+    starts,
+)
 
 MAX_LINE = 4096
 MAX_LISTED = 10_000  # ranks and processes kept per list (NCCL itself lists at most a few)
 
 IssueKind = Literal["INCOMPLETE", "ERROR", "MISMATCH"]
-NOTHING_UNREAD = Unrecognized()  # the default, shared: omit_defaults leaves out only this very object
 
 
 class RasRank(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -649,7 +656,7 @@ class _Reader:
         return True
 
     def unread(self) -> Unrecognized:
-        return self.unrecognized.freeze() if self.unrecognized.count else NOTHING_UNREAD
+        return self.unrecognized.frozen_or_nothing()
 
     def new_set(self, target: list, count: int, value: str | None) -> None:
         self.rankset = {"count": count, "value": value, "ranks": []}
@@ -783,10 +790,6 @@ def _around(text: str, start: int, end: int) -> list[tuple[int, str]]:
     return list(enumerate(before, 1)) + list(enumerate(text[end + 1:].splitlines(), after_first))
 
 
-def _starts(*words: str) -> Callable[[str], bool]:
-    return lambda text: text.startswith(words)
-
-
 def _read_nothing(reader: _Reader, line: Line) -> bool:
     return True  # a line of the reply's frame: a separator, the server's OK
 
@@ -799,17 +802,17 @@ def _digit(text: str) -> bool:
 # (`hc parse --explain`). The transcript and the sections' titles first; then the lines of
 # the section being read, each handler checking it is in its section.
 _LINE_HANDLERS: tuple[Handler[_Reader], ...] = (
-    Handler("command", _starts(">>>"), _Reader.command),
-    Handler("protocol", _starts("SERVER PROTOCOL"), _Reader.protocol),
-    Handler("server-error", _starts("ERROR: "), _Reader.server_error),
-    Handler("client-error", _starts(*_CLIENT_ERRORS), _Reader.client_error),
-    Handler("client-advice", _starts(*_CLIENT_ADVICE), _Reader.client_advice),
-    Handler("version", _starts("NCCL version "), _Reader.version),
-    Handler("cuda", _starts("CUDA runtime version "), _Reader.cuda),
+    Handler("command", starts(">>>"), _Reader.command),
+    Handler("protocol", starts("SERVER PROTOCOL"), _Reader.protocol),
+    Handler("server-error", starts("ERROR: "), _Reader.server_error),
+    Handler("client-error", starts(*_CLIENT_ERRORS), _Reader.client_error),
+    Handler("client-advice", starts(*_CLIENT_ADVICE), _Reader.client_advice),
+    Handler("version", starts("NCCL version "), _Reader.version),
+    Handler("cuda", starts("CUDA runtime version "), _Reader.cuda),
     Handler("separator", lambda b: b in _SEPARATORS, _read_nothing),
     Handler("ok", lambda b: b == "OK", _read_nothing),
     Handler("job-summary", lambda b: b == "Job summary", _Reader.job_summary),
-    Handler("communicators", _starts("Communicators..."), _Reader.communicators),
+    Handler("communicators", starts("Communicators..."), _Reader.communicators),
     Handler("section", lambda b: b in ("Errors", "Warnings"), _Reader.issues_section),
     Handler("missing-data", lambda b: "missing data from" in b, _Reader.missing_data),
     # Job summary
@@ -817,20 +820,20 @@ _LINE_HANDLERS: tuple[Handler[_Reader], ...] = (
     Handler("job-row", _digit, _Reader.job_row),
     # Communicators
     Handler("no-communicators", lambda b: b == "No communicator data collected!", _Reader.no_communicators),
-    Handler("comms-header", _starts("Group ", "#"), _Reader.comms_header),
+    Handler("comms-header", starts("Group ", "#"), _Reader.comms_header),
     Handler("comms-row", _digit, _Reader.comms_row),
     # Errors and Warnings
-    Handler("comm-issue", _starts("#"), _Reader.comm_issue),
+    Handler("comm-issue", starts("#"), _Reader.comm_issue),
     Handler("job-block", lambda b: b in ("INCOMPLETE", "DEAD", "TIMEOUT"), _Reader.job_block),
     Handler("processes-counted", lambda b: _digit(b) or b.startswith(("Missing ", "Encountered ")),
             _Reader.processes_counted),
-    Handler("process", _starts("Process ", "[could not find information on "), _Reader.process),
-    Handler("missing-ranks", _starts("Missing communicator data from ", "The missing rank"), _Reader.missing_ranks),
-    Handler("rank", _starts("Rank "), _Reader.rank_line),
-    Handler("issue-list", _starts("Communicator ranks have different ", "Initialization error", "Asynchronous error"),
+    Handler("process", starts("Process ", "[could not find information on "), _Reader.process),
+    Handler("missing-ranks", starts("Missing communicator data from ", "The missing rank"), _Reader.missing_ranks),
+    Handler("rank", starts("Rank "), _Reader.rank_line),
+    Handler("issue-list", starts("Communicator ranks have different ", "Initialization error", "Asynchronous error"),
             _Reader.issue_list),
     Handler("rank-set", _digit, _Reader.rank_set),
-    Handler("unknown-ranks", _starts("The unknown ranks:"), _Reader.unknown_ranks),
+    Handler("unknown-ranks", starts("The unknown ranks:"), _Reader.unknown_ranks),
 )
 
 

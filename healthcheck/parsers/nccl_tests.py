@@ -48,6 +48,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.bandwidth_common import COLLECTIVES, BandwidthSample
 from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
     Handler,
     Line,
     Unrecognized,
@@ -96,6 +97,14 @@ class NcclTestsFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     pid: int | None = None
 
 
+class TestAverage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One footer's `# Avg bus bandwidth`, with the collective whose rows it closed: a
+    text holding several tests (`all_reduce_perf` then `sendrecv_perf`) prints one each."""
+
+    avg_busbw_gbytes_per_s: float
+    collective: str | None = None  # None: no `Collective test starting` named it
+
+
 class NcclTestsRun(msgspec.Struct, frozen=True):
     """What one nccl-tests run printed.
 
@@ -132,13 +141,14 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     last_size_bytes: int | None = None  # the last row's size: where a hung run stopped
     out_of_bounds: int | None = None  # "# Out of bounds values : N OK|FAILED"
     out_of_bounds_ok: bool | None = None
-    avg_busbw_gbytes_per_s: float | None = None  # mean over every size and placement
+    avg_busbw_gbytes_per_s: float | None = None  # mean over every size and placement (several footers: the worst)
+    averages: tuple[TestAverage, ...] = ()  # every footer's average, in the order printed
     avg_ok: bool | None = None  # None unless NCCL_TESTS_MIN_BW was set
     completed: bool = False  # the footer (Avg bus bandwidth) was printed
     failures: tuple[NcclTestsFailure, ...] = ()
     errors: tuple[str, ...] = ()  # "# error: ..." (ncclGetLastError), JSON "errors"
     launcher_error: str | None = None  # the launcher never started the test
-    unrecognized: Unrecognized = Unrecognized()  # lines no handler read (text): how many, the first few
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (text): how many, the first few
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -430,6 +440,7 @@ class _Text:
         self.out_of_bounds: int | None = None
         self.oob_ok: bool | None = None
         self.avg: float | None = None
+        self.averages: list[TestAverage] = []
         self.avg_ok: bool | None = None
         self.completed = False
         self.launcher_error: str | None = None
@@ -501,6 +512,7 @@ def _read_average(s: _Text, line: Line) -> bool:
     s.completed = True
     if value is not None:
         s.avg = value if s.avg is None else min(s.avg, value)
+        s.averages.append(TestAverage(avg_busbw_gbytes_per_s=value, collective=s.current))
     if m.group(2):
         s.avg_ok = (s.avg_ok is not False) and m.group(2) == "OK"
     return True
@@ -642,6 +654,7 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         out_of_bounds=s.out_of_bounds,
         out_of_bounds_ok=s.oob_ok,
         avg_busbw_gbytes_per_s=s.avg,
+        averages=tuple(s.averages),
         avg_ok=s.avg_ok,
         completed=s.completed,
         failures=tuple(failures),

@@ -30,6 +30,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
+    DriverWarning,
     Gpu,
     GpuFacts,
     GpuProcess,
@@ -168,6 +169,21 @@ def lost_gpu_from_line(line: str) -> LostGpu | None:
     if mi:
         return LostGpu(pci_bus_id=None, index=int(mi.group("idx")), error=mi.group("err").strip())
     return LostGpu(pci_bus_id=None, error=rest)
+
+
+# "WARNING: infoROM is corrupted at gpu 0008:00:00.0" (nvidia-smi, after its table or -q)
+_WARNING = re.compile(r"WARNING:[ \t]{0,8}(?P<message>\S.{0,500})", re.IGNORECASE)
+_WARNING_GPU = re.compile(rf"\bat (?:gpu|GPU) (?P<pci>{_PCI_ID})\b")
+
+
+def driver_warning_from_line(line: str) -> DriverWarning | None:
+    """A `WARNING: ...` line -> DriverWarning, else None."""
+    m = _WARNING.match(line.strip())
+    if m is None:
+        return None
+    message = m.group("message").strip()
+    gpu = _WARNING_GPU.search(message)
+    return DriverWarning(message=message, pci_bus_id=normalize_pci(gpu.group("pci")) if gpu else None)
 
 
 def failure_from_line(line: str) -> str | None:
@@ -314,6 +330,7 @@ class _Scan:
         self.lost: list[LostGpu] = []
         self.init_error: str | None = None
         self.no_devices = False
+        self.warnings: list[DriverWarning] = []
         self.loose: list[str] = []  # indented lines outside any GPU block (`nvidia-smi -q | grep GSP`)
 
 
@@ -332,6 +349,10 @@ def _scan(text: str) -> _Scan:
             continue
         if is_no_devices_line(line):
             scan.no_devices = True
+            continue
+        warning = driver_warning_from_line(line) if line[:1] in "Ww" else None
+        if warning is not None:
+            scan.warnings.append(warning)
             continue
         m = _GPU_HEADER.match(line.strip()) if not line[:1].isspace() else None
         if m:
@@ -680,4 +701,5 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
         driver_version=_top_version(scan.top, "kmd version", "driver version"),
         cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"),
         init_error=scan.init_error if not gpus else None,
+        warnings=scan.warnings,
     )

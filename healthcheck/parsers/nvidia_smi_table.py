@@ -28,10 +28,11 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.gpu_common import LostGpu, normalize_pci
+from healthcheck.parsers.gpu_common import DriverWarning, LostGpu, normalize_pci
 from healthcheck.parsers.lines import pasted_lines
 from healthcheck.parsers.nvidia_smi import (
     dedupe_lost,
+    driver_warning_from_line,
     failure_from_line,
     is_no_devices_line,
     lost_gpu_from_line,
@@ -117,6 +118,7 @@ class SmiTable(msgspec.Struct, frozen=True, omit_defaults=True):
     lost: list[LostGpu] = []
     init_error: str | None = None
     no_devices: bool = False
+    warnings: list[DriverWarning] = []  # "WARNING: infoROM is corrupted at gpu ..." lines beside the table
 
 
 # ---------------------------------------------------------------------------
@@ -338,6 +340,7 @@ class _Scan:
         self.lost: list[LostGpu] = []
         self.init_error: str | None = None
         self.no_devices = False
+        self.warnings: list[DriverWarning] = []
         # the table being read
         self.kind: str | None = None  # "gpus", "mig", "processes" once its header is known
         self.in_rows = False
@@ -439,6 +442,8 @@ class _Scan:
             self.init_error = self.init_error or failure
         elif is_no_devices_line(line):
             self.no_devices = True
+        elif (warning := driver_warning_from_line(line)) is not None:
+            self.warnings.append(warning)
         elif self.timestamp is None and _TIMESTAMP.match(line):
             self.timestamp = line
 
@@ -467,4 +472,5 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
         lost=lost,
         init_error=scan.init_error if not scan.gpus else None,
         no_devices=scan.no_devices and not scan.gpus,
+        warnings=scan.warnings,
     )

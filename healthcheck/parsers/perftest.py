@@ -40,7 +40,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import pasted_lines
+from healthcheck.parsers.lines import Line, pasted_lines, recorded, recording_now
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -376,10 +376,13 @@ _ERRORISH = re.compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|
 def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
-    for raw in pasted_lines(text):
+    explaining = recording_now()
+    for number, raw in enumerate(pasted_lines(text), 1):
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
-        p.line(raw[:MAX_LINE])
+        name = p.line(raw[:MAX_LINE])
+        if explaining and raw.strip():  # `hc parse --explain`: which of _LINE_HANDLERS read it
+            recorded(Line(number=number, raw=raw[:MAX_LINE], text=raw[:MAX_LINE]), name)
     return p.result(text)
 
 
@@ -415,18 +418,25 @@ class _Parser:
 
     # ------------------------------------------------------------- one line
 
-    def line(self, line: str) -> None:
+    def line(self, line: str) -> str | None:
+        """Read one line; the name of what read it (None: nothing, a blank or a border)."""
         cut = self._without_cpu_warning(line)
         if cut is None:
-            return
+            return "cpu-warning"
         stripped = cut.strip()
-        if not stripped or stripped.startswith("---"):
-            return
+        if not stripped:
+            return None
+        if stripped.startswith("---"):
+            return "border"
         self.cut_row = None  # a line after it: the short row was no cut at the text's end
-        for handler in _LINE_HANDLERS:  # the first that reads the line takes it
+        for name, handler in _LINE_HANDLERS:  # the first that reads the line takes it
             if handler(self, cut, stripped):
-                return
+                return name
+        before = len(self.failures)
         self._failures(cut, stripped)
+        if len(self.failures) > before:
+            return "failure"
+        return "cpu-warning" if cut != line else None  # a warning cut out of a line no handler read
 
     def _without_cpu_warning(self, line: str) -> str | None:
         """The line without a "Conflicting CPU frequency" warning; None when it was carried.
@@ -742,8 +752,12 @@ class _Parser:
 
 
 # _Parser.line's handlers, in the order they are tried; a line none takes is searched for errors
-_LINE_HANDLERS = (_Parser._row_line, _Parser._title, _Parser._table_header, _Parser._banner_fields, _Parser._address,
-                  _Parser._side_or_section, _Parser._warning, _Parser._errno, _Parser._cuda, _Parser._crash)
+_LINE_HANDLERS = (
+    ("row", _Parser._row_line), ("title", _Parser._title), ("table-header", _Parser._table_header),
+    ("banner-fields", _Parser._banner_fields), ("address", _Parser._address),
+    ("side-or-section", _Parser._side_or_section), ("warning", _Parser._warning), ("errno", _Parser._errno),
+    ("cuda", _Parser._cuda), ("crash", _Parser._crash),
+)
 
 
 _ROW_INT = r"[0-9]{1,19}"

@@ -11,7 +11,9 @@ Layouts read (Slurm 22.05's output captured in tests/fixtures/sinfo/):
   with a "|");
 - hc's own `sinfo -h -N -o '%N|%T|%H|%E'` (HC_FORMAT, no header), which the Slurm
   actions read through `parse_hc_sinfo`: the reason is the last field and keeps any
-  "|" it holds.
+  "|" it holds; another headerless "|"-separated `-o` layout (gcm's `%N|%G|%b|%c|%C|%T|%P`,
+  padded) by what its cells hold (`layout` "inferred"), refused where no column holds
+  node states: a GRES or anything else is never read as the state.
 
 At most one column can hold spaces (REASON, else COMMENT or EXTRA); the others never
 do. Fixed-width columns cut their values (`sinfo -R` keeps 20 characters of a reason):
@@ -33,7 +35,15 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, Unrecognized, UnrecognizedLines, read_lines, rewrapped, wrapped_word
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    read_lines,
+    rewrapped,
+    wrapped_word,
+)
 
 SOURCE = "sinfo"
 HC_FORMAT = "%N|%T|%H|%E"  # what actions/slurm.py asks for (with -h -N)
@@ -109,7 +119,7 @@ class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
     timestamp: str | None = None  # -l's first line
     rows: list[SinfoRow] = []
     error: str | None = None  # sinfo's own failure ("Unable to contact slurm controller")
-    unrecognized: Unrecognized = Unrecognized()  # lines that fit no table: a banner, another command's output
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines that fit no table: a banner, another command's output
 
 
 def split_state(raw: str) -> tuple[str, list[str], bool]:
@@ -419,15 +429,43 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
 
 
 _WHEN = re.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|none)$")
+# Slurm's node state names (`man sinfo`, NODE STATE CODES: the long `%T` ones; the
+# compact `%t` ones are COMPACT_STATES' and `pow_dn`, `pow_up`, `resv`; after a "+" in
+# StateComplete, the flag words), lower-case, without suffix flags: what a STATE cell
+# holds, and nothing else sinfo prints does (a GRES never)
+NODE_STATES = frozenset({
+    "allocated", "blocked", "completing", "down", "drained", "draining", "fail", "failing", "future", "idle",
+    "inval", "maint", "mixed", "perfctrs", "planned", "power_down", "powered_down", "powering_down",
+    "powering_up", "reboot_issued", "reboot_requested", "reserved", "unknown", "resv", "pow_dn", "pow_up",
+    "drain", "cloud", "power", "not_responding", "dynamic_future", "dynamic_norm", "boot",
+    *COMPACT_STATES,
+})
+INFERRED_COLUMNS_MAX = 64  # fields of a headerless line read by their cells (sinfo -o has fewer letters)
+# a cell's kind in a headerless `-o` line by what it holds (the first cell is the node)
+_CELL_KINDS = (
+    ("TIMESTAMP", _WHEN),
+    ("CPUS(A/I/O/T)", re.compile(r"^\d{1,9}/\d{1,9}/\d{1,9}/\d{1,9}$")),
+    ("GRES", re.compile(r"^(?:\(null\)|[a-z][\w.\-]{0,63}:[^\s|]{0,512})$")),
+)
+
+
+def is_node_state(cell: str) -> bool:
+    """`cell` is a node state as sinfo prints it ("drained$", "idle+drain", "mix~")."""
+    base = split_state(cell)[0]
+    return bool(base) and all(part in NODE_STATES for part in base.split("+"))
 
 
 def _headerless(body: list[str], fmt: str | None, errors: list[str]) -> SinfoReport:
     """hc's format; without `fmt`, also '%N|%T|%E' (no timestamp), told apart by the
-    third field, which in hc's format is always a timestamp or "Unknown"."""
+    third field, which in hc's format is always a timestamp or "Unknown"; another
+    headerless `-o` layout by what its cells hold (`_inferred`): its second cell must be
+    a node state for hc's, never a GRES or anything else read as one."""
     try:
         fields = fields_of_format(fmt) if fmt else HC_FIELDS
     except ValueError as exc:
         raise ParseError(f"sinfo: {exc}") from None
+    if fmt is None and not all(is_node_state((line.split("|", 2) + [""])[1]) for line in body):
+        return _inferred(body, errors)
     if fmt is None and not all(_WHEN.match((line.split("|", 3) + ["", "", ""])[2].strip()) for line in body):
         fields = ("NODELIST", "STATE", "REASON")
     if not all(line.count("|") >= len(fields) - 1 for line in body):
@@ -437,3 +475,39 @@ def _headerless(body: list[str], fmt: str | None, errors: list[str]) -> SinfoRep
     if not rows:
         raise ParseError("sinfo: no node in the output")
     return SinfoReport(layout="hc", rows=rows, error=errors[0] if errors else None)
+
+
+def _inferred(body: list[str], errors: list[str]) -> SinfoReport:
+    """A headerless '|'-separated `sinfo -N -h -o` of another layout (`%N|%G|%b|%c|%C|%T|%P`,
+    padded): columns named by what every line's cell holds; the node is the first, the
+    state the one column of node states. ParseError where no column is one (nothing
+    else is ever read as the state)."""
+    width = body[0].count("|") + 1
+    if not 2 <= width <= INFERRED_COLUMNS_MAX or any(line.count("|") + 1 != width for line in body):
+        raise ParseError(f"sinfo: no header line, and its '|' fields differ from line to line or are too many "
+                         f"(starts {clip(body[0].strip(), 60)!r})")
+    cells = [[cell.strip() for cell in line.split("|")] for line in body]
+    names = [_column_kind([row[i] for row in cells]) for i in range(width)]
+    names[0] = "NODELIST"
+    gres = [i for i, name in enumerate(names) if name == "GRES"]
+    for i in gres[1:2]:
+        names[i] = "GRES_USED"  # `%G` then `%b` (gcm's layout): what is configured, then what is used
+    if "STATE" not in names[1:]:
+        raise ParseError(f"sinfo: no header line and no column of node states "
+                         f"(starts {clip(body[0].strip(), 60)!r})")
+    names = unique_names(names)
+    rows = [row for line in cells if (row := _row(dict(zip(names, line, strict=True)))) is not None]
+    if not rows:
+        raise ParseError("sinfo: no node in the output")
+    return SinfoReport(layout="inferred", rows=rows, error=errors[0] if errors else None)
+
+
+def _column_kind(values: list[str]) -> str:
+    """A headerless column's name by its cells: STATE, TIMESTAMP, CPUS(A/I/O/T), GRES, else
+    a name that says only that it is unknown."""
+    if all(is_node_state(v) for v in values):
+        return "STATE"
+    for name, shape in _CELL_KINDS:
+        if all(shape.match(v) for v in values):
+            return name
+    return "COLUMN"

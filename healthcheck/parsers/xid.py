@@ -54,11 +54,15 @@ from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import (
+    Line,
+    continues_bare,
     continues_indented,
     join_continuation,
     quoted_paste,
     quoted_reply,
     read_line,
+    recorded,
+    recording_now,
     unquoted,
     word_wrapped,
 )
@@ -185,6 +189,8 @@ _NVLINK5 = re.compile(
     r"Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?",
     re.ASCII,
 )
+# "on link 14(0x0, ...)", "link 3": a link an NVLink Xid before NVLink5 names in its words
+_LINK_NAMED = re.compile(r"\b[Ll]ink (?P<link>\d{1,3})(?![\d.:])", re.ASCII)
 _HEX_WORD = re.compile(r"0x[0-9A-Fa-f]{1,16}", re.ASCII)
 _STATUS_WORDS = 16
 _NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
@@ -208,6 +214,7 @@ def parse_kernel_log(
         if not _worth_reading(raw) and not read.expects(number, raw):  # the common case, kept cheap
             if not read.looks_like_log:
                 read.looks_like_log = split_prefix(raw, boot_time, year)[0].prefixed or _mentions_kernel(raw)
+            read.told(number, raw, None)
             continue
         # the line layer takes off a launcher's label (`srun -l dmesg`), colour codes
         # (`dmesg --color=always`), CRLF, a quoted paste's ` \`; kernlog reads the stamps
@@ -231,6 +238,7 @@ def _worth_reading(raw: str) -> bool:
 
 _JOINED_LINES = 8  # continuation lines joined to one driver message at most
 _MARKER = "NVRM:"  # what each continuation line of a driver message starts with again
+_BARE_HEAD = "NVRM: Xid"  # an Xid line with no stamp or label before it: a paste's, its continuations bare too
 _QUOTED_MARKERS = ("NVRM:", "SXid")  # where a message another tool quoted starts
 # an NVLink5 Xid cut after its link, and the status words a word wrap moved onto the next line
 _LINK_AT_END = re.compile(r"(?:Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} Link -?\d{1,3}$", re.ASCII)
@@ -245,6 +253,8 @@ class _Message:
         self.last = number  # the line number of its newest line
         self.indent = len(text) - len(text.lstrip())
         self.joined = 0
+        # an Xid pasted without its stamp: the lines the driver split it onto come bare too
+        self.bare = text.lstrip().startswith(_BARE_HEAD)
 
     def takes(self, number: int, text: str) -> bool:
         """Whether `text` continues this message: dmesg and journalctl print a multi-line
@@ -253,9 +263,15 @@ class _Message:
         onto the next line (`wraps`)."""
         if number != self.last + 1 or self.joined >= _JOINED_LINES:
             return False
-        if self.wraps(text):
+        if self.wraps(text) or self.continues_bare(text):
             return True
         return continues_indented(self.indent, text, _MARKER) and not text.lstrip().startswith("NVRM: Xid")
+
+    def continues_bare(self, text: str) -> bool:
+        """`text` is the next line of an Xid pasted without stamps, which the driver split
+        over at most _CONTINUATION_LINES lines (lines.continues_bare: real, issue 20's
+        field set: an Xid 31's `MMU Fault: ...` and `Fault is of type ...` lines)."""
+        return self.bare and self.joined < _CONTINUATION_LINES - 1 and continues_bare(text, _MARKERS)
 
     def wraps(self, text: str) -> bool:
         """`text` is the `(0x... ...)` status words of this NVLink5 Xid, which ends at its
@@ -263,7 +279,7 @@ class _Message:
         return self.joined == 0 and word_wrapped(self.text, text, head_ends=_LINK_AT_END, tail_starts=_STATUS_OPENS)
 
     def join(self, number: int, text: str) -> None:
-        if self.wraps(text):
+        if self.wraps(text) or self.continues_bare(text):
             self.text = f"{self.text.rstrip()} {text.strip()}"
         else:
             self.text = join_continuation(self.text, text, _MARKER)
@@ -286,6 +302,7 @@ class _Read:
         self.device_ids: dict[str | None, str] = {}  # bus id -> "10de:2901", as the driver named them
         self.aer = AerReader()
         self.pending: _Message | None = None
+        self.explaining = recording_now()  # `hc parse --explain`: what read each line, told to lines.recorded
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
 
@@ -294,58 +311,67 @@ class _Read:
         an AER event's detail line, or a driver message's wrapped words."""
         if self.aer.expects_detail(number):
             return True
-        return self.pending is not None and self.pending.last == number - 1 and "(0x" in raw[:256]
+        pending = self.pending
+        return pending is not None and pending.last == number - 1 and ("(0x" in raw[:256] or pending.bare)
 
     def near_gpu(self, number: int) -> str | None:
         return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
 
+    def told(self, number: int, raw: str, name: str | None) -> None:
+        """Tell `hc parse --explain` what read line `number` (0-based; None: nothing)."""
+        if self.explaining and raw.strip():
+            recorded(Line(number=number + 1, raw=raw, text=raw), name)
+
     def piece(self, number: int, raw: str, text: str) -> None:
         if self.pending is not None and self.pending.takes(number, text):
             self.pending.join(number, text)
+            self.told(number, raw, "continuation")
             return
         self.flush()
         if "NVRM:" in text:
-            self.pending = _Message(number, raw, text)  # read when it is complete
+            self.pending = _Message(number, raw, text)  # read (and told) when it is complete
             return
+        self.told(number, raw, self._other(number, raw, text))
+
+    def _other(self, number: int, raw: str, text: str) -> str | None:
+        """A line that opens no driver message: an AER event, a probe failure, an SXid."""
         stamp, body = split_prefix(text, self.boot_time, self.year)
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(raw)
         if self.aer.read(number, body, raw, stamp):
-            return
+            return "aer"
         probe = probe_failure(body)
         if probe is not None:
             self.faults.append(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message,
                                         line=raw, time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
                                         pci_device_id=self.device_ids.get(probe.pci_bus_id)))
-            return
-        if "SXid" in body:
-            self.message(number, raw, text)
+            return "probe-failure"
+        return self.message(number, raw, text) if "SXid" in body else None
 
     def flush(self) -> None:
         if self.pending is not None:
             pending, self.pending = self.pending, None
-            self.message(pending.number, pending.raw, pending.text)
+            self.told(pending.number, pending.raw, self.message(pending.number, pending.raw, pending.text))
 
-    def message(self, number: int, line: str, text: str) -> None:
+    def message(self, number: int, line: str, text: str) -> str | None:
+        """A driver message read; what it was (None: no event of a kind hc keeps)."""
         stamp, body = split_prefix(text, self.boot_time, self.year)
         self.looks_like_log = self.looks_like_log or stamp.prefixed or _mentions_kernel(line)
         if "NVRM:" not in body and "SXid" not in body:
-            return
+            return None
         body = unquoted(body, _QUOTED_MARKERS)
-        if self._event(number, line, body, stamp):
-            return
-        self._numberless(number, line, body, stamp)
+        return self._event(number, line, body, stamp) or self._numberless(number, line, body, stamp)
 
-    def _event(self, number: int, line: str, body: str, stamp: Stamp) -> bool:
-        """An Xid, an SXid or a GPU lost without an Xid number."""
+    def _event(self, number: int, line: str, body: str, stamp: Stamp) -> str | None:
+        """An Xid, an SXid or a GPU lost without an Xid number: which (None: none of them)."""
         event = _xid(body, line, stamp)
         if event is not None:
             self.xids.append((number, event))
             self.last_gpu = (number, event.pci_bus_id)
-            return True
+            return "xid"
         sxid = _sxid(body, line, stamp)
         if sxid is not None:
             self.sxids.append(sxid)
-            return True
+            return "sxid"
         self._note_device(body)
         lost = _fallen_off(body, line, stamp) or _not_responding(body, line, stamp, self.lines, number)
         if lost is not None:
@@ -353,8 +379,8 @@ class _Read:
                 self.device_ids[lost.pci_bus_id] = lost.pci_device_id
             self.legacy.append((number, lost))
             self.last_gpu = (number, lost.pci_bus_id)
-            return True
-        return False
+            return "gpu-lost"
+        return None
 
     def _note_device(self, body: str) -> None:
         """The device id in "The NVIDIA GPU <bus> (PCI ID: 10de:2901) installed in this system ...",
@@ -364,31 +390,31 @@ class _Read:
         if m and named:
             self.device_ids[_bus_id(m.group("pci"))] = named
 
-    def _numberless(self, number: int, line: str, body: str, stamp: Stamp) -> None:
-        """A crash dump, a failed init, the load banner, a GSP error, a GPU's UUID."""
+    def _numberless(self, number: int, line: str, body: str, stamp: Stamp) -> str | None:
+        """A crash dump, a failed init, the load banner, a GSP error, a GPU's UUID: which."""
         if _CRASH_DUMP in body:
             self.faults.append(GpuFault(kind=CRASH_DUMP, pci_bus_id=self.near_gpu(number),
                                         message="A GPU crash dump has been created.", line=line, time=stamp.time,
                                         uptime_s=stamp.uptime_s))
-            return
+            return "crash-dump"
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
         failed = _init_failed(body, line, stamp, self.near_gpu(number))
         if failed is not None:
             self.faults.append(failed)
-            return
+            return "init-failed"
         version = driver_version(body)
         if version is not None:
             self.versions.append((number, version))
-            return
+            return "driver-banner"
         gsp = gsp_error(body)
         if gsp is not None:
             message, gpu, bus = gsp
             self.gsp.append(GspError(message=message, line=line, gpu=gpu, pci_bus_id=bus, time=stamp.time,
                                      uptime_s=stamp.uptime_s, driver_version=self.version_at(number)))
-            return
-        _record_uuid(body, self.uuids)
+            return "gsp-error"
+        return "gpu-uuid" if _record_uuid(body, self.uuids) else "gpu-named" if named is not None else None
 
     def version_at(self, number: int) -> str | None:
         """The driver version loaded when line `number` was logged: the banner before it."""
@@ -432,8 +458,18 @@ def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
         time=stamp.time,
         uptime_s=stamp.uptime_s,
         caused_by=int(cause.group("code")) if cause else None,
-        **_nvlink5(message),
+        **_nvlink(message),
     )
+
+
+def _nvlink(message: str) -> dict[str, Any]:
+    """The NVLink an Xid's message names: NVLink5's fields (`_nvlink5`), else the link of
+    an older NVLink Xid (74: `NVLink: fatal error detected on link 14(0x0, ...)`)."""
+    fields = _nvlink5(message)
+    if fields or "NVLink" not in message:
+        return fields
+    m = _LINK_NAMED.search(message)
+    return {"link": int(m.group("link"))} if m else {}
 
 
 def _nvlink5(message: str) -> dict[str, Any]:
@@ -531,12 +567,14 @@ def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuF
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s)
 
 
-def _record_uuid(body: str, uuids: dict[str, str]) -> None:
+def _record_uuid(body: str, uuids: dict[str, str]) -> bool:
+    """A GPU's UUID kept by its bus id; True when the line named one."""
     m = _UUID.search(body)
-    if m:
-        bus = _bus_id(m.group("pci"))
-        if bus is not None:
-            uuids[bus] = m.group("uuid")
+    bus = _bus_id(m.group("pci")) if m else None
+    if m is None or bus is None:
+        return False
+    uuids[bus] = m.group("uuid")
+    return True
 
 
 def _merge_legacy(

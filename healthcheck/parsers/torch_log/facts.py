@@ -8,7 +8,7 @@ from typing import Literal
 
 import msgspec
 
-from healthcheck.parsers.lines import Unrecognized
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized
 
 MAX_LISTED = 1000  # facts kept per kind
 
@@ -374,7 +374,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
-    unrecognized: Unrecognized = Unrecognized()  # lines no handler read: how many, the first few
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read: how many, the first few
 
     def counts(self) -> dict[str, int]:
         """Facts of each kind, kinds with none left out."""

@@ -4,64 +4,43 @@ WorkNCCL line, the failure box, an NCCL error's detail, a `what():`, Flight Reco
 then the messages and tracebacks.
 
 A line can hold several messages (a watchdog timeout, its abort and the NCCL error that
-ended it), so the message handlers are chained: `dispatch` names the first that reads the
+ended it), so the message handlers are chained (lines.chained): `dispatch` names the first that reads the
 line and that one lets every later handler whose words the line holds read it too. A line
 no handler reads is counted and sampled in `unrecognized`.
 
 Before the table each line is made torch's: the launcher labels the line layer leaves on
 (torchx's, a label behind a whole paste's indent) taken off, Python logging's prefix and
-Ray's `[repeated Nx across cluster]` taken off, and a c10 line a word wrap cut right after
-its `[PG ... Rank N]` group joined with the line finishing it.
+Ray's `[repeated Nx across cluster]` taken off (lines.python_logging, without_ray_repeat),
+and a c10 line a word wrap cut right after its `[PG ... Rank N]` group joined with the
+line finishing it.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Handler, Line, dispatch, read_lines, relabelled
+from healthcheck.parsers.lines import (
+    Handler,
+    Line,
+    chained,
+    dispatch,
+    python_logging,
+    read_every,
+    read_lines,
+    relabelled,
+    without_ray_repeat,
+)
 from healthcheck.parsers.torch_log import agent, box, errors, tracebacks, watchdog
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
 from healthcheck.parsers.torch_log.text import MAX_LINE
 
-_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
-_PYLOG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): ?(?:torch|torchelastic)[\w.]{0,128}:")
-_PYLOG_OLD = re.compile(
-    r"\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) [\w.]{1,64}: "
-)
-
-
 # ---------------------------------------------------------------- a line made torch's
-
-
-def _python_logging(line: Line) -> tuple[Line, bool]:
-    """Python logging's `WARNING:torch.distributed...:` (True: torch's own) and the old
-    `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)."""
-    body = line.text
-    if body[:1] == "[":
-        m = _PYLOG_OLD.match(body)
-        if m:
-            return msgspec.structs.replace(line, text=body[m.end():], stamp=m.group(1), stamp_kind="pylog"), False
-    elif body[:1] in "DIWEC":
-        m = _PYLOG.match(body)
-        if m:
-            return msgspec.structs.replace(line, text=body[m.end():]), True
-    return line, False
-
-
-def _without_ray_repeat(line: Line) -> Line:
-    body = line.text
-    if body.endswith("]") and "across cluster" in body[-40:]:
-        m = _RAY_REPEATED.search(body, max(0, len(body) - 60))
-        if m:
-            return msgspec.structs.replace(line, text=body[:m.start()])
-    return line
 
 
 def torch_line(state: TorchState, line: Line) -> Line:
@@ -71,13 +50,13 @@ def torch_line(state: TorchState, line: Line) -> Line:
     if line.level:  # glog: c10's `[E1218 ... ProcessGroupNCCL.cpp:629]` or the agent's `E0325 ... api.py:869]`
         torch = torch or line.logger == "c10" or "torch" in line.source
     else:
-        line, pylog = _python_logging(line)
-        torch = torch or pylog
+        line = python_logging(line)  # lines': `WARNING:torch.distributed.run:`, `[INFO] date name: `
+        torch = torch or (line.logger == "pylog" and line.source.startswith("torch"))
     state.torch = state.torch or torch
     rank = line.global_rank
     if rank is not None and len(state.prefixed) < PREFIXED_MAX:
         state.prefixed.add(rank)
-    return _without_ray_repeat(line)
+    return without_ray_repeat(line)
 
 
 # ---------------------------------------------------------------- labels the layer leaves on
@@ -130,31 +109,6 @@ def word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
 # ---------------------------------------------------------------- the table
 
 
-def read_every(handlers: Sequence[Handler[TorchState]], state: TorchState, line: Line) -> bool:
-    """Every handler whose words the line holds reads it; True when one did."""
-    text = line.text
-    found = False
-    for handler in handlers:
-        if handler.when(text) and handler.read(state, line):
-            found = True
-    return found
-
-
-def _chained(handlers: Sequence[Handler[TorchState]]) -> tuple[Handler[TorchState], ...]:
-    """The handlers as a first-match table (for `dispatch`) in which the first that reads a
-    line lets every later one read it too: each reads a line once, as `read_every`."""
-    def then_every(read: Callable[[TorchState, Line], bool], rest: Sequence[Handler[TorchState]]
-                   ) -> Callable[[TorchState, Line], bool]:
-        def read_and_rest(state: TorchState, line: Line) -> bool:
-            if not read(state, line):
-                return False
-            read_every(rest, state, line)
-            return True
-        return read_and_rest
-
-    return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
-
-
 def _names_torch(b: str) -> bool:
     return ("torch.distributed" in b or "torchrun" in b or "ProcessGroupNCCL" in b or "torch/distributed" in b
             or "torchelastic" in b or "c10d" in b)
@@ -202,7 +156,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("nccl-detail", _always, read_nccl_detail),
     Handler("what", _always, _read_what),
     Handler("fr-frame", _always, read_fr_frame),
-    *_chained((*MESSAGE_HANDLERS, *tracebacks.HANDLERS)),
+    *chained((*MESSAGE_HANDLERS, *tracebacks.HANDLERS)),
 )
 
 
