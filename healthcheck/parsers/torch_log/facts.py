@@ -345,6 +345,12 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     native: bool = False
     frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
     collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
+    # the thread it ended, where Python's threading.excepthook said so (`Exception in thread
+    # NAME:` before the traceback): that thread ended, the process went on
+    thread: str = ""
+    # the program's own frames of its traceback, outermost first ("train.py:88 in train_step"):
+    # where in the program the rank was, to compare with its peers'
+    chain: tuple[str, ...] = ()
 
 
 class TorchLog(msgspec.Struct, frozen=True):

@@ -64,6 +64,8 @@ class TorchState:
         self.last_open: dict[str, RankKey] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[RankKey, int] = {}  # tracebacks open per rank
         self.frames: dict[RankKey, tuple[str, str]] = {}  # (own frame, collective) so far
+        self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
+        self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
         self.box: FailureBox | None = None
         self.after_child_error = False  # the line before ended `ChildFailedError:` (a box with no border may follow)
         self.border = False  # the line before was a `====` border

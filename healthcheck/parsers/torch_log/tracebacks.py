@@ -15,8 +15,11 @@ from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_
 
 TRACEBACKS_MAX = 64  # tracebacks open at once per rank
 FRAMED_RANKS_MAX = 4096  # ranks whose frames are followed
+CHAIN_MAX = 32  # own frames kept per traceback (outermost first): deeper recursion is not read
+THREAD_NAME_MAX = 128
 
 _HEADER = "Traceback (most recent call last):"
+_THREAD_HEAD = "Exception in thread "  # threading.excepthook's line before a thread's traceback
 _TERMINATE_WORDS = "terminate called"
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,256})'")
 _TERMINATE_BARE = ("terminate called without an active exception", "terminate called recursively")
@@ -33,7 +36,20 @@ def read_header(state: TorchState, line: Line) -> bool:
     key = rank_key(line)
     state.tracebacks[key] = min(state.tracebacks.get(key, 0) + 1, TRACEBACKS_MAX)
     state.frames.pop(key, None)
+    state.chains.pop(key, None)
     state.torch = True
+    return True
+
+
+def read_thread_head(state: TorchState, line: Line) -> bool:
+    """`Exception in thread NAME:` (threading.excepthook): the traceback after it ends that
+    thread only; the process goes on."""
+    b = line.text.rstrip()
+    if not b.endswith(":"):
+        return False
+    key = rank_key(line)
+    if len(state.threads) < FRAMED_RANKS_MAX or key in state.threads:
+        state.threads[key] = clip(b[len(_THREAD_HEAD):-1], THREAD_NAME_MAX)
     return True
 
 
@@ -64,6 +80,9 @@ def _frame(state: TorchState, key: RankKey, body: str) -> None:
             collective = clip(func, 64)
     elif not _LIBRARY_PATH.search(path):
         own, collective = f"{clip(basename(path), 128)}:{number} in {clip(func, 128)}", ""
+        chain = state.chains.setdefault(key, []) if len(state.chains) < FRAMED_RANKS_MAX or key in state.chains else []
+        if len(chain) < CHAIN_MAX:
+            chain.append(own)
     if len(state.frames) < FRAMED_RANKS_MAX or key in state.frames:
         state.frames[key] = (own, collective)
 
@@ -97,6 +116,8 @@ def read_exception(state: TorchState, line: Line) -> bool:
     if not framed and message is None and "." not in name:
         return False  # a bare word alone, with no traceback around it
     own, collective = state.frames.pop(key, ("", "")) if framed else ("", "")
+    thread = state.threads.pop(key, "") if framed else ""
+    chain = tuple(state.chains.pop(key, ())) if framed else ()
     if framed:
         state.tracebacks[key] -= 1
     at = where(line)
@@ -105,7 +126,8 @@ def read_exception(state: TorchState, line: Line) -> bool:
         if said:
             at["rank"] = to_int(said.group(1))  # no label: the message names its own rank
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
-                                            framed=framed, frame=own, collective=collective))
+                                            framed=framed, frame=own, collective=collective, thread=thread,
+                                            chain=chain))
     return True
 
 
@@ -115,6 +137,7 @@ def _may_end_traceback(b: str) -> bool:
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("traceback", lambda b: b.startswith(_HEADER), read_header),
+    Handler("thread-exception", lambda b: b.startswith(_THREAD_HEAD), read_thread_head),
     Handler("traceback-frame", lambda b: b[:1] in " \t", read_frame),
     Handler("terminate", lambda b: b.startswith(_TERMINATE_WORDS), read_terminate),
     Handler("exception", _may_end_traceback, read_exception),
