@@ -35,6 +35,7 @@ import datetime as _dt
 from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
+from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -304,6 +305,7 @@ def analyse(col: Collected) -> Analysis:
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
     init_stacks(col, out)
     found, notes = mismatch(col, out.fr)
+    found = found or refused_arguments(col)  # argcheck.py: a rank's own arguments refused before any exchange
     if found is not None:
         out.findings.append(found)
     out.notes.extend(notes)

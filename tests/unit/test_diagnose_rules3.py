@@ -1,0 +1,75 @@
+"""Issue 19, round 3 of the rules (branch i19-rules3): `hc diagnose logs` on real gloo jobs
+of this round (tests/fixtures/diagnose/rules3, made by make_rules3.py with torch 2.13 on
+CPU) names the rank whose own doing failed the job, never a peer that failed after it.
+
+* a rank that left (its shard ran out: destroy_process_group, then a slow exit 0) and that
+  torchrun's agent SIGTERMed with the survivors once a peer failed: its SIGTERM is the
+  agent's, and no `[rankN]:` traceback of it is in a console that holds its peers';
+* a rank that ended itself without a word (os._exit(3) in a loader thread) that mpirun's
+  non-zero-exit box names: that rank alone, never the ranks mpirun stopped after it;
+* an all_gather whose output list is one short on one rank: gloo refuses that rank's
+  arguments before any exchange (`ProcessGroupGloo::allgather: invalid output tensor
+  list`), a shape error of that rank; its peers' "Connection closed" are collateral.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import FIXTURES
+
+from healthcheck.diagnose.sources import collect
+from healthcheck.diagnose.verdict import build
+
+SCEN = FIXTURES / "diagnose" / "rules3"
+
+CASES = {
+    # scenario: (class, the culprit ranks, the ranks that failed because of them)
+    "short-shard-torchrun": ("dead-rank", [2], [0, 1, 3]),
+    "thread-exit-mpirun": ("dead-rank", [1], [0, 2, 3]),
+    "gather-short": ("shape-mismatch", [0], [1, 2]),
+}
+
+
+def verdict(scenario: str):
+    return build(collect([SCEN / scenario]))
+
+
+@pytest.mark.parametrize("scenario", sorted(CASES))
+def test_the_culprit_is_named_and_no_victim(scenario):
+    cls, culprits, victims = CASES[scenario]
+    v = verdict(scenario)
+    assert v.cls == cls, v.summary
+    assert [o.rank for o in v.odd_ranks] == culprits, v.summary
+    assert not {o.rank for o in v.odd_ranks} & set(victims)
+    main = v.findings[0]
+    assert main.lines and any(e.rank in culprits for e in main.lines), main.lines
+
+
+def test_a_rank_that_left_is_named_though_torchrun_stopped_it():
+    """Its exit record is the agent's SIGTERM: the verdict says it left, not that it was
+    killed, and names the peers' connection errors as collateral."""
+    v = verdict("short-shard-torchrun")
+    assert "left the job early" in v.summary and "exited -15" not in v.summary, v.summary
+    assert any("SIGTERM reached it only after" in e.text for e in v.findings[0].lines)
+    assert "collateral" in v.summary
+
+
+def test_a_silent_non_zero_exit_is_named_with_its_status_and_only_the_first():
+    v = verdict("thread-exit-mpirun")
+    assert "exited 3" in v.summary, v.summary
+    assert "only the first" in v.summary  # mpirun cannot say whether another rank died with it
+
+
+def test_a_refused_argument_list_is_that_ranks_shape_error():
+    v = verdict("gather-short")
+    assert "all_gather" in v.summary or "allgather" in v.summary, v.summary
+    assert "expected length 3, got 2" in " ".join(e.text for e in v.findings[0].lines)
+
+
+def test_a_silent_rank_torchrun_stopped_is_no_leaver_where_another_rank_failed_otherwise():
+    """The tuning set's small-size job under torchrun: rank 2 is aborted by gloo's size
+    check, rank 1 then reads "Connection reset", rank 0 printed nothing before the agent's
+    SIGTERM. Rank 0 did not leave: it was stopped; no rank is named dead."""
+    v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "small-size-torchrun-w3-r2"]))
+    assert v.cls == "shape-mismatch", v.summary
+    assert 0 not in {o.rank for o in v.odd_ranks}
