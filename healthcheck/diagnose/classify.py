@@ -49,6 +49,7 @@ from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
+from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.parsers.flight_recorder import compare_ranks
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
@@ -325,6 +326,7 @@ def analyse(col: Collected) -> Analysis:
             out.findings.append(pm)
     progress_rule(col, out)
     _fallback(col, out)
+    out.findings = [with_dead_threads(col, f) for f in out.findings]  # threads.py: why a stuck rank waits
     return out
 
 

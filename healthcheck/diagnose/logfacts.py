@@ -104,8 +104,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             continue
         for e in f.log.exceptions:
             rank = fact_rank(e, f.rank)
-            if rank is None or not _counts(e):
-                continue
+            if rank is None or not _counts(e) or e.thread:
+                continue  # a thread's exception ended that thread, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,

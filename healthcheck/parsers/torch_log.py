@@ -424,6 +424,9 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     native: bool = False
     frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
     collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
+    # the thread it ended, where Python's threading.excepthook said so (`Exception in thread
+    # NAME:` before the traceback): that thread ended, the process went on
+    thread: str = ""
 
 
 class TorchLog(msgspec.Struct, frozen=True):
@@ -744,6 +747,7 @@ class _Parser:
         self.last_open: dict[str, tuple[int | None, int | None]] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[tuple[int | None, int | None], int] = {}
         self.frames: dict[tuple[int | None, int | None], tuple[str, str]] = {}  # (own frame, collective)
+        self.threads: dict[tuple[int | None, int | None], str] = {}  # `Exception in thread NAME:` before a traceback
         self.block: _Block | None = None
         self.after_child_error = False  # the line before ended `ChildFailedError:` (a box with no border may follow)
         self.border = False  # the line before was a `====` border
@@ -1499,6 +1503,10 @@ class _Parser:
             self.frames.pop(key, None)
             self.torch = True
             return
+        if b.startswith("Exception in thread ") and b.rstrip().endswith(":"):
+            if len(self.threads) < 4096 or key in self.threads:
+                self.threads[key] = clip(b.rstrip()[len("Exception in thread "):-1], 128)
+            return
         first = b[:1]
         if first in " \t":
             if _FRAME.match(b):
@@ -1528,6 +1536,7 @@ class _Parser:
         if not framed and message is None and "." not in name:
             return  # a bare word alone, with no traceback around it
         own, collective = self.frames.pop(key, ("", "")) if framed else ("", "")
+        thread = self.threads.pop(key, "") if framed else ""
         if framed:
             self.tracebacks[key] -= 1
         where = self.where(line)
@@ -1537,7 +1546,7 @@ class _Parser:
                 where["rank"] = _int(said.group(1))  # no label: the message names its own rank
         self.add("exceptions", ExceptionRaised(**where, type=name,
                                                message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
-                                               frame=own, collective=collective))
+                                               frame=own, collective=collective, thread=thread))
 
     def frame(self, key: tuple[int | None, int | None], body: str) -> None:
         """A traceback's `File "PATH", line N, in FUNC`: the innermost frame of the program's

@@ -7,6 +7,9 @@ CPU) names the rank whose own doing failed the job, never a peer that failed aft
   agent's, and no `[rankN]:` traceback of it is in a console that holds its peers';
 * a rank that ended itself without a word (os._exit(3) in a loader thread) that mpirun's
   non-zero-exit box names: that rank alone, never the ranks mpirun stopped after it;
+* a loader thread that dies of an uncaught exception (`Exception in thread NAME:` and its
+  traceback) while the main thread waits for its batch: the rank lives, blocked outside
+  any collective while its peers time out: stuck, not dead;
 * an all_gather whose output list is one short on one rank: gloo refuses that rank's
   arguments before any exchange (`ProcessGroupGloo::allgather: invalid output tensor
   list`), a shape error of that rank; its peers' "Connection closed" are collateral.
@@ -18,6 +21,7 @@ import pytest
 from support import FIXTURES
 
 from healthcheck.diagnose.sources import collect
+from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.diagnose.verdict import build
 
 SCEN = FIXTURES / "diagnose" / "rules3"
@@ -27,6 +31,7 @@ CASES = {
     "short-shard-torchrun": ("dead-rank", [2], [0, 1, 3]),
     "thread-exit-mpirun": ("dead-rank", [1], [0, 2, 3]),
     "gather-short": ("shape-mismatch", [0], [1, 2]),
+    "thread-died": ("stuck-rank", [3], [0, 1, 2]),
 }
 
 
@@ -73,3 +78,14 @@ def test_a_silent_rank_torchrun_stopped_is_no_leaver_where_another_rank_failed_o
     v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "small-size-torchrun-w3-r2"]))
     assert v.cls == "shape-mismatch", v.summary
     assert 0 not in {o.rank for o in v.odd_ranks}
+
+
+def test_a_threads_exception_is_marked_with_its_thread_and_is_no_ranks_death():
+    text = (SCEN / "thread-died" / "rank3.log").read_text()
+    excs = parse_torch_log(text).exceptions
+    assert [(e.type, e.thread) for e in excs] == [("OSError", "prefetch-0")]
+    assert parse_torch_log("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
+                           "ValueError: x\n").exceptions[0].thread == ""
+    v = verdict("thread-died")
+    assert "prefetch-0" in v.summary and "died" in v.summary, v.summary
+    assert not any(f.cls == "dead-rank" for f in v.findings)
