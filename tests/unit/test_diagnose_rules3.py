@@ -21,8 +21,8 @@ import pytest
 from support import FIXTURES
 
 from healthcheck.diagnose.sources import collect
-from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.diagnose.verdict import build
+from healthcheck.parsers.torch_log import parse_torch_log
 
 SCEN = FIXTURES / "diagnose" / "rules3"
 
