@@ -10,6 +10,10 @@ CPU) names the rank whose own doing failed the job, never a peer that failed aft
 * a loader thread that dies of an uncaught exception (`Exception in thread NAME:` and its
   traceback) while the main thread waits for its batch: the rank lives, blocked outside
   any collective while its peers time out: stuck, not dead;
+* every rank waits in a collective, no side a strict majority: a broadcast whose root
+  (`src`, py-spy `--locals`) one rank names differently (two ranks at that call, two in the
+  next broadcast); a rank in a second barrier, behind every other rank in `train_step`
+  (two wait in the broadcast after it, two in the all_reduce after that);
 * an all_gather whose output list is one short on one rank: gloo refuses that rank's
   arguments before any exchange (`ProcessGroupGloo::allgather: invalid output tensor
   list`), a shape error of that rank; its peers' "Connection closed" are collateral.
@@ -32,6 +36,10 @@ CASES = {
     "thread-exit-mpirun": ("dead-rank", [1], [0, 2, 3]),
     "gather-short": ("shape-mismatch", [0], [1, 2]),
     "thread-died": ("stuck-rank", [3], [0, 1, 2]),
+    # live (py-spy --json --locals of every rank while the job hung, saved)
+    "wrong-root-live": ("collective-mismatch", [2], [0, 1, 3]),
+    "extra-barrier-live": ("collective-mismatch", [1], [0, 2, 3, 4]),
+    "scatter-mix-live": ("collective-mismatch", [0], [1, 2, 3]),
 }
 
 
@@ -89,3 +97,41 @@ def test_a_threads_exception_is_marked_with_its_thread_and_is_no_ranks_death():
     v = verdict("thread-died")
     assert "prefetch-0" in v.summary and "died" in v.summary, v.summary
     assert not any(f.cls == "dead-rank" for f in v.findings)
+
+
+def test_a_rank_with_another_root_is_named_from_the_calls_arguments():
+    v = verdict("wrong-root-live")
+    assert "src 2" in v.summary and "src 0" in v.summary, v.summary
+
+
+def test_the_rank_behind_every_other_one_in_the_program_is_named_not_those_between():
+    """extra-barrier-live: rank 1 in its second barrier (train_step line 104), ranks 0 and 3
+    in the broadcast after it (105), ranks 2 and 4 in the all_reduce after that (107): no
+    side is a majority. Rank 1 is behind every other rank: named; 0 and 3 wait for it."""
+    v = verdict("extra-barrier-live")
+    assert "before every other rank" in v.summary and "train_step" in v.summary, v.summary
+
+
+def test_two_roots_and_no_majority_name_no_rank(tmp_path):
+    """The wrong-root job with only the two ranks at the broadcast of two roots: which root
+    is wrong nothing says, so no rank is named."""
+    import shutil
+    for r in (0, 2):
+        shutil.copy(SCEN / "wrong-root-live" / f"py-spy-rank{r}.json", tmp_path)
+        shutil.copy(SCEN / "wrong-root-live" / f"rank{r}.log", tmp_path)
+    v = build(collect([tmp_path]))
+    assert not v.odd_ranks, v.summary
+
+
+def test_a_live_sample_keeps_the_root_its_rank_called_with():
+    """Live, the locals are reduced to a StackSample at once: it keeps the root, so the
+    rule reads it from the samples as from a saved dump."""
+    from healthcheck.diagnose.motion import sample_of
+    from healthcheck.diagnose.stacks import main_thread
+    from healthcheck.parsers.py_spy import parse_py_spy
+
+    roots = []
+    for r in (0, 1, 2, 3):
+        proc = parse_py_spy((SCEN / "wrong-root-live" / f"py-spy-rank{r}.json").read_text()).processes[0]
+        roots.append(sample_of(main_thread(proc), 0.0, None).root)
+    assert roots == [0, 0, 2, 0]
