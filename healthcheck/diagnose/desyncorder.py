@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from healthcheck.diagnose.p2p import P2P_OPS
+from healthcheck.diagnose.progorder import lines_where_they_part
 from healthcheck.diagnose.roots import ROOTED
 from healthcheck.diagnose.stacks import StackGroup, rank_words
 
@@ -69,19 +70,8 @@ def _chain(group: StackGroup) -> list[tuple[str, str, int]]:
 
 
 def program_lines(groups: Sequence[StackGroup]) -> tuple[dict[int, int], str]:
-    """Each group's line in the outermost function every stack shares whose line differs
-    between them (its index in `groups` -> line), and that function; empty where the
-    stacks part in different functions first."""
-    chains = [_chain(g) for g in groups]
-    if len(chains) < 2 or not all(chains):
-        return {}, ""
-    for depth in range(min(len(c) for c in chains)):
-        at = [c[depth] for c in chains]
-        if len({(fn, file) for fn, file, _ in at}) > 1:
-            return {}, ""
-        if len({line for *_, line in at}) > 1:
-            return {i: line for i, (*_, line) in enumerate(at)}, at[0][0]
-    return {}, ""
+    """Each stack group's line where the groups' stacks part (lines_where_they_part)."""
+    return lines_where_they_part([_chain(g) for g in groups])
 
 
 def behind(groups: Sequence[StackGroup]) -> tuple[tuple[int, ...], str] | None:

@@ -427,6 +427,9 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     # the thread it ended, where Python's threading.excepthook said so (`Exception in thread
     # NAME:` before the traceback): that thread ended, the process went on
     thread: str = ""
+    # the program's own frames of its traceback, outermost first ("train.py:88 in train_step"):
+    # where in the program the rank was, to compare with its peers'
+    chain: tuple[str, ...] = ()
 
 
 class TorchLog(msgspec.Struct, frozen=True):
@@ -747,6 +750,7 @@ class _Parser:
         self.last_open: dict[str, tuple[int | None, int | None]] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[tuple[int | None, int | None], int] = {}
         self.frames: dict[tuple[int | None, int | None], tuple[str, str]] = {}  # (own frame, collective)
+        self.chains: dict[tuple[int | None, int | None], list[str]] = {}  # own frames so far, outermost first
         self.threads: dict[tuple[int | None, int | None], str] = {}  # `Exception in thread NAME:` before a traceback
         self.block: _Block | None = None
         self.after_child_error = False  # the line before ended `ChildFailedError:` (a box with no border may follow)
@@ -1501,6 +1505,7 @@ class _Parser:
         if b.startswith("Traceback (most recent call last):"):
             self.tracebacks[key] = min(self.tracebacks.get(key, 0) + 1, 64)
             self.frames.pop(key, None)
+            self.chains.pop(key, None)
             self.torch = True
             return
         if b.startswith("Exception in thread ") and b.rstrip().endswith(":"):
@@ -1537,6 +1542,7 @@ class _Parser:
             return  # a bare word alone, with no traceback around it
         own, collective = self.frames.pop(key, ("", "")) if framed else ("", "")
         thread = self.threads.pop(key, "") if framed else ""
+        chain = tuple(self.chains.pop(key, ())) if framed else ()
         if framed:
             self.tracebacks[key] -= 1
         where = self.where(line)
@@ -1546,7 +1552,8 @@ class _Parser:
                 where["rank"] = _int(said.group(1))  # no label: the message names its own rank
         self.add("exceptions", ExceptionRaised(**where, type=name,
                                                message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
-                                               frame=own, collective=collective, thread=thread))
+                                               frame=own, collective=collective, thread=thread,
+                                               chain=chain))
 
     def frame(self, key: tuple[int | None, int | None], body: str) -> None:
         """A traceback's `File "PATH", line N, in FUNC`: the innermost frame of the program's
@@ -1561,6 +1568,9 @@ class _Parser:
                 collective = clip(func, 64)
         elif not _LIBRARY_PATH.search(path):
             own, collective = f"{clip(_basename(path), 128)}:{number} in {clip(func, 128)}", ""
+            chain = self.chains.setdefault(key, []) if len(self.chains) < 4096 or key in self.chains else []
+            if len(chain) < _CHAIN_MAX:
+                chain.append(own)
         if len(self.frames) < 4096 or key in self.frames:
             self.frames[key] = (own, collective)
 
@@ -1670,6 +1680,7 @@ _MESSAGE_HANDLERS: tuple[tuple[Callable[[str], bool], Callable[[_Parser, _Line],
 _TORCHX = re.compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
 
 
+_CHAIN_MAX = 32  # own frames kept per traceback (outermost first): deeper recursion is not read
 _INDENT_MAX = 16  # blanks before a label of a paste indented as a whole (a markdown list's code block)
 
 

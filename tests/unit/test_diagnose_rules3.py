@@ -36,6 +36,7 @@ CASES = {
     "thread-exit-mpirun": ("dead-rank", [1], [0, 2, 3]),
     "gather-short": ("shape-mismatch", [0], [1, 2]),
     "thread-died": ("stuck-rank", [3], [0, 1, 2]),
+    "extra-barrier": ("collective-mismatch", [2], [0, 1, 3]),
     # live (py-spy --json --locals of every rank while the job hung, saved)
     "wrong-root-live": ("collective-mismatch", [2], [0, 1, 3]),
     "extra-barrier-live": ("collective-mismatch", [1], [0, 2, 3, 4]),
@@ -135,3 +136,13 @@ def test_a_live_sample_keeps_the_root_its_rank_called_with():
         proc = parse_py_spy((SCEN / "wrong-root-live" / f"py-spy-rank{r}.json").read_text()).processes[0]
         roots.append(sample_of(main_thread(proc), 0.0, None).root)
     assert roots == [0, 0, 2, 0]
+
+
+def test_from_saved_logs_the_rank_behind_the_others_is_named_not_the_rank_waiting_for_it():
+    """extra-barrier (plain w4, saved): every rank times out; rank 2 in its second barrier
+    (train_step line 104), rank 0 in the broadcast after it (105), ranks 1 and 3 in the
+    all_reduce after that (107). The tracebacks' own frames place rank 2 before the others."""
+    v = verdict("extra-barrier")
+    assert "before every other rank in train_step" in v.summary and "waiting for it" in v.summary, v.summary
+    chain = [e for e in parse_torch_log((SCEN / "extra-barrier" / "rank2.log").read_text()).exceptions][0].chain
+    assert [c.split(" in ")[1] for c in chain] == ["<module>", "main", "train_step", "checkpoint_barrier"]
