@@ -181,12 +181,15 @@ def _together_until(cands: list[_Candidate], firsts: dict[int, RankError]) -> fl
     """Until when a candidate raised "together" with the first: a traceback carries the time
     of its rank's last stamped line (the step it was in), so ranks that raised in one step
     are apart by the step's spread only (_TOGETHER_S; a second where torchrun's one-second
-    failure times order them). Any candidate stamped no later than the first of the peers'
-    consequential errors (the collective errors the death caused) raised before them too."""
+    failure times order them). A candidate stamped no later than the last of the peers'
+    consequential errors (the collective errors the death caused, each stamped with its
+    rank's last line before it failed) made no more progress than a rank that was still
+    in that step when it failed: it raised in its own code in the same step, not because of
+    the first death (a rank that went on past the step logs a later line first)."""
     first = min(c.time or 0.0 for c in cands)
     window = 1.0 if any(c.how == "torchrun's failure times" for c in cands) else _TOGETHER_S
     victims = [e.time for e in firsts.values() if e.victim and e.time is not None]
-    return max(first + window, min(victims, default=first))
+    return max(first + window, max(victims, default=first))
 
 
 def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tuple[list[_Candidate], str]:
@@ -201,8 +204,8 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
     hows = sorted({c.how for c in cands})
     basis = f"first in time by {' and '.join(hows)}"
     if len(together) > 1:
-        basis += (f"; {len(together)} raised together, each in its own code, before their peers' collective "
-                  "errors: independent failures")
+        basis += (f"; {len(together)} raised together, each in its own code in the step in which their peers' "
+                  "collectives then failed: independent failures")
     return together, basis
 
 

@@ -37,6 +37,7 @@ CASES = {
     "gather-short": ("shape-mismatch", [0], [1, 2]),
     "thread-died": ("stuck-rank", [3], [0, 1, 2]),
     "extra-barrier": ("collective-mismatch", [2], [0, 1, 3]),
+    "two-raise": ("dead-rank", [0, 3], [1, 2]),
     # live (py-spy --json --locals of every rank while the job hung, saved)
     "wrong-root-live": ("collective-mismatch", [2], [0, 1, 3]),
     "extra-barrier-live": ("collective-mismatch", [1], [0, 2, 3, 4]),
@@ -146,3 +147,12 @@ def test_from_saved_logs_the_rank_behind_the_others_is_named_not_the_rank_waitin
     assert "before every other rank in train_step" in v.summary and "waiting for it" in v.summary, v.summary
     chain = [e for e in parse_torch_log((SCEN / "extra-barrier" / "rank2.log").read_text()).exceptions][0].chain
     assert [c.split(" in ")[1] for c in chain] == ["<module>", "main", "train_step", "checkpoint_barrier"]
+
+
+def test_two_ranks_that_raised_in_one_step_are_both_named_though_their_stamps_are_apart():
+    """two-raise (plain w4): ranks 0 and 3 raise in their own code at step 2; the ranks log
+    their step unevenly, so rank 3's last line is 0.4 s after rank 0's and after rank 1's
+    (whose all_reduce then failed), but before rank 2's: it made no more progress than a
+    rank still in that step. Both are named (was: rank 0 alone, rank 3 "after it")."""
+    v = verdict("two-raise")
+    assert "raised together" in v.summary and "after it" not in v.summary, v.summary
