@@ -16,7 +16,8 @@ Rules, in the order of precedence the verdict uses:
  4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
     odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
-    stack is outside the function the others wait in (a skipped collective).
+    stack is outside the function the others wait in (a skipped collective), a rank
+    whose own call gloo refused before any exchange (argcheck.py).
  5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors when no rank died.
@@ -26,7 +27,8 @@ Rules, in the order of precedence the verdict uses:
  8. socket-fallback: NCCL on sockets where IB was expected (a performance cliff).
  9. progressing: live, every sampled rank's stack, I/O or step counter moved (stuck.py).
 The stack rules (7's stacks, 9, the stack mismatch of 4, the init stacks of 1) are in
-stuck.py and stackrules.py, on the stacks as sampled (motion.py).
+stuck.py and stackrules.py, on the stacks as sampled (motion.py). A thread's uncaught
+exception is no rank's death; threads.py adds it to a stuck finding naming its rank.
 """
 
 from __future__ import annotations

@@ -1502,15 +1502,7 @@ class _Parser:
     def python(self, line: _Line) -> None:
         b = line.body
         key = (line.rank, line.task)
-        if b.startswith("Traceback (most recent call last):"):
-            self.tracebacks[key] = min(self.tracebacks.get(key, 0) + 1, 64)
-            self.frames.pop(key, None)
-            self.chains.pop(key, None)
-            self.torch = True
-            return
-        if b.startswith("Exception in thread ") and b.rstrip().endswith(":"):
-            if len(self.threads) < 4096 or key in self.threads:
-                self.threads[key] = clip(b.rstrip()[len("Exception in thread "):-1], 128)
+        if self.traceback_head(key, b):
             return
         first = b[:1]
         if first in " \t":
@@ -1554,6 +1546,21 @@ class _Parser:
                                                message=clip((message or "").strip(), _MESSAGE_MAX), framed=framed,
                                                frame=own, collective=collective, thread=thread,
                                                chain=chain))
+
+    def traceback_head(self, key: tuple[int | None, int | None], b: str) -> bool:
+        """`Traceback (most recent call last):` opens a traceback; threading.excepthook's
+        `Exception in thread NAME:` before it names the thread it ends. True: read."""
+        if b.startswith("Traceback (most recent call last):"):
+            self.tracebacks[key] = min(self.tracebacks.get(key, 0) + 1, 64)
+            self.frames.pop(key, None)
+            self.chains.pop(key, None)
+            self.torch = True
+            return True
+        if b.startswith("Exception in thread ") and b.rstrip().endswith(":"):
+            if len(self.threads) < 4096 or key in self.threads:
+                self.threads[key] = clip(b.rstrip()[len("Exception in thread "):-1], 128)
+            return True
+        return False
 
     def frame(self, key: tuple[int | None, int | None], body: str) -> None:
         """A traceback's `File "PATH", line N, in FUNC`: the innermost frame of the program's
