@@ -14,6 +14,8 @@ it ended:
   stopped a rank after the first failure, not how that rank ended its part: a rank that
   had left and was still writing its last files when the agent stopped everyone is
   quiet too.
+* block_implied: a local rank torchrun's block skips below the highest it lists exited 0
+  before the failure (the block lists every worker that failed or that it stopped).
 * silent_first_exits: the rank a launcher reports as the first to exit non-zero (Open
   MPI's `exited with non-zero status ... Process name: [[J,1],R] Exit code: N` box), or
   that torchrun lists with a non-zero exit (not a signal), whose own output holds no
@@ -43,6 +45,25 @@ def agent_stopped(col: Collected) -> set[int]:
     return out
 
 
+def block_implied(col: Collected) -> set[int]:
+    """Ranks a torchrun failure block implies but does not list: one agent's workers are
+    local ranks 0..N-1 at global ranks base+0..base+N-1, and the block lists every worker
+    that failed and every one the agent stopped, so a local rank below the highest listed
+    one that is not listed had exited 0 before the failure."""
+    out: set[int] = set()
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for b in f.log.child_failed:
+            pairs = {(x.host, x.rank - x.local_rank, x.local_rank) for x in b.failures
+                     if x.rank is not None and x.local_rank is not None and 0 <= x.local_rank <= x.rank}
+            for host, base in {(h, b0) for h, b0, _ in pairs}:
+                local = {lr for h, b0, lr in pairs if (h, b0) == (host, base)}
+                if max(local) < 4096:
+                    out |= {base + lr for lr in range(max(local)) if lr not in local}
+    return out
+
+
 def exit_codes(col: Collected) -> dict[int, int]:
     """Each rank's exit status where known: its record (live, hc run), torchrun's failure
     block, and 0 for a heard rank the block leaves out (torchrun lists every rank that
@@ -60,7 +81,7 @@ def exit_codes(col: Collected) -> dict[int, int]:
             if x.exitcode is not None and x.rank not in stopped:
                 codes.setdefault(x.rank, x.exitcode)
     if listed:
-        for r in ranks_heard(col) - listed:
+        for r in (ranks_heard(col) | block_implied(col)) - listed:
             codes.setdefault(r, 0)
     return codes
 
@@ -96,7 +117,7 @@ def quiet_ranks(col: Collected, firsts: dict[int, RankError], codes: dict[int, i
     failure, or torchrun says they exited 0."""
     own = own_output(col)
     out = []
-    for r in sorted(ranks_heard(col) - set(firsts) - spoke_of_failure(col)):
+    for r in sorted((ranks_heard(col) | block_implied(col)) - set(firsts) - spoke_of_failure(col)):
         code = codes.get(r)
         if code == 0 or (r in own and (code is None or code > 0)):
             out.append(r)
@@ -105,11 +126,12 @@ def quiet_ranks(col: Collected, firsts: dict[int, RankError], codes: dict[int, i
 
 def stopped_leavers(col: Collected, quiet: list[int], stopped: set[int], closed: set[int]) -> list[int]:
     """The quiet ranks, less those the agent stopped unless every other rank heard failed
-    because a peer closed its connections (`closed`): then only a rank that left can have
-    closed them. Where another rank failed otherwise (gloo's size abort, its own error), a
-    silent rank the agent stopped was only stopped before it printed anything."""
-    others = ranks_heard(col) - set(quiet)
-    if others <= closed:
+    because a peer closed its connections (`closed`) and no other quiet rank left by
+    itself (an exit 0): then only a rank that left can have closed them. Otherwise a
+    silent rank the agent stopped was only stopped before it printed its error (a victim
+    slower than its peers, beside gloo's size abort or a rank that exited 0)."""
+    others = (ranks_heard(col) | block_implied(col)) - set(quiet)
+    if others <= closed and all(r in stopped for r in quiet):
         return quiet
     return [r for r in quiet if r not in stopped]
 
@@ -138,4 +160,5 @@ def silent_first_exits(col: Collected, firsts: dict[int, RankError]) -> dict[int
     return {r: code for r, code in sorted(_launcher_nonzero(col).items()) if r in own and r not in said}
 
 
-__all__ = ["agent_stopped", "exit_codes", "own_output", "quiet_ranks", "silent_first_exits", "stopped_leavers"]
+__all__ = ["agent_stopped", "block_implied", "exit_codes", "own_output", "quiet_ranks", "silent_first_exits",
+           "stopped_leavers"]

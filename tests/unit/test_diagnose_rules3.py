@@ -33,6 +33,7 @@ SCEN = FIXTURES / "diagnose" / "rules3"
 CASES = {
     # scenario: (class, the culprit ranks, the ranks that failed because of them)
     "short-shard-torchrun": ("dead-rank", [2], [0, 1, 3]),
+    "short-shard-fast-torchrun": ("dead-rank", [1], [0, 2, 3]),
     "thread-exit-mpirun": ("dead-rank", [1], [0, 2, 3]),
     "gather-short": ("shape-mismatch", [0], [1, 2]),
     "thread-died": ("stuck-rank", [3], [0, 1, 2]),
@@ -156,3 +157,11 @@ def test_two_ranks_that_raised_in_one_step_are_both_named_though_their_stamps_ar
     rank still in that step. Both are named (was: rank 0 alone, rank 3 "after it")."""
     v = verdict("two-raise")
     assert "raised together" in v.summary and "after it" not in v.summary, v.summary
+
+
+def test_a_rank_torchruns_block_skips_exited_0_and_a_silent_stopped_rank_is_no_leaver_beside_it():
+    """short-shard-fast-torchrun: rank 1 leaves and exits 0 at once (the block lists local
+    ranks 0, 2 and 3 only); rank 2, slower than its peers, was SIGTERMed by the agent
+    before it printed its error. Rank 1 is named (exit 0), rank 2 is not."""
+    v = verdict("short-shard-fast-torchrun")
+    assert "exited 0" in v.summary, v.summary
