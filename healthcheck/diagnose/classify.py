@@ -16,7 +16,8 @@ Rules, in the order of precedence the verdict uses:
  4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
     odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
-    stack is outside the function the others wait in (a skipped collective).
+    stack is outside the function the others wait in (a skipped collective), a rank
+    whose own call gloo refused before any exchange (argcheck.py).
  5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors when no rank died.
@@ -26,7 +27,8 @@ Rules, in the order of precedence the verdict uses:
  8. socket-fallback: NCCL on sockets where IB was expected (a performance cliff).
  9. progressing: live, every sampled rank's stack, I/O or step counter moved (stuck.py).
 The stack rules (7's stacks, 9, the stack mismatch of 4, the init stacks of 1) are in
-stuck.py and stackrules.py, on the stacks as sampled (motion.py).
+stuck.py and stackrules.py, on the stacks as sampled (motion.py). A thread's uncaught
+exception is no rank's death; threads.py adds it to a stuck finding naming its rank.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import datetime as _dt
 from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
+from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -48,6 +51,7 @@ from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
+from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.parsers.flight_recorder import compare_ranks
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
@@ -304,6 +308,7 @@ def analyse(col: Collected) -> Analysis:
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
     init_stacks(col, out)
     found, notes = mismatch(col, out.fr)
+    found = found or refused_arguments(col)  # argcheck.py: a rank's own arguments refused before any exchange
     if found is not None:
         out.findings.append(found)
     out.notes.extend(notes)
@@ -323,6 +328,7 @@ def analyse(col: Collected) -> Analysis:
             out.findings.append(pm)
     progress_rule(col, out)
     _fallback(col, out)
+    out.findings = [with_dead_threads(col, f) for f in out.findings]  # threads.py: why a stuck rank waits
     return out
 
 

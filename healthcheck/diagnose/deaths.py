@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
+from healthcheck.diagnose.leavers import agent_stopped, exit_codes, quiet_ranks, silent_first_exits, stopped_leavers
 from healthcheck.diagnose.logfacts import (
     COLLATERAL,
     RankError,
@@ -25,13 +26,11 @@ from healthcheck.diagnose.logfacts import (
     first_errors,
     gloo_size_aborts,
     rank_source,
-    ranks_heard,
     torchrun_time,
 )
 from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
-from healthcheck.diagnose.victims import spoke_of_failure
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
 _TOGETHER_S = 0.25  # own-code exceptions this close to the first raised in the same step: together
@@ -182,12 +181,15 @@ def _together_until(cands: list[_Candidate], firsts: dict[int, RankError]) -> fl
     """Until when a candidate raised "together" with the first: a traceback carries the time
     of its rank's last stamped line (the step it was in), so ranks that raised in one step
     are apart by the step's spread only (_TOGETHER_S; a second where torchrun's one-second
-    failure times order them). Any candidate stamped no later than the first of the peers'
-    consequential errors (the collective errors the death caused) raised before them too."""
+    failure times order them). A candidate stamped no later than the last of the peers'
+    consequential errors (the collective errors the death caused, each stamped with its
+    rank's last line before it failed) made no more progress than a rank that was still
+    in that step when it failed: it raised in its own code in the same step, not because of
+    the first death (a rank that went on past the step logs a later line first)."""
     first = min(c.time or 0.0 for c in cands)
     window = 1.0 if any(c.how == "torchrun's failure times" for c in cands) else _TOGETHER_S
     victims = [e.time for e in firsts.values() if e.victim and e.time is not None]
-    return max(first + window, min(victims, default=first))
+    return max(first + window, max(victims, default=first))
 
 
 def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tuple[list[_Candidate], str]:
@@ -202,8 +204,8 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
     hows = sorted({c.how for c in cands})
     basis = f"first in time by {' and '.join(hows)}"
     if len(together) > 1:
-        basis += (f"; {len(together)} raised together, each in its own code, before their peers' collective "
-                  "errors: independent failures")
+        basis += (f"; {len(together)} raised together, each in its own code in the step in which their peers' "
+                  "collectives then failed: independent failures")
     return together, basis
 
 
@@ -239,56 +241,12 @@ def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) ->
         acc.basis += "; " + ", ".join(f"rank {c.rank} raised {c.text[:60]} after it" for c in later[:4])
 
 
-def _exit_codes(col: Collected) -> dict[int, int]:
-    """Each rank's exit status where known: its record (live, hc run), torchrun's failure
-    block, and 0 for a heard rank the block leaves out (torchrun lists every rank that
-    failed and every one it stopped)."""
-    codes = {r: x.exit_code for r, x in col.evidence.ranks.items() if x.exit_code is not None}
-    listed: set[int] = set()
-    for f in col.evidence.torch_logs:
-        assert f.log is not None
-        for x in (x for b in f.log.child_failed for x in b.failures):
-            if x.rank is None:
-                continue
-            listed.add(x.rank)
-            if x.exitcode is not None:
-                codes.setdefault(x.rank, x.exitcode)
-    if listed:
-        for r in ranks_heard(col) - listed:
-            codes.setdefault(r, 0)
-    return codes
-
-
-def _own_output(col: Collected) -> set[int]:
-    """Ranks whose own lines are in the text (a rank's file, its labelled lines): where it
-    printed no error, it printed none. A rank only torchrun's block or a manifest names is
-    not: its lines may be in a console that labels nobody."""
-    ev_ = col.evidence
-    blocks = {f.source for f in ev_.torch_logs if f.log is not None and f.log.child_failed}
-    own = {f.rank for f in (*ev_.torch_logs, *ev_.nccl_logs) if f.rank is not None}
-    own |= {r for f in ev_.torch_logs if f.log is not None for r in f.log.prefixed_ranks}
-    own |= {r for r, x in ev_.ranks.items() if any(s not in blocks for s in x.sources)}
-    return own
-
-
-def _quiet(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) -> list[int]:
-    """Ranks that printed no error and were not killed: their own output says nothing of a
-    failure, or torchrun says they exited 0."""
-    own = _own_output(col)
-    out = []
-    for r in sorted(ranks_heard(col) - set(firsts) - spoke_of_failure(col)):
-        code = codes.get(r)
-        if code == 0 or (r in own and (code is None or code > 0)):
-            out.append(r)
-    return out
-
-
 def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """A rank with no error at all while every peer that failed did so because a peer
     closed its connections (none timed out: nobody waited on a live rank): it left early,
     by exit 0 (out of data), by the script's own exit N, or killed without a word."""
-    codes = _exit_codes(col)
-    quiet = _quiet(col, firsts, codes)
+    codes = exit_codes(col)
+    quiet = quiet_ranks(col, firsts, codes)
     peers = [e for e in firsts.values() if e.victim]
     if not quiet or not peers or any(e.timed_out for e in peers):
         return
@@ -296,18 +254,36 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     if first and not first & set(quiet):
         return  # mpirun says another rank died first: the silent ones are those it stopped
     closed = [e for e in peers if any(w in e.message for w in _PEER_GONE)]
-    if not closed:
+    stopped = agent_stopped(col)
+    quiet = stopped_leavers(col, quiet, stopped, {e.rank for e in closed})
+    if not closed or not quiet:
         return
     acc.early = True
     for rank in quiet:
         code = codes.get(rank)
         how = ("exited 0" if code == 0 else f"exited {code} without printing an error" if code is not None
-               else "no error in its output")
+               else "no error in its output" + ("; torchrun's SIGTERM reached it only after a peer failed"
+                                                if rank in stopped else ""))
         acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"))
     acc.exits = {codes.get(r) for r in quiet}
     e = closed[0]
     acc.items.append(Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
                               text=f"rank {e.rank}: {e.text[:200]}"))
+
+
+def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The rank a launcher reports exiting non-zero that printed no error: it ended itself
+    without a word (leavers.py); the ranks stopped after it are not named."""
+    silent = silent_first_exits(col, firsts)
+    if not silent:
+        return
+    acc.early = True
+    acc.basis = acc.basis or ONLY_FIRST
+    for rank, code in silent.items():
+        how = f"exited {code} without printing an error"
+        acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank,
+                                     text=f"rank {rank}: the launcher reports exit {code}; no error in its output"))
+    acc.exits = set(silent.values())
 
 
 def _victims(firsts: dict[int, RankError], named: set[int]) -> str:
@@ -357,6 +333,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     _out_of_memory(col, acc)
     firsts = first_errors(col)
     _own_exceptions(col, firsts, acc)
+    if not acc.items:
+        _silent_exits(col, firsts, acc)
     if not acc.items:
         _early_exits(col, firsts, acc)
     if not acc.items:

@@ -81,6 +81,7 @@ class RankError(msgspec.Struct, frozen=True, omit_defaults=True):
     collective: str = ""
     time: float | None = None
     victim: bool = False  # a collective's error: caused by another rank
+    chain: tuple[str, ...] = ()  # its traceback's own frames, outermost first
 
     @property
     def text(self) -> str:
@@ -104,13 +105,13 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             continue
         for e in f.log.exceptions:
             rank = fact_rank(e, f.rank)
-            if rank is None or not _counts(e):
-                continue
+            if rank is None or not _counts(e) or e.thread:
+                continue  # a thread's exception ended that thread, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
                 collective=e.collective, time=time_at(col, f.source, e.line, rank),
-                victim=raised_by_collective(collective_error(text), e.collective)))
+                victim=raised_by_collective(collective_error(text), e.collective), chain=e.chain))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))
@@ -136,6 +137,7 @@ class Wait(msgspec.Struct, frozen=True, omit_defaults=True):
     numel_out: int | None = None
     where: str = ""
     text: str = ""
+    chain: tuple[str, ...] = ()  # gloo: its traceback's own frames, outermost first
 
     @property
     def key(self) -> tuple[str, int | None]:
@@ -173,7 +175,7 @@ def rank_waits(col: Collected) -> dict[int, Wait]:
         if rank in out or not first.timed_out:
             continue
         out[rank] = Wait(rank=rank, source=first.source, line=first.line, op=first.collective, where=first.frame,
-                         text=f"timed out in {first.collective or 'a collective'}"
+                         chain=first.chain, text=f"timed out in {first.collective or 'a collective'}"
                               + (f" at {first.frame}" if first.frame else "") + f": {first.message[:120]}")
     return out
 

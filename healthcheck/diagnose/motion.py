@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
+from healthcheck.diagnose.roots import collective_root
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyThread
 
 GroupKind = str  # "default" (the world), "subgroup" (a group the call was given), "" (not known)
@@ -45,6 +46,7 @@ class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
     group: GroupKind = ""  # that collective's process group
     io: int | None = None  # rchar + wchar of the process at the sample
     counters: dict[str, int] = {}  # "function:name" -> value of step-like int locals of program frames
+    root: int | None = None  # the src/dst of the rooted collective it waits in (desyncorder.py)
 
 
 def stack_key(frames: Sequence[PySpyFrame]) -> str:
@@ -89,7 +91,8 @@ def sample_of(thread: PySpyThread | None, at: float, io: int | None,
     frames = thread.frames if thread is not None else ()
     both = (*frames, *(blocker.frames if blocker is not None else ()))
     return StackSample(at=round(at, 3), key=stack_key(both), collective=thread.collective if thread else None,
-                       group=collective_group(frames), io=io, counters=step_counters(both))
+                       group=collective_group(frames), io=io, counters=step_counters(both),
+                       root=collective_root(frames, thread.collective if thread else None))
 
 
 def _same(a: StackSample, b: StackSample) -> bool:

@@ -9,6 +9,9 @@ traceback, with the line of its own code that called it; NCCL: the watchdog's
 * waited_elsewhere: every rank timed out, but a minority in another collective (another
   op, SeqNum or call site: collective-mismatch) or in the same one with another element
   count (shape-mismatch). Without a majority, the sides are said and no rank is named.
+  Where the minority is several sides, the ranks whose traceback stops first in the
+  function all tracebacks share made one collective more and are named alone
+  (progorder.py); the sides between waited for them.
   A rank whose wait a peer cut short (Connection closed when a peer that timed out
   exited) still says in its traceback which collective it waited in: it counts as a side.
 """
@@ -31,6 +34,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     watchdog_ranks,
 )
+from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -110,10 +114,33 @@ def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
                        summary=f"every rank timed out, in different {what}s and no majority names the odd one: "
                                f"{text}")
     odd, top, theirs = pick
+    back = behind_the_others(waits, sides, odd, top)
+    if back is not None:
+        odd, summary = back
+        return job_finding(cls=cls, ranks=odd, confidence="medium", evidence=items, divergence=top,
+                           where=next((waits[r].where for r in odd if waits[r].where), ""), summary=summary)
     return job_finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
                    where=next((waits[r].where for r in odd if waits[r].where), ""),
                    summary=f"{rank_words(odd)} timed out in {theirs} while the others timed out in {top}: "
                            f"the ranks called different {what}s")
+
+
+def behind_the_others(waits: dict[int, Wait], sides: dict[int, str], odd: tuple[int, ...], top: str) -> \
+        tuple[tuple[int, ...], str] | None:
+    """Where the minority is several sides (a barrier, a broadcast and the others' all_reduce),
+    the ranks whose own frames stop first in the function every traceback shares
+    (desyncorder.first_in_program): they made one collective more, the sides between
+    waited for them. None where one side is the minority or the tracebacks do not say."""
+    if len({sides[r] for r in odd}) < 2 or not all(w.chain for w in waits.values()):
+        return None
+    found = first_in_program({r: w.chain for r, w in waits.items()})
+    if found is None or not set(found[0]) < set(odd):
+        return None
+    back, function, line = found
+    between = sorted(r for r in odd if r not in back)
+    return back, (f"{rank_words(back)} timed out in {sides[back[0]]}, before every other rank in {function} "
+                  f"(line {line}): its peers went past that call, so it made one collective more; "
+                  f"{rank_words(between)} timed out in {sides[between[0]]} waiting for it, the others in {top}")
 
 
 def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
@@ -129,7 +156,7 @@ def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
     for rank, e in firsts.items():
         if rank in waits or not e.victim or not e.collective or e.time is None or e.time - first >= _SAME_FAILURE_S:
             continue
-        out[rank] = Wait(rank=rank, source=e.source, line=e.line, op=e.collective, where=e.frame,
+        out[rank] = Wait(rank=rank, source=e.source, line=e.line, op=e.collective, where=e.frame, chain=e.chain,
                          text=f"in {e.collective}" + (f" at {e.frame}" if e.frame else "")
                               + f" when a peer that timed out closed its connections: {e.message[:100]}")
     return out

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from healthcheck.diagnose.analysis import Analysis, log_evidence, minority, stack_evidence
+from healthcheck.diagnose.analysis import Analysis, log_evidence, minority, stack_evidence, stack_source
+from healthcheck.diagnose.desyncorder import behind, other_root
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.extracall import extra_call
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import collective_group
+from healthcheck.diagnose.roots import collective_root
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, main_thread, rank_words
 from healthcheck.diagnose.stuck import hosts_of, still_groups
@@ -91,6 +93,33 @@ def group_culprit(col: Collected, out: Analysis, groups: Sequence[StackGroup]) -
     return True
 
 
+def rank_root(x: RankEvidence | None) -> int | None:
+    """The root rank (src/dst) of the rooted collective a rank waits in, where py-spy
+    showed the call's locals (desyncorder.py)."""
+    if x is None:
+        return None
+    if x.samples:
+        return x.samples[-1].root
+    thread = main_thread(x.stack) if x.stack is not None else None
+    return collective_root(thread.frames, thread.collective) if thread is not None else None
+
+
+def _ordered(col: Collected, groups: Sequence[StackGroup], odd: tuple[int, ...] | None) -> \
+        tuple[tuple[int, ...], str] | None:
+    """desyncorder.py: ranks that name another root; else, where no side is a strict
+    majority or the minority is several sides, the ranks behind every other one."""
+    roots = {r: root for g in groups for r in g.ranks if (root := rank_root(col.evidence.ranks.get(r))) is not None}
+    found = other_root(groups, roots)
+    if found is not None:
+        return found
+    if odd is not None and (sum(1 for g in groups if set(g.ranks) & set(odd)) < 2 or extra_call(groups, odd) != odd):
+        return None  # one minority side, or extracall.py names the side with the extra call
+    back = behind(groups)
+    if back is None or (odd is not None and not set(back[0]) <= set(odd)):
+        return None
+    return back
+
+
 def stack_mismatch(col: Collected, out: Analysis) -> None:
     """Every still rank waits in a collective, but not all in the same one."""
     groups = still_groups(out.groups, out.motion)
@@ -100,7 +129,18 @@ def stack_mismatch(col: Collected, out: Analysis) -> None:
         return
     sides = {r: f"{g.collective} <- {g.function or '?'}" for g in groups for r in g.ranks}
     pick = minority(sides)
-    if pick is None or len(pick[0]) * 2 >= len(sides):
+    if pick is not None and len(pick[0]) * 2 >= len(sides):
+        pick = None
+    ordered = _ordered(col, groups, pick[0] if pick else None)
+    if ordered is not None:
+        odd, summary = ordered
+        where = next((g.where for g in groups if set(g.ranks) & set(odd)), "")
+        own = [Evidence(source=stack_source(col.evidence.ranks.get(r)), rank=r, text=f"rank {r}: {summary}"[:300])
+               for r in odd[:4]]
+        out.findings.append(job_finding(cls="collective-mismatch", ranks=odd, confidence="medium", where=where,
+                                        evidence=(*own, *_stack_items(col, groups)[:12]), summary=summary))
+        return
+    if pick is None:
         return
     odd, top, theirs = pick
     summary = (f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "
