@@ -16,6 +16,14 @@ worker writes every grouped test's id and group to a file the controller named, 
 controller reads them when it splits the collection into units of work (after every worker
 collected). The largest unit, the rig's, goes out first.
 
+Why one rig group and not two side by side (measured in issue 21, not done): the rig can be
+made twice (HC_RIG_PREFIX/SUBNET/BRIDGE/DIR, HC_SLURM_DIR/CTLD_PORT, as bin/sandbox does),
+but the tests are not independent of what runs beside them: test_pair_workers_rig counts
+every `hc bw serve` on the machine; `bin/sandbox up` reinstalls this checkout's hc into
+.venv (pip -e), which a test starting hc at that moment would not find; the diagnose and
+hung-worker tests bound a wall time that more torch processes on the same cores stretch;
+and most of the rig's time is torch starting four ranks, CPU that a second group shares.
+
 `-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
 starts in a second, not after workers collected the whole suite), else one per CPU plus one
 for the rig's worker, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N.
