@@ -46,6 +46,7 @@ from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
+from healthcheck.diagnose.setupdeath import died_in_setup
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
@@ -296,6 +297,9 @@ def analyse(col: Collected) -> Analysis:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
     init, dead = init_failure(col), dead_rank(col)
+    setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
+    if setup is not None:
+        init, dead = setup, None
     consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank
     if consequence:
         out.notes.append(consequence)

@@ -1,0 +1,60 @@
+"""A rank whose own exception was raised while its process group was being set up failed
+to initialise: init-failure of that rank, not dead-rank.
+
+The dead-rank rule (deaths.py) names the rank whose own exception ended it. Where that
+exception's traceback ends inside torch.distributed's setup (init_process_group,
+new_group, the process group's construction: gloo's device looking up the interface
+GLOO_SOCKET_IFNAME names, the store's rendezvous), the rank never joined the job: the job
+failed while starting, and that rank is the one that could not. A store wait that timed
+out there is a peer's consequence (the rank waited for one that never came), never this
+rank's own setup failing, and keeps the verdict dead-rank. A rank dying in its own code
+before init_process_group is not this rule's (preinit.py): its traceback never enters
+the process group's setup.
+"""
+
+from __future__ import annotations
+
+from healthcheck.diagnose.analysis import fact_rank, log_evidence
+from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+
+# torch.distributed functions (distributed_c10d.py) that set a process group up
+SETUP_FUNCTIONS = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups",
+                             "_store_based_barrier", "_create_process_group_wrapper"})
+# a wait in the store that ran out: the rank waited for a peer, its own setup did not fail
+_WAITED = ("DistStoreError", "timed out", "timeout", "Connection was likely closed", "Connection reset")
+
+
+def setup_failures(col: Collected) -> dict[int, Evidence]:
+    """Rank -> its own exception raised in the process group's setup (the first of each)."""
+    found: dict[int, Evidence] = {}
+    for f in col.evidence.torch_logs:
+        assert f.log is not None
+        for e in f.log.exceptions:
+            rank = fact_rank(e, f.rank)
+            if rank is None or rank in found or e.collective not in SETUP_FUNCTIONS:
+                continue
+            if any(w in f"{e.type}: {e.message}" for w in _WAITED):
+                continue
+            found[rank] = log_evidence(col, f.source, e.line, f"in {e.collective}: {e.type}: {e.message}", rank)
+    return found
+
+
+def died_in_setup(col: Collected, dead: JobFinding | None) -> JobFinding | None:
+    """The init-failure of the dead ranks, where every one of them died of its own
+    exception in the process group's setup; else None (see the module's docstring)."""
+    if dead is None or not dead.ranks:
+        return None
+    failed = setup_failures(col)
+    if not set(dead.ranks) <= set(failed):
+        return None
+    own = [failed[r] for r in dead.ranks]
+    others = [e for e in dead.lines if e.rank not in dead.ranks]
+    summary = (f"{rank_words(dead.ranks)} could not start: its own process group's setup failed "
+               f"({own[0].text[:160]}); the other ranks' errors in init followed it")
+    return job_finding(cls="init-failure", summary=summary, confidence="high", ranks=dead.ranks,
+                       evidence=tuple(own + others)[:20])
+
+
+__all__ = ["SETUP_FUNCTIONS", "died_in_setup", "setup_failures"]

@@ -1,0 +1,50 @@
+"""Issue 19, round 4 of the rules (branch i19-rules4): `hc diagnose logs` on real gloo jobs
+of this round (tests/fixtures/diagnose/rules4, made by make_rules4.py with torch 2.13 on
+CPU) names the rank whose own doing failed the job, in the class of what it did.
+
+* a rank started with GLOO_SOCKET_IFNAME naming no interface raises in
+  init_process_group (gloo's device setup): it could not start (init-failure of that
+  rank), not a rank that died in its own code; its peers' store errors follow it;
+* a rank that never reaches a monitored_barrier (it waits on a lock): rank 0's
+  monitoredBarrier report names it; it is stuck, and the ranks that reached the barrier
+  and then timed out waiting for rank 0 are never named.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import FIXTURES
+
+from healthcheck.diagnose.sources import collect
+from healthcheck.diagnose.verdict import build
+
+SCEN = FIXTURES / "diagnose" / "rules4"
+
+CASES = {
+    # scenario: (class, the culprit ranks, the ranks that failed because of them)
+    "ifname-w3-r1": ("init-failure", [1], [0, 2]),
+    "ifname-w4-r0": ("init-failure", [0], [1, 2, 3]),
+}
+
+
+def verdict(scenario: str):
+    return build(collect([SCEN / scenario]))
+
+
+@pytest.mark.parametrize("scenario", sorted(CASES))
+def test_the_culprit_is_named_in_its_class_and_no_victim(scenario):
+    cls, culprits, victims = CASES[scenario]
+    v = verdict(scenario)
+    assert v.cls == cls, v.summary
+    assert [o.rank for o in v.odd_ranks] == culprits, v.summary
+    assert not {o.rank for o in v.odd_ranks} & set(victims)
+
+
+def test_peers_waiting_in_init_are_not_setup_failures():
+    # the peers also raise in init_process_group, of the store's recv that the failed rank
+    # closed: waits for a peer, not their own setup failing
+    from healthcheck.diagnose.setupdeath import setup_failures
+
+    col = collect([SCEN / "ifname-w3-r1"])
+    failed = setup_failures(col)
+    assert set(failed) == {1}  # the peers' store errors are waits, not their own setup failing
