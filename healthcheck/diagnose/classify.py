@@ -41,6 +41,7 @@ from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
+from healthcheck.diagnose.mbarrier import barrier_absentees
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
@@ -53,7 +54,7 @@ from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
-from healthcheck.parsers.flight_recorder import compare_ranks
+from healthcheck.parsers.flight_recorder import FlightRecorderDump, compare_ranks
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
                                         "collective-mismatch", "host-wedged", "network", "stuck-rank",
@@ -280,6 +281,39 @@ def _short(fact: object) -> str:
     return type(fact).__name__
 
 
+def _start(col: Collected, out: Analysis) -> JobFinding | None:
+    """The init-failure (into out) and the dead-rank finding (returned): a dead rank whose
+    own error is its process group's setup could not start; peers that waited in the store
+    for a rank that died before it joined are its consequence."""
+    init, dead = init_failure(col), dead_rank(col)
+    setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
+    if setup is not None:
+        init, dead = setup, None
+    consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank
+    if consequence:
+        out.notes.append(consequence)
+    elif init is not None:
+        out.findings.append(init)
+    return dead
+
+
+def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int, FlightRecorderDump]) -> None:
+    """Who is behind: RAS where it says, else the stacks, the watchdog and the post-mortem;
+    where none names a stuck rank, the ranks monitored_barrier reports absent."""
+    stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
+    if stuck_from_ras:
+        out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
+    else:
+        stuck_rule(col, out, dumps, _nccl_behind(col))
+        pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
+        if pm is not None:
+            out.findings.append(pm)
+    if not any(f.cls == "stuck-rank" for f in out.findings):
+        absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
+        if absent is not None:
+            out.findings.append(absent)
+
+
 def analyse(col: Collected) -> Analysis:
     ev = col.evidence
     out = Analysis()
@@ -296,15 +330,7 @@ def analyse(col: Collected) -> Analysis:
     if dumps:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
-    init, dead = init_failure(col), dead_rank(col)
-    setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
-    if setup is not None:
-        init, dead = setup, None
-    consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank
-    if consequence:
-        out.notes.append(consequence)
-    elif init is not None:
-        out.findings.append(init)
+    dead = _start(col, out)
     _gpu(col, out)
     if dead is not None:
         out.findings.append(dead)
@@ -322,14 +348,7 @@ def analyse(col: Collected) -> Analysis:
         p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
     _wedged(col, out)
     _network(col, out)
-    stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
-    if stuck_from_ras:
-        out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
-    else:
-        stuck_rule(col, out, dumps, _nccl_behind(col))
-        pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
-        if pm is not None:
-            out.findings.append(pm)
+    _stuck(col, out, ras, dumps)
     progress_rule(col, out)
     _fallback(col, out)
     out.findings = [with_dead_threads(col, f) for f in out.findings]  # threads.py: why a stuck rank waits

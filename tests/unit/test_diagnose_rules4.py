@@ -24,6 +24,7 @@ CASES = {
     # scenario: (class, the culprit ranks, the ranks that failed because of them)
     "ifname-w3-r1": ("init-failure", [1], [0, 2]),
     "ifname-w4-r0": ("init-failure", [0], [1, 2, 3]),
+    "mbarrier-w4-r3": ("stuck-rank", [3], [0, 1, 2]),
 }
 
 
@@ -48,3 +49,11 @@ def test_peers_waiting_in_init_are_not_setup_failures():
     col = collect([SCEN / "ifname-w3-r1"])
     failed = setup_failures(col)
     assert set(failed) == {1}  # the peers' store errors are waits, not their own setup failing
+
+
+def test_monitored_barrier_names_only_the_absent_rank_it_reports():
+    # ranks 1 and 2 both never came; without wait_all_ranks rank 0 reports the first only:
+    # rank 1 is named, rank 2 is not guessed, the ranks that arrived (0, 3) never
+    v = verdict("mbarrier-w4-r1r2")
+    assert v.cls == "stuck-rank", v.summary
+    assert [o.rank for o in v.odd_ranks] == [1], v.summary
