@@ -28,6 +28,7 @@ from healthcheck.diagnose.logfacts import (
     rank_source,
     torchrun_time,
 )
+from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -68,10 +69,13 @@ class _Candidate:
 def _signalled(col: Collected, acc: _Dead) -> None:
     """Killed by a signal that is not torchrun's collateral SIGTERM (nor gloo's SIGABRT)."""
     ev_ = col.evidence
+    own = own_aborts(col)  # ownabort.py: a SIGABRT of the rank's own (a native assert), not gloo's
     for f in ev_.torch_logs:
         assert f.log is not None
         for fail in (x for block in f.log.child_failed for x in block.failures):
-            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.signal == "SIGABRT":
+            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal:
+                continue
+            if fail.signal == "SIGABRT" and fail.rank not in own:
                 continue
             acc.name(fail.rank, f"killed by {fail.signal}",
                      log_evidence(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) "

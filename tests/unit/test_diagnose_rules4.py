@@ -7,7 +7,10 @@ CPU) names the rank whose own doing failed the job, in the class of what it did.
   rank), not a rank that died in its own code; its peers' store errors follow it;
 * a rank that never reaches a monitored_barrier (it waits on a lock): rank 0's
   monitoredBarrier report names it; it is stuck, and the ranks that reached the barrier
-  and then timed out waiting for rank 0 are never named.
+  and then timed out waiting for rank 0 are never named;
+* torchrun w4 (--tee 3): a rank fails a C assert in native code (SIGABRT, no Python
+  traceback), torchrun SIGTERMs the others before they print a word: that rank is dead
+  (its SIGABRT is its own, not gloo's abort of a size check), never the stopped ones.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ CASES = {
     "ifname-w3-r1": ("init-failure", [1], [0, 2]),
     "ifname-w4-r0": ("init-failure", [0], [1, 2, 3]),
     "mbarrier-w4-r3": ("stuck-rank", [3], [0, 1, 2]),
+    "nassert-torchrun-w4-r2": ("dead-rank", [2], [0, 1, 3]),
 }
 
 

@@ -1,0 +1,35 @@
+"""A SIGABRT that is the rank's own death, not gloo's abort of a mismatch's party.
+
+gloo aborts (SIGABRT) a rank whose size check failed (`Received data size doesn't
+match`): that death is the mismatch's consequence, and the dead-rank rule skips SIGABRT
+for it. But SIGABRT is also how a rank dies of its own native code: a C/C++ `assert`
+(glibc's `prog: FILE:LINE: FUNC: Assertion `EXPR' failed.`, then abort()), std::terminate.
+torchrun's failure block then says `exitcode: -6 (SIGABRT)` for that rank, and the others
+it stopped after it `-15 (SIGTERM)`. A SIGABRT torchrun reports is the rank's own death
+where nothing in the job's text is a gloo size check failing and the rank's own lines
+report no collective's failure (victims.spoke_of_failure): nothing of gloo aborted it. A
+rank whose output holds an exception of its own is left to that exception (it says more
+than the signal the exception ended in).
+"""
+
+from __future__ import annotations
+
+from healthcheck.diagnose.analysis import fact_rank
+from healthcheck.diagnose.logfacts import gloo_size_aborts
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.victims import spoke_of_failure
+
+
+def own_aborts(col: Collected) -> frozenset[int]:
+    """The ranks torchrun reports dead of SIGABRT whose abort is their own (see the
+    module's docstring)."""
+    aborted = {x.rank for f in col.evidence.torch_logs if f.log is not None
+               for b in f.log.child_failed for x in b.failures if x.rank is not None and x.signal == "SIGABRT"}
+    if not aborted or gloo_size_aborts(col):
+        return frozenset()
+    raised = {r for f in col.evidence.torch_logs if f.log is not None
+              for r in (fact_rank(e, f.rank) for e in f.log.exceptions) if r is not None}
+    return frozenset(aborted - spoke_of_failure(col) - raised)
+
+
+__all__ = ["own_aborts"]
