@@ -80,11 +80,11 @@ from healthcheck.bandwidth.schedule import (
     Purpose,
     Seed,
     Test,
-    _unique,
     circle_rounds,
     groups,
     round_seed,
     split_tests,
+    unique_nodes,
 )
 
 
@@ -558,7 +558,7 @@ def localize(results: Iterable[Result], *, nodes: Iterable[str] | None = None, k
     tested: set[str] = set().union(*(p.nodes for p in parts)) if parts else set()
     not_good = set().union(*(p.nodes - p.good for p in parts)) if parts else set()
     unclear = set().union(*(p.nodes - p.vouching for p in parts)) if parts else set()
-    wanted = _unique(nodes) if nodes is not None else []
+    wanted = unique_nodes(nodes) if nodes is not None else []
     return Verdict(
         culprits=tuple(c for p in parts for c in p.culprits),
         suspects=tuple(x for p in parts for x in p.suspects),
@@ -685,7 +685,7 @@ def localize_adaptive(
     mode for narrowing a slow link). `known_good`: nodes vouched for from elsewhere,
     lent as partners too (they may lie outside `nodes`).
     """
-    names = _unique(nodes)
+    names = unique_nodes(nodes)
     n = len(names)
     s = settings or DEFAULT_SETTINGS
     vouched = list(dict.fromkeys(known_good))

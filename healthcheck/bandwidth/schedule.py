@@ -48,7 +48,7 @@ class Test(msgspec.Struct, frozen=True):
     __test__ = False  # not a pytest test class, whatever imports it
 
 
-def _unique(nodes: Iterable[str]) -> list[str]:
+def unique_nodes(nodes: Iterable[str]) -> list[str]:
     names = list(nodes)
     seen: set[str] = set()
     for n in names:
@@ -69,7 +69,7 @@ def circle_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
     stays put while the others rotate; a pair names its nodes in the input's order.
     Deterministic for a given order; fewer than two nodes give no rounds.
     """
-    names = _unique(nodes)
+    names = unique_nodes(nodes)
     if len(names) < 2:
         return []
     index = {n: i for i, n in enumerate(names)}
@@ -145,7 +145,7 @@ def groups(nodes: Sequence[str], k: int, seed: Seed = 0, rails: Mapping[str, str
     else to the one with the fewest (regrouping gives every node new partners, so a
     node that shared two tests with a slow one is not mistaken for slow itself).
     """
-    names = _unique(nodes)
+    names = unique_nodes(nodes)
     sizes = group_sizes(len(names), k)
     rng = random.Random(f"hc.groups/{seed}")
     order = sorted(names)  # independent of the input order: the seed alone decides
@@ -253,7 +253,7 @@ def split_tests(group: Sequence[str], known_good: Iterable[str], *, pair_at: int
     `group`. Where they run out, the members still without a test get none (plan them
     next round): the result may cover only part of the group.
     """
-    members = _unique(group)
+    members = unique_nodes(group)
     if not members:
         return []
     inside = set(members)

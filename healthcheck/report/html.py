@@ -196,7 +196,7 @@ def _cell(text: object) -> str:
 
 
 def _members(names: Sequence[str]) -> str:
-    from healthcheck.report.table import _members as fold_members
+    from healthcheck.report.table import fold_members
 
     return fold_members(list(names))
 
@@ -435,19 +435,19 @@ def _pairs(groups: Iterable[GroupResult]) -> dict[tuple[str, str], list[GroupRes
 
 def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
     from healthcheck.report.build import natural_key, sort_nodes
-    from healthcheck.report.table import _best, _sizes, _unit
+    from healthcheck.report.table import best_cell, pair_sizes, pair_unit
 
     head = '<section id="pairs"><h2>Bandwidth between nodes</h2>'
     pairs = _pairs(report.groups)
     every = [g for tests in pairs.values() for g in tests]
-    sizes = _sizes(every)
+    sizes = pair_sizes(every)
     if not pairs or not sizes:
         why = ("no test between nodes gave a busbw" if pairs else
                "this run tested no pairs of nodes (hc sweep --tier deep does)")
         return head + f'<p class="note">No pair matrix: {why}.</p></section>'
     size = sizes[-1]
-    unit = _unit(every)
-    cells = {pair: got for pair, tests in pairs.items() if (got := _best(tests, size)) is not None}
+    unit = pair_unit(every)
+    cells = {pair: got for pair, tests in pairs.items() if (got := best_cell(tests, size)) is not None}
     nodes = sort_nodes({n for pair in pairs for n in pair})
     values: dict[str, list[float]] = defaultdict(list)
     for (a, b), c in cells.items():

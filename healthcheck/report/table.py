@@ -91,7 +91,7 @@ def _beyond_nodes(report: Report) -> str:
     return "".join(f" + {p}" for p in parts)
 
 
-def _members(names: list[str]) -> str:
+def fold_members(names: list[str]) -> str:
     from healthcheck.report.build import _foldable, sort_nodes
 
     if _foldable(names):
@@ -117,7 +117,7 @@ def render_groups(groups: list[GroupResult]) -> list[str]:
 
     ordered = sorted(groups, key=lambda g: (-g.status.rank, g.kind, natural_key(g.name)))
     listed = [g for g in ordered if len(groups) <= LIST_PASSING_UP_TO or g.status.rank > Status.PASS.rank]
-    rows = [[g.kind, printable(g.name), printable(_members(g.members)), g.status.value,
+    rows = [[g.kind, printable(g.name), printable(fold_members(g.members)), g.status.value,
              printable(_worst_finding(g))] for g in listed]
     out = [tabulate(rows, headers=["GROUP", "NAME", "MEMBERS", "STATUS", "WORST FINDING"], tablefmt="simple")] \
         if rows else []
@@ -152,7 +152,7 @@ def _busbw(group: GroupResult, size: str) -> float | None:
     return max(values) if values else None
 
 
-def _sizes(groups: Iterable[GroupResult]) -> list[str]:
+def pair_sizes(groups: Iterable[GroupResult]) -> list[str]:
     """The message sizes the groups measured busbw at, smallest first ("64M" before "1G")."""
     from healthcheck.core.units import parse_size
     from healthcheck.report.build import natural_key
@@ -166,12 +166,12 @@ def _sizes(groups: Iterable[GroupResult]) -> list[str]:
     return sorted({m.component for g in groups for m in g.metrics if m.name == BUSBW}, key=key)
 
 
-def _unit(groups: Iterable[GroupResult]) -> str:
+def pair_unit(groups: Iterable[GroupResult]) -> str:
     units = {m.unit for g in groups for m in g.metrics if m.name == BUSBW and m.unit}
     return printable(units.pop()) if len(units) == 1 else "GB/s" if not units else "mixed units"
 
 
-def _best(tests: Sequence[GroupResult], size: str) -> _Cell | None:
+def best_cell(tests: Sequence[GroupResult], size: str) -> _Cell | None:
     """The best of one pair's (or group's) tests at `size`: its value and status; ERR where
     no test measured it and one could not run; None where none was tested at that size."""
     measured = [(v, g.status) for g in tests if (v := _busbw(g, size)) is not None]
@@ -205,7 +205,7 @@ def render_bandwidth(groups: list[GroupResult]) -> list[str]:
     # tested as one) has no cell: the GROUP table and the findings table list it
     if pairs:
         out.extend(_pair_bandwidth(pairs))
-    tested_groups = [g for g in groups if g.kind == "group" and (_sizes([g]) or g.status is Status.ERROR)]
+    tested_groups = [g for g in groups if g.kind == "group" and (pair_sizes([g]) or g.status is Status.ERROR)]
     if tested_groups:
         out.extend(_group_bandwidth(tested_groups))
     return out
@@ -218,8 +218,8 @@ def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str
     from healthcheck.report.build import natural_key, sort_nodes
 
     every = [g for tests in pairs.values() for g in tests]
-    sizes = _sizes(every)
-    unit = _unit(every)
+    sizes = pair_sizes(every)
+    unit = pair_unit(every)
     nodes = sort_nodes({n for pair in pairs for n in pair})
     possible = len(nodes) * (len(nodes) - 1) // 2
     out: list[str] = []
@@ -231,7 +231,7 @@ def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str
         return out
     legend = False
     for size in sizes:
-        cells = {pair: cell for pair, tests in pairs.items() if (cell := _best(tests, size)) is not None}
+        cells = {pair: cell for pair, tests in pairs.items() if (cell := best_cell(tests, size)) is not None}
         if not cells:
             continue
         no_result = sum(1 for c in cells.values() if c.value is None)
@@ -290,10 +290,10 @@ def _group_bandwidth(groups: list[GroupResult]) -> list[str]:
 
     from healthcheck.report.build import natural_key
 
-    sizes = _sizes(groups)
+    sizes = pair_sizes(groups)
     if len(groups) <= LIST_PASSING_UP_TO:
         listed = sorted(groups, key=lambda g: natural_key(g.name))
-        title = f"group {BUSBW} ({_unit(groups)}):"
+        title = f"group {BUSBW} ({pair_unit(groups)}):"
     else:
         largest = sizes[-1] if sizes else ""
 
@@ -302,12 +302,12 @@ def _group_bandwidth(groups: list[GroupResult]) -> list[str]:
             return (v is not None, v or 0.0, natural_key(g.name))
 
         listed = sorted(groups, key=slow)[:LIST_PASSING_UP_TO]
-        title = (f"group {BUSBW} ({_unit(groups)}): the {len(listed)} slowest of {len(groups)} groups at "
+        title = (f"group {BUSBW} ({pair_unit(groups)}): the {len(listed)} slowest of {len(groups)} groups at "
                  f"{printable(largest)} (--format json lists them all)")
     rows = []
     for g in listed:
-        cells = [_best([g], size) for size in sizes]
-        rows.append([printable(g.name), printable(_members(g.members)), g.status.value,
+        cells = [best_cell([g], size) for size in sizes]
+        rows.append([printable(g.name), printable(fold_members(g.members)), g.status.value,
                      *(c.text() if c is not None else "" for c in cells)])
     table = tabulate(rows, headers=["GROUP", "MEMBERS", "STATUS", *(printable(s) for s in sizes)], tablefmt="simple",
                      colalign=("left", "left", "left", *("right" for _ in sizes)), disable_numparse=True)
