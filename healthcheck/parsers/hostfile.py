@@ -7,6 +7,7 @@ import re
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.lines import read_lines
 
 _MPICH = re.compile(r"^(.+):[0-9]+$")  # MPICH "host:slots"
 # A hostfile names hosts, not set operations or @groups: only the plain hostlist form
@@ -20,8 +21,12 @@ def parse_hostfile(text: str) -> list[str]:
     from healthcheck.core.nodes import MAX_EXPAND
 
     names: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+    # through the line layer: CRLF, colour codes and a pasted prompt line (`$ cat hosts`)
+    # come off; no srun label is taken, a host name may look like one
+    for read in read_lines(text, stamps=False, srun=False):
+        if read.noise:
+            continue
+        number, line = read.number, read.text.split("#", 1)[0].strip()
         if not line:
             continue
         names.extend(_line_names(number, line.split()[0]))

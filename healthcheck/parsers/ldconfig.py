@@ -12,6 +12,7 @@ import re
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.parsers.lines import mended_lines
 
 _DIR = re.compile(r"^(?P<dir>/\S*?):(?:\s|$)")
 _LINK = re.compile(r"^\s+(?P<soname>\S+)\s+->\s+(?P<file>\S+)\s*$")
@@ -41,7 +42,7 @@ def parse_ldconfig(text: str) -> SharedLibs:
     libs: dict[str, SharedLib] = {}
     directory: str | None = None
     saw_dir = False
-    for line in text.splitlines():
+    for line in mended_lines(text):  # CRLF, colour codes and a prompt line off, the indent kept
         m = _DIR.match(line)
         if m:
             directory, saw_dir = m.group("dir"), True
