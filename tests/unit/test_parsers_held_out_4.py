@@ -1,19 +1,27 @@
 """The mechanisms behind the field files of issue 20's fourth held-out set (`issues-4/`,
 retired as a measure when its misses were fixed; each shape fixed here on the real file
 and, where one exists, on a transformation of another real fixture, which says so): a
-topology matrix whose rows were cut under a header naming every device.
+topology matrix whose rows were cut under a header naming every device; an NCCL WARN's
+message quoted with no prefix, from a net plugin with its own name.
 """
 
 from __future__ import annotations
 
+import pytest
 from support import CORPUS, FIXTURES
 
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
 
 FIELD4 = FIXTURES / "field" / "issues-4"
 TOPO_DGX = FIELD4 / "nvidia-smi-topo" / "dgx-a100-12-nics-nv12-pxb-rows-cut.txt"
 TOPO_18_NICS = FIELD4 / "nvidia-smi-topo" / "root-prompt-18-nics-irregular-spacing-gpu0-3.txt"
 TOPO_H100 = CORPUS / "nvidia-smi-topo" / "h100-8gpu-nv18.txt"
+NCCL_IBP = FIELD4 / "nccl-log" / "ibp-plugin-title-status-12-vendor-129-no-prefix.txt"
+NCCL_IB_ERROR4 = CORPUS / "nccl-debug" / "ib-completion-error4-vendor81-service-thread-connection-closed.txt"
+NCCL_IBV = CORPUS / "nccl-debug" / "nccl-2.7.8-roce-2node-1gpu-ibv-create-cq-failed.txt"
+NCCL_OOM = CORPUS / "nccl-debug" / "socketprogress-closed-then-cuda-failure-out-of-memory-calloc.txt"
 
 GPUS8 = [f"GPU{i}" for i in range(8)]
 
@@ -48,3 +56,55 @@ def test_topo_real_capture_with_its_last_rows_cut_lists_them_without_links():
 def test_topo_whole_capture_has_no_device_without_a_row():
     topo = parse_nvidia_topo(TOPO_H100.read_text())
     assert topo.devices == GPUS8 and topo.devices_without_row == []
+
+
+# --- NCCL WARN messages quoted without any prefix; a plugin's own net name ------------------
+
+def _warn_line(path, needle: str) -> str:
+    return next(line for line in path.read_text().splitlines() if needle in line)
+
+
+def _unprefixed(line: str) -> str:
+    """A transformation of a real NCCL line: everything up to `NCCL WARN ` cut, as an issue
+    title or torch's `Last error:` quotes it."""
+    return line.split("NCCL WARN ", 1)[1]
+
+
+def test_a_plugins_completion_error_quoted_without_prefix_is_read():
+    # field/issues-4: `NET/IBP:Got completion from peer ...` alone, another plugin's net name
+    log = parse_nccl_log(NCCL_IBP.read_text())
+    (warn,) = log.warns
+    assert (warn.kind, warn.status, warn.vendor_err, warn.request) == ("ib-completion", 12, 129, "Send")
+    assert warn.peer == "7.6.13.83<36315>" and warn.host == ""
+
+
+def test_a_real_completion_error_reads_the_same_without_its_prefix():
+    line = _warn_line(NCCL_IB_ERROR4, "Got completion")
+    full, bare = parse_nccl_log(line).warns[0], parse_nccl_log("    " + _unprefixed(line)).warns[0]
+    assert (bare.kind, bare.peer, bare.status, bare.vendor_err) == (full.kind, full.peer, full.status, full.vendor_err)
+    assert bare.kind == "ib-completion" and bare.vendor_err is not None
+
+
+def test_a_prefixed_completion_error_with_a_plugins_net_name_is_a_completion_error():
+    # a transformation of a real NCCL WARN: NCCL's `NET/IB : ` spelt as the IBP plugin spells it
+    line = _warn_line(NCCL_IB_ERROR4, "Got completion").replace("NET/IB : ", "NET/IBP:")
+    warn = parse_nccl_log(line).warns[0]
+    assert (warn.kind, warn.peer, warn.status) == ("ib-completion", "10.0.35.1<49189>", 4)
+
+
+@pytest.mark.parametrize(("path", "needle", "kind"), [
+    (NCCL_IBV, "Call to ibv_create_cq", "ibverbs"),
+    (NCCL_OOM, "Cuda failure 'out of memory'", "cuda"),
+])
+def test_other_nccl_warn_phrases_quoted_without_prefix_are_read(path, needle, kind):
+    warn = parse_nccl_log(_unprefixed(_warn_line(path, needle)) + "\n").warns[0]
+    assert warn.kind == kind
+
+
+@pytest.mark.parametrize("text", [
+    "the job died after a Got completion from peer error\n",  # prose that names the phrase
+    "Cuda failure is what the log said\n",  # no quoted error after it
+])
+def test_prose_near_those_phrases_is_not_an_nccl_warn(text):
+    with pytest.raises(ParseError):
+        parse_nccl_log(text)
