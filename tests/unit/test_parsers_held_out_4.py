@@ -2,7 +2,8 @@
 retired as a measure when its misses were fixed; each shape fixed here on the real file
 and, where one exists, on a transformation of another real fixture, which says so): a
 topology matrix whose rows were cut under a header naming every device; an NCCL WARN's
-message quoted with no prefix, from a net plugin with its own name.
+message quoted with no prefix, from a net plugin with its own name; sinfo -R's header words
+typed onto the command line, and its rows with no header.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from support import CORPUS, FIXTURES
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
+from healthcheck.parsers.sinfo import parse_sinfo
 
 FIELD4 = FIXTURES / "field" / "issues-4"
 TOPO_DGX = FIELD4 / "nvidia-smi-topo" / "dgx-a100-12-nics-nv12-pxb-rows-cut.txt"
@@ -22,6 +24,10 @@ NCCL_IBP = FIELD4 / "nccl-log" / "ibp-plugin-title-status-12-vendor-129-no-prefi
 NCCL_IB_ERROR4 = CORPUS / "nccl-debug" / "ib-completion-error4-vendor81-service-thread-connection-closed.txt"
 NCCL_IBV = CORPUS / "nccl-debug" / "nccl-2.7.8-roce-2node-1gpu-ibv-create-cq-failed.txt"
 NCCL_OOM = CORPUS / "nccl-debug" / "socketprogress-closed-then-cuda-failure-out-of-memory-calloc.txt"
+SINFO_TYPED = FIELD4 / "sinfo" / "sinfo-r-header-on-command-line-kill-task-failed.txt"
+SINFO_R = FIXTURES / "sinfo" / "slurm-22.05-R-reasons-truncated-20.txt"
+SINFO_R_LONG = FIXTURES / "sinfo" / "slurm-22.05-R-l-user-uid-state.txt"
+SINFO_N_LONG = FIXTURES / "sinfo" / "slurm-22.05-N-l-drained-star.txt"
 
 GPUS8 = [f"GPU{i}" for i in range(8)]
 
@@ -108,3 +114,65 @@ def test_other_nccl_warn_phrases_quoted_without_prefix_are_read(path, needle, ki
 def test_prose_near_those_phrases_is_not_an_nccl_warn(text):
     with pytest.raises(ParseError):
         parse_nccl_log(text)
+
+
+# --- sinfo -R: the header typed onto the command line; rows with no header ------------------
+
+def _reasons(report):
+    return [(r.nodes, r.reason, r.reason_user, r.reason_time, r.state) for r in report.rows]
+
+
+def test_sinfo_r_header_words_on_the_command_line_read_its_row():
+    # field/issues-4: `sinfo -R REASON USER TIMESTAMP NODELIST`, then one reason row
+    report = parse_sinfo(SINFO_TYPED.read_text())
+    assert report.layout == "reasons" and report.unrecognized.count == 0
+    assert _reasons(report) == [("ip-10-0-1-23", "Kill task failed", "root", "2024-01-25T15:12:23", None)]
+
+
+def _typed(path, command: str) -> str:
+    """A transformation of a real sinfo -R capture: its header's words typed after
+    `command` (single-spaced, as a shell line), the rows as printed; -l's date line kept."""
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("REASON"))
+    return "\n".join([*lines[:at], f"{command} {' '.join(lines[at].split())}", *lines[at + 1:]]) + "\n"
+
+
+@pytest.mark.parametrize("path", [SINFO_R, SINFO_R_LONG], ids=lambda p: p.name)
+@pytest.mark.parametrize("command", ["sinfo -R", "$ sinfo -R -l", "[root@head ~]# /usr/bin/sinfo -R"])
+def test_sinfo_header_typed_after_a_prompt_and_command_reads_as_printed(path, command):
+    printed, typed = parse_sinfo(path.read_text()), parse_sinfo(_typed(path, command))
+    assert typed.layout == printed.layout == "reasons"
+    assert _reasons(typed) == _reasons(printed) and len(typed.rows) == 3
+
+
+def test_sinfo_prompt_line_then_the_printed_header():
+    printed = parse_sinfo(SINFO_R.read_text())
+    report = parse_sinfo("[root@head ~]# sinfo -R\n" + SINFO_R.read_text())
+    assert _reasons(report) == _reasons(printed)
+
+
+@pytest.mark.parametrize("path", [SINFO_R, SINFO_R_LONG], ids=lambda p: p.name)
+def test_sinfo_r_rows_without_their_header_are_reasons(path):
+    # a transformation of a real capture: the header (and -l's date) cut, as `sinfo -R -h` prints it
+    lines = path.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("REASON"))
+    text = "\n".join(lines[header + 1:]) + "\n"
+    report = parse_sinfo(text)
+    assert report.layout == "reasons"
+    assert _reasons(report) == _reasons(parse_sinfo(path.read_text()))
+    assert report.rows[1].reason == "ib cable reseat | ti"  # a "|" inside the reason kept
+
+
+@pytest.mark.parametrize("text", [
+    "sinfo -N -l\n",  # a command, no header words after it
+    "echo sinfo -R REASON USER TIMESTAMP NODELIST\n",  # sinfo is no command here
+])
+def test_sinfo_command_lines_that_carry_no_header_are_not_one(text):
+    with pytest.raises(ParseError):
+        parse_sinfo(text)
+
+
+def test_sinfo_n_l_rows_without_their_header_are_not_read_as_reasons():
+    rows = "".join(SINFO_N_LONG.read_text().splitlines(True)[2:])
+    with pytest.raises(ParseError):
+        parse_sinfo(rows)
