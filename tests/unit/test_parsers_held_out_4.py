@@ -3,18 +3,25 @@ retired as a measure when its misses were fixed; each shape fixed here on the re
 and, where one exists, on a transformation of another real fixture, which says so): a
 topology matrix whose rows were cut under a header naming every device; an NCCL WARN's
 message quoted with no prefix, from a net plugin with its own name; sinfo -R's header words
-typed onto the command line, and its rows with no header.
+typed onto the command line, and its rows with no header; a driver that says a GPU needs
+a reset with no Xid number (NV_ERR_RESET_REQUIRED).
 """
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from support import CORPUS, FIXTURES
 
+from healthcheck.checks import gpu as gpu_checks
+from healthcheck.core.catalogue import CATALOGUE
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.errors import ParseError
+from healthcheck.core.model import Finding
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
 from healthcheck.parsers.sinfo import parse_sinfo
+from healthcheck.parsers.xid import RESET_REQUIRED, parse_kernel_log
 
 FIELD4 = FIXTURES / "field" / "issues-4"
 TOPO_DGX = FIELD4 / "nvidia-smi-topo" / "dgx-a100-12-nics-nv12-pxb-rows-cut.txt"
@@ -28,6 +35,10 @@ SINFO_TYPED = FIELD4 / "sinfo" / "sinfo-r-header-on-command-line-kill-task-faile
 SINFO_R = FIXTURES / "sinfo" / "slurm-22.05-R-reasons-truncated-20.txt"
 SINFO_R_LONG = FIXTURES / "sinfo" / "slurm-22.05-R-l-user-uid-state.txt"
 SINFO_N_LONG = FIXTURES / "sinfo" / "slurm-22.05-N-l-drained-star.txt"
+XID_RESET = FIELD4 / "xid" / "indented-gsp-alloc-failed-reset-required-no-xid.txt"
+XID_GENERIC_ASSERT = FIXTURES / "kernel-log" / "dmesg-rminitadapter-failed-gsp.txt"
+XID79_DUMP = FIXTURES / "kernel-log" / "dmesg-xid79-serial-crash-dump.txt"
+GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
 
 GPUS8 = [f"GPU{i}" for i in range(8)]
 
@@ -176,3 +187,58 @@ def test_sinfo_n_l_rows_without_their_header_are_not_read_as_reasons():
     rows = "".join(SINFO_N_LONG.read_text().splitlines(True)[2:])
     with pytest.raises(ParseError):
         parse_sinfo(rows)
+
+
+# --- kernel log: the driver says a GPU needs a reset, with no Xid number --------------------
+
+def _reset_line() -> str:
+    return next(line for line in XID_RESET.read_text().splitlines() if "NV_ERR_RESET_REQUIRED" in line)
+
+
+def test_reset_required_assertion_without_an_xid_is_a_fault():
+    # field/issues-4: GSP's alloc failing (a GSP error), then `Assertion failed: Reset required
+    # [NV_ERR_RESET_REQUIRED]`, both indented by a markdown list; no Xid, no bus id
+    log = parse_kernel_log(XID_RESET.read_text(), year=2026)
+    (fault,) = log.faults
+    assert (fault.kind, fault.error, fault.pci_bus_id) == (RESET_REQUIRED, "NV_ERR_RESET_REQUIRED", None)
+    assert "NV_ERR_RESET_REQUIRED" in fault.message and fault.time is not None
+    assert len(log.gsp_errors) == 1 and log.xids == []
+
+
+@pytest.mark.parametrize("status", ["NV_ERR_GPU_IS_LOST", "NV_ERR_GPU_IN_FULLCHIP_RESET"])
+def test_the_other_statuses_that_mean_a_reset_are_faults_too(status):
+    # a transformation of the real assertion line: the status the driver's GSP RPC path returns
+    # for a GPU lost from the bus or in a full-chip reset
+    log = parse_kernel_log(_reset_line().replace("NV_ERR_RESET_REQUIRED", status), year=2026)
+    assert [(f.kind, f.error) for f in log.faults] == [(RESET_REQUIRED, status)]
+
+
+def test_an_assertion_with_another_status_is_no_reset_fault():
+    # real: `Assertion failed: Failure: Generic Error [NV_ERR_GENERIC]` at GSP init: a GSP error,
+    # and RmInitAdapter's failure the fault
+    log = parse_kernel_log(XID_GENERIC_ASSERT.read_text(), year=2026)
+    assert [f.kind for f in log.faults] == ["init-failed"]
+    assert any("NV_ERR_GENERIC" in e.message for e in log.gsp_errors)
+
+
+def test_a_reset_assertion_after_a_gpu_named_takes_its_bus():
+    # a transformation: the real Xid 79 log's first line naming the GPU, then the real assertion
+    named = next(line for line in XID79_DUMP.read_text().splitlines() if "NVRM: GPU at PCI:" in line)
+    log = parse_kernel_log(named + "\n" + _reset_line().strip() + "\n", year=2026)
+    assert [f.pci_bus_id for f in log.faults if f.kind == RESET_REQUIRED] == ["0000:5d:00.0"]
+
+
+def _xid_check(text: str) -> list[tuple[str, str, str]]:
+    log = msgspec.structs.replace(parse_kernel_log(text, year=2026), source="dmesg", source_lines=len(text.splitlines()))
+    out = gpu_checks.xid(kernel_gpu_log=log, gpus=None, limits=GENERIC)
+    return sorted((f.id, f.status.value, f.component) for f in out if isinstance(f, Finding))
+
+
+def test_the_xid_check_fails_a_gpu_the_driver_says_needs_a_reset():
+    assert _xid_check(XID_RESET.read_text()) == [("gpu.E024", "FAIL", "GPU?:reset-required")]
+    assert CATALOGUE["gpu.E024"].action == "reset-gpu"
+
+
+def test_a_reset_asked_for_after_an_xid_of_that_gpu_is_the_same_incident():
+    text = XID79_DUMP.read_text() + _reset_line().strip() + "\n"
+    assert _xid_check(text) == [("gpu.E020", "FAIL", "0000:5d:00.0:xid79")]
