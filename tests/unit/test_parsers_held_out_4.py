@@ -4,7 +4,8 @@ and, where one exists, on a transformation of another real fixture, which says s
 topology matrix whose rows were cut under a header naming every device; an NCCL WARN's
 message quoted with no prefix, from a net plugin with its own name; sinfo -R's header words
 typed onto the command line, and its rows with no header; a driver that says a GPU needs
-a reset with no Xid number (NV_ERR_RESET_REQUIRED).
+a reset with no Xid number (NV_ERR_RESET_REQUIRED); an nccl-tests failure with no host, its
+message on the next line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.errors import ParseError
 from healthcheck.core.model import Finding
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.nccl_tests import parse_nccl_tests
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
 from healthcheck.parsers.sinfo import parse_sinfo
 from healthcheck.parsers.xid import RESET_REQUIRED, parse_kernel_log
@@ -39,6 +41,9 @@ XID_RESET = FIELD4 / "xid" / "indented-gsp-alloc-failed-reset-required-no-xid.tx
 XID_GENERIC_ASSERT = FIXTURES / "kernel-log" / "dmesg-rminitadapter-failed-gsp.txt"
 XID79_DUMP = FIXTURES / "kernel-log" / "dmesg-xid79-serial-crash-dump.txt"
 GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
+NT_BUSY = FIELD4 / "nccl-tests" / "test-cuda-failure-device-busy-or-unavailable.txt"
+NT_FASTMOE = FIXTURES / "field" / "issues" / "nccl-tests" / "conda-env-host-test-nccl-failure-system-error-2.8.txt"
+NT_HCA = FIXTURES / "field" / "issues" / "nccl-tests" / "many-hosts-cuda-failure-then-mpirun-exit-box.txt"
 
 GPUS8 = [f"GPU{i}" for i in range(8)]
 
@@ -242,3 +247,48 @@ def test_the_xid_check_fails_a_gpu_the_driver_says_needs_a_reset():
 def test_a_reset_asked_for_after_an_xid_of_that_gpu_is_the_same_incident():
     text = XID79_DUMP.read_text() + _reset_line().strip() + "\n"
     assert _xid_check(text) == [("gpu.E020", "FAIL", "0000:5d:00.0:xid79")]
+
+
+# --- nccl-tests: a failure line with no host, its message on the next line -------------------
+
+def _failures(text: str):
+    return [(f.kind, f.host, f.file, f.line, f.message) for f in parse_nccl_tests(text).root_failures]
+
+
+def _failure_line(path) -> str:
+    return next(line for line in path.read_text().splitlines() if ": Test NCCL failure " in line)
+
+
+def test_a_cuda_failure_with_its_message_on_the_next_line_is_read():
+    # field/issues-4: `Test CUDA failure common.cu:1007` / `'CUDA-capable device(s) is/are busy or unavailable'`
+    run = parse_nccl_tests(NT_BUSY.read_text())
+    assert _failures(NT_BUSY.read_text()) == [
+        ("cuda", "", "common.cu", 1007, "CUDA-capable device(s) is/are busy or unavailable")]
+    assert not run.completed and run.samples == () and run.unrecognized.count == 0
+
+
+@pytest.mark.parametrize("path", [NT_FASTMOE, NT_HCA], ids=lambda p: p.name)
+def test_a_real_failure_reads_the_same_without_its_host_and_with_its_message_moved(path):
+    # transformations of real failure lines: the host cut; the message put on a line of its
+    # own; the message wrapped inside its quote
+    line = _failure_line(path)
+    ((kind, host, file, number, message),) = _failures(line)
+    head, quoted = line.split(" '", 1)
+    assert _failures(line.split(": ", 1)[1]) == [(kind, "", file, number, message)]
+    assert _failures(f"{head}\n'{quoted}\n") == [(kind, host, file, number, message)]
+    words = quoted.split(" ")
+    if len(words) > 2:
+        wrapped = f"{head} '{' '.join(words[:2])}\n{' '.join(words[2:])}\n"
+        assert _failures(wrapped) == [(kind, host, file, number, message)]
+
+
+def test_a_quoted_line_joins_only_the_failure_just_before_that_lacks_its_message():
+    line = _failure_line(NT_FASTMOE)
+    head = line.split(" '", 1)[0]
+    # two failures in a row, the first with no message: the second is no message of the first
+    assert [f[4] for f in _failures(f"{head}\n{line}\n")] == ["", "unhandled system error"]
+    # a quoted line after a failure that had its message: not joined
+    run = parse_nccl_tests(f"{line}\n'CUDA-capable device(s) is/are busy or unavailable'\n")
+    assert [f.message for f in run.root_failures] == ["unhandled system error"] and run.unrecognized.count == 1
+    # a blank line between: the message no longer the failure's
+    assert _failures(f"{head}\n\n'unhandled system error'\n")[0][4] == ""
