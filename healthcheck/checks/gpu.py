@@ -88,6 +88,11 @@ CRASH_DUMP = finding(
     "gpu.E023", "the kernel log shows the NVIDIA driver created a GPU crash dump",
     "The driver met a fatal GPU error: run nvidia-bug-report.sh as root before the module is unloaded, read the "
     "NVRM lines before the dump, then reset the GPU or reboot; RMA if it recurs.", action="investigate")
+GPU_RESET_REQUIRED = finding(
+    "gpu.E024", "the kernel log shows the NVIDIA driver says a GPU needs a reset (NV_ERR_RESET_REQUIRED, GPU lost)",
+    "The driver met a fatal GPU or GSP error and refuses work until the GPU is reset (CUDA then reports the "
+    "device busy or unavailable): read the NVRM lines before it (a GSP timeout, an Xid), reset the GPU or "
+    "reboot; RMA if it recurs.", action="reset-gpu")
 THROTTLED = finding(
     "gpu.E030", "a GPU's clocks are held down by a hardware or thermal reason",
     "HW slowdown/power brake: check power supplies and the BMC's event log; thermal: check fans, airflow, "
@@ -306,7 +311,7 @@ def log_window(log) -> str:
 
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
-       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, catalogue.TOOL_FAILED), budget_s=5.0)
+       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, catalogue.TOOL_FAILED), budget_s=5.0)
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
     init, crash dump) the severity table marks WARN or FAIL, in the window read."""
@@ -378,7 +383,7 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
     """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
     dump, or a failed probe, of a GPU that already FAILed is the same incident."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, PROBE
+    from healthcheck.parsers.xid import INIT_FAILED, PROBE, RESET_REQUIRED
 
     groups: dict[tuple[str, str | None], list] = {}
     for fault in faults_logged:
@@ -388,11 +393,10 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
         if where is None:
             continue
         times = f"{len(faults)} times" if len(faults) > 1 else "once"
-        if kind == DUMPED:
+        if kind in (DUMPED, RESET_REQUIRED):
             if bus in failed or (bus is None and failed):
-                continue  # the dump of a failure already reported: one incident, one finding
-            yield CRASH_DUMP.fail(f"{where}{pci}: the NVIDIA driver created a GPU crash dump {times}, {window}",
-                                  component=f"{component}:crash-dump", value=len(faults), evidence=faults[0].line)
+                continue  # the dump, or the reset asked for, of a failure already reported: one incident
+            yield _aftermath(kind, f"{where}{pci}", times, window, component, faults)
             continue
         at_probe = all(f.stage == PROBE for f in faults)
         if at_probe and bus in failed:
@@ -402,6 +406,19 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
         yield GPU_INIT_FAILED.fail(
             f"{where}{pci}: the NVIDIA driver could not initialise the GPU ({how}) {times}, {window}",
             component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
+
+
+def _aftermath(kind: str, where: str, times: str, window: str, component: str, faults: list) -> Finding:
+    """A crash dump, or a GPU the driver says needs a reset: a FAIL of its own where no
+    other failure of that GPU was reported."""
+    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
+
+    if kind == DUMPED:
+        return CRASH_DUMP.fail(f"{where}: the NVIDIA driver created a GPU crash dump {times}, {window}",
+                               component=f"{component}:crash-dump", value=len(faults), evidence=faults[0].line)
+    return GPU_RESET_REQUIRED.fail(
+        f"{where}: the NVIDIA driver says the GPU needs a reset ({faults[0].error}) {times}, {window}",
+        component=f"{component}:reset-required", value=len(faults), evidence=faults[0].line)
 
 
 @check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT, catalogue.TOOL_MISSING),

@@ -41,7 +41,10 @@ counts) of the line that said it, so a finding can name `file:line`:
   communicator is the plainer progress measure.
 * WARNs, classified (WarnKind): IB completion errors (peer, status, vendor err, hca), verbs
   call failures, socket errors (peer), no usable interface, CUDA failures, proxy errors,
-  duplicate GPU, other; with host, pid, time when stamped, line and clipped text.
+  duplicate GPU, other; with host, pid, time when stamped, line and clipped text. A WARN's
+  message quoted with no prefix at all (an issue title) is read where it is one of NCCL's
+  own phrases (split_quoted_warn): a completion error of any net (`NET/IBP:Got completion
+  from peer ...`), a verbs call's failure, a CUDA failure.
 
 Lines are read through the line layer (lines.read_lines, stamps left on: NCCL's own are
 read here) and tables of small handlers (`lines.Handler`, `dispatch`): an NCCL line's
@@ -416,6 +419,19 @@ def split_bare_line(read: Line) -> NcclPrefix | None:
                       launcher_rank=read.task if read.task is not None else read.rank)
 
 
+def split_quoted_warn(read: Line) -> NcclPrefix | None:
+    """An NCCL WARN's message quoted with no prefix at all, not even `NCCL WARN` (an issue's
+    title, the line after torch's `Last error:`): read as a WARN no process named, where
+    its text is one of NCCL's own phrases (_QUOTED_WARN): `NET/IBP:Got completion from peer
+    7.6.13.83<36315> with status=12 ... vendor err 129 (Send)`."""
+    text = unindented(read.text)
+    if not _QUOTED_WARN.match(text):
+        return None
+    return NcclPrefix(host="", pid=0, tid=0, level="WARN", message=text[:_MSG_MAX].rstrip(),
+                      label=read.labels.strip()[-64:], bare=True,
+                      launcher_rank=read.task if read.task is not None else read.rank)
+
+
 # ---------------------------------------------------------------- message patterns
 # Anchored and bounded: each runs on at most _MSG_MAX characters.
 
@@ -467,12 +483,19 @@ _OOB = re.compile(r"\s{0,4}(?P<if>[^\s:\[\]<>]{1,64}):(?P<addr>\S{1,128})")
 _ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,64})?")
 
 # WARN classes
+# NCCL's own IB transport says `NET/IB : Got completion`; an external IB plugin its own
+# name (`NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12`)
 _IB_COMPLETION = re.compile(
-    r"NET/IB ?: ?Got completion from peer (?P<peer>\S{1,256}) with "
+    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion from peer (?P<peer>\S{1,256}) with "
     r"(?:error (?P<err>-?\d{1,9})|status=(?P<st>-?\d{1,9}))"
 )
 _VENDOR = re.compile(r"vendor err (\d{1,9})(?: \((\w{1,16})\))?")
 _HCA = re.compile(r" hca (\S{1,64})")
+# WARN messages that are NCCL's own phrases, so read even quoted with no prefix: a completion
+# error (any net's name), a verbs call's failure, NCCL's CUDA failure (`Cuda failure 'out of memory'`)
+_QUOTED_WARN = re.compile(
+    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion from peer \S|Call to ibv_\w{1,64} failed"
+    r"|Cuda failure (?:-?\d{1,9} )?'", re.ASCII)
 # `failed with error E`; >= 2.27 `failed with 110 Connection timed out, on dev mlx5_0:1, curr state ...`
 _VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with (?:error )?([^,]{1,200}))?")
 _CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
@@ -1021,7 +1044,7 @@ _TAIL_HANDLERS: tuple[Handler[_Builder], ...] = (*_UNPREFIXED_HANDLERS, Handler(
 
 
 def _nccl_prefix(line: Line) -> NcclPrefix | None:
-    return split_read_line(line) or split_bare_line(line)
+    return split_read_line(line) or split_bare_line(line) or split_quoted_warn(line)
 
 
 def _wrapped_tail(lines: list[Line], index: int) -> tuple[str | None, int]:

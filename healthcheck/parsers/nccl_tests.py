@@ -22,7 +22,9 @@ Launcher prefixes (`srun -l`'s `0: `, `mpirun --tag-output`'s `[1,0]<stdout>:`, 
 / Intel MPI `-prepend-rank`'s `[0] ` before nccl-tests' own lines) are stripped; the rank
 map is read with or without its `#` (a paste that lost it, a build that prints none),
 and the oldest failure line, `NCCL failure common.cu:921 'unhandled system error'` (no
-host, no `Test`), is a failure like the newer ones; and whatever is not nccl-tests' own
+host, no `Test`), is a failure like the newer ones, as is a newer one quoted without its
+host (`Test CUDA failure common.cu:1007`); a failure's quoted message on the next line (a
+paste broke the line, or wrapped it inside the quote) is joined to it; and whatever is not nccl-tests' own
 (NCCL INFO/WARN lines, MPI banners, X11 noise) is skipped, except launcher failures (Open
 MPI's "not enough slots", mpirun's "exited on signal", srun's task errors), which are
 facts of their own.
@@ -205,7 +207,8 @@ _AVG = re.compile(r"#\s*+Avg bus bandwidth\s*+:\s*+(\S{1,40})(?:\s++(OK|FAILED))
 _ERROR = re.compile(r"#\s*+error:\s*+(.*)")
 _NCCL_NRANKS = re.compile(r"\brank (\d{1,9}) nranks (\d{1,9})\b")  # NCCL INFO "comm 0x.. rank 0 nranks 16 ..."
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64})")
-_FAILURE = re.compile(r"([^\s:]{1,256}): Test (NCCL|CUDA) failure ([^\s:]{1,512}):(\d{1,9})(?: (.*))?")
+# `HOST: Test NCCL|CUDA failure FILE:LINE 'message'`; the host gone where a paste quoted the line alone
+_FAILURE = re.compile(r"(?:([^\s:]{1,256}): )?Test (NCCL|CUDA) failure ([^\s:]{1,512}):(\d{1,9})(?: (.*))?")
 # nccl-tests <= 1.x (and any without the host): `NCCL failure common.cu:921 'unhandled system error'`
 _BARE_FAILURE = re.compile(r"(NCCL|Cuda|CUDA) failure ([^\s:']{1,512}):(\d{1,9})(?: (.*))?")
 # what follows MPICH / Intel MPI's `-prepend-rank` `[0] ` on a line of nccl-tests' own (`#`, a row,
@@ -445,6 +448,7 @@ class _Text:
         self.completed = False
         self.launcher_error: str | None = None
         self.expect_application = False
+        self.unfinished: int | None = None  # the failure (index) whose message the next line may hold
         self.unrecognized = UnrecognizedLines()
 
 
@@ -528,6 +532,33 @@ def _read_failure(s: _Text, line: Line) -> bool:
         return False
     if len(s.failures) < MAX_LISTED:
         s.failures.append(failure)
+        s.unfinished = len(s.failures) - 1 if _message_unfinished(line.text, failure) else None
+    return True
+
+
+def _message_unfinished(text: str, failure: NcclTestsFailure) -> bool:
+    """A CUDA or NCCL failure whose quoted message is still to come: none on its line (a
+    paste broke the line before it), or a quote opened and not closed (a wrap inside it)."""
+    if failure.kind not in ("nccl", "cuda"):
+        return False
+    tail = text.rstrip()
+    return not failure.message or (tail.count("'") == 1 and not tail.endswith("'"))
+
+
+def _read_failure_message(s: _Text, line: Line) -> bool:
+    """The quoted message of the failure on the line before, which a paste or a wrap moved
+    onto this line: `Test CUDA failure common.cu:1007` / `'CUDA-capable device(s) is/are
+    busy or unavailable'` (real); joined to that failure."""
+    at, text = s.unfinished, line.text.strip()
+    if at is None:
+        return False
+    failure = s.failures[at]
+    opened = bool(failure.message)  # its quote opened on the failure's own line: this line closes it
+    if (text[-1:] != "'" if opened else text[:1] != "'") or _failure(text) is not None:
+        return False
+    s.unfinished = None
+    joined = f"'{failure.message} {text}" if opened else text
+    s.failures[at] = msgspec.structs.replace(failure, message=_message(joined))
     return True
 
 
@@ -584,6 +615,7 @@ _HANDLERS: tuple[Handler[_Text], ...] = (
     Handler("out-of-bounds", _hash_or_nthread, _read_out_of_bounds),
     Handler("average", _hash_or_nthread, _read_average),
     Handler("comment", _hash_or_nthread, _read_comment),
+    Handler("failure-message", lambda t: t.lstrip()[:1] == "'" or t.rstrip()[-1:] == "'", _read_failure_message),
     Handler("failure", lambda t: True, _read_failure),
     Handler("nccl-version", lambda t: "NCCL version" in t, _read_nccl_version),
     Handler("nccl-nranks", lambda t: " nranks " in t, _read_nccl_nranks),
@@ -597,12 +629,16 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     s = _Text()
     for read in read_lines(text):
         if not read.text.strip() or read.noise:
+            s.unfinished = None
             continue
         line = relabelled(read, rank_before=_OWN_LINE)  # behind an indent, MPICH's `[0] `
         if s.expect_application and _read_application(s, line):
             continue
-        if dispatch(_HANDLERS, s, line) is None:
+        name = dispatch(_HANDLERS, s, line)
+        if name is None:
             s.unrecognized.note(line)
+        if name != "failure":
+            s.unfinished = None  # a failure's message is on its line or the very next one
     return _run_of(s, text, fallback)
 
 
@@ -706,11 +742,11 @@ def _banner_line(body: str, banner: _Banner, ranks: list[RankDevice], errors: li
 
 
 def _failure(body: str) -> NcclTestsFailure | None:
-    if ": Test " in body[:300]:
+    if ": Test " in body[:300] or body.startswith("Test "):
         m = _FAILURE.match(body)
         if m:
             host, kind, file, line, message = m.groups()
-            return NcclTestsFailure(kind="nccl" if kind == "NCCL" else "cuda", host=host, file=file,
+            return NcclTestsFailure(kind="nccl" if kind == "NCCL" else "cuda", host=host or "", file=file,
                                     line=int(line), message=_message(message or ""))
         m = _TIMEOUT.match(body)
         if m:

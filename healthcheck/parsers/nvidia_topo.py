@@ -27,6 +27,12 @@ otherwise. The cells after the connection types are CPU Affinity, NUMA Affinity,
 ID, the order every driver prints them in. A header whose whitespace a paste squeezed to
 single spaces is split by those names.
 
+A header whose rows were cut (the paste ends after GPU3's row) still names every device
+the node has: those with no row are listed in `devices` after the rows and again in
+`devices_without_row`; no link is stored for them (their rows' values were not pasted).
+A headerless paste's columns named only by nvidia-smi's order are not devices' evidence
+and are not listed.
+
 The diagonal "X" (a device and itself) is not stored in `links`: every value in it is a
 real connection type (NV#, PIX, PXB, PHB, NODE, SYS, or what the driver printed).
 """
@@ -57,11 +63,15 @@ _NUMBERED = re.compile(r"(?P<kind>GPU|NIC)(?P<n>\d{1,4})", re.ASCII)
 
 
 class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
-    devices: list[str]  # row labels in printed order: "GPU0".."GPU7", "NIC0"..
-    links: dict[str, dict[str, str]]  # links["GPU0"]["GPU1"] == "NV18"; no self ("X") entries
+    # every device the matrix names: row labels in printed order ("GPU0".."GPU7", "NIC0"..),
+    # then the header's devices no row was pasted for (listed again in devices_without_row)
+    devices: list[str]
+    links: dict[str, dict[str, str]]  # links["GPU0"]["GPU1"] == "NV18"; no self ("X") entries; rows only
     cpu_affinity: dict[str, str] = {}  # "GPU0" -> "0-51" (as printed; "N/A" kept)
     numa_affinity: dict[str, str] = {}  # "GPU0" -> "0"
     nics: dict[str, str] = {}  # "NIC0" -> "mlx5_0", from the NIC Legend
+    # header columns whose rows the paste cut: the node has them, their own links are unread
+    devices_without_row: list[str] = []
 
 
 def parse_nvidia_topo(text: str) -> Topology:
@@ -95,9 +105,18 @@ def parse_nvidia_topo(text: str) -> Topology:
             _store(label, column, value, links[label], cpu, numa)
     if not devices:
         raise ParseError("nvidia-smi topo: a header row but no device rows under it")
+    without_row = _header_only_devices(columns, links) if header_at is not None else []
     return Topology(
-        devices=devices, links=links, cpu_affinity=cpu, numa_affinity=numa, nics=_nic_legend(lines)
+        devices=devices + without_row, links=links, cpu_affinity=cpu, numa_affinity=numa,
+        nics=_nic_legend(lines), devices_without_row=without_row,
     )
+
+
+def _header_only_devices(columns: list[str], rows: dict[str, dict[str, str]]) -> list[str]:
+    """The header's devices that have no row: a paste cut after a few rows still shows,
+    in its header, every GPU and NIC the node has (GPU4-7, NIC0-NIC17); that is evidence
+    of the node's devices, though not of their links."""
+    return [c for c in dict.fromkeys(columns) if _DEVICE.fullmatch(c) and c not in rows]
 
 
 def _find_header(lines: list[str]) -> int | None:

@@ -4,7 +4,9 @@ Layouts read (Slurm 22.05's output captured in tests/fixtures/sinfo/):
 
 - `sinfo -R` (REASON USER TIMESTAMP NODELIST), `sinfo -R -l` (adds STATE; USER as
   "root(0)"): the reason comes first and may hold spaces, so the columns after it are
-  taken from the right;
+  taken from the right; with no header (`-h`, a paste that cut it) by the same tail;
+- a header whose words were typed (or run) onto the command line after `sinfo`
+  (`sinfo -R REASON USER TIMESTAMP NODELIST`, also after a prompt): `command_header`;
 - `sinfo -N -l` (a timestamp line, then NODELIST NODES PARTITION STATE CPUS S:C:T
   MEMORY TMP_DISK WEIGHT AVAIL_FE REASON), `sinfo`, `sinfo -N`: columns by their header;
 - `-o`/`-O` with a header, whitespace- or "|"-separated (`-O Field:|` ends each cell
@@ -40,6 +42,7 @@ from healthcheck.parsers.lines import (
     Line,
     Unrecognized,
     UnrecognizedLines,
+    is_prompt,
     read_lines,
     rewrapped,
     wrapped_word,
@@ -250,6 +253,27 @@ def _header(line: str) -> tuple[list[str], bool] | None:
     return unique_names(names), piped
 
 
+COMMAND_WORDS_MAX = 16  # words of a prompt and options before `sinfo`'s header words
+
+
+def command_header(line: str) -> tuple[str, list[str]] | None:
+    """A command line that ends in sinfo's header: the header words typed (or run) onto the
+    command (`sinfo -R REASON USER TIMESTAMP NODELIST`, also after a prompt) -> (the header's
+    text, its names). The header is the run of header words that ends the line, after the
+    command's `sinfo` (its options' arguments are never all upper-case)."""
+    words = line.split()
+    head = words[:COMMAND_WORDS_MAX]
+    at = next((i for i, w in enumerate(head) if w == "sinfo" or w.endswith("/sinfo")), None)
+    if at is None or (at and not is_prompt(line.strip())):
+        return None
+    start = len(words)
+    while start > at + 1 and _HEADER_TOKEN.match(words[start - 1]):
+        start -= 1
+    header = " ".join(words[start:])
+    found = _header(header) if start < len(words) else None
+    return (header, found[0]) if found else None
+
+
 def unique_names(names: list[str]) -> list[str]:
     """A repeated header (`-O` StateCompact and StateLong both print STATE): each earlier
     one as NAME#1, NAME#2, so no column is lost; the typed fields read the last."""
@@ -338,6 +362,9 @@ class _Reading:
             return
         if text.startswith(_ERRORS):
             self.errors.append(clip(text))
+        elif (typed := command_header(text)) is not None:
+            self.tables.append(_Table(msgspec.structs.replace(line, text=typed[0]), typed[1], False))
+            self.tables[-1].width = None  # typed words, not sinfo's fixed-width columns
         elif line.noise:  # a prompt: what follows is another command's output until a header
             if table is not None and table.names:
                 self.tables.append(_Table(line, [], False))  # closes the table: no row fits this one
@@ -464,6 +491,8 @@ def _headerless(body: list[str], fmt: str | None, errors: list[str]) -> SinfoRep
         fields = fields_of_format(fmt) if fmt else HC_FIELDS
     except ValueError as exc:
         raise ParseError(f"sinfo: {exc}") from None
+    if fmt is None and (reasons := _headerless_reasons(body)) is not None:
+        return SinfoReport(layout="reasons", rows=reasons, error=errors[0] if errors else None)
     if fmt is None and not all(is_node_state((line.split("|", 2) + [""])[1]) for line in body):
         return _inferred(body, errors)
     if fmt is None and not all(_WHEN.match((line.split("|", 3) + ["", "", ""])[2].strip()) for line in body):
@@ -475,6 +504,33 @@ def _headerless(body: list[str], fmt: str | None, errors: list[str]) -> SinfoRep
     if not rows:
         raise ParseError("sinfo: no node in the output")
     return SinfoReport(layout="hc", rows=rows, error=errors[0] if errors else None)
+
+
+_ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$")
+REASONS_NAMES = ("REASON", "USER", "TIMESTAMP", "NODELIST")  # `sinfo -R`
+REASONS_LONG_NAMES = ("REASON", "USER", "TIMESTAMP", "STATE", "NODELIST")  # `sinfo -R -l`
+
+
+def _headerless_reasons(body: list[str]) -> list[SinfoRow] | None:
+    """`sinfo -R` rows with no header (`-h`, or the header cut from the paste): every line
+    ends in a user, a timestamp (`-l`: then a node state) and a node list, after a reason
+    that may hold spaces (and a "|"); at least one timestamp is a real one (not `Unknown`).
+    None where any line is not such a row."""
+    rows = []
+    for line in body:
+        words = line.split()
+        long = len(words) >= 5 and is_node_state(words[-2]) and _WHEN.match(words[-3]) is not None
+        names = REASONS_LONG_NAMES if long else REASONS_NAMES
+        if len(words) < len(names) or not _WHEN.match(words[len(words) - len(names) + 2]):
+            return None
+        if any("|" in w for w in words[len(words) - len(names) + 1:]):
+            return None  # a "|"-separated layout; only the reason may hold one
+        cells = _split_spaces(line, list(names))
+        row = _row(cells) if cells else None
+        if row is None:
+            return None
+        rows.append(row)
+    return rows if any(r.reason_time and _ISO_TIME.match(r.reason_time) for r in rows) else None
 
 
 def _inferred(body: list[str], errors: list[str]) -> SinfoReport:

@@ -13,9 +13,12 @@ fallen off the bus.` instead: that becomes a `legacy` Xid 79, as do `NVRM: GPU a
 0000:5d:00.0 (PCI ID: 10de:2330) installed in this system has fallen off the bus and is
 not responding to commands.` (one line, or three where dmesg/journalctl print a
 multi-line message as continuation lines). A GPU the driver could not bring up
-(`NVRM: GPU 0000:41:00.0: RmInitAdapter failed!`) and `NVRM: A GPU crash dump has been
-created.` become `faults` (no Xid number either); a crash dump names no GPU, so it is
-given the bus id of the NVIDIA line just before it, when there is one. NVSwitch errors are
+(`NVRM: GPU 0000:41:00.0: RmInitAdapter failed!`), `NVRM: A GPU crash dump has been
+created.` and a driver line naming a status that means the GPU needs a reset
+(`Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) ...`, also
+NV_ERR_GPU_IS_LOST, NV_ERR_GPU_IN_FULLCHIP_RESET: `reset-required`, its `error` the status)
+become `faults` (no Xid number either); a crash dump and an assertion name no GPU, so they
+are given the bus id of the NVIDIA line just before them, when there is one. NVSwitch errors are
 `nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
 `Severity ...` and `Data {...}` lines carrying the same code.
 
@@ -110,7 +113,9 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU failure the driver logs without an Xid number."""
 
-    kind: str  # INIT_FAILED ("RmInitAdapter failed!", a failed probe) or CRASH_DUMP ("A GPU crash dump ...")
+    # INIT_FAILED ("RmInitAdapter failed!", a failed probe), CRASH_DUMP ("A GPU crash dump ..."), or
+    # RESET_REQUIRED (an assertion naming NV_ERR_RESET_REQUIRED: the GPU takes no work until reset)
+    kind: str
     pci_bus_id: str | None
     message: str
     line: str
@@ -118,10 +123,12 @@ class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     uptime_s: float | None = None
     stage: str | None = None  # PROBE: the driver refused the GPU when it probed it
     pci_device_id: str | None = None  # "10de:2901" when the driver named it for this bus
+    error: str | None = None  # RESET_REQUIRED: the driver's status name, "NV_ERR_RESET_REQUIRED"
 
 
 INIT_FAILED = "init-failed"
 CRASH_DUMP = "crash-dump"
+RESET_REQUIRED = "reset-required"
 PROBE = "probe"
 
 
@@ -180,6 +187,13 @@ _FALLEN = "fallen off the bus"
 _CONTINUATION_LINES = 3  # the driver splits that message over at most three lines
 _INIT_FAILED = re.compile(r"NVRM: (?:GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16})?RmInitAdapter failed")
 _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
+# a driver status named in brackets: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
+# [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`
+_NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
+# the statuses that say the GPU takes no more work until it is reset: what the driver's GSP
+# RPC path returns once GSP met a fatal error, while the GPU is in a full-chip reset, and
+# once it is lost from the bus (the driver's kernel_gsp.c); any other status is no fault here
+RESET_ERRORS = frozenset({"NV_ERR_RESET_REQUIRED", "NV_ERR_GPU_IN_FULLCHIP_RESET", "NV_ERR_GPU_IS_LOST"})
 _GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
@@ -400,10 +414,11 @@ class _Read:
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
-        failed = _init_failed(body, line, stamp, self.near_gpu(number))
+        failed = _init_failed(body, line, stamp, self.near_gpu(number)) or _reset_required(
+            body, line, stamp, self.near_gpu(number))
         if failed is not None:
             self.faults.append(failed)
-            return "init-failed"
+            return failed.kind
         version = driver_version(body)
         if version is not None:
             self.versions.append((number, version))
@@ -565,6 +580,19 @@ def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuF
     bus = _bus_id(m.group("pci")) if m.group("pci") else nearby
     return GpuFault(kind=INIT_FAILED, pci_bus_id=bus, message=body[m.start() + len("NVRM: "):].strip()[:200],
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s)
+
+
+def _reset_required(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuFault | None:
+    """A driver line naming a status that means the GPU needs a reset (RESET_ERRORS), with
+    no Xid number: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
+    [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`. It
+    names no GPU: the bus is the one a driver line just before it named, if any."""
+    m = _NV_ERR.search(body) if "NV_ERR_" in body else None
+    if m is None or m.group("error") not in RESET_ERRORS:
+        return None
+    at = body.find("NVRM:")
+    return GpuFault(kind=RESET_REQUIRED, pci_bus_id=nearby, message=body[at + len("NVRM:"):].strip()[:300],
+                    line=line, time=stamp.time, uptime_s=stamp.uptime_s, error=m.group("error"))
 
 
 def _record_uuid(body: str, uuids: dict[str, str]) -> bool:
