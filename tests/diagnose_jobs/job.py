@@ -345,7 +345,8 @@ def collate_batch(samples: list):
     """Stack a batch's samples, after checking their mean length (a padding heuristic)."""
     import torch
 
-    mean_len = sum(s.shape[0] for s in samples) / len(samples)  # ZeroDivisionError on an empty batch
+    # an empty batch divides by zero here
+    mean_len = sum(s.shape[0] for s in samples) / len(samples)
     return torch.cat(samples)[: int(mean_len * 4)]
 
 
@@ -969,6 +970,9 @@ class Job:
         return "gloo"
 
     def before_init_held_out_5(self) -> None:
+        if self.args.fault == "sigint":
+            # Python's own Ctrl-C handler, even where a shell started the job with SIGINT ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if self.args.fault == "preempt":
             signal.signal(signal.SIGTERM, self.on_preemption)
         if self.args.fault == "slowinit" and self.culprit:
@@ -989,12 +993,14 @@ class Job:
     def compute_held_out_5(self, step: int) -> None:
         if self.faulty(step, "sigint"):
             subprocess.run(["kill", "-INT", str(os.getpid())], check=False)
-            time.sleep(5)  # the signal arrives from the other process
+            # the signal arrives from the other process
+            time.sleep(5)
         if self.faulty(step, "memerr"):
             header_len = (1 << 44) * self.world  # a corrupt shard header's record length
             self.prefetch_buffer = bytearray(header_len)
         if self.faulty(step, "importerr"):
-            fused = importlib.import_module("fused_adam_ext")  # its node's image lacks the extension
+            # its node's image lacks the extension
+            fused = importlib.import_module("fused_adam_ext")
             fused.step()
         if self.args.fault == "noisywarn":
             warnings.warn("torch.cuda.amp.GradScaler(args...) is deprecated. Please use "
