@@ -124,6 +124,54 @@ ones above are unchanged by them:
   accum       healthy: gradient accumulation, the gradient and loss are reduced every
               --slow-every-th step only
 
+Variants added for the fifth held-out set (tests/fixtures/diagnose-jobs/held-out-5/); the
+ones above are unchanged by them:
+
+  sigint      the culprit gets SIGINT from another process (a Ctrl-C meant for someone else,
+              `kill -INT pid`): KeyboardInterrupt in its main thread, its traceback printed
+  preempt     every rank installs a SIGTERM handler (preemption); the culprit is sent SIGTERM
+              at --at: its handler logs that it checkpoints and leaves, and it exits 0
+  memerr      the culprit sizes its prefetch buffer from a corrupt shard header: bytearray of
+              tens of TiB raises MemoryError
+  eoferror    the culprit finds its checkpoint folder taken and asks `overwrite? [y/N]` with
+              input(): its stdin is /dev/null, EOFError
+  importerr   the culprit's optimizer step takes the "fused" path, whose extension module its
+              node lacks: ModuleNotFoundError
+  collatediv  the batch goes through a collate function that averages the samples' lengths;
+              the culprit's batch at --at is empty: ZeroDivisionError
+  permckpt    the culprit's checkpoint folder is on a path it may not create (/sys/...):
+              PermissionError from os.makedirs
+  pipefail    every rank pipes its metrics to a logger child process; the culprit's child has
+              exited at --at: BrokenPipeError writing to it
+  debugwait   a debugging hook left in on the culprit: it listens and waits in accept() for a
+              debugger to attach (as debugpy.wait_for_client does), outside any collective
+  backoff     the culprit cannot reach a metadata service (connection refused) and retries
+              with exponential back-off (1, 2, 4, ... s, a warning per try), for ever
+  eventwait   every step an EMA thread updates the weights and sets an Event the main thread
+              waits for; the culprit's code path does not start the thread at --at: wait()
+              with no timeout
+  abba        the culprit's main thread holds the state lock and wants the I/O lock while its
+              checkpoint-I/O thread holds the I/O lock and wants the state lock (a deadlock)
+  earlystop   the culprit's early stopping looks at its own validation loss (not reduced): at
+              --at it stops and waits in the final barrier while the others go on training
+  worldbarrier  each node of half the ranks meets every step in a barrier on its own group
+              (new_group); at --at the culprit calls the barrier without its group (the world)
+  extraparam  the culprit's model has one parameter more (a bias its config enables): from
+              --at its flattened gradient (all_reduced as one bucket) has 13 elements, not 12
+  objlist     every step rank 0 broadcasts the run's config with broadcast_object_list; at
+              --at the culprit passes a list of 2 objects where the others pass 3
+  ncclbackend the culprit picks the "nccl" backend (its check thinks it has a GPU): this
+              torch has no NCCL; the others wait in the rendezvous
+  evalall     healthy: every 3rd step every rank evaluates (--slow s), then all_reduces the
+              accuracy
+  warnburst   healthy: from --at the culprit warns in bursts (30 warnings every 3rd step)
+  asyncckpt   healthy: every 4th step each rank saves its checkpoint in a background thread
+              (--slow s) while training goes on
+  noisywarn   healthy: every rank warns (a FutureWarning, a logged warning) every step and the
+              job finishes
+  slowinit    healthy: the culprit starts --slow s late (before init_process_group); the
+              others wait in the rendezvous, then all train
+
 Before its fault a rank writes MARK/rank<R>.json ({rank, pid, step}); every rank writes
 it at the start too (step -1), so the harness knows the pids. --timeout is the collective
 timeout; --record wraps main in torchelastic's @record.
@@ -134,6 +182,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import fcntl
+import importlib
 import json
 import logging
 import multiprocessing
@@ -146,9 +195,14 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from datetime import timedelta
 
 log = logging.getLogger("train")
+
+# held-out-5's variants by the part of the step they live in
+HELD_OUT_5_COMPUTE = ("sigint", "memerr", "importerr", "noisywarn")
+HELD_OUT_5_METRICS = ("pipefail", "debugwait", "backoff", "eventwait", "abba", "warnburst")
 
 
 def identity() -> tuple[int, int]:
@@ -287,6 +341,15 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def collate_batch(samples: list):
+    """Stack a batch's samples, after checking their mean length (a padding heuristic)."""
+    import torch
+
+    # an empty batch divides by zero here
+    mean_len = sum(s.shape[0] for s in samples) / len(samples)
+    return torch.cat(samples)[: int(mean_len * 4)]
+
+
 class StopTraining(Exception):
     """A rank that decided to stop training early (it returns 0 from main)."""
 
@@ -347,6 +410,7 @@ class Job:
         self.pool = None
         self.uploader: threading.Thread | None = None
         self.leaked_lock = None
+        self.metrics_child: subprocess.Popen | None = None  # held-out-5
 
     def faulty(self, step: int, *faults: str) -> bool:
         return self.culprit and step == self.args.at and self.args.fault in faults
@@ -374,6 +438,8 @@ class Job:
             return self.load_batch_held_out_3(step)
         if self.args.fault in ("workerraise", "workerkilled", "brokenpool", "poolhang"):
             return self.load_batch_held_out_4(step)
+        if self.args.fault == "collatediv":
+            return self.collated(step)
         if self.args.fault == "transform":
             batch = torch.ones(16, 8) * (self.rank + 1)
             if self.faulty(step, "transform"):
@@ -452,6 +518,8 @@ class Job:
             self.backward(step)
         if self.args.fault in ("anomaly", "cassert"):
             self.compute_held_out_4(step)
+        if self.args.fault in HELD_OUT_5_COMPUTE:
+            self.compute_held_out_5(step)
         straggling = self.culprit and self.args.fault == "straggler"
         compute = self.args.step_time * (self.args.slow_factor if straggling else 1.0)
         end = time.monotonic() + compute + (self.args.slow if straggling else 0.0) + self.extra_compute(step)
@@ -496,6 +564,8 @@ class Job:
             grad = torch.ones(2, 3)
         if self.faulty(step, "dtype"):
             grad = grad.to(torch.float64)
+        if self.args.fault == "extraparam":
+            grad = self.flat_gradient(grad, step)
         if self.faulty(step, "op"):
             out = [torch.empty_like(grad) for _ in range(self.world)]
             dist.all_gather(out, grad)
@@ -536,6 +606,8 @@ class Job:
             self.write_checkpoint_to_fifo(step)
         if self.args.fault in ("cfgexit", "ckptlock", "ckptpause"):
             self.save_checkpoint_held_out_4(step)
+        if self.args.fault in ("preempt", "eoferror", "permckpt", "asyncckpt"):
+            self.save_checkpoint_held_out_5(step)
 
     def wait_for_checkpoint_slot(self) -> None:
         # polls for a lock file another service should write: it never does (not busy: sleeps)
@@ -573,6 +645,8 @@ class Job:
                 pass
         if self.args.fault in ("recursion", "relock", "sockrecv", "lingering"):
             self.log_metrics_held_out_4(step)
+        if self.args.fault in HELD_OUT_5_METRICS:
+            self.log_metrics_held_out_5(step)
 
     def extra_collectives(self, step: int) -> None:
         import torch
@@ -587,6 +661,8 @@ class Job:
         self.extra_collectives_held_out_3(step)
         if self.args.fault in ("evalonly", "condreduce", "rsdtype", "a2asplit"):
             self.extra_collectives_held_out_4(step)
+        if self.args.fault in ("worldbarrier", "objlist", "evalall"):
+            self.extra_collectives_held_out_5(step)
 
     def extra_collectives_held_out_3(self, step: int) -> None:
         import torch
@@ -643,6 +719,10 @@ class Job:
         if self.faulty(step, "shortdata"):
             log.info("rank %d: epoch done after %d steps (its shard is shorter)", self.rank, step)
             return False
+        if self.faulty(step, "earlystop"):
+            log.info("rank %d: validation loss has not improved for 3 evaluations: early stopping at step %d",
+                     self.rank, step)
+            return False
         try:
             batch = self.load_batch(step)
         except StopIteration:
@@ -668,8 +748,12 @@ class Job:
 
         if self.args.fault == "preinit":
             load_config(broken=self.culprit)
-        dist.init_process_group("gloo", timeout=timedelta(seconds=self.args.timeout))
+        self.before_init_held_out_5()
+        dist.init_process_group(self.backend(), timeout=timedelta(seconds=self.args.timeout))
         log.info("rank %d of %d initialized (gloo, pid %d)", self.rank, dist.get_world_size(), os.getpid())
+        if self.args.fault == "worldbarrier":
+            half = self.world // 2
+            self.groups = [dist.new_group(list(range(half))), dist.new_group(list(range(half, self.world)))]
         if self.args.fault == "group":
             half = self.world // 2
             self.groups = [dist.new_group(list(range(half))), dist.new_group(list(range(half, self.world)))]
@@ -678,6 +762,8 @@ class Job:
         self.mark(-1)
         for step in range(self.args.steps):
             if not self.train_step(step):
+                if self.args.fault == "earlystop":
+                    break  # to the final barrier, as a finished run does
                 if self.args.fault == "shortdata":
                     log.info("training done")
                     dist.destroy_process_group()
@@ -875,6 +961,175 @@ class Job:
         tokens = torch.ones(sum(splits))
         received = torch.empty(2 * self.world)
         dist.all_to_all_single(received, tokens, output_split_sizes=[2] * self.world, input_split_sizes=splits)
+
+    # ------------------------------------------------------------ held-out-5's variants
+
+    def backend(self) -> str:
+        if self.args.fault == "ncclbackend" and self.culprit:
+            return "nccl"  # its "do I have a GPU" check is wrong: this torch has no NCCL
+        return "gloo"
+
+    def before_init_held_out_5(self) -> None:
+        if self.args.fault == "sigint":
+            # Python's own Ctrl-C handler, even where a shell started the job with SIGINT ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.args.fault == "preempt":
+            signal.signal(signal.SIGTERM, self.on_preemption)
+        if self.args.fault == "slowinit" and self.culprit:
+            log.info("rank %d: loading the tokenizer and the shard index before joining", self.rank)
+            time.sleep(self.args.slow)  # a slow file system on its node: it joins late
+
+    def on_preemption(self, signum, frame) -> None:
+        log.warning("rank %d: SIGTERM received (preemption): checkpointing and exiting", self.rank)
+        sys.exit(0)  # a "graceful" exit: status 0, its process group not destroyed
+
+    def collated(self, step: int):
+        import torch
+
+        n = 0 if self.faulty(step, "collatediv") else 4  # the culprit's bucket came out empty
+        samples = [torch.ones(4, 8) * (self.rank + 1) for _ in range(n)]
+        return collate_batch(samples)
+
+    def compute_held_out_5(self, step: int) -> None:
+        if self.faulty(step, "sigint"):
+            subprocess.run(["kill", "-INT", str(os.getpid())], check=False)
+            # the signal arrives from the other process
+            time.sleep(5)
+        if self.faulty(step, "memerr"):
+            header_len = (1 << 44) * self.world  # a corrupt shard header's record length
+            self.prefetch_buffer = bytearray(header_len)
+        if self.faulty(step, "importerr"):
+            # its node's image lacks the extension
+            fused = importlib.import_module("fused_adam_ext")
+            fused.step()
+        if self.args.fault == "noisywarn":
+            warnings.warn("torch.cuda.amp.GradScaler(args...) is deprecated. Please use "
+                          "torch.amp.GradScaler('cuda', args...) instead.", FutureWarning, stacklevel=1)
+            log.warning("rank %d: lr_scheduler.step() called before optimizer.step() at step %d", self.rank, step)
+
+    def flat_gradient(self, grad, step: int):
+        """extraparam: the gradients flattened into one bucket; the culprit's has its extra bias."""
+        import torch
+
+        flat = grad.flatten()
+        if self.culprit and step >= self.args.at:
+            flat = torch.cat([flat, torch.zeros(1)])  # the bias only its config enables
+        return flat
+
+    def save_checkpoint_held_out_5(self, step: int) -> None:
+        folder = os.path.join(self.args.mark or "/tmp", f"checkpoints-rank{self.rank}")
+        if self.faulty(step, "preempt"):
+            subprocess.run(["kill", "-TERM", str(os.getpid())], check=False)  # the scheduler's notice
+            time.sleep(5)
+        if self.faulty(step, "eoferror"):
+            answer = input(f"rank {self.rank}: checkpoint folder {folder} exists; overwrite? [y/N] ")
+            log.info("rank %d: answered %r", self.rank, answer)
+        if self.faulty(step, "permckpt"):
+            folder = f"/sys/checkpoints/run-17/rank{self.rank}"  # its node's mount points elsewhere
+            os.makedirs(folder, exist_ok=True)
+        if self.args.fault == "asyncckpt" and step % 4 == 3:
+            threading.Thread(target=self.write_checkpoint_async, args=(step, folder), name="async-checkpoint",
+                             daemon=True).start()
+
+    def write_checkpoint_async(self, step: int, folder: str) -> None:
+        log.info("rank %d: async checkpoint of step %d started", self.rank, step)
+        time.sleep(self.args.slow)  # serializing and writing, off the training thread
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "latest"), "w") as f:
+            f.write(f"{step}\n")
+        log.info("rank %d: async checkpoint of step %d written", self.rank, step)
+
+    def log_metrics_held_out_5(self, step: int) -> None:
+        if self.args.fault == "pipefail":
+            self.pipe_metrics(step)
+        elif self.faulty(step, "debugwait"):
+            self.wait_for_debugger()
+        elif self.faulty(step, "backoff"):
+            self.fetch_metadata_with_retries()
+        elif self.args.fault == "eventwait":
+            self.update_ema(step)
+        elif self.faulty(step, "abba"):
+            self.flush_with_checkpoint_io()
+        elif self.args.fault == "warnburst" and self.culprit and step >= self.args.at and step % 3 == 0:
+            for i in range(30):
+                warnings.warn(f"grad norm {1000 + 37 * i:.3e} at step {step} (micro-batch {i}) clipped to 1.0",
+                              UserWarning, stacklevel=1)
+
+    def pipe_metrics(self, step: int) -> None:
+        if self.metrics_child is None:
+            self.metrics_child = subprocess.Popen([sys.executable, "-c", "import sys\nfor line in sys.stdin: pass"],
+                                                  stdin=subprocess.PIPE, preexec_fn=die_with_parent)
+        if self.faulty(step, "pipefail"):
+            self.metrics_child.kill()  # the logger died (its own bug)
+            self.metrics_child.wait()
+        assert self.metrics_child.stdin is not None
+        self.metrics_child.stdin.write(f"step={step} rank={self.rank} loss=0.5\n".encode())
+        self.metrics_child.stdin.flush()
+
+    def wait_for_debugger(self) -> None:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        log.warning("rank %d: waiting for a debugger to attach on %s:%d", self.rank, *listener.getsockname())
+        conn, _ = listener.accept()  # as debugpy.wait_for_client(): nobody comes
+
+    def fetch_metadata_with_retries(self) -> None:
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        address = closed.getsockname()
+        closed.close()  # nothing listens there: connection refused
+        delay = 1.0
+        while True:
+            try:
+                socket.create_connection(address, timeout=2).close()
+                return
+            except OSError as exc:
+                log.warning("rank %d: metadata service %s:%d unreachable (%s); retrying in %.0f s",
+                            self.rank, *address, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 3600.0)
+
+    def update_ema(self, step: int) -> None:
+        ready = threading.Event()
+        if not self.faulty(step, "eventwait"):  # the culprit's code path forgets to start it
+            threading.Thread(target=ready.set, name="ema-update", daemon=True).start()
+        ready.wait()  # no timeout
+
+    def flush_with_checkpoint_io(self) -> None:
+        state_lock, io_lock = threading.Lock(), threading.Lock()
+
+        def checkpoint_io() -> None:
+            with io_lock:
+                time.sleep(0.2)
+                with state_lock:
+                    pass
+
+        threading.Thread(target=checkpoint_io, name="checkpoint-io", daemon=True).start()
+        with state_lock:
+            time.sleep(0.2)
+            with io_lock:  # the I/O thread holds it and waits for state_lock: a deadlock
+                pass
+
+    def extra_collectives_held_out_5(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.args.fault == "worldbarrier":
+            mine = self.groups[0] if self.rank < self.world // 2 else self.groups[1]
+            if self.faulty(step, "worldbarrier"):
+                dist.barrier()  # a refactor dropped group=
+            else:
+                dist.barrier(group=mine)
+        if self.args.fault == "objlist":
+            n = 2 if self.faulty(step, "objlist") else 3
+            config = [{"lr": 3e-4}, {"warmup": 100}, {"seed": 17}][:n] if self.rank == 0 else [None] * n
+            dist.broadcast_object_list(config, src=0)
+        if self.args.fault == "evalall" and step % 3 == 2:
+            log.info("rank %d: evaluating at step %d", self.rank, step)
+            time.sleep(self.args.slow)
+            accuracy = torch.tensor([0.5])
+            dist.all_reduce(accuracy)
+            log.info("rank %d: eval at step %d: accuracy %.3f", self.rank, step, accuracy.item() / self.world)
 
 
 def main() -> int:
