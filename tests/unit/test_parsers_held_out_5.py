@@ -1,0 +1,72 @@
+"""The mechanisms behind the field files of issue 20's fifth held-out set (`issues-5/`,
+retired as a measure when its misses were fixed; each shape fixed here on the real file
+and, where one exists, on a transformation of another real fixture, which says so): the
+driver's NVLink code saying a step failed with no Xid number; an `nvidia-smi -q` section
+pasted without its GPU line; an `nvidia-smi` table cut after its banner; a paste whose
+first line is the bare command that printed it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from support import FIXTURES
+
+from healthcheck.checks import gpu as gpu_checks
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.model import Finding
+from healthcheck.parsers.xid import NVLINK_FAILED, parse_kernel_log
+
+FIELD5 = FIXTURES / "field" / "issues-5"
+XID_RXDET = FIELD5 / "xid" / "quoted-journal-postrxdetlinkmask-failed-gh100.txt"
+XID79_DUMP = FIXTURES / "kernel-log" / "dmesg-xid79-serial-crash-dump.txt"
+GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
+
+
+# --- kernel log: the driver's NVLink code says a step failed, with no Xid number ------------
+
+def _rxdet_line() -> str:
+    return next(line for line in XID_RXDET.read_text().splitlines() if "postRxDetLinkMask failed" in line)
+
+
+def test_an_nvlink_failure_without_an_xid_is_a_fault():
+    # field/issues-5: a markdown quote of `journalctl -k | grep`: the command, `>`, then the journal
+    # line `NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!`
+    log = parse_kernel_log(XID_RXDET.read_text(), year=2026)
+    (fault,) = log.faults
+    assert (fault.kind, fault.pci_bus_id) == (NVLINK_FAILED, None)
+    assert fault.message.startswith("knvlinkDiscoverPostRxDetLinks_GH100: ")
+    assert "postRxDetLinkMask failed" in fault.message and fault.time is not None
+    assert log.xids == []
+
+
+def test_an_nvlink_failure_bare_or_per_gpu_is_read_the_same():
+    # transformations of the real line: without the quote and journal prefix, and with the
+    # `GPUn ` the driver prints before its other per-GPU functions (`GPU6 _kgspIsHeartbeatTimedOut`)
+    message = _rxdet_line().split("kernel: ", 1)[1]
+    for text in (message, message.replace("NVRM: ", "NVRM: GPU3 ")):
+        assert [f.kind for f in parse_kernel_log(text + "\n", year=2026).faults] == [NVLINK_FAILED]
+
+
+def test_nvlink_lines_that_say_no_failure_are_no_fault():
+    # a transformation: the real line with its verdict taken off; and the real GSP RPC history
+    # row that names NVLINK_INBAND_RECEIVE (corpus xid119), which is no NVLink failure
+    ok = _rxdet_line().replace(" failed!", "")
+    history = "NVRM:      0    4115 NVLINK_INBAND_RECEIVE 0x0000000000000000 0x0000000000000000"
+    assert parse_kernel_log(ok + "\n" + history + "\n", year=2026).faults == []
+
+
+def test_an_nvlink_failure_after_a_gpu_named_takes_its_bus():
+    # a transformation: the real Xid 79 log's line naming the GPU, then the real NVLink line
+    named = next(line for line in XID79_DUMP.read_text().splitlines() if "NVRM: GPU at PCI:" in line)
+    log = parse_kernel_log(named + "\n" + _rxdet_line().lstrip("> ") + "\n", year=2026)
+    assert [f.pci_bus_id for f in log.faults if f.kind == NVLINK_FAILED] == ["0000:5d:00.0"]
+
+
+def test_the_xid_check_does_not_judge_an_nvlink_failure_line():
+    # a link that did not train is gpu.nvlink's to judge from the links' state (gpu.E050): the
+    # kernel line alone is no init failure, no reset asked for, and not this check's FAIL
+    log = parse_kernel_log(XID_RXDET.read_text(), year=2026)
+    log = msgspec.structs.replace(log, source="journalctl -k", source_lines=3)
+    findings = [f for f in gpu_checks.xid(kernel_gpu_log=log, gpus=None, limits=GENERIC) if isinstance(f, Finding)]
+    assert findings == []
+
