@@ -9,16 +9,22 @@ first line is the bare command that printed it.
 from __future__ import annotations
 
 import msgspec
-from support import FIXTURES
+import pytest
+from support import CORPUS, FIXTURES
 
 from healthcheck.checks import gpu as gpu_checks
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.errors import ParseError
 from healthcheck.core.model import Finding
+from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
 from healthcheck.parsers.xid import NVLINK_FAILED, parse_kernel_log
 
 FIELD5 = FIXTURES / "field" / "issues-5"
 XID_RXDET = FIELD5 / "xid" / "quoted-journal-postrxdetlinkmask-failed-gh100.txt"
 XID79_DUMP = FIXTURES / "kernel-log" / "dmesg-xid79-serial-crash-dump.txt"
+SMI_520_CUT = FIELD5 / "nvidia-smi" / "520-header-only-cut-at-column-titles.txt"
+SMI_H100 = CORPUS / "nvidia-smi" / "h100-8gpu-550.90.07.txt"
+SMI_610 = FIXTURES / "nvidia-smi" / "rtx2080-kmd-version-graphics-processes-610.57.04.txt"
 GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
 
 
@@ -69,4 +75,33 @@ def test_the_xid_check_does_not_judge_an_nvlink_failure_line():
     log = msgspec.structs.replace(log, source="journalctl -k", source_lines=3)
     findings = [f for f in gpu_checks.xid(kernel_gpu_log=log, gpus=None, limits=GENERIC) if isinstance(f, Finding)]
     assert findings == []
+
+
+# --- nvidia-smi: a table cut after its banner ------------------------------------------------
+
+def test_a_table_cut_at_its_column_titles_gives_its_versions_and_says_it_was_cut():
+    # field/issues-5: driver 520.56.06's banner and the first column-title row, nothing after
+    table = parse_nvidia_smi_table(SMI_520_CUT.read_text())
+    assert (table.driver_version, table.cuda_version) == ("520.56.06", "11.8")
+    assert table.cut_before_gpus and table.gpus == [] and not table.no_devices
+    assert table.timestamp == "Thu Nov 17 18:21:27 2022"
+
+
+@pytest.mark.parametrize(("path", "lines", "versions"), [
+    (SMI_H100, 3, ("550.90.07", "12.4")),  # cut after the banner line
+    (SMI_H100, 8, ("550.90.07", "12.4")),  # after the `|===` rule under the titles
+    (SMI_610, 7, ("610.57.04", "13.3")),  # 610's KMD / CUDA UMD banner, cut at the titles
+])
+def test_real_tables_cut_before_their_first_gpu_row_are_cut_not_empty(path, lines, versions):
+    # transformations: real captures' first lines only
+    text = "\n".join(path.read_text().splitlines()[:lines]) + "\n"
+    table = parse_nvidia_smi_table(text)
+    assert (table.driver_version, table.cuda_version) == versions and table.cut_before_gpus
+
+
+def test_a_whole_table_is_not_cut_and_a_cut_banner_line_is_still_refused():
+    assert not parse_nvidia_smi_table(SMI_H100.read_text()).cut_before_gpus
+    head = SMI_H100.read_text().splitlines()[:3]
+    with pytest.raises(ParseError):  # the banner cut before its driver version: nothing read
+        parse_nvidia_smi_table("\n".join([*head[:2], head[2][:20]]) + "\n")
 
