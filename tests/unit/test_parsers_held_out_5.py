@@ -2,8 +2,7 @@
 retired as a measure when its misses were fixed; each shape fixed here on the real file
 and, where one exists, on a transformation of another real fixture, which says so): the
 driver's NVLink code saying a step failed with no Xid number; an `nvidia-smi -q` section
-pasted without its GPU line; an `nvidia-smi` table cut after its banner; a paste whose
-first line is the bare command that printed it.
+pasted without its GPU line; an `nvidia-smi` table cut after its banner.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from healthcheck.checks import gpu as gpu_checks
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.errors import ParseError
 from healthcheck.core.model import Finding
+from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
 from healthcheck.parsers.xid import NVLINK_FAILED, parse_kernel_log
 
@@ -25,6 +25,9 @@ XID79_DUMP = FIXTURES / "kernel-log" / "dmesg-xid79-serial-crash-dump.txt"
 SMI_520_CUT = FIELD5 / "nvidia-smi" / "520-header-only-cut-at-column-titles.txt"
 SMI_H100 = CORPUS / "nvidia-smi" / "h100-8gpu-550.90.07.txt"
 SMI_610 = FIXTURES / "nvidia-smi" / "rtx2080-kmd-version-graphics-processes-610.57.04.txt"
+Q_REMAP = FIELD5 / "nvidia-smi-q" / "remapped-rows-section-only-uncorrectable-4-pending.txt"
+Q_D_ECC_REMAP = FIXTURES / "field" / "device" / "nvidia-smi-q" / "h100-q-d-ecc-row-remapper-580.159.04.txt"
+Q_D_PAGES_8 = FIXTURES / "field" / "repos" / "nvidia-smi-q" / "8gpu-535.86.10-d-page-retirement-only.txt"
 GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
 
 
@@ -104,4 +107,56 @@ def test_a_whole_table_is_not_cut_and_a_cut_banner_line_is_still_refused():
     head = SMI_H100.read_text().splitlines()[:3]
     with pytest.raises(ParseError):  # the banner cut before its driver version: nothing read
         parse_nvidia_smi_table("\n".join([*head[:2], head[2][:20]]) + "\n")
+
+
+# --- nvidia-smi -q: sections pasted without their GPU line -----------------------------------
+
+def _sections_only(path) -> list[str]:
+    """A real -q report's GPU sections without the banner, the top-level lines and the
+    `GPU 00000000:...` lines: only its indented lines, as pasted after a cut."""
+    return [line for line in path.read_text().splitlines() if line[:1].isspace()]
+
+
+def test_a_remapped_rows_section_alone_is_an_unnamed_gpu_that_needs_a_reset():
+    # field/issues-5: `    Remapped Rows` and its three counters, indented as in -q; no GPU line
+    facts = parse_nvidia_smi_q_pasted(Q_REMAP.read_text())
+    (gpu,) = facts.unnamed
+    assert (gpu.remapped_rows_pending, gpu.remapped_rows_uncorrectable, gpu.remapped_rows_correctable) == (True, 4, 0)
+    assert facts.gpus == []  # no bus id invented: which GPU it is is not known
+    with pytest.raises(ParseError):  # the probe reads whole reports only
+        parse_nvidia_smi_q(Q_REMAP.read_text())
+
+
+def test_q_d_ecc_and_row_remapper_sections_without_the_gpu_line_are_one_gpu():
+    # a transformation of the real H100 `-q -d ECC,ROW_REMAPPER`: its sections only
+    whole = parse_nvidia_smi_q(Q_D_ECC_REMAP.read_text()).gpus[0]
+    (gpu,) = parse_nvidia_smi_q_pasted("\n".join(_sections_only(Q_D_ECC_REMAP)) + "\n").unnamed
+    assert msgspec.structs.asdict(gpu) == {k: v for k, v in msgspec.structs.asdict(whole).items()
+                                           if k not in ("index", "pci_bus_id")}
+    assert gpu.ecc_enabled is True and gpu.remapped_rows_pending is False
+
+
+def test_every_gpus_sections_without_their_lines_are_as_many_unnamed_gpus():
+    # a transformation of the real 8-GPU `-q -d PAGE_RETIREMENT`: its sections only, and as a
+    # `grep -A3 "Retired Pages"` prints them (a `--` between groups)
+    lines = _sections_only(Q_D_PAGES_8)
+    grepped = "\n--\n".join("\n".join(lines[i:i + 4]) for i in range(0, len(lines), 4))
+    for text in ("\n".join(lines), grepped):
+        unnamed = parse_nvidia_smi_q_pasted(text + "\n").unnamed
+        assert len(unnamed) == 8
+        assert {(g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending) for g in unnamed} == {(0, 0, False)}
+
+
+def test_sections_pasted_with_the_banner_keep_its_versions():
+    # a transformation: the real report with only its GPU line taken out
+    text = "\n".join(line for line in Q_D_ECC_REMAP.read_text().splitlines() if not line.startswith("GPU "))
+    facts = parse_nvidia_smi_q_pasted(text + "\n")
+    assert (facts.driver_version, facts.cuda_version, len(facts.unnamed)) == ("580.159.04", "13.0", 1)
+
+
+def test_lines_that_are_no_section_of_a_gpu_are_no_unnamed_gpu():
+    # the counters of the real remapped-rows paste without their section line: keys, no GPU
+    counters = [line for line in Q_REMAP.read_text().splitlines() if ":" in line]
+    facts = parse_nvidia_smi_q_pasted("\n".join(counters) + "\n")
+    assert facts.unnamed == [] and facts.fragment["pending"] == ["Yes"]
 
