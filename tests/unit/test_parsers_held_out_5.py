@@ -2,21 +2,25 @@
 retired as a measure when its misses were fixed; each shape fixed here on the real file
 and, where one exists, on a transformation of another real fixture, which says so): the
 driver's NVLink code saying a step failed with no Xid number; an `nvidia-smi -q` section
-pasted without its GPU line; an `nvidia-smi` table cut after its banner.
+pasted without its GPU line; an `nvidia-smi` table cut after its banner; a paste whose
+first line is the bare command that printed it (no prompt).
 """
 
 from __future__ import annotations
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES
+from support import CORPUS, FIXTURES, best_time
 
 from healthcheck.checks import gpu as gpu_checks
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.errors import ParseError
 from healthcheck.core.model import Finding
+from healthcheck.parsers import parser_for
+from healthcheck.parsers.lines import is_command_echo, read_lines
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
+from healthcheck.parsers.scontrol_node import parse_scontrol_show_node
 from healthcheck.parsers.xid import NVLINK_FAILED, parse_kernel_log
 
 FIELD5 = FIXTURES / "field" / "issues-5"
@@ -28,6 +32,7 @@ SMI_610 = FIXTURES / "nvidia-smi" / "rtx2080-kmd-version-graphics-processes-610.
 Q_REMAP = FIELD5 / "nvidia-smi-q" / "remapped-rows-section-only-uncorrectable-4-pending.txt"
 Q_D_ECC_REMAP = FIXTURES / "field" / "device" / "nvidia-smi-q" / "h100-q-d-ecc-row-remapper-580.159.04.txt"
 Q_D_PAGES_8 = FIXTURES / "field" / "repos" / "nvidia-smi-q" / "8gpu-535.86.10-d-page-retirement-only.txt"
+NODE_ECHO = FIELD5 / "scontrol-show-node" / "show-node-localhost-19.05-down-cut-at-boottime.txt"
 GENERIC = Config(EMBEDDED_DEFAULT).fabric("generic")
 
 
@@ -160,3 +165,69 @@ def test_lines_that_are_no_section_of_a_gpu_are_no_unnamed_gpu():
     facts = parse_nvidia_smi_q_pasted("\n".join(counters) + "\n")
     assert facts.unnamed == [] and facts.fragment["pending"] == ["Yes"]
 
+
+# --- a paste whose first line is the bare command that printed it ----------------------------
+
+def test_scontrol_output_after_its_bare_command_line_is_read():
+    # field/issues-5: `scontrol show node localhost` typed with no prompt, then the record
+    nodes = parse_scontrol_show_node(NODE_ECHO.read_text()).nodes
+    assert [(n.name, n.state, n.version) for n in nodes] == [("localhost", "DOWN", "19.05.8")]
+
+
+# each tool run as the field fixtures show it run (bare, or after a prompt)
+_ECHOES = {
+    "scontrol-show-node": "scontrol show node localhost",  # field/issues-5
+    "sinfo": "sinfo ",  # field/repos, with its trailing blank
+    "nvidia-smi-query-gpu": "nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv",
+    "ibstat": "ibstat mlx5_7",  # field/issues-5, after a pod's prompt
+    "ibv_devinfo": "/usr/bin/ibv_devinfo -v",
+    "ip-link": "ip link",  # field/issues-5, after a prompt
+    "perfquery": "sudo perfquery -x",
+    "dcgmi-diag": "dcgmi diag -r 2",  # field/issues-2
+}
+_REAL = {
+    "scontrol-show-node": ["scontrol-show-node/*.txt", "corpus/scontrol-show-node/*.txt"],
+    "sinfo": ["sinfo/*.txt"],
+    "nvidia-smi-query-gpu": ["corpus/nvidia-smi-query-gpu/*.txt"],
+    "ibstat": ["corpus/ibstat/*.txt"],
+    "ibv_devinfo": ["ibv_devinfo/[!d]*.txt"],  # derived-* files are not real
+    "ip-link": ["ip-link/*[!n].txt"],  # not the JSON
+    "perfquery": ["corpus/perfquery/*.txt"],
+    "dcgmi-diag": ["corpus/dcgmi-diag/*[!n].txt"],
+}
+ECHOED = [(tool, path) for tool, globs in _REAL.items() for g in globs for path in sorted(FIXTURES.glob(g))]
+
+
+@pytest.mark.parametrize(("tool", "path"), ECHOED, ids=lambda v: getattr(v, "stem", v)[:40])
+def test_real_captures_after_their_bare_command_line_read_the_same(tool, path):
+    # transformations: each real capture with its tool's command line typed before it, no prompt
+    parse = parser_for(tool)
+    try:
+        clean = parse(path.read_text())
+    except ParseError:
+        pytest.skip("a capture its parser refuses as it is")
+    assert parse(_ECHOES[tool] + "\n" + path.read_text()) == clean
+
+
+def test_the_command_line_is_noise_only_before_the_output():
+    text = NODE_ECHO.read_text()
+    first, *rest = read_lines(text + "scontrol show node localhost\n")
+    assert first.noise == "command" and rest[0].noise == "" and rest[-1].noise == ""
+
+
+@pytest.mark.parametrize("line", [
+    "dmesg: read kernel buffer failed: Operation not permitted",  # the tool's own error
+    "mpirun noticed that process rank 0 with PID 0 on node gpu01 exited on signal 9 (Killed).",  # Open MPI's
+    "NodeName=localhost Arch=x86_64 CoresPerSocket=1 ",  # the record itself (field/issues-5)
+    "sinfo: error: Unable to contact slurm controller (connect failure)",
+    "ipoib0: link up",
+])
+def test_output_lines_that_start_with_a_tools_name_are_no_command_echo(line):
+    assert not is_command_echo(line)
+    assert next(iter(read_lines(line + "\n"))).noise == ""
+
+
+def test_a_command_echo_test_on_a_megabyte_line_costs_its_length():
+    for line in ("nvidia-smi " + "a/" * 50_000, "/".join(["a" * 60] * 20_000), "mpirun -" + "x" * 100_000):
+        small, large = line[:10_000], line * 10
+        assert best_time(is_command_echo, large) < 50 * best_time(is_command_echo, small) + 0.01
