@@ -147,6 +147,9 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # ROW_REMAPPER` cut to its section, a `grep -A4 "Remapped Rows"`): each GPU's readings,
     # in the order pasted; which GPU each is of is not known, so none is in `gpus`
     unnamed: list[GpuReadings] = []
+    # `nvidia-smi -q` cut after its header (the versions, no GPU line): no GPU was read, which is
+    # not "no GPU" (`hc parse` only; the probe's parse refuses such text)
+    cut_before_gpus: bool = False
     warnings: list[DriverWarning] = []  # nvidia-smi -q's `WARNING: infoROM is corrupted at gpu ...` lines
 
 

@@ -360,7 +360,7 @@ def _scan(text: str) -> _Scan:
             block = []
             scan.blocks.append((m.group("pci"), block))
             continue
-        if line.strip() and not line[:1].isspace():
+        if line.strip() and not line[:1].isspace() and not (block is None and _is_section(line)):
             # A top-level line ("Driver Version : ...") ends any GPU block.
             block = None
             kv = _KEY_VALUE.match(line.strip())
@@ -372,6 +372,13 @@ def _scan(text: str) -> _Scan:
         elif line.strip() and len(scan.loose) < FRAGMENT_MAX:
             scan.loose.append(line)
     return scan
+
+
+def _is_section(line: str) -> bool:
+    """A GPU block's section line at the left margin (`Remapped Rows`, `Performance State :
+    P8`): outside any GPU block, a paste's sections whose common indent was taken off."""
+    kv = _KEY_VALUE.match(line.strip())
+    return _norm(kv.group("key") if kv else line) in _SECTIONS
 
 
 # ---------------------------------------------------------------------------
@@ -680,7 +687,8 @@ def parse_nvidia_smi_q_pasted(text: str) -> GpuFacts:
     """`hc parse nvidia-smi-q`: also a fragment of -q, lines grep'd out of it with no GPU
     block (`nvidia-smi -q | grep GSP`), read into `fragment`; which GPU each line is of
     is not known, so no Gpu is made of it: whole sections pasted so (`Remapped Rows` and
-    its lines) are `unnamed` GPUs' readings. (The probe reads whole reports only.)"""
+    its lines) are `unnamed` GPUs' readings; a report cut after its header gives its versions
+    and `cut_before_gpus`. (The probe reads whole reports only.)"""
     return parse_nvidia_smi_q(text, fragments=True)
 
 
@@ -700,14 +708,16 @@ def _fragment(lines: list[str]) -> dict[str, list[str]]:
 
 def _without_gpu_lines(scan: _Scan) -> GpuFacts | None:
     """Lines of -q with no GPU block: each key's values (`fragment`) and, where they are
-    whole sections, the unnamed GPUs they are of (`unnamed`); None when they are neither."""
+    whole sections, the unnamed GPUs they are of (`unnamed`); a report cut after its header
+    (the driver version, no GPU line) is `cut_before_gpus`. None when they are none of these."""
     fragment = _fragment(scan.loose)
     unnamed = _unnamed_gpus(scan.loose)
-    if not fragment and not unnamed:
+    driver = _top_version(scan.top, "kmd version", "driver version")
+    cut = not fragment and not unnamed and driver is not None
+    if not fragment and not unnamed and not cut:
         return None
-    return GpuFacts(source=SOURCE, fragment=fragment, unnamed=unnamed, warnings=scan.warnings,
-                    driver_version=_top_version(scan.top, "kmd version", "driver version"),
-                    cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"))
+    return GpuFacts(source=SOURCE, fragment=fragment, unnamed=unnamed, warnings=scan.warnings, driver_version=driver,
+                    cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"), cut_before_gpus=cut)
 
 
 def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:

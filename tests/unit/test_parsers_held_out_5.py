@@ -159,6 +159,29 @@ def test_sections_pasted_with_the_banner_keep_its_versions():
     assert (facts.driver_version, facts.cuda_version, len(facts.unnamed)) == ("580.159.04", "13.0", 1)
 
 
+def test_sections_pasted_with_their_common_indent_taken_off_are_the_same_gpu():
+    # a transformation of the real remapped-rows paste: its 4-space indent taken off, so the
+    # section line sits at the left margin as a top-level line would
+    dedented = "".join(line[4:] + "\n" for line in Q_REMAP.read_text().splitlines())
+    assert parse_nvidia_smi_q_pasted(dedented).unnamed == parse_nvidia_smi_q_pasted(Q_REMAP.read_text()).unnamed
+
+
+@pytest.mark.parametrize(("path", "versions"), [
+    (FIXTURES / "field" / "device" / "nvidia-smi-q" / "h100-q-full-580.159.04.txt", ("580.159.04", "13.0")),
+    (FIXTURES / "field" / "unseen" / "nvidia-smi-q" / "rtx2080s-610.57.04-load.txt", ("610.57.04", "13.3")),
+])
+def test_a_q_report_cut_after_its_header_gives_its_versions_and_says_it_was_cut(path, versions):
+    # transformations: real reports cut before their first `GPU 00000000:...` line (as the
+    # nvidia-smi table cut after its banner): no GPU read is not "no GPU"
+    lines = path.read_text().splitlines()
+    text = "\n".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("GPU "))]) + "\n"
+    facts = parse_nvidia_smi_q_pasted(text)
+    assert (facts.driver_version, facts.cuda_version, facts.cut_before_gpus, facts.gpus) == (*versions, True, [])
+    assert not parse_nvidia_smi_q_pasted(path.read_text()).cut_before_gpus
+    with pytest.raises(ParseError):  # the probe reads whole reports only
+        parse_nvidia_smi_q(text)
+
+
 def test_lines_that_are_no_section_of_a_gpu_are_no_unnamed_gpu():
     # the counters of the real remapped-rows paste without their section line: keys, no GPU
     counters = [line for line in Q_REMAP.read_text().splitlines() if ":" in line]
