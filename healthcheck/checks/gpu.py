@@ -383,10 +383,12 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
     """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
     dump, or a failed probe, of a GPU that already FAILed is the same incident."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, PROBE, RESET_REQUIRED
+    from healthcheck.parsers.xid import INIT_FAILED, NVLINK_FAILED, PROBE, RESET_REQUIRED
 
     groups: dict[tuple[str, str | None], list] = {}
     for fault in faults_logged:
+        if fault.kind == NVLINK_FAILED:
+            continue  # a link that did not train: the NVLink check judges the links' state, not this line
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
         where, pci, component = place(bus)

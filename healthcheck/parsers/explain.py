@@ -6,6 +6,7 @@ line, what read it. How much a parser can say depends on how it reads:
 - `handlers`: it reads through a table of `lines.Handler`s with `lines.dispatch`, so
   each line is named by the handler that read it, `unrecognized` where none did, and
   what the line layer made of the rest (`blank`, `prompt`: a shell prompt, noise;
+  `command`: the bare command line before the output, noise;
   `elision`: a paste's `...`;
   `outside the table`: read, or skipped, by the parser's own code before its table);
 - `unrecognized`: it counts the lines it did not read (`lines.Unrecognized` in its
@@ -41,6 +42,7 @@ EXPLAIN_TEXT = 100  # characters of each line's text shown
 
 BLANK = "blank"
 PROMPT = "prompt"
+COMMAND = "command"  # lines.Line.noise of a bare command echo
 ELISION = "elision"
 OUTSIDE = "outside the table"
 UNRECOGNIZED = "unrecognized"
@@ -51,7 +53,7 @@ NOT_KNOWN = "not known"
 
 class ExplainedLine(msgspec.Struct, frozen=True):
     line: int  # 1-based, as `sed -n Np` counts
-    by: str  # the handler that read it, or one of BLANK, PROMPT, OUTSIDE, UNRECOGNIZED, READ, ...
+    by: str  # the handler that read it, or one of BLANK, PROMPT, COMMAND, OUTSIDE, UNRECOGNIZED, READ, ...
     text: str  # the line as the parser saw it (prefixes taken off), cut at EXPLAIN_TEXT
 
 
@@ -103,7 +105,7 @@ def _layer_view(line: Line) -> str | None:
     if not line.text.strip():
         return BLANK
     if line.noise:
-        return PROMPT
+        return COMMAND if line.noise == COMMAND else PROMPT
     return ELISION if is_elision(line.text) else None
 
 

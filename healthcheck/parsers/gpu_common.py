@@ -37,9 +37,11 @@ class GpuProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     type: str | None = None  # C (compute), G (graphics), C+G
 
 
-class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
-    index: int  # NVML index (PCI bus order), as Slurm's GPU indexes use
-    pci_bus_id: str  # normalised "0000:19:00.0"
+class GpuReadings(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """What a GPU's report says of it, without which GPU it is: a `Gpu` less its index and
+    bus id. Alone, it is a GPU whose report was pasted without the line naming it
+    (`GpuFacts.unnamed`)."""
+
     name: str | None = None  # "NVIDIA H100 80GB HBM3"
     uuid: str | None = None
     serial: str | None = None
@@ -94,6 +96,13 @@ class Gpu(msgspec.Struct, frozen=True, omit_defaults=True):
     query_fields: dict[str, int | float | str | None] | None = None
 
 
+class Gpu(GpuReadings, frozen=True, omit_defaults=True):
+    """One GPU's readings with the GPU they are of (index and bus id first, as encoded)."""
+
+    index: int  # NVML index (PCI bus order), as Slurm's GPU indexes use
+    pci_bus_id: str  # normalised "0000:19:00.0"
+
+
 class LostGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU the driver knows of but cannot talk to (fell off the bus, GSP hung)."""
 
@@ -134,6 +143,13 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # lines of `nvidia-smi -q` read without their GPU block (`nvidia-smi -q | grep GSP`):
     # key as a name -> its values as printed; which GPU each is of is not known
     fragment: dict[str, list[str]] = {}
+    # `nvidia-smi -q` sections pasted without their "GPU 00000000:19:00.0" line (`-q -d
+    # ROW_REMAPPER` cut to its section, a `grep -A4 "Remapped Rows"`): each GPU's readings,
+    # in the order pasted; which GPU each is of is not known, so none is in `gpus`
+    unnamed: list[GpuReadings] = []
+    # `nvidia-smi -q` cut after its header (the versions, no GPU line): no GPU was read, which is
+    # not "no GPU" (`hc parse` only; the probe's parse refuses such text)
+    cut_before_gpus: bool = False
     warnings: list[DriverWarning] = []  # nvidia-smi -q's `WARNING: infoROM is corrupted at gpu ...` lines
 
 

@@ -27,8 +27,9 @@ Shapes mended, each by a small function of its own: CRLF and a stray CR (a progr
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
 paste, or cut at the end of a line), the ` \\` continuation on every line of a paste
 and markdown's `> ` before every line of a quoted reply (each only when most lines carry
-it), a shell prompt or wrapper line before the output
-(marked `noise`, left for no parser to read), two processes' lines torn into one (an
+it), a shell prompt or wrapper line before the output, and the bare echo of the command
+before it (`scontrol show node x`, no prompt: `is_command_echo`) (marked `noise`, left for
+no parser to read), two processes' lines torn into one (an
 mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
 number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
 
@@ -117,7 +118,7 @@ class Line(msgspec.Struct, frozen=True):
     host: str = ""  # the journal's host before `kernel:`
     labels: str = ""  # everything taken off the front, as printed
     repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
-    noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
+    noise: str = ""  # "prompt": a shell prompt or wrapper line; "command": a bare command echo before the output
 
     @property
     def global_rank(self) -> int | None:
@@ -263,6 +264,30 @@ def is_prompt(text: str) -> bool:
     if text[:1] not in "$>+([" and "@" not in text[:140]:
         return False
     return _PROMPT.match(text) is not None
+
+
+# the bare echo of a command whose output hc reads, typed or logged before that output with no
+# prompt: the tool's own name as run (the field fixtures' first lines: `scontrol show node
+# localhost`, `nvidia-smi`, `nvidia-smi.exe -q -i 0`, `sinfo`, `dcgmi diag -r 2`, `nvidia-smi
+# nvlink -s`, `./build/all_reduce_perf -b 8 ...`; `ibstat mlx5_7`, `ip link` after a prompt),
+# sudo'd or by a path, then its arguments (never a `:` right after the name: `dmesg: read
+# kernel buffer failed` is the tool's output); a launcher only with an option after it
+# (`mpirun -np 8 all_reduce_perf`: `mpirun noticed that process rank 0 ...` is Open MPI's output)
+_COMMAND_ECHO = re.compile(
+    r"(?:sudo {1,4})?(?:[\w.~\-]{0,64}/){0,16}"
+    r"(?:(?:nvidia-smi(?:\.exe)?|scontrol|sinfo|ibstat|ibstatus|ibv_devinfo|ip|perfquery|dcgmi|dmesg|journalctl"
+    r"|ib_(?:write|read|send)_(?:bw|lat)|[a-z_]{1,32}_perf|py-spy|ldconfig|ncclras)(?:[ \t].*)?"
+    r"|(?:mpirun|mpiexec|srun|torchrun)[ \t]{1,8}-.*)",
+    re.ASCII,
+)
+
+
+def is_command_echo(text: str) -> bool:
+    """`text` is the bare command line of a tool hc reads (`_COMMAND_ECHO`): what a paste
+    carries before that tool's output, never the output."""
+    if not (text[:1].isalpha() or text[:1] in ("/", ".", "~")):
+        return False  # the common case, kept cheap
+    return _COMMAND_ECHO.fullmatch(text.rstrip()) is not None
 
 
 _TORN = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV])", re.ASCII)
@@ -524,9 +549,23 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
+    opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                             logged=logged)
+        for line in read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted,
+                              reply=reply, logged=logged):
+            if not opened:
+                line, opened = before_output(line)
+            yield line
+
+
+def before_output(line: Line) -> tuple[Line, bool]:
+    """A line read before any of the tool's output -> (it, whether it opens the output): the
+    bare echo of the command (`is_command_echo`) is noise ("command"), as a prompt is."""
+    if line.noise or not line.text.strip():
+        return line, False
+    if not line.labels and is_command_echo(unindented(line.text)):
+        return msgspec.structs.replace(line, noise="command"), False
+    return line, True
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:

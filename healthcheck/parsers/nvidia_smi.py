@@ -34,6 +34,7 @@ from healthcheck.parsers.gpu_common import (
     Gpu,
     GpuFacts,
     GpuProcess,
+    GpuReadings,
     LostGpu,
     normalize_pci,
 )
@@ -359,7 +360,7 @@ def _scan(text: str) -> _Scan:
             block = []
             scan.blocks.append((m.group("pci"), block))
             continue
-        if line.strip() and not line[:1].isspace():
+        if line.strip() and not line[:1].isspace() and not (block is None and _is_section(line)):
             # A top-level line ("Driver Version : ...") ends any GPU block.
             block = None
             kv = _KEY_VALUE.match(line.strip())
@@ -371,6 +372,13 @@ def _scan(text: str) -> _Scan:
         elif line.strip() and len(scan.loose) < FRAGMENT_MAX:
             scan.loose.append(line)
     return scan
+
+
+def _is_section(line: str) -> bool:
+    """A GPU block's section line at the left margin (`Remapped Rows`, `Performance State :
+    P8`): outside any GPU block, a paste's sections whose common indent was taken off."""
+    kv = _KEY_VALUE.match(line.strip())
+    return _norm(kv.group("key") if kv else line) in _SECTIONS
 
 
 # ---------------------------------------------------------------------------
@@ -589,19 +597,42 @@ def _processes(root: _Node) -> list[GpuProcess] | None:
     return procs
 
 
+def _readings(root: _Node) -> dict[str, Any]:
+    """What a GPU block's sections say, by GpuReadings' field names."""
+    return {**_identity(root), **_memory_errors(root), "throttle_reasons": _throttle(root), **_pcie(root),
+            "processes": _processes(root)}
+
+
 def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
     # The bus id comes from the block's "GPU 00000000:19:00.0" line, which is always
     # whole once lines follow it; the PCI/Bus Id line repeats it but may be the line
     # a truncated capture cut in half.
-    return Gpu(
-        index=index,
-        pci_bus_id=normalize_pci(header_pci),
-        **_identity(root),
-        **_memory_errors(root),
-        throttle_reasons=_throttle(root),
-        **_pcie(root),
-        processes=_processes(root),
-    )
+    return Gpu(index=index, pci_bus_id=normalize_pci(header_pci), **_readings(root))
+
+
+def _unnamed_gpus(lines: list[str]) -> list[GpuReadings]:
+    """Sections of -q pasted without their "GPU 00000000:19:00.0" line (field/issues-5: only
+    `    Remapped Rows` and its counters, indented as in the report) -> each GPU's readings.
+    The sections of one GPU come once each: a section named again starts the next GPU's (a
+    `grep -A4 "Remapped Rows"` of every GPU). A group with no section hc knows (`_SECTIONS`),
+    or whose sections give no reading (`GSP Firmware Version` grep'd), is no GPU."""
+    groups: list[_Node] = []
+    names: set[str] = set()
+    for node in _build_tree(lines).children:
+        name = _norm(node.key)
+        if not groups or name in names:
+            groups.append(_Node("", None))
+            names = set()
+        groups[-1].children.append(node)
+        names.add(name)
+    out: list[GpuReadings] = []
+    for root in groups:
+        if not any(_norm(section.key) in _SECTIONS for section in root.children):
+            continue
+        readings = {key: value for key, value in _readings(root).items() if value is not None}
+        if readings:
+            out.append(GpuReadings(**readings))
+    return out
 
 
 # The sections of a GPU block (drivers 470-610), by the name `_norm` gives them: what a
@@ -655,7 +686,9 @@ def _top_version(top: dict[str, str], *keys: str) -> str | None:
 def parse_nvidia_smi_q_pasted(text: str) -> GpuFacts:
     """`hc parse nvidia-smi-q`: also a fragment of -q, lines grep'd out of it with no GPU
     block (`nvidia-smi -q | grep GSP`), read into `fragment`; which GPU each line is of
-    is not known, so no Gpu is made of it. (The probe reads whole reports only.)"""
+    is not known, so no Gpu is made of it: whole sections pasted so (`Remapped Rows` and
+    its lines) are `unnamed` GPUs' readings; a report cut after its header gives its versions
+    and `cut_before_gpus`. (The probe reads whole reports only.)"""
     return parse_nvidia_smi_q(text, fragments=True)
 
 
@@ -673,6 +706,20 @@ def _fragment(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _without_gpu_lines(scan: _Scan) -> GpuFacts | None:
+    """Lines of -q with no GPU block: each key's values (`fragment`) and, where they are
+    whole sections, the unnamed GPUs they are of (`unnamed`); a report cut after its header
+    (the driver version, no GPU line) is `cut_before_gpus`. None when they are none of these."""
+    fragment = _fragment(scan.loose)
+    unnamed = _unnamed_gpus(scan.loose)
+    driver = _top_version(scan.top, "kmd version", "driver version")
+    cut = not fragment and not unnamed and driver is not None
+    if not fragment and not unnamed and not cut:
+        return None
+    return GpuFacts(source=SOURCE, fragment=fragment, unnamed=unnamed, warnings=scan.warnings, driver_version=driver,
+                    cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"), cut_before_gpus=cut)
+
+
 def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
     """`nvidia-smi -q` output -> GpuFacts (source "nvidia-smi -q"). ParseError on garbage,
     and (unless `fragments`) on lines of -q without a GPU block."""
@@ -687,9 +734,9 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
     if not blocks and not lost and not scan.no_devices:
         if scan.init_error is not None:
             return GpuFacts(source=SOURCE, init_error=scan.init_error)
-        fragment = _fragment(scan.loose) if fragments else {}
-        if fragment:
-            return GpuFacts(source=SOURCE, fragment=fragment)
+        pasted = _without_gpu_lines(scan) if fragments else None
+        if pasted is not None:
+            return pasted
         raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {clip(text.strip(), 60)!r})")
     pci_ids = [normalize_pci(pci) for pci, _ in blocks]
     indexes, lost = assign_indexes(pci_ids, lost)

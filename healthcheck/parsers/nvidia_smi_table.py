@@ -17,6 +17,8 @@ Instead of a table nvidia-smi may print one line: "No devices were found", a dri
 that cannot be reached ("NVIDIA-SMI has failed because it couldn't communicate with
 the NVIDIA driver"), or a GPU whose handle could not be had ("Unable to determine the
 device handle for GPU..."): they are facts (no_devices, init_error, lost), not errors.
+A banner with no GPU row after it (a paste cut at the column titles) gives the driver and
+CUDA versions and `cut_before_gpus`: no GPU was read, which is not zero GPUs.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ class SmiTable(msgspec.Struct, frozen=True, omit_defaults=True):
     init_error: str | None = None
     no_devices: bool = False
     warnings: list[DriverWarning] = []  # "WARNING: infoROM is corrupted at gpu ..." lines beside the table
+    # a banner but no GPU row (the paste ends at the banner or the column titles, or left the
+    # GPU rows out): no GPU was read, which is not "no GPU" (`gpus` empty says nothing then)
+    cut_before_gpus: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -457,11 +462,12 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
         scan.line(line)
     scan.end_table()
     lost = dedupe_lost(scan.lost)
-    found = scan.gpus or scan.migs or scan.processes is not None
+    found = scan.gpus or scan.migs or scan.processes is not None or scan.driver is not None
     if not found and not (lost or scan.no_devices or scan.init_error):
-        if scan.driver is not None:
-            raise ParseError("nvidia-smi: a banner but no GPU rows (output cut off?)")
         raise ParseError(f"nvidia-smi: not the default nvidia-smi table (starts {clip(text.strip(), 60)!r})")
+    # the banner's versions are facts of their own; a table without its GPU rows was cut (a
+    # driver with no GPU prints "No devices were found" instead of a table)
+    cut = scan.driver is not None and not scan.gpus and not scan.no_devices and scan.init_error is None
     return SmiTable(
         timestamp=scan.timestamp,
         driver_version=scan.driver,
@@ -473,4 +479,5 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
         init_error=scan.init_error if not scan.gpus else None,
         no_devices=scan.no_devices and not scan.gpus,
         warnings=scan.warnings,
+        cut_before_gpus=cut,
     )

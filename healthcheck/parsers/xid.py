@@ -17,8 +17,11 @@ multi-line message as continuation lines). A GPU the driver could not bring up
 created.` and a driver line naming a status that means the GPU needs a reset
 (`Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) ...`, also
 NV_ERR_GPU_IS_LOST, NV_ERR_GPU_IN_FULLCHIP_RESET: `reset-required`, its `error` the status)
-become `faults` (no Xid number either); a crash dump and an assertion name no GPU, so they
-are given the bus id of the NVIDIA line just before them, when there is one. NVSwitch errors are
+and the driver's NVLink code saying a step failed (`NVRM: knvlinkDiscoverPostRxDetLinks_GH100:
+Getting peer0's postRxDetLinkMask failed!`: `nvlink-failed`, a fact the xid check leaves to the
+NVLink check's link state) become `faults` (no Xid number either); a crash dump, an assertion
+and an NVLink failure name no GPU, so they are given the bus id of the NVIDIA line just before
+them, when there is one. NVSwitch errors are
 `nvidia-nvswitchN: SXid (PCI:<bus id>): <code>, <Fatal|Non-fatal>, <text>`, followed by
 `Severity ...` and `Data {...}` lines carrying the same code.
 
@@ -113,8 +116,10 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU failure the driver logs without an Xid number."""
 
-    # INIT_FAILED ("RmInitAdapter failed!", a failed probe), CRASH_DUMP ("A GPU crash dump ..."), or
-    # RESET_REQUIRED (an assertion naming NV_ERR_RESET_REQUIRED: the GPU takes no work until reset)
+    # INIT_FAILED ("RmInitAdapter failed!", a failed probe), CRASH_DUMP ("A GPU crash dump ..."),
+    # RESET_REQUIRED (an assertion naming NV_ERR_RESET_REQUIRED: the GPU takes no work until reset), or
+    # NVLINK_FAILED (the driver's NVLink code says a step failed: a link that did not train; a fact
+    # beside the link state `nvidia-smi nvlink -s` gives, which the NVLink check judges)
     kind: str
     pci_bus_id: str | None
     message: str
@@ -129,6 +134,7 @@ class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
 INIT_FAILED = "init-failed"
 CRASH_DUMP = "crash-dump"
 RESET_REQUIRED = "reset-required"
+NVLINK_FAILED = "nvlink-failed"
 PROBE = "probe"
 
 
@@ -194,6 +200,15 @@ _NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
 # RPC path returns once GSP met a fatal error, while the GPU is in a full-chip reset, and
 # once it is lost from the bus (the driver's kernel_gsp.c); any other status is no fault here
 RESET_ERRORS = frozenset({"NV_ERR_RESET_REQUIRED", "NV_ERR_GPU_IN_FULLCHIP_RESET", "NV_ERR_GPU_IS_LOST"})
+# the driver's NVLink code saying a step failed, with no Xid number: `NVRM:
+# knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!` (links found
+# no peer at discovery, field/issues-5). The function is the KernelNvlink object's (`knvlink`, a
+# `_GH100`-style HAL suffix) or the NVLink core library's (`nvlink`); an optional `GPUn `
+# before it, as the driver's other per-GPU messages print
+_NVLINK_FAILED = re.compile(
+    r"NVRM: (?:GPU\d{1,3} )?(?P<what>k?nvlink[A-Za-z0-9_]{1,96}: [^\n]{0,300}?\bfail(?:ed|ure)\b[^\n]{0,200})",
+    re.ASCII,
+)
 _GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
@@ -414,8 +429,9 @@ class _Read:
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
-        failed = _init_failed(body, line, stamp, self.near_gpu(number)) or _reset_required(
-            body, line, stamp, self.near_gpu(number))
+        failed = (_init_failed(body, line, stamp, self.near_gpu(number))
+                  or _reset_required(body, line, stamp, self.near_gpu(number))
+                  or _nvlink_failed(body, line, stamp, self.near_gpu(number)))
         if failed is not None:
             self.faults.append(failed)
             return failed.kind
@@ -593,6 +609,16 @@ def _reset_required(body: str, line: str, stamp: Stamp, nearby: str | None) -> G
     at = body.find("NVRM:")
     return GpuFault(kind=RESET_REQUIRED, pci_bus_id=nearby, message=body[at + len("NVRM:"):].strip()[:300],
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s, error=m.group("error"))
+
+
+def _nvlink_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuFault | None:
+    """The driver's NVLink code saying a step failed, with no Xid number (`_NVLINK_FAILED`).
+    It names no bus: the one a driver line just before it named, if any."""
+    m = _NVLINK_FAILED.search(body) if "nvlink" in body else None
+    if m is None:
+        return None
+    return GpuFault(kind=NVLINK_FAILED, pci_bus_id=nearby, message=m.group("what").strip(), line=line,
+                    time=stamp.time, uptime_s=stamp.uptime_s)
 
 
 def _record_uuid(body: str, uuids: dict[str, str]) -> bool:

@@ -146,15 +146,21 @@ def test_indented_paste_reads_the_same():
 
 @pytest.mark.parametrize(
     "text",
-    ["hello world\n", "| a | b | c |\n", "+----+\n|====|\n", "\x00\x01\x02\xff" * 50, bytes(range(256)).decode("latin-1") * 4,
-     "+---+\n| NVIDIA-SMI 550.90.07   Driver Version: 550.90.07   CUDA Version: 12.4 |\n+---+\n"],
-    ids=["words", "cells", "borders", "binary", "all-bytes", "banner-only"],
+    ["hello world\n", "| a | b | c |\n", "+----+\n|====|\n", "\x00\x01\x02\xff" * 50, bytes(range(256)).decode("latin-1") * 4],
+    ids=["words", "cells", "borders", "binary", "all-bytes"],
 )
 def test_garbage_is_a_parse_error(text):
     with pytest.raises(ParseError):
         parse_nvidia_smi_table(text)
     with pytest.raises(ParseError):
         parser_for("nvidia-smi")(" \n")
+
+
+def test_a_banner_alone_gives_its_versions_and_says_the_table_was_cut():
+    # no GPU read is not "no GPU" (field/issues-5 holds a real one: test_parsers_held_out_5.py)
+    text = "+---+\n| NVIDIA-SMI 550.90.07   Driver Version: 550.90.07   CUDA Version: 12.4 |\n+---+\n"
+    table = parse_nvidia_smi_table(text)
+    assert (table.driver_version, table.cut_before_gpus, table.gpus, table.no_devices) == ("550.90.07", True, [], False)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
