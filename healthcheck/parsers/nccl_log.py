@@ -10,6 +10,8 @@ transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
   CALL msg`. From 2.26 an optional strftime timestamp comes first, by default on WARN
   lines only and shaped `[%F %T] ` (`[2026-04-28 14:14:48] `, `%Xf` adds a fraction);
   another NCCL_DEBUG_TIMESTAMP_FORMAT is not read as a time (the line still parses).
+* the prefix cut after the host (`[0] NCCL INFO ...`, `[0] misc/socket.cc:71 NCCL WARN
+  ...`): read as a bare line (no process named), its device and source kept.
 * a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
   (mpirun --tag-output), `[155] `, `[default0]:` (torchrun --tee), `(RayTrainWorker pid=N,
   ip=...) `; whatever precedes `host:pid:tid` on the line.
@@ -333,7 +335,9 @@ def split_nccl_line(line: str) -> NcclPrefix | None:
 
 
 def split_read_line(read: Line) -> NcclPrefix | None:
-    """split_nccl_line of a line the line layer read: its launcher labels already off."""
+    """split_nccl_line of a line the line layer read: its launcher labels already off. A
+    line whose `host:pid:tid` is gone but whose `[dev]` or WARN source is kept is read as
+    a bare line (`_hostless`)."""
     line = read.text
     at = line.find(" NCCL ", 0, _HEAD_MAX)
     if at < 0:
@@ -350,24 +354,44 @@ def split_read_line(read: Line) -> NcclPrefix | None:
         if m:
             dev = int(m.group(1))
             tokens.pop()
-    who = _host_token(tokens.pop()) if tokens else None
+    who = _host_token(tokens[-1]) if tokens else None
     if who is None:
-        return None
+        return _hostless(read, tokens, level, message, dev, src)
+    tokens.pop()
     host, pid, tid, glued = who
-    time: float | None = None
-    stamp = ""
-    before = " ".join(tokens)
-    if before:
-        t = _STAMP.search(before[-64:])
-        if t:
-            stamp, time = t.group(0)[1:-1], iso_time(t)
-            before = before[: -len(t.group(0))].rstrip()
+    before, stamp, time = _stamped(" ".join(tokens))
     label = " ".join(x for x in (read.labels.strip(), before, glued) if x)[-64:]
     return NcclPrefix(
         host=host, pid=pid if pid is not None else 0, tid=tid or 0, level=cast(Level, level),
         message=message[:_MSG_MAX].rstrip(), dev=dev, src=src, time=time, stamp=stamp, label=label,
         launcher_rank=read.task if read.task is not None else read.rank, masked=pid is None,
     )
+
+
+def _stamped(before: str) -> tuple[str, str, float | None]:
+    """What precedes the host (or the device) without NCCL's >= 2.26 `[%F %T]` stamp at its
+    end: (the rest, the stamp as printed, its time)."""
+    t = _STAMP.search(before[-64:]) if before else None
+    if t is None:
+        return before, "", None
+    return before[: -len(t.group(0))].rstrip(), t.group(0)[1:-1], iso_time(t)
+
+
+def _hostless(read: Line, tokens: list[str], level: str, message: str, dev: int | None,
+              src: str) -> NcclPrefix | None:
+    """NCCL's prefix with its `host:pid:tid` gone and the rest kept: `[0] NCCL INFO ...`,
+    `[0] misc/socket.cc:71 NCCL WARN ...` (a paste cut after the host, a grep -o, a
+    debug file whose host a reporter took off). Only a `[dev]` or a WARN's `file.cc:N`
+    (and the >= 2.26 stamp before them) may precede the level: no process is named
+    (host "", pid 0, `bare`), as for a bare `NCCL INFO` line."""
+    if dev is None and not src:
+        return None
+    before, stamp, time = _stamped(" ".join(tokens))
+    if before:
+        return None
+    return NcclPrefix(host="", pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
+                      dev=dev, src=src, time=time, stamp=stamp, label=read.labels.strip()[-64:], bare=True,
+                      launcher_rank=read.task if read.task is not None else read.rank)
 
 
 def _pop_src(tokens: list[str], level: str) -> str:
