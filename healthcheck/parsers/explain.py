@@ -6,7 +6,7 @@ line, what read it. How much a parser can say depends on how it reads:
 - `handlers`: it reads through a table of `lines.Handler`s with `lines.dispatch`, so
   each line is named by the handler that read it, `unrecognized` where none did, and
   what the line layer made of the rest (`blank`, `prompt`: a shell prompt, noise;
-  `elision`: a paste's `...`;
+  `elision`: a paste's `...`; `file-header`: tail's `==> FILE <==`;
   `outside the table`: read, or skipped, by the parser's own code before its table);
 - `unrecognized`: it counts the lines it did not read (`lines.Unrecognized` in its
   facts), so each line is `read` or `not read`; past the sample of unread lines, where
@@ -42,6 +42,7 @@ EXPLAIN_TEXT = 100  # characters of each line's text shown
 BLANK = "blank"
 PROMPT = "prompt"
 ELISION = "elision"
+FILE_HEADER = "file-header"  # tail's `==> FILE <==` before each file's lines
 OUTSIDE = "outside the table"
 UNRECOGNIZED = "unrecognized"
 READ = "read"
@@ -103,7 +104,7 @@ def _layer_view(line: Line) -> str | None:
     if not line.text.strip():
         return BLANK
     if line.noise:
-        return PROMPT
+        return FILE_HEADER if line.noise == FILE_HEADER else PROMPT
     return ELISION if is_elision(line.text) else None
 
 

@@ -11,9 +11,13 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 
 - launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
   `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
+- a grep over several files, before all the rest: `FILE:` (`FILE-` on a context line,
+  `FILE:N:` with -n) where FILE is named as a log (`.log`, `.out`, `.err`, `.txt`), kept
+  as the line's `file`; tail's `==> FILE <==` header line is `noise` ("file-header") and
+  names the `file` of the lines after it
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
   `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
-  `[2024-03-01T10:00:00.1Z] abc123 || `
+  `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
@@ -115,9 +119,10 @@ class Line(msgspec.Struct, frozen=True):
     logger: str = ""  # whose log prefix that was: c10 (`[E1218 ... file.cpp:629] `) | glog (`E0318 ... file.py:833] `)
     source: str = ""  # glog's `file.py:833`
     host: str = ""  # the journal's host before `kernel:`
+    file: str = ""  # the file a grep over several files (`FILE:`) or a tail's `==> FILE <==` header named
     labels: str = ""  # everything taken off the front, as printed
     repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
-    noise: str = ""  # "prompt": a shell prompt or wrapper line, no tool's output
+    noise: str = ""  # "prompt": a shell prompt or wrapper line; "file-header": tail's `==> FILE <==`
 
     @property
     def global_rank(self) -> int | None:
@@ -283,6 +288,18 @@ def torn_pieces(text: str) -> list[str]:
 # ---------------------------------------------------------------- prefixes
 
 _RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+# kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
+_KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ", re.ASCII)
+# grep over several files (-r, -H): `FILE:` before each line, `FILE-` before a context
+# line, with -n the line number after it (`rank_604.s12gn3064.4031852.log:[0604/1024]...`);
+# only a file named as a log or an output is one (a `host:pid:tid` is no file name)
+_GREP_FILE = re.compile(
+    r"((?:\.{0,2}/)?(?:[\w.\-]{1,128}/){0,16}+[\w.\-]{0,127}\w\.(?:log|out|err|txt))"
+    r"(?:[:\-]\d{1,9}(?=[:\-]\S))?[:\-]",
+    re.ASCII,
+)
+# tail's (and head's) header before each file's lines when given several: `==> FILE <==`
+_TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _JOURNAL = re.compile(
@@ -389,7 +406,9 @@ def _label(body: str, taken: _Taken) -> int:
 def _runner(body: str, taken: _Taken) -> int:
     if "runner" in taken.kinds:
         return 0
-    m = _RAY.match(body) if body[:1] == "(" else _DETERMINED.match(body) if body[:2] == "[2" else None
+    first = body[:2]
+    m = (_RAY.match(body) if first[:1] == "(" else _DETERMINED.match(body) if first == "[2"
+         else _KUBECTL.match(body) if first == "[p" else None)
     if m:
         taken.take("runner", m.group(0), runner=m.group(0).rstrip())
         return m.end()
@@ -449,12 +468,35 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+_FILE_MAX = 2300  # characters a grep's file name (16 directories and a name) can take
+_LOG_NAMES = (".log", ".out", ".err", ".txt")
+
+
+def _names_a_log(head: str) -> bool:
+    """A cheap guard before _GREP_FILE: the head of a line holds a log's extension."""
+    return any(ext in head for ext in _LOG_NAMES)
+
+
+def _grep_file(body: str, taken: _Taken) -> int:
+    """A grep's `FILE:` (or a context line's `FILE-`, with -n its line number) at the very
+    start of a line: the outermost prefix, before any the file's own lines carry."""
+    if not body[:1].isascii() or body[:1] in " \t[(" or not _names_a_log(body[:_FILE_MAX]):
+        return 0
+    m = _GREP_FILE.match(body)
+    if m is None:
+        return 0
+    taken.take("file", m.group(0), file=m.group(1))
+    return m.end()
+
+
 def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
          logged: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
-    each kind once; a glog prefix is the last before the message. `logged`: the text is
-    logged through a Python logging prefix (`logger_prefixed`), taken off stamps or not."""
+    each kind once; a glog prefix is the last before the message; a grep's file name
+    first of all. `logged`: the text is logged through a Python logging prefix
+    (`logger_prefixed`), taken off stamps or not."""
     taken = _Taken()
+    body = body[_grep_file(body, taken):]
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
@@ -524,9 +566,15 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
+    following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
-        yield from read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                             logged=logged)
+        lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
+                          logged=logged)
+        if lines[0].noise == "file-header":
+            following = lines[0].file
+        elif following:
+            lines = [line if line.file else msgspec.structs.replace(line, file=following) for line in lines]
+        yield from lines
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
@@ -576,10 +624,22 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
                     **taken.fields)  # type: ignore[arg-type]
         if "runner" in taken.kinds:
             line = without_ray_repeat(line)  # Ray's dedup suffix comes with its `(pid=N)` prefix
-        if not taken.parts and is_prompt(unindented(rest)):  # also `    $ cat x | grep y`, indented with the paste
-            line = msgspec.structs.replace(line, noise="prompt")
+        if not taken.parts:
+            line = _noise(line, unindented(rest))
         out.append(line)
     return out
+
+
+def _noise(line: Line, text: str) -> Line:
+    """`line` marked as no tool's output where it is a shell prompt (also `    $ cat x |
+    grep y`, indented with the paste) or the header tail prints before each file."""
+    if is_prompt(text):
+        return msgspec.structs.replace(line, noise="prompt")
+    if text[:4] == "==> ":
+        m = _TAIL_HEADER.match(text)
+        if m:
+            return msgspec.structs.replace(line, noise="file-header", file=m.group(1))
+    return line
 
 
 def mended_lines(text: str) -> list[str]:

@@ -10,6 +10,8 @@ transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
   CALL msg`. From 2.26 an optional strftime timestamp comes first, by default on WARN
   lines only and shaped `[%F %T] ` (`[2026-04-28 14:14:48] `, `%Xf` adds a fraction);
   another NCCL_DEBUG_TIMESTAMP_FORMAT is not read as a time (the line still parses).
+* a site's own prefix, source and host bracketed (`[0604/1024][2025-02-16 22:31:34,422]
+  [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN ...`): host, pid, source, stamp.
 * the prefix cut after the host (`[0] NCCL INFO ...`, `[0] misc/socket.cc:71 NCCL WARN
   ...`): read as a bare line (no process named), its device and source kept.
 * a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
@@ -317,6 +319,9 @@ _MASKED_HOST_TOKEN = re.compile(
     r"([^\s:]{1,255}):(?:X{2,12}|\*{2,12}|<pid>)(?::(?:\d{1,10}|X{2,12}|\*{2,12}|<tid>))?", re.ASCII)
 _DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
 _SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
+# a site's own prefix: `[misc/socket.cc:586] [s12gn3064:pid=3942408]` (source, then host and pid)
+_BRACKET_SRC = re.compile(r"\[([^\s:\[\]]{1,512}:\d{1,9})\]", re.ASCII)
+_BRACKET_HOST = re.compile(r"\[([^\s:\[\]]{1,255}):pid=(\d{1,10})\]", re.ASCII)
 _USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
 _STAMP = re.compile(
     r"\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
@@ -356,7 +361,7 @@ def split_read_line(read: Line) -> NcclPrefix | None:
             tokens.pop()
     who = _host_token(tokens[-1]) if tokens else None
     if who is None:
-        return _hostless(read, tokens, level, message, dev, src)
+        return _bracketed(read, tokens, level, message) or _hostless(read, tokens, level, message, dev, src)
     tokens.pop()
     host, pid, tid, glued = who
     before, stamp, time = _stamped(" ".join(tokens))
@@ -375,6 +380,25 @@ def _stamped(before: str) -> tuple[str, str, float | None]:
     if t is None:
         return before, "", None
     return before[: -len(t.group(0))].rstrip(), t.group(0)[1:-1], iso_time(t)
+
+
+def _bracketed(read: Line, tokens: list[str], level: str, message: str) -> NcclPrefix | None:
+    """A site's own NCCL prefix with the host and the source in brackets, the host last
+    (`[0604/1024][2025-02-16 22:31:34,422] [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL
+    WARN ...`): the host, its pid (no tid), the source and the stamp; what precedes them
+    is the label."""
+    m = _BRACKET_HOST.fullmatch(tokens[-1]) if tokens and tokens[-1][:1] == "[" else None
+    if m is None:
+        return None
+    tokens = tokens[:-1]
+    src = _BRACKET_SRC.fullmatch(tokens[-1]) if tokens else None
+    if src is not None:
+        tokens.pop()
+    before, stamp, time = _stamped(" ".join(tokens))
+    label = " ".join(x for x in (read.labels.strip(), before) if x)[-64:]
+    return NcclPrefix(host=m.group(1), pid=int(m.group(2)), tid=0, level=cast(Level, level),
+                      message=message[:_MSG_MAX].rstrip(), src=src.group(1) if src else "", time=time, stamp=stamp,
+                      label=label, launcher_rank=read.task if read.task is not None else read.rank)
 
 
 def _hostless(read: Line, tokens: list[str], level: str, message: str, dev: int | None,

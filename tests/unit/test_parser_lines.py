@@ -292,6 +292,11 @@ SHAPES = {
     "labels, colours and crlf": lambda t: _each_line(t, lambda i, x: f"\x1b[32m{i % 16}: {x}\x1b[0m\r"),
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
     "markdown reply quoted again, labelled": lambda t: _each_line(t, lambda i, x: f"> > [1,{i % 16}]<stdout>:{x}"),
+    # a grep over two nodes' output files (the `FILE:` field/issues-3's grep-r file shows),
+    # each line also srun-labelled; kubectl logs --prefix; tail -f's header before each file
+    "grep over files, labelled": lambda t: _each_line(t, lambda i, x: f"out/slurm-{i % 2}.out:{i % 16}: {x}"),
+    "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/nccl-worker-{i % 2}/nccl] {x}"),
+    "tail headers": lambda t: "==> slurm-7.out <==\n" + t.replace("\n#  Rank  1", "\n\n==> b.log <==\n#  Rank  1", 1),
 }
 
 
@@ -350,6 +355,9 @@ TORCH_SHAPES = {
     "prompt first": lambda t: "[user@gpu01 ~]$ srun -l torchrun --nproc_per_node 8 train.py\n" + t,
     "tabs": lambda t: t.replace("    ", "\t"),
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    # a grep -r over per-rank files (the shape field/issues-3's grep-r file shows), kubectl --prefix
+    "grep over rank files": lambda t: _each_line(t, lambda i, x: f"logs/rank_{i % 8}.log:{x}"),
+    "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/trainer-{i % 2}/pytorch] {x}"),
 }
 
 
@@ -381,6 +389,11 @@ NCCL_LOG_SHAPES = {
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
     "ray worker and srun label": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid=7) 3: {x}" if x else x),
     "prompt first": lambda t: "$ NCCL_DEBUG=INFO srun -l python train.py\n" + t,
+    # grep -rn over per-rank files (match lines `FILE:N:`, context lines `FILE-N-`), and a
+    # tail of two files, each after its `==> FILE <==` header
+    "grep -n with context": lambda t: _each_line(
+        t, lambda i, x: f"logs/nccl_{i % 4}.log{':' if i % 3 else '-'}{i + 1}{':' if i % 3 else '-'}{x}" if x else x),
+    "tail headers": lambda t: "==> logs/a.log <==\n" + t + "\n\n==> logs/b.log <==\n",
 }
 
 

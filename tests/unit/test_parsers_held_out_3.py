@@ -16,6 +16,7 @@ import re
 
 from support import CORPUS, FIXTURES
 
+from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.nccl_log import parse_nccl_log
 
 FIELD = FIXTURES / "field"
@@ -55,3 +56,32 @@ def test_a_bracket_in_a_sentence_before_nccl_is_no_hostless_prefix():
     line = DEVICE_ONLY.read_text().splitlines()[1]  # `[0] NCCL INFO misc/socket.cc:80 -> 6`
     log = parse_nccl_log(f"NCCL version 2.21.5+cuda12.4\nsee {line}\n")
     assert log.nccl_lines == 0 and log.unrecognized.count == 1
+
+
+GREP_R = FIELD / "issues-3" / "nccl-log" / "grep-r-rank-files-custom-prefix-poll-no-pollout.txt"
+
+
+def test_a_grep_over_rank_files_names_each_file_and_the_sites_prefix_reads():
+    # field/issues-3/nccl-log/grep-r-rank-files-custom-prefix-poll-no-pollout.txt: `FILE:` then
+    # `[0604/1024][2025-02-16 22:31:34,422] [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN`
+    text = GREP_R.read_text()
+    first = next(read_lines(text))
+    assert first.file == "rank_604.s12gn3064.4031852.log" and first.text.startswith("[0604/1024][2025-02-16 ")
+    log = parse_nccl_log(text)
+    assert [(w.kind, w.host, w.pid, w.src, w.stamp) for w in log.warns] == [
+        ("socket", "s12gn3064", 3942408, "misc/socket.cc:586", "2025-02-16 22:31:34,422"),
+        ("socket", "s12gn3064", 3942411, "misc/socket.cc:586", "2025-02-16 22:31:34,418")]
+    assert all("no POLLOUT events" in w.text for w in log.warns)
+    assert log.first_warn_by_time.pid == 3942411  # the stamps say which came first
+    # the same lines without the file names read the same
+    bare = parse_nccl_log(re.sub(r"^\S+?\.log:", "", text, flags=re.MULTILINE))
+    assert [(w.host, w.pid, w.text) for w in bare.warns] == [(w.host, w.pid, w.text) for w in log.warns]
+
+
+def test_a_file_name_is_taken_only_where_it_names_a_log():
+    # a host:pid:tid, a Python warning's `file.py:12:` and a clock are no grep file names
+    line = SOCKET_CHAIN.read_text().splitlines()[0]
+    assert next(read_lines(line)).file == ""
+    assert next(read_lines("/usr/lib/python3/torch/x.py:12: UserWarning: y")).file == ""
+    assert next(read_lines("logs/run.out-12-  next")).file == "logs/run.out"
+    assert next(read_lines("==> logs/rank_1.log <==\n")).noise == "file-header"
