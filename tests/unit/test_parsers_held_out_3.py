@@ -18,6 +18,7 @@ from support import CORPUS, FIXTURES
 
 from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.perftest import PerftestFailureKind, is_hca_failure, parse_perftest
 
 FIELD = FIXTURES / "field"
 DEVICE_ONLY = FIELD / "issues-3" / "nccl-log" / "device-only-prefix-bootstrap-closed-by-peer-chain.txt"
@@ -85,3 +86,52 @@ def test_a_file_name_is_taken_only_where_it_names_a_log():
     assert next(read_lines("/usr/lib/python3/torch/x.py:12: UserWarning: y")).file == ""
     assert next(read_lines("logs/run.out-12-  next")).file == "logs/run.out"
     assert next(read_lines("==> logs/rank_1.log <==\n")).noise == "file-header"
+
+
+CM_REJECTED = FIELD / "issues-3" / "ib_write_bw" / "rdma-cm-event-rejected-111-errno-lines.txt"
+GPUDIRECT_MR = FIELD / "issues" / "ib_write_bw" / "gpudirect-use-cuda-a30-vgpu-mr-bad-address-segfault.txt"
+
+
+def test_an_rdma_cm_event_error_names_the_event_and_its_status():
+    # field/issues-3/ib_write_bw/rdma-cm-event-rejected-111-errno-lines.txt: -R with 1026 QPs,
+    # the peer refused the connection
+    run = parse_perftest(CM_REJECTED.read_text())
+    first = run.first_failure
+    assert first.kind == PerftestFailureKind.RDMA_CM and "RDMA_CM_EVENT_REJECTED" in first.message
+    assert (first.cm_event, first.cm_status, first.cm_status_text) == (
+        "RDMA_CM_EVENT_REJECTED", -111, "Connection refused")
+    assert first.errno_text == "No such file or directory"  # the ERRNO after the blank line is its
+    # the event loop's own errors after it are rdma_cm failures too, never "other"
+    assert [f.kind for f in run.failures] == [PerftestFailureKind.RDMA_CM] * 3
+    assert not any(is_hca_failure(f, use_cuda=False) for f in run.failures)  # the peer refused: no HCA fault
+
+
+def test_every_rdma_cm_error_event_perftest_handles_is_read():
+    # the real file with the event line changed to each event rdma_cm_events_dispatcher()
+    # sends to its error handler (src/perftest_communication.c), and an IB peer's reject reason
+    text = CM_REJECTED.read_text()
+    cases = {("RDMA_CM_EVENT_ADDR_ERROR", -110): "Connection timed out",
+             ("RDMA_CM_EVENT_ROUTE_ERROR", -22): "Invalid argument",
+             ("RDMA_CM_EVENT_CONNECT_ERROR", -104): "Connection reset by peer",
+             ("RDMA_CM_EVENT_UNREACHABLE", -113): "No route to host",
+             ("RDMA_CM_EVENT_REJECTED", 28): "reject reason 28: consumer defined (the peer's program rejected it)",
+             ("RDMA_CM_EVENT_REJECTED", 77): "reject reason 77",
+             ("RDMA_CM_EVENT_UNREACHABLE", -7): None}
+    for (event, status), meaning in cases.items():
+        changed = text.replace("RDMA_CM_EVENT_REJECTED; error: -111.", f"{event}; error: {status}.")
+        f = parse_perftest(changed).first_failure
+        assert (f.cm_event, f.cm_status, f.cm_status_text) == (event, status, meaning), event
+    # the event line alone (a paste that began after the handler's first line) is a failure of its own
+    alone = parse_perftest(text.split("\n", 2)[2]).first_failure
+    assert (alone.kind, alone.cm_event) == (PerftestFailureKind.RDMA_CM, "RDMA_CM_EVENT_REJECTED")
+
+
+def test_the_rdma_cm_setup_errors_are_rdma_cm_failures():
+    # field/issues/ib_write_bw/gpudirect-...-segfault.txt (tuning): after the MR failure, the
+    # RDMA CM setup and event loop give up; each of those lines is an rdma_cm failure now
+    run = parse_perftest(GPUDIRECT_MR.read_text())
+    kinds = [(f.kind, f.message) for f in run.failures]
+    assert kinds[0] == (PerftestFailureKind.ALLOCATE_MR, "Couldn't allocate MR")
+    assert (PerftestFailureKind.RDMA_CM, "Failed to initialize RDMA contexts.") in kinds
+    assert (PerftestFailureKind.RDMA_CM, "Failed to handle RDMA CM event.") in kinds
+    assert not any(f.kind == PerftestFailureKind.OTHER for f in run.failures)
