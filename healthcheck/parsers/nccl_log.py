@@ -180,6 +180,7 @@ class NcclComm(msgspec.Struct, frozen=True, omit_defaults=True):
     nnodes: int | None = None
     local_ranks: int | None = None
     local_rank: int | None = None
+    mnnvl: int | None = None  # `MNNVL 0|1` (>= 2.23): the communicator spans a multi-node NVLink domain
     init_start_line: int | None = None
     init_complete_line: int | None = None
     init_total_s: float | None = None  # `Init timings` (>= 2.22)
@@ -231,6 +232,13 @@ class NcclWarn(msgspec.Struct, frozen=True, omit_defaults=True):
     vendor_err: int | None = None
     request: str = ""  # ib-completion: Send, Recv, Flush
     call: str = ""  # ibverbs: "ibv_create_qp"
+    # ibverbs (>= 2.27's ibv_modify_qp): the QP's state and the one asked for, the GID index
+    # and both GIDs (RoCE: IPv4-mapped `::ffff:10.0.0.1` or IPv6), as printed
+    qp_state: str = ""
+    next_qp_state: str = ""
+    gid_index: int | None = None
+    local_gid: str = ""
+    remote_gid: str = ""
     error: str = ""  # ibverbs/socket/cuda: "Network is unreachable", "out of memory"
     code: int | None = None  # cuda: the driver error number (>= 2.20)
 
@@ -486,7 +494,8 @@ _COMM = re.compile(
 )
 _PHASE = re.compile(r"-\s{0,4}(?P<what>[A-Z][a-z]{1,15}) (?P<phase>START|COMPLETE)\s*$")
 _COMM_FIELDS = {"cudaDev": "cuda_dev", "nvmlDev": "nvml_dev", "busId": "bus_id", "commId": "comm_id",
-                "parent": "parent", "nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank"}
+                "parent": "parent", "nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank",
+                "MNNVL": "mnnvl"}
 _TIMINGS = re.compile(
     r"Init timings(?: - [A-Za-z]{1,40})?: rank (?P<rank>-?\d{1,9}) nranks (?P<nranks>\d{1,9}) "
     r"total (?P<total>\d{1,9}(?:\.\d{1,9})?)(?: \((?P<parts>[^)]{0,512})\))?"
@@ -523,6 +532,14 @@ _VENDOR = re.compile(r"vendor err (\d{1,9})(?: \((\w{1,16})\))?")
 _HCA = re.compile(r" hca (\S{1,64})")
 # `failed with error E`; >= 2.27 `failed with 110 Connection timed out, on dev mlx5_0:1, curr state ...`
 _VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with (?:error )?([^,]{1,200}))?")
+# 2.27's ibv_modify_qp detail: `, on dev mlx_x:1, curr state INIT, next state RTR, local GID
+# index 3, local GID ::ffff:xxx.xx.xx.xx, remote GID ::ffff:xxx.xx.xxx.xx`
+_VERBS_DEV = re.compile(
+    r", on dev (?P<hca>[^\s,:]{1,64})(?::\d{1,4})?, curr state (?P<qp_state>[A-Z]{2,8}),"
+    r" next state (?P<next>[A-Z]{2,8})"
+    r"(?:, local GID index (?P<gid_index>\d{1,5}))?(?:, local GID (?P<local>[^\s,]{1,64}))?"
+    r"(?:, remote GID (?P<remote>[^\s,]{1,64}))?"
+)
 _CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
 # ncclSocketToString: "10.0.0.1<42830>", "host<51159>"; after "peer", "from", "to" (not "Call to recv")
 _PEER = re.compile(r"(?:peer|from|to) (\S{0,256}<\d{1,5}>)")
@@ -594,7 +611,7 @@ class _Comm:
             cuda_dev=_opt_int(f.get("cuda_dev")), nvml_dev=_opt_int(f.get("nvml_dev")),
             bus_id=str(f.get("bus_id", "")), parent=str(f.get("parent", "")),
             nnodes=_opt_int(f.get("nnodes")), local_ranks=_opt_int(f.get("local_ranks")),
-            local_rank=_opt_int(f.get("local_rank")),
+            local_rank=_opt_int(f.get("local_rank")), mnnvl=_opt_int(f.get("mnnvl")),
             init_start_line=self.init_start_line, init_complete_line=self.init_complete_line,
             init_total_s=self.init_total_s, init_timings=self.init_timings,
             rings_connected=self.rings, trees_connected=self.trees,
@@ -1120,6 +1137,16 @@ def _warn(kind: WarnKind, p: NcclPrefix, number: int, text: str, **fields: Any) 
                     time=p.time, stamp=p.stamp, **fields)
 
 
+def _verbs_detail(rest: str) -> dict[str, Any]:
+    """A verbs WARN's device, QP states and GIDs after its error (`_VERBS_DEV`); {} without."""
+    m = _VERBS_DEV.match(rest) if rest.startswith(", on dev ") else None
+    if m is None:
+        return {}
+    return {"hca": m.group("hca"), "qp_state": m.group("qp_state"), "next_qp_state": m.group("next"),
+            "gid_index": _int(m.group("gid_index") or ""), "local_gid": m.group("local") or "",
+            "remote_gid": m.group("remote") or ""}
+
+
 def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
     msg = p.message
     m = _IB_COMPLETION.search(msg[:200])
@@ -1137,7 +1164,8 @@ def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
     if "Call to " in msg[:40]:
         v = _VERBS.search(msg[:400])
         if v and (v.group(1).startswith("ibv_") or "ibvwrap" in p.src):
-            return _warn("ibverbs", p, number, text, call=v.group(1), error=(v.group(2) or "").strip())
+            return _warn("ibverbs", p, number, text, call=v.group(1), error=(v.group(2) or "").strip(),
+                         **_verbs_detail(msg[v.end():v.end() + 400]))
     if "Cuda failure" in msg[:80] or "CUDA calloc" in msg[:80]:
         c = _CUDA.search(msg[:400])
         return _warn("cuda", p, number, text, error=c.group("err") if c else "",
