@@ -44,7 +44,17 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, pasted_lines, recorded, recording_now
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    is_prompt,
+    pasted_lines,
+    recorded,
+    recording_now,
+    unindented,
+)
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -187,6 +197,9 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     cuda_device_name: str | None = None  # "NVIDIA A30-8C"
     cuda_pci: str | None = None  # "02:00"
     cut_row: PerftestCutRow | None = None  # the text ends inside a row: its size, no bandwidth
+    # lines no handler read and that held no error (a driver's warning, another command's
+    # output): counted, the first few kept as evidence; a prompt, a blank or `...` is none
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
     @property
     def ok(self) -> bool:
@@ -446,6 +459,8 @@ def parse_perftest(text: str) -> PerftestRun:
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         name = p.line(raw[:MAX_LINE])
+        if name is None and raw.strip():
+            p.unread(number, raw[:MAX_LINE])
         if explaining and raw.strip():  # `hc parse --explain`: which of _LINE_HANDLERS read it
             recorded(Line(number=number, raw=raw[:MAX_LINE], text=raw[:MAX_LINE]), name)
     return p.result(text)
@@ -480,6 +495,12 @@ class _Parser:
         self.cut_row: PerftestCutRow | None = None  # a row cut short, while no line has come after it
         self.cuda_device: int | None = None
         self.cuda_name: str | None = None
+        self.unrecognized = UnrecognizedLines()
+
+    def unread(self, number: int, text: str) -> None:
+        """A line no handler read: counted, unless it is a shell prompt (the paste's, no tool's)."""
+        noise = "prompt" if is_prompt(unindented(text)) else ""
+        self.unrecognized.note(Line(number=number, raw=text, text=text, noise=noise))
 
     # ------------------------------------------------------------- one line
 
@@ -491,15 +512,13 @@ class _Parser:
         stripped = cut.strip()
         if not stripped:
             return None
-        if stripped.startswith("---"):
+        if stripped.startswith("---") or not stripped.strip("*"):  # the table's rule, the waiting box's
             return "border"
         self.cut_row = None  # a line after it: the short row was no cut at the text's end
         for name, handler in _LINE_HANDLERS:  # the first that reads the line takes it
             if handler(self, cut, stripped):
                 return name
-        before = len(self.failures)
-        self._failures(cut, stripped)
-        if len(self.failures) > before:
+        if self._failures(cut, stripped):
             return "failure"
         return "cpu-warning" if cut != line else None  # a warning cut out of a line no handler read
 
@@ -705,7 +724,9 @@ class _Parser:
             if value and key not in self.fields:
                 self.fields[key] = value
 
-    def _failures(self, line: str, stripped: str) -> None:
+    def _failures(self, line: str, stripped: str) -> bool:
+        """The errors in a line, each a failure (a completion's `Failed status` detail folded
+        into the one before it); True when the line held one."""
         hits: list[tuple[int, int, str, PerftestFailureKind | None, re.Match[str] | None]] = []
         for word, rules in _BY_WORD.items():
             at = line.find(word)
@@ -727,7 +748,8 @@ class _Parser:
         if not found:
             if _ERRORISH.match(line):
                 self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200)})
-            return
+                return True
+            return False
         for literal, kind, detail in found:
             if kind is None:  # "Failed status ...": the detail of the completion error before it
                 self._completion_status(detail)  # type: ignore[arg-type]
@@ -735,6 +757,7 @@ class _Parser:
             # the line as printed when it holds this error alone; the error's own part when more
             message = clip(stripped, 200) if len(found) == 1 else detail.group(0).strip() if detail else literal
             self.failures.append(self._failure(kind, message, detail))
+        return True
 
     def _failure(self, kind: PerftestFailureKind, message: str, m: re.Match[str] | None) -> dict:
         f: dict = {"kind": kind, "message": message}
@@ -829,6 +852,7 @@ class _Parser:
             cuda_device=self.cuda_device,
             cuda_device_name=self.cuda_name,
             cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
+            unrecognized=self.unrecognized.frozen_or_nothing(),
         )
 
 
