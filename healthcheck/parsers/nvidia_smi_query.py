@@ -36,6 +36,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
     throttle_names,
 )
+from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.nvidia_smi import (
     assign_indexes,
     clean_value,
@@ -301,8 +302,10 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
     init_error: str | None = None
     no_devices = False
     csv_lines: list[str] = []
-    for raw in text.splitlines():
-        line = raw.replace("\x00", "")
+    for read in read_lines(text.replace("\x00", ""), stamps=False):
+        if read.noise:
+            continue  # a shell prompt before the output: the paste's, no GPU's
+        line = read.text
         gone = lost_gpu_from_line(line)
         failure = failure_from_line(line) if gone is None else None
         if gone is not None:

@@ -587,3 +587,24 @@ def test_diagnose_indexes_a_lines_time_by_the_rank_the_layers_labels_name():
     index = _stamps(text, 2026)
     assert sorted(index.by_rank) == [2, 3, 5, 11] and len(index.stamps) == 5
     assert labels_of("0: [default2]:x").global_rank is None  # a node's label, then torchrun's local rank
+
+
+QUERY_GPU = CORPUS / "nvidia-smi-query-gpu" / "h100-590-all-fields-idle.txt"
+QUERY_SHAPES = {
+    "prompt first": lambda t: "user@gpu01:~$ nvidia-smi --query-gpu=index,pci.bus_id --format=csv\n" + t,
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;32m{x}\x1b[0m" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "srun label": lambda t: _each_line(t, lambda i, x: f"0: {x}" if x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(QUERY_SHAPES))
+def test_nvidia_smi_query_gpu_reads_the_same_facts_through_every_shape(shape):
+    # a real all-fields capture put through each shape (was: refused "no CSV header line")
+    from healthcheck.parsers.nvidia_smi_query import parse_nvidia_smi_query
+
+    clean = parse_nvidia_smi_query(QUERY_GPU.read_text())
+    assert clean.gpus and clean.driver_version
+    assert parse_nvidia_smi_query(QUERY_SHAPES[shape](QUERY_GPU.read_text())) == clean
