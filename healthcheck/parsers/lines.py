@@ -233,13 +233,19 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each `unpasted`, and without a Python logging
-    prefix where most lines carry one (`logger_prefixed`): the GPU and perftest parsers'
-    reading."""
-    lines = text.splitlines()
+    """`text`'s lines (str.splitlines), each without colour codes and a grep's `FILE:`,
+    `unpasted`, and without a Python logging prefix where most lines carry one
+    (`logger_prefixed`): the GPU and perftest parsers' reading."""
+    lines = [without_grep_file(strip_ansi(line)) for line in text.splitlines()]
     if logger_prefixed(lines):
         lines = [drop_logger(line) for line in lines]
     return [unpasted(line) for line in lines]
+
+
+def without_grep_file(line: str) -> str:
+    """`line` without a grep's `FILE:` before it (`_grep_file`: FILE named as a log)."""
+    taken = _Taken()
+    return line[_grep_file(line, taken):]
 
 
 # markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 from support import CORPUS, FIXTURES, best_time
 
@@ -608,3 +609,32 @@ def test_nvidia_smi_query_gpu_reads_the_same_facts_through_every_shape(shape):
     clean = parse_nvidia_smi_query(QUERY_GPU.read_text())
     assert clean.gpus and clean.driver_version
     assert parse_nvidia_smi_query(QUERY_SHAPES[shape](QUERY_GPU.read_text())) == clean
+
+
+PASTED = {  # tools read through `pasted_lines`, each with a real capture
+    "nvidia-smi": CORPUS / "nvidia-smi" / "h100-8gpu-550.90.07.txt",
+    "nvidia-smi-q": CORPUS / "nvidia-smi-q" / "h100-1gpu-driver-590.48.01-load.txt",
+    "nvidia-smi-topo": CORPUS / "nvidia-smi-topo" / "a100-8gpu-nv12.txt",
+    "nvidia-smi-nvlink": CORPUS / "nvidia-smi-nvlink" / "a100-8gpu-nvlink-status.txt",
+    "ib_write_bw": CORPUS / "ib_write_bw" / "client-bidir-4qp-all-sizes-ainic-800g.txt",
+}
+PASTED_SHAPES = {
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m" if x else x),
+    # a grep over two nodes' captures (the `FILE:` field/issues-3's grep-r file shows)
+    "grep over files": lambda t: _each_line(t, lambda i, x: f"captures/gpu0{i % 2}.txt:{x}"),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(PASTED))
+@pytest.mark.parametrize("shape", sorted(PASTED_SHAPES))
+def test_pasted_tools_read_the_same_facts_in_colour_and_behind_a_grep(shape, tool):
+    # was: refused (the table, the tree, topo, nvlink) or the banner lost (perftest)
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    text = PASTED[tool].read_text()
+    clean = msgspec.to_builtins(parse(text))
+    shaped = msgspec.to_builtins(parse(PASTED_SHAPES[shape](text)))
+    for facts in (clean, shaped):
+        facts.pop("unrecognized", None)
+    assert shaped == clean
