@@ -236,16 +236,38 @@ def pasted_lines(text: str) -> list[str]:
     """`text`'s lines (str.splitlines), each without colour codes and a grep's `FILE:`,
     `unpasted`, and without a Python logging prefix where most lines carry one
     (`logger_prefixed`): the GPU and perftest parsers' reading."""
-    lines = [without_grep_file(strip_ansi(line)) for line in text.splitlines()]
+    lines = [without_grep_file(strip_ansi(line), numbered=True) for line in text.splitlines()]
+    for label in (SRUN_LABEL, _KUBECTL):
+        lines = one_source_unlabelled(lines, label)
     if logger_prefixed(lines):
         lines = [drop_logger(line) for line in lines]
     return [unpasted(line) for line in lines]
 
 
-def without_grep_file(line: str) -> str:
-    """`line` without a grep's `FILE:` before it (`_grep_file`: FILE named as a log)."""
-    taken = _Taken()
-    return line[_grep_file(line, taken):]
+def without_grep_file(line: str, *, numbered: bool = False) -> str:
+    """`line` without a grep's `FILE:` before it (`_grep_file`: FILE named as a log).
+    `numbered`: grep -n's line number after it is taken too wherever it is followed by
+    the same separator (`FILE:12:` / `FILE-12-`), also before a blank (a table's or a
+    tree's indent: no srun label is read on those tools' lines)."""
+    return line[_grep_file(line, _Taken(), numbered):]
+
+
+def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]:
+    """`lines` without `label` (srun's `N: `, kubectl's `[pod/NAME/C] `) where every non-blank
+    line of the first QUOTED_SAMPLE carries the same one: one task's or one pod's output,
+    whose lines are the tool's in order. Several tasks' lines interleaved are left as they
+    are (a table or a tree of two nodes mixed line by line is no one's)."""
+    seen = ""
+    for line in lines[:QUOTED_SAMPLE]:
+        if not line.strip():
+            continue
+        m = label.match(line)
+        if m is None or (seen and m.group(0) != seen):
+            return lines
+        seen = m.group(0)
+    if not seen:
+        return lines
+    return [line[len(seen):] if line.startswith(seen) else line for line in lines]
 
 
 # markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number
@@ -304,6 +326,7 @@ _GREP_FILE = re.compile(
     r"(?:[:\-]\d{1,9}(?=[:\-]\S))?[:\-]",
     re.ASCII,
 )
+_GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's name
 # tail's (and head's) header before each file's lines when given several: `==> FILE <==`
 _TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
@@ -483,16 +506,23 @@ def _names_a_log(head: str) -> bool:
     return any(ext in head for ext in _LOG_NAMES)
 
 
-def _grep_file(body: str, taken: _Taken) -> int:
+def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
     """A grep's `FILE:` (or a context line's `FILE-`, with -n its line number) at the very
-    start of a line: the outermost prefix, before any the file's own lines carry."""
+    start of a line: the outermost prefix, before any the file's own lines carry.
+    grep -n's number before a blank (`FILE:12: text`) reads as srun's `12: ` label unless
+    `numbered` (a text no srun label is read on): then it is grep's."""
     if not body[:1].isascii() or body[:1] in " \t[(" or not _names_a_log(body[:_FILE_MAX]):
         return 0
     m = _GREP_FILE.match(body)
     if m is None:
         return 0
-    taken.take("file", m.group(0), file=m.group(1))
-    return m.end()
+    end = m.end()
+    if numbered:
+        number = _GREP_NUMBER.match(body, end)
+        if number and body[number.end():number.end() + 1] == body[end - 1]:
+            end = number.end() + 1
+    taken.take("file", body[:end], file=m.group(1))
+    return end
 
 
 def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
@@ -502,7 +532,7 @@ def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True
     first of all. `logged`: the text is logged through a Python logging prefix
     (`logger_prefixed`), taken off stamps or not."""
     taken = _Taken()
-    body = body[_grep_file(body, taken):]
+    body = body[_grep_file(body, taken, numbered=not srun):]
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
@@ -648,11 +678,18 @@ def _noise(line: Line, text: str) -> Line:
     return line
 
 
-def mended_lines(text: str) -> list[str]:
+def mended_lines(text: str, *, one_task: bool = True) -> list[str]:
     """A tool's lines mended (line ends, colours, a quoted paste or reply), its prompt lines
-    left out and no stamp or srun label taken: for the table and tree parsers, whose first
-    column may look like either (a node name `12: `, a sinfo timestamp)."""
-    return [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
+    left out and no stamp or srun label taken from a single line: for the table and tree
+    parsers, whose first column may look like either (a node name `12: `, a sinfo
+    timestamp). With `one_task`, srun's `N: ` (or kubectl's `[pod/..] `) is taken off
+    where every line carries the same one (`one_source_unlabelled`: one task's output);
+    `ip link`, whose own lines start `2: eth0:`, reads without."""
+    lines = [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
+    if one_task:
+        for label in (SRUN_LABEL, _KUBECTL):
+            lines = one_source_unlabelled(lines, label)
+    return lines
 
 
 # ---------------------------------------------------------------- what no handler read

@@ -620,8 +620,18 @@ PASTED = {  # tools read through `pasted_lines`, each with a real capture
 }
 PASTED_SHAPES = {
     "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m" if x else x),
-    # a grep over two nodes' captures (the `FILE:` field/issues-3's grep-r file shows)
+    # a grep over two nodes' captures (the `FILE:` field/issues-3's grep-r file shows), and
+    # grep -n's match and context lines (`FILE:N:`, `FILE-N-`)
     "grep over files": lambda t: _each_line(t, lambda i, x: f"captures/gpu0{i % 2}.txt:{x}"),
+    "grep -n with context": lambda t: _each_line(
+        t, lambda i, x: f"node1.log{':' if i % 3 else '-'}{i + 1}{':' if i % 3 else '-'}{x}"),
+    # one task's output under srun -l (`srun -N1 -l nvidia-smi`), one pod's under kubectl --prefix
+    "srun label, one task": lambda t: _each_line(t, lambda i, x: f" 3: {x}" if x.strip() else x),
+    "kubectl prefix, one pod": lambda t: _each_line(t, lambda i, x: f"[pod/gpu-check-x7/main] {x}"),
+}
+MENDED = {  # tools read through `mended_lines`, each with a real capture
+    "ibstat": CORPUS / "ibstat" / "h100-ib-some-down-disabled.txt",
+    "perfquery": CORPUS / "perfquery" / "switch-port-xmitdiscards-linkdowned.txt",
 }
 
 
@@ -638,3 +648,27 @@ def test_pasted_tools_read_the_same_facts_in_colour_and_behind_a_grep(shape, too
     for facts in (clean, shaped):
         facts.pop("unrecognized", None)
     assert shaped == clean
+
+
+@pytest.mark.parametrize("tool", sorted(MENDED))
+@pytest.mark.parametrize("shape", sorted(PASTED_SHAPES))
+def test_mended_tools_read_the_same_facts_through_a_grep_one_task_or_one_pod(shape, tool):
+    # was: refused (srun's label, kubectl's prefix) or a grep -n number left on the line
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    text = MENDED[tool].read_text()
+    assert msgspec.to_builtins(parse(PASTED_SHAPES[shape](text))) == msgspec.to_builtins(parse(text))
+
+
+def test_a_label_is_taken_off_a_table_only_where_one_task_printed_it_all():
+    from healthcheck.core.launcher_labels import SRUN_LABEL
+    from healthcheck.parsers.lines import one_source_unlabelled
+
+    rows = PASTED["nvidia-smi"].read_text().splitlines()
+    one = [f"0: {x}" for x in rows]
+    assert one_source_unlabelled(one, SRUN_LABEL) == rows
+    two = [f"{i % 2}: {x}" for i, x in enumerate(rows)]  # two nodes' tables interleaved: no one's
+    assert one_source_unlabelled(two, SRUN_LABEL) == two
+    partly = ["0: " + rows[0], *rows[1:]]  # one labelled line: a label of the text's own
+    assert one_source_unlabelled(partly, SRUN_LABEL) == partly
