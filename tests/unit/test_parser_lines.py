@@ -359,6 +359,7 @@ TORCH_SHAPES = {
     # a grep -r over per-rank files (the shape field/issues-3's grep-r file shows), kubectl --prefix
     "grep over rank files": lambda t: _each_line(t, lambda i, x: f"logs/rank_{i % 8}.log:{x}"),
     "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/trainer-{i % 2}/pytorch] {x}"),
+    "tail headers": lambda t: "==> logs/rank0.log <==\n" + t + "\n==> logs/rank1.log <==\n",
 }
 
 
