@@ -1051,6 +1051,8 @@ _ELISION = frozenset(".…")
 
 def is_elision(text: str) -> bool:
     """A line that is only an elision mark (`...`, `…`) where whoever pasted the output
-    cut some of it: no tool's line, and no line to count as unread."""
+    cut some of it, also bracketed (`[...]`): no tool's line, and no line to count as unread."""
     body = text.strip()
+    if body[:1] in "[(" and body[-1:] in "])":
+        body = body[1:-1].strip()
     return bool(body) and set(body) <= _ELISION
