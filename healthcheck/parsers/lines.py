@@ -249,7 +249,7 @@ def without_grep_file(line: str, *, numbered: bool = False) -> str:
     `numbered`: grep -n's line number after it is taken too wherever it is followed by
     the same separator (`FILE:12:` / `FILE-12-`), also before a blank (a table's or a
     tree's indent: no srun label is read on those tools' lines)."""
-    return line[_grep_file(line, _Taken(), numbered):]
+    return line[grep_file_prefix(line, numbered)[0]:]
 
 
 def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]:
@@ -498,30 +498,37 @@ def _glog(body: str, taken: _Taken) -> int:
 
 
 _FILE_MAX = 2300  # characters a grep's file name (16 directories and a name) can take
-_LOG_NAMES = (".log", ".out", ".err", ".txt")
+_LOG_NAME = re.compile(r"\.(?:log|out|err|txt)[:\-]", re.ASCII)  # where a grep's FILE: can end
 
 
 def _names_a_log(head: str) -> bool:
-    """A cheap guard before _GREP_FILE: the head of a line holds a log's extension."""
-    return any(ext in head for ext in _LOG_NAMES)
+    """A cheap guard before _GREP_FILE: the head of a line holds a log's name and a separator."""
+    return _LOG_NAME.search(head) is not None
 
 
-def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
+def grep_file_prefix(body: str, numbered: bool = False) -> tuple[int, str]:
     """A grep's `FILE:` (or a context line's `FILE-`, with -n its line number) at the very
-    start of a line: the outermost prefix, before any the file's own lines carry.
-    grep -n's number before a blank (`FILE:12: text`) reads as srun's `12: ` label unless
-    `numbered` (a text no srun label is read on): then it is grep's."""
+    start of a line: (its length, FILE); (0, "") without one. grep -n's number before a
+    blank (`FILE:12: text`) reads as srun's `12: ` label unless `numbered` (a text no srun
+    label is read on): then it is grep's."""
     if not body[:1].isascii() or body[:1] in " \t[(" or not _names_a_log(body[:_FILE_MAX]):
-        return 0
+        return 0, ""
     m = _GREP_FILE.match(body)
     if m is None:
-        return 0
+        return 0, ""
     end = m.end()
     if numbered:
         number = _GREP_NUMBER.match(body, end)
         if number and body[number.end():number.end() + 1] == body[end - 1]:
             end = number.end() + 1
-    taken.take("file", body[:end], file=m.group(1))
+    return end, m.group(1)
+
+
+def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
+    """`grep_file_prefix` taken: the outermost prefix, before any the file's own lines carry."""
+    end, name = grep_file_prefix(body, numbered)
+    if end:
+        taken.take("file", body[:end], file=name)
     return end
 
 
