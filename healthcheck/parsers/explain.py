@@ -7,7 +7,7 @@ line, what read it. How much a parser can say depends on how it reads:
   each line is named by the handler that read it, `unrecognized` where none did, and
   what the line layer made of the rest (`blank`, `prompt`: a shell prompt, noise;
   `command`: the bare command line before the output, noise;
-  `elision`: a paste's `...`;
+  `elision`: a paste's `...`; `file-header`: tail's `==> FILE <==`;
   `outside the table`: read, or skipped, by the parser's own code before its table);
 - `unrecognized`: it counts the lines it did not read (`lines.Unrecognized` in its
   facts), so each line is `read` or `not read`; past the sample of unread lines, where
@@ -44,6 +44,7 @@ BLANK = "blank"
 PROMPT = "prompt"
 COMMAND = "command"  # lines.Line.noise of a bare command echo
 ELISION = "elision"
+FILE_HEADER = "file-header"  # tail's `==> FILE <==` before each file's lines
 OUTSIDE = "outside the table"
 UNRECOGNIZED = "unrecognized"
 READ = "read"
@@ -105,7 +106,7 @@ def _layer_view(line: Line) -> str | None:
     if not line.text.strip():
         return BLANK
     if line.noise:
-        return COMMAND if line.noise == COMMAND else PROMPT
+        return line.noise if line.noise in (COMMAND, FILE_HEADER) else PROMPT
     return ELISION if is_elision(line.text) else None
 
 

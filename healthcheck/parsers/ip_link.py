@@ -103,7 +103,7 @@ def parse_ip_link_text(text: str) -> IpLinks:
         if current is not None:
             links.append(Link(**current))
 
-    for line in mended_lines(text):
+    for line in mended_lines(text, one_task=False):  # its own lines start `2: eth0:`
         m = _HEADER.match(line)
         if m:
             flush()

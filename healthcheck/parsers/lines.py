@@ -11,9 +11,13 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 
 - launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
   `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
+- a grep over several files, before all the rest: `FILE:` (`FILE-` on a context line,
+  `FILE:N:` with -n) where FILE is named as a log (`.log`, `.out`, `.err`, `.txt`), kept
+  as the line's `file`; tail's `==> FILE <==` header line is `noise` ("file-header") and
+  names the `file` of the lines after it
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
   `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
-  `[2024-03-01T10:00:00.1Z] abc123 || `
+  `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
@@ -116,9 +120,11 @@ class Line(msgspec.Struct, frozen=True):
     logger: str = ""  # whose log prefix that was: c10 (`[E1218 ... file.cpp:629] `) | glog (`E0318 ... file.py:833] `)
     source: str = ""  # glog's `file.py:833`
     host: str = ""  # the journal's host before `kernel:`
+    file: str = ""  # the file a grep over several files (`FILE:`) or a tail's `==> FILE <==` header named
     labels: str = ""  # everything taken off the front, as printed
     repairs: tuple[str, ...] = ()  # crlf, cr, ansi, continuation, quote, torn, cut
-    noise: str = ""  # "prompt": a shell prompt or wrapper line; "command": a bare command echo before the output
+    noise: str = ""  # "prompt": a shell prompt or wrapper line; "command": a bare command echo before the output;
+    # "file-header": tail's `==> FILE <==`
 
     @property
     def global_rank(self) -> int | None:
@@ -229,13 +235,41 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each `unpasted`, and without a Python logging
-    prefix where most lines carry one (`logger_prefixed`): the GPU and perftest parsers'
-    reading."""
-    lines = text.splitlines()
+    """`text`'s lines (str.splitlines), each without colour codes and a grep's `FILE:`,
+    `unpasted`, and without a Python logging prefix where most lines carry one
+    (`logger_prefixed`): the GPU and perftest parsers' reading."""
+    lines = [without_grep_file(strip_ansi(line), numbered=True) for line in text.splitlines()]
+    for label in (SRUN_LABEL, _KUBECTL):
+        lines = one_source_unlabelled(lines, label)
     if logger_prefixed(lines):
         lines = [drop_logger(line) for line in lines]
     return [unpasted(line) for line in lines]
+
+
+def without_grep_file(line: str, *, numbered: bool = False) -> str:
+    """`line` without a grep's `FILE:` before it (`_grep_file`: FILE named as a log).
+    `numbered`: grep -n's line number after it is taken too wherever it is followed by
+    the same separator (`FILE:12:` / `FILE-12-`), also before a blank (a table's or a
+    tree's indent: no srun label is read on those tools' lines)."""
+    return line[grep_file_prefix(line, numbered)[0]:]
+
+
+def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]:
+    """`lines` without `label` (srun's `N: `, kubectl's `[pod/NAME/C] `) where every non-blank
+    line of the first QUOTED_SAMPLE carries the same one: one task's or one pod's output,
+    whose lines are the tool's in order. Several tasks' lines interleaved are left as they
+    are (a table or a tree of two nodes mixed line by line is no one's)."""
+    seen = ""
+    for line in lines[:QUOTED_SAMPLE]:
+        if not line.strip():
+            continue
+        m = label.match(line)
+        if m is None or (seen and m.group(0) != seen):
+            return lines
+        seen = m.group(0)
+    if not seen:
+        return lines
+    return [line[len(seen):] if line.startswith(seen) else line for line in lines]
 
 
 # markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number
@@ -308,6 +342,19 @@ def torn_pieces(text: str) -> list[str]:
 # ---------------------------------------------------------------- prefixes
 
 _RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+# kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
+_KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ", re.ASCII)
+# grep over several files (-r, -H): `FILE:` before each line, `FILE-` before a context
+# line, with -n the line number after it (`rank_604.s12gn3064.4031852.log:[0604/1024]...`);
+# only a file named as a log or an output is one (a `host:pid:tid` is no file name)
+_GREP_FILE = re.compile(
+    r"((?:\.{0,2}/)?(?:[\w.\-]{1,128}/){0,16}+[\w.\-]{0,127}\w\.(?:log|out|err|txt))"
+    r"(?:[:\-]\d{1,9}(?=[:\-]\S))?[:\-]",
+    re.ASCII,
+)
+_GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's name
+# tail's (and head's) header before each file's lines when given several: `==> FILE <==`
+_TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _JOURNAL = re.compile(
@@ -414,7 +461,9 @@ def _label(body: str, taken: _Taken) -> int:
 def _runner(body: str, taken: _Taken) -> int:
     if "runner" in taken.kinds:
         return 0
-    m = _RAY.match(body) if body[:1] == "(" else _DETERMINED.match(body) if body[:2] == "[2" else None
+    first = body[:2]
+    m = (_RAY.match(body) if first[:1] == "(" else _DETERMINED.match(body) if first == "[2"
+         else _KUBECTL.match(body) if first == "[p" else None)
     if m:
         taken.take("runner", m.group(0), runner=m.group(0).rstrip())
         return m.end()
@@ -474,12 +523,49 @@ def _glog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+_FILE_MAX = 2300  # characters a grep's file name (16 directories and a name) can take
+_LOG_NAME = re.compile(r"\.(?:log|out|err|txt)[:\-]", re.ASCII)  # where a grep's FILE: can end
+
+
+def _names_a_log(head: str) -> bool:
+    """A cheap guard before _GREP_FILE: the head of a line holds a log's name and a separator."""
+    return _LOG_NAME.search(head) is not None
+
+
+def grep_file_prefix(body: str, numbered: bool = False) -> tuple[int, str]:
+    """A grep's `FILE:` (or a context line's `FILE-`, with -n its line number) at the very
+    start of a line: (its length, FILE); (0, "") without one. grep -n's number before a
+    blank (`FILE:12: text`) reads as srun's `12: ` label unless `numbered` (a text no srun
+    label is read on): then it is grep's."""
+    if not body[:1].isascii() or body[:1] in " \t[(" or not _names_a_log(body[:_FILE_MAX]):
+        return 0, ""
+    m = _GREP_FILE.match(body)
+    if m is None:
+        return 0, ""
+    end = m.end()
+    if numbered:
+        number = _GREP_NUMBER.match(body, end)
+        if number and body[number.end():number.end() + 1] == body[end - 1]:
+            end = number.end() + 1
+    return end, m.group(1)
+
+
+def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
+    """`grep_file_prefix` taken: the outermost prefix, before any the file's own lines carry."""
+    end, name = grep_file_prefix(body, numbered)
+    if end:
+        taken.take("file", body[:end], file=name)
+    return end
+
+
 def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
          logged: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
-    each kind once; a glog prefix is the last before the message. `logged`: the text is
-    logged through a Python logging prefix (`logger_prefixed`), taken off stamps or not."""
+    each kind once; a glog prefix is the last before the message; a grep's file name
+    first of all. `logged`: the text is logged through a Python logging prefix
+    (`logger_prefixed`), taken off stamps or not."""
     taken = _Taken()
+    body = body[_grep_file(body, taken, numbered=not srun):]
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
@@ -550,9 +636,15 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
+    following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
-        for line in read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted,
-                              reply=reply, logged=logged):
+        lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
+                          logged=logged)
+        if lines[0].noise == "file-header":
+            following = lines[0].file
+        elif following:
+            lines = [line if line.file else msgspec.structs.replace(line, file=following) for line in lines]
+        for line in lines:
             if not opened:
                 line, opened = before_output(line)
             yield line
@@ -615,17 +707,36 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
                     **taken.fields)  # type: ignore[arg-type]
         if "runner" in taken.kinds:
             line = without_ray_repeat(line)  # Ray's dedup suffix comes with its `(pid=N)` prefix
-        if not taken.parts and is_prompt(unindented(rest)):  # also `    $ cat x | grep y`, indented with the paste
-            line = msgspec.structs.replace(line, noise="prompt")
+        if not taken.parts:
+            line = _noise(line, unindented(rest))
         out.append(line)
     return out
 
 
-def mended_lines(text: str) -> list[str]:
+def _noise(line: Line, text: str) -> Line:
+    """`line` marked as no tool's output where it is a shell prompt (also `    $ cat x |
+    grep y`, indented with the paste) or the header tail prints before each file."""
+    if is_prompt(text):
+        return msgspec.structs.replace(line, noise="prompt")
+    if text[:4] == "==> ":
+        m = _TAIL_HEADER.match(text)
+        if m:
+            return msgspec.structs.replace(line, noise="file-header", file=m.group(1))
+    return line
+
+
+def mended_lines(text: str, *, one_task: bool = True) -> list[str]:
     """A tool's lines mended (line ends, colours, a quoted paste or reply), its prompt lines
-    left out and no stamp or srun label taken: for the table and tree parsers, whose first
-    column may look like either (a node name `12: `, a sinfo timestamp)."""
-    return [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
+    left out and no stamp or srun label taken from a single line: for the table and tree
+    parsers, whose first column may look like either (a node name `12: `, a sinfo
+    timestamp). With `one_task`, srun's `N: ` (or kubectl's `[pod/..] `) is taken off
+    where every line carries the same one (`one_source_unlabelled`: one task's output);
+    `ip link`, whose own lines start `2: eth0:`, reads without."""
+    lines = [line.text for line in read_lines(text, stamps=False, srun=False) if not line.noise]
+    if one_task:
+        for label in (SRUN_LABEL, _KUBECTL):
+            lines = one_source_unlabelled(lines, label)
+    return lines
 
 
 # ---------------------------------------------------------------- what no handler read
@@ -987,6 +1098,8 @@ _ELISION = frozenset(".…")
 
 def is_elision(text: str) -> bool:
     """A line that is only an elision mark (`...`, `…`) where whoever pasted the output
-    cut some of it: no tool's line, and no line to count as unread."""
+    cut some of it, also bracketed (`[...]`): no tool's line, and no line to count as unread."""
     body = text.strip()
+    if body[:1] in "[(" and body[-1:] in "])":
+        body = body[1:-1].strip()
     return bool(body) and set(body) <= _ELISION

@@ -10,6 +10,10 @@ transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
   CALL msg`. From 2.26 an optional strftime timestamp comes first, by default on WARN
   lines only and shaped `[%F %T] ` (`[2026-04-28 14:14:48] `, `%Xf` adds a fraction);
   another NCCL_DEBUG_TIMESTAMP_FORMAT is not read as a time (the line still parses).
+* a site's own prefix, source and host bracketed (`[0604/1024][2025-02-16 22:31:34,422]
+  [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN ...`): host, pid, source, stamp.
+* the prefix cut after the host (`[0] NCCL INFO ...`, `[0] misc/socket.cc:71 NCCL WARN
+  ...`): read as a bare line (no process named), its device and source kept.
 * a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
   (mpirun --tag-output), `[155] `, `[default0]:` (torchrun --tee), `(RayTrainWorker pid=N,
   ip=...) `; whatever precedes `host:pid:tid` on the line.
@@ -179,6 +183,7 @@ class NcclComm(msgspec.Struct, frozen=True, omit_defaults=True):
     nnodes: int | None = None
     local_ranks: int | None = None
     local_rank: int | None = None
+    mnnvl: int | None = None  # `MNNVL 0|1` (>= 2.23): the communicator spans a multi-node NVLink domain
     init_start_line: int | None = None
     init_complete_line: int | None = None
     init_total_s: float | None = None  # `Init timings` (>= 2.22)
@@ -230,6 +235,13 @@ class NcclWarn(msgspec.Struct, frozen=True, omit_defaults=True):
     vendor_err: int | None = None
     request: str = ""  # ib-completion: Send, Recv, Flush
     call: str = ""  # ibverbs: "ibv_create_qp"
+    # ibverbs (>= 2.27's ibv_modify_qp): the QP's state and the one asked for, the GID index
+    # and both GIDs (RoCE: IPv4-mapped `::ffff:10.0.0.1` or IPv6), as printed
+    qp_state: str = ""
+    next_qp_state: str = ""
+    gid_index: int | None = None
+    local_gid: str = ""
+    remote_gid: str = ""
     error: str = ""  # ibverbs/socket/cuda: "Network is unreachable", "out of memory"
     code: int | None = None  # cuda: the driver error number (>= 2.20)
 
@@ -318,6 +330,9 @@ _MASKED_HOST_TOKEN = re.compile(
     r"([^\s:]{1,255}):(?:X{2,12}|\*{2,12}|<pid>)(?::(?:\d{1,10}|X{2,12}|\*{2,12}|<tid>))?", re.ASCII)
 _DEV_TOKEN = re.compile(r"\[(-?\d{1,6})\]", re.ASCII)
 _SRC_TOKEN = re.compile(r"[^\s:]{1,512}:\d{1,9}", re.ASCII)
+# a site's own prefix: `[misc/socket.cc:586] [s12gn3064:pid=3942408]` (source, then host and pid)
+_BRACKET_SRC = re.compile(r"\[([^\s:\[\]]{1,512}:\d{1,9})\]", re.ASCII)
+_BRACKET_HOST = re.compile(r"\[([^\s:\[\]]{1,255}):pid=(\d{1,10})\]", re.ASCII)
 _USEC_TOKEN = re.compile(r"\d{1,20}\.\d{1,12}", re.ASCII)
 _STAMP = re.compile(
     r"\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
@@ -336,7 +351,9 @@ def split_nccl_line(line: str) -> NcclPrefix | None:
 
 
 def split_read_line(read: Line) -> NcclPrefix | None:
-    """split_nccl_line of a line the line layer read: its launcher labels already off."""
+    """split_nccl_line of a line the line layer read: its launcher labels already off. A
+    line whose `host:pid:tid` is gone but whose `[dev]` or WARN source is kept is read as
+    a bare line (`_hostless`)."""
     line = read.text
     at = line.find(" NCCL ", 0, _HEAD_MAX)
     if at < 0:
@@ -353,24 +370,63 @@ def split_read_line(read: Line) -> NcclPrefix | None:
         if m:
             dev = int(m.group(1))
             tokens.pop()
-    who = _host_token(tokens.pop()) if tokens else None
+    who = _host_token(tokens[-1]) if tokens else None
     if who is None:
-        return None
+        return _bracketed(read, tokens, level, message) or _hostless(read, tokens, level, message, dev, src)
+    tokens.pop()
     host, pid, tid, glued = who
-    time: float | None = None
-    stamp = ""
-    before = " ".join(tokens)
-    if before:
-        t = _STAMP.search(before[-64:])
-        if t:
-            stamp, time = t.group(0)[1:-1], iso_time(t)
-            before = before[: -len(t.group(0))].rstrip()
+    before, stamp, time = _stamped(" ".join(tokens))
     label = " ".join(x for x in (read.labels.strip(), before, glued) if x)[-64:]
     return NcclPrefix(
         host=host, pid=pid if pid is not None else 0, tid=tid or 0, level=cast(Level, level),
         message=message[:_MSG_MAX].rstrip(), dev=dev, src=src, time=time, stamp=stamp, label=label,
         launcher_rank=read.task if read.task is not None else read.rank, masked=pid is None,
     )
+
+
+def _stamped(before: str) -> tuple[str, str, float | None]:
+    """What precedes the host (or the device) without NCCL's >= 2.26 `[%F %T]` stamp at its
+    end: (the rest, the stamp as printed, its time)."""
+    t = _STAMP.search(before[-64:]) if before else None
+    if t is None:
+        return before, "", None
+    return before[: -len(t.group(0))].rstrip(), t.group(0)[1:-1], iso_time(t)
+
+
+def _bracketed(read: Line, tokens: list[str], level: str, message: str) -> NcclPrefix | None:
+    """A site's own NCCL prefix with the host and the source in brackets, the host last
+    (`[0604/1024][2025-02-16 22:31:34,422] [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL
+    WARN ...`): the host, its pid (no tid), the source and the stamp; what precedes them
+    is the label."""
+    m = _BRACKET_HOST.fullmatch(tokens[-1]) if tokens and tokens[-1][:1] == "[" else None
+    if m is None:
+        return None
+    tokens = tokens[:-1]
+    src = _BRACKET_SRC.fullmatch(tokens[-1]) if tokens else None
+    if src is not None:
+        tokens.pop()
+    before, stamp, time = _stamped(" ".join(tokens))
+    label = " ".join(x for x in (read.labels.strip(), before) if x)[-64:]
+    return NcclPrefix(host=m.group(1), pid=int(m.group(2)), tid=0, level=cast(Level, level),
+                      message=message[:_MSG_MAX].rstrip(), src=src.group(1) if src else "", time=time, stamp=stamp,
+                      label=label, launcher_rank=read.task if read.task is not None else read.rank)
+
+
+def _hostless(read: Line, tokens: list[str], level: str, message: str, dev: int | None,
+              src: str) -> NcclPrefix | None:
+    """NCCL's prefix with its `host:pid:tid` gone and the rest kept: `[0] NCCL INFO ...`,
+    `[0] misc/socket.cc:71 NCCL WARN ...` (a paste cut after the host, a grep -o, a
+    debug file whose host a reporter took off). Only a `[dev]` or a WARN's `file.cc:N`
+    (and the >= 2.26 stamp before them) may precede the level: no process is named
+    (host "", pid 0, `bare`), as for a bare `NCCL INFO` line."""
+    if dev is None and not src:
+        return None
+    before, stamp, time = _stamped(" ".join(tokens))
+    if before:
+        return None
+    return NcclPrefix(host="", pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
+                      dev=dev, src=src, time=time, stamp=stamp, label=read.labels.strip()[-64:], bare=True,
+                      launcher_rank=read.task if read.task is not None else read.rank)
 
 
 def _pop_src(tokens: list[str], level: str) -> str:
@@ -454,7 +510,8 @@ _COMM = re.compile(
 )
 _PHASE = re.compile(r"-\s{0,4}(?P<what>[A-Z][a-z]{1,15}) (?P<phase>START|COMPLETE)\s*$")
 _COMM_FIELDS = {"cudaDev": "cuda_dev", "nvmlDev": "nvml_dev", "busId": "bus_id", "commId": "comm_id",
-                "parent": "parent", "nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank"}
+                "parent": "parent", "nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank",
+                "MNNVL": "mnnvl"}
 _TIMINGS = re.compile(
     r"Init timings(?: - [A-Za-z]{1,40})?: rank (?P<rank>-?\d{1,9}) nranks (?P<nranks>\d{1,9}) "
     r"total (?P<total>\d{1,9}(?:\.\d{1,9})?)(?: \((?P<parts>[^)]{0,512})\))?"
@@ -498,6 +555,14 @@ _QUOTED_WARN = re.compile(
     r"|Cuda failure (?:-?\d{1,9} )?'", re.ASCII)
 # `failed with error E`; >= 2.27 `failed with 110 Connection timed out, on dev mlx5_0:1, curr state ...`
 _VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with (?:error )?([^,]{1,200}))?")
+# 2.27's ibv_modify_qp detail: `, on dev mlx_x:1, curr state INIT, next state RTR, local GID
+# index 3, local GID ::ffff:xxx.xx.xx.xx, remote GID ::ffff:xxx.xx.xxx.xx`
+_VERBS_DEV = re.compile(
+    r", on dev (?P<hca>[^\s,:]{1,64})(?::\d{1,4})?, curr state (?P<qp_state>[A-Z]{2,8}),"
+    r" next state (?P<next>[A-Z]{2,8})"
+    r"(?:, local GID index (?P<gid_index>\d{1,5}))?(?:, local GID (?P<local>[^\s,]{1,64}))?"
+    r"(?:, remote GID (?P<remote>[^\s,]{1,64}))?"
+)
 _CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
 # ncclSocketToString: "10.0.0.1<42830>", "host<51159>"; after "peer", "from", "to" (not "Call to recv")
 _PEER = re.compile(r"(?:peer|from|to) (\S{0,256}<\d{1,5}>)")
@@ -569,7 +634,7 @@ class _Comm:
             cuda_dev=_opt_int(f.get("cuda_dev")), nvml_dev=_opt_int(f.get("nvml_dev")),
             bus_id=str(f.get("bus_id", "")), parent=str(f.get("parent", "")),
             nnodes=_opt_int(f.get("nnodes")), local_ranks=_opt_int(f.get("local_ranks")),
-            local_rank=_opt_int(f.get("local_rank")),
+            local_rank=_opt_int(f.get("local_rank")), mnnvl=_opt_int(f.get("mnnvl")),
             init_start_line=self.init_start_line, init_complete_line=self.init_complete_line,
             init_total_s=self.init_total_s, init_timings=self.init_timings,
             rings_connected=self.rings, trees_connected=self.trees,
@@ -1095,6 +1160,16 @@ def _warn(kind: WarnKind, p: NcclPrefix, number: int, text: str, **fields: Any) 
                     time=p.time, stamp=p.stamp, **fields)
 
 
+def _verbs_detail(rest: str) -> dict[str, Any]:
+    """A verbs WARN's device, QP states and GIDs after its error (`_VERBS_DEV`); {} without."""
+    m = _VERBS_DEV.match(rest) if rest.startswith(", on dev ") else None
+    if m is None:
+        return {}
+    return {"hca": m.group("hca"), "qp_state": m.group("qp_state"), "next_qp_state": m.group("next"),
+            "gid_index": _int(m.group("gid_index") or ""), "local_gid": m.group("local") or "",
+            "remote_gid": m.group("remote") or ""}
+
+
 def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
     msg = p.message
     m = _IB_COMPLETION.search(msg[:200])
@@ -1112,7 +1187,8 @@ def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
     if "Call to " in msg[:40]:
         v = _VERBS.search(msg[:400])
         if v and (v.group(1).startswith("ibv_") or "ibvwrap" in p.src):
-            return _warn("ibverbs", p, number, text, call=v.group(1), error=(v.group(2) or "").strip())
+            return _warn("ibverbs", p, number, text, call=v.group(1), error=(v.group(2) or "").strip(),
+                         **_verbs_detail(msg[v.end():v.end() + 400]))
     if "Cuda failure" in msg[:80] or "CUDA calloc" in msg[:80]:
         c = _CUDA.search(msg[:400])
         return _warn("cuda", p, number, text, error=c.group("err") if c else "",

@@ -38,7 +38,7 @@ from healthcheck.parsers.gpu_common import (
     LostGpu,
     normalize_pci,
 )
-from healthcheck.parsers.lines import unpasted
+from healthcheck.parsers.lines import pasted_lines
 
 SOURCE = "nvidia-smi -q"
 
@@ -338,8 +338,7 @@ class _Scan:
 def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
-    for raw in text.splitlines():
-        line = unpasted(raw.replace("\x00", ""))
+    for line in pasted_lines(text.replace("\x00", "")):
         lost = lost_gpu_from_line(line)
         if lost is not None:
             scan.lost.append(lost)

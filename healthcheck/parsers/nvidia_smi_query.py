@@ -304,10 +304,10 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
     csv_lines: list[str] = []
     # through the line layer: srun's `N: ` labels, colour codes, CRLF and a prompt line come
     # off; timestamps stay on, since `--query-gpu=timestamp,...` starts each row with one
-    for read in read_lines(text, stamps=False):
+    for read in read_lines(text.replace("\x00", ""), stamps=False):
         if read.noise:
-            continue
-        line = read.text.replace("\x00", "")
+            continue  # a shell prompt or command echo before the output: the paste's, no GPU's
+        line = read.text
         gone = lost_gpu_from_line(line)
         failure = failure_from_line(line) if gone is None else None
         if gone is not None:

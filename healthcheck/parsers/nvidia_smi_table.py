@@ -31,7 +31,15 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import DriverWarning, LostGpu, normalize_pci
-from healthcheck.parsers.lines import pasted_lines
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    is_prompt,
+    pasted_lines,
+    unindented,
+)
 from healthcheck.parsers.nvidia_smi import (
     dedupe_lost,
     driver_warning_from_line,
@@ -124,6 +132,9 @@ class SmiTable(msgspec.Struct, frozen=True, omit_defaults=True):
     # a banner but no GPU row (the paste ends at the banner or the column titles, or left the
     # GPU rows out): no GPU was read, which is not "no GPU" (`gpus` empty says nothing then)
     cut_before_gpus: bool = False
+    # lines outside the tables that say nothing hc reads (another command's output, prose):
+    # counted, the first few kept as evidence; a prompt, a blank or `...` is none
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 # ---------------------------------------------------------------------------
@@ -351,6 +362,8 @@ class _Scan:
         self.in_rows = False
         self.gi_ci = False
         self.group: list[list[str]] = []
+        self.unrecognized = UnrecognizedLines()
+        self.number = 0  # the line being read
 
     def flush(self) -> None:
         """The GPU or MIG device whose rows were collected is complete."""
@@ -451,6 +464,8 @@ class _Scan:
             self.warnings.append(warning)
         elif self.timestamp is None and _TIMESTAMP.match(line):
             self.timestamp = line
+        elif not is_prompt(unindented(line)):
+            self.unrecognized.note(Line(number=self.number, raw=line, text=line))
 
 
 def parse_nvidia_smi_table(text: str) -> SmiTable:
@@ -458,7 +473,8 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
     if not text or not text.strip():
         raise ParseError("nvidia-smi: empty output")
     scan = _Scan()
-    for line in pasted_lines(text):
+    for number, line in enumerate(pasted_lines(text), 1):
+        scan.number = number
         scan.line(line)
     scan.end_table()
     lost = dedupe_lost(scan.lost)
@@ -480,4 +496,5 @@ def parse_nvidia_smi_table(text: str) -> SmiTable:
         no_devices=scan.no_devices and not scan.gpus,
         warnings=scan.warnings,
         cut_before_gpus=cut,
+        unrecognized=scan.unrecognized.frozen_or_nothing(),
     )

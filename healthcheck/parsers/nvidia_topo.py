@@ -45,9 +45,8 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import unpasted
+from healthcheck.parsers.lines import pasted_lines
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
 # name (mlx5_0) in the matrix instead.
 _DEVICE = re.compile(r"(?:GPU|NIC)\d{1,4}|mlx\d_\d{1,4}", re.ASCII)
@@ -77,7 +76,7 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvidia_topo(text: str) -> Topology:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi topo: expected text, got {type(text).__name__}")
-    lines = [unpasted(_ANSI.sub("", line)) for line in text.splitlines()]
+    lines = pasted_lines(text)  # colour codes (newer drivers underline the header), quotes, a grep's FILE:
     header_at = _find_header(lines)
     if header_at is not None:
         columns = _header_columns(lines[header_at])

@@ -33,7 +33,15 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import NvLink
-from healthcheck.parsers.lines import is_elision, pasted_lines
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    is_elision,
+    is_prompt,
+    pasted_lines,
+)
 
 # The rest of a GPU or Link line is taken whole and split in code: a lazy `.*?` followed
 # by `\s*$` (or an optional UUID group) tried every split of a long run of spaces,
@@ -77,6 +85,9 @@ class NvLinkGpu(msgspec.Struct, frozen=True, omit_defaults=True):
 class NvLinkStatus(msgspec.Struct, frozen=True, omit_defaults=True):
     gpus: list[NvLinkGpu]
     unsupported: str | None = None  # the driver's message when NVLink cannot be queried
+    # lines that are no GPU title, link line or driver message (another command's output,
+    # prose): counted, the first few kept as evidence; a prompt is none
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 def parse_nvlink_status(text: str) -> NvLinkStatus:
@@ -84,7 +95,8 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
         raise ParseError(f"nvidia-smi nvlink: expected text, got {type(text).__name__}")
     gpus: list[_GpuBlock] = []
     unsupported: str | None = None
-    for pasted in pasted_lines(text):
+    unread = UnrecognizedLines()
+    for number, pasted in enumerate(pasted_lines(text), 1):
         line = pasted.strip()
         if not line or is_elision(line):
             continue  # blank, or "..." where a capture's author elided GPUs
@@ -100,9 +112,12 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
             unsupported = unsupported or clip(line, 200)
             if gpus and gpus[-1].message is None:
                 gpus[-1].message = clip(line, 200)
+        elif not is_prompt(line):
+            unread.note(Line(number=number, raw=pasted, text=line))
     if not gpus and unsupported is None:
         raise ParseError(f"nvidia-smi nvlink: no 'GPU n: ...' line; starts with {clip(text.strip(), 60)!r}")
-    return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported)
+    return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported,
+                        unrecognized=unread.frozen_or_nothing())
 
 
 def _is_driver_message(line: str) -> bool:

@@ -24,6 +24,10 @@ src/perftest_resources.[ch], src/perftest_communication.c, src/write_bw.c):
   link`): every one is a PerftestFailure, in order, so the first is the most specific.
   stderr is unbuffered and stdout a pipe's full buffer, so an error may land inside
   another line: errors are found anywhere in a line, and a line may hold several.
+  With `-R`, an rdma_cm event that ended the connection prints `RDMA CM event error:` and
+  `Event: RDMA_CM_EVENT_REJECTED; error: -111.` (the event and its status, a negative errno
+  or an IB reject reason): one failure naming both (`cm_event`, `cm_status`,
+  `cm_status_text`), then the event loop's own errors (`Failed to handle RDMA CM event.`).
 
 Linear time: every line is cut to MAX_LINE characters, every pattern is anchored at a
 literal and bounded, and row de-duplication is a set lookup.
@@ -40,7 +44,17 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import Line, pasted_lines, recorded, recording_now
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Line,
+    Unrecognized,
+    UnrecognizedLines,
+    is_prompt,
+    pasted_lines,
+    recorded,
+    recording_now,
+    unindented,
+)
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
 # (src/perftest_parameters.c @00b55b6) divides bytes/s by
@@ -102,6 +116,12 @@ class PerftestFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     vendor_syndrome: str | None = None  # COMPLETION_ERROR: "0x51" (perftest prints "syndrom")
     wr_id: int | None = None  # COMPLETION_ERROR: the work request id
     errno_text: str | None = None  # the "ERRNO: Bad address." line after it: strerror(errno), without the dot
+    # RDMA_CM: the rdma_cm event perftest got instead of the one it waited for ("Event:
+    # RDMA_CM_EVENT_REJECTED; error: -111."), its status (a negative errno; on IB a REJECTED
+    # event's positive status is the CM's reject reason) and what that status means
+    cm_event: str | None = None
+    cm_status: int | None = None
+    cm_status_text: str | None = None
 
 
 class PerftestRow(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -177,6 +197,9 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     cuda_device_name: str | None = None  # "NVIDIA A30-8C"
     cuda_pci: str | None = None  # "02:00"
     cut_row: PerftestCutRow | None = None  # the text ends inside a row: its size, no bandwidth
+    # lines no handler read and that held no error (a driver's warning, another command's
+    # output): counted, the first few kept as evidence; a prompt, a blank or `...` is none
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
     @property
     def ok(self) -> bool:
@@ -244,6 +267,9 @@ _CUDA_NAME = re.compile(
     r"[ \t]*+\[pid = [0-9]{1,10}, dev = (?P<n>[0-9]{1,4})\] device name = \[(?P<name>[^\]]{1,128})\]"
 )
 # perftest's rdma_cm paths print strerror(errno) after their error: "ERRNO: Bad address."
+# rdma_cm_event_error_handler() (src/perftest_communication.c): "RDMA CM event error:\nEvent:
+# %s; error: %d.\n" with rdma_event_str() and event->status
+_CM_EVENT = re.compile(r"[ \t]*+Event: (?P<event>RDMA_CM_EVENT_[A-Z_]{1,40}); error: (?P<status>-?[0-9]{1,9})\.?")
 _ERRNO = re.compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
 # what a shell prints when a signal killed its child (bash: "Segmentation fault (core dumped)")
 _CRASH = re.compile(r"\b(?:Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)"
@@ -260,6 +286,33 @@ WC_STATUS = {
     15: "remote invalid RD request", 16: "aborted error", 17: "invalid EE context number",
     18: "invalid EE context state", 19: "fatal error", 20: "response timeout error", 21: "general error",
 }
+
+# what an rdma_cm event's status says. librdmacm gives a negative errno (Linux's numbers,
+# glibc's strerror text): an iWARP or RoCE peer refusing is -ECONNREFUSED
+CM_ERRNO = {
+    -12: "Cannot allocate memory", -19: "No such device", -22: "Invalid argument", -61: "No data available",
+    -99: "Cannot assign requested address", -101: "Network is unreachable", -104: "Connection reset by peer",
+    -110: "Connection timed out", -111: "Connection refused", -113: "No route to host",
+}
+# an IB peer's REJECTED event carries the CM's reject reason (enum ib_cm_rej_reason, rdma/ib_cm.h)
+CM_REJECT_REASON = {
+    1: "no QP", 3: "no resources", 4: "timeout", 5: "unsupported", 8: "invalid service ID (nobody listening)",
+    9: "invalid transport type", 10: "stale connection", 12: "invalid GID", 13: "invalid LID", 14: "invalid SL",
+    26: "invalid MTU", 27: "insufficient responder resources", 28: "consumer defined (the peer's program rejected it)",
+    29: "invalid RNR retry",
+}
+
+
+def cm_status_text(event: str, status: int) -> str | None:
+    """What an rdma_cm event's status means, where hc knows: an errno's text, or a REJECTED
+    event's IB reject reason."""
+    if status < 0:
+        return CM_ERRNO.get(status)
+    if event == "RDMA_CM_EVENT_REJECTED" and status:
+        reason = CM_REJECT_REASON.get(status)
+        return f"reject reason {status}: {reason}" if reason else f"reject reason {status}"
+    return None
+
 
 _K = PerftestFailureKind
 # (literal that starts the error, kind, pattern matched at that literal for its fields or None).
@@ -305,6 +358,31 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Failed to resolve RDMA CM route", _K.RDMA_CM, None),
     ("Failed to accept RDMA CM connection", _K.RDMA_CM, None),
     ("Failed to get RDMA CM address", _K.RDMA_CM, re.compile(r"Failed to get RDMA CM address[^\n]{0,120}")),
+    # the event loop's errors and the setup around it (perftest_communication.c, perftest_resources.c)
+    ("RDMA CM event error", _K.RDMA_CM, None),
+    ("Failed to get RDMA CM event", _K.RDMA_CM, None),
+    ("Failed to handle RDMA CM event", _K.RDMA_CM, None),
+    ("Failed to ACK RDMA CM event", _K.RDMA_CM, None),
+    ("Failed to bind RDMA CM address", _K.RDMA_CM, None),
+    ("Failed to listen on RDMA CM server", _K.RDMA_CM, None),
+    ("Failed to resolve RDMA CM address", _K.RDMA_CM, re.compile(r"Failed to resolve RDMA CM address[^\n]{0,40}")),
+    ("Failed to destroy RDMA CM", _K.RDMA_CM, re.compile(r"Failed to destroy RDMA CM[^\n]{0,60}")),
+    ("Failed to disconnect RDMA CM connection", _K.RDMA_CM, None),
+    ("Failed to find matching CM node", _K.RDMA_CM, None),
+    ("Failed to initialize RDMA contexts", _K.RDMA_CM, None),
+    ("Failed to establish UD connection for RDMA CM", _K.RDMA_CM, None),
+    ("Failed to allocate RDMA CM nodes", _K.RDMA_CM, None),
+    ("Failed to allocate memory for RDMA CM nodes", _K.RDMA_CM, None),
+    ("Failed to reallocate RDMA CM nodes", _K.RDMA_CM, None),
+    ("Failed to send UD connection parameters", _K.RDMA_CM, None),
+    ("Failed to set qp_timeout", _K.RDMA_CM, None),
+    ("Problem in resolving basic address and port", _K.RDMA_CM, None),
+    ("Received ", _K.RDMA_CM, re.compile(r"Received [0-9]{1,9} times ADDR_ERROR(?: - aborting)?")),
+    ("unexpected CM event", _K.RDMA_CM, re.compile(r"unexpected CM event -?[0-9]{1,9}")),
+    ("Unexpected CM event", _K.RDMA_CM, re.compile(r"Unexpected CM event[^\n]{0,24}?-?[0-9]{1,9}")),
+    ("Set TOS option failed", _K.RDMA_CM, None),
+    ("Set RDMA-CM Ack timeout option failed", _K.RDMA_CM, None),
+    ("Unable to create the resources needed by comm struct", _K.RDMA_CM, None),
     ("No IB devices found", _K.NO_DEVICE, None),
     ("Did not detect devices", _K.NO_DEVICE, None),
     ("Unable to find the Infiniband/RoCE device", _K.DEVICE_NOT_FOUND, None),
@@ -381,6 +459,8 @@ def parse_perftest(text: str) -> PerftestRun:
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         name = p.line(raw[:MAX_LINE])
+        if name is None and raw.strip():
+            p.unread(number, raw[:MAX_LINE])
         if explaining and raw.strip():  # `hc parse --explain`: which of _LINE_HANDLERS read it
             recorded(Line(number=number, raw=raw[:MAX_LINE], text=raw[:MAX_LINE]), name)
     return p.result(text)
@@ -415,6 +495,12 @@ class _Parser:
         self.cut_row: PerftestCutRow | None = None  # a row cut short, while no line has come after it
         self.cuda_device: int | None = None
         self.cuda_name: str | None = None
+        self.unrecognized = UnrecognizedLines()
+
+    def unread(self, number: int, text: str) -> None:
+        """A line no handler read: counted, unless it is a shell prompt (the paste's, no tool's)."""
+        noise = "prompt" if is_prompt(unindented(text)) else ""
+        self.unrecognized.note(Line(number=number, raw=text, text=text, noise=noise))
 
     # ------------------------------------------------------------- one line
 
@@ -426,15 +512,13 @@ class _Parser:
         stripped = cut.strip()
         if not stripped:
             return None
-        if stripped.startswith("---"):
+        if stripped.startswith("---") or not stripped.strip("*"):  # the table's rule, the waiting box's
             return "border"
         self.cut_row = None  # a line after it: the short row was no cut at the text's end
         for name, handler in _LINE_HANDLERS:  # the first that reads the line takes it
             if handler(self, cut, stripped):
                 return name
-        before = len(self.failures)
-        self._failures(cut, stripped)
-        if len(self.failures) > before:
+        if self._failures(cut, stripped):
             return "failure"
         return "cpu-warning" if cut != line else None  # a warning cut out of a line no handler read
 
@@ -538,6 +622,22 @@ class _Parser:
         self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200), "errno_text": text})
         return True
 
+    def _cm_event(self, line: str, stripped: str) -> bool:
+        """"Event: RDMA_CM_EVENT_REJECTED; error: -111." after "RDMA CM event error:": the
+        event and its status, folded into that failure (its message then names the event);
+        alone (a paste that cut the line before), a failure of its own."""
+        m = _CM_EVENT.match(line) if "RDMA_CM_EVENT_" in line else None
+        if m is None:
+            return False
+        event, status = m.group("event"), int(m.group("status"))
+        detail = {"cm_event": event, "cm_status": status, "cm_status_text": cm_status_text(event, status)}
+        last = self.failures[-1] if self.failures else None
+        if last is not None and last["message"].startswith("RDMA CM event error") and "cm_event" not in last:
+            last.update(detail, message=clip(f"{last['message']} {m.group(0).strip()}", 200))
+        else:
+            self.failures.append({"kind": _K.RDMA_CM, "message": clip(stripped, 200), **detail})
+        return True
+
     def _cuda(self, line: str, stripped: str) -> bool:
         """--use_cuda's preamble: "CUDA device 0: PCIe address is 02:00", "Picking device
         No. 0", "[pid = 56, dev = 0] device name = [NVIDIA A30-8C]"."""
@@ -624,7 +724,9 @@ class _Parser:
             if value and key not in self.fields:
                 self.fields[key] = value
 
-    def _failures(self, line: str, stripped: str) -> None:
+    def _failures(self, line: str, stripped: str) -> bool:
+        """The errors in a line, each a failure (a completion's `Failed status` detail folded
+        into the one before it); True when the line held one."""
         hits: list[tuple[int, int, str, PerftestFailureKind | None, re.Match[str] | None]] = []
         for word, rules in _BY_WORD.items():
             at = line.find(word)
@@ -646,7 +748,8 @@ class _Parser:
         if not found:
             if _ERRORISH.match(line):
                 self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200)})
-            return
+                return True
+            return False
         for literal, kind, detail in found:
             if kind is None:  # "Failed status ...": the detail of the completion error before it
                 self._completion_status(detail)  # type: ignore[arg-type]
@@ -654,6 +757,7 @@ class _Parser:
             # the line as printed when it holds this error alone; the error's own part when more
             message = clip(stripped, 200) if len(found) == 1 else detail.group(0).strip() if detail else literal
             self.failures.append(self._failure(kind, message, detail))
+        return True
 
     def _failure(self, kind: PerftestFailureKind, message: str, m: re.Match[str] | None) -> dict:
         f: dict = {"kind": kind, "message": message}
@@ -748,6 +852,7 @@ class _Parser:
             cuda_device=self.cuda_device,
             cuda_device_name=self.cuda_name,
             cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
+            unrecognized=self.unrecognized.frozen_or_nothing(),
         )
 
 
@@ -756,6 +861,7 @@ _LINE_HANDLERS = (
     ("row", _Parser._row_line), ("title", _Parser._title), ("table-header", _Parser._table_header),
     ("banner-fields", _Parser._banner_fields), ("address", _Parser._address),
     ("side-or-section", _Parser._side_or_section), ("warning", _Parser._warning), ("errno", _Parser._errno),
+    ("cm-event", _Parser._cm_event),
     ("cuda", _Parser._cuda), ("crash", _Parser._crash),
 )
 

@@ -742,3 +742,23 @@ def test_lines_are_read_through_named_handlers_and_the_unread_ones_counted():
     alone = parse_nccl_log(kept)
     assert alone.unrecognized.count < log.unrecognized.count
     assert msgspec.structs.replace(alone, unrecognized=log.unrecognized) == log
+
+
+def test_a_modify_qp_warn_names_the_hca_the_qp_states_and_both_gids():
+    # field/issues/nccl-log/timestamped-modify-qp-110-rtr-gids-2.27.txt (tuning): 2.27 prints the
+    # device, the QP's state and the next, the GID index and both RoCE GIDs (IPv4-mapped)
+    (warn,) = parse_nccl_log((FIELD / "issues" / "nccl-log" / "timestamped-modify-qp-110-rtr-gids-2.27.txt")
+                             .read_text()).warns
+    assert (warn.kind, warn.call, warn.error, warn.hca) == ("ibverbs", "ibv_modify_qp", "110 Connection timed out",
+                                                            "mlx_x")
+    assert (warn.qp_state, warn.next_qp_state, warn.gid_index) == ("INIT", "RTR", 3)
+    assert (warn.local_gid, warn.remote_gid) == ("::ffff:xxx.xx.xx.xx", "::ffff:xxx.xx.xxx.xx")
+    # an older verbs WARN without the detail keeps none
+    old = parse_nccl_log((DEBUG / "nccl-2.7.8-roce-2node-1gpu-ibv-create-cq-failed.txt").read_text())
+    assert all(w.qp_state == "" and w.gid_index is None for w in old.warns if w.kind == "ibverbs")
+
+
+def test_the_comm_line_says_whether_it_spans_a_multi_node_nvlink_domain():
+    # corpus nccl-debug/gh200-...-mnnvl0.txt: `nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0`
+    log = parse_nccl_log((DEBUG / "gh200-2node-ibext-v8-sharp-init-start-mnnvl0.txt").read_text())
+    assert {c.mnnvl for c in log.comms if c.nnodes == 2} == {0}

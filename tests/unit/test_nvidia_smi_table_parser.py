@@ -212,3 +212,14 @@ def test_hc_parse_nvidia_smi(fmt):
 def test_every_fixture_has_its_source_listed():
     listed = (DIR / "SOURCES.md").read_text()
     assert [p.name for p in sorted(DIR.glob("*.txt")) if f"`{p.name}`" not in listed] == []
+
+
+def test_lines_outside_the_tables_that_say_nothing_are_counted_as_evidence():
+    # field/issues-3/nvidia-smi/prompts-kill-ps-then-410-...: a `ps | grep` line among the
+    # prompts before the table; its prompts are the paste's, its table is read
+    path = FIXTURES / "field" / "issues-3" / "nvidia-smi" / "prompts-kill-ps-then-410-v100-dgxs-processes-cut.txt"
+    table = parse_nvidia_smi_table(path.read_text())
+    assert table.unrecognized.count == 1 and "grep --color=auto" in table.unrecognized.sample[0].text
+    # a clean table leaves nothing unread (and says nothing of it)
+    clean = parse_nvidia_smi_table((FIXTURES / "corpus" / "nvidia-smi" / "h100-8gpu-550.90.07.txt").read_text())
+    assert clean.unrecognized.count == 0 and "unrecognized" not in msgspec.to_builtins(clean)

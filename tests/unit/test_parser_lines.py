@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 from support import CORPUS, FIXTURES, best_time
 
@@ -292,6 +293,11 @@ SHAPES = {
     "labels, colours and crlf": lambda t: _each_line(t, lambda i, x: f"\x1b[32m{i % 16}: {x}\x1b[0m\r"),
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
     "markdown reply quoted again, labelled": lambda t: _each_line(t, lambda i, x: f"> > [1,{i % 16}]<stdout>:{x}"),
+    # a grep over two nodes' output files (the `FILE:` field/issues-3's grep-r file shows),
+    # each line also srun-labelled; kubectl logs --prefix; tail -f's header before each file
+    "grep over files, labelled": lambda t: _each_line(t, lambda i, x: f"out/slurm-{i % 2}.out:{i % 16}: {x}"),
+    "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/nccl-worker-{i % 2}/nccl] {x}"),
+    "tail headers": lambda t: "==> slurm-7.out <==\n" + t.replace("\n#  Rank  1", "\n\n==> b.log <==\n#  Rank  1", 1),
 }
 
 
@@ -350,6 +356,10 @@ TORCH_SHAPES = {
     "prompt first": lambda t: "[user@gpu01 ~]$ srun -l torchrun --nproc_per_node 8 train.py\n" + t,
     "tabs": lambda t: t.replace("    ", "\t"),
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    # a grep -r over per-rank files (the shape field/issues-3's grep-r file shows), kubectl --prefix
+    "grep over rank files": lambda t: _each_line(t, lambda i, x: f"logs/rank_{i % 8}.log:{x}"),
+    "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/trainer-{i % 2}/pytorch] {x}"),
+    "tail headers": lambda t: "==> logs/rank0.log <==\n" + t + "\n==> logs/rank1.log <==\n",
 }
 
 
@@ -381,6 +391,11 @@ NCCL_LOG_SHAPES = {
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
     "ray worker and srun label": lambda t: _each_line(t, lambda i, x: f"(RayTrainWorker pid=7) 3: {x}" if x else x),
     "prompt first": lambda t: "$ NCCL_DEBUG=INFO srun -l python train.py\n" + t,
+    # grep -rn over per-rank files (match lines `FILE:N:`, context lines `FILE-N-`), and a
+    # tail of two files, each after its `==> FILE <==` header
+    "grep -n with context": lambda t: _each_line(
+        t, lambda i, x: f"logs/nccl_{i % 4}.log{':' if i % 3 else '-'}{i + 1}{':' if i % 3 else '-'}{x}" if x else x),
+    "tail headers": lambda t: "==> logs/a.log <==\n" + t + "\n\n==> logs/b.log <==\n",
 }
 
 
@@ -574,3 +589,87 @@ def test_diagnose_indexes_a_lines_time_by_the_rank_the_layers_labels_name():
     index = _stamps(text, 2026)
     assert sorted(index.by_rank) == [2, 3, 5, 11] and len(index.stamps) == 5
     assert labels_of("0: [default2]:x").global_rank is None  # a node's label, then torchrun's local rank
+
+
+QUERY_GPU = CORPUS / "nvidia-smi-query-gpu" / "h100-590-all-fields-idle.txt"
+QUERY_SHAPES = {
+    "prompt first": lambda t: "user@gpu01:~$ nvidia-smi --query-gpu=index,pci.bus_id --format=csv\n" + t,
+    "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;32m{x}\x1b[0m" if x else x),
+    "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
+    "srun label": lambda t: _each_line(t, lambda i, x: f"0: {x}" if x else x),
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(QUERY_SHAPES))
+def test_nvidia_smi_query_gpu_reads_the_same_facts_through_every_shape(shape):
+    # a real all-fields capture put through each shape (was: refused "no CSV header line")
+    from healthcheck.parsers.nvidia_smi_query import parse_nvidia_smi_query
+
+    clean = parse_nvidia_smi_query(QUERY_GPU.read_text())
+    assert clean.gpus and clean.driver_version
+    assert parse_nvidia_smi_query(QUERY_SHAPES[shape](QUERY_GPU.read_text())) == clean
+
+
+PASTED = {  # tools read through `pasted_lines`, each with a real capture
+    "nvidia-smi": CORPUS / "nvidia-smi" / "h100-8gpu-550.90.07.txt",
+    "nvidia-smi-q": CORPUS / "nvidia-smi-q" / "h100-1gpu-driver-590.48.01-load.txt",
+    "nvidia-smi-topo": CORPUS / "nvidia-smi-topo" / "a100-8gpu-nv12.txt",
+    "nvidia-smi-nvlink": CORPUS / "nvidia-smi-nvlink" / "a100-8gpu-nvlink-status.txt",
+    "ib_write_bw": CORPUS / "ib_write_bw" / "client-bidir-4qp-all-sizes-ainic-800g.txt",
+}
+PASTED_SHAPES = {
+    "ansi colours": lambda t: _each_line(t, lambda i, x: f"\x1b[0;3{i % 8}m{x}\x1b[0m" if x else x),
+    # a grep over two nodes' captures (the `FILE:` field/issues-3's grep-r file shows), and
+    # grep -n's match and context lines (`FILE:N:`, `FILE-N-`)
+    "grep over files": lambda t: _each_line(t, lambda i, x: f"captures/gpu0{i % 2}.txt:{x}"),
+    "grep -n with context": lambda t: _each_line(
+        t, lambda i, x: f"node1.log{':' if i % 3 else '-'}{i + 1}{':' if i % 3 else '-'}{x}"),
+    # one task's output under srun -l (`srun -N1 -l nvidia-smi`), one pod's under kubectl --prefix
+    "srun label, one task": lambda t: _each_line(t, lambda i, x: f" 3: {x}" if x.strip() else x),
+    "kubectl prefix, one pod": lambda t: _each_line(t, lambda i, x: f"[pod/gpu-check-x7/main] {x}"),
+}
+MENDED = {  # tools read through `mended_lines`, each with a real capture
+    "ibstat": CORPUS / "ibstat" / "h100-ib-some-down-disabled.txt",
+    "perfquery": CORPUS / "perfquery" / "switch-port-xmitdiscards-linkdowned.txt",
+}
+
+
+@pytest.mark.parametrize("tool", sorted(PASTED))
+@pytest.mark.parametrize("shape", sorted(PASTED_SHAPES))
+def test_pasted_tools_read_the_same_facts_in_colour_and_behind_a_grep(shape, tool):
+    # was: refused (the table, the tree, topo, nvlink) or the banner lost (perftest)
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    text = PASTED[tool].read_text()
+    clean = msgspec.to_builtins(parse(text))
+    shaped = msgspec.to_builtins(parse(PASTED_SHAPES[shape](text)))
+    for facts in (clean, shaped):
+        facts.pop("unrecognized", None)
+    assert shaped == clean
+
+
+@pytest.mark.parametrize("tool", sorted(MENDED))
+@pytest.mark.parametrize("shape", sorted(PASTED_SHAPES))
+def test_mended_tools_read_the_same_facts_through_a_grep_one_task_or_one_pod(shape, tool):
+    # was: refused (srun's label, kubectl's prefix) or a grep -n number left on the line
+    from healthcheck.parsers import parser_for
+
+    parse = parser_for(tool)
+    text = MENDED[tool].read_text()
+    assert msgspec.to_builtins(parse(PASTED_SHAPES[shape](text))) == msgspec.to_builtins(parse(text))
+
+
+def test_a_label_is_taken_off_a_table_only_where_one_task_printed_it_all():
+    from healthcheck.core.launcher_labels import SRUN_LABEL
+    from healthcheck.parsers.lines import one_source_unlabelled
+
+    rows = PASTED["nvidia-smi"].read_text().splitlines()
+    one = [f"0: {x}" for x in rows]
+    assert one_source_unlabelled(one, SRUN_LABEL) == rows
+    two = [f"{i % 2}: {x}" for i, x in enumerate(rows)]  # two nodes' tables interleaved: no one's
+    assert one_source_unlabelled(two, SRUN_LABEL) == two
+    partly = ["0: " + rows[0], *rows[1:]]  # one labelled line: a label of the text's own
+    assert one_source_unlabelled(partly, SRUN_LABEL) == partly

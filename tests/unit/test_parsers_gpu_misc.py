@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import CORPUS, corpus_files
+from support import CORPUS, FIXTURES, corpus_files
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.nvidia_topo import Topology, parse_nvidia_topo
@@ -414,3 +414,15 @@ def test_fuzz_only_parse_error(parser, text):
         msgspec.json.encode(parser(text))
     except ParseError:
         pass
+
+
+def test_nvlink_lines_it_does_not_read_are_counted_and_a_bracketed_elision_is_none():
+    # field/issues/nvidia-smi-nvlink/gb200-...-elided.txt (tuning): the command line before
+    # the output; field/repos/.../h100-nvlink-e-error-counters-18-links-elided.txt: `[...]`
+    field = FIXTURES / "field"
+    elided = parse_nvlink_status((field / "issues" / "nvidia-smi-nvlink" / "gb200-nvlink-s-18-links-elided.txt")
+                                 .read_text())
+    assert elided.unrecognized.count == 1 and elided.unrecognized.sample[0].text == "nvidia-smi nvlink -s"
+    counters = (field / "repos" / "nvidia-smi-nvlink" / "h100-nvlink-e-error-counters-18-links-elided.txt").read_text()
+    assert "[...]" in counters and parse_nvlink_status(counters).unrecognized.count == 0
+    assert parse_nvlink_status("$ nvidia-smi nvlink -s\n" + counters).unrecognized.count == 0  # a prompt is none

@@ -551,3 +551,18 @@ def test_use_cuda_names_the_gpu_perftest_picked():
     run = parse_perftest(field("gpudirect-use-cuda-a30-vgpu-mr-bad-address-segfault.txt"))
     assert (run.cuda_device, run.cuda_device_name, run.cuda_pci) == (0, "NVIDIA A30-8C", "02:00")
     assert parse("client-bidir-4qp-all-sizes-ainic-800g.txt").cuda_device is None  # host memory
+
+
+def test_lines_no_handler_read_are_counted_and_kept_as_evidence():
+    # field/issues-3's libibverbs-warnings file: two driver warnings before the waiting box
+    run = parse_perftest((FIXTURES / "field" / "issues-3" / "ib_write_bw" /
+                          "libibverbs-warnings-then-server-banner-rocep-gid1.txt").read_text())
+    assert run.unrecognized.count == 2
+    assert all(s.text.startswith("libibverbs: Warning: couldn't load driver") for s in run.unrecognized.sample)
+    # a whole clean run leaves nothing unread: rules, the waiting box, the banner, the rows
+    assert parse_perftest((DIR / "loopback-all-sizes-interleaved.txt").read_text()).unrecognized.count == 0
+    # a root prompt is the paste's, and a completion's `Failed status` line is read into its failure
+    cm = (FIXTURES / "field" / "issues-3" / "ib_write_bw" / "rdma-cm-event-rejected-111-errno-lines.txt").read_text()
+    assert parse_perftest(cm).unrecognized.count == 0
+    completion = parse_perftest((DIR / "completion-with-error-status-4-syndrom-0x51-use-cuda.txt").read_text())
+    assert [s.line for s in completion.unrecognized.sample] == [3]  # `scnt=828, ccnt=700` alone
