@@ -1,0 +1,82 @@
+"""Issue 19, round 5 of the rules (branch i19-rules5): `hc diagnose logs` on real gloo jobs
+of this round (tests/fixtures/diagnose/rules5, made by make_rules5.py with torch 2.13 on
+CPU): the rank whose own arguments were off is named where gloo's algorithm and every
+rank's output settle it, and where they do not, no victim is named in its place.
+
+* a broadcast one rank calls with another src: gloo's binomial tree leaves that rank and
+  its parent in the others' tree waiting on sends while the others go on; replaying the
+  tree names the rank whose src was off where only it explains what every rank printed,
+  and names neither where the tree is symmetric (never the parent, never a rank that
+  went on);
+* a size check gloo failed inside an all_to_all: alltoallv exchanges with every peer at
+  once, so no ring neighbour is said to be the sender, and no rank is named;
+* reduce_scatter_tensor with one rank's dtype off: the rank before it in gloo's ring
+  aborts; the pair is said (the two ranks of the ring), and neither is named since one
+  report cannot say which of the two is odd.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import FIXTURES
+
+from healthcheck.diagnose.sources import collect
+from healthcheck.diagnose.verdict import build
+
+SCEN = FIXTURES / "diagnose" / "rules5"
+
+
+def verdict(scenario: str):
+    return build(collect([SCEN / scenario]))
+
+
+def named(v) -> list[int]:
+    return [o.rank for o in v.odd_ranks]
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("wrongroot-w5-r3", 3), ("wrongroot-mpirun-w7-r4", 4)])
+def test_a_broadcast_with_another_src_names_that_rank_not_its_parent(scenario, culprit):
+    v = verdict(scenario)
+    assert v.cls == "collective-mismatch", v.summary
+    assert named(v) == [culprit], v.summary
+
+
+@pytest.mark.parametrize("scenario", ["wrongroot-w3-r1", "wrongroot-torchrun-w4-r2"])
+def test_a_symmetric_broadcast_tree_names_no_victim(scenario):
+    # w3 r1: ranks 0 and 1 wait in the broadcast (rank 0 cut short by rank 1's exit), rank 2
+    # went on to the all_reduce; w4 r2: 2 against 2. A src off on either stuck rank gives the
+    # same outputs: no rank is named, and never the rank that went on
+    v = verdict(scenario)
+    assert v.cls == "collective-mismatch", v.summary
+    assert named(v) == [], v.summary
+
+
+def test_the_tree_replay_never_names_the_parent():
+    from healthcheck.diagnose.bcastroot import simulate, wrong_src
+
+    # every world 2-8, every rank with src = itself among src 0: whatever is named is the rank
+    for world in range(2, 9):
+        for odd in range(1, world):
+            roots = [0] * world
+            roots[odd] = odd
+            outcomes = simulate(roots)
+            stuck = {r: f"Timed out waiting 1ms for {o} operation" for r, o in enumerate(outcomes) if o != "ok"}
+            found = wrong_src(stuck, [r for r, o in enumerate(outcomes) if o == "ok"], world)
+            assert found is None or found[0] in ((), (odd,)), (world, odd, found)
+
+
+@pytest.mark.parametrize("scenario", ["a2amore-w5-r2", "a2amore-torchrun-w4-r0"])
+def test_an_all_to_all_size_check_claims_no_ring_sender(scenario):
+    v = verdict(scenario)
+    assert v.cls == "shape-mismatch", v.summary
+    assert named(v) == [], v.summary
+    assert "ring" not in v.summary and "all_to_all" in v.summary, v.summary
+
+
+@pytest.mark.parametrize(("scenario", "pair"), [("rswide-w4-r2", (1, 2)), ("rswide-mpirun-w6-r5", (4, 5)),
+                                                ("rsnarrow-w5-r1", (1, 2))])
+def test_a_reduce_scatter_dtype_off_says_its_ring_pair_and_names_neither(scenario, pair):
+    v = verdict(scenario)
+    assert v.cls == "shape-mismatch", v.summary
+    assert named(v) == [], v.summary
+    assert f"ranks {pair[0]} and {pair[1]}" in v.summary and "2:1" in v.summary, v.summary
