@@ -115,3 +115,47 @@ def test_the_step_parser_keeps_each_ranks_last_step_and_reads_no_traceback():
     log = parse_torch_log("\n".join(lines))
     steps = {s.rank: s.step for s in log.last_steps}
     assert steps == {0: MAX_LISTED + 4, 1: 7}
+
+
+# ---------------------------------------------------------------- process groups built in another order
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("grouporder-live-w6-r3", 3), ("grouporder-live-w5-r2", 2)])
+def test_a_rank_that_built_its_groups_in_another_order_is_named_not_the_rank_waiting(scenario, culprit):
+    # w6: rank 3 built the odd ranks' group first; ranks 1 and 5 wait in new_group for it
+    # (they look stuck) while it is in the training loop. w5: rank 2 waits to create the
+    # even ranks' group as '2' where ranks 0 and 4 wait in it as '1'
+    v = verdict(scenario)
+    assert v.cls == "collective-mismatch", v.summary
+    assert named(v) == [culprit], v.summary
+
+
+def test_two_members_past_new_group_name_neither_and_no_waiting_rank():
+    # w4 r1: rank 1's odd group took the even group's name and rank 2 met it there: both are
+    # past every new_group, ranks 0 and 3 wait; none is named (the stacks do not say which)
+    v = verdict("grouporder-live-w4-r1")
+    assert v.cls == "collective-mismatch", v.summary
+    assert named(v) == [], v.summary
+
+
+def test_a_live_sample_keeps_the_group_its_rank_waits_to_create():
+    from healthcheck.diagnose.motion import sample_of
+    from healthcheck.diagnose.stacks import main_thread
+    from healthcheck.parsers.py_spy import parse_py_spy
+
+    proc = parse_py_spy((SCEN / "grouporder-live-w6-r3" / "py-spy-rank1.json").read_text()).processes[0]
+    sample = sample_of(main_thread(proc), 0.0, None)
+    assert sample.creating == (1, 3, 5) and sample.in_new_group
+
+
+# ---------------------------------------------------------------- os._exit under mpirun (a check, not a fix)
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("osexit-mpirun-w4-r2", 2), ("osexit-mpirun-w5-r1r3", 3),
+                                                   ("osexit-w4-r1", 1)])
+def test_a_rank_that_called_os_exit_is_named_and_never_a_peer(scenario, culprit):
+    # no traceback: mpirun's box names the first rank that exited non-zero (w5: ranks 1 and 3
+    # both exited, mpirun names 3 only; rank 1 printed nothing, as did the ranks it stopped)
+    v = verdict(scenario)
+    assert v.cls == "dead-rank", v.summary
+    assert named(v) == [culprit], v.summary
