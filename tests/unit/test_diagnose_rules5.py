@@ -18,27 +18,20 @@ rank's output settle it, and where they do not, no victim is named in its place.
 from __future__ import annotations
 
 import pytest
-from support import FIXTURES
-
-from healthcheck.diagnose.sources import collect
-from healthcheck.diagnose.verdict import build
+from support import FIXTURES, diagnose_saved, named_ranks
 
 SCEN = FIXTURES / "diagnose" / "rules5"
 
 
 def verdict(scenario: str):
-    return build(collect([SCEN / scenario]))
-
-
-def named(v) -> list[int]:
-    return [o.rank for o in v.odd_ranks]
+    return diagnose_saved(SCEN / scenario)
 
 
 @pytest.mark.parametrize(("scenario", "culprit"), [("wrongroot-w5-r3", 3), ("wrongroot-mpirun-w7-r4", 4)])
 def test_a_broadcast_with_another_src_names_that_rank_not_its_parent(scenario, culprit):
     v = verdict(scenario)
     assert v.cls == "collective-mismatch", v.summary
-    assert named(v) == [culprit], v.summary
+    assert named_ranks(v) == [culprit], v.summary
 
 
 @pytest.mark.parametrize("scenario", ["wrongroot-w3-r1", "wrongroot-torchrun-w4-r2"])
@@ -48,7 +41,7 @@ def test_a_symmetric_broadcast_tree_names_no_victim(scenario):
     # same outputs: no rank is named, and never the rank that went on
     v = verdict(scenario)
     assert v.cls == "collective-mismatch", v.summary
-    assert named(v) == [], v.summary
+    assert named_ranks(v) == [], v.summary
 
 
 def test_the_tree_replay_never_names_the_parent():
@@ -69,7 +62,7 @@ def test_the_tree_replay_never_names_the_parent():
 def test_an_all_to_all_size_check_claims_no_ring_sender(scenario):
     v = verdict(scenario)
     assert v.cls == "shape-mismatch", v.summary
-    assert named(v) == [], v.summary
+    assert named_ranks(v) == [], v.summary
     assert "ring" not in v.summary and "all_to_all" in v.summary, v.summary
 
 
@@ -78,7 +71,7 @@ def test_an_all_to_all_size_check_claims_no_ring_sender(scenario):
 def test_a_reduce_scatter_dtype_off_says_its_ring_pair_and_names_neither(scenario, pair):
     v = verdict(scenario)
     assert v.cls == "shape-mismatch", v.summary
-    assert named(v) == [], v.summary
+    assert named_ranks(v) == [], v.summary
     assert f"ranks {pair[0]} and {pair[1]}" in v.summary and "2:1" in v.summary, v.summary
 
 
@@ -93,14 +86,14 @@ def test_a_rank_that_skipped_a_collective_is_named_by_the_step_it_ran_ahead(scen
     # ring report gives
     v = verdict(scenario)
     assert v.cls == "collective-mismatch", v.summary
-    assert named(v) == [culprit], v.summary
+    assert named_ranks(v) == [culprit], v.summary
 
 
 @pytest.mark.parametrize("scenario", ["condskip-w4-r3", "condskip-mpirun-w5-r0", "condskip-torchrun-w4-r2"])
 def test_a_skip_whose_ranks_all_logged_one_step_names_no_rank(scenario):
     # at worlds 4-5 the pairings complete on every rank and all time out at the same step and
     # call site: nothing in the text says who skipped, and no victim is named
-    assert named(verdict(scenario)) == []
+    assert named_ranks(verdict(scenario)) == []
 
 
 def test_the_step_parser_keeps_each_ranks_last_step_and_reads_no_traceback():
@@ -127,7 +120,7 @@ def test_a_rank_that_built_its_groups_in_another_order_is_named_not_the_rank_wai
     # even ranks' group as '2' where ranks 0 and 4 wait in it as '1'
     v = verdict(scenario)
     assert v.cls == "collective-mismatch", v.summary
-    assert named(v) == [culprit], v.summary
+    assert named_ranks(v) == [culprit], v.summary
 
 
 def test_two_members_past_new_group_name_neither_and_no_waiting_rank():
@@ -135,7 +128,7 @@ def test_two_members_past_new_group_name_neither_and_no_waiting_rank():
     # past every new_group, ranks 0 and 3 wait; none is named (the stacks do not say which)
     v = verdict("grouporder-live-w4-r1")
     assert v.cls == "collective-mismatch", v.summary
-    assert named(v) == [], v.summary
+    assert named_ranks(v) == [], v.summary
 
 
 def test_a_live_sample_keeps_the_group_its_rank_waits_to_create():
@@ -158,4 +151,4 @@ def test_a_rank_that_called_os_exit_is_named_and_never_a_peer(scenario, culprit)
     # both exited, mpirun names 3 only; rank 1 printed nothing, as did the ranks it stopped)
     v = verdict(scenario)
     assert v.cls == "dead-rank", v.summary
-    assert named(v) == [culprit], v.summary
+    assert named_ranks(v) == [culprit], v.summary
