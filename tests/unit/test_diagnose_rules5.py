@@ -152,3 +152,11 @@ def test_a_rank_that_called_os_exit_is_named_and_never_a_peer(scenario, culprit)
     v = verdict(scenario)
     assert v.cls == "dead-rank", v.summary
     assert named_ranks(v) == [culprit], v.summary
+
+
+def test_the_ranks_that_printed_nothing_beside_mpiruns_first_exit_are_said():
+    # rank 1 exited too; mpirun names rank 3 alone and stopped rank 0 before it printed:
+    # ranks 0 and 1 are said as the ranks that may have left with it, neither named
+    v = verdict("osexit-mpirun-w5-r1r3")
+    assert named_ranks(v) == [3], v.summary
+    assert "ranks 0-1 printed no error either" in v.summary, v.summary
