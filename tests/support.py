@@ -194,3 +194,23 @@ exit 2
     # controller to ask, would make every sweep warn that it could not look)
     write_stub(bin_dir, "squeue", "exit 0\n")
     return str(bin_dir)
+
+
+def diagnose_saved(folder: Path) -> Any:
+    """`hc diagnose logs FOLDER`'s verdict, in process (a saved job's output)."""
+    from healthcheck.diagnose.sources import collect
+    from healthcheck.diagnose.verdict import build
+
+    return build(collect([folder]))
+
+
+def named_ranks(verdict: Any) -> list[int]:
+    """The ranks a diagnosis verdict names, in its order."""
+    return [o.rank for o in verdict.odd_ranks]
+
+
+def assert_culprits(verdict: Any, cls: str, culprits: list[int], victims: list[int]) -> None:
+    """The verdict's class, the culprits it names (exactly, in order), and none of the victims."""
+    assert verdict.cls == cls, verdict.summary
+    assert named_ranks(verdict) == culprits, verdict.summary
+    assert not set(named_ranks(verdict)) & set(victims)

@@ -40,6 +40,7 @@ from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees
 from healthcheck.diagnose.mismatch import mismatch
@@ -346,6 +347,8 @@ def analyse(col: Collected) -> Analysis:
         stack_mismatch(col, out)
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
+    if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
+        group_order(col, out)  # grouporder.py: a member past the new_group its peers wait in
     _wedged(col, out)
     _network(col, out)
     _stuck(col, out, ras, dumps)

@@ -29,9 +29,11 @@ from healthcheck.diagnose.logfacts import (
     torchrun_time,
 )
 from healthcheck.diagnose.ownabort import own_aborts
+from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.victims import spoke_of_failure
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
 _TOGETHER_S = 0.25  # own-code exceptions this close to the first raised in the same step: together
@@ -282,12 +284,24 @@ def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> N
     if not silent:
         return
     acc.early = True
-    acc.basis = acc.basis or ONLY_FIRST
+    acc.basis = acc.basis or ONLY_FIRST + _silent_others(col, firsts, set(silent))
     for rank, code in silent.items():
         how = f"exited {code} without printing an error"
         acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank,
                                      text=f"rank {rank}: the launcher reports exit {code}; no error in its output"))
     acc.exits = set(silent.values())
+
+
+def _silent_others(col: Collected, firsts: dict[int, RankError], named: set[int]) -> str:
+    """The other ranks that printed no error either: any of them may have left with the
+    named one (mpirun names one; the ranks it stopped print nothing either)."""
+    world = ring_world(col)
+    if world is None:
+        return ""
+    quiet = sorted(set(range(world)) - set(firsts) - spoke_of_failure(col) - named)
+    if not quiet:
+        return ""
+    return f"; {rank_words(quiet)} printed no error either: stopped by the launcher, or gone with it"
 
 
 def _victims(firsts: dict[int, RankError], named: set[int]) -> str:

@@ -16,6 +16,10 @@ op.nbytes. R vs E`, on the receiving side):
   minority of sizes, else the two ranks are said and none is named;
 * otherwise the aborted ranks are the parties and the verdict says the text cannot tell
   which one held the other size.
+
+Where gloo's size reports leave no rank named and one rank logged a step off every
+peer's (outofstep.py), that rank skipped or added a collective: collective-mismatch,
+named.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from healthcheck.diagnose.logfacts import (
     nccl_colls,
     ranks_heard,
 )
+from healthcheck.diagnose.outofstep import out_of_step
 from healthcheck.diagnose.ringsize import SizeReport, ring_parties
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -234,10 +239,18 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None
     if not acc.items:
         return None, acc.notes
     odd, summary, confidence = _conclude(col, acc)
+    cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
+    stepped = out_of_step(col) if acc.sizes and not odd else None  # outofstep.py: a rank a step off the others
+    if stepped is not None:
+        odd, why, lines = stepped
+        acc.items[:0] = lines
+        s = acc.sizes[0]
+        return job_finding(cls="collective-mismatch", confidence="medium", ranks=odd, evidence=tuple(acc.items[:24]),
+                           summary=f"{why}; gloo's size check then failed on the mispaired call (rank {s.rank} "
+                                   f"received {s.received} bytes where it expected {s.expected})"), acc.notes
     ratio = dtype_ratio(acc.sizes)
     if ratio:
         summary += f"; {ratio}"
-    cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
     divergence = acc.divergence or (f"SequenceNumber {acc.seq}" if acc.seq is not None else "")
     return job_finding(cls=cls, summary=summary, confidence=confidence, ranks=odd, evidence=tuple(acc.items[:24]),
                    divergence=divergence), acc.notes

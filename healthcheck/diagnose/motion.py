@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
+from healthcheck.diagnose.newgroup import group_created, in_new_group
 from healthcheck.diagnose.roots import collective_root
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyThread
 
@@ -47,6 +48,9 @@ class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
     io: int | None = None  # rchar + wchar of the process at the sample
     counters: dict[str, int] = {}  # "function:name" -> value of step-like int locals of program frames
     root: int | None = None  # the src/dst of the rooted collective it waits in (desyncorder.py)
+    creating: tuple[int, ...] = ()  # the ranks of the process group it waits to create (newgroup.py)
+    creating_name: str = ""  # that group's name
+    in_new_group: bool = False  # in a new_group frame, locals or not
 
 
 def stack_key(frames: Sequence[PySpyFrame]) -> str:
@@ -90,9 +94,12 @@ def sample_of(thread: PySpyThread | None, at: float, io: int | None,
     """A dump of a rank's main thread (and of the thread it waits on, where it does), reduced."""
     frames = thread.frames if thread is not None else ()
     both = (*frames, *(blocker.frames if blocker is not None else ()))
+    created = group_created(frames)
     return StackSample(at=round(at, 3), key=stack_key(both), collective=thread.collective if thread else None,
                        group=collective_group(frames), io=io, counters=step_counters(both),
-                       root=collective_root(frames, thread.collective if thread else None))
+                       root=collective_root(frames, thread.collective if thread else None),
+                       creating=created[0] if created else (), creating_name=created[1] if created else "",
+                       in_new_group=in_new_group(frames))
 
 
 def _same(a: StackSample, b: StackSample) -> bool:

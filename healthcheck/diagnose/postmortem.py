@@ -12,6 +12,9 @@ traceback, with the line of its own code that called it; NCCL: the watchdog's
   Where the minority is several sides, the ranks whose traceback stops first in the
   function all tracebacks share made one collective more and are named alone
   (progorder.py); the sides between waited for them.
+  Where the minority waits in a gloo broadcast the others went past, gloo's tree is
+  replayed (bcastroot.py): the rank whose src was off is named, not its parent in the
+  tree that waited on it; where the tree is symmetric none is.
   A rank whose wait a peer cut short (Connection closed when a peer that timed out
   exited) still says in its traceback which collective it waited in: it counts as a side.
 """
@@ -23,6 +26,7 @@ from collections import Counter
 import msgspec
 
 from healthcheck.diagnose.analysis import minority
+from healthcheck.diagnose.bcastroot import wrong_src
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     RankError,
@@ -35,6 +39,7 @@ from healthcheck.diagnose.logfacts import (
     watchdog_ranks,
 )
 from healthcheck.diagnose.progorder import first_in_program
+from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -55,6 +60,18 @@ def _first_timeout(waits: dict[int, Wait], firsts: dict[int, RankError]) -> floa
     return min(t for t in times if t is not None) if times else None
 
 
+def _same_failure(e: RankError, first: float | None) -> bool:
+    """A peer error inside a collective that belongs to the others' timeout: within
+    _SAME_FAILURE_S of the first one, or, where the text has no times (plain per-rank
+    files), raised inside a collective at all: its traceback says the rank was waiting in
+    one when a peer that timed out exited, so it did enter it."""
+    if not e.victim:
+        return False
+    if first is None or e.time is None:
+        return bool(e.collective)
+    return e.time - first < _SAME_FAILURE_S
+
+
 def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
     """Known ranks with no timeout whose first error (if any) is not their own code's and
     not a peer error of the same failure (a rank whose peer exited before it timed out)."""
@@ -65,7 +82,7 @@ def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
         e = firsts.get(rank)
         if e is not None and not e.victim:
             continue  # an error of its own: the dead-rank rule's
-        if e is not None and first is not None and e.time is not None and e.time - first < _SAME_FAILURE_S:
+        if e is not None and _same_failure(e, first):
             continue  # failed with the others, before its own timeout fired
         x = col.evidence.ranks.get(rank)
         if x is not None and x.signal and x.signal not in ("SIGTERM", "SIGINT", "SIGHUP"):
@@ -93,7 +110,30 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
                            f"{where}: {rank_words(quiet)} never entered that collective (stuck or busy elsewhere)")
 
 
-def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
+def broadcast_tree(col: Collected, waits: dict[int, Wait], sides: dict[int, str], items: tuple[Evidence, ...]) \
+        -> JobFinding | None:
+    """Some ranks (two or more) wait in a gloo broadcast and the others in one other
+    collective they went on to: gloo's tree replayed (bcastroot.py) says whose src was
+    off, or that the text cannot say. None where it does not apply or explains nothing."""
+    stuck = tuple(sorted(r for r, w in waits.items() if w.op == "broadcast"))
+    others = {sides[r] for r in waits if r not in stuck}
+    world = ring_world(col)
+    if world is None or len(stuck) < 2 or len(others) != 1 or len({sides[r] for r in stuck}) != 1:
+        return None
+    firsts = first_errors(col)
+    found = wrong_src({r: firsts[r].message if r in firsts else waits[r].text for r in stuck},
+                      [r for r in waits if r not in stuck], world)
+    if found is None:
+        return None
+    named, why = found
+    return job_finding(cls="collective-mismatch", ranks=named, confidence="high" if named else "medium",
+                       evidence=items, divergence=next(iter(others)),
+                       where=next((waits[r].where for r in stuck if waits[r].where), ""),
+                       summary=f"{rank_words(stuck)} waited in {sides[stuck[0]]} while the others timed out in "
+                               f"{next(iter(others))}: {why}")
+
+
+def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> JobFinding | None:
     if not all(w.op for w in waits.values()):  # a watchdog status line names the SeqNum only
         if len({w.seq for w in waits.values()}) < 2 or any(w.seq is None for w in waits.values()):
             return None
@@ -106,6 +146,9 @@ def waited_elsewhere(waits: dict[int, Wait]) -> JobFinding | None:
             return None
         cls = "shape-mismatch"
     items = tuple(_evidence(w) for w in list(waits.values())[:12])
+    tree = broadcast_tree(col, waits, sides, items) if col is not None and cls == "collective-mismatch" else None
+    if tree is not None:
+        return tree
     pick = minority(sides)
     what = "tensor size" if cls == "shape-mismatch" else "collective"
     if pick is None:
@@ -151,10 +194,8 @@ def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
     firsts = first_errors(col)
     first = _first_timeout(waits, firsts)
     out: dict[int, Wait] = {}
-    if first is None:
-        return out
     for rank, e in firsts.items():
-        if rank in waits or not e.victim or not e.collective or e.time is None or e.time - first >= _SAME_FAILURE_S:
+        if rank in waits or not e.collective or not _same_failure(e, first):
             continue
         out[rank] = Wait(rank=rank, source=e.source, line=e.line, op=e.collective, where=e.frame, chain=e.chain,
                          text=f"in {e.collective}" + (f" at {e.frame}" if e.frame else "")
@@ -167,7 +208,7 @@ def post_mortem(col: Collected) -> JobFinding | None:
     waits = rank_waits(col)
     if not waits:
         return None
-    return did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)})
+    return did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)
 
 
 __all__ = ["cut_short", "did_not_time_out", "post_mortem", "waited_elsewhere"]

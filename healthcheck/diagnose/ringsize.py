@@ -15,6 +15,15 @@ gives exactly one report, so one report never says which of the two is odd. A ra
 named only where the reports together give three or more ranks' sizes with a strict
 minority (majority vs minority of the byte counts); otherwise the finding says which two
 ranks disagree, with their sizes, and names none (at world 2 always).
+
+The ring holds for all_reduce and reduce_scatter (reduce_scatter_tensor, captured at worlds
+3-6 with the float64 rank at 0 to 4: the rank before it aborts, tests/fixtures/diagnose/
+rules5). It does not for all_to_all: gloo's alltoallv (gloo/alltoallv.cc) posts every send
+and receive at once, so the rank it aborted got the larger chunk from any one of its peers
+(or its own output split is the short one), and which one no text says; a peer still
+inside the all_to_all is only one its chunk had not reached yet (captured: the rank whose
+split was off went on to the next collective while another stayed). The collective is
+read from the peers' tracebacks; where one of them is an all_to_all, no ring is assumed.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from healthcheck.diagnose.analysis import minority
-from healthcheck.diagnose.logfacts import known_ranks
+from healthcheck.diagnose.logfacts import first_errors, known_ranks
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -60,11 +69,30 @@ def chunk_sizes(sizes: list[SizeReport], world: int) -> dict[int, str]:
     return {r: f"{next(iter(b))} bytes" for r, b in seen.items() if len(b) == 1}
 
 
+def pairwise_exchange(col: Collected, sizes: list[SizeReport]) -> str:
+    """The all_to_all a peer of the aborted ranks was in when they died, or "": the
+    size check was then in gloo's alltoallv, not in a ring."""
+    reporters = {s.rank for s in sizes}
+    ops = {e.collective for r, e in first_errors(col).items() if r not in reporters}
+    return next((op for op in sorted(ops) if op.replace("_", "").startswith("alltoall")), "")
+
+
+def any_peer(sizes: list[SizeReport], op: str) -> str:
+    """What one all_to_all size report says: the reporter and its sizes, no sender."""
+    s = sizes[0]
+    return (f"rank {s.rank} received {s.received} bytes from a peer in {op} where its own split for that peer gives "
+            f"{s.expected}; gloo's alltoallv exchanges with every peer at once, so whose input split was off (or "
+            f"whether rank {s.rank}'s own output split is the short one) the text does not say")
+
+
 def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ...], str]:
     """(the odd rank, or () where no majority says; the text) from gloo's size reports."""
     world = ring_world(col)
     if world is None or not sizes:
         return (), ""
+    op = pairwise_exchange(col, sizes)
+    if op:
+        return (), any_peer(sizes, op)
     s = sizes[0]
     sender = ring_sender(s, world)
     pair = (f"rank {s.rank} received {s.received} bytes per chunk from rank {sender} (gloo's ring: each rank "
@@ -80,4 +108,4 @@ def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ..
                 "the other)")
 
 
-__all__ = ["SizeReport", "chunk_sizes", "ring_parties", "ring_sender", "ring_world"]
+__all__ = ["SizeReport", "any_peer", "chunk_sizes", "pairwise_exchange", "ring_parties", "ring_sender", "ring_world"]

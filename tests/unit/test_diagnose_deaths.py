@@ -19,10 +19,9 @@ import json
 import shutil
 
 import pytest
-from support import FIXTURES
+from support import FIXTURES, assert_culprits, diagnose_saved
 
 from healthcheck.diagnose.evidence import RankEvidence
-from healthcheck.diagnose.sources import collect
 from healthcheck.diagnose.verdict import build
 
 SCEN = FIXTURES / "diagnose"
@@ -49,16 +48,14 @@ CASES = {
 
 
 def verdict(scenario: str):
-    return build(collect([SCEN / scenario]))
+    return diagnose_saved(SCEN / scenario)
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
 def test_the_culprit_is_named_and_no_victim(scenario):
     cls, culprits, victims = CASES[scenario]
     v = verdict(scenario)
-    assert v.cls == cls, v.summary
-    assert [o.rank for o in v.odd_ranks] == culprits, v.summary
-    assert not {o.rank for o in v.odd_ranks} & set(victims)
+    assert_culprits(v, cls, culprits, victims)
     main = v.findings[0]
     assert main.lines and all(e.source for e in main.lines)
     assert any(e.rank in culprits for e in main.lines), main.lines
@@ -110,7 +107,7 @@ def test_the_unknown_text_says_what_the_logs_hold(tmp_path):
     timeout."""
     for r in (0, 2, 3):
         shutil.copy(SCEN / "postmortem" / f"rank{r}.log", tmp_path)
-    v = build(collect([tmp_path]))
+    v = diagnose_saved(tmp_path)
     assert v.cls == "unknown" and not v.odd_ranks
     assert "timeout" in v.why_unknown and "no error, timeout" not in v.why_unknown, v.why_unknown
 
@@ -138,14 +135,14 @@ def test_nccl_post_mortems_name_the_rank_that_waited_elsewhere(tmp_path, odd, cl
     _manifests(tmp_path, 4)
     text = "".join(_nccl_timeout(r, 52, "ALLREDUCE", 4096) for r in (0, 1, 2)) + _nccl_timeout(3, *odd)
     (tmp_path / "job.out").write_text(text)
-    v = build(collect([tmp_path]))
+    v = diagnose_saved(tmp_path)
     assert (v.cls, [o.rank for o in v.odd_ranks]) == (cls, [3]), v.summary
 
 
 def test_nccl_post_mortem_names_the_rank_that_did_not_time_out(tmp_path):
     _manifests(tmp_path, 4)
     (tmp_path / "job.out").write_text("".join(_nccl_timeout(r, 52, "ALLREDUCE", 4096) for r in (0, 1, 3)))
-    v = build(collect([tmp_path]))
+    v = diagnose_saved(tmp_path)
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2]), v.summary
     assert any("did not time out" in f.message and "SeqNum 52" in f.message and f.ranks == (2,) for f in v.findings)
 
@@ -207,7 +204,7 @@ def test_nccl_watchdog_status_lines_alone_name_the_rank_that_never_failed(tmp_pa
         f"[rank{r}]:[E1127 10:00:0{r}.000000000 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
         "failure detected by watchdog at work sequence id: 79 PG status: last enqueued work: 79, last completed "
         "work: 78\n" for r in (0, 1, 3)))
-    v = build(collect([tmp_path]))
+    v = diagnose_saved(tmp_path)
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2]), v.summary
 
 
@@ -218,9 +215,9 @@ def test_a_rank_whose_watchdog_aborted_is_no_culprit_of_the_post_mortem():
     while rank 0 timed out: rank 1 is named."""
     from support import CORPUS
 
-    v = build(collect([CORPUS / "torch-watchdog" / "ray-dedup-repeated-across-cluster-allreduce-seq1-pg0-default-pg.txt"]))
+    v = diagnose_saved(CORPUS / "torch-watchdog" / "ray-dedup-repeated-across-cluster-allreduce-seq1-pg0-default-pg.txt")
     assert 0 not in [o.rank for o in v.odd_ranks], v.summary
-    v = build(collect([CORPUS / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"]))
+    v = diagnose_saved(CORPUS / "torch-watchdog" / "desync-debug-allreduce-timeout.txt")
     assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [1]), v.summary
 
 

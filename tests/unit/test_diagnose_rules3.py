@@ -22,10 +22,8 @@ CPU) names the rank whose own doing failed the job, never a peer that failed aft
 from __future__ import annotations
 
 import pytest
-from support import FIXTURES
+from support import FIXTURES, assert_culprits, diagnose_saved
 
-from healthcheck.diagnose.sources import collect
-from healthcheck.diagnose.verdict import build
 from healthcheck.parsers.torch_log import parse_torch_log
 
 SCEN = FIXTURES / "diagnose" / "rules3"
@@ -47,16 +45,14 @@ CASES = {
 
 
 def verdict(scenario: str):
-    return build(collect([SCEN / scenario]))
+    return diagnose_saved(SCEN / scenario)
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
 def test_the_culprit_is_named_and_no_victim(scenario):
     cls, culprits, victims = CASES[scenario]
     v = verdict(scenario)
-    assert v.cls == cls, v.summary
-    assert [o.rank for o in v.odd_ranks] == culprits, v.summary
-    assert not {o.rank for o in v.odd_ranks} & set(victims)
+    assert_culprits(v, cls, culprits, victims)
     main = v.findings[0]
     assert main.lines and any(e.rank in culprits for e in main.lines), main.lines
 
@@ -86,7 +82,7 @@ def test_a_silent_rank_torchrun_stopped_is_no_leaver_where_another_rank_failed_o
     """The tuning set's small-size job under torchrun: rank 2 is aborted by gloo's size
     check, rank 1 then reads "Connection reset", rank 0 printed nothing before the agent's
     SIGTERM. Rank 0 did not leave: it was stopped; no rank is named dead."""
-    v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "small-size-torchrun-w3-r2"]))
+    v = diagnose_saved(FIXTURES / "diagnose-jobs" / "tuning" / "small-size-torchrun-w3-r2")
     assert v.cls == "shape-mismatch", v.summary
     assert 0 not in {o.rank for o in v.odd_ranks}
 
@@ -122,7 +118,7 @@ def test_two_roots_and_no_majority_name_no_rank(tmp_path):
     for r in (0, 2):
         shutil.copy(SCEN / "wrong-root-live" / f"py-spy-rank{r}.json", tmp_path)
         shutil.copy(SCEN / "wrong-root-live" / f"rank{r}.log", tmp_path)
-    v = build(collect([tmp_path]))
+    v = diagnose_saved(tmp_path)
     assert not v.odd_ranks, v.summary
 
 

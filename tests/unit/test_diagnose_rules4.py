@@ -16,10 +16,9 @@ CPU) names the rank whose own doing failed the job, in the class of what it did.
 from __future__ import annotations
 
 import pytest
-from support import FIXTURES
+from support import FIXTURES, assert_culprits, diagnose_saved
 
 from healthcheck.diagnose.sources import collect
-from healthcheck.diagnose.verdict import build
 
 SCEN = FIXTURES / "diagnose" / "rules4"
 
@@ -33,16 +32,14 @@ CASES = {
 
 
 def verdict(scenario: str):
-    return build(collect([SCEN / scenario]))
+    return diagnose_saved(SCEN / scenario)
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
 def test_the_culprit_is_named_in_its_class_and_no_victim(scenario):
     cls, culprits, victims = CASES[scenario]
     v = verdict(scenario)
-    assert v.cls == cls, v.summary
-    assert [o.rank for o in v.odd_ranks] == culprits, v.summary
-    assert not {o.rank for o in v.odd_ranks} & set(victims)
+    assert_culprits(v, cls, culprits, victims)
 
 
 def test_peers_waiting_in_init_are_not_setup_failures():

@@ -73,6 +73,7 @@ are counted and sampled in `unrecognized` (evidence to show, never a reason to r
 The package, one job a module: facts.py (the facts, TorchLog), reader.py (each line made
 torch's, the handler table, `parse_torch_log`), state.py (what the handlers share),
 watchdog.py, errors.py, agent.py, tracebacks.py (the message handlers of each family),
+steps.py (a training loop's own `step N` lines: each rank's last, `last_steps`),
 continued.py (lines that finish a fact opened before them), box.py (the ChildFailedError
 box), text.py (small readers of numbers, rank lists and exception heads).
 """
@@ -103,6 +104,7 @@ from healthcheck.parsers.torch_log.facts import (
     ProgressKind,
     RendezvousError,
     RendezvousKind,
+    StepLogged,
     TaskExit,
     TorchLog,
     WatchdogAbort,
@@ -119,7 +121,8 @@ __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",
     "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
     "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
-    "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RendezvousError", "RendezvousKind", "TaskExit",
+    "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RendezvousError", "RendezvousKind", "StepLogged",
+    "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout", "WorkerFailed",
     "WorkerGroupEvent", "parse_torch_log",
 ]

@@ -182,6 +182,12 @@ class NotInGroup(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     global_rank: int
 
 
+class StepLogged(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The last step a rank's own training loop logged (`step 3 loss ...`; steps.py)."""
+
+    step: int
+
+
 FrKind = Literal["disabled", "stack", "dump-written", "dump-failed", "dump-preparing", "dump-signal-sent",
                  "dump-signal-observed"]
 
@@ -379,6 +385,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     not_in_group: tuple[NotInGroup, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
+    last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
     dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read: how many, the first few
 

@@ -34,7 +34,7 @@ from healthcheck.parsers.lines import (
     relabelled,
     without_ray_repeat,
 )
-from healthcheck.parsers.torch_log import agent, box, errors, tracebacks, watchdog
+from healthcheck.parsers.torch_log import agent, box, errors, steps, tracebacks, watchdog
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
@@ -126,6 +126,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *agent.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
+    Handler("step", steps.looks_like_step, steps.read_step),
     Handler("torch-words", _names_torch, _torch_words),
 )
 
@@ -168,7 +169,8 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     box.end_box(state, complete=False)
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
-                    dropped=state.dropped, unrecognized=state.unrecognized.freeze(), **facts)
+                    last_steps=tuple(state.last_step.values()), dropped=state.dropped,
+                    unrecognized=state.unrecognized.freeze(), **facts)
 
 
 def parse_torch_log(text: str) -> TorchLog:

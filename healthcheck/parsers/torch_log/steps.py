@@ -1,0 +1,50 @@
+"""A training loop's own step lines (`step 3 loss 12.0`, `iteration 40`, `global_step=7`):
+the last step each rank logged, kept per rank (not a list: a loop logs thousands and only
+the last says how far the rank got). Lines that report a failure are not
+steps logged. Read only on lines whose rank is known (a
+`[rankN]:` prefix or a launcher's label; a per-rank file gives its own later), so a
+combined stream without labels gives none.
+
+Why: when collectives pair across ranks that are out of step (one skipped a call, or
+made one more), the rank off the others is also off in the step it last logged
+(captured with torch 2.13: a rank that skipped an all_reduce logged one step more than
+its peers; one that called one more, one step fewer).
+"""
+
+from __future__ import annotations
+
+import re
+
+from healthcheck.parsers.lines import Line
+from healthcheck.parsers.torch_log.facts import StepLogged
+from healthcheck.parsers.torch_log.state import OPEN_MAX, TorchState, where
+
+# the word, then a separator and the number: `step 3`, `Step: 3`, `global_step=3`, `iter #3`;
+# not `steps/s`, not a traceback's `in train_step` (no number after it)
+_STEP = re.compile(r"(?<![\w/.])(?:global[_ ]step|step|iteration|iter)(?:\s{0,3}[:=#]\s{0,3}|\s{1,3})(\d{1,9})\b",
+                   re.IGNORECASE)
+
+
+# a line that reports a failure says where the rank was when it failed (`collective failed at
+# step 2`), not how far its loop got: a rank gloo aborted prints none, so they never compare
+_FAILURE = re.compile(r"error|fail|exception|traceback|timed? ?out", re.IGNORECASE)
+
+
+def looks_like_step(text: str) -> bool:
+    return "tep" in text or "ter" in text
+
+
+def read_step(state: TorchState, line: Line) -> bool:
+    """Keep the step a line logs as its rank's last."""
+    m = _STEP.search(line.text)
+    if m is None or line.text.lstrip().startswith("File ") or _FAILURE.search(line.text):
+        return False
+    at = where(line)
+    key = (at["rank"], at["task"])
+    if key not in state.last_step and len(state.last_step) >= OPEN_MAX:
+        return False
+    state.last_step[key] = StepLogged(**at, step=int(m.group(1)))
+    return True
+
+
+__all__ = ["looks_like_step", "read_step"]
