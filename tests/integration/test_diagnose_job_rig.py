@@ -4,16 +4,16 @@ jobs, collected over SSH with `hc diagnose collect --local` on every host): the 
 within 30 s of being called (the issue's target), and never a healthy rank.
 
 The jobs are tests/rig/jobs/hang_job.py, started and ended (by pid, nothing left behind) by
-the helpers of test_diagnose_live_rig.py.
+the helpers of test_diagnose_live_rig.py. The scenarios whose hung job the live collector's
+tests also need (skip, sleep, stop, kill under torchrun; sleep, stop, size, port under srun)
+are diagnosed there, on the job those tests started: one four-rank start for both.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -34,58 +34,13 @@ _PORTS = live_rig._PORTS
 start_srun, start_torchrun = live_rig.start_srun, live_rig.start_torchrun
 wait_hung, wait_until = live_rig.wait_hung, live_rig.wait_until
 net, jobs, slurm = live_rig.net, live_rig.jobs, live_rig.slurm  # the fixtures, by name
+site_config, diagnose, check, hosts = live_rig.site_config, live_rig.diagnose, live_rig.check, live_rig.hosts
+_job_id, BOUND_S = live_rig.job_id, live_rig.BOUND_S
 
 pytestmark = pytest.mark.rig
 
-BOUND_S = 30.0
-
-
-def site_config(net, tmp_path: Path) -> Path:
-    known = tmp_path / "known_hosts"
-    shutil.copy(net.known_hosts, known)
-    ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text("".join(line for line in net.ssh_config.read_text().splitlines(keepends=True)
-                                  if "UserKnownHostsFile" not in line))
-    helper = f"{PYTHON} -m healthcheck"
-    cfg = tmp_path / "hc.yaml"
-    cfg.write_text(f"ssh:\n  config_file: {ssh_config}\n  known_hosts: [{known}]\n  identity_files: [{net.client_key}]\n"
-                   f"  use_agent: false\n  connect_timeout_s: 3\n  remote_hc: {helper}\n"
-                   f"slurm:\n  remote_hc: {helper}\n")
-    return cfg
-
-
-def diagnose(*args: str, env: dict[str, str] | None = None) -> tuple[dict, float, int]:
-    start = time.monotonic()
-    r = run_hc("diagnose", *args, "--format", "json", env=env, timeout=90)
-    elapsed = time.monotonic() - start
-    assert r.stdout.strip().startswith(b"{"), (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
-    assert b"Traceback" not in r.stderr, r.stderr
-    return json.loads(r.stdout), elapsed, r.returncode
-
-
-def check(v: dict, elapsed: float, rc: int, classes: tuple[str, ...], odd: int, what: str) -> None:
-    named = [o["rank"] for o in v.get("odd_ranks", [])]
-    print(f"{what}: {v['class']} ({v['confidence']}) odd {named} in {elapsed:.1f} s: {v['summary'][:160]}")
-    assert v["class"] in classes and named == [odd], (v["summary"], v.get("notes"), v.get("unreadable"))
-    assert rc == 0
-    assert elapsed < BOUND_S, elapsed
-
 
 # ------------------------------------------------------------------------------ srun + hc diagnose job
-
-
-def _job_id(job) -> str:
-    wait_until("rank 0 writing its info", lambda: 0 in job.rank_info(), 90, job)
-    return str(job.rank_info()[0]["slurm_job_id"])
-
-
-def test_job_sleep_srun(slurm, net, jobs, tmp_path):
-    job = start_srun(slurm, net, tmp_path, "sleep", 2)
-    jobs.append(job)
-    wait_hung(job)
-    v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
-    check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun")
-    assert next(o for o in v["odd_ranks"])["host"] == "node3"
 
 
 def test_job_sleep_srun_via_ssh(slurm, net, jobs, tmp_path):
@@ -105,95 +60,9 @@ def test_job_sleep_srun_via_ssh(slurm, net, jobs, tmp_path):
     assert not any(u["source"].endswith("did not answer") for u in v.get("unreadable", []))
 
 
-def test_job_stop_srun(slurm, net, jobs, tmp_path):
-    job = start_srun(slurm, net, tmp_path, "stop", 0)
-    jobs.append(job)
-    wait_hung(job)
-    os.kill(job.rank_info()[0]["pid"], signal.SIGSTOP)
-    v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
-    check(v, elapsed, rc, ("stuck-rank",), 0, "job stop/srun")
-    assert "state T" in v["summary"]
-
-
-def test_job_port_taken_srun(slurm, net, jobs, tmp_path):
-    port = next(_PORTS)
-    with live_rig.hold_port(net, "node1", port):
-        job = start_srun(slurm, net, tmp_path, "port", 0, port, "--linger", "120", "--timeout", "120")
-        jobs.append(job)
-        taken = re.compile(r"EADDRINUSE|address already in use", re.I)
-        wait_until("rank 0 failing to listen", lambda: taken.search(job.log(0)), 90, job)
-        wait_until("every rank's info", lambda: len(job.rank_info()) == len(NODES), 60, job)
-        time.sleep(1.5)
-        v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
-        check(v, elapsed, rc, ("init-failure",), 0, "job port/srun")
-
-
 def test_job_that_does_not_exist_on_real_slurm(slurm, net, tmp_path):
     r = run_hc("diagnose", "job", "987654", "--config", str(site_config(net, tmp_path)), env=slurm.env, timeout=60)
     assert r.returncode == 4 and b"no such job" in r.stdout, (r.stdout, r.stderr)
-
-
-# ------------------------------------------------------------------------------ torchrun + hc diagnose hosts
-
-
-def hosts(net, tmp_path: Path) -> tuple[dict, float, int]:
-    return diagnose("hosts", "node[1-4]", "--config", str(site_config(net, tmp_path)))
-
-
-def test_hosts_skip_torchrun(net, jobs, tmp_path):
-    job = start_torchrun(net, tmp_path, "skip", 2)
-    jobs.append(job)
-    wait_hung(job)
-    check(*hosts(net, tmp_path), ("collective-mismatch",), 2, "hosts skip/torchrun")
-
-
-def test_hosts_sleep_torchrun(net, jobs, tmp_path):
-    job = start_torchrun(net, tmp_path, "sleep", 1)
-    jobs.append(job)
-    wait_hung(job)
-    check(*hosts(net, tmp_path), ("stuck-rank",), 1, "hosts sleep/torchrun")
-
-
-def test_hosts_stop_torchrun(net, jobs, tmp_path):
-    job = start_torchrun(net, tmp_path, "stop", 3)
-    jobs.append(job)
-    wait_hung(job)
-    os.kill(job.rank_info()[3]["pid"], signal.SIGSTOP)
-    check(*hosts(net, tmp_path), ("stuck-rank",), 3, "hosts stop/torchrun")
-
-
-def test_hosts_kill_torchrun(net, jobs, tmp_path):
-    job = start_torchrun(net, tmp_path, "kill", 2, "--linger", "120")
-    jobs.append(job)
-    wait_hung(job)
-    os.kill(job.rank_info()[2]["pid"], signal.SIGKILL)
-    time.sleep(1.0)
-    check(*hosts(net, tmp_path), ("dead-rank",), 2, "hosts kill/torchrun")
-
-
-def test_job_size_srun(slurm, net, jobs, tmp_path):
-    """Rank 1's tensor has another size: gloo's receiving side aborts. Under srun
-    (--kill-on-bad-exit=0) the others stay, so the live diagnosis is deterministic; under
-    torchrun the agents tear every survivor down within seconds, a race a test must not
-    run (that run's real collections are judged offline: tests/fixtures/diagnose-live)."""
-    job = start_srun(slurm, net, tmp_path, "size", 1, None, "--linger", "120")
-    jobs.append(job)
-    text = re.compile(r"Received data size doesn't match|op.preamble.length <= op.nbytes|Connection closed by peer"
-                      r"|Connection reset by peer")
-    wait_until("the size mismatch being reported", lambda: text.search("".join(job.log(r) for r in range(4))), 90, job)
-    wait_until("every rank's info", lambda: len(job.rank_info()) == len(NODES), 60, job)
-    time.sleep(1.5)
-    v, elapsed, rc = diagnose("job", _job_id(job), "--config", str(site_config(net, tmp_path)), env=slurm.env)
-    # live, every rank gloo's mismatch aborted is gone: the receiver of the longer buffer
-    # always, the odd one itself only in some runs (a CI run saw rank 0 alone go). They are
-    # named as dead, which they are, and no survivor is; which of them had the other size is
-    # seen only offline, in their output (the enforce message is only in their stderr)
-    named = [o["rank"] for o in v.get("odd_ranks", [])]
-    gone = sorted(set(range(len(NODES))) - {row["rank"] for row in v["ranks"] if row.get("state") not in
-                                             ("missing", "", None)})
-    print(f"job size/srun: {v['class']} odd {named}, gone {gone}: {v['summary'][:160]}")
-    assert (v["class"], rc) == ("dead-rank", 0) and gone and sorted(named) == gone, v["summary"]
-    assert elapsed < BOUND_S
 
 
 def start_sbatch(slurm, net, tmp_path: Path, scenario: str, odd: int, *extra: str) -> tuple[live_rig.Job, int]:

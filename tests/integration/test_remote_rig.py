@@ -206,26 +206,21 @@ def test_sweep_act_drains_through_the_policy_and_dry_run_only_prints(site, fresh
     assert "node1" not in by_node(report) and b"skipped node1" in r.stderr
 
 
-def test_sandbox_up_sweep_drains_the_two_broken_nodes_down(tmp_path):
+def assert_sandbox_sweep_drains_the_two_broken_nodes(up: subprocess.CompletedProcess) -> None:
+    """The sandbox's own quickstart: `hc sweep --partition debug --act` (what `up` says to run)
+    fails node2 (ib.E002) and node3 (net.E001), and drains both with hc's reasons."""
     env_file = Path("/tmp/hc-sandbox/env.sh")
-    up = subprocess.run([str(REPO / "bin/sandbox"), "up"], capture_output=True, text=True, timeout=240)
-    try:
-        assert up.returncode == 0, up.stderr
-        assert "hc sweep --partition debug --act" in up.stdout
-        script = f". {env_file} && hc sweep --partition debug --act --format json && true"
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=180)
-        report = json.loads(r.stdout)
-        failing = {n["node"]: sorted(f["id"] for f in n["findings"] if f["status"] == "FAIL") for n in report["nodes"]
-                   if n["status"] == "FAIL"}
-        assert failing == {"node2": ["ib.E002"], "node3": ["net.E001"]}, r.stderr
-        sinfo = subprocess.run(["bash", "-c", f". {env_file} && sinfo -h -N -o '%N|%T|%E'"], capture_output=True,
-                               text=True, timeout=30).stdout
-        states = {line.split("|")[0]: line.split("|", 2)[1:] for line in sinfo.splitlines()}
-        assert states["node2"] == ["drained", "hc: ib.E002"] and states["node3"] == ["drained", "hc: net.E001"]
-    finally:
-        down = subprocess.run([str(REPO / "bin/sandbox"), "down"], capture_output=True, text=True, timeout=120)
-        assert down.returncode == 0
-    assert not Path("/tmp/hc-sandbox").exists()
+    assert "hc sweep --partition debug --act" in up.stdout
+    script = f". {env_file} && hc sweep --partition debug --act --format json && true"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=180)
+    report = json.loads(r.stdout)
+    failing = {n["node"]: sorted(f["id"] for f in n["findings"] if f["status"] == "FAIL") for n in report["nodes"]
+               if n["status"] == "FAIL"}
+    assert failing == {"node2": ["ib.E002"], "node3": ["net.E001"]}, r.stderr
+    sinfo = subprocess.run(["bash", "-c", f". {env_file} && sinfo -h -N -o '%N|%T|%E'"], capture_output=True,
+                           text=True, timeout=30).stdout
+    states = {line.split("|")[0]: line.split("|", 2)[1:] for line in sinfo.splitlines()}
+    assert states["node2"] == ["drained", "hc: ib.E002"] and states["node3"] == ["drained", "hc: net.E001"]
 
 
 def _fresh_checkout(dest: Path) -> Path:
@@ -243,7 +238,9 @@ def _fresh_checkout(dest: Path) -> Path:
 
 def test_sandbox_up_works_the_first_time_in_a_fresh_clone(tmp_path):
     """Issue 18 C.9: `bin/sandbox up` chose its Python before install.sh made the clone's
-    .venv, so the first run found no hc; it asks only once the .venv is there."""
+    .venv, so the first run found no hc; it asks only once the .venv is there. Then the
+    sandbox does what it is for: its sweep drains the two nodes broken on purpose, and
+    `down` leaves nothing (one `sandbox up`, the slow part, for both)."""
     clone = _fresh_checkout(tmp_path / "clone")
     assert not (clone / ".venv").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
@@ -254,6 +251,7 @@ def test_sandbox_up_works_the_first_time_in_a_fresh_clone(tmp_path):
         r = subprocess.run(["bash", "-c", ". /tmp/hc-sandbox/env.sh && hc --version"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0 and r.stdout.startswith("hc, version"), r.stderr
+        assert_sandbox_sweep_drains_the_two_broken_nodes(up)
     finally:
         down = subprocess.run([str(clone / "bin/sandbox"), "down"], capture_output=True, text=True, timeout=120)
         assert down.returncode == 0

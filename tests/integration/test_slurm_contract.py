@@ -167,11 +167,16 @@ def test_a_fail_on_a_node_that_does_not_respond_is_said_and_not_drained(hc):
     """issue 18, B.5: node2's slurmd stops answering (SIGSTOP), so Slurm shows it idle*;
     its health run FAILs: exit 2 (the verdict), no drain (hc does not touch such a node),
     and the run says so, naming the node and why, in its report and in slurmd's log line."""
+    # slurmctld pings a node every third of SlurmdTimeout and marks it not responding when a
+    # ping goes unanswered for MessageTimeout: at the rig's 30 s and 10 s that is 20-30 s of
+    # waiting. At 18 s and 3 s it is 9-15 s; the node goes DOWN no sooner than 24 s after its
+    # last answer, so the health run below still meets it idle* (9 s or more to spare)
+    hc.use_hooks(slurmd_timeout=18, message_timeout=3)  # a restart: the old pids are gone
     pid = int((hc.slurm.dir / "run" / "slurmd-node2.pid").read_text())
     assert Path(f"/proc/{pid}/exe").resolve().name.startswith("slurmd")
     os.kill(pid, signal.SIGSTOP)
     try:
-        hc.slurm.wait_node_state("node2", "idle*", timeout=90)  # SlurmdTimeout=30 on the rig
+        hc.slurm.wait_node_state("node2", "idle*", timeout=90)
         hc.net.set_mtu("node2", "eth0", 1500)
         r = hc.health("node2")
         assert r.rc == 2, r.stderr

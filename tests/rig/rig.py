@@ -718,6 +718,8 @@ _DEFAULT_SLURM_CONFIG: dict[str, Any] = {
     "gpus": 0,
     "cpus": 2,
     "nodes": None,
+    "slurmd_timeout": 30,
+    "message_timeout": 10,
 }
 
 
@@ -768,6 +770,8 @@ class SlurmRig:
         gpus: int = 0,
         cpus: int = 2,
         nodes: int | None = None,
+        slurmd_timeout: int = 30,
+        message_timeout: int = 10,
         slurm_dir: str | None = None,
         ctld_port: int | None = None,
         slurmd_port: int | None = None,
@@ -779,7 +783,10 @@ class SlurmRig:
         slurmd in the root namespace). Hooks: ``"hook"`` = the recording hook,
         ``None`` = not configured, or an absolute path (it runs as root inside the
         node with no PATH; the health check also without SLURM_CONF).
-        ``extra_conf``: lines appended to slurm.conf.
+        ``extra_conf``: lines appended to slurm.conf. ``slurmd_timeout``,
+        ``message_timeout``: SlurmdTimeout and MessageTimeout (a test of a node that
+        stops answering waits about two thirds of the first plus the second for
+        slurmctld to mark it not responding).
         """
         env = _base_env()
         rig = cls(
@@ -796,6 +803,8 @@ class SlurmRig:
                 "gpus": gpus,
                 "cpus": cpus,
                 "nodes": nodes,
+                "slurmd_timeout": slurmd_timeout,
+                "message_timeout": message_timeout,
             },
             int(ctld_port or env.get("HC_SLURM_CTLD_PORT", 16917)),
             int(slurmd_port or env.get("HC_SLURM_SLURMD_PORT", 17101)),
@@ -820,6 +829,8 @@ class SlurmRig:
                 "HC_SLURM_EXTRA_CONF": "\n".join(c["extra_conf"]),
                 "HC_SLURM_GPUS": str(int(c["gpus"] or 0)),
                 "HC_SLURM_CPUS": str(int(c["cpus"])),
+                "HC_SLURM_SLURMD_TIMEOUT": str(int(c["slurmd_timeout"])),
+                "HC_SLURM_MESSAGE_TIMEOUT": str(int(c["message_timeout"])),
                 "HC_SLURM_TIMEOUT": str(int(max(5, timeout - 5))),
             }
         )

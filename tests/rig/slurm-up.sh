@@ -34,6 +34,10 @@
 #                                 devices $HC_SLURM_DIR/dev/<node>/nvidia<k> (c 195 k);
 #                                 --gres=gpu:N jobs schedule and get CUDA_VISIBLE_DEVICES
 #   HC_SLURM_TIMEOUT       30     seconds to wait for daemons / all nodes idle
+#   HC_SLURM_SLURMD_TIMEOUT  30   SlurmdTimeout=: slurmctld pings a node every third of it
+#                                 and sets it DOWN after it (a node not answering)
+#   HC_SLURM_MESSAGE_TIMEOUT 10   MessageTimeout=: a ping unanswered this long marks the
+#                                 node not responding (idle*); also every RPC's timeout
 #
 # Recording hooks ("hook" above): each run appends
 #   "<kind> node=<node> job=<id> t=<epoch.ns>" to $HC_SLURM_DIR/hooks/events.log,
@@ -57,6 +61,8 @@ PROLOG_FLAGS=${HC_SLURM_PROLOG_FLAGS-Alloc}
 HC_INTERVAL=${HC_SLURM_HC_INTERVAL:-0}
 GPUS=${HC_SLURM_GPUS:-0}
 WAIT=${HC_SLURM_TIMEOUT:-30}
+SLURMD_TIMEOUT=${HC_SLURM_SLURMD_TIMEOUT:-30}
+MESSAGE_TIMEOUT=${HC_SLURM_MESSAGE_TIMEOUT:-10}
 t0=$(date +%s%N)
 die() { echo "slurm-up: $*" >&2; exit 2; }
 # stop whatever we started if anything below fails (logs stay for the post-mortem)
@@ -186,8 +192,8 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 MpiDefault=none
 ReturnToService=2
-SlurmdTimeout=30
-MessageTimeout=10
+SlurmdTimeout=$SLURMD_TIMEOUT
+MessageTimeout=$MESSAGE_TIMEOUT
 EOF
 [[ -n $PROLOG ]] && echo "Prolog=$PROLOG"
 [[ -n $EPILOG ]] && echo "Epilog=$EPILOG"
