@@ -32,6 +32,9 @@ from healthcheck.diagnose.logfacts import (
     collective_error,
     first_errors,
     gloo_size_aborts,
+    interrupted,
+    interrupted_everywhere,
+    rank_errors,
     rank_source,
     torchrun_time,
 )
@@ -244,6 +247,8 @@ def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candi
 def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     cands = _from_logs(col, firsts)
     cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
+    if interrupted_everywhere(col, rank_errors(col)):  # an operator's Ctrl-C: no launcher entry's interrupt either
+        cands = [c for c in cands if not interrupted(c.text.split(":", 1)[0])]
     if not cands or not _job_failed(col, firsts, cands):
         return
     chosen, acc.basis = _first_in_time(cands, firsts)

@@ -38,8 +38,10 @@ def test_a_keyboard_interrupt_on_one_rank_is_that_ranks_death(scenario, culprit)
     assert named_ranks(v) == [culprit], v.summary
 
 
-def test_an_interrupt_on_every_rank_names_none_and_says_so():
-    v = verdict("sigintall-w3")
+@pytest.mark.parametrize("scenario", ["sigintall-w3", "ctrlc-torchrun-w3"])
+def test_an_interrupt_on_every_rank_names_none_and_says_so(scenario):
+    # ctrlc-torchrun-w3: SIGINT to torchrun alone; its agent passed it to every worker
+    v = verdict(scenario)
     assert named_ranks(v) == [], v.summary
     assert "KeyboardInterrupt" in v.summary and "every rank" in v.summary, v.summary
 
