@@ -46,7 +46,7 @@ def test_an_interrupt_on_every_rank_names_none_and_says_so(scenario):
     assert "KeyboardInterrupt" in v.summary and "every rank" in v.summary, v.summary
 
 
-@pytest.mark.parametrize(("scenario", "culprit"), [("preempt-torchrun-w3-r2", 2)])
+@pytest.mark.parametrize(("scenario", "culprit"), [("preempt-torchrun-w3-r2", 2), ("preempt-w4-r1", 1)])
 def test_a_rank_that_left_by_its_sigterm_handler_is_named_with_its_reason(scenario, culprit):
     v = verdict(scenario)
     assert v.cls == "dead-rank", v.summary

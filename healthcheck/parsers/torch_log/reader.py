@@ -175,8 +175,10 @@ def _result(state: TorchState, lines: int) -> TorchLog:
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 
-def parse_torch_log(text: str) -> TorchLog:
-    """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring)."""
+def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
+    """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring).
+    `rank_output`: the text is known to be one rank's own output (a file its name places),
+    read though no line names torch (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
     for line in word_unwrapped(lines):
@@ -188,7 +190,7 @@ def parse_torch_log(text: str) -> TorchLog:
     # a stream of lines each labelled with its rank (torchrun's `[default3]:`, mpirun's
     # `[1,3]<stderr>:`, srun's `3: `) is a distributed job's ranks' output even where no line
     # names torch: a job that finished prints no torch words, and that it finished is news
-    if not state.torch and not state.prefixed and not any(getattr(log, name) for name in FACT_KINDS):
+    if not (rank_output or state.torch or state.prefixed) and not any(getattr(log, name) for name in FACT_KINDS):
         raise ParseError("torch-log: no PyTorch distributed, torchrun or Python traceback line "
                          f"(starts with {clip(text.strip(), 60)!r})")
     return log
