@@ -106,3 +106,14 @@ def test_a_finished_jobs_launcher_stream_says_the_job_shows_no_failure(scenario,
     assert named_ranks(v) == [], v.summary
     assert "no failure" in v.summary and "step 4" in v.summary, v.summary
     assert "is a log hc reads" not in v.summary, v.summary
+
+
+@pytest.mark.parametrize("scenario", ["worldbarrier-live-w4-r1", "worldbarrier-live-w6-r5", "worldbarrier-live-w6-r4",
+                                      "worldbarrier-live-w8-r2"])
+def test_a_world_barrier_where_a_node_group_waits_names_no_victim(scenario):
+    # the culprit's world barrier completed and it waits in the world all_reduce beside the
+    # other node group's ranks; py-spy --locals show a ProcessGroup as an address, no member
+    # ranks: the ranks waiting in their group's barrier are said, and none is named
+    v = verdict(scenario)
+    assert named_ranks(v) == [], v.summary
+    assert "process group of its own" in v.summary, v.summary
