@@ -18,13 +18,23 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
-from healthcheck.diagnose.leavers import agent_stopped, exit_codes, quiet_ranks, silent_first_exits, stopped_leavers
+from healthcheck.diagnose.leavers import (
+    agent_stopped,
+    exit_codes,
+    last_words,
+    quiet_ranks,
+    silent_first_exits,
+    stopped_leavers,
+)
 from healthcheck.diagnose.logfacts import (
     COLLATERAL,
     RankError,
     collective_error,
     first_errors,
     gloo_size_aborts,
+    interrupted,
+    interrupted_everywhere,
+    rank_errors,
     rank_source,
     torchrun_time,
 )
@@ -50,6 +60,7 @@ class _Dead:
     basis: str = ""
     early: bool = False
     exits: set[int | None] = field(default_factory=set)  # the early ranks' exit statuses (None: unknown)
+    said: dict[int, str] = field(default_factory=dict)  # an early rank's last logged warning: why it left
 
     def name(self, rank: int, why: str, item: Evidence) -> None:
         self.ranks.setdefault(rank, why)
@@ -236,6 +247,8 @@ def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candi
 def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     cands = _from_logs(col, firsts)
     cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
+    if interrupted_everywhere(col, rank_errors(col)):  # an operator's Ctrl-C: no launcher entry's interrupt either
+        cands = [c for c in cands if not interrupted(c.text.split(":", 1)[0])]
     if not cands or not _job_failed(col, firsts, cands):
         return
     chosen, acc.basis = _first_in_time(cands, firsts)
@@ -256,6 +269,8 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     peers = [e for e in firsts.values() if e.victim]
     if not quiet or not peers or any(e.timed_out for e in peers):
         return
+    if gloo_size_aborts(col):
+        return  # gloo's size check aborted a rank: the ranks silent after it were stopped (mismatch.py's)
     first = mpirun_first(col)
     if first and not first & set(quiet):
         return  # mpirun says another rank died first: the silent ones are those it stopped
@@ -272,6 +287,7 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
                                                 if rank in stopped else ""))
         acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank, text=f"rank {rank}: {how}"))
     acc.exits = {codes.get(r) for r in quiet}
+    _their_words(col, quiet, acc)
     e = closed[0]
     acc.items.append(Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
                               text=f"rank {e.rank}: {e.text[:200]}"))
@@ -290,6 +306,30 @@ def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> N
         acc.name(rank, how, Evidence(source=rank_source(col, rank), rank=rank,
                                      text=f"rank {rank}: the launcher reports exit {code}; no error in its output"))
     acc.exits = set(silent.values())
+    _their_words(col, list(silent), acc)
+
+
+def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
+    """What the ranks that left without a traceback last logged (a SIGTERM handler's reason)."""
+    words = last_words(col)
+    for rank in (r for r in ranks if r in words):
+        acc.said[rank] = words[rank].text.split(": ", 1)[-1]
+        acc.items.append(words[rank])
+
+
+def _leaving(acc: _Dead) -> str:
+    """How the early ranks left, as the summary says it."""
+    code = next(iter(acc.exits)) if len(acc.exits) == 1 else None
+    said = f", after it logged \"{next(iter(acc.said.values()))[:160]}\"" if len(acc.said) == 1 else (
+        f", after each logged why ({len(acc.said)} ranks)" if acc.said else "")
+    if code == 0:
+        return ("exited 0" + said if said else "exited 0 (it ran out of data, or its loop is shorter)")
+    if code is not None:
+        return f"exited {code} without printing an error" + (said or " (the script stopped itself: read its last "
+                                                                    "lines)")
+    if said and set(acc.said) == set(acc.ranks):
+        return "ended without an error of its own" + said
+    return "ended without an error of its own (it exited early, or was killed: its output does not say)"
 
 
 def _silent_others(col: Collected, firsts: dict[int, RankError], named: set[int]) -> str:
@@ -325,12 +365,8 @@ def _summary(col: Collected, acc: _Dead, firsts: dict[int, RankError]) -> str:
     why = "; ".join(sorted(set(ranks.values())))[:240]
     summary = f"{rank_words(ranks)} died ({why})"
     if acc.early:
-        code = next(iter(acc.exits)) if len(acc.exits) == 1 else None
-        how = ("exited 0 (it ran out of data, or its loop is shorter)" if code == 0 else
-               f"exited {code} without printing an error (the script stopped itself: read its last lines)"
-               if code is not None else
-               "ended without an error of its own (it exited early, or was killed: its output does not say)")
-        summary = f"{rank_words(ranks)} left the job early: it {how} while its peers still called collectives"
+        summary = (f"{rank_words(ranks)} left the job early: it {_leaving(acc)} while its peers still called "
+                   "collectives")
     victims = _victims(firsts, set(ranks))
     peers = sum(1 for f in col.evidence.torch_logs if f.log is not None for g in f.log.gloo if g.kind == "peer-closed")
     if victims:

@@ -16,6 +16,8 @@ it ended:
   quiet too.
 * block_implied: a local rank torchrun's block skips below the highest it lists exited 0
   before the failure (the block lists every worker that failed or that it stopped).
+* last_words: the last warning a rank's own code logged, where it left without a
+  traceback (a SIGTERM handler that logs why and exits 0): the reason, in its words.
 * silent_first_exits: the rank a launcher reports as the first to exit non-zero (Open
   MPI's `exited with non-zero status ... Process name: [[J,1],R] Exit code: N` box), or
   that torchrun lists with a non-zero exit (not a signal), whose own output holds no
@@ -25,9 +27,26 @@ it ended:
 
 from __future__ import annotations
 
+from healthcheck.diagnose.analysis import fact_rank, log_evidence
+from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import RankError, ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
+
+
+def last_words(col: Collected) -> dict[int, Evidence]:
+    """rank -> the last warning or error its own code logged (a SIGTERM handler's `SIGTERM
+    received (preemption): checkpointing and exiting`): why a rank that left without a
+    traceback left, in its own words."""
+    out: dict[int, Evidence] = {}
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for w in f.log.last_warnings:
+            rank = fact_rank(w, f.rank)
+            if rank is not None:
+                out[rank] = log_evidence(col, f.source, w.line, f"rank {rank} logged: {w.text}", rank)
+    return out
 
 
 def agent_stopped(col: Collected) -> set[int]:

@@ -26,8 +26,12 @@ COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "
                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
-                     "KeyboardInterrupt", "SignalException", "got signal:", "gloo::", "DistError",
+                     "SignalException", "got signal:", "gloo::", "DistError",
                      "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh")
+# a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
+# a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
+# an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers
+_INTERRUPT = "KeyboardInterrupt"
 _TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught")
 
 
@@ -108,14 +112,35 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             if rank is None or not _counts(e) or e.thread:
                 continue  # a thread's exception ended that thread, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
+            victim = not interrupted(e.type) and raised_by_collective(collective_error(text), e.collective)
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
-                collective=e.collective, time=time_at(col, f.source, e.line, rank),
-                victim=raised_by_collective(collective_error(text), e.collective), chain=e.chain))
+                collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))
-    return out
+    return _operator_interrupt(col, out)
+
+
+def interrupted(exception_type: str) -> bool:
+    """A KeyboardInterrupt: a SIGINT reached the rank (see _INTERRUPT)."""
+    return exception_type.rsplit(".", 1)[-1] == _INTERRUPT
+
+
+def interrupted_everywhere(col: Collected, errors: dict[int, list[RankError]]) -> bool:
+    """Every rank the evidence knows of (two or more) printed a KeyboardInterrupt: a Ctrl-C
+    the launcher passed to all its workers, no rank's own death."""
+    hit = {r for r, errs in errors.items() if any(interrupted(e.type) for e in errs)}
+    known = known_ranks(col)
+    return len(hit) >= 2 and known <= hit
+
+
+def _operator_interrupt(col: Collected, errors: dict[int, list[RankError]]) -> dict[int, list[RankError]]:
+    """Where the interrupt reached every rank, it is collateral on each (a victim's error)."""
+    if not interrupted_everywhere(col, errors):
+        return errors
+    return {r: [msgspec.structs.replace(e, victim=True) if interrupted(e.type) else e for e in errs]
+            for r, errs in errors.items()}
 
 
 def first_errors(col: Collected) -> dict[int, RankError]:
@@ -265,5 +290,5 @@ def watchdog_ranks(col: Collected) -> set[int]:
 
 
 __all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "collective_error", "error_evidence",
-           "failures_held", "first_errors", "gloo_size_aborts", "known_ranks", "nccl_colls", "rank_errors",
-           "rank_source", "rank_waits", "ranks_heard", "torchrun_time", "watchdog_ranks"]
+           "failures_held", "first_errors", "gloo_size_aborts", "interrupted", "interrupted_everywhere", "known_ranks",
+           "nccl_colls", "rank_errors", "rank_source", "rank_waits", "ranks_heard", "torchrun_time", "watchdog_ranks"]

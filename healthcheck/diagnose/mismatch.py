@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
+from healthcheck.diagnose.bcastsize import in_broadcast, odd_receivers, undecided
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
@@ -130,14 +131,23 @@ def _flight_recorder(col: Collected, fr: FrComparison | None, acc: _Sides) -> No
         acc.fr_text = f"{mm.field} differs: " + "; ".join(f"{rank_words(v.ranks)}: {v.value}" for v in mm.variants)
 
 
+def _two_to_one(s: SizeReport) -> bool:
+    return bool(s.received and s.expected) and max(s.received, s.expected) == 2 * min(s.received, s.expected)
+
+
 def dtype_ratio(sizes: list[SizeReport]) -> str:
-    """A 2:1 byte ratio between what was received and what was expected: one element count
-    in a dtype twice as wide."""
-    for s in sizes:
-        if s.received and s.expected and max(s.received, s.expected) == 2 * min(s.received, s.expected):
-            return (f"{s.received} bytes against {s.expected}: a 2:1 ratio, the same element count in a dtype twice "
-                    "as wide (float64 vs float32, or float32 vs float16/bfloat16)")
-    return ""
+    """A 2:1 byte ratio between what was received and what was expected in every report: one
+    element count in a dtype twice as wide, or another element count (gloo's ring cuts a
+    tensor into 2 segments per rank, the last ones partial: 13 elements against 12 at world
+    4 gave `8 vs 4`, captured). Reports with other ratios beside it: element counts, no
+    dtype (a dtype scales every segment alike)."""
+    reported = {(s.received, s.expected) for s in sizes if s.received and s.expected}
+    if not reported or not all(_two_to_one(s) for s in sizes if s.received and s.expected):
+        return ""
+    s = next(s for s in sizes if _two_to_one(s))
+    return (f"{s.received} bytes against {s.expected}: a 2:1 ratio: the same element count in a dtype twice as wide "
+            "(float64 vs float32, or float32 vs float16/bfloat16), or another element count (gloo's ring cuts each "
+            "tensor into 2 segments per rank, the last ones partial)")
 
 
 def _past_the_broadcast(col: Collected, others: list[int]) -> list[int]:
@@ -160,7 +170,8 @@ def broadcast_source(col: Collected, sizes: list[SizeReport], items: list[Eviden
     others = sorted(ranks_heard(col) - reporters)
     how = "the only rank that reported no size error"
     source = others if len(others) == 1 and len(reporters) >= 2 else []
-    if not source:
+    # in a broadcast, one reporter alone may hold the odd size itself (bcastsize.py): the rank past it is no source
+    if not source and (len(reporters) >= 2 or not in_broadcast(col, sizes)):
         source, how = _past_the_broadcast(col, others), "it went on past the broadcast the others failed in"
     if len(source) != 1:
         return (), ""
@@ -217,9 +228,20 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
     source, text = broadcast_source(col, acc.sizes, acc.items)
     if source:
         return source, f"rank {source[0]} sent a tensor of another size: {text}", "high"
+    return _sized(col, acc, what)
+
+
+def _sized(col: Collected, acc: _Sides, what: str) -> tuple[tuple[int, ...], str, Confidence]:
+    """gloo's size reports read as the collective they failed in: a broadcast (bcastsize.py),
+    else the ring of all_reduce (ringsize.py); where neither names a rank, the ranks gloo aborted."""
+    odd, text = odd_receivers(col, acc.sizes)
+    if odd:
+        return odd, f"{rank_words(odd)} held a tensor of another size than the broadcast's source: {text}", "medium"
+    if acc.sizes and in_broadcast(col, acc.sizes):
+        return (), f"ranks disagree on a {what}: {undecided(acc.sizes)}", "medium"
     ring, text = ring_parties(col, acc.sizes)
     if text:
-        return ring, f"{rank_words(ring)} sent a tensor of another size: {text}" if ring else \
+        return ring, f"{rank_words(ring)} held a tensor of another size than its peers': {text}" if ring else \
             f"ranks disagree on a {what}: {text}", "medium"
     if acc.shape and gloo_size_aborts(col):
         odd, text = _parties(col, acc)

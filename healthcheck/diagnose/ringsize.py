@@ -13,8 +13,10 @@ grew: the reporter holds the majority's size) or the odd one is the reporter (it
 shrank: the sender holds the majority's). Both were captured (`size`/`small`), and each
 gives exactly one report, so one report never says which of the two is odd. A rank is
 named only where the reports together give three or more ranks' sizes with a strict
-minority (majority vs minority of the byte counts); otherwise the finding says which two
-ranks disagree, with their sizes, and names none (at world 2 always).
+minority (majority vs minority of the byte counts), or where two or more ranks reported and one rank is a party
+to every report (common_party: an odd element count gives its segments other sizes than
+its peers', so both of its neighbours' checks can fail); otherwise the finding says which
+two ranks disagree, with their sizes, and names none (at world 2 always).
 
 The ring holds for all_reduce and reduce_scatter (reduce_scatter_tensor, captured at worlds
 3-6 with the float64 rank at 0 to 4: the rank before it aborts, tests/fixtures/diagnose/
@@ -69,6 +71,27 @@ def chunk_sizes(sizes: list[SizeReport], world: int) -> dict[int, str]:
     return {r: f"{next(iter(b))} bytes" for r, b in seen.items() if len(b) == 1}
 
 
+def common_party(sizes: list[SizeReport], world: int) -> int | None:
+    """The one rank that every report's pair (the reporter, its sender) holds, where two or
+    more ranks reported: one odd tensor makes both of its neighbours' checks disagree with it
+    (the rank before it receives its segments, it receives the next rank's), so reports
+    from two ranks whose pairs share one rank name it. gloo cuts a tensor into 2 segments
+    per rank, the last ones partial or empty: a tensor one element longer has other segment
+    sizes than its peers', larger on some and smaller on others, so its sender's and its
+    receiver's checks can both fail (captured with torch 2.13: 13 elements against 12 at
+    world 3, `12 vs 8` from the rank before it and `8 vs 4` from itself)."""
+    if len({s.rank for s in sizes}) < 2:
+        return None
+    common = set.intersection(*({s.rank, ring_sender(s, world)} for s in sizes))
+    return next(iter(common)) if len(common) == 1 else None
+
+
+def _reports(sizes: list[SizeReport], world: int) -> str:
+    seen = sorted({(s.rank, ring_sender(s, world), s.received, s.expected) for s in sizes})
+    return "; ".join(f"rank {r} got {got} bytes from rank {frm} where it expected {exp}"
+                     for r, frm, got, exp in seen[:4])
+
+
 def pairwise_exchange(col: Collected, sizes: list[SizeReport]) -> str:
     """The all_to_all a peer of the aborted ranks was in when they died, or "": the
     size check was then in gloo's alltoallv, not in a ring."""
@@ -102,10 +125,16 @@ def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ..
     if pick is not None:
         odd, top, theirs = pick
         return odd, f"{pair}; {rank_words(odd)} holds {theirs} per chunk where the others hold {top}"
+    common = common_party(sizes, world)
+    if common is not None:
+        return (common,), (f"{pair}; {_reports(sizes, world)}: rank {common} is a party to every report (its "
+                           "tensor's segments disagree with both its neighbours' in the ring): its tensor is the odd "
+                           "one")
     return (), (f"ranks {min(s.rank, sender)} and {max(s.rank, sender)} disagree on a tensor size: {pair}; one "
                 "report gives two ranks' sizes and no majority, so which of the two is odd the text does not say "
                 "(gloo fails the check where the larger chunk arrives, whether it grew on one rank or shrank on "
                 "the other)")
 
 
-__all__ = ["SizeReport", "any_peer", "chunk_sizes", "pairwise_exchange", "ring_parties", "ring_sender", "ring_world"]
+__all__ = ["SizeReport", "any_peer", "chunk_sizes", "common_party", "pairwise_exchange", "ring_parties", "ring_sender",
+           "ring_world"]

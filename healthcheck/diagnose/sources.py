@@ -429,7 +429,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         except ParseError:
             nccl = None
     try:
-        torch = parse_torch_log(text)
+        torch = parse_torch_log(text, rank_output=rank is not None)  # a rank's own file: its lines are its own
     except ParseError:
         torch = None
     if nccl is not None:

@@ -31,6 +31,7 @@ from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.diagnose.analysis import iso
 from healthcheck.diagnose.classify import NEXT_STEP, Analysis, analyse, ordered
+from healthcheck.diagnose.endings import ending
 from healthcheck.diagnose.evidence import HealthEvent, JobEvidence, RankEvidence
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.health import HistoryLookup, join
@@ -213,6 +214,9 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
         return "no file to read"
     if not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
         return f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
+    said = ending(col)  # endings.py: every rank interrupted by its launcher; a job that finished
+    if said:
+        return said
     held = failures_held(col)
     if held:
         return f"the logs hold {held}, and none of it names a culprit rank"

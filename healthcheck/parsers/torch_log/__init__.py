@@ -73,7 +73,8 @@ are counted and sampled in `unrecognized` (evidence to show, never a reason to r
 The package, one job a module: facts.py (the facts, TorchLog), reader.py (each line made
 torch's, the handler table, `parse_torch_log`), state.py (what the handlers share),
 watchdog.py, errors.py, agent.py, tracebacks.py (the message handlers of each family),
-steps.py (a training loop's own `step N` lines: each rank's last, `last_steps`),
+steps.py (a training loop's own `step N` lines: each rank's last, `last_steps`; and its
+last logged warning, `last_warnings`),
 continued.py (lines that finish a fact opened before them), box.py (the ChildFailedError
 box), text.py (small readers of numbers, rank lists and exception heads).
 """
@@ -102,6 +103,7 @@ from healthcheck.parsers.torch_log.facts import (
     MonitoredBarrierFailure,
     NotInGroup,
     ProgressKind,
+    RankWarned,
     RendezvousError,
     RendezvousKind,
     StepLogged,
@@ -121,7 +123,8 @@ __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",
     "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
     "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
-    "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RendezvousError", "RendezvousKind", "StepLogged",
+    "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
+    "StepLogged",
     "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout", "WorkerFailed",
     "WorkerGroupEvent", "parse_torch_log",

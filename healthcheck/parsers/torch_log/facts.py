@@ -188,6 +188,13 @@ class StepLogged(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     step: int
 
 
+class RankWarned(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The last warning or error a rank's own code logged at a logging level (`WARNING`,
+    `ERROR`, `CRITICAL`; steps.py): what a rank that left without a traceback said of why."""
+
+    text: str
+
+
 FrKind = Literal["disabled", "stack", "dump-written", "dump-failed", "dump-preparing", "dump-signal-sent",
                  "dump-signal-observed"]
 
@@ -386,6 +393,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
+    last_warnings: tuple[RankWarned, ...] = ()  # per rank, the last warning/error its code logged
     dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read: how many, the first few
 

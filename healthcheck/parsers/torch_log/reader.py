@@ -127,6 +127,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_step, steps.read_step),
+    Handler("warning", steps.looks_like_warning, steps.read_warning),
     Handler("torch-words", _names_torch, _torch_words),
 )
 
@@ -169,12 +170,15 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     box.end_box(state, complete=False)
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
-                    last_steps=tuple(state.last_step.values()), dropped=state.dropped,
+                    last_steps=tuple(state.last_step.values()),
+                    last_warnings=tuple(state.last_warning.values()), dropped=state.dropped,
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 
-def parse_torch_log(text: str) -> TorchLog:
-    """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring)."""
+def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
+    """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring).
+    `rank_output`: the text is known to be one rank's own output (a file its name places),
+    read though no line names torch (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
     for line in word_unwrapped(lines):
@@ -183,7 +187,10 @@ def parse_torch_log(text: str) -> TorchLog:
             state.unrecognized.note(line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted
     log = _result(state, number)
-    if not state.torch and not any(getattr(log, name) for name in FACT_KINDS):
+    # a stream of lines each labelled with its rank (torchrun's `[default3]:`, mpirun's
+    # `[1,3]<stderr>:`, srun's `3: `) is a distributed job's ranks' output even where no line
+    # names torch: a job that finished prints no torch words, and that it finished is news
+    if not (rank_output or state.torch or state.prefixed) and not any(getattr(log, name) for name in FACT_KINDS):
         raise ParseError("torch-log: no PyTorch distributed, torchrun or Python traceback line "
                          f"(starts with {clip(text.strip(), 60)!r})")
     return log

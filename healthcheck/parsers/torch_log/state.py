@@ -9,7 +9,7 @@ import re
 import msgspec
 
 from healthcheck.parsers.lines import Line, UnrecognizedLines
-from healthcheck.parsers.torch_log.facts import FACT_KINDS, MAX_LISTED, StepLogged
+from healthcheck.parsers.torch_log.facts import FACT_KINDS, MAX_LISTED, RankWarned, StepLogged
 from healthcheck.parsers.torch_log.text import to_int
 
 RankKey = tuple[int | None, int | None]  # (rank, task): whose lines a fact read on is on
@@ -76,6 +76,7 @@ class TorchState:
         self.desync_seq: int | None = None  # the desync report's snapshot being read: `#SEQ started ranks:`
         self.unrecognized = UnrecognizedLines()
         self.last_step: dict[RankKey, StepLogged] = {}  # the last step line per rank (steps.py)
+        self.last_warning: dict[RankKey, RankWarned] = {}  # the last logged warning per rank (steps.py)
 
     def add(self, kind: str, fact: object) -> int:
         """Keep `fact` (index in its list), or count it dropped (-1)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from healthcheck.parsers.lines import Line
-from healthcheck.parsers.torch_log.facts import StepLogged
+from healthcheck.parsers.torch_log.facts import RankWarned, StepLogged
 from healthcheck.parsers.torch_log.state import OPEN_MAX, TorchState, where
 
 # the word, then a separator and the number: `step 3`, `Step: 3`, `global_step=3`, `iter #3`;
@@ -47,4 +47,27 @@ def read_step(state: TorchState, line: Line) -> bool:
     return True
 
 
-__all__ = ["looks_like_step", "read_step"]
+# a logging level word near the head of a line (`2026-11-27 22:17:00,238 WARNING [train] ...`,
+# `W1127 ...` is glog's and not read): what a rank's own code said at warning level or above
+_LEVEL = re.compile(r"(?:^|[\s\[|])(?:WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[\s\]|:]|$)")
+_LEVEL_HEAD = 80
+
+
+def looks_like_warning(text: str) -> bool:
+    return "WARN" in text or "ERROR" in text or "CRITICAL" in text or "FATAL" in text
+
+
+def read_warning(state: TorchState, line: Line) -> bool:
+    """Keep a line logged at warning level or above as its rank's last (not a traceback's)."""
+    text = line.text
+    if _LEVEL.search(text[:_LEVEL_HEAD]) is None or text.lstrip().startswith(("File ", "Traceback")):
+        return False
+    at = where(line)
+    key = (at["rank"], at["task"])
+    if key not in state.last_warning and len(state.last_warning) >= OPEN_MAX:
+        return False
+    state.last_warning[key] = RankWarned(**at, text=text.strip()[:200])
+    return True
+
+
+__all__ = ["looks_like_step", "looks_like_warning", "read_step", "read_warning"]
