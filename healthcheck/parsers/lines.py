@@ -18,6 +18,10 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
   `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `
+- a container runtime's stamp: `kubectl logs --timestamps` (`docker logs -t`, the CRI log
+  files) `2025-11-24T03:20:21.001125857Z `, RFC 3339 with a `.` fraction and a zone: taken
+  off even with `stamps=False` (it is no tool's own; NCCL's `[%F %T]` follows it), kept as
+  the line's `stamp` (kind `runtime`) where no stamp of the tool's follows
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
@@ -235,12 +239,15 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each without colour codes and a grep's `FILE:`,
-    `unpasted`, and without a Python logging prefix where most lines carry one
-    (`logger_prefixed`): the GPU and perftest parsers' reading."""
-    lines = [without_grep_file(strip_ansi(line), numbered=True) for line in text.splitlines()]
+    """`text`'s lines (str.splitlines), each without colour codes, a grep's `FILE:` and a
+    container runtime's stamp (`without_runtime_stamp`), `unpasted`, and without a Python
+    logging prefix where most lines carry one (`logger_prefixed`): the GPU and perftest
+    parsers' reading."""
+    lines = [without_runtime_stamp(without_grep_file(strip_ansi(line), numbered=True))
+             for line in text.splitlines()]
     for label in (SRUN_LABEL, _KUBECTL):
         lines = one_source_unlabelled(lines, label)
+    lines = [without_runtime_stamp(line) for line in lines]  # kubectl --prefix --timestamps: the pod, then the stamp
     if logger_prefixed(lines):
         lines = [drop_logger(line) for line in lines]
     return [unpasted(line) for line in lines]
@@ -252,6 +259,13 @@ def without_grep_file(line: str, *, numbered: bool = False) -> str:
     the same separator (`FILE:12:` / `FILE-12-`), also before a blank (a table's or a
     tree's indent: no srun label is read on those tools' lines)."""
     return line[grep_file_prefix(line, numbered)[0]:]
+
+
+def without_runtime_stamp(line: str) -> str:
+    """`line` without a container runtime's stamp before it (`_RUNTIME`: kubectl logs
+    --timestamps, `docker logs -t`): never a table's or a tree's own first column."""
+    m = _RUNTIME.match(line) if line[:1].isdigit() else None
+    return line[m.end():] if m else line
 
 
 def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]:
@@ -356,6 +370,11 @@ _GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's 
 # tail's (and head's) header before each file's lines when given several: `==> FILE <==`
 _TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
+# a container runtime's stamp before each line: `kubectl logs --timestamps` prints Go's RFC 3339
+# with nanoseconds in UTC (`2025-11-24T03:20:21.001125857Z `, field/issues-6's Kubernetes NCCL
+# log), `docker logs -t` and the CRI log files (containerd, CRI-O) the same shape, maybe with a
+# zone offset: a `.` fraction (never dmesg --time-format iso's `,`) and a zone, always
+_RUNTIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{1,9}(?:Z|[+-]\d\d:\d\d) ", re.ASCII)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _JOURNAL = re.compile(
     _MONTH + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})? (?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?", re.ASCII
@@ -470,6 +489,22 @@ def _runner(body: str, taken: _Taken) -> int:
     return 0
 
 
+def _runtime(body: str, taken: _Taken) -> int:
+    """A container runtime's stamp (`_RUNTIME`): taken off even where a parser reads its
+    tool's own stamps (`stamps=False`: NCCL's `[%F %T]` after it), since it is no tool's.
+    A journal's `host kernel:` after the same shape makes it the journal's (short-iso-precise):
+    left to `_stamp`, which reads the host."""
+    if "runtime" in taken.kinds or not body[:1].isdigit():
+        return 0
+    m = _RUNTIME.match(body)
+    journal = _ISO.match(body) if m else None
+    if m is None or (journal is not None and journal.group(1)):
+        return 0
+    fields = {} if "stamp" in taken.kinds else {"stamp": m.group(0).strip(), "stamp_kind": "runtime"}
+    taken.take("runtime", m.group(0), **fields)
+    return m.end()
+
+
 def _stamp(body: str, taken: _Taken) -> int:
     if "stamp" in taken.kinds:
         return 0
@@ -568,7 +603,7 @@ def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True
     body = body[_grep_file(body, taken, numbered=not srun):]
     if not srun:
         taken.kinds.add("no-srun")
-    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _runtime, _label) if runners else (_label,)
     if logged:
         steps = (_pylog, *steps)
     if stamps:

@@ -1,0 +1,94 @@
+"""The mechanisms behind held-out-6's misses (issue 20's eighth round), each on the real
+file and on a transformation of another real fixture (each says which): a container
+runtime's RFC 3339 stamp before every line and NCCL's `host [dev]` prefix without its
+pid:tid; a torch message hard-wrapped by a terminal keeping the facts of every piece;
+a driver that bound no GPU (`The NVIDIA probe routine was not called for N device(s)`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from support import CORPUS, FIXTURES
+
+from healthcheck.parsers.lines import read_line, read_lines
+from healthcheck.parsers.nccl_log import parse_nccl_log, split_nccl_line
+
+FIELD6 = FIXTURES / "field" / "issues-6"
+K8S_NCCL = FIELD6 / "nccl-log" / "k8s-rfc3339-then-nccl-stamp-host-device-no-pid-reset-by-peer.txt"
+SHORT_ISO_PRECISE = FIXTURES / "kernel-log" / "journal-short-iso-precise-cet-xid94.txt"
+SOCKET_CHAIN = CORPUS / "nccl-debug" / "ib-completion-error4-vendor81-service-thread-connection-closed.txt"
+RUNTIME_STAMP = "2025-11-24T03:20:21.001125857Z "  # the real file's first stamp
+
+
+def _runtime_stamped(text: str) -> str:
+    """Each line behind a container runtime's stamp the shape the real Kubernetes log shows
+    (a transformation: its nanoseconds counted up line by line)."""
+    return "\n".join(f"2025-11-24T03:20:21.{1125857 + i:09d}Z {line}" if line else line
+                     for i, line in enumerate(text.split("\n")))
+
+
+# ---------------------------------------------------------------- a container runtime's stamp
+
+
+def test_a_container_runtimes_stamp_comes_off_even_where_the_tool_reads_its_own():
+    first = next(line for line in K8S_NCCL.read_text().splitlines() if line.startswith("2025"))
+    (read,) = read_line(1, first, stamps=False)
+    assert read.text.startswith("[2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN")
+    assert (read.stamp, read.stamp_kind, read.labels) == (RUNTIME_STAMP.strip(), "runtime", RUNTIME_STAMP)
+    # kubectl logs --prefix --timestamps: the pod's name, then the stamp (a transformation)
+    (both,) = read_line(1, "[pod/nccl-worker-0/nccl] " + first, stamps=False)
+    assert both.text == read.text and both.runner == "[pod/nccl-worker-0/nccl]"
+    # under a torch rank label too, read in whatever order they were stacked
+    (ranked,) = read_line(1, RUNTIME_STAMP + "[rank5]:" + first[len(RUNTIME_STAMP):], stamps=False)
+    assert ranked.text == read.text and ranked.rank == 5
+
+
+def test_a_journals_precise_iso_stamp_stays_the_journals():
+    # the same shape with `host kernel:` after it is journalctl -o short-iso-precise's: the
+    # kernel-log parser reads that stamp and its host itself
+    line = next(x for x in SHORT_ISO_PRECISE.read_text().splitlines() if "+01:00 " in x)
+    (kept,) = read_line(1, line, stamps=False)
+    assert kept.text == line and not kept.stamp
+    (read,) = read_line(1, line, stamps=True)
+    assert (read.host, read.stamp_kind) == ("gpu017", "iso") and read.text.startswith("NVRM: Xid")
+    # dmesg --time-format iso's `,` fraction is the kernel's too
+    comma = "2024-11-15T12:02:03,470068+00:00 NVRM: Xid (PCI:0000:19:00): 48, pid='<unknown>'"
+    assert read_line(1, comma, stamps=False)[0].text == comma
+
+
+# ---------------------------------------------------------------- NCCL's host without pid:tid
+
+
+def test_nccl_reads_a_host_named_before_its_device_without_pid_and_tid():
+    log = parse_nccl_log(K8S_NCCL.read_text())
+    (proc,) = log.processes
+    assert (proc.host, proc.devices, proc.warns, proc.error_returns, proc.first_error_code) == (
+        "gpu-server320", (5,), 1, 6, 6)
+    warn = log.first_warn
+    assert warn is not None and (warn.kind, warn.host, warn.peer, warn.error, warn.stamp) == (
+        "socket", "gpu-server320", "10.44.137.149<52905>", "Connection reset by peer", "2025-11-24 11:20:21")
+    assert log.unrecognized.count == 0  # the `-> 6 socketWait(...)` return with its long call read too
+
+
+def test_a_real_log_without_pids_behind_runtime_stamps_keeps_its_hosts_and_warns():
+    # corpus/nccl-debug/ib-completion-error4-vendor81-service-thread-connection-closed.txt with every
+    # `:pid:tid` taken off and a runtime stamp before each line (a transformation: the shape
+    # field/issues-6's Kubernetes log shows)
+    text = SOCKET_CHAIN.read_text()
+    clean = parse_nccl_log(text)
+    pidless = re.sub(r"(?m)^(\S+?):\d+:\d+ \[", r"\1 [", text)
+    assert pidless != text
+    log = parse_nccl_log(_runtime_stamped(pidless))
+    assert log.hosts == clean.hosts and log.nccl_lines == clean.nccl_lines
+    assert log.warns and [(w.kind, w.host, w.peer, w.status, w.vendor_err, w.line) for w in log.warns] == [
+        (w.kind, w.host, w.peer, w.status, w.vendor_err, w.line) for w in clean.warns]
+
+
+def test_a_word_before_a_device_is_no_host():
+    # only NCCL's own stamp may come before the host: another program's words are no prefix
+    assert split_nccl_line("connect failed gpu-server320 [5] NCCL INFO misc/socket.cc:64 -> 6") is None
+    assert split_nccl_line("12345 [5] NCCL INFO misc/socket.cc:64 -> 6") is None
+    assert split_nccl_line("gpu-server320 NCCL INFO misc/socket.cc:64 -> 6") is None  # no [dev]: a sentence
+    lines = list(read_lines(K8S_NCCL.read_text(), stamps=False))
+    assert all(line.stamp_kind == "runtime" for line in lines if line.text.strip() not in ("", "..."))
