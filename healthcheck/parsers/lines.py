@@ -41,8 +41,11 @@ no parser to read), two processes' lines torn into one (an
 mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
 number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
 
-Hard wraps (a message split at the terminal's width) are NOT joined here: whether the
-next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
+Hard wraps (a message split at the terminal's width) are NOT joined by `read_lines`:
+whether the next line continues this one is the parser's knowledge. A handler asks
+`Cursor.wrapped`; a parser whose messages a terminal wraps anywhere (torch_log) asks
+`terminal_width` (the width its lines were wrapped at, where lines show one) and reads
+through `hard_unwrapped` (each message's pieces joined back onto its first line).
 
 What only a parser can decide is still done here, by a function the parser calls (the
 end of this module): `unpasted`/`pasted_lines` (a quote, markdown's `**` around a cell
@@ -1126,6 +1129,72 @@ def rewrapped(line: Line, width_before: int) -> int:
     was wrapped again (its width), a shorter one ended the cell (0)."""
     width = len(line.raw.rstrip("\r"))
     return width if width == width_before else 0
+
+
+def _raw_width(line: Line) -> int:
+    return len(line.raw.rstrip("\r"))
+
+
+def _padded(line: Line) -> bool:
+    """The terminal (or the paste) padded the line with blanks to its width: the message
+    ended on it (one blank at the end is a wrap at a word's end)."""
+    return line.raw.rstrip("\r").endswith("  ")
+
+
+def _wrap_piece(before: Line, line: Line) -> bool:
+    """`line` can be the next piece of `before`'s message a terminal wrapped: a line of its
+    own (not a torn fragment), with words, no label or stamp taken off it (a terminal's
+    wrap carries none; a process's next line its own) and no prompt."""
+    return line.number != before.number and not line.labels and not line.noise and bool(line.text.strip())
+
+
+WRAP_EVIDENCE = 2  # lines followed by an unlabelled one exactly as wide, for a text to be hard-wrapped
+
+
+def terminal_width(lines: Sequence[Line], *, min_width: int = WRAP_MIN) -> int:
+    """The width a terminal hard-wrapped `lines` at (0: none): the width of lines each
+    followed by an unlabelled line exactly as wide, neither padded (a wrapped message's
+    middle piece), seen at least WRAP_EVIDENCE times; of several such widths the most
+    common, where no line is wider. A terminal makes every piece but the last exactly its width; an editor's
+    reflow of a quoted paragraph makes lines of at most a width, two of which may match by
+    chance (field/repos' 86-column quote of torch's abort message); two ranks' identical
+    messages carry their labels."""
+    seen: dict[int, int] = {}
+    for before, line in zip(lines, lines[1:], strict=False):
+        width = _raw_width(line)
+        if (width >= min_width and width == _raw_width(before) and _wrap_piece(before, line)
+                and not _padded(line) and not _padded(before)):
+            seen[width] = seen.get(width, 0) + 1
+    width = max(seen, key=lambda w: seen[w]) if seen else 0
+    if not width or seen[width] < WRAP_EVIDENCE:
+        return 0
+    return width if all(_raw_width(line) <= width for line in lines) else 0  # a terminal prints nothing wider
+
+
+def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LINE) -> Iterator[Line]:
+    """`lines` with each message a terminal hard-wrapped at `width` (`terminal_width`) joined
+    back into its first line: a line exactly `width` wide and not padded takes the next
+    line where that is a piece of it (`_wrap_piece`), and so on while each piece is as wide
+    and not padded (the last is shorter, or padded to the width). The joined line keeps
+    its first line's number and labels (`repairs`: "hard-wrap"), at most `max_line`
+    characters; each piece is told to the recorder as read by "hard-wrap"."""
+    index = 0
+    while index < len(lines):
+        head = lines[index]
+        index += 1
+        if not width or _raw_width(head) != width or _padded(head):
+            yield head
+            continue
+        text, before = head.text, head
+        while index < len(lines) and len(text) < max_line and _wrap_piece(before, lines[index]):
+            before = lines[index]
+            index += 1
+            text += before.text
+            recorded(before, "hard-wrap")
+            if _raw_width(before) != width or _padded(before):
+                break
+        yield head if before is head else msgspec.structs.replace(
+            head, text=text[:max_line], repairs=(*head.repairs, "hard-wrap"))
 
 
 _ELISION = frozenset(".…")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from support import CORPUS, FIXTURES
 
 from healthcheck.parsers.lines import read_line, read_lines
@@ -92,3 +93,87 @@ def test_a_word_before_a_device_is_no_host():
     assert split_nccl_line("gpu-server320 NCCL INFO misc/socket.cc:64 -> 6") is None  # no [dev]: a sentence
     lines = list(read_lines(K8S_NCCL.read_text(), stamps=False))
     assert all(line.stamp_kind == "runtime" for line in lines if line.text.strip() not in ("", "..."))
+
+
+# ---------------------------------------------------------------- a torch message hard-wrapped by a terminal
+
+HARD_WRAPPED_120 = FIELD6 / "torch-log" / "hard-wrapped-at-120-watchdog-stuck-480-then-terminating.txt"
+WATCHDOG = CORPUS / "torch-watchdog"
+TORCH_ERROR = CORPUS / "torch-nccl-error"
+REWRAPPED = (  # real logs whose watchdog timeouts, stuck/heartbeat messages and exceptions can wrap
+    WATCHDOG / "heartbeat-monitor-timed-out-watchdog-stuck-600s-multi-rank.txt",
+    WATCHDOG / "srun-label-prefixed-allreduce-seq52-watchdog-terminated-frames.txt",
+    WATCHDOG / "terminate-distbackenderror-what-pg3-allgather-base-frames.txt",
+    WATCHDOG / "torch-2.5.1-allgather-seq14217-8x2080ti-last-enqueued-completed.txt",
+)
+LONE_WRAP = TORCH_ERROR / "distbackenderror-rank-prefixed-nccl-2.20.5-cuda-failure-1-invalid-argument.txt"
+
+
+def _hard_wrapped(text: str, width: int) -> str:
+    """Every line longer than `width` cut into pieces `width` wide, as a terminal wraps
+    it (a transformation of a real log: the shape field/issues-6's 120-column file shows)."""
+    out = []
+    for line in text.split("\n"):
+        out.extend([line[at:at + width] for at in range(0, len(line), width)] or [""])
+    return "\n".join(out)
+
+
+def _torch_read(log) -> dict:
+    return {
+        "counts": log.counts(), "prefixed": log.prefixed_ranks,
+        "timeouts": [(t.rank, t.pg_rank, t.seq, t.op_type, t.timeout_ms) for t in log.timeouts],
+        "stuck": [(s.rank, s.pg_rank, s.seconds) for s in log.stuck],
+        "progress": [(p.rank, p.pg_rank, p.kind, p.last_enqueued, p.last_completed) for p in log.progress],
+        "exceptions": [(e.rank, e.type) for e in log.exceptions],
+    }
+
+
+def test_a_watchdog_message_hard_wrapped_at_120_columns_keeps_the_rank_of_its_first_piece():
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    log = parse_torch_log(HARD_WRAPPED_120.read_text())
+    (stuck,) = log.stuck
+    assert (stuck.rank, stuck.pg_rank, stuck.seconds, stuck.line) == (6, 6, 480, 1)
+    assert [(f.kind, f.line) for f in log.flight_recorder] == [("dump-preparing", 9)]
+    assert log.unrecognized.count == 0  # every piece read as a piece of its message
+
+
+@pytest.mark.parametrize("width", (80, 100, 120))
+@pytest.mark.parametrize("path", REWRAPPED, ids=lambda p: p.stem[:32])
+def test_torch_messages_rewrapped_by_a_terminal_keep_every_pieces_facts(path, width):
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    if (path.name, width) == ("terminate-distbackenderror-what-pg3-allgather-base-frames.txt", 120):
+        pytest.skip("at 120 columns only its what() wraps onto three lines: too little to know a terminal's "
+                    "width (test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width)")
+    clean = parse_torch_log(path.read_text())
+    wrapped = _hard_wrapped(path.read_text(), width)
+    assert wrapped != path.read_text()
+    read = parse_torch_log(wrapped)
+    assert _torch_read(read) == _torch_read(clean)
+    assert all(t.wrapped for t in read.timeouts)  # each was wrapped and joined back
+
+
+def test_lines_as_wide_as_each_other_by_chance_are_not_a_terminals_wrap():
+    from healthcheck.parsers.lines import terminal_width
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    # field/repos' 86-column quote of torch's abort message: two lines as wide, once, an
+    # editor's reflow (its breaks lose the blank); the message's words still read where they are
+    quoted = FIXTURES / "field" / "repos" / "torch-log" / "processgroupnccl-414-some-ops-failed-hard-wrapped-3-lines.txt"
+    assert terminal_width(list(read_lines(quoted.read_text()))) == 0
+    assert [a.line for a in parse_torch_log(quoted.read_text()).aborts] == [3]
+    # padded lines (a paste padded to its width) are no pieces: nothing joins them
+    padded = "\n".join(line.ljust(120) for line in HARD_WRAPPED_120.read_text().split("\n")[:1] * 3)
+    assert terminal_width(list(read_lines(padded))) == 0
+
+
+def test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width():
+    # corpus/torch-nccl-error's rank-prefixed DistBackendError wrapped at 80 (a transformation):
+    # one line cut into three makes one middle piece, as an editor's reflow can by chance;
+    # the text is read as it is (not joined), as before
+    from healthcheck.parsers.lines import terminal_width
+
+    wrapped = _hard_wrapped(LONE_WRAP.read_text(), 80)
+    assert terminal_width(list(read_lines(wrapped))) == 0
+    assert terminal_width(list(read_lines(wrapped + "\n" + wrapped))) == 80  # two such messages: a terminal's

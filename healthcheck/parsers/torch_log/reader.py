@@ -28,10 +28,12 @@ from healthcheck.parsers.lines import (
     Line,
     chained,
     dispatch,
+    hard_unwrapped,
     python_logging,
     read_every,
     read_lines,
     relabelled,
+    terminal_width,
     without_ray_repeat,
 )
 from healthcheck.parsers.torch_log import agent, box, errors, steps, tracebacks, watchdog
@@ -176,8 +178,8 @@ def _result(state: TorchState, lines: int) -> TorchLog:
 def parse_torch_log(text: str) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring)."""
     state = TorchState()
-    lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
-    for line in word_unwrapped(lines):
+    lines = [relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise]
+    for line in word_unwrapped(hard_unwrapped(lines, terminal_width(lines))):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)
