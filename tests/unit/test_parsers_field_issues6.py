@@ -177,3 +177,57 @@ def test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width():
     wrapped = _hard_wrapped(LONE_WRAP.read_text(), 80)
     assert terminal_width(list(read_lines(wrapped))) == 0
     assert terminal_width(list(read_lines(wrapped + "\n" + wrapped))) == 80  # two such messages: a terminal's
+
+
+# ---------------------------------------------------------------- a driver that bound no GPU
+
+NOT_CALLED = FIELD6 / "xid" / "no-adapter-probed-probe-routine-not-called-3-devices-multiline.txt"
+KERNEL_LOG = FIXTURES / "kernel-log"
+
+
+def test_a_driver_whose_probe_routine_was_not_called_bound_no_gpu():
+    from healthcheck.parsers.xid import INIT_FAILED, NONE_PROBED, PROBE, parse_kernel_log
+
+    log = parse_kernel_log(NOT_CALLED.read_text())
+    assert [(f.kind, f.pci_bus_id, f.stage, f.devices) for f in log.faults] == [
+        (NONE_PROBED, None, None, None), (INIT_FAILED, None, PROBE, 3)]
+    assert log.faults[1].message == "The NVIDIA probe routine was not called for 3 device(s)."
+    assert log.xids == []
+
+
+def test_a_multi_line_nvrm_message_whose_indent_a_paste_lost_is_one_message():
+    # field/issues-6: `[188549.977053] NVRM: This can occur when a driver such as: ` then `NVRM: nouveau,
+    # rivafb, nvidiafb or rivatv ` with no stamp and no indent: its continuation, as dmesg's indented
+    # ones are (`hc parse --explain` names them); a sentence ended is no head for the next line
+    from healthcheck.parsers.explain import explain
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    _, explained = explain("xid", parse_kernel_log, NOT_CALLED.read_text())
+    read_by = {line.line: line.by for line in explained.lines}
+    assert [read_by.get(n) for n in (6, 7, 9, 10, 11)] == ["continuation"] * 5
+    assert read_by.get(4) == "init-failed"  # its sentence ended: the explanation after it is a message of its own
+    # the real probe-time "fallen off the bus" message with its 15-space indent taken off still reads as one
+    text = (FIXTURES / "field" / "issues-4" / "xid" / "fallen-off-bus-no-xid-multiline-570-probe-failed.txt").read_text()
+    unindented = "\n".join(line.lstrip() for line in text.splitlines())
+    (lost,) = parse_kernel_log(unindented).xids
+    assert (lost.code, lost.pci_bus_id, lost.legacy) == (79, "0000:b3:00.0", True)
+
+
+def test_a_node_whose_driver_bound_no_gpu_fails_and_no_adapter_probed_alone_does_not():
+    from test_evidence_unreadable import GENERIC, found, read_log
+
+    from healthcheck.checks import gpu as g
+    from healthcheck.core.model import Finding
+
+    out = list(g.xid(kernel_gpu_log=read_log(NOT_CALLED.read_text()), gpus=None, limits=GENERIC))
+    assert found(out) == [("gpu.E022", "FAIL", "GPU?:init-failed")]
+    (fail,) = [f for f in out if isinstance(f, Finding)]
+    assert "not called for 3 device(s)" in fail.message and "probe routine was not called" in fail.evidence
+    # the same real log without the not-called message: `No NVIDIA graphics adapter probed!`, which a
+    # node with no NVIDIA GPU prints too, is a fact no check fails on
+    alone = NOT_CALLED.read_text().splitlines()[0] + "\n"
+    assert found(list(g.xid(kernel_gpu_log=read_log(alone), gpus=None, limits=GENERIC))) == []
+    # the probe routine that *failed* for 1 device follows the per-GPU line that names it: one incident
+    fallen = (KERNEL_LOG / "dmesg-probe-fallen-off-bus-continuation.txt").read_text()
+    assert [c for _, _, c in found(list(g.xid(kernel_gpu_log=read_log(fallen), gpus=None, limits=GENERIC)))] == [
+        "0000:5d:00.0:xid79"]
