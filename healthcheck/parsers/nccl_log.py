@@ -423,15 +423,17 @@ def _pidless(read: Line, tokens: list[str], level: str, message: str, dev: int |
              src: str) -> NcclPrefix | None:
     """NCCL's prefix with the host kept and its `:pid:tid` gone: `gpu-server320 [5] NCCL
     INFO ...`, `[2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN ...`
-    (field/issues-6's Kubernetes log). The `[dev]` must follow the host and only the >= 2.26
-    stamp may precede it, so a word of another program's line is no host; the host's
-    lines are one process (pid 0), as a masked pid's are."""
-    if dev is None or not tokens or _BARE_HOST.fullmatch(tokens[-1]) is None or tokens[-1].isdigit():
+    (field/issues-6's Kubernetes log). The `[dev]` must follow the host, only the >= 2.26
+    stamp may precede it, and a host with no digit in its name (`see [0] NCCL INFO ...`: a
+    word of a sentence) is one only after that stamp; the host's lines are one process
+    (pid 0), as a masked pid's are."""
+    host = tokens[-1] if tokens else ""
+    if dev is None or _BARE_HOST.fullmatch(host) is None or host.isdigit():
         return None
     before, stamp, time = _stamped(" ".join(tokens[:-1]))
-    if before:
+    if before or not (stamp or any(c.isdigit() for c in host)):
         return None
-    return NcclPrefix(host=tokens[-1], pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
+    return NcclPrefix(host=host, pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
                       dev=dev, src=src, time=time, stamp=stamp, label=read.labels.strip()[-64:],
                       launcher_rank=read.task if read.task is not None else read.rank)
 

@@ -522,9 +522,13 @@ def test_trace_and_call_levels():
                      " NCCL INFO x", "h:1:2 [0] NCCL", ":1:2 [0] NCCL INFO x", "[rank0]:h:1 NCCL INFO x"):
         assert split_nccl_line(not_nccl) is None, not_nccl
     # a host named before its [dev] with no pid:tid is NCCL's (field/issues-6's Kubernetes log
-    # prints `gpu-server320 [5] NCCL INFO ...`): one process per host, pid 0
-    p = split_nccl_line("[rank0]:h [0] NCCL INFO x")
-    assert p is not None and (p.host, p.pid, p.dev, p.label_rank) == ("h", 0, 0, 0)
+    # prints `gpu-server320 [5] NCCL INFO ...`): one process per host, pid 0; a name without a
+    # digit only after NCCL's own stamp (a word of a sentence is no host)
+    p = split_nccl_line("[rank0]:h1 [0] NCCL INFO x")
+    assert p is not None and (p.host, p.pid, p.dev, p.label_rank) == ("h1", 0, 0, 0)
+    assert split_nccl_line("[rank0]:h [0] NCCL INFO x") is None
+    p = split_nccl_line("[2025-11-24 11:20:21] h [0] misc/socket.cc:46 NCCL WARN x")
+    assert p is not None and (p.host, p.stamp) == ("h", "2025-11-24 11:20:21")
 
 
 def test_crlf_lines_and_line_numbers_count_newlines_only():

@@ -91,6 +91,7 @@ def test_a_word_before_a_device_is_no_host():
     assert split_nccl_line("connect failed gpu-server320 [5] NCCL INFO misc/socket.cc:64 -> 6") is None
     assert split_nccl_line("12345 [5] NCCL INFO misc/socket.cc:64 -> 6") is None
     assert split_nccl_line("gpu-server320 NCCL INFO misc/socket.cc:64 -> 6") is None  # no [dev]: a sentence
+    assert split_nccl_line("see [0] NCCL INFO misc/socket.cc:80 -> 6") is None  # a word, no digit, no stamp
     lines = list(read_lines(K8S_NCCL.read_text(), stamps=False))
     assert all(line.stamp_kind == "runtime" for line in lines if line.text.strip() not in ("", "..."))
 
