@@ -325,7 +325,10 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
         return
     policy = limits.gpu.xid
     no_gpu = gpus is not None and gpus.init_error and not limits.gpu.count and not _pci_only(gpus)
-    no_event = not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not kernel_gpu_log.faults
+    from healthcheck.parsers.xid import NONE_PROBED
+
+    no_event = not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not any(
+        f.kind != NONE_PROBED for f in kernel_gpu_log.faults)  # no adapter probed: no GPU here says it too
     if gpus is not None and no_gpu and no_event:
         raise NotApplicable(f"no NVIDIA GPU here: {gpus.init_error}; no NVIDIA event {log_window(kernel_gpu_log)}")
     index_of = {g.pci_bus_id: g.index for g in (gpus.gpus if gpus is not None else [])}
@@ -383,12 +386,14 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
     """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
     dump, or a failed probe, of a GPU that already FAILed is the same incident."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, NVLINK_FAILED, PROBE, RESET_REQUIRED
+    from healthcheck.parsers.xid import INIT_FAILED, NONE_PROBED, NVLINK_FAILED, PROBE, RESET_REQUIRED
 
     groups: dict[tuple[str, str | None], list] = {}
     for fault in faults_logged:
-        if fault.kind == NVLINK_FAILED:
-            continue  # a link that did not train: the NVLink check judges the links' state, not this line
+        if fault.kind in (NVLINK_FAILED, NONE_PROBED):
+            # a link that did not train: the NVLink check judges the links' state, not this line; no
+            # adapter probed: a node without NVIDIA GPUs says it too (the GPU count judges missing ones)
+            continue
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
         where, pci, component = place(bus)
@@ -404,7 +409,9 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
         if at_probe and bus in failed:
             continue  # the driver refusing at probe a GPU it lost (fallen off the bus): one incident
         failed.add(bus)
-        how = "refused it at probe" if at_probe else "RmInitAdapter failed"
+        unbound = max((f.devices or 0 for f in faults), default=0)
+        how = (f"its probe routine was not called for {unbound} device(s): another driver owns them" if unbound
+               else "refused it at probe" if at_probe else "RmInitAdapter failed")
         yield GPU_INIT_FAILED.fail(
             f"{where}{pci}: the NVIDIA driver could not initialise the GPU ({how}) {times}, {window}",
             component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)

@@ -18,6 +18,10 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
   `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `
+- a container runtime's stamp: `kubectl logs --timestamps` (`docker logs -t`, the CRI log
+  files) `2025-11-24T03:20:21.001125857Z `, RFC 3339 with a `.` fraction and a zone: taken
+  off even with `stamps=False` (it is no tool's own; NCCL's `[%F %T]` follows it), kept as
+  the line's `stamp` (kind `runtime`) where no stamp of the tool's follows
 - timestamps: ISO `2024-11-15T12:02:03,470068+00:00 ` (dmesg --time-format iso,
   journalctl -o short-iso), journal/syslog `Nov 22 13:00:01 ` with `host kernel: `,
   dmesg `[ 123.456789] `, dmesg -T `[Sun Feb 23 16:24:18 2025] `, glog `E0318
@@ -37,8 +41,11 @@ no parser to read), two processes' lines torn into one (an
 mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
 number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
 
-Hard wraps (a message split at the terminal's width) are NOT joined here: whether the
-next line continues this one is the parser's knowledge. A handler asks `Cursor.wrapped`.
+Hard wraps (a message split at the terminal's width) are NOT joined by `read_lines`:
+whether the next line continues this one is the parser's knowledge. A handler asks
+`Cursor.wrapped`; a parser whose messages a terminal wraps anywhere (torch_log) asks
+`terminal_width` (the width its lines were wrapped at, where lines show one) and reads
+through `hard_unwrapped` (each message's pieces joined back onto its first line).
 
 What only a parser can decide is still done here, by a function the parser calls (the
 end of this module): `unpasted`/`pasted_lines` (a quote, markdown's `**` around a cell
@@ -235,12 +242,15 @@ def unpasted(line: str) -> str:
 
 
 def pasted_lines(text: str) -> list[str]:
-    """`text`'s lines (str.splitlines), each without colour codes and a grep's `FILE:`,
-    `unpasted`, and without a Python logging prefix where most lines carry one
-    (`logger_prefixed`): the GPU and perftest parsers' reading."""
-    lines = [without_grep_file(strip_ansi(line), numbered=True) for line in text.splitlines()]
+    """`text`'s lines (str.splitlines), each without colour codes, a grep's `FILE:` and a
+    container runtime's stamp (`without_runtime_stamp`), `unpasted`, and without a Python
+    logging prefix where most lines carry one (`logger_prefixed`): the GPU and perftest
+    parsers' reading."""
+    lines = [without_runtime_stamp(without_grep_file(strip_ansi(line), numbered=True))
+             for line in text.splitlines()]
     for label in (SRUN_LABEL, _KUBECTL):
         lines = one_source_unlabelled(lines, label)
+    lines = [without_runtime_stamp(line) for line in lines]  # kubectl --prefix --timestamps: the pod, then the stamp
     if logger_prefixed(lines):
         lines = [drop_logger(line) for line in lines]
     return [unpasted(line) for line in lines]
@@ -252,6 +262,13 @@ def without_grep_file(line: str, *, numbered: bool = False) -> str:
     the same separator (`FILE:12:` / `FILE-12-`), also before a blank (a table's or a
     tree's indent: no srun label is read on those tools' lines)."""
     return line[grep_file_prefix(line, numbered)[0]:]
+
+
+def without_runtime_stamp(line: str) -> str:
+    """`line` without a container runtime's stamp before it (`_RUNTIME`: kubectl logs
+    --timestamps, `docker logs -t`): never a table's or a tree's own first column."""
+    m = _RUNTIME.match(line) if line[:1].isdigit() else None
+    return line[m.end():] if m else line
 
 
 def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]:
@@ -356,6 +373,11 @@ _GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's 
 # tail's (and head's) header before each file's lines when given several: `==> FILE <==`
 _TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
+# a container runtime's stamp before each line: `kubectl logs --timestamps` prints Go's RFC 3339
+# with nanoseconds in UTC (`2025-11-24T03:20:21.001125857Z `, field/issues-6's Kubernetes NCCL
+# log), `docker logs -t` and the CRI log files (containerd, CRI-O) the same shape, maybe with a
+# zone offset: a `.` fraction (never dmesg --time-format iso's `,`) and a zone, always
+_RUNTIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{1,9}(?:Z|[+-]\d\d:\d\d) ", re.ASCII)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _JOURNAL = re.compile(
     _MONTH + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})? (?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?", re.ASCII
@@ -470,6 +492,22 @@ def _runner(body: str, taken: _Taken) -> int:
     return 0
 
 
+def _runtime(body: str, taken: _Taken) -> int:
+    """A container runtime's stamp (`_RUNTIME`): taken off even where a parser reads its
+    tool's own stamps (`stamps=False`: NCCL's `[%F %T]` after it), since it is no tool's.
+    A journal's `host kernel:` after the same shape makes it the journal's (short-iso-precise):
+    left to `_stamp`, which reads the host."""
+    if "runtime" in taken.kinds or not body[:1].isdigit():
+        return 0
+    m = _RUNTIME.match(body)
+    journal = _ISO.match(body) if m else None
+    if m is None or (journal is not None and journal.group(1)):
+        return 0
+    fields = {} if "stamp" in taken.kinds else {"stamp": m.group(0).strip(), "stamp_kind": "runtime"}
+    taken.take("runtime", m.group(0), **fields)
+    return m.end()
+
+
 def _stamp(body: str, taken: _Taken) -> int:
     if "stamp" in taken.kinds:
         return 0
@@ -568,7 +606,7 @@ def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True
     body = body[_grep_file(body, taken, numbered=not srun):]
     if not srun:
         taken.kinds.add("no-srun")
-    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _label) if runners else (_label,)
+    steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _runtime, _label) if runners else (_label,)
     if logged:
         steps = (_pylog, *steps)
     if stamps:
@@ -1091,6 +1129,72 @@ def rewrapped(line: Line, width_before: int) -> int:
     was wrapped again (its width), a shorter one ended the cell (0)."""
     width = len(line.raw.rstrip("\r"))
     return width if width == width_before else 0
+
+
+def _raw_width(line: Line) -> int:
+    return len(line.raw.rstrip("\r"))
+
+
+def _padded(line: Line) -> bool:
+    """The terminal (or the paste) padded the line with blanks to its width: the message
+    ended on it (one blank at the end is a wrap at a word's end)."""
+    return line.raw.rstrip("\r").endswith("  ")
+
+
+def _wrap_piece(before: Line, line: Line) -> bool:
+    """`line` can be the next piece of `before`'s message a terminal wrapped: a line of its
+    own (not a torn fragment), with words, no label or stamp taken off it (a terminal's
+    wrap carries none; a process's next line its own) and no prompt."""
+    return line.number != before.number and not line.labels and not line.noise and bool(line.text.strip())
+
+
+WRAP_EVIDENCE = 2  # lines followed by an unlabelled one exactly as wide, for a text to be hard-wrapped
+
+
+def terminal_width(lines: Sequence[Line], *, min_width: int = WRAP_MIN) -> int:
+    """The width a terminal hard-wrapped `lines` at (0: none): the width of lines each
+    followed by an unlabelled line exactly as wide, neither padded (a wrapped message's
+    middle piece), seen at least WRAP_EVIDENCE times; of several such widths the most
+    common, where no line is wider. A terminal makes every piece but the last exactly its width; an editor's
+    reflow of a quoted paragraph makes lines of at most a width, two of which may match by
+    chance (field/repos' 86-column quote of torch's abort message); two ranks' identical
+    messages carry their labels."""
+    seen: dict[int, int] = {}
+    for before, line in zip(lines, lines[1:], strict=False):
+        width = _raw_width(line)
+        if (width >= min_width and width == _raw_width(before) and _wrap_piece(before, line)
+                and not _padded(line) and not _padded(before)):
+            seen[width] = seen.get(width, 0) + 1
+    width = max(seen, key=lambda w: seen[w]) if seen else 0
+    if not width or seen[width] < WRAP_EVIDENCE:
+        return 0
+    return width if all(_raw_width(line) <= width for line in lines) else 0  # a terminal prints nothing wider
+
+
+def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LINE) -> Iterator[Line]:
+    """`lines` with each message a terminal hard-wrapped at `width` (`terminal_width`) joined
+    back into its first line: a line exactly `width` wide and not padded takes the next
+    line where that is a piece of it (`_wrap_piece`), and so on while each piece is as wide
+    and not padded (the last is shorter, or padded to the width). The joined line keeps
+    its first line's number and labels (`repairs`: "hard-wrap"), at most `max_line`
+    characters; each piece is told to the recorder as read by "hard-wrap"."""
+    index = 0
+    while index < len(lines):
+        head = lines[index]
+        index += 1
+        if not width or _raw_width(head) != width or _padded(head):
+            yield head
+            continue
+        text, before = head.text, head
+        while index < len(lines) and len(text) < max_line and _wrap_piece(before, lines[index]):
+            before = lines[index]
+            index += 1
+            text += before.text
+            recorded(before, "hard-wrap")
+            if _raw_width(before) != width or _padded(before):
+                break
+        yield head if before is head else msgspec.structs.replace(
+            head, text=text[:max_line], repairs=(*head.repairs, "hard-wrap"))
 
 
 _ELISION = frozenset(".…")

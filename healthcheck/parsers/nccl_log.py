@@ -14,6 +14,8 @@ transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
   [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN ...`): host, pid, source, stamp.
 * the prefix cut after the host (`[0] NCCL INFO ...`, `[0] misc/socket.cc:71 NCCL WARN
   ...`): read as a bare line (no process named), its device and source kept.
+* the host kept with no `:pid:tid` (`gpu-server320 [5] NCCL INFO ...`, a Kubernetes log's):
+  the host's lines are one process (pid 0); only the stamp may precede the host.
 * a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
   (mpirun --tag-output), `[155] `, `[default0]:` (torchrun --tee), `(RayTrainWorker pid=N,
   ip=...) `; whatever precedes `host:pid:tid` on the line.
@@ -372,7 +374,8 @@ def split_read_line(read: Line) -> NcclPrefix | None:
             tokens.pop()
     who = _host_token(tokens[-1]) if tokens else None
     if who is None:
-        return _bracketed(read, tokens, level, message) or _hostless(read, tokens, level, message, dev, src)
+        return (_bracketed(read, tokens, level, message) or _pidless(read, tokens, level, message, dev, src)
+                or _hostless(read, tokens, level, message, dev, src))
     tokens.pop()
     host, pid, tid, glued = who
     before, stamp, time = _stamped(" ".join(tokens))
@@ -410,6 +413,29 @@ def _bracketed(read: Line, tokens: list[str], level: str, message: str) -> NcclP
     return NcclPrefix(host=m.group(1), pid=int(m.group(2)), tid=0, level=cast(Level, level),
                       message=message[:_MSG_MAX].rstrip(), src=src.group(1) if src else "", time=time, stamp=stamp,
                       label=label, launcher_rank=read.task if read.task is not None else read.rank)
+
+
+# a host named alone before its `[dev]`, no `:pid:tid` after it (`gpu-server320 [5] NCCL INFO`)
+_BARE_HOST = re.compile(r"[A-Za-z0-9][\w.\-]{0,254}", re.ASCII)
+
+
+def _pidless(read: Line, tokens: list[str], level: str, message: str, dev: int | None,
+             src: str) -> NcclPrefix | None:
+    """NCCL's prefix with the host kept and its `:pid:tid` gone: `gpu-server320 [5] NCCL
+    INFO ...`, `[2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN ...`
+    (field/issues-6's Kubernetes log). The `[dev]` must follow the host, only the >= 2.26
+    stamp may precede it, and a host with no digit in its name (`see [0] NCCL INFO ...`: a
+    word of a sentence) is one only after that stamp; the host's lines are one process
+    (pid 0), as a masked pid's are."""
+    host = tokens[-1] if tokens else ""
+    if dev is None or _BARE_HOST.fullmatch(host) is None or host.isdigit():
+        return None
+    before, stamp, time = _stamped(" ".join(tokens[:-1]))
+    if before or not (stamp or any(c.isdigit() for c in host)):
+        return None
+    return NcclPrefix(host=host, pid=0, tid=0, level=cast(Level, level), message=message[:_MSG_MAX].rstrip(),
+                      dev=dev, src=src, time=time, stamp=stamp, label=read.labels.strip()[-64:],
+                      launcher_rank=read.task if read.task is not None else read.rank)
 
 
 def _hostless(read: Line, tokens: list[str], level: str, message: str, dev: int | None,
@@ -537,7 +563,9 @@ _PLUGIN_LINES = (
     re.compile(r"Plugin Path : (?P<net_plugin_path>\S{1,512})"),
 )
 _OOB = re.compile(r"\s{0,4}(?P<if>[^\s:\[\]<>]{1,64}):(?P<addr>\S{1,128})")
-_ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,64})?")
+# `file.cc:N -> code`, maybe with the call that failed after it (>= 2.2x: `-> 6 socketWait(NCCL_SOCKET_SEND,
+# sock, &sock->type, sizeof(sock->type), &sent)`, field/issues-6's Kubernetes log)
+_ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,320})?")
 
 # WARN classes
 # NCCL's own IB transport says `NET/IB : Got completion`; an external IB plugin its own

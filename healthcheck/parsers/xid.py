@@ -26,13 +26,18 @@ them, when there is one. NVSwitch errors are
 `Severity ...` and `Data {...}` lines carrying the same code.
 
 A multi-line driver message (dmesg and journalctl print its further lines indented under
-the first one's stamp, each with `NVRM: ` again) is read as one message; its evidence
+the first one's stamp, each with `NVRM: ` again; a paste may take that indent off: an
+unstamped `NVRM:` line after a stamped one whose sentence has not ended) is read as one message; its evidence
 `line` is its first line. Besides the events: `caused by previous Xid N` is `caused_by`;
 Blackwell's NVLink5 Xids (144-150: `RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x... ...)`)
 give `unit`, `severity`, `link` and the `status` words; `nvidia: probe of <bus> failed`
 is an `init-failed` fault at stage `probe`, with the `(PCI ID: 10de:2901)` the driver
-named for that bus; the load banner gives `driver_version`; GSP firmware errors logged
-without an Xid number are `gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
+named for that bus; `The NVIDIA probe routine was not called for N device(s).` (another
+driver owns them) is one naming no bus, with `devices` N, and `No NVIDIA graphics adapter
+probed!` a `none-probed` fact (a node without NVIDIA GPUs prints it too); `The NVIDIA probe
+routine failed for N device(s).` adds nothing to the per-GPU line before it; the load
+banner gives `driver_version`; GSP firmware errors logged without an Xid number are
+`gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
 (parsers/pcie_aer.py), with `aer_recovery` (a device that "can't recover" after one: often
 the GPU behind the port that logged the error), facts beside the Xids that no check judges yet.
 A bus id redacted in a paste (`PCI:...`, `0000:XX:00.0`) keeps its event with
@@ -116,7 +121,10 @@ class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     """A GPU failure the driver logs without an Xid number."""
 
-    # INIT_FAILED ("RmInitAdapter failed!", a failed probe), CRASH_DUMP ("A GPU crash dump ..."),
+    # INIT_FAILED ("RmInitAdapter failed!", a failed probe, "The NVIDIA probe routine was not called for
+    # N device(s)": no GPU named, `devices` N), NONE_PROBED ("No NVIDIA graphics adapter probed!": a fact,
+    # which a node without NVIDIA GPUs prints too; the GPU count judges a node's missing GPUs),
+    # CRASH_DUMP ("A GPU crash dump ..."),
     # RESET_REQUIRED (an assertion naming NV_ERR_RESET_REQUIRED: the GPU takes no work until reset), or
     # NVLINK_FAILED (the driver's NVLink code says a step failed: a link that did not train; a fact
     # beside the link state `nvidia-smi nvlink -s` gives, which the NVLink check judges)
@@ -129,9 +137,11 @@ class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     stage: str | None = None  # PROBE: the driver refused the GPU when it probed it
     pci_device_id: str | None = None  # "10de:2901" when the driver named it for this bus
     error: str | None = None  # RESET_REQUIRED: the driver's status name, "NV_ERR_RESET_REQUIRED"
+    devices: int | None = None  # INIT_FAILED at PROBE naming no GPU: the devices the driver did not bind
 
 
 INIT_FAILED = "init-failed"
+NONE_PROBED = "none-probed"
 CRASH_DUMP = "crash-dump"
 RESET_REQUIRED = "reset-required"
 NVLINK_FAILED = "nvlink-failed"
@@ -193,6 +203,12 @@ _FALLEN = "fallen off the bus"
 _CONTINUATION_LINES = 3  # the driver splits that message over at most three lines
 _INIT_FAILED = re.compile(r"NVRM: (?:GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16})?RmInitAdapter failed")
 _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
+# the driver bound none of the GPUs it was loaded for, naming none: another driver (nouveau)
+# owns them (`NVRM: The NVIDIA probe routine was not called for 3 device(s).`, field/issues-6), or
+# it found none (`NVRM: No NVIDIA graphics adapter probed!`, which a node with no NVIDIA GPU prints too)
+_NOT_CALLED = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<devices>\d{1,4}) device\(s\)",
+                         re.ASCII)
+_NONE_PROBED = "NVRM: No NVIDIA graphics adapter probed"
 # a driver status named in brackets: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
 # [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`
 _NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
@@ -284,6 +300,9 @@ class _Message:
         self.joined = 0
         # an Xid pasted without its stamp: the lines the driver split it onto come bare too
         self.bare = text.lstrip().startswith(_BARE_HEAD)
+        # a stamp (or a host) before its `NVRM:`: continuation lines a paste took the indent off
+        # start at `NVRM:` with none (`unindented`)
+        self.stamped = not self.bare and not text.lstrip().startswith(_MARKER) and _BARE_HEAD not in text
 
     def takes(self, number: int, text: str) -> bool:
         """Whether `text` continues this message: dmesg and journalctl print a multi-line
@@ -292,9 +311,17 @@ class _Message:
         onto the next line (`wraps`)."""
         if number != self.last + 1 or self.joined >= _JOINED_LINES:
             return False
-        if self.wraps(text) or self.continues_bare(text):
+        if self.wraps(text) or self.continues_bare(text) or self.unindented(text):
             return True
         return continues_indented(self.indent, text, _MARKER) and not text.lstrip().startswith("NVRM: Xid")
+
+    def unindented(self, text: str) -> bool:
+        """`text` continues this stamped message though a paste took its indent off: it starts
+        at `NVRM:` with no stamp while the message so far ends no sentence (field/issues-6's
+        `NVRM: This can occur when a driver such as: ` / `NVRM: nouveau, rivafb, nvidiafb or
+        rivatv ` / `NVRM: was loaded and obtained ownership of the NVIDIA device(s).`)."""
+        return (self.stamped and text.startswith(_MARKER) and not text.startswith(_BARE_HEAD)
+                and not self.text.rstrip().endswith((".", "!")))
 
     def continues_bare(self, text: str) -> bool:
         """`text` is the next line of an Xid pasted without stamps, which the driver split
@@ -429,7 +456,7 @@ class _Read:
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
-        failed = (_init_failed(body, line, stamp, self.near_gpu(number))
+        failed = (_init_failed(body, line, stamp, self.near_gpu(number)) or _not_bound(body, line, stamp)
                   or _reset_required(body, line, stamp, self.near_gpu(number))
                   or _nvlink_failed(body, line, stamp, self.near_gpu(number)))
         if failed is not None:
@@ -596,6 +623,24 @@ def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuF
     bus = _bus_id(m.group("pci")) if m.group("pci") else nearby
     return GpuFault(kind=INIT_FAILED, pci_bus_id=bus, message=body[m.start() + len("NVRM: "):].strip()[:200],
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s)
+
+
+def _not_bound(body: str, line: str, stamp: Stamp) -> GpuFault | None:
+    """The driver bound none of the GPUs it was loaded for and names none of them: `The NVIDIA
+    probe routine was not called for 3 device(s).` (another driver owns them: init-failed at
+    probe, `devices` 3), `No NVIDIA graphics adapter probed!` (none-probed: a fact)."""
+    if "NVRM: " not in body or " probe" not in body:
+        return None
+    m = _NOT_CALLED.search(body)
+    at = body.find(_NONE_PROBED) if m is None else m.start()
+    if at < 0:
+        return None
+    message = body[at + len("NVRM: "):].strip()[:300]
+    if m is not None:
+        return GpuFault(kind=INIT_FAILED, pci_bus_id=None, message=message, line=line, time=stamp.time,
+                        uptime_s=stamp.uptime_s, stage=PROBE, devices=int(m.group("devices")))
+    return GpuFault(kind=NONE_PROBED, pci_bus_id=None, message=message, line=line, time=stamp.time,
+                    uptime_s=stamp.uptime_s)
 
 
 def _reset_required(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuFault | None:

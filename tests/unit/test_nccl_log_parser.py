@@ -519,8 +519,16 @@ def test_trace_and_call_levels():
     p = split_nccl_line("h:1:2 NCCL CALL ncclCommInitRank(0x1,2,0xab,0)")
     assert p is not None and (p.level, p.dev, p.host) == ("CALL", None, "h")
     for not_nccl in ("h:1:2 [0] NCCL DEBUG x", "h:1:2 [0] NCCL INFOx", "NCCL INFO x", "h:x:2 [0] NCCL INFO x",
-                     " NCCL INFO x", "h:1:2 [0] NCCL", ":1:2 [0] NCCL INFO x", "[rank0]:h [0] NCCL INFO x"):
+                     " NCCL INFO x", "h:1:2 [0] NCCL", ":1:2 [0] NCCL INFO x", "[rank0]:h:1 NCCL INFO x"):
         assert split_nccl_line(not_nccl) is None, not_nccl
+    # a host named before its [dev] with no pid:tid is NCCL's (field/issues-6's Kubernetes log
+    # prints `gpu-server320 [5] NCCL INFO ...`): one process per host, pid 0; a name without a
+    # digit only after NCCL's own stamp (a word of a sentence is no host)
+    p = split_nccl_line("[rank0]:h1 [0] NCCL INFO x")
+    assert p is not None and (p.host, p.pid, p.dev, p.label_rank) == ("h1", 0, 0, 0)
+    assert split_nccl_line("[rank0]:h [0] NCCL INFO x") is None
+    p = split_nccl_line("[2025-11-24 11:20:21] h [0] misc/socket.cc:46 NCCL WARN x")
+    assert p is not None and (p.host, p.stamp) == ("h", "2025-11-24 11:20:21")
 
 
 def test_crlf_lines_and_line_numbers_count_newlines_only():

@@ -297,6 +297,9 @@ SHAPES = {
     # each line also srun-labelled; kubectl logs --prefix; tail -f's header before each file
     "grep over files, labelled": lambda t: _each_line(t, lambda i, x: f"out/slurm-{i % 2}.out:{i % 16}: {x}"),
     "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/nccl-worker-{i % 2}/nccl] {x}"),
+    # a container runtime's stamp (kubectl logs --timestamps: the shape field/issues-6's
+    # Kubernetes NCCL log shows, its nanoseconds counted up)
+    "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> slurm-7.out <==\n" + t.replace("\n#  Rank  1", "\n\n==> b.log <==\n#  Rank  1", 1),
 }
 
@@ -359,6 +362,9 @@ TORCH_SHAPES = {
     # a grep -r over per-rank files (the shape field/issues-3's grep-r file shows), kubectl --prefix
     "grep over rank files": lambda t: _each_line(t, lambda i, x: f"logs/rank_{i % 8}.log:{x}"),
     "kubectl prefix": lambda t: _each_line(t, lambda i, x: f"[pod/trainer-{i % 2}/pytorch] {x}"),
+    # a container runtime's stamp (kubectl logs --timestamps: the shape field/issues-6's
+    # Kubernetes NCCL log shows, its nanoseconds counted up)
+    "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/rank0.log <==\n" + t + "\n==> logs/rank1.log <==\n",
 }
 
@@ -395,6 +401,9 @@ NCCL_LOG_SHAPES = {
     # tail of two files, each after its `==> FILE <==` header
     "grep -n with context": lambda t: _each_line(
         t, lambda i, x: f"logs/nccl_{i % 4}.log{':' if i % 3 else '-'}{i + 1}{':' if i % 3 else '-'}{x}" if x else x),
+    # a container runtime's stamp (kubectl logs --timestamps: the shape field/issues-6's
+    # Kubernetes NCCL log shows, its nanoseconds counted up)
+    "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/a.log <==\n" + t + "\n\n==> logs/b.log <==\n",
 }
 
@@ -629,6 +638,8 @@ PASTED_SHAPES = {
     # one task's output under srun -l (`srun -N1 -l nvidia-smi`), one pod's under kubectl --prefix
     "srun label, one task": lambda t: _each_line(t, lambda i, x: f" 3: {x}" if x.strip() else x),
     "kubectl prefix, one pod": lambda t: _each_line(t, lambda i, x: f"[pod/gpu-check-x7/main] {x}"),
+    # kubectl logs --timestamps (the runtime's stamp field/issues-6's Kubernetes log shows)
+    "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
 }
 MENDED = {  # tools read through `mended_lines`, each with a real capture
     "ibstat": CORPUS / "ibstat" / "h100-ib-some-down-disabled.txt",

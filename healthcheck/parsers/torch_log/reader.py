@@ -28,10 +28,12 @@ from healthcheck.parsers.lines import (
     Line,
     chained,
     dispatch,
+    hard_unwrapped,
     python_logging,
     read_every,
     read_lines,
     relabelled,
+    terminal_width,
     without_ray_repeat,
 )
 from healthcheck.parsers.torch_log import agent, box, errors, steps, tracebacks, watchdog
@@ -180,8 +182,8 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     `rank_output`: the text is known to be one rank's own output (a file its name places),
     read though no line names torch (what it logged is that rank's, failure or none)."""
     state = TorchState()
-    lines = (relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise)
-    for line in word_unwrapped(lines):
+    lines = [relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise]
+    for line in word_unwrapped(hard_unwrapped(lines, terminal_width(lines))):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)

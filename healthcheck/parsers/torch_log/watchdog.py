@@ -87,7 +87,8 @@ def read_work(state: TorchState, line: Line, wrapped: bool = False) -> bool:
         **group_where(line, b), seq=seq, op_type=fields["OpType"], numel_in=to_int(fields.get("NumelIn")),
         numel_out=to_int(fields.get("NumelOut")), timeout_ms=to_int(fields.get("Timeout(ms)")),
         ran_for_ms=to_int(ran.group(1)) if ran else None,
-        terminated="watchdog thread terminated with exception" in b[:start], wrapped=wrapped,
+        terminated="watchdog thread terminated with exception" in b[:start],
+        wrapped=wrapped or "hard-wrap" in line.repairs,  # joined by lines.hard_unwrapped
     ))
     return True
 
