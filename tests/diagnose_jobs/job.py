@@ -1394,7 +1394,7 @@ class Job:
             f.truncate(os.path.getsize(path) // 2)  # the save a crash cut short, an earlier run's
         try:
             torch.load(path, weights_only=True)
-        except RuntimeError as exc:
+        except (RuntimeError, OSError) as exc:  # this torch raises OSError on a cut zip archive
             raise RuntimeError(f"rank {self.rank}: rollback to step {step - 1} failed: checkpoint {path} "
                                "unreadable") from exc
 
