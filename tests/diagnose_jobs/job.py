@@ -461,6 +461,7 @@ class RecordDataset:
 
 def produce_batch_ids(requests, batches, rank: int, bad: int) -> None:
     """The batch producer process: a batch id per request; sample `bad` of its shard is corrupt."""
+    die_with_parent()  # a forked child outlives a SIGKILLed rank otherwise (torchrun's ranks)
     while True:
         step = requests.get()
         if step == bad:
