@@ -42,7 +42,7 @@ REPO = HERE.parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "diagnose-jobs"
 # the held-out sets, each a folder with scenarios.py (its HELD_OUT table) and saved/; a set
 # whose scenarios a rule writer has read is no longer unseen, and a fresh one is added here
-HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5")
+HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6")
 SETS = ("tuning", *HELD_OUT_SETS)
 # saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
 SAVED = {"tuning": FIXTURES / "tuning", **{name: FIXTURES / name / "saved" for name in HELD_OUT_SETS}}
@@ -540,7 +540,7 @@ def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5] [--keep DIR] [NAME...]`:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6] [--keep DIR] [NAME...]`:
     run the scenarios (all of the set, or those named), print each answer and the score."""
     import argparse
 

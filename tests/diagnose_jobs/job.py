@@ -172,6 +172,63 @@ ones above are unchanged by them:
   slowinit    healthy: the culprit starts --slow s late (before init_process_group); the
               others wait in the rendezvous, then all train
 
+Variants added for the sixth held-out set (tests/fixtures/diagnose-jobs/held-out-6/); the
+ones above are unchanged by them:
+
+  ckptrecompute every rank runs a block under torch.utils.checkpoint (non-reentrant); the
+              culprit's packing length changes between the forward and backward's
+              recomputation at --at: torch raises CheckpointError (recomputed metadata differ)
+  futureraise every rank decodes its batch's record header on a ThreadPoolExecutor thread and
+              takes future.result(); the culprit's record is truncated at --at: struct.error
+              raised in the worker thread, re-raised in the main thread by result()
+  argparsehelp the culprit's evaluation hook parses its options with argparse from a string
+              that ends in --help (a launcher script's stray flag): usage printed, exit 0
+  sigbus      every rank memory-maps its shard file; the culprit's file is truncated under it
+              at --at (another process rewrites the shard): SIGBUS reading the mapping
+  doublefree  the culprit's native tokenizer frees a buffer twice: glibc's "free(): double
+              free detected", then SIGABRT
+  alarm       the culprit's remote-read helper arms signal.alarm(1) as a timeout, on a code
+              path that never installed its SIGALRM handler, and the read takes longer:
+              the process is killed by SIGALRM ("Alarm clock"), nothing printed
+  badckpt     at --at the culprit rolls back to its last checkpoint, which is half written:
+              torch.load fails, re-raised as "rollback ... failed" (a chained traceback)
+  reinit      at --at the culprit's metrics push fails; its recovery path calls
+              init_process_group again without destroying the group: ValueError
+  sighandler  every rank installs a SIGUSR1 handler that pushes its stats (as trainers do on
+              "dump stats"); the culprit gets SIGUSR1 from another process at --at and its
+              handler blocks (time.sleep waiting on the stats service) in the main thread
+  mpqueue     every rank gets a batch id from a producer process over a multiprocessing.Queue;
+              the culprit's producer raises at --at (its traceback printed by
+              multiprocessing) and the rank waits in queue.get() with no timeout
+  pipefull    every rank pipes its metrics to a logger child; at --at the culprit's child
+              stops reading and the rank writes a 1 MiB histogram: blocked in write on the
+              full pipe
+  gilhang     at --at the culprit calls a native function that sleeps holding the GIL
+              (ctypes.PyDLL: a driver query that never returns)
+  evalevery   every rank evaluates under torch.no_grad() every N steps and meets the others in
+              a dist.barrier() after it; the culprit's N is --at + 1, the others' --at + 2:
+              at --at it waits in the eval barrier while the others are in the step's
+              collectives
+  bucketorder every step the gradient goes as two buckets (12 and 5 elements) through
+              all_reduce; from --at the culprit reduces them in the other order (its
+              parameters were registered in another order)
+  agitsize    every step the ranks' metric vectors are gathered with all_gather_into_tensor
+              (4 each); from --at the culprit's has 5 (one metric more), its output 5 x world
+  scattersize every step rank 0 scatters 8 sample ids to each rank; at --at the culprit's
+              receive buffer holds 6 (its micro-batch config differs)
+  fileinit    the culprit's init_method is file:// (a shared-file-system rendezvous left in its
+              config) where the others use env://: each side waits for the other
+  slowloader  healthy: the culprit's data loader takes --slow s a step (a slow file system),
+              about twice the others' step; it keeps up
+  finalckpt   healthy: training ends after step --at; the culprit (rank 0) writes the final
+              checkpoint in chunks for --slow s while the others wait in the final barrier
+  loaderwarm  healthy: every rank's first batch takes --slow + 0.3 * rank s (the loader's
+              shuffle buffer fills), then steps are fast
+  lastbatch   healthy: the last step's batch is smaller and uneven across ranks; the sample
+              counts are all_reduced to weight the loss; the job finishes
+  clipspike   healthy: every rank clips its gradient norm; on some steps (random per rank) the
+              norm spikes, a warning is logged and the step takes 0.5 s more
+
 Before its fault a rank writes MARK/rank<R>.json ({rank, pid, step}); every rank writes
 it at the start too (step -1), so the harness knows the pids. --timeout is the collective
 timeout; --record wraps main in torchelastic's @record.
@@ -203,6 +260,12 @@ log = logging.getLogger("train")
 # held-out-5's variants by the part of the step they live in
 HELD_OUT_5_COMPUTE = ("sigint", "memerr", "importerr", "noisywarn")
 HELD_OUT_5_METRICS = ("pipefail", "debugwait", "backoff", "eventwait", "abba", "warnburst")
+# held-out-6's
+HELD_OUT_6_LOAD = ("mpqueue", "slowloader", "loaderwarm", "lastbatch")
+HELD_OUT_6_COMPUTE = ("ckptrecompute", "futureraise", "sigbus", "doublefree", "alarm", "gilhang", "sighandler",
+                      "clipspike")
+HELD_OUT_6_METRICS = ("argparsehelp", "badckpt", "reinit", "pipefull")
+HELD_OUT_6_COLLECTIVES = ("evalevery", "bucketorder", "agitsize", "scattersize", "lastbatch")
 
 
 def identity() -> tuple[int, int]:
@@ -395,6 +458,34 @@ class RecordDataset:
         os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer takes the worker
 
 
+
+def produce_batch_ids(requests, batches, rank: int, bad: int) -> None:
+    """The batch producer process: a batch id per request; sample `bad` of its shard is corrupt."""
+    die_with_parent()  # a forked child outlives a SIGKILLed rank otherwise (torchrun's ranks)
+    while True:
+        step = requests.get()
+        if step == bad:
+            raise OSError(f"shard {rank}: record {step} checksum mismatch (crc32 0x1f3a9c2e != 0x00000000)")
+        batches.put(step * 1000 + rank)
+
+
+def unpack_record_header(record: bytes) -> tuple:
+    """A record's header: a length and a crc, 8 bytes."""
+    import struct
+
+    return struct.unpack("<II", record)
+
+
+def native_tokenizer_release() -> None:
+    """The tokenizer extension's cleanup frees its buffer twice (a native bug): glibc aborts."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    buffer = libc.malloc(256)
+    libc.free(buffer)
+    libc.free(buffer)
+
+
 class Job:
     def __init__(self, args: argparse.Namespace, rank: int, world: int) -> None:
         self.args = args
@@ -411,6 +502,9 @@ class Job:
         self.uploader: threading.Thread | None = None
         self.leaked_lock = None
         self.metrics_child: subprocess.Popen | None = None  # held-out-5
+        self.producer = None     # held-out-6: the batch producer process and its queue
+        self.shard = None        # held-out-6: the memory-mapped shard
+        self.seq_len = 4
 
     def faulty(self, step: int, *faults: str) -> bool:
         return self.culprit and step == self.args.at and self.args.fault in faults
@@ -440,6 +534,8 @@ class Job:
             return self.load_batch_held_out_4(step)
         if self.args.fault == "collatediv":
             return self.collated(step)
+        if self.args.fault in HELD_OUT_6_LOAD:
+            return self.load_batch_held_out_6(step)
         if self.args.fault == "transform":
             batch = torch.ones(16, 8) * (self.rank + 1)
             if self.faulty(step, "transform"):
@@ -520,6 +616,8 @@ class Job:
             self.compute_held_out_4(step)
         if self.args.fault in HELD_OUT_5_COMPUTE:
             self.compute_held_out_5(step)
+        if self.args.fault in HELD_OUT_6_COMPUTE:
+            self.compute_held_out_6(step)
         straggling = self.culprit and self.args.fault == "straggler"
         compute = self.args.step_time * (self.args.slow_factor if straggling else 1.0)
         end = time.monotonic() + compute + (self.args.slow if straggling else 0.0) + self.extra_compute(step)
@@ -647,6 +745,8 @@ class Job:
             self.log_metrics_held_out_4(step)
         if self.args.fault in HELD_OUT_5_METRICS:
             self.log_metrics_held_out_5(step)
+        if self.args.fault in HELD_OUT_6_METRICS:
+            self.log_metrics_held_out_6(step)
 
     def extra_collectives(self, step: int) -> None:
         import torch
@@ -663,6 +763,8 @@ class Job:
             self.extra_collectives_held_out_4(step)
         if self.args.fault in ("worldbarrier", "objlist", "evalall"):
             self.extra_collectives_held_out_5(step)
+        if self.args.fault in HELD_OUT_6_COLLECTIVES:
+            self.extra_collectives_held_out_6(step)
 
     def extra_collectives_held_out_3(self, step: int) -> None:
         import torch
@@ -723,6 +825,9 @@ class Job:
             log.info("rank %d: validation loss has not improved for 3 evaluations: early stopping at step %d",
                      self.rank, step)
             return False
+        if self.args.fault == "finalckpt" and step == self.args.at:
+            log.info("rank %d: reached max_steps (%d), finishing", self.rank, step)
+            return False
         try:
             batch = self.load_batch(step)
         except StopIteration:
@@ -749,7 +854,9 @@ class Job:
         if self.args.fault == "preinit":
             load_config(broken=self.culprit)
         self.before_init_held_out_5()
-        dist.init_process_group(self.backend(), timeout=timedelta(seconds=self.args.timeout))
+        self.before_init_held_out_6()
+        dist.init_process_group(self.backend(), timeout=timedelta(seconds=self.args.timeout),
+                                **self.init_method())
         log.info("rank %d of %d initialized (gloo, pid %d)", self.rank, dist.get_world_size(), os.getpid())
         if self.args.fault == "worldbarrier":
             half = self.world // 2
@@ -762,12 +869,14 @@ class Job:
         self.mark(-1)
         for step in range(self.args.steps):
             if not self.train_step(step):
-                if self.args.fault == "earlystop":
+                if self.args.fault in ("earlystop", "finalckpt"):
                     break  # to the final barrier, as a finished run does
                 if self.args.fault == "shortdata":
                     log.info("training done")
                     dist.destroy_process_group()
                 return 0
+        if self.args.fault == "finalckpt" and self.culprit:
+            self.save_final_checkpoint()
         dist.barrier()
         log.info("training done")
         dist.destroy_process_group()
@@ -1130,6 +1239,248 @@ class Job:
             accuracy = torch.tensor([0.5])
             dist.all_reduce(accuracy)
             log.info("rank %d: eval at step %d: accuracy %.3f", self.rank, step, accuracy.item() / self.world)
+
+    # ------------------------------------------------------------ held-out-6's variants
+
+    def before_init_held_out_6(self) -> None:
+        if self.args.fault == "sighandler":
+            signal.signal(signal.SIGUSR1, self.on_dump_stats)
+        if self.args.fault == "sigbus":
+            self.map_shard()
+        if self.args.fault == "pipefull":
+            self.start_metrics_logger()
+
+    def init_method(self) -> dict:
+        """fileinit: the culprit's config still names a shared-file-system rendezvous."""
+        if self.args.fault == "fileinit" and self.culprit:
+            path = os.path.join(self.args.mark or "/tmp", "rendezvous-shared-fs")
+            return {"init_method": f"file://{path}", "rank": self.rank, "world_size": self.world}
+        return {}
+
+    def load_batch_held_out_6(self, step: int):
+        import torch
+
+        rows = 16
+        if self.args.fault == "mpqueue":
+            self.next_batch_id(step)
+        if self.args.fault == "slowloader" and self.culprit:
+            time.sleep(self.args.slow)  # its node's file system: slow, every step
+        if self.args.fault == "loaderwarm" and step == 0:
+            log.info("rank %d: filling the shuffle buffer", self.rank)
+            time.sleep(self.args.slow + 0.3 * self.rank)
+        if self.args.fault == "lastbatch" and step == self.args.steps - 1:
+            rows = 16 - 2 * (self.rank % 7)  # the shard's remainder: drop_last=False
+            log.info("rank %d: last batch: %d samples", self.rank, rows)
+        return torch.ones(rows, 8) * (self.rank + 1)
+
+    def next_batch_id(self, step: int) -> int:
+        context = multiprocessing.get_context("fork")
+        if self.producer is None:
+            requests, batches = context.Queue(), context.Queue()
+            proc = context.Process(target=produce_batch_ids, args=(requests, batches, self.rank,
+                                   self.args.at if self.culprit else -1), name="batch-producer", daemon=True)
+            proc.start()
+            self.producer = (proc, requests, batches)
+        _, requests, batches = self.producer
+        requests.put(step)
+        return batches.get()  # no timeout: a producer that died is never noticed
+
+    def compute_held_out_6(self, step: int) -> None:
+        if self.args.fault == "ckptrecompute":
+            self.checkpointed_block(step)
+        if self.args.fault == "futureraise":
+            self.decode_header(step)
+        if self.args.fault == "sigbus":
+            self.read_shard_mapped(step)
+        if self.faulty(step, "doublefree"):
+            native_tokenizer_release()
+        if self.faulty(step, "alarm"):
+            self.read_remote_with_timeout()
+        if self.faulty(step, "gilhang"):
+            driver = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
+            driver.sleep(int(self.args.hang))
+        if self.faulty(step, "sighandler"):
+            subprocess.run(["kill", "-USR1", str(os.getpid())], check=False)  # an operator's "dump stats"
+            time.sleep(5)
+        if self.args.fault == "clipspike":
+            self.clip_gradients(step)
+
+    def checkpointed_block(self, step: int) -> None:
+        import torch
+        from torch.utils.checkpoint import checkpoint
+
+        self.seq_len = 4
+        x = torch.ones(8, 4).requires_grad_()
+        y = checkpoint(self.packed_block, x, use_reentrant=False)
+        if self.faulty(step, "ckptrecompute"):
+            self.seq_len = 5  # the packer moved on to the next batch's length, shared state
+        y.sum().backward()
+
+    def packed_block(self, x):
+        n = self.seq_len
+        return (x[:n] * 2).sum(0, keepdim=True) * x[:n]
+
+    def decode_header(self, step: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="record-decoder")
+        record = b"\x00" * (3 if self.faulty(step, "futureraise") else 8)  # a truncated record on its shard
+        self.pool.submit(unpack_record_header, record).result()
+
+    def map_shard(self) -> None:
+        import mmap
+        import tempfile
+
+        folder = self.args.mark or tempfile.gettempdir()
+        self.shard_path = os.path.join(folder, f"shard-{self.rank}.bin")
+        with open(self.shard_path, "wb") as f:
+            f.write(b"\x01" * (1 << 20))
+        with open(self.shard_path, "r+b") as f:
+            self.shard = mmap.mmap(f.fileno(), 0)
+
+    def read_shard_mapped(self, step: int) -> int:
+        if self.faulty(step, "sigbus"):
+            # the data-prep job on its node rewrites the shard in place
+            subprocess.run(["truncate", "-s", "0", self.shard_path], check=False)
+        assert self.shard is not None
+        return self.shard[(step * 65536 + 4096) % len(self.shard)]
+
+    def read_remote_with_timeout(self) -> None:
+        signal.alarm(1)  # the helper's timeout; this code path never installed a SIGALRM handler
+        time.sleep(3)  # the remote read is slow
+        signal.alarm(0)
+
+    def on_dump_stats(self, signum, frame) -> None:
+        log.info("rank %d: SIGUSR1: pushing stats", self.rank)
+        self.push_stats()
+
+    def push_stats(self) -> None:
+        if self.culprit:
+            time.sleep(self.args.hang)  # the stats service never answers: blocks in the handler
+
+    def clip_gradients(self, step: int) -> None:
+        norm = self.rng.uniform(0.2, 0.9)
+        if self.rng.random() < 0.3:
+            norm = self.rng.uniform(1e3, 5e4)
+            log.warning("rank %d: gradient norm %.3e exceeds max_norm 1.0 at step %d: clipped", self.rank, norm, step)
+            time.sleep(0.5)  # the clipping and a re-check of the scaler
+
+    def log_metrics_held_out_6(self, step: int) -> None:
+        if self.faulty(step, "argparsehelp"):
+            self.parse_eval_options("--eval-batches 8 --help")
+        if self.faulty(step, "badckpt"):
+            self.roll_back(step)
+        if self.faulty(step, "reinit"):
+            self.push_metrics_or_reconnect(step)
+        if self.args.fault == "pipefull":
+            self.pipe_metrics_to_logger(step)
+
+    def parse_eval_options(self, text: str) -> argparse.Namespace:
+        import shlex
+
+        ap = argparse.ArgumentParser(prog="eval", description="evaluation options")
+        ap.add_argument("--eval-batches", type=int, default=16)
+        ap.add_argument("--eval-every", type=int, default=100)
+        return ap.parse_args(shlex.split(text))  # --help: argparse prints the usage and exits 0
+
+    def roll_back(self, step: int) -> None:
+        import tempfile
+
+        import torch
+
+        path = os.path.join(self.args.mark or tempfile.gettempdir(), f"last-rank{self.rank}.pt")
+        torch.save({"step": step - 1, "weights": torch.ones(256, 64)}, path)
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)  # the save a crash cut short, an earlier run's
+        try:
+            torch.load(path, weights_only=True)
+        except (RuntimeError, OSError) as exc:  # this torch raises OSError on a cut zip archive
+            raise RuntimeError(f"rank {self.rank}: rollback to step {step - 1} failed: checkpoint {path} "
+                               "unreadable") from exc
+
+    def push_metrics_or_reconnect(self, step: int) -> None:
+        import torch.distributed as dist
+
+        try:
+            raise ConnectionResetError(f"metrics push at step {step}: connection reset")
+        except ConnectionResetError:
+            log.warning("rank %d: metrics push failed; re-initialising the process group", self.rank)
+            dist.init_process_group("gloo", timeout=timedelta(seconds=self.args.timeout))
+
+    def start_metrics_logger(self) -> None:
+        script = "import sys, time\nfor line in sys.stdin:\n    if line.startswith('PAUSE'):\n        time.sleep(10 ** 6)\n"
+        self.metrics_child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                              preexec_fn=die_with_parent)
+
+    def pipe_metrics_to_logger(self, step: int) -> None:
+        child = self.metrics_child
+        assert child is not None and child.stdin is not None
+        if self.faulty(step, "pipefull"):
+            child.stdin.write(b"PAUSE\n")  # the logger child stops reading (its own bug)
+            child.stdin.flush()
+            time.sleep(0.2)
+        histogram = ("0.5," * (262144 if self.faulty(step, "pipefull") else 16)).encode()
+        child.stdin.write(b"hist=" + histogram + b"\n")
+        child.stdin.flush()  # a full pipe nobody drains: write blocks
+
+    def extra_collectives_held_out_6(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.args.fault == "evalevery":
+            every = self.args.at + 1 if self.culprit else self.args.at + 2  # its config's eval interval
+            if step % every == every - 1:
+                self.evaluate_no_grad(step)
+        if self.args.fault == "bucketorder":
+            buckets = [torch.ones(12), torch.ones(5)]
+            if self.culprit and step >= self.args.at:
+                buckets.reverse()  # its parameters were registered in another order
+            for bucket in buckets:
+                dist.all_reduce(bucket)
+        if self.args.fault == "agitsize":
+            n = 5 if self.culprit and step >= self.args.at else 4  # one metric more on its config
+            metrics = torch.ones(n) * self.rank
+            dist.all_gather_into_tensor(torch.empty(n * self.world), metrics)
+        if self.args.fault == "scattersize":
+            self.scatter_sample_ids(step)
+        if self.args.fault == "lastbatch":
+            last = step == self.args.steps - 1
+            samples = torch.tensor([float(16 - 2 * (self.rank % 7) if last else 16)])
+            dist.all_reduce(samples)  # the loss is weighted by the samples every rank saw
+
+    def evaluate_no_grad(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            log.info("rank %d: evaluating at step %d", self.rank, step)
+            (torch.ones(16, 8) @ torch.ones(8, 4)).sum()
+            dist.barrier()  # every rank's evaluation done
+        log.info("rank %d: evaluation at step %d done", self.rank, step)
+
+    def scatter_sample_ids(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        into = torch.empty(6 if self.faulty(step, "scattersize") else 8, dtype=torch.int64)
+        chunks = [torch.arange(8, dtype=torch.int64) + 8 * r for r in range(self.world)] if self.rank == 0 else None
+        dist.scatter(into, chunks, src=0)
+
+    def save_final_checkpoint(self) -> None:
+        import tempfile
+
+        import torch
+
+        folder = self.args.mark or tempfile.gettempdir()
+        chunks = 20
+        log.info("rank %d: writing the final checkpoint (%d shards)", self.rank, chunks)
+        for i in range(chunks):
+            torch.save({"shard": i, "weights": torch.ones(128, 128)}, os.path.join(folder, f"final-{i}.pt"))
+            time.sleep(self.args.slow / chunks)  # the file system's write-back
+            if i % 5 == 4:
+                log.info("rank %d: final checkpoint: %d/%d shards written", self.rank, i + 1, chunks)
+        log.info("rank %d: final checkpoint written", self.rank)
 
 
 def main() -> int:

@@ -270,6 +270,67 @@ def test_the_fifth_held_out_sets_new_variants_are_in_the_job():
             assert f'"{sc.fault}"' in source.split('"""', 2)[2], sc.fault  # used in the code, not only described
 
 
+def test_the_sixth_held_out_set_loads_and_is_as_varied_as_asked():
+    """held-out-6 is the set of jobs no rule writer has read (the earlier ones have been, or may
+    have been): at least 24 failing and 5 healthy or slow, about a third live, plain, torchrun,
+    mpirun and srun-labelled, with and without `hc run`, worlds 2-8, several culprits at once and
+    culprits at varied ranks, in shapes, names and mechanisms (job.py variants) no earlier set
+    has."""
+    held6 = harness.held_out("held-out-6")
+    assert len({sc.name for sc in held6}) == len(held6)
+    assert sum(sc.truth != "none" for sc in held6) >= 24 and sum(sc.truth == "none" for sc in held6) >= 5
+    assert 3 * sum(sc.mode == "live" for sc in held6) >= len(held6) - 6 and any(sc.mode == "logs" for sc in held6)
+    assert {sc.launcher for sc in held6} == {"plain", "torchrun", "mpirun", "srun"}
+    assert {sc.hcrun for sc in held6} == {True, False}
+    assert {sc.world for sc in held6} == set(range(2, 9))
+    assert sum(len(sc.expected_ranks) > 1 for sc in held6) >= 3
+    culprit_ranks = [r for sc in held6 for r in sc.expected_ranks]
+    assert set(culprit_ranks) >= {0, 1, 2, 3, 4, 5, 6, 7}
+    assert sum(r in (0, 1) for r in culprit_ranks) * 3 < len(culprit_ranks)  # not mostly rank 0 or 1
+    assert {sc.truth for sc in held6} == set(harness.CLASSES)
+    for sc in held6:
+        assert all(0 <= r < sc.world for r in sc.culprits + sc.expected_ranks), sc.name
+        assert sc.truth != "none" or not sc.expected_ranks, sc.name
+
+    def shape(sc: harness.Scenario) -> tuple:
+        return (sc.fault, sc.world, sc.culprits, sc.launcher, sc.mode, sc.hcrun, sc.labelled, sc.args,
+                sc.rank_env, sc.port_taken)
+
+    earlier = TUNING + [sc for name in ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5")
+                        for sc in harness.held_out(name)]
+    assert not {shape(sc) for sc in held6} & {shape(sc) for sc in earlier}
+    assert not {sc.name for sc in held6} & {sc.name for sc in earlier}
+    assert not {sc.slug for sc in held6} & {sc.slug for sc in earlier}
+    # new mechanisms: every job's variant is one no earlier set uses (a launch fault, in
+    # rank_env with the variant "none", aside), and its launch faults are new variables
+    assert not {sc.fault for sc in held6 if sc.fault != "none"} & {sc.fault for sc in earlier}
+    assert not {name for sc in held6 for _, name, _ in sc.rank_env} & \
+        {name for sc in earlier for _, name, _ in sc.rank_env}
+
+
+def test_every_logs_mode_job_of_the_sixth_held_out_set_has_its_saved_output():
+    held6 = harness.held_out("held-out-6")
+    saved = harness.SAVED["held-out-6"]
+    logs = {sc.slug for sc in held6 if sc.mode == "logs"}
+    assert len(logs) == sum(sc.mode == "logs" for sc in held6)  # no two share a folder
+    for slug in sorted(logs):
+        folder = saved / slug
+        assert folder.is_dir() and any(folder.rglob("*.log")), f"no saved output in {folder}"
+    assert {p.name for p in saved.iterdir() if p.is_dir()} == logs  # nothing saved for a job not in the table
+
+
+def test_the_sixth_held_out_sets_new_variants_are_in_the_job():
+    """Each variant held-out-6 names is one job.py knows (documented in its docstring) and
+    handles: a misspelt fault would run a healthy job labelled as a failing one."""
+    from diagnose_jobs import job
+
+    source = Path(job.__file__).read_text()
+    for sc in harness.held_out("held-out-6"):
+        if sc.fault != "none":
+            assert f"\n  {sc.fault} " in job.__doc__, sc.fault
+            assert f'"{sc.fault}"' in source.split('"""', 2)[2], sc.fault  # used in the code, not only described
+
+
 def test_an_unknown_held_out_set_is_refused():
     with pytest.raises(ValueError):
         harness.held_out("held-out-9")
