@@ -180,7 +180,8 @@ def _result(state: TorchState, lines: int) -> TorchLog:
 def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring).
     `rank_output`: the text is known to be one rank's own output (a file its name places),
-    read though no line names torch (what it logged is that rank's, failure or none)."""
+    read though no line names torch where its loop or logging left a step or a warning
+    (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise]
     for line in word_unwrapped(hard_unwrapped(lines, terminal_width(lines))):
@@ -192,7 +193,11 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     # a stream of lines each labelled with its rank (torchrun's `[default3]:`, mpirun's
     # `[1,3]<stderr>:`, srun's `3: `) is a distributed job's ranks' output even where no line
     # names torch: a job that finished prints no torch words, and that it finished is news
-    if not (rank_output or state.torch or state.prefixed) and not any(getattr(log, name) for name in FACT_KINDS):
+    # a rank's own file counts when its loop or its logging said something (a step, a warning):
+    # a file that only its name places, with nothing of a training process in it (a shopping
+    # list), is not read as a rank that showed no failure; checking nothing is not healthy
+    own_output = rank_output and bool(log.last_steps or log.last_warnings)
+    if not (own_output or state.torch or state.prefixed) and not any(getattr(log, name) for name in FACT_KINDS):
         raise ParseError("torch-log: no PyTorch distributed, torchrun or Python traceback line "
                          f"(starts with {clip(text.strip(), 60)!r})")
     return log
