@@ -7,8 +7,8 @@ window and keeps, per dump, a `StackSample`: a digest of the main thread's frame
 and line), the collective it is in and that collective's process group (from py-spy
 `--locals`), the process's I/O count (/proc/PID/io: a collective that completes moves
 bytes, even when the stack looks the same in every step), the I/O count of the rank's
-own main thread and of the thread it waits on (/proc/PID/task/TID/io: its bytes and
-read/write calls, not its background threads') and the program's step-like integer
+own main thread and of the thread it waits on (/proc/PID/task/TID/io: the bytes it read
+and wrote, not its background threads') and the program's step-like integer
 locals (`step`, `iteration`, ...: the step rate). Values of other locals are never
 kept: they may hold anything.
 
@@ -51,7 +51,7 @@ class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
     collective: str | None = None  # the c10d call the main thread is in
     group: GroupKind = ""  # that collective's process group
     io: int | None = None  # rchar + wchar of the process at the sample
-    thread_io: int | None = None  # rchar + wchar + syscr + syscw of the main thread (and the thread it waits on)
+    thread_io: int | None = None  # rchar + wchar of the main thread (and the thread it waits on)
     counters: dict[str, int] = {}  # "function:name" -> value of step-like int locals of program frames
     root: int | None = None  # the src/dst of the rooted collective it waits in (desyncorder.py)
     creating: tuple[int, ...] = ()  # the ranks of the process group it waits to create (newgroup.py)
@@ -178,7 +178,7 @@ class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     step_rate: float | None = None  # steps per second, from a step counter that rose
     counter: str = ""  # which one: "main:step"
     io_active: bool = False  # its own thread reads or writes at its own pace (io_active)
-    io_growth: int = 0  # how much its own thread's I/O count (bytes and calls) rose over the samples
+    io_growth: int = 0  # how much its own thread's read and written bytes rose over the samples
 
 
 def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:

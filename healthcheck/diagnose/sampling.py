@@ -87,11 +87,12 @@ def read_io(pid: int, proc: str = "/proc") -> int | None:
 
 
 def read_thread_io(pid: int, tids: Sequence[int], proc: str = "/proc") -> int | None:
-    """rchar + wchar + syscr + syscw of the given threads (/proc/PID/task/TID/io): the
-    I/O the rank's own thread did (bytes and read/write calls: a read that returns
-    nothing is still a call), not its background threads'. None where no file could be
-    read."""
-    counts = [_io_sum(f"{proc}/{pid}/task/{tid}/io", ("rchar", "wchar", "syscr", "syscw")) for tid in tids]
+    """rchar + wchar of the given threads (/proc/PID/task/TID/io): the bytes the rank's
+    own thread read and wrote, not its background threads'. Not syscr/syscw: py-spy's
+    dump stops the process, which interrupts a blocked read or write; the kernel restarts
+    it and counts the call again, so a rank blocked on a full pipe shows one more call per
+    dump (seen on held-out-6's logger pipe). None where no file could be read."""
+    counts = [_io_sum(f"{proc}/{pid}/task/{tid}/io", ("rchar", "wchar")) for tid in tids]
     known = [c for c in counts if c is not None]
     return sum(known) if known else None
 

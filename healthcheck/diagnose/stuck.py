@@ -383,8 +383,8 @@ def _io_progress(col: Collected, out: Analysis) -> None:
                f"(its own I/O went on over the samples) while {rank_words(wait.waiting)} "
                f"{_verb(wait.waiting)} for it{inside} ({motion.describe()}); slow, not stuck")
     items = [Evidence(source=stack_source(col.evidence.ranks.get(r)), rank=r,
-                      text=f"rank {r}: its own thread's I/O count rose by {motion.ranks[r].io_growth} "
-                           f"(bytes and calls) over {motion.ranks[r].span_s:.1f} s")
+                      text=f"rank {r}: its own thread's read and written bytes rose by "
+                           f"{motion.ranks[r].io_growth} over {motion.ranks[r].span_s:.1f} s")
              for r in wait.working[:16]]
     out.findings.append(job_finding(cls="progressing", summary=summary, evidence=tuple(items), confidence="medium"))
 

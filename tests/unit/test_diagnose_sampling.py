@@ -198,6 +198,18 @@ def test_a_rank_sleeping_with_no_io_while_the_others_wait_is_still_stuck(job):
     assert "stall_forever" in v["summary"] and elapsed < LIVE_BOUND_S
 
 
+@needs_jobs
+def test_a_rank_blocked_writing_to_a_full_pipe_is_still_stuck(job):
+    """py-spy's dump stops the process: the blocked write returns once with the bytes it
+    had written, and is restarted and counted as one more call at every dump. Counting
+    calls called held-out-6's full-pipe rank progressing."""
+    j = job("pipefull", 2, odd="0")
+    _wait_after(j, "training ended")
+    v, _ = j.diagnose()
+    assert (v["class"], _odd(v)) == ("stuck-rank", [0]), v["summary"]
+    assert "write_to_full_pipe" in v["summary"], v["summary"]
+
+
 # ------------------------------------------------------------------ item 3: no strict minority
 
 
