@@ -210,6 +210,36 @@ def test_a_rank_blocked_writing_to_a_full_pipe_is_still_stuck(job):
     assert "write_to_full_pipe" in v["summary"], v["summary"]
 
 
+@needs_jobs
+def test_a_live_rank_whose_producer_process_died_is_stuck_not_dead(job):
+    """Held-out-6's mp queue: the producer *process* raised and multiprocessing printed its
+    traceback into the rank's output; the rank is alive in Queue.get. hc named it dead."""
+    j = job("mpchild", 3, odd="1")
+    j.wait_for("step 2")
+    deadline = time.monotonic() + 60
+    while "OSError: shard 1" not in j.outputs[1].read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    time.sleep(1.0)
+    v, _ = j.diagnose()
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
+    assert "child process" in v["summary"] and "died" in v["summary"], v["summary"]
+
+
+def test_a_child_process_traceback_is_marked_as_a_child_s():
+    """multiprocessing's `Process NAME:` traceback (outermost frame _bootstrap) is marked as
+    a child's; the rank's own traceback after it is not."""
+    text = ("Process batch-producer:\nTraceback (most recent call last):\n"
+            '  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap\n'
+            "    self.run()\n"
+            '  File "/job/train.py", line 40, in produce\n'
+            "    raise OSError('bad shard')\nOSError: bad shard\n"
+            "Traceback (most recent call last):\n"
+            '  File "/job/train.py", line 9, in main\n'
+            "    run()\nValueError: its own\n")
+    log = parse_torch_log(text)
+    assert [(e.type, e.child_process) for e in log.exceptions] == [("OSError", True), ("ValueError", False)]
+
+
 # ------------------------------------------------------------------ item 3: no strict minority
 
 
