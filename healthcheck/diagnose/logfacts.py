@@ -101,6 +101,14 @@ def _counts(e: ExceptionRaised) -> bool:
     return e.framed or e.native or e.type.endswith(("Error", "Exception"))
 
 
+def child_of_live_rank(col: Collected, child_process: bool, rank: int) -> bool:
+    """A multiprocessing child's traceback in the output of a rank the live stacks show
+    alive: the child died, not the rank (threads.py). Without a live stack (saved
+    output) it is the rank's: a rank may itself be a multiprocessing child."""
+    seen = col.evidence.ranks.get(rank)
+    return child_process and seen is not None and seen.stack is not None
+
+
 def rank_errors(col: Collected) -> dict[int, list[RankError]]:
     """Each rank's exceptions, in its own order (file order per file; files by time)."""
     out: dict[int, list[RankError]] = {}
@@ -109,8 +117,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             continue
         for e in f.log.exceptions:
             rank = fact_rank(e, f.rank)
-            if rank is None or not _counts(e) or e.thread:
-                continue  # a thread's exception ended that thread, not its rank (threads.py)
+            if rank is None or not _counts(e) or e.thread or child_of_live_rank(col, e.child_process, rank):
+                continue  # a thread's (or a living rank's child's) exception ended that, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
             victim = not interrupted(e.type) and raised_by_collective(collective_error(text), e.collective)
             out.setdefault(rank, []).append(RankError(

@@ -6,15 +6,19 @@ every step. The collector (sampling.py) dumps every rank several times over a sh
 window and keeps, per dump, a `StackSample`: a digest of the main thread's frames (file
 and line), the collective it is in and that collective's process group (from py-spy
 `--locals`), the process's I/O count (/proc/PID/io: a collective that completes moves
-bytes, even when the stack looks the same in every step) and the program's step-like
-integer locals (`step`, `iteration`, ...: the step rate). Values of other locals are
-never kept: they may hold anything.
+bytes, even when the stack looks the same in every step), the I/O count of the rank's
+own main thread and of the thread it waits on (/proc/PID/task/TID/io: the bytes it read
+and wrote, not its background threads') and the program's step-like integer
+locals (`step`, `iteration`, ...: the step rate). Values of other locals are never
+kept: they may hold anything.
 
 Here, on the diagnosing side, the samples become a `RankMotion` per rank: is it moving
-(its stack, its I/O while in a collective, or a step counter changed within STILL_S of
-the last sample: a rank that moved early in the window and then stopped in a collective
-is still), was it inside
-a collective, or outside any, since it last changed, and its step rate.
+(its stack, its own thread's I/O, the process's I/O while in a collective, or a step
+counter changed within STILL_S of the last sample: a rank that moved early in the
+window and then stopped in a collective is still; or its own I/O goes on at its own
+pace, `io_active`: a checkpoint written shard by shard with sleeps between shows one
+line in every sample but growing bytes), was it inside a collective, or outside any,
+since it last changed, and its step rate.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 
 import msgspec
 
@@ -35,6 +40,7 @@ _STEP_NAME = re.compile(r"(?:global_|train_|cur_|curr_|current_)?(?:step|iterati
 _INT = re.compile(r"-?\d{1,18}")
 _GROUP_KWARG = re.compile(r"[\"']group[\"']: ?([^,}]{1,200})")
 MAX_COUNTERS = 8  # step-like locals kept per sample
+IO_WORK_BYTES = 1024  # a rise of a rank's own I/O smaller than this is a log line (a retry's warning), not work
 STILL_S = 1.0  # a rank whose stack, I/O and step counter did not change for this long is still
 
 
@@ -46,6 +52,7 @@ class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
     collective: str | None = None  # the c10d call the main thread is in
     group: GroupKind = ""  # that collective's process group
     io: int | None = None  # rchar + wchar of the process at the sample
+    thread_io: int | None = None  # rchar + wchar of the main thread (and the thread it waits on)
     counters: dict[str, int] = {}  # "function:name" -> value of step-like int locals of program frames
     root: int | None = None  # the src/dst of the rooted collective it waits in (desyncorder.py)
     creating: tuple[int, ...] = ()  # the ranks of the process group it waits to create (newgroup.py)
@@ -90,13 +97,13 @@ def step_counters(frames: Iterable[PySpyFrame]) -> dict[str, int]:
 
 
 def sample_of(thread: PySpyThread | None, at: float, io: int | None,
-              blocker: PySpyThread | None = None) -> StackSample:
+              blocker: PySpyThread | None = None, thread_io: int | None = None) -> StackSample:
     """A dump of a rank's main thread (and of the thread it waits on, where it does), reduced."""
     frames = thread.frames if thread is not None else ()
     both = (*frames, *(blocker.frames if blocker is not None else ()))
     created = group_created(frames)
     return StackSample(at=round(at, 3), key=stack_key(both), collective=thread.collective if thread else None,
-                       group=collective_group(frames), io=io, counters=step_counters(both),
+                       group=collective_group(frames), io=io, thread_io=thread_io, counters=step_counters(both),
                        root=collective_root(frames, thread.collective if thread else None),
                        creating=created[0] if created else (), creating_name=created[1] if created else "",
                        in_new_group=in_new_group(frames))
@@ -104,12 +111,16 @@ def sample_of(thread: PySpyThread | None, at: float, io: int | None,
 
 def _same(a: StackSample, b: StackSample) -> bool:
     """No change between two samples (an I/O count one of them could not read is no change).
-    I/O tells progress only inside a collective, where the bytes are the collective's:
-    outside one, an unchanged stack with I/O is a background thread's (NCCL's watchdog, a
-    logger), not the rank moving. Seen on an H100: one NCCL rank blocked in
-    torch.cuda.synchronize behind a hung collective was called progressing."""
+    The process's I/O tells progress only inside a collective, where the bytes are the
+    collective's: outside one, process I/O with an unchanged stack may be a background
+    thread's (NCCL's watchdog, a logger), not the rank moving. Seen on an H100: one NCCL
+    rank blocked in torch.cuda.synchronize behind a hung collective was called
+    progressing. The main thread's own I/O (`thread_io`) is the rank's, wherever it is:
+    a rank writing a checkpoint shard by shard, sleeping between, shows one line but
+    growing bytes."""
     io_same = a.io is None or b.io is None or a.io == b.io or (a.collective is None and b.collective is None)
-    return a.key == b.key and io_same and a.counters == b.counters
+    own_same = a.thread_io is None or b.thread_io is None or abs(a.thread_io - b.thread_io) < IO_WORK_BYTES
+    return a.key == b.key and io_same and own_same and a.counters == b.counters
 
 
 def still_run(samples: Sequence[StackSample]) -> Sequence[StackSample]:
@@ -132,16 +143,45 @@ def moved(samples: Sequence[StackSample]) -> bool:
     return len(samples) > 1 and still_for(samples) < STILL_S
 
 
+def io_rises(samples: Sequence[StackSample]) -> list[float]:
+    """When the rank's own thread I/O (`thread_io`) rose: the times of the samples that saw it higher."""
+    return [b.at for a, b in pairwise(samples)
+            if a.thread_io is not None and b.thread_io is not None and b.thread_io - a.thread_io >= IO_WORK_BYTES]
+
+
+def io_active(samples: Sequence[StackSample]) -> bool:
+    """The rank's own thread does I/O at its own pace, whatever line its stack shows: its
+    I/O rose within STILL_S of the last sample, or rose twice or more and has been quiet
+    no longer than its longest gap between rises (plus one sample spacing, the samples'
+    phase). A rise under IO_WORK_BYTES is a log line, not work: a rank retrying for ever
+    with a warning per try (held-out-5's back-off) is not active. A writer of a shard
+    every 1.25 s with a sleep between is active; a rank that printed a burst and then
+    blocked is not."""
+    rises = io_rises(samples)
+    if not rises:
+        return False
+    quiet = samples[-1].at - rises[-1]
+    if quiet < STILL_S:
+        return True
+    if len(rises) < 2:
+        return False
+    gap = max(b - a for a, b in pairwise(rises))
+    spacing = statistics.median(b.at - a.at for a, b in pairwise(samples))
+    return quiet <= gap + spacing
+
+
 class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     rank: int
     samples: int
     span_s: float  # from the first sample to the last
     still_s: float  # how long it had not changed at the last sample
-    moved: bool  # it changed within STILL_S of the last sample
+    moved: bool  # it changed within STILL_S of the last sample, or its own I/O goes on (io_active)
     in_collective: bool  # inside a collective in every sample since it last changed
     outside: bool  # outside any collective in every sample since it last changed
     step_rate: float | None = None  # steps per second, from a step counter that rose
     counter: str = ""  # which one: "main:step"
+    io_active: bool = False  # its own thread reads or writes at its own pace (io_active)
+    io_growth: int = 0  # how much its own thread's read and written bytes rose over the samples
 
 
 def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:
@@ -154,6 +194,11 @@ def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:
     return None, ""
 
 
+def _io_growth(samples: Sequence[StackSample]) -> int:
+    counts = [s.thread_io for s in samples if s.thread_io is not None]
+    return max(0, counts[-1] - counts[0]) if counts else 0
+
+
 def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
     """None with fewer than two samples, or over less than STILL_S: too short a look to
     say whether a rank moves."""
@@ -162,9 +207,12 @@ def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
     rate, counter = _rate(samples)
     run = still_run(samples)
     still = round(run[-1].at - run[0].at, 3)
+    active = io_active(samples)
     return RankMotion(rank=rank, samples=len(samples), span_s=round(samples[-1].at - samples[0].at, 3),
-                      still_s=still, moved=still < STILL_S, in_collective=all(s.collective is not None for s in run),
-                      outside=all(s.collective is None for s in run), step_rate=rate, counter=counter)
+                      still_s=still, moved=still < STILL_S or active,
+                      in_collective=all(s.collective is not None for s in run),
+                      outside=all(s.collective is None for s in run), step_rate=rate, counter=counter,
+                      io_active=active, io_growth=_io_growth(samples))
 
 
 class JobMotion(msgspec.Struct, frozen=True):

@@ -30,7 +30,7 @@ import msgspec
 
 from healthcheck.diagnose.motion import STILL_S, StackSample, moved, sample_of
 from healthcheck.diagnose.stacks import blocking_thread, main_thread
-from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyProcess
+from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyProcess, PySpyThread
 
 DEFAULT_SAMPLES = 4
 DEFAULT_WINDOW_S = 1.5
@@ -66,20 +66,42 @@ class Sampled:
     started: dict[int, float] = field(default_factory=dict)
 
 
-def read_io(pid: int, proc: str = "/proc") -> int | None:
-    """rchar + wchar of the process (/proc/PID/io): bytes it passed to read and write
-    calls, sockets included. None where the file cannot be read."""
+def _io_sum(path: str, fields: tuple[str, ...]) -> int | None:
     try:
-        with open(f"{proc}/{pid}/io", "rb") as f:
+        with open(path, "rb") as f:
             text = f.read(4096).decode("ascii", "replace")
     except OSError:
         return None
     total = 0
     for line in text.splitlines():
         name, _, value = line.partition(":")
-        if name in ("rchar", "wchar") and value.strip().isdigit():
+        if name in fields and value.strip().isdigit():
             total += int(value)
     return total
+
+
+def read_io(pid: int, proc: str = "/proc") -> int | None:
+    """rchar + wchar of the process (/proc/PID/io): bytes it passed to read and write
+    calls, sockets included. None where the file cannot be read."""
+    return _io_sum(f"{proc}/{pid}/io", ("rchar", "wchar"))
+
+
+def read_thread_io(pid: int, tids: Sequence[int], proc: str = "/proc") -> int | None:
+    """rchar + wchar of the given threads (/proc/PID/task/TID/io): the bytes the rank's
+    own thread read and wrote, not its background threads'. Not syscr/syscw: py-spy's
+    dump stops the process, which interrupts a blocked read or write; the kernel restarts
+    it and counts the call again, so a rank blocked on a full pipe shows one more call per
+    dump (seen on held-out-6's logger pipe). None where no file could be read."""
+    counts = [_io_sum(f"{proc}/{pid}/task/{tid}/io", ("rchar", "wchar")) for tid in tids]
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None
+
+
+def own_threads(pid: int, main: PySpyThread | None, blocker: PySpyThread | None) -> list[int]:
+    """The OS thread ids of the rank's main thread (the pid where py-spy gave none) and of
+    the thread it waits on."""
+    tids = [t.os_thread_id for t in (main, blocker) if t is not None and t.os_thread_id is not None]
+    return tids or [pid]
 
 
 def without_locals(dump: PySpyDump) -> PySpyDump:
@@ -105,8 +127,9 @@ def _take(out: Sampled, pid: int, result: Any, now: float, proc: str) -> bool:
         return False
     start = out.started.setdefault(pid, now)
     main = main_thread(process)
-    out.samples.setdefault(pid, []).append(sample_of(main, now - start, read_io(pid, proc),
-                                                     blocking_thread(process, main)))
+    blocker = blocking_thread(process, main)
+    out.samples.setdefault(pid, []).append(sample_of(main, now - start, read_io(pid, proc), blocker,
+                                                     read_thread_io(pid, own_threads(pid, main, blocker), proc)))
     assert stack is not None
     out.last[pid] = msgspec.structs.replace(result, stack=without_locals(stack))  # the rank as it is now
     return True

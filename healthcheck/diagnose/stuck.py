@@ -26,6 +26,7 @@ import msgspec
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
+from healthcheck.diagnose.ioprogress import io_wait
 from healthcheck.diagnose.logfacts import rank_waits
 from healthcheck.diagnose.motion import JobMotion, waited_for
 from healthcheck.diagnose.postmortem import cut_short
@@ -103,7 +104,8 @@ def stack_sides(groups: Sequence[StackGroup], motion: JobMotion | None) -> Stack
         if g.collective is not None:
             blocked.extend(r for r in g.ranks if r not in ranks or (not ranks[r].moved and ranks[r].in_collective))
             continue
-        keep = tuple(r for r in g.ranks if r not in ranks or ranks[r].outside)
+        # a rank whose own I/O goes on is working (ioprogress.py), not stuck
+        keep = tuple(r for r in g.ranks if r not in ranks or (ranks[r].outside and not ranks[r].io_active))
         if keep:
             outside.append(msgspec.structs.replace(g, ranks=keep))
     return StackSides(blocked=tuple(sorted(blocked)), outside=tuple(outside))
@@ -369,9 +371,30 @@ def _rate_words(motion: JobMotion) -> str:
     return f"; about {rate:.2g} steps/s (`{name}` in {where})"
 
 
-def progress_rule(col: Collected, out: Analysis) -> None:
-    """Every sampled rank moved: the job progresses, no rank is named."""
+def _io_progress(col: Collected, out: Analysis) -> None:
+    """The others wait for a rank whose own I/O goes on (ioprogress.py): progressing."""
+    wait = io_wait(out.groups, out.motion)
+    if wait is None or out.motion is None:
+        return
     motion = out.motion
+    inside = f" in {wait.collective}" if wait.collective else " in collectives"
+    summary = (f"progressing: {rank_words(wait.working)}{hosts_of(col, wait.working)} "
+               f"{'is' if len(wait.working) == 1 else 'are'} outside any collective reading or writing "
+               f"(its own I/O went on over the samples) while {rank_words(wait.waiting)} "
+               f"{_verb(wait.waiting)} for it{inside} ({motion.describe()}); slow, not stuck")
+    items = [Evidence(source=stack_source(col.evidence.ranks.get(r)), rank=r,
+                      text=f"rank {r}: its own thread's read and written bytes rose by "
+                           f"{motion.ranks[r].io_growth} over {motion.ranks[r].span_s:.1f} s")
+             for r in wait.working[:16]]
+    out.findings.append(job_finding(cls="progressing", summary=summary, evidence=tuple(items), confidence="medium"))
+
+
+def progress_rule(col: Collected, out: Analysis) -> None:
+    """Every sampled rank moved: the job progresses, no rank is named. Where the others
+    wait for a rank whose own I/O goes on, that too (ioprogress.py)."""
+    motion = out.motion
+    if motion is not None and not motion.all_moved and not any(f.ranks for f in out.findings):
+        _io_progress(col, out)
     if motion is None or not motion.all_moved:
         return
     unsampled = [r for r in col.evidence.ranks if r not in motion.ranks]

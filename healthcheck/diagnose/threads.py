@@ -11,12 +11,18 @@ and the stuck rules (stuck.py, postmortem.py) decide from the stacks and timeout
 
 dead_threads gives each rank's dead threads as evidence; with_dead_threads adds them to a
 finding that names the rank (stuck): the reason it waits, in its own output.
+
+A multiprocessing child process (a batch producer) that raised prints `Process NAME:` and
+its traceback, whose outermost frame is multiprocessing's `_bootstrap`, into the rank's
+output; where the live stacks show the rank alive (in the `Queue.get` the child would
+have fed), that traceback is the child's death, not the rank's: the same as a thread's.
 """
 
 from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import child_of_live_rank
 from healthcheck.diagnose.sources import Collected
 
 
@@ -29,12 +35,13 @@ def dead_threads(col: Collected) -> dict[int, list[tuple[str, Evidence]]]:
             continue
         for e in f.log.exceptions:
             rank = fact_rank(e, f.rank)
-            if not e.thread or rank is None:
+            if rank is None or not (e.thread or child_of_live_rank(col, e.child_process, rank)):
                 continue
             at = f" in {e.frame}" if e.frame else ""
-            text = (f"rank {rank}: thread {e.thread!r} died of {e.type}: {e.message}"[:240] + at
-                    + "; the process went on without it")
-            out.setdefault(rank, []).append((e.thread, log_evidence(col, f.source, e.line, text, rank)))
+            name = f"thread {e.thread!r}" if e.thread else "child process (multiprocessing)"
+            text = (f"rank {rank}: its {name} died of {e.type}: {e.message}"[:240] + at
+                    + "; the rank went on without it")
+            out.setdefault(rank, []).append((name, log_evidence(col, f.source, e.line, text, rank)))
     return out
 
 
@@ -49,8 +56,8 @@ def with_dead_threads(col: Collected, finding: JobFinding) -> JobFinding:
         return finding
     lines = [e for r in named for _, e in dead[r][:2]]
     names = ", ".join(sorted({name for r in named for name, _ in dead[r][:2]}))
-    summary = (f"{finding.message}; its thread {names} died (its traceback is in the rank's output) and the "
-               "process lived on, waiting for it")
+    summary = (f"{finding.message}; its {names} died (its traceback is in the rank's output) and the "
+               "rank lived on, waiting for it")
     return job_finding(cls=finding.cls, summary=summary, confidence=finding.confidence, ranks=finding.ranks,
                        evidence=(*lines, *finding.lines)[:24], where=finding.where, divergence=finding.divergence)
 

@@ -157,6 +157,89 @@ def test_a_real_hang_is_still_named_within_the_bound(job):
     assert (v["class"], _odd(v)) == ("stuck-rank", [2]) and "samples" not in v["summary"]
 
 
+# ------------------------------------------------------------------ a rank's own I/O is progress
+
+
+def _wait_after(j: Job, line: str, settle_s: float = 1.5) -> None:
+    j.wait_for(line)
+    time.sleep(settle_s)  # the others have reached the final barrier
+
+
+@needs_jobs
+def test_a_rank_writing_its_final_checkpoint_slowly_is_progressing_not_stuck(job):
+    """Held-out-6's final checkpoint: rank 0 writes a 64 KiB shard every 1.25 s with a
+    sleep between while the others wait in the final barrier. Its stack shows the sleep's
+    line in every sample; its own written bytes grow. hc named it stuck in every look."""
+    j = job("slowwrite", 4, odd="0")
+    _wait_after(j, "training ended")
+    for _ in range(2):
+        v, elapsed = j.diagnose()
+        assert _odd(v) == [] and v["class"] == "progressing", v["summary"]
+        assert "rank 0" in v["summary"] and "barrier" in v["summary"], v["summary"]
+        assert elapsed < LIVE_BOUND_S
+
+
+@needs_jobs
+def test_a_rank_reading_a_slow_stream_is_progressing_not_stuck(job):
+    j = job("slowread", 3, odd="2")
+    _wait_after(j, "training ended")
+    v, _ = j.diagnose()
+    assert _odd(v) == [] and v["class"] == "progressing", v["summary"]
+    assert "rank 2" in v["summary"], v["summary"]
+
+
+@needs_jobs
+def test_a_rank_sleeping_with_no_io_while_the_others_wait_is_still_stuck(job):
+    """The control: the same shape as the slow writer, with no I/O."""
+    j = job("stall", 4, odd="1")
+    _wait_after(j, "training ended")
+    v, elapsed = j.diagnose()
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
+    assert "stall_forever" in v["summary"] and elapsed < LIVE_BOUND_S
+
+
+@needs_jobs
+def test_a_rank_blocked_writing_to_a_full_pipe_is_still_stuck(job):
+    """py-spy's dump stops the process: the blocked write returns once with the bytes it
+    had written, and is restarted and counted as one more call at every dump. Counting
+    calls called held-out-6's full-pipe rank progressing."""
+    j = job("pipefull", 2, odd="0")
+    _wait_after(j, "training ended")
+    v, _ = j.diagnose()
+    assert (v["class"], _odd(v)) == ("stuck-rank", [0]), v["summary"]
+    assert "write_to_full_pipe" in v["summary"], v["summary"]
+
+
+@needs_jobs
+def test_a_live_rank_whose_producer_process_died_is_stuck_not_dead(job):
+    """Held-out-6's mp queue: the producer *process* raised and multiprocessing printed its
+    traceback into the rank's output; the rank is alive in Queue.get. hc named it dead."""
+    j = job("mpchild", 3, odd="1")
+    j.wait_for("step 2")
+    deadline = time.monotonic() + 60
+    while "OSError: shard 1" not in j.outputs[1].read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    time.sleep(1.0)
+    v, _ = j.diagnose()
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
+    assert "child process" in v["summary"] and "died" in v["summary"], v["summary"]
+
+
+def test_a_child_process_traceback_is_marked_as_a_child_s():
+    """multiprocessing's `Process NAME:` traceback (outermost frame _bootstrap) is marked as
+    a child's; the rank's own traceback after it is not."""
+    text = ("Process batch-producer:\nTraceback (most recent call last):\n"
+            '  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap\n'
+            "    self.run()\n"
+            '  File "/job/train.py", line 40, in produce\n'
+            "    raise OSError('bad shard')\nOSError: bad shard\n"
+            "Traceback (most recent call last):\n"
+            '  File "/job/train.py", line 9, in main\n'
+            "    run()\nValueError: its own\n")
+    log = parse_torch_log(text)
+    assert [(e.type, e.child_process) for e in log.exceptions] == [("OSError", True), ("ValueError", False)]
+
+
 # ------------------------------------------------------------------ item 3: no strict minority
 
 
@@ -308,6 +391,33 @@ def test_io_outside_a_collective_is_a_background_threads_not_the_rank_moving():
     # a step counter still tells progress wherever the rank is
     stepping = [StackSample(at=t, key="s", io=7, counters={"main:step": int(t * 2)}) for t in (0, 0.5, 1, 1.5)]
     assert moved(stepping)
+
+
+def _writer(period: float, stop_at: float | None = None, until: float = 6.0, size: int = 65536) -> list[StackSample]:
+    """Samples every 0.5 s of a rank at one line whose own thread I/O rises every `period` s
+    (until stop_at)."""
+    out = []
+    for i in range(int(until / 0.5) + 1):
+        t = i * 0.5
+        last = min(t, stop_at) if stop_at is not None else t
+        out.append(StackSample(at=t, key="sleep@save_final_checkpoint", thread_io=int(last // period) * size))
+    return out
+
+
+@pytest.mark.parametrize("period", [1.25, 1.5, 2.0])
+def test_a_rank_whose_own_io_goes_on_moved_whatever_line_its_stack_shows(period):
+    """Its still stretches are as long as its own pace (over STILL_S at the last sample
+    half the time): its own I/O going on is motion."""
+    for end in (5.0, 5.5, 6.0):
+        m = job_motion({0: _writer(period, until=end)})
+        assert m is not None and m.ranks[0].moved and m.ranks[0].io_active, (period, end, m.ranks[0])
+
+
+def test_a_rank_that_wrote_and_then_stopped_or_never_wrote_did_not_move():
+    # a warning line a try (120 bytes) is no work: held-out-5's retry back-off was called progressing
+    for samples in (_writer(1.25, stop_at=3.0), _writer(1.25, stop_at=0.6), _writer(1000.0), _writer(1.0, size=120)):
+        m = job_motion({0: samples})
+        assert m is not None and not m.ranks[0].moved and not m.ranks[0].io_active, m.ranks[0]
 
 
 @pytest.mark.parametrize("args", [["--samples", "0"], ["--samples", "21"], ["--samples", "nan"],

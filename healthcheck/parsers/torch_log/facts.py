@@ -361,6 +361,10 @@ class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     # the thread it ended, where Python's threading.excepthook said so (`Exception in thread
     # NAME:` before the traceback): that thread ended, the process went on
     thread: str = ""
+    # a multiprocessing child process's traceback (its outermost frame is multiprocessing's
+    # Process._bootstrap, which prints `Process NAME:` and the traceback of the child's
+    # target): the child ended, not necessarily the rank that started it
+    child_process: bool = False
     # the program's own frames of its traceback, outermost first ("train.py:88 in train_step"):
     # where in the program the rank was, to compare with its peers'
     chain: tuple[str, ...] = ()

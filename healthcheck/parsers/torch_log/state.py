@@ -66,6 +66,7 @@ class TorchState:
         self.frames: dict[RankKey, tuple[str, str]] = {}  # (own frame, collective) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
+        self.children: set[RankKey] = set()  # the open traceback is a multiprocessing child's (_bootstrap)
         self.box: FailureBox | None = None
         self.after_child_error = False  # the line before ended `ChildFailedError:` (a box with no border may follow)
         self.border = False  # the line before was a `====` border

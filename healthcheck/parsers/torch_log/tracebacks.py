@@ -27,6 +27,7 @@ _FRAME = re.compile(r"\s{1,16}File \"")
 _FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([^\s]{1,256})")
 _LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
 _C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
+_CHILD_FILE = "multiprocessing/process.py"
 # ProcessGroupNCCL's unique-id exchange names the rank that failed: `[4] is setting up NCCL communicator ...`
 _SELF_RANK = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator")
 
@@ -37,6 +38,7 @@ def read_header(state: TorchState, line: Line) -> bool:
     state.tracebacks[key] = min(state.tracebacks.get(key, 0) + 1, TRACEBACKS_MAX)
     state.frames.pop(key, None)
     state.chains.pop(key, None)
+    state.children.discard(key)
     state.torch = True
     return True
 
@@ -74,6 +76,8 @@ def _frame(state: TorchState, key: RankKey, body: str) -> None:
     if m is None:
         return
     path, number, func = m.groups()
+    if func == "_bootstrap" and path.endswith(_CHILD_FILE) and len(state.children) < FRAMED_RANKS_MAX:
+        state.children.add(key)  # multiprocessing's child process runs its target under _bootstrap
     own, collective = state.frames.get(key, ("", ""))
     if path.endswith(_C10D_FILES) and "/distributed/" in path:
         if func != "wrapper":
@@ -117,6 +121,8 @@ def read_exception(state: TorchState, line: Line) -> bool:
         return False  # a bare word alone, with no traceback around it
     own, collective = state.frames.pop(key, ("", "")) if framed else ("", "")
     thread = state.threads.pop(key, "") if framed else ""
+    child = framed and key in state.children
+    state.children.discard(key)
     chain = tuple(state.chains.pop(key, ())) if framed else ()
     if framed:
         state.tracebacks[key] -= 1
@@ -127,7 +133,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
             at["rank"] = to_int(said.group(1))  # no label: the message names its own rank
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
                                             framed=framed, frame=own, collective=collective, thread=thread,
-                                            chain=chain))
+                                            chain=chain, child_process=child))
     return True
 
 
