@@ -94,7 +94,7 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
                 "id": fid,
                 "component": component,
                 "message": next(iter(said)) if len(said) == 1 else template,
-                "nodes": str(NodeSet.fromlist(members)) if _foldable(members) else ",".join(members),
+                "nodes": str(NodeSet.fromlist(members)) if foldable(members) else ",".join(members),
                 "count": counts[key],
             }
         )
@@ -102,7 +102,7 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
     return out
 
 
-def _foldable(names: list[str]) -> bool:
+def foldable(names: list[str]) -> bool:
     # NodeSet parses brackets and commas; a hostile name must not be reinterpreted
     return all(n and all(c.isalnum() or c in "-_." for c in n) for n in names)
 
@@ -153,7 +153,7 @@ def _scope(names: Iterable[str]) -> str:
     from healthcheck.core.nodes import fold
 
     members = sort_nodes(names)
-    return (fold(members) if _foldable(members) else ",".join(members)) or "run"
+    return (fold(members) if foldable(members) else ",".join(members)) or "run"
 
 
 def make_report(

@@ -92,9 +92,9 @@ def _beyond_nodes(report: Report) -> str:
 
 
 def fold_members(names: list[str]) -> str:
-    from healthcheck.report.build import _foldable, sort_nodes
+    from healthcheck.report.build import foldable, sort_nodes
 
-    if _foldable(names):
+    if foldable(names):
         from healthcheck.core.nodes import fold
 
         return fold(names)

@@ -253,10 +253,10 @@ def idempotency_key(fp: str, state: State, opened_in: str, run_id: str) -> str:
 
 
 def _nodes_text(names: Iterable[str]) -> str:
-    from healthcheck.report.build import _foldable, sort_nodes
+    from healthcheck.report.build import foldable, sort_nodes
 
     members = sort_nodes(dict.fromkeys(n for n in names if n))
-    if members and _foldable(members):
+    if members and foldable(members):
         from healthcheck.core.nodes import fold
 
         return fold(members)
