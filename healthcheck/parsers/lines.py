@@ -17,7 +17,9 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
   names the `file` of the lines after it
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
   `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
-  `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `
+  `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `,
+  a job runner's stream label `NAME [stderr] ` / `[stdout] ` (milabench's
+  `dinov2-giant-nodes.cn-d004 [stderr] `)
 - a container runtime's stamp: `kubectl logs --timestamps` (`docker logs -t`, the CRI log
   files) `2025-11-24T03:20:21.001125857Z `, RFC 3339 with a `.` fraction and a zone: taken
   off even with `stamps=False` (it is no tool's own; NCCL's `[%F %T]` follows it), kept as
@@ -35,10 +37,14 @@ Shapes mended, each by a small function of its own: CRLF and a stray CR (a progr
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
 paste, or cut at the end of a line), the ` \\` continuation on every line of a paste
 and markdown's `> ` before every line of a quoted reply (each only when most lines carry
-it), a shell prompt or wrapper line before the output, and the bare echo of the command
-before it (`scontrol show node x`, no prompt: `is_command_echo`) (marked `noise`, left for
-no parser to read), two processes' lines torn into one (an
-mpirun tag or a torch `[rankN]:[` mid-line: split into fragments on the same line
+it), a log viewer's line number `[1745] ` before every line (only where most lines carry
+one and the numbers count up line by line: `line_numbered`; never `[0]`), an editor's
+markdown auto-link around a file name or an address (`[net_ib.cc:101](http://net_ib.cc:101/)`:
+the link's text where its target is that text, `unlinked`; also for the GPU tools), a
+shell prompt or wrapper line before the output, and the bare echo of the command before
+it (`scontrol show node x`, no prompt: `is_command_echo`) (marked `noise`, left for no
+parser to read), two processes' lines torn into one (an mpirun tag or a torch `[rankN]:[`
+mid-line, any `[rankN]:` right after a tqdm bar's `s/it]`: split into fragments on the same line
 number, never glued into one fact). Tabs are kept: parsers split on any whitespace.
 
 Hard wraps (a message split at the terminal's width) are NOT joined by `read_lines`:
@@ -219,6 +225,68 @@ def drop_continuation(text: str) -> str:
     return body[:-1] if body.endswith("\\") else text
 
 
+# an editor's auto-link around text that looks like an address (GitHub's markdown turns a
+# `file.cc:N` and an IP address into one: `[net_ib.cc:101](http://net_ib.cc:101/)`,
+# `[10.1.3.201](http://10.1.3.201/)`, field/issues-8's NCCL WARNs): the link's target is the
+# text itself, give or take a scheme and a trailing slash; a link whose target says more
+# (`[docs](https://...)`) is the writer's and stays. Bounded each side, no nesting.
+_AUTOLINK = re.compile(r"\[([^\[\]()\s]{1,256})\]\(([^()\s]{1,512})\)")
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z+.\-]{0,15}://")
+
+
+def _link_target(text: str) -> str:
+    """A link's text or target without its scheme and trailing slash, lower case."""
+    m = _SCHEME.match(text)
+    return (text[m.end():] if m else text).rstrip("/").lower()
+
+
+def _unlinked(m: re.Match[str]) -> str:
+    text = m.group(1)
+    return text if _link_target(text) == _link_target(m.group(2)) and _link_target(text) else m.group(0)
+
+
+def unlinked(text: str) -> str:
+    """`text` with every markdown auto-link whose target is its own text (`_AUTOLINK`) back
+    to that text: what the tool printed before an editor linked it."""
+    if "](" not in text:
+        return text
+    return _AUTOLINK.sub(_unlinked, text)
+
+
+# a log viewer's (or `cat -n`-like paste's) line number before every line: `[1745] ` (a CI
+# log page, field/issues-8's LlamaFactory paste); never 0 (viewers count from 1; MPICH's
+# `-prepend-rank` `[0] ` starts at rank 0), at most 9 digits
+_LINE_NUMBER = re.compile(r"\[([1-9]\d{0,8})\](?: |$)", re.ASCII)
+LINE_NUMBERS_MIN = 4  # numbered lines for a text to be one a viewer numbered
+
+
+def line_numbered(lines: Sequence[str]) -> bool:
+    """Most lines start with `[N] ` and N counts up by one from line to line: a paste out
+    of a log viewer that numbered its lines (blank ones too). The first QUOTED_SAMPLE
+    lines decide; a run of ranks (`[1] ... [2] ...`, MPICH's labels) counts up only by
+    chance and never over most of the lines of a text that several ranks print into, and
+    a text with a `[0] ` line is a rank-labelled one."""
+    lines = lines[:QUOTED_SAMPLE]
+    numbered = counted = 0
+    before = -1
+    for line in lines:
+        if line.startswith(("[0] ", "[0]\t")) or line == "[0]":
+            return False  # rank 0's label: MPICH's ranks, never a viewer's count
+        m = _LINE_NUMBER.match(line) if line[:1] == "[" else None
+        number = int(m.group(1)) if m else -1
+        numbered += m is not None
+        counted += m is not None and number == before + 1
+        before = number
+    return (numbered >= LINE_NUMBERS_MIN and numbered >= CONTINUATION_SHARE * len(lines)
+            and counted >= CONTINUATION_SHARE * (numbered - 1))
+
+
+def drop_line_number(text: str) -> str:
+    """A line's `[N] ` a log viewer put before it (see `line_numbered`)."""
+    m = _LINE_NUMBER.match(text) if text[:1] == "[" else None
+    return text[m.end():] if m else text
+
+
 # any run of `>` (a space after each or not) after up to 3 blanks: for tools no line of
 # which starts with `>` (the GPU tables and trees, perftest), where a reply's `>text` is a quote too
 _LOOSE_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
@@ -234,7 +302,7 @@ def unpasted(line: str) -> str:
     quote = _LOOSE_QUOTE.match(line)
     if quote:
         line = line[quote.end():]
-    line = unemphasized(line)
+    line = unlinked(unemphasized(line))
     end = line.rstrip()
     if end.endswith("\\") and end[-2:-1] in (" ", "\t"):
         return end[:-1].rstrip()
@@ -246,8 +314,10 @@ def pasted_lines(text: str) -> list[str]:
     container runtime's stamp (`without_runtime_stamp`), `unpasted`, and without a Python
     logging prefix where most lines carry one (`logger_prefixed`): the GPU and perftest
     parsers' reading."""
-    lines = [without_runtime_stamp(without_grep_file(strip_ansi(line), numbered=True))
-             for line in text.splitlines()]
+    lines = [strip_ansi(line) for line in text.splitlines()]
+    if line_numbered(lines):
+        lines = [drop_line_number(line) for line in lines]
+    lines = [without_runtime_stamp(without_grep_file(line, numbered=True)) for line in lines]
     for label in (SRUN_LABEL, _KUBECTL):
         lines = one_source_unlabelled(lines, label)
     lines = [without_runtime_stamp(line) for line in lines]  # kubectl --prefix --timestamps: the pod, then the stamp
@@ -341,13 +411,17 @@ def is_command_echo(text: str) -> bool:
     return _COMMAND_ECHO.fullmatch(text.rstrip()) is not None
 
 
-_TORN = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV])", re.ASCII)
+# a second process's line starting mid-line: an mpirun tag, torch's `[rankN]:[E...` (its c10
+# prefix after it), or any `[rankN]:` right after a tqdm progress bar that ended without a
+# line end (`... 2.88s/it][rank5]:...`, `... 1.20it/s][rank5]:...`; field/issues-8)
+_TORN = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV]"
+                   r"|(?<=s/it\]|it/s\])\[rank\d{1,7}\]:)", re.ASCII)
 
 
 def torn_pieces(text: str) -> list[str]:
     """Two processes' lines written into one: split where a second launcher tag or torch
     rank prefix starts mid-line. Each piece stays its own; none is glued to another."""
-    if "]<std" not in text and "]:[" not in text:
+    if "]<std" not in text and "]:[" not in text and "][rank" not in text:
         return [text]
     cuts = [m.start() for m in _TORN.finditer(text, 1)]
     if not cuts:
@@ -372,6 +446,11 @@ _GREP_FILE = re.compile(
 _GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's name
 # tail's (and head's) header before each file's lines when given several: `==> FILE <==`
 _TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
+# a job runner's label before each line of the output it relays: `<job or host> [stderr] `
+# (milabench's `dinov2-giant-nodes.cn-d004 [stderr] `, field/issues-8), or the stream alone
+# (`[stdout] `); the name is one word (host names, dots, dashes, a `:` or `@`), at most 128
+_STREAM_TAG = re.compile(r"(?:[\w.@:/\-]{1,128} )?\[(?:stdout|stderr)\](?: |$)", re.ASCII)
+_STREAM_AT = 140  # characters before a runner's `[stderr]` it may be found in
 _DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
 # a container runtime's stamp before each line: `kubectl logs --timestamps` prints Go's RFC 3339
 # with nanoseconds in UTC (`2025-11-24T03:20:21.001125857Z `, field/issues-6's Kubernetes NCCL
@@ -486,6 +565,8 @@ def _runner(body: str, taken: _Taken) -> int:
     first = body[:2]
     m = (_RAY.match(body) if first[:1] == "(" else _DETERMINED.match(body) if first == "[2"
          else _KUBECTL.match(body) if first == "[p" else None)
+    if m is None and "[std" in body[:_STREAM_AT]:
+        m = _STREAM_TAG.match(body)
     if m:
         taken.take("runner", m.group(0), runner=m.group(0).rstrip())
         return m.end()
@@ -673,11 +754,12 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
+    numbered = line_numbered([drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged)
+                          logged=logged, numbered=numbered)
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -698,14 +780,19 @@ def before_output(line: Line) -> tuple[Line, bool]:
     return line, True
 
 
-def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False) -> str:
+def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
+         numbered: bool = False) -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
-    `> `), each repair named in `repairs`."""
+    `> `, a log viewer's line number, an editor's auto-links), each repair named in
+    `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi)]
     if quoted:
         steps.append(("continuation", drop_continuation))
     if reply:
         steps.append(("quote", drop_quote))
+    if numbered:
+        steps.append(("line-number", drop_line_number))
+    steps.append(("autolink", unlinked))
     body, crlf = drop_line_end(raw)
     if crlf:
         repairs.append("crlf")
@@ -718,16 +805,17 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-              quoted: bool = False, reply: bool = False, logged: bool = False) -> list[Line]:
+              quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
-    logging prefix (`logger_prefixed`)."""
+    logging prefix (`logger_prefixed`); `numbered`: out of a log viewer that numbered its
+    lines (`line_numbered`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
-    body = mend(raw, repairs, quoted=quoted, reply=reply)
+    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered)
     pieces = torn_pieces(body)
     while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice

@@ -28,6 +28,7 @@ insists it still misses something, so the gap list can only shrink.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +38,24 @@ import yaml
 
 from healthcheck.core.errors import HcError
 from healthcheck.parsers import BINARY_TOOLS, parser_for
+from healthcheck.parsers.gpu_common import normalize_pci
 
 FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
 SPLITS = ("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7", "held-out-8")  # held-out-8: unseen
+
+
+# a PCI address written out in full (`00000000:CC:00.0` as nvidia-smi prints it, `0000:cc:00.0`
+# as hc surfaces it): one device, whatever the domain's width and the case
+_BUS_ID = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]")
+
+
+def same_bus_id(want: Any, value: Any) -> bool:
+    """Both are full PCI addresses (`_BUS_ID`) of the same device."""
+    if not (isinstance(want, str) and isinstance(value, str)):
+        return False
+    if not (_BUS_ID.fullmatch(want) and _BUS_ID.fullmatch(value)):
+        return False
+    return normalize_pci(want) == normalize_pci(value)
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ class Fact:
             return want is value
         if isinstance(want, (int, float)) and isinstance(value, (int, float)):
             return abs(float(want) - float(value)) <= 1e-6 * max(1.0, abs(float(want)))
-        return bool(want == value)
+        return bool(want == value) or same_bus_id(want, value)
 
     def __str__(self) -> str:
         return f"{self.key}={self.value!r}"

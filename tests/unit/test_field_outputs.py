@@ -44,3 +44,13 @@ def test_a_field_file_is_read_or_its_gap_is_still_a_gap(ff):
         assert not reading.read, f"{ff.name} is read now: delete its gap ({ff.gap})"
     else:
         assert reading.read, f"{ff.name}: {reading.refused or 'misses ' + ', '.join(map(str, reading.facts_missed))}"
+
+
+def test_a_bus_id_fact_matches_the_device_in_either_form():
+    # nvidia-smi prints `00000000:CC:00.0` (field/issues-8's elided table); hc surfaces the
+    # same device as `0000:cc:00.0`: a fact written either way names one device
+    fact = field.Fact("pci_bus_id", "00000000:CC:00.0")
+    assert fact.matches("pci_bus_id", "0000:cc:00.0")
+    assert not fact.matches("pci_bus_id", "0000:c9:00.0")
+    assert not field.Fact("pci_bus_id", "0000:cc:00").matches("pci_bus_id", "0000:cc:00.0")  # not full: exact
+    assert not field.Fact("name", "00000000:CC:00.0").matches("pci_bus_id", "0000:cc:00.0")

@@ -114,7 +114,9 @@ PREFIXES = {
                  # issue 20: bare and pid-masked lines, net plugins
                  "NCCL INFO ", "NCCL WARN ", "0: NCCL INFO NET/IB : Using [0]m:1/IB ; OOB ", "h:XXXXXX [0] x.c:1 NCCL WARN ",
                  "h:1:2 [0] NCCL INFO P2P plugin ", "h:1:2 [0] NCCL INFO NET/OFI Using aws-ofi-nccl ",
-                 "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is ", "h:1:2 [0] NCCL INFO Using network "],
+                 "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is ", "h:1:2 [0] NCCL INFO Using network ",
+                 # issue 20, held-out-8: an editor's auto-links, a runner's stream label
+                 "h:1:2 [0] transport/[net_ib.cc:1](http://net_ib.cc:1/) NCCL WARN ", "[a](", "n [stderr] "],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
@@ -132,7 +134,11 @@ PREFIXES = {
                   "rank2 (local rank: 2)exitcode: ",
                   # the line layer's prefixes and shapes (parsers/lines.py)
                   "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ", "2024-01-01T00:00:00+00:00 ", "[default0]:",
-                  "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] "],
+                  "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] ",
+                  # issue 20, held-out-8: runner labels, viewer line numbers, auto-links, cut watchdog lines
+                  "n.cn-d004 [stderr] ", "[1744] ", "[a.cc:1](http://a.cc:1/)", "[", "2.8s/it][rank5]:",
+                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operati",
+                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:"],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

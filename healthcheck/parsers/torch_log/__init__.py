@@ -15,7 +15,9 @@ shared/notes/diagnose.md sections 2 and 4):
   work: E, last completed work: C` 2.6+, `Received a dump signal due to a collective
   timeout from rank R ... Last enqueued NCCL work: E, last completed NCCL work: C`);
   the heartbeat monitor (`Heartbeat monitor timed out!` 2.3-2.4, `watchdog got stuck for
-  N seconds`); `taking the entire process down`.
+  N seconds`); `taking the entire process down`; a `Watchdog caught collective operation
+  timeout` cut before its WorkNCCL record (`cut_timeouts`: the rank timed out, the
+  collective unknown).
 * The log prefixes that name a process group: `[PG 3 Rank 4]` (2.3-2.4), `[PG 0
   (default_pg) Rank 2]` (2.4), `[PG ID 0 PG GUID 0(default_pg) Rank 3]` (2.5+), `[Rank N]`.
   Their rank is the rank *in that group* (`pg_rank`); a fact's `rank` is the global one.
@@ -60,7 +62,9 @@ part after it), the c10 log prefix `[E1218 20:27:21.426415540 ProcessGroupNCCL.c
 .../api.py:869] ` and Python logging's `WARNING:torch.distributed...:`. A WorkNCCL line a
 terminal hard-wrapped is joined with the line after it (`wrapped`); a c10 line word-wrapped
 right after its `[PG ... Rank N]` group (`[Rank 0] Watchdog` / `caught collective ...`) is
-joined with the unprefixed line that finishes its sentence, so the group names the rank.
+joined with the unprefixed line that finishes its sentence, so the group names the rank;
+so is a c10 line broken mid-sentence at a blank (after `... operation timeout:` the
+`WorkNCCL(...)` record, after a lowercase word the lowercase rest; never a loop's step).
 
 Every fact carries `line` (1-based, lines split on "\\n": the evidence is `file:line`),
 `rank` (global: `[rankN]:`, else the launcher's label) and `task` (the label) where the
@@ -110,6 +114,7 @@ from healthcheck.parsers.torch_log.facts import (
     TaskExit,
     TorchLog,
     WatchdogAbort,
+    WatchdogCaught,
     WatchdogProgress,
     WatchdogStuck,
     WatchdogTimeout,
@@ -126,6 +131,6 @@ __all__ = [
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
     "StepLogged",
     "TaskExit",
-    "TorchLog", "WatchdogAbort", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout", "WorkerFailed",
-    "WorkerGroupEvent", "parse_torch_log",
+    "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
+    "WorkerFailed", "WorkerGroupEvent", "parse_torch_log",
 ]

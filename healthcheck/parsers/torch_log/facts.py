@@ -49,6 +49,15 @@ class WatchdogTimeout(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     wrapped: bool = False
 
 
+class WatchdogCaught(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """`Watchdog caught collective operation timeout` with no WorkNCCL record after it: the
+    message cut (a paste's end, a log cut mid-line: `[Rank 5] Watchdog caught collective
+    operati`) or its record lost. The rank's watchdog caught a timeout; which collective
+    is not known. `text`: the message as far as it goes."""
+
+    text: str
+
+
 ProgressKind = Literal["timeout-at", "exception-at", "failure-at", "dump-signal"]
 
 
@@ -378,6 +387,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     progress: tuple[WatchdogProgress, ...] = ()
     stuck: tuple[WatchdogStuck, ...] = ()
     aborts: tuple[WatchdogAbort, ...] = ()
+    cut_timeouts: tuple[WatchdogCaught, ...] = ()
     desync: tuple[DesyncLine, ...] = ()
     mismatches: tuple[CollectiveMismatch, ...] = ()
     barrier_failures: tuple[MonitoredBarrierFailure, ...] = ()
@@ -436,4 +446,4 @@ class TorchLog(msgspec.Struct, frozen=True):
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
               "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
-              "task_exits")
+              "task_exits", "cut_timeouts")

@@ -17,6 +17,7 @@ line finishing it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import msgspec
@@ -81,17 +82,42 @@ def _cut_after_group(line: Line) -> bool:
     return m is not None and len(text) - m.end() <= _HEAD_TAIL and text[m.end():].count(" ") <= 3
 
 
+# torch's WorkNCCL record, the rest of a `Watchdog caught collective operation timeout:` that a
+# runner or a paste broke after its colon (field/issues-8's milabench log)
+_WORK_REST = "WorkNCCL("
+_LOWER_WORD = re.compile(r"[a-z]{1,32} ")
+
+
+def _cut_mid_sentence(line: Line) -> bool:
+    """A c10 line whose message stops where its words ask for more, wherever that is: after
+    a colon (`... collective operation timeout:`) or a lowercase word (`... detected`): a
+    line a runner or a paste broke at a blank, the rest on the next line with no prefix."""
+    if line.logger != "c10" or len(line.raw) < 40 or _WORK_REST in line.text:
+        return False  # a WorkNCCL record cut anywhere is read_work's to finish (`pending_work`)
+    text = line.text.rstrip()
+    return text.endswith(":") or text[-1:].islower()
+
+
 def _finishes(head: Line, line: Line) -> bool:
     """`line` finishes `head`'s cut sentence: no prefix of its own, not a new record, and
-    lowercase where the head had words after its group (the group alone: any word)."""
+    lowercase where the head had words after its group (the group alone: any word), or
+    the WorkNCCL record after a head's colon; never a step a training loop printed."""
     text = line.text
     if line.labels or line.number == head.number or not text.strip() or text[:1] in " \t[" or line.noise:
         return False
-    return head.text.rstrip().endswith("]") or text[:1].islower()
+    end = head.text.rstrip()[-1:]
+    if end == "]" or (end == ":" and text.startswith(_WORK_REST)):
+        return True
+    if _cut_after_group(head):
+        return text[:1].islower()
+    # a whole lowercase word then a blank (`by watchdog at work: ...`): a break at a blank, never
+    # the rest of a word a terminal cut (`OpTy` / `pe=BROADCAST`), nor a loop's step
+    return _LOWER_WORD.match(text) is not None and not steps.looks_like_step(text)
 
 
 def word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
-    """The lines, each c10 line a word wrap cut after its group joined with the next."""
+    """The lines, each c10 line a word wrap cut after its group, or mid-sentence, joined
+    with the next line where that finishes it."""
     held: Line | None = None
     for line in lines:
         if held is not None:
@@ -100,7 +126,7 @@ def word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
                 yield msgspec.structs.replace(head, text=head.text.rstrip() + " " + line.text.strip())
                 continue
             yield head
-        if _cut_after_group(line):
+        if _cut_after_group(line) or _cut_mid_sentence(line):
             held = line
         else:
             yield line

@@ -18,6 +18,7 @@ from healthcheck.parsers.torch_log.facts import (
     MonitoredBarrierFailure,
     ProgressKind,
     WatchdogAbort,
+    WatchdogCaught,
     WatchdogProgress,
     WatchdogStuck,
     WatchdogTimeout,
@@ -106,6 +107,20 @@ def read_wrapped_work(state: TorchState, line: Line) -> bool:
         return True
     read_work(state, first, wrapped=False)
     return False
+
+
+_CAUGHT = "Watchdog caught"
+
+
+def read_caught(state: TorchState, line: Line) -> bool:
+    """`Watchdog caught collective operation timeout` with no `WorkNCCL(` after it (a line
+    cut before its record, `WatchdogCaught`): the rank's timeout, its collective unknown."""
+    b = line.text
+    at = b.find(_CAUGHT)
+    if at < 0:
+        return False
+    state.add("cut_timeouts", WatchdogCaught(**group_where(line, b), text=clip(b[at:].strip(), MESSAGE_MAX)))
+    return True
 
 
 def flush_work(state: TorchState) -> None:
@@ -273,6 +288,7 @@ def read_barrier(state: TorchState, line: Line) -> bool:
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("watchdog-timeout", lambda b: "WorkNCCL(" in b, read_work),
+    Handler("watchdog-cut", lambda b: _CAUGHT in b and "WorkNCCL(" not in b, read_caught),
     Handler("watchdog-progress", lambda b: "last enqueued" in b or "Last enqueued" in b, read_progress),
     Handler("watchdog-stuck", lambda b: "Heartbeat monitor timed out" in b or "watchdog got stuck for" in b,
             read_stuck),
