@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Literal
 
 import msgspec
@@ -215,7 +216,13 @@ _BARE_FAILURE = re.compile(r"(NCCL|Cuda|CUDA) failure ([^\s:']{1,512}):(\d{1,9})
 # nThread, Rank): there only is a bare `[N]` the launcher's (lines.relabelled)
 _OWN_LINE = re.compile(r"\s{0,32}(?:#|\d|nThread |Rank )", re.ASCII)
 _TIMEOUT = re.compile(r"([^\s:]{1,256}): Test timeout \((\d{1,9})s\) ([^\s:]{1,512}):(\d{1,9})")
-_TRACE = re.compile(r"\.\. (\S{1,256}) pid (\d{1,10}): Test failure ([^\s:]{1,512}):(\d{1,9})")
+# ` .. HOST pid P: Test failure FILE:LINE`; a paste that kept only `Test failure FILE:LINE`
+_TRACE = re.compile(r"(?:\.\. (\S{1,256}) pid (\d{1,10}): )?Test failure ([^\s:]{1,512}):(\d{1,9})")
+# markdown's link around a source line, `[common.cu:334](https://github.com/.../common.cu#L334)`
+# (a paste that linked each FILE:LINE to the source): the link's text is what nccl-tests printed
+_MD_LINK = re.compile(r"\[([^\[\]\n]{1,512})\]\(https?://[^\s()]{1,2048}\)")
+_MD_LINK_HEAD = re.compile(r"\[([^\[\]\s]{1,512})$")  # a link torn by a newline in its text: `[common.cu:494`
+_MD_LINK_TAIL = re.compile(r"\]\(https?://[^\s()]{1,2048}\)")  # ... and its rest on the next line
 _SIGNAL = re.compile(
     r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})"
     r"(?: \(([^)]{0,100})\))?"
@@ -625,9 +632,39 @@ _HANDLERS: tuple[Handler[_Text], ...] = (
 )
 
 
+def _unlinked(line: Line) -> Line:
+    """The line without markdown's links around its FILE:LINEs (the link's text kept)."""
+    if "](" not in line.text:
+        return line
+    return msgspec.structs.replace(line, text=_MD_LINK.sub(r"\1", line.text))
+
+
+def _links_mended(lines: Iterator[Line]) -> Iterator[Line]:
+    """Lines with markdown's links taken off, also a link a newline tore (`Test failure
+    [common.cu:494` / `](https://...)  Test failure ...`: its `[` and its `](URL)` dropped)."""
+    held: Line | None = None
+    for line in lines:
+        if held is not None:
+            tail = _MD_LINK_TAIL.match(line.text)
+            if tail:
+                head = _MD_LINK_HEAD.search(held.text)
+                assert head is not None
+                held = msgspec.structs.replace(held, text=held.text[:head.start()] + head.group(1))
+                line = msgspec.structs.replace(line, text=line.text[tail.end():])
+            yield held
+            held = None
+        line = _unlinked(line)
+        if "[" in line.text[-513:] and _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)):
+            held = line
+        else:
+            yield line
+    if held is not None:
+        yield held
+
+
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     s = _Text()
-    for read in read_lines(text):
+    for read in _links_mended(read_lines(text)):
         if not read.text.strip() or read.noise:
             s.unfinished = None
             continue
@@ -756,7 +793,8 @@ def _failure(body: str) -> NcclTestsFailure | None:
         m = _TRACE.match(body)
         if m:
             host, pid, file, line = m.groups()
-            return NcclTestsFailure(kind="test", host=host, file=file, line=int(line), pid=int(pid))
+            return NcclTestsFailure(kind="test", host=host or "", file=file, line=int(line),
+                                    pid=int(pid) if pid else None)
     if body.startswith(("NCCL failure ", "Cuda failure ", "CUDA failure ")):
         m = _BARE_FAILURE.match(body)
         if m:
