@@ -1,0 +1,92 @@
+"""Every text parser counts the lines none of its parts read and keeps the first few as
+evidence (`unrecognized`, lines.Unrecognized), never a reason to refuse the facts around
+them; `hc parse --explain` marks those lines `not read` (issue 20).
+
+Each case takes a real fixture and inserts one line of no tool's (a transformation built
+here from the real file, at a place the tool's own grammar does not absorb a stray line:
+said per case); the parse reports that one line, numbered, and the same facts as the
+untouched file, which reports what is truly unknown in it (mostly nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+import pytest
+from support import CORPUS, FIXTURES
+
+from healthcheck.parsers import parser_for
+from healthcheck.parsers.explain import NOT_READ, explain
+
+GARBAGE = "this line is no tool's output (inserted by the test)"
+
+
+class Case(NamedTuple):
+    tool: str
+    fixture: Path
+    at: int  # the 0-based line the garbage goes before (where the tool's grammar reads no stray line)
+    why: str  # why a stray line there is read by nothing
+    clean_unread: tuple[int, ...] = ()  # lines of the untouched file truly unknown
+
+
+CASES = [
+    Case("ibstatus", CORPUS / "ibstatus" / "a100-hdr200-all-active.txt", 9,
+         "between two port blocks, at column 0 (a field is indented)"),
+    Case("ibstat", CORPUS / "ibstat" / "h100-ib-some-down-disabled.txt", 3,
+         "inside a CA block at column 0 (ibstat indents every field)"),
+    Case("perfquery", CORPUS / "perfquery" / "rcv-error-details.txt", 2,
+         "among the counters (no `Name:....value`)"),
+    Case("ip-link", FIXTURES / "ip-link" / "netns-veth-detail.txt", 2,
+         "between two interfaces at column 0 (a block's lines are indented)"),
+    Case("scontrol-show-node",
+         FIXTURES / "scontrol-show-node" / "slurm-22.05-4nodes-mixed-drain-draining-not-responding.txt", 0,
+         "before the first NodeName= (it refused the whole file before)"),
+    Case("ibv_devinfo", FIXTURES / "ibv_devinfo" / "cx6-vv-2hca-port2-down-disabled.txt", 0,
+         "before the first hca_id (inside a block every line is kept: field, capability or note)"),
+]
+
+
+def _with_garbage(text: str, at: int) -> str:
+    lines = text.split("\n")
+    return "\n".join([*lines[:at], GARBAGE, *lines[at:]])
+
+
+def _facts(facts: Any) -> Any:
+    data = msgspec.to_builtins(facts)
+    data.pop("unrecognized", None)
+    return data
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.tool for c in CASES])
+def test_an_untouched_real_output_leaves_only_its_truly_unknown_lines_unread(case: Case) -> None:
+    facts = parser_for(case.tool)(case.fixture.read_text())
+    assert tuple(s.line for s in facts.unrecognized.sample) == case.clean_unread
+    assert facts.unrecognized.count == len(case.clean_unread)
+    # none unread: the key is left out of the JSON, as every parser that counts leaves it
+    assert ("unrecognized" in msgspec.to_builtins(facts)) == bool(case.clean_unread)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.tool for c in CASES])
+def test_a_stray_line_in_a_real_output_is_counted_and_kept_not_refused(case: Case) -> None:
+    text = case.fixture.read_text()
+    parse = parser_for(case.tool)
+    clean = parse(text)
+    facts = parse(_with_garbage(text, case.at))
+    (sample,) = [s for s in facts.unrecognized.sample if s.text == GARBAGE]
+    assert sample.line == case.at + 1
+    assert facts.unrecognized.count == clean.unrecognized.count + 1
+    assert _facts(facts) == _facts(clean)
+    # in `hc parse`'s JSON under the key every counting parser uses
+    assert {"line": case.at + 1, "text": GARBAGE} in msgspec.to_builtins(facts)["unrecognized"]["sample"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.tool for c in CASES])
+def test_explain_marks_the_stray_line_not_read(case: Case) -> None:
+    text = _with_garbage(case.fixture.read_text(), case.at)
+    facts, explanation = explain(case.tool, parser_for(case.tool), text)
+    assert facts is not None and explanation.how == "unrecognized"
+    by_line = {x.line: x.by for x in explanation.lines}
+    assert by_line[case.at + 1] == NOT_READ
+    assert explanation.counts[NOT_READ] == facts.unrecognized.count
