@@ -45,6 +45,12 @@ CASES = [
          "before the first NodeName= (it refused the whole file before)"),
     Case("ibv_devinfo", FIXTURES / "ibv_devinfo" / "cx6-vv-2hca-port2-down-disabled.txt", 0,
          "before the first hca_id (inside a block every line is kept: field, capability or note)"),
+    Case("nvidia-smi-topo", CORPUS / "nvidia-smi-topo" / "h800-8gpu-nv8-4nic-truncated-copy.txt", 3,
+         "among the device rows (a row starts with its device)"),
+    Case("nvidia-smi-query-gpu", CORPUS / "nvidia-smi-query-gpu" / "h100-590-all-fields-load.txt", 1,
+         "among the rows, with no comma (a row has every column)"),
+    Case("nvidia-smi-q", CORPUS / "nvidia-smi-q" / "h100-8gpu-driver-535.161.08.txt", 10,
+         "inside the first GPU block at the left margin, after its Product Name (it ended the block before)"),
 ]
 
 
@@ -90,3 +96,12 @@ def test_explain_marks_the_stray_line_not_read(case: Case) -> None:
     by_line = {x.line: x.by for x in explanation.lines}
     assert by_line[case.at + 1] == NOT_READ
     assert explanation.counts[NOT_READ] == facts.unrecognized.count
+
+
+def test_a_stray_line_before_the_query_gpu_header_no_longer_refuses_the_rows():
+    # the real CSV after a line of no tool's (a transformation): before, "no CSV header line"
+    real = CORPUS / "nvidia-smi-query-gpu" / "h100-590-all-fields-load.txt"
+    parse = parser_for("nvidia-smi-query-gpu")
+    facts = parse(_with_garbage(real.read_text(), 0))
+    assert _facts(facts) == _facts(parse(real.read_text()))
+    assert [(s.line, s.text) for s in facts.unrecognized.sample] == [(1, GARBAGE)]
