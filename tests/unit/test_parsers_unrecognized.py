@@ -51,6 +51,10 @@ CASES = [
          "among the rows, with no comma (a row has every column)"),
     Case("nvidia-smi-q", CORPUS / "nvidia-smi-q" / "h100-8gpu-driver-535.161.08.txt", 10,
          "inside the first GPU block at the left margin, after its Product Name (it ended the block before)"),
+    Case("dcgmi-diag", CORPUS / "dcgmi-diag" / "fragment-r2-gpu-memory-fail-thermal.txt", 0,
+         "before the table (a table line starts with `|` or `+`)"),
+    Case("flight-recorder-analysis", CORPUS / "flight-recorder" / "torchfrtrace-verbose-missing-rank-allreduce-2ranks.txt",
+         2, "after torchfrtrace's progress lines, before its first report (its -v tables' rows are its own)"),
 ]
 
 
