@@ -18,7 +18,7 @@ import pytest
 from support import CORPUS, FIXTURES
 
 from healthcheck.parsers import parser_for
-from healthcheck.parsers.explain import NOT_READ, explain
+from healthcheck.parsers.explain import NOT_READ, UNRECOGNIZED, explain
 
 GARBAGE = "this line is no tool's output (inserted by the test)"
 
@@ -29,6 +29,7 @@ class Case(NamedTuple):
     at: int  # the 0-based line the garbage goes before (where the tool's grammar reads no stray line)
     why: str  # why a stray line there is read by nothing
     clean_unread: tuple[int, ...] = ()  # lines of the untouched file truly unknown
+    grows: tuple[str, ...] = ()  # facts that count the text's lines, one more with the stray line
 
 
 CASES = [
@@ -55,6 +56,9 @@ CASES = [
          "before the table (a table line starts with `|` or `+`)"),
     Case("flight-recorder-analysis", CORPUS / "flight-recorder" / "torchfrtrace-verbose-missing-rank-allreduce-2ranks.txt",
          2, "after torchfrtrace's progress lines, before its first report (its -v tables' rows are its own)"),
+    Case("xid", FIXTURES / "kernel-log" / "dmesg-T-single-digit-day.txt", 1,
+         "between an Xid and another driver's line (a kernel log's other lines are read by nothing too)",
+         clean_unread=(2,), grows=("lines",)),
 ]
 
 
@@ -63,9 +67,11 @@ def _with_garbage(text: str, at: int) -> str:
     return "\n".join([*lines[:at], GARBAGE, *lines[at:]])
 
 
-def _facts(facts: Any) -> Any:
+def _facts(facts: Any, grows: tuple[str, ...] = (), by: int = 0) -> Any:
     data = msgspec.to_builtins(facts)
     data.pop("unrecognized", None)
+    for name in grows:
+        data[name] -= by
     return data
 
 
@@ -87,7 +93,7 @@ def test_a_stray_line_in_a_real_output_is_counted_and_kept_not_refused(case: Cas
     (sample,) = [s for s in facts.unrecognized.sample if s.text == GARBAGE]
     assert sample.line == case.at + 1
     assert facts.unrecognized.count == clean.unrecognized.count + 1
-    assert _facts(facts) == _facts(clean)
+    assert _facts(facts, case.grows, 1) == _facts(clean)
     # in `hc parse`'s JSON under the key every counting parser uses
     assert {"line": case.at + 1, "text": GARBAGE} in msgspec.to_builtins(facts)["unrecognized"]["sample"]
 
@@ -96,10 +102,14 @@ def test_a_stray_line_in_a_real_output_is_counted_and_kept_not_refused(case: Cas
 def test_explain_marks_the_stray_line_not_read(case: Case) -> None:
     text = _with_garbage(case.fixture.read_text(), case.at)
     facts, explanation = explain(case.tool, parser_for(case.tool), text)
-    assert facts is not None and explanation.how == "unrecognized"
+    assert facts is not None
     by_line = {x.line: x.by for x in explanation.lines}
-    assert by_line[case.at + 1] == NOT_READ
-    assert explanation.counts[NOT_READ] == facts.unrecognized.count
+    if explanation.how == "handlers":  # the parser names what read each line: nothing read this one
+        assert by_line[case.at + 1] == UNRECOGNIZED
+        assert explanation.counts[UNRECOGNIZED] == facts.unrecognized.count
+    else:
+        assert explanation.how == "unrecognized" and by_line[case.at + 1] == NOT_READ
+        assert explanation.counts[NOT_READ] == facts.unrecognized.count
 
 
 def test_a_stray_line_before_the_query_gpu_header_no_longer_refuses_the_rows():
