@@ -59,6 +59,8 @@ CASES = [
     Case("xid", FIXTURES / "kernel-log" / "dmesg-T-single-digit-day.txt", 1,
          "between an Xid and another driver's line (a kernel log's other lines are read by nothing too)",
          clean_unread=(2,), grows=("lines",)),
+    Case("py-spy", FIXTURES / "py-spy" / "0.4.3-h100-nccl-rank-blocked-in-work-wait.txt", 4,
+         "at column 0 among a thread's frames (no thread, process or py-spy error line)"),
 ]
 
 
@@ -119,3 +121,14 @@ def test_a_stray_line_before_the_query_gpu_header_no_longer_refuses_the_rows():
     facts = parse(_with_garbage(real.read_text(), 0))
     assert _facts(facts) == _facts(parse(real.read_text()))
     assert [(s.line, s.text) for s in facts.unrecognized.sample] == [(1, GARBAGE)]
+
+
+@pytest.mark.parametrize("name", [
+    "error-failed-to-find-python-version-pid-is-bash-2018.txt",  # ` INFO 2018-...Z: py_spy::python_spy: ...`
+    "error-operation-not-permitted-os-error-1-rust-log-aarch64.txt",  # `[2023-...Z INFO  py_spy::config] ...`
+])
+def test_py_spys_own_rust_log_lines_are_its_not_unrecognized(name: str) -> None:
+    text = (CORPUS / "py-spy" / name).read_text()
+    assert "py_spy::" in text
+    dump = parser_for("py-spy")(text)
+    assert dump.errors and dump.unrecognized.count == 0
