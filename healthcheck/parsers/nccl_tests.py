@@ -24,7 +24,10 @@ map is read with or without its `#` (a paste that lost it, a build that prints n
 and the oldest failure line, `NCCL failure common.cu:921 'unhandled system error'` (no
 host, no `Test`), is a failure like the newer ones, as is a newer one quoted without its
 host (`Test CUDA failure common.cu:1007`); a failure's quoted message on the next line (a
-paste broke the line, or wrapped it inside the quote) is joined to it; and whatever is not nccl-tests' own
+paste broke the line, or wrapped it inside the quote) is joined to it; a markdown link a
+paste put around a FILE:LINE (`[common.cu:334](https://github.com/...#L334)`, also one a
+newline tore) is read as its text, and a stack frame without its ` .. HOST pid P: ` is a
+frame still; and whatever is not nccl-tests' own
 (NCCL INFO/WARN lines, MPI banners, X11 noise) is skipped, except launcher failures (Open
 MPI's "not enough slots", mpirun's "exited on signal", srun's task errors), which are
 facts of their own.
