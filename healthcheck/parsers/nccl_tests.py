@@ -645,24 +645,24 @@ def _unlinked(line: Line) -> Line:
 def _links_mended(lines: Iterator[Line]) -> Iterator[Line]:
     """Lines with markdown's links taken off, also a link a newline tore (`Test failure
     [common.cu:494` / `](https://...)  Test failure ...`: its `[` and its `](URL)` dropped)."""
-    held: Line | None = None
+    held: tuple[Line, re.Match[str]] | None = None  # a line ending in a link's `[TEXT`, and where
     for line in lines:
         if held is not None:
+            before, head = held
             tail = _MD_LINK_TAIL.match(line.text)
             if tail:
-                head = _MD_LINK_HEAD.search(held.text)
-                assert head is not None
-                held = msgspec.structs.replace(held, text=held.text[:head.start()] + head.group(1))
+                before = msgspec.structs.replace(before, text=before.text[:head.start()] + head.group(1))
                 line = msgspec.structs.replace(line, text=line.text[tail.end():])
-            yield held
+            yield before
             held = None
         line = _unlinked(line)
-        if "[" in line.text[-513:] and _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)):
-            held = line
+        head = _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)) if "[" in line.text[-513:] else None
+        if head is not None:
+            held = (line, head)
         else:
             yield line
     if held is not None:
-        yield held
+        yield held[0]
 
 
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
