@@ -656,9 +656,9 @@ def _links_mended(lines: Iterator[Line]) -> Iterator[Line]:
             yield before
             held = None
         line = _unlinked(line)
-        head = _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)) if "[" in line.text[-513:] else None
-        if head is not None:
-            held = (line, head)
+        torn = _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)) if "[" in line.text[-513:] else None
+        if torn is not None:
+            held = (line, torn)
         else:
             yield line
     if held is not None:

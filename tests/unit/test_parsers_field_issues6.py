@@ -174,7 +174,6 @@ def test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width():
     # one line cut into three makes one middle piece, as an editor's reflow can by chance;
     # the text is read as it is (not joined), as before
     from healthcheck.parsers.lines import terminal_width
-
     from healthcheck.parsers.torch_log.wraps import wrap_width
 
     wrapped = _hard_wrapped(LONE_WRAP.read_text(), 80)
