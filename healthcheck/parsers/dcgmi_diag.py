@@ -49,7 +49,8 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 MAX_LINE = 4096  # dcgmi's rows are 78 characters; anything longer is cut here
 MAX_TEXT = 4096  # characters of a message kept (DCGM's own messages are at most ~1 kB)
@@ -137,6 +138,8 @@ class DcgmDiag(msgspec.Struct, frozen=True, omit_defaults=True):
     ran: bool = False  # "Successfully ran diagnostic for group."
     complete: bool = False  # the table's closing border was seen / the JSON document was whole
     overall: str | None = None  # --iterations: "Overall Result"
+    # the table's text: lines outside the table that are none of dcgmi's (omitted when none)
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
     def results(self) -> list[tuple[DcgmTest, DcgmResult]]:
         """Every (test, result), in the order dcgmi printed them."""
@@ -457,23 +460,28 @@ class _Reader:
 
     # --------------------------------------------------------------- lines
 
-    def line(self, raw: str) -> None:
+    def line(self, raw: str) -> bool:
+        """Read one line; False where it is none of dcgmi's (a wrapper's banner, another
+        program's line): those say nothing about the GPUs."""
         line = raw.rstrip()
         if not line.strip():
-            return
+            return True
         if line[0] == "+" or line.startswith("|-") or line.startswith("|="):
             self._border(line)
-            return
+            return True
         if line[0] == "|":
             self.rows += 1
             self._row(line)
-            return
+            return True
         text = line.strip()
         if text.startswith("Successfully ran diagnostic"):
             self.ran = True
-        elif text.startswith("Error") and len(self.errors) < MAX_ERRORS:
-            self.errors.append(clip(text, MAX_TEXT))
-        # other lines ("Running iteration 1 of 2...", a wrapper's banner) say nothing about the GPUs
+        elif text.startswith("Error"):
+            if len(self.errors) < MAX_ERRORS:
+                self.errors.append(clip(text, MAX_TEXT))
+        else:
+            return False
+        return True
 
     def _border(self, line: str) -> None:
         self.rows += 1
@@ -624,6 +632,9 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     if m is not None:
         return _parse_json(text, m.end() - 1)
     reader = _Reader()
-    for line in mended_lines(text):
-        reader.line(line[:MAX_LINE])
-    return reader.finish(text)
+    unread = UnrecognizedLines()
+    for line in mended_numbered(text):
+        if not reader.line(line.text[:MAX_LINE]):
+            unread.note(line)
+    diag = reader.finish(text)
+    return msgspec.structs.replace(diag, unrecognized=unread.frozen_or_nothing()) if unread.count else diag

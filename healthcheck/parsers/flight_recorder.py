@@ -47,7 +47,8 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 MiB = 1024 * 1024
 MAX_DUMP_BYTES = 256 * MiB  # 20,000 entries with deep stacks are ~50 MB
@@ -630,6 +631,7 @@ class FrAnalysis(msgspec.Struct, frozen=True, omit_defaults=True):
     findings: tuple[FrAnalysisFinding, ...] = ()
     attribution: tuple[FrAttributionRow, ...] = ()
     entries_without_errors: int = 0  # "No errors found for this collective entry, ..."
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines that are none of the report's (omitted when none)
 
     @property
     def missing_ranks(self) -> tuple[int, ...]:
@@ -649,6 +651,11 @@ _UNDECIDED = re.compile(r"We cannot decide what's wrong with this collective ent
 _CULPRIT = re.compile(r"Culprit rank (\d{1,9}); Error type: ([A-Z_]{1,64})")
 _FRAME = re.compile(r"(\S{1,512}) at (\S.{0,2048}):(\d{1,9})")
 _LOGGER_PREFIX = re.compile(r"(?:INFO|DEBUG|WARNING):[\w.]{0,64}:")
+# torchfrtrace's own lines hc does not read: its progress, and the titles of `-v`'s tables
+# (their rows follow, up to the next title or report)
+_PROGRESS = ("loaded ", "built groups, memberships", "built collectives, nccl_calls",
+             "appending a non-matching collective")
+_VERBOSE_TABLES = frozenset({"Groups", "Memberships", "Collectives", "NCCLCalls"})
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -712,21 +719,34 @@ class _AnalysisReader:
         self.no_errors = 0
         self.current: dict[str, Any] | None = None
         self.in_stack = False
+        self.in_table = False  # in one of `torchfrtrace -v`'s tables (Groups, NCCLCalls, ...)
 
-    def read(self, body: str) -> None:
+    def read(self, body: str) -> bool:
+        """Read one line (stripped); False where it is none of the report's."""
         if self.in_stack:
             if _FRAME.fullmatch(body) and self.current is not None:
                 self.current["frames"].append(clip(body, MAX_TEXT))
-                return
+                return True
             self.in_stack = False
+        if not body:
+            return True
         if self._attribution(body) or self._finding_head(body):
-            return
+            self.in_table = False
+            return True
+        if body in _VERBOSE_TABLES or body.startswith(_PROGRESS):
+            self.in_table = body in _VERBOSE_TABLES
+            return True
+        if self.in_table:
+            return True  # a row of `-v`'s tables: its own, not read
         if body.startswith("No errors found for this collective entry"):
             self.no_errors += 1
         elif m := _UNDECIDED.match(body):
             self.findings.append({"kind": "undecided", "ranks_without_dumps": _ints(m.group(1)), "frames": []})
         elif self.current is not None:
-            self._finding_field(self.current, body)
+            return self._finding_field(self.current, body)
+        else:
+            return False
+        return True
 
     def _attribution(self, body: str) -> bool:
         """NVRx's table: its header sets the last column's meaning, each row is one group's op."""
@@ -754,7 +774,8 @@ class _AnalysisReader:
                 return True
         return False
 
-    def _finding_field(self, current: dict[str, Any], body: str) -> None:
+    def _finding_field(self, current: dict[str, Any], body: str) -> bool:
+        """A finding's `key: value` line; False for a line that is none of its fields."""
         key, sep, value = body.partition(": ")
         if not sep and body.endswith(":"):
             key, value = body[:-1], ""
@@ -765,6 +786,9 @@ class _AnalysisReader:
                 current["frames"].append(clip(value, MAX_TEXT))
         elif (setter := _FINDING_FIELDS.get(key)) is not None:
             setter(current, value)
+        else:
+            return False
+        return True
 
 
 def parse_fr_analysis(text: str) -> FrAnalysis:
@@ -773,15 +797,18 @@ def parse_fr_analysis(text: str) -> FrAnalysis:
     NVRx's `PGID | Process Group Desc | Op Type | Size | Dtype | Missing Ranks` table
     (nvidia_resiliency_ext/attribution/trace_analyzer/fr_attribution.py)."""
     reader = _AnalysisReader()
-    for raw in mended_lines(text):
-        line = raw[:MAX_TEXT * 4]
+    unread = UnrecognizedLines()
+    for numbered in mended_numbered(text):
+        line = numbered.text[:MAX_TEXT * 4]
         if prefix := _LOGGER_PREFIX.match(line):
             line = line[prefix.end():]
-        reader.read(line.strip())
+        if not reader.read(line.strip()):
+            unread.note(numbered)
     findings, rows, no_errors = reader.findings, reader.rows, reader.no_errors
     if not findings and not rows and not no_errors:
         raise ParseError("Flight Recorder analysis: no torchfrtrace report and no NVRx attribution table "
                          f"(starts with {clip(text.strip(), 60)!r})")
     built = tuple(typed.convert({**f, "frames": tuple(f["frames"])}, FrAnalysisFinding) for f in findings)
     return FrAnalysis(tool="nvrx" if rows and not findings else "torchfrtrace", findings=built,
-                      attribution=tuple(rows), entries_without_errors=no_errors)
+                      attribution=tuple(rows), entries_without_errors=no_errors,
+                      unrecognized=unread.frozen_or_nothing())

@@ -14,6 +14,7 @@ import msgspec
 # Clock event ("throttle") reasons: bit -> canonical name; the kernel holds the list,
 # since the config schema validates names against it.
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized
 
 
 def throttle_names(mask: int) -> list[str]:
@@ -151,6 +152,8 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # not "no GPU" (`hc parse` only; the probe's parse refuses such text)
     cut_before_gpus: bool = False
     warnings: list[DriverWarning] = []  # nvidia-smi -q's `WARNING: infoROM is corrupted at gpu ...` lines
+    # lines of nvidia-smi's text no part of its parser read (omitted when none; never from NVML)
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"

@@ -8,6 +8,8 @@ from fnmatch import fnmatchcase
 
 import msgspec
 
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized
+
 # IBTA PortState and PortPhysicalState, by number (sysfs and ibstatus print "4: ACTIVE")
 _STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 _PHYS = {
@@ -59,6 +61,7 @@ class IbPorts(msgspec.Struct, frozen=True, omit_defaults=True):
     ports: list[IbPort]
     errors: list[str] = []  # e.g. ibstat's "ibpanic: ... stat of IB device 'mlx5_8' failed"
     cas_without_ports: list[IbCa] = []  # CAs the text names with no port block (`ibstat | grep mlx5`, a cut)
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no part of the parser read (omitted when none)
 
     @property
     def cas(self) -> list[str]:
@@ -76,8 +79,9 @@ class IbPortCounters(msgspec.Struct, frozen=True, omit_defaults=True):
         return f"{self.ca}/{self.port}" if self.ca else f"lid{self.lid}/{self.port}"
 
 
-class IbCounters(msgspec.Struct, frozen=True):
+class IbCounters(msgspec.Struct, frozen=True, omit_defaults=True):
     ports: list[IbPortCounters]
+    unrecognized: Unrecognized = NOTHING_UNREAD  # lines no part of the parser read (omitted when none)
 
 
 def port_state(text: str) -> str:

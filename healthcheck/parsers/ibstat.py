@@ -13,7 +13,8 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCa, IbPort, IbPorts, phys_state, port_state, rate_gbps
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
 # the same characters), so a hostile line costs its length, not its length squared;
@@ -49,7 +50,8 @@ class _Reading:
             self.ported.add(ca["name"])
         self.port = None
 
-    def read(self, line: str) -> None:
+    def read(self, line: str) -> bool:
+        """Read one line; False where it is none of ibstat's (no CA, port, field or error)."""
         m = _CA.match(line)
         if m:
             self.flush_port()
@@ -57,12 +59,15 @@ class _Reading:
         elif line.startswith(("ibpanic:", "ibwarn:", "ibstat:")):
             self.errors.append(line.strip())
         elif not self.cas:
-            return
+            return False
         elif m := _PORT.match(line):
             self.flush_port()
             self.port = {"num": int(m.group("num"))}
         elif m := _FIELD.match(line):
             (self.port if self.port is not None else self.cas[-1])[m.group("key").strip()] = m.group("value").strip()
+        else:
+            return False
+        return True
 
     def without_ports(self) -> list[IbCa]:
         return [IbCa(ca=ca["name"], ca_type=ca.get("CA type") or None, fw_ver=ca.get("Firmware version") or None,
@@ -76,13 +81,15 @@ def parse_ibstat(text: str) -> IbPorts:
     `cas_without_ports`; a port block the text ends inside is marked `cut`, its missing
     fields unknown, never invented."""
     reading = _Reading()
-    for line in mended_lines(text):
-        if line.strip():
-            reading.read(line)
+    unread = UnrecognizedLines()
+    for line in mended_numbered(text):
+        if line.text.strip() and not reading.read(line.text):
+            unread.note(line)
     reading.flush_port(at_end=True)
     if not reading.cas and text.strip() and not reading.errors:
         raise ParseError(f"ibstat: no \"CA '...'\" block in the output (starts with {clip(text.strip(), 60)!r})")
-    return IbPorts(ports=reading.ports, errors=reading.errors, cas_without_ports=reading.without_ports())
+    return IbPorts(ports=reading.ports, errors=reading.errors, cas_without_ports=reading.without_ports(),
+                   unrecognized=unread.frozen_or_nothing())
 
 
 def _port(ca: dict[str, str], port: dict[str, Any], *, cut: bool = False) -> IbPort:

@@ -8,12 +8,14 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 # One way to match each line (see ibstat.py): the key starts with a letter, so the
 # leading whitespace and the key never compete for the same spaces.
 _HEAD = re.compile(r"^Infiniband device '(?P<ca>[^']*)' port (?P<port>[0-9]{1,9}) status:\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[a-z_][a-z_ ]*):(?P<value>.*)$")
+_NO_DEVICES = "No devices"  # `Fatal error:  No devices`: no HCA
 _HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
 
 
@@ -36,21 +38,23 @@ def parse_ibstatus(text: str) -> IbPorts:
                 )
             )
 
-    for line in mended_lines(text):
+    unread = UnrecognizedLines()
+    for numbered in mended_numbered(text):
+        line = numbered.text
         m = _HEAD.match(line)
         if m:
             flush()
             current = {"ca": m.group("ca"), "port": int(m.group("port"))}
             continue
-        if current is None:
-            continue
-        m = _FIELD.match(line)
-        if m:
+        m = _FIELD.match(line) if current is not None else None
+        if m and current is not None:
             current[m.group("key").rstrip()] = m.group("value").strip()
+        elif _NO_DEVICES not in line:
+            unread.note(numbered)  # a blank is no line left unread
     flush()
     if not ports:
-        if "No devices" in text:
-            return IbPorts(ports=[])
+        if _NO_DEVICES in text:
+            return IbPorts(ports=[], unrecognized=unread.frozen_or_nothing())
         raise ParseError(
             f"ibstatus: no \"Infiniband device ... status:\" block (starts with {clip(text.strip(), 60)!r})")
-    return IbPorts(ports=ports)
+    return IbPorts(ports=ports, unrecognized=unread.frozen_or_nothing())

@@ -24,7 +24,8 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 SOURCE = "ibv_devinfo"
 VALUE_MAX = 256
@@ -93,6 +94,9 @@ class IbvDevinfo(msgspec.Struct, frozen=True, omit_defaults=True):
     listed: list[str] | None = None  # `ibv_devinfo -l`: the device names
     no_devices: bool = False  # "No IB devices found" (the verbs stack works, no device)
     error: str | None = None  # no device list at all, a device not found, a failed query
+    # lines outside every device block that are none of ibv_devinfo's (inside one, every
+    # line is kept: a field, a capability name or a note)
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 def _named(value: str | None) -> str | None:
@@ -217,21 +221,20 @@ class _Scan:
             self.devices.append(_device(self.device, self.ports))
         self.device, self.ports = None, []
 
-    def line(self, raw: str) -> None:
+    def line(self, raw: str) -> bool:
+        """Read one line; False where it is none of ibv_devinfo's (outside every block)."""
         line = raw.replace("\x00", "").strip()
-        if not line:
-            return
-        if self._message(line):
-            return
+        if not line or self._message(line):
+            return True
         if self.listed is not None and self.device is None and raw[:1].isspace():
             self.listed.append(clip(line, VALUE_MAX))  # `-l`: "\tmlx5_0"
-            return
+            return True
         m = _GID.match(line)
         if m:
             block = self.port or self.device
             if block is not None:
                 block.gids.append(IbvGid(int(m.group("index")), m.group("gid")))
-            return
+            return block is not None
         pair = _split(line)
         key, value = pair if pair is not None else ("", "")
         if key == "hca_id":
@@ -241,13 +244,12 @@ class _Scan:
             self.end_port()
             self.port = _Block(value)
         elif self.device is None:
-            return  # a line outside any device block (a shell prompt, a banner)
+            return False  # a line outside any device block (a banner, another program's)
         elif pair is None or key == "Unknown flags":
             (self.port or self.device).flag(line)  # a capability name under the last key
-        elif key == "Device ports" and not value:
-            return  # MLNX_OFED's line before the ports
-        else:
+        elif not (key == "Device ports" and not value):  # MLNX_OFED's line before the ports
             (self.port or self.device).add(key, value)
+        return True
 
     def _message(self, line: str) -> bool:
         if line == "No IB devices found":
@@ -268,9 +270,12 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
     if not text or not text.strip():
         raise ParseError("ibv_devinfo: empty output")
     scan = _Scan()
-    for raw in mended_lines(text):
-        scan.line(raw)
+    unread = UnrecognizedLines()
+    for line in mended_numbered(text):
+        if not scan.line(line.text):
+            unread.note(line)
     scan.end_device()
     if not scan.devices and scan.listed is None and not scan.no_devices and scan.error is None:
         raise ParseError(f"ibv_devinfo: no hca_id block (starts {clip(text.strip(), 60)!r})")
-    return IbvDevinfo(devices=scan.devices, listed=scan.listed, no_devices=scan.no_devices, error=scan.error)
+    return IbvDevinfo(devices=scan.devices, listed=scan.listed, no_devices=scan.no_devices, error=scan.error,
+                      unrecognized=unread.frozen_or_nothing())

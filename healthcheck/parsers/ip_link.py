@@ -10,7 +10,8 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import is_prompt, mended_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, is_prompt
+from healthcheck.parsers.unread import mended_numbered
 
 
 class Link(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -31,8 +32,10 @@ class Link(msgspec.Struct, frozen=True, omit_defaults=True):
         return "LOWER_UP" in self.flags
 
 
-class IpLinks(msgspec.Struct, frozen=True):
+class IpLinks(msgspec.Struct, frozen=True, omit_defaults=True):
     links: list[Link]
+    # text: lines that are neither an interface's header nor an indented line of its block
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
     def by_name(self) -> dict[str, Link]:
         return {link.name: link for link in self.links}
@@ -98,12 +101,14 @@ def parse_ip_link_text(text: str) -> IpLinks:
     links: list[Link] = []
     current: dict[str, Any] | None = None
     saw_link_line = False
+    unread = UnrecognizedLines()
 
     def flush() -> None:
         if current is not None:
             links.append(Link(**current))
 
-    for line in mended_lines(text, one_task=False):  # its own lines start `2: eth0:`
+    for numbered in mended_numbered(text, one_task=False):  # its own lines start `2: eth0:`
+        line = numbered.text
         m = _HEADER.match(line)
         if m:
             flush()
@@ -122,7 +127,8 @@ def parse_ip_link_text(text: str) -> IpLinks:
             }
             saw_link_line = False
             continue
-        if current is None:
+        if current is None or not line[:1].isspace():
+            unread.note(numbered)  # outside a block, or not indented as ip indents a block's lines
             continue
         lm = _LINK.match(line)
         if lm:
@@ -136,7 +142,7 @@ def parse_ip_link_text(text: str) -> IpLinks:
     flush()
     if not links:
         raise ParseError(f"ip link: no interface found in the output (starts with {clip(text.strip(), 80)!r})")
-    return IpLinks(links)
+    return IpLinks(links, unrecognized=unread.frozen_or_nothing())
 
 
 def _int_or_none(value: Any) -> int | None:

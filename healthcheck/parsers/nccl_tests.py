@@ -24,7 +24,10 @@ map is read with or without its `#` (a paste that lost it, a build that prints n
 and the oldest failure line, `NCCL failure common.cu:921 'unhandled system error'` (no
 host, no `Test`), is a failure like the newer ones, as is a newer one quoted without its
 host (`Test CUDA failure common.cu:1007`); a failure's quoted message on the next line (a
-paste broke the line, or wrapped it inside the quote) is joined to it; and whatever is not nccl-tests' own
+paste broke the line, or wrapped it inside the quote) is joined to it; a markdown link a
+paste put around a FILE:LINE (`[common.cu:334](https://github.com/...#L334)`, also one a
+newline tore) is read as its text, and a stack frame without its ` .. HOST pid P: ` is a
+frame still; and whatever is not nccl-tests' own
 (NCCL INFO/WARN lines, MPI banners, X11 noise) is skipped, except launcher failures (Open
 MPI's "not enough slots", mpirun's "exited on signal", srun's task errors), which are
 facts of their own.
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Literal
 
 import msgspec
@@ -215,7 +219,13 @@ _BARE_FAILURE = re.compile(r"(NCCL|Cuda|CUDA) failure ([^\s:']{1,512}):(\d{1,9})
 # nThread, Rank): there only is a bare `[N]` the launcher's (lines.relabelled)
 _OWN_LINE = re.compile(r"\s{0,32}(?:#|\d|nThread |Rank )", re.ASCII)
 _TIMEOUT = re.compile(r"([^\s:]{1,256}): Test timeout \((\d{1,9})s\) ([^\s:]{1,512}):(\d{1,9})")
-_TRACE = re.compile(r"\.\. (\S{1,256}) pid (\d{1,10}): Test failure ([^\s:]{1,512}):(\d{1,9})")
+# ` .. HOST pid P: Test failure FILE:LINE`; a paste that kept only `Test failure FILE:LINE`
+_TRACE = re.compile(r"(?:\.\. (\S{1,256}) pid (\d{1,10}): )?Test failure ([^\s:]{1,512}):(\d{1,9})")
+# markdown's link around a source line, `[common.cu:334](https://github.com/.../common.cu#L334)`
+# (a paste that linked each FILE:LINE to the source): the link's text is what nccl-tests printed
+_MD_LINK = re.compile(r"\[([^\[\]\n]{1,512})\]\(https?://[^\s()]{1,2048}\)")
+_MD_LINK_HEAD = re.compile(r"\[([^\[\]\s]{1,512})$")  # a link torn by a newline in its text: `[common.cu:494`
+_MD_LINK_TAIL = re.compile(r"\]\(https?://[^\s()]{1,2048}\)")  # ... and its rest on the next line
 _SIGNAL = re.compile(
     r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})"
     r"(?: \(([^)]{0,100})\))?"
@@ -625,9 +635,39 @@ _HANDLERS: tuple[Handler[_Text], ...] = (
 )
 
 
+def _unlinked(line: Line) -> Line:
+    """The line without markdown's links around its FILE:LINEs (the link's text kept)."""
+    if "](" not in line.text:
+        return line
+    return msgspec.structs.replace(line, text=_MD_LINK.sub(r"\1", line.text))
+
+
+def _links_mended(lines: Iterator[Line]) -> Iterator[Line]:
+    """Lines with markdown's links taken off, also a link a newline tore (`Test failure
+    [common.cu:494` / `](https://...)  Test failure ...`: its `[` and its `](URL)` dropped)."""
+    held: tuple[Line, re.Match[str]] | None = None  # a line ending in a link's `[TEXT`, and where
+    for line in lines:
+        if held is not None:
+            before, head = held
+            tail = _MD_LINK_TAIL.match(line.text)
+            if tail:
+                before = msgspec.structs.replace(before, text=before.text[:head.start()] + head.group(1))
+                line = msgspec.structs.replace(line, text=line.text[tail.end():])
+            yield before
+            held = None
+        line = _unlinked(line)
+        torn = _MD_LINK_HEAD.search(line.text, max(0, len(line.text) - 513)) if "[" in line.text[-513:] else None
+        if torn is not None:
+            held = (line, torn)
+        else:
+            yield line
+    if held is not None:
+        yield held[0]
+
+
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     s = _Text()
-    for read in read_lines(text):
+    for read in _links_mended(read_lines(text)):
         if not read.text.strip() or read.noise:
             s.unfinished = None
             continue
@@ -756,7 +796,8 @@ def _failure(body: str) -> NcclTestsFailure | None:
         m = _TRACE.match(body)
         if m:
             host, pid, file, line = m.groups()
-            return NcclTestsFailure(kind="test", host=host, file=file, line=int(line), pid=int(pid))
+            return NcclTestsFailure(kind="test", host=host or "", file=file, line=int(line),
+                                    pid=int(pid) if pid else None)
     if body.startswith(("NCCL failure ", "Cuda failure ", "CUDA failure ")):
         m = _BARE_FAILURE.match(body)
         if m:

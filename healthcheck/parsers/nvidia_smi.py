@@ -38,7 +38,8 @@ from healthcheck.parsers.gpu_common import (
     LostGpu,
     normalize_pci,
 )
-from healthcheck.parsers.lines import pasted_lines
+from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
+from healthcheck.parsers.unread import note_unread
 
 SOURCE = "nvidia-smi -q"
 
@@ -255,6 +256,9 @@ _GPU_HEADER = re.compile(rf"^GPU\s+(?P<pci>{_PCI_ID})\s*$")
 # The key is everything before the first colon, stripped in code: a lazy key followed
 # by `\s*` made a line with a long run of spaces and no colon quadratic.
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]*+):\s?(?P<value>.*)$")
+_BANNER = re.compile(r"={2,80}\s{0,4}NVSMI LOG\s{0,4}={2,80}")  # `==============NVSMI LOG==============`
+# -q's sections at the left margin, outside the GPU blocks (driver 580's `vGPU Driver Capability`)
+_TOP_SECTIONS = frozenset({"vgpu driver capability"})
 _NOT_A_NAME = re.compile(r"[^a-z0-9]+")
 FRAGMENT_MAX = 1000  # grep'd lines of -q kept: a grep of every GPU's is a few dozen
 
@@ -333,26 +337,35 @@ class _Scan:
         self.no_devices = False
         self.warnings: list[DriverWarning] = []
         self.loose: list[str] = []  # indented lines outside any GPU block (`nvidia-smi -q | grep GSP`)
+        self.unread = UnrecognizedLines()  # lines at the left margin that are none of -q's
+
+
+def _message(scan: _Scan, line: str) -> bool:
+    """A one-line message of nvidia-smi's (a lost GPU, a failure, no devices, a driver
+    warning), read into `scan`; False for any other line."""
+    lost = lost_gpu_from_line(line)
+    if lost is not None:
+        scan.lost.append(lost)
+        return True
+    failure = failure_from_line(line)
+    if failure is not None:
+        scan.init_error = scan.init_error or failure
+        return True
+    if is_no_devices_line(line):
+        scan.no_devices = True
+        return True
+    warning = driver_warning_from_line(line) if line[:1] in "Ww" else None
+    if warning is not None:
+        scan.warnings.append(warning)
+        return True
+    return False
 
 
 def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
-    for line in pasted_lines(text.replace("\x00", "")):
-        lost = lost_gpu_from_line(line)
-        if lost is not None:
-            scan.lost.append(lost)
-            continue
-        failure = failure_from_line(line)
-        if failure is not None:
-            scan.init_error = scan.init_error or failure
-            continue
-        if is_no_devices_line(line):
-            scan.no_devices = True
-            continue
-        warning = driver_warning_from_line(line) if line[:1] in "Ww" else None
-        if warning is not None:
-            scan.warnings.append(warning)
+    for number, line in enumerate(pasted_lines(text.replace("\x00", "")), 1):
+        if _message(scan, line):
             continue
         m = _GPU_HEADER.match(line.strip()) if not line[:1].isspace() else None
         if m:
@@ -360,11 +373,13 @@ def _scan(text: str) -> _Scan:
             scan.blocks.append((m.group("pci"), block))
             continue
         if line.strip() and not line[:1].isspace() and not (block is None and _is_section(line)):
-            # A top-level line ("Driver Version : ...") ends any GPU block.
-            block = None
             kv = _KEY_VALUE.match(line.strip())
+            if kv or _norm(line) in _TOP_SECTIONS:  # a top-level line ("Driver Version : ...") ends any GPU block
+                block = None
             if kv:
                 scan.top.setdefault(_norm(kv.group("key")), kv.group("value"))  # _norm strips the key
+            elif _norm(line) not in _TOP_SECTIONS and not _BANNER.fullmatch(line.strip()):
+                note_unread(scan.unread, number, line)  # no line of -q's: it ends no GPU block
             continue
         if block is not None:
             block.append(line)
@@ -732,10 +747,10 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
         raise ParseError("nvidia-smi -q: output cut off before the first GPU's name and bus id")
     if not blocks and not lost and not scan.no_devices:
         if scan.init_error is not None:
-            return GpuFacts(source=SOURCE, init_error=scan.init_error)
+            return GpuFacts(source=SOURCE, init_error=scan.init_error, unrecognized=scan.unread.frozen_or_nothing())
         pasted = _without_gpu_lines(scan) if fragments else None
         if pasted is not None:
-            return pasted
+            return msgspec.structs.replace(pasted, unrecognized=scan.unread.frozen_or_nothing())
         raise ParseError(f"nvidia-smi -q: no 'GPU xxxx:xx:xx.x' block (output starts {clip(text.strip(), 60)!r})")
     pci_ids = [normalize_pci(pci) for pci, _ in blocks]
     indexes, lost = assign_indexes(pci_ids, lost)
@@ -748,4 +763,5 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
         cuda_version=_top_version(scan.top, "cuda umd version", "cuda version"),
         init_error=scan.init_error if not gpus else None,
         warnings=scan.warnings,
+        unrecognized=scan.unread.frozen_or_nothing(),
     )

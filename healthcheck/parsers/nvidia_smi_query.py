@@ -24,7 +24,9 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
@@ -36,7 +38,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
     throttle_names,
 )
-from healthcheck.parsers.lines import read_lines
+from healthcheck.parsers.lines import UnrecognizedLines, read_lines
 from healthcheck.parsers.nvidia_smi import (
     assign_indexes,
     clean_value,
@@ -51,6 +53,7 @@ from healthcheck.parsers.nvidia_smi import (
     parse_version,
     throttle_list,
 )
+from healthcheck.parsers.unread import note_unread
 
 SOURCE = "nvidia-smi --query-gpu"
 
@@ -267,27 +270,55 @@ def _gpu_fields(row: dict[str, str]) -> dict[str, Any]:
     return fields
 
 
-def _rows(lines: list[str], fields: Sequence[str] | None) -> tuple[list[str], list[list[str]]]:
-    """(column names, data rows) of the CSV lines."""
-    reader = csv.reader(lines, skipinitialspace=True)
-    try:
-        table = [[c.strip() for c in r] for r in reader if any(c.strip() for c in r)]
-    except csv.Error as exc:  # e.g. a cell past csv's field size limit (128 KiB)
-        raise ParseError(f"nvidia-smi --query-gpu: not CSV: {clip(str(exc))}") from None
+class _CsvLine(NamedTuple):
+    number: int  # 1-based, in the text
+    text: str
+    cells: list[str]
+
+
+def _table(lines: list[tuple[int, str]]) -> list[_CsvLine]:
+    """Each line's CSV cells (each line alone: a row never spans two), blank rows left out."""
+    table = []
+    for number, line in lines:
+        try:
+            cells = [c.strip() for c in next(csv.reader((line,), skipinitialspace=True), [])]
+        except csv.Error as exc:  # e.g. a cell past csv's field size limit (128 KiB)
+            raise ParseError(f"nvidia-smi --query-gpu: not CSV: {clip(str(exc))}") from None
+        if any(cells):
+            table.append(_CsvLine(number, line, cells))
+    return table
+
+
+def _rows(
+    lines: list[tuple[int, str]], fields: Sequence[str] | None, unread: UnrecognizedLines
+) -> tuple[list[str], list[list[str]]]:
+    """(column names, data rows) of the CSV lines; a line before the header, or one with no
+    comma among rows of several columns, is no row of the table (counted in `unread`)."""
+    table = _table(lines)
     if not table:
         return [], []
-    header = _header(table[0])
     if fields is None:
-        if header is None:
+        at = next((i for i, row in enumerate(table) if _header(row.cells) is not None), None)
+        if at is None:
             raise ParseError(
-                f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(lines[0].strip(), 60)!r});"
+                f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(lines[0][1].strip(), 60)!r});"
                 " --format=csv,noheader needs the field list"
             )
-        return header, table[1:]
-    columns = [f.strip().lower() for f in fields]
-    if header is not None and header == columns:
-        return columns, table[1:]  # the caller named the fields but the header is there too
-    return columns, table
+        columns = _header(table[at].cells) or []
+        for row in table[:at]:
+            note_unread(unread, row.number, row.text)
+        body = table[at + 1:]
+    else:
+        columns = [f.strip().lower() for f in fields]
+        # the caller named the fields but the header is there too
+        body = table[1:] if _header(table[0].cells) == columns else table
+    rows = []
+    for row in body:
+        if len(row.cells) == 1 and len(columns) > 1:
+            note_unread(unread, row.number, row.text)
+        else:
+            rows.append(row.cells)
+    return columns, rows
 
 
 def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) -> GpuFacts:
@@ -301,7 +332,7 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
     lost: list[LostGpu] = []
     init_error: str | None = None
     no_devices = False
-    csv_lines: list[str] = []
+    csv_lines: list[tuple[int, str]] = []
     # through the line layer: srun's `N: ` labels, colour codes, CRLF and a prompt line come
     # off; timestamps stay on, since `--query-gpu=timestamp,...` starts each row with one
     for read in read_lines(text.replace("\x00", ""), stamps=False):
@@ -317,15 +348,17 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
         elif is_no_devices_line(line):
             no_devices = True
         elif line.strip():
-            csv_lines.append(line)
+            csv_lines.append((read.number, line))
     lost = dedupe_lost(lost)
     if not csv_lines:
         if lost or no_devices:
             return GpuFacts(source=SOURCE, lost=assign_indexes([], lost)[1], init_error=init_error)
         if init_error is not None:
             return GpuFacts(source=SOURCE, init_error=init_error)
-    columns, rows = _rows(csv_lines, fields)
-    return _facts(columns, rows, lost, init_error)
+    unread = UnrecognizedLines()
+    columns, rows = _rows(csv_lines, fields, unread)
+    facts = _facts(columns, rows, lost, init_error)
+    return msgspec.structs.replace(facts, unrecognized=unread.frozen_or_nothing()) if unread.count else facts
 
 
 def _facts(

@@ -45,7 +45,8 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import pasted_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, pasted_lines
+from healthcheck.parsers.unread import note_unread
 
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
 # name (mlx5_0) in the matrix instead.
@@ -71,6 +72,8 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
     nics: dict[str, str] = {}  # "NIC0" -> "mlx5_0", from the NIC Legend
     # header columns whose rows the paste cut: the node has them, their own links are unread
     devices_without_row: list[str] = []
+    # lines that are neither the header, a device row nor the legends (omitted when none)
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 def parse_nvidia_topo(text: str) -> Topology:
@@ -107,7 +110,7 @@ def parse_nvidia_topo(text: str) -> Topology:
     without_row = _header_only_devices(columns, links) if header_at is not None else []
     return Topology(
         devices=devices + without_row, links=links, cpu_affinity=cpu, numa_affinity=numa,
-        nics=_nic_legend(lines), devices_without_row=without_row,
+        nics=_nic_legend(lines), devices_without_row=without_row, unrecognized=_unread(lines, header_at),
     )
 
 
@@ -242,6 +245,34 @@ def _store(
     elif _DEVICE.fullmatch(column) and column != label:
         row[column] = value
     # other columns ("GPU NUMA ID", ones a future driver adds) are not part of Topology
+
+
+def _unread(lines: list[str], header_at: int | None) -> Unrecognized:
+    """The lines that are none of topo's: not the header, a device row (under the header,
+    or with its connection types where there is none) or a line of the legends."""
+    unread = UnrecognizedLines()
+    legend = False
+    for i, line in enumerate(lines):
+        cells = line.split()
+        if not cells or i == header_at:
+            continue
+        if line.strip().startswith(("Legend", "NIC Legend")):
+            legend = True
+        elif legend:
+            if "=" not in cells[1:2] and not _LEGEND_NIC.match(line):  # `  NV#  = ...`, `  NIC0: mlx5_0`
+                note_unread(unread, i + 1, line)
+        elif not _is_row(cells, i, header_at):
+            note_unread(unread, i + 1, line)
+    return unread.frozen_or_nothing()
+
+
+def _is_row(cells: list[str], i: int, header_at: int | None) -> bool:
+    """Line `i` is a device row: under the header, or (none) with its connection type."""
+    if not _DEVICE.fullmatch(cells[0]):
+        return False
+    if header_at is None:
+        return len(cells) > 1 and _LINK.fullmatch(cells[1]) is not None
+    return i > header_at
 
 
 def _nic_legend(lines: list[str]) -> dict[str, str]:

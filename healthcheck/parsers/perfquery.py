@@ -7,7 +7,8 @@ import re
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.unread import mended_numbered
 
 # perfquery's names -> the kernel's sysfs names, so limits have one vocabulary
 CANONICAL = {
@@ -74,7 +75,9 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     the block is not read."""
     blocks: dict[tuple[int | None, int | None], _Block] = {}
     current: _Block | None = None
-    for line in mended_lines(text):
+    unread = UnrecognizedLines()
+    for numbered in mended_numbered(text):
+        line = numbered.text
         m = _HEAD.match(line.strip())
         if m:
             key = (int(m.group("lid")), int(m.group("port")))
@@ -84,6 +87,7 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
             raise ParseError(f"perfquery: {clip(line.strip())}")
         m = _FIELD.match(line.strip())
         if m is None:
+            unread.note(numbered)  # a blank is no line left unread
             continue
         if current is None or (m.group("name") == "PortSelect" and current.lid is None and current.counters):
             current = blocks.setdefault((None, len(blocks)), _Block(None, None))  # a block without its header
@@ -93,4 +97,4 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     if not ports:
         raise ParseError(
             f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")
-    return IbCounters(ports=ports)
+    return IbCounters(ports=ports, unrecognized=unread.frozen_or_nothing())

@@ -42,7 +42,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import read_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Line, Unrecognized, UnrecognizedLines, read_lines
 
 MAX_LINE = 64 * 1024  # a demangled C++ frame name can run to kilobytes; nothing is longer
 MAX_NAME = 512  # frame and thread names kept (long demangled names are cut, see `clip`)
@@ -152,6 +152,7 @@ class PySpyDump(msgspec.Struct, frozen=True, omit_defaults=True):
     format: Format
     processes: tuple[PySpyProcess, ...] = ()
     errors: tuple[PySpyError, ...] = ()
+    unrecognized: Unrecognized = NOTHING_UNREAD  # text: lines none of py-spy's (omitted when none)
 
     @property
     def threads(self) -> tuple[PySpyThread, ...]:
@@ -295,40 +296,42 @@ class _Text:
         self.error = {"message": clip(message.strip(), MAX_TEXT), "reasons": []}
 
     # -- one line
-    def line(self, line: str) -> None:
+    def line(self, line: str) -> bool:
+        """Read one line; False where it is none of py-spy's (counted in `unrecognized`)."""
         if len(line) > MAX_LINE:
             line = line[:MAX_LINE]
         body = line.strip()
         if not body:
             if self.mode == "causes":
                 self.mode = ""
-            return
+            return True
         indent = len(line) - len(line.lstrip(" "))
         if self.mode == "backtrace":
             if indent:
-                return
+                return True  # the Rust backtrace of py-spy's own error
             self.mode = ""
         if self.mode == "causes" and indent:
             reason = body[len(m.group()):] if (m := _INDEXED.match(body)) else body
             if self.error is not None:
                 self.error["reasons"].append(clip(reason, MAX_TEXT))
-            return
+            return True
         if indent == 0:
-            self.top(line, body)
-        elif indent == 4 and self.thread is not None:
-            self.frame_line(body)
-        elif indent == 8 and self.frame is not None and body in ("Arguments:", "Locals:"):
+            return self.top(line, body)
+        if indent == 4 and self.thread is not None:
+            return self.frame_line(body)
+        if indent == 8 and self.frame is not None and body in ("Arguments:", "Locals:"):
             self.arg = body == "Arguments:"
-        elif indent >= 12 and self.frame is not None:
+            return True
+        if indent >= 12 and self.frame is not None:
             name, sep, value = body.partition(": ")
             if not sep and body.endswith(":"):
                 name, value = body[:-1], ""
             self.locals.append(PySpyLocal(name=name[:MAX_NAME], repr=clip(value, MAX_TEXT), arg=self.arg))
-        # anything else (indented log continuations, noise) is skipped
+            return True
+        return _is_rust_log(body)  # env_logger pads its level (` INFO ...`); anything else is noise
 
-    def top(self, line: str, body: str) -> None:
-        if not self.header(body):
-            self.error_line(body)
+    def top(self, line: str, body: str) -> bool:
+        return self.header(body) or self.error_line(body)
 
     def header(self, body: str) -> bool:
         """A thread, process, parent or Python line, or --subprocesses' separator: read."""
@@ -357,7 +360,7 @@ class _Text:
             return False
         return True
 
-    def error_line(self, body: str) -> None:
+    def error_line(self, body: str) -> bool:
         """py-spy's own error report (Error:, its reasons and causes, its backtrace)."""
         if body.startswith("Error:"):
             self.new_error(body[len("Error:"):])
@@ -373,15 +376,20 @@ class _Text:
             self.mode = "backtrace"
         elif body.startswith("It looks like you are running in a docker container") and self.error is not None:
             self.error["reasons"].append(clip(body, MAX_TEXT))
-        # anything else at column 0 (RUST_LOG lines, a shell prompt, noise) is skipped
+        else:
+            # py-spy's own RUST_LOG lines (`INFO 2023-02-04T14:36:42Z: py_spy::python_spy: ...`,
+            # `[2023-09-12T10:23:47.709741792Z INFO  py_spy::config] ...`) are its, not read;
+            # anything else at column 0 is noise
+            return _is_rust_log(body)
+        return True
 
-    def frame_line(self, body: str) -> None:
+    def frame_line(self, body: str) -> bool:
         self.close_frame()
         if not body.endswith(")"):
-            return
+            return False
         cut = body.rfind(" (")
         if cut <= 0:
-            return
+            return False
         name, where = body[:cut], body[cut + 2:-1]
         file, line = where, None
         head, sep, tail = where.rpartition(":")
@@ -392,6 +400,7 @@ class _Text:
         native = (line is None and not file.endswith((".py", ".pyx", ".pyw")) and not file.startswith("<")) \
             or file.endswith(_NATIVE_SOURCES)
         self.frame = {"name": clip(name, MAX_NAME), "file": clip(file, MAX_TEXT), "line": line, "native": native}
+        return True
 
     def finish(self) -> PySpyDump:
         self.close_process()
@@ -399,11 +408,21 @@ class _Text:
         return PySpyDump(format="text", processes=tuple(self.processes), errors=tuple(self.errors))
 
 
-def _read_text(lines: list[str]) -> PySpyDump:
+def _read_text(lines: list[Line], unread: UnrecognizedLines) -> PySpyDump:
     reader = _Text()
     for line in lines:
-        reader.line(line)
+        if not reader.line(line.text):
+            unread.note(line)
     return reader.finish()
+
+
+_RUST_LOG_MODULE = "py_spy::"  # the module a RUST_LOG line of py-spy's names after its stamp and level
+_RUST_LOG_REACH = 80
+
+
+def _is_rust_log(body: str) -> bool:
+    """A RUST_LOG line of py-spy's own: its module named after the stamp and level."""
+    return _RUST_LOG_MODULE in body[:_RUST_LOG_REACH]
 
 
 _RUST_LISTS = re.compile(r"^(?:Caused by:|Stack backtrace:)", re.MULTILINE)
@@ -416,13 +435,14 @@ def _read_labelled(text: str) -> PySpyDump:
     # py-spy's own errors number their causes and frames `    0: ` (anyhow): printed
     # straight, not under srun, those are no labels
     srun = _RUST_LISTS.search(text) is None
-    tasks: dict[int | None, list[str]] = {}
+    tasks: dict[int | None, list[Line]] = {}
     for line in read_lines(text, stamps=False, srun=srun):
         if not line.noise:
-            tasks.setdefault(line.task, []).append(line.text)
-    dumps = [_read_text(lines) for lines in tasks.values()]
+            tasks.setdefault(line.task, []).append(line)
+    unread = UnrecognizedLines()
+    dumps = [_read_text(lines, unread) for lines in tasks.values()]
     return PySpyDump(format="text", processes=tuple(p for d in dumps for p in d.processes),
-                     errors=tuple(e for d in dumps for e in d.errors))
+                     errors=tuple(e for d in dumps for e in d.errors), unrecognized=unread.frozen_or_nothing())
 
 
 def _parse_text(text: str) -> PySpyDump:
@@ -532,11 +552,13 @@ def _parse_json(text: str) -> PySpyDump:
             if info.parent is not None:
                 p["parent_pid"], p["parent_command"] = info.parent.pid, clip(info.parent.command_line, MAX_TEXT)
         p["threads"].append(_thread(t))
-    errors = _read_text([lines[i] for i in outside]).errors  # py-spy's stderr, when captured with it
+    unread = UnrecognizedLines()
+    # py-spy's stderr, when captured with it
+    errors = _read_text([Line(number=i + 1, raw=lines[i], text=lines[i]) for i in outside], unread).errors
     return PySpyDump(
         format="json",
         processes=tuple(PySpyProcess(**{**p, "threads": tuple(p["threads"])}) for p in processes.values()),
-        errors=errors,
+        errors=errors, unrecognized=unread.frozen_or_nothing(),
     )
 
 

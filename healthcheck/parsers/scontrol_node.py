@@ -21,8 +21,9 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import mended_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
 from healthcheck.parsers.sinfo import slurm_int
+from healthcheck.parsers.unread import mended_numbered
 
 SOURCE = "scontrol show node"
 VALUE_MAX = 4096  # Slurm's own values are short; a longer one is hostile input
@@ -79,6 +80,8 @@ class ScontrolNodes(msgspec.Struct, frozen=True, omit_defaults=True):
     nodes: list[ScontrolNode] = []
     not_found: list[str] = []  # "Node x not found"
     error: str | None = None  # scontrol could not ask Slurm
+    # lines before the first record, or inside one with no Key= and no value to continue
+    unrecognized: Unrecognized = NOTHING_UNREAD
 
 
 class _Record:
@@ -220,8 +223,9 @@ def parse_scontrol_show_node(text: str) -> ScontrolNodes:
     records: list[_Record] = []
     not_found: list[str] = []
     error: str | None = None
-    for raw in mended_lines(text):
-        line = raw.replace("\x00", "").strip()
+    unread = UnrecognizedLines()
+    for numbered in mended_numbered(text):
+        line = numbered.text.replace("\x00", "").strip()
         if not line:
             if records:
                 records[-1].last = None
@@ -236,10 +240,23 @@ def parse_scontrol_show_node(text: str) -> ScontrolNodes:
             if line.startswith(_ERRORS):
                 error = error or clip(line)
                 continue
-            if not records:
-                raise ParseError(f"scontrol show node: not a node record (starts {clip(line, 60)!r})")
+            if _continues_nothing(records):
+                unread.note(numbered)  # another program's line, not a reason to refuse the nodes around it
+                continue
         records[-1].line(line)
     nodes = [_node(fields) for fields in (r.fields() for r in records) if fields.get("NodeName")]
     if not nodes and not not_found and error is None:
-        raise ParseError("scontrol show node: no NodeName= record")
-    return ScontrolNodes(nodes=nodes, not_found=not_found, error=error)
+        raise ParseError(_refusal(unread))
+    return ScontrolNodes(nodes=nodes, not_found=not_found, error=error, unrecognized=unread.frozen_or_nothing())
+
+
+def _continues_nothing(records: list[_Record]) -> bool:
+    """A line with no Key= first: the words of the value before it where one is open
+    (-o's reason, a wrapped value), else no line of scontrol's."""
+    return not records or records[-1].last is None
+
+
+def _refusal(unread: UnrecognizedLines) -> str:
+    if not unread.sample:
+        return "scontrol show node: no NodeName= record"
+    return f"scontrol show node: not a node record (starts {clip(unread.sample[0].text, 60)!r})"

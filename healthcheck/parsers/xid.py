@@ -65,7 +65,10 @@ from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
     Line,
+    Unrecognized,
+    UnrecognizedLines,
     continues_bare,
     continues_indented,
     join_continuation,
@@ -86,6 +89,7 @@ from healthcheck.parsers.nvrm_load import (
     probe_failure,
 )
 from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, AerEvent, AerReader, AerRecovery
+from healthcheck.parsers.unread import note_unread
 
 
 class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -158,6 +162,9 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     gsp_errors: list[GspError] = []  # GSP firmware errors logged without an Xid number
     aer: list[AerEvent] = []  # PCIe AER errors (any device: facts beside the Xids, never a verdict here)
     aer_recovery: list[AerRecovery] = []  # how recovery from them went, per device (a GPU that "can't recover")
+    # lines nothing read (another driver's, another program's; omitted when none): in a whole
+    # kernel log most of its lines, so `hc parse` shows how many and the first few
+    unrecognized: Unrecognized = NOTHING_UNREAD
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
     source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
@@ -359,6 +366,7 @@ class _Read:
         self.aer = AerReader()
         self.pending: _Message | None = None
         self.explaining = recording_now()  # `hc parse --explain`: what read each line, told to lines.recorded
+        self.unread = UnrecognizedLines()  # lines nothing read: the other drivers' and programs' lines
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
 
@@ -374,7 +382,10 @@ class _Read:
         return self.last_gpu[1] if number - self.last_gpu[0] <= _CRASH_DUMP_REACH else None
 
     def told(self, number: int, raw: str, name: str | None) -> None:
-        """Tell `hc parse --explain` what read line `number` (0-based; None: nothing)."""
+        """What read line `number` (0-based; None: nothing): told to `hc parse --explain`,
+        and a line nothing read counted in `unrecognized`."""
+        if name is None:
+            note_unread(self.unread, number + 1, raw)
         if self.explaining and raw.strip():
             recorded(Line(number=number + 1, raw=raw, text=raw), name)
 
@@ -484,7 +495,8 @@ class _Read:
         return KernelGpuLog(xids=_merge_legacy(self.xids, self.legacy), sxids=self.sxids, gpu_uuids=self.uuids,
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
-                            gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery)
+                            gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery,
+                            unrecognized=self.unread.frozen_or_nothing())
 
 
 def _mentions_kernel(line: str) -> bool:

@@ -61,10 +61,19 @@ def test_a_parser_that_counts_what_it_did_not_read_says_read_or_not_read():
 
 
 def test_a_parser_that_cannot_explain_says_so_and_lists_nothing():
-    rc, out = explained("ibstat", str(IBSTAT))
-    assert rc == 0 and out["facts"]["ports"]
+    # a hostfile is the operator's own list, no tool's output: its parser counts no line unread
+    rc, out = explained("hostfile", "-", input=b"gpu001 slots=8\ngpu002 slots=8\n")
+    assert rc == 0 and out["facts"] == ["gpu001", "gpu002"]
     assert out["explain"]["how"] == "none" and "does not explain" in out["explain"]["note"]
     assert out["explain"]["lines"] == []
+
+
+def test_a_table_parser_that_counts_its_unread_lines_explains_by_them():
+    # ibstat reads no handler table, but counts what none of it read (issue 20's ninth round)
+    rc, out = explained("ibstat", str(IBSTAT))
+    assert rc == 0 and out["facts"]["ports"]
+    assert out["explain"]["how"] == "unrecognized"
+    assert {x["by"] for x in out["explain"]["lines"]} <= {"read", "blank", "prompt", "command"}
 
 
 def test_a_refused_sample_is_explained_then_exits_4_in_one_line():

@@ -144,9 +144,9 @@ def test_a_watchdog_message_hard_wrapped_at_120_columns_keeps_the_rank_of_its_fi
 def test_torch_messages_rewrapped_by_a_terminal_keep_every_pieces_facts(path, width):
     from healthcheck.parsers.torch_log import parse_torch_log
 
-    if (path.name, width) == ("terminate-distbackenderror-what-pg3-allgather-base-frames.txt", 120):
-        pytest.skip("at 120 columns only its what() wraps onto three lines: too little to know a terminal's "
-                    "width (test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width)")
+    # at 120 columns only one message of terminate-distbackenderror-what-pg3 wraps onto three
+    # lines, too little for lines.terminal_width: torch_log knows the width by the phrase its
+    # cut splits (test_one_message_wrapped_alone_is_joined_where_its_cut_splits_a_torch_phrase)
     clean = parse_torch_log(path.read_text())
     wrapped = _hard_wrapped(path.read_text(), width)
     assert wrapped != path.read_text()
@@ -174,10 +174,42 @@ def test_one_message_wrapped_alone_is_too_little_to_know_a_terminals_width():
     # one line cut into three makes one middle piece, as an editor's reflow can by chance;
     # the text is read as it is (not joined), as before
     from healthcheck.parsers.lines import terminal_width
+    from healthcheck.parsers.torch_log.wraps import wrap_width
 
     wrapped = _hard_wrapped(LONE_WRAP.read_text(), 80)
     assert terminal_width(list(read_lines(wrapped))) == 0
     assert terminal_width(list(read_lines(wrapped + "\n" + wrapped))) == 80  # two such messages: a terminal's
+    # its cuts split none of torch's fixed phrases: torch_log reads it as it is too
+    assert wrap_width(list(read_lines(wrapped))) == 0
+
+
+def test_one_message_wrapped_alone_is_joined_where_its_cut_splits_a_torch_phrase():
+    # corpus/torch-watchdog's terminate-distbackenderror-what-pg3 wrapped at 120 (a
+    # transformation): only its what() wraps, onto three lines, cut inside torch's own
+    # `Watchdog caught collective op|eration timeout: WorkNCCL(`: the widest line of the text
+    # ending in a phrase the next line finishes is a terminal's cut, so the width is 120
+    from healthcheck.parsers.lines import terminal_width
+    from healthcheck.parsers.torch_log import parse_torch_log
+    from healthcheck.parsers.torch_log.wraps import wrap_width
+
+    path = WATCHDOG / "terminate-distbackenderror-what-pg3-allgather-base-frames.txt"
+    wrapped = _hard_wrapped(path.read_text(), 120)
+    lines = list(read_lines(wrapped))
+    assert terminal_width(lines) == 0 and wrap_width(lines) == 120
+    (timeout,) = parse_torch_log(wrapped).timeouts
+    assert (timeout.pg_rank, timeout.seq, timeout.wrapped) == (5, 9141, True)  # the rank of its first piece
+
+
+def test_a_cut_that_splits_no_phrase_or_drops_the_space_is_no_terminals():
+    from healthcheck.parsers.torch_log.wraps import splits_a_phrase
+
+    assert splits_a_phrase("[Rank 5] Watchdog caught collective op", "eration timeout: WorkNCCL(SeqNum=9141")
+    # a terminal's cut at the blank keeps it on one side; an editor's reflow drops it
+    assert splits_a_phrase("[Rank 5] Watchdog caught", " collective operation timeout: WorkNCCL(")
+    assert not splits_a_phrase("[Rank 5] Watchdog caught", "collective operation timeout: WorkNCCL(")
+    # a whole phrase ending the line, or a next line that goes on otherwise, is no cut inside one
+    assert not splits_a_phrase("ran for 600020 milliseconds before timing out.", "Exception raised from")
+    assert not splits_a_phrase("[Rank 5] Watchdog caught collective op", "erating normally")
 
 
 # ---------------------------------------------------------------- a driver that bound no GPU

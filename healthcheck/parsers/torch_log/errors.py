@@ -38,6 +38,12 @@ _NCCL_ERROR = re.compile(
 )
 _NCCL_TIMEOUT = re.compile(r"NCCL timeout in: ([^\s,]{1,512})")
 _CUDA_ERROR = re.compile(r"CUDA error: ([^\n]{1,300})")
+# NCCL's result name and torch's detail for it, the lines torch prints after `NCCL error in:`;
+# alone where a paste (or a wrapper printing only the exception's last lines) cut the head:
+# `ncclUnhandledCudaError: Call to CUDA function failed.` (the names of NCCL's ncclResult_t)
+_NCCL_RESULT = re.compile(
+    r"(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)): (.{1,512})"
+)
 _VERSION_NUMBERS = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})")
 _GLOO_PEER = re.compile(r"Connection closed by peer \[([^\]\s]{1,128})\]:(\d{1,5})")
@@ -106,6 +112,22 @@ def read_backend_error(state: TorchState, line: Line) -> bool:
         where=basename(at or ""), nccl_version=version, watchdog="watchdog thread terminated with exception" in b,
     ))
     if index >= 0 and kind == "nccl":
+        state.start("backend", index, rank_key(line))
+    return True
+
+
+def read_headless_nccl_result(state: TorchState, line: Line) -> bool:
+    """`ncclUnhandledCudaError: Call to CUDA function failed.` with no `NCCL error in:` line
+    before it (continued.py reads it where one is open): an NCCL error whose head the paste
+    cut; its `Last error:` lines after it are read as after a whole one."""
+    m = _NCCL_RESULT.match(line.text)
+    if m is None:
+        return False
+    index = state.add("backend_errors", BackendError(
+        **where(line), kind="nccl", nccl_error=m.group(1),
+        detail=clip(m.group(2).strip(), MESSAGE_MAX),
+    ))
+    if index >= 0:
         state.start("backend", index, rank_key(line))
     return True
 
@@ -322,6 +344,7 @@ def read_not_in_group(state: TorchState, line: Line) -> bool:
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("backend-error", lambda b: "NCCL error" in b or "NCCL timeout in: " in b or "CUDA error: " in b,
             read_backend_error),
+    Handler("nccl-result", lambda b: b.startswith("nccl"), read_headless_nccl_result),
     Handler("gloo", _gloo_words, read_gloo),
     Handler("flight-recorder", lambda b: ("Stack trace of the failed collective" in b or "debug info" in b
                                           or "signal dumping" in b or "dump signal from another rank" in b),

@@ -34,7 +34,6 @@ from healthcheck.parsers.lines import (
     read_every,
     read_lines,
     relabelled,
-    terminal_width,
     without_ray_repeat,
 )
 from healthcheck.parsers.torch_log import agent, box, errors, steps, tracebacks, watchdog
@@ -42,6 +41,7 @@ from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_det
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
 from healthcheck.parsers.torch_log.text import MAX_LINE
+from healthcheck.parsers.torch_log.wraps import wrap_width
 
 # ---------------------------------------------------------------- a line made torch's
 
@@ -210,7 +210,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise]
-    for line in word_unwrapped(hard_unwrapped(lines, terminal_width(lines))):
+    for line in word_unwrapped(hard_unwrapped(lines, wrap_width(lines))):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)
