@@ -1,8 +1,9 @@
 """Run a labelled failing (or healthy) gloo job, ask hc for a diagnosis, score the answer.
 
 A scenario (scenarios.py; the held-out ones in tests/fixtures/diagnose-jobs/held-out*/) is
-job.py with a fault on some ranks, a launcher (plain processes, torchrun, mpirun; with or
-without `hc run`), a world size and a mode:
+job.py (or a job script of the set's own, Scenario.script, taking job.py's flags and writing
+its markers: held-out-7's are) with a fault on some ranks, a launcher (plain processes,
+torchrun, mpirun; with or without `hc run`), a world size and a mode:
 
 - live: the job is left hung (collective timeout 120 s); once every rank has reached its
   fault the harness runs `hc diagnose pids PIDS --format json` (the torchrun agent's pid
@@ -42,7 +43,7 @@ REPO = HERE.parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "diagnose-jobs"
 # the held-out sets, each a folder with scenarios.py (its HELD_OUT table) and saved/; a set
 # whose scenarios a rule writer has read is no longer unseen, and a fresh one is added here
-HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6")
+HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7")
 SETS = ("tuning", *HELD_OUT_SETS)
 # saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
 SAVED = {"tuning": FIXTURES / "tuning", **{name: FIXTURES / name / "saved" for name in HELD_OUT_SETS}}
@@ -95,6 +96,8 @@ class Scenario:
     rank_env: tuple[tuple[int, str, str], ...] = ()  # (rank, NAME, value): one rank's own environment
     port_taken: bool = False         # another process holds MASTER_PORT
     note: str = ""
+    script: str = ""                 # the job script, relative to the repository (default: job.py)
+    restarts: int = 0                # torchrun: --max-restarts
 
     @property
     def expected_ranks(self) -> tuple[int, ...]:
@@ -275,7 +278,8 @@ class Run:
 
     def job_argv(self) -> list[str]:
         steps = 400 if self.sc.mode == "live" and self.sc.truth == "none" else 6
-        return [str(JOB), "--fault", self.sc.fault, "--culprits", ",".join(map(str, self.sc.culprits)),
+        script = REPO / self.sc.script if self.sc.script else JOB
+        return [str(script), "--fault", self.sc.fault, "--culprits", ",".join(map(str, self.sc.culprits)),
                 "--at", str(self.sc.at), "--steps", str(steps), "--timeout", str(self.timeout),
                 "--mark", str(self.marks), *self.sc.args]
 
@@ -302,7 +306,7 @@ class Run:
     def start_torchrun(self) -> None:
         torchrun = str(Path(sys.executable).with_name("torchrun"))
         argv = [*self.hcrun_prefix(), torchrun, "--nnodes=1", f"--nproc-per-node={self.sc.world}",
-                "--master-addr=127.0.0.1", f"--master-port={self.port}", "--max-restarts=0"]
+                "--master-addr=127.0.0.1", f"--master-port={self.port}", f"--max-restarts={self.sc.restarts}"]
         if self.sc.labelled:
             argv += ["--tee", "3"]
         if self.sc.hcrun_inside:  # each rank: torchrun starts `hc run -- python job.py`
@@ -540,7 +544,7 @@ def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6] [--keep DIR] [NAME...]`:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6|held-out-7] [--keep DIR] [NAME...]`:
     run the scenarios (all of the set, or those named), print each answer and the score."""
     import argparse
 

@@ -331,6 +331,66 @@ def test_the_sixth_held_out_sets_new_variants_are_in_the_job():
             assert f'"{sc.fault}"' in source.split('"""', 2)[2], sc.fault  # used in the code, not only described
 
 
+def test_the_seventh_held_out_set_loads_and_is_as_varied_as_asked():
+    """held-out-7 is the set of jobs no rule writer has read, and the first whose jobs are not
+    job.py's loop: at least 30 failing and 6 healthy or slow, at least 10 live, plain, torchrun,
+    mpirun and srun-labelled, with and without `hc run`, worlds 2-8 (several of 2 and 3),
+    several culprits at once and culprits at varied ranks, at least half of them running a job
+    script of the set's own, in names and mechanisms no earlier set has."""
+    held7 = harness.held_out("held-out-7")
+    assert len({sc.name for sc in held7}) == len(held7)
+    assert sum(sc.truth != "none" for sc in held7) >= 30 and sum(sc.truth == "none" for sc in held7) >= 6
+    assert sum(sc.mode == "live" for sc in held7) >= 10 and any(sc.mode == "logs" for sc in held7)
+    assert {sc.launcher for sc in held7} == {"plain", "torchrun", "mpirun", "srun"}
+    assert {sc.hcrun for sc in held7} == {True, False}
+    assert {sc.world for sc in held7} == set(range(2, 9))
+    assert sum(sc.world == 2 for sc in held7) >= 2 and sum(sc.world == 3 for sc in held7) >= 2
+    assert sum(len(sc.expected_ranks) > 1 for sc in held7) >= 3
+    culprit_ranks = [r for sc in held7 for r in sc.expected_ranks]
+    assert set(culprit_ranks) >= {0, 1, 2, 3, 4, 5, 6}
+    assert sum(r == 0 for r in culprit_ranks) * 3 < len(culprit_ranks)  # rank 0 in a few, not most
+    assert {sc.truth for sc in held7} == set(harness.CLASSES)
+    assert 2 * sum(bool(sc.script) for sc in held7) >= len(held7)  # not job.py's loop, in at least half
+    for sc in held7:
+        assert all(0 <= r < sc.world for r in sc.culprits + sc.expected_ranks), sc.name
+        assert sc.truth != "none" or not sc.expected_ranks, sc.name
+        assert sc.script == "" or (harness.REPO / sc.script).is_file(), sc.name
+        assert sc.restarts == 0 or sc.launcher == "torchrun", sc.name
+
+    earlier = TUNING + [sc for name in ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5",
+                                        "held-out-6") for sc in harness.held_out(name)]
+    assert not {sc.name for sc in held7} & {sc.name for sc in earlier}
+    assert not {sc.slug for sc in held7} & {sc.slug for sc in earlier}
+    assert not {sc.fault for sc in held7 if sc.fault != "none"} & {sc.fault for sc in earlier}
+    assert not {name for sc in held7 for _, name, _ in sc.rank_env} & \
+        {name for sc in earlier for _, name, _ in sc.rank_env}
+
+
+def test_every_logs_mode_job_of_the_seventh_held_out_set_has_its_saved_output():
+    held7 = harness.held_out("held-out-7")
+    saved = harness.SAVED["held-out-7"]
+    logs = {sc.slug for sc in held7 if sc.mode == "logs"}
+    assert len(logs) == sum(sc.mode == "logs" for sc in held7)  # no two share a folder
+    for slug in sorted(logs):
+        folder = saved / slug
+        assert folder.is_dir() and any(folder.rglob("*.log")), f"no saved output in {folder}"
+    assert {p.name for p in saved.iterdir() if p.is_dir()} == logs  # nothing saved for a job not in the table
+
+
+def test_the_seventh_held_out_sets_variants_are_in_their_scripts():
+    """Each variant a held-out-7 job names is one its script knows (documented in its docstring)
+    and handles: a misspelt fault would run a healthy job labelled as a failing one."""
+    import ast
+
+    for sc in harness.held_out("held-out-7"):
+        if sc.fault == "none":
+            continue
+        source = (harness.REPO / (sc.script or "tests/diagnose_jobs/job.py")).read_text()
+        doc = ast.get_docstring(ast.parse(source), clean=False) or ""
+        assert f"\n  {sc.fault} " in doc, (sc.name, sc.fault)
+        assert f'"{sc.fault}"' in source.split('"""', 2)[2], (sc.name, sc.fault)  # used in the code
+
+
 def test_an_unknown_held_out_set_is_refused():
     with pytest.raises(ValueError):
         harness.held_out("held-out-9")
