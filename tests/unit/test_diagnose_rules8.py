@@ -1,0 +1,64 @@
+"""Issue 19, round 8 of the rules (branch i19-rules8): `hc diagnose logs` on real gloo jobs
+of this round (tests/fixtures/diagnose/rules8, made by make_rules8.py with torch 2.13 on
+CPU): the rank named is the one whose own action broke the job, in the class it belongs to.
+
+* a rank whose launch differs from its peers' could not start (init-failure, named): its
+  init_method is file:// where the others' is env:// (it times out in a rendezvous of its
+  own, of another kind than every peer's wait), or torch refused a launch variable of its
+  environment (TORCH_DISTRIBUTED_DEBUG=TRACE) before any collective;
+* a rank that had trained and then called init_process_group again on a recovery path
+  died mid-run (dead-rank), it did not fail to start;
+* every rank timed out, in three collectives and none a majority (a checkpoint barrier on
+  another interval on one rank): the rank first in program order is named.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import FIXTURES, assert_culprits, diagnose_saved
+
+SCEN = FIXTURES / "diagnose" / "rules8"
+
+
+def verdict(scenario: str):
+    return diagnose_saved(SCEN / scenario)
+
+
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("fileinit-w3-r1", 1, 3), ("fileinit-mpirun-w4-r2", 2, 4),
+                                                            ("fileinit-w4-r0", 0, 4)])
+def test_a_rank_waiting_in_a_rendezvous_of_its_own_could_not_start(scenario, culprit, world):
+    v = verdict(scenario)
+    assert_culprits(v, "init-failure", [culprit], [r for r in range(world) if r != culprit])
+    assert "rendezvous of its own" in v.summary, v.summary
+
+
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("debugenv-w3-r2", 2, 3), ("debugenv-mpirun-w4-r1", 1, 4)])
+def test_a_rank_whose_launch_environment_torch_refused_could_not_start(scenario, culprit, world):
+    v = verdict(scenario)
+    assert_culprits(v, "init-failure", [culprit], [r for r in range(world) if r != culprit])
+    assert "TORCH_DISTRIBUTED_DEBUG" in v.summary, v.summary
+
+
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("retryinit-w4-r1", 1, 4), ("retryinit-mpirun-w3-r2", 2, 3)])
+def test_init_called_again_after_training_started_is_a_death(scenario, culprit, world):
+    v = verdict(scenario)
+    assert_culprits(v, "dead-rank", [culprit], [r for r in range(world) if r != culprit])
+
+
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("ckptbarrier-w3-r2", 2, 3),
+                                                            ("ckptbarrier-mpirun-w3-r1", 1, 3),
+                                                            ("ckptbarrier-w5-r3", 3, 5)])
+def test_with_no_majority_the_rank_first_in_program_order_is_named(scenario, culprit, world):
+    v = verdict(scenario)
+    assert_culprits(v, "collective-mismatch", [culprit], [r for r in range(world) if r != culprit])
+
+
+def test_no_rank_is_named_where_no_one_is_first_alone():
+    from healthcheck.diagnose.behindall import earliest_alone
+
+    chains = {0: ["t.py:9 in main", "t.py:20 in step"], 1: ["t.py:9 in main", "t.py:20 in step"],
+              2: ["t.py:9 in main", "t.py:22 in step"]}
+    sides = {0: "barrier at t.py:20", 1: "barrier at t.py:20", 2: "all_reduce at t.py:22"}
+    assert earliest_alone(chains, sides) is None  # two first together
+    two = {0: chains[0], 2: chains[2]}
+    assert earliest_alone(two, {0: sides[0], 2: sides[2]}) is None  # world 2: a skip or an extra call
