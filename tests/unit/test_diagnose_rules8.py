@@ -8,6 +8,8 @@ CPU): the rank named is the one whose own action broke the job, in the class it 
   environment (TORCH_DISTRIBUTED_DEBUG=TRACE) before any collective;
 * a rank that had trained and then called init_process_group again on a recovery path
   died mid-run (dead-rank), it did not fail to start;
+* a rank launched with a larger WORLD_SIZE waits in the store for a rank that no peer which
+  finished init needed: it is named (init-failure), though most peers left no log;
 * every rank timed out, in three collectives and none a majority (a checkpoint barrier on
   another interval on one rank): the rank first in program order is named.
 """
@@ -62,3 +64,19 @@ def test_no_rank_is_named_where_no_one_is_first_alone():
     assert earliest_alone(chains, sides) is None  # two first together
     two = {0: chains[0], 2: chains[2]}
     assert earliest_alone(two, {0: sides[0], 2: sides[2]}) is None  # world 2: a skip or an extra call
+
+
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("bigworld-w4-r2", 2, 4), ("bigworld-w5-r4", 4, 5),
+                                                            ("bigworld-mpirun-w3-r1", 1, 3)])
+def test_a_rank_waiting_for_a_key_no_peer_past_init_needed_has_a_larger_world(scenario, culprit, world):
+    # the peers that got past init left no log but one or two: they finished init without that rank
+    v = verdict(scenario)
+    assert_culprits(v, "init-failure", [culprit], [r for r in range(world) if r != culprit])
+    assert "larger WORLD_SIZE" in v.summary, v.summary
+
+
+def test_no_rank_is_named_where_no_peer_past_init_left_a_word():
+    # the same job as bigworld-w5-r4, where the peers were stopped before they printed: the
+    # waiter's key is beyond no world the text shows, and nothing is named
+    v = verdict("bigworld-w5-r4-silent")
+    assert v.cls == "init-failure" and [o.rank for o in v.odd_ranks] == [], v.summary
