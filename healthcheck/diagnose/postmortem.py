@@ -41,6 +41,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     watchdog_ranks,
 )
+from healthcheck.diagnose.nonefinished import none_finished
 from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
@@ -216,7 +217,8 @@ def post_mortem(col: Collected) -> JobFinding | None:
     waits = rank_waits(col)
     if not waits:
         return None
-    return did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)
+    return (did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)
+            or none_finished(col, waits))  # nonefinished.py: all in one call, none finished
 
 
 __all__ = ["cut_short", "did_not_time_out", "post_mortem", "waited_elsewhere"]

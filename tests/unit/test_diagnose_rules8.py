@@ -10,6 +10,9 @@ CPU): the rank named is the one whose own action broke the job, in the class it 
   died mid-run (dead-rank), it did not fail to start;
 * a rank launched with a larger WORLD_SIZE waits in the store for a rank that no peer which
   finished init needed: it is named (init-failure), though most peers left no log;
+* every rank timed out in one all_reduce, some waiting to send, some to receive (buckets in
+  another order on one rank): collective-mismatch, and no rank is named (the waits do not
+  say whose call differs);
 * every rank timed out, in three collectives and none a majority (a checkpoint barrier on
   another interval on one rank): the rank first in program order is named.
 """
@@ -80,3 +83,12 @@ def test_no_rank_is_named_where_no_peer_past_init_left_a_word():
     # waiter's key is beyond no world the text shows, and nothing is named
     v = verdict("bigworld-w5-r4-silent")
     assert v.cls == "init-failure" and [o.rank for o in v.odd_ranks] == [], v.summary
+
+
+@pytest.mark.parametrize("scenario", ["bucketswap-w6-r1", "bucketswap-w7-r3", "bucketswap-mpirun-w6-r4"])
+def test_every_rank_in_one_call_none_finished_is_a_mismatch_naming_none(scenario):
+    # two buckets all_reduced in the other order on one rank: every rank times out in the
+    # same all_reduce, some on sends, some on receives; which rank's order is off they do not say
+    v = verdict(scenario)
+    assert v.cls == "collective-mismatch" and [o.rank for o in v.odd_ranks] == [], v.summary
+    assert "none finished" in v.summary and "to send" in v.summary and "to receive" in v.summary, v.summary
