@@ -6,12 +6,15 @@ elsewhere (postmortem.waited_elsewhere): the collective itself failed among rank
 all called it. On gloo a rank's wait on a send is a peer that has not posted the matching
 receive: the ranks disagree on what this call is (two buckets all_reduced in another order
 on one rank, another element count: captured with torch 2.13, tests/fixtures/diagnose/
-rules8: 12 and 5 elements swapped on one rank of 6 or 7, every rank times out, in gloo's
+rules8: 11 and 4, or 12 and 5 in either order, swapped on one rank of 6 or 7, every rank
+times out, in gloo's
 ring some on sends and some on receives). Which rank's call differs the waits do not say
 (the rank whose order is off was found on either side of the ring's send/receive
 boundary, depending on which bucket it reduced first), so none is named; the verdict says
-where they all waited. Named nowhere else: a job whose ranks all wait on receives alone
-(every rank waiting for data nobody sends) is not this rule's.
+where they all waited. A WORLD_SIZE one smaller on rank 0 or 1 that still gets through
+init ends the same way (captured), and the verdict says that too. Named nowhere else: a
+job whose ranks all wait on receives alone (every rank waiting for data nobody sends) is
+not this rule's.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ def none_finished(col: Collected, waits: dict[int, Wait]) -> JobFinding | None:
                        summary=f"every rank timed out in {where}: all of them entered it and none finished "
                                f"({rank_words(sending)} waiting to send, {rank_words(receiving)} to receive): "
                                "their calls there disagree (tensors passed in another order or of another size "
-                               "on some rank); which rank's call differs the timeouts do not say: rerun with "
-                               "TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch compare each call")
+                               "on some rank), or their process groups do (a WORLD_SIZE or RANK off on some rank "
+                               "that still got through init); which rank's call differs the timeouts do not "
+                               "say: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch compare each call")
 
 
 __all__ = ["none_finished"]

@@ -29,8 +29,7 @@ def verdict(scenario: str):
     return diagnose_saved(SCEN / scenario)
 
 
-@pytest.mark.parametrize(("scenario", "culprit", "world"), [("fileinit-w3-r1", 1, 3), ("fileinit-mpirun-w4-r2", 2, 4),
-                                                            ("fileinit-w4-r0", 0, 4)])
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("fileinit-w3-r1", 1, 3), ("fileinit-w4-r0", 0, 4)])
 def test_a_rank_waiting_in_a_rendezvous_of_its_own_could_not_start(scenario, culprit, world):
     v = verdict(scenario)
     assert_culprits(v, "init-failure", [culprit], [r for r in range(world) if r != culprit])
@@ -69,8 +68,7 @@ def test_no_rank_is_named_where_no_one_is_first_alone():
     assert earliest_alone(two, {0: sides[0], 2: sides[2]}) is None  # world 2: a skip or an extra call
 
 
-@pytest.mark.parametrize(("scenario", "culprit", "world"), [("bigworld-w4-r2", 2, 4), ("bigworld-w5-r4", 4, 5),
-                                                            ("bigworld-mpirun-w3-r1", 1, 3)])
+@pytest.mark.parametrize(("scenario", "culprit", "world"), [("bigworld-w4-r2", 2, 4), ("bigworld-w5-r4", 4, 5)])
 def test_a_rank_waiting_for_a_key_no_peer_past_init_needed_has_a_larger_world(scenario, culprit, world):
     # the peers that got past init left no log but one or two: they finished init without that rank
     v = verdict(scenario)
@@ -78,11 +76,20 @@ def test_a_rank_waiting_for_a_key_no_peer_past_init_needed_has_a_larger_world(sc
     assert "larger WORLD_SIZE" in v.summary, v.summary
 
 
-def test_no_rank_is_named_where_no_peer_past_init_left_a_word():
-    # the same job as bigworld-w5-r4, where the peers were stopped before they printed: the
-    # waiter's key is beyond no world the text shows, and nothing is named
-    v = verdict("bigworld-w5-r4-silent")
+@pytest.mark.parametrize("scenario", ["bigworld-w4-r2-silent", "bigworld-mpirun-w3-r1-silent",
+                                      "fileinit-mpirun-w4-r2-silent"])
+def test_no_rank_is_named_where_no_peer_past_init_left_a_word(scenario):
+    # the same jobs where every peer was stopped before it printed: the waiter's key is
+    # beyond no world the text shows, and its store wait is like any peer's: nothing named
+    v = verdict(scenario)
     assert v.cls == "init-failure" and [o.rank for o in v.odd_ranks] == [], v.summary
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: a WORLD_SIZE one smaller on rank 0 gets through init; the "
+                                       "post-mortem's minority names rank 1, which timed out in the broadcast")
+def test_a_smaller_world_on_the_store_host_names_no_victim():
+    v = verdict("smallworld-w4-r0")
+    assert [o.rank for o in v.odd_ranks] in ([], [0]), v.summary
 
 
 @pytest.mark.parametrize("scenario", ["bucketswap-w6-r1", "bucketswap-w7-r3", "bucketswap-mpirun-w6-r4"])
