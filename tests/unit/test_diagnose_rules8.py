@@ -8,6 +8,8 @@ CPU): the rank named is the one whose own action broke the job, in the class it 
   environment (TORCH_DISTRIBUTED_DEBUG=TRACE) before any collective;
 * a rank that had trained and then called init_process_group again on a recovery path
   died mid-run (dead-rank), it did not fail to start;
+* a size report of gloo's allgather is read with its ring the other way (each rank receives
+  from the rank before it), so the pair said holds the rank whose piece differs;
 * a rank launched with a larger WORLD_SIZE waits in the store for a rank that no peer which
   finished init needed: it is named (init-failure), though most peers left no log;
 * every rank timed out in one all_reduce, some waiting to send, some to receive (buckets in
@@ -99,3 +101,13 @@ def test_every_rank_in_one_call_none_finished_is_a_mismatch_naming_none(scenario
     v = verdict(scenario)
     assert v.cls == "collective-mismatch" and [o.rank for o in v.odd_ranks] == [], v.summary
     assert "none finished" in v.summary and "to send" in v.summary and "to receive" in v.summary, v.summary
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("gatherlen-w4-r1", 1), ("gatherlen-mpirun-w5-r3", 3),
+                                                   ("gatherlen-w3-r0", 0)])
+def test_an_all_gather_size_report_says_the_rank_before_the_reporter(scenario, culprit):
+    # gloo's allgather receives from the rank before: one element more on rank k aborts k + 1;
+    # one report still cannot say which of the two holds the odd size, so none is named
+    v = verdict(scenario)
+    assert v.cls == "shape-mismatch" and [o.rank for o in v.odd_ranks] == [], v.summary
+    assert f"from rank {culprit} " in v.summary and "one before" in v.summary, v.summary
