@@ -14,13 +14,15 @@ boundary, depending on which bucket it reduced first), so none is named; the ver
 where they all waited. A WORLD_SIZE one smaller on rank 0 or 1 that still gets through
 init ends the same way (captured), and the verdict says that too. Named nowhere else: a
 job whose ranks all wait on receives alone (every rank waiting for data nobody sends) is
-not this rule's.
+not this rule's, nor are logs whose ranks are not 0..N-1 (a rank in between left no output:
+the one that never entered, whose peers' waits show the same mix of sends and receives).
 """
 
 from __future__ import annotations
 
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import Wait, first_errors, known_ranks
+from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -31,7 +33,10 @@ def _side(w: Wait) -> str:
 
 def none_finished(col: Collected, waits: dict[int, Wait]) -> JobFinding | None:
     """The finding where the module's conditions hold; else None."""
-    if len(waits) < 2 or set(waits) != known_ranks(col) or not all(w.op and w.where for w in waits.values()):
+    world = ring_world(col)  # the ranks heard are 0..N-1: no rank in between left no output
+    if world is None or len(waits) != world or set(waits) != known_ranks(col):
+        return None
+    if not all(w.op and w.where for w in waits.values()):
         return None
     if len({_side(w) for w in waits.values()}) != 1:
         return None
@@ -45,12 +50,14 @@ def none_finished(col: Collected, waits: dict[int, Wait]) -> JobFinding | None:
     items = tuple(Evidence(source=w.source, line=w.line, rank=w.rank, text=f"rank {w.rank}: {w.text}"[:300])
                   for w in list(waits.values())[:12])
     return job_finding(cls="collective-mismatch", confidence="low", evidence=items, divergence=where,
-                       summary=f"every rank timed out in {where}: all of them entered it and none finished "
+                       summary=f"every rank the logs hold (ranks 0-{world - 1}) timed out in {where}: all of them "
+                               "entered it and none finished "
                                f"({rank_words(sending)} waiting to send, {rank_words(receiving)} to receive): "
                                "their calls there disagree (tensors passed in another order or of another size "
                                "on some rank), or their process groups do (a WORLD_SIZE or RANK off on some rank "
                                "that still got through init); which rank's call differs the timeouts do not "
-                               "say: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch compare each call")
+                               "say (a rank whose output is missing here may be one that never entered): rerun "
+                               "with TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch compare each call")
 
 
 __all__ = ["none_finished"]
