@@ -41,6 +41,7 @@ from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.grouporder import group_order
+from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees
 from healthcheck.diagnose.mismatch import mismatch
@@ -288,6 +289,7 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     for a rank that died before it joined are its consequence."""
     init, dead = init_failure(col), dead_rank(col)
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
+    setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:
         init, dead = setup, None
     consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank

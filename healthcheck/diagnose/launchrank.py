@@ -9,6 +9,11 @@
   the store, but none published rank K. The process heard as K runs under another RANK
   (two processes share one): rank K is named.
 
+* A rank that waits for the key of a rank no peer needed: a peer that finished init and
+  went on into a collective had every key of its world published, so the rank awaited is
+  not in its world and the waiter's WORLD_SIZE is larger (startup.py names it; captured
+  with torch 2.13, tests/fixtures/diagnose/rules8, where the other ranks left no log).
+
 * The store host's message in the output of a rank K > 0: K runs as RANK 0 (only RANK 0
   hosts the store under env://); the real rank 0's `address already in use` is the
   consequence, not its own failure: K is named, not 0.
@@ -23,7 +28,8 @@ import re
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence
-from healthcheck.diagnose.logfacts import ranks_heard
+from healthcheck.diagnose.logfacts import first_errors, ranks_heard
+from healthcheck.diagnose.setupdeath import SETUP_FUNCTIONS
 from healthcheck.diagnose.sources import Collected
 
 _JOINED = re.compile(r"(\d{1,7})/(\d{1,7}) clients joined")
@@ -90,6 +96,12 @@ def unpublished_rank(col: Collected) -> tuple[int, list[Evidence], str] | None:
                         f"{key} runs under another RANK (two processes share one)")
 
 
+def ranks_past_setup(col: Collected) -> set[int]:
+    """Ranks whose first error was raised inside a collective past the process group's
+    setup: they finished init, every key of their world was published."""
+    return {r for r, e in first_errors(col).items() if e.collective and e.collective not in SETUP_FUNCTIONS}
+
+
 def store_host_impostor(col: Collected) -> tuple[int, list[Evidence], str] | None:
     """A rank K > 0 whose own output holds the store host's `J/W clients joined`: under
     env:// only RANK 0 hosts the store, so K runs as RANK 0; the real rank 0 then could
@@ -108,4 +120,5 @@ def wrong_launch(col: Collected) -> tuple[int, list[Evidence], str] | None:
     return store_host_impostor(col) or store_host_world(col) or unpublished_rank(col)
 
 
-__all__ = ["awaited_rank", "store_host_impostor", "store_host_world", "unpublished_rank", "wrong_launch"]
+__all__ = ["awaited_rank", "ranks_past_setup", "store_host_impostor", "store_host_world", "unpublished_rank",
+           "wrong_launch"]

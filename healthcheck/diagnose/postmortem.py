@@ -12,6 +12,8 @@ traceback, with the line of its own code that called it; NCCL: the watchdog's
   Where the minority is several sides, the ranks whose traceback stops first in the
   function all tracebacks share made one collective more and are named alone
   (progorder.py); the sides between waited for them.
+  Where no side is a majority, the one rank first in program order is named where the
+  others are at two or more later places (behindall.py).
   Where the minority waits in a gloo broadcast the others went past, gloo's tree is
   replayed (bcastroot.py): the rank whose src was off is named, not its parent in the
   tree that waited on it; where the tree is symmetric none is.
@@ -27,6 +29,7 @@ import msgspec
 
 from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.bcastroot import wrong_src
+from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import (
     RankError,
@@ -38,6 +41,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     watchdog_ranks,
 )
+from healthcheck.diagnose.nonefinished import none_finished
 from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
@@ -151,6 +155,11 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
         return tree
     pick = minority(sides)
     what = "tensor size" if cls == "shape-mismatch" else "collective"
+    alone = earliest_alone({r: w.chain for r, w in waits.items()}, sides) if pick is None else None
+    if alone is not None:  # behindall.py: no majority, one rank first in program order
+        odd, summary = alone
+        return job_finding(cls=cls, ranks=odd, confidence="medium", evidence=items, summary=summary,
+                           where=next((waits[r].where for r in odd if waits[r].where), ""))
     if pick is None:
         text = "; ".join(f"{rank_words([r for r in sides if sides[r] == v])}: {v}" for v in sorted(set(sides.values())))
         return job_finding(cls=cls, confidence="medium", evidence=items,
@@ -208,7 +217,8 @@ def post_mortem(col: Collected) -> JobFinding | None:
     waits = rank_waits(col)
     if not waits:
         return None
-    return did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)
+    return (did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)
+            or none_finished(col, waits))  # nonefinished.py: all in one call, none finished
 
 
 __all__ = ["cut_short", "did_not_time_out", "post_mortem", "waited_elsewhere"]

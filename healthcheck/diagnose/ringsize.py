@@ -18,6 +18,10 @@ to every report (common_party: an odd element count gives its segments other siz
 its peers', so both of its neighbours' checks can fail); otherwise the finding says which
 two ranks disagree, with their sizes, and names none (at world 2 always).
 
+gloo's allgather runs its ring the other way: each rank receives from the rank before it,
+(rank - 1) % world (captured: all_gather_into_tensor with one element more on rank k aborts
+rank k + 1); where the peers' tracebacks say all_gather, the reports are read that way.
+
 The ring holds for all_reduce and reduce_scatter (reduce_scatter_tensor, captured at worlds
 3-6 with the float64 rank at 0 to 4: the rank before it aborts, tests/fixtures/diagnose/
 rules5). It does not for all_to_all: gloo's alltoallv (gloo/alltoallv.cc) posts every send
@@ -56,22 +60,33 @@ def ring_world(col: Collected) -> int | None:
     return len(ranks)
 
 
-def ring_sender(report: SizeReport, world: int) -> int:
-    """The rank whose chunk the reporter received in gloo's ring."""
-    return (report.rank + 1) % world
+def ring_sender(report: SizeReport, world: int, step: int = 1) -> int:
+    """The rank whose chunk the reporter received in gloo's ring: the next one (step 1,
+    all_reduce, reduce_scatter) or the one before (step -1, all_gather)."""
+    return (report.rank + step) % world
 
 
-def chunk_sizes(sizes: list[SizeReport], world: int) -> dict[int, str]:
+def ring_step(col: Collected, sizes: list[SizeReport]) -> int:
+    """Which way gloo's ring runs for the collective the size check failed in, read from the
+    peers' tracebacks: gloo's allgather receives from the rank before (rank - 1: captured with
+    torch 2.13, all_gather_into_tensor with one element more on rank k aborts rank k + 1,
+    tests/fixtures/diagnose/rules8), its allreduce from the next."""
+    reporters = {s.rank for s in sizes}
+    ops = {e.collective for r, e in first_errors(col).items() if r not in reporters and e.collective}
+    return -1 if ops and all(op.startswith("all_gather") for op in ops) else 1
+
+
+def chunk_sizes(sizes: list[SizeReport], world: int, step: int = 1) -> dict[int, str]:
     """rank -> its chunk size in bytes as the reports give it (the reporter's own, its
     sender's); a rank two reports disagree on is left out."""
     seen: dict[int, set[int]] = {}
     for s in sizes:
         seen.setdefault(s.rank, set()).add(s.expected)
-        seen.setdefault(ring_sender(s, world), set()).add(s.received)
+        seen.setdefault(ring_sender(s, world, step), set()).add(s.received)
     return {r: f"{next(iter(b))} bytes" for r, b in seen.items() if len(b) == 1}
 
 
-def common_party(sizes: list[SizeReport], world: int) -> int | None:
+def common_party(sizes: list[SizeReport], world: int, step: int = 1) -> int | None:
     """The one rank that every report's pair (the reporter, its sender) holds, where two or
     more ranks reported: one odd tensor makes both of its neighbours' checks disagree with it
     (the rank before it receives its segments, it receives the next rank's), so reports
@@ -82,12 +97,12 @@ def common_party(sizes: list[SizeReport], world: int) -> int | None:
     world 3, `12 vs 8` from the rank before it and `8 vs 4` from itself)."""
     if len({s.rank for s in sizes}) < 2:
         return None
-    common = set.intersection(*({s.rank, ring_sender(s, world)} for s in sizes))
+    common = set.intersection(*({s.rank, ring_sender(s, world, step)} for s in sizes))
     return next(iter(common)) if len(common) == 1 else None
 
 
-def _reports(sizes: list[SizeReport], world: int) -> str:
-    seen = sorted({(s.rank, ring_sender(s, world), s.received, s.expected) for s in sizes})
+def _reports(sizes: list[SizeReport], world: int, step: int) -> str:
+    seen = sorted({(s.rank, ring_sender(s, world, step), s.received, s.expected) for s in sizes})
     return "; ".join(f"rank {r} got {got} bytes from rank {frm} where it expected {exp}"
                      for r, frm, got, exp in seen[:4])
 
@@ -117,17 +132,18 @@ def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ..
     if op:
         return (), any_peer(sizes, op)
     s = sizes[0]
-    sender = ring_sender(s, world)
+    step = ring_step(col, sizes)
+    sender = ring_sender(s, world, step)
     pair = (f"rank {s.rank} received {s.received} bytes per chunk from rank {sender} (gloo's ring: each rank "
-            f"receives from the next) where its own tensor gives {s.expected}")
-    by_rank = chunk_sizes(sizes, world)
+            f"receives from the {'next' if step == 1 else 'one before'}) where its own tensor gives {s.expected}")
+    by_rank = chunk_sizes(sizes, world, step)
     pick = minority(by_rank) if len(by_rank) >= 3 else None
     if pick is not None:
         odd, top, theirs = pick
         return odd, f"{pair}; {rank_words(odd)} holds {theirs} per chunk where the others hold {top}"
-    common = common_party(sizes, world)
+    common = common_party(sizes, world, step)
     if common is not None:
-        return (common,), (f"{pair}; {_reports(sizes, world)}: rank {common} is a party to every report (its "
+        return (common,), (f"{pair}; {_reports(sizes, world, step)}: rank {common} is a party to every report (its "
                            "tensor's segments disagree with both its neighbours' in the ring): its tensor is the odd "
                            "one")
     return (), (f"ranks {min(s.rank, sender)} and {max(s.rank, sender)} disagree on a tensor size: {pair}; one "
@@ -137,4 +153,4 @@ def ring_parties(col: Collected, sizes: list[SizeReport]) -> tuple[tuple[int, ..
 
 
 __all__ = ["SizeReport", "any_peer", "chunk_sizes", "common_party", "pairwise_exchange", "ring_parties", "ring_sender",
-           "ring_world"]
+           "ring_step", "ring_world"]

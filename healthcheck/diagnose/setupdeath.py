@@ -9,13 +9,19 @@ failed while starting, and that rank is the one that could not. A store wait tha
 out there is a peer's consequence (the rank waited for one that never came), never this
 rank's own setup failing, and keeps the verdict dead-rank. A rank dying in its own code
 before init_process_group is not this rule's (preinit.py): its traceback never enters
-the process group's setup.
+the process group's setup. Nor is a rank that had started: one that logged a training
+step, or whose peers' first errors were raised inside a collective past the setup (they
+were training with it), and then called init_process_group again on a recovery path
+(`ValueError: trying to initialize the default process group twice!`, captured with torch
+2.13, tests/fixtures/diagnose/rules8): the job had started, and that rank died in it.
 """
 
 from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.logfacts import first_errors
+from healthcheck.diagnose.outofstep import last_steps
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -41,10 +47,20 @@ def setup_failures(col: Collected) -> dict[int, Evidence]:
     return found
 
 
+def started(col: Collected, ranks: tuple[int, ...]) -> bool:
+    """The job had started: one of `ranks` logged a training step, or another rank's first
+    error was raised inside a collective past the process group's setup."""
+    if set(last_steps(col)) & set(ranks):
+        return True
+    return any(e.collective and e.collective not in SETUP_FUNCTIONS
+               for r, e in first_errors(col).items() if r not in ranks)
+
+
 def died_in_setup(col: Collected, dead: JobFinding | None) -> JobFinding | None:
     """The init-failure of the dead ranks, where every one of them died of its own
-    exception in the process group's setup; else None (see the module's docstring)."""
-    if dead is None or not dead.ranks:
+    exception in the process group's setup before the job started; else None (see the
+    module's docstring)."""
+    if dead is None or not dead.ranks or started(col, dead.ranks):
         return None
     failed = setup_failures(col)
     if not set(dead.ranks) <= set(failed):
@@ -57,4 +73,4 @@ def died_in_setup(col: Collected, dead: JobFinding | None) -> JobFinding | None:
                        evidence=tuple(own + others)[:20])
 
 
-__all__ = ["SETUP_FUNCTIONS", "died_in_setup", "setup_failures"]
+__all__ = ["SETUP_FUNCTIONS", "died_in_setup", "setup_failures", "started"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
-from healthcheck.diagnose.launchrank import awaited_rank, store_host_impostor, wrong_launch
+from healthcheck.diagnose.launchrank import awaited_rank, ranks_past_setup, store_host_impostor, wrong_launch
 from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -141,20 +141,30 @@ def _store_strangers(col: Collected, acc: _Init) -> None:
 
 def _beyond_the_world(col: Collected, acc: _Init) -> None:
     """A rank that waits in the store for a rank no other evidence knows (`keys: .../3` in a
-    job whose heard ranks are 0-2): it was launched with a larger WORLD_SIZE."""
+    job whose heard ranks are 0-2), or for one no peer that finished init needed (a peer
+    past the setup, in a collective, had every key of its world published: rank K is not
+    in it): it was launched with a larger WORLD_SIZE."""
     heard = ranks_heard(col)
-    if not heard or heard != set(range(len(heard))):
-        return
+    whole = bool(heard) and heard == set(range(len(heard)))
+    past = ranks_past_setup(col)
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for z in f.log.rendezvous:
             rank = fact_rank(z, f.rank)
             awaited = awaited_rank(z.message) if z.kind == "wait-timeout" else None
-            if rank is None or awaited is None or awaited < len(heard):
+            if rank is None or awaited is None or awaited in heard or not (whole or past - {rank}):
                 continue
             acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}", rank), True)
-            acc.why = acc.why or (f"it waits in the store for rank {awaited}, which no other rank knows (ranks "
-                                  f"0-{len(heard) - 1} were heard): it was launched with a larger WORLD_SIZE")
+            acc.why = acc.why or _larger_world(awaited, heard, whole, past - {rank})
+
+
+def _larger_world(awaited: int, heard: set[int], whole: bool, past: set[int]) -> str:
+    if whole:
+        return (f"it waits in the store for rank {awaited}, which no other rank knows (ranks 0-{len(heard) - 1} "
+                "were heard): it was launched with a larger WORLD_SIZE")
+    return (f"it waits in the store for rank {awaited}, while {rank_words(sorted(past))} finished init without "
+            f"rank {awaited} and went on into a collective (so no rank {awaited} is in their world): it was "
+            "launched with a larger WORLD_SIZE")
 
 
 def _impostor(col: Collected, acc: _Init) -> None:

@@ -52,10 +52,22 @@ def test_the_awaited_key_is_read_only_when_it_is_one_rank():
     assert awaited_rank("wait timeout after 6000ms") is None
 
 
-def test_an_init_failure_that_names_no_rank_says_why():
+def test_a_rank_waiting_for_a_key_the_peer_past_init_did_not_need_is_named():
     """tuning, plain w4, rank 2 with WORLD_SIZE=5: it waits for key `.../4`, ranks 1 and 3
-    printed nothing; the text does not show whose launch differs. Before: no reason given."""
+    printed nothing, rank 0 finished init and waits in its first all_reduce: rank 4 is in
+    no world but rank 2's. Before round 8: no rank named."""
     v = build(collect([FIXTURES / "diagnose-jobs" / "tuning" / "world-size-plain-r2"]))
+    assert v.cls == "init-failure" and named(v) == [2], v.summary
+    assert "larger WORLD_SIZE" in v.summary, v.summary
+
+
+def test_an_init_failure_that_names_no_rank_says_why(tmp_path):
+    """The same job without rank 0's log (the one peer past init): the text does not show
+    whose launch differs, and the verdict says so."""
+    src = FIXTURES / "diagnose-jobs" / "tuning" / "world-size-plain-r2"
+    for name in ("rank1.log", "rank2.log", "rank3.log"):
+        (tmp_path / name).write_bytes((src / name).read_bytes())
+    v = build(collect([tmp_path]))
     assert v.cls == "init-failure" and named(v) == [], v.summary
     assert "no rank is named" in v.summary and "do not say" in v.summary, v.summary
 
