@@ -58,6 +58,14 @@ def gone(pids, limit_s: float = 15) -> bool:
     return not any(alive(p) for p in pids)
 
 
+def resume(pid: int) -> None:
+    """SIGCONT a worker this test stopped, if hc has not ended it already."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def pids(pool: WorkerPool) -> dict[str, int]:
     return {n: w.pid for n, w in pool._workers.items()}
 
@@ -108,15 +116,14 @@ def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site
         assert samples is None and "node3" in why, why
         assert time.monotonic() - start < 5 + 10 + 15  # the test's timeout, its grace, and slack for 2 cores
         plan.pairs = started_with  # the next test starts node3's worker afresh: the start-up's timeout again
-        os.kill(stopped, signal.SIGCONT)  # its stream was closed: it reads the end of its input and ends
-        assert gone([stopped])
+        assert gone([stopped])  # stopped as it is, hc killed it (its process group) when it gave up on it
         stopped = None
         samples, why = one_test(got, ["node1", "node3"])
         assert samples, why
         assert pool.starts()["node3"] == 2
     finally:
         if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
+            resume(stopped)
         pool.close()
 
 
@@ -157,4 +164,33 @@ def test_a_node_whose_hc_has_no_bw_serve_gets_its_tests_started_per_test(site):
         assert pool.starts() == {"node1": 1, "node2": 1, "node3": 1}  # node2's serve tried once, not for its 2nd test
         assert pool._workers["node2"].lacks_serve
     finally:
+        pool.close()
+
+
+def test_a_hung_partner_leaves_no_worker_behind_and_the_nodes_next_test_runs_at_once(site):
+    """A test whose partner hung: hc retires both members' workers, and retiring ends them,
+    with their process groups, before run_test returns: the hung one (stopped: it reads
+    nothing) killed by its process group over SSH, the other (in its rendezvous, not reading
+    its input) too. So node1's pair port is free at once: node1's next test, as rank 0 on that
+    port, runs and measures instead of meeting EADDRINUSE from its old worker."""
+    pool, plan = got = pool_for(site)
+    started_with = plan.pairs
+    stopped = None
+    try:
+        assert one_test(got, ["node1", "node3"])[0]
+        first = pids(pool)
+        stopped = first["node3"]
+        os.kill(stopped, signal.SIGSTOP)
+        plan.pairs = msgspec.structs.replace(started_with, timeout_s=5)
+        samples, why = one_test(got, ["node1", "node3"])
+        assert samples is None and "node3" in why, why
+        plan.pairs = started_with
+        assert gone([stopped], limit_s=2), "the hung worker outlived its retirement"
+        stopped = None
+        assert gone([first["node1"]], limit_s=2), "node1's retired worker outlived its retirement"
+        samples, why = one_test(got, ["node1", "node2"])  # node1 is rank 0: the pair port is its
+        assert samples and why == "", why
+    finally:
+        if stopped is not None:
+            resume(stopped)
         pool.close()
