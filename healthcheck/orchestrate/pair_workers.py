@@ -61,7 +61,6 @@ GONE_WAIT_S = 5.0  # after SIGKILL, for a worker's process group to be gone from
 _END_GROUP = ('kill -KILL "-$1" 2>/dev/null; i=0; while kill -0 "-$1" 2>/dev/null; do '
               f'[ "$i" -ge {int(GONE_WAIT_S * 10)} ] && {{ echo "process group $1 still there '
               f'{GONE_WAIT_S:g} s after SIGKILL" >&2; exit 1; }}; i=$((i+1)); sleep 0.1; done')
-_GRACE_S = 10.0  # past the sweep's own timeout: for the reply to arrive after a rank gave up
 LIFETIME_MAX_S = 86400.0
 
 
@@ -193,7 +192,7 @@ class WorkerPool:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(self.plan.pairs.timeout_s + self.config.main.ssh.connect_timeout_s + _GRACE_S)
+            t.join(self.plan.pairs.timeout_s + self.config.main.ssh.connect_timeout_s + self.plan.pairs.reply_grace_s)
         failed = [f"{w.node}: {started.get(w.node) or 'the worker did not start in time'}"
                   for w in workers if not w.usable()]
         if failed:
@@ -201,7 +200,8 @@ class WorkerPool:
             return None, Reason("; ".join(failed), said)
         test_id = uuid.uuid4().hex[:16]
         replies: dict[int, _Reply | str] = {}
-        deadline = time.monotonic() + self.plan.pairs.timeout_s + _GRACE_S
+        # past the test's timeout: for the reply of a rank that gave up (bandwidth.pairs.reply_grace_s)
+        deadline = time.monotonic() + self.plan.pairs.timeout_s + self.plan.pairs.reply_grace_s
 
         def one(rank: int, w: _Worker) -> None:
             replies[rank] = self._ask(w, test_id, rank, len(members), master, deadline)
