@@ -6,7 +6,8 @@ worker at the same moment, which is where a sweep's wall time went.
 
 The protocol, one line each way (stdout lines hc does not own, NCCL's INFO for one, are
 skipped by the reader: every line of ours starts with PREFIX):
-  worker, once started:  PREFIX {"ready": true, "pid": P, "host": H, "torch": V, "backend": B, "device": D}
+  worker, once started:  PREFIX {"ready": true, "pid": P, "pgid": G, "host": H, "torch": V, "backend": B,
+                                 "device": D}
                          (or {"ready": false, "error": "..."} and exit 3: no torch, no GPU)
   hc, per test:          {"id": "t1", "rank": 0, "world_size": 2, "master_addr": "gpu001", "master_port": 29517,
                           "collectives": ["all_reduce"], "sizes": [67108864], "iters": 20, "warmup": 5,
@@ -20,7 +21,9 @@ reply, so the next test, in this process or on a new partner, starts clean.
 The worker ends at the end of its input (hc closed the session, or its SSH connection
 dropped), after `idle_s` without a request, or, for a rendezvous or collective that never
 completes, through the sweep's own watchdog (exit 3 and its one line on stderr): a hung
-collective cannot be recovered in-process, so the caller starts a new worker.
+collective cannot be recovered in-process, so the caller starts a new worker. Inside a
+test it reads no input: a caller that gives up on a test ends it by its process group
+(pgid, its launcher's: `timeout` over SSH), which is why the ready line names it.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
 class Ready(msgspec.Struct, frozen=True, omit_defaults=True):
     ready: bool
     pid: int = 0
+    pgid: int = 0
     host: str = ""
     torch: str = ""
     backend: str = ""
@@ -98,7 +102,7 @@ def serve(backend: str = "auto", local_rank: int = 0, idle_s: float = IDLE_S, *,
         write(encode_line(Ready(ready=False, error=str(exc))))
         return int(exc.exit_code)
     device = "cpu" if runtime.device.type != "cuda" else f"cuda:{runtime.device.index}"
-    write(encode_line(Ready(ready=True, pid=os.getpid(), host=socket.gethostname(),
+    write(encode_line(Ready(ready=True, pid=os.getpid(), pgid=os.getpgrp(), host=socket.gethostname(),
                             torch=str(runtime.torch.__version__), backend=runtime.backend, device=device)))
     for line in _lines(stdin_fd, idle_s):
         write(encode_line(answer(runtime, line, corrupt)))

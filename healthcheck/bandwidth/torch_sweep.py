@@ -459,17 +459,9 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
     base: Any = None
     ok = False
     try:
-        try:
-            if store_prefix is None:
-                kwargs["init_method"] = "env://"
-            else:
-                base, kwargs["store"] = rendezvous.open_store(dist, info.master_addr, info.master_port,
-                                                              info.world_size, info.rank == 0, opts.timeout_s,
-                                                              store_prefix)
-            dist.init_process_group(**kwargs)
-            kwargs.clear()  # no reference to the store but `base`: rank 0 drops it to free the port
-        except Exception as exc:
-            raise SweepError(f"{where} failed: {one_line(exc)}") from None
+        base, failure = _open_group(dist, kwargs, info, opts.timeout_s, store_prefix)
+        if failure:
+            raise SweepError(f"{where} failed: {failure}")
         session = _Session(torch, dist, info, backend, device, opts, corrupt)
         try:
             report = session.run(sizes, where, watchdog)
@@ -488,6 +480,31 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
             base = None
             if info.rank == 0:
                 rendezvous.wait_port_free(info.master_port)
+
+
+def _open_group(dist: Any, kwargs: dict[str, Any], info: RankInfo, timeout_s: float,
+                store_prefix: str | None) -> tuple[Any, str]:
+    """init_process_group (kwargs: its arguments but the rendezvous'); (the store this rank
+    opened itself or None, why it failed or ''). Failed or not, nothing here keeps a reference
+    to the store but the one returned: a failure is returned as its one line, not raised with
+    torch's exception, whose traceback holds init_process_group's frames and the store in them,
+    and rank 0 would then wait (rendezvous.wait_port_free) for a port it still listens on itself."""
+    from healthcheck.bandwidth import rendezvous
+
+    base: Any = None
+    try:
+        if store_prefix is None:
+            kwargs["init_method"] = "env://"
+        else:
+            base, kwargs["store"] = rendezvous.open_store(dist, info.master_addr, info.master_port,
+                                                          info.world_size, info.rank == 0, timeout_s, store_prefix)
+        dist.init_process_group(**kwargs)
+        failure = ""
+    except Exception as exc:
+        failure = one_line(exc)
+    finally:
+        kwargs.clear()  # no reference to the store but `base`: rank 0 drops it to free the port
+    return base, failure
 
 
 def report_error(report: SweepReport) -> HcError | None:

@@ -20,10 +20,21 @@ afresh when a later test needs its node: a hung collective cannot be recovered i
 the process, and a new process costs one start-up, which is what the old way paid on
 every test. A node's worker serves one test at a time; a test takes its members' workers
 in name order, so two tests sharing a node wait for each other instead of deadlocking.
+
+Retiring a worker ends it before its node serves another test. One that answered (an
+error) reads its input: end of input ends it. One that did not answer is still inside the
+test (its partner hung, or it did): it reads nothing, and would keep its rendezvous, the
+pair port on the test's first node among it, until its own timeouts ran out, minutes into
+the tests after it. It is killed at once, with its process group: over SSH by the group's
+id on the node (`_END_GROUP`: the group its ready line named, its `timeout` wrapper's), a
+launcher's by killing the launcher's tree here. Retiring waits until it is gone (bounded);
+one that is not is named, and its node's next test is ERROR saying so, not started on a
+port that may be taken.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -45,13 +56,18 @@ if TYPE_CHECKING:
     from healthcheck.runners.ssh import SshConnection
 
 _PREFIX = b"hc-bw-serve "
-_GRACE_S = 10.0  # past the sweep's own timeout: for the reply to arrive after a rank gave up
+GONE_WAIT_S = 5.0  # after SIGKILL, for a worker's process group to be gone from its node
+# SIGKILL the process group $1 and wait until none of it is left (dash's kill: no `--`, no `-s`)
+_END_GROUP = ('kill -KILL "-$1" 2>/dev/null; i=0; while kill -0 "-$1" 2>/dev/null; do '
+              f'[ "$i" -ge {int(GONE_WAIT_S * 10)} ] && {{ echo "process group $1 still there '
+              f'{GONE_WAIT_S:g} s after SIGKILL" >&2; exit 1; }}; i=$((i+1)); sleep 0.1; done')
 LIFETIME_MAX_S = 86400.0
 
 
 class _Ready(msgspec.Struct):
     ready: bool
     pid: int = 0
+    pgid: int = 0  # its process group on the node (an older worker's ready line lacks it)
     error: str = ""
 
 
@@ -72,27 +88,46 @@ class _Worker:
     conn: SshConnection | None = None
     stream: LineStream | None = None
     pid: int = 0
+    pgid: int = 0  # its process group on its node, over SSH (0: not known, an older worker's)
     starts: int = 0
     lacks_serve: bool = False  # the node's hc predates `hc bw serve` (a rolling upgrade): tests start per test
     job: OwnJob | None = None  # the allocation srun asked for (outside hc's own): cancelled unless srun ended it
     command: str = ""  # how it was last started (the launcher's command line, or the one run over SSH)
     said: str = ""  # what it printed when it last failed to start, whole: the test's evidence
+    leftover: LineStream | None = None  # a retired worker not known to be gone (it may hold the pair port)
 
     def usable(self) -> bool:
         return self.stream is not None and not self.stream.ended
 
-    def retire(self) -> str:
-        """Close the stream (end of input: the worker ends); a later test starts a new one.
-        What cancelling srun's allocation said, where srun did not end by itself, else ''."""
+    def retire(self, in_test: bool = False) -> str:
+        """End the worker (module doc): end of input, or at once by force where it is
+        `in_test` (it never answered: it reads no input); a later test starts a new one.
+        What the run should hear: srun's allocation cancelled, a worker not gone, else ''."""
         with self.swap:  # close() may retire it beside a test that is still running
             stream, self.stream = self.stream, None
             job, self.job = self.job, None
         if stream is None:
             return ""
-        killed = stream.close()
+        killed = stream.close(0.0 if in_test else 3.0)
+        left = stream.still_running()
+        if left and (self.conn is None or self.pgid > 1):  # what can be checked again: before the next test
+            self.leftover = stream
+        self.pgid = 0
+        if left:
+            left = f"its worker (pid {self.pid}) was retired but may still run: {left}"
         if job is None:
+            return left
+        return "; ".join(filter(None, (left, job.settle(None if killed else stream.exit_status()))))
+
+    def still_there(self) -> str:
+        """'' once no retired worker of this node may still run (ended again where it can be)."""
+        if self.leftover is None:
             return ""
-        return job.settle(None if killed else stream.exit_status())
+        left = self.leftover.still_running()
+        if not left:
+            self.leftover = None
+            return ""
+        return f"its worker retired from an earlier test (pid {self.pid}) is still there: {left}"
 
 
 class WorkerPool:
@@ -136,8 +171,8 @@ class WorkerPool:
             for w in held:
                 w.lock.release()
 
-    def _retire(self, w: _Worker) -> None:
-        said = w.retire()
+    def _retire(self, w: _Worker, in_test: bool = False) -> None:
+        said = w.retire(in_test)
         if said:
             self.notes.append(f"{w.node}: {said}")
 
@@ -157,7 +192,7 @@ class WorkerPool:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(self.plan.pairs.timeout_s + self.config.main.ssh.connect_timeout_s + _GRACE_S)
+            t.join(self.plan.pairs.timeout_s + self.config.main.ssh.connect_timeout_s + self.plan.pairs.reply_grace_s)
         failed = [f"{w.node}: {started.get(w.node) or 'the worker did not start in time'}"
                   for w in workers if not w.usable()]
         if failed:
@@ -165,7 +200,8 @@ class WorkerPool:
             return None, Reason("; ".join(failed), said)
         test_id = uuid.uuid4().hex[:16]
         replies: dict[int, _Reply | str] = {}
-        deadline = time.monotonic() + self.plan.pairs.timeout_s + _GRACE_S
+        # past the test's timeout: for the reply of a rank that gave up (bandwidth.pairs.reply_grace_s)
+        deadline = time.monotonic() + self.plan.pairs.timeout_s + self.plan.pairs.reply_grace_s
 
         def one(rank: int, w: _Worker) -> None:
             replies[rank] = self._ask(w, test_id, rank, len(members), master, deadline)
@@ -179,7 +215,9 @@ class WorkerPool:
         for rank, w in enumerate(workers):
             got = replies.get(rank, "no reply")
             if isinstance(got, str) or got.exit != 0:
-                self._retire(w)  # never reused after a failure: the next test starts it afresh
+                # never reused after a failure: the next test starts it afresh. No reply: it is
+                # still inside the test, where it reads no input (killed at once)
+                self._retire(w, in_test=isinstance(got, str))
                 problems.append(f"{w.node}: {got if isinstance(got, str) else got.error or f'exit {got.exit}'}")
         first = replies.get(0)
         samples = first.report.samples if isinstance(first, _Reply) and first.report is not None else None
@@ -221,6 +259,9 @@ class WorkerPool:
         """Start w's worker (the caller holds w.lock); '' when it is ready, else why not."""
         self._retire(w)
         w.said = ""
+        left = w.still_there()
+        if left:  # it may hold the pair port: a test started beside it would meet EADDRINUSE
+            return left
         plan = self.plan
         kind = plan.pairs.launcher
         remote_hc = self.config.main.slurm.remote_hc if kind == "srun" else self.config.main.ssh.remote_hc
@@ -249,6 +290,9 @@ class WorkerPool:
             w.lacks_serve = "No such command 'serve'" in why + w.said
             return f"`{remote_hc} bw serve` did not start: {why}"
         w.pid = ready.pid
+        if kind == "ssh" and w.conn is not None and ready.pgid > 1:
+            w.pgid = ready.pgid
+            w.stream.end_with(functools.partial(_end_group, w.conn, w.pgid, self.config.main.ssh.connect_timeout_s))
         return ""
 
     def _last_words(self, w: _Worker) -> str:
@@ -324,6 +368,9 @@ class WorkerPool:
 
         def end(w: _Worker) -> None:
             self._retire(w)
+            left = w.still_there()  # one more try for a worker retired earlier that was not gone
+            if left:
+                self.notes.append(f"{w.node}: {left}")
             if w.conn is not None:
                 w.conn.close()
 
@@ -333,3 +380,14 @@ class WorkerPool:
         # a wedged srun: 3 s for its exit, kill_tree's 2 + 2 s, 2 s to reap, then scancel
         for t in threads:
             t.join(10 + self.config.main.slurm.command_timeout_s + 5)
+
+
+def _end_group(conn: SshConnection, pgid: int, connect_s: float) -> str:
+    """Kill a worker's process group on its node and wait until it is gone (bounded);
+    '' then, else why not."""
+    result = conn.run(("sh", "-c", _END_GROUP, "sh", str(pgid)), timeout_s=GONE_WAIT_S + connect_s + 2)
+    if result.ok:
+        return ""
+    said = result.stderr.strip()[-300:]
+    return (f"killing its process group {pgid} on the node: "
+            + (result.error or said or ("no answer" if result.timed_out else f"exit {result.returncode}")))

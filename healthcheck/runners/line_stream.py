@@ -6,7 +6,14 @@ What they share is the reading: stdout is cut into lines, a line the caller does
 want is skipped, and output is bounded: a stdout line longer than MAX_LINE, or more than
 MAX_LINE of text that never ends a line, ends the stream; the last STDERR_TAIL
 characters of stderr are kept to say why it ended. A carrier supplies `_pump` (read what
-arrived, waiting at most a moment), `_drain_stderr`, `_exited`, `send_line` and `close`.
+arrived, waiting at most a moment), `_drain_stderr`, `_exited`, `send_line`, `close` and
+`still_running`.
+
+Closing is end of input, which ends a command that is reading it; one that is not (inside
+a test that will never complete, or stopped) is ended by force: a launcher's tree by the
+carrier itself, a remote command by the caller's `end_with` (only it knows the command's
+process group on its node). `still_running` then says whether it is gone, so a caller
+that needs what the command held (a port) waits for that instead of assuming it.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class LineStream:
         self._eof = False
         self._closed = False
         self._closing = threading.Lock()
+        self._kill: Callable[[], str] | None = None
 
     # -- what a carrier supplies
 
@@ -52,13 +60,25 @@ class LineStream:
         raise NotImplementedError
 
     def close(self, wait_s: float = 3.0) -> bool:
-        """End of input, a moment for the command to end, then the carrier closed; idempotent.
-        True when the command had to be killed (it did not end at the end of its input)."""
+        """End of input, up to wait_s for the command to end (0: it is known not to read its
+        input), then it is killed, and the carrier closed; idempotent. True when the command
+        had to be killed (it did not end at the end of its input)."""
         raise NotImplementedError
 
     def exit_status(self) -> int | None:
         """The command's exit status once it ended (negative: the signal that killed it), else None."""
         raise NotImplementedError
+
+    def still_running(self) -> str:
+        """After close(): '' once the command is known to be gone, else why not (checked
+        again, and ended again where the carrier can, each time it is asked)."""
+        raise NotImplementedError
+
+    def end_with(self, kill: Callable[[], str]) -> None:
+        """How to end the command where end of input does not (it is inside a test, or hung)
+        and the carrier cannot itself: `kill` ends it and waits, bounded, until it is gone;
+        '' then, else why not. A launcher's tree is its carrier's to kill: it ignores this."""
+        self._kill = kill
 
     # -- shared
 

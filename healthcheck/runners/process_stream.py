@@ -11,8 +11,9 @@ stop (SIGINT, SIGTERM, SIGHUP) kills its tree first (runners/stop.py). Its task 
 it: the launcher's end closes the task's input, which ends the worker (mpirun's daemons
 also end their ranks). What a SIGKILLed srun cannot do is release an allocation it asked
 for: that is orchestrate/allocations.py's (a time limit, a cancel, the next sweep).
-Closing sends end-of-input (the worker's cue to end), waits a moment, then kills the
-launcher's whole tree; `close()` says whether it had to, and `exit_status()` how it
+Closing sends end-of-input (the worker's cue to end), waits a moment (none for a worker
+known not to read it: inside a test that will not complete), then kills the launcher's
+whole tree; `close()` says whether it had to, and `exit_status()` how it
 ended, so the caller can cancel an allocation srun did not give back (see pair_workers).
 """
 
@@ -158,6 +159,12 @@ class ProcessStream(LineStream):
 
     def exit_status(self) -> int | None:
         return self.proc.poll()
+
+    def still_running(self) -> str:
+        """The launcher's whole tree was killed by close(); its task ends with it (module doc)."""
+        if self.proc.poll() is not None:
+            return ""
+        return f"{os.path.basename(self.argv[0])} (pid {self.proc.pid}) did not end when killed"
 
 
 def _nothing() -> None:

@@ -24,13 +24,17 @@ FABRIC = """bandwidth:
   sizes: [256K]
   repeats: 1
   torch: {backend: gloo, iters: 3, warmup: 1}
-  pairs: {timeout_s: TIMEOUT}
+  pairs: {timeout_s: TIMEOUT, reply_grace_s: GRACE}
 """
+# what the hung tests wait past their timeout for a reply that never comes: the least the
+# config takes (a retired worker is ended before its node's next test, so no more is needed)
+SHORT_GRACE_S = 1.0
 
 
-def pool_for(site, timeout_s: int = 60) -> tuple[WorkerPool, pairs._Plan]:
+def pool_for(site, timeout_s: int = 60, reply_grace_s: float = 10.0) -> tuple[WorkerPool, pairs._Plan]:
     rig_yaml = site.dir / "fabrics" / "rig.yaml"
-    rig_yaml.write_text(rig_yaml.read_text() + FABRIC.replace("TIMEOUT", str(timeout_s)))
+    fabric = FABRIC.replace("TIMEOUT", str(timeout_s)).replace("GRACE", f"{reply_grace_s:g}")
+    rig_yaml.write_text(rig_yaml.read_text() + fabric)
     config = load_config(site.config)
     plan = pairs._Plan(config, "node1")
     plan.workers = WorkerPool(config, plan, 3)
@@ -56,6 +60,14 @@ def gone(pids, limit_s: float = 15) -> bool:
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     return not any(alive(p) for p in pids)
+
+
+def resume(pid: int) -> None:
+    """SIGCONT a worker this test stopped, if hc has not ended it already."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 def pids(pool: WorkerPool) -> dict[str, int]:
@@ -94,7 +106,8 @@ def test_a_killed_worker_costs_its_test_only_and_is_started_again(site):
 
 
 def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site):
-    pool, plan = got = pool_for(site)
+    pool, plan = got = pool_for(site, reply_grace_s=SHORT_GRACE_S)
+    assert plan.pairs.reply_grace_s == SHORT_GRACE_S
     started_with = plan.pairs
     stopped = None
     try:
@@ -106,17 +119,16 @@ def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site
         start = time.monotonic()
         samples, why = one_test(got, ["node1", "node3"])
         assert samples is None and "node3" in why, why
-        assert time.monotonic() - start < 5 + 10 + 15  # the test's timeout, its grace, and slack for 2 cores
+        assert time.monotonic() - start < 5 + SHORT_GRACE_S + 15  # the timeout, the grace, slack for 2 cores
         plan.pairs = started_with  # the next test starts node3's worker afresh: the start-up's timeout again
-        os.kill(stopped, signal.SIGCONT)  # its stream was closed: it reads the end of its input and ends
-        assert gone([stopped])
+        assert gone([stopped])  # stopped as it is, hc killed it (its process group) when it gave up on it
         stopped = None
         samples, why = one_test(got, ["node1", "node3"])
         assert samples, why
         assert pool.starts()["node3"] == 2
     finally:
         if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
+            resume(stopped)
         pool.close()
 
 
@@ -157,4 +169,33 @@ def test_a_node_whose_hc_has_no_bw_serve_gets_its_tests_started_per_test(site):
         assert pool.starts() == {"node1": 1, "node2": 1, "node3": 1}  # node2's serve tried once, not for its 2nd test
         assert pool._workers["node2"].lacks_serve
     finally:
+        pool.close()
+
+
+def test_a_hung_partner_leaves_no_worker_behind_and_the_nodes_next_test_runs_at_once(site):
+    """A test whose partner hung: hc retires both members' workers, and retiring ends them,
+    with their process groups, before run_test returns: the hung one (stopped: it reads
+    nothing) killed by its process group over SSH, the other (in its rendezvous, not reading
+    its input) too. So node1's pair port is free at once: node1's next test, as rank 0 on that
+    port, runs and measures instead of meeting EADDRINUSE from its old worker."""
+    pool, plan = got = pool_for(site, reply_grace_s=SHORT_GRACE_S)
+    started_with = plan.pairs
+    stopped = None
+    try:
+        assert one_test(got, ["node1", "node3"])[0]
+        first = pids(pool)
+        stopped = first["node3"]
+        os.kill(stopped, signal.SIGSTOP)
+        plan.pairs = msgspec.structs.replace(started_with, timeout_s=5)
+        samples, why = one_test(got, ["node1", "node3"])
+        assert samples is None and "node3" in why, why
+        plan.pairs = started_with
+        assert gone([stopped], limit_s=2), "the hung worker outlived its retirement"
+        stopped = None
+        assert gone([first["node1"]], limit_s=2), "node1's retired worker outlived its retirement"
+        samples, why = one_test(got, ["node1", "node2"])  # node1 is rank 0: the pair port is its
+        assert samples and why == "", why
+    finally:
+        if stopped is not None:
+            resume(stopped)
         pool.close()

@@ -69,6 +69,7 @@ def workers():
             ready = w.read()
             assert ready["ready"] is True and ready["backend"] == "gloo" and ready["device"] == "cpu"
             assert ready["pid"] == w.proc.pid
+            assert ready["pgid"] == os.getpgid(w.proc.pid)  # what hc kills where it gives up on a test
         return new
 
     yield start
@@ -129,6 +130,26 @@ def test_a_bad_request_is_refused_with_exit_4_and_the_worker_serves_on(workers, 
     a.send(request("alone", 0, _free_port(), sizes=[4096]) | {"world_size": 1})
     reply = a.read()
     assert (reply["id"], reply["exit"]) == ("alone", 0), reply
+    assert a.end() == 0
+
+
+def test_a_rendezvous_whose_partner_never_comes_is_exit_3_and_frees_the_port_at_once(workers):
+    """Rank 0 whose partner hung: its reply, exit 3 naming the rendezvous, comes as its own
+    timeout runs out, with the pair port free. Not HANDSHAKE_S later: the failed rendezvous
+    kept a reference to rank 0's store, which still listened on the port it then waited for,
+    so a worker hc had given up on held its node's pair port into the next test."""
+    from healthcheck.bandwidth.rendezvous import HANDSHAKE_S
+
+    (a,) = workers(1)
+    port = _free_port()
+    timeout_s = 2
+    start = time.monotonic()
+    a.send(request("alone", 0, port, timeout_s=timeout_s))
+    reply = a.read()
+    took = time.monotonic() - start
+    assert (reply["id"], reply["exit"]) == ("alone", 3) and "rendezvous at 127.0.0.1" in reply["error"], reply
+    assert _port_free(port)
+    assert took < timeout_s + HANDSHAKE_S, took  # it did not wait out the port it held itself
     assert a.end() == 0
 
 

@@ -126,6 +126,39 @@ def test_srun_workers_serve_every_test_each_on_its_own_node_and_end_with_the_swe
     assert not (tmp_path / "scancel.log").exists()  # each ended at the end of its input: nothing to cancel
 
 
+class _NotGoneOnce:
+    """A retired worker's stream (pair_workers._Worker.leftover) whose command was still
+    there after SIGKILL the first time it was asked, gone the next."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def still_running(self) -> str:
+        self.asked += 1
+        return "process group 4242 still there 5 s after SIGKILL" if self.asked == 1 else ""
+
+
+def test_a_retired_worker_not_known_gone_keeps_its_nodes_next_test_from_starting(tmp_path):
+    """Retiring ends a worker and waits (bounded) until it is gone; one that is not may still
+    hold the node's pair port. It is checked (and killed) again before its node's next test,
+    which is ERROR saying why instead of starting beside it; once it is gone, tests start."""
+    config, log = site(tmp_path, "srun")
+    workers = pool(config)
+    try:
+        w = workers._worker("n1")
+        w.pid, w.leftover = 4241, _NotGoneOnce()
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        assert samples is None, why
+        assert ("n1: its worker retired from an earlier test (pid 4241) is still there: process group 4242 "
+                "still there 5 s after SIGKILL") in why, why
+        assert [a for argv in launches(log) for a in argv if a.startswith("--nodelist=")] == ["--nodelist=n2"]
+        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")  # it is gone now: n1's worker starts
+        assert samples and why == "", why
+        assert w.leftover is None and workers.starts() == {"n1": 1, "n2": 1}
+    finally:
+        workers.close()
+
+
 def test_inside_an_allocation_srun_workers_are_steps_of_it(tmp_path, monkeypatch):
     config, log = site(tmp_path, "srun")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")

@@ -411,6 +411,11 @@ class PairSettings(Strict, frozen=True):
     group_size: Annotated[int, Meta(ge=2, le=1024)] = 8  # above it: groups of this many, then bisection
     port: Port = 29517  # the rendezvous port on each test's first node
     timeout_s: Seconds = 300.0  # one test between nodes, start-up included
+    # a persistent worker's reply may come this long past timeout_s (a rank that gave up at its
+    # own, shorter timeout still says why, late on a loaded node); one silent past it is hung:
+    # its test is ERROR naming it, and it is killed with its process group before its node's
+    # next test (nothing it held, the pair port, is left taken). Paid only by a test that hangs
+    reply_grace_s: Annotated[float, Meta(ge=1.0, le=600.0)] = 10.0
     localize: LocalizeLimits = LocalizeLimits()
 
     def problems(self) -> Iterator[Problem]:

@@ -4,8 +4,10 @@ reading and its bounds are line_stream.LineStream's.
 
 The command runs under the same `timeout -k` wrapper as every SSH command, with a
 lifetime instead of a per-command timeout. Closing sends end-of-input (the command's cue
-to end) and waits a moment for its exit; a command that outlives that is left to its
-wrapper and to the channel's close.
+to end) and waits a moment for its exit; a command that outlives that (one inside a test
+that will not complete reads no input) is ended by the caller's `end_with`, which kills
+its process group on the node by its id and waits until it is gone. Without one, it is
+left to its wrapper and to the channel's close, and `still_running` says so.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class RemoteStream(LineStream):
         super().__init__(node)
         self._chan = chan
         self._release = release
+        self._left = ""  # after close(): why the command may still run ('' once it is known gone)
         chan.settimeout(0.0)
 
     def _exited(self) -> bool:
@@ -70,20 +73,36 @@ class RemoteStream(LineStream):
         return self._chan.recv_exit_status() if self._chan.exit_status_ready() else None
 
     def close(self, wait_s: float = 3.0) -> bool:
-        """End of input, a moment for the command to end, then the channel closed; idempotent.
-        False: a command that outlives it is its `timeout -k` wrapper's to end, not ours."""
+        """End of input, up to wait_s for the command to end, then, where it did not, the
+        caller's `end_with`; the channel closed; idempotent. True when it had to be killed."""
         with self._closing:
             if self._closed:
                 return False
             self._closed = True
         try:
-            self._chan.shutdown_write()
-            self._chan.status_event.wait(wait_s)
-        except Exception:
-            pass
+            ended = self._end_of_input(wait_s)
+            if not ended and self._kill is not None:
+                self._left = self._kill()
+                return True
+            if not ended:
+                self._left = (f"it did not end within {wait_s:g} s of the end of its input, and hc knows "
+                              "no process group of it to kill: left to its `timeout` wrapper")
+            return False
         finally:
             try:
                 self._chan.close()
             finally:
                 self._release()
-        return False
+
+    def _end_of_input(self, wait_s: float) -> bool:
+        """Send end of input; True once the command's exit came back within wait_s."""
+        try:
+            self._chan.shutdown_write()
+            return bool(self._chan.status_event.wait(wait_s) if wait_s > 0 else self._chan.status_event.is_set())
+        except Exception:  # the transport went away: nothing came back
+            return False
+
+    def still_running(self) -> str:
+        if self._left and self._kill is not None:
+            self._left = self._kill()
+        return self._left
