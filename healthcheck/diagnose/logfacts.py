@@ -259,7 +259,7 @@ def failures_held(col: Collected) -> str:
             continue
         log = f.log
         counts["timeout"] += len(log.timeouts) + sum(1 for g in log.gloo if g.kind == "timeout")
-        counts["peer error"] += sum(1 for g in log.gloo if g.kind in ("peer-closed", "read-error"))
+        counts["peer error"] += sum(1 for g in log.gloo if g.kind in ("peer-closed", "read-error", "write-error"))
         counts["size mismatch"] += len(log.mismatches) + sum(1 for g in log.gloo if g.kind == "size-mismatch")
         counts["backend error"] += len(log.backend_errors)
         counts["exception"] += sum(1 for e in log.exceptions if e.framed or e.native)

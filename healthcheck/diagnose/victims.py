@@ -23,7 +23,7 @@ from healthcheck.diagnose.analysis import fact_rank
 from healthcheck.diagnose.sources import Collected
 
 # gloo facts that are a collective's failure seen by the rank that printed them
-_GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error")
+_GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error", "write-error")
 
 
 # torch.distributed functions that set a rank up rather than wait on its peers: an exception

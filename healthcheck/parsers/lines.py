@@ -35,7 +35,8 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
 
 Shapes mended, each by a small function of its own: CRLF and a stray CR (a progress bar
 redrawn: the text after the last CR), ANSI colour codes (also with their ESC lost in a
-paste, or cut at the end of a line), the ` \\` continuation on every line of a paste
+paste, or cut at the end of a line), a whole line in markdown's inline code
+(`` `...` ``: `uncoded`), the ` \\` continuation on every line of a paste
 and markdown's `> ` before every line of a quoted reply (each only when most lines carry
 it), a log viewer's line number `[1745] ` before every line (only where most lines carry
 one and the numbers count up line by line: `line_numbered`; never `[0]`), an editor's
@@ -174,6 +175,19 @@ def strip_ansi(text: str) -> str:
         return text
     text = _ANSI_CUT.sub("", text)
     return _ANSI.sub("", text)
+
+
+def uncoded(text: str) -> str:
+    """A line a writer put whole in markdown's inline code (`` `(RayWorkerWrapper pid=933, ...)
+    ... no error` ``, field/issues-9; `` `torchrun --nproc-per-node 1 ...` ``, issues-4):
+    the text inside, the indent kept. One backtick each end, none inside (a tool's own
+    quoting, `` `x` `` in a message, and a ``` fence stay)."""
+    body = text.strip()
+    if len(body) < 3 or body[0] != "`" or body[-1] != "`" or body[1] == "`" or body[-2] == "`":
+        return text
+    if "`" in body[1:-1]:
+        return text
+    return text[:len(text) - len(text.lstrip())] + body[1:-1]
 
 
 def quoted_paste(lines: Sequence[str]) -> bool:
@@ -373,7 +387,10 @@ _PROMPT = re.compile(
     r"(?:\([\w.\-]{1,64}\) )?"  # a conda/venv name
     r"(?:[\w.\-]{1,64}@[\w.\-]{1,64}(?::[^\s$#]{0,256})?\s?[$#%]"  # user@host:~$
     r"|\[[\w.\-]{1,64}@[\w.\-]{1,64}[^\]\n]{0,256}\][$#%]"  # [user@host dir]$
-    r"|\$|>>>|\+{1,3})"  # $ cmd, python's >>>, bash -x's + cmd
+    r"|\$|>>>|\+{1,3}"  # $ cmd, python's >>>, bash -x's + cmd
+    # oh-my-zsh's default theme: `➜  dir git:(branch) ✗ cmd`, `➜ nvidia-smi -a` (field/issues-9,
+    # issues' perfquery, issues-6's torch-log); the arrow alone starts it, never a tool's line
+    r"|\u279c)"
     r"(?: |$)",
     re.ASCII,
 )
@@ -382,7 +399,7 @@ _PROMPT = re.compile(
 def is_prompt(text: str) -> bool:
     """A shell prompt with the command typed after it, or a `set -x` trace line: what a
     paste carries before the tool's output, never the tool's."""
-    if text[:1] not in "$>+([" and "@" not in text[:140]:
+    if text[:1] not in "$>+([\u279c" and "@" not in text[:140]:
         return False
     return _PROMPT.match(text) is not None
 
@@ -785,7 +802,7 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
     `> `, a log viewer's line number, an editor's auto-links), each repair named in
     `repairs`."""
-    steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi)]
+    steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
     if quoted:
         steps.append(("continuation", drop_continuation))
     if reply:

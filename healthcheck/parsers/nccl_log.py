@@ -88,6 +88,7 @@ from healthcheck.parsers.lines import (
     starts,
     unindented,
 )
+from healthcheck.parsers.peers import PEER, endpoint
 
 MAX_PROCESSES = 65536
 MAX_COMMS = 65536
@@ -231,7 +232,11 @@ class NcclWarn(msgspec.Struct, frozen=True, omit_defaults=True):
     src: str = ""
     time: float | None = None
     stamp: str = ""
-    peer: str = ""  # ib-completion, socket: "10.0.0.5<33092>", "host<51159>"
+    peer: str = ""  # ib-completion, socket: "10.0.0.5<33092>", "host<51159>", as printed
+    # the peer's address and port (peers.endpoint: IPv4, IPv6 with its zone `fe80::1%ib0`, the
+    # IPv4-mapped `::ffff:10.1.1.1`, a host name; brackets taken off)
+    peer_address: str = ""
+    peer_port: int | None = None
     hca: str = ""  # ib-completion (>= 2.22 prints it)
     status: int | None = None  # ib-completion: ibv_wc_status
     vendor_err: int | None = None
@@ -593,7 +598,7 @@ _VERBS_DEV = re.compile(
 )
 _CUDA = re.compile(r"Cuda failure (?:(?P<code>-?\d{1,9}) )?'(?P<err>[^']{0,200})'?")
 # ncclSocketToString: "10.0.0.1<42830>", "host<51159>"; after "peer", "from", "to" (not "Call to recv")
-_PEER = re.compile(r"(?:peer|from|to) (\S{0,256}<\d{1,5}>)")
+_PEER = re.compile(rf"(?:peer|from|to) ({PEER})(?<=>)")  # NCCL's always with its `<PORT>`
 _SOCKET_SRC = ("misc/socket.cc", "transport/net_socket.cc", "socket.cc")
 _CONNECTION_WORDS = ("Connection closed by remote peer", "Connection refused", "Connection reset by peer",
                      " connect to ", "Connection timed out")
@@ -1184,6 +1189,9 @@ def _transport(via: str) -> str:
 
 
 def _warn(kind: WarnKind, p: NcclPrefix, number: int, text: str, **fields: Any) -> NcclWarn:
+    found = endpoint(fields["peer"]) if fields.get("peer") else None
+    if found is not None:
+        fields.update(peer_address=found.address, peer_port=found.port)
     return NcclWarn(kind=kind, line=number, host=p.host, pid=p.pid, text=text, tid=p.tid, dev=p.dev, src=p.src,
                     time=p.time, stamp=p.stamp, **fields)
 

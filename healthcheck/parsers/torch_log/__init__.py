@@ -33,7 +33,9 @@ shared/notes/diagnose.md sections 2 and 4):
 * gloo: `Connection closed by peer [ip]:port`, `connect [ip]:port: ERROR`, `Connect timeout
   [ip]:port`, `Timed out waiting Nms for recv|send operation to complete`,
   `op.preamble.length <= op.nbytes. X vs Y` / `Received data size doesn't match`, `Read
-  error [ip]:port: ...`.
+  error [ip]:port: ...`, `writev [ip]:port: ...`, `Gloo connectFullMesh failed with [SRC]
+  CAUSE`, any other `[enforce fail at .../gloo/...]` (gloo::EnforceNotMet); the peer by
+  parsers/peers.endpoint (IPv4, IPv6, a host name).
 * Flight Recorder: `Stack trace of the failed collective not found ... FlightRecorder is
   disabled`, the stack that is printed instead (`#0 all_reduce from FILE:LINE`), where a
   dump was written, dump signals between ranks.

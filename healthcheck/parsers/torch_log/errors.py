@@ -9,6 +9,7 @@ from typing import Any
 
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
+from healthcheck.parsers.peers import PEER, endpoint
 from healthcheck.parsers.torch_log.facts import (
     AddressInUse,
     BackendError,
@@ -46,13 +47,27 @@ _NCCL_RESULT = re.compile(
 )
 _VERSION_NUMBERS = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})")
-_GLOO_PEER = re.compile(r"Connection closed by peer \[([^\]\s]{1,128})\]:(\d{1,5})")
+# gloo's pair.cc and unbound_buffer.cc messages, each with the peer as gloo prints it
+# (peers.PEER: `[10.1.3.122]:42916`, `[::1]:54172`, `[none]`)
+_GLOO_PEER = re.compile(rf"Connection closed by peer ({PEER})")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d{1,20})ms for (\w{1,32}) operation")
 _GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d{1,20}) vs (\d{1,20})")
-_GLOO_CONNECT = re.compile(r"\bconnect \[([^\]\s]{1,128})\]:(\d{1,5}): ([^\n]{1,200})")
+_GLOO_CONNECT = re.compile(rf"\bconnect ({PEER}): ([^\n]{{1,200}})")
 # pair.cc's `Connect timeout [ADDR]:PORT`: the words first, the peer last (gloo's `[none]`: no peer known)
-_GLOO_CONNECT_TIMEOUT = re.compile(r"\b(Connect timeout) \[([^\]\s]{1,128})\]:(\d{1,5})")
-_GLOO_READ = re.compile(r"Read error \[([^\]\s]{1,128})\]:(\d{1,5}): ([^.\n]{0,200})")
+_GLOO_CONNECT_TIMEOUT = re.compile(rf"\b(Connect timeout) ({PEER})")
+_GLOO_READ = re.compile(rf"Read error ({PEER}): ([^.\n]{{0,200}})")
+# pair.cc's write(): `writev [::1]:54172: Connection reset by peer` (field/issues-9, a gtest's
+# gloo::IoException what())
+_GLOO_WRITE = re.compile(rf"\bwritev ({PEER}): ([^.\n]{{0,200}})")
+# ProcessGroupGloo's `Gloo connectFullMesh failed with [.../pair.cc:144] no error` (torch 2.0's
+# `[E ProcessGroupGloo.cpp:144]`, 2.7's `[rank1]:[E528 ...]`), `... pair.h:311] Connect timeout
+# [none]`: the group's setup could not reach its peers; gloo's own message after the source
+_GLOO_MESH = re.compile(r"(?:Gloo )?connectFullMesh failed with ")
+_GLOO_PEER_ANY = re.compile(PEER)
+_GLOO_SOURCE_AFTER = re.compile(r"\[([^\[\]\s]{1,600})\] ?")
+# gloo's GLOO_ENFORCE: `[enforce fail at .../gloo/transport/tcp/device.cc:84] ifa != nullptr.
+# Unable to find address for: ib0` (a size check has its own kind: _GLOO_SIZE)
+_GLOO_ENFORCE = re.compile(r"\[enforce fail at ([^\[\]\s]{1,600})\] ?")
 _NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
 _FR_PATH = re.compile(r"debug info to (?:file: )?(\S{1,1024})")
 _FR_PATH_ERROR = re.compile(r"(?:writing NCCLPG debug info|Flight Recorder debug info(?: to file)?): (\S{1,1024})")
@@ -152,17 +167,26 @@ def _gloo_source(b: str, at: int) -> str:
     return basename(inside) if "/gloo/" in inside else ""
 
 
-def _gloo(state: TorchState, line: Line, kind: GlooKind, at: int, **fields: Any) -> None:
-    state.add("gloo", GlooError(**where(line), kind=kind, source=_gloo_source(line.text, at), **fields))
+def _gloo(state: TorchState, line: Line, kind: GlooKind, at: int, source: str | None = None,
+          **fields: Any) -> None:
+    source = _gloo_source(line.text, at) if source is None else source
+    state.add("gloo", GlooError(**where(line), kind=kind, source=source, **fields))
+
+
+def _peer(token: str) -> dict[str, Any]:
+    """GlooError's peer and port from gloo's `[ADDR]:PORT` (none for `[none]`)."""
+    found = endpoint(token)
+    return {"peer": found.address, "port": found.port} if found else {}
 
 
 def read_gloo(state: TorchState, line: Line) -> bool:
     """gloo's transport errors (GlooError's kinds), each with pair.cc's source line."""
+    if _gloo_mesh(state, line):
+        return True  # its own message (a connect's, a timeout's) is that failure's cause, not another
     b = line.text
     found = False
     for m in _GLOO_PEER.finditer(b):
-        _gloo(state, line, "peer-closed", m.start(), peer=m.group(1), port=to_int(m.group(2)),
-              message=rest_of(b, m.start()))
+        _gloo(state, line, "peer-closed", m.start(), **_peer(m.group(1)), message=rest_of(b, m.start()))
         found = True
     for m in _GLOO_TIMEOUT.finditer(b):
         _gloo(state, line, "timeout", m.start(), operation=m.group(2), timeout_ms=to_int(m.group(1)),
@@ -174,31 +198,60 @@ def read_gloo(state: TorchState, line: Line) -> bool:
         _gloo(state, line, "size-mismatch", at, received_bytes=to_int(size.group(1)) if size else None,
               expected_bytes=to_int(size.group(2)) if size else None, message=rest_of(b, at))
         found = True
+    elif _gloo_enforce(state, line):
+        found = True
     return _gloo_connects(state, line) or found
 
 
 def _gloo_connects(state: TorchState, line: Line) -> bool:
-    """pair.cc's `connect [ADDR]:PORT: ERROR`, `Connect timeout [ADDR]:PORT`, `Read error [ADDR]:PORT: ...`."""
+    """pair.cc's `connect [ADDR]:PORT: ERROR`, `Connect timeout [ADDR]:PORT`, `Read error
+    [ADDR]:PORT: ...`, `writev [ADDR]:PORT: ...`."""
     b = line.text
     found = False
     for m in _GLOO_CONNECT.finditer(b):
-        _gloo(state, line, "connect", m.start(), peer=m.group(1), port=to_int(m.group(2)),
-              message=clip(m.group(3).strip(), MESSAGE_MAX))
+        _gloo(state, line, "connect", m.start(), **_peer(m.group(1)), message=clip(m.group(2).strip(), MESSAGE_MAX))
         found = True
     for m in _GLOO_CONNECT_TIMEOUT.finditer(b):
-        _gloo(state, line, "connect", m.start(), peer=m.group(2), port=to_int(m.group(3)), message=m.group(1))
+        _gloo(state, line, "connect", m.start(), **_peer(m.group(2)), message=m.group(1))
         found = True
-    for m in _GLOO_READ.finditer(b):
-        _gloo(state, line, "read-error", m.start(), peer=m.group(1), port=to_int(m.group(2)),
-              message=clip(m.group(3).strip(), MESSAGE_MAX))
-        found = True
+    io: tuple[tuple[GlooKind, re.Pattern[str]], ...] = (("read-error", _GLOO_READ), ("write-error", _GLOO_WRITE))
+    for kind, pattern in io:
+        for m in pattern.finditer(b):
+            _gloo(state, line, kind, m.start(), **_peer(m.group(1)), message=clip(m.group(2).strip(), MESSAGE_MAX))
+            found = True
     return found
+
+
+def _gloo_mesh(state: TorchState, line: Line) -> bool:
+    """`Gloo connectFullMesh failed with [.../pair.cc:144] no error` (_GLOO_MESH): kind
+    connect, operation connectFullMesh, the source and the peer gloo's own message names."""
+    b = line.text
+    m = _GLOO_MESH.search(b)
+    if m is None:
+        return False
+    inner = _GLOO_SOURCE_AFTER.match(b, m.end())
+    cause = b[inner.end() if inner else m.end():]
+    peer = _GLOO_PEER_ANY.search(cause, 0, 400)
+    _gloo(state, line, "connect", m.start(), source=basename(inner.group(1)) if inner else "",
+          operation="connectFullMesh", **(_peer(peer.group(0)) if peer else {}), message=rest_of(b, m.start()))
+    return True
+
+
+def _gloo_enforce(state: TorchState, line: Line) -> bool:
+    """gloo's `[enforce fail at .../gloo/...:N] CONDITION. MESSAGE` (gloo::EnforceNotMet's what())."""
+    b = line.text
+    m = _GLOO_ENFORCE.search(b)
+    if m is None or "/gloo/" not in m.group(1):
+        return False
+    _gloo(state, line, "enforce", m.start(), source=basename(m.group(1)), message=rest_of(b, m.end()))
+    return True
 
 
 def _gloo_words(b: str) -> bool:
     return ("Connection closed by peer" in b or "Timed out waiting" in b or "op.preamble.length" in b
             or "Received data size doesn't match" in b or "Read error [" in b or "connect [" in b
-            or "Connect timeout [" in b)
+            or "Connect timeout [" in b or "writev [" in b or "connectFullMesh failed" in b
+            or "[enforce fail at " in b)
 
 
 # ---------------------------------------------------------------- the Flight Recorder

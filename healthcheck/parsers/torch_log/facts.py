@@ -161,19 +161,24 @@ class BackendError(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
     watchdog: bool = False
 
 
-GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error", "connect"]
+GlooKind = Literal["peer-closed", "timeout", "size-mismatch", "read-error", "write-error", "connect", "enforce"]
 
 
 class GlooError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """A gloo transport error; `source` is gloo's `pair.cc:598` (the line varies by release).
     connect: pair.cc's `connect [ADDR]:PORT: ERROR` (the peer it could not reach, and why) or
-    `Connect timeout [ADDR]:PORT` (message "Connect timeout")."""
+    `Connect timeout [ADDR]:PORT` (message "Connect timeout"), or ProcessGroupGloo's `Gloo
+    connectFullMesh failed with [SOURCE] CAUSE` (operation "connectFullMesh": the group's
+    setup; the source and peer are its cause's). read-error, write-error: pair.cc's `Read
+    error [ADDR]:PORT: ERRNO TEXT`, `writev [ADDR]:PORT: ...`. enforce: any other
+    `[enforce fail at .../gloo/...]` (gloo::EnforceNotMet). peer, port: peers.endpoint's
+    (IPv4, IPv6 without brackets, a host name)."""
 
     kind: GlooKind
     source: str = ""
     peer: str = ""  # the peer's address, without brackets
     port: int | None = None
-    operation: str = ""  # recv, send (timeouts)
+    operation: str = ""  # recv, send (timeouts); connectFullMesh (connect)
     timeout_ms: int | None = None
     received_bytes: int | None = None  # size mismatch: op.preamble.length
     expected_bytes: int | None = None  # size mismatch: op.nbytes

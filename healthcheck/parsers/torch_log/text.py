@@ -4,6 +4,7 @@ bounded: a hostile line costs its length."""
 from __future__ import annotations
 
 from healthcheck.core.inputs import clip
+from healthcheck.parsers.peers import endpoint
 
 MAX_LINE = 16_384  # characters of a line that are read
 MESSAGE_MAX = 300  # characters of a message kept
@@ -89,10 +90,12 @@ def type_before(body: str, start: int) -> str:
 
 
 def host_port(text: str) -> str:
-    """`[::ffff:127.0.0.1]:30520` -> `127.0.0.1:30520`; `[::1]:80` -> `::1:80`."""
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]")
-    return f"{host.removeprefix('::ffff:')}:{port}"
+    """`[::ffff:127.0.0.1]:30520` -> `127.0.0.1:30520`; `[::1]:80` -> `::1:80` (peers.endpoint's
+    forms; a text that is none of them as it is)."""
+    found = endpoint(text)
+    if found is None or found.port is None:
+        return text
+    return f"{found.address.removeprefix('::ffff:')}:{found.port}"
 
 
 def message_from(body: str, opening: str, at: int) -> str:
