@@ -642,6 +642,14 @@ def _pylog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+def glog_stamp(stamp: str) -> str:
+    """A glog stamp's `MMDD hh:mm:ss.frac` with its month in two digits: c10's own logger
+    (torch 2.4+, no glog) prints the date as the number `month * 100 + day`, unpadded, so
+    January 8 is `108` (`[E108 20:04:34.467642512 socket.cpp:957]`, field/issues-10) where
+    glog writes `0108`; the day always has two digits, so three digits are M DD."""
+    return "0" + stamp if stamp[3:4] == " " else stamp
+
+
 def _glog(body: str, taken: _Taken) -> int:
     first = body[:1]
     if first == "[":
@@ -654,7 +662,7 @@ def _glog(body: str, taken: _Taken) -> int:
         return 0
     fields: dict[str, object] = {"level": m.group(1), "source": m.group(3), "logger": "c10" if first == "[" else "glog"}
     if m.group(2) and "stamp" not in taken.kinds:
-        fields.update(stamp=m.group(2), stamp_kind="glog")
+        fields.update(stamp=glog_stamp(m.group(2)), stamp_kind="glog")
     taken.take("glog", m.group(0), **fields)
     return m.end()
 
