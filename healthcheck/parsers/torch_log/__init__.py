@@ -30,6 +30,8 @@ shared/notes/diagnose.md sections 2 and 4):
   e.g. `Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60`); `CUDA error:`.
   The `ncclXxx: <detail>` line of one of NCCL's results with no `NCCL error in:` before it
   (a paste cut the head off) opens an NCCL error of its own, its last error read after it.
+  Those lines collapsed by a terminal onto the `NCCL error` line, each break become a run
+  of blanks, are split back before each (reader.COLLAPSED_LINES, lines.uncollapsed).
 * gloo: `Connection closed by peer [ip]:port`, `connect [ip]:port: ERROR`, `Connect timeout
   [ip]:port`, `Timed out waiting Nms for recv|send operation to complete`,
   `op.preamble.length <= op.nbytes. X vs Y` / `Received data size doesn't match`, `Read
