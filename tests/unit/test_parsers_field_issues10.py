@@ -11,13 +11,18 @@ import msgspec
 import pytest
 from support import CORPUS, FIXTURES, assert_linear
 
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers import parser_for
 from healthcheck.parsers.lines import collapsed_pieces
+from healthcheck.parsers.nvidia_smi_query import command_fields, parse_nvidia_smi_query
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.torch_log.reader import COLLAPSED_LINES
 
 FIELD10 = FIXTURES / "field" / "issues-10"
 COLLAPSED = FIELD10 / "torch-log" / "distbackenderror-collapsed-one-line-space-padded-remote-error-vendor-249.txt"
 NET_CLOSED = CORPUS / "torch-nccl-error" / "distbackenderror-internal-error-nccl-2.14.3-net-connection-closed.txt"
+NOHEADER = FIELD10 / "nvidia-smi-query-gpu" / "noheader-name-and-pci-device-id-h100-nvl.txt"
+ALL_FIELDS = CORPUS / "nvidia-smi-query-gpu" / "h100-590-all-fields-idle.txt"
 CUDA_999 = CORPUS / "torch-nccl-error" / "distbackenderror-nccl-2.26.2-unhandled-cuda-error-999-unknown.txt"
 
 
@@ -77,3 +82,46 @@ def test_splitting_collapsed_lines_is_linear(filler):
     assert_linear(split, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
     assert_linear(parse_torch_log, "NCCL error: x, NCCL version 2.20.5" + filler * (100_000 // len(filler)),
                   "NCCL error: x, NCCL version 2.20.5" + filler * (1_000_000 // len(filler)), what=filler)
+
+
+# ---------------------------------------------------------------- --format=csv,noheader with its command
+
+
+def test_noheader_output_reads_with_the_field_list_of_its_pasted_command():
+    """The real paste (akash-network/provider-configs PR 91): the command in inline code,
+    then its one row in a fence; its fields name no bus id, so the row is an `unnamed` GPU's
+    readings for `hc parse` (the probe asks for pci.bus_id and still refuses without it)."""
+    text = NOHEADER.read_text()
+    assert text.startswith("`nvidia-smi --query-gpu=name,pci.device_id --format=csv,noheader`")
+    facts = parser_for("nvidia-smi-query-gpu")(text)
+    assert facts.gpus == [] and [(g.name, g.query_fields) for g in facts.unnamed] == [
+        ("NVIDIA H100 NVL", {"name": "NVIDIA H100 NVL", "pci.device_id": "0x232110DE"})]
+    assert command_fields(text.split("\n")[0]) == ["name", "pci.device_id"]
+    with pytest.raises(ParseError, match="no pci.bus_id column"):
+        parse_nvidia_smi_query(text)
+
+
+def test_a_real_query_with_its_header_replaced_by_the_command_line_reads_the_same():
+    """A real --query-gpu capture, its header line replaced by the prompt and command that
+    asks for those fields with `noheader` (the transformation): the same GPUs."""
+    text = ALL_FIELDS.read_text()
+    header, rest = text.split("\n", 1)
+    fields = ",".join(cell.split(" [")[0] for cell in header.split(", "))
+    pasted = f"$ nvidia-smi --query-gpu={fields} --format=csv,noheader\n{rest}"
+    assert parser_for("nvidia-smi-query-gpu")(pasted).gpus == parse_nvidia_smi_query(text).gpus
+    assert parse_nvidia_smi_query(pasted).gpus == parse_nvidia_smi_query(text).gpus  # the probe's parse too
+
+
+def test_noheader_output_without_its_command_is_refused_as_before():
+    """The real row with the command line taken out: no header and no field list, the same
+    one-line reason."""
+    rows = "\n".join(NOHEADER.read_text().split("\n")[1:])
+    with pytest.raises(ParseError, match=r"^nvidia-smi --query-gpu: no CSV header line .*needs the field list$"):
+        parser_for("nvidia-smi-query-gpu")(rows)
+
+
+@pytest.mark.parametrize("filler", ["--query-gpu=a,", "--query-gpu ", "x--query-gpu=name,pci.device_id "])
+def test_looking_for_the_command_line_is_linear(filler):
+    def fields(text: str) -> object:
+        return command_fields(text)
+    assert_linear(fields, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
