@@ -46,6 +46,17 @@ def test_a_distbackenderror_collapsed_onto_one_line_reads_its_nccl_result_and_la
     assert error.detail.startswith("A call failed possibly due to a network error")
     assert error.last_error.startswith("NET/IB : Got completion from peer 172.21.17.89<38536> with error 5")
     assert error.last_error.endswith("vendor err 249")
+    assert (error.peer, error.port) == ("172.21.17.89", 38536)
+
+
+def test_the_peer_nccls_last_error_names_is_the_errors_peer():
+    """NCCL's last error names the far end (`Connection closed by remote peer user<50260>`,
+    a real DistBackendError; the IB completion error above): its address and port."""
+    [error] = parse_torch_log(NET_CLOSED.read_text()).backend_errors
+    assert (error.last_error, error.peer, error.port) == (
+        "Net : Connection closed by remote peer user<50260>", "user", 50260)
+    [cuda] = parse_torch_log(CUDA_999.read_text()).backend_errors
+    assert cuda.last_error and (cuda.peer, cuda.port) == ("", None)  # no peer named: none
 
 
 @pytest.mark.parametrize("path", [NET_CLOSED, CUDA_999])
