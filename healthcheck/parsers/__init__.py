@@ -27,7 +27,7 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "perfquery": ("healthcheck.parsers.perfquery", "parse_perfquery", "perfquery, perfquery -x, perfquery -E"),
     "nvidia-smi-q": ("healthcheck.parsers.nvidia_smi", "parse_nvidia_smi_q_pasted",
                      "nvidia-smi -q (also lines grep'd out of it)"),
-    "nvidia-smi-query-gpu": ("healthcheck.parsers.nvidia_smi_query", "parse_nvidia_smi_query",
+    "nvidia-smi-query-gpu": ("healthcheck.parsers.nvidia_smi_query", "parse_nvidia_smi_query_pasted",
                              "nvidia-smi --query-gpu=... --format=csv (every field kept)"),
     "nvidia-smi": ("healthcheck.parsers.nvidia_smi_table", "parse_nvidia_smi_table",
                    "nvidia-smi default table: GPUs, MIG devices, processes, ERR! cells (drivers 384-610)"),

@@ -61,7 +61,9 @@ which starts with `>`); `relabelled` (a label
 behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
 parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
 continuation lines, a message another tool quoted; `continues_bare`: one pasted without
-stamps over bare lines); `word_wrapped` (a next line a word
+stamps over bare lines); `uncollapsed` (a message's lines a terminal put side by side
+on one line, each break become a run of blanks: split before each run the parser's next
+line follows); `word_wrapped` (a next line a word
 wrap moved where the head's grammar expects more); `wrapped_word`/`rewrapped` (a table
 cell a terminal hard-wrapped); `is_elision` (a paste's `...`); `unindented` (a whole
 paste's indent); `python_logging` (`WARNING:torch...:`, `[INFO] date name: `: too
@@ -86,7 +88,7 @@ prefix; a line is cut at `max_line` characters before it is looked at.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -642,6 +644,14 @@ def _pylog(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+def glog_stamp(stamp: str) -> str:
+    """A glog stamp's `MMDD hh:mm:ss.frac` with its month in two digits: c10's own logger
+    (torch 2.4+, no glog) prints the date as the number `month * 100 + day`, unpadded, so
+    January 8 is `108` (`[E108 20:04:34.467642512 socket.cpp:957]`, field/issues-10) where
+    glog writes `0108`; the day always has two digits, so three digits are M DD."""
+    return "0" + stamp if stamp[3:4] == " " else stamp
+
+
 def _glog(body: str, taken: _Taken) -> int:
     first = body[:1]
     if first == "[":
@@ -654,7 +664,7 @@ def _glog(body: str, taken: _Taken) -> int:
         return 0
     fields: dict[str, object] = {"level": m.group(1), "source": m.group(3), "logger": "c10" if first == "[" else "glog"}
     if m.group(2) and "stamp" not in taken.kinds:
-        fields.update(stamp=m.group(2), stamp_kind="glog")
+        fields.update(stamp=glog_stamp(m.group(2)), stamp_kind="glog")
     taken.take("glog", m.group(0), **fields)
     return m.end()
 
@@ -1312,3 +1322,42 @@ def is_elision(text: str) -> bool:
     if body[:1] in "[(" and body[-1:] in "])":
         body = body[1:-1].strip()
     return bool(body) and set(body) <= _ELISION
+
+
+# ---------------------------------------------------------------- lines collapsed into one
+
+# a terminal (or a copy out of one) that put a message's lines side by side on one line,
+# each line break become a run of blanks padding the line out (field/issues-10's torch
+# DistBackendError: `... NCCL version 2.20.5  ncclRemoteError: ...<55 blanks>Last error:`)
+_BLANK_RUN = re.compile(r" {2,}")
+
+
+def collapsed_pieces(text: str, continues: re.Pattern[str]) -> list[str]:
+    """`text` split before each run of two or more blanks that one of the parser's lines
+    follows (`continues`: anchored where it is tried, bounded), where words come before
+    it: the lines a terminal collapsed into one, each its own again, the blanks dropped.
+    Linear: each run is found once and `continues` tried once after it."""
+    if "  " not in text:
+        return [text]
+    pieces: list[str] = []
+    start = 0
+    for m in _BLANK_RUN.finditer(text):
+        if continues.match(text, m.end()) and text[start:m.start()].strip():
+            pieces.append(text[start:m.start()])
+            start = m.end()
+    pieces.append(text[start:])
+    return pieces
+
+
+def uncollapsed(lines: Iterable[Line], continues: re.Pattern[str]) -> Iterator[Line]:
+    """The lines, each that a terminal collapsed out of several (`collapsed_pieces`) split
+    back into them: pieces of the same number, prefixes and labels (read as the same
+    rank's), repair "collapsed"; every other line as it was."""
+    for line in lines:
+        pieces = collapsed_pieces(line.text, continues)
+        if len(pieces) == 1:
+            yield line
+            continue
+        repairs = (*line.repairs, "collapsed")
+        for piece in pieces:
+            yield msgspec.structs.replace(line, text=piece, repairs=repairs)

@@ -5,7 +5,10 @@ Input: the CSV nvidia-smi prints, one row per GPU, with its header line
 subset and order of fields parses. Headers and values may carry units
 ("memory.total [MiB]", "81559 MiB"; `nounits` drops them from values). Without a
 header (`--format=csv,noheader`) the caller must say which fields were asked for:
-`parse_nvidia_smi_query(text, fields=[...])`.
+`parse_nvidia_smi_query(text, fields=[...])`; a paste that holds the command line
+(`` `nvidia-smi --query-gpu=name,pci.device_id --format=csv,noheader` ``, a prompt's
+`$ nvidia-smi --query-gpu=...`) names them itself: its `--query-gpu=` list is the
+columns where no header line is there (and no row of the table).
 
 Every column is kept: the ones the checks read become typed Gpu fields, and all of
 them (utilisation, clocks, power, encoder stats, whatever was asked for) are in
@@ -34,6 +37,7 @@ from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
     Gpu,
     GpuFacts,
+    GpuReadings,
     LostGpu,
     normalize_pci,
     throttle_names,
@@ -190,6 +194,20 @@ _FIELD_NAME = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$
 _KNOWN_NAMES = frozenset(n for names in _COLUMNS.values() for n in names) | set(_DRIVER_COLUMNS)
 
 
+# the command line pasted with its output: `--query-gpu=name,pci.device_id` (nvidia-smi
+# also takes `--query-gpu name,...`); the field names as _FIELD_NAME reads a header's
+_COMMAND_FIELDS = re.compile(r"--query-gpu[= ]([A-Za-z_][\w.]{0,127}(?:,[A-Za-z_][\w.]{0,127}){0,511})")
+
+
+def command_fields(line: str) -> list[str] | None:
+    """The fields a `nvidia-smi --query-gpu=...` command line on `line` asks for, lower
+    case; None where the line holds no such command."""
+    if "--query-gpu" not in line:
+        return None
+    m = _COMMAND_FIELDS.search(line)
+    return [name.lower() for name in m.group(1).split(",")] if m else None
+
+
 def _field_name(cell: str) -> str | None:
     """ "memory.total [MiB]" -> "memory.total"; a cell that is no field name -> None."""
     m = _FIELD_NAME.match(cell.strip())
@@ -289,25 +307,36 @@ def _table(lines: list[tuple[int, str]]) -> list[_CsvLine]:
     return table
 
 
+def _headed(
+    table: list[_CsvLine], named: list[str] | None, unread: UnrecognizedLines, first: str
+) -> tuple[list[str], list[_CsvLine]]:
+    """(column names, the lines after them): the header line's names (a line before it
+    counted in `unread`); without one, the fields the pasted command line `named`."""
+    at = next((i for i, row in enumerate(table) if _header(row.cells) is not None), None)
+    if at is None:
+        if named:
+            return named, table
+        raise ParseError(
+            f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(first.strip(), 60)!r});"
+            " --format=csv,noheader needs the field list"
+        )
+    for row in table[:at]:
+        note_unread(unread, row.number, row.text)
+    return _header(table[at].cells) or [], table[at + 1:]
+
+
 def _rows(
-    lines: list[tuple[int, str]], fields: Sequence[str] | None, unread: UnrecognizedLines
+    lines: list[tuple[int, str]], fields: Sequence[str] | None, unread: UnrecognizedLines,
+    named: list[str] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """(column names, data rows) of the CSV lines; a line before the header, or one with no
-    comma among rows of several columns, is no row of the table (counted in `unread`)."""
+    comma among rows of several columns, is no row of the table (counted in `unread`).
+    `named`: the fields of a `--query-gpu=` command line pasted with the output."""
     table = _table(lines)
     if not table:
         return [], []
     if fields is None:
-        at = next((i for i, row in enumerate(table) if _header(row.cells) is not None), None)
-        if at is None:
-            raise ParseError(
-                f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(lines[0][1].strip(), 60)!r});"
-                " --format=csv,noheader needs the field list"
-            )
-        columns = _header(table[at].cells) or []
-        for row in table[:at]:
-            note_unread(unread, row.number, row.text)
-        body = table[at + 1:]
+        columns, body = _headed(table, named, unread, lines[0][1])
     else:
         columns = [f.strip().lower() for f in fields]
         # the caller named the fields but the header is there too
@@ -321,10 +350,21 @@ def _rows(
     return columns, rows
 
 
-def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) -> GpuFacts:
+def parse_nvidia_smi_query_pasted(text: str) -> GpuFacts:
+    """`hc parse nvidia-smi-query-gpu`: also a paste whose command line's fields name no bus id
+    (`--query-gpu=name,pci.device_id`, no header): its rows are `unnamed` GPUs' readings,
+    which GPU each is of not known.
+    (The probe asks for pci.bus_id and reads only rows it names.)"""
+    return parse_nvidia_smi_query(text, unnamed=True)
+
+
+def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None, unnamed: bool = False) -> GpuFacts:
     """`nvidia-smi --query-gpu=... --format=csv` -> GpuFacts (source "nvidia-smi --query-gpu").
 
-    `fields`: the names passed to --query-gpu, for output without a header line.
+    `fields`: the names passed to --query-gpu, for output without a header line (else
+    a `--query-gpu=` command line in the text names them). `unnamed`: rows without a
+    pci.bus_id column, their fields named by a pasted command line, are `unnamed` readings
+    rather than refused.
     ParseError on empty output, garbage, or rows that cannot be matched to columns.
     """
     if not text or not text.strip():
@@ -333,12 +373,17 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
     init_error: str | None = None
     no_devices = False
     csv_lines: list[tuple[int, str]] = []
+    named: list[str] | None = None  # the fields of the command line pasted with the output
     # through the line layer: srun's `N: ` labels, colour codes, CRLF and a prompt line come
     # off; timestamps stay on, since `--query-gpu=timestamp,...` starts each row with one
     for read in read_lines(text.replace("\x00", ""), stamps=False):
+        line = read.text
+        asked = command_fields(line)
+        if asked is not None:
+            named = named or asked
+            continue  # the command (after a prompt, in inline code): no row of the table
         if read.noise:
             continue  # a shell prompt or command echo before the output: the paste's, no GPU's
-        line = read.text
         gone = lost_gpu_from_line(line)
         failure = failure_from_line(line) if gone is None else None
         if gone is not None:
@@ -356,9 +401,28 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None) ->
         if init_error is not None:
             return GpuFacts(source=SOURCE, init_error=init_error)
     unread = UnrecognizedLines()
-    columns, rows = _rows(csv_lines, fields, unread)
-    facts = _facts(columns, rows, lost, init_error)
+    columns, rows = _rows(csv_lines, fields, unread, named)
+    # the columns a pasted command named (no header: `_headed` gave its list), no bus id among
+    # them: what was asked for says these rows are GPUs'; a header-like line of another tool's
+    # text (`launch.`) without a bus id is still refused
+    if unnamed and rows and columns is named and not any(n in columns for n in _COLUMNS["pci_bus_id"]):
+        facts = _unnamed_facts(columns, rows, lost)
+    else:
+        facts = _facts(columns, rows, lost, init_error)
     return msgspec.structs.replace(facts, unrecognized=unread.frozen_or_nothing()) if unread.count else facts
+
+
+def _unnamed_facts(columns: list[str], rows: list[list[str]], lost: list[LostGpu]) -> GpuFacts:
+    """Rows of fields that name no bus id: each GPU's readings, in the order printed
+    (`GpuFacts.unnamed`); which GPU each is of is not known, so none is in `gpus`."""
+    readings = []
+    for cells in rows:
+        if len(cells) > len(columns):
+            raise ParseError(f"nvidia-smi --query-gpu: a row has {len(cells)} values for {len(columns)} columns")
+        readings.append(GpuReadings(**_gpu_fields(dict(zip(columns, cells, strict=False)))))
+    first = dict(zip(columns, rows[0], strict=False))
+    return GpuFacts(source=SOURCE, unnamed=readings, lost=assign_indexes([], lost)[1],
+                    driver_version=parse_version(_pick(first, _DRIVER_COLUMNS)))
 
 
 def _facts(

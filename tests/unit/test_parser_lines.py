@@ -66,6 +66,22 @@ def test_real_srun_label_and_torch_rank_and_c10_glog_are_taken_off():
     assert line.labels == WATCHDOG[: len(WATCHDOG) - len(line.text)] and line.raw == WATCHDOG
 
 
+def test_c10_glog_stamp_of_a_one_digit_month_keeps_its_month_and_day():
+    """c10's logger prints the date as `month * 100 + day`, unpadded: `E108` is January 8
+    (field/issues-10's torch 2.4 socket.cpp line), read as glog's `0108`; a two-digit
+    month (`E1016`, the corpus) is as printed."""
+    january = (FIXTURES / "field/issues-10/torch-log/c10d-socket-cpp-957-client-timeout-900s-then-torchrun-traceback.txt"
+               ).read_text().splitlines()[0]
+    assert january.startswith("[E108 20:04:34.467642512 socket.cpp:957] ")
+    line = one(january)
+    assert (line.stamp, line.stamp_kind, line.source) == ("0108 20:04:34.467642512", "glog", "socket.cpp:957")
+    assert line.text.startswith("[c10d] The client socket has timed out")
+    assert one(WATCHDOG).stamp.startswith("0617 ")  # `[E617`: June 17
+    october = _real(CORPUS / "torch-watchdog" / "pg3-allgather-base-seq9141-timeout-at-nccl-work-report.txt",
+                    "[rank1]:[E1016")
+    assert one(october).stamp == "1016 03:31:38.928019586"  # two-digit months as printed
+
+
 def test_real_ray_worker_prefix_is_the_runner():
     line = one(RAY)
     assert line.runner == "(WorkerDict pid=3943529)" and line.rank == 0

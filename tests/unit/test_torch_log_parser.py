@@ -179,7 +179,7 @@ def test_watchdog_2_6_under_ray_failure_at_and_flight_recorder_off():
     log = parse("torch-watchdog/ray-workerdict-allreduce-seq1-pg-guid-fr-disabled.txt")
     t = log.timeouts[0]
     assert (t.rank, t.pg_rank, t.seq, t.op_type, t.numel_in, t.timeout_ms, t.ran_for_ms, t.time) == (
-        4, 4, 1, "ALLREDUCE", 1, 600000, 600015, "519 04:35:55.111951168")
+        4, 4, 1, "ALLREDUCE", 1, 600000, 600015, "0519 04:35:55.111951168")
     p = log.progress[0]
     assert (p.kind, p.seq, p.last_enqueued, p.last_completed, p.pg_desc) == ("failure-at", 1, 1, -1, "default_pg")
     assert [(n.kind, n.rank, n.line) for n in log.flight_recorder] == [("disabled", 4, 5)]
@@ -743,7 +743,7 @@ def test_lines_glued_to_a_progress_bar():
             "NumelIn=1259621, NumelOut=1259621, Timeout(ms)=600000) ran for 600000 milliseconds before timing out.\n"
             "step 1/9 30%\r[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
     log = parse_torch_log(text)
-    assert [(t.rank, t.time, t.seq) for t in log.timeouts] == [(0, "709 17:05:38.162555850", 20585)]
+    assert [(t.rank, t.time, t.seq) for t in log.timeouts] == [(0, "0709 17:05:38.162555850", 20585)]
     assert [(e.rank, e.type) for e in log.exceptions] == [(2, "RuntimeError")]
     assert [(b.rank, b.kind, b.exception, b.reason) for b in log.backend_errors] == [
         (2, "cuda", "RuntimeError", "an illegal memory access was encountered")]

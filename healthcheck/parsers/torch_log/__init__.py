@@ -27,9 +27,12 @@ shared/notes/diagnose.md sections 2 and 4):
 * NCCL errors as torch raises them: `NCCL error in: FILE:LINE, <reason>, NCCL version V`
   (DistBackendError, RuntimeError before 2.1, or inside a watchdog exception), then
   `ncclXxx: <detail>`, `Last error:` and the line after it (NCCL's own last error,
-  e.g. `Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60`); `CUDA error:`.
+  e.g. `Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60`; the peer it
+  names, `Got completion from peer 172.21.17.89<38536>`, as `peer` and `port`); `CUDA error:`.
   The `ncclXxx: <detail>` line of one of NCCL's results with no `NCCL error in:` before it
   (a paste cut the head off) opens an NCCL error of its own, its last error read after it.
+  Those lines collapsed by a terminal onto the `NCCL error` line, each break become a run
+  of blanks, are split back before each (reader.COLLAPSED_LINES, lines.uncollapsed).
 * gloo: `Connection closed by peer [ip]:port`, `connect [ip]:port: ERROR`, `Connect timeout
   [ip]:port`, `Timed out waiting Nms for recv|send operation to complete`,
   `op.preamble.length <= op.nbytes. X vs Y` / `Received data size doesn't match`, `Read

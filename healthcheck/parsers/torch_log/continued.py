@@ -8,6 +8,7 @@ import re
 
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Line
+from healthcheck.parsers.peers import PEER, endpoint
 from healthcheck.parsers.torch_log.state import TorchState, rank_key
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX
 
@@ -16,6 +17,8 @@ FRAMES_MAX = 32  # Flight Recorder frames kept of one stack
 _NCCL_DETAIL = re.compile(r"(nccl[A-Z]\w{0,63}): ?(.*)")
 _FR_FRAME = re.compile(r"#\d{1,6} \S")
 _LAST_ERROR = "Last error:"
+# the peer in NCCL's last error: `Got completion from peer ADDR<PORT>`, `closed by remote peer ADDR<PORT>`
+_LAST_PEER = re.compile(rf"\bpeer ({PEER})")
 _WHAT = "what():"
 
 
@@ -29,7 +32,7 @@ def read_nccl_detail(state: TorchState, line: Line) -> bool:
         return False
     b = line.text
     if o.expect_last:
-        state.amend("backend_errors", o.index, last_error=clip(b.strip(), MESSAGE_MAX))
+        state.amend("backend_errors", o.index, **_last_error(b))
         state.close("backend", o.key)
         return True
     m = _NCCL_DETAIL.match(b)
@@ -39,7 +42,7 @@ def read_nccl_detail(state: TorchState, line: Line) -> bool:
     if b.startswith(_LAST_ERROR):
         rest = b[len(_LAST_ERROR):].strip()
         if rest:
-            state.amend("backend_errors", o.index, last_error=clip(rest, MESSAGE_MAX))
+            state.amend("backend_errors", o.index, **_last_error(rest))
             state.close("backend", o.key)
         else:
             o.expect_last = True
@@ -47,6 +50,16 @@ def read_nccl_detail(state: TorchState, line: Line) -> bool:
     if o.key == key:  # a line with no prefix leaves a prefixed rank's error open
         state.close("backend", o.key)
     return False
+
+
+def _last_error(text: str) -> dict[str, object]:
+    """NCCL's last error as a BackendError's fields: the text, and the peer it names."""
+    fields: dict[str, object] = {"last_error": clip(text.strip(), MESSAGE_MAX)}
+    m = _LAST_PEER.search(text, 0, MESSAGE_MAX)
+    found = endpoint(m.group(1)) if m else None
+    if found is not None:
+        fields.update(peer=found.address, port=found.port)
+    return fields
 
 
 def read_what(state: TorchState, line: Line) -> bool:

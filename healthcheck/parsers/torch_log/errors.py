@@ -42,9 +42,8 @@ _CUDA_ERROR = re.compile(r"CUDA error: ([^\n]{1,300})")
 # NCCL's result name and torch's detail for it, the lines torch prints after `NCCL error in:`;
 # alone where a paste (or a wrapper printing only the exception's last lines) cut the head:
 # `ncclUnhandledCudaError: Call to CUDA function failed.` (the names of NCCL's ncclResult_t)
-_NCCL_RESULT = re.compile(
-    r"(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)): (.{1,512})"
-)
+NCCL_RESULTS = r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)"
+_NCCL_RESULT = re.compile(rf"({NCCL_RESULTS}): (.{{1,512}})")
 _VERSION_NUMBERS = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})")
 # gloo's pair.cc and unbound_buffer.cc messages, each with the peer as gloo prints it

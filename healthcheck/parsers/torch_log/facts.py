@@ -158,6 +158,10 @@ class BackendError(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
     nccl_error: str = ""  # "ncclInvalidUsage"
     detail: str = ""  # "This usually reflects invalid usage of NCCL library."
     last_error: str = ""  # NCCL's last error: "Duplicate GPU detected : rank 0 and ..."
+    # the peer NCCL's last error names (`NET/IB : Got completion from peer 172.21.17.89<38536>`,
+    # `Connection closed by remote peer user<50260>`): peers.endpoint's address and port
+    peer: str = ""
+    port: int | None = None
     watchdog: bool = False
 
 

@@ -34,6 +34,7 @@ from healthcheck.parsers.lines import (
     read_every,
     read_lines,
     relabelled,
+    uncollapsed,
     without_ray_repeat,
 )
 from healthcheck.parsers.torch_log import agent, box, errors, steps, tracebacks, watchdog
@@ -134,6 +135,15 @@ def word_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
         yield held
 
 
+# ---------------------------------------------------------------- lines collapsed into one
+
+# the lines of an NCCL error torch raises, each the start of a line a terminal may have put
+# beside the one before it (lines.uncollapsed; field/issues-10's DistBackendError): NCCL's
+# result name and its detail, `Last error:`, the C++ exception's `Exception raised from` and
+# its `frame #N:` lines
+COLLAPSED_LINES = re.compile(rf"{errors.NCCL_RESULTS}: |Last error:|Exception raised from |frame #\d{{1,6}}: ")
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -210,7 +220,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True) for line in read_lines(text, max_line=MAX_LINE) if not line.noise]
-    for line in word_unwrapped(hard_unwrapped(lines, wrap_width(lines))):
+    for line in word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)), COLLAPSED_LINES)):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)
