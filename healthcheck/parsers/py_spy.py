@@ -222,7 +222,45 @@ def collective(frames: tuple[PySpyFrame, ...]) -> str | None:
                 return name
         elif f.native and native is None and f.name.startswith("c10d::"):
             native = f.name.partition("(")[0].rsplit("::", 1)[-1][:MAX_NAME] or "c10d"
-    return native
+    return native or hidden_collective(frames)
+
+
+# A wait on a collective with no c10d frame of its own, told by the locals py-spy
+# `--locals` shows (a type's name and an address, no value):
+# - `req.wait()` on the Work of an isend/irecv/async collective: `wait` is native, so the
+#   program's own frame is innermost, holding the Work;
+# - DDP's gradient all_reduce: the reducer launches it from an autograd hook and waits for
+#   it at the end of `backward()`, so the stack ends in autograd's engine, and a caller
+#   holds the DistributedDataParallel model.
+_WORK_REPRS = ("<torch._C._distributed_c10d.Work ", "<Work ")
+_DATA_PARALLEL_REPRS = ("<DistributedDataParallel ", "<FullyShardedDataParallel ")
+BACKWARD_FRAMES = frozenset({"_engine_run_backward", "run_backward"})
+AUTOGRAD_FILES = ("torch/autograd/graph.py", "torch/autograd/__init__.py")
+
+
+def _holds(frame: PySpyFrame, prefixes: tuple[str, ...]) -> bool:
+    return any((v.repr or "").startswith(prefixes) for v in frame.locals)
+
+
+def in_backward(frames: tuple[PySpyFrame, ...]) -> bool:
+    """The stack is inside autograd's backward (`loss.backward()`)."""
+    return any(f.name.rsplit(".", 1)[-1] in BACKWARD_FRAMES and (f.file or f.filename).endswith(AUTOGRAD_FILES)
+               for f in frames if not f.native)
+
+
+def hidden_collective(frames: tuple[PySpyFrame, ...]) -> str | None:
+    """"wait" where the innermost program frame (under native frames only) holds a c10d
+    Work; "backward" where the stack is in autograd's backward and a caller holds a
+    DistributedDataParallel/FSDP model; None otherwise (or without locals)."""
+    for f in frames:
+        if f.native:
+            continue
+        if not f.library and _holds(f, _WORK_REPRS):
+            return "wait"
+        break
+    if in_backward(frames) and any(_holds(f, _DATA_PARALLEL_REPRS) for f in frames):
+        return "backward"
+    return None
 
 
 # ---------------------------------------------------------------- text
