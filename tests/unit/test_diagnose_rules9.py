@@ -15,6 +15,7 @@ import pytest
 from support import FIXTURES, diagnose_saved, named_ranks
 from test_diagnose_sampling import LIVE_BOUND_S, Job, _odd, needs_jobs
 
+from healthcheck.diagnose.jsonlines import as_text_line, is_json_lines
 from healthcheck.diagnose.logprogress import logs_progress
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyLocal, collective
 
@@ -50,6 +51,24 @@ def test_ranks_in_an_isend_or_irecv_wait_are_waiters_and_the_relay_stage_is_stuc
     # its irecv's: only the program's own frame shows (wait is native). hc named nobody.
     v = diagnose_saved(SCEN / "relay-w3-r1")
     assert named_ranks(v) == [1], v.summary
+    assert v.cls == "stuck-rank", v.summary
+
+
+def test_a_wait_chained_on_an_irecv_is_read_from_the_source_line(tmp_path):
+    # `dist.irecv(x, src=1).wait()`: no local holds the Work; the frame's own line says it.
+    # py-spy's paths are the capture's: pointed at this checkout's script, locals dropped
+    case = tmp_path / "relaychain"
+    shutil.copytree(SCEN / "relaychain-w4-r2", case)
+    for f in case.glob("py-spy-rank*.json"):
+        threads = json.loads(f.read_text())
+        for t in threads:
+            for fr in t["frames"]:
+                fr["locals"] = None
+                if fr["filename"].endswith("rules9_job.py"):
+                    fr["filename"] = str(JOB)
+        f.write_text(json.dumps(threads))
+    v = diagnose_saved(case)
+    assert named_ranks(v) == [2], v.summary
     assert v.cls == "stuck-rank", v.summary
 
 
@@ -104,3 +123,33 @@ def test_live_ddp_waiters_in_backward_are_not_named(job):
     v, elapsed = j.diagnose()
     assert _odd(v) == [0], v["summary"]
     assert elapsed < LIVE_BOUND_S
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("metrics-w4-r3", 3), ("metrics-w3-r1", 1), ("objects-w3-r2", 2)])
+def test_a_rank_whose_objects_cannot_be_pickled_in_all_gather_object_died_of_it(scenario, culprit):
+    # TypeError "cannot pickle 'generator' object" raised in _object_to_tensor, inside
+    # all_gather_object but before any exchange: the rank's own argument. hc read it as a
+    # collective's error (a victim) and named nobody; with JSON-line logs (metrics-*) it
+    # did not read the files at all
+    v = diagnose_saved(SCEN / scenario)
+    assert named_ranks(v) == [culprit], v.summary
+    assert v.cls == "dead-rank", v.summary
+
+
+def test_json_line_logs_are_read_as_each_ranks_lines():
+    line = '{"time": 1.5, "rank": 3, "level": "INFO", "message": "step 2 gathered 4 records"}'
+    assert as_text_line(line) == "[rank3]: step 2 gathered 4 records"
+    assert as_text_line("[rank3]: Traceback (most recent call last):") == "[rank3]: Traceback (most recent call last):"
+    assert is_json_lines((SCEN / "metrics-w4-r3" / "rank3.log").read_text())
+    assert not is_json_lines('{"entries": [], "version": "2.4"}')
+
+
+@pytest.mark.parametrize(("scenario", "culprit"), [("ddpshape-w4-r3", 3), ("ddpshape-w3-r1", 1),
+                                                   ("ddpshape-w3-r0", 0)])
+def test_ddps_parameter_shape_check_is_a_shape_mismatch_of_the_odd_model(scenario, culprit):
+    # DDP's constructor raises "params[0] in this process with sizes [48, 16] appears not
+    # to match ... process 0" on every rank whose model differs from rank 0's: hc called
+    # it a death. Where rank 0's model is the odd one, every other rank raises: rank 0 is named
+    v = diagnose_saved(SCEN / scenario)
+    assert v.cls == "shape-mismatch", v.summary
+    assert named_ranks(v) == [culprit], v.summary
