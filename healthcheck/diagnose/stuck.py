@@ -384,7 +384,7 @@ def _io_progress(col: Collected, out: Analysis) -> None:
     motion = out.motion
     inside = f" in {wait.collective}" if wait.collective else " in collectives"
     summary = (f"progressing: {rank_words(wait.working)}{hosts_of(col, wait.working)} "
-               f"{'is' if len(wait.working) == 1 else 'are'} outside any collective reading or writing "
+               f"{'is' if len(wait.working) == 1 else 'are'} outside any collective reading, writing or logging "
                f"(its own I/O went on over the samples) while {rank_words(wait.waiting)} "
                f"{_verb(wait.waiting)} for it{inside} ({motion.describe()}); slow, not stuck")
     items = [Evidence(source=stack_source(col.evidence.ranks.get(r)), rank=r,

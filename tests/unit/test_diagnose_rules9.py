@@ -113,6 +113,7 @@ def test_a_cpu_bound_rank_that_logs_its_progress_is_not_named(job):
     for _ in range(2):
         v, elapsed = j.diagnose()
         assert _odd(v) == [], v["summary"]
+        assert v["class"] == "progressing", v["summary"]
         assert elapsed < LIVE_BOUND_S
 
 
