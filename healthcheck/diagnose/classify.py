@@ -38,6 +38,7 @@ from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
+from healthcheck.diagnose.ddpshape import param_shape
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.grouporder import group_order
@@ -333,7 +334,7 @@ def analyse(col: Collected) -> Analysis:
     if dumps:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
-    dead = _start(col, out)
+    dead = param_shape(col, _start(col, out))  # ddpshape.py: a death by DDP's shape check is a shape mismatch
     _gpu(col, out)
     if dead is not None:
         out.findings.append(dead)

@@ -2,8 +2,10 @@
 any collective whose own thread's I/O goes on (motion.io_active: a checkpoint written
 shard by shard with sleeps between, a slow file read) is working, not stuck, whatever
 line its stack shows; the ranks that wait for it in a collective wait for work, not for
-a hang. A rank that does no I/O and whose stack does not move while the others wait is
-still stuck (stuck.py); one that moves with no I/O (a busy loop) too.
+a hang. So is a busy rank (its stack moves) that keeps writing its log (logprogress.py:
+an index build logging every second). A rank that does no I/O and whose stack does not
+move while the others wait is still stuck (stuck.py); one that moves with no I/O (a busy
+loop) too.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def io_wait(groups: Sequence[StackGroup], motion: JobMotion | None) -> IoWait | 
             if m is None:
                 return None
             if g.collective is None:
-                if not m.io_active:
+                if not (m.io_active or (m.moved and m.logging)):  # a busy rank logging works (logprogress.py)
                     return None
                 working.append(r)
             elif not m.moved:

@@ -31,6 +31,7 @@ from itertools import pairwise
 
 import msgspec
 
+from healthcheck.diagnose.logprogress import logs_progress
 from healthcheck.diagnose.newgroup import group_created, in_new_group
 from healthcheck.diagnose.roots import collective_root
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyThread
@@ -182,6 +183,7 @@ class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     counter: str = ""  # which one: "main:step"
     io_active: bool = False  # its own thread reads or writes at its own pace (io_active)
     io_growth: int = 0  # how much its own thread's read and written bytes rose over the samples
+    logging: bool = False  # its own thread keeps writing, a line at a time (logprogress.py)
 
 
 def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:
@@ -212,7 +214,8 @@ def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
                       still_s=still, moved=still < STILL_S or active,
                       in_collective=all(s.collective is not None for s in run),
                       outside=all(s.collective is None for s in run), step_rate=rate, counter=counter,
-                      io_active=active, io_growth=_io_growth(samples))
+                      io_active=active, io_growth=_io_growth(samples),
+                      logging=logs_progress([(s.at, s.thread_io) for s in samples]))
 
 
 class JobMotion(msgspec.Struct, frozen=True):

@@ -21,6 +21,7 @@ hold anything).
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import msgspec
 
 from healthcheck.diagnose.motion import STILL_S, StackSample, moved, sample_of
 from healthcheck.diagnose.stacks import blocking_thread, main_thread
-from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyProcess, PySpyThread
+from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyLocal, PySpyProcess, PySpyThread
 
 DEFAULT_SAMPLES = 4
 DEFAULT_WINDOW_S = 1.5
@@ -104,10 +105,19 @@ def own_threads(pid: int, main: PySpyThread | None, blocker: PySpyThread | None)
     return tids or [pid]
 
 
+_TYPE_ONLY = re.compile(r"<[\w.]{1,200} at 0x[0-9a-fA-F]{1,16}>")  # py-spy's repr of an object: its type, no value
+
+
+def _type_only(fs: Sequence[PySpyLocal]) -> tuple[PySpyLocal, ...]:
+    """The locals whose repr is a type's name and an address (a Work, a DDP model: what
+    py_spy.hidden_collective reads); every value dropped."""
+    return tuple(v for v in fs if v.repr and _TYPE_ONLY.fullmatch(v.repr))
+
+
 def without_locals(dump: PySpyDump) -> PySpyDump:
-    """The dump with every frame's locals dropped."""
+    """The dump with every frame's locals' values dropped (a type-only repr is kept)."""
     def frames(fs: Sequence[PySpyFrame]) -> tuple[PySpyFrame, ...]:
-        return tuple(msgspec.structs.replace(f, locals=()) if f.locals else f for f in fs)
+        return tuple(msgspec.structs.replace(f, locals=_type_only(f.locals)) if f.locals else f for f in fs)
 
     procs = tuple(msgspec.structs.replace(p, threads=tuple(msgspec.structs.replace(t, frames=frames(t.frames))
                                                                for t in p.threads)) for p in dump.processes)

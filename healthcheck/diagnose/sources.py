@@ -47,6 +47,7 @@ from healthcheck.diagnose.evidence import (
     TorchLogFile,
     Unreadable,
 )
+from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
@@ -337,7 +338,9 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
     if head == b"[":
         if _py_spy(source, text, rank, col):
             return
-    if head == b"{":
+    if is_json_lines(text):
+        text = as_text_log(text)  # jsonlines.py: a log of JSON lines, each read as its rank's line
+    elif head == b"{":
         _read_json(source, name, data, text, rank, col)
         return
     start = text[:65536]

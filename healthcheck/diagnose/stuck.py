@@ -26,6 +26,7 @@ import msgspec
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
+from healthcheck.diagnose.hiddenwait import maybe_waiting
 from healthcheck.diagnose.ioprogress import io_wait
 from healthcheck.diagnose.logfacts import rank_waits
 from healthcheck.diagnose.motion import JobMotion, waited_for
@@ -104,8 +105,12 @@ def stack_sides(groups: Sequence[StackGroup], motion: JobMotion | None) -> Stack
         if g.collective is not None:
             blocked.extend(r for r in g.ranks if r not in ranks or (not ranks[r].moved and ranks[r].in_collective))
             continue
+        if maybe_waiting(g):
+            continue  # in backward with no locals to tell DDP's wait from its own work (hiddenwait.py)
         # a rank whose own I/O goes on is working (ioprogress.py), not stuck
-        keep = tuple(r for r in g.ranks if r not in ranks or (ranks[r].outside and not ranks[r].io_active))
+        # and a busy rank that keeps logging works through a long phase (logprogress.py)
+        keep = tuple(r for r in g.ranks if r not in ranks or (ranks[r].outside and not ranks[r].io_active
+                                                               and not (ranks[r].moved and ranks[r].logging)))
         if keep:
             outside.append(msgspec.structs.replace(g, ranks=keep))
     return StackSides(blocked=tuple(sorted(blocked)), outside=tuple(outside))
@@ -379,7 +384,7 @@ def _io_progress(col: Collected, out: Analysis) -> None:
     motion = out.motion
     inside = f" in {wait.collective}" if wait.collective else " in collectives"
     summary = (f"progressing: {rank_words(wait.working)}{hosts_of(col, wait.working)} "
-               f"{'is' if len(wait.working) == 1 else 'are'} outside any collective reading or writing "
+               f"{'is' if len(wait.working) == 1 else 'are'} outside any collective reading, writing or logging "
                f"(its own I/O went on over the samples) while {rank_words(wait.waiting)} "
                f"{_verb(wait.waiting)} for it{inside} ({motion.describe()}); slow, not stuck")
     items = [Evidence(source=stack_source(col.evidence.ranks.get(r)), rank=r,

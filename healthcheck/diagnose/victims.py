@@ -32,12 +32,20 @@ _GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error", "writ
 _SETUP = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups"})
 
 
+# torch.distributed functions that turn the rank's own objects into bytes before any
+# exchange (all_gather_object, gather_object, broadcast_object_list, send_object_list...
+# pickle through them): an exception they raise ("cannot pickle 'generator' object") is
+# the rank's own argument refused, not a peer's doing
+_OWN_INPUT = frozenset({"_object_to_tensor"})
+
+
 def raised_by_collective(words_say_collective: bool, collective: str) -> bool:
     """An exception a collective raised: its words are a collective's error, or its
     traceback ends inside a torch.distributed function (`collective`: the function the
     innermost frames are in, empty where the job's own code is innermost) that waits on
-    peers (not one that sets the rank up: _SETUP)."""
-    return words_say_collective or (bool(collective) and collective not in _SETUP)
+    peers (not one that sets the rank up, _SETUP, nor one that pickles its own objects,
+    _OWN_INPUT)."""
+    return words_say_collective or (bool(collective) and collective not in _SETUP | _OWN_INPUT)
 
 
 def spoke_of_failure(col: Collected) -> set[int]:

@@ -34,7 +34,10 @@ frames are split with one rfind.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import stat
 from typing import Literal
 
 import msgspec
@@ -222,7 +225,95 @@ def collective(frames: tuple[PySpyFrame, ...]) -> str | None:
                 return name
         elif f.native and native is None and f.name.startswith("c10d::"):
             native = f.name.partition("(")[0].rsplit("::", 1)[-1][:MAX_NAME] or "c10d"
-    return native
+    return native or hidden_collective(frames)
+
+
+# A wait on a collective with no c10d frame of its own, told by the locals py-spy
+# `--locals` shows (a type's name and an address, no value):
+# - `req.wait()` on the Work of an isend/irecv/async collective: `wait` is native, so the
+#   program's own frame is innermost, holding the Work;
+# - DDP's gradient all_reduce: the reducer launches it from an autograd hook and waits for
+#   it at the end of `backward()`, so the stack ends in autograd's engine, and a caller
+#   holds the DistributedDataParallel model.
+_WORK_REPRS = ("<torch._C._distributed_c10d.Work ", "<Work ")
+_DATA_PARALLEL_REPRS = ("<DistributedDataParallel ", "<FullyShardedDataParallel ")
+BACKWARD_FRAMES = frozenset({"_engine_run_backward", "run_backward"})
+AUTOGRAD_FILES = ("torch/autograd/graph.py", "torch/autograd/__init__.py")
+
+
+def _holds(frame: PySpyFrame, prefixes: tuple[str, ...]) -> bool:
+    return any((v.repr or "").startswith(prefixes) for v in frame.locals)
+
+
+# the async c10d calls a `.wait()` chained on them names (first match wins: isend before send)
+_ASYNC_CALLS = ("batch_isend_irecv", "isend", "irecv", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                "all_to_all", "barrier")
+MAX_SOURCE_LINE = 1000
+
+
+def waited_call(frame: PySpyFrame) -> str | None:
+    """The async c10d call whose Work the frame's own source line waits on in one
+    expression (`dist.irecv(x, src=1).wait()` -> "irecv", which leaves no local to hold the
+    Work); read where the file is at its absolute path, as on the rank's node."""
+    path = frame.filename or frame.file
+    if frame.line is None or not path.startswith("/") or not path.endswith(".py"):
+        return None
+    text = source_line(path, frame.line)
+    if ".wait(" not in text:
+        return None
+    return next((call for call in _ASYNC_CALLS if f"{call}(" in text), None)
+
+
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _source_lines(path: str) -> tuple[str, ...]:
+    """A regular file's lines, read once; () where it is not one, too large or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO at the path does not block the open
+    except OSError:
+        return ()
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+                return ()
+            data = f.read(MAX_SOURCE_BYTES)
+    except OSError:
+        return ()
+    return tuple(data.decode("utf-8", errors="replace").splitlines())
+
+
+def source_line(path: str, line: int) -> str:
+    """Line `line` (1-based) of a source file, cut at MAX_SOURCE_LINE; "" where there is none."""
+    lines = _source_lines(path)
+    return lines[line - 1][:MAX_SOURCE_LINE] if 0 < line <= len(lines) else ""
+
+
+def in_backward(frames: tuple[PySpyFrame, ...]) -> bool:
+    """The stack is inside autograd's backward (`loss.backward()`)."""
+    return any(f.name.rsplit(".", 1)[-1] in BACKWARD_FRAMES and (f.file or f.filename).endswith(AUTOGRAD_FILES)
+               for f in frames if not f.native)
+
+
+def hidden_collective(frames: tuple[PySpyFrame, ...]) -> str | None:
+    """The async call ("irecv", ...) whose Work the innermost program frame (under native
+    frames only) waits on, by its source line; else "wait" where that frame holds a c10d
+    Work; "backward" where the stack is in autograd's backward and a caller holds a
+    DistributedDataParallel/FSDP model; None otherwise (or without locals)."""
+    for f in frames:
+        if f.native:
+            continue
+        if f.library:
+            break
+        called = waited_call(f)
+        if called or _holds(f, _WORK_REPRS):
+            return called or "wait"
+        break
+    if in_backward(frames) and any(_holds(f, _DATA_PARALLEL_REPRS) for f in frames):
+        return "backward"
+    return None
 
 
 # ---------------------------------------------------------------- text

@@ -54,7 +54,7 @@ def _free_port() -> int:
 class Job:
     """One rank process per rank of job.py SCENARIO, each printing to its own file."""
 
-    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1") -> None:
+    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1", script: Path = JOB) -> None:
         self.outputs = [tmp / f"{scenario}-rank{r}.out" for r in range(world)]
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
@@ -62,7 +62,7 @@ class Job:
         for rank, out in enumerate(self.outputs):
             with open(out, "wb") as f:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, str(JOB), scenario, "--odd", odd],
+                    [sys.executable, str(script), scenario, "--odd", odd],
                     env={**env, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"},
                     stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
@@ -81,6 +81,14 @@ class Job:
             time.sleep(0.3)
         raise AssertionError(f"the job did not reach {line!r}: " + " | ".join(o.read_text()[-300:]
                                                                             for o in self.outputs))
+
+    def wait_for_text(self, text: str, timeout_s: float = 120.0, settle_s: float = 2.0) -> None:
+        """Until some rank's output holds `text` (its fault began), then `settle_s` more."""
+        deadline = time.monotonic() + timeout_s
+        while not any(text in out.read_text(errors="replace") for out in self.outputs):
+            assert time.monotonic() < deadline, [o.read_text()[-300:] for o in self.outputs]
+            time.sleep(0.3)
+        time.sleep(settle_s)
 
     def diagnose(self, *args: str) -> tuple[dict, float]:
         start = time.monotonic()
