@@ -31,14 +31,17 @@ class Endpoint(NamedTuple):
 # one token, the forms above: bracketed (gloo, torch) with `:PORT` or `<PORT>`, NCCL's
 # `ADDR<PORT>` (colons allowed: IPv6), `HOST:PORT` (no colon in the host: a bare IPv6 with a
 # `:PORT` after it cannot be told from its own last group), a bare address
+# a host name character, or a placeholder a poster put for the part they hid
+# (`<cluster_name>.ibnet<53735>`, field corpus): a letter after its `<`, where the port's is a digit
+_HOST_PIECE = r"(?:<[A-Za-z_][A-Za-z0-9_]{0,62}>|[^\[\]\s<>])"
 _FORMS = re.compile(
     r"\[(?P<bracketed>[^\[\]\s<>]{1,253})\](?::(?P<colon>\d{1,5})|<(?P<angle>\d{1,5})>)?"
-    r"|(?P<angled>[^\[\]\s<>]{1,253})<(?P<nccl>\d{1,5})>"
+    rf"|(?P<angled>{_HOST_PIECE}{{1,253}})<(?P<nccl>\d{{1,5}})>"
     r"|(?P<host>[^\[\]\s<>:]{1,253}):(?P<port>\d{1,5})"
     r"|(?P<bare>[^\[\]\s<>]{1,253})"
 )
 # the token inside a parser's regex (no groups of its own): bracketed, or NCCL's angled port
-PEER = r"(?:\[[^\[\]\s<>]{1,253}\](?::\d{1,5}|<\d{1,5}>)?|[^\[\]\s<>]{1,253}<\d{1,5}>)"
+PEER = rf"(?:\[[^\[\]\s<>]{{1,253}}\](?::\d{{1,5}}|<\d{{1,5}}>)?|{_HOST_PIECE}{{1,253}}<\d{{1,5}}>)"
 _NO_PEER = frozenset({"none", "unknown", ""})  # gloo's `[none]`: it knows no peer
 
 
