@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from healthcheck.diagnose.motion import JobMotion
+from healthcheck.diagnose.motion import JobMotion, working_and_logging
 from healthcheck.diagnose.stacks import StackGroup
 
 
@@ -41,7 +41,7 @@ def io_wait(groups: Sequence[StackGroup], motion: JobMotion | None) -> IoWait | 
             if m is None:
                 return None
             if g.collective is None:
-                if not (m.io_active or (m.moved and m.logging)):  # a busy rank logging works (logprogress.py)
+                if not (m.io_active or working_and_logging(m)):  # a busy rank logging works (logprogress.py)
                     return None
                 working.append(r)
             elif not m.moved:

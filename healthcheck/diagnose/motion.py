@@ -171,6 +171,19 @@ def io_active(samples: Sequence[StackSample]) -> bool:
     return quiet <= gap + spacing
 
 
+BUSY_CHANGES = 3  # a stack that changed in this many sample intervals (and a quarter of them) is busy
+
+
+def busy_stack(samples: Sequence[StackSample]) -> bool:
+    """The main thread's stack changed in BUSY_CHANGES intervals or more, and in a quarter of
+    them: a CPU-bound phase walks its loop's lines, where a rank sleeping between retries shows
+    its sleep in nearly every sample. Under load the samples come further apart and a busy
+    loop can show one line for a second at the end of the look; this asks about the whole look."""
+    intervals = len(samples) - 1
+    changes = sum(1 for a, b in pairwise(samples) if a.key != b.key)
+    return intervals > 0 and changes >= BUSY_CHANGES and 4 * changes >= intervals
+
+
 class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     rank: int
     samples: int
@@ -184,6 +197,13 @@ class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     io_active: bool = False  # its own thread reads or writes at its own pace (io_active)
     io_growth: int = 0  # how much its own thread's read and written bytes rose over the samples
     logging: bool = False  # its own thread keeps writing, a line at a time (logprogress.py)
+    busy: bool = False  # its stack kept changing over the look (busy_stack), still or not at its end
+
+
+def working_and_logging(m: RankMotion) -> bool:
+    """A rank outside any collective that keeps logging its progress (logprogress.py) while
+    its stack moves, now or over the whole look (busy_stack), works through a long phase."""
+    return (m.moved or m.busy) and m.logging
 
 
 def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:
@@ -215,7 +235,8 @@ def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
                       in_collective=all(s.collective is not None for s in run),
                       outside=all(s.collective is None for s in run), step_rate=rate, counter=counter,
                       io_active=active, io_growth=_io_growth(samples),
-                      logging=logs_progress([(s.at, s.thread_io) for s in samples]))
+                      logging=logs_progress([(s.at, s.thread_io) for s in samples]),
+                      busy=busy_stack(samples))
 
 
 class JobMotion(msgspec.Struct, frozen=True):

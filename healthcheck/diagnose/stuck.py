@@ -29,7 +29,7 @@ from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.hiddenwait import maybe_waiting
 from healthcheck.diagnose.ioprogress import io_wait
 from healthcheck.diagnose.logfacts import rank_waits
-from healthcheck.diagnose.motion import JobMotion, waited_for
+from healthcheck.diagnose.motion import JobMotion, waited_for, working_and_logging
 from healthcheck.diagnose.postmortem import cut_short
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
@@ -110,7 +110,7 @@ def stack_sides(groups: Sequence[StackGroup], motion: JobMotion | None) -> Stack
         # a rank whose own I/O goes on is working (ioprogress.py), not stuck
         # and a busy rank that keeps logging works through a long phase (logprogress.py)
         keep = tuple(r for r in g.ranks if r not in ranks or (ranks[r].outside and not ranks[r].io_active
-                                                               and not (ranks[r].moved and ranks[r].logging)))
+                                                               and not working_and_logging(ranks[r])))
         if keep:
             outside.append(msgspec.structs.replace(g, ranks=keep))
     return StackSides(blocked=tuple(sorted(blocked)), outside=tuple(outside))

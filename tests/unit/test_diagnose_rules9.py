@@ -154,3 +154,16 @@ def test_ddps_parameter_shape_check_is_a_shape_mismatch_of_the_odd_model(scenari
     v = diagnose_saved(SCEN / scenario)
     assert v.cls == "shape-mismatch", v.summary
     assert named_ranks(v) == [culprit], v.summary
+
+
+def test_a_busy_loop_still_at_the_end_of_a_loaded_look_is_busy_but_a_back_off_sleep_is_not():
+    # CI, loaded: the vocab rank's loop showed one line for the last second of a 6 s look and
+    # was named stuck though it logged every second. busy_stack asks about the whole look.
+    from healthcheck.diagnose.motion import StackSample, busy_stack
+
+    def look(keys: str) -> list[StackSample]:
+        return [StackSample(at=0.5 * i, key=k) for i, k in enumerate(keys)]
+
+    assert busy_stack(look("abcabdacbbbb"))  # walks its loop, then one line for the last 1.5 s
+    assert not busy_stack(look("sssssrsssssss"))  # asleep between retries: one change in and out
+    assert not busy_stack(look("ab"))  # too short a look to call anything busy
