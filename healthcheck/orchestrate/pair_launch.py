@@ -35,7 +35,7 @@ from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_laun
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
-    from healthcheck.orchestrate.pairs import _Plan
+    from healthcheck.orchestrate.pairs import PairPlan
 
 Outcome = tuple[list[BandwidthSample] | None, str]  # the str may be a Reason, with evidence
 EVIDENCE_MAX = 8000  # characters of a launcher's output kept as a test's evidence
@@ -84,7 +84,7 @@ def samples_from_json(text: str) -> list[BandwidthSample] | None:
         return None
 
 
-def run_launched(config: Config, plan: _Plan, members: Sequence[str]) -> Outcome:
+def run_launched(config: Config, plan: PairPlan, members: Sequence[str]) -> Outcome:
     """One test through plan.pairs.launcher: rank 0's samples, or None and why."""
     from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
     from healthcheck.runners.ssh import SshError
@@ -120,7 +120,7 @@ def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in _TORCHRUN_VARS}
 
 
-def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[str, str] | None = None
+def mpirun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Mapping[str, str] | None = None
                 ) -> Launch:
     """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`; env: the
     launcher's environment (default hc's), which says whether the site set mpirun's ssh itself."""
@@ -136,7 +136,7 @@ def mpirun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mappin
                          extra=extra, env=plan.torch.env)
 
 
-def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[str, str],
+def srun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Mapping[str, str],
               job_name: str, time_args: tuple[str, ...] = ()) -> Launch:
     """`srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=a,b ... hc bw allreduce ...`:
     a step of hc's own allocation where env has one, else a job of its own (`time_args`:
@@ -158,7 +158,7 @@ def srun_spec(config: Config, plan: _Plan, members: Sequence[str], env: Mapping[
                        extra=extra, env=plan.torch.env)
 
 
-def serve_spec(config: Config, plan: _Plan, node: str, program: Sequence[str], env: Mapping[str, str],
+def serve_spec(config: Config, plan: PairPlan, node: str, program: Sequence[str], env: Mapping[str, str],
                job_name: str, time_args: tuple[str, ...] = ()) -> tuple[Launch, bool]:
     """One persistent worker (`hc bw serve`, pair_workers) as one task on `node`, its output
     unlabelled (read as it comes); and whether srun asked for an allocation of its own

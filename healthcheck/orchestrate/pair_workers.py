@@ -51,7 +51,7 @@ from healthcheck.orchestrate.pair_launch import Outcome, Reason, SweepSamples
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.orchestrate.allocations import OwnJob
-    from healthcheck.orchestrate.pairs import _Plan
+    from healthcheck.orchestrate.pairs import PairPlan
     from healthcheck.runners.line_stream import LineStream
     from healthcheck.runners.ssh import SshConnection
 
@@ -133,7 +133,7 @@ class _Worker:
 class WorkerPool:
     """Every node's persistent worker for one sweep; `close()` ends them all."""
 
-    def __init__(self, config: Config, plan: _Plan, nodes: int) -> None:
+    def __init__(self, config: Config, plan: PairPlan, nodes: int) -> None:
         self.config = config
         self.plan = plan
         # a node takes part in at most every test of the sweep; the wrapper's limit is a backstop

@@ -75,7 +75,7 @@ def eligible(results: Sequence[NodeResult]) -> list[str]:
     return out
 
 
-class _Plan:
+class PairPlan:
     """The settings every test of the run shares, from the first node's fabric."""
 
     def __init__(self, config: Config, node: str) -> None:
@@ -101,7 +101,7 @@ class _Plan:
         self.workers: WorkerPool | None = None
 
 
-def _worker_argv(remote_hc: str, plan: _Plan, master: str) -> tuple[str, ...]:
+def _worker_argv(remote_hc: str, plan: PairPlan, master: str) -> tuple[str, ...]:
     torch = plan.torch
     return (remote_hc, "bw", "allreduce", "--format", "json", "--collectives", plan.collective,
             "--sizes", ",".join(format_size(s) for s in plan.sizes), "--iters", str(torch.iters),
@@ -117,7 +117,7 @@ def _address(config: Config, node: str) -> str:
     return resolve_target(node, config.main.ssh).hostname
 
 
-def run_test(config: Config, plan: _Plan, members: Sequence[str]) -> tuple[list[BandwidthSample] | None, str]:
+def run_test(config: Config, plan: PairPlan, members: Sequence[str]) -> tuple[list[BandwidthSample] | None, str]:
     """One test: the worker on every member at once; rank 0's samples, or None and why.
     Started over SSH by hc itself, or by the fabric's launcher (mpirun, srun: pair_launch)."""
     from healthcheck.orchestrate.pair_launch import run_launched, samples_from_json
@@ -193,7 +193,7 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     if len(run.nodes) < 2:
         run.notes.append("bandwidth between nodes: fewer than two eligible nodes, nothing to pair")
         return run
-    plan = _Plan(config, run.nodes[0])
+    plan = PairPlan(config, run.nodes[0])
     if not plan.pairs.enabled or not plan.tools:
         run.notes.append("bandwidth between nodes: disabled in the fabric (bandwidth.pairs, or bandwidth.torch "
                          "where pairs.tests names only torch)")
@@ -236,7 +236,7 @@ class _Sweep:
     """One sweep's rounds of tests between nodes: what localization's run_round calls."""
 
     config: Config
-    plan: _Plan
+    plan: PairPlan
     run: PairRun
     parallel: int
     watch: JobWatch | None  # asks Slurm whether a job took a member (None: nothing is asked)
@@ -345,7 +345,7 @@ def _stopped(tests: dict[str, Test], stop: dict[str, str], what: str) -> dict[st
     return out
 
 
-def _value(samples: list[BandwidthSample] | None, plan: _Plan) -> float | None:
+def _value(samples: list[BandwidthSample] | None, plan: PairPlan) -> float | None:
     if not samples:
         return None
     got = [s.busbw_gbytes_per_s for s in samples if s.collective == plan.collective and s.size_bytes == plan.judged]
@@ -368,7 +368,7 @@ class Measured:
     not_applicable: bool = False  # nothing to test (no GPU for nccl-tests, no HCA for ib_write_bw)
 
 
-def measure_test(config: Config, plan: _Plan, members: Sequence[str]) -> list[Measured]:
+def measure_test(config: Config, plan: PairPlan, members: Sequence[str]) -> list[Measured]:
     """Every tool the fabric lists (bandwidth.pairs.tests), one after another, on these members."""
     from healthcheck.orchestrate import pair_tools
     from healthcheck.orchestrate.pair_launch import evidence_of
@@ -429,12 +429,12 @@ def _better(old: Measured, new: Measured, short: Any) -> Measured:
     return new if new.value > old.value else old
 
 
-def _metric_name(plan: _Plan, tool: str) -> str:
+def _metric_name(plan: PairPlan, tool: str) -> str:
     # the first tool listed gives the pair matrix its figures ("busbw"); the others keep their own names
     return "busbw" if plan.tools and plan.tools[0] == tool else f"{tool}_busbw"
 
 
-def _busbw_metrics(samples: list[BandwidthSample], plan: _Plan, tool: str) -> list[Metric]:
+def _busbw_metrics(samples: list[BandwidthSample], plan: PairPlan, tool: str) -> list[Metric]:
     best: dict[int, float] = {}
     for s in samples:
         if s.collective == plan.collective:
@@ -443,7 +443,7 @@ def _busbw_metrics(samples: list[BandwidthSample], plan: _Plan, tool: str) -> li
     return [Metric(name, v, "GB/s", component=format_size(size)) for size, v in sorted(best.items())]
 
 
-def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: _Plan) -> GroupResult:
+def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: PairPlan) -> GroupResult:
     """One test as the report shows it: its figures, bw.E107 (ERROR) where `reason` says a
     tool gave nothing, with what its launcher printed, and bw.E108 (WARN) for a tool's failure."""
     from healthcheck.bandwidth.pairs_analysis import TEST_FAILED, TEST_NOT_RUN
@@ -604,7 +604,7 @@ def _again(recs: list[_Record], measure: Any, judging: _Judging) -> bool:
     return bool(recs)
 
 
-def _outcome(rec: _Record, judging: _Judging, plan: _Plan) -> tuple[GroupResult, Result | None]:
+def _outcome(rec: _Record, judging: _Judging, plan: PairPlan) -> tuple[GroupResult, Result | None]:
     """The test's GroupResult and, where a tool gave a figure, the Result localization judges."""
     test, got = rec.test, rec.got
     judged = [m for m in got if m.value is not None]

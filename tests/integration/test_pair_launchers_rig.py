@@ -213,7 +213,7 @@ def pair_test_beside_a_job_on_node2(rig, monkeypatch, *, persistent: bool):
     # srun's bounded wait for node2 (--immediate), 3 s where it would be a third of the test's 30 s
     rig.config.write_text(rig.config.read_text().replace("slurm:\n", "slurm:\n  sweep_wait_s: 3\n", 1))
     config = load_config(rig.config)
-    plan = pairs._Plan(config, "node1")
+    plan = pairs.PairPlan(config, "node1")
     if persistent:
         plan.workers = WorkerPool(config, plan, 2)
     monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))

@@ -31,12 +31,12 @@ FABRIC = """bandwidth:
 SHORT_GRACE_S = 1.0
 
 
-def pool_for(site, timeout_s: int = 60, reply_grace_s: float = 10.0) -> tuple[WorkerPool, pairs._Plan]:
+def pool_for(site, timeout_s: int = 60, reply_grace_s: float = 10.0) -> tuple[WorkerPool, pairs.PairPlan]:
     rig_yaml = site.dir / "fabrics" / "rig.yaml"
     fabric = FABRIC.replace("TIMEOUT", str(timeout_s)).replace("GRACE", f"{reply_grace_s:g}")
     rig_yaml.write_text(rig_yaml.read_text() + fabric)
     config = load_config(site.config)
-    plan = pairs._Plan(config, "node1")
+    plan = pairs.PairPlan(config, "node1")
     plan.workers = WorkerPool(config, plan, 3)
     return plan.workers, plan
 

@@ -107,7 +107,7 @@ def test_a_per_test_srun_gets_a_time_limit_from_the_tests_bound(tmp_path):
     config, _ = site(tmp_path, "srun")
     _with_sinfo(tmp_path, "debug*|infinite")
     config = load_config(tmp_path / "hc.yaml")
-    plan = pairs._Plan(config, "n1")
+    plan = pairs.PairPlan(config, "n1")
     job = allocations.OwnJob(config.main.slurm, {}, "pair", plan.pairs.timeout_s)
     job.release()
     argv = pair_launch.srun_spec(config, plan, ["n1", "n2"], {}, job.name, time_args=job.srun_args()).argv

@@ -21,7 +21,7 @@ SAMPLE = {"collective": "all_reduce", "size_bytes": 1 << 20, "busbw_gbytes_per_s
 REPORT = json.dumps({"launcher": "srun", "ranks": 2, "samples": [SAMPLE]})
 
 
-def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[object, pairs._Plan]:
+def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[object, pairs.PairPlan]:
     """A config whose fabric starts pair tests through `launcher`; srun and scancel stand-ins
     in tmp_path/bin (scancel is found next to slurm.scontrol)."""
     fabrics = tmp_path / "fabrics"
@@ -37,7 +37,7 @@ def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[obje
         f"ssh: {{config_file: {tmp_path}/ssh_config, remote_hc: /opt/hc/bin/hc}}\n"
         f"slurm: {{srun: {bin_dir}/srun, scontrol: {bin_dir}/scontrol, remote_hc: /shared/hc, sweep_wait_s: 45}}\n")
     config = load_config(tmp_path / "hc.yaml")
-    return config, pairs._Plan(config, "n01")
+    return config, pairs.PairPlan(config, "n01")
 
 
 def script(path: Path, body: str) -> Path:

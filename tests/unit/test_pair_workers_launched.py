@@ -66,7 +66,7 @@ def pool(config):
     from healthcheck.orchestrate import pairs
     from healthcheck.orchestrate.pair_workers import WorkerPool
 
-    plan = pairs._Plan(config, "n1")
+    plan = pairs.PairPlan(config, "n1")
     plan.workers = WorkerPool(config, plan, 2)
     return plan.workers
 
@@ -360,7 +360,7 @@ def test_launched_workers_meet_at_the_launchers_name_of_the_first_member_not_the
         main = tmp_path / launcher / "hc.yaml"
         main.write_text(main.read_text().replace("ssh: {", f"ssh: {{config_file: {ssh_config}, "))
         config = load_config(main)
-        plan = pairs._Plan(config, "n1")
+        plan = pairs.PairPlan(config, "n1")
         plan.workers = WorkerPool(config, plan, 2)
         assert pairs.run_test(config, plan, ["n1", "n2"]) == ([], "")
     assert seen == ["n1", "n1"]
@@ -374,7 +374,7 @@ def test_a_member_without_bw_serve_frees_its_partners_node_before_the_per_test_l
 
     config, _ = site(tmp_path, "srun")
     workers = pool(config)
-    plan = pairs._Plan(config, "n1")
+    plan = pairs.PairPlan(config, "n1")
     plan.workers = workers
     alive_at_launch = []
 
@@ -412,7 +412,7 @@ def test_a_node_found_without_bw_serve_frees_only_a_held_partner_for_the_per_tes
     if inside_a_job:
         monkeypatch.setenv("SLURM_JOB_ID", "4242")
     config, _ = site(tmp_path, "srun", tail=NO_SERVE_ON_N2)
-    plan = pairs._Plan(config, "n1")
+    plan = pairs.PairPlan(config, "n1")
     plan.workers = workers = pool(config)
     n1_alive_at_launch = []
 

@@ -495,8 +495,8 @@ def _pump(chan: Any, stdin: bytes, deadline: float) -> tuple[bytes, bytes, bool]
         chan.shutdown_write()  # like stdin=/dev/null: EOF at once
     fd = chan.fileno()
     while True:
-        out_done = out_done or _drain(chan.recv, out)
-        err_done = err_done or _drain(chan.recv_stderr, err)
+        out_done = out_done or drain_chunks(chan.recv, out)
+        err_done = err_done or drain_chunks(chan.recv_stderr, err)
         if pending and chan.send_ready():
             try:
                 sent = chan.send(pending[:_WRITE_CHUNK])
@@ -520,7 +520,7 @@ def _pump(chan: Any, stdin: bytes, deadline: float) -> tuple[bytes, bytes, bool]
     return b"".join(out), b"".join(err), True
 
 
-def _drain(read: Callable[[int], bytes], into: list[bytes]) -> bool:
+def drain_chunks(read: Callable[[int], bytes], into: list[bytes]) -> bool:
     """Read what is buffered; True at end of stream."""
     while True:
         try:

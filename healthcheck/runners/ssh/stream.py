@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from healthcheck.runners.line_stream import SEND_STALL_S, LineStream
-from healthcheck.runners.ssh.connection import _drain
+from healthcheck.runners.ssh.connection import drain_chunks
 
 
 class RemoteStream(LineStream):
@@ -56,7 +56,7 @@ class RemoteStream(LineStream):
             select.select([self._chan.fileno()], [], [], wait_s)
             self._drain_stderr()
             chunks: list[bytes] = []
-            self._eof = _drain(self._chan.recv, chunks)
+            self._eof = drain_chunks(self._chan.recv, chunks)
             self._out += b"".join(chunks)
             if self._eof:
                 self._drain_stderr()
@@ -65,7 +65,7 @@ class RemoteStream(LineStream):
 
     def _drain_stderr(self) -> None:
         chunks: list[bytes] = []
-        _drain(self._chan.recv_stderr, chunks)
+        drain_chunks(self._chan.recv_stderr, chunks)
         for data in chunks:
             self._keep(data)
 
