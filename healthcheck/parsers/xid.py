@@ -156,6 +156,8 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     xids: list[XidEvent]
     sxids: list[SXidEvent]
     gpu_uuids: dict[str, str] = {}  # pci_bus_id -> "GPU-b6c3..." from "NVRM: GPU at PCI:...: GPU-..." lines
+    # pci_bus_id -> the board's serial ("1653723052734") the driver logs beside an Xid: what an RMA names
+    gpu_serials: dict[str, str] = {}
     lines: int = 0  # lines parsed
     faults: list[GpuFault] = []
     driver_version: str | None = None  # from the driver's load banner ("NVRM: loading NVIDIA UNIX ...  580.159.04")
@@ -235,6 +237,11 @@ _NVLINK_FAILED = re.compile(
 _GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
+# the board's serial, as the driver logs it with an Xid: `NVRM: GPU 0000:91:00.0: GPU serial number
+# is 1653723052734.` names its GPU; `NVRM: GPU Board Serial Number: 1653723052734` (empty on some
+# boards) comes right after the `NVRM: GPU at PCI:...: GPU-...` line naming it
+_SERIAL_OF = re.compile(r"NVRM: GPU " + _PCI_TEXT + r":\s{1,16}GPU serial number is (?P<serial>[0-9A-Za-z]{1,32})")
+_BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial>[0-9A-Za-z]{1,32}))?")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
 _NVLINK5 = re.compile(
     r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
@@ -359,6 +366,7 @@ class _Read:
         self.legacy: list[tuple[int, XidEvent]] = []
         self.sxids: list[SXidEvent] = []
         self.uuids: dict[str, str] = {}
+        self.serials: dict[str, str] = {}
         self.faults: list[GpuFault] = []
         self.gsp: list[GspError] = []
         self.versions: list[tuple[int, str]] = []  # (line number, driver version) of each load banner
@@ -483,7 +491,13 @@ class _Read:
             self.gsp.append(GspError(message=message, line=line, gpu=gpu, pci_bus_id=bus, time=stamp.time,
                                      uptime_s=stamp.uptime_s, driver_version=self.version_at(number)))
             return "gsp-error"
-        return "gpu-uuid" if _record_uuid(body, self.uuids) else "gpu-named" if named is not None else None
+        return self._identity(number, body) or ("gpu-named" if named is not None else None)
+
+    def _identity(self, number: int, body: str) -> str | None:
+        """A GPU's UUID or its board's serial kept by its bus id: which (None: neither)."""
+        if _record_uuid(body, self.uuids):
+            return "gpu-uuid"
+        return "gpu-serial" if _record_serial(body, self.serials, self.near_gpu(number)) else None
 
     def version_at(self, number: int) -> str | None:
         """The driver version loaded when line `number` was logged: the banner before it."""
@@ -493,6 +507,7 @@ class _Read:
         first = self.versions[0][1] if self.versions else None  # a banner after the errors is the same load's
         gsp = [e if e.driver_version else msgspec.structs.replace(e, driver_version=first) for e in self.gsp]
         return KernelGpuLog(xids=_merge_legacy(self.xids, self.legacy), sxids=self.sxids, gpu_uuids=self.uuids,
+                            gpu_serials=self.serials,
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
                             gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery,
@@ -688,6 +703,22 @@ def _record_uuid(body: str, uuids: dict[str, str]) -> bool:
     return True
 
 
+def _record_serial(body: str, serials: dict[str, str], nearby: str | None) -> bool:
+    """A board's serial kept by its GPU's bus id (`_SERIAL_OF`'s own, else `nearby`: the GPU
+    the line before named); True when the line was a serial line. A serial of zeros, or none,
+    is a board without one (a GeForce logs `0`): the line is read, nothing kept."""
+    m = _SERIAL_OF.search(body)
+    bus = _bus_id(m.group("pci")) if m else nearby
+    if m is None:
+        m = _BOARD_SERIAL.search(body)
+    if m is None:
+        return False
+    serial = m.group("serial") or ""
+    if bus is not None and serial.strip("0"):
+        serials[bus] = serial
+    return True
+
+
 def _merge_legacy(
     xids: list[tuple[int, XidEvent]], legacy: list[tuple[int, XidEvent]]
 ) -> list[XidEvent]:
@@ -731,6 +762,7 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
         aer=[e for e in log.aer if e.time is None or e.time >= t],
         aer_recovery=[e for e in log.aer_recovery if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
+        gpu_serials=dict(log.gpu_serials),
         since=t,
     )
 

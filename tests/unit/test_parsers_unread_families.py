@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from field import unread as audit
 
 from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.xid import parse_kernel_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CORPUS = FIXTURES / "corpus"
@@ -53,3 +55,27 @@ def test_the_audit_marks_health_tokens_and_folds_values():
     assert audit.relevant("peer 10.1.2.3<54862>")
     assert audit.normalised("busId 4c000 commId 0x1f2e - Init START") == audit.normalised(
         "busId 5d000 commId 0xabc - Init START")
+
+
+# ---------------------------------------------------------------- xid: the board's serial
+
+
+@pytest.mark.parametrize("path, bus, serial", [
+    # `GPU Board Serial Number: N` after `GPU at PCI:0000:9b:00: GPU-...` (corpus)
+    (CORPUS / "xid-dmesg/xid119-gsp-rpc-timeout.txt", "0000:9b:00.0", "1650124014249"),
+    # both forms, the second `GPU 0000:91:00.0: GPU serial number is N.` naming its bus (tuning)
+    (FIELD / "repos/xid/xid79-sxid20034-md-blockquote-with-empty-quote-lines.txt", "0000:91:00.0", "1653723052734"),
+    (FIELD / "issues/xid/aer-surprise-down-then-xid79-tesla.txt", "0000:02:00.0", "0322716036227"),
+])
+def test_the_board_serial_the_driver_logs_with_an_xid_is_kept_by_bus(path, bus, serial):
+    log = parse_kernel_log(path.read_text())
+    assert log.gpu_serials.get(bus) == serial
+    assert not any("Serial Number" in t or "serial number is" in t for t in unread_texts(log))
+
+
+def test_a_board_without_a_serial_logs_zero_or_nothing_read_and_kept_as_none():
+    for name in ("xid79-bare-lines-rtx5090.txt", "xid79-pid0-crash-dump-multiline-then-aer-corrected.txt"):
+        log = parse_kernel_log((FIELD / "issues/xid" / name).read_text())
+        assert log.gpu_serials == {}
+        assert not any("Serial Number" in t for t in unread_texts(log))
+        assert [x.code for x in log.xids][:1] == [79]
