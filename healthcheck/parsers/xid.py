@@ -218,6 +218,9 @@ _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
 _NOT_CALLED = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<devices>\d{1,4}) device\(s\)",
                          re.ASCII)
 _NONE_PROBED = "NVRM: No NVIDIA graphics adapter probed"
+# the driver's probe ran and failed, naming no GPU (`NVRM: The NVIDIA probe routine failed for 1
+# device(s).`, after the GPU it lost at probe, field/issues): the GPU a line just before named, if any
+_PROBE_FAILED = re.compile(r"The NVIDIA probe routine failed for \d{1,4} device\(s\)", re.ASCII)
 # a driver status named in brackets: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
 # [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`
 _NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
@@ -368,6 +371,7 @@ class _Read:
         self.uuids: dict[str, str] = {}
         self.serials: dict[str, str] = {}
         self.faults: list[GpuFault] = []
+        self.refused_at_probe: set[str | None] = set()  # the buses of the init-failed faults at probe
         self.gsp: list[GspError] = []
         self.versions: list[tuple[int, str]] = []  # (line number, driver version) of each load banner
         self.device_ids: dict[str | None, str] = {}  # bus id -> "10de:2901", as the driver named them
@@ -416,9 +420,9 @@ class _Read:
             return "aer"
         probe = probe_failure(body)
         if probe is not None:
-            self.faults.append(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message,
-                                        line=raw, time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
-                                        pci_device_id=self.device_ids.get(probe.pci_bus_id)))
+            self._fault(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message, line=raw,
+                                 time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
+                                 pci_device_id=self.device_ids.get(probe.pci_bus_id)))
             return "probe-failure"
         return self.message(number, raw, text) if "SXid" in body else None
 
@@ -475,12 +479,11 @@ class _Read:
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
-        failed = (_init_failed(body, line, stamp, self.near_gpu(number)) or _not_bound(body, line, stamp)
-                  or _reset_required(body, line, stamp, self.near_gpu(number))
-                  or _nvlink_failed(body, line, stamp, self.near_gpu(number)))
+        nearby = self.near_gpu(number)
+        failed = (_init_failed(body, line, stamp, nearby) or _not_bound(body, line, stamp, nearby)
+                  or _reset_required(body, line, stamp, nearby) or _nvlink_failed(body, line, stamp, nearby))
         if failed is not None:
-            self.faults.append(failed)
-            return failed.kind
+            return self._fault(failed)
         version = driver_version(body)
         if version is not None:
             self.versions.append((number, version))
@@ -492,6 +495,17 @@ class _Read:
                                      uptime_s=stamp.uptime_s, driver_version=self.version_at(number)))
             return "gsp-error"
         return self._identity(number, body) or ("gpu-named" if named is not None else None)
+
+    def _fault(self, fault: GpuFault) -> str:
+        """Keep a fault logged without an Xid number; what it was. The driver's summary of a
+        failed probe (`_PROBE_FAILED`) is the same failure as the kernel's `nvidia: probe of
+        <bus> failed` before it, where that line was logged: read, not kept twice."""
+        if _PROBE_FAILED.search(fault.message) and fault.pci_bus_id in self.refused_at_probe:
+            return "probe-summary"
+        self.faults.append(fault)
+        if fault.stage == PROBE:
+            self.refused_at_probe.add(fault.pci_bus_id)
+        return fault.kind
 
     def _identity(self, number: int, body: str) -> str | None:
         """A GPU's UUID or its board's serial kept by its bus id: which (None: neither)."""
@@ -652,12 +666,19 @@ def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuF
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s)
 
 
-def _not_bound(body: str, line: str, stamp: Stamp) -> GpuFault | None:
+def _not_bound(body: str, line: str, stamp: Stamp, nearby: str | None = None) -> GpuFault | None:
     """The driver bound none of the GPUs it was loaded for and names none of them: `The NVIDIA
     probe routine was not called for 3 device(s).` (another driver owns them: init-failed at
-    probe, `devices` 3), `No NVIDIA graphics adapter probed!` (none-probed: a fact)."""
+    probe, `devices` 3), `The NVIDIA probe routine failed for 1 device(s).` (init-failed at
+    probe: the GPU `nearby` names, the one it lost just before, else none), `No NVIDIA graphics
+    adapter probed!` (none-probed: a fact)."""
     if "NVRM: " not in body or " probe" not in body:
         return None
+    failed = _PROBE_FAILED.search(body)
+    if failed is not None:
+        message = body[failed.start():].strip()[:300]
+        return GpuFault(kind=INIT_FAILED, pci_bus_id=nearby, message=message, line=line, time=stamp.time,
+                        uptime_s=stamp.uptime_s, stage=PROBE)
     m = _NOT_CALLED.search(body)
     at = body.find(_NONE_PROBED) if m is None else m.start()
     if at < 0:

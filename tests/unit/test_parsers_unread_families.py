@@ -14,7 +14,7 @@ from field import unread as audit
 
 from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread
 from healthcheck.parsers.nccl_log import parse_nccl_log
-from healthcheck.parsers.xid import parse_kernel_log
+from healthcheck.parsers.xid import INIT_FAILED, PROBE, parse_kernel_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CORPUS = FIXTURES / "corpus"
@@ -79,3 +79,29 @@ def test_a_board_without_a_serial_logs_zero_or_nothing_read_and_kept_as_none():
         assert log.gpu_serials == {}
         assert not any("Serial Number" in t for t in unread_texts(log))
         assert [x.code for x in log.xids][:1] == [79]
+
+
+# ---------------------------------------------------------------- xid: a probe that failed
+
+
+def test_a_probe_that_failed_for_n_devices_is_the_lost_gpus_init_failure():
+    # the GPU fell off the bus at probe, then the driver's summary of the probe (tuning)
+    log = parse_kernel_log((FIELD / "issues/xid/fallen-off-bus-no-xid-multiline-570.txt").read_text())
+    (fault,) = log.faults
+    assert (fault.kind, fault.stage, fault.pci_bus_id) == (INIT_FAILED, PROBE, "0000:b3:00.0")
+    assert "probe routine failed for 1 device" in fault.message
+    assert log.unrecognized.count == 0
+
+
+def test_the_drivers_probe_summary_after_the_kernels_probe_failure_is_one_failure():
+    # `nvidia: probe of 0000:5d:00.0 failed with error -1`, then the driver's summary (tests/fixtures/kernel-log)
+    log = parse_kernel_log((FIXTURES / "kernel-log/dmesg-probe-fallen-off-bus-continuation.txt").read_text())
+    assert [(f.kind, f.stage, f.pci_bus_id) for f in log.faults] == [(INIT_FAILED, PROBE, "0000:5d:00.0")]
+    assert not any("probe routine failed" in t for t in unread_texts(log))
+
+
+def test_a_probe_failure_with_no_gpu_named_before_it_names_none():
+    # the same real line alone: the driver names no GPU, so neither does the fault
+    text = (FIELD / "issues/xid/fallen-off-bus-no-xid-multiline-570.txt").read_text().splitlines()[3]
+    (fault,) = parse_kernel_log(text).faults
+    assert (fault.kind, fault.stage, fault.pci_bus_id, fault.devices) == (INIT_FAILED, PROBE, None, None)
