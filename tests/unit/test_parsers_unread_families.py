@@ -14,6 +14,7 @@ from field import unread as audit
 
 from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import INIT_FAILED, PROBE, parse_kernel_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -105,3 +106,22 @@ def test_a_probe_failure_with_no_gpu_named_before_it_names_none():
     text = (FIELD / "issues/xid/fallen-off-bus-no-xid-multiline-570.txt").read_text().splitlines()[3]
     (fault,) = parse_kernel_log(text).faults
     assert (fault.kind, fault.stage, fault.pci_bus_id, fault.devices) == (INIT_FAILED, PROBE, None, None)
+
+
+# ---------------------------------------------------------------- torch: the watchdog's exception report
+
+
+def test_torch_2_3_exception_hit_in_nccl_work_is_the_groups_exception_at():
+    log = parse_torch_log((FIELD / "issues/torch-log/watchdog-hard-wrapped-at-fixed-width-2.3.txt").read_text())
+    exceptions = [(p.kind, p.seq, p.pg_rank, p.pg_id) for p in log.progress]
+    assert exceptions == [("exception-at", 2, 0, "0")]
+    assert not any("Exception hit" in t for t in unread_texts(log))
+
+
+def test_a_watchdog_exception_line_cut_before_its_counters_still_names_the_rank():
+    log = parse_torch_log((FIELD / "issues/torch-log/watchdog-reduce-scatter-base-pg1.txt").read_text())
+    cut = [p for p in log.progress if p.pg_rank == 3]
+    assert [(p.kind, p.seq, p.pg_id) for p in cut] == [("exception-at", None, "1")]
+    # the lines with their counters are read as before: one each, not twice
+    assert sorted((p.pg_rank, p.seq) for p in log.progress if p.seq is not None) == [(0, 7753), (4, 7753)]
+    assert not any("detected by watchdog" in t for t in unread_texts(log))
