@@ -125,3 +125,24 @@ def test_a_watchdog_exception_line_cut_before_its_counters_still_names_the_rank(
     # the lines with their counters are read as before: one each, not twice
     assert sorted((p.pg_rank, p.seq) for p in log.progress if p.seq is not None) == [(0, 7753), (4, 7753)]
     assert not any("detected by watchdog" in t for t in unread_texts(log))
+
+
+# ---------------------------------------------------------------- nccl-log: IB that never started
+
+
+@pytest.mark.parametrize("name, why", [
+    ("nccl-2.4.8-all-reduce-perf-hang-no-libibverbs-socket-init.txt", "Failed to open libibverbs.so[.1]"),  # WARN
+    ("nccl-2.12.12-socket-fallback-multi-iface-ipv6-veth.txt", "Failed to open libibverbs.so[.1]"),  # INFO
+    ("nccl-2.29-single-gpu-init-socket-gin-first50.txt", "Failed to initialize NET plugin IB"),
+])
+def test_why_ncclS_ib_transport_never_started_is_kept(name, why):
+    log = parse_nccl_log((CORPUS / "nccl-debug" / name).read_text())
+    told = [p for p in log.processes if p.ib_unavailable]
+    assert told and all(p.ib_unavailable == why and p.socket_fallback for p in told)
+    assert not any(why in t and "NCCL INFO" in t for t in unread_texts(log))
+
+
+def test_ibvwraps_warn_that_ib_never_started_is_still_a_warn():
+    log = parse_nccl_log((CORPUS / "nccl-debug/nccl-2.4.8-all-reduce-perf-hang-no-libibverbs-socket-init.txt")
+                         .read_text())
+    assert any("libibverbs" in w.text for w in log.warns)
