@@ -146,3 +146,14 @@ def test_ibvwraps_warn_that_ib_never_started_is_still_a_warn():
     log = parse_nccl_log((CORPUS / "nccl-debug/nccl-2.4.8-all-reduce-perf-hang-no-libibverbs-socket-init.txt")
                          .read_text())
     assert any("libibverbs" in w.text for w in log.warns)
+
+
+# ---------------------------------------------------------------- xid: an older kernel's AER recovery
+
+
+def test_an_older_kernels_no_aer_aware_driver_is_the_gpus_recovery_outcome():
+    # a 4.x kernel's words for what newer ones print as `AER: can't recover (...)` (tuning)
+    log = parse_kernel_log((FIELD / "issues/xid/aer-surprise-down-then-xid79-tesla.txt").read_text())
+    assert [(r.pci_bus_id, r.driver, r.outcome) for r in log.aer_recovery] == [
+        ("0000:02:00.0", "nvidia", "device has no AER-aware driver")]
+    assert not any("AER-aware" in t for t in unread_texts(log))
