@@ -71,6 +71,7 @@ from healthcheck.parsers.lines import (
     UnrecognizedLines,
     continues_bare,
     continues_indented,
+    drop_quote,
     join_continuation,
     quoted_paste,
     quoted_reply,
@@ -272,6 +273,7 @@ def parse_kernel_log(
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
+    read.reply = reply
     for number, raw in enumerate(lines):
         if not _worth_reading(raw) and not read.expects(number, raw):  # the common case, kept cheap
             if not read.looks_like_log:
@@ -381,6 +383,7 @@ class _Read:
         self.unread = UnrecognizedLines()  # lines nothing read: the other drivers' and programs' lines
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
+        self.reply = False  # a markdown reply's paste (lines.quoted_reply): `> ` is the reply's, not the log's
 
     def expects(self, number: int, raw: str) -> bool:
         """Whether line `number` may belong to what is being read though it names no marker:
@@ -396,8 +399,8 @@ class _Read:
     def told(self, number: int, raw: str, name: str | None) -> None:
         """What read line `number` (0-based; None: nothing): told to `hc parse --explain`,
         and a line nothing read counted in `unrecognized`."""
-        if name is None:
-            note_unread(self.unread, number + 1, raw)
+        if name is None:  # a markdown reply's `>` alone is its blank line, no line of the log's
+            note_unread(self.unread, number + 1, drop_quote(raw) if self.reply else raw)
         if self.explaining and raw.strip():
             recorded(Line(number=number + 1, raw=raw, text=raw), name)
 

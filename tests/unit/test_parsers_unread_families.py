@@ -157,3 +157,15 @@ def test_an_older_kernels_no_aer_aware_driver_is_the_gpus_recovery_outcome():
     assert [(r.pci_bus_id, r.driver, r.outcome) for r in log.aer_recovery] == [
         ("0000:02:00.0", "nvidia", "device has no AER-aware driver")]
     assert not any("AER-aware" in t for t in unread_texts(log))
+
+
+# ---------------------------------------------------------------- xid: a markdown reply's empty quote lines
+
+
+def test_a_replys_empty_quote_lines_are_blank_not_unread():
+    # a reply that quoted a kernel log with `>` alone between its lines (tuning)
+    text = (FIELD / "repos/xid/xid79-sxid20034-md-blockquote-with-empty-quote-lines.txt").read_text()
+    assert any(line.strip() == ">" for line in text.splitlines())
+    log = parse_kernel_log(text)
+    assert not any(t == ">" for t in unread_texts(log))
+    assert [x.code for x in log.xids] == [79]
