@@ -63,6 +63,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
+from healthcheck.parsers.kernel_tasks import HUNG_MARKER, SEGFAULT_MARKER, HungTask, Segfault, TaskReader
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
@@ -165,6 +166,8 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     gsp_errors: list[GspError] = []  # GSP firmware errors logged without an Xid number
     aer: list[AerEvent] = []  # PCIe AER errors (any device: facts beside the Xids, never a verdict here)
     aer_recovery: list[AerRecovery] = []  # how recovery from them went, per device (a GPU that "can't recover")
+    hung_tasks: list[HungTask] = []  # `INFO: task nvidia-smi:N blocked for more than 120 seconds.` (facts)
+    segfaults: list[Segfault] = []  # `python[N]: segfault at ... in libnccl.so.2[...]` (facts)
     # lines nothing read (another driver's, another program's; omitted when none): in a whole
     # kernel log most of its lines, so `hc parse` shows how many and the first few
     unrecognized: Unrecognized = NOTHING_UNREAD
@@ -293,7 +296,7 @@ def parse_kernel_log(
     return read.log()
 
 
-_MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER)
+_MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER, HUNG_MARKER, SEGFAULT_MARKER)
 
 
 def _worth_reading(raw: str) -> bool:
@@ -378,6 +381,7 @@ class _Read:
         self.versions: list[tuple[int, str]] = []  # (line number, driver version) of each load banner
         self.device_ids: dict[str | None, str] = {}  # bus id -> "10de:2901", as the driver named them
         self.aer = AerReader()
+        self.tasks = TaskReader()
         self.pending: _Message | None = None
         self.explaining = recording_now()  # `hc parse --explain`: what read each line, told to lines.recorded
         self.unread = UnrecognizedLines()  # lines nothing read: the other drivers' and programs' lines
@@ -427,7 +431,7 @@ class _Read:
                                  time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
                                  pci_device_id=self.device_ids.get(probe.pci_bus_id)))
             return "probe-failure"
-        return self.message(number, raw, text) if "SXid" in body else None
+        return self.message(number, raw, text) if "SXid" in body else self.tasks.read(body, raw, stamp)
 
     def flush(self) -> None:
         if self.pending is not None:
@@ -528,6 +532,7 @@ class _Read:
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
                             gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery,
+                            hung_tasks=self.tasks.hung, segfaults=self.tasks.segfaults,
                             unrecognized=self.unread.frozen_or_nothing())
 
 
@@ -785,6 +790,8 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
         gsp_errors=[e for e in log.gsp_errors if e.time is None or e.time >= t],
         aer=[e for e in log.aer if e.time is None or e.time >= t],
         aer_recovery=[e for e in log.aer_recovery if e.time is None or e.time >= t],
+        hung_tasks=[e for e in log.hung_tasks if e.time is None or e.time >= t],
+        segfaults=[e for e in log.segfaults if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
         gpu_serials=dict(log.gpu_serials),
         since=t,

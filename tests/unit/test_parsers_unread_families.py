@@ -169,3 +169,35 @@ def test_a_replys_empty_quote_lines_are_blank_not_unread():
     log = parse_kernel_log(text)
     assert not any(t == ">" for t in unread_texts(log))
     assert [x.code for x in log.xids] == [79]
+
+
+# ---------------------------------------------------------------- xid: hung tasks and segfaults
+
+
+GPUD_SCAN = FIELD / "repos/xid/xid119-gsp-rpc-timeout-quoted-in-gpud-scan-output.txt"
+
+
+def test_hung_tasks_the_kernel_reports_are_kept_with_process_and_seconds():
+    # the kernel's hung-task lines as gpud quoted them, beside the Xid 119s (tuning)
+    log = parse_kernel_log(GPUD_SCAN.read_text())
+    hung = {(t.process, t.pid, t.seconds) for t in log.hung_tasks}
+    assert ("nvidia-smi", 3228970, 241) in hung and ("python", 4072565, 120) in hung
+    assert len(log.hung_tasks) == 10
+    assert not any("blocked for more than" in t for t in unread_texts(log))
+    assert {x.code for x in log.xids} == {119}
+
+
+def test_a_hung_task_line_the_kernel_printed_itself_is_read_too():
+    # transformation: the kernel's own line as gpud quoted it, taken out of its quotes (a bare dmesg line)
+    quoted = next(line for line in GPUD_SCAN.read_text().splitlines() if "INFO: task nvidia-smi:" in line)
+    bare = quoted[quoted.index('"INFO: task') + 1:quoted.rindex("\\n")]
+    (task,) = parse_kernel_log(bare).hung_tasks
+    assert (task.process, task.pid, task.seconds, task.line) == ("nvidia-smi", 3228970, 120, bare)
+
+
+def test_a_segfault_names_the_process_and_the_library_it_died_in():
+    log = parse_kernel_log((CORPUS / "xid-dmesg/libnccl-segfault.txt").read_text())
+    assert [(s.process, s.pid, s.library, s.error) for s in log.segfaults] == [
+        ("pt_main_thread", 2536443, "libnccl.so.2", 4)] * 2
+    assert log.segfaults[0].time is not None and log.unrecognized.count == 0
+    assert (log.xids, log.sxids) == ([], [])
