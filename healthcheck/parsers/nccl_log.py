@@ -1230,6 +1230,16 @@ def _verbs_detail(rest: str) -> dict[str, Any]:
             "remote_gid": m.group("remote") or ""}
 
 
+def warn_of(line: Line) -> NcclWarn | None:
+    """The line's NCCL WARN, classified as a log's are (kind, peer, status, hca...), None
+    where it is no WARN: for a tool whose output holds NCCL's lines among its own
+    (nccl-tests), where the WARN is a failure's cause."""
+    if "NCCL WARN" not in line.text:
+        return None
+    p = split_read_line(line) or split_bare_line(line)
+    return _classify(p, line.number, None) if p is not None and p.level == "WARN" else None
+
+
 def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
     msg = p.message
     m = _IB_COMPLETION.search(msg[:200])

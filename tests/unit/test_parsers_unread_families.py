@@ -14,6 +14,7 @@ from field import unread as audit
 
 from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.nccl_tests import parse_nccl_tests
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import INIT_FAILED, PROBE, parse_kernel_log
 
@@ -201,3 +202,31 @@ def test_a_segfault_names_the_process_and_the_library_it_died_in():
         ("pt_main_thread", 2536443, "libnccl.so.2", 4)] * 2
     assert log.segfaults[0].time is not None and log.unrecognized.count == 0
     assert (log.xids, log.sxids) == ([], [])
+
+
+# ---------------------------------------------------------------- nccl-tests: NCCL's WARNs, the failure's cause
+
+
+def test_an_ncclwarn_in_an_nccl_tests_output_is_kept_classified_with_its_peer():
+    # NCCL_DEBUG=WARN: the peer that closed the connection, then nccl-tests' failure (tuning)
+    run = parse_nccl_tests((FIELD / "issues/nccl-tests/socket-closed-by-peer-then-nccl-failure-921.txt").read_text())
+    assert [(w.kind, w.host, w.src) for w in run.nccl_warns] == [("socket", "server1", "include/socket.h:385")]
+    assert run.failures and "Connection closed by remote peer" in run.nccl_warns[0].text
+    assert not any("NCCL WARN" in t for t in unread_texts(run))
+
+
+def test_a_socket_warns_peer_address_and_port_are_read_by_peers_endpoint():
+    # a two-host 4090 run: NCCL's socketProgress WARN names the peer, then nccl-tests fails (tests/fixtures)
+    run = parse_nccl_tests((FIXTURES / "nccl-tests/test-nccl-failure-common-cu-961-with-nccl-chains-two-hosts-4090.txt")
+                           .read_text())
+    (warn,) = run.nccl_warns
+    assert (warn.kind, warn.host, warn.peer_address, warn.peer_port) == ("socket", "DisAI-4090-3", "10.102.0.232",
+                                                                         40318)
+    assert run.failures
+
+
+def test_an_ncclwarn_that_is_no_failure_is_kept_as_other():
+    name = "nccl-tests/all_reduce-2gpu-mixed-gtx-p2p-disabled-socket-header-and-init-warn.txt"
+    run = parse_nccl_tests((FIXTURES / name).read_text())
+    assert [w.kind for w in run.nccl_warns] == ["other"]  # `Could not find a path for pattern 4`: NCCL's own
+    assert not run.failures
