@@ -11,7 +11,7 @@ word, a device's or a peer's address, a rank). Per tool it prints the files, the
 lines, the health-relevant ones and the most common of those (numbers and hex replaced by
 `N`/`H`) with a file each occurs in.
 
-    .venv/bin/python tests/field/unread.py [--top N] [--tool TOOL] [--totals]
+    .venv/bin/python tests/field/unread.py [--top N] [--tool TOOL] [--totals] [--all]
 
 `--totals` prints only the table (bin/bench's "parsers: unread lines" part).
 """
@@ -49,11 +49,14 @@ CORPUS_TOOL = {
     "torch-watchdog": "torch-log", "torchrun": "torch-log", "xid-dmesg": "xid",
 }
 
-# a token an operator or hc's judgement looks for: an error word, a kernel or NCCL failure
-# family, an errno name, a PCI bus id, an IP:port, a rank
+# a token an operator or hc's judgement looks for: an error word (also a process's death and
+# the words a failure is said in: cannot, unable, lost...), a kernel or NCCL failure family, an
+# errno name, a PCI bus id, an IP:port, a rank
 HEALTH = re.compile(
     r"(?i:\b(?:errors?|fail\w*|warn\w*|time[ds]?[ -]?out\w*|xid|sxid|nvrm|aer|ecc|remap\w*|retir\w*"
-    r"|exceptions?|traceback|abort\w*|refused|reset\w*|down|degraded|throttl\w*|ranks?)\b)"
+    r"|exceptions?|traceback|abort\w*|refused|reset\w*|down|degraded|throttl\w*|ranks?"
+    r"|segfault|oom|out of memory|killed|panic|hung|unreachable|unable|cannot|can't|could ?n[o']t|invalid|lost"
+    r"|mismatch\w*|corrupt\w*|denied|not responding)\b)"
     r"|NCCL WARN|Error:|\bE[A-Z]{3,14}\b"
     r"|\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]\b"
     r"|\b\d{1,3}(?:\.\d{1,3}){3}[:<]\d{1,5}\b|\]:\d{1,5}\b")
@@ -83,12 +86,15 @@ class ToolAudit:
     families: Counter[str] = field(default_factory=Counter)
     where: dict[str, str] = field(default_factory=dict)  # normalised line -> a file it occurs in
 
-    def add(self, name: str, lines: list[Line]) -> None:
+    def add(self, name: str, lines: list[Line], every: bool = False) -> None:
+        """Count a file's unread lines; list the health-relevant ones' families (`every`: all)."""
         self.unread += len(lines)
         for line in lines:
             if not relevant(line.text):
-                continue
-            self.relevant += 1
+                if not every:
+                    continue
+            else:
+                self.relevant += 1
             family = normalised(line.text)
             self.families[family] += 1
             self.where.setdefault(family, name)
@@ -126,7 +132,9 @@ def unread_lines(tool: str, path: Path) -> list[Line] | None:
     return list({(line.number, line.text): line for line in every}.values())
 
 
-def audit() -> dict[str, ToolAudit]:
+def audit(every: bool = False) -> dict[str, ToolAudit]:
+    """Per tool, what its parser left unread (`every`: the families of all unread lines listed,
+    not only of the health-relevant ones)."""
     tools: dict[str, ToolAudit] = {}
     for tool, path in [*tuning_files(), *corpus_files()]:
         found = tools.setdefault(tool, ToolAudit())
@@ -135,7 +143,7 @@ def audit() -> dict[str, ToolAudit]:
         if lines is None:
             found.refused += 1
             continue
-        found.add(_name(path), lines)
+        found.add(_name(path), lines, every)
     return dict(sorted(tools.items()))
 
 
@@ -156,7 +164,8 @@ def totals_table(tools: dict[str, ToolAudit]) -> list[str]:
 
 
 def families_report(tool: str, found: ToolAudit, top: int) -> list[str]:
-    out = [f"\n== {tool}: {found.files} files, {found.unread} unread lines, {found.relevant} health-relevant"]
+    out = [f"\n== {tool}: {found.files} files, {found.unread} unread lines, {found.relevant} health-relevant"
+           f"{' (all families listed)' if found.unread > found.relevant and sum(found.families.values()) == found.unread else ''}"]
     out += [f"{n:5}  {family}\n       ({found.where[family]})" for family, n in found.families.most_common(top)]
     return out
 
@@ -167,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="health-relevant families listed per tool (1-1000)")
     ap.add_argument("--tool", default="", help="only this tool (hc parse's name)")
     ap.add_argument("--totals", action="store_true", help="only the table of totals")
+    ap.add_argument("--all", action="store_true", help="list the families of every unread line, not only "
+                    "the health-relevant ones")
     args = ap.parse_args(argv)
-    tools = {t: a for t, a in audit().items() if not args.tool or t == args.tool}
+    tools = {t: a for t, a in audit(args.all).items() if not args.tool or t == args.tool}
     print("\n".join(totals_table(tools)))
     if not args.totals:
         for tool, found in tools.items():
