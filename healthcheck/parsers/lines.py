@@ -391,6 +391,7 @@ _PROMPT = re.compile(
     r"(?:\([\w.\-]{1,64}\) )?"  # a conda/venv name
     r"(?:[\w.\-]{1,64}@[\w.\-]{1,64}(?::[^\s$#]{0,256})?\s?[$#%]"  # user@host:~$
     r"|\[[\w.\-]{1,64}@[\w.\-]{1,64}[^\]\n]{0,256}\][$#%]"  # [user@host dir]$
+    r"|\[[\w.\-]{1,64} [^\]\n]{0,256}\][$#%]"  # [host dir]# with no user (field/issues' `[gpu6000 ~]# `)
     r"|\$|>>>|\+{1,3}"  # $ cmd, python's >>>, bash -x's + cmd
     # oh-my-zsh's default theme: `➜  dir git:(branch) ✗ cmd`, `➜ nvidia-smi -a` (field/issues-9,
     # issues' perfquery, issues-6's torch-log); the arrow alone starts it, never a tool's line

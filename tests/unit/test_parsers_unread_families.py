@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from field import unread as audit
 
-from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread
+from healthcheck.parsers import parser_for
+from healthcheck.parsers.lines import SAMPLE_MAX, collecting_unread, is_command_echo, is_prompt
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_tests import parse_nccl_tests
+from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import INIT_FAILED, PROBE, parse_kernel_log
 
@@ -230,3 +232,28 @@ def test_an_ncclwarn_that_is_no_failure_is_kept_as_other():
     run = parse_nccl_tests((FIXTURES / name).read_text())
     assert [w.kind for w in run.nccl_warns] == ["other"]  # `Could not find a path for pattern 4`: NCCL's own
     assert not run.failures
+
+
+# ---------------------------------------------------------------- prompts and command echo: noise, never unread
+
+
+def test_a_root_prompt_with_a_host_and_no_user_is_a_prompt():
+    # `[gpu6000 ~]# nvidia-smi -q -d MEMORY,PERFORMANCE` (tuning): as `[root@host ~]# ` always was
+    assert is_prompt("[gpu6000 ~]# nvidia-smi -q -d MEMORY,PERFORMANCE")
+    facts = parse_nvidia_smi_q_pasted((FIELD / "issues/nvidia-smi-q/rtx-pro-6000-q-d-memory-performance-580.txt")
+                                      .read_text())
+    assert facts.unrecognized.count == 0
+    # a bracketed launcher label or a kernel stamp is never one
+    assert not any(is_prompt(t) for t in ("[1,0]<stdout>: # nThread 1", "[ 1843.439662] NVRM: Xid", "[0] NCCL INFO"))
+
+
+@pytest.mark.parametrize("tool, path", [
+    ("nvidia-smi", FIELD / "repos/nvidia-smi/h100-8gpu-570.195.03-command-line-no-processes.txt"),
+    ("nvidia-smi-nvlink", FIELD / "issues/nvidia-smi-nvlink/gb200-nvlink-s-18-links-elided.txt"),
+])
+def test_the_command_echoed_before_a_table_is_noise_not_unread(tool, path):
+    # `nvidia-smi` / `nvidia-smi nvlink -s` alone on the paste's first line (tuning)
+    text = path.read_text()
+    assert is_command_echo(text.splitlines()[0])
+    facts = parser_for(tool)(text)
+    assert facts.unrecognized.count == 0
