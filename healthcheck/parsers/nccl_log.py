@@ -28,7 +28,8 @@ counts) of the line that said it, so a finding can name `file:line`:
 
 * per process (host, pid): version, CUDA driver, bootstrap interface (`Bootstrap : Using
   eth0:...`, >= 2.24 `Bootstrap: Using`), IB devices (`NET/IB : Using [0]mlx5_0:1/IB ...`)
-  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), a net plugin's
+  or `NET/IB : No device found.` or why IB never started (`Failed to open libibverbs.so[.1]`,
+  `Failed to initialize NET plugin IB`: `ib_unavailable`), socket interfaces (`NET/Socket : Using ...`), a net plugin's
   own device list (`NET/FastSocket : Using [0]ibs108:10.0.19.12<0> ...`), the network chosen
   (`Using network IB|Socket|<plugin>`; without that line, the net that listed devices last:
   NCCL tries a plugin, IB, Socket in turn and stops at the first with devices), NCCL_* settings echoed (`... set by
