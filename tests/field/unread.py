@@ -49,6 +49,10 @@ CORPUS_TOOL = {
     "torch-watchdog": "torch-log", "torchrun": "torch-log", "xid-dmesg": "xid",
 }
 
+# outputs that hold another tool's lines, which hc reads with that tool's parser too (hc diagnose
+# reads a job's output as an NCCL log and as a torch log): test_parsers_cross_family's OVERLAPS
+ALSO_READ_BY = {"nccl-tests": ("nccl-log",), "torch-log": ("nccl-log",), "nccl-log": ("nccl-tests", "torch-log")}
+
 # a token an operator or hc's judgement looks for: an error word (also a process's death and
 # the words a failure is said in: cannot, unable, lost...), a kernel or NCCL failure family, an
 # errno name, a PCI bus id, an IP:port, a rank
@@ -82,14 +86,19 @@ class ToolAudit:
     files: int = 0
     refused: int = 0
     unread: int = 0
+    elsewhere: int = 0  # unread lines another of hc's parsers reads in the same text (ALSO_READ_BY)
     relevant: int = 0
     families: Counter[str] = field(default_factory=Counter)
     where: dict[str, str] = field(default_factory=dict)  # normalised line -> a file it occurs in
 
-    def add(self, name: str, lines: list[Line], every: bool = False) -> None:
-        """Count a file's unread lines; list the health-relevant ones' families (`every`: all)."""
+    def add(self, name: str, lines: list[Line], elsewhere: set[int], every: bool = False) -> None:
+        """Count a file's unread lines (those another parser reads, numbered in `elsewhere`,
+        apart); list the rest's health-relevant families (`every`: all of the rest's)."""
         self.unread += len(lines)
         for line in lines:
+            if line.number in elsewhere:
+                self.elsewhere += 1
+                continue
             if not relevant(line.text):
                 if not every:
                     continue
@@ -132,6 +141,18 @@ def unread_lines(tool: str, path: Path) -> list[Line] | None:
     return list({(line.number, line.text): line for line in every}.values())
 
 
+def read_elsewhere(tool: str, path: Path, lines: list[Line]) -> set[int]:
+    """The numbers of `lines` (unread by the tool's parser) that a parser of ALSO_READ_BY[tool]
+    reads in the same file: it takes the file and leaves them off its own unread lines."""
+    found: set[int] = set()
+    for other in ALSO_READ_BY.get(tool, ()):
+        theirs = unread_lines(other, path)
+        if theirs is not None:
+            left = {line.number for line in theirs}
+            found |= {line.number for line in lines if line.number not in left}
+    return found
+
+
 def audit(every: bool = False) -> dict[str, ToolAudit]:
     """Per tool, what its parser left unread (`every`: the families of all unread lines listed,
     not only of the health-relevant ones)."""
@@ -143,7 +164,7 @@ def audit(every: bool = False) -> dict[str, ToolAudit]:
         if lines is None:
             found.refused += 1
             continue
-        found.add(_name(path), lines, every)
+        found.add(_name(path), lines, read_elsewhere(tool, path, lines), every)
     return dict(sorted(tools.items()))
 
 
@@ -155,17 +176,21 @@ def _name(path: Path) -> str:
 
 
 def totals_table(tools: dict[str, ToolAudit]) -> list[str]:
-    rows = [f"{'tool':24} {'files':>5} {'refused':>7} {'unread':>7} {'relevant':>8}"]
-    rows += [f"{tool:24} {a.files:5} {a.refused:7} {a.unread:7} {a.relevant:8}" for tool, a in tools.items()]
-    rows.append(f"{'total':24} {sum(a.files for a in tools.values()):5} "
-                f"{sum(a.refused for a in tools.values()):7} {sum(a.unread for a in tools.values()):7} "
-                f"{sum(a.relevant for a in tools.values()):8}")
+    rows = [f"{'tool':24} {'files':>5} {'refused':>7} {'unread':>7} {'elsewhere':>9} {'relevant':>8}"]
+    rows += [f"{tool:24} {a.files:5} {a.refused:7} {a.unread:7} {a.elsewhere:9} {a.relevant:8}"
+             for tool, a in tools.items()]
+    total = {k: sum(getattr(a, k) for a in tools.values()) for k in ("files", "refused", "unread", "elsewhere",
+                                                                     "relevant")}
+    rows.append(f"{'total':24} {total['files']:5} {total['refused']:7} {total['unread']:7} {total['elsewhere']:9} "
+                f"{total['relevant']:8}")
     return rows
 
 
 def families_report(tool: str, found: ToolAudit, top: int) -> list[str]:
-    out = [f"\n== {tool}: {found.files} files, {found.unread} unread lines, {found.relevant} health-relevant"
-           f"{' (all families listed)' if found.unread > found.relevant and sum(found.families.values()) == found.unread else ''}"]
+    rest = found.unread - found.elsewhere
+    listed = " (all families listed)" if rest > found.relevant and sum(found.families.values()) == rest else ""
+    out = [f"\n== {tool}: {found.files} files, {found.unread} unread lines ({found.elsewhere} read by another "
+           f"parser), {found.relevant} health-relevant{listed}"]
     out += [f"{n:5}  {family}\n       ({found.where[family]})" for family, n in found.families.most_common(top)]
     return out
 

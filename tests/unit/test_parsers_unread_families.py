@@ -50,6 +50,16 @@ def test_the_audit_reads_only_tuning_files_of_the_field_collections():
     assert tuning and held_out and not tuning & held_out
 
 
+def test_the_audit_sets_apart_the_lines_another_parser_reads_in_the_same_text():
+    # NCCL's `Bootstrap : Using eth0:...` lines in an nccl-tests job's output: unread by nccl-tests,
+    # read by nccl-log (tuning)
+    path = FIELD / "repos/nccl-tests/all_reduce-p4d-2node-srun-label-full-slurm-out-pmix-libfabric-noise.txt"
+    lines = audit.unread_lines("nccl-tests", path)
+    nccl = {line.number for line in lines if "NCCL INFO Bootstrap" in line.text}
+    assert nccl and nccl <= audit.read_elsewhere("nccl-tests", path, lines)
+    assert audit.read_elsewhere("xid", CORPUS / "xid-dmesg/libnccl-segfault.txt", []) == set()
+
+
 def test_the_audit_marks_health_tokens_and_folds_values():
     assert audit.relevant("NVRM: GPU Board Serial Number: 0322716036227")  # NVRM: the driver speaking
     assert audit.relevant("NCCL INFO Connected all rings") is False
