@@ -79,7 +79,9 @@ guard; `chained` makes a table whose first handler to read a line lets every lat
 matching one read it too (`read_every`). `dispatch` tells what read
 each line to a recorder (passed to it, or set by `recording` for a parse: what `hc parse
 --explain` shows); a parser with a table of its own tells `recorded` (building the
-`Line` only while `recording_now()`).
+`Line` only while `recording_now()`). `collecting_unread` hands every line an
+`UnrecognizedLines` counts (not only its sample) to a list for the parse: the audit of
+what the parsers leave unread (tests/field/unread.py).
 
 Everything is linear: each pattern is anchored, bounded and tried at most once per
 prefix; a line is cut at `max_line` characters before it is looked at.
@@ -389,6 +391,7 @@ _PROMPT = re.compile(
     r"(?:\([\w.\-]{1,64}\) )?"  # a conda/venv name
     r"(?:[\w.\-]{1,64}@[\w.\-]{1,64}(?::[^\s$#]{0,256})?\s?[$#%]"  # user@host:~$
     r"|\[[\w.\-]{1,64}@[\w.\-]{1,64}[^\]\n]{0,256}\][$#%]"  # [user@host dir]$
+    r"|\[[\w.\-]{1,64} [^\]\n]{0,256}\][$#%]"  # [host dir]# with no user (field/issues' `[gpu6000 ~]# `)
     r"|\$|>>>|\+{1,3}"  # $ cmd, python's >>>, bash -x's + cmd
     # oh-my-zsh's default theme: `➜  dir git:(branch) ✗ cmd`, `➜ nvidia-smi -a` (field/issues-9,
     # issues' perfquery, issues-6's torch-log); the arrow alone starts it, never a tool's line
@@ -924,6 +927,8 @@ class UnrecognizedLines:
         if line.noise or not line.text.strip() or is_elision(line.text):
             return  # a prompt, a blank or a paste's `...`: no line of the tool's left unread
         self.count += 1
+        if (every := _UNREAD_SINK.get()) is not None:
+            every.append(line)
         if len(self.sample) < SAMPLE_MAX:
             self.sample.append(SampleLine(line=line.number, text=line.text.strip()[:SAMPLE_TEXT]))
 
@@ -933,6 +938,23 @@ class UnrecognizedLines:
     def frozen_or_nothing(self) -> Unrecognized:
         """`freeze()`, or NOTHING_UNREAD when every line was read (omitted under omit_defaults)."""
         return self.freeze() if self.count else NOTHING_UNREAD
+
+
+# every line any `UnrecognizedLines` counts while `collecting_unread` runs (None: no one asks)
+_UNREAD_SINK: ContextVar[list[Line] | None] = ContextVar("hc_lines_unread", default=None)
+
+
+@contextmanager
+def collecting_unread() -> Iterator[list[Line]]:
+    """Every line a parser counts unread while the block runs, all of them (its
+    `Unrecognized` keeps only SAMPLE_MAX): the audit of unread lines reads them. A parser
+    that tries two readings of a text counts the lines each left unread."""
+    every: list[Line] = []
+    token = _UNREAD_SINK.set(every)
+    try:
+        yield every
+    finally:
+        _UNREAD_SINK.reset(token)
 
 
 # ---------------------------------------------------------------- handler tables

@@ -28,7 +28,8 @@ counts) of the line that said it, so a finding can name `file:line`:
 
 * per process (host, pid): version, CUDA driver, bootstrap interface (`Bootstrap : Using
   eth0:...`, >= 2.24 `Bootstrap: Using`), IB devices (`NET/IB : Using [0]mlx5_0:1/IB ...`)
-  or `NET/IB : No device found.`, socket interfaces (`NET/Socket : Using ...`), a net plugin's
+  or `NET/IB : No device found.` or why IB never started (`Failed to open libibverbs.so[.1]`,
+  `Failed to initialize NET plugin IB`: `ib_unavailable`), socket interfaces (`NET/Socket : Using ...`), a net plugin's
   own device list (`NET/FastSocket : Using [0]ibs108:10.0.19.12<0> ...`), the network chosen
   (`Using network IB|Socket|<plugin>`; without that line, the net that listed devices last:
   NCCL tries a plugin, IB, Socket in turn and stops at the first with devices), NCCL_* settings echoed (`... set by
@@ -81,6 +82,7 @@ from healthcheck.parsers.lines import (
     Line,
     Unrecognized,
     UnrecognizedLines,
+    chained,
     dispatch,
     mpich_rank,
     read_line,
@@ -276,6 +278,9 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     net_nics: int | None = None  # the NICs that provider found
     ib_devices: tuple[NetDevice, ...] = ()
     ib_no_device: bool = False  # `NET/IB : No device found.`
+    # why NCCL's IB transport never started (sockets carry the job): `Failed to open libibverbs.so[.1]`
+    # (no rdma-core where NCCL runs, INFO or ibvwrap's WARN), `Failed to initialize NET plugin IB` (2.29)
+    ib_unavailable: str = ""
     socket_devices: tuple[NetDevice, ...] = ()
     plugin_devices: tuple[NetDevice, ...] = ()  # a net plugin's own list: `NET/FastSocket : Using [0]ibs108:...`
     socket_fallback: bool = False  # network Socket, or IB found nothing and sockets were listed
@@ -605,13 +610,18 @@ _CONNECTION_WORDS = ("Connection closed by remote peer", "Connection refused", "
 _SOCKET_WORDS = ("socket", "Socket connect", "Net : Connect", "connect to ")
 
 
+# NCCL's messages saying its IB transport could not start where it runs (ibvwrap.cc, net.cc)
+_IB_UNAVAILABLE = ("Failed to open libibverbs", "Failed to initialize NET plugin IB")
+
+
 # ---------------------------------------------------------------- builders
 
 
 class _Proc:
     __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
-                 "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "socket_devices", "env",
-                 "transports", "rings", "trees", "warns", "error_returns", "first_error_line", "first_error_code",
+                 "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "ib_unavailable",
+                 "socket_devices", "env", "transports", "rings", "trees", "warns", "error_returns", "first_error_line",
+                 "first_error_code",
                  "launcher_rank", "plugin", "plugin_devices", "net_listed")
 
     def __init__(self, host: str, pid: int, line: int) -> None:
@@ -622,6 +632,7 @@ class _Proc:
         self.devices: dict[int, None] = {}
         self.ib_devices: list[NetDevice] = []
         self.ib_no_device = False
+        self.ib_unavailable = ""
         self.socket_devices: list[NetDevice] = []
         self.env: dict[str, EnvSetting] = {}
         self.transports: dict[str, list[int]] = {}  # transport -> [count, first line]
@@ -862,6 +873,14 @@ class _Builder:
             proc.first_error_line, proc.first_error_code = line.number, int(m.group(1))
         return True
 
+    def ib_unavailable(self, line: Line) -> bool:
+        """`Failed to open libibverbs.so[.1]`, `Failed to initialize NET plugin IB`: IB never
+        started in this process (the first such message kept)."""
+        proc = self.current
+        if not proc.ib_unavailable:
+            proc.ib_unavailable = line.text[:_MSG_MAX].strip()
+        return True
+
     def net_ib(self, line: Line) -> bool:
         proc, msg = self.current, line.text
         if "No device found" in msg[:40]:
@@ -1089,7 +1108,8 @@ class _Builder:
             network = _inferred_network(proc)
             inferred = bool(network)
         fallback = network == "Socket" or (
-            not network and not proc.ib_devices and (proc.ib_no_device or bool(proc.socket_devices)))
+            not network and not proc.ib_devices
+            and (proc.ib_no_device or bool(proc.ib_unavailable) or bool(proc.socket_devices)))
         nics = plugin.get("net_nics")
         return NcclProcess(
             host=proc.host, pid=proc.pid, first_line=proc.first_line, last_line=proc.last_line, lines=proc.lines,
@@ -1099,7 +1119,7 @@ class _Builder:
             net_plugin_version=str(plugin.get("net_plugin_version", "")),
             net_plugin_path=str(plugin.get("net_plugin_path", "")), net_provider=str(plugin.get("net_provider", "")),
             net_nics=int(nics) if nics else None,
-            ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device,
+            ib_devices=tuple(proc.ib_devices), ib_no_device=proc.ib_no_device, ib_unavailable=proc.ib_unavailable,
             socket_devices=tuple(proc.socket_devices), plugin_devices=tuple(proc.plugin_devices),
             socket_fallback=fallback,
             env=tuple(proc.env.values()),
@@ -1117,6 +1137,7 @@ _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("version", starts("NCCL version "), _Builder.version),
     Handler("bootstrap", lambda m: m.startswith("Bootstrap") and " Using " in m[:40], _Builder.bootstrap),
     Handler("net-ib", starts("NET/IB"), _Builder.net_ib),
+    Handler("ib-unavailable", starts(*_IB_UNAVAILABLE), _Builder.ib_unavailable),
     Handler("net-socket", lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
     Handler("net-plugin-devices", lambda m: m.startswith("NET/") and " Using [" in m[:48], _Builder.net_plugin_list),
     Handler("network", starts("Using network "), _Builder.network),
@@ -1131,7 +1152,11 @@ _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("env", lambda m: m.startswith("NCCL_") and " set " in m[:100], _Builder.env),
     Handler("error-return", lambda m: " -> " in m[:300], _Builder.error_return),
 )
-_WARN_HANDLERS: tuple[Handler[_Builder], ...] = (Handler("warn", lambda m: True, _Builder.warn),)
+# ibvwrap's WARN that IB never started is a WARN like any other too
+_WARN_HANDLERS: tuple[Handler[_Builder], ...] = chained((
+    Handler("ib-unavailable", starts(*_IB_UNAVAILABLE), _Builder.ib_unavailable),
+    Handler("warn", lambda m: True, _Builder.warn),
+))
 # a line with no NCCL prefix: only a bare version line is NCCL's
 _UNPREFIXED_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("bare-version", lambda t: "NCCL version " in t[:256], _Builder.bare_version),
@@ -1204,6 +1229,16 @@ def _verbs_detail(rest: str) -> dict[str, Any]:
     return {"hca": m.group("hca"), "qp_state": m.group("qp_state"), "next_qp_state": m.group("next"),
             "gid_index": _int(m.group("gid_index") or ""), "local_gid": m.group("local") or "",
             "remote_gid": m.group("remote") or ""}
+
+
+def warn_of(line: Line) -> NcclWarn | None:
+    """The line's NCCL WARN, classified as a log's are (kind, peer, status, hca...), None
+    where it is no WARN: for a tool whose output holds NCCL's lines among its own
+    (nccl-tests), where the WARN is a failure's cause."""
+    if "NCCL WARN" not in line.text:
+        return None
+    p = split_read_line(line) or split_bare_line(line)
+    return _classify(p, line.number, None) if p is not None and p.level == "WARN" else None
 
 
 def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:

@@ -63,6 +63,7 @@ from healthcheck.parsers.lines import (
     read_lines,
     relabelled,
 )
+from healthcheck.parsers.nccl_log import NcclWarn, warn_of
 
 UNKNOWN = "unknown"  # NcclTestsRun.collective when neither the output nor the caller names it
 MAX_LISTED = 1000  # failures and `# error:` lines kept (a hostile input could print millions)
@@ -153,6 +154,9 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     completed: bool = False  # the footer (Avg bus bandwidth) was printed
     failures: tuple[NcclTestsFailure, ...] = ()
     errors: tuple[str, ...] = ()  # "# error: ..." (ncclGetLastError), JSON "errors"
+    # NCCL's WARN lines among the output (NCCL_DEBUG=WARN or INFO), classified as nccl-log's are: a
+    # failure's cause, with the peer it names (`socketProgress: Connection closed by remote peer A<P>`)
+    nccl_warns: tuple[NcclWarn, ...] = ()
     launcher_error: str | None = None  # the launcher never started the test
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (text): how many, the first few
 
@@ -446,6 +450,7 @@ class _Text:
         self.ranks: list[RankDevice] = []
         self.failures: list[NcclTestsFailure] = []
         self.errors: list[str] = []
+        self.nccl_warns: list[NcclWarn] = []
         self.banner = _Banner()
         self.program: str | None = None
         self.current: str | None = None  # the collective of the rows that follow
@@ -607,6 +612,16 @@ def _read_slots_request(s: _Text, line: Line) -> bool:
     return True
 
 
+def _read_nccl_warn(s: _Text, line: Line) -> bool:
+    """An NCCL WARN line (nccl_log.warn_of): kept, the first MAX_LISTED."""
+    warn = warn_of(line)
+    if warn is None:
+        return False
+    if len(s.nccl_warns) < MAX_LISTED:
+        s.nccl_warns.append(warn)
+    return True
+
+
 def _hash_or_nthread(text: str) -> bool:
     body = text.lstrip()
     return body[:1] == "#" or body.startswith(("nThread", "Rank ", "Using devices"))
@@ -627,6 +642,7 @@ _HANDLERS: tuple[Handler[_Text], ...] = (
     Handler("comment", _hash_or_nthread, _read_comment),
     Handler("failure-message", lambda t: t.lstrip()[:1] == "'" or t.rstrip()[-1:] == "'", _read_failure_message),
     Handler("failure", lambda t: True, _read_failure),
+    Handler("nccl-warn", lambda t: "NCCL WARN" in t, _read_nccl_warn),
     Handler("nccl-version", lambda t: "NCCL version" in t, _read_nccl_version),
     Handler("nccl-nranks", lambda t: " nranks " in t, _read_nccl_nranks),
     Handler("launcher-error", lambda t: True, _read_launcher_error),
@@ -735,6 +751,7 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         completed=s.completed,
         failures=tuple(failures),
         errors=tuple(s.errors),
+        nccl_warns=tuple(s.nccl_warns),
         launcher_error=launcher_error,
         unrecognized=s.unrecognized.freeze(),
     )

@@ -33,12 +33,9 @@ from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import DriverWarning, LostGpu, normalize_pci
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
-    Line,
     Unrecognized,
     UnrecognizedLines,
-    is_prompt,
     pasted_lines,
-    unindented,
 )
 from healthcheck.parsers.nvidia_smi import (
     dedupe_lost,
@@ -47,6 +44,7 @@ from healthcheck.parsers.nvidia_smi import (
     is_no_devices_line,
     lost_gpu_from_line,
 )
+from healthcheck.parsers.unread import note_unread
 
 SOURCE = "nvidia-smi"
 ERR = "ERR!"
@@ -464,8 +462,8 @@ class _Scan:
             self.warnings.append(warning)
         elif self.timestamp is None and _TIMESTAMP.match(line):
             self.timestamp = line
-        elif not is_prompt(unindented(line)):
-            self.unrecognized.note(Line(number=self.number, raw=line, text=line))
+        else:  # a prompt, or the command echoed before the table, is no line of the tool's
+            note_unread(self.unrecognized, self.number, line)
 
 
 def parse_nvidia_smi_table(text: str) -> SmiTable:

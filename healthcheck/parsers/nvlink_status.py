@@ -35,13 +35,12 @@ from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import NvLink
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
-    Line,
     Unrecognized,
     UnrecognizedLines,
     is_elision,
-    is_prompt,
     pasted_lines,
 )
+from healthcheck.parsers.unread import note_unread
 
 # The rest of a GPU or Link line is taken whole and split in code: a lazy `.*?` followed
 # by `\s*$` (or an optional UUID group) tried every split of a long run of spaces,
@@ -112,8 +111,8 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
             unsupported = unsupported or clip(line, 200)
             if gpus and gpus[-1].message is None:
                 gpus[-1].message = clip(line, 200)
-        elif not is_prompt(line):
-            unread.note(Line(number=number, raw=pasted, text=line))
+        else:  # a prompt, or the command echoed before the output, is no line of the tool's
+            note_unread(unread, number, line)
     if not gpus and unsupported is None:
         raise ParseError(f"nvidia-smi nvlink: no 'GPU n: ...' line; starts with {clip(text.strip(), 60)!r}")
     return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported,

@@ -19,6 +19,7 @@ After an uncorrected error the kernel says how recovery went, per device it touc
 (real lines, tests/fixtures/field/issues/xid/):
 
     nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+    nvidia 0000:02:00.0: device has no AER-aware driver          (a 4.x kernel's words for it)
     pcieport 0000:00:03.0: AER: Root Port link has been reset (0)
     pcieport 0000:00:03.0: AER: device recovery failed
 
@@ -73,8 +74,12 @@ _STATUS = re.compile(_DEVICE + r"\s{1,8}device \[(?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-
                      r"(?P<status>[0-9A-Fa-f]{1,16})/(?P<mask>[0-9A-Fa-f]{1,16})", re.ASCII)
 _NAME = re.compile(_DEVICE + r"\s{1,8}\[\s{0,2}\d{1,2}\] (?P<name>[A-Za-z][\w /-]{0,60}?)\s{0,40}"
                    r"(?P<first>\(First\))?\s*$", re.ASCII)
-_RECOVERY = re.compile(_DEVICE + r" AER: (?P<outcome>can't recover|device recovery failed"
-                       r"|Root Port link has been reset)(?P<more>[^\n]{0,80})", re.ASCII)
+# older kernels (4.x) say a device cannot recover without `AER: `, as `device has no AER-aware
+# driver` (real: field/issues/xid/aer-surprise-down-then-xid79-tesla.txt), the outcome newer ones
+# print as `AER: can't recover (no error_detected callback)`
+_RECOVERY = re.compile(_DEVICE + r" (?:AER: )?(?P<outcome>can't recover|device recovery failed"
+                       r"|Root Port link has been reset|device has no AER-aware driver)(?P<more>[^\n]{0,80})",
+                       re.ASCII)
 MARKERS = ("AER", "PCIe Bus Error")  # a line with neither opens no event
 
 

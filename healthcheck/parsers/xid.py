@@ -63,6 +63,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.gpu_common import normalize_pci
+from healthcheck.parsers.kernel_tasks import HUNG_MARKER, SEGFAULT_MARKER, HungTask, Segfault, TaskReader
 from healthcheck.parsers.kernlog import Stamp, split_prefix
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
@@ -71,6 +72,7 @@ from healthcheck.parsers.lines import (
     UnrecognizedLines,
     continues_bare,
     continues_indented,
+    drop_quote,
     join_continuation,
     quoted_paste,
     quoted_reply,
@@ -156,12 +158,16 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     xids: list[XidEvent]
     sxids: list[SXidEvent]
     gpu_uuids: dict[str, str] = {}  # pci_bus_id -> "GPU-b6c3..." from "NVRM: GPU at PCI:...: GPU-..." lines
+    # pci_bus_id -> the board's serial ("1653723052734") the driver logs beside an Xid: what an RMA names
+    gpu_serials: dict[str, str] = {}
     lines: int = 0  # lines parsed
     faults: list[GpuFault] = []
     driver_version: str | None = None  # from the driver's load banner ("NVRM: loading NVIDIA UNIX ...  580.159.04")
     gsp_errors: list[GspError] = []  # GSP firmware errors logged without an Xid number
     aer: list[AerEvent] = []  # PCIe AER errors (any device: facts beside the Xids, never a verdict here)
     aer_recovery: list[AerRecovery] = []  # how recovery from them went, per device (a GPU that "can't recover")
+    hung_tasks: list[HungTask] = []  # `INFO: task nvidia-smi:N blocked for more than 120 seconds.` (facts)
+    segfaults: list[Segfault] = []  # `python[N]: segfault at ... in libnccl.so.2[...]` (facts)
     # lines nothing read (another driver's, another program's; omitted when none): in a whole
     # kernel log most of its lines, so `hc parse` shows how many and the first few
     unrecognized: Unrecognized = NOTHING_UNREAD
@@ -216,6 +222,9 @@ _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
 _NOT_CALLED = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<devices>\d{1,4}) device\(s\)",
                          re.ASCII)
 _NONE_PROBED = "NVRM: No NVIDIA graphics adapter probed"
+# the driver's probe ran and failed, naming no GPU (`NVRM: The NVIDIA probe routine failed for 1
+# device(s).`, after the GPU it lost at probe, field/issues): the GPU a line just before named, if any
+_PROBE_FAILED = re.compile(r"The NVIDIA probe routine failed for \d{1,4} device\(s\)", re.ASCII)
 # a driver status named in brackets: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
 # [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`
 _NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
@@ -235,6 +244,11 @@ _NVLINK_FAILED = re.compile(
 _GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
 _UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
+# the board's serial, as the driver logs it with an Xid: `NVRM: GPU 0000:91:00.0: GPU serial number
+# is 1653723052734.` names its GPU; `NVRM: GPU Board Serial Number: 1653723052734` (empty on some
+# boards) comes right after the `NVRM: GPU at PCI:...: GPU-...` line naming it
+_SERIAL_OF = re.compile(r"NVRM: GPU " + _PCI_TEXT + r":\s{1,16}GPU serial number is (?P<serial>[0-9A-Za-z]{1,32})")
+_BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial>[0-9A-Za-z]{1,32}))?")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
 _NVLINK5 = re.compile(
     r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
@@ -262,6 +276,7 @@ def parse_kernel_log(
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
+    read.reply = reply
     for number, raw in enumerate(lines):
         if not _worth_reading(raw) and not read.expects(number, raw):  # the common case, kept cheap
             if not read.looks_like_log:
@@ -281,7 +296,7 @@ def parse_kernel_log(
     return read.log()
 
 
-_MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER)
+_MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER, HUNG_MARKER, SEGFAULT_MARKER)
 
 
 def _worth_reading(raw: str) -> bool:
@@ -359,16 +374,20 @@ class _Read:
         self.legacy: list[tuple[int, XidEvent]] = []
         self.sxids: list[SXidEvent] = []
         self.uuids: dict[str, str] = {}
+        self.serials: dict[str, str] = {}
         self.faults: list[GpuFault] = []
+        self.refused_at_probe: set[str | None] = set()  # the buses of the init-failed faults at probe
         self.gsp: list[GspError] = []
         self.versions: list[tuple[int, str]] = []  # (line number, driver version) of each load banner
         self.device_ids: dict[str | None, str] = {}  # bus id -> "10de:2901", as the driver named them
         self.aer = AerReader()
+        self.tasks = TaskReader()
         self.pending: _Message | None = None
         self.explaining = recording_now()  # `hc parse --explain`: what read each line, told to lines.recorded
         self.unread = UnrecognizedLines()  # lines nothing read: the other drivers' and programs' lines
         self.last_gpu: tuple[int, str | None] = (-_CRASH_DUMP_REACH - 1, None)  # (line number, bus id)
         self.looks_like_log = False
+        self.reply = False  # a markdown reply's paste (lines.quoted_reply): `> ` is the reply's, not the log's
 
     def expects(self, number: int, raw: str) -> bool:
         """Whether line `number` may belong to what is being read though it names no marker:
@@ -384,8 +403,8 @@ class _Read:
     def told(self, number: int, raw: str, name: str | None) -> None:
         """What read line `number` (0-based; None: nothing): told to `hc parse --explain`,
         and a line nothing read counted in `unrecognized`."""
-        if name is None:
-            note_unread(self.unread, number + 1, raw)
+        if name is None:  # a markdown reply's `>` alone is its blank line, no line of the log's
+            note_unread(self.unread, number + 1, drop_quote(raw) if self.reply else raw)
         if self.explaining and raw.strip():
             recorded(Line(number=number + 1, raw=raw, text=raw), name)
 
@@ -408,11 +427,11 @@ class _Read:
             return "aer"
         probe = probe_failure(body)
         if probe is not None:
-            self.faults.append(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message,
-                                        line=raw, time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
-                                        pci_device_id=self.device_ids.get(probe.pci_bus_id)))
+            self._fault(GpuFault(kind=INIT_FAILED, pci_bus_id=probe.pci_bus_id, message=probe.message, line=raw,
+                                 time=stamp.time, uptime_s=stamp.uptime_s, stage=PROBE,
+                                 pci_device_id=self.device_ids.get(probe.pci_bus_id)))
             return "probe-failure"
-        return self.message(number, raw, text) if "SXid" in body else None
+        return self.message(number, raw, text) if "SXid" in body else self.tasks.read(body, raw, stamp)
 
     def flush(self) -> None:
         if self.pending is not None:
@@ -467,12 +486,11 @@ class _Read:
         named = _GPU_AT.search(body)
         if named is not None:
             self.last_gpu = (number, _bus_id(named.group("pci")))
-        failed = (_init_failed(body, line, stamp, self.near_gpu(number)) or _not_bound(body, line, stamp)
-                  or _reset_required(body, line, stamp, self.near_gpu(number))
-                  or _nvlink_failed(body, line, stamp, self.near_gpu(number)))
+        nearby = self.near_gpu(number)
+        failed = (_init_failed(body, line, stamp, nearby) or _not_bound(body, line, stamp, nearby)
+                  or _reset_required(body, line, stamp, nearby) or _nvlink_failed(body, line, stamp, nearby))
         if failed is not None:
-            self.faults.append(failed)
-            return failed.kind
+            return self._fault(failed)
         version = driver_version(body)
         if version is not None:
             self.versions.append((number, version))
@@ -483,7 +501,24 @@ class _Read:
             self.gsp.append(GspError(message=message, line=line, gpu=gpu, pci_bus_id=bus, time=stamp.time,
                                      uptime_s=stamp.uptime_s, driver_version=self.version_at(number)))
             return "gsp-error"
-        return "gpu-uuid" if _record_uuid(body, self.uuids) else "gpu-named" if named is not None else None
+        return self._identity(number, body) or ("gpu-named" if named is not None else None)
+
+    def _fault(self, fault: GpuFault) -> str:
+        """Keep a fault logged without an Xid number; what it was. The driver's summary of a
+        failed probe (`_PROBE_FAILED`) is the same failure as the kernel's `nvidia: probe of
+        <bus> failed` before it, where that line was logged: read, not kept twice."""
+        if _PROBE_FAILED.search(fault.message) and fault.pci_bus_id in self.refused_at_probe:
+            return "probe-summary"
+        self.faults.append(fault)
+        if fault.stage == PROBE:
+            self.refused_at_probe.add(fault.pci_bus_id)
+        return fault.kind
+
+    def _identity(self, number: int, body: str) -> str | None:
+        """A GPU's UUID or its board's serial kept by its bus id: which (None: neither)."""
+        if _record_uuid(body, self.uuids):
+            return "gpu-uuid"
+        return "gpu-serial" if _record_serial(body, self.serials, self.near_gpu(number)) else None
 
     def version_at(self, number: int) -> str | None:
         """The driver version loaded when line `number` was logged: the banner before it."""
@@ -493,9 +528,11 @@ class _Read:
         first = self.versions[0][1] if self.versions else None  # a banner after the errors is the same load's
         gsp = [e if e.driver_version else msgspec.structs.replace(e, driver_version=first) for e in self.gsp]
         return KernelGpuLog(xids=_merge_legacy(self.xids, self.legacy), sxids=self.sxids, gpu_uuids=self.uuids,
+                            gpu_serials=self.serials,
                             lines=len(self.lines), faults=self.faults,
                             driver_version=self.versions[-1][1] if self.versions else None,
                             gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery,
+                            hung_tasks=self.tasks.hung, segfaults=self.tasks.segfaults,
                             unrecognized=self.unread.frozen_or_nothing())
 
 
@@ -637,12 +674,19 @@ def _init_failed(body: str, line: str, stamp: Stamp, nearby: str | None) -> GpuF
                     line=line, time=stamp.time, uptime_s=stamp.uptime_s)
 
 
-def _not_bound(body: str, line: str, stamp: Stamp) -> GpuFault | None:
+def _not_bound(body: str, line: str, stamp: Stamp, nearby: str | None = None) -> GpuFault | None:
     """The driver bound none of the GPUs it was loaded for and names none of them: `The NVIDIA
     probe routine was not called for 3 device(s).` (another driver owns them: init-failed at
-    probe, `devices` 3), `No NVIDIA graphics adapter probed!` (none-probed: a fact)."""
+    probe, `devices` 3), `The NVIDIA probe routine failed for 1 device(s).` (init-failed at
+    probe: the GPU `nearby` names, the one it lost just before, else none), `No NVIDIA graphics
+    adapter probed!` (none-probed: a fact)."""
     if "NVRM: " not in body or " probe" not in body:
         return None
+    failed = _PROBE_FAILED.search(body)
+    if failed is not None:
+        message = body[failed.start():].strip()[:300]
+        return GpuFault(kind=INIT_FAILED, pci_bus_id=nearby, message=message, line=line, time=stamp.time,
+                        uptime_s=stamp.uptime_s, stage=PROBE)
     m = _NOT_CALLED.search(body)
     at = body.find(_NONE_PROBED) if m is None else m.start()
     if at < 0:
@@ -688,6 +732,22 @@ def _record_uuid(body: str, uuids: dict[str, str]) -> bool:
     return True
 
 
+def _record_serial(body: str, serials: dict[str, str], nearby: str | None) -> bool:
+    """A board's serial kept by its GPU's bus id (`_SERIAL_OF`'s own, else `nearby`: the GPU
+    the line before named); True when the line was a serial line. A serial of zeros, or none,
+    is a board without one (a GeForce logs `0`): the line is read, nothing kept."""
+    m = _SERIAL_OF.search(body)
+    bus = _bus_id(m.group("pci")) if m else nearby
+    if m is None:
+        m = _BOARD_SERIAL.search(body)
+    if m is None:
+        return False
+    serial = m.group("serial") or ""
+    if bus is not None and serial.strip("0"):
+        serials[bus] = serial
+    return True
+
+
 def _merge_legacy(
     xids: list[tuple[int, XidEvent]], legacy: list[tuple[int, XidEvent]]
 ) -> list[XidEvent]:
@@ -730,7 +790,10 @@ def since(log: KernelGpuLog, t: float) -> KernelGpuLog:
         gsp_errors=[e for e in log.gsp_errors if e.time is None or e.time >= t],
         aer=[e for e in log.aer if e.time is None or e.time >= t],
         aer_recovery=[e for e in log.aer_recovery if e.time is None or e.time >= t],
+        hung_tasks=[e for e in log.hung_tasks if e.time is None or e.time >= t],
+        segfaults=[e for e in log.segfaults if e.time is None or e.time >= t],
         gpu_uuids=dict(log.gpu_uuids),
+        gpu_serials=dict(log.gpu_serials),
         since=t,
     )
 

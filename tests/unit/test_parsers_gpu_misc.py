@@ -418,11 +418,14 @@ def test_fuzz_only_parse_error(parser, text):
 
 def test_nvlink_lines_it_does_not_read_are_counted_and_a_bracketed_elision_is_none():
     # field/issues/nvidia-smi-nvlink/gb200-...-elided.txt (tuning): the command line before
-    # the output; field/repos/.../h100-nvlink-e-error-counters-18-links-elided.txt: `[...]`
+    # the output, noise as every parser's command echo is (it was counted unread before the
+    # audit of unread lines); field/repos/.../h100-nvlink-e-error-counters-18-links-elided.txt: `[...]`
     field = FIXTURES / "field"
-    elided = parse_nvlink_status((field / "issues" / "nvidia-smi-nvlink" / "gb200-nvlink-s-18-links-elided.txt")
-                                 .read_text())
-    assert elided.unrecognized.count == 1 and elided.unrecognized.sample[0].text == "nvidia-smi nvlink -s"
+    gb200 = (field / "issues" / "nvidia-smi-nvlink" / "gb200-nvlink-s-18-links-elided.txt").read_text()
+    assert parse_nvlink_status(gb200).unrecognized.count == 0
+    stray = gb200.replace("\n", "\nnot the tool's line\n", 1)  # a line of no tool's after the echo (inserted)
+    elided = parse_nvlink_status(stray)
+    assert elided.unrecognized.count == 1 and elided.unrecognized.sample[0].text == "not the tool's line"
     counters = (field / "repos" / "nvidia-smi-nvlink" / "h100-nvlink-e-error-counters-18-links-elided.txt").read_text()
     assert "[...]" in counters and parse_nvlink_status(counters).unrecognized.count == 0
     assert parse_nvlink_status("$ nvidia-smi nvlink -s\n" + counters).unrecognized.count == 0  # a prompt is none

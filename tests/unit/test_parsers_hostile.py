@@ -94,7 +94,11 @@ PREFIXES = {
             "NVRM: GSP timed out ", "[XID found] \"NVRM: Xid (PCI:...): 79, \"", "               NVRM: ",
             # issue 20: an NVLink5 Xid's status words on the next line, AER recovery lines
             "NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0\n(0x",
-            "nvidia 0000:03:00.0: AER: can't recover ", "[  +0.000844] pcieport 0000:00:03.0: AER: device recovery failed"],
+            "nvidia 0000:03:00.0: AER: can't recover ", "[  +0.000844] pcieport 0000:00:03.0: AER: device recovery failed",
+            # the audit of unread lines: serials, a failed probe, an old kernel's AER, hung tasks, segfaults
+            "NVRM: GPU Board Serial Number: ", "NVRM: GPU 0000:91:00.0: GPU serial number is ",
+            "NVRM: The NVIDIA probe routine failed for ", "nvidia 0000:02:00.0: device has no AER-aware ",
+            "INFO: task a:1 blocked for more than ", "INFO: task ", "a[1]: segfault at ", "a[1]: segfault at 1 ip 1 sp 1 error 4 in "],
     "nvidia-smi-topo": ["", "\t", "GPU0", "GPU0\t", "\tGPU0", "NIC Legend:", "  NIC0:", "\x1b["],
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <", "NVML: ", "Unable to "],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: ",
@@ -116,7 +120,9 @@ PREFIXES = {
                  "h:1:2 [0] NCCL INFO P2P plugin ", "h:1:2 [0] NCCL INFO NET/OFI Using aws-ofi-nccl ",
                  "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is ", "h:1:2 [0] NCCL INFO Using network ",
                  # issue 20, held-out-8: an editor's auto-links, a runner's stream label
-                 "h:1:2 [0] transport/[net_ib.cc:1](http://net_ib.cc:1/) NCCL WARN ", "[a](", "n [stderr] "],
+                 "h:1:2 [0] transport/[net_ib.cc:1](http://net_ib.cc:1/) NCCL WARN ", "[a](", "n [stderr] ",
+                 # the audit of unread lines: IB that never started
+                 "h:1:2 [0] NCCL INFO Failed to open libibverbs", "h:1:2 [0] x.cc:1 NCCL WARN Failed to open libibverbs"],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
@@ -138,7 +144,10 @@ PREFIXES = {
                   # issue 20, held-out-8: runner labels, viewer line numbers, auto-links, cut watchdog lines
                   "n.cn-d004 [stderr] ", "[1744] ", "[a.cc:1](http://a.cc:1/)", "[", "2.8s/it][rank5]:",
                   "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operati",
-                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:"],
+                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:",
+                  # the audit of unread lines: the watchdog's exception report without its counters
+                  "[PG 0 Rank 0] Exception hit in NCCL work: ", "[PG 0 Rank 0] Exception (either an error or timeout) "
+                  "detected by watchdog at "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",
@@ -159,7 +168,10 @@ PREFIXES = {
                    "user@h:~$ ", "[1,0]<stdout>:8 2 [1,1]<stdout>:",
                    # issue 20: prepend-rank tags, hash-less rank maps, the oldest failure, indented tags
                    "[0] ", "[0] #  Rank 0 Group 0 Pid 1 on ", "Rank 0 Group 0 Pid 1 on ", "NCCL failure a.cu:1 '",
-                   "    [1,0]<stdout>:", "    [0] "],
+                   "    [1,0]<stdout>:", "    [0] ",
+                   # the audit of unread lines: NCCL's WARNs among the output
+                   "h:1:2 [0] misc/socket.cc:50 NCCL WARN ", "h:1:2 [0] NCCL WARN socketProgress: Connection closed by "
+                   "remote peer "],
     "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
                    "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
                    "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],

@@ -35,6 +35,9 @@ _PROGRESS = re.compile(
     r"last enqueued (?:NCCL )?work: (-?\d{1,20}), last completed (?:NCCL )?work: (-?\d{1,20})",
     re.IGNORECASE,
 )
+# the watchdog's exception report without the group's counters: 2.3's `Exception hit in NCCL work: 2`,
+# and 2.4-2.5's `Exception (either an error or timeout) detected by watchdog at` cut before them
+_EXCEPTION_AT = re.compile(r"(?:Exception hit in NCCL work|detected by watchdog at(?: work)?)(?::\s{0,4}(-?\d{1,20}))?")
 _DUMP_FROM = re.compile(r"collective timeout from\s{1,4}(?:rank (\d{1,9})|this local rank)")
 _STUCK = re.compile(r"got stuck for (\d{1,20}) seconds")
 _WORK_LIST = re.compile(r"workMetaList_\.size\(\) ?= ?(\d{1,20})")
@@ -153,6 +156,23 @@ def read_progress(state: TorchState, line: Line) -> bool:
         **group_where(line, b), kind=kind, seq=to_int(m.group(1)), last_enqueued=to_int(m.group(2)),
         last_completed=to_int(m.group(3)), from_rank=from_rank,
     ))
+    return True
+
+
+def exception_words(b: str) -> bool:
+    return ("Exception hit in NCCL work" in b or "detected by watchdog at" in b) and "enqueued" not in b
+
+
+def read_exception(state: TorchState, line: Line) -> bool:
+    """The watchdog's exception report with no counters after it (`_EXCEPTION_AT`): the
+    group's `exception-at` progress with the work's seq where the line names it, and only
+    the rank and group where a cut took the rest (2.6+'s `failure detected ...` always
+    carries its counters: `read_progress`)."""
+    b = line.text
+    m = _EXCEPTION_AT.search(b, 0, 4096)
+    if not m or "sequence id" in b:
+        return False
+    state.add("progress", WatchdogProgress(**group_where(line, b), kind="exception-at", seq=to_int(m.group(1))))
     return True
 
 
@@ -290,6 +310,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("watchdog-timeout", lambda b: "WorkNCCL(" in b, read_work),
     Handler("watchdog-cut", lambda b: _CAUGHT in b and "WorkNCCL(" not in b, read_caught),
     Handler("watchdog-progress", lambda b: "last enqueued" in b or "Last enqueued" in b, read_progress),
+    Handler("watchdog-exception", exception_words, read_exception),
     Handler("watchdog-stuck", lambda b: "Heartbeat monitor timed out" in b or "watchdog got stuck for" in b,
             read_stuck),
     Handler("watchdog-abort", lambda b: "taking the entire process down" in b, read_abort),
