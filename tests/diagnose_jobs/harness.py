@@ -2,8 +2,9 @@
 
 A scenario (scenarios.py; the held-out ones in tests/fixtures/diagnose-jobs/held-out*/) is
 job.py (or a job script of the set's own, Scenario.script, taking job.py's flags and writing
-its markers: held-out-7's are) with a fault on some ranks, a launcher (plain processes,
-torchrun, mpirun; with or without `hc run`), a world size and a mode:
+its markers: held-out-7's and held-out-8's are) with a fault on some ranks, a launcher
+(plain processes, torchrun, mpirun, srun-labelled, or the script itself starting its ranks:
+`spawn`, mp.spawn or a driver of its own; with or without `hc run`), a world size and a mode:
 
 - live: the job is left hung (collective timeout 120 s); once every rank has reached its
   fault the harness runs `hc diagnose pids PIDS --format json` (the torchrun agent's pid
@@ -43,7 +44,8 @@ REPO = HERE.parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "diagnose-jobs"
 # the held-out sets, each a folder with scenarios.py (its HELD_OUT table) and saved/; a set
 # whose scenarios a rule writer has read is no longer unseen, and a fresh one is added here
-HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7")
+HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7",
+                 "held-out-8")
 SETS = ("tuning", *HELD_OUT_SETS)
 # saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
 SAVED = {"tuning": FIXTURES / "tuning", **{name: FIXTURES / name / "saved" for name in HELD_OUT_SETS}}
@@ -87,6 +89,7 @@ class Scenario:
     culprits: tuple[int, ...] = ()
     truth_ranks: tuple[int, ...] | None = None
     launcher: str = "plain"          # plain | torchrun | mpirun | srun (plain processes labelled as srun -l does)
+    #                                  | spawn (the script starts its own ranks: mp.spawn, a driver; --nprocs)
     mode: str = "logs"               # live | logs
     hcrun: bool = False              # each rank (plain, mpirun) or the launcher (torchrun) under `hc run`
     hcrun_inside: bool = False       # torchrun: each rank under `hc run` too (torchrun --no-python hc run -- ...)
@@ -324,6 +327,12 @@ class Run:
             job = " ".join(shlex.quote(a) for a in [*self.hcrun_prefix(), sys.executable, *self.job_argv()])
             self.popen(["sh", "-c", f"{job} 2>&1 | sed -u 's/^/{rank}: /'"], self.out / "srun.log", env)
 
+    def start_spawn(self) -> None:
+        """One process, the job's script, which starts its --nprocs ranks itself (mp.spawn, or a
+        driver of worker processes) and prints their output as it does, into spawn.log."""
+        self.popen([*self.hcrun_prefix(), sys.executable, *self.job_argv(), "--nprocs", str(self.sc.world)],
+                   self.out / "spawn.log", self.env)
+
     def start_mpirun(self) -> None:
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(self.sc.world),
                 "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "PYTHONUNBUFFERED", "-x", "PATH"]
@@ -544,7 +553,7 @@ def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6|held-out-7] [--keep DIR] [NAME...]`:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6|held-out-7|held-out-8] [--keep DIR] [NAME...]`:
     run the scenarios (all of the set, or those named), print each answer and the score."""
     import argparse
 
