@@ -33,6 +33,7 @@ import msgspec
 
 from healthcheck.diagnose.logprogress import logs_progress
 from healthcheck.diagnose.newgroup import group_created, in_new_group
+from healthcheck.diagnose.recency import keeps_rising
 from healthcheck.diagnose.roots import collective_root
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyThread
 
@@ -161,14 +162,9 @@ def io_active(samples: Sequence[StackSample]) -> bool:
     rises = io_rises(samples)
     if not rises:
         return False
-    quiet = samples[-1].at - rises[-1]
-    if quiet < STILL_S:
+    if samples[-1].at - rises[-1] < STILL_S:
         return True
-    if len(rises) < 2:
-        return False
-    gap = max(b - a for a, b in pairwise(rises))
-    spacing = statistics.median(b.at - a.at for a, b in pairwise(samples))
-    return quiet <= gap + spacing
+    return keeps_rising(rises, [s.at for s in samples])
 
 
 BUSY_CHANGES = 3  # a stack that changed in this many sample intervals (and a quarter of them) is busy
