@@ -138,6 +138,10 @@ def pick(sets: Sequence[str], healthy: bool, failing: bool, names: Sequence[str]
     return out
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--load", action="append", choices=sorted(LOADS), help="a load (repeat; default hog2)")
@@ -147,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tries", type=int, default=1, help="runs of each scenario under each load")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which a shell's background job ignores) unwind through the
+    # finally blocks: the hogs and the job are killed by pid
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
     loads = [LOADS[n] for n in (args.load or ["hog2"])]
     scenarios = pick(args.set or harness.SETS, args.healthy, args.failing, args.names)
     print("scenario | load | truth | hc | verdict | s | summary", flush=True)
