@@ -76,36 +76,43 @@ def hogs(load: Load) -> Iterator[list[int]]:
 
 
 @contextmanager
-def hc_under(load: Load) -> Iterator[None]:
-    """hc started niced and with the load's extra sampling arguments, for the duration."""
-    argv, ask = harness.hc_argv, harness.ask_hc
+def hc_under(load: Load, baseline: Path | None = None) -> Iterator[list[Outcome]]:
+    """hc started niced and with the load's extra sampling arguments, for the duration. With
+    `baseline` (another checkout), the live job is first diagnosed by that checkout's hc too
+    (the same job, the same load, a moment earlier); its outcomes are collected in the list
+    yielded."""
+    ask, repo = harness.ask_hc, harness.REPO
+    before: list[Outcome] = []
 
-    def niced_argv() -> list[str]:
-        return ["nice", "-n", str(load.hc_nice), *argv()] if load.hc_nice else argv()
+    def niced(args: list[str], env: dict[str, str], cwd: Path) -> tuple[dict, float, int, str]:
+        argv = harness.hc_argv
+        harness.hc_argv = lambda: [*(["nice", "-n", str(load.hc_nice)] if load.hc_nice else []), *argv()]
+        harness.REPO = cwd  # ask_hc runs `python -m healthcheck` there: that checkout's hc
+        try:
+            return ask([*args, *load.hc_args] if args and args[0] == "pids" else args, env)
+        finally:
+            harness.hc_argv, harness.REPO = argv, repo
 
-    def ask_more(args: list[str], env: dict[str, str]) -> tuple[dict, float, int, str]:
-        return ask([*args, *load.hc_args] if args and args[0] == "pids" else args, env)
+    def ask_both(args: list[str], env: dict[str, str]) -> tuple[dict, float, int, str]:
+        if baseline is not None and args and args[0] == "pids":
+            before.append(harness.outcome_of(current[0], *niced(args, env, baseline)))
+        return niced(args, env, repo)
 
-    # hc_argv also starts `hc run` inside jobs: only the diagnosis is niced
-    harness.ask_hc = lambda args, env: _with_argv(niced_argv, ask_more, args, env)
+    harness.ask_hc = ask_both
     try:
-        yield
+        yield before
     finally:
-        harness.hc_argv, harness.ask_hc = argv, ask
+        harness.ask_hc = ask
 
 
-def _with_argv(argv, ask, args, env):
-    saved = harness.hc_argv
-    harness.hc_argv = argv
-    try:
-        return ask(args, env)
-    finally:
-        harness.hc_argv = saved
+current: list[Scenario] = []  # the scenario being run (for the baseline's outcome)
 
 
-def run_under(sc: Scenario, load: Load) -> Outcome:
-    with hogs(load), hc_under(load):
-        return harness.run_scenario(sc)
+def run_under(sc: Scenario, load: Load, baseline: Path | None = None) -> tuple[Outcome, Outcome | None]:
+    current[:] = [sc]
+    with hogs(load), hc_under(load, baseline) as before:
+        o = harness.run_scenario(sc)
+    return o, (before[0] if before else None)
 
 
 def verdict_word(o: Outcome) -> str:
@@ -118,10 +125,10 @@ def verdict_word(o: Outcome) -> str:
     return "ok" if o.right else ("FALSE+" if o.false_culprits else "WRONG")
 
 
-def row(o: Outcome, load: Load) -> str:
+def row(o: Outcome, load: Load, code: str = "") -> str:
     return " | ".join([o.scenario.name + (f" ({o.attempt})" if o.attempt else ""), load.name,
-                       o.scenario.truth_text, o.answer, verdict_word(o), f"{o.seconds:.1f}",
-                       o.summary[:200] if o.summary else o.error[:200]])
+                       *([code] if code else []), o.scenario.truth_text, o.answer, verdict_word(o),
+                       f"{o.seconds:.1f}", o.summary[:200] if o.summary else o.error[:200]])
 
 
 def pick(sets: Sequence[str], healthy: bool, failing: bool, names: Sequence[str]) -> list[Scenario]:
@@ -149,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--healthy", action="store_true", help="the live scenarios whose truth is none")
     ap.add_argument("--failing", action="store_true", help="the live failing scenarios")
     ap.add_argument("--tries", type=int, default=1, help="runs of each scenario under each load")
+    ap.add_argument("--baseline", type=Path, help="another checkout: its hc diagnoses each live job too, "
+                                                  "first (rows 'base' and 'this')")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
     # SIGTERM (and SIGINT, which a shell's background job ignores) unwind through the
@@ -157,15 +166,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _stop)
     loads = [LOADS[n] for n in (args.load or ["hog2"])]
     scenarios = pick(args.set or harness.SETS, args.healthy, args.failing, args.names)
-    print("scenario | load | truth | hc | verdict | s | summary", flush=True)
+    print("scenario | load | " + ("code | " if args.baseline else "") + "truth | hc | verdict | s | summary",
+          flush=True)
     bad = 0
     for sc in scenarios:
         for load in loads:
             for k in range(args.tries):
-                o = run_under(sc, load)
+                o, base = run_under(sc, load, args.baseline)
                 o.attempt = f"{k + 1}/{args.tries}" if args.tries > 1 else ""
+                if base is not None:
+                    base.attempt = o.attempt
+                    print(row(base, load, "base"), flush=True)
                 bad += verdict_word(o) not in ("ok",)
-                print(row(o, load), flush=True)
+                print(row(o, load, "this" if args.baseline else ""), flush=True)
     print(f"{bad} not ok")
     return 0
 
