@@ -185,14 +185,25 @@ def _round(pids: Sequence[tuple[int, str]], dump: Dumper, pool: concurrent.futur
     return got
 
 
+def _shortest_span(out: Sampled, pids: set[int]) -> float:
+    """The shortest time from a pid's first sample to its last: the look motion.py judges.
+    The window is counted from before the first round, whose dumps take their time (more on
+    a loaded node): 4 samples over 1.5 s whose first round took 0.6 s span 0.9 s, too short
+    a look to judge (motion.rank_motion), and a rank unchanged over it was taken for one
+    look."""
+    spans = [s[-1].at - s[0].at for pid in pids if (s := out.samples.get(pid))]
+    return min(spans, default=STILL_S)
+
+
 def _go_on(done: int, spec: SamplingSpec, out: Sampled, waiting_for: set[int], elapsed: float) -> bool:
-    """Another round: the window (at least STILL_S: a rank must be seen still that long)
-    is not over; or a rank is still and the horizon allows; or, past the horizon (by at
-    most SETTLE_S), a rank is still while another changed within STILL_S (a rank that
+    """Another round: the window (at least STILL_S: a rank must be seen still that long,
+    and every rank's samples must span it) is not over; or a rank is still and the
+    horizon allows; or, past the horizon (by at most SETTLE_S), a rank is still while
+    another changed within STILL_S (a rank that
     reached its wait late is given the time to be seen still), or a still rank was seen
     so fewer than MIN_STILL_SAMPLES times (a loaded node's samples came late: more of
     them, so that lookdepth.py can tell)."""
-    if done < spec.samples or elapsed < STILL_S:
+    if done < spec.samples or elapsed < STILL_S or _shortest_span(out, waiting_for) < STILL_S:
         return True
     sampled = [out.samples[pid] for pid in waiting_for if len(out.samples.get(pid, [])) > 1]
     still_runs = [len(still_run(s)) for s in sampled if not moved(s)]

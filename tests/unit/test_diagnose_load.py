@@ -89,6 +89,15 @@ def test_a_still_rank_seen_so_three_times_over_a_second_is_still_named(tmp_path)
         assert (v.cls, _named(v)) == ("stuck-rank", [ODD]), v.summary
 
 
+def test_a_look_shorter_than_a_second_for_every_rank_names_no_rank(tmp_path):
+    """tests/diagnose_jobs/load.py, a straggler job beside 2 hogs with `--samples 2 --window
+    1`: the first round's dumps took 0.1 s, so the samples spanned 0.9 s, too short for any
+    motion; the stacks were then read as one look and the straggler named stuck."""
+    v = _looked(tmp_path, _same((0.0, 0.9)))
+    assert _named(v) == [], v.summary
+    assert "could not tell" in v.summary and "2 samples over 0.9 s" in v.summary, v.summary
+
+
 def test_a_rank_whose_samples_span_less_than_a_second_is_not_judged_still(tmp_path):
     """The odd rank's dumps stopped early (its py-spy timed out on the loaded node): two
     samples 0.4 s apart. It has no motion; the one look must not name it."""
@@ -183,6 +192,34 @@ def test_sampling_goes_on_past_the_horizon_while_a_still_rank_has_too_few_sample
         got = sample_ranks([(1, "S")], dump, SamplingSpec(samples=3, window_s=1.0, horizon_s=4.0), pool=pool,
                            deadline=100.0, per_dump_s=5.0, proc=str(tmp_path), clock=clock, sleep=clock.sleep)
     assert len(still_run(got.samples[1])) >= MIN_STILL_SAMPLES, got.samples[1]
+
+
+def test_sampling_goes_on_until_every_ranks_samples_span_a_second(tmp_path):
+    """The window is counted from before the first round; a first round whose dumps took
+    0.6 s (a loaded node) left 4 samples over 1.5 s spanning 0.9 s: no motion at all.
+    Sampling goes on until every rank's samples span STILL_S."""
+    import concurrent.futures
+
+    from test_diagnose_sampling import _Clock, _dump, _Result
+
+    from healthcheck.diagnose.motion import STILL_S
+    from healthcheck.diagnose.sampling import SamplingSpec, sample_ranks
+
+    clock = _Clock()
+    rounds: list[float] = []
+
+    def dump(pid: int, state: str, timeout_s: float) -> _Result:
+        if not rounds:
+            clock.now += 0.6
+        rounds.append(clock.now)
+        return _Result(_dump("step", len(rounds)))  # moves every time: sampling stops at the window
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        got = sample_ranks([(1, "S")], dump, SamplingSpec(samples=4, window_s=1.5, horizon_s=6.0), pool=pool,
+                           deadline=100.0, per_dump_s=5.0, proc=str(tmp_path), clock=clock, sleep=clock.sleep)
+    samples = got.samples[1]
+    assert samples[-1].at - samples[0].at >= STILL_S, samples
+    assert job_motion({0: samples}) is not None
 
 
 def test_motion_counts_the_samples_of_the_still_run():
