@@ -8,7 +8,8 @@ and line), the collective it is in and that collective's process group (from py-
 `--locals`), the process's I/O count (/proc/PID/io: a collective that completes moves
 bytes, even when the stack looks the same in every step), the I/O count of the rank's
 own main thread and of the thread it waits on (/proc/PID/task/TID/io: the bytes it read
-and wrote, not its background threads') and the program's step-like integer
+and wrote, not its background threads'), the CPU time those threads used
+(/proc/PID/task/TID/stat: cpuwork.py) and the program's step-like integer
 locals (`step`, `iteration`, ...: the step rate). Values of other locals are never
 kept: they may hold anything.
 
@@ -18,7 +19,9 @@ counter changed within STILL_S of the last sample: a rank that moved early in th
 window and then stopped in a collective is still; or its own I/O goes on at its own
 pace, `io_active`: a checkpoint written shard by shard with sleeps between shows one
 line in every sample but growing bytes), was it inside a collective, or outside any,
-since it last changed, and its step rate.
+since it last changed, and its step rate. A rank still by time but seen so in fewer than
+MIN_STILL_SAMPLES samples (a loaded node's samples come late) cannot be told still from
+moving (lookdepth.py).
 """
 
 from __future__ import annotations
