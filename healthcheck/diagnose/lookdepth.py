@@ -13,8 +13,9 @@ rank is named by no rule that reads the stacks, nor counted as waiting; where no
 else decides, the diagnosis says it could not tell, with how many samples over how long,
 rather than guess.
 
-A rank with a single sample (py-spy's saved dump, `--samples 1`) is one look, judged as
-one look by the rules (stuck.py): there was no sampling to distrust.
+A job whose ranks have a single sample each (`--samples 1`; a saved dump has none) was
+given one look, judged as one look by the rules (stuck.py): there was no sampling to
+distrust. One sample of a rank whose peers had more is a look cut short: unsure.
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ from healthcheck.diagnose.stacks import rank_words
 
 
 def unsure_ranks(samples: Mapping[int, Sequence[StackSample]], motion: JobMotion | None) -> tuple[int, ...]:
-    """Ranks sampled live (two samples or more) whose motion the samples cannot tell: no
-    RankMotion (a look shorter than STILL_S), or not moving with fewer than
-    MIN_STILL_SAMPLES samples since they last changed."""
+    """Ranks sampled live whose motion the samples cannot tell: no RankMotion (a look
+    shorter than STILL_S; or one sample where other ranks had more: its later dumps
+    failed, py-spy timing out on a loaded node), or not moving with fewer than
+    MIN_STILL_SAMPLES samples since they last changed. Where every rank has one sample,
+    that was one look (`--samples 1`): none is unsure."""
+    if all(len(s) < 2 for s in samples.values()):
+        return ()
     ranks = motion.ranks if motion is not None else {}
     out = []
     for r, s in sorted(samples.items()):
-        if len(s) < 2:
+        if not s:
             continue
         m = ranks.get(r)
         if m is None or (not m.moved and m.still_samples < MIN_STILL_SAMPLES):

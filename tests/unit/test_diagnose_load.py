@@ -109,6 +109,17 @@ def test_a_rank_whose_samples_span_less_than_a_second_is_not_judged_still(tmp_pa
     assert "could not tell" in v.summary and f"rank {ODD}" in v.summary, v.summary
 
 
+def test_a_rank_whose_later_dumps_failed_is_not_judged_on_its_one_sample(tmp_path):
+    """Its py-spy timed out after the first round (a loaded node) while its peers were
+    sampled four times: its one sample is a look cut short, not one look asked for."""
+    def shape(rank: int):
+        return [(t, None, None) for t in ((0.0,) if rank == ODD else (0.0, 0.5, 1.0, 1.5))]
+
+    v = _looked(tmp_path, shape)
+    assert _named(v) == [], v.summary
+    assert "could not tell" in v.summary and "1 sample over 0.0 s" in v.summary, v.summary
+
+
 def test_one_look_asked_for_still_names_the_rank(tmp_path):
     """--samples 1 (or a saved dump): one look is judged as one look, as before."""
     v = _looked(tmp_path, _same((0.0,)))
