@@ -50,6 +50,7 @@ LOADS = {load.name: load for load in (
     Load("hog4+hc-niced", hogs=4, hc_nice=19),
     Load("hog2+3-samples", hogs=2, hc_args=("--samples", "3")),
     Load("hog2+2-samples", hogs=2, hc_args=("--samples", "2", "--window", "1")),
+    Load("2-samples", hc_args=("--samples", "2", "--window", "1")),  # the knob alone, no hog
 )}
 
 BUSY = "while True: pass"
