@@ -264,8 +264,10 @@ def hogs() -> Iterator[Callable[[int], None]]:
 def test_a_cpu_bound_healthy_job_beside_cpu_hogs_names_no_rank(tmp_path, hogs):
     """The index build of rules9's job (rank 0 CPU-bound for 25 s, logging every second,
     ranks 1-2 waiting in broadcast_object_list): looked at unloaded, then beside CPU hogs
-    (more hogs than cores). Neither look names a rank; the loaded look says what the
-    unloaded one says (progressing)."""
+    (more hogs than cores), with the default sampling and with sampling slowed to 2
+    samples over 1 s (whose look spanned under a second: rank 0 was named stuck from what
+    was one look). No look names a rank; the loaded looks say what the unloaded one says
+    (progressing) or that they could not tell."""
     from test_diagnose_rules9 import JOB as RULES9_JOB
 
     assert SAMPLING_JOB.exists()
@@ -275,8 +277,8 @@ def test_a_cpu_bound_healthy_job_beside_cpu_hogs_names_no_rank(tmp_path, hogs):
         quiet, _ = j.diagnose()
         assert _odd(quiet) == [], quiet["summary"]
         hogs(2 * (os.cpu_count() or 2))
-        for _ in range(2):
-            loaded, _ = j.diagnose()
+        for args in ((), ("--samples", "2", "--window", "1")):
+            loaded, _ = j.diagnose(*args)
             assert _odd(loaded) == [], loaded["summary"]
             assert loaded["class"] in (quiet["class"], "unknown"), (quiet["summary"], loaded["summary"])
     finally:
