@@ -138,7 +138,10 @@ PREFIXES = {
                   # issue 20, held-out-8: runner labels, viewer line numbers, auto-links, cut watchdog lines
                   "n.cn-d004 [stderr] ", "[1744] ", "[a.cc:1](http://a.cc:1/)", "[", "2.8s/it][rank5]:",
                   "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operati",
-                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:"],
+                  "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:",
+                  # issue 20, held-out-11: the TCPStore client's socket errors and connect retries
+                  "[c10d] recvValue failed on SocketImpl(", "sendBytes failed on SocketImpl(fd=1, remote=",
+                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore'],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

@@ -1,0 +1,91 @@
+"""The mechanisms behind held-out-11's misses (issue 20's thirteenth round), each on the real
+file and on real lines of other fixtures (a transformation says so): the TCPStore client's
+socket failures and connect retries (c10d's store family, as torch 2.x prints them).
+"""
+
+from __future__ import annotations
+
+from support import FIXTURES, assert_linear
+
+from healthcheck.parsers.torch_log import parse_torch_log
+
+FIELD11 = FIXTURES / "field" / "issues-11"
+TORCH11 = FIELD11 / "torch-log"
+RESET_RANK6 = TORCH11 / "rank6-recvvalue-localhost-29500-connection-reset-frames.txt"
+SHOULD_DUMP = TORCH11 / "should-dump-flag-tcpstore-then-recvvalue-ipv4-mapped-frames-cut.txt"
+MACOS_RETRY = TORCH11 / "macos-dashes-log-tcp-client-failed-to-connect-validate-retrying-reset.txt"
+VLLM_REDACTED = TORCH11 / "vllm-debug-lines-then-recvvalue-redacted-hosts-connection-reset.txt"
+TRAINER = TORCH11 / "trainer-role-prefix-old-glog-recvvalue-reset-hash-frames-elided.txt"
+# torch 2.13 captured here: a client whose store's process exited (recvValue, then sendBytes)
+CAPTURED = FIXTURES / "torch-store" / "torch-2.13-client-after-store-host-exited.txt"
+# real runs of the diagnose fixtures: a client that never reached the store (retrying, timed out),
+# and one whose store's host exited while it waited (recvValueWithTimeout)
+RETRIES = FIXTURES / "diagnose" / "env-port" / "rank2.log"
+WITH_TIMEOUT = FIXTURES / "diagnose" / "rules4" / "ifname-w3-r1" / "rank2.log"
+
+
+# ---------------------------------------------------------------- the store lost
+
+
+def test_a_ranks_store_connection_reset_is_a_store_lost_with_the_stores_end():
+    [lost] = parse_torch_log(RESET_RANK6.read_text()).store_lost
+    assert (lost.operation, lost.rank, lost.address, lost.line) == ("recvValue", 6, "localhost:29500", 2)
+    assert "Connection reset by peer" in lost.message
+
+
+def test_the_should_dump_check_and_a_recv_of_0_bytes_name_their_ranks():
+    lost = parse_torch_log(SHOULD_DUMP.read_text()).store_lost
+    assert [(x.operation, x.rank) for x in lost] == [("should-dump-check", 3), ("recvValue", 2)]
+    assert all("failed to recv, got 0 bytes" in x.message for x in lost)
+    assert lost[0].pg_rank == 3 and lost[0].address == ""  # the check prints no endpoint
+    assert lost[1].address == "127.0.0.1:6006"  # IPv4-mapped, as every store address is given
+
+
+def test_every_socket_operation_torch_2_13_prints_is_read():
+    lost = parse_torch_log(CAPTURED.read_text()).store_lost
+    assert [x.operation for x in lost] == ["recvValue"] + ["sendBytes"] * 6
+    assert {x.address for x in lost} == {"127.0.0.1:29732"}
+    assert "Broken pipe" in lost[-1].message and "Failed to recv" in lost[0].message
+    [timed] = parse_torch_log(WITH_TIMEOUT.read_text()).store_lost
+    assert (timed.operation, timed.address) == ("recvValueWithTimeout", "127.0.0.1:29640")
+
+
+def test_hidden_hosts_and_elided_sockets_still_give_the_message():
+    [redacted] = parse_torch_log(VLLM_REDACTED.read_text()).store_lost
+    assert redacted.address == "[<redacted>]:58159" and "Connection reset" in redacted.message
+    [elided] = parse_torch_log(TRAINER.read_text()).store_lost  # `SocketImpl(fd=24, ...)`: no remote printed
+    assert elided.address == "" and "Connection reset by peer" in elided.message
+
+
+def test_a_collapsed_exception_line_ends_the_message():
+    """A renderer that put the C++ exception's next line on the socket error's (a
+    transformation of the real capture: the line break become one blank)."""
+    text = CAPTURED.read_text()
+    head, _, tail = text.partition("\nException raised from")
+    [first, *_] = parse_torch_log(head + " Exception raised from" + tail).store_lost
+    assert first.message.endswith("Did the remote server shutdown or crash?")
+
+
+# ---------------------------------------------------------------- connects retried
+
+
+def test_the_store_clients_retry_line_names_the_store_and_the_retry():
+    [z] = parse_torch_log(MACOS_RETRY.read_text()).rendezvous
+    assert (z.kind, z.address, z.retry, z.seconds) == ("connect-failed", "100.64.0.1:59782", 6, 1800.0)
+    assert z.message.endswith("Connection reset by peer")
+
+
+def test_a_retry_whose_cause_is_the_sockets_timeout_stays_a_client_timeout():
+    retries = [z for z in parse_torch_log(RETRIES.read_text()).rendezvous if z.retry is not None]
+    assert [(z.kind, z.retry, z.address) for z in retries] == [("client-timeout", 0, "127.0.0.1:30521"),
+                                                              ("client-timeout", 1, "127.0.0.1:30521")]
+    assert "retrying" in retries[0].message and "timed out (try=1" in retries[1].message
+
+
+def test_reading_the_store_family_costs_its_length():
+    def parse(text: str) -> None:
+        parse_torch_log(text)
+    for filler in ("recvValue failed on SocketImpl(", "SocketImpl(remote=", "TCP client failed to connect/validate to host ",
+                   "a:1 - retrying (try=1, timeout=1ms", '"should dump" flag on TCPStore with error: '):
+        assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
+
