@@ -1,12 +1,17 @@
 """The mechanisms behind held-out-11's misses (issue 20's thirteenth round), each on the real
 file and on real lines of other fixtures (a transformation says so): the TCPStore client's
-socket failures and connect retries (c10d's store family, as torch 2.x prints them).
+socket failures and connect retries (c10d's store family, as torch 2.x prints them); NCCL
+WARN lines whose `host:pid:tid [dev]` prefix is gone (bare, or a source and `WARN` quoted in
+a sentence) and old NCCL's completion error that names no peer.
 """
 
 from __future__ import annotations
 
+import pytest
 from support import FIXTURES, assert_linear
 
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD11 = FIXTURES / "field" / "issues-11"
@@ -16,6 +21,9 @@ SHOULD_DUMP = TORCH11 / "should-dump-flag-tcpstore-then-recvvalue-ipv4-mapped-fr
 MACOS_RETRY = TORCH11 / "macos-dashes-log-tcp-client-failed-to-connect-validate-retrying-reset.txt"
 VLLM_REDACTED = TORCH11 / "vllm-debug-lines-then-recvvalue-redacted-hosts-connection-reset.txt"
 TRAINER = TORCH11 / "trainer-role-prefix-old-glog-recvvalue-reset-hash-frames-elided.txt"
+NCCL11 = FIELD11 / "nccl-log"
+BARE_WARN = NCCL11 / "bare-nccl-warn-no-host-prefix-ib-completion-error-12-opcode-0.txt"
+PROSE_WARN = NCCL11 / "prose-quoted-net-ib-cu-781-warn-len0-no-nccl-word.txt"
 # torch 2.13 captured here: a client whose store's process exited (recvValue, then sendBytes)
 CAPTURED = FIXTURES / "torch-store" / "torch-2.13-client-after-store-host-exited.txt"
 # real runs of the diagnose fixtures: a client that never reached the store (retrying, timed out),
@@ -89,3 +97,38 @@ def test_reading_the_store_family_costs_its_length():
                    "a:1 - retrying (try=1, timeout=1ms", '"should dump" flag on TCPStore with error: '):
         assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
 
+
+# ---------------------------------------------------------------- NCCL WARNs without their prefix
+
+
+def test_old_nccls_completion_error_without_a_peer_is_an_ib_completion():
+    [w] = parse_nccl_log(BARE_WARN.read_text()).warns
+    assert (w.kind, w.status, w.vendor_err, w.peer, w.host) == ("ib-completion", 12, 129, "", "")
+
+
+def test_a_warn_quoted_in_a_sentence_with_its_source_is_read_to_its_closing_quote():
+    [w] = parse_nccl_log(PROSE_WARN.read_text()).warns
+    assert (w.kind, w.status, w.vendor_err, w.src) == ("ib-completion", 12, 129, "transport/net_ib.cu:781")
+    assert w.text.endswith("vendor err 129")  # the sentence after the quote is not the WARN's
+    # newer NCCL's `NCCL WARN` after the source, in the same sentence (a transformation of the real one)
+    newer = PROSE_WARN.read_text().replace("net_ib.cu:781 WARN", "net_ib.cc:781 NCCL WARN")
+    [n] = parse_nccl_log(newer).warns
+    assert (n.kind, n.src, n.status) == ("ib-completion", "transport/net_ib.cc:781", 12)
+
+
+def test_a_sentences_own_warn_is_no_nccl_line():
+    """The real sentence with NCCL's phrase replaced by its own words: a source and `WARN`
+    before prose are not a WARN line."""
+    prose = PROSE_WARN.read_text().replace("NET/IB : Got completion with error 12", "I am running")
+    with pytest.raises(ParseError):
+        parse_nccl_log(prose)
+
+
+def test_reading_sourced_warns_costs_its_length():
+    def parse(text: str) -> None:
+        try:
+            parse_nccl_log(text)
+        except ParseError:
+            pass
+    for filler in (" WARN ", "a.cc:1 WARN ", "'a.cu:1 WARN NET/IB : Got completion with error 1", "x" * 40 + " "):
+        assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
