@@ -2,7 +2,8 @@
 file and on real lines of other fixtures (a transformation says so): the TCPStore client's
 socket failures and connect retries (c10d's store family, as torch 2.x prints them); NCCL
 WARN lines whose `host:pid:tid [dev]` prefix is gone (bare, or a source and `WARN` quoted in
-a sentence) and old NCCL's completion error that names no peer.
+a sentence) and old NCCL's completion error that names no peer; perftest's device named only
+in the command line pasted before a run that failed before its banner.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from support import FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.perftest import command_device, parse_perftest
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD11 = FIXTURES / "field" / "issues-11"
@@ -24,6 +26,9 @@ TRAINER = TORCH11 / "trainer-role-prefix-old-glog-recvvalue-reset-hash-frames-el
 NCCL11 = FIELD11 / "nccl-log"
 BARE_WARN = NCCL11 / "bare-nccl-warn-no-host-prefix-ib-completion-error-12-opcode-0.txt"
 PROSE_WARN = NCCL11 / "prose-quoted-net-ib-cu-781-warn-len0-no-nccl-word.txt"
+COMMAND_ONLY = FIELD11 / "ib_write_bw" / "command-then-couldnt-connect-18515-unable-to-init-socket-joined.txt"
+EDR_BANNER = FIXTURES / "field" / "issues" / "ib_write_bw" / "edr-write-bw-header-forum-tabs-as-spaces.txt"
+NGC_WRAPPER = FIXTURES / "field" / "issues" / "ib_write_bw" / "ngc-multinode-wrapper-bidir-2qp-cut.txt"
 # torch 2.13 captured here: a client whose store's process exited (recvValue, then sendBytes)
 CAPTURED = FIXTURES / "torch-store" / "torch-2.13-client-after-store-host-exited.txt"
 # real runs of the diagnose fixtures: a client that never reached the store (retrying, timed out),
@@ -131,4 +136,53 @@ def test_reading_sourced_warns_costs_its_length():
         except ParseError:
             pass
     for filler in (" WARN ", "a.cc:1 WARN ", "'a.cu:1 WARN NET/IB : Got completion with error 1", "x" * 40 + " "):
+        assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
+
+
+# ---------------------------------------------------------------- perftest's command line
+
+
+def test_a_run_that_failed_before_its_banner_takes_the_device_its_command_names():
+    run = parse_perftest(COMMAND_ONLY.read_text())
+    assert run.device == "rocep133s0f0" and run.title is None
+    assert run.failures[0].kind == "connect" and run.failures[0].port == 18515
+    assert run.unrecognized.count == 2  # the fence lines only: the command line was read
+    # without the command line, no device (a transformation of the real paste)
+    without = COMMAND_ONLY.read_text().replace("# ib_write_bw -d rocep133s0f0 192.168.125.211\n", "")
+    assert parse_perftest(without).device is None
+
+
+def test_the_banners_device_wins_and_two_commands_devices_name_none():
+    edr = EDR_BANNER.read_text()
+    assert edr.startswith("~> ib_write_bw -d mlx5_1 ")
+    assert parse_perftest(edr.replace("-d mlx5_1", "-d mlx5_9", 1)).device == "mlx5_1"  # the banner's
+    # the wrapper's commands for two devices (mlx5_3, mlx5_4), then the real failure above instead of
+    # their banners (a transformation): which device failed is unknown
+    commands = [x for x in NGC_WRAPPER.read_text().split("\n") if x.startswith("INFO: run ib_write_bw")]
+    assert {command_device(x) for x in commands} == {"mlx5_3", "mlx5_4"}
+    failed = COMMAND_ONLY.read_text().split("\n")[2]
+    run = parse_perftest("\n".join([*commands, failed]))
+    assert run.device is None and run.failures[0].kind == "connect"
+
+
+@pytest.mark.parametrize(("line", "device"), [
+    ("# ib_write_bw -d rocep133s0f0 192.168.125.211", "rocep133s0f0"),
+    ("root@u1:/dev/shm/pt/bin# /dev/shm/pt/bin/ib_write_bw -d mlx5_3 -a --use_cuda", "mlx5_3"),
+    ("INFO: run ib_write_bw server on clx-host-108: sudo taskset -c 28 ib_write_bw -d mlx5_3 -s 65536", "mlx5_3"),
+    ("ib_send_bw --ib-dev=mlx5_0 -F", "mlx5_0"), ("ib_read_bw --ib-dev mlx5_2", "mlx5_2"),
+    ("ib_write_bw -dmlx5_1 -a", "mlx5_1"),
+    ("ib_write_bw 10.0.0.1", None), ("ib_write_bw: error while loading shared libraries", None),
+    ("ib_write_bw -d -a", None),
+])
+def test_the_command_lines_device(line, device):
+    assert command_device(line) == device
+
+
+def test_reading_command_lines_costs_its_length():
+    def parse(text: str) -> None:
+        try:
+            parse_perftest(text)
+        except ParseError:
+            pass
+    for filler in ("ib_write_bw ", " -d ", "/ib_write_bw -d a", "ib_"):
         assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)

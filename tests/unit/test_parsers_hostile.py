@@ -99,7 +99,9 @@ PREFIXES = {
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <", "NVML: ", "Unable to "],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: ",
                     # issue 20: a row cut after its iterations
-                    " 65536      664644 "],
+                    " 65536      664644 ",
+                    # issue 20, held-out-11: the command line pasted before the output
+                    "# ib_write_bw -d ", "ib_write_bw --ib-dev=", "/ib_read_bw -d"],
     "nccl-log": ["", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] x.cc:1 NCCL WARN ", "[2026-01-01 00:00:00] h:1:2 [0] NCCL INFO ",
                  "[1,0]<stdout>:", "0: ", "[rank0]:", "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks ",
                  "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff ", "h:1:2 [0] NCCL INFO NET/IB : Using ",
