@@ -3,7 +3,8 @@ file and on real lines of other fixtures (a transformation says so): the TCPStor
 socket failures and connect retries (c10d's store family, as torch 2.x prints them); NCCL
 WARN lines whose `host:pid:tid [dev]` prefix is gone (bare, or a source and `WARN` quoted in
 a sentence) and old NCCL's completion error that names no peer; perftest's device named only
-in the command line pasted before a run that failed before its banner.
+in the command line pasted before a run that failed before its banner; an ibstat port with no
+`CA '...'` line above it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from support import FIXTURES, assert_linear
 
 from healthcheck.core.errors import ParseError
+from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.perftest import command_device, parse_perftest
 from healthcheck.parsers.torch_log import parse_torch_log
@@ -29,6 +31,8 @@ PROSE_WARN = NCCL11 / "prose-quoted-net-ib-cu-781-warn-len0-no-nccl-word.txt"
 COMMAND_ONLY = FIELD11 / "ib_write_bw" / "command-then-couldnt-connect-18515-unable-to-init-socket-joined.txt"
 EDR_BANNER = FIXTURES / "field" / "issues" / "ib_write_bw" / "edr-write-bw-header-forum-tabs-as-spaces.txt"
 NGC_WRAPPER = FIXTURES / "field" / "issues" / "ib_write_bw" / "ngc-multinode-wrapper-bidir-2qp-cut.txt"
+PORT_FRAGMENT = FIELD11 / "ibstat" / "ellipsis-fragment-port-1-down-polling-no-ca-line.txt"
+ROCE_IBSTAT = FIXTURES / "corpus" / "ibstat" / "h100-roce-down-polling.txt"
 # torch 2.13 captured here: a client whose store's process exited (recvValue, then sendBytes)
 CAPTURED = FIXTURES / "torch-store" / "torch-2.13-client-after-store-host-exited.txt"
 # real runs of the diagnose fixtures: a client that never reached the store (retrying, timed out),
@@ -186,3 +190,34 @@ def test_reading_command_lines_costs_its_length():
             pass
     for filler in ("ib_write_bw ", " -d ", "/ib_write_bw -d a", "ib_"):
         assert_linear(parse, filler * (100_000 // len(filler)), filler * (1_000_000 // len(filler)), what=filler)
+
+
+# ---------------------------------------------------------------- ibstat's port without its CA
+
+
+def test_a_port_fragment_with_no_ca_line_is_read_with_its_ca_unknown():
+    parsed = parse_ibstat(PORT_FRAGMENT.read_text())
+    [port] = parsed.ports
+    assert (port.ca, port.port, port.state, port.phys_state) == ("", 1, "Down", "Polling")
+    assert port.cut and port.rate_gbps is None  # the fragment ends before its rate: unknown, never invented
+
+
+def test_a_port_printed_alone_unindented_reads_every_field():
+    """`ibstat CA PORT` prints the port alone, unindented (a transformation of a real
+    all-CA output: its first CA's port block without the CA lines, dedented)."""
+    lines = ROCE_IBSTAT.read_text().split("\n")
+    start = next(i for i, x in enumerate(lines) if x.strip() == "Port 1:")
+    end = next(i for i, x in enumerate(lines) if i > start and x.startswith("CA '"))
+    [port] = parse_ibstat("\n".join(x.strip() for x in lines[start:end]) + "\n").ports
+    whole = parse_ibstat(ROCE_IBSTAT.read_text()).ports[0]
+    assert (port.state, port.phys_state, port.rate_gbps, port.link_layer, port.port_guid) == (
+        whole.state, whole.phys_state, whole.rate_gbps, whole.link_layer, whole.port_guid)
+    assert port.ca == "" and not port.cut
+
+
+def test_a_port_line_that_says_no_state_is_no_port():
+    text = PORT_FRAGMENT.read_text()
+    with pytest.raises(ParseError):
+        parse_ibstat(text[:text.index("Port 1:") + len("Port 1:")] + "\n")
+    with pytest.raises(ParseError):  # fields with no port line: nothing of ibstat's
+        parse_ibstat(text.replace("Port 1:", "Status:"))

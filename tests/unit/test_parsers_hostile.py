@@ -62,7 +62,9 @@ CONTEXT = {
 # How a line of each tool starts, so the filler lands where its patterns look.
 PREFIXES = {
     "ip-link": ["", "1: ", "1: a", "1: a: <", "1: a: <UP> mtu 1", "    link/", "    ", "[", "{\"ifname\": \""],
-    "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: "],
+    "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: ",
+               # issue 20, held-out-11: a port with no CA line, its fields unindented
+               "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA"],
     "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1"],
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
