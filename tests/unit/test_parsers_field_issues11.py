@@ -4,7 +4,8 @@ socket failures and connect retries (c10d's store family, as torch 2.x prints th
 WARN lines whose `host:pid:tid [dev]` prefix is gone (bare, or a source and `WARN` quoted in
 a sentence) and old NCCL's completion error that names no peer; perftest's device named only
 in the command line pasted before a run that failed before its banner; an ibstat port with no
-`CA '...'` line above it.
+`CA '...'` line above it; `nvidia-smi -q -x`'s XML, read as -q (cut mid-element too), its
+entities refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from support import FIXTURES, assert_linear
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_q_pasted
 from healthcheck.parsers.perftest import command_device, parse_perftest
 from healthcheck.parsers.torch_log import parse_torch_log
 
@@ -33,6 +35,8 @@ EDR_BANNER = FIXTURES / "field" / "issues" / "ib_write_bw" / "edr-write-bw-heade
 NGC_WRAPPER = FIXTURES / "field" / "issues" / "ib_write_bw" / "ngc-multinode-wrapper-bidir-2qp-cut.txt"
 PORT_FRAGMENT = FIELD11 / "ibstat" / "ellipsis-fragment-port-1-down-polling-no-ca-line.txt"
 ROCE_IBSTAT = FIXTURES / "corpus" / "ibstat" / "h100-roce-down-polling.txt"
+XML_CUT = FIELD11 / "nvidia-smi-q" / "q-x-xml-535-rtx4090-dtd-v12-cut-at-driver-model.txt"
+XML = FIXTURES / "nvidia-smi-q-xml"
 # torch 2.13 captured here: a client whose store's process exited (recvValue, then sendBytes)
 CAPTURED = FIXTURES / "torch-store" / "torch-2.13-client-after-store-host-exited.txt"
 # real runs of the diagnose fixtures: a client that never reached the store (retrying, timed out),
@@ -221,3 +225,68 @@ def test_a_port_line_that_says_no_state_is_no_port():
         parse_ibstat(text[:text.index("Port 1:") + len("Port 1:")] + "\n")
     with pytest.raises(ParseError):  # fields with no port line: nothing of ibstat's
         parse_ibstat(text.replace("Port 1:", "Status:"))
+
+
+# ---------------------------------------------------------------- nvidia-smi -q -x
+
+
+def test_xml_cut_mid_element_reads_what_came_before():
+    facts = parse_nvidia_smi_q_pasted(XML_CUT.read_text())
+    [gpu] = facts.gpus
+    assert (facts.driver_version, facts.cuda_version) == ("535.86.05", "12.2")
+    assert (gpu.name, gpu.pci_bus_id, gpu.persistence_mode) == ("NVIDIA GeForce RTX 4090", "0000:84:00.0", True)
+    assert gpu.uuid is None and gpu.memory_total_mib is None  # after the cut: unknown, never invented
+
+
+def test_xml_gives_the_same_facts_as_q_under_the_same_keys():
+    """netdata's real -q -x outputs (tests/fixtures/nvidia-smi-q-xml)."""
+    [a100] = parse_nvidia_smi_q(XML.joinpath("a100-sxm4-mig.xml").read_text()).gpus
+    assert (a100.mig_mode, a100.ecc_enabled, a100.virtualization_mode) == (True, True, "Pass-Through")
+    assert a100.memory_total_mib == 40960  # the GPU's, not a MIG device's 19968
+    assert a100.ecc_volatile_uncorrected is None and a100.ecc_aggregate_uncorrected == 0  # N/A is unknown
+    assert a100.throttle_reasons == []  # a reason's value broken over two lines still read
+    assert a100.remapped_rows_pending is None
+    [p100] = parse_nvidia_smi_q(XML.joinpath("tesla-p100.xml").read_text()).gpus
+    assert (p100.ecc_aggregate_corrected, p100.ecc_volatile_uncorrected) == (3, 0)  # the single-bit totals
+    assert (p100.retired_pages_sbe, p100.retired_pages_dbe, p100.retired_pages_pending) == (0, 0, False)
+    assert p100.processes == [] and p100.throttle_reasons == ["gpu_idle"]
+    [rtx] = parse_nvidia_smi_q(XML.joinpath("rtx-3060.xml").read_text()).gpus
+    assert (rtx.pcie_gen_current, rtx.pcie_gen_max, rtx.pcie_width_current, rtx.pcie_width_max) == (1, 4, 8, 16)
+    [proc] = rtx.processes or []
+    assert (proc.pid, proc.name, proc.type, proc.used_memory_mib) == (28543, "/usr/libexec/Xorg", "G", 4)
+
+
+def test_a_value_the_cut_split_is_dropped_and_a_paste_around_the_xml_is_read():
+    text = XML.joinpath("tesla-p100.xml").read_text()
+    cut = text[:text.index("<driver_version>") + len("<driver_version>510.4")]
+    with pytest.raises(ParseError):  # no version whose end was read, no GPU: nothing of the log
+        parse_nvidia_smi_q_pasted(cut)
+    pasted = "$ nvidia-smi -q -x\n```xml\n" + text + "```\n"  # a prompt and a fence around it
+    assert parse_nvidia_smi_q_pasted(pasted).gpus == parse_nvidia_smi_q(text).gpus
+
+
+@pytest.mark.parametrize("doctype", [
+    '<!DOCTYPE nvidia_smi_log [<!ENTITY a "x">]>',
+    '<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>',
+    '<!DOCTYPE nvidia_smi_log [<!ENTITY e SYSTEM "file:///etc/passwd">]>',
+    '<!DOCTYPE nvidia_smi_log [<!ENTITY % p SYSTEM "http://127.0.0.1:9/x.dtd"> %p;]>',
+])
+def test_an_entity_declaration_refuses_the_xml(doctype):
+    """The real XML with its DOCTYPE replaced (a transformation): no entity ever expands."""
+    text = XML.joinpath("tesla-p100.xml").read_text()
+    hostile = text.replace('<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v11.dtd">', doctype)
+    hostile = hostile.replace("<product_name>Tesla P100-PCIE-16GB", "<product_name>&b;&e;")
+    with pytest.raises(ParseError):
+        parse_nvidia_smi_q_pasted(hostile)
+
+
+def test_reading_xml_costs_its_length():
+    def parse(text: str) -> None:
+        try:
+            parse_nvidia_smi_q_pasted(text)
+        except ParseError:
+            pass
+    head = "<nvidia_smi_log><gpu id=\"00000000:01:00.0\">"
+    for filler in ("<a>", "<a>x</a>", "&amp;", "x", "<product_name>", "</a>"):
+        assert_linear(parse, head + filler * (100_000 // len(filler)), head + filler * (1_000_000 // len(filler)),
+                      what=filler)

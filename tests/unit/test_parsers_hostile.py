@@ -69,7 +69,10 @@ PREFIXES = {
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
-                     "        Total : 1", "No devices were found"],
+                     "        Total : 1", "No devices were found",
+                     # issue 20, held-out-11: -q -x's XML, every tag open, entities
+                     "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
+                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><'],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
