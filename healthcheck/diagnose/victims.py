@@ -8,9 +8,11 @@ waited, failed because of another rank and is never named as the cause.
   (a launch variable not set) are the rank's, unless their words are a peer's (a store
   timeout).
 * spoke_of_failure: ranks whose own output holds a collective's failure (a gloo transport
-  error, a watchdog timeout, a backend error): a rank that printed gloo's size abort did
-  not "leave the job without a word", even where the launcher's prefixes cut its
-  C++ `terminate called` line apart so no exception is read from it.
+  error, a watchdog timeout, a backend error) or the store's connection lost under it
+  (`recvValue failed on SocketImpl(...): Connection reset by peer`: the store's host died
+  first): a rank that printed gloo's size abort did not "leave the job without a word",
+  even where the launcher's prefixes cut its C++ `terminate called` line apart so no
+  exception is read from it.
 
 A rank whose first error is a peer error inside a collective within a second of its
 peers' timeouts waited with them (postmortem.cut_short): the stuck rule's "ranks that did
@@ -56,7 +58,7 @@ def spoke_of_failure(col: Collected) -> set[int]:
             continue
         log = f.log
         facts: list[object] = [g for g in log.gloo if g.kind in _GLOO_FAILURES]
-        facts += [*log.timeouts, *log.backend_errors, *log.aborts, *log.mismatches]
+        facts += [*log.timeouts, *log.backend_errors, *log.aborts, *log.mismatches, *log.store_lost]
         out |= {r for r in (fact_rank(x, f.rank) for x in facts) if r is not None}
     return out
 

@@ -20,8 +20,12 @@ from healthcheck.parsers.unread import mended_numbered
 # the same characters), so a hostile line costs its length, not its length squared;
 # values are taken whole and stripped in code rather than by a lazy `.*?\s*$`.
 _CA = re.compile(r"^CA '(?P<name>[^']*)'\s*$")
-_PORT = re.compile(r"^\s+Port (?P<num>[0-9]{1,9}):\s*$")
+_PORT = re.compile(r"^\s*Port (?P<num>[0-9]{1,9}):\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
+# a port's field with no CA above it: `ibstat CA PORT` prints the port alone, unindented, and a
+# paste can keep only a port's lines (`Port 1:` / `State: Down` / `Physical state: Polling`)
+_LOOSE_FIELD = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
+_NO_CA = {"name": ""}  # the CA of a port no `CA '...'` line names: unknown
 _LID = re.compile(r"[0-9]{1,9}")
 
 
@@ -42,8 +46,9 @@ class _Reading:
         self.ported: set[str] = set()  # CAs with a port block
 
     def flush_port(self, *, at_end: bool = False) -> None:
-        if self.port is not None and self.cas:
-            ca = self.cas[-1]
+        ca = self.cas[-1] if self.cas else _NO_CA
+        # a port with no CA is one only where it says a state (a `Port 1:` line alone is no port)
+        if self.port is not None and (self.cas or any(k in self.port for k in _STATE_FIELDS)):
             missing = [k for k in _STATE_FIELDS if k not in self.port]
             cut = bool(missing) or (at_end and _LAST_FIELD not in self.port)
             self.ports.append(_port(ca, self.port, cut=cut))
@@ -59,12 +64,23 @@ class _Reading:
         elif line.startswith(("ibpanic:", "ibwarn:", "ibstat:")):
             self.errors.append(line.strip())
         elif not self.cas:
-            return False
+            return self._loose(line)
         elif m := _PORT.match(line):
             self.flush_port()
             self.port = {"num": int(m.group("num"))}
         elif m := _FIELD.match(line):
             (self.port if self.port is not None else self.cas[-1])[m.group("key").strip()] = m.group("value").strip()
+        else:
+            return False
+        return True
+
+    def _loose(self, line: str) -> bool:
+        """A port's lines with no `CA '...'` line above them (see _LOOSE_FIELD): its CA unknown."""
+        if m := _PORT.match(line):
+            self.flush_port()
+            self.port = {"num": int(m.group("num"))}
+        elif self.port is not None and (m := _LOOSE_FIELD.match(line)):
+            self.port[m.group("key").strip()] = m.group("value").strip()
         else:
             return False
         return True
@@ -79,14 +95,16 @@ def parse_ibstat(text: str) -> IbPorts:
     """ibstat's CA blocks -> every port, each with its CA's type and firmware. A CA named
     with no port block (`ibstat | grep mlx5`, a paste cut after it) is listed in
     `cas_without_ports`; a port block the text ends inside is marked `cut`, its missing
-    fields unknown, never invented."""
+    fields unknown, never invented. A port with no CA line above it (`ibstat CA PORT`'s
+    port alone, a paste's fragment) is read with its CA unknown (`ca` ""), where it says
+    its state."""
     reading = _Reading()
     unread = UnrecognizedLines()
     for line in mended_numbered(text):
         if line.text.strip() and not reading.read(line.text):
             unread.note(line)
     reading.flush_port(at_end=True)
-    if not reading.cas and text.strip() and not reading.errors:
+    if not reading.cas and not reading.ports and text.strip() and not reading.errors:
         raise ParseError(f"ibstat: no \"CA '...'\" block in the output (starts with {clip(text.strip(), 60)!r})")
     return IbPorts(ports=reading.ports, errors=reading.errors, cas_without_ports=reading.without_ports(),
                    unrecognized=unread.frozen_or_nothing())

@@ -51,7 +51,10 @@ counts) of the line that said it, so a finding can name `file:line`:
   duplicate GPU, other; with host, pid, time when stamped, line and clipped text. A WARN's
   message quoted with no prefix at all (an issue title) is read where it is one of NCCL's
   own phrases (split_quoted_warn): a completion error of any net (`NET/IBP:Got completion
-  from peer ...`), a verbs call's failure, a CUDA failure.
+  from peer ...`), a verbs call's failure, a CUDA failure; so is a WARN that kept only its
+  source, anywhere in a line (`... as 'transport/net_ib.cu:781 WARN NET/IB : Got completion
+  with error 12, ...' although ...`: split_sourced_warn, to its closing quote). Old NCCL's
+  completion error names no peer (`NET/IB : Got completion with error 12, opcode 0, ...`).
 
 Lines are read through the line layer (lines.read_lines, stamps left on: NCCL's own are
 read here) and tables of small handlers (`lines.Handler`, `dispatch`): an NCCL line's
@@ -524,6 +527,37 @@ def split_quoted_warn(read: Line) -> NcclPrefix | None:
                       launcher_rank=read.task if read.task is not None else read.rank)
 
 
+_QUOTES = "'\"`"
+_SOURCED_TRIES = 4  # ` WARN ` words of one line looked at
+
+
+def split_sourced_warn(read: Line) -> NcclPrefix | None:
+    """A WARN whose `host:pid:tid [dev]` is gone and its source kept, anywhere in a line
+    (quoted in a sentence: `... the same error as 'transport/net_ib.cu:781 WARN NET/IB : Got
+    completion with error 12, ...' although ...`; old NCCL's `file.cu:N WARN` has no `NCCL`
+    word, newer lines `file.cc:N NCCL WARN`): read as a WARN no process named where the
+    message is one of NCCL's own phrases (_QUOTED_WARN), never a sentence's `WARN`; a quote
+    before the source ends the message at its closing quote."""
+    text = read.text
+    at = -1
+    for _ in range(_SOURCED_TRIES):
+        at = text.find(" WARN ", at + 1, _HEAD_MAX + _MSG_MAX)
+        if at < 0:
+            return None
+        head = text[max(0, at - 600):at]
+        nccl = head.endswith(" NCCL")
+        token = (head[:-5] if nccl else head).rsplit(None, 1)[-1] if head.strip() else ""
+        quote = token[:1] if token[:1] in _QUOTES else ""
+        message = text[at + 6:at + 6 + _MSG_MAX]
+        if _SRC_TOKEN.fullmatch(token[len(quote):]) and _QUOTED_WARN.match(message):
+            if quote and quote in message:
+                message = message[:message.index(quote)]
+            return NcclPrefix(host="", pid=0, tid=0, level="WARN", message=message.rstrip(), src=token[len(quote):],
+                              label=read.labels.strip()[-64:], bare=True,
+                              launcher_rank=read.task if read.task is not None else read.rank)
+    return None
+
+
 # ---------------------------------------------------------------- message patterns
 # Anchored and bounded: each runs on at most _MSG_MAX characters.
 
@@ -580,8 +614,10 @@ _ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,320})?")
 # WARN classes
 # NCCL's own IB transport says `NET/IB : Got completion`; an external IB plugin its own
 # name (`NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12`)
+# NCCL <= 2.4's net_ib.cu names no peer: `NET/IB : Got completion with error 12, opcode 0, len 0,
+# vendor err 129` (field/issues-11)
 _IB_COMPLETION = re.compile(
-    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion from peer (?P<peer>\S{1,256}) with "
+    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion (?:from peer (?P<peer>\S{1,256}) )?with "
     r"(?:error (?P<err>-?\d{1,9})|status=(?P<st>-?\d{1,9}))"
 )
 _VENDOR = re.compile(r"vendor err (\d{1,9})(?: \((\w{1,16})\))?")
@@ -589,7 +625,7 @@ _HCA = re.compile(r" hca (\S{1,64})")
 # WARN messages that are NCCL's own phrases, so read even quoted with no prefix: a completion
 # error (any net's name), a verbs call's failure, NCCL's CUDA failure (`Cuda failure 'out of memory'`)
 _QUOTED_WARN = re.compile(
-    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion from peer \S|Call to ibv_\w{1,64} failed"
+    r"NET/[A-Za-z][\w\-]{0,31} ?: ?Got completion (?:from peer \S|with error -?\d)|Call to ibv_\w{1,64} failed"
     r"|Cuda failure (?:-?\d{1,9} )?'", re.ASCII)
 # `failed with error E`; >= 2.27 `failed with 110 Connection timed out, on dev mlx5_0:1, curr state ...`
 _VERBS = re.compile(r"Call to (ibv_\w{1,64}|\w{1,64}) failed(?: with (?:error )?([^,]{1,200}))?")
@@ -1167,7 +1203,7 @@ _TAIL_HANDLERS: tuple[Handler[_Builder], ...] = (*_UNPREFIXED_HANDLERS, Handler(
 
 
 def _nccl_prefix(line: Line) -> NcclPrefix | None:
-    return split_read_line(line) or split_bare_line(line) or split_quoted_warn(line)
+    return split_read_line(line) or split_bare_line(line) or split_quoted_warn(line) or split_sourced_warn(line)
 
 
 def _wrapped_tail(lines: list[Line], index: int) -> tuple[str | None, int]:
@@ -1250,7 +1286,7 @@ def _classify(p: NcclPrefix, number: int, following: str | None) -> NcclWarn:
             full = msg + " " + following
         vendor = _VENDOR.search(full)
         hca = _HCA.search(full)
-        return _warn("ib-completion", p, number, clip(full, TEXT_MAX), peer=m.group("peer"),
+        return _warn("ib-completion", p, number, clip(full, TEXT_MAX), peer=m.group("peer") or "",
                      status=_int(m.group("err") or m.group("st") or ""),
                      vendor_err=_int(vendor.group(1)) if vendor else None,
                      request=(vendor.group(2) or "") if vendor else "", hca=hca.group(1) if hca else "")

@@ -1,4 +1,5 @@
-"""`nvidia-smi -q` text (all GPUs, or one with -i) -> GpuFacts.
+"""`nvidia-smi -q` text (all GPUs, or one with -i) -> GpuFacts; also `-q -x`'s XML, read as
+the -q text of the same tree (parsers/nvidia_smi_xml.py), so its facts have the same keys.
 
 Input: what `nvidia-smi -q` prints on stdout, optionally with stderr mixed in, from
 drivers 470 to 610. The report is an indented tree ("GPU 00000000:19:00.0", then
@@ -39,6 +40,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
 )
 from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
+from healthcheck.parsers.nvidia_smi_xml import xml_as_q_text, xml_start
 from healthcheck.parsers.unread import note_unread
 
 SOURCE = "nvidia-smi -q"
@@ -739,6 +741,8 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
     and (unless `fragments`) on lines of -q without a GPU block."""
     if not text or not text.strip():
         raise ParseError("nvidia-smi -q: empty output")
+    if xml_start(text) >= 0:  # `nvidia-smi -q -x`: the same tree as XML, read as its -q text
+        text = xml_as_q_text(text)
     scan = _scan(text)
     lost = dedupe_lost(scan.lost)
     trees = [(pci, _build_tree(lines)) for pci, lines in scan.blocks]

@@ -29,6 +29,10 @@ src/perftest_resources.[ch], src/perftest_communication.c, src/write_bw.c):
   or an IB reject reason): one failure naming both (`cm_event`, `cm_status`,
   `cm_status_text`), then the event loop's own errors (`Failed to handle RDMA CM event.`).
 
+The perftest command line a paste carries before the output (`# ib_write_bw -d mlx5_0
+HOST`, behind a prompt or a wrapper's words) names the device (`-d`, `--ib-dev`): the run's
+`device` where no banner names one (a run that failed before its banner).
+
 Linear time: every line is cut to MAX_LINE characters, every pattern is anchored at a
 literal and bounded, and row de-duplication is a set lookup.
 """
@@ -495,6 +499,7 @@ class _Parser:
         self.cut_row: PerftestCutRow | None = None  # a row cut short, while no line has come after it
         self.cuda_device: int | None = None
         self.cuda_name: str | None = None
+        self.command_devices: dict[str, None] = {}  # the `-d` of each perftest command line pasted
         self.unrecognized = UnrecognizedLines()
 
     def unread(self, number: int, text: str) -> None:
@@ -620,6 +625,19 @@ class _Parser:
             self.failures[-1]["errno_text"] = text
             return True
         self.failures.append({"kind": _K.OTHER, "message": clip(stripped, 200), "errno_text": text})
+        return True
+
+    def _command(self, line: str, stripped: str) -> bool:
+        """The perftest command line pasted with its output (`# ib_write_bw -d rocep133s0f0
+        192.168.125.211`, `user@h:~# ib_write_bw -d mlx5_0 ...`, a wrapper's `run ib_write_bw
+        server on h: sudo taskset -c 28 ib_write_bw -d mlx5_3 ...`): the device its `-d` /
+        `--ib-dev` names, the run's device where no banner names one (a run that failed before
+        its banner)."""
+        if "ib_" not in line or _COMMAND.search(line) is None:
+            return False
+        device = command_device(line)
+        if device:
+            self.command_devices.setdefault(device, None)
         return True
 
     def _cm_event(self, line: str, stripped: str) -> bool:
@@ -800,6 +818,10 @@ class _Parser:
 
     # ------------------------------------------------------------- the facts
 
+    def _command_device(self) -> str | None:
+        """The device the pasted command lines name, where they name one only."""
+        return next(iter(self.command_devices)) if len(self.command_devices) == 1 else None
+
     def result(self, text: str) -> PerftestRun:
         rows = {k: _dedupe(v) if self.titles >= 2 else tuple(v) for k, v in self.rows.items()}
         failures = _dedupe([PerftestFailure(**{k: v for k, v in f.items() if v is not None}) for f in self.failures])
@@ -825,7 +847,7 @@ class _Parser:
             side=side,
             title=self.title,
             bidirectional=self.bidir,
-            device=fields.get("Device"),
+            device=fields.get("Device") or self._command_device(),
             devices=tuple(self.devices),
             qps=_int(fields.get("Number of qps")),
             transport=fields.get("Transport type"),
@@ -862,8 +884,34 @@ _LINE_HANDLERS = (
     ("banner-fields", _Parser._banner_fields), ("address", _Parser._address),
     ("side-or-section", _Parser._side_or_section), ("warning", _Parser._warning), ("errno", _Parser._errno),
     ("cm-event", _Parser._cm_event),
-    ("cuda", _Parser._cuda), ("crash", _Parser._crash),
+    ("cuda", _Parser._cuda), ("crash", _Parser._crash), ("command", _Parser._command),
 )
+
+
+# a perftest binary as a word of a command line (by a path too), an option or the line's end after
+# it: never its name in a message (`ib_write_bw: error while loading shared libraries`)
+_COMMAND = re.compile(r"(?:^|[\s/])ib_(?:write|read|send|atomic)_(?:bw|lat)(?=[ \t]|$)")
+_COMMAND_WORDS = 64  # words of a command line read after the binary's name
+
+
+def command_device(line: str) -> str | None:
+    """The device a perftest command line's `-d DEV` / `--ib-dev=DEV` / `--ib-dev DEV` names,
+    after the last perftest binary on the line (a wrapper names it before its own command);
+    None where it names none."""
+    end = -1
+    for m in _COMMAND.finditer(line):  # the last binary's
+        end = m.end()
+    if end < 0:
+        return None
+    words = line[end:].split(None, _COMMAND_WORDS)[:_COMMAND_WORDS]
+    for i, word in enumerate(words):
+        if word.startswith("--ib-dev="):
+            return word.partition("=")[2] or None
+        if word.startswith("-d") and len(word) > 2:  # getopt's `-dmlx5_0`
+            return word[2:]
+        if word in ("-d", "--ib-dev") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            return words[i + 1]
+    return None
 
 
 _ROW_INT = r"[0-9]{1,19}"

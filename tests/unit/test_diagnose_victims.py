@@ -19,7 +19,7 @@ from support import FIXTURES
 
 from healthcheck.diagnose.sources import collect
 from healthcheck.diagnose.verdict import build
-from healthcheck.diagnose.victims import raised_by_collective
+from healthcheck.diagnose.victims import raised_by_collective, spoke_of_failure
 
 JOBS = FIXTURES / "diagnose-jobs"
 
@@ -59,3 +59,13 @@ def test_a_rank_whose_wait_a_peer_cut_short_is_not_the_stuck_one():
 ])
 def test_only_exceptions_innermost_in_own_code_are_own_code_deaths(words, collective, victim):
     assert raised_by_collective(words, collective) is victim
+
+
+def test_a_rank_whose_store_connection_was_lost_spoke_of_a_failure_and_is_not_named():
+    """Issue 20, held-out-11: rank 1's `recvValueWithTimeout failed on SocketImpl(...): Failed
+    to recv, got 0 bytes` (its store's host, rank 0, exited) is a peer's failure it printed,
+    not a rank that left without a word; rank 0, whose WORLD_SIZE differs, is the one named."""
+    col = collect([JOBS / "tuning" / "wrong-world-size-plain-w4-r0"])
+    assert 1 in spoke_of_failure(col)
+    v = build(col)
+    assert 1 not in named(v) and named(v) == [0], v.summary

@@ -62,12 +62,17 @@ CONTEXT = {
 # How a line of each tool starts, so the filler lands where its patterns look.
 PREFIXES = {
     "ip-link": ["", "1: ", "1: a", "1: a: <", "1: a: <UP> mtu 1", "    link/", "    ", "[", "{\"ifname\": \""],
-    "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: "],
+    "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: ",
+               # issue 20, held-out-11: a port with no CA line, its fields unindented
+               "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA"],
     "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1"],
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
-                     "        Total : 1", "No devices were found"],
+                     "        Total : 1", "No devices were found",
+                     # issue 20, held-out-11: -q -x's XML, every tag open, entities
+                     "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
+                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><'],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
@@ -103,7 +108,9 @@ PREFIXES = {
     "nvidia-smi-nvlink": ["", "GPU 0: ", "GPU 0: a", "GPU 0: a (UUID: ", "\t Link 0: ", "\t Link 0: 1", "Link 0: <", "NVML: ", "Unable to "],
     "ib_write_bw": ["", " 65536 ", " Dual-port       : ", " Mtu : ", "Couldn't connect to ", "Failed to modify QP ", "  Failed status", " local address: LID 0x1 QPN ", " GID: ", "WARNING: ", "Conflicting CPU frequency values detected: ",
                     # issue 20: a row cut after its iterations
-                    " 65536      664644 "],
+                    " 65536      664644 ",
+                    # issue 20, held-out-11: the command line pasted before the output
+                    "# ib_write_bw -d ", "ib_write_bw --ib-dev=", "/ib_read_bw -d"],
     "nccl-log": ["", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] x.cc:1 NCCL WARN ", "[2026-01-01 00:00:00] h:1:2 [0] NCCL INFO ",
                  "[1,0]<stdout>:", "0: ", "[rank0]:", "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks ",
                  "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff ", "h:1:2 [0] NCCL INFO NET/IB : Using ",
@@ -147,7 +154,10 @@ PREFIXES = {
                   "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:",
                   # the audit of unread lines: the watchdog's exception report without its counters
                   "[PG 0 Rank 0] Exception hit in NCCL work: ", "[PG 0 Rank 0] Exception (either an error or timeout) "
-                  "detected by watchdog at "],
+                  "detected by watchdog at ",
+                  # issue 20, held-out-11: the TCPStore client's socket errors and connect retries
+                  "[c10d] recvValue failed on SocketImpl(", "sendBytes failed on SocketImpl(fd=1, remote=",
+                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore'],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

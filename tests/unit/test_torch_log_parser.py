@@ -857,6 +857,9 @@ PREFIXES = [
     "WARNING:torch.", "========", "Ranks 1, ", "[Rank 0]: Ranks ", "port: 1, useIpv6: ", "workMetaList_.size()=",
     "CUDA error: ", "#0 a from ", "Failures:", "a.b.CError: ", "Jul 13 21:22:34 ", "Last error:", "ncclX: ",
     "Finished writing Flight Recorder debug info to ", "address already in use port ", "got stuck for ", "[E ",
+    "recvValue failed on SocketImpl(", "recvVector failed on SocketImpl(fd=1, addr=a, remote=",
+    "TCP client failed to connect/validate to host ", "TCP client failed to connect/validate to host a:1 - retrying (try=",
+    'Failed to check the "should dump" flag on TCPStore, with error: ',
 ]
 FILLERS = [" ", "\t", ".", ":", "a", "0", "a ", ": ", "a:", " :", "'", ",", "[", "-", "1.", "\x1b[", ". ", "1, ", "/gloo/",
            "Rank 1 is running collective: ", "WorkNCCL(", "] ", "#1 ", " from ", ":1", "NCCL error: a, NCCL version ",

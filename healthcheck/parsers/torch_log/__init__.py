@@ -46,7 +46,13 @@ shared/notes/diagnose.md sections 2 and 4):
   `port: 29620, useIpv6: false, code: -98, name: EADDRINUSE`), rendezvous and store
   errors (RendezvousClosedError, ...ConnectionError, ...TimeoutError, the client socket's
   `timed out after 60s while trying to connect to HOST:PORT`, `Timed out after N seconds
-  waiting for clients. J/W clients joined.`, `wait timeout after Nms`, `Socket Timeout`).
+  waiting for clients. J/W clients joined.`, `wait timeout after Nms`, `Socket Timeout`,
+  the store client's `TCP client failed to connect/validate to host H:P - retrying
+  (try=N, ...): CAUSE` with its retry).
+* The store lost after a rank connected to it (store.py, `store_lost`): c10d's `recvValue
+  failed on SocketImpl(..., remote=[localhost]:29500): Connection reset by peer` (also
+  recvValueWithTimeout, recvVector, sendBytes), ProcessGroupNCCL's `Failed to check the
+  "should dump" flag on TCPStore, ... with error: ...`: the store's end and the error.
 * torchrun's agent: the ChildFailedError block field by field, `failed (exitcode: N)
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
@@ -83,7 +89,7 @@ are counted and sampled in `unrecognized` (evidence to show, never a reason to r
 
 The package, one job a module: facts.py (the facts, TorchLog), reader.py (each line made
 torch's, the handler table, `parse_torch_log`), state.py (what the handlers share),
-watchdog.py, errors.py, agent.py, tracebacks.py (the message handlers of each family),
+watchdog.py, errors.py, store.py, agent.py, tracebacks.py (the message handlers of each family),
 steps.py (a training loop's own `step N` lines: each rank's last, `last_steps`; and its
 last logged warning, `last_warnings`),
 continued.py (lines that finish a fact opened before them), box.py (the ChildFailedError
@@ -118,6 +124,8 @@ from healthcheck.parsers.torch_log.facts import (
     RendezvousError,
     RendezvousKind,
     StepLogged,
+    StoreLost,
+    StoreOp,
     TaskExit,
     TorchLog,
     WatchdogAbort,
@@ -136,7 +144,7 @@ __all__ = [
     "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
     "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
-    "StepLogged",
+    "StepLogged", "StoreLost", "StoreOp",
     "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
     "WorkerFailed", "WorkerGroupEvent", "parse_torch_log",

@@ -78,6 +78,13 @@ _CLIENT_TIMEOUT = re.compile(
     r"client socket has timed out after (\d{1,20}(?:\.\d{1,9})?)(ms|s)? while trying to connect to "
     r"\(?([^\s(),]{1,256})(?::|, )(\d{1,5})\)?"
 )
+# the TCPStore client's own account of a connect it could not make or validate (torch 2.3+'s
+# TCPStore.cpp, as torch 2.13's libtorch_cpu.so holds it): `TCP client failed to connect/validate to
+# host {}:{} - retrying (try={}, timeout={}ms, delay={}ms): {}` and `- timed out (try={}, timeout={}ms): {}`
+_TCP_CLIENT = re.compile(
+    r"TCP client failed to connect/validate to host (\S{1,256}):(\d{1,5}) - (?:retrying|timed out) "
+    r"\(try=(\d{1,9}), timeout=(\d{1,20})ms[^)]{0,64}\): ?"
+)
 _CLIENT_FAILED = re.compile(r"client socket has failed to connect to (?:any network address of )?(\S{1,256})")
 _CLIENTS_JOINED = re.compile(
     r"Timed out after (\d{1,20}) seconds waiting for clients\. (\d{1,9})/(\d{1,9}) clients joined"
@@ -320,8 +327,23 @@ def read_address_in_use(state: TorchState, line: Line) -> bool:
     return False
 
 
+def _tcp_client(b: str) -> dict | None:
+    """`TCP client failed to connect/validate to host H:P - retrying (try=N, ...): CAUSE`: a
+    client-timeout where the cause is the socket's timeout, else connect-failed."""
+    m = _TCP_CLIENT.search(b)
+    if m is None:
+        return None
+    cause = b[m.end():]
+    return {"kind": "client-timeout" if _CLIENT_TIMEOUT.search(cause) else "connect-failed",
+            "seconds": int(m.group(4)) / 1000, "address": host_port(f"{m.group(1)}:{m.group(2)}"),
+            "retry": to_int(m.group(3)), "message": rest_of(b, m.start())}
+
+
 def _client_socket(b: str) -> dict | None:
     """The TCPStore client's timeouts and failures, and the server's listen failure."""
+    found = _tcp_client(b)
+    if found is not None:
+        return found
     m = _CLIENT_TIMEOUT.search(b)
     if m:
         value = float(m.group(1))
@@ -404,6 +426,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("address-in-use", lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b,
             read_address_in_use),
     Handler("rendezvous", lambda b: ("Rendezvous" in b or "socket" in b or "clients joined" in b
-                                     or "wait timeout after" in b or "Socket Timeout" in b), read_rendezvous),
+                                     or "wait timeout after" in b or "Socket Timeout" in b
+                                     or "TCP client failed" in b), read_rendezvous),
     Handler("not-in-group", lambda b: "does not belong to the given group" in b, read_not_in_group),
 )

@@ -255,6 +255,12 @@ class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     store (`address`, its remote end) that timed out waiting for an answer (`waitForInput:
     socket SocketImpl(fd=3, addr=..., remote=[::ffff:127.0.0.1]:30520) timed out after 4000ms`).
     `address` is `host:port` in every kind (an IPv4-mapped IPv6 address as IPv4).
+
+    The TCPStore client's own account of a connect it could not make or validate (`TCP
+    client failed to connect/validate to host H:P - retrying (try=6, timeout=...ms,
+    delay=...ms): CAUSE`, `- timed out (try=1, ...)`; torch 2.3+) is client-timeout where
+    its cause is the socket's timeout, connect-failed otherwise (`Connection reset by
+    peer`: the store's host answered and dropped it); `retry` is its `try=N`.
     """
 
     kind: RendezvousKind
@@ -262,6 +268,30 @@ class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     address: str = ""  # "192.0.0.1:1234"
     joined: int | None = None
     expected: int | None = None
+    retry: int | None = None  # the store client's `try=N` (0: the first try failed)
+    message: str = ""
+
+
+StoreOp = Literal["recvValue", "recvValueWithTimeout", "recvVector", "sendBytes", "should-dump-check"]
+
+
+class StoreLost(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
+    """A rank's connection to the TCPStore failing after it was made: the store's socket
+    closed or reset under a request (`[c10d] recvValue failed on SocketImpl(fd=76,
+    addr=[localhost]:60950, remote=[localhost]:29500): Connection reset by peer`; also
+    recvValueWithTimeout, recvVector and sendBytes, torch 2.3+), or ProcessGroupNCCL's
+    watchdog unable to read the store's `should dump` flag (`Failed to check the "should
+    dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error:
+    ...`, 2.3+).
+
+    The store lives in its host's process (rank 0's, or its torchrun agent's): a rank
+    that lost it is evidence that host died or shut down first, never against the rank
+    that printed it. `address`: the store's end (`remote=`) as `host:port` (an IPv4-mapped
+    address as IPv4; as printed where the poster hid it); `message`: the socket's error.
+    """
+
+    operation: StoreOp
+    address: str = ""
     message: str = ""
 
 
@@ -405,6 +435,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     flight_recorder: tuple[FlightRecorderNote, ...] = ()
     address_in_use: tuple[AddressInUse, ...] = ()
     rendezvous: tuple[RendezvousError, ...] = ()
+    store_lost: tuple[StoreLost, ...] = ()
     child_failed: tuple[ChildFailedBlock, ...] = ()
     worker_failures: tuple[WorkerFailed, ...] = ()
     task_exits: tuple[TaskExit, ...] = ()
@@ -453,6 +484,7 @@ class TorchLog(msgspec.Struct, frozen=True):
 
 
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
-              "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "child_failed",
+              "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "store_lost",
+              "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts")
