@@ -157,7 +157,10 @@ PREFIXES = {
                   "detected by watchdog at ",
                   # issue 20, held-out-11: the TCPStore client's socket errors and connect retries
                   "[c10d] recvValue failed on SocketImpl(", "sendBytes failed on SocketImpl(fd=1, remote=",
-                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore'],
+                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore',
+                  # issue 20, held-out-12: the agent's line cut after the pid
+                  "failed (exitcode: 1) local_rank: 1 (pid: 1", "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary:",
+                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",
