@@ -11,6 +11,7 @@ import pytest
 from support import FIXTURES
 
 from healthcheck.core.errors import ParseError
+from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD12 = FIXTURES / "field" / "issues-12"
@@ -57,3 +58,58 @@ def test_a_sentence_that_only_mentions_an_exitcode_is_no_worker_failure():
             assert parse_torch_log(sentence).worker_failures == []
         except ParseError:
             pass  # nothing of torch's in it: refused, never read as a worker that failed
+
+
+# ---------------------------------------------------------------- NCCL 2.3's prefix, no `NCCL` word
+
+OLD_NCCL = FIELD12 / "nccl-log" / "2018-nccl-info-without-nccl-word-net-using-interface-cut.txt"
+# a 2.19 process that chose sockets (`Bootstrap : Using ...`, `Using network Socket`): the facts
+# the old phrases map to
+NEW_SOCKET = FIXTURES / "corpus" / "nccl-debug" / "nccl-2.19.3-gcp-plugin-symbol-missing-socket-nranks1-channel-00-32.txt"
+# old NCCL's WARN with its source and no `NCCL` word, as quoted in a sentence (held-out-11)
+OLD_WARN = FIXTURES / "field" / "issues-11" / "nccl-log" / "prose-quoted-net-ib-cu-781-warn-len0-no-nccl-word.txt"
+
+
+def test_nccl_2_3_lines_without_the_nccl_word_name_the_process_its_interface_and_network():
+    log = parse_nccl_log(OLD_NCCL.read_text())
+    [proc] = log.processes
+    assert (proc.host, proc.pid, proc.devices) == ("seyun", 17280, (0,))
+    assert (proc.bootstrap_if, proc.bootstrap_addr) == ("eth0", "115.145.178.160<0>")
+    assert (proc.network, proc.network_inferred, proc.socket_fallback) == ("Socket", False, True)
+    assert log.nccl_lines == 4  # the line cut right after its prefix is the process's too
+    assert [s.line for s in log.unrecognized.sample] == [1, 3]  # the prose and the row of `=`
+
+
+def test_the_old_phrases_give_the_facts_the_new_ones_do():
+    new = next(p for p in parse_nccl_log(NEW_SOCKET.read_text()).processes if p.network)
+    [old] = parse_nccl_log(OLD_NCCL.read_text()).processes
+    assert (old.network, old.socket_fallback) == (new.network, new.socket_fallback) == ("Socket", True)
+    assert bool(old.bootstrap_if) == bool(new.bootstrap_if)
+
+
+@pytest.mark.parametrize("label", ["", "0: ", "[1,0]<stdout>:", "    "])
+def test_old_lines_are_read_behind_a_launchers_label_or_an_indent(label):
+    text = "\n".join(label + line.lstrip() for line in OLD_NCCL.read_text().splitlines()[3:])
+    [proc] = parse_nccl_log(text).processes
+    assert (proc.host, proc.network, proc.bootstrap_if) == ("seyun", "Socket", "eth0")
+
+
+def test_an_old_warn_with_its_source_and_the_full_prefix_names_its_process():
+    # the real prefix of the 2018 file before the real quoted WARN of held-out-11 (a transformation)
+    prefix = OLD_NCCL.read_text().splitlines()[4].split(" INFO ")[0]
+    quoted = OLD_WARN.read_text().split("'")[1]  # `transport/net_ib.cu:781 WARN NET/IB : Got completion ...`
+    [warn] = parse_nccl_log(f"{prefix} {quoted}\n").warns
+    assert (warn.kind, warn.host, warn.pid, warn.src, warn.status) == (
+        "ib-completion", "seyun", 17280, "transport/net_ib.cu:781", 12)
+
+
+def test_prose_or_a_partial_prefix_with_info_is_no_nccl_line():
+    line = OLD_NCCL.read_text().splitlines()[5]  # `seyun:17280:17553 [0] INFO Using internal Network Socket`
+    host, _, rest = line.partition(" ")
+    for text in (f"seyun {rest}",  # no pid:tid
+                 f"{host} INFO Using internal Network Socket",  # no [dev]
+                 f"{host} [0] then I saw INFO Using internal Network Socket",  # words before the level
+                 f"I ran it and {line}",  # a sentence around it
+                 f"{host} [0] transport/net_ib.cu:781 INFO x"):  # a source before INFO: only a WARN has one
+        with pytest.raises(ParseError):
+            parse_nccl_log(text + "\n")

@@ -129,7 +129,11 @@ PREFIXES = {
                  # issue 20, held-out-8: an editor's auto-links, a runner's stream label
                  "h:1:2 [0] transport/[net_ib.cc:1](http://net_ib.cc:1/) NCCL WARN ", "[a](", "n [stderr] ",
                  # the audit of unread lines: IB that never started
-                 "h:1:2 [0] NCCL INFO Failed to open libibverbs", "h:1:2 [0] x.cc:1 NCCL WARN Failed to open libibverbs"],
+                 "h:1:2 [0] NCCL INFO Failed to open libibverbs", "h:1:2 [0] x.cc:1 NCCL WARN Failed to open libibverbs",
+                 # issue 20, held-out-12: NCCL 2.3's prefix with no `NCCL` word, cut after `[dev]`
+                 "h:1:2 [0] INFO ", "h:1:2 [0] INFO NET : Using interface ", "h:1:2 [0] INFO Using internal Network ",
+                 "h:1:2 [0] INFO NET/IB : Using interface e for sideband", "h:1:2 [0] a.cu:1 WARN ", "h:1:2 [0]",
+                 "h:1:2 [0] a.cu:1 "],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
