@@ -11,6 +11,8 @@ import pytest
 from support import FIXTURES
 
 from healthcheck.core.errors import ParseError
+from healthcheck.parsers.ibstatus import parse_ibstatus
+from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.torch_log import parse_torch_log
 
@@ -113,3 +115,51 @@ def test_prose_or_a_partial_prefix_with_info_is_no_nccl_line():
                  f"{host} [0] transport/net_ib.cu:781 INFO x"):  # a source before INFO: only a WARN has one
         with pytest.raises(ParseError):
             parse_nccl_log(text + "\n")
+
+
+# ---------------------------------------------------------------- markdown's indented code block
+
+INDENTED_IBSTATUS = FIELD12 / "ibstatus" / "indented-code-ssh-prompt-ibstatus-mlx4-tab-after-colon-cut-in-gid.txt"
+# ibv_devinfo -v's port sections after a blank line, indented by its own tabs (a real capture)
+DEVINFO_PORTS = FIXTURES / "ibv_devinfo" / "cx6-vv-2hca-port2-down-disabled.txt"
+IBSTATUS = FIXTURES / "corpus" / "ibstatus" / "a100-hdr200-all-active.txt"
+
+
+def test_ibstatus_in_an_indented_code_block_after_a_sentence_is_read():
+    [port] = parse_ibstatus(INDENTED_IBSTATUS.read_text()).ports
+    assert (port.ca, port.port) == ("mlx4_0", 1)
+
+
+def test_the_line_layer_takes_the_blocks_common_indent_off_and_marks_its_prompts():
+    lines = list(read_lines(INDENTED_IBSTATUS.read_text()))
+    assert [line.noise for line in lines[2:4]] == ["prompt", "prompt"]
+    assert lines[4].text == "Infiniband device 'mlx4_0' port 1 status:" and "code-block" in lines[4].repairs
+    assert lines[5].text.startswith("\tdefault gid:")  # the tool's own tab kept: its indent is relative
+    assert lines[0].text.startswith("Fixed through") and not lines[0].repairs
+
+
+def test_a_tools_own_indentation_is_no_code_block():
+    from healthcheck.parsers.lines import code_block_indents
+
+    # ibv_devinfo's port sections follow a blank line after a line of its own; topo's header row
+    # starts with a tab and is followed by a row with none; a block a line of text follows with no
+    # blank line between; a block whose lines share fewer than 4 blanks
+    assert not any(code_block_indents(DEVINFO_PORTS.read_text().split("\n")))
+    real = IBSTATUS.read_text().split("\n")
+    assert not any(code_block_indents(["", *real]))  # ibstatus's own tabs after its header line
+    field = [line for line in real if line.startswith("        ")][:2]  # 8 blanks, as printed
+    assert code_block_indents(["", *field, "Infiniband device 'x' port 1 status:"]) == ["", "", "", ""]
+    assert code_block_indents(["", "\t" + field[0].lstrip(), "    " + field[1].lstrip()]) == ["", "", ""]
+
+
+def test_a_block_in_a_list_loses_its_common_indent_and_a_text_indented_from_its_start_keeps_it():
+    from healthcheck.parsers.lines import code_block_indents
+
+    real = IBSTATUS.read_text().rstrip("\n").split("\n")
+    for indent in ("    ", "        ", "\t"):
+        shaped = [indent + line if line.strip() else "" for line in real]
+        assert code_block_indents(["1. ibstatus says:", "", *shaped]) == ["", "", *(indent if x else "" for x in shaped)]
+        assert parse_ibstatus("\n".join(["1. ibstatus says:", "", *shaped])).ports == parse_ibstatus(
+            IBSTATUS.read_text()).ports
+        # a text indented from its first line is no block: a grep of `-q`'s tree keeps its depth
+        assert not any(code_block_indents(shaped)) and not any(code_block_indents(["", *shaped]))
