@@ -41,7 +41,10 @@ and markdown's `> ` before every line of a quoted reply (each only when most lin
 it), a log viewer's line number `[1745] ` before every line (only where most lines carry
 one and the numbers count up line by line: `line_numbered`; never `[0]`), an editor's
 markdown auto-link around a file name or an address (`[net_ib.cc:101](http://net_ib.cc:101/)`:
-the link's text where its target is that text, `unlinked`; also for the GPU tools), a
+the link's text where its target is that text, `unlinked`; also for the GPU tools),
+markdown's indented code block (lines indented 4 columns or more that a blank line opens
+after prose and a blank line closes: the blanks common to the block taken off, the tool's own
+indentation kept relative; `code_block_indents`, also for the GPU tools and the kernel log), a
 shell prompt or wrapper line before the output, and the bare echo of the command before
 it (`scontrol show node x`, no prompt: `is_command_echo`) (marked `noise`, left for no
 parser to read), two processes' lines torn into one (an mpirun tag or a torch `[rankN]:[`
@@ -243,6 +246,83 @@ def drop_continuation(text: str) -> str:
     return body[:-1] if body.endswith("\\") else text
 
 
+
+# markdown's indented code block: lines indented 4 columns or more (a tab is 4), after a blank
+# line that follows the writer's text, ended by a blank line (or the text's end) before any line
+# of that text again (field/issues-12: a sentence, then `    [root@node045 ~]# ibstatus` /
+# `    Infiniband device ...`)
+CODE_INDENT = 4  # columns
+_TAB = 4
+
+
+def _indent_of(line: str) -> str:
+    """The blanks before a line's text."""
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _columns(indent: str) -> int:
+    """How many columns `indent` takes (a tab to the next multiple of 4)."""
+    column = 0
+    for char in indent:
+        column = column + _TAB - column % _TAB if char == "\t" else column + 1
+    return column
+
+
+def _common_indent(lines: Sequence[str]) -> str:
+    """The blanks every non-blank line of `lines` starts with, character for character."""
+    common: str | None = None
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = _indent_of(line)
+        if common is None:
+            common = indent
+        else:
+            size = 0
+            while size < len(common) and size < len(indent) and common[size] == indent[size]:
+                size += 1
+            common = common[:size]
+    return common or ""
+
+
+def _is_code_line(line: str) -> bool:
+    """A line markdown keeps in an indented code block: blank, or indented 4 columns or more."""
+    return not line.strip() or _columns(_indent_of(line[:64])) >= CODE_INDENT
+
+
+def code_block_indents(lines: Sequence[str]) -> list[str]:
+    """Per line, the indentation of the markdown indented code block it is in ("" outside
+    one): a run of lines each blank or indented 4 columns or more, opened by a blank line
+    after a line of the writer's (indented less than 4 columns: prose, a heading, a prompt)
+    and closed by a blank line (or the text's end), its indentation the blanks common to its
+    non-blank lines (at least 4 columns). A tool's own indentation is no block: an indented
+    part right after a line of the tool's (ibstat's ports, `-q`'s sections, ibv_devinfo's port
+    after a blank line and an indented one), followed by one with no blank line between
+    (topo's tab before its header row), or a text indented from its first line (a grep of
+    `-q`'s tree keeps its depth) is left as it is. Linear: each line is looked at twice."""
+    indents = [""] * len(lines)
+    start = 0
+    while start < len(lines):
+        if not _is_code_line(lines[start]):
+            start += 1
+            continue
+        end = start
+        while end < len(lines) and _is_code_line(lines[end]):
+            end += 1
+        opened = start > 0 and not lines[start].strip()  # the line before the run is the writer's
+        closed = end == len(lines) or not lines[end - 1].strip()
+        common = _common_indent(lines[start:end]) if opened and closed else ""
+        if _columns(common) >= CODE_INDENT:
+            for index in range(start, end):
+                indents[index] = common if lines[index].strip() else ""
+        start = end
+    return indents
+
+
+def outdented(text: str, indent: str) -> str:
+    """`text` without its code block's `indent` (`code_block_indents`) where it starts with it."""
+    return text[len(indent):] if indent and text.startswith(indent) else text
+
 # an editor's auto-link around text that looks like an address (GitHub's markdown turns a
 # `file.cc:N` and an IP address into one: `[net_ib.cc:101](http://net_ib.cc:101/)`,
 # `[10.1.3.201](http://10.1.3.201/)`, field/issues-8's NCCL WARNs): the link's target is the
@@ -333,6 +413,7 @@ def pasted_lines(text: str) -> list[str]:
     logging prefix where most lines carry one (`logger_prefixed`): the GPU and perftest
     parsers' reading."""
     lines = [strip_ansi(line) for line in text.splitlines()]
+    lines = [outdented(line, indent) for line, indent in zip(lines, code_block_indents(lines), strict=True)]
     if line_numbered(lines):
         lines = [drop_line_number(line) for line in lines]
     lines = [without_runtime_stamp(without_grep_file(line, numbered=True)) for line in lines]
@@ -785,11 +866,12 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
     numbered = line_numbered([drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines)
+    indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged, numbered=numbered)
+                          logged=logged, numbered=numbered, indent=indents[number - 1])
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -811,15 +893,17 @@ def before_output(line: Line) -> tuple[Line, bool]:
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
-         numbered: bool = False) -> str:
+         numbered: bool = False, indent: str = "") -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
-    `> `, a log viewer's line number, an editor's auto-links), each repair named in
-    `repairs`."""
+    `> `, markdown's code block `indent`, a log viewer's line number, an editor's
+    auto-links), each repair named in `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
     if quoted:
         steps.append(("continuation", drop_continuation))
     if reply:
         steps.append(("quote", drop_quote))
+    if indent:
+        steps.append(("code-block", lambda text: outdented(text, indent)))
     if numbered:
         steps.append(("line-number", drop_line_number))
     steps.append(("autolink", unlinked))
@@ -835,17 +919,18 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-              quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False) -> list[Line]:
+              quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
+              indent: str = "") -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
     logging prefix (`logger_prefixed`); `numbered`: out of a log viewer that numbered its
-    lines (`line_numbered`)."""
+    lines (`line_numbered`); `indent`: the line's markdown code block's (`code_block_indents`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
-    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered)
+    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, indent=indent)
     pieces = torn_pieces(body)
     while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice

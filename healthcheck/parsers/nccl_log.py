@@ -16,6 +16,10 @@ transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
   ...`): read as a bare line (no process named), its device and source kept.
 * the host kept with no `:pid:tid` (`gpu-server320 [5] NCCL INFO ...`, a Kubernetes log's):
   the host's lines are one process (pid 0); only the stamp may precede the host.
+* NCCL <= 2.3's prefix, no `NCCL` word (`host:pid:tid [0] INFO msg`, `... [0] file.cu:N WARN
+  msg`): read only where the whole prefix starts the line (`split_old_line`); its phrases
+  read as the newer ones (`NET : Using interface` as `Bootstrap : Using`, `Using internal
+  Network` as `Using network`); a line cut right after `[dev]` is the process's.
 * a launcher's prefix before that is skipped: `[rank3]:`, `0: ` (srun -l), `[1,0]<stdout>:`
   (mpirun --tag-output), `[155] `, `[default0]:` (torchrun --tee), `(RayTrainWorker pid=N,
   ip=...) `; whatever precedes `host:pid:tid` on the line.
@@ -527,6 +531,38 @@ def split_quoted_warn(read: Line) -> NcclPrefix | None:
                       launcher_rank=read.task if read.task is not None else read.rank)
 
 
+
+# NCCL <= 2.3's prefix had no `NCCL` word: `host:pid:tid [cudaDev] INFO msg`, a WARN's source
+# before its level (`... [0] transport/net_ib.cu:781 WARN msg`); read only where the whole
+# prefix is there, from the line's start (behind the layer's labels and a paste's indent), so
+# a sentence's `INFO` or `WARN` is never NCCL's. A line cut right after `[cudaDev]` (field/
+# issues-12's last line) is the process's, with nothing said (an INFO with no message).
+_OLD_PREFIX = re.compile(
+    r"(?P<host>[A-Za-z0-9][\w.\-]{0,254}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) \[(?P<dev>-?\d{1,6})\]"
+    r"(?:[ \t]{1,8}(?:(?P<src>[^\s:]{1,512}:\d{1,9}) )?(?P<level>INFO|WARN)(?= |$))?",
+    re.ASCII,
+)
+
+
+def split_old_line(read: Line) -> NcclPrefix | None:
+    """A line of NCCL <= 2.3, whose prefix has no `NCCL` word (`_OLD_PREFIX`): ` seyun:17280:
+    17553 [0] INFO NET : Using interface eth0:...` (field/issues-12); None for any other."""
+    text = unindented(read.text)
+    if not text[:1].isalnum():
+        return None  # the common case, kept cheap
+    m = _OLD_PREFIX.match(text)
+    if m is None:
+        return None
+    rest = text[m.end():]
+    level = m.group("level")
+    if (level is None and rest.strip()) or (m.group("src") and level != "WARN"):
+        return None  # after `[dev]`, no level: a cut line only when nothing follows
+    return NcclPrefix(host=m.group("host"), pid=int(m.group("pid")), tid=int(m.group("tid")),
+                      level=cast(Level, level or "INFO"), message=rest[1:_MSG_MAX + 1].rstrip(),
+                      dev=int(m.group("dev")), src=m.group("src") or "", label=read.labels.strip()[-64:],
+                      launcher_rank=read.task if read.task is not None else read.rank)
+
+
 _QUOTES = "'\"`"
 _SOURCED_TRIES = 4  # ` WARN ` words of one line looked at
 
@@ -607,6 +643,13 @@ _PLUGIN_LINES = (
     re.compile(r"Plugin Path : (?P<net_plugin_path>\S{1,512})"),
 )
 _OOB = re.compile(r"\s{0,4}(?P<if>[^\s:\[\]<>]{1,64}):(?P<addr>\S{1,128})")
+# NCCL <= 2.3 (no `NCCL` word in the prefix): the socket interface its bootstrap and socket net
+# use, `NET : Using interface eth0:115.145.178.160<0>`, read as >= 2.4's `Bootstrap : Using`;
+# IB's out-of-band one, `NET/IB : Using interface eth0 for sideband communication` (>= 2.4's
+# `; OOB eth0:...`); the net chosen, `Using internal Network Socket` (>= 2.4's `Using network`)
+_OLD_NET_IF = re.compile(r"NET : Using interface (?P<if>[^\s:\[\]<>]{1,64}):(?P<addr>\S{1,128})")
+_SIDEBAND = re.compile(r" Using interface (?P<if>[^\s:\[\]<>]{1,64}) for sideband")
+_NETWORK_WORDS = ("Using network ", "Using internal Network ")
 # `file.cc:N -> code`, maybe with the call that failed after it (>= 2.2x: `-> 6 socketWait(NCCL_SOCKET_SEND,
 # sock, &sock->type, sizeof(sock->type), &sent)`, field/issues-6's Kubernetes log)
 _ERROR_RETURN = re.compile(r"[^\s:]{1,256}:\d{1,9} -> (\d{1,4})(?:\s.{0,320})?")
@@ -861,6 +904,16 @@ class _Builder:
             proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
         return True
 
+    def net_interface(self, line: Line) -> bool:
+        """NCCL <= 2.3's `NET : Using interface IF:ADDR`: the bootstrap's interface."""
+        m = _OLD_NET_IF.match(line.text)
+        if m is None:
+            return False
+        proc = self.current
+        if not proc.bootstrap_if:
+            proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
+        return True
+
     def net_socket(self, line: Line) -> bool:
         proc = self.current
         if not proc.socket_devices:
@@ -927,6 +980,11 @@ class _Builder:
             return False
         if proc.ib_devices:
             return True  # the first list is the process's
+        sideband = _SIDEBAND.match(msg, using)
+        if sideband:  # NCCL <= 2.3: the OOB interface alone, no device listed
+            if not proc.bootstrap_if:
+                proc.bootstrap_if = sideband.group("if")
+            return True
         devices, _, oob = msg[using:using + _MSG_MAX].partition("; OOB")
         proc.ib_devices = self.devices(_IB_DEVICE, devices, socket=False)
         if proc.ib_devices:
@@ -1176,7 +1234,8 @@ _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("ib-unavailable", starts(*_IB_UNAVAILABLE), _Builder.ib_unavailable),
     Handler("net-socket", lambda m: m.startswith("NET/Socket") and " Using" in m[:40], _Builder.net_socket),
     Handler("net-plugin-devices", lambda m: m.startswith("NET/") and " Using [" in m[:48], _Builder.net_plugin_list),
-    Handler("network", starts("Using network "), _Builder.network),
+    Handler("net-interface", starts("NET : Using interface "), _Builder.net_interface),
+    Handler("network", starts(*_NETWORK_WORDS), _Builder.network),
     Handler("net-plugin", starts("NET/OFI ", "P2P plugin ", "Plugin Path "), _Builder.plugin),
     Handler("cuda-driver", starts("cudaDriverVersion"), _Builder.driver),
     Handler("rings-connected", starts("Connected all rings"), _Builder.rings_connected),
@@ -1187,6 +1246,7 @@ _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("comm", lambda m: "comm 0x" in m[:64], _Builder.comm_line),
     Handler("env", lambda m: m.startswith("NCCL_") and " set " in m[:100], _Builder.env),
     Handler("error-return", lambda m: " -> " in m[:300], _Builder.error_return),
+    Handler("cut", lambda m: not m.strip(), lambda state, line: True),  # cut right after its prefix: said nothing
 )
 # ibvwrap's WARN that IB never started is a WARN like any other too
 _WARN_HANDLERS: tuple[Handler[_Builder], ...] = chained((
@@ -1203,7 +1263,8 @@ _TAIL_HANDLERS: tuple[Handler[_Builder], ...] = (*_UNPREFIXED_HANDLERS, Handler(
 
 
 def _nccl_prefix(line: Line) -> NcclPrefix | None:
-    return split_read_line(line) or split_bare_line(line) or split_quoted_warn(line) or split_sourced_warn(line)
+    return (split_read_line(line) or split_old_line(line) or split_bare_line(line) or split_quoted_warn(line)
+            or split_sourced_warn(line))
 
 
 def _wrapped_tail(lines: list[Line], index: int) -> tuple[str | None, int]:
@@ -1228,8 +1289,9 @@ def _inferred_network(proc: _Proc) -> str:
 
 def _network_name(msg: str) -> str:
     """`Using network IB` -> "IB", `Using network AWS Libfabric` -> "AWS Libfabric" (a plugin's
-    name may hold spaces); never more than a few words."""
-    name = msg[len("Using network "):].strip()
+    name may hold spaces), NCCL <= 2.3's `Using internal Network Socket` -> "Socket"; never
+    more than a few words."""
+    name = msg[len(next((w for w in _NETWORK_WORDS if msg.startswith(w)), "")):].strip()
     return name[:64] if name and name.count(" ") <= 3 else ""
 
 

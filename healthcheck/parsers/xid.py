@@ -70,6 +70,7 @@ from healthcheck.parsers.lines import (
     Line,
     Unrecognized,
     UnrecognizedLines,
+    code_block_indents,
     continues_bare,
     continues_indented,
     drop_quote,
@@ -276,6 +277,7 @@ def parse_kernel_log(
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
+    indents = code_block_indents([drop_quote(line) for line in lines] if reply else lines)
     read.reply = reply
     for number, raw in enumerate(lines):
         if not _worth_reading(raw) and not read.expects(number, raw):  # the common case, kept cheap
@@ -285,7 +287,7 @@ def parse_kernel_log(
             continue
         # the line layer takes off a launcher's label (`srun -l dmesg`), colour codes
         # (`dmesg --color=always`), CRLF, a quoted paste's ` \`; kernlog reads the stamps
-        for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply):
+        for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply, indent=indents[number]):
             read.piece(number, raw, piece.text)
     read.flush()
     if not read.looks_like_log and text.strip():

@@ -297,6 +297,19 @@ def _each_line(text: str, change) -> str:
     return "\n".join(change(i, line) for i, line in enumerate(text.split("\n")))
 
 
+def _code_block(text: str, before: str = "The output:") -> str:
+    """`text` pasted into markdown's indented code block (4 blanks before every line, its blank
+    lines left blank) after `before` and a blank line: the shape field/issues-12's ibstatus
+    shows (`before` a sentence there, or a prompt inside the block)."""
+    return before + "\n\n" + "\n".join("    " + x if x.strip() else "" for x in text.split("\n"))
+
+
+def _prompt_code_block(text: str) -> str:
+    """`_code_block` after a prompt instead of a sentence (no line of the tool's to count unread),
+    another prompt and the output indented together in the block."""
+    return _code_block("[root@gpu01 ~]# the-tool --its-options\n" + text, before="[root@login ~]# ssh gpu01")
+
+
 SHAPES = {
     "srun label": lambda t: _each_line(t, lambda i, x: f"{i % 16:>2}: {x}"),
     "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,{i % 16}]<stdout>:{x}"),
@@ -319,6 +332,10 @@ SHAPES = {
     # Kubernetes NCCL log shows, its nanoseconds counted up)
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> slurm-7.out <==\n" + t.replace("\n#  Rank  1", "\n\n==> b.log <==\n#  Rank  1", 1),
+    # markdown's indented code block after a sentence (field/issues-12's ibstatus), in a list (8)
+    "indented code block": _code_block,
+    "code block in a list": lambda t: _code_block(_each_line(t, lambda i, x: f"    {x}" if x.strip() else ""),
+                                                  before="1. ran it:"),
 }
 
 
@@ -384,6 +401,7 @@ TORCH_SHAPES = {
     # Kubernetes NCCL log shows, its nanoseconds counted up)
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/rank0.log <==\n" + t + "\n==> logs/rank1.log <==\n",
+    "indented code block": _code_block,
 }
 
 
@@ -423,6 +441,7 @@ NCCL_LOG_SHAPES = {
     # Kubernetes NCCL log shows, its nanoseconds counted up)
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/a.log <==\n" + t + "\n\n==> logs/b.log <==\n",
+    "indented code block": _code_block,
 }
 
 
@@ -465,6 +484,8 @@ KERNEL_SHAPES = {
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
     "mpirun tag": lambda t: _each_line(t, lambda i, x: f"[1,0]<stdout>:{x}" if x else x),
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}"),
+    "indented code block": _code_block,
+    "indented code block in a reply": lambda t: _each_line(_code_block(t), lambda i, x: f"> {x}"),
 }
 
 
@@ -532,6 +553,7 @@ SINFO_SHAPES = {
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
     "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+    "indented code block": _prompt_code_block,
 }
 
 
@@ -568,6 +590,10 @@ TREE_SHAPES = {
     "markdown reply": lambda t: _each_line(t, lambda i, x: f"> {x}" if x else x),
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\" if x else x),
     "colours": lambda t: _each_line(t, lambda i, x: f"\x1b[1m{x}\x1b[0m" if x else x),
+    # markdown's indented code block, the prompt inside it (field/issues-12's ibstatus): the
+    # tools' own indentation (ibstat's, ibv_devinfo's, ibstatus's tabs) is relative to it
+    "indented code block": _prompt_code_block,
+    "tab-indented code block": lambda t: _prompt_code_block(t).replace("\n    ", "\n\t"),
 }
 
 
@@ -627,6 +653,7 @@ QUERY_SHAPES = {
     "quoted paste": lambda t: _each_line(t, lambda i, x: x + " \\"),
     "srun label": lambda t: _each_line(t, lambda i, x: f"0: {x}" if x else x),
     "crlf": lambda t: t.replace("\n", "\r\n"),
+    "indented code block": _prompt_code_block,
 }
 
 
@@ -659,6 +686,9 @@ PASTED_SHAPES = {
     "kubectl prefix, one pod": lambda t: _each_line(t, lambda i, x: f"[pod/gpu-check-x7/main] {x}"),
     # kubectl logs --timestamps (the runtime's stamp field/issues-6's Kubernetes log shows)
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
+    # markdown's indented code block, the prompt inside it (field/issues-12's ibstatus): the
+    # table's, the tree's (`-q`) and topo's own indentation is relative to it
+    "indented code block": _prompt_code_block,
 }
 MENDED = {  # tools read through `mended_lines`, each with a real capture
     "ibstat": CORPUS / "ibstat" / "h100-ib-some-down-disabled.txt",

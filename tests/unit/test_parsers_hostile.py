@@ -64,8 +64,12 @@ PREFIXES = {
     "ip-link": ["", "1: ", "1: a", "1: a: <", "1: a: <UP> mtu 1", "    link/", "    ", "[", "{\"ifname\": \""],
     "ibstat": ["", "CA '", "\tPort 1", "\tA", "\tState:", "\t\tRate: 1", "ibwarn: ",
                # issue 20, held-out-11: a port with no CA line, its fields unindented
-               "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA"],
-    "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1"],
+               "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA",
+               # issue 20, held-out-12: markdown's indented code block after a blank line
+               "\n    CA '", "\n    \tPort 1:\n    \t\tState: "],
+    "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1",
+                 # issue 20, held-out-12: markdown's indented code block after a blank line
+                 "\n    ", "\n    Infiniband device 'a' port 1 status:\n    \tstate:", "\n\t", "\n    [root@a ~]# "],
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
@@ -129,7 +133,11 @@ PREFIXES = {
                  # issue 20, held-out-8: an editor's auto-links, a runner's stream label
                  "h:1:2 [0] transport/[net_ib.cc:1](http://net_ib.cc:1/) NCCL WARN ", "[a](", "n [stderr] ",
                  # the audit of unread lines: IB that never started
-                 "h:1:2 [0] NCCL INFO Failed to open libibverbs", "h:1:2 [0] x.cc:1 NCCL WARN Failed to open libibverbs"],
+                 "h:1:2 [0] NCCL INFO Failed to open libibverbs", "h:1:2 [0] x.cc:1 NCCL WARN Failed to open libibverbs",
+                 # issue 20, held-out-12: NCCL 2.3's prefix with no `NCCL` word, cut after `[dev]`
+                 "h:1:2 [0] INFO ", "h:1:2 [0] INFO NET : Using interface ", "h:1:2 [0] INFO Using internal Network ",
+                 "h:1:2 [0] INFO NET/IB : Using interface e for sideband", "h:1:2 [0] a.cu:1 WARN ", "h:1:2 [0]",
+                 "h:1:2 [0] a.cu:1 ", "\n    h:1:2 [0] INFO ", "\n    h:1:2 [0] NCCL INFO "],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
@@ -157,7 +165,10 @@ PREFIXES = {
                   "detected by watchdog at ",
                   # issue 20, held-out-11: the TCPStore client's socket errors and connect retries
                   "[c10d] recvValue failed on SocketImpl(", "sendBytes failed on SocketImpl(fd=1, remote=",
-                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore'],
+                  "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore',
+                  # issue 20, held-out-12: the agent's line cut after the pid
+                  "failed (exitcode: 1) local_rank: 1 (pid: 1", "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary:",
+                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

@@ -20,9 +20,11 @@ from healthcheck.parsers.torch_log.facts import (
 from healthcheck.parsers.torch_log.state import TorchState, agent_where
 from healthcheck.parsers.torch_log.text import task_ids, to_int
 
+# the agent's line up to the pid is what says a worker failed; a paste may cut it anywhere
+# after the pid (field/issues-12: `... (pid: 14447) of binary:` with nothing after it, twice)
 _WORKER_FAILED = re.compile(
-    r"failed \(exitcode: (-?\d{1,20})\) local_rank: (\d{1,9}) \(pid: (\d{1,10})\) of (?:binary|fn): (.{0,512})"
-)
+    r"failed \(exitcode: (-?\d{1,20})\) local_rank: (\d{1,9}) \(pid: (\d{1,10})(?:\)|[ \t]{0,64}$)")
+_WORKER_BINARY = re.compile(r" of (?:binary|fn):(?: (.{0,512}))?")  # after the pid's `)`: the program, if not cut
 _DEATH = re.compile(r"Received (\d{1,3}) death signal, shutting down workers")
 _GOT_SIGNAL = re.compile(r"Process (\d{1,10}) got signal: (?:Signals\.)?(\w{1,16})")
 _CLOSING = re.compile(r"(?:Sending process (\d{1,10}) closing signal|Closing process (\d{1,10}) via signal) (\w{1,16})")
@@ -47,14 +49,17 @@ _WORKER_WORDS = "failed (exitcode: "
 
 
 def read_worker_failed(state: TorchState, line: Line) -> bool:
-    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B`."""
+    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B`, under any
+    logger's prefix, also cut anywhere after the pid (the binary then unknown: "")."""
     m = _WORKER_FAILED.search(line.text)
     if m is None:
         return False
     exitcode = int(m.group(1)) if to_int(m.group(1)) is not None else 0
+    binary = _WORKER_BINARY.match(line.text, m.end())
     state.add("worker_failures", WorkerFailed(
         **agent_where(line), exitcode=exitcode, local_rank=to_int(m.group(2)), pid=to_int(m.group(3)),
-        binary=clip(m.group(4).strip(), 512), signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
+        binary=clip((binary.group(1) or "").strip(), 512) if binary else "",
+        signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
     return True
 
 
