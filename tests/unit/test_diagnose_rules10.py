@@ -58,3 +58,11 @@ def test_a_one_element_collective_meeting_the_peers_tensor_is_a_desync_of_the_re
     # size (`468 vs 4`); hc said shape-mismatch and named no rank
     assert_culprits(diagnose_saved(SCEN / "accumskip-w3-r0"), "collective-mismatch", [0], [1, 2])
     assert_culprits(diagnose_saved(SCEN / "accumskip-w5-r1-r3"), "collective-mismatch", [1, 3], [0, 2, 4])
+
+
+def test_a_works_own_wait_timeout_is_a_collectives_and_the_rank_waiting_elsewhere_is_named():
+    # every rank waits on its async Work with wait(timeout=...): c10d raises "Operation timed
+    # out!" (no c10d frame: Work.wait is native); the odd rank waits on an all_gather no peer
+    # joined. hc named all three dead ("raised RuntimeError ... in its own code")
+    v = diagnose_saved(SCEN / "extragather-w3-r1")
+    assert_culprits(v, "collective-mismatch", [1], [0, 2])
