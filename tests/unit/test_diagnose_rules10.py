@@ -66,3 +66,17 @@ def test_a_works_own_wait_timeout_is_a_collectives_and_the_rank_waiting_elsewher
     # joined. hc named all three dead ("raised RuntimeError ... in its own code")
     v = diagnose_saved(SCEN / "extragather-w3-r1")
     assert_culprits(v, "collective-mismatch", [1], [0, 2])
+
+
+def test_lightning_rank_labels_make_a_run_files_lines_that_ranks():
+    # each rank writes `run/job-rank<R>.log`, every line `[rank: R] ...` (PyTorch Lightning's
+    # rank_prefixed_message); hc listed them as "not read", and in one shared file the
+    # lines had no rank
+    from healthcheck.diagnose.sources import collect
+    from healthcheck.parsers.lines import read_lines
+
+    assert [line.rank for line in read_lines("[rank: 3] 05:24:50 job: step 1 done\n[rank:3] x\n")] == [3, None]
+    col = collect([SCEN / "spawnraise-w3-r1"])
+    unread = {u.source.rsplit("/", 1)[-1] for u in col.evidence.unreadable}
+    assert not {f"job-rank{r}.log" for r in range(3)} & unread
+    assert {r for f in col.evidence.torch_logs if f.log is not None for r in f.log.prefixed_ranks} >= {0, 1, 2}
