@@ -22,17 +22,21 @@ from healthcheck.parsers.torch_log import ExceptionRaised
 COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
 # the words of an error that a collective raised on a rank because of another rank (a peer
 # that died, timed out, disagreed): a victim's error, never the cause
+# c10d's Work.wait(timeout=...) when the collective did not complete in time (torch 2.13's
+# libtorch_cpu; captured: tests/fixtures/diagnose/rules10, extragather): a collective's timeout
+_WORK_TIMEOUT = "Operation timed out!"
 COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
                      "SignalException", "got signal:", "gloo::", "DistError",
-                     "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh")
+                     "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh",
+                     _WORK_TIMEOUT)
 # a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
 # a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
 # an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers
 _INTERRUPT = "KeyboardInterrupt"
-_TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught")
+_TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught", _WORK_TIMEOUT)
 
 
 def collective_error(text: str) -> bool:
@@ -207,8 +211,11 @@ def rank_waits(col: Collected) -> dict[int, Wait]:
         first = errors[0]
         if rank in out or not first.timed_out:
             continue
-        out[rank] = Wait(rank=rank, source=first.source, line=first.line, op=first.collective, where=first.frame,
-                         chain=first.chain, text=f"timed out in {first.collective or 'a collective'}"
+        # a timeout with no c10d frame in its traceback was raised by a Work's own wait() (native:
+        # `work.wait(timeout=...)`, an async op's): the rank waited at its call site, op "wait"
+        op = first.collective or ("wait" if first.frame and first.chain else "")
+        out[rank] = Wait(rank=rank, source=first.source, line=first.line, op=op, where=first.frame,
+                         chain=first.chain, text=f"timed out in {op or 'a collective'}"
                               + (f" at {first.frame}" if first.frame else "") + f": {first.message[:120]}")
     return out
 

@@ -37,8 +37,17 @@ from healthcheck.diagnose.logfacts import (
     nccl_colls,
     ranks_heard,
 )
+from healthcheck.diagnose.loggednumbers import logged_odd
 from healthcheck.diagnose.outofstep import out_of_step
-from healthcheck.diagnose.ringsize import SizeReport, ring_parties
+from healthcheck.diagnose.ringsize import (
+    SizeReport,
+    pairwise_exchange,
+    ring_parties,
+    ring_sender,
+    ring_step,
+    ring_world,
+)
+from healthcheck.diagnose.scalarmeet import scalar_meets_tensor
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.flight_recorder import FrComparison
@@ -240,6 +249,9 @@ def _sized(col: Collected, acc: _Sides, what: str) -> tuple[tuple[int, ...], str
     if acc.sizes and in_broadcast(col, acc.sizes):
         return (), f"ranks disagree on a {what}: {undecided(acc.sizes)}", "medium"
     ring, text = ring_parties(col, acc.sizes)
+    logged = logged_party(col, acc.sizes) if text and not ring else None
+    if logged is not None:
+        return (logged[0],), f"rank {logged[0]} held a tensor of another size than its peers': {logged[1]}", "medium"
     if text:
         return ring, f"{rank_words(ring)} held a tensor of another size than its peers': {text}" if ring else \
             f"ranks disagree on a {what}: {text}", "medium"
@@ -249,6 +261,21 @@ def _sized(col: Collected, acc: _Sides, what: str) -> tuple[tuple[int, ...], str
             return odd, text, "medium"
     return (), f"ranks disagree on a {what}" + (f": {acc.fr_text}" if acc.fr_text else
                                                 " (no majority to name the odd rank)"), "medium"
+
+
+def logged_party(col: Collected, sizes: list[SizeReport]) -> tuple[int, str] | None:
+    """Of the two ranks one gloo ring report holds (every report from one receiver), the one
+    whose own logged size is off every peer's (loggednumbers.py)."""
+    world = ring_world(col)
+    if world is None or len({s.rank for s in sizes}) != 1 or pairwise_exchange(col, sizes):
+        return None
+    s = sizes[0]
+    sender = ring_sender(s, world, ring_step(col, sizes))
+    odd = logged_odd(col.logged, set(range(world)), s.rank, sender)
+    if odd is None:
+        return None
+    return odd[0], (f"rank {s.rank} received {s.received} bytes per chunk from rank {sender} (gloo's ring) where its "
+                    f"own tensor gives {s.expected}; {odd[1]}")
 
 
 def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None, list[str]]:
@@ -270,6 +297,11 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None
         return job_finding(cls="collective-mismatch", confidence="medium", ranks=odd, evidence=tuple(acc.items[:24]),
                            summary=f"{why}; gloo's size check then failed on the mispaired call (rank {s.rank} "
                                    f"received {s.received} bytes where it expected {s.expected})"), acc.notes
+    met = scalar_meets_tensor(col, acc.sizes) if acc.sizes and not odd else None  # scalarmeet.py: a desync
+    if met is not None:
+        odd, why, lines = met
+        return job_finding(cls="collective-mismatch", confidence="medium", ranks=odd, summary=why,
+                           evidence=tuple([*acc.items, *lines][:24])), acc.notes
     ratio = dtype_ratio(acc.sizes)
     if ratio:
         summary += f"; {ratio}"

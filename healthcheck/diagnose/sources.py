@@ -48,6 +48,7 @@ from healthcheck.diagnose.evidence import (
     Unreadable,
 )
 from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
+from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
@@ -112,6 +113,7 @@ class Collected:
     stamps: dict[str, TextStamps] = field(default_factory=dict)  # source -> its stamps
     pid_ranks: dict[int, int] = field(default_factory=dict)  # pid -> global rank
     pending: list[tuple[str, PySpyDump]] = field(default_factory=list)  # py-spy dumps only a pid can place
+    logged: Logged = field(default_factory=dict)  # rank -> what it logged of its own sizes (loggednumbers.py)
 
 
 def _epoch(date: str, clock: str, frac: str | None) -> float | None:
@@ -444,6 +446,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
         col.stamps[source] = stamps
+        read_logged(text, rank, col.logged)
         if rank is not None:
             ev.rank(rank).sources.append(source)
         return True

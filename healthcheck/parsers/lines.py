@@ -537,6 +537,8 @@ def torn_pieces(text: str) -> list[str]:
 
 _RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
 # kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
+# PyTorch Lightning's rank_prefixed_message (`[rank: 1] message`): the global rank, as `[rank1]:`
+_LIGHTNING_RANK = re.compile(r"\[rank: (\d{1,7})\] ", re.ASCII)
 _KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ", re.ASCII)
 # grep over several files (-r, -H): `FILE:` before each line, `FILE-` before a context
 # line, with -n the line number after it (`rank_604.s12gn3064.4031852.log:[0604/1024]...`);
@@ -653,6 +655,11 @@ def _label(body: str, taken: _Taken) -> int:
             end = m.end() + (body[m.end():m.end() + 1] == " ")
             taken.take("rank", body[:end], rank=int(m.group(1)))
             return end
+    if "rank" not in taken.kinds and body.startswith("[rank: "):
+        m = _LIGHTNING_RANK.match(body)
+        if m:
+            taken.take("rank", m.group(0), rank=int(m.group(1)))
+            return m.end()
     if "role" not in taken.kinds and "rank" not in taken.kinds:
         m = TORCHRUN_ROLE.match(body)
         if m:

@@ -37,7 +37,7 @@ from healthcheck.parsers.lines import (
     uncollapsed,
     without_ray_repeat,
 )
-from healthcheck.parsers.torch_log import agent, box, errors, steps, store, tracebacks, watchdog
+from healthcheck.parsers.torch_log import agent, box, errors, spawn, steps, store, tracebacks, watchdog
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
@@ -60,7 +60,7 @@ def torch_line(state: TorchState, line: Line) -> Line:
     rank = line.global_rank
     if rank is not None and len(state.prefixed) < PREFIXED_MAX:
         state.prefixed.add(rank)
-    return without_ray_repeat(line)
+    return spawn.spawn_labelled(state, without_ray_repeat(line))
 
 
 # ---------------------------------------------------------------- labels the layer leaves on
@@ -161,7 +161,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
-    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS,
+    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_step, steps.read_step),
@@ -224,6 +224,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)
+        spawn.end_spawn_error(state, line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted
     log = _result(state, number)
     # a stream of lines each labelled with its rank (torchrun's `[default3]:`, mpirun's

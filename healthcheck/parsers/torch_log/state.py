@@ -73,6 +73,8 @@ class TorchState:
         self.pending_work: Line | None = None  # a WorkNCCL line cut by a hard wrap
         self.step_aborted = False  # srun said it aborted or cancelled the step
         self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
+        self.spawn_process: int | None = None  # mp.spawn's `-- Process N terminated with the following error:`
+        self.spawn_opened = False  # that process's traceback was opened (spawn.py)
         self.desync_reporter: int | None = None
         self.desync_seq: int | None = None  # the desync report's snapshot being read: `#SEQ started ranks:`
         self.unrecognized = UnrecognizedLines()

@@ -1,0 +1,97 @@
+"""What each rank logged about its own sizes, to tell which of the two ranks in one gloo
+size report holds the odd tensor.
+
+gloo's size check (`op.preamble.length <= op.nbytes. R vs E`) gives two ranks' sizes, the
+receiver's and its sender's, and fails wherever the larger chunk arrives: one report alone
+never says whether the sender's tensor grew or the receiver's shrank (ringsize.py). A job
+often logs the size it is about to exchange, the same line on every rank (`sharded 1 layer:
+257 of 768 params here`): where every rank logged a line of one template and all but one
+logged the same integer in one place, that one rank's own size is the odd one. It is named
+only where it is one of the report's two ranks and its number is off the way the report
+says: larger for the sender (its chunk arrived too large), smaller for the receiver.
+
+Read from each rank's own lines (a `[rankN]:`-style label, or the file the rank's output is
+in), outside tracebacks, error lines and warnings, first occurrence per template; integers
+only (not a decimal's digits, nor a clock's `05:01:02`). Captured with torch 2.13:
+tests/fixtures/diagnose/rules10 (`padlog`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from healthcheck.parsers.lines import read_lines
+
+TEMPLATES_MAX = 512  # templates kept per rank (a log's first ones)
+TEMPLATE_CHARS = 200
+NUMBERS_MAX = 16  # integers read per line
+_INT = re.compile(r"(?<![\d.:\w])\d{1,12}(?![\d.:])")
+_DIGITS = re.compile(r"\d{1,64}")  # in the template every digit run is one (`[r2/3]`: the rank's own name too)
+_SKIP = ("Error", "error", "Exception", "Traceback", "Warning", "warn", "Timed out", "timeout", "terminate")
+
+Logged = dict[int, dict[str, tuple[int, ...]]]  # rank -> template -> its integers, first time logged
+
+
+def _template(text: str) -> tuple[str, tuple[int, ...]] | None:
+    if not text or text[:1] in " \t" or any(w in text for w in _SKIP):
+        return None
+    numbers = tuple(int(n) for n in _INT.findall(text)[:NUMBERS_MAX])
+    return (_DIGITS.sub("#", text)[:TEMPLATE_CHARS], numbers) if numbers else None
+
+
+def read_logged(text: str, file_rank: int | None, into: Logged) -> None:
+    """Each rank's templated lines of `text` into `into` (the first time each is logged)."""
+    for line in read_lines(text):
+        rank = line.global_rank if line.global_rank is not None else file_rank
+        if rank is None or line.noise:
+            continue
+        t = _template(line.text.rstrip())
+        seen = into.setdefault(rank, {})
+        if t is not None and t[0] not in seen and len(seen) < TEMPLATES_MAX:
+            seen[t[0]] = t[1]
+
+
+def _odd_one(values: dict[int, int]) -> tuple[int, int, int] | None:
+    """(the one rank off, its value, the others' one value), where every other rank agrees."""
+    counts = Counter(values.values())
+    if len(counts) != 2:
+        return None
+    (top, n), (other, one) = counts.most_common()
+    if one != 1 or n < 2:
+        return None
+    return next(r for r, v in values.items() if v == other), other, top
+
+
+def _offs(logged: Logged, ranks: set[int]) -> list[tuple[int, int, int, str]]:
+    """(rank, its value, the others', template) for each integer that one rank alone logged
+    otherwise, in a template every rank of `ranks` logged with as many integers."""
+    out = []
+    templates = set.intersection(*(set(logged.get(r, {})) for r in ranks))
+    for t in sorted(templates):
+        rows = {r: logged[r][t] for r in ranks}
+        if len({len(v) for v in rows.values()}) != 1:
+            continue
+        for i in range(len(next(iter(rows.values())))):
+            odd = _odd_one({r: v[i] for r, v in rows.items()})
+            if odd is not None:
+                out.append((*odd, t))
+    return out
+
+
+def logged_odd(logged: Logged, ranks: set[int], receiver: int, sender: int) -> tuple[int, str] | None:
+    """The one of (receiver, sender) whose own logged size is off its peers' the way gloo's
+    report says (the sender's larger, the receiver's smaller), with the words; None where
+    the logs say nothing, or both ways."""
+    if len(ranks) < 3 or not all(logged.get(r) for r in ranks):
+        return None
+    found = {r: (v, top, t) for r, v, top, t in _offs(logged, ranks)
+             if (r == sender and v > top) or (r == receiver and v < top)}
+    if len(found) != 1:
+        return None
+    rank, (value, top, template) = next(iter(found.items()))
+    return rank, (f"rank {rank} logged {value} where every other rank logged {top} ({template.replace('#', 'N')!r}): "
+                  f"its own tensor is the odd one")
+
+
+__all__ = ["Logged", "logged_odd", "read_logged"]
