@@ -14,9 +14,10 @@ did not move, and is not judged here.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from itertools import pairwise
+
+from healthcheck.diagnose.recency import keeps_rising
 
 Sample = tuple[float, int | None]  # (seconds since the first sample, the own thread's rchar + wchar)
 
@@ -27,11 +28,5 @@ def write_times(samples: Sequence[Sample]) -> list[float]:
 
 
 def logs_progress(samples: Sequence[Sample]) -> bool:
-    """Its own thread wrote in two sample intervals or more, and lately (see the docstring)."""
-    rises = write_times(samples)
-    if len(rises) < 2:
-        return False
-    quiet = samples[-1][0] - rises[-1]
-    gap = max(b - a for a, b in pairwise(rises))
-    spacing = statistics.median(b[0] - a[0] for a, b in pairwise(samples))
-    return quiet <= gap + spacing
+    """Its own thread wrote in two sample intervals or more, and lately (recency.py)."""
+    return keeps_rising(write_times(samples), [t for t, _ in samples])

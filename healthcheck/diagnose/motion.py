@@ -8,7 +8,8 @@ and line), the collective it is in and that collective's process group (from py-
 `--locals`), the process's I/O count (/proc/PID/io: a collective that completes moves
 bytes, even when the stack looks the same in every step), the I/O count of the rank's
 own main thread and of the thread it waits on (/proc/PID/task/TID/io: the bytes it read
-and wrote, not its background threads') and the program's step-like integer
+and wrote, not its background threads'), the CPU time those threads used
+(/proc/PID/task/TID/stat: cpuwork.py) and the program's step-like integer
 locals (`step`, `iteration`, ...: the step rate). Values of other locals are never
 kept: they may hold anything.
 
@@ -18,7 +19,9 @@ counter changed within STILL_S of the last sample: a rank that moved early in th
 window and then stopped in a collective is still; or its own I/O goes on at its own
 pace, `io_active`: a checkpoint written shard by shard with sleeps between shows one
 line in every sample but growing bytes), was it inside a collective, or outside any,
-since it last changed, and its step rate.
+since it last changed, and its step rate. A rank still by time but seen so in fewer than
+MIN_STILL_SAMPLES samples (a loaded node's samples come late) cannot be told still from
+moving (lookdepth.py).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from itertools import pairwise
 
 import msgspec
 
+from healthcheck.diagnose.cpuwork import cpu_busy, cpu_used
 from healthcheck.diagnose.logprogress import logs_progress
 from healthcheck.diagnose.newgroup import group_created, in_new_group
+from healthcheck.diagnose.recency import keeps_rising
 from healthcheck.diagnose.roots import collective_root
 from healthcheck.parsers.py_spy import PySpyFrame, PySpyThread
 
@@ -43,6 +48,7 @@ _GROUP_KWARG = re.compile(r"[\"']group[\"']: ?([^,}]{1,200})")
 MAX_COUNTERS = 8  # step-like locals kept per sample
 IO_WORK_BYTES = 1024  # a rise of a rank's own I/O smaller than this is a log line (a retry's warning), not work
 STILL_S = 1.0  # a rank whose stack, I/O and step counter did not change for this long is still
+MIN_STILL_SAMPLES = 3  # ... and that many samples saw it so (lookdepth.py: two far-apart samples cannot tell)
 
 
 class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -54,6 +60,7 @@ class StackSample(msgspec.Struct, frozen=True, omit_defaults=True):
     group: GroupKind = ""  # that collective's process group
     io: int | None = None  # rchar + wchar of the process at the sample
     thread_io: int | None = None  # rchar + wchar of the main thread (and the thread it waits on)
+    cpu: float | None = None  # CPU seconds (utime + stime) of those threads (cpuwork.py)
     counters: dict[str, int] = {}  # "function:name" -> value of step-like int locals of program frames
     root: int | None = None  # the src/dst of the rooted collective it waits in (desyncorder.py)
     creating: tuple[int, ...] = ()  # the ranks of the process group it waits to create (newgroup.py)
@@ -98,13 +105,15 @@ def step_counters(frames: Iterable[PySpyFrame]) -> dict[str, int]:
 
 
 def sample_of(thread: PySpyThread | None, at: float, io: int | None,
-              blocker: PySpyThread | None = None, thread_io: int | None = None) -> StackSample:
+              blocker: PySpyThread | None = None, thread_io: int | None = None,
+              cpu: float | None = None) -> StackSample:
     """A dump of a rank's main thread (and of the thread it waits on, where it does), reduced."""
     frames = thread.frames if thread is not None else ()
     both = (*frames, *(blocker.frames if blocker is not None else ()))
     created = group_created(frames)
     return StackSample(at=round(at, 3), key=stack_key(both), collective=thread.collective if thread else None,
-                       group=collective_group(frames), io=io, thread_io=thread_io, counters=step_counters(both),
+                       group=collective_group(frames), io=io, thread_io=thread_io, cpu=cpu,
+                       counters=step_counters(both),
                        root=collective_root(frames, thread.collective if thread else None),
                        creating=created[0] if created else (), creating_name=created[1] if created else "",
                        in_new_group=in_new_group(frames))
@@ -161,14 +170,9 @@ def io_active(samples: Sequence[StackSample]) -> bool:
     rises = io_rises(samples)
     if not rises:
         return False
-    quiet = samples[-1].at - rises[-1]
-    if quiet < STILL_S:
+    if samples[-1].at - rises[-1] < STILL_S:
         return True
-    if len(rises) < 2:
-        return False
-    gap = max(b - a for a, b in pairwise(rises))
-    spacing = statistics.median(b.at - a.at for a, b in pairwise(samples))
-    return quiet <= gap + spacing
+    return keeps_rising(rises, [s.at for s in samples])
 
 
 BUSY_CHANGES = 3  # a stack that changed in this many sample intervals (and a quarter of them) is busy
@@ -198,12 +202,17 @@ class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     io_growth: int = 0  # how much its own thread's read and written bytes rose over the samples
     logging: bool = False  # its own thread keeps writing, a line at a time (logprogress.py)
     busy: bool = False  # its stack kept changing over the look (busy_stack), still or not at its end
+    still_samples: int = 0  # the samples since it last changed (lookdepth.py: too few cannot tell)
+    cpu_busy: bool = False  # its own thread ran on the CPU while its stack stood still (cpuwork.py)
+    cpu_s: float | None = None  # CPU seconds its own thread used over the look
 
 
 def working_and_logging(m: RankMotion) -> bool:
     """A rank outside any collective that keeps logging its progress (logprogress.py) while
-    its stack moves, now or over the whole look (busy_stack), works through a long phase."""
-    return (m.moved or m.busy) and m.logging
+    its stack moves, now or over the whole look (busy_stack), or while its own thread runs on
+    the CPU though its stack stood still (cpuwork.py: one long call; samples a loaded node
+    spread out), works through a long phase."""
+    return (m.moved or m.busy or m.cpu_busy) and m.logging
 
 
 def _rate(samples: Sequence[StackSample]) -> tuple[float | None, str]:
@@ -221,6 +230,11 @@ def _io_growth(samples: Sequence[StackSample]) -> int:
     return max(0, counts[-1] - counts[0]) if counts else 0
 
 
+def _cpu_s(samples: Sequence[StackSample]) -> float | None:
+    used = cpu_used([(s.at, s.cpu) for s in samples])
+    return round(used[0], 2) if used is not None else None
+
+
 def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
     """None with fewer than two samples, or over less than STILL_S: too short a look to
     say whether a rank moves."""
@@ -236,7 +250,8 @@ def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
                       outside=all(s.collective is None for s in run), step_rate=rate, counter=counter,
                       io_active=active, io_growth=_io_growth(samples),
                       logging=logs_progress([(s.at, s.thread_io) for s in samples]),
-                      busy=busy_stack(samples))
+                      busy=busy_stack(samples), still_samples=len(run),
+                      cpu_busy=cpu_busy([(s.at, s.cpu) for s in run]), cpu_s=_cpu_s(samples))
 
 
 class JobMotion(msgspec.Struct, frozen=True):

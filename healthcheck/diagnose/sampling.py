@@ -21,6 +21,7 @@ hold anything).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from healthcheck.diagnose.motion import STILL_S, StackSample, moved, sample_of
+from healthcheck.diagnose.motion import MIN_STILL_SAMPLES, STILL_S, StackSample, moved, sample_of, still_run
 from healthcheck.diagnose.stacks import blocking_thread, main_thread
 from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyLocal, PySpyProcess, PySpyThread
 
@@ -40,6 +41,7 @@ MAX_SAMPLES = 20
 MAX_WINDOW_S = 5.0
 MAX_HORIZON_S = 10.0
 MARGIN_S = 0.5  # left before the node's deadline: sampling never eats the rest of the collection
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's utime and stime unit
 SETTLE_S = 2.0  # past the horizon, while one rank is still and another only just stopped changing
 
 # (pid, state, timeout_s) -> the collector's dump result (an object with .stack: PySpyDump | None)
@@ -98,6 +100,30 @@ def read_thread_io(pid: int, tids: Sequence[int], proc: str = "/proc") -> int | 
     return sum(known) if known else None
 
 
+def _thread_cpu(path: str) -> int | None:
+    """utime + stime (clock ticks) of /proc/PID/task/TID/stat; None where it cannot be read.
+    The command name, field 2, is in parentheses and may hold spaces and parentheses: the
+    fields are counted from the last ')'."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    if len(fields) < 13 or not (fields[11].isdigit() and fields[12].isdigit()):
+        return None  # state is field 3, utime 14 and stime 15: 0, 11 and 12 after the name
+    return int(fields[11]) + int(fields[12])
+
+
+def read_thread_cpu(pid: int, tids: Sequence[int], proc: str = "/proc") -> float | None:
+    """Seconds of CPU the given threads used (/proc/PID/task/TID/stat utime + stime): a
+    thread that burned CPU between two samples ran, whatever line py-spy caught it on; one
+    blocked in a wait burns none, however loaded the node. None where none could be read."""
+    ticks = [_thread_cpu(f"{proc}/{pid}/task/{tid}/stat") for tid in tids]
+    known = [t for t in ticks if t is not None]
+    return round(sum(known) / CLOCK_TICKS, 2) if known else None
+
+
 def own_threads(pid: int, main: PySpyThread | None, blocker: PySpyThread | None) -> list[int]:
     """The OS thread ids of the rank's main thread (the pid where py-spy gave none) and of
     the thread it waits on."""
@@ -138,8 +164,9 @@ def _take(out: Sampled, pid: int, result: Any, now: float, proc: str) -> bool:
     start = out.started.setdefault(pid, now)
     main = main_thread(process)
     blocker = blocking_thread(process, main)
+    tids = own_threads(pid, main, blocker)
     out.samples.setdefault(pid, []).append(sample_of(main, now - start, read_io(pid, proc), blocker,
-                                                     read_thread_io(pid, own_threads(pid, main, blocker), proc)))
+                                                     read_thread_io(pid, tids, proc), read_thread_cpu(pid, tids, proc)))
     assert stack is not None
     out.last[pid] = msgspec.structs.replace(result, stack=without_locals(stack))  # the rank as it is now
     return True
@@ -158,21 +185,35 @@ def _round(pids: Sequence[tuple[int, str]], dump: Dumper, pool: concurrent.futur
     return got
 
 
+def _shortest_span(out: Sampled, pids: set[int]) -> float:
+    """The shortest time from a pid's first sample to its last: the look motion.py judges.
+    The window is counted from before the first round, whose dumps take their time (more on
+    a loaded node): 4 samples over 1.5 s whose first round took 0.6 s span 0.9 s, too short
+    a look to judge (motion.rank_motion), and a rank unchanged over it was taken for one
+    look."""
+    spans = [s[-1].at - s[0].at for pid in pids if (s := out.samples.get(pid))]
+    return min(spans, default=STILL_S)
+
+
 def _go_on(done: int, spec: SamplingSpec, out: Sampled, waiting_for: set[int], elapsed: float) -> bool:
-    """Another round: the window (at least STILL_S: a rank must be seen still that long)
-    is not over; or a rank is still and the horizon allows; or, past the horizon (by at
-    most SETTLE_S), a rank is still while another changed within STILL_S: a rank that
-    reached its wait late is given the time to be seen still."""
-    if done < spec.samples or elapsed < STILL_S:
+    """Another round: the window (at least STILL_S: a rank must be seen still that long,
+    and every rank's samples must span it) is not over; or a rank is still and the
+    horizon allows; or, past the horizon (by at most SETTLE_S), a rank is still while
+    another changed within STILL_S (a rank that
+    reached its wait late is given the time to be seen still), or a still rank was seen
+    so fewer than MIN_STILL_SAMPLES times (a loaded node's samples came late: more of
+    them, so that lookdepth.py can tell)."""
+    if done < spec.samples or elapsed < STILL_S or _shortest_span(out, waiting_for) < STILL_S:
         return True
     sampled = [out.samples[pid] for pid in waiting_for if len(out.samples.get(pid, [])) > 1]
-    still = sum(not moved(s) for s in sampled)
-    if not still:
+    still_runs = [len(still_run(s)) for s in sampled if not moved(s)]
+    if not still_runs:
         return False
     horizon = max(spec.horizon_s, spec.window_s, STILL_S)
     if elapsed + spec.interval_s <= horizon:
         return True
-    return still < len(sampled) and elapsed + spec.interval_s <= horizon + SETTLE_S
+    settling = len(still_runs) < len(sampled) or min(still_runs) < MIN_STILL_SAMPLES
+    return settling and elapsed + spec.interval_s <= horizon + SETTLE_S
 
 
 def sample_ranks(targets: Sequence[tuple[int, str]], dump: Dumper, spec: SamplingSpec, *,

@@ -29,7 +29,8 @@ from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.hiddenwait import maybe_waiting
 from healthcheck.diagnose.ioprogress import io_wait
 from healthcheck.diagnose.logfacts import rank_waits
-from healthcheck.diagnose.motion import JobMotion, waited_for, working_and_logging
+from healthcheck.diagnose.lookdepth import could_not_tell, unsure_ranks
+from healthcheck.diagnose.motion import JobMotion, StackSample, waited_for, working_and_logging
 from healthcheck.diagnose.postmortem import cut_short
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
@@ -92,6 +93,23 @@ def still_groups(groups: Sequence[StackGroup], motion: JobMotion | None) -> list
         ranks = tuple(r for r in g.ranks if r not in moving)
         if ranks:
             out.append(msgspec.structs.replace(g, ranks=ranks))
+    return out
+
+
+def _samples(col: Collected) -> dict[int, list[StackSample]]:
+    return {r: x.samples for r, x in col.evidence.ranks.items() if x.samples}
+
+
+def without_ranks(groups: Sequence[StackGroup], ranks: Iterable[int]) -> list[StackGroup]:
+    """The stack groups with those ranks left out (a group left empty is dropped)."""
+    drop = set(ranks)
+    if not drop:
+        return list(groups)
+    out = []
+    for g in groups:
+        keep = tuple(r for r in g.ranks if r not in drop)
+        if keep:
+            out.append(msgspec.structs.replace(g, ranks=keep))
     return out
 
 
@@ -318,7 +336,8 @@ def stuck_rule(col: Collected, out: Analysis, dumps: dict[int, FlightRecorderDum
     if _desync(col, out):
         return
     waiting = _timed_out(col)
-    sides = stack_sides(out.groups, out.motion)
+    # a rank the samples could not tell still or moving is neither a candidate nor a waiter (lookdepth.py)
+    sides = stack_sides(without_ranks(out.groups, unsure_ranks(_samples(col), out.motion)), out.motion)
     fr_missing, divergence = _fr_missing(out)
     lag_odd, lag_text = fr_lag(dumps)
     nccl_odd, nccl_items, nccl_at = nccl
@@ -394,6 +413,15 @@ def _io_progress(col: Collected, out: Analysis) -> None:
     out.findings.append(job_finding(cls="progressing", summary=summary, evidence=tuple(items), confidence="medium"))
 
 
+def _could_not_tell(col: Collected, out: Analysis) -> None:
+    """Nothing decided, and some ranks' samples could not tell still from moving: say so
+    (lookdepth.py), naming no rank."""
+    samples = _samples(col)
+    unsure = unsure_ranks(samples, out.motion)
+    if unsure and not out.findings:
+        out.findings.append(could_not_tell(samples, unsure))
+
+
 def progress_rule(col: Collected, out: Analysis) -> None:
     """Every sampled rank moved: the job progresses, no rank is named. Where the others
     wait for a rank whose own I/O goes on, that too (ioprogress.py)."""
@@ -401,6 +429,7 @@ def progress_rule(col: Collected, out: Analysis) -> None:
     if motion is not None and not motion.all_moved and not any(f.ranks for f in out.findings):
         _io_progress(col, out)
     if motion is None or not motion.all_moved:
+        _could_not_tell(col, out)
         return
     unsampled = [r for r in col.evidence.ranks if r not in motion.ranks]
     lagging, waited, rounds = stragglers(col)
