@@ -239,7 +239,7 @@ _WORK_REPRS = ("<torch._C._distributed_c10d.Work ", "<Work ")
 # `work.get_future()` is a torch._C.Future: `fut.then(cb).wait()` waits in native code too,
 # the program's frame holding the Future (a DeepSpeed-style engine's loss, a gradient
 # scaled in a callback); torch.futures.Future's own `wait` frame sits above it
-_FUTURE_REPRS = ("<torch._C.Future ", "<torch.futures.Future ", "<Future ")
+_FUTURE_REPRS = ("<torch._C.Future ", "<torch.futures.Future ")  # not concurrent.futures' or asyncio's
 _FUTURE_FILES = ("torch/futures/__init__.py",)
 _DATA_PARALLEL_REPRS = ("<DistributedDataParallel ", "<FullyShardedDataParallel ")
 BACKWARD_FRAMES = frozenset({"_engine_run_backward", "run_backward"})
