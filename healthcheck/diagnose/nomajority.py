@@ -13,16 +13,19 @@ from collections.abc import Sequence
 
 from healthcheck.diagnose.analysis import Analysis, stack_evidence
 from healthcheck.diagnose.findings import job_finding
+from healthcheck.diagnose.p2p import P2P_OPS
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
+
+_NOT_HERE = P2P_OPS | {"wait", "backward"}
 
 
 def no_majority(col: Collected, out: Analysis, groups: Sequence[StackGroup]) -> None:
     """Every group waits, still, in a collective, the sides differ and none is a strict
     minority: a collective-mismatch naming no rank."""
     sides = {f"{g.collective} <- {g.function or '?'}" for g in groups}
-    if len(sides) < 2 or any(g.collective is None for g in groups):
-        return
+    if len(sides) < 2 or any(g.collective is None or g.collective in _NOT_HERE for g in groups):
+        return  # point-to-point (p2p.py), or a wait whose op the stack does not say: other rules
     sizes = sorted(len(g.ranks) for g in groups)
     if sizes[0] * 2 < sum(sizes):
         return  # a strict minority: stack_mismatch names it

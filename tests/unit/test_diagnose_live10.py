@@ -135,3 +135,23 @@ def test_the_captures_are_this_scripts():
     assert "written here, not copied from any held-out set" in script.replace("\n", " ").lower()
     for name in ("primes-w3-r1", "matmul-w3-r2", "pdb-w3-r1", "gathers-w2-r1", "locks-w3-r2"):
         assert Path(LIVE10 / name / "collect-node.json").stat().st_size > 0
+
+
+def test_no_majority_leaves_point_to_point_and_unnamed_waits_to_their_rules():
+    """Two ranks in recv against two in broadcast (held-out-2's p2p order, which p2p.py names)
+    or waits whose op the stack does not say: no finding here."""
+    from healthcheck.diagnose.analysis import Analysis
+    from healthcheck.diagnose.nomajority import no_majority
+    from healthcheck.diagnose.stacks import StackGroup
+
+    c = _collection("gathers-w2-r1")
+    col = evidence_from_nodes([c], job="x").collected
+    for other in ("recv", "wait", "backward"):
+        out = Analysis()
+        no_majority(col, out, [StackGroup(ranks=(0, 1), label="broadcast <- f", collective="broadcast", function="f"),
+                               StackGroup(ranks=(2, 3), label=f"{other} <- g", collective=other, function="g")])
+        assert out.findings == [], other
+    out = Analysis()
+    no_majority(col, out, [StackGroup(ranks=(0, 1), label="broadcast <- f", collective="broadcast", function="f"),
+                           StackGroup(ranks=(2, 3), label="all_reduce <- g", collective="all_reduce", function="g")])
+    assert [f.cls for f in out.findings] == ["collective-mismatch"] and not out.findings[0].ranks
