@@ -34,3 +34,13 @@ def cpu_busy(samples: Sequence[Sample]) -> bool:
     """Its own thread used at least CPU_WORK_SHARE of the wall time between the samples."""
     used = cpu_used(samples)
     return used is not None and used[1] > 0 and used[0] >= CPU_WORK_SHARE * used[1]
+
+
+def runs_throughout(samples: Sequence[Sample], still: Sequence[Sample]) -> bool:
+    """Its own thread ran over the whole look, and over the samples since its stack last
+    changed where there are two of them (a rank that ran early and then blocked, its
+    stack unchanged since, is not running). A thread blocked in a wait, a lock, a read of
+    stdin (pdb) or a sleep uses no CPU: such a rank is still, whatever its count was before."""
+    if not cpu_busy(samples):
+        return False
+    return cpu_used(still) is None or cpu_busy(still)

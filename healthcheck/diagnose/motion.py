@@ -34,7 +34,7 @@ from itertools import pairwise
 
 import msgspec
 
-from healthcheck.diagnose.cpuwork import cpu_busy, cpu_used
+from healthcheck.diagnose.cpuwork import cpu_busy, cpu_used, runs_throughout
 from healthcheck.diagnose.logprogress import logs_progress
 from healthcheck.diagnose.newgroup import group_created, in_new_group
 from healthcheck.diagnose.recency import keeps_rising
@@ -205,6 +205,7 @@ class RankMotion(msgspec.Struct, frozen=True, omit_defaults=True):
     still_samples: int = 0  # the samples since it last changed (lookdepth.py: too few cannot tell)
     cpu_busy: bool = False  # its own thread ran on the CPU while its stack stood still (cpuwork.py)
     cpu_s: float | None = None  # CPU seconds its own thread used over the look
+    running: bool = False  # its own thread ran on the CPU over the look and since it last changed (cpubound.py)
 
 
 def working_and_logging(m: RankMotion) -> bool:
@@ -251,7 +252,8 @@ def rank_motion(rank: int, samples: Sequence[StackSample]) -> RankMotion | None:
                       io_active=active, io_growth=_io_growth(samples),
                       logging=logs_progress([(s.at, s.thread_io) for s in samples]),
                       busy=busy_stack(samples), still_samples=len(run),
-                      cpu_busy=cpu_busy([(s.at, s.cpu) for s in run]), cpu_s=_cpu_s(samples))
+                      cpu_busy=cpu_busy([(s.at, s.cpu) for s in run]), cpu_s=_cpu_s(samples),
+                      running=runs_throughout([(s.at, s.cpu) for s in samples], [(s.at, s.cpu) for s in run]))
 
 
 class JobMotion(msgspec.Struct, frozen=True):

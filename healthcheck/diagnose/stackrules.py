@@ -21,6 +21,7 @@ from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.extracall import extra_call
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.motion import collective_group
+from healthcheck.diagnose.nomajority import no_majority
 from healthcheck.diagnose.roots import collective_root
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, main_thread, rank_words
@@ -141,6 +142,7 @@ def stack_mismatch(col: Collected, out: Analysis) -> None:
                                         evidence=(*own, *_stack_items(col, groups)[:12]), summary=summary))
         return
     if pick is None:
+        no_majority(col, out, groups)  # nomajority.py: no side a minority: the class, no rank
         return
     odd, top, theirs = pick
     summary = (f"{rank_words(odd)} waits in {theirs} while the others wait in {top}: the ranks called "

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
+from healthcheck.diagnose.cpubound import busy_progress
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
 from healthcheck.diagnose.hiddenwait import maybe_waiting
 from healthcheck.diagnose.ioprogress import io_wait
@@ -34,6 +35,7 @@ from healthcheck.diagnose.motion import JobMotion, StackSample, waited_for, work
 from healthcheck.diagnose.postmortem import cut_short
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, rank_words
+from healthcheck.diagnose.waitwhy import wait_reason
 from healthcheck.parsers.flight_recorder import FlightRecorderDump
 
 NcclBehind = tuple[tuple[int, ...], list[Evidence], str]  # ranks, evidence, "NCCL opCount .. on comm .."
@@ -127,8 +129,10 @@ def stack_sides(groups: Sequence[StackGroup], motion: JobMotion | None) -> Stack
             continue  # in backward with no locals to tell DDP's wait from its own work (hiddenwait.py)
         # a rank whose own I/O goes on is working (ioprogress.py), not stuck
         # and a busy rank that keeps logging works through a long phase (logprogress.py)
+        # and a rank whose own thread keeps running on the CPU works, silent or not (cpubound.py)
         keep = tuple(r for r in g.ranks if r not in ranks or (ranks[r].outside and not ranks[r].io_active
-                                                               and not working_and_logging(ranks[r])))
+                                                               and not working_and_logging(ranks[r])
+                                                               and not ranks[r].running))
         if keep:
             outside.append(msgspec.structs.replace(g, ranks=keep))
     return StackSides(blocked=tuple(sorted(blocked)), outside=tuple(outside))
@@ -289,6 +293,16 @@ def _kind(groups: Sequence[StackGroup]) -> str:
     return ""
 
 
+def _why(col: Collected, sides: StackSides, odd: tuple[int, ...]) -> str:
+    """What the first odd rank's stack waits on (waitwhy.py: pdb, a lock)."""
+    for g in sides.outside:
+        for r in g.ranks:
+            if r in odd:
+                x = col.evidence.ranks.get(r)
+                return wait_reason(g.frames, x.stack if x is not None else None)
+    return ""
+
+
 def _verb(ranks: Sequence[int] | dict[int, Evidence]) -> str:
     return "waits" if len(ranks) == 1 else "wait"
 
@@ -314,7 +328,7 @@ def _still_words(motion: JobMotion | None, odd: tuple[int, ...]) -> str:
 def _summary(col: Collected, out: Analysis, sides: StackSides, c: Candidates, odd: tuple[int, ...],
              waiting: dict[int, Evidence], nccl_at: str) -> str:
     where = sides.outside[0].label if sides.outside else ""
-    what = _kind(sides.outside)
+    what = _why(col, sides, odd) or _kind(sides.outside)
     if c.stopped and set(c.stopped) & set(odd):
         what = "stopped: state T, SIGSTOP or a debugger" + (f"; {what}" if what else "")
     summary = f"{rank_words(odd)}{hosts_of(col, odd)} {'is' if len(odd) == 1 else 'are'} behind"
@@ -428,6 +442,7 @@ def progress_rule(col: Collected, out: Analysis) -> None:
     motion = out.motion
     if motion is not None and not motion.all_moved and not any(f.ranks for f in out.findings):
         _io_progress(col, out)
+        busy_progress(col, out)  # cpubound.py: the others wait for a rank whose thread runs
     if motion is None or not motion.all_moved:
         _could_not_tell(col, out)
         return

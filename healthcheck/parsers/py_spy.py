@@ -236,6 +236,11 @@ def collective(frames: tuple[PySpyFrame, ...]) -> str | None:
 #   it at the end of `backward()`, so the stack ends in autograd's engine, and a caller
 #   holds the DistributedDataParallel model.
 _WORK_REPRS = ("<torch._C._distributed_c10d.Work ", "<Work ")
+# `work.get_future()` is a torch._C.Future: `fut.then(cb).wait()` waits in native code too,
+# the program's frame holding the Future (a DeepSpeed-style engine's loss, a gradient
+# scaled in a callback); torch.futures.Future's own `wait` frame sits above it
+_FUTURE_REPRS = ("<torch._C.Future ", "<torch.futures.Future ")  # not concurrent.futures' or asyncio's
+_FUTURE_FILES = ("torch/futures/__init__.py",)
 _DATA_PARALLEL_REPRS = ("<DistributedDataParallel ", "<FullyShardedDataParallel ")
 BACKWARD_FRAMES = frozenset({"_engine_run_backward", "run_backward"})
 AUTOGRAD_FILES = ("torch/autograd/graph.py", "torch/autograd/__init__.py")
@@ -303,12 +308,12 @@ def hidden_collective(frames: tuple[PySpyFrame, ...]) -> str | None:
     Work; "backward" where the stack is in autograd's backward and a caller holds a
     DistributedDataParallel/FSDP model; None otherwise (or without locals)."""
     for f in frames:
-        if f.native:
+        if f.native or (f.file or f.filename).endswith(_FUTURE_FILES):
             continue
         if f.library:
             break
         called = waited_call(f)
-        if called or _holds(f, _WORK_REPRS):
+        if called or _holds(f, _WORK_REPRS + _FUTURE_REPRS):
             return called or "wait"
         break
     if in_backward(frames) and any(_holds(f, _DATA_PARALLEL_REPRS) for f in frames):
