@@ -34,7 +34,13 @@ from diagnose_jobs.scenarios import CI_REPLAYED, CI_SUBSET, TUNING
 # tests/unit/test_diagnose_culprits.py) and the wrong WORLD_SIZE classed without a rank.
 REPLAY_FLOOR = {"rank_right": 33, "class_right": 41, "both_right": 33, "false_culprits": 0, "named_on_healthy": 0}
 
-FLOOR = {"rank_right": 4, "class_right": 5, "both_right": 4, "false_culprits": 0, "named_on_healthy": 0}
+# Lowered in issue 19's round 10 (i19-r10live), a deliberate trade: "busy plain r0 live" is a
+# pure-Python loop on rank 0 while the others wait in all_reduce, and held-out-8's healthy
+# "silentcpu" job is the same loop for 20 s before it trains on; a few seconds of stacks and
+# CPU time cannot tell them apart, and naming a rank on a healthy job is the worse error. hc
+# now says "progressing" and names the busy rank in a note ("look again if it stays there"),
+# so the busy job counts as missed: rank_right, class_right and both_right each one lower.
+FLOOR = {"rank_right": 3, "class_right": 4, "both_right": 3, "false_culprits": 0, "named_on_healthy": 0}
 
 
 
