@@ -89,13 +89,7 @@ def still_groups(groups: Sequence[StackGroup], motion: JobMotion | None) -> list
     """The stack groups with the ranks that moved left out (all of them where nothing was sampled)."""
     if motion is None:
         return list(groups)
-    moving = {r for r, m in motion.ranks.items() if m.moved}
-    out = []
-    for g in groups:
-        ranks = tuple(r for r in g.ranks if r not in moving)
-        if ranks:
-            out.append(msgspec.structs.replace(g, ranks=ranks))
-    return out
+    return without_ranks(groups, (r for r, m in motion.ranks.items() if m.moved))
 
 
 def _samples(col: Collected) -> dict[int, list[StackSample]]:

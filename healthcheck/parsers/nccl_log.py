@@ -896,17 +896,15 @@ class _Builder:
         return True
 
     def bootstrap(self, line: Line) -> bool:
-        m = _BOOTSTRAP.match(line.text)
-        if m is None:
-            return False
-        proc = self.current
-        if not proc.bootstrap_if:
-            proc.bootstrap_if, proc.bootstrap_addr = m.group("if"), m.group("addr")
-        return True
+        return self._bootstrap_from(_BOOTSTRAP.match(line.text))
 
     def net_interface(self, line: Line) -> bool:
         """NCCL <= 2.3's `NET : Using interface IF:ADDR`: the bootstrap's interface."""
-        m = _OLD_NET_IF.match(line.text)
+        return self._bootstrap_from(_OLD_NET_IF.match(line.text))
+
+    def _bootstrap_from(self, m: re.Match[str] | None) -> bool:
+        """The process's bootstrap interface and address from a match of either phrasing (the
+        first one it names stands)."""
         if m is None:
             return False
         proc = self.current

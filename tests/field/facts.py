@@ -48,6 +48,17 @@ from healthcheck.parsers.gpu_common import normalize_pci
 FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
 SPLITS = ("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7", "held-out-8", "held-out-9", "held-out-10", "held-out-11", "held-out-12", "held-out-13")  # held-out-13: unseen
 
+# the corpus folders (tests/fixtures/corpus, ../shared/corpus) -> the hc parse tool their files are
+# outputs of: one map for every test that walks the corpus
+CORPUS_TOOL = {
+    "dcgmi-diag": "dcgmi-diag", "ib_write_bw": "ib_write_bw", "ibstat": "ibstat", "ibstatus": "ibstatus",
+    "ip-json-link": "ip-link", "nccl-debug": "nccl-log", "nccl-tests": "nccl-tests", "nvidia-smi": "nvidia-smi",
+    "nvidia-smi-nvlink": "nvidia-smi-nvlink", "nvidia-smi-q": "nvidia-smi-q",
+    "nvidia-smi-query-gpu": "nvidia-smi-query-gpu", "nvidia-smi-topo": "nvidia-smi-topo", "perfquery": "perfquery",
+    "py-spy": "py-spy", "scontrol-show-node": "scontrol-show-node", "torch-nccl-error": "torch-log",
+    "torch-watchdog": "torch-log", "torchrun": "torch-log", "xid-dmesg": "xid",
+}
+
 
 # a PCI address written out in full (`00000000:CC:00.0` as nvidia-smi prints it, `0000:cc:00.0`
 # as hc surfaces it): one device, whatever the domain's width and the case

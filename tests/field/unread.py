@@ -39,15 +39,6 @@ from healthcheck.parsers.lines import Line, collecting_unread  # noqa: E402
 
 CORPORA = (REPO / "tests" / "fixtures" / "corpus",
            REPO.parent / "shared" / "corpus", REPO.parents[1] / "shared" / "corpus")
-# corpus folder -> the hc parse tool its files are outputs of (as test_parsers_cross_family's)
-CORPUS_TOOL = {
-    "dcgmi-diag": "dcgmi-diag", "ib_write_bw": "ib_write_bw", "ibstat": "ibstat", "ibstatus": "ibstatus",
-    "ip-json-link": "ip-link", "nccl-debug": "nccl-log", "nccl-tests": "nccl-tests", "nvidia-smi": "nvidia-smi",
-    "nvidia-smi-nvlink": "nvidia-smi-nvlink", "nvidia-smi-q": "nvidia-smi-q",
-    "nvidia-smi-query-gpu": "nvidia-smi-query-gpu", "nvidia-smi-topo": "nvidia-smi-topo", "perfquery": "perfquery",
-    "py-spy": "py-spy", "scontrol-show-node": "scontrol-show-node", "torch-nccl-error": "torch-log",
-    "torch-watchdog": "torch-log", "torchrun": "torch-log", "xid-dmesg": "xid",
-}
 
 # outputs that hold another tool's lines, which hc reads with that tool's parser too (hc diagnose
 # reads a job's output as an NCCL log and as a torch log): test_parsers_cross_family's OVERLAPS
@@ -113,7 +104,7 @@ def corpus_files() -> Iterator[tuple[str, Path]]:
     """(tool, file) of every corpus output, each distinct text once."""
     seen: set[str] = set()
     for corpus in CORPORA:
-        for folder, tool in CORPUS_TOOL.items():
+        for folder, tool in field_facts.CORPUS_TOOL.items():
             place = corpus / folder
             for path in sorted(place.iterdir()) if place.is_dir() else ():
                 digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""

@@ -14,20 +14,12 @@ from typing import Any
 import msgspec
 import pytest
 from field import facts as field
+from field.facts import CORPUS_TOOL
 
 from healthcheck.core.errors import HcError
 from healthcheck.parsers import BINARY_TOOLS, TOOLS, parser_for
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
-# corpus folder -> the hc parse tool its files are outputs of
-CORPUS_TOOL = {
-    "dcgmi-diag": "dcgmi-diag", "ib_write_bw": "ib_write_bw", "ibstat": "ibstat", "ibstatus": "ibstatus",
-    "ip-json-link": "ip-link", "nccl-debug": "nccl-log", "nccl-tests": "nccl-tests", "nvidia-smi": "nvidia-smi",
-    "nvidia-smi-nvlink": "nvidia-smi-nvlink", "nvidia-smi-q": "nvidia-smi-q",
-    "nvidia-smi-query-gpu": "nvidia-smi-query-gpu", "nvidia-smi-topo": "nvidia-smi-topo", "perfquery": "perfquery",
-    "py-spy": "py-spy", "scontrol-show-node": "scontrol-show-node", "torch-nccl-error": "torch-log",
-    "torch-watchdog": "torch-log", "torchrun": "torch-log", "xid-dmesg": "xid",
-}
 
 
 def _count(*keys: str) -> Callable[[dict[str, Any]], int]:
