@@ -8,6 +8,7 @@ diagnosed as `hc diagnose pids` diagnoses a live job.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -21,8 +22,16 @@ from healthcheck.parsers.py_spy import PySpyFrame, PySpyLocal, collective
 LIVE10 = FIXTURES / "diagnose" / "live10"
 
 
+# where the capture ran: its stacks name the job's source by absolute path there, and the lock
+# rule reads the line a frame stands on from that path (live, the program's own node): point
+# the capture's paths at this checkout's copy of live10_job.py, as if it ran here
+_CAPTURE_ROOT = re.compile(rb'(?<=")/[^"]*?/(?=tests/fixtures/diagnose/live10/)')
+
+
 def _collection(name: str):
-    return decode_collection((LIVE10 / name / "collect-node.json").read_bytes().strip())
+    raw = (LIVE10 / name / "collect-node.json").read_bytes().strip()
+    here = str(FIXTURES.parents[1]).encode() + b"/"
+    return decode_collection(_CAPTURE_ROOT.sub(lambda _: here, raw))
 
 
 def _diagnosed(name: str, no_cpu: bool = False) -> Verdict:
