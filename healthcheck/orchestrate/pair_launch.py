@@ -124,10 +124,10 @@ def mpirun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Map
                 ) -> Launch:
     """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`; env: the
     launcher's environment (default hc's), which says whether the site set mpirun's ssh itself."""
-    from healthcheck.orchestrate.pairs import _address, _worker_argv
+    from healthcheck.orchestrate.pairs import node_address, worker_argv
     from healthcheck.runners.ompi import site_args
 
-    program = _worker_argv(config.main.ssh.remote_hc, plan, _address(config, members[0]))
+    program = worker_argv(config.main.ssh.remote_hc, plan, node_address(config, members[0]))
     # one rank per member in the members' order (rank 0 on members[0], the rendezvous), and
     # unpinned: Open MPI binds a rank to one core by default, which ssh and srun do not
     extra = (*site_args(config.main.ssh, os.environ if env is None else env), "--map-by", "ppr:1:node",
@@ -141,10 +141,10 @@ def srun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Mappi
     """`srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=a,b ... hc bw allreduce ...`:
     a step of hc's own allocation where env has one, else a job of its own (`time_args`:
     its time limit, OwnJob.srun_args)."""
-    from healthcheck.orchestrate.pairs import _worker_argv
+    from healthcheck.orchestrate.pairs import worker_argv
 
     s = config.main.slurm
-    program = _without_master_addr(_worker_argv(s.remote_hc, plan, ""))
+    program = _without_master_addr(worker_argv(s.remote_hc, plan, ""))
     job = env.get("SLURM_JOB_ID")
     if job:
         extra: tuple[str, ...] = (f"--jobid={job}", "--overlap")  # beside hc's own step, on its nodes

@@ -101,7 +101,7 @@ class PairPlan:
         self.workers: WorkerPool | None = None
 
 
-def _worker_argv(remote_hc: str, plan: PairPlan, master: str) -> tuple[str, ...]:
+def worker_argv(remote_hc: str, plan: PairPlan, master: str) -> tuple[str, ...]:
     torch = plan.torch
     return (remote_hc, "bw", "allreduce", "--format", "json", "--collectives", plan.collective,
             "--sizes", ",".join(format_size(s) for s in plan.sizes), "--iters", str(torch.iters),
@@ -110,7 +110,7 @@ def _worker_argv(remote_hc: str, plan: PairPlan, master: str) -> tuple[str, ...]
             "--master-addr", master, "--master-port", str(plan.pairs.port))
 
 
-def _address(config: Config, node: str) -> str:
+def node_address(config: Config, node: str) -> str:
     """How the other members reach `node`: the host name SSH would connect to."""
     from healthcheck.runners.ssh import resolve_target
 
@@ -128,7 +128,7 @@ def run_test(config: Config, plan: PairPlan, members: Sequence[str]) -> tuple[li
             # a launcher names nodes its own way (srun: Slurm's names, mpirun: through Open
             # MPI's own ssh); hc's ssh config, which neither reads, must not decide where
             # ranks meet (nor refuse a ProxyCommand it cannot follow)
-            master = members[0] if plan.pairs.launcher != "ssh" else _address(config, members[0])
+            master = members[0] if plan.pairs.launcher != "ssh" else node_address(config, members[0])
         except SshError as exc:
             return None, exc.message
         got = plan.workers.run_test(members, master)
@@ -138,10 +138,10 @@ def run_test(config: Config, plan: PairPlan, members: Sequence[str]) -> tuple[li
         return run_launched(config, plan, members)
     settings = config.main.ssh
     try:
-        master = _address(config, members[0])
+        master = node_address(config, members[0])
     except SshError as exc:
         return None, exc.message
-    argv = _worker_argv(settings.remote_hc, plan, master)
+    argv = worker_argv(settings.remote_hc, plan, master)
     outputs: dict[int, Any] = {}
 
     def member(rank: int, node: str) -> None:

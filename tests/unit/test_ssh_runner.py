@@ -19,7 +19,6 @@ from healthcheck.runners.ssh import (
     SshError,
     SshErrorKind,
     _append_known_host,
-    _result,
     check_env,
     fan_out,
     find_known_keys,
@@ -27,6 +26,7 @@ from healthcheck.runners.ssh import (
     import_paramiko,
     parse_jump,
     remote_command,
+    remote_result,
     resolve_target,
 )
 
@@ -162,18 +162,18 @@ def test_ssh_error_kinds_are_closed() -> None:
 
 def test_exit_statuses_map_like_the_local_runner() -> None:
     argv = ("tool", "x")
-    assert _result(argv, 0, "out", "", 0.1, 5).ok
-    assert _result(argv, 3, "", "bad", 0.1, 5).returncode == 3
-    late = _result(argv, 124, "partial", "", 5.02, 5)
+    assert remote_result(argv, 0, "out", "", 0.1, 5).ok
+    assert remote_result(argv, 3, "", "bad", 0.1, 5).returncode == 3
+    late = remote_result(argv, 124, "partial", "", 5.02, 5)
     assert late.timed_out and late.returncode is None and late.stdout == "partial"
-    assert _result(argv, 137, "", "", 7.0, 5).timed_out
+    assert remote_result(argv, 137, "", "", 7.0, 5).timed_out
     # a tool's own 124 long before the limit is just an exit status
-    assert _result(argv, 124, "", "", 0.2, 5).returncode == 124
-    wrapper = _result(argv, 127, "", "timeout: failed to run command 'tool': No such file or directory\n", 0.1, 5)
+    assert remote_result(argv, 124, "", "", 0.2, 5).returncode == 124
+    wrapper = remote_result(argv, 127, "", "timeout: failed to run command 'tool': No such file or directory\n", 0.1, 5)
     assert wrapper.not_found and wrapper.returncode is None and wrapper.stderr == "tool: command not found"
-    script = _result(argv, 127, "", "tool: line 3: frob: command not found\n", 0.1, 5)
+    script = remote_result(argv, 127, "", "tool: line 3: frob: command not found\n", 0.1, 5)
     assert script.not_found and "frob" in script.stderr
-    denied = _result(argv, 126, "", "timeout: failed to run command 'tool': Permission denied\n", 0.1, 5)
+    denied = remote_result(argv, 126, "", "timeout: failed to run command 'tool': Permission denied\n", 0.1, 5)
     assert denied.error and "Permission denied" in denied.error and denied.returncode is None
 
 
@@ -441,10 +441,10 @@ def test_cwd_is_entered_first_and_quoted(tmp_path: Path) -> None:
 def test_a_cwd_that_cannot_be_entered_is_an_error_not_the_commands_status(tmp_path: Path) -> None:
     cmd = remote_command(("true",), timeout_s=5, cwd=str(tmp_path / "missing"))
     r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=10)
-    mapped = _result(("true",), r.returncode, "", r.stderr.decode(), 0.1, 5)
+    mapped = remote_result(("true",), r.returncode, "", r.stderr.decode(), 0.1, 5)
     assert r.returncode == 125 and mapped.error and "missing" in mapped.error and not mapped.ok
     # a command's own 125 without the marker stays its exit status
-    assert _result(("x",), 125, "", "x: failed\n", 0.1, 5).returncode == 125
+    assert remote_result(("x",), 125, "", "x: failed\n", 0.1, 5).returncode == 125
 
 
 @pytest.mark.parametrize("cwd", ["", "a\0b"])

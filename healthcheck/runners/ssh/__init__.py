@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from healthcheck.runners.fanout import fan_out  # re-exported: callers and tests import it here
 from healthcheck.runners.launch import check_env  # one rule for environment names
-from healthcheck.runners.ssh.commands import KILL_AFTER_S, _result, format_seconds, remote_command
+from healthcheck.runners.ssh.commands import KILL_AFTER_S, format_seconds, remote_command, remote_result
 from healthcheck.runners.ssh.config import Target, parse_jump, resolve_target
 from healthcheck.runners.ssh.connection import (
     LOCAL_GRACE_S,
@@ -85,7 +85,7 @@ __all__ = [
     "Target",
     "_append_known_host",
     "_close_and_join",
-    "_result",
+    "remote_result",
     "check_env",
     "fan_out",
     "find_known_keys",

@@ -33,7 +33,7 @@ def remote_command(
     and `env` at its first non-option word, so an argv[0] starting with "-" is still run
     as a command; only an argv[0] containing "=" cannot follow `env` (it would be read as
     an assignment). With cwd, `cd -- <cwd>` comes first; a directory it cannot enter
-    exits 125 with a line starting `hc: cannot cd` (see `_result`).
+    exits 125 with a line starting `hc: cannot cd` (see `remote_result`).
     """
     argv = tuple(argv)
     if not argv:
@@ -65,7 +65,7 @@ def _cd_prefix(cwd: str) -> str:
     return f"cd -- {shlex.quote(cwd)} || {{ printf '%s\\n' {failed} >&2; exit 125; }}; "
 
 
-def _result(
+def remote_result(
     argv: tuple[str, ...], status: int, stdout: str, stderr: str, duration: float, timeout_s: float
 ) -> CommandResult:
     """Map the wrapper's exit statuses to the local runner's result shape."""

@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from healthcheck.runners.base import CommandResult
-from healthcheck.runners.ssh.commands import _result, remote_command
+from healthcheck.runners.ssh.commands import remote_command, remote_result
 from healthcheck.runners.ssh.config import Target, parse_jump, resolve_target
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 from healthcheck.runners.ssh.known_hosts import (
-    _fingerprint,
-    _host_pattern,
-    _Policy,
-    _refuse_revoked,
-    _UnknownHostKey,
+    HostKeyPolicy,
+    UnknownHostKey,
     find_known_keys,
+    host_pattern,
+    key_fingerprint,
+    refuse_revoked,
 )
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
 from healthcheck.runners.ssh.tcp import open_socket
@@ -121,7 +121,7 @@ class SshConnection:
         self.target = target
         client = import_paramiko().SSHClient()
         lookup_name = self._prepare_host_keys(client, target)  # before anything is opened
-        client.set_missing_host_key_policy(_Policy(self, target))
+        client.set_missing_host_key_policy(HostKeyPolicy(self, target))
         sock = self._open_sock(target, deadline)
         try:
             self._handshake(client, target, lookup_name, sock, deadline)
@@ -176,7 +176,7 @@ class SshConnection:
             found = find_known_keys(target.known_hosts, name, target.port)
             if found:
                 keys = client.get_host_keys()
-                pattern = _host_pattern(name, target.port)
+                pattern = host_pattern(name, target.port)
                 seen: set[str] = set()
                 for k in found:
                     if k.key.get_name() not in seen:  # the first file wins, per key type
@@ -207,10 +207,10 @@ class SshConnection:
                 channel_timeout=max(self.settings.connect_timeout_s, 1.0),
             )
             # a key listed as known may still be revoked by an "@revoked" line
-            _refuse_revoked(target, client.get_transport().get_remote_server_key(), client)
-        except SshError:  # from _Policy
+            refuse_revoked(target, client.get_transport().get_remote_server_key(), client)
+        except SshError:  # from HostKeyPolicy
             raise
-        except _UnknownHostKey as exc:
+        except UnknownHostKey as exc:
             raise SshError(SshErrorKind.UNKNOWN_HOST_KEY, self._unknown_key_message(target, exc.key)) from None
         except paramiko.BadHostKeyException as exc:
             message = self._changed_key_message(target, lookup_name, exc)
@@ -224,7 +224,7 @@ class SshConnection:
     def _unknown_key_message(self, target: Target, key: Any) -> str:
         files = ", ".join(target.known_hosts) or "(no known_hosts files configured)"
         return (
-            f"{target.where}: host key not known: {_fingerprint(key)} is in none of {files}; "
+            f"{target.where}: host key not known: {key_fingerprint(key)} is in none of {files}; "
             f"verify it (ssh-keyscan -p {target.port} {target.hostname} | ssh-keygen -lf -) "
             f"and add it to {target.known_hosts[0] if target.known_hosts else 'a known_hosts file'}"
             ", or set ssh.accept_new_host_keys"
@@ -237,9 +237,9 @@ class SshConnection:
         path = same_type[0].path if same_type else "known_hosts"
         expected = exc.expected_key
         return (
-            f"{target.where}: host key changed: got {_fingerprint(exc.key)}, expected "
+            f"{target.where}: host key changed: got {key_fingerprint(exc.key)}, expected "
             f"{expected.fingerprint} in {where}; if the host was reinstalled, remove the old key "
-            f"(ssh-keygen -R {_host_pattern(name, target.port)} -f {path})"
+            f"(ssh-keygen -R {host_pattern(name, target.port)} -f {path})"
         )
 
     def _auth_message(self, target: Target, keys: list[str], agent: bool, exc: Any) -> str:
@@ -364,7 +364,7 @@ class SshConnection:
             return CommandResult(argv, None, stdout, stderr, duration, timed_out=True)
         if chan.exit_status < 0:
             return self._no_status(transport, argv, start, stdout, stderr)
-        return _result(argv, chan.exit_status, stdout, stderr, duration, timeout_s)
+        return remote_result(argv, chan.exit_status, stdout, stderr, duration, timeout_s)
 
     def _live_transport(self) -> Any:
         """The connected transport, (re)connecting first when needed; SshError."""

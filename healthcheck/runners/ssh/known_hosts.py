@@ -62,7 +62,7 @@ def _parse_known_hosts(path: str) -> list[KnownKey]:
     return entries
 
 
-def _host_pattern(name: str, port: int) -> str:
+def host_pattern(name: str, port: int) -> str:
     return name if port == 22 else f"[{name}]:{port}"
 
 
@@ -77,7 +77,7 @@ def _name_matches(stored: str, name: str) -> bool:
 
 def find_known_keys(files: tuple[str, ...], name: str, port: int) -> list[KnownKey]:
     """Trusted entries for `name` (at `port`) in the files, in file order."""
-    pattern = _host_pattern(name, port)
+    pattern = host_pattern(name, port)
     return [
         k for path in files for k in _read_known_hosts(path)
         if not k.revoked and any(_name_matches(stored, pattern) for stored in k.names)
@@ -86,7 +86,7 @@ def find_known_keys(files: tuple[str, ...], name: str, port: int) -> list[KnownK
 
 def revoked_entry(files: tuple[str, ...], names: tuple[str, ...], port: int, key: Any) -> KnownKey | None:
     """The `@revoked` line that revokes `key` for any of `names` (or for every host, `*`)."""
-    patterns = [_host_pattern(n, port) for n in names]
+    patterns = [host_pattern(n, port) for n in names]
     for path in files:
         for k in _read_known_hosts(path):
             if k.revoked and k.key == key and any(
@@ -98,7 +98,7 @@ def revoked_entry(files: tuple[str, ...], names: tuple[str, ...], port: int, key
 
 def _append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -> None:
     """accept_new_host_keys: record a first-seen key as a plain line (see module doc)."""
-    hosts = ",".join(_host_pattern(n, port) for n in names)
+    hosts = ",".join(host_pattern(n, port) for n in names)
     line = f"{hosts} {key.get_name()} {key.get_base64()}\n"
     with _KNOWN_WRITE_LOCK:
         parent = os.path.dirname(path)
@@ -113,26 +113,26 @@ def _append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -
             fh.write(line)
 
 
-class _UnknownHostKey(Exception):
+class UnknownHostKey(Exception):
     def __init__(self, key: Any) -> None:
         super().__init__("unknown host key")
         self.key = key
 
 
-def _fingerprint(key: Any) -> str:
+def key_fingerprint(key: Any) -> str:
     return f"{key.get_name()} {key.fingerprint}"
 
 
-def _refuse_revoked(target: Any, key: Any, client: Any = None) -> None:
+def refuse_revoked(target: Any, key: Any, client: Any = None) -> None:
     entry = revoked_entry(target.known_hosts, target.host_key_names, target.port, key)
     if entry is not None:
         if client is not None:
             client.close()
-        raise SshError(SshErrorKind.REVOKED_HOST_KEY, f"{target.where}: host key {_fingerprint(key)} is revoked "
+        raise SshError(SshErrorKind.REVOKED_HOST_KEY, f"{target.where}: host key {key_fingerprint(key)} is revoked "
                                                       f"(@revoked in {entry.path}:{entry.lineno}); not connecting")
 
 
-class _Policy:
+class HostKeyPolicy:
     """Missing host key: refuse (default) or record it (accept_new_host_keys)."""
 
     def __init__(self, conn: SshConnection, target: Target) -> None:
@@ -140,9 +140,9 @@ class _Policy:
         self.target = target
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-        _refuse_revoked(self.target, key)
+        refuse_revoked(self.target, key)
         if not self.conn.settings.accept_new_host_keys:
-            raise _UnknownHostKey(key)
+            raise UnknownHostKey(key)
         if not self.target.known_hosts:
             raise SshError(
                 SshErrorKind.CONFIG, f"{self.target.where}: accept_new_host_keys needs a known_hosts file"
