@@ -13,14 +13,12 @@ same job unloaded. tests/diagnose_jobs/load.py measures the live scenarios under
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
-import pytest
+from diagnose_jobs.load import Load
+from diagnose_jobs.load import hogs as busy_loops
 from support import FIXTURES
 from test_diagnose_sampling import JOB as SAMPLING_JOB
 from test_diagnose_sampling import Job, _odd, needs_jobs
@@ -241,27 +239,8 @@ def test_motion_counts_the_samples_of_the_still_run():
 # ------------------------------------------------------------------ live: a CPU-bound healthy job beside hogs
 
 
-@pytest.fixture
-def hogs() -> Iterator[Callable[[int], None]]:
-    """Start n busy loops (killed by pid at the end)."""
-    procs: list[subprocess.Popen] = []
-
-    def start(n: int) -> None:
-        for _ in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
-                                          start_new_session=True))
-
-    yield start
-    for p in procs:
-        try:
-            os.kill(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait(10)
-
-
 @needs_jobs
-def test_a_cpu_bound_healthy_job_beside_cpu_hogs_names_no_rank(tmp_path, hogs):
+def test_a_cpu_bound_healthy_job_beside_cpu_hogs_names_no_rank(tmp_path):
     """The index build of rules9's job (rank 0 CPU-bound for 25 s, logging every second,
     ranks 1-2 waiting in broadcast_object_list): looked at unloaded, then beside CPU hogs
     (more hogs than cores), with the default sampling and with sampling slowed to 2
@@ -276,10 +255,10 @@ def test_a_cpu_bound_healthy_job_beside_cpu_hogs_names_no_rank(tmp_path, hogs):
         j.wait_for_text("fault")
         quiet, _ = j.diagnose()
         assert _odd(quiet) == [], quiet["summary"]
-        hogs(2 * (os.cpu_count() or 2))
-        for args in ((), ("--samples", "2", "--window", "1")):
-            loaded, _ = j.diagnose(*args)
-            assert _odd(loaded) == [], loaded["summary"]
-            assert loaded["class"] in (quiet["class"], "unknown"), (quiet["summary"], loaded["summary"])
+        with busy_loops(Load("hogs", hogs=2 * (os.cpu_count() or 2))):  # killed by pid on the way out
+            for args in ((), ("--samples", "2", "--window", "1")):
+                loaded, _ = j.diagnose(*args)
+                assert _odd(loaded) == [], loaded["summary"]
+                assert loaded["class"] in (quiet["class"], "unknown"), (quiet["summary"], loaded["summary"])
     finally:
         j.close()
