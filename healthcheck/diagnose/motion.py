@@ -153,6 +153,13 @@ def moved(samples: Sequence[StackSample]) -> bool:
     return len(samples) > 1 and still_for(samples) < STILL_S
 
 
+def nearly_still(samples: Sequence[StackSample]) -> bool:
+    """Moving by STILL_S, but unchanged over two samples or more and for at least half of
+    STILL_S: a rank that reached its wait just after the look began (seen still for 0.999 s
+    of a 1.5 s look); one more round tells it from a rank that moves."""
+    return moved(samples) and len(still_run(samples)) >= 2 and still_for(samples) >= STILL_S / 2
+
+
 def io_rises(samples: Sequence[StackSample]) -> list[float]:
     """When the rank's own thread I/O (`thread_io`) rose: the times of the samples that saw it higher."""
     return [b.at for a, b in pairwise(samples)

@@ -6,7 +6,8 @@ motion.STILL_S) is the price every diagnosis pays. Where a rank on this node is 
 the window's end (its stack, I/O and step counter unchanged for STILL_S) it may be stuck,
 or a straggler whose step is longer than the window; sampling then goes on, at the same
 pace, until no rank is still or `horizon_s` (default 6 s) has passed: a hang costs the
-horizon, a healthy job only the window. Where at the horizon one rank is still while
+horizon, a healthy job only the window (and a round or two more where a rank was
+nearly still: it may have reached its wait just after the first round). Where at the horizon one rank is still while
 another changed within STILL_S (it reached its wait late: a loaded node), sampling goes
 on up to SETTLE_S more, so that rank too is seen still or moving. A stopped (T) rank cannot move and does
 not hold sampling up. Everything stays inside the node's deadline.
@@ -30,7 +31,15 @@ from typing import Any
 
 import msgspec
 
-from healthcheck.diagnose.motion import MIN_STILL_SAMPLES, STILL_S, StackSample, moved, sample_of, still_run
+from healthcheck.diagnose.motion import (
+    MIN_STILL_SAMPLES,
+    STILL_S,
+    StackSample,
+    moved,
+    nearly_still,
+    sample_of,
+    still_run,
+)
 from healthcheck.diagnose.stacks import blocking_thread, main_thread
 from healthcheck.parsers.py_spy import PySpyDump, PySpyFrame, PySpyLocal, PySpyProcess, PySpyThread
 
@@ -208,7 +217,8 @@ def _go_on(done: int, spec: SamplingSpec, out: Sampled, waiting_for: set[int], e
     sampled = [out.samples[pid] for pid in waiting_for if len(out.samples.get(pid, [])) > 1]
     still_runs = [len(still_run(s)) for s in sampled if not moved(s)]
     if not still_runs:
-        return False
+        # A rank nearly still may be one that entered its wait just after the first round.
+        return any(nearly_still(s) for s in sampled) and elapsed + spec.interval_s <= spec.horizon_s
     horizon = max(spec.horizon_s, spec.window_s, STILL_S)
     if elapsed + spec.interval_s <= horizon:
         return True

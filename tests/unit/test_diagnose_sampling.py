@@ -381,6 +381,42 @@ def test_sampling_stops_at_the_window_when_every_rank_moved_and_goes_on_while_on
     assert motion.describe() == "13 samples of every rank over 6.0 s"
 
 
+def test_a_rank_that_reached_its_wait_after_the_first_round_is_sampled_until_it_is_seen_still(tmp_path):
+    """CI, a whole node's ranks hanging: the other node's ranks were in their step at the
+    first round and in all_reduce from the second on; at the window's end they had been
+    unchanged for 0.999 s (< STILL_S), so sampling stopped, every rank there 'moved', and
+    the diagnosis named no one. A rank nearly still gets the rounds that tell."""
+    clock = _Clock()
+    calls: list[int] = []
+
+    def dump(pid: int, state: str, timeout_s: float) -> _Result:
+        calls.append(pid)
+        if len(calls) == 2:
+            clock.now += 0.012  # the second round's dump came a little late, as on the CI run
+        return _Result(_dump("step" if len(calls) == 1 else "all_reduce", 1))
+
+    spec = SamplingSpec(samples=4, window_s=1.5, horizon_s=6.0)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = sample_ranks([(1, "S")], dump, spec, pool=pool, deadline=100.0, per_dump_s=1.0,
+                           proc=str(tmp_path), clock=clock, sleep=clock.sleep)
+    assert not moved(got.samples[1]), [(s.at, s.key) for s in got.samples[1]]
+    assert clock.now == pytest.approx(6.0)  # then the horizon, as for any still rank
+
+
+def test_a_rank_that_moves_in_every_round_stops_sampling_at_the_window(tmp_path):
+    """Nearly still is not a stretch of one sample: a rank that changed at the last round moves."""
+    clock = _Clock()
+
+    def dump(pid: int, state: str, timeout_s: float) -> _Result:
+        return _Result(_dump("step", int(clock.now * 2)))
+
+    spec = SamplingSpec(samples=4, window_s=1.5, horizon_s=6.0)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = sample_ranks([(1, "S")], dump, spec, pool=pool, deadline=100.0, per_dump_s=1.0,
+                           proc=str(tmp_path), clock=clock, sleep=clock.sleep)
+    assert moved(got.samples[1]) and clock.now == pytest.approx(1.5)
+
+
 def test_one_sample_or_none_is_no_motion():
     one = [StackSample(at=0.0, key="a")]
     assert job_motion({0: one}) is None
