@@ -31,7 +31,7 @@ files harvested after round 13) was measured once, at 4910edf, and stays unread;
 held-out-14` (`issues-14/`, 11 files harvested after round 14) was measured once, at 6a4a07f,
 and opened to round 15; `split: held-out-15` (`issues-15/`, 15 files harvested while round 15
 worked, measured before it merged) was opened to the paste-shape round; `split: held-out-16`
-(`issues-16/`, 14 files harvested while rounds 15 and paste-shapes worked) is the newest. `gap: WHY` marks a file hc does not read yet: the test
+(`issues-16/`, 18 files harvested while rounds 15 and paste-shapes worked) is the newest. `gap: WHY` marks a file hc does not read yet: the test
 insists it still misses something, so the gap list can only shrink.
 """
 
