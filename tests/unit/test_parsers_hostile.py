@@ -168,7 +168,9 @@ PREFIXES = {
                   "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore',
                   # issue 20, held-out-12: the agent's line cut after the pid
                   "failed (exitcode: 1) local_rank: 1 (pid: 1", "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary:",
-                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of "],
+                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of ",
+                  # issue 20, held-out-13: torch 1.x's WorkNCCL record
+                  "Work: WorkNCCL(OpType=A, TensorShape=[", "WorkNCCL(OpType=A, Timeout(ms)=1) timed out in call to "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",
