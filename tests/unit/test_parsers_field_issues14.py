@@ -17,8 +17,11 @@ from healthcheck.parsers.torch_log import parse_torch_log
 FIELD13 = FIXTURES / "field" / "issues-13"
 FIELD14 = FIXTURES / "field" / "issues-14"
 WAIT_TIMEOUT = FIELD13 / "torch-log" / "2021-pr-before-after-aborted-worknccl-tensorshape-timed-out-in-wait.txt"
+SPAWN_GLOG = FIELD14 / "torch-log" / "mp-spawn-glog-terminating-three-processes-sigterm-then-traceback-cut.txt"
 # torch 2.x's watchdog line, whole (SeqNum, NumelIn, NumelOut)
 WATCHDOG_2X = FIXTURES / "corpus" / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"
+# mp.spawn under glog as torch 2.13 printed it here (tests/fixtures/diagnose/rules10)
+SPAWN_KILL = FIXTURES / "diagnose" / "rules10" / "spawnkill-w3-r2" / "spawn.log"
 
 
 def _real(path, words: str) -> str:
@@ -62,3 +65,28 @@ def test_a_worknccl_record_without_an_optype_is_no_timeout():
     text = WATCHDOG_2X.read_text()
     assert parse_torch_log(text).timeouts
     assert not parse_torch_log(re.sub(r"(?:SeqNum|OpType)=\w+, ", "", text)).timeouts
+
+
+# ---------------------------------------------------------------- mp.spawn terminating the rest
+
+
+def test_mp_spawns_terminating_lines_under_glog_name_the_stopped_pids():
+    log = parse_torch_log(SPAWN_GLOG.read_text())
+    assert [(c.pid, c.signal) for c in log.closing_signals] == [
+        (1321005, "SIGTERM"), (1321006, "SIGTERM"), (1321007, "SIGTERM")]
+    assert [c.line for c in log.closing_signals] == [2, 3, 4]
+    [raised] = log.exceptions
+    assert raised.type.endswith("ProcessRaisedException") and raised.framed
+
+
+def test_mp_spawns_terminating_lines_in_a_real_capture_are_closing_signals():
+    text = SPAWN_KILL.read_text()
+    pids = [int(m.group(1)) for m in re.finditer(r"Terminating process (\d+) via signal SIGTERM", text)]
+    assert pids
+    log = parse_torch_log(text)
+    assert [c.pid for c in log.closing_signals] == pids
+
+
+def test_a_sentence_about_terminating_a_process_is_no_closing_signal():
+    assert not parse_torch_log(
+        "Traceback (most recent call last):\nRuntimeError: Terminating process group now\n").closing_signals

@@ -169,8 +169,13 @@ PREFIXES = {
                   # issue 20, held-out-12: the agent's line cut after the pid
                   "failed (exitcode: 1) local_rank: 1 (pid: 1", "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary:",
                   "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of ",
-                  # issue 20, held-out-13: torch 1.x's WorkNCCL record
-                  "Work: WorkNCCL(OpType=A, TensorShape=[", "WorkNCCL(OpType=A, Timeout(ms)=1) timed out in call to "],
+                  # issue 20, held-out-13/14: torch 1.x's WorkNCCL record; mp.spawn's start lines (its
+                  # terminations under glog, the failed process's head, its exceptions)
+                  "Work: WorkNCCL(OpType=A, TensorShape=[", "WorkNCCL(OpType=A, Timeout(ms)=1) timed out in call to ",
+                  "Terminating process ", "Terminating process 1 via signal ",
+                  "W0920 10:36:10.718000 1 a/spawn.py:169] Terminating process 1 via signal ", "-- Process ",
+                  "-- Process 1 terminated with the following error:\n", "ProcessExitedException: process 1 terminated with ",
+                  "a.ProcessRaisedException: \n\n-- Process "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

@@ -58,7 +58,8 @@ shared/notes/diagnose.md sections 2 and 4):
 * torchrun's agent: the ChildFailedError block field by field, `failed (exitcode: N)
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
-  `Closing process P via signal SIG`, worker group restarts.
+  `Closing process P via signal SIG` (and mp.spawn's `Terminating process P via signal
+  SIG`), worker group restarts.
 * srun's own word on its tasks: `srun: error: node3: task 2: Aborted`, `tasks 0-1: Exited
   with exit code 1`, `task 1: Killed` / `Out Of Memory`, and whether it had aborted the
   step before (`Job step aborted`, `CANCELLED`, `Force Terminated`).

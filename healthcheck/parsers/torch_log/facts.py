@@ -376,7 +376,8 @@ class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 class ClosingSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The agent stopping a worker: `Sending process P closing signal SIGTERM` or `Closing
-    process P via signal SIGTERM`. The worker is collateral, not a cause."""
+    process P via signal SIGTERM`; mp.spawn's parent stopping the processes left after one
+    failed: `Terminating process P via signal SIGTERM`. The worker is collateral, not a cause."""
 
     pid: int
     signal: str
