@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from support import FIXTURES
 
+from healthcheck.parsers.nvidia_smi import lost_gpu_from_line, parse_nvidia_smi_q
+from healthcheck.parsers.nvidia_smi_query import parse_nvidia_smi_query
+from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD13 = FIXTURES / "field" / "issues-13"
 FIELD14 = FIXTURES / "field" / "issues-14"
 WAIT_TIMEOUT = FIELD13 / "torch-log" / "2021-pr-before-after-aborted-worknccl-tensorshape-timed-out-in-wait.txt"
 SPAWN_GLOG = FIELD14 / "torch-log" / "mp-spawn-glog-terminating-three-processes-sigterm-then-traceback-cut.txt"
+WINDOWS_SMI = FIELD14 / "nvidia-smi" / "windows-nvidia-smi-exe-unable-to-detect-device-handle-backtick-lines.txt"
 # torch 2.x's watchdog line, whole (SeqNum, NumelIn, NumelOut)
 WATCHDOG_2X = FIXTURES / "corpus" / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"
 # mp.spawn under glog as torch 2.13 printed it here (tests/fixtures/diagnose/rules10)
@@ -90,3 +95,25 @@ def test_mp_spawns_terminating_lines_in_a_real_capture_are_closing_signals():
 def test_a_sentence_about_terminating_a_process_is_no_closing_signal():
     assert not parse_torch_log(
         "Traceback (most recent call last):\nRuntimeError: Terminating process group now\n").closing_signals
+
+
+# ---------------------------------------------------------------- nvidia-smi.exe's wording
+
+
+def test_windows_nvidia_smi_unable_to_detect_the_device_handle_is_a_lost_gpu():
+    table = parse_nvidia_smi_table(WINDOWS_SMI.read_text())
+    [lost] = table.lost
+    assert (lost.pci_bus_id, lost.error) == ("0000:b1:00.0", "Unknown Error")
+
+
+@pytest.mark.parametrize("parse", [parse_nvidia_smi_table, parse_nvidia_smi_q, parse_nvidia_smi_query])
+def test_detect_and_determine_read_the_same_in_every_nvidia_smi_parser(parse):
+    """The real Windows line, and the same line in Linux's words (a transformation)."""
+    detect = _real(WINDOWS_SMI, "Unable to detect the device handle")
+    determine = detect.replace("detect", "determine")
+    assert parse(detect + "\n").lost == parse(determine + "\n").lost
+    assert [g.pci_bus_id for g in parse(detect + "\n").lost] == ["0000:b1:00.0"]
+
+
+def test_a_sentence_about_detecting_something_else_is_no_lost_gpu():
+    assert lost_gpu_from_line("Unable to detect the device for this application") is None
