@@ -13,6 +13,7 @@ import re
 import pytest
 from support import FIXTURES
 
+from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.nvidia_smi import lost_gpu_from_line, parse_nvidia_smi_q
 from healthcheck.parsers.nvidia_smi_query import parse_nvidia_smi_query
 from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
@@ -23,6 +24,7 @@ FIELD14 = FIXTURES / "field" / "issues-14"
 WAIT_TIMEOUT = FIELD13 / "torch-log" / "2021-pr-before-after-aborted-worknccl-tensorshape-timed-out-in-wait.txt"
 SPAWN_GLOG = FIELD14 / "torch-log" / "mp-spawn-glog-terminating-three-processes-sigterm-then-traceback-cut.txt"
 WINDOWS_SMI = FIELD14 / "nvidia-smi" / "windows-nvidia-smi-exe-unable-to-detect-device-handle-backtick-lines.txt"
+THREE_DIGITS = FIELD14 / "nvidia-smi" / "prose-hand-typed-device-handle-three-digit-domain-ba-80.txt"
 # torch 2.x's watchdog line, whole (SeqNum, NumelIn, NumelOut)
 WATCHDOG_2X = FIXTURES / "corpus" / "torch-watchdog" / "desync-debug-allreduce-timeout.txt"
 # mp.spawn under glog as torch 2.13 printed it here (tests/fixtures/diagnose/rules10)
@@ -117,3 +119,26 @@ def test_detect_and_determine_read_the_same_in_every_nvidia_smi_parser(parse):
 
 def test_a_sentence_about_detecting_something_else_is_no_lost_gpu():
     assert lost_gpu_from_line("Unable to detect the device for this application") is None
+
+
+# ---------------------------------------------------------------- a bus id typed with 3 domain digits
+
+
+def test_a_hand_typed_three_digit_domain_is_the_gpus_bus_id():
+    table = parse_nvidia_smi_table(THREE_DIGITS.read_text())
+    [lost] = table.lost
+    assert (lost.pci_bus_id, lost.error) == ("0000:ba:80.0", "Unknown Error")
+    assert lost.index is None  # `000` is the domain, not an NVML index
+
+
+@pytest.mark.parametrize("domain", ["000", "0000", "00000000"])
+def test_every_domain_width_normalises_to_hcs_form(domain):
+    """The real line with its domain written 3, 4 and 8 digits wide (a transformation)."""
+    line = _real(THREE_DIGITS, "device handle").replace("000:BA:80.0", f"{domain}:BA:80.0")
+    lost = lost_gpu_from_line(line)
+    assert lost is not None and lost.pci_bus_id == "0000:ba:80.0"
+    assert normalize_pci(f"{domain}:BA:80.0") == "0000:ba:80.0"
+
+
+def test_a_two_digit_domain_is_still_no_bus_id():
+    assert normalize_pci("00:BA:80.0") == "00:ba:80.0"  # not a bus id: returned as it came, lower case

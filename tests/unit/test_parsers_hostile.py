@@ -77,15 +77,16 @@ PREFIXES = {
                      # issue 20, held-out-11: -q -x's XML, every tag open, entities
                      "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
                      '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><',
-                     # issue 20, held-out-14: Windows' wording
-                     "Unable to detect the device handle for GPU"],
+                     # issue 20, held-out-14: Windows' wording, a hand-typed three-digit domain
+                     "Unable to detect the device handle for GPU", "Unable to determine the device handle for GPU 000:"],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU",
                              "Unable to detect the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
                    "ERR!", "|ERR!  ",
-                   # issue 20, held-out-14: Windows' wording, a backtick line
-                   "Unable to detect the device handle for GPU", "`\nUnable to detect the device handle for GPU0000:B1:00.0: "],
+                   # issue 20, held-out-14: Windows' wording, a hand-typed three-digit domain, a backtick line
+                   "Unable to detect the device handle for GPU", "Unable to detect the device handle for GPU000:",
+                   "`\nUnable to detect the device handle for GPU 000:B1:00.0: "],
     "sinfo": ["", "REASON ", "$ sinfo ", "PARTITION NODELIST\n", "PARTITION NODELIST\np ", "node1|", "node1|idle|", "node1|idle|Unknown|", "NODELIST|STATE|", "slurm_load_partitions: ",
               "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026",
               # the line layer's shapes (parsers/lines.py)
