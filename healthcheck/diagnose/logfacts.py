@@ -199,7 +199,8 @@ def rank_waits(col: Collected) -> dict[int, Wait]:
             if rank is not None and rank not in out:
                 out[rank] = Wait(rank=rank, source=f.source, line=t.line, op=t.op_type, seq=t.seq,
                                  numel_in=t.numel_in, numel_out=t.numel_out,
-                                 text=f"watchdog timeout in {t.op_type} SeqNum {t.seq}"
+                                 text=f"watchdog timeout in {t.op_type}"
+                                      + (f" SeqNum {t.seq}" if t.seq is not None else "")
                                       + (f" NumelIn {t.numel_in}" if t.numel_in is not None else ""))
         for p in f.log.progress:  # `failure detected by watchdog at work sequence id: N` and its elders
             rank = fact_rank(p, f.rank)

@@ -149,6 +149,11 @@ def _desync(col: Collected, out: Analysis) -> bool:
     return False
 
 
+def _timeout_text(seq: int | None, op: str) -> str:
+    """The watchdog timeout's words: its SeqNum where the record printed one (torch 1.11+)."""
+    return f"watchdog timeout at SeqNum {seq} ({op})" if seq is not None else f"watchdog timeout in {op}"
+
+
 def _timed_out(col: Collected) -> dict[int, Evidence]:
     """Ranks whose watchdog (NCCL) or gloo timed out waiting, with the line that says so."""
     waiting: dict[int, Evidence] = {}
@@ -158,7 +163,7 @@ def _timed_out(col: Collected) -> dict[int, Evidence]:
             r = fact_rank(t, f.rank)
             if r is not None:
                 waiting.setdefault(r, log_evidence(col, f.source, t.line,
-                                                   f"watchdog timeout at SeqNum {t.seq} ({t.op_type})", r))
+                                                   _timeout_text(t.seq, t.op_type), r))
         for g in f.log.gloo:
             r = fact_rank(g, f.rank)
             if g.kind == "timeout" and r is not None:

@@ -138,7 +138,7 @@ def _watchdog_seqs(ev: JobEvidence) -> dict[int, int]:
         assert f.log is not None
         for t in f.log.timeouts:
             who = t.rank if t.rank is not None else f.rank
-            if who is not None:
+            if who is not None and t.seq is not None:  # torch 1.x's record prints no SeqNum
                 seq.setdefault(who, t.seq)
     return seq
 

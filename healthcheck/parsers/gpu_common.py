@@ -156,12 +156,17 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     unrecognized: Unrecognized = NOTHING_UNREAD
 
 
-_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+# A PCI bus id as the GPU tools print it, for a parser's own regex (no groups): the domain
+# is optional, 4 digits (`0000:3B:00.0`, -q's table), 8 (`00000000:19:00.0`, -q's GPU line)
+# or 3 where a person typed it from memory (field/issues-14's `GPU 000:BA:80.0`, a quoted
+# nvidia-smi message); normalize_pci reads every such form to hc's `0000:ba:80.0`.
+BUS_ID = r"(?:[0-9A-Fa-f]{3,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{3,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
                   r"(?:\.(?P<fn>[0-9a-fA-F]))?$")
 
 
 def normalize_pci(bus_id: str) -> str:
-    """"00000000:19:00.0" / "0000:19:00" / "PCI:0000:19:00" -> "0000:19:00.0" (lower case)."""
+    """"00000000:19:00.0" / "0000:19:00" / "PCI:0000:19:00" / "000:19:00.0" -> "0000:19:00.0" (lower case)."""
     text = bus_id.strip()
     if text.upper().startswith("PCI:"):
         text = text[4:]

@@ -31,6 +31,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
+    BUS_ID,
     DriverWarning,
     Gpu,
     GpuFacts,
@@ -134,8 +135,10 @@ def parse_pstate(value: str | None) -> str | None:
 # One-line messages nvidia-smi prints instead of (or next to) its report
 # ---------------------------------------------------------------------------
 
-_LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?P<rest>.*)$", re.IGNORECASE)
-_PCI_ID = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+# Linux's nvidia-smi says "determine", Windows' nvidia-smi.exe "detect" (field/issues-14's
+# `Unable to detect the device handle for GPU0000:B1:00.0: Unknown Error`): one message.
+_LOST = re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*(?P<rest>.*)$", re.IGNORECASE)
+_PCI_ID = BUS_ID
 # "GPU0000:3B:00.0: Unknown Error" (535 and older) or "GPU1: 0000:34:00.0: Unknown Error"
 # (newer drivers name the index too). The index needs ": " after it, so the domain
 # "0000:" of the older form is never taken for an index.
@@ -156,7 +159,7 @@ _NO_DEVICES = re.compile(r"^No devices were found\s*$", re.IGNORECASE)
 
 
 def lost_gpu_from_line(line: str) -> LostGpu | None:
-    """An "Unable to determine the device handle for GPU..." line -> LostGpu, else None."""
+    """An "Unable to determine (or detect) the device handle for GPU..." line -> LostGpu, else None."""
     m = _LOST.search(line.strip())
     if not m:
         return None

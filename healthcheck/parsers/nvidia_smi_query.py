@@ -35,6 +35,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
+    BUS_ID,
     Gpu,
     GpuFacts,
     GpuReadings,
@@ -189,7 +190,7 @@ QUERY_VALUE_MAX = 256  # a cell longer than any nvidia-smi value: hostile input,
 _DRIVER_COLUMNS = ("kmd_version", "driver_version")  # 610 deprecates driver_version
 _REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # 535 renamed them
 
-_PCI = re.compile(r"^(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_PCI = re.compile(rf"^{BUS_ID}$")
 _FIELD_NAME = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
 _KNOWN_NAMES = frozenset(n for names in _COLUMNS.values() for n in names) | set(_DRIVER_COLUMNS)
 

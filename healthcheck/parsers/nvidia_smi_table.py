@@ -30,7 +30,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.gpu_common import DriverWarning, LostGpu, normalize_pci
+from healthcheck.parsers.gpu_common import BUS_ID, DriverWarning, LostGpu, normalize_pci
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
     Unrecognized,
@@ -50,7 +50,7 @@ SOURCE = "nvidia-smi"
 ERR = "ERR!"
 NAME_MAX = 256  # a name longer than any GPU or process name nvidia-smi prints: hostile input
 
-_PCI = re.compile(r"^(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_PCI = re.compile(rf"^{BUS_ID}$")
 _TOKEN = re.compile(r"\S+")
 _NUMBER = re.compile(r"^(?P<num>[0-9]{1,15}(?:\.[0-9]{1,6})?)(?P<unit>[A-Za-z%]{0,3})$")
 _TIMESTAMP = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4}$")

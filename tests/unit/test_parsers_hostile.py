@@ -76,11 +76,17 @@ PREFIXES = {
                      "        Total : 1", "No devices were found",
                      # issue 20, held-out-11: -q -x's XML, every tag open, entities
                      "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
-                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><'],
-    "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
+                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><',
+                     # issue 20, held-out-14: Windows' wording, a hand-typed three-digit domain
+                     "Unable to detect the device handle for GPU", "Unable to determine the device handle for GPU 000:"],
+    "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU",
+                             "Unable to detect the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",
-                   "ERR!", "|ERR!  "],
+                   "ERR!", "|ERR!  ",
+                   # issue 20, held-out-14: Windows' wording, a hand-typed three-digit domain, a backtick line
+                   "Unable to detect the device handle for GPU", "Unable to detect the device handle for GPU000:",
+                   "`\nUnable to detect the device handle for GPU 000:B1:00.0: "],
     "sinfo": ["", "REASON ", "$ sinfo ", "PARTITION NODELIST\n", "PARTITION NODELIST\np ", "node1|", "node1|idle|", "node1|idle|Unknown|", "NODELIST|STATE|", "slurm_load_partitions: ",
               "a ", "NODELIST ", "Mon Nov 23 13:29:29 2026",
               # the line layer's shapes (parsers/lines.py)
@@ -168,7 +174,14 @@ PREFIXES = {
                   "TCP client failed to connect/validate to host ", 'Failed to check the "should dump" flag on TCPStore',
                   # issue 20, held-out-12: the agent's line cut after the pid
                   "failed (exitcode: 1) local_rank: 1 (pid: 1", "failed (exitcode: 1) local_rank: 1 (pid: 1) of binary:",
-                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of "],
+                  "a.b.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 1) of ",
+                  # issue 20, held-out-13/14: torch 1.x's WorkNCCL record; mp.spawn's start lines (its
+                  # terminations under glog, the failed process's head, its exceptions)
+                  "Work: WorkNCCL(OpType=A, TensorShape=[", "WorkNCCL(OpType=A, Timeout(ms)=1) timed out in call to ",
+                  "Terminating process ", "Terminating process 1 via signal ",
+                  "W0920 10:36:10.718000 1 a/spawn.py:169] Terminating process 1 via signal ", "-- Process ",
+                  "-- Process 1 terminated with the following error:\n", "ProcessExitedException: process 1 terminated with ",
+                  "a.ProcessRaisedException: \n\n-- Process "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

@@ -6,9 +6,11 @@ the real logs in tests/fixtures/corpus/torch-*, torchrun; see
 shared/notes/diagnose.md sections 2 and 4):
 
 * ProcessGroupNCCL's watchdog: `WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=,
-  Timeout(ms)=) ran for N milliseconds` in every wording (1.x has no Numel fields; from
-  2.3 the same text comes again inside `Process group watchdog thread terminated with
-  exception:` and a `terminate called ... what():`); the process group status lines
+  Timeout(ms)=) ran for N milliseconds` in every wording (1.x has no Numel fields, before
+  1.11 no SeqNum, 1.8-1.10 a `TensorShape=[...]` and a rank's blocking wait's `Work:
+  WorkNCCL(...) timed out in call to wait()`, `in_wait`; from 2.3 the same text comes again
+  inside `Process group watchdog thread terminated with exception:` and a `terminate called
+  ... what():`); the process group status lines
   (`Timeout at NCCL work: N, last enqueued NCCL work: E, last completed NCCL work: C`
   2.3-2.5, `Exception (either an error or timeout) detected by watchdog at work: N, ...`
   2.4-2.5, `failure detected by watchdog at work sequence id: N PG status: last enqueued
@@ -56,7 +58,8 @@ shared/notes/diagnose.md sections 2 and 4):
 * torchrun's agent: the ChildFailedError block field by field, `failed (exitcode: N)
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
-  `Closing process P via signal SIG`, worker group restarts.
+  `Closing process P via signal SIG` (and mp.spawn's `Terminating process P via signal
+  SIG`), worker group restarts.
 * srun's own word on its tasks: `srun: error: node3: task 2: Aborted`, `tasks 0-1: Exited
   with exit code 1`, `task 1: Killed` / `Out Of Memory`, and whether it had aborted the
   step before (`Job step aborted`, `CANCELLED`, `Force Terminated`).

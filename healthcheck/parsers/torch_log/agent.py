@@ -27,7 +27,11 @@ _WORKER_FAILED = re.compile(
 _WORKER_BINARY = re.compile(r" of (?:binary|fn):(?: (.{0,512}))?")  # after the pid's `)`: the program, if not cut
 _DEATH = re.compile(r"Received (\d{1,3}) death signal, shutting down workers")
 _GOT_SIGNAL = re.compile(r"Process (\d{1,10}) got signal: (?:Signals\.)?(\w{1,16})")
-_CLOSING = re.compile(r"(?:Sending process (\d{1,10}) closing signal|Closing process (\d{1,10}) via signal) (\w{1,16})")
+# torchelastic's agent (`Sending process P closing signal`, `Closing process P via signal`) and
+# mp.spawn's parent once one process failed (`Terminating process P via signal SIGTERM`, torch
+# 2.x's spawn.py under glog: field/issues-14): each stops a process that did not fail
+_CLOSING = re.compile(
+    r"(?:Sending process (\d{1,10}) closing signal|(?:Closing|Terminating) process (\d{1,10}) via signal) (\w{1,16})")
 _GROUP_RESTART = re.compile(
     r"\[([^\]]{1,64})\] Worker group (\w{1,32})\. (\d{1,9})/(\d{1,9}) attempts left; will restart worker group"
 )
@@ -132,7 +136,8 @@ def read_agent_signal(state: TorchState, line: Line) -> bool:
 
 
 def read_closing_signal(state: TorchState, line: Line) -> bool:
-    """`Sending process P closing signal SIGTERM`, `Closing process P via signal SIGTERM`."""
+    """`Sending process P closing signal SIGTERM`, `Closing process P via signal SIGTERM`,
+    mp.spawn's `Terminating process P via signal SIGTERM`."""
     m = _CLOSING.search(line.text)
     pid = to_int(m.group(1) or m.group(2)) if m else None
     if m is None or pid is None:

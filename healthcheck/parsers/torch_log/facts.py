@@ -37,9 +37,11 @@ class WatchdogTimeout(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     """`Watchdog caught collective operation timeout: WorkNCCL(...) ran for N
     milliseconds before timing out.` `terminated`: the same text quoted by `Process
     group watchdog thread terminated with exception:` (the exception that ended the
-    watchdog: a rank prints both). `wrapped`: reassembled from two hard-wrapped lines."""
+    watchdog: a rank prints both). `wrapped`: reassembled from two hard-wrapped lines.
+    `in_wait`: torch 1.x's `Work: WorkNCCL(...) timed out in call to wait()` (the rank's
+    blocking wait, not the watchdog, saw the timeout: the same collective timed out)."""
 
-    seq: int
+    seq: int | None = None  # the record's SeqNum: not printed before torch 1.11
     op_type: str  # ALLREDUCE, _ALLGATHER_BASE, BROADCAST, ...
     numel_in: int | None = None  # absent before torch 2.0
     numel_out: int | None = None
@@ -47,6 +49,7 @@ class WatchdogTimeout(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     ran_for_ms: int | None = None
     terminated: bool = False
     wrapped: bool = False
+    in_wait: bool = False
 
 
 class WatchdogCaught(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
@@ -373,7 +376,8 @@ class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 class ClosingSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The agent stopping a worker: `Sending process P closing signal SIGTERM` or `Closing
-    process P via signal SIGTERM`. The worker is collateral, not a cause."""
+    process P via signal SIGTERM`; mp.spawn's parent stopping the processes left after one
+    failed: `Terminating process P via signal SIGTERM`. The worker is collateral, not a cause."""
 
     pid: int
     signal: str

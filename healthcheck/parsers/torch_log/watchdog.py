@@ -30,6 +30,11 @@ _WORK_SPAN = 600  # characters after `WorkNCCL(` its fields are looked for in
 
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w\-]{1,64})")
 _RAN_FOR = re.compile(r"\) ran for (\d{1,20}) milliseconds")
+# torch 1.8-1.10's record, before SeqNum: `WorkNCCL(OpType=ALLREDUCE, TensorShape=[1],
+# Timeout(ms)=2000)` (field/issues-13, quoted by `NCCL communicator was aborted on rank 1.
+# Original reason for failure was: Work: ... timed out in call to wait().`): the same timeout,
+# its collective's sequence number not printed
+_IN_WAIT = re.compile(r"\) timed out in call to wait\(\)")
 _PROGRESS = re.compile(
     r"(?:at (?:NCCL )?work(?: sequence id)?: (-?\d{1,20})[,.]?\s{0,4}(?:PG status: )?)?"
     r"last enqueued (?:NCCL )?work: (-?\d{1,20}), last completed (?:NCCL )?work: (-?\d{1,20})",
@@ -69,8 +74,10 @@ _BARRIER_TIMEOUT = re.compile(r"Rank (\d{1,9}) timed out in monitoredBarrier aft
 
 
 def read_work(state: TorchState, line: Line, wrapped: bool = False) -> bool:
-    """`WorkNCCL(SeqNum=, OpType=, ..., Timeout(ms)=) ran for N milliseconds`; a line cut
-    before its `Timeout(ms)=` field is held (`pending_work`) for the line finishing it."""
+    """`WorkNCCL(SeqNum=, OpType=, ..., Timeout(ms)=) ran for N milliseconds`, and every
+    older form of the record (no SeqNum before torch 1.11, a TensorShape in 1.8-1.10, the
+    timeout seen `in call to wait()`); a line cut before its `Timeout(ms)=` field is held
+    (`pending_work`) for the line finishing it."""
     b = line.text
     start = b.find("WorkNCCL(")
     at = b.find("Timeout(ms)=", start, start + _WORK_SPAN)
@@ -83,14 +90,14 @@ def read_work(state: TorchState, line: Line, wrapped: bool = False) -> bool:
     fields: dict[str, str] = {}
     for m in _WORK_FIELD.finditer(b, start, end + 1):
         fields.setdefault(m.group(1), m.group(2))
-    seq = to_int(fields.get("SeqNum"))
-    if seq is None or "OpType" not in fields:
+    if "OpType" not in fields:
         return False
     ran = _RAN_FOR.match(b, end)
     state.add("timeouts", WatchdogTimeout(
-        **group_where(line, b), seq=seq, op_type=fields["OpType"], numel_in=to_int(fields.get("NumelIn")),
-        numel_out=to_int(fields.get("NumelOut")), timeout_ms=to_int(fields.get("Timeout(ms)")),
-        ran_for_ms=to_int(ran.group(1)) if ran else None,
+        **group_where(line, b), seq=to_int(fields.get("SeqNum")), op_type=fields["OpType"],
+        numel_in=to_int(fields.get("NumelIn")), numel_out=to_int(fields.get("NumelOut")),
+        timeout_ms=to_int(fields.get("Timeout(ms)")), ran_for_ms=to_int(ran.group(1)) if ran else None,
+        in_wait=_IN_WAIT.match(b, end) is not None,
         terminated="watchdog thread terminated with exception" in b[:start],
         wrapped=wrapped or "hard-wrap" in line.repairs,  # joined by lines.hard_unwrapped
     ))
