@@ -276,7 +276,7 @@ TOTALS_HEADERS = ["TRANSFORM", "FILES", "FACTS", "% READ AS IS", "% READ TRANSFO
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
             for r in [headers, *rows]]
 
 

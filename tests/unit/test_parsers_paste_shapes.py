@@ -12,12 +12,16 @@ from support import FIXTURES
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.ibstatus import parse_ibstatus
 from healthcheck.parsers.lines import flat_field
+from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 
 FIELD = FIXTURES / "field"
 # real ibstat outputs: two RoCE ports down/disabled (space-indented), four CAs tab-indented
 IBSTAT_ROCE = FIELD / "repos" / "ibstat" / "h100-roce-2-ports-down-disabled.txt"
 IBSTAT_TABS = FIELD / "issues" / "ibstat" / "gb10-spark-ibstat-tabs-roce-four-cas-cut.txt"
 IBSTATUS = FIXTURES / "corpus" / "ibstatus" / "a100-hdr200-all-active.txt"
+# a real full `nvidia-smi -q` of one H100 (driver 580), and 8 GPUs' (535)
+Q_H100 = FIELD / "device" / "nvidia-smi-q" / "h100-q-full-580.159.04.txt"
+Q_8GPU = FIXTURES / "corpus" / "nvidia-smi-q" / "h100-8gpu-driver-535.161.08.txt"
 
 
 def _ports(parsed) -> list[dict]:
@@ -51,3 +55,47 @@ def test_prose_at_the_left_margin_is_no_field_of_a_flattened_tree():
     assert flat_field("State: Active", frozenset({"State"})) == ("State", "Active")
     assert flat_field("Note: State: Active", frozenset({"State"})) is None
     assert flat_field("x" * 1_000_000 + ": y", frozenset({"State"})) is None  # bounded key: no match, linear
+
+
+# ---------------------------------------------------------------- head-cut: a fragment from mid-GPU
+
+
+def _from(text: str, starts: str) -> str:
+    """The real text from its first line that starts (after blanks) with `starts` on."""
+    lines = text.splitlines()
+    return "\n".join(lines[next(i for i, line in enumerate(lines) if line.strip().startswith(starts)):])
+
+
+def test_a_q_fragment_from_mid_gpu_is_the_gpu_its_pci_section_names():
+    # mutate.head_cut: the real report without its first quarter (the `GPU 00000000:00:06.0`
+    # line among it), as field/issues-15's fragment from `Board Part Number` on
+    text = Q_H100.read_text()
+    whole = parse_nvidia_smi_q_pasted(text).gpus[0]
+    for fragment in (mutate.head_cut(text), _from(text, "Board Part Number")):
+        gpus = parse_nvidia_smi_q_pasted(fragment).gpus
+        assert [g.pci_bus_id for g in gpus] == [whole.pci_bus_id]
+        assert gpus[0].memory_total_mib == whole.memory_total_mib
+
+
+def test_a_q_fragment_from_inside_the_pci_section_is_the_gpu_it_names():
+    # the real report from the PCI section's `Bus : 0x..` line on: its `PCI` line cut off too
+    text = Q_H100.read_text()
+    gpus = parse_nvidia_smi_q_pasted(_from(text, "Bus ")).gpus
+    assert [g.pci_bus_id for g in gpus] == [parse_nvidia_smi_q_pasted(text).gpus[0].pci_bus_id]
+
+
+def test_a_multi_gpu_fragment_keeps_the_cut_gpu_and_every_whole_one():
+    text = Q_8GPU.read_text()
+    whole = [g.pci_bus_id for g in parse_nvidia_smi_q_pasted(text).gpus]
+    cut = [g.pci_bus_id for g in parse_nvidia_smi_q_pasted(mutate.head_cut(text)).gpus]
+    assert cut == whole[len(whole) - len(cut):] and len(cut) >= len(whole) * 3 // 4
+
+
+def test_a_fragment_whose_bus_id_line_is_cut_names_no_gpu():
+    # the Bus Id cut in half (`00000000:00:0`): its sections stay an unnamed GPU's readings
+    text = _from(Q_H100.read_text(), "Board Part Number")
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("Bus Id"))
+    cut = "\n".join([*lines[:at], lines[at][: lines[at].rindex(":") + 3]])
+    parsed = parse_nvidia_smi_q_pasted(cut)
+    assert not parsed.gpus and parsed.unnamed
