@@ -648,8 +648,9 @@ def _gpu_groups(lines: list[str]) -> list[_Node]:
 def _headless_blocks(lines: list[str]) -> list[tuple[str, _Node]]:
     """A fragment that starts inside a GPU's block, its `GPU 00000000:01:00.0` line cut off
     (field/issues-15: from `Board Part Number` on; or from inside its PCI section), whose PCI
-    section names the GPU (`Bus Id : 00000000:01:00.0`) -> (that bus id, the GPU's tree): a GPU block like any other, the bus id
-    its own PCI section's. A group whose Bus Id line is missing or cut is not one."""
+    section names the GPU (`Bus Id : 00000000:01:00.0`) -> (that bus id, the GPU's tree): a
+    GPU block like any other, the bus id its own PCI section's. A group whose Bus Id line is
+    missing or cut is not one."""
     out = []
     for root in _gpu_groups(lines):
         # the PCI section's, or the section's own lines where the paste starts inside it
