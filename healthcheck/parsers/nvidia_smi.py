@@ -40,6 +40,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
 )
 from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
+from healthcheck.parsers.nvidia_smi_tree import flattened, renested
 from healthcheck.parsers.nvidia_smi_xml import xml_as_q_text, xml_start
 from healthcheck.parsers.unread import note_unread
 
@@ -368,7 +369,10 @@ def _message(scan: _Scan, line: str) -> bool:
 def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
-    for number, line in enumerate(pasted_lines(text.replace("\x00", "")), 1):
+    lines = pasted_lines(text.replace("\x00", ""))
+    if flattened(lines):  # a paste that lost -q's indentation: nested again by the tree's own keys
+        lines = renested(lines)
+    for number, line in enumerate(lines, 1):
         if _message(scan, line):
             continue
         m = _GPU_HEADER.match(line.strip()) if not line[:1].isspace() else None

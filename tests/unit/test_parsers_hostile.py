@@ -66,17 +66,26 @@ PREFIXES = {
                # issue 20, held-out-11: a port with no CA line, its fields unindented
                "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA",
                # issue 20, held-out-12: markdown's indented code block after a blank line
-               "\n    CA '", "\n    \tPort 1:\n    \t\tState: "],
+               "\n    CA '", "\n    \tPort 1:\n    \t\tState: ",
+               # issue 20, paste shapes: fields at the left margin (a web page's flattened paste)
+               "CA 'a'\nCA type: ", "CA 'a'\nPort 1:\nState: ", "CA 'a'\nPort 1:\nLink layer"],
     "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1",
                  # issue 20, held-out-12: markdown's indented code block after a blank line
-                 "\n    ", "\n    Infiniband device 'a' port 1 status:\n    \tstate:", "\n\t", "\n    [root@a ~]# "],
+                 "\n    ", "\n    Infiniband device 'a' port 1 status:\n    \tstate:", "\n\t", "\n    [root@a ~]# ",
+                 # issue 20, paste shapes: fields at the left margin (a web page's flattened paste)
+                 "Infiniband device 'a' port 1 status:\nstate: ", "Infiniband device 'a' port 1 status:\nrate"],
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
                      "        Total : 1", "No devices were found",
                      # issue 20, held-out-11: -q -x's XML, every tag open, entities
                      "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
-                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><'],
+                     '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><',
+                     # issue 20, paste shapes: a report flattened to the margin (nested again by its keys),
+                     # a fragment from mid-GPU that names its bus id
+                     "GPU 0000:19:00.0\nProduct Name : A\nECC Errors\nVolatile\nSRAM Correctable : 1\n",
+                     "GPU 0000:19:00.0\nPCI\nGPU Link Info\nPCIe Generation\nMax : 4\n", "GPU 0000:19:00.0\nECC Errors\n",
+                     "    Board Part Number : N/A\n    PCI\n        Bus Id : 00000000:01:00.0\n"],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
                    "|    0   N/A  N/A  1  C  ", "| Processes:", "| MIG devices:", "Unable to determine the device handle for GPU",

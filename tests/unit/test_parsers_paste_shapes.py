@@ -5,7 +5,10 @@ text is the real file's, the shape the transformation's; each test says which).
 
 from __future__ import annotations
 
+import time
+
 import msgspec
+import pytest
 from field import mutate
 from support import FIXTURES
 
@@ -13,6 +16,7 @@ from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.ibstatus import parse_ibstatus
 from healthcheck.parsers.lines import flat_field
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
+from healthcheck.parsers.nvidia_smi_tree import flattened, renested
 
 FIELD = FIXTURES / "field"
 # real ibstat outputs: two RoCE ports down/disabled (space-indented), four CAs tab-indented
@@ -99,3 +103,47 @@ def test_a_fragment_whose_bus_id_line_is_cut_names_no_gpu():
     cut = "\n".join([*lines[:at], lines[at][: lines[at].rindex(":") + 3]])
     parsed = parse_nvidia_smi_q_pasted(cut)
     assert not parsed.gpus and parsed.unnamed
+
+
+# ---------------------------------------------------------------- -q's tree without its indentation
+
+# real reports: 8 H100s (535), an H200 with MIG devices (590: their own ECC and memory
+# sections inside each MIG device), a Titan V (560: Volta's Single/Double Bit ECC groups)
+Q_CORPUS = [FIXTURES / "corpus" / "nvidia-smi-q" / name for name in (
+    "h100-8gpu-driver-535.161.08.txt", "h200-mig-driver-590.48.01.txt", "titanv-driver-560.35.03.txt")]
+
+
+def _gpus(text: str) -> list[dict]:
+    return msgspec.to_builtins(parse_nvidia_smi_q_pasted(text).gpus)
+
+
+@pytest.mark.parametrize("shape", ["flatten", "squeeze"])
+@pytest.mark.parametrize("path", [*Q_CORPUS, Q_H100], ids=lambda p: p.stem[:24])
+def test_a_q_report_that_lost_its_indentation_reads_the_same_gpus(path, shape):
+    # mutate.flatten (every line at the margin: a web page) and mutate.squeeze (each run of
+    # blanks one: HTML) of the real report: the sections nested again by their own keys
+    text = path.read_text()
+    assert _gpus(mutate.TRANSFORMS[shape](text, "nvidia-smi-q")) == _gpus(text)
+
+
+def test_only_a_report_at_one_indentation_is_nested_again():
+    text = Q_H100.read_text()
+    assert not flattened(text.splitlines())  # as printed: the sections deeper than their block
+    assert flattened(mutate.flatten(text).splitlines())
+    assert not flattened(["GPU 00000000:01:00.0", "Hello : there", "General : Kenobi"])  # none of -q's lines
+    assert renested(["Driver Version : 1", "GPU 00000000:01:00.0", "ECC Errors", "Volatile", "SRAM Correctable : 1",
+                     "Aggregate", "Product Name : X"]) == [
+        "Driver Version : 1", "GPU 00000000:01:00.0", "    ECC Errors", "        Volatile",
+        "            SRAM Correctable : 1", "        Aggregate", "    Product Name : X"]
+
+
+def test_a_flattened_report_at_scale_costs_its_length():
+    flat = mutate.flatten(Q_CORPUS[0].read_text())
+
+    def cost(copies: int) -> float:
+        start = time.perf_counter()
+        parse_nvidia_smi_q_pasted(flat * copies)
+        return time.perf_counter() - start
+
+    small, large = min(cost(4) for _ in range(3)), min(cost(32) for _ in range(3))
+    assert large < small * 8 * 3  # 8x the text: linear, with room for noise
