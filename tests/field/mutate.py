@@ -15,12 +15,14 @@ any form, a number with no digit either side; dropping lines can take the eviden
 fact whose value the text never spells (a bool, a derived number) is expected after the
 transformations that drop nothing. *Kept*: surfaced after the transformation too.
 
-    .venv/bin/python tests/field/mutate.py [--tool TOOL] [--transform NAME] [--misses] [--totals]
+    .venv/bin/python tests/field/mutate.py [--tool TOOL] [--transform NAME] [--misses] [--totals] [--record]
 
 Per tool x transformation it prints files, facts expected, facts kept and files fully kept
 (`--misses`: each file that lost a fact, and which); `--totals` only the table per
 transformation (bin/bench's "parsers: paste shapes" part), with both sides: the rate on the
-untransformed files, the rate after the transformation, and their ratio.
+untransformed files, the rate after the transformation, and their ratio. `--record` writes
+each cell's kept/expected to RECORD (paste-shapes.yaml), which unit/test_paste_shapes_ratchet.py
+holds the parsers to: a cell's kept rate only goes up.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Any
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +65,7 @@ COMMANDS = {
 # prose a person writes around a paste (made up here, as every paste's own prose is)
 PROSE_BEFORE = "Here is what I get when I run it on the node:"
 PROSE_AFTER = "Any idea what is going on? Thanks in advance."
+RECORD = Path(__file__).resolve().parent / "paste-shapes.yaml"
 HEAD_CUT_SHARE = 0.25  # of the lines a fragment that starts mid-output lacks
 TAB_STOP = 8
 
@@ -288,14 +292,38 @@ def cells_rows(cells: dict[tuple[str, str], Cell]) -> list[list[str]]:
 CELLS_HEADERS = ["TOOL", "TRANSFORM", "FILES", "EXPECTED", "KEPT", "% KEPT", "FILES KEPT", "CRASHES"]
 
 
+def recorded() -> dict[tuple[str, str], tuple[int, int]]:
+    """(tool, transformation) -> (kept, expected) as RECORD holds them."""
+    import yaml
+
+    doc: dict[str, dict[str, list[int]]] = yaml.safe_load(RECORD.read_text()) if RECORD.exists() else {}
+    return {(tool, name): (pair[0], pair[1]) for tool, cells in (doc or {}).items() for name, pair in cells.items()}
+
+
+def record(cells: dict[tuple[str, str], Cell]) -> None:
+    """Write each cell's kept/expected to RECORD (after a fix raised one: the ratchet's new floor)."""
+    import yaml
+
+    doc: dict[str, dict[str, Any]] = {}
+    for (tool, name), cell in cells.items():
+        doc.setdefault(tool, {})[name] = [cell.kept, cell.read]
+    head = "# tests/field/mutate.py --record: per tool and paste shape, [facts kept, facts expected]\n"
+    RECORD.write_text(head + yaml.safe_dump(doc, sort_keys=True, default_flow_style=None, width=200))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     ap.add_argument("--tool", default="", help="only this tool (hc parse's name)")
     ap.add_argument("--transform", default="", choices=["", *TRANSFORMS], help="only this transformation")
     ap.add_argument("--misses", action="store_true", help="list each file that lost a fact, and what")
     ap.add_argument("--totals", action="store_true", help="only the table per transformation")
+    ap.add_argument("--record", action="store_true", help=f"write every cell's kept/expected to {RECORD.name}")
     args = ap.parse_args(argv)
+    if args.record and (args.tool or args.transform):
+        ap.error("--record records every tool and transformation: no --tool or --transform")
     cells = audit(args.tool, (args.transform,) if args.transform else tuple(TRANSFORMS))
+    if args.record:
+        record(cells)
     if not args.totals:
         print("\n".join(table(CELLS_HEADERS, cells_rows(cells))) + "\n")
     print("\n".join(table(TOTALS_HEADERS, totals_rows(cells))))
