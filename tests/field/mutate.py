@@ -30,10 +30,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # run as a script: `field` is tests/field
