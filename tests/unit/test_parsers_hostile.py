@@ -204,7 +204,10 @@ PREFIXES = {
                    "remote peer "],
     "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
                    "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
-                   "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],
+                   "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+",
+                   # issue 20, paste shapes: a tabified row (expanded to its columns), a Metadata row with no
+                   # category line above it
+                   "|\t", "| DCGM Version\t\t    | ", "| GPU Device IDs Detected   | "],
 }
 
 # What fills the line: runs that make lazy or nested quantifiers backtrack.

@@ -12,9 +12,10 @@ import pytest
 from field import mutate
 from support import FIXTURES
 
+from healthcheck.parsers.dcgmi_diag import parse_dcgmi_diag
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.ibstatus import parse_ibstatus
-from healthcheck.parsers.lines import flat_field
+from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_tree import flattened, renested
 
@@ -147,3 +148,28 @@ def test_a_flattened_report_at_scale_costs_its_length():
 
     small, large = min(cost(4) for _ in range(3)), min(cost(32) for _ in range(3))
     assert large < small * 8 * 3  # 8x the text: linear, with room for noise
+
+
+# ---------------------------------------------------------------- dcgmi's table: tabified, cut inside Metadata
+
+DCGMI = FIELD / "repos" / "dcgmi-diag" / "r2-p4de-a100-dcgm-3.3.3-all-pass-shell-prompt.txt"  # real, 3.3.3 -r 2
+
+
+def _diag(text: str) -> dict:
+    return msgspec.to_builtins(msgspec.structs.replace(parse_dcgmi_diag(text), unrecognized=NOTHING_UNREAD))
+
+
+def test_a_dcgmi_table_whose_blanks_an_editor_tabified_reads_the_same():
+    # mutate.tabs: the real table's runs of blanks tabs at 8-column stops (`unexpand -a`)
+    text = DCGMI.read_text()
+    tabbed = mutate.tabs(text)
+    assert "\t" in tabbed and _diag(tabbed) == _diag(text)
+    assert untabbed("|\tA\t|", 64) == "|       A       |"
+    assert len(untabbed("\t" * 100_000, 4096)) == 4096  # a line of tabs grows no further than the cut
+
+
+def test_a_dcgmi_fragment_cut_inside_metadata_keeps_its_versions():
+    # the real table from its `DCGM Version` row on: the `Metadata` category line cut off
+    parsed = parse_dcgmi_diag(_from(DCGMI.read_text(), "| DCGM Version"))
+    assert (parsed.dcgm_version, parsed.driver_version, list(parsed.device_ids[:1])) == ("3.3.3", "535.104.12", ["20b2"])
+    assert {t.name for t in parsed.tests} >= {"Denylist", "NVML Library"}
