@@ -18,6 +18,7 @@ from healthcheck.parsers.ibstatus import parse_ibstatus
 from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_tree import flattened, renested
+from healthcheck.parsers.sinfo import parse_sinfo
 
 FIELD = FIXTURES / "field"
 # real ibstat outputs: two RoCE ports down/disabled (space-indented), four CAs tab-indented
@@ -173,3 +174,27 @@ def test_a_dcgmi_fragment_cut_inside_metadata_keeps_its_versions():
     parsed = parse_dcgmi_diag(_from(DCGMI.read_text(), "| DCGM Version"))
     assert (parsed.dcgm_version, parsed.driver_version, list(parsed.device_ids[:1])) == ("3.3.3", "535.104.12", ["20b2"])
     assert {t.name for t in parsed.tests} >= {"Denylist", "NVML Library"}
+
+
+# ---------------------------------------------------------------- sinfo's headerless rows: prose around, last row cut
+
+# real `sinfo -N -o` rows, `|`-separated and blank-padded, no header (a `$` after a state)
+SINFO_ROWS = FIELD / "unseen" / "sinfo" / "sinfo-N-o-gres-pipe-padded-no-header-drained-dollar.txt"
+
+
+def test_headerless_sinfo_rows_with_prose_around_them_read_the_same_rows():
+    # mutate.prompt: a sentence, `$ sinfo -R`, the real rows, a question
+    text = SINFO_ROWS.read_text()
+    pasted = parse_sinfo(mutate.prompt(text, "sinfo"))
+    assert pasted.rows == parse_sinfo(text).rows
+    assert pasted.unrecognized.count == 2  # the two sentences; the prompt line is noise
+
+
+def test_headerless_sinfo_rows_whose_last_row_is_cut_keep_the_whole_ones():
+    # mutate.tail_cut: the real rows, the last one cut in half
+    text = SINFO_ROWS.read_text()
+    rows = parse_sinfo(text).rows
+    cut = parse_sinfo(mutate.tail_cut(text))
+    assert cut.rows == rows[:-1] and cut.unrecognized.count == 1
+    # a single row, or rows of unequal widths, are no cut: read (or refused) as before
+    assert parse_sinfo(text.splitlines()[0]).rows == rows[:1]
