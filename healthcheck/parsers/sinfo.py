@@ -455,6 +455,13 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
                        unrecognized=reading.unrecognized.freeze())
 
 
+def _piped(rows: list[Line], prose: list[Line]) -> bool:
+    """Whether `rows` (the lines with a `|`) are a `|`-separated table with prose around it:
+    most of the lines, two or more, all with as many `|` but a last one the paste cut."""
+    widths = {line.text.count("|") for line in rows[:-1]}
+    return len(rows) >= 2 and len(rows) > len(prose) and len(widths) == 1
+
+
 def _cut_last(rows: list[Line]) -> bool:
     """The last of several headerless `|` rows has fewer fields than every other, which all
     have as many: a paste cut inside it."""
@@ -470,10 +477,12 @@ def _headerless_pasted(reading: _Reading, fmt: str | None) -> SinfoReport:
     `_headerless` reads them, the prose counted in `unrecognized`, never read as a row; a
     last row the paste cut (`_cut_last`) counted there too, the whole rows before it read."""
     rows = [line for line in reading.loose if "|" in line.text]
-    prose = [line for line in reading.loose if "|" not in line.text] if rows else []
+    prose = [line for line in reading.loose if "|" not in line.text]
+    if not _piped(rows, prose):  # blank-aligned rows (`sinfo -R -h`), a `|` inside a reason: all rows
+        rows, prose = list(reading.loose), []
     if _cut_last(rows):  # the paste ends inside its last row: the rows before it are whole
         prose.append(rows.pop())
-    report = _headerless([line.text for line in (rows or reading.loose)], fmt, reading.errors)
+    report = _headerless([line.text for line in rows], fmt, reading.errors)
     if not prose:
         return report
     for line in prose:
