@@ -57,7 +57,8 @@ COMMANDS = {
     "ldconfig": "ldconfig -N -v", "nccl-log": "NCCL_DEBUG=INFO torchrun --nproc_per_node 8 train.py",
     "nccl-ras": "ncclras", "nccl-tests": "./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8",
     "nvidia-smi": "nvidia-smi", "nvidia-smi-nvlink": "nvidia-smi nvlink -s", "nvidia-smi-q": "nvidia-smi -q",
-    "nvidia-smi-query-gpu": "nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv",
+    # a wrapper script: a `--query-gpu=` line would name the fields, which the parser reads (field/issues-10)
+    "nvidia-smi-query-gpu": "./gpu-report.sh",
     "nvidia-smi-topo": "nvidia-smi topo -m", "perfquery": "perfquery -x", "py-spy": "py-spy dump --pid 4242",
     "scontrol-show-node": "scontrol show node", "sinfo": "sinfo -R", "torch-log": "torchrun --nproc_per_node 8 train.py",
     "xid": "sudo dmesg -T",

@@ -19,6 +19,7 @@ from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_tree import flattened, renested
 from healthcheck.parsers.sinfo import parse_sinfo
+from healthcheck.parsers.xid import parse_kernel_log
 
 FIELD = FIXTURES / "field"
 # real ibstat outputs: two RoCE ports down/disabled (space-indented), four CAs tab-indented
@@ -198,3 +199,15 @@ def test_headerless_sinfo_rows_whose_last_row_is_cut_keep_the_whole_ones():
     assert cut.rows == rows[:-1] and cut.unrecognized.count == 1
     # a single row, or rows of unequal widths, are no cut: read (or refused) as before
     assert parse_sinfo(text.splitlines()[0]).rows == rows[:1]
+
+
+# ---------------------------------------------------------------- the kernel log tabified
+
+NVRM_LOAD = FIELD / "device" / "xid" / "h100-dmesg-nvrm-load-no-xid.txt"  # real dmesg of an H100 VM, driver 580
+
+
+def test_the_driver_banner_in_a_tabified_kernel_log_names_its_version():
+    # mutate.tabs: the real dmesg's runs of blanks tabs (`x86_64\t580.159.04`)
+    tabbed = mutate.tabs(NVRM_LOAD.read_text())
+    assert "x86_64\t580.159.04" in tabbed
+    assert parse_kernel_log(tabbed).driver_version == parse_kernel_log(NVRM_LOAD.read_text()).driver_version
