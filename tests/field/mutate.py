@@ -49,10 +49,11 @@ from healthcheck.parsers.gpu_common import normalize_pci  # noqa: E402
 # later is a measure of outputs nobody tuned to, and stays unread here until it is retired.
 SPLITS = ("tuning", "held-out", *(f"held-out-{n}" for n in range(2, 13)))
 
-# the command a paste's prompt line shows before each tool's output (`prompt`)
+# the command a paste's prompt line shows before each tool's output (`prompt`): no option that
+# names a fact (a device, a size, a field list), which the parsers read from a pasted command line
 COMMANDS = {
     "dcgmi-diag": "dcgmi diag -r 2", "flight-recorder-analysis": "torchfrtrace traces/ -j",
-    "hostfile": "cat hostfile", "ib_write_bw": "ib_write_bw -d mlx5_0 -a -F 10.0.0.2",
+    "hostfile": "cat hostfile", "ib_write_bw": "ib_write_bw",
     "ibstat": "ibstat", "ibstatus": "ibstatus", "ibv_devinfo": "ibv_devinfo -v", "ip-link": "ip -d link",
     "ldconfig": "ldconfig -N -v", "nccl-log": "NCCL_DEBUG=INFO torchrun --nproc_per_node 8 train.py",
     "nccl-ras": "ncclras", "nccl-tests": "./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8",

@@ -97,7 +97,9 @@ PREFIXES = {
     "scontrol-show-node": ["", "NodeName=", "NodeName=a ", "   Reason=", "   OS=", "   State=", "Node ", "NodeName=a Reason=x ",
                            "slurm_load_node error: "],
     "ibv_devinfo": ["", "hca_id:", "\t", "\t\tport:\t", "\t\t\tstate:\t", "GID[", "\t\t\tGID[  0]:\t", "1 HCAs found:",
-                    "IB device '", "\tlog ", "\tooo_rc_caps = ", "\t\t\tactive_speed:\t"],
+                    "IB device '", "\tlog ", "\tooo_rc_caps = ", "\t\t\tactive_speed:\t",
+                    # issue 20, paste shapes: a block from inside a device, its hca_id line cut off
+                    "\ttransport:\t", "\tfw_ver:\t1\n\t\tport:\t1\n\t\t\tstate:\t"],
     "hostfile": ["", "a", "a:", "a:1", "a[", "a[1-", "gpu[1-2],"],
     "ldconfig": ["", "/", "/a", "/a:", "\t", "\ta", "\ta ->", "\ta -> b"],
     "xid": ["", "[", "[  1.0] ", "NVRM: Xid (PCI:", "NVRM: Xid (PCI:0000:1b:00): ", "NVRM: Xid (PCI:0000:1b:00): 79, ",

@@ -15,6 +15,7 @@ from support import FIXTURES
 from healthcheck.parsers.dcgmi_diag import parse_dcgmi_diag
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.ibstatus import parse_ibstatus
+from healthcheck.parsers.ibv_devinfo import parse_ibv_devinfo
 from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_tree import flattened, renested
@@ -211,3 +212,25 @@ def test_the_driver_banner_in_a_tabified_kernel_log_names_its_version():
     tabbed = mutate.tabs(NVRM_LOAD.read_text())
     assert "x86_64\t580.159.04" in tabbed
     assert parse_kernel_log(tabbed).driver_version == parse_kernel_log(NVRM_LOAD.read_text()).driver_version
+
+
+# ---------------------------------------------------------------- ibv_devinfo from inside a device block
+
+IBV = FIXTURES / "ibv_devinfo" / "cx6-vv-2hca-port2-down-disabled.txt"  # real -vv, two ConnectX-6
+
+
+def test_an_ibv_devinfo_fragment_without_its_hca_id_line_is_a_device_of_unknown_name():
+    # the real output from its first `transport:` line on (mutate.head_cut's shape: the hca_id cut)
+    text = IBV.read_text()
+    whole = parse_ibv_devinfo(text).devices
+    cut = parse_ibv_devinfo(_from(text, "transport:")).devices
+    assert [d.name for d in cut] == ["", *(d.name for d in whole[1:])]
+    assert msgspec.to_builtins(cut[0].ports) == msgspec.to_builtins(whole[0].ports)
+    assert cut[0].fw_ver == whole[0].fw_ver
+
+
+def test_a_line_before_the_first_hca_id_that_is_no_device_field_opens_no_device():
+    text = IBV.read_text()
+    parsed = parse_ibv_devinfo("Note: the second HCA is the storage one\n" + text)
+    assert [d.name for d in parsed.devices] == [d.name for d in parse_ibv_devinfo(text).devices]
+    assert parsed.unrecognized.count == 1
