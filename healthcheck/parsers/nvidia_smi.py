@@ -40,7 +40,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
 )
 from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
-from healthcheck.parsers.nvidia_smi_tree import flattened, renested
+from healthcheck.parsers.nvidia_smi_tree import adopted, flattened, renested
 from healthcheck.parsers.nvidia_smi_xml import xml_as_q_text, xml_start
 from healthcheck.parsers.unread import note_unread
 
@@ -636,10 +636,11 @@ def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
 def _gpu_groups(lines: list[str]) -> list[_Node]:
     """Sections of -q pasted without their "GPU 00000000:19:00.0" line -> one tree per GPU:
     the sections of one GPU come once each, so a section named again starts the next GPU's
-    (a `grep -A4 "Remapped Rows"` of every GPU)."""
+    (a `grep -A4 "Remapped Rows"` of every GPU). A fragment that starts inside a section gets
+    that section's line back where its first lines name it (`nvidia_smi_tree.adopted`)."""
     groups: list[_Node] = []
     names: set[str] = set()
-    for node in _build_tree(lines).children:
+    for node in _build_tree(adopted(lines)).children:  # the section a fragment starts inside, put back
         name = _norm(node.key)
         if not groups or name in names:
             groups.append(_Node("", None))

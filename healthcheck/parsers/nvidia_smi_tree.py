@@ -149,6 +149,39 @@ CHILDREN: dict[str, frozenset[str]] = {
     'voltage': frozenset({'graphics'}),
     'workload power profiles': frozenset({'enforced profiles', 'requested profiles'}),}
 _KNOWN = frozenset(CHILDREN).union(*CHILDREN.values())
+# line key -> the sections that hold a line of that key
+PARENTS: dict[str, frozenset[str]] = {
+    key: frozenset(section for section, keys in CHILDREN.items() if key in keys) for key in _KNOWN}
+ADOPT_MAX = 8  # levels of sections a fragment's first lines may be under (-q nests 5 deep)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def adopted(lines: Sequence[str]) -> list[str]:
+    """-q's lines from a fragment that starts inside a section, its section's line cut off
+    (`Volatile`, `SRAM Correctable : 0`, ... then `Retired Pages` less deep), with that
+    section's line put back above them, where the keys of the first lines at their depth are held by one
+    section only (`Volatile` and `Aggregate`: `ECC Errors`; `Bus Id`: `PCI`), level by level
+    up to the fragment's shallowest lines; where they are held by none or several, as they are."""
+    out = list(lines)
+    for _ in range(ADOPT_MAX):
+        rows = [line for line in out if line.strip()]
+        if not rows or _indent(rows[0]) <= min(_indent(line) for line in rows):
+            return out
+        first = _indent(rows[0])
+        run = []
+        for line in rows:
+            if _indent(line) < first:
+                break
+            if _indent(line) == first:
+                run.append(key_of(line))
+        parents = frozenset.intersection(*(PARENTS.get(key, frozenset()) for key in run))
+        if len(parents) != 1:
+            return out
+        out.insert(0, " " * max(first - len(INDENT), 0) + next(iter(parents)))
+    return out
 
 
 def key_of(line: str) -> str:

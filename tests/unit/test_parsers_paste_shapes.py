@@ -18,7 +18,7 @@ from healthcheck.parsers.ibstatus import parse_ibstatus
 from healthcheck.parsers.ibv_devinfo import parse_ibv_devinfo
 from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
-from healthcheck.parsers.nvidia_smi_tree import flattened, renested
+from healthcheck.parsers.nvidia_smi_tree import adopted, flattened, renested
 from healthcheck.parsers.sinfo import parse_sinfo
 from healthcheck.parsers.xid import parse_kernel_log
 
@@ -234,3 +234,18 @@ def test_a_line_before_the_first_hca_id_that_is_no_device_field_opens_no_device(
     parsed = parse_ibv_devinfo("Note: the second HCA is the storage one\n" + text)
     assert [d.name for d in parsed.devices] == [d.name for d in parse_ibv_devinfo(text).devices]
     assert parsed.unrecognized.count == 1
+
+
+Q_A100 = FIELD / "repos" / "nvidia-smi-q" / "a100-80gb-510.73.08-elided-ecc-remap-pending.txt"  # real, 177 DRAM CEs
+
+
+def test_a_q_fragment_from_inside_ecc_errors_keeps_its_counts():
+    # mutate.head_cut of the real A100 report: it starts at `Volatile`, its `ECC Errors` line cut off
+    text = Q_A100.read_text()
+    whole = parse_nvidia_smi_q_pasted(text).gpus[0]
+    unnamed = parse_nvidia_smi_q_pasted(mutate.head_cut(text)).unnamed
+    assert mutate.head_cut(text).lstrip().startswith("Volatile")
+    assert [(u.ecc_volatile_corrected, u.ecc_aggregate_corrected, u.remapped_rows_pending) for u in unnamed] == [
+        (whole.ecc_volatile_corrected, whole.ecc_aggregate_corrected, whole.remapped_rows_pending)]
+    # keys more than one section holds (`Current`, `Max`) name no section: left as they are
+    assert adopted(["            Max : 4", "            Current : 4", "    Fan Speed : 30 %"])[0] == "            Max : 4"
