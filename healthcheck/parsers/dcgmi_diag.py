@@ -49,7 +49,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, untabbed
 from healthcheck.parsers.unread import mended_numbered
 
 MAX_LINE = 4096  # dcgmi's rows are 78 characters; anything longer is cut here
@@ -415,6 +415,12 @@ _CHUNK = 45  # dcgmi cuts messages into pieces this long (DATA_INFO_TAG_LEN)
 _META = {"DCGM Version": "dcgm_version", "Driver Version Detected": "driver_version"}
 
 
+def _is_metadata(name: str) -> bool:
+    """A row of the `Metadata` category by its name alone (3.x-4.x: `DCGM Version`, `Driver
+    Version Detected`, `GPU Device IDs Detected`), which no test is named."""
+    return name in _META or (name.endswith("Device IDs Detected") and name.startswith("GPU"))
+
+
 class _Test:
     def __init__(self, name: str, category: str | None, iteration: int) -> None:
         self.name, self.category, self.iteration = name, category, iteration
@@ -508,7 +514,8 @@ class _Reader:
             self.message = (target, kind, pieces, len(raw.rstrip()) >= _CHUNK)
             return
         self.message = None
-        if self.section == "Metadata":
+        # a metadata row before any category line: a fragment cut inside `Metadata`
+        if self.section == "Metadata" or (self.section is None and _is_metadata(name)):
             self._metadata(name, info)
             return
         m = _MESSAGE.fullmatch(name) if name else None
@@ -540,7 +547,7 @@ class _Reader:
     def _metadata(self, name: str, info: str) -> None:
         if name in _META:
             self.meta[_META[name]] = clip(info, 64)
-        elif name.endswith("Device IDs Detected") and name.startswith("GPU"):
+        elif _is_metadata(name):
             # a list longer than the column ends in "..." (CommandOutputController cuts it): drop the cut one
             ids = [d.strip() for d in info.split(",")[:MAX_LISTED]]
             self.device_ids = [clip(d, 32) for d in ids if d and not d.endswith("...")]
@@ -634,7 +641,7 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     reader = _Reader()
     unread = UnrecognizedLines()
     for line in mended_numbered(text):
-        if not reader.line(line.text[:MAX_LINE]):
+        if not reader.line(untabbed(line.text, MAX_LINE)):  # read by its columns: a tabified row's expanded
             unread.note(line)
     diag = reader.finish(text)
     return msgspec.structs.replace(diag, unrecognized=unread.frozen_or_nothing()) if unread.count else diag

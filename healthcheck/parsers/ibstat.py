@@ -13,7 +13,7 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCa, IbPort, IbPorts, phys_state, port_state, rate_gbps
-from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.lines import UnrecognizedLines, flat_field
 from healthcheck.parsers.unread import mended_numbered
 
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
@@ -25,6 +25,12 @@ _FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
 # a port's field with no CA above it: `ibstat CA PORT` prints the port alone, unindented, and a
 # paste can keep only a port's lines (`Port 1:` / `State: Down` / `Physical state: Polling`)
 _LOOSE_FIELD = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
+# the fields ibstat prints (real outputs: tests/fixtures/corpus/ibstat, field/repos/ibstat): a
+# line of one at the left margin is the tool's whose indentation a paste lost (`flat_field`)
+_KEYS = frozenset({
+    "CA type", "Number of ports", "Firmware version", "Hardware version", "Node GUID", "System image GUID",
+    "State", "Physical state", "Rate", "Base lid", "LMC", "SM lid", "Capability mask", "Port GUID", "Link layer",
+})
 _NO_CA = {"name": ""}  # the CA of a port no `CA '...'` line names: unknown
 _LID = re.compile(r"[0-9]{1,9}")
 
@@ -68,8 +74,8 @@ class _Reading:
         elif m := _PORT.match(line):
             self.flush_port()
             self.port = {"num": int(m.group("num"))}
-        elif m := _FIELD.match(line):
-            (self.port if self.port is not None else self.cas[-1])[m.group("key").strip()] = m.group("value").strip()
+        elif kv := _field(line):
+            (self.port if self.port is not None else self.cas[-1])[kv[0]] = kv[1]
         else:
             return False
         return True
@@ -89,6 +95,14 @@ class _Reading:
         return [IbCa(ca=ca["name"], ca_type=ca.get("CA type") or None, fw_ver=ca.get("Firmware version") or None,
                      port_count=int(n) if _LID.fullmatch(n := ca.get("Number of ports", "")) else None)
                 for ca in self.cas if ca["name"] not in self.ported]
+
+
+def _field(line: str) -> tuple[str, str] | None:
+    """(key, value) of a CA's or a port's field: indented as ibstat prints it, or one of
+    ibstat's own at the left margin (its indentation lost in a paste: `flat_field`)."""
+    if m := _FIELD.match(line):
+        return m.group("key").strip(), m.group("value").strip()
+    return flat_field(line, _KEYS)
 
 
 def parse_ibstat(text: str) -> IbPorts:

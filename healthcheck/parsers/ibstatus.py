@@ -8,15 +8,26 @@ from typing import Any
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
-from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.lines import UnrecognizedLines, flat_field
 from healthcheck.parsers.unread import mended_numbered
 
 # One way to match each line (see ibstat.py): the key starts with a letter, so the
 # leading whitespace and the key never compete for the same spaces.
 _HEAD = re.compile(r"^Infiniband device '(?P<ca>[^']*)' port (?P<port>[0-9]{1,9}) status:\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[a-z_][a-z_ ]*):(?P<value>.*)$")
+# the fields ibstatus prints (tests/fixtures/corpus/ibstatus): one at the left margin is the
+# tool's whose indentation a paste lost (`flat_field`)
+_KEYS = frozenset({"default gid", "base lid", "sm lid", "state", "phys state", "rate", "link_layer"})
 _NO_DEVICES = "No devices"  # `Fatal error:  No devices`: no HCA
 _HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
+
+
+def _field(line: str) -> tuple[str, str] | None:
+    """(key, value) of a port's field: indented as ibstatus prints it, or one of its own at
+    the left margin (its indentation lost in a paste: `flat_field`)."""
+    if m := _FIELD.match(line):
+        return m.group("key").rstrip(), m.group("value").strip()
+    return flat_field(line, _KEYS)
 
 
 def parse_ibstatus(text: str) -> IbPorts:
@@ -46,9 +57,9 @@ def parse_ibstatus(text: str) -> IbPorts:
             flush()
             current = {"ca": m.group("ca"), "port": int(m.group("port"))}
             continue
-        m = _FIELD.match(line) if current is not None else None
-        if m and current is not None:
-            current[m.group("key").rstrip()] = m.group("value").strip()
+        kv = _field(line) if current is not None else None
+        if kv and current is not None:
+            current[kv[0]] = kv[1]
         elif _NO_DEVICES not in line:
             unread.note(numbered)  # a blank is no line left unread
     flush()

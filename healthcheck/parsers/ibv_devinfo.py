@@ -72,7 +72,7 @@ class IbvPort(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class IbvDevice(msgspec.Struct, frozen=True, omit_defaults=True):
-    name: str  # hca_id
+    name: str  # hca_id; "" where a paste cut the block's `hca_id:` line off (the device unknown)
     transport: str | None = None  # "InfiniBand", "iWARP"
     fw_ver: str | None = None
     node_guid: str | None = None  # "88e9:a4ff:ff25:a462"
@@ -126,6 +126,12 @@ def _split(line: str) -> tuple[str, str] | None:
         m = _TAB_VALUE.match(line)  # MLNX_OFED: "log max atomic inline\t\t3", "ooo_rc_caps  = 0x0"
         return (m.group("key").strip(), m.group("value").strip()) if m else None
     return key.strip(), value.strip()
+
+
+# a device's own fields, as ibv_devinfo prints them (tests/fixtures/ibv_devinfo, the field's):
+# one before any `hca_id:` line opens the block of a device whose name the paste cut off
+_DEVICE_KEYS = frozenset({"transport", "fw_ver", "node_guid", "sys_image_guid", "vendor_id", "vendor_part_id",
+                          "hw_ver", "board_id", "phys_port_cnt"})
 
 
 class _Block:
@@ -240,6 +246,9 @@ class _Scan:
         if key == "hca_id":
             self.end_device()
             self.device = _Block(clip(value, VALUE_MAX))
+        elif self.device is None and not self.devices and key in _DEVICE_KEYS:
+            self.device = _Block("")  # a fragment from inside the first device's block: its hca_id cut off
+            self.device.add(key, value)
         elif key == "port" and self.device is not None and value.isdigit() and len(value) <= 6:
             self.end_port()
             self.port = _Block(value)

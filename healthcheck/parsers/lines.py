@@ -60,7 +60,10 @@ through `hard_unwrapped` (each message's pieces joined back onto its first line)
 What only a parser can decide is still done here, by a function the parser calls (the
 end of this module): `unpasted`/`pasted_lines` (a quote, markdown's `**` around a cell
 (`unemphasized`) and a ` \\` off every line, no majority deciding, for tools no line of
-which starts with `>`); `relabelled` (a label
+which starts with `>`); `untabbed` (a table's
+tabified blanks expanded to their columns again); `flat_field` (a tree's
+`key: value` line a paste put at the left margin, read where its key is the tool's);
+`relabelled` (a label
 behind a whole paste's indent, torchx's `trainer/0 [0]:`, MPICH's `[N] ` before what the
 parser names); `continues_indented`, `join_continuation`, `unquoted` (a kernel message's
 continuation lines, a message another tool quoted; `continues_bare`: one pasted without
@@ -1191,6 +1194,32 @@ def unindented(text: str) -> str:
     INDENT_MAX blanks; a deeper indent is the text's own and is kept."""
     stripped = text.lstrip(" \t")
     return stripped if len(text) - len(stripped) <= INDENT_MAX else text
+# a tree's `key: value` line at the left margin: the key letters, blanks and `_`, bounded
+_FLAT_FIELD = re.compile(r"(?P<key>[A-Za-z][A-Za-z_ ]{0,63}):(?P<value>.*)")
+
+
+def flat_field(text: str, keys: frozenset[str]) -> tuple[str, str] | None:
+    """(key, value) of a tool's indented `key: value` line that a paste put at the left
+    margin (a web page or a chat client renders the leading blanks away: field/issues-15's
+    knowledge-base ibstat), where its key is one of the tool's `keys` (the key as printed,
+    stripped): at the margin, any other `word: text` is the writer's prose; None otherwise."""
+    m = _FLAT_FIELD.match(text)
+    if m is None or (key := m.group("key").strip()) not in keys:
+        return None
+    return key, m.group("value").strip()
+
+
+TAB_STOP = 8  # columns between tab stops: a terminal's, `expand`'s and `unexpand`'s
+
+
+def untabbed(text: str, max_line: int = MAX_LINE) -> str:
+    """A column-aligned line (a table drawn in `|` and `+`) whose blanks an editor's tabify
+    (`unexpand -a`) turned into tabs, with each tab expanded to its stop again: the cells back
+    at the columns the tool printed them in. Cut at `max_line` before and after (a line of
+    tabs grows 8-fold)."""
+    return text[:max_line].expandtabs(TAB_STOP)[:max_line] if "\t" in text else text
+
+
 _INDENTED_LABEL = "[(EWIF"  # what a label or a glog prefix behind an indent starts with
 
 

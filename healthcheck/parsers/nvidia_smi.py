@@ -41,6 +41,7 @@ from healthcheck.parsers.gpu_common import (
     normalize_pci,
 )
 from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
+from healthcheck.parsers.nvidia_smi_tree import adopted, flattened, renested
 from healthcheck.parsers.nvidia_smi_xml import xml_as_q_text, xml_start
 from healthcheck.parsers.unread import note_unread
 
@@ -142,6 +143,7 @@ _PCI_ID = BUS_ID
 # "GPU0000:3B:00.0: Unknown Error" (535 and older) or "GPU1: 0000:34:00.0: Unknown Error"
 # (newer drivers name the index too). The index needs ": " after it, so the domain
 # "0000:" of the older form is never taken for an index.
+_PCI_FULL = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")  # a whole bus id, domain too
 _LOST_PCI = re.compile(rf"^(?:(?P<idx>[0-9]{{1,9}}):\s+)?(?P<pci>{_PCI_ID})\s*:\s*(?P<err>.*)$")
 # "GPU 0: Unknown Error" / "GPU1: Unknown Error": index only.
 _LOST_IDX = re.compile(r"^(?P<idx>[0-9]{1,9})\s*:\s*(?P<err>.*)$")
@@ -342,6 +344,7 @@ class _Scan:
         self.no_devices = False
         self.warnings: list[DriverWarning] = []
         self.loose: list[str] = []  # indented lines outside any GPU block (`nvidia-smi -q | grep GSP`)
+        self.loose_first: int | None = None  # how many of them came before the first GPU block
         self.unread = UnrecognizedLines()  # lines at the left margin that are none of -q's
 
 
@@ -369,13 +372,17 @@ def _message(scan: _Scan, line: str) -> bool:
 def _scan(text: str) -> _Scan:
     scan = _Scan()
     block: list[str] | None = None
-    for number, line in enumerate(pasted_lines(text.replace("\x00", "")), 1):
+    lines = pasted_lines(text.replace("\x00", ""))
+    if flattened(lines):  # a paste that lost -q's indentation: nested again by the tree's own keys
+        lines = renested(lines)
+    for number, line in enumerate(lines, 1):
         if _message(scan, line):
             continue
         m = _GPU_HEADER.match(line.strip()) if not line[:1].isspace() else None
         if m:
             block = []
             scan.blocks.append((m.group("pci"), block))
+            scan.loose_first = len(scan.loose) if scan.loose_first is None else scan.loose_first
             continue
         if line.strip() and not line[:1].isspace() and not (block is None and _is_section(line)):
             kv = _KEY_VALUE.match(line.strip())
@@ -629,23 +636,45 @@ def _gpu(header_pci: str, root: _Node, index: int) -> Gpu:
     return Gpu(index=index, pci_bus_id=normalize_pci(header_pci), **_readings(root))
 
 
-def _unnamed_gpus(lines: list[str]) -> list[GpuReadings]:
-    """Sections of -q pasted without their "GPU 00000000:19:00.0" line (field/issues-5: only
-    `    Remapped Rows` and its counters, indented as in the report) -> each GPU's readings.
-    The sections of one GPU come once each: a section named again starts the next GPU's (a
-    `grep -A4 "Remapped Rows"` of every GPU). A group with no section hc knows (`_SECTIONS`),
-    or whose sections give no reading (`GSP Firmware Version` grep'd), is no GPU."""
+def _gpu_groups(lines: list[str]) -> list[_Node]:
+    """Sections of -q pasted without their "GPU 00000000:19:00.0" line -> one tree per GPU:
+    the sections of one GPU come once each, so a section named again starts the next GPU's
+    (a `grep -A4 "Remapped Rows"` of every GPU). A fragment that starts inside a section gets
+    that section's line back where its first lines name it (`nvidia_smi_tree.adopted`)."""
     groups: list[_Node] = []
     names: set[str] = set()
-    for node in _build_tree(lines).children:
+    for node in _build_tree(adopted(lines)).children:  # the section a fragment starts inside, put back
         name = _norm(node.key)
         if not groups or name in names:
             groups.append(_Node("", None))
             names = set()
         groups[-1].children.append(node)
         names.add(name)
+    return groups
+
+
+def _headless_blocks(lines: list[str]) -> list[tuple[str, _Node]]:
+    """A fragment that starts inside a GPU's block, its `GPU 00000000:01:00.0` line cut off
+    (field/issues-15: from `Board Part Number` on; or from inside its PCI section), whose PCI
+    section names the GPU (`Bus Id : 00000000:01:00.0`) -> (that bus id, the GPU's tree): a
+    GPU block like any other, the bus id its own PCI section's. A group whose Bus Id line is
+    missing or cut is not one."""
+    out = []
+    for root in _gpu_groups(lines):
+        # the PCI section's, or the section's own lines where the paste starts inside it
+        bus_id = (_value(root, "PCI", "Bus Id") or _value(root, "Bus Id") or "").strip()
+        if _PCI_FULL.fullmatch(bus_id):
+            out.append((bus_id, root))
+    return out
+
+
+def _unnamed_gpus(lines: list[str]) -> list[GpuReadings]:
+    """Sections of -q pasted without their "GPU 00000000:19:00.0" line (field/issues-5: only
+    `    Remapped Rows` and its counters, indented as in the report) -> each GPU's readings
+    (`_gpu_groups`). A group with no section hc knows (`_SECTIONS`), or whose sections give
+    no reading (`GSP Firmware Version` grep'd), is no GPU."""
     out: list[GpuReadings] = []
-    for root in groups:
+    for root in _gpu_groups(lines):
         if not any(_norm(section.key) in _SECTIONS for section in root.children):
             continue
         readings = {key: value for key, value in _readings(root).items() if value is not None}
@@ -749,6 +778,8 @@ def parse_nvidia_smi_q(text: str, *, fragments: bool = False) -> GpuFacts:
     scan = _scan(text)
     lost = dedupe_lost(scan.lost)
     trees = [(pci, _build_tree(lines)) for pci, lines in scan.blocks]
+    if fragments:  # a paste that starts inside a GPU's block: that GPU first, where it names its bus id
+        trees = _headless_blocks(scan.loose[:scan.loose_first]) + trees
     blocks = [(pci, root) for pci, root in trees if _complete_enough(root)]
     if scan.blocks and not blocks:
         raise ParseError("nvidia-smi -q: output cut off before the first GPU's name and bus id")

@@ -26,8 +26,9 @@ import msgspec
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, bus_id
 
-# "loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04" / "... x86_64 Kernel Module  525.125.06"
-_BANNER = re.compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31} ){1,8}\s{0,8}"
+# "loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04" / "... x86_64 Kernel Module  525.125.06";
+# a blank or a tab after each word (a log an editor tabified: `x86_64\t580.159.04`)
+_BANNER = re.compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31}[ \t]){1,8}\s{0,8}"
                      r"(?P<version>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)(?![\w.])", re.ASCII)
 _GSP = re.compile(r"gsp", re.ASCII | re.IGNORECASE)  # "GSP", "kernel_gsp_tu102.c", the kgsp* functions
 _FAILING = re.compile(r"time ?out|timed out|fail|error|cannot|unexpected", re.IGNORECASE)

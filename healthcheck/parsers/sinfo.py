@@ -439,7 +439,7 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     tables = [t for t in reading.tables if t.names]
     if not tables:
         if reading.loose:
-            return _headerless([line.text for line in reading.loose], fmt, errors)
+            return _headerless_pasted(reading, fmt)
         if errors:
             return SinfoReport(layout="error", error=errors[0], timestamp=reading.timestamp)
         raise ParseError("sinfo: no header and no rows")
@@ -453,6 +453,41 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     layout = "reasons" if tables[0].names[0] == "REASON" else "columns"
     return SinfoReport(layout=layout, timestamp=reading.timestamp, rows=rows, error=errors[0] if errors else None,
                        unrecognized=reading.unrecognized.freeze())
+
+
+def _piped(rows: list[Line], prose: list[Line]) -> bool:
+    """Whether `rows` (the lines with a `|`) are a `|`-separated table with prose around it:
+    most of the lines, two or more, all with as many `|` but a last one the paste cut."""
+    widths = {line.text.count("|") for line in rows[:-1]}
+    return len(rows) >= 2 and len(rows) > len(prose) and len(widths) == 1
+
+
+def _cut_last(rows: list[Line]) -> bool:
+    """The last of several headerless `|` rows has fewer fields than every other, which all
+    have as many: a paste cut inside it."""
+    if len(rows) < 2:
+        return False
+    width = rows[0].text.count("|")
+    return all(line.text.count("|") == width for line in rows[:-1]) and rows[-1].text.count("|") < width
+
+
+def _headerless_pasted(reading: _Reading, fmt: str | None) -> SinfoReport:
+    """Headerless `|` rows with the writer's prose around them (a sentence before the paste,
+    a question after it: lines with no `|` among rows that all have one): the rows read as
+    `_headerless` reads them, the prose counted in `unrecognized`, never read as a row; a
+    last row the paste cut (`_cut_last`) counted there too, the whole rows before it read."""
+    rows = [line for line in reading.loose if "|" in line.text]
+    prose = [line for line in reading.loose if "|" not in line.text]
+    if not _piped(rows, prose):  # blank-aligned rows (`sinfo -R -h`), a `|` inside a reason: all rows
+        rows, prose = list(reading.loose), []
+    if _cut_last(rows):  # the paste ends inside its last row: the rows before it are whole
+        prose.append(rows.pop())
+    report = _headerless([line.text for line in rows], fmt, reading.errors)
+    if not prose:
+        return report
+    for line in prose:
+        reading.unrecognized.note(line)
+    return msgspec.structs.replace(report, unrecognized=reading.unrecognized.freeze())
 
 
 _WHEN = re.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|none)$")

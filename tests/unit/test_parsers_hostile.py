@@ -66,10 +66,14 @@ PREFIXES = {
                # issue 20, held-out-11: a port with no CA line, its fields unindented
                "Port 1:\n", "Port 1:\nState: ", "Port 1:\nA",
                # issue 20, held-out-12: markdown's indented code block after a blank line
-               "\n    CA '", "\n    \tPort 1:\n    \t\tState: "],
+               "\n    CA '", "\n    \tPort 1:\n    \t\tState: ",
+               # issue 20, paste shapes: fields at the left margin (a web page's flattened paste)
+               "CA 'a'\nCA type: ", "CA 'a'\nPort 1:\nState: ", "CA 'a'\nPort 1:\nLink layer"],
     "ibstatus": ["", "Infiniband device '", "Infiniband device 'a' port 1", "\tstate:", "\tsta", "\trate:\t1",
                  # issue 20, held-out-12: markdown's indented code block after a blank line
-                 "\n    ", "\n    Infiniband device 'a' port 1 status:\n    \tstate:", "\n\t", "\n    [root@a ~]# "],
+                 "\n    ", "\n    Infiniband device 'a' port 1 status:\n    \tstate:", "\n\t", "\n    [root@a ~]# ",
+                 # issue 20, paste shapes: fields at the left margin (a web page's flattened paste)
+                 "Infiniband device 'a' port 1 status:\nstate: ", "Infiniband device 'a' port 1 status:\nrate"],
     "perfquery": ["", "# ", "# Port counters: Lid", "# Port counters: Lid 1 port", "A:", "PortXmitData:", "PortXmitData:1"],
     "nvidia-smi-q": ["", "    ", "    A", "    A :", "GPU ", "GPU 0000:19:00.0", "Unable to determine the device handle for GPU",
                      "Unable to determine the device handle for GPU 1", "Failed to initialize NVML:", "Driver Version :",
@@ -78,7 +82,12 @@ PREFIXES = {
                      "<nvidia_smi_log>", '<nvidia_smi_log><gpu id="0000:19:00.0"><a>', "<nvidia_smi_log><a>&amp;",
                      '<?xml version="1.0" ?><!DOCTYPE nvidia_smi_log SYSTEM "x.dtd"><nvidia_smi_log><',
                      # issue 20, held-out-14: Windows' wording, a hand-typed three-digit domain
-                     "Unable to detect the device handle for GPU", "Unable to determine the device handle for GPU 000:"],
+                     "Unable to detect the device handle for GPU", "Unable to determine the device handle for GPU 000:",
+                     # issue 20, paste shapes: a report flattened to the margin (nested again by its keys),
+                     # a fragment from mid-GPU that names its bus id
+                     "GPU 0000:19:00.0\nProduct Name : A\nECC Errors\nVolatile\nSRAM Correctable : 1\n",
+                     "GPU 0000:19:00.0\nPCI\nGPU Link Info\nPCIe Generation\nMax : 4\n", "GPU 0000:19:00.0\nECC Errors\n",
+                     "    Board Part Number : N/A\n    PCI\n        Bus Id : 00000000:01:00.0\n"],
     "nvidia-smi-query-gpu": ["", "1, ", "1, 00000000:19:00.0, ", "index, ", "a", "\"", "Unable to determine the device handle for GPU",
                              "Unable to detect the device handle for GPU"],
     "nvidia-smi": ["", "|", "| ", "|   0  ", "|   0  A  On  | 00000000:19:00.0 Off | ", "| N/A ", "+", "| NVIDIA-SMI ",
@@ -94,7 +103,9 @@ PREFIXES = {
     "scontrol-show-node": ["", "NodeName=", "NodeName=a ", "   Reason=", "   OS=", "   State=", "Node ", "NodeName=a Reason=x ",
                            "slurm_load_node error: "],
     "ibv_devinfo": ["", "hca_id:", "\t", "\t\tport:\t", "\t\t\tstate:\t", "GID[", "\t\t\tGID[  0]:\t", "1 HCAs found:",
-                    "IB device '", "\tlog ", "\tooo_rc_caps = ", "\t\t\tactive_speed:\t"],
+                    "IB device '", "\tlog ", "\tooo_rc_caps = ", "\t\t\tactive_speed:\t",
+                    # issue 20, paste shapes: a block from inside a device, its hca_id line cut off
+                    "\ttransport:\t", "\tfw_ver:\t1\n\t\tport:\t1\n\t\t\tstate:\t"],
     "hostfile": ["", "a", "a:", "a:1", "a[", "a[1-", "gpu[1-2],"],
     "ldconfig": ["", "/", "/a", "/a:", "\t", "\ta", "\ta ->", "\ta -> b"],
     "xid": ["", "[", "[  1.0] ", "NVRM: Xid (PCI:", "NVRM: Xid (PCI:0000:1b:00): ", "NVRM: Xid (PCI:0000:1b:00): 79, ",
@@ -208,7 +219,10 @@ PREFIXES = {
                    "remote peer "],
     "dcgmi-diag": ["", "| ", "|                           | ", "| Warning: GPU", "| Warning: GPU0             | ",
                    "|                           | Pass - GPUs: ", "|                           | GPU", "|-----  ",
-                   "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+"],
+                   "+-----  Hardware  ", "Error: ", "{", '{"DCGM Diagnostic": {"test_categories": [', "|", "+",
+                   # issue 20, paste shapes: a tabified row (expanded to its columns), a Metadata row with no
+                   # category line above it
+                   "|\t", "| DCGM Version\t\t    | ", "| GPU Device IDs Detected   | "],
 }
 
 # What fills the line: runs that make lazy or nested quantifiers backtrack.
