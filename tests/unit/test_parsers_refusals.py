@@ -1,0 +1,92 @@
+"""Refusals that cost evidence (issue 20): a parser refuses a whole text (ParseError, `hc parse`
+exit 4) on a structural precondition while the text plainly holds facts it reads. Each test
+takes a real output (its file named), transforms it the way a paste or a query changes it
+(said in the test), and asserts that what is readable is read and `incomplete` (or the parser's
+own key) says what was missing; text with no fact of the tool's is still refused."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers import parser_for
+from healthcheck.parsers.nvidia_smi_query import NO_BUS_ID_COLUMN, parse_nvidia_smi_query
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+# nvidia_gpu_exporter's H100 capture (tests/fixtures/corpus/SOURCES.md): ~250 fields, one GPU
+QUERY_H100 = FIXTURES / "corpus" / "nvidia-smi-query-gpu" / "h100-590-all-fields-idle.txt"
+
+
+def _query_table() -> list[list[str]]:
+    lines = [line for line in QUERY_H100.read_text().splitlines() if line.strip()]
+    return [next(csv.reader([line], skipinitialspace=True)) for line in lines]
+
+
+def _csv(rows: list[list[str]]) -> str:
+    return "".join(", ".join(row) + "\n" for row in rows)
+
+
+def _without(rows: list[list[str]], column: str) -> list[list[str]]:
+    at = rows[0].index(column)
+    return [row[:at] + row[at + 1:] for row in rows]
+
+
+def _with_cell(rows: list[list[str]], column: str, value: str) -> list[list[str]]:
+    at = rows[0].index(column)
+    return [rows[0]] + [row[:at] + [value] + row[at + 1:] for row in rows[1:]]
+
+
+# ---------------------------------------------------------------- nvidia-smi --query-gpu
+
+
+def test_a_query_without_a_bus_id_column_is_read_as_unnamed_gpus_and_says_so():
+    """The capture's CSV with its pci.bus_id column taken out (a `--query-gpu=` list that
+    did not ask for it): every other column is readable; the GPU is named by its row (and the
+    `index` column), never given a bus id, and `incomplete` says the bus id is missing."""
+    facts = parser_for("nvidia-smi-query-gpu")(_csv(_without(_query_table(), "pci.bus_id")))
+    assert facts.gpus == [] and facts.incomplete == NO_BUS_ID_COLUMN
+    (gpu,) = facts.unnamed
+    assert (gpu.name, gpu.query_fields["index"], gpu.memory_total_mib) == ("NVIDIA H100 80GB HBM3", 0, 81559)
+    assert facts.driver_version == "590.48.01"
+
+
+def test_the_probe_still_refuses_a_query_without_a_bus_id_column():
+    """The probe asks for pci.bus_id: without it, the GPU checks must see ERROR, never a node
+    with no GPUs, so its strict reading still refuses."""
+    with pytest.raises(ParseError, match="pci.bus_id"):
+        parse_nvidia_smi_query(_csv(_without(_query_table(), "pci.bus_id")))
+
+
+def test_a_bus_id_that_is_no_pci_address_keeps_the_rows_readings():
+    """The capture's bus id redacted to `00000000:XX:00.0` (as pastes hide it): its readings are
+    an unnamed GPU's, said in `incomplete`, not a refused file."""
+    facts = parser_for("nvidia-smi-query-gpu")(_csv(_with_cell(_query_table(), "pci.bus_id", "00000000:XX:00.0")))
+    assert facts.gpus == [] and [g.name for g in facts.unnamed] == ["NVIDIA H100 80GB HBM3"]
+    assert "no PCI address" in (facts.incomplete or "")
+    with pytest.raises(ParseError, match="not a PCI bus id"):
+        parse_nvidia_smi_query(_csv(_with_cell(_query_table(), "pci.bus_id", "00000000:XX:00.0")))
+
+
+def test_a_row_with_more_values_than_columns_is_left_unread_and_the_others_read():
+    """The capture's row twice (two GPUs of one node), the second with a value too many (a torn
+    line): the first row is read, the second counted unread, and `incomplete` says why."""
+    header, row = _query_table()
+    text = _csv([header, row, row + ["0"]])
+    facts = parser_for("nvidia-smi-query-gpu")(text)
+    assert [g.pci_bus_id for g in facts.gpus] == ["0000:00:09.0"]
+    assert facts.unrecognized.count == 1 and facts.unrecognized.sample[0].line == 3
+    assert "more values than" in (facts.incomplete or "")
+
+
+def test_a_query_whose_only_row_has_too_many_values_is_still_refused():
+    header, row = _query_table()
+    with pytest.raises(ParseError, match="values for"):
+        parser_for("nvidia-smi-query-gpu")(_csv([header, row + ["0"]]))
+
+
+def test_a_whole_query_reads_as_before_with_nothing_incomplete():
+    facts = parser_for("nvidia-smi-query-gpu")(QUERY_H100.read_text())
+    assert [g.pci_bus_id for g in facts.gpus] == ["0000:00:09.0"] and facts.incomplete is None
