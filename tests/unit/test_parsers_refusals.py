@@ -90,3 +90,67 @@ def test_a_query_whose_only_row_has_too_many_values_is_still_refused():
 def test_a_whole_query_reads_as_before_with_nothing_incomplete():
     facts = parser_for("nvidia-smi-query-gpu")(QUERY_H100.read_text())
     assert [g.pci_bus_id for g in facts.gpus] == ["0000:00:09.0"] and facts.incomplete is None
+
+
+# ---------------------------------------------------------------- nvidia-smi (the default table)
+
+# a real capture under load (tests/fixtures/nvidia-smi/SOURCES.md): GI/CI columns, three processes
+TABLE_H100 = FIXTURES / "nvidia-smi" / "h100-load-gpu-burn-processes-590.48.01.txt"
+# driver 384's layout: no GI/CI columns, a process on each of 8 GPUs
+TABLE_P100 = FIXTURES / "nvidia-smi" / "p100-8gpu-one-process-per-gpu-384.81.txt"
+
+
+def _processes_cut(path: Path, above: str) -> str:
+    """The capture from its processes table's column names, its `|===|` rule or its first row
+    on: a paste cut at its head, below the `| Processes:` title."""
+    lines = path.read_text().splitlines(keepends=True)
+    first_row = next(i for i, line in enumerate(lines) if line.startswith("|    0 "))
+    at = {"column-names": next(i for i, line in enumerate(lines) if line.startswith("|  GPU ")),
+          "rule": first_row - 1, "rows": first_row}[above]
+    return "".join(lines[at:])
+
+
+@pytest.mark.parametrize("path", [TABLE_H100, TABLE_P100], ids=["gi-ci", "driver-384"])
+@pytest.mark.parametrize("above", ["column-names", "rule", "rows"])
+def test_a_processes_table_cut_below_its_title_keeps_its_processes(path, above):
+    """Each capture cut to its processes table (the `| Processes:` title and all above it cut
+    off the paste): the same processes as the whole capture (was: refused "not the default
+    nvidia-smi table")."""
+    cut = _processes_cut(path, above)
+    assert "Processes:" not in cut
+    whole = parser_for("nvidia-smi")(path.read_text()).processes
+    assert whole and parser_for("nvidia-smi")(cut).processes == whole
+
+
+def test_a_line_that_only_looks_like_a_process_row_is_still_refused():
+    with pytest.raises(ParseError, match="not the default nvidia-smi table"):
+        parser_for("nvidia-smi")("|    0   1   2   3 |\n| see C above |\n")
+
+
+# ---------------------------------------------------------------- nccl-ras
+
+
+# NCCL 2.24's reply, derived from NCCL's own format strings (tests/fixtures/nccl-ras/README.md):
+# Errors/INCOMPLETE, then Warnings/MISMATCH of status and operation counts
+RAS_224 = FIXTURES / "nccl-ras" / "derived-2.24-incomplete-missing-rank-numbers-status.txt"
+
+
+def test_a_ras_reply_cut_above_its_section_title_keeps_its_communicator_block():
+    """The reply from its last `#0-0 (HASH) MISMATCH` block on (the `Warnings` title and all
+    above it cut off the paste): the block reads as in the whole reply, `incomplete` says the
+    section is unknown, and the cut reply is never `ok` (was: refused "no RAS reply")."""
+    lines = RAS_224.read_text().splitlines(keepends=True)
+    at = max(i for i, line in enumerate(lines) if line.startswith("#0-0 "))
+    whole = parser_for("nccl-ras")(RAS_224.read_text())
+    cut = parser_for("nccl-ras")("".join(lines[at:]))
+    assert cut.issues == tuple(i for i in whole.issues if i.kind == "MISMATCH")
+    assert [(s.operation, s.sets[-1].ranks[0].rank) for s in cut.issues[0].op_counts] == [("collective", 3)]
+    assert cut.incomplete and "Errors/Warnings" in cut.incomplete and whole.incomplete is None
+    assert not cut.ok and not cut.complete
+
+
+def test_rank_lines_without_their_block_line_are_still_refused():
+    """The block's rank lines alone (no `#G-I (HASH) KIND` line, no section title): nothing
+    says which communicator or issue they are of, so the text is refused as before."""
+    with pytest.raises(ParseError, match="no RAS reply"):
+        parser_for("nccl-ras")("  6 ranks have status RUNNING\n  Rank 6 has status UNKNOWN\n")
