@@ -154,3 +154,31 @@ def test_rank_lines_without_their_block_line_are_still_refused():
     says which communicator or issue they are of, so the text is refused as before."""
     with pytest.raises(ParseError, match="no RAS reply"):
         parser_for("nccl-ras")("  6 ranks have status RUNNING\n  Rank 6 has status UNKNOWN\n")
+
+
+# ---------------------------------------------------------------- ibv_devinfo
+
+# MLNX_OFED's ibv_devinfo, two mlx4 HCAs, port 2 of the first down (tests/fixtures/ibv_devinfo/SOURCES.md)
+DEVINFO_MLX4 = FIXTURES / "ibv_devinfo" / "mlnx-ofed-mlx4-2hca-2port-device-ports-port2-down.txt"
+
+
+@pytest.mark.parametrize("first", ["\ttransport:", "\t\tport:\t1"], ids=["transport", "port"])
+def test_ibv_devinfo_cut_below_its_hca_id_line_keeps_the_ports(first):
+    """The capture from its first `transport:` (the first `hca_id:` line cut off the paste) or
+    its first `port: 1` line on: the first device's ports read, its name unknown (""), the
+    second device whole, and `incomplete` says the name is missing (was: refused "no hca_id
+    block")."""
+    lines = DEVINFO_MLX4.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith(first))
+    whole = parser_for("ibv_devinfo")(DEVINFO_MLX4.read_text())
+    cut = parser_for("ibv_devinfo")("".join(lines[at:]))
+    assert [d.name for d in cut.devices] == ["", whole.devices[1].name]
+    assert cut.devices[0].ports == whole.devices[0].ports and cut.devices[1] == whole.devices[1]
+    assert [p.state for p in cut.devices[0].ports] == ["PORT_ACTIVE", "PORT_DOWN"]
+    assert cut.incomplete and "hca_id" in cut.incomplete and whole.incomplete is None
+
+
+def test_ibv_devinfo_lines_from_inside_a_port_are_still_refused():
+    """A port's fields without its `port:` line: which port they are of is not known, as before."""
+    with pytest.raises(ParseError, match="no hca_id block"):
+        parser_for("ibv_devinfo")("\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tmax_mtu:\t\t4096 (5)\n")
