@@ -159,6 +159,9 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     nccl_warns: tuple[NcclWarn, ...] = ()
     launcher_error: str | None = None  # the launcher never started the test
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (text): how many, the first few
+    # why what was read is partial: a paste of the footer alone (`# Out of bounds values`,
+    # `# Avg bus bandwidth`), no banner, rank map or row above it; None when nothing was missing
+    incomplete: str | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -698,12 +701,22 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     return _run_of(s, text, fallback)
 
 
+FOOTER_ONLY = ("the footer alone: no banner, rank map or result row above it (which test, sizes and ranks "
+               "are not known)")
+
+
 def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
     rows, ranks, failures, banner = s.rows, s.ranks, s.failures, s.banner
     program, launcher_error, tables = s.program, s.launcher_error, s.tables
+    incomplete = None
     if not (rows or failures or launcher_error or banner.started):
-        what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
-        raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
+        if s.averages:
+            # the footer's average is the run's summary (an out-of-bounds line alone says too
+            # little to stand for a run): read, and said to be alone
+            incomplete = FOOTER_ONLY
+        else:
+            what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
+            raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
     if ranks:
         rank_count = len({r.rank for r in ranks})
     elif banner.nccl_nranks is not None:
@@ -754,6 +767,7 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         nccl_warns=tuple(s.nccl_warns),
         launcher_error=launcher_error,
         unrecognized=s.unrecognized.freeze(),
+        incomplete=incomplete,
     )
 
 

@@ -182,3 +182,47 @@ def test_ibv_devinfo_lines_from_inside_a_port_are_still_refused():
     """A port's fields without its `port:` line: which port they are of is not known, as before."""
     with pytest.raises(ParseError, match="no hca_id block"):
         parser_for("ibv_devinfo")("\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tmax_mtu:\t\t4096 (5)\n")
+
+
+# ---------------------------------------------------------------- nccl-tests
+
+# nccl-tests 2.19.6 on one H100 (tests/fixtures/nccl-tests/SOURCES.md): banner, rank map, rows, footer
+NCCL_TESTS_H100 = FIXTURES / "nccl-tests" / "all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt"
+# the 2-node 16-rank A100 run: a footer with a real average
+NCCL_TESTS_A100 = FIXTURES / "nccl-tests" / "all_reduce-a100-2node-16rank-pairwise-templated-hosts.txt"
+
+
+def _footer(path: Path) -> str:
+    """The capture's `# Out of bounds values` and `# Avg bus bandwidth` lines alone: a paste of
+    the summary nccl-tests ends with, everything above it cut."""
+    return "".join(line for line in path.read_text().splitlines(keepends=True)
+                   if "Out of bounds values" in line or "Avg bus bandwidth" in line)
+
+
+@pytest.mark.parametrize("path", [NCCL_TESTS_H100, NCCL_TESTS_A100], ids=["h100", "a100-2node"])
+def test_nccl_tests_footer_alone_is_read_and_says_it_is_alone(path):
+    """The footer alone holds the run's summary (out-of-bounds count, the average busbw): read
+    as in the whole capture, with no sample, and `incomplete` says the rest is missing (was:
+    refused "no nccl-tests banner, row, failure or launcher error")."""
+    whole = parser_for("nccl-tests")(path.read_text())
+    alone = parser_for("nccl-tests")(_footer(path))
+    assert (alone.avg_busbw_gbytes_per_s, alone.out_of_bounds, alone.out_of_bounds_ok) == (
+        whole.avg_busbw_gbytes_per_s, whole.out_of_bounds, whole.out_of_bounds_ok)
+    assert alone.samples == () and alone.incomplete and "footer" in alone.incomplete and whole.incomplete is None
+
+
+def test_a_footer_alone_from_a_run_is_still_misconfigured_never_judged():
+    """Where hc ran nccl-tests itself, a footer with no rows says nothing of the node's
+    bandwidth: the attempt is `misconfigured` (bw.E005, ERROR) as the refusal made it before."""
+    from healthcheck.probes.bw import nccl_attempt_from_text
+
+    attempt = nccl_attempt_from_text(_footer(NCCL_TESTS_A100), "all_reduce", argv=("all_reduce_perf",),
+                                     expected_ranks=8, returncode=0)
+    assert attempt.samples == () and attempt.misconfigured
+
+
+def test_a_column_header_with_no_row_is_still_refused():
+    lines = NCCL_TESTS_H100.read_text().splitlines(keepends=True)
+    header = "".join(line for line in lines if "algbw" in line or "(elements)" in line)
+    with pytest.raises(ParseError, match="column header with no row"):
+        parser_for("nccl-tests")(header)
