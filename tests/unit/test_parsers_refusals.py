@@ -226,3 +226,34 @@ def test_a_column_header_with_no_row_is_still_refused():
     header = "".join(line for line in lines if "algbw" in line or "(elements)" in line)
     with pytest.raises(ParseError, match="column header with no row"):
         parser_for("nccl-tests")(header)
+
+
+# ---------------------------------------------------------------- nvidia-smi nvlink
+
+NVLINK = FIXTURES / "corpus" / "nvidia-smi-nvlink"  # real captures (tests/fixtures/corpus/SOURCES.md)
+
+
+@pytest.mark.parametrize("name", ["h100-18links-590.txt", "h800-nvlink-gt-d-throughput-during-training.txt"])
+def test_nvlink_lines_cut_below_their_gpu_title_are_unnamed_links(name):
+    """A capture with its `GPU 0: ...` title cut off the paste: its links (status) or per-link
+    counters (-gt d) as the whole capture's GPU has them, `unnamed`, `incomplete` saying which
+    GPU is not known (was: refused "no 'GPU n: ...' line")."""
+    text = (NVLINK / name).read_text()
+    (gpu,) = parser_for("nvidia-smi-nvlink")(text).gpus
+    cut = parser_for("nvidia-smi-nvlink")(text.split("\n", 1)[1])
+    assert cut.gpus == [] and cut.unnamed is not None
+    assert (cut.unnamed.links, cut.unnamed.counters) == (gpu.links, gpu.counters) and (gpu.links or gpu.counters)
+    assert cut.incomplete and "GPU" in cut.incomplete
+
+
+def test_an_nvlink_capture_cut_mid_value_keeps_every_other_link():
+    """The A100 capture (8 GPUs x 12 links) with its last line cut mid-value (`Link 11: 2`):
+    every GPU and every other link read, the cut link left out and named in `incomplete` (was:
+    the whole file refused "neither a speed nor <inactive>")."""
+    text = (NVLINK / "a100-8gpu-nvlink-status.txt").read_text().rstrip("\n")
+    cut = text[: text.rindex("25 GB/s") + 1]
+    whole = parser_for("nvidia-smi-nvlink")(text)
+    facts = parser_for("nvidia-smi-nvlink")(cut)
+    assert [g.links for g in facts.gpus[:-1]] == [g.links for g in whole.gpus[:-1]]
+    assert facts.gpus[-1].links == whole.gpus[-1].links[:-1]
+    assert "Link 11" in (facts.incomplete or "") and whole.incomplete is None
