@@ -257,3 +257,25 @@ def test_an_nvlink_capture_cut_mid_value_keeps_every_other_link():
     assert [g.links for g in facts.gpus[:-1]] == [g.links for g in whole.gpus[:-1]]
     assert facts.gpus[-1].links == whole.gpus[-1].links[:-1]
     assert "Link 11" in (facts.incomplete or "") and whole.incomplete is None
+
+
+# ---------------------------------------------------------------- sinfo
+
+SINFO = FIXTURES / "sinfo"  # real output of a private Slurm 22.05 (tests/fixtures/sinfo/SOURCES.md)
+
+
+@pytest.mark.parametrize("name", ["slurm-22.05-N-O-default-widths-truncated.txt", "slurm-22.05-N-O-sized.txt"])
+def test_headerless_blank_separated_sinfo_reads_each_nodes_state(name):
+    """`sinfo -N -O NodeList,StateComplete,...` with its header line cut (as `-h` prints it): each
+    node and its state as with the header; the rest of the line kept as one unnamed column,
+    also where a reason holds a '|' (was: refused "its '|' fields differ from line to line")."""
+    text = (SINFO / name).read_text()
+    whole = parser_for("sinfo")(text)
+    cut = parser_for("sinfo")(text.split("\n", 1)[1])
+    assert cut.layout == "inferred"
+    assert [(r.nodes, r.state) for r in cut.rows] == [(r.nodes, r.state) for r in whole.rows]
+
+
+def test_one_line_of_prose_with_a_state_word_is_no_node():
+    with pytest.raises(ParseError):
+        parser_for("sinfo")("system down\n")
