@@ -1025,14 +1025,15 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
     samples = []
     bad_rows = 0
     names: list[str] = []
+    stray: list[str] = []  # lines among the records that are none (another program's, a torn one)
     for i, line in enumerate(lines):
         try:
             r = decoder.decode(line)
         except _DECODE_ERRORS as exc:
-            if i == len(lines) - 1 and i > 0:  # the last record, cut by a run that died
-                bad_rows += 1
-                continue
-            raise ParseError(f"rccl-tests JSON lines: line {i + 1}: {clip(str(exc) or type(exc).__name__)}") from None
+            bad_rows += 1  # the last record, cut by a run that died; or a line that is no record
+            if not (i == len(lines) - 1 and i > 0):
+                stray.append(f"line {i + 1}: {clip(str(exc) or type(exc).__name__, 80)}")
+            continue
         time_us, algbw, busbw = _json_number(r.time), _json_number(r.algBw), _json_number(r.busBw)
         wrong: int | None = None
         if isinstance(r.wrong, str):
@@ -1052,7 +1053,8 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
             redop=None if r.redop in (None, "", "none") else r.redop,
         ))
     if not samples:
-        raise ParseError("rccl-tests JSON lines: no record with size, time, algBw and busBw")
+        why = f" ({stray[0]})" if stray else ""
+        raise ParseError(f"rccl-tests JSON lines: no record with size, time, algBw and busBw{why}")
     return NcclTestsRun(
         collective=(collective_name(names[0]) if names else None) or fallback or UNKNOWN,
         format="rccl-json-lines",
@@ -1062,4 +1064,6 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
         samples=tuple(samples),
         bad_rows=bad_rows,
         last_size_bytes=samples[-1].size_bytes,
+        incomplete=(f"{len(stray)} line(s) among the JSON records are no record, not read: {stray[0]}"
+                    if stray else None),
     )

@@ -279,3 +279,19 @@ def test_headerless_blank_separated_sinfo_reads_each_nodes_state(name):
 def test_one_line_of_prose_with_a_state_word_is_no_node():
     with pytest.raises(ParseError):
         parser_for("sinfo")("system down\n")
+
+
+# rccl-tests' `--output_file`: one JSON record per line (tests/fixtures/nccl-tests/SOURCES.md)
+RCCL_LINES = FIXTURES / "nccl-tests" / "rccl-tests-output-file-json-lines-allreduce-4gpu.txt"
+
+
+def test_a_line_that_is_no_record_among_rccl_json_lines_is_skipped_and_named():
+    """The real records with a line of another program's inserted between two of them (a
+    transformation: a launcher's warning written into the same file): every record read as in
+    the untouched file, the line counted, `incomplete` naming it (was: refused "line N: ...")."""
+    lines = RCCL_LINES.read_text().splitlines(keepends=True)
+    mixed = "".join(lines[:2] + ["srun: warning: can't honor --ntasks-per-node set to 4\n"] + lines[2:])
+    whole = parser_for("nccl-tests")(RCCL_LINES.read_text())
+    facts = parser_for("nccl-tests")(mixed)
+    assert facts.samples == whole.samples and facts.bad_rows == whole.bad_rows + 1
+    assert "line 3" in (facts.incomplete or "") and whole.incomplete is None
