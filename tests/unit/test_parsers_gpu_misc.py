@@ -97,7 +97,6 @@ def test_topo_header_without_indentation_and_old_mlx_labels():
         "\n\n",
         "garbage",
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
-        "      GPU0  GPU1  CPU Affinity\n",  # a header and nothing under it
         "Legend:\n\n  X    = Self\n",
         "\x00\x1b[4m\xff",
     ],
@@ -106,6 +105,14 @@ def test_topo_garbage_is_a_parse_error(text):
     with pytest.raises(ParseError) as info:
         parse_nvidia_topo(text)
     assert "\n" not in str(info.value)
+
+
+def test_topo_header_with_nothing_under_it_names_its_devices():
+    """Pinned as garbage before: a header names the node's devices (what `devices_without_row`
+    already kept from a paste cut after a few rows), so it is read, no link, `incomplete` saying so."""
+    topo = parse_nvidia_topo("      GPU0  GPU1  CPU Affinity\n")
+    assert (topo.devices, topo.links, topo.devices_without_row) == (["GPU0", "GPU1"], {}, ["GPU0", "GPU1"])
+    assert topo.incomplete
 
 
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)

@@ -295,3 +295,22 @@ def test_a_line_that_is_no_record_among_rccl_json_lines_is_skipped_and_named():
     facts = parser_for("nccl-tests")(mixed)
     assert facts.samples == whole.samples and facts.bad_rows == whole.bad_rows + 1
     assert "line 3" in (facts.incomplete or "") and whole.incomplete is None
+
+
+# ---------------------------------------------------------------- nvidia-smi topo -m
+
+TOPO = FIXTURES / "corpus" / "nvidia-smi-topo"  # real captures (tests/fixtures/corpus/SOURCES.md)
+
+
+@pytest.mark.parametrize("name", ["h100-8gpu-nv18.txt", "h800-8gpu-nv8-4nic-truncated-copy.txt"])
+def test_a_topo_header_alone_names_the_nodes_devices(name):
+    """The capture cut right after its header line (the matrix rows cut off the paste): the
+    devices the header names (devices of the whole capture too), each without a row, no link,
+    `incomplete` saying so (was: refused "a header row but no device rows under it")."""
+    lines = (TOPO / name).read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "GPU0" in line and "GPU1" in line)
+    whole = parser_for("nvidia-smi-topo")("".join(lines))
+    alone = parser_for("nvidia-smi-topo")("".join(lines[: at + 1]))
+    named = [word for word in lines[at].split() if word[:3] in ("GPU", "NIC") and word[3:].isdigit()]
+    assert alone.devices == alone.devices_without_row == named and set(named) <= set(whole.devices)
+    assert alone.links == {} and alone.incomplete and whole.incomplete is None
