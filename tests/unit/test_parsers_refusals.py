@@ -314,3 +314,41 @@ def test_a_topo_header_alone_names_the_nodes_devices(name):
     named = [word for word in lines[at].split() if word[:3] in ("GPU", "NIC") and word[3:].isdigit()]
     assert alone.devices == alone.devices_without_row == named and set(named) <= set(whole.devices)
     assert alone.links == {} and alone.incomplete and whole.incomplete is None
+
+
+# ---------------------------------------------------------------- perftest (ib_write_bw)
+
+# AMD AINIC client, bidirectional, 4 QPs (tests/fixtures/corpus/SOURCES.md)
+PERFTEST = FIXTURES / "corpus" / "ib_write_bw" / "client-bidir-4qp-all-sizes-ainic-800g.txt"
+
+
+def _perftest_part(keep) -> str:
+    return "".join(line for line in PERFTEST.read_text().splitlines(keepends=True) if keep(line))
+
+
+@pytest.mark.parametrize("part", ["box", "addresses"])
+def test_perftests_parameters_box_or_addresses_alone_are_read(part):
+    """The capture's parameters box alone (its title line and all after the box cut), or its QP
+    address lines alone: device, link type, MTU, GID index, QPs, or each address and GID, as
+    in the whole capture, `incomplete` saying the test and its end are unknown (was: refused
+    "no test banner, result row or error")."""
+    whole = parser_for("ib_write_bw")(PERFTEST.read_text())
+    if part == "box":
+        text = _perftest_part(lambda line: " : " in line and "address" not in line)
+        run = parser_for("ib_write_bw")(text)
+        assert (run.device, run.link_type, run.mtu, run.gid_index, run.qps) == (
+            whole.device, whole.link_type, whole.mtu, whole.gid_index, whole.qps) and run.device == "ionic_1"
+    else:
+        text = _perftest_part(lambda line: "address:" in line or line.lstrip().startswith("GID:"))
+        run = parser_for("ib_write_bw")(text)
+        assert run.addresses == whole.addresses and run.addresses
+    assert run.rows == () and run.title is None and run.incomplete and whole.incomplete is None
+
+
+def test_the_ib_write_bw_probe_still_calls_a_box_alone_unreadable():
+    """Where hc ran ib_write_bw itself, a box with no title, row or error says nothing of the
+    port: the probe reads it as unreadable (bw.E012, ERROR), as the refusal made it."""
+    from healthcheck.probes.ib_write_bw import read_perftest_output
+
+    run, why = read_perftest_output(_perftest_part(lambda line: " : " in line and "address" not in line))
+    assert run is None and why
