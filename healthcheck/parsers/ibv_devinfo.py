@@ -223,7 +223,6 @@ class _Scan:
         self.listed: list[str] | None = None
         self.no_devices = False
         self.error: str | None = None
-        self.unnamed = False  # a block was read with no `hca_id:` line above it
 
     def end_port(self) -> None:
         if self.port is not None:
@@ -260,7 +259,7 @@ class _Scan:
             self.port = _Block(value)
         elif self.device is None and _opens_a_block(key, value):
             # a paste cut below its `hca_id:` line: the block is read, its device unnamed ("")
-            self.device, self.unnamed = _Block(""), True
+            self.device = _Block("")
             return self.line(raw)
         elif self.device is None:
             return False  # a line outside any device block (a banner, another program's)
@@ -297,4 +296,5 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
     if not scan.devices and scan.listed is None and not scan.no_devices and scan.error is None:
         raise ParseError(f"ibv_devinfo: no hca_id block (starts {clip(text.strip(), 60)!r})")
     return IbvDevinfo(devices=scan.devices, listed=scan.listed, no_devices=scan.no_devices, error=scan.error,
-                      incomplete=UNNAMED_DEVICE if scan.unnamed else None, unrecognized=unread.frozen_or_nothing())
+                      incomplete=UNNAMED_DEVICE if any(d.name == "" for d in scan.devices) else None,
+                      unrecognized=unread.frozen_or_nothing())
