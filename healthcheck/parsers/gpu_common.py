@@ -152,6 +152,11 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
     # not "no GPU" (`hc parse` only; the probe's parse refuses such text)
     cut_before_gpus: bool = False
     warnings: list[DriverWarning] = []  # nvidia-smi -q's `WARNING: infoROM is corrupted at gpu ...` lines
+    # why what was read is partial, where a text lacked what the parser names GPUs by (a
+    # `--query-gpu` header with no pci.bus_id column, a row past the header's columns):
+    # what was read is kept rather than the whole text refused; None when nothing was missing.
+    # The same key as `procfs.Processes.incomplete` (`hc parse` only: the probe refuses such text)
+    incomplete: str | None = None
     # lines of nvidia-smi's text no part of its parser read (omitted when none; never from NVML)
     unrecognized: Unrecognized = NOTHING_UNREAD
 

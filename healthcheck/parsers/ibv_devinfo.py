@@ -94,6 +94,9 @@ class IbvDevinfo(msgspec.Struct, frozen=True, omit_defaults=True):
     listed: list[str] | None = None  # `ibv_devinfo -l`: the device names
     no_devices: bool = False  # "No IB devices found" (the verbs stack works, no device)
     error: str | None = None  # no device list at all, a device not found, a failed query
+    # why what was read is partial: a paste cut below its `hca_id:` line, the device's block (or
+    # a port's) read with the device unnamed (`name` ""); None when nothing was missing
+    incomplete: str | None = None
     # lines outside every device block that are none of ibv_devinfo's (inside one, every
     # line is kept: a field, a capability name or a note)
     unrecognized: Unrecognized = NOTHING_UNREAD
@@ -206,6 +209,17 @@ def _device(block: _Block, ports: list[IbvPort]) -> IbvDevice:
     )
 
 
+_TRANSPORTS = ("InfiniBand", "iWARP")  # `transport:` values a device block opens with (IbvDevice.transport)
+UNNAMED_DEVICE = "cut below its hca_id line: a device block read without the device's name (name \"\")"
+
+
+def _opens_a_block(key: str, value: str) -> bool:
+    """The first line of a device's block after its `hca_id:` (`transport: InfiniBand (0)`),
+    or a port's (`port: 1`): where a paste that cut the `hca_id:` line starts."""
+    return (key == "transport" and _named(value) in _TRANSPORTS) or (
+        key == "port" and value.isdigit() and len(value) <= 6)
+
+
 class _Scan:
     def __init__(self) -> None:
         self.devices: list[IbvDevice] = []
@@ -252,6 +266,10 @@ class _Scan:
         elif key == "port" and self.device is not None and value.isdigit() and len(value) <= 6:
             self.end_port()
             self.port = _Block(value)
+        elif self.device is None and _opens_a_block(key, value):
+            # a paste cut below its `hca_id:` line: the block is read, its device unnamed ("")
+            self.device = _Block("")
+            return self.line(raw)
         elif self.device is None:
             return False  # a line outside any device block (a banner, another program's)
         elif pair is None or key == "Unknown flags":
@@ -287,4 +305,5 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
     if not scan.devices and scan.listed is None and not scan.no_devices and scan.error is None:
         raise ParseError(f"ibv_devinfo: no hca_id block (starts {clip(text.strip(), 60)!r})")
     return IbvDevinfo(devices=scan.devices, listed=scan.listed, no_devices=scan.no_devices, error=scan.error,
+                      incomplete=UNNAMED_DEVICE if any(d.name == "" for d in scan.devices) else None,
                       unrecognized=unread.frozen_or_nothing())

@@ -258,6 +258,10 @@ class NcclRasStatus(msgspec.Struct, frozen=True, omit_defaults=True):
     complete: bool = False  # the Warnings section (JSON: its "ras" block) was reached
     server_errors: tuple[str, ...] = ()  # "ERROR: Unknown command ..." from the server
     client_error: str | None = None  # ncclras could not reach or talk to the RAS service
+    # why what was read is partial: a paste cut above its `Errors`/`Warnings` title, its
+    # `#G-I (HASH) ...` blocks read without knowing which of the two they were in (never `ok`:
+    # `complete` stays False); None when nothing was missing
+    incomplete: str | None = None
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (JSON: around the reply); omitted when none
 
     @property
@@ -281,6 +285,10 @@ class NcclRasStatus(msgspec.Struct, frozen=True, omit_defaults=True):
 _VERSION = re.compile(r"NCCL version (\d{1,4}\.\d{1,4}\.\d{1,4}\S{0,64}) compiled with CUDA (\d{1,4}\.\d{1,4})")
 _CUDA = re.compile(r"CUDA runtime version (-?\d{1,9}), driver version (-?\d{1,9})")
 _COMMUNICATORS = re.compile(r"Communicators\.\.\.(?: \((\d{1,9}\.\d{1,9})s\))?")
+_HASH_DIGITS = 16  # a communicator's hash as NCCL prints it ("%016lx")
+UNTITLED = "untitled"  # _Reader.section of `#G-I` blocks read before any section title
+UNTITLED_BLOCKS = ("cut above its Errors/Warnings title: the communicator blocks are read, which of the two "
+                   "sections each was in is not known")
 _ISSUE = re.compile(r"#(\d{1,9})-(\d{1,9}) \(([0-9a-fA-F]{1,32})\) (INCOMPLETE|ERROR|MISMATCH)")
 _GPU = r"GPU (\d{1,9})(?: \(NVML (\d{1,9})\))?"
 _WHO = r"(?:" + _GPU + r" managed by process (\d{1,10}) on node (\S{0,256})|\[process information not found\])"
@@ -333,7 +341,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.out: dict = {}
-        self.section = ""  # "job", "comms", "errors", "warnings"
+        self.section = ""  # "job", "comms", "errors", "warnings"; "untitled": blocks cut from their title
         self.job: dict = {}
         self.table = ""  # the job summary's table being read
         self.pending_header: list[str] = []
@@ -516,13 +524,17 @@ class _Reader:
     # -- Errors and Warnings: the blocks
 
     def in_issues(self) -> bool:
-        return self.section in ("errors", "warnings")
+        return self.section in ("errors", "warnings", UNTITLED)
 
     def comm_issue(self, line: Line) -> bool:
         """`#G-I (HASH) INCOMPLETE|ERROR|MISMATCH`: the block of communicator I of group G."""
         m = _ISSUE.fullmatch(line.text)
-        if m is None or not self.in_issues():
+        if m is None or not (self.in_issues() or not self.section and len(m.group(3)) == _HASH_DIGITS):
             return False
+        if not self.section:
+            # a paste cut above its `Errors` / `Warnings` title: the block is read (its kind is
+            # on its line, its hash as NCCL prints it), which section it was in is not known
+            self.section, self.facts = UNTITLED, self.facts + 1
         self.issue = {"kind": m.group(4), "group": int(m.group(1)), "index": int(m.group(2)), "hash": m.group(3),
                       "missing_ranks": [], "status_sets": [], "op_counts": [], "errors": []}
         self.issues.append(self.issue)
@@ -681,9 +693,11 @@ class _Reader:
                 op_counts=tuple(RasOpCounts(operation=c["operation"], sets=_sets(c["sets"])) for c in i["op_counts"]),
                 errors=tuple(RasErrors(kind=e["kind"], ranks=e["ranks"], sets=_sets(e["sets"])) for e in i["errors"]),
             ))
+        incomplete = UNTITLED_BLOCKS if self.section == UNTITLED else None
         return NcclRasStatus(**self.out, job=job, groups=tuple(self.groups), issues=tuple(issues),
-                             missing_processes=tuple(self.missing_processes), dead=tuple(self.dead),
-                             server_errors=tuple(self.server_errors[:100]), unrecognized=self.unread())
+                             incomplete=incomplete, missing_processes=tuple(self.missing_processes),
+                             dead=tuple(self.dead), server_errors=tuple(self.server_errors[:100]),
+                             unrecognized=self.unread())
 
 
 _JOB_HEADER_WORDS = frozenset(("Nodes", "Processes", "GPUs", "(total)", "per", "node", "process"))

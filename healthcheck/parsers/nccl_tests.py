@@ -159,6 +159,9 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     nccl_warns: tuple[NcclWarn, ...] = ()
     launcher_error: str | None = None  # the launcher never started the test
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read (text): how many, the first few
+    # why what was read is partial: a paste of the footer alone (`# Out of bounds values`,
+    # `# Avg bus bandwidth`), no banner, rank map or row above it; None when nothing was missing
+    incomplete: str | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -698,12 +701,22 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     return _run_of(s, text, fallback)
 
 
+FOOTER_ONLY = ("the footer alone: no banner, rank map or result row above it (which test, sizes and ranks "
+               "are not known)")
+
+
 def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
     rows, ranks, failures, banner = s.rows, s.ranks, s.failures, s.banner
     program, launcher_error, tables = s.program, s.launcher_error, s.tables
+    incomplete = None
     if not (rows or failures or launcher_error or banner.started):
-        what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
-        raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
+        if s.averages:
+            # the footer's average is the run's summary (an out-of-bounds line alone says too
+            # little to stand for a run): read, and said to be alone
+            incomplete = FOOTER_ONLY
+        else:
+            what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
+            raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
     if ranks:
         rank_count = len({r.rank for r in ranks})
     elif banner.nccl_nranks is not None:
@@ -754,6 +767,7 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         nccl_warns=tuple(s.nccl_warns),
         launcher_error=launcher_error,
         unrecognized=s.unrecognized.freeze(),
+        incomplete=incomplete,
     )
 
 
@@ -1011,14 +1025,15 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
     samples = []
     bad_rows = 0
     names: list[str] = []
+    stray: list[str] = []  # lines among the records that are none (another program's, a torn one)
     for i, line in enumerate(lines):
         try:
             r = decoder.decode(line)
         except _DECODE_ERRORS as exc:
-            if i == len(lines) - 1 and i > 0:  # the last record, cut by a run that died
-                bad_rows += 1
-                continue
-            raise ParseError(f"rccl-tests JSON lines: line {i + 1}: {clip(str(exc) or type(exc).__name__)}") from None
+            bad_rows += 1  # the last record, cut by a run that died; or a line that is no record
+            if not (i == len(lines) - 1 and i > 0):
+                stray.append(f"line {i + 1}: {clip(str(exc) or type(exc).__name__, 80)}")
+            continue
         time_us, algbw, busbw = _json_number(r.time), _json_number(r.algBw), _json_number(r.busBw)
         wrong: int | None = None
         if isinstance(r.wrong, str):
@@ -1038,7 +1053,8 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
             redop=None if r.redop in (None, "", "none") else r.redop,
         ))
     if not samples:
-        raise ParseError("rccl-tests JSON lines: no record with size, time, algBw and busBw")
+        why = f" ({stray[0]})" if stray else ""
+        raise ParseError(f"rccl-tests JSON lines: no record with size, time, algBw and busBw{why}")
     return NcclTestsRun(
         collective=(collective_name(names[0]) if names else None) or fallback or UNKNOWN,
         format="rccl-json-lines",
@@ -1048,4 +1064,6 @@ def _parse_rccl_lines(text: str, fallback: str | None) -> NcclTestsRun:
         samples=tuple(samples),
         bad_rows=bad_rows,
         last_size_bytes=samples[-1].size_bytes,
+        incomplete=(f"{len(stray)} line(s) among the JSON records are no record, not read: {stray[0]}"
+                    if stray else None),
     )

@@ -329,7 +329,7 @@ def _headed(
 def _rows(
     lines: list[tuple[int, str]], fields: Sequence[str] | None, unread: UnrecognizedLines,
     named: list[str] | None = None,
-) -> tuple[list[str], list[list[str]]]:
+) -> tuple[list[str], list[_CsvLine]]:
     """(column names, data rows) of the CSV lines; a line before the header, or one with no
     comma among rows of several columns, is no row of the table (counted in `unread`).
     `named`: the fields of a `--query-gpu=` command line pasted with the output."""
@@ -347,7 +347,7 @@ def _rows(
         if len(row.cells) == 1 and len(columns) > 1:
             note_unread(unread, row.number, row.text)
         else:
-            rows.append(row.cells)
+            rows.append(row)
     return columns, rows
 
 
@@ -403,14 +403,51 @@ def parse_nvidia_smi_query(text: str, *, fields: Sequence[str] | None = None, un
             return GpuFacts(source=SOURCE, init_error=init_error)
     unread = UnrecognizedLines()
     columns, rows = _rows(csv_lines, fields, unread, named)
-    # the columns a pasted command named (no header: `_headed` gave its list), no bus id among
-    # them: what was asked for says these rows are GPUs'; a header-like line of another tool's
-    # text (`launch.`) without a bus id is still refused
-    if unnamed and rows and columns is named and not any(n in columns for n in _COLUMNS["pci_bus_id"]):
-        facts = _unnamed_facts(columns, rows, lost)
+    if unnamed:
+        facts = _pasted_facts(columns, rows, lost, init_error, columns is named, unread)
     else:
-        facts = _facts(columns, rows, lost, init_error)
+        facts = _facts(columns, [row.cells for row in rows], lost, init_error)
     return msgspec.structs.replace(facts, unrecognized=unread.frozen_or_nothing()) if unread.count else facts
+
+
+# why a pasted reading is partial (GpuFacts.incomplete)
+NO_BUS_ID_COLUMN = "no pci.bus_id column: which GPU each row is of is not known (`unnamed`, in the order printed)"
+
+
+def _pasted_facts(
+    columns: list[str], rows: list[_CsvLine], lost: list[LostGpu], init_error: str | None,
+    from_command: bool, unread: UnrecognizedLines,
+) -> GpuFacts:
+    """`hc parse`'s reading: where the probe's strict one refuses a text that still holds GPUs'
+    readings (no pci.bus_id column, a bus id that is no PCI address, a row with more values
+    than the header has columns), what can be read is kept and `incomplete` says what was
+    missing. A text with none of it is refused as the probe refuses it."""
+    why: list[str] = []
+    fitting = [row for row in rows if len(row.cells) <= len(columns)]
+    if columns and fitting and len(fitting) < len(rows):
+        for row in rows:
+            if len(row.cells) > len(columns):
+                note_unread(unread, row.number, row.text)  # which value is which column's is not known
+        why.append(f"{len(rows) - len(fitting)} row(s) with more values than the {len(columns)} columns: not read")
+    cells = [row.cells for row in (fitting or rows)]
+    if not any(n in columns for n in _COLUMNS["pci_bus_id"]) and cells and (
+            from_command or _names_gpu_fields(columns, cells)):
+        # the columns a pasted command named, or a header of fields hc knows, no bus id among
+        # them: these rows are GPUs'; a header-like line of another tool's text (`launch.`),
+        # with no field hc knows, is still refused
+        facts = _unnamed_facts(columns, cells, lost)
+        why.insert(0, NO_BUS_ID_COLUMN)
+    else:
+        odd: list[dict[str, str]] = []
+        facts = _facts(columns, cells, lost, init_error, odd)
+        if odd:
+            why.append(f"{len(odd)} row(s) whose pci.bus_id is no PCI address: their readings are `unnamed`")
+    return msgspec.structs.replace(facts, incomplete="; ".join(why)) if why else facts
+
+
+def _names_gpu_fields(columns: list[str], rows: list[list[str]]) -> bool:
+    """A header that names a field hc reads, over at least one row with a value for every column."""
+    return any(n in _KNOWN_NAMES for n in columns) and any(len(cells) == len(columns) for cells in rows)
 
 
 def _unnamed_facts(columns: list[str], rows: list[list[str]], lost: list[LostGpu]) -> GpuFacts:
@@ -427,8 +464,11 @@ def _unnamed_facts(columns: list[str], rows: list[list[str]], lost: list[LostGpu
 
 
 def _facts(
-    columns: list[str], rows: list[list[str]], lost: list[LostGpu], init_error: str | None
+    columns: list[str], rows: list[list[str]], lost: list[LostGpu], init_error: str | None,
+    odd: list[dict[str, str]] | None = None,
 ) -> GpuFacts:
+    """The rows' GPUs by bus id. `odd`: where given (`hc parse`), a row whose bus id is no PCI
+    address goes there (its readings become `unnamed`) instead of refusing the text."""
     if not columns:
         raise ParseError("nvidia-smi --query-gpu: no CSV in the output")
     if not rows:
@@ -449,14 +489,17 @@ def _facts(
             continue  # cut off before the bus id: nothing identifies this GPU
         bus_id = clean_value(raw_bus_id)
         if bus_id is not None and not _PCI.match(bus_id):
-            raise ParseError(f"nvidia-smi --query-gpu: {clip(bus_id, 40)!r} is not a PCI bus id")
+            if odd is None:
+                raise ParseError(f"nvidia-smi --query-gpu: {clip(bus_id, 40)!r} is not a PCI bus id")
+            odd.append(row)
+            continue
         if bus_id is None:
             # nvidia-smi could not read the GPU's bus id: report it, do not drop it.
             error = "no PCI bus id in the --query-gpu row"
             lost.append(LostGpu(pci_bus_id=None, index=index, error=error))
             continue
         found.append((index, normalize_pci(bus_id), row))
-    if not found and not lost:
+    if not found and not lost and not odd:
         raise ParseError("nvidia-smi --query-gpu: no GPU rows")
     # Without an index column, rows come in NVML index order, as -q blocks do.
     fallback, lost = assign_indexes([pci for _, pci, _ in found], lost)
@@ -464,10 +507,11 @@ def _facts(
         Gpu(index=index if index is not None else fallback[i], pci_bus_id=pci, **_gpu_fields(row))
         for i, (index, pci, row) in enumerate(found)
     ]
-    first = found[0][2] if found else {}
+    first = found[0][2] if found else (odd[0] if odd else {})
     return GpuFacts(
         source=SOURCE,
         gpus=gpus,
+        unnamed=[GpuReadings(**_gpu_fields(row)) for row in odd or ()],
         lost=lost,
         driver_version=parse_version(_pick(first, _DRIVER_COLUMNS)),
         init_error=init_error if not gpus else None,

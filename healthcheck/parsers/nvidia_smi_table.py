@@ -55,6 +55,11 @@ _TOKEN = re.compile(r"\S+")
 _NUMBER = re.compile(r"^(?P<num>[0-9]{1,15}(?:\.[0-9]{1,6})?)(?P<unit>[A-Za-z%]{0,3})$")
 _TIMESTAMP = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4}$")
 _BORDER_CHARS = frozenset("+-=|")
+# a processes table's row pasted without the table's title and column names above it:
+# "0   N/A  N/A   11327   C   /root/tools/memhog   2566MiB" (GI and CI since 450),
+# "0     44454      C   python     15631MiB" (before), "... C+G  C:\\...\\dwm.exe  N/A"
+_PROCESS_ROW = re.compile(r"^\s*\d{1,3}\s+(?P<gi_ci>(?:N/A|\d{1,5})\s+(?:N/A|\d{1,5})\s+)?\d{1,10}\s+(?:C\+G|C|G)\s+"
+                          r"\S[^|]{0,400}\s(?:\d{1,10}MiB|N/A)\s*$")
 
 
 class TableGpu(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -396,6 +401,8 @@ class _Scan:
             self.kind = "mig"
         elif "Bus-Id" in tokens or "Persistence-M" in tokens:
             self.kind = "gpus"
+        elif {"GPU", "PID", "Type"} <= set(tokens):
+            self.kind = "processes"  # the column names, a paste cut after the "Processes:" title
         if self.kind == "processes" and "GI" in tokens and "CI" in tokens:
             self.gi_ci = True
 
@@ -442,6 +449,11 @@ class _Scan:
         if self.kind is None and len(cells) == 3 and any(_PCI.match(t) for t in cells[1].split()[:1]):
             # a pasted fragment: GPU rows with no banner or header above them
             self.kind, self.in_rows = "gpus", True
+            self.row(line)
+            return
+        if self.kind is None and len(cells) == 1 and (m := _PROCESS_ROW.match(cells[0])):
+            # a pasted fragment: process rows with no title or column names above them
+            self.kind, self.in_rows, self.gi_ci = "processes", True, m.group("gi_ci") is not None
             self.row(line)
             return
         self.header(line)

@@ -72,6 +72,9 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
     nics: dict[str, str] = {}  # "NIC0" -> "mlx5_0", from the NIC Legend
     # header columns whose rows the paste cut: the node has them, their own links are unread
     devices_without_row: list[str] = []
+    # why what was read is partial: a paste cut right after the header, the devices it names
+    # known and none of their links; None when nothing was missing
+    incomplete: str | None = None
     # lines that are neither the header, a device row nor the legends (omitted when none)
     unrecognized: Unrecognized = NOTHING_UNREAD
 
@@ -105,13 +108,17 @@ def parse_nvidia_topo(text: str) -> Topology:
         links[label] = {}
         for column, value in zip(columns, values, strict=False):
             _store(label, column, value, links[label], cpu, numa)
-    if not devices:
-        raise ParseError("nvidia-smi topo: a header row but no device rows under it")
     without_row = _header_only_devices(columns, links) if header_at is not None else []
+    if not devices and not without_row:
+        raise ParseError("nvidia-smi topo: a header row but no device rows under it")
     return Topology(
         devices=devices + without_row, links=links, cpu_affinity=cpu, numa_affinity=numa,
         nics=_nic_legend(lines), devices_without_row=without_row, unrecognized=_unread(lines, header_at),
+        incomplete=None if devices else HEADER_ONLY,
     )
+
+
+HEADER_ONLY = "a header with no device row under it: the devices it names are known, none of their links"
 
 
 def _header_only_devices(columns: list[str], rows: dict[str, dict[str, str]]) -> list[str]:

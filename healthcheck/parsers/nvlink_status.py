@@ -21,7 +21,10 @@ with its unit: "replay_errors", "data_tx_kib"): a counter says nothing about whe
 link is up (an inactive link prints counters too), so counter output leaves `links`
 empty, and `links` empty there means "not asked", never "no links". A counter's value is
 an int, a float ("15e-255"), None (N/A) or the text printed. A status value that is
-neither a speed nor "<inactive>" (a capture cut mid-line) raises ParseError.
+neither a speed nor "<inactive>" (a capture cut mid-line) is no link (up or down would be a
+guess): the line is counted unread and `incomplete` says which link's state is not known.
+Link lines pasted before any `GPU n:` title (a paste cut below it) are `unnamed`: their
+links and counters, which GPU they are of not known, `incomplete` saying so.
 """
 
 from __future__ import annotations
@@ -81,9 +84,20 @@ class NvLinkGpu(msgspec.Struct, frozen=True, omit_defaults=True):
     counters: list[NvLinkCounters] = []
 
 
+class NvLinkUnnamed(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Link lines pasted before any `GPU n: ...` title: which GPU they are of is not known."""
+
+    links: list[NvLink] = []
+    counters: list[NvLinkCounters] = []
+
+
 class NvLinkStatus(msgspec.Struct, frozen=True, omit_defaults=True):
     gpus: list[NvLinkGpu]
     unsupported: str | None = None  # the driver's message when NVLink cannot be queried
+    unnamed: NvLinkUnnamed | None = None  # link lines before any GPU title (a paste cut below it)
+    # why what was read is partial (link lines with no GPU title, a link whose value is cut);
+    # None when nothing was missing
+    incomplete: str | None = None
     # lines that are no GPU title, link line or driver message (another command's output,
     # prose): counted, the first few kept as evidence; a prompt is none
     unrecognized: Unrecognized = NOTHING_UNREAD
@@ -93,6 +107,8 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi nvlink: expected text, got {type(text).__name__}")
     gpus: list[_GpuBlock] = []
+    untitled = _GpuBlock(None)  # link lines before any GPU title
+    why: list[str] = []
     unsupported: str | None = None
     unread = UnrecognizedLines()
     for number, pasted in enumerate(pasted_lines(text), 1):
@@ -104,8 +120,12 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
             gpus.append(_GpuBlock(m))
             continue
         m = _LINK.match(line)
-        if m and gpus:
-            _read_link(int(m.group("link")), m.group("value").rstrip(), gpus[-1].links, gpus[-1].counters)
+        if m:
+            block = gpus[-1] if gpus else untitled
+            if not _read_link(int(m.group("link")), m.group("value").rstrip(), block.links, block.counters):
+                note_unread(unread, number, line)
+                why.append(f"Link {m.group('link')}: {clip(m.group('value').strip(), 40)!r} is neither a speed nor "
+                           "<inactive> (a cut line): that link's state is not known")
             continue
         if _is_driver_message(line):
             unsupported = unsupported or clip(line, 200)
@@ -113,10 +133,17 @@ def parse_nvlink_status(text: str) -> NvLinkStatus:
                 gpus[-1].message = clip(line, 200)
         else:  # a prompt, or the command echoed before the output, is no line of the tool's
             note_unread(unread, number, line)
-    if not gpus and unsupported is None:
+    unnamed = untitled.freeze_unnamed()
+    if unnamed is not None:
+        why.insert(0, UNTITLED_LINKS)
+    if not gpus and unsupported is None and unnamed is None:
         raise ParseError(f"nvidia-smi nvlink: no 'GPU n: ...' line; starts with {clip(text.strip(), 60)!r}")
-    return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported,
-                        unrecognized=unread.frozen_or_nothing())
+    return NvLinkStatus(gpus=[g.freeze() for g in gpus], unsupported=unsupported, unnamed=unnamed,
+                        incomplete="; ".join(why[:MAX_REASONS]) or None, unrecognized=unread.frozen_or_nothing())
+
+
+UNTITLED_LINKS = "link lines before any 'GPU n:' title: which GPU they are of is not known (`unnamed`)"
+MAX_REASONS = 4  # reasons `incomplete` names (each cut link's); the lines are all counted unread
 
 
 def _is_driver_message(line: str) -> bool:
@@ -128,15 +155,21 @@ def _is_driver_message(line: str) -> bool:
 
 
 class _GpuBlock:
-    """One GPU's title line and what followed it."""
+    """One GPU's title line and what followed it (title None: the link lines before any)."""
 
-    def __init__(self, title: re.Match[str]) -> None:
+    def __init__(self, title: re.Match[str] | None) -> None:
         self.title = title
         self.links: list[NvLink] = []
         self.counters: dict[int, dict[str, CounterValue]] = {}
         self.message: str | None = None
 
+    def freeze_unnamed(self) -> NvLinkUnnamed | None:
+        if not (self.links or self.counters):
+            return None
+        return NvLinkUnnamed(links=self.links, counters=_counters(self.counters))
+
     def freeze(self) -> NvLinkGpu:
+        assert self.title is not None  # a GPU's block: only `untitled` has none
         gpu = _gpu(self.title, self.links, self.counters)
         if self.message is None:
             return gpu
@@ -144,15 +177,19 @@ class _GpuBlock:
                                        all_links_inactive=_ALL_INACTIVE.search(self.message) is not None)
 
 
-def _read_link(number: int, value: str, links: list[NvLink], counters: dict[int, dict[str, CounterValue]]) -> None:
-    """One "Link N: ..." line: a counter ("name: value [unit]") or a link's status."""
+def _read_link(number: int, value: str, links: list[NvLink], counters: dict[int, dict[str, CounterValue]]) -> bool:
+    """One "Link N: ..." line: a counter ("name: value [unit]") or a link's status; False where
+    the status is neither (a cut line: nothing read)."""
     c = _COUNTER_NAME.match(value)
     if c is None:
-        links.append(_link(number, value))
-        return
+        link = _link(number, value)
+        if link is not None:
+            links.append(link)
+        return link is not None
     name = _NOT_A_NAME.sub("_", c.group("name").lower()).strip("_")
     key, counted = _counter(name, value[c.end():].strip())
     counters.setdefault(number, {}).setdefault(key, counted)  # a repeated line: the first stands
+    return True
 
 
 def _counter(name: str, text: str) -> tuple[str, CounterValue]:
@@ -169,17 +206,15 @@ def _counter(name: str, text: str) -> tuple[str, CounterValue]:
     return (f"{name}_{unit.lower().replace('/', '_')}" if unit else name), number
 
 
-def _link(number: int, value: str) -> NvLink:
-    """`26.562 GB/s` is an active link, `<inactive>` a down one; nothing else is guessed."""
+def _link(number: int, value: str) -> NvLink | None:
+    """`26.562 GB/s` is an active link, `<inactive>` a down one; nothing else is guessed (None)."""
     if "inactive" in value.lower():  # nvidia-smi prints "<inactive>"
         return NvLink(link=number, active=False)
     m = _SPEED.search(value)
     if not m:
         # e.g. the last line of a cut capture ("Link 7: 26.5"): calling it up or down
         # would be a guess, and a wrong "up" hides a dead link
-        raise ParseError(
-            f"nvidia-smi nvlink: 'Link {number}: {clip(value, 40)}' is neither a speed nor <inactive>"
-        )
+        return None
     return NvLink(link=number, active=True, speed_gbps=float(m.group("gbps")))
 
 
@@ -190,4 +225,8 @@ def _gpu(m: re.Match[str], links: list[NvLink], counters: dict[int, dict[str, Co
     u = _UUID.fullmatch(rest, at) if at >= 0 else None
     name, uuid = (rest[:at], u.group("uuid")) if u else (rest, None)
     return NvLinkGpu(index=int(m.group("index")), name=name.strip(), uuid=uuid, links=links,
-                     counters=[NvLinkCounters(link=n, counters=c) for n, c in counters.items()])
+                     counters=_counters(counters))
+
+
+def _counters(counters: dict[int, dict[str, CounterValue]]) -> list[NvLinkCounters]:
+    return [NvLinkCounters(link=n, counters=c) for n, c in counters.items()]

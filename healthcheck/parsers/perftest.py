@@ -204,6 +204,9 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
     # lines no handler read and that held no error (a driver's warning, another command's
     # output): counted, the first few kept as evidence; a prompt, a blank or `...` is none
     unrecognized: Unrecognized = NOTHING_UNREAD
+    # why what was read is partial: a paste of the parameters box or the QP addresses alone (no
+    # title, row or error): which test ran, and how it ended, are not known; None otherwise
+    incomplete: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -825,7 +828,9 @@ class _Parser:
     def result(self, text: str) -> PerftestRun:
         rows = {k: _dedupe(v) if self.titles >= 2 else tuple(v) for k, v in self.rows.items()}
         failures = _dedupe([PerftestFailure(**{k: v for k, v in f.items() if v is not None}) for f in self.failures])
-        if self.titles == 0 and not any(rows.values()) and not failures:
+        alone = self.titles == 0 and not any(rows.values()) and not failures
+        # the box's device or link type, or a QP's address: perftest's own facts, read alone too
+        if alone and not (self.fields.get("Device") or self.fields.get("Link type") or self.addresses):
             if self.waiting:
                 raise ParseError("perftest: a server waiting for its client, and nothing after: no banner, "
                                  "result or error")
@@ -875,8 +880,12 @@ class _Parser:
             cuda_device_name=self.cuda_name,
             cuda_pci=self.cuda_pci.get(self.cuda_device) if self.cuda_device is not None else None,
             unrecognized=self.unrecognized.frozen_or_nothing(),
+            incomplete=BOX_ALONE if alone else None,
         )
 
+
+BOX_ALONE = ("the parameters box or the QP addresses alone, no test title, result row or error: which test "
+             "ran and how it ended are not known")
 
 # _Parser.line's handlers, in the order they are tried; a line none takes is searched for errors
 _LINE_HANDLERS = (

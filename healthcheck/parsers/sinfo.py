@@ -570,14 +570,18 @@ def _headerless_reasons(body: list[str]) -> list[SinfoRow] | None:
 
 def _inferred(body: list[str], errors: list[str]) -> SinfoReport:
     """A headerless '|'-separated `sinfo -N -h -o` of another layout (`%N|%G|%b|%c|%C|%T|%P`,
-    padded): columns named by what every line's cell holds; the node is the first, the
+    padded), or a blank-separated one whose second word is the state (`_spaced_cells`):
+    columns named by what every line's cell holds; the node is the first, the
     state the one column of node states. ParseError where no column is one (nothing
     else is ever read as the state)."""
     width = body[0].count("|") + 1
-    if not 2 <= width <= INFERRED_COLUMNS_MAX or any(line.count("|") + 1 != width for line in body):
+    if 2 <= width <= INFERRED_COLUMNS_MAX and all(line.count("|") + 1 == width for line in body):
+        cells = [[cell.strip() for cell in line.split("|")] for line in body]
+    elif (spaced := _spaced_cells(body)) is not None:
+        cells, width = spaced, len(spaced[0])
+    else:
         raise ParseError(f"sinfo: no header line, and its '|' fields differ from line to line or are too many "
                          f"(starts {clip(body[0].strip(), 60)!r})")
-    cells = [[cell.strip() for cell in line.split("|")] for line in body]
     names = [_column_kind([row[i] for row in cells]) for i in range(width)]
     names[0] = "NODELIST"
     gres = [i for i, name in enumerate(names) if name == "GRES"]
@@ -591,6 +595,26 @@ def _inferred(body: list[str], errors: list[str]) -> SinfoReport:
     if not rows:
         raise ParseError("sinfo: no node in the output")
     return SinfoReport(layout="inferred", rows=rows, error=errors[0] if errors else None)
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][\w.\-\[\],]{0,255}$")
+
+
+def _spaced_cells(body: list[str]) -> list[list[str]] | None:
+    """A headerless blank-separated `sinfo -N -h -o "%N %T ..."` / `-O NodeList,StateComplete,...`
+    (a '|' in a reason does not make it '|'-separated): every line a node name, then its state,
+    then the rest of the line as one cell (a reason has blanks in it; which column it is, is
+    not known). None where any line is not such a row, or one line names a node without a
+    number."""
+    cells = []
+    for line in body:
+        words = line.split(None, 2)
+        if len(words) < 2 or not _NODE_NAME.match(words[0]) or not is_node_state(words[1]):
+            return None
+        cells.append([words[0], words[1], words[2].strip() if len(words) > 2 else ""])
+    if len(cells) < 2 and not any(c.isdigit() for c in cells[0][0]):
+        return None  # one line `system down`: prose as likely as a node; a node's name has a number
+    return cells if any(row[2] for row in cells) else [row[:2] for row in cells]
 
 
 def _column_kind(values: list[str]) -> str:

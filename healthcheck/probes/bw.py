@@ -193,6 +193,8 @@ def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> Bandwid
     misconfigured = None
     if run.launcher_error:
         misconfigured = f"the launcher refused: {run.launcher_error}"
+    elif run.incomplete and not samples:  # `hc parse` reads a footer alone; a run's verdict needs its rows
+        misconfigured = f"nccl-tests printed {run.incomplete}"
     elif run.lone_ranks:
         misconfigured = "every rank ran alone (a binary built without MPI launched by mpirun): busbw 0 means nothing"
     elif run.rank_count and run.rank_count != expected:

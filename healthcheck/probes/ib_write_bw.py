@@ -267,13 +267,17 @@ def _plans(ctx: ProbeContext, node: _Node, ports: list[IbPort], size: int, env: 
     return plans
 
 
-def _parse(text: str) -> tuple[PerftestRun | None, str | None]:
+def read_perftest_output(text: str) -> tuple[PerftestRun | None, str | None]:
+    """(the run, None), or (None, why it says nothing hc can judge) for what one side printed."""
     if not text.strip():
         return None, None
     try:
-        return parse_perftest(text), None
+        run = parse_perftest(text)
     except ParseError as exc:
         return None, str(exc)
+    if run.incomplete:  # `hc parse` reads a box alone; a run hc started needs its title, rows or error
+        return None, f"perftest: {run.incomplete}"
+    return run, None
 
 
 def _text(result: CommandResult) -> str:
@@ -284,7 +288,7 @@ def _refused(result: CommandResult) -> bool:
     """perftest's client found no server listening: "Couldn't connect to HOST:PORT", no result."""
     if result.timed_out or "Couldn't connect to " not in result.stdout + result.stderr:
         return False
-    run, _ = _parse(_text(result))
+    run, _ = read_perftest_output(_text(result))
     return run is not None and not run.rows and any(f.kind is PerftestFailureKind.CONNECT for f in run.failures)
 
 
@@ -340,8 +344,8 @@ def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: 
     duration = time.monotonic() - start
 
     size = plan.size
-    client_run, client_unparsable = _parse(_text(client))
-    server_run, _ = _parse(_text(served)) if served is not None else (None, None)
+    client_run, client_unparsable = read_perftest_output(_text(client))
+    server_run, _ = read_perftest_output(_text(served)) if served is not None else (None, None)
     rows = client_run.rows_at(size) if client_run is not None else ()
     if not rows and server_run is not None:
         rows = server_run.rows_at(size)

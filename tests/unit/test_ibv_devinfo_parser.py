@@ -91,13 +91,22 @@ def test_this_machines_real_ibv_devinfo():
 
 @pytest.mark.parametrize(
     "text",
-    ["hello world\n", "\t\tport:\t1\n\t\t\tstate:\t\tPORT_ACTIVE (4)\n", "\x00\x01\x02\xff" * 50,
+    ["hello world\n", "\t\t\tstate:\t\tPORT_ACTIVE (4)\n", "\x00\x01\x02\xff" * 50,
      bytes(range(256)).decode("latin-1") * 4],
-    ids=["words", "port-without-device", "binary", "all-bytes"],
+    ids=["words", "fields-without-port", "binary", "all-bytes"],
 )
 def test_garbage_is_a_parse_error(text):
     with pytest.raises(ParseError):
         parse_ibv_devinfo(text)
+
+
+def test_a_port_without_its_device_is_read_with_the_device_unnamed():
+    """A `port:` line and its state with no `hca_id:` above (a paste's fragment) was pinned here
+    as garbage; it holds a port and its state, what ibv_devinfo is read for, so it is read as
+    ibstat reads a port with no CA line: the device unnamed (""), `incomplete` saying so."""
+    facts = parse_ibv_devinfo("\t\tport:\t1\n\t\t\tstate:\t\tPORT_ACTIVE (4)\n")
+    assert [(d.name, [(p.port, p.state) for p in d.ports]) for d in facts.devices] == [("", [(1, "PORT_ACTIVE")])]
+    assert facts.incomplete
 
 
 @pytest.mark.parametrize("fmt", [(), ("--format", "json")], ids=["default", "json"])

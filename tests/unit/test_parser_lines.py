@@ -521,8 +521,9 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"
     done = run_hc("parse", "nccl-tests", "-", input=shaped)
     facts = json.loads(done.stdout)["facts"]
-    # keys added: each footer's average; NCCL's WARNs among the output (the audit of unread lines)
-    assert set(facts) == before | {"unrecognized", "averages", "nccl_warns"}
+    # keys added: each footer's average; NCCL's WARNs among the output (the audit of unread lines);
+    # `incomplete` (null unless a footer was pasted alone)
+    assert set(facts) == before | {"unrecognized", "averages", "nccl_warns", "incomplete"}
     assert facts["unrecognized"]["count"] == 1 and facts["unrecognized"]["sample"][0]["line"] == shaped.count("\n")
 
 

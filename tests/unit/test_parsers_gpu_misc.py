@@ -97,7 +97,6 @@ def test_topo_header_without_indentation_and_old_mlx_labels():
         "\n\n",
         "garbage",
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
-        "      GPU0  GPU1  CPU Affinity\n",  # a header and nothing under it
         "Legend:\n\n  X    = Self\n",
         "\x00\x1b[4m\xff",
     ],
@@ -106,6 +105,14 @@ def test_topo_garbage_is_a_parse_error(text):
     with pytest.raises(ParseError) as info:
         parse_nvidia_topo(text)
     assert "\n" not in str(info.value)
+
+
+def test_topo_header_with_nothing_under_it_names_its_devices():
+    """Pinned as garbage before: a header names the node's devices (what `devices_without_row`
+    already kept from a paste cut after a few rows), so it is read, no link, `incomplete` saying so."""
+    topo = parse_nvidia_topo("      GPU0  GPU1  CPU Affinity\n")
+    assert (topo.devices, topo.links, topo.devices_without_row) == (["GPU0", "GPU1"], {}, ["GPU0", "GPU1"])
+    assert topo.incomplete
 
 
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-topo"), ids=lambda p: p.name)
@@ -335,7 +342,6 @@ def test_nvlink_counter_values_that_are_not_integers():
         "   \n",
         "garbage",
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
-        "\t Link 0: 26.562 GB/s\n",  # links without a GPU
         "No devices were found",
         "\x00\xff\x1b",
     ],
@@ -363,9 +369,21 @@ def test_nvlink_truncated_captures(path):
             assert gpu.links == full.get(gpu.index, [])[: len(gpu.links)]
 
 
-def test_nvlink_value_cut_mid_line_is_an_error():
-    with pytest.raises(ParseError):
-        parse_nvlink_status("GPU 0: NVIDIA H800 (UUID: GPU-1)\n         Link 0: 26.5")
+def test_nvlink_value_cut_mid_line_is_no_link_and_says_so():
+    """Pinned as an error before: the GPU and its name are facts the text holds, so only the cut
+    link is left out (up or down would be a guess), counted unread, named in `incomplete`."""
+    facts = parse_nvlink_status("GPU 0: NVIDIA H800 (UUID: GPU-1)\n         Link 0: 26.5")
+    assert [(g.index, g.name, g.links) for g in facts.gpus] == [(0, "NVIDIA H800", [])]
+    assert facts.unrecognized.count == 1 and "Link 0" in (facts.incomplete or "")
+
+
+def test_nvlink_links_without_a_gpu_are_unnamed():
+    """Pinned as garbage before: a link and its speed are what the parser reads, so they are
+    kept as `unnamed` (which GPU not known), `incomplete` saying so."""
+    facts = parse_nvlink_status("\t Link 0: 26.562 GB/s\n")
+    assert facts.gpus == [] and facts.unnamed is not None
+    assert [(link.link, link.active, link.speed_gbps) for link in facts.unnamed.links] == [(0, True, 26.562)]
+    assert facts.incomplete and "GPU" in facts.incomplete
 
 
 # --- both: long lines, binary-ish text, fuzz ----------------------------------------------
