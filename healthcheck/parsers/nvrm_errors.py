@@ -129,7 +129,13 @@ DRIVER_ERRORS: tuple[DriverError, ...] = (
     # it is reset." after "A fatal error was detected." (the driver's PCIe error handler)
     _row(r"still appears unreachable", RESET_REQUIRED, "it is unreachable after a PCIe error"),
     _row(r"A fatal error was detected", RESET_REQUIRED, "the driver's PCIe error handler saw a fatal error"),
-    # nv.c nv_check_gpu_state / os-interface, NV_DEV_PRINTF (515..550)
+    # src/nvidia/src/kernel/gpu/mmu/kern_gmmu.c kgmmuCheckMemSubsysError_IMPL (595), NV_PRINTF after a GSP
+    # timeout: "Memory Subsystem Error detected. kgmmuInvalidateTlb failed." / "... kbusSendSysmembarSingle
+    # failed." / "... kgmmuInvalidateTlb with sysmembar failed." (the caller returns MEMORY_SUBSYSTEM_ERROR;
+    # real: field/issues/xid/gsp-heartbeat-timeout-driver-595-load.txt, a tuning file)
+    _row(r"Memory Subsystem Error detected", RESET_REQUIRED,
+         "its memory subsystem is stuck (a TLB invalidate or a sysmembar timed out)"),
+    # nv.c nv_pci_trigger_recovery, NV_DEV_PRINTF (515..550)
     _row(r"PCI channel for the device is offline", RESET_REQUIRED, "its PCI channel is offline"),
     # osapi.c RmCheckRmApiVersion: "API mismatch: the client has the version %s, but\nNVRM: this kernel
     # module has the version %s." (515..570); "API mismatch: the client '%s' (pid %u)\nNVRM: has the
@@ -154,7 +160,7 @@ DRIVER_ERRORS: tuple[DriverError, ...] = (
 
 # a word every row's message holds, tested before any pattern (most driver lines hold none)
 _WORDS = ("fail", "FAIL", "Fail", "Can't", "No ", "None of", "support", "unreachable", "offline", "fatal error",
-          "mismatch", "power cables", "Cannot", "BAR", "interrupts", "only ready")
+          "mismatch", "power cables", "Cannot", "BAR", "interrupts", "only ready", "Error detected")
 _BUS = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]", re.ASCII)
 _MESSAGE_MAX = 300
 

@@ -100,6 +100,9 @@ FAMILIES = [
      RESET_REQUIRED, "0000:81:00.0", None, None),
     ("pci fatal error", dmesg("NVRM: GPU 0000:81:00.0: A fatal error was detected."), RESET_REQUIRED,
      "0000:81:00.0", None, None),
+    # src/nvidia/src/kernel/gpu/mmu/kern_gmmu.c (595.45.04) NV_PRINTF, naming the GPU by its index only
+    ("memory subsystem", dmesg("NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. "
+                               "kgmmuInvalidateTlb failed."), RESET_REQUIRED, None, None, None),
     # nv.c NV_DEV_PRINTF (515.43.04 .. 550.163.01)
     ("channel offline", dmesg("NVRM: GPU 0000:81:00.0: PCI channel for the device is offline"), RESET_REQUIRED,
      "0000:81:00.0", None, None),
@@ -215,3 +218,12 @@ def test_a_mig_attributed_xid_keeps_its_bus_and_names_its_instances():
     xids = parse_kernel_log(text).xids
     assert [(x.code, x.pci_bus_id, x.gpu_instance, x.compute_instance, x.process) for x in xids] == [
         (94, "0000:01:00.0", 5, 1, "python3"), (94, "0000:01:00.0", 5, None, "python3")]
+
+
+def test_a_stuck_memory_subsystem_in_a_real_gsp_timeout_is_a_reset_required_fault():
+    """real (tuning): field/issues/xid/gsp-heartbeat-timeout-driver-595-load.txt, GPU6's GSP heartbeat
+    timing out, then `Memory Subsystem Error detected. kbusSendSysmembarSingle failed.` (was: unread)."""
+    text = (FIXTURES / "field" / "issues" / "xid" / "gsp-heartbeat-timeout-driver-595-load.txt").read_text()
+    log = parse_kernel_log(text)
+    assert [(f.kind, f.pci_bus_id) for f in log.faults] == [(RESET_REQUIRED, None)]
+    assert "kbusSendSysmembarSingle" in log.faults[0].message and log.gsp_errors  # the GSP errors read as before
