@@ -94,6 +94,7 @@ from healthcheck.parsers.nvrm_errors import (
     NONE_PROBED,
     PROBE,
     RESET_REQUIRED,
+    DriverError,
     DriverErrorLine,
     driver_error,
 )
@@ -561,8 +562,7 @@ class _Read:
         `RmInitAdapter failed!`) is read, not kept twice."""
         row = read.row
         bus = read.pci_bus_id or nearby if row.gpu else None
-        if row.summary and any(f.kind == INIT_FAILED and (bus is None or f.pci_bus_id in (bus, None))
-                               for f in self.faults):
+        if row.summary and any(_summarized(row, bus, f) for f in self.faults):
             return "init-summary"
         return self._fault(GpuFault(kind=row.kind, pci_bus_id=bus, message=read.message, line=line,
                                     time=stamp.time, uptime_s=stamp.uptime_s, stage=row.stage,
@@ -588,6 +588,17 @@ class _Read:
                             gsp_errors=gsp, aer=self.aer.events(), aer_recovery=self.aer.recovery,
                             hung_tasks=self.tasks.hung, segfaults=self.tasks.segfaults,
                             unrecognized=self.unread.frozen_or_nothing())
+
+
+def _summarized(row: DriverError, bus: str | None, fault: GpuFault) -> bool:
+    """Whether `fault` is the failure a summary row repeats: any init failure for the driver's
+    count at probe (`None of the NVIDIA devices were initialized.`); for `rm_init_adapter
+    failed`, the `RmInitAdapter failed!` of its GPU (or one naming none) just before it."""
+    if fault.kind != INIT_FAILED:
+        return False
+    if row.stage == PROBE:
+        return True
+    return fault.stage is None and (bus is None or fault.pci_bus_id in (bus, None))
 
 
 def _mentions_kernel(line: str) -> bool:

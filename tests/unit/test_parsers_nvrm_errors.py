@@ -227,3 +227,12 @@ def test_a_stuck_memory_subsystem_in_a_real_gsp_timeout_is_a_reset_required_faul
     log = parse_kernel_log(text)
     assert [(f.kind, f.pci_bus_id) for f in log.faults] == [(RESET_REQUIRED, None)]
     assert "kbusSendSysmembarSingle" in log.faults[0].message and log.gsp_errors  # the GSP errors read as before
+
+
+def test_rm_init_adapter_after_another_gpus_probe_failure_is_its_own_failure():
+    """The summary rule repeats only `RmInitAdapter failed!`: a GPU refused at probe before
+    (`The NVIDIA probe routine was not called for 1 device(s).`, nv.c) is another failure."""
+    text = dmesg("NVRM: The NVIDIA probe routine was not called for 1 device(s).") + dmesg(
+        "NVRM: GPU 0000:c1:00.0: rm_init_adapter failed, device minor number 3")
+    assert [(f.kind, f.pci_bus_id, f.stage) for f in faults(text)] == [
+        (INIT_FAILED, None, PROBE), (INIT_FAILED, "0000:c1:00.0", None)]
