@@ -386,13 +386,13 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
     """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
     dump, or a failed probe, of a GPU that already FAILed is the same incident."""
     from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, NONE_PROBED, NVLINK_FAILED, PROBE, RESET_REQUIRED
+    from healthcheck.parsers.xid import INIT_FAILED, PROBE, RESET_REQUIRED, UNJUDGED_FAULTS
 
     groups: dict[tuple[str, str | None], list] = {}
     for fault in faults_logged:
-        if fault.kind in (NVLINK_FAILED, NONE_PROBED):
-            # a link that did not train: the NVLink check judges the links' state, not this line; no
-            # adapter probed: a node without NVIDIA GPUs says it too (the GPU count judges missing ones)
+        if fault.kind in UNJUDGED_FAULTS:
+            # facts (a link that did not train, no adapter probed, a client's other library version, a
+            # bring-up step before the `RmInitAdapter failed!` judged): see xid.UNJUDGED_FAULTS
             continue
         groups.setdefault((fault.kind, fault.pci_bus_id), []).append(fault)
     for (kind, bus), faults in sorted(groups.items(), key=lambda kv: (kv[0][0] != INIT_FAILED, str(kv[0][1]))):
@@ -411,7 +411,7 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
         failed.add(bus)
         unbound = max((f.devices or 0 for f in faults), default=0)
         how = (f"its probe routine was not called for {unbound} device(s): another driver owns them" if unbound
-               else "refused it at probe" if at_probe else "RmInitAdapter failed")
+               else faults[0].meaning or ("refused it at probe" if at_probe else "RmInitAdapter failed"))
         yield GPU_INIT_FAILED.fail(
             f"{where}{pci}: the NVIDIA driver could not initialise the GPU ({how}) {times}, {window}",
             component=f"{component}:init-failed", value=len(faults), evidence=faults[0].line)
@@ -426,7 +426,8 @@ def _aftermath(kind: str, where: str, times: str, window: str, component: str, f
         return CRASH_DUMP.fail(f"{where}: the NVIDIA driver created a GPU crash dump {times}, {window}",
                                component=f"{component}:crash-dump", value=len(faults), evidence=faults[0].line)
     return GPU_RESET_REQUIRED.fail(
-        f"{where}: the NVIDIA driver says the GPU needs a reset ({faults[0].error}) {times}, {window}",
+        f"{where}: the NVIDIA driver says the GPU needs a reset ({faults[0].error or faults[0].meaning}) {times}, "
+        f"{window}",
         component=f"{component}:reset-required", value=len(faults), evidence=faults[0].line)
 
 

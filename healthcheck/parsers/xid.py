@@ -39,7 +39,11 @@ routine failed for N device(s).` adds nothing to the per-GPU line before it; the
 banner gives `driver_version`; GSP firmware errors logged without an Xid number are
 `gsp_errors` (parsers/nvrm_load.py) and PCIe AER errors `aer`
 (parsers/pcie_aer.py), with `aer_recovery` (a device that "can't recover" after one: often
-the GPU behind the port that logged the error), facts beside the Xids that no check judges yet.
+the GPU behind the port that logged the error), facts beside the Xids that no check judges
+yet. The driver's other error families, read from its source rather than samples, are
+parsers/nvrm_errors.py's table (pattern -> kind and meaning): each a fault of its row's kind,
+with its `meaning`. A MIG-attributed Xid (`Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...`)
+gives its bus and `gpu_instance`, `compute_instance`.
 A bus id redacted in a paste (`PCI:...`, `0000:XX:00.0`) keeps its event with
 `pci_bus_id` None; a kernel line another tool quoted (`"NVRM: Xid ...\\n"`) is read
 without the quote.
@@ -83,6 +87,17 @@ from healthcheck.parsers.lines import (
     unquoted,
     word_wrapped,
 )
+from healthcheck.parsers.nvrm_errors import (
+    DRIVER_MISMATCH,
+    INIT_CAUSE,
+    INIT_FAILED,
+    NONE_PROBED,
+    PROBE,
+    RESET_REQUIRED,
+    DriverError,
+    DriverErrorLine,
+    driver_error,
+)
 from healthcheck.parsers.nvrm_load import (
     PROBE_MARKER,
     GspError,
@@ -112,6 +127,9 @@ class XidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     link: int | None = None  # the NVLink the driver names; -1 where it names none
     status: list[str] = []  # the status words, hex as printed
     pci_device_id: str | None = None  # "10de:2901" when the driver names it (a GPU lost at probe)
+    # the MIG instance the driver attributes the Xid to, `Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, ...`
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 class SXidEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -134,7 +152,9 @@ class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     # CRASH_DUMP ("A GPU crash dump ..."),
     # RESET_REQUIRED (an assertion naming NV_ERR_RESET_REQUIRED: the GPU takes no work until reset), or
     # NVLINK_FAILED (the driver's NVLink code says a step failed: a link that did not train; a fact
-    # beside the link state `nvidia-smi nvlink -s` gives, which the NVLink check judges)
+    # beside the link state `nvidia-smi nvlink -s` gives, which the NVLink check judges); and the
+    # driver's other messages nvrm_errors.DRIVER_ERRORS reads (INIT_FAILED, RESET_REQUIRED, NONE_PROBED,
+    # and the facts DRIVER_MISMATCH and INIT_CAUSE), each with its row's `meaning`
     kind: str
     pci_bus_id: str | None
     message: str
@@ -145,14 +165,18 @@ class GpuFault(msgspec.Struct, frozen=True, omit_defaults=True):
     pci_device_id: str | None = None  # "10de:2901" when the driver named it for this bus
     error: str | None = None  # RESET_REQUIRED: the driver's status name, "NV_ERR_RESET_REQUIRED"
     devices: int | None = None  # INIT_FAILED at PROBE naming no GPU: the devices the driver did not bind
+    meaning: str | None = None  # a nvrm_errors.DRIVER_ERRORS row's: what the driver's message says
 
 
-INIT_FAILED = "init-failed"
-NONE_PROBED = "none-probed"
 CRASH_DUMP = "crash-dump"
-RESET_REQUIRED = "reset-required"
 NVLINK_FAILED = "nvlink-failed"
-PROBE = "probe"
+
+
+# the faults no check judges: facts beside the ones that are (a link that did not train: the NVLink
+# check judges the links' state; no adapter probed: a node without NVIDIA GPUs says it too; a client's
+# libraries of another version: maybe a container's own; a bring-up step that failed: the
+# `RmInitAdapter failed!` after it is what is judged)
+UNJUDGED_FAULTS = frozenset({NVLINK_FAILED, NONE_PROBED, DRIVER_MISMATCH, INIT_CAUSE})
 
 
 class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -204,6 +228,11 @@ _SXID = re.compile(
     r"SXid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)",
     re.ASCII,
 )
+# a MIG-attributed Xid's bus is followed by its GPU instance and compute instance: src/nvidia/src/
+# kernel/gpu/rc/kernel_rc.c "NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, pid=%s, ..." and
+# "... GPU-I:%02u): ..." (515.43.04 .. 535.288.01; XID_PRINT_WITH_ATTR's, 570.211.01 .. 595.45.04): the
+# bus is what comes before them
+_MIG_ATTRIBUTION = re.compile(r"\s{1,4}GPU-I:(?P<gi>\d{1,4})(?:\s{1,4}GPU-CI:(?P<ci>\d{1,4}))?\s*$", re.ASCII)
 _SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
 # a bus id, or one redacted in a paste ("PCI:...", "0000:XX:00.0"): the event stays, its bus None
 _PCI_TEXT = r"(?:PCI:)?(?P<pci>" + REDACTABLE_BUS + ")"
@@ -478,6 +507,13 @@ class _Read:
         if m and named:
             self.device_ids[_bus_id(m.group("pci"))] = named
 
+    def _note_named(self, number: int, body: str) -> None:
+        """The GPU a driver line names (`NVRM: GPU <bus>`, an Xid's, `The NVIDIA GPU <bus>`): the
+        one a message after it that names none is about."""
+        named = _GPU_AT.search(body) or _THE_GPU.search(body)
+        if named is not None:
+            self.last_gpu = (number, _bus_id(named.group("pci")))
+
     def _numberless(self, number: int, line: str, body: str, stamp: Stamp) -> str | None:
         """A crash dump, a failed init, the load banner, a GSP error, a GPU's UUID: which."""
         if _CRASH_DUMP in body:
@@ -485,14 +521,16 @@ class _Read:
                                         message="A GPU crash dump has been created.", line=line, time=stamp.time,
                                         uptime_s=stamp.uptime_s))
             return "crash-dump"
+        self._note_named(number, body)
         named = _GPU_AT.search(body)
-        if named is not None:
-            self.last_gpu = (number, _bus_id(named.group("pci")))
         nearby = self.near_gpu(number)
         failed = (_init_failed(body, line, stamp, nearby) or _not_bound(body, line, stamp, nearby)
                   or _reset_required(body, line, stamp, nearby) or _nvlink_failed(body, line, stamp, nearby))
         if failed is not None:
             return self._fault(failed)
+        read = driver_error(body)
+        if read is not None:
+            return self._driver_error(read, line, body, stamp, nearby)
         version = driver_version(body)
         if version is not None:
             self.versions.append((number, version))
@@ -516,6 +554,20 @@ class _Read:
             self.refused_at_probe.add(fault.pci_bus_id)
         return fault.kind
 
+    def _driver_error(self, read: DriverErrorLine, line: str, body: str, stamp: Stamp,
+                      nearby: str | None) -> str:
+        """A message nvrm_errors.DRIVER_ERRORS reads, kept as a fault of its row's kind; what
+        it was. Its GPU is the one it prints, else the one a driver line just before named; a
+        summary row repeating an init failure already kept (`rm_init_adapter failed` after
+        `RmInitAdapter failed!`) is read, not kept twice."""
+        row = read.row
+        bus = read.pci_bus_id or nearby if row.gpu else None
+        if row.summary and any(_summarized(row, bus, f) for f in self.faults):
+            return "init-summary"
+        return self._fault(GpuFault(kind=row.kind, pci_bus_id=bus, message=read.message, line=line,
+                                    time=stamp.time, uptime_s=stamp.uptime_s, stage=row.stage,
+                                    pci_device_id=device_id(body) or self.device_ids.get(bus), meaning=row.meaning))
+
     def _identity(self, number: int, body: str) -> str | None:
         """A GPU's UUID or its board's serial kept by its bus id: which (None: neither)."""
         if _record_uuid(body, self.uuids):
@@ -538,6 +590,17 @@ class _Read:
                             unrecognized=self.unread.frozen_or_nothing())
 
 
+def _summarized(row: DriverError, bus: str | None, fault: GpuFault) -> bool:
+    """Whether `fault` is the failure a summary row repeats: any init failure for the driver's
+    count at probe (`None of the NVIDIA devices were initialized.`); for `rm_init_adapter
+    failed`, the `RmInitAdapter failed!` of its GPU (or one naming none) just before it."""
+    if fault.kind != INIT_FAILED:
+        return False
+    if row.stage == PROBE:
+        return True
+    return fault.stage is None and (bus is None or fault.pci_bus_id in (bus, None))
+
+
 def _mentions_kernel(line: str) -> bool:
     return "NVRM:" in line or "kernel:" in line or "nvidia" in line
 
@@ -557,9 +620,12 @@ def _xid(body: str, line: str, stamp: Stamp) -> XidEvent | None:
         return None
     pid, process, message = _pid_name(m.group("rest") or "")
     cause = _CAUSED_BY.search(message)
+    pci, mig = m.group("pci"), _MIG_ATTRIBUTION.search(m.group("pci"))
     return XidEvent(
         code=int(m.group("code")),
-        pci_bus_id=_bus_id(m.group("pci")),
+        pci_bus_id=_bus_id(pci[: mig.start()] if mig else pci),
+        gpu_instance=int(mig.group("gi")) if mig else None,
+        compute_instance=int(mig.group("ci")) if mig and mig.group("ci") else None,
         message=message,
         line=line,
         pid=pid,

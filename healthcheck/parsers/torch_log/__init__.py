@@ -23,6 +23,10 @@ shared/notes/diagnose.md sections 2 and 4):
 * The log prefixes that name a process group: `[PG 3 Rank 4]` (2.3-2.4), `[PG 0
   (default_pg) Rank 2]` (2.4), `[PG ID 0 PG GUID 0(default_pg) Rank 3]` (2.5+), `[Rank N]`.
   Their rank is the rank *in that group* (`pg_rank`); a fact's `rank` is the global one.
+  Where no label names it, a message naming the rank that printed it gives `rank`
+  (state.SELF_NAMED: `[N] is setting up NCCL communicator`, `... on ranks. Rank N is running`,
+  `store based barrier on rank N`, gloo's `rank N (this process)`, `Rank N successfully
+  reached monitoredBarrier`, `[Rank 0]: Ranks ...`), also inside a `what():`.
 * TORCH_NCCL_DESYNC_DEBUG's report, TORCH_DISTRIBUTED_DEBUG=DETAIL's `Detected mismatch
   between collectives on ranks` (both fingerprints; the old one-sided `inconsistent
   collective` wording) and `failed to pass monitoredBarrier`.

@@ -9,7 +9,7 @@ import re
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Line
 from healthcheck.parsers.peers import PEER, endpoint
-from healthcheck.parsers.torch_log.state import TorchState, rank_key
+from healthcheck.parsers.torch_log.state import TorchState, rank_key, said_by
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX
 
 FRAMES_MAX = 32  # Flight Recorder frames kept of one stack
@@ -76,7 +76,9 @@ def read_what(state: TorchState, line: Line) -> bool:
     if o.key == key or what:
         state.close("terminate", o.key)
     if what:
-        state.amend("exceptions", o.index, message=clip(stripped[len(_WHAT):].strip(), MESSAGE_MAX))
+        message = clip(stripped[len(_WHAT):].strip(), MESSAGE_MAX)
+        raised = state.facts["exceptions"][o.index] if 0 <= o.index < len(state.facts["exceptions"]) else None
+        state.amend("exceptions", o.index, message=message, **said_by(message, raised.rank if raised else 0))
     return what
 
 

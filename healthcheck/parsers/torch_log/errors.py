@@ -289,11 +289,11 @@ def read_flight_recorder(state: TorchState, line: Line) -> bool:
     note = _fr_note(b)
     if note is not None:
         kind, path = note
-        state.add("flight_recorder", FlightRecorderNote(**where(line), kind=kind, path=clip(path, 1024)))
+        state.add("flight_recorder", FlightRecorderNote(**group_where(line, b), kind=kind, path=clip(path, 1024)))
         return True
     if "Stack trace of the failed collective" not in b:
         return False
-    index = state.add("flight_recorder", FlightRecorderNote(**where(line), kind="stack"))
+    index = state.add("flight_recorder", FlightRecorderNote(**group_where(line, b), kind="stack"))
     if index >= 0:
         state.start("fr-stack", index, rank_key(line))
     return True

@@ -136,11 +136,15 @@ class CollectiveMismatch(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 
 class MonitoredBarrierFailure(_Fact, frozen=True, omit_defaults=True, kw_only=True):
-    """`[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 5000 ms` (DETAIL, gloo)."""
+    """`[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 5000 ms` (DETAIL, gloo); also
+    a rank that did arrive and then waited on rank 0 in vain, `Rank 1 successfully reached
+    monitoredBarrier, but received errors while waiting for send/recv from rank 0`
+    (ProcessGroupGloo.cpp): `reporter` 1, `waited_on` 0, no `ranks` (it names none absent)."""
 
     reporter: int | None = None  # the `[Rank N]:` that printed it
     ranks: tuple[int, ...] = ()
     timeout_ms: int | None = None
+    waited_on: int | None = None  # a rank that reached the barrier: the rank its wait failed on
 
 
 BackendKind = Literal["nccl", "nccl-timeout", "cuda"]
@@ -220,11 +224,13 @@ FrKind = Literal["disabled", "stack", "dump-written", "dump-failed", "dump-prepa
                  "dump-signal-observed"]
 
 
-class FlightRecorderNote(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+class FlightRecorderNote(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
     """What a rank said of the Flight Recorder: off (`... not found, potentially because
     FlightRecorder is disabled`), the failed collective's stack (`frames`, as printed:
     "#0 all_reduce from .../distributed_c10d.py:3174"), a dump written or not (`path`),
-    or a dump signal sent to / observed from other ranks."""
+    or a dump signal sent to / observed from other ranks. ProcessGroupNCCL prints some with
+    its `[PG ... Rank N]` prefix (`Observed flight recorder dump signal from another rank via
+    TCPStore.`): its group and rank, as the watchdog's facts."""
 
     kind: FrKind
     path: str = ""
@@ -398,11 +404,13 @@ class WorkerGroupEvent(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     new_nodes: int | None = None
 
 
-class ExceptionRaised(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True):
     """The exception a traceback ends with: `torch.distributed.DistBackendError: NCCL
     error ...`. `framed`: a traceback (its header or frames) was read for this rank before
     it; unframed ones are only `...Error:` / `...Exception:` lines at the start of a line.
-    `native`: C++ `terminate called after throwing an instance of 'T'` (message: `what()`)."""
+    `native`: C++ `terminate called after throwing an instance of 'T'` (message: `what()`).
+    Where no label names the rank, its message may: the rank it says raised it (`[4] is
+    setting up NCCL communicator ...`: `rank`), its `[PG ... Rank N]` (`pg_rank`)."""
 
     type: str
     message: str = ""  # the first line of the message
@@ -464,7 +472,7 @@ class TorchLog(msgspec.Struct, frozen=True):
         """Every global rank a fact names, sorted. Where a line has no `[rankN]:` or
         launcher label, a message's `[... Rank N]` stands for it on the default group
         (PG 0) or where no group is printed (torch <= 2.2 prints none); the desync
-        report's and the ChildFailedError's ranks are global."""
+        report's, the ChildFailedError's and monitoredBarrier's ranks are global."""
         seen: set[int] = set()
         for name in FACT_KINDS:
             for fact in getattr(self, name):
@@ -480,6 +488,8 @@ class TorchLog(msgspec.Struct, frozen=True):
                     seen.add(fact.local.rank)
                     if fact.remote is not None:
                         seen.add(fact.remote.rank)
+                elif isinstance(fact, MonitoredBarrierFailure):
+                    seen.update(r for r in (*fact.ranks, fact.reporter, fact.waited_on) if r is not None)
         return tuple(sorted(seen))
 
     def final_exceptions(self) -> dict[int | None, ExceptionRaised]:

@@ -25,6 +25,44 @@ PG_PREFIX = re.compile(
 )
 
 
+# The messages in which torch names the rank that prints them, in their own words (no `[rankN]:`
+# label needed): where a line's labels name no rank, its facts' `rank` is this one (the rank in
+# the message's group: the global rank on the default group, as `[Rank N]` is). Sources, the
+# format strings filled in:
+#   ProcessGroupNCCL.cpp broadcastUniqueNCCLID: "[N] is setting up NCCL communicator and retrieving
+#     ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: ..."
+#   ProcessGroupWrapper.cpp (libtorch_cpu strings): "Detected mismatch between collectives on ranks.
+#     Rank N is running collective: CollectiveFingerPrint(...)" (this rank's), "... inconsistent collective"
+#   distributed_c10d.py _store_based_barrier: "Timed out initializing process group in store based
+#     barrier on rank N, for key: ..."
+#   gloo allgather.cc (libtorch_cpu strings): "missing connection between rank N (this process) and rank M"
+#   ProcessGroupGloo.cpp monitoredBarrier (libtorch_cpu strings): "Rank N successfully reached
+#     monitoredBarrier, but received errors ...", and rank 0's "[Rank 0]: Ranks 1, 3 failed to pass ..."
+#   algorithms/join.py: "Rank N exhausted all inputs."
+SELF_NAMED = re.compile(
+    r"\[(\d{1,9})\] is setting up NCCL communicator"
+    r"|collectives on ranks\. Rank (\d{1,9}) is running"
+    r"|store based barrier on rank (\d{1,9})\b"
+    r"|missing connection between rank (\d{1,9}) \(this process\)"
+    r"|Rank (\d{1,9}) successfully reached monitoredBarrier"
+    r"|\[Rank (\d{1,9})\]: Ranks? \d"
+    r"|Rank (\d{1,9}) exhausted all inputs",
+    re.ASCII,
+)
+_SELF_NAMED_WORDS = ("is setting up", "collectives on ranks", "store based barrier", "missing connection",
+                     "reached monitoredBarrier", "]: Rank", "exhausted all inputs")
+SELF_NAMED_REACH = 2048  # characters of a line the words are looked for in (a gloo path comes before them)
+
+
+def self_named_rank(text: str) -> int | None:
+    """The rank a message says printed it (SELF_NAMED), None where it names none."""
+    head = text[:SELF_NAMED_REACH]
+    if not any(word in head for word in _SELF_NAMED_WORDS):
+        return None
+    m = SELF_NAMED.search(head)
+    return to_int(next(g for g in m.groups() if g is not None)) if m else None
+
+
 class OpenFact:
     """A fact still read from the lines after it."""
 
@@ -131,8 +169,11 @@ def time_of(line: Line) -> str:
 
 
 def where(line: Line) -> dict:
-    """A fact's line, rank, task and time."""
+    """A fact's line, rank, task and time: the rank the line's labels name, else the one its
+    message says printed it (`self_named_rank`)."""
     rank, task = rank_key(line)
+    if rank is None:
+        rank = self_named_rank(line.text)
     return {"line": line.number, "rank": rank, "task": task, "time": time_of(line)}
 
 
@@ -143,9 +184,22 @@ def agent_where(line: Line) -> dict:
 
 def group_where(line: Line, body: str) -> dict:
     """Where, and the first `[PG ... Rank N]` prefix of the message."""
-    fields = where(line)
-    m = PG_PREFIX.search(body, 0, 600)
-    if m:
-        pg_id, guid, desc, rank = m.groups()
-        fields.update(pg_rank=to_int(rank), pg_id=pg_id or "", pg_name=guid or "", pg_desc=desc or "")
-    return fields
+    return where(line) | group_of(body)
+
+
+def group_of(message: str) -> dict:
+    """The group and rank a message's first `[PG ... Rank N]` prefix names (none: {})."""
+    m = PG_PREFIX.search(message, 0, 600)
+    if m is None:
+        return {}
+    pg_id, guid, desc, rank = m.groups()
+    return {"pg_rank": to_int(rank), "pg_id": pg_id or "", "pg_name": guid or "", "pg_desc": desc or ""}
+
+
+def said_by(message: str, rank: int | None) -> dict:
+    """What an exception's message says of the rank that raised it, where its line's labels
+    named none (`rank` None): the rank it names as its own, and its `[PG ... Rank N]`."""
+    if rank is not None or not message:
+        return {}
+    named = self_named_rank(message)
+    return group_of(message) | ({"rank": named} if named is not None else {})

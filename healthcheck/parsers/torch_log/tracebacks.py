@@ -10,8 +10,8 @@ import re
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.torch_log.facts import ExceptionRaised
-from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, where
-from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head, to_int
+from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
+from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
 
 TRACEBACKS_MAX = 64  # tracebacks open at once per rank
 FRAMED_RANKS_MAX = 4096  # ranks whose frames are followed
@@ -28,8 +28,6 @@ _FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([
 _LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
 _C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
 _CHILD_FILE = "multiprocessing/process.py"
-# ProcessGroupNCCL's unique-id exchange names the rank that failed: `[4] is setting up NCCL communicator ...`
-_SELF_RANK = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator")
 
 
 def read_header(state: TorchState, line: Line) -> bool:
@@ -127,10 +125,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
     if framed:
         state.tracebacks[key] -= 1
     at = where(line)
-    if at["rank"] is None and message:
-        said = _SELF_RANK.match(message.lstrip())
-        if said:
-            at["rank"] = to_int(said.group(1))  # no label: the message names its own rank
+    at |= said_by(message or "", at["rank"])  # no label: the message may name its rank
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
                                             framed=framed, frame=own, collective=collective, thread=thread,
                                             chain=chain, child_process=child))

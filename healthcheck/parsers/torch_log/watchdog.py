@@ -68,6 +68,9 @@ _BARRIER = re.compile(
     r"(?:\[Rank (\d{1,9})\]: )?Ranks? ((?:\d{1,9}, ){0,4096}+\d{1,9}) failed to pass monitoredBarrier in (\d{1,20}) ms"
 )
 _BARRIER_TIMEOUT = re.compile(r"Rank (\d{1,9}) timed out in monitoredBarrier after (\d{1,20}) ms")
+# a rank that arrived, then waited on rank 0 in vain (ProcessGroupGloo.cpp, libtorch_cpu strings)
+_BARRIER_REACHED = re.compile(r"Rank (\d{1,9}) successfully reached monitoredBarrier, but received errors while "
+                              r"waiting for send/recv from rank (\d{1,9})")
 
 
 # ---------------------------------------------------------------- the watchdog
@@ -298,7 +301,8 @@ def fingerprint(rank: int, text: str) -> CollectiveFingerprint:
 
 
 def read_barrier(state: TorchState, line: Line) -> bool:
-    """`Ranks 1, 3 failed to pass monitoredBarrier in N ms`, `Rank R timed out in monitoredBarrier`."""
+    """`Ranks 1, 3 failed to pass monitoredBarrier in N ms`, `Rank R timed out in monitoredBarrier`,
+    `Rank R successfully reached monitoredBarrier, but received errors ... from rank 0`."""
     b = line.text
     m = _BARRIER.search(b)
     if m:
@@ -309,6 +313,11 @@ def read_barrier(state: TorchState, line: Line) -> bool:
     if m:
         state.add("barrier_failures", MonitoredBarrierFailure(
             **where(line), ranks=rank_list(m.group(1)), timeout_ms=to_int(m.group(2))))
+        return True
+    m = _BARRIER_REACHED.search(b)
+    if m:
+        state.add("barrier_failures", MonitoredBarrierFailure(
+            **where(line), reporter=to_int(m.group(1)), waited_on=to_int(m.group(2))))
         return True
     return False
 
