@@ -408,11 +408,34 @@ class Run:
                         os.killpg(p.pid, sig)  # the session it leads: what this run started
                     except (ProcessLookupError, PermissionError):
                         pass
+                else:  # the launcher exited; what it started may live on in its session
+                    for pid in session_members(p.pid):
+                        try:
+                            os.kill(pid, sig)
+                        except (ProcessLookupError, PermissionError):
+                            pass
         for p in self.procs:
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def session_members(sid: int, proc: str = "/proc") -> list[int]:
+    """The processes still in session `sid` (field 6 of /proc/PID/stat): a launcher started
+    with start_new_session leads one, and a DataLoader worker of its rank can outlive it."""
+    out = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(sid):
+            out.append(int(entry))
+    return out
 
 
 @contextmanager

@@ -451,3 +451,26 @@ def test_ci_subset_is_at_least_as_good_as_the_floor():
     score.outcomes += replayed.outcomes
     assert_at_least(score, FLOOR)
     assert all(o.seconds < 15 for o in score.outcomes), "\n".join(" | ".join(row) for row in score.table())
+
+
+def test_a_process_its_exited_launcher_left_in_the_session_is_found_to_be_killed():
+    """held-out-10's hung DataLoader worker outlived the harness' kill by minutes: its launcher
+    had exited, so the session it led was not signalled. What is left in the session is."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & exit 0"], start_new_session=True)
+    leader.wait(10)
+    left = []
+    for _ in range(50):  # the child may take a moment to show in /proc
+        left = harness.session_members(leader.pid)
+        if left:
+            break
+        time.sleep(0.05)
+    try:
+        assert left and leader.pid not in left  # the orphan, which Run.kill now signals by pid
+    finally:
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
