@@ -51,6 +51,7 @@ from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
@@ -342,6 +343,8 @@ def analyse(col: Collected) -> Analysis:
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
     init_stacks(col, out)
     found, notes = mismatch(col, out.fr)
+    if found is None or found.cls == "collective-mismatch":
+        found = skipped_group(col) or found  # skippedgroup.py: the rank torch warned skipped its group's call
     found = found or refused_arguments(col)  # argcheck.py: a rank's own arguments refused before any exchange
     if found is not None:
         out.findings.append(found)
