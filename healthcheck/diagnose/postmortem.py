@@ -31,6 +31,7 @@ from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.bcastroot import wrong_src
 from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.groupwait import creating_group
 from healthcheck.diagnose.logfacts import (
     RankError,
     Wait,
@@ -166,6 +167,9 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
                        summary=f"every rank timed out, in different {what}s and no majority names the odd one: "
                                f"{text}")
     odd, top, theirs = pick
+    setup = creating_group(waits, odd, items, top)  # groupwait.py: a victim of a member's other groups
+    if setup is not None:
+        return setup
     back = behind_the_others(waits, sides, odd, top)
     if back is not None:
         odd, summary = back
