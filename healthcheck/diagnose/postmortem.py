@@ -33,6 +33,7 @@ from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.groupwait import creating_group
 from healthcheck.diagnose.logfacts import (
+    RPC_TIMEOUT,
     RankError,
     Wait,
     error_evidence,
@@ -109,10 +110,13 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
         items.insert(0, error_evidence(e) if e is not None else Evidence(
             source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
     confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
+    rpc = all(RPC_TIMEOUT in w.text for w in waits.values())  # torch.distributed.rpc: no collective, a call
+    why = ("never answered the RPCs they waited on (its handler stuck or busy elsewhere)" if rpc
+           else "never entered that collective (stuck or busy elsewhere)")
     return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
                    divergence=where,
                    summary=f"{rank_words(quiet)} did not time out while {rank_words(waits)} timed out waiting in "
-                           f"{where}: {rank_words(quiet)} never entered that collective (stuck or busy elsewhere)")
+                           f"{where}: {rank_words(quiet)} {why}")
 
 
 def broadcast_tree(col: Collected, waits: dict[int, Wait], sides: dict[int, str], items: tuple[Evidence, ...]) \
