@@ -50,6 +50,7 @@ from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
+from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
 from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
@@ -313,6 +314,10 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
         if pm is not None:
             out.findings.append(pm)
+    if not any(f.cls == "stuck-rank" for f in out.findings):
+        callee = rpc_callee(col, out)  # rpcwait.py: torch.distributed.rpc callers wait on a blocked handler
+        if callee is not None:
+            out.findings.append(callee)
     if not any(f.cls == "stuck-rank" for f in out.findings):
         absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:

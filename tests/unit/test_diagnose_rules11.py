@@ -7,6 +7,8 @@ name this worktree's script paths, and the tests pass from any checkout.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from support import FIXTURES, assert_culprits, diagnose_saved
 
@@ -78,3 +80,45 @@ def test_a_rank_waiting_to_create_a_group_is_no_culprit(name):
     v = diagnose_saved(SCEN / name)
     assert v.cls in ("collective-mismatch", "unknown"), v.summary
     assert not [o.rank for o in v.odd_ranks], v.summary
+
+
+_CAPTURE_ROOT = re.compile(rb'(?<=")/[^"]*?/(?=tests/fixtures/diagnose/rules11/)')
+
+
+def _live(name: str):
+    """A live capture's node collection (`hc diagnose collect --pids`), its paths pointed at
+    this checkout, diagnosed."""
+    from healthcheck.diagnose.live import evidence_from_nodes
+    from healthcheck.diagnose.nodeschema import decode_collection
+    from healthcheck.diagnose.verdict import build
+
+    raw = (SCEN / name / "collect-node.json").read_bytes().strip()
+    here = str(FIXTURES.parents[1]).encode() + b"/"
+    return build(evidence_from_nodes([decode_collection(_CAPTURE_ROOT.sub(lambda _: here, raw))],
+                                     job=name).collected)
+
+
+def test_live_the_rpc_server_whose_handler_is_blocked_is_named_not_its_callers():
+    # the server's push handler holds its own non-reentrant lock and asks for it again: its
+    # trainers' main threads wait in rpc_sync, its main thread in rpc.shutdown(); no process
+    # group, no collective, and hc said unknown
+    v = _live("rpclock-live-w3-r0")
+    assert_culprits(v, "stuck-rank", [0], [1, 2])
+
+
+def test_live_rpc_callers_that_move_name_no_one():
+    import msgspec
+
+    from healthcheck.diagnose.classify import analyse
+    from healthcheck.diagnose.live import evidence_from_nodes
+    from healthcheck.diagnose.nodeschema import decode_collection
+    from healthcheck.diagnose.rpcwait import rpc_callee
+
+    raw = (SCEN / "rpclock-live-w3-r0" / "collect-node.json").read_bytes().strip()
+    c = decode_collection(raw)
+    col = evidence_from_nodes([c], job="x").collected
+    out = analyse(col)
+    assert rpc_callee(col, out) is not None
+    moved = msgspec.structs.replace(out, motion=msgspec.structs.replace(
+        out.motion, ranks={r: msgspec.structs.replace(m, moved=(r == 1)) for r, m in out.motion.ranks.items()}))
+    assert rpc_callee(col, moved) is None  # a caller that moved: the server answers, slowly
