@@ -122,3 +122,20 @@ def test_live_rpc_callers_that_move_name_no_one():
     moved = msgspec.structs.replace(out, motion=msgspec.structs.replace(
         out.motion, ranks={r: msgspec.structs.replace(m, moved=(r == 1)) for r, m in out.motion.ranks.items()}))
     assert rpc_callee(col, moved) is None  # a caller that moved: the server answers, slowly
+
+
+def test_live_a_rank_polling_while_its_peers_wait_in_fsdps_all_gather_is_named():
+    # FSDP2 waits in torch 2.13's `all_gather_single`, a c10d function py-spy's reading did
+    # not count as a collective: the peers looked "outside any collective" like the rank
+    # sleeping in its poll loop, and hc said unknown
+    v = _live("fsdppoll-live-w3-r1")
+    assert_culprits(v, "stuck-rank", [1], [0, 2])
+
+
+def test_torch_single_tensor_collectives_are_collectives():
+    from healthcheck.parsers.py_spy import PySpyFrame, collective
+
+    for name in ("all_gather_single", "reduce_scatter_single"):
+        frames = (PySpyFrame(name=name, file="torch/distributed/distributed_c10d.py", line=4394),
+                  PySpyFrame(name="DefaultAllGather.__call__", file="torch/distributed/fsdp/_fully_shard/x.py"))
+        assert collective(frames) == name
