@@ -50,7 +50,9 @@ from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
+from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
@@ -313,6 +315,10 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         if pm is not None:
             out.findings.append(pm)
     if not any(f.cls == "stuck-rank" for f in out.findings):
+        callee = rpc_callee(col, out)  # rpcwait.py: torch.distributed.rpc callers wait on a blocked handler
+        if callee is not None:
+            out.findings.append(callee)
+    if not any(f.cls == "stuck-rank" for f in out.findings):
         absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:
             out.findings.append(absent)
@@ -342,6 +348,8 @@ def analyse(col: Collected) -> Analysis:
     out.findings.extend(f for f in ras if f.cls == "dead-rank")
     init_stacks(col, out)
     found, notes = mismatch(col, out.fr)
+    if found is None or found.cls == "collective-mismatch":
+        found = skipped_group(col) or found  # skippedgroup.py: the rank torch warned skipped its group's call
     found = found or refused_arguments(col)  # argcheck.py: a rank's own arguments refused before any exchange
     if found is not None:
         out.findings.append(found)

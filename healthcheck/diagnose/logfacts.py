@@ -14,6 +14,7 @@ from collections import Counter
 import msgspec
 
 from healthcheck.diagnose.analysis import fact_rank, time_at, world_of
+from healthcheck.diagnose.dcpgather import checkpoint_victim
 from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import raised_by_collective
@@ -25,18 +26,22 @@ COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
 # c10d's Work.wait(timeout=...) when the collective did not complete in time (torch 2.13's
 # libtorch_cpu; captured: tests/fixtures/diagnose/rules10, extragather): a collective's timeout
 _WORK_TIMEOUT = "Operation timed out!"
+# torch.distributed.rpc's timeout of an rpc_sync/rpc_async whose callee did not answer in time
+# (TensorPipe agent, torch 2.13; captured: tests/fixtures/diagnose/rules11, rpclock): the
+# caller waited on a peer, a victim's line (rpcpeer.py names the peer)
+RPC_TIMEOUT = "RPC ran for more than set timeout"
 COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
                      "Timed out waiting", "Connection reset", "NCCL error", "Watchdog caught", "ncclRemoteError",
                      "Read error", "failed to pass monitoredBarrier", "Detected mismatch", "ChildFailedError",
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
                      "SignalException", "got signal:", "gloo::", "DistError",
                      "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh",
-                     _WORK_TIMEOUT)
+                     _WORK_TIMEOUT, RPC_TIMEOUT)
 # a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
 # a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
 # an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers
 _INTERRUPT = "KeyboardInterrupt"
-_TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught", _WORK_TIMEOUT)
+_TIMEOUT_WORDS = ("Timed out waiting", "collective operation timeout", "Watchdog caught", _WORK_TIMEOUT, RPC_TIMEOUT)
 
 
 def collective_error(text: str) -> bool:
@@ -125,6 +130,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
                 continue  # a thread's (or a living rank's child's) exception ended that, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data
             victim = not interrupted(e.type) and raised_by_collective(collective_error(text), e.collective)
+            gathered = checkpoint_victim(e.type, e.message, rank)  # dcpgather.py: DCP re-raises R's on every rank
+            victim = victim if gathered is None else gathered
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
                 collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain))

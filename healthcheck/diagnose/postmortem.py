@@ -31,7 +31,9 @@ from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.bcastroot import wrong_src
 from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.groupwait import creating_group
 from healthcheck.diagnose.logfacts import (
+    RPC_TIMEOUT,
     RankError,
     Wait,
     error_evidence,
@@ -108,10 +110,13 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
         items.insert(0, error_evidence(e) if e is not None else Evidence(
             source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
     confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
+    rpc = all(RPC_TIMEOUT in w.text for w in waits.values())  # torch.distributed.rpc: no collective, a call
+    why = ("never answered the RPCs they waited on (its handler stuck or busy elsewhere)" if rpc
+           else "never entered that collective (stuck or busy elsewhere)")
     return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
                    divergence=where,
                    summary=f"{rank_words(quiet)} did not time out while {rank_words(waits)} timed out waiting in "
-                           f"{where}: {rank_words(quiet)} never entered that collective (stuck or busy elsewhere)")
+                           f"{where}: {rank_words(quiet)} {why}")
 
 
 def broadcast_tree(col: Collected, waits: dict[int, Wait], sides: dict[int, str], items: tuple[Evidence, ...]) \
@@ -166,6 +171,9 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
                        summary=f"every rank timed out, in different {what}s and no majority names the odd one: "
                                f"{text}")
     odd, top, theirs = pick
+    setup = creating_group(waits, odd, items, top)  # groupwait.py: a victim of a member's other groups
+    if setup is not None:
+        return setup
     back = behind_the_others(waits, sides, odd, top)
     if back is not None:
         odd, summary = back

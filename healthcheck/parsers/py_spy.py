@@ -181,6 +181,9 @@ COLLECTIVES = frozenset({
     "all_to_all", "all_to_all_single", "barrier", "monitored_barrier", "_store_based_barrier", "send", "recv",
     "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list", "wait", "wait_tensor",
     "all_reduce_inplace", "all_gather_tensor", "reduce_scatter_tensor_coalesced",
+    # torch 2.13's single-tensor forms (distributed_c10d.py; FSDP2's all_gather and
+    # reduce-scatter call them: captured, tests/fixtures/diagnose/rules11 fsdppoll)
+    "all_gather_single", "reduce_scatter_single",
 })
 _C10D_FILES = ("torch/distributed/distributed_c10d.py", "torch/distributed/_functional_collectives.py",
                "torch/distributed/c10d_logger.py")
