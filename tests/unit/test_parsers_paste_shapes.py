@@ -297,3 +297,28 @@ def test_box_field_names_outside_a_box_or_inside_a_traceback_are_not_read():
     record = BOXES[3].read_text().rstrip("\n") + "\n    rank: int = 0\n"
     (failure,) = parse_torch_log(record).child_failed[0].failures
     assert (failure.rank, failure.local_rank) == (0, 0) and "rank: int = 0" in failure.traceback
+
+
+# ---------------------------------------------------------------- a quoted paste with prose around it
+
+# real `dmesg -T` lines quoted in a GitHub reply (`> [Fri Aug 30 11:43:09 2024] NVRM: Xid ...`),
+# five lines each; and a quoted dmesg whose quote has `>` alone between its lines
+QUOTED_DMESG = [FIELD / "repos" / "xid" / name for name in (
+    "xid13-109-ctime-stamps-md-blockquote-peermem.txt", "xid79-sxid20034-md-blockquote-with-empty-quote-lines.txt")]
+
+
+def _events(text: str) -> list[tuple]:
+    parsed = parse_kernel_log(text)
+    return [(e.code, e.pci_bus_id, e.message, e.time, e.uptime_s) for e in (*parsed.xids, *parsed.sxids)]
+
+
+@pytest.mark.parametrize("shape", ["prompt", "indent4"])
+@pytest.mark.parametrize("path", QUOTED_DMESG, ids=lambda p: p.stem[:24])
+def test_a_quoted_kernel_log_with_prose_around_it_keeps_its_timestamps(path, shape):
+    # mutate.prompt (the writer's sentence, `$ sudo dmesg -T`, the quoted lines, a question) and
+    # mutate.indent4 (a sentence, then the quoted lines in a code block) of the real quoted
+    # pastes: the quote is the reply's, so each line's `[Fri Aug 30 ...]` stamp is still read
+    text = path.read_text()
+    whole = _events(text)
+    assert whole and all(e[3] is not None or e[4] is not None for e in whole)
+    assert _events(mutate.TRANSFORMS[shape](text, "xid")) == whole
