@@ -38,8 +38,10 @@ redrawn: the text after the last CR), ANSI colour codes (also with their ESC los
 paste, or cut at the end of a line), a whole line in markdown's inline code
 (`` `...` ``: `uncoded`), the ` \\` continuation on every line of a paste
 and markdown's `> ` before every line of a quoted reply (each only when most lines carry
-it), a log viewer's line number `[1745] ` before every line (only where most lines carry
-one and the numbers count up line by line: `line_numbered`; never `[0]`), an editor's
+it; the quote also when most lines of a block from the first `>` line to the last carry it, the
+writer's prose around the block: `quoted_reply`; and inside a code block), a log viewer's
+line number `[1745] ` before every line (only where most lines carry one and the numbers
+count up line by line: `line_numbered`; never `[0]`), an editor's
 markdown auto-link around a file name or an address (`[net_ib.cc:101](http://net_ib.cc:101/)`:
 the link's text where its target is that text, `unlinked`; also for the GPU tools),
 markdown's indented code block (lines indented 4 columns or more that a blank line opens
@@ -118,6 +120,7 @@ SAMPLE_MAX = 20  # unrecognized lines kept as a sample
 SAMPLE_TEXT = 200  # characters of each
 QUOTED_SAMPLE = 256  # lines that decide whether a paste is quoted
 CONTINUATION_SHARE = 0.8  # of non-blank lines ending in `\` for the paste to be a quoted one
+QUOTE_BLOCK_MIN = 2  # `>` lines that make a quoted block with prose around it: one is the text's
 
 # ---------------------------------------------------------------- the line
 
@@ -220,19 +223,35 @@ def quoted_paste(lines: Sequence[str]) -> bool:
 _QUOTE = re.compile(r"[ \t]{0,3}+(?:>(?:[ \t]|$)){1,8}")
 
 
-def quoted_reply(lines: Sequence[str]) -> bool:
-    """Most non-blank lines start with markdown's `>`: a paste quoted in a reply (an issue,
-    a ticket, chat). Decided for the whole text, so one `>>> ` prompt is no quote."""
-    blank = quoted = 0
-    lines = lines[:QUOTED_SAMPLE]
+def _quote_marks(lines: Sequence[str]) -> list[bool | None]:
+    """Per line: None blank, True opened by markdown's `>`, False any other."""
+    marks: list[bool | None] = []
     for line in lines:
         body = line.lstrip(" \t")
         if not body.strip():
-            blank += 1
-        elif body[:1] == ">" and not body.startswith(">>> "):  # python's prompt is no quote
-            quoted += 1
-    filled = len(lines) - blank
-    return filled >= 1 and quoted >= CONTINUATION_SHARE * filled
+            marks.append(None)
+        else:  # python's prompt is no quote
+            marks.append(body[:1] == ">" and not body.startswith(">>> "))
+    return marks
+
+
+def quoted_reply(lines: Sequence[str]) -> bool:
+    """Most non-blank lines start with markdown's `>`, or most of those from the first such
+    line to the last and at least QUOTE_BLOCK_MIN of them: a paste quoted in a reply (an issue,
+    a ticket, chat), the writer's unquoted prose around the quoted block or not (`Here is what
+    I get:` / `$ sudo dmesg -T` / `> [Fri Aug 30 11:43:09 2024] NVRM: Xid ...`). Decided for
+    the whole text, so one `>>> ` prompt, or one line of the text's own that starts with `> `,
+    is no quote."""
+    marks = _quote_marks(lines[:QUOTED_SAMPLE])
+    filled = [mark for mark in marks if mark is not None]
+    quoted = filled.count(True)
+    if filled and quoted >= CONTINUATION_SHARE * len(filled):
+        return True
+    if quoted < QUOTE_BLOCK_MIN:
+        return False
+    first, last = marks.index(True), len(marks) - marks[::-1].index(True)
+    block = [mark for mark in marks[first:last] if mark is not None]
+    return quoted >= CONTINUATION_SHARE * len(block)
 
 
 def drop_quote(text: str) -> str:
@@ -914,6 +933,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
         steps.append(("quote", drop_quote))
     if indent:
         steps.append(("code-block", lambda text: outdented(text, indent)))
+        if reply:  # a quoted paste put in a code block (`    > [Fri Aug 30 ...] NVRM: Xid`): its quote
+            steps.append(("quote", drop_quote))
     if numbered:
         steps.append(("line-number", drop_line_number))
     steps.append(("autolink", unlinked))

@@ -25,6 +25,7 @@ from healthcheck.parsers.lines import (
     drop_continuation,
     is_prompt,
     quoted_paste,
+    quoted_reply,
     read_lines,
     redrawn,
     strip_ansi,
@@ -191,6 +192,27 @@ def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
     assert [x.text for x in read_lines(quoted)] == clean
     assert all("quote" in x.repairs for x in read_lines(quoted))
     assert one(">>> import torch").noise == "prompt"  # one `>` line is no quoted reply
+
+
+def test_a_quoted_block_with_prose_around_it_is_a_quoted_reply_and_one_quoted_line_is_not():
+    # real nccl-tests lines quoted (`> `, a transformation) with the writer's prose before and
+    # after them: fewer than most of the text's lines, most of the block's: the quote is the reply's
+    clean = NCCL_TESTS.read_text().split("\n")[:6]
+    before, after = ["Here is what I get when I run it on the node:", "$ ./build/all_reduce_perf -g 1"], ["Any idea?"]
+    block = [*before, *("> " + line for line in clean), *after]
+    assert quoted_reply(block) and quoted_reply(block[:4] + after)  # 6 of 9 non-blank lines quoted; 2 of 5
+    assert [x.text for x in read_lines("\n".join(block)) if not x.noise][1:-1] == clean
+    # two quoted blocks with a line of prose between them are one quote
+    assert quoted_reply([*before, *("> " + line for line in clean[:3]), "and then:", *("> " + x for x in clean[3:])])
+    # one line of the text's own that starts with `> ` (a shell's continuation prompt), alone
+    # among the real lines or with prose around it, keeps its `>`: no block
+    lone = [*before, *clean[:3], "> done", *clean[3:], *after]
+    assert not quoted_reply(lone) and not quoted_reply([*before, "> done", *after])
+    assert "> done" in [x.raw for x in read_lines("\n".join(lone))]
+    assert all("quote" not in x.repairs for x in read_lines("\n".join(lone)))
+    # `>` lines scattered through the text (far apart, no block) stay the text's
+    scattered = ["> " + clean[0], *clean[1:5], "> " + clean[5]]
+    assert not quoted_reply(scattered)
 
 
 def test_tabs_are_kept_inside_fields():

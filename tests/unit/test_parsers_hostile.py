@@ -192,7 +192,10 @@ PREFIXES = {
                   "Terminating process ", "Terminating process 1 via signal ",
                   "W0920 10:36:10.718000 1 a/spawn.py:169] Terminating process 1 via signal ", "-- Process ",
                   "-- Process 1 terminated with the following error:\n", "ProcessExitedException: process 1 terminated with ",
-                  "a.ProcessRaisedException: \n\n-- Process "],
+                  "a.ProcessRaisedException: \n\n-- Process ",
+                  # issue 20, paste shapes: the failure box's fields flattened, squeezed, tabified
+                  "Root Cause (first observed failure):\n[0]:\nrank : 0 (local_rank: 0)\n", "rank\t    : 0 (local_rank: ",
+                  " exitcode : -9 (pid: ", "\t \ttraceback \t : ", "[0]:\n  traceback :\n    "],
     "py-spy": ["", "Process ", "Process 1: ", "Python v", "Parent Process 1: ", "Thread ", 'Thread 1 (idle): "', "    ",
                "    f (", "    f (a.py:", "        ", "            a: ", "Error: ", "Reason: ", "Caused by:", "[", "[{",
                "Permission Denied",

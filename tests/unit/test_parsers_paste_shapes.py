@@ -12,6 +12,7 @@ import pytest
 from field import mutate
 from support import FIXTURES
 
+from healthcheck.core.errors import ParseError
 from healthcheck.parsers.dcgmi_diag import parse_dcgmi_diag
 from healthcheck.parsers.ibstat import parse_ibstat
 from healthcheck.parsers.ibstatus import parse_ibstatus
@@ -20,6 +21,7 @@ from healthcheck.parsers.lines import NOTHING_UNREAD, flat_field, untabbed
 from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q_pasted
 from healthcheck.parsers.nvidia_smi_tree import adopted, flattened, renested
 from healthcheck.parsers.sinfo import parse_sinfo
+from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
 FIELD = FIXTURES / "field"
@@ -249,3 +251,74 @@ def test_a_q_fragment_from_inside_ecc_errors_keeps_its_counts():
         (whole.ecc_volatile_corrected, whole.ecc_aggregate_corrected, whole.remapped_rows_pending)]
     # keys more than one section holds (`Current`, `Max`) name no section: left as they are
     assert adopted(["            Max : 4", "            Current : 4", "    Fan Speed : 30 %"])[0] == "            Max : 4"
+
+
+# ---------------------------------------------------------------- torchrun's failure box, blanks changed
+
+# real ChildFailedError boxes: two failures and a root cause (2023), a SIGKILL root cause with
+# a long k8s host (2025), three failures cut before the root cause (launch.py, 2022), the 2021
+# box with a recorded error file and its traceback, and a box cut to its last four fields
+BOXES = [FIELD / name for name in (
+    "issues-4/torch-log/prose-then-box-root-cause-rank0-byted-host.txt",
+    "issues-2/torch-log/box-sigkill-long-k8s-host-no-other-failures.txt",
+    "issues-9/torch-log/launch-py-box-three-failures-docker-hex-host-cut.txt",
+    "issues-9/torch-log/2021-box-with-record-error-file-and-traceback-fqdn-host.txt",
+    "issues-9/torch-log/box-tail-rank-exitcode-pid-error-file-only.txt")]
+_FAILURE_FIELDS = ("index", "root_cause", "time", "host", "rank", "local_rank", "exitcode", "pid", "signal",
+                   "error_file")
+
+
+def _box_failures(text: str) -> list[tuple]:
+    return [tuple(getattr(f, name) for name in _FAILURE_FIELDS)
+            for block in parse_torch_log(text).child_failed for f in block.failures]
+
+
+@pytest.mark.parametrize("shape", ["flatten", "squeeze", "tabs"])
+@pytest.mark.parametrize("path", BOXES, ids=lambda p: p.stem[:32])
+def test_a_failure_box_whose_blanks_a_paste_changed_reads_the_same_failures(path, shape):
+    # mutate.flatten (the fields at the margin: `rank      : 1 (local_rank: 1)`), mutate.squeeze
+    # (` rank : 1 (local_rank: 1)`) and mutate.tabs (`  rank\t    : 1 ...`) of the real boxes:
+    # each field read by its name, so rank, local rank, exit code, pid and host are the box's
+    text = path.read_text()
+    whole = _box_failures(text)
+    assert whole and all(f[4] is not None and f[6] is not None for f in whole)
+    assert _box_failures(mutate.TRANSFORMS[shape](text, "torch-log")) == whole
+
+
+def test_box_field_names_outside_a_box_or_inside_a_traceback_are_not_read():
+    text = BOXES[0].read_text()
+    whole = _box_failures(text)
+    # prose after the box's closing rule that names its fields (made up) is no field of it
+    assert _box_failures(text + "rank : 1\nexitcode : 1\nhost : node7\n") == whole
+    with pytest.raises(ParseError):
+        parse_torch_log("rank : 1\nexitcode : 1\nhost : node7\n")
+    # a traceback's line deeper than its field is the traceback's, whatever its words: the real
+    # 2021 box's traceback with a made-up source line `rank: int = 0` under its header
+    record = BOXES[3].read_text().rstrip("\n") + "\n    rank: int = 0\n"
+    (failure,) = parse_torch_log(record).child_failed[0].failures
+    assert (failure.rank, failure.local_rank) == (0, 0) and "rank: int = 0" in failure.traceback
+
+
+# ---------------------------------------------------------------- a quoted paste with prose around it
+
+# real `dmesg -T` lines quoted in a GitHub reply (`> [Fri Aug 30 11:43:09 2024] NVRM: Xid ...`),
+# five lines each; and a quoted dmesg whose quote has `>` alone between its lines
+QUOTED_DMESG = [FIELD / "repos" / "xid" / name for name in (
+    "xid13-109-ctime-stamps-md-blockquote-peermem.txt", "xid79-sxid20034-md-blockquote-with-empty-quote-lines.txt")]
+
+
+def _events(text: str) -> list[tuple]:
+    parsed = parse_kernel_log(text)
+    return [(e.code, e.pci_bus_id, e.message, e.time, e.uptime_s) for e in (*parsed.xids, *parsed.sxids)]
+
+
+@pytest.mark.parametrize("shape", ["prompt", "indent4"])
+@pytest.mark.parametrize("path", QUOTED_DMESG, ids=lambda p: p.stem[:24])
+def test_a_quoted_kernel_log_with_prose_around_it_keeps_its_timestamps(path, shape):
+    # mutate.prompt (the writer's sentence, `$ sudo dmesg -T`, the quoted lines, a question) and
+    # mutate.indent4 (a sentence, then the quoted lines in a code block) of the real quoted
+    # pastes: the quote is the reply's, so each line's `[Fri Aug 30 ...]` stamp is still read
+    text = path.read_text()
+    whole = _events(text)
+    assert whole and all(e[3] is not None or e[4] is not None for e in whole)
+    assert _events(mutate.TRANSFORMS[shape](text, "xid")) == whole

@@ -17,10 +17,13 @@ _TRACEBACK_LINES = 80  # of an entry's traceback
 _TRACEBACK_MAX = 4000
 _LOOSE_MISSES = 8  # lines in a row a loose box may not read before it is taken to have ended
 
-_BLOCK_FIELD = re.compile(r"  (time|host|rank|exitcode|error_file|traceback) {0,8}: ?(.*)")
+# an entry's `  name      : value`, read by its name whatever the blanks around it: a paste that
+# lost the indent (flattened), squeezed the padding to one blank or tabified it (`  rank\t    :`)
+# is the same field; only read inside a box (after its title or rules, or a tail's own field)
+_BLOCK_FIELD = re.compile(r"([ \t]{0,16})(time|host|rank|exitcode|error_file|traceback)[ \t]{0,16}:[ \t]?(.*)")
 _BLOCK_ENTRY = re.compile(r"\[(\d{1,9})\]:")
-_BLOCK_RANK = re.compile(r"(-?\d{1,9}) \(local_rank: (-?\d{1,9})\)")
-_BLOCK_EXIT = re.compile(r"(-?\d{1,20}) \(pid: (\d{1,10})\)(?:\s{0,4}\((\w{1,16})\))?")
+_BLOCK_RANK = re.compile(r"(-?\d{1,9})[ \t]{1,8}\(local_rank:[ \t]{0,8}(-?\d{1,9})\)")
+_BLOCK_EXIT = re.compile(r"(-?\d{1,20})[ \t]{1,8}\(pid:[ \t]{0,8}(\d{1,10})\)(?:\s{0,4}\((\w{1,16})\))?")
 _BLOCK_SIGNAL = re.compile(r"Signal (\d{1,3}) \((\w{1,16})\) received by PID")
 # the box's fields that open a box cut to its tail: only torchrun's box prints them so
 _BOX_TAIL_FIELDS: dict[str, re.Pattern[str]] = {
@@ -118,10 +121,12 @@ def _entry_field(box: FailureBox, b: str, stripped: str) -> bool:
     """The last entry's `  name : value` field, its traceback's next line, or (a loose box)
     fields run together."""
     entry = box.entries[-1]
-    m = _BLOCK_FIELD.fullmatch(b)
+    indent = len(b) - len(b.lstrip(" \t"))
+    # a traceback's lines sit deeper than its field (`    File ...`): never a field, whatever words
+    m = None if box.field == "traceback" and indent > box.field_indent else _BLOCK_FIELD.fullmatch(b)
     if m:
-        box.field = m.group(1)
-        _set_field(entry, m.group(1), m.group(2).strip())
+        box.field, box.field_indent = m.group(2), len(m.group(1))
+        _set_field(entry, m.group(2), m.group(3).strip())
         return True
     if box.field == "traceback" and b[:1] in " \t":
         if len(entry["traceback"]) < _TRACEBACK_LINES:
@@ -159,17 +164,18 @@ def _loose_fields(entry: dict, text: str) -> bool:
 def _box_tail(state: TorchState, line: Line) -> bool:
     """A failure box cut to its tail (the paste begins inside it): its `Root Cause` title,
     or a field only torchrun's box prints (`  time      : 2025-05-21_15:43:03`, `  rank
-    : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`) opens it with no program."""
+    : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`, whatever the blanks: its value's
+    shape is torchrun's alone) opens it with no program."""
     b = line.text
     if b.startswith(_ROOT_CAUSE):
         state.box = FailureBox(line, "", loose=True)
         state.box.section, state.torch = "root", True
         return True
-    m = _BLOCK_FIELD.fullmatch(b) if b.startswith("  ") else None
+    m = _BLOCK_FIELD.fullmatch(b)  # at any indent (a flattened paste's): the value's shape decides
     if m is None:
         return False
-    shape = _BOX_TAIL_FIELDS.get(m.group(1))
-    if shape is None or not shape.match(m.group(2).strip()):
+    shape = _BOX_TAIL_FIELDS.get(m.group(2))
+    if shape is None or not shape.match(m.group(3).strip()):
         return False
     box = state.box = FailureBox(line, "", loose=True)
     box.entries.append({"line": line.number, "index": 0, "root_cause": False, "traceback": []})

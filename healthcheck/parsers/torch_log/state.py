@@ -85,6 +85,7 @@ class FailureBox:
         self.no_other = False
         self.entries: list[dict] = []
         self.field = ""
+        self.field_indent = 0  # blanks before the last field's name: its traceback's lines sit deeper
         self.loose = loose  # no border: a box collapsed onto few lines (its fields run together)
         self.misses = 0  # lines in a row a loose box did not read
 
