@@ -41,7 +41,8 @@ and markdown's `> ` before every line of a quoted reply (each only when most lin
 it; the quote also when most lines of a block from the first `>` line to the last carry it, the
 writer's prose around the block: `quoted_reply`; and inside a code block), a log viewer's
 line number `[1745] ` before every line (only where most lines carry one and the numbers
-count up line by line: `line_numbered`; never `[0]`), an editor's
+count up line by line: `line_numbered`; never `[0]`), or its bare gutter `451 ` (the same, the
+number first on the line and counting up or skipping one: `gutter_numbered`), an editor's
 markdown auto-link around a file name or an address (`[net_ib.cc:101](http://net_ib.cc:101/)`:
 the link's text where its target is that text, `unlinked`; also for the GPU tools),
 markdown's indented code block (lines indented 4 columns or more that a blank line opens
@@ -407,6 +408,39 @@ def drop_line_number(text: str) -> str:
     return text[m.end():] if m else text
 
 
+# a viewer's or an editor's gutter without brackets: `451 host:41449:41449 [6] NCCL INFO ...`,
+# `455 NCCL version 2.4.8+cuda10.0` (field/issues-17's NCCL 2.4.8 paste), a blank line its bare
+# number; at the very start of the line (a `ps` listing's PIDs and a table's numbers come padded)
+_GUTTER = re.compile(r"([1-9]\d{0,8})(?: |$)", re.ASCII)
+GUTTER_SKIP = 2  # a step up to this counts as a gutter's: one line cut out of the paste
+
+
+def gutter_numbered(lines: Sequence[str]) -> bool:
+    """Most lines start with a bare `N ` (no brackets, nothing before it) and N counts up line
+    by line, or skips one where a line was cut: a paste out of a viewer or an editor that
+    showed its line numbers. The first QUOTED_SAMPLE lines decide, as for `line_numbered`. A
+    table whose rows start with a number is no gutter: nccl-tests' and perftest's sizes double
+    and come padded, a `ps` listing's PIDs are right-aligned under its header, none counts up
+    one by one over most of the lines."""
+    lines = lines[:QUOTED_SAMPLE]
+    numbered = counted = 0
+    before = -GUTTER_SKIP - 1
+    for line in lines:
+        m = _GUTTER.match(line) if line[:1].isdigit() else None
+        number = int(m.group(1)) if m else -GUTTER_SKIP - 1
+        numbered += m is not None
+        counted += m is not None and 0 < number - before <= GUTTER_SKIP
+        before = number
+    return (numbered >= LINE_NUMBERS_MIN and numbered >= CONTINUATION_SHARE * len(lines)
+            and counted >= CONTINUATION_SHARE * (numbered - 1))
+
+
+def drop_gutter(text: str) -> str:
+    """A line's bare `N ` a viewer's gutter put before it (see `gutter_numbered`)."""
+    m = _GUTTER.match(text) if text[:1].isdigit() else None
+    return text[m.end():] if m else text
+
+
 # any run of `>` (a space after each or not) after up to 3 blanks: for tools no line of
 # which starts with `>` (the GPU tables and trees, perftest), where a reply's `>text` is a quote too
 _LOOSE_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
@@ -438,6 +472,8 @@ def pasted_lines(text: str) -> list[str]:
     lines = [outdented(line, indent) for line, indent in zip(lines, code_block_indents(lines), strict=True)]
     if line_numbered(lines):
         lines = [drop_line_number(line) for line in lines]
+    elif gutter_numbered(lines):
+        lines = [drop_gutter(line) for line in lines]
     lines = [without_runtime_stamp(without_grep_file(line, numbered=True)) for line in lines]
     for label in (SRUN_LABEL, _KUBECTL):
         lines = one_source_unlabelled(lines, label)
@@ -894,13 +930,15 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
-    numbered = line_numbered([drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines)
+    sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
+    numbered = line_numbered(sample)
+    gutter = not numbered and gutter_numbered(sample)
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged, numbered=numbered, indent=indents[number - 1])
+                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1])
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -922,10 +960,10 @@ def before_output(line: Line) -> tuple[Line, bool]:
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
-         numbered: bool = False, indent: str = "") -> str:
+         numbered: bool = False, gutter: bool = False, indent: str = "") -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
-    `> `, markdown's code block `indent`, a log viewer's line number, an editor's
-    auto-links), each repair named in `repairs`."""
+    `> `, markdown's code block `indent`, a log viewer's line number, bracketed or its bare
+    gutter's, an editor's auto-links), each repair named in `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
     if quoted:
         steps.append(("continuation", drop_continuation))
@@ -935,8 +973,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
         steps.append(("code-block", lambda text: outdented(text, indent)))
         if reply:  # a quoted paste put in a code block (`    > [Fri Aug 30 ...] NVRM: Xid`): its quote
             steps.append(("quote", drop_quote))
-    if numbered:
-        steps.append(("line-number", drop_line_number))
+    if numbered or gutter:
+        steps.append(("line-number", drop_line_number if numbered else drop_gutter))
     steps.append(("autolink", unlinked))
     body, crlf = drop_line_end(raw)
     if crlf:
@@ -951,17 +989,18 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
-              indent: str = "") -> list[Line]:
+              gutter: bool = False, indent: str = "") -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
     logging prefix (`logger_prefixed`); `numbered`: out of a log viewer that numbered its
-    lines (`line_numbered`); `indent`: the line's markdown code block's (`code_block_indents`)."""
+    lines (`line_numbered`); `gutter`: out of one that showed them bare (`gutter_numbered`);
+    `indent`: the line's markdown code block's (`code_block_indents`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
-    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, indent=indent)
+    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent)
     pieces = torn_pieces(body)
     while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice

@@ -1,6 +1,11 @@
 """The NVIDIA driver's errors that say a GPU, or the driver, is not usable on this node, read
 from the driver's own source rather than from samples: one table, pattern -> meaning.
 
+The closed drivers before 515 printed some of these families in other words (`No NVIDIA
+graphics adapter found!`, `NVIDIA init module failed!`): a row reads those as the same kind,
+where a real capture establishes the wording (cited beside it), so a check judges an old log
+the way it judges today's.
+
 Each pattern is a format string the driver prints at NV_DBG_ERRORS (kernel-open/nvidia/) or
 from the RM's GPU bring-up (src/nvidia/arch/nvalloc/unix/src/), in the open kernel modules
 (github.com/NVIDIA/open-gpu-kernel-modules), its source file and the tags that print it
@@ -14,7 +19,8 @@ What a row means, as the kinds xid.py's GpuFault carries:
 
 - INIT_FAILED: the driver could not bring the GPU up (at probe, `stage` PROBE, or when it
   was first opened); judged like `RmInitAdapter failed!`. A `summary` row repeats a failure
-  a line before it already gave (`rm_init_adapter failed` after `RmInitAdapter failed!`):
+  a line before it already gave (`rm_init_adapter failed` after `RmInitAdapter failed!`; the
+  module's own failure after the line that says why, a failed probe or no device at all):
   kept only when that line is not in the log.
 - RESET_REQUIRED: after a PCIe error the driver finds the GPU unreachable or offline: it
   takes no work until it is reset.
@@ -119,11 +125,18 @@ DRIVER_ERRORS: tuple[DriverError, ...] = (
     # nv.c nvidia_init_module (515..595): after "The NVIDIA probe routine failed for %d device(s)."
     _row(r"None of the NVIDIA devices were initialized", INIT_FAILED, "none of the NVIDIA devices was initialised",
          PROBE, summary=True, gpu=False),
+    # the closed drivers before 515, the same place (their nvidia_init_module): "NVIDIA init module failed!",
+    # the module's load failing after the line that says why (real: field/issues-16/xid/2014-steamos-two-
+    # lines-no-nvidia-graphics-adapter-found-init-module-failed.txt, after "No NVIDIA graphics adapter found!");
+    # a summary like "None of the NVIDIA devices were initialized": kept only when no cause is in the log
+    _row(r"NVIDIA init module failed", INIT_FAILED, "the NVIDIA kernel module failed to load", PROBE,
+         summary=True, gpu=False),
     # nv.c nvidia_init_module (515..595): the driver found no device ("No NVIDIA GPU found.", "No NVIDIA PCI
     # devices found.") or bound none ("No NVIDIA devices probed.": the older closed drivers' "No NVIDIA
-    # graphics adapter probed!" is read in xid.py)
-    _row(r"No NVIDIA (?:devices probed|GPU found|PCI devices found)", NONE_PROBED, "no NVIDIA device was probed",
-         gpu=False),
+    # graphics adapter probed!" is read in xid.py); the closed drivers before 515 said "No NVIDIA graphics
+    # adapter found!" (real: the 2014 file above, a node whose only GPU is an AMD card)
+    _row(r"No NVIDIA (?:devices probed|GPU found|PCI devices found|graphics adapter found)", NONE_PROBED,
+         "no NVIDIA device was probed", gpu=False),
     # nv-pci.c nv_pci_mmio_enabled, NV_DEV_PRINTF (515..550): "The kernel has enabled MMIO for the
     # device,\nNVRM: but it still appears unreachable. The device\nNVRM: will not function properly until
     # it is reset." after "A fatal error was detected." (the driver's PCIe error handler)

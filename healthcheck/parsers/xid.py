@@ -592,8 +592,12 @@ class _Read:
 
 def _summarized(row: DriverError, bus: str | None, fault: GpuFault) -> bool:
     """Whether `fault` is the failure a summary row repeats: any init failure for the driver's
-    count at probe (`None of the NVIDIA devices were initialized.`); for `rm_init_adapter
+    count at probe (`None of the NVIDIA devices were initialized.`, the old closed drivers'
+    `NVIDIA init module failed!`), and for those a driver that found no GPU at all (`No NVIDIA
+    graphics adapter found!`: the module fails because of it, a fact); for `rm_init_adapter
     failed`, the `RmInitAdapter failed!` of its GPU (or one naming none) just before it."""
+    if fault.kind == NONE_PROBED:  # the module failing because it found no GPU: not a GPU's failure
+        return not row.gpu
     if fault.kind != INIT_FAILED:
         return False
     if row.stage == PROBE:

@@ -23,6 +23,7 @@ from healthcheck.parsers.lines import (
     UnrecognizedLines,
     dispatch,
     drop_continuation,
+    gutter_numbered,
     is_prompt,
     quoted_paste,
     quoted_reply,
@@ -194,6 +195,58 @@ def test_a_markdown_quoted_reply_loses_its_quotes_and_a_lone_prompt_keeps_its():
     assert one(">>> import torch").noise == "prompt"  # one `>` line is no quoted reply
 
 
+# real: an NCCL 2.4.8 log pasted out of a viewer that showed its line numbers bare (`451 host:...`)
+GUTTERED = FIXTURES / "field" / "issues-17" / "nccl-log" / (
+    "viewer-line-numbers-without-brackets-nccl-2.4.8-socket-two-nodes-v100.txt")
+
+
+def _guttered(text: str, first: int = 451) -> str:
+    """Each line behind a viewer's bare `N ` counting up from `first` (GUTTERED's shape; a
+    transformation), a blank line its bare number."""
+    return "\n".join(f"{first + i} {x}".rstrip(" ") for i, x in enumerate(text.split("\n")))
+
+
+def test_a_viewers_bare_line_numbers_come_off_every_line():
+    from healthcheck.parsers.nccl_log import parse_nccl_log
+    from healthcheck.parsers.nvidia_smi_table import parse_nvidia_smi_table
+
+    text = GUTTERED.read_text()
+    assert gutter_numbered(text.split("\n"))
+    lines = list(read_lines(text))
+    assert all("line-number" in x.repairs and not x.text[:1].isdigit() for x in lines)
+    assert lines[4].text == "NCCL version 2.4.8+cuda10.0"  # was: `455 NCCL version ...`, no version read
+    log = parse_nccl_log(text)
+    assert [v for v in log.versions if "2.4.8" in v] and {p.host for p in log.processes} == {"tj1-asr-train-v100-11"}
+    # a line cut out of the paste (a number skipped) leaves it a gutter
+    cut = text.split("\n")
+    del cut[5]
+    assert gutter_numbered(cut)
+    # the GPU tools read through pasted_lines: a real nvidia-smi table behind the same gutter
+    table = (CORPUS / "nvidia-smi" / "rtx-err-fan-525.125.06.txt").read_text()
+    assert parse_nvidia_smi_table(_guttered(table, 1)) == parse_nvidia_smi_table(table)
+
+
+def test_a_table_of_numbers_is_no_gutter():
+    # real tables whose rows start with a number: nccl-tests' sizes, perftest's, as printed and
+    # with their padding taken off (a transformation): they double, never count up one by one
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    perftest = FIXTURES / "ib_write_bw" / "client-bidir-4qp-all-sizes-ainic-800g.txt"
+    for path in (NCCL_TESTS, perftest, CORPUS / "nccl-tests" / "all_reduce-h100-a3mega-2node-16rank.txt"):
+        lines = path.read_text().split("\n")
+        rows = [x for x in lines if x.strip()[:1].isdigit()]
+        assert len(rows) >= 4, path
+        for shown in (lines, [x.lstrip() for x in lines], [x.lstrip() for x in rows]):
+            assert not gutter_numbered(shown), path
+    flat = "\n".join(x.lstrip() for x in NCCL_TESTS.read_text().split("\n"))
+    assert all("line-number" not in x.repairs for x in read_lines(flat))
+    assert parse_nccl_tests(flat).samples == parse_nccl_tests(NCCL_TESTS.read_text()).samples
+    # numbers that start the lines but do not count up, a column right-aligned, the bracketed rule's
+    assert not gutter_numbered(["4521 a", "4523 b", "4530 c", "4531 d", "4540 e"])
+    assert not gutter_numbered(["  451 a", "  452 b", "  453 c", "  454 d", "  455 e"])
+    assert not gutter_numbered(["[451] a", "[452] b", "[453] c", "[454] d"])
+
+
 def test_a_quoted_block_with_prose_around_it_is_a_quoted_reply_and_one_quoted_line_is_not():
     # real nccl-tests lines quoted (`> `, a transformation) with the writer's prose before and
     # after them: fewer than most of the text's lines, most of the block's: the quote is the reply's
@@ -259,7 +312,9 @@ def test_a_megabyte_line_is_cut_and_costs_its_length():
 @pytest.mark.parametrize("filler", ["[", "(", " ", "0", "[1,", "\x1b[", "[rank", "Nov 22 ", "E0318 ", "[rank1]:[E",
                                     "[1,0]<stdout>:x", "user@h:~$ ", "\\",
                                     # held-out-8: auto-links, runner labels, viewer line numbers, torn bars
-                                    "[a](", "[a](http://a/)", "](", "x [stderr] ", "[1] ", "s/it][rank1]:"])
+                                    "[a](", "[a](http://a/)", "](", "x [stderr] ", "[1] ", "s/it][rank1]:",
+                                    # a viewer's bare gutter (issue 20, held-out-17)
+                                    "451 ", "1\n", "9"])
 def test_hostile_runs_cost_their_length(filler):
     def read(n: int) -> float:
         text = filler * (n // len(filler))
@@ -358,6 +413,8 @@ SHAPES = {
     "indented code block": _code_block,
     "code block in a list": lambda t: _code_block(_each_line(t, lambda i, x: f"    {x}" if x.strip() else ""),
                                                   before="1. ran it:"),
+    # a viewer's gutter of bare line numbers (field/issues-17's NCCL 2.4.8 paste)
+    "viewer's bare line numbers": lambda t: _guttered(t),
 }
 
 
@@ -424,6 +481,7 @@ TORCH_SHAPES = {
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/rank0.log <==\n" + t + "\n==> logs/rank1.log <==\n",
     "indented code block": _code_block,
+    "viewer's bare line numbers": lambda t: _guttered(t),
 }
 
 
@@ -464,6 +522,7 @@ NCCL_LOG_SHAPES = {
     "kubectl timestamps": lambda t: _each_line(t, lambda i, x: f"2025-11-24T03:20:21.{1125857 + i:09d}Z {x}"),
     "tail headers": lambda t: "==> logs/a.log <==\n" + t + "\n\n==> logs/b.log <==\n",
     "indented code block": _code_block,
+    "viewer's bare line numbers": lambda t: _guttered(t),
 }
 
 

@@ -154,7 +154,9 @@ PREFIXES = {
                  # issue 20, held-out-12: NCCL 2.3's prefix with no `NCCL` word, cut after `[dev]`
                  "h:1:2 [0] INFO ", "h:1:2 [0] INFO NET : Using interface ", "h:1:2 [0] INFO Using internal Network ",
                  "h:1:2 [0] INFO NET/IB : Using interface e for sideband", "h:1:2 [0] a.cu:1 WARN ", "h:1:2 [0]",
-                 "h:1:2 [0] a.cu:1 ", "\n    h:1:2 [0] INFO ", "\n    h:1:2 [0] NCCL INFO "],
+                 "h:1:2 [0] a.cu:1 ", "\n    h:1:2 [0] INFO ", "\n    h:1:2 [0] NCCL INFO ",
+                 # issue 20, held-out-17: a viewer's bare gutter
+                 "451 h:1:2 [0] NCCL INFO ", "455 NCCL version ", "1\n2\n3\n4\n"],
     "torch-log": ["", "[rank0]:", "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] ", "WorkNCCL(",
                   "WorkNCCL(SeqNum=1, OpType=A, Timeout(ms)=", "[PG ID 0 PG GUID 0(default_pg) Rank 3] ",
                   "last enqueued work: 1, last completed work: ",
@@ -174,7 +176,7 @@ PREFIXES = {
                   "\x1b[0;31m", "[0;31m", "Nov 22 13:00:01 h kernel: ", "2024-01-01T00:00:00+00:00 ", "[default0]:",
                   "user@h:~$ ", "a[1,1]<stdout>:", "a[rank1]:[E", "[Sun Feb 23 16:24:18 2025] ",
                   # issue 20, held-out-8: runner labels, viewer line numbers, auto-links, cut watchdog lines
-                  "n.cn-d004 [stderr] ", "[1744] ", "[a.cc:1](http://a.cc:1/)", "[", "2.8s/it][rank5]:",
+                  "n.cn-d004 [stderr] ", "[1744] ", "451 ", "451 NCCL version ", "[a.cc:1](http://a.cc:1/)", "[", "2.8s/it][rank5]:",
                   "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operati",
                   "[rank0]:[E1218 20:27:21.4 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective timeout:",
                   # the audit of unread lines: the watchdog's exception report without its counters

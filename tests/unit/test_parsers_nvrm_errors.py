@@ -7,7 +7,8 @@ file and tag in each case's comment) filled the way the driver fills them: `%04x
 a bus id, `%d` a number, NV_DEV_PRINTF's `NVRM: GPU <bus>: ` prefix, NV_PRINTF's `NVRM:
 <function>: `, each line of a multi-line message as dmesg prints it (its further lines
 indented under the first one's stamp) unless a case says otherwise. Only
-syslog-old-rminitadapter-failed-no-bus-id.txt is a real capture.
+syslog-old-rminitadapter-failed-no-bus-id.txt and the 2014 file the old closed driver's cases
+cite (field/issues-16) are real captures.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ FAMILIES = [
      PROBE),
     ("no devices probed", dmesg("NVRM: No NVIDIA devices probed."), NONE_PROBED, None, None, None),
     ("no gpu found", dmesg("NVRM: No NVIDIA GPU found."), NONE_PROBED, None, None, None),
+    # the closed drivers before 515, each line alone (real: field/issues-16/xid/2014-steamos-two-lines-no-
+    # nvidia-graphics-adapter-found-init-module-failed.txt, its two lines as they stand there)
+    ("old no adapter found", "[  441.170986] NVRM: No NVIDIA graphics adapter found!\n", NONE_PROBED, None, None, None),
+    ("old init module failed", "[  441.171021] NVRM: NVIDIA init module failed!\n", INIT_FAILED, None, None, PROBE),
     # nv-pci.c nv_pci_mmio_enabled NV_DEV_PRINTF (515.43.04 .. 550.163.01)
     ("unreachable after mmio", dmesg("NVRM: GPU 0000:81:00.0: The kernel has enabled MMIO for the device,",
                                      "NVRM: but it still appears unreachable. The device",
@@ -236,3 +241,27 @@ def test_rm_init_adapter_after_another_gpus_probe_failure_is_its_own_failure():
         "NVRM: GPU 0000:c1:00.0: rm_init_adapter failed, device minor number 3")
     assert [(f.kind, f.pci_bus_id, f.stage) for f in faults(text)] == [
         (INIT_FAILED, None, PROBE), (INIT_FAILED, "0000:c1:00.0", None)]
+
+
+OLD_NO_ADAPTER = FIXTURES / "field" / "issues-16" / "xid" / (
+    "2014-steamos-two-lines-no-nvidia-graphics-adapter-found-init-module-failed.txt")
+
+
+def test_an_old_closed_driver_that_found_no_adapter_is_the_none_probed_fact():
+    """real: a 2014 kernel log of a node whose only GPU is an AMD card, the closed driver
+    before 515 saying `No NVIDIA graphics adapter found!` then `NVIDIA init module failed!`
+    (was: both lines unread). The first is today's `No NVIDIA GPU found.` (none-probed, a fact);
+    the second the module failing because of it, read and not kept as a GPU's failure."""
+    log = parse_kernel_log(OLD_NO_ADAPTER.read_text())
+    assert [(f.kind, f.pci_bus_id) for f in log.faults] == [(NONE_PROBED, None)]
+    assert "No NVIDIA graphics adapter found" in log.faults[0].message
+    assert not any("NVRM" in u.text for u in log.unrecognized.sample)
+    assert _judged(OLD_NO_ADAPTER.read_text()) == _judged(_text("no gpu found")) == []
+
+
+def test_an_old_init_module_failure_alone_is_judged_like_todays_none_initialized():
+    """The old `NVIDIA init module failed!` with no cause in the log (the real file's second
+    line alone) fails the node as `None of the NVIDIA devices were initialized.` does."""
+    old = [(fid, status, component) for fid, status, component, _ in _judged(_text("old init module failed"))]
+    new = [(fid, status, component) for fid, status, component, _ in _judged(_text("none initialized"))]
+    assert old == new and old and old[0][1] == "FAIL"
