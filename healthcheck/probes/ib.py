@@ -140,11 +140,11 @@ def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
             continue
         if result.timed_out:
             raise timeout_error(result, f"perfquery -x -C {port.ca} -P {port.port}", ctx.timeout_s)
-        out.append(_sysfs_counters_over_shell(ctx, port.ca, port.port, result.stdout + result.stderr))
+        out.append(sysfs_counters_over_shell(ctx, port.ca, port.port, result.stdout + result.stderr))
     return IbCounters(ports=out)
 
 
-def _sysfs_counters_over_shell(ctx: ProbeContext, ca: str, port: int, why: str) -> IbPortCounters:
+def sysfs_counters_over_shell(ctx: ProbeContext, ca: str, port: int, why: str) -> IbPortCounters:
     directory = f"{SYSFS_IB}/{ca}/ports/{port}/counters"
     result = ctx.runner.run(("grep", "-rH", "", directory), timeout_s=ctx.timeout_s)
     counters: dict[str, int] = {}

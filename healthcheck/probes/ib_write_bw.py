@@ -116,7 +116,7 @@ class _Node:
 
     def counters(self, ports: list[IbPort]) -> dict[str, dict[str, int] | str]:
         """Port name -> its error counters, or why they could not be read."""
-        from healthcheck.probes.ib import _sysfs_counters_over_shell, ib_counters_sysfs
+        from healthcheck.probes.ib import ib_counters_sysfs, sysfs_counters_over_shell
 
         out: dict[str, dict[str, int] | str] = {}
         if self.local:
@@ -130,7 +130,7 @@ class _Node:
             return out
         for p in ports:
             try:
-                got = _sysfs_counters_over_shell(self.ctx, p.ca, p.port, "").counters
+                got = sysfs_counters_over_shell(self.ctx, p.ca, p.port, "").counters
             except ProbeError as exc:
                 out[p.name] = exc.message
                 continue

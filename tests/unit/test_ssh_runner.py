@@ -18,7 +18,7 @@ from healthcheck.runners.ssh import (
     SshConnection,
     SshError,
     SshErrorKind,
-    _append_known_host,
+    append_known_host,
     check_env,
     fan_out,
     find_known_keys,
@@ -290,11 +290,11 @@ def test_recorded_keys_are_plain_lines_found_again(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text("other ssh-ed25519 AAAA")  # no final newline
     key = _key()
-    _append_known_host(str(path), ("10.0.0.5", "node5"), 22, key)
+    append_known_host(str(path), ("10.0.0.5", "node5"), 22, key)
     lines = path.read_text().splitlines()
     assert lines[1] == f"10.0.0.5,node5 {key.get_name()} {key.get_base64()}"
     assert find_known_keys((str(path),), "node5", 22)[0].key == key
-    _append_known_host(str(tmp_path / "new" / "kh"), ("n",), 2222, key)
+    append_known_host(str(tmp_path / "new" / "kh"), ("n",), 2222, key)
     assert (tmp_path / "new" / "kh").read_text().startswith("[n]:2222 ")
 
 
@@ -460,7 +460,7 @@ def test_closing_a_connection_waits_for_paramikos_transport_thread():
     """paramiko's own close() does not join its transport thread; ours does."""
     import threading
 
-    from healthcheck.runners.ssh import _close_and_join
+    from healthcheck.runners.ssh import close_and_join
 
     release = threading.Event()
     transport = threading.Thread(target=release.wait, args=(5,), daemon=True)
@@ -473,5 +473,5 @@ def test_closing_a_connection_waits_for_paramikos_transport_thread():
         def close(self):
             release.set()  # the transport's loop ends shortly after close
 
-    _close_and_join(Client())
+    close_and_join(Client())
     assert not transport.is_alive()

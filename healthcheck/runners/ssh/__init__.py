@@ -62,12 +62,12 @@ from healthcheck.runners.ssh.connection import (
     LOCAL_GRACE_S,
     MAX_SESSIONS,
     SshConnection,
-    _close_and_join,
+    close_and_join,
 )
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 from healthcheck.runners.ssh.known_hosts import (
     KnownKey,
-    _append_known_host,
+    append_known_host,
     find_known_keys,
     revoked_entry,
 )
@@ -83,8 +83,8 @@ __all__ = [
     "SshError",
     "SshErrorKind",
     "Target",
-    "_append_known_host",
-    "_close_and_join",
+    "append_known_host",
+    "close_and_join",
     "remote_result",
     "check_env",
     "fan_out",

@@ -64,7 +64,7 @@ def _expand(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path)) if path else path
 
 
-def _cached_by_stat(cache: dict[str, tuple[tuple[int, int], Any]], path: str, what: str,
+def cached_by_stat(cache: dict[str, tuple[tuple[int, int], Any]], path: str, what: str,
                     load: Callable[[str], Any], missing: Any) -> Any:
     """load(path), re-run only when the file's mtime or size changed; `missing` if absent."""
     try:
@@ -88,7 +88,7 @@ def _load_ssh_config(path: str | None) -> Any:
     """Parsed paramiko SSHConfig for `path` (cached by mtime), or None without a file."""
     if not path:
         return None
-    return _cached_by_stat(_CONFIG_CACHE, _expand(path), "ssh config", _parse_ssh_config, None)
+    return cached_by_stat(_CONFIG_CACHE, _expand(path), "ssh config", _parse_ssh_config, None)
 
 
 def _parse_ssh_config(path: str) -> Any:

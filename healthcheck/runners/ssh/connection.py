@@ -431,7 +431,7 @@ class SshConnection:
     def _close_locked(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            _close_and_join(client)
+            close_and_join(client)
         self._close_jump()
 
     def _close_jump(self) -> None:
@@ -440,7 +440,7 @@ class SshConnection:
             jump.close()  # an SshConnection of its own: closes and joins its client
 
 
-def _close_and_join(client: Any) -> None:
+def close_and_join(client: Any) -> None:
     """Close a paramiko client and wait (briefly) for its transport thread to end.
 
     paramiko's stop_thread() closes the packetizer and then skips its own join, so the

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from healthcheck.runners.ssh.config import Target, _cached_by_stat
+from healthcheck.runners.ssh.config import Target, cached_by_stat
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
 
@@ -36,7 +36,7 @@ def _read_known_hosts(path: str) -> list[KnownKey]:
     Parsed here instead of HostKeys.load, which de-duplicates in O(n^2) and forgets
     which file and line an entry came from (which a changed-key message must name).
     """
-    return _cached_by_stat(_KNOWN_CACHE, path, "known_hosts", _parse_known_hosts, [])
+    return cached_by_stat(_KNOWN_CACHE, path, "known_hosts", _parse_known_hosts, [])
 
 
 def _parse_known_hosts(path: str) -> list[KnownKey]:
@@ -96,7 +96,7 @@ def revoked_entry(files: tuple[str, ...], names: tuple[str, ...], port: int, key
     return None
 
 
-def _append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -> None:
+def append_known_host(path: str, names: tuple[str, ...], port: int, key: Any) -> None:
     """accept_new_host_keys: record a first-seen key as a plain line (see module doc)."""
     hosts = ",".join(host_pattern(n, port) for n in names)
     line = f"{hosts} {key.get_name()} {key.get_base64()}\n"
@@ -149,7 +149,7 @@ class HostKeyPolicy:
             )
         path = self.target.known_hosts[0]
         try:
-            _append_known_host(path, self.target.host_key_names, self.target.port, key)
+            append_known_host(path, self.target.host_key_names, self.target.port, key)
         except OSError as exc:
             why = exc.strerror or exc
             raise SshError(
