@@ -388,15 +388,21 @@ def line_numbered(lines: Sequence[str]) -> bool:
     chance and never over most of the lines of a text that several ranks print into, and
     a text with a `[0] ` line is a rank-labelled one."""
     lines = lines[:QUOTED_SAMPLE]
+    if any(line.startswith(("[0] ", "[0]\t")) or line == "[0]" for line in lines):
+        return False  # rank 0's label: MPICH's ranks, never a viewer's count
+    return _counts_up(lines, lambda line: _LINE_NUMBER.match(line) if line[:1] == "[" else None, 1)
+
+
+def _counts_up(lines: Sequence[str], number_of: Callable[[str], re.Match[str] | None], max_step: int) -> bool:
+    """LINE_NUMBERS_MIN lines or more, and most, carry a number (`number_of`'s group 1) that
+    rises from the line before by 1 to `max_step` over most of them."""
     numbered = counted = 0
-    before = -1
+    before = -max_step - 1
     for line in lines:
-        if line.startswith(("[0] ", "[0]\t")) or line == "[0]":
-            return False  # rank 0's label: MPICH's ranks, never a viewer's count
-        m = _LINE_NUMBER.match(line) if line[:1] == "[" else None
-        number = int(m.group(1)) if m else -1
+        m = number_of(line)
+        number = int(m.group(1)) if m else -max_step - 1
         numbered += m is not None
-        counted += m is not None and number == before + 1
+        counted += m is not None and 0 < number - before <= max_step
         before = number
     return (numbered >= LINE_NUMBERS_MIN and numbered >= CONTINUATION_SHARE * len(lines)
             and counted >= CONTINUATION_SHARE * (numbered - 1))
@@ -422,17 +428,8 @@ def gutter_numbered(lines: Sequence[str]) -> bool:
     table whose rows start with a number is no gutter: nccl-tests' and perftest's sizes double
     and come padded, a `ps` listing's PIDs are right-aligned under its header, none counts up
     one by one over most of the lines."""
-    lines = lines[:QUOTED_SAMPLE]
-    numbered = counted = 0
-    before = -GUTTER_SKIP - 1
-    for line in lines:
-        m = _GUTTER.match(line) if line[:1].isdigit() else None
-        number = int(m.group(1)) if m else -GUTTER_SKIP - 1
-        numbered += m is not None
-        counted += m is not None and 0 < number - before <= GUTTER_SKIP
-        before = number
-    return (numbered >= LINE_NUMBERS_MIN and numbered >= CONTINUATION_SHARE * len(lines)
-            and counted >= CONTINUATION_SHARE * (numbered - 1))
+    return _counts_up(lines[:QUOTED_SAMPLE], lambda line: _GUTTER.match(line) if line[:1].isdigit() else None,
+                      GUTTER_SKIP)
 
 
 def drop_gutter(text: str) -> str:
