@@ -1,0 +1,38 @@
+"""The field sets of the diagnosis (issue 19): real pasted logs, scored like the held-out jobs.
+
+A field set is a folder tests/fixtures/diagnose-field/<set>/ with `truths.yaml` (per case: its
+source, what it shows, the truth class of harness.CLASSES and the culprit ranks) and
+`saved/<case>/paste.log` (the text as the thread shows it). Nothing runs but hc: each case is
+`hc diagnose logs saved/<case>` (harness.replay), scored by harness.Score, so the tables and the
+bench rows read as the held-out sets' replays do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from diagnose_jobs import harness
+
+ROOT = harness.REPO / "tests" / "fixtures" / "diagnose-field"
+# set name (as bin/bench names it) -> folder under ROOT
+FIELD_SETS = {"field-1": "issues-1"}
+
+
+def folder(name: str) -> Path:
+    if name not in FIELD_SETS:
+        raise ValueError(f"no field set {name!r}: one of {', '.join(FIELD_SETS)}")
+    return ROOT / FIELD_SETS[name]
+
+
+def scenarios(name: str) -> list[harness.Scenario]:
+    """The set's cases as logs-mode scenarios named by their folders (slug == name)."""
+    truths = yaml.safe_load((folder(name) / "truths.yaml").read_text())
+    return [harness.Scenario(case, "field", 0, t["truth"], truth_ranks=tuple(t["ranks"]), note=t["why"])
+            for case, t in truths.items()]
+
+
+def replay(name: str) -> harness.Score:
+    """hc's answer on every case of the set."""
+    return harness.replay_all(scenarios(name), folder(name) / "saved")

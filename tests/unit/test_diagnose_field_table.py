@@ -1,0 +1,41 @@
+"""The diagnosis field sets (tests/fixtures/diagnose-field/) load: every case has its paste,
+a truth of the harness' classes, culprit ranks exactly where the truth names a culprit, and a
+source. No hc runs here: bin/bench scores the sets (diagnose detector: field-N)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diagnose_jobs import field, harness
+
+
+@pytest.mark.parametrize("name", list(field.FIELD_SETS))
+def test_every_case_has_its_paste_a_truth_and_a_source(name: str) -> None:
+    root = field.folder(name)
+    truths = yaml.safe_load((root / "truths.yaml").read_text())
+    assert truths, name
+    for case, t in truths.items():
+        assert (root / "saved" / case / "paste.log").is_file(), case
+        assert t["truth"] in harness.CLASSES, case
+        assert bool(t["ranks"]) == (t["truth"] != "none"), case
+        assert t["source"].startswith("https://"), case
+    assert sorted(p.name for p in (root / "saved").iterdir()) == sorted(truths)
+
+
+@pytest.mark.parametrize("name", list(field.FIELD_SETS))
+def test_the_scenarios_keep_each_cases_folder_as_their_slug(name: str) -> None:
+    table = field.scenarios(name)
+    assert [sc.slug for sc in table] == [sc.name for sc in table]
+    assert {sc.truth for sc in table} >= {"dead", "none"}
+    assert all(sc.mode == "logs" for sc in table)
+
+
+def test_an_unknown_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="no field set"):
+        field.folder("field-0")
