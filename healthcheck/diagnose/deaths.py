@@ -228,9 +228,12 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
 
 def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candidate]) -> bool:
     """Whether anything says the job failed: a peer's collective error, torchrun's failure
-    block, a rank's non-zero exit, or an exception that ends its rank's own file (uncaught).
-    A healthy job may log a caught exception (a retried read): that is no death."""
+    block, a rank's non-zero exit, or an exception that ends its rank's own file or that
+    torch's excepthook printed (uncaught). A healthy job may log a caught exception (a
+    retried read): that is no death."""
     if any(e.victim for e in firsts.values()) or any(c.item.source.endswith(".json") for c in cands):
+        return True
+    if any(firsts[c.rank].uncaught for c in cands if c.rank in firsts):
         return True
     if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
         return True

@@ -95,6 +95,7 @@ class RankError(msgspec.Struct, frozen=True, omit_defaults=True):
     time: float | None = None
     victim: bool = False  # a collective's error: caused by another rank
     chain: tuple[str, ...] = ()  # its traceback's own frames, outermost first
+    uncaught: bool = False  # printed by torch's excepthook: nothing caught it, it ended the rank
 
     @property
     def text(self) -> str:
@@ -134,7 +135,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             victim = victim if gathered is None else gathered
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
-                collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain))
+                collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain,
+                uncaught=e.uncaught))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))

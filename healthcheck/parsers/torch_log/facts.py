@@ -428,6 +428,10 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     # the program's own frames of its traceback, outermost first ("train.py:88 in train_step"):
     # where in the program the rank was, to compare with its peers'
     chain: tuple[str, ...] = ()
+    # printed by torch's own sys.excepthook (distributed_c10d.py's _distributed_excepthook puts
+    # `[rankN]: ` before every line of an exception nothing caught, after init_process_group):
+    # the exception ended its rank, even where a paste kept its last line only
+    uncaught: bool = False
 
 
 class TorchLog(msgspec.Struct, frozen=True):
