@@ -341,7 +341,9 @@ class ChildFailedBlock(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 
 class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
-    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B` (or `of fn:`)."""
+    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B` (or `of fn:`):
+    its first failed worker, by local rank. torch 1.9's `Child process P (local_rank R)
+    FAILED (exitcode N)` gives the global rank (`rank`; no local_rank): see agent.py."""
 
     exitcode: int
     local_rank: int | None = None
