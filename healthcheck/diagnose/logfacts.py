@@ -36,7 +36,11 @@ COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
                      "SignalException", "got signal:", "gloo::", "DistError",
                      "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh",
-                     _WORK_TIMEOUT, RPC_TIMEOUT)
+                     _WORK_TIMEOUT, RPC_TIMEOUT,
+                     # ProcessGroupGloo's monitoredBarrier on a rank that arrived and then lost rank 0:
+                     # "Rank 1 successfully reached monitoredBarrier, but received errors while waiting
+                     # for send/recv from rank 0" (mbarrier.py): that rank waited, a victim
+                     "successfully reached monitoredBarrier")
 # a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
 # a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
 # an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers
