@@ -44,7 +44,7 @@ from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Jo
 from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
-from healthcheck.diagnose.mbarrier import barrier_absentees
+from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
@@ -322,6 +322,9 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:
             out.findings.append(absent)
+    blamed = barrier_blamed(col, out.findings)  # mbarrier.py: the rank all others lost at the barrier
+    if blamed is not None:
+        out.findings.append(blamed)
 
 
 def analyse(col: Collected) -> Analysis:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
+from healthcheck.diagnose.firstchild import failed_child
 from healthcheck.diagnose.leavers import (
     agent_stopped,
     exit_codes,
@@ -61,6 +62,7 @@ class _Dead:
     early: bool = False
     exits: set[int | None] = field(default_factory=set)  # the early ranks' exit statuses (None: unknown)
     said: dict[int, str] = field(default_factory=dict)  # an early rank's last logged warning: why it left
+    unsure: bool = False  # named from a launcher's word alone: the rank's own output is not in the text
 
     def name(self, rank: int, why: str, item: Evidence) -> None:
         self.ranks.setdefault(rank, why)
@@ -228,9 +230,12 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
 
 def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candidate]) -> bool:
     """Whether anything says the job failed: a peer's collective error, torchrun's failure
-    block, a rank's non-zero exit, or an exception that ends its rank's own file (uncaught).
-    A healthy job may log a caught exception (a retried read): that is no death."""
+    block, a rank's non-zero exit, or an exception that ends its rank's own file or that
+    torch's excepthook printed (uncaught). A healthy job may log a caught exception (a
+    retried read): that is no death."""
     if any(e.victim for e in firsts.values()) or any(c.item.source.endswith(".json") for c in cands):
+        return True
+    if any(firsts[c.rank].uncaught for c in cands if c.rank in firsts):
         return True
     if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
         return True
@@ -307,6 +312,16 @@ def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> N
                                      text=f"rank {rank}: the launcher reports exit {code}; no error in its output"))
     acc.exits = set(silent.values())
     _their_words(col, list(silent), acc)
+
+
+def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The one child a launcher reports failed (firstchild.py), where nothing else named a rank."""
+    found = failed_child(col, firsts)
+    if found is None:
+        return
+    acc.name(*found)
+    acc.unsure = True
+    acc.basis = acc.basis or "the launcher's report of its first failed child; the rank's own output is not in the text"
 
 
 def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
@@ -390,6 +405,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     if not acc.items:
         _silent_exits(col, firsts, acc)
     if not acc.items:
+        _first_child(col, firsts, acc)
+    if not acc.items:
         _early_exits(col, firsts, acc)
     if not acc.items:
         return None
@@ -397,7 +414,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     if only_gone and gloo_size_aborts(col):
         return None  # gloo's size check aborted them: the mismatch rule names them as its parties
     unordered = len(acc.ranks) > 1 and "not in the logs" in acc.basis
-    confidence: Confidence = ("medium" if only_gone or acc.early or unordered else "high") if acc.ranks else "low"
+    guessed = only_gone or acc.early or unordered or acc.unsure
+    confidence: Confidence = ("medium" if guessed else "high") if acc.ranks else "low"
     return job_finding(cls="dead-rank", summary=_summary(col, acc, firsts), confidence=confidence,
                    ranks=tuple(sorted(acc.ranks)), evidence=tuple(acc.items[:20]), where=acc.where)
 

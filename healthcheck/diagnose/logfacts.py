@@ -36,7 +36,11 @@ COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "
                      "preamble.length", "Received data size", "watchdog", "collective operation timeout",
                      "SignalException", "got signal:", "gloo::", "DistError",
                      "communicator was aborted", "ProcessGroupNCCL", "ProcessGroupGloo", "connectFullMesh",
-                     _WORK_TIMEOUT, RPC_TIMEOUT)
+                     _WORK_TIMEOUT, RPC_TIMEOUT,
+                     # ProcessGroupGloo's monitoredBarrier on a rank that arrived and then lost rank 0:
+                     # "Rank 1 successfully reached monitoredBarrier, but received errors while waiting
+                     # for send/recv from rank 0" (mbarrier.py): that rank waited, a victim
+                     "successfully reached monitoredBarrier")
 # a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
 # a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
 # an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers
@@ -95,6 +99,7 @@ class RankError(msgspec.Struct, frozen=True, omit_defaults=True):
     time: float | None = None
     victim: bool = False  # a collective's error: caused by another rank
     chain: tuple[str, ...] = ()  # its traceback's own frames, outermost first
+    uncaught: bool = False  # printed by torch's excepthook: nothing caught it, it ended the rank
 
     @property
     def text(self) -> str:
@@ -134,7 +139,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             victim = victim if gathered is None else gathered
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
-                collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain))
+                collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain,
+                uncaught=e.uncaught))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))

@@ -24,6 +24,12 @@ from healthcheck.parsers.torch_log.text import task_ids, to_int
 # after the pid (field/issues-12: `... (pid: 14447) of binary:` with nothing after it, twice)
 _WORKER_FAILED = re.compile(
     r"failed \(exitcode: (-?\d{1,20})\) local_rank: (\d{1,9}) \(pid: (\d{1,10})(?:\)|[ \t]{0,64}$)")
+# torch 1.9-1.10's `@record` without an error file: `Child process P (local_rank R) FAILED
+# (exitcode N)` in its CHILD PROCESS FAILED WITH NO ERROR_FILE banner. R is the key of the
+# ChildFailedError's failures, a GlobalRank, printed under the word local_rank
+# (errors/__init__.py: `_no_error_file_warning_msg(rank, failure)` with `rank, failure =
+# e.get_first_failure()`): the global rank of the agent's first failure in time
+_CHILD_BANNER = re.compile(r"Child process (\d{1,10}) \(local_rank (\d{1,9})\) FAILED \(exitcode (-?\d{1,20})\)")
 _WORKER_BINARY = re.compile(r" of (?:binary|fn):(?: (.{0,512}))?")  # after the pid's `)`: the program, if not cut
 _DEATH = re.compile(r"Received (\d{1,3}) death signal, shutting down workers")
 _GOT_SIGNAL = re.compile(r"Process (\d{1,10}) got signal: (?:Signals\.)?(\w{1,16})")
@@ -63,6 +69,19 @@ def read_worker_failed(state: TorchState, line: Line) -> bool:
     state.add("worker_failures", WorkerFailed(
         **agent_where(line), exitcode=exitcode, local_rank=to_int(m.group(2)), pid=to_int(m.group(3)),
         binary=clip((binary.group(1) or "").strip(), 512) if binary else "",
+        signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
+    return True
+
+
+def read_child_banner(state: TorchState, line: Line) -> bool:
+    """torch 1.9's `Child process P (local_rank R) FAILED (exitcode N)`: the agent's first
+    failed worker, R its global rank (see _CHILD_BANNER)."""
+    m = _CHILD_BANNER.search(line.text)
+    if m is None:
+        return False
+    exitcode = int(m.group(3)) if to_int(m.group(3)) is not None else 0
+    state.add("worker_failures", WorkerFailed(
+        **agent_where(line), rank=to_int(m.group(2)), exitcode=exitcode, pid=to_int(m.group(1)),
         signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
     return True
 
@@ -174,6 +193,7 @@ def read_worker_group(state: TorchState, line: Line) -> bool:
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("worker-failed", lambda b: _WORKER_WORDS in b, read_worker_failed),
+    Handler("child-banner", lambda b: ") FAILED (exitcode " in b, read_child_banner),
     Handler("mpirun-signal", lambda b: b.startswith("mpirun noticed") and _WORKER_WORDS not in b, read_mpirun_signal),
     Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
     Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),

@@ -341,7 +341,9 @@ class ChildFailedBlock(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 
 class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
-    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B` (or `of fn:`)."""
+    """The agent's `failed (exitcode: N) local_rank: L (pid: P) of binary: B` (or `of fn:`):
+    its first failed worker, by local rank. torch 1.9's `Child process P (local_rank R)
+    FAILED (exitcode N)` gives the global rank (`rank`; no local_rank): see agent.py."""
 
     exitcode: int
     local_rank: int | None = None
@@ -428,6 +430,10 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     # the program's own frames of its traceback, outermost first ("train.py:88 in train_step"):
     # where in the program the rank was, to compare with its peers'
     chain: tuple[str, ...] = ()
+    # printed by torch's own sys.excepthook (distributed_c10d.py's _distributed_excepthook puts
+    # `[rankN]: ` before every line of an exception nothing caught, after init_process_group):
+    # the exception ended its rank, even where a paste kept its last line only
+    uncaught: bool = False
 
 
 class TorchLog(msgspec.Struct, frozen=True):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from healthcheck.core.inputs import clip
+from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.torch_log.facts import ExceptionRaised
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
@@ -128,8 +129,15 @@ def read_exception(state: TorchState, line: Line) -> bool:
     at |= said_by(message or "", at["rank"])  # no label: the message may name its rank
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
                                             framed=framed, frame=own, collective=collective, thread=thread,
-                                            chain=chain, child_process=child))
+                                            chain=chain, child_process=child, uncaught=by_excepthook(line)))
     return True
+
+
+def by_excepthook(line: Line) -> bool:
+    """The line came through torch's own sys.excepthook: torch's `[rankN]: ` label (not
+    Lightning's `[rank: N] `, not a launcher's) with no c10 or glog prefix after it. That
+    hook prints only exceptions nothing caught (distributed_c10d.py, torch >= 2.2)."""
+    return line.rank is not None and not line.logger and TORCH_RANK.search(line.labels) is not None
 
 
 def _may_end_traceback(b: str) -> bool:

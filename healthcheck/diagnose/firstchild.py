@@ -1,0 +1,124 @@
+"""Dead-rank from a launcher's own report of the one child that failed, for deaths.py.
+
+torchrun's agent, once a worker exits non-zero, stops the others (`Sending process P
+closing signal SIGTERM`) and logs its first failure in time: `failed (exitcode: -9)
+local_rank: 4 (pid: 24905) of binary: ...` (elastic/multiprocessing/api.py, under the
+legacy `ERROR:torch.distributed.elastic...` logger or glog's `E0526 ... api.py:826]`);
+torch 1.9's `@record` prints `Child process P (local_rank R) FAILED (exitcode N)`, R a
+global rank (parsers/torch_log/agent.py). Where a paste holds that and no rank's own
+error, the failed child is the dead rank, read with care:
+
+* one report only: several (another node's agent, a restart's) do not say which came first;
+* not a signal the agent or an operator sent (SIGTERM, SIGINT, SIGHUP), nor SIGABRT (the
+  NCCL watchdog's or gloo's abort after a peer failed: a victim's end), nor a pid the agent
+  sent a closing signal (it stopped that one);
+* not where a rank timed out: the first child to exit is then one that waited in vain for
+  a rank that hung, which exits last or never; nor a rank whose own lines report a
+  collective's failure (a victim);
+* a local rank is the global rank only where the text shows one launcher's children and
+  nothing beyond them (one node): no torchrun block or rank record naming another host or
+  a rank off its local rank, no rank heard and no world size past the children the agent
+  named (its closing signals and the failed one; at least local rank + 1 of them).
+  Otherwise no global rank is named.
+"""
+
+from __future__ import annotations
+
+from healthcheck.diagnose.analysis import log_evidence, world_of
+from healthcheck.diagnose.findings import Evidence
+from healthcheck.diagnose.logfacts import COLLATERAL, RankError, ranks_heard
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log import WorkerFailed
+
+_AGENT_ERROR = "ChildFailedError"
+_NOT_OWN = (*COLLATERAL, "SIGABRT")  # ends another's doing gives a child (see the module's docstring)
+
+
+def _reports(col: Collected) -> list[tuple[str, WorkerFailed]]:
+    """(source, report) of every launcher's failed-child report, one per distinct child."""
+    seen: set[tuple[int | None, int | None, int | None, int]] = set()
+    out = []
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for w in f.log.worker_failures:
+            key = (w.rank, w.local_rank, w.pid, w.exitcode)
+            if key not in seen:
+                seen.add(key)
+                out.append((f.source, w))
+    return out
+
+
+def _children(col: Collected, failed: WorkerFailed) -> int:
+    """How many children the agent named: the pids it sent a closing signal, and the failed one."""
+    pids = {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals}
+    return len(pids | {failed.pid})
+
+
+def _other_node(col: Collected) -> bool:
+    """Whether the text shows a node beside the launcher's: a torchrun block whose ranks are
+    not its local ranks or that names two hosts, rank records on two hosts."""
+    hosts: set[str] = set()
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for x in (x for b in f.log.child_failed for x in b.failures):
+            if x.rank is not None and x.local_rank is not None and x.rank != x.local_rank:
+                return True
+            hosts |= {x.host} if x.host else set()
+    hosts |= {r.host for r in col.evidence.ranks.values() if r.host}
+    return len(hosts) > 1
+
+
+def global_rank(col: Collected, failed: WorkerFailed) -> int | None:
+    """The failed child's global rank: the report's own, else its local rank where the text
+    shows one node (see the module's docstring), else None."""
+    if failed.rank is not None:
+        return failed.rank
+    local = failed.local_rank
+    if local is None or _other_node(col):
+        return None
+    children = max(_children(col, failed), local + 1)  # local ranks count from 0
+    _, world = world_of(col)
+    beyond = [r for r in ranks_heard(col) if r >= children]
+    if beyond or (world is not None and world > children):
+        return None
+    return local
+
+
+def _timed_out(col: Collected, firsts: dict[int, RankError]) -> bool:
+    """Whether any rank timed out (then the first child to exit may have waited on a hung one)."""
+    if any(e.timed_out for e in firsts.values()):
+        return True
+    return any(f.log is not None and (f.log.timeouts or any(g.kind == "timeout" for g in f.log.gloo))
+               for f in col.evidence.torch_logs)
+
+
+def _victim(error: RankError | None) -> bool:
+    """A rank's first error is a collective's (the agent's own ChildFailedError, read where a
+    paste's block lines gave it a rank, is the launcher's word on the child, not the child's)."""
+    return error is not None and error.victim and not error.type.endswith(_AGENT_ERROR)
+
+
+def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str, Evidence] | None:
+    """(rank, how it died, the report's line) for the one child a launcher reports failed,
+    or None (see the module's docstring)."""
+    reports = _reports(col)
+    if len(reports) != 1:
+        return None
+    source, w = reports[0]
+    closed = {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals}
+    if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in closed or _timed_out(col, firsts):
+        return None
+    rank = global_rank(col, w)
+    if rank is None or rank in spoke_of_failure(col) or _victim(firsts.get(rank)):
+        return None
+    how = f"killed by {w.signal}" if w.signal else f"exited {w.exitcode}"
+    local = f" (local rank {w.local_rank}, one node)" if w.local_rank is not None else ""
+    text = (f"rank {rank}{local} pid {w.pid}: the launcher reports it the first child to fail, "
+            f"exitcode {w.exitcode}" + (f" ({w.signal})" if w.signal else ""))
+    return rank, how, log_evidence(col, source, w.line, text, rank)
+
+
+__all__ = ["failed_child", "global_rank"]
