@@ -13,16 +13,17 @@ rank another rule already found dead is not called stuck.
 Where rank 0's report is not in the text, the ranks that reached the barrier say whom they
 lost: `... from rank 0. Please check rank 0 logs for faulty rank.` (barrier_blamed). Rank 0
 is the faulty rank only where it is the one rank that did not report reaching: every other
-rank the evidence knows did, and the ranks known are the world (ringsize.ring_world: 0..N-1).
-A rank known beside them that reported nothing may be the one rank 0 waited for (captured
-with torch 2.13: rank 2 asleep, rank 1 prints the very same words, `Connection closed by
-peer` under them, once rank 0 raised): then none is named. The reporters' original
+rank of the world did. The world is the one the job stated, or the ranks the evidence knows
+(ringsize.ring_world: 0..N-1) only where rank 0's own output is there and holds no report of
+an absent rank: rank 1 prints the very same words when a third rank was the one missing and
+rank 0 only reported it (captured with torch 2.13: rank 2 asleep, `Connection closed by peer`
+under rank 1's words once rank 0 raised), so a paste of the reporters alone names no one. The reporters' original
 exception says how rank 0 failed: gloo's timeout, still there (stuck); else gone (dead).
 """
 
 from __future__ import annotations
 
-from healthcheck.diagnose.analysis import fact_rank, log_evidence
+from healthcheck.diagnose.analysis import fact_rank, log_evidence, world_of
 from healthcheck.diagnose.findings import Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
@@ -83,6 +84,11 @@ def _reached(col: Collected) -> tuple[dict[int, Evidence], set[int], set[str]]:
     return reporters, lost, kinds
 
 
+def own_output(col: Collected, rank: int) -> bool:
+    """The rank's own output is in the evidence: a file of its own (`rank0.log`)."""
+    return any(f.rank == rank for f in col.evidence.torch_logs)
+
+
 def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None:
     """The rank every other rank lost at the monitored barrier, where no finding names a
     rank and rank 0's own report is not in the text, or None (see the module's docstring)."""
@@ -90,10 +96,12 @@ def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None
                                           for b in f.log.barrier_failures):
         return None
     reporters, lost, kinds = _reached(col)
-    world = ring_world(col)
-    if len(lost) != 1 or world is None or set(reporters) | lost != set(range(world)) or lost <= set(reporters):
+    if len(lost) != 1:
         return None
     (blamed,) = lost
+    world = world_of(col)[1] or (ring_world(col) if own_output(col, blamed) else None)
+    if world is None or set(reporters) | lost != set(range(world)) or lost <= set(reporters):
+        return None
     stuck = "timeout" in kinds
     cls: FailureClass = "stuck-rank" if stuck else "dead-rank"
     how = ("never answered (the others' wait for it timed out)" if stuck
@@ -104,4 +112,4 @@ def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None
                        evidence=tuple(list(reporters.values())[:8]))
 
 
-__all__ = ["barrier_absentees", "barrier_blamed", "barrier_reports"]
+__all__ = ["barrier_absentees", "barrier_blamed", "barrier_reports", "own_output"]
