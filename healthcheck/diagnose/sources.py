@@ -53,7 +53,7 @@ from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import labels_of
+from healthcheck.parsers.lines import labels_of, worker_labelled
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -124,12 +124,12 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
-def _label(head: str) -> tuple[int | None, str, bool]:
+def _label(head: str, workers: bool = False) -> tuple[int | None, str, bool]:
     """A line's labels taken off by the line layer (parsers/lines.py): (the rank they name,
     the rest, whether it had any). `[rankN]:` names the rank; a launcher's label alone
-    (srun, mpirun) too; torchrun's `[default3]:` is a local rank: the rank alone, under
-    srun's node label nothing."""
-    labels = labels_of(head)
+    (srun, mpirun, a worker's `NAME-N | ` where `workers`) too; torchrun's `[default3]:` is
+    a local rank: the rank alone, under srun's node label nothing."""
+    labels = labels_of(head, workers=workers)
     return labels.global_rank, labels.rest, labels.labelled
 
 
@@ -145,11 +145,13 @@ def _stamp_of(head: str, year: int) -> float | None:
 
 def _stamps(text: str, year: int) -> TextStamps:
     out = TextStamps()
-    for number, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    workers = worker_labelled(lines)  # `worker-3 | ` before each line names its rank
+    for number, line in enumerate(lines, 1):
         head = line[:120]
-        if not head or not (head[0].isdigit() or head[0] in "[ "):
+        if not head or not (head[0].isdigit() or head[0] in "[ " or (workers and head[0].isalpha())):
             continue
-        rank, rest, labelled = _label(head)
+        rank, rest, labelled = _label(head, workers)
         t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
         if t is None:
             continue
