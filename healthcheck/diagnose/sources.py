@@ -37,6 +37,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
+from healthcheck.diagnose.attempts import blanked_before, last_attempt
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     JobEvidence,
@@ -114,6 +115,9 @@ class Collected:
     pid_ranks: dict[int, int] = field(default_factory=dict)  # pid -> global rank
     pending: list[tuple[str, PySpyDump]] = field(default_factory=list)  # py-spy dumps only a pid can place
     logged: Logged = field(default_factory=dict)  # rank -> what it logged of its own sizes (loggednumbers.py)
+    attempts: list[str] = field(default_factory=list)  # earlier attempts a restart got past (attempts.py)
+    cut_attempts: bool = True  # read a restarted console's last attempt only (attempts.py)
+    whole: Collected | None = None  # where attempts were cut: every attempt read, for a last one naming no one
 
 
 def _epoch(date: str, clock: str, frac: str | None) -> float | None:
@@ -357,8 +361,28 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
+    text = _last_attempt_only(source, text, rank, col)
     if not _read_text_log(source, text, rank, col, _stamps(text, year)):
         _nothing_known(source, rank, col)
+
+
+_RESTART_WORDS = ("failed (exitcode: ", "will restart worker group")
+
+
+def _last_attempt_only(source: str, text: str, rank: int | None, col: Collected) -> str:
+    """A console torchrun restarted the workers in: its last attempt only, the earlier ones
+    blanked (their lines kept as empty ones) and said in `col.attempts` (attempts.py)."""
+    if not col.cut_attempts or not any(w in text for w in _RESTART_WORDS):
+        return text
+    try:
+        log = parse_torch_log(text, rank_output=rank is not None)
+    except ParseError:
+        return text
+    found = last_attempt(text, log)
+    if found is None:
+        return text
+    col.attempts.append(f"{source}: {found.note()}")
+    return blanked_before(text, found.start)
 
 
 def _nothing_known(source: str, rank: int | None, col: Collected) -> None:
@@ -620,9 +644,16 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
     is not a file or directory, or is a kernel pseudo file system (/proc); everything
     inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
+    col = _collect(paths, now, progress, cut_attempts=True)
+    if col.attempts:  # attempts.py: a restarted job, read whole too (verdict.py judges the last attempt first)
+        col.whole = _collect(paths, now, None, cut_attempts=False)
+    return col
+
+
+def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool) -> Collected:
     ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    col = Collected(evidence=ev)
+    col = Collected(evidence=ev, cut_attempts=cut_attempts)
     found = walk(paths, progress=progress)
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)
