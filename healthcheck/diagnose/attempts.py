@@ -25,14 +25,17 @@ _ERROR_LINE = re.compile(r"(?:Traceback |\s|[\w.]{1,128}(?:Error|Exception|Inter
 
 
 class Attempts:
-    """Where the last attempt starts (`start`: the first line after the boundary) and what
-    the earlier ones left (`failures`: the agent's lines on workers that failed)."""
+    """Where the last attempt starts (`start`: the first line after the boundary), what
+    the earlier ones left (`failures`: the agent's lines on workers that failed) and their
+    workers' pids (`pids`: those the agent named failing or closed, before the boundary):
+    `hc run`'s per-rank outputs of those pids are an earlier attempt's too."""
 
-    __slots__ = ("failures", "start")
+    __slots__ = ("failures", "pids", "start")
 
-    def __init__(self, start: int, failures: list[str]) -> None:
+    def __init__(self, start: int, failures: list[str], pids: frozenset[int] = frozenset()) -> None:
         self.start = start
         self.failures = failures
+        self.pids = pids
 
     def note(self) -> str:
         said = "; ".join(self.failures[:4]) or "its workers failed"
@@ -88,8 +91,14 @@ def last_attempt(text: str, log: TorchLog) -> Attempts | None:
     for index in range(len(found) - 1, -1, -1):
         line = found[index][0]
         if _starts_over(lines, line):
-            return Attempts(line + 1, [said for at, said in found if at <= line])
+            return Attempts(line + 1, [said for at, said in found if at <= line], _pids_before(log, line))
     return None
+
+
+def _pids_before(log: TorchLog, line: int) -> frozenset[int]:
+    """The workers' pids the agent named up to `line`: the failed ones and those it closed."""
+    failed = {f.pid for f in log.worker_failures if f.line <= line and f.pid is not None}
+    return frozenset(failed | {c.pid for c in log.closing_signals if c.line <= line})
 
 
 def blanked_before(text: str, start: int) -> str:

@@ -118,6 +118,9 @@ class Collected:
     attempts: list[str] = field(default_factory=list)  # earlier attempts a restart got past (attempts.py)
     cut_attempts: bool = True  # read a restarted console's last attempt only (attempts.py)
     whole: Collected | None = None  # where attempts were cut: every attempt read, for a last one naming no one
+    earlier_pids: set[int] = field(default_factory=set)  # the workers of attempts a restart replaced
+    run_pids: set[int] = field(default_factory=set)  # the pids of `hc run` rank outputs and manifests read
+    skip_pids: frozenset[int] = frozenset()  # earlier attempts' pids whose `hc run` files are left out
 
 
 def _epoch(date: str, clock: str, frac: str | None) -> float | None:
@@ -200,7 +203,7 @@ class _ErrorMessage(msgspec.Struct):
     message: str | dict | None = None
 
 
-def _run_manifest(text: str, col: Collected) -> bool:
+def _run_manifest(source: str, text: str, col: Collected) -> bool:
     """`hc run`'s manifest of one rank (schema hc.run/1): its rank, host, pid (NCCL's %p in
     the debug file names) and world size. True when the text was one."""
     if '"hc.run/1"' not in text[:4096]:
@@ -214,8 +217,10 @@ def _run_manifest(text: str, col: Collected) -> bool:
         return False
     if launcher_manifest(doc):
         return True  # a launcher's (an older hc run around torchrun): no rank's world size
-    ev = col.evidence.rank(rank)
     host, pid, world, local = doc.get("host"), doc.get("pid"), doc.get("world_size"), doc.get("local_rank")
+    if _earlier_attempt(source, pid, col):
+        return True
+    ev = col.evidence.rank(rank)
     if isinstance(host, str) and host and not ev.host:
         ev.host = host[:255]
     if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and ev.pid is None:
@@ -234,6 +239,8 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
     run = parse_run_output(data.decode("utf-8", errors="replace"))
     if run is None:
         return  # hc run's shim: nothing of the job's
+    if run.rank is not None and _earlier_attempt(source, run.pid, col):
+        return  # attempts.py: a rank of an attempt torchrun restarted
     if run.rank is not None:
         r = col.evidence.rank(run.rank)
         r.host = r.host or run.host
@@ -246,7 +253,8 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
             r.exit_code = run.exit_code
             if run.exit_code < 0:
                 r.signal = signal_name(-run.exit_code)
-    if not _read_text_log(source, run.text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+    text = _last_attempt_only(source, run.text, run.rank, col)  # a launcher's copy of torchrun's console
+    if not _read_text_log(source, text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
         col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
 
 
@@ -382,7 +390,21 @@ def _last_attempt_only(source: str, text: str, rank: int | None, col: Collected)
     if found is None:
         return text
     col.attempts.append(f"{source}: {found.note()}")
+    col.earlier_pids.update(found.pids)
     return blanked_before(text, found.start)
+
+
+def _earlier_attempt(source: str, pid: object, col: Collected) -> bool:
+    """Whether an `hc run` file of process `pid` is an earlier attempt's (left out, said so);
+    the pid is noted either way, for collect() to know whether to read again without them."""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    col.run_pids.add(pid)
+    if pid not in col.skip_pids:
+        return False
+    col.evidence.unreadable.append(Unreadable(source, f"an earlier attempt's (pid {pid}): torchrun restarted "
+                                                      "the workers, only the last attempt is judged"))
+    return True
 
 
 def _nothing_known(source: str, rank: int | None, col: Collected) -> None:
@@ -432,7 +454,7 @@ def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None,
         ev.rank(fr_rank).flight_recorder = dump
         ev.rank(fr_rank).sources.append(source)
         return
-    if _run_manifest(text, col):
+    if _run_manifest(source, text, col):
         return
     err = _error_file(source, data, rank)
     if err is not None and err.message:
@@ -645,15 +667,18 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
     inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     col = _collect(paths, now, progress, cut_attempts=True)
+    if col.earlier_pids & col.run_pids:  # `hc run` kept an earlier attempt's ranks: read again without them
+        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids))
     if col.attempts:  # attempts.py: a restarted job, read whole too (verdict.py judges the last attempt first)
         col.whole = _collect(paths, now, None, cut_attempts=False)
     return col
 
 
-def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool) -> Collected:
+def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool,
+             skip_pids: frozenset[int] = frozenset()) -> Collected:
     ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    col = Collected(evidence=ev, cut_attempts=cut_attempts)
+    col = Collected(evidence=ev, cut_attempts=cut_attempts, skip_pids=skip_pids)
     found = walk(paths, progress=progress)
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)

@@ -38,6 +38,17 @@ def test_a_restart_that_failed_again_is_judged_by_its_last_attempt(name, culprit
     assert any("torchrun restarted the workers" in n for n in v.notes)
 
 
+def test_hc_runs_outputs_of_an_earlier_attempt_are_left_out():
+    # under `hc run`, each rank's output is a file per pid: attempt 0's (pids 18902-18905,
+    # the agent's closing signals and failure line) are not the job's end; the culprit is
+    # the last attempt's process
+    v = diagnose_saved(H10 / "h10-ddp-elastic-restart-fails-hc-run-torchrun-w4-r3")
+    assert_culprits(v, "dead-rank", [3], [0, 1, 2])
+    assert [o.pid for o in v.odd_ranks] == [19007]
+    earlier = [u.source for u in v.unreadable if "earlier attempt" in u.why]
+    assert len(earlier) == 8 and all(any(f".{p}." in s for p in range(18902, 18906)) for s in earlier)
+
+
 def test_a_dying_workers_late_lines_after_the_agent_spoke_are_no_restart():
     from healthcheck.diagnose.attempts import last_attempt
     from healthcheck.parsers.torch_log import parse_torch_log
