@@ -343,6 +343,7 @@ def analyse(col: Collected) -> Analysis:
     if dumps:
         out.fr = compare_ranks(dumps)
     out.events = _events(col)
+    out.notes.extend(col.attempts)  # attempts.py: earlier attempts a restart got past, judged no more
     dead = param_shape(col, _start(col, out))  # ddpshape.py: a death by DDP's shape check is a shape mismatch
     _gpu(col, out)
     if dead is not None:

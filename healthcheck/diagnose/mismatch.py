@@ -297,7 +297,9 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None
         return job_finding(cls="collective-mismatch", confidence="medium", ranks=odd, evidence=tuple(acc.items[:24]),
                            summary=f"{why}; gloo's size check then failed on the mispaired call (rank {s.rank} "
                                    f"received {s.received} bytes where it expected {s.expected})"), acc.notes
-    met = scalar_meets_tensor(col, acc.sizes) if acc.sizes and not odd else None  # scalarmeet.py: a desync
+    # scalarmeet.py: a desync; a one-element tensor met by chunks of many is no tensor of
+    # another size, whatever a rank's logged sizes say (fewer batches log fewer steps)
+    met = scalar_meets_tensor(col, acc.sizes) if acc.sizes else None
     if met is not None:
         odd, why, lines = met
         return job_finding(cls="collective-mismatch", confidence="medium", ranks=odd, summary=why,

@@ -44,6 +44,7 @@ from healthcheck.diagnose.logfacts import (
     watchdog_ranks,
 )
 from healthcheck.diagnose.nonefinished import none_finished
+from healthcheck.diagnose.p2pvictims import left_waiting
 from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
@@ -179,6 +180,9 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
         odd, summary = back
         return job_finding(cls=cls, ranks=odd, confidence="medium", evidence=items, divergence=top,
                            where=next((waits[r].where for r in odd if waits[r].where), ""), summary=summary)
+    victims = left_waiting(waits, odd, top, theirs, items)  # p2pvictims.py: the waiters' partner is elsewhere
+    if victims is not None:
+        return victims
     return job_finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
                    where=next((waits[r].where for r in odd if waits[r].where), ""),
                    summary=f"{rank_words(odd)} timed out in {theirs} while the others timed out in {top}: "

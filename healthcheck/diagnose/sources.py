@@ -37,6 +37,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
+from healthcheck.diagnose.attempts import blanked_before, last_attempt
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     JobEvidence,
@@ -53,7 +54,7 @@ from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import labels_of
+from healthcheck.parsers.lines import labels_of, worker_labelled
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -114,6 +115,12 @@ class Collected:
     pid_ranks: dict[int, int] = field(default_factory=dict)  # pid -> global rank
     pending: list[tuple[str, PySpyDump]] = field(default_factory=list)  # py-spy dumps only a pid can place
     logged: Logged = field(default_factory=dict)  # rank -> what it logged of its own sizes (loggednumbers.py)
+    attempts: list[str] = field(default_factory=list)  # earlier attempts a restart got past (attempts.py)
+    cut_attempts: bool = True  # read a restarted console's last attempt only (attempts.py)
+    whole: Collected | None = None  # where attempts were cut: every attempt read, for a last one naming no one
+    earlier_pids: set[int] = field(default_factory=set)  # the workers of attempts a restart replaced
+    run_pids: set[int] = field(default_factory=set)  # the pids of `hc run` rank outputs and manifests read
+    skip_pids: frozenset[int] = frozenset()  # earlier attempts' pids whose `hc run` files are left out
 
 
 def _epoch(date: str, clock: str, frac: str | None) -> float | None:
@@ -124,12 +131,12 @@ def _epoch(date: str, clock: str, frac: str | None) -> float | None:
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
-def _label(head: str) -> tuple[int | None, str, bool]:
+def _label(head: str, workers: bool = False) -> tuple[int | None, str, bool]:
     """A line's labels taken off by the line layer (parsers/lines.py): (the rank they name,
     the rest, whether it had any). `[rankN]:` names the rank; a launcher's label alone
-    (srun, mpirun) too; torchrun's `[default3]:` is a local rank: the rank alone, under
-    srun's node label nothing."""
-    labels = labels_of(head)
+    (srun, mpirun, a worker's `NAME-N | ` where `workers`) too; torchrun's `[default3]:` is
+    a local rank: the rank alone, under srun's node label nothing."""
+    labels = labels_of(head, workers=workers)
     return labels.global_rank, labels.rest, labels.labelled
 
 
@@ -145,11 +152,13 @@ def _stamp_of(head: str, year: int) -> float | None:
 
 def _stamps(text: str, year: int) -> TextStamps:
     out = TextStamps()
-    for number, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    workers = worker_labelled(lines)  # `worker-3 | ` before each line names its rank
+    for number, line in enumerate(lines, 1):
         head = line[:120]
-        if not head or not (head[0].isdigit() or head[0] in "[ "):
+        if not head or not (head[0].isdigit() or head[0] in "[ " or (workers and head[0].isalpha())):
             continue
-        rank, rest, labelled = _label(head)
+        rank, rest, labelled = _label(head, workers)
         t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
         if t is None:
             continue
@@ -194,7 +203,7 @@ class _ErrorMessage(msgspec.Struct):
     message: str | dict | None = None
 
 
-def _run_manifest(text: str, col: Collected) -> bool:
+def _run_manifest(source: str, text: str, col: Collected) -> bool:
     """`hc run`'s manifest of one rank (schema hc.run/1): its rank, host, pid (NCCL's %p in
     the debug file names) and world size. True when the text was one."""
     if '"hc.run/1"' not in text[:4096]:
@@ -208,8 +217,10 @@ def _run_manifest(text: str, col: Collected) -> bool:
         return False
     if launcher_manifest(doc):
         return True  # a launcher's (an older hc run around torchrun): no rank's world size
-    ev = col.evidence.rank(rank)
     host, pid, world, local = doc.get("host"), doc.get("pid"), doc.get("world_size"), doc.get("local_rank")
+    if _earlier_attempt(source, pid, col):
+        return True
+    ev = col.evidence.rank(rank)
     if isinstance(host, str) and host and not ev.host:
         ev.host = host[:255]
     if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and ev.pid is None:
@@ -228,6 +239,8 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
     run = parse_run_output(data.decode("utf-8", errors="replace"))
     if run is None:
         return  # hc run's shim: nothing of the job's
+    if run.rank is not None and _earlier_attempt(source, run.pid, col):
+        return  # attempts.py: a rank of an attempt torchrun restarted
     if run.rank is not None:
         r = col.evidence.rank(run.rank)
         r.host = r.host or run.host
@@ -240,7 +253,8 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
             r.exit_code = run.exit_code
             if run.exit_code < 0:
                 r.signal = signal_name(-run.exit_code)
-    if not _read_text_log(source, run.text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+    text = _last_attempt_only(source, run.text, run.rank, col)  # a launcher's copy of torchrun's console
+    if not _read_text_log(source, text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
         col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
 
 
@@ -355,8 +369,42 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
+    text = _last_attempt_only(source, text, rank, col)
     if not _read_text_log(source, text, rank, col, _stamps(text, year)):
         _nothing_known(source, rank, col)
+
+
+_RESTART_WORDS = ("failed (exitcode: ", "will restart worker group")
+
+
+def _last_attempt_only(source: str, text: str, rank: int | None, col: Collected) -> str:
+    """A console torchrun restarted the workers in: its last attempt only, the earlier ones
+    blanked (their lines kept as empty ones) and said in `col.attempts` (attempts.py)."""
+    if not col.cut_attempts or not any(w in text for w in _RESTART_WORDS):
+        return text
+    try:
+        log = parse_torch_log(text, rank_output=rank is not None)
+    except ParseError:
+        return text
+    found = last_attempt(text, log)
+    if found is None:
+        return text
+    col.attempts.append(f"{source}: {found.note()}")
+    col.earlier_pids.update(found.pids)
+    return blanked_before(text, found.start)
+
+
+def _earlier_attempt(source: str, pid: object, col: Collected) -> bool:
+    """Whether an `hc run` file of process `pid` is an earlier attempt's (left out, said so);
+    the pid is noted either way, for collect() to know whether to read again without them."""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    col.run_pids.add(pid)
+    if pid not in col.skip_pids:
+        return False
+    col.evidence.unreadable.append(Unreadable(source, f"an earlier attempt's (pid {pid}): torchrun restarted "
+                                                      "the workers, only the last attempt is judged"))
+    return True
 
 
 def _nothing_known(source: str, rank: int | None, col: Collected) -> None:
@@ -406,7 +454,7 @@ def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None,
         ev.rank(fr_rank).flight_recorder = dump
         ev.rank(fr_rank).sources.append(source)
         return
-    if _run_manifest(text, col):
+    if _run_manifest(source, text, col):
         return
     err = _error_file(source, data, rank)
     if err is not None and err.message:
@@ -618,9 +666,19 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
     is not a file or directory, or is a kernel pseudo file system (/proc); everything
     inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
+    col = _collect(paths, now, progress, cut_attempts=True)
+    if col.earlier_pids & col.run_pids:  # `hc run` kept an earlier attempt's ranks: read again without them
+        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids))
+    if col.attempts:  # attempts.py: a restarted job, read whole too (verdict.py judges the last attempt first)
+        col.whole = _collect(paths, now, None, cut_attempts=False)
+    return col
+
+
+def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool,
+             skip_pids: frozenset[int] = frozenset()) -> Collected:
     ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    col = Collected(evidence=ev)
+    col = Collected(evidence=ev, cut_attempts=cut_attempts, skip_pids=skip_pids)
     found = walk(paths, progress=progress)
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)

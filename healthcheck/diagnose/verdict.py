@@ -215,12 +215,14 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
     if not (ev.torch_logs or ev.nccl_logs or ev.ranks or ev.ras or ev.kernel or ev.error_files):
         return f"none of the {ev.inputs} file(s) is a log hc reads (see unreadable)"
     said = ending(col)  # endings.py: every rank interrupted by its launcher; a job that finished
-    if said:
-        return said
     held = failures_held(col)
-    if held:
-        return f"the logs hold {held}, and none of it names a culprit rank"
-    return "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+    if held and not said:
+        said = f"the logs hold {held}, and none of it names a culprit rank"
+    said = said or "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+    if col.attempts and not held:  # attempts.py: only the last attempt is judged
+        said += ("; an earlier attempt failed and torchrun restarted the workers: a transient failure, "
+                 "no culprit of how the job ended (see the notes)")
+    return said
 
 
 def _job(col: Collected) -> str:
@@ -256,6 +258,10 @@ def build(col: Collected, analysis: Analysis | None = None, *, history: HistoryL
                                 stack_groups=analysis.groups, world_size=world, ranks_seen=fold_ranks(ev.ranks),
                                 first_failure=_first_failure(analysis))
     why = _why_unknown(col, analysis, findings, world)
+    if why and col.whole is not None and failures_held(col):
+        whole = _over_every_attempt(col.whole, why, history)  # the last attempt failed, naming no one
+        if whole is not None:
+            return whole
     if why:
         summary = f"no diagnosis: {why}"
         unknown = job_finding(cls="unknown", summary=summary, confidence="low")
@@ -287,6 +293,18 @@ def build(col: Collected, analysis: Analysis | None = None, *, history: HistoryL
                    odd_hosts=_hosts([o.host for o in odd_list]),
                    divergence=main.divergence, notes=notes, findings=stamped(col, findings),
                    node_health=health.events, ranks=_rows(col, analysis, odd), **base)
+
+
+def _over_every_attempt(whole: Collected, why: str, history: HistoryLookup | None) -> Verdict | None:
+    """A restarted job whose last attempt failed with no culprit of its own (every rank
+    failing alike as it started again, on what the first attempt left): judged over every
+    attempt, said so; None where that names no one either."""
+    verdict = build(whole, history=history)
+    if verdict.cls == "unknown":
+        return None
+    said = (f"the last attempt failed naming no rank ({why}); judged over every attempt torchrun ran: "
+            "the earlier attempt's failure is what the restart did not get past")
+    return msgspec.structs.replace(verdict, notes=[said, *verdict.notes])
 
 
 def status_of(verdict: Verdict) -> Status:

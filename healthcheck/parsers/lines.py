@@ -10,7 +10,9 @@ line number and the raw line.
 Prefixes, peeled in whatever order they were stacked (each kind at most once a line):
 
 - launchers (core/launcher_labels.py): srun `--label` `3: `, mpirun `--tag-output`
-  `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`
+  `[1,3]<stdout>:`, torchrun `--tee` `[default3]:`, torch's own `[rank3]:`; a process
+  manager's `NAME-N | ` (a launcher's `worker-3 | `) only where the text says N is the rank
+  (`worker_labelled`)
 - a grep over several files, before all the rest: `FILE:` (`FILE-` on a context line,
   `FILE:N:` with -n) where FILE is named as a log (`.log`, `.out`, `.err`, `.txt`), kept
   as the line's `file`; tail's `==> FILE <==` header line is `noise` ("file-header") and
@@ -666,6 +668,46 @@ def logger_prefixed(lines: Sequence[str]) -> bool:
     return filled >= 1 and logged >= LOGGED_SHARE * filled
 
 
+# a process manager's label before each worker's line: `worker-3 | ` (a launcher of its own),
+# docker compose's `trainer-1  | `, honcho's `web.1 | `: a name, its index, a bar
+_WORKER_LABEL = re.compile(r"[A-Za-z][\w\-]{0,63}?[-.](\d{1,7}) {1,16}\| ", re.ASCII)
+
+
+def worker_labelled(lines: Sequence[str]) -> bool:
+    """Whether the index of a `NAME-N | ` label (`_WORKER_LABEL`) before most lines is the
+    rank: every line that carries torch's own `[rankM]:` right after it says M == N, at
+    least one does, and one NAME labels them all. A compose service's replica number or a
+    host's (`node-042 | `, a pdsh collation) is no rank and no torch line agrees with it."""
+    labelled = filled = agreeing = 0
+    names: set[str] = set()
+    for line in lines:
+        if not line.strip():
+            continue
+        filled += 1
+        m = _WORKER_LABEL.match(line) if line[:1].isalpha() else None
+        if m is None:
+            continue
+        labelled += 1
+        names.add(line[:m.start(1) - 1])
+        rank = TORCH_RANK.match(line, m.end())
+        if rank is not None:
+            if rank.group(1) != m.group(1) or len(names) > 1:
+                return False
+            agreeing += 1
+    return agreeing > 0 and len(names) == 1 and labelled >= LOGGED_SHARE * filled
+
+
+def _worker(body: str, taken: _Taken) -> int:
+    """A worker label (`worker_labelled` said its index is the rank): the launcher's task."""
+    if "launcher" in taken.kinds or not body[:1].isalpha():
+        return 0
+    m = _WORKER_LABEL.match(body)
+    if m is None:
+        return 0
+    taken.take("launcher", m.group(0), task=int(m.group(1)))
+    return m.end()
+
+
 def drop_logger(text: str) -> str:
     """A line's Python logging prefix (see `logger_prefixed`), its indent kept out."""
     body = text.lstrip(" \t")
@@ -851,16 +893,19 @@ def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
 
 
 def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
-         logged: bool = False) -> tuple[str, _Taken]:
+         logged: bool = False, workers: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
     each kind once; a glog prefix is the last before the message; a grep's file name
     first of all. `logged`: the text is logged through a Python logging prefix
-    (`logger_prefixed`), taken off stamps or not."""
+    (`logger_prefixed`), taken off stamps or not; `workers`: its `NAME-N | ` labels name
+    ranks (`worker_labelled`)."""
     taken = _Taken()
     body = body[_grep_file(body, taken, numbered=not srun):]
     if not srun:
         taken.kinds.add("no-srun")
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _runtime, _label) if runners else (_label,)
+    if workers:
+        steps = (_worker, *steps)
     if logged:
         steps = (_pylog, *steps)
     if stamps:
@@ -905,10 +950,11 @@ class Labels(NamedTuple):
         return rank_named(self.rank, self.task, self.local_rank)
 
 
-def labels_of(text: str) -> Labels:
+def labels_of(text: str, *, workers: bool = False) -> Labels:
     """The launcher labels at the start of one line, cheaply (for indexing many lines);
-    a runner's tag is left on (Determined's carries the line's time)."""
-    rest, taken = peel(text, stamps=False, runners=False)
+    a runner's tag is left on (Determined's carries the line's time). `workers`: the
+    text's `NAME-N | ` labels name ranks (`worker_labelled`)."""
+    rest, taken = peel(text, stamps=False, runners=False, workers=workers)
     f = taken.fields
     return Labels(rest, f.get("task"), f.get("rank"), f.get("local_rank"), bool(taken.parts))  # type: ignore[arg-type]
 
@@ -927,6 +973,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
+    workers = worker_labelled(raw_lines)
     sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
     numbered = line_numbered(sample)
     gutter = not numbered and gutter_numbered(sample)
@@ -935,7 +982,8 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1])
+                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
+                          workers=workers)
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -986,27 +1034,28 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
-              gutter: bool = False, indent: str = "") -> list[Line]:
+              gutter: bool = False, indent: str = "", workers: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
     logging prefix (`logger_prefixed`); `numbered`: out of a log viewer that numbered its
     lines (`line_numbered`); `gutter`: out of one that showed them bare (`gutter_numbered`);
-    `indent`: the line's markdown code block's (`code_block_indents`)."""
+    `indent`: the line's markdown code block's (`code_block_indents`); `workers`: its
+    `NAME-N | ` labels name ranks (`worker_labelled`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent)
     pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged)[0].strip():
+    while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers)[0].strip():
         pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
     if len(pieces) > 1:
         repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps, srun, logged=logged)
+        rest, taken = peel(piece, stamps, srun, logged=logged, workers=workers)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names
