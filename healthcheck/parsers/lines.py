@@ -174,6 +174,29 @@ def drop_line_end(text: str) -> tuple[str, bool]:
     return (text[:-1], True) if text.endswith("\r") else (text, False)
 
 
+_FENCES = ("```", "~~~")
+
+
+def ends_mid_line(text: str) -> bool:
+    """The text stops inside its last line: no line end after it, and no blank either (a paste
+    or a capture cut mid-line, a hung tool's last row; a real output ends in a line end)."""
+    return bool(text) and not text[-1].isspace()
+
+
+def without_cut_end(text: str) -> tuple[str, str]:
+    """(`text` without the word its end may have cut, that word): where the text ends mid-line
+    (`ends_mid_line`), its last word may be a longer one cut short (`400` printed as `40`, `NV18`
+    as `NV`), never to be read as whole; the rest of the line stays (the words before it are
+    whole: a blank follows each). ("", "") for a text that is only that word; (text, "") where
+    nothing was cut."""
+    if not ends_mid_line(text) or text[text.rfind("\n") + 1:].lstrip().startswith(_FENCES):
+        return text, ""  # a markdown fence closing the paste is no value
+    start = len(text)
+    while start and not text[start - 1].isspace():  # linear: one step back per character
+        start -= 1
+    return text[:start], text[start:]
+
+
 def redrawn(text: str) -> str:
     """A line redrawn in place (a progress bar, then the text that overwrote it): what
     the terminal showed last, the text after the last CR (the whole line if that is empty)."""

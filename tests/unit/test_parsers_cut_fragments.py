@@ -1,0 +1,72 @@
+"""Fragments cut at either end (issue 20, tests/field/mutate.py's head-cut and tail-cut).
+
+A paste that starts mid-output lost its header, its first block, its first rows; one that
+ends mid-line may end inside a value (`400` printed as `40`). Each test cuts a real fixture
+as mutate.py does (`head_cut`: the first quarter of the lines gone; `tail_cut`: the last line
+cut in half, no line end after it) and asserts what the fragment still determines is read,
+what it does not is not guessed, and a value the cut may have shortened is never read whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from field.mutate import head_cut, tail_cut
+
+from healthcheck.parsers import lines
+from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture(path: str) -> str:
+    return (FIXTURES / path).read_text()
+
+
+# ---------------------------------------------------------------- the line layer
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("GPU6\tNV18\tNV", ("GPU6\tNV18\t", "NV")),  # the paste ends inside a cell
+    ("GPU6\tNV18\tNV18\n", ("GPU6\tNV18\tNV18\n", "")),  # a line end: nothing cut
+    ("GPU6 NV18 ", ("GPU6 NV18 ", "")),  # a blank after the last word: it is whole
+    ("a\n```", ("a\n```", "")),  # a markdown fence closing the paste is no value
+    ("400", ("", "400")),
+    ("", ("", "")),
+])
+def test_the_word_a_text_ends_inside_is_set_apart(text, want):
+    assert lines.without_cut_end(text) == want
+
+
+def test_the_cut_end_is_found_in_linear_time():
+    text = "x" * 1_000_000  # one word: every character stepped over once
+    assert lines.without_cut_end(text) == ("", text)
+
+
+# ---------------------------------------------------------------- nvidia-smi topo -m
+
+
+@pytest.mark.parametrize("shorter", [0, 1])
+def test_topo_cut_inside_its_last_row_reads_no_cut_cell(shorter):
+    """GPU7's row cut after its fifth cell (`NV12`, with nothing after it: it may be `NV1`
+    or more), or one character earlier (`NV1`, the wrong value it must never be read as)."""
+    text = tail_cut(fixture("corpus/nvidia-smi-topo/a100-8gpu-nv12.txt"))
+    text = text[:len(text) - shorter]
+    cut_word = text.split()[-1]
+    topo = parse_nvidia_topo(text)
+    assert all(value == "NV12" for row in topo.links.values() for value in row.values())
+    assert topo.links["GPU7"] == {"GPU0": "NV12", "GPU1": "NV12", "GPU2": "NV12", "GPU3": "NV12"}
+    assert topo.incomplete and repr(cut_word) in topo.incomplete
+
+
+def test_topo_headerless_rows_name_the_nvlinked_columns_no_row_names():
+    """A fragment of GPU1..GPU6's rows (header and GPU0 cut above, GPU7 below): column 7 holds
+    NV12 in every row, so it is a GPU's, the eighth: GPU7."""
+    whole = fixture("corpus/nvidia-smi-topo/a100-8gpu-nv12.txt")
+    text = head_cut("\n".join(whole.splitlines()[:8]) + "\n")
+    assert "GPU0 " not in text and "GPU7 " not in text
+    topo = parse_nvidia_topo(text)
+    assert topo.links["GPU1"]["GPU7"] == "NV12"
+    assert topo.links["GPU6"]["GPU0"] == "NV12"
+    assert "GPU7" not in topo.devices  # named by nvidia-smi's order, not a row: no device evidence
