@@ -70,3 +70,52 @@ def test_topo_headerless_rows_name_the_nvlinked_columns_no_row_names():
     assert topo.links["GPU1"]["GPU7"] == "NV12"
     assert topo.links["GPU6"]["GPU0"] == "NV12"
     assert "GPU7" not in topo.devices  # named by nvidia-smi's order, not a row: no device evidence
+
+
+# ---------------------------------------------------------------- nccl-tests
+
+NCCL_TESTS_H100 = "nccl-tests/all_reduce-h100-1gpu-2.19.6-nccl-2.28.9.txt"
+
+
+def _rows_up_to(text: str, size: str) -> str:
+    """The text up to (with) the row of `size`: a run that stopped there, or a paste cut there."""
+    out = []
+    for line in text.splitlines():
+        out.append(line)
+        if line.split()[:1] == [size]:
+            break
+    return "\n".join(out) + "\n"
+
+
+def test_nccl_tests_row_the_text_ends_inside_is_where_the_run_stopped():
+    """nccl-tests prints a row's size, count, type, redop and root before it runs that size:
+    a text that ends inside the 2097152 row got that far (cut_row_bytes), no measurement."""
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    text = tail_cut(_rows_up_to(fixture(NCCL_TESTS_H100), "2097152"))
+    assert text.splitlines()[-1].split()[0] == "2097152"
+    run = parse_nccl_tests(text)
+    assert run.cut_row_bytes == 2097152
+    assert run.last_size_bytes == 524288 == max(s.size_bytes for s in run.samples)  # the cut row measured nothing
+    assert run.incomplete
+    assert run.max_bytes == 1073741824
+
+
+def test_nccl_tests_banner_number_the_text_ends_on_is_not_read():
+    """`maxBytes 1073741824` cut to `maxBytes 10737`: never max_bytes 10737."""
+    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+
+    text = fixture(NCCL_TESTS_H100)
+    text = text[:text.index("1073741824") + 5]
+    run = parse_nccl_tests(text)
+    assert run.max_bytes != 10737
+
+
+def test_a_hung_run_that_stopped_inside_its_first_row_is_a_hang_not_a_misconfiguration():
+    from healthcheck.probes.bw import nccl_attempt_from_text
+
+    text = tail_cut(_rows_up_to(fixture(NCCL_TESTS_H100), "8"))
+    attempt = nccl_attempt_from_text(text, "all_reduce", argv=("all_reduce_perf",), expected_ranks=1,
+                                     duration_s=60.0, returncode=-9, hung=True, output_tail=text)
+    assert attempt.hung and attempt.misconfigured is None
+    assert attempt.samples == ()
