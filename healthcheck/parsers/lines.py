@@ -177,6 +177,13 @@ def drop_line_end(text: str) -> tuple[str, bool]:
 _FENCES = ("```", "~~~")
 
 
+def ends_in_a_row(text: str) -> bool:
+    """The text's last line has no line end and is not blank: a row the text stopped in, its
+    last word whole (a blank after it) or not (`ends_mid_line`); either way cells may be missing."""
+    tail = text[text.rfind("\n") + 1:]
+    return bool(tail.strip()) and not tail.endswith("\r") and not tail.lstrip().startswith(_FENCES)
+
+
 def ends_mid_line(text: str) -> bool:
     """The text stops inside its last line: no line end after it, and no blank either (a paste
     or a capture cut mid-line, a hung tool's last row; a real output ends in a line end)."""
@@ -195,6 +202,11 @@ def without_cut_end(text: str) -> tuple[str, str]:
     while start and not text[start - 1].isspace():  # linear: one step back per character
         start -= 1
     return text[:start], text[start:]
+
+
+def cut_end_note(word: str) -> str:
+    """What a parser's `incomplete` says of the word `without_cut_end` set apart."""
+    return f"the text ends mid-line: its last word {word[:24]!r} may be cut short, not read"
 
 
 def redrawn(text: str) -> str:

@@ -77,6 +77,7 @@ from healthcheck.parsers.lines import (
     code_block_indents,
     continues_bare,
     continues_indented,
+    cut_end_note,
     drop_quote,
     join_continuation,
     quoted_paste,
@@ -85,6 +86,7 @@ from healthcheck.parsers.lines import (
     recorded,
     recording_now,
     unquoted,
+    without_cut_end,
     word_wrapped,
 )
 from healthcheck.parsers.nvrm_errors import (
@@ -196,6 +198,7 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     # lines nothing read (another driver's, another program's; omitted when none): in a whole
     # kernel log most of its lines, so `hc parse` shows how many and the first few
     unrecognized: Unrecognized = NOTHING_UNREAD
+    incomplete: str | None = None  # why what was read is partial: the text ends mid-line (its last word unread)
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
     source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
@@ -303,6 +306,7 @@ def parse_kernel_log(
     """
     if not isinstance(text, str):  # a caller bug, but parsers only ever raise ParseError
         raise ParseError(f"kernel log: expected text, got {type(text).__name__}")
+    given, (text, cut) = text, without_cut_end(text)  # a paste that ends mid-line: `Xid ...: 4` may be 45's
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
@@ -319,12 +323,12 @@ def parse_kernel_log(
         for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply, indent=indents[number]):
             read.piece(number, raw, piece.text)
     read.flush()
-    if not read.looks_like_log and text.strip():
+    if not read.looks_like_log and given.strip():
         raise ParseError(
             "kernel log: no line looks like kernel log output (no timestamp prefix, "
             f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
         )
-    return read.log()
+    return msgspec.structs.replace(read.log(), incomplete=cut_end_note(cut)) if cut else read.log()
 
 
 _MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER, HUNG_MARKER, SEGFAULT_MARKER)
