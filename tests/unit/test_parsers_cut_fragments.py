@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from field.mutate import head_cut, tail_cut
 
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.parsers import lines
 from healthcheck.parsers.nvidia_topo import parse_nvidia_topo
 
@@ -119,3 +120,73 @@ def test_a_hung_run_that_stopped_inside_its_first_row_is_a_hang_not_a_misconfigu
                                      duration_s=60.0, returncode=-9, hung=True, output_tail=text)
     assert attempt.hung and attempt.misconfigured is None
     assert attempt.samples == ()
+
+
+# ---------------------------------------------------------------- kernel log
+
+
+def _through_line(path: str, n: int) -> str:
+    return "\n".join(fixture(path).splitlines()[:n + 1]) + "\n"
+
+
+@pytest.mark.parametrize("shorter", [0, 1])
+def test_an_xid_code_the_text_ends_on_is_not_read(shorter):
+    """`NVRM: Xid (PCI:0000:91:00): 79` with no line end after it: 79 may be the head of a
+    longer code (`14` of 144..149 likewise), and one character less is `7`, a wrong Xid."""
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    text = tail_cut(_through_line("kernel-log/journal-short-xid79-sxid.txt", 3))
+    text = text[:len(text) - shorter]
+    assert text.endswith(": 79"[:4 - shorter])
+    log = parse_kernel_log(text)
+    assert [x.code for x in log.xids] == []  # the one Xid line is the cut one
+    assert log.incomplete and "79"[:2 - shorter] in log.incomplete
+
+
+def test_a_driver_version_the_text_ends_inside_is_not_read():
+    """The load banner cut inside its version (`525.125` of `525.125.06`): no driver_version."""
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    text = _through_line("kernel-log/dmesg-probe-fallen-off-bus-continuation.txt", 5)
+    text = text[:text.index("525.125.06") + len("525.125")]
+    log = parse_kernel_log(text)
+    assert log.driver_version is None and log.incomplete
+
+
+# ---------------------------------------------------------------- nvidia-smi --query-gpu
+
+
+def test_query_gpu_rows_whose_header_a_cut_took_are_a_fragment():
+    """Which column is which only the CSV header says: its rows without it are refused, as a
+    fragment (FragmentError), never read by a guessed field list."""
+    from healthcheck.parsers import parser_for
+
+    text = head_cut(fixture("corpus/nvidia-smi-query-gpu/h100-590-all-fields-idle.txt"))
+    with pytest.raises(FragmentError, match="no CSV header"):
+        parser_for("nvidia-smi-query-gpu")(text)
+    with pytest.raises(ParseError) as info:
+        parser_for("nvidia-smi-query-gpu")("no gpu here\n")
+    assert not isinstance(info.value, FragmentError)
+
+
+# ---------------------------------------------------------------- the audit's rule
+
+
+def test_the_audit_expects_no_fact_of_a_fragment_a_cut_refused_and_every_one_after_a_shape():
+    """mutate.py: a file refused as a FragmentError after a cut has no fact expected (the cut took
+    what names them); the same refusal after a transformation that drops nothing is a miss."""
+    from field import facts, mutate
+
+    text = fixture("corpus/nvidia-smi-query-gpu/h100-590-all-fields-idle.txt")
+    ff = facts.FieldFile(facts.FIELD / "not-a-field-file.txt",  # the audit names it so; its text is passed
+                         "nvidia-smi-query-gpu", (facts.Fact("name", "NVIDIA H100 80GB HBM3"),))
+    before, _, _ = mutate.surfaced(ff.tool, text, ff.facts)
+    assert before == {0}
+    cut = mutate.mutate_one(ff, text, before, "head-cut")
+    assert (cut.fragments, cut.read, cut.misses) == (1, 0, [])
+    mutate.TRANSFORMS["drop-header"] = lambda t, tool: "\n".join(t.splitlines()[1:])
+    try:
+        shaped = mutate.mutate_one(ff, text, before, "drop-header")  # drops text, but is no cut (DROPS_TEXT)
+    finally:
+        del mutate.TRANSFORMS["drop-header"]
+    assert (shaped.fragments, shaped.read, shaped.kept) == (0, 1, 0) and shaped.misses
