@@ -153,6 +153,66 @@ def test_a_driver_version_the_text_ends_inside_is_not_read():
     assert log.driver_version is None and log.incomplete
 
 
+# ---------------------------------------------------------------- sinfo
+
+
+def test_sinfo_default_rows_without_their_header_are_read_by_their_shape():
+    """`sinfo`'s default table, its header cut: partition, a partition state (up), a time limit,
+    a count that is the node list's host count, a node state, the node list: no doubt left."""
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    report = parse_sinfo(head_cut(fixture("sinfo/slurm-22.05-summary.txt")))
+    assert [(r.partition, r.state, r.nodes, r.node_count) for r in report.rows][:2] == [
+        ("debug", "draining", "node3", 1), ("debug", "drained", "node2", 1)]
+    assert report.rows[-1].timelimit == "1:00:00"
+
+
+@pytest.mark.parametrize("line", [
+    "debug*       up   infinite     64  drain node2",  # 64 is no host count of `node2`: CPUS, not NODES
+    "debug*       yes  infinite      1  drain node2",  # no partition state
+    "debug*       up   infinite      1  drain",  # five words
+])
+def test_sinfo_headerless_rows_whose_shape_leaves_a_doubt_are_not_read_as_the_default(line):
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    try:
+        report = parse_sinfo(line + "\n")
+    except ParseError:
+        return
+    assert not any(r.state == "drained" and r.partition == "debug" for r in report.rows)
+
+
+def test_sinfo_row_the_text_ends_inside_is_read_only_up_to_its_cut_cell():
+    """The summary cut inside its last row's time limit (`1:00` of `1:00:00`): the row's partition
+    and state of availability are read, never the time limit `1:00`, nor any cell after it."""
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    report = parse_sinfo(tail_cut(fixture("sinfo/slurm-22.05-summary.txt")))
+    last = report.rows[-1]
+    assert (last.partition, last.avail, last.timelimit, last.state) == ("gpu", "up", None, None)
+    assert report.incomplete and "TIMELIMIT" in report.incomplete
+
+
+def test_sinfo_reasons_row_the_text_ends_inside_is_not_read():
+    """`sinfo -R` cut after `hc: gpu.E020 gpu 3 X root   `: the reason may hold blanks, so with
+    cells missing after it no cell can be placed (a USER `X`, a node `root` were read before)."""
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    report = parse_sinfo(tail_cut(fixture("sinfo/slurm-22.05-R-reasons-truncated-20.txt")))
+    assert [r.nodes for r in report.rows] == ["node4", "node3"]
+    assert report.incomplete
+
+
+def test_sinfo_headerless_pipe_rows_no_column_of_which_is_known_are_a_fragment():
+    from healthcheck.parsers.sinfo import parse_sinfo
+
+    with pytest.raises(FragmentError):
+        parse_sinfo("up|gen|80|0|N/A\nup|gen|80|0|N/A\n")
+    with pytest.raises(ParseError) as info:
+        parse_sinfo("hello there\n")
+    assert not isinstance(info.value, FragmentError)
+
+
 # ---------------------------------------------------------------- nvidia-smi --query-gpu
 
 
