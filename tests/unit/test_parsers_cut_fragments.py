@@ -250,3 +250,36 @@ def test_the_audit_expects_no_fact_of_a_fragment_a_cut_refused_and_every_one_aft
     finally:
         del mutate.TRANSFORMS["drop-header"]
     assert (shaped.fragments, shaped.read, shaped.kept) == (0, 1, 0) and shaped.misses
+
+
+# ---------------------------------------------------------------- scontrol show node
+
+
+def test_scontrol_key_the_text_ends_inside_does_not_extend_the_value_before_it():
+    """`scontrol -o show node` cut after `State=DOWN+NOT_RESPONDING Thread` (ThreadsPerCore=):
+    the cut key is no word of the state."""
+    from healthcheck.parsers.scontrol_node import parse_scontrol_show_node
+
+    nodes = parse_scontrol_show_node(tail_cut(fixture("scontrol-show-node/slurm-22.05-oneliner-o.txt")))
+    assert nodes.nodes[-1].state == "DOWN+NOT_RESPONDING"
+    assert nodes.nodes[-1].base_state == "DOWN" and nodes.incomplete
+
+
+def test_scontrol_reason_the_text_ends_inside_keeps_only_its_whole_words():
+    from healthcheck.parsers.scontrol_node import parse_scontrol_show_node
+
+    text = tail_cut(fixture("scontrol-show-node/slurm-22.05-one-node-drained.txt"))
+    (node,) = parse_scontrol_show_node(text).nodes
+    assert node.reason is not None and text.endswith(node.reason + " " + text.split()[-1])
+    assert parse_scontrol_show_node(text).incomplete
+
+
+def test_scontrol_record_whose_nodename_line_a_cut_took_is_a_fragment():
+    """Whose State=, Reason= these are, the cut NodeName= line said: never guessed."""
+    from healthcheck.parsers.scontrol_node import parse_scontrol_show_node
+
+    with pytest.raises(FragmentError, match="NodeName="):
+        parse_scontrol_show_node(head_cut(fixture("scontrol-show-node/slurm-22.05-one-node-drained.txt")))
+    with pytest.raises(ParseError) as info:
+        parse_scontrol_show_node("hello there\n")
+    assert not isinstance(info.value, FragmentError)
