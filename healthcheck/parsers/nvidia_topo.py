@@ -51,7 +51,14 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, pasted_lines, without_cut_end
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Unrecognized,
+    UnrecognizedLines,
+    ends_mid_line,
+    pasted_lines,
+    without_cut_end,
+)
 from healthcheck.parsers.unread import note_unread
 
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
@@ -88,8 +95,10 @@ class Topology(msgspec.Struct, frozen=True, omit_defaults=True):
 def parse_nvidia_topo(text: str) -> Topology:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi topo: expected text, got {type(text).__name__}")
-    text, cut = without_cut_end(text)  # a paste that ends mid-row: its last cell may be cut ("NV" of "NV18")
     lines = pasted_lines(text)  # colour codes (newer drivers underline the header), quotes, a grep's FILE:
+    cut = ""
+    if lines and ends_mid_line(text):  # a paste that ends mid-row: its last cell may be cut ("NV" of "NV18")
+        lines[-1], cut = without_cut_end(lines[-1])  # the line as mended: a grep's `FILE:` is no cell
     header_at = _find_header(lines)
     if header_at is not None:
         columns = _header_columns(lines[header_at])
