@@ -283,3 +283,25 @@ def test_scontrol_record_whose_nodename_line_a_cut_took_is_a_fragment():
     with pytest.raises(ParseError) as info:
         parse_scontrol_show_node("hello there\n")
     assert not isinstance(info.value, FragmentError)
+
+
+# ---------------------------------------------------------------- perfquery
+
+
+def test_perfquery_counters_whose_port_lines_a_cut_took_are_a_fragment():
+    """Head-cut past its header and PortSelect: which port's counters they are is not known."""
+    from healthcheck.parsers.perfquery import parse_perfquery
+
+    text = head_cut(fixture("corpus/perfquery/hca-extended-capmask-5a00.txt"))
+    assert "PortSelect" not in text and "Lid 133" not in text
+    with pytest.raises(FragmentError, match="which port"):
+        parse_perfquery(text)
+
+
+def test_perfquery_value_the_text_ends_inside_is_not_read():
+    from healthcheck.parsers.perfquery import parse_perfquery
+
+    text = fixture("corpus/perfquery/hca-extended-capmask-5a00.txt")
+    text = text[:text.index("37108676853855") + 4]  # `PortXmitData:....3710`
+    (port,) = parse_perfquery(text).ports
+    assert "port_xmit_data" not in port.counters
