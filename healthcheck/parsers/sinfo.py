@@ -461,8 +461,8 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     cut_at = text.count("\n") + 1 if ends_in_a_row(text) else 0
     text, cut = without_cut_end(text)
     for line in read_lines(text, stamps=False):
-        if line.number == cut_at:  # the row the text ends inside: its cut cell is gone, read from the left
-            reading.cut_row(line)
+        if line.number == cut_at and (cut or line.text.strip()):  # the row the text ends inside (as mended:
+            reading.cut_row(line)  # a quote's `> ` alone is none): its cut cell gone, read from the left
             continue
         reading.read(line)
     if cut_at:
