@@ -285,7 +285,7 @@ _BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
 _NVLINK5 = re.compile(
     r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
-    r"Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?",
+    r"(?:Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?|Link$)",
     re.ASCII,
 )
 # "on link 14(0x0, ...)", "link 3": a link an NVLink Xid before NVLink5 names in its words
@@ -660,12 +660,14 @@ def _nvlink5(message: str) -> dict[str, Any]:
 
     Blackwell's NVLink5 Xids (144-150) name the unit that saw the error, whether it is
     fatal, and the link (-1: none in particular); a capture cut before the status words
-    still gives the rest."""
+    still gives the rest; one that ends at `Link` (its number the word a cut text ended inside,
+    not read) its unit and severity."""
     m = _NVLINK5.match(message)
     if not m:
         return {}
     words = _HEX_WORD.findall(m.group("words") or "")
-    return {"unit": m.group("unit"), "severity": m.group("severity"), "link": int(m.group("link")),
+    link = m.group("link")
+    return {"unit": m.group("unit"), "severity": m.group("severity"), "link": None if link is None else int(link),
             "status": words[:_STATUS_WORDS]}
 
 

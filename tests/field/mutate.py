@@ -14,7 +14,9 @@ and its evidence is still in the transformed text (`evidence`: the value's text,
 any form, a number with no digit either side; dropping lines can take the evidence away). A
 fact whose value the text never spells (a bool, a derived number) is expected after the
 transformations that drop nothing; one that is a line number of the text (`positional`) after
-those that move no line. *Kept*: surfaced after the transformation too.
+those that move no line. *Kept*: surfaced after the transformation too. After a cut, the word a
+text ends inside with no line end after it is no evidence: `Link 13` there may be `Link 1` of
+13 or `Link 13` of 130, and a parser must not read it as whole (lines.without_cut_end).
 
 A cut can take what NAMES the values left: a CSV's header (which column is which), a record's
 name line or a row's node list (whose values they are). The values are still spelled, so
@@ -55,6 +57,7 @@ from field import facts as field_facts  # noqa: E402
 from healthcheck.core.errors import FragmentError, HcError  # noqa: E402
 from healthcheck.parsers import BINARY_TOOLS, parser_for  # noqa: E402
 from healthcheck.parsers.gpu_common import normalize_pci  # noqa: E402
+from healthcheck.parsers.lines import without_cut_end  # noqa: E402
 
 # the splits this audit reads: tuning, and the held-out sets the parser writers have opened
 # (held-out to held-out-12). Written out, not derived from facts.SPLITS: a held-out set added
@@ -249,7 +252,8 @@ def mutate_one(ff: field_facts.FieldFile, text: str, before: set[int], name: str
     """One file under one transformation."""
     cell = Cell()
     changed = TRANSFORMS[name](text, ff.tool)
-    present = [evidence(fact, changed) for fact in ff.facts]
+    whole = without_cut_end(changed)[0] if name in DROPS_TEXT else changed  # a cut's last word: no evidence
+    present = [evidence(fact, whole) for fact in ff.facts]
     left = [i for i, fact in enumerate(ff.facts)
             if (present[i] or (present[i] is None and evidence(fact, text) is None and name not in DROPS_TEXT))
             and not (positional(fact) and name in MOVES_LINES)]

@@ -305,3 +305,27 @@ def test_perfquery_value_the_text_ends_inside_is_not_read():
     text = text[:text.index("37108676853855") + 4]  # `PortXmitData:....3710`
     (port,) = parse_perfquery(text).ports
     assert "port_xmit_data" not in port.counters
+
+
+def test_an_nvlink5_xid_the_text_ends_at_its_link_number_keeps_its_unit_and_severity():
+    """`RLW_RXPIPE Nonfatal XC0 i0 Link 13` with no line end: 13 may be cut (not read), the unit
+    and severity before it are whole."""
+    from healthcheck.parsers.xid import parse_kernel_log
+
+    line = fixture("field/issues/xid/xid145-rlw-rxpipe-nonfatal-link13.txt").strip()  # split: tuning
+    (event,) = parse_kernel_log(line[:line.index(" (0x")]).xids
+    assert (event.code, event.unit, event.severity, event.link) == (145, "RLW_RXPIPE", "Nonfatal", None)
+
+
+def test_the_audit_takes_no_evidence_from_the_word_a_cut_text_ends_inside():
+    """nvlink's `Link 11` cut to `Link 11` with no line end (11 may be the head of a longer
+    number): its link=11 fact is not expected of the parser after the cut."""
+    from field import facts, mutate
+
+    path = "field/repos/nvidia-smi-nvlink/a100-p4de-gpu0-12-links-shell-prompt.txt"  # split: tuning
+    text = fixture(path)
+    assert tail_cut(text).endswith("Link 11")
+    ff = facts.FieldFile(facts.FIELD / "not-a-field-file.txt", "nvidia-smi-nvlink", (facts.Fact("link", 11),))
+    before, _, _ = mutate.surfaced(ff.tool, text, ff.facts)
+    assert before == {0}
+    assert mutate.mutate_one(ff, text, before, "tail-cut").facts == 0
