@@ -329,3 +329,27 @@ def test_the_audit_takes_no_evidence_from_the_word_a_cut_text_ends_inside():
     before, _, _ = mutate.surfaced(ff.tool, text, ff.facts)
     assert before == {0}
     assert mutate.mutate_one(ff, text, before, "tail-cut").facts == 0
+
+
+# ---------------------------------------------------------------- perftest
+
+
+def test_perftest_gid_the_text_ends_inside_is_not_read():
+    """`GID: 00:00:00:00:00:00:00:` (the text ends inside the GID): no gid of half its bytes."""
+    from healthcheck.parsers.perftest import parse_perftest
+
+    text = tail_cut(fixture("ib_write_bw/server-roce-tabs-expanded-header-gid-index-3.txt"))
+    assert text.rstrip().endswith("GID: 00:00:00:00:00:00:00:")
+    run = parse_perftest(text)
+    assert run.addresses and all(a.gid is None or len(a.gid.split(":")) == 16 for a in run.addresses)
+
+
+@pytest.mark.parametrize("name", ["client-kernel-5.1-couldnt-create-ib-resources.txt",
+                                  "failed-to-modify-qp-to-rtr-grh-required-two-qps.txt"])
+def test_perftest_failure_message_the_text_ends_inside_keeps_only_whole_words(name):
+    from healthcheck.parsers.perftest import parse_perftest
+
+    text = tail_cut(fixture(f"ib_write_bw/{name}"))
+    cut_word = text.split()[-1]  # `crea` of create, `the` (whole or not: nothing after it)
+    run = parse_perftest(text)
+    assert not any(m.endswith(" " + cut_word) for m in (f.message for f in run.failures))
