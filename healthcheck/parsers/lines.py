@@ -951,12 +951,15 @@ def labels_of(text: str) -> Labels:
 # ---------------------------------------------------------------- reading
 
 
-def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
+def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
+               cut_end: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
     reads them itself (NCCL's own `[%F %T]` stamp before its prefix); `srun=False`
     leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
+    `cut_end`: where the text ends mid-line (`ends_mid_line`), the last line's text loses
+    the word it ends inside (`without_cut_end`, repair "cut-end"): never read as whole.
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -968,9 +971,12 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
+    cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1])
+        if number == cut_at:
+            lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -979,6 +985,12 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
             if not opened:
                 line, opened = before_output(line)
             yield line
+
+
+def _cut_ended(line: Line) -> Line:
+    """The text's last line, which it ends inside: without the word it may have cut short."""
+    text, cut = without_cut_end(line.text)
+    return msgspec.structs.replace(line, text=text, repairs=(*line.repairs, "cut-end")) if cut else line
 
 
 def before_output(line: Line) -> tuple[Line, bool]:

@@ -40,6 +40,14 @@ def test_the_word_a_text_ends_inside_is_set_apart(text, want):
     assert lines.without_cut_end(text) == want
 
 
+def test_read_lines_takes_the_cut_word_off_the_last_line_after_its_labels():
+    """`cut_end`: the word is taken off the line's text (an srun label before it stays taken)."""
+    last = list(lines.read_lines("0: NCCL WARN a\n1: NCCL WARN socketProg", cut_end=True))[-1]
+    assert (last.task, last.text, last.repairs) == (1, "NCCL WARN ", ("cut-end",))
+    whole = list(lines.read_lines("0: NCCL WARN a\n1: NCCL WARN socketProg\n", cut_end=True))[-1]
+    assert whole.text == "NCCL WARN socketProg"
+
+
 def test_the_cut_end_is_found_in_linear_time():
     text = "x" * 1_000_000  # one word: every character stepped over once
     assert lines.without_cut_end(text) == ("", text)
@@ -353,3 +361,29 @@ def test_perftest_failure_message_the_text_ends_inside_keeps_only_whole_words(na
     cut_word = text.split()[-1]  # `crea` of create, `the` (whole or not: nothing after it)
     run = parse_perftest(text)
     assert not any(m.endswith(" " + cut_word) for m in (f.message for f in run.failures))
+
+
+# ---------------------------------------------------------------- NCCL and torch logs
+
+
+def _strings(doc) -> list[str]:
+    import msgspec
+    from field.facts import leaves
+
+    return [v for _, v in leaves(msgspec.to_builtins(doc)) if isinstance(v, str)]
+
+
+@pytest.mark.parametrize(("tool", "path"), [
+    ("nccl-log", "corpus/nccl-debug/net-socket-connect-fail-proxy-service-retcode2-socketprogress-closed.txt"),
+    ("torch-log", "corpus/torch-nccl-error/distbackenderror-remote-process-exited-nccl-2.18.5-two-lines.txt"),
+    ("torch-log", "corpus/torch-nccl-error/gloo-recv-connection-closed-by-peer-pair-cc-598.txt"),
+])
+def test_a_log_message_the_text_ends_inside_keeps_only_its_whole_words(tool, path):
+    """`NCCL WARN socketProg`, `A call failed possibly due to a ne`, `[../third_party/gloo/...tcp/p`:
+    the word the text ends inside is no part of any message, error or text read."""
+    from healthcheck.parsers import parser_for
+
+    text = tail_cut(fixture(path))
+    cut_word = text.split()[-1]
+    for value in _strings(parser_for(tool)(text)):
+        assert not value.rstrip().endswith(cut_word), value
