@@ -387,3 +387,28 @@ def test_a_log_message_the_text_ends_inside_keeps_only_its_whole_words(tool, pat
     cut_word = text.split()[-1]
     for value in _strings(parser_for(tool)(text)):
         assert not value.rstrip().endswith(cut_word), value
+
+
+# ---------------------------------------------------------------- ibstatus
+
+IBSTATUS = "corpus/ibstatus/a100-hdr200-all-active.txt"
+
+
+def test_ibstatus_fields_whose_port_line_a_cut_took_are_a_fragment():
+    from healthcheck.parsers.ibstatus import parse_ibstatus
+
+    one_block = "".join(fixture(IBSTATUS).splitlines(True)[:8])
+    text = head_cut(one_block)
+    assert "Infiniband device" not in text and "state:" in text
+    with pytest.raises(FragmentError, match="which device"):
+        parse_ibstatus(text)
+
+
+def test_ibstatus_rate_the_text_ends_inside_is_not_read():
+    """`rate:            20` (of 200 Gb/sec): no rate of 20."""
+    from healthcheck.parsers.ibstatus import parse_ibstatus
+
+    text = fixture(IBSTATUS)
+    text = text[:text.index("200 Gb/sec") + 2]
+    ports = parse_ibstatus(text).ports
+    assert ports[-1].rate_gbps is None and all(p.rate_gbps == 200 for p in ports[:-1])
