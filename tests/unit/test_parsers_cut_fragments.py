@@ -412,3 +412,18 @@ def test_ibstatus_rate_the_text_ends_inside_is_not_read():
     text = text[:text.index("200 Gb/sec") + 2]
     ports = parse_ibstatus(text).ports
     assert ports[-1].rate_gbps is None and all(p.rate_gbps == 200 for p in ports[:-1])
+
+
+# ---------------------------------------------------------------- NVRx's attribution table
+
+
+def test_nvrx_attribution_rows_without_their_header_are_a_fragment():
+    """The header's last column says whether a row's ranks are the missing or the completed
+    ones: its rows without it are refused as a fragment, never read as either."""
+    from healthcheck.parsers.flight_recorder import parse_fr_analysis
+
+    path = "field/repos/flight-recorder-analysis/nvrx-fr-attribution-lock-gil-missing-ranks-9-14.txt"  # tuning
+    text = head_cut(fixture(path))
+    assert "PGID" not in text and "| 9,14" in text
+    with pytest.raises(FragmentError, match="missing or the completed"):
+        parse_fr_analysis(text)
