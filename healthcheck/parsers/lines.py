@@ -175,6 +175,7 @@ def drop_line_end(text: str) -> tuple[str, bool]:
 
 
 _FENCES = ("```", "~~~")
+_CLOSERS = frozenset(")]}>'\"")  # what closes a value: the word it ends is whole (a `:` or `,` may be inside one)
 
 
 def ends_in_a_row(text: str) -> bool:
@@ -194,10 +195,10 @@ def without_cut_end(text: str) -> tuple[str, str]:
     """(`text` without the word its end may have cut, that word): where the text ends mid-line
     (`ends_mid_line`), its last word may be a longer one cut short (`400` printed as `40`, `NV18`
     as `NV`), never to be read as whole; the rest of the line stays (the words before it are
-    whole: a blank follows each). ("", "") for a text that is only that word; (text, "") where
-    nothing was cut."""
-    if not ends_mid_line(text) or text[text.rfind("\n") + 1:].lstrip().startswith(_FENCES):
-        return text, ""  # a markdown fence closing the paste is no value
+    whole: a blank follows each), and so does a last word a closing bracket or quote ends.
+    ("", word) for a text that is only that word; (text, "") where nothing was cut."""
+    if not ends_mid_line(text) or text[-1] in _CLOSERS or text[text.rfind("\n") + 1:].lstrip().startswith(_FENCES):
+        return text, ""  # a word its closing bracket or quote ends (`(pid: 2630)`), a markdown fence: whole
     start = len(text)
     while start and not text[start - 1].isspace():  # linear: one step back per character
         start -= 1

@@ -473,7 +473,7 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     if not tables:
         if reading.loose:
             summary = _headerless_summary(reading) if fmt is None else None
-            return summary or _headerless_pasted(reading, fmt)
+            return summary or _with_cut(_headerless_pasted(reading, fmt), reading)
         if errors:
             return SinfoReport(layout="error", error=errors[0], timestamp=reading.timestamp)
         raise ParseError("sinfo: no header and no rows")
@@ -487,6 +487,13 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     layout = "reasons" if tables[0].names[0] == "REASON" else "columns"
     return SinfoReport(layout=layout, timestamp=reading.timestamp, rows=rows, error=errors[0] if errors else None,
                        unrecognized=reading.unrecognized.freeze(), incomplete=reading.incomplete)
+
+
+def _with_cut(report: SinfoReport, reading: _Reading) -> SinfoReport:
+    """A headerless reading with the row the text ends inside counted unread, and said."""
+    if not reading.incomplete:
+        return report
+    return msgspec.structs.replace(report, incomplete=reading.incomplete, unrecognized=reading.unrecognized.freeze())
 
 
 def _piped(rows: list[Line], prose: list[Line]) -> bool:
@@ -536,15 +543,17 @@ def _headerless_summary(reading: _Reading) -> SinfoReport | None:
     shape fixes every column (`_summary_row`), the other lines counted unread; None where
     no line is such a row."""
     rows: list[SinfoRow] = []
+    unfit: list[Line] = []
     for line in reading.loose:
         row = _summary_row(line.text)
         if row is None:
-            reading.unrecognized.note(line)
+            unfit.append(line)
         else:
             rows.append(row)
     if not rows:
-        reading.unrecognized = UnrecognizedLines()
         return None
+    for line in unfit:
+        reading.unrecognized.note(line)
     return SinfoReport(layout="columns", rows=rows, error=reading.errors[0] if reading.errors else None,
                        unrecognized=reading.unrecognized.freeze())
 

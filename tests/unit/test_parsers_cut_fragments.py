@@ -34,6 +34,8 @@ def fixture(path: str) -> str:
     ("GPU6 NV18 ", ("GPU6 NV18 ", "")),  # a blank after the last word: it is whole
     ("a\n```", ("a\n```", "")),  # a markdown fence closing the paste is no value
     ("400", ("", "400")),
+    ("(pid: 2630)", ("(pid: 2630)", "")),  # its `)` closes the pid: whole
+    ("GID: 00:00:00:00:", ("GID: ", "00:00:00:00:")),  # a `:` may be inside a value: no closer
     ("", ("", "")),
 ])
 def test_the_word_a_text_ends_inside_is_set_apart(text, want):
