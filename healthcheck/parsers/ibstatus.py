@@ -5,12 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import msgspec
-
 from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
-from healthcheck.parsers.lines import UnrecognizedLines, ends_mid_line, flat_field, without_cut_end
+from healthcheck.parsers.lines import UnrecognizedLines, flat_field
 from healthcheck.parsers.unread import mended_numbered
 
 # One way to match each line (see ibstat.py): the key starts with a letter, so the
@@ -53,11 +51,7 @@ def parse_ibstatus(text: str) -> IbPorts:
 
     unread = UnrecognizedLines()
     fields = 0  # a port's fields read or not: with no port line above them, whose they are is cut
-    numbered_lines = mended_numbered(text)
-    if numbered_lines and ends_mid_line(text):  # `rate: 20` of 200 Gb/sec: the word the text ends inside
-        last = numbered_lines[-1]
-        numbered_lines[-1] = msgspec.structs.replace(last, text=without_cut_end(last.text)[0])
-    for numbered in numbered_lines:
+    for numbered in mended_numbered(text, cut_end=True):  # `rate: 20` of 200 Gb/sec: the word the text ends in
         line = numbered.text
         m = _HEAD.match(line)
         if m:

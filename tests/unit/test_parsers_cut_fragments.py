@@ -429,3 +429,17 @@ def test_nvrx_attribution_rows_without_their_header_are_a_fragment():
     assert "PGID" not in text and "| 9,14" in text
     with pytest.raises(FragmentError, match="missing or the completed"):
         parse_fr_analysis(text)
+
+
+# ---------------------------------------------------------------- ibv_devinfo
+
+
+def test_ibv_devinfo_firmware_the_text_ends_inside_is_not_read():
+    """The second HCA's `fw_ver: 20.37` (of 20.37.1700), the text ending there: no firmware
+    version 20.37; the first HCA's, whole, stays."""
+    from healthcheck.parsers.ibv_devinfo import parse_ibv_devinfo
+
+    text = fixture("ibv_devinfo/cx6-vv-2hca-port2-down-disabled.txt")
+    second = text.index("20.37.1700", text.index("20.37.1700") + 1)
+    devices = parse_ibv_devinfo(text[:second + len("20.37")]).devices
+    assert devices[0].fw_ver == "20.37.1700" and devices[-1].fw_ver is None
