@@ -38,3 +38,11 @@ class ParseError(HcError):
 
     Parsers raise it; probes turn it into a check ERROR, and `hc parse` into exit 4.
     """
+
+
+class FragmentError(ParseError):
+    """The text holds a tool's values without what names them: a CSV's header (which column
+    is which: a fragment whose cut took it, or `--format=csv,noheader`), a record's name line
+    or a row's node list (whose values they are). Reading them would be a guess; refused as
+    any ParseError (exit 4), this class says why (tests/field/mutate.py counts the facts of
+    a fragment so refused after a cut as not in the text)."""

@@ -113,7 +113,8 @@ def kernel_events(text: str, since: float, *, boot: float | None = None, year: i
 def _nvidia_events(nvidia: list[tuple[int, str]], boot: float | None, year: int | None) \
         -> list[tuple[int, KernelLine]]:
     try:
-        log = parse_kernel_log("\n".join(raw for _, raw in nvidia), boot_time=boot, year=year)
+        # whole lines, each with its line end (a text without one may end inside its last word: not read)
+        log = parse_kernel_log("".join(raw + "\n" for _, raw in nvidia), boot_time=boot, year=year)
     except ParseError:
         return []
     numbers: dict[str, list[int]] = {}

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import msgspec
 
 from healthcheck.core import typed
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
 from healthcheck.parsers.unread import mended_numbered
@@ -716,6 +716,7 @@ class _AnalysisReader:
         self.findings: list[dict[str, Any]] = []
         self.rows: list[FrAttributionRow] = []
         self.column: Literal["missing", "completed"] | None = None
+        self.headless = 0  # attribution rows before any header: whose last column is not known
         self.no_errors = 0
         self.current: dict[str, Any] | None = None
         self.in_stack = False
@@ -754,10 +755,13 @@ class _AnalysisReader:
             cells = [c.strip() for c in body.split("|")]
             self.column = "completed" if cells[-1].startswith("Completed") else "missing"
             return True
-        if self.column is None or "|" not in body:
+        if "|" not in body:
             return False
         cells = [c.strip() for c in body.split("|")]
         if len(cells) < 6 or (pg_id := _small_int(cells[0], 12)) is None:
+            return False
+        if self.column is None:  # a row whose header a cut took: missing or completed ranks, only it said
+            self.headless += 1
             return False
         self.rows.append(FrAttributionRow(pg_id=pg_id, pg_desc=clip("|".join(cells[1:-4]), MAX_NAME),
                                           op=clip(cells[-4], MAX_NAME), size=clip(cells[-3], MAX_NAME),
@@ -805,6 +809,10 @@ def parse_fr_analysis(text: str) -> FrAnalysis:
         if not reader.read(line.strip()):
             unread.note(numbered)
     findings, rows, no_errors = reader.findings, reader.rows, reader.no_errors
+    if not findings and not rows and not no_errors and reader.headless:
+        raise FragmentError(f"Flight Recorder analysis: {reader.headless} NVRx attribution row(s) with no "
+                            "'PGID | ...' header: whether their ranks are the missing or the completed ones, "
+                            "only the header says")
     if not findings and not rows and not no_errors:
         raise ParseError("Flight Recorder analysis: no torchfrtrace report and no NVRx attribution table "
                          f"(starts with {clip(text.strip(), 60)!r})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbPort, IbPorts, phys_state, port_state, rate_gbps
 from healthcheck.parsers.lines import UnrecognizedLines, flat_field
@@ -50,14 +50,16 @@ def parse_ibstatus(text: str) -> IbPorts:
             )
 
     unread = UnrecognizedLines()
-    for numbered in mended_numbered(text):
+    fields = 0  # a port's fields read or not: with no port line above them, whose they are is cut
+    for numbered in mended_numbered(text, cut_end=True):  # `rate: 20` of 200 Gb/sec: the word the text ends in
         line = numbered.text
         m = _HEAD.match(line)
         if m:
             flush()
             current = {"ca": m.group("ca"), "port": int(m.group("port"))}
             continue
-        kv = _field(line) if current is not None else None
+        kv = _field(line)
+        fields += kv is not None and kv[0] in _KEYS
         if kv and current is not None:
             current[kv[0]] = kv[1]
         elif _NO_DEVICES not in line:
@@ -66,6 +68,9 @@ def parse_ibstatus(text: str) -> IbPorts:
     if not ports:
         if _NO_DEVICES in text:
             return IbPorts(ports=[], unrecognized=unread.frozen_or_nothing())
+        if fields:
+            raise FragmentError(f"ibstatus: {fields} port field(s) with no \"Infiniband device ... port N status:\" "
+                                "line above them: which device's port they are is not in the text")
         raise ParseError(
             f"ibstatus: no \"Infiniband device ... status:\" block (starts with {clip(text.strip(), 60)!r})")
     return IbPorts(ports=ports, unrecognized=unread.frozen_or_nothing())

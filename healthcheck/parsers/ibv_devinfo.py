@@ -298,7 +298,7 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
         raise ParseError("ibv_devinfo: empty output")
     scan = _Scan()
     unread = UnrecognizedLines()
-    for line in mended_numbered(text):
+    for line in mended_numbered(text, cut_end=True):  # `fw_ver: 22.3` of 22.36.1010: the word the text ends in
         if not scan.line(line.text):
             unread.note(line)
     scan.end_device()

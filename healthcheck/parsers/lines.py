@@ -176,6 +176,42 @@ def drop_line_end(text: str) -> tuple[str, bool]:
     return (text[:-1], True) if text.endswith("\r") else (text, False)
 
 
+_FENCES = ("```", "~~~")
+_CLOSERS = frozenset(")]}>'\"")  # what closes a value: the word it ends is whole (a `:` or `,` may be inside one)
+
+
+def ends_in_a_row(text: str) -> bool:
+    """The text's last line has no line end and is not blank: a row the text stopped in, its
+    last word whole (a blank after it) or not (`ends_mid_line`); either way cells may be missing."""
+    tail = text[text.rfind("\n") + 1:]
+    return bool(tail.strip()) and not tail.endswith("\r") and not tail.lstrip().startswith(_FENCES)
+
+
+def ends_mid_line(text: str) -> bool:
+    """The text stops inside its last line: no line end after it, and no blank either (a paste
+    or a capture cut mid-line, a hung tool's last row; a real output ends in a line end)."""
+    return bool(text) and not text[-1].isspace()
+
+
+def without_cut_end(text: str) -> tuple[str, str]:
+    """(`text` without the word its end may have cut, that word): where the text ends mid-line
+    (`ends_mid_line`), its last word may be a longer one cut short (`400` printed as `40`, `NV18`
+    as `NV`), never to be read as whole; the rest of the line stays (the words before it are
+    whole: a blank follows each), and so does a last word a closing bracket or quote ends.
+    ("", word) for a text that is only that word; (text, "") where nothing was cut."""
+    if not ends_mid_line(text) or text[-1] in _CLOSERS or text[text.rfind("\n") + 1:].lstrip().startswith(_FENCES):
+        return text, ""  # a word its closing bracket or quote ends (`(pid: 2630)`), a markdown fence: whole
+    start = len(text)
+    while start and not text[start - 1].isspace():  # linear: one step back per character
+        start -= 1
+    return text[:start], text[start:]
+
+
+def cut_end_note(word: str) -> str:
+    """What a parser's `incomplete` says of the word `without_cut_end` set apart."""
+    return f"the text ends mid-line: its last word {word[:24]!r} may be cut short, not read"
+
+
 def redrawn(text: str) -> str:
     """A line redrawn in place (a progress bar, then the text that overwrote it): what
     the terminal showed last, the text after the last CR (the whole line if that is empty)."""
@@ -962,12 +998,15 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 # ---------------------------------------------------------------- reading
 
 
-def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE) -> Iterator[Line]:
+def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
+               cut_end: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
     reads them itself (NCCL's own `[%F %T]` stamp before its prefix); `srun=False`
     leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
+    `cut_end`: where the text ends mid-line (`ends_mid_line`), the last line's text loses
+    the word it ends inside (`without_cut_end`, repair "cut-end"): never read as whole.
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -980,10 +1019,13 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
+    cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
                           workers=workers)
+        if number == cut_at:
+            lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
             following = lines[0].file
         elif following:
@@ -992,6 +1034,12 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
             if not opened:
                 line, opened = before_output(line)
             yield line
+
+
+def _cut_ended(line: Line) -> Line:
+    """The text's last line, which it ends inside: without the word it may have cut short."""
+    text, cut = without_cut_end(line.text)
+    return msgspec.structs.replace(line, text=text, repairs=(*line.repairs, "cut-end")) if cut else line
 
 
 def before_output(line: Line) -> tuple[Line, bool]:

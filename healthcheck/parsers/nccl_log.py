@@ -1398,7 +1398,7 @@ def _bare_version(line: str) -> str | None:
 def parse_nccl_log(text: str) -> NcclLog:
     """An NCCL debug log, or any output holding NCCL lines -> NcclLog; ParseError when no
     line is NCCL's."""
-    lines = list(read_lines(text, stamps=False))
+    lines = list(read_lines(text, stamps=False, cut_end=True))  # `failed with 110 Connection timed o`: not read
     builder = _Builder()
     for index, line in enumerate(lines):
         builder.read(lines, index, line)

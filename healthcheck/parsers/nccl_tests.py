@@ -62,6 +62,7 @@ from healthcheck.parsers.lines import (
     dispatch,
     read_lines,
     relabelled,
+    without_cut_end,
 )
 from healthcheck.parsers.nccl_log import NcclWarn, warn_of
 
@@ -146,6 +147,9 @@ class NcclTestsRun(msgspec.Struct, frozen=True):
     samples: tuple[BandwidthSample, ...] = ()
     bad_rows: int = 0  # lines shaped like a row (two integers first) that did not parse
     last_size_bytes: int | None = None  # the last row's size: where a hung run stopped
+    # the size of the row the text ends inside, its times not printed (nccl-tests prints a row's
+    # size, count, type, redop and root before it runs that size): the size a hung run was in
+    cut_row_bytes: int | None = None
     out_of_bounds: int | None = None  # "# Out of bounds values : N OK|FAILED"
     out_of_bounds_ok: bool | None = None
     avg_busbw_gbytes_per_s: float | None = None  # mean over every size and placement (several footers: the worst)
@@ -468,6 +472,8 @@ class _Text:
         self.expect_application = False
         self.unfinished: int | None = None  # the failure (index) whose message the next line may hold
         self.unrecognized = UnrecognizedLines()
+        self.cut_at = 0  # the number of the line the text ends inside (`without_cut_end`); 0: none
+        self.cut_row: int | None = None  # the size of the row the text ends inside (begun, not measured)
 
 
 # ---- line handlers: each reads one kind of line into _Text; False: not its line after all
@@ -489,10 +495,19 @@ def _read_row(s: _Text, line: Line) -> bool:
     if parsed is not None:
         s.rows.append((*parsed, s.current))
         return True
-    if len(tokens) > 1 and tokens[0].isdigit() and tokens[1].isdigit():
+    if len(tokens) > 1 and tokens[0].isdigit() and tokens[1].isdigit() or _begun_at_cut(s, line, tokens):
         s.bad_rows += 1
+        if line.number == s.cut_at and len(tokens[0]) <= 20:
+            s.cut_row = int(tokens[0])
         return True
     return False
+
+
+def _begun_at_cut(s: _Text, line: Line, tokens: list[str]) -> bool:
+    """The line the text ends inside holds only a whole size under a column header: a row
+    nccl-tests began (it prints size, count, type, redop and root before it runs the size,
+    the times after) and the text stopped in (a hung run, a cut paste)."""
+    return line.number == s.cut_at and s.table is not None and len(tokens) == 1 and tokens[0].isdigit()
 
 
 def _read_banner(s: _Text, line: Line) -> bool:
@@ -686,6 +701,8 @@ def _links_mended(lines: Iterator[Line]) -> Iterator[Line]:
 
 def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     s = _Text()
+    text, cut = without_cut_end(text)  # a text that ends mid-line: its last word may be cut short
+    s.cut_at = text.count("\n") + 1 if cut else 0
     for read in _links_mended(read_lines(text)):
         if not read.text.strip() or read.noise:
             s.unfinished = None
@@ -701,6 +718,7 @@ def _parse_text(text: str, fallback: str | None) -> NcclTestsRun:
     return _run_of(s, text, fallback)
 
 
+CUT_END = "the text ends mid-line: its last word may be cut short, not read"
 FOOTER_ONLY = ("the footer alone: no banner, rank map or result row above it (which test, sizes and ranks "
                "are not known)")
 
@@ -717,6 +735,8 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         else:
             what = "a column header with no row" if tables else "no nccl-tests banner, row, failure or launcher error"
             raise ParseError(f"nccl-tests: {what} (starts with {clip(text.strip(), 60)!r})")
+    if s.cut_at and incomplete is None:
+        incomplete = CUT_END
     if ranks:
         rank_count = len({r.rank for r in ranks})
     elif banner.nccl_nranks is not None:
@@ -756,6 +776,7 @@ def _run_of(s: _Text, text: str, fallback: str | None) -> NcclTestsRun:
         samples=samples,
         bad_rows=s.bad_rows,
         last_size_bytes=rows[-1][0] if rows else None,
+        cut_row_bytes=s.cut_row,
         out_of_bounds=s.out_of_bounds,
         out_of_bounds_ok=s.oob_ok,
         avg_busbw_gbytes_per_s=s.avg,

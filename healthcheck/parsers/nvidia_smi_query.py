@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.gpu_common import (
@@ -317,7 +317,8 @@ def _headed(
     if at is None:
         if named:
             return named, table
-        raise ParseError(
+        rows = any(len(row.cells) > 1 for row in table)
+        raise (FragmentError if rows else ParseError)(  # CSV rows whose columns only the header names
             f"nvidia-smi --query-gpu: no CSV header line (output starts {clip(first.strip(), 60)!r});"
             " --format=csv,noheader needs the field list"
         )

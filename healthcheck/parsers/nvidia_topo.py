@@ -24,8 +24,14 @@ its own device's column, so the diagonal names the columns; columns no row names
 cut from the paste) get nvidia-smi's order (GPU0.., then NIC0..) where the named ones
 agree with it and the NIC Legend or a NIC row says where the NICs start, and stay unread
 otherwise. The cells after the connection types are CPU Affinity, NUMA Affinity, GPU NUMA
-ID, the order every driver prints them in. A header whose whitespace a paste squeezed to
+ID, the order every driver prints them in. A column that holds NV# in a GPU's row is a
+GPU's (NVLink joins GPUs, never a NIC), and so is every column before it: a fragment of
+GPU1..GPU6's rows still names GPU7's column. A header whose whitespace a paste squeezed to
 single spaces is split by those names.
+
+A paste that ends mid-row (no line end after its last cell) may have cut that cell short
+("NV1" of "NV18", "0-1" of "0-11"): it is not read, and `incomplete` says so
+(`lines.without_cut_end`).
 
 A header whose rows were cut (the paste ends after GPU3's row) still names every device
 the node has: those with no row are listed in `devices` after the rows and again in
@@ -45,7 +51,14 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, pasted_lines
+from healthcheck.parsers.lines import (
+    NOTHING_UNREAD,
+    Unrecognized,
+    UnrecognizedLines,
+    ends_mid_line,
+    pasted_lines,
+    without_cut_end,
+)
 from healthcheck.parsers.unread import note_unread
 
 # Row and column labels: GPU0, NIC3; drivers before NIC numbering printed the HCA's own
@@ -83,6 +96,9 @@ def parse_nvidia_topo(text: str) -> Topology:
     if not isinstance(text, str):
         raise ParseError(f"nvidia-smi topo: expected text, got {type(text).__name__}")
     lines = pasted_lines(text)  # colour codes (newer drivers underline the header), quotes, a grep's FILE:
+    cut = ""
+    if lines and ends_mid_line(text):  # a paste that ends mid-row: its last cell may be cut ("NV" of "NV18")
+        lines[-1], cut = without_cut_end(lines[-1])  # the line as mended: a grep's `FILE:` is no cell
     header_at = _find_header(lines)
     if header_at is not None:
         columns = _header_columns(lines[header_at])
@@ -114,11 +130,12 @@ def parse_nvidia_topo(text: str) -> Topology:
     return Topology(
         devices=devices + without_row, links=links, cpu_affinity=cpu, numa_affinity=numa,
         nics=_nic_legend(lines), devices_without_row=without_row, unrecognized=_unread(lines, header_at),
-        incomplete=None if devices else HEADER_ONLY,
+        incomplete=HEADER_ONLY if not devices else CUT_END.format(clip(cut, 20)) if cut else None,
     )
 
 
 HEADER_ONLY = "a header with no device row under it: the devices it names are known, none of their links"
+CUT_END = "the paste ends mid-row: its last cell {!r} may be cut short, not read"
 
 
 def _header_only_devices(columns: list[str], rows: dict[str, dict[str, str]]) -> list[str]:
@@ -193,7 +210,22 @@ def _headerless_columns(rows: list[list[str]], nics: dict[str, str]) -> list[str
             names[cells.index("X")] = row[0]
     if not any(names):
         return None
-    return _fill_in_order(names, len(nics)) + [_CPU_AFFINITY, _NUMA_AFFINITY, _GPU_NUMA_ID]
+    return _fill_in_order(names, len(nics), _nvlinked(rows)) + [_CPU_AFFINITY, _NUMA_AFFINITY, _GPU_NUMA_ID]
+
+
+_NVLINK = re.compile(r"NV\d{1,4}", re.ASCII)
+
+
+def _nvlinked(rows: list[list[str]]) -> int:
+    """How many columns, from the first, are GPUs by their cells alone: NV# joins two GPUs
+    (never a NIC), so a column that holds one in a GPU's row is a GPU's, and so is every
+    column before it (nvidia-smi lists the GPUs first)."""
+    last = 0
+    for row in rows:
+        if row[0].startswith("GPU"):
+            cells = row[1:1 + _link_cells(row)]
+            last = max([last, *(p + 1 for p, cell in enumerate(cells) if _NVLINK.fullmatch(cell))])
+    return last
 
 
 def _link_cells(row: list[str]) -> int:
@@ -204,10 +236,11 @@ def _link_cells(row: list[str]) -> int:
     return n
 
 
-def _fill_in_order(names: list[str], nic_count: int) -> list[str]:
+def _fill_in_order(names: list[str], nic_count: int, nvlinked: int = 0) -> list[str]:
     """Name the columns no row named, where every named one sits where nvidia-smi's order
-    (GPU0..GPUn-1, then NIC0..) puts it; otherwise leave them unnamed ("")."""
-    gpus, nics_known = _gpu_columns(names, nic_count)
+    (GPU0..GPUn-1, then NIC0..) puts it; otherwise leave them unnamed (""). `nvlinked`: the
+    columns known to be GPUs by their NV# cells (`_nvlinked`)."""
+    gpus, nics_known = _gpu_columns(names, nic_count, nvlinked)
     if gpus is None:
         return names
     expected = [f"GPU{p}" if p < gpus else f"NIC{p - gpus}" if nics_known else "" for p in range(len(names))]
@@ -216,18 +249,19 @@ def _fill_in_order(names: list[str], nic_count: int) -> list[str]:
     return [name or want for name, want in zip(names, expected, strict=True)]
 
 
-def _gpu_columns(names: list[str], nic_count: int) -> tuple[int | None, bool]:
+def _gpu_columns(names: list[str], nic_count: int, nvlinked: int = 0) -> tuple[int | None, bool]:
     """How many of the columns are GPUs, and whether the rest are known to be NICs: where
     a named NIC column says, or the NIC Legend's count. Without either, the columns up to
-    the last named GPU are GPUs and the rest unknown (GPU rows or NIC rows cut)."""
+    the last named GPU or the last with an NV# cell (`nvlinked`) are GPUs and the rest
+    unknown (GPU rows or NIC rows cut: NIC0 or an older driver's mlx5_0, not known)."""
     for p, name in enumerate(names):
         m = _NUMBERED.fullmatch(name)
         if m and m.group("kind") == "NIC":
             return p - int(m.group("n")), True
     if nic_count and len(names) >= nic_count:
         return len(names) - nic_count, True
-    gpu_at = [p for p, name in enumerate(names) if _NUMBERED.fullmatch(name)]
-    return (gpu_at[-1] + 1 if gpu_at else None), False
+    gpu_at = [p + 1 for p, name in enumerate(names) if _NUMBERED.fullmatch(name)]
+    return (max(gpu_at[-1], nvlinked) if gpu_at else None), False
 
 
 def _matrix_rows(lines: list[str]) -> list[list[str]]:

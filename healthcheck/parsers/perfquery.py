@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.ib_common import IbCounters, IbPortCounters
-from healthcheck.parsers.lines import UnrecognizedLines
+from healthcheck.parsers.lines import UnrecognizedLines, without_cut_end
 from healthcheck.parsers.unread import mended_numbered
 
 # perfquery's names -> the kernel's sysfs names, so limits have one vocabulary
@@ -72,7 +72,10 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
     A block whose header line is missing (a paste that starts at its first counter, a
     prompt before it) is read by its PortSelect line, with no LID: the counters are
     perfquery's whatever the header said; without PortSelect its port is unknown and
-    the block is not read."""
+    the block is not read: counters alone, none of them read, are a FragmentError (which port's
+    they are, the cut took). A text that ends mid-line may end inside its last value
+    (`PortXmitData:....3710` of 37108676853855): that line is not read."""
+    text, _ = without_cut_end(text)
     blocks: dict[tuple[int | None, int | None], _Block] = {}
     current: _Block | None = None
     unread = UnrecognizedLines()
@@ -94,6 +97,9 @@ def parse_perfquery(text: str, ca: str = "") -> IbCounters:
         current.read(m.group("name"), m.group("value"))
     ports = [IbPortCounters(ca=ca, port=b.port, lid=b.lid, counters=b.counters)
              for b in blocks.values() if b.port is not None]
+    if not ports and any(b.counters for b in blocks.values()):
+        raise FragmentError("perfquery: counters with no \"# ... counters: Lid N port N\" line and no PortSelect: "
+                            f"which port's they are is not in the text (starts with {clip(text.strip(), 60)!r})")
     if not ports:
         raise ParseError(
             f"perfquery: no \"# ... counters: Lid N port N\" block (starts with {clip(text.strip(), 60)!r})")

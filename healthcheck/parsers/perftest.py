@@ -53,11 +53,13 @@ from healthcheck.parsers.lines import (
     Line,
     Unrecognized,
     UnrecognizedLines,
+    ends_mid_line,
     is_prompt,
     pasted_lines,
     recorded,
     recording_now,
     unindented,
+    without_cut_end,
 )
 
 # MB/sec and MiB/sec in perftest are both 2^20 bytes a second: print_report_bw()
@@ -462,7 +464,10 @@ def parse_perftest(text: str) -> PerftestRun:
     """Parse an ib_write_bw / ib_read_bw / ib_send_bw log: one side or both interleaved."""
     p = _Parser()
     explaining = recording_now()
-    for number, raw in enumerate(pasted_lines(text), 1):
+    lines = pasted_lines(text)
+    if lines and ends_mid_line(text):  # a text that ends mid-line: its last word may be cut (a GID, an errno's text)
+        lines[-1] = without_cut_end(lines[-1])[0]
+    for number, raw in enumerate(lines, 1):
         if p.carry:  # the start of a stdout line that a stderr warning cut (see _Parser.line)
             raw, p.carry = p.carry + raw, ""
         name = p.line(raw[:MAX_LINE])

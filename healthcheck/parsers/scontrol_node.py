@@ -11,6 +11,12 @@ needs are typed: the state split into its base and flags ("IDLE+DRAIN+MAINTENANC
 
 What scontrol prints instead of records ("Node x not found", "slurm_load_node
 error: Unable to contact slurm controller") is a fact, not a parse error.
+
+A fragment: Key=Value lines with no NodeName= above them (a paste that starts mid-record)
+are some node's, which is not known: refused as a FragmentError where no record is whole. A
+text that ends mid-line may end inside its last word (`RealMemory=10` of 1000, `Thread` of
+ThreadsPerCore=, which would extend the value before it): that word is not read, and
+`incomplete` says so.
 """
 
 from __future__ import annotations
@@ -19,9 +25,9 @@ import re
 
 import msgspec
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
-from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, cut_end_note, without_cut_end
 from healthcheck.parsers.sinfo import slurm_int
 from healthcheck.parsers.unread import mended_numbered
 
@@ -82,6 +88,7 @@ class ScontrolNodes(msgspec.Struct, frozen=True, omit_defaults=True):
     error: str | None = None  # scontrol could not ask Slurm
     # lines before the first record, or inside one with no Key= and no value to continue
     unrecognized: Unrecognized = NOTHING_UNREAD
+    incomplete: str | None = None  # why what was read is partial: the text ends inside a value, not read
 
 
 class _Record:
@@ -224,6 +231,8 @@ def parse_scontrol_show_node(text: str) -> ScontrolNodes:
     not_found: list[str] = []
     error: str | None = None
     unread = UnrecognizedLines()
+    headless = 0  # Key=Value lines before any NodeName=: a record whose name line a cut took
+    text, cut = without_cut_end(text)  # `RealMemory=10` of 1000, `Partit` of the next key: not read
     for numbered in mended_numbered(text):
         line = numbered.text.replace("\x00", "").strip()
         if not line:
@@ -242,12 +251,17 @@ def parse_scontrol_show_node(text: str) -> ScontrolNodes:
                 continue
             if _continues_nothing(records):
                 unread.note(numbered)  # another program's line, not a reason to refuse the nodes around it
+                headless += not records and _KEY.match(line) is not None
                 continue
         records[-1].line(line)
     nodes = [_node(fields) for fields in (r.fields() for r in records) if fields.get("NodeName")]
     if not nodes and not not_found and error is None:
+        if headless:
+            raise FragmentError(f"scontrol show node: {headless} Key=Value line(s) of a record whose NodeName= "
+                                f"line is not in the text: whose values they are is not known")
         raise ParseError(_refusal(unread))
-    return ScontrolNodes(nodes=nodes, not_found=not_found, error=error, unrecognized=unread.frozen_or_nothing())
+    return ScontrolNodes(nodes=nodes, not_found=not_found, error=error, unrecognized=unread.frozen_or_nothing(),
+                         incomplete=cut_end_note(cut) if cut else None)
 
 
 def _continues_nothing(records: list[_Record]) -> bool:

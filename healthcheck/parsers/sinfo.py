@@ -35,16 +35,19 @@ import re
 
 import msgspec
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
     Line,
     Unrecognized,
     UnrecognizedLines,
+    cut_end_note,
+    ends_in_a_row,
     is_prompt,
     read_lines,
     rewrapped,
+    without_cut_end,
     wrapped_word,
 )
 
@@ -123,6 +126,7 @@ class SinfoReport(msgspec.Struct, frozen=True, omit_defaults=True):
     rows: list[SinfoRow] = []
     error: str | None = None  # sinfo's own failure ("Unable to contact slurm controller")
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines that fit no table: a banner, another command's output
+    incomplete: str | None = None  # why what was read is partial: the row the text ends inside is not read
 
 
 def split_state(raw: str) -> tuple[str, list[str], bool]:
@@ -354,6 +358,7 @@ class _Reading:
         self.loose: list[Line] = []  # lines before any header: headerless rows, or a preamble
         self.unrecognized = UnrecognizedLines()
         self.misfit: tuple[str, str] | None = None  # (header, line): the first line that fit no table
+        self.incomplete: str | None = None  # the text ends inside a row, which is not read
 
     def read(self, line: Line) -> None:
         text = line.text.strip()
@@ -376,6 +381,25 @@ class _Reading:
             self.loose.append(line)
         else:
             self._row(table, line)
+
+    def cut_row(self, line: Line) -> None:
+        """The row the text ends inside, its cut cell taken off: its cells from the left, by the
+        header's names, where no column among them may hold blanks (a reason's words would
+        shift every cell after it); else not read."""
+        table = self.tables[-1] if self.tables else None
+        words = line.text.split()
+        if table is not None and not words and table.rows and table.last_raw and table.names[-1] in _LIST_COLUMNS:
+            table.rows[-1][table.names[-1]] = ""  # a word cut on a line of its own: the host list may go on there
+            self.incomplete = f"the last row's {table.names[-1]} may go on in the cut word: not read"
+            return
+        wide = _wide_column(table.names) if table is not None else None
+        if (table is None or table.piped or not words or len(words) >= len(table.names)
+                or (wide is not None and wide < len(words))):
+            self.unrecognized.note(line)
+            self.incomplete = "the row it ends inside is not read"
+            return
+        table.rows.append(dict(zip(table.names, words, strict=False)))
+        self.incomplete = f"the last row is read without its {', '.join(table.names[len(words):])}"
 
     def _row(self, table: _Table, line: Line) -> None:
         cells = table.cells(line.text) if table.names else None
@@ -433,13 +457,23 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     if not text or not text.strip():
         raise ParseError("sinfo: empty output")
     reading = _Reading()
-    for line in read_lines(text.replace("\x00", ""), stamps=False):
+    text = text.replace("\x00", "")
+    cut_at = text.count("\n") + 1 if ends_in_a_row(text) else 0
+    text, cut = without_cut_end(text)
+    for line in read_lines(text, stamps=False):
+        if line.number == cut_at and (cut or line.text.strip()):  # the row the text ends inside (as mended:
+            reading.cut_row(line)  # a quote's `> ` alone is none): its cut cell gone, read from the left
+            continue
         reading.read(line)
+    if cut_at:
+        reading.incomplete = (f"{cut_end_note(cut)}: " if cut else "the text ends inside a row: ") + (
+            reading.incomplete or "nothing after it read")
     errors = reading.errors
     tables = [t for t in reading.tables if t.names]
     if not tables:
         if reading.loose:
-            return _headerless_pasted(reading, fmt)
+            summary = _headerless_summary(reading) if fmt is None else None
+            return summary or _with_cut(_headerless_pasted(reading, fmt), reading)
         if errors:
             return SinfoReport(layout="error", error=errors[0], timestamp=reading.timestamp)
         raise ParseError("sinfo: no header and no rows")
@@ -452,7 +486,14 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
         reading.unrecognized.note(line)  # what came before the first table: a banner, another command
     layout = "reasons" if tables[0].names[0] == "REASON" else "columns"
     return SinfoReport(layout=layout, timestamp=reading.timestamp, rows=rows, error=errors[0] if errors else None,
-                       unrecognized=reading.unrecognized.freeze())
+                       unrecognized=reading.unrecognized.freeze(), incomplete=reading.incomplete)
+
+
+def _with_cut(report: SinfoReport, reading: _Reading) -> SinfoReport:
+    """A headerless reading with the row the text ends inside counted unread, and said."""
+    if not reading.incomplete:
+        return report
+    return msgspec.structs.replace(report, incomplete=reading.incomplete, unrecognized=reading.unrecognized.freeze())
 
 
 def _piped(rows: list[Line], prose: list[Line]) -> bool:
@@ -469,6 +510,52 @@ def _cut_last(rows: list[Line]) -> bool:
         return False
     width = rows[0].text.count("|")
     return all(line.text.count("|") == width for line in rows[:-1]) and rows[-1].text.count("|") < width
+
+
+# `sinfo`'s default layout (`%#P %.5a %.10l %.6D %.6t %N`): PARTITION AVAIL TIMELIMIT NODES STATE NODELIST
+SUMMARY_NAMES = ("PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST")
+AVAILS = frozenset({"up", "down", "drain", "inact"})  # a partition's state (`%a`)
+_TIMELIMIT = re.compile(r"^(?:infinite|UNLIMITED|n/a|N/A|(?:\d{1,5}-)?\d{1,5}(?::\d\d){0,2})$")
+
+
+def _summary_row(line: str) -> SinfoRow | None:
+    """A row of `sinfo`'s default layout by its shape alone: six words, the second a partition's
+    state, the third a time limit, the fifth a node state, and the fourth the count of the
+    node list's hosts (what tells NODES from another number an `-o` could put there)."""
+    from healthcheck.core.nodes import HostlistError, parse_hostlist
+
+    words = line.split()
+    if len(words) != len(SUMMARY_NAMES) or words[1] not in AVAILS or not _TIMELIMIT.match(words[2]):
+        return None
+    count = slurm_int(words[3])
+    if count is None or not is_node_state(words[4]):
+        return None
+    try:
+        if parse_hostlist(words[5]).size_bound != count:
+            return None
+    except HostlistError:
+        return None
+    return _row(dict(zip(SUMMARY_NAMES, words, strict=True)))
+
+
+def _headerless_summary(reading: _Reading) -> SinfoReport | None:
+    """`sinfo`'s default table with its header cut (a fragment of its rows): the rows whose
+    shape fixes every column (`_summary_row`), the other lines counted unread; None where
+    no line is such a row."""
+    rows: list[SinfoRow] = []
+    unfit: list[Line] = []
+    for line in reading.loose:
+        row = _summary_row(line.text)
+        if row is None:
+            unfit.append(line)
+        else:
+            rows.append(row)
+    if not rows:
+        return None
+    for line in unfit:
+        reading.unrecognized.note(line)
+    return SinfoReport(layout="columns", rows=rows, error=reading.errors[0] if reading.errors else None,
+                       unrecognized=reading.unrecognized.freeze())
 
 
 def _headerless_pasted(reading: _Reading, fmt: str | None) -> SinfoReport:
@@ -579,17 +666,18 @@ def _inferred(body: list[str], errors: list[str]) -> SinfoReport:
         cells = [[cell.strip() for cell in line.split("|")] for line in body]
     elif (spaced := _spaced_cells(body)) is not None:
         cells, width = spaced, len(spaced[0])
-    else:
-        raise ParseError(f"sinfo: no header line, and its '|' fields differ from line to line or are too many "
-                         f"(starts {clip(body[0].strip(), 60)!r})")
+    else:  # rows of a '|' table (every line two or more '|') whose header alone would name its columns
+        raise (FragmentError if all(line.count("|") >= 2 for line in body) else ParseError)(
+            f"sinfo: no header line, and its '|' fields differ from line to line or are too many "
+            f"(starts {clip(body[0].strip(), 60)!r})")
     names = [_column_kind([row[i] for row in cells]) for i in range(width)]
     names[0] = "NODELIST"
     gres = [i for i, name in enumerate(names) if name == "GRES"]
     for i in gres[1:2]:
         names[i] = "GRES_USED"  # `%G` then `%b` (gcm's layout): what is configured, then what is used
-    if "STATE" not in names[1:]:
-        raise ParseError(f"sinfo: no header line and no column of node states "
-                         f"(starts {clip(body[0].strip(), 60)!r})")
+    if "STATE" not in names[1:]:  # a table's rows, but which column is which only a header would say
+        raise FragmentError(f"sinfo: no header line and no column of node states "
+                            f"(starts {clip(body[0].strip(), 60)!r})")
     names = unique_names(names)
     rows = [row for line in cells if (row := _row(dict(zip(names, line, strict=True)))) is not None]
     if not rows:

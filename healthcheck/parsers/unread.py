@@ -20,19 +20,26 @@ import msgspec
 from healthcheck.parsers.lines import (
     Line,
     UnrecognizedLines,
+    ends_mid_line,
     is_command_echo,
     is_prompt,
     mended_lines,
     read_lines,
+    without_cut_end,
 )
 
 
-def mended_numbered(text: str, *, one_task: bool = True) -> list[Line]:
-    """`mended_lines(text, one_task=...)` as `Line`s: each its number, its text mended."""
+def mended_numbered(text: str, *, one_task: bool = True, cut_end: bool = False) -> list[Line]:
+    """`mended_lines(text, one_task=...)` as `Line`s: each its number, its text mended.
+    `cut_end`: where the text ends mid-line, the last line's text (as mended) loses the word
+    it ends inside (`lines.without_cut_end`: `rate: 20` of 200 Gb/sec is never read)."""
     kept = [line for line in read_lines(text, stamps=False, srun=False) if not line.noise]
     texts = mended_lines(text, one_task=one_task)  # those lines' texts, a one-task label off
-    return [line if line.text == mended else msgspec.structs.replace(line, text=mended)
-            for line, mended in zip(kept, texts, strict=True)]
+    out = [line if line.text == mended else msgspec.structs.replace(line, text=mended)
+           for line, mended in zip(kept, texts, strict=True)]
+    if cut_end and out and ends_mid_line(text):
+        out[-1] = msgspec.structs.replace(out[-1], text=without_cut_end(out[-1].text)[0])
+    return out
 
 
 def note_unread(unread: UnrecognizedLines, number: int, text: str) -> None:

@@ -77,6 +77,7 @@ from healthcheck.parsers.lines import (
     code_block_indents,
     continues_bare,
     continues_indented,
+    cut_end_note,
     drop_quote,
     join_continuation,
     quoted_paste,
@@ -85,6 +86,7 @@ from healthcheck.parsers.lines import (
     recorded,
     recording_now,
     unquoted,
+    without_cut_end,
     word_wrapped,
 )
 from healthcheck.parsers.nvrm_errors import (
@@ -196,6 +198,7 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     # lines nothing read (another driver's, another program's; omitted when none): in a whole
     # kernel log most of its lines, so `hc parse` shows how many and the first few
     unrecognized: Unrecognized = NOTHING_UNREAD
+    incomplete: str | None = None  # why what was read is partial: the text ends mid-line (its last word unread)
     # Set by the providers (not the parser): where the text came from, how many lines the
     # source gave before they were narrowed to the NVIDIA driver's, and the window kept.
     source: str | None = None  # "/dev/kmsg", "dmesg", "journalctl -k -b", "file /var/log/kern.log"
@@ -282,7 +285,7 @@ _BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
 _NVLINK5 = re.compile(
     r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
-    r"Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?",
+    r"(?:Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?|Link$)",
     re.ASCII,
 )
 # "on link 14(0x0, ...)", "link 3": a link an NVLink Xid before NVLink5 names in its words
@@ -303,6 +306,7 @@ def parse_kernel_log(
     """
     if not isinstance(text, str):  # a caller bug, but parsers only ever raise ParseError
         raise ParseError(f"kernel log: expected text, got {type(text).__name__}")
+    given, (text, cut) = text, without_cut_end(text)  # a paste that ends mid-line: `Xid ...: 4` may be 45's
     lines = text.splitlines()
     read = _Read(lines, boot_time, year)
     quoted, reply = quoted_paste(lines), quoted_reply(lines)
@@ -319,12 +323,12 @@ def parse_kernel_log(
         for piece in read_line(number + 1, raw, stamps=False, quoted=quoted, reply=reply, indent=indents[number]):
             read.piece(number, raw, piece.text)
     read.flush()
-    if not read.looks_like_log and text.strip():
+    if not read.looks_like_log and given.strip():
         raise ParseError(
             "kernel log: no line looks like kernel log output (no timestamp prefix, "
             f"'NVRM:', 'kernel:' or 'nvidia'); starts with {text.strip()[:60]!r}"
         )
-    return read.log()
+    return msgspec.structs.replace(read.log(), incomplete=cut_end_note(cut)) if cut else read.log()
 
 
 _MARKERS = ("NVRM:", "SXid", "AER", "PCIe Bus Error", PROBE_MARKER, HUNG_MARKER, SEGFAULT_MARKER)
@@ -656,12 +660,14 @@ def _nvlink5(message: str) -> dict[str, Any]:
 
     Blackwell's NVLink5 Xids (144-150) name the unit that saw the error, whether it is
     fatal, and the link (-1: none in particular); a capture cut before the status words
-    still gives the rest."""
+    still gives the rest; one that ends at `Link` (its number the word a cut text ended inside,
+    not read) its unit and severity."""
     m = _NVLINK5.match(message)
     if not m:
         return {}
     words = _HEX_WORD.findall(m.group("words") or "")
-    return {"unit": m.group("unit"), "severity": m.group("severity"), "link": int(m.group("link")),
+    link = m.group("link")
+    return {"unit": m.group("unit"), "severity": m.group("severity"), "link": None if link is None else int(link),
             "status": words[:_STATUS_WORDS]}
 
 

@@ -179,7 +179,7 @@ def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> Bandwid
     and why a run says nothing (the launcher refused, lone ranks, a rank count other than
     `expected_ranks`). `common`: the attempt's argv, env, expected_ranks, duration_s,
     returncode, hung and output_tail, as BandwidthAttempt names them."""
-    from healthcheck.parsers.nccl_tests import parse_nccl_tests
+    from healthcheck.parsers.nccl_tests import CUT_END, parse_nccl_tests
 
     expected = common.get("expected_ranks", 0)
     try:
@@ -193,7 +193,8 @@ def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> Bandwid
     misconfigured = None
     if run.launcher_error:
         misconfigured = f"the launcher refused: {run.launcher_error}"
-    elif run.incomplete and not samples:  # `hc parse` reads a footer alone; a run's verdict needs its rows
+    elif run.incomplete not in (None, CUT_END) and not samples:  # `hc parse` reads a footer alone; a run's
+        # verdict needs its rows (a run that stopped inside a row is a hang, or a failure, with no rows yet)
         misconfigured = f"nccl-tests printed {run.incomplete}"
     elif run.lone_ranks:
         misconfigured = "every rank ran alone (a binary built without MPI launched by mpirun): busbw 0 means nothing"

@@ -342,7 +342,8 @@ def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: float |
     from healthcheck.parsers.xid import parse_kernel_log, since
 
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
-    text = "\n".join(line for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
+    # (each with its line end: a text that ends mid-line may end inside its last word, which is not read)
+    text = "".join(line + "\n" for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)
     log = ctx.parse(lambda t: parse_kernel_log(t, boot_time=boot), text, how) if text else parse_kernel_log("")
     start, note = window(ctx.params.get("since"))
     if start is not None:

@@ -14,7 +14,20 @@ and its evidence is still in the transformed text (`evidence`: the value's text,
 any form, a number with no digit either side; dropping lines can take the evidence away). A
 fact whose value the text never spells (a bool, a derived number) is expected after the
 transformations that drop nothing; one that is a line number of the text (`positional`) after
-those that move no line. *Kept*: surfaced after the transformation too.
+those that move no line. *Kept*: surfaced after the transformation too. After a cut, the word a
+text ends inside with no line end after it is no evidence: `Link 13` there may be `Link 1` of
+13 or `Link 13` of 130, and a parser must not read it as whole (lines.without_cut_end).
+
+A cut can take what NAMES the values left: a CSV's header (which column is which), a record's
+name line or a row's node list (whose values they are). The values are still spelled, so
+`evidence` finds them, but no reader can say what they are without guessing: the parser's right
+answer is to refuse, saying which part is missing, with `FragmentError` (core/errors.py). After a
+transformation that drops text (`DROPS_TEXT`), a file its parser refuses so has no fact expected
+(counted in `fragments`, not in a miss); after one that drops nothing, a FragmentError is a miss
+like any refusal. The rule is the parser's class of refusal, never a list of files or tools: a
+parser that raises FragmentError where the text does name its values is a parser bug, and its
+unit tests (tests/unit/test_parsers_cut_fragments.py) hold each such refusal to a text that
+lacks them.
 
     .venv/bin/python tests/field/mutate.py [--tool TOOL] [--transform NAME] [--misses] [--totals] [--record]
 
@@ -41,9 +54,10 @@ if str(TESTS) not in sys.path:  # run as a script: `field` is tests/field
     sys.path.insert(0, str(TESTS))
 
 from field import facts as field_facts  # noqa: E402
-from healthcheck.core.errors import HcError  # noqa: E402
+from healthcheck.core.errors import FragmentError, HcError  # noqa: E402
 from healthcheck.parsers import BINARY_TOOLS, parser_for  # noqa: E402
 from healthcheck.parsers.gpu_common import normalize_pci  # noqa: E402
+from healthcheck.parsers.lines import without_cut_end  # noqa: E402
 
 # the splits this audit reads: tuning, and the held-out sets the parser writers have opened
 # (held-out to held-out-12). Written out, not derived from facts.SPLITS: a held-out set added
@@ -69,6 +83,7 @@ COMMANDS = {
 PROSE_BEFORE = "Here is what I get when I run it on the node:"
 PROSE_AFTER = "Any idea what is going on? Thanks in advance."
 RECORD = Path(__file__).resolve().parent / "paste-shapes.yaml"
+FRAGMENT = "fragment: "  # how `surfaced` marks a FragmentError refusal
 HEAD_CUT_SHARE = 0.25  # of the lines a fragment that starts mid-output lacks
 TAB_STOP = 8
 
@@ -191,11 +206,14 @@ def evidence(fact: field_facts.Fact, text: str) -> bool | None:
 
 
 def surfaced(tool: str, data: bytes | str, facts: tuple[field_facts.Fact, ...]) -> tuple[set[int], str, str]:
-    """(the indices of `facts` the tool's parser surfaces in `data`, its refusal, its crash)."""
+    """(the indices of `facts` the tool's parser surfaces in `data`, its refusal, its crash); a
+    refusal that the text lacks what names its values (FragmentError) starts with FRAGMENT."""
     import msgspec
 
     try:
         parsed = parser_for(tool)(data)
+    except FragmentError as e:
+        return set(), FRAGMENT + str(e).splitlines()[0], ""
     except HcError as e:
         return set(), str(e).splitlines()[0] if str(e) else type(e).__name__, ""
     except Exception as e:  # any other exception is a bug this audit finds
@@ -214,10 +232,11 @@ class Cell:
     kept: int = 0  # of the expected, surfaced after the transformation
     full: int = 0  # files with every expected fact kept
     crashed: int = 0
+    fragments: int = 0  # files a cut left without what names their values, refused so (no fact expected)
     misses: list[tuple[str, str]] = field(default_factory=list)  # (file, what it lost)
 
     def add(self, other: Cell) -> None:
-        for key in ("files", "facts", "read", "kept", "full", "crashed"):
+        for key in ("files", "facts", "read", "kept", "full", "crashed", "fragments"):
             setattr(self, key, getattr(self, key) + getattr(other, key))
 
 
@@ -233,7 +252,8 @@ def mutate_one(ff: field_facts.FieldFile, text: str, before: set[int], name: str
     """One file under one transformation."""
     cell = Cell()
     changed = TRANSFORMS[name](text, ff.tool)
-    present = [evidence(fact, changed) for fact in ff.facts]
+    whole = without_cut_end(changed)[0] if name in DROPS_TEXT else changed  # a cut's last word: no evidence
+    present = [evidence(fact, whole) for fact in ff.facts]
     left = [i for i, fact in enumerate(ff.facts)
             if (present[i] or (present[i] is None and evidence(fact, text) is None and name not in DROPS_TEXT))
             and not (positional(fact) and name in MOVES_LINES)]
@@ -241,6 +261,9 @@ def mutate_one(ff: field_facts.FieldFile, text: str, before: set[int], name: str
         return cell
     expected = [i for i in left if i in before]
     after, refused, crashed = surfaced(ff.tool, changed, ff.facts)
+    if refused.startswith(FRAGMENT) and name in DROPS_TEXT:  # the cut took what names the values left
+        cell.fragments = 1
+        return cell
     cell.files, cell.facts, cell.read, cell.crashed = 1, len(left), len(expected), bool(crashed)
     lost = [ff.facts[i] for i in expected if i not in after]
     cell.kept = len(expected) - len(lost)
@@ -297,10 +320,10 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def cells_rows(cells: dict[tuple[str, str], Cell]) -> list[list[str]]:
     return [[tool, name, str(c.files), str(c.read), str(c.kept), _pct(c.kept, c.read), f"{c.full}/{c.files}",
-             str(c.crashed)] for (tool, name), c in cells.items()]
+             str(c.crashed), str(c.fragments)] for (tool, name), c in cells.items()]
 
 
-CELLS_HEADERS = ["TOOL", "TRANSFORM", "FILES", "EXPECTED", "KEPT", "% KEPT", "FILES KEPT", "CRASHES"]
+CELLS_HEADERS = ["TOOL", "TRANSFORM", "FILES", "EXPECTED", "KEPT", "% KEPT", "FILES KEPT", "CRASHES", "FRAGMENTS"]
 
 
 def recorded() -> dict[tuple[str, str], tuple[int, int]]:

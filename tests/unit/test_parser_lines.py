@@ -597,6 +597,7 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     before = {"avg_busbw_gbytes_per_s", "avg_ok", "bad_rows", "collective", "completed", "errors", "failures",
               "format", "gpus_per_thread", "headers", "iters", "last_size_bytes", "launcher_error", "max_bytes",
               "min_bytes", "nccl_headers", "nccl_library", "nccl_version", "out_of_bounds", "out_of_bounds_ok",
+              "cut_row_bytes",  # null unless the text ends inside a row
               "program", "rank_count", "ranks", "samples", "tables", "threads", "validation", "version",
               "warmup_iters"}
     shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"

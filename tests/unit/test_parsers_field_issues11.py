@@ -169,7 +169,7 @@ def test_the_banners_device_wins_and_two_commands_devices_name_none():
     commands = [x for x in NGC_WRAPPER.read_text().split("\n") if x.startswith("INFO: run ib_write_bw")]
     assert {command_device(x) for x in commands} == {"mlx5_3", "mlx5_4"}
     failed = COMMAND_ONLY.read_text().split("\n")[2]
-    run = parse_perftest("\n".join([*commands, failed]))
+    run = parse_perftest("\n".join([*commands, failed]) + "\n")  # whole lines, each its line end
     assert run.device is None and run.failures[0].kind == "connect"
 
 

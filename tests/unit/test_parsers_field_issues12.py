@@ -39,12 +39,13 @@ def test_the_agent_line_with_nothing_after_binary_is_a_worker_failure():
 @pytest.mark.parametrize("path", [GLOG_FAILED, OLD_FAILED, TWO_FAILED], ids=lambda p: p.stem[:24])
 def test_the_agent_line_cut_anywhere_after_the_pid_is_read_under_every_logger(path):
     # each real line (glog's, the old logger's `ERROR:...api:`, the `api: [ERROR]` form) cut at
-    # every character from the pid's end on: the worker, its exit and pid read; the binary
-    # only where the paste kept it whole
+    # every character after the pid's end (its `)` shows it whole; a pid the text ends on may be
+    # the head of a longer one, not read): the worker, its exit and pid read; the binary only
+    # where the paste kept it whole
     line = _real(path, "failed (exitcode: ")
-    whole = parse_torch_log(line).worker_failures[0]
+    whole = parse_torch_log(line + "\n").worker_failures[0]
     pid_end = line.index("(pid: ") + len("(pid: ") + len(str(whole.pid))
-    for cut in range(pid_end, len(line) + 1):
+    for cut in range(pid_end + 1, len(line) + 1):
         [failed] = parse_torch_log(line[:cut]).worker_failures
         assert (failed.exitcode, failed.local_rank, failed.pid) == (whole.exitcode, whole.local_rank, whole.pid)
         assert failed.binary in ("", whole.binary) or whole.binary.startswith(failed.binary)
@@ -159,7 +160,7 @@ def test_a_block_in_a_list_loses_its_common_indent_and_a_text_indented_from_its_
     for indent in ("    ", "        ", "\t"):
         shaped = [indent + line if line.strip() else "" for line in real]
         assert code_block_indents(["1. ibstatus says:", "", *shaped]) == ["", "", *(indent if x else "" for x in shaped)]
-        assert parse_ibstatus("\n".join(["1. ibstatus says:", "", *shaped])).ports == parse_ibstatus(
+        assert parse_ibstatus("\n".join(["1. ibstatus says:", "", *shaped]) + "\n").ports == parse_ibstatus(
             IBSTATUS.read_text()).ports
         # a text indented from its first line is no block: a grep of `-q`'s tree keeps its depth
         assert not any(code_block_indents(shaped)) and not any(code_block_indents(["", *shaped]))

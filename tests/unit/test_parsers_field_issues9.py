@@ -87,11 +87,11 @@ def test_every_gloo_family_on_its_real_line_is_an_error_with_its_peer():
     ]
     for path, marker, kind, peer, port in cases:
         line = _line(path, marker)
-        [g] = parse_torch_log(line).gloo
+        [g] = parse_torch_log(line + "\n").gloo  # the whole line: its line end
         assert (g.kind, g.peer) == (kind, peer), line
         assert port is None or g.port == port, line
         assert g.message and g.source, line
-    [enforce] = parse_torch_log(_line(NO_INTERFACE, "enforce fail at")).gloo
+    [enforce] = parse_torch_log(_line(NO_INTERFACE, "enforce fail at") + "\n").gloo
     assert (enforce.source, enforce.message) == ("device.cc:84", "ifa != nullptr. Unable to find address for: ib0")
 
 

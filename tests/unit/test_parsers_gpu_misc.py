@@ -147,11 +147,12 @@ def test_topo_matrix_pasted_without_its_header_row(path, indent):
 
 
 def test_topo_without_header_and_with_rows_cut_names_only_what_the_rows_tell():
-    # the last three GPU rows cut too: columns 5-7 could be GPUs or NICs, so they are not named
+    # the last three GPU rows cut too: columns 5-7 hold NV18 in the rows left, and NVLink joins
+    # GPUs only, so they are GPU5-7's (nvidia-smi lists GPUs first); no row of theirs: no device
     text = "".join(_without_header((CORPUS / "nvidia-smi-topo/h100-8gpu-nv18.txt").read_text()).splitlines(True)[:5])
     topo = parse_nvidia_topo(text)
     assert topo.devices == GPUS8[:5]
-    assert topo.links["GPU0"] == {f"GPU{i}": "NV18" for i in range(1, 5)}
+    assert topo.links["GPU0"] == {f"GPU{i}": "NV18" for i in range(1, 8)}
     assert topo.cpu_affinity["GPU4"] == "52-103"
 
 
@@ -160,7 +161,7 @@ def test_topo_whose_whitespace_a_paste_squeezed_to_one_space(path):
     # a transformation of a real capture: every run of tabs and spaces made one space, so
     # "CPU Affinity NUMA Affinity GPU NUMA ID" is no longer split by its whitespace
     text = path.read_text()
-    squeezed = "\n".join(" " + " ".join(line.split()) for line in text.splitlines())
+    squeezed = "".join(" " + " ".join(line.split()) + "\n" for line in text.splitlines())
     full, topo = parse_nvidia_topo(text), parse_nvidia_topo(squeezed)
     assert (topo.devices, topo.links, topo.cpu_affinity, topo.numa_affinity, topo.nics) == (
         full.devices, full.links, full.cpu_affinity, full.numa_affinity, full.nics)

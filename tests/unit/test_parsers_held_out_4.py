@@ -272,9 +272,9 @@ def test_a_real_failure_reads_the_same_without_its_host_and_with_its_message_mov
     # transformations of real failure lines: the host cut; the message put on a line of its
     # own; the message wrapped inside its quote
     line = _failure_line(path)
-    ((kind, host, file, number, message),) = _failures(line)
+    ((kind, host, file, number, message),) = _failures(line + "\n")  # whole lines: each with its line end
     head, quoted = line.split(" '", 1)
-    assert _failures(line.split(": ", 1)[1]) == [(kind, "", file, number, message)]
+    assert _failures(line.split(": ", 1)[1] + "\n") == [(kind, "", file, number, message)]
     assert _failures(f"{head}\n'{quoted}\n") == [(kind, host, file, number, message)]
     words = quoted.split(" ")
     if len(words) > 2:

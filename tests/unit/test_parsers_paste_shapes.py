@@ -201,7 +201,7 @@ def test_headerless_sinfo_rows_whose_last_row_is_cut_keep_the_whole_ones():
     cut = parse_sinfo(mutate.tail_cut(text))
     assert cut.rows == rows[:-1] and cut.unrecognized.count == 1
     # a single row, or rows of unequal widths, are no cut: read (or refused) as before
-    assert parse_sinfo(text.splitlines()[0]).rows == rows[:1]
+    assert parse_sinfo(text.splitlines()[0] + "\n").rows == rows[:1]  # a whole row: its line end
 
 
 # ---------------------------------------------------------------- the kernel log tabified

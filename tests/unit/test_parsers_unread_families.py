@@ -117,7 +117,7 @@ def test_the_drivers_probe_summary_after_the_kernels_probe_failure_is_one_failur
 def test_a_probe_failure_with_no_gpu_named_before_it_names_none():
     # the same real line alone: the driver names no GPU, so neither does the fault
     text = (FIELD / "issues/xid/fallen-off-bus-no-xid-multiline-570.txt").read_text().splitlines()[3]
-    (fault,) = parse_kernel_log(text).faults
+    (fault,) = parse_kernel_log(text + "\n").faults  # the whole line: its line end
     assert (fault.kind, fault.stage, fault.pci_bus_id, fault.devices) == (INIT_FAILED, PROBE, None, None)
 
 
@@ -204,7 +204,7 @@ def test_a_hung_task_line_the_kernel_printed_itself_is_read_too():
     # transformation: the kernel's own line as gpud quoted it, taken out of its quotes (a bare dmesg line)
     quoted = next(line for line in GPUD_SCAN.read_text().splitlines() if "INFO: task nvidia-smi:" in line)
     bare = quoted[quoted.index('"INFO: task') + 1:quoted.rindex("\\n")]
-    (task,) = parse_kernel_log(bare).hung_tasks
+    (task,) = parse_kernel_log(bare + "\n").hung_tasks  # a whole line: its line end
     assert (task.process, task.pid, task.seconds, task.line) == ("nvidia-smi", 3228970, 120, bare)
 
 

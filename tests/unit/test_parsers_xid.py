@@ -160,7 +160,7 @@ def test_fallen_off_needs_its_words_within_the_continuation_lines():
 
 
 def test_older_fallen_off_wording_without_gpu():
-    (event,) = parse_kernel_log("[  239.061389] NVRM: GPU at 0000:06:00.0 has fallen off the bus.").xids
+    (event,) = parse_kernel_log("[  239.061389] NVRM: GPU at 0000:06:00.0 has fallen off the bus.\n").xids
     assert (event.code, event.pci_bus_id, event.legacy) == (79, "0000:06:00.0", True)
 
 
@@ -386,7 +386,7 @@ def test_a_cut_code_is_not_reported():
 def test_non_fatal_sxid():
     line = (
         "[186965.348898] nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, "
-        "Link 61 egress non-posted PRIV error (First)"
+        "Link 61 egress non-posted PRIV error (First)\n"  # its line end: the last word is whole
     )
     (s,) = parse_kernel_log(line).sxids
     assert (s.code, s.severity, s.switch, s.pci_bus_id) == (12028, "Non-fatal", "nvidia-nvswitch2", "0000:85:00.0")

@@ -45,11 +45,14 @@ def test_an_nvlink5_xid_names_its_unit_severity_link_and_status(name, code, unit
     assert event.status[0] == first and len(event.status) == 6
     # the same real line behind a dmesg stamp and a journal prefix, and cut before its status words
     line = read(name).strip()
-    for shaped in (f"[ 1843.308145] {line}", f"Feb 14 05:03:42 gpu-1 kernel: {line}"):
+    for shaped in (f"[ 1843.308145] {line}\n", f"Feb 14 05:03:42 gpu-1 kernel: {line}\n"):
         (again,) = parse_kernel_log(shaped).xids
         assert (again.unit, again.severity, again.link, again.status) == (unit, severity, link, event.status)
-    (cut,) = parse_kernel_log(line[: line.index(" (0x")]).xids
+    (cut,) = parse_kernel_log(line[: line.index(" (0x")] + "\n").xids
     assert (cut.unit, cut.severity, cut.link, cut.status) == (unit, severity, link, [])
+    # the same cut with no line end after it: `Link 13` may be the head of `Link 130`, not read
+    (cut,) = parse_kernel_log(line[: line.index(" (0x")]).xids
+    assert (cut.code, cut.link) == (code, None)
 
 
 def test_an_older_xid_has_no_nvlink5_fields():

@@ -531,7 +531,7 @@ def test_an_errno_line_with_no_failure_before_it_is_a_failure_of_its_own():
 def test_a_banner_whose_whitespace_a_forum_squeezed_reads_the_same(name):
     # a transformation of real captures: every run of tabs and spaces made one space
     text = read(name)
-    squeezed = "\n".join(" ".join(line.split()) for line in text.splitlines())
+    squeezed = "".join(" ".join(line.split()) + "\n" for line in text.splitlines())  # whole lines: each its end
     run, plain = parse_perftest(squeezed), parse_perftest(text)
     for attr in ("device", "devices", "qps", "transport", "connection", "link_type", "mtu", "gid_index",
                  "data_exchange", "rdma_cm_qps", "tx_depth", "cq_moderation", "unit", "rows"):
