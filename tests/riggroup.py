@@ -8,8 +8,8 @@ test at a time, except that the tests sharing a module-scoped fixture (a pipx in
 sweep's history) go together, so it is made once.
 
 Which tests use the rig is decided here, at collection, so nobody has to remember it: those
-marked `rig`, those using a rig fixture (directly or through another fixture), and every
-test under tests/integration unless its module says `USES_RIG = False`. They get the
+using a rig fixture (directly or through another fixture), and those marked `rig` or under
+tests/integration, unless their module says `USES_RIG = False`. They get the
 `xdist_group("rig")` mark. xdist's own loadgroup reads that mark by renaming the test's node
 id, which pytest 9 no longer lets it do, so the scheduler below groups them instead: each
 worker writes every grouped test's id and group to a file the controller named, and the
@@ -19,10 +19,12 @@ collected). The largest unit, the rig's, goes out first.
 Why one rig group and not two side by side (measured in issue 21, not done): the rig can be
 made twice (HC_RIG_PREFIX/SUBNET/BRIDGE/DIR, HC_SLURM_DIR/CTLD_PORT, as bin/sandbox does),
 but the tests are not independent of what runs beside them: test_pair_workers_rig counts
-every `hc bw serve` on the machine; `bin/sandbox up` reinstalls this checkout's hc into
-.venv (pip -e), which a test starting hc at that moment would not find; the diagnose and
-hung-worker tests bound a wall time that more torch processes on the same cores stretch;
-and most of the rig's time is torch starting four ranks, CPU that a second group shares.
+every `hc bw serve` on the machine; the diagnose and hung-worker tests bound a wall time
+that more torch processes on the same cores stretch; and most of the rig's time is torch
+starting four ranks, CPU that a second group shares. The sandbox's fresh-clone test is the
+exception, in another worker: its sandbox is a rig of its own, hc in the clone's own .venv
+(no torch, a standard-tier sweep: no `hc bw serve`), and most of its time is pip filling
+that .venv, work the other workers' tests already do beside the rig.
 
 `-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
 starts in a second, not after workers collected the whole suite), else one per CPU plus one
@@ -54,12 +56,16 @@ _IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests
 
 
 def uses_rig(item: pytest.Item) -> bool:
-    """Marked `rig`, using a rig fixture, or anywhere in tests/integration: a test there is
-    taken to touch the rig's hosts, Slurm or the sandbox unless its module says otherwise
-    (`USES_RIG = False`: the browser, pipx and node_exporter tests)."""
-    if item.get_closest_marker("rig") is not None or RIG_FIXTURES & set(getattr(item, "fixturenames", ())):
+    """Using a rig fixture, marked `rig`, or anywhere in tests/integration: a test there is
+    taken to touch the rig's hosts or Slurm unless its module says otherwise (`USES_RIG =
+    False`: the browser, pipx and node_exporter tests, and the sandbox's fresh-clone test,
+    which is marked `rig` for what it needs, root and Slurm, but makes a rig of its own)."""
+    if RIG_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
-    return INTEGRATION in item.path.parents and getattr(getattr(item, "module", None), "USES_RIG", True)
+    own = getattr(getattr(item, "module", None), "USES_RIG", None)
+    if own is not None:
+        return bool(own)
+    return item.get_closest_marker("rig") is not None or INTEGRATION in item.path.parents
 
 
 def shared_fixture_group(item: pytest.Item) -> str | None:

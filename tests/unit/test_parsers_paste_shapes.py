@@ -151,8 +151,15 @@ def test_a_flattened_report_at_scale_costs_its_length():
         parse_nvidia_smi_q_pasted(flat * copies)
         return time.perf_counter() - start
 
-    small, large = min(cost(4) for _ in range(3)), min(cost(32) for _ in range(3))
-    assert large < small * 8 * 3  # 8x the text: linear, with room for noise
+    small = min(cost(4) for _ in range(3))
+    # 8x the text: linear, with room for noise; the min of up to three runs decides, so the
+    # runs after the first under the bound are not made (the same verdict, a third the cost)
+    large = float("inf")
+    for _ in range(3):
+        large = min(large, cost(32))
+        if large < small * 8 * 3:
+            break
+    assert large < small * 8 * 3
 
 
 # ---------------------------------------------------------------- dcgmi's table: tabified, cut inside Metadata

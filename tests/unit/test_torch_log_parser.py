@@ -807,8 +807,14 @@ def _assert_linear(make: Callable[[int], str], label: str, sizes: tuple[int, ...
         texts = [make(size) for size in sizes]
         took = min(_time(texts[0]) for _ in range(3))
         for before, text in itertools.pairwise(texts):
-            now = min(_time(text) for _ in range(2))
-            assert now <= 50 * took + 0.15, f"{label}: {now:.3f} s on {len(text)} chars, {took:.3f} s on {len(before)}"
+            bound = 50 * took + 0.15
+            now = _time(text)
+            # the second run only where the first was over the bound: the min over both decides
+            # then, and where the first is under it the min is too (the same verdict, the larger
+            # input parsed once instead of twice); a longer chain's next bound keeps the min
+            if now > bound or text is not texts[-1]:
+                now = min(now, _time(text))
+            assert now <= bound, f"{label}: {now:.3f} s on {len(text)} chars, {took:.3f} s on {len(before)}"
             took = now
     finally:
         gc.enable()
