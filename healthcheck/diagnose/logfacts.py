@@ -99,6 +99,7 @@ class RankError(msgspec.Struct, frozen=True, omit_defaults=True):
     time: float | None = None
     victim: bool = False  # a collective's error: caused by another rank
     chain: tuple[str, ...] = ()  # its traceback's own frames, outermost first
+    library: str = ""  # the innermost library frame after its own (autograd's run_backward)
     uncaught: bool = False  # printed by torch's excepthook: nothing caught it, it ended the rank
 
     @property
@@ -140,7 +141,7 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             out.setdefault(rank, []).append(RankError(
                 rank=rank, source=f.source, line=e.line, type=e.type, message=e.message, frame=e.frame,
                 collective=e.collective, time=time_at(col, f.source, e.line, rank), victim=victim, chain=e.chain,
-                uncaught=e.uncaught))
+                library=e.library, uncaught=e.uncaught))
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))
@@ -199,6 +200,17 @@ def _op_name(op: str) -> str:
     return op.lower().replace("_", "").removeprefix("c10d")
 
 
+def _native_wait(e: RankError) -> str:
+    """The op a timeout with no c10d frame waited in: "wait" where the program's own frame
+    called a Work's wait() itself, "all_reduce" where autograd's backward did (DDP's gradient
+    buckets are all_reduced in hooks of the backward pass), else unknown."""
+    if not (e.frame and e.chain):
+        return ""
+    if not e.library:
+        return "wait"
+    return "all_reduce" if "backward" in e.library else ""
+
+
 def rank_waits(col: Collected) -> dict[int, Wait]:
     """Each rank's first timeout: the NCCL watchdog's `WorkNCCL(SeqNum, OpType, NumelIn,
     NumelOut)`, else its status line (`failure detected by watchdog at work sequence id: N`:
@@ -226,8 +238,10 @@ def rank_waits(col: Collected) -> dict[int, Wait]:
         if rank in out or not first.timed_out:
             continue
         # a timeout with no c10d frame in its traceback was raised by a Work's own wait() (native:
-        # `work.wait(timeout=...)`, an async op's): the rank waited at its call site, op "wait"
-        op = first.collective or ("wait" if first.frame and first.chain else "")
+        # `work.wait(timeout=...)`, an async op's): the rank waited at its call site, op "wait";
+        # not where a library frame lies between (autograd's run_backward: DDP's bucket all_reduce
+        # waited inside `loss.backward()`, a collective, not a point-to-point op)
+        op = first.collective or _native_wait(first)
         out[rank] = Wait(rank=rank, source=first.source, line=first.line, op=op, where=first.frame,
                          chain=first.chain, text=f"timed out in {op or 'a collective'}"
                               + (f" at {first.frame}" if first.frame else "") + f": {first.message[:120]}")

@@ -173,3 +173,15 @@ def test_a_rank_whose_eval_all_reduce_met_the_peers_gradient_bucket_is_a_desync(
     # peers' tracebacks end in backward() (no c10d frame): hc said shape-mismatch
     v = diagnose_saved(H10 / "h10-ddp-fewer-batches-plain-w3-r2")
     assert_culprits(v, "collective-mismatch", [2], [0, 1])
+
+
+def test_a_timeout_inside_backward_is_ddps_all_reduce_not_a_point_to_point_wait():
+    # held-out-11's accumulation job (read for this fix, after its measure): rank 1 ran one
+    # micro-batch fewer, so its DDP bucket all_reduce (gloo's timeout raised inside
+    # `loss.backward()`, autograd's frames between) met the others' final barrier. Round 12's
+    # rule for ranks left in an async op's wait() took the backward for such a wait and named
+    # no rank; the wait is a collective's, and rank 1 is the one in another collective
+    verdict = diagnose_saved(FIXTURES / "diagnose-jobs" / "held-out-11" / "saved"
+                             / "h11-ckpt-accumulation-count-plain-w3-r1")
+    assert_culprits(verdict, "collective-mismatch", [1], [0, 2])
+    assert "all_reduce" in verdict.summary

@@ -420,6 +420,10 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     native: bool = False
     frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
     collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
+    # the innermost library frame after the program's own (not torch.distributed's): autograd's
+    # `run_backward` where DDP's bucket all_reduce timed out in `loss.backward()`; empty where the
+    # program's own frame is innermost (a native call it made: `work.wait()`)
+    library: str = ""
     # the thread it ended, where Python's threading.excepthook said so (`Exception in thread
     # NAME:` before the traceback): that thread ended, the process went on
     thread: str = ""

@@ -102,7 +102,7 @@ class TorchState:
         self.open: dict[tuple[str, RankKey], OpenFact] = {}  # (kind, rank key) -> fact
         self.last_open: dict[str, RankKey] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[RankKey, int] = {}  # tracebacks open per rank
-        self.frames: dict[RankKey, tuple[str, str]] = {}  # (own frame, collective) so far
+        self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
         self.children: set[RankKey] = set()  # the open traceback is a multiprocessing child's (_bootstrap)

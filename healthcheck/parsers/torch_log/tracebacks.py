@@ -77,17 +77,19 @@ def _frame(state: TorchState, key: RankKey, body: str) -> None:
     path, number, func = m.groups()
     if func == "_bootstrap" and path.endswith(_CHILD_FILE) and len(state.children) < FRAMED_RANKS_MAX:
         state.children.add(key)  # multiprocessing's child process runs its target under _bootstrap
-    own, collective = state.frames.get(key, ("", ""))
+    own, collective, library = state.frames.get(key, ("", "", ""))
     if path.endswith(_C10D_FILES) and "/distributed/" in path:
         if func != "wrapper":
             collective = clip(func, 64)
-    elif not _LIBRARY_PATH.search(path):
-        own, collective = f"{clip(basename(path), 128)}:{number} in {clip(func, 128)}", ""
+    elif _LIBRARY_PATH.search(path):
+        library = clip(func, 64)
+    else:
+        own, collective, library = f"{clip(basename(path), 128)}:{number} in {clip(func, 128)}", "", ""
         chain = state.chains.setdefault(key, []) if len(state.chains) < FRAMED_RANKS_MAX or key in state.chains else []
         if len(chain) < CHAIN_MAX:
             chain.append(own)
     if len(state.frames) < FRAMED_RANKS_MAX or key in state.frames:
-        state.frames[key] = (own, collective)
+        state.frames[key] = (own, collective, library)
 
 
 def read_terminate(state: TorchState, line: Line) -> bool:
@@ -118,7 +120,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
         return False
     if not framed and message is None and "." not in name:
         return False  # a bare word alone, with no traceback around it
-    own, collective = state.frames.pop(key, ("", "")) if framed else ("", "")
+    own, collective, library = state.frames.pop(key, ("", "", "")) if framed else ("", "", "")
     thread = state.threads.pop(key, "") if framed else ""
     child = framed and key in state.children
     state.children.discard(key)
@@ -128,8 +130,9 @@ def read_exception(state: TorchState, line: Line) -> bool:
     at = where(line)
     at |= said_by(message or "", at["rank"])  # no label: the message may name its rank
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
-                                            framed=framed, frame=own, collective=collective, thread=thread,
-                                            chain=chain, child_process=child, uncaught=by_excepthook(line)))
+                                            framed=framed, frame=own, collective=collective, library=library,
+                                            thread=thread, chain=chain, child_process=child,
+                                            uncaught=by_excepthook(line)))
     return True
 
 
