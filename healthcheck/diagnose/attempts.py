@@ -72,10 +72,20 @@ def _starts_over(lines: list[str], boundary: int) -> bool:
     return False
 
 
+def _gave_up(log: TorchLog, line: int, task: int | None) -> bool:
+    """The same agent (its launcher task) printed its final failure box after `line` before
+    failing a worker again: it did not restart (two nodes' agents under srun: one node's
+    failure is followed by the other node's workers still printing, no restart at all)."""
+    again = [f.line for f in log.worker_failures if f.task == task and f.line is not None and f.line > line]
+    until = min(again, default=None)
+    return any(b.task == task and b.line > line and (until is None or b.line < until) for b in log.child_failed)
+
+
 def _boundaries(log: TorchLog) -> list[tuple[int, str]]:
     """The agent's lines that end an attempt: (line, what it said), in order."""
     found = [(f.line, f"local rank {f.local_rank} exited {f.exitcode}" + (f" ({f.signal})" if f.signal else "")
-              + f" [line {f.line}]") for f in log.worker_failures if f.line is not None]
+              + f" [line {f.line}]") for f in log.worker_failures
+             if f.line is not None and not _gave_up(log, f.line, f.task)]
     found += [(e.line, f"worker group {e.state or 'failed'} [line {e.line}]") for e in log.worker_group
               if e.kind == "restart" and e.line is not None]
     return sorted(found)

@@ -185,3 +185,12 @@ def test_a_timeout_inside_backward_is_ddps_all_reduce_not_a_point_to_point_wait(
                              / "h11-ckpt-accumulation-count-plain-w3-r1")
     assert_culprits(verdict, "collective-mismatch", [1], [0, 2])
     assert "all_reduce" in verdict.summary
+
+
+def test_one_nodes_agent_failing_under_srun_while_the_other_node_prints_on_is_no_restart():
+    # captured from test_run_wrapper_rig's two torchruns under srun (rank 3 SIGKILLed on node2):
+    # node2's agent reports local rank 1 failed and prints its final box; node1's workers
+    # print on after it. That is no restart: the agent gave up, and rank 2's SIGTERM is the
+    # agent's own closing signal, not one from outside the job
+    verdict = diagnose_saved(FIXTURES / "diagnose" / "attempts-two-agents")
+    assert_culprits(verdict, "dead-rank", [3], [0, 1, 2])
