@@ -50,10 +50,14 @@ def _reports(col: Collected) -> list[tuple[str, WorkerFailed]]:
     return out
 
 
+def _closed(col: Collected) -> set[int | None]:
+    """The pids the agent sent a closing signal (it stopped those children)."""
+    return {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals}
+
+
 def _children(col: Collected, failed: WorkerFailed) -> int:
     """How many children the agent named: the pids it sent a closing signal, and the failed one."""
-    pids = {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals}
-    return len(pids | {failed.pid})
+    return len(_closed(col) | {failed.pid})
 
 
 def _other_node(col: Collected) -> bool:
@@ -108,8 +112,7 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
     if len(reports) != 1:
         return None
     source, w = reports[0]
-    closed = {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals}
-    if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in closed or _timed_out(col, firsts):
+    if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in _closed(col) or _timed_out(col, firsts):
         return None
     rank = global_rank(col, w)
     if rank is None or rank in spoke_of_failure(col) or _victim(firsts.get(rank)):
