@@ -84,7 +84,7 @@ def _reached(col: Collected) -> tuple[dict[int, Evidence], set[int], set[str]]:
     return reporters, lost, kinds
 
 
-def own_output(col: Collected, rank: int) -> bool:
+def _own_output(col: Collected, rank: int) -> bool:
     """The rank's own output is in the evidence: a file of its own (`rank0.log`)."""
     return any(f.rank == rank for f in col.evidence.torch_logs)
 
@@ -99,7 +99,7 @@ def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None
     if len(lost) != 1:
         return None
     (blamed,) = lost
-    world = world_of(col)[1] or (ring_world(col) if own_output(col, blamed) else None)
+    world = world_of(col)[1] or (ring_world(col) if _own_output(col, blamed) else None)
     if world is None or set(reporters) | lost != set(range(world)) or lost <= set(reporters):
         return None
     stuck = "timeout" in kinds
@@ -112,4 +112,4 @@ def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None
                        evidence=tuple(list(reporters.values())[:8]))
 
 
-__all__ = ["barrier_absentees", "barrier_blamed", "barrier_reports", "own_output"]
+__all__ = ["barrier_absentees", "barrier_blamed", "barrier_reports"]
