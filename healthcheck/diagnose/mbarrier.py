@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, world_of
 from healthcheck.diagnose.findings import Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.leavers import own_output
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
@@ -84,11 +85,6 @@ def _reached(col: Collected) -> tuple[dict[int, Evidence], set[int], set[str]]:
     return reporters, lost, kinds
 
 
-def _own_output(col: Collected, rank: int) -> bool:
-    """The rank's own output is in the evidence: a file of its own (`rank0.log`)."""
-    return any(f.rank == rank for f in col.evidence.torch_logs)
-
-
 def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None:
     """The rank every other rank lost at the monitored barrier, where no finding names a
     rank and rank 0's own report is not in the text, or None (see the module's docstring)."""
@@ -99,7 +95,7 @@ def barrier_blamed(col: Collected, found: list[JobFinding]) -> JobFinding | None
     if len(lost) != 1:
         return None
     (blamed,) = lost
-    world = world_of(col)[1] or (ring_world(col) if _own_output(col, blamed) else None)
+    world = world_of(col)[1] or (ring_world(col) if blamed in own_output(col) else None)
     if world is None or set(reporters) | lost != set(range(world)) or lost <= set(reporters):
         return None
     stuck = "timeout" in kinds
