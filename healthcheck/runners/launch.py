@@ -296,7 +296,7 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     try:
         # the fork and its registration for a stop (SIGINT, SIGTERM, SIGHUP: runners/stop.py)
         # are one step, and a stop arriving during them is raised after, inside this try
-        with _stop.deferred():
+        with _stop.deferred(), _local.starting() as register:
             try:
                 started, forget = _stop.start_registered(lambda: _popen(spec, run_env, cwd),
                                                          lambda p: kill_tree(p, grace_s))
@@ -307,7 +307,7 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
                 return _result(spec, None, "", "", 0.0, error=f"{spec.argv[0]}: {exc.strerror or exc}")
             except _stop.StopRefused as exc:
                 return _result(spec, None, "", "", 0.0, error=str(exc))
-            _track(proc.pid, True)
+            register(proc.pid)
         assert proc is not None
         start = time.monotonic()
         out, err, timed_out = _wait(proc, timeout_s, grace_s)
@@ -318,7 +318,7 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     finally:
         forget()
         if proc is not None:
-            _track(proc.pid, False)
+            _local.untrack_group(proc.pid)
     return _result(spec, None if timed_out else proc.returncode, out, err, time.monotonic() - start,
                    timed_out=timed_out)
 
@@ -332,11 +332,6 @@ def _popen(spec: Launch, env: Mapping[str, str], cwd: str | None) -> subprocess.
 
 def _nothing() -> None:
     return None
-
-
-def _track(pgid: int, running: bool) -> None:
-    """Register the group with runners.local, so kill_children() (hooks' deadline) reaches it."""
-    (_local.track_group if running else _local.untrack_group)(pgid)
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float, grace_s: float) -> tuple[str, str, bool]:

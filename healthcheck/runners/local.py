@@ -16,8 +16,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from healthcheck.runners.base import CommandResult
@@ -25,15 +25,43 @@ from healthcheck.runners.base import CommandResult
 # process groups of the commands running now (leader pid == pgid)
 _LIVE: set[int] = set()
 _LIVE_LOCK = threading.Lock()
+# forks under way (a token each, see `starting`), and those a kill_children() call has doomed:
+# a child can run before its parent registers its group, so the kill must reach it there
+_STARTING: set[object] = set()
+_DOOMED: set[object] = set()
 
 
 def kill_children() -> None:
     """SIGKILL every command group hc started that is still running (safe in a signal handler)."""
+    _DOOMED.update(list(_STARTING))  # registered after this call: killed at registration
     for pgid in list(_LIVE):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
+        _kill_pgid(pgid)
+
+
+def _kill_pgid(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@contextmanager
+def starting() -> Iterator[Callable[[int], None]]:
+    """Bracket one fork and its registration; yields the function that registers its group.
+
+    kill_children() called between the fork and the registration (another thread's hard
+    deadline) still reaches the group: the registration kills it. Forks that begin after
+    the call are not affected: kill_children is not a latch (a test process calls it and
+    goes on)."""
+    token = object()
+    with _LIVE_LOCK:
+        _STARTING.add(token)
+    try:
+        yield lambda pgid: track_group(pgid, token)
+    finally:
+        with _LIVE_LOCK:
+            _STARTING.discard(token)
+            _DOOMED.discard(token)
 
 
 def _pdeathsig() -> Callable[[], None] | None:
@@ -94,10 +122,13 @@ def popen_for_life(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
     return spawner.submit(subprocess.Popen, list(argv), preexec_fn=die_with_hc(), **popen).result()
 
 
-def track_group(pgid: int) -> None:
-    """Register a running command's process group, so kill_children() reaches it."""
+def track_group(pgid: int, token: object = None) -> None:
+    """Register a running command's process group, so kill_children() reaches it; a group
+    whose fork (`starting` token) a kill_children() call overlapped is killed here."""
     with _LIVE_LOCK:
         _LIVE.add(pgid)
+    if token is not None and token in _DOOMED:
+        _kill_pgid(pgid)
 
 
 def untrack_group(pgid: int) -> None:
@@ -131,7 +162,7 @@ def run_command(
     try:
         # a stop (Ctrl-C, SIGTERM) arriving between the fork and track_group is raised
         # after it, inside this try: no command runs that kill_children and the except miss
-        with stop_deferral():
+        with stop_deferral(), starting() as register:
             try:
                 proc = _popen(argv, input, env, cwd)
             except FileNotFoundError as exc:
@@ -140,7 +171,7 @@ def run_command(
                 return CommandResult(argv, None, "", f"{argv[0]}: command not found", 0.0, not_found=True)
             except OSError as exc:
                 return CommandResult(argv, None, "", "", 0.0, error=f"{exc.strerror or exc}")
-            track_group(proc.pid)
+            register(proc.pid)
         return _wait(proc, argv, input, timeout_s, start)
     except BaseException:  # Ctrl-C, a hook's deadline: what hc started dies with it
         if proc is not None:

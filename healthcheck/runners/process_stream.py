@@ -64,12 +64,13 @@ class ProcessStream(LineStream):
 
         # a stop (SIGINT, SIGTERM, SIGHUP) ends the launcher first (srun then gives up its
         # request or its job): runners/stop.py; once hc is stopping, none is started (OSError)
-        with _stop.deferred():  # from the main thread, a stop is raised once all this is done
+        # from the main thread, a stop is raised once all this is done
+        with _stop.deferred(), _local.starting() as register:
             try:
                 proc, forget = _stop.start_registered(fork, lambda p: kill_tree(p, 2.0))
             except _stop.StopRefused as exc:
                 raise OSError(str(exc)) from None
-            _local.track_group(proc.pid)
+            register(proc.pid)
             stream = cls(node, proc)
             stream._forget_stop = forget
         return stream

@@ -278,5 +278,36 @@ def test_kill_children_reaches_a_running_launch(tmp_path: Path):
     assert not _alive(int(pidfile.read_text()))
 
 
+def test_kill_children_between_the_fork_and_its_registration_still_kills(monkeypatch, tmp_path: Path):
+    # CI caught it: the child ran (wrote its pid) before the launching thread registered its
+    # group, the deadline's kill_children() found nothing, and the launch lived 30 s more
+    from healthcheck.runners.local import kill_children
+
+    real = L._popen
+
+    def fork_then_deadline(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        kill_children()  # the hook's deadline, in the window before registration
+        return proc
+
+    monkeypatch.setattr(L, "_popen", fork_then_deadline)
+    prog = tmp_path / "fake-srun"
+    prog.write_text("#!/bin/sh\nexec sleep 60\n")
+    prog.chmod(0o755)
+    started = time.monotonic()
+    r = launch(Launch("srun", (str(prog),)), timeout_s=30)
+    assert r.returncode == -9 and not r.timed_out
+    assert time.monotonic() - started < 10
+
+
+def test_kill_children_is_not_a_latch_for_later_commands():
+    # a process that called kill_children() (a test, a sweep's stop that was refused) still runs commands
+    from healthcheck.runners.local import kill_children, run_command
+
+    kill_children()
+    r = run_command(("sh", "-c", "echo ok"), timeout_s=10)
+    assert r.returncode == 0 and r.stdout.strip() == "ok"
+
+
 def test_descendants_come_from_proc():
     assert os.getpid() in L._descendants(os.getppid()) or not Path("/proc").exists()
