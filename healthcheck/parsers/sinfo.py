@@ -243,6 +243,9 @@ def _split_spaces(line: str, names: list[str]) -> dict[str, str] | None:
     return dict(zip(names, [*left, middle, *right], strict=True))
 
 
+HEADER_NAMES_MAX = 64  # columns of one header: every -O field once, with room
+
+
 def _header(line: str) -> tuple[list[str], bool] | None:
     """(column names, "|"-separated) if `line` is a sinfo header line."""
     piped = "|" in line
@@ -250,7 +253,7 @@ def _header(line: str) -> tuple[list[str], bool] | None:
     if piped and text.endswith("|"):
         text = text[:-1]  # -O Field:| ends every cell with the suffix
     names = [t.strip() for t in text.split("|")] if piped else text.split()
-    if not names or len(names) > 64 or not all(_HEADER_TOKEN.match(t) for t in names):
+    if not names or len(names) > HEADER_NAMES_MAX or not all(_HEADER_TOKEN.match(t) for t in names):
         return None
     if not _CORE_HEADERS & set(names):
         return None
@@ -322,6 +325,29 @@ class _Table:
         self.rows: list[dict[str, str]] = []
         self.last_raw = 0  # the width of the row read last (0: the last line was no row)
         self.joined = 0  # wrapped tails joined to the last row (at most WRAP_MOST: linear time)
+        self.per_line = False  # a header rendered one cell a line: so are its rows
+        self.pending: list[str] = []  # a per-line row's cells read so far
+
+    def joins(self, names: list[str], piped: bool) -> bool:
+        """A one-name header line after this table's one-name header lines, before any row: a
+        page that renders the table one cell a line (`REASON`, then `NODELIST`). It joins this
+        table's header, and the rows are then read a cell a line, len(names) lines to a row."""
+        if piped or self.piped or len(names) != 1 or self.rows or self.pending or not self.names:
+            return False
+        if len(self.names) >= HEADER_NAMES_MAX:  # as many as one header line may have: linear time
+            return False
+        if not self.per_line and len(self.names) != 1:
+            return False
+        self.names = unique_names([*self.names, *names])
+        self.per_line, self.width = True, None
+        return True
+
+    def cell_line(self, text: str) -> None:
+        """One cell of a per-line row; the row is complete at its header's count of cells."""
+        self.pending.append(text.strip())
+        if len(self.pending) == len(self.names):
+            self.rows.append(dict(zip(self.names, self.pending, strict=True)))
+            self.pending = []
 
     def cells(self, text: str) -> dict[str, str] | None:
         if not self.piped:
@@ -374,7 +400,8 @@ class _Reading:
             if table is not None and table.names:
                 self.tables.append(_Table(line, [], False))  # closes the table: no row fits this one
         elif (header := _header(line.text)) is not None:
-            self.tables.append(_Table(line, *header))
+            if table is None or not table.joins(*header):
+                self.tables.append(_Table(line, *header))
         elif (table is None or not table.names) and self.timestamp is None and _TIMESTAMP_LINE.match(text):
             self.timestamp = text  # -l's first line (also after a prompt closed a table)
         elif table is None:
@@ -402,6 +429,9 @@ class _Reading:
         self.incomplete = f"the last row is read without its {', '.join(table.names[len(words):])}"
 
     def _row(self, table: _Table, line: Line) -> None:
+        if table.per_line:
+            table.cell_line(line.text)
+            return
         cells = table.cells(line.text) if table.names else None
         if cells is not None:
             table.rows.append(cells)
@@ -468,6 +498,8 @@ def parse_sinfo(text: str, *, fmt: str | None = None) -> SinfoReport:
     if cut_at:
         reading.incomplete = (f"{cut_end_note(cut)}: " if cut else "the text ends inside a row: ") + (
             reading.incomplete or "nothing after it read")
+    if any(t.pending for t in reading.tables):  # a per-line row the text ends inside
+        reading.incomplete = reading.incomplete or "the text ends inside a row rendered a cell a line: not read"
     errors = reading.errors
     tables = [t for t in reading.tables if t.names]
     if not tables:

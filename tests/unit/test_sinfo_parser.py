@@ -266,3 +266,25 @@ def test_a_long_listing_after_another_table_keeps_its_timestamp():
     alone = parse_sinfo(long)
     assert report.timestamp == alone.timestamp and report.timestamp
     assert report.rows[3:] == alone.rows and report.unrecognized.count == 0
+
+
+def test_a_table_rendered_one_cell_a_line_is_read_row_by_row():
+    # a manual page's rendering of `sinfo -R` (field set held-out-19): the header's names and
+    # each row's cells one per line, blank lines between; the reasons were unread before
+    page = "$ sinfo -R\n\n \n\nREASON\n\nNODELIST\n\nMemory errors\n\ndev[0,5]\n\nNot Responding\n\ndev8\n"
+    report = parse_sinfo(page)
+    assert [(r.reason, r.nodes) for r in report.rows] == [("Memory errors", "dev[0,5]"), ("Not Responding", "dev8")]
+    assert report.unrecognized.count == 0 and report.incomplete is None
+
+
+def test_a_per_line_table_cut_inside_a_row_reads_the_whole_rows_and_says_so():
+    report = parse_sinfo("REASON\nNODELIST\nMemory errors\ndev[0,5]\nNot Responding\n")
+    assert [(r.reason, r.nodes) for r in report.rows] == [("Memory errors", "dev[0,5]")]
+    assert report.incomplete and "a cell a line" in report.incomplete
+
+
+def test_one_name_headers_after_a_row_do_not_join_it():
+    # `sinfo -o %N` then `sinfo -o %P` with no prompt between: the second header opens its own table
+    report = parse_sinfo("NODELIST\nnode1\nPARTITION\ngpu\n")
+    assert [r.nodes for r in report.rows if r.nodes] == ["node1"]
+    assert [r.partition for r in report.rows if r.partition] == ["gpu"]
