@@ -19,7 +19,9 @@ from healthcheck.parsers.unread import mended_numbered
 # Every pattern has one way to match a line (no two adjacent quantifiers that can take
 # the same characters), so a hostile line costs its length, not its length squared;
 # values are taken whole and stripped in code rather than by a lazy `.*?\s*$`.
-_CA = re.compile(r"^CA '(?P<name>[^']*)'\s*$")
+# a CA line indented (a document's code block indents its first lines, a list item all of them)
+# is still one: nothing else ibstat prints starts with `CA '`
+_CA = re.compile(r"^[ \t]*CA '(?P<name>[^']*)'\s*$")
 _PORT = re.compile(r"^\s*Port (?P<num>[0-9]{1,9}):\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):(?P<value>.*)$")
 # a port's field with no CA above it: `ibstat CA PORT` prints the port alone, unindented, and a

@@ -240,3 +240,14 @@ def test_perfquery_counters_without_header_or_port_select_are_not_read():
     with pytest.raises(ParseError):
         parse_perfquery("".join(line for line in _headless(text).splitlines(keepends=True)
                                 if not line.startswith("PortSelect")))
+
+
+def test_an_indented_ca_line_still_names_its_ports():
+    # a cluster manual's reStructuredText code block (field set held-out-20): the block indents
+    # the prompt and `CA 'mlx5_0'` by four blanks, ibstat's own fields keep only their tabs;
+    # the CA line was unread and every port lost its CA's name and firmware
+    text = ("    [username@login509-02-r ~]$ ibstat\n    CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n"
+            "\tFirmware version: 20.35.1012\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n"
+            "\t\tRate: 100\n\t\tLink layer: InfiniBand\n")
+    ports = parse_ibstat(text).ports
+    assert [(p.ca, p.fw_ver, p.state, p.rate_gbps) for p in ports] == [("mlx5_0", "20.35.1012", "Active", 100.0)]
