@@ -3,12 +3,16 @@
 A field set is a folder tests/fixtures/diagnose-field/<set>/ with `truths.yaml` (per case: its
 source, what it shows, the truth class of harness.CLASSES and the culprit ranks) and
 `saved/<case>/paste.log` (the text as the thread shows it). Nothing runs but hc: each case is
-`hc diagnose logs saved/<case>` (harness.replay), scored by harness.Score, so the tables and the
-bench rows read as the held-out sets' replays do.
+`hc diagnose logs` on a copy of `saved/<case>` under a neutral folder name (`c00`, `c01`, ...),
+scored by harness.Score, so the tables and the bench rows read as the held-out sets' replays do.
+The copy matters: hc takes a rank from a path's last parts (`rank7.log`, `rank_3/`), and a case
+folder named for what it shows (`...-rank7-at-seq0-...`) would hand hc the truth.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -33,6 +37,21 @@ def scenarios(name: str) -> list[harness.Scenario]:
             for case, t in truths.items()]
 
 
+def neutral_copies(name: str, into: Path) -> list[tuple[harness.Scenario, Path]]:
+    """Each case's saved folder copied to into/field/cNN: a name that says nothing of its truth."""
+    out = []
+    for i, sc in enumerate(scenarios(name)):
+        copy = into / "field" / f"c{i:02d}"
+        shutil.copytree(folder(name) / "saved" / sc.slug, copy)
+        out.append((sc, copy))
+    return out
+
+
 def replay(name: str) -> harness.Score:
-    """hc's answer on every case of the set."""
-    return harness.replay_all(scenarios(name), folder(name) / "saved")
+    """hc's answer on every case of the set, each read from its neutral copy."""
+    with tempfile.TemporaryDirectory(prefix="hc-field-") as tmp:
+        outcomes = []
+        for sc, copy in neutral_copies(name, Path(tmp)):
+            verdict, seconds, rc, error = harness.ask_hc(["logs", str(copy)], harness.clean_env())
+            outcomes.append(harness.outcome_of(sc, verdict, seconds, rc, error))
+    return harness.Score(outcomes)

@@ -41,3 +41,17 @@ def test_the_scenarios_keep_each_cases_folder_as_their_slug(name: str) -> None:
 def test_an_unknown_set_is_refused() -> None:
     with pytest.raises(ValueError, match="no field set"):
         field.folder("field-0")
+
+
+@pytest.mark.parametrize("name", list(field.FIELD_SETS))
+def test_hc_reads_each_case_under_a_name_that_hides_its_truth(name: str, tmp_path: Path) -> None:
+    # round 15 found the case folders' names (`...-rank7-at-seq0-...`) handed hc the rank through
+    # sources.rank_from_name; the replay now reads neutral copies, every file of the case in them
+    from healthcheck.diagnose.sources import rank_from_name
+
+    copies = field.neutral_copies(name, tmp_path)
+    assert len(copies) == len(field.scenarios(name))
+    for sc, copy in copies:
+        original = field.folder(name) / "saved" / sc.slug
+        assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in original.iterdir())
+        assert all(rank_from_name(str(p)) is None for p in copy.iterdir()), sc.slug
