@@ -183,13 +183,27 @@ def _always(text: str) -> bool:
     return True
 
 
+def _read_box(state: TorchState, line: Line) -> bool:
+    """A line of torchrun's failure box; a fingerprint check's report in an entry's
+    error-file traceback (`  traceback : ...` then the indented lines, the exception last)
+    is also read as the report it is: the rank that raised it is the entry's."""
+    if not box.read_box(state, line):
+        return False
+    if _FINGERPRINT_WORDS in line.text:
+        watchdog.read_mismatch(state, line)
+    return True
+
+
+_FINGERPRINT_WORDS = "Detected mismatch between collectives"
+
+
 def _blank(state: TorchState, line: Line) -> bool:
     return True
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("wrapped-work", _always, watchdog.read_wrapped_work),
-    Handler("failure-box", _always, box.read_box),
+    Handler("failure-box", _always, _read_box),
     Handler("blank", lambda b: not b.strip(), _blank),
     Handler("failure-box-title", _always, box.read_box_title),
     Handler("border", lambda b: b.startswith("========"), box.read_box_border),

@@ -1,0 +1,87 @@
+"""Round 15 of issue 19's rules (branch i19-r15), logs mode: the misses of field-3's and
+field-4's first measures (tests/fixtures/diagnose-field/issues-3, issues-4: real pasted
+logs), each by its mechanism: ProcessGroupWrapper's fingerprint check read for the first
+rank that differs, the flight recorder analyser's missing ranks, the launchers' reports of
+the failed process (Horovod's runner, DeepSpeed's launcher), socket errors that cannot
+tell a dead peer from a network fault.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support import FIXTURES, assert_culprits, diagnose_saved, named_ranks
+
+FIELD3 = FIXTURES / "diagnose-field" / "issues-3" / "saved"
+FIELD4 = FIXTURES / "diagnose-field" / "issues-4" / "saved"
+
+
+def _folder(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    return folder
+
+
+def _paste_line(folder: Path, words: str) -> str:
+    """The paste's first line holding `words` (a real line, quoted in a test)."""
+    return next(line for line in (folder / "paste.log").read_text().splitlines() if words in line)
+
+
+# ---------------------------------------------------------------- the fingerprint check
+
+SIMPLETUNER = FIELD3 / "simpletuner-rank-log-prefix-circuit-breaker-rank7-at-seq0-reduce"
+ELASTIC_BOX = FIELD4 / "elastic-box-error-file-traceback-barrier-fingerprint-rank2-seq0"
+MS_SWIFT = FIELD3 / "ms-swift-rank1-fingerprint-allreduce-shape-differs-from-rank0"
+LIGHTNING = FIELD3 / "lightning-broadcast-object-list-rank1-fingerprint-cut-at-but-rank0"
+
+
+def test_the_fingerprint_check_names_the_first_rank_that_differs_behind_a_trainers_prefix():
+    # `[RANK 1] ... GPU circuit breaker OPEN: cuda_error - Detected mismatch ... Rank 1 is
+    # running collective: CollectiveFingerPrint(SequenceNumber=101, OpType=ALLGATHER, ...), but
+    # Rank 7 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE)`: rank
+    # 1 compared with ranks 0..6 first and they agreed; rank 7 is a desync, not a shape
+    assert "Rank 7 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE)" in \
+        _paste_line(SIMPLETUNER, "Detected mismatch")
+    assert_culprits(diagnose_saved(SIMPLETUNER), "collective-mismatch", [7], [1])
+
+
+def test_the_fingerprint_check_is_read_inside_torchruns_error_file_traceback():
+    # the box's `traceback : Traceback ...` entry ends `  RuntimeError: Detected mismatch between
+    # collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=
+    # 1OpType=BARRIER), but Rank 2 is running collective: CollectiveFingerPrint(SequenceNumber=
+    # 0OpType=BARRIER)`: rank 0 agreed with rank 1, rank 2 is a barrier behind
+    line = _paste_line(ELASTIC_BOX, "Detected mismatch")
+    assert line.startswith("  RuntimeError: Detected mismatch between collectives on ranks. Rank 1 ")
+    assert_culprits(diagnose_saved(ELASTIC_BOX), "collective-mismatch", [2], [1])
+
+
+def test_a_fingerprint_report_against_rank_0_names_no_rank(tmp_path):
+    # rank 1 against rank 0, the first rank it compares with: which of the two is odd is not known
+    verdict = diagnose_saved(MS_SWIFT)
+    assert verdict.cls == "shape-mismatch" and named_ranks(verdict) == []
+    verdict = diagnose_saved(LIGHTNING)
+    assert verdict.cls == "collective-mismatch" and named_ranks(verdict) == []
+
+
+def test_a_pair_whose_reporter_is_rank_0_names_no_rank(tmp_path):
+    # field-4's line with its ranks as a world of 2 would print them (rank 0 reports rank 1:
+    # no rank but the reporter is seen agreeing), constructed from the real line's words
+    real = _paste_line(ELASTIC_BOX, "Detected mismatch").strip()
+    pair = real.replace("Rank 1 is running", "Rank 0 is running").replace("but Rank 2 is", "but Rank 1 is")
+    verdict = diagnose_saved(_folder(tmp_path, "pair", {"rank0.log": f"[rank0]: {pair}\n"}))
+    assert verdict.cls == "collective-mismatch" and named_ranks(verdict) == []
+
+
+def test_the_odd_rank_reporting_rank_0_does_not_undo_the_others_report(tmp_path):
+    # rank 7's own check (rank 0 differs first) beside rank 1's: still rank 7; constructed
+    # from simpletuner's real line, the sides swapped for rank 7's report
+    real = _paste_line(SIMPLETUNER, "Detected mismatch")
+    body = real[real.index("Detected mismatch"):]
+    own = ("Detected mismatch between collectives on ranks. Rank 7 is running collective: "
+           "CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE), but Rank 0 is running collective: "
+           "CollectiveFingerPrint(SequenceNumber=101, OpType=ALLGATHER, TensorShape=[1], TensorDtypes=Long).")
+    verdict = diagnose_saved(_folder(tmp_path, "both", {"job.log": f"[rank1]: RuntimeError: {body}\n"
+                                                                    f"[rank7]: RuntimeError: {own}\n"}))
+    assert_culprits(verdict, "collective-mismatch", [7], [0, 1])
