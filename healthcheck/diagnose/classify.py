@@ -41,6 +41,7 @@ from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.ddpshape import param_shape
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -307,6 +308,9 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
     """Who is behind: RAS where it says, else the stacks, the watchdog and the post-mortem;
     where none names a stuck rank, the ranks monitored_barrier reports absent."""
     stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
+    analysed = fr_missing(col)  # frmissing.py: the flight recorder analyser's merge of every rank's buffer
+    if analysed is not None and not stuck_from_ras:
+        stuck_from_ras = [analysed]
     if stuck_from_ras:
         out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
     else:

@@ -85,3 +85,34 @@ def test_the_odd_rank_reporting_rank_0_does_not_undo_the_others_report(tmp_path)
     verdict = diagnose_saved(_folder(tmp_path, "both", {"job.log": f"[rank1]: RuntimeError: {body}\n"
                                                                     f"[rank7]: RuntimeError: {own}\n"}))
     assert_culprits(verdict, "collective-mismatch", [7], [0, 1])
+
+
+# ---------------------------------------------------------------- the flight recorder analyser
+
+FR_TRACE = FIELD3 / "fr-trace-buck-wrapper-not-all-ranks-joining-missing-3-to-7"
+
+
+def test_the_flight_recorder_analysers_missing_ranks_are_stuck():
+    # `Not all ranks joining collective: sequence number: 31117` ... `collective: nccl:all_reduce`,
+    # `missing ranks: {3, 4, 5, 6, 7}`, `world size: 8`, `collective state: scheduled`
+    assert "missing ranks: {3, 4, 5, 6, 7}" in (FR_TRACE / "paste.log").read_text()
+    verdict = diagnose_saved(FR_TRACE)
+    assert_culprits(verdict, "stuck-rank", [3, 4, 5, 6, 7], [0, 1, 2])
+    assert "all_reduce" in verdict.summary
+
+
+def test_the_analysers_colon_head_is_parsed():
+    from healthcheck.parsers.flight_recorder import parse_fr_analysis
+
+    found = parse_fr_analysis((FR_TRACE / "paste.log").read_text()).findings
+    assert [(f.kind, f.seq, f.missing_ranks, f.world_size) for f in found] == [
+        ("missing-ranks", 31117, (3, 4, 5, 6, 7), 8)]
+
+
+def test_a_collective_no_rank_joined_names_no_one(tmp_path):
+    # the paste's report with every rank of the world missing (constructed from its lines):
+    # nobody entered, so nobody waits on the missing ones
+    text = (FR_TRACE / "paste.log").read_text().replace("missing ranks: {3, 4, 5, 6, 7}",
+                                                        "missing ranks: {0, 1, 2, 3, 4, 5, 6, 7}")
+    verdict = diagnose_saved(_folder(tmp_path, "all", {"fr_trace.txt": text}))
+    assert named_ranks(verdict) == []
