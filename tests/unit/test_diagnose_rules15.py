@@ -116,3 +116,59 @@ def test_a_collective_no_rank_joined_names_no_one(tmp_path):
                                                         "missing ranks: {0, 1, 2, 3, 4, 5, 6, 7}")
     verdict = diagnose_saved(_folder(tmp_path, "all", {"fr_trace.txt": text}))
     assert named_ranks(verdict) == []
+
+
+# ---------------------------------------------------------------- launchers' reports
+
+HOROVOD = FIELD4 / "determined-prefix-horovod-first-process-name-1-exit-1-containers"
+DS_ONE = FIELD4 / "deepspeed-launcher-one-kill-then-error-cmd-local-rank-0-sigkill"
+DS_FIVE = FIELD4 / "deepspeed-launcher-two-kills-then-error-cmd-local-rank-4-exit-1"
+DS_TWO = FIELD4 / "deepspeed-prose-two-2080ti-kills-then-error-cmd-local-rank-1-cut"
+
+
+def test_horovods_first_failed_process_is_the_dead_rank():
+    # `... || RuntimeError: Horovod detected that one or more processes exited with non-zero
+    # status, thus causing the job to be terminated. The first process to do so was:` then
+    # `... || Exit code: 1` and `... || Process name: 1` behind Determined's prefix
+    assert _paste_line(HOROVOD, "Process name:").endswith("|| Process name: 1")
+    verdict = diagnose_saved(HOROVOD)
+    assert_culprits(verdict, "dead-rank", [1], [])
+
+
+def test_horovods_fields_far_from_its_head_name_no_one(tmp_path):
+    # the paste's lines with the report's fields moved past the few lines that follow its head
+    lines = (HOROVOD / "paste.log").read_text().splitlines()
+    head = next(i for i, x in enumerate(lines) if "The first process to do so was:" in x)
+    far = lines[:head + 1] + ["<>        [2021-12-07 10:43:01] 087c0ee7 || step"] * 6 + lines[head + 1:]
+    verdict = diagnose_saved(_folder(tmp_path, "far", {"job.log": "\n".join(far) + "\n"}))
+    assert named_ranks(verdict) == []
+
+
+def test_deepspeeds_launcher_with_one_child_names_it():
+    # `[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py',
+    # '--local_rank=0', ...] exits with return code = -9`: the launcher's one child (its argv
+    # is the last child it started, and it started one)
+    assert "'--local_rank=0'" in _paste_line(DS_ONE, "sigkill_handler] [")
+    verdict = diagnose_saved(DS_ONE)
+    assert_culprits(verdict, "dead-rank", [0], [])
+
+
+def test_deepspeeds_argv_of_its_last_child_names_no_one():
+    # deepspeed/launcher/launch.py logs `{cmd} exits with return code = ...` with the `cmd` its
+    # spawn loop left at the last child (local rank = children - 1), whichever child failed:
+    # `--local_rank=4` and `--local_rank=1` say how many children there were, not which failed
+    assert "'--local_rank=4'" in _paste_line(DS_FIVE, "sigkill_handler] [")
+    assert "'--local_rank=1'" in _paste_line(DS_TWO, "sigkill_handler] [")
+    assert named_ranks(diagnose_saved(DS_FIVE)) == []
+    assert named_ranks(diagnose_saved(DS_TWO)) == []
+
+
+def test_an_old_launchers_called_process_error_reads_alike(tmp_path):
+    # the old launchers raise CalledProcessError with the same last `cmd`; constructed from
+    # DS_ONE's real argument list in Python's CalledProcessError words
+    line = _paste_line(DS_ONE, "sigkill_handler] [")
+    argv = line[line.index("['"):line.index("] exits") + 1]
+    one = f"subprocess.CalledProcessError: Command '{argv}' returned non-zero exit status 1.\n"
+    assert_culprits(diagnose_saved(_folder(tmp_path, "one", {"job.log": one})), "dead-rank", [0], [])
+    four = one.replace("'--local_rank=0'", "'--local_rank=3'")
+    assert named_ranks(diagnose_saved(_folder(tmp_path, "four", {"job.log": four}))) == []

@@ -37,7 +37,17 @@ from healthcheck.parsers.lines import (
     uncollapsed,
     without_ray_repeat,
 )
-from healthcheck.parsers.torch_log import agent, box, errors, spawn, steps, store, tracebacks, watchdog
+from healthcheck.parsers.torch_log import (
+    agent,
+    box,
+    errors,
+    launchreports,
+    spawn,
+    steps,
+    store,
+    tracebacks,
+    watchdog,
+)
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
@@ -161,7 +171,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
-    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS,
+    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_step, steps.read_step),
