@@ -172,3 +172,18 @@ def test_an_old_launchers_called_process_error_reads_alike(tmp_path):
     assert_culprits(diagnose_saved(_folder(tmp_path, "one", {"job.log": one})), "dead-rank", [0], [])
     four = one.replace("'--local_rank=0'", "'--local_rank=3'")
     assert named_ranks(diagnose_saved(_folder(tmp_path, "four", {"job.log": four}))) == []
+
+
+# ---------------------------------------------------------------- socket errors alone
+
+AWS = FIELD3 / "nccl-aws-proxy-broken-pipe-connect-from-rank-9-closed-by-peer"
+
+
+def test_socket_errors_alone_claim_no_network_fault():
+    # `misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.200.84.247<58355> failed : Broken
+    # pipe` and `NCCL WARN Net : Connection closed by remote peer ...`: what a peer that died
+    # leaves as well; no IB completion error or link event says the network failed
+    assert "failed : Broken pipe" in _paste_line(AWS, "NCCL WARN Net : Call to recv")
+    verdict = diagnose_saved(AWS)
+    assert verdict.cls == "unknown" and named_ranks(verdict) == []
+    assert any("a peer went away or the network failed" in n for n in verdict.notes)
