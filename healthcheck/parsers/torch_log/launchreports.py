@@ -40,10 +40,12 @@ _DEEPSPEED_EXIT = re.compile(r"sigkill_handler\] \[.{0,65536}\] exits with retur
 _CALLED_PROCESS = re.compile(r"CalledProcessError: Command '\[.{0,65536}\]' returned non-zero exit status (-?\d{1,3})")
 
 
-def _worker_failed(state: TorchState, line: Line, exitcode: int, **who: int) -> None:
+def _worker_failed(state: TorchState, line: Line, exitcode: int, *, rank: int | None = None,
+                   local_rank: int | None = None) -> None:
+    where = agent_where(line)
     state.add("worker_failures", WorkerFailed(
-        **agent_where(line), **who, exitcode=exitcode,
-        signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
+        line=where["line"], task=where["task"], time=where["time"], rank=rank, local_rank=local_rank,
+        exitcode=exitcode, signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
 
 
 def read_horovod(state: TorchState, line: Line) -> bool:
