@@ -228,6 +228,16 @@ def _parties(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str]:
                  "(TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and the shapes)")
 
 
+def _fp_sides(acc: _Sides) -> str:
+    """`: runs X where ranks A, B run Y`, where the fingerprints' other side is one."""
+    others = {r: v for r, v in acc.sides.items() if r not in acc.fp_odd}
+    odd = {acc.sides[r] for r in acc.fp_odd if r in acc.sides}
+    if len(odd) != 1 or len(set(others.values())) != 1:
+        return ""
+    verb = "runs" if len(others) == 1 else "run"
+    return f": runs {odd.pop()} where {rank_words(others)} {verb} {next(iter(others.values()))}"
+
+
 def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confidence]:
     """The odd ranks, the summary and the confidence, from the strongest side evidence."""
     what = "tensor shape/dtype" if acc.shape else "collective"
@@ -237,7 +247,7 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
     if acc.fp_odd:
         return acc.fp_odd, (f"{rank_words(acc.fp_odd)} called a {what} its peers did not match: the fingerprint "
                             "check found it the first rank to differ, the ranks before it agreeing with the "
-                            "reporter"), "high"
+                            f"reporter{_fp_sides(acc)}"), "high"
     if pick:
         return pick[0], f"{rank_words(pick[0])} called a {what} its peers did not match: runs {pick[2]} where the " \
                         f"others run {pick[1]}", "high"
