@@ -52,6 +52,7 @@ from healthcheck.diagnose.evidence import (
 from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
+from healthcheck.diagnose.stacklabel import label_rank
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
@@ -560,6 +561,8 @@ def _py_spy(source: str, text: str, rank: int | None, col: Collected) -> bool:
         else:
             ev.unreadable.append(Unreadable(source, stack_error_text(dump) or "py-spy output without a stack"))
         return True
+    if rank is None and len(dump.processes) == 1:
+        rank = label_rank(text)  # stacklabel.py: `The stack for rank0:` right above the one stack
     if rank is not None and len(dump.processes) == 1:
         r = ev.rank(rank)
         r.stack = dump.processes[0]

@@ -187,3 +187,31 @@ def test_socket_errors_alone_claim_no_network_fault():
     verdict = diagnose_saved(AWS)
     assert verdict.cls == "unknown" and named_ranks(verdict) == []
     assert any("a peer went away or the network failed" in n for n in verdict.notes)
+
+
+# ---------------------------------------------------------------- a stack labelled by the line above
+
+FAIRSEQ = FIELD3 / "fairseq-rank0-py-spy-stack-idle-in-queue-get-under-data-iterator"
+
+
+def test_the_line_above_a_pasted_stack_names_its_rank_and_one_stack_names_no_one():
+    # `The stack for rank0:`, a fence, `Thread 0x7FA6E7C01740 (idle): "MainThread"` in queue.get
+    # under fairseq's data iterator: the stack is rank 0's; with no peer shown waiting in a
+    # collective, one look at one rank names no one (a slow data step looks the same)
+    assert (FAIRSEQ / "paste.log").read_text().startswith("The stack for rank0:\n```\nThread 0x7FA6E7C01740")
+    verdict = diagnose_saved(FAIRSEQ)
+    assert [r.rank for r in verdict.ranks if r.stack] == [0]
+    assert named_ranks(verdict) == []
+
+
+def test_a_stack_label_is_read_only_right_above_the_stack_and_with_a_rank_number():
+    from healthcheck.diagnose.stacklabel import label_rank
+
+    stack = (FAIRSEQ / "paste.log").read_text().split("\n", 1)[1]  # from the fence on: the real stack
+    assert label_rank("rank 3:\n" + stack) == 3
+    assert label_rank("== rank 2 ==\n\n" + stack) == 2
+    assert label_rank("The stack for rank0:\n" + stack) == 0
+    assert label_rank(stack) is None
+    assert label_rank("The stack for rank0:\nwhile it hung, the main thread was here:\n" + stack) is None
+    assert label_rank("The stack for the last rank:\n" + stack) is None
+    assert label_rank("rank 3 hung after 2 hours, here is its stack:\n" + stack) is None
