@@ -194,12 +194,14 @@ def test_socket_errors_alone_claim_no_network_fault():
 FAIRSEQ = FIELD3 / "fairseq-rank0-py-spy-stack-idle-in-queue-get-under-data-iterator"
 
 
-def test_the_line_above_a_pasted_stack_names_its_rank_and_one_stack_names_no_one():
+def test_the_line_above_a_pasted_stack_names_its_rank_and_one_stack_names_no_one(tmp_path):
     # `The stack for rank0:`, a fence, `Thread 0x7FA6E7C01740 (idle): "MainThread"` in queue.get
     # under fairseq's data iterator: the stack is rank 0's; with no peer shown waiting in a
-    # collective, one look at one rank names no one (a slow data step looks the same)
-    assert (FAIRSEQ / "paste.log").read_text().startswith("The stack for rank0:\n```\nThread 0x7FA6E7C01740")
-    verdict = diagnose_saved(FAIRSEQ)
+    # collective, one look at one rank names no one (a slow data step looks the same). In a
+    # folder whose name says no rank (the set's folder name holds `rank0`, which hc reads)
+    text = (FAIRSEQ / "paste.log").read_text()
+    assert text.startswith("The stack for rank0:\n```\nThread 0x7FA6E7C01740")
+    verdict = diagnose_saved(_folder(tmp_path, "paste", {"paste.log": text}))
     assert [r.rank for r in verdict.ranks if r.stack] == [0]
     assert named_ranks(verdict) == []
 
