@@ -20,7 +20,8 @@ Rules, in the order of precedence the verdict uses:
     whose own call gloo refused before any exchange (argcheck.py).
  5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
  6. network: IB completion errors (the first names hca and peer), verbs failures,
-    socket errors when no rank died.
+    socket errors beside a link event in the window (socket errors alone are what a
+    dead peer leaves too: a note, no finding).
  7. stuck-rank: NCCL RAS op counts (overrides the watchdog), the desync report, the
     complement of the ranks that timed out at one SeqNum, the stack groups (ranks
     outside c10d while still ranks wait in a collective, at any count), Flight Recorder lag.
@@ -41,6 +42,7 @@ from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.ddpshape import param_shape
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
@@ -173,8 +175,16 @@ def _network(col: Collected, out: Analysis) -> None:
         return
     # HCA link events in the job's window (kernel log): the link's side of the same failure. Alone
     # they make no finding: a port that flapped is not proof that this job's traffic used it
-    items.extend(Evidence(source=k.source, line=k.line, text=k.text, time=k.time)
-                 for k in col.evidence.kernel if k.kind == "link")
+    links = [Evidence(source=k.source, line=k.line, text=k.text, time=k.time)
+             for k in col.evidence.kernel if k.kind == "link"]
+    items.extend(links)
+    if first is None and not links:
+        # a broken pipe or a connection the remote end closed is what a peer that died leaves
+        # too: without the network's own word (an IB completion error, a verbs failure, a
+        # link event) no network fault is claimed
+        out.notes.append(f"socket errors between ranks ({items[0].text[:160]}): a peer went away or the network "
+                         "failed; the text holds no IB completion error or link event to tell which")
+        return
     if first is not None:
         w = first[0]
         link = f"hca {w.hca or '?'} on {w.host} to peer {w.peer or '?'}"
@@ -186,7 +196,8 @@ def _network(col: Collected, out: Analysis) -> None:
                                     evidence=tuple(items[:20])))
     else:
         out.findings.append(job_finding(cls="network", confidence="low", evidence=tuple(items[:20]),
-                                    summary="socket errors between ranks (a peer closed or reset the connection)"))
+                                    summary="socket errors between ranks (a peer closed or reset the connection) "
+                                            "beside a link event in the job's window"))
 
 
 def _ras(col: Collected, out: Analysis) -> list[JobFinding]:
@@ -307,6 +318,9 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
     """Who is behind: RAS where it says, else the stacks, the watchdog and the post-mortem;
     where none names a stuck rank, the ranks monitored_barrier reports absent."""
     stuck_from_ras = [f for f in ras if f.cls == "stuck-rank"]
+    analysed = fr_missing(col)  # frmissing.py: the flight recorder analyser's merge of every rank's buffer
+    if analysed is not None and not stuck_from_ras:
+        stuck_from_ras = [analysed]
     if stuck_from_ras:
         out.findings.extend(stuck_from_ras)  # RAS overrides the watchdog for "who is behind"
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import msgspec
 
 from healthcheck.diagnose.motion import StackSample
-from healthcheck.parsers.flight_recorder import FlightRecorderDump
+from healthcheck.parsers.flight_recorder import FlightRecorderDump, FrAnalysis
 from healthcheck.parsers.nccl_log import NcclLog
 from healthcheck.parsers.nccl_ras import NcclRasStatus
 from healthcheck.parsers.py_spy import PySpyProcess
@@ -115,6 +115,14 @@ class RasReply(msgspec.Struct, frozen=True, omit_defaults=True):
     host: str = ""
 
 
+class FrAnalysisText(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The flight recorder analyser's report (torchfrtrace's `Not all ranks joining
+    collective`, NVRx's attribution table) as a user saved or pasted it."""
+
+    source: str
+    analysis: FrAnalysis
+
+
 class Unreadable(msgspec.Struct, frozen=True):
     """An input that gave nothing: binary, unreadable, too large, of no known kind, cut."""
 
@@ -147,6 +155,7 @@ class JobEvidence(msgspec.Struct, kw_only=True, omit_defaults=True):
     torch_logs: list[TorchLogFile] = []
     error_files: list[ErrorFile] = []
     ras: list[RasReply] = []
+    fr_analyses: list[FrAnalysisText] = []  # the flight recorder analyser's reports
     kernel: list[KernelEvent] = []  # in the job's window only
     window_start: float | None = None  # the job's start (epoch seconds) where known: the kernel logs' window
     launchers: list[Launcher] = []  # live: agents whose ranks never started

@@ -30,6 +30,7 @@ from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.bcastsize import in_broadcast, odd_receivers, undecided
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
+from healthcheck.diagnose.firstdiffer import first_differing, is_shape
 from healthcheck.diagnose.logfacts import (
     error_evidence,
     first_errors,
@@ -61,27 +62,31 @@ class _Sides:
     seq: int | None = None
     sizes: list[SizeReport] = field(default_factory=list)
     fr_odd: tuple[int, ...] = ()
+    fp_odd: tuple[int, ...] = ()  # the rank the fingerprint checks differ at (firstdiffer.py)
     fr_text: str = ""
     divergence: str = ""
     notes: list[str] = field(default_factory=list)
 
 
 def _fingerprints(col: Collected, acc: _Sides) -> None:
-    """DETAIL's `Detected mismatch between collectives on ranks`: both sides' fingerprints."""
+    """DETAIL's `Detected mismatch between collectives on ranks`: both sides' fingerprints,
+    and the rank the checks differ at (firstdiffer.py)."""
+    reports = []
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for m in f.log.mismatches:
+            reports.append(m)
             for fp in (m.local, m.remote):
                 if fp is not None:
                     acc.sides[fp.rank] = f"{fp.op_type} [{fp.shape}] {fp.dtypes}"
                     acc.seq = fp.seq if fp.seq is not None else acc.seq
-            diff = m.differences.lower()
-            acc.shape = acc.shape or "shape" in diff or "dtype" in diff
+            acc.shape = acc.shape or is_shape(m)
             text = (f"Detected mismatch between collectives: rank {m.local.rank} runs "
                     f"{acc.sides.get(m.local.rank, '?')}"
                     + (f", rank {m.remote.rank} runs {acc.sides.get(m.remote.rank, '?')}" if m.remote else "")
                     + (f" ({m.differences})" if m.differences else ""))
             acc.items.append(log_evidence(col, f.source, m.line, text, fact_rank(m, f.rank)))
+    acc.fp_odd = first_differing(reports)
 
 
 def _gloo_sizes(col: Collected, acc: _Sides) -> None:
@@ -223,12 +228,26 @@ def _parties(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str]:
                  "(TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and the shapes)")
 
 
+def _fp_sides(acc: _Sides) -> str:
+    """`: runs X where ranks A, B run Y`, where the fingerprints' other side is one."""
+    others = {r: v for r, v in acc.sides.items() if r not in acc.fp_odd}
+    odd = {acc.sides[r] for r in acc.fp_odd if r in acc.sides}
+    if len(odd) != 1 or len(set(others.values())) != 1:
+        return ""
+    verb = "runs" if len(others) == 1 else "run"
+    return f": runs {odd.pop()} where {rank_words(others)} {verb} {next(iter(others.values()))}"
+
+
 def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confidence]:
     """The odd ranks, the summary and the confidence, from the strongest side evidence."""
     what = "tensor shape/dtype" if acc.shape else "collective"
     pick = minority(acc.sides) if acc.sides else None
     if pick and acc.fr_odd and set(pick[0]) != set(acc.fr_odd):
         acc.notes.append(f"DETAIL names {rank_words(pick[0])}, the Flight Recorder {rank_words(acc.fr_odd)}")
+    if acc.fp_odd:
+        return acc.fp_odd, (f"{rank_words(acc.fp_odd)} called a {what} its peers did not match: the fingerprint "
+                            "check found it the first rank to differ, the ranks before it agreeing with the "
+                            f"reporter{_fp_sides(acc)}"), "high"
     if pick:
         return pick[0], f"{rank_words(pick[0])} called a {what} its peers did not match: runs {pick[2]} where the " \
                         f"others run {pick[1]}", "high"

@@ -40,6 +40,7 @@ from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.attempts import blanked_before, last_attempt
 from healthcheck.diagnose.evidence import (
     ErrorFile,
+    FrAnalysisText,
     JobEvidence,
     KernelEvent,
     NcclLogFile,
@@ -51,8 +52,9 @@ from healthcheck.diagnose.evidence import (
 from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
+from healthcheck.diagnose.stacklabel import label_rank
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
-from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
+from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.lines import labels_of, worker_labelled
 from healthcheck.parsers.nccl_log import parse_nccl_log
@@ -72,6 +74,9 @@ _ISO_STAMP = re.compile(r"(?:\[)?(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\
 _GLOG_STAMP = re.compile(r"(?:\[rank\d{1,7}\]:)?\[?[FEWIV](\d\d)(\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
 _PY_SPY_HEAD = re.compile(r"(?:Process \d{1,10}: |Thread (?:0[xX][0-9A-Fa-f]{1,20}|\d{1,20}) \((?:idle|active|gil))")
 _RAS_HEAD = ("SERVER PROTOCOL", "Communicators...", "compiled with CUDA", "Job summary", "ncclras")
+# the flight recorder analyser's report heads (parsers/flight_recorder.parse_fr_analysis)
+_FR_ANALYSIS_HEAD = ("Not all ranks joining collective", "Collective sequence number: ",
+                     "Input/output mismatch in the collective", "PGID | ")
 
 
 @dataclass
@@ -369,9 +374,25 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             return
         except ParseError:
             pass
+    if any(h in start for h in _FR_ANALYSIS_HEAD) and _fr_analysis(source, text, col):
+        return
     text = _last_attempt_only(source, text, rank, col)
     if not _read_text_log(source, text, rank, col, _stamps(text, year)):
         _nothing_known(source, rank, col)
+
+
+def _fr_analysis(source: str, text: str, col: Collected) -> bool:
+    """The flight recorder analyser's report, through the parser `hc parse
+    flight-recorder-analysis` uses; False where the text holds none of its findings (a log
+    that only quotes its words is read as a log)."""
+    try:
+        analysis = parse_fr_analysis(text)
+    except ParseError:  # FragmentError too
+        return False
+    if not analysis.findings and not analysis.attribution:
+        return False
+    col.evidence.fr_analyses.append(FrAnalysisText(source=source, analysis=analysis))
+    return True
 
 
 _RESTART_WORDS = ("failed (exitcode: ", "will restart worker group")
@@ -540,6 +561,8 @@ def _py_spy(source: str, text: str, rank: int | None, col: Collected) -> bool:
         else:
             ev.unreadable.append(Unreadable(source, stack_error_text(dump) or "py-spy output without a stack"))
         return True
+    if rank is None and len(dump.processes) == 1:
+        rank = label_rank(text)  # stacklabel.py: `The stack for rank0:` right above the one stack
     if rank is not None and len(dump.processes) == 1:
         r = ev.rank(rank)
         r.stack = dump.processes[0]

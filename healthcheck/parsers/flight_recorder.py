@@ -641,7 +641,9 @@ class FrAnalysis(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 _FINDING_HEADS = (
-    (re.compile(r"Not all ranks joining collective, sequence number: (\d{1,12})"), "missing-ranks"),
+    # `, sequence number:` as torchfrtrace prints it now; `: sequence number:` in its first
+    # form (pytorch/pytorch#140969's test plan, field-3's fr-trace paste)
+    (re.compile(r"Not all ranks joining collective[,:] sequence number: (\d{1,12})"), "missing-ranks"),
     (re.compile(r"Not all ranks joining collective (\d{1,12}) at entry (\d{1,12})"), "missing-ranks"),
     (re.compile(r"Collective sequence number: (\d{1,12}) has errors"), "errors"),
     (re.compile(r"Input/output mismatch in the collective sequence number: (\d{1,12})"), "io-mismatch"),

@@ -37,7 +37,17 @@ from healthcheck.parsers.lines import (
     uncollapsed,
     without_ray_repeat,
 )
-from healthcheck.parsers.torch_log import agent, box, errors, spawn, steps, store, tracebacks, watchdog
+from healthcheck.parsers.torch_log import (
+    agent,
+    box,
+    errors,
+    launchreports,
+    spawn,
+    steps,
+    store,
+    tracebacks,
+    watchdog,
+)
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
@@ -161,7 +171,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
-    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS,
+    *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_step, steps.read_step),
@@ -183,13 +193,27 @@ def _always(text: str) -> bool:
     return True
 
 
+def _read_box(state: TorchState, line: Line) -> bool:
+    """A line of torchrun's failure box; a fingerprint check's report in an entry's
+    error-file traceback (`  traceback : ...` then the indented lines, the exception last)
+    is also read as the report it is: the rank that raised it is the entry's."""
+    if not box.read_box(state, line):
+        return False
+    if _FINGERPRINT_WORDS in line.text:
+        watchdog.read_mismatch(state, line)
+    return True
+
+
+_FINGERPRINT_WORDS = "Detected mismatch between collectives"
+
+
 def _blank(state: TorchState, line: Line) -> bool:
     return True
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("wrapped-work", _always, watchdog.read_wrapped_work),
-    Handler("failure-box", _always, box.read_box),
+    Handler("failure-box", _always, _read_box),
     Handler("blank", lambda b: not b.strip(), _blank),
     Handler("failure-box-title", _always, box.read_box_title),
     Handler("border", lambda b: b.startswith("========"), box.read_box_border),
