@@ -102,6 +102,7 @@ class TorchState:
         self.open: dict[tuple[str, RankKey], OpenFact] = {}  # (kind, rank key) -> fact
         self.last_open: dict[str, RankKey] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[RankKey, int] = {}  # tracebacks open per rank
+        self.traceback_at: dict[RankKey, dict] = {}  # where the rank's last traceback opened (where())
         self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
