@@ -65,6 +65,8 @@ from healthcheck.parsers.xid import parse_kernel_log
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
+# a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
+_RANK_DIR = re.compile(r"(?:[a-z0-9]{1,32}[_\-.])?(?:rank|py-?spy)[_\-.]?(?:rank[_\-.]?)?\d{1,7}", re.IGNORECASE)
 _PYSPY_NAME = re.compile(r"py-?spy[_\-.](?:rank[_\-.]?)?(\d{1,7})(?!\d)", re.IGNORECASE)
 _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process (\d{1,10}) \(([^)]{0,64})\)")
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
@@ -176,9 +178,14 @@ def _stamps(text: str, year: int) -> TextStamps:
 
 def rank_from_name(path: str) -> int | None:
     """`rank3.log`, `rank_3/`, `py-spy-3.json`, `nccl_trace_rank_3`: the rank a path names
-    (its file name first, then its directories), None when it names none."""
+    (its file name first, then its directories), None when it names none. A directory
+    counts only where its whole name is a rank's label (`rank_3`, `worker-rank3`): a folder
+    named in words (`oom-on-rank3-then-timeouts`, `root-cause-rank0`) describes a job whose
+    files hold every rank's lines, and its words are no rank's."""
     parts = path.replace("\\", "/").split("/")
-    for part in reversed(parts[-3:]):
+    for depth, part in enumerate(reversed(parts[-3:])):
+        if depth and _RANK_DIR.fullmatch(part) is None:
+            continue
         m = _PYSPY_NAME.search(part) or _RANK_NAME.search(part)
         if m:
             return int(m.group(1))

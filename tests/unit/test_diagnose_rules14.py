@@ -13,6 +13,7 @@ from pathlib import Path
 
 from support import FIXTURES, diagnose_saved, named_ranks
 
+from healthcheck.diagnose.sources import rank_from_name
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD2 = FIXTURES / "diagnose-field" / "issues-2" / "saved"
@@ -42,4 +43,26 @@ def test_a_traceback_cut_before_its_exception_is_not_a_quiet_leaver(tmp_path):
     # rank 2's traceback opens at the paste's end beside rank 3's "remote process exited":
     # hc named rank 2 "left the job early: no error in its output"; its output is cut, not quiet
     verdict = diagnose_saved(_neutral(tmp_path, OFI))
+    assert named_ranks(verdict) == [], verdict.summary
+
+
+# ---------------------------------------------------------------- a folder named in words
+
+
+BOX = "torchrun-box-four-ranks-exit1-same-second-root-cause-rank0"
+
+
+def test_a_folder_named_in_words_gives_its_files_no_rank():
+    assert rank_from_name(f"saved/{BOX}/paste.log") is None
+    assert rank_from_name(f"saved/{OFI}/paste.log") is None
+    # a folder that is a rank's label still is
+    assert rank_from_name("job/rank_5/stdout.txt") == 5
+    assert rank_from_name("job/worker-rank3/out.txt") == 3
+    assert rank_from_name("logs/rank3.log") == 3
+
+
+def test_torchruns_box_alone_with_one_second_for_every_rank_names_nobody():
+    # every rank exit 1 at 07:01:51; the folder's name ("...-root-cause-rank0") made the paste
+    # rank 0's own output and hc named rank 0 "exited 1 without printing an error"
+    verdict = diagnose_saved(FIELD2 / BOX)
     assert named_ranks(verdict) == [], verdict.summary
