@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from support import FIXTURES, diagnose_saved, named_ranks
+from support import FIXTURES, assert_culprits, diagnose_saved, named_ranks
 
 from healthcheck.diagnose.sources import rank_from_name
 from healthcheck.parsers.torch_log import parse_torch_log
@@ -66,3 +66,32 @@ def test_torchruns_box_alone_with_one_second_for_every_rank_names_nobody():
     # rank 0's own output and hc named rank 0 "exited 1 without printing an error"
     verdict = diagnose_saved(FIELD2 / BOX)
     assert named_ranks(verdict) == [], verdict.summary
+
+
+# ---------------------------------------------------------------- Open MPI's box alone
+
+
+def test_mpiruns_first_non_zero_exit_alone_names_its_rank(tmp_path):
+    # `The first process to do so was: Process name: [[12167,1],10] Exit code: 3` and nothing
+    # of any rank's own output: it was named only through the folder's "-rank-10-" before
+    verdict = diagnose_saved(_neutral(tmp_path, "nccl-tests-mpirun-first-process-to-exit-rank-10-code-3"))
+    assert_culprits(verdict, "dead-rank", [10], [])
+
+
+def test_mpiruns_first_exit_beside_a_ranks_timeout_names_nobody(tmp_path):
+    # a rank that timed out waited for another: the first to exit may be a victim, so the
+    # box does not make it a dead rank (the timeouts' own rule may still read the wait)
+    folder = _neutral(tmp_path, "nccl-tests-mpirun-first-process-to-exit-rank-10-code-3")
+    text = (folder / "paste.log").read_text()
+    (folder / "paste.log").write_text(
+        "[rank4]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 4] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, "
+        "Timeout(ms)=600000) ran for 600081 milliseconds before timing out.\n" + text)
+    assert diagnose_saved(folder).cls != "dead-rank"
+
+
+def test_mpiruns_signal_line_with_its_pid_and_node_redacted_names_the_rank(tmp_path):
+    # `mpirun noticed that process rank 1 with PID xxxxxx on node xxxxxxxx exited on signal 9`
+    verdict = diagnose_saved(_neutral(tmp_path, "horovod-mpirun-redacted-rank1-killed-signal-9"))
+    assert_culprits(verdict, "dead-rank", [1], [])
+    assert all(not o.host for o in verdict.odd_ranks)  # a redacted node is no host
