@@ -95,3 +95,29 @@ def test_mpiruns_signal_line_with_its_pid_and_node_redacted_names_the_rank(tmp_p
     verdict = diagnose_saved(_neutral(tmp_path, "horovod-mpirun-redacted-rank1-killed-signal-9"))
     assert_culprits(verdict, "dead-rank", [1], [])
     assert all(not o.host for o in verdict.odd_ranks)  # a redacted node is no host
+
+
+# ---------------------------------------------------------------- a point-to-point size mismatch
+
+
+def test_a_reduce_to_a_node_leader_names_its_sender_not_the_aborted_leader():
+    # rank 0 (node leader, reduce's root) aborted on "128 vs 64"; rank 1 raised inside
+    # `reduce`, rank 2 in `all_reduce`, rank 3 in `broadcast`: hc read a broadcast and named
+    # rank 0, the receiver; the message was rank 1's (its float64 gradient)
+    verdict = diagnose_saved(H11 / "h11-hier-fp64-grad-plain-w4-r1")
+    assert_culprits(verdict, "shape-mismatch", [1], [0, 2, 3])
+
+
+def test_a_pipeline_activation_is_no_ring_chunk_and_the_aborted_receiver_is_not_named():
+    # rank 3 aborted ("2560 vs 2048"), rank 2's connection reset in its own p2p wait (no c10d
+    # function): which rank sent the text does not say; hc named rank 3, the receiver
+    verdict = diagnose_saved(H11 / "h11-pp-activation-shape-torchrun-files-spawn-w4-r2")
+    assert verdict.cls == "shape-mismatch"
+    assert named_ranks(verdict) == [], verdict.summary
+
+
+def test_a_pipeline_activation_is_not_read_as_a_ring_all_reduce():
+    verdict = diagnose_saved(H11 / "h11-pp-activation-shape-plain-w3-r1")
+    assert verdict.cls == "shape-mismatch"
+    assert "ring" not in verdict.summary.split(";")[0], verdict.summary
+    assert named_ranks(verdict) == []
