@@ -121,3 +121,13 @@ def test_a_pipeline_activation_is_not_read_as_a_ring_all_reduce():
     assert verdict.cls == "shape-mismatch"
     assert "ring" not in verdict.summary.split(";")[0], verdict.summary
     assert named_ranks(verdict) == []
+
+
+# ---------------------------------------------------------------- C++'s exit-time terminate
+
+
+def test_a_bare_terminate_after_a_victims_traceback_is_not_its_death():
+    # rank 1's stderr holds `terminate called without an active exception` and its stdout the
+    # connection reset it raised in all_reduce after rank 2 was SIGKILLed: hc named ranks 1-2
+    verdict = diagnose_saved(H11 / "h11-hier-oom-kill-mpi-files-spawn-w4-r2")
+    assert_culprits(verdict, "dead-rank", [2], [1, 3])
