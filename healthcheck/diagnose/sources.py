@@ -51,6 +51,7 @@ from healthcheck.diagnose.evidence import (
 from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
+from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
@@ -674,15 +675,25 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
     inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     col = _collect(paths, now, progress, cut_attempts=True)
+    placed = task_ranks(_files_read(col))  # taskfiles.py: `1.out` beside `0.out` that says [rank0]
+    if placed:
+        col = _collect(paths, now, None, cut_attempts=True, placed=placed)
     if col.earlier_pids & col.run_pids:  # `hc run` kept an earlier attempt's ranks: read again without them
-        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids))
+        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids), placed=placed)
     if col.attempts:  # attempts.py: a restarted job, read whole too (verdict.py judges the last attempt first)
-        col.whole = _collect(paths, now, None, cut_attempts=False)
+        col.whole = _collect(paths, now, None, cut_attempts=False, placed=placed)
     return col
 
 
+def _files_read(col: Collected) -> list[tuple[str, int | None]]:
+    """Every text file read or refused, with the rank it was read as (None: none)."""
+    ev = col.evidence
+    out: list[tuple[str, int | None]] = [(f.source, f.rank) for f in (*ev.torch_logs, *ev.nccl_logs)]
+    return out + [(u.source, None) for u in ev.unreadable]
+
+
 def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool,
-             skip_pids: frozenset[int] = frozenset()) -> Collected:
+             skip_pids: frozenset[int] = frozenset(), placed: dict[str, int] | None = None) -> Collected:
     ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     col = Collected(evidence=ev, cut_attempts=cut_attempts, skip_pids=skip_pids)
@@ -693,7 +704,7 @@ def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *,
         if isinstance(data, Skip):
             ev.unreadable.append(Unreadable(f.name, str(data)))
         else:
-            read_data(f.name, data, col, now.year)
+            read_data(f.name, data, col, now.year, rank=(placed or {}).get(f.name))
     for err in ev.error_files:
         if err.rank is not None:
             ev.rank(err.rank)

@@ -131,3 +131,25 @@ def test_a_bare_terminate_after_a_victims_traceback_is_not_its_death():
     # connection reset it raised in all_reduce after rank 2 was SIGKILLed: hc named ranks 1-2
     verdict = diagnose_saved(H11 / "h11-hier-oom-kill-mpi-files-spawn-w4-r2")
     assert_culprits(verdict, "dead-rank", [2], [1, 3])
+
+
+# ---------------------------------------------------------------- task files named by number
+
+
+def test_a_task_file_named_by_its_number_is_that_ranks_output():
+    # 0.out, 2.out, 3.out label their lines [rank0]/[rank2]/[rank3]; 1.out holds only rank 1's
+    # own log lines (no error, no timeout): hc did not read it and named rank 0, a victim
+    # that timed out in a send, where rank 1 never entered the exchange
+    verdict = diagnose_saved(H11 / "h11-pp-offload-swallowed-task-files-spawn-w4-r1")
+    assert_culprits(verdict, "stuck-rank", [1], [0, 2, 3])
+
+
+def test_numbered_files_give_ranks_only_where_their_labels_agree():
+    from healthcheck.diagnose.taskfiles import task_ranks
+
+    assert task_ranks([("d/0.out", 0), ("d/1.out", None), ("d/2.out", 2)]) == {"d/1.out": 1}
+    # a labelled file that names another rank than its number: the numbers are no ranks
+    assert task_ranks([("d/0.out", 1), ("d/1.out", None)]) == {}
+    # nothing confirms the numbers, or they do not run from 0
+    assert task_ranks([("d/0.out", None), ("d/1.out", None)]) == {}
+    assert task_ranks([("d/1.out", 1), ("d/2.out", None)]) == {}
