@@ -153,3 +153,27 @@ def test_numbered_files_give_ranks_only_where_their_labels_agree():
     # nothing confirms the numbers, or they do not run from 0
     assert task_ranks([("d/0.out", None), ("d/1.out", None)]) == {}
     assert task_ranks([("d/1.out", 1), ("d/2.out", None)]) == {}
+
+
+# ---------------------------------------------------------------- hc run around a job's own launcher
+
+
+def test_hc_run_around_a_program_that_starts_its_ranks_is_not_rank_0_of_world_1():
+    # `hc run` saw no launcher's variables and wrote rank 0 of world 1; the ranks' own files
+    # (mpirun --output-filename, started by the script) show ranks 0-4: hc refused ("ranks
+    # beyond the world size 1 appear: 1-4"); rank 1 raised in its own forward()
+    verdict = diagnose_saved(H11 / "h11-pp-stage-raise-hc-run-mpi-files-spawn-w5-r1-r3")
+    assert verdict.cls == "dead-rank", verdict.summary
+    assert 1 in named_ranks(verdict)
+
+
+def test_hc_run_of_a_world_of_one_alone_keeps_its_rank():
+    from healthcheck.diagnose.evidence import JobEvidence
+    from healthcheck.diagnose.sources import Collected, lone_wrapper
+
+    col = Collected(evidence=JobEvidence(job="t", collected_at="2026-11-28T00:00:00Z"))
+    col.lone_runs.add("hc-run/hc-run.rank0.vm.1.json")
+    col.evidence.rank(0)
+    assert lone_wrapper(col) == frozenset()  # nothing beyond rank 0: the manifest may be right
+    col.evidence.rank(3)
+    assert lone_wrapper(col) == {"hc-run/hc-run.rank0.vm.1.json"}
