@@ -49,6 +49,7 @@ from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.storewait import store_waits
 
 _SAME_FAILURE_S = 1.0  # a peer error this close to the first timeout is that failure's, not a late waker's
 
@@ -112,7 +113,9 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
             source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
     confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
     rpc = all(RPC_TIMEOUT in w.text for w in waits.values())  # torch.distributed.rpc: no collective, a call
+    store = all(w.op == "store.wait" for w in waits.values())  # storewait.py: a key its peers waited for
     why = ("never answered the RPCs they waited on (its handler stuck or busy elsewhere)" if rpc
+           else "never set the store key they waited for (stuck or busy elsewhere)" if store
            else "never entered that collective (stuck or busy elsewhere)")
     return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
                    divergence=where,
@@ -226,7 +229,7 @@ def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
 
 def post_mortem(col: Collected) -> JobFinding | None:
     """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
-    waits = rank_waits(col)
+    waits = {**store_waits(col), **rank_waits(col)}  # storewait.py: a key waited for mid-run is a timeout too
     if not waits:
         return None
     return (did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)

@@ -177,3 +177,29 @@ def test_hc_run_of_a_world_of_one_alone_keeps_its_rank():
     assert lone_wrapper(col) == frozenset()  # nothing beyond rank 0: the manifest may be right
     col.evidence.rank(3)
     assert lone_wrapper(col) == {"hc-run/hc-run.rank0.vm.1.json"}
+
+
+# ---------------------------------------------------------------- a store key waited for mid-run
+
+
+def test_a_checkpoint_commit_key_waited_for_after_steps_is_no_init_failure():
+    # rank 1's `DistStoreError: wait timeout ... keys: .../ckpt/2/committed` raised in its own
+    # checkpoint() after step 0 was logged; rank 0 (its disk full) never set it: hc said
+    # init-failure, naming no rank
+    verdict = diagnose_saved(H11 / "h11-ckpt-disk-full-srun-labelled-w2-r0")
+    assert_culprits(verdict, "stuck-rank", [0], [1])
+
+
+def test_a_store_wait_in_init_with_no_step_logged_stays_the_rendezvous(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "rank1.log").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/job/train.py", line 9, in <module>\n'
+        "    store.wait(['ready'])\n"
+        "torch.distributed.DistStoreError: wait timeout after 6000ms, keys: /ready\n")
+    (folder / "rank0.log").write_text("starting\n")
+    from healthcheck.diagnose.sources import collect
+    from healthcheck.diagnose.storewait import midrun_store_waits
+
+    assert midrun_store_waits(collect([folder])) == {}
