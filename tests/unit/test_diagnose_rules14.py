@@ -203,3 +203,23 @@ def test_a_store_wait_in_init_with_no_step_logged_stays_the_rendezvous(tmp_path)
     from healthcheck.diagnose.storewait import midrun_store_waits
 
     assert midrun_store_waits(collect([folder])) == {}
+
+
+# ---------------------------------------------------------------- a C module's lowercase error class
+
+
+def test_a_traceback_ending_in_a_modules_lowercase_error_is_read():
+    from healthcheck.parsers.torch_log.text import exception_head
+
+    assert exception_head("struct.error: unpack requires a buffer of 8 bytes", in_traceback=True) == (
+        "struct.error", " unpack requires a buffer of 8 bytes")
+    assert exception_head("socket.timeout: timed out", in_traceback=True) is not None
+    assert exception_head("struct.error: x") is None  # outside a traceback: no exception line
+    assert exception_head("error: x", in_traceback=True) is None  # no module before it
+
+
+def test_a_rank_that_raised_struct_error_in_a_worker_thread_future_is_named():
+    # held-out-6: rank 2's traceback ends `struct.error: unpack requires a buffer of 8 bytes`;
+    # unread, its traceback stayed open (cut), and the rank was no longer named
+    verdict = diagnose_saved(FIXTURES / "diagnose-jobs" / "held-out-6" / "saved" / "h6-thread-future-raise-mpirun-w4-r2")
+    assert_culprits(verdict, "dead-rank", [2], [0, 1, 3])
