@@ -223,3 +223,37 @@ def test_a_rank_that_raised_struct_error_in_a_worker_thread_future_is_named():
     # unread, its traceback stayed open (cut), and the rank was no longer named
     verdict = diagnose_saved(FIXTURES / "diagnose-jobs" / "held-out-6" / "saved" / "h6-thread-future-raise-mpirun-w4-r2")
     assert_culprits(verdict, "dead-rank", [2], [0, 1, 3])
+
+
+# ---------------------------------------------------------------- DETAIL's wrapper one sequence behind
+
+
+DEEPSPEED = "deepspeed-wrapper-fingerprints-rank2-one-sequence-behind"
+
+
+def test_the_rank_one_sequence_behind_in_details_wrapper_lines_is_stuck(tmp_path):
+    # `[Rank 2] Running collective: CollectiveFingerPrint(SequenceNumber=1276, ...)`, ranks 0
+    # and 1 at 1277: hc said unknown
+    verdict = diagnose_saved(_neutral(tmp_path, DEEPSPEED))
+    assert_culprits(verdict, "stuck-rank", [2], [0, 1])
+
+
+def _wrapper_lines(case: str, keep: list[int]) -> str:
+    lines = (FIELD2 / case / "paste.log").read_text().splitlines()
+    return "\n".join(ln for ln in lines if any(f"[Rank {r}] Running" in ln for r in keep)) + "\n"
+
+
+def test_two_ranks_wrapper_lines_name_nobody(tmp_path):
+    folder = tmp_path / "case"
+    folder.mkdir()
+    (folder / "paste.log").write_text(_wrapper_lines(DEEPSPEED, [0, 2]))
+    assert named_ranks(diagnose_saved(folder)) == []
+
+
+def test_wrapper_lines_with_no_majority_name_nobody(tmp_path):
+    folder = tmp_path / "case"
+    folder.mkdir()
+    text = _wrapper_lines(DEEPSPEED, [0, 1, 2])
+    text += text.splitlines()[1].replace("[Rank 0]", "[Rank 3]").replace("=1277", "=1275") + "\n"
+    (folder / "paste.log").write_text(text)  # ranks 2 and 3 both behind: no one rank alone
+    assert named_ranks(diagnose_saved(folder)) == []
