@@ -31,7 +31,7 @@ from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.bcastroot import wrong_src
 from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
-from healthcheck.diagnose.groupwait import creating_group
+from healthcheck.diagnose.groupwait import config_differs, creating_group
 from healthcheck.diagnose.logfacts import (
     RPC_TIMEOUT,
     RankError,
@@ -177,7 +177,8 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
     odd, top, theirs = pick
     setup = creating_group(waits, odd, items, top)  # groupwait.py: a victim of a member's other groups
     if setup is not None:
-        return setup
+        differs = config_differs(setup, col.logged, ranks_heard(col) | set(waits)) if col is not None else None
+        return differs or setup
     back = behind_the_others(waits, sides, odd, top)
     if back is not None:
         odd, summary = back

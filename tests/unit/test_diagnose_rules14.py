@@ -257,3 +257,27 @@ def test_wrapper_lines_with_no_majority_name_nobody(tmp_path):
     text += text.splitlines()[1].replace("[Rank 0]", "[Rank 3]").replace("=1277", "=1275") + "\n"
     (folder / "paste.log").write_text(text)  # ranks 2 and 3 both behind: no one rank alone
     assert named_ranks(diagnose_saved(folder)) == []
+
+
+# ---------------------------------------------------------------- a rank's own logged configuration
+
+
+def test_the_rank_whose_logged_config_differs_while_a_group_is_created_is_named():
+    # rank 3 logs "4 ranks, 2 nodes of 3" where ranks 0-2 log "of 2" (RANKS_PER_NODE=3 on rank
+    # 3 only); rank 2 waits in new_group, the others time out in all_reduce: hc said
+    # collective-mismatch "the logs do not say which member"
+    verdict = diagnose_saved(H11 / "h11-hier-ranks-per-node-plain-w4-r3")
+    assert_culprits(verdict, "init-failure", [3], [0, 1, 2])
+
+
+def test_one_rank_off_needs_one_rank_alone():
+    from healthcheck.diagnose.loggednumbers import one_rank_off
+
+    line = "host vm: # ranks, # nodes of #"
+    logged = {r: {line: (4, 2, 2)} for r in range(4)}
+    assert one_rank_off(logged, {0, 1, 2, 3}) is None
+    logged[3] = {line: (4, 2, 3)}
+    assert one_rank_off(logged, {0, 1, 2, 3}) is not None
+    logged[2] = {line: (4, 3, 2)}  # a second rank off in another number: not one rank alone
+    assert one_rank_off(logged, {0, 1, 2, 3}) is None
+    assert one_rank_off({r: {line: (4, 2, 2 + (r == 1))} for r in range(2)}, {0, 1}) is None  # two ranks
