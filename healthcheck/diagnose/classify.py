@@ -61,6 +61,7 @@ from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
+from healthcheck.diagnose.wrapperlag import wrapper_behind
 from healthcheck.parsers.flight_recorder import FlightRecorderDump, compare_ranks
 
 PRECEDENCE: tuple[FailureClass, ...] = ("init-failure", "gpu-failure", "dead-rank", "shape-mismatch",
@@ -336,6 +337,10 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:
             out.findings.append(absent)
+    if not out.findings:
+        lag = wrapper_behind(col)  # wrapperlag.py: DETAIL's log of the collectives each rank entered
+        if lag is not None:
+            out.findings.append(lag)
     blamed = barrier_blamed(col, out.findings)  # mbarrier.py: the rank all others lost at the barrier
     if blamed is not None:
         out.findings.append(blamed)

@@ -20,6 +20,14 @@ error, the failed child is the dead rank, read with care:
   a rank off its local rank, no rank heard and no world size past the children the agent
   named (its closing signals and the failed one; at least local rank + 1 of them).
   Otherwise no global rank is named.
+
+Open MPI's own report (`mpirun detected that one or more processes exited with non-zero
+status ... The first process to do so was: Process name: [[J,1],R] Exit code: N`) names a
+global rank (R, the MPI rank). Where a paste holds that box and nothing of any rank's own
+output (no rank's line, error or timeout: `lone_mpirun_exit`), it is the only word on the
+job and names R, at low confidence; where a rank's own output is there, leavers.py reads
+the box with it (a rank that printed no error is named; one that raised is dead-rank by
+its exception; one that timed out was waiting for another).
 """
 
 from __future__ import annotations
@@ -124,4 +132,20 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
     return rank, how, log_evidence(col, source, w.line, text, rank)
 
 
-__all__ = ["failed_child", "global_rank"]
+def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
+    """(rank, how, the box's line) for Open MPI's one first-non-zero-exit report where the
+    text holds no rank's own output (`own`: leavers.own_output), no rank's error and no
+    timeout (see the module's docstring), else None."""
+    exits = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits
+             if t.launcher == "mpirun"]
+    if len(exits) != 1 or own or firsts or spoke_of_failure(col) or _timed_out(col, firsts):
+        return None
+    source, t = exits[0]
+    if len(t.tasks) != 1 or t.signal or not t.exitcode:
+        return None  # a signal is signals.py's; exit 0 is no failure
+    rank = t.tasks[0]
+    text = f"rank {rank}: mpirun reports it the first process to exit non-zero, exit code {t.exitcode}"
+    return rank, f"exited {t.exitcode}", log_evidence(col, source, t.line, text, rank)
+
+
+__all__ = ["failed_child", "global_rank", "lone_mpirun_exit"]

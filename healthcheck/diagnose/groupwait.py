@@ -10,6 +10,11 @@ that member's victim, and which member it is the logs do not say. The finding na
 rank and says so (captured: tests/fixtures/diagnose/rules11, groupcount: rank 3 builds a
 group per rank where its peers build pairs; rank 2 waits in new_group and was named as
 "made one collective more").
+
+Where the ranks' own logs say it (loggednumbers.one_rank_off: one rank alone logged another
+number in a line every rank logged, `2 nodes of 3` where its peers say `of 2`), that rank
+built its groups from another configuration (its environment): init-failure of that rank,
+medium confidence (`config_differs`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from collections.abc import Sequence
 
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import Wait
+from healthcheck.diagnose.loggednumbers import Logged, one_rank_off
 from healthcheck.diagnose.stacks import rank_words
 
+_UNSAID = ": a member of that group"  # where creating_group's words go on to say the logs name no one
 GROUP_SETUP = frozenset({"new_group", "_new_process_group_helper", "new_subgroups", "new_subgroups_by_enumeration"})
 
 
@@ -34,10 +41,23 @@ def creating_group(waits: dict[int, Wait], odd: Sequence[int], items: tuple[Evid
         cls="collective-mismatch", confidence="low", evidence=items, divergence=top,
         where=w.where,
         summary=f"{rank_words(setup)} waited to create a process group ({w.op}"
-                f"{' at ' + w.where if w.where else ''}) while the others timed out in {top}: a member of that "
-                "group built its groups in another order or number (its environment or its code differs), so "
+                f"{' at ' + w.where if w.where else ''}) while the others timed out in {top}{_UNSAID} "
+                "built its groups in another order or number (its environment or its code differs), so "
                 "they never met in the store; the waiting rank is its victim, and the logs do not say which "
                 "member (compare each rank's group sizes, the TP/PP sizes of its environment)")
 
 
-__all__ = ["GROUP_SETUP", "creating_group"]
+def config_differs(setup: JobFinding, logged: Logged, ranks: set[int]) -> JobFinding | None:
+    """The init-failure of the one rank whose own logged configuration is off every peer's,
+    where ranks waited to create a group (`setup`: creating_group's finding); else None."""
+    odd = one_rank_off(logged, ranks)
+    if odd is None:
+        return None
+    rank, words = odd
+    return job_finding(
+        cls="init-failure", confidence="medium", ranks=(rank,), evidence=setup.lines, where=setup.where,
+        summary=f"rank {rank} built its process groups from another configuration than its peers: {words}; "
+                f"{setup.message.split(_UNSAID, 1)[0]}: the groups never met in the store")
+
+
+__all__ = ["GROUP_SETUP", "config_differs", "creating_group"]

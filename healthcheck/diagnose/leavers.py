@@ -131,12 +131,23 @@ def own_output(col: Collected) -> set[int]:
     return own | _console_ranks(col)
 
 
+def cut_short(col: Collected) -> set[int]:
+    """Ranks whose output opens a traceback that the text ends before its exception line (a
+    paste cut there): the rank was raising something, so its output does not say it printed
+    no error. That traceback is no evidence of its death either: it may be a victim's."""
+    out: set[int] = set()
+    for f in col.evidence.torch_logs:
+        if f.log is not None:
+            out |= {r for r in (fact_rank(c, f.rank) for c in f.log.cut_tracebacks) if r is not None}
+    return out
+
+
 def quiet_ranks(col: Collected, firsts: dict[int, RankError], codes: dict[int, int]) -> list[int]:
     """Ranks that printed no error and were not killed: their own output says nothing of a
-    failure, or torchrun says they exited 0."""
+    failure (not even a traceback cut before its exception), or torchrun says they exited 0."""
     own = own_output(col)
     out = []
-    for r in sorted((ranks_heard(col) | block_implied(col)) - set(firsts) - spoke_of_failure(col)):
+    for r in sorted((ranks_heard(col) | block_implied(col)) - set(firsts) - spoke_of_failure(col) - cut_short(col)):
         code = codes.get(r)
         if code == 0 or (r in own and (code is None or code > 0)):
             out.append(r)
@@ -174,10 +185,10 @@ def _launcher_nonzero(col: Collected) -> dict[int, int]:
 def silent_first_exits(col: Collected, firsts: dict[int, RankError]) -> dict[int, int]:
     """rank -> exit status, for the ranks a launcher reports exiting non-zero whose own
     output holds no error (see the module's docstring)."""
-    said = set(firsts) | spoke_of_failure(col)
+    said = set(firsts) | spoke_of_failure(col) | cut_short(col)
     own = own_output(col)
     return {r: code for r, code in sorted(_launcher_nonzero(col).items()) if r in own and r not in said}
 
 
-__all__ = ["agent_stopped", "block_implied", "exit_codes", "own_output", "quiet_ranks", "silent_first_exits",
-           "stopped_leavers"]
+__all__ = ["agent_stopped", "block_implied", "cut_short", "exit_codes", "own_output", "quiet_ranks",
+           "silent_first_exits", "stopped_leavers"]

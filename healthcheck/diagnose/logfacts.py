@@ -124,6 +124,9 @@ def child_of_live_rank(col: Collected, child_process: bool, rank: int) -> bool:
     return child_process and seen is not None and seen.stack is not None
 
 
+_BARE_TERMINATE = ("terminate called without an active exception", "terminate called recursively")
+
+
 def rank_errors(col: Collected) -> dict[int, list[RankError]]:
     """Each rank's exceptions, in its own order (file order per file; files by time)."""
     out: dict[int, list[RankError]] = {}
@@ -145,7 +148,16 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
     for errors in out.values():
         if len({e.source for e in errors}) > 1:  # one file is in the rank's own order already
             errors.sort(key=lambda x: (x.time is None, x.time or 0.0))
+        errors.sort(key=teardown_only)  # stable: the others keep their order
     return _operator_interrupt(col, out)
+
+
+def teardown_only(e: RankError) -> bool:
+    """C++'s bare `terminate called without an active exception` (or `recursively`): a
+    process that exits while one of its threads is still joinable (gloo's, a data loader's)
+    prints it on its way out, after whatever ended it; where the rank printed another error
+    (its stderr and stdout in two files, no times to order them), that one came first."""
+    return not e.type and e.message.startswith(_BARE_TERMINATE)
 
 
 def interrupted(exception_type: str) -> bool:

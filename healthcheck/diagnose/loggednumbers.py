@@ -94,4 +94,16 @@ def logged_odd(logged: Logged, ranks: set[int], receiver: int, sender: int) -> t
                   f"its own tensor is the odd one")
 
 
-__all__ = ["Logged", "logged_odd", "read_logged"]
+def one_rank_off(logged: Logged, ranks: set[int]) -> tuple[int, str] | None:
+    """The one rank whose own logged numbers are off every peer's (three ranks or more, every
+    one of them logging the same lines), with the words; None where none is, or several."""
+    if len(ranks) < 3 or not all(logged.get(r) for r in ranks):
+        return None
+    offs = _offs(logged, ranks)
+    if len({r for r, _, _, _ in offs}) != 1:
+        return None
+    rank, value, top, template = offs[0]
+    return rank, f"rank {rank} logged {value} where every other rank logged {top} ({template.replace('#', 'N')!r})"
+
+
+__all__ = ["Logged", "logged_odd", "one_rank_off", "read_logged"]

@@ -40,6 +40,7 @@ from healthcheck.diagnose.logfacts import (
 )
 from healthcheck.diagnose.loggednumbers import logged_odd
 from healthcheck.diagnose.outofstep import out_of_step
+from healthcheck.diagnose.p2psize import not_ring_nor_broadcast
 from healthcheck.diagnose.ringsize import (
     SizeReport,
     pairwise_exchange,
@@ -261,7 +262,12 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
 
 def _sized(col: Collected, acc: _Sides, what: str) -> tuple[tuple[int, ...], str, Confidence]:
     """gloo's size reports read as the collective they failed in: a broadcast (bcastsize.py),
-    else the ring of all_reduce (ringsize.py); where neither names a rank, the ranks gloo aborted."""
+    else the ring of all_reduce (ringsize.py); where neither names a rank, the ranks gloo aborted.
+    A message of a point-to-point exchange or a rooted send is neither (p2psize.py)."""
+    if acc.sizes or (acc.shape and gloo_size_aborts(col)):
+        exchange = not_ring_nor_broadcast(col, acc.sizes)
+        if exchange is not None:
+            return exchange[0], exchange[1], "medium" if exchange[0] else "low"
     odd, text = odd_receivers(col, acc.sizes)
     if odd:
         return odd, f"{rank_words(odd)} held a tensor of another size than the broadcast's source: {text}", "medium"

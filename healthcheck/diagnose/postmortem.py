@@ -31,7 +31,7 @@ from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.bcastroot import wrong_src
 from healthcheck.diagnose.behindall import earliest_alone
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
-from healthcheck.diagnose.groupwait import creating_group
+from healthcheck.diagnose.groupwait import config_differs, creating_group
 from healthcheck.diagnose.logfacts import (
     RPC_TIMEOUT,
     RankError,
@@ -49,6 +49,7 @@ from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.storewait import store_waits
 
 _SAME_FAILURE_S = 1.0  # a peer error this close to the first timeout is that failure's, not a late waker's
 
@@ -112,7 +113,9 @@ def did_not_time_out(col: Collected, waits: dict[int, Wait]) -> JobFinding | Non
             source=rank_source(col, rank), rank=rank, text=f"rank {rank}: no timeout and no error in its output"))
     confidence: Confidence = "high" if len(quiet) < len(waits) else "medium"
     rpc = all(RPC_TIMEOUT in w.text for w in waits.values())  # torch.distributed.rpc: no collective, a call
+    store = all(w.op == "store.wait" for w in waits.values())  # storewait.py: a key its peers waited for
     why = ("never answered the RPCs they waited on (its handler stuck or busy elsewhere)" if rpc
+           else "never set the store key they waited for (stuck or busy elsewhere)" if store
            else "never entered that collective (stuck or busy elsewhere)")
     return job_finding(cls="stuck-rank", ranks=tuple(quiet), confidence=confidence, evidence=tuple(items),
                    divergence=where,
@@ -174,7 +177,8 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
     odd, top, theirs = pick
     setup = creating_group(waits, odd, items, top)  # groupwait.py: a victim of a member's other groups
     if setup is not None:
-        return setup
+        differs = config_differs(setup, col.logged, ranks_heard(col) | set(waits)) if col is not None else None
+        return differs or setup
     back = behind_the_others(waits, sides, odd, top)
     if back is not None:
         odd, summary = back
@@ -226,7 +230,7 @@ def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
 
 def post_mortem(col: Collected) -> JobFinding | None:
     """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
-    waits = rank_waits(col)
+    waits = {**store_waits(col), **rank_waits(col)}  # storewait.py: a key waited for mid-run is a timeout too
     if not waits:
         return None
     return (did_not_time_out(col, waits) or waited_elsewhere({**waits, **cut_short(col, waits)}, col)

@@ -53,6 +53,7 @@ from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
+from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
@@ -67,6 +68,8 @@ from healthcheck.parsers.xid import parse_kernel_log
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
+# a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
+_RANK_DIR = re.compile(r"(?:[a-z0-9]{1,32}[_\-.])?(?:rank|py-?spy)[_\-.]?(?:rank[_\-.]?)?\d{1,7}", re.IGNORECASE)
 _PYSPY_NAME = re.compile(r"py-?spy[_\-.](?:rank[_\-.]?)?(\d{1,7})(?!\d)", re.IGNORECASE)
 _OOM = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process (\d{1,10}) \(([^)]{0,64})\)")
 _STEP_OOM = re.compile(r"Detected (\d{1,9}) oom[_-]kill events? in (?:StepId=)?(\S{1,64})")
@@ -126,6 +129,8 @@ class Collected:
     earlier_pids: set[int] = field(default_factory=set)  # the workers of attempts a restart replaced
     run_pids: set[int] = field(default_factory=set)  # the pids of `hc run` rank outputs and manifests read
     skip_pids: frozenset[int] = frozenset()  # earlier attempts' pids whose `hc run` files are left out
+    lone_runs: set[str] = field(default_factory=set)  # `hc run` files of rank 0 of world 1, no launcher seen
+    as_launcher: frozenset[str] = frozenset()  # `hc run` files read as a launcher's (lone_wrapper)
 
 
 def _epoch(date: str, clock: str, frac: str | None) -> float | None:
@@ -181,9 +186,14 @@ def _stamps(text: str, year: int) -> TextStamps:
 
 def rank_from_name(path: str) -> int | None:
     """`rank3.log`, `rank_3/`, `py-spy-3.json`, `nccl_trace_rank_3`: the rank a path names
-    (its file name first, then its directories), None when it names none."""
+    (its file name first, then its directories), None when it names none. A directory
+    counts only where its whole name is a rank's label (`rank_3`, `worker-rank3`): a folder
+    named in words (`oom-on-rank3-then-timeouts`, `root-cause-rank0`) describes a job whose
+    files hold every rank's lines, and its words are no rank's."""
     parts = path.replace("\\", "/").split("/")
-    for part in reversed(parts[-3:]):
+    for depth, part in enumerate(reversed(parts[-3:])):
+        if depth and _RANK_DIR.fullmatch(part) is None:
+            continue
         m = _PYSPY_NAME.search(part) or _RANK_NAME.search(part)
         if m:
             return int(m.group(1))
@@ -220,9 +230,11 @@ def _run_manifest(source: str, text: str, col: Collected) -> bool:
     rank = doc.get("rank")
     if doc.get("schema") != "hc.run/1" or not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         return False
-    if launcher_manifest(doc):
+    if launcher_manifest(doc) or source in col.as_launcher:
         return True  # a launcher's (an older hc run around torchrun): no rank's world size
     host, pid, world, local = doc.get("host"), doc.get("pid"), doc.get("world_size"), doc.get("local_rank")
+    if doc.get("launcher") == "none" and world == 1 and rank == 0:
+        col.lone_runs.add(source)
     if _earlier_attempt(source, pid, col):
         return True
     ev = col.evidence.rank(rank)
@@ -244,6 +256,10 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
     run = parse_run_output(data.decode("utf-8", errors="replace"))
     if run is None:
         return  # hc run's shim: nothing of the job's
+    if source in col.as_launcher:
+        run.rank = run.world_size = None  # it started the ranks: its console is theirs, labelled or not
+    elif run.launcher == "none" and run.world_size == 1 and run.rank == 0:
+        col.lone_runs.add(source)
     if run.rank is not None and _earlier_attempt(source, run.pid, col):
         return  # attempts.py: a rank of an attempt torchrun restarted
     if run.rank is not None:
@@ -690,18 +706,42 @@ def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Pro
     inside is judged, never raised. `progress` hears how far the walk and the reading got."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     col = _collect(paths, now, progress, cut_attempts=True)
+    placed = task_ranks(_files_read(col))  # taskfiles.py: `1.out` beside `0.out` that says [rank0]
+    wrapper = lone_wrapper(col)
+    if placed or wrapper:
+        col = _collect(paths, now, None, cut_attempts=True, placed=placed, as_launcher=wrapper)
     if col.earlier_pids & col.run_pids:  # `hc run` kept an earlier attempt's ranks: read again without them
-        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids))
+        col = _collect(paths, now, None, cut_attempts=True, skip_pids=frozenset(col.earlier_pids), placed=placed,
+                       as_launcher=wrapper)
     if col.attempts:  # attempts.py: a restarted job, read whole too (verdict.py judges the last attempt first)
-        col.whole = _collect(paths, now, None, cut_attempts=False)
+        col.whole = _collect(paths, now, None, cut_attempts=False, placed=placed, as_launcher=wrapper)
     return col
 
 
+def lone_wrapper(col: Collected) -> frozenset[str]:
+    """The `hc run` files to read as a launcher's: `hc run` wrapped around a program that
+    starts the ranks itself (a launcher of the job's own, `mpirun --output-filename` run
+    from the script) saw no launcher's variables and wrote rank 0 of a world of 1; where the
+    ranks' own output shows a rank past 0, that world is not the job's and the files are
+    the starting process's, not rank 0's (their console holds the ranks' lines)."""
+    if not col.lone_runs or not any(r > 0 for r in col.evidence.ranks):
+        return frozenset()
+    return frozenset(col.lone_runs)
+
+
+def _files_read(col: Collected) -> list[tuple[str, int | None]]:
+    """Every text file read or refused, with the rank it was read as (None: none)."""
+    ev = col.evidence
+    out: list[tuple[str, int | None]] = [(f.source, f.rank) for f in (*ev.torch_logs, *ev.nccl_logs)]
+    return out + [(u.source, None) for u in ev.unreadable]
+
+
 def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *, cut_attempts: bool,
-             skip_pids: frozenset[int] = frozenset()) -> Collected:
+             skip_pids: frozenset[int] = frozenset(), placed: dict[str, int] | None = None,
+             as_launcher: frozenset[str] = frozenset()) -> Collected:
     ev = JobEvidence(job="logs: " + " ".join(shown(p) for p in paths)[:500],
                      collected_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    col = Collected(evidence=ev, cut_attempts=cut_attempts, skip_pids=skip_pids)
+    col = Collected(evidence=ev, cut_attempts=cut_attempts, skip_pids=skip_pids, as_launcher=as_launcher)
     found = walk(paths, progress=progress)
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)
@@ -709,7 +749,7 @@ def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *,
         if isinstance(data, Skip):
             ev.unreadable.append(Unreadable(f.name, str(data)))
         else:
-            read_data(f.name, data, col, now.year)
+            read_data(f.name, data, col, now.year, rank=(placed or {}).get(f.name))
     for err in ev.error_files:
         if err.rank is not None:
             ev.rank(err.rank)

@@ -19,6 +19,7 @@ from healthcheck.diagnose.launchrank import awaited_rank, ranks_past_setup, stor
 from healthcheck.diagnose.logfacts import ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.storewait import midrun_store_waits
 
 _NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
                "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
@@ -37,13 +38,15 @@ class _Init:
 
 
 def _torch_lines(col: Collected, acc: _Init) -> None:
-    """Ports in use (the rank that could not listen), rendezvous/store errors, duplicate GPUs."""
+    """Ports in use (the rank that could not listen), rendezvous/store errors, duplicate GPUs.
+    A store key a rank waited for after training began is no rendezvous's (storewait.py)."""
+    midrun = midrun_store_waits(col)
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for a in f.log.address_in_use:
             acc.add(log_evidence(col, f.source, a.line, f"address already in use (port {a.port})",
                                  fact_rank(a, f.rank)), True)
-        for z in f.log.rendezvous:
+        for z in (z for z in f.log.rendezvous if fact_rank(z, f.rank) not in midrun):
             acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}",
                                  fact_rank(z, f.rank)), False)
         for b in f.log.backend_errors:

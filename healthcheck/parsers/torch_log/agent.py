@@ -50,8 +50,11 @@ _TASK_EXIT = re.compile(r"srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096})
 _EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
 _MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
 _MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
-_MPIRUN_SIGNAL = re.compile(  # Open MPI 4.1.4 as captured here (held-out-2 saved outputs)
-    r"mpirun noticed that process rank (\d{1,9}) with PID (\d{1,10}) on node (\S{1,256}) exited on signal (\d{1,3})")
+# Open MPI 4.1.4 as captured here (held-out-2 saved outputs); a paste may redact the pid and
+# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it
+_MPIRUN_SIGNAL = re.compile(
+    r"mpirun noticed that process rank (\d{1,9}) with PID (\S{1,32}) on node (\S{1,256}) exited on signal (\d{1,3})")
+_REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
@@ -92,7 +95,8 @@ def read_mpirun_signal(state: TorchState, line: Line) -> bool:
     if m is None:
         return False
     number = int(m.group(4))
-    state.add("task_exits", TaskExit(**agent_where(line), host=clip(m.group(3), 256), tasks=(int(m.group(1)),),
+    host = "" if _REDACTED.fullmatch(m.group(3)) else clip(m.group(3), 256)
+    state.add("task_exits", TaskExit(**agent_where(line), host=host, tasks=(int(m.group(1)),),
                                      state=f"exited on signal {number}", signal=SIGNALS.get(number, ""),
                                      launcher="mpirun"))
     return True

@@ -213,6 +213,21 @@ class StepLogged(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     step: int
 
 
+class FingerprintRan(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """The last collective a rank's ProcessGroupWrapper logged it entering
+    (TORCH_DISTRIBUTED_DEBUG=DETAIL, `[I ProcessGroupWrapper.cpp:562] [Rank 2] Running
+    collective: CollectiveFingerPrint(SequenceNumber=1276, OpType=ALLREDUCE, ...)`)."""
+
+    seq: int | None = None
+    op_type: str = ""
+
+
+class TracebackCut(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A traceback a rank's lines open (`Traceback (most recent call last):`) that the text
+    ends before its exception line (a paste cut it, or the rank died while printing it): the
+    rank was raising something, what is unknown. `line` is its header's."""
+
+
 class RankWarned(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The last warning or error a rank's own code logged at a logging level (`WARNING`,
     `ERROR`, `CRITICAL`; steps.py): what a rank that left without a traceback said of why."""
@@ -470,6 +485,8 @@ class TorchLog(msgspec.Struct, frozen=True):
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
     last_warnings: tuple[RankWarned, ...] = ()  # per rank, the last warning/error its code logged
+    cut_tracebacks: tuple[TracebackCut, ...] = ()  # per rank, a traceback the text ends inside
+    last_fingerprints: tuple[FingerprintRan, ...] = ()  # per rank, the last collective DETAIL logged it entering
     dropped: int = 0  # facts past MAX_LISTED of their kind, not kept
     unrecognized: Unrecognized = NOTHING_UNREAD  # lines no handler read: how many, the first few
 

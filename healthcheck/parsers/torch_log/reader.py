@@ -233,7 +233,9 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),
-                    last_warnings=tuple(state.last_warning.values()), dropped=state.dropped,
+                    last_warnings=tuple(state.last_warning.values()),
+                    cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
+                    last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 

@@ -9,7 +9,7 @@ import re
 import msgspec
 
 from healthcheck.parsers.lines import Line, UnrecognizedLines
-from healthcheck.parsers.torch_log.facts import FACT_KINDS, MAX_LISTED, RankWarned, StepLogged
+from healthcheck.parsers.torch_log.facts import FACT_KINDS, MAX_LISTED, FingerprintRan, RankWarned, StepLogged
 from healthcheck.parsers.torch_log.text import to_int
 
 RankKey = tuple[int | None, int | None]  # (rank, task): whose lines a fact read on is on
@@ -102,6 +102,8 @@ class TorchState:
         self.open: dict[tuple[str, RankKey], OpenFact] = {}  # (kind, rank key) -> fact
         self.last_open: dict[str, RankKey] = {}  # kind -> the rank key opened last
         self.tracebacks: dict[RankKey, int] = {}  # tracebacks open per rank
+        self.last_running: dict[int, FingerprintRan] = {}  # rank -> its wrapper's last `Running collective`
+        self.traceback_at: dict[RankKey, dict] = {}  # where the rank's last traceback opened (where())
         self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback

@@ -10,6 +10,7 @@ MAX_LINE = 16_384  # characters of a line that are read
 MESSAGE_MAX = 300  # characters of a message kept
 RANKS_MAX = 4096  # ranks of one list kept
 _MAX_INT_DIGITS = 20
+_MODULE_ERRORS = ("error", "timeout")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Warning", "Failure", "Iteration", "Group", "Timeout")
 
 
@@ -74,7 +75,11 @@ def exception_head(body: str, in_traceback: bool = False) -> tuple[str, str | No
         return None
     last = parts[-1]
     camel = last[:1].isupper() and any(c.islower() for c in last)
-    if not last.endswith(_EXC_SUFFIXES) and not (camel and (len(parts) > 1 or in_traceback and message is not None)):
+    # a C module's lowercase error class (`struct.error`, `socket.gaierror`, `socket.timeout`),
+    # ending a traceback: the module's name before it
+    module_error = in_traceback and message is not None and len(parts) > 1 and last.endswith(_MODULE_ERRORS)
+    if not last.endswith(_EXC_SUFFIXES) and not module_error and \
+            not (camel and (len(parts) > 1 or in_traceback and message is not None)):
         return None
     return name, message
 

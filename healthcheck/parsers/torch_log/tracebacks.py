@@ -10,7 +10,7 @@ import re
 from healthcheck.core.inputs import clip
 from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
-from healthcheck.parsers.torch_log.facts import ExceptionRaised
+from healthcheck.parsers.torch_log.facts import ExceptionRaised, TracebackCut
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
 
@@ -35,11 +35,23 @@ def read_header(state: TorchState, line: Line) -> bool:
     """`Traceback (most recent call last):`: a traceback opens for this rank."""
     key = rank_key(line)
     state.tracebacks[key] = min(state.tracebacks.get(key, 0) + 1, TRACEBACKS_MAX)
+    _opened(state, key, line)
     state.frames.pop(key, None)
     state.chains.pop(key, None)
     state.children.discard(key)
     state.torch = True
     return True
+
+
+def _opened(state: TorchState, key: RankKey, line: Line) -> None:
+    if len(state.traceback_at) < FRAMED_RANKS_MAX or key in state.traceback_at:
+        state.traceback_at[key] = where(line)
+
+
+def cut_tracebacks(state: TorchState) -> list[TracebackCut]:
+    """The tracebacks still open where the text ends, one per rank (its last one opened):
+    no exception line followed its frames."""
+    return [TracebackCut(**at) for key, at in state.traceback_at.items() if state.tracebacks.get(key, 0) > 0]
 
 
 def read_thread_head(state: TorchState, line: Line) -> bool:
@@ -64,6 +76,7 @@ def read_frame(state: TorchState, line: Line) -> bool:
     key = rank_key(line)
     if not state.tracebacks.get(key):
         state.tracebacks[key] = 1  # a fragment that starts inside a traceback
+        _opened(state, key, line)
     _frame(state, key, b)
     return True
 

@@ -15,6 +15,7 @@ from healthcheck.parsers.torch_log.facts import (
     CollectiveMismatch,
     DesyncKind,
     DesyncLine,
+    FingerprintRan,
     MonitoredBarrierFailure,
     ProgressKind,
     WatchdogAbort,
@@ -23,7 +24,7 @@ from healthcheck.parsers.torch_log.facts import (
     WatchdogStuck,
     WatchdogTimeout,
 )
-from healthcheck.parsers.torch_log.state import TorchState, group_where, where
+from healthcheck.parsers.torch_log.state import OPEN_MAX, TorchState, group_where, where
 from healthcheck.parsers.torch_log.text import MAX_LINE, MESSAGE_MAX, rank_list, to_int
 
 _WORK_SPAN = 600  # characters after `WorkNCCL(` its fields are looked for in
@@ -300,6 +301,24 @@ def fingerprint(rank: int, text: str) -> CollectiveFingerprint:
     )
 
 
+_RUNNING = "Running collective: CollectiveFingerPrint("
+_RUNNING_RANK = re.compile(r"\[Rank (\d{1,7})\] " + re.escape(_RUNNING))
+
+
+def read_running(state: TorchState, line: Line) -> bool:
+    """DETAIL's ProcessGroupWrapper `[Rank R] Running collective: CollectiveFingerPrint(...)`:
+    kept per rank, the last one only (a job logs one per collective)."""
+    m = _RUNNING_RANK.search(line.text, 0, 4096)
+    if m is None:
+        return False
+    rank = int(m.group(1))
+    if rank not in state.last_running and len(state.last_running) >= OPEN_MAX:
+        return True
+    fp = fingerprint(rank, line.text[m.end():])
+    state.last_running[rank] = FingerprintRan(**(where(line) | {"rank": rank}), seq=fp.seq, op_type=fp.op_type)
+    return True
+
+
 def read_barrier(state: TorchState, line: Line) -> bool:
     """`Ranks 1, 3 failed to pass monitoredBarrier in N ms`, `Rank R timed out in monitoredBarrier`,
     `Rank R successfully reached monitoredBarrier, but received errors ... from rank 0`."""
@@ -333,4 +352,5 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("desync", desync_words, read_desync),
     Handler("collective-mismatch", lambda b: "Detected mismatch between collectives" in b, read_mismatch),
     Handler("monitored-barrier", lambda b: "monitoredBarrier" in b, read_barrier),
+    Handler("wrapper-running", lambda b: _RUNNING in b, read_running),
 )
