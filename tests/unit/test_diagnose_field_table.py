@@ -23,9 +23,10 @@ def test_every_case_has_its_paste_a_truth_and_a_source(name: str) -> None:
     for case, t in truths.items():
         assert (root / "saved" / case / "paste.log").is_file(), case
         assert t["truth"] in harness.CLASSES, case
-        # a pair that disagrees (a desync, a shape) may leave the odd one unnamed; a death or a
-        # hang without its rank is `none`: nothing an operator could act on is in the paste
-        assert not t["ranks"] if t["truth"] == "none" else (t["ranks"] or t["truth"] in ("desync", "shape")), case
+        # a pair that disagrees (a desync, a shape) may leave the odd one unnamed, and a job that
+        # could not start may have no rank at fault (a port in use); a death or a hang without its
+        # rank is `none`: nothing an operator could act on is in the paste
+        assert not t["ranks"] if t["truth"] == "none" else (t["ranks"] or t["truth"] in ("desync", "shape", "init")), case
         assert t["source"].startswith("https://"), case
     assert sorted(p.name for p in (root / "saved").iterdir()) == sorted(truths)
 
