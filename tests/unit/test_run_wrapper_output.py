@@ -20,10 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import torch_installed
 
 from healthcheck.parsers.run_output import parse_run_output
 
-pytest.importorskip("torch")
+if not torch_installed():
+    pytest.skip("torch is not installed", allow_module_level=True)
 
 PY = sys.executable
 TORCHRUN = str(Path(PY).parent / "torchrun")

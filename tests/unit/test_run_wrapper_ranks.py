@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import torch_installed
 
-pytest.importorskip("torch")
+if not torch_installed():
+    pytest.skip("torch is not installed", allow_module_level=True)
 
 PY = sys.executable
 TORCHRUN = Path(PY).parent / "torchrun"
