@@ -47,11 +47,16 @@ INTEGRATION = Path(__file__).resolve().parent / "integration"
 # below this many test files a run stays in one process: each worker collects the whole run
 # (~10 s for the suite on two cores) before the first test starts
 XDIST_MIN_FILES = 8
-# rig test files whose tests mostly wait (on Slurm, sshd, deadlines) and use little CPU: they
+# rig test files whose tests mostly wait (on Slurm, sshd, deadlines) and start no torch: they
 # run first, while the other workers' tests take the CPUs; the torch-heavy ones (deep sweeps,
-# hung jobs) after, on quieter CPUs (they compare bandwidths, and start four torch processes)
+# hung jobs) after, on quieter CPUs (they compare bandwidths, and start four torch processes).
+# The rig's worker is CI's long pole (the others are done minutes before it), so every torch
+# test moved behind a torch-free one runs more of its time on the quiet cores at the end:
+# test_remote_rig (quick-tier sweeps over SSH) and test_pair_tools_rig (nccl-tests and
+# ib_write_bw stand-ins, Python scripts) start no torch either
 RIG_FIRST = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
-                       "test_rig_selftest.py", "test_netns_mtu.py"})
+                       "test_rig_selftest.py", "test_netns_mtu.py", "test_remote_rig.py",
+                       "test_pair_tools_rig.py"})
 _IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
 
 

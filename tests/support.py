@@ -14,6 +14,17 @@ CORPUS = FIXTURES / "corpus"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def torch_installed() -> bool:
+    """torch, with its distributed package, is installed here; found, not imported: a module
+    that imports torch (or starts a Python to try) to decide a skip costs every xdist worker
+    ~2 s of CPU while it collects, and no test starts before every worker has collected. The
+    tests that need torch start it in processes of their own."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    return spec is not None and spec.origin is not None and (Path(spec.origin).parent / "distributed").is_dir()
+
+
 def corpus_files(folder: str) -> list[Path]:
     return sorted((CORPUS / folder).glob("*.txt"))
 

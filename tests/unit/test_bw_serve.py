@@ -13,9 +13,11 @@ import sys
 import time
 
 import pytest
+from support import torch_installed
 from test_torch_sweep import _env, _free_port, _port_free
 
-pytest.importorskip("torch")
+if not torch_installed():
+    pytest.skip("torch is not installed", allow_module_level=True)
 
 SERVE = [sys.executable, "-m", "healthcheck", "bw", "serve", "--backend", "gloo"]
 PREFIX = b"hc-bw-serve "

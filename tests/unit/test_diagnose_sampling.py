@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc, torch_installed
 
 from healthcheck.diagnose.motion import StackSample, job_motion, moved
 from healthcheck.diagnose.sampling import SamplingSpec, sample_ranks
@@ -32,11 +32,7 @@ LIVE_BOUND_S = 15.0  # the live answer, sampling included (issue 19)
 
 
 def _torch() -> bool:
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return torch_installed()  # found, not imported (support.torch_installed says why)
 
 
 def needs_jobs(fn):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc, torch_installed
 
 from healthcheck.diagnose.collect import NodeCollection, RankProcess
 from healthcheck.diagnose.live import NO_SUCH_FILE, evidence_from_nodes
@@ -29,11 +29,7 @@ PY_SPY = Path(sys.executable).parent / "py-spy"
 
 
 def _torch() -> bool:
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return torch_installed()  # found, not imported (support.torch_installed says why)
 
 
 needs_jobs = pytest.mark.skipif(not PY_SPY.exists() or not _torch(), reason="needs torch and py-spy in this venv")

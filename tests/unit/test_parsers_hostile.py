@@ -27,6 +27,13 @@ from healthcheck.parsers import TOOLS, parser_for
 
 LARGE = 1_000_000
 SIZES = (LARGE // 200, LARGE // 10, LARGE)
+# Many short lines: the same steps at a quarter of the size. A line here is a few hundred
+# characters at most, so what this shape can show is a cost per line that grows with the
+# lines before it (a block rescanned, a list copied per line); at 250 kB (~6,000 lines) that
+# is already ~100x the 25 kB step's cost where a linear parser's is ~10x, and a fourth of
+# 1 MB's parse time per prefix (~0.1-0.25 s each, 77 prefixes for torch-log: the costliest
+# CPU in the unit tests, paid by every xdist worker on CI's two cores)
+MANY_SIZES = tuple(size // 4 for size in SIZES)
 FACTOR = 50
 SLACK_S = 0.15  # timer granularity, a GC pause, a busy machine
 
@@ -334,10 +341,10 @@ def test_one_long_line_costs_its_length(tool):
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_many_lines_cost_their_length(tool):
-    """~1 MB of hostile lines after each prefix, and a staircase of indentation (the
-    nvidia-smi -q tree nests by it)."""
+    """~250 kB of hostile lines after each prefix (MANY_SIZES), and a staircase of
+    indentation (the nvidia-smi -q tree nests by it)."""
     for prefix in PREFIXES_MANY.get(tool, PREFIXES[tool]):
-        _assert_linear(tool, _many_lines(tool, prefix), f"lines of {prefix!r} + each filler")
+        _assert_linear(tool, _many_lines(tool, prefix), f"lines of {prefix!r} + each filler", sizes=MANY_SIZES)
     stairs = "".join(" " * (i % 1000) + "A : 1\n" for i in range(2000))
     _assert_linear(tool, lambda size: CONTEXT[tool] + stairs * max(1, size // len(stairs)), "staircase")
 

@@ -16,7 +16,7 @@ import time
 
 import msgspec
 import pytest
-from support import run_hc
+from support import run_hc, torch_installed
 
 from healthcheck.bandwidth.torch_sweep import (
     PORT_BASE,
@@ -34,9 +34,7 @@ from healthcheck.bandwidth.torch_sweep import (
 from healthcheck.core.errors import UsageError
 from healthcheck.parsers.bandwidth_common import BandwidthSample, bus_factor
 
-torch_missing = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import torch.distributed"], capture_output=True).returncode != 0,
-    reason="torch is not installed")
+torch_missing = pytest.mark.skipif(not torch_installed(), reason="torch is not installed")
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
 
 SMALL = ["--sizes", "4K,64K", "--iters", "2", "--warmup", "1"]
