@@ -2,7 +2,7 @@
 
 A scenario (scenarios.py; the held-out ones in tests/fixtures/diagnose-jobs/held-out*/) is
 job.py (or a job script of the set's own, Scenario.script, taking job.py's flags and writing
-its markers: held-out-7's to held-out-11's are) with a fault on some ranks, a launcher
+its markers: held-out-7's to held-out-12's are) with a fault on some ranks, a launcher
 (plain processes, torchrun, mpirun, srun-labelled, or the script itself starting its ranks:
 `spawn`, mp.spawn or a driver of its own; with or without `hc run`), a world size and a mode:
 
@@ -45,7 +45,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "diagnose-jobs"
 # the held-out sets, each a folder with scenarios.py (its HELD_OUT table) and saved/; a set
 # whose scenarios a rule writer has read is no longer unseen, and a fresh one is added here
 HELD_OUT_SETS = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7",
-                 "held-out-8", "held-out-9", "held-out-10", "held-out-11")
+                 "held-out-8", "held-out-9", "held-out-10", "held-out-11", "held-out-12")
 SETS = ("tuning", *HELD_OUT_SETS)
 # saved outputs of the logs-mode jobs, one folder per scenario (Scenario.slug), replayable
 SAVED = {"tuning": FIXTURES / "tuning", **{name: FIXTURES / name / "saved" for name in HELD_OUT_SETS}}
@@ -576,7 +576,7 @@ def by_name(scenarios: Sequence[Scenario], names: Iterable[str]) -> list[Scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6|held-out-7|held-out-8|held-out-9|held-out-10|held-out-11] [--keep DIR] [NAME...]`:
+    """`python tests/diagnose_jobs/harness.py [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5|held-out-6|held-out-7|held-out-8|held-out-9|held-out-10|held-out-11|held-out-12] [--keep DIR] [NAME...]`:
     run the scenarios (all of the set, or those named), print each answer and the score."""
     import argparse
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diagnose_jobs import harness
 
 # the sets built as their own scripts and launchers (issue 19's held-out-8 on): one table each
-SETS = ("held-out-8", "held-out-9", "held-out-10", "held-out-11")
+SETS = ("held-out-8", "held-out-9", "held-out-10", "held-out-11", "held-out-12")
 
 
 @pytest.mark.parametrize("name", SETS)
