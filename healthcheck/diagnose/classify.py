@@ -18,7 +18,8 @@ Rules, in the order of precedence the verdict uses:
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
     stack is outside the function the others wait in (a skipped collective), a rank
     whose own call gloo refused before any exchange (argcheck.py).
- 5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
+ 5. host-wedged: the heartbeat monitor (`watchdog got stuck`), only where other ranks
+    differ (heartbeat.py); alike on every rank shown it is a note.
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors beside a link event in the window (socket errors alone are what a
     dead peer leaves too: a note, no finding).
@@ -44,6 +45,7 @@ from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
+from healthcheck.diagnose.heartbeat import wedged
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
@@ -140,25 +142,6 @@ def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
                                   ahead))
         return behind, items, f"NCCL opCount {top:#x} on comm {comm}"
     return (), [], ""
-
-
-def _wedged(col: Collected, out: Analysis) -> None:
-    items: list[Evidence] = []
-    ranks: set[int] = set()
-    for f in col.evidence.torch_logs:
-        assert f.log is not None
-        for s in f.log.stuck:
-            r = fact_rank(s, f.rank)
-            text = f"watchdog {s.kind}" + (f" for {s.seconds} s" if s.seconds else "")
-            items.append(log_evidence(col, f.source, s.line, text, r))
-            if r is not None:
-                ranks.add(r)
-    if items:
-        who = rank_words(ranks) if ranks else "a rank"
-        out.findings.append(job_finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
-                                    confidence="high" if ranks else "medium",
-                                    summary=f"{who}: the host side is wedged (the ProcessGroupNCCL watchdog made no "
-                                            "progress: a CUDA/NCCL call or the GIL blocks it)"))
 
 
 def _network(col: Collected, out: Analysis) -> None:
@@ -383,7 +366,7 @@ def analyse(col: Collected) -> Analysis:
         p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         group_order(col, out)  # grouporder.py: a member past the new_group its peers wait in
-    _wedged(col, out)
+    wedged(col, out)  # heartbeat.py: the heartbeat monitor, host-wedged only with contrast
     _network(col, out)
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)

@@ -1,0 +1,57 @@
+"""Diagnosis rules round 16 (issue 19): the heartbeat monitor names a rank only with
+contrast, the store-based barrier's missing workers, mp.spawn's dead process in prose, and
+no rank named on a healthy DETAIL job's ProcessGroupWrapper log cut mid-run."""
+
+from __future__ import annotations
+
+from support import CORPUS
+
+from healthcheck.diagnose.heartbeat import odd_work_counts
+from healthcheck.diagnose.sources import collect
+from healthcheck.diagnose.verdict import build
+
+HEARTBEAT = CORPUS / "torch-watchdog" / "heartbeat-monitor-timed-out-watchdog-stuck-600s-multi-rank.txt"
+TIMEOUT_PG3 = CORPUS / "torch-watchdog" / "pg3-allgather-base-seq9141-timeout-at-nccl-work-report.txt"
+
+
+def _lines_of(path, *labels: str) -> str:
+    """The lines of a real capture that carry one of the rank labels (a cut an operator pastes)."""
+    return "".join(ln for ln in path.read_text().splitlines(keepends=True) if ln.startswith(labels))
+
+
+def _verdict(tmp_path, text: str):
+    (tmp_path / "paste.log").write_text(text)
+    return build(collect([tmp_path / "paste.log"]))
+
+
+def test_heartbeat_alike_on_every_rank_shown_names_none(tmp_path):
+    # ranks 1 and 2 of a real capture: both stalled 600 s with workMetaList_.size()=103
+    v = _verdict(tmp_path, _lines_of(HEARTBEAT, "[rank1]:", "[rank2]:"))
+    assert v.cls == "unknown" and not [o.rank for o in v.odd_ranks]
+    assert "heartbeat-monitor stall" in v.why_unknown
+    assert any("heartbeat monitor" in n and "names no rank" in n for n in v.notes)
+
+
+def test_heartbeat_on_the_one_rank_shown_names_none(tmp_path):
+    v = _verdict(tmp_path, _lines_of(HEARTBEAT, "[rank1]:"))
+    assert v.cls == "unknown" and not [o.rank for o in v.odd_ranks]
+
+
+def test_heartbeat_names_the_minority_with_another_work_count(tmp_path):
+    # the whole capture: ranks 1 and 2 report 103 outstanding works, rank 0 84
+    v = build(collect([HEARTBEAT]))
+    assert v.cls == "host-wedged" and [o.rank for o in v.odd_ranks] == [0]
+
+
+def test_heartbeat_names_the_stalled_rank_where_another_timed_out_and_aborted(tmp_path):
+    # composed from two real captures: rank 1's heartbeat stall, rank 4's ordinary timeout
+    v = _verdict(tmp_path, _lines_of(HEARTBEAT, "[rank1]:") + _lines_of(TIMEOUT_PG3, "[rank4]:"))
+    wedged = [f for f in v.findings if f.cls == "host-wedged"]
+    assert wedged and wedged[0].ranks == (1,)
+
+
+def test_odd_work_counts_needs_an_agreeing_majority():
+    assert odd_work_counts({0: {84}, 1: {103}, 2: {103}}) == {0}
+    assert odd_work_counts({0: {3}, 1: {2}}) == set()
+    assert odd_work_counts({0: {1}, 1: {2}, 2: {3}}) == set()
+    assert odd_work_counts({0: {1, 2}, 1: {2}, 2: {2}}) == set()
