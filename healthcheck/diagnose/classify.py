@@ -8,7 +8,8 @@ different ranks for one failure, the verdict lowers its confidence and says so.
 
 Rules, in the order of precedence the verdict uses:
  1. init-failure: a port in use, rendezvous/store timeouts, NCCL without a usable
-    interface, duplicate GPUs, Init START without COMPLETE.
+    interface, duplicate GPUs, Init START without COMPLETE, the ranks the store-based
+    barrier never counted (storebarrier.py).
  2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors.
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
@@ -61,6 +62,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
+from healthcheck.diagnose.storebarrier import store_barrier_absentees
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.diagnose.wrapperlag import wrapper_behind
@@ -286,6 +288,12 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
     init, dead = init_failure(col), dead_rank(col)
+    absent = store_barrier_absentees(col)  # storebarrier.py: the ranks the store-based barrier never counted
+    if absent is not None and (init is None or not init.ranks):
+        if dead is not None and set(dead.ranks) & set(absent.ranks):  # it died before it joined: a death
+            out.notes.append(f"{absent.message} ({rank_words(dead.ranks)} died)")
+        else:
+            init = absent
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:

@@ -55,3 +55,40 @@ def test_odd_work_counts_needs_an_agreeing_majority():
     assert odd_work_counts({0: {3}, 1: {2}}) == set()
     assert odd_work_counts({0: {1}, 1: {2}, 2: {3}}) == set()
     assert odd_work_counts({0: {1, 2}, 1: {2}, 2: {2}}) == set()
+
+
+# distributed_c10d.py's format strings (torch 1.x `worker_count=`, 2.x `num_workers_joined=`),
+# filled in: the lines each member logs while it waits in the store-based barrier
+def _waiting(rank: int, world: int, joined: int) -> str:
+    return (f"INFO:root:Waiting in store based barrier to initialize process group for rank: {rank}, key: "
+            f"store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout=0:30:00)\n")
+
+
+def _waiting_2x(rank: int, world: int, joined: int) -> str:
+    return (f"[rank{rank}]:[W1128 10:00:0{rank}.000000000 distributed_c10d.py:1069] Waiting in store based barrier "
+            f"to initialize process group for 30.02 secondsrank: {rank}, key: store_based_barrier_key:1 "
+            f"(world_size={world}, num_workers_joined={joined}, timeout=0:30:00 error=Wait timeout)\n")
+
+
+def test_store_barrier_names_the_ranks_never_counted(tmp_path):
+    v = _verdict(tmp_path, "".join(_waiting(r, 6, 4) for r in (0, 5, 1, 3, 0)))
+    assert v.cls == "init-failure" and [o.rank for o in v.odd_ranks] == [2, 4]
+
+
+def test_store_barrier_torch2_wording(tmp_path):
+    v = _verdict(tmp_path, "".join(_waiting_2x(r, 4, 3) for r in (0, 1, 3)))
+    assert v.cls == "init-failure" and [o.rank for o in v.odd_ranks] == [2]
+
+
+def test_store_barrier_names_none_where_the_count_does_not_match_the_ranks_seen(tmp_path):
+    # a cut: two members shown, three counted: the unseen two cannot be told apart
+    v = _verdict(tmp_path, "".join(_waiting(r, 4, 3) for r in (0, 1)))
+    assert not [o.rank for o in v.odd_ranks]
+
+
+def test_store_barrier_names_none_once_a_member_got_through(tmp_path):
+    text = "".join(_waiting(r, 4, 3) for r in (0, 1, 3))
+    text += ("INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for key:"
+             "store_based_barrier_key:1 with 4 nodes.\n")
+    v = _verdict(tmp_path, text)
+    assert not [o.rank for o in v.odd_ranks]
