@@ -92,3 +92,17 @@ def test_store_barrier_names_none_once_a_member_got_through(tmp_path):
              "store_based_barrier_key:1 with 4 nodes.\n")
     v = _verdict(tmp_path, text)
     assert not [o.rank for o in v.odd_ranks]
+
+
+# torch/multiprocessing/spawn.py's ProcessExitedException, as an operator quotes it in a sentence
+def test_spawn_exception_quoted_in_prose_names_the_process_dead(tmp_path):
+    v = _verdict(tmp_path, "While training I get torch.multiprocessing.spawn.ProcessExitedException: process 3 "
+                           "terminated with signal SIGABRT every time, any idea?\n")
+    assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [3]
+    assert any("mp.spawn's process index" in e.text for f in v.findings for e in f.lines)
+
+
+def test_spawn_exit_code_names_the_process_dead(tmp_path):
+    v = _verdict(tmp_path, "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with "
+                           "exit code 7\n")
+    assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [2]
