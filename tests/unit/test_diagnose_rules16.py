@@ -4,7 +4,7 @@ no rank named on a healthy DETAIL job's ProcessGroupWrapper log cut mid-run."""
 
 from __future__ import annotations
 
-from support import CORPUS
+from support import CORPUS, FIXTURES
 
 from healthcheck.diagnose.heartbeat import odd_work_counts
 from healthcheck.diagnose.sources import collect
@@ -106,3 +106,26 @@ def test_spawn_exit_code_names_the_process_dead(tmp_path):
     v = _verdict(tmp_path, "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with "
                            "exit code 7\n")
     assert v.cls == "dead-rank" and [o.rank for o in v.odd_ranks] == [2]
+
+
+# ---------------------------------------------------------------- DETAIL's wrapper, a healthy job cut mid-run
+
+HEALTHY_DETAIL = FIXTURES / "diagnose" / "rules16" / "healthy-detail-w4"
+
+
+def test_a_healthy_detail_job_cut_mid_run_names_nobody():
+    # real: cut-11 caught rank 3 a sequence behind the others between two all_reduces
+    for name in ("cut-05.log", "cut-11.log", "end.log"):
+        v = build(collect([HEALTHY_DETAIL / name]))
+        assert not [o.rank for o in v.odd_ranks], (name, v.cls, v.summary)
+        assert v.cls == "unknown", name
+
+
+def test_a_run_of_entries_one_behind_with_a_failure_after_is_still_named(tmp_path):
+    # the same real cut, then a peer's gloo timeout (the line as tests/fixtures/diagnose/op-mismatch's
+    # rank 0 printed it, labelled rank 0 here): the job stopped there (composed for the test)
+    text = (HEALTHY_DETAIL / "cut-11.log").read_text()
+    text += ("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
+             " Timed out waiting 4000ms for recv operation to complete\n")
+    v = _verdict(tmp_path, text)
+    assert 3 in [o.rank for o in v.odd_ranks]

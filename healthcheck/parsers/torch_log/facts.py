@@ -220,6 +220,7 @@ class FingerprintRan(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
     seq: int | None = None
     op_type: str = ""
+    entered: int = 1  # how many `Running collective` lines the rank logged in the text, this one counted
 
 
 class TracebackCut(_Fact, frozen=True, omit_defaults=True, kw_only=True):

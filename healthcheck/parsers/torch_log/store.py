@@ -83,7 +83,9 @@ _BARRIER_WAIT = re.compile(
     r"(?:to initialize process group for [^,()]{0,80}?rank: |on rank:? )(\d{1,9}),? (?:for )?key: ?([^\s()]{1,200}) "
     r"\(world_size=(\d{1,9}), (?:worker_count|num_workers_joined)=(\d{1,9})"
 )
-_BARRIER_DONE = re.compile(r"(?:Rank (\d{1,9}): )?Completed store-based barrier for key: ?([^\s()]{1,200}) with (\d{1,9})\b")
+_BARRIER_DONE = re.compile(
+    r"(?:Rank (\d{1,9}): )?Completed store-based barrier for key: ?([^\s()]{1,200}) with (\d{1,9})\b"
+)
 
 
 def read_store_barrier(state: TorchState, line: Line) -> bool:
