@@ -8,7 +8,8 @@ different ranks for one failure, the verdict lowers its confidence and says so.
 
 Rules, in the order of precedence the verdict uses:
  1. init-failure: a port in use, rendezvous/store timeouts, NCCL without a usable
-    interface, duplicate GPUs, Init START without COMPLETE.
+    interface, duplicate GPUs, Init START without COMPLETE, the ranks the store-based
+    barrier never counted (storebarrier.py).
  2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors.
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
@@ -18,7 +19,8 @@ Rules, in the order of precedence the verdict uses:
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
     stack is outside the function the others wait in (a skipped collective), a rank
     whose own call gloo refused before any exchange (argcheck.py).
- 5. host-wedged: the heartbeat monitor (`watchdog got stuck`).
+ 5. host-wedged: the heartbeat monitor (`watchdog got stuck`), only where other ranks
+    differ (heartbeat.py); alike on every rank shown it is a note.
  6. network: IB completion errors (the first names hca and peer), verbs failures,
     socket errors beside a link event in the window (socket errors alone are what a
     dead peer leaves too: a note, no finding).
@@ -44,6 +46,7 @@ from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
+from healthcheck.diagnose.heartbeat import wedged
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
@@ -59,6 +62,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
+from healthcheck.diagnose.storebarrier import store_barrier_absentees
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.diagnose.wrapperlag import wrapper_behind
@@ -140,25 +144,6 @@ def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
                                   ahead))
         return behind, items, f"NCCL opCount {top:#x} on comm {comm}"
     return (), [], ""
-
-
-def _wedged(col: Collected, out: Analysis) -> None:
-    items: list[Evidence] = []
-    ranks: set[int] = set()
-    for f in col.evidence.torch_logs:
-        assert f.log is not None
-        for s in f.log.stuck:
-            r = fact_rank(s, f.rank)
-            text = f"watchdog {s.kind}" + (f" for {s.seconds} s" if s.seconds else "")
-            items.append(log_evidence(col, f.source, s.line, text, r))
-            if r is not None:
-                ranks.add(r)
-    if items:
-        who = rank_words(ranks) if ranks else "a rank"
-        out.findings.append(job_finding(cls="host-wedged", ranks=tuple(sorted(ranks)), evidence=tuple(items[:20]),
-                                    confidence="high" if ranks else "medium",
-                                    summary=f"{who}: the host side is wedged (the ProcessGroupNCCL watchdog made no "
-                                            "progress: a CUDA/NCCL call or the GIL blocks it)"))
 
 
 def _network(col: Collected, out: Analysis) -> None:
@@ -303,6 +288,12 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
     init, dead = init_failure(col), dead_rank(col)
+    absent = store_barrier_absentees(col)  # storebarrier.py: the ranks the store-based barrier never counted
+    if absent is not None and (init is None or not init.ranks):
+        if dead is not None and set(dead.ranks) & set(absent.ranks):  # it died before it joined: a death
+            out.notes.append(f"{absent.message} ({rank_words(dead.ranks)} died)")
+        else:
+            init = absent
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:
@@ -383,7 +374,7 @@ def analyse(col: Collected) -> Analysis:
         p2p_deadlock(col, out)  # p2p.py: ranks in send/recv while the others wait in collectives
     if not any(f.cls in ("collective-mismatch", "shape-mismatch") for f in out.findings):
         group_order(col, out)  # grouporder.py: a member past the new_group its peers wait in
-    _wedged(col, out)
+    wedged(col, out)  # heartbeat.py: the heartbeat monitor, host-wedged only with contrast
     _network(col, out)
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)

@@ -42,7 +42,13 @@ from healthcheck.diagnose.logfacts import (
 )
 from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.ringsize import ring_world
-from healthcheck.diagnose.signals import ONLY_FIRST, mpirun_first, mpirun_kills, outside_sigterms
+from healthcheck.diagnose.signals import (
+    ONLY_FIRST,
+    mpirun_first,
+    mpirun_kills,
+    outside_sigterms,
+    spawn_exits,
+)
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.victims import spoke_of_failure
@@ -110,6 +116,10 @@ def _launcher_kills(col: Collected, acc: _Dead) -> None:
         acc.basis = acc.basis or ONLY_FIRST
     for rank, why, item in outside_sigterms(col):
         acc.name(rank, why, item)
+    for rank, why, item in spawn_exits(col):  # mp.spawn's first dead process, by its index
+        if rank not in acc.ranks:
+            acc.name(rank, why, item)
+            acc.unsure = True  # the index is the rank in the common case only
 
 
 def _gone(col: Collected, acc: _Dead) -> None:

@@ -310,6 +310,7 @@ def failures_held(col: Collected) -> str:
         counts["size mismatch"] += len(log.mismatches) + sum(1 for g in log.gloo if g.kind == "size-mismatch")
         counts["backend error"] += len(log.backend_errors)
         counts["exception"] += sum(1 for e in log.exceptions if e.framed or e.native)
+        counts["heartbeat-monitor stall"] += len(log.stuck)  # heartbeat.py: alike on all, it names none
     counts["NCCL warning"] += sum(len(n.log.warns) for n in col.evidence.nccl_logs if n.log is not None)
     return ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items() if n)
 

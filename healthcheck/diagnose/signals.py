@@ -13,6 +13,12 @@
   stopped because of it. Where the agent itself got a death signal (the job was cancelled)
   every SIGTERM is the agent's relay: none is named. Without the agent's word (mpirun and
   srun stop the survivors with SIGTERM and do not list them) no SIGTERM is named here.
+* torch.multiprocessing.spawn: `ProcessExitedException: process N terminated with signal S`
+  (or `with exit code C`), also quoted in a sentence, names the first process it saw die
+  without a traceback of its own. N is spawn's process index, the rank the job gives it
+  where one mp.spawn starts the world (the common case): named dead, saying so. As for
+  mpirun, a SIGABRT or exit of a process whose output reports a collective's failure is
+  the watchdog's or gloo's abort, not a death of its own; SIGTERM/SIGINT/SIGHUP are a relay.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Iterator
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Evidence
+from healthcheck.diagnose.logfacts import COLLATERAL
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
 
@@ -41,6 +48,27 @@ def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
                 continue  # gloo's check aborted it: the mismatch's consequence
             text = f"mpirun: rank {rank} on {t.host or '?'} {t.state} ({t.signal})"
             yield rank, f"killed by {t.signal}", log_evidence(col, f.source, t.line, text, rank)
+
+
+SPAWN_INDEX = "mp.spawn's process index, the rank it was given where one mp.spawn starts the world"
+
+
+def spawn_exits(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it died, the line) for the process mp.spawn's ProcessExitedException names."""
+    victims = spoke_of_failure(col)
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for t in f.log.task_exits:
+            if t.launcher != "spawn" or not t.tasks or not t.state.startswith(("terminated with signal",
+                                                                               "terminated with exit code")):
+                continue
+            rank = t.tasks[0]
+            if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in victims:
+                continue
+            text = f"mp.spawn: process {rank} {t.state} (process {rank}: {SPAWN_INDEX})"
+            how = f"killed by {t.signal}" if t.signal else f"exited with code {t.exitcode}"
+            yield rank, f"{how}; mp.spawn's process {rank}", log_evidence(col, f.source, t.line, text, rank)
 
 
 def mpirun_first(col: Collected) -> set[int]:
@@ -82,4 +110,4 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "mpirun_first", "mpirun_kills", "outside_sigterms"]
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "mpirun_first", "mpirun_kills", "outside_sigterms", "spawn_exits"]

@@ -9,6 +9,15 @@ more ranks logged one, all but one at the same SequenceNumber of one op and that
 it never entered the collective the others wait in (stuck or busy elsewhere) and is named,
 medium confidence (the lines carry no process group: a rank may be behind in another
 group's numbering). Two ranks, or no strict majority at one number, name nobody.
+
+A running job's output cut at any moment looks the same: the ranks enter each collective
+one after another, so a cut often finds one rank that has not yet logged the next one
+(captured: tests/fixtures/diagnose/rules16, a healthy 4-rank gloo job's console copied
+every 0.5 s). So where the text shows the ranks' run of entries (a rank logged more than
+one), the last lines are only a moment of a job that may be moving: one rank behind counts
+only where the text shows the job stopped there, a failure (a timeout, an error, an abort,
+the heartbeat monitor, an exception) logged after the last entry. A text of one entry per
+rank is the tail someone took of a job they saw hang, and is read as before.
 """
 
 from __future__ import annotations
@@ -37,10 +46,27 @@ def _last_entered(col: Collected) -> dict[int, tuple[int, str, Evidence]]:
     return out
 
 
+_STOPS = ("timeouts", "cut_timeouts", "gloo", "backend_errors", "aborts", "stuck", "exceptions", "store_lost",
+          "barrier_failures", "desync")
+
+
+def moment_only(col: Collected) -> bool:
+    """Whether DETAIL's lines are a run of entries cut at a moment, with nothing after them
+    that says the job stopped there (see the module's docstring)."""
+    history = stopped = False
+    for f in col.evidence.torch_logs:
+        if f.log is None or not f.log.last_fingerprints:
+            continue
+        history = history or any(x.entered > 1 for x in f.log.last_fingerprints)
+        end = max(x.line for x in f.log.last_fingerprints)
+        stopped = stopped or any(fact.line > end for kind in _STOPS for fact in getattr(f.log, kind))
+    return history and not stopped
+
+
 def wrapper_behind(col: Collected) -> JobFinding | None:
     """The stuck-rank finding for the one rank behind every other in DETAIL's log, or None."""
     last = _last_entered(col)
-    if len(last) < _MIN_RANKS:
+    if len(last) < _MIN_RANKS or moment_only(col):
         return None
     top, count = Counter((seq, op) for seq, op, _ in last.values()).most_common(1)[0]
     behind = [r for r, (seq, _, _) in last.items() if seq < top[0]]
@@ -58,4 +84,4 @@ def wrapper_behind(col: Collected) -> JobFinding | None:
                  "(stuck or busy elsewhere)"))
 
 
-__all__ = ["wrapper_behind"]
+__all__ = ["moment_only", "wrapper_behind"]

@@ -59,6 +59,9 @@ shared/notes/diagnose.md sections 2 and 4):
   failed on SocketImpl(..., remote=[localhost]:29500): Connection reset by peer` (also
   recvValueWithTimeout, recvVector, sendBytes), ProcessGroupNCCL's `Failed to check the
   "should dump" flag on TCPStore, ... with error: ...`: the store's end and the error.
+* The store-based barrier (store.py, `store_barrier`): `Waiting in store based barrier to
+  initialize process group for rank: N, key: K (world_size=W, worker_count=C, ...)`, its
+  timeout and `Completed store-based barrier`: which members waited, how many had joined.
 * torchrun's agent: the ChildFailedError block field by field, `failed (exitcode: N)
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
@@ -132,6 +135,8 @@ from healthcheck.parsers.torch_log.facts import (
     RendezvousError,
     RendezvousKind,
     StepLogged,
+    StoreBarrier,
+    StoreBarrierState,
     StoreLost,
     StoreOp,
     TaskExit,
@@ -153,7 +158,7 @@ __all__ = [
     "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
     "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
-    "FingerprintRan", "StepLogged", "StoreLost", "StoreOp", "TracebackCut",
+    "FingerprintRan", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp", "TracebackCut",
     "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
     "WorkerFailed", "WorkerGroupEvent", "parse_torch_log",

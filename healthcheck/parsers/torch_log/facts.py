@@ -220,6 +220,7 @@ class FingerprintRan(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
     seq: int | None = None
     op_type: str = ""
+    entered: int = 1  # how many `Running collective` lines the rank logged in the text, this one counted
 
 
 class TracebackCut(_Fact, frozen=True, omit_defaults=True, kw_only=True):
@@ -294,6 +295,25 @@ class RendezvousError(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     expected: int | None = None
     retry: int | None = None  # the store client's `try=N` (0: the first try failed)
     message: str = ""
+
+
+StoreBarrierState = Literal["waiting", "timed-out", "completed"]
+
+
+class StoreBarrier(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """distributed_c10d.py's store-based barrier, where init_process_group/new_group waits
+    for every member to add itself to the store key: `Waiting in store based barrier to
+    initialize process group for rank: N, key: store_based_barrier_key:1 (world_size=W,
+    worker_count=C, timeout=...)` (torch 1.x; 2.x: `... for S secondsrank: N, ...
+    num_workers_joined=C ...`), the `Timed out initializing process group in store based
+    barrier on rank[:] N, for key: ...` error, and `Rank N: Completed store-based barrier
+    for key:K with W nodes.` `member` is the rank the message names (it added itself)."""
+
+    state: StoreBarrierState
+    member: int
+    key: str
+    world_size: int
+    joined: int | None = None  # worker_count / num_workers_joined: members the store counted
 
 
 StoreOp = Literal["recvValue", "recvValueWithTimeout", "recvVector", "sendBytes", "should-dump-check"]
@@ -473,6 +493,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     address_in_use: tuple[AddressInUse, ...] = ()
     rendezvous: tuple[RendezvousError, ...] = ()
     store_lost: tuple[StoreLost, ...] = ()
+    store_barrier: tuple[StoreBarrier, ...] = ()
     child_failed: tuple[ChildFailedBlock, ...] = ()
     worker_failures: tuple[WorkerFailed, ...] = ()
     task_exits: tuple[TaskExit, ...] = ()
@@ -526,6 +547,7 @@ class TorchLog(msgspec.Struct, frozen=True):
 
 FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches", "barrier_failures",
               "backend_errors", "gloo", "flight_recorder", "address_in_use", "rendezvous", "store_lost",
+              "store_barrier",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts")

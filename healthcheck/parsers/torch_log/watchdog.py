@@ -307,7 +307,7 @@ _RUNNING_RANK = re.compile(r"\[Rank (\d{1,7})\] " + re.escape(_RUNNING))
 
 def read_running(state: TorchState, line: Line) -> bool:
     """DETAIL's ProcessGroupWrapper `[Rank R] Running collective: CollectiveFingerPrint(...)`:
-    kept per rank, the last one only (a job logs one per collective)."""
+    kept per rank, the last one only (a job logs one per collective), with how many it logged."""
     m = _RUNNING_RANK.search(line.text, 0, 4096)
     if m is None:
         return False
@@ -315,7 +315,9 @@ def read_running(state: TorchState, line: Line) -> bool:
     if rank not in state.last_running and len(state.last_running) >= OPEN_MAX:
         return True
     fp = fingerprint(rank, line.text[m.end():])
-    state.last_running[rank] = FingerprintRan(**(where(line) | {"rank": rank}), seq=fp.seq, op_type=fp.op_type)
+    before = state.last_running.get(rank)
+    state.last_running[rank] = FingerprintRan(**(where(line) | {"rank": rank}), seq=fp.seq, op_type=fp.op_type,
+                                              entered=before.entered + 1 if before is not None else 1)
     return True
 
 
