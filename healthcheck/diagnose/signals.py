@@ -53,15 +53,19 @@ def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
 SPAWN_INDEX = "mp.spawn's process index, the rank it was given where one mp.spawn starts the world"
 
 
+# mp.spawn's words for the process it saw fail: killed, exited non-zero, or raised (its
+# `-- Process N terminated with the following error:` head; the child exits 1 after it)
+_SPAWN_DEATHS = ("terminated with signal", "terminated with exit code", "terminated with an error")
+
+
 def spawn_exits(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
-    """(rank, how it died, the line) for the process mp.spawn's ProcessExitedException names."""
+    """(rank, how it died, the line) for the process mp.spawn reports failed (exited or raised)."""
     victims = spoke_of_failure(col)
     for f in col.evidence.torch_logs:
         if f.log is None:
             continue
         for t in f.log.task_exits:
-            if t.launcher != "spawn" or not t.tasks or not t.state.startswith(("terminated with signal",
-                                                                               "terminated with exit code")):
+            if t.launcher != "spawn" or not t.tasks or not t.state.startswith(_SPAWN_DEATHS):
                 continue
             rank = t.tasks[0]
             if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in victims:

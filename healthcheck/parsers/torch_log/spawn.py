@@ -6,8 +6,9 @@ reports the first process that failed (it prints only that one, then terminates 
   where one mp.spawn starts the whole world, as on one node, the index is the rank), and
   process N exited 1 (mp.spawn's child does after an exception).
 * `ProcessExitedException: process N terminated with signal SIGKILL` (or `with exit code
-  C`): process N died without a traceback of its own; read as a launcher's word on a task,
-  like Open MPI's `exited on signal` box (the first one it saw die).
+  C`; torch 1.x raised a plain `Exception:` with the same words): process N died without a
+  traceback of its own; read as a launcher's word on a task, like Open MPI's `exited on
+  signal` box (the first one it saw die).
 
 Captured with torch 2.13 (tests/fixtures/diagnose/rules10)."""
 
@@ -22,7 +23,8 @@ from healthcheck.parsers.torch_log.facts import SIGNALS, TaskExit
 from healthcheck.parsers.torch_log.state import TorchState, agent_where
 
 _ERROR_HEAD = re.compile(r"-- Process (\d{1,9}) terminated with the following error:\s*$")
-_EXITED = re.compile(r"(?:[\w.]{0,64}\.)?ProcessExitedException: process (\d{1,9}) terminated with "
+# torch 1.x raised a plain `Exception: process N terminated with signal S` (spawn.py's join)
+_EXITED = re.compile(r"(?:[\w.]{0,64}\.)?(?:ProcessExited)?Exception: process (\d{1,9}) terminated with "
                      r"(?:signal (\w{1,16})|exit code (-?\d{1,9}))")
 
 
@@ -72,5 +74,5 @@ def end_spawn_error(state: TorchState, line: Line) -> None:
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("spawn-error", lambda b: b.startswith("-- Process "), read_error_head),
-    Handler("spawn-exited", lambda b: "ProcessExitedException: process " in b, read_exited),
+    Handler("spawn-exited", lambda b: "Exception: process " in b, read_exited),
 )
