@@ -1032,7 +1032,7 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 
 
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-               cut_end: bool = False) -> Iterator[Line]:
+               cut_end: bool = False, records: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
@@ -1040,6 +1040,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
     `cut_end`: where the text ends mid-line (`ends_mid_line`), the last line's text loses
     the word it ends inside (`without_cut_end`, repair "cut-end"): never read as whole.
+    `records`: a structured log's JSON record is read into the lines it stands for
+    (`json_pieces`): for the readers of a program's own log (torch_log); a tool whose lines
+    a log shipper wraps keeps the record whole (gpud's `{"msg": "known sxid", "line": "...
+    SXid ..."}`: the kernel's line is in another field than the message).
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -1057,7 +1061,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
-                          workers=workers, pytest=pytest[number - 1])
+                          workers=workers, pytest=pytest[number - 1], records=records)
         if number == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1119,7 +1123,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
-              gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False) -> list[Line]:
+              gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
+              records: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
@@ -1127,14 +1132,14 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     lines (`line_numbered`); `gutter`: out of one that showed them bare (`gutter_numbered`);
     `indent`: the line's markdown code block's (`code_block_indents`); `workers`: its
     `NAME-N | ` labels name ranks (`worker_labelled`); `pytest`: it carries pytest's `E`
-    mark (`pytest_marked`)."""
+    mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent,
                 pytest=pytest)
-    pieces = json_pieces(body, srun)
+    pieces = json_pieces(body, srun) if records else []
     if pieces:
         repairs.append("json")
     else:

@@ -247,7 +247,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in read_lines(text, max_line=MAX_LINE, cut_end=True) if not line.noise]
+             for line in read_lines(text, max_line=MAX_LINE, cut_end=True, records=True) if not line.noise]
     for line in word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)), COLLAPSED_LINES)):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
