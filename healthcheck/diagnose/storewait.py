@@ -17,11 +17,13 @@ rendezvous: the peers wait in a collective for a rank that sits in the store out
 (`lone_store_waits`). After the loop went round that rank is stuck (a key no rank sets: a
 reshuffle seed nobody publishes), `stuck_in_store`; before it, the rank never finished its
 own setup (a setup key under another run's prefix: a stale RUN_ID in its launch),
-`setup_store_waits` for the init-failure rule.
+`setup_store_waits` for the init-failure rule; so is a strict minority of three ranks or more
+that all waited in the store, under another key prefix than the rest.
 """
 
 from __future__ import annotations
 
+from healthcheck.diagnose.analysis import minority
 from healthcheck.diagnose.findings import JobFinding, job_finding
 from healthcheck.diagnose.logfacts import RankError, Wait, error_evidence, first_errors, ranks_heard
 from healthcheck.diagnose.outofstep import last_steps
@@ -99,13 +101,38 @@ def stuck_in_store(col: Collected) -> JobFinding | None:
                        evidence=tuple(items[:12]), where=waits[min(waits)].frame)
 
 
+def _prefix(e: RankError) -> str:
+    """The key's path without its last part (`/default_pg/0//run-6e21//index` -> `.../run-6e21/`)."""
+    return _keys(e).rpartition("/")[0]
+
+
+def _odd_prefixes(col: Collected) -> tuple[dict[int, RankError], str]:
+    """Every rank heard (three or more) waited in the store in its own code, and a strict
+    minority waited under another key prefix than the rest: (those ranks' waits, why)."""
+    firsts = first_errors(col)
+    waits = {r: e for r, e in firsts.items() if _store_wait(e)}
+    if len(waits) < 3 or set(waits) != ranks_heard(col):
+        return {}, ""
+    pick = minority({r: _prefix(e) for r, e in waits.items()})
+    if pick is None:
+        return {}, ""
+    odd, theirs, mine = pick
+    return ({r: waits[r] for r in odd},
+            f"{rank_words(sorted(odd))} waited in the store under {mine or 'no prefix'} where every other rank "
+            f"waited under {theirs or 'no prefix'}, before the job's loop went round: its launch names another run "
+            "or prefix")
+
+
 def setup_store_waits(col: Collected) -> tuple[dict[int, RankError], str]:
     """(the ranks that waited in the store for a key of their own setup before the job's
     loop went round, while every other rank had gone on into a collective and waited for
-    them; why, in words): they could not finish their setup. ({}, "") otherwise."""
-    waits, others = lone_store_waits(col)
-    if not waits or loop_went_round(col):
+    them, or while every other rank waited under one other key prefix; why, in words): they
+    could not finish their setup. ({}, "") otherwise."""
+    if loop_went_round(col):
         return {}, ""
+    waits, others = lone_store_waits(col)
+    if not waits:
+        return _odd_prefixes(col)
     theirs, peers = _said(waits, others)
     return waits, (f"{theirs} before the job's loop went round, while {peers}: no peer set the key it "
                    "waits for (a prefix or run id of another launch?)")
