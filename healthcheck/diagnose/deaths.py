@@ -44,6 +44,7 @@ from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.signals import (
     ONLY_FIRST,
+    forced_kills,
     mpirun_first,
     mpirun_kills,
     outside_sigterms,
@@ -92,10 +93,11 @@ def _signalled(col: Collected, acc: _Dead) -> None:
     """Killed by a signal that is not torchrun's collateral SIGTERM (nor gloo's SIGABRT)."""
     ev_ = col.evidence
     own = own_aborts(col)  # ownabort.py: a SIGABRT of the rank's own (a native assert), not gloo's
+    forced = forced_kills(col)  # signals.py: the agent's SIGKILL of a worker that hung past its SIGTERM
     for f in ev_.torch_logs:
         assert f.log is not None
         for fail in (x for block in f.log.child_failed for x in block.failures):
-            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal:
+            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.pid in forced:
                 continue
             if fail.signal == "SIGABRT" and fail.rank not in own:
                 continue
@@ -103,7 +105,8 @@ def _signalled(col: Collected, acc: _Dead) -> None:
                      log_evidence(col, f.source, fail.line, f"rank {fail.rank} (pid {fail.pid}, host {fail.host}) "
                                   f"exitcode {fail.exitcode} ({fail.signal})", fail.rank))
     for rank, r in ev_.ranks.items():
-        if r.signal and r.signal not in COLLATERAL and r.signal != "SIGABRT" and rank not in acc.ranks:
+        if r.signal and r.signal not in COLLATERAL and r.signal != "SIGABRT" and rank not in acc.ranks \
+                and not (r.signal == "SIGKILL" and r.pid in forced):
             acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
                                                              text=f"rank {rank} exited with {r.signal} "
                                                                   f"(exit {r.exit_code})"))
@@ -276,6 +279,26 @@ def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) ->
         acc.basis += "; " + ", ".join(f"rank {c.rank} raised {c.text[:60]} after it" for c in later[:4])
 
 
+# the TCPStore client's words when the store's host went away under a store call (torch 2.x:
+# `DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote
+# server shutdown or crash?`, from store.add/get/wait)
+_STORE_GONE = ("Did the remote server shutdown", "Connection was likely closed")
+STORE_HOST = 0  # the rank that hosts the default TCPStore under env:// (torchrun's agent hosts its own)
+
+
+def _store_host_left(col: Collected, peers: list[RankError], quiet: list[int]) -> tuple[list[RankError], list[int]]:
+    """(the peers that lost the store, [the store's host]) where every peer that failed lost
+    its connection to the TCPStore in a store call, not in a collective, and the rank that
+    hosts it (rank 0) printed no error: it left, and the store went with it. ([], quiet)
+    otherwise: a quiet rank that hosts no store cannot have closed it; under torchrun (its
+    failure block in the text) the store is the agent's, which no worker's exit closes."""
+    lost = [e for e in peers if any(w in e.message for w in _STORE_GONE)]
+    agent = any(f.log is not None and f.log.child_failed for f in col.evidence.torch_logs)
+    if not lost or len(lost) != len(peers) or STORE_HOST not in quiet or agent:
+        return [], quiet
+    return lost, [STORE_HOST]
+
+
 def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """A rank with no error at all while every peer that failed did so because a peer
     closed its connections (none timed out: nobody waited on a live rank): it left early,
@@ -291,6 +314,8 @@ def _early_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     if first and not first & set(quiet):
         return  # mpirun says another rank died first: the silent ones are those it stopped
     closed = [e for e in peers if any(w in e.message for w in _PEER_GONE)]
+    if not closed:
+        closed, quiet = _store_host_left(col, peers, quiet)
     stopped = agent_stopped(col)
     quiet = stopped_leavers(col, quiet, stopped, {e.rank for e in closed})
     if not closed or not quiet:

@@ -4,65 +4,43 @@
 A file whose first byte is `{` was taken for one JSON document (a Flight Recorder dump, a
 torchrun error file) and, being none, was not read at all, though a crashing rank's
 traceback (`[rank3]: Traceback ...`, printed by Python, not the formatter) sits between
-its JSON lines. Here each JSON-object line that carries a message becomes the plain line
-`[rankR]: MESSAGE` (`rankR: ` where there is no rank field), so the text reader reads the
-record as that rank's line; every other line is kept as it is, one line for one, so line
-numbers stay those of the file. Linear: each line is cut at MAX_JSON_LINE before it is
-decoded, and a line longer than that is kept as text.
+its JSON lines. Such a file is read as text: the line layer (parsers/lines.json_pieces,
+parsers/jsonlog.py) reads each record into the lines the rank would have printed, its
+message, its time, its rank and the traceback inside it, on the record's own line number;
+here only the sniff that keeps the file from the JSON readers, and each record's rank and
+time for the index of stamped lines (sources.TextStamps).
 """
 
 from __future__ import annotations
 
-import json
+from healthcheck.parsers.lines import json_pieces, json_record, labels_of
 
-MAX_JSON_LINE = 64 * 1024
-MESSAGE_KEYS = ("msg", "message", "text", "event", "log")
-RANK_KEYS = ("rank", "global_rank", "RANK", "proc_rank")
 _SNIFF_LINES = 20
 
 
-def _record(line: str) -> dict | None:
-    s = line.strip()
-    if not (s.startswith("{") and s.endswith("}")) or len(s) > MAX_JSON_LINE:
-        return None
-    try:
-        obj = json.loads(s)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _field(obj: dict, keys: tuple[str, ...]) -> object:
-    return next((obj[k] for k in keys if k in obj), None)
-
-
 def is_json_lines(text: str) -> bool:
-    """Several lines among the first ones are JSON objects that carry a message."""
-    seen = 0
-    for line in text.splitlines()[:_SNIFF_LINES]:
-        obj = _record(line)
-        if obj is not None and isinstance(_field(obj, MESSAGE_KEYS), str):
-            seen += 1
-    return seen >= 2 or (seen == 1 and text.count("\n") <= 1)
+    """Several lines among the first ones are JSON records that carry a message."""
+    lines = text.splitlines()[:_SNIFF_LINES]
+    seen = sum(1 for line in lines if json_record(line) is not None)
+    return seen >= 2 or (seen == 1 and len(lines) == 1)
+
+
+def record_head(line: str) -> tuple[int | None, str, bool] | None:
+    """A JSON record's line as the stamp index reads a line: (the rank its labels or the
+    record name, the record's time as printed, whether it is labelled); None for any other."""
+    found = json_record(line)
+    if found is None:
+        return None
+    prefix, record = found
+    labels = labels_of(prefix)
+    rank = record.rank if record.rank is not None else labels.global_rank
+    return rank, record.stamp, record.rank is not None or labels.labelled
 
 
 def as_text_line(line: str) -> str:
-    """One JSON line as `[rankR]: MESSAGE`; any other line unchanged."""
-    obj = _record(line)
-    if obj is None:
-        return line
-    msg = _field(obj, MESSAGE_KEYS)
-    if not isinstance(msg, str):
-        return line
-    rank = _field(obj, RANK_KEYS)
-    if isinstance(rank, str) and rank.isdigit():
-        rank = int(rank)
-    level = obj.get("level") or obj.get("levelname")
-    text = f"{level}: {msg}" if isinstance(level, str) and level.upper() in ("WARNING", "ERROR", "CRITICAL") else msg
-    text = text.replace("\n", " | ")  # one line for one: the traceback a formatter folded in stays on its line
-    return f"[rank{rank}]: {text}" if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else text
+    """One JSON line as the lines it stands for (`[rankR]: MESSAGE`, then its traceback's),
+    joined by line ends; any other line unchanged."""
+    return "\n".join(json_pieces(line)) or line
 
 
-def as_text_log(text: str) -> str:
-    """The file with each JSON line as text (see the module's docstring)."""
-    return "\n".join(as_text_line(line) for line in text.split("\n"))
+__all__ = ["as_text_line", "is_json_lines", "record_head"]

@@ -135,6 +135,8 @@ def rank_errors(col: Collected) -> dict[int, list[RankError]]:
             continue
         for e in f.log.exceptions:
             rank = fact_rank(e, f.rank)
+            if rank is None and e.pid is not None:
+                rank = col.pid_ranks.get(e.pid)  # a glog FATAL line's thread id: its process's pid
             if rank is None or not _counts(e) or e.thread or child_of_live_rank(col, e.child_process, rank):
                 continue  # a thread's (or a living rank's child's) exception ended that, not its rank (threads.py)
             text = f"{e.type}: {e.message}"  # gloo::EnforceNotMet is gloo's own check on a peer's data

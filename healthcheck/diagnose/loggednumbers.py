@@ -42,7 +42,7 @@ def _template(text: str) -> tuple[str, tuple[int, ...]] | None:
 
 def read_logged(text: str, file_rank: int | None, into: Logged) -> None:
     """Each rank's templated lines of `text` into `into` (the first time each is logged)."""
-    for line in read_lines(text):
+    for line in read_lines(text, records=True):  # a JSON log's records as the rank's lines
         rank = line.global_rank if line.global_rank is not None else file_rank
         if rank is None or line.noise:
             continue

@@ -49,7 +49,7 @@ from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
-from healthcheck.diagnose.storewait import store_waits
+from healthcheck.diagnose.storewait import store_waits, stuck_in_store
 
 _SAME_FAILURE_S = 1.0  # a peer error this close to the first timeout is that failure's, not a late waker's
 
@@ -230,6 +230,9 @@ def cut_short(col: Collected, waits: dict[int, Wait]) -> dict[int, Wait]:
 
 def post_mortem(col: Collected) -> JobFinding | None:
     """The culprit the ranks' timeouts point at (see the module's docstring), or None."""
+    in_store = stuck_in_store(col)  # storewait.py: ranks in a store wait of their own while the others wait for them
+    if in_store is not None:
+        return in_store
     waits = {**store_waits(col), **rank_waits(col)}  # storewait.py: a key waited for mid-run is a timeout too
     if not waits:
         return None

@@ -97,6 +97,15 @@ def _agent_word(col: Collected) -> tuple[set[int], bool]:
     return closed, cancelled
 
 
+def forced_kills(col: Collected) -> set[int]:
+    """The pids torchrun's agent SIGKILLed because its closing signal did not end them
+    (`Unable to shutdown process P via 15, forcefully exiting via 9`): a worker that outlived
+    the agent's SIGTERM for its whole grace period hung (in a signal handler waiting on a lock
+    its own interrupted code held, in a blocked call); its SIGKILL is the agent's, not how the
+    rank failed."""
+    return {c.pid for f in col.evidence.torch_logs if f.log is not None for c in f.log.closing_signals if c.forced}
+
+
 def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     """(rank, how, evidence) for ranks killed by SIGTERM from outside the launcher."""
     closed, cancelled = _agent_word(col)
@@ -114,4 +123,5 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "mpirun_first", "mpirun_kills", "outside_sigterms", "spawn_exits"]
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "mpirun_first", "mpirun_kills", "outside_sigterms",
+           "spawn_exits"]

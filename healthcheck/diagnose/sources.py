@@ -49,7 +49,7 @@ from healthcheck.diagnose.evidence import (
     TorchLogFile,
     Unreadable,
 )
-from healthcheck.diagnose.jsonlines import as_text_log, is_json_lines
+from healthcheck.diagnose.jsonlines import is_json_lines, record_head
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
@@ -160,16 +160,27 @@ def _stamp_of(head: str, year: int) -> float | None:
     return None
 
 
+def _line_stamp(line: str, year: int, workers: bool) -> tuple[int | None, float | None, bool]:
+    """(the rank a line's labels name, its time, whether it is labelled); a JSON record's
+    rank and time are the record's (jsonlines.record_head)."""
+    head = line[:120]
+    if "{" in head:
+        record = record_head(line)
+        if record is not None:
+            rank, stamp, labelled = record
+            return rank, _stamp_of(stamp, year) if stamp else None, labelled
+    if not head or not (head[0].isdigit() or head[0] in "[ " or (workers and head[0].isalpha())):
+        return None, None, False
+    rank, rest, labelled = _label(head, workers)
+    return rank, _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None, labelled
+
+
 def _stamps(text: str, year: int) -> TextStamps:
     out = TextStamps()
     lines = text.split("\n")
     workers = worker_labelled(lines)  # `worker-3 | ` before each line names its rank
     for number, line in enumerate(lines, 1):
-        head = line[:120]
-        if not head or not (head[0].isdigit() or head[0] in "[ " or (workers and head[0].isalpha())):
-            continue
-        rank, rest, labelled = _label(head, workers)
-        t = _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None
+        rank, t, labelled = _line_stamp(line, year, workers)
         if t is None:
             continue
         out.stamps.append((number, t))
@@ -375,9 +386,7 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
     if head == b"[":
         if _py_spy(source, text, rank, col):
             return
-    if is_json_lines(text):
-        text = as_text_log(text)  # jsonlines.py: a log of JSON lines, each read as its rank's line
-    elif head == b"{":
+    if head == b"{" and not is_json_lines(text):  # jsonlines.py: a log of JSON lines is read as text
         _read_json(source, name, data, text, rank, col)
         return
     start = text[:65536]
@@ -687,6 +696,8 @@ def link_task_exits(col: Collected) -> None:
     its own (collateral): the status is kept, the signal is not. A rank whose process hc
     saw alive (live) is left alone: srun spoke of an earlier step's task, not of it."""
     for t in (t for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits):
+        if t.pid is not None and len(t.tasks) == 1:
+            col.pid_ranks.setdefault(t.pid, t.tasks[0])  # a supervisor's `worker R (pid P) exited ...`
         for task in t.tasks[:4096]:
             seen = col.evidence.ranks.get(task)
             if seen is not None and seen.alive:

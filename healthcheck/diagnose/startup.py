@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.launchrank import awaited_rank, ranks_past_setup, store_host_impostor, wrong_launch
-from healthcheck.diagnose.logfacts import ranks_heard
+from healthcheck.diagnose.logfacts import error_evidence, ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
-from healthcheck.diagnose.storewait import midrun_store_waits
+from healthcheck.diagnose.storewait import midrun_store_waits, setup_store_waits
 
 _NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
                "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
@@ -170,6 +170,17 @@ def _larger_world(awaited: int, heard: set[int], whole: bool, past: set[int]) ->
             "launched with a larger WORLD_SIZE")
 
 
+def _setup_store_wait(col: Collected, acc: _Init) -> None:
+    """Ranks that waited in the store for a key of their own setup while every other rank went
+    on into a collective and waited for them (storewait.setup_store_waits)."""
+    if acc.ranks:
+        return
+    waits, why = setup_store_waits(col)
+    for e in waits.values():
+        acc.add(error_evidence(e), True)
+    acc.why = acc.why or why
+
+
 def _impostor(col: Collected, acc: _Init) -> None:
     """A rank that hosts the store without being rank 0: it, not the rank 0 that then
     could not listen on the port, is named (launchrank.py)."""
@@ -240,6 +251,7 @@ def init_failure(col: Collected) -> JobFinding | None:
         _store_strangers(col, acc)
         _beyond_the_world(col, acc)
         _wrong_rank_or_world(col, acc)
+        _setup_store_wait(col, acc)
     launchers = _launchers(col, acc.items)
     if not acc.items:
         return None

@@ -117,6 +117,7 @@ from healthcheck.core.launcher_labels import (
     TORCHRUN_ROLE,
     TORCHX_LABEL,
 )
+from healthcheck.parsers.jsonlog import Record, decode, record_start
 
 MAX_LINE = 65_536  # characters of one line that are looked at; the rest is cut (`cut`)
 SAMPLE_MAX = 20  # unrecognized lines kept as a sample
@@ -297,6 +298,38 @@ def drop_quote(text: str) -> str:
     """A line's markdown quote (`> `, `> > `)."""
     m = _QUOTE.match(text)
     return text[m.end():] if m else text
+
+
+# pytest's failure report: `E` and seven blanks before each line of the exception it explains
+# (`E       torch.multiprocessing.spawn.ProcessRaisedException:`), a bare `E` for its blank lines
+PYTEST_MARK = "E       "
+PYTEST_RUN = 2  # marked lines in a row that make a pytest report (one `E       x` line is anyone's)
+
+
+def _pytest_candidate(line: str) -> bool:
+    body = line.rstrip("\r")
+    return body.startswith(PYTEST_MARK) or body.rstrip(" ") == "E"
+
+
+def pytest_marked(lines: Sequence[str]) -> list[bool]:
+    """Per line: whether it carries pytest's `E       ` mark, in a run of PYTEST_RUN or more
+    such lines (field-6: a paste of mp.spawn's report out of a failed test, every line
+    marked). Linear: one pass to find the runs."""
+    candidates = [_pytest_candidate(line) for line in lines]
+    marks = [False] * len(lines)
+    start = 0
+    for i in range(len(candidates) + 1):
+        if i < len(candidates) and candidates[i]:
+            continue
+        if i - start >= PYTEST_RUN:
+            marks[start:i] = [True] * (i - start)
+        start = i + 1
+    return marks
+
+
+def drop_pytest_mark(text: str) -> str:
+    """A line's pytest `E       ` mark (a bare `E`: the report's blank line)."""
+    return text[len(PYTEST_MARK):] if text.startswith(PYTEST_MARK) else "" if text.rstrip(" ") == "E" else text
 
 
 def drop_continuation(text: str) -> str:
@@ -999,7 +1032,7 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 
 
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-               cut_end: bool = False) -> Iterator[Line]:
+               cut_end: bool = False, records: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
@@ -1007,6 +1040,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     leaves `N: ` on, for a text whose own lines start so (anyhow's `Caused by:` list).
     `cut_end`: where the text ends mid-line (`ends_mid_line`), the last line's text loses
     the word it ends inside (`without_cut_end`, repair "cut-end"): never read as whole.
+    `records`: a structured log's JSON record is read into the lines it stands for
+    (`json_pieces`): for the readers of a program's own log (torch_log); a tool whose lines
+    a log shipper wraps keeps the record whole (gpud's `{"msg": "known sxid", "line": "...
+    SXid ..."}`: the kernel's line is in another field than the message).
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -1017,13 +1054,14 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     numbered = line_numbered(sample)
     gutter = not numbered and gutter_numbered(sample)
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
+    pytest = pytest_marked(raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
-                          workers=workers)
+                          workers=workers, pytest=pytest[number - 1], records=records)
         if number == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1053,11 +1091,14 @@ def before_output(line: Line) -> tuple[Line, bool]:
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
-         numbered: bool = False, gutter: bool = False, indent: str = "") -> str:
+         numbered: bool = False, gutter: bool = False, indent: str = "", pytest: bool = False) -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
     `> `, markdown's code block `indent`, a log viewer's line number, bracketed or its bare
-    gutter's, an editor's auto-links), each repair named in `repairs`."""
+    gutter's, an editor's auto-links, pytest's `E       ` where `pytest`: pytest_marked),
+    each repair named in `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
+    if pytest:
+        steps.append(("pytest", drop_pytest_mark))
     if quoted:
         steps.append(("continuation", drop_continuation))
     if reply:
@@ -1082,24 +1123,31 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
-              gutter: bool = False, indent: str = "", workers: bool = False) -> list[Line]:
+              gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
+              records: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
     logging prefix (`logger_prefixed`); `numbered`: out of a log viewer that numbered its
     lines (`line_numbered`); `gutter`: out of one that showed them bare (`gutter_numbered`);
     `indent`: the line's markdown code block's (`code_block_indents`); `workers`: its
-    `NAME-N | ` labels name ranks (`worker_labelled`)."""
+    `NAME-N | ` labels name ranks (`worker_labelled`); `pytest`: it carries pytest's `E`
+    mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
-    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent)
-    pieces = torn_pieces(body)
-    while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers)[0].strip():
-        pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
-    if len(pieces) > 1:
-        repairs.append("torn")
+    body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent,
+                pytest=pytest)
+    pieces = json_pieces(body, srun) if records else []
+    if pieces:
+        repairs.append("json")
+    else:
+        pieces = torn_pieces(body)
+        while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers)[0].strip():
+            pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
+        if len(pieces) > 1:
+            repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
@@ -1116,6 +1164,31 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
             line = _noise(line, unindented(rest))
         out.append(line)
     return out
+
+
+def json_record(body: str, srun: bool = True) -> tuple[str, Record] | None:
+    """A structured log record on one line (parsers/jsonlog.py) behind nothing but a
+    launcher's labels or a stamp (`[default0]:{"rank": 0, ...}`, srun's `0: {...}`, a
+    runtime's stamp): (that prefix, the record). None for any other line, also for JSON
+    after words (`config: {"lr": 0.1}`: a program's message, not its logger's record)."""
+    start = record_start(body)
+    if start < 0 or (start and peel(body[:start], srun=srun)[0].strip()):
+        return None
+    record = decode(body)
+    return (body[:start], record) if record is not None else None
+
+
+def json_pieces(body: str, srun: bool = True) -> list[str]:
+    """A structured log record's lines (jsonlog.decode) as the process would have printed
+    them: each behind the line's own prefix and the rank the record names as torch labels
+    it (`[rank1]:`), so every parser reads the message, the time and the traceback inside
+    the JSON as that rank's lines, all with the record's line number. [] for any other line."""
+    found = json_record(body, srun)
+    if found is None:
+        return []
+    prefix, record = found
+    label = f"[rank{record.rank}]: " if record.rank is not None else ""
+    return [prefix + label + x for x in record.lines]
 
 
 def _noise(line: Line, text: str) -> Line:

@@ -38,6 +38,9 @@ _GOT_SIGNAL = re.compile(r"Process (\d{1,10}) got signal: (?:Signals\.)?(\w{1,16
 # 2.x's spawn.py under glog: field/issues-14): each stops a process that did not fail
 _CLOSING = re.compile(
     r"(?:Sending process (\d{1,10}) closing signal|(?:Closing|Terminating) process (\d{1,10}) via signal) (\w{1,16})")
+# torchrun's agent when a worker outlived its closing signal (elastic/multiprocessing/api.py):
+# `Unable to shutdown process P via 15, forcefully exiting via 9`
+_FORCED = re.compile(r"Unable to shutdown process (\d{1,10}) via (\w{1,16}), forcefully exiting via (\w{1,16})")
 _GROUP_RESTART = re.compile(
     r"\[([^\]]{1,64})\] Worker group (\w{1,32})\. (\d{1,9})/(\d{1,9}) attempts left; will restart worker group"
 )
@@ -169,6 +172,20 @@ def read_closing_signal(state: TorchState, line: Line) -> bool:
     return True
 
 
+def read_forced_kill(state: TorchState, line: Line) -> bool:
+    """`Unable to shutdown process P via 15, forcefully exiting via 9`: the agent's own SIGKILL
+    of a worker that did not end on its closing signal (hung in a handler, blocked): a closing
+    signal too, marked `forced`; the worker's SIGKILL is the agent's, not its death's cause."""
+    m = _FORCED.search(line.text)
+    pid = to_int(m.group(1)) if m else None
+    if m is None or pid is None:
+        return False
+    number = to_int(m.group(3))
+    signal = SIGNALS.get(number, "") if number is not None else m.group(3)
+    state.add("closing_signals", ClosingSignal(**agent_where(line), pid=pid, signal=signal or m.group(3), forced=True))
+    return True
+
+
 def _group_event(b: str) -> dict | None:
     m = _GROUP_RESTART.search(b)
     if m:
@@ -202,6 +219,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
     Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),
     Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),
+    Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),
     Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
     Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
 )

@@ -403,7 +403,8 @@ class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     signal: str = ""
     oom: bool = False
     after_abort: bool = False
-    launcher: str = "srun"  # "mpirun": Open MPI's `exited on signal` box
+    launcher: str = "srun"  # "mpirun": Open MPI's `exited on signal` box; "supervisor": launchreports.py
+    pid: int | None = None  # the process, where the report names it
 
 
 class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
@@ -420,10 +421,13 @@ class AgentSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 class ClosingSignal(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The agent stopping a worker: `Sending process P closing signal SIGTERM` or `Closing
     process P via signal SIGTERM`; mp.spawn's parent stopping the processes left after one
-    failed: `Terminating process P via signal SIGTERM`. The worker is collateral, not a cause."""
+    failed: `Terminating process P via signal SIGTERM`. The worker is collateral, not a cause.
+    `forced`: the agent's SIGKILL of a worker its closing signal did not end (`Unable to
+    shutdown process P via 15, forcefully exiting via 9`): the worker hung."""
 
     pid: int
     signal: str
+    forced: bool = False
 
 
 GroupEventKind = Literal["restart", "stopping", "starting", "rendezvous", "finished", "membership-change"]
@@ -453,6 +457,7 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     message: str = ""  # the first line of the message
     framed: bool = False
     native: bool = False
+    pid: int | None = None  # a glog FATAL line's thread id: the pid where the main thread logged it
     frame: str = ""  # the innermost frame of the program's own code: "train.py:37 in load_batch"
     collective: str = ""  # the torch.distributed function it was raised in: "all_reduce", "broadcast"
     # the innermost library frame after the program's own (not torch.distributed's): autograd's
@@ -505,6 +510,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
+    loop_rounds: int = 0  # the most values one loop counter (epoch, step, iter, batch) was logged with, any rank
     last_warnings: tuple[RankWarned, ...] = ()  # per rank, the last warning/error its code logged
     cut_tracebacks: tuple[TracebackCut, ...] = ()  # per rank, a traceback the text ends inside
     last_fingerprints: tuple[FingerprintRan, ...] = ()  # per rank, the last collective DETAIL logged it entering

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from healthcheck.parsers.lines import Handler, Line
-from healthcheck.parsers.torch_log.facts import SIGNALS, WorkerFailed
+from healthcheck.parsers.torch_log.facts import SIGNALS, TaskExit, WorkerFailed
 from healthcheck.parsers.torch_log.state import TorchState, agent_where
 
 _HOROVOD_HEAD = "Horovod detected that one or more processes exited with non-zero status"
@@ -38,6 +38,31 @@ _HOROVOD_LINES = 4  # lines after the head the two fields may take
 _ARGV_LOCAL_RANK = re.compile(r"'-u', .{0,4096}?'--local[_-]rank=(\d{1,6})'")
 _DEEPSPEED_EXIT = re.compile(r"sigkill_handler\] \[.{0,65536}\] exits with return code = (-?\d{1,3})")
 _CALLED_PROCESS = re.compile(r"CalledProcessError: Command '\[.{0,65536}\]' returned non-zero exit status (-?\d{1,3})")
+
+
+# a supervisor's (a job's own launcher's) word on each worker's end, as Python's subprocess
+# gives it (a negative status is the signal that ended it): `worker 2 (pid 10584) exited with
+# status 1`, `rank 0 (pid 11006) exited with code -6`; the pid, where given, places the
+# process's own unlabelled lines (a glog FATAL). mp.spawn's `process N terminated with exit code
+# C` is spawn.py's
+_WORKER_EXIT = re.compile(r"(?<![\w-])(?:worker|rank|process|proc|task)[ _#-]?(\d{1,7})(?: \(pid:? ?(\d{1,10})\))? "
+                          r"(?:exited|ended|died) with (?:exit )?(?:status|code|return code)[ :=]{0,3}"
+                          r"(-?\d{1,3})\b")
+
+
+def read_worker_exit(state: TorchState, line: Line) -> bool:
+    """A supervisor's `worker R (pid P) exited with status C`: worker R's end (TaskExit,
+    launcher "supervisor"), its signal where C is negative."""
+    m = _WORKER_EXIT.search(line.text)
+    if m is None:
+        return False
+    code = int(m.group(3))
+    where = agent_where(line)
+    state.add("task_exits", TaskExit(line=where["line"], time=where["time"], tasks=(int(m.group(1)),),
+                                     state=f"exited with status {code}", exitcode=code,
+                                     signal=SIGNALS.get(-code, "") if code < 0 else "", launcher="supervisor",
+                                     pid=int(m.group(2)) if m.group(2) else None))
+    return True
 
 
 def _worker_failed(state: TorchState, line: Line, exitcode: int, *, rank: int | None = None,
@@ -90,6 +115,7 @@ def read_launcher_command(state: TorchState, line: Line) -> bool:
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("worker-exit", lambda b: " with " in b, read_worker_exit),
     Handler("horovod-first-exit",
             lambda b: _HOROVOD_HEAD in b or "Process name: " in b or "Exit code: " in b, read_horovod),
     Handler("launcher-command",

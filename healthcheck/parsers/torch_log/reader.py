@@ -174,7 +174,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
-    Handler("step", steps.looks_like_step, steps.read_step),
+    Handler("step", steps.looks_like_round, steps.read_step),
     Handler("warning", steps.looks_like_warning, steps.read_warning),
     Handler("torch-words", _names_torch, _torch_words),
 )
@@ -233,6 +233,7 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),
+                    loop_rounds=max((len(v) for v in state.rounds.values()), default=0),
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
@@ -246,7 +247,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in read_lines(text, max_line=MAX_LINE, cut_end=True) if not line.noise]
+             for line in read_lines(text, max_line=MAX_LINE, cut_end=True, records=True) if not line.noise]
     for line in word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)), COLLAPSED_LINES)):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:

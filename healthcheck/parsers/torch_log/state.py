@@ -121,6 +121,7 @@ class TorchState:
         self.desync_seq: int | None = None  # the desync report's snapshot being read: `#SEQ started ranks:`
         self.unrecognized = UnrecognizedLines()
         self.last_step: dict[RankKey, StepLogged] = {}  # the last step line per rank (steps.py)
+        self.rounds: dict[str, set[int]] = {}  # a loop counter's word -> values logged, any rank (steps.py)
         self.last_warning: dict[RankKey, RankWarned] = {}  # the last logged warning per rank (steps.py)
 
     def add(self, kind: str, fact: object) -> int:

@@ -30,15 +30,41 @@ _STEP = re.compile(r"(?<![\w/.])(?:global[_ ]step|step|iteration|iter)(?:\s{0,3}
 _FAILURE = re.compile(r"error|fail|exception|traceback|timed? ?out", re.IGNORECASE)
 
 
+# a loop's round by any counter it logs (`epoch 2`, `step 30`, `iter 7`, `batch 12`), only to
+# tell whether a job's loop went round at all (loop_rounds), never which rank is where: an epoch
+# and a step are no numbers to compare across ranks
+_ROUND = re.compile(r"(?<![\w/.])(epoch|global[_ ]step|step|iteration|iter|batch)(?:\s{0,3}[:=#]\s{0,3}|\s{1,3})"
+                    r"(\d{1,9})\b", re.IGNORECASE)
+ROUND_VALUES_MAX = 8  # values kept per counter word: two say the loop went round
+
+
 def looks_like_step(text: str) -> bool:
     return "tep" in text or "ter" in text
 
 
-def read_step(state: TorchState, line: Line) -> bool:
-    """Keep the step a line logs as its rank's last."""
-    m = _STEP.search(line.text)
-    if m is None or line.text.lstrip().startswith("File ") or _FAILURE.search(line.text):
+def looks_like_round(text: str) -> bool:
+    return looks_like_step(text) or "poch" in text or "atch" in text
+
+
+def _count_round(state: TorchState, text: str) -> bool:
+    """A loop counter's value into the job's rounds (`TorchState.rounds`): True where the line logs one."""
+    m = _ROUND.search(text)
+    if m is None:
         return False
+    values = state.rounds.setdefault(m.group(1).lower().replace(" ", "_"), set())
+    if len(values) < ROUND_VALUES_MAX:
+        values.add(int(m.group(2)))
+    return True
+
+
+def read_step(state: TorchState, line: Line) -> bool:
+    """Keep the step a line logs as its rank's last; any loop counter it logs into the job's rounds."""
+    if line.text.lstrip().startswith("File ") or _FAILURE.search(line.text):
+        return False
+    counted = _count_round(state, line.text)
+    m = _STEP.search(line.text)
+    if m is None:
+        return counted
     at = where(line)
     key = (at["rank"], at["task"])
     if key not in state.last_step and len(state.last_step) >= OPEN_MAX:
@@ -70,4 +96,4 @@ def read_warning(state: TorchState, line: Line) -> bool:
     return True
 
 
-__all__ = ["looks_like_step", "looks_like_warning", "read_step", "read_warning"]
+__all__ = ["looks_like_round", "looks_like_step", "looks_like_warning", "read_step", "read_warning"]

@@ -149,6 +149,33 @@ def read_exception(state: TorchState, line: Line) -> bool:
     return True
 
 
+# glog's (and c10's) prefix before a FATAL line: its thread id, the process's pid where the
+# main thread logged it (`F1128 14:18:35.294319 11006 fused_attn.cc:212] `)
+# torch's own FATALs are its reactions to a collective's trouble (the heartbeat monitor's
+# `[F ProcessGroupNCCL.cpp:1169] ... watchdog got stuck`: heartbeat.py's), read by their own
+# handlers; c10's bracketed `[F...]` prefix is torch's logger, never read here
+_TORCH_FATAL = ("ProcessGroup", "NCCLUtils", "TCPStore", "socket.cpp", "Utils.hpp", "reducer.cpp", "Backend")
+_GLOG_TID = re.compile(r"\[?F\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}(\d{1,10}) ")
+
+
+def read_glog_fatal(state: TorchState, line: Line) -> bool:
+    """A glog FATAL line of native code (not torch's own, _TORCH_FATAL): `F1128 12:00:00.123
+    11006 fused_attn.cc:212] Check failed: x == y`. Native code's own check failed and glog
+    aborts the process right after it, so it is the rank's death with its reason, an
+    exception of its own (native, framed by no traceback). Its rank is its label's or its
+    file's; else its thread id, which is the process's pid when the main thread failed, for
+    the caller to place (`pid`)."""
+    if line.level != "F" or line.logger != "glog" or not line.text.strip() or line.source.startswith(_TORCH_FATAL):
+        return False
+    m = _GLOG_TID.search(line.labels)
+    pid = int(m.group(1)) if m else None
+    kind = "Check failed" if line.text.startswith("Check failed") else "FATAL"
+    message = line.text.removeprefix("Check failed").lstrip(": ").strip() if kind == "Check failed" else line.text
+    state.add("exceptions", ExceptionRaised(**where(line), type=kind, native=True, frame=clip(line.source, 160),
+                                            message=clip(message.strip(), MESSAGE_MAX), pid=pid))
+    return True
+
+
 def by_excepthook(line: Line) -> bool:
     """The line came through torch's own sys.excepthook: torch's `[rankN]: ` label (not
     Lightning's `[rank: N] `, not a launcher's) with no c10 or glog prefix after it. That
@@ -165,5 +192,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("thread-exception", lambda b: b.startswith(_THREAD_HEAD), read_thread_head),
     Handler("traceback-frame", lambda b: b[:1] in " \t", read_frame),
     Handler("terminate", lambda b: b.startswith(_TERMINATE_WORDS), read_terminate),
+    Handler("glog-fatal", lambda b: True, read_glog_fatal),
     Handler("exception", _may_end_traceback, read_exception),
 )
