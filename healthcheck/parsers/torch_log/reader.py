@@ -42,6 +42,7 @@ from healthcheck.parsers.torch_log import (
     box,
     errors,
     launchreports,
+    signalreport,
     spawn,
     steps,
     store,
@@ -220,6 +221,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("nccl-detail", _always, read_nccl_detail),
     Handler("what", _always, _read_what),
     Handler("fr-frame", _always, read_fr_frame),
+    *signalreport.HANDLERS,
     *chained((*MESSAGE_HANDLERS, *tracebacks.HANDLERS)),
 )
 
