@@ -76,23 +76,33 @@ def _with_sinfo(tmp_path: Path, answer: str | None) -> None:
     main.write_text(main.read_text().replace("slurm: {", f"slurm: {{sinfo: {sinfo}, "))
 
 
-@pytest.mark.parametrize("answer, limited", [("debug*|infinite", True), ("debug*|2-00:00:00", True),
-                                             ("debug*|10:00", False), (None, False)],
+# a stand-in srun that notes its argv and starts nothing: the test it was asked for fails at once
+NO_TASK = "sys.exit(1)\n"
+
+
+@pytest.mark.parametrize("answer, limited, serves", [("debug*|infinite", True, True),
+                                                     ("debug*|2-00:00:00", True, False),
+                                                     ("debug*|10:00", False, False), (None, False, False)],
                          ids=["unlimited", "above", "below", "unknown"])
 def test_a_workers_allocation_has_a_time_limit_from_the_sweeps_bound_where_the_partition_allows(
-        tmp_path, answer, limited):
+        tmp_path, answer, limited, serves):
     """The worker lives at most the pool's lifetime: its job's --time is that plus a margin, in
     minutes rounded up; omitted where the partition's MaxTime is lower (Slurm would refuse or
-    hold the job) or unknown."""
+    hold the job) or unknown. One answer's workers are started and serve the test (the stand-in
+    passes --time by, as it does every option: what one serves, all would; without --time:
+    test_pair_workers_launched's srun workers); the others' srun lines are asked for and read
+    without starting torch twice more for each."""
     pytest.importorskip("torch")
-    config, log = site(tmp_path, "srun")
+    config, log = site(tmp_path, "srun") if serves else site(tmp_path, "srun", tail=NO_TASK)
     _with_sinfo(tmp_path, answer)
     workers = pool(load_config(tmp_path / "hc.yaml"))
     try:
         samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
-        assert samples and why == "", why
+        if serves:
+            assert samples and why == "", why
     finally:
         workers.close()
+    assert {a for argv in launches(log) for a in argv if a.startswith("--nodelist=")} >= {"--nodelist=n1"}
     for argv in launches(log):
         minutes = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--time=")]
         if limited:  # the worker's whole life, and a few minutes' margin: never less, never unlimited

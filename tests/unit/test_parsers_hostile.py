@@ -345,8 +345,21 @@ def test_many_lines_cost_their_length(tool):
     indentation (the nvidia-smi -q tree nests by it)."""
     for prefix in PREFIXES_MANY.get(tool, PREFIXES[tool]):
         _assert_linear(tool, _many_lines(tool, prefix), f"lines of {prefix!r} + each filler", sizes=MANY_SIZES)
-    stairs = "".join(" " * (i % 1000) + "A : 1\n" for i in range(2000))
-    _assert_linear(tool, lambda size: CONTEXT[tool] + stairs * max(1, size // len(stairs)), "staircase")
+    # the whole staircase (indentation 0 to 999, twice: ~1 MB) parses, or is refused as
+    # unparsable, once: it was three sizes of one text (each under 1 MB is one copy), five
+    # parses of the same megabyte whose ratios could not tell linear from quadratic
+    _run(parser_for(tool), CONTEXT[tool] + STAIRS)
+    # its steps at MANY_SIZES, each the staircase up to that size (deeper with the size): a
+    # cost per line that grows with the nesting above it is over the ratio
+    _assert_linear(tool, lambda size: CONTEXT[tool] + _stairs_to(size), "staircase", sizes=MANY_SIZES)
+
+
+STAIRS = "".join(" " * (i % 1000) + "A : 1\n" for i in range(2000))
+
+
+def _stairs_to(size: int) -> str:
+    """The first lines of STAIRS, about `size` characters of them."""
+    return STAIRS[:STAIRS.rfind("\n", 0, size) + 1]
 
 
 def test_hostfile_lines_that_expand_cost_their_length():
