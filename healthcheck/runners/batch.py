@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from healthcheck.runners.base import CommandResult, Runner
+from healthcheck.runners.ssh.commands import remote_result
 
 _MARK = "@@hc-batch"
 
@@ -23,8 +24,11 @@ def batch_script(commands: list[tuple[str, ...]], timeout_s: float) -> str:
     t = max(1, math.ceil(timeout_s))
     lines = ['d=$(mktemp -d) || exit 99', 'trap \'rm -rf "$d"\' EXIT']
     for i, argv in enumerate(commands):
-        lines.append(f'( timeout -k 2 {t} {shlex.join(argv)} >"$d/{i}.o" 2>"$d/{i}.e" </dev/null; '
-                     f'echo $? >"$d/{i}.r" ) &')
+        # each command's own start and end, from /proc/uptime by the `read` builtin (no
+        # process): its 137 is a timeout only if it ran that long, else a kill (the OOM
+        # killer's) that must not read as one; without /proc the batch's length stands in
+        lines.append(f'( read s _ </proc/uptime; timeout -k 2 {t} {shlex.join(argv)} >"$d/{i}.o" 2>"$d/{i}.e" '
+                     f'</dev/null; r=$?; read e _ </proc/uptime; echo "$r $s $e" >"$d/{i}.r" ) 2>/dev/null &')
     lines.append("wait")
     for i in range(len(commands)):
         # base64 per stream: output may hold anything (markers, newlines, invalid UTF-8);
@@ -35,8 +39,10 @@ def batch_script(commands: list[tuple[str, ...]], timeout_s: float) -> str:
 
 
 def parse_batch(output: str, commands: list[tuple[str, ...]],
-                duration_s: float) -> dict[tuple[str, ...], CommandResult]:
-    """The per-command results in `output` (commands missing from it are left out)."""
+                duration_s: float, timeout_s: float) -> dict[tuple[str, ...], CommandResult]:
+    """The per-command results in `output` (commands missing from it are left out), each
+    mapped as a single remote command's is (`remote_result`): `duration_s` is the whole
+    batch's, the bound of every command's where the node did not say its own."""
     import base64
     import binascii
 
@@ -45,7 +51,7 @@ def parse_batch(output: str, commands: list[tuple[str, ...]],
     i = 0
     while i + 2 < len(lines):
         parts = lines[i].split()
-        if len(parts) != 3 or parts[0] != _MARK or not parts[1].isdigit():
+        if not 3 <= len(parts) <= 5 or parts[0] != _MARK or not parts[1].isdigit():
             i += 1
             continue
         index = int(parts[1])
@@ -57,17 +63,21 @@ def parse_batch(output: str, commands: list[tuple[str, ...]],
             i += 1
             continue
         if index < len(commands):
-            results[commands[index]] = _result(commands[index], rc, stdout, stderr, duration_s)
+            took = _own_duration(parts[3:], duration_s)
+            results[commands[index]] = remote_result(commands[index], rc, stdout, stderr, took, timeout_s)
         i += 3
     return results
 
 
-def _result(argv: tuple[str, ...], rc: int, stdout: str, stderr: str, duration_s: float) -> CommandResult:
-    if rc in (124, 137):  # coreutils timeout: the command ran out of time
-        return CommandResult(argv, None, stdout, stderr, duration_s, timed_out=True)
-    if rc == 127:
-        return CommandResult(argv, None, stdout, stderr or f"{argv[0]}: command not found", duration_s, not_found=True)
-    return CommandResult(argv, rc, stdout, stderr, duration_s)
+def _own_duration(stamps: list[str], batch_s: float) -> float:
+    """A command's seconds from its two /proc/uptime readings, else the batch's (which ran
+    every command at once, so no command took longer)."""
+    try:
+        start, end = (float(x) for x in stamps)
+    except ValueError:  # not two numbers: no /proc/uptime on the node, or a torn record
+        return batch_s
+    took = end - start
+    return took if math.isfinite(took) and 0 <= took <= batch_s + 1 else batch_s
 
 
 class PrefetchingRunner:
@@ -101,4 +111,4 @@ def prefetch(runner: Runner, commands: list[tuple[str, ...]], timeout_s: float) 
     result = runner.run(("sh", "-c", batch_script(commands, timeout_s)), timeout_s=timeout_s + 5)
     if result.timed_out or result.error or result.returncode == 99:
         return PrefetchingRunner(runner, {})
-    return PrefetchingRunner(runner, parse_batch(result.stdout, commands, result.duration_s))
+    return PrefetchingRunner(runner, parse_batch(result.stdout, commands, result.duration_s, timeout_s))

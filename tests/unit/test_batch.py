@@ -25,6 +25,25 @@ def test_missing_tools_and_timeouts_map_like_the_runners():
     assert runner.results[("sleep", "30")].timed_out
 
 
+def test_a_kill_before_the_timeout_is_no_timeout():
+    """A command SIGKILLed (as the OOM killer does) long before its timeout exits 137 from the
+    wrapper, as a timed-out one does: it reads as the kill, the way one command over SSH does
+    (remote_result), not as time running out."""
+    killed = ("sh", "-c", "kill -9 $$")
+    runner = prefetch(LocalRunner(), [killed, ("sleep", "30")], timeout_s=2)
+    r = runner.results[killed]
+    assert not r.timed_out and r.returncode == 137, r
+    assert runner.results[("sleep", "30")].timed_out  # the one that ran out of time still does
+
+
+def test_without_own_times_the_batch_length_decides():
+    """A node that gave no per-command times (no /proc/uptime): a 137 in a batch shorter than
+    the timeout cannot be one; in one as long, it is."""
+    record = "@@hc-batch 0 137\n\n\n"
+    assert not parse_batch(record, [("x",)], 0.5, timeout_s=5)[("x",)].timed_out
+    assert parse_batch(record, [("x",)], 5.2, timeout_s=5)[("x",)].timed_out
+
+
 def test_commands_run_concurrently_on_the_node():
     start = time.monotonic()
     prefetch(LocalRunner(), [("sleep", "1"), ("sleep", "1.01"), ("sleep", "1.02")], timeout_s=5)
@@ -56,7 +75,7 @@ def test_unprefetched_commands_and_failed_batches_run_on_their_own():
 def test_truncated_batch_output_keeps_only_whole_records():
     commands = [("a",), ("b",)]
     out = "@@hc-batch 0 0\nb2s=\n\n@@hc-batch 1 0\nbm8"
-    results = parse_batch(out, commands, 0.1)
+    results = parse_batch(out, commands, 0.1, timeout_s=5)
     assert set(results) == {("a",)} and results[("a",)].stdout == "ok"
     assert "timeout -k 2 3 a" in batch_script(commands, 2.5)
 
