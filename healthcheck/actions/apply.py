@@ -16,9 +16,8 @@ from healthcheck.core import catalogue
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.core.model import Action, ActionRecord, Finding, Report
 from healthcheck.core.nodes import fold
-from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
-from healthcheck.report.build import group_findings, iso, utc_now
+from healthcheck.report.build import action_finding, group_findings, iso, utc_now
 
 
 @dataclass
@@ -29,12 +28,6 @@ class Outcome:
     guarded: bool = False
     drained: list[str] = field(default_factory=list)  # drains that stand (not rolled back)
     messages: list[str] = field(default_factory=list)  # what --dry-run prints, one per action
-
-
-def run_finding(spec: catalogue.FindingSpec, message: str, *, scope: str, value: object = None,
-                evidence: str | None = None, status: Status = Status.ERROR) -> Finding:
-    """A finding about acting on the scheduler (check "hc.actions"): ERROR unless said, about the run's `scope`."""
-    return stamp(spec(status, message, value=value, evidence=evidence), check="hc.actions", subject=scope)
 
 
 def act(
@@ -58,7 +51,7 @@ def act(
         if wanted:
             text += f"; not drained: {fold(wanted)}"
             out.messages.append(f"hc: not drained: {fold(wanted)}: cannot read node states from Slurm ({error})")
-        out.run_findings.append(run_finding(catalogue.SLURM_FAILED, text, scope=scope, evidence=error))
+        out.run_findings.append(action_finding(catalogue.SLURM_FAILED, text, scope=scope, evidence=error))
         return out
     plan = decide(report.nodes, states, settings.drain, cluster_size=len(states), resume=resume,
                   extra_drains=extra_drains, boot_times=boot_times, analyses=report.analyses)
@@ -66,7 +59,7 @@ def act(
     _say_what_was_not_done(out, plan, states)
     if plan.guard is not None:
         out.guarded = True
-        out.run_findings.append(run_finding(
+        out.run_findings.append(action_finding(
             catalogue.GUARDED, f"{plan.guard.message}; would have drained {fold(plan.guard.would_drain)}",
             scope=scope, value=plan.guard.would_drain))
     for reason, nodes in sorted(plan.drain.items()):
@@ -75,7 +68,7 @@ def act(
         if result.ok:
             out.drained.extend(nodes)
         else:
-            out.run_findings.append(run_finding(catalogue.SLURM_FAILED,
+            out.run_findings.append(action_finding(catalogue.SLURM_FAILED,
                                                 f"drain of {fold(nodes)} failed: {result.message}",
                                                 scope=scope, evidence=result.message))
     if out.drained and not dry_run:
@@ -84,7 +77,7 @@ def act(
         result = client.resume(fold(plan.resume), dry_run=dry_run)
         out.records.append(_record("resume", plan.resume, result, None, dry_run, audit, report.run_id, out))
         if not result.ok:
-            out.run_findings.append(run_finding(catalogue.SLURM_FAILED,
+            out.run_findings.append(action_finding(catalogue.SLURM_FAILED,
                                                 f"resume of {fold(plan.resume)} failed: {result.message}",
                                                 scope=scope, evidence=result.message))
     return out
@@ -96,12 +89,12 @@ def _say_what_was_not_done(out: Outcome, plan: Plan, states: Mapping[str, SlurmN
     Nodes with the same why share one finding."""
     for nodes, why in _by_why(plan.not_drained):
         text = f"not drained: {fold(nodes)} {why}"
-        out.run_findings.append(run_finding(catalogue.NOT_DRAINED, text, scope=fold(nodes), value=nodes))
+        out.run_findings.append(action_finding(catalogue.NOT_DRAINED, text, scope=fold(nodes), value=nodes))
         out.messages.append(f"hc: {text}")
     for nodes, why in _by_why(plan.stays_drained):
         reasons = sorted({states[n].reason for n in nodes if n in states})
         text = f"{fold(nodes)} stays drained ({'; '.join(reasons)}): {why}"
-        out.run_findings.append(run_finding(catalogue.STAYS_DRAINED, text, scope=fold(nodes), value=nodes,
+        out.run_findings.append(action_finding(catalogue.STAYS_DRAINED, text, scope=fold(nodes), value=nodes,
                                             status=Status.WARN))
         out.messages.append(f"hc: {text}")
 
@@ -140,7 +133,7 @@ def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: Slu
                 out.drained.remove(node)
                 out.guarded = True
                 limit = settings.drain.max_drain_fraction
-                out.run_findings.append(run_finding(
+                out.run_findings.append(action_finding(
                     catalogue.GUARDED,
                     f"concurrent hc runs drained more nodes than max_drain_fraction {limit:g} allows; "
                     f"undid the drain of {node}, which came after the allowed ones", scope=scope, value=[node]))

@@ -43,12 +43,12 @@ class AuditLog:
         """hc.E008 (ERROR) naming what could not be recorded, or None when every record was written."""
         if not self.failures:
             return None
-        from healthcheck.actions.apply import run_finding
         from healthcheck.core import catalogue
+        from healthcheck.report.build import action_finding
 
         count = len(self.failures)
         what = "record" if count == 1 else "records"
-        return run_finding(catalogue.NOT_WRITTEN, f"{count} audit {what} not written: {self.failures[0]}",
+        return action_finding(catalogue.NOT_WRITTEN, f"{count} audit {what} not written: {self.failures[0]}",
                            scope=scope, value=count, evidence="\n".join(self.failures[:20]))
 
     def read(self) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from healthcheck.actions.reasons import is_hc_reason
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
@@ -53,8 +54,6 @@ class SlurmNode:
     @property
     def drained_by_hc(self) -> bool:
         """Drained with a reason of exactly hc's format ("hc:maint - jdoe" is an admin's)."""
-        from healthcheck.actions.policy import is_hc_reason
-
         return self.drained and is_hc_reason(self.reason)
 
     @property

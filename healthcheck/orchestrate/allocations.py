@@ -359,8 +359,8 @@ def cancel_leftovers(settings: SlurmSettings, env: Mapping[str, str], audit: Aud
     """Cancel this user's hc-named jobs whose hc has ended; one run finding (act.E010)
     naming them, one audit record each. Nothing where Slurm is not installed; a note where
     squeue does not answer."""
-    from healthcheck.actions.apply import run_finding
     from healthcheck.core import catalogue
+    from healthcheck.report.build import action_finding
 
     out = Leftovers()
     deadline = time.monotonic() + CANCEL_BOUND_S
@@ -384,7 +384,7 @@ def cancel_leftovers(settings: SlurmSettings, env: Mapping[str, str], audit: Aud
     if live:
         why = _said(r) if not r.ok else "still live after scancel"
         message += f"{'. ' if message else ''}could not cancel job(s) {', '.join(sorted(live))}: {why}"
-    out.findings.append(run_finding(catalogue.LEFTOVER_JOB, message, scope="slurm", value=list(ids),
+    out.findings.append(action_finding(catalogue.LEFTOVER_JOB, message, scope="slurm", value=list(ids),
                                     evidence="\n".join(f"{j} {found[j][0]}: {found[j][1]}" for j in ids)))
     out.notes.append(message)
     return out

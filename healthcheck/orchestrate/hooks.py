@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from healthcheck.actions.apply import Outcome, act, run_finding, with_outcome
+from healthcheck.actions.apply import Outcome, act, with_outcome
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.nodestate import LockTimeout, NodeState
-from healthcheck.actions.policy import drain_reason
+from healthcheck.actions.reasons import drain_reason
 from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
@@ -33,6 +33,7 @@ from healthcheck.core.model import Report
 from healthcheck.core.status import Status
 from healthcheck.orchestrate.localrun import check_this_node
 from healthcheck.probes.sysinfo import boot_time
+from healthcheck.report.build import action_finding
 from healthcheck.report.jsonio import encode, write_atomic
 
 
@@ -107,7 +108,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
             if settings.error_escalation == "drain":
                 extra[node] = drain_reason(error_ids, settings.drain.reason_max_len, prefix=f"ERROR x{count} ")
             else:
-                run_notes.append(run_finding(
+                run_notes.append(action_finding(
                     catalogue.ERRORS_REPEATED,
                     f"{node} could not be checked in {count} consecutive runs ({', '.join(error_ids) or 'ERROR'})",
                     scope=node, value=count))
@@ -126,14 +127,14 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
             with state.lock(settings.lock_timeout_s):
                 outcome = acting()
         except LockTimeout as exc:
-            outcome.run_findings.append(run_finding(catalogue.LOCKED, str(exc), scope=node))
+            outcome.run_findings.append(action_finding(catalogue.LOCKED, str(exc), scope=node))
         except OSError as exc:
             # no lock file (state_dir unusable): act anyway -- the policy re-reads Slurm's
             # states, and a FAIL must still take the node out
             state_problems.append(f"node lock: {exc.strerror or exc}")
             outcome = acting()
     if state_problems:
-        run_notes.append(run_finding(
+        run_notes.append(action_finding(
             catalogue.STATE_FAILED, f"hc's state under {state.dir} could not be kept: " + "; ".join(state_problems),
             scope=node, evidence="; ".join(state_problems)))
     lost = audit.failure_finding(scope=node)  # an action whose audit record was not written

@@ -145,8 +145,8 @@ def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None, whole:
 
 def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], since: float | None,
               env: dict, out: SrunOutcome) -> list[NodeResult]:
-    from healthcheck.actions.apply import run_finding
     from healthcheck.core import catalogue
+    from healthcheck.report.build import action_finding
     from healthcheck.report.jsonio import decode
 
     settings = config.main.slurm
@@ -187,7 +187,7 @@ def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], s
         if result.timed_out:
             why = f"srun did not finish within {settings.sweep_timeout_s:g}s" + (f": {why}" if why else "")
         # one launcher failure is one finding for the run, not one row per node
-        out.run_findings.append(run_finding(
+        out.run_findings.append(action_finding(
             catalogue.LAUNCH_FAILED, f"no report from srun for {fold(missing)}: {why}", scope=fold(missing),
             evidence=result.stderr[-2000:] or None))
     return [by_node.get(n) or unreachable_result(n, config.fabric_of(n), "no report from srun (see act.E006)",

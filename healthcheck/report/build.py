@@ -108,11 +108,20 @@ def foldable(names: list[str]) -> bool:
 
 
 def run_finding(spec: FindingSpec, message: str, *, scope: str, value: object = None,
-                evidence: str | None = None) -> Finding:
-    """A finding about the run rather than one node (check "hc.run"), stamped as the engine would."""
+                evidence: str | None = None, status: Status = Status.ERROR, check: str = "hc.run") -> Finding:
+    """A finding about the run rather than one node (check "hc.run" unless said), stamped as
+    the engine would: ERROR unless said, about the run's `scope`."""
     from healthcheck.core.stamp import stamp
 
-    return stamp(spec(Status.ERROR, message, value=value, evidence=evidence), check="hc.run", subject=scope)
+    return stamp(spec(status, message, value=value, evidence=evidence), check=check, subject=scope)
+
+
+def action_finding(spec: FindingSpec, message: str, *, scope: str, value: object = None,
+                   evidence: str | None = None, status: Status = Status.ERROR) -> Finding:
+    """A run finding about acting on the scheduler (check "hc.actions"): drains, resumes,
+    the guard, the audit log."""
+    return run_finding(spec, message, scope=scope, value=value, evidence=evidence, status=status,
+                       check="hc.actions")
 
 
 def with_run_finding(report: Report, finding: Finding, *, raise_status: bool = True) -> Report:

@@ -9,7 +9,8 @@ import pytest
 
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.nodestate import LockTimeout, NodeState
-from healthcheck.actions.policy import can_resume, decide, drain_reason, reason_ids, rollback_needed
+from healthcheck.actions.policy import can_resume, decide, rollback_needed
+from healthcheck.actions.reasons import drain_reason, reason_ids
 from healthcheck.actions.slurm import SlurmClient, SlurmNode, parse_sinfo, shell_line
 from healthcheck.core.config.schema import DrainPolicy, SlurmSettings
 from healthcheck.core.model import CheckResult, Finding, NodeResult
@@ -258,7 +259,7 @@ def test_a_reason_that_merely_starts_like_hcs_is_an_admins(reason):
 
 @pytest.mark.parametrize("reason", ["hc: net.E001", "hc: ib.E002,net.E001", "hc: ERROR x3 hc.E002", "hc: gpu.E001 +2"])
 def test_every_reason_hc_writes_is_recognised_as_hcs(reason):
-    from healthcheck.actions.policy import is_hc_reason
+    from healthcheck.actions.reasons import is_hc_reason
 
     assert is_hc_reason(reason) and SlurmNode("n1", "drained", reason).drained_by_hc
 

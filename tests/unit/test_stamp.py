@@ -7,7 +7,6 @@ de-duplication, report history and report diffs depend on them staying the same.
 from __future__ import annotations
 
 from healthcheck import fleet
-from healthcheck.actions import apply
 from healthcheck.core import catalogue
 from healthcheck.core.config.loader import NodeConfig
 from healthcheck.core.config.schema import Fabric, FleetSettings
@@ -53,7 +52,7 @@ def test_fleet_findings_keep_their_fingerprints():
 
 
 def test_run_findings_keep_their_fingerprints():
-    a = apply.run_finding(catalogue.GUARDED, "g", scope="gpu[1-4]", value=["gpu1"])
+    a = build.action_finding(catalogue.GUARDED, "g", scope="gpu[1-4]", value=["gpu1"])
     assert (a.node, a.check, a.subject, a.status) == ("", "hc.actions", "gpu[1-4]", Status.ERROR)
     assert a.hint == catalogue.GUARDED.hint and a.fingerprint == "96802b712c2c674a"
     b = build.run_finding(catalogue.NOTHING_CHECKED, "n", scope="gpu[1-4]", value=3)

@@ -10,7 +10,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from healthcheck.runners.base import CommandResult
@@ -26,11 +26,11 @@ from healthcheck.runners.ssh.known_hosts import (
     refuse_revoked,
 )
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
+from healthcheck.runners.ssh.stream import RemoteStream, drain_chunks
 from healthcheck.runners.ssh.tcp import open_socket
 
 if TYPE_CHECKING:  # the config package costs ~35 ms to import; callers have it already
     from healthcheck.core.config.schema import SshSettings
-    from healthcheck.runners.ssh.stream import RemoteStream
 
 
 # We stop waiting locally this long after timeout_s: enough for the remote wrapper's
@@ -39,7 +39,6 @@ LOCAL_GRACE_S = 0.5
 
 # Concurrent commands per connection: below OpenSSH's default MaxSessions (10).
 MAX_SESSIONS = 8
-_READ_CHUNK = 1 << 16
 _WRITE_CHUNK = 1 << 15
 
 
@@ -121,7 +120,7 @@ class SshConnection:
         self.target = target
         client = import_paramiko().SSHClient()
         lookup_name = self._prepare_host_keys(client, target)  # before anything is opened
-        client.set_missing_host_key_policy(HostKeyPolicy(self, target))
+        client.set_missing_host_key_policy(HostKeyPolicy(self.settings.accept_new_host_keys, target))
         sock = self._open_sock(target, deadline)
         try:
             self._handshake(client, target, lookup_name, sock, deadline)
@@ -319,8 +318,6 @@ class SshConnection:
     ) -> RemoteStream:
         """Start argv on the node with its stdin and stdout kept open (stream.RemoteStream),
         for at most lifetime_s; SshError when it cannot be started."""
-        from healthcheck.runners.ssh.stream import RemoteStream
-
         try:
             command = remote_command(tuple(argv), timeout_s=lifetime_s, env=env)
         except ValueError as exc:
@@ -520,13 +517,3 @@ def _pump(chan: Any, stdin: bytes, deadline: float) -> tuple[bytes, bytes, bool]
     return b"".join(out), b"".join(err), True
 
 
-def drain_chunks(read: Callable[[int], bytes], into: list[bytes]) -> bool:
-    """Read what is buffered; True at end of stream."""
-    while True:
-        try:
-            data = read(_READ_CHUNK)
-        except TimeoutError:
-            return False
-        if not data:
-            return True
-        into.append(data)

@@ -7,14 +7,11 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from healthcheck.runners.ssh.config import Target, cached_by_stat
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
-
-if TYPE_CHECKING:
-    from healthcheck.runners.ssh.connection import SshConnection
 
 
 @dataclass(frozen=True)
@@ -135,13 +132,13 @@ def refuse_revoked(target: Any, key: Any, client: Any = None) -> None:
 class HostKeyPolicy:
     """Missing host key: refuse (default) or record it (accept_new_host_keys)."""
 
-    def __init__(self, conn: SshConnection, target: Target) -> None:
-        self.conn = conn
+    def __init__(self, accept_new: bool, target: Target) -> None:
+        self.accept_new = accept_new  # the connection's accept_new_host_keys
         self.target = target
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         refuse_revoked(self.target, key)
-        if not self.conn.settings.accept_new_host_keys:
+        if not self.accept_new:
             raise UnknownHostKey(key)
         if not self.target.known_hosts:
             raise SshError(

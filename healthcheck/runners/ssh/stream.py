@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from healthcheck.runners.line_stream import SEND_STALL_S, LineStream
-from healthcheck.runners.ssh.connection import drain_chunks
 
 
 class RemoteStream(LineStream):
@@ -106,3 +105,18 @@ class RemoteStream(LineStream):
         if self._left and self._kill is not None:
             self._left = self._kill()
         return self._left
+
+
+_READ_CHUNK = 1 << 16
+
+
+def drain_chunks(read: Callable[[int], bytes], into: list[bytes]) -> bool:
+    """Read what is buffered; True at end of stream."""
+    while True:
+        try:
+            data = read(_READ_CHUNK)
+        except TimeoutError:
+            return False
+        if not data:
+            return True
+        into.append(data)
