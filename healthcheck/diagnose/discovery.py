@@ -29,9 +29,7 @@ from healthcheck.diagnose.nodeschema import PTRACE_FIX, CollectError, FoundBy, S
 from healthcheck.diagnose.procs import (
     GONE_STATES,
     ProcInfo,
-    all_pids,
     children_map,
-    descendants,
     in_other_netns,
     inspect_process,
     is_python,
@@ -40,6 +38,7 @@ from healthcheck.diagnose.procs import (
     read_environ,
 )
 from healthcheck.diagnose.rankenv import JOB_VARS, has_rank, rank_of
+from healthcheck.runners.proctree import all_pids, descendants
 
 MAX_SKIPPED = 100  # skipped processes listed per node
 

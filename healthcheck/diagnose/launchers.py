@@ -16,17 +16,16 @@ from healthcheck.diagnose.procs import (
     GONE_STATES,
     MAX_CMDLINE,
     ProcInfo,
-    all_pids,
     children_map,
     in_other_netns,
     inspect_process,
     is_python,
     own_lineage,
     own_netns,
-    read_small,
 )
 from healthcheck.diagnose.stackdump import dump_stack, process_main_thread, resolve_py_spy
 from healthcheck.parsers.py_spy import PySpyDump
+from healthcheck.runners.proctree import all_pids, read_small
 
 AGENT_COMMANDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 _ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")

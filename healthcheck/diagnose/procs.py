@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+
+from healthcheck.runners.proctree import read_small, read_stat
 
 MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read (the kernel allows far more; ranks never need it)
 MAX_CMDLINE = 4096
@@ -84,34 +86,12 @@ def read_environ(pid: int, proc: str = "/proc", max_bytes: int = MAX_ENVIRON) \
     return parse_environ(data), None, truncated
 
 
-def read_small(path: str, limit: int = 65536) -> bytes | None:
-    """A small file's first `limit` bytes, None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
-
-
 def parse_int(text: str | None) -> int | None:
     """A whole number of at most 11 digits (surrounding blanks allowed), else None."""
     if text is None:
         return None
     text = text.strip()
     return int(text) if text.isdigit() and len(text) < 12 else None
-
-
-def read_stat(pid: int, proc: str = "/proc") -> tuple[str, int | None] | None:
-    """(state letter, ppid) from /proc/PID/stat, None when unreadable."""
-    data = read_small(f"{proc}/{pid}/stat", 4096)
-    if not data:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()  # the command name may hold spaces and ')'
-    if not fields:
-        return None
-    state = fields[0].decode("ascii", errors="replace")[:1]
-    ppid = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
-    return state, ppid
 
 
 def cgroup_job(text: str) -> str | None:
@@ -189,14 +169,6 @@ def own_lineage(proc: str) -> set[int]:
     return ancestors(os.getpid(), proc) if proc == "/proc" else set()
 
 
-def all_pids(proc: str) -> list[int]:
-    """Every pid /proc lists, ascending ([] when it cannot be listed)."""
-    try:
-        return sorted(int(e) for e in os.listdir(proc) if e.isdigit())
-    except OSError:
-        return []
-
-
 def children_map(procs: Iterable[ProcInfo]) -> dict[int, list[int]]:
     """{parent pid: its children's pids}."""
     children: dict[int, list[int]] = {}
@@ -204,20 +176,6 @@ def children_map(procs: Iterable[ProcInfo]) -> dict[int, list[int]]:
         if p.ppid is not None:
             children.setdefault(p.ppid, []).append(p.pid)
     return children
-
-
-def descendants(root: int, children: Mapping[int, list[int]]) -> list[int]:
-    """Every pid below `root` in the tree `children`, nearest first."""
-    out: list[int] = []
-    seen: set[int] = set()  # a list's `in` would make a big tree quadratic
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in seen:
-                seen.add(c)
-                out.append(c)
-                todo.append(c)
-    return out
 
 
 def output_files(pid: int, proc: str = "/proc") -> tuple[str, ...]:

@@ -15,10 +15,11 @@ import msgspec
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.diagnose.nodeschema import PTRACE_FIX, PY_SPY_FIX, CollectError, DumpMode
-from healthcheck.diagnose.procs import parse_int, read_small
+from healthcheck.diagnose.procs import parse_int
 from healthcheck.parsers.py_spy import PySpyDump, PySpyThread, parse_py_spy
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
+from healthcheck.runners.proctree import read_small
 
 MAX_PY_SPY_OUTPUT = 4 << 20  # bytes of one py-spy dump kept and parsed
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, torchrun_role
 from healthcheck.runners import local as _local
 from healthcheck.runners import stop as _stop
+from healthcheck.runners.proctree import children_by_parent, descendants
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # bounded: a task list, rank or exit code past its bound is no launcher's line (int() of
@@ -356,14 +357,14 @@ def _wait(proc: subprocess.Popen, timeout_s: float, grace_s: float) -> tuple[str
 
 def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the group and its descendants (launchers clean up on it), then SIGKILL them all."""
-    seen = _descendants(proc.pid)
+    seen = set(descendants(proc.pid, children_by_parent()))
     _signal(proc.pid, seen, signal.SIGTERM)
     if grace_s > 0:
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    seen |= _descendants(proc.pid)  # what it started during the grace
+    seen |= set(descendants(proc.pid, children_by_parent()))  # what it started during the grace
     _signal(proc.pid, seen, signal.SIGKILL)
     _wait_gone(seen, 2.0)
 
@@ -382,39 +383,6 @@ def _signal(pgid: int, pids: set[int], sig: int) -> None:
             send(target, sig)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _descendants(root: int) -> set[int]:
-    """Every live descendant of root, from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = defaultdict(list)
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if entry.isdigit():
-            ppid = _ppid(int(entry))
-            if ppid is not None:
-                children[ppid].append(int(entry))
-    out: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: fields follow the last ")"
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _wait_gone(pids: set[int], limit_s: float) -> None:

@@ -310,4 +310,6 @@ def test_kill_children_is_not_a_latch_for_later_commands():
 
 
 def test_descendants_come_from_proc():
-    assert os.getpid() in L._descendants(os.getppid()) or not Path("/proc").exists()
+    from healthcheck.runners.proctree import children_by_parent, descendants
+
+    assert os.getpid() in descendants(os.getppid(), children_by_parent()) or not Path("/proc").exists()
