@@ -1,4 +1,4 @@
-"""JobEvidence -> findings: the ordered rules of shared/notes/diagnose.md section 6.
+"""JobEvidence -> findings: the ordered rules of the diagnosis (ARCHITECTURE.md, diagnose/).
 
 Each rule reads one kind of evidence and emits findings (`findings.job_finding`: kernel
 findings of the class's diag.E0xx ID): a class, the ranks it names, the evidence lines

@@ -2,7 +2,8 @@
 NCCL lines among others) -> NcclLog: per process, per communicator, WARNs classified.
 
 Every NCCL from 2.4 to 2.30 (formats from NVIDIA/nccl src/debug.cc, init.cc, bootstrap.cc,
-transport/*.cc, enqueue.cc at each tag; see shared/notes/diagnose.md section 1):
+transport/*.cc, enqueue.cc at each tag; the real logs are in tests/fixtures/corpus/ and
+field/, with their sources in each SOURCES.md):
 
 * the line prefix: INFO `host:pid:tid [cudaDev] NCCL INFO msg`; WARN `host:pid:tid [cudaDev]
   file.cc:line NCCL WARN msg`, printed after a newline (a blank line before each WARN);

@@ -1,8 +1,8 @@
 """ib_write_bw loopback on this node (deep tier): every Active compute HCA port writes to
 itself through the HCA, a perftest server and its client on the same node.
 
-How it runs (the practice of Azure's check_ib_bw_gdr and NVIDIA's ngc_rdma_test, in
-/work/shared/notes/collectives.md sections 3 and 7):
+How it runs (the practice of Azure HPC health checks' check_ib_bw_gdr and NVIDIA's
+ngc_rdma_test):
 
 * the compute HCAs are selected as the ib probes and checks do (the fabric's `ib.hcas`
   globs, `ib.hca_types`, `ib.link_layer`); their ports come from sysfs (`ibstat` over

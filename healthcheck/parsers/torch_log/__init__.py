@@ -2,8 +2,7 @@
 the line that printed it.
 
 What is read (the wording of torch 1.9 to 2.13, from the released wheels' strings and
-the real logs in tests/fixtures/corpus/torch-*, torchrun; see
-shared/notes/diagnose.md sections 2 and 4):
+the real logs in tests/fixtures/corpus/torch-*, torchrun, with their sources in SOURCES.md):
 
 * ProcessGroupNCCL's watchdog: `WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=,
   Timeout(ms)=) ran for N milliseconds` in every wording (1.x has no Numel fields, before
