@@ -96,3 +96,35 @@ def test_the_man_page_has_every_command_and_renders():
                        env={"MANWIDTH": "80", "PATH": "/usr/bin:/bin", "MANPAGER": "cat", "PAGER": "cat"}, timeout=60)
     assert r.returncode == 0 and "hc sweep" in r.stdout
 
+
+
+def test_the_readme_links_every_page_of_docs():
+    readme = (REPO / "README.md").read_text()
+    pages = {p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*") if p.suffix in (".md", ".1")}
+    assert {"docs/config-reference.md", "docs/findings.md", "docs/man/hc.1"} <= pages
+    assert {page for page in pages if f"]({page})" not in readme} == set()
+
+
+def github_anchor(heading: str) -> str:
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in "-_ ")
+    return kept.replace(" ", "-")
+
+
+def test_every_relative_link_of_the_docs_reaches_a_file_and_heading():
+    """Pages moved out of the README: a link to a file or an anchor that moved is caught."""
+    sources = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = []
+    for source in sources:
+        text = re.sub(r"```.*?```", "", source.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue  # http(s), mailto: not ours to check
+            path, _, anchor = target.partition("#")
+            file = (source.parent / path).resolve() if path else source
+            if not file.exists():
+                broken.append(f"{source.name}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", file.read_text(), flags=re.S), re.M)
+                if anchor not in {github_anchor(h) for h in headings}:
+                    broken.append(f"{source.name}: {target}")
+    assert broken == []
