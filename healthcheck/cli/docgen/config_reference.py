@@ -163,8 +163,9 @@ Every key hc reads, with its type, range and default, generated from the schema
 `hc config validate` checks against (`healthcheck/core/config/schema.py`). How the files
 fit together is in [configuration.md](configuration.md). Units are in key names: `mtu`
 (bytes), `*_gbps` (gigabits/s), `*_gbytes_per_s` (gigabytes/s, nccl-tests' busbw),
-`*_gib` (GiB), `*_mib` (MiB), `*_c` (Celsius), `*_s` (seconds). A key left out, or
-`null`, means "no expectation" where its default is `null`. Unknown keys are errors.
+`*_gib` (GiB), `*_mib` (MiB), `*_c` (Celsius), `*_s` (seconds). In a fabric, a limit
+left out (`null`) is no expectation: the check only looks at what is there; a key's
+meaning says what `null` does elsewhere. Unknown keys are errors.
 """
 
 
