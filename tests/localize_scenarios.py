@@ -8,7 +8,7 @@ A scenario is a cluster of n nodes: a test runs at its slowest member's speed, t
 slow link among its members, times a fabric-wide factor, times jitter (uniform +-jitter,
 drawn afresh for each attempt), or at the figure a replay gives for that pair (every
 attempt); a lost node answers its first `lost_after` tests and is unreachable after (its
-tests ERROR). Its labels say what a correct verdict is, by the README's rule: a culprit
+tests ERROR). Its labels say what a correct verdict is, by docs/bandwidth.md's rule: a culprit
 (bw.E101, FAIL, drained) is slow with every partner while its partners are fine elsewhere,
 so two slow nodes of three are nobody's culprits; a slow link (bw.E102) is a pair slow
 while both nodes are fine elsewhere; one pair can tell nothing about which node (bw.E106);

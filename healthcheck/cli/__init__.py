@@ -85,7 +85,8 @@ Exit codes:
 
 Environment: HC_CONFIG (config file), HC_NODE_NAME (this node's name),
 HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
-NVML), HC_DEBUG=1 (tracebacks for internal errors)."""
+NVML), HC_SYSLOG_SOCKET (where the hooks' syslog line goes; default /dev/log,
+empty: none), HC_DEBUG=1 (tracebacks for internal errors)."""
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -13,6 +13,7 @@ import click
 
 from healthcheck.cli.app import App, config_option
 from healthcheck.core.tiers import TIERS
+from healthcheck.report.syslog import send as send_to_syslog
 
 # The whole hook run is bounded by its tier's deadline_s plus this margin for acting and
 # writing the report; the margin also covers loading the config, which is read before
@@ -48,6 +49,7 @@ def _run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
             app.emit_report(result.report)
         click.echo(result.summary, err=True)
         sys.stdout.flush()
+        _journal(result.journal, "warning" if result.report.status.value in ("FAIL", "ERROR") else "info")
         return guard.finish(result.exit_code, abandoned=result.abandoned)
     except Exception as exc:
         return guard.failed(exc)
@@ -108,6 +110,8 @@ class HookGuard:
                 traceback.print_exc()
         code = self._code(own)
         _log(f"hc {self.kind}: error: {_one_line(what)} ({_consequence(self.kind, code)})")
+        _journal(f"hook={self.kind} verdict=none exit={code} report=none action=none: "
+                 f"error: {_one_line(what)} ({_consequence(self.kind, code)})", "err")
         # threads (a probe stuck in NVML) must not keep a failed hook alive
         _exit_now(code)
         return code  # not reached
@@ -118,8 +122,9 @@ class HookGuard:
         kill_children()
         code = self._code(3)
         why = "hard deadline exceeded" if signum == signal.SIGALRM else f"signal {signal.Signals(signum).name}"
-        _log(f"hc {self.kind}: {why} after {time.monotonic() - self.started:.1f}s; giving up "
-             f"({_consequence(self.kind, code)})")
+        said = f"{why} after {time.monotonic() - self.started:.1f}s; giving up ({_consequence(self.kind, code)})"
+        _log(f"hc {self.kind}: {said}")
+        _journal(f"hook={self.kind} verdict=none exit={code} report=none action=none: {said}", "err")
         _exit_now(code)
 
 
@@ -148,6 +153,11 @@ def _log(line: str) -> None:
         os.write(2, (line + "\n").encode(errors="replace"))
     except OSError:
         pass  # stderr closed: the exit code is all slurmd gets anyway
+
+
+def _journal(line: str, severity: str) -> None:
+    """The run's one line to syslog/journald (report/syslog.py: never raises, never waits)."""
+    send_to_syslog(line, severity=severity)
 
 
 def _exit_now(code: int) -> None:

@@ -44,6 +44,7 @@ class HookResult:
     summary: str  # one line for the slurmd log
     messages: list[str] = field(default_factory=list)  # --dry-run commands, warnings
     abandoned: bool = False
+    journal: str = ""  # the one line for syslog/journald (`journalctl -t hc`)
 
 
 # The exit code the hard-deadline handler uses if it must give up (cli/hooks.py): 0 lets
@@ -143,7 +144,8 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     outcome.run_findings = run_notes + outcome.run_findings
     report = with_outcome(report, outcome)
     messages = list(outcome.messages)
-    messages += _write_report(report, settings.report_dir, node, kind)
+    written, problems = _write_report(report, settings.report_dir, node, kind)
+    messages += problems
     prometheus = config.main.prometheus
     if prometheus.textfile_dir is not None and kind in prometheus.commands:
         messages += _export_prometheus(report, prometheus, kind)
@@ -157,7 +159,8 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
 
     code = _exit_code(kind, report, outcome)
     return HookResult(report=report, exit_code=code, summary=_summary(kind, node, job, report, outcome, code),
-                      messages=messages, abandoned=abandoned)
+                      messages=messages, abandoned=abandoned,
+                      journal=journal_line(kind, node, job, report, outcome, code, written))
 
 
 # A prologue or epilogue keeps a job waiting while it talks to Slurm: a dead controller
@@ -208,18 +211,23 @@ def _slurm_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _write_report(report: Report, report_dir: str | None, node: str, kind: str) -> list[str]:
+def _write_report(report: Report, report_dir: str | None, node: str, kind: str) -> tuple[str | None, list[str]]:
+    """(the path of the report that stays: this run's own where it is kept, else the
+    latest; None when none was written), and what went wrong."""
     if not report_dir:
-        return []
+        return None, []
     data = encode(report)
     base = Path(report_dir) / node
+    written = None
     try:
         write_atomic(base / f"{kind}-latest.json", data)
+        written = str(base / f"{kind}-latest.json")
         if report.status is not Status.PASS or report.run_findings:
             write_atomic(base / f"{kind}-{report.run_id}.json", data)
+            written = str(base / f"{kind}-{report.run_id}.json")
     except Exception as exc:  # a full or read-only log disk must not fail a prologue
-        return [f"report not written under {base}: {exc}"]
-    return []
+        return written, [f"report not written under {base}: {exc}"]
+    return written, []
 
 
 # how long a hook waits for its textfile: a hung file system (a stale NFS mount) must not
@@ -279,3 +287,37 @@ def _summary(kind: str, node: str, job: str, report: Report, outcome: Outcome, c
         parts.append(f"{f.id}: {f.message}")
     parts.append(f"exit {code}")
     return "; ".join(p for p in parts if p)
+
+
+def journal_line(kind: str, node: str, job: str, report: Report, outcome: Outcome, code: int,
+                 report_path: str | None) -> str:
+    """The hook run in one syslog line: the hook, the verdict, the action taken in Slurm or
+    why none was, where the report is, the exit code. Fields are `key=value` (values
+    without blanks first) so `journalctl -t hc | grep verdict=FAIL` works."""
+    result = report.nodes[0]
+    ids = sorted({f.id for f in result.findings if f.status in (Status.FAIL, Status.ERROR)})
+    head = [f"hook={kind}", f"node={node}", f"job={job}" if job else "", f"verdict={result.status.value}",
+            f"findings={','.join(ids)}" if ids else "", f"exit={code}", f"report={report_path or 'none'}"]
+    return " ".join(p for p in head if p) + f" action={_action_taken(node, result.status, outcome)}"
+
+
+def _action_taken(node: str, status: Status, outcome: Outcome) -> str:
+    """What hc did in Slurm, or why it did nothing."""
+    done = [f"{r.action}{' (dry-run)' if r.dry_run else ''}{'' if r.ok else ' FAILED'} {r.nodes}"
+            + (f" ({r.reason})" if r.reason else "") for r in outcome.records]
+    if done:
+        return "; ".join(done)
+    plan = outcome.plan
+    if outcome.guarded:
+        return "none: the blast-radius guard refused (act.E001)"
+    for why in (plan.not_drained, plan.stays_drained, plan.keep) if plan is not None else ():
+        if node in why:
+            return f"none: {why[node]}"
+    acting = [f for f in outcome.run_findings if f.id.startswith("act.")]
+    if acting:
+        return "none: " + "; ".join(f"{f.id} {f.message}" for f in acting)
+    if status is Status.FAIL:
+        return "none"
+    if status is Status.ERROR:
+        return "none: ERROR never drains"
+    return "none: nothing to drain"

@@ -18,7 +18,7 @@ line in Open MPI's parameter files), hc adds `--mca plm_rsh_args` with:
   `ssh.identity_files`, `-l <ssh.user>` and `-p <ssh.port>` where set.
 
 Open MPI splits that value at spaces, so a path with white space cannot be passed: it is
-left out. What hc cannot know is left to the site, and documented in the README: which
+left out. What hc cannot know is left to the site, and documented in docs/bandwidth.md: which
 network Open MPI's own traffic uses (`OMPI_MCA_oob_tcp_if_include`, and
 `btl_tcp_if_include` for MPI programs such as nccl-tests), and a PATH on the nodes that
 finds orted (`--prefix`, `OMPI_MCA_orte_prefix`).

@@ -12,7 +12,7 @@
 #   hc itself, editable with its test, lint and bandwidth extras, into the checkout's .venv
 #   (bin/install --dev), unless RIG_PIP names another interpreter's pip
 #   Python packages (into the interpreter behind $RIG_PIP), at constraints.txt's versions:
-#     paramiko mpi4py py-spy nvidia-ml-py, and torch==2.13.0
+#     paramiko py-spy nvidia-ml-py, and torch==2.13.0
 #
 # Knobs
 #   RIG_PIP            pip command to use (default: the checkout's .venv, made by bin/install --dev)
@@ -66,7 +66,7 @@ if [[ -z ${RIG_PIP:-} ]]; then
   PIP=("$here/.venv/bin/python" -m pip)
 fi
 "${PIP[@]}" --version >/dev/null 2>&1 || die "'${PIP[*]}' does not run (set RIG_PIP)"
-want=(paramiko mpi4py py-spy nvidia-ml-py)
+want=(paramiko py-spy nvidia-ml-py)
 [[ ${RIG_INSTALL_TORCH:-1} == 1 ]] && want+=(torch)
 # one `pip show` for all of them (each pip start costs ~0.5 s); missing ones are
 # simply absent from its output (it then exits 1, hence `|| true`)
@@ -79,7 +79,7 @@ while IFS=': ' read -r k v; do
   esac
 done <<<"$shown"
 pip_missing=()
-for m in paramiko mpi4py py-spy nvidia-ml-py; do
+for m in paramiko py-spy nvidia-ml-py; do
   [[ -n ${have[$m]:-} ]] || pip_missing+=("$m")
 done
 if [[ ${RIG_INSTALL_TORCH:-1} == 1 && ${have[torch]:-} != 2.13.0* ]]; then

@@ -249,7 +249,7 @@ def test_every_numeric_field_has_a_lower_and_an_upper_bound(key, tp):
 
 
 def test_the_default_guard_never_drains_in_a_cluster_under_10_nodes():
-    # what the README says: floor(0.1 x 9) = 0 nodes may be drained; 0.25 lets 4 nodes drain 1
+    # what docs/slurm.md says: floor(0.1 x 9) = 0 nodes may be drained; 0.25 lets 4 nodes drain 1
     from healthcheck.actions.policy import guard
 
     assert guard(["n1"], 1, {}, schema.DrainPolicy(), cluster_size=9) is not None

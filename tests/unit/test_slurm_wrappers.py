@@ -125,15 +125,15 @@ def test_the_example_settings_name_the_hc_bin_install_puts_in_place():
     example = dict(line.split("#")[0].strip().split("=", 1) for line in
                    (SLURM / "hc-slurm.env.example").read_text().splitlines() if re.match(r"^[A-Z_]+=", line))
     prefix = re.search(r"^prefix=(\S+)$", (REPO / "bin" / "install").read_text(), re.M).group(1)
-    readme = (REPO / "README.md").read_text()
+    docs = "".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     assert example["HC_BIN"] == f"{prefix}/bin/hc" == "/opt/hc/bin/hc"
-    assert set(re.findall(r"HC_BIN=(/[^\s`]+)", readme)) == {example["HC_BIN"]}  # every path it names
+    assert set(re.findall(r"HC_BIN=(/[^\s`]+)", docs)) == {example["HC_BIN"]}  # every path they name
 
 
-def test_the_readmes_install_command_installs_every_file_with_its_mode(tmp_path):
-    """The README's commands, run into tmp_path instead of /etc: the four files of slurm/,
+def test_the_docs_install_command_installs_every_file_with_its_mode(tmp_path):
+    """docs/slurm.md's commands, run into tmp_path instead of /etc: the four files of slurm/,
     executable, and the settings file; the wrappers then run hc from it."""
-    section = (REPO / "README.md").read_text().split("## Slurm integration", 1)[1]
+    section = (REPO / "docs" / "slurm.md").read_text()
     block = re.search(r"```sh\n(install .*?)```", section, re.S).group(1)
     lines = [line.replace("/etc/", f"{tmp_path}/etc/") for line in block.strip().splitlines()]
     assert len(lines) == 2 and all(line.startswith("install ") for line in lines)
