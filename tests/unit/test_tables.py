@@ -1,6 +1,6 @@
 """Tables a person reads (issue 21, 7): fitted to the terminal, a FAIL row carrying its
 finding and a PASS row its evidence, each check its own time, an unreachable node in one
-line, colour on a terminal only, the config named.
+line, colour on a terminal only, the config named, every environment variable in --help.
 Each check's own time is the engine's: tests/unit/test_engine.py."""
 
 from __future__ import annotations
@@ -199,3 +199,30 @@ def test_colour_on_a_terminal_only_and_never_with_no_color():
 def test_the_summary_names_the_config(path, named):
     summary = render(report_of(a_node(), config_path=path)).splitlines()[-1]
     assert summary.startswith("FAIL: 1 node") and named in summary
+
+
+# ---------------------------------------------------------------- hc --help
+
+
+_READS = re.compile(r"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\(\s*|envvar\s*=\s*)["']([A-Z][A-Z0-9_]*)["']""")
+_HC_NAME = re.compile(r"""["'](HC_[A-Z0-9_]+)["']""")
+
+
+def env_vars_read() -> set[str]:
+    """Every variable the code reads by name (os.environ, getenv, a Click envvar) and every
+    HC_ name it spells out (held in a constant, read through an env mapping)."""
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        names.update(_READS.findall(text))
+        names.update(_HC_NAME.findall(text))
+    return names
+
+
+def test_help_lists_every_environment_variable_the_code_reads():
+    names = env_vars_read()
+    assert {"HC_MODE", "HC_VIA", "HC_CONFIG", "NO_COLOR", "COLUMNS"} <= names  # the scan finds them
+    result = invoke(["--help"])
+    assert result.exit_code == 0
+    missing = sorted(n for n in names if not re.search(rf"\b{n}\b", result.output))
+    assert not missing, f"hc --help does not name {missing}: add each to EPILOG in healthcheck/cli/__init__.py"
