@@ -155,14 +155,16 @@ def _runs(fact: BandwidthRuns, limits: Fabric) -> CheckOutput:
 _FINDINGS = (BELOW_FLOOR, WRONG_RESULTS, HUNG, TOOL_FAILED, MISCONFIGURED, NOT_MEASURED)
 
 
-@check("bw.nccl", tier="deep", needs=("nccl_tests",), findings=_FINDINGS, budget_s=1800.0, hang_finding=HUNG)
+@check("bw.nccl", tier="deep", needs=("nccl_tests",), findings=_FINDINGS, budget_s=1800.0, hang_finding=HUNG,
+       evidence_metrics=("busbw_gbytes_per_s",))
 def nccl(nccl_tests: BandwidthRuns, limits: Fabric) -> CheckOutput:
     """nccl-tests on all the node's GPUs, and with NVLink/SHM off (IB loopback), reach the fabric's
     busbw floors with correct results."""
     yield from _runs(nccl_tests, limits)
 
 
-@check("bw.torch", tier="deep", needs=("torch_sweep",), findings=_FINDINGS, budget_s=900.0, hang_finding=HUNG)
+@check("bw.torch", tier="deep", needs=("torch_sweep",), findings=_FINDINGS, budget_s=900.0, hang_finding=HUNG,
+       evidence_metrics=("busbw_gbytes_per_s",))
 def torch(torch_sweep: BandwidthRuns, limits: Fabric) -> CheckOutput:
     """hc's torch collective sweep on all the node's GPUs reaches the fabric's busbw floors with exact results."""
     yield from _runs(torch_sweep, limits)
@@ -320,7 +322,8 @@ def _ib_write_bw_enabled(limits: Fabric) -> str | None:
 
 
 @check("bw.ib_write_bw", tier="deep", needs=("ib_write_bw_loopback",), findings=_IB_FINDINGS, budget_s=600.0,
-       applies=_ib_write_bw_enabled)
+       applies=_ib_write_bw_enabled,
+       evidence_metrics=("bw_gbps",))
 def ib_write_bw(ib_write_bw_loopback: IbWriteBwLoopback, limits: Fabric) -> CheckOutput:
     """ib_write_bw loopback on every Active compute HCA port reaches its floor (per_hca_min_gbps, or
     rate_fraction x the port's rate), without failures, hangs or error counters rising."""

@@ -208,7 +208,8 @@ def _judge(run: DcgmRun, gpus: GpuFacts | None, limits: Fabric, failed: FindingS
 
 
 @check("gpu.dcgm", tier="standard", needs=("dcgm_diag",), optional=("gpus",), findings=(FAILED,) + _FINDINGS,
-       budget_s=600.0, applies=_applies)
+       budget_s=600.0, applies=_applies,
+       evidence_metrics=("dcgm_result",))
 def dcgm(dcgm_diag: DcgmRun, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """Every test of DCGM's diagnostic at the standard tier's level (dcgmi diag -r gpu.dcgm.level_standard)
     passes on every GPU."""
@@ -216,7 +217,8 @@ def dcgm(dcgm_diag: DcgmRun, gpus: GpuFacts | None, limits: Fabric) -> CheckOutp
 
 
 @check("gpu.dcgm_deep", tier="deep", needs=("dcgm_diag_deep",), optional=("gpus",),
-       findings=(FAILED_DEEP,) + _FINDINGS, budget_s=14_400.0, applies=_applies)
+       findings=(FAILED_DEEP,) + _FINDINGS, budget_s=14_400.0, applies=_applies,
+       evidence_metrics=("dcgm_result",))
 def dcgm_deep(dcgm_diag_deep: DcgmRun, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """Every test of DCGM's diagnostic at the deep tier's level (dcgmi diag -r gpu.dcgm.level_deep, run alone on
     an idle node) passes on every GPU."""

@@ -188,7 +188,8 @@ def _severity(value: str) -> Status | None:
 
 @check("gpu.count", tier="quick", needs=("gpus",),
        findings=(NVML_UNAVAILABLE, GPUS_NOT_DRIVEN, GPU_COUNT, GPU_MODEL, GPU_LOST, catalogue.TOOL_MISSING),
-       budget_s=5.0)
+       budget_s=5.0,
+       evidence_metrics=("gpu_count", "model"))
 def count(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """The fabric's number of GPUs (or every GPU of the job, or every NVIDIA GPU on the PCI bus) is present,
     answering, and of the fabric's model."""
@@ -262,7 +263,8 @@ def _models(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 @check("gpu.ecc", tier=ALL_TIERS_AND_EPILOGUE, needs=("gpus",),
        findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, catalogue.TOOL_MISSING),
-       budget_s=5.0)
+       budget_s=5.0,
+       evidence_metrics=("ecc_volatile_uncorrected", "ecc_volatile_corrected"))
 def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU has uncorrected ECC errors, too many corrected ones, pending retirements or remaps, or a failed remap."""
     gl = limits.gpu
@@ -311,7 +313,8 @@ def log_window(log) -> str:
 
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
-       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, catalogue.TOOL_FAILED), budget_s=5.0)
+       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, catalogue.TOOL_FAILED), budget_s=5.0,
+       evidence_metrics=("xid_events", "kernel_log"))
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
     init, crash dump) the severity table marks WARN or FAIL, in the window read."""
@@ -432,7 +435,8 @@ def _aftermath(kind: str, where: str, times: str, window: str, component: str, f
 
 
 @check("gpu.clocks", tier="quick", needs=("gpus",), findings=(THROTTLED, TOO_HOT, catalogue.TOOL_MISSING),
-       budget_s=5.0)
+       budget_s=5.0,
+       evidence_metrics=("temperature_c",))
 def clocks(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """No GPU's clocks are held down by a hardware or thermal reason, and none is hotter than the fabric's limit."""
     gl = limits.gpu
@@ -457,7 +461,8 @@ def clocks(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 @check("gpu.pcie", tier="quick", needs=("gpus",), findings=(PCIE_WIDTH, PCIE_GEN, catalogue.TOOL_MISSING),
-       budget_s=5.0)
+       budget_s=5.0,
+       evidence_metrics=("pcie_gen", "pcie_width"))
 def pcie(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU's PCIe link runs at its full width and generation (or the fabric's, where set)."""
     gl = limits.gpu
@@ -488,7 +493,8 @@ def pcie(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 @check("gpu.nvlink", tier="standard", needs=("gpus",), findings=(NVLINK_DOWN, NVLINK_ERRORS, catalogue.TOOL_MISSING),
-       budget_s=8.0)
+       budget_s=8.0,
+       evidence_metrics=("nvlink_active",))
 def nvlink(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
     """Every GPU has the fabric's number of active NVLinks, with error counters under the fabric's limits."""
     gl = limits.gpu
@@ -524,7 +530,8 @@ def nvlink(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 @check("gpu.versions", tier="standard", needs=("gpus",), optional=("shared_libs",),
-       findings=(VERSION_MISMATCH, VERSION_INCONSISTENT, catalogue.TOOL_MISSING), budget_s=5.0)
+       findings=(VERSION_MISMATCH, VERSION_INCONSISTENT, catalogue.TOOL_MISSING), budget_s=5.0,
+       evidence_metrics=("driver_version", "cuda_version", "nccl_version"))
 def versions(gpus: GpuFacts, shared_libs, limits: Fabric) -> CheckOutput:
     """Driver, CUDA, VBIOS and NCCL versions equal the fabric's where set, and the node's GPUs agree on their VBIOS."""
     gl = limits.gpu

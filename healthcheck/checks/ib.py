@@ -62,6 +62,7 @@ def _is_compute(port: IbPort, ib: IbLimits) -> bool:
 
 @check(
     "ib.port_state",
+    evidence_metrics=("rate_gbps",),
     tier="quick",
     needs=("ib_ports",),
     findings=(HCA_COUNT, PORT_NOT_ACTIVE, PORT_PHYS_STATE, PORT_RATE, catalogue.TOOL_FAILED, catalogue.TOOL_MISSING),
@@ -121,7 +122,8 @@ def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
 
 
 @check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH, catalogue.TOOL_MISSING),
-       budget_s=3.0)
+       budget_s=3.0,
+       evidence_metrics=("symbol_error", "link_downed"))
 def counters(ib_counters: IbCounters, limits: Fabric) -> CheckOutput:
     """No error counter of an HCA port is above the fabric's warn or fail limit."""
     ib = limits.ib

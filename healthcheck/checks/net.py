@@ -49,6 +49,7 @@ MTU_OUT_OF_BOUNDS = finding(
 
 @check(
     "net.mtu",
+    evidence_metrics=("mtu",),
     tier="quick",
     needs=("ip_links",),
     findings=(MTU_MISMATCH, IFACE_MISSING, IFACE_COUNT, IFACE_DOWN, MTU_OUT_OF_BOUNDS),

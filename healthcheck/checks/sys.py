@@ -54,6 +54,7 @@ SERVICE_DOWN = finding(
 
 @check(
     "sys.memory",
+    evidence_metrics=("mem_total_gib",),
     tier="quick",
     needs=("meminfo",),
     findings=(MEMORY_LOW,),
@@ -76,6 +77,7 @@ def memory(meminfo: MemInfo, limits: Fabric) -> CheckOutput:
 
 @check(
     "sys.disk",
+    evidence_metrics=("free_gib",),
     tier="quick",
     needs=("disk_space",),
     findings=(DISK_LOW, PATH_MISSING, catalogue.TOOL_FAILED),

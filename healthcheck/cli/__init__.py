@@ -83,10 +83,29 @@ Exit codes:
   128+N  hc sweep / hc node stopped by signal N (130 Ctrl-C, 143 SIGTERM,
      129 SIGHUP): what hc started was ended, its Slurm jobs cancelled
 
-Environment: HC_CONFIG (config file), HC_NODE_NAME (this node's name),
-HC_FORMAT (table|json), HC_NVML_REPLAY (replay an NVML recording instead of
-NVML), HC_SYSLOG_SOCKET (where the hooks' syslog line goes; default /dev/log,
-empty: none), HC_DEBUG=1 (tracebacks for internal errors)."""
+\b
+Environment (an option given on the command line wins over its variable):
+  HC_CONFIG        the main config file (--config)
+  HC_FORMAT        table or json on stdout (--format)
+  HC_TIER          quick, standard or deep (--tier)
+  HC_FAIL_LEVEL    the lowest status that exits non-zero (--fail-level)
+  HC_MODE          auto, agent or agentless for remote nodes (--mode)
+  HC_VIA           ssh or slurm: how hc sweep reaches its nodes (--via)
+  HC_DRY_RUN       print the scontrol commands instead of running them
+  HC_RUN_LOG_DIR   where hc run keeps NCCL logs, dumps and output (--log-dir)
+  HC_NODE_NAME     this node's name (else SLURMD_NODENAME, else the hostname)
+  HC_HOST          the host a report says it was made on (else the hostname)
+  HC_NVML_REPLAY   replay this NVML recording instead of asking NVML
+  HC_SYSLOG_SOCKET where the hooks' syslog line goes (/dev/log; empty: none)
+  HC_DEBUG=1       tracebacks for internal errors; torch's own C++ logging
+  COLUMNS          the width tables fit (else the terminal's; none on a pipe)
+  NO_COLOR         no colour in tables, even on a terminal
+  RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID
+                   hc bw allreduce: this process's rank, named in its errors
+  HOME, OPAL_PREFIX, PATH
+                   where hc looks for mpirun and Open MPI's parameter files
+  HC_BW_TEST_CORRUPT_RANK, HC_RUN_TEST_DELAY_RANK, HC_RUN_TEST_DELAY_S
+                   hc's own tests only: fault injection, never in production"""
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import click
 
@@ -16,6 +17,10 @@ from healthcheck.core.model import Report
 from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
 from healthcheck.core.status import Status
 from healthcheck.core.tiers import TIERS
+
+# the width tables are fitted to is kept within these: a terminal reporting 0 or 20 columns
+# would wrap every cell into a column of letters, a $COLUMNS of 10**9 is no width at all
+MIN_WIDTH, MAX_WIDTH = 40, 1000
 
 
 def exit_code_for(status: Status, fail_level: str = "fail") -> ExitCode:
@@ -39,6 +44,14 @@ class App:
 
     def echo(self, text: str = "") -> None:
         click.echo(text)
+
+    @cached_property
+    def width(self) -> int | None:
+        return output_width()
+
+    @cached_property
+    def colour(self) -> bool:
+        return use_colour()
 
     def emit_json(self, data: Any) -> None:
         import msgspec
@@ -79,8 +92,35 @@ class App:
         else:
             from healthcheck.report.table import render
 
-            click.echo(render(report))
+            click.echo(render(report, width=self.width, colour=self.colour))
         return report
+
+
+def output_width(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None = None) -> int | None:
+    """How wide the tables may be: $COLUMNS where it is a number, else the terminal's width
+    where stdout is one, else None (no wrapping: what a script reads from a pipe stays as
+    it always was)."""
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return min(int(columns), MAX_WIDTH)
+    if not _is_terminal(stdout):
+        return None
+    import shutil
+
+    return min(max(shutil.get_terminal_size().columns, MIN_WIDTH), MAX_WIDTH)
+
+
+def use_colour(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None = None) -> bool:
+    """Colour on a terminal only, and never where $NO_COLOR is set (to anything but "": no-color.org)."""
+    return not environ.get("NO_COLOR") and _is_terminal(stdout)
+
+
+def _is_terminal(stdout: IO[Any] | None) -> bool:
+    out = sys.stdout if stdout is None else stdout
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def report_not_written(report: Report, failures: Sequence[HcError]) -> Report:

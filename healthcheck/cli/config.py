@@ -67,11 +67,12 @@ def show(node: str, config_path: Path | None, fmt: str) -> int:
             }
         )
         return 0
-    from tabulate import tabulate
+    from healthcheck.report.layout import table, wrap_line
+    from healthcheck.report.table import printable
 
-    app.echo(f"{node}: fabric {nc.fabric_name} (config {app.config.path})")
-    rows = [[k, _show(v), s] for k, v, s in leaves]
-    app.echo(tabulate(rows, headers=["KEY", "VALUE", "SOURCE"], tablefmt="simple"))
+    app.echo(wrap_line(f"{node}: fabric {nc.fabric_name} (config {app.config.path})", app.width))
+    rows = [[printable(k), printable(_show(v)), printable(s)] for k, v, s in leaves]
+    app.echo(table(rows, ["KEY", "VALUE", "SOURCE"], app.width, disable_numparse=True))
     return 0
 
 

@@ -68,6 +68,10 @@ class CheckSpec(_Declared):
     # hang is evidence against the node (a bandwidth test that never completes); None:
     # such a timeout is ERROR (hc.E002), as for any check
     hang_finding: FindingSpec | None = None
+    # the names of the metrics a PASS row of the table shows as its evidence ("eth0 mtu
+    # 9000 bytes"), in the order they are preferred; the report does not say which check
+    # measured a metric, so the check says which of its metrics speak for it
+    evidence_metrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class Registry:
         applies: Callable[[Any], str | None] | None = None,
         optional: Iterable[str] = (),
         hang_finding: FindingSpec | None = None,
+        evidence_metrics: Iterable[str] = (),
     ) -> Callable[[CheckFn], CheckFn]:
         """Register `fn` as check `name` here (see the module-level `check`)."""
         tiers = _tiers(name, tier)
@@ -164,6 +169,7 @@ class Registry:
                 applies=applies,
                 optional=optionals,
                 hang_finding=hang_finding,
+                evidence_metrics=tuple(evidence_metrics),
             )
             return fn
 
@@ -326,6 +332,7 @@ def check(
     applies: Callable[[Any], str | None] | None = None,
     optional: Iterable[str] = (),
     hang_finding: FindingSpec | None = None,
+    evidence_metrics: Iterable[str] = (),
 ) -> Callable[[CheckFn], CheckFn]:
     """Register `fn` as process-wide check `name`.
 
@@ -337,9 +344,11 @@ def check(
     `hang_finding`: a
     needed fact's provider running out of its whole budget is this finding, FAIL, with
     the probe's partial output as evidence, instead of ERROR (hc.E002).
+    `evidence_metrics`: the names of the metrics it yields that a PASS row of the table
+    shows as its evidence ("eth0 mtu 9000 bytes").
     """
     return DEFAULT.check(name, tier=tier, needs=needs, findings=findings, budget_s=budget_s, applies=applies,
-                         optional=optional, hang_finding=hang_finding)
+                         optional=optional, hang_finding=hang_finding, evidence_metrics=evidence_metrics)
 
 
 def analysis(name: str, *, scope: str, tier: str | Iterable[str], findings: Iterable[FindingSpec]

@@ -46,8 +46,11 @@ class _Gathering(threading.Thread):
         self.ctx = ctx
         self.value: Any = None
         self.error: ProbeError | None = None
+        self.began = time.monotonic()
+        self.ended: float | None = None  # None while it runs (or was abandoned)
 
     def run(self) -> None:
+        self.began = time.monotonic()
         try:
             self.value = self.provider.fn(self.ctx)
         except ProbeError as exc:
@@ -55,6 +58,13 @@ class _Gathering(threading.Thread):
         except Exception as exc:  # a provider bug must not take the run down
             self.error = ProbeError(ProbeKind.FAILED, f"gathering {self.fact} raised {type(exc).__name__}: {exc}",
                                     traceback.format_exc(limit=5))
+        finally:
+            self.ended = time.monotonic()
+
+    @property
+    def took(self) -> float:
+        """How long gathering this fact took (so far, for one still running: abandoned)."""
+        return (self.ended if self.ended is not None else time.monotonic()) - self.began
 
 
 def _budget(budget: float, deadline: float | None) -> tuple[float, bool]:
@@ -87,13 +97,17 @@ def _collect(t: _Gathering, give_up_at: float, cut: bool) -> tuple[Any, bool]:
 
 
 def gather(
-    needs: dict[str, float], ctx: ProbeContext, deadline: float | None = None
+    needs: dict[str, float], ctx: ProbeContext, deadline: float | None = None,
+    took: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Gather each fact (name -> time budget): concurrent providers each in its own
     thread, then exclusive ones one at a time, alone.
 
-    Returns fact -> value or ProbeError, and whether any thread had to be abandoned.
+    Returns fact -> value or ProbeError, and whether any thread had to be abandoned;
+    `took`, where given, gets fact -> the seconds its provider ran (a fact no provider
+    was started for is not in it).
     """
+    took = {} if took is None else took
     results: dict[str, Any] = {}
     concurrent: list[tuple[str, Provider]] = []
     exclusive: list[tuple[str, Provider]] = []
@@ -109,10 +123,13 @@ def gather(
     stuck: list[str] = []
     for t, give_up_at, cut in started:
         results[t.fact], alive = _collect(t, give_up_at, cut)
+        took[t.fact] = t.took
         if alive:
             stuck.append(t.fact)
     for fact, provider in exclusive:  # only runs that need a bandwidth test get here
+        began = time.monotonic()
         results[fact], alive = _gather_alone(fact, provider, ctx, needs[fact], deadline, stuck)
+        took[fact] = time.monotonic() - began
         if alive:
             stuck.append(fact)
     return {fact: results[fact] for fact in needs}, bool(stuck)
@@ -167,9 +184,8 @@ def run_checks(
     limits = node_config.limits
     ctx = dataclasses.replace(ctx, limits=limits)
     runnable, skipped, needs = plan_facts(specs, limits, budget_floor)
-    gather_start = time.monotonic()
-    facts, abandoned = gather(needs, ctx, deadline)
-    gather_s = time.monotonic() - gather_start
+    took: dict[str, float] = {}
+    facts, abandoned = gather(needs, ctx, deadline, took)
 
     checks: list[CheckResult] = []
     findings: list[Finding] = []
@@ -179,7 +195,10 @@ def run_checks(
     for spec in runnable:
         start = time.monotonic()
         status, reason, out_findings, out_metrics = _evaluate(spec, facts, limits)
-        duration = round(time.monotonic() - start + gather_s, 4)
+        # its own time: the slowest of the facts it waited for (gathered side by side, so
+        # a check's time is not the run's), then its evaluation
+        waited = max((took.get(f, 0.0) for f in spec.needs + spec.optional), default=0.0)
+        duration = round(time.monotonic() - start + waited, 4)
         checks.append(CheckResult(spec.name, status, duration, reason))
         findings.extend(_stamp(f, node_config, spec.name) for f in out_findings)
         metrics.extend(out_metrics)

@@ -8,8 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from healthcheck.core.catalogue import NOTHING_CHECKED
-from healthcheck.core.model import GroupResult, Report
+from healthcheck.core.model import CheckResult, Finding, GroupResult, Metric, NodeResult, Report
 from healthcheck.core.status import Status
+from healthcheck.report.layout import coloured, table, wrap_line
 
 # above this many groups, passing ones are counted rather than listed (a 64-node pair
 # matrix has 2,016 pairs; the slow ones must not drown)
@@ -31,29 +32,39 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
-def render(report: Report, *, show_checks: bool | None = None) -> str:
-    from tabulate import tabulate
-
+def render(report: Report, *, show_checks: bool | None = None, width: int | None = None,
+           colour: bool = False) -> str:
+    """The report for a person: findings, bandwidth, run-level results, each node's checks
+    (one node: by default) and the verdict. `width`: fit the tables and lines to it (None:
+    as wide as they are, for a pipe); `colour`: the STATUS cells in colour (a terminal)."""
     out: list[str] = []
     groups = report.findings_summary
     if groups:
         rows = [
-            [g["status"], g["id"], printable(g["nodes"]), printable(g["component"] or "-"), printable(g["message"])]
+            [coloured(g["status"], g["status"], colour), g["id"], printable(g["nodes"]),
+             printable(g["component"] or "-"), printable(g["message"])]
             for g in groups
         ]
-        out.append(tabulate(rows, headers=["STATUS", "ID", "NODES", "SUBJECT", "MESSAGE"], tablefmt="simple"))
+        out.append(table(rows, ["STATUS", "ID", "NODES", "SUBJECT", "MESSAGE"], width))
         out.append("")
     if report.groups:
         out.extend(render_bandwidth(report.groups))  # nothing where no pair or group was tested
-        out.extend(render_groups(report.groups))
+        out.extend(render_groups(report.groups, width=width, colour=colour))
         out.append("")
     if show_checks is None:
         show_checks = len(report.nodes) == 1
     if show_checks:
         for node in report.nodes:
-            rows = [[c.name, c.status.value, f"{c.duration_s:.3f}", printable(c.reason or "")] for c in node.checks]
-            out.append(tabulate(rows, headers=["CHECK", "STATUS", "SECONDS", "NOTE"], tablefmt="simple"))
+            if len(report.nodes) > 1:  # which node each table is about
+                out.append(f"{printable(node.node)}:")
+            out.extend(render_checks(node, width=width, colour=colour))
             out.append("")
+    out.append(wrap_line(summary_line(report), width))
+    return "\n".join(out)
+
+
+def summary_line(report: Report) -> str:
+    """The verdict, what it counts, and what the run was: tier, fabric, config, time, run ID."""
     counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     nodes = len(report.nodes)
     node_word = "node" if nodes == 1 else "nodes"
@@ -61,11 +72,87 @@ def render(report: Report, *, show_checks: bool | None = None) -> str:
     verdict = report.status.value
     if any(f.id == NOTHING_CHECKED.id for f in report.run_findings):
         verdict += " (nothing was checked)"  # an all-SKIP run must not read as a clean one
-    out.append(
-        f"{verdict}: {nodes} {node_word} ({counts}){_beyond_nodes(report)}, tier {report.tier}, "
-        f"fabric {', '.join(fabrics) or '-'}, {report.duration_s:.2f}s, run {report.run_id}"
-    )
-    return "\n".join(out)
+    return (f"{verdict}: {nodes} {node_word} ({counts}){_beyond_nodes(report)}, tier {report.tier}, "
+            f"fabric {', '.join(fabrics) or '-'}, config {config_name(report.config_path)}, "
+            f"{report.duration_s:.2f}s, run {report.run_id}")
+
+
+def config_name(path: str) -> str:
+    """The config a run used, as the summary names it: its path, or "embedded default" for
+    the one inside hc (its path is an install directory, which tells an operator nothing)."""
+    if not path:
+        return "-"  # a report made without a config (a job's diagnosis)
+    from healthcheck.core.config.loader import EMBEDDED_DEFAULT
+
+    return "embedded default" if path == str(EMBEDDED_DEFAULT) else printable(path)
+
+
+def render_checks(node: NodeResult, *, width: int | None = None, colour: bool = False) -> list[str]:
+    """A node's checks, one row each: its status, its own time and a note (the finding behind
+    a FAIL, WARN or ERROR; a PASS's evidence; why a check was skipped). A node that could
+    not be checked at all has no checks: one line says so and why."""
+    if not node.checks:
+        why = f"not checked: {node.error}" if node.error is not None else "no check ran"
+        return [wrap_line(f"{printable(node.node)}: {coloured(node.status.value, node.status, colour)}, "
+                          f"{printable(why)}", width)]
+    notes = CheckNotes(node)
+    rows = [[c.name, coloured(c.status.value, c.status, colour), f"{c.duration_s:.3f}", notes.note(c)]
+            for c in node.checks]
+    return [table(rows, ["CHECK", "STATUS", "SECONDS", "NOTE"], width, disable_numparse=True,
+                  colalign=("left", "left", "right", "left"))]
+
+
+# a PASS row's evidence: at most this many of the check's metrics, then how many more
+EVIDENCE_SHOWN = 2
+
+
+class CheckNotes:
+    """The NOTE of each check of one node, from the node's findings (stamped with the check
+    that made them) and metrics (matched to a check by the names it declares as its
+    evidence: `@check(evidence_metrics=...)`)."""
+
+    def __init__(self, node: NodeResult) -> None:
+        self.findings: dict[str, list[Finding]] = {}
+        for f in node.findings:
+            self.findings.setdefault(f.check, []).append(f)
+        self.metrics = node.metrics
+
+    def note(self, check: CheckResult) -> str:
+        if check.status in (Status.FAIL, Status.WARN, Status.ERROR):
+            found = self.findings.get(check.name, [])
+            if found:
+                worst_first = max(found, key=lambda f: f.status.rank)  # the first of the worst: the check's order
+                more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+                return printable(f"{worst_first.id} {worst_first.message}{more}")
+        if check.status is Status.PASS and not check.reason:
+            return printable(self.evidence(check.name))
+        return printable(check.reason or "")
+
+    def evidence(self, check: str) -> str:
+        """"eth0 mtu 9000 bytes": what the check measured, from the metrics it names as its
+        evidence (the first EVIDENCE_SHOWN, the rest counted); "" where it names none."""
+        names = evidence_metrics(check)
+        if not names:
+            return ""
+        rank = {name: i for i, name in enumerate(names)}
+        chosen = sorted((m for m in self.metrics if m.name in rank), key=lambda m: rank[m.name])  # stable
+        shown = "; ".join(metric_text(m) for m in chosen[:EVIDENCE_SHOWN])
+        more = len(chosen) - EVIDENCE_SHOWN
+        return shown + (f" (+{more} more)" if more > 0 else "")
+
+
+def metric_text(m: Metric) -> str:
+    """One measurement in words: "eth0 mtu 9000 bytes", "/tmp free_gib 78.2 GiB"."""
+    value = f"{m.value:g}" if isinstance(m.value, float) else str(m.value)
+    return " ".join(part for part in (m.component, m.name, value, m.unit or "") if part)
+
+
+def evidence_metrics(check: str) -> tuple[str, ...]:
+    """The metric names `check` declares as its evidence; () for a check this hc does not know."""
+    from healthcheck.core.registry import current
+
+    spec = current().all_checks().get(check)
+    return spec.evidence_metrics if spec is not None else ()
 
 
 def _beyond_nodes(report: Report) -> str:
@@ -109,18 +196,15 @@ def _worst_finding(group: GroupResult) -> str:
     return f"{f.id} {f.message}"
 
 
-def render_groups(groups: list[GroupResult]) -> list[str]:
+def render_groups(groups: list[GroupResult], *, width: int | None = None, colour: bool = False) -> list[str]:
     """The run-level results, worst first: kind, name, members as a hostlist, status, worst finding."""
-    from tabulate import tabulate
-
     from healthcheck.report.build import natural_key
 
     ordered = sorted(groups, key=lambda g: (-g.status.rank, g.kind, natural_key(g.name)))
     listed = [g for g in ordered if len(groups) <= LIST_PASSING_UP_TO or g.status.rank > Status.PASS.rank]
-    rows = [[g.kind, printable(g.name), printable(fold_members(g.members)), g.status.value,
+    rows = [[g.kind, printable(g.name), printable(fold_members(g.members)), coloured(g.status.value, g.status, colour),
              printable(_worst_finding(g))] for g in listed]
-    out = [tabulate(rows, headers=["GROUP", "NAME", "MEMBERS", "STATUS", "WORST FINDING"], tablefmt="simple")] \
-        if rows else []
+    out = [table(rows, ["GROUP", "NAME", "MEMBERS", "STATUS", "WORST FINDING"], width)] if rows else []
     hidden = len(groups) - len(listed)
     if hidden:
         out.append(f"{hidden} more pair/group/job results passed or were skipped (--format json lists them)")

@@ -195,6 +195,22 @@ def test_deadline_caps_every_budget(tmp_path):
     assert abandoned and time.monotonic() - start < 1.2
 
 
+@REG.provides("test_slow", "local")
+def _slow(ctx):
+    time.sleep(0.4)
+    return 1
+
+
+def test_each_check_gets_its_own_time_not_the_whole_gathering(tmp_path):
+    """A check's duration_s is the gathering of its own facts (side by side with the others'),
+    not the run's: a check of a fast fact is not charged for a slow one (issue 21, 7)."""
+    result, _ = run_checks(node(), [spec("test.slow", ["test_slow"], lambda test_slow, limits: [], budget=5),
+                                    spec("test.fast", ["test_value"], lambda test_value, limits: [], budget=5)],
+                           ctx_with(tmp_path))
+    took = by_check(result)
+    assert took["test.fast"].duration_s < took["test.slow"].duration_s / 4  # both were the 0.4 s of the slowest
+
+
 def test_check_that_raises_is_error_hc_e005(tmp_path):
     def boom(test_value, limits):
         raise KeyError("oops")

@@ -200,26 +200,30 @@ BEFORE_V1 = "\n".join([
     "--------  -------  ----------  ---------  -------------------------------------------------",
     "FAIL      ib.E002  gpu[01-02]  mlx5_2/1   mlx5_2/1 is Down/Polling (expected Active/LinkUp)",
     "",
-    "FAIL: 3 nodes (1 PASS, 2 FAIL), tier quick, fabric h100-ndr400, 3.00s, run 20261122T030000Z-0a1b2c",
+    "FAIL: 3 nodes (1 PASS, 2 FAIL), tier quick, fabric h100-ndr400, config /etc/hc/hc.yaml, 3.00s, run 20261122T030000Z-0a1b2c",
 ])
 BEFORE_V1_CHECKS = "\n".join([
     "STATUS    ID       NODES       SUBJECT    MESSAGE",
     "--------  -------  ----------  ---------  -------------------------------------------------",
     "FAIL      ib.E002  gpu[01-02]  mlx5_2/1   mlx5_2/1 is Down/Polling (expected Active/LinkUp)",
     "",
+    # each node named; a FAIL row carries its finding, a PASS row its evidence (issue 21, 7)
+    "gpu01:",
     "CHECK          STATUS      SECONDS  NOTE",
-    "-------------  --------  ---------  ------",
-    "ib.port_state  FAIL          0.012",
+    "-------------  --------  ---------  ---------------------------------------------------------",
+    "ib.port_state  FAIL          0.012  ib.E002 mlx5_2/1 is Down/Polling (expected Active/LinkUp)",
     "",
+    "gpu02:",
     "CHECK          STATUS      SECONDS  NOTE",
-    "-------------  --------  ---------  ------",
-    "ib.port_state  FAIL          0.012",
+    "-------------  --------  ---------  ---------------------------------------------------------",
+    "ib.port_state  FAIL          0.012  ib.E002 mlx5_2/1 is Down/Polling (expected Active/LinkUp)",
     "",
+    "gpu03:",
     "CHECK          STATUS      SECONDS  NOTE",
-    "-------------  --------  ---------  ------",
-    "ib.port_state  PASS          0.012",
+    "-------------  --------  ---------  ---------------------------",
+    "ib.port_state  PASS          0.012  mlx5_2/1 rate_gbps 400 Gb/s",
     "",
-    "FAIL: 3 nodes (1 PASS, 2 FAIL), tier quick, fabric h100-ndr400, 3.00s, run 20261122T030000Z-0a1b2c",
+    "FAIL: 3 nodes (1 PASS, 2 FAIL), tier quick, fabric h100-ndr400, config /etc/hc/hc.yaml, 3.00s, run 20261122T030000Z-0a1b2c",
 ])
 BEFORE_FOLDED = "\n".join([
     "STATUS    ID       NODES             SUBJECT    MESSAGE",
@@ -227,17 +231,16 @@ BEFORE_FOLDED = "\n".join([
     "FAIL      ib.E002  gpu[017,033-035]  mlx5_2/1   mlx5_2/1 is Down/Polling (expected Active/LinkUp)",
     "WARN      ib.E005  gpu002            x          w",
     "",
-    "FAIL: 6 nodes (1 PASS, 1 WARN, 4 FAIL), tier quick, fabric h100-ndr400, 2.00s, run 20261122T130000Z-000000",
+    "FAIL: 6 nodes (1 PASS, 1 WARN, 4 FAIL), tier quick, fabric h100-ndr400, config /x, 2.00s, run 20261122T130000Z-000000",
 ])
 BEFORE_SKIPPED = "\n".join([
     "STATUS    ID       NODES    SUBJECT    MESSAGE",
     "--------  -------  -------  ---------  ----------------------------------------------------------------------------------",
     "ERROR     hc.E007  gpu001   -          nothing was checked: no check of tier quick was selected (see --checks and --tier)",
     "",
-    "CHECK    STATUS    SECONDS    NOTE",
-    "-------  --------  ---------  ------",
+    "gpu001: SKIP, no check ran",  # not an empty CHECK table (issue 21, 7)
     "",
-    "ERROR (nothing was checked): 1 node (1 SKIP), tier quick, fabric f1, 2.00s, run 20261122T130000Z-000000",
+    "ERROR (nothing was checked): 1 node (1 SKIP), tier quick, fabric f1, config /x, 2.00s, run 20261122T130000Z-000000",
 ])
 BEFORE_JOB = "\n".join([
     "STATUS    ID       NODES    SUBJECT    MESSAGE",
@@ -249,7 +252,7 @@ BEFORE_JOB = "\n".join([
     "job      job 4711  gpu[001-002]  ERROR     hc.E002 rank 1 hung",
     "",
     # the verdict says where its ERROR comes from (issue 18, C.10): "2 PASS" alone contradicted it
-    "ERROR: 2 nodes (2 PASS) + 1 job ERROR, tier quick, fabric h100-ndr400, 2.00s, run 20261122T130000Z-000000",
+    "ERROR: 2 nodes (2 PASS) + 1 job ERROR, tier quick, fabric h100-ndr400, config /x, 2.00s, run 20261122T130000Z-000000",
 ])
 
 
