@@ -319,11 +319,17 @@ def test_an_hc_bin_that_is_not_there_checks_nothing_loudly_and_never_drains(hc):
 def test_the_nightly_sweep_script_runs_on_real_slurm_and_logs_where_it_was_submitted(hc):
     """Its --output named /var/log/hc/sweeps/, which sbatch opens before the script runs
     and never makes: a first submission failed, unseen."""
-    stub = hc.root / "hc-stub"
-    stub.write_text(f'#!/bin/sh\necho "$@" >> {hc.root}/stub.log\n')
+    stub = hc.root / "hc-stub"  # notes its argv; as `sweep`, writes the report it was asked for
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {hc.root}/stub.log\n'
+                    'while [ $# -gt 1 ]; do [ "$1" = --output ] && echo {{}} > "$2"; shift; done\n')
     stub.chmod(0o755)
     settings = hc.root / "nightly.env"
     settings.write_text(f"HC_BIN={stub}\nHC_SWEEP_DIR={hc.root}/sweeps\n")
+    # last night's report, in the shared sweep directory: what tonight's is compared with,
+    # whichever node the job runs on (a node's own history holds only its own sweeps)
+    (hc.root / "sweeps").mkdir()
+    last_night = hc.root / "sweeps" / "sweep-20261127T020000Z.json"
+    last_night.write_text("{}\n")
     submit = hc.root / "submit"
     submit.mkdir()
     r = hc.slurm.run(["sbatch", "--parsable", "--partition=debug", f"--chdir={submit}",
@@ -335,4 +341,6 @@ def test_the_nightly_sweep_script_runs_on_real_slurm_and_logs_where_it_was_submi
     assert (submit / f"hc-nightly-{job}.out").exists(), sorted(p.name for p in submit.iterdir())
     sweep, diff = (hc.root / "stub.log").read_text().splitlines()
     assert sweep.startswith("sweep --via slurm --partition debug --tier standard --act --output "
-                            f"{hc.root}/sweeps/sweep-") and diff.startswith("report diff ")
+                            f"{hc.root}/sweeps/sweep-")
+    tonight = sweep.split("--output ", 1)[1].split()[0]
+    assert diff == f"report diff {last_night} {tonight}"
