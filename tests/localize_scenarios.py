@@ -1,5 +1,5 @@
 """Labelled scenarios for localizing slow nodes between few and many nodes, and a scorer:
-the detector measured as the deep sweep runs it (orchestrate/pairs.run_pairs, its retries
+the detector measured as the deep sweep runs it (orchestrate/pairsweep/sweep.run_pairs, its retries
 and judging, then the bw.pairs analysis through judge_pairs), with the tests replaced by a
 model of pair busbw. Used by tests/unit/test_localize_scenarios.py (the held-out set is
 asserted) and bin/bench (the detector table, both sets).
@@ -252,7 +252,8 @@ RIG_REPLAYS: list[Scenario] = [
 
 
 class Model:
-    """run_pairs' run_test for one scenario: deterministic whatever order the threads run in."""
+    """Every torch test of one scenario's sweep (pair_fakes.torch_tests_by): deterministic
+    whatever order the threads run in."""
 
     def __init__(self, sc: Scenario) -> None:
         self.sc = sc
@@ -319,19 +320,21 @@ class Detector:
         return self._configs[key]
 
     def run(self, sc: Scenario) -> Outcome:
+        from pair_fakes import torch_tests_by
+
         from healthcheck.core.model import CheckResult, NodeResult
         from healthcheck.core.status import Status, worst
-        from healthcheck.orchestrate import pairs
+        from healthcheck.orchestrate.pairsweep import choose, sweep
 
         nodes = [NodeResult(node=m, fabric="f", status=Status.PASS, mode="agent",
                             checks=[CheckResult("bw.torch", Status.PASS, 0.0)]) for m in sc.nodes]
-        saved = pairs.run_test
-        pairs.run_test = Model(sc)
+        saved = choose.open_transport
+        choose.open_transport = torch_tests_by(Model(sc))
         try:
-            run = pairs.run_pairs(self.config(sc), nodes)
+            run = sweep.run_pairs(self.config(sc), nodes)
         finally:
-            pairs.run_test = saved
-        judged, groups, _runs, for_run = pairs.judge_pairs(nodes, run)
+            choose.open_transport = saved
+        judged, groups, _runs, for_run = sweep.judge_pairs(nodes, run)
         ids = {(n.node, f.id) for n in judged for f in n.findings}
         return Outcome(
             scenario=sc,

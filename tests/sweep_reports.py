@@ -117,7 +117,8 @@ def node_results(config: Any, names: Sequence[str], slow: dict[str, float], run:
 
 def pair_model(culprit: str | None, slow_link: tuple[str, str] | None, run: int = 0,
                culprit_scale: float = 0.28, link_scale: float = 0.55) -> Callable[..., Any]:
-    """`pairs.run_test` for a fabric where `culprit` is slow with everyone and `slow_link` is slow."""
+    """Every torch test (pair_fakes.torch_tests_by) for a fabric where `culprit` is slow with
+    everyone and `slow_link` is slow."""
     from healthcheck.core.units import format_size
     from healthcheck.parsers.bandwidth_common import BandwidthSample
 
@@ -152,12 +153,16 @@ def sweep(config_path: Path, names: Sequence[str], *, slow: dict[str, float] | N
     """One `hc sweep --tier deep` over `names` through run_many: node tests from the stand-in
     facts, pair tests (every pair of the first `pair_nodes` nodes, all by default) from the
     model; recorded in the config's history."""
+    from pair_fakes import torch_tests_by
+
     from healthcheck.core.config import load_config
-    from healthcheck.orchestrate import multirun, pairs, remote
+    from healthcheck.orchestrate import multirun, remote
+    from healthcheck.orchestrate.pairsweep import choose
+    from healthcheck.orchestrate.pairsweep import sweep as pair_sweep
 
     config = load_config(config_path)
     results = {r.node: r for r in node_results(config, names, slow or {}, run, base)}
-    real_run_pairs = pairs.run_pairs
+    real_run_pairs = pair_sweep.run_pairs
 
     def check_over_ssh(cfg: Any, nodes: Sequence[str], **_kw: Any) -> list[NodeResult]:
         return [results[n] for n in nodes]
@@ -166,8 +171,8 @@ def sweep(config_path: Path, names: Sequence[str], *, slow: dict[str, float] | N
         subset = list(got)[:pair_nodes] if pair_nodes else list(got)
         return real_run_pairs(cfg, subset, exhaustive=True, max_parallel=4)
 
-    with _patched(remote, "check_over_ssh", check_over_ssh), _patched(pairs, "run_pairs", run_pairs), \
-            _patched(pairs, "run_test", pair_model(culprit, slow_link, run, culprit_scale)):
+    with _patched(remote, "check_over_ssh", check_over_ssh), _patched(pair_sweep, "run_pairs", run_pairs), \
+            _patched(choose, "open_transport", torch_tests_by(pair_model(culprit, slow_link, run, culprit_scale))):
         done = multirun.run_many(config, list(names), command="sweep", tier="deep")
     return done.report
 

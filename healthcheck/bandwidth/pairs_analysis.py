@@ -114,7 +114,7 @@ WITHIN_NOISE = finding(
     "node is judged against a known-good figure; a node slow for real is below it every time.",
     action="rerun",
 )
-# ERROR on a test's own result, never on a node: orchestrate/pairs.py stamps it where a test gave nothing
+# ERROR on a test's own result, never on a node: orchestrate/pairsweep/judging.py stamps it where a test gave nothing
 TEST_NOT_RUN = finding(
     "bw.E107",
     "a bandwidth test between nodes could not run (a member unreachable, the worker missing or failing to start)",

@@ -2,7 +2,7 @@
 
 Outside an allocation, srun asks Slurm for a job of hc's own: the `--via slurm` sweep's
 (orchestrate/srun.py), a pair test's, and a persistent worker's one-node job held for the
-sweep (pair_launch.py, pair_workers.py). srun gives its job back when it ends; what keeps
+sweep (pairsweep/launched.py, pairsweep/workers.py). srun gives its job back when it ends; what keeps
 one alive is srun killed (by hc at a timeout, or by the kernel when hc dies: SIGKILL
 cannot release anything) while its request pends or just as it is granted. So each such
 job (`OwnJob`):

@@ -78,7 +78,7 @@ def run_many(
         if via == "slurm":
             warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
         else:
-            from healthcheck.orchestrate.pairs import judge_pairs, run_pairs
+            from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 
             pair_run = run_pairs(config, results, exhaustive=exhaustive, watch=watch)
             warnings += pair_run.notes

@@ -70,7 +70,8 @@ def _measured_sizes(bw: Any) -> list[str]:
     return sizes
 
 
-def _binary(bin_dir: str | None, collective: str) -> str:
+def nccl_binary(bin_dir: str | None, collective: str) -> str:
+    """The nccl-tests program for `collective`: in bin_dir, else on the PATH."""
     name = f"{collective}_perf"
     return str(Path(bin_dir) / name) if bin_dir else name
 
@@ -151,7 +152,7 @@ def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, siz
     -J FILE where the binary supports it (samples from the JSON, the text table otherwise)."""
     settings = ctx.limits.bandwidth.nccl_tests
     lo, hi, factor = size_args
-    argv: tuple[str, ...] = (_binary(settings.bin_dir, collective), "-b", str(lo), "-e", str(hi), "-f",
+    argv: tuple[str, ...] = (nccl_binary(settings.bin_dir, collective), "-b", str(lo), "-e", str(hi), "-f",
                              str(factor), "-g", str(gpus), "-w", str(settings.warmup), "-n", str(settings.iters),
                              "-c", "1", "-a", "3")
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **settings.env, **(IB_LOOPBACK_ENV if scope == "ib_loopback" else {})}
@@ -175,7 +176,7 @@ def _nccl_attempt(ctx: ProbeContext, collective: str, scope: str, gpus: int, siz
 
 def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> BandwidthAttempt:
     """What one nccl-tests run printed, read into an attempt (here on one node, and between
-    nodes in orchestrate/pair_tools.py): samples, wrong elements, the tool's failure lines,
+    nodes in orchestrate/pairsweep/tools.py): samples, wrong elements, the tool's failure lines,
     and why a run says nothing (the launcher refused, lone ranks, a rank count other than
     `expected_ranks`). `common`: the attempt's argv, env, expected_ranks, duration_s,
     returncode, hung and output_tail, as BandwidthAttempt names them."""

@@ -80,11 +80,12 @@ ERROR_COUNTERS = (*IbCounterLimits.__struct_fields__, "port_rcv_constraint_error
                   "port_xmit_constraint_errors", "VL15_dropped")
 
 
-def _is_compute(port: IbPort, ib: IbLimits) -> bool:
+def is_compute_port(port: IbPort, ib: IbLimits) -> bool:
+    """Whether the port is a compute HCA's, as the fabric's ib section names them."""
     return is_compute(port, ib.hcas, ib.hca_types, ib.link_layer)
 
 
-class _Node:
+class HcaNode:
     """Files and counters of the node: read here (under ctx.root), or through the runner over SSH."""
 
     def __init__(self, ctx: ProbeContext, local: bool) -> None:
@@ -140,7 +141,7 @@ class _Node:
 
 
 @dataclass
-class _Plan:
+class PortPlan:
     """How one port is tested: its fact so far and both command lines."""
 
     hca: IbWriteBwHca
@@ -165,7 +166,7 @@ def _where_hc_looked(ctx: ProbeContext, local: bool) -> str:
     return f"$PATH ({path})"
 
 
-def _missing(ctx: ProbeContext, local: bool) -> str | None:
+def missing_tools(ctx: ProbeContext, local: bool) -> str | None:
     """Why ib_write_bw cannot be started, or None (any exit of `--version` will do)."""
     result = ctx.runner.run((TOOL, "--version"), timeout_s=SHORT_TIMEOUT_S)
     if result.not_found:
@@ -196,7 +197,7 @@ def _pin(ctx: ProbeContext, numa: int | None, env: Mapping[str, str], cache: dic
     return ((), why) if why else (prefix, None)
 
 
-def _gpus(node: _Node) -> list[int | None]:
+def _gpus(node: HcaNode) -> list[int | None]:
     """The NUMA node of each GPU the driver bound, in CUDA's PCI_BUS_ID order (None: unknown)."""
     ids = sorted(node.listdir(NVIDIA_GPUS), key=str.lower)
     out = []
@@ -220,7 +221,9 @@ def _argv(settings: Any, device: str, port: int, tcp_port: int, size: int, gpu: 
     return tuple(argv)
 
 
-def _plans(ctx: ProbeContext, node: _Node, ports: list[IbPort], size: int, env: Mapping[str, str]) -> list[_Plan]:
+def port_plans(ctx: ProbeContext, node: HcaNode, ports: list[IbPort], size: int, env: Mapping[str, str]
+               ) -> list[PortPlan]:
+    """Each port's plan: its fact so far (a port that cannot run says why) and both command lines."""
     settings = ctx.limits.bandwidth.ib_write_bw
     gpus = _gpus(node) if settings.use_cuda else []
     on_node: dict[int, list[int]] = {}  # NUMA node -> its GPUs' indices
@@ -240,14 +243,14 @@ def _plans(ctx: ProbeContext, node: _Node, ports: list[IbPort], size: int, env: 
         hca = IbWriteBwHca(device=p.ca, port=p.port, tcp_port=tcp_port, rate_gbps=p.rate_gbps,
                            link_layer=p.link_layer, numa_node=numa, floor_gbps=floor, floor_setting=setting)
         if tcp_port > 65535:
-            plans.append(_Plan(msgspec.structs.replace(hca, not_run=(
+            plans.append(PortPlan(msgspec.structs.replace(hca, not_run=(
                 f"no side-channel port for it: bandwidth.ib_write_bw.port_base {settings.port_base} + {index} "
                 "is above 65535"))))
             continue
         gpu = None
         if settings.use_cuda:
             if not gpus:
-                plans.append(_Plan(msgspec.structs.replace(hca, not_run=(
+                plans.append(PortPlan(msgspec.structs.replace(hca, not_run=(
                     f"bandwidth.ib_write_bw.use_cuda is set but the NVIDIA driver lists no GPU ({NVIDIA_GPUS})"))))
                 continue
             if numa is not None and on_node.get(numa):
@@ -263,7 +266,7 @@ def _plans(ctx: ProbeContext, node: _Node, ports: list[IbPort], size: int, env: 
             notes.append(unpinned)
         server = (*prefix, *_argv(settings, p.ca, p.port, tcp_port, size, gpu))
         hca = msgspec.structs.replace(hca, pinned=bool(prefix), gpu=gpu, notes=tuple(notes))
-        plans.append(_Plan(hca, size, server, (*server, HOST)))
+        plans.append(PortPlan(hca, size, server, (*server, HOST)))
     return plans
 
 
@@ -303,12 +306,12 @@ def _side(name: str, result: CommandResult | None, argv: tuple[str, ...], extra:
     return f"--- {name}{extra}: $ {' '.join(argv)}  ({ended})\n{cut}{text[-TAIL:]}\n"
 
 
-def _attempt(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], timeout_s: float,
-             cut: bool, *, client_runner: Runner | None = None, stop_server: Callable[[], None] | None = None,
-             names: tuple[str, str] = ("server", "client")) -> IbWriteBwAttempt:
+def run_attempt(ctx: ProbeContext, plan: PortPlan, env: Mapping[str, str], timeout_s: float,
+                cut: bool, *, client_runner: Runner | None = None, stop_server: Callable[[], None] | None = None,
+                names: tuple[str, str] = ("server", "client")) -> IbWriteBwAttempt:
     """One server and its client; the client is started again while the server is not listening yet.
 
-    Between two nodes (orchestrate/pair_tools.py) the server runs through ctx.runner and the
+    Between two nodes (orchestrate/pairsweep/tools.py) the server runs through ctx.runner and the
     client through `client_runner`, and `stop_server` ends a server still running
     SERVER_GRACE_S after its client finished (none came: it would wait for its timeout);
     `names` label each side in the evidence.
@@ -380,7 +383,7 @@ def _short(attempt: IbWriteBwAttempt, floor: float | None) -> bool:
     return floor is not None and attempt.avg_gbits is not None and attempt.avg_gbits < floor
 
 
-def _run_port(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], deadline: float,
+def _run_port(ctx: ProbeContext, plan: PortPlan, env: Mapping[str, str], deadline: float,
               slots: threading.Semaphore) -> None:
     bw = ctx.limits.bandwidth
     with slots:
@@ -389,14 +392,15 @@ def _run_port(ctx: ProbeContext, plan: _Plan, env: Mapping[str, str], deadline: 
             if left < 1 and plan.attempts:
                 break
             timeout = min(bw.ib_write_bw.timeout_s, max(left, 1.0))
-            attempt = _attempt(ctx, plan, env, timeout, cut=timeout < bw.ib_write_bw.timeout_s)
+            attempt = run_attempt(ctx, plan, env, timeout, cut=timeout < bw.ib_write_bw.timeout_s)
             plan.attempts.append(attempt)
             if not _short(attempt, plan.hca.floor_gbps):
                 break
 
 
-def _rises(before: dict[str, int] | str | None, after: dict[str, int] | str | None
-           ) -> tuple[dict[str, int], str | None]:
+def counter_rises_of(before: dict[str, int] | str | None, after: dict[str, int] | str | None
+                     ) -> tuple[dict[str, int], str | None]:
+    """How much each error counter rose between two reads, or why that cannot be told."""
     if isinstance(before, str) or before is None:
         return {}, f"before the test: {before or 'not read'}"
     if isinstance(after, str) or after is None:
@@ -412,20 +416,20 @@ def _loopback(ctx: ProbeContext, local: bool) -> IbWriteBwLoopback:
     if not settings.enabled:
         return fact
     deadline = time.monotonic() + ctx.timeout_s - MARGIN_S
-    node = _Node(ctx, local)
+    node = HcaNode(ctx, local)
     found = node.ports()
-    compute = [p for p in found.ports if _is_compute(p, ctx.limits.ib)]
+    compute = [p for p in found.ports if is_compute_port(p, ctx.limits.ib)]
     active = sorted((p for p in compute if p.state == "Active"), key=lambda p: (p.ca, p.port))
     skipped = tuple(f"{p.name}: {p.state}/{p.phys_state}" for p in compute if p.state != "Active")
     skipped += tuple(f"unreadable: {e}" for e in found.errors)
     fact = msgspec.structs.replace(fact, skipped=skipped)
     if not active:
         return fact
-    missing = _missing(ctx, local)
+    missing = missing_tools(ctx, local)
     if missing:
         return msgspec.structs.replace(fact, missing=missing)
     env = {**({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if settings.use_cuda else {}), **settings.env}
-    plans = _plans(ctx, node, active, size, env)
+    plans = port_plans(ctx, node, active, size, env)
     before = node.counters(active)
     slots = threading.Semaphore(len(plans) if local else _ssh_ports_at_once())
     threads = []
@@ -440,7 +444,7 @@ def _loopback(ctx: ProbeContext, local: bool) -> IbWriteBwLoopback:
     after = node.counters(active)
     hcas = []
     for plan in plans:
-        rises, unknown = _rises(before.get(plan.hca.name), after.get(plan.hca.name))
+        rises, unknown = counter_rises_of(before.get(plan.hca.name), after.get(plan.hca.name))
         hcas.append(msgspec.structs.replace(plan.hca, attempts=tuple(plan.attempts), counter_rises=rises,
                                             counters_unknown=unknown))
     return msgspec.structs.replace(fact, hcas=tuple(hcas))

@@ -50,7 +50,7 @@ from healthcheck.core.status import Status
 from healthcheck.core.units import format_size, parse_size
 
 BUSBW = "busbw_gbytes_per_s"  # node metric, component collective/scope/size (checks/bw.py)
-PAIR_BUSBW = "busbw"  # pair test metric, component size (orchestrate/pairs.py)
+PAIR_BUSBW = "busbw"  # pair test metric, component size (orchestrate/pairsweep/measure.py)
 IB_BW = "bw_gbps"  # ib_write_bw loopback, component the HCA (checks/bw.py)
 TEMP = "temperature_c"  # component GPU<index> (checks/gpu.py)
 NCCL = "nccl_version"  # node-wide (checks/gpu.py)

@@ -19,7 +19,7 @@ from healthcheck.core import typed
 from healthcheck.core.model import READABLE_SCHEMAS, Report
 
 NODE_BUSBW = "busbw_gbytes_per_s"  # checks/bw.py: a node's own busbw, component collective/scope/size
-PAIR_BUSBW = "busbw"  # a test between nodes (orchestrate/pairs.py): component the size
+PAIR_BUSBW = "busbw"  # a test between nodes (orchestrate/pairsweep/measure.py): component the size
 _NO_METRICS = msgspec.Raw(b"[]")
 
 

@@ -14,7 +14,7 @@ for: that is orchestrate/allocations.py's (a time limit, a cancel, the next swee
 Closing sends end-of-input (the worker's cue to end), waits a moment (none for a worker
 known not to read it: inside a test that will not complete), then kills the launcher's
 whole tree; `close()` says whether it had to, and `exit_status()` how it
-ended, so the caller can cancel an allocation srun did not give back (see pair_workers).
+ended, so the caller can cancel an allocation srun did not give back (see orchestrate/pairsweep/workers.py).
 """
 
 from __future__ import annotations

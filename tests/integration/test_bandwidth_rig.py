@@ -96,7 +96,7 @@ def test_one_slow_link_is_a_link_finding_and_drains_nobody(site, idle):
 def test_healthy_rig_names_nobody(site, idle):
     """A healthy four-node sweep names nobody. It runs on persistent torch workers (the
     default): every pair measured, no worker failed and was started again, and no `hc bw
-    serve` is left on any host afterwards (pair_workers.py's whole-sweep test; the sweep is
+    serve` is left on any host afterwards (pairsweep/workers.py's whole-sweep test; the sweep is
     the same, so one serves both)."""
     from test_pair_workers_rig import gone, serve_pids
 

@@ -9,8 +9,8 @@ real Slurm), hc's real torch sweep (gloo) in every pair.
   per test, or, with persistent workers (the default), one per node held for the sweep.
 
 Each way runs twice: with persistent workers (one `hc bw serve` per node, started by the
-launcher once for the sweep: pair_workers.py) and without (`hc bw allreduce` launched
-per test: pair_launch.py).
+launcher once for the sweep: pairsweep/workers.py) and without (`hc bw allreduce` launched
+per test: pairsweep/launched.py).
 
 The worker on the nodes is a wrapper that notes which launcher's variables it got, so
 the tests know the pairs ran through the launcher and not over SSH. Functional
@@ -203,28 +203,27 @@ def test_deep_sweep_pairs_through_srun(rig, persistent):
 
 def pair_test_beside_a_job_on_node2(rig, monkeypatch, *, persistent: bool):
     """One srun test of node1 and node2 while a job holds node2 (it took the job after the
-    sweep's idle check); what the test returned."""
+    sweep's idle check); what the test returned: (samples, why)."""
     from healthcheck.core.config.loader import load_config
-    from healthcheck.orchestrate import pairs
-    from healthcheck.orchestrate.pair_workers import WorkerPool
+    from healthcheck.orchestrate.pairsweep.choose import open_transport
+    from healthcheck.orchestrate.pairsweep.plan import PairPlan
 
     rig_yaml = rig.dir / "fabrics" / "rig.yaml"
-    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun").replace("timeout_s: 90", "timeout_s: 30"))
+    rig_yaml.write_text(rig_yaml.read_text() + fabric("srun", persistent).replace("timeout_s: 90", "timeout_s: 30"))
     # srun's bounded wait for node2 (--immediate), 3 s where it would be a third of the test's 30 s
     rig.config.write_text(rig.config.read_text().replace("slurm:\n", "slurm:\n  sweep_wait_s: 3\n", 1))
     config = load_config(rig.config)
-    plan = pairs.PairPlan(config, "node1")
-    if persistent:
-        plan.workers = WorkerPool(config, plan, 2)
+    plan = PairPlan.from_config(config, "node1")
+    transport = open_transport(config, plan, 2)
     monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     job = rig.slurm.sbatch("-N1", "-w", "node2", "--exclusive", wrap="sleep 300")
     try:
         rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
-        return pairs.run_test(config, plan, ["node1", "node2"])
+        got = transport.run(["node1", "node2"])
+        return got.samples, got.why
     finally:
-        if plan.workers is not None:
-            plan.workers.close()
+        transport.close()
         rig.slurm.scancel(job)
 
 
@@ -274,8 +273,8 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     (ssh, mpirun) or its test failed naming no job (srun)."""
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import parse_hostlist
-    from healthcheck.orchestrate import pairs
     from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.pairsweep import sweep
 
     for name, value in (_mpirun_env(rig) if launcher == "mpirun" else {}).items():
         monkeypatch.setenv(name, value)
@@ -283,7 +282,7 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     rig_yaml = rig.dir / "fabrics" / "rig.yaml"
     rig_yaml.write_text(rig_yaml.read_text() + fabric(launcher, persistent).replace("timeout_s: 90", "timeout_s: 60"))
-    real_run_pairs = pairs.run_pairs
+    real_run_pairs = sweep.run_pairs
     landed: list[str] = []
 
     def a_job_lands_first(config, results, **kw):
@@ -291,7 +290,7 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
         rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
         return real_run_pairs(config, results, **kw)
 
-    monkeypatch.setattr(pairs, "run_pairs", a_job_lands_first)
+    monkeypatch.setattr(sweep, "run_pairs", a_job_lands_first)
     try:
         run = run_many(load_config(rig.config), NODES, command="sweep", tier="deep", only=["net"],
                        mode="agentless")

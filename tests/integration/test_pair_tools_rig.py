@@ -1,4 +1,4 @@
-"""The tool-based tests between two nodes (orchestrate/pair_tools.py) across two rig hosts:
+"""The tool-based tests between two nodes (orchestrate/pairsweep/tools.py) across two rig hosts:
 
 - nccl-tests: Open MPI's real mpirun from the login side (the root namespace), its daemons
   started over the rig's sshd (OMPI_MCA_plm_rsh_agent: ssh -F the rig's ssh_config), one
@@ -27,7 +27,7 @@ import pytest
 from test_remote_rig import site as site
 
 from healthcheck.core.config.loader import load_config
-from healthcheck.orchestrate.pair_tools import ib_write_bw_pair, nccl_tests_pair
+from healthcheck.orchestrate.pairsweep.tools import ib_write_bw_pair, nccl_tests_pair
 
 pytestmark = pytest.mark.rig
 
@@ -199,12 +199,12 @@ def test_ib_write_bw_perftest_missing_on_a_member_is_named(site, tmp_path):
 
 
 def test_sweep_pairs_four_hosts_with_nccl_tests_and_ib_write_bw(mpi, tmp_path):
-    """pairs.run_pairs over node1-node4 with both tools listed (bandwidth.pairs.tests): real
+    """run_pairs over node1-node4 with both tools listed (bandwidth.pairs.tests): real
     mpirun across each pair for nccl-tests, real SSH for ib_write_bw HCA i <-> HCA i; every
     pair of the circle is tested by both and judged, and nothing is named."""
     from healthcheck.core.model import CheckResult, NodeResult
     from healthcheck.core.status import Status
-    from healthcheck.orchestrate.pairs import judge_pairs, run_pairs
+    from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 
     nodes = ["node1", "node2", "node3", "node4"]
     for host in nodes:

@@ -1,4 +1,4 @@
-"""A deep sweep's persistent torch workers (orchestrate/pair_workers.py) on the rig's real
+"""A deep sweep's persistent torch workers (orchestrate/pairsweep/workers.py) on the rig's real
 sshd hosts: one `hc bw serve` per node serves every test it takes part in; a worker that
 was killed, or hung, costs the test it was in (ERROR, naming the node) and is started
 afresh for the next; closing the pool ends every worker on the nodes. The whole `hc sweep
@@ -6,6 +6,7 @@ afresh for the next; closing the pool ends every worker on the nodes. The whole 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -15,8 +16,9 @@ import pytest
 from test_remote_rig import site as site
 
 from healthcheck.core.config.loader import load_config
-from healthcheck.orchestrate import pairs
-from healthcheck.orchestrate.pair_workers import WorkerPool
+from healthcheck.orchestrate.pairsweep.choose import per_test_transport
+from healthcheck.orchestrate.pairsweep.plan import PairPlan
+from healthcheck.orchestrate.pairsweep.workers import WorkerPool, WorkerTransport
 
 pytestmark = pytest.mark.rig
 
@@ -31,20 +33,21 @@ FABRIC = """bandwidth:
 SHORT_GRACE_S = 1.0
 
 
-def pool_for(site, timeout_s: int = 60, reply_grace_s: float = 10.0) -> tuple[WorkerPool, pairs.PairPlan]:
+def pool_for(site, timeout_s: int = 60, reply_grace_s: float = 10.0) -> tuple[WorkerPool, PairPlan]:
     rig_yaml = site.dir / "fabrics" / "rig.yaml"
     fabric = FABRIC.replace("TIMEOUT", str(timeout_s)).replace("GRACE", f"{reply_grace_s:g}")
     rig_yaml.write_text(rig_yaml.read_text() + fabric)
     config = load_config(site.config)
-    plan = pairs.PairPlan(config, "node1")
-    plan.workers = WorkerPool(config, plan, 3)
-    return plan.workers, plan
+    plan = PairPlan.from_config(config, "node1")
+    return WorkerPool(config, plan, 3), plan
 
 
 def one_test(config_plan, members):
-    """One test through pairs.run_test, as the sweep runs it."""
-    pool, plan = config_plan
-    return pairs.run_test(pool.config, plan, members)
+    """One test through the workers' transport, as the sweep runs it: (samples, why)."""
+    pool, _ = config_plan
+    plan = pool.plan  # as a test may have set it (a shorter timeout)
+    got = WorkerTransport(pool.config, plan, pool, per_test_transport(pool.config, plan)).run(members)
+    return got.samples, got.why
 
 
 def alive(pid: int) -> bool:
@@ -115,12 +118,12 @@ def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site
         stopped = pids(pool)["node3"]
         os.kill(stopped, signal.SIGSTOP)  # a worker that answers nothing: hung in a collective, or the node
         # the hung test under the shortest timeout a test has (its workers are up: no start-up in it)
-        plan.pairs = msgspec.structs.replace(started_with, timeout_s=5)
+        pool.plan = dataclasses.replace(plan, pairs=msgspec.structs.replace(started_with, timeout_s=5))
         start = time.monotonic()
         samples, why = one_test(got, ["node1", "node3"])
         assert samples is None and "node3" in why, why
         assert time.monotonic() - start < 5 + SHORT_GRACE_S + 15  # the timeout, the grace, slack for 2 cores
-        plan.pairs = started_with  # the next test starts node3's worker afresh: the start-up's timeout again
+        pool.plan = plan  # the next test starts node3's worker afresh: the start-up's timeout again
         assert gone([stopped])  # stopped as it is, hc killed it (its process group) when it gave up on it
         stopped = None
         samples, why = one_test(got, ["node1", "node3"])
@@ -186,10 +189,10 @@ def test_a_hung_partner_leaves_no_worker_behind_and_the_nodes_next_test_runs_at_
         first = pids(pool)
         stopped = first["node3"]
         os.kill(stopped, signal.SIGSTOP)
-        plan.pairs = msgspec.structs.replace(started_with, timeout_s=5)
+        pool.plan = dataclasses.replace(plan, pairs=msgspec.structs.replace(started_with, timeout_s=5))
         samples, why = one_test(got, ["node1", "node3"])
         assert samples is None and "node3" in why, why
-        plan.pairs = started_with
+        pool.plan = plan
         assert gone([stopped], limit_s=2), "the hung worker outlived its retirement"
         stopped = None
         assert gone([first["node1"]], limit_s=2), "node1's retired worker outlived its retirement"

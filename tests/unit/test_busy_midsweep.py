@@ -11,14 +11,16 @@ import os
 import re
 from pathlib import Path
 
+from pair_fakes import torch_tests_by
+
 from healthcheck.actions.slurm import NodeStates, SlurmJob, SlurmNode
 from healthcheck.core.config.loader import load_config
 from healthcheck.core.model import CheckResult, NodeResult
 from healthcheck.core.nodes import parse_hostlist
 from healthcheck.core.status import Status
-from healthcheck.orchestrate import pairs
 from healthcheck.orchestrate.allocations import job_name, this_host
 from healthcheck.orchestrate.busy import JobWatch
+from healthcheck.orchestrate.pairsweep import choose, sweep
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 ME = os.getuid()
@@ -169,13 +171,10 @@ def test_a_job_landing_mid_sweep_stops_the_nodes_tests_and_is_named(tmp_path, mo
             slurm.jobs = [SlurmJob("4242", ME + 1, "train", "n02")]
         return sample(10.0), ""
 
-    from healthcheck.orchestrate.pair_workers import WorkerPool
-
     released: list[str] = []
-    monkeypatch.setattr(pairs, "run_test", model)
-    monkeypatch.setattr(WorkerPool, "release", lambda self, node: released.append(node))
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(model, released))
     cfg = config(tmp_path)
-    run = pairs.run_pairs(cfg, results(4), watch=watch(slurm))
+    run = sweep.run_pairs(cfg, results(4), watch=watch(slurm))
     assert released == ["n02"]  # its persistent worker ends when the job is seen, not with the sweep
     first = [t for t in tested if "n02" in t]
     assert len(first) == 1 and tested.index(first[0]) < 2  # n02 was tested in the first round only
@@ -193,7 +192,7 @@ def test_a_job_landing_mid_sweep_stops_the_nodes_tests_and_is_named(tmp_path, mo
     assert run.taken == {"n02": "job 4242 took n02 during the sweep: its tests between nodes stop there"}
     assert any("job 4242 took n02" in note for note in run.notes)
     # the analysis vouches for the nodes tested to the end only
-    _nodes, _groups, runs, _ = pairs.judge_pairs(results(4), run)
+    _nodes, _groups, runs, _ = sweep.judge_pairs(results(4), run)
     (judged,) = [r for r in runs if r.name == "bw.pairs"]
     assert set(parse_hostlist(judged.nodes).names()) == {"n01", "n03", "n04"}
     # bounded: one sinfo before each batch and one after each round; squeue only while a node is busy
@@ -211,7 +210,7 @@ def test_a_sweep_through_multirun_watches_with_the_guards_client(tmp_path, monke
         allowed=list(nodes), watch=watch(slurm)))
     monkeypatch.setattr(remote, "check_over_ssh", lambda config, nodes, **kw: results(4))
     slurm.jobs = [SlurmJob("99", ME + 1, "train", "n03")]  # a job landed after the idle check
-    monkeypatch.setattr(pairs, "run_test", lambda cfg, plan, members: (sample(10.0), ""))
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(lambda cfg, plan, members: (sample(10.0), "")))
     run = multirun.run_many(config(tmp_path), [f"n{i:02d}" for i in range(1, 5)], command="sweep", tier="deep")
     stopped = [g for g in run.report.groups if "n03" in g.members]
     assert stopped and all(g.status is Status.ERROR and "job 99 took n03" in g.findings[0].message
@@ -230,8 +229,8 @@ def test_a_short_test_is_not_repeated_beside_a_job_and_its_first_attempt_is_not_
             return sample(1.0), ""
         return sample(10.0), ""
 
-    monkeypatch.setattr(pairs, "run_test", model)
-    run = pairs.run_pairs(config(tmp_path), results(4), watch=watch(slurm))
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(model))
+    run = sweep.run_pairs(config(tmp_path), results(4), watch=watch(slurm))
     assert len([t for t in tested if "n02" in t]) == 1  # never again, not even its repeat
     (first,) = [g for g in run.groups if "n02" in g.members and g.findings[0].message.startswith("not judged: ")]
     assert "job 77 took n02" in first.findings[0].message and first.status is Status.ERROR

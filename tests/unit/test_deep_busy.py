@@ -13,9 +13,10 @@ from support import run_hc, write_stub
 from healthcheck.core.config import load_config
 from healthcheck.core.model import CheckResult, NodeResult
 from healthcheck.core.status import Status
-from healthcheck.orchestrate import pairs, remote, srun
+from healthcheck.orchestrate import remote, srun
 from healthcheck.orchestrate.busy import BUSY_REASON, deep_only, guard_this_node
 from healthcheck.orchestrate.multirun import run_many
+from healthcheck.orchestrate.pairsweep import sweep
 
 NODES = ["n1", "n2", "n3", "n4"]
 SINFO = "n1|idle|Unknown|none\\nn2|allocated|Unknown|none\\nn3|idle|Unknown|none\\nn4|mixed|Unknown|none\\n"
@@ -56,11 +57,11 @@ def transport(monkeypatch):
                            checks=[CheckResult("net.mtu", Status.PASS, 0.0)]) for n in nodes]
 
     def run_pairs(config, results, *, exhaustive=False, max_parallel=None, watch=None):
-        seen["pairs"] += pairs.eligible(results)
-        return pairs.PairRun(nodes=pairs.eligible(results))
+        seen["pairs"] += sweep.eligible(results)
+        return sweep.PairRun(nodes=sweep.eligible(results))
 
     monkeypatch.setattr(remote, "check_over_ssh", check_over_ssh)
-    monkeypatch.setattr(pairs, "run_pairs", run_pairs)
+    monkeypatch.setattr(sweep, "run_pairs", run_pairs)
     return seen
 
 

@@ -97,7 +97,8 @@ def test_a_workers_allocation_has_a_time_limit_from_the_sweeps_bound_where_the_p
     _with_sinfo(tmp_path, answer)
     workers = pool(load_config(tmp_path / "hc.yaml"))
     try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         if serves:
             assert samples and why == "", why
     finally:
@@ -112,15 +113,17 @@ def test_a_workers_allocation_has_a_time_limit_from_the_sweeps_bound_where_the_p
 
 
 def test_a_per_test_srun_gets_a_time_limit_from_the_tests_bound(tmp_path):
-    from healthcheck.orchestrate import allocations, pair_launch, pairs
+    from healthcheck.orchestrate import allocations
+    from healthcheck.orchestrate.pairsweep import launched
+    from healthcheck.orchestrate.pairsweep.plan import PairPlan
 
     config, _ = site(tmp_path, "srun")
     _with_sinfo(tmp_path, "debug*|infinite")
     config = load_config(tmp_path / "hc.yaml")
-    plan = pairs.PairPlan(config, "n1")
+    plan = PairPlan.from_config(config, "n1")
     job = allocations.OwnJob(config.main.slurm, {}, "pair", plan.pairs.timeout_s)
     job.release()
-    argv = pair_launch.srun_spec(config, plan, ["n1", "n2"], {}, job.name, time_args=job.srun_args()).argv
+    argv = launched.srun_spec(config, plan, ["n1", "n2"], {}, job.name, time_args=job.srun_args()).argv
     assert f"--time={math.ceil((plan.pairs.timeout_s + allocations.MARGIN_S) / 60)}" in argv
     assert f"--job-name={job.name}" in argv and "--exclusive" in argv
 
@@ -138,7 +141,8 @@ def test_a_grant_that_raced_the_cancel_by_name_is_cancelled_by_its_id(tmp_path):
     (tmp_path / "bin" / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scancel.log\n')
     workers = pool(config)
     try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         assert samples and why == "", why
     finally:
         workers.close()

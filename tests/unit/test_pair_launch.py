@@ -1,6 +1,7 @@
 """Pair tests started by mpirun or srun (bandwidth.pairs.launcher): the command line each
 launcher gets, and that whatever goes wrong (the launcher missing, the timeout, a rank
-failing, output that is no result, a surprise) is (None, why) naming the members. The
+failing, output that is no result, a surprise) is a TorchOutcome with no samples and why
+naming the members. The
 launchers are stand-in scripts or a fake `launch`; nothing reaches a network."""
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from healthcheck.core.config.loader import load_config
-from healthcheck.orchestrate import pair_launch, pairs
+from healthcheck.orchestrate.pairsweep import choose, launched
+from healthcheck.orchestrate.pairsweep.launched import LauncherTransport
+from healthcheck.orchestrate.pairsweep.measure import measure_test
+from healthcheck.orchestrate.pairsweep.plan import PairPlan
+from healthcheck.orchestrate.pairsweep.transport import EVIDENCE_MAX, TorchOutcome, samples_from_json
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 from healthcheck.runners.launch import Launch, LaunchResult, parse
 
@@ -21,7 +26,7 @@ SAMPLE = {"collective": "all_reduce", "size_bytes": 1 << 20, "busbw_gbytes_per_s
 REPORT = json.dumps({"launcher": "srun", "ranks": 2, "samples": [SAMPLE]})
 
 
-def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[object, pairs.PairPlan]:
+def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[object, PairPlan]:
     """A config whose fabric starts pair tests through `launcher`; srun and scancel stand-ins
     in tmp_path/bin (scancel is found next to slurm.scontrol)."""
     fabrics = tmp_path / "fabrics"
@@ -37,7 +42,17 @@ def setup(tmp_path: Path, launcher: str, *, timeout_s: float = 60) -> tuple[obje
         f"ssh: {{config_file: {tmp_path}/ssh_config, remote_hc: /opt/hc/bin/hc}}\n"
         f"slurm: {{srun: {bin_dir}/srun, scontrol: {bin_dir}/scontrol, remote_hc: /shared/hc, sweep_wait_s: 45}}\n")
     config = load_config(tmp_path / "hc.yaml")
-    return config, pairs.PairPlan(config, "n01")
+    return config, PairPlan.from_config(config, "n01")
+
+
+def astuple(got: TorchOutcome) -> tuple[object, str]:
+    """What a test gave and why, without its evidence."""
+    return got.samples, got.why
+
+
+def run_test(config: object, plan: PairPlan, members: tuple[str, ...]) -> TorchOutcome:
+    """One torch test started per test, as the fabric's launcher says (ssh, mpirun, srun)."""
+    return choose.per_test_transport(config, plan).run(members)
 
 
 def script(path: Path, body: str) -> Path:
@@ -56,9 +71,9 @@ def after(argv: tuple[str, ...] | list[str], flag: str) -> str:
 @pytest.mark.parametrize(("euid", "as_root"), [(0, True), (1000, False)])
 def test_mpirun_one_rank_per_member_with_the_first_members_address_as_rendezvous(tmp_path, monkeypatch, euid,
                                                                                   as_root):
-    monkeypatch.setattr(pair_launch.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(launched.os, "geteuid", lambda: euid)
     config, plan = setup(tmp_path, "mpirun")
-    spec = pair_launch.mpirun_spec(config, plan, MEMBERS)
+    spec = launched.mpirun_spec(config, plan, MEMBERS)
     argv = spec.argv
     assert (spec.kind, argv[:3], spec.nranks) == ("mpirun", ("mpirun", "-np", "2"), 2)
     assert after(argv, "--host") == "n01,n02"  # the members, in order: rank 0 on n01
@@ -76,7 +91,7 @@ def test_mpirun_one_rank_per_member_with_the_first_members_address_as_rendezvous
 
 def test_srun_outside_an_allocation_asks_for_whole_nodes_and_a_bounded_wait(tmp_path):
     config, plan = setup(tmp_path, "srun")
-    spec = pair_launch.srun_spec(config, plan, MEMBERS, {"PATH": "/usr/bin"}, "hc-pair-x")
+    spec = launched.srun_spec(config, plan, MEMBERS, {"PATH": "/usr/bin"}, "hc-pair-x")
     argv = spec.argv
     assert argv[0] == str(tmp_path / "bin" / "srun")  # slurm.srun
     for word in ("--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n01,n02", "--exclusive",
@@ -92,7 +107,7 @@ def test_srun_outside_an_allocation_asks_for_whole_nodes_and_a_bounded_wait(tmp_
 
 def test_srun_inside_an_allocation_runs_a_step_of_it(tmp_path):
     config, plan = setup(tmp_path, "srun", timeout_s=600)
-    argv = pair_launch.srun_spec(config, plan, MEMBERS, {"SLURM_JOB_ID": "4242"}, "hc-pair-x").argv
+    argv = launched.srun_spec(config, plan, MEMBERS, {"SLURM_JOB_ID": "4242"}, "hc-pair-x").argv
     assert "--jobid=4242" in argv and "--overlap" in argv
     assert not [w for w in argv if w.startswith(("--exclusive", "--immediate"))]
     assert "--nodelist=n01,n02" in argv and "--ntasks=2" in argv
@@ -100,11 +115,11 @@ def test_srun_inside_an_allocation_runs_a_step_of_it(tmp_path):
 
 def test_srun_wait_is_the_sweeps_when_the_test_has_time_for_it(tmp_path):
     config, plan = setup(tmp_path, "srun", timeout_s=600)
-    assert "--immediate=45" in pair_launch.srun_spec(config, plan, MEMBERS, {}, "j").argv
+    assert "--immediate=45" in launched.srun_spec(config, plan, MEMBERS, {}, "j").argv
 
 
 def test_torchruns_variables_of_hc_itself_do_not_reach_the_ranks():
-    env = pair_launch.launch_env({"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "x", "PATH": "/bin",
+    env = launched.launch_env({"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "x", "PATH": "/bin",
                                   "SLURM_JOB_ID": "1"})
     assert env == {"PATH": "/bin", "SLURM_JOB_ID": "1"}
 
@@ -129,7 +144,7 @@ def fake_launch(monkeypatch, *, rc: int | None = 0, stdout: str = "", stderr: st
             codes = {**{r: 0 for r in range(spec.nranks or 0)}, **codes}
         return LaunchResult(spec.kind, spec.argv, ranks, errs, codes, rc, stdout, stderr, 1.0, timed_out=timed_out)
 
-    monkeypatch.setattr(pair_launch, "launch", fake)
+    monkeypatch.setattr(launched, "launch", fake)
     return seen
 
 
@@ -137,7 +152,8 @@ def fake_launch(monkeypatch, *, rc: int | None = 0, stdout: str = "", stderr: st
 def test_rank_zeros_json_is_the_tests_samples(tmp_path, monkeypatch, launcher):
     config, plan = setup(tmp_path, launcher)
     seen = fake_launch(monkeypatch, stdout=labelled(launcher, {0: ["some banner", REPORT]}))
-    samples, why = pairs.run_test(config, plan, MEMBERS)  # dispatched on bandwidth.pairs.launcher
+    got = run_test(config, plan, MEMBERS)  # dispatched on bandwidth.pairs.launcher
+    samples, why = got.samples, got.why
     assert [s.busbw_gbytes_per_s for s in samples] == [1.5] and why == ""
     assert [s.kind for s in seen] == [launcher]
 
@@ -148,7 +164,8 @@ def test_mpirun_a_failing_rank_is_named_by_its_member(tmp_path, monkeypatch):
               "-------\nmpirun detected that one or more processes exited with non-zero status...\n"
               "  Process name: [[4711,1],1]\n  Exit code:    3\n-------\n")
     fake_launch(monkeypatch, rc=3, stderr=stderr)
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None
     assert why.startswith("n01,n02: ") and "n02 (rank 1) exited 3: hc bw allreduce: rendezvous" in why
     assert "\n" not in why
@@ -161,7 +178,8 @@ def test_mpirun_that_cannot_start_its_daemons_names_the_member_its_ssh_failed_on
               "ORTE was unable to reliably start one or more daemons.\n"
               "--------------------------------------------------------------------------\n")
     fake_launch(monkeypatch, rc=1, stderr=stderr)
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None
     assert why == "n01,n02: mpirun exited 1: ssh: connect to host n02 port 22: Connection refused"
 
@@ -174,19 +192,20 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
 
     from healthcheck.bandwidth.schedule import Test
     from healthcheck.core.status import Status
-    from healthcheck.orchestrate.pairs import group_result
+    from healthcheck.orchestrate.pairsweep.judging import group_result
 
     banner = (FIXTURES / "mpirun" / "unreachable-hosts.stderr").read_text()
     config, plan = setup(tmp_path, "mpirun")
     fake_launch(monkeypatch, rc=255, stderr=banner)
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None
     assert why == "n01,n02: mpirun exited 255: ssh: Could not resolve hostname n01: Name or service not known"
-    evidence = pair_launch.evidence_of(why)
+    evidence = got.evidence
     assert evidence.startswith("$ mpirun -np 2 ") and "(exit 255" in evidence.splitlines()[0]
     assert banner.strip() in evidence  # every line of both banners, not one
     # and the pair's bw.E107 carries it
-    (measured,) = pairs.measure_test(config, plan, MEMBERS)
+    (measured,) = measure_test(config, plan, LauncherTransport(config, plan), MEMBERS)
     assert measured.value is None and measured.evidence == evidence
     group = group_result(Test(members=MEMBERS), Status.ERROR, [measured], f"torch: {measured.why}", plan)
     (finding,) = group.findings
@@ -198,9 +217,8 @@ def test_open_mpis_whole_banner_is_the_tests_evidence_and_its_cause_the_line(tmp
 def test_a_launchers_evidence_is_bounded_keeping_its_start_and_its_end(tmp_path, monkeypatch):
     config, plan = setup(tmp_path, "mpirun")
     fake_launch(monkeypatch, rc=1, stderr="ssh: first words\n" + "x" * 100_000 + "\nlast words\n")
-    _, why = pairs.run_test(config, plan, MEMBERS)
-    evidence = pair_launch.evidence_of(why)
-    assert len(evidence) <= pair_launch.EVIDENCE_MAX
+    evidence = run_test(config, plan, MEMBERS).evidence
+    assert len(evidence) <= EVIDENCE_MAX
     assert "ssh: first words" in evidence and evidence.endswith("last words")
 
 
@@ -212,7 +230,7 @@ def test_mpirun_gets_hcs_ssh_view_of_the_nodes(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.openmpi/mca-params.conf of the test's user
     monkeypatch.setattr("healthcheck.runners.ompi.param_files", lambda environ, mpirun="mpirun": [])
     config, plan = setup(tmp_path, "mpirun")
-    argv = pair_launch.mpirun_spec(config, plan, MEMBERS).argv
+    argv = launched.mpirun_spec(config, plan, MEMBERS).argv
     assert after(argv, "--mca") == "plm_rsh_args"
     ssh = argv[argv.index("plm_rsh_args") + 1].split(" ")  # Open MPI splits it at spaces
     assert ssh[:2] == ["-F", str(tmp_path / "ssh_config")]
@@ -224,10 +242,10 @@ def test_mpirun_keeps_the_sites_own_ssh_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     config, plan = setup(tmp_path, "mpirun")
     env = {"OMPI_MCA_plm_rsh_agent": "ssh -F /site/ssh_config", "HOME": str(tmp_path)}
-    assert "--mca" not in pair_launch.mpirun_spec(config, plan, MEMBERS, env).argv
+    assert "--mca" not in launched.mpirun_spec(config, plan, MEMBERS, env).argv
     (tmp_path / ".openmpi").mkdir()
     (tmp_path / ".openmpi" / "mca-params.conf").write_text("# site\nplm_rsh_args = -F /site/ssh_config\n")
-    assert "--mca" not in pair_launch.mpirun_spec(config, plan, MEMBERS, {"HOME": str(tmp_path)}).argv
+    assert "--mca" not in launched.mpirun_spec(config, plan, MEMBERS, {"HOME": str(tmp_path)}).argv
 
 
 def test_a_surprise_in_the_launch_is_the_tests_error_not_the_sweeps_end(tmp_path, monkeypatch):
@@ -236,23 +254,25 @@ def test_a_surprise_in_the_launch_is_the_tests_error_not_the_sweeps_end(tmp_path
     def boom(spec, **_kw):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(pair_launch, "launch", boom)
-    assert pairs.run_test(config, plan, MEMBERS) == (None, "n01,n02: mpirun: RuntimeError: boom")
+    monkeypatch.setattr(launched, "launch", boom)
+    assert astuple(run_test(config, plan, MEMBERS)) == (None, "n01,n02: mpirun: RuntimeError: boom")
 
 
 def test_an_ssh_config_that_cannot_name_the_rendezvous_is_the_tests_error(tmp_path, monkeypatch):
     config, plan = setup(tmp_path, "mpirun")
     (tmp_path / "ssh_config").write_text("Host n01\n  ProxyCommand nc %h %p\n")
     fake_launch(monkeypatch)
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None and why.startswith("n01,n02: n01: ProxyCommand")
 
 
 def test_ssh_launcher_keeps_hcs_own_fan_out(tmp_path, monkeypatch):
     config, plan = setup(tmp_path, "ssh")
-    monkeypatch.setattr(pair_launch, "run_launched", lambda *a: pytest.fail("not through a launcher"))
+    monkeypatch.setattr(LauncherTransport, "run", lambda *a: pytest.fail("not through a launcher"))
     (tmp_path / "ssh_config").write_text("Host n01\n  ProxyCommand nc %h %p\n")  # fails before any connection
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None and "ProxyCommand" in why
 
 
@@ -279,7 +299,7 @@ def test_ssh_reads_rank_zeros_json_with_the_same_helper(tmp_path, monkeypatch, r
 
     config, plan = setup(tmp_path, "ssh")
     monkeypatch.setattr(ssh, "SshConnection", Conn)
-    assert pairs.run_test(config, plan, MEMBERS) == expected
+    assert astuple(run_test(config, plan, MEMBERS)) == expected
 
 
 # ------------------------------------------------------------------------------ real launch(), stand-in launchers
@@ -288,13 +308,14 @@ def test_ssh_reads_rank_zeros_json_with_the_same_helper(tmp_path, monkeypatch, r
 def test_mpirun_missing(tmp_path, monkeypatch):
     config, plan = setup(tmp_path, "mpirun")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no mpirun there
-    assert pairs.run_test(config, plan, MEMBERS) == (
+    assert astuple(run_test(config, plan, MEMBERS)) == (
         None, "n01,n02: mpirun not found (bandwidth.pairs.launcher: mpirun)")
 
 
 def test_srun_missing(tmp_path):
     config, plan = setup(tmp_path, "srun")
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None and why == f"n01,n02: {tmp_path}/bin/srun not found (bandwidth.pairs.launcher: srun)"
 
 
@@ -303,7 +324,8 @@ def test_srun_timeout_kills_it_cancels_its_job_and_names_the_members(tmp_path, m
     config, plan = setup(tmp_path, "srun", timeout_s=1)
     script(tmp_path / "bin" / "srun", "echo '0: starting'\nexec sleep 30\n")
     script(tmp_path / "bin" / "scancel", f'echo "$@" > {tmp_path}/cancelled\n')
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None and why == "n01,n02: srun did not finish within 1s"
     assert (tmp_path / "cancelled").read_text().startswith("--name=hc-pair-")  # its own job, by its name
 
@@ -315,7 +337,8 @@ def test_a_cancel_that_fails_after_a_timeout_is_said_in_the_tests_error(tmp_path
     config, plan = setup(tmp_path, "srun", timeout_s=1)
     script(tmp_path / "bin" / "srun", "echo '0: starting'\nexec sleep 30\n")
     script(tmp_path / "bin" / "scancel", "echo 'scancel: error: Unable to contact slurm controller' >&2\nexit 1\n")
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None and why.startswith("n01,n02: srun did not finish within 1s; ")
     assert "could not cancel the allocation srun asked for, job hc-pair-" in why
     assert "Unable to contact slurm controller" in why
@@ -325,7 +348,8 @@ def test_an_srun_that_never_ran_asked_for_nothing_to_cancel(tmp_path, monkeypatc
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     config, plan = setup(tmp_path, "srun")
     script(tmp_path / "bin" / "scancel", f'echo "$@" >> {tmp_path}/cancelled\n')
-    samples, why = pairs.run_test(config, plan, MEMBERS)  # no srun in bin/
+    got = run_test(config, plan, MEMBERS)  # no srun in bin/
+    samples, why = got.samples, got.why
     assert samples is None and why == f"n01,n02: {tmp_path}/bin/srun not found (bandwidth.pairs.launcher: srun)"
     assert not (tmp_path / "cancelled").exists()  # no scancel (nor squeue looks) for a job never asked for
 
@@ -336,7 +360,8 @@ def test_srun_a_failing_task_is_named_with_its_node_from_sruns_error(tmp_path, m
     script(tmp_path / "bin" / "srun",
            "echo '1: hc bw allreduce: could not run: rendezvous timed out' >&2\n"
            "echo 'srun: error: n02: task 1: Exited with exit code 3' >&2\nexit 3\n")
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert samples is None
     assert why.startswith("n01,n02: task 1 exited 3: hc bw allreduce: could not run")
     assert "srun exited 3: srun: error: n02: task 1: Exited with exit code 3" in why
@@ -347,7 +372,7 @@ def test_srun_garbage_is_no_result(tmp_path, monkeypatch, output):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     config, plan = setup(tmp_path, "srun")
     script(tmp_path / "bin" / "srun", f"echo '{output}'\n")
-    assert pairs.run_test(config, plan, MEMBERS) == (None, "n01,n02: the torch sweep printed no result")
+    assert astuple(run_test(config, plan, MEMBERS)) == (None, "n01,n02: the torch sweep printed no result")
 
 
 def test_srun_result_with_the_fabrics_variables_on_srun(tmp_path, monkeypatch):
@@ -357,7 +382,8 @@ def test_srun_result_with_the_fabrics_variables_on_srun(tmp_path, monkeypatch):
     (tmp_path / "report.json").write_text(REPORT)
     script(tmp_path / "bin" / "srun", f'[ "$GLOO_SOCKET_IFNAME" = eth0 ] && [ -z "$RANK" ] || exit 9\n'
                                       f'echo "0: $(cat {tmp_path}/report.json)"\n')
-    samples, why = pairs.run_test(config, plan, MEMBERS)
+    got = run_test(config, plan, MEMBERS)
+    samples, why = got.samples, got.why
     assert why == "" and samples == [BandwidthSample(**SAMPLE)]
 
 
@@ -365,7 +391,7 @@ def test_srun_result_with_the_fabrics_variables_on_srun(tmp_path, monkeypatch):
 
 
 def test_samples_from_json():
-    assert pair_launch.samples_from_json("motd\n" + REPORT) == [BandwidthSample(**SAMPLE)]
-    assert pair_launch.samples_from_json('{"samples": []}') == []
+    assert samples_from_json("motd\n" + REPORT) == [BandwidthSample(**SAMPLE)]
+    assert samples_from_json('{"samples": []}') == []
     for bad in ("", "no json", "{", '{"samples": [{"size_bytes": "x"}]}', '{"samples": 3}'):
-        assert pair_launch.samples_from_json(bad) is None, bad
+        assert samples_from_json(bad) is None, bad

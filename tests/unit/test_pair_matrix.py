@@ -28,7 +28,7 @@ def node(name: str) -> NodeResult:
 
 def pair(a: str, b: str, busbw: float | None, status: Status = Status.PASS, *, purpose: str = "screen",
          sizes: dict[str, float] | None = None, findings: tuple[Finding, ...] = ()) -> GroupResult:
-    """A test between two nodes as orchestrate/pairs.py records it: busbw per size (none when ERROR)."""
+    """A test between two nodes as orchestrate/pairsweep/judging.py records it: busbw per size (none when ERROR)."""
     per_size = sizes if sizes is not None else ({} if busbw is None else {"1G": busbw})
     name = f"{a}-{b}" + ("" if purpose == "screen" else f" ({purpose})")
     return GroupResult(kind="pair", name=name, members=[a, b], status=worst((status, *(f.status for f in findings))),

@@ -1,4 +1,4 @@
-"""The tool-based bandwidth tests between two nodes (orchestrate/pair_tools.py), without a
+"""The tool-based bandwidth tests between two nodes (orchestrate/pairsweep/tools.py), without a
 network: nccl-tests through hc's real launch() and a fake `mpirun` that starts every rank
 on this machine (the nccl-tests stand-in replays real captures, rank 0 printing as an
 MPI build does), and ib_write_bw through a fake SSH connection that runs the perftest
@@ -18,7 +18,7 @@ import pytest
 from test_ib_write_bw_check import free_port_base
 
 from healthcheck.core.config.loader import load_config
-from healthcheck.orchestrate.pair_tools import ib_write_bw_pair, nccl_tests_pair
+from healthcheck.orchestrate.pairsweep.tools import ib_write_bw_pair, nccl_tests_pair
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import LocalRunner
 from healthcheck.runners.ssh import SshError, SshErrorKind
@@ -308,7 +308,7 @@ def ssh(monkeypatch, tmp_path):
     # the servers' pid files in this test's own directory, not /tmp: a test running beside
     # this one (an xdist worker, the rig's) has its own there, and each asserts it left none
     (tmp_path / "pids").mkdir()
-    monkeypatch.setattr("healthcheck.orchestrate.pair_tools._PID_DIR", str(tmp_path / "pids"))
+    monkeypatch.setattr("healthcheck.orchestrate.pairsweep.tools._PID_DIR", str(tmp_path / "pids"))
     FakeConnection.IBSTAT = {n: ibstat("mlx5_0", "mlx5_1") for n in MEMBERS}
     FakeConnection.UNREACHABLE = set()
     FakeConnection.PATHS = {}
@@ -489,7 +489,7 @@ def counters_of(readings):
 
 
 def test_ib_write_bw_counter_rise_above_the_limit_fails_naming_member_port_counter(site, ssh, monkeypatch):
-    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw.HcaNode.counters", counters_of({
         "gpu001": [{"symbol_error": 3, "link_downed": 0}] * 2,
         "gpu002": [{"symbol_error": 3, "link_downed": 0}, {"symbol_error": 15, "link_downed": 0}]}))
     m = ib(site, bandwidth="  counters_max_rise: {symbol_error: 10}\n")
@@ -503,7 +503,7 @@ def test_ib_write_bw_counter_rise_above_the_limit_fails_naming_member_port_count
 
 
 def test_ib_write_bw_counter_rise_within_the_limit_passes_and_is_recorded(site, ssh, monkeypatch):
-    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw.HcaNode.counters", counters_of({
         "gpu001": [{"port_rcv_errors": 1}, {"port_rcv_errors": 3}],
         "gpu002": [{"port_rcv_errors": 5}, {"port_rcv_errors": 0}]}))  # went down: reset meanwhile, no rise
     m = ib(site, bandwidth="  counters_max_rise: {port_rcv_errors: 2}\n")
@@ -514,7 +514,7 @@ def test_ib_write_bw_counter_rise_within_the_limit_passes_and_is_recorded(site, 
 
 
 def test_ib_write_bw_unreadable_counters_are_noted_never_a_failure(site, ssh, monkeypatch):
-    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", counters_of({
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw.HcaNode.counters", counters_of({
         "gpu001": [{"symbol_error": 0}] * 2,
         "gpu002": [{"symbol_error": 0}, "no counters for mlx5_0/1: /sys unreadable"]}))
     m = ib(site, bandwidth="  counters_max_rise: {symbol_error: 0}\n")
@@ -527,7 +527,7 @@ def test_ib_write_bw_unreadable_counters_are_noted_never_a_failure(site, ssh, mo
     def boom(self, ports):
         raise OSError("connection reset")
 
-    monkeypatch.setattr("healthcheck.probes.ib_write_bw._Node.counters", boom)
+    monkeypatch.setattr("healthcheck.probes.ib_write_bw.HcaNode.counters", boom)
     m = ib(site)
     assert (m.outcome, m.passed) == ("passed", True)
     assert m.hcas[0].counters_unknown == ("gpu001: before the test: OSError: connection reset; "

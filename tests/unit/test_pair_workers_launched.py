@@ -1,4 +1,4 @@
-"""A deep sweep's persistent torch workers started by srun or mpirun (pair_workers with
+"""A deep sweep's persistent torch workers started by srun or mpirun (pairsweep/workers.py with
 `bandwidth.pairs.launcher: srun | mpirun`), here through stand-in launchers that note
 their argv and run the task on this machine: real `hc bw serve` processes on gloo over
 loopback, driven through the launcher's stdin and stdout. What a stand-in cannot show
@@ -21,6 +21,7 @@ from support import write_stub
 from test_torch_sweep import _free_port
 
 from healthcheck.core.config.loader import load_config
+from healthcheck.orchestrate.pairsweep.transport import TorchOutcome
 from healthcheck.runners.launch import Launch
 from healthcheck.runners.process_stream import ProcessStream
 
@@ -63,12 +64,22 @@ def site(tmp_path: Path, launcher: str, tail: str = RUN) -> tuple[object, Path]:
 
 
 def pool(config):
-    from healthcheck.orchestrate import pairs
-    from healthcheck.orchestrate.pair_workers import WorkerPool
+    from healthcheck.orchestrate.pairsweep.plan import PairPlan
+    from healthcheck.orchestrate.pairsweep.workers import WorkerPool
 
-    plan = pairs.PairPlan(config, "n1")
-    plan.workers = WorkerPool(config, plan, 2)
-    return plan.workers
+    return WorkerPool(config, PairPlan.from_config(config, "n1"), 2)
+
+
+def transport(config, workers, per_test=None):
+    """The sweep's transport over `workers`; `per_test` (members -> outcome) in place of the
+    launcher's per-test start where a member has no `bw serve`."""
+    from healthcheck.orchestrate.pairsweep.choose import per_test_transport
+    from healthcheck.orchestrate.pairsweep.workers import WorkerTransport
+
+    fallback = per_test_transport(config, workers.plan)
+    if per_test is not None:
+        fallback.run = per_test
+    return WorkerTransport(config, workers.plan, workers, fallback)
 
 
 def launches(log: Path) -> list[list[str]]:
@@ -105,7 +116,8 @@ def test_srun_workers_serve_every_test_each_on_its_own_node_and_end_with_the_swe
     workers = pool(config)
     try:
         for members in (["n1", "n2"], ["n2", "n1"], ["n1", "n2"]):
-            samples, why = workers.run_test(members, "127.0.0.1")
+            got = workers.run_test(members, "127.0.0.1")
+            samples, why = got.samples, got.why
             assert samples and why == "", why
             assert {(s.collective, s.ranks, s.wrong) for s in samples} == {("all_reduce", 2, 0)}
         assert workers.starts() == {"n1": 1, "n2": 1}  # one start per node for three tests
@@ -127,7 +139,7 @@ def test_srun_workers_serve_every_test_each_on_its_own_node_and_end_with_the_swe
 
 
 class _NotGoneOnce:
-    """A retired worker's stream (pair_workers._Worker.leftover) whose command was still
+    """A retired worker's stream (workers._Worker.leftover) whose command was still
     there after SIGKILL the first time it was asked, gone the next."""
 
     def __init__(self) -> None:
@@ -147,12 +159,14 @@ def test_a_retired_worker_not_known_gone_keeps_its_nodes_next_test_from_starting
     try:
         w = workers._worker("n1")
         w.pid, w.leftover = 4241, _NotGoneOnce()
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         assert samples is None, why
         assert ("n1: its worker retired from an earlier test (pid 4241) is still there: process group 4242 "
                 "still there 5 s after SIGKILL") in why, why
         assert [a for argv in launches(log) for a in argv if a.startswith("--nodelist=")] == ["--nodelist=n2"]
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")  # it is gone now: n1's worker starts
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")  # it is gone now: n1's worker starts
+        samples, why = got.samples, got.why
         assert samples and why == "", why
         assert w.leftover is None and workers.starts() == {"n1": 1, "n2": 1}
     finally:
@@ -164,7 +178,8 @@ def test_inside_an_allocation_srun_workers_are_steps_of_it(tmp_path, monkeypatch
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     workers = pool(config)
     try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         assert samples and why == "", why
     finally:
         workers.close()
@@ -179,7 +194,8 @@ def test_mpirun_workers_run_one_rank_on_their_node_untagged(tmp_path, monkeypatc
     workers = pool(config)
     try:
         for members in (["n1", "n2"], ["n2", "n1"]):
-            samples, why = workers.run_test(members, "127.0.0.1")
+            got = workers.run_test(members, "127.0.0.1")
+            samples, why = got.samples, got.why
             assert samples and why == "", why
         assert workers.starts() == {"n1": 1, "n2": 1}
     finally:
@@ -195,7 +211,8 @@ def test_a_launcher_that_outlives_its_worker_is_killed_and_its_allocation_cancel
     config, log = site(tmp_path, "srun", tail=LINGER)
     workers = pool(config)
     try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         assert samples and why == "", why
         pids = [w.stream.proc.pid for w in workers._workers.values()]
     finally:
@@ -210,7 +227,7 @@ def test_a_launcher_that_outlives_its_worker_is_killed_and_its_allocation_cancel
                                      for node in ("n1", "n2")]  # for the run's notes
 
 
-def one_test(config) -> tuple[object, str]:
+def one_test(config):
     workers = pool(config)
     try:
         return workers.run_test(["n1", "n2"], "127.0.0.1")
@@ -221,7 +238,8 @@ def one_test(config) -> tuple[object, str]:
 def test_a_launcher_that_is_not_installed_is_the_tests_error_naming_it(tmp_path):
     config, _ = site(tmp_path, "srun")
     (tmp_path / "bin" / "srun").unlink()
-    samples, why = one_test(config)
+    got = one_test(config)
+    samples, why = got.samples, got.why
     assert samples is None
     assert f"n1: {tmp_path / 'bin' / 'srun'} not found (bandwidth.pairs.launcher: srun)" in why, why
 
@@ -229,7 +247,8 @@ def test_a_launcher_that_is_not_installed_is_the_tests_error_naming_it(tmp_path)
 def test_a_node_whose_worker_cannot_start_names_the_node_and_what_the_launcher_said(tmp_path):
     config, _ = site(tmp_path, "srun", tail="sys.stderr.write('srun: error: Unable to allocate resources: "
                                               "Requested nodes are busy\\n')\nsys.exit(1)\n")
-    samples, why = one_test(config)
+    got = one_test(config)
+    samples, why = got.samples, got.why
     assert samples is None
     assert "n1: `" in why and "bw serve` did not start: srun: error: Unable to allocate resources: Requested nodes " \
         "are busy" in why, why
@@ -240,16 +259,15 @@ def test_an_mpirun_that_cannot_start_a_worker_keeps_open_mpis_whole_message(tmp_
     evidence holds both of Open MPI's banners, not only their last line."""
     from support import FIXTURES
 
-    from healthcheck.orchestrate.pair_launch import evidence_of
-
     banner = FIXTURES / "mpirun" / "unreachable-hosts.stderr"
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")  # hc runs `mpirun` from PATH
     config, _ = site(tmp_path, "mpirun", tail=f"sys.stderr.write(open({str(banner)!r}).read().replace('n01', "
                                               "args[args.index('--host') + 1]))\nsys.exit(255)\n")
-    samples, why = one_test(config)
+    got = one_test(config)
+    samples, why = got.samples, got.why
     assert samples is None
     assert "n1: `" in why and "bw serve` did not start: ssh: Could not resolve hostname n1" in why, why
-    evidence = evidence_of(why)
+    evidence = got.evidence
     assert "ORTE was unable to reliably start one or more daemons" in evidence
     assert "ORTE does not know how to route a message" in evidence
     assert "$ mpirun -np 1 " in evidence  # the command line each worker was started with
@@ -348,21 +366,19 @@ def test_a_child_started_from_a_short_lived_thread_outlives_it_and_dies_with_hc(
 def test_launched_workers_meet_at_the_launchers_name_of_the_first_member_not_the_ssh_one(tmp_path, monkeypatch):
     """Neither srun nor mpirun (Open MPI has its own ssh) reads hc's ssh config: a
     ProxyCommand or a HostName there must neither fail the test nor move the rendezvous."""
-    from healthcheck.orchestrate import pairs
-    from healthcheck.orchestrate.pair_workers import WorkerPool
+    from healthcheck.orchestrate.pairsweep.workers import WorkerPool
 
     ssh_config = tmp_path / "ssh_config"
     ssh_config.write_text("Host n1\n  HostName 10.9.9.9\n  ProxyCommand ssh -W %h:%p jump\n")
     seen = []
-    monkeypatch.setattr(WorkerPool, "run_test", lambda self, members, master: seen.append(master) or ([], ""))
+    monkeypatch.setattr(WorkerPool, "run_test",
+                        lambda self, members, master: seen.append(master) or TorchOutcome([], ""))
     for launcher in ("srun", "mpirun"):
         site(tmp_path / launcher, launcher)
         main = tmp_path / launcher / "hc.yaml"
         main.write_text(main.read_text().replace("ssh: {", f"ssh: {{config_file: {ssh_config}, "))
         config = load_config(main)
-        plan = pairs.PairPlan(config, "n1")
-        plan.workers = WorkerPool(config, plan, 2)
-        assert pairs.run_test(config, plan, ["n1", "n2"]) == ([], "")
+        assert transport(config, pool(config)).run(["n1", "n2"]) == TorchOutcome([], "")
     assert seen == ["n1", "n1"]
 
 
@@ -370,25 +386,21 @@ def test_a_member_without_bw_serve_frees_its_partners_node_before_the_per_test_l
     """Under srun each worker holds its node whole; the per-test launch for a pair whose
     other member's hc has no `bw serve` asks for both nodes, so the partner's worker ends
     first (and starts again when a later test needs it)."""
-    from healthcheck.orchestrate import pair_launch, pairs
-
     config, _ = site(tmp_path, "srun")
     workers = pool(config)
-    plan = pairs.PairPlan(config, "n1")
-    plan.workers = workers
     alive_at_launch = []
 
-    def per_test(cfg, p, members):
+    def per_test(members):
         alive_at_launch.append(workers._workers["n1"].usable())
-        return None, "per test"
+        return TorchOutcome(None, "per test")
 
-    monkeypatch.setattr(pair_launch, "run_launched", per_test)
     try:
-        samples, why = workers.run_test(["n1", "n2"], "127.0.0.1")
+        got = workers.run_test(["n1", "n2"], "127.0.0.1")
+        samples, why = got.samples, got.why
         assert samples and why == "", why
         assert workers._workers["n1"].usable()
         workers._workers["n2"].lacks_serve = True  # as a worker answering "No such command 'serve'" marks it
-        assert pairs.run_test(config, plan, ["n1", "n2"]) == (None, "per test")
+        assert transport(config, workers, per_test).run(["n1", "n2"]) == TorchOutcome(None, "per test")
         assert alive_at_launch == [False]
     finally:
         workers.close()
@@ -407,22 +419,18 @@ def test_a_node_found_without_bw_serve_frees_only_a_held_partner_for_the_per_tes
     """n2's hc answers "No such command 'serve'" when its worker starts: the test goes the
     per-test way. n1's worker holds its node whole when it is an allocation of its own, so
     it ends first; as a step of hc's own allocation it holds nothing and serves on."""
-    from healthcheck.orchestrate import pair_launch, pairs
-
     if inside_a_job:
         monkeypatch.setenv("SLURM_JOB_ID", "4242")
     config, _ = site(tmp_path, "srun", tail=NO_SERVE_ON_N2)
-    plan = pairs.PairPlan(config, "n1")
-    plan.workers = workers = pool(config)
+    workers = pool(config)
     n1_alive_at_launch = []
 
-    def per_test(cfg, p, members):
+    def per_test(members):
         n1_alive_at_launch.append(workers._workers["n1"].usable())
-        return None, "per test"
+        return TorchOutcome(None, "per test")
 
-    monkeypatch.setattr(pair_launch, "run_launched", per_test)
     try:
-        assert pairs.run_test(config, plan, ["n1", "n2"]) == (None, "per test")
+        assert transport(config, workers, per_test).run(["n1", "n2"]) == TorchOutcome(None, "per test")
         assert workers._workers["n2"].lacks_serve
         assert n1_alive_at_launch == [inside_a_job]
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from healthcheck.core.model import CheckResult, Finding, NodeResult
 from healthcheck.core.status import Status
-from healthcheck.orchestrate.pairs import eligible
+from healthcheck.orchestrate.pairsweep.sweep import eligible
 
 
 def node(name: str, status: Status, *, error: str | None = None, bw_fail: bool = False) -> NodeResult:

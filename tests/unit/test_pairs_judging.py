@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pair_fakes import torch_tests_by
+
 from healthcheck.core.config.loader import load_config
 from healthcheck.core.model import CheckResult, NodeResult
 from healthcheck.core.status import Status
-from healthcheck.orchestrate import pairs
+from healthcheck.orchestrate.pairsweep import choose
+from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 from healthcheck.parsers.bandwidth_common import BandwidthSample
 
 HEALTHY, THROTTLED = 0.5, 0.012  # GB/s: the rig's gloo pairs, and a host held to 100 Mbit/s by tc
@@ -60,9 +63,9 @@ class Rig:
 
 
 def sweep(tmp_path, monkeypatch, nodes, rig, *, extra=""):
-    monkeypatch.setattr(pairs, "run_test", rig)
-    run = pairs.run_pairs(config(tmp_path, nodes, extra=extra), results(nodes))
-    judged, groups, _runs, for_run = pairs.judge_pairs(results(nodes), run)
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(rig))
+    run = run_pairs(config(tmp_path, nodes, extra=extra), results(nodes))
+    judged, groups, _runs, for_run = judge_pairs(results(nodes), run)
     return run, {n.node: n for n in judged}, groups, for_run
 
 
@@ -208,7 +211,7 @@ def test_a_sweep_of_two_nodes_without_a_floor_is_not_a_clean_pass(tmp_path, monk
                                       f"slurm: {{sinfo: {tmp_path}/no-slurm/sinfo}}\n")
     cfg = load_config(tmp_path / "hc.yaml")
     monkeypatch.setattr(remote, "check_over_ssh", lambda config, names, **kw: results(names))
-    monkeypatch.setattr(pairs, "run_test", Rig({}))
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(Rig({})))
     report = run_many(cfg, nodes, command="sweep", tier="deep").report
     assert [f.id for f in report.run_findings if f.id.startswith("bw.")] == ["bw.E106"]
     assert report.status is Status.WARN
@@ -233,9 +236,9 @@ def test_a_node_none_of_whose_tests_gave_a_figure_is_not_vouched_for(tmp_path, m
     starts, it is lost): bw.pairs judged the nodes it measured, not n04, so n04 is not
     resumed on a pass that measured nothing (it was: judged meant every eligible node)."""
     nodes = ["n01", "n02", "n03", "n04"]
-    monkeypatch.setattr(pairs, "run_test", Rig({}, lost="n04"))
-    run = pairs.run_pairs(config(tmp_path, nodes), results(nodes))
-    _nodes, groups, runs, _ = pairs.judge_pairs(results(nodes), run)
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(Rig({}, lost="n04")))
+    run = run_pairs(config(tmp_path, nodes), results(nodes))
+    _nodes, groups, runs, _ = judge_pairs(results(nodes), run)
     assert all(g.status is Status.ERROR for g in groups if "n04" in g.members)
     (bw,) = [r for r in runs if r.name == "bw.pairs"]
     assert bw.nodes == "n[01-03]"
@@ -247,8 +250,8 @@ def test_a_pair_that_cannot_be_judged_vouches_for_neither_node(tmp_path, monkeyp
     """Two nodes, no floor (bw.E106): the tests judged nobody, so a drained node is not resumed
     on them."""
     nodes = ["n01", "n02"]
-    monkeypatch.setattr(pairs, "run_test", Rig({}))
-    run = pairs.run_pairs(config(tmp_path, nodes), results(nodes))
-    _nodes, _groups, runs, for_run = pairs.judge_pairs(results(nodes), run)
+    monkeypatch.setattr(choose, "open_transport", torch_tests_by(Rig({})))
+    run = run_pairs(config(tmp_path, nodes), results(nodes))
+    _nodes, _groups, runs, for_run = judge_pairs(results(nodes), run)
     assert [f.id for f in for_run] == ["bw.E106"]
     assert _resumed(runs, "n02") == ([], {"n02": "bw.E101: bw.pairs did not run and pass in this run"})

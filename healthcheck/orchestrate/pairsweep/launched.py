@@ -1,11 +1,10 @@
-"""Pair tests started by a launcher (`bandwidth.pairs.launcher: mpirun | srun`) rather than
-by hc's own SSH fan-out: one launcher process starts `hc bw allreduce` once per member
-node, `runners.launch` reads each rank's output back and kills every rank at the test's
-timeout. Same contract as `pairs.run_test`: rank 0's samples, or None and one line
+"""`LauncherTransport`: torch tests started by a launcher (`bandwidth.pairs.launcher: mpirun |
+srun`) rather than by hc's own SSH: one launcher process starts `hc bw allreduce` once per
+member node, `runners.launch` reads each rank's output back and kills every rank at the
+test's timeout. A TorchOutcome (transport.py): rank 0's samples, or None and one line
 naming the members (the launcher missing, the timeout, a rank failing, no readable
-result) -- never an exception, since one test's surprise must not end the sweep. That
-line is a `Reason`: it carries what the launcher printed, whole (bounded), as the test's
-evidence -- Open MPI explains a failure in banners of many lines, one of which says little.
+result), with what the launcher printed, whole (bounded), as the test's evidence. Also
+the command lines a launcher starts a persistent worker with (`serve_spec`, workers.py).
 
 - mpirun (Open MPI): `--host a,b`, one rank per host in the members' order, so rank 0
   is the first member and the rendezvous is its address (as over SSH); the torch
@@ -24,39 +23,15 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from healthcheck.core import typed
-from healthcheck.core.inputs import middle_cut
-from healthcheck.parsers.bandwidth_common import BandwidthSample
+from healthcheck.orchestrate.pairsweep.plan import PairPlan, node_address, worker_argv
+from healthcheck.orchestrate.pairsweep.transport import TorchOutcome, samples_from_json
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
-    from healthcheck.orchestrate.pairs import PairPlan
-
-Outcome = tuple[list[BandwidthSample] | None, str]  # the str may be a Reason, with evidence
-EVIDENCE_MAX = 8000  # characters of a launcher's output kept as a test's evidence
-
-
-class Reason(str):
-    """A test's one-line why that also carries the launcher's whole output (bounded: its
-    start and its end) as evidence; compares, joins and prints as the line alone, so an
-    Outcome stays a (samples, why) pair for whoever reads only the line."""
-
-    evidence: str
-
-    def __new__(cls, why: str, evidence: str = "") -> Reason:
-        self = super().__new__(cls, why)
-        self.evidence = middle_cut(evidence.strip("\n"), EVIDENCE_MAX)
-        return self
-
-
-def evidence_of(why: str) -> str:
-    """The evidence a why carries ('' for a plain str)."""
-    return why.evidence if isinstance(why, Reason) else ""
 
 
 # torchrun's variables in hc's own environment would reach the ranks (srun hands its whole
@@ -66,53 +41,48 @@ _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
 _SAID = 300  # characters of a rank's or the launcher's last words kept in a why
 
 
-class SweepSamples(msgspec.Struct):
-    """The part of `hc bw allreduce --format json` a pair test reads."""
+class LauncherTransport:
+    """Every torch test of a sweep started through plan.pairs.launcher (mpirun or srun)."""
 
-    samples: list[BandwidthSample] = []
+    def __init__(self, config: Config, plan: PairPlan) -> None:
+        self.config = config
+        self.plan = plan
 
+    def run(self, members: Sequence[str]) -> TorchOutcome:
+        """One test: rank 0's samples, or None and why."""
+        from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
+        from healthcheck.runners.ssh import SshError
 
-def samples_from_json(text: str) -> list[BandwidthSample] | None:
-    """Rank 0's samples from its JSON document (anything before the first "{", a login
-    banner or a warning, is not the worker's); None when there is no readable document."""
-    start = text.find("{")
-    if start < 0:
-        return None
-    try:
-        return typed.decode_json(text[start:], SweepSamples).samples
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+        config, plan = self.config, self.plan
+        kind = plan.pairs.launcher
+        who = ",".join(members)
+        env = launch_env(os.environ)
+        # outside an allocation srun asks for a job of hc's own: named, time-limited, cancelled
+        # if srun had to be killed or hc is stopped
+        job = OwnJob(config.main.slurm, env, "pair", plan.pairs.timeout_s) if needs_own_job(kind, env) else None
+        result: LaunchResult | None = None
+        try:
+            spec = mpirun_spec(config, plan, members, env) if kind == "mpirun" else srun_spec(
+                config, plan, members, env, job.name if job is not None else f"hc-pair-{uuid.uuid4().hex[:12]}",
+                time_args=job.srun_args() if job is not None else ())
+            result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
+            got = outcome(result, members, plan.pairs.timeout_s)
+        except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
+            got = TorchOutcome(None, f"{who}: {exc.message}")
+        except Exception as exc:  # one test's surprise is this test's ERROR, not the sweep's end
+            got = TorchOutcome(None, f"{who}: {kind}: {type(exc).__name__}: {exc}")
+        finally:
+            # srun killed or never started: the allocation it asked for may outlive it
+            settled = job.settle_launch(result) if job is not None else ""
+        if job is not None and settled and not job.ended:  # a cancel that failed is said, never dropped
+            got = replace(got, why=f"{got.why}; {settled}" if got.why else f"{who}: {settled}")
+        return got
 
+    def release(self, node: str) -> None:
+        """Nothing is held between tests: each test's launcher ends with it."""
 
-def run_launched(config: Config, plan: PairPlan, members: Sequence[str]) -> Outcome:
-    """One test through plan.pairs.launcher: rank 0's samples, or None and why."""
-    from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
-    from healthcheck.runners.ssh import SshError
-
-    kind = plan.pairs.launcher
-    who = ",".join(members)
-    env = launch_env(os.environ)
-    # outside an allocation srun asks for a job of hc's own: named, time-limited, cancelled
-    # if srun had to be killed or hc is stopped
-    job = OwnJob(config.main.slurm, env, "pair", plan.pairs.timeout_s) if needs_own_job(kind, env) else None
-    result: LaunchResult | None = None
-    try:
-        spec = mpirun_spec(config, plan, members, env) if kind == "mpirun" else srun_spec(
-            config, plan, members, env, job.name if job is not None else f"hc-pair-{uuid.uuid4().hex[:12]}",
-            time_args=job.srun_args() if job is not None else ())
-        result = launch(spec, timeout_s=plan.pairs.timeout_s, env=env)
-        got = outcome(result, members, plan.pairs.timeout_s)
-    except SshError as exc:  # the rendezvous address: the ssh config names members[0] badly
-        got = None, f"{who}: {exc.message}"
-    except Exception as exc:  # one test's surprise is this test's ERROR, not the sweep's end
-        got = None, f"{who}: {kind}: {type(exc).__name__}: {exc}"
-    finally:
-        # srun killed or never started: the allocation it asked for may outlive it
-        settled = job.settle_launch(result) if job is not None else ""
-    if job is not None and settled and not job.ended:  # a cancel that failed is said, never dropped
-        samples, why = got
-        got = samples, Reason(f"{why}; {settled}" if why else f"{who}: {settled}", evidence_of(why))
-    return got
+    def close(self) -> list[str]:
+        return []
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -124,7 +94,6 @@ def mpirun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Map
                 ) -> Launch:
     """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`; env: the
     launcher's environment (default hc's), which says whether the site set mpirun's ssh itself."""
-    from healthcheck.orchestrate.pairs import node_address, worker_argv
     from healthcheck.runners.ompi import site_args
 
     program = worker_argv(config.main.ssh.remote_hc, plan, node_address(config, members[0]))
@@ -141,8 +110,6 @@ def srun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Mappi
     """`srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=a,b ... hc bw allreduce ...`:
     a step of hc's own allocation where env has one, else a job of its own (`time_args`:
     its time limit, OwnJob.srun_args)."""
-    from healthcheck.orchestrate.pairs import worker_argv
-
     s = config.main.slurm
     program = _without_master_addr(worker_argv(s.remote_hc, plan, ""))
     job = env.get("SLURM_JOB_ID")
@@ -160,7 +127,7 @@ def srun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Mappi
 
 def serve_spec(config: Config, plan: PairPlan, node: str, program: Sequence[str], env: Mapping[str, str],
                job_name: str, time_args: tuple[str, ...] = ()) -> tuple[Launch, bool]:
-    """One persistent worker (`hc bw serve`, pair_workers) as one task on `node`, its output
+    """One persistent worker (`hc bw serve`, workers.py) as one task on `node`, its output
     unlabelled (read as it comes); and whether srun asked for an allocation of its own
     (named job_name, limited by `time_args`: OwnJob)."""
     if plan.pairs.launcher == "mpirun":
@@ -193,28 +160,28 @@ def _without_master_addr(argv: Sequence[str]) -> list[str]:
     return words
 
 
-def outcome(result: LaunchResult, members: Sequence[str], timeout_s: float) -> Outcome:
+def outcome(result: LaunchResult, members: Sequence[str], timeout_s: float) -> TorchOutcome:
     """Rank 0's samples with what went wrong on the way, or None and why; `why` names the
-    members and, where something went wrong, carries the launcher's output as evidence."""
+    members and, where something went wrong, the launcher's output is the evidence."""
     who = ",".join(members)
     if result.not_found:
-        return None, f"{who}: {result.argv[0]} not found (bandwidth.pairs.launcher: {result.kind})"
+        return TorchOutcome(None, f"{who}: {result.argv[0]} not found (bandwidth.pairs.launcher: {result.kind})")
     if result.error:
-        return None, f"{who}: {result.kind}: {result.error}"
+        return TorchOutcome(None, f"{who}: {result.kind}: {result.error}")
     problems = _problems(result, members)
     evidence = launcher_evidence(result)
     if result.timed_out:
-        return None, Reason(f"{who}: {result.kind} did not finish within {timeout_s:g}s"
+        return TorchOutcome(None, f"{who}: {result.kind} did not finish within {timeout_s:g}s"
                             + (f"; {problems}" if problems else ""), evidence)
     samples = samples_from_json("\n".join(result.ranks.get(0, [])))
     if not samples:
-        return None, Reason(f"{who}: {problems or 'the torch sweep printed no result'}", evidence)
-    return samples, Reason(f"{who}: {problems}", evidence) if problems else ""
+        return TorchOutcome(None, f"{who}: {problems or 'the torch sweep printed no result'}", evidence)
+    return TorchOutcome(samples, f"{who}: {problems}", evidence) if problems else TorchOutcome(samples)
 
 
 def launcher_evidence(result: LaunchResult) -> str:
     """The command line, how it ended, and what the launcher and the ranks said on stderr, whole
-    (bounded by Reason): Open MPI's banners say why in their middle, not in their last line."""
+    (bounded by TorchOutcome): Open MPI's banners say why in their middle, not in their last line."""
     ended = "killed at hc's timeout" if result.timed_out else f"exit {result.returncode}"
     head = f"$ {' '.join(result.argv)}  ({ended}, {result.duration_s:.1f}s)"
     return "\n".join(part for part in (head, result.stderr.strip("\n")) if part)

@@ -71,11 +71,11 @@ Tool = Literal["nccl_tests", "ib_write_bw"]  # bandwidth.pairs.tests' names
 #   not-run         could not run: a member unreachable, a tool missing, the launcher refusing (or
 #                   starting no rank before the timeout), the side channel refused, the test's time spent
 #   not-applicable  nothing to test: no GPU (nccl-tests), no compute HCA on either (ib_write_bw)
-Outcome = Literal["passed", "short", "hung", "wrong", "failed", "misconfigured", "not-run", "not-applicable"]
+ToolOutcome = Literal["passed", "short", "hung", "wrong", "failed", "misconfigured", "not-run", "not-applicable"]
 PASSED: dict[str, bool | None] = {"passed": True, "short": False, "hung": False, "wrong": False, "failed": False,
                                   "misconfigured": None, "not-run": None, "not-applicable": None}
 # the outcome of a pair tested on several HCA ports: the first of these any port had
-_WORST_FIRST: tuple[Outcome, ...] = ("hung", "failed", "wrong", "short", "misconfigured", "not-run", "passed",
+_WORST_FIRST: tuple[ToolOutcome, ...] = ("hung", "failed", "wrong", "short", "misconfigured", "not-run", "passed",
                                      "not-applicable")
 EVIDENCE_MAX = 8000  # characters of evidence kept per measurement
 _WHY_MAX = 500  # a why is one line, at most this long
@@ -92,7 +92,7 @@ class HcaSample(msgspec.Struct, frozen=True, omit_defaults=True):
     hca: str  # "mlx5_0/1": the device and port, the same name on both members
     gbits: float | None = None  # BW average at the size run (Gb/s); None: no result
     floor_gbps: float | None = None  # its floor; None: the port's rate is unknown and no per_hca_min_gbps is set
-    outcome: Outcome = "passed"
+    outcome: ToolOutcome = "passed"
     failure: str | None = None  # why it did not pass, one line naming the member where the tool tells which
     # member node -> error counter -> how much it rose during the test (members and counters that rose only)
     counter_rises: dict[str, dict[str, int]] = {}
@@ -123,7 +123,7 @@ class PairMeasurement(msgspec.Struct, frozen=True, omit_defaults=True):
 
     tool: Tool
     members: tuple[str, ...]
-    outcome: Outcome
+    outcome: ToolOutcome
     passed: bool | None = None
     value: float | None = None
     unit: str = ""  # "GB/s" (busbw) | "x floor"
@@ -142,7 +142,7 @@ class PairMeasurement(msgspec.Struct, frozen=True, omit_defaults=True):
     evidence: str = ""  # the end of what the tools printed, at most EVIDENCE_MAX characters
 
 
-def _measurement(tool: Tool, members: Sequence[str], outcome: Outcome, why: str = "", **fields: Any
+def _measurement(tool: Tool, members: Sequence[str], outcome: ToolOutcome, why: str = "", **fields: Any
                  ) -> PairMeasurement:
     evidence = fields.pop("evidence", "")
     return PairMeasurement(tool=tool, members=tuple(members), outcome=outcome, passed=PASSED[outcome],
@@ -178,7 +178,7 @@ def _nccl_tests_pair(config: Config, members: tuple[str, ...], collective: str, 
                      gpus: int, timeout_s: float) -> PairMeasurement:
     from healthcheck.bandwidth.judge import best_at, floors, size_range
     from healthcheck.core.units import format_size, parse_size
-    from healthcheck.probes.bw import TAIL, _binary, nccl_attempt_from_text
+    from healthcheck.probes.bw import TAIL, nccl_attempt_from_text, nccl_binary
     from healthcheck.runners.launch import launch, mpirun_launch
     from healthcheck.runners.ompi import site_args
 
@@ -195,7 +195,7 @@ def _nccl_tests_pair(config: Config, members: tuple[str, ...], collective: str, 
     lo, hi, factor = size_range(asked + [f.size_bytes for f in wanted])
     judged = wanted[-1].size_bytes if wanted else max(asked or [hi])
     floor = next((f for f in wanted if f.size_bytes == judged), None)
-    program = (_binary(settings.bin_dir, collective), "-g", "1", "-b", str(lo), "-e", str(hi), "-f", str(factor),
+    program = (nccl_binary(settings.bin_dir, collective), "-g", "1", "-b", str(lo), "-e", str(hi), "-f", str(factor),
                "-w", str(settings.warmup), "-n", str(settings.iters), "-c", "1")
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **settings.env, **bw.pairs.nccl_env}
     ranks = len(members) * gpus
@@ -247,7 +247,7 @@ def _all_ranks(result: LaunchResult) -> str:
 
 
 def _nccl_outcome(result: LaunchResult, attempt: BandwidthAttempt, members: tuple[str, ...], gpus: int,
-                  collective: str, bin_dir: str | None) -> tuple[Outcome | None, str]:
+                  collective: str, bin_dir: str | None) -> tuple[ToolOutcome | None, str]:
     """How a run ended, in the node-local check's order; (None, "") for a clean run."""
     from healthcheck.core.units import format_size
 
@@ -331,13 +331,13 @@ class _Member:
 
     def __init__(self, node: str, config: Config, limits: Any, timeout_s: float) -> None:
         from healthcheck.core.facts import ProbeContext
-        from healthcheck.probes.ib_write_bw import _Node
+        from healthcheck.probes.ib_write_bw import HcaNode
         from healthcheck.runners.ssh import SshConnection
 
         self.node = node
         self.conn: SshConnection = SshConnection(node, config.main.ssh)  # SshError: a name it cannot take
         self.ctx = ProbeContext(runner=self.conn, transport="ssh", timeout_s=timeout_s, limits=limits)
-        self.files = _Node(self.ctx, local=False)
+        self.files = HcaNode(self.ctx, local=False)
 
     def close(self) -> None:
         self.conn.close()
@@ -346,7 +346,7 @@ class _Member:
 def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float) -> PairMeasurement:
     from healthcheck.core.facts import ProbeError
     from healthcheck.core.units import format_size, parse_size
-    from healthcheck.probes.ib_write_bw import SHORT_TIMEOUT_S, _is_compute, _missing
+    from healthcheck.probes.ib_write_bw import SHORT_TIMEOUT_S, is_compute_port, missing_tools
     from healthcheck.runners.ssh import SshError, resolve_target
 
     start = time.monotonic()
@@ -361,7 +361,7 @@ def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float
                                              if settings.per_hca_min_gbps is not None
                                              else "bandwidth.ib_write_bw.rate_fraction"))
 
-    def done(outcome: Outcome, why: str = "", **fields: Any) -> PairMeasurement:
+    def done(outcome: ToolOutcome, why: str = "", **fields: Any) -> PairMeasurement:
         return _measurement(outcome=outcome, why=why, duration_s=round(time.monotonic() - start, 3),
                             **{**common, **fields})
 
@@ -385,7 +385,7 @@ def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float
                 found = side.files.ports()
             except ProbeError as exc:
                 return done("not-run", f"{side.node}: the HCA ports could not be listed: {exc.message}")
-            compute = [p for p in found.ports if _is_compute(p, limits.ib)]
+            compute = [p for p in found.ports if is_compute_port(p, limits.ib)]
             compute_any = compute_any or bool(compute)
             active.append({(p.ca, p.port): p for p in compute if p.state == "Active"})
         both = sorted(set(active[0]) & set(active[1]))
@@ -397,7 +397,7 @@ def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float
                 return done("not-applicable", f"{who}: no compute HCA port on either member")
             return done("not-run", f"{who}: no compute HCA port is Active on both members", notes=notes)
         for side in sides:
-            missing = _missing(side.ctx, local=False)
+            missing = missing_tools(side.ctx, local=False)
             if missing:
                 return done("not-run", f"{side.node}: {missing}", notes=notes)
         tested = [[active[i][k] for k in both] for i in range(2)]
@@ -423,14 +423,14 @@ def _run_ports(server: _Member, client: _Member, address: str, both: list[tuple[
     (its own pinning and GPU) aimed at the server's address; servers hc started are
     stopped by pid once their client is done, and their pid files removed."""
     from healthcheck.parsers.perftest import loopback_floor
-    from healthcheck.probes.ib_write_bw import MARGIN_S, _attempt, _Plan, _plans
+    from healthcheck.probes.ib_write_bw import MARGIN_S, PortPlan, port_plans, run_attempt
     from healthcheck.runners.ssh import MAX_SESSIONS
 
     env = {**({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if settings.use_cuda else {}), **settings.env}
-    serving = _plans(server.ctx, server.files, [active[0][k] for k in both], size, env)
-    connecting = _plans(client.ctx, client.files, [active[1][k] for k in both], size, env)
+    serving = port_plans(server.ctx, server.files, [active[0][k] for k in both], size, env)
+    connecting = port_plans(client.ctx, client.files, [active[1][k] for k in both], size, env)
     token = uuid.uuid4().hex[:12]
-    plans: list[tuple[_Plan, str]] = []
+    plans: list[tuple[PortPlan, str]] = []
     hcas: list[IbWriteBwHca] = []
     for mine, theirs in zip(serving, connecting, strict=True):
         rates = [r for r in (mine.hca.rate_gbps, theirs.hca.rate_gbps) if r]
@@ -448,7 +448,7 @@ def _run_ports(server: _Member, client: _Member, address: str, both: list[tuple[
         pid_file = f"{_PID_DIR}/hc-ib_write_bw-{token}-{hca.tcp_port}.pid"
         # the server's own pid, written before it execs into (numactl then) ib_write_bw
         wrapped = ("sh", "-c", 'echo $$ > "$0" && exec "$@"', pid_file, *mine.server)
-        plans.append((_Plan(hca, size, wrapped, (*theirs.server, address)), pid_file))
+        plans.append((PortPlan(hca, size, wrapped, (*theirs.server, address)), pid_file))
     attempts: dict[str, IbWriteBwAttempt] = {}
     # a server and the stop command take a session of members[0]'s connection, a client one of members[1]'s
     slots = threading.Semaphore(max(1, MAX_SESSIONS - 1))
@@ -458,7 +458,7 @@ def _run_ports(server: _Member, client: _Member, address: str, both: list[tuple[
         with slots:
             left = deadline - time.monotonic() - MARGIN_S
             timeout = min(settings.timeout_s, max(left, 1.0))
-            attempts[plan.hca.name] = _attempt(
+            attempts[plan.hca.name] = run_attempt(
                 server.ctx, plan, env, timeout, cut=timeout < settings.timeout_s, client_runner=client.conn,
                 stop_server=lambda: _stop_servers(server, [pid_file]), names=names)
 
@@ -492,7 +492,7 @@ def _hca_sample(hca: IbWriteBwHca, attempt: IbWriteBwAttempt | None, use_cuda: b
     """One port's outcome, in the node-local check's order (bw.ib_write_bw)."""
     floor = hca.floor_gbps
 
-    def sample(outcome: Outcome, failure: str | None = None) -> HcaSample:
+    def sample(outcome: ToolOutcome, failure: str | None = None) -> HcaSample:
         gbits = attempt.avg_gbits if attempt is not None else None
         return HcaSample(hca.name, gbits, floor, outcome, failure)
 
@@ -541,13 +541,13 @@ def _with_counters(sample: HcaSample, sides: list[_Member], before: list[dict[st
                    after: list[dict[str, dict[str, int] | str]], max_rise: dict[str, int | None]) -> HcaSample:
     """The port's counter rises on each member recorded; a rise above the fabric's
     bandwidth.counters_max_rise makes it "failed" (unless it already hung or failed)."""
-    from healthcheck.probes.ib_write_bw import _rises
+    from healthcheck.probes.ib_write_bw import counter_rises_of
 
     rises: dict[str, dict[str, int]] = {}
     unknown: list[str] = []
     over: list[str] = []
     for side, was, now in zip(sides, before, after, strict=True):
-        rose, why = _rises(was.get(sample.hca), now.get(sample.hca))
+        rose, why = counter_rises_of(was.get(sample.hca), now.get(sample.hca))
         if why:
             unknown.append(f"{side.node}: {why}")
         if rose:

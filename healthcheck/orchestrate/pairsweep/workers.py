@@ -1,4 +1,4 @@
-"""The torch pair tests of one deep sweep through persistent workers: one `hc bw serve` per
+"""`WorkerTransport`: the torch pair tests of one deep sweep through persistent workers: one `hc bw serve` per
 node (bandwidth/serve.py), started the first time a test needs the node and kept for the
 rest of the sweep, so torch's import and the device's set-up are paid once per node
 instead of once per test (`bandwidth.pairs.persistent_workers`). It is started the way
@@ -11,8 +11,10 @@ hc is stopped (orchestrate/allocations.py); mpirun with the node as its one host
 rank and rendezvous come with its request (the first member: its address over SSH, the
 node's name as the launcher knows it otherwise), never from the launcher.
 
-Same contract as `pairs.run_test`: rank 0's samples, or None and one line naming the
-member; never an exception, since one test's surprise must not end the sweep. A test
+A TorchOutcome (transport.py): rank 0's samples, or None and one line naming the
+member; never an exception, since one test's surprise must not end the sweep. Where a
+member's hc has no `bw serve` (a rolling upgrade), that test goes the per-test way
+(the transport the sweep's launcher starts per test: ssh.py, launched.py). A test
 sends each member its request (rank i: the members' order, rank 0's host the
 rendezvous) and waits for every reply within the test's timeout. A worker that could not
 start, did not answer in time, ended, or answered with an error is closed and started
@@ -46,12 +48,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
-from healthcheck.orchestrate.pair_launch import Outcome, Reason, SweepSamples
+from healthcheck.orchestrate.pairsweep.launched import launch_env, launcher_said, serve_spec
+from healthcheck.orchestrate.pairsweep.plan import PairPlan, node_address
+from healthcheck.orchestrate.pairsweep.transport import PairTransport, SweepSamples, TorchOutcome
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.orchestrate.allocations import OwnJob
-    from healthcheck.orchestrate.pairs import PairPlan
     from healthcheck.runners.line_stream import LineStream
     from healthcheck.runners.ssh import SshConnection
 
@@ -147,7 +150,7 @@ class WorkerPool:
 
     # -- one test
 
-    def run_test(self, members: Sequence[str], master: str) -> Outcome | None:
+    def run_test(self, members: Sequence[str], master: str) -> TorchOutcome | None:
         """The torch sweep across members on their workers; rank 0's samples, or None and
         why; None alone where a member's hc has no `bw serve` (the caller starts the test
         the old way, `hc bw allreduce` on every member)."""
@@ -161,7 +164,7 @@ class WorkerPool:
                 self._fall_back(workers)
                 return None
             if self._closed:
-                return None, f"{members[0]}: the sweep is ending"
+                return TorchOutcome(None, f"{members[0]}: the sweep is ending")
             outcome = self._run(members, workers, master)
             if any(w.lacks_serve for w in workers):
                 self._fall_back(workers)
@@ -185,7 +188,7 @@ class WorkerPool:
             if w.job is not None:
                 self._retire(w)
 
-    def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> Outcome:
+    def _run(self, members: Sequence[str], workers: list[_Worker], master: str) -> TorchOutcome:
         started: dict[str, str] = {}
         threads = [threading.Thread(target=lambda w=w: started.__setitem__(w.node, self._ensure(w)), daemon=True)
                    for w in workers if not w.usable()]
@@ -197,7 +200,7 @@ class WorkerPool:
                   for w in workers if not w.usable()]
         if failed:
             said = "\n".join(f"{w.node}:\n{w.said}" for w in workers if not w.usable() and w.said)
-            return None, Reason("; ".join(failed), said)
+            return TorchOutcome(None, "; ".join(failed), said)
         test_id = uuid.uuid4().hex[:16]
         replies: dict[int, _Reply | str] = {}
         # past the test's timeout: for the reply of a rank that gave up (bandwidth.pairs.reply_grace_s)
@@ -222,8 +225,8 @@ class WorkerPool:
         first = replies.get(0)
         samples = first.report.samples if isinstance(first, _Reply) and first.report is not None else None
         if not samples:
-            return None, "; ".join(problems) or "the torch sweep printed no result"
-        return samples, "; ".join(problems)
+            return TorchOutcome(None, "; ".join(problems) or "the torch sweep printed no result")
+        return TorchOutcome(samples, "; ".join(problems))
 
     def _ask(self, w: _Worker, test_id: str, rank: int, world: int, master: str, deadline: float) -> _Reply | str:
         """Send w its request and wait for the reply with test_id; a str says why none came."""
@@ -297,8 +300,6 @@ class WorkerPool:
 
     def _last_words(self, w: _Worker) -> str:
         """The line of what w's worker (or its launcher) printed on stderr that says most."""
-        from healthcheck.orchestrate.pair_launch import launcher_said
-
         assert w.stream is not None
         if self.plan.pairs.launcher != "mpirun":
             return w.stream.stderr_tail()
@@ -323,7 +324,6 @@ class WorkerPool:
     def _start_launched(self, w: _Worker, argv: tuple[str, ...]) -> str:
         """Start w's worker as one srun or mpirun task on its node; '' when it started, else why not."""
         from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
-        from healthcheck.orchestrate.pair_launch import launch_env, serve_spec
         from healthcheck.runners.process_stream import ProcessStream
 
         kind = self.plan.pairs.launcher
@@ -391,3 +391,44 @@ def _end_group(conn: SshConnection, pgid: int, connect_s: float) -> str:
     said = result.stderr.strip()[-300:]
     return (f"killing its process group {pgid} on the node: "
             + (result.error or said or ("no answer" if result.timed_out else f"exit {result.returncode}")))
+
+
+class WorkerTransport:
+    """Every torch test of a sweep on the members' persistent workers (one WorkerPool);
+    a test whose member's hc has no `bw serve` goes through `per_test`, the transport the
+    sweep's launcher starts `hc bw allreduce` with."""
+
+    def __init__(self, config: Config, plan: PairPlan, pool: WorkerPool, per_test: PairTransport) -> None:
+        self.config = config
+        self.plan = plan
+        self.pool = pool
+        self.per_test = per_test
+
+    def run(self, members: Sequence[str]) -> TorchOutcome:
+        from healthcheck.runners.ssh import SshError
+
+        try:
+            # a launcher names nodes its own way (srun: Slurm's names, mpirun: through Open
+            # MPI's own ssh); hc's ssh config, which neither reads, must not decide where
+            # ranks meet (nor refuse a ProxyCommand it cannot follow)
+            master = members[0] if self.plan.pairs.launcher != "ssh" else node_address(self.config, members[0])
+        except SshError as exc:
+            return TorchOutcome(None, exc.message)
+        got = self.pool.run_test(members, master)
+        if got is not None:
+            return got
+        return self.per_test.run(members)  # a member's hc has no `bw serve`: hc bw allreduce per member
+
+    def release(self, node: str) -> None:
+        self.pool.release(node)
+
+    def close(self) -> list[str]:
+        """End every worker; what the run should hear: what could not be ended, and the nodes
+        whose worker was started again after a failed test."""
+        restarted = sorted(n for n, k in self.pool.starts().items() if k > 1)
+        self.pool.close()
+        notes = [f"bandwidth between nodes: {note}" for note in self.pool.notes]
+        if restarted:
+            notes.append(f"bandwidth between nodes: torch workers started again after a failed test on "
+                         f"{', '.join(restarted[:20])}" + (" ..." if len(restarted) > 20 else ""))
+        return notes + self.per_test.close()
