@@ -1,0 +1,139 @@
+"""The house rules issue 21 measured, held by the suite so they cannot drift back: no import
+cycle between hc's files (a lazy import inside a function counts: it is a cycle deferred,
+not removed), no private name taken from another module, no docstring or comment that
+sends the reader to a document outside the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from support import REPO
+
+PACKAGE = REPO / "healthcheck"
+
+
+def modules() -> dict[str, Path]:
+    """{dotted module name: its file} for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, str | None]]:
+    """(module imported, name taken from it or None) for every import in the file, at any depth,
+    except those under `if TYPE_CHECKING:` (annotations only: no import at run time)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    out: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.extend((base, alias.name) for alias in node.names)
+    return out
+
+
+def import_graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """The file-to-file import graph of the package, and every (importer, module, name) taken."""
+    mods = modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    taken: list[tuple[str, str, str]] = []
+    for module, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for target, name in imported_names(tree, module, path.name == "__init__.py"):
+            if name and f"{target}.{name}" in mods:  # `from pkg import module`: the module itself
+                target, name = f"{target}.{name}", None
+            if target in mods and target != module:
+                graph[module].add(target)
+                if name:
+                    taken.append((module, target, name))
+    return graph, taken
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one file (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_cycle_between_files():
+    graph, _ = import_graph()
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_private_name_is_taken_from_another_module():
+    _, taken = import_graph()
+    private = [f"{importer} takes {name} from {target}" for importer, target, name in taken
+               if name.startswith("_") and not name.startswith("__")]
+    assert private == []
+
+
+OUTSIDE = re.compile(r"shared/notes|shared/DESIGN|\.\./shared|/work/|/tmp/studio")
+
+
+def test_no_module_sends_the_reader_outside_the_repository():
+    """A docstring or comment may cite the repository's own files and public sources (a URL,
+    a project's file by name), never a path on the machine it was written on."""
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for path in modules().values()
+             for number, line in enumerate(path.read_text().splitlines(), 1) if OUTSIDE.search(line)]
+    assert found == []
