@@ -14,7 +14,7 @@ from collections.abc import Iterable
 # lists its own modules), and the modules that register analyses.
 CHECK_PACKAGE = "healthcheck.checks"
 PROBE_PACKAGE = "healthcheck.probes"
-ANALYSIS_MODULES = ("healthcheck.fleet", "healthcheck.bandwidth.pairs_analysis")
+ANALYSIS_MODULES = ("healthcheck.analyses.fleet", "healthcheck.analyses.pairs")
 
 _loaded: set[str] = set()
 

@@ -9,6 +9,7 @@ import random
 import msgspec
 import pytest
 
+from healthcheck.analyses.pairs import CHECK, PairsInput, findings
 from healthcheck.bandwidth.localize import (
     LocalizeSettings,
     Result,
@@ -18,7 +19,6 @@ from healthcheck.bandwidth.localize import (
     localize,
     localize_adaptive,
 )
-from healthcheck.bandwidth.pairs_analysis import CHECK, PairsInput, findings
 from healthcheck.bandwidth.peers import peer_threshold
 from healthcheck.bandwidth.schedule import Test as Planned
 from healthcheck.bandwidth.schedule import circle_rounds, groups

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck import fleet
+from healthcheck.analyses import fleet
 from healthcheck.core.catalogue import CATALOGUE
 from healthcheck.core.config.schema import FleetSettings
 from healthcheck.core.model import Finding, Metric, NodeResult, fingerprint

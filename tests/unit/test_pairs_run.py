@@ -57,7 +57,7 @@ def test_a_test_that_could_not_run_is_bw_e107_on_its_result_and_judges_no_node(t
 
 
 def test_bw_e107_is_in_the_catalogue_of_bw_pairs():
-    from healthcheck.bandwidth.pairs_analysis import FINDINGS
+    from healthcheck.analyses.pairs import FINDINGS
 
     assert "bw.E107" in [f.id for f in FINDINGS]
 

@@ -122,7 +122,7 @@ def test_findings_are_folded_with_hint_action_limit_and_source(swept, tmp_path):
     by_id = {r.find("td")[1].all_text(): r for r in rows}
     assert {"bw.E001", "bw.E101", "bw.E102"} <= set(by_id)
     culprit = by_id["bw.E101"].all_text()
-    from healthcheck.bandwidth.pairs_analysis import CULPRIT as SPEC
+    from healthcheck.analyses.pairs import CULPRIT as SPEC
 
     assert CULPRIT in culprit and SPEC.hint in culprit and f"action: {SPEC.action}" in culprit
     slow = by_id["bw.E001"].all_text()

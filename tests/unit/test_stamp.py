@@ -6,7 +6,7 @@ de-duplication, report history and report diffs depend on them staying the same.
 
 from __future__ import annotations
 
-from healthcheck import fleet
+from healthcheck.analyses import fleet
 from healthcheck.core import catalogue
 from healthcheck.core.config.loader import NodeConfig
 from healthcheck.core.config.schema import Fabric, FleetSettings

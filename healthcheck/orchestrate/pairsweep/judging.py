@@ -129,7 +129,7 @@ def better(old: Measured, new: Measured, short: Any) -> Measured:
 def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: PairPlan) -> GroupResult:
     """One test as the report shows it: its figures, bw.E107 (ERROR) where `reason` says a
     tool gave nothing, with what its launcher printed, and bw.E108 (WARN) for a tool's failure."""
-    from healthcheck.bandwidth.pairs_analysis import TEST_FAILED, TEST_NOT_RUN
+    from healthcheck.analyses.pairs import TEST_FAILED, TEST_NOT_RUN
     from healthcheck.core.stamp import stamp
 
     members = list(test.members)

@@ -40,7 +40,7 @@ from healthcheck.orchestrate.pairsweep.plan import PairPlan
 from healthcheck.orchestrate.pairsweep.transport import PairTransport
 
 if TYPE_CHECKING:
-    from healthcheck.bandwidth.pairs_analysis import PairsInput
+    from healthcheck.analyses.pairs import PairsInput
     from healthcheck.orchestrate.busy import JobWatch
 
 
@@ -240,7 +240,7 @@ def vouched_for(inputs: PairsInput, run: PairRun) -> list[str]:
     gave no figure (ERROR: a worker that never started, a node lost, Slurm not answering),
     nor one of tests that cannot tell who is slow (bw.E106: one pair and no floor, or no
     partner known good), nor one a job took mid-sweep (not tested to the end)."""
-    from healthcheck.bandwidth.pairs_analysis import settings_of
+    from healthcheck.analyses.pairs import settings_of
 
     undecided = {n for u in inputs.verdict(settings_of(run.settings or None)).undecided for n in u.nodes}
     measured = set(inputs.tested)
@@ -253,7 +253,7 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
     FAILs its node, which the policy drains), pair findings onto the pair's result, and a
     finding that names no node (fabric-wide) for the run. Returns nodes, groups, analysis
     runs and run findings."""
-    from healthcheck.bandwidth.pairs_analysis import PairsInput
+    from healthcheck.analyses.pairs import PairsInput
     from healthcheck.core.analysis import run_analyses
     from healthcheck.core.status import worst
 
