@@ -1,0 +1,81 @@
+"""Round 18 of issue 19's rules (branch i19-r18), on the mechanisms field-8 and field-7 missed
+(both read in this round, tests/fixtures/diagnose-field/issues-8 and issues-7): HPE PALS's and
+MPICH Hydra's word on how each rank ended, Open MPI's box sentence a wrap split, a table or
+log viewer's columns before a rank's label, a SIGABRT torchrun reports of a rank that shows
+nothing of its own, and a fingerprint report whose agreeing side is no strict majority.
+Where a case is field-8's or field-7's own paste it is copied to a neutral folder; the other
+texts are built here in the shapes those pastes and the tools' sources show."""
+
+from __future__ import annotations
+
+import shutil
+
+from support import FIXTURES, diagnose_saved, named_ranks
+
+from healthcheck.parsers.torch_log import parse_torch_log
+
+FIELD8 = FIXTURES / "diagnose-field" / "issues-8" / "saved"
+FIELD7 = FIXTURES / "diagnose-field" / "issues-7" / "saved"
+
+
+def _paste(tmp_path, text: str):
+    """The verdict on one pasted text, read from a folder whose name says nothing."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "paste.log").write_text(text)
+    return diagnose_saved(job)
+
+
+def _field(tmp_path, folder, case: str):
+    job = tmp_path / "job"
+    shutil.copytree(folder / case, job)
+    return diagnose_saved(job)
+
+
+# ---------------------------------------------------------------- PALS and Hydra
+
+
+def test_pals_lines_are_each_ranks_end():
+    log = parse_torch_log("x1000c0s1b0n0: rank 3 died from signal 9\n"
+                          "x1000c0s2b0n0...: rank  10 exited with code 1   <- note\n")
+    ends = [(t.launcher, t.tasks, t.signal, t.exitcode, t.host) for t in log.task_exits]
+    assert ("pals", (3,), "SIGKILL", None, "x1000c0s1b0n0") in ends
+    assert ("pals", (10,), "", 1, "x1000c0s2b0n0") in ends
+
+
+def test_pals_sigkill_among_sigterms_names_the_killed_rank(tmp_path):
+    v = _paste(tmp_path, "job ended:\n"
+                         "x3003c0s7b0n0: rank 2 died from signal 15\n"
+                         "x3003c0s1b0n0: rank 5 died from signal 9\n"
+                         "x3003c0s7b0n0: rank 0 died from signal 15\n")
+    assert v.cls == "dead-rank" and named_ranks(v) == [5], v.summary
+
+
+def test_field8_pals_two_annotated_lines_name_rank_12(tmp_path):
+    v = _field(tmp_path, FIELD8, "pals-two-lines-rank-12-signal-9-rank-1-signal-15-annotated")
+    assert v.cls == "dead-rank" and named_ranks(v) == [12], v.summary
+
+
+_HYDRA = ("===================================================================================\n"
+          "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+          "=   RANK {rank} PID {pid} RUNNING AT gn59\n"
+          "=   KILLED BY SIGNAL: {sig} (Killed)\n"
+          "===================================================================================\n")
+
+
+def test_one_hydra_box_names_its_rank(tmp_path):
+    v = _paste(tmp_path, "step 10 loss 1.2\n" + _HYDRA.format(rank=3, pid=5493, sig=9))
+    assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_several_hydra_boxes_name_none(tmp_path):
+    # Hydra's cleanup kills the remaining processes and boxes them too: no order of death
+    v = _paste(tmp_path, _HYDRA.format(rank=0, pid=5490, sig=9) + "\n" + _HYDRA.format(rank=1, pid=5491, sig=9))
+    assert named_ranks(v) == [], v.summary
+
+
+def test_old_hydra_box_without_a_rank_names_none(tmp_path):
+    v = _paste(tmp_path, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                         "=   PID 28488 RUNNING AT host-a\n=   EXIT CODE: 9\n"
+                         "=   CLEANING UP REMAINING PROCESSES\n")
+    assert named_ranks(v) == [], v.summary
