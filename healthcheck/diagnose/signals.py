@@ -144,5 +144,5 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpirun_first", "mpirun_kills", "outside_sigterms",
-           "spawn_exits"]
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpirun_first", "mpirun_kills",
+           "outside_sigterms", "spawn_exits"]
