@@ -79,3 +79,40 @@ def test_old_hydra_box_without_a_rank_names_none(tmp_path):
                          "=   PID 28488 RUNNING AT host-a\n=   EXIT CODE: 9\n"
                          "=   CLEANING UP REMAINING PROCESSES\n")
     assert named_ranks(v) == [], v.summary
+
+
+# ---------------------------------------------------------------- a SIGABRT with nothing of the rank's own
+
+_BOX = ("============================================================\n"
+        "train.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n"
+        "  <NO_OTHER_FAILURES>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2026-11-28_10:00:05\n"
+        "  host      : node-a\n"
+        "  rank      : {rank} (local_rank: {rank})\n"
+        "  exitcode  : -6 (pid: 4242)\n"
+        "  error_file: <N/A>\n"
+        "  traceback : Signal 6 (SIGABRT) received by PID 4242\n"
+        "============================================================\n")
+
+
+def test_a_sigabrt_in_torchruns_box_alone_names_no_rank_and_says_why(tmp_path):
+    v = _paste(tmp_path, _BOX.format(rank=2))
+    assert named_ranks(v) == [] and v.cls == "unknown", v.summary
+    assert "SIGABRT" in v.summary and "watchdog" in v.summary and "rank 2" in v.summary
+
+
+def test_field8_torchrun_box_tail_sigabrt_names_none(tmp_path):
+    v = _field(tmp_path, FIELD8, "torchrun-box-tail-rank-0-sigabrt-only")
+    assert named_ranks(v) == [] and "no evidence against it" in v.summary, v.summary
+
+
+def test_a_sigabrt_of_a_rank_whose_own_lines_are_in_the_text_is_still_its_death(tmp_path):
+    v = _paste(tmp_path, "[rank2]: step 41 loss 0.93\n"
+                         "[rank2]: python: kernels.cc:88: void pack(): Assertion `n % 8 == 0' failed.\n"
+                         + _BOX.format(rank=2))
+    assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
