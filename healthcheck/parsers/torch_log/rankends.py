@@ -51,15 +51,13 @@ def read_pals(state: TorchState, line: Line) -> bool:
     m = _PALS.search(line.text)
     if m is None:
         return False
-    rank = int(m.group(2))
-    if m.group(3) is not None:
-        number = int(m.group(3))
-        ended = {"state": f"died from signal {number}", "signal": SIGNALS.get(number, "")}
-    else:
-        ended = {"state": f"exited with code {m.group(4)}", "exitcode": int(m.group(4))}
+    number = int(m.group(3)) if m.group(3) is not None else None
     where = agent_where(line)
-    state.add("task_exits", TaskExit(line=where["line"], time=where["time"], host=_host(m.group(1)), tasks=(rank,),
-                                     launcher="pals", **ended))
+    state.add("task_exits", TaskExit(
+        line=where["line"], time=where["time"], host=_host(m.group(1)), tasks=(int(m.group(2)),), launcher="pals",
+        state=f"died from signal {number}" if number is not None else f"exited with code {m.group(4)}",
+        signal=SIGNALS.get(number, "") if number is not None else "",
+        exitcode=int(m.group(4)) if m.group(4) is not None else None))
     return True
 
 
@@ -68,7 +66,7 @@ def read_hydra(state: TorchState, line: Line) -> bool:
     `KILLED BY SIGNAL: S` / `EXIT CODE: C` lines fill it (module doc)."""
     b = line.text
     if _HYDRA_HEAD in b:
-        state.hydra_box = {"at": line.number}
+        state.hydra_box = {"at": str(line.number)}
         return True
     box = state.hydra_box
     if box is None:
@@ -77,18 +75,18 @@ def read_hydra(state: TorchState, line: Line) -> bool:
         state.hydra_box = None
         return False
     if (m := _HYDRA_WHO.search(b)) is not None:
-        box.update(rank=m.group(1), pid=m.group(2), host=m.group(3))
+        box.update(rank=m.group(1) or "", pid=m.group(2), host=m.group(3))
         return True
     m = _HYDRA_END.search(b)
     if m is None:
         return False
     state.hydra_box = None
-    if box.get("rank") is None:
+    if not box.get("rank"):
         return True  # older Hydra's box names no rank
     number = int(m.group(1)) if m.group(1) is not None else None
     where = agent_where(line)
     state.add("task_exits", TaskExit(
-        line=where["line"], time=where["time"], host=_host(str(box.get("host") or "")), tasks=(int(box["rank"]),),
+        line=where["line"], time=where["time"], host=_host(box.get("host")), tasks=(int(box["rank"]),),
         pid=int(box["pid"]), launcher="hydra",
         state=f"killed by signal {number}" if number is not None else f"exit code {m.group(2)}",
         exitcode=int(m.group(2)) if m.group(2) is not None else None,
