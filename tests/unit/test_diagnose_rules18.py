@@ -12,6 +12,7 @@ import shutil
 
 from support import FIXTURES, diagnose_saved, named_ranks
 
+from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.torch_log import parse_torch_log
 
 FIELD8 = FIXTURES / "diagnose-field" / "issues-8" / "saved"
@@ -21,7 +22,7 @@ FIELD7 = FIXTURES / "diagnose-field" / "issues-7" / "saved"
 def _paste(tmp_path, text: str):
     """The verdict on one pasted text, read from a folder whose name says nothing."""
     job = tmp_path / "job"
-    job.mkdir()
+    job.mkdir(parents=True)
     (job / "paste.log").write_text(text)
     return diagnose_saved(job)
 
@@ -116,3 +117,29 @@ def test_a_sigabrt_of_a_rank_whose_own_lines_are_in_the_text_is_still_its_death(
                          "[rank2]: python: kernels.cc:88: void pack(): Assertion `n % 8 == 0' failed.\n"
                          + _BOX.format(rank=2))
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
+
+
+# ---------------------------------------------------------------- columns before the rank's label
+
+
+def test_a_runners_pipe_column_is_taken_off_and_the_rank_label_read():
+    text = "".join(f"        | [rank1]: line {i}\n" for i in range(5)) + "    * an unprefixed summary line\n"
+    lines = [x for x in read_lines(text) if x.text.startswith("line")]
+    assert len(lines) == 5 and {x.rank for x in lines} == {1} and lines[0].text == "line 0"
+
+
+def test_a_log_viewers_stamp_column_is_kept_as_the_lines_stamp():
+    text = "".join(f"  | 2024-08-23T22:22:5{i}.879Z | 3: step {i}\n" for i in range(5))
+    lines = list(read_lines(text))
+    assert {x.task for x in lines} == {3} and lines[0].text == "step 0"
+    assert lines[0].stamp.startswith("2024-08-23T22:22:50")
+
+
+def test_a_table_whose_rows_end_at_their_border_keeps_its_columns():
+    text = "".join(f"| {i}  NVIDIA H100  On | 00000000:1{i}:00.0 Off |\n" for i in range(5))
+    assert [x.text for x in read_lines(text)] == text.splitlines()
+
+
+def test_field8_runner_prefixed_dataloader_error_names_rank_0(tmp_path):
+    v = _field(tmp_path, FIELD8, "benchmark-runner-pipe-prefixed-rank-0-dataloader-filenotfound-sigterm")
+    assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
