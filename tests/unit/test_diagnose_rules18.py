@@ -119,6 +119,39 @@ def test_a_sigabrt_of_a_rank_whose_own_lines_are_in_the_text_is_still_its_death(
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
 
 
+# ---------------------------------------------------------------- Open MPI's sentence split by a wrap
+
+_SENTENCE = "mpiexec noticed that process rank 5 with PID 10313 on node proton exited on signal 6 (Aborted)."
+
+
+def _exits(text: str) -> list[tuple[tuple[int, ...], str, str]]:
+    return [(t.tasks, t.signal, t.launcher) for t in parse_torch_log(text).task_exits]
+
+
+def test_open_mpis_sentence_survives_a_word_wrap_at_any_blank():
+    blanks = [i for i, c in enumerate(_SENTENCE) if c == " "]
+    for at in blanks:
+        for keep in ("", " "):  # a terminal keeps the blank at the cut, an editor's reflow drops it
+            text = "----\n" + _SENTENCE[:at] + keep + "\n" + _SENTENCE[at + 1:] + "\n----\n"
+            assert _exits(text) == [((5,), "SIGABRT", "mpirun")], (at, text)
+
+
+def test_open_mpis_sentence_survives_a_character_wrap_and_three_lines():
+    text = _SENTENCE[:30] + "\n" + _SENTENCE[30:70] + "\n" + _SENTENCE[70:] + "\n"
+    assert _exits(text) == [((5,), "SIGABRT", "mpirun")]
+
+
+def test_a_line_that_only_starts_like_the_sentence_joins_nothing():
+    text = "mpirun noticed that the job was slow\nstep 3 loss 1.0\nstep 4 loss 0.9\nstep 5 loss 0.8\n"
+    log = parse_torch_log(text, rank_output=True)
+    assert log.task_exits == () and len(log.last_steps) == 1
+
+
+def test_field8_mpiexec_box_wrapped_before_signal_names_rank_0(tmp_path):
+    v = _field(tmp_path, FIELD8, "mpiexec-rank-0-signal-6-wrapped-eight-killed-mpi-app")
+    assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
+
+
 # ---------------------------------------------------------------- columns before the rank's label
 
 

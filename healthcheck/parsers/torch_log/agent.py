@@ -54,9 +54,13 @@ _EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
 _MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
 _MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
 # Open MPI 4.1.4 as captured here (held-out-2 saved outputs); a paste may redact the pid and
-# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it
-_MPIRUN_SIGNAL = re.compile(
-    r"mpirun noticed that process rank (\d{1,9}) with PID (\S{1,32}) on node (\S{1,256}) exited on signal (\d{1,3})")
+# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it.
+# The launcher under any of Open MPI's names for it (`mpiexec` as often as `mpirun`; orterun,
+# prterun in Open MPI 5)
+OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
+MPIRUN_SIGNAL = re.compile(
+    rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
+    r"on node (\S{1,256}) exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
@@ -94,7 +98,7 @@ def read_child_banner(state: TorchState, line: Line) -> bool:
 
 def read_mpirun_signal(state: TorchState, line: Line) -> bool:
     """Open MPI's `process rank R ... exited on signal N`: the first rank it saw killed."""
-    m = _MPIRUN_SIGNAL.match(line.text)
+    m = MPIRUN_SIGNAL.match(line.text)
     if m is None:
         return False
     number = int(m.group(4))
@@ -215,7 +219,9 @@ def read_worker_group(state: TorchState, line: Line) -> bool:
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("worker-failed", lambda b: _WORKER_WORDS in b, read_worker_failed),
     Handler("child-banner", lambda b: ") FAILED (exitcode " in b, read_child_banner),
-    Handler("mpirun-signal", lambda b: b.startswith("mpirun noticed") and _WORKER_WORDS not in b, read_mpirun_signal),
+    Handler("mpirun-signal",
+            lambda b: b.startswith(OMPI_LAUNCHERS) and " noticed that " in b and _WORKER_WORDS not in b,
+            read_mpirun_signal),
     Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
     Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),
     Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),

@@ -52,6 +52,7 @@ from healthcheck.parsers.torch_log import (
 )
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
+from healthcheck.parsers.torch_log.sentences import sentences_unwrapped
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
 from healthcheck.parsers.torch_log.text import MAX_LINE
 from healthcheck.parsers.torch_log.wraps import wrap_width
@@ -252,7 +253,8 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
              for line in read_lines(text, max_line=MAX_LINE, cut_end=True, records=True) if not line.noise]
-    for line in word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)), COLLAPSED_LINES)):
+    for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
+                                                                COLLAPSED_LINES))):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)
