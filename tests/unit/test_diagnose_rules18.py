@@ -176,3 +176,52 @@ def test_a_table_whose_rows_end_at_their_border_keeps_its_columns():
 def test_field8_runner_prefixed_dataloader_error_names_rank_0(tmp_path):
     v = _field(tmp_path, FIELD8, "benchmark-runner-pipe-prefixed-rank-0-dataloader-filenotfound-sigterm")
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
+
+
+# ---------------------------------------------------------------- a fingerprint side that is no majority
+
+_FP_CASE = "collective-fingerprint-allgather-shape-1435-vs-1436-ranks-1-2"
+
+
+def _fp_line() -> str:
+    text = (FIELD7 / _FP_CASE / "paste.log").read_text()
+    return next(x for x in text.splitlines() if "Detected mismatch" in x)
+
+
+def test_a_torchrun_command_gives_the_world_it_launches():
+    assert parse_torch_log("torchrun --standalone --nproc_per_node 4 -m train\n"
+                           "[rank0]: RuntimeError: boom\n").launched_world == 4
+    assert parse_torch_log("torchrun --nnodes=2 --nproc-per-node=8 train.py\n"
+                           "[rank0]: RuntimeError: boom\n").launched_world == 16
+    for elastic in ("torchrun --nnodes 1:4 --nproc_per_node 8 t.py", "torchrun --nnodes=$N --nproc_per_node 8 t.py",
+                    "torchrun --nproc_per_node gpu t.py"):
+        assert parse_torch_log(elastic + "\n[rank0]: RuntimeError: boom\n").launched_world is None
+
+
+def test_field7_two_agreeing_ranks_of_a_world_of_4_name_no_rank_and_say_both_sides(tmp_path):
+    v = _field(tmp_path, FIELD7, _FP_CASE)
+    assert v.cls == "shape-mismatch" and named_ranks(v) == [], v.summary
+    assert "1435" in v.summary and "1436" in v.summary and "world of 4" in v.summary
+
+
+def test_the_same_report_names_the_rank_that_differs_in_a_world_of_3_not_of_4(tmp_path):
+    v = _paste(tmp_path / "w3", "torchrun --standalone --nproc_per_node 3 -m infer\n" + _fp_line() + "\n")
+    assert v.cls == "shape-mismatch" and named_ranks(v) == [2], v.summary
+    v = _paste(tmp_path / "w4", "$ torchrun --standalone --nproc_per_node 4 -m infer\n" + _fp_line() + "\n")
+    assert v.cls == "shape-mismatch" and named_ranks(v) == [], v.summary
+
+
+def test_three_agreeing_ranks_of_a_world_of_4_name_the_fourth(tmp_path):
+    line = _fp_line().replace("Rank 1 is running", "Rank 2 is running").replace("but Rank 2 is", "but Rank 3 is")
+    v = _paste(tmp_path, "torchrun --standalone --nproc_per_node 4 -m infer\n" + line + "\n")
+    assert v.cls == "shape-mismatch" and named_ranks(v) == [3], v.summary
+
+
+def test_a_larger_world_of_the_ranks_environment_decides_too(tmp_path):
+    # ranks 0 and 1 agree against rank 2; the text shows a rank 5 of its own (its file): no majority of 6
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank1.log").write_text(f"[rank1]: {_fp_line().strip()}\n")
+    (job / "rank5.log").write_text("[rank5]: step 3 loss 0.5\n")
+    v = diagnose_saved(job)
+    assert v.cls == "shape-mismatch" and named_ranks(v) == [], v.summary

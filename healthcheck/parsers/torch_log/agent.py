@@ -64,6 +64,10 @@ MPIRUN_SIGNAL = re.compile(
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+# a torchrun command line (also `python -m torch.distributed.run`/`.launch`) and its sizes
+_LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
+_NNODES = re.compile(r"--nnodes(?:[= ]{1,4}(\S{1,16}))?")
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _WORKER_WORDS = "failed (exitcode: "
 
@@ -207,6 +211,32 @@ def _group_event(b: str) -> dict | None:
     return None
 
 
+def launched_world(text: str) -> int | None:
+    """The world a torchrun (torch.distributed.run/launch) command line starts: its
+    `--nproc_per_node N` times its `--nnodes M` (torchrun's default 1, `--standalone` 1);
+    None where either is not a number (`gpu`, `auto`, an elastic range `1:4`)."""
+    m = _LAUNCHER.search(text)
+    if m is None:
+        return None
+    per_node = _NPROC.search(text, m.end())
+    if per_node is None:
+        return None
+    nodes = _NNODES.search(text, m.end())
+    if nodes is not None and not (nodes.group(1) or "").isdigit():
+        return None  # a range of nodes (elastic), a shell variable: the world not known
+    return int(per_node.group(1)) * (int(nodes.group(1)) if nodes is not None else 1)
+
+
+def read_launch_command(state: TorchState, line: Line) -> bool:
+    """A torchrun command in the text (a paste's command line): the world it starts, kept
+    where every such command agrees (0 where they do not)."""
+    world = launched_world(line.text)
+    if world is None or world < 1:
+        return False
+    state.launched_world = world if state.launched_world in (None, world) else 0
+    return True
+
+
 def read_worker_group(state: TorchState, line: Line) -> bool:
     """`[default] Worker group FAILED. 3/3 attempts left; will restart worker group` and the other steps."""
     event = _group_event(line.text)
@@ -227,5 +257,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),
     Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),
     Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
+    Handler("launch-command", lambda b: "--nproc" in b, read_launch_command),
     Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
 )

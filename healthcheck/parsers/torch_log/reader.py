@@ -239,10 +239,21 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),
                     loop_rounds=max((len(v) for v in state.rounds.values()), default=0),
+                    launched_world=state.launched_world or None,
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
                     unrecognized=state.unrecognized.freeze(), **facts)
+
+
+def _commands_read(state: TorchState, lines: Iterator[Line]) -> Iterator[Line]:
+    """The lines that are no noise; a command line (a prompt's, or its bare echo: noise)
+    read first for the world a torchrun command in it launches (agent.read_launch_command)."""
+    for line in lines:
+        if not line.noise:
+            yield line
+        elif line.noise in ("command", "prompt") and "--nproc" in line.text:
+            agent.read_launch_command(state, line)
 
 
 def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
@@ -252,7 +263,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in read_lines(text, max_line=MAX_LINE, cut_end=True, records=True) if not line.noise]
+             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True))]
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)
