@@ -1,8 +1,9 @@
 """MPI launchers' own word on how each rank ended, beside Open MPI's (agent.py) and srun's.
 
-* HPE PALS (Cray's `mpiexec` on ALCF Polaris/Aurora, Perlmutter's PALS jobs) ends a failed
+* HPE PALS (Cray's `mpiexec` on ALCF's Polaris and Aurora) ends a failed
   job with one line per rank it saw end badly: `HOST: rank N died from signal S` or `HOST:
-  rank N exited with code C`. The host may be cut or blanked (`x1921c7s1b0n0-hsn0...:`), the
+  rank N exited with code C` (without the host, the same words are read as a supervisor's,
+  launchreports.py). The host may be cut or blanked (`x1921c7s1b0n0-hsn0...:`), the
   rank padded (`rank  1`), and a paste may annotate the line after it (`<- the victim`).
   Each is the rank's end (TaskExit, launcher "pals"), read as srun's `task N: Killed` is: a
   SIGKILL of one rank among SIGTERMs of the others is the first death and PALS's cascade.
@@ -49,8 +50,8 @@ def _host(text: str | None) -> str:
 def read_pals(state: TorchState, line: Line) -> bool:
     """PALS's `HOST: rank N died from signal S` / `exited with code C`: rank N's end."""
     m = _PALS.search(line.text)
-    if m is None:
-        return False
+    if m is None or (m.group(4) is not None and m.group(1) is None):
+        return False  # `rank N exited with code C` without PALS's host is a supervisor's (launchreports.py)
     number = int(m.group(3)) if m.group(3) is not None else None
     where = agent_where(line)
     state.add("task_exits", TaskExit(
