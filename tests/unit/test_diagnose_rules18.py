@@ -84,13 +84,7 @@ def test_old_hydra_box_without_a_rank_names_none(tmp_path):
 
 # ---------------------------------------------------------------- a SIGABRT with nothing of the rank's own
 
-_BOX = ("============================================================\n"
-        "train.py FAILED\n"
-        "------------------------------------------------------------\n"
-        "Failures:\n"
-        "  <NO_OTHER_FAILURES>\n"
-        "------------------------------------------------------------\n"
-        "Root Cause (first observed failure):\n"
+_BOX = ("Root Cause (first observed failure):\n"
         "[0]:\n"
         "  time      : 2026-11-28_10:00:05\n"
         "  host      : node-a\n"
@@ -110,6 +104,35 @@ def test_a_sigabrt_in_torchruns_box_alone_names_no_rank_and_says_why(tmp_path):
 def test_field8_torchrun_box_tail_sigabrt_names_none(tmp_path):
     v = _field(tmp_path, FIELD8, "torchrun-box-tail-rank-0-sigabrt-only")
     assert named_ranks(v) == [] and "no evidence against it" in v.summary, v.summary
+
+
+_TWO_ABORTS = ("============================================================\n"
+               "train.py FAILED\n"
+               "------------------------------------------------------------\n"
+               "Failures:\n"
+               "[1]:\n"
+               "  time      : 2026-11-28_10:00:05\n"
+               "  host      : node-a\n"
+               "  rank      : 3 (local_rank: 3)\n"
+               "  exitcode  : -6 (pid: 4243)\n"
+               "  error_file: <N/A>\n"
+               "  traceback : Signal 6 (SIGABRT) received by PID 4243\n"
+               "------------------------------------------------------------\n")
+
+
+def test_a_whole_box_with_two_sigabrts_and_nothing_of_theirs_names_none(tmp_path):
+    # every rank that waited in a timed-out collective is aborted by its watchdog alike
+    v = _paste(tmp_path, _TWO_ABORTS + _BOX.format(rank=2))
+    assert named_ranks(v) == [], v.summary
+
+
+def test_a_box_that_lists_its_one_sigabrt_and_no_other_failure_still_names_it(tmp_path):
+    # field-5's box cut inside its Failures section: `<NO_OTHER_FAILURES>` then the root cause
+    v = _field(tmp_path, FIXTURES / "diagnose-field" / "issues-5" / "saved",
+               "elastic-box-no-other-failures-root-cause-rank1-sigabrt-then-script-echo")
+    assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
+    log = parse_torch_log("  <NO_OTHER_FAILURES>\n----------\n" + _BOX.format(rank=2))
+    assert [b.no_other_failures for b in log.child_failed] == [True]
 
 
 def test_a_sigabrt_of_a_rank_whose_own_lines_are_in_the_text_is_still_its_death(tmp_path):
