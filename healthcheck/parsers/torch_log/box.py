@@ -166,9 +166,10 @@ def _loose_fields(entry: dict, text: str) -> bool:
 
 def _box_tail(state: TorchState, line: Line) -> bool:
     """A failure box cut to its tail (the paste begins inside it): its `Root Cause` title,
-    its Failures section's `<NO_OTHER_FAILURES>`, or a field only torchrun's box prints (`  time      : 2025-05-21_15:43:03`, `  rank
-    : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`, whatever the blanks: its value's
-    shape is torchrun's alone) opens it with no program."""
+    its Failures section's `<NO_OTHER_FAILURES>`, or a field only torchrun's box prints
+    (`  time      : 2025-05-21_15:43:03`, `  rank      : 0 (local_rank: 0)`, `  exitcode  :
+    -9 (pid: 14750)`, whatever the blanks: its value's shape is torchrun's alone) opens it
+    with no program."""
     b = line.text
     if b.startswith(_ROOT_CAUSE):
         state.box = FailureBox(line, "", loose=True)
