@@ -45,6 +45,7 @@ from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.signals import (
     ONLY_FIRST,
     forced_kills,
+    hydra_kills,
     mpirun_first,
     mpirun_kills,
     outside_sigterms,
@@ -119,6 +120,8 @@ def _launcher_kills(col: Collected, acc: _Dead) -> None:
         acc.name(rank, why, item)
         acc.basis = acc.basis or ONLY_FIRST
     for rank, why, item in outside_sigterms(col):
+        acc.name(rank, why, item)
+    for rank, why, item in hydra_kills(col):  # Hydra's one BAD TERMINATION box
         acc.name(rank, why, item)
     for rank, why, item in spawn_exits(col):  # mp.spawn's first dead process, by its index
         if rank not in acc.ranks:

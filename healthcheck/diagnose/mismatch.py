@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
+from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority, world_of
 from healthcheck.diagnose.bcastsize import in_broadcast, odd_receivers, undecided
 from healthcheck.diagnose.evidence import RankEvidence
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
-from healthcheck.diagnose.firstdiffer import first_differing, is_shape
+from healthcheck.diagnose.firstdiffer import agreeing, first_differing, is_shape, least_world
 from healthcheck.diagnose.logfacts import (
     error_evidence,
     first_errors,
@@ -53,6 +53,7 @@ from healthcheck.diagnose.scalarmeet import scalar_meets_tensor
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.flight_recorder import FrComparison
+from healthcheck.parsers.torch_log import CollectiveMismatch
 
 
 @dataclass
@@ -64,6 +65,7 @@ class _Sides:
     sizes: list[SizeReport] = field(default_factory=list)
     fr_odd: tuple[int, ...] = ()
     fp_odd: tuple[int, ...] = ()  # the rank the fingerprint checks differ at (firstdiffer.py)
+    fp_undecided: str = ""  # both sides of a fingerprint report that names no rank, and why
     fr_text: str = ""
     divergence: str = ""
     notes: list[str] = field(default_factory=list)
@@ -87,7 +89,24 @@ def _fingerprints(col: Collected, acc: _Sides) -> None:
                     + (f", rank {m.remote.rank} runs {acc.sides.get(m.remote.rank, '?')}" if m.remote else "")
                     + (f" ({m.differences})" if m.differences else ""))
             acc.items.append(log_evidence(col, f.source, m.line, text, fact_rank(m, f.rank)))
-    acc.fp_odd = first_differing(reports)
+    seen, world = world_of(col)
+    launched = {f.log.launched_world for f in col.evidence.torch_logs if f.log is not None and f.log.launched_world}
+    world = world or (launched.pop() if len(launched) == 1 else None)
+    acc.fp_odd = first_differing(reports, world, seen)
+    acc.fp_undecided = "" if acc.fp_odd else _undecided(reports, acc, world or least_world(reports, seen), bool(world))
+
+
+def _undecided(reports: list[CollectiveMismatch], acc: _Sides, world: int, known: bool) -> str:
+    """Both sides of the first two-sided report that names no rank, and why none is named."""
+    m = next((m for m in reports if m.remote is not None and m.remote.rank != m.local.rank), None)
+    if m is None or m.remote is None:
+        return ""
+    side = sorted(agreeing(m))
+    size = f"the world of {world}" if known else f"the {world} ranks the text shows at least"
+    return (f"{rank_words(side)} {'runs' if len(side) == 1 else 'run'} {acc.sides.get(m.local.rank, '?')}, rank "
+            f"{m.remote.rank} runs {acc.sides.get(m.remote.rank, '?')}; the fingerprint check compares in rank order, "
+            f"and {rank_words(side)} {'is' if len(side) == 1 else 'are'} no strict majority of {size}: either side "
+            "may be the odd one")
 
 
 def _gloo_sizes(col: Collected, acc: _Sides) -> None:
@@ -249,6 +268,8 @@ def _conclude(col: Collected, acc: _Sides) -> tuple[tuple[int, ...], str, Confid
         return acc.fp_odd, (f"{rank_words(acc.fp_odd)} called a {what} its peers did not match: the fingerprint "
                             "check found it the first rank to differ, the ranks before it agreeing with the "
                             f"reporter{_fp_sides(acc)}"), "high"
+    if acc.fp_undecided and not pick:
+        return (), f"ranks disagree on a {what}: {acc.fp_undecided}", "medium"
     if pick:
         return pick[0], f"{rank_words(pick[0])} called a {what} its peers did not match: runs {pick[2]} where the " \
                         f"others run {pick[1]}", "high"

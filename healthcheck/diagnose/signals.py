@@ -13,6 +13,10 @@
   stopped because of it. Where the agent itself got a death signal (the job was cancelled)
   every SIGTERM is the agent's relay: none is named. Without the agent's word (mpirun and
   srun stop the survivors with SIGTERM and do not list them) no SIGTERM is named here.
+* MPICH's Hydra: its BAD TERMINATION box (`RANK R PID P RUNNING AT H`, `KILLED BY SIGNAL:
+  S`), read only where the text holds one box: its cleanup's SIGKILLs are boxed too.
+* HPE PALS's `rank N died from signal S` lines are srun's `task N:` words (sources.py's
+  link_task_exits): a SIGKILL among the others' SIGTERM is the first death.
 * torch.multiprocessing.spawn: `ProcessExitedException: process N terminated with signal S`
   (or `with exit code C`), also quoted in a sentence, names the first process it saw die
   without a traceback of its own. N is spawn's process index, the rank the job gives it
@@ -48,6 +52,23 @@ def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
                 continue  # gloo's check aborted it: the mismatch's consequence
             text = f"mpirun: rank {rank} on {t.host or '?'} {t.state} ({t.signal})"
             yield rank, f"killed by {t.signal}", log_evidence(col, f.source, t.line, text, rank)
+
+
+def hydra_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it died, the box's line) for MPICH Hydra's BAD TERMINATION box where the
+    text holds one only: Hydra boxes the processes its cleanup killed too (SIGKILL), in no
+    order of death, so several boxes name none. As for mpirun, a SIGABRT of a rank whose
+    output holds a collective's failure is the watchdog's or gloo's abort; a SIGTERM a relay."""
+    boxes = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None
+             for t in f.log.task_exits if t.launcher == "hydra" and t.tasks]
+    if len({t.tasks[0] for _, t in boxes}) != 1:
+        return
+    source, t = boxes[0]
+    rank = t.tasks[0]
+    if not t.signal or t.signal in COLLATERAL or (t.signal == "SIGABRT" and rank in spoke_of_failure(col)):
+        return
+    text = f"Hydra: rank {rank} (pid {t.pid}) on {t.host or '?'} {t.state} ({t.signal})"
+    yield rank, f"killed by {t.signal}", log_evidence(col, source, t.line, text, rank)
 
 
 SPAWN_INDEX = "mp.spawn's process index, the rank it was given where one mp.spawn starts the world"
@@ -123,5 +144,5 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "mpirun_first", "mpirun_kills", "outside_sigterms",
-           "spawn_exits"]
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpirun_first", "mpirun_kills",
+           "outside_sigterms", "spawn_exits"]

@@ -694,7 +694,9 @@ def link_task_exits(col: Collected) -> None:
     """srun's `task N: Killed | Aborted | Exited with exit code C` -> rank N's exit status
     and host, where nothing better said them. A kill srun made after it aborted the step is
     its own (collateral): the status is kept, the signal is not. A rank whose process hc
-    saw alive (live) is left alone: srun spoke of an earlier step's task, not of it."""
+    saw alive (live) is left alone: srun spoke of an earlier step's task, not of it.
+    Hydra's boxes keep no signal here either: its cleanup kills the others with SIGKILL and
+    boxes them too, so its one box alone names a death (signals.hydra_kills)."""
     for t in (t for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits):
         if t.pid is not None and len(t.tasks) == 1:
             col.pid_ranks.setdefault(t.pid, t.tasks[0])  # a supervisor's `worker R (pid P) exited ...`
@@ -708,7 +710,8 @@ def link_task_exits(col: Collected) -> None:
                 r.alive = False
                 r.exit_code = t.exitcode if t.exitcode is not None else (
                     -9 if t.signal == "SIGKILL" else -6 if t.signal == "SIGABRT" else None)
-                r.signal = "" if t.after_abort else ("SIGKILL (out of memory)" if t.oom else t.signal)
+                r.signal = "" if t.after_abort or t.launcher == "hydra" else (
+                    "SIGKILL (out of memory)" if t.oom else t.signal)
 
 
 def collect(paths: list[Path], *, now: _dt.datetime | None = None, progress: Progress | None = None) -> Collected:

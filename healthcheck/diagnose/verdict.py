@@ -36,6 +36,7 @@ from healthcheck.diagnose.evidence import HealthEvent, JobEvidence, RankEvidence
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.health import HistoryLookup, join
 from healthcheck.diagnose.logfacts import failures_held
+from healthcheck.diagnose.ownabort import bare_aborts
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import StackGroup, fold_ranks, rank_words
 
@@ -218,6 +219,12 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
     held = failures_held(col)
     if held and not said:
         said = f"the logs hold {held}, and none of it names a culprit rank"
+    bare = bare_aborts(col)  # ownabort.py: a SIGABRT with nothing of the rank's own
+    if bare:
+        said = (said + "; " if said else "") + (
+            f"torchrun reports {rank_words(sorted(bare))} ended by SIGABRT and nothing of "
+            f"{'its' if len(bare) == 1 else 'their'} own is in the text: NCCL's watchdog aborts a rank whose "
+            "collective timed out so, no evidence against it")
     said = said or "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
     if col.attempts and not held:  # attempts.py: only the last attempt is judged
         said += ("; an earlier attempt failed and torchrun restarted the workers: a transient failure, "

@@ -44,7 +44,9 @@ it; the quote also when most lines of a block from the first `>` line to the las
 writer's prose around the block: `quoted_reply`; and inside a code block), a log viewer's
 line number `[1745] ` before every line (only where most lines carry one and the numbers
 count up line by line: `line_numbered`; never `[0]`), or its bare gutter `451 ` (the same, the
-number first on the line and counting up or skipping one: `gutter_numbered`), an editor's
+number first on the line and counting up or skipping one: `gutter_numbered`), a table's or a
+log viewer's columns before the message on most lines (`        | `, `  | 2024-08-23T22:22:58.879Z | `:
+`viewer_columned`; a stamp cell kept, a row that ends at its own border left alone), an editor's
 markdown auto-link around a file name or an address (`[net_ib.cc:101](http://net_ib.cc:101/)`:
 the link's text where its target is that text, `unlinked`; also for the GPU tools),
 markdown's indented code block (lines indented 4 columns or more that a blank line opens
@@ -507,6 +509,51 @@ def drop_gutter(text: str) -> str:
     """A line's bare `N ` a viewer's gutter put before it (see `gutter_numbered`)."""
     m = _GUTTER.match(text) if text[:1].isdigit() else None
     return text[m.end():] if m else text
+
+
+# a table's or a log viewer's columns before the message: a runner's `        | ` pipe column
+# (milabench's error summary), CloudWatch's `  | 2024-08-23T22:22:58.879Z | ` (field-8): a
+# border `|` after at most 16 blanks, then cells of one word each closed by ` | `; never a
+# table row, which ends at its own border (nvidia-smi's `| ... |`)
+_COLUMN_BORDER = re.compile(r"[ \t]{0,16}\|[ \t]{1,4}")
+_COLUMN_CELL = re.compile(r"([^\s|]{1,64})[ \t]{1,4}\|[ \t]{1,4}")
+_CELL_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", re.ASCII)
+COLUMN_CELLS_MAX = 4  # one-word cells before the message a viewer may show
+
+
+def _columned(line: str) -> bool:
+    """`line` starts with a column's border and does not end at a table's (a shell-quoted
+    paste's ` \\` aside)."""
+    end = line.rstrip().removesuffix("\\").rstrip()
+    return _COLUMN_BORDER.match(line) is not None and not end.endswith("|") and len(end) > 2
+
+
+def viewer_columned(lines: Sequence[str]) -> bool:
+    """Most non-blank lines (of the first QUOTED_SAMPLE, at least LINE_NUMBERS_MIN of them)
+    start with a viewer's or a runner's columns (`_COLUMN_BORDER`) and do not end in a
+    table's border: the message is the last column of each, its labels behind the columns."""
+    lines = [x for x in lines[:QUOTED_SAMPLE] if x.strip() and not x.lstrip().startswith("```")]
+    columned = sum(1 for x in lines if _columned(x))
+    return columned >= LINE_NUMBERS_MIN and columned >= CONTINUATION_SHARE * len(lines)
+
+
+def drop_columns(text: str) -> str:
+    """A line without the columns a viewer or a runner put before its message (see
+    `viewer_columned`): the border and up to COLUMN_CELLS_MAX one-word cells; a cell that is
+    a time stamp is kept before the message, where the stamp readers take it."""
+    if not _columned(text):
+        return text
+    m = _COLUMN_BORDER.match(text)
+    assert m is not None
+    at, stamp = m.end(), ""
+    for _ in range(COLUMN_CELLS_MAX):
+        cell = _COLUMN_CELL.match(text, at)
+        if cell is None:
+            break
+        if _CELL_STAMP.match(cell.group(1)):
+            stamp = cell.group(1) + " "
+        at = cell.end()
+    return stamp + text[at:]
 
 
 # any run of `>` (a space after each or not) after up to 3 blanks: for tools no line of
@@ -1053,6 +1100,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
     numbered = line_numbered(sample)
     gutter = not numbered and gutter_numbered(sample)
+    columns = viewer_columned(sample)
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     pytest = pytest_marked(raw_lines)
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
@@ -1061,7 +1109,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
-                          workers=workers, pytest=pytest[number - 1], records=records)
+                          workers=workers, pytest=pytest[number - 1], records=records, columns=columns)
         if number == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1091,11 +1139,12 @@ def before_output(line: Line) -> tuple[Line, bool]:
 
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
-         numbered: bool = False, gutter: bool = False, indent: str = "", pytest: bool = False) -> str:
+         numbered: bool = False, gutter: bool = False, indent: str = "", pytest: bool = False,
+         columns: bool = False) -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
     `> `, markdown's code block `indent`, a log viewer's line number, bracketed or its bare
-    gutter's, an editor's auto-links, pytest's `E       ` where `pytest`: pytest_marked),
-    each repair named in `repairs`."""
+    gutter's, a viewer's or runner's columns where `columns` (viewer_columned), an editor's
+    auto-links, pytest's `E       ` where `pytest`: pytest_marked), each repair named in `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
     if pytest:
         steps.append(("pytest", drop_pytest_mark))
@@ -1109,6 +1158,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
             steps.append(("quote", drop_quote))
     if numbered or gutter:
         steps.append(("line-number", drop_line_number if numbered else drop_gutter))
+    if columns:
+        steps.append(("columns", drop_columns))
     steps.append(("autolink", unlinked))
     body, crlf = drop_line_end(raw)
     if crlf:
@@ -1124,7 +1175,7 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
               gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
-              records: bool = False) -> list[Line]:
+              records: bool = False, columns: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
@@ -1132,13 +1183,14 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     lines (`line_numbered`); `gutter`: out of one that showed them bare (`gutter_numbered`);
     `indent`: the line's markdown code block's (`code_block_indents`); `workers`: its
     `NAME-N | ` labels name ranks (`worker_labelled`); `pytest`: it carries pytest's `E`
-    mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`)."""
+    mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`);
+    `columns`: a viewer's or runner's columns come before the message (`viewer_columned`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent,
-                pytest=pytest)
+                pytest=pytest, columns=columns)
     pieces = json_pieces(body, srun) if records else []
     if pieces:
         repairs.append("json")

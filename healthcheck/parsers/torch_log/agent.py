@@ -54,12 +54,20 @@ _EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
 _MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
 _MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
 # Open MPI 4.1.4 as captured here (held-out-2 saved outputs); a paste may redact the pid and
-# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it
-_MPIRUN_SIGNAL = re.compile(
-    r"mpirun noticed that process rank (\d{1,9}) with PID (\S{1,32}) on node (\S{1,256}) exited on signal (\d{1,3})")
+# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it.
+# The launcher under any of Open MPI's names for it (`mpiexec` as often as `mpirun`; orterun,
+# prterun in Open MPI 5)
+OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
+MPIRUN_SIGNAL = re.compile(
+    rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
+    r"on node (\S{1,256}) exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+# a torchrun command line (also `python -m torch.distributed.run`/`.launch`) and its sizes
+_LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
+_NNODES = re.compile(r"--nnodes(?:[= ]{1,4}(\S{1,16}))?")
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _WORKER_WORDS = "failed (exitcode: "
 
@@ -94,7 +102,7 @@ def read_child_banner(state: TorchState, line: Line) -> bool:
 
 def read_mpirun_signal(state: TorchState, line: Line) -> bool:
     """Open MPI's `process rank R ... exited on signal N`: the first rank it saw killed."""
-    m = _MPIRUN_SIGNAL.match(line.text)
+    m = MPIRUN_SIGNAL.match(line.text)
     if m is None:
         return False
     number = int(m.group(4))
@@ -203,6 +211,32 @@ def _group_event(b: str) -> dict | None:
     return None
 
 
+def launched_world(text: str) -> int | None:
+    """The world a torchrun (torch.distributed.run/launch) command line starts: its
+    `--nproc_per_node N` times its `--nnodes M` (torchrun's default 1, `--standalone` 1);
+    None where either is not a number (`gpu`, `auto`, an elastic range `1:4`)."""
+    m = _LAUNCHER.search(text)
+    if m is None:
+        return None
+    per_node = _NPROC.search(text, m.end())
+    if per_node is None:
+        return None
+    nodes = _NNODES.search(text, m.end())
+    if nodes is not None and not (nodes.group(1) or "").isdigit():
+        return None  # a range of nodes (elastic), a shell variable: the world not known
+    return int(per_node.group(1)) * (int(nodes.group(1)) if nodes is not None else 1)
+
+
+def read_launch_command(state: TorchState, line: Line) -> bool:
+    """A torchrun command in the text (a paste's command line): the world it starts, kept
+    where every such command agrees (0 where they do not)."""
+    world = launched_world(line.text)
+    if world is None or world < 1:
+        return False
+    state.launched_world = world if state.launched_world in (None, world) else 0
+    return True
+
+
 def read_worker_group(state: TorchState, line: Line) -> bool:
     """`[default] Worker group FAILED. 3/3 attempts left; will restart worker group` and the other steps."""
     event = _group_event(line.text)
@@ -215,11 +249,14 @@ def read_worker_group(state: TorchState, line: Line) -> bool:
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("worker-failed", lambda b: _WORKER_WORDS in b, read_worker_failed),
     Handler("child-banner", lambda b: ") FAILED (exitcode " in b, read_child_banner),
-    Handler("mpirun-signal", lambda b: b.startswith("mpirun noticed") and _WORKER_WORDS not in b, read_mpirun_signal),
+    Handler("mpirun-signal",
+            lambda b: b.startswith(OMPI_LAUNCHERS) and " noticed that " in b and _WORKER_WORDS not in b,
+            read_mpirun_signal),
     Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
     Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),
     Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),
     Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),
     Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
+    Handler("launch-command", lambda b: "--nproc" in b, read_launch_command),
     Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
 )

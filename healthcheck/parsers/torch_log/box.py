@@ -38,6 +38,9 @@ _LOOSE_SHAPES = ((_LOOSE_RANK, "rank", "{} (local_rank: {})"), (_LOOSE_EXIT, "ex
 _ROOT_CAUSE = "Root Cause (first observed failure)"
 
 
+_NO_OTHER = ("<NO_OTHER_FAILURES>", "<NO OTHER FAILURES>")
+
+
 def _rule(stripped: str, char: str) -> bool:
     return stripped.startswith(char * 5) and not stripped.strip(char)
 
@@ -98,7 +101,7 @@ def _marker(box: FailureBox, stripped: str) -> bool:
         box.section, box.field = "failures", ""
     elif stripped.startswith("Root Cause"):
         box.section, box.field = "root", ""
-    elif stripped in ("<NO_OTHER_FAILURES>", "<NO OTHER FAILURES>"):
+    elif stripped in _NO_OTHER:
         box.no_other = True
     else:
         return False
@@ -163,13 +166,18 @@ def _loose_fields(entry: dict, text: str) -> bool:
 
 def _box_tail(state: TorchState, line: Line) -> bool:
     """A failure box cut to its tail (the paste begins inside it): its `Root Cause` title,
-    or a field only torchrun's box prints (`  time      : 2025-05-21_15:43:03`, `  rank
-    : 0 (local_rank: 0)`, `  exitcode  : -9 (pid: 14750)`, whatever the blanks: its value's
-    shape is torchrun's alone) opens it with no program."""
+    its Failures section's `<NO_OTHER_FAILURES>`, or a field only torchrun's box prints
+    (`  time      : 2025-05-21_15:43:03`, `  rank      : 0 (local_rank: 0)`, `  exitcode  :
+    -9 (pid: 14750)`, whatever the blanks: its value's shape is torchrun's alone) opens it
+    with no program."""
     b = line.text
     if b.startswith(_ROOT_CAUSE):
         state.box = FailureBox(line, "", loose=True)
         state.box.section, state.torch = "root", True
+        return True
+    if b.strip() in _NO_OTHER:  # cut inside its `Failures:` section, which lists no other failure
+        state.box = FailureBox(line, "", loose=True)
+        state.box.section, state.box.no_other, state.torch = "failures", True, True
         return True
     m = _BLOCK_FIELD.fullmatch(b)  # at any indent (a flattened paste's): the value's shape decides
     if m is None:

@@ -511,6 +511,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
     loop_rounds: int = 0  # the most values one loop counter (epoch, step, iter, batch) was logged with, any rank
+    launched_world: int | None = None  # the world a torchrun command in the text starts (agent.read_launch_command)
     last_warnings: tuple[RankWarned, ...] = ()  # per rank, the last warning/error its code logged
     cut_tracebacks: tuple[TracebackCut, ...] = ()  # per rank, a traceback the text ends inside
     last_fingerprints: tuple[FingerprintRan, ...] = ()  # per rank, the last collective DETAIL logged it entering

@@ -42,6 +42,7 @@ from healthcheck.parsers.torch_log import (
     box,
     errors,
     launchreports,
+    rankends,
     signalreport,
     spawn,
     steps,
@@ -51,6 +52,7 @@ from healthcheck.parsers.torch_log import (
 )
 from healthcheck.parsers.torch_log.continued import read_fr_frame, read_nccl_detail, read_what
 from healthcheck.parsers.torch_log.facts import FACT_KINDS, TorchLog
+from healthcheck.parsers.torch_log.sentences import sentences_unwrapped
 from healthcheck.parsers.torch_log.state import PG_PREFIX, PREFIXED_MAX, TorchState
 from healthcheck.parsers.torch_log.text import MAX_LINE
 from healthcheck.parsers.torch_log.wraps import wrap_width
@@ -173,6 +175,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
+    *rankends.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
@@ -236,10 +239,21 @@ def _result(state: TorchState, lines: int) -> TorchLog:
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),
                     loop_rounds=max((len(v) for v in state.rounds.values()), default=0),
+                    launched_world=state.launched_world or None,
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
                     unrecognized=state.unrecognized.freeze(), **facts)
+
+
+def _commands_read(state: TorchState, lines: Iterator[Line]) -> Iterator[Line]:
+    """The lines that are no noise; a command line (a prompt's, or its bare echo: noise)
+    read first for the world a torchrun command in it launches (agent.read_launch_command)."""
+    for line in lines:
+        if not line.noise:
+            yield line
+        elif line.noise in ("command", "prompt") and "--nproc" in line.text:
+            agent.read_launch_command(state, line)
 
 
 def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
@@ -249,8 +263,9 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in read_lines(text, max_line=MAX_LINE, cut_end=True, records=True) if not line.noise]
-    for line in word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)), COLLAPSED_LINES)):
+             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True))]
+    for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
+                                                                COLLAPSED_LINES))):
         line = torch_line(state, line)
         if dispatch(HANDLERS, state, line) is None:
             state.unrecognized.note(line)

@@ -115,6 +115,8 @@ class TorchState:
         self.step_aborted = False  # srun said it aborted or cancelled the step
         self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
+        self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
+        self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
         self.spawn_process: int | None = None  # mp.spawn's `-- Process N terminated with the following error:`
         self.spawn_opened = False  # that process's traceback was opened (spawn.py)
         self.desync_reporter: int | None = None
