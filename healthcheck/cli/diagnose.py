@@ -153,7 +153,7 @@ class Sink:
         or not asked; the config's directory failing is a warning, as for hc node)."""
         if self.prometheus is None:
             return ""
-        from healthcheck.cli.report import diagnosis_report
+        from healthcheck.actions.saved_runs import diagnosis_report
         from healthcheck.core.errors import HcError
         from healthcheck.report.prometheus import export
 

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from healthcheck.cli.app import App, config_option, format_option
 from healthcheck.cli.params import integer
-from healthcheck.core.errors import ExitCode, HcError
-
-if TYPE_CHECKING:
-    from healthcheck.core.model import Report
-    from healthcheck.diagnose.verdict import Verdict
-    from healthcheck.report.history import History
+from healthcheck.core.errors import ExitCode
 
 REPORT_FILE = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
 
@@ -25,38 +19,14 @@ def report() -> None:
     """Saved reports: show one, diff two runs, an HTML page, the run history, ticket records."""
 
 
-def _read(path: Path) -> Report:
-    """A report from a file, or from stdin for '-': an hc.report, or an hc.diagnosis (a job's
-    diagnosis, read as a report whose one result is the job: `diagnosis_report`)."""
-    from healthcheck.report.jsonio import decode, read_bytes, read_stdin_bytes, schema_of
-
-    stdin = str(path) == "-"
-    data = read_stdin_bytes(sys.stdin.buffer) if stdin else read_bytes(path)
-    source = "stdin" if stdin else str(path)
-    if schema_of(data).startswith("hc.diagnosis/"):
-        from healthcheck.diagnose.verdict import decode as decode_diagnosis
-
-        return diagnosis_report(decode_diagnosis(data, source))
-    return decode(data, source)
-
-
-def diagnosis_report(verdict: Verdict) -> Report:
-    """A job's diagnosis as a report: its findings (diag.E0xx) in one result of kind "job",
-    which tickets, the HTML page and the Prometheus export read as they read a pair's."""
-    from healthcheck.diagnose.verdict import job_result
-    from healthcheck.report.build import job_report
-
-    return job_report(job_result(verdict), command="diagnose", started_at=verdict.collected_at,
-                      hc_version=verdict.hc_version or "unknown")
-
-
 @report.command("show")
 @click.argument("file", type=REPORT_FILE)
 @format_option
 def show(file: Path, fmt: str) -> int:
     """Show a saved report (a file hc wrote with --output or --format json; '-' reads stdin)."""
-    report = _read(file)
-    App(fmt=fmt).emit_report(report)
+    from healthcheck.actions.saved_runs import read_report
+
+    App(fmt=fmt).emit_report(read_report(file))
     return 0
 
 
@@ -78,53 +48,10 @@ def html_cmd(file: Path | None, output: Path, runs: int, config_path: Path | Non
     Floors on the curves are those the run compared with, and the config's fabrics'
     for the other sizes. Exit 0 written; 4 unreadable report or output.
     """
-    from healthcheck.core.atomic import write_atomic
-    from healthcheck.report.build import iso, utc_now
-    from healthcheck.report.history import History
-    from healthcheck.report.html import config_floors, followed_nodes, merge_floors, render_html, report_floors
-    from healthcheck.report.trend import from_history
+    from healthcheck.actions.saved_runs import write_html
 
-    app = App(config_path)
-    notes: list[str] = []
-    history: History | None
-    if file is None:
-        history = _history(app)
-        report = _newest(history)
-    else:
-        report = _read(file)
-        history = History.from_settings(app.config.main.history)
-    fabrics = {n.fabric for n in report.nodes}
-    floors, why = config_floors(app.config, fabrics)
-    notes += why
-    if floors and app.config.digest != report.config_digest:
-        notes.append(f"floors the run's findings do not name are from the config at {app.config.path}, which is "
-                     "not the one this run used (its digest differs)")
-    trend = from_history(history, report, followed_nodes(report), runs)
-    page = render_html(report, floors=merge_floors(report_floors(report), floors), trend=trend, notes=notes,
-                       generated_at=iso(utc_now()))
-    write_atomic(output, page.encode("utf-8"))
+    write_html(file, output, runs, config_path)
     return 0
-
-
-def _history(app: App, *, must_exist: bool = True) -> History:
-    """The configured run history; an error when none is kept (or none recorded yet)."""
-    from healthcheck.report.history import History
-
-    history = History.from_settings(app.config.main.history)
-    if history is None:
-        raise HcError("no run history is kept (history.path is null in the config)")
-    if must_exist and not history.path.exists():
-        raise HcError(f"no run history yet at {history.path}")
-    return history
-
-
-def _newest(history: History) -> Report:
-    """The newest run the history holds (what html and tickets read without a REPORT)."""
-    with history:
-        newest = history.last(1)
-    if not newest:
-        raise HcError(f"no run recorded in the history at {history.path}")
-    return newest[0]
 
 
 @report.command("diff")
@@ -150,27 +77,11 @@ def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_pat
     Exit codes: 0 no new failures; 2 new failures (a FAIL finding that was not
     FAIL in the older run); 4 unreadable input or nothing to compare with.
     """
-    from healthcheck.report.diff import diff, render_diff, to_json
+    from healthcheck.actions.saved_runs import diff_runs
+    from healthcheck.report.diff import render_diff, to_json
 
     app = App(config_path, fmt)
-    if old is not None and new is not None:
-        older, newer = _read(old), _read(new)
-    else:
-        with _history(app) as history:
-            if old is not None:  # one file: it is the newer run
-                newer = _read(old)
-            else:
-                runs = history.last(1, command)
-                if not runs:
-                    what = f"run of {command!r}" if command else "run"
-                    raise HcError(f"no {what} recorded in the history at {history.path}")
-                newer = runs[0]
-            found = history.previous(newer)
-            if found is None:
-                raise HcError(f"no earlier run of {newer.command!r} (tier {newer.tier}) than {newer.run_id} "
-                              f"in the history at {history.path}")
-            older = found
-    d = diff(older, newer)  # in the order they ran, whatever order they were named in
+    d = diff_runs(old, new, command, config_path)
     for note in d.notes:
         click.echo(f"hc: warning: {note}", err=True)
     if fmt == "json":
@@ -189,42 +100,17 @@ def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_pat
 @format_option
 def history_cmd(node: str | None, command: str | None, limit: int, config_path: Path | None, fmt: str) -> int:
     """List the recorded runs (newest first), or one node's recent statuses."""
-    from dataclasses import asdict
-
-    from tabulate import tabulate
-
     from healthcheck.core.nodes import check_node_name
+    from healthcheck.report.history import history_json, history_listing, history_table
 
-    app = App(config_path, fmt)
     if node is not None:
-        check_node_name(node)
-    history = _history(app, must_exist=False)
-    if not history.path.exists():
-        rows_json: list = []
-        if fmt == "json":
-            app.emit_json(rows_json)
-        else:
-            app.echo(f"no runs recorded yet in {history.path}")
-        return 0
-    with history:
-        if node is not None:
-            items = history.node_runs(node, limit, command)
-            if fmt == "json":
-                app.emit_json([asdict(i) for i in items])
-            else:
-                rows: list[list[object]] = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]
-                                            for i in items]
-                app.echo(tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"],
-                                  tablefmt="simple") if rows else f"no runs of {node} recorded")
-            return 0
-        runs = history.runs(limit, command)
+        check_node_name(node)  # a bad name is the error, whatever the config
+    app = App(config_path, fmt)
+    listing = history_listing(app.config.main.history, node, command, limit)
     if fmt == "json":
-        app.emit_json([asdict(r) for r in runs])
-        return 0
-    rows = [[r.started_at, r.status, r.command, r.tier, r.node_count,
-             ", ".join(f"{n} {s}" for s, n in r.summary.items() if n) or "-", r.host, r.run_id] for r in runs]
-    app.echo(tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "NODES", "COUNTS", "HOST", "RUN"],
-                      tablefmt="simple") if rows else "no runs recorded")
+        app.emit_json(history_json(listing))
+    else:
+        app.echo(history_table(listing))
     return 0
 
 
@@ -277,64 +163,27 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
     spool, or the webhook answered that its URL or token is wrong (the records
     wait in the spool).
     """
-    from healthcheck.core.status import Status
-    from healthcheck.report.history import History
-    from healthcheck.report.tickets import render, tickets_for, to_jsonl
+    from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
+    from healthcheck.report.tickets import render, to_jsonl
 
+    options = WebhookOptions(webhook, no_webhook, token_file, token_header, resend_rejected)
+    run = ticket_run(file, config_path, min_status=min_status, lookback=lookback, webhook=options,
+                     warn=lambda line: click.echo(line, err=True))
     app = App(config_path)
-    settings = app.config.main.tickets
-    target = None
-    url = webhook if webhook is not None else settings.webhook_url
-    if not no_webhook and url is not None:
-        # every input of the delivery is checked before anything is read or sent
-        from healthcheck.actions.webhook import WebhookTarget, check_header_name, check_url, read_token
-
-        token_path = token_file or (Path(settings.token_file).expanduser() if settings.token_file else None)
-        target = WebhookTarget(
-            url=check_url(url),
-            token=read_token(token_path) if token_path is not None else None,
-            token_header=check_header_name(token_header or settings.token_header),
-            timeout_s=settings.timeout_s, attempts=settings.attempts, backoff_s=settings.backoff_s,
-            max_total_s=settings.max_total_s)
-    elif token_file or token_header or resend_rejected:
-        raise HcError("--token-file, --token-header and --resend-rejected go with a webhook "
-                      "(--webhook URL or tickets.webhook_url)")
-    threshold = Status((min_status or settings.min_status).upper())
-    history = History.from_settings(app.config.main.history)
-    if file is None:
-        history = _history(app)
-        report = _newest(history)
-    else:
-        report = _read(file)
-        if history is None or not history.path.exists():
-            where = "is kept (history.path is null)" if history is None else f"yet at {history.path}"
-            click.echo(f"hc: warning: no run history {where}: every finding is new", err=True)
-            history = None
-    if history is not None:
-        with history:
-            tickets = tickets_for(report, history, lookback=lookback or settings.lookback_runs, min_status=threshold)
-    else:
-        tickets = tickets_for(report, None, lookback=0, min_status=threshold)
     if fmt == "jsonl":
-        sys.stdout.buffer.write(to_jsonl(tickets))
+        sys.stdout.buffer.write(to_jsonl(run.tickets))
         sys.stdout.flush()
     elif fmt == "json":
-        app.emit_json(tickets)
+        app.emit_json(run.tickets)
     else:
-        app.echo(render(tickets))
-    if target is None:
+        app.echo(render(run.tickets))
+    if run.target is None:
         return 0
-    from healthcheck.actions.audit import AuditLog
-    from healthcheck.actions.webhook import Spool, deliver, describe
-
-    slurm = app.config.main.slurm
-    spool = Spool(Path(settings.spool_dir or f"{slurm.state_dir}/tickets").expanduser())
-    done = deliver(tickets, target, spool, audit=AuditLog(Path(slurm.audit_log).expanduser()),
-                   resend_rejected=resend_rejected)
-    for message in done.messages:
+    done = deliver_tickets(run)
+    for message in done.warnings:
         click.echo(f"hc: warning: {message}", err=True)
     if done.configuration:  # nothing gets through until the URL or token is fixed
-        click.echo(f"hc: error: {describe(done, spool)}", err=True)
+        click.echo(f"hc: error: {done.summary}", err=True)
         return int(ExitCode.BAD_INPUT)
-    click.echo(f"hc: {describe(done, spool)}", err=True)
+    click.echo(f"hc: {done.summary}", err=True)
     return int(ExitCode.OK if done.complete else ExitCode.ERROR)

@@ -36,10 +36,10 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from healthcheck.bandwidth.judge import SCOPES
 from healthcheck.core.config.schema import BandwidthLimits, BaselineSettings, CollectiveFloors, Fabric
@@ -48,6 +48,9 @@ from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
 from healthcheck.core.model import NodeResult, Report
 from healthcheck.core.status import Status
 from healthcheck.core.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from healthcheck.core.config.loader import Config
 
 BUSBW = "busbw_gbytes_per_s"  # node metric, component collective/scope/size (checks/bw.py)
 PAIR_BUSBW = "busbw"  # pair test metric, component size (orchestrate/pairsweep/measure.py)
@@ -631,3 +634,111 @@ def rows(baseline: Baseline) -> list[dict[str, Any]]:
                     "unit": r.target.unit, "count": None, "median": None, "mad": None, "percentile_value": None,
                     "part": "", "reason": r.reason})
     return out
+
+
+# ------------------------------------------------------------------ the command
+
+
+@dataclass(frozen=True)
+class BaselineFile:
+    """A fabric file `hc baseline` wrote: where, extending which fabric, and what was learned."""
+
+    output: Path
+    fabric: str
+    result: Baseline
+
+
+def _settings(config: Config, overrides: Mapping[str, float | int | None]) -> BaselineSettings:
+    """The config's baseline section with the options given on the command line (None: not given)."""
+    import msgspec
+
+    return msgspec.structs.replace(config.main.baseline, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _nothing_learned(result: Baseline, fabric: str, output: Path) -> HcError:
+    """Why no file is written: every key refused or kept, or nothing of the fabric's nodes to learn from."""
+    return HcError(f"nothing learned for fabric {fabric} from {len(result.runs)} report(s) "
+                   f"({result.nodes_used} nodes used, {result.nodes_dropped} dropped): "
+                   + ("every key was refused (above)" if result.refused or result.learned
+                      else "they hold no busbw, ib_write_bw or GPU temperature of its nodes (a deep sweep "
+                           "records bandwidth)") + f"; {safe(output, 200)} not written")
+
+
+def _check_and_write(text: str, expected: dict, output: Path, config: Config) -> None:
+    """Write the file only where it is usable as-is: the text reads back as the data meant,
+    and the loader accepts it as it will be found at the output's path."""
+    import tempfile
+
+    import yaml
+
+    from healthcheck.core.atomic import write_atomic
+
+    if yaml.safe_load(text) != expected:
+        raise HcError("internal error: the baseline file would not read back as written (HC_DEBUG=1 for more)")
+    with tempfile.TemporaryDirectory(prefix="hc-baseline-") as tmp:
+        check = Path(tmp) / output.name
+        check.write_text(text)
+        config.fabric_file(check, instead_of=output)
+    write_atomic(output, text.encode())
+
+
+def write_baseline(reports: Iterable[Path], fabric: str, output: Path, config_path: Path | None,
+                   overrides: Mapping[str, float | int | None], *, warn: Callable[[str], None]) -> BaselineFile:
+    """Learn `fabric`'s thresholds from the reports and write them to `output` (NAME.yaml) as
+    a fabric file extending it; each refused key (and, when nothing is written, each kept
+    one) is one line to `warn`, and an HcError says why nothing was written."""
+    import datetime as dt
+
+    from healthcheck import __version__
+    from healthcheck.core.config.loader import FABRIC_NAME_RE, ExtendsCycle, load_config
+
+    if output.suffix != ".yaml" or not re.fullmatch(FABRIC_NAME_RE, output.stem):
+        raise HcError(f"{safe(output, 200)}: the output must be NAME.yaml with a fabric name "
+                      "(letters, digits, '.', '_', '-'): fabrics are looked up as <name>.yaml")
+    config = load_config(config_path)
+    below = output if output.stem == fabric else None  # the output will refine the fabric of its own name
+    try:  # as it will be looked up once installed: fabric <output's name>, extending --fabric
+        _, prov = config.fabric_raw(fabric, key="--fabric", below=below, child=(output.stem, output))
+    except ExtendsCycle as exc:
+        raise HcError(f"{safe(output, 200)}: not written: installed as fabric {output.stem}, extending {fabric}, "
+                      f"it would be an extends cycle ({' -> '.join(exc.chain)}) and no node of these fabrics "
+                      f"could be checked; name it {fabric}.yaml (it then refines {fabric}) or after a new "
+                      "fabric") from None
+    base = config.fabric(fabric, below=below)
+    result = learn(read_reports(reports), fabric, base, _settings(config, overrides), prov)
+    for refusal in result.refused:
+        warn(f"hc: refused: {refusal.target.dotted}: {refusal.reason}")
+    if not result.written:
+        for item in result.learned:
+            warn(f"hc: kept: {item.target.dotted}: {item.note}")
+        raise _nothing_learned(result, fabric, output)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    text, expected = render(result, name=output.stem, extends=fabric, written_at=now, hc_version=__version__)
+    _check_and_write(text, expected, output, config)
+    return BaselineFile(output, fabric, result)
+
+
+def baseline_json(done: BaselineFile) -> dict[str, Any]:
+    """`hc baseline --format json`: the file written, the runs and node counts, and one row per key."""
+    result = done.result
+    return {"output": str(done.output), "fabric": done.fabric, "runs": [r.run_id for r in result.runs],
+            "nodes_used": result.nodes_used, "nodes_dropped": result.nodes_dropped, "keys": rows(result)}
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def baseline_table(done: BaselineFile) -> str:
+    """`hc baseline`: one table row per key, then a line saying what was written and how to use it."""
+    from tabulate import tabulate
+
+    result = done.result
+    table = tabulate([[r["key"], r["status"], _cell(r["value"]), _cell(r["previous"]), _cell(r["count"]),
+                       _cell(r["median"]), _cell(r["mad"]), safe(r["part"], 24), safe(r["reason"], 80)]
+                      for r in rows(result)],
+                     headers=["KEY", "STATUS", "VALUE", "WAS", "NODES", "MEDIAN", "MAD", "PART", "NOTE"],
+                     tablefmt="simple")
+    return (f"{table}\nwrote {done.output}: {len(result.written)} keys learned, {len(result.refused)} refused, "
+            f"from {len(result.runs)} run(s) and {result.nodes_used} nodes of {done.fabric} "
+            f"({result.nodes_dropped} dropped); fabric {done.output.stem} once its directory is in fabric_dirs")

@@ -513,6 +513,72 @@ def _write_transaction(db: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
+def configured_history(settings: HistorySettings, *, must_exist: bool = True) -> History:
+    """The configured run history; an HcError where none is kept, or (`must_exist`) none recorded yet."""
+    history = History.from_settings(settings)
+    if history is None:
+        raise HcError("no run history is kept (history.path is null in the config)")
+    if must_exist and not history.path.exists():
+        raise HcError(f"no run history yet at {history.path}")
+    return history
+
+
+def newest_run(history: History) -> Report:
+    """The newest run the history holds (what a report command reads without a REPORT)."""
+    with history:
+        newest = history.last(1)
+    if not newest:
+        raise HcError(f"no run recorded in the history at {history.path}")
+    return newest[0]
+
+
+@dataclass(frozen=True)
+class HistoryListing:
+    """What `hc report history` lists: the recent runs, or one node's recent results."""
+
+    path: Path
+    node: str | None  # one node's results (node_runs) rather than the runs
+    recorded: bool  # whether the history file exists yet
+    runs: list[RunInfo]
+    node_runs: list[NodeRun]
+
+
+def history_listing(settings: HistorySettings, node: str | None, command: str | None, limit: int) -> HistoryListing:
+    """The `limit` newest runs (of `command`, where given), or `node`'s newest results in them."""
+    history = configured_history(settings, must_exist=False)
+    if not history.path.exists():
+        return HistoryListing(history.path, node, False, [], [])
+    with history:
+        if node is not None:
+            return HistoryListing(history.path, node, True, [], history.node_runs(node, limit, command))
+        return HistoryListing(history.path, None, True, history.runs(limit, command), [])
+
+
+def history_json(listing: HistoryListing) -> list[dict[str, Any]]:
+    """`hc report history --format json`: one object per run (or per node result), newest first."""
+    from dataclasses import asdict
+
+    return [asdict(i) for i in (listing.node_runs if listing.node is not None else listing.runs)]
+
+
+def history_table(listing: HistoryListing) -> str:
+    """`hc report history`: a table of the runs or the node's results, or a line saying there are none."""
+    from tabulate import tabulate
+
+    if not listing.recorded:
+        return f"no runs recorded yet in {listing.path}"
+    if listing.node is not None:
+        rows: list[list[object]] = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]
+                                    for i in listing.node_runs]
+        return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"],
+                        tablefmt="simple") if rows else f"no runs of {listing.node} recorded"
+    rows = [[r.started_at, r.status, r.command, r.tier, r.node_count,
+             ", ".join(f"{n} {s}" for s, n in r.summary.items() if n) or "-", r.host, r.run_id]
+            for r in listing.runs]
+    return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "NODES", "COUNTS", "HOST", "RUN"],
+                    tablefmt="simple") if rows else "no runs recorded"
+
+
 def record_run(report: Report, settings: HistorySettings) -> str | None:
     """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""
     history = History.from_settings(settings)

@@ -38,8 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL, torchrun_role
-from healthcheck.runners import local as _local
-from healthcheck.runners import stop as _stop
+from healthcheck.runners import local, stop
 from healthcheck.runners.proctree import children_by_parent, descendants
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -297,16 +296,16 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     try:
         # the fork and its registration for a stop (SIGINT, SIGTERM, SIGHUP: runners/stop.py)
         # are one step, and a stop arriving during them is raised after, inside this try
-        with _stop.deferred(), _local.starting() as register:
+        with stop.deferred(), local.starting() as register:
             try:
-                started, forget = _stop.start_registered(lambda: _popen(spec, run_env, cwd),
+                started, forget = stop.start_registered(lambda: _popen(spec, run_env, cwd),
                                                          lambda p: kill_tree(p, grace_s))
                 proc = started
             except FileNotFoundError:
                 return _result(spec, None, "", f"{spec.argv[0]}: command not found", 0.0, not_found=True)
             except OSError as exc:
                 return _result(spec, None, "", "", 0.0, error=f"{spec.argv[0]}: {exc.strerror or exc}")
-            except _stop.StopRefused as exc:
+            except stop.StopRefused as exc:
                 return _result(spec, None, "", "", 0.0, error=str(exc))
             register(proc.pid)
         assert proc is not None
@@ -319,7 +318,7 @@ def launch(spec: Launch, *, timeout_s: float, env: Mapping[str, str] | None = No
     finally:
         forget()
         if proc is not None:
-            _local.untrack_group(proc.pid)
+            local.untrack_group(proc.pid)
     return _result(spec, None if timed_out else proc.returncode, out, err, time.monotonic() - start,
                    timed_out=timed_out)
 
@@ -328,7 +327,7 @@ def _popen(spec: Launch, env: Mapping[str, str], cwd: str | None) -> subprocess.
     return subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=cwd,
                             start_new_session=True,  # its own group: the timeout reaches all of it
-                            preexec_fn=_local.die_with_hc())
+                            preexec_fn=local.die_with_hc())
 
 
 def _nothing() -> None:

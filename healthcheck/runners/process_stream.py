@@ -26,8 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from healthcheck.runners import local as _local
-from healthcheck.runners import stop as _stop
+from healthcheck.runners import local, stop
 from healthcheck.runners.launch import Launch, kill_tree
 from healthcheck.runners.line_stream import SEND_STALL_S, LineStream
 
@@ -58,17 +57,17 @@ class ProcessStream(LineStream):
 
         def fork() -> subprocess.Popen:
             # forked from a thread that lasts (the caller's is a test's): see popen_for_life
-            return _local.popen_for_life(spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            return local.popen_for_life(spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=run_env,
                                          start_new_session=True)  # its own group: close() reaches all of it
 
         # a stop (SIGINT, SIGTERM, SIGHUP) ends the launcher first (srun then gives up its
         # request or its job): runners/stop.py; once hc is stopping, none is started (OSError)
         # from the main thread, a stop is raised once all this is done
-        with _stop.deferred(), _local.starting() as register:
+        with stop.deferred(), local.starting() as register:
             try:
-                proc, forget = _stop.start_registered(fork, lambda p: kill_tree(p, 2.0))
-            except _stop.StopRefused as exc:
+                proc, forget = stop.start_registered(fork, lambda p: kill_tree(p, 2.0))
+            except stop.StopRefused as exc:
                 raise OSError(str(exc)) from None
             register(proc.pid)
             stream = cls(node, proc)
@@ -145,7 +144,7 @@ class ProcessStream(LineStream):
                     pass
         finally:
             self._forget_stop()
-            _local.untrack_group(self.proc.pid)
+            local.untrack_group(self.proc.pid)
             # a reader sees _closed within one pump (half a second) and lets the lock go; then
             # no fd number of ours is read again once closed
             with self._lock:

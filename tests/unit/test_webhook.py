@@ -629,3 +629,48 @@ def test_spool_entries_hold_no_token(tmp_path):
     for p in Path(tmp_path / "spool").iterdir():
         if p.is_file():
             assert b"s3cr3t" not in p.read_bytes()
+
+
+# ------------------------------------------------------------ the command's steps, in process
+
+
+def test_webhook_target_from_options_and_config(tmp_path):
+    from healthcheck.actions.tickets import WebhookOptions, webhook_target
+    from healthcheck.core.config.schema import TicketSettings
+    from healthcheck.core.errors import HcError
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    assert webhook_target(TicketSettings(), WebhookOptions()) is None
+    configured = TicketSettings(webhook_url="http://127.0.0.1:9/x", attempts=7)
+    assert webhook_target(configured, WebhookOptions(off=True)) is None
+    got = webhook_target(configured, WebhookOptions(token_file=token_file, token_header="X-Token"))
+    assert got is not None and (got.url, got.attempts, got.token_header) == ("http://127.0.0.1:9/x", 7, "X-Token")
+    assert got.token is not None and got.token.reveal() == TOKEN
+    assert webhook_target(configured, WebhookOptions(url="https://example.invalid/h")).url == "https://example.invalid/h"
+    for options in (WebhookOptions(token_file=token_file), WebhookOptions(resend_rejected=True),
+                    WebhookOptions(off=True, token_header="X-Token")):
+        with pytest.raises(HcError, match="go with a webhook"):
+            webhook_target(configured if options.off else TicketSettings(), options)
+
+
+def test_ticket_run_warns_without_history_then_delivers(tmp_path):
+    from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
+
+    report = tmp_path / "r.json"
+    report.write_bytes(encode(run(0, {"n1"})))
+    warnings: list[str] = []
+    with Server() as s:
+        cfg = hc_config(tmp_path, s.url)
+        done = ticket_run(report, cfg, min_status=None, lookback=None, webhook=WebhookOptions(),
+                          warn=warnings.append)
+        assert warnings == [f"hc: warning: no run history yet at {tmp_path}/history.sqlite: every finding is new"]
+        assert [(t.state, t.nodes) for t in done.tickets] == [("new", "n1")] and done.target is not None
+        delivered = deliver_tickets(done)
+    assert delivered.complete and not delivered.configuration and "1 delivered" in delivered.summary
+    assert s.accepted() == [done.tickets[0].key]
+    printed_only = ticket_run(report, cfg, min_status="fail", lookback=None, webhook=WebhookOptions(off=True),
+                              warn=warnings.append)
+    assert printed_only.target is None and len(printed_only.tickets) == 1
+    with pytest.raises(ValueError, match="webhook target"):
+        deliver_tickets(printed_only)

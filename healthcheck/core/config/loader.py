@@ -27,7 +27,7 @@ from healthcheck.core import typed
 from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
 from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
 from healthcheck.core.errors import ConfigError, HcError
-from healthcheck.core.inputs import clip as _clip
+from healthcheck.core.inputs import clip
 from healthcheck.core.nodes import Hostlist, HostlistError, overlapping, parse_hostlist
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -247,7 +247,7 @@ class Config:
                 compiled.append((pattern, parse_hostlist(pattern)))
             except HostlistError as exc:
                 raise ConfigError(  # ascii(): a bidi override must not reorder the message itself
-                    f"{self.doc.where((section, pattern))}: {section}: {ascii(_clip(pattern))} "
+                    f"{self.doc.where((section, pattern))}: {section}: {ascii(clip(pattern))} "
                     f"is not a valid hostlist: {exc}"
                 ) from None
         return compiled
@@ -496,7 +496,7 @@ def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: YamlDoc | 
         if isinstance(value, float) and not math.isfinite(value):
             msg = f"expected a finite number, got {value}"
         elif msg.startswith("expected") and not (in_key or got) and isinstance(value, (str, int, float)):
-            msg += f", got {_clip(repr(value), 80)}"  # a range error: say what was there
+            msg += f", got {clip(repr(value), 80)}"  # a range error: say what was there
     where = _where(prov, path) or (str(doc.path) if doc else "config")
     return f"{where}: {key_str(path) or '(top level)'}: {msg}"
 
