@@ -96,7 +96,7 @@ def serve(backend: str = "auto", local_rank: int = 0, idle_s: float = IDLE_S, *,
     write = write or _write_stdout
     info = ts.RankInfo("hc bw serve", 0, 1, local_rank, "127.0.0.1", 1)
     try:
-        corrupt = ts._corrupt_rank(env)
+        corrupt = ts.corrupt_rank(env)
         runtime = ts.open_runtime(backend, info)
     except HcError as exc:
         write(encode_line(Ready(ready=False, error=str(exc))))
@@ -124,7 +124,7 @@ def answer(runtime: ts.Runtime, line: bytes | None, corrupt: int | None) -> Repl
     try:
         report = ts.sweep_once(runtime, info, opts, corrupt, store_prefix=f"hc-bw-serve/{req.id}")
     except HcError as exc:
-        return Reply(id=req.id, exit=int(exc.exit_code), error=f"{ts._rank_prefix(info)}{exc}")
+        return Reply(id=req.id, exit=int(exc.exit_code), error=f"{ts.rank_prefix(info)}{exc}")
     problem = ts.report_error(report)  # the exit `hc bw allreduce` would give
     return Reply(id=req.id, exit=int(problem.exit_code) if problem else 0, error=str(problem or ""), report=report)
 

@@ -353,7 +353,7 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 # ------------------------------------------------------------------------------ running
 
 
-def _import_torch() -> tuple[Any, Any]:
+def import_torch() -> tuple[Any, Any]:
     import warnings
 
     if os.environ.get("HC_DEBUG") != "1":
@@ -371,7 +371,7 @@ def _import_torch() -> tuple[Any, Any]:
     return torch, dist
 
 
-def _choose_device(torch: Any, dist: Any, backend: str, info: RankInfo) -> tuple[str, Any]:
+def choose_device(torch: Any, dist: Any, backend: str, info: RankInfo) -> tuple[str, Any]:
     cuda = torch.cuda.is_available()
     nccl = cuda and dist.is_nccl_available()
     if backend == "auto":
@@ -394,7 +394,7 @@ def _choose_device(torch: Any, dist: Any, backend: str, info: RankInfo) -> tuple
     return backend, torch.device("cpu")
 
 
-def _corrupt_rank(env: Mapping[str, str]) -> int | None:
+def corrupt_rank(env: Mapping[str, str]) -> int | None:
     value = env.get(CORRUPT_ENV)
     if not value:
         return None
@@ -415,8 +415,8 @@ class Runtime:
 
 def open_runtime(backend: str, info: RankInfo) -> Runtime:
     """Import torch and choose the backend and device (cuda:LOCAL_RANK on NCCL); SweepError."""
-    torch, dist = _import_torch()
-    chosen, device = _choose_device(torch, dist, backend, info)
+    torch, dist = import_torch()
+    chosen, device = choose_device(torch, dist, backend, info)
     return Runtime(torch, dist, chosen, device)
 
 
@@ -424,7 +424,7 @@ def run_sweep(opts: SweepOptions, env: Mapping[str, str] | None = None) -> tuple
     """Run the sweep on this rank; every rank returns the same report."""
     env = os.environ if env is None else env
     info = discover_ranks(env, opts.master_addr, opts.master_port)
-    corrupt = _corrupt_rank(env)
+    corrupt = corrupt_rank(env)
     runtime = open_runtime(opts.backend, info)
     os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port), RANK=str(info.rank),
                       WORLD_SIZE=str(info.world_size), LOCAL_RANK=str(info.local_rank))
@@ -453,8 +453,8 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
     where = f"rendezvous at {info.master_addr}:{info.master_port} ({info.world_size} ranks, {info.launcher})"
     # torch's store client retries past its timeout (twice it, here): the watchdog keeps
     # the rendezvous (init and the first exchange) within timeout_s + RENDEZVOUS_GRACE_S
-    watchdog = _Watchdog(opts.timeout_s + RENDEZVOUS_GRACE_S,
-                         f"{_rank_prefix(info)}{where} did not complete within {opts.timeout_s:g} s "
+    watchdog = Watchdog(opts.timeout_s + RENDEZVOUS_GRACE_S,
+                         f"{rank_prefix(info)}{where} did not complete within {opts.timeout_s:g} s "
                          f"(is rank 0 running there, and all {info.world_size} ranks started?)")
     base: Any = None
     ok = False
@@ -473,7 +473,7 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
             raise SweepError(f"{session.where} failed: {one_line(exc)}") from None
     finally:
         watchdog.cancel()
-        _shutdown(dist, backend, ok)
+        shutdown(dist, backend, ok)
         if base is not None:
             if ok:  # a failed sweep's peers may be gone: nobody to part from
                 rendezvous.part(base, info.rank, info.world_size)
@@ -517,11 +517,11 @@ def report_error(report: SweepReport) -> HcError | None:
     return None
 
 
-def _rank_prefix(info: RankInfo) -> str:
+def rank_prefix(info: RankInfo) -> str:
     return f"rank {info.rank}: " if info.rank else ""
 
 
-class _Watchdog:
+class Watchdog:
     """After `seconds`, print `message` as hc's one-line error and exit 3, unless cancelled."""
 
     def __init__(self, seconds: float, message: str) -> None:
@@ -546,7 +546,7 @@ class _Watchdog:
             os._exit(int(ExitCode.ERROR))
 
 
-def _shutdown(dist: Any, backend: str, ok: bool) -> None:
+def shutdown(dist: Any, backend: str, ok: bool) -> None:
     if not dist.is_initialized():
         return
     try:
@@ -568,14 +568,14 @@ class _Session:
         self.cuda = device.type == "cuda"
         self.period = pattern_period(self.n)
         self.where = "rendezvous"
-        self.all_gather = _gather_fn(dist, self.n)
+        self.all_gather = gather_fn(dist, self.n)
         self.reduce_scatter = _scatter_fn(dist, self.n)
         self.alltoall = _alltoall_fn(dist, self.n)
         self._reduced: Any = None
 
     # -- the sweep
 
-    def run(self, sizes: Sequence[int], where: str, watchdog: _Watchdog | None = None) -> SweepReport:
+    def run(self, sizes: Sequence[int], where: str, watchdog: Watchdog | None = None) -> SweepReport:
         torch = self.torch
         self.where = where
         me = (socket.gethostname(), self._device_name(),
@@ -765,7 +765,7 @@ class _Session:
         return ((within + sender) % p + 1).to(torch.float32)
 
 
-def _gather_fn(dist: Any, n: int) -> Callable[[Any, Any], Any]:
+def gather_fn(dist: Any, n: int) -> Callable[[Any, Any], Any]:
     """all_gather into one tensor: the newest name this torch has (2.13 deprecates the older)."""
     for name in ("all_gather_single", "all_gather_into_tensor", "_all_gather_base"):
         fn = getattr(dist, name, None)

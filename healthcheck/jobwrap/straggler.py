@@ -137,13 +137,13 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
     if info.world_size < 2:
         return None
     delay = _delay(env, info.rank)
-    torch, dist = ts._import_torch()
-    backend, device = ts._choose_device(torch, dist, preflight_backend(torch, opts.backend, env), info)
+    torch, dist = ts.import_torch()
+    backend, device = ts.choose_device(torch, dist, preflight_backend(torch, opts.backend, env), info)
     agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     serve = info.rank == 0 and not agent_store
     where = f"rendezvous at {info.master_addr}:{info.master_port} ({info.world_size} ranks, {info.launcher})"
-    watchdog = ts._Watchdog(opts.timeout_s + ts.RENDEZVOUS_GRACE_S,
-                            f"preflight: {ts._rank_prefix(info)}the straggler test's {where} did not complete "
+    watchdog = ts.Watchdog(opts.timeout_s + ts.RENDEZVOUS_GRACE_S,
+                            f"preflight: {ts.rank_prefix(info)}the straggler test's {where} did not complete "
                             f"within {opts.timeout_s:g} s (are all {info.world_size} ranks started? "
                             "--no-straggler-test skips it)")
     timeout = timedelta(seconds=opts.timeout_s)
@@ -165,11 +165,11 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
             dist.init_process_group(**kwargs)
             kwargs.clear()  # no reference to the store but `base`: rank 0 drops it to free the port
         except Exception as exc:
-            raise PreflightError(f"preflight: {ts._rank_prefix(info)}the straggler test's {where} failed: "
+            raise PreflightError(f"preflight: {ts.rank_prefix(info)}the straggler test's {where} failed: "
                                  f"{ts.one_line(exc)}") from None
         stage = "exchanging the preflight verdicts"
         try:
-            gather = ts._gather_fn(dist, info.world_size)
+            gather = ts.gather_fn(dist, info.world_size)
             mine = msgspec.json.encode([socket.gethostname(), verdict[0], verdict[1]])
             peers = [msgspec.json.decode(b) for b in _all_gather_bytes(torch, gather, device, info.world_size, mine)]
             watchdog.cancel()  # every rank answered: torch's timeout bounds the collectives now
@@ -189,11 +189,11 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
         except PreflightFail:
             raise
         except Exception as exc:
-            raise PreflightError(f"preflight: {ts._rank_prefix(info)}the straggler test failed in {stage}: "
+            raise PreflightError(f"preflight: {ts.rank_prefix(info)}the straggler test failed in {stage}: "
                                  f"{ts.one_line(exc)}") from None
     finally:
         watchdog.cancel()
-        ts._shutdown(dist, backend, ok)
+        ts.shutdown(dist, backend, ok)
         if base is not None and not agent_store:
             part(base, info.rank, info.world_size)
             base = None

@@ -120,11 +120,35 @@ def test_the_cycle_finder_finds_one():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes_used() -> list[str]:
+    """`alias._name` where alias is another hc module the file imported (`import
+    healthcheck.x as alias`, `from healthcheck.pkg import module as alias`)."""
+    mods = modules()
+    found = []
+    for module, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                                if f"{node.module}.{a.name}" in mods})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and aliases[node.value.id] != module and private(node.attr)):
+                found.append(f"{module}:{node.lineno} uses {node.attr} of {aliases[node.value.id]}")
+    return found
+
+
 def test_no_private_name_is_taken_from_another_module():
     _, taken = import_graph()
-    private = [f"{importer} takes {name} from {target}" for importer, target, name in taken
-               if name.startswith("_") and not name.startswith("__")]
-    assert private == []
+    assert [f"{importer} takes {name} from {target}" for importer, target, name in taken if private(name)] == []
+    assert private_attributes_used() == []
 
 
 OUTSIDE = re.compile(r"shared/notes|shared/DESIGN|\.\./shared|/work/|/tmp/studio")

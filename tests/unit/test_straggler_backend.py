@@ -25,7 +25,7 @@ def torch_with(gpus: int) -> SimpleNamespace:
     (1, {"SLURM_NTASKS_PER_NODE": "8", "CUDA_VISIBLE_DEVICES": "5"}, "nccl"),  # srun bound each rank to one
     (1, {"LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": ""}, "gloo"),
     (2, {}, "nccl"),  # the launcher does not say: as before
-    (0, {"LOCAL_WORLD_SIZE": "2"}, "auto"),  # no GPU: _choose_device's own gloo
+    (0, {"LOCAL_WORLD_SIZE": "2"}, "auto"),  # no GPU: choose_device's own gloo
 ], ids=["3-ranks-1-gpu", "8-on-8", "ompi-8-on-4", "srun-bound", "empty-cvd", "unsaid", "no-gpu"])
 def test_auto_is_nccl_only_where_each_local_rank_has_a_gpu(gpus, env, expected):
     assert preflight_backend(torch_with(gpus), "auto", env) == expected
