@@ -54,13 +54,14 @@ _EXIT_CODE = re.compile(r"Exited with exit code (\d{1,3})")
 _MPIRUN_PROCESS = re.compile(r"\s{0,8}Process name: \[\[\d{1,10},\d{1,10}\],(\d{1,9})\]")
 _MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
 # Open MPI 4.1.4 as captured here (held-out-2 saved outputs); a paste may redact the pid and
-# the node (`with PID xxxxxx on node xxxxxxxx`, field-2): the rank and the signal still say it.
+# the node (`with PID xxxxxx on node xxxxxxxx`, field-2), or Open MPI print no node name at all
+# (`with PID 0 on node exited on signal 4`, field-9): the rank and the signal still say it.
 # The launcher under any of Open MPI's names for it (`mpiexec` as often as `mpirun`; orterun,
 # prterun in Open MPI 5)
 OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
 MPIRUN_SIGNAL = re.compile(
     rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
-    r"on node (\S{1,256}) exited on signal (\d{1,3})")
+    r"on node (?:(\S{1,256}) )?exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 _TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
                  "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
@@ -106,7 +107,8 @@ def read_mpirun_signal(state: TorchState, line: Line) -> bool:
     if m is None:
         return False
     number = int(m.group(4))
-    host = "" if _REDACTED.fullmatch(m.group(3)) else clip(m.group(3), 256)
+    node = m.group(3) or ""
+    host = "" if _REDACTED.fullmatch(node) else clip(node, 256)
     state.add("task_exits", TaskExit(**agent_where(line), host=host, tasks=(int(m.group(1)),),
                                      state=f"exited on signal {number}", signal=SIGNALS.get(number, ""),
                                      launcher="mpirun"))
