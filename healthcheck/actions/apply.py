@@ -21,7 +21,7 @@ from healthcheck.report.build import action_finding, group_findings, iso, utc_no
 
 
 @dataclass
-class Outcome:
+class ActionOutcome:
     records: list[ActionRecord] = field(default_factory=list)
     run_findings: list[Finding] = field(default_factory=list)
     plan: Plan | None = None
@@ -40,8 +40,8 @@ def act(
     dry_run: bool = False,
     extra_drains: Mapping[str, str] | None = None,
     boot_times: Mapping[str, float] | None = None,
-) -> Outcome:
-    out = Outcome()
+) -> ActionOutcome:
+    out = ActionOutcome()
     scope = fold(n.node for n in report.nodes) or "run"
     states, error = client.nodes()
     if error is not None:
@@ -83,7 +83,7 @@ def act(
     return out
 
 
-def _say_what_was_not_done(out: Outcome, plan: Plan, states: Mapping[str, SlurmNode]) -> None:
+def _say_what_was_not_done(out: ActionOutcome, plan: Plan, states: Mapping[str, SlurmNode]) -> None:
     """Every action hc would take and does not is a run finding and a line of output:
     a FAIL it may not drain (act.E007), a node it drained that stays drained (act.E008).
     Nodes with the same why share one finding."""
@@ -116,7 +116,7 @@ def _by_why(whys: Mapping[str, str]) -> list[tuple[list[str], str]]:
 ROLLBACK_RECHECK_S = 1.0
 
 
-def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: SlurmClient, audit: AuditLog,
+def _roll_back_past_the_guard(out: ActionOutcome, settings: SlurmSettings, client: SlurmClient, audit: AuditLog,
                               run_id: str, scope: str) -> None:
     for attempt in range(2):
         if attempt:
@@ -142,7 +142,7 @@ def _roll_back_past_the_guard(out: Outcome, settings: SlurmSettings, client: Slu
 
 
 def _record(action: str, nodes: list[str], result: SlurmResult, reason: str | None, dry_run: bool,
-            audit: AuditLog, run_id: str, out: Outcome) -> ActionRecord:
+            audit: AuditLog, run_id: str, out: ActionOutcome) -> ActionRecord:
     record = ActionRecord(
         time=iso(utc_now()), nodes=fold(nodes), action=action, ok=result.ok, command=shell_line(result.argv),
         reason=reason, dry_run=dry_run, message=result.message or None, attempts=result.attempts,
@@ -159,7 +159,7 @@ def _record(action: str, nodes: list[str], result: SlurmResult, reason: str | No
     return record
 
 
-def with_outcome(report: Report, outcome: Outcome) -> Report:
+def with_outcome(report: Report, outcome: ActionOutcome) -> Report:
     """The report with the actions taken, the run's findings, and each node's action."""
     plan = outcome.plan
     nodes = []

@@ -44,7 +44,7 @@ class FleetInput:
 
 
 @dataclass
-class Outcome:
+class AnalysisOutcome:
     """What a scope's analyses found (stamped, with who) and how each ran."""
 
     findings: list[tuple[Who, Finding]] = field(default_factory=list)
@@ -52,13 +52,13 @@ class Outcome:
 
 
 def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: str | None = None
-                 ) -> Outcome:
+                 ) -> AnalysisOutcome:
     """Run the current registry's analyses of `scope` over `inputs`; `judged`: the nodes they cover."""
     from healthcheck.core.nodes import fold
 
     names = list(judged)
     covered = fold(names) if names else ""
-    out = Outcome()
+    out = AnalysisOutcome()
     for spec in current().select_analyses(scope, tier):
         try:
             found = list(spec.fn(inputs, limits))

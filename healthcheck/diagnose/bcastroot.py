@@ -26,7 +26,7 @@ from healthcheck.diagnose.stacks import rank_words
 
 MAX_WORLD = 16  # every (src, odd rank, its src) is replayed: world**3 trees, each O(world log world)
 
-Outcome = str  # "ok" (completed), "send" (waits on a send), "recv" (waits on a receive), "stuck" (either)
+StepOutcome = str  # "ok" (completed), "send" (waits on a send), "recv" (waits on a receive), "stuck" (either)
 
 
 def tree_ops(rank: int, root: int, world: int) -> list[tuple[str, int]]:
@@ -59,7 +59,7 @@ def _advance(ops: list[tuple[str, int]], rank: int, at: int, sends: set, recvs: 
     return at
 
 
-def simulate(roots: Sequence[int]) -> list[Outcome]:
+def simulate(roots: Sequence[int]) -> list[StepOutcome]:
     """Each rank's outcome when rank k broadcasts from roots[k]."""
     world = len(roots)
     ops = [tree_ops(k, roots[k], world) for k in range(world)]
@@ -71,7 +71,7 @@ def simulate(roots: Sequence[int]) -> list[Outcome]:
         before = list(at)
         at = [_advance(ops[k], k, at[k], sends, recvs) for k in range(world)]
         moved = at != before
-    out: list[Outcome] = []
+    out: list[StepOutcome] = []
     for k in range(world):
         if at[k] < len(ops[k]):
             out.append("recv")
@@ -80,13 +80,13 @@ def simulate(roots: Sequence[int]) -> list[Outcome]:
     return out
 
 
-def _fits(observed: Outcome | None, predicted: Outcome) -> bool:
+def _fits(observed: StepOutcome | None, predicted: StepOutcome) -> bool:
     """None: nothing known of the rank; "stuck": it waited in the broadcast, on which side
     its error does not say (a peer closed the connection first)."""
     return observed is None or observed == predicted or (observed == "stuck" and predicted != "ok")
 
 
-def explanations(observed: Sequence[Outcome | None]) -> set[tuple[int, int, int]]:
+def explanations(observed: Sequence[StepOutcome | None]) -> set[tuple[int, int, int]]:
     """Every (the others' src, the odd rank, its src) whose tree gives the observed
     outcomes (_fits)."""
     world = len(observed)
@@ -101,7 +101,7 @@ def explanations(observed: Sequence[Outcome | None]) -> set[tuple[int, int, int]
     return found
 
 
-def outcome_of(message: str) -> Outcome | None:
+def outcome_of(message: str) -> StepOutcome | None:
     """gloo's timeout says which side of a transfer a rank waited on."""
     if "for send operation" in message:
         return "send"
@@ -117,7 +117,7 @@ def wrong_src(stuck: Mapping[int, str], went_on: Sequence[int], world: int) -> t
     no single src off explains what the ranks printed."""
     if world > MAX_WORLD or len(stuck) < 2 or set(stuck) & set(went_on):
         return None
-    observed: list[Outcome | None] = [None] * world
+    observed: list[StepOutcome | None] = [None] * world
     for r in went_on:
         observed[r] = "ok"
     for r, message in stuck.items():

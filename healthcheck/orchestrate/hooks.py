@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from healthcheck.actions.apply import Outcome, act, with_outcome
+from healthcheck.actions.apply import ActionOutcome, act, with_outcome
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.nodestate import LockTimeout, NodeState
 from healthcheck.actions.reasons import drain_reason
@@ -119,7 +119,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
     if kind == "prologue" and result.status is Status.FAIL:
         set_verdict(int(ExitCode.FAIL))  # if the deadline hits while acting: keep the job off
     wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
-    outcome = Outcome()
+    outcome = ActionOutcome()
     if wants_action:
         acting = functools.partial(act, report, settings=settings, client=client, audit=audit,
                                    resume=(kind == "health" and resume is not False), dry_run=dry_run,
@@ -261,7 +261,7 @@ def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) 
     return failed
 
 
-def _exit_code(kind: str, report: Report, outcome: Outcome) -> int:
+def _exit_code(kind: str, report: Report, outcome: ActionOutcome) -> int:
     status = report.nodes[0].status
     if kind == "epilogue":
         return 0
@@ -274,7 +274,7 @@ def _exit_code(kind: str, report: Report, outcome: Outcome) -> int:
     return int({Status.FAIL: ExitCode.FAIL, Status.ERROR: ExitCode.ERROR}.get(status, ExitCode.OK))
 
 
-def _summary(kind: str, node: str, job: str, report: Report, outcome: Outcome, code: int) -> str:
+def _summary(kind: str, node: str, job: str, report: Report, outcome: ActionOutcome, code: int) -> str:
     result = report.nodes[0]
     ids = sorted({f.id for f in result.findings if f.status in (Status.FAIL, Status.ERROR)})
     parts = [f"hc {kind}: {node}", f"job {job}" if job else "", result.status.value]
@@ -289,7 +289,7 @@ def _summary(kind: str, node: str, job: str, report: Report, outcome: Outcome, c
     return "; ".join(p for p in parts if p)
 
 
-def journal_line(kind: str, node: str, job: str, report: Report, outcome: Outcome, code: int,
+def journal_line(kind: str, node: str, job: str, report: Report, outcome: ActionOutcome, code: int,
                  report_path: str | None) -> str:
     """The hook run in one syslog line: the hook, the verdict, the action taken in Slurm or
     why none was, where the report is, the exit code. Fields are `key=value` (values
@@ -301,7 +301,7 @@ def journal_line(kind: str, node: str, job: str, report: Report, outcome: Outcom
     return " ".join(p for p in head if p) + f" action={_action_taken(node, result.status, outcome)}"
 
 
-def _action_taken(node: str, status: Status, outcome: Outcome) -> str:
+def _action_taken(node: str, status: Status, outcome: ActionOutcome) -> str:
     """What hc did in Slurm, or why it did nothing."""
     done = [f"{r.action}{' (dry-run)' if r.dry_run else ''}{'' if r.ok else ' FAILED'} {r.nodes}"
             + (f" ({r.reason})" if r.reason else "") for r in outcome.records]

@@ -82,7 +82,7 @@ _MEANAD_K = 1.253314
 
 
 @dataclass(frozen=True)
-class Target:
+class BaselineKey:
     """One config key a baseline may set."""
 
     key: tuple[str, ...]  # in the fabric: ("bandwidth", "all_reduce", "pair", "busbw_min_gbytes_per_s", "16G")
@@ -96,13 +96,13 @@ class Target:
         return ".".join(self.key)
 
 
-def _busbw_target(collective: str, scope: str, text: str) -> Target:
-    return Target(("bandwidth", collective, scope, "busbw_min_gbytes_per_s", text), "floor", "GB/s",
+def _busbw_target(collective: str, scope: str, text: str) -> BaselineKey:
+    return BaselineKey(("bandwidth", collective, scope, "busbw_min_gbytes_per_s", text), "floor", "GB/s",
                   f"{collective}/{scope}/{text} busbw", "pairs" if scope == "pair" else "nodes")
 
 
-IB_TARGET = Target(IB_KEY, "floor", "Gb/s", "ib_write_bw per HCA")
-TEMP_TARGET = Target(TEMP_KEY, "ceiling", "C", "GPU temperature")
+IB_TARGET = BaselineKey(IB_KEY, "floor", "Gb/s", "ib_write_bw per HCA")
+TEMP_TARGET = BaselineKey(TEMP_KEY, "ceiling", "C", "GPU temperature")
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Stats:
 class Learned:
     """A key the baseline sets (or keeps), with its statistics."""
 
-    target: Target
+    target: BaselineKey
     value: float | None  # None: kept as the fabric sets it (note says why)
     parts: list[Stats]
     previous: Any = None  # what the fabric set before
@@ -134,12 +134,12 @@ class Learned:
 
 @dataclass(frozen=True)
 class Refusal:
-    target: Target
+    target: BaselineKey
     reason: str
 
 
 @dataclass
-class RunInfo:
+class LearnedRun:
     """One report learned from, for the file's comments."""
 
     source: str
@@ -157,7 +157,7 @@ class RunInfo:
 class Baseline:
     fabric: str
     settings: BaselineSettings
-    runs: list[RunInfo]
+    runs: list[LearnedRun]
     learned: list[Learned]
     refused: list[Refusal]
     nodes_used: int
@@ -231,18 +231,18 @@ class _Collector:
                         self.spelling[(coll, scope, size)] = text
                 self.sizes[(coll, scope)] = measured | {size for (c, sc, size) in self.spelling
                                                         if (c, sc) == (coll, scope)}
-        self.targets: dict[tuple[str, str, int], Target] = {}
+        self.targets: dict[tuple[str, str, int], BaselineKey] = {}
         # (target, part) -> subject -> one value per run
-        self.samples: dict[tuple[Target, str], dict[Any, list[float]]] = {}
+        self.samples: dict[tuple[BaselineKey, str], dict[Any, list[float]]] = {}
         self.bad: set[str] = set()
         self.kept_below: set[str] = set()
         self.seen: set[str] = set()
         self.nccl: dict[str, str] = {}
         self.skipped: set[str] = set()
-        self.runs: list[RunInfo] = []
+        self.runs: list[LearnedRun] = []
         self.fabrics: Counter[str] = Counter()
 
-    def target(self, collective: str, scope: str, size: int) -> Target:
+    def target(self, collective: str, scope: str, size: int) -> BaselineKey:
         key = (collective, scope, size)
         found = self.targets.get(key)
         if found is None:
@@ -251,8 +251,8 @@ class _Collector:
         return found
 
     def add(self, source: str, report: Report) -> None:
-        info = RunInfo(source, report.run_id, report.command, report.tier, report.started_at, report.hc_version)
-        run: dict[tuple[Target, str], dict[Any, float]] = {}
+        info = LearnedRun(source, report.run_id, report.command, report.tier, report.started_at, report.hc_version)
+        run: dict[tuple[BaselineKey, str], dict[Any, float]] = {}
         names: set[str] = set()
         for node in report.nodes:
             self.fabrics[node.fabric] += 1
@@ -362,7 +362,7 @@ def _round_up(x: float) -> float:
     return float(f"{math.ceil(x * 10 - 1e-9) / 10:.6g}")
 
 
-def learn_series(values: list[float], target: Target, settings: BaselineSettings, part: str = "") -> Stats:
+def learn_series(values: list[float], target: BaselineKey, settings: BaselineSettings, part: str = "") -> Stats:
     """Robust statistics of one series and its bound, or the reason it is refused."""
     what = target.subjects
     xs = sorted(values)
@@ -406,7 +406,7 @@ def _get(fabric: Fabric, key: tuple[str, ...]) -> Any:
     return value
 
 
-def _parts_refused(target: Target, stats: list[Stats]) -> str:
+def _parts_refused(target: BaselineKey, stats: list[Stats]) -> str:
     bad = [s for s in stats if s.bound is None]
     shown = "; ".join(f"{safe(s.part, 40)}: {s.refused}" for s in bad[:_MAX_PARTS_SHOWN])
     more = f"; and {len(bad) - _MAX_PARTS_SHOWN} more" if len(bad) > _MAX_PARTS_SHOWN else ""
@@ -429,7 +429,7 @@ def learn(reports: Iterable[tuple[str, Report]], fabric: str, base: Fabric, sett
     if not col.seen:
         fabrics = ", ".join(f"{safe(f, 40)} ({n})" for f, n in col.fabrics.most_common(8)) or "none"
         raise HcError(f"no node of fabric {fabric} in the reports (their nodes' fabrics: {fabrics})")
-    per_target: dict[Target, list[tuple[str, list[float]]]] = {}
+    per_target: dict[BaselineKey, list[tuple[str, list[float]]]] = {}
     for (target, part), by_subject in col.samples.items():
         values = []
         for subject, runs in by_subject.items():
@@ -497,7 +497,7 @@ def _key(key: str) -> str:
     return key if re.fullmatch(r"[a-z_]+", key) else json.dumps(key)
 
 
-def _stats_text(s: Stats, target: Target, settings: BaselineSettings) -> str:
+def _stats_text(s: Stats, target: BaselineKey, settings: BaselineSettings) -> str:
     p = settings.percentile if target.kind == "floor" else 100 - settings.percentile
     how = (f"p{p:g} {s.at_percentile:.6g} - {settings.margin * 100:g}%" if target.kind == "floor"
            else f"p{p:g} {s.at_percentile:.6g} + {settings.temp_margin_c:g} C")

@@ -63,10 +63,11 @@ def test_an_analysis_that_does_not_apply_or_breaks_judges_no_node():
 
 def test_scopes_and_tiers_are_checked_when_registering():
     reg = Registry()
-    with pytest.raises(ValueError, match="scope"):
-        reg.analysis("x.y", scope="rack", tier="quick", findings=())
+    for scope in ("rack", "job"):  # "job" was declared and never used: a job's diagnosis is no analysis
+        with pytest.raises(ValueError, match="scope"):
+            reg.analysis("x.y", scope=scope, tier="quick", findings=())
     with pytest.raises(ValueError, match="tier"):
-        reg.analysis("x.y", scope="job", tier="nightly", findings=())
+        reg.analysis("x.y", scope="pairs", tier="nightly", findings=())
 
 
 def test_fleet_analyses_are_registered_with_their_scope_and_emitters():
