@@ -97,14 +97,15 @@ class App:
 
 
 def output_width(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None = None) -> int | None:
-    """How wide the tables may be: $COLUMNS where it is a number, else the terminal's width
-    where stdout is one, else None (no wrapping: what a script reads from a pipe stays as
-    it always was)."""
+    """How wide the tables may be, on a terminal only: $COLUMNS where it is a number, else the
+    terminal's width. Off a terminal None (no wrapping), whatever $COLUMNS says: what a script
+    reads from a pipe stays as it always was, and COLUMNS is often exported where nobody
+    asked for narrow output (pytest-xdist's workers set it to 80)."""
+    if not _is_terminal(stdout):
+        return None
     columns = environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return min(int(columns), MAX_WIDTH)
-    if not _is_terminal(stdout):
-        return None
     import shutil
 
     return min(max(shutil.get_terminal_size().columns, MIN_WIDTH), MAX_WIDTH)

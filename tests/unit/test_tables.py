@@ -137,24 +137,33 @@ def test_narrow_columns_give_way_last_and_a_dotted_key_breaks_after_a_dot():
                                                                                    "crc_flit_errors"]
 
 
-def invoke(args, **env):
+def invoke(args, monkeypatch=None, **env):
+    """The CLI in-process; with `monkeypatch`, its stdout taken for a terminal (CliRunner's is
+    none, and off a terminal nothing is wrapped)."""
+    if monkeypatch is not None:
+        from healthcheck.cli import app
+
+        monkeypatch.setattr(app, "_is_terminal", lambda stdout: True)
     runner = CliRunner()
-    return runner.invoke(cli, args, env={"COLUMNS": None, "NO_COLOR": None, "HC_CONFIG": None, **env})
+    return runner.invoke(cli, args, env={"COLUMNS": None, "NO_COLOR": "1", "HC_CONFIG": None, **env})
 
 
-def test_config_show_fits_columns_80_and_a_pipe_without_columns_is_not_wrapped():
-    fitted = invoke(["config", "show", "gpu017"], COLUMNS="80")
+def test_config_show_fits_columns_80_and_a_pipe_without_columns_is_not_wrapped(monkeypatch):
+    fitted = invoke(["config", "show", "gpu017"], monkeypatch, COLUMNS="80")
     assert fitted.exit_code == 0, fitted.output
     assert max(len(line) for line in fitted.output.splitlines()) <= 80
-    piped = invoke(["config", "show", "gpu017"])  # CliRunner's stdout is no terminal
+    monkeypatch.undo()
+    piped = invoke(["config", "show", "gpu017"], COLUMNS="80")  # CliRunner's stdout is no terminal
     assert piped.exit_code == 0 and max(len(line) for line in piped.output.splitlines()) > 80
 
 
-def test_node_local_fits_columns_80_without_colour_off_a_terminal():
-    result = invoke(["node", "--local", "--checks", "net,sys"], COLUMNS="80")
+def test_node_local_fits_columns_80_on_a_terminal_and_has_no_colour_off_one(monkeypatch):
+    result = invoke(["node", "--local", "--checks", "net,sys"], monkeypatch, COLUMNS="80")
     assert result.exit_code in (0, 1, 2, 3), result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80
-    assert not ANSI.search(result.output)
+    monkeypatch.undo()
+    plain = invoke(["node", "--local", "--checks", "net,sys"], NO_COLOR=None)
+    assert plain.exit_code in (0, 1, 2, 3) and not ANSI.search(plain.output)
 
 
 def test_width_comes_from_columns_else_the_terminal_else_none():
@@ -166,10 +175,11 @@ def test_width_comes_from_columns_else_the_terminal_else_none():
         def isatty(self):
             return False
 
-    assert output_width({"COLUMNS": "80"}, Pipe()) == 80  # asked for: honoured, even on a pipe
+    assert output_width({"COLUMNS": "80"}, Tty()) == 80  # on a terminal: as wide as asked
     assert output_width({}, Pipe()) is None  # a script's pipe: never wrapped
+    assert output_width({"COLUMNS": "80"}, Pipe()) is None  # not even where COLUMNS is exported
     assert isinstance(output_width({}, Tty()), int)
-    assert output_width({"COLUMNS": "wide"}, Pipe()) is None
+    assert isinstance(output_width({"COLUMNS": "wide"}, Tty()), int)  # not a number: the terminal's
 
 
 # ---------------------------------------------------------------- colour
