@@ -166,6 +166,20 @@ def make_fake_sysfs_ib(root: Path, specs: list[str], counters: dict[str, dict[st
     return base
 
 
+STOP_SIGNALS = ("SIGINT", "SIGHUP", "SIGTERM")
+
+
+def default_signals() -> None:
+    """A child's stop signals at their defaults before it execs (a Popen preexec_fn): a test
+    that sends one must not inherit the runner's dispositions. Started under `nohup` or in a
+    shell's background, the suite ignores SIGHUP and SIGINT, every child inherits that, and hc
+    rightly keeps a signal ignored at its start ignored (nohup's meaning)."""
+    import signal
+
+    for name in STOP_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def write_stub(directory: Path, name: str, script: str) -> Path:
     """An executable stand-in for a tool, for PATH-based tests."""
     directory.mkdir(parents=True, exist_ok=True)

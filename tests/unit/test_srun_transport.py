@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import REPO, run_hc, srun_stand_in, write_stub
+from support import REPO, default_signals, run_hc, srun_stand_in, write_stub
 from test_hook_contract import _end_stray, _gone, _pid_from
 
 
@@ -127,7 +127,8 @@ def test_ctrl_c_during_a_sweep_via_slurm_cancels_its_job_and_leaves_no_srun(tmp_
     # a session of its own: the Ctrl-C below reaches hc's group as a terminal's would, and nothing else
     hc = subprocess.Popen([sys.executable, "-m", "healthcheck", "sweep", "--via", "slurm", "--nodes", "n1",
                            "--tier", "quick", "--config", str(config(tmp_path))],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+                          preexec_fn=default_signals)
     srun = sleep = None
     try:
         srun = _pid_from(tmp_path / "srun.pid", within=15)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import write_stub
+from support import default_signals, write_stub
 from test_hook_contract import _end_stray, _gone, _pid_from
 
 # the srun of a sweep through Slurm: notes its argv and pid, starts a child of its own, pends
@@ -83,7 +83,8 @@ def _slurm_sweep(tmp_path: Path, script: str, env: dict[str, str]) -> subprocess
     write_stub(bin_dir, "squeue", "exit 0\n")
     return subprocess.Popen([sys.executable, "-c", script, "sweep", "--via", "slurm", "--nodes", "n1",
                              "--tier", "quick", "--config", str(_config(tmp_path))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+                            preexec_fn=default_signals)
 
 
 def _ended(hc: subprocess.Popen, tmp_path: Path, within: float = 20) -> bytes:
