@@ -15,6 +15,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from healthcheck.core.errors import ParseError
+from healthcheck.core.plugins import load_probes
 from healthcheck.runners.base import CommandResult, Runner
 
 # How much of what a timed-out command printed is kept as evidence (per stream, bytes):
@@ -127,7 +129,6 @@ class ProbeContext:
 
     def parse(self, parser: Callable[[str], Any], text: str, tool: str) -> Any:
         """Run a parser, turning its ParseError into ProbeError("unparsable")."""
-        from healthcheck.core.errors import ParseError
 
         try:
             return parser(text)
@@ -207,8 +208,6 @@ class Providers:
 
 
 def _load_probes() -> None:
-    from healthcheck.core.plugins import load_probes
-
     load_probes()
 
 
