@@ -11,12 +11,14 @@ resumed it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -71,8 +73,6 @@ def _pdeathsig() -> Callable[[], None] | None:
     so it takes no lock that another thread could hold at fork time.
     """
     try:
-        import ctypes
-
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -113,7 +113,6 @@ def popen_for_life(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
     forked from one thread kept for the life of the process, and dies with hc as every
     child does."""
     global _LASTING
-    from concurrent.futures import ThreadPoolExecutor
 
     with _LASTING_LOCK:
         if _LASTING is None:
