@@ -33,7 +33,7 @@ from healthcheck.core.config.schema import DcgmSettings
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.core.inputs import clip
-from healthcheck.probes.gpu import job_gpu_indexes
+from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml, job_gpu_indexes
 
 if TYPE_CHECKING:  # the parser is imported when dcgmi runs, not when the probes load (the prologue)
     from healthcheck.parsers.dcgmi_diag import DcgmDiag, DcgmRun
@@ -76,7 +76,6 @@ def gpus_not_idle(ctx: ProbeContext) -> str | None:
     the node's `gpus` fact (NVML here, `nvidia-smi -q` over SSH) lists no compute process
     on any of them, and none holds more memory than gpu.leftover_memory_max_mib. A GPU whose
     processes could not be listed is not known to be idle."""
-    from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml
 
     gather = gpus_nvml if ctx.transport == "local" else gpus_nvidia_smi
     try:

@@ -16,10 +16,15 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from healthcheck.core.errors import ParseError
+import msgspec
+
+from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
-from healthcheck.parsers.gpu_common import PCI_ONLY, GpuFacts, LostGpu
+from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
+from healthcheck.parsers.gpu_common import PCI_ONLY, GpuFacts, LostGpu, normalize_pci
 from healthcheck.parsers.kernlog import kernel_lines, kmsg_line
+from healthcheck.parsers.xid import parse_kernel_log, since
+from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
 from healthcheck.probes.sysinfo import boot_time
 
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
@@ -48,8 +53,6 @@ def job_gpu_indexes(env: Mapping[str, str]) -> list[int] | None:
 
 @provides("gpus", "local")
 def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
-    from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
-
     scope = job_gpu_indexes(ctx.env)
     replay = ctx.env.get(REPLAY_ENV)
     if replay:
@@ -93,7 +96,6 @@ def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFac
 
     on_pci: (bus id, class, driver) of each NVIDIA display/3D controller on the bus.
     """
-    import msgspec
 
     if not on_pci or not _nothing_answers(facts):
         return facts
@@ -108,7 +110,6 @@ def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFac
 
 def local_pci_gpus(ctx: ProbeContext) -> list[tuple[str, str, str]]:
     """NVIDIA display/3D controllers in /sys/bus/pci/devices (under ctx.root)."""
-    from healthcheck.parsers.gpu_common import normalize_pci
 
     base = ctx.path(PCI_DEVICES)
     try:
@@ -158,7 +159,6 @@ PCI_SCAN = ("/bin/sh", "-c", (
 
 def parse_pci_scan(text: str) -> list[tuple[str, str, str]]:
     """PCI_SCAN's output -> (bus id, class, driver) of each NVIDIA display/3D controller."""
-    from healthcheck.parsers.gpu_common import normalize_pci
 
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if lines == ["hc-pci-none"]:
@@ -279,9 +279,6 @@ def _file_source(ctx: ProbeContext, file: str | None) -> Source:
     name = f"file {file}"
 
     def read() -> tuple[str, str]:
-        from healthcheck.core.errors import HcError
-        from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
-
         if not file:
             raise ProbeError("missing", "gpu.xid.source is file but gpu.xid.file is not set")
         try:
@@ -337,9 +334,7 @@ def window(raw: object, now: float | None = None) -> tuple[float | None, str | N
 
 def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: float | None = None):
     """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
-    import msgspec
 
-    from healthcheck.parsers.xid import parse_kernel_log, since
 
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     # (each with its line end: a text that ends mid-line may end inside its last word, which is not read)

@@ -62,6 +62,7 @@ from healthcheck.parsers.perftest import (
     loopback_floor,
     parse_perftest,
 )
+from healthcheck.probes.ib import ib_counters_sysfs, ib_ports_ibstat, ib_ports_sysfs, sysfs_counters_over_shell
 from healthcheck.runners.base import CommandResult, Runner
 
 TOOL = "ib_write_bw"
@@ -111,13 +112,10 @@ class HcaNode:
         return sorted(line.strip() for line in result.stdout.splitlines() if line.strip()) if result.ok else []
 
     def ports(self) -> IbPorts:
-        from healthcheck.probes.ib import ib_ports_ibstat, ib_ports_sysfs
-
         return ib_ports_sysfs(self.ctx) if self.local else ib_ports_ibstat(self.ctx)
 
     def counters(self, ports: list[IbPort]) -> dict[str, dict[str, int] | str]:
         """Port name -> its error counters, or why they could not be read."""
-        from healthcheck.probes.ib import ib_counters_sysfs, sysfs_counters_over_shell
 
         out: dict[str, dict[str, int] | str] = {}
         if self.local:
