@@ -64,6 +64,7 @@ from healthcheck.parsers.perftest import (
 )
 from healthcheck.probes.ib import ib_counters_sysfs, ib_ports_ibstat, ib_ports_sysfs, sysfs_counters_over_shell
 from healthcheck.runners.base import CommandResult, Runner
+from healthcheck.runners.ssh import MAX_SESSIONS
 
 TOOL = "ib_write_bw"
 SYSFS_IB = "/sys/class/infiniband"
@@ -450,7 +451,6 @@ def _loopback(ctx: ProbeContext, local: bool) -> IbWriteBwLoopback:
 
 def _ssh_ports_at_once() -> int:
     """Ports tested at once over one SSH connection: a server and its client take a session each."""
-    from healthcheck.runners.ssh import MAX_SESSIONS
 
     return max(1, MAX_SESSIONS // 2)
 

@@ -170,11 +170,8 @@ def test_no_module_sends_the_reader_outside_the_repository():
 IMPORT_BASELINE = frozenset({
     "healthcheck/actions/slurm.py",
     "healthcheck/checks/dcgm.py",
-    "healthcheck/probes/bw.py",
-    "healthcheck/probes/dcgm.py",
     "healthcheck/probes/gpu.py",
     "healthcheck/probes/ib.py",
-    "healthcheck/probes/ib_write_bw.py",
     "healthcheck/report/html.py",
     "healthcheck/runners/ssh/connection.py",
     "healthcheck/runners/ssh/paramiko_import.py",
