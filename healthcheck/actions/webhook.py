@@ -377,7 +377,6 @@ class Spool:
     def entries(self) -> list[SpoolEntry]:
         """The waiting records, oldest first; a file that cannot be read is reported and left."""
 
-
         out = []
         for name in self._names():
             path = self.dir / name
@@ -399,7 +398,6 @@ class Spool:
 
     def add(self, key: str, body: bytes, sequence: int, *, waiting: dict[str, Path]) -> Path:
         """Keep one record for the next delivery (once: a key already waiting keeps its place)."""
-
 
         digest = self.key_hash(key)
         if digest in waiting:
@@ -432,7 +430,6 @@ class Spool:
         with its place in the queue (`sequence`) for `resend_rejected`, so it cannot hold back
         the records queued behind it. It is not delivered: its key stays out of the ledger."""
 
-
         self.rejected_dir.mkdir(mode=0o700, exist_ok=True)
         path = self.rejected_dir / f"{self.key_hash(key)}.json"
         doc = {"key": key, "body": body.decode("utf-8", "surrogateescape"), "why": why, "sequence": sequence,
@@ -453,7 +450,6 @@ class Spool:
     def requeue_rejected(self, waiting: dict[str, Path]) -> int:
         """Move every record of rejected/ back into the queue at its old place (under the lock),
         and out of the ledger, where an older hc wrote the keys it had refused; returns how many."""
-
 
         moved: list[str] = []
         for digest in sorted(self.rejected()):

@@ -441,7 +441,6 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
     itself under that prefix, which leaves the port free when the sweep ends (rendezvous.py):
     how a process that runs many sweeps on one port (`hc bw serve`) keeps them apart."""
 
-
     torch, dist, backend, device = runtime.torch, runtime.dist, runtime.backend, runtime.device
     sizes = opts.sizes or parse_sizes(DEFAULT_SIZES[backend])
     kwargs: dict[str, Any] = dict(backend=backend, rank=info.rank, world_size=info.world_size,

@@ -67,7 +67,6 @@ def completion(shell: str) -> None:
     a second, from sinfo.
     """
 
-
     complete_class = get_completion_class(shell)
     if complete_class is None:  # pragma: no cover -- click ships all three
         raise click.UsageError(f"click has no completion for {shell}")

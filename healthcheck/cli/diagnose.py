@@ -203,7 +203,6 @@ def history_events(history: History, hosts: Sequence[str], start: float, end: fl
     FAILed a host, and each IB error counter that rose on one over the window (more than
     `allowed(host)[counter]`, 0 where unset)."""
 
-
     def stamp(t: float) -> str:
         return iso(dt.datetime.fromtimestamp(t, dt.timezone.utc))
 
@@ -237,7 +236,6 @@ COUNTER_LOOKBACK_S = 86400.0  # how far before a job a reading of its hosts' IB 
 def _max_rise(config: Config, host: str) -> dict[str, int]:
     """The rise of each IB error counter the host's fabric allows during a test
     (bandwidth.counters_max_rise); {} where the host has no fabric here."""
-
 
     try:
         limits = config.for_node(host).limits.bandwidth.counters_max_rise
@@ -355,7 +353,6 @@ def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local:
     debug file paths and the kernel log of the job's window (--ras: NCCL RAS too), as one
     JSON line."""
 
-
     if sum((job_id is not None, by_pids, local)) != 1:
         raise click.UsageError("give exactly one of --job ID, --pids PID... and --local")
     if by_pids != bool(pid_args):
@@ -386,7 +383,6 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
     fix), reads the debug files the ranks were given (NCCL_DEBUG_FILE, Flight Recorder
     dumps, torchelastic error files), names ranks the world size expects but that are gone,
     and prints one verdict as `hc diagnose logs` does."""
-
 
     if bool(pids) == local:
         raise click.UsageError("give PID... or --local (not both)")
@@ -465,7 +461,6 @@ def _fetcher(run: Callable[[str, list[str], float], CommandResult], tail: bool =
 def _ssh_runner(settings: object) -> tuple[Callable[[str, list[str], float], CommandResult], Callable[[], None]]:
     """run(node, argv, timeout) over hc's SSH runner, one connection per node, and close()."""
 
-
     conns: dict[str, SshConnection] = {}
     lock = threading.Lock()
 
@@ -522,7 +517,6 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     from the job's start: OOM kills, Xid and HCA link events in the job's window. A batch
     job's own stdout/stderr (scontrol's StdOut/StdErr) are read on its batch host, their
     last 8 MiB: what a rank printed as it died (a gloo size mismatch, a traceback) is there."""
-
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")

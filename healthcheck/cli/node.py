@@ -49,7 +49,6 @@ def parse_since(value: str) -> float | None:
     future is accepted with a warning on stderr; the check names the window it read.
     """
 
-
     latest = 253402300799.0  # 9999-12-31T23:59:59Z, the last time ISO 8601 can name
     text = value.strip()
     if text == "boot":

@@ -18,7 +18,6 @@ def progress_printer(total: int) -> Callable[[str, NodeResult], None] | None:
     if not sys.stderr.isatty():
         return None
 
-
     bar = click.progressbar(length=total, label="checking", file=sys.stderr, show_pos=True)
     bar.__enter__()
     done = [0]

@@ -215,7 +215,6 @@ def _say_where_ranks_log(env: dict[str, str], directory: Path) -> None:
     nothing the ranks share names the job (each logs in a directory of its own), or the
     directory is in each node's temp dir and the ranks are on several nodes."""
 
-
     info = envset.who(env)
     world = info.world_size or 1
     if info.rank not in (0, None) or world == 1 or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"):

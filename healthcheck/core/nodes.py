@@ -283,7 +283,6 @@ class Hostlist:
         # fold it as ClusterShell would when that is cheap; else the unfolded pieces
         return str(_nodeset(text)) if size <= MAX_EXPAND else text
 
-
     def boxes(self) -> list[tuple[str, Dims]]:
         """This hostlist as boxes, each a name pattern with one tuple of ranges per index: its
         terms where it is plain, else one box per name (at most MAX_EXPAND, counted at parse)."""

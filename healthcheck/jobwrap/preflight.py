@@ -228,7 +228,6 @@ def quick_tier(env: Mapping[str, str], timeout_s: float = QUICK_TIER_TIMEOUT_S) 
     """`hc node --local --tier quick` as a subprocess: FAIL -> FAIL with the findings, ERROR or a
     timeout -> WARN, PASS/WARN -> None (its WARN findings are the node's business, not the job's)."""
 
-
     argv = (sys.executable, "-m", "healthcheck", "node", "--local", "--tier", "quick", "--format", "json")
     child_env = {k: v for k, v in env.items() if k != "HC_FORMAT"}
     result = run_command(argv, timeout_s=timeout_s, env=child_env)

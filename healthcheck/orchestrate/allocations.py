@@ -436,7 +436,6 @@ def before_run(config: Config, nodes: list[str], *, via: str, tier: str, pairs: 
     """Before a run that will ask Slurm for jobs of its own (a sweep through Slurm outside an
     allocation, or a deep sweep whose pair tests srun starts), cancel the jobs a killed hc left."""
 
-
     env = dict(os.environ if env is None else env)
     out = SweepLeftovers()
     if env.get("SLURM_JOB_ID"):

@@ -232,7 +232,6 @@ class JobWatch:
     def _own(self, job: SlurmJob) -> bool:
         """A job this hc started for its sweep (a worker's or a test's allocation), or the one it runs in."""
 
-
         inside = (self.env if self.env is not None else os.environ).get("SLURM_JOB_ID", "")
         if inside and job.id.split(".")[0] == inside:
             return True

@@ -240,7 +240,6 @@ def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) 
     full disk or a hung write is logged and changes neither the verdict nor the exit code
     Slurm sees."""
 
-
     failed: list[str] = []
 
     def write() -> None:

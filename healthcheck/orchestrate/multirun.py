@@ -162,7 +162,6 @@ def _over_ssh(config: Config, nodes: list[str], *, tier: str, only: list[str], m
     out = _Swept(results=[])
     to_check, skipped = nodes, []
     if tier == "deep":  # never under a user's job: busy nodes skipped and named (orchestrate/busy.py)
-
         guard = guard_sweep(config, nodes, env=env)
         out.watch, out.notes, out.run_findings = guard.watch, guard.notes, guard.run_findings
         to_check = guard.allowed

@@ -335,7 +335,6 @@ def window(raw: object, now: float | None = None) -> tuple[float | None, str | N
 def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: float | None = None):
     """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
 
-
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     # (each with its line end: a text that ends mid-line may end inside its last word, which is not read)
     text = "".join(line + "\n" for line in text.splitlines() if "NVRM" in line or "nvswitch" in line or "Xid" in line)

@@ -36,7 +36,6 @@ def _read_text(ctx: ProbeContext, path: str) -> str:
 def boot_time(root: str = "/") -> float | None:
     """When this node last booted (epoch seconds), or None if /proc/stat cannot say."""
 
-
     try:
         return parse_boot_time((Path(root) / "proc/stat").read_text())
     except OSError:

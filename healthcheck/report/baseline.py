@@ -674,8 +674,6 @@ def _check_and_write(text: str, expected: dict, output: Path, config: Config) ->
     """Write the file only where it is usable as-is: the text reads back as the data meant,
     and the loader accepts it as it will be found at the output's path."""
 
-
-
     if yaml.safe_load(text) != expected:
         raise HcError("internal error: the baseline file would not read back as written (HC_DEBUG=1 for more)")
     with tempfile.TemporaryDirectory(prefix="hc-baseline-") as tmp:
@@ -690,7 +688,6 @@ def write_baseline(reports: Iterable[Path], fabric: str, output: Path, config_pa
     """Learn `fabric`'s thresholds from the reports and write them to `output` (NAME.yaml) as
     a fabric file extending it; each refused key (and, when nothing is written, each kept
     one) is one line to `warn`, and an HcError says why nothing was written."""
-
 
     if output.suffix != ".yaml" or not re.fullmatch(FABRIC_NAME_RE, output.stem):
         raise HcError(f"{safe(output, 200)}: the output must be NAME.yaml with a fabric name "

@@ -233,7 +233,6 @@ def job_report(group: GroupResult, *, command: str, started_at: str, hc_version:
     was looked at): the same diagnosis read twice is the same run, so the tickets it gives
     have the same keys."""
 
-
     when = parse_time(started_at) or utc_now()
     digest = hashlib.sha256(f"{group.name}\x1f{started_at}".encode("utf-8", "surrogateescape")).hexdigest()[:6]
     report = Report(run_id=when.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + digest,

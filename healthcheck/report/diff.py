@@ -253,7 +253,6 @@ def render_diff(d: ReportDiff) -> str:
     """A table of the changes, identical ones folded into hostlists, under a line of counts."""
     from tabulate import tabulate
 
-
     out = [
         f"{d.new.command} (tier {d.new.tier}) {d.new.started_at} run {d.new.run_id}, "
         f"since {d.old.started_at} run {d.old.run_id}:",

@@ -293,7 +293,6 @@ def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str
     """Per size: the matrix of the pairs' busbw, or the slowest pairs past MATRIX_UP_TO nodes."""
     from tabulate import tabulate
 
-
     every = [g for tests in pairs.values() for g in tests]
     sizes = pair_sizes(every)
     unit = pair_unit(every)
@@ -364,7 +363,6 @@ def _group_bandwidth(groups: list[GroupResult]) -> list[str]:
     """Each group's busbw per size (a group is one test of more than two nodes); past
     LIST_PASSING_UP_TO, the slowest at the largest size (no result first)."""
     from tabulate import tabulate
-
 
     sizes = pair_sizes(groups)
     if len(groups) <= LIST_PASSING_UP_TO:

@@ -351,7 +351,6 @@ def render(tickets: list[Ticket]) -> str:
     """A table: one line per record, newest state first, then a line of counts."""
     from tabulate import tabulate
 
-
     counts = {s: sum(t.state == s for t in tickets) for s in STATES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if not tickets:
