@@ -11,7 +11,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem
 
 from healthcheck import __version__
 from healthcheck.core.errors import ExitCode, HcError
@@ -72,6 +71,8 @@ class LazyGroup(click.Group):
         click's own Group.shell_complete looks every subcommand up for its help line, which
         here imports all of them (torch's checks included) on each TAB.
         """
+
+        from click.shell_completion import CompletionItem  # noqa: PLC0415 -- on TAB only; not for hc --help
 
         items = [CompletionItem(name, help=COMMANDS[name][2]) for name in self.list_commands(ctx)
                  if name.startswith(incomplete)]

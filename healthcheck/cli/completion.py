@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem, get_completion_class
 
 from healthcheck.cli import cli
 from healthcheck.core.config.loader import default_config_path
@@ -66,6 +65,7 @@ def completion(shell: str) -> None:
     Node arguments complete from the config's hostlists and, where Slurm answers within
     a second, from sinfo.
     """
+    from click.shell_completion import get_completion_class  # noqa: PLC0415 -- cli.completion loads for hc node
 
     complete_class = get_completion_class(shell)
     if complete_class is None:  # pragma: no cover -- click ships all three
@@ -75,6 +75,7 @@ def completion(shell: str) -> None:
 
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """click's shell_complete= for node arguments: names from the config and sinfo."""
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 -- on TAB only, never for a run
 
     try:
         already = ctx.params.get(param.name or "")

@@ -20,7 +20,6 @@ import math
 import os
 import re
 import socket
-import unicodedata
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -412,6 +411,8 @@ def foreign_character(text: str) -> str | None:
     or a bidi override that reorders how it is shown can never match, only mislead."""
     if text.isascii() and text.isprintable():
         return None
+
+    import unicodedata  # noqa: PLC0415 -- only for a name that is not ASCII; not on the prologue's path
 
     ch = next(c for c in text if not " " <= c <= "~")
     return f"U+{ord(ch):04X} {unicodedata.name(ch, 'a control character')}"

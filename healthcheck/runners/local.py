@@ -18,7 +18,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -113,6 +112,7 @@ def popen_for_life(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
     forked from one thread kept for the life of the process, and dies with hc as every
     child does."""
     global _LASTING
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- persistent workers only; not the prologue's
 
     with _LASTING_LOCK:
         if _LASTING is None:
