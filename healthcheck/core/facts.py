@@ -160,9 +160,9 @@ class Providers:
     over the process-wide one, so its throw-away providers sit beside the real ones).
     """
 
-    def __init__(self, load: Callable[[str], None] | None = None, base: Providers | None = None) -> None:
+    def __init__(self, load: Callable[[str, str], None] | None = None, base: Providers | None = None) -> None:
         self.by_key: dict[tuple[str, str], Provider] = {}
-        self._load = load  # imports the module that registers a fact's providers, when first asked for it
+        self._load = load  # imports the module that registers a fact's provider over a transport, when first asked
         self.base = base
 
     def provides(self, fact: str, transport: str = "local", *, prefetch: PrefetchFn | None = None,
@@ -181,7 +181,7 @@ class Providers:
     def lookup(self, fact: str, transport: str) -> Provider | None:
         """The provider of `fact` over `transport` here or in the base, or None."""
         if self._load is not None:
-            self._load(fact)
+            self._load(fact, transport)
         found = self.by_key.get((fact, transport))
         if found is None and self.base is not None:
             return self.base.lookup(fact, transport)

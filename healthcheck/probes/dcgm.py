@@ -33,7 +33,8 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.dcgmi_diag import DcgmDiag, DcgmRun, parse_dcgmi_diag
-from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml, job_gpu_indexes
+from healthcheck.probes.gpu import gpus_nvml, job_gpu_indexes
+from healthcheck.probes.gpu_agentless import gpus_nvidia_smi
 
 EVIDENCE_CHARS = 6000  # the output's tail kept with a run hc could not judge
 

@@ -62,7 +62,8 @@ from healthcheck.parsers.perftest import (
     loopback_floor,
     parse_perftest,
 )
-from healthcheck.probes.ib import ib_counters_sysfs, ib_ports_ibstat, ib_ports_sysfs, sysfs_counters_over_shell
+from healthcheck.probes.ib import ib_counters_sysfs, ib_ports_sysfs, sysfs_counters_over_shell
+from healthcheck.probes.ib_agentless import ib_ports_ibstat
 from healthcheck.runners.base import CommandResult, Runner
 from healthcheck.runners.ssh import MAX_SESSIONS
 

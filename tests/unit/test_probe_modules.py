@@ -1,6 +1,7 @@
 """A run loads only the probe modules of the facts its checks need (probes.FACT_MODULES):
 the table agrees with what the modules register, and a quick tier imports neither the
-bandwidth, DCGM and ib_write_bw probes nor the parsers and launchers they import."""
+bandwidth, DCGM and ib_write_bw probes, nor a local run the agentless ones, nor the
+parsers and launchers they import."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from healthcheck.core.facts import DEFAULT_PROVIDERS
 
 def test_every_fact_is_listed_with_the_module_that_provides_it():
     probes.load_all()
-    registered = {}
-    for (fact, _transport), provider in DEFAULT_PROVIDERS.by_key.items():
-        module = provider.fn.__module__
-        if module.startswith("healthcheck.probes."):
-            registered.setdefault(fact, set()).add(module.removeprefix("healthcheck.probes."))
-    assert {fact: {module} for fact, module in probes.FACT_MODULES.items()} == registered
+    registered = {key: provider.fn.__module__.removeprefix("healthcheck.probes.")
+                  for key, provider in DEFAULT_PROVIDERS.by_key.items()
+                  if provider.fn.__module__.startswith("healthcheck.probes.")}
+    assert set(probes.FACT_MODULES) == {fact for fact, _ in registered}
+    assert set(probes.TRANSPORT_MODULES) <= set(registered)
+    listed = {(fact, transport): probes.TRANSPORT_MODULES.get((fact, transport), probes.FACT_MODULES[fact])
+              for fact, transport in registered}
+    assert listed == registered
 
 
 QUICK_RUN = """
@@ -29,7 +32,9 @@ from healthcheck.core.config import load_config
 from healthcheck.orchestrate.localrun import check_this_node
 check_this_node(load_config(None), node="n1", tier="quick")
 print(" ".join(m for m in ("healthcheck.probes.bw", "healthcheck.probes.dcgm", "healthcheck.probes.ib_write_bw",
-                           "healthcheck.parsers.nccl_tests", "healthcheck.runners.launch") if m in sys.modules))
+                           "healthcheck.probes.gpu_agentless", "healthcheck.probes.ib_agentless",
+                           "healthcheck.parsers.nccl_tests", "healthcheck.parsers.nvidia_smi",
+                           "healthcheck.parsers.ibstat", "healthcheck.runners.launch") if m in sys.modules))
 """
 
 
