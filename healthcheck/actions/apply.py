@@ -15,9 +15,9 @@ from healthcheck.actions.slurm import SlurmClient, SlurmNode, SlurmResult, shell
 from healthcheck.core import catalogue
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.core.model import Action, ActionRecord, Finding, Report
-from healthcheck.core.nodes import fold
+from healthcheck.core.nodes import fold, parse_hostlist
 from healthcheck.core.status import Status
-from healthcheck.report.build import action_finding, group_findings, iso, utc_now
+from healthcheck.report.build import action_finding, group_findings, iso, natural_key, sort_nodes, utc_now
 
 
 @dataclass
@@ -101,7 +101,6 @@ def _say_what_was_not_done(out: ActionOutcome, plan: Plan, states: Mapping[str, 
 
 def _by_why(whys: Mapping[str, str]) -> list[tuple[list[str], str]]:
     """node -> why, as (nodes, why) with the nodes that share a why together."""
-    from healthcheck.report.build import natural_key, sort_nodes
 
     grouped: dict[str, list[str]] = {}
     for node, why in whys.items():
@@ -186,8 +185,6 @@ def with_outcome(report: Report, outcome: ActionOutcome) -> Report:
 
 
 def _members(hostlist: str) -> set[str]:
-    from healthcheck.core.nodes import parse_hostlist
-
     return set(parse_hostlist(hostlist).names())
 
 

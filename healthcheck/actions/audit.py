@@ -13,8 +13,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from healthcheck.core import catalogue
 from healthcheck.core.atomic import WriteError
 from healthcheck.core.atomic import append as append_bytes
+from healthcheck.report.build import action_finding
 
 if TYPE_CHECKING:
     from healthcheck.core.model import Finding
@@ -43,8 +45,6 @@ class AuditLog:
         """hc.E008 (ERROR) naming what could not be recorded, or None when every record was written."""
         if not self.failures:
             return None
-        from healthcheck.core import catalogue
-        from healthcheck.report.build import action_finding
 
         count = len(self.failures)
         what = "record" if count == 1 else "records"

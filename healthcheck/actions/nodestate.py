@@ -12,6 +12,8 @@ import stat
 import time
 from pathlib import Path
 
+from healthcheck.core.atomic import write_atomic
+
 
 class LockTimeout(Exception):
     pass
@@ -97,7 +99,6 @@ def _write(path: Path, text: str) -> None:
     """Replace a state file atomically through a unique temporary name: the prologues of
     jobs starting together, or a prologue beside a health run, write the same files, and
     a shared temp name made the loser's rename fail (it then exited 3 and Slurm drained)."""
-    from healthcheck.core.atomic import write_atomic
 
     write_atomic(path, text.encode())
 

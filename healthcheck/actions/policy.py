@@ -9,15 +9,17 @@ the catalogue's to say); only FAIL drains.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from healthcheck.actions.reasons import drain_reason, reason_ids
 from healthcheck.actions.slurm import SlurmNode
+from healthcheck.core.catalogue import emitters
 from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.model import AnalysisRun, NodeResult
-from healthcheck.core.nodes import Hostlist
+from healthcheck.core.nodes import Hostlist, HostlistError, parse_hostlist
 from healthcheck.core.status import Status, worst
 
 
@@ -47,7 +49,6 @@ class Plan:
 
 def checks_behind(ids: Iterable[str]) -> dict[str, set[str]]:
     """finding ID -> the checks and analyses that can emit it (from the catalogue)."""
-    from healthcheck.core.catalogue import emitters
 
     return {i: set(names) for i, names in emitters(ids).items()}
 
@@ -66,7 +67,6 @@ def analysed(result: NodeResult, runs: Iterable[tuple[AnalysisRun, Hostlist]]) -
 
 def _judging(analyses: Iterable[AnalysisRun]) -> list[tuple[AnalysisRun, Hostlist]]:
     """The analyses that ran and judged nodes, each with its nodes parsed once for the whole run."""
-    from healthcheck.core.nodes import HostlistError, parse_hostlist
 
     out = []
     for run in analyses:
@@ -269,7 +269,6 @@ def _hands_off_words(state: SlurmNode) -> str:
 
 def _epoch(slurm_time: str) -> float | None:
     """Slurm's "2026-11-22T07:55:31" (the controller's local time) -> epoch seconds."""
-    import datetime as dt
 
     try:
         return dt.datetime.fromisoformat(slurm_time).timestamp()

@@ -11,7 +11,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from healthcheck.core.atomic import write_atomic
+from healthcheck.core.config import load_config
 from healthcheck.core.errors import HcError
+from healthcheck.diagnose.verdict import decode as decode_diagnosis
+from healthcheck.diagnose.verdict import job_result
+from healthcheck.report.build import iso, job_report, utc_now
+from healthcheck.report.diff import diff
+from healthcheck.report.history import History, configured_history, newest_run
+from healthcheck.report.html import config_floors, followed_nodes, merge_floors, render_html, report_floors
+from healthcheck.report.jsonio import decode, read_bytes, read_stdin_bytes, schema_of
+from healthcheck.report.trend import from_history
 
 if TYPE_CHECKING:
     from healthcheck.core.model import Report
@@ -22,14 +32,11 @@ if TYPE_CHECKING:
 def read_report(path: Path, stdin: BinaryIO | None = None) -> Report:
     """A report from a file, or from `stdin` (default: the process's) for '-': an hc.report, or an
     hc.diagnosis (a job's diagnosis, read as a report whose one result is the job: `diagnosis_report`)."""
-    from healthcheck.report.jsonio import decode, read_bytes, read_stdin_bytes, schema_of
 
     from_stdin = str(path) == "-"
     data = read_stdin_bytes(stdin or sys.stdin.buffer) if from_stdin else read_bytes(path)
     source = "stdin" if from_stdin else str(path)
     if schema_of(data).startswith("hc.diagnosis/"):
-        from healthcheck.diagnose.verdict import decode as decode_diagnosis
-
         return diagnosis_report(decode_diagnosis(data, source))
     return decode(data, source)
 
@@ -37,8 +44,6 @@ def read_report(path: Path, stdin: BinaryIO | None = None) -> Report:
 def diagnosis_report(verdict: Verdict) -> Report:
     """A job's diagnosis as a report: its findings (diag.E0xx) in one result of kind "job",
     which tickets, the HTML page and the Prometheus export read as they read a pair's."""
-    from healthcheck.diagnose.verdict import job_result
-    from healthcheck.report.build import job_report
 
     return job_report(job_result(verdict), command="diagnose", started_at=verdict.collected_at,
                       hc_version=verdict.hc_version or "unknown")
@@ -49,8 +54,6 @@ def runs_to_compare(old: Path | None, new: Path | None, command: str | None,
     """The two runs `hc report diff` compares, as named: two files; one file (the newer run)
     and the run before it in the history; or the history's newest run (of `command`) and the
     one before it. The config is read only where the history is."""
-    from healthcheck.core.config import load_config
-    from healthcheck.report.history import configured_history
 
     if old is not None and new is not None:
         return read_report(old), read_report(new)
@@ -72,7 +75,6 @@ def runs_to_compare(old: Path | None, new: Path | None, command: str | None,
 
 def diff_runs(old: Path | None, new: Path | None, command: str | None, config_path: Path | None) -> ReportDiff:
     """What changed between the runs `runs_to_compare` picks, in the order they ran."""
-    from healthcheck.report.diff import diff
 
     older, newer = runs_to_compare(old, new, command, config_path)
     return diff(older, newer)  # in the order they ran, whatever order they were named in
@@ -81,12 +83,6 @@ def diff_runs(old: Path | None, new: Path | None, command: str | None, config_pa
 def write_html(file: Path | None, output: Path, runs: int, config_path: Path | None) -> None:
     """Write the HTML page of the report in `file` (the history's newest run for None) to
     `output`: floors from the run and the config, history over the last `runs` runs."""
-    from healthcheck.core.atomic import write_atomic
-    from healthcheck.core.config import load_config
-    from healthcheck.report.build import iso, utc_now
-    from healthcheck.report.history import History, configured_history, newest_run
-    from healthcheck.report.html import config_floors, followed_nodes, merge_floors, render_html, report_floors
-    from healthcheck.report.trend import from_history
 
     history: History | None
     if file is None:

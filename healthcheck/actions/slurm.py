@@ -7,6 +7,7 @@ results with Slurm's own message, never exceptions that end the run.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from healthcheck.actions.reasons import is_hc_reason
 from healthcheck.core.config.schema import SlurmSettings
+from healthcheck.core.inputs import clip
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
 
@@ -214,7 +216,6 @@ def read_sinfo(text: str) -> tuple[dict[str, SlurmNode], str | None]:
     """hc's `sinfo -h -N -o '%N|%T|%H|%E'` read strictly: (nodes, None), or ({}, what is wrong)
     when any line is not a node's state (binary garbage, another format, an error message
     on stdout). Nothing printed is an answer: no node matched."""
-    from healthcheck.core.inputs import clip
     from healthcheck.parsers.sinfo import HC_FIELDS, parse_hc_sinfo
 
     lines = [line for line in text.splitlines() if line.strip()]
@@ -263,7 +264,6 @@ _JOB_NODES = re.compile(r"[A-Za-z0-9._,\[\]-]{1,65536}")  # as long as a hostlis
 def read_squeue(text: str) -> tuple[list[SlurmJob], str | None]:
     """squeue's SQUEUE_FORMAT lines -> (jobs, None), or ([], what is wrong) for any line that
     is not a job (garbage is no answer)."""
-    from healthcheck.core.inputs import clip
 
     jobs = []
     lines = [line for line in text.splitlines() if line.strip()]
@@ -280,7 +280,6 @@ def read_squeue(text: str) -> tuple[list[SlurmJob], str | None]:
 
 def parse_job_start(text: str) -> tuple[float | None, str | None]:
     """`StartTime=` of `scontrol -o show job` (local time, as Slurm prints it) -> (epoch, error)."""
-    import datetime as dt
 
     m = re.search(r"(?:^|\s)StartTime=(\S+)", text)
     if m is None:

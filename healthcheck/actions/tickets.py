@@ -12,10 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.saved_runs import read_report
+from healthcheck.actions.webhook import (
+    Spool,
+    WebhookTarget,
+    check_header_name,
+    check_url,
+    deliver,
+    describe,
+    read_token,
+)
+from healthcheck.core.config import load_config
 from healthcheck.core.errors import HcError
+from healthcheck.core.status import Status
+from healthcheck.report.history import History, configured_history, newest_run
+from healthcheck.report.tickets import tickets_for
 
 if TYPE_CHECKING:
-    from healthcheck.actions.webhook import WebhookTarget
     from healthcheck.core.config import Config
     from healthcheck.core.config.schema import TicketSettings
     from healthcheck.report.tickets import Ticket
@@ -57,8 +71,6 @@ def webhook_target(settings: TicketSettings, options: WebhookOptions) -> Webhook
     where no webhook is asked for (and an HcError for token or resend options without one)."""
     url = options.url if options.url is not None else settings.webhook_url
     if not options.off and url is not None:
-        from healthcheck.actions.webhook import WebhookTarget, check_header_name, check_url, read_token
-
         token_file = options.token_file
         token_path = token_file or (Path(settings.token_file).expanduser() if settings.token_file else None)
         return WebhookTarget(
@@ -78,11 +90,6 @@ def ticket_run(file: Path | None, config_path: Path | None, *, min_status: str |
     """The records for the report in `file` ('-': stdin; None: the history's newest run), each
     finding at or above `min_status` against the history; a missing history is one line to
     `warn` (every finding is then new)."""
-    from healthcheck.actions.saved_runs import read_report
-    from healthcheck.core.config import load_config
-    from healthcheck.core.status import Status
-    from healthcheck.report.history import History, configured_history, newest_run
-    from healthcheck.report.tickets import tickets_for
 
     config = load_config(config_path)
     settings = config.main.tickets
@@ -110,8 +117,6 @@ def ticket_run(file: Path | None, config_path: Path | None, *, min_status: str |
 def deliver_tickets(run: TicketRun) -> TicketDelivery:
     """POST the run's records (after what the spool holds) to its target, keeping in the spool
     what is not delivered, each attempt in the audit log."""
-    from healthcheck.actions.audit import AuditLog
-    from healthcheck.actions.webhook import Spool, deliver, describe
 
     if run.target is None:
         raise ValueError("deliver_tickets needs a run with a webhook target")

@@ -42,17 +42,29 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import hashlib
+import http
+import http.client
+import json
 import os
 import random
 import re
+import socket
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from healthcheck import __version__
+from healthcheck.core.atomic import append, write_atomic
 from healthcheck.core.errors import HcError
+from healthcheck.core.inputs import InputNotFound, clip, read_bounded
+from healthcheck.report.tickets import encode_line
 
 if TYPE_CHECKING:
     from healthcheck.actions.audit import AuditLog
@@ -104,7 +116,6 @@ class Secret:
 
 def check_url(url: str) -> str:
     """`url` if it is an http or https URL hc may POST to; WebhookError otherwise."""
-    from urllib.parse import urlsplit
 
     if not url or len(url) > 2048 or any(c.isspace() or not c.isprintable() for c in url):
         raise WebhookError("webhook URL: not a URL (empty, longer than 2048 characters, or with spaces or "
@@ -129,7 +140,6 @@ def check_url(url: str) -> str:
 def shown_url(url: str) -> str:
     """The URL as messages and the audit log show it: scheme, host and port only (a
     webhook's path or query is often its secret, as Slack's are)."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
@@ -148,7 +158,6 @@ def read_token(path: Path | str) -> Secret:
 
     Errors name the file, never its content.
     """
-    from healthcheck.core.inputs import read_bounded
 
     data = read_bounded(path, TOKEN_MAX, what="token file")
     try:
@@ -179,8 +188,6 @@ class WebhookTarget:
     max_total_s: float = 300.0
 
     def headers(self, key: str) -> dict[str, str]:
-        from healthcheck import __version__
-
         out = {"Content-Type": "application/json", "Idempotency-Key": key, "User-Agent": f"hc/{__version__}"}
         if self.token is not None:
             out[self.token_header] = self.token.reveal()
@@ -209,8 +216,6 @@ class Attempt:
 
 
 def _snippet(body: bytes) -> str:
-    from healthcheck.core.inputs import clip
-
     text = body.decode("utf-8", "replace").strip()
     text = "".join(c if c.isprintable() else " " for c in text)
     return clip(text, 200)
@@ -228,7 +233,6 @@ def _retry_after(value: str | None) -> float | None:
 
 def _status_text(status: int) -> str:
     """"HTTP 404 Not Found": the number, and its standard name where it has one."""
-    import http
 
     try:
         return f"HTTP {status} {http.HTTPStatus(status).phrase}"
@@ -250,8 +254,6 @@ def _answer(status: int, body: bytes, retry_after: str | None) -> Attempt:
 
 
 def _opener() -> Any:
-    import urllib.request
-
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         """Refuses every redirect: the 3xx comes back as an HTTPError, the token goes nowhere else."""
 
@@ -263,18 +265,12 @@ def _opener() -> Any:
 
 def post(target: WebhookTarget, body: bytes, key: str, timeout_s: float | None = None) -> Attempt:
     """One POST of `body`, within a hard deadline; never raises for what the network does."""
-    import urllib.request
 
     timeout = target.timeout_s if timeout_s is None else timeout_s
     request = urllib.request.Request(target.url, data=body, headers=target.headers(key), method="POST")
     result: list[Attempt] = []
 
     def attempt() -> None:
-        import http.client
-        import socket
-        import ssl
-        import urllib.error
-
         try:
             with _opener().open(request, timeout=timeout) as response:
                 body = response.read(RESPONSE_MAX)
@@ -380,9 +376,6 @@ class Spool:
 
     def entries(self) -> list[SpoolEntry]:
         """The waiting records, oldest first; a file that cannot be read is reported and left."""
-        import json
-
-        from healthcheck.core.inputs import read_bounded
 
         out = []
         for name in self._names():
@@ -405,9 +398,6 @@ class Spool:
 
     def add(self, key: str, body: bytes, sequence: int, *, waiting: dict[str, Path]) -> Path:
         """Keep one record for the next delivery (once: a key already waiting keeps its place)."""
-        import json
-
-        from healthcheck.core.atomic import write_atomic
 
         digest = self.key_hash(key)
         if digest in waiting:
@@ -439,9 +429,6 @@ class Spool:
         """Set aside a record the receiver refused for good: kept (never lost) in rejected/,
         with its place in the queue (`sequence`) for `resend_rejected`, so it cannot hold back
         the records queued behind it. It is not delivered: its key stays out of the ledger."""
-        import json
-
-        from healthcheck.core.atomic import write_atomic
 
         self.rejected_dir.mkdir(mode=0o700, exist_ok=True)
         path = self.rejected_dir / f"{self.key_hash(key)}.json"
@@ -463,9 +450,6 @@ class Spool:
     def requeue_rejected(self, waiting: dict[str, Path]) -> int:
         """Move every record of rejected/ back into the queue at its old place (under the lock),
         and out of the ledger, where an older hc wrote the keys it had refused; returns how many."""
-        import json
-
-        from healthcheck.core.inputs import read_bounded
 
         moved: list[str] = []
         for digest in sorted(self.rejected()):
@@ -502,7 +486,6 @@ class Spool:
     def delivered(self, *, compact: bool = False) -> set[str]:
         """The keys delivered so far; with `compact` (under the lock), the ledger is cut to the
         newest LEDGER_KEEP once it holds twice as many."""
-        from healthcheck.core.inputs import InputNotFound, read_bounded
 
         path = self.dir / LEDGER_NAME
         try:
@@ -511,22 +494,17 @@ class Spool:
             return set()
         keys = data.decode("utf-8", "replace").splitlines()
         if compact and len(keys) > 2 * LEDGER_KEEP:  # now and then, not at every delivery
-            from healthcheck.core.atomic import write_atomic
-
             keys = keys[-LEDGER_KEEP:]
             write_atomic(path, ("\n".join(keys) + "\n").encode(), mode=0o600)
         return set(keys)
 
     def mark_delivered(self, keys: list[str]) -> None:
         """Add keys to the ledger: one append, one fsync, for a batch of deliveries."""
-        from healthcheck.core.atomic import append
 
         append(self.dir / LEDGER_NAME, "".join(k + "\n" for k in keys).encode("utf-8", "surrogateescape"), mode=0o600)
 
     def forget(self, keys: Iterable[str]) -> None:
         """Take keys out of the ledger (under the lock): records that were never delivered."""
-        from healthcheck.core.atomic import write_atomic
-        from healthcheck.core.inputs import InputNotFound, read_bounded
 
         gone = set(keys)
         path = self.dir / LEDGER_NAME
@@ -602,8 +580,6 @@ def _send(target: WebhookTarget, key: str, body: bytes, deadline: float, clock: 
 
 
 def _fields(body: bytes) -> dict[str, Any]:
-    import json
-
     try:
         doc = json.loads(body)
     except ValueError:
@@ -798,7 +774,6 @@ def deliver(tickets: Iterable[Ticket], target: WebhookTarget, spool: Spool, *, a
     their places, and send them with the rest.
     WebhookError (exit 4) before anything is sent where the spool cannot be used.
     """
-    from healthcheck.report.tickets import encode_line
 
     out = Delivery(url=shown_url(target.url))
     spool.prepare()

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from healthcheck.core.analysis import FleetInput
+from healthcheck.core.analysis import FleetInput, analyse_fleet
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import FleetSettings
 from healthcheck.core.model import Finding, Limit, NodeResult
@@ -100,7 +100,6 @@ def analyse(
 
     history: node -> its recent statuses, oldest first, not counting this run (for flapping).
     """
-    from healthcheck.core.analysis import analyse_fleet
 
     return analyse_fleet(nodes, settings, history)[0]
 

@@ -14,6 +14,7 @@ all of them, drops its store and checks that the port can be listened on again
 from __future__ import annotations
 
 import errno
+import gc
 import socket
 import time
 from datetime import timedelta
@@ -49,7 +50,6 @@ def part(store: Any, rank: int, world: int, limit_s: float = HANDSHAKE_S) -> Non
 
 def wait_port_free(port: int, limit_s: float = HANDSHAKE_S) -> None:
     """Rank 0, its store dropped: until the port can be listened on again (bounded)."""
-    import gc
 
     gc.collect()  # the store's last reference may sit in a cycle: its socket closes with it
     deadline = time.monotonic() + limit_s

@@ -50,19 +50,25 @@ torch is imported inside the functions: this module imports without it.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import socket
 import sys
+import threading
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import msgspec
 
+from healthcheck.bandwidth import rendezvous
 from healthcheck.core.errors import ExitCode, HcError, UsageError
+from healthcheck.core.nodes import expand
 from healthcheck.core.units import parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample, Placement, bus_factor
 
@@ -245,7 +251,6 @@ def _free_port() -> int:
 
 def first_host(nodelist: str) -> str:
     """The first node of a Slurm hostlist ("gpu[003-004,010]" -> "gpu003")."""
-    from healthcheck.core.nodes import expand
 
     return expand([nodelist])[0]
 
@@ -354,8 +359,6 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def import_torch() -> tuple[Any, Any]:
-    import warnings
-
     if os.environ.get("HC_DEBUG") != "1":
         # c10d logs each failed connect with a C++ stack: hc says what failed in one line
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
@@ -437,17 +440,12 @@ def sweep_once(runtime: Runtime, info: RankInfo, opts: SweepOptions, corrupt: in
     env:// (MASTER_ADDR/PORT in os.environ); with `store_prefix`, a store this rank opens
     itself under that prefix, which leaves the port free when the sweep ends (rendezvous.py):
     how a process that runs many sweeps on one port (`hc bw serve`) keeps them apart."""
-    from datetime import timedelta
-
-    from healthcheck.bandwidth import rendezvous
 
     torch, dist, backend, device = runtime.torch, runtime.dist, runtime.backend, runtime.device
     sizes = opts.sizes or parse_sizes(DEFAULT_SIZES[backend])
     kwargs: dict[str, Any] = dict(backend=backend, rank=info.rank, world_size=info.world_size,
                                   timeout=timedelta(seconds=opts.timeout_s))
     if device.type == "cuda" and eager_init_ok(torch.__version__):
-        import inspect
-
         if "device_id" in inspect.signature(dist.init_process_group).parameters:
             kwargs["device_id"] = device  # NCCL's communicator now, so its errors show here
     where = f"rendezvous at {info.master_addr}:{info.master_port} ({info.world_size} ranks, {info.launcher})"
@@ -489,7 +487,6 @@ def _open_group(dist: Any, kwargs: dict[str, Any], info: RankInfo, timeout_s: fl
     to the store but the one returned: a failure is returned as its one line, not raised with
     torch's exception, whose traceback holds init_process_group's frames and the store in them,
     and rank 0 would then wait (rendezvous.wait_port_free) for a port it still listens on itself."""
-    from healthcheck.bandwidth import rendezvous
 
     base: Any = None
     try:
@@ -525,8 +522,6 @@ class Watchdog:
     """After `seconds`, print `message` as hc's one-line error and exit 3, unless cancelled."""
 
     def __init__(self, seconds: float, message: str) -> None:
-        import threading
-
         self._timer = threading.Timer(seconds, self._fire, args=(message,))
         self._timer.daemon = True
         self._timer.start()

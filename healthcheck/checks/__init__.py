@@ -7,10 +7,10 @@ only place a family is named (`dcgm` holds the gpu family's DCGM diagnostic chec
 
 from __future__ import annotations
 
+from healthcheck.core.plugins import load
+
 FAMILIES = ("net", "ib", "sys", "gpu", "bw", "dcgm")
 
 
 def load_all() -> None:
-    from healthcheck.core.plugins import load
-
     load(__name__, FAMILIES)

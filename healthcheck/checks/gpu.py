@@ -15,6 +15,7 @@ that was not read.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -26,7 +27,9 @@ from healthcheck.core.model import Finding, Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status, against_limits
 from healthcheck.core.tiers import ALL as ALL_TIERS_AND_EPILOGUE
-from healthcheck.parsers.gpu_common import Gpu, GpuFacts
+from healthcheck.parsers.gpu_common import Gpu, GpuFacts, is_pci_only
+from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
+from healthcheck.parsers.xid import INIT_FAILED, NONE_PROBED, PROBE, RESET_REQUIRED, UNJUDGED_FAULTS, summarize
 
 NVML_UNAVAILABLE = finding(
     "gpu.E001", "NVML could not initialise on a node that should have GPUs",
@@ -152,7 +155,6 @@ def _label(g: Gpu) -> str:
 
 def _pci_only(facts: GpuFacts) -> list[str]:
     """Bus ids of the NVIDIA GPUs only the PCI bus shows (NVML down or listing none)."""
-    from healthcheck.parsers.gpu_common import is_pci_only
 
     return [lost.pci_bus_id or "?" for lost in facts.lost if is_pci_only(lost)]
 
@@ -301,8 +303,6 @@ def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 def _when(t: float | None) -> str:
-    import time
-
     return "boot" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
@@ -318,7 +318,6 @@ def log_window(log) -> str:
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
     init, crash dump) the severity table marks WARN or FAIL, in the window read."""
-    from healthcheck.parsers.xid import summarize
 
     if kernel_gpu_log.source is None or not kernel_gpu_log.source_lines:
         # the providers never hand on an unread log; anything else is not evidence either
@@ -328,7 +327,6 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
         return
     policy = limits.gpu.xid
     no_gpu = gpus is not None and gpus.init_error and not limits.gpu.count and not _pci_only(gpus)
-    from healthcheck.parsers.xid import NONE_PROBED
 
     no_event = not kernel_gpu_log.xids and not kernel_gpu_log.sxids and not any(
         f.kind != NONE_PROBED for f in kernel_gpu_log.faults)  # no adapter probed: no GPU here says it too
@@ -388,8 +386,6 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
                     failed: set[str | None], window: str) -> CheckOutput:
     """The GPU failures logged without an Xid number, one finding per (kind, GPU); a crash
     dump, or a failed probe, of a GPU that already FAILed is the same incident."""
-    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
-    from healthcheck.parsers.xid import INIT_FAILED, PROBE, RESET_REQUIRED, UNJUDGED_FAULTS
 
     groups: dict[tuple[str, str | None], list] = {}
     for fault in faults_logged:
@@ -423,7 +419,6 @@ def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str
 def _aftermath(kind: str, where: str, times: str, window: str, component: str, faults: list) -> Finding:
     """A crash dump, or a GPU the driver says needs a reset: a FAIL of its own where no
     other failure of that GPU was reported."""
-    from healthcheck.parsers.xid import CRASH_DUMP as DUMPED
 
     if kind == DUMPED:
         return CRASH_DUMP.fail(f"{where}: the NVIDIA driver created a GPU crash dump {times}, {window}",

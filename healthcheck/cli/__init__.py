@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from healthcheck import __version__
+from healthcheck.core.errors import ExitCode, HcError
 
 if TYPE_CHECKING:  # pragma: no cover
     from click.shell_completion import CompletionItem
@@ -43,6 +44,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Modules only some invocations need, loaded by import path where the invocation is known
+# (as COMMANDS are): `hc --help` and the hooks import neither.
+VERSIONS_MODULE = "healthcheck.probes.versions"  # --version; reads metadata and /proc, imports no torch
+STOP_MODULE = "healthcheck.runners.stop"  # the signal handling of the commands in _STOPPABLE
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -64,7 +71,8 @@ class LazyGroup(click.Group):
         click's own Group.shell_complete looks every subcommand up for its help line, which
         here imports all of them (torch's checks included) on each TAB.
         """
-        from click.shell_completion import CompletionItem
+
+        from click.shell_completion import CompletionItem  # noqa: PLC0415 -- on TAB only; not for hc --help
 
         items = [CompletionItem(name, help=COMMANDS[name][2]) for name in self.list_commands(ctx)
                  if name.startswith(incomplete)]
@@ -111,9 +119,8 @@ Environment (an option given on the command line wins over its variable):
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from healthcheck.probes.versions import version_lines  # reads metadata and /proc; imports no torch
 
-    click.echo("\n".join(version_lines(__version__)))
+    click.echo("\n".join(importlib.import_module(VERSIONS_MODULE).version_lines(__version__)))
     ctx.exit()
 
 
@@ -259,12 +266,8 @@ _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv: list[str] | None = None) -> None:
-    from healthcheck.core.errors import ExitCode, HcError
-
     if _command_name(argv) in _STOPPABLE:
-        from healthcheck.runners import stop
-
-        stop.install()  # before anything is started
+        importlib.import_module(STOP_MODULE).install()  # before anything is started
     if _stdout_closed() and _closed_stdout(argv):
         sys.exit(int(ExitCode.BAD_INPUT))
     _guard_stdout(tolerant=_command_name(argv) in _HOOKS)
@@ -318,15 +321,13 @@ def _interrupted() -> int:
 def _stop_module() -> Any:
     """runners.stop, where this command loaded it (_STOPPABLE: a hook never does, so the
     prologue imports nothing for it; unloaded, it handles no signal and nothing stops)."""
-    return sys.modules.get("healthcheck.runners.stop")
+    return sys.modules.get(STOP_MODULE)
 
 
 def _exit_stopped() -> None:
     """Wait for the stop's cleanup (bounded), say it, and leave without interpreter shutdown
     (threads of the sweep may still wait on what the cleanup ended)."""
-    from healthcheck.runners import stop
-
-    code = stop.finish()
+    code = _stop_module().finish()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

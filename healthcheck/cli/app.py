@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -10,13 +11,23 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import click
+import msgspec
 
+from healthcheck.core import catalogue
+from healthcheck.core.atomic import classify
 from healthcheck.core.config import Config, load_config
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.model import Report
-from healthcheck.core.nodes import this_node_name  # noqa: F401 -- the CLI's name for it
+from healthcheck.core.nodes import (
+    fold,
+    this_node_name,  # noqa: F401 -- the CLI's name for it
+)
 from healthcheck.core.status import Status
 from healthcheck.core.tiers import TIERS
+from healthcheck.report import check_textfile_dir, render_table
+from healthcheck.report import export_prometheus as write_prometheus
+from healthcheck.report.build import run_finding, with_run_finding
+from healthcheck.report.jsonio import encode, write_atomic
 
 # the width tables are fitted to is kept within these: a terminal reporting 0 or 20 columns
 # would wrap every cell into a column of letters, a $COLUMNS of 10**9 is no width at all
@@ -54,8 +65,6 @@ class App:
         return use_colour()
 
     def emit_json(self, data: Any) -> None:
-        import msgspec
-
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
         sys.stdout.flush()
 
@@ -74,7 +83,6 @@ class App:
         status of the report returned, so a run whose --output was lost never exits 0:
         a PASS or WARN becomes ERROR (exit 3), a FAIL stays FAIL (exit 2).
         """
-        from healthcheck.report.jsonio import encode, write_atomic
 
         data = encode(report)
         failures = list(lost)
@@ -90,9 +98,7 @@ class App:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         else:
-            from healthcheck.report.table import render
-
-            click.echo(render(report, width=self.width, colour=self.colour))
+            click.echo(render_table(report, width=self.width, colour=self.colour))
         return report
 
 
@@ -106,7 +112,6 @@ def output_width(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None
     columns = environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return min(int(columns), MAX_WIDTH)
-    import shutil
 
     return min(max(shutil.get_terminal_size().columns, MIN_WIDTH), MAX_WIDTH)
 
@@ -126,9 +131,6 @@ def _is_terminal(stdout: IO[Any] | None) -> bool:
 
 def report_not_written(report: Report, failures: Sequence[HcError]) -> Report:
     """The report with hc.E008 for each output that could not be written, each said on stderr."""
-    from healthcheck.core import catalogue
-    from healthcheck.core.nodes import fold
-    from healthcheck.report.build import run_finding, with_run_finding
 
     scope = fold(n.node for n in report.nodes) or "run"
     for exc in failures:
@@ -142,8 +144,6 @@ def check_output(ctx: click.Context, param: click.Parameter, value: Path | None)
     """--output refused before anything runs where it can never be written: a symbolic
     link, a directory, a block device or a socket (exit 4); a sweep may take an hour."""
     if value is not None:
-        from healthcheck.core.atomic import classify
-
         classify(value)  # WriteError (exit 4, one line) for what write_atomic would refuse
     return value
 
@@ -232,14 +232,13 @@ def prometheus_dir(app: App, flag: Path | None, command: str) -> PrometheusTarge
     is an error now (not after a run that may take an hour); the config's is a warning: a
     metrics side-output must not stop a sweep (and its drains) on a host without it."""
     settings = app.config.main.prometheus
-    from healthcheck.report.prometheus import check_directory
 
     if flag is not None:
-        return PrometheusTarget(check_directory(flag), True)
+        return PrometheusTarget(check_textfile_dir(flag), True)
     if settings.textfile_dir is None or command not in settings.commands:
         return None
     try:
-        return PrometheusTarget(check_directory(Path(settings.textfile_dir)), False)
+        return PrometheusTarget(check_textfile_dir(Path(settings.textfile_dir)), False)
     except HcError as exc:
         click.echo(f"hc: warning: prometheus.textfile_dir: {exc}: no Prometheus export this run", err=True)
         return None
@@ -251,10 +250,9 @@ def export_prometheus(app: App, report: Report, target: PrometheusTarget | None)
     where the operator asked for it with --prometheus; a warning where the config asked."""
     if target is None:
         return None
-    from healthcheck.report.prometheus import export
 
     try:
-        export(report, target.directory, app.config.main.prometheus)
+        write_prometheus(report, target.directory, app.config.main.prometheus)
     except HcError as exc:
         if target.explicit:
             return HcError(f"--prometheus {exc}")

@@ -8,6 +8,7 @@ import click
 
 from healthcheck.cli.app import App, config_option, format_option
 from healthcheck.cli.params import integer, number
+from healthcheck.report.baseline import baseline_json, baseline_table, write_baseline
 
 _SETTINGS = "defaults from the config's baseline section"
 
@@ -48,7 +49,6 @@ def baseline(reports: tuple[Path, ...], fabric: str, output: Path, min_nodes: in
     Exit codes: 0 written (refused keys listed on stderr); 4 unreadable or unsupported
     report, bad option, or nothing learned (one line per reason).
     """
-    from healthcheck.report.baseline import baseline_json, baseline_table, write_baseline
 
     overrides = {"min_nodes": min_nodes, "percentile": percentile, "margin": margin, "temp_margin_c": temp_margin_c,
                  "max_spread": max_spread, "outlier_z": outlier_z}

@@ -7,7 +7,11 @@ import os
 
 import click
 
+from healthcheck.bandwidth import torch_sweep as ts
+from healthcheck.bandwidth.serve import serve as run
+from healthcheck.bandwidth.torch_sweep import parse_sizes
 from healthcheck.cli.params import integer, number
+from healthcheck.core.errors import UsageError
 
 # the sweep's collectives (torch_sweep.SWEEP_COLLECTIVES), here so `--help` imports nothing
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
@@ -51,8 +55,6 @@ it sends in each checked run, so the check must report wrong results."""
 def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
-    from healthcheck.bandwidth.torch_sweep import parse_sizes
-    from healthcheck.core.errors import UsageError
 
     try:
         return parse_sizes(value)
@@ -61,8 +63,6 @@ def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 
 
 def _collectives(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
-    from healthcheck.core.errors import UsageError
-
     names = [n.strip().lower().replace("all_to_all", "alltoall") for n in value.split(",")]
     if names == ["all"]:
         return _COLLECTIVES
@@ -106,7 +106,6 @@ def allreduce(collectives: tuple[str, ...], sizes: tuple[int, ...] | None, iters
     Each size: warm-up runs, timed runs, then one run checked against exact values.
     The time is the slowest rank's; every rank's time is kept, so a straggler stands out.
     """
-    from healthcheck.bandwidth import torch_sweep as ts
 
     opts = ts.SweepOptions(collectives=collectives, sizes=sizes, iters=iters, warmup=warmup, check=check,
                            backend=backend, timeout_s=timeout_s, master_addr=master_addr,
@@ -156,6 +155,5 @@ past the request's timeout_s."""
               help="Seconds without a request before it ends.")
 def serve(backend: str, local_rank: int, idle_s: float) -> int:
     """Run torch sweeps on request, one JSON line each (for a deep sweep's pair tests)."""
-    from healthcheck.bandwidth.serve import serve as run
 
     return run(backend, local_rank, idle_s)

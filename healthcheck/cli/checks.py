@@ -6,6 +6,7 @@ import click
 
 from healthcheck.cli.app import App, format_option
 from healthcheck.core.tiers import ALL
+from healthcheck.report.checks_list import catalogue_json, catalogue_table
 
 
 @click.group()
@@ -19,7 +20,6 @@ def checks() -> None:
 @format_option
 def list_checks(tier: str | None, fmt: str) -> int:
     """List every check and analysis (name, scope, tiers, budget, invariant) and every finding ID (meaning, hint)."""
-    from healthcheck.report.checks_list import catalogue_json, catalogue_table
 
     app = App(fmt=fmt)
     if fmt == "json":

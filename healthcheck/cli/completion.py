@@ -15,10 +15,17 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator
+from os.path import commonprefix
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from healthcheck.cli import cli
+from healthcheck.core.config.loader import default_config_path
+from healthcheck.core.config.yamlsrc import load_yaml
+from healthcheck.core.nodes import HostlistError, is_valid_node_name, parse_hostlist
+from healthcheck.runners.local import run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from click.shell_completion import CompletionItem
@@ -58,9 +65,7 @@ def completion(shell: str) -> None:
     Node arguments complete from the config's hostlists and, where Slurm answers within
     a second, from sinfo.
     """
-    from click.shell_completion import get_completion_class
-
-    from healthcheck.cli import cli
+    from click.shell_completion import get_completion_class  # noqa: PLC0415 -- cli.completion loads for hc node
 
     complete_class = get_completion_class(shell)
     if complete_class is None:  # pragma: no cover -- click ships all three
@@ -70,7 +75,7 @@ def completion(shell: str) -> None:
 
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """click's shell_complete= for node arguments: names from the config and sinfo."""
-    from click.shell_completion import CompletionItem
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 -- on TAB only, never for a run
 
     try:
         already = ctx.params.get(param.name or "")
@@ -109,8 +114,6 @@ def _config_hostlists(config_path: Path | None) -> tuple[list[str], str]:
     """The hostlist patterns of the main config (nodes, rails, overrides) and its sinfo
     command. Only the main file is read, and only as YAML: a fabric that does not
     validate must not cost the operator completion."""
-    from healthcheck.core.config.loader import default_config_path
-    from healthcheck.core.config.yamlsrc import load_yaml
 
     try:
         data: Any = load_yaml(Path(config_path) if config_path is not None else default_config_path()).data
@@ -128,7 +131,6 @@ def _config_hostlists(config_path: Path | None) -> tuple[list[str], str]:
 def _sinfo_hostlists(sinfo: str, timeout_s: float) -> list[str]:
     """Slurm's node names as folded hostlists, one per line; [] when sinfo is missing,
     slow (its process group is killed at the timeout) or fails."""
-    from healthcheck.runners.local import run_command
 
     result = run_command((sinfo, "-h", "-o", "%N"), timeout_s=timeout_s)
     if not result.ok:
@@ -138,7 +140,6 @@ def _sinfo_hostlists(sinfo: str, timeout_s: float) -> list[str]:
 
 def _matching(hostlists: Iterable[str], tail: str, budget: _Budget) -> Iterator[str]:
     """Names from `hostlists` that start with `tail`, for at most budget.left names' worth of work."""
-    from healthcheck.core.nodes import HostlistError, is_valid_node_name, parse_hostlist
 
     for text in itertools.islice(hostlists, MAX_HOSTLISTS):
         if len(text) > MAX_HOSTLIST_CHARS:
@@ -207,7 +208,6 @@ def _narrow(names: list[str], cap: int) -> list[str]:
     match shares, and the next TAB narrows further."""
     if len(names) <= cap:
         return names
-    from os.path import commonprefix
 
     n = len(commonprefix(names)) + 1
     return sorted({name[:n] for name in names})

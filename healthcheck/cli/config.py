@@ -8,6 +8,10 @@ import click
 
 from healthcheck.cli.app import App, config_option, format_option
 from healthcheck.cli.completion import complete_nodes
+from healthcheck.core.config.loader import is_fabric_file
+from healthcheck.core.nodes import check_node_name
+from healthcheck.report.layout import table, wrap_line
+from healthcheck.report.table import printable
 
 
 @click.group()
@@ -23,7 +27,6 @@ def validate(file: Path | None, config_path: Path | None) -> int:
 
     FILE may also be a fabric file (one `hc baseline` wrote): it is then checked with what it
     extends, looked up in the fabric_dirs of the active config (--config)."""
-    from healthcheck.core.config.loader import is_fabric_file
 
     if file is not None and is_fabric_file(file):
         cfg = App(config_path).config
@@ -51,7 +54,6 @@ def validate(file: Path | None, config_path: Path | None) -> int:
 @format_option
 def show(node: str, config_path: Path | None, fmt: str) -> int:
     """The effective limits for NODE, and which file and line each came from."""
-    from healthcheck.core.nodes import check_node_name
 
     check_node_name(node)
     app = App(config_path, fmt)
@@ -67,8 +69,6 @@ def show(node: str, config_path: Path | None, fmt: str) -> int:
             }
         )
         return 0
-    from healthcheck.report.layout import table, wrap_line
-    from healthcheck.report.table import printable
 
     app.echo(wrap_line(f"{node}: fabric {nc.fabric_name} (config {app.config.path})", app.width))
     rows = [[printable(k), printable(_show(v)), printable(s)] for k, v, s in leaves]

@@ -4,16 +4,57 @@ collect the same evidence live and plug into this group as further subcommands."
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+import msgspec
 
-from healthcheck.cli.app import config_option, format_option, prometheus_option
+from healthcheck.actions.saved_runs import diagnosis_report
+from healthcheck.actions.slurm import SlurmClient
+from healthcheck.cli.app import App, PrometheusTarget, config_option, format_option, prometheus_dir, prometheus_option
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.params import integer, number, pid
+from healthcheck.cli.progress import TextProgress
+from healthcheck.core.atomic import write_atomic
+from healthcheck.core.config.loader import load_config
+from healthcheck.core.config.schema import IbCounterLimits
+from healthcheck.core.errors import ExitCode, HcError
+from healthcheck.core.inputs import clip
+from healthcheck.core.nodes import expand
 from healthcheck.diagnose import MAX_PARALLEL, MAX_TIMEOUT_S
+from healthcheck.diagnose.collect import (
+    CollectError,
+    NodeCollection,
+    collect_here,
+    collect_node,
+    find_launchers,
+    local_rank_pids,
+)
+from healthcheck.diagnose.evidence import HealthEvent
+from healthcheck.diagnose.live import (
+    MAX_DEBUG_BYTES,
+    MAX_OUTPUT_BYTES,
+    MAX_RANK_OUTPUT_BYTES,
+    NodeAnswer,
+    collect_args,
+    decode_node,
+    evidence_from_nodes,
+    fetch_argv,
+    local_fetcher,
+    parse_fetched,
+    parse_job,
+    remote_argv,
+    sampling_args,
+    srun_collect_argv,
+)
 from healthcheck.diagnose.sampling import (
     DEFAULT_HORIZON_S,
     DEFAULT_SAMPLES,
@@ -23,16 +64,22 @@ from healthcheck.diagnose.sampling import (
     MAX_WINDOW_S,
     SamplingSpec,
 )
+from healthcheck.diagnose.sources import collect as collect_sources
+from healthcheck.diagnose.verdict import build, encode, render
 from healthcheck.probes.gpu import MAX_SINCE
+from healthcheck.report.build import iso
+from healthcheck.report.history import History
+from healthcheck.report.jsonio import parse_time
+from healthcheck.report.prometheus import check_directory, export
+from healthcheck.runners.base import CommandResult
+from healthcheck.runners.fanout import fan_out
+from healthcheck.runners.local import run_command
+from healthcheck.runners.ssh import SshConnection, SshError
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
-    from healthcheck.diagnose.evidence import HealthEvent
     from healthcheck.diagnose.health import HistoryLookup
-    from healthcheck.diagnose.live import NodeAnswer
     from healthcheck.diagnose.verdict import Verdict
-    from healthcheck.report.history import History
-    from healthcheck.runners.base import CommandResult
 
 EXIT_CODES = """\b
 Exit codes:
@@ -75,14 +122,11 @@ def logs(paths: tuple[Path, ...], fmt: str, output: Path | None, prometheus_to: 
     /dev or another kernel pseudo file system, opens only regular files, and is bounded
     (20,000 files, 4 GiB); a long one shows its progress on stderr.
     """
-    from healthcheck.cli.progress import TextProgress
-    from healthcheck.diagnose.sources import collect
-    from healthcheck.diagnose.verdict import build
 
     sink = Sink(fmt, output, prometheus_to, config_path)
     progress = TextProgress("hc diagnose logs")
     try:
-        collected = collect(list(paths), progress=progress)
+        collected = collect_sources(list(paths), progress=progress)
     finally:
         progress.done()
     return sink.emit(build(collected, history=sink.history()))
@@ -98,8 +142,6 @@ class Sink:
 
     def __init__(self, fmt: str, output: Path | None, prometheus_to: Path | None = None,
                  config_path: Path | None = None) -> None:
-        from healthcheck.cli.app import PrometheusTarget
-        from healthcheck.report.prometheus import check_directory
 
         self.fmt, self.output = fmt, output
         self.config = _config(config_path)
@@ -107,8 +149,6 @@ class Sink:
         if prometheus_to is not None:
             self.prometheus = PrometheusTarget(check_directory(prometheus_to), True)
         elif self.config is not None:
-            from healthcheck.cli.app import App, prometheus_dir
-
             app = App(config_path)
             app.__dict__["config"] = self.config  # the one already read (App.config is a cached_property)
             self.prometheus = prometheus_dir(app, None, "diagnose")
@@ -118,7 +158,6 @@ class Sink:
         them in the job's window; None where no history is kept (or none recorded yet)."""
         if self.config is None:
             return None
-        from healthcheck.report.history import History
 
         history = History.from_settings(self.config.main.history)
         if history is None or not history.path.exists():
@@ -128,12 +167,6 @@ class Sink:
                                                         allowed=lambda host: _max_rise(config, host))
 
     def emit(self, verdict: Verdict) -> int:
-        import sys
-
-        from healthcheck.core.atomic import write_atomic
-        from healthcheck.core.errors import ExitCode
-        from healthcheck.diagnose.verdict import encode, render
-
         data = encode(verdict)
         if self.output is not None:
             write_atomic(self.output, data)
@@ -153,9 +186,6 @@ class Sink:
         or not asked; the config's directory failing is a warning, as for hc node)."""
         if self.prometheus is None:
             return ""
-        from healthcheck.actions.saved_runs import diagnosis_report
-        from healthcheck.core.errors import HcError
-        from healthcheck.report.prometheus import export
 
         settings = self.config.main.prometheus if self.config is not None else None
         try:
@@ -172,12 +202,6 @@ def history_events(history: History, hosts: Sequence[str], start: float, end: fl
     """What the history says of `hosts` in [start, end], as health events: each run that
     FAILed a host, and each IB error counter that rose on one over the window (more than
     `allowed(host)[counter]`, 0 where unset)."""
-    import datetime as dt
-
-    from healthcheck.core.config.schema import IbCounterLimits
-    from healthcheck.diagnose.evidence import HealthEvent
-    from healthcheck.report.build import iso
-    from healthcheck.report.jsonio import parse_time
 
     def stamp(t: float) -> str:
         return iso(dt.datetime.fromtimestamp(t, dt.timezone.utc))
@@ -212,9 +236,6 @@ COUNTER_LOOKBACK_S = 86400.0  # how far before a job a reading of its hosts' IB 
 def _max_rise(config: Config, host: str) -> dict[str, int]:
     """The rise of each IB error counter the host's fabric allows during a test
     (bandwidth.counters_max_rise); {} where the host has no fabric here."""
-    import msgspec
-
-    from healthcheck.core.errors import HcError
 
     try:
         limits = config.for_node(host).limits.bandwidth.counters_max_rise
@@ -225,7 +246,6 @@ def _max_rise(config: Config, host: str) -> dict[str, int]:
 
 def _config_named(config_path: Path | None) -> Config:
     """The config a command cannot do without (hc diagnose job|hosts: Slurm, SSH): its error is exit 4."""
-    from healthcheck.core.config.loader import load_config
 
     return load_config(config_path)
 
@@ -233,8 +253,6 @@ def _config_named(config_path: Path | None) -> Config:
 def _config(config_path: Path | None) -> Config | None:
     """The config (--config, $HC_CONFIG, the site's or the embedded one); None, with a
     warning, where it cannot be read and --config did not name it."""
-    from healthcheck.core.config.loader import load_config
-    from healthcheck.core.errors import HcError
 
     try:
         return load_config(config_path)
@@ -334,9 +352,6 @@ def collect(pid_args: tuple[int, ...], job_id: str | None, by_pids: bool, local:
     node (--job ID | --pids PID... | --local) with its /proc state, py-spy --json stack,
     debug file paths and the kernel log of the job's window (--ras: NCCL RAS too), as one
     JSON line."""
-    import sys
-
-    from healthcheck.diagnose.collect import collect_here
 
     if sum((job_id is not None, by_pids, local)) != 1:
         raise click.UsageError("give exactly one of --job ID, --pids PID... and --local")
@@ -368,19 +383,6 @@ def pids(pids: tuple[int, ...], local: bool, config_path: Path | None, timeout_s
     fix), reads the debug files the ranks were given (NCCL_DEBUG_FILE, Flight Recorder
     dumps, torchelastic error files), names ranks the world size expects but that are gone,
     and prints one verdict as `hc diagnose logs` does."""
-    import datetime as dt
-    import functools
-    import socket
-
-    from healthcheck.diagnose.collect import (
-        CollectError,
-        NodeCollection,
-        collect_node,
-        find_launchers,
-        local_rank_pids,
-    )
-    from healthcheck.diagnose.live import MAX_RANK_OUTPUT_BYTES, evidence_from_nodes, local_fetcher
-    from healthcheck.diagnose.verdict import build
 
     if bool(pids) == local:
         raise click.UsageError("give PID... or --local (not both)")
@@ -417,9 +419,6 @@ def _gather(nodes: list[str], run: Callable[[str, list[str], float], CommandResu
             timeout_s: float, parallel: int, startup_s: float = STARTUP_MARGIN_S) -> list[NodeAnswer]:
     """The helper on every node, at most `parallel` at once, each bounded: a node that does
     not answer in time (or answers nonsense) is a NodeAnswer with why, never a hang."""
-    from healthcheck.core.inputs import clip
-    from healthcheck.diagnose.live import NodeAnswer, decode_node
-    from healthcheck.runners.fanout import fan_out
 
     limit = timeout_s + startup_s
 
@@ -446,7 +445,6 @@ def _fetcher(run: Callable[[str, list[str], float], CommandResult], tail: bool =
              max_bytes: int | None = None) -> Callable[[str, list[str]], dict]:
     """Read files on a node through run: their first bytes (debug files), or their last
     (tail: a job's output); max_bytes of each, else the kind's own bound."""
-    from healthcheck.diagnose.live import MAX_DEBUG_BYTES, MAX_OUTPUT_BYTES, fetch_argv, parse_fetched
 
     size = max_bytes or (MAX_OUTPUT_BYTES if tail else MAX_DEBUG_BYTES)
 
@@ -462,10 +460,6 @@ def _fetcher(run: Callable[[str, list[str], float], CommandResult], tail: bool =
 
 def _ssh_runner(settings: object) -> tuple[Callable[[str, list[str], float], CommandResult], Callable[[], None]]:
     """run(node, argv, timeout) over hc's SSH runner, one connection per node, and close()."""
-    import threading
-
-    from healthcheck.runners.base import CommandResult
-    from healthcheck.runners.ssh import SshConnection, SshError
 
     conns: dict[str, SshConnection] = {}
     lock = threading.Lock()
@@ -489,8 +483,6 @@ def _live_verdict(nodes: list[str], run: Callable[[str, list[str], float], Comma
                   label: str, timeout_s: float, parallel: int, startup_s: float,
                   outputs: Sequence[tuple[str, str]] = (), *, history: HistoryLookup | None = None,
                   started: float | None = None) -> Verdict:
-    from healthcheck.diagnose.live import MAX_RANK_OUTPUT_BYTES, evidence_from_nodes
-    from healthcheck.diagnose.verdict import build
 
     results = _gather(nodes, run, helper, timeout_s, parallel, startup_s)
     # each rank's own stdout/stderr file, read on its node as `hc diagnose pids` reads it
@@ -525,13 +517,6 @@ def job(job_id: str, via: str, parallel: int | None, config_path: Path | None, t
     from the job's start: OOM kills, Xid and HCA link events in the job's window. A batch
     job's own stdout/stderr (scontrol's StdOut/StdErr) are read on its batch host, their
     last 8 MiB: what a rank printed as it died (a gloo size mismatch, a traceback) is there."""
-    import time
-
-    from healthcheck.actions.slurm import SlurmClient
-    from healthcheck.core.errors import ExitCode
-    from healthcheck.core.nodes import expand
-    from healthcheck.diagnose.live import collect_args, parse_job, remote_argv, srun_collect_argv
-    from healthcheck.runners.local import run_command
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="JOB_ID")
@@ -605,8 +590,6 @@ def hosts(hostlist: str, parallel: int | None, config_path: Path | None, timeout
     """Diagnose a job launched without Slurm across HOSTLIST (torchrun on each host, mpirun):
     runs `hc diagnose collect --local` on every host over SSH (ssh.remote_hc) and prints one
     verdict: every rank process found there is taken as the job's (run it where one job runs)."""
-    from healthcheck.core.nodes import expand
-    from healthcheck.diagnose.live import remote_argv, sampling_args
 
     sink = Sink(fmt, output, prometheus_to, config_path)
     cfg = (sink.config or _config_named(config_path)).main

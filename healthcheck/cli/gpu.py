@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from healthcheck.core.errors import ExitCode, HcError
+from healthcheck.probes.nvml import NvmlProbe, RecordingNvml
+from healthcheck.report.jsonio import write_atomic
 
 
 class NothingToRecord(HcError):
@@ -32,8 +34,6 @@ def record(output: Path | None, note: str) -> int:
     Replay a recording with HC_NVML_REPLAY=FILE: the GPU checks then run the same NVML
     code against the recorded answers (how hc's tests cover GPU failures without GPUs).
     """
-    from healthcheck.probes.nvml import NvmlProbe, RecordingNvml
-    from healthcheck.report.jsonio import write_atomic
 
     try:
         import pynvml

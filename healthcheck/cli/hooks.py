@@ -7,13 +7,17 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import click
 
-from healthcheck.cli.app import App, config_option
+from healthcheck.cli.app import App, config_option, this_node_name
+from healthcheck.core.config.schema import SlurmSettings
+from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.tiers import TIERS
 from healthcheck.report.syslog import send as send_to_syslog
+from healthcheck.runners.local import kill_children
 
 # The whole hook run is bounded by its tier's deadline_s plus this margin for acting and
 # writing the report; the margin also covers loading the config, which is read before
@@ -30,16 +34,13 @@ def _run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
     """
     guard = HookGuard(kind)
     try:
-        from healthcheck.cli.app import this_node_name
-        from healthcheck.core.config.schema import SlurmSettings
-
         guard.arm(getattr(SlurmSettings(), kind).deadline_s + HARD_MARGIN_S)
         app = App(config_path, fmt or "table")
         config = app.config
         node = this_node_name()
         settings = getattr(config.main.slurm, kind)
         guard.arm(settings.deadline_s + HARD_MARGIN_S)
-        from healthcheck.orchestrate.hooks import run_hook
+        from healthcheck.orchestrate.hooks import run_hook  # noqa: PLC0415 -- a failed import exits by the hook contract
 
         result = run_hook(kind, config, dict(os.environ), dry_run=dry_run, tier=tier, resume=resume,
                           node=node, hard_deadline=guard.deadline)
@@ -94,10 +95,7 @@ class HookGuard:
         return code
 
     def failed(self, exc: BaseException) -> int:
-        from healthcheck.core.errors import ExitCode, HcError
-
         signal.setitimer(signal.ITIMER_REAL, 0)
-        from healthcheck.runners.local import kill_children
 
         kill_children()
         if isinstance(exc, HcError):
@@ -105,8 +103,6 @@ class HookGuard:
         else:
             what, own = f"internal error: {type(exc).__name__}: {exc}", int(ExitCode.ERROR)
             if os.environ.get("HC_DEBUG") == "1":
-                import traceback
-
                 traceback.print_exc()
         code = self._code(own)
         _log(f"hc {self.kind}: error: {_one_line(what)} ({_consequence(self.kind, code)})")
@@ -117,8 +113,6 @@ class HookGuard:
         return code  # not reached
 
     def _give_up(self, signum: int, frame: object) -> None:
-        from healthcheck.runners.local import kill_children
-
         kill_children()
         code = self._code(3)
         why = "hard deadline exceeded" if signum == signal.SIGALRM else f"signal {signal.Signals(signum).name}"
@@ -130,7 +124,7 @@ class HookGuard:
 
 def _verdict() -> int:
     try:
-        from healthcheck.orchestrate.hooks import verdict
+        from healthcheck.orchestrate.hooks import verdict  # noqa: PLC0415 -- a failed import still exits by the contract
 
         return verdict()
     except Exception:

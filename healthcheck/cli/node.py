@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib
+import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -23,7 +27,18 @@ from healthcheck.cli.app import (
     tier_option,
 )
 from healthcheck.cli.completion import complete_nodes
-from healthcheck.core.errors import ExitCode, HcError
+from healthcheck.core.errors import ExitCode, HcError, UsageError
+from healthcheck.core.nodes import expand
+from healthcheck.core.registry import select
+from healthcheck.orchestrate.localrun import check_this_node
+from healthcheck.report.build import with_run_finding
+
+# What `hc node` needs only for some runs, loaded by import path where the run is known (as
+# cli.COMMANDS are): a quick --local check imports neither the machinery of many nodes
+# (SSH, Slurm, the pair sweep, the progress bar) nor the deep tier's Slurm guard.
+MANY_NODES = "healthcheck.orchestrate.multirun"
+PROGRESS = "healthcheck.cli.progress"
+DEEP_GUARD = "healthcheck.orchestrate.busy"
 
 
 def parse_since(value: str) -> float | None:
@@ -33,11 +48,6 @@ def parse_since(value: str) -> float | None:
     error (exit 4, one line): read as a window it would hide every Xid. A time in the
     future is accepted with a warning on stderr; the check names the window it read.
     """
-    import datetime as dt
-    import math
-    import time
-
-    from healthcheck.core.errors import UsageError
 
     latest = 253402300799.0  # 9999-12-31T23:59:59Z, the last time ISO 8601 can name
     text = value.strip()
@@ -101,25 +111,18 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     checks = [s for s in only.split(",") if s]
     prom = prometheus_dir(app, prometheus_to, "node")
     if local:
-        from healthcheck.orchestrate.localrun import check_this_node
-
         name = this_node_name()
         window = parse_since(since)
         skip_deep, run_findings = None, []
         if tier == "deep":  # never under someone else's job: see orchestrate/busy.py
-            from healthcheck.core.registry import select
-            from healthcheck.orchestrate.busy import guard_this_node
-
             select(tier, checks)  # unknown check names are a usage error before Slurm is asked
-            guard = guard_this_node(app.config, name, os.environ)
+            guard = importlib.import_module(DEEP_GUARD).guard_this_node(app.config, name, os.environ)
             for note in guard.notes:
                 click.echo(f"hc: warning: {note}", err=True)
             skip_deep, run_findings = guard.skip_reason, guard.run_findings
         report, abandoned = check_this_node(app.config, node=name, tier=tier, only=checks,
                                             params={"since": window}, skip_deep=skip_deep)
         if run_findings:
-            from healthcheck.report.build import with_run_finding
-
             for finding in run_findings:
                 report = with_run_finding(report, finding)
         lost = [e for e in (export_prometheus(app, report, prom),) if e is not None]
@@ -136,17 +139,15 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
             click.echo(f"hc: error: {exc}", err=True)
             code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
         os._exit(code)
-    from healthcheck.cli.progress import progress_printer
-    from healthcheck.core.nodes import expand
-    from healthcheck.core.registry import select
-    from healthcheck.orchestrate.multirun import run_many
 
     names = expand(nodes)
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
         raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
-    run = run_many(app.config, names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
-                   since=parse_since(since), on_done=progress_printer(len(names)))
+    progress = importlib.import_module(PROGRESS).progress_printer(len(names))
+    run = importlib.import_module(MANY_NODES).run_many(app.config, names, command="node", via="ssh", mode=mode,
+                                                       tier=tier, only=checks, since=parse_since(since),
+                                                       on_done=progress)
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
     lost = [e for e in (export_prometheus(app, run.report, prom),) if e is not None]

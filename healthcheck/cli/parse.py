@@ -6,7 +6,11 @@ import sys
 
 import click
 
-from healthcheck.parsers import BINARY_TOOLS, TOOLS
+from healthcheck.cli.app import App
+from healthcheck.core.errors import HcError, ParseError, UsageError
+from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded, read_stdin_bounded
+from healthcheck.parsers import BINARY_TOOLS, TOOLS, parser_for
+from healthcheck.parsers.explain import explain, render
 
 
 @click.command(epilog="Tools: " + ", ".join(f"{k} ({v[2]})" for k, v in TOOLS.items()))
@@ -25,9 +29,6 @@ def parse(tool: str, file: str | None, fmt: str | None, explain: bool) -> int:
     read when it is a pipe or a file. Unparsable, empty or oversized input exits 4 with
     a one-line reason (with --explain, after the explanation).
     """
-    from healthcheck.cli.app import App
-    from healthcheck.core.errors import UsageError
-    from healthcheck.parsers import parser_for
 
     if fmt == "table" and not explain:
         raise UsageError("--format table shows an explanation: add --explain (the facts are JSON)")
@@ -43,7 +44,6 @@ def parse(tool: str, file: str | None, fmt: str | None, explain: bool) -> int:
 def _text_of(data: bytes, tool: str, source: str) -> str:
     """A text tool's input as text; NUL bytes say it is binary, no output of the tool.
     (A BINARY_TOOLS pickle stays bytes: its parser reads it as data, running nothing in it.)"""
-    from healthcheck.core.errors import HcError
 
     text = data.decode("utf-8", errors="replace")
     if "\x00" in text:
@@ -53,10 +53,6 @@ def _text_of(data: bytes, tool: str, source: str) -> str:
 
 def _explain(tool: str, source: str, payload: str | bytes, fmt: str) -> int:
     """The parse with which handler read each line; a refusal still exits 4, after it."""
-    from healthcheck.cli.app import App
-    from healthcheck.core.errors import ParseError
-    from healthcheck.parsers import parser_for
-    from healthcheck.parsers.explain import explain, render
 
     facts, explanation = explain(tool, parser_for(tool), payload)
     if fmt == "json":
@@ -71,8 +67,6 @@ def _explain(tool: str, source: str, payload: str | bytes, fmt: str) -> int:
 def _read_input(tool: str, file: str | None) -> tuple[bytes, str]:
     """(bytes, source name) of FILE or stdin, capped; a device is refused, a pipe
     (`<(ibstat)`) is read, and a terminal is never waited on unless asked with `-`."""
-    from healthcheck.core.errors import UsageError
-    from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded, read_stdin_bounded
 
     what = f"{tool} output"
     if file is None and sys.stdin.isatty():

@@ -4,7 +4,11 @@ calls back when a node is done."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Callable
+
+import click
 
 from healthcheck.core.model import NodeResult
 
@@ -13,9 +17,6 @@ def progress_printer(total: int) -> Callable[[str, NodeResult], None] | None:
     """A progress bar on a terminal (stderr), nothing otherwise."""
     if not sys.stderr.isatty():
         return None
-    import threading
-
-    import click
 
     bar = click.progressbar(length=total, label="checking", file=sys.stderr, show_pos=True)
     bar.__enter__()
@@ -43,7 +44,6 @@ class TextProgress:
 
     def __init__(self, label: str, *, stream=None, delay_s: float = 2.0, every_s: float = 0.25,
                  log_every_s: float = 5.0, clock: Callable[[], float] | None = None) -> None:
-        import time
 
         self.label = label
         self.stream = stream if stream is not None else sys.stderr

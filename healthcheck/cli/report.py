@@ -7,9 +7,15 @@ from pathlib import Path
 
 import click
 
+from healthcheck.actions.saved_runs import diff_runs, read_report, write_html
+from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
 from healthcheck.cli.app import App, config_option, format_option
 from healthcheck.cli.params import integer
 from healthcheck.core.errors import ExitCode
+from healthcheck.core.nodes import check_node_name
+from healthcheck.report.diff import render_diff, to_json
+from healthcheck.report.history import history_json, history_listing, history_table
+from healthcheck.report.tickets import render, to_jsonl
 
 REPORT_FILE = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
 
@@ -24,7 +30,6 @@ def report() -> None:
 @format_option
 def show(file: Path, fmt: str) -> int:
     """Show a saved report (a file hc wrote with --output or --format json; '-' reads stdin)."""
-    from healthcheck.actions.saved_runs import read_report
 
     App(fmt=fmt).emit_report(read_report(file))
     return 0
@@ -48,7 +53,6 @@ def html_cmd(file: Path | None, output: Path, runs: int, config_path: Path | Non
     Floors on the curves are those the run compared with, and the config's fabrics'
     for the other sizes. Exit 0 written; 4 unreadable report or output.
     """
-    from healthcheck.actions.saved_runs import write_html
 
     write_html(file, output, runs, config_path)
     return 0
@@ -77,8 +81,6 @@ def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_pat
     Exit codes: 0 no new failures; 2 new failures (a FAIL finding that was not
     FAIL in the older run); 4 unreadable input or nothing to compare with.
     """
-    from healthcheck.actions.saved_runs import diff_runs
-    from healthcheck.report.diff import render_diff, to_json
 
     app = App(config_path, fmt)
     d = diff_runs(old, new, command, config_path)
@@ -100,8 +102,6 @@ def diff_cmd(old: Path | None, new: Path | None, command: str | None, config_pat
 @format_option
 def history_cmd(node: str | None, command: str | None, limit: int, config_path: Path | None, fmt: str) -> int:
     """List the recorded runs (newest first), or one node's recent statuses."""
-    from healthcheck.core.nodes import check_node_name
-    from healthcheck.report.history import history_json, history_listing, history_table
 
     if node is not None:
         check_node_name(node)  # a bad name is the error, whatever the config
@@ -163,8 +163,6 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
     spool, or the webhook answered that its URL or token is wrong (the records
     wait in the spool).
     """
-    from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
-    from healthcheck.report.tickets import render, to_jsonl
 
     options = WebhookOptions(webhook, no_webhook, token_file, token_header, resend_rejected)
     run = ticket_run(file, config_path, min_status=min_status, lookback=lookback, webhook=options,

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from healthcheck.bandwidth.torch_sweep import SweepError
 from healthcheck.cli.params import number
+from healthcheck.core.errors import HcError, UsageError
+from healthcheck.jobwrap import envset, launcher, straggler, tee
+from healthcheck.jobwrap import preflight as pf
 from healthcheck.jobwrap.envset import DEFAULT_SUBSYS, Who
+from healthcheck.jobwrap.tee import HOW
+from healthcheck.parsers import run_output
 
 if TYPE_CHECKING:  # the preflight itself is imported where it runs: `hc run --help` stays fast
     from healthcheck.jobwrap.preflight import Problem
@@ -91,10 +98,6 @@ def _say(line: str) -> None:
 
 
 def _log_dir(explicit: Path | None, env: dict[str, str]) -> Path:
-    import tempfile
-
-    from healthcheck.jobwrap import envset
-
     if explicit is not None:
         return envset.make_log_dir(explicit)
     chosen = envset.default_log_dir(env)
@@ -185,7 +188,6 @@ def run(command: tuple[str, ...], log_dir: Path | None, nccl_debug: str, nccl_su
         preflight: bool, node_check: bool, node_timeout: float, straggler_test: bool, straggler_timeout: float,
         straggler_factor: float, straggler_backend: str, tee: bool, inner: bool, python_exec_was: str | None) -> int:
     """Run CMD with NCCL/torch debugging on and a preflight on every rank (exec: CMD's exit code is the job's)."""
-    from healthcheck.jobwrap import launcher
 
     env = dict(os.environ)
     if "/" not in command[0] and shutil.which(command[0], path=env.get("PATH", os.defpath)) is None:
@@ -212,9 +214,6 @@ def _say_where_ranks_log(env: dict[str, str], directory: Path) -> None:
     """Rank 0 says where the default log directory leaves ranks out of `hc diagnose logs DIR`:
     nothing the ranks share names the job (each logs in a directory of its own), or the
     directory is in each node's temp dir and the ranks are on several nodes."""
-    import tempfile
-
-    from healthcheck.jobwrap import envset
 
     info = envset.who(env)
     world = info.world_size or 1
@@ -236,8 +235,6 @@ _TEES: list[int] = []  # the tee this hc run started: told to say nothing if hc 
 def _tee(path: Path, info: Who | None, kind: str, label: str, after_failure: str = "") -> Path | None:
     """Send this process's stdout/stderr (the command's, after exec) through the tee into `path`;
     `after_failure`: the line the tee says once the command has failed."""
-    from healthcheck.jobwrap import tee
-    from healthcheck.parsers import run_output
 
     host, pid = socket.gethostname(), os.getpid()
     head = run_output.header(rank=info.rank if info else None, world=info.world_size if info else None,
@@ -253,7 +250,6 @@ def _tee(path: Path, info: Who | None, kind: str, label: str, after_failure: str
 def _no_command(func: Callable[[], int]) -> int:
     """Run up to the exec: where hc exits itself (a preflight FAIL, a command it cannot start),
     the tee must not say that the command failed."""
-    from healthcheck.jobwrap import tee
 
     try:
         code = func()
@@ -265,15 +261,11 @@ def _no_command(func: Callable[[], int]) -> int:
 
 
 def _after_failure(who: str, directory: Path) -> str:
-    from healthcheck.jobwrap.tee import HOW
-
     return f"hc run: {who} {HOW}: hc diagnose logs {directory}"
 
 
 def _as_rank(command: tuple[str, ...], env: dict[str, str], directory: Path, opts: RunOptions) -> int:
     """One rank (or a one-process job): its variables, output, manifest and preflight, then exec."""
-    from healthcheck.core.errors import HcError
-    from healthcheck.jobwrap import envset
 
     info = envset.who(env)
     label = _rank_label(info.rank, info.world_size)
@@ -311,7 +303,6 @@ def _around_launcher(command: tuple[str, ...], kind: str, env: dict[str, str], d
                      opts: RunOptions) -> int:
     """hc around torchrun, mpirun or srun: not a rank. Its output is kept; torchrun's ranks are
     wrapped through PYTHON_EXEC; the others' ranks are not recorded, and hc says so."""
-    from healthcheck.jobwrap import envset
 
     info = envset.who(env)  # this process's own place: an srun task per node, or nothing
     lead = info.rank in (0, None)
@@ -350,8 +341,6 @@ _INSIDE = {"torchrun": "torchrun ... -m healthcheck run -- python train.py",
 
 def _delegate(command: tuple[str, ...], env: dict[str, str], directory: Path, opts: RunOptions) -> str | None:
     """Point torchrun's PYTHON_EXEC at hc's shim; None when done, else why not."""
-    from healthcheck.core.errors import HcError
-    from healthcheck.jobwrap import launcher
 
     why = launcher.why_not_delegated(command, env)
     if why is not None:
@@ -386,7 +375,6 @@ def _say_warnings(problems: list[Problem], label: str) -> None:
 def _launcher_preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> None:
     """Around a launcher: its own variables and the node's quick tier (once per node); the
     ranks' checks and straggler test are theirs to run (inside, where hc wraps them)."""
-    from healthcheck.jobwrap import preflight as pf
 
     problems = pf.check_launcher_env(env)
     if opts.node_check and info.local_rank in (0, None):
@@ -400,8 +388,6 @@ def _launcher_preflight(env: dict[str, str], info: Who, label: str, opts: RunOpt
 
 
 def _preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> None:
-    from healthcheck.jobwrap import preflight as pf
-
     launcher = pf.check_launcher_env(env)
     _say_warnings(launcher, label)
     bad = [p for p in launcher if p.status == "FAIL"]
@@ -427,9 +413,6 @@ def _preflight(env: dict[str, str], info: Who, label: str, opts: RunOptions) -> 
 
 def _straggler(env: dict[str, str], info: Who, label: str, verdict: tuple[str, str], timeout_s: float, factor: float,
                backend: str) -> None:
-    from healthcheck.bandwidth.torch_sweep import SweepError
-    from healthcheck.core.errors import UsageError
-    from healthcheck.jobwrap import straggler
 
     opts = straggler.StragglerOptions(timeout_s=timeout_s, factor=factor, backend=backend)
     try:

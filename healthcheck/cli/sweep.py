@@ -21,6 +21,13 @@ from healthcheck.cli.app import (
 )
 from healthcheck.cli.completion import complete_nodes
 from healthcheck.cli.node import mode_option, parse_since, since_option
+from healthcheck.cli.progress import progress_printer
+from healthcheck.core.errors import ExitCode, HcError
+from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
+from healthcheck.core.nodes import expand
+from healthcheck.core.registry import select
+from healthcheck.orchestrate.multirun import partition_nodes, run_many
+from healthcheck.parsers.hostfile import parse_hostfile
 
 
 @click.command()
@@ -54,11 +61,6 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
 
     Exit codes as for `hc node`; 5 when --act was refused by the blast-radius guard.
     """
-    from healthcheck.cli.progress import progress_printer
-    from healthcheck.core.errors import ExitCode, HcError
-    from healthcheck.core.nodes import expand
-    from healthcheck.core.registry import select
-    from healthcheck.orchestrate.multirun import partition_nodes, run_many
 
     # "is not None": --nodes '' names an empty set, which is an error of its own (below)
     chosen = [x for x in (hostlist, hostfile, partition) if x is not None]
@@ -74,9 +76,6 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
         if not names:
             raise click.UsageError(f"no node to check: --nodes {hostlist!r} names no node")
     elif hostfile is not None:
-        from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
-        from healthcheck.parsers.hostfile import parse_hostfile
-
         # bounded: /dev/zero named as a hostfile is an error, not all of memory
         text = read_bounded(hostfile, TOOL_OUTPUT_MAX_BYTES, what="hostfile", allow_fifo=True).decode(
             "utf-8", errors="replace")

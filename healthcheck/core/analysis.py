@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from healthcheck.core.model import AnalysisRun, Finding, NodeResult
+from healthcheck.core.nodes import fold
 from healthcheck.core.registry import NotApplicable, current
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
@@ -54,7 +55,6 @@ class AnalysisOutcome:
 def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: str | None = None
                  ) -> AnalysisOutcome:
     """Run the current registry's analyses of `scope` over `inputs`; `judged`: the nodes they cover."""
-    from healthcheck.core.nodes import fold
 
     names = list(judged)
     covered = fold(names) if names else ""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.core.model import Finding, Limit
+from healthcheck.core.plugins import load_declarations
 from healthcheck.core.status import Status
 
 _ID_RE = re.compile(r"^[a-z][a-z0-9]*\.[EW][0-9]{3}$")
@@ -84,7 +85,6 @@ def record_emitter(finding_id: str, emitter: str) -> None:
 
 def emitters(ids: Iterable[str]) -> dict[str, frozenset[str]]:
     """finding ID -> the checks and analyses that can emit it, every family declared first."""
-    from healthcheck.core.plugins import load_declarations
 
     load_declarations()
     return {i: frozenset(EMITTERS.get(i, ())) for i in ids}

@@ -15,6 +15,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from healthcheck.core.errors import ParseError
+from healthcheck.core.plugins import load_probes_for
 from healthcheck.runners.base import CommandResult, Runner
 
 # How much of what a timed-out command printed is kept as evidence (per stream, bytes):
@@ -127,7 +129,6 @@ class ProbeContext:
 
     def parse(self, parser: Callable[[str], Any], text: str, tool: str) -> Any:
         """Run a parser, turning its ParseError into ProbeError("unparsable")."""
-        from healthcheck.core.errors import ParseError
 
         try:
             return parser(text)
@@ -159,9 +160,9 @@ class Providers:
     over the process-wide one, so its throw-away providers sit beside the real ones).
     """
 
-    def __init__(self, load: Callable[[], None] | None = None, base: Providers | None = None) -> None:
+    def __init__(self, load: Callable[[str, str], None] | None = None, base: Providers | None = None) -> None:
         self.by_key: dict[tuple[str, str], Provider] = {}
-        self._load = load  # imports the modules that register into this set, when first needed
+        self._load = load  # imports the module that registers a fact's provider over a transport, when first asked
         self.base = base
 
     def provides(self, fact: str, transport: str = "local", *, prefetch: PrefetchFn | None = None,
@@ -180,7 +181,7 @@ class Providers:
     def lookup(self, fact: str, transport: str) -> Provider | None:
         """The provider of `fact` over `transport` here or in the base, or None."""
         if self._load is not None:
-            self._load()
+            self._load(fact, transport)
         found = self.by_key.get((fact, transport))
         if found is None and self.base is not None:
             return self.base.lookup(fact, transport)
@@ -206,14 +207,9 @@ class Providers:
         return out
 
 
-def _load_probes() -> None:
-    from healthcheck.core.plugins import load_probes
-
-    load_probes()
-
-
-# The process-wide providers: every probe module registers here (through `provides`).
-DEFAULT_PROVIDERS = Providers(load=_load_probes)
+# The process-wide providers: every probe module registers here (through `provides`),
+# imported when one of its facts is first looked up.
+DEFAULT_PROVIDERS = Providers(load=load_probes_for)
 _current = DEFAULT_PROVIDERS
 
 

@@ -17,12 +17,17 @@ by `overlapping`, a sweep, never by comparing every pair.
 from __future__ import annotations
 
 import math
+import os
 import re
+import socket
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ClusterShell.NodeSet import NodeSet
+
 from healthcheck.core.errors import UsageError
+from healthcheck.core.inputs import clip
 
 if TYPE_CHECKING:  # pragma: no cover
     from ClusterShell.NodeSet import NodeSet
@@ -277,7 +282,6 @@ class Hostlist:
         # fold it as ClusterShell would when that is cheap; else the unfolded pieces
         return str(_nodeset(text)) if size <= MAX_EXPAND else text
 
-
     def boxes(self) -> list[tuple[str, Dims]]:
         """This hostlist as boxes, each a name pattern with one tuple of ranges per index: its
         terms where it is plain, else one box per name (at most MAX_EXPAND, counted at parse)."""
@@ -382,8 +386,6 @@ def _part_bound(part: str, lead: str) -> int:
 
 
 def _nodeset(text: str) -> NodeSet:
-    from ClusterShell.NodeSet import NodeSet
-
     try:
         ns = NodeSet(text)
     except Exception as exc:
@@ -409,7 +411,8 @@ def foreign_character(text: str) -> str | None:
     or a bidi override that reorders how it is shown can never match, only mislead."""
     if text.isascii() and text.isprintable():
         return None
-    import unicodedata
+
+    import unicodedata  # noqa: PLC0415 -- only for a name that is not ASCII; not on the prologue's path
 
     ch = next(c for c in text if not " " <= c <= "~")
     return f"U+{ord(ch):04X} {unicodedata.name(ch, 'a control character')}"
@@ -463,7 +466,6 @@ def _clip(text: str, limit: int = 120) -> str:
 
 def fold(names: Iterable[str]) -> str:
     """["gpu017", "gpu033", "gpu034"] -> "gpu[017,033-034]"."""
-    from ClusterShell.NodeSet import NodeSet
 
     return str(NodeSet.fromlist(list(names)))
 
@@ -471,8 +473,6 @@ def fold(names: Iterable[str]) -> str:
 def this_node_name(env: Mapping[str, str] | None = None) -> str:
     """$HC_NODE_NAME, else Slurm's name for this node, else the short host name; validated,
     since the name becomes file names under state_dir/report_dir and scontrol arguments."""
-    import os
-    import socket
 
     env = os.environ if env is None else env
     for var in ("HC_NODE_NAME", "SLURMD_NODENAME"):
@@ -484,8 +484,6 @@ def this_node_name(env: Mapping[str, str] | None = None) -> str:
         name = host.split(".", 1)[0]
         source = "the host name" if name == host else f"the host name {host[:80]!r}, short name"
     if not is_valid_node_name(name):
-        from healthcheck.core.inputs import clip
-
         raise UsageError(f"{source} {clip(name, 80)!r} is not a valid node name "
                          "(letters, digits, hyphens and dots; set HC_NODE_NAME)")
     return name

@@ -47,6 +47,12 @@ def load_probes() -> None:
     importlib.import_module(PROBE_PACKAGE).load_all()
 
 
+def load_probes_for(fact: str, transport: str) -> None:
+    """Import the fact provider module that gathers `fact` over `transport` (the probe
+    package's tables say which), so a run loads only the probes of the facts it needs."""
+    importlib.import_module(PROBE_PACKAGE).load_for(fact, transport)
+
+
 def load_declarations() -> None:
     """Import every check family and analysis module, so the catalogue knows every emitter."""
     load_checks()

@@ -13,6 +13,7 @@ node's name, or a tuple of the member nodes a finding is about.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import keyword
 from collections.abc import Callable, Iterable, Iterator
@@ -20,9 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from healthcheck.core.catalogue import FindingSpec
+from healthcheck.core.catalogue import FindingSpec, record_emitter
+from healthcheck.core.errors import UsageError
 from healthcheck.core.facts import DEFAULT_PROVIDERS, ProviderFn, Providers, using_providers
 from healthcheck.core.model import Finding, Metric
+from healthcheck.core.plugins import load_analyses, load_checks
 from healthcheck.core.tiers import CONTEXTS, TIERS
 
 CheckOutput = Iterable[Finding | Metric]
@@ -221,8 +224,6 @@ class Registry:
         families = {spec.family for spec in checks.values()}
         unknown = [w for w in wanted if w not in checks and w not in families]
         if unknown:
-            from healthcheck.core.errors import UsageError
-
             raise UsageError(f"unknown check or family: {', '.join(unknown)} (see hc checks list)")
         chosen = []
         for spec in sorted(checks.values(), key=lambda s: s.name):
@@ -285,21 +286,16 @@ def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: t
 
 def _record_emitter(name: str, findings: Iterable[FindingSpec]) -> None:
     """Tell the catalogue that `name` emits these IDs (what resuming a drained node asks)."""
-    from healthcheck.core.catalogue import record_emitter
 
     for spec in findings:
         record_emitter(spec.id, name)
 
 
 def _load_checks() -> None:
-    from healthcheck.core.plugins import load_checks
-
     load_checks()
 
 
 def _load_analyses() -> None:
-    from healthcheck.core.plugins import load_analyses
-
     load_analyses()
 
 
@@ -374,3 +370,16 @@ def select(tier: str, names: Iterable[str] = ()) -> list[CheckSpec]:
     A name may be a whole family ("ib") or one check ("ib.port_state").
     """
     return _current.select(tier, names)
+
+
+def deep_only(spec: CheckSpec) -> bool:
+    """A check of the deep tier that the standard tier does not run (a bandwidth test)."""
+    return "deep" in spec.tiers and "standard" not in spec.tiers
+
+
+def skip_deep_only(specs: Iterable[CheckSpec], reason: str) -> list[CheckSpec]:
+    """`specs` with every deep-only check skipped for `reason` before anything is gathered."""
+    def skip(_limits: object) -> str:
+        return reason
+
+    return [dataclasses.replace(s, applies=skip) if deep_only(s) else s for s in specs]

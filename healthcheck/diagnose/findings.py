@@ -29,6 +29,7 @@ from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.model import Finding
 from healthcheck.core.status import Status
+from healthcheck.diagnose.stacks import fold_ranks
 
 FailureClass = Literal["dead-rank", "collective-mismatch", "shape-mismatch", "stuck-rank", "host-wedged", "network",
                        "socket-fallback", "init-failure", "gpu-failure", "progressing", "unknown"]
@@ -91,7 +92,6 @@ def evidence_text(lines: Iterable[Evidence], limit: int = MAX_EVIDENCE_TEXT) -> 
 
 def ranks_component(ranks: Iterable[int]) -> str:
     """"rank 4", "ranks 3,5-6", or "" (the job as a whole)."""
-    from healthcheck.diagnose.stacks import fold_ranks
 
     ranks = sorted(set(ranks))
     if not ranks:

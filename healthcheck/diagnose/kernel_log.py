@@ -25,7 +25,7 @@ from healthcheck.diagnose.nodeschema import KernelLine, KernelLog
 from healthcheck.diagnose.procs import cgroup_job, machine_boot_time, parse_int, process_start
 from healthcheck.parsers.kernlog import split_prefix
 from healthcheck.parsers.xid import parse_kernel_log
-from healthcheck.probes.gpu import MAX_SINCE, Source, command_source, read_kernel_log
+from healthcheck.probes.gpu import MAX_SINCE, Source, command_source, kmsg_source, read_kernel_log
 from healthcheck.runners.local import LocalRunner
 
 KERNEL_TIMEOUT_S = 5.0  # for one kernel-log source (dmesg, journalctl)
@@ -50,7 +50,6 @@ _KERNEL_WORDS = ("Killed process", "oom-kill:", "NVRM", "SXid", "mlx5")
 def kernel_sources(timeout_s: float = KERNEL_TIMEOUT_S, since: float | None = None, root: str = "/") -> list[Source]:
     """hc's kernel-log sources, in order: /dev/kmsg, `dmesg --time-format iso`, plain dmesg,
     the journal (from `since` only, so a long boot's journal is not read whole)."""
-    from healthcheck.probes.gpu import kmsg_source  # the gpu.xid probe's own /dev/kmsg reader
 
     ctx = ProbeContext(runner=LocalRunner(), root=Path(root), timeout_s=timeout_s)
     journal: tuple[str, ...] = ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q")

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import datetime as _dt
 import os
 import re
 import shlex
 import stat
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
@@ -189,7 +191,6 @@ def fetch_hosts(fetch: FileFetcher, wanted: dict[str, list[str]]) -> dict[str, d
 
     if len(wanted) <= 1:
         return {host: one(host) for host in wanted}
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(FETCH_PARALLEL, len(wanted)), thread_name_prefix="hc-fetch") as pool:
         return dict(zip(wanted, pool.map(one, wanted), strict=True))
@@ -521,7 +522,6 @@ class SlurmJob(msgspec.Struct, frozen=True, omit_defaults=True):
         """StartTime as epoch seconds, less a minute for clocks that disagree; None when
         Slurm gave none. scontrol prints the controller's local time with no zone: read as
         this machine's (a site runs one zone)."""
-        import datetime
 
         try:
             when = datetime.datetime.strptime(self.start, "%Y-%m-%dT%H:%M:%S")

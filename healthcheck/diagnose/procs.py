@@ -13,6 +13,7 @@ import re
 import stat
 from collections.abc import Iterable
 
+from healthcheck.parsers.procfs import parse_boot_time
 from healthcheck.runners.proctree import read_small, read_stat
 
 MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read (the kernel allows far more; ranks never need it)
@@ -196,7 +197,6 @@ def output_files(pid: int, proc: str = "/proc") -> tuple[str, ...]:
 
 def machine_boot_time(proc: str = "/proc") -> float | None:
     """This boot's start (epoch seconds) from {proc}/stat's btime, None when unreadable."""
-    from healthcheck.parsers.procfs import parse_boot_time
 
     data = read_small(f"{proc}/stat", 1 << 20)
     return parse_boot_time(data.decode("ascii", errors="replace")) if data else None

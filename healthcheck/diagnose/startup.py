@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from healthcheck.core.nodes import fold
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, minority
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.launchrank import awaited_rank, ranks_past_setup, store_host_impostor, wrong_launch
@@ -215,7 +216,6 @@ def _launchers(col: Collected, items: list[Evidence]) -> str:
     ev_ = col.evidence
     if not ev_.launchers or any(r.alive for r in ev_.ranks.values()):
         return ""
-    from healthcheck.core.nodes import fold
 
     taken = [a for a in ev_.launchers if a.listening and not a.holder_is_launcher]
     for a in taken:

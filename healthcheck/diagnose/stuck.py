@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from healthcheck.core.nodes import fold
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence, stack_evidence, stack_source, world_of
 from healthcheck.diagnose.cpubound import busy_progress
 from healthcheck.diagnose.findings import Confidence, Evidence, job_finding
@@ -232,8 +233,6 @@ def hosts_of(col: Collected, ranks: Iterable[int]) -> str:
     if not names:
         return ""
     try:
-        from healthcheck.core.nodes import fold
-
         return f" on {fold(names)}"
     except Exception:  # a name ClusterShell will not fold: list them
         return " on " + ",".join(names)

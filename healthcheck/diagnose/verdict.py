@@ -26,7 +26,10 @@ from typing import Any
 import msgspec
 
 from healthcheck import __version__
+from healthcheck.core import typed
+from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, GroupResult
+from healthcheck.core.nodes import fold
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.diagnose.analysis import iso
@@ -112,8 +115,6 @@ def _hosts(names: list[str]) -> str:
     if not names:
         return ""
     try:
-        from healthcheck.core.nodes import fold
-
         return fold(names)
     except Exception:  # a name ClusterShell will not fold (an IP with a port): list them
         return ",".join(sorted(set(names)))
@@ -339,8 +340,6 @@ def encode(verdict: Verdict) -> bytes:
 def decode(data: bytes, source: str = "diagnosis") -> Verdict:
     """An hc.diagnosis/2 document (`hc diagnose ... -o FILE`); HcError (one line, exit 4)
     for anything else, /1 included: its findings carry no ID, so no ticket could key on them."""
-    from healthcheck.core import typed
-    from healthcheck.core.errors import HcError
 
     try:
         verdict = typed.decode_json(data, Verdict)

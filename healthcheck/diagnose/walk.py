@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from healthcheck.core.errors import HcError
+from healthcheck.core.inputs import describe_mode
 from healthcheck.diagnose.evidence import Unreadable
 
 MiB = 1024 * 1024
@@ -261,8 +262,6 @@ def walk(paths: Iterable[str | os.PathLike[str]], *, progress: Progress | None =
 
 
 def _kind(mode: int) -> str:
-    from healthcheck.core.inputs import describe_mode
-
     return describe_mode(mode)
 
 

@@ -23,10 +23,13 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import msgspec
 
+from healthcheck import __version__
+from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import UsageError
 
 MANIFEST_SCHEMA = "hc.run/1"
@@ -161,7 +164,6 @@ def make_log_dir(path: Path) -> Path:
 
 def torch_release() -> tuple[int, int] | None:
     """(major, minor) of the torch installed beside hc, from its metadata (torch is not imported)."""
-    from importlib import metadata
 
     try:
         version = metadata.version("torch")
@@ -243,8 +245,6 @@ def output_path(log_dir: Path, info: Who | None, host: str, pid: int) -> Path:
 def write_manifest(log_dir: Path, info: Who, command: Sequence[str], env: Mapping[str, str],
                    env_set: Mapping[str, str], env_kept: Mapping[str, str], *, now: float | None = None,
                    output: Path | None = None) -> Path:
-    from healthcheck import __version__
-    from healthcheck.core.atomic import write_atomic
 
     now = time.time() if now is None else now
     host, pid = socket.gethostname(), os.getpid()

@@ -22,11 +22,15 @@ import os
 import re
 import shlex
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from healthcheck.core.atomic import write_atomic
+from healthcheck.core.errors import UsageError
 from healthcheck.core.inputs import clip
+from healthcheck.jobwrap.envset import safe_key
 from healthcheck.parsers.run_output import SHIM_MARK
 
 # the launcher's name (command[0]'s basename) -> its kind
@@ -109,7 +113,6 @@ class Delegation:
 
 def shim_text(hc_argv: Sequence[str], python: str) -> str:
     """The shell script torchrun runs as PYTHON_EXEC: hc run (this very hc) around the rank's python."""
-    import sys
 
     package_parent = str(Path(__file__).resolve().parents[2])
     entry = "import sys; sys.path.insert(0, sys.argv[1]); from healthcheck.cli import main; main(sys.argv[2:])"
@@ -119,9 +122,6 @@ def shim_text(hc_argv: Sequence[str], python: str) -> str:
 
 def write_shim(log_dir: Path, host: str, pid: int, hc_argv: Sequence[str], python: str) -> Path:
     """Write the shim (0750, atomically) and check that it can be executed there (a noexec mount)."""
-    from healthcheck.core.atomic import write_atomic
-    from healthcheck.core.errors import UsageError
-    from healthcheck.jobwrap.envset import safe_key
 
     path = log_dir / f"hc-run-python.{safe_key(host)}.{pid}"
     write_atomic(path, shim_text(hc_argv, python).encode(), mode=0o750)

@@ -10,6 +10,7 @@ on one rank stops every rank with the same line instead of leaving them to time 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -20,6 +21,7 @@ from glob import glob
 from healthcheck.bandwidth.rendezvous import port_in_use
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.inputs import clip
+from healthcheck.runners.local import run_command
 
 QUICK_TIER_TIMEOUT_S = 60.0
 
@@ -225,9 +227,6 @@ def check_master_port(env: Mapping[str, str]) -> tuple[list[Problem], str]:
 def quick_tier(env: Mapping[str, str], timeout_s: float = QUICK_TIER_TIMEOUT_S) -> Problem | None:
     """`hc node --local --tier quick` as a subprocess: FAIL -> FAIL with the findings, ERROR or a
     timeout -> WARN, PASS/WARN -> None (its WARN findings are the node's business, not the job's)."""
-    import json
-
-    from healthcheck.runners.local import run_command
 
     argv = (sys.executable, "-m", "healthcheck", "node", "--local", "--tier", "quick", "--format", "json")
     child_env = {k: v for k, v in env.items() if k != "HC_FORMAT"}

@@ -29,11 +29,13 @@ Test hook (tests only): HC_RUN_TEST_DELAY_RANK=N makes rank N sleep HC_RUN_TEST_
 
 from __future__ import annotations
 
+import inspect
 import socket
 import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -131,7 +133,6 @@ def preflight_backend(torch: Any, requested: str, env: Mapping[str, str]) -> str
 def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions) -> StragglerResult | None:
     """Run the test on this rank (None: one rank, nothing to compare). Raises PreflightFail when any
     rank's verdict is FAIL, PreflightError when the test cannot complete."""
-    from datetime import timedelta
 
     info = ts.discover_ranks(env)
     if info.world_size < 2:
@@ -158,8 +159,6 @@ def run(env: Mapping[str, str], verdict: tuple[str, str], opts: StragglerOptions
                                           world_size=info.world_size, timeout=timeout)
             store = None
             if device.type == "cuda" and ts.eager_init_ok(torch.__version__):
-                import inspect
-
                 if "device_id" in inspect.signature(dist.init_process_group).parameters:
                     kwargs["device_id"] = device
             dist.init_process_group(**kwargs)

@@ -35,14 +35,19 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.slurm import shell_line
+from healthcheck.core import catalogue
+from healthcheck.core.errors import HcError
+from healthcheck.report.build import action_finding, iso, utc_now
 from healthcheck.runners import stop
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
 
 if TYPE_CHECKING:
-    from healthcheck.actions.audit import AuditLog
     from healthcheck.core.config import Config
     from healthcheck.core.config.schema import SlurmSettings
     from healthcheck.core.model import Finding
@@ -359,8 +364,6 @@ def cancel_leftovers(settings: SlurmSettings, env: Mapping[str, str], audit: Aud
     """Cancel this user's hc-named jobs whose hc has ended; one run finding (act.E010)
     naming them, one audit record each. Nothing where Slurm is not installed; a note where
     squeue does not answer."""
-    from healthcheck.core import catalogue
-    from healthcheck.report.build import action_finding
 
     out = Leftovers()
     deadline = time.monotonic() + CANCEL_BOUND_S
@@ -406,8 +409,6 @@ def _until_released(settings: SlurmSettings, env: Mapping[str, str], ids: tuple[
 
 def _audit(audit: AuditLog, ids: tuple[str, ...], found: dict[str, tuple[str, str]], r: CommandResult,
            live: set[str]) -> None:
-    from healthcheck.actions.slurm import shell_line
-    from healthcheck.report.build import iso, utc_now
 
     when = iso(utc_now())
     for job in ids:
@@ -434,9 +435,6 @@ def before_run(config: Config, nodes: list[str], *, via: str, tier: str, pairs: 
                env: Mapping[str, str] | None = None) -> SweepLeftovers:
     """Before a run that will ask Slurm for jobs of its own (a sweep through Slurm outside an
     allocation, or a deep sweep whose pair tests srun starts), cancel the jobs a killed hc left."""
-    from pathlib import Path
-
-    from healthcheck.actions.audit import AuditLog
 
     env = dict(os.environ if env is None else env)
     out = SweepLeftovers()
@@ -455,7 +453,6 @@ def before_run(config: Config, nodes: list[str], *, via: str, tier: str, pairs: 
 
 def _pairs_by_srun(config: Config, nodes: list[str]) -> bool:
     """Whether any of the nodes' fabrics has srun start its pair tests."""
-    from healthcheck.core.errors import HcError
 
     seen: dict[str, str] = {}
     for node in nodes:

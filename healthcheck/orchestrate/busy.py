@@ -26,20 +26,23 @@ tiers never ask.
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
 from healthcheck.core.model import Finding, NodeResult
-from healthcheck.core.nodes import fold
-from healthcheck.core.registry import CheckSpec
+from healthcheck.core.nodes import HostlistError, fold, parse_hostlist
+from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
+from healthcheck.orchestrate.allocations import asked_by_this_hc
+from healthcheck.report.build import run_finding
 
 if TYPE_CHECKING:
-    from healthcheck.actions.slurm import SlurmClient, SlurmJob
+    from healthcheck.actions.slurm import SlurmJob
 
 DEEP = "deep"
 BUSY_REASON = "node busy: job(s) running"
@@ -50,22 +53,7 @@ def skipped_result(node: str, fabric: str, why: str, mode: str) -> NodeResult:
     return NodeResult(node=node, fabric=fabric, status=Status.SKIP, mode=mode, error=f"not checked: {why}")
 
 
-def deep_only(spec: CheckSpec) -> bool:
-    """A check of the deep tier that the standard tier does not run (a bandwidth test)."""
-    return DEEP in spec.tiers and "standard" not in spec.tiers
-
-
-def skip_deep_only(specs: Iterable[CheckSpec], reason: str) -> list[CheckSpec]:
-    """`specs` with every deep-only check skipped for `reason` before anything is gathered."""
-    def skip(_limits: object) -> str:
-        return reason
-
-    return [dataclasses.replace(s, applies=skip) if deep_only(s) else s for s in specs]
-
-
 def _slurm_failed(message: str, scope: str, evidence: str) -> Finding:
-    from healthcheck.report.build import run_finding
-
     return run_finding(catalogue.SLURM_FAILED, message, scope=scope or "run", evidence=evidence)
 
 
@@ -81,7 +69,6 @@ def _cannot_ask(nodes: str, error: str) -> Finding:
 
 def no_slurm(config: Config, nodes: str) -> Finding:
     """act.E009 (WARN): no Slurm here (sinfo not installed), so deep tests ran without asking about jobs."""
-    from healthcheck.core.stamp import stamp
 
     message = (f"{config.main.slurm.sinfo} not found: no Slurm here to ask whether a job runs on {nodes}; its "
                "deep tests ran without that check")
@@ -101,7 +88,6 @@ class SweepGuard:
 
 def guard_sweep(config: Config, nodes: list[str], *, env: dict | None = None, client=None) -> SweepGuard:
     """Which of `nodes` a deep sweep may test: one sinfo; busy nodes skipped, named with their state."""
-    from healthcheck.actions.slurm import SlurmClient
 
     client = client or SlurmClient(config.main.slurm, env=env)
     answer = client.node_states(fold(nodes))
@@ -145,7 +131,6 @@ def guard_this_node(config: Config, node: str, env: Mapping[str, str], *, client
 
     Inside a job ($SLURM_JOB_ID) only when that job holds the node alone (OverSubscribe=NO);
     outside one, only when sinfo shows no job on the node."""
-    from healthcheck.actions.slurm import SlurmClient
 
     client = client or SlurmClient(config.main.slurm, env=dict(env))
     job = (env.get("SLURM_JOB_ID") or "").strip()
@@ -198,8 +183,6 @@ class JobWatch:
     @property
     def slurm(self) -> SlurmClient:
         if self.client is None:
-            from healthcheck.actions.slurm import SlurmClient
-
             self.client = SlurmClient(self.config.main.slurm, env=dict(self.env) if self.env is not None else None)
         return self.client
 
@@ -225,7 +208,6 @@ class JobWatch:
     def _jobs_on(self, busy: list[str]) -> dict[str, str]:
         """For nodes sinfo shows busy: the ones a job other than hc's own took (for good),
         or, where squeue does not answer, why they are not tested this round."""
-        from healthcheck.core.nodes import HostlistError, parse_hostlist
 
         jobs, error = self.slurm.jobs_on(fold(busy))
         if error is not None:
@@ -249,9 +231,6 @@ class JobWatch:
 
     def _own(self, job: SlurmJob) -> bool:
         """A job this hc started for its sweep (a worker's or a test's allocation), or the one it runs in."""
-        import os
-
-        from healthcheck.orchestrate.allocations import asked_by_this_hc
 
         inside = (self.env if self.env is not None else os.environ).get("SLURM_JOB_ID", "")
         if inside and job.id.split(".")[0] == inside:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,9 +31,11 @@ from healthcheck.core.config import Config
 from healthcheck.core.config.schema import PrometheusSettings
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.model import Report
+from healthcheck.core.nodes import this_node_name
 from healthcheck.core.status import Status
 from healthcheck.orchestrate.localrun import check_this_node
 from healthcheck.probes.sysinfo import boot_time
+from healthcheck.report import export_prometheus, record_run
 from healthcheck.report.build import action_finding
 from healthcheck.report.jsonio import encode, write_atomic
 
@@ -62,7 +65,6 @@ def verdict() -> int:
 
 def node_name(env: Mapping[str, str]) -> str:
     """This node's name from the hook's environment, validated (UsageError otherwise)."""
-    from healthcheck.core.nodes import this_node_name
 
     return this_node_name(env)
 
@@ -151,8 +153,6 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         messages += _export_prometheus(report, prometheus, kind)
     if kind == "health":
         # prologue and epilogue run per job: recording them would flood the history
-        from healthcheck.report.history import record_run
-
         warning = record_run(report, config.main.history)
         if warning:
             messages.append(warning)
@@ -239,15 +239,12 @@ def _export_prometheus(report: Report, settings: PrometheusSettings, kind: str) 
     """The node_exporter textfile, best effort and bounded in time: a missing directory, a
     full disk or a hung write is logged and changes neither the verdict nor the exit code
     Slurm sees."""
-    import threading
-
-    from healthcheck.report.prometheus import export
 
     failed: list[str] = []
 
     def write() -> None:
         try:
-            export(report, settings.textfile_dir or "", settings, command=kind)
+            export_prometheus(report, settings.textfile_dir or "", settings, command=kind)
         except Exception as exc:
             failed.append(f"prometheus textfile not written: {exc}")
 

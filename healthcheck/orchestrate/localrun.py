@@ -10,7 +10,7 @@ from pathlib import Path
 from healthcheck.core.config import Config
 from healthcheck.core.facts import ProbeContext
 from healthcheck.core.model import Report
-from healthcheck.core.registry import select
+from healthcheck.core.registry import select, skip_deep_only
 from healthcheck.orchestrate.engine import run_checks
 from healthcheck.report.build import make_report, utc_now
 from healthcheck.runners.local import LocalRunner
@@ -39,8 +39,6 @@ def check_this_node(
     node_config = config.for_node(node)
     specs = select(tier, only)
     if skip_deep:
-        from healthcheck.orchestrate.busy import skip_deep_only
-
         specs = skip_deep_only(specs, skip_deep)
     ctx = ProbeContext(runner=LocalRunner(), transport="local", root=root, env=dict(os.environ),
                        params={k: v for k, v in (params or {}).items() if v is not None})

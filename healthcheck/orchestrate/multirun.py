@@ -12,11 +12,24 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from healthcheck.actions.apply import act as act_in_slurm
+from healthcheck.actions.apply import with_outcome
+from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.slurm import SlurmClient
+from healthcheck.core import catalogue
+from healthcheck.core.analysis import analyse_fleet
 from healthcheck.core.config import Config
-from healthcheck.core.errors import UsageError
+from healthcheck.core.errors import HcError, UsageError
 from healthcheck.core.model import Finding, NodeResult, Report
+from healthcheck.core.nodes import fold
 from healthcheck.core.status import Status
-from healthcheck.report.build import make_report, sort_nodes, utc_now, with_run_finding
+from healthcheck.orchestrate import remote
+from healthcheck.orchestrate.allocations import before_run
+from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
+from healthcheck.orchestrate.srun import check_over_srun
+from healthcheck.report import open_history
+from healthcheck.report.build import make_report, run_finding, sort_nodes, utc_now, with_groups, with_run_finding
 
 if TYPE_CHECKING:
     from healthcheck.orchestrate.busy import JobWatch
@@ -50,7 +63,6 @@ def run_many(
     if not nodes:
         # checking nothing must not look like a healthy run (SKIP, exit 0)
         raise UsageError("no node to check: the node list, hostlist or hostfile names none")
-    from healthcheck.orchestrate.allocations import before_run
 
     # the jobs of hc's own that a killed hc left (SIGKILL cannot be handled), cancelled first
     leftovers = before_run(config, nodes, via=via, tier=tier, pairs=pairs, env=env)
@@ -61,8 +73,6 @@ def run_many(
     guard_findings: list = []  # the deep tier's Slurm check: not run blind (ERROR), or run unchecked (WARN)
     watch = None
     if via == "slurm":
-        from healthcheck.orchestrate.srun import check_over_srun
-
         # the node results, the launcher's run findings, and notes for stderr
         launched = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env, mode=mode)
         results = launched.results
@@ -78,8 +88,6 @@ def run_many(
         if via == "slurm":
             warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
         else:
-            from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
-
             pair_run = run_pairs(config, results, exhaustive=exhaustive, watch=watch)
             warnings += pair_run.notes
     history = _history(config, warnings)
@@ -90,7 +98,6 @@ def run_many(
             statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=command)
         except Exception as exc:
             warnings.append(f"history not read: {exc}")
-    from healthcheck.core.analysis import analyse_fleet
 
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
@@ -110,8 +117,6 @@ def run_many(
                              g.status in (Status.PASS, Status.WARN, Status.FAIL) for g in groups))
     report = msgspec.structs.replace(report, analyses=analyses)
     if groups:
-        from healthcheck.report.build import with_groups
-
         report = with_groups(report, groups)
     for finding in [*leftovers.findings, *launch_findings]:  # the nodes it concerns carry their own status already
         report = with_run_finding(report, finding, raise_status=False)
@@ -122,11 +127,6 @@ def run_many(
     warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
     if act:
-        from healthcheck.actions.apply import act as act_in_slurm
-        from healthcheck.actions.apply import with_outcome
-        from healthcheck.actions.audit import AuditLog
-        from healthcheck.actions.slurm import SlurmClient
-
         settings = config.main.slurm
         audit = AuditLog(Path(settings.audit_log))
         outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=env),
@@ -158,13 +158,10 @@ class _Swept:
 
 def _over_ssh(config: Config, nodes: list[str], *, tier: str, only: list[str], mode: str, since: float | None,
               on_done: Callable[[str, NodeResult], None] | None, env: dict | None) -> _Swept:
-    from healthcheck.orchestrate import remote
 
     out = _Swept(results=[])
     to_check, skipped = nodes, []
     if tier == "deep":  # never under a user's job: busy nodes skipped and named (orchestrate/busy.py)
-        from healthcheck.orchestrate.busy import guard_sweep, skipped_result
-
         guard = guard_sweep(config, nodes, env=env)
         out.watch, out.notes, out.run_findings = guard.watch, guard.notes, guard.run_findings
         to_check = guard.allowed
@@ -185,8 +182,6 @@ def _nothing_checked_busy(results: list[NodeResult], tier: str) -> Finding | Non
     or one the Slurm transport could not place), saying so rather than "no check was selected"."""
     if tier != "deep" or not results or any(r.status is not Status.SKIP or r.checks for r in results):
         return None
-    from healthcheck.core import catalogue
-    from healthcheck.report.build import run_finding
 
     scope = _scope_of(r.node for r in results)
     return run_finding(catalogue.NOTHING_CHECKED, f"nothing was checked: every node was skipped before its checks "
@@ -194,14 +189,10 @@ def _nothing_checked_busy(results: list[NodeResult], tier: str) -> Finding | Non
 
 
 def _scope_of(names: Iterable[str]) -> str:
-    from healthcheck.core.nodes import fold
-
     return fold(names) or "run"
 
 
 def _scope(report: Report) -> str:
-    from healthcheck.core.nodes import fold
-
     return fold(n.node for n in report.nodes) or "run"
 
 
@@ -210,9 +201,7 @@ def _history(config: Config, warnings: list[str]):
     if not path:
         return None
     try:
-        from healthcheck.report.history import History
-
-        return History(Path(path).expanduser())
+        return open_history(Path(path).expanduser())
     except Exception as exc:
         warnings.append(f"history unavailable ({path}): {exc}")
         return None
@@ -221,8 +210,6 @@ def _history(config: Config, warnings: list[str]):
 def partition_nodes(config: Config, partition: str, env: dict | None = None) -> tuple[list[str], list[str]]:
     """Nodes of a partition worth checking, and the skipped ones with why: down nodes and
     nodes drained for reasons hc did not write are left alone."""
-    from healthcheck.actions.slurm import SlurmClient
-    from healthcheck.core.errors import HcError
 
     if not partition or not partition.strip():
         # sinfo without -p lists every node of the cluster: an empty name must not mean "all"

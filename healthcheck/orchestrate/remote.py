@@ -21,7 +21,10 @@ from healthcheck.core.facts import ProbeContext, prefetch_commands
 from healthcheck.core.model import NodeResult
 from healthcheck.core.registry import select
 from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
+from healthcheck.report.jsonio import decode
 from healthcheck.runners.batch import prefetch
+from healthcheck.runners.fanout import fan_out
+from healthcheck.runners.ssh import SshConnection, SshError
 
 MODES = ("auto", "agent", "agentless")
 
@@ -36,8 +39,6 @@ def check_over_ssh(
     params: dict | None = None,
     on_done: Callable[[str, NodeResult], None] | None = None,
 ) -> list[NodeResult]:
-    from healthcheck.runners.fanout import fan_out
-
     settings = config.main.ssh
     only = list(only)
     specs = select(tier, only)
@@ -65,7 +66,6 @@ def check_over_ssh(
 
 def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only: list[str], mode: str,
                params: dict) -> NodeResult:
-    from healthcheck.runners.ssh import SshConnection, SshError
 
     settings = config.main.ssh
     deadline = time.monotonic() + settings.node_timeout_s
@@ -99,7 +99,6 @@ def _check_one(config: Config, node: str, fabric: str, *, specs, tier: str, only
 
 def _agent(conn, node: str, fabric: str, settings, *, tier: str, only: list[str], params: dict,
            deadline: float, config_args: list[str]) -> NodeResult:
-    from healthcheck.report.jsonio import decode
 
     argv = [settings.remote_hc, "node", "--local", "--format", "json", "--tier", tier, *config_args]
     if only:

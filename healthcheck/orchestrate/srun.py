@@ -31,13 +31,18 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from healthcheck.actions.slurm import SlurmClient
+from healthcheck.core import catalogue
 from healthcheck.core.config import Config
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult
-from healthcheck.core.nodes import fold
+from healthcheck.core.nodes import expand, fold
 from healthcheck.orchestrate.allocations import OwnJob
 from healthcheck.orchestrate.busy import DEEP, skipped_result
 from healthcheck.orchestrate.engine import unreachable_result
+from healthcheck.orchestrate.remote import check_over_ssh
+from healthcheck.report.build import action_finding
+from healthcheck.report.jsonio import decode
 from healthcheck.runners.launch import Launch, LaunchResult, launch, srun_launch
 
 
@@ -75,7 +80,6 @@ def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[
 
 def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterable[str] = (),
                     since: float | None = None, env: dict | None = None, mode: str = "auto") -> SrunOutcome:
-    from healthcheck.actions.slurm import SlurmClient
 
     only = list(only)
     run_env = dict(env) if env is not None else dict(os.environ)
@@ -92,8 +96,6 @@ def check_over_srun(config: Config, nodes: list[str], *, tier: str, only: Iterab
         for r in _run_srun(config, placeable, tier=tier, only=only, since=since, env=run_env, out=out):
             by_node[r.node] = r
     if over_ssh:
-        from healthcheck.orchestrate.remote import check_over_ssh
-
         out.notes.append(f"checking {fold(over_ssh)} over SSH: drained by hc, so Slurm cannot place a task there")
         for r in check_over_ssh(config, over_ssh, tier=tier, only=only, mode=mode, params={"since": since}):
             by_node[r.node] = r
@@ -109,7 +111,6 @@ def _allocation(env: Mapping[str, str]) -> set[str] | None:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not env.get("SLURM_JOB_ID") or not nodelist:
         return None
-    from healthcheck.core.nodes import expand
 
     return set(expand([nodelist]))
 
@@ -145,9 +146,6 @@ def _sort(nodes: list[str], states: Mapping, allocation: set[str] | None, whole:
 
 def _run_srun(config: Config, nodes: list[str], *, tier: str, only: list[str], since: float | None,
               env: dict, out: SrunOutcome) -> list[NodeResult]:
-    from healthcheck.core import catalogue
-    from healthcheck.report.build import action_finding
-    from healthcheck.report.jsonio import decode
 
     settings = config.main.slurm
     inside = _allocation(env) is not None

@@ -36,6 +36,7 @@ state "scheduled" when done (pg_status has the progress), and p2p is not recorde
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 import re
@@ -166,8 +167,6 @@ class _NoGlobals(pickle.Unpickler):
 
 
 def _unpickle(data: bytes) -> Any:
-    import gc
-
     # a dump is many small containers: the cyclic collector would run over all of them again
     # and again while they are built (a real dump has no cycles; the walk after refuses any)
     enabled = gc.isenabled()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from healthcheck.core.errors import ParseError
+from healthcheck.core.errors import ParseError, UsageError
 from healthcheck.core.inputs import clip
+from healthcheck.core.nodes import MAX_EXPAND, expand, is_valid_node_name
 from healthcheck.parsers.lines import read_lines
 
 _MPICH = re.compile(r"^(.+):[0-9]+$")  # MPICH "host:slots"
@@ -18,8 +19,6 @@ _HOSTLIST = re.compile(rf"[A-Za-z0-9.\-\[\],]{{1,{MAX_TOKEN}}}")
 
 
 def parse_hostfile(text: str) -> list[str]:
-    from healthcheck.core.nodes import MAX_EXPAND
-
     names: list[str] = []
     # through the line layer: CRLF, colour codes and a pasted prompt line (`$ cat hosts`)
     # come off; no srun label is taken, a host name may look like one
@@ -39,8 +38,6 @@ def parse_hostfile(text: str) -> list[str]:
 
 def _line_names(number: int, token: str) -> list[str]:
     """The names one line's first word stands for."""
-    from healthcheck.core.errors import UsageError
-    from healthcheck.core.nodes import expand, is_valid_node_name
 
     mpich = _MPICH.match(token)
     if mpich:

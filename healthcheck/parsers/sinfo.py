@@ -37,6 +37,7 @@ import msgspec
 
 from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.core.nodes import HostlistError, parse_hostlist
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
     Line,
@@ -554,7 +555,6 @@ def _summary_row(line: str) -> SinfoRow | None:
     """A row of `sinfo`'s default layout by its shape alone: six words, the second a partition's
     state, the third a time limit, the fifth a node state, and the fourth the count of the
     node list's hosts (what tells NODES from another number an `-o` could put there)."""
-    from healthcheck.core.nodes import HostlistError, parse_hostlist
 
     words = line.split()
     if len(words) != len(SUMMARY_NAMES) or words[1] not in AVAILS or not _TIMELIMIT.match(words[2]):

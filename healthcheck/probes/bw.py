@@ -30,12 +30,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from healthcheck.bandwidth.judge import floors, short_of, size_range
 from healthcheck.core import typed
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, ProbeKind, provides
 from healthcheck.core.units import format_size, parse_size
-from healthcheck.parsers.bandwidth_common import BandwidthAttempt, BandwidthRun, BandwidthRuns
+from healthcheck.parsers.bandwidth_common import BandwidthAttempt, BandwidthRun, BandwidthRuns, BandwidthSample
+from healthcheck.parsers.nccl_tests import CUT_END, parse_nccl_tests
+from healthcheck.runners.launch import launch, torchrun_launch
 
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one directory per GPU the driver bound
 IB_LOOPBACK_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -127,9 +131,6 @@ def _take_json(ctx: ProbeContext, path: str) -> str:
 def _with_json(attempt: BandwidthAttempt, text: str, collective: str) -> BandwidthAttempt:
     """The attempt's samples (and wrong, out of bounds, last size) from the -J file where it
     parses with results; the attempt as read from the text otherwise."""
-    import msgspec
-
-    from healthcheck.parsers.nccl_tests import parse_nccl_tests
 
     if not text.strip() or attempt.hung:
         return attempt
@@ -180,7 +181,6 @@ def nccl_attempt_from_text(text: str, collective: str, **common: Any) -> Bandwid
     and why a run says nothing (the launcher refused, lone ranks, a rank count other than
     `expected_ranks`). `common`: the attempt's argv, env, expected_ranks, duration_s,
     returncode, hung and output_tail, as BandwidthAttempt names them."""
-    from healthcheck.parsers.nccl_tests import CUT_END, parse_nccl_tests
 
     expected = common.get("expected_ranks", 0)
     try:
@@ -251,10 +251,6 @@ def nccl_tests(ctx: ProbeContext) -> BandwidthRuns:
 
 def _torch_attempt(ctx: ProbeContext, gpus: int, sizes: list[str], timeout_s: float) -> list[BandwidthAttempt]:
     """One `hc bw allreduce` under torchrun --standalone, one rank per GPU: an attempt per collective."""
-    import msgspec
-
-    from healthcheck.parsers.bandwidth_common import BandwidthSample
-    from healthcheck.runners.launch import launch, torchrun_launch
 
     bw = ctx.limits.bandwidth
     settings = bw.torch

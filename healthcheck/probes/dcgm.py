@@ -27,16 +27,14 @@ the GPUs, a missing nvvs), or output hc cannot read.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from healthcheck.core.config.schema import DcgmSettings
 from healthcheck.core.errors import ParseError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
 from healthcheck.core.inputs import clip
-from healthcheck.probes.gpu import job_gpu_indexes
-
-if TYPE_CHECKING:  # the parser is imported when dcgmi runs, not when the probes load (the prologue)
-    from healthcheck.parsers.dcgmi_diag import DcgmDiag, DcgmRun
+from healthcheck.parsers.dcgmi_diag import DcgmDiag, DcgmRun, parse_dcgmi_diag
+from healthcheck.probes.gpu import gpus_nvml, job_gpu_indexes
+from healthcheck.probes.gpu_agentless import gpus_nvidia_smi
 
 EVIDENCE_CHARS = 6000  # the output's tail kept with a run hc could not judge
 
@@ -56,8 +54,6 @@ def diag_argv(settings: DcgmSettings, level: int, gpus: list[int] | None) -> tup
 
 
 def _parsed(text: str) -> DcgmDiag | None:
-    from healthcheck.parsers.dcgmi_diag import parse_dcgmi_diag
-
     if not text.strip():
         return None
     try:
@@ -76,7 +72,6 @@ def gpus_not_idle(ctx: ProbeContext) -> str | None:
     the node's `gpus` fact (NVML here, `nvidia-smi -q` over SSH) lists no compute process
     on any of them, and none holds more memory than gpu.leftover_memory_max_mib. A GPU whose
     processes could not be listed is not known to be idle."""
-    from healthcheck.probes.gpu import gpus_nvidia_smi, gpus_nvml
 
     gather = gpus_nvml if ctx.transport == "local" else gpus_nvidia_smi
     try:
@@ -104,7 +99,6 @@ def gpus_not_idle(ctx: ProbeContext) -> str | None:
 
 def run_diag(ctx: ProbeContext, level: int, timeout_s: float) -> DcgmRun:
     """One `dcgmi diag` run on the node, as a fact: the parsed diagnostic, or why there is none."""
-    from healthcheck.parsers.dcgmi_diag import DcgmRun
 
     settings = _settings(ctx)
     scope = job_gpu_indexes(ctx.env)

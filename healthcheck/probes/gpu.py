@@ -16,10 +16,15 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from healthcheck.core.errors import ParseError
+import msgspec
+
+from healthcheck.core.errors import HcError
 from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
-from healthcheck.parsers.gpu_common import PCI_ONLY, GpuFacts, LostGpu
+from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
+from healthcheck.parsers.gpu_common import PCI_ONLY, GpuFacts, LostGpu, normalize_pci
 from healthcheck.parsers.kernlog import kernel_lines, kmsg_line
+from healthcheck.parsers.xid import parse_kernel_log, since
+from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
 from healthcheck.probes.sysinfo import boot_time
 
 REPLAY_ENV = "HC_NVML_REPLAY"  # path of an NVML recording to replay instead of NVML
@@ -48,8 +53,6 @@ def job_gpu_indexes(env: Mapping[str, str]) -> list[int] | None:
 
 @provides("gpus", "local")
 def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
-    from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
-
     scope = job_gpu_indexes(ctx.env)
     replay = ctx.env.get(REPLAY_ENV)
     if replay:
@@ -72,7 +75,7 @@ def gpus_nvml(ctx: ProbeContext) -> GpuFacts:
         facts = GpuFacts(source="nvml", init_error="pynvml (nvidia-ml-py) is not installed")
         return with_pci_gpus(facts, local_pci_gpus(ctx))
     facts = NvmlProbe(pynvml).facts(scope)
-    return with_pci_gpus(facts, local_pci_gpus(ctx)) if _nothing_answers(facts) else facts
+    return with_pci_gpus(facts, local_pci_gpus(ctx)) if nothing_answers(facts) else facts
 
 
 # ------------------------------------------------------------ GPUs on the PCI bus
@@ -82,7 +85,7 @@ NVIDIA_VENDOR = "0x10de"
 # PCI class codes of a GPU: 0x0300xx VGA-compatible controller, 0x0302xx 3D controller
 # (an SXM H100 is 0x030200). NVSwitches (0x0680xx), audio and USB functions are not GPUs.
 _GPU_CLASSES = {"0x0300": "VGA controller", "0x0302": "3D controller"}
-def _nothing_answers(facts: GpuFacts) -> bool:
+def nothing_answers(facts: GpuFacts) -> bool:
     # the case where "no NVIDIA GPU here" would be concluded; a job scoped to no GPU
     # (scoped_to == []) asks about none, so the bus is not looked at for it
     return bool(facts.init_error) or (not facts.gpus and not facts.lost and facts.scoped_to is None)
@@ -93,9 +96,8 @@ def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFac
 
     on_pci: (bus id, class, driver) of each NVIDIA display/3D controller on the bus.
     """
-    import msgspec
 
-    if not on_pci or not _nothing_answers(facts):
+    if not on_pci or not nothing_answers(facts):
         return facts
     why = facts.init_error or "NVML lists no GPU"
     lost = [
@@ -108,7 +110,6 @@ def with_pci_gpus(facts: GpuFacts, on_pci: list[tuple[str, str, str]]) -> GpuFac
 
 def local_pci_gpus(ctx: ProbeContext) -> list[tuple[str, str, str]]:
     """NVIDIA display/3D controllers in /sys/bus/pci/devices (under ctx.root)."""
-    from healthcheck.parsers.gpu_common import normalize_pci
 
     base = ctx.path(PCI_DEVICES)
     try:
@@ -158,7 +159,6 @@ PCI_SCAN = ("/bin/sh", "-c", (
 
 def parse_pci_scan(text: str) -> list[tuple[str, str, str]]:
     """PCI_SCAN's output -> (bus id, class, driver) of each NVIDIA display/3D controller."""
-    from healthcheck.parsers.gpu_common import normalize_pci
 
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if lines == ["hc-pci-none"]:
@@ -279,9 +279,6 @@ def _file_source(ctx: ProbeContext, file: str | None) -> Source:
     name = f"file {file}"
 
     def read() -> tuple[str, str]:
-        from healthcheck.core.errors import HcError
-        from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
-
         if not file:
             raise ProbeError("missing", "gpu.xid.source is file but gpu.xid.file is not set")
         try:
@@ -337,9 +334,6 @@ def window(raw: object, now: float | None = None) -> tuple[float | None, str | N
 
 def gpu_events(ctx: ProbeContext, text: str, how: str, count: int, boot: float | None = None):
     """The NVIDIA driver's events in a kernel log, within the run's window (`since`)."""
-    import msgspec
-
-    from healthcheck.parsers.xid import parse_kernel_log, since
 
     # Only the NVIDIA driver's lines matter; a busy ring buffer holds ~100k others.
     # (each with its line end: a text that ends mid-line may end inside its last word, which is not read)
@@ -357,72 +351,8 @@ NVIDIA_SMI_Q = ("nvidia-smi", "-q")
 KERNEL_LOG_COMMANDS = (("dmesg", "--time-format", "iso"), ("dmesg",), JOURNAL)
 
 
-@provides("gpus", "ssh", prefetch=lambda ctx: [NVIDIA_SMI_Q, PCI_SCAN])
-def gpus_nvidia_smi(ctx: ProbeContext) -> GpuFacts:
-    """`nvidia-smi -q` on a node reached without hc: the same facts, from text."""
-    facts = _nvidia_smi_facts(ctx)
-    return with_pci_gpus(facts, _ssh_pci_gpus(ctx)) if _nothing_answers(facts) else facts
-
-
-def _ssh_pci_gpus(ctx: ProbeContext) -> list[tuple[str, str, str]]:
-    result = ctx.runner.run(PCI_SCAN, timeout_s=ctx.timeout_s)
-    if not result.ok:
-        detail = (result.stderr or result.stdout).strip()[-200:]
-        raise ProbeError("failed", f"NVIDIA GPUs cannot be ruled out: the PCI scan failed ({detail or 'no output'})",
-                         detail or None)
-    return parse_pci_scan(result.stdout)
-
-
-def _nvidia_smi_facts(ctx: ProbeContext) -> GpuFacts:
-    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
-
-    result = ctx.runner.run(NVIDIA_SMI_Q, timeout_s=ctx.timeout_s)
-    if result.not_found:
-        return GpuFacts(source="nvidia-smi -q", init_error="nvidia-smi not found (no NVIDIA driver installed)")
-    if result.timed_out:
-        raise timeout_error(result, "nvidia-smi -q (a hung GPU?)", ctx.timeout_s)
-    # a driver failure is printed instead of a report, with a non-zero exit: the parser
-    # turns it into init_error, which the checks judge
-    try:
-        return parse_nvidia_smi_q(result.stdout + result.stderr)
-    except ParseError as exc:
-        # a -q layout this parser does not know: the CSV query has stable field names
-        return _query_gpu(ctx, f"nvidia-smi -q: {exc}")
-
-
-def _query_gpu(ctx: ProbeContext, why: str) -> GpuFacts:
-    from healthcheck.parsers.nvidia_smi_query import QUERY_FIELDS, parse_nvidia_smi_query
-
-    argv = ("nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv")
-    result = ctx.runner.run(argv, timeout_s=ctx.timeout_s)
-    if not result.ok:
-        failed = (result.stderr or result.stdout).strip()[-200:]
-        raise ProbeError("unparsable", f"{why}; and --query-gpu failed: {failed}")
-    return ctx.parse(parse_nvidia_smi_query, result.stdout, "nvidia-smi --query-gpu")
-
-
 @provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
 def kernel_gpu_log_ssh(ctx: ProbeContext):
     """The same events from dmesg (ISO times, then raw) or the journal, run over SSH."""
     text, how, count = read_kernel_log([command_source(ctx, argv) for argv in KERNEL_LOG_COMMANDS])
     return gpu_events(ctx, text, how, count)
-
-
-# ------------------------------------------------------------ NCCL (either transport)
-
-LDCONFIG = ("ldconfig", "-N", "-X", "-v")  # list only: no cache rebuilt, no links made, no root
-
-
-def _shared_libs(ctx: ProbeContext):
-    from healthcheck.parsers.ldconfig import parse_ldconfig
-
-    # ldconfig lives in /sbin, which a user's PATH may lack; it also complains on stderr
-    # about directories it cannot read, which is no failure
-    result = ctx.run_checked(LDCONFIG, ok_codes=(0, 1))
-    return ctx.parse(parse_ldconfig, result.stdout, "ldconfig -v")
-
-
-@provides("shared_libs", "local")
-@provides("shared_libs", "ssh", prefetch=lambda ctx: [LDCONFIG])
-def shared_libs(ctx: ProbeContext):
-    return _shared_libs(ctx)

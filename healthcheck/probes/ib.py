@@ -8,10 +8,9 @@ that is "Unknown" (which would FAIL) or silently left out (which could PASS).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-from healthcheck.core.facts import ProbeContext, ProbeError, provides, timeout_error
+from healthcheck.core.facts import ProbeContext, ProbeError, provides
 from healthcheck.parsers.ib_common import (
     IbCounters,
     IbPort,
@@ -107,40 +106,6 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
             if value is not None and value.isdigit():
                 counters[f.name] = int(value)
         out.append(IbPortCounters(ca=ca, port=num, counters=counters))
-    return IbCounters(ports=out)
-
-
-# ---------------------------------------------------------------- agentless (ssh)
-
-
-@provides("ib_ports", "ssh", prefetch=lambda ctx: [IBSTAT])
-def ib_ports_ibstat(ctx: ProbeContext) -> IbPorts:
-    from healthcheck.parsers.ibstat import parse_ibstat
-
-    # Empty output with exit 0 is ibstat's "no HCA": parsed to zero ports, never healthy
-    # where the fabric expects HCAs.
-    result = ctx.run_checked(IBSTAT)
-    return ctx.parse(parse_ibstat, result.stdout, "ibstat")
-
-
-@provides("ib_counters", "ssh", prefetch=lambda ctx: [IBSTAT])
-def ib_counters_perfquery(ctx: ProbeContext) -> IbCounters:
-    """`perfquery -x -C CA -P PORT` per port ibstat lists; where perfquery cannot reach
-    the MAD layer (no umad access), the same counters from sysfs."""
-    from healthcheck.parsers.perfquery import parse_perfquery
-
-    ports = ib_ports_ibstat(ctx).ports
-    out: list[IbPortCounters] = []
-    for port in ports:
-        result = ctx.runner.run(("perfquery", "-x", "-C", port.ca, "-P", str(port.port)), timeout_s=ctx.timeout_s)
-        if result.ok:
-            parsed: IbCounters = ctx.parse(functools.partial(parse_perfquery, ca=port.ca), result.stdout,
-                                           "perfquery -x")
-            out.extend(IbPortCounters(ca=port.ca, port=port.port, lid=p.lid, counters=p.counters) for p in parsed.ports)
-            continue
-        if result.timed_out:
-            raise timeout_error(result, f"perfquery -x -C {port.ca} -P {port.port}", ctx.timeout_s)
-        out.append(sysfs_counters_over_shell(ctx, port.ca, port.port, result.stdout + result.stderr))
     return IbCounters(ports=out)
 
 

@@ -62,7 +62,10 @@ from healthcheck.parsers.perftest import (
     loopback_floor,
     parse_perftest,
 )
+from healthcheck.probes.ib import ib_counters_sysfs, ib_ports_sysfs, sysfs_counters_over_shell
+from healthcheck.probes.ib_agentless import ib_ports_ibstat
 from healthcheck.runners.base import CommandResult, Runner
+from healthcheck.runners.ssh import MAX_SESSIONS
 
 TOOL = "ib_write_bw"
 SYSFS_IB = "/sys/class/infiniband"
@@ -111,13 +114,10 @@ class HcaNode:
         return sorted(line.strip() for line in result.stdout.splitlines() if line.strip()) if result.ok else []
 
     def ports(self) -> IbPorts:
-        from healthcheck.probes.ib import ib_ports_ibstat, ib_ports_sysfs
-
         return ib_ports_sysfs(self.ctx) if self.local else ib_ports_ibstat(self.ctx)
 
     def counters(self, ports: list[IbPort]) -> dict[str, dict[str, int] | str]:
         """Port name -> its error counters, or why they could not be read."""
-        from healthcheck.probes.ib import ib_counters_sysfs, sysfs_counters_over_shell
 
         out: dict[str, dict[str, int] | str] = {}
         if self.local:
@@ -452,7 +452,6 @@ def _loopback(ctx: ProbeContext, local: bool) -> IbWriteBwLoopback:
 
 def _ssh_ports_at_once() -> int:
     """Ports tested at once over one SSH connection: a server and its client take a session each."""
-    from healthcheck.runners.ssh import MAX_SESSIONS
 
     return max(1, MAX_SESSIONS // 2)
 

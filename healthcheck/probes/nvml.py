@@ -12,12 +12,14 @@ its deadline (see orchestrate/engine.py), so a hang costs the budget and becomes
 from __future__ import annotations
 
 import json
+import socket
 import time
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.parsers.gpu_common import (
     Gpu,
     GpuFacts,
@@ -303,8 +305,6 @@ class RecordingNvml:
         return call
 
     def recording(self, note: str = "") -> dict[str, Any]:
-        import socket
-
         return {
             "format": RECORDING_FORMAT,
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -430,8 +430,6 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
                  int(g.remapped_rows_pending), int(bool(g.remapped_rows_failure))])
         put("nvmlDeviceGetTemperature", (h, TEMPERATURE_GPU), g.temperature_c)
         if g.throttle_reasons is not None:
-            from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
-
             bits = {name: bit for bit, name in THROTTLE_REASONS.items()}
             put("nvmlDeviceGetCurrentClocksEventReasons", (h,), sum(bits[r] for r in g.throttle_reasons if r in bits))
         put("nvmlDeviceGetCurrPcieLinkGeneration", (h,), g.pcie_gen_current)

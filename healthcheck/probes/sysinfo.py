@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
 from healthcheck.parsers.procfs import (
@@ -19,6 +20,7 @@ from healthcheck.parsers.procfs import (
     Mounts,
     PathSpace,
     Processes,
+    parse_boot_time,
     parse_meminfo,
     parse_mounts,
 )
@@ -33,9 +35,6 @@ def _read_text(ctx: ProbeContext, path: str) -> str:
 
 def boot_time(root: str = "/") -> float | None:
     """When this node last booted (epoch seconds), or None if /proc/stat cannot say."""
-    from pathlib import Path
-
-    from healthcheck.parsers.procfs import parse_boot_time
 
     try:
         return parse_boot_time((Path(root) / "proc/stat").read_text())

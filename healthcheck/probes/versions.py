@@ -16,9 +16,13 @@ import stat
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
+from healthcheck.core.errors import ParseError
+from healthcheck.parsers.ldconfig import parse_ldconfig
 from healthcheck.runners.base import CommandResult
+from healthcheck.runners.local import run_command
 
 # as probes/gpu.py runs it for the gpu.versions check: list only, no cache rebuilt, no root
 LDCONFIG = ("ldconfig", "-N", "-X", "-v")
@@ -56,14 +60,10 @@ Run = Callable[[Sequence[str]], CommandResult]
 
 
 def _metadata_version(name: str) -> str:
-    from importlib.metadata import version
-
     return version(name)
 
 
 def _run_ldconfig(argv: Sequence[str]) -> CommandResult:
-    from healthcheck.runners.local import run_command
-
     result = run_command(tuple(argv), timeout_s=LDCONFIG_TIMEOUT_S)
     for directory in LDCONFIG_DIRS:
         if not result.not_found or "/" in argv[0]:
@@ -101,9 +101,6 @@ def nccl_versions(metadata: Metadata = _metadata_version, run: Run = _run_ldconf
 
 
 def _system_nccl(run: Run, ldconfig: Sequence[str]) -> tuple[Found | None, str]:
-    from healthcheck.core.errors import ParseError
-    from healthcheck.parsers.ldconfig import parse_ldconfig
-
     result = run(ldconfig)
     if result.not_found:
         return None, "ldconfig not found"

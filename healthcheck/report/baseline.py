@@ -32,22 +32,31 @@ keys it sets.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+import yaml
+
+from healthcheck import __version__
 from healthcheck.bandwidth.judge import SCOPES
+from healthcheck.core.atomic import write_atomic
+from healthcheck.core.config.loader import FABRIC_NAME_RE, ExtendsCycle, load_config
 from healthcheck.core.config.schema import BandwidthLimits, BaselineSettings, CollectiveFloors, Fabric
 from healthcheck.core.errors import HcError
 from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
 from healthcheck.core.model import NodeResult, Report
 from healthcheck.core.status import Status
 from healthcheck.core.units import format_size, parse_size
+from healthcheck.report.jsonio import decode, parse_time
 
 if TYPE_CHECKING:
     from healthcheck.core.config.loader import Config
@@ -177,7 +186,6 @@ class Baseline:
 def read_reports(paths: Iterable[Path]) -> Iterator[tuple[str, Report]]:
     """Each report, one at a time (a 2,000-node report decodes to ~100 MB), bounded in size;
     any report hc cannot read (another schema version, not JSON) is a one-line HcError."""
-    from healthcheck.report.jsonio import decode
 
     for path in paths:
         data = read_bounded(path, REPORT_MAX_BYTES, what="report")
@@ -558,7 +566,6 @@ def _emit(tree: dict, depth: int, out: list[str]) -> None:
 
 def _when(started_at: str) -> tuple[float, str]:
     """A run's start, to put runs in time order (whatever offset each is written in)."""
-    from healthcheck.report.jsonio import parse_time
 
     when = parse_time(started_at)
     return (when.timestamp() if when is not None else math.inf, started_at)
@@ -650,7 +657,6 @@ class BaselineFile:
 
 def _settings(config: Config, overrides: Mapping[str, float | int | None]) -> BaselineSettings:
     """The config's baseline section with the options given on the command line (None: not given)."""
-    import msgspec
 
     return msgspec.structs.replace(config.main.baseline, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -667,11 +673,6 @@ def _nothing_learned(result: Baseline, fabric: str, output: Path) -> HcError:
 def _check_and_write(text: str, expected: dict, output: Path, config: Config) -> None:
     """Write the file only where it is usable as-is: the text reads back as the data meant,
     and the loader accepts it as it will be found at the output's path."""
-    import tempfile
-
-    import yaml
-
-    from healthcheck.core.atomic import write_atomic
 
     if yaml.safe_load(text) != expected:
         raise HcError("internal error: the baseline file would not read back as written (HC_DEBUG=1 for more)")
@@ -687,10 +688,6 @@ def write_baseline(reports: Iterable[Path], fabric: str, output: Path, config_pa
     """Learn `fabric`'s thresholds from the reports and write them to `output` (NAME.yaml) as
     a fabric file extending it; each refused key (and, when nothing is written, each kept
     one) is one line to `warn`, and an HcError says why nothing was written."""
-    import datetime as dt
-
-    from healthcheck import __version__
-    from healthcheck.core.config.loader import FABRIC_NAME_RE, ExtendsCycle, load_config
 
     if output.suffix != ".yaml" or not re.fullmatch(FABRIC_NAME_RE, output.stem):
         raise HcError(f"{safe(output, 200)}: the output must be NAME.yaml with a fabric name "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import re
 import secrets
@@ -12,12 +13,16 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+from ClusterShell.NodeSet import NodeSet
 
 from healthcheck import __version__
 from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.model import Finding, FindingGroup, GroupResult, NodeResult, Report
+from healthcheck.core.nodes import fold
+from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
+from healthcheck.report.jsonio import parse_time
 
 
 def utc_now() -> _dt.datetime:
@@ -64,7 +69,6 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
     message with the node's name taken out). A group's message is the finding's own where
     all its members say the same, else the one with the placeholder. Findings of
     run-level `groups` (pairs, jobs) fold the same way, listing the nodes they name."""
-    from ClusterShell.NodeSet import NodeSet
 
     members_of: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     messages: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
@@ -111,7 +115,6 @@ def run_finding(spec: FindingSpec, message: str, *, scope: str, value: object = 
                 evidence: str | None = None, status: Status = Status.ERROR, check: str = "hc.run") -> Finding:
     """A finding about the run rather than one node (check "hc.run" unless said), stamped as
     the engine would: ERROR unless said, about the run's `scope`."""
-    from healthcheck.core.stamp import stamp
 
     return stamp(spec(status, message, value=value, evidence=evidence), check=check, subject=scope)
 
@@ -159,8 +162,6 @@ def nothing_checked(nodes: list[NodeResult], tier: str) -> Finding | None:
 
 
 def _scope(names: Iterable[str]) -> str:
-    from healthcheck.core.nodes import fold
-
     members = sort_nodes(names)
     return (fold(members) if foldable(members) else ",".join(members)) or "run"
 
@@ -231,9 +232,6 @@ def job_report(group: GroupResult, *, command: str, started_at: str, hc_version:
     into the summary as a pair's do. The run ID comes from the job and `started_at` (when it
     was looked at): the same diagnosis read twice is the same run, so the tickets it gives
     have the same keys."""
-    import hashlib
-
-    from healthcheck.report.jsonio import parse_time
 
     when = parse_time(started_at) or utc_now()
     digest = hashlib.sha256(f"{group.name}\x1f{started_at}".encode("utf-8", "surrogateescape")).hexdigest()[:6]

@@ -30,8 +30,11 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
+from healthcheck.core.nodes import fold, is_valid_node_name
 from healthcheck.core.status import Status
 from healthcheck.report.build import natural_key, sort_nodes, without_node
+from healthcheck.report.jsonio import parse_time
+from healthcheck.report.table import printable
 
 _RAN = (Status.PASS, Status.WARN, Status.FAIL)
 
@@ -96,7 +99,6 @@ def _ref(report: Report) -> RunRef:
 def in_time_order(old: Report, new: Report) -> tuple[Report, Report, bool]:
     """(older, newer, swapped): the reports in the order they ran (by time, whatever offset
     each started_at is written in; a report hc read has a valid one, see jsonio.decode)."""
-    from healthcheck.report.jsonio import parse_time
 
     before, after = parse_time(old.started_at), parse_time(new.started_at)
     swapped = before is not None and after is not None and before > after
@@ -216,8 +218,6 @@ def diff(old: Report, new: Report) -> ReportDiff:
 
 
 def _fold(names: list[str]) -> str:
-    from healthcheck.core.nodes import fold, is_valid_node_name
-
     # a name NodeSet would reinterpret (brackets, commas) is listed as it is
     if all(is_valid_node_name(n) for n in names):
         return fold(names)
@@ -252,8 +252,6 @@ def headline(d: ReportDiff) -> str:
 def render_diff(d: ReportDiff) -> str:
     """A table of the changes, identical ones folded into hostlists, under a line of counts."""
     from tabulate import tabulate
-
-    from healthcheck.report.table import printable
 
     out = [
         f"{d.new.command} (tier {d.new.tier}) {d.new.started_at} run {d.new.run_id}, "

@@ -17,17 +17,19 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.atomic import check_database_path
 from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, Metric, Report
 from healthcheck.core.status import Status
+from healthcheck.report.jsonio import decode, encode
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -156,8 +158,6 @@ class History:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
-        from healthcheck.core.atomic import check_database_path
-
         # SQLite follows a link at the path and, on a device or FIFO, writes its journal
         # files next to it: only a regular file (or none yet) is a history
         check_database_path(self.path, "history")
@@ -222,7 +222,6 @@ class History:
 
     def record(self, report: Report) -> None:
         """Record a run and its nodes in one transaction; a run already recorded is left as it is."""
-        from healthcheck.report.jsonio import encode
 
         blob = zlib.compress(encode(report, indent=0), 6)
         run_row = (
@@ -271,8 +270,6 @@ class History:
             raise self._fail("read", exc) from None
 
     def _report(self, run_id: str, blob: bytes) -> Report:
-        from healthcheck.report.jsonio import decode
-
         try:
             data = zlib.decompress(blob)
         except zlib.error as exc:
@@ -556,7 +553,6 @@ def history_listing(settings: HistorySettings, node: str | None, command: str | 
 
 def history_json(listing: HistoryListing) -> list[dict[str, Any]]:
     """`hc report history --format json`: one object per run (or per node result), newest first."""
-    from dataclasses import asdict
 
     return [asdict(i) for i in (listing.node_runs if listing.node is not None else listing.runs)]
 

@@ -18,6 +18,7 @@ import msgspec
 from healthcheck.core import typed
 from healthcheck.core.atomic import write_atomic
 from healthcheck.core.errors import HcError
+from healthcheck.core.inputs import REPORT_MAX_BYTES, clip, read_bounded, read_stream_bounded
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
 
 __all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "check_started", "decode", "encode", "parse_time", "read_report",
@@ -74,8 +75,6 @@ def parse_time(text: str) -> _dt.datetime | None:
 def check_started(started_at: str, source: str) -> None:
     """HcError (exit 4) where `started_at` is not a timestamp: runs are ordered by it."""
     if parse_time(started_at) is None:
-        from healthcheck.core.inputs import clip
-
         raise HcError(f"{source}: not a valid hc report: started_at {clip(ascii(started_at), 60)} is not a "
                       "timestamp (e.g. 2026-11-22T03:00:00Z)")
 
@@ -112,14 +111,12 @@ def decode(data: bytes, source: str = "report") -> Report:
 
 def read_bytes(path: Path) -> bytes:
     """A saved document's bytes, up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
-    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
 
     return read_bounded(path, REPORT_MAX_BYTES, what="report", allow_fifo=True)
 
 
 def read_stdin_bytes(stream: BinaryIO) -> bytes:
     """A document piped in ('-'), up to REPORT_MAX_BYTES."""
-    from healthcheck.core.inputs import REPORT_MAX_BYTES, read_stream_bounded
 
     return read_stream_bounded(stream, REPORT_MAX_BYTES, what="report")
 

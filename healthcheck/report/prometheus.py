@@ -61,14 +61,12 @@ import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from healthcheck.core.atomic import WriteError, classify, write_atomic
+from healthcheck.core.config.schema import PrometheusSettings
 from healthcheck.core.model import Metric, Report
 from healthcheck.core.status import Status
-
-if TYPE_CHECKING:
-    from healthcheck.core.config.schema import PrometheusSettings
 
 STATUSES = tuple(s.value for s in Status)
 SEVERITIES = ("FAIL", "ERROR", "WARN")  # the finding statuses counted per node
@@ -263,8 +261,6 @@ def _split(component: str, sep: str, parts: int) -> list[str]:
 def build(report: Report, settings: PrometheusSettings | None = None, command: str | None = None) -> Series:
     """Every series the report gives, bounded by `settings` (the schema's defaults when None)."""
     if settings is None:
-        from healthcheck.core.config.schema import PrometheusSettings
-
         settings = PrometheusSettings()
     series = Series({"command": command or command_of(report), "tier": label_value(report.tier)},
                     settings.max_series, settings.label_max_chars)

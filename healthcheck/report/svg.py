@@ -11,6 +11,7 @@ hostile name is shown, never interpreted. Numbers are written with few digits: a
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable, Sequence
 
 from healthcheck.core.status import Status
@@ -141,7 +142,6 @@ def gradient(id_: str, stops: Iterable[tuple[float, str]], *, vertical: bool = F
 
 def nice_max(value: float) -> float:
     """A round axis maximum at or above `value` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten)."""
-    import math
 
     if value <= 0:
         return 1.0

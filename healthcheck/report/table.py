@@ -8,8 +8,13 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from healthcheck.core.catalogue import NOTHING_CHECKED
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT
 from healthcheck.core.model import CheckResult, Finding, GroupResult, Metric, NodeResult, Report
-from healthcheck.core.status import Status
+from healthcheck.core.nodes import fold
+from healthcheck.core.registry import current
+from healthcheck.core.status import Status, worst
+from healthcheck.core.units import parse_size
+from healthcheck.report.build import foldable, natural_key, sort_nodes
 from healthcheck.report.layout import coloured, table, wrap_line
 
 # above this many groups, passing ones are counted rather than listed (a 64-node pair
@@ -82,7 +87,6 @@ def config_name(path: str) -> str:
     the one inside hc (its path is an install directory, which tells an operator nothing)."""
     if not path:
         return "-"  # a report made without a config (a job's diagnosis)
-    from healthcheck.core.config.loader import EMBEDDED_DEFAULT
 
     return "embedded default" if path == str(EMBEDDED_DEFAULT) else printable(path)
 
@@ -149,7 +153,6 @@ def metric_text(m: Metric) -> str:
 
 def evidence_metrics(check: str) -> tuple[str, ...]:
     """The metric names `check` declares as its evidence; () for a check this hc does not know."""
-    from healthcheck.core.registry import current
 
     spec = current().all_checks().get(check)
     return spec.evidence_metrics if spec is not None else ()
@@ -159,7 +162,6 @@ def _beyond_nodes(report: Report) -> str:
     """Where the verdict comes from when the nodes' own statuses do not explain it ("ERROR:
     1 node (1 PASS)" would read as a contradiction): the run-level results and run findings
     at the run's status, e.g. " + 1 run finding ERROR (act.E003)"; '' otherwise."""
-    from healthcheck.core.status import worst
 
     if report.status.rank <= worst((n.status for n in report.nodes), default=Status.SKIP).rank:
         return ""
@@ -179,11 +181,7 @@ def _beyond_nodes(report: Report) -> str:
 
 
 def fold_members(names: list[str]) -> str:
-    from healthcheck.report.build import foldable, sort_nodes
-
     if foldable(names):
-        from healthcheck.core.nodes import fold
-
         return fold(names)
     return ",".join(sort_nodes(dict.fromkeys(names)))  # NodeSet would reinterpret brackets and commas
 
@@ -198,7 +196,6 @@ def _worst_finding(group: GroupResult) -> str:
 
 def render_groups(groups: list[GroupResult], *, width: int | None = None, colour: bool = False) -> list[str]:
     """The run-level results, worst first: kind, name, members as a hostlist, status, worst finding."""
-    from healthcheck.report.build import natural_key
 
     ordered = sorted(groups, key=lambda g: (-g.status.rank, g.kind, natural_key(g.name)))
     listed = [g for g in ordered if len(groups) <= LIST_PASSING_UP_TO or g.status.rank > Status.PASS.rank]
@@ -238,8 +235,6 @@ def _busbw(group: GroupResult, size: str) -> float | None:
 
 def pair_sizes(groups: Iterable[GroupResult]) -> list[str]:
     """The message sizes the groups measured busbw at, smallest first ("64M" before "1G")."""
-    from healthcheck.core.units import parse_size
-    from healthcheck.report.build import natural_key
 
     def key(size: str) -> tuple:
         try:
@@ -277,7 +272,6 @@ def render_bandwidth(groups: list[GroupResult]) -> list[str]:
     (more than two nodes tested together), each one's busbw. [] where there are neither, so
     a report without them renders as it always has. Findings about pairs and groups (slow
     links) are in the findings table already, folded with the nodes' own."""
-    from healthcheck.report.build import sort_nodes
 
     out: list[str] = []
     pairs: dict[tuple[str, str], list[GroupResult]] = {}
@@ -298,8 +292,6 @@ def render_bandwidth(groups: list[GroupResult]) -> list[str]:
 def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str]:
     """Per size: the matrix of the pairs' busbw, or the slowest pairs past MATRIX_UP_TO nodes."""
     from tabulate import tabulate
-
-    from healthcheck.report.build import natural_key, sort_nodes
 
     every = [g for tests in pairs.values() for g in tests]
     sizes = pair_sizes(every)
@@ -371,8 +363,6 @@ def _group_bandwidth(groups: list[GroupResult]) -> list[str]:
     """Each group's busbw per size (a group is one test of more than two nodes); past
     LIST_PASSING_UP_TO, the slowest at the largest size (no result first)."""
     from tabulate import tabulate
-
-    from healthcheck.report.build import natural_key
 
     sizes = pair_sizes(groups)
     if len(groups) <= LIST_PASSING_UP_TO:

@@ -27,6 +27,7 @@ no node and are not tickets.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -34,10 +35,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from healthcheck.core import catalogue, typed
+from healthcheck.core import catalogue, plugins, typed
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, AnalysisRun, CheckResult, Finding, Limit, Report, fingerprint
+from healthcheck.core.nodes import HostlistError, fold, parse_hostlist
 from healthcheck.core.status import Status
+from healthcheck.report.build import foldable, natural_key, sort_nodes
+from healthcheck.report.jsonio import check_started
+from healthcheck.report.table import printable
 
 if TYPE_CHECKING:
     from healthcheck.core.nodes import Hostlist
@@ -129,7 +134,6 @@ def decode_run(data: bytes, source: str) -> _Run:
     if run.schema not in READABLE_SCHEMAS:
         raise HcError(f"{source}: unsupported report schema {run.schema!r} "
                       f"(this hc reads {' and '.join(READABLE_SCHEMAS)})")
-    from healthcheck.report.jsonio import check_started
 
     check_started(run.started_at, source)  # episodes are dated by it
     return run
@@ -180,8 +184,6 @@ class _View:
 
     def _analysis_runs(self, name: str) -> list[tuple[AnalysisRun, Hostlist | None]] | None:
         if self._analyses is None:
-            from healthcheck.core.nodes import HostlistError, parse_hostlist
-
             self._analyses = {}
             for a in self.run.analyses:
                 try:
@@ -240,7 +242,6 @@ def _token(text: str) -> str:
     ID hc made), else a hash of it: a hand-edited report may carry anything."""
     if _TOKEN_RE.match(text):
         return text
-    import hashlib
 
     return "h" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
@@ -253,12 +254,8 @@ def idempotency_key(fp: str, state: State, opened_in: str, run_id: str) -> str:
 
 
 def _nodes_text(names: Iterable[str]) -> str:
-    from healthcheck.report.build import foldable, sort_nodes
-
     members = sort_nodes(dict.fromkeys(n for n in names if n))
     if members and foldable(members):
-        from healthcheck.core.nodes import fold
-
         return fold(members)
     return ",".join(members)  # NodeSet would reinterpret brackets and commas in a hostile name
 
@@ -282,8 +279,6 @@ def _ticket(key: str, state: State, ep: _Episode, run: _Run, report: Report) -> 
 
 
 def _order(t: Ticket) -> tuple:
-    from healthcheck.report.build import natural_key
-
     return (STATES.index(t.state), -t.status.rank, t.id, natural_key(t.nodes), t.subject, t.fingerprint)
 
 
@@ -319,8 +314,6 @@ def build(report: Report, earlier: Iterable[_Run], *, min_status: Status = Statu
 def _titles(ids: Iterable[str]) -> None:
     """Fill the catalogue for these IDs: family modules declare theirs when imported."""
     if any(i not in catalogue.CATALOGUE for i in ids):
-        from healthcheck.core import plugins
-
         plugins.load_declarations()
 
 
@@ -357,8 +350,6 @@ def to_jsonl(tickets: Iterable[Ticket]) -> bytes:
 def render(tickets: list[Ticket]) -> str:
     """A table: one line per record, newest state first, then a line of counts."""
     from tabulate import tabulate
-
-    from healthcheck.report.table import printable
 
     counts = {s: sum(t.state == s for t in tickets) for s in STATES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())

@@ -16,7 +16,9 @@ from typing import Any
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.errors import HcError
 from healthcheck.core.model import READABLE_SCHEMAS, Report
+from healthcheck.core.units import parse_size
 
 NODE_BUSBW = "busbw_gbytes_per_s"  # checks/bw.py: a node's own busbw, component collective/scope/size
 PAIR_BUSBW = "busbw"  # a test between nodes (orchestrate/pairsweep/measure.py): component the size
@@ -84,7 +86,6 @@ def _number(value: Any) -> float | None:
 
 def own_key(report: Report, nodes: Iterable[str]) -> str:
     """The node busbw to follow: single_node at the largest size measured (else any scope)."""
-    from healthcheck.core.units import parse_size
 
     wanted = set(nodes)
     best: tuple[int, int, str] | None = None
@@ -106,7 +107,6 @@ def own_key(report: Report, nodes: Iterable[str]) -> str:
 
 def pair_size(report: Report) -> str:
     """The size of the tests between nodes to follow: the largest measured."""
-    from healthcheck.core.units import parse_size
 
     sizes = set()
     for g in report.groups:
@@ -199,7 +199,6 @@ def from_history(history: Any, report: Report, nodes: Sequence[str], runs: int) 
     """The trend of `nodes` over the last `runs` runs of the report's command and tier up to it,
     from `history` (a History, or None where none is kept); a Trend with only a note where
     there is nothing to draw (no history, no earlier run, no node to follow)."""
-    from healthcheck.core.errors import HcError
 
     if history is None:
         return Trend(note="no run history is kept (history.path is null in the config)")

@@ -8,6 +8,8 @@ byte counts, costs one session start instead of six.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import shlex
 from collections.abc import Mapping
@@ -43,8 +45,6 @@ def parse_batch(output: str, commands: list[tuple[str, ...]],
     """The per-command results in `output` (commands missing from it are left out), each
     mapped as a single remote command's is (`remote_result`): `duration_s` is the whole
     batch's, the bound of every command's where the node did not say its own."""
-    import base64
-    import binascii
 
     results: dict[tuple[str, ...], CommandResult] = {}
     lines = output.split("\n")

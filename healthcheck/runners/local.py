@@ -11,6 +11,7 @@ resumed it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -71,8 +72,6 @@ def _pdeathsig() -> Callable[[], None] | None:
     so it takes no lock that another thread could hold at fork time.
     """
     try:
-        import ctypes
-
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -113,7 +112,7 @@ def popen_for_life(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
     forked from one thread kept for the life of the process, and dies with hc as every
     child does."""
     global _LASTING
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- persistent workers only; not the prologue's
 
     with _LASTING_LOCK:
         if _LASTING is None:

@@ -50,6 +50,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from healthcheck.runners import local
+from healthcheck.runners.local import kill_children
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROCESSES, SLURM = 0, 1  # cleanup phases: launchers end before their allocations are cancelled
 STOP_BOUND_S = 30.0  # the whole cleanup (slurmd's KillWait, 30 s, is what a batch job's hc gets)
@@ -102,7 +105,6 @@ def install() -> None:
     # write into this pipe (the parent would take the child's signal for its own)
     os.register_at_fork(after_in_child=_forget_in_child)
     threading.Thread(target=_relay, args=(read_end,), name="hc-stop", daemon=True).start()
-    from healthcheck.runners import local
 
     local.stop_deferral = deferred  # run_command's fork and registration: one step for a stop
     for sig in STOP_SIGNALS:
@@ -222,8 +224,6 @@ def _begin(signum: int) -> bool:
 
 
 def _clean(cleanups: list[tuple[int, Callable[[], object]]]) -> None:
-    from healthcheck.runners.local import kill_children
-
     deadline = time.monotonic() + STOP_BOUND_S
     try:
         _run_all([fn for phase, fn in cleanups if phase == PROCESSES], deadline)

@@ -273,6 +273,7 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     (ssh, mpirun) or its test failed naming no job (srun)."""
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import parse_hostlist
+    from healthcheck.orchestrate import multirun
     from healthcheck.orchestrate.multirun import run_many
     from healthcheck.orchestrate.pairsweep import sweep
 
@@ -290,7 +291,7 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
         rig.slurm.wait_node_state("node2", ("allocated", "mixed"), timeout=30)
         return real_run_pairs(config, results, **kw)
 
-    monkeypatch.setattr(sweep, "run_pairs", a_job_lands_first)
+    monkeypatch.setattr(multirun, "run_pairs", a_job_lands_first)
     try:
         run = run_many(load_config(rig.config), NODES, command="sweep", tier="deep", only=["net"],
                        mode="agentless")

@@ -206,7 +206,7 @@ def test_a_sweep_through_multirun_watches_with_the_guards_client(tmp_path, monke
     from healthcheck.orchestrate import busy, multirun, remote
 
     slurm = Slurm()
-    monkeypatch.setattr(busy, "guard_sweep", lambda config, nodes, env=None, client=None: busy.SweepGuard(
+    monkeypatch.setattr(multirun, "guard_sweep", lambda config, nodes, env=None, client=None: busy.SweepGuard(
         allowed=list(nodes), watch=watch(slurm)))
     monkeypatch.setattr(remote, "check_over_ssh", lambda config, nodes, **kw: results(4))
     slurm.jobs = [SlurmJob("99", ME + 1, "train", "n03")]  # a job landed after the idle check

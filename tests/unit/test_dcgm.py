@@ -497,8 +497,7 @@ def test_on_a_busy_node_the_deep_tier_leaves_the_jobs_processes_alone(tmp_path, 
 def test_the_deep_level_runs_alone_and_only_the_deep_check_resumes_its_drain():
     from healthcheck.actions.policy import checks_behind
     from healthcheck.core.facts import current_providers
-    from healthcheck.core.registry import REGISTRY
-    from healthcheck.orchestrate.busy import deep_only
+    from healthcheck.core.registry import REGISTRY, deep_only
 
     assert current_providers().get("dcgm_diag_deep", "local").exclusive
     assert current_providers().get("dcgm_diag_deep", "ssh").exclusive

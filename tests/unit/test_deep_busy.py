@@ -12,9 +12,10 @@ from support import run_hc, write_stub
 
 from healthcheck.core.config import load_config
 from healthcheck.core.model import CheckResult, NodeResult
+from healthcheck.core.registry import deep_only
 from healthcheck.core.status import Status
-from healthcheck.orchestrate import remote, srun
-from healthcheck.orchestrate.busy import BUSY_REASON, deep_only, guard_this_node
+from healthcheck.orchestrate import multirun, remote, srun
+from healthcheck.orchestrate.busy import BUSY_REASON, guard_this_node
 from healthcheck.orchestrate.multirun import run_many
 from healthcheck.orchestrate.pairsweep import sweep
 
@@ -61,7 +62,7 @@ def transport(monkeypatch):
         return sweep.PairRun(nodes=sweep.eligible(results))
 
     monkeypatch.setattr(remote, "check_over_ssh", check_over_ssh)
-    monkeypatch.setattr(sweep, "run_pairs", run_pairs)
+    monkeypatch.setattr(multirun, "run_pairs", run_pairs)
     return seen
 
 

@@ -281,7 +281,7 @@ def test_ssh_launcher_keeps_hcs_own_fan_out(tmp_path, monkeypatch):
     ("no json at all", (None, "the torch sweep printed no result")),
 ])
 def test_ssh_reads_rank_zeros_json_with_the_same_helper(tmp_path, monkeypatch, rank0, expected):
-    import healthcheck.runners.ssh as ssh
+    from healthcheck.orchestrate.pairsweep import ssh
     from healthcheck.runners.base import CommandResult
 
     class Conn:  # hc's SSH fan-out, without a network: each member's worker "ran"

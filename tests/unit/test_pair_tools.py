@@ -258,7 +258,7 @@ def test_nccl_tests_never_raises(site, monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("launcher exploded")
 
-    monkeypatch.setattr("healthcheck.runners.launch.launch", boom)
+    monkeypatch.setattr("healthcheck.orchestrate.pairsweep.tools.launch", boom)
     m = nccl(site)
     assert (m.outcome, m.passed) == ("not-run", None)
     assert m.why == "gpu001,gpu002: nccl-tests: RuntimeError: launcher exploded"
@@ -304,7 +304,7 @@ class FakeConnection:
 
 @pytest.fixture
 def ssh(monkeypatch, tmp_path):
-    monkeypatch.setattr("healthcheck.runners.ssh.SshConnection", FakeConnection)
+    monkeypatch.setattr("healthcheck.orchestrate.pairsweep.tools.SshConnection", FakeConnection)
     # the servers' pid files in this test's own directory, not /tmp: a test running beside
     # this one (an xdist worker, the rig's) has its own there, and each asserts it left none
     (tmp_path / "pids").mkdir()
@@ -469,7 +469,7 @@ def test_ib_write_bw_needs_two_members_and_never_raises(site, ssh, monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("no address")
 
-    monkeypatch.setattr("healthcheck.runners.ssh.resolve_target", boom)
+    monkeypatch.setattr("healthcheck.orchestrate.pairsweep.tools.resolve_target", boom)
     m = ib(site)
     assert (m.outcome, m.why) == ("not-run", "gpu001,gpu002: ib_write_bw: RuntimeError: no address")
 

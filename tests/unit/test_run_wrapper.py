@@ -376,19 +376,18 @@ def test_a_failing_quick_tier_stops_the_job_with_its_finding(tmp_path):
 
 
 def test_a_quick_tier_error_or_timeout_only_warns(monkeypatch):
-    from healthcheck.runners import local
     from healthcheck.runners.base import CommandResult
 
     report = {"status": "ERROR", "nodes": [{"findings": [{"id": "hc.E002", "status": "ERROR", "message": "x"}]}]}
-    monkeypatch.setattr(local, "run_command",
+    monkeypatch.setattr(preflight, "run_command",
                         lambda argv, **kw: CommandResult(tuple(argv), 3, json.dumps(report), "", 0.1))
     p = preflight.quick_tier({})
     assert p is not None and p.status == "WARN" and "hc.E002 x" in p.message
-    monkeypatch.setattr(local, "run_command",
+    monkeypatch.setattr(preflight, "run_command",
                         lambda argv, **kw: CommandResult(tuple(argv), None, "", "", 5.0, timed_out=True))
     p = preflight.quick_tier({}, timeout_s=5)
     assert p is not None and p.status == "WARN" and "within 5 s" in p.message
-    monkeypatch.setattr(local, "run_command",
+    monkeypatch.setattr(preflight, "run_command",
                         lambda argv, **kw: CommandResult(tuple(argv), 0, '{"status": "PASS", "nodes": []}', "", 0.1))
     assert preflight.quick_tier({}) is None
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import click
 
 from healthcheck import __version__
+from healthcheck.cli import cli
 
 WIDTH = 80
 
@@ -55,8 +56,6 @@ def command_pages(cmd: click.Command, ctx: click.Context) -> Iterator[str]:
 
 
 def render() -> str:
-    from healthcheck.cli import cli
-
     ctx = click.Context(cli, info_name="hc", terminal_width=WIDTH, max_content_width=WIDTH)
     first, _, rest = inspect.cleandoc(cli.help or "").partition("\n")
     out = [

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import types
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,7 +28,7 @@ from healthcheck.core import typed
 from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
 from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
 from healthcheck.core.errors import ConfigError, HcError
-from healthcheck.core.inputs import clip
+from healthcheck.core.inputs import CONFIG_MAX_BYTES, clip, read_bounded
 from healthcheck.core.nodes import Hostlist, HostlistError, overlapping, parse_hostlist
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -361,7 +362,6 @@ class Config:
     @property
     def digest(self) -> str:
         """sha256 over the main file and every fabric file hc could read: which config made a report."""
-        from healthcheck.core.inputs import CONFIG_MAX_BYTES, read_bounded
 
         h = hashlib.sha256(self.doc.raw)
         for d in self.fabric_dirs:
@@ -511,7 +511,6 @@ def _words(msg: str) -> str:
 
 def _type_at(model: Any, path: Path_) -> Any:
     """The annotated type at `path` below `model` (Any where the path leaves the schema)."""
-    import typing
 
     tp = model
     for part in path:
@@ -527,7 +526,6 @@ def _type_at(model: Any, path: Path_) -> Any:
 
 def _bare(tp: Any) -> Any:
     """Through Optional and Annotated to the container or Struct type."""
-    import typing
 
     while True:
         origin = typing.get_origin(tp)
@@ -553,7 +551,6 @@ def _fails(value: Any, tp: Any, *, keys: bool = False) -> bool:
 
 def _bad_key(mapping: Any, tp: Any) -> Any:
     """The first key of `mapping` that its dict type `tp` refuses, if any."""
-    import typing
 
     tp = _bare(tp)
     if not isinstance(mapping, dict) or typing.get_origin(tp) is not dict:

@@ -21,7 +21,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 from healthcheck.core.tiers import TierOrContext
+from healthcheck.core.units import parse_size
 
 # (key path inside the section, message, related key paths the message names)
 Problem = tuple[tuple[Any, ...], str, tuple[tuple[Any, ...], ...]]
@@ -281,7 +283,6 @@ class GpuLimits(Strict, frozen=True):
 
     def problems(self) -> Iterator[Problem]:
         # a misspelt reason never matches: the throttling it meant would go unreported
-        from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
 
         known = THROTTLE_REASONS.values()
         for key in ("throttle_fail", "throttle_warn"):
@@ -298,8 +299,6 @@ EnvValue = Annotated[str, Meta(max_length=4096, pattern=r"^[^\x00]*$")]
 
 
 def _sizes(key: str, sizes: Any) -> Iterator[Problem]:
-    from healthcheck.core.units import parse_size
-
     pairs = ((at, at) for at in sizes) if isinstance(sizes, dict) else enumerate(sizes)
     for at, text in pairs:
         try:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.analyses.pairs import TEST_FAILED, TEST_NOT_RUN
 from healthcheck.bandwidth.localize import Result
 from healthcheck.bandwidth.peers import peer_threshold
 from healthcheck.bandwidth.schedule import Test
 from healthcheck.core.model import GroupResult
+from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status
 from healthcheck.orchestrate.pairsweep.measure import Measured
 from healthcheck.orchestrate.pairsweep.plan import PairPlan
@@ -129,8 +131,6 @@ def better(old: Measured, new: Measured, short: Any) -> Measured:
 def group_result(test: Test, status: Status, measured: list[Measured], reason: str, plan: PairPlan) -> GroupResult:
     """One test as the report shows it: its figures, bw.E107 (ERROR) where `reason` says a
     tool gave nothing, with what its launcher printed, and bw.E108 (WARN) for a tool's failure."""
-    from healthcheck.analyses.pairs import TEST_FAILED, TEST_NOT_RUN
-    from healthcheck.core.stamp import stamp
 
     members = list(test.members)
     metrics = [m for got in measured for m in got.metrics]

@@ -26,9 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
 from healthcheck.orchestrate.pairsweep.plan import PairPlan, node_address, worker_argv
 from healthcheck.orchestrate.pairsweep.transport import TorchOutcome, samples_from_json
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch
+from healthcheck.runners.ompi import site_args
+from healthcheck.runners.ssh import SshError
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -50,8 +53,6 @@ class LauncherTransport:
 
     def run(self, members: Sequence[str]) -> TorchOutcome:
         """One test: rank 0's samples, or None and why."""
-        from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
-        from healthcheck.runners.ssh import SshError
 
         config, plan = self.config, self.plan
         kind = plan.pairs.launcher
@@ -94,7 +95,6 @@ def mpirun_spec(config: Config, plan: PairPlan, members: Sequence[str], env: Map
                 ) -> Launch:
     """`mpirun -np N --host a,b ... hc bw allreduce ... --master-addr <members[0]>`; env: the
     launcher's environment (default hc's), which says whether the site set mpirun's ssh itself."""
-    from healthcheck.runners.ompi import site_args
 
     program = worker_argv(config.main.ssh.remote_hc, plan, node_address(config, members[0]))
     # one rank per member in the members' order (rank 0 on members[0], the rendezvous), and
@@ -131,8 +131,6 @@ def serve_spec(config: Config, plan: PairPlan, node: str, program: Sequence[str]
     unlabelled (read as it comes); and whether srun asked for an allocation of its own
     (named job_name, limited by `time_args`: OwnJob)."""
     if plan.pairs.launcher == "mpirun":
-        from healthcheck.runners.ompi import site_args
-
         return mpirun_launch(program, np=1, hosts=[node], allow_run_as_root=os.geteuid() == 0,
                              extra=(*site_args(config.main.ssh, env), "--bind-to", "none"), env=plan.torch.env,
                              tag_output=False), False

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from healthcheck.bandwidth.judge import Floor, floors
 from healthcheck.core.units import format_size, parse_size
+from healthcheck.runners.ssh import resolve_target
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -67,6 +68,5 @@ def worker_argv(remote_hc: str, plan: PairPlan, master: str) -> tuple[str, ...]:
 
 def node_address(config: Config, node: str) -> str:
     """How the other members reach `node`: the host name SSH would connect to."""
-    from healthcheck.runners.ssh import resolve_target
 
     return resolve_target(node, config.main.ssh).hostname

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from healthcheck.orchestrate.pairsweep.plan import PairPlan, node_address, worker_argv
 from healthcheck.orchestrate.pairsweep.transport import TorchOutcome, samples_from_json
+from healthcheck.runners.ssh import SshConnection, SshError
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -25,8 +26,6 @@ class SshTransport:
         self.plan = plan
 
     def run(self, members: Sequence[str]) -> TorchOutcome:
-        from healthcheck.runners.ssh import SshConnection, SshError
-
         plan, settings = self.plan, self.config.main.ssh
         try:
             master = node_address(self.config, members[0])

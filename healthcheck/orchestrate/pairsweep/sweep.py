@@ -28,19 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from healthcheck.bandwidth.localize import Result, judge_by_peers
+from healthcheck.analyses.pairs import PairsInput, settings_of
+from healthcheck.bandwidth.localize import LocalizeSettings, Result, judge_by_peers, localize_adaptive
 from healthcheck.bandwidth.schedule import Test
+from healthcheck.core.analysis import run_analyses
 from healthcheck.core.config import Config
 from healthcheck.core.model import GroupResult, NodeResult
-from healthcheck.core.status import Status
+from healthcheck.core.status import Status, worst
 from healthcheck.orchestrate.pairsweep import choose
 from healthcheck.orchestrate.pairsweep.judging import Judging, Record, group_result, judged_test, run_again
 from healthcheck.orchestrate.pairsweep.measure import Measured, measure_test
 from healthcheck.orchestrate.pairsweep.plan import PairPlan
 from healthcheck.orchestrate.pairsweep.transport import PairTransport
+from healthcheck.runners.fanout import fan_out
 
 if TYPE_CHECKING:
-    from healthcheck.analyses.pairs import PairsInput
     from healthcheck.orchestrate.busy import JobWatch
 
 
@@ -80,7 +82,6 @@ def run_pairs(config: Config, results: Sequence[NodeResult], *, exhaustive: bool
     beside it), and is ERROR naming the job; that node is not tested again in the sweep,
     nor judged by the pairs analysis. Without one (a caller that checked otherwise, the
     tests), nothing is asked."""
-    from healthcheck.bandwidth.localize import LocalizeSettings, localize_adaptive
 
     run = PairRun(nodes=eligible(results))
     if len(run.nodes) < 2:
@@ -141,7 +142,6 @@ class _Sweep:
                 ) -> dict[str, list[Measured]]:
         """The tests whose members no job took (Slurm asked first); the others into held, with
         why (`what` they are: "not run", or for a repeat "not judged")."""
-        from healthcheck.runners.fanout import fan_out
 
         held.update(_stopped(tests, self._stop(t.members for t in tests.values()), what))
         tests = {name: t for name, t in tests.items() if name not in held}
@@ -240,7 +240,6 @@ def vouched_for(inputs: PairsInput, run: PairRun) -> list[str]:
     gave no figure (ERROR: a worker that never started, a node lost, Slurm not answering),
     nor one of tests that cannot tell who is slow (bw.E106: one pair and no floor, or no
     partner known good), nor one a job took mid-sweep (not tested to the end)."""
-    from healthcheck.analyses.pairs import settings_of
 
     undecided = {n for u in inputs.verdict(settings_of(run.settings or None)).undecided for n in u.nodes}
     measured = set(inputs.tested)
@@ -253,9 +252,6 @@ def judge_pairs(results: list[NodeResult], run: PairRun) -> tuple[list[NodeResul
     FAILs its node, which the policy drains), pair findings onto the pair's result, and a
     finding that names no node (fabric-wide) for the run. Returns nodes, groups, analysis
     runs and run findings."""
-    from healthcheck.analyses.pairs import PairsInput
-    from healthcheck.core.analysis import run_analyses
-    from healthcheck.core.status import worst
 
     if not run.results:
         return results, run.groups, [], []

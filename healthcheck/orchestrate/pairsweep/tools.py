@@ -48,15 +48,33 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from healthcheck.bandwidth.judge import best_at, floors, size_range
+from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.inputs import middle_cut
+from healthcheck.core.units import format_size, parse_size
 from healthcheck.parsers.bandwidth_common import BandwidthSample
+from healthcheck.parsers.perftest import loopback_floor
+from healthcheck.probes.bw import TAIL, nccl_attempt_from_text, nccl_binary
+from healthcheck.probes.ib_write_bw import (
+    MARGIN_S,
+    SHORT_TIMEOUT_S,
+    HcaNode,
+    PortPlan,
+    counter_rises_of,
+    is_compute_port,
+    missing_tools,
+    port_plans,
+    run_attempt,
+)
+from healthcheck.runners.launch import launch, mpirun_launch
+from healthcheck.runners.ompi import site_args
+from healthcheck.runners.ssh import MAX_SESSIONS, SshConnection, SshError, resolve_target
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
     from healthcheck.parsers.bandwidth_common import BandwidthAttempt
     from healthcheck.parsers.perftest import IbWriteBwAttempt, IbWriteBwHca
     from healthcheck.runners.launch import LaunchResult
-    from healthcheck.runners.ssh import SshConnection
 
 Tool = Literal["nccl_tests", "ib_write_bw"]  # bandwidth.pairs.tests' names
 # what became of a test (or of one HCA port of an ib_write_bw test):
@@ -176,11 +194,6 @@ def nccl_tests_pair(config: Config, members: Sequence[str], *, collective: str, 
 
 def _nccl_tests_pair(config: Config, members: tuple[str, ...], collective: str, sizes: Sequence[int | str],
                      gpus: int, timeout_s: float) -> PairMeasurement:
-    from healthcheck.bandwidth.judge import best_at, floors, size_range
-    from healthcheck.core.units import format_size, parse_size
-    from healthcheck.probes.bw import TAIL, nccl_attempt_from_text, nccl_binary
-    from healthcheck.runners.launch import launch, mpirun_launch
-    from healthcheck.runners.ompi import site_args
 
     who = _who(members)
     if gpus <= 0:
@@ -249,7 +262,6 @@ def _all_ranks(result: LaunchResult) -> str:
 def _nccl_outcome(result: LaunchResult, attempt: BandwidthAttempt, members: tuple[str, ...], gpus: int,
                   collective: str, bin_dir: str | None) -> tuple[ToolOutcome | None, str]:
     """How a run ended, in the node-local check's order; (None, "") for a clean run."""
-    from healthcheck.core.units import format_size
 
     who = _who(members)
     program = f"{collective}_perf"
@@ -330,10 +342,6 @@ class _Member:
     """One member over SSH: its connection, a probe context on it, its HCA ports."""
 
     def __init__(self, node: str, config: Config, limits: Any, timeout_s: float) -> None:
-        from healthcheck.core.facts import ProbeContext
-        from healthcheck.probes.ib_write_bw import HcaNode
-        from healthcheck.runners.ssh import SshConnection
-
         self.node = node
         self.conn: SshConnection = SshConnection(node, config.main.ssh)  # SshError: a name it cannot take
         self.ctx = ProbeContext(runner=self.conn, transport="ssh", timeout_s=timeout_s, limits=limits)
@@ -344,11 +352,6 @@ class _Member:
 
 
 def _ib_write_bw_pair(config: Config, members: tuple[str, ...], timeout_s: float) -> PairMeasurement:
-    from healthcheck.core.facts import ProbeError
-    from healthcheck.core.units import format_size, parse_size
-    from healthcheck.probes.ib_write_bw import SHORT_TIMEOUT_S, is_compute_port, missing_tools
-    from healthcheck.runners.ssh import SshError, resolve_target
-
     start = time.monotonic()
     deadline = start + timeout_s
     who = _who(members)
@@ -422,9 +425,6 @@ def _run_ports(server: _Member, client: _Member, address: str, both: list[tuple[
     """Every port at once: the server side's plan with the client side's command line
     (its own pinning and GPU) aimed at the server's address; servers hc started are
     stopped by pid once their client is done, and their pid files removed."""
-    from healthcheck.parsers.perftest import loopback_floor
-    from healthcheck.probes.ib_write_bw import MARGIN_S, PortPlan, port_plans, run_attempt
-    from healthcheck.runners.ssh import MAX_SESSIONS
 
     env = {**({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if settings.use_cuda else {}), **settings.env}
     serving = port_plans(server.ctx, server.files, [active[0][k] for k in both], size, env)
@@ -482,7 +482,6 @@ _STOP = ('for f in "$@"; do p=$(cat "$f" 2>/dev/null) && case "$(tr "\\000" " " 
 
 def _stop_servers(side: _Member, pid_files: list[str]) -> None:
     """Stop the servers hc started on the node, by the pid each wrote; remove their pid files."""
-    from healthcheck.probes.ib_write_bw import SHORT_TIMEOUT_S
 
     side.conn.run(("sh", "-c", _STOP, "hc-stop", *pid_files), timeout_s=SHORT_TIMEOUT_S)
 
@@ -541,7 +540,6 @@ def _with_counters(sample: HcaSample, sides: list[_Member], before: list[dict[st
                    after: list[dict[str, dict[str, int] | str]], max_rise: dict[str, int | None]) -> HcaSample:
     """The port's counter rises on each member recorded; a rise above the fabric's
     bandwidth.counters_max_rise makes it "failed" (unless it already hung or failed)."""
-    from healthcheck.probes.ib_write_bw import counter_rises_of
 
     rises: dict[str, dict[str, int]] = {}
     unknown: list[str] = []

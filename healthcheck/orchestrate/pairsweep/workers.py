@@ -48,15 +48,16 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
 from healthcheck.orchestrate.pairsweep.launched import launch_env, launcher_said, serve_spec
 from healthcheck.orchestrate.pairsweep.plan import PairPlan, node_address
 from healthcheck.orchestrate.pairsweep.transport import PairTransport, SweepSamples, TorchOutcome
+from healthcheck.runners.process_stream import ProcessStream
+from healthcheck.runners.ssh import SshConnection, SshError
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
-    from healthcheck.orchestrate.allocations import OwnJob
     from healthcheck.runners.line_stream import LineStream
-    from healthcheck.runners.ssh import SshConnection
 
 _PREFIX = b"hc-bw-serve "
 GONE_WAIT_S = 5.0  # after SIGKILL, for a worker's process group to be gone from its node
@@ -307,7 +308,6 @@ class WorkerPool:
 
     def _start_ssh(self, w: _Worker, argv: tuple[str, ...]) -> str:
         """Open w's stream over hc's own SSH; '' when it started, else why not."""
-        from healthcheck.runners.ssh import SshConnection, SshError
 
         w.command = " ".join(argv)
         try:
@@ -323,8 +323,6 @@ class WorkerPool:
 
     def _start_launched(self, w: _Worker, argv: tuple[str, ...]) -> str:
         """Start w's worker as one srun or mpirun task on its node; '' when it started, else why not."""
-        from healthcheck.orchestrate.allocations import OwnJob, needs_own_job
-        from healthcheck.runners.process_stream import ProcessStream
 
         kind = self.plan.pairs.launcher
         env = launch_env(os.environ)
@@ -405,8 +403,6 @@ class WorkerTransport:
         self.per_test = per_test
 
     def run(self, members: Sequence[str]) -> TorchOutcome:
-        from healthcheck.runners.ssh import SshError
-
         try:
             # a launcher names nodes its own way (srun: Slurm's names, mpirun: through Open
             # MPI's own ssh); hc's ssh config, which neither reads, must not decide where
