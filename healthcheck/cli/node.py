@@ -139,14 +139,14 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     from healthcheck.cli.progress import progress_printer
     from healthcheck.core.nodes import expand
     from healthcheck.core.registry import select
-    from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.multirun import RunRequest, run_many
 
     names = expand(nodes)
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
         raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
-    run = run_many(app.config, names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
-                   since=parse_since(since), on_done=progress_printer(len(names)))
+    request = RunRequest(names, command="node", via="ssh", mode=mode, tier=tier, only=checks, since=parse_since(since))
+    run = run_many(app.config, request, on_done=progress_printer(len(names)))
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
     lost = [e for e in (export_prometheus(app, run.report, prom),) if e is not None]

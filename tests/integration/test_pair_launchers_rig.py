@@ -273,7 +273,7 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     (ssh, mpirun) or its test failed naming no job (srun)."""
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import parse_hostlist
-    from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.multirun import RunRequest, run_many
     from healthcheck.orchestrate.pairsweep import sweep
 
     for name, value in (_mpirun_env(rig) if launcher == "mpirun" else {}).items():
@@ -292,8 +292,8 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
 
     monkeypatch.setattr(sweep, "run_pairs", a_job_lands_first)
     try:
-        run = run_many(load_config(rig.config), NODES, command="sweep", tier="deep", only=["net"],
-                       mode="agentless")
+        run = run_many(load_config(rig.config), RunRequest(NODES, command="sweep", tier="deep", only=["net"],
+                                                           mode="agentless"))
     finally:
         for job in landed:
             rig.slurm.scancel(job)
