@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -239,3 +240,17 @@ def assert_culprits(verdict: Any, cls: str, culprits: list[int], victims: list[i
     assert verdict.cls == cls, verdict.summary
     assert named_ranks(verdict) == culprits, verdict.summary
     assert not set(named_ranks(verdict)) & set(victims)
+
+
+class Tty(io.StringIO):
+    """An output stream that says it is a terminal (colour, wrapping, a live progress line)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class Pipe(io.StringIO):
+    """An output stream that says it is not a terminal (a script's pipe, a captured stderr)."""
+
+    def isatty(self) -> bool:
+        return False
