@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -254,3 +255,17 @@ class Pipe(io.StringIO):
 
     def isatty(self) -> bool:
         return False
+
+
+def open_mpi_mpirun() -> str:
+    """Open MPI's mpirun (the rig tests start its daemons over the rig's sshd); the test is
+    skipped where there is none, no orted beside it, or an mpirun of another MPI."""
+    import pytest
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{mpirun} is not Open MPI's: {(version.stdout + version.stderr).strip()[:100]!r}")
+    return mpirun
