@@ -20,6 +20,7 @@ from healthcheck.report.build import make_report, sort_nodes, utc_now, with_run_
 
 if TYPE_CHECKING:
     from healthcheck.orchestrate.busy import JobWatch
+    from healthcheck.orchestrate.pairsweep.sweep import PairRun
 
 
 @dataclass
@@ -62,34 +63,10 @@ def run_many(config: Config, request: RunRequest,
     leftovers = before_run(config, nodes, via=request.via, tier=request.tier, pairs=request.pairs,
                            env=request.env)
     started = utc_now()
-    warnings: list[str] = []
-    launch_findings: list = []
-    guard_findings: list = []  # the deep tier's Slurm check: not run blind (ERROR), or run unchecked (WARN)
-    watch = None
-    if request.via == "slurm":
-        from healthcheck.orchestrate.srun import check_over_srun
-
-        # the node results, the launcher's run findings, and notes for stderr
-        launched = check_over_srun(config, nodes, tier=request.tier, only=only, since=request.since,
-                                   env=request.env, mode=request.mode)
-        results = launched.results
-        launch_findings = list(launched.run_findings)
-        warnings += launched.notes
-    else:
-        swept = _over_ssh(config, nodes, tier=request.tier, only=only, mode=request.mode, since=request.since,
-                          on_done=on_done, env=request.env)
-        results, watch = swept.results, swept.watch
-        warnings += swept.notes
-        guard_findings += swept.run_findings
-    pair_run = None
-    if request.tier == "deep" and request.pairs and len(results) > 1:
-        if request.via == "slurm":
-            warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
-        else:
-            from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
-
-            pair_run = run_pairs(config, results, exhaustive=request.exhaustive, watch=watch)
-            warnings += pair_run.notes
+    checked = _check_nodes(config, request, nodes, only, on_done)
+    results, watch, warnings = checked.results, checked.watch, list(checked.notes)
+    launch_findings, guard_findings = checked.launch_findings, checked.run_findings
+    pair_run = _pair_tests(config, request, results, watch, warnings)
     history = _history(config, warnings)
     statuses = None
     if history is not None:
@@ -105,6 +82,8 @@ def run_many(config: Config, request: RunRequest,
     groups: list = []
     pair_findings: list = []
     if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair
+        from healthcheck.orchestrate.pairsweep.sweep import judge_pairs
+
         results, groups, pair_analyses, pair_findings = judge_pairs(results, pair_run)
         analyses = [*analyses, *pair_analyses]
     # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected";
@@ -130,21 +109,7 @@ def run_many(config: Config, request: RunRequest,
     warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
     if request.act:
-        from healthcheck.actions.apply import act as act_in_slurm
-        from healthcheck.actions.apply import with_outcome
-        from healthcheck.actions.audit import AuditLog
-        from healthcheck.actions.slurm import SlurmClient
-
-        settings = config.main.slurm
-        audit = AuditLog(Path(settings.audit_log))
-        outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=request.env),
-                               audit=audit, resume=True, dry_run=request.dry_run)
-        run.report = with_outcome(report, outcome)
-        lost = audit.failure_finding(scope=_scope(report))
-        if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
-            run.report = with_run_finding(run.report, lost)  # (stderr has a line per record already)
-        run.guarded = outcome.guarded
-        run.messages = outcome.messages
+        _act(config, request, run)
     if history is not None:
         try:
             history.record(run.report)
@@ -154,13 +119,66 @@ def run_many(config: Config, request: RunRequest,
     return run
 
 
+def _check_nodes(config: Config, request: RunRequest, nodes: list[str], only: list[str],
+                 on_done: Callable[[str, NodeResult], None] | None) -> _Swept:
+    """Each node's checks through the transport asked for: Slurm (srun), or SSH with the deep
+    tier's Slurm check."""
+    if request.via != "slurm":
+        return _over_ssh(config, nodes, tier=request.tier, only=only, mode=request.mode, since=request.since,
+                         on_done=on_done, env=request.env)
+    from healthcheck.orchestrate.srun import check_over_srun
+
+    # the node results, the launcher's run findings, and notes for stderr
+    launched = check_over_srun(config, nodes, tier=request.tier, only=only, since=request.since,
+                               env=request.env, mode=request.mode)
+    return _Swept(results=launched.results, notes=list(launched.notes),
+                  launch_findings=list(launched.run_findings))
+
+
+def _pair_tests(config: Config, request: RunRequest, results: list[NodeResult], watch: JobWatch | None,
+                warnings: list[str]) -> PairRun | None:
+    """The deep tier's tests between nodes (over SSH only), their notes added to `warnings`."""
+    if request.tier != "deep" or not request.pairs or len(results) <= 1:
+        return None
+    if request.via == "slurm":
+        warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
+        return None
+    from healthcheck.orchestrate.pairsweep.sweep import run_pairs
+
+    pair_run = run_pairs(config, results, exhaustive=request.exhaustive, watch=watch)
+    warnings += pair_run.notes
+    return pair_run
+
+
+def _act(config: Config, request: RunRequest, run: MultiRun) -> None:
+    """Drain or resume in Slurm as the report says (the hooks' policy and guard), into `run`."""
+    from healthcheck.actions.apply import act as act_in_slurm
+    from healthcheck.actions.apply import with_outcome
+    from healthcheck.actions.audit import AuditLog
+    from healthcheck.actions.slurm import SlurmClient
+
+    report = run.report
+    settings = config.main.slurm
+    audit = AuditLog(Path(settings.audit_log))
+    outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=request.env),
+                           audit=audit, resume=True, dry_run=request.dry_run)
+    run.report = with_outcome(report, outcome)
+    lost = audit.failure_finding(scope=_scope(report))
+    if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
+        run.report = with_run_finding(run.report, lost)  # (stderr has a line per record already)
+    run.guarded = outcome.guarded
+    run.messages = outcome.messages
+
+
 @dataclass
 class _Swept:
-    """The nodes' results over SSH, with the deep tier's Slurm check (busy.py) where it applies."""
+    """The nodes' results over SSH, with the deep tier's Slurm check (busy.py) where it applies, or
+    through Slurm, with its launcher's run findings."""
 
     results: list[NodeResult]
     notes: list[str] = field(default_factory=list)
-    run_findings: list[Finding] = field(default_factory=list)
+    run_findings: list[Finding] = field(default_factory=list)  # the deep tier's Slurm check (ERROR: run blind)
+    launch_findings: list[Finding] = field(default_factory=list)  # srun's: the nodes carry their status already
     watch: JobWatch | None = None  # the check again, before each round of tests between nodes
 
 
