@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -269,3 +270,10 @@ def open_mpi_mpirun() -> str:
     if "Open MPI" not in version.stdout + version.stderr:
         pytest.skip(f"{mpirun} is not Open MPI's: {(version.stdout + version.stderr).strip()[:100]!r}")
     return mpirun
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listened on a moment ago (the OS picked it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
