@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -239,3 +242,38 @@ def assert_culprits(verdict: Any, cls: str, culprits: list[int], victims: list[i
     assert verdict.cls == cls, verdict.summary
     assert named_ranks(verdict) == culprits, verdict.summary
     assert not set(named_ranks(verdict)) & set(victims)
+
+
+class Tty(io.StringIO):
+    """An output stream that says it is a terminal (colour, wrapping, a live progress line)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class Pipe(io.StringIO):
+    """An output stream that says it is not a terminal (a script's pipe, a captured stderr)."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def open_mpi_mpirun() -> str:
+    """Open MPI's mpirun (the rig tests start its daemons over the rig's sshd); the test is
+    skipped where there is none, no orted beside it, or an mpirun of another MPI."""
+    import pytest
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or shutil.which("orted") is None:
+        pytest.skip("Open MPI (mpirun, orted) is not installed")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{mpirun} is not Open MPI's: {(version.stdout + version.stderr).strip()[:100]!r}")
+    return mpirun
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listened on a moment ago (the OS picked it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -173,7 +173,7 @@ def sweep(config_path: Path, names: Sequence[str], *, slow: dict[str, float] | N
 
     with _patched(remote, "check_over_ssh", check_over_ssh), _patched(multirun, "run_pairs", run_pairs), \
             _patched(choose, "open_transport", torch_tests_by(pair_model(culprit, slow_link, run, culprit_scale))):
-        done = multirun.run_many(config, list(names), command="sweep", tier="deep")
+        done = multirun.run_many(config, multirun.RunRequest(list(names), command="sweep", tier="deep"))
     return done.report
 
 

@@ -144,10 +144,10 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
         raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
-    progress = importlib.import_module(PROGRESS).progress_printer(len(names))
-    run = importlib.import_module(MANY_NODES).run_many(app.config, names, command="node", via="ssh", mode=mode,
-                                                       tier=tier, only=checks, since=parse_since(since),
-                                                       on_done=progress)
+    many = importlib.import_module(MANY_NODES)
+    request = many.RunRequest(names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
+                              since=parse_since(since))
+    run = many.run_many(app.config, request, on_done=importlib.import_module(PROGRESS).progress_printer(len(names)))
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
     lost = [e for e in (export_prometheus(app, run.report, prom),) if e is not None]

@@ -26,7 +26,7 @@ from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded
 from healthcheck.core.nodes import expand
 from healthcheck.core.registry import select
-from healthcheck.orchestrate.multirun import partition_nodes, run_many
+from healthcheck.orchestrate.multirun import RunRequest, partition_nodes, run_many
 from healthcheck.parsers.hostfile import parse_hostfile
 
 
@@ -94,9 +94,9 @@ def sweep(hostlist: str | None, hostfile: Path | None, partition: str | None, vi
         raise click.UsageError("no node to check")
     prom = prometheus_dir(app, prometheus_to, "sweep")
     progress = progress_printer(len(names)) if via == "ssh" else None
-    run = run_many(app.config, names, command="sweep", via=via, mode=mode, tier=tier, only=checks,
-                   since=parse_since(since), act=act, dry_run=dry_run, on_done=progress, pairs=pairs,
-                   exhaustive=exhaustive)
+    request = RunRequest(names, command="sweep", via=via, mode=mode, tier=tier, only=checks, since=parse_since(since),
+                         act=act, dry_run=dry_run, pairs=pairs, exhaustive=exhaustive)
+    run = run_many(app.config, request, on_done=progress)
     for warning in run.warnings:
         click.echo(f"hc: warning: {warning}", err=True)
     for message in run.messages:

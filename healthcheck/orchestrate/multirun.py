@@ -5,7 +5,7 @@ if asked (the same policy and guard as the hooks), and record the run in the his
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +33,7 @@ from healthcheck.report.build import make_report, run_finding, sort_nodes, utc_n
 
 if TYPE_CHECKING:
     from healthcheck.orchestrate.busy import JobWatch
+    from healthcheck.orchestrate.pairsweep.sweep import PairRun
 
 
 @dataclass
@@ -43,64 +44,52 @@ class MultiRun:
     messages: list[str] = field(default_factory=list)  # --dry-run commands
 
 
-def run_many(
-    config: Config,
-    nodes: list[str],
-    *,
-    command: str,
-    via: str = "ssh",
-    mode: str = "auto",
-    tier: str = "quick",
-    only: Iterable[str] = (),
-    since: float | None = None,
-    act: bool = False,
-    dry_run: bool = False,
-    on_done: Callable[[str, NodeResult], None] | None = None,
-    env: dict | None = None,
-    pairs: bool = True,
-    exhaustive: bool = False,
-) -> MultiRun:
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run over many nodes is asked to do: which nodes, through what, which checks, and
+    whether to act in Slurm (the options of `hc node NODES` and `hc sweep`)."""
+
+    nodes: Sequence[str]
+    command: str  # "node" or "sweep": the history compares runs of the same command only
+    via: str = "ssh"
+    mode: str = "auto"
+    tier: str = "quick"
+    only: Sequence[str] = ()
+    since: float | None = None
+    act: bool = False
+    dry_run: bool = False
+    env: dict | None = None
+    pairs: bool = True
+    exhaustive: bool = False
+
+
+def run_many(config: Config, request: RunRequest,
+             on_done: Callable[[str, NodeResult], None] | None = None) -> MultiRun:
+    """Check `request.nodes` as asked, add the fleet and pair analyses, act if asked, and record the run."""
+    nodes, only = list(request.nodes), list(request.only)
     if not nodes:
         # checking nothing must not look like a healthy run (SKIP, exit 0)
         raise UsageError("no node to check: the node list, hostlist or hostfile names none")
 
     # the jobs of hc's own that a killed hc left (SIGKILL cannot be handled), cancelled first
-    leftovers = before_run(config, nodes, via=via, tier=tier, pairs=pairs, env=env)
+    leftovers = before_run(config, nodes, via=request.via, tier=request.tier, pairs=request.pairs,
+                           env=request.env)
     started = utc_now()
-    only = list(only)
-    warnings: list[str] = []
-    launch_findings: list = []
-    guard_findings: list = []  # the deep tier's Slurm check: not run blind (ERROR), or run unchecked (WARN)
-    watch = None
-    if via == "slurm":
-        # the node results, the launcher's run findings, and notes for stderr
-        launched = check_over_srun(config, nodes, tier=tier, only=only, since=since, env=env, mode=mode)
-        results = launched.results
-        launch_findings = list(launched.run_findings)
-        warnings += launched.notes
-    else:
-        swept = _over_ssh(config, nodes, tier=tier, only=only, mode=mode, since=since, on_done=on_done, env=env)
-        results, watch = swept.results, swept.watch
-        warnings += swept.notes
-        guard_findings += swept.run_findings
-    pair_run = None
-    if tier == "deep" and pairs and len(results) > 1:
-        if via == "slurm":
-            warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
-        else:
-            pair_run = run_pairs(config, results, exhaustive=exhaustive, watch=watch)
-            warnings += pair_run.notes
+    checked = _check_nodes(config, request, nodes, only, on_done)
+    results, watch, warnings = checked.results, checked.watch, list(checked.notes)
+    launch_findings, guard_findings = checked.launch_findings, checked.run_findings
+    pair_run = _pair_tests(config, request, results, watch, warnings)
     history = _history(config, warnings)
     statuses = None
     if history is not None:
         try:
             # the same command only: a quick prologue and a deep sweep disagreeing is no flap
-            statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=command)
+            statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=request.command)
         except Exception as exc:
             warnings.append(f"history not read: {exc}")
 
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
-    results, analyses = analyse_fleet(results, config.main.fleet, statuses, tier)
+    results, analyses = analyse_fleet(results, config.main.fleet, statuses, request.tier)
     groups: list = []
     pair_findings: list = []
     if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair
@@ -109,9 +98,9 @@ def run_many(
     # every node skipped (busy with a job): nothing was checked, said as it is, not as "no check selected";
     # where Slurm could not be asked, its act.E003 says why nothing was
     blind = any(f.status is Status.ERROR for f in guard_findings)
-    busy_only = _nothing_checked_busy(results, tier) if not blind else None
-    report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
-                         started=started, finished=utc_now(), nodes=results,
+    busy_only = _nothing_checked_busy(results, request.tier) if not blind else None
+    report = make_report(command=request.command, tier=request.tier, config_digest=config.digest,
+                         config_path=str(config.path), started=started, finished=utc_now(), nodes=results,
                          # pair tests that gave a verdict checked something even where every node check skipped
                          require_checks=busy_only is None and not blind and not any(
                              g.status in (Status.PASS, Status.WARN, Status.FAIL) for g in groups))
@@ -126,17 +115,8 @@ def run_many(
         report = with_run_finding(report, finding)
     warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
-    if act:
-        settings = config.main.slurm
-        audit = AuditLog(Path(settings.audit_log))
-        outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=env),
-                               audit=audit, resume=True, dry_run=dry_run)
-        run.report = with_outcome(report, outcome)
-        lost = audit.failure_finding(scope=_scope(report))
-        if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
-            run.report = with_run_finding(run.report, lost)  # (stderr has a line per record already)
-        run.guarded = outcome.guarded
-        run.messages = outcome.messages
+    if request.act:
+        _act(config, request, run)
     if history is not None:
         try:
             history.record(run.report)
@@ -146,13 +126,57 @@ def run_many(
     return run
 
 
+def _check_nodes(config: Config, request: RunRequest, nodes: list[str], only: list[str],
+                 on_done: Callable[[str, NodeResult], None] | None) -> _Swept:
+    """Each node's checks through the transport asked for: Slurm (srun), or SSH with the deep
+    tier's Slurm check."""
+    if request.via != "slurm":
+        return _over_ssh(config, nodes, tier=request.tier, only=only, mode=request.mode, since=request.since,
+                         on_done=on_done, env=request.env)
+    # the node results, the launcher's run findings, and notes for stderr
+    launched = check_over_srun(config, nodes, tier=request.tier, only=only, since=request.since,
+                               env=request.env, mode=request.mode)
+    return _Swept(results=launched.results, notes=list(launched.notes),
+                  launch_findings=list(launched.run_findings))
+
+
+def _pair_tests(config: Config, request: RunRequest, results: list[NodeResult], watch: JobWatch | None,
+                warnings: list[str]) -> PairRun | None:
+    """The deep tier's tests between nodes (over SSH only), their notes added to `warnings`."""
+    if request.tier != "deep" or not request.pairs or len(results) <= 1:
+        return None
+    if request.via == "slurm":
+        warnings.append("bandwidth between nodes runs over SSH only for now: --via slurm tested each node alone")
+        return None
+    pair_run = run_pairs(config, results, exhaustive=request.exhaustive, watch=watch)
+    warnings += pair_run.notes
+    return pair_run
+
+
+def _act(config: Config, request: RunRequest, run: MultiRun) -> None:
+    """Drain or resume in Slurm as the report says (the hooks' policy and guard), into `run`."""
+    report = run.report
+    settings = config.main.slurm
+    audit = AuditLog(Path(settings.audit_log))
+    outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=request.env),
+                           audit=audit, resume=True, dry_run=request.dry_run)
+    run.report = with_outcome(report, outcome)
+    lost = audit.failure_finding(scope=_scope(report))
+    if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
+        run.report = with_run_finding(run.report, lost)  # (stderr has a line per record already)
+    run.guarded = outcome.guarded
+    run.messages = outcome.messages
+
+
 @dataclass
 class _Swept:
-    """The nodes' results over SSH, with the deep tier's Slurm check (busy.py) where it applies."""
+    """The nodes' results over SSH, with the deep tier's Slurm check (busy.py) where it applies, or
+    through Slurm, with its launcher's run findings."""
 
     results: list[NodeResult]
     notes: list[str] = field(default_factory=list)
-    run_findings: list[Finding] = field(default_factory=list)
+    run_findings: list[Finding] = field(default_factory=list)  # the deep tier's Slurm check (ERROR: run blind)
+    launch_findings: list[Finding] = field(default_factory=list)  # srun's: the nodes carry their status already
     watch: JobWatch | None = None  # the check again, before each round of tests between nodes
 
 

@@ -21,6 +21,7 @@ one the page says when it applies).
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -28,8 +29,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from healthcheck import __version__
+from healthcheck.bandwidth import judge
+from healthcheck.core import catalogue
+from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, GroupResult, NodeResult, Report
 from healthcheck.core.status import Status
+from healthcheck.core.units import parse_size
+from healthcheck.report.build import natural_key, sort_nodes
 from healthcheck.report.svg import (
     SERIES,
     Svg,
@@ -43,6 +50,7 @@ from healthcheck.report.svg import (
     ramp,
     status_fill,
 )
+from healthcheck.report.table import PairCell, best_cell, fold_members, pair_sizes, pair_unit
 
 if TYPE_CHECKING:
     from healthcheck.core.config import Config
@@ -81,8 +89,6 @@ Floors = dict[tuple[str, str, str], dict[int, FloorMark]]
 
 
 def _size_bytes(size: str) -> int | None:
-    from healthcheck.core.units import parse_size
-
     try:
         return parse_size(size)
     except ValueError:
@@ -109,9 +115,6 @@ def report_floors(report: Report) -> Floors:
 def config_floors(config: Config, fabrics: Iterable[str]) -> tuple[Floors, list[str]]:
     """The floors the config's fabrics set now (for sizes the run's findings do not name), and
     notes for fabrics the config cannot give."""
-    from healthcheck.bandwidth.judge import floors
-    from healthcheck.core.errors import HcError
-
     out: Floors = {}
     notes = []
     for fabric in sorted(set(fabrics)):
@@ -122,7 +125,7 @@ def config_floors(config: Config, fabrics: Iterable[str]) -> tuple[Floors, list[
             continue
         for collective in bw.collectives:
             for scope in ("single_node", "ib_loopback", "pair"):
-                got = floors(bw, collective, scope)
+                got = judge.floors(bw, collective, scope)
                 if got:
                     out[(fabric, collective, scope)] = {
                         f.size_bytes: FloorMark(f.size_bytes, f.size_text, f.gbytes_per_s, f.key,
@@ -196,16 +199,12 @@ def _cell(text: object) -> str:
 
 
 def _members(names: Sequence[str]) -> str:
-    from healthcheck.report.table import fold_members
-
     return fold_members(list(names))
 
 
 def render_html(report: Report, *, floors: Floors | None = None, trend: Trend | None = None,
                 notes: Sequence[str] = (), generated_at: str = "") -> str:
     """The page for `report`; `floors` from report_floors/config_floors, `trend` from report.trend."""
-    from healthcheck import __version__
-
     floors = floors if floors is not None else report_floors(report)
     caps: list[str] = []
     body = [
@@ -305,8 +304,6 @@ def _count_bar(counts: dict[str, int], total: int) -> str:
 
 
 def _findings(report: Report, caps: list[str]) -> str:
-    from healthcheck.core import catalogue
-
     groups = report.findings_summary
     if not groups:
         return ('<section id="findings"><h2>Findings</h2><p class="note">No finding of WARN or worse: '
@@ -423,8 +420,6 @@ def _grid_svg(nodes: list[NodeResult], id_: str, fabric: str) -> str:
 
 
 def _pairs(groups: Iterable[GroupResult]) -> dict[tuple[str, str], list[GroupResult]]:
-    from healthcheck.report.build import sort_nodes
-
     out: dict[tuple[str, str], list[GroupResult]] = {}
     for g in groups:
         if g.kind == "pair" and len(set(g.members)) == 2:
@@ -433,104 +428,171 @@ def _pairs(groups: Iterable[GroupResult]) -> dict[tuple[str, str], list[GroupRes
     return out
 
 
-def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
-    from healthcheck.report.build import natural_key, sort_nodes
-    from healthcheck.report.table import best_cell, pair_sizes, pair_unit
+@dataclass(frozen=True)
+class _Matrix:
+    """What the heat map draws: the pair cells at one size and the nodes given a row."""
 
+    pairs: dict[tuple[str, str], list[GroupResult]]
+    cells: dict[tuple[str, str], PairCell]
+    nodes: list[str]
+    size: str
+    unit: str
+    top: float  # the fastest pair: the light end of the scale
+    culprits: set[str]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The heat map's geometry: the cell's side, the labels' room (left and above), the font."""
+
+    side: float
+    label_w: float
+    font: float
+    scale_w: float
+
+    @property
+    def top_h(self) -> float:
+        return self.label_w
+
+
+def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
     head = '<section id="pairs"><h2>Bandwidth between nodes</h2>'
+    matrix = _matrix(report, caps)
+    if isinstance(matrix, str):
+        return head + f'<p class="note">No pair matrix: {matrix}.</p></section>'
+    fabric_of = {n.node: n.fabric for n in report.nodes}
+    floor = _pair_floor(floors, fabric_of.get(matrix.nodes[0], ""), matrix.size)
+    return head + _heatmap_note(matrix) + _heatmap_svg(matrix, floor) + _slowest_pairs(matrix) + "</section>"
+
+
+def _matrix(report: Report, caps: list[str]) -> _Matrix | str:
+    """The pairs' best busbw at the largest size, and the nodes given a row; or why there is none."""
     pairs = _pairs(report.groups)
     every = [g for tests in pairs.values() for g in tests]
     sizes = pair_sizes(every)
     if not pairs or not sizes:
-        why = ("no test between nodes gave a busbw" if pairs else
-               "this run tested no pairs of nodes (hc sweep --tier deep does)")
-        return head + f'<p class="note">No pair matrix: {why}.</p></section>'
+        return ("no test between nodes gave a busbw" if pairs else
+                "this run tested no pairs of nodes (hc sweep --tier deep does)")
     size = sizes[-1]
-    unit = pair_unit(every)
     cells = {pair: got for pair, tests in pairs.items() if (got := best_cell(tests, size)) is not None}
-    nodes = sort_nodes({n for pair in pairs for n in pair})
+    measured = [c.value for c in cells.values() if c.value is not None]
+    return _Matrix(pairs=pairs, cells=cells, nodes=_rows_shown(cells, sort_nodes({n for pair in pairs for n in pair}),
+                                                                 caps),
+                   size=size, unit=pair_unit(every), top=max(measured) if measured else 1.0,
+                   culprits={f.node for n in report.nodes for f in n.findings if f.id == "bw.E101"})
+
+
+def _rows_shown(cells: dict[tuple[str, str], PairCell], nodes: list[str], caps: list[str]) -> list[str]:
+    """Every node, or past HEATMAP_NODES the slowest (the culprits' rows are the ones worth a row)."""
+    if len(nodes) <= HEATMAP_NODES:
+        return nodes
     values: dict[str, list[float]] = defaultdict(list)
     for (a, b), c in cells.items():
         if c.value is not None:
             values[a].append(c.value)
             values[b].append(c.value)
-    if len(nodes) > HEATMAP_NODES:
-        # the slowest nodes (the culprits' rows) are the ones worth a row
-        slowest = sorted(nodes, key=lambda n: (statistics.median(values[n]) if values[n] else float("inf"),
-                                               natural_key(n)))[:HEATMAP_NODES]
-        caps.append(f"heat map: {len(nodes) - HEATMAP_NODES:,} of {len(nodes):,} nodes left out (the "
-                    f"{HEATMAP_NODES} with the lowest median busbw are shown)")
-        nodes = sort_nodes(slowest)
-    measured = [c.value for c in cells.values() if c.value is not None]
-    top = max(measured) if measured else 1.0
-    fabric_of = {n.node: n.fabric for n in report.nodes}
-    floor = _pair_floor(floors, fabric_of.get(nodes[0], ""), size)
-    culprits = {f.node for n in report.nodes for f in n.findings if f.id == "bw.E101"}
+    slowest = sorted(nodes, key=lambda n: (statistics.median(values[n]) if values[n] else float("inf"),
+                                           natural_key(n)))[:HEATMAP_NODES]
+    caps.append(f"heat map: {len(nodes) - HEATMAP_NODES:,} of {len(nodes):,} nodes left out (the "
+                f"{HEATMAP_NODES} with the lowest median busbw are shown)")
+    return sort_nodes(slowest)
+
+
+def _heatmap_layout(nodes: list[str]) -> _Layout:
     n = len(nodes)
     side = 40.0 if n <= 12 else 22.0 if n <= 32 else 11.0
-    label_w = 10 + 7.2 * min(max(len(x) for x in nodes), 24)
-    font = min(11.0, side - 1)
-    top_h = label_w
+    # the scale below the cells is at least 200 px wide
+    return _Layout(side=side, label_w=10 + 7.2 * min(max(len(x) for x in nodes), 24), font=min(11.0, side - 1),
+                   scale_w=min(320.0, max(n * side, 200.0)))
+
+
+def _heatmap_svg(m: _Matrix, floor: FloorMark | None) -> str:
+    at = _heatmap_layout(m.nodes)
+    n = len(m.nodes)
     legend_h = 50.0
-    # room for the scale below the cells (at least 200 px wide) and its end label
-    width = label_w + max(n * side, min(320.0, max(n * side, 200.0))) + 60
-    height = top_h + n * side + legend_h
+    # room for the scale below the cells and its end label
+    width = at.label_w + max(n * at.side, at.scale_w) + 60
+    height = at.top_h + n * at.side + legend_h
     svg = Svg(width, height, id_="heatmap", class_="heatmap",
-              label=f"pair busbw at {size} ({unit}), {n} nodes: low is dark")
-    index = {name: i for i, name in enumerate(nodes)}
-    for name, i in index.items():
-        mark = "#c62828" if name in culprits else "#222"
-        y = top_h + i * side + side / 2 + font / 3
-        svg.text(label_w - 4, y, clip(name, 24), size=font, anchor="end", fill=mark, title=name,
-                 font_weight="bold" if name in culprits else None)
-        x = label_w + i * side + side / 2 + font / 3
-        svg.text(x, top_h - 4, clip(name, 24), size=font, anchor="start", rotate=-90, fill=mark, title=name)
-    for a in nodes:
-        for b in nodes:
-            x, y = label_w + index[b] * side, top_h + index[a] * side
-            if a == b:
-                svg.rect(x, y, side, side, "#eeeeee", data_row=a, data_col=b)
-                continue
-            here = cells.get((a, b)) or cells.get((b, a))
-            if here is None:
-                svg.rect(x, y, side, side, "#ffffff", stroke="#eeeeee", title=f"{a} \u2013 {b}: not tested",
-                         data_row=a, data_col=b)
-            elif here.value is None:
-                svg.rect(x, y, side, side, "#bdbdbd", title=f"{a} \u2013 {b}: no result (every test ERROR)",
-                         data_row=a, data_col=b, data_status="ERROR")
-            else:
-                fill = ramp(here.value / top)
-                svg.rect(x, y, side, side, fill, title=f"{a} \u2013 {b}: {measure(here.value)} {unit} at {size}, "
-                         f"{here.status.value}", data_row=a, data_col=b, data_value=num(here.value),
-                         data_status=here.status.value)
-                if side >= 40:
-                    ink = "#fff" if luminance(fill) < 0.4 else "#111"
-                    svg.text(x + side / 2, y + side / 2 + 4, measure(here.value), size=10, anchor="middle", fill=ink)
-    # the scale: dark is slow; the floor marked on it above, the ends below
-    ly = top_h + n * side + 18
-    lw = min(320.0, max(n * side, 200.0))
+              label=f"pair busbw at {m.size} ({m.unit}), {n} nodes: low is dark")
+    _draw_node_labels(svg, m, at)
+    _draw_cells(svg, m, at)
+    _draw_scale(svg, m, at, floor)
+    return svg.render()
+
+
+def _draw_node_labels(svg: Svg, m: _Matrix, at: _Layout) -> None:
+    """Each node's name left of its row and above its column, a culprit's in red."""
+    for i, name in enumerate(m.nodes):
+        mark = "#c62828" if name in m.culprits else "#222"
+        y = at.top_h + i * at.side + at.side / 2 + at.font / 3
+        svg.text(at.label_w - 4, y, clip(name, 24), size=at.font, anchor="end", fill=mark, title=name,
+                 font_weight="bold" if name in m.culprits else None)
+        x = at.label_w + i * at.side + at.side / 2 + at.font / 3
+        svg.text(x, at.top_h - 4, clip(name, 24), size=at.font, anchor="start", rotate=-90, fill=mark, title=name)
+
+
+def _draw_cells(svg: Svg, m: _Matrix, at: _Layout) -> None:
+    index = {name: i for i, name in enumerate(m.nodes)}
+    for a in m.nodes:
+        for b in m.nodes:
+            x, y = at.label_w + index[b] * at.side, at.top_h + index[a] * at.side
+            _draw_cell(svg, m, a, b, x, y, at.side)
+
+
+def _draw_cell(svg: Svg, m: _Matrix, a: str, b: str, x: float, y: float, side: float) -> None:
+    """One pair's cell: grey on the diagonal, blank untested, grey ERROR, else its busbw on the ramp."""
+    if a == b:
+        svg.rect(x, y, side, side, "#eeeeee", data_row=a, data_col=b)
+        return
+    here = m.cells.get((a, b)) or m.cells.get((b, a))
+    if here is None:
+        svg.rect(x, y, side, side, "#ffffff", stroke="#eeeeee", title=f"{a} \u2013 {b}: not tested",
+                 data_row=a, data_col=b)
+    elif here.value is None:
+        svg.rect(x, y, side, side, "#bdbdbd", title=f"{a} \u2013 {b}: no result (every test ERROR)",
+                 data_row=a, data_col=b, data_status="ERROR")
+    else:
+        fill = ramp(here.value / m.top)
+        svg.rect(x, y, side, side, fill, title=f"{a} \u2013 {b}: {measure(here.value)} {m.unit} at {m.size}, "
+                 f"{here.status.value}", data_row=a, data_col=b, data_value=num(here.value),
+                 data_status=here.status.value)
+        if side >= 40:  # room for the figure in the cell
+            ink = "#fff" if luminance(fill) < 0.4 else "#111"
+            svg.text(x + side / 2, y + side / 2 + 4, measure(here.value), size=10, anchor="middle", fill=ink)
+
+
+def _draw_scale(svg: Svg, m: _Matrix, at: _Layout, floor: FloorMark | None) -> None:
+    """The scale: dark is slow; the floor marked on it above, the ends below."""
+    ly = at.top_h + len(m.nodes) * at.side + 18
+    lw = at.scale_w
     svg.raw(gradient("heat-scale", ((i / 10, ramp(i / 10)) for i in range(11))))
-    svg.rect(label_w, ly, lw, 10, "url(#heat-scale)")
-    svg.text(label_w, ly + 23, "0", size=10)
-    svg.text(label_w + lw, ly + 23, f"{measure(top)} {unit}", size=10, anchor="end")
-    if floor is not None and 0 < floor.gbytes_per_s <= top:
-        fx = label_w + lw * floor.gbytes_per_s / top
+    svg.rect(at.label_w, ly, lw, 10, "url(#heat-scale)")
+    svg.text(at.label_w, ly + 23, "0", size=10)
+    svg.text(at.label_w + lw, ly + 23, f"{measure(m.top)} {m.unit}", size=10, anchor="end")
+    if floor is not None and 0 < floor.gbytes_per_s <= m.top:
+        fx = at.label_w + lw * floor.gbytes_per_s / m.top
         svg.line(fx, ly - 3, fx, ly + 13, "#c62828", 2)
         svg.text(fx, ly - 5, f"floor {floor.gbytes_per_s:g}", size=10, anchor="middle", fill="#c62828",
                  title=f"{floor.key} ({floor.source})")
-    # a culprit's pairs fold into one row each (they are all slow for one reason), so the
-    # slowest of the rest (a slow link) is not pushed off the list
-    measured_pairs = [(pair, c) for pair, c in cells.items() if c.value is not None]
-    folded = ""
-    for culprit in sort_nodes(culprits & {x for pair, _ in measured_pairs for x in pair}):
-        mine = [c.value for pair, c in measured_pairs if culprit in pair and c.value is not None]
-        folded += (f'<tr><td class="mono pair">{esc(culprit)} \u2013 {len(mine)} partners</td>'
-                   f'<td class="num">{measure(min(mine))}\u2013{measure(max(mine))}</td><td>{_badge("FAIL")}</td>'
-                   f'<td>{esc(culprit)} is the culprit (<span class="mono">bw.E101</span>): slow with every '
-                   "partner</td></tr>")
-    slow = sorted(((pair, c) for pair, c in measured_pairs if not culprits.intersection(pair)),
+
+
+def _heatmap_note(m: _Matrix) -> str:
+    everyone = {x for pair in m.pairs for x in pair}
+    possible = len(everyone) * (len(everyone) - 1) // 2
+    return (f'<p class="note">Pair busbw at {esc(m.size)} ({esc(m.unit)}), the best of each pair\'s tests: '
+            f"{len(m.cells):,} of {possible:,} pairs. Dark is slow: a node slow with every partner shows as a dark "
+            f"row and column{'; culprits (bw.E101) in red' if m.culprits else ''}. Other sizes are in the curves "
+            "below.</p>")
+
+
+def _slowest_pairs(m: _Matrix) -> str:
+    """The table under the map: each culprit's pairs as one row, then the slowest other pairs."""
+    measured = [(pair, c) for pair, c in m.cells.items() if c.value is not None]
+    folded = _culprit_rows(m, measured)
+    slow = sorted(((pair, c) for pair, c in measured if not m.culprits.intersection(pair)),
                   key=lambda pc: (pc[1].value, natural_key(pc[0][0]), natural_key(pc[0][1])))[:SLOWEST_PAIRS]
-    worst = {frozenset(g.members): g for tests in pairs.values() for g in tests if g.findings}
+    worst = {frozenset(g.members): g for tests in m.pairs.values() for g in tests if g.findings}
     rows = folded + "".join(
         f'<tr><td class="mono pair">{esc(a)} \u2013 {esc(b)}</td>'
         f'<td class="num">{measure(c.value) if c.value is not None else "-"}</td>'
@@ -539,14 +601,21 @@ def _heatmap(report: Report, floors: Floors, caps: list[str]) -> str:
         for (a, b), c in slow)
     title = (f"The culprits' pairs and the {len(slow)} slowest other pairs" if folded
              else f"The {len(slow)} slowest pairs")
-    tested = len(cells)
-    everyone = {x for pair in pairs for x in pair}
-    possible = len(everyone) * (len(everyone) - 1) // 2
-    return (head + f'<p class="note">Pair busbw at {esc(size)} ({esc(unit)}), the best of each pair\'s tests: '
-            f"{tested:,} of {possible:,} pairs. Dark is slow: a node slow with every partner shows as a dark row "
-            f"and column{'; culprits (bw.E101) in red' if culprits else ''}. Other sizes are in the curves below."
-            f"</p>{svg.render()}<h3>{title}</h3><table><thead><tr><th>Pair</th>"
-            f"<th>busbw</th><th>Status</th><th>Finding</th></tr></thead><tbody>{rows}</tbody></table></section>")
+    return (f"<h3>{title}</h3><table><thead><tr><th>Pair</th>"
+            f"<th>busbw</th><th>Status</th><th>Finding</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _culprit_rows(m: _Matrix, measured: list[tuple[tuple[str, str], PairCell]]) -> str:
+    """A culprit's pairs fold into one row each (they are all slow for one reason), so the
+    slowest of the rest (a slow link) is not pushed off the list."""
+    folded = ""
+    for culprit in sort_nodes(m.culprits & {x for pair, _ in measured for x in pair}):
+        mine = [c.value for pair, c in measured if culprit in pair and c.value is not None]
+        folded += (f'<tr><td class="mono pair">{esc(culprit)} \u2013 {len(mine)} partners</td>'
+                   f'<td class="num">{measure(min(mine))}\u2013{measure(max(mine))}</td><td>{_badge("FAIL")}</td>'
+                   f'<td>{esc(culprit)} is the culprit (<span class="mono">bw.E101</span>): slow with every '
+                   "partner</td></tr>")
+    return folded
 
 
 def _pair_floor(floors: Floors, fabric: str, size: str) -> FloorMark | None:
@@ -711,8 +780,6 @@ def _is_number(value: Any) -> bool:
 
 
 def _curve_svg(chart: _Chart, fmarks: dict[int, FloorMark], id_: str) -> str:
-    import math
-
     sizes = sorted(set(chart.labels) | set(fmarks))
     labels = {**{s: m.size for s, m in fmarks.items()}, **chart.labels}
     values = [v for series in chart.series.values() for v in series.values()]
@@ -785,8 +852,6 @@ def _curve_svg(chart: _Chart, fmarks: dict[int, FloorMark], id_: str) -> str:
 def followed_nodes(report: Report, limit: int = TREND_NODES) -> list[str]:
     """The nodes worth following over their runs: those with a finding of WARN or worse (on the
     node or on a pair it is in), worst first, at most `limit`."""
-    from healthcheck.report.build import natural_key
-
     rank: dict[str, int] = {}
     for n in report.nodes:
         for f in n.findings:

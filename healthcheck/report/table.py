@@ -211,7 +211,7 @@ def render_groups(groups: list[GroupResult], *, width: int | None = None, colour
 # ---------------------------------------------------------------- bandwidth between nodes
 
 
-class _Cell(NamedTuple):
+class PairCell(NamedTuple):
     """A pair's (or group's) busbw at one size: the best of its tests, and that test's status;
     value None where no test gave one (status ERROR: a test could not run)."""
 
@@ -250,15 +250,15 @@ def pair_unit(groups: Iterable[GroupResult]) -> str:
     return printable(units.pop()) if len(units) == 1 else "GB/s" if not units else "mixed units"
 
 
-def best_cell(tests: Sequence[GroupResult], size: str) -> _Cell | None:
+def best_cell(tests: Sequence[GroupResult], size: str) -> PairCell | None:
     """The best of one pair's (or group's) tests at `size`: its value and status; ERR where
     no test measured it and one could not run; None where none was tested at that size."""
     measured = [(v, g.status) for g in tests if (v := _busbw(g, size)) is not None]
     if measured:
         value, status = max(measured, key=lambda vs: vs[0])  # the first of the best: the producer's order
-        return _Cell(value, status)
+        return PairCell(value, status)
     if any(g.status is Status.ERROR for g in tests):
-        return _Cell(None, Status.ERROR)
+        return PairCell(None, Status.ERROR)
     return None
 
 
@@ -332,7 +332,7 @@ def _pair_bandwidth(pairs: dict[tuple[str, str], list[GroupResult]]) -> list[str
     return out
 
 
-def _matrix(nodes: list[str], cells: dict[tuple[str, str], _Cell]) -> list[str]:
+def _matrix(nodes: list[str], cells: dict[tuple[str, str], PairCell]) -> list[str]:
     """Both triangles: a node's row reads its busbw with every partner."""
     marks = max((len(_MARK.get(c.status, "")) for c in cells.values() if c.value is not None), default=0)
 

@@ -20,8 +20,6 @@ import itertools
 import json
 import os
 import random
-import shutil
-import subprocess
 import sys
 import threading
 import uuid
@@ -29,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support import open_mpi_mpirun
 
 from healthcheck.runners.launch import Launch, LaunchResult, launch, mpirun_launch, srun_launch, torchrun_launch
 
@@ -167,12 +166,7 @@ def test_torchrun_c10d_rendezvous_across_four_hosts_and_a_throttled_host_slows_i
 
 
 def test_mpirun_with_a_hostfile_over_the_rigs_sshd(net, tmp_path):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None or shutil.which("orted") is None:
-        pytest.skip("Open MPI (mpirun, orted) is not installed")
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
-    if "Open MPI" not in version.stdout + version.stderr:
-        pytest.skip(f"{mpirun} is not Open MPI's: {(version.stdout + version.stderr).strip()[:100]!r}")
+    mpirun = open_mpi_mpirun()
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"{host} slots=1\n" for host in NODES))
     subnet = str(ipaddress.ip_network(f"{net.host('node1').addr}/24", strict=False))

@@ -25,7 +25,6 @@ import ipaddress
 import itertools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import open_mpi_mpirun
 from test_remote_rig import hc, hc_bin
 from test_remote_rig import site as site
 
@@ -115,18 +115,7 @@ def one_start_per_node(started: list[dict[str, str]]) -> bool:
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
 def test_deep_sweep_pairs_through_mpirun(rig, persistent):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None or shutil.which("orted") is None:
-        pytest.skip("Open MPI (mpirun, orted) is not installed")
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
-    if "Open MPI" not in version.stdout + version.stderr:
-        pytest.skip(f"{mpirun} is not Open MPI's")
-    net = rig.net
-    subnet = str(ipaddress.ip_network(f"{net.host('node1').addr}/24", strict=False))
-    # how this mpirun reaches the rig's hosts: the rig's ssh (hosts, key, known_hosts), its subnet
-    env = {"OMPI_MCA_plm_rsh_agent": f"ssh -F {net.ssh_config}", "OMPI_MCA_btl_tcp_if_include": subnet,
-           "OMPI_MCA_oob_tcp_if_include": subnet}
-    r, report = deep_sweep(rig, "mpirun", env, persistent)
+    r, report = deep_sweep(rig, "mpirun", mpirun_env(rig), persistent)
     assert report is not None, r.stderr.decode(errors="replace")[-3000:]
     assert_pairs_ran(report)
     started = workers(rig)
@@ -140,12 +129,7 @@ def test_deep_sweep_pairs_through_mpirun(rig, persistent):
 
 def open_mpi(rig) -> str:
     """The rig's subnet, for Open MPI's own traffic; skips where mpirun is not Open MPI's."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None or shutil.which("orted") is None:
-        pytest.skip("Open MPI (mpirun, orted) is not installed")
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
-    if "Open MPI" not in version.stdout + version.stderr:
-        pytest.skip(f"{mpirun} is not Open MPI's")
+    open_mpi_mpirun()
     return str(ipaddress.ip_network(f"{rig.net.host('node1').addr}/24", strict=False))
 
 
@@ -250,11 +234,9 @@ def test_a_persistent_srun_worker_meeting_a_job_is_the_tests_error_naming_the_no
 # issue 18, B.6: a job that lands on a node after the sweep's idle check ---------------------
 
 
-def _mpirun_env(rig) -> dict[str, str]:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None or shutil.which("orted") is None:
-        pytest.skip("Open MPI (mpirun, orted) is not installed")
-    subnet = str(ipaddress.ip_network(f"{rig.net.host('node1').addr}/24", strict=False))
+def mpirun_env(rig) -> dict[str, str]:
+    """How Open MPI's mpirun reaches the rig's hosts: the rig's ssh (hosts, key, known_hosts), its subnet."""
+    subnet = open_mpi(rig)
     return {"OMPI_MCA_plm_rsh_agent": f"ssh -F {rig.net.ssh_config}", "OMPI_MCA_btl_tcp_if_include": subnet,
             "OMPI_MCA_oob_tcp_if_include": subnet}
 
@@ -274,10 +256,10 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import parse_hostlist
     from healthcheck.orchestrate import multirun
-    from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.multirun import RunRequest, run_many
     from healthcheck.orchestrate.pairsweep import sweep
 
-    for name, value in (_mpirun_env(rig) if launcher == "mpirun" else {}).items():
+    for name, value in (mpirun_env(rig) if launcher == "mpirun" else {}).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SLURM_CONF", str(rig.slurm.slurm_conf))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -293,8 +275,8 @@ def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(
 
     monkeypatch.setattr(multirun, "run_pairs", a_job_lands_first)
     try:
-        run = run_many(load_config(rig.config), NODES, command="sweep", tier="deep", only=["net"],
-                       mode="agentless")
+        run = run_many(load_config(rig.config), RunRequest(NODES, command="sweep", tier="deep", only=["net"],
+                                                           mode="agentless"))
     finally:
         for job in landed:
             rig.slurm.scancel(job)

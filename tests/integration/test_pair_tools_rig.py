@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shutil
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from support import open_mpi_mpirun
 from test_remote_rig import site as site
 
 from healthcheck.core.config.loader import load_config
@@ -67,12 +66,7 @@ def fabric(site, text: str) -> object:
 @pytest.fixture
 def mpi(site, monkeypatch):
     """Open MPI reaching the rig's hosts: ssh -F the rig's config, TCP on the rig's subnet."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None or shutil.which("orted") is None:
-        pytest.skip("Open MPI (mpirun, orted) is not installed")
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
-    if "Open MPI" not in version.stdout + version.stderr:
-        pytest.skip(f"{mpirun} is not Open MPI's")
+    open_mpi_mpirun()
     for name in list(os.environ):  # a launcher's own variables (an enclosing job) would steer mpirun
         if name.startswith(("SLURM_", "OMPI_", "PMIX_", "PMI_")):
             monkeypatch.delenv(name)

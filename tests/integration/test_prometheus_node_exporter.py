@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import run_hc
+from support import free_port, run_hc
 
 from healthcheck.core.model import CheckResult, Metric, NodeResult, Report
 from healthcheck.core.status import Status
@@ -29,12 +28,6 @@ USES_RIG = False
 HOSTILE_DIR = 'we"ird \\ dir ü€ ☃'
 # an interface name no kernel would accept, as a corrupted tool output could still give it
 HOSTILE_IFACE = 'ib0"} 9\nhc_forged 1\n\\ü\u202e'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(url: str, proc: subprocess.Popen, deadline_s: float = 20.0) -> str:

@@ -265,7 +265,7 @@ def test_a_sweep_over_nodes_says_which_fail_it_did_not_drain_and_why(tmp_path, m
     the run findings in its report."""
     from healthcheck.core.config import load_config
     from healthcheck.orchestrate import remote
-    from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.multirun import RunRequest, run_many
 
     bin_dir = tmp_path / "bin"
     write_stub(bin_dir, "sinfo", "printf 'n1|idle|Unknown|none\\nn2|idle*|Unknown|none\\nn3|down|Unknown|psu\\n"
@@ -282,7 +282,7 @@ def test_a_sweep_over_nodes_says_which_fail_it_did_not_drain_and_why(tmp_path, m
         return [node(n, {"net.mtu": Status.FAIL}, fails=["net.E001"]) for n in nodes]
 
     monkeypatch.setattr(remote, "check_over_ssh", check_over_ssh)
-    run = run_many(load_config(cfg), ["n1", "n2", "n3"], command="sweep", tier="quick", act=True)
+    run = run_many(load_config(cfg), RunRequest(["n1", "n2", "n3"], command="sweep", tier="quick", act=True))
     assert (tmp_path / "scontrol.log").read_text().split() == ["update", "nodename=n1", "state=drain",
                                                                "reason=hc:", "net.E001"]
     assert "hc: not drained: n2 is not responding (idle*): hc does not touch such a node" in run.messages

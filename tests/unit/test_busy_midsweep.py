@@ -211,7 +211,8 @@ def test_a_sweep_through_multirun_watches_with_the_guards_client(tmp_path, monke
     monkeypatch.setattr(remote, "check_over_ssh", lambda config, nodes, **kw: results(4))
     slurm.jobs = [SlurmJob("99", ME + 1, "train", "n03")]  # a job landed after the idle check
     monkeypatch.setattr(choose, "open_transport", torch_tests_by(lambda cfg, plan, members: (sample(10.0), "")))
-    run = multirun.run_many(config(tmp_path), [f"n{i:02d}" for i in range(1, 5)], command="sweep", tier="deep")
+    run = multirun.run_many(config(tmp_path), multirun.RunRequest([f"n{i:02d}" for i in range(1, 5)], command="sweep",
+                                                                tier="deep"))
     stopped = [g for g in run.report.groups if "n03" in g.members]
     assert stopped and all(g.status is Status.ERROR and "job 99 took n03" in g.findings[0].message
                            for g in stopped)

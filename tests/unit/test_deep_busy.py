@@ -16,7 +16,7 @@ from healthcheck.core.registry import deep_only
 from healthcheck.core.status import Status
 from healthcheck.orchestrate import multirun, remote, srun
 from healthcheck.orchestrate.busy import BUSY_REASON, guard_this_node
-from healthcheck.orchestrate.multirun import run_many
+from healthcheck.orchestrate.multirun import RunRequest, run_many
 from healthcheck.orchestrate.pairsweep import sweep
 
 NODES = ["n1", "n2", "n3", "n4"]
@@ -67,7 +67,7 @@ def transport(monkeypatch):
 
 
 def test_a_deep_sweep_skips_busy_nodes_names_their_state_and_pairs_only_idle_ones(tmp_path, transport):
-    run = run_many(load_config(config_file(tmp_path)), NODES, command="sweep", tier="deep")
+    run = run_many(load_config(config_file(tmp_path)), RunRequest(NODES, command="sweep", tier="deep"))
     assert transport["ssh"] == ["n1", "n3"] and transport["pairs"] == ["n1", "n3"]
     nodes = {n.node: n for n in run.report.nodes}
     assert [n.node for n in run.report.nodes] == NODES
@@ -81,7 +81,7 @@ def test_a_deep_sweep_skips_busy_nodes_names_their_state_and_pairs_only_idle_one
 
 def test_every_node_busy_is_nothing_checked_said_as_it_is(tmp_path, transport):
     cfg = config_file(tmp_path, "n1|allocated|Unknown|none\\nn2|draining|Unknown|none\\n")
-    run = run_many(load_config(cfg), ["n1", "n2"], command="sweep", tier="deep")
+    run = run_many(load_config(cfg), RunRequest(["n1", "n2"], command="sweep", tier="deep"))
     assert transport["ssh"] == [] and transport["pairs"] == []
     (finding,) = run.report.run_findings
     assert finding.id == "hc.E007" and "every node was skipped" in finding.message
@@ -90,7 +90,7 @@ def test_every_node_busy_is_nothing_checked_said_as_it_is(tmp_path, transport):
 
 def test_no_sinfo_at_all_deep_sweep_proceeds_with_a_warning(tmp_path, transport):
     cfg = config_file(tmp_path, None, sinfo_path=str(tmp_path / "no-such-dir" / "sinfo"))
-    run = run_many(load_config(cfg), NODES, command="sweep", tier="deep")
+    run = run_many(load_config(cfg), RunRequest(NODES, command="sweep", tier="deep"))
     assert transport["ssh"] == NODES and transport["pairs"] == NODES
     assert any("not found (no Slurm here)" in w for w in run.warnings)
     # said in the report too (issue 18, C.10): the deep tests ran without asking about jobs
@@ -103,7 +103,7 @@ def test_no_sinfo_at_all_deep_sweep_proceeds_with_a_warning(tmp_path, transport)
 def test_slurm_unreachable_deep_tests_do_not_run_blind(tmp_path, transport):
     cfg = config_file(tmp_path, '#echo "sinfo: error: Unable to contact slurm controller (connect failure)" >&2\n'
                                 "exit 1\n")
-    run = run_many(load_config(cfg), NODES, command="sweep", tier="deep")
+    run = run_many(load_config(cfg), RunRequest(NODES, command="sweep", tier="deep"))
     assert transport["ssh"] == [] and transport["pairs"] == []
     assert {n.status for n in run.report.nodes} == {Status.SKIP}  # never FAIL: nothing was judged
     assert all("Unable to contact slurm controller" in (n.error or "") for n in run.report.nodes)
@@ -114,14 +114,14 @@ def test_slurm_unreachable_deep_tests_do_not_run_blind(tmp_path, transport):
 
 
 def test_a_node_slurm_does_not_know_is_tested_with_a_warning(tmp_path, transport):
-    run = run_many(load_config(config_file(tmp_path)), ["n1", "x9"], command="sweep", tier="deep")
+    run = run_many(load_config(config_file(tmp_path)), RunRequest(["n1", "x9"], command="sweep", tier="deep"))
     assert transport["ssh"] == ["n1", "x9"]
     assert any(w.startswith("x9: not a node Slurm knows") for w in run.warnings)
 
 
 @pytest.mark.parametrize("tier", ["quick", "standard"])
 def test_quick_and_standard_tiers_on_busy_nodes_are_unaffected(tmp_path, transport, tier):
-    run = run_many(load_config(config_file(tmp_path)), NODES, command="sweep", tier=tier)
+    run = run_many(load_config(config_file(tmp_path)), RunRequest(NODES, command="sweep", tier=tier))
     assert transport["ssh"] == NODES and transport["pairs"] == []
     assert calls(tmp_path) == []  # Slurm is not even asked
     assert {n.status for n in run.report.nodes} == {Status.PASS}

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from healthcheck.diagnose import collect as C
 from healthcheck.diagnose.ras_client import query_ras
@@ -318,12 +319,6 @@ def test_py_spy_really_refused_ptrace_as_another_user(procs):
 
 
 # ------------------------------------------------------------------------------ NCCL RAS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ras_refused_is_absent_evidence_not_an_error(procs, job_id):

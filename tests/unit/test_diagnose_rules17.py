@@ -31,6 +31,18 @@ def _saved(tmp_path, slug: str):
     return diagnose_saved(job)
 
 
+def _every_rank_waiting_on_the_store(tmp_path, run_prefix: str):
+    """The stale-run-id job with rank 2's store wait given to ranks 0 and 1 too (their labels
+    changed), theirs under `run_prefix` (rank 2's, as captured, is a previous run's: run-6e21)."""
+    job = tmp_path / "job"
+    shutil.copytree(H12 / "h12-co-stale-run-id-plain-w3-r2", job)
+    waits = (job / "rank2.log").read_text().splitlines()
+    for r in (0, 1):
+        mine = [x.replace("[rank2]", f"[rank{r}]").replace("run-6e21", run_prefix) for x in waits]
+        (job / f"rank{r}.log").write_text("\n".join(mine) + "\n")
+    return job
+
+
 def _record_line(slug: str, name: str, words: str) -> str:
     return next(x for x in (H12 / slug / name).read_text().splitlines() if words in x)
 
@@ -148,12 +160,7 @@ def test_a_setup_key_waited_for_before_the_loop_while_the_others_wait_in_a_colle
 def test_store_waits_on_every_rank_name_nobody(tmp_path):
     # the same job with every rank's error a store wait: no rank waited in a collective for
     # the others, so no store wait stands out
-    job = tmp_path / "job"
-    shutil.copytree(H12 / "h12-co-stale-run-id-plain-w3-r2", job)
-    waits = (job / "rank2.log").read_text().splitlines()
-    for r in (0, 1):
-        (job / f"rank{r}.log").write_text("\n".join(x.replace("[rank2]", f"[rank{r}]") for x in waits) + "\n")
-    v = diagnose_saved(job)
+    v = diagnose_saved(_every_rank_waiting_on_the_store(tmp_path, run_prefix="run-6e21"))
     assert named_ranks(v) == [], v.summary
 
 
@@ -194,11 +201,5 @@ def test_a_quiet_rank_in_split_task_files_that_exited_0_is_named(tmp_path):
 def test_the_rank_waiting_under_another_key_prefix_than_every_other_rank_is_named(tmp_path):
     # the stale-run-id job with every rank's error its store wait: ranks 0 and 1 under this
     # run's prefix (run-7f3a), rank 2 under a previous run's (run-6e21, as captured)
-    job = tmp_path / "job"
-    shutil.copytree(H12 / "h12-co-stale-run-id-plain-w3-r2", job)
-    waits = (job / "rank2.log").read_text().splitlines()
-    for r in (0, 1):
-        mine = [x.replace("[rank2]", f"[rank{r}]").replace("run-6e21", "run-7f3a") for x in waits]
-        (job / f"rank{r}.log").write_text("\n".join(mine) + "\n")
-    v = diagnose_saved(job)
+    v = diagnose_saved(_every_rank_waiting_on_the_store(tmp_path, run_prefix="run-7f3a"))
     assert v.cls == "init-failure" and named_ranks(v) == [2], v.summary

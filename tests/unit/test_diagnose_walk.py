@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from support import run_hc
+from support import Tty, run_hc
 
 from healthcheck.cli.progress import TextProgress
 from healthcheck.diagnose import walk as walk_mod
@@ -272,11 +272,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def test_progress_off_a_terminal_speaks_only_once_the_work_is_slow():

@@ -468,7 +468,8 @@ def test_a_pci_bus_that_cannot_be_read_is_an_error_not_no_gpu(tmp_path):
         provider_for("gpus", "local")(ctx_for(root=tmp_path))
 
 
-def test_nvml_that_fails_to_start_looks_at_the_bus_too(tmp_path):
+def skip_where_nvml_starts() -> None:
+    """These tests need NVML to fail to start, as on a machine without an NVIDIA driver."""
     import pynvml
 
     try:
@@ -477,6 +478,10 @@ def test_nvml_that_fails_to_start_looks_at_the_bus_too(tmp_path):
         pytest.skip("NVML starts on this machine")
     except pynvml.NVMLError:
         pass
+
+
+def test_nvml_that_fails_to_start_looks_at_the_bus_too(tmp_path):
+    skip_where_nvml_starts()
     (tmp_path / "proc/driver/nvidia").mkdir(parents=True)  # a driver dir, so NVML itself is asked
     fake_pci(tmp_path, HGX_PCI)
     facts = provider_for("gpus", "local")(ctx_for(root=tmp_path))
@@ -505,14 +510,7 @@ def test_agentless_nvidia_smi_missing_with_gpus_on_the_bus_fails():
 
 
 def test_gpu_record_without_nvml_exits_3_with_one_line(tmp_path):
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        pytest.skip("NVML starts on this machine")
-    except pynvml.NVMLError:
-        pass
+    skip_where_nvml_starts()
     r = run_hc("gpu", "record", "-o", str(tmp_path / "rec.json"))
     assert r.returncode == 3 and len(r.stderr.decode().strip().splitlines()) == 1
     assert "nothing to record" in r.stderr.decode() and not (tmp_path / "rec.json").exists()

@@ -98,11 +98,11 @@ def test_a_hostfile_with_no_node_is_a_usage_error(tmp_path):
 def test_run_many_refuses_an_empty_node_list(tmp_path):
     from healthcheck.core.config import load_config
     from healthcheck.core.errors import UsageError
-    from healthcheck.orchestrate.multirun import partition_nodes, run_many
+    from healthcheck.orchestrate.multirun import RunRequest, partition_nodes, run_many
 
     cfg = load_config(config(tmp_path))
     with pytest.raises(UsageError, match="no node to check"):
-        run_many(cfg, [], command="sweep")
+        run_many(cfg, RunRequest([], command="sweep"))
     with pytest.raises(UsageError, match="names no partition"):
         partition_nodes(cfg, "")  # sinfo without -p would list the whole cluster
 

@@ -170,7 +170,6 @@ def test_no_module_sends_the_reader_outside_the_repository():
 IMPORT_BASELINE = frozenset({
     "healthcheck/actions/slurm.py",
     "healthcheck/checks/dcgm.py",
-    "healthcheck/report/html.py",
     "healthcheck/runners/ssh/connection.py",
     "healthcheck/runners/ssh/paramiko_import.py",
 })

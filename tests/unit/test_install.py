@@ -60,6 +60,21 @@ def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(t
     # --version's lines, then bin/install's own on a line of its own
     assert lines[0].startswith("hc, version") and lines[-1].startswith("bin/install: "), lines
     assert lines[-1].endswith(f"(HC_BIN={prefix}/bin/hc)") and lines[:-1] == other.stdout.splitlines()
+    assert_man_page_found(prefix)
+
+
+def assert_man_page_found(prefix: Path) -> None:
+    """`man hc` finds the page for a user with the prefix's bin on PATH (man-db looks beside
+    each PATH directory); where there is no `man`, the page is where it would look."""
+    page = prefix / "share" / "man" / "man1" / "hc.1"
+    assert page.read_bytes() == (REPO / "docs" / "man" / "hc.1").read_bytes()
+    assert page.stat().st_mode & 0o777 == 0o644  # every user reads it
+    if shutil.which("man") is None:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "MANOPT")}
+    env["PATH"] = f"{prefix / 'bin'}:/usr/bin:/bin"
+    found = subprocess.run(["man", "-w", "hc"], env=env, capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0 and Path(found.stdout.strip()) == page, (found.stdout, found.stderr)
 
 
 def test_an_interpreter_other_users_cannot_run_is_refused_for_a_shared_prefix(tmp_path, shared_dir):

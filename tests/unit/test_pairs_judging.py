@@ -203,7 +203,7 @@ def test_a_sweep_of_two_nodes_without_a_floor_is_not_a_clean_pass(tmp_path, monk
     """The whole sweep (run_many): the undecided pair is a run finding that names no node, so no
     node carries its status: the run's status is WARN (exit 1), not PASS (exit 0)."""
     from healthcheck.orchestrate import remote
-    from healthcheck.orchestrate.multirun import run_many
+    from healthcheck.orchestrate.multirun import RunRequest, run_many
 
     nodes = ["n01", "n02"]
     cfg = config(tmp_path, nodes)
@@ -212,7 +212,7 @@ def test_a_sweep_of_two_nodes_without_a_floor_is_not_a_clean_pass(tmp_path, monk
     cfg = load_config(tmp_path / "hc.yaml")
     monkeypatch.setattr(remote, "check_over_ssh", lambda config, names, **kw: results(names))
     monkeypatch.setattr(choose, "open_transport", torch_tests_by(Rig({})))
-    report = run_many(cfg, nodes, command="sweep", tier="deep").report
+    report = run_many(cfg, RunRequest(nodes, command="sweep", tier="deep")).report
     assert [f.id for f in report.run_findings if f.id.startswith("bw.")] == ["bw.E106"]
     assert report.status is Status.WARN
     assert all(n.status is Status.PASS for n in report.nodes)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_hc
+from support import free_port, run_hc
 
 from healthcheck.core.errors import UsageError
 from healthcheck.jobwrap import envset, preflight
@@ -330,12 +330,6 @@ def bound_port():
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         yield s.getsockname()[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_master_port_already_listened_on_here_fails(bound_port):

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import torch_installed
+from support import free_port, torch_installed
 
 from healthcheck.parsers.run_output import parse_run_output
 
@@ -56,12 +56,6 @@ dist.all_reduce(t)
 dist.destroy_process_group()
 """
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

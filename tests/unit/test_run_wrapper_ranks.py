@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import torch_installed
+from support import free_port, torch_installed
 
 if not torch_installed():
     pytest.skip("torch is not installed", allow_module_level=True)
@@ -37,12 +37,6 @@ os.write(1, (json.dumps(doc) + chr(10)).encode())  # one write: torchrun's ranks
 dist.destroy_process_group()
 sys.exit(int(sys.argv[1]))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from click.testing import CliRunner
+from support import Pipe, Tty
 
 from healthcheck.cli import cli
 from healthcheck.cli.app import output_width, use_colour
@@ -167,14 +168,6 @@ def test_node_local_fits_columns_80_on_a_terminal_and_has_no_colour_off_one(monk
 
 
 def test_width_comes_from_columns_else_the_terminal_else_none():
-    class Tty:
-        def isatty(self):
-            return True
-
-    class Pipe:
-        def isatty(self):
-            return False
-
     assert output_width({"COLUMNS": "80"}, Tty()) == 80  # on a terminal: as wide as asked
     assert output_width({}, Pipe()) is None  # a script's pipe: never wrapped
     assert output_width({"COLUMNS": "80"}, Pipe()) is None  # not even where COLUMNS is exported
@@ -186,14 +179,6 @@ def test_width_comes_from_columns_else_the_terminal_else_none():
 
 
 def test_colour_on_a_terminal_only_and_never_with_no_color():
-    class Tty:
-        def isatty(self):
-            return True
-
-    class Pipe:
-        def isatty(self):
-            return False
-
     assert use_colour({}, Tty()) and not use_colour({}, Pipe())
     assert not use_colour({"NO_COLOR": "1"}, Tty())
     coloured_text = render(report_of(a_node()), colour=True)

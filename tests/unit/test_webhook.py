@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import run_hc
+from support import free_port, run_hc
 
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.webhook import (
@@ -118,14 +118,6 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """urllib honours the proxy variables: loopback must be reached directly, here and in hc's subprocesses."""
     for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------ records to deliver
