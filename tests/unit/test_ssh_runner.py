@@ -150,8 +150,8 @@ def test_ssh_error_kinds_are_closed() -> None:
     # the kind is an enum that is also its string: comparisons, str() and JSON see the value
     assert err.kind is SshErrorKind.REFUSED and err.kind == "refused" and str(err.kind) == "refused"
     assert [str(k) for k in SshErrorKind] == [
-        "unknown-host-key", "changed-host-key", "revoked-host-key", "refused", "timeout", "unreachable", "auth",
-        "dropped", "config", "other",
+        "unknown-host-key", "changed-host-key", "revoked-host-key", "bad-host-certificate", "refused", "timeout",
+        "unreachable", "auth", "dropped", "config", "other",
     ]
     with pytest.raises(ValueError):
         SshError("nope", "x")  # type: ignore[arg-type]

@@ -17,9 +17,11 @@ from healthcheck.runners.base import CommandResult
 from healthcheck.runners.ssh.commands import remote_command, remote_result
 from healthcheck.runners.ssh.config import Target, parse_jump, resolve_target
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
+from healthcheck.runners.ssh.host_certs import cert_first_transport
 from healthcheck.runners.ssh.known_hosts import (
     HostKeyPolicy,
     UnknownHostKey,
+    cert_authorities,
     find_known_keys,
     host_pattern,
     key_fingerprint,
@@ -191,6 +193,9 @@ class SshConnection:
         remaining = max(deadline - time.monotonic(), 0.1)
         keys = [p for p in target.identity_files if os.path.exists(p)]
         allow_agent = self.settings.use_agent and not target.identities_only
+        factory = None
+        if not client.get_host_keys() and cert_authorities(target.known_hosts, target.host_key_names, target.port):
+            factory = cert_first_transport()  # like ssh: ask for the certificate when a CA could vouch
         try:
             client.connect(
                 hostname=lookup_name,  # with sock given, only names the host key entry
@@ -204,6 +209,7 @@ class SshConnection:
                 banner_timeout=remaining,
                 auth_timeout=remaining,
                 channel_timeout=max(self.settings.connect_timeout_s, 1.0),
+                transport_factory=factory,
             )
             # a key listed as known may still be revoked by an "@revoked" line
             refuse_revoked(target, client.get_transport().get_remote_server_key(), client)
