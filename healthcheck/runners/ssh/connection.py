@@ -1,5 +1,6 @@
-"""`SshConnection`: one paramiko connection per node (connect, handshake, jump host), its
-commands (`run`, never raising) and its closing (joining paramiko's transport thread).
+"""`SshConnection`: one paramiko connection per node (connect, handshake, jump host or
+ProxyCommand, host certificates), its commands (`run`, never raising) and its closing
+(joining paramiko's transport thread, ending the ProxyCommand).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from healthcheck.runners.ssh.known_hosts import (
     refuse_revoked,
 )
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
+from healthcheck.runners.ssh.proxy import ProxyProcess, expand_tokens
 from healthcheck.runners.ssh.stream import RemoteStream, drain_chunks
 from healthcheck.runners.ssh.tcp import open_socket
 
@@ -77,6 +79,7 @@ class SshConnection:
         self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
         self._client: Any = None
         self._jump: SshConnection | None = None
+        self._proxy: ProxyProcess | None = None
         self.target: Target | None = None
 
     def __repr__(self) -> str:
@@ -126,15 +129,34 @@ class SshConnection:
         sock = self._open_sock(target, deadline)
         try:
             self._handshake(client, target, lookup_name, sock, deadline)
+        except SshError as exc:
+            failure = self._proxy_failure(exc)
+            client.close()
+            sock.close()
+            self._close_jump()
+            self._close_proxy()
+            raise failure from None
         except BaseException:
             client.close()
             sock.close()
             self._close_jump()
+            self._close_proxy()
             raise
         self._client = client
 
+    def _proxy_failure(self, exc: SshError) -> SshError:
+        """A handshake that failed because the ProxyCommand ended says so (its status
+        and stderr) instead of "connection closed during the SSH handshake"."""
+        if self._proxy is None or exc.kind not in (SshErrorKind.DROPPED, SshErrorKind.TIMEOUT, SshErrorKind.OTHER):
+            return exc
+        return self._proxy.failure() or exc
+
     def _open_sock(self, target: Target, deadline: float) -> Any:
-        """A TCP socket to the node, or a direct-tcpip channel through the jump host."""
+        """A TCP socket to the node, a direct-tcpip channel through the jump host, or
+        the stdin/stdout of the ProxyCommand."""
+        if target.proxy_command:
+            self._proxy = ProxyProcess(expand_tokens(target.proxy_command, target), target.where)
+            return self._proxy.sock
         if not target.proxy_jump:
             try:
                 return open_socket(target.hostname, target.port, deadline)
@@ -436,6 +458,12 @@ class SshConnection:
         if client is not None:
             close_and_join(client)
         self._close_jump()
+        self._close_proxy()
+
+    def _close_proxy(self) -> None:
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()  # ends and reaps the command's whole process group
 
     def _close_jump(self) -> None:
         jump, self._jump = self._jump, None
