@@ -153,3 +153,38 @@ def _ppid(pid: int) -> int:
             return int(fh.read().rsplit(")", 1)[1].split()[1])
     except (FileNotFoundError, ValueError, IndexError):
         return -1
+
+
+def test_the_proxy_dies_with_a_killed_hc_even_when_a_passing_thread_started_it(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    proxy = script(tmp_path, "p", f"echo $$ > {pid_file}; exec sleep 300\n")
+    # connections are made from fan-out threads that end long before the connection
+    code = f"""
+import threading, time
+from healthcheck.runners.ssh.proxy import ProxyProcess
+held = []
+t = threading.Thread(target=lambda: held.append(ProxyProcess({proxy!r}, "a")))
+t.start(); t.join()
+print("up", flush=True)
+time.sleep(300)
+"""
+    hc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hc.stdout is not None and hc.stdout.readline().strip() == "up"
+        pid = read_pid(pid_file)
+        time.sleep(0.3)
+        assert not gone(pid), "the proxy died with the thread that started it"
+        hc.send_signal(signal.SIGKILL)
+        hc.wait(timeout=10)
+        end = time.monotonic() + 5
+        while not gone(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert gone(pid)
+    finally:
+        if hc.poll() is None:
+            hc.kill()
+            hc.wait(timeout=10)

@@ -10,7 +10,10 @@ close() sends SIGTERM without reaping or killing what the command started.
 
 The command runs in a session (process group) of its own; `close()` ends the whole group
 (SIGTERM, then SIGKILL after a grace) and reaps it, so nothing hc started for a
-connection outlives the connection.
+connection outlives the connection. Like every child of hc (runners/local.py) it dies
+with hc (PR_SET_PDEATHSIG, forked from a thread that lasts: connections are made from
+fan-out threads that end first) and its group is known to `kill_children`, which a
+stopped hc calls before exiting.
 """
 
 from __future__ import annotations
@@ -67,11 +70,14 @@ class ProxyProcess:
         self.where = where
         ours, theirs = socket.socketpair()
         shell = os.environ.get("SHELL") or "/bin/sh"
+        from healthcheck.runners import local
+
         try:
-            self.process = subprocess.Popen(
+            self.process = local.popen_for_life(
                 [shell, "-c", f"exec {command}"], stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True,
             )
+            local.track_group(self.process.pid)
         except OSError as exc:
             ours.close()
             raise SshError(SshErrorKind.CONFIG, f"{where}: cannot run ProxyCommand with {shell}: "
@@ -134,6 +140,9 @@ class ProxyProcess:
                     self.process.wait(timeout=_TERM_GRACE_S)
         # what the command started in its group (its leader may have exited already)
         self._signal_group(signal.SIGKILL)
+        from healthcheck.runners import local
+
+        local.untrack_group(self.process.pid)
         self._reader.join(0.5)
         if self.process.stderr is not None:
             with contextlib.suppress(OSError):
