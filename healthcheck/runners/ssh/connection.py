@@ -250,6 +250,14 @@ class SshConnection:
     # -- error messages -----------------------------------------------------------------
     def _unknown_key_message(self, target: Target, key: Any) -> str:
         files = ", ".join(target.known_hosts) or "(no known_hosts files configured)"
+        authorities = cert_authorities(target.known_hosts, target.host_key_names, target.port)
+        if authorities:  # the site trusts a CA, but the node has no certificate (from it)
+            ca = authorities[0]
+            return (
+                f"{target.where}: host key not known: {key_fingerprint(key)} is no certificate; "
+                f"{ca.path}:{ca.lineno} trusts host certificates from a CA for it, "
+                "so its sshd needs a HostCertificate signed by that CA (ssh-keygen -s CA -h)"
+            )
         return (
             f"{target.where}: host key not known: {key_fingerprint(key)} is in none of {files}; "
             f"verify it (ssh-keyscan -p {target.port} {target.hostname} | ssh-keygen -lf -) "
