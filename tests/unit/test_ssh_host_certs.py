@@ -164,13 +164,15 @@ def test_a_forged_signature_is_refused(keys) -> None:
 
 
 def test_cert_authority_lines_are_cas_not_host_keys(tmp_path, keys) -> None:
-    target, kh = target_for(tmp_path, ca_line(keys["ca"], "node*,!node13") + "# the end\n")
+    tabbed = ca_line(keys["ca"], "gpu*").replace(" ", "\t", 1)
+    target, kh = target_for(tmp_path, ca_line(keys["ca"], "node*,!node13") + "# the end\n@revoked\n" + tabbed)
+    assert len(cert_authorities(target.known_hosts, ("gpu7",), 22)) == 1  # a tab after the marker
     (ca,) = cert_authorities(target.known_hosts, target.host_key_names, 22)
     assert ca.key == pub_key(keys["ca"]) and ca.lineno == 1
     # a CA line naming the host is not that host's key
     assert find_known_keys(target.known_hosts, "node1", 22) == []
     assert cert_authorities(target.known_hosts, ("node13",), 22) == []  # negated
-    assert cert_authorities(target.known_hosts, ("gpu1",), 22) == []
+    assert cert_authorities(target.known_hosts, ("login1",), 22) == []
 
 
 @pytest.mark.parametrize(("pattern", "name", "hit"), [

@@ -44,10 +44,10 @@ def _parse_known_hosts(path: str) -> list[KnownKey]:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 line = line.strip()
-                marker, _, rest = line.partition(" ")
+                marker, *rest = line.split(None, 1) or [""]
                 revoked, authority = marker == "@revoked", marker == "@cert-authority"
                 if revoked or authority:
-                    line = rest.strip()
+                    line = rest[0].strip() if rest else ""
                 if not line or line.startswith(("#", "@")):
                     continue  # a comment, or a marker OpenSSH would not know either
                 try:
