@@ -144,7 +144,9 @@ class ProxyProcess:
 
         local.untrack_group(self.process.pid)
         self._reader.join(0.5)
-        if self.process.stderr is not None:
+        # a reader still in os.read (something that left the group holds the pipe) keeps
+        # the fd: closed under it, its number could be reused and read by the wrong owner
+        if self.process.stderr is not None and not self._reader.is_alive():
             with contextlib.suppress(OSError):
                 self.process.stderr.close()
 
