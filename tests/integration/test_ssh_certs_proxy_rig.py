@@ -73,10 +73,10 @@ def hc_node(cfg: Path, node: str) -> tuple[int, dict]:
 
 
 @pytest.fixture
-def ca_site(netns_rig, tmp_path):
+def ca_site(fresh_netns_rig, tmp_path):
     """node1's extra sshd on :2222 with a certificate `make(...)` signs; hc's known_hosts
     holds only the CA."""
-    net = netns_rig
+    net = fresh_netns_rig
     keys = tmp_path / "keys"
     keys.mkdir()
     ca, other_ca, host_key = keygen(keys / "ca"), keygen(keys / "other_ca"), keygen(keys / "host")
@@ -139,10 +139,10 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def proxy_site(netns_rig, tmp_path):
+def proxy_site(fresh_netns_rig, tmp_path):
     """node2 by its name (which only the hosts resolve) through `ssh -W %h:%p node1`; the
     proxy script appends its pid to `pids` and then execs the OpenSSH client."""
-    net = netns_rig
+    net = fresh_netns_rig
     pids = tmp_path / "pids"
     proxy = tmp_path / "proxy.sh"
     proxy.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec ssh -F {net.ssh_config} -W \"$1:$2\" node1\n")
