@@ -42,7 +42,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -621,6 +622,56 @@ class NetnsRig:
             what=f"sshd on {h.name} to listen",
         )
         return h.sshd_pid or 0
+
+    @contextmanager
+    def extra_sshd(
+        self, host: HostRef, port: int, workdir: Path, *, host_key: Path, host_cert: Path | None = None,
+        timeout: float = 10,
+    ) -> Iterator[int]:
+        """A second sshd inside ``host`` on ``port``, with its own host key (and a host
+        certificate: ``ssh-keygen -s CA -h``), the host's users and keys otherwise; its
+        pid while the block runs, stopped (by pid, exe checked) after it. The host's own
+        sshd on :22 is left alone."""
+        h = self.host(host)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config, pid_file, log = workdir / f"sshd-{port}.conf", workdir / f"sshd-{port}.pid", workdir / f"sshd-{port}.log"
+        lines = []
+        for line in (h.dir / "sshd_config").read_text().splitlines():
+            word = line.split(" ", 1)[0]
+            if word not in ("Port", "HostKey", "PidFile", "HostCertificate"):
+                lines.append(line)
+        lines += [f"Port {port}", f"HostKey {host_key}", f"PidFile {pid_file}"]
+        if host_cert is not None:
+            lines.append(f"HostCertificate {host_cert}")
+        config.write_text("\n".join(lines) + "\n")
+        pid_file.unlink(missing_ok=True)
+        p = run([*self.nsenter_argv(h), "/usr/sbin/sshd", "-f", str(config), "-E", str(log)], timeout=timeout)
+        if p.rc != 0:
+            raise RigError(f"extra sshd on {h.name}:{port} did not start (rc {p.rc}): {p.stderr.strip()}")
+
+        def listening() -> bool:
+            try:
+                with socket.create_connection((h.addr, port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        def sshd_pid() -> int | None:
+            pid = _read_pid(pid_file)
+            return pid if pid and _alive(pid) and _exe(pid) == "/usr/sbin/sshd" else None
+
+        def stop() -> None:
+            pid = sshd_pid()
+            if pid:
+                os.kill(pid, signal.SIGTERM)
+                wait_for(lambda: not _alive(pid), timeout=timeout, poll=0.05, what=f"sshd {pid} to exit")
+
+        try:
+            wait_for(lambda: sshd_pid() and listening(), timeout=timeout, poll=0.05,
+                     what=f"extra sshd on {h.name}:{port} to listen")
+            yield sshd_pid() or 0
+        finally:
+            stop()
 
     def ssh_client(self, host: HostRef, timeout: float = 5):  # -> paramiko.SSHClient
         """A connected paramiko client with strict host keys (rig known_hosts only)."""

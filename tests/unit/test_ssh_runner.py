@@ -150,8 +150,8 @@ def test_ssh_error_kinds_are_closed() -> None:
     # the kind is an enum that is also its string: comparisons, str() and JSON see the value
     assert err.kind is SshErrorKind.REFUSED and err.kind == "refused" and str(err.kind) == "refused"
     assert [str(k) for k in SshErrorKind] == [
-        "unknown-host-key", "changed-host-key", "revoked-host-key", "refused", "timeout", "unreachable", "auth",
-        "dropped", "config", "other",
+        "unknown-host-key", "changed-host-key", "revoked-host-key", "bad-host-certificate", "refused", "timeout",
+        "unreachable", "auth", "dropped", "config", "other",
     ]
     with pytest.raises(ValueError):
         SshError("nope", "x")  # type: ignore[arg-type]
@@ -222,11 +222,10 @@ def test_host_key_alias_is_the_only_lookup_name(tmp_path: Path) -> None:
     assert resolve_target("n1", SshSettings(config_file=cfg)).host_key_names == ("n1-key",)
 
 
-def test_proxycommand_and_second_hops_are_refused(tmp_path: Path) -> None:
+def test_second_hops_are_refused(tmp_path: Path) -> None:
+    # ProxyCommand is honoured now: tests/unit/test_ssh_proxy_command.py
     cfg = _write(tmp_path / "config", "Host a\n  ProxyCommand nc %h %p\nHost b\n  ProxyJump a\n")
-    with pytest.raises(SshError, match="ProxyCommand") as info:
-        resolve_target("a", SshSettings(config_file=cfg))
-    assert info.value.kind == "config"
+    assert resolve_target("a", SshSettings(config_file=cfg)).proxy_command == "nc %h %p"
     with pytest.raises(SshError, match="one hop"):
         resolve_target("b", SshSettings(config_file=cfg), jump=False)
 

@@ -526,7 +526,9 @@ class SlurmSettings(Strict, frozen=True):
 
 class SshSettings(Strict, frozen=True):
     """How hc reaches nodes over SSH (paramiko). ~/.ssh/config is honoured for HostName,
-    User, Port, IdentityFile, UserKnownHostsFile and ProxyJump."""
+    User, Port, IdentityFile, UserKnownHostsFile, HostKeyAlias, ProxyJump (one hop) and
+    ProxyCommand; known_hosts for plain and hashed keys, @revoked and @cert-authority
+    (host certificates)."""
 
     config_file: PathText | None = "~/.ssh/config"
     known_hosts: list[PathText] = msgspec.field(default_factory=lambda: ["~/.ssh/known_hosts"])

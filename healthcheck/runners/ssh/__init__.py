@@ -5,17 +5,23 @@ One `SshConnection` per node, reused for every command on it; `run()` returns th
 over many nodes lives in runners/fanout.py (re-exported here as `fan_out`).
 
 The package, by job: `commands` (the remote command line and its exit statuses),
-`config` (ssh_config -> `Target`), `known_hosts` (host keys and the missing-key
-policy), `tcp` (connecting the socket), `connection` (`SshConnection`: handshake,
-jump host, commands, closing), `errors` (`SshError`, `SshErrorKind`) and
-`paramiko_import` (paramiko, imported once and without `invoke`).
+`config` (ssh_config -> `Target`), `known_hosts` (host keys, host patterns and the
+missing-key policy), `host_certs` (OpenSSH host certificates: parsed and judged against
+the `@cert-authority` keys), `tcp` (connecting the socket), `proxy` (a ProxyCommand:
+tokens, the process, its end), `connection` (`SshConnection`: handshake, jump host or
+proxy, commands, closing), `errors` (`SshError`, `SshErrorKind`) and `paramiko_import`
+(paramiko, imported once and without `invoke`).
 
 What is honoured, and from where:
 
 - ssh config (`SshSettings.config_file`, missing file fine): HostName, User, Port,
-  IdentityFile, IdentitiesOnly, UserKnownHostsFile, HostKeyAlias and ProxyJump (one
+  IdentityFile, IdentitiesOnly, UserKnownHostsFile, HostKeyAlias, ProxyJump (one
   hop: `[user@]host[:port]`; the jump host's own config entry is used, and it must not
-  need a jump itself). ProxyCommand and `Match exec` are refused with
+  need a jump itself) and ProxyCommand (run as ssh runs it, `$SHELL -c "exec CMD"`,
+  tokens %h %p %r %n %u %% expanded by hc with the final host, port and user; the
+  command and its process group end with the connection; one that exits during the
+  handshake is the node's error with its status and stderr). Both ProxyJump and
+  ProxyCommand for one host, and `Match exec`, are refused with
   `SshError(SshErrorKind.CONFIG)` rather than silently ignored.
 - precedence: user = settings.user, else config User, else the current user;
   port = config Port, else settings.port (settings.port has a default, so it cannot
@@ -26,8 +32,16 @@ What is honoured, and from where:
   `accept_new_host_keys`, which appends one *plain* (unhashed, grep-able) line
   `name[,hostname] type base64` to the first known_hosts file; a changed key is always
   refused. A key marked `@revoked` for the host (or for `*`) is refused always, also
-  when it is listed as known and never recorded as new. `@cert-authority` and other
-  wildcard patterns in known_hosts are not understood (such lines are skipped).
+  when it is listed as known and never recorded as new; `@revoked` and
+  `@cert-authority` host patterns may use `*`, `?` and `!negation` (plain host-key lines
+  are matched by name only). Host certificates: when a `@cert-authority` line matches
+  the host (as `[name]:port` off port 22) and no plain key for it is known, hc asks for
+  the host's certificate first and accepts it only when the listed CA's signature
+  verifies, it is a host certificate, now is inside its validity, the node name or
+  HostName is among its principals (a certificate with none is refused, unlike ssh),
+  it has no critical options and neither the host key nor the CA key is `@revoked`;
+  anything else is `bad-host-certificate` (or `revoked-host-key`). A vouched
+  certificate is never recorded in known_hosts.
 - authentication: public keys only -- the agent (`use_agent`, and not IdentitiesOnly),
   settings.identity_files and the config's IdentityFile (missing files skipped), and
   paramiko's default ~/.ssh/id_* only when no identity file is configured at all.

@@ -1,7 +1,9 @@
-"""ssh_config and settings -> `Target`: where and how to reach one node (ProxyJump: one hop)."""
+"""ssh_config and settings -> `Target`: where and how to reach one node (ProxyJump: one
+hop; or a ProxyCommand)."""
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import threading
@@ -48,10 +50,15 @@ class Target:
     host_key_names: tuple[str, ...]  # names to look the host key up under, in order
     identities_only: bool = False
     proxy_jump: str | None = None
+    # ssh_config's ProxyCommand as written: its %-tokens are expanded (proxy.expand_tokens)
+    # when the connection starts it, with the final hostname, port and user
+    proxy_command: str | None = None
 
     @property
     def where(self) -> str:
         via = f" via {self.proxy_jump}" if self.proxy_jump else ""
+        if self.proxy_command:
+            via = " via ProxyCommand"
         return f"{self.node} ({self.hostname}:{self.port}{via})"
 
 
@@ -91,10 +98,22 @@ def _load_ssh_config(path: str | None) -> Any:
     return cached_by_stat(_CONFIG_CACHE, _expand(path), "ssh config", _parse_ssh_config, None)
 
 
-def _parse_ssh_config(path: str) -> Any:
+@functools.cache
+def _config_class() -> Any:
+    """paramiko's SSHConfig, except that ProxyCommand keeps its %-tokens: paramiko expands
+    %p with 22 when the config has no Port (hc's settings.port may say otherwise), %r with
+    the config's User (not settings.user) and never %%; proxy.expand_tokens does it right."""
     paramiko = import_paramiko()
+
+    class RawProxyCommandConfig(paramiko.SSHConfig):  # type: ignore[name-defined]
+        TOKENS_BY_CONFIG_KEY = {**paramiko.SSHConfig.TOKENS_BY_CONFIG_KEY, "proxycommand": []}
+
+    return RawProxyCommandConfig
+
+
+def _parse_ssh_config(path: str) -> Any:
     try:
-        return paramiko.SSHConfig.from_path(path)
+        return _config_class().from_path(path)
     except OSError as exc:
         raise SshError(SshErrorKind.CONFIG, f"ssh config {path}: {exc.strerror or exc}") from None
     except Exception as exc:  # ConfigParseError and friends
@@ -137,10 +156,6 @@ def resolve_target(node: str, settings: SshSettings, *, jump: bool = True) -> Ta
     """Apply the ssh config and settings to `node`; SshError("config") when they cannot be."""
     config = _load_ssh_config(settings.config_file)
     opts = _lookup(config, node, settings.config_file)
-    if not _is_none(opts.get("proxycommand")):
-        raise SshError(
-            SshErrorKind.CONFIG, f"{node}: ProxyCommand ({settings.config_file}) is unsupported; use ProxyJump"
-        )
     hostname = str(opts.get("hostname") or node)
     try:
         port = int(opts["port"]) if opts.get("port") else int(settings.port)
@@ -156,6 +171,11 @@ def resolve_target(node: str, settings: SshSettings, *, jump: bool = True) -> Ta
     alias = opts.get("hostkeyalias")
     names = (alias,) if alias else tuple(dict.fromkeys([hostname, node]))
     proxy = _proxy_jump(node, opts.get("proxyjump"))
+    command = None if _is_none(opts.get("proxycommand")) else str(opts["proxycommand"]).strip()
+    if proxy and command:
+        # ssh uses whichever comes first in the file; paramiko's lookup cannot say which
+        raise SshError(SshErrorKind.CONFIG, f"{node}: ssh config {settings.config_file} sets both ProxyJump "
+                                            f"({proxy}) and ProxyCommand; hc cannot tell which applies")
     if proxy and not jump:
         raise SshError(
             SshErrorKind.CONFIG, f"{node}: the jump host needs a jump itself ({proxy}); hc supports one hop"
@@ -170,4 +190,5 @@ def resolve_target(node: str, settings: SshSettings, *, jump: bool = True) -> Ta
         host_key_names=tuple(names),
         identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
         proxy_jump=proxy,
+        proxy_command=command,
     )

@@ -1,5 +1,6 @@
-"""`SshConnection`: one paramiko connection per node (connect, handshake, jump host), its
-commands (`run`, never raising) and its closing (joining paramiko's transport thread).
+"""`SshConnection`: one paramiko connection per node (connect, handshake, jump host or
+ProxyCommand, host certificates), its commands (`run`, never raising) and its closing
+(joining paramiko's transport thread, ending the ProxyCommand).
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ from healthcheck.runners.base import CommandResult
 from healthcheck.runners.ssh.commands import remote_command, remote_result
 from healthcheck.runners.ssh.config import Target, parse_jump, resolve_target
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
+from healthcheck.runners.ssh.host_certs import cert_first_transport
 from healthcheck.runners.ssh.known_hosts import (
     HostKeyPolicy,
     UnknownHostKey,
+    cert_authorities,
     find_known_keys,
     host_pattern,
     key_fingerprint,
     refuse_revoked,
 )
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
+from healthcheck.runners.ssh.proxy import ProxyProcess, expand_tokens
 from healthcheck.runners.ssh.stream import RemoteStream, drain_chunks
 from healthcheck.runners.ssh.tcp import open_socket
 
@@ -75,6 +79,7 @@ class SshConnection:
         self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
         self._client: Any = None
         self._jump: SshConnection | None = None
+        self._proxy: ProxyProcess | None = None
         self.target: Target | None = None
 
     def __repr__(self) -> str:
@@ -124,15 +129,34 @@ class SshConnection:
         sock = self._open_sock(target, deadline)
         try:
             self._handshake(client, target, lookup_name, sock, deadline)
+        except SshError as exc:
+            failure = self._proxy_failure(exc)
+            client.close()
+            sock.close()
+            self._close_jump()
+            self._close_proxy()
+            raise failure from None
         except BaseException:
             client.close()
             sock.close()
             self._close_jump()
+            self._close_proxy()
             raise
         self._client = client
 
+    def _proxy_failure(self, exc: SshError) -> SshError:
+        """A handshake that failed because the ProxyCommand ended says so (its status
+        and stderr) instead of "connection closed during the SSH handshake"."""
+        if self._proxy is None or exc.kind not in (SshErrorKind.DROPPED, SshErrorKind.TIMEOUT, SshErrorKind.OTHER):
+            return exc
+        return self._proxy.failure() or exc
+
     def _open_sock(self, target: Target, deadline: float) -> Any:
-        """A TCP socket to the node, or a direct-tcpip channel through the jump host."""
+        """A TCP socket to the node, a direct-tcpip channel through the jump host, or
+        the stdin/stdout of the ProxyCommand."""
+        if target.proxy_command:
+            self._proxy = ProxyProcess(expand_tokens(target.proxy_command, target), target.where)
+            return self._proxy.sock
         if not target.proxy_jump:
             try:
                 return open_socket(target.hostname, target.port, deadline)
@@ -191,6 +215,9 @@ class SshConnection:
         remaining = max(deadline - time.monotonic(), 0.1)
         keys = [p for p in target.identity_files if os.path.exists(p)]
         allow_agent = self.settings.use_agent and not target.identities_only
+        factory = None
+        if not client.get_host_keys() and cert_authorities(target.known_hosts, target.host_key_names, target.port):
+            factory = cert_first_transport()  # like ssh: ask for the certificate when a CA could vouch
         try:
             client.connect(
                 hostname=lookup_name,  # with sock given, only names the host key entry
@@ -204,6 +231,7 @@ class SshConnection:
                 banner_timeout=remaining,
                 auth_timeout=remaining,
                 channel_timeout=max(self.settings.connect_timeout_s, 1.0),
+                transport_factory=factory,
             )
             # a key listed as known may still be revoked by an "@revoked" line
             refuse_revoked(target, client.get_transport().get_remote_server_key(), client)
@@ -222,6 +250,14 @@ class SshConnection:
     # -- error messages -----------------------------------------------------------------
     def _unknown_key_message(self, target: Target, key: Any) -> str:
         files = ", ".join(target.known_hosts) or "(no known_hosts files configured)"
+        authorities = cert_authorities(target.known_hosts, target.host_key_names, target.port)
+        if authorities:  # the site trusts a CA, but the node has no certificate (from it)
+            ca = authorities[0]
+            return (
+                f"{target.where}: host key not known: {key_fingerprint(key)} is no certificate; "
+                f"{ca.path}:{ca.lineno} trusts host certificates from a CA for it, "
+                "so its sshd needs a HostCertificate signed by that CA (ssh-keygen -s CA -h)"
+            )
         return (
             f"{target.where}: host key not known: {key_fingerprint(key)} is in none of {files}; "
             f"verify it (ssh-keyscan -p {target.port} {target.hostname} | ssh-keygen -lf -) "
@@ -430,6 +466,12 @@ class SshConnection:
         if client is not None:
             close_and_join(client)
         self._close_jump()
+        self._close_proxy()
+
+    def _close_proxy(self) -> None:
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()  # ends and reaps the command's whole process group
 
     def _close_jump(self) -> None:
         jump, self._jump = self._jump, None

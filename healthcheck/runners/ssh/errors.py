@@ -11,6 +11,9 @@ class SshErrorKind(str, Enum):
     UNKNOWN_HOST_KEY = "unknown-host-key"
     CHANGED_HOST_KEY = "changed-host-key"
     REVOKED_HOST_KEY = "revoked-host-key"
+    # a host certificate that no listed CA vouches for this host: unlisted CA, bad
+    # signature, expired or not yet valid, another host's principals
+    BAD_HOST_CERT = "bad-host-certificate"
     REFUSED = "refused"
     TIMEOUT = "timeout"
     UNREACHABLE = "unreachable"
