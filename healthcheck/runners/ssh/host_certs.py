@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
+from healthcheck.runners.ssh.paramiko_import import import_paramiko
 
 CERT_SUFFIX = "-cert-v01@openssh.com"
 HOST_CERT = 2  # SSH_CERT_TYPE_HOST; 1 is a user certificate
@@ -154,8 +155,6 @@ def _when(seconds: int) -> str:
 
 
 def _signature_ok(ca_key: Any, cert: HostCert) -> bool:
-    from healthcheck.runners.ssh.paramiko_import import import_paramiko
-
     try:
         algorithm = _Reader(cert.signature).text()
         if algorithm not in _CA_SIGNATURES:
@@ -216,8 +215,6 @@ def cert_first_transport() -> Any:
     so a server with both a key and a certificate would show its plain key; ssh asks for
     certificates first when a `@cert-authority` line matches the host. Used only then.
     """
-    from healthcheck.runners.ssh.paramiko_import import import_paramiko
-
     paramiko = import_paramiko()
 
     class CertFirstTransport(paramiko.Transport):  # type: ignore[name-defined]

@@ -11,6 +11,7 @@ from typing import Any
 
 from healthcheck.runners.ssh.config import Target, cached_by_stat
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
+from healthcheck.runners.ssh.host_certs import CertFormatError, cert_of, check_host_cert, parse_cert
 from healthcheck.runners.ssh.paramiko_import import import_paramiko
 
 
@@ -211,8 +212,6 @@ class HostKeyPolicy:
     def vouched_for(self, key: Any) -> bool:
         """True for a certificate a matching CA vouches for; SshError for one it cannot;
         False for a plain key or when no `@cert-authority` line matches the host."""
-        from healthcheck.runners.ssh.host_certs import CertFormatError, cert_of, check_host_cert, parse_cert
-
         blob = cert_of(key)
         target = self.target
         if blob is None:

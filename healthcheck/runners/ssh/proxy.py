@@ -27,6 +27,7 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
+from healthcheck.runners import local
 from healthcheck.runners.ssh.errors import SshError, SshErrorKind
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ class ProxyProcess:
         self.where = where
         ours, theirs = socket.socketpair()
         shell = os.environ.get("SHELL") or "/bin/sh"
-        from healthcheck.runners import local
-
         try:
             self.process = local.popen_for_life(
                 [shell, "-c", f"exec {command}"], stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=subprocess.PIPE,
@@ -140,8 +139,6 @@ class ProxyProcess:
                     self.process.wait(timeout=_TERM_GRACE_S)
         # what the command started in its group (its leader may have exited already)
         self._signal_group(signal.SIGKILL)
-        from healthcheck.runners import local
-
         local.untrack_group(self.process.pid)
         self._reader.join(0.5)
         # a reader still in os.read (something that left the group holds the pipe) keeps
