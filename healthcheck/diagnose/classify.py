@@ -62,7 +62,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
-from healthcheck.diagnose.storebarrier import store_barrier_absentees
+from healthcheck.diagnose.storebarrier import store_barrier_absentees, store_barrier_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.diagnose.wrapperlag import wrapper_behind
@@ -294,6 +294,8 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
             out.notes.append(f"{absent.message} ({rank_words(dead.ranks)} died)")
         else:
             init = absent
+    elif init is None:
+        init = store_barrier_failure(col)  # storebarrier.py: the barrier failed, no rank it can name
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:

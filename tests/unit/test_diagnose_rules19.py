@@ -1,0 +1,65 @@
+"""Round 19 of issue 19's rules (branch i19-r19), on the mechanisms field-10 missed (read in
+this round, tests/fixtures/diagnose-field/issues-10): the store-based barrier of process-group
+init that names no rank, Horovod's stall inspector, c10d's NCCL unique-id fetch from a rank
+that went away, Open MPI's MPI_ABORT box, a TCPStore server that could not bind in a rank's
+own init, and a CUDA error of the rank's own code. Texts are built here in the shapes those
+pastes and the tools' sources show; one field-10 paste per mechanism is read from a neutral
+folder."""
+
+from __future__ import annotations
+
+import shutil
+
+from support import FIXTURES, diagnose_saved, named_ranks
+
+FIELD10 = FIXTURES / "diagnose-field" / "issues-10" / "saved"
+
+
+def _paste(tmp_path, text: str):
+    """The verdict on one pasted text, read from a folder whose name says nothing."""
+    job = tmp_path / "job"
+    job.mkdir(parents=True)
+    (job / "paste.log").write_text(text)
+    return diagnose_saved(job)
+
+
+def _field(tmp_path, case: str):
+    job = tmp_path / "job"
+    shutil.copytree(FIELD10 / case, job)
+    return diagnose_saved(job)
+
+
+# ---------------------------------------------------------------- the store-based barrier
+
+_TIMED_OUT = ("RuntimeError: Timed out initializing process group in store based barrier on rank: {r}, for key: "
+              "store_based_barrier_key:1 (world_size={w}, worker_count={c}, timeout=0:30:00)\n")
+_WAITING = ("Waiting in store based barrier to initialize process group for rank: {r}, key: store_based_barrier_key:1 "
+            "(world_size={w}, worker_count={c}, timeout=0:30:00)\n")
+
+
+def test_store_barrier_timeout_a_count_short_of_the_world_is_init_naming_none(tmp_path):
+    v = _paste(tmp_path, _TIMED_OUT.format(r=5, w=8, c=4) + _TIMED_OUT.format(r=7, w=8, c=4))
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+    assert "4 of 8" in v.summary
+
+
+def test_store_barrier_more_workers_than_the_world_is_init_naming_none(tmp_path):
+    v = _paste(tmp_path, _WAITING.format(r=0, w=4, c=8) * 3)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+    assert "more than the world" in v.summary
+
+
+def test_store_barrier_alone_of_two_still_names_the_absent_rank(tmp_path):
+    v = _paste(tmp_path, _TIMED_OUT.format(r=0, w=2, c=1))
+    assert v.cls == "init-failure" and named_ranks(v) == [1], v.summary
+
+
+def test_store_barrier_still_waiting_short_of_the_world_is_no_failure(tmp_path):
+    # a member waiting with fewer workers than the world: the job may still be starting
+    v = _paste(tmp_path, _WAITING.format(r=3, w=8, c=5) + _WAITING.format(r=1, w=8, c=5))
+    assert v.cls != "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_field10_store_barrier_timeout_of_a_subgroup_rank(tmp_path):
+    v = _field(tmp_path, "store-barrier-timeout-rank-4330-of-2048-1792-arrived")
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
