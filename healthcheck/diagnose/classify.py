@@ -47,6 +47,7 @@ from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, Jo
 from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.heartbeat import wedged
+from healthcheck.diagnose.hvdstall import horovod_stall
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
@@ -322,6 +323,10 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
         if pm is not None:
             out.findings.append(pm)
+    if not any(f.cls in ("stuck-rank", "collective-mismatch") for f in out.findings):
+        stall = horovod_stall(col)  # hvdstall.py: the ranks Horovod's stall inspector lists missing
+        if stall is not None:
+            out.findings.append(stall)
     if not any(f.cls == "stuck-rank" for f in out.findings):
         callee = rpc_callee(col, out)  # rpcwait.py: torch.distributed.rpc callers wait on a blocked handler
         if callee is not None:

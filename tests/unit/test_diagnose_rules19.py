@@ -63,3 +63,54 @@ def test_store_barrier_still_waiting_short_of_the_world_is_no_failure(tmp_path):
 def test_field10_store_barrier_timeout_of_a_subgroup_rank(tmp_path):
     v = _field(tmp_path, "store-barrier-timeout-rank-4330-of-2048-1792-arrived")
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+# ---------------------------------------------------------------- Horovod's stall inspector
+
+_HVD_WARNING = ("One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are "
+                "waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
+                "trying to submit different tensors or that only subset of ranks is submitting tensors, which will "
+                "cause deadlock. ")
+
+
+def test_horovod_missing_ranks_block_names_the_missing_rank_not_the_reporter(tmp_path):
+    # Horovod 0.21's stall_inspector.cc, behind mpirun --tag-output of the coordinator, rank 0
+    text = (f"[1,0]<stderr>:[2021-01-01 10:00:00.000000: W horovod/common/stall_inspector.cc:105] {_HVD_WARNING}\n"
+            "[1,0]<stderr>:Missing ranks:\n"
+            "[1,0]<stderr>:2: [DistributedGradientTape_Allreduce/HorovodAllreduce_grad_0, "
+            "DistributedGradientTape_Allreduce/HorovodAllreduce_grad_1]\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
+
+
+def test_horovod_missing_ranks_per_op_names_the_rank_missing_everywhere(tmp_path):
+    text = (f"WARNING: {_HVD_WARNING}\nStalled ops:\n"
+            "HorovodBroadcast_w_0 [missing ranks: 3]\nHorovodBroadcast_b_0 [missing ranks: 3]\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_horovod_different_ranks_missing_different_ops_names_none(tmp_path):
+    text = (f"WARNING: {_HVD_WARNING}\nStalled ops:\n"
+            "HorovodAllreduce_a_0 [missing ranks: 0]\nHorovodAllreduce_b_0 [missing ranks: 1]\n")
+    v = _paste(tmp_path, text)
+    assert named_ranks(v) == [] and v.cls == "collective-mismatch", v.summary
+
+
+def test_horovod_ready_ranks_only_name_none_without_the_world(tmp_path):
+    text = f"WARNING: {_HVD_WARNING}Stalled ops: HorovodAllreduce_a_0 [ready ranks: 5, 1, 4, 7, 2, 3]\n"
+    v = _paste(tmp_path, text)
+    assert named_ranks(v) == [], v.summary
+
+
+def test_horovod_oldest_wording_reads_the_ready_ranks():
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    log = parse_torch_log(f"WARNING: {_HVD_WARNING}Stalled ops: a_0 [ready ranks: 5, 1, 4], b_0 [ready ranks: 1, 0], "
+                          "[missing ranks: 2]\n")
+    assert [(s.op, s.ready, s.missing) for s in log.stalled] == [("a_0", (5, 1, 4), ()), ("b_0", (1, 0), (2,))]
+
+
+def test_field10_horovod_tag_output_report_of_rank_0_names_rank_1(tmp_path):
+    v = _field(tmp_path, "horovod-tag-output-rank-0-reports-missing-rank-1")
+    assert v.cls == "stuck-rank" and named_ranks(v) == [1], v.summary

@@ -117,6 +117,9 @@ class TorchState:
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
         self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
+        self.stall_report = 0  # Horovod's stall warnings read so far (stall.py)
+        self.stall_reporter: int | None = None  # the rank that printed the last one
+        self.stall_block = False  # inside its `Missing ranks:` block
         self.spawn_process: int | None = None  # mp.spawn's `-- Process N terminated with the following error:`
         self.spawn_opened = False  # that process's traceback was opened (spawn.py)
         self.desync_reporter: int | None = None
