@@ -54,6 +54,7 @@ from healthcheck.diagnose.signals import (
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
 from healthcheck.parsers.torch_log.signalreport import DEATH_TYPES
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
@@ -255,8 +256,8 @@ def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candi
         return True
     if any(firsts[c.rank].uncaught for c in cands if c.rank in firsts):
         return True
-    if any(firsts[c.rank].type in DEATH_TYPES for c in cands if c.rank in firsts):
-        return True  # a process's own report that a signal killed it (signalreport.py)
+    if any(firsts[c.rank].type in (*DEATH_TYPES, ABORT_TYPE) for c in cands if c.rank in firsts):
+        return True  # a process's own report that a signal killed it (signalreport.py), or its MPI_Abort
     if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
         return True
     logs = {f.source: f for f in col.evidence.torch_logs if f.log is not None}

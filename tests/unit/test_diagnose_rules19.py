@@ -114,3 +114,34 @@ def test_horovod_oldest_wording_reads_the_ready_ranks():
 def test_field10_horovod_tag_output_report_of_rank_0_names_rank_1(tmp_path):
     v = _field(tmp_path, "horovod-tag-output-rank-0-reports-missing-rank-1")
     assert v.cls == "stuck-rank" and named_ranks(v) == [1], v.summary
+
+
+# ---------------------------------------------------------------- Open MPI's MPI_ABORT box
+
+_ABORT_BOX = ("--------------------------------------------------------------------------\n"
+              "MPI_ABORT was invoked on rank {r} in communicator {c} \nwith errorcode 1.\n\n"
+              "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
+              "You may or may not see output from other processes, depending on\n"
+              "exactly when Open MPI kills them.\n"
+              "--------------------------------------------------------------------------\n")
+
+
+def test_mpi_abort_box_is_the_death_of_the_rank_that_called_it(tmp_path):
+    v = _paste(tmp_path, "mpirun -n 4 ./solver -in input.xml\n" + _ABORT_BOX.format(r=2, c="MPI_COMM_WORLD"))
+    assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
+
+
+def test_mpi_abort_in_a_derived_communicator_names_no_world_rank(tmp_path):
+    v = _paste(tmp_path, _ABORT_BOX.format(r=5, c="MPI COMMUNICATOR 7 CREATE FROM 4"))
+    assert named_ranks(v) == [], v.summary
+
+
+def test_mpi_abort_sentence_survives_a_wrap_at_any_word_or_inside_one():
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    sentence = "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD with errorcode 7."
+    cuts = [i for i, ch in enumerate(sentence) if ch == " "] + [sentence.index("COMM") + 2]
+    for cut in cuts:
+        text = "some output\n" + sentence[:cut] + "\n" + sentence[cut:].lstrip() + "\nmore output\n"
+        found = [(e.type, e.rank) for e in parse_torch_log(text).exceptions]
+        assert found == [("MPI_ABORT", 3)], (cut, text)

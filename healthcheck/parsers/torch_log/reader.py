@@ -42,6 +42,7 @@ from healthcheck.parsers.torch_log import (
     box,
     errors,
     launchreports,
+    mpiabort,
     rankends,
     signalreport,
     spawn,
@@ -176,7 +177,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
-    *rankends.HANDLERS, *stall.HANDLERS,
+    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
