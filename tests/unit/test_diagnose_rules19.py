@@ -145,3 +145,69 @@ def test_mpi_abort_sentence_survives_a_wrap_at_any_word_or_inside_one():
         text = "some output\n" + sentence[:cut] + "\n" + sentence[cut:].lstrip() + "\nmore output\n"
         found = [(e.type, e.rank) for e in parse_torch_log(text).exceptions]
         assert found == [("MPI_ABORT", 3)], (cut, text)
+
+
+# ---------------------------------------------------------------- the NCCL unique id's store fetch
+
+_FETCH = ("RuntimeError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId from [{s}] via c10d "
+          "key-value store by key '0', but store->get('0') got error: {err}. This may indicate a possible "
+          "application crash on rank {s} or a network set up issue.\n")
+_BARRIER_TB = ("Traceback (most recent call last):\n"
+               "  File \"train.py\", line 40, in <module>\n    dist.barrier()\n"
+               "  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 3696, "
+               "in barrier\n    work = default_pg.barrier(opts=opts)\n")
+
+
+def test_unique_id_fetch_reset_names_the_store_host_rank_0(tmp_path):
+    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Connection reset by peer"))
+    assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_unique_id_fetch_broken_pipe_names_rank_0_too(tmp_path):
+    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=5, s=0, err="Broken pipe"))
+    assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_unique_id_fetch_timeout_names_no_one(tmp_path):
+    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Socket Timeout"))
+    assert named_ranks(v) == [], v.summary
+
+
+def test_unique_id_fetch_under_torchrun_names_no_one(tmp_path):
+    # torchrun's agent hosts the store: a worker's death does not close it
+    text = ("torchrun --nnodes=2 --nproc_per_node=4 train.py\n" + _BARRIER_TB
+            + _FETCH.format(r=5, s=0, err="Connection reset by peer"))
+    v = _paste(tmp_path, text)
+    assert named_ranks(v) == [], v.summary
+
+
+def test_unique_id_fetch_with_rank_0_alive_after_names_no_one(tmp_path):
+    text = ("[rank3]:" + _FETCH.format(r=3, s=0, err="Connection reset by peer")
+            + "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=10, NumelOut=10, Timeout(ms)=600000) "
+              "ran for 600081 milliseconds before timing out.\n")
+    v = _paste(tmp_path, text)
+    assert 0 not in named_ranks(v), v.summary
+
+
+def test_pdsh_host_labels_are_taken_off_for_the_torch_log():
+    from healthcheck.parsers.torch_log import parse_torch_log
+
+    text = "".join(f"gpu004: {line}\n" for line in (_BARRIER_TB + _FETCH.format(r=15, s=0, err="Connection reset "
+                                                                                  "by peer")).splitlines())
+    log = parse_torch_log(text)
+    assert [(e.rank, e.type) for e in log.exceptions] == [(15, "RuntimeError")]
+
+
+def test_field10_pdsh_prefixed_fetch_reset_names_rank_0(tmp_path):
+    v = _field(tmp_path, "pdsh-prefixed-rank-15-store-reset-by-rank-0")
+    assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_a_loops_own_counter_label_is_no_host():
+    from healthcheck.parsers.lines import host_labelled
+
+    assert host_labelled(["gpu004: line one", "gpu005: line two", "gpu004: line three"])
+    assert not host_labelled(["Epoch1: loss 3.2", "Epoch2: loss 2.9", "Epoch3: loss 2.5"])
+    assert not host_labelled(["RuntimeError: boom", "ValueError: bad"])
+

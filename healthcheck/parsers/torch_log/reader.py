@@ -265,7 +265,8 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True))]
+             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True,
+                                                                     hosts=True))]
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)
