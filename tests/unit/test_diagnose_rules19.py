@@ -211,3 +211,44 @@ def test_a_loops_own_counter_label_is_no_host():
     assert not host_labelled(["Epoch1: loss 3.2", "Epoch2: loss 2.9", "Epoch3: loss 2.5"])
     assert not host_labelled(["RuntimeError: boom", "ValueError: bad"])
 
+# ---------------------------------------------------------------- a TCPStore server that could not bind
+
+_SITE = "/usr/lib/python3.10/site-packages/torch/distributed"
+_RANK_INIT_TB = ("Traceback (most recent call last):\n"
+                 "  File \"train.py\", line 74, in setup\n    dist.init_process_group(\"nccl\")\n"
+                 f"  File \"{_SITE}/distributed_c10d.py\", line 754, in init_process_group\n"
+                 "    store, rank, world_size = next(rendezvous_iterator)\n"
+                 f"  File \"{_SITE}/rendezvous.py\", line 246, in _env_rendezvous_handler\n"
+                 "    store = _create_c10d_store(master_addr, master_port, rank, world_size, timeout)\n"
+                 f"  File \"{_SITE}/rendezvous.py\", line 177, in _create_c10d_store\n    return TCPStore(\n")
+_BIND_FAILED = ("RuntimeError: The server socket has failed to listen on any local network address. The server "
+                "socket has failed to bind to [::]:{p} (errno: 98 - Address already in use).\n")
+_C10D_BIND = ("[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:{p} (errno: 98 - Address "
+              "already in use).\n[E socket.cpp:500] [c10d] The server socket has failed to listen on any local "
+              "network address.\n")
+
+
+def test_store_bind_failure_in_a_ranks_init_is_rank_0s(tmp_path):
+    v = _paste(tmp_path, _RANK_INIT_TB + _BIND_FAILED.format(p=44796))
+    assert v.cls == "init-failure" and named_ranks(v) == [0], v.summary
+
+
+def test_store_bind_lines_before_a_ranks_cut_init_traceback_are_rank_0s(tmp_path):
+    cut = _RANK_INIT_TB.split("  File \"" + _SITE + "/rendezvous.py")[0]  # the traceback cut in init_process_group
+    v = _paste(tmp_path, _C10D_BIND.format(p=47531) + cut)
+    assert v.cls == "init-failure" and named_ranks(v) == [0], v.summary
+
+
+def test_store_bind_failure_in_torchruns_own_traceback_names_no_rank(tmp_path):
+    text = (_C10D_BIND.format(p=29500) + "Traceback (most recent call last):\n"
+            "  File \"/usr/local/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
+            f"  File \"{_SITE}/run.py\", line 879, in main\n    run(args)\n"
+            f"  File \"{_SITE}/launcher/api.py\", line 254, in launch_agent\n    result = agent.run()\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_a_bind_failure_no_traceback_places_names_no_rank(tmp_path):
+    v = _paste(tmp_path, _C10D_BIND.format(p=29500) + "RuntimeError: Address already in use\n")
+    assert named_ranks(v) == [], v.summary
+

@@ -277,6 +277,10 @@ class AddressInUse(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     port: int | None = None
     address: str = ""  # "[::]", "0.0.0.0"
     errno: int | None = None
+    # whose store it was, as the traceback that raised it says (bindsetup.py): "process-group"
+    # (a rank's init_process_group: the store's host, rank 0 under env://), "launcher" (torchrun's
+    # agent), "" (no traceback says)
+    setup: str = ""
 
 
 RendezvousKind = Literal["closed", "connection", "timeout", "state", "graceful-exit", "error", "client-timeout",

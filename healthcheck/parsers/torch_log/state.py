@@ -106,6 +106,9 @@ class TorchState:
         self.traceback_at: dict[RankKey, dict] = {}  # where the rank's last traceback opened (where())
         self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
+        self.setups: dict[RankKey, str] = {}  # whose setup the rank's open traceback is in (bindsetup.py)
+        self.pending_binds: dict[RankKey, list[int]] = {}  # bind failures waiting for their traceback
+        self.bind_lines: dict[RankKey, int] = {}  # the line of the rank's last one
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
         self.children: set[RankKey] = set()  # the open traceback is a multiprocessing child's (_bootstrap)
         self.box: FailureBox | None = None
