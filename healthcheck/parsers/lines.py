@@ -833,11 +833,15 @@ _NOT_HOSTS = re.compile(r"(?i:rank|epoch|step|iter|iteration|batch|loss|stage|ph
 HOSTS_MAX = 64  # distinct hosts a parallel shell's text may label
 
 
+# HPE PALS's own `HOST: rank N died from signal S` (torch_log/rankends.py): the host is its word
+_LAUNCHER_RANK_WORDS = re.compile(r" {0,8}rank {1,8}\d", re.ASCII)
+
+
 def _host_label(line: str) -> str:
     m = _HOST_LABEL.match(line) if line[:1].isalpha() else None
     if m is None or not any(ch.isdigit() for ch in m.group(1)) or _NOT_HOSTS.match(m.group(1)):
         return ""
-    return m.group(1)
+    return "" if _LAUNCHER_RANK_WORDS.match(line, m.end()) else m.group(1)
 
 
 def host_labelled(lines: Sequence[str]) -> bool:

@@ -252,6 +252,8 @@ def test_a_loops_own_counter_label_is_no_host():
     assert host_labelled(["gpu004: line one", "gpu005: line two", "gpu004: line three"])
     assert not host_labelled(["Epoch1: loss 3.2", "Epoch2: loss 2.9", "Epoch3: loss 2.5"])
     assert not host_labelled(["RuntimeError: boom", "ValueError: bad"])
+    # HPE PALS's own `HOST: rank N died from signal S`: the host is the launcher's word (rankends.py)
+    assert not host_labelled(["x1000c0s1b0n0: rank 3 died from signal 9", "x1000c0s2b0n0: rank 10 exited with code 1"])
 
 
 # ---------------------------------------------------------------- a CUDA fault of the program's own
