@@ -10,7 +10,9 @@ Rules, in the order of precedence the verdict uses:
  1. init-failure: a port in use, rendezvous/store timeouts, NCCL without a usable
     interface, duplicate GPUs, Init START without COMPLETE, the ranks the store-based
     barrier never counted (storebarrier.py).
- 2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors.
+ 2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors that point at
+    the device (a CUDA fault of the program's own making, an illegal memory access, without
+    an Xid is its rank's death: cudafault.py).
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
     (error.json, a traceback), NCCL `Cuda failure 'out of memory'`.
@@ -41,12 +43,14 @@ from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
+from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpshape import param_shape
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
 from healthcheck.diagnose.frmissing import fr_missing
 from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.heartbeat import wedged
+from healthcheck.diagnose.hvdstall import horovod_stall
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
@@ -62,7 +66,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
 from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
-from healthcheck.diagnose.storebarrier import store_barrier_absentees
+from healthcheck.diagnose.storebarrier import store_barrier_absentees, store_barrier_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.diagnose.wrapperlag import wrapper_behind
@@ -98,7 +102,9 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
-def _gpu(col: Collected, out: Analysis) -> None:
+def _gpu(col: Collected, out: Analysis) -> set[int]:
+    """gpu-failure from Xid and the CUDA errors that point at the device (a CUDA error of the
+    program's own making, with no Xid, is cudafault.py's); the ranks an Xid names."""
     ev = col.evidence
     items: list[Evidence] = []
     ranks: set[int] = set()
@@ -112,18 +118,22 @@ def _gpu(col: Collected, out: Analysis) -> None:
     for f in ev.torch_logs:
         assert f.log is not None
         for b in f.log.backend_errors:
-            if b.kind == "cuda" and "out of memory" not in b.reason:
+            if b.kind == "cuda" and "out of memory" not in b.reason and not is_software_fault(b.reason):
                 r = fact_rank(b, f.rank)
                 items.append(log_evidence(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
                 if r is not None:
                     ranks.add(r)
-    if not items:
-        return
     xid = [i for i in items if "Xid" in i.text]
+    xid_ranks = {i.rank for i in xid if i.rank is not None}
+    if xid:  # the driver says the GPU failed: the program's own CUDA faults on those ranks are its symptoms
+        items.extend(i for i in software_faults(col)[0] if i.rank in xid_ranks)
+    if not items:
+        return xid_ranks
     summary = (f"GPU failure: Xid in the kernel log{' of ' + rank_words(ranks) if ranks else ''}" if xid
                else f"{rank_words(ranks) if ranks else 'a rank'} hit a CUDA error")
     out.findings.append(job_finding(cls="gpu-failure", summary=summary, confidence="high" if xid else "medium",
                                 ranks=tuple(sorted(ranks)), evidence=tuple(items[:20])))
+    return xid_ranks
 
 
 def _nccl_behind(col: Collected) -> tuple[tuple[int, ...], list[Evidence], str]:
@@ -294,6 +304,8 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
             out.notes.append(f"{absent.message} ({rank_words(dead.ranks)} died)")
         else:
             init = absent
+    elif init is None:
+        init = store_barrier_failure(col)  # storebarrier.py: the barrier failed, no rank it can name
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:
@@ -320,6 +332,10 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         pm = post_mortem(col)  # after the stacks' finding: where they name the rank, they say where it is
         if pm is not None:
             out.findings.append(pm)
+    if not any(f.cls in ("stuck-rank", "collective-mismatch") for f in out.findings):
+        stall = horovod_stall(col)  # hvdstall.py: the ranks Horovod's stall inspector lists missing
+        if stall is not None:
+            out.findings.append(stall)
     if not any(f.cls == "stuck-rank" for f in out.findings):
         callee = rpc_callee(col, out)  # rpcwait.py: torch.distributed.rpc callers wait on a blocked handler
         if callee is not None:
@@ -355,7 +371,8 @@ def analyse(col: Collected) -> Analysis:
     out.events = _events(col)
     out.notes.extend(col.attempts)  # attempts.py: earlier attempts a restart got past, judged no more
     dead = param_shape(col, _start(col, out))  # ddpshape.py: a death by DDP's shape check is a shape mismatch
-    _gpu(col, out)
+    xid_ranks = _gpu(col, out)
+    dead = dead or cuda_death(col, xid_ranks)  # cudafault.py: a CUDA fault of the program's own, no Xid
     if dead is not None:
         out.findings.append(dead)
     ras = _ras(col, out)

@@ -53,7 +53,9 @@ from healthcheck.diagnose.signals import (
 )
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.uniqueid import fetch_failures
 from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
 from healthcheck.parsers.torch_log.signalreport import DEATH_TYPES
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset", "Read error", "remote process exit", "ncclRemoteError")
@@ -255,8 +257,8 @@ def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candi
         return True
     if any(firsts[c.rank].uncaught for c in cands if c.rank in firsts):
         return True
-    if any(firsts[c.rank].type in DEATH_TYPES for c in cands if c.rank in firsts):
-        return True  # a process's own report that a signal killed it (signalreport.py)
+    if any(firsts[c.rank].type in (*DEATH_TYPES, ABORT_TYPE) for c in cands if c.rank in firsts):
+        return True  # a process's own report that a signal killed it (signalreport.py), or its MPI_Abort
     if any(x.exit_code not in (None, 0) or x.signal for x in col.evidence.ranks.values()):
         return True
     logs = {f.source: f for f in col.evidence.torch_logs if f.log is not None}
@@ -366,6 +368,14 @@ def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     acc.basis = acc.basis or "the launcher's report of its first failed child; the rank's own output is not in the text"
 
 
+def _store_fetch(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The rank whose store broke under a peer's NCCL unique-id fetch (uniqueid.py)."""
+    for rank, why, item in fetch_failures(col, firsts):
+        acc.name(rank, why, item)
+        acc.unsure = True
+        acc.basis = acc.basis or "a peer lost the store the rank hosts; the rank's own output is not in the text"
+
+
 def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
     """What the ranks that left without a traceback last logged (a SIGTERM handler's reason)."""
     words = last_words(col)
@@ -446,6 +456,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     _own_exceptions(col, firsts, acc)
     if not acc.items:
         _silent_exits(col, firsts, acc)
+    if not acc.items:
+        _store_fetch(col, firsts, acc)
     if not acc.items:
         _first_child(col, firsts, acc)
     if not acc.items:

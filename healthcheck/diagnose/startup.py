@@ -21,6 +21,7 @@ from healthcheck.diagnose.logfacts import error_evidence, ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.storewait import midrun_store_waits, setup_store_waits
+from healthcheck.diagnose.uniqueid import STORE_HOST
 
 _NONE_NAMED = ("; no rank is named: the store's and rendezvous' errors here do not say whose launch differs or "
                "which rank never joined (each rank's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as launched, would)")
@@ -45,8 +46,12 @@ def _torch_lines(col: Collected, acc: _Init) -> None:
     for f in col.evidence.torch_logs:
         assert f.log is not None
         for a in f.log.address_in_use:
-            acc.add(log_evidence(col, f.source, a.line, f"address already in use (port {a.port})",
-                                 fact_rank(a, f.rank)), True)
+            rank = fact_rank(a, f.rank)
+            host = rank is None and a.setup == "process-group"  # the store's host could not listen
+            acc.add(log_evidence(col, f.source, a.line, f"address already in use (port {a.port})" + (
+                f" where its process group's setup starts the store's server: under env:// only rank {STORE_HOST}"
+                " does" if host else "; torchrun's own store" if a.setup == "launcher" else ""),
+                STORE_HOST if host else rank), True)
         for z in (z for z in f.log.rendezvous if fact_rank(z, f.rank) not in midrun):
             acc.add(log_evidence(col, f.source, z.line, f"rendezvous/store {z.kind}: {z.message}",
                                  fact_rank(z, f.rank)), False)

@@ -9,6 +9,13 @@ unseen are the ones that never joined: named, init-failure. Anything else names 
 count that does not match the ranks seen (a cut paste, members not all shown), a member
 outside range(W) (a subgroup's own numbering), or a member that got through the barrier
 (`Completed store-based barrier`: every member had joined).
+
+Where no rank can be named, the barrier that failed is still the job's init-failure, naming
+none (`store_barrier_failure`): a member that timed out in it (`Timed out initializing process
+group in store based barrier`), or any member waiting with more workers counted than the
+world (C > W: the count only grows, so the barrier can never complete; two launches on one
+store port, or a wrong nproc/world size). A member still waiting with C < W and no timeout
+is a job still starting (its barrier may yet complete): no finding.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from healthcheck.diagnose.stacks import rank_words
 class _Key:
     world: set[int] = field(default_factory=set)  # world sizes said
     joined: int = 0  # the most members the store counted
+    timed_out: bool = False  # a member timed out in it
     members: set[int] = field(default_factory=set)
     completed: bool = False
     items: list[Evidence] = field(default_factory=list)
@@ -38,6 +46,7 @@ def _keys(col: Collected) -> dict[str, _Key]:
             k = keys.setdefault(b.key, _Key())
             k.world.add(b.world_size)
             k.completed |= b.state == "completed"
+            k.timed_out |= b.state == "timed-out"
             k.members.add(b.member)
             k.joined = max(k.joined, b.joined or 0)
             if len(k.items) < 20:
@@ -71,4 +80,31 @@ def store_barrier_absentees(col: Collected) -> JobFinding | None:
     return None
 
 
-__all__ = ["never_joined", "store_barrier_absentees"]
+def _failed(key: _Key) -> str:
+    """Why this key's barrier failed as the lines show it ("" where they do not: completed,
+    or still waiting for fewer workers than the world)."""
+    if key.completed:
+        return ""
+    world = max(key.world, default=0)
+    if world and key.joined > world:
+        return (f"{key.joined} workers joined the store-based barrier of a world of {world}: more than the world (two "
+                "launches on one MASTER_PORT, or a wrong nproc/world size); no one rank is at fault")
+    if key.timed_out:
+        missing = f"{world - key.joined} of {world} ranks never arrived" if 0 < key.joined < world else \
+            "some ranks never arrived"
+        return f"the store-based barrier of process-group init timed out: {missing}, and the text does not say which"
+    return ""
+
+
+def store_barrier_failure(col: Collected) -> JobFinding | None:
+    """init-failure naming no rank: a store-based barrier that timed out, or that counted more
+    workers than its world (module docstring); None where the barrier shows no failure."""
+    for name, key in sorted(_keys(col).items()):
+        why = _failed(key)
+        if why:
+            return job_finding(cls="init-failure", confidence="medium", evidence=tuple(key.items),
+                               summary=f"init failure on {name}: {why}")
+    return None
+
+
+__all__ = ["never_joined", "store_barrier_absentees", "store_barrier_failure"]

@@ -824,6 +824,57 @@ def _worker(body: str, taken: _Taken) -> int:
     return m.end()
 
 
+# a parallel shell's label before each line of a host's output: pdsh's (and clush's, dsh's)
+# `gpu004: `: a host name (a letter first, a digit in it: a cluster's node), a colon, a blank
+_HOST_LABEL = re.compile(r"([A-Za-z][A-Za-z0-9\-.]{0,62}): ", re.ASCII)
+# a training loop's own counters and a rank's word are no host (`Epoch3: loss ...`, `rank0: `)
+_NOT_HOSTS = re.compile(r"(?i:rank|epoch|step|iter|iteration|batch|loss|stage|phase|round|layer)\d|"
+                        r".*(?:Error|Exception|Warning|Exit)\d*$", re.ASCII)
+HOSTS_MAX = 64  # distinct hosts a parallel shell's text may label
+
+
+# HPE PALS's own `HOST: rank N died from signal S` (torch_log/rankends.py): the host is its word
+_LAUNCHER_RANK_WORDS = re.compile(r" {0,8}rank {1,8}\d", re.ASCII)
+
+
+def _host_label(line: str) -> str:
+    m = _HOST_LABEL.match(line) if line[:1].isalpha() else None
+    if m is None or not any(ch.isdigit() for ch in m.group(1)) or _NOT_HOSTS.match(m.group(1)):
+        return ""
+    return "" if _LAUNCHER_RANK_WORDS.match(line, m.end()) else m.group(1)
+
+
+def host_labelled(lines: Sequence[str]) -> bool:
+    """Whether most lines carry a parallel shell's `HOST: ` label (`_HOST_LABEL`): at least
+    LOGGED_SHARE of the non-blank lines, by at most HOSTS_MAX hosts. Asked only by the
+    readers of a program's own output (torch_log): a kernel log's `nvidia-nvswitch3: ` is
+    the driver's own word, never a host's."""
+    labelled = filled = 0
+    hosts: set[str] = set()
+    for line in lines[:QUOTED_SAMPLE * 16]:
+        if not line.strip():
+            continue
+        filled += 1
+        host = _host_label(line)
+        if host:
+            labelled += 1
+            hosts.add(host)
+            if len(hosts) > HOSTS_MAX:
+                return False
+    return filled >= 2 and labelled >= LOGGED_SHARE * filled
+
+
+def _host(body: str, taken: _Taken) -> int:
+    """A parallel shell's `HOST: ` label (host_labelled said the text carries them): the host."""
+    if "host" in taken.kinds or taken.parts:
+        return 0
+    host = _host_label(body)
+    if not host:
+        return 0
+    taken.take("host", body[:len(host) + 2], host=host)
+    return len(host) + 2
+
+
 def drop_logger(text: str) -> str:
     """A line's Python logging prefix (see `logger_prefixed`), its indent kept out."""
     body = text.lstrip(" \t")
@@ -1009,7 +1060,7 @@ def _grep_file(body: str, taken: _Taken, numbered: bool = False) -> int:
 
 
 def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True,
-         logged: bool = False, workers: bool = False) -> tuple[str, _Taken]:
+         logged: bool = False, workers: bool = False, hosts: bool = False) -> tuple[str, _Taken]:
     """The prefixes taken off the front of one line, in whatever order they were stacked;
     each kind once; a glog prefix is the last before the message; a grep's file name
     first of all. `logged`: the text is logged through a Python logging prefix
@@ -1022,6 +1073,8 @@ def peel(body: str, stamps: bool = True, srun: bool = True, runners: bool = True
     steps: tuple[Callable[[str, _Taken], int], ...] = (_runner, _runtime, _label) if runners else (_label,)
     if workers:
         steps = (_worker, *steps)
+    if hosts:
+        steps = (_host, *steps)
     if logged:
         steps = (_pylog, *steps)
     if stamps:
@@ -1079,7 +1132,7 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 
 
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-               cut_end: bool = False, records: bool = False) -> Iterator[Line]:
+               cut_end: bool = False, records: bool = False, hosts: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
@@ -1091,12 +1144,15 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     (`json_pieces`): for the readers of a program's own log (torch_log); a tool whose lines
     a log shipper wraps keeps the record whole (gpud's `{"msg": "known sxid", "line": "...
     SXid ..."}`: the kernel's line is in another field than the message).
+    `hosts`: where most lines carry a parallel shell's `HOST: ` (pdsh, `host_labelled`), it
+    is taken off as the line's `host`: for the readers of a program's own output (torch_log).
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
         raw_lines.pop()
     quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
     workers = worker_labelled(raw_lines)
+    hosts = hosts and host_labelled(raw_lines)
     sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
     numbered = line_numbered(sample)
     gutter = not numbered and gutter_numbered(sample)
@@ -1109,7 +1165,8 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     for number, raw in enumerate(raw_lines, 1):
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
-                          workers=workers, pytest=pytest[number - 1], records=records, columns=columns)
+                          workers=workers, pytest=pytest[number - 1], records=records, columns=columns,
+                          hosts=hosts)
         if number == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1175,7 +1232,7 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
               gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
-              records: bool = False, columns: bool = False) -> list[Line]:
+              records: bool = False, columns: bool = False, hosts: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
@@ -1184,7 +1241,8 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     `indent`: the line's markdown code block's (`code_block_indents`); `workers`: its
     `NAME-N | ` labels name ranks (`worker_labelled`); `pytest`: it carries pytest's `E`
     mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`);
-    `columns`: a viewer's or runner's columns come before the message (`viewer_columned`)."""
+    `columns`: a viewer's or runner's columns come before the message (`viewer_columned`);
+    `hosts`: a parallel shell's `HOST: ` labels it (`host_labelled`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
@@ -1196,14 +1254,15 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
         repairs.append("json")
     else:
         pieces = torn_pieces(body)
-        while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers)[0].strip():
+        while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers,
+                                           hosts=hosts)[0].strip():
             pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
         if len(pieces) > 1:
             repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
-        rest, taken = peel(piece, stamps, srun, logged=logged, workers=workers)
+        rest, taken = peel(piece, stamps, srun, logged=logged, workers=workers, hosts=hosts)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names

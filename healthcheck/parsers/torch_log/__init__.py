@@ -61,6 +61,10 @@ the real logs in tests/fixtures/corpus/torch-*, torchrun, with their sources in 
 * The store-based barrier (store.py, `store_barrier`): `Waiting in store based barrier to
   initialize process group for rank: N, key: K (world_size=W, worker_count=C, ...)`, its
   timeout and `Completed store-based barrier`: which members waited, how many had joined.
+* Horovod's stall inspector (stall.py, `stalled`): `One or more tensors were submitted ... by
+  subset of ranks`, then per op `NAME [missing ranks: 1]` (or, oldest, `[ready ranks: ...]`),
+  or a `Missing ranks:` block of `R: [NAMES]` lines: the ranks that did not submit each op;
+  the rank a label names is the coordinator that reports.
 * torchrun's agent: the ChildFailedError block field by field, `failed (exitcode: N)
   local_rank: L (pid: P) of binary: B`, `Received N death signal, shutting down workers`,
   `Process P got signal: S` (SignalException), `Sending process P closing signal SIG` /
@@ -133,6 +137,7 @@ from healthcheck.parsers.torch_log.facts import (
     RankWarned,
     RendezvousError,
     RendezvousKind,
+    StalledTensors,
     StepLogged,
     StoreBarrier,
     StoreBarrierState,
@@ -157,8 +162,8 @@ __all__ = [
     "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
     "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
-    "FingerprintRan", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp", "TracebackCut",
-    "TaskExit",
+    "FingerprintRan", "StalledTensors", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp",
+    "TracebackCut", "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
     "WorkerFailed", "WorkerGroupEvent", "parse_torch_log",
 ]

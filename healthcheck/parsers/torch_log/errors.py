@@ -10,6 +10,7 @@ from typing import Any
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.peers import PEER, endpoint
+from healthcheck.parsers.torch_log.bindsetup import note_bind
 from healthcheck.parsers.torch_log.facts import (
     AddressInUse,
     BackendError,
@@ -70,8 +71,9 @@ _GLOO_ENFORCE = re.compile(r"\[enforce fail at ([^\[\]\s]{1,600})\] ?")
 _NOT_IN_GROUP = re.compile(r"Running (\w{1,64}) on global rank (-?\d{1,9}) which does not belong to the given group")
 _FR_PATH = re.compile(r"debug info to (?:file: )?(\S{1,1024})")
 _FR_PATH_ERROR = re.compile(r"(?:writing NCCLPG debug info|Flight Recorder debug info(?: to file)?): (\S{1,1024})")
-_BIND = re.compile(r"failed to bind to (\S{1,256}?):(\d{1,5}) \(errno: (\d{1,5}) - ([^)]{0,128})\)")
+_BIND = re.compile(r"failed to (?:bind to|listen on) (\S{1,256}?):(\d{1,5}) \(errno: (\d{1,5}) - ([^)]{0,128})\)")
 _LISTEN_PORT = re.compile(r"port: (\d{1,5}), useIpv6: \w{1,8}, code: (-?\d{1,5}), name: (\w{1,32})")
+_SERVER_SOCKET = "server socket has failed to"
 _ERRNO_98 = re.compile(r"\[Errno (\d{1,5})\] [Aa]ddress already in use")
 _PORT_NEAR = re.compile(r"\bport[ :=]{1,3}(\d{1,5})\b", re.IGNORECASE)
 _CLIENT_TIMEOUT = re.compile(
@@ -303,28 +305,29 @@ def read_flight_recorder(state: TorchState, line: Line) -> bool:
 
 
 def read_address_in_use(state: TorchState, line: Line) -> bool:
-    """A port already bound: `failed to bind to [::]:29500 (errno: 98 - ...)`, EADDRINUSE, ..."""
+    """A port already bound: `failed to bind to [::]:29500 (errno: 98 - ...)`, EADDRINUSE, ...;
+    whose store it was comes from the traceback that raised it (bindsetup.py)."""
     b = line.text
-    found = False
+    found: list[int] = []
     for m in _BIND.finditer(b):
         errno = to_int(m.group(3))
         if errno == 98 or "in use" in m.group(4):
-            found = True
-            state.add("address_in_use", AddressInUse(**where(line), port=to_int(m.group(2)), address=m.group(1),
-                                                     errno=errno))
-    if found:
-        return True
-    listen = _LISTEN_PORT.search(b)
-    if listen and (listen.group(3) == "EADDRINUSE" or listen.group(2) in ("-98", "98")):
-        state.add("address_in_use", AddressInUse(**where(line), port=to_int(listen.group(1)), errno=98))
-        return True
-    if "ddress already in use" in b or "EADDRINUSE" in b:
-        e = _ERRNO_98.search(b)
-        p = _PORT_NEAR.search(b)
-        state.add("address_in_use", AddressInUse(**where(line), port=to_int(p.group(1)) if p else None,
-                                                 errno=to_int(e.group(1)) if e else None))
-        return True
-    return False
+            found.append(state.add("address_in_use", AddressInUse(**where(line), port=to_int(m.group(2)),
+                                                                  address=m.group(1), errno=errno)))
+    if not found:
+        listen = _LISTEN_PORT.search(b)
+        if listen and (listen.group(3) == "EADDRINUSE" or listen.group(2) in ("-98", "98")):
+            found.append(state.add("address_in_use", AddressInUse(**where(line), port=to_int(listen.group(1)),
+                                                                  errno=98)))
+        elif "ddress already in use" in b or "EADDRINUSE" in b:
+            e = _ERRNO_98.search(b)
+            p = _PORT_NEAR.search(b)
+            found.append(state.add("address_in_use", AddressInUse(**where(line), port=to_int(p.group(1)) if p else None,
+                                                                  errno=to_int(e.group(1)) if e else None)))
+    if _SERVER_SOCKET in b:  # c10d's TCPStore server (socket.cpp), not NCCL's own bootstrap socket
+        for index in found:
+            note_bind(state, rank_key(line), index, line.number)
+    return bool(found)
 
 
 def _tcp_client(b: str) -> dict | None:

@@ -207,6 +207,23 @@ class NotInGroup(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     global_rank: int
 
 
+class StalledTensors(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """Horovod's stall inspector (its coordinator's report, stall.py): tensors that some ranks
+    submitted to a collective and the others did not, for longer than the warning time.
+    `missing`: the ranks that did not submit `op` (`NAME [missing ranks: 1]`, or a `R: [NAMES]`
+    line of the `Missing ranks:` block, Horovod 0.16+); `ready`: those that did (`NAME [ready
+    ranks: 0, 2]`, Horovod before 0.13, where the missing are the world's others);
+    `shutdown`: `R!:`, stalled past the shutdown time. `report`: which warning of the text it
+    belongs to (1 for the first warning's; 0 for lines before any warning read). `rank` is the
+    reporting rank's (the coordinator's), never the culprit's."""
+
+    op: str = ""
+    missing: tuple[int, ...] = ()
+    ready: tuple[int, ...] = ()
+    shutdown: bool = False
+    report: int = 0
+
+
 class StepLogged(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The last step a rank's own training loop logged (`step 3 loss ...`; steps.py)."""
 
@@ -260,6 +277,10 @@ class AddressInUse(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     port: int | None = None
     address: str = ""  # "[::]", "0.0.0.0"
     errno: int | None = None
+    # whose store it was, as the traceback that raised it says (bindsetup.py): "process-group"
+    # (a rank's init_process_group: the store's host, rank 0 under env://), "launcher" (torchrun's
+    # agent), "" (no traceback says)
+    setup: str = ""
 
 
 RendezvousKind = Literal["closed", "connection", "timeout", "state", "graceful-exit", "error", "client-timeout",
@@ -507,6 +528,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     worker_group: tuple[WorkerGroupEvent, ...] = ()
     exceptions: tuple[ExceptionRaised, ...] = ()
     not_in_group: tuple[NotInGroup, ...] = ()
+    stalled: tuple[StalledTensors, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
@@ -557,4 +579,4 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "store_barrier",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
-              "task_exits", "cut_timeouts")
+              "task_exits", "cut_timeouts", "stalled")

@@ -42,9 +42,11 @@ from healthcheck.parsers.torch_log import (
     box,
     errors,
     launchreports,
+    mpiabort,
     rankends,
     signalreport,
     spawn,
+    stall,
     steps,
     store,
     tracebacks,
@@ -175,7 +177,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
-    *rankends.HANDLERS,
+    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
@@ -263,7 +265,8 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     (what it logged is that rank's, failure or none)."""
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True))]
+             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True,
+                                                                     hosts=True))]
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)

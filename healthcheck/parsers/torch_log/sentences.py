@@ -25,10 +25,14 @@ import msgspec
 
 from healthcheck.parsers.lines import Line
 from healthcheck.parsers.torch_log.agent import MPIRUN_SIGNAL, OMPI_LAUNCHERS
+from healthcheck.parsers.torch_log.mpiabort import ABORT_HEADS, MPI_ABORT_WHOLE
 
-# (the words a sentence starts with, the whole sentence as its reader matches it)
+# (the words a sentence starts with, the whole sentence as its reader matches it): Open MPI's
+# sentences hc reads, each whole however a wrap (or Open MPI's own help text, MPI_ABORT's)
+# split it
 SENTENCES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
     (OMPI_LAUNCHERS, MPIRUN_SIGNAL),
+    (ABORT_HEADS, MPI_ABORT_WHOLE),
 )
 MAX_PIECES = 2  # lines after the head a wrapped sentence may take
 

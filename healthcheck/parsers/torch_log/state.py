@@ -106,6 +106,9 @@ class TorchState:
         self.traceback_at: dict[RankKey, dict] = {}  # where the rank's last traceback opened (where())
         self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
+        self.setups: dict[RankKey, str] = {}  # whose setup the rank's open traceback is in (bindsetup.py)
+        self.pending_binds: dict[RankKey, list[int]] = {}  # bind failures waiting for their traceback
+        self.bind_lines: dict[RankKey, int] = {}  # the line of the rank's last one
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback
         self.children: set[RankKey] = set()  # the open traceback is a multiprocessing child's (_bootstrap)
         self.box: FailureBox | None = None
@@ -117,6 +120,9 @@ class TorchState:
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
         self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
+        self.stall_report = 0  # Horovod's stall warnings read so far (stall.py)
+        self.stall_reporter: int | None = None  # the rank that printed the last one
+        self.stall_block = False  # inside its `Missing ranks:` block
         self.spawn_process: int | None = None  # mp.spawn's `-- Process N terminated with the following error:`
         self.spawn_opened = False  # that process's traceback was opened (spawn.py)
         self.desync_reporter: int | None = None

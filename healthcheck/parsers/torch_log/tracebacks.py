@@ -10,6 +10,7 @@ import re
 from healthcheck.core.inputs import clip
 from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
+from healthcheck.parsers.torch_log.bindsetup import note_frame, traceback_opened
 from healthcheck.parsers.torch_log.facts import ExceptionRaised, TracebackCut
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
@@ -39,6 +40,7 @@ def read_header(state: TorchState, line: Line) -> bool:
     state.frames.pop(key, None)
     state.chains.pop(key, None)
     state.children.discard(key)
+    traceback_opened(state, key, line.number)
     state.torch = True
     return True
 
@@ -77,6 +79,7 @@ def read_frame(state: TorchState, line: Line) -> bool:
     if not state.tracebacks.get(key):
         state.tracebacks[key] = 1  # a fragment that starts inside a traceback
         _opened(state, key, line)
+        traceback_opened(state, key, line.number)
     _frame(state, key, b)
     return True
 
@@ -88,6 +91,7 @@ def _frame(state: TorchState, key: RankKey, body: str) -> None:
     if m is None:
         return
     path, number, func = m.groups()
+    note_frame(state, key, path, func)
     if func == "_bootstrap" and path.endswith(_CHILD_FILE) and len(state.children) < FRAMED_RANKS_MAX:
         state.children.add(key)  # multiprocessing's child process runs its target under _bootstrap
     own, collective, library = state.frames.get(key, ("", "", ""))
