@@ -1,4 +1,5 @@
-"""tests/riggroup.py's choice of the tests that go to the rig's one worker."""
+"""tests/riggroup.py's choice of the tests that go to the rigs' workers, and which rig
+(tests/rigfixtures.py) each group's tests get."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import types
 from pathlib import Path
 
 import pytest
-from riggroup import INTEGRATION, uses_rig
+import rigfixtures
+from riggroup import INTEGRATION, RIG_GROUP, RIG_WAITS_GROUP, rig_group, uses_rig
+from support import REPO
 
 
 class Item:
@@ -39,3 +42,40 @@ def test_marked_or_under_integration_is_the_rig_unless_the_module_says_otherwise
     assert uses_rig(Item())
     assert not uses_rig(Item(uses_rig_attr=False))
     assert not uses_rig(Item(integration=False))
+
+
+def test_the_torch_free_rig_files_run_on_the_second_rig_and_the_rest_on_the_first():
+    waits, torch = Item(), Item()
+    waits.path = INTEGRATION / "test_slurm_hooks.py"
+    torch.path = INTEGRATION / "test_diagnose_live_rig.py"
+    assert rig_group(waits) == RIG_WAITS_GROUP
+    assert rig_group(torch) == RIG_GROUP
+    assert RIG_GROUP != RIG_WAITS_GROUP
+
+
+class Request:
+    """What rig_name reads of a fixture request: the test's xdist_group mark."""
+
+    def __init__(self, group: str | None) -> None:
+        marks = {"xdist_group": pytest.mark.xdist_group(group).mark} if group else {}
+        self.node = types.SimpleNamespace(get_closest_marker=marks.get)
+
+
+def test_the_second_group_gets_the_second_rig_only_in_an_xdist_worker(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert rigfixtures.SECOND_GROUP == RIG_WAITS_GROUP
+    assert rigfixtures.rig_name(Request(RIG_WAITS_GROUP)) == "second"
+    assert rigfixtures.rig_name(Request(RIG_GROUP)) == "first"
+    assert rigfixtures.rig_name(Request(None)) == "first"
+    # in one process the groups run one after the other: one rig serves both
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert rigfixtures.rig_name(Request(RIG_WAITS_GROUP)) == "first"
+
+
+def test_the_second_rig_shares_no_name_with_the_first_or_the_sandboxes():
+    second = rigfixtures.SECOND_RIG
+    sandbox = (REPO / "bin" / "sandbox").read_text()
+    assert second["prefix"] != "hct" and f"HC_RIG_PREFIX={second['prefix']} " not in sandbox
+    assert second["subnet"] != "10.98.0" and f"HC_RIG_SUBNET={second['subnet']} " not in sandbox
+    assert second["bridge"] != "hctbr0" and second["rig_dir"] != "/tmp/hc-test-rig/netns"
+    assert rigfixtures.SECOND_SLURM["ctld_port"] not in (16917, 16997)
