@@ -79,3 +79,40 @@ def test_the_second_rig_shares_no_name_with_the_first_or_the_sandboxes():
     assert second["subnet"] != "10.98.0" and f"HC_RIG_SUBNET={second['subnet']} " not in sandbox
     assert second["bridge"] != "hctbr0" and second["rig_dir"] != "/tmp/hc-test-rig/netns"
     assert rigfixtures.SECOND_SLURM["ctld_port"] not in (16917, 16997)
+
+
+class Config:
+    """What xdist's loadgroup scheduler reads of pytest's config."""
+
+    option = types.SimpleNamespace(tx=["3*popen"], dist="loadgroup")
+
+    def getoption(self, name: str):
+        return getattr(self.option, name)
+
+    getvalue = getoption
+
+
+class Node:
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.append(indices)
+
+
+def test_the_rig_groups_go_out_first_whatever_their_size():
+    pytest.importorskip("xdist")
+    from riggroup import pytest_xdist_make_scheduler
+
+    scheduler = pytest_xdist_make_scheduler(Config(), None)
+    units = {"tests/unit/parsers/test_big.py": 200, RIG_WAITS_GROUP: 75, "tests/unit/x.py::t": 1, RIG_GROUP: 54}
+    ids = [f"{unit}::{i}" for unit, size in units.items() for i in range(size)]
+    for unit, size in units.items():
+        scheduler.workqueue[unit] = {f"{unit}::{i}": False for i in range(size)}
+    nodes = [Node(), Node(), Node()]
+    for node in nodes:
+        scheduler.registered_collections[node] = ids
+        scheduler._assign_work_unit(node)
+    assert [list(scheduler.assigned_work[n]) for n in nodes] == [
+        [RIG_GROUP], [RIG_WAITS_GROUP], ["tests/unit/parsers/test_big.py"]]
