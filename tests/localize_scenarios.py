@@ -1,7 +1,7 @@
 """Labelled scenarios for localizing slow nodes between few and many nodes, and a scorer:
 the detector measured as the deep sweep runs it (orchestrate/pairsweep/sweep.run_pairs, its retries
 and judging, then the bw.pairs analysis through judge_pairs), with the tests replaced by a
-model of pair busbw. Used by tests/unit/test_localize_scenarios.py (the held-out set is
+model of pair busbw. Used by tests/unit/bandwidth/test_localize_scenarios.py (the held-out set is
 asserted) and bin/bench (the detector table, both sets).
 
 A scenario is a cluster of n nodes: a test runs at its slowest member's speed, times any

@@ -1,34 +1,40 @@
-"""pytest plugin (tests/conftest.py loads it): the suite in pytest-xdist workers, every test
-that uses the rig in one of them.
+"""pytest plugin (tests/conftest.py loads it): the suite in pytest-xdist workers, the tests
+that use the rig in two of them, each on its own rig.
 
 pyproject's addopts say `-n auto --dist loadgroup`. The rig (tests/rig: network namespaces,
-sshd, Slurm, the sandbox) is one per machine, so its tests run one at a time in one worker,
-those that mostly wait first (RIG_FIRST); the other tests spread over the other workers, one
-test at a time, except that the tests sharing a module-scoped fixture (a pipx install, a
-sweep's history) go together, so it is made once.
+sshd, Slurm, the sandbox) holds state its tests change (MTUs, Slurm's config and nodes,
+sshd), so the tests on one rig run one at a time in one worker. There are two rigs, made
+from the same scripts under other names (tests/rigfixtures.py): the torch-free rig tests
+(RIG_WAITS: Slurm's contract and hooks, SSH, MTUs, quick sweeps over SSH, the pair tools'
+stand-ins, which mostly wait on Slurm, sshd and deadlines) in group `rig-waits` on the
+second; the torch-heavy ones (deep sweeps, live diagnosis, hung jobs) in group `rig` on the
+first. The other tests spread over the other workers, one test at a time, except that the
+tests sharing a module-scoped fixture (a pipx install, a sweep's history) go together, so
+it is made once.
 
 Which tests use the rig is decided here, at collection, so nobody has to remember it: those
 using a rig fixture (directly or through another fixture), and those marked `rig` or under
 tests/integration, unless their module says `USES_RIG = False`. They get the
-`xdist_group("rig")` mark. xdist's own loadgroup reads that mark by renaming the test's node
-id, which pytest 9 no longer lets it do, so the scheduler below groups them instead: each
-worker writes every grouped test's id and group to a file the controller named, and the
-controller reads them when it splits the collection into units of work (after every worker
-collected). The largest unit, the rig's, goes out first.
+`xdist_group("rig")` (or `"rig-waits"`) mark. xdist's own loadgroup reads that mark by
+renaming the test's node id, which pytest 9 no longer lets it do, so the scheduler below
+groups them instead: each worker writes every grouped test's id and group to a file the
+controller named, and the controller reads them when it splits the collection into units of
+work (after every worker collected). The two rig groups go out first, one to a worker.
 
-Why one rig group and not two side by side (measured in issue 21, not done): the rig can be
-made twice (HC_RIG_PREFIX/SUBNET/BRIDGE/DIR, HC_SLURM_DIR/CTLD_PORT, as bin/sandbox does),
-but the tests are not independent of what runs beside them: test_pair_workers_rig counts
-every `hc bw serve` on the machine; the diagnose and hung-worker tests bound a wall time
-that more torch processes on the same cores stretch; and most of the rig's time is torch
-starting four ranks, CPU that a second group shares. The sandbox's fresh-clone test is the
-exception, in another worker: its sandbox is a rig of its own, hc in the clone's own .venv
-(no torch, a standard-tier sweep: no `hc bw serve`), and most of its time is pip filling
-that .venv, work the other workers' tests already do beside the rig.
+Why two rig groups and how they were split (issue 21): the rig's one worker was CI's long
+pole (its tests ran ~14 minutes in series; the other workers were done minutes earlier).
+The torch-free tests mostly wait, so beside the torch group they cost it little CPU; the
+torch tests stay together in one group, one torch job at a time, since the diagnose and
+hung-worker tests bound a wall time that more torch processes on the same cores stretch. A
+test that counts processes counts its own rig's (by network namespace), not the machine's.
+The sandbox's fresh-clone test is in neither group: its sandbox is a rig of its own, hc in
+the clone's own .venv (no torch, a standard-tier sweep: no `hc bw serve`), and most of its
+time is pip filling that .venv, work the other workers' tests already do beside the rig.
 
 `-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
 starts in a second, not after workers collected the whole suite), else one per CPU plus one
-for the rig's worker, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N.
+for each rig group, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N. In one
+process (`-n 0`) both groups use the first rig, one after the other.
 """
 
 from __future__ import annotations
@@ -41,20 +47,20 @@ from typing import Any
 
 import pytest
 
-RIG_GROUP = "rig"
+RIG_GROUP = "rig"  # the torch-heavy rig tests, on the first rig
+RIG_WAITS_GROUP = "rig-waits"  # the torch-free ones (RIG_WAITS), on the second, beside it
+RIG_GROUPS = (RIG_GROUP, RIG_WAITS_GROUP)
 RIG_FIXTURES = frozenset({"netns_rig", "slurm_rig", "fresh_netns_rig", "fresh_slurm_rig"})
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 # below this many test files a run stays in one process: each worker collects the whole run
 # (~10 s for the suite on two cores) before the first test starts
 XDIST_MIN_FILES = 8
 # rig test files whose tests mostly wait (on Slurm, sshd, deadlines) and start no torch: they
-# run first, while the other workers' tests take the CPUs; the torch-heavy ones (deep sweeps,
-# hung jobs) after, on quieter CPUs (they compare bandwidths, and start four torch processes).
-# The rig's worker is CI's long pole (the others are done minutes before it), so every torch
-# test moved behind a torch-free one runs more of its time on the quiet cores at the end:
-# test_remote_rig (quick-tier sweeps over SSH) and test_pair_tools_rig (nccl-tests and
-# ib_write_bw stand-ins, Python scripts) start no torch either
-RIG_FIRST = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
+# run in their own group on the second rig, beside the torch-heavy ones (deep sweeps, hung
+# jobs, live diagnosis) on the first. test_remote_rig (quick-tier sweeps over SSH) and
+# test_pair_tools_rig (nccl-tests and ib_write_bw stand-ins, Python scripts) start no torch
+# either. In one process (-n 0) they run first, while nothing else takes the CPUs
+RIG_WAITS = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
                        "test_rig_selftest.py", "test_netns_mtu.py", "test_remote_rig.py",
                        "test_pair_tools_rig.py"})
 _IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
@@ -73,6 +79,11 @@ def uses_rig(item: pytest.Item) -> bool:
     return item.get_closest_marker("rig") is not None or INTEGRATION in item.path.parents
 
 
+def rig_group(item: pytest.Item) -> str:
+    """The rig group of a test that uses the rig: by its file (RIG_WAITS or not)."""
+    return RIG_WAITS_GROUP if item.path.name in RIG_WAITS else RIG_GROUP
+
+
 def shared_fixture_group(item: pytest.Item) -> str | None:
     """The module's own group where the test uses a module- (class-, package-) scoped fixture:
     its tests in one worker set the fixture up once (a pipx install, a sweep's history)."""
@@ -86,10 +97,10 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # the same order in every worker (xdist checks): a stable sort, files kept whole
-    items.sort(key=lambda item: item.path.name not in RIG_FIRST)
+    items.sort(key=lambda item: item.path.name not in RIG_WAITS)
     groups: dict[str, str] = {}
     for item in items:
-        group = RIG_GROUP if uses_rig(item) else shared_fixture_group(item)
+        group = rig_group(item) if uses_rig(item) else shared_fixture_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             groups[item.nodeid] = group
@@ -134,6 +145,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 self.groups = {nodeid: group for group, nodeid in lines}
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            # the rig groups before any other unit, whatever their size (xdist hands out the
+            # largest first), so each starts at once in a worker of its own
+            for group in reversed(RIG_GROUPS):
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
+            super()._assign_work_unit(node)
+
     return RigGroupScheduling(config, log)
 
 
@@ -151,9 +170,9 @@ def _test_files(args: list[str]) -> int:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: none for a few files, else one per CPU and one for the rig's tests."""
+    """`-n auto`: none for a few files, else one per CPU and one for each rig group."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     if _test_files(config.args) < XDIST_MIN_FILES:
         return 0
-    return len(os.sched_getaffinity(0)) + 1
+    return len(os.sched_getaffinity(0)) + len(RIG_GROUPS)

@@ -3,7 +3,7 @@
 Each is Click's FloatRange or IntRange (the help shows the range) whose conversion is
 `core.bounds.bounded`: NaN and infinities are refused (Click's FloatRange lets NaN
 through), and both ends of the range are required, so no option takes -1 for a
-timeout, 0 for a parallelism or a 5,000-digit pid. `tests/unit/test_cli_numbers.py`
+timeout, 0 for a parallelism or a 5,000-digit pid. `tests/unit/cli/test_cli_numbers.py`
 walks every command and fails on a numeric parameter of any other type.
 """
 

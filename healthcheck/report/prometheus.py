@@ -10,7 +10,7 @@ rename; a link, directory, device or FIFO at the path is refused, never renamed 
 written through.
 
 The text is written here (`to_text`), byte for byte what `prometheus_client`'s
-`generate_latest` writes for the same families (tests/unit/test_prometheus.py compares
+`generate_latest` writes for the same families (tests/unit/report/test_prometheus.py compares
 the two, hostile label values and Inf/NaN included, and reads the file back with the
 library's parser and a real node_exporter). The library itself is not imported: its
 package imports http.server, urllib.request, ssl and wsgiref, 20-40 ms on a 2-core node,

@@ -103,5 +103,5 @@ CI_SUBSET = ["raise torchrun r0 unlabelled", "busy plain r0 live", "dtype mismat
 # of those, the ones CI replays from their saved output (tests/fixtures/diagnose-jobs/tuning/)
 # instead of running: torchrun's start is the most of the subset's time a logs-mode job
 # costs, and a real torchrun job dying of an exception is diagnosed in CI already
-# (tests/unit/test_run_wrapper_output.py); the plain logs-mode job still runs for real
+# (tests/unit/jobwrap/test_run_wrapper_output.py); the plain logs-mode job still runs for real
 CI_REPLAYED = ["raise torchrun r0 unlabelled"]

@@ -26,7 +26,7 @@ transformation that drops text (`DROPS_TEXT`), a file its parser refuses so has 
 (counted in `fragments`, not in a miss); after one that drops nothing, a FragmentError is a miss
 like any refusal. The rule is the parser's class of refusal, never a list of files or tools: a
 parser that raises FragmentError where the text does name its values is a parser bug, and its
-unit tests (tests/unit/test_parsers_cut_fragments.py) hold each such refusal to a text that
+unit tests (tests/unit/parsers/test_parsers_cut_fragments.py) hold each such refusal to a text that
 lacks them.
 
     .venv/bin/python tests/field/mutate.py [--tool TOOL] [--transform NAME] [--misses] [--totals] [--record]
@@ -35,7 +35,7 @@ Per tool x transformation it prints files, facts expected, facts kept and files 
 (`--misses`: each file that lost a fact, and which); `--totals` only the table per
 transformation (bin/bench's "parsers: paste shapes" part), with both sides: the rate on the
 untransformed files, the rate after the transformation, and their ratio. `--record` writes
-each cell's kept/expected to RECORD (paste-shapes.yaml), which unit/test_paste_shapes_ratchet.py
+each cell's kept/expected to RECORD (paste-shapes.yaml), which unit/parsers/test_paste_shapes_ratchet.py
 holds the parsers to: a cell's kept rate only goes up.
 """
 

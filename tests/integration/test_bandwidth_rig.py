@@ -100,14 +100,14 @@ def test_healthy_rig_names_nobody(site, idle):
     the same, so one serves both)."""
     from test_pair_workers_rig import gone, serve_pids
 
-    before = serve_pids()
+    before = serve_pids(site.net)
     r, report = deep_sweep(site, idle)
     assert report is not None, r.stderr
     assert named(report, "bw.E101", "bw.E102", "bw.E103", "bw.E104", "bw.E105") == {}
     assert {g["status"] for g in report["groups"]} == {"PASS"}
     assert len([g for g in report["groups"] if g["kind"] == "pair"]) >= 6
     assert b"started again" not in r.stderr, r.stderr  # no worker failed and had to be restarted
-    assert gone(serve_pids() - before, limit_s=5)
+    assert gone(serve_pids(site.net) - before, limit_s=5)
 
 
 def test_a_node_with_a_job_is_skipped_and_never_paired(site, idle, fresh_slurm_rig):

@@ -135,8 +135,11 @@ def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site
         pool.close()
 
 
-def serve_pids() -> set[int]:
-    """Every `hc bw serve` on the machine (the rig's hosts share its pid namespace)."""
+def serve_pids(net) -> set[int]:
+    """Every `hc bw serve` on this rig's hosts: the hosts share the machine's pid namespace,
+    so a process is theirs by its network namespace (another rig's hosts, or anything else
+    on the machine, run beside this one in CI's other workers)."""
+    hosts = {os.readlink(f"/proc/{h.pid}/ns/net") for h in net.hosts}
     out = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -144,10 +147,10 @@ def serve_pids() -> set[int]:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 words = f.read().split(b"\0")
+            if b"serve" in words and b"bw" in words and os.readlink(f"/proc/{entry}/ns/net") in hosts:
+                out.add(int(entry))
         except OSError:
             continue
-        if b"serve" in words and b"bw" in words:
-            out.add(int(entry))
     return out
 
 

@@ -195,7 +195,7 @@ def test_unknown_host_key_is_refused(fresh_netns_rig: NetnsRig, tmp_path: Path) 
     empty.write_text("")
     err, _ = connect_error("node1", own_settings(fresh_netns_rig, tmp_path, empty))
     assert err.kind == "unknown-host-key"
-    assert err.message.startswith("node1 (10.98.0.11:22): host key not known")
+    assert err.message.startswith(f"node1 ({fresh_netns_rig.host('node1').addr}:22): host key not known")
     assert str(empty) in err.message
 
 
@@ -211,7 +211,7 @@ def test_changed_host_key_is_refused_even_with_accept_new(fresh_netns_rig: Netns
     for accept in (False, True):
         err, _ = connect_error("node2", own_settings(rig, tmp_path, changed, accept_new_host_keys=accept))
         assert err.kind == "changed-host-key"
-        assert err.message.startswith("node2 (10.98.0.12:22): host key changed: got ssh-ed25519 SHA256:")
+        assert err.message.startswith(f"node2 ({rig.host('node2').addr}:22): host key changed: got ssh-ed25519 SHA256:")
         assert f"in {changed}:{lineno}" in err.message
     assert changed.read_text().count("\n") == len(lines)  # nothing was recorded
 
@@ -223,12 +223,12 @@ def test_accept_new_records_the_key_and_still_refuses_a_change(fresh_netns_rig: 
     accept = own_settings(rig, tmp_path, known, accept_new_host_keys=True)
     with SshConnection("node1", accept) as conn:
         assert conn.run(("hostname",), timeout_s=10).stdout.strip() == "node1"
-    assert known.read_text() == f"10.98.0.11,node1 {rig_host_key(rig, 'node1')}\n"
+    assert known.read_text() == f"{rig.host('node1').addr},node1 {rig_host_key(rig, 'node1')}\n"
     # the recorded line is what a strict connection now trusts
     with SshConnection("node1", own_settings(rig, tmp_path, known)) as conn:
         assert conn.run(("true",), timeout_s=10).ok
     # node2 answers with its own key under node1's name: a changed key, not a new one
-    known.write_text(f"10.98.0.12,node2 {rig_host_key(rig, 'node1')}\n")
+    known.write_text(f"{rig.host('node2').addr},node2 {rig_host_key(rig, 'node1')}\n")
     err, _ = connect_error("node2", accept)
     assert err.kind == "changed-host-key"
 
@@ -237,7 +237,7 @@ def test_revoked_host_key_is_refused_even_when_known_and_never_accepted(fresh_ne
     rig = fresh_netns_rig
     key = rig_host_key(rig, "node1")
     known = tmp_path / "known_hosts"
-    known.write_text(f"10.98.0.11,node1 {key}\n@revoked * {key}\n")
+    known.write_text(f"{rig.host('node1').addr},node1 {key}\n@revoked * {key}\n")
     err, _ = connect_error("node1", own_settings(rig, tmp_path, known))
     assert err.kind == "revoked-host-key" and f"{known}:2" in err.message
     only_revoked = tmp_path / "revoked_only"
@@ -247,7 +247,7 @@ def test_revoked_host_key_is_refused_even_when_known_and_never_accepted(fresh_ne
     assert only_revoked.read_text() == f"@revoked node1 {key}\n"  # not recorded as new
     # revoked for another host only: node1 connects as usual
     other = tmp_path / "other_revoked"
-    other.write_text(f"10.98.0.11,node1 {key}\n@revoked node4 {key}\n")
+    other.write_text(f"{rig.host('node1').addr},node1 {key}\n@revoked node4 {key}\n")
     with SshConnection("node1", own_settings(rig, tmp_path, other)) as conn:
         assert conn.run(("true",), timeout_s=10).ok
 
@@ -258,14 +258,14 @@ def test_revoked_host_key_is_refused_even_when_known_and_never_accepted(fresh_ne
 def test_sshd_stopped_is_refused_at_once(fresh_netns_rig: NetnsRig) -> None:
     fresh_netns_rig.stop_sshd("node4")
     err, took = connect_error("node4", rig_settings(fresh_netns_rig))
-    assert err.kind == "refused" and err.message.startswith("node4 (10.98.0.14:22): connection refused")
+    assert err.kind == "refused" and err.message.startswith(f"node4 ({fresh_netns_rig.host('node4').addr}:22): connection refused")
     assert took < 2
 
 
 def test_link_down_times_out_within_the_connect_timeout(fresh_netns_rig: NetnsRig) -> None:
     fresh_netns_rig.set_link("node3", "eth0", False)
     err, took = connect_error("node3", rig_settings(fresh_netns_rig))
-    assert err.kind in ("timeout", "unreachable") and err.message.startswith("node3 (10.98.0.13:22)")
+    assert err.kind in ("timeout", "unreachable") and err.message.startswith(f"node3 ({fresh_netns_rig.host('node3').addr}:22)")
     assert took < CONNECT_TIMEOUT_S + 0.5
 
 
@@ -287,8 +287,8 @@ def test_proxy_jump_through_node1(fresh_netns_rig: NetnsRig, tmp_path: Path) -> 
     with SshConnection("node2", settings) as conn:
         r = conn.run(("sh", "-c", 'hostname; echo "$SSH_CONNECTION"'), timeout_s=10)
     name, origin = r.stdout.splitlines()
-    assert (name, origin.split()[0]) == ("node2", "10.98.0.11")  # it came from node1
+    assert (name, origin.split()[0]) == ("node2", rig.host("node1").addr)  # it came from node1
     rig.stop_sshd("node2")
     err, took = connect_error("node2", settings)
-    assert err.kind == "unreachable" and err.message.startswith("node2 (10.98.0.12:22 via node1)")
+    assert err.kind == "unreachable" and err.message.startswith(f"node2 ({rig.host('node2').addr}:22 via node1)")
     assert took < 2

@@ -5,7 +5,7 @@ the finding catalogue) and docs/man/hc.1 (the Click commands).
     python -m healthcheck.cli.docgen           write them (from a checkout)
     python -m healthcheck.cli.docgen --check   exit 1 naming each page that is stale
 
-tests/unit/test_docs_generated.py runs the check, so a change to the schema, a check,
+tests/unit/cli/test_docs_generated.py runs the check, so a change to the schema, a check,
 a finding or a command's help fails until the pages are written again.
 """
 
