@@ -204,7 +204,7 @@ def collective_name(name: str) -> str | None:
 
 # ---------------------------------------------------------------- text patterns
 # Anchored, bounded and possessive where two parts could share characters, so a long
-# hostile line costs its length (see tests/unit/test_parsers_hostile.py).
+# hostile line costs its length (see tests/unit/contracts/test_parsers_hostile.py).
 
 _VERSION = re.compile(r"#\s*+nccl-tests version (\S{1,64})(?: nccl-headers=(\d{1,9}))?(?: nccl-library=(\d{1,9}))?")
 _STARTING = re.compile(r"#\s*+Collective test (starting|concluded): (\S{1,256})")

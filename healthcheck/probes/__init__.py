@@ -17,7 +17,7 @@ from healthcheck.core.plugins import load
 MODULES = ("net", "ib", "ib_agentless", "sysinfo", "gpu", "gpu_agentless", "libs", "bw", "ib_write_bw", "dcgm")
 
 # fact -> the module whose providers gather it, over every transport but those in
-# TRANSPORT_MODULES (tests/unit/test_probe_modules.py holds both to what the modules register)
+# TRANSPORT_MODULES (tests/unit/probes/test_probe_modules.py holds both to what the modules register)
 FACT_MODULES: dict[str, str] = {
     "ip_links": "net",
     "ib_ports": "ib",

@@ -223,7 +223,7 @@ def test_host_key_alias_is_the_only_lookup_name(tmp_path: Path) -> None:
 
 
 def test_second_hops_are_refused(tmp_path: Path) -> None:
-    # ProxyCommand is honoured now: tests/unit/test_ssh_proxy_command.py
+    # ProxyCommand is honoured now: tests/unit/runners/test_ssh_proxy_command.py
     cfg = _write(tmp_path / "config", "Host a\n  ProxyCommand nc %h %p\nHost b\n  ProxyJump a\n")
     assert resolve_target("a", SshSettings(config_file=cfg)).proxy_command == "nc %h %p"
     with pytest.raises(SshError, match="one hop"):

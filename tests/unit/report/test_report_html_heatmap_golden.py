@@ -6,7 +6,7 @@ matrices of 14 and 34 nodes (the smaller cells without their numbers).
 The fixed report is tests/fixtures/reports/deep-sweep-8-nodes.json: one `hc sweep --tier deep`
 of gpu[01-08] from tests/sweep_reports.py (a culprit, a slow link, a slow node), its run id
 and config path made fixed. If the drawing is changed on purpose, write the files again with
-`python tests/unit/test_report_html_heatmap_golden.py` and review the difference."""
+`python tests/unit/report/test_report_html_heatmap_golden.py` and review the difference."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from healthcheck.core.status import Status
 from healthcheck.report import html as page
 from healthcheck.report.jsonio import decode
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 REPORT = FIXTURES / "reports" / "deep-sweep-8-nodes.json"
 GOLDEN = FIXTURES / "report-html"
 DIGESTED = {"34-nodes"}  # 1,156 cells: kept as the page's SHA-256, not 230 kB of expected text
