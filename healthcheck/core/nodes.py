@@ -28,6 +28,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from healthcheck.core.errors import UsageError
 from healthcheck.core.inputs import clip
+from healthcheck.core.lazyre import lazy_compile
 
 if TYPE_CHECKING:  # pragma: no cover
     from ClusterShell.NodeSet import NodeSet
@@ -41,7 +42,7 @@ MAX_EXPAND = 100_000
 # RFC 1123 labels (letters, digits, hyphens; no leading hyphen), dots between labels.
 # Stricter than what Slurm accepts, on purpose: a node name reaches scontrol and ssh.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_NODE_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_NODE_RE = lazy_compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
 def is_valid_node_name(name: str) -> bool:
@@ -111,7 +112,7 @@ class _Range:
 
 
 _MAX_DIGITS = 4000  # Python's int() refuses strings of more than 4300 digits
-_SUBRANGE_RE = re.compile(r"(\d+)(?:-(\d+)(?:/(\d+))?)?")
+_SUBRANGE_RE = lazy_compile(r"(\d+)(?:-(\d+)(?:/(\d+))?)?")
 
 
 def _parse_subrange(text: str) -> _Range:
@@ -131,9 +132,9 @@ def _parse_subrange(text: str) -> _Range:
 
 Dims = tuple[tuple[_Range, ...], ...]  # one tuple of ranges per numeric index of a pattern
 
-_RUN_RE = re.compile(r"(\D*)(\d*)")
-_GROUP_RE = re.compile(r"\[([0-9,/-]*)\]")
-_SIMPLE_RE = re.compile(r"(?:[A-Za-z0-9._-]|\[[0-9,/-]*\])+")
+_RUN_RE = lazy_compile(r"(\D*)(\d*)")
+_GROUP_RE = lazy_compile(r"\[([0-9,/-]*)\]")
+_SIMPLE_RE = lazy_compile(r"(?:[A-Za-z0-9._-]|\[[0-9,/-]*\])+")
 
 
 def split_name(name: str) -> tuple[str, tuple[str, ...]]:
