@@ -457,8 +457,9 @@ _KEY_AT_RE = lazy_compile(r" - at `key` in `\$(?P<path>[^`]*)`$")
 
 
 def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: YamlDoc | None) -> str:
-    m = _AT_RE.search(msg) or _KEY_AT_RE.search(msg)
-    in_key = m is not None and m.re is _KEY_AT_RE  # the error is about a mapping's key
+    at = _AT_RE.search(msg)
+    m = at or _KEY_AT_RE.search(msg)
+    in_key = at is None and m is not None  # the error is about a mapping's key
     pattern: list[Any] = []
     if m:
         msg = msg[: m.start()]
