@@ -25,8 +25,9 @@ from typing import Any
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.config.docs import Path_, YamlDoc, key_str
 from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
-from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
+from healthcheck.core.config.yamlcache import load_yaml
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.inputs import CONFIG_MAX_BYTES, clip, read_bounded
 from healthcheck.core.lazyre import lazy_compile
