@@ -139,6 +139,13 @@ class Registry:
         inherited = self.base.all_checks() if self.base is not None else {}
         return {**inherited, **self.checks}
 
+    def spec(self, name: str) -> CheckSpec | None:
+        """Check `name`, loading every family only when it is not registered yet: a report
+        of the checks a run selected (and so loaded) asks about those alone."""
+        if self.base is None and name in self.checks:
+            return self.checks[name]
+        return self.all_checks().get(name)
+
     def check(
         self,
         name: str,
