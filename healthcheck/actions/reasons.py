@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from healthcheck.core.lazyre import lazy_compile
+
 REASON_PREFIX = "hc:"
-_ID = re.compile(r"\b[a-z][a-z0-9]*\.[EW]\d{3}\b")
+_ID = lazy_compile(r"\b[a-z][a-z0-9]*\.[EW]\d{3}\b")
 # Exactly what drain_reason() writes: "hc: ", an optional "ERROR xN ", finding IDs
 # separated by commas, an optional " +N" for the IDs that did not fit. An admin's
 # "hc:maint - jdoe replacing DIMM" starts like it and is not hc's.
 _ID_TEXT = r"[a-z][a-z0-9]*\.[EW]\d{3}"
-_HC_REASON = re.compile(rf"hc: (?:ERROR x\d+ )?(?:{_ID_TEXT}(?:,{_ID_TEXT})*(?: \+\d+)?|\+\d+)")
+_HC_REASON = lazy_compile(rf"hc: (?:ERROR x\d+ )?(?:{_ID_TEXT}(?:,{_ID_TEXT})*(?: \+\d+)?|\+\d+)")
 
 
 def is_hc_reason(reason: str) -> bool:

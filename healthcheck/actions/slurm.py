@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from healthcheck.actions.reasons import is_hc_reason
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.core.inputs import clip
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.runners.base import CommandResult
 from healthcheck.runners.local import run_command
 
@@ -207,8 +208,8 @@ class SlurmClient:
 
 
 # what a node name and a state (%T) of sinfo look like: anything else is not sinfo's answer
-_SINFO_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
-_SINFO_STATE = re.compile(r"[a-z][a-z_]*(?:\+[a-z][a-z_]*)*[*~#!%$@^-]*")
+_SINFO_NAME = lazy_compile(r"[A-Za-z0-9._-]{1,253}")
+_SINFO_STATE = lazy_compile(r"[a-z][a-z_]*(?:\+[a-z][a-z_]*)*[*~#!%$@^-]*")
 _SHOWN_MAX = 80  # characters of an unreadable line named in the error
 
 
@@ -256,9 +257,9 @@ class SlurmJob:
     nodes: str
 
 
-_JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,20})?(?:\.[A-Za-z0-9_]{1,32})?")
-_UID = re.compile(r"[0-9]{1,10}")
-_JOB_NODES = re.compile(r"[A-Za-z0-9._,\[\]-]{1,65536}")  # as long as a hostlist hc reads (nodes.parse_hostlist)
+_JOB_ID = lazy_compile(r"[0-9]{1,20}(?:[_+][0-9]{1,20})?(?:\.[A-Za-z0-9_]{1,32})?")
+_UID = lazy_compile(r"[0-9]{1,10}")
+_JOB_NODES = lazy_compile(r"[A-Za-z0-9._,\[\]-]{1,65536}")  # as long as a hostlist hc reads (nodes.parse_hostlist)
 
 
 def read_squeue(text: str) -> tuple[list[SlurmJob], str | None]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from healthcheck.core.catalogue import finding
+from healthcheck.core.config.docs import key_str
 from healthcheck.core.config.schema import Fabric
-from healthcheck.core.config.yamlsrc import key_str
 from healthcheck.core.model import Limit, Metric
 from healthcheck.core.registry import CheckOutput, check
 from healthcheck.parsers.ip_link import IpLinks

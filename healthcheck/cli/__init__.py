@@ -105,6 +105,8 @@ Environment (an option given on the command line wins over its variable):
   HC_HOST          the host a report says it was made on (else the hostname)
   HC_NVML_REPLAY   replay this NVML recording instead of asking NVML
   HC_SYSLOG_SOCKET where the hooks' syslog line goes (/dev/log; empty: none)
+  HC_CACHE_DIR     where parsed config files are kept (root: /var/cache/hc/config;
+                   empty: none)
   HC_DEBUG=1       tracebacks for internal errors; torch's own C++ logging
   COLUMNS          the width tables fit (else the terminal's; none on a pipe)
   NO_COLOR         no colour in tables, even on a terminal

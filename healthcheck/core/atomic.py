@@ -30,7 +30,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Union
 
@@ -134,11 +133,25 @@ def write_atomic(path: PathLike, data: bytes, mode: int = 0o644) -> None:
         _replace(Path(path), data, mode)
 
 
+def _temporary(directory: Path, name: str) -> tuple[int, str]:
+    """A new file beside the target, as tempfile.mkstemp makes one (0600, created
+    exclusively, never through a link), without importing tempfile and random: ~10 ms of
+    every hook's start-up."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = str(directory / f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(directory))
+
+
 def _replace(path: Path, data: bytes, mode: int) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = _temporary(directory, path.name)
     except OSError as exc:
         raise _fail(path, _reason(exc)) from None
     try:

@@ -25,18 +25,20 @@ from __future__ import annotations
 
 import re
 
+from healthcheck.core.lazyre import lazy_compile
+
 # srun --label: up to 8 spaces of padding, the task id, ": " (or the end of an empty line)
-SRUN_LABEL = re.compile(r" {0,8}(\d{1,7}):(?: |$)", re.ASCII)
+SRUN_LABEL = lazy_compile(r" {0,8}(\d{1,7}):(?: |$)", re.ASCII)
 # mpirun --tag-output: the tag alone, nothing after it taken (a chunk is glued to the next)
-MPIRUN_TAG = re.compile(r"\[\d{1,9},(\d{1,9})\]<(stdout|stderr|stddiag)>:", re.ASCII)
+MPIRUN_TAG = lazy_compile(r"\[\d{1,9},(\d{1,9})\]<(stdout|stderr|stddiag)>:", re.ASCII)
 # torchrun --tee: `[default3]:`; the role's trailing digits are the local rank
-TORCHRUN_ROLE = re.compile(r"\[(?!rank\d)([A-Za-z_][\w\-]{0,63}?)(\d{1,7})\]:", re.ASCII)
+TORCHRUN_ROLE = lazy_compile(r"\[(?!rank\d)([A-Za-z_][\w\-]{0,63}?)(\d{1,7})\]:", re.ASCII)
 # torch's own global-rank prefix (>= 2.2): `[rank3]:`
-TORCH_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.ASCII)
+TORCH_RANK = lazy_compile(r"\[rank(\d{1,7})\]:", re.ASCII)
 # torchx: `trainer/0 [0]:` (role, replica, local rank)
-TORCHX_LABEL = re.compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
+TORCHX_LABEL = lazy_compile(r"([A-Za-z_][\w\-]{0,63})/(\d{1,7}) \[(\d{1,7})\]: ?", re.ASCII)
 # MPICH / Intel MPI -prepend-rank: `[155] ` (only where the parser says what follows: see above)
-MPICH_RANK = re.compile(r"\[(\d{1,9})\] ", re.ASCII)
+MPICH_RANK = lazy_compile(r"\[(\d{1,9})\] ", re.ASCII)
 
 
 def torchrun_role(role: str) -> re.Pattern[str]:

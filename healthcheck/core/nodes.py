@@ -19,15 +19,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ClusterShell.NodeSet import NodeSet
-
 from healthcheck.core.errors import UsageError
 from healthcheck.core.inputs import clip
+from healthcheck.core.lazyre import lazy_compile
 
 if TYPE_CHECKING:  # pragma: no cover
     from ClusterShell.NodeSet import NodeSet
@@ -41,7 +39,7 @@ MAX_EXPAND = 100_000
 # RFC 1123 labels (letters, digits, hyphens; no leading hyphen), dots between labels.
 # Stricter than what Slurm accepts, on purpose: a node name reaches scontrol and ssh.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_NODE_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_NODE_RE = lazy_compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
 def is_valid_node_name(name: str) -> bool:
@@ -111,7 +109,7 @@ class _Range:
 
 
 _MAX_DIGITS = 4000  # Python's int() refuses strings of more than 4300 digits
-_SUBRANGE_RE = re.compile(r"(\d+)(?:-(\d+)(?:/(\d+))?)?")
+_SUBRANGE_RE = lazy_compile(r"(\d+)(?:-(\d+)(?:/(\d+))?)?")
 
 
 def _parse_subrange(text: str) -> _Range:
@@ -131,9 +129,9 @@ def _parse_subrange(text: str) -> _Range:
 
 Dims = tuple[tuple[_Range, ...], ...]  # one tuple of ranges per numeric index of a pattern
 
-_RUN_RE = re.compile(r"(\D*)(\d*)")
-_GROUP_RE = re.compile(r"\[([0-9,/-]*)\]")
-_SIMPLE_RE = re.compile(r"(?:[A-Za-z0-9._-]|\[[0-9,/-]*\])+")
+_RUN_RE = lazy_compile(r"(\D*)(\d*)")
+_GROUP_RE = lazy_compile(r"\[([0-9,/-]*)\]")
+_SIMPLE_RE = lazy_compile(r"(?:[A-Za-z0-9._-]|\[[0-9,/-]*\])+")
 
 
 def split_name(name: str) -> tuple[str, tuple[str, ...]]:
@@ -386,6 +384,8 @@ def _part_bound(part: str, lead: str) -> int:
 
 
 def _nodeset(text: str) -> NodeSet:
+    from ClusterShell.NodeSet import NodeSet  # TID253: ~20 ms, and a --local run names no hostlist
+
     try:
         ns = NodeSet(text)
     except Exception as exc:
@@ -466,6 +466,7 @@ def _clip(text: str, limit: int = 120) -> str:
 
 def fold(names: Iterable[str]) -> str:
     """["gpu017", "gpu033", "gpu034"] -> "gpu[017,033-034]"."""
+    from ClusterShell.NodeSet import NodeSet  # TID253
 
     return str(NodeSet.fromlist(list(names)))
 
@@ -480,7 +481,7 @@ def this_node_name(env: Mapping[str, str] | None = None) -> str:
             name, source = env[var], f"${var}"
             break
     else:
-        host = socket.gethostname()
+        host = os.uname().nodename  # what socket.gethostname() returns, without importing socket
         name = host.split(".", 1)[0]
         source = "the host name" if name == host else f"the host name {host[:80]!r}, short name"
     if not is_valid_node_name(name):

@@ -42,6 +42,12 @@ def load_checks() -> None:
     importlib.import_module(CHECK_PACKAGE).load_all()
 
 
+def load_checks_for(tier: str, names: Iterable[str] = ()) -> bool:
+    """Import the check families that hold `tier`'s checks (or the named ones'); False
+    when the package's tables cannot say which, and nothing was loaded."""
+    return bool(importlib.import_module(CHECK_PACKAGE).load_for(tier, names))
+
+
 def load_probes() -> None:
     """Import every fact provider module, once per process."""
     importlib.import_module(PROBE_PACKAGE).load_all()

@@ -25,7 +25,7 @@ from healthcheck.core.catalogue import FindingSpec, record_emitter
 from healthcheck.core.errors import UsageError
 from healthcheck.core.facts import DEFAULT_PROVIDERS, ProviderFn, Providers, using_providers
 from healthcheck.core.model import Finding, Metric
-from healthcheck.core.plugins import load_analyses, load_checks
+from healthcheck.core.plugins import load_analyses, load_checks, load_checks_for
 from healthcheck.core.tiers import CONTEXTS, TIERS
 
 CheckOutput = Iterable[Finding | Metric]
@@ -116,7 +116,8 @@ class Registry:
     """
 
     def __init__(self, load: Callable[[], None] | None = None, providers: Providers | None = None,
-                 base: Registry | None = None, load_analyses: Callable[[], None] | None = None) -> None:
+                 base: Registry | None = None, load_analyses: Callable[[], None] | None = None,
+                 load_for: Callable[[str, list[str]], bool] | None = None) -> None:
         self.checks: dict[str, CheckSpec] = {}
         self.analyses: dict[str, AnalysisSpec] = {}
         self._load_analyses = load_analyses  # imports the modules that register analyses here
@@ -128,6 +129,8 @@ class Registry:
             providers = Providers(base=base.providers if base is not None else None)
         self.providers: Providers = providers
         self._load = load  # imports the modules that register checks here, when first needed
+        # imports only the modules a select() of (tier, names) needs; False: it cannot say
+        self._load_for = load_for
 
     def all_checks(self) -> dict[str, CheckSpec]:
         """The checks registered here and in the base (these win on a clash), by name."""
@@ -135,6 +138,13 @@ class Registry:
             self._load()
         inherited = self.base.all_checks() if self.base is not None else {}
         return {**inherited, **self.checks}
+
+    def spec(self, name: str) -> CheckSpec | None:
+        """Check `name`, loading every family only when it is not registered yet: a report
+        of the checks a run selected (and so loaded) asks about those alone."""
+        if self.base is None and name in self.checks:
+            return self.checks[name]
+        return self.all_checks().get(name)
 
     def check(
         self,
@@ -219,8 +229,11 @@ class Registry:
 
         A name may be a whole family ("ib") or one check ("ib.port_state").
         """
-        checks = self.all_checks()
         wanted = list(names)
+        if self.base is None and self._load_for is not None and self._load_for(tier, wanted):
+            checks = dict(self.checks)  # what those modules registered: all a run of them can select
+        else:
+            checks = self.all_checks()
         families = {spec.family for spec in checks.values()}
         unknown = [w for w in wanted if w not in checks and w not in families]
         if unknown:
@@ -300,7 +313,8 @@ def _load_analyses() -> None:
 
 
 # The process-wide registry: every check and analysis module registers here, whatever is swapped in.
-DEFAULT = Registry(load=_load_checks, providers=DEFAULT_PROVIDERS, load_analyses=_load_analyses)
+DEFAULT = Registry(load=_load_checks, providers=DEFAULT_PROVIDERS, load_analyses=_load_analyses,
+                   load_for=load_checks_for)
 DEFAULT.records_emitters = True
 REGISTRY: dict[str, CheckSpec] = DEFAULT.checks
 ANALYSES: dict[str, AnalysisSpec] = DEFAULT.analyses

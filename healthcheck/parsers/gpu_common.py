@@ -7,13 +7,12 @@ not supported) is None, never 0: a check must not mistake "unknown" for "healthy
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 
 # Clock event ("throttle") reasons: bit -> canonical name; the kernel holds the list,
 # since the config schema validates names against it.
 from healthcheck.core.gpu_vocabulary import THROTTLE_REASONS
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized
 
 
@@ -166,7 +165,7 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
 # or 3 where a person typed it from memory (field/issues-14's `GPU 000:BA:80.0`, a quoted
 # nvidia-smi message); normalize_pci reads every such form to hc's `0000:ba:80.0`.
 BUS_ID = r"(?:[0-9A-Fa-f]{3,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
-_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{3,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+_PCI = lazy_compile(r"^(?:(?P<domain>[0-9a-fA-F]{3,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
                   r"(?:\.(?P<fn>[0-9a-fA-F]))?$")
 
 

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized
 
 # IBTA PortState and PortPhysicalState, by number (sysfs and ibstatus print "4: ACTIVE")
@@ -24,8 +25,8 @@ _PHYS = {
 _STATE_NAMES = {v.lower(): v for v in _STATES.values()} | {"initializing": "Init", "active_defer": "ActiveDefer"}
 _PHYS_NAMES = {v.lower(): v for v in _PHYS.values()} | {"portconfigurationtraining": "PortConfigurationTraining"}
 # A bounded digit run: int() refuses more than 4,300 digits, and no state number has 10.
-_NUMBERED = re.compile(r"^(\d{1,9})\s*:\s*(.*)$", re.ASCII)
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)", re.ASCII)  # float() has no digit limit
+_NUMBERED = lazy_compile(r"^(\d{1,9})\s*:\s*(.*)$", re.ASCII)
+_RATE = lazy_compile(r"^\s*(\d+(?:\.\d+)?)", re.ASCII)  # float() has no digit limit
 
 
 class IbPort(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines, is_prompt
 from healthcheck.parsers.unread import mended_numbered
 
@@ -91,8 +91,8 @@ def parse_ip_link_json(text: str) -> IpLinks:
 # The kernel refuses ":" and white space in interface names, so the name is one run of
 # other characters: a lazy `.+?` there made a hostile line (": <" repeated, or a long
 # run of spaces) quadratic.
-_HEADER = re.compile(r"^(?P<index>[0-9]{1,9}):\s++(?P<name>[^:\s]++):\s++<(?P<flags>[^>]*+)>(?P<rest>.*)$")
-_LINK = re.compile(r"^\s+link/(?P<type>\S+)")
+_HEADER = lazy_compile(r"^(?P<index>[0-9]{1,9}):\s++(?P<name>[^:\s]++):\s++<(?P<flags>[^>]*+)>(?P<rest>.*)$")
+_LINK = lazy_compile(r"^\s+link/(?P<type>\S+)")
 # lines after link/... that are attributes, not the device kind
 _NOT_KIND = {"altname", "prop", "link-netnsid", "link-netns", "vf", "alias", "inet", "inet6"}
 
@@ -155,4 +155,4 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-_UINT = re.compile(r"[0-9]{1,18}")  # not str.isdigit(): int() refuses "²" and 4,301 digits
+_UINT = lazy_compile(r"[0-9]{1,18}")  # not str.isdigit(): int() refuses "²" and 4,301 digits

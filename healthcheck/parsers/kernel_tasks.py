@@ -22,6 +22,7 @@ import re
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.kernlog import Stamp
 
 TASKS_MAX = 1000  # hung tasks and segfaults kept each (a flood repeats itself)
@@ -29,9 +30,9 @@ HUNG_MARKER = " blocked for more than "
 SEGFAULT_MARKER = ": segfault at "
 # the process name is the kernel's comm (at most 16 bytes; a hung task's may hold blanks, a
 # segfault's is read only without: its line has no other mark where the name starts)
-_HUNG = re.compile(r"INFO: task (?P<process>[^\n]{1,16}?):(?P<pid>\d{1,10}) blocked for more than "
+_HUNG = lazy_compile(r"INFO: task (?P<process>[^\n]{1,16}?):(?P<pid>\d{1,10}) blocked for more than "
                    r"(?P<seconds>\d{1,10}) seconds", re.ASCII)
-_SEGFAULT = re.compile(r"(?<!\S)(?P<process>[^\s\[\]]{1,16})\[(?P<pid>\d{1,10})\]: segfault at "
+_SEGFAULT = lazy_compile(r"(?<!\S)(?P<process>[^\s\[\]]{1,16})\[(?P<pid>\d{1,10})\]: segfault at "
                        r"(?P<address>[0-9a-fA-F]{1,16}) ip [0-9a-fA-F]{1,16} sp [0-9a-fA-F]{1,16} "
                        r"error (?P<error>\d{1,4})(?: in (?P<library>[^\s\[]{1,128}))?", re.ASCII)
 

@@ -41,9 +41,11 @@ import time as _time
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
+
 # --- /dev/kmsg records and a tool's notes about the log ------------------------------
 
-_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+_KMSG = lazy_compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 # what tools print about the log rather than from it (journalctl's "-- No entries --",
 # "-- Boot ... --", its hints to users outside the journal's groups): never kernel lines
 _NOT_KERNEL_LINES = ("-- ", "Hint: ", "Users in groups", "Pass -q to turn off", "No journal files were found",
@@ -72,26 +74,26 @@ _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct N
 
 # Every repetition below is bounded or anchored, so a hostile multi-megabyte line costs
 # linear time; digit runs are bounded so int() never meets Python's 4300-digit limit.
-_PRIORITY = re.compile(r"<\d{1,3}>", re.ASCII)  # dmesg -r: "<4>"
-_DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{2,8} *: ")  # dmesg -x: "kern  :warn  : "
-_ISO = re.compile(
+_PRIORITY = lazy_compile(r"<\d{1,3}>", re.ASCII)  # dmesg -r: "<4>"
+_DECODE = lazy_compile(r"[a-z]{2,8} *:[a-z]{2,8} *: ")  # dmesg -x: "kern  :warn  : "
+_ISO = lazy_compile(
     r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?(?:\s+|$)",
     re.ASCII,
 )
 _MONTH = "(?P<mon>" + "|".join(_MONTHS) + ")"
-_CTIME = re.compile(  # dmesg -T: "[Sun Feb 23 16:24:18 2025]", weekday ignored
+_CTIME = lazy_compile(  # dmesg -T: "[Sun Feb 23 16:24:18 2025]", weekday ignored
     r"\[\s*(?:[A-Z][a-z]{2}\s+)?" + _MONTH + r"\s+(?P<d>\d{1,2})\s+"
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s+(?P<y>\d{4})\]\s*",
     re.ASCII,
 )
-_SYSLOG = re.compile(  # journalctl short / syslog: "Nov 22 13:00:01" (short-precise adds .123456)
+_SYSLOG = lazy_compile(  # journalctl short / syslog: "Nov 22 13:00:01" (short-precise adds .123456)
     _MONTH + r"\s+(?P<d>\d{1,2})\s+(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:\.(?P<frac>\d{1,9}))?\s+",
     re.ASCII,
 )
-_UPTIME = re.compile(r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*", re.ASCII)
-_KERNEL_TAG = re.compile(r"(?:[^\s\[\]]{1,255}\s+)?kernel(?:\[\d{1,10}\])?:\s*")  # "gpu017 kernel: "
+_UPTIME = lazy_compile(r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*", re.ASCII)
+_KERNEL_TAG = lazy_compile(r"(?:[^\s\[\]]{1,255}\s+)?kernel(?:\[\d{1,10}\])?:\s*")  # "gpu017 kernel: "
 
 
 # --- a line's prefixes -> its Stamp ---------------------------------------------------

@@ -119,6 +119,7 @@ from healthcheck.core.launcher_labels import (
     TORCHRUN_ROLE,
     TORCHX_LABEL,
 )
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.jsonlog import Record, decode, record_start
 
 MAX_LINE = 65_536  # characters of one line that are looked at; the rest is cut (`cut`)
@@ -167,11 +168,11 @@ class Line(msgspec.Struct, frozen=True):
 
 # ---------------------------------------------------------------- shape repairs
 
-_ANSI = re.compile(
+_ANSI = lazy_compile(
     r"\x1b(?:\[[0-9;?:]{0,32}[ -/]{0,4}[@-~]|\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)?|[@-Z\\-_]|$)"
     r"|\[\d{1,3}(?:;\d{1,3}){0,15}m"  # SGR whose ESC a paste dropped: "[0;31m"
 )
-_ANSI_CUT = re.compile(r"\x1b\[[0-9;?]{0,32}$")  # a code cut at the end of the line
+_ANSI_CUT = lazy_compile(r"\x1b\[[0-9;?]{0,32}$")  # a code cut at the end of the line
 
 
 def drop_line_end(text: str) -> tuple[str, bool]:
@@ -262,7 +263,7 @@ def quoted_paste(lines: Sequence[str]) -> bool:
 
 
 # markdown's `> `, `> > ` (quoted again); a `>` glued to the next is the text's (`>>> STATUS`)
-_QUOTE = re.compile(r"[ \t]{0,3}+(?:>(?:[ \t]|$)){1,8}")
+_QUOTE = lazy_compile(r"[ \t]{0,3}+(?:>(?:[ \t]|$)){1,8}")
 
 
 def _quote_marks(lines: Sequence[str]) -> list[bool | None]:
@@ -424,8 +425,8 @@ def outdented(text: str, indent: str) -> str:
 # `[10.1.3.201](http://10.1.3.201/)`, field/issues-8's NCCL WARNs): the link's target is the
 # text itself, give or take a scheme and a trailing slash; a link whose target says more
 # (`[docs](https://...)`) is the writer's and stays. Bounded each side, no nesting.
-_AUTOLINK = re.compile(r"\[([^\[\]()\s]{1,256})\]\(([^()\s]{1,512})\)")
-_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z+.\-]{0,15}://")
+_AUTOLINK = lazy_compile(r"\[([^\[\]()\s]{1,256})\]\(([^()\s]{1,512})\)")
+_SCHEME = lazy_compile(r"[a-zA-Z][a-zA-Z+.\-]{0,15}://")
 
 
 def _link_target(text: str) -> str:
@@ -450,7 +451,7 @@ def unlinked(text: str) -> str:
 # a log viewer's (or `cat -n`-like paste's) line number before every line: `[1745] ` (a CI
 # log page, field/issues-8's LlamaFactory paste); never 0 (viewers count from 1; MPICH's
 # `-prepend-rank` `[0] ` starts at rank 0), at most 9 digits
-_LINE_NUMBER = re.compile(r"\[([1-9]\d{0,8})\](?: |$)", re.ASCII)
+_LINE_NUMBER = lazy_compile(r"\[([1-9]\d{0,8})\](?: |$)", re.ASCII)
 LINE_NUMBERS_MIN = 4  # numbered lines for a text to be one a viewer numbered
 
 
@@ -490,7 +491,7 @@ def drop_line_number(text: str) -> str:
 # a viewer's or an editor's gutter without brackets: `451 host:41449:41449 [6] NCCL INFO ...`,
 # `455 NCCL version 2.4.8+cuda10.0` (field/issues-17's NCCL 2.4.8 paste), a blank line its bare
 # number; at the very start of the line (a `ps` listing's PIDs and a table's numbers come padded)
-_GUTTER = re.compile(r"([1-9]\d{0,8})(?: |$)", re.ASCII)
+_GUTTER = lazy_compile(r"([1-9]\d{0,8})(?: |$)", re.ASCII)
 GUTTER_SKIP = 2  # a step up to this counts as a gutter's: one line cut out of the paste
 
 
@@ -515,9 +516,9 @@ def drop_gutter(text: str) -> str:
 # (milabench's error summary), CloudWatch's `  | 2024-08-23T22:22:58.879Z | ` (field-8): a
 # border `|` after at most 16 blanks, then cells of one word each closed by ` | `; never a
 # table row, which ends at its own border (nvidia-smi's `| ... |`)
-_COLUMN_BORDER = re.compile(r"[ \t]{0,16}\|[ \t]{1,4}")
-_COLUMN_CELL = re.compile(r"([^\s|]{1,64})[ \t]{1,4}\|[ \t]{1,4}")
-_CELL_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", re.ASCII)
+_COLUMN_BORDER = lazy_compile(r"[ \t]{0,16}\|[ \t]{1,4}")
+_COLUMN_CELL = lazy_compile(r"([^\s|]{1,64})[ \t]{1,4}\|[ \t]{1,4}")
+_CELL_STAMP = lazy_compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", re.ASCII)
 COLUMN_CELLS_MAX = 4  # one-word cells before the message a viewer may show
 
 
@@ -558,7 +559,7 @@ def drop_columns(text: str) -> str:
 
 # any run of `>` (a space after each or not) after up to 3 blanks: for tools no line of
 # which starts with `>` (the GPU tables and trees, perftest), where a reply's `>text` is a quote too
-_LOOSE_QUOTE = re.compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
+_LOOSE_QUOTE = lazy_compile(r"[ \t]{0,3}+(?:>[ \t]?){1,8}")
 
 
 def unpasted(line: str) -> str:
@@ -633,7 +634,7 @@ def one_source_unlabelled(lines: list[str], label: re.Pattern[str]) -> list[str]
 
 # markdown's strong emphasis around a cell (`**5544.28**`): a reporter marking the number
 # that matters; never across a `*` or a blank at either end, at most 64 characters inside
-_EMPHASIS = re.compile(r"\*\*([^*\s](?:[^*]{0,62}[^*\s])?)\*\*")
+_EMPHASIS = lazy_compile(r"\*\*([^*\s](?:[^*]{0,62}[^*\s])?)\*\*")
 
 
 def unemphasized(line: str) -> str:
@@ -641,7 +642,7 @@ def unemphasized(line: str) -> str:
     return _EMPHASIS.sub(r"\1", line) if "**" in line else line
 
 
-_PROMPT = re.compile(
+_PROMPT = lazy_compile(
     r"(?:\([\w.\-]{1,64}\) )?"  # a conda/venv name
     r"(?:[\w.\-]{1,64}@[\w.\-]{1,64}(?::[^\s$#]{0,256})?\s?[$#%]"  # user@host:~$
     r"|\[[\w.\-]{1,64}@[\w.\-]{1,64}[^\]\n]{0,256}\][$#%]"  # [user@host dir]$
@@ -670,7 +671,7 @@ def is_prompt(text: str) -> bool:
 # sudo'd or by a path, then its arguments (never a `:` right after the name: `dmesg: read
 # kernel buffer failed` is the tool's output); a launcher only with an option after it
 # (`mpirun -np 8 all_reduce_perf`: `mpirun noticed that process rank 0 ...` is Open MPI's output)
-_COMMAND_ECHO = re.compile(
+_COMMAND_ECHO = lazy_compile(
     r"(?:sudo {1,4})?(?:[\w.~\-]{0,64}/){0,16}"
     r"(?:(?:nvidia-smi(?:\.exe)?|scontrol|sinfo|ibstat|ibstatus|ibv_devinfo|ip|perfquery|dcgmi|dmesg|journalctl"
     r"|ib_(?:write|read|send)_(?:bw|lat)|[a-z_]{1,32}_perf|py-spy|ldconfig|ncclras)(?:[ \t].*)?"
@@ -690,7 +691,7 @@ def is_command_echo(text: str) -> bool:
 # a second process's line starting mid-line: an mpirun tag, torch's `[rankN]:[E...` (its c10
 # prefix after it), or any `[rankN]:` right after a tqdm progress bar that ended without a
 # line end (`... 2.88s/it][rank5]:...`, `... 1.20it/s][rank5]:...`; field/issues-8)
-_TORN = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV]"
+_TORN = lazy_compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV]"
                    r"|(?<=s/it\]|it/s\])\[rank\d{1,7}\]:)", re.ASCII)
 
 
@@ -708,56 +709,56 @@ def torn_pieces(text: str) -> list[str]:
 
 # ---------------------------------------------------------------- prefixes
 
-_RAY = re.compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+_RAY = lazy_compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
 # kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
 # PyTorch Lightning's rank_prefixed_message (`[rank: 1] message`): the global rank, as `[rank1]:`
-_LIGHTNING_RANK = re.compile(r"\[rank: (\d{1,7})\] ", re.ASCII)
-_KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ", re.ASCII)
+_LIGHTNING_RANK = lazy_compile(r"\[rank: (\d{1,7})\] ", re.ASCII)
+_KUBECTL = lazy_compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ", re.ASCII)
 # grep over several files (-r, -H): `FILE:` before each line, `FILE-` before a context
 # line, with -n the line number after it (`rank_604.s12gn3064.4031852.log:[0604/1024]...`);
 # only a file named as a log or an output is one (a `host:pid:tid` is no file name)
-_GREP_FILE = re.compile(
+_GREP_FILE = lazy_compile(
     r"((?:\.{0,2}/)?(?:[\w.\-]{1,128}/){0,16}+[\w.\-]{0,127}\w\.(?:log|out|err|txt))"
     r"(?:[:\-]\d{1,9}(?=[:\-]\S))?[:\-]",
     re.ASCII,
 )
-_GREP_NUMBER = re.compile(r"\d{1,9}")  # grep -n's line number after the file's name
+_GREP_NUMBER = lazy_compile(r"\d{1,9}")  # grep -n's line number after the file's name
 # tail's (and head's) header before each file's lines when given several: `==> FILE <==`
-_TAIL_HEADER = re.compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
+_TAIL_HEADER = lazy_compile(r"==> (\S.{0,1023}?) <==[ \t]*$")
 # a job runner's label before each line of the output it relays: `<job or host> [stderr] `
 # (milabench's `dinov2-giant-nodes.cn-d004 [stderr] `, field/issues-8), or the stream alone
 # (`[stdout] `); the name is one word (host names, dots, dashes, a `:` or `@`), at most 128
-_STREAM_TAG = re.compile(r"(?:[\w.@:/\-]{1,128} )?\[(?:stdout|stderr)\](?: |$)", re.ASCII)
+_STREAM_TAG = lazy_compile(r"(?:[\w.@:/\-]{1,128} )?\[(?:stdout|stderr)\](?: |$)", re.ASCII)
 _STREAM_AT = 140  # characters before a runner's `[stderr]` it may be found in
-_DETERMINED = re.compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
+_DETERMINED = lazy_compile(r"\[\d{4}-\d\d-\d\dT[\d:.]{1,32}Z?\] [\w\-]{1,64} \|\| ", re.ASCII)
 # a container runtime's stamp before each line: `kubectl logs --timestamps` prints Go's RFC 3339
 # with nanoseconds in UTC (`2025-11-24T03:20:21.001125857Z `, field/issues-6's Kubernetes NCCL
 # log), `docker logs -t` and the CRI log files (containerd, CRI-O) the same shape, maybe with a
 # zone offset: a `.` fraction (never dmesg --time-format iso's `,`) and a zone, always
-_RUNTIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{1,9}(?:Z|[+-]\d\d:\d\d) ", re.ASCII)
+_RUNTIME = lazy_compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{1,9}(?:Z|[+-]\d\d:\d\d) ", re.ASCII)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_JOURNAL = re.compile(
+_JOURNAL = lazy_compile(
     _MONTH + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})? (?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?", re.ASCII
 )
-_ISO = re.compile(
+_ISO = lazy_compile(
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
     r"(?:([^\s\[\]]{1,255}) kernel(?:\[\d{1,10}\])?: ?)?",
     re.ASCII,
 )
-_UPTIME = re.compile(r"\[ {0,12}\d{1,12}\.\d{1,9}\] ?", re.ASCII)
-_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MONTH + r" {1,2}\d{1,2} \d\d:\d\d:\d\d \d{4}\] ?", re.ASCII)
-_GLOG_C10 = re.compile(
+_UPTIME = lazy_compile(r"\[ {0,12}\d{1,12}\.\d{1,9}\] ?", re.ASCII)
+_CTIME = lazy_compile(r"\[(?:[A-Z][a-z]{2} )?" + _MONTH + r" {1,2}\d{1,2} \d\d:\d\d:\d\d \d{4}\] ?", re.ASCII)
+_GLOG_C10 = lazy_compile(
     r"\[([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?)? {0,4}(?:\d{1,10} )?([\w\-]{1,128}\.\w{1,8}:\d{1,7})\] ?",
     re.ASCII,
 )
-_GLOG = re.compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
+_GLOG = lazy_compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
 
 
 # a test framework's or a program's Python logging prefix before every line: avocado's
 # `%(asctime)s %(name)-16s L%(lineno)04d %(levelname)-5.5s| ` (and its `[stdout] ` after
 # it), the logging cookbook's `%(asctime)s - %(name)s - %(levelname)s - `: a stamp, a
 # logger name, an optional line number, a level and a separator
-_PYLOG = re.compile(
+_PYLOG = lazy_compile(
     r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?) {1,8}(?:- {1,8})?"
     r"([\w.\-]{1,64}) {1,32}(?:- {1,8})?(?:L\d{1,6} {1,8})?"
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) {0,8}(?:\||-|:) ?"
@@ -786,7 +787,7 @@ def logger_prefixed(lines: Sequence[str]) -> bool:
 
 # a process manager's label before each worker's line: `worker-3 | ` (a launcher of its own),
 # docker compose's `trainer-1  | `, honcho's `web.1 | `: a name, its index, a bar
-_WORKER_LABEL = re.compile(r"[A-Za-z][\w\-]{0,63}?[-.](\d{1,7}) {1,16}\| ", re.ASCII)
+_WORKER_LABEL = lazy_compile(r"[A-Za-z][\w\-]{0,63}?[-.](\d{1,7}) {1,16}\| ", re.ASCII)
 
 
 def worker_labelled(lines: Sequence[str]) -> bool:
@@ -1025,7 +1026,7 @@ def _glog(body: str, taken: _Taken) -> int:
 
 
 _FILE_MAX = 2300  # characters a grep's file name (16 directories and a name) can take
-_LOG_NAME = re.compile(r"\.(?:log|out|err|txt)[:\-]", re.ASCII)  # where a grep's FILE: can end
+_LOG_NAME = lazy_compile(r"\.(?:log|out|err|txt)[:\-]", re.ASCII)  # where a grep's FILE: can end
 
 
 def _names_a_log(head: str) -> bool:
@@ -1533,7 +1534,7 @@ def unindented(text: str) -> str:
     stripped = text.lstrip(" \t")
     return stripped if len(text) - len(stripped) <= INDENT_MAX else text
 # a tree's `key: value` line at the left margin: the key letters, blanks and `_`, bounded
-_FLAT_FIELD = re.compile(r"(?P<key>[A-Za-z][A-Za-z_ ]{0,63}):(?P<value>.*)")
+_FLAT_FIELD = lazy_compile(r"(?P<key>[A-Za-z][A-Za-z_ ]{0,63}):(?P<value>.*)")
 
 
 def flat_field(text: str, keys: frozenset[str]) -> tuple[str, str] | None:
@@ -1617,11 +1618,11 @@ def mpich_rank(label: str) -> int | None:
 # ---------------------------------------------------------------- a program's logger around the line
 
 # Ray's log deduplication after a line it folded: `... [repeated 7x across cluster]`
-_RAY_REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
+_RAY_REPEATED = lazy_compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
 # Python logging's BASIC_FORMAT `WARNING:torch.distributed.run:`, and the older
 # `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)
-_BASIC_LOG = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.]{0,128}):")
-_BRACKET_LOG = re.compile(
+_BASIC_LOG = lazy_compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.]{0,128}):")
+_BRACKET_LOG = lazy_compile(
     r"\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ([\w.]{1,64}): "
 )
 
@@ -1810,7 +1811,7 @@ def is_elision(text: str) -> bool:
 # a terminal (or a copy out of one) that put a message's lines side by side on one line,
 # each line break become a run of blanks padding the line out (field/issues-10's torch
 # DistBackendError: `... NCCL version 2.20.5  ncclRemoteError: ...<55 blanks>Last error:`)
-_BLANK_RUN = re.compile(r" {2,}")
+_BLANK_RUN = lazy_compile(r" {2,}")
 
 
 def collapsed_pieces(text: str, continues: re.Pattern[str]) -> list[str]:

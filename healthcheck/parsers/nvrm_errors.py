@@ -46,6 +46,7 @@ import re
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.gpu_common import normalize_pci
 
 INIT_FAILED = "init-failed"
@@ -69,7 +70,7 @@ class DriverError(msgspec.Struct, frozen=True):
 
 def _row(words: str, kind: str, meaning: str, stage: str | None = None, *, summary: bool = False,
          gpu: bool = True) -> DriverError:
-    return DriverError(re.compile(words, re.ASCII), kind, meaning, stage, summary, gpu)
+    return DriverError(lazy_compile(words, re.ASCII), kind, meaning, stage, summary, gpu)
 
 
 _HEX = r"0x[0-9A-Fa-f]{1,16}"
@@ -174,7 +175,7 @@ DRIVER_ERRORS: tuple[DriverError, ...] = (
 # a word every row's message holds, tested before any pattern (most driver lines hold none)
 _WORDS = ("fail", "FAIL", "Fail", "Can't", "No ", "None of", "support", "unreachable", "offline", "fatal error",
           "mismatch", "power cables", "Cannot", "BAR", "interrupts", "only ready", "Error detected")
-_BUS = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]", re.ASCII)
+_BUS = lazy_compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]", re.ASCII)
 _MESSAGE_MAX = 300
 
 

@@ -23,22 +23,23 @@ import re
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.pcie_aer import REDACTABLE_BUS, bus_id
 
 # "loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04" / "... x86_64 Kernel Module  525.125.06";
 # a blank or a tab after each word (a log an editor tabified: `x86_64\t580.159.04`)
-_BANNER = re.compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31}[ \t]){1,8}\s{0,8}"
+_BANNER = lazy_compile(r"NVRM: loading NVIDIA UNIX (?:[A-Za-z][\w-]{0,31}[ \t]){1,8}\s{0,8}"
                      r"(?P<version>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)(?![\w.])", re.ASCII)
-_GSP = re.compile(r"gsp", re.ASCII | re.IGNORECASE)  # "GSP", "kernel_gsp_tu102.c", the kgsp* functions
-_FAILING = re.compile(r"time ?out|timed out|fail|error|cannot|unexpected", re.IGNORECASE)
-_GPU_INDEX = re.compile(r"\bGPU(?P<index>\d{1,3})\b", re.ASCII)
-_PCI = re.compile(r"PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)", re.ASCII)
-_PROBE = re.compile(r"(?P<driver>nvidia): probe of (?:PCI:)?(?P<pci>" + REDACTABLE_BUS + r") "
+_GSP = lazy_compile(r"gsp", re.ASCII | re.IGNORECASE)  # "GSP", "kernel_gsp_tu102.c", the kgsp* functions
+_FAILING = lazy_compile(r"time ?out|timed out|fail|error|cannot|unexpected", re.IGNORECASE)
+_GPU_INDEX = lazy_compile(r"\bGPU(?P<index>\d{1,3})\b", re.ASCII)
+_PCI = lazy_compile(r"PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)", re.ASCII)
+_PROBE = lazy_compile(r"(?P<driver>nvidia): probe of (?:PCI:)?(?P<pci>" + REDACTABLE_BUS + r") "
                     r"failed with error (?P<errno>-?\d{1,6})", re.ASCII)
 PROBE_MARKER = "probe of"  # a cheap test before _PROBE
 # "(PCI ID: 10de:2901)" in the driver's "The NVIDIA GPU ... installed in this system ..." message
-_DEVICE_ID = re.compile(r"\(PCI ID: (?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)", re.ASCII)
+_DEVICE_ID = lazy_compile(r"\(PCI ID: (?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)", re.ASCII)
 
 
 class GspError(msgspec.Struct, frozen=True, omit_defaults=True):

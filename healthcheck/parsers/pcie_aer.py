@@ -35,6 +35,7 @@ import re
 
 import msgspec
 
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernlog import Stamp
 
@@ -64,20 +65,20 @@ class AerEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 # a bus id, or one redacted in a paste ("...", "0000:XX:00.0"; x is no hex digit): read as None
 REDACTABLE_BUS = (r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?|\.{3}"
                   r"|[0-9A-Fa-fxX]{4,8}:[0-9A-Fa-fxX]{2}:[0-9A-Fa-fxX]{2}(?:\.[0-9A-Fa-fxX])?")
-_REAL_BUS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+_REAL_BUS = lazy_compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 _DEVICE = r"(?P<driver>[\w.-]{1,32}) (?:PCI:)?(?P<dev>" + REDACTABLE_BUS + "):"
-_RECEIVED = re.compile(_DEVICE + r" AER: (?P<sev>[A-Za-z][\w ()-]{0,40}?) error (?:message )?received(?: from)?:?"
+_RECEIVED = lazy_compile(_DEVICE + r" AER: (?P<sev>[A-Za-z][\w ()-]{0,40}?) error (?:message )?received(?: from)?:?"
                        r"\s{0,4}(?P<src>\S{0,40})", re.ASCII)
-_BUS_ERROR = re.compile(_DEVICE + r" (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),"
+_BUS_ERROR = lazy_compile(_DEVICE + r" (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),"
                         r"\s{0,4}type=(?P<type>[^,]{1,40})(?:,\s{0,4}(?P<src>\S{1,60}))?", re.ASCII)
-_STATUS = re.compile(_DEVICE + r"\s{1,8}device \[(?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\] error status/mask="
+_STATUS = lazy_compile(_DEVICE + r"\s{1,8}device \[(?P<id>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\] error status/mask="
                      r"(?P<status>[0-9A-Fa-f]{1,16})/(?P<mask>[0-9A-Fa-f]{1,16})", re.ASCII)
-_NAME = re.compile(_DEVICE + r"\s{1,8}\[\s{0,2}\d{1,2}\] (?P<name>[A-Za-z][\w /-]{0,60}?)\s{0,40}"
+_NAME = lazy_compile(_DEVICE + r"\s{1,8}\[\s{0,2}\d{1,2}\] (?P<name>[A-Za-z][\w /-]{0,60}?)\s{0,40}"
                    r"(?P<first>\(First\))?\s*$", re.ASCII)
 # older kernels (4.x) say a device cannot recover without `AER: `, as `device has no AER-aware
 # driver` (real: field/issues/xid/aer-surprise-down-then-xid79-tesla.txt), the outcome newer ones
 # print as `AER: can't recover (no error_detected callback)`
-_RECOVERY = re.compile(_DEVICE + r" (?:AER: )?(?P<outcome>can't recover|device recovery failed"
+_RECOVERY = lazy_compile(_DEVICE + r" (?:AER: )?(?P<outcome>can't recover|device recovery failed"
                        r"|Root Port link has been reset|device has no AER-aware driver)(?P<more>[^\n]{0,80})",
                        re.ASCII)
 MARKERS = ("AER", "PCIe Bus Error")  # a line with neither opens no event

@@ -48,6 +48,7 @@ import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
     Line,
@@ -242,7 +243,7 @@ class PerftestRun(msgspec.Struct, frozen=True, omit_defaults=True):
 
 # ------------------------------------------------------------------ line shapes
 
-_TITLE = re.compile(
+_TITLE = lazy_compile(
     r"[ \t]*+(?P<verb>Send_imm|Send|RDMA_Write_imm|RDMA_Write|RDMA_Read|Atomic)"
     r"(?: (?:CMP_AND_SWAP|FETCH_AND_ADD))?(?P<bidir> Bidirectional)?(?: Post List)?"
     r" (?:BW|Latency)(?: forwarding)?(?: Multicast)? Test[ \t]*+$"
@@ -250,40 +251,41 @@ _TITLE = re.compile(
 _VERBS: dict[str, TestVerb] = {"Send": "send", "Send_imm": "send_imm", "RDMA_Write": "write",
                                "RDMA_Write_imm": "write_imm", "RDMA_Read": "read", "Atomic": "atomic"}
 # ctx_print_test_info(): the labels a banner line starts with (the left column)
-_FIELD_LINE = re.compile(
+_FIELD_LINE = lazy_compile(
     r"[ \t]*+(?:Dual-port|Number of qps|Connection type|PCIe relax order|ibv_wr\* API|TX depth|RX depth"
     r"|Post List|Recv Post List|CQ Moderation|CQE Poll Batch|Mtu|Link type|CPU freq|Buffer size"
     r"|G(?:ID|id) index2?|Max inline data|Outstand reads|rdma_cm QPs|Data ex\. method|NUMA node)[ \t]*+:"
 )
 _FIELD_LINE_MAX = 400  # a banner line is < 120 characters; cut so the split stays cheap
-_HEADER = re.compile(r"BW average\[(?P<unit>Gb/sec|MB/sec|MiB/sec)\]")
-_INT = re.compile(r"[0-9]{1,19}")
-_ADDRESS = re.compile(
+_HEADER = lazy_compile(r"BW average\[(?P<unit>Gb/sec|MB/sec|MiB/sec)\]")
+_INT = lazy_compile(r"[0-9]{1,19}")
+_ADDRESS = lazy_compile(
     r"[ \t]*+(?P<role>local|remote) address: LID (?P<lid>(?:0x)?[0-9a-fA-F]{1,8})"
     r" QPN (?P<qpn>(?:0x)?[0-9a-fA-F]{1,8}) PSN (?P<psn>(?:0x)?[0-9a-fA-F]{1,8})(?![0-9a-fA-FxX])"
 )
-_GID = re.compile(r"[ \t]*+GID: (?P<gid>[0-9a-fA-F:.]{1,64})[ \t]*+$")
+_GID = lazy_compile(r"[ \t]*+GID: (?P<gid>[0-9a-fA-F:.]{1,64})[ \t]*+$")
 _WAITING = ("Waiting for client to connect", "Waiting for client rdma_cm QP to connect")
-_CPU_CONFLICT = re.compile(
+_CPU_CONFLICT = lazy_compile(
     r"Conflicting CPU frequency values detected: [0-9.]{1,30} != [0-9.]{1,30}\.(?: CPU Frequency is not max\.)?"
 )
-_WARNING = re.compile(r"WARNING: (?P<text>.{1,200})")
+_WARNING = lazy_compile(r"WARNING: (?P<text>.{1,200})")
 _PEAK_NOT_MEASURED = "BW peak won't be measured"
 # the preamble of a --use_cuda run: the devices listed, the one picked, its name
-_CUDA_LISTED = re.compile(r"[ \t]*+CUDA device (?P<n>[0-9]{1,4}): PCIe address is (?P<pci>[0-9A-Fa-f:.]{1,16})[ \t]*+$")
-_CUDA_PICKED = re.compile(r"[ \t]*+Picking device No\. (?P<n>[0-9]{1,4})")
-_CUDA_NAME = re.compile(
+_CUDA_LISTED = lazy_compile(
+    r"[ \t]*+CUDA device (?P<n>[0-9]{1,4}): PCIe address is (?P<pci>[0-9A-Fa-f:.]{1,16})[ \t]*+$")
+_CUDA_PICKED = lazy_compile(r"[ \t]*+Picking device No\. (?P<n>[0-9]{1,4})")
+_CUDA_NAME = lazy_compile(
     r"[ \t]*+\[pid = [0-9]{1,10}, dev = (?P<n>[0-9]{1,4})\] device name = \[(?P<name>[^\]]{1,128})\]"
 )
 # perftest's rdma_cm paths print strerror(errno) after their error: "ERRNO: Bad address."
 # rdma_cm_event_error_handler() (src/perftest_communication.c): "RDMA CM event error:\nEvent:
 # %s; error: %d.\n" with rdma_event_str() and event->status
-_CM_EVENT = re.compile(r"[ \t]*+Event: (?P<event>RDMA_CM_EVENT_[A-Z_]{1,40}); error: (?P<status>-?[0-9]{1,9})\.?")
-_ERRNO = re.compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
+_CM_EVENT = lazy_compile(r"[ \t]*+Event: (?P<event>RDMA_CM_EVENT_[A-Z_]{1,40}); error: (?P<status>-?[0-9]{1,9})\.?")
+_ERRNO = lazy_compile(r"[ \t]*+ERRNO: (?P<text>[^\n]{1,200})")
 # what a shell prints when a signal killed its child (bash: "Segmentation fault (core dumped)")
-_CRASH = re.compile(r"\b(?:Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)"
+_CRASH = lazy_compile(r"\b(?:Segmentation fault|Bus error|Illegal instruction|Floating point exception|Aborted)"
                     r"(?: \(core dumped\))?(?=[ \t]|$)")
-_SAMPLED_CPU = re.compile(r"Using sampled CPU speed [0-9]{1,9} MHz over reported speed [0-9]{1,9} MHz")
+_SAMPLED_CPU = lazy_compile(r"Using sampled CPU speed [0-9]{1,9} MHz over reported speed [0-9]{1,9} MHz")
 
 # ibv_wc_status_str() (rdma-core libibverbs/enum_strs.c), for builds that print the number only
 WC_STATUS = {
@@ -327,16 +329,16 @@ _K = PerftestFailureKind
 # (literal that starts the error, kind, pattern matched at that literal for its fields or None).
 # Longer literals before their prefixes: the alternation takes the first that matches.
 _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
-    ("Couldn't connect to ", _K.CONNECT, re.compile(r"Couldn't connect to (?P<target>[^\s]{1,300})")),
-    ("Couldn't listen to port", _K.LISTEN, re.compile(r"Couldn't listen to port(?: (?P<port>[0-9]{1,9}))?")),
+    ("Couldn't connect to ", _K.CONNECT, lazy_compile(r"Couldn't connect to (?P<target>[^\s]{1,300})")),
+    ("Couldn't listen to port", _K.LISTEN, lazy_compile(r"Couldn't listen to port(?: (?P<port>[0-9]{1,9}))?")),
     ("Unable to init the socket connection", _K.SOCKET, None),
     ("Unable to open file descriptor for socket connection", _K.SOCKET, None),
     ("Unable to set up socket connection", _K.SOCKET, None),
     ("Failed to bind socket", _K.SOCKET, None),
     ("accept() failed", _K.SOCKET, None),
     ("Current implementation is not compatible with versions older than", _K.VERSION_MISMATCH,
-     re.compile(r"Current implementation is not compatible with versions older than [0-9.]{1,20}")),
-    ("Failed to exchange", _K.EXCHANGE, re.compile(r"Failed to exchange [^\n]{0,80}")),
+     lazy_compile(r"Current implementation is not compatible with versions older than [0-9.]{1,20}")),
+    ("Failed to exchange", _K.EXCHANGE, lazy_compile(r"Failed to exchange [^\n]{0,80}")),
     ("Couldn't send local address", _K.EXCHANGE, None),
     ("Couldn't read remote address", _K.EXCHANGE, None),
     ("Couldn't parse line", _K.EXCHANGE, None),
@@ -349,7 +351,7 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Failed to close connection between server and client", _K.EXCHANGE, None),
     ("Failed to sync between server and client", _K.EXCHANGE, None),
     ("Unable to create RDMA_CM resources", _K.RDMA_CM, None),
-    ("Unable to connect (retries", _K.RDMA_CM, re.compile(r"Unable to connect \(retries = [0-9]{1,9}\)")),
+    ("Unable to connect (retries", _K.RDMA_CM, lazy_compile(r"Unable to connect \(retries = [0-9]{1,9}\)")),
     ("Unable to perform rdma_client function", _K.RDMA_CM, None),
     ("Unable to perform rdma_server function", _K.RDMA_CM, None),
     ("Unable to create rdma resources", _K.RDMA_CM, None),
@@ -361,12 +363,12 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("rdma_get_cm_events failed", _K.RDMA_CM, None),
     ("rdma_create_id failed", _K.RDMA_CM, None),
     ("rdma_create_event_channel failed", _K.RDMA_CM, None),
-    ("Failed to create RDMA CM", _K.RDMA_CM, re.compile(r"Failed to create RDMA CM[^\n]{0,60}")),
-    ("Failed to connect RDMA CM", _K.RDMA_CM, re.compile(r"Failed to connect RDMA CM[^\n]{0,60}")),
+    ("Failed to create RDMA CM", _K.RDMA_CM, lazy_compile(r"Failed to create RDMA CM[^\n]{0,60}")),
+    ("Failed to connect RDMA CM", _K.RDMA_CM, lazy_compile(r"Failed to connect RDMA CM[^\n]{0,60}")),
     ("Failed to connect through RDMA CM", _K.RDMA_CM, None),
     ("Failed to resolve RDMA CM route", _K.RDMA_CM, None),
     ("Failed to accept RDMA CM connection", _K.RDMA_CM, None),
-    ("Failed to get RDMA CM address", _K.RDMA_CM, re.compile(r"Failed to get RDMA CM address[^\n]{0,120}")),
+    ("Failed to get RDMA CM address", _K.RDMA_CM, lazy_compile(r"Failed to get RDMA CM address[^\n]{0,120}")),
     # the event loop's errors and the setup around it (perftest_communication.c, perftest_resources.c)
     ("RDMA CM event error", _K.RDMA_CM, None),
     ("Failed to get RDMA CM event", _K.RDMA_CM, None),
@@ -374,8 +376,8 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Failed to ACK RDMA CM event", _K.RDMA_CM, None),
     ("Failed to bind RDMA CM address", _K.RDMA_CM, None),
     ("Failed to listen on RDMA CM server", _K.RDMA_CM, None),
-    ("Failed to resolve RDMA CM address", _K.RDMA_CM, re.compile(r"Failed to resolve RDMA CM address[^\n]{0,40}")),
-    ("Failed to destroy RDMA CM", _K.RDMA_CM, re.compile(r"Failed to destroy RDMA CM[^\n]{0,60}")),
+    ("Failed to resolve RDMA CM address", _K.RDMA_CM, lazy_compile(r"Failed to resolve RDMA CM address[^\n]{0,40}")),
+    ("Failed to destroy RDMA CM", _K.RDMA_CM, lazy_compile(r"Failed to destroy RDMA CM[^\n]{0,60}")),
     ("Failed to disconnect RDMA CM connection", _K.RDMA_CM, None),
     ("Failed to find matching CM node", _K.RDMA_CM, None),
     ("Failed to initialize RDMA contexts", _K.RDMA_CM, None),
@@ -386,25 +388,26 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Failed to send UD connection parameters", _K.RDMA_CM, None),
     ("Failed to set qp_timeout", _K.RDMA_CM, None),
     ("Problem in resolving basic address and port", _K.RDMA_CM, None),
-    ("Received ", _K.RDMA_CM, re.compile(r"Received [0-9]{1,9} times ADDR_ERROR(?: - aborting)?")),
-    ("unexpected CM event", _K.RDMA_CM, re.compile(r"unexpected CM event -?[0-9]{1,9}")),
-    ("Unexpected CM event", _K.RDMA_CM, re.compile(r"Unexpected CM event[^\n]{0,24}?-?[0-9]{1,9}")),
+    ("Received ", _K.RDMA_CM, lazy_compile(r"Received [0-9]{1,9} times ADDR_ERROR(?: - aborting)?")),
+    ("unexpected CM event", _K.RDMA_CM, lazy_compile(r"unexpected CM event -?[0-9]{1,9}")),
+    ("Unexpected CM event", _K.RDMA_CM, lazy_compile(r"Unexpected CM event[^\n]{0,24}?-?[0-9]{1,9}")),
     ("Set TOS option failed", _K.RDMA_CM, None),
     ("Set RDMA-CM Ack timeout option failed", _K.RDMA_CM, None),
     ("Unable to create the resources needed by comm struct", _K.RDMA_CM, None),
     ("No IB devices found", _K.NO_DEVICE, None),
     ("Did not detect devices", _K.NO_DEVICE, None),
     ("Unable to find the Infiniband/RoCE device", _K.DEVICE_NOT_FOUND, None),
-    ("IB device ", _K.DEVICE_NOT_FOUND, re.compile(r"IB device (?P<device>[^\s]{1,64}) not found")),
+    ("IB device ", _K.DEVICE_NOT_FOUND, lazy_compile(r"IB device (?P<device>[^\s]{1,64}) not found")),
     ("Couldn't get context for the device", _K.DEVICE_CONTEXT, None),
-    ("Couldn't open IB device", _K.DEVICE_CONTEXT, re.compile(r"Couldn't open IB device(?: (?P<device>[^\s]{1,64}))?")),
-    ("ibv_open_device", _K.DEVICE_CONTEXT, re.compile(r"ibv_open_device[^\n]{0,120}")),
+    ("Couldn't open IB device", _K.DEVICE_CONTEXT,
+     lazy_compile(r"Couldn't open IB device(?: (?P<device>[^\s]{1,64}))?")),
+    ("ibv_open_device", _K.DEVICE_CONTEXT, lazy_compile(r"ibv_open_device[^\n]{0,120}")),
     ("Couldn't get device attributes", _K.DEVICE_ATTRIBUTES, None),
     ("Failed to query device attributes", _K.DEVICE_ATTRIBUTES, None),
-    ("Unable to query port", _K.DEVICE_ATTRIBUTES, re.compile(r"Unable to query port [0-9]{1,9} attributes")),
+    ("Unable to query port", _K.DEVICE_ATTRIBUTES, lazy_compile(r"Unable to query port [0-9]{1,9} attributes")),
     ("Couldn't set the link layer", _K.LINK_CONFIG, None),
     ("Couldn't set Eth MTU", _K.LINK_CONFIG, None),
-    ("Couldn't allocate MR", _K.ALLOCATE_MR, re.compile(r"Couldn't allocate MR(?: with error=-?[0-9]{1,9})?")),
+    ("Couldn't allocate MR", _K.ALLOCATE_MR, lazy_compile(r"Couldn't allocate MR(?: with error=-?[0-9]{1,9})?")),
     ("Failed to create MR", _K.ALLOCATE_MR, None),
     ("failed to create mr", _K.ALLOCATE_MR, None),
     ("Couldn't create null MR", _K.ALLOCATE_MR, None),
@@ -414,37 +417,38 @@ _RULES: list[tuple[str, PerftestFailureKind | None, re.Pattern[str] | None]] = [
     ("Couldn't create a receiver CQ", _K.IB_RESOURCES, None),
     ("Failed to create CQs", _K.IB_RESOURCES, None),
     ("Couldn't create SRQ", _K.IB_RESOURCES, None),
-    ("Couldn't create XRC", _K.IB_RESOURCES, re.compile(r"Couldn't create XRC[^\n]{0,40}")),
+    ("Couldn't create XRC", _K.IB_RESOURCES, lazy_compile(r"Couldn't create XRC[^\n]{0,40}")),
     ("Couldn't allocate context", _K.IB_RESOURCES, None),
     ("Couldn't allocate work buf", _K.IB_RESOURCES, None),
     ("Failed to create QP", _K.CREATE_QP, None),
     ("Unable to create QP", _K.CREATE_QP, None),
-    ("Couldn't create rdma new QP", _K.CREATE_QP, re.compile(r"Couldn't create rdma new QP[^\n]{0,80}")),
-    ("Couldn't create rdma old QP", _K.CREATE_QP, re.compile(r"Couldn't create rdma old QP[^\n]{0,80}")),
+    ("Couldn't create rdma new QP", _K.CREATE_QP, lazy_compile(r"Couldn't create rdma new QP[^\n]{0,80}")),
+    ("Couldn't create rdma old QP", _K.CREATE_QP, lazy_compile(r"Couldn't create rdma old QP[^\n]{0,80}")),
     ("Requested QP size might be too big", _K.CREATE_QP, None),
     ("Failed to modify QP", _K.MODIFY_QP,
-     re.compile(r"Failed to modify QP (?:(?P<qp>[0-9]{1,10}) )?to (?P<state>RTR|RTS|INIT)")),
+     lazy_compile(r"Failed to modify QP (?:(?P<qp>[0-9]{1,10}) )?to (?P<state>RTR|RTS|INIT)")),
     ("Unable to Connect the HCA's through the link", _K.HCA_CONNECT, None),
     ("Failed to create AH", _K.HCA_CONNECT, None),
-    ("Completion with error at", _K.COMPLETION_ERROR, re.compile(r"Completion with error at (?P<where>client|server)")),
+    ("Completion with error at", _K.COMPLETION_ERROR,
+     lazy_compile(r"Completion with error at (?P<where>client|server)")),
     ("Completion with wc_flags mismatch", _K.COMPLETION_ERROR, None),
     ("completion with Error in", _K.COMPLETION_ERROR, None),
     ("Poll send CQ error status=", _K.COMPLETION_ERROR,
-     re.compile(r"Poll send CQ error status=(?P<status>[0-9]{1,4}) qp (?P<qp>[0-9]{1,10})")),
-    ("Bad wc status", _K.COMPLETION_ERROR, re.compile(r"Bad wc status[^\n]{0,40}")),
+     lazy_compile(r"Poll send CQ error status=(?P<status>[0-9]{1,4}) qp (?P<qp>[0-9]{1,10})")),
+    ("Bad wc status", _K.COMPLETION_ERROR, lazy_compile(r"Bad wc status[^\n]{0,40}")),
     # the detail line of a completion error, folded into the failure before it
     ("Failed status", None,
-     re.compile(r"Failed status(?:-(?P<text>[^()\n]{1,80}) \((?P<code>[0-9]{1,4})\)| (?P<code2>[0-9]{1,4}))"
+     lazy_compile(r"Failed status(?:-(?P<text>[^()\n]{1,80}) \((?P<code>[0-9]{1,4})\)| (?P<code2>[0-9]{1,4}))"
                 r": wr_id (?P<wr>-?[0-9]{1,19}) syndrom (?P<syn>0x[0-9a-fA-F]{1,8})")),
     ("Failed to complete run_iter", _K.RUN,
-     re.compile(r"Failed to complete run_iter[^\s]{0,40} function successfully")),
+     lazy_compile(r"Failed to complete run_iter[^\s]{0,40} function successfully")),
     ("poll CQ failed", _K.RUN, None),
     ("Poll Receive CQ failed", _K.RUN, None),
     ("Couldn't post send", _K.RUN, None),
     ("Couldn't post recv", _K.RUN, None),
     ("Can't produce a report", _K.RUN, None),
-    ("Couldn't init GPU context", _K.GPU, re.compile(r"Couldn't init GPU context(?:: -?[0-9]{1,9})?")),
-    ("No such device ID", _K.GPU, re.compile(r"No such device ID \(-?[0-9]{1,9}\) exists in system")),
+    ("Couldn't init GPU context", _K.GPU, lazy_compile(r"Couldn't init GPU context(?:: -?[0-9]{1,9})?")),
+    ("No such device ID", _K.GPU, lazy_compile(r"No such device ID \(-?[0-9]{1,9}\) exists in system")),
     ("cuDeviceGetByPCIBusId failed", _K.GPU, None),
     ("DMA-BUF is not supported", _K.GPU, None),
     ("Failed to load CUDA runtime library", _K.GPU, None),
@@ -457,7 +461,7 @@ _BY_WORD: dict[str, list[tuple[str, PerftestFailureKind | None, re.Pattern[str] 
 for _rule in _RULES:
     _BY_WORD.setdefault(_rule[0].split(" ")[0], []).append(_rule)
 # a line that reads as an error although no rule knows it
-_ERRORISH = re.compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|ERROR)\b")
+_ERRORISH = lazy_compile(r"[ \t]*+(?:Couldn't|Unable to|Failed|failed|Can't|Error|ERROR)\b")
 
 
 def parse_perftest(text: str) -> PerftestRun:
@@ -904,7 +908,7 @@ _LINE_HANDLERS = (
 
 # a perftest binary as a word of a command line (by a path too), an option or the line's end after
 # it: never its name in a message (`ib_write_bw: error while loading shared libraries`)
-_COMMAND = re.compile(r"(?:^|[\s/])ib_(?:write|read|send|atomic)_(?:bw|lat)(?=[ \t]|$)")
+_COMMAND = lazy_compile(r"(?:^|[\s/])ib_(?:write|read|send|atomic)_(?:bw|lat)(?=[ \t]|$)")
 _COMMAND_WORDS = 64  # words of a command line read after the binary's name
 
 
@@ -930,7 +934,7 @@ def command_device(line: str) -> str | None:
 
 _ROW_INT = r"[0-9]{1,19}"
 _ROW_FLOAT = r"[0-9]{1,20}(?:\.[0-9]{1,20})?+"  # never "inf" or "nan": a broken measurement is no row
-_ROW_NUMBER = re.compile(_ROW_FLOAT)
+_ROW_NUMBER = lazy_compile(_ROW_FLOAT)
 
 
 @functools.lru_cache(maxsize=8)

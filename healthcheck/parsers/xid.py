@@ -66,6 +66,7 @@ from typing import Any
 import msgspec
 
 from healthcheck.core.errors import ParseError
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.parsers.kernel_tasks import HUNG_MARKER, SEGFAULT_MARKER, HungTask, Segfault, TaskReader
 from healthcheck.parsers.kernlog import Stamp, split_prefix
@@ -223,10 +224,10 @@ class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):
 
 # The comma after the code is required: every driver prints one, and a capture cut in
 # mid-line ("...): 4" of "...): 48, ...") must not report a different Xid.
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)", re.ASCII)
-_PID = re.compile(r"pid=(?:'<unknown>'|<unknown>|'?(?P<pid>\d{1,10})'?|[^,\s]{0,64})\s*(?:,\s*|$)", re.ASCII)
-_NAME = re.compile(r"name=(?P<name>[^,]{0,256}?)\s*(?:,\s*|$)")
-_SXID = re.compile(
+_XID = lazy_compile(r"NVRM: Xid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)", re.ASCII)
+_PID = lazy_compile(r"pid=(?:'<unknown>'|<unknown>|'?(?P<pid>\d{1,10})'?|[^,\s]{0,64})\s*(?:,\s*|$)", re.ASCII)
+_NAME = lazy_compile(r"name=(?P<name>[^,]{0,256}?)\s*(?:,\s*|$)")
+_SXID = lazy_compile(
     r"(?:(?P<switch>nvidia-nvswitch\d{1,4}):\s*)?"
     r"SXid \((?P<pci>[^)]{0,64})\):\s*(?P<code>\d{1,9}),\s*(?P<rest>.*)",
     re.ASCII,
@@ -235,32 +236,32 @@ _SXID = re.compile(
 # kernel/gpu/rc/kernel_rc.c "NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, pid=%s, ..." and
 # "... GPU-I:%02u): ..." (515.43.04 .. 535.288.01; XID_PRINT_WITH_ATTR's, 570.211.01 .. 595.45.04): the
 # bus is what comes before them
-_MIG_ATTRIBUTION = re.compile(r"\s{1,4}GPU-I:(?P<gi>\d{1,4})(?:\s{1,4}GPU-CI:(?P<ci>\d{1,4}))?\s*$", re.ASCII)
-_SEVERITY = re.compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
+_MIG_ATTRIBUTION = lazy_compile(r"\s{1,4}GPU-I:(?P<gi>\d{1,4})(?:\s{1,4}GPU-CI:(?P<ci>\d{1,4}))?\s*$", re.ASCII)
+_SEVERITY = lazy_compile(r"(?P<sev>fatal|non-fatal|nonfatal|non fatal)\s*(?:,\s*|$)", re.IGNORECASE)
 # a bus id, or one redacted in a paste ("PCI:...", "0000:XX:00.0"): the event stays, its bus None
 _PCI_TEXT = r"(?:PCI:)?(?P<pci>" + REDACTABLE_BUS + ")"
 # "NVRM: GPU at PCI:0000:91:00: GPU has fallen off the bus." / "NVRM: GPU 0000:91:00.0: GPU has
 # fallen off the bus." / older "NVRM: GPU at 0000:06:00.0 has fallen off the bus."
-_FELL_OFF = re.compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16}(?:GPU\s{1,16})?has fallen off the bus\.?")
+_FELL_OFF = lazy_compile(r"NVRM: GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16}(?:GPU\s{1,16})?has fallen off the bus\.?")
 # probe time: "NVRM: The NVIDIA GPU 0000:5d:00.0 (PCI ID: 10de:2330) installed in this system has
 # fallen off the bus and is not responding to commands." (on one line or on up to three)
-_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU " + _PCI_TEXT)
+_THE_GPU = lazy_compile(r"NVRM: The NVIDIA GPU " + _PCI_TEXT)
 _FALLEN = "fallen off the bus"
 _CONTINUATION_LINES = 3  # the driver splits that message over at most three lines
-_INIT_FAILED = re.compile(r"NVRM: (?:GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16})?RmInitAdapter failed")
+_INIT_FAILED = lazy_compile(r"NVRM: (?:GPU (?:at )?" + _PCI_TEXT + r":?\s{1,16})?RmInitAdapter failed")
 _CRASH_DUMP = "NVRM: A GPU crash dump has been created"
 # the driver bound none of the GPUs it was loaded for, naming none: another driver (nouveau)
 # owns them (`NVRM: The NVIDIA probe routine was not called for 3 device(s).`, field/issues-6), or
 # it found none (`NVRM: No NVIDIA graphics adapter probed!`, which a node with no NVIDIA GPU prints too)
-_NOT_CALLED = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<devices>\d{1,4}) device\(s\)",
+_NOT_CALLED = lazy_compile(r"NVRM: The NVIDIA probe routine was not called for (?P<devices>\d{1,4}) device\(s\)",
                          re.ASCII)
 _NONE_PROBED = "NVRM: No NVIDIA graphics adapter probed"
 # the driver's probe ran and failed, naming no GPU (`NVRM: The NVIDIA probe routine failed for 1
 # device(s).`, after the GPU it lost at probe, field/issues): the GPU a line just before named, if any
-_PROBE_FAILED = re.compile(r"The NVIDIA probe routine failed for \d{1,4} device\(s\)", re.ASCII)
+_PROBE_FAILED = lazy_compile(r"The NVIDIA probe routine failed for \d{1,4} device\(s\)", re.ASCII)
 # a driver status named in brackets: `NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required
 # [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874`
-_NV_ERR = re.compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
+_NV_ERR = lazy_compile(r"\[(?P<error>NV_ERR_[A-Z0-9_]{1,48})\]", re.ASCII)
 # the statuses that say the GPU takes no more work until it is reset: what the driver's GSP
 # RPC path returns once GSP met a fatal error, while the GPU is in a full-chip reset, and
 # once it is lost from the bus (the driver's kernel_gsp.c); any other status is no fault here
@@ -270,29 +271,29 @@ RESET_ERRORS = frozenset({"NV_ERR_RESET_REQUIRED", "NV_ERR_GPU_IN_FULLCHIP_RESET
 # no peer at discovery, field/issues-5). The function is the KernelNvlink object's (`knvlink`, a
 # `_GH100`-style HAL suffix) or the NVLink core library's (`nvlink`); an optional `GPUn `
 # before it, as the driver's other per-GPU messages print
-_NVLINK_FAILED = re.compile(
+_NVLINK_FAILED = lazy_compile(
     r"NVRM: (?:GPU\d{1,3} )?(?P<what>k?nvlink[A-Za-z0-9_]{1,96}: [^\n]{0,300}?\bfail(?:ed|ure)\b[^\n]{0,200})",
     re.ASCII,
 )
-_GPU_AT = re.compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
+_GPU_AT = lazy_compile(r"NVRM: (?:GPU (?:at )?|Xid \()" + _PCI_TEXT)  # any driver line naming a GPU
 _CRASH_DUMP_REACH = 20  # lines back a crash dump may borrow a GPU's bus id from
-_UUID = re.compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
+_UUID = lazy_compile(r"NVRM: GPU at " + _PCI_TEXT + r":\s+(?P<uuid>GPU-[0-9A-Fa-f-]{8,64})")
 # the board's serial, as the driver logs it with an Xid: `NVRM: GPU 0000:91:00.0: GPU serial number
 # is 1653723052734.` names its GPU; `NVRM: GPU Board Serial Number: 1653723052734` (empty on some
 # boards) comes right after the `NVRM: GPU at PCI:...: GPU-...` line naming it
-_SERIAL_OF = re.compile(r"NVRM: GPU " + _PCI_TEXT + r":\s{1,16}GPU serial number is (?P<serial>[0-9A-Za-z]{1,32})")
-_BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial>[0-9A-Za-z]{1,32}))?")
-_CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
-_NVLINK5 = re.compile(
+_SERIAL_OF = lazy_compile(r"NVRM: GPU " + _PCI_TEXT + r":\s{1,16}GPU serial number is (?P<serial>[0-9A-Za-z]{1,32})")
+_BOARD_SERIAL = lazy_compile(r"NVRM: GPU Board Serial Number:(?:\s{1,16}(?P<serial>[0-9A-Za-z]{1,32}))?")
+_CAUSED_BY = lazy_compile(r"caused by previous Xid (?P<code>\d{1,9})", re.ASCII)
+_NVLINK5 = lazy_compile(
     r"(?P<unit>[A-Z][A-Z0-9_]{1,31}) (?P<severity>Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} "
     r"(?:Link (?P<link>-?\d{1,3})\b(?:\s{0,8}\((?P<words>[0-9A-Fa-fx ]{0,200}))?|Link$)",
     re.ASCII,
 )
 # "on link 14(0x0, ...)", "link 3": a link an NVLink Xid before NVLink5 names in its words
-_LINK_NAMED = re.compile(r"\b[Ll]ink (?P<link>\d{1,3})(?![\d.:])", re.ASCII)
-_HEX_WORD = re.compile(r"0x[0-9A-Fa-f]{1,16}", re.ASCII)
+_LINK_NAMED = lazy_compile(r"\b[Ll]ink (?P<link>\d{1,3})(?![\d.:])", re.ASCII)
+_HEX_WORD = lazy_compile(r"0x[0-9A-Fa-f]{1,16}", re.ASCII)
 _STATUS_WORDS = 16
-_NORMAL_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+_NORMAL_PCI = lazy_compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
 def parse_kernel_log(
@@ -343,8 +344,8 @@ _MARKER = "NVRM:"  # what each continuation line of a driver message starts with
 _BARE_HEAD = "NVRM: Xid"  # an Xid line with no stamp or label before it: a paste's, its continuations bare too
 _QUOTED_MARKERS = ("NVRM:", "SXid")  # where a message another tool quoted starts
 # an NVLink5 Xid cut after its link, and the status words a word wrap moved onto the next line
-_LINK_AT_END = re.compile(r"(?:Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} Link -?\d{1,3}$", re.ASCII)
-_STATUS_OPENS = re.compile(r"\(0x[0-9A-Fa-f]{1,16}\b", re.ASCII)
+_LINK_AT_END = lazy_compile(r"(?:Fatal|Nonfatal|Non-fatal) XC\d{1,3} i\d{1,3} Link -?\d{1,3}$", re.ASCII)
+_STATUS_OPENS = lazy_compile(r"\(0x[0-9A-Fa-f]{1,16}\b", re.ASCII)
 
 
 class _Message:

@@ -10,10 +10,10 @@ service missing from it is not proof that it is down.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from healthcheck.core.facts import ProbeContext, ProbeError, provides
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.parsers.procfs import (
     DiskSpace,
     MemInfo,
@@ -116,7 +116,7 @@ MEMINFO = ("cat", "/proc/meminfo")
 MOUNTS = ("cat", "/proc/self/mounts")
 PS = (("ps", "-e", "-o", "pid=,comm="), ("ps", "-e", "-o", "pid=,args="))
 # "stat: cannot read file system information for '/scratch': Permission denied"
-_STAT_FAILED = re.compile(
+_STAT_FAILED = lazy_compile(
     r"cannot read file system information for (?:'(?P<q>.*)'|‘(?P<u>.*)’|(?P<b>\S+)): (?P<why>.*)$")
 
 

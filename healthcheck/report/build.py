@@ -6,14 +6,11 @@ import datetime as _dt
 import hashlib
 import os
 import re
-import secrets
-import socket
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-from ClusterShell.NodeSet import NodeSet
 
 from healthcheck import __version__
 from healthcheck.core import catalogue
@@ -35,7 +32,7 @@ def iso(ts: _dt.datetime) -> str:
 
 def new_run_id(now: _dt.datetime) -> str:
     """Sortable and unique: 20261122T130501Z-3f2a9c."""
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
 
 
 NODE_PLACEHOLDER = "<node>"
@@ -98,7 +95,7 @@ def group_findings(nodes: Iterable[NodeResult], min_status: Status = Status.WARN
                 "id": fid,
                 "component": component,
                 "message": next(iter(said)) if len(said) == 1 else template,
-                "nodes": str(NodeSet.fromlist(members)) if foldable(members) else ",".join(members),
+                "nodes": fold(members) if foldable(members) else ",".join(members),
                 "count": counts[key],
             }
         )
@@ -194,7 +191,7 @@ def make_report(
         started_at=iso(started),
         finished_at=iso(finished),
         duration_s=round((finished - started).total_seconds(), 3),
-        host=os.environ.get("HC_HOST") or socket.gethostname(),
+        host=os.environ.get("HC_HOST") or os.uname().nodename,
         status=worst((n.status for n in nodes), default=Status.SKIP),
         nodes=sorted(nodes, key=lambda n: natural_key(n.node)),
         summary=summary,
@@ -238,6 +235,6 @@ def job_report(group: GroupResult, *, command: str, started_at: str, hc_version:
     report = Report(run_id=when.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + digest,
                     hc_version=hc_version, command=command, tier="job", config_digest="", config_path="",
                     started_at=iso(when), finished_at=iso(when), duration_s=0.0,
-                    host=host or os.environ.get("HC_HOST") or socket.gethostname(), status=Status.SKIP,
+                    host=host or os.environ.get("HC_HOST") or os.uname().nodename, status=Status.SKIP,
                     nodes=[], summary={s.value: 0 for s in Status}, findings_summary=[])
     return with_groups(report, [group])

@@ -154,7 +154,7 @@ def metric_text(m: Metric) -> str:
 def evidence_metrics(check: str) -> tuple[str, ...]:
     """The metric names `check` declares as its evidence; () for a check this hc does not know."""
 
-    spec = current().all_checks().get(check)
+    spec = current().spec(check)
     return spec.evidence_metrics if spec is not None else ()
 
 

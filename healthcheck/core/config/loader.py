@@ -25,10 +25,12 @@ from typing import Any
 import msgspec
 
 from healthcheck.core import typed
+from healthcheck.core.config.docs import Path_, YamlDoc, key_str
 from healthcheck.core.config.schema import PATTERN_WORDS, Fabric, MainConfig, value_problems
-from healthcheck.core.config.yamlsrc import Path_, YamlDoc, key_str, load_yaml
+from healthcheck.core.config.yamlcache import load_yaml
 from healthcheck.core.errors import ConfigError, HcError
 from healthcheck.core.inputs import CONFIG_MAX_BYTES, clip, read_bounded
+from healthcheck.core.lazyre import lazy_compile
 from healthcheck.core.nodes import Hostlist, HostlistError, overlapping, parse_hostlist
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -420,8 +422,8 @@ def _merge(base: dict, base_prov: Provenance, over: Any, over_prov: Provenance, 
                 base_prov[p] = where
 
 
-_AT_RE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_SEG_RE = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_AT_RE = lazy_compile(r" - at `\$(?P<path>[^`]*)`$")
+_SEG_RE = lazy_compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 _WILD = object()
 _PY_NAMES = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "array", dict: "object"}
 
@@ -452,12 +454,13 @@ def _explain_rule(path: Path_, message: str, related: tuple[Path_, ...], prov: P
     return f"{where}: {key_str(named)}: {message}" + (f" ({'; '.join(also)})" if also else "")
 
 
-_KEY_AT_RE = re.compile(r" - at `key` in `\$(?P<path>[^`]*)`$")
+_KEY_AT_RE = lazy_compile(r" - at `key` in `\$(?P<path>[^`]*)`$")
 
 
 def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: YamlDoc | None) -> str:
-    m = _AT_RE.search(msg) or _KEY_AT_RE.search(msg)
-    in_key = m is not None and m.re is _KEY_AT_RE  # the error is about a mapping's key
+    at = _AT_RE.search(msg)
+    m = at or _KEY_AT_RE.search(msg)
+    in_key = at is None and m is not None  # the error is about a mapping's key
     pattern: list[Any] = []
     if m:
         msg = msg[: m.start()]

@@ -1,4 +1,7 @@
-"""Read YAML into plain data plus the line of every key, so errors can name file and line."""
+"""Parse YAML into plain data plus the line of every key, so errors can name file and line.
+
+The only module that imports PyYAML on the way to a config: a prologue whose files are
+in the parse cache (core/config/yamlcache.py) never loads it."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ from typing import Any
 
 import yaml
 
-from healthcheck.core.errors import ConfigError, HcError
-from healthcheck.core.inputs import CONFIG_MAX_BYTES, InputNotFound, clip, read_bounded
+from healthcheck.core.config.docs import Path_, YamlDoc, key_str, read_config
+from healthcheck.core.errors import ConfigError
+from healthcheck.core.inputs import clip
 
-Path_ = tuple[Any, ...]  # a key path: ("net", "interfaces", "ib*", "mtu")
+__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_VALUES", "Path_", "YamlDoc", "key_str", "load_yaml", "parse_yaml",
+           "read_config"]
 
 try:  # libyaml is ~10x faster; fall back to the pure-Python loader where it is absent
     _Loader: type = yaml.CSafeLoader
@@ -18,32 +23,15 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Loader = yaml.SafeLoader
 
 
-class YamlDoc:
-    """A parsed YAML file: its data, its text digest input, and the line of each key path."""
-
-    def __init__(self, path: Path, data: Any, lines: dict[Path_, int], raw: bytes) -> None:
-        self.path = path
-        self.data = data
-        self.lines = lines
-        self.raw = raw
-
-    def where(self, key_path: Path_) -> str:
-        """"file:line" of the deepest known prefix of key_path."""
-        for n in range(len(key_path), -1, -1):
-            line = self.lines.get(tuple(key_path[:n]))
-            if line is not None:
-                return f"{self.path}:{line}"
-        return str(self.path)
-
-
 def load_yaml(path: Path) -> YamlDoc:
-    """Parse `path`; malformed YAML, duplicate keys and non-mapping documents are ConfigErrors.
+    """Read and parse `path` (see read_config and parse_yaml)."""
+    return parse_yaml(path, read_config(path))
 
-    The file is read with a size cap and only if it is a regular file (a FIFO or
-    /dev/zero named as a config must not hang or exhaust a prologue), and its event
-    stream is checked against the bounds below before any node is built.
-    """
-    raw = _read(path)
+
+def parse_yaml(path: Path, raw: bytes) -> YamlDoc:
+    """Parse the bytes read from `path`; malformed YAML, duplicate keys and non-mapping
+    documents are ConfigErrors. The event stream is checked against the bounds below
+    before any node is built."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -65,15 +53,6 @@ def load_yaml(path: Path) -> YamlDoc:
         raise ConfigError(f"{path}:{node.start_mark.line + 1}: the top level must be a mapping of keys")
     data = _to_data(path, node, (), lines, yaml.constructor.SafeConstructor())
     return YamlDoc(path, data, lines, raw)
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return read_bounded(path, CONFIG_MAX_BYTES, what="config file", regular_only=True)
-    except InputNotFound:
-        raise ConfigError(f"{path}: config file not found") from None
-    except HcError as exc:  # a directory, FIFO, device, unreadable or too large
-        raise ConfigError(str(exc)) from None
 
 
 # What a config may hold, checked on the parser's event stream before composing: the
@@ -194,16 +173,3 @@ def _scalar(file: Path, node: yaml.Node, ctor: Any) -> Any:
         raise ConfigError(f"{file}:{node.start_mark.line + 1}: {clip(problem)}") from None
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         raise ConfigError(f"{file}:{node.start_mark.line + 1}: invalid value: {clip(str(exc))}") from None
-
-
-def key_str(key_path: Path_) -> str:
-    """Render a key path for humans: net.interfaces.ib*.mtu, sys.disk_free_min_gib["/scratch.1"]."""
-    out = ""
-    for part in key_path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and part and "." not in part and " " not in part and "[" not in part:
-            out += f".{part}" if out else part
-        else:
-            out += f"[{part!r}]"
-    return out

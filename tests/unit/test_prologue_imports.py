@@ -1,0 +1,61 @@
+"""What a prologue and a --local run of a few checks import (issue 22): neither the
+modules of checks they cannot run nor the libraries only other commands need. Each is
+measured start-up (python -X importtime) the hook paid for nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from support import REPO
+
+# hc's own and the libraries' modules a prologue on a healthy node never needs
+NOT_IN_A_PROLOGUE = (
+    "ClusterShell.NodeSet",  # a hostlist: the prologue names only its own node
+    "tabulate", "importlib.metadata",  # a table the prologue does not print
+    "secrets", "tempfile", "random",  # run ids and atomic writes need os.urandom only
+    "healthcheck.checks.bw", "healthcheck.checks.dcgm", "healthcheck.parsers.perftest",
+    "healthcheck.report.prometheus",  # no textfile configured
+)
+
+RUN = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["hc", *sys.argv[2:]]
+from healthcheck.cli import main
+main()
+"""
+
+
+def _modules(tmp_path, *args: str) -> set[str]:
+    (tmp_path / "fabrics").mkdir(exist_ok=True)
+    (tmp_path / "fabrics" / "t.yaml").write_text(
+        "sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\nnet:\n  interfaces:\n    lo: {}\n")
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"default_fabric: t\nslurm:\n  state_dir: {tmp_path}/state\n  audit_log: {tmp_path}/audit.jsonl\n"
+                   f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
+                "HC_SYSLOG_SOCKET": ""})
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", RUN, str(out), *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)
+    assert done.returncode in (0, 2), done.stderr[-2000:]
+    return set(json.loads(out.read_text()))
+
+
+def test_a_prologue_imports_nothing_it_does_not_use(tmp_path):
+    loaded = _modules(tmp_path, "prologue")
+    assert "healthcheck.checks.sys" in loaded  # it did run its checks
+    assert sorted(loaded & set(NOT_IN_A_PROLOGUE)) == []
+
+
+def test_a_local_run_of_two_families_imports_only_their_checks(tmp_path):
+    loaded = _modules(tmp_path, "node", "--local", "--checks", "sys.mounts,net.mtu")  # its table too
+    assert "healthcheck.checks.sys" in loaded and "healthcheck.checks.net" in loaded
+    assert sorted(m for m in loaded if m.startswith("healthcheck.checks.")) == [
+        "healthcheck.checks.net", "healthcheck.checks.sys"]
+    assert "ClusterShell.NodeSet" not in loaded and "healthcheck.parsers.xid" not in loaded
