@@ -17,7 +17,7 @@ FAMILIES = ("net", "ib", "sys", "gpu", "bw", "dcgm")
 # The modules that register checks of each tier or context, and those holding each
 # family's checks, so a run imports only the families it can select: a prologue needs
 # neither the bandwidth checks (and perftest's parser) nor DCGM's. The test
-# tests/unit/test_check_modules.py holds both tables to what the modules register.
+# tests/unit/checks/test_check_modules.py holds both tables to what the modules register.
 TIER_MODULES: dict[str, tuple[str, ...]] = {
     "quick": ("net", "ib", "sys", "gpu"),
     "standard": ("net", "ib", "sys", "gpu", "dcgm"),

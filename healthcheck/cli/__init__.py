@@ -114,6 +114,7 @@ Environment (an option given on the command line wins over its variable):
                    hc bw allreduce: this process's rank, named in its errors
   HOME, OPAL_PREFIX, PATH
                    where hc looks for mpirun and Open MPI's parameter files
+  SHELL            runs an ssh_config ProxyCommand, as ssh does (else /bin/sh)
   HC_BW_TEST_CORRUPT_RANK, HC_RUN_TEST_DELAY_RANK, HC_RUN_TEST_DELAY_S
                    hc's own tests only: fault injection, never in production"""
 

@@ -6,7 +6,7 @@ them cost more start-up than the checks' own work (issue 22). `lazy_compile` ret
 an object that stands for the compiled pattern: `.pattern` is there at once, and the
 first other attribute compiles it, keeping the compiled pattern's bound method on the
 object so later calls cost what a compiled pattern's do. Every pattern made here is
-listed in PATTERNS, and tests/unit/test_lazyre.py compiles them all, so a mistyped
+listed in PATTERNS, and tests/unit/core/test_lazyre.py compiles them all, so a mistyped
 pattern still fails in CI, not in a node's first run that needs it.
 """
 
