@@ -133,3 +133,26 @@ def test_views_keep_what_they_read() -> None:
     assert msgspec.structs.asdict(fleetread.raw_nodes(data, "r").head) == {**msgspec.structs.asdict(report),
                                                                            "nodes": []}
 
+
+def test_baseline_learns_node_by_node_what_it_learned_from_whole_reports(runs, tmp_path, monkeypatch):
+    from healthcheck.report import baseline
+
+    older, newer = runs
+    config = older.parent / "a-config" / "hc.yaml"
+
+    def learned(out: Path) -> list[str]:
+        result = hc("baseline", str(older), str(newer), "--fabric", "sim-h100", "--config", str(config),
+                    "-o", str(out))
+        assert result.exception is None, result.output
+        return [line for line in out.read_text().splitlines() if "written" not in line]
+
+    def whole(paths):  # what read_reports did: each report decoded whole
+        for path in paths:
+            yield str(path), decode(path.read_bytes(), str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(baseline, "read_reports", whole)
+        expected = learned(tmp_path / "whole" / "sim-h100.yaml")
+    decodes = Decodes(monkeypatch)
+    assert learned(tmp_path / "streamed" / "sim-h100.yaml") == expected
+    assert "Report" not in decodes.types and decodes.types.count("NodeResult") == 2 * N, decodes.types
