@@ -102,9 +102,19 @@ class RawReport:
         decoder = typed.decoder(NodeResult)  # their nesting was checked with the whole report's
         for i, raw in enumerate(self.raw):
             try:
-                yield decoder.decode(raw)
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # ValidationError is one
-                raise HcError(f"{self.source}: not a valid hc report: {exc} - at `$.nodes[{i}]`") from None
+                node = decoder.decode(raw)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # ValidationError is a DecodeError
+                raise HcError(f"{self.source}: not a valid hc report: {_why(raw)} - at `$.nodes[{i}]`") from None
+            yield node
+
+
+def _why(raw: msgspec.Raw) -> str:
+    """What is wrong with a node, worded as core.typed words it everywhere (NotUtf8, TooDeep)."""
+    try:
+        typed.decode_json(raw, NodeResult)
+    except msgspec.DecodeError as exc:
+        return str(exc)
+    return "it could not be decoded"  # pragma: no cover -- it failed a moment ago
 
 
 def raw_nodes(data: bytes, source: str) -> RawReport:
