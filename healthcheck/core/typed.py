@@ -81,8 +81,8 @@ STRUCTURE_CHUNK = 64 * 1024 * 1024
 
 
 def _structure(raw: bytes) -> Iterator[bytes]:
-    """`raw`'s brackets and quotes (escaped quotes and backslashes taken out first), slice by
-    slice. A slice never ends on a backslash, so no escape is cut in two: a byte that is not
+    """`raw`'s brackets and quotes (escaped quotes and backslashes taken out first, then quotes
+    two in a row), slice by slice. A slice never ends on a backslash, so no escape is cut in two: a byte that is not
     a backslash ends either plain text or an escape."""
     start, n = 0, len(raw)
     while start < n:
@@ -94,7 +94,8 @@ def _structure(raw: bytes) -> Iterator[bytes]:
         part = raw[start:end]
         if b"\\" in part:  # an escaped backslash, then an escaped quote, never ends a string
             part = part.replace(b"\\\\", b"").replace(b'\\"', b"")
-        yield part.translate(_BRACKETS, _NOT_STRUCTURE)
+        # two quotes in a row go here already (see check_depth), so what is kept is small
+        yield part.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
         start = end
 
 

@@ -15,7 +15,7 @@ def whole(raw: bytes) -> bytes:
     """The structure as check_depth took it before: escapes out of the whole, then translated."""
     if b"\\" in raw:
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    return raw.translate(typed._BRACKETS, typed._NOT_STRUCTURE)
+    return raw.translate(typed._BRACKETS, typed._NOT_STRUCTURE).replace(b'""', b"")
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 64])
@@ -25,9 +25,9 @@ def test_slices_give_the_structure_of_the_whole(monkeypatch: pytest.MonkeyPatch,
     alphabet = [b"\\", b"\\\\", b'\\"', b'"', b"[", b"]", b"{", b"}", b"a", b"\\n", b"\\\\\\\\"]
     for _ in range(300):
         raw = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
-        assert b"".join(typed._structure(raw)) == whole(raw), raw
+        assert b"".join(typed._structure(raw)).replace(b'""', b"") == whole(raw), raw
     run = b'["' + b"\\\\" * (3 * chunk) + b'"]'  # a slice of nothing but backslashes
-    assert b"".join(typed._structure(run)) == whole(run) == b'[""]'
+    assert b"".join(typed._structure(run)) == whole(run) == b"[]"
 
 
 def test_a_deep_document_past_a_slice_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
