@@ -27,7 +27,7 @@ def test_slices_give_the_structure_of_the_whole(monkeypatch: pytest.MonkeyPatch,
         raw = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
         assert b"".join(typed._structure(raw)).replace(b'""', b"") == whole(raw), raw
     run = b'["' + b"\\\\" * (3 * chunk) + b'"]'  # a slice of nothing but backslashes
-    assert b"".join(typed._structure(run)) == whole(run) == b"[]"
+    assert b"".join(typed._structure(run)).replace(b'""', b"") == whole(run) == b"[]"
 
 
 def test_a_deep_document_past_a_slice_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
