@@ -8,19 +8,22 @@ Reads report files, stdin, the config and the run history; writes only the HTML 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from healthcheck.core.atomic import write_atomic
 from healthcheck.core.config import load_config
 from healthcheck.core.errors import HcError
+from healthcheck.core.inputs import FLEET_REPORT_MAX_BYTES, REPORT_MAX_BYTES, InputTooLarge
 from healthcheck.diagnose.verdict import decode as decode_diagnosis
 from healthcheck.diagnose.verdict import job_result
+from healthcheck.report import fleetread
 from healthcheck.report.build import iso, job_report, utc_now
 from healthcheck.report.diff import diff
 from healthcheck.report.history import History, configured_history, newest_run
 from healthcheck.report.html import config_floors, followed_nodes, merge_floors, render_html, report_floors
-from healthcheck.report.jsonio import decode, read_bytes, read_stdin_bytes, schema_of
+from healthcheck.report.jsonio import decode, encode, read_bytes, read_stdin_bytes, schema_of
 from healthcheck.report.trend import from_history
 
 if TYPE_CHECKING:
@@ -33,12 +36,47 @@ def read_report(path: Path, stdin: BinaryIO | None = None) -> Report:
     """A report from a file, or from `stdin` (default: the process's) for '-': an hc.report, or an
     hc.diagnosis (a job's diagnosis, read as a report whose one result is the job: `diagnosis_report`)."""
 
-    from_stdin = str(path) == "-"
-    data = read_stdin_bytes(stdin or sys.stdin.buffer) if from_stdin else read_bytes(path)
-    source = "stdin" if from_stdin else str(path)
+    return _as_report(*_read(path, stdin, REPORT_MAX_BYTES), decode)
+
+
+def read_report_as(path: Path, view: Callable[[bytes, str], Report], stdin: BinaryIO | None = None) -> Report:
+    """`read_report` through `view` (fleetread.summary or fleetread.verdicts, which do not
+    decode every node whole), up to FLEET_REPORT_MAX_BYTES: a fleet-size report."""
+
+    return _as_report(*_read(path, stdin, FLEET_REPORT_MAX_BYTES), view)
+
+
+def summary_report(path: Path, stdin: BinaryIO | None = None) -> Report:
+    """The report `hc report show` tabulates: nodes as fleetread.summary reads them (name,
+    fabric, status), except in a one-node report, whose checks the table shows."""
+
+    data, source = _read(path, stdin, FLEET_REPORT_MAX_BYTES)
+    report = _as_report(data, source, fleetread.summary)
+    return _as_report(data, source, decode) if len(report.nodes) == 1 else report
+
+
+def write_report_json(path: Path, out: BinaryIO, stdin: BinaryIO | None = None) -> None:
+    """`hc report show --format json`: the report as hc writes it, one node decoded at a time."""
+
+    data, source = _read(path, stdin, FLEET_REPORT_MAX_BYTES)
     if schema_of(data).startswith("hc.diagnosis/"):
+        out.write(encode(_as_report(data, source, decode)))
+    else:
+        fleetread.write_json(fleetread.raw_nodes(data, source), out)
+
+
+def _read(path: Path, stdin: BinaryIO | None, max_bytes: int) -> tuple[bytes, str]:
+    if str(path) == "-":
+        return read_stdin_bytes(stdin or sys.stdin.buffer, max_bytes), "stdin"
+    return read_bytes(path, max_bytes), str(path)
+
+
+def _as_report(data: bytes, source: str, view: Callable[[bytes, str], Report]) -> Report:
+    if schema_of(data).startswith("hc.diagnosis/"):
+        if len(data) > REPORT_MAX_BYTES:  # decoded whole: held to the bound of a whole decode
+            raise InputTooLarge(f"{source}: diagnosis is larger than the {REPORT_MAX_BYTES} bytes hc reads")
         return diagnosis_report(decode_diagnosis(data, source))
-    return decode(data, source)
+    return view(data, source)
 
 
 def diagnosis_report(verdict: Verdict) -> Report:
@@ -56,10 +94,10 @@ def runs_to_compare(old: Path | None, new: Path | None, command: str | None,
     one before it. The config is read only where the history is."""
 
     if old is not None and new is not None:
-        return read_report(old), read_report(new)
+        return read_report_as(old, fleetread.verdicts), read_report_as(new, fleetread.verdicts)
     with configured_history(load_config(config_path).main.history) as history:
         if old is not None:  # one file: it is the newer run
-            newer = read_report(old)
+            newer = read_report_as(old, fleetread.verdicts)
         else:
             runs = history.last(1, command)
             if not runs:

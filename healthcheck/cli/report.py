@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from healthcheck.actions.saved_runs import diff_runs, read_report, write_html
+from healthcheck.actions.saved_runs import diff_runs, summary_report, write_html, write_report_json
 from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
 from healthcheck.cli.app import App, config_option, format_option
 from healthcheck.cli.params import integer
@@ -31,7 +31,12 @@ def report() -> None:
 def show(file: Path, fmt: str) -> int:
     """Show a saved report (a file hc wrote with --output or --format json; '-' reads stdin)."""
 
-    App(fmt=fmt).emit_report(read_report(file))
+    app = App(fmt=fmt)
+    if fmt == "json":  # as hc wrote it, one node at a time: a fleet's report is ~1 GB
+        write_report_json(file, sys.stdout.buffer)
+        sys.stdout.flush()
+    else:  # the table of a report of many nodes reads only their names, fabrics and statuses
+        app.emit_report(summary_report(file))
     return 0
 
 

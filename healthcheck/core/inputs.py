@@ -23,7 +23,12 @@ MiB = 1024 * 1024
 # (a device, a log named as a config) fails fast.
 CONFIG_MAX_BYTES = 4 * MiB
 TOOL_OUTPUT_MAX_BYTES = 64 * MiB  # nvidia-smi -q of 8 GPUs is ~150 kB; kernel logs can be large
-REPORT_MAX_BYTES = 256 * MiB  # a 10,000-node sweep report
+REPORT_MAX_BYTES = 256 * MiB  # a 10,000-node sweep report, decoded whole (~4x its size in memory)
+# What `hc report show`, `hc report diff` and `hc baseline` read: they hold the file's bytes
+# and decode one node at a time, or only the fields they use (report/fleetread.py), so a
+# report takes about its own size in memory. 8 GiB is ~350,000 nodes at 23 KB a node; the
+# cap stays so that a device or an endless pipe named as a report fails fast.
+FLEET_REPORT_MAX_BYTES = 8 * 1024 * MiB
 
 
 class InputTooLarge(HcError):
@@ -71,7 +76,16 @@ def read_bounded(path: Path | str, max_bytes: int, *, what: str = "file",
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
-            return read_stream_bounded(f, max_bytes, name=str(path), what=what)
+            if not stat.S_ISREG(st.st_mode) or not st.st_size:
+                return read_stream_bounded(f, max_bytes, name=str(path), what=what)
+            # a regular file in one read of its size: chunks joined at the end held a
+            # 1 GB report twice; what it grew by since the fstat is read after it
+            data = f.read(st.st_size)
+            try:
+                more = read_stream_bounded(f, max_bytes - len(data), name=str(path), what=what)
+            except InputTooLarge:
+                raise InputTooLarge(f"{path}: {what} is larger than the {max_bytes} bytes hc reads") from None
+            return data + more if more else data
     except OSError as exc:
         raise HcError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     finally:

@@ -255,6 +255,34 @@ class Hostlist:
             self._nodeset = _nodeset(self.text)
         return self._nodeset
 
+    @property
+    def plain(self) -> bool:
+        """Whether every term is plain names and bracketed ranges (no operators, no @groups):
+        then `boxes` describes it without expanding it."""
+        return self._elements is not None
+
+    def names_starting(self, prefix: str) -> list[str]:
+        """The names that start with `prefix`, without expanding the others: each box's
+        text between its indexes decides which index values can still lead to `prefix`,
+        so a TAB on "gpu001" of "gpu[00001-10000]" builds 100 names, not 10,000. The work
+        is at most `size_bound` steps; HostlistError past MAX_EXPAND, as `names`."""
+        if self._elements is None:
+            return [n for n in self.names() if n.startswith(prefix)]
+        if self.size_bound > MAX_EXPAND:
+            raise HostlistError(f"expands to more than {MAX_EXPAND} nodes")
+        out: list[str] = []
+        for pat in sorted(self._elements):  # ClusterShell's order: by pattern, then by index
+            found: dict[str, None] = {}
+            boxes = self._elements[pat]
+            pieces = [piece.replace("%%", "%") for piece in pat.split("%s")]
+            for dims in boxes:
+                _walk_box(pieces, dims, prefix, "", found)
+            names = list(found)
+            if len(boxes) > 1:  # terms of one pattern merge into one sorted set
+                names.sort(key=lambda name: [(int(ix), len(ix)) for ix in split_name(name)[1]])
+            out.extend(names)
+        return out
+
     def names(self) -> list[str]:
         """Every name, in ClusterShell's order; HostlistError past MAX_EXPAND."""
         return list(self.nodeset())
@@ -291,6 +319,49 @@ class Hostlist:
             if all(len(ix) <= _MAX_DIGITS for ix in indexes):  # int() refuses longer; no range reaches them
                 out.append((pat, tuple((_Range(int(ix), int(ix), 1, _pad_of(ix)),) for ix in indexes)))
         return out
+
+
+def _index_texts(ranges: tuple[_Range, ...], rest: str) -> list[str]:
+    """One index's values as written, in ClusterShell's order (by value, then padding), that
+    start with the digits `rest` (what is left of a prefix) starts with; none where `rest`
+    starts with a non-digit (the text after an index never starts with a digit)."""
+    digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+    if rest and not digits:
+        return []
+    if len(ranges) == 1:
+        return _range_texts(ranges[0], digits)
+    values = {(n, r.pad) for r in ranges for n in range(r.start, r.stop + 1, r.step)}
+    return [text for text in (f"{n:0{pad}d}" for n, pad in sorted(values)) if text.startswith(digits)]
+
+
+def _range_texts(r: _Range, digits: str) -> list[str]:
+    """The values of `r` whose text starts with `digits`, found by arithmetic: for each text
+    width, the numbers written with that prefix are one interval."""
+    if not digits:
+        return [f"{n:0{r.pad}d}" for n in range(r.start, r.stop + 1, r.step)]
+    out: list[str] = []
+    narrow = max(r.pad, 1)  # the width of the shortest text (zero-padded to pad)
+    for width in range(max(narrow, len(digits)), max(narrow, len(str(r.stop))) + 1):
+        scale = 10 ** (width - len(digits))
+        lo = max(int(digits) * scale, r.start, 0 if width == narrow else 10 ** (width - 1))
+        hi = min((int(digits) + 1) * scale - 1, r.stop, 10**width - 1)
+        first = r.start + -(-(lo - r.start) // r.step) * r.step  # the first value of r at or past lo
+        out.extend(f"{n:0{r.pad}d}" for n in range(first, hi + 1, r.step))
+    return out
+
+
+def _walk_box(pieces: list[str], dims: Dims, prefix: str, head: str, found: dict[str, None]) -> None:
+    """Add to `found` the names of one box (text pieces around its indexes) that start with
+    `prefix`, given `head`, the name so far: a head that cannot lead to the prefix stops there."""
+    head += pieces[0]
+    if not (head.startswith(prefix) or prefix.startswith(head)):
+        return
+    if not dims:
+        if head.startswith(prefix) and is_valid_node_name(head):
+            found.setdefault(head)
+        return
+    for text in _index_texts(dims[0], prefix[len(head):]):
+        _walk_box(pieces[1:], dims[1:], prefix, head + text, found)
 
 
 # ------------------------------------------------------------- many hostlists at once

@@ -18,6 +18,7 @@ msgspec's UnicodeDecodeError, which decode_json turns into `NotUtf8`, a DecodeEr
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -54,11 +55,9 @@ def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
     passes. Brackets that do not pair (not JSON) are left for the decoder to name, unless
     more than `limit` of them are open."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    if len(raw) <= STRUCTURE_CHUNK and raw.count(b"[") + raw.count(b"{") <= limit:
         return  # too few brackets to nest that deep: most documents stop here
-    if b"\\" in raw:  # an escaped backslash, then an escaped quote, never ends a string
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    text = raw.translate(_BRACKETS, _NOT_STRUCTURE)
+    text = b"".join(_structure(raw))
     # two quotes in a row go without changing which brackets are inside a string (every
     # string without brackets is such a pair); what is left is split at the quotes
     text = text.replace(b'""', b"")
@@ -74,6 +73,41 @@ def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
     # a pair left after `limit` levels came off, or more than `limit` opened and never closed
     if b"[]" in text or text.count(b"[") > limit:
         raise TooDeep(f"JSON nested deeper than {limit} levels")
+
+
+# A large document is reduced to its structure a slice at a time: taking the escapes out of
+# a 1.2 GB report at once copied all of it (issue 22: a report read in its own size).
+STRUCTURE_CHUNK = 64 * 1024 * 1024
+
+
+def _structure(raw: bytes) -> Iterator[bytes]:
+    """`raw`'s brackets and quotes (escaped quotes and backslashes taken out first, then quotes
+    two in a row), slice by slice. A slice never ends on a backslash, so no escape is cut in two: a byte that is not
+    a backslash ends either plain text or an escape."""
+    start, n = 0, len(raw)
+    while start < n:
+        end = min(start + STRUCTURE_CHUNK, n)
+        while start < end < n and raw[end - 1] == 0x5C:
+            end -= 1
+        if end == start:  # a slice of nothing but backslashes: end it after the run's next byte
+            end = _past_backslashes(raw, start + STRUCTURE_CHUNK)
+        part = raw[start:end]
+        if b"\\" in part:  # an escaped backslash, then an escaped quote, never ends a string
+            part = part.replace(b"\\\\", b"").replace(b'\\"', b"")
+        # two quotes in a row go here already (see check_depth), so what is kept is small
+        yield part.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+        start = end
+
+
+def _past_backslashes(raw: bytes, at: int) -> int:
+    """Just past the first byte at or after `at` that is not a backslash, a window at a time."""
+    while at < len(raw):
+        window = raw[at : at + STRUCTURE_CHUNK]
+        run = len(window) - len(window.lstrip(b"\\"))
+        at += run
+        if run < len(window):
+            break
+    return min(len(raw), at + 1)
 
 
 _READY: set[Any] = set()

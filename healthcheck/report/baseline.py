@@ -52,11 +52,12 @@ from healthcheck.core.atomic import write_atomic
 from healthcheck.core.config.loader import FABRIC_NAME_RE, ExtendsCycle, load_config
 from healthcheck.core.config.schema import BandwidthLimits, BaselineSettings, CollectiveFloors, Fabric
 from healthcheck.core.errors import HcError
-from healthcheck.core.inputs import REPORT_MAX_BYTES, read_bounded
+from healthcheck.core.inputs import FLEET_REPORT_MAX_BYTES, read_bounded
 from healthcheck.core.model import NodeResult, Report
 from healthcheck.core.status import Status
 from healthcheck.core.units import format_size, parse_size
-from healthcheck.report.jsonio import decode, parse_time
+from healthcheck.report.fleetread import RawReport, raw_nodes
+from healthcheck.report.jsonio import parse_time
 
 if TYPE_CHECKING:
     from healthcheck.core.config.loader import Config
@@ -183,13 +184,16 @@ class Baseline:
 # ------------------------------------------------------------------- reading
 
 
-def read_reports(paths: Iterable[Path]) -> Iterator[tuple[str, Report]]:
-    """Each report, one at a time (a 2,000-node report decodes to ~100 MB), bounded in size;
+def read_reports(paths: Iterable[Path]) -> Iterator[tuple[str, RawReport]]:
+    """Each report, one at a time, its nodes decoded one at a time as they are learned from
+    (fleetread.raw_nodes): a 50,000-node report (~1.2 GB) takes about its own size in
+    memory, not the ~5 GB of its nodes decoded at once. Bounded by FLEET_REPORT_MAX_BYTES;
     any report hc cannot read (another schema version, not JSON) is a one-line HcError."""
 
     for path in paths:
-        data = read_bounded(path, REPORT_MAX_BYTES, what="report")
-        yield str(path), decode(data, str(path))
+        data = read_bounded(path, FLEET_REPORT_MAX_BYTES, what="report")
+        yield str(path), raw_nodes(data, str(path))
+        del data  # the next report's bytes are not read before these are let go
 
 
 # ------------------------------------------------------------------ learning
@@ -258,11 +262,13 @@ class _Collector:
             found = self.targets[key] = _busbw_target(collective, scope, text)
         return found
 
-    def add(self, source: str, report: Report) -> None:
+    def add(self, source: str, report: Report | RawReport) -> None:
+        nodes = report.nodes() if isinstance(report, RawReport) else report.nodes
+        report = report.head if isinstance(report, RawReport) else report
         info = LearnedRun(source, report.run_id, report.command, report.tier, report.started_at, report.hc_version)
         run: dict[tuple[BaselineKey, str], dict[Any, float]] = {}
         names: set[str] = set()
-        for node in report.nodes:
+        for node in nodes:
             self.fabrics[node.fabric] += 1
             if node.fabric != self.fabric:
                 continue
@@ -423,17 +429,19 @@ def _parts_refused(target: BaselineKey, stats: list[Stats]) -> str:
     return f"{shown}{more} (the key is learned only when every {noun} is)"
 
 
-def learn(reports: Iterable[tuple[str, Report]], fabric: str, base: Fabric, settings: BaselineSettings,
+def learn(reports: Iterable[tuple[str, Report | RawReport]], fabric: str, base: Fabric, settings: BaselineSettings,
           provenance: dict[tuple[Any, ...], str] | None = None) -> Baseline:
     """Learn the fabric's thresholds from the reports' nodes of `fabric`; `base` is what the
     output will extend (its sizes and current values), `provenance` where it set them."""
     col = _Collector(fabric, base)
     seen_runs: set[str] = set()
     for source, report in reports:
-        if report.run_id in seen_runs:
-            raise HcError(f"{source}: run {safe(report.run_id, 60)} is given twice: each run counts once")
-        seen_runs.add(report.run_id)
+        run_id = report.head.run_id if isinstance(report, RawReport) else report.run_id
+        if run_id in seen_runs:
+            raise HcError(f"{source}: run {safe(run_id, 60)} is given twice: each run counts once")
+        seen_runs.add(run_id)
         col.add(source, report)
+        del report  # before the next report is read: one report's bytes held at a time
     if not col.seen:
         fabrics = ", ".join(f"{safe(f, 40)} ({n})" for f, n in col.fabrics.most_common(8)) or "none"
         raise HcError(f"no node of fabric {fabric} in the reports (their nodes' fabrics: {fabrics})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -21,7 +21,7 @@ from healthcheck.core.errors import HcError
 from healthcheck.core.inputs import REPORT_MAX_BYTES, clip, read_bounded, read_stream_bounded
 from healthcheck.core.model import READABLE_SCHEMAS, REPORT_SCHEMA, Report
 
-__all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "check_started", "decode", "encode", "parse_time", "read_report",
+__all__ = ["SCHEMA_FILE", "SCHEMA_FILES", "check_started", "decode", "decode_as", "encode", "parse_time", "read_report",
            "read_bytes", "read_stdin_bytes", "read_stdin_report", "schema_of", "write_atomic"]
 
 # RFC 3339 as hc writes it ("2026-11-22T03:00:00.000Z"), any offset, seconds and fraction
@@ -90,8 +90,16 @@ def _unsupported(source: str, schema: str) -> HcError:
 
 def decode(data: bytes, source: str = "report") -> Report:
     """A report of any readable version, as the current model (an older one upgraded in memory)."""
+    report: Report = decode_as(data, source, Report)
+    return report
+
+
+def decode_as(data: bytes, source: str, as_type: Any) -> Any:
+    """`decode` into `as_type`: a struct with Report's run-level fields and another type of
+    node (report/fleetread.py: the fields a summary reads, or each node's raw JSON), checked
+    and upgraded the same way."""
     try:
-        report = typed.decode_json(data, Report)
+        report = typed.decode_json(data, as_type)
     except msgspec.DecodeError as exc:
         try:  # a newer hc's report may not fit this model: name its version, not the mismatch
             head = typed.decode_json(data, _Head)
@@ -109,16 +117,16 @@ def decode(data: bytes, source: str = "report") -> Report:
     return report
 
 
-def read_bytes(path: Path) -> bytes:
-    """A saved document's bytes, up to REPORT_MAX_BYTES (a pipe such as <(...) too, never a device)."""
+def read_bytes(path: Path, max_bytes: int = REPORT_MAX_BYTES) -> bytes:
+    """A saved document's bytes, up to `max_bytes` (a pipe such as <(...) too, never a device)."""
 
-    return read_bounded(path, REPORT_MAX_BYTES, what="report", allow_fifo=True)
+    return read_bounded(path, max_bytes, what="report", allow_fifo=True)
 
 
-def read_stdin_bytes(stream: BinaryIO) -> bytes:
-    """A document piped in ('-'), up to REPORT_MAX_BYTES."""
+def read_stdin_bytes(stream: BinaryIO, max_bytes: int = REPORT_MAX_BYTES) -> bytes:
+    """A document piped in ('-'), up to `max_bytes`."""
 
-    return read_stream_bounded(stream, REPORT_MAX_BYTES, what="report")
+    return read_stream_bounded(stream, max_bytes, what="report")
 
 
 def read_report(path: Path) -> Report:
