@@ -63,8 +63,16 @@ MPIRUN_SIGNAL = re.compile(
     rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
     r"on node (?:(\S{1,256}) )?exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
-_TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
-                 "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+# srun's `task N: <strsignal(sig)>[ (core dumped)]` (src/srun/libsrun's task-finish report):
+# every signal's text as glibc's strsignal() words it, and Slurm's own "Out Of Memory"
+_TASK_SIGNALS = {"Hangup": "SIGHUP", "Interrupt": "SIGINT", "Quit": "SIGQUIT", "Illegal instruction": "SIGILL",
+                 "Trace/breakpoint trap": "SIGTRAP", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating point exception": "SIGFPE", "Killed": "SIGKILL", "User defined signal 1": "SIGUSR1",
+                 "Segmentation fault": "SIGSEGV", "User defined signal 2": "SIGUSR2", "Broken pipe": "SIGPIPE",
+                 "Alarm clock": "SIGALRM", "Terminated": "SIGTERM", "Stack fault": "SIGSTKFLT",
+                 "CPU time limit exceeded": "SIGXCPU", "File size limit exceeded": "SIGXFSZ",
+                 "Bad system call": "SIGSYS", "Out Of Memory": "SIGKILL"}
+_CORE_DUMPED = " (core dumped)"
 # a torchrun command line (also `python -m torch.distributed.run`/`.launch`) and its sizes
 _LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
@@ -144,7 +152,8 @@ def read_srun(state: TorchState, line: Line) -> bool:
     code = _EXIT_CODE.match(ended)
     state.add("task_exits", TaskExit(**agent_where(line), host=clip(host, 256), tasks=tasks,
                                      state=clip(ended, 64), exitcode=to_int(code.group(1)) if code else None,
-                                     signal=_TASK_SIGNALS.get(ended, ""), oom=ended.lower() == "out of memory",
+                                     signal=_TASK_SIGNALS.get(ended.removesuffix(_CORE_DUMPED), ""),
+                                     oom=ended.lower() == "out of memory",
                                      after_abort=state.step_aborted))
     return True
 
