@@ -9,6 +9,7 @@ from __future__ import annotations
 from support import diagnose_saved, named_ranks
 
 from healthcheck.parsers.torch_log import parse_torch_log
+from healthcheck.parsers.torch_log.agent import launched_np
 
 
 def _paste(tmp_path, text: str):
@@ -40,3 +41,53 @@ def test_srun_task_core_dumped_is_its_death(tmp_path):
 def test_srun_task_range_with_a_signal_is_each_task_dead(tmp_path):
     v = _paste(tmp_path, "srun: error: gpu07: tasks 4-5,7: Floating point exception\n")
     assert v.cls == "dead-rank" and named_ranks(v) == [4, 5, 7], v.summary
+
+
+# ---------------------------------------------------------------- Horovod's ready lists
+
+_STALL = ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+          "and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks "
+          "are trying to submit different tensors or that only subset of ranks is submitting tensors, which will "
+          "cause deadlock. \nStalled ops: \n")
+
+
+def _ready(*lists: str) -> str:
+    return "".join(f"allreduce.layer{i}.weight [ready ranks: {ranks}], \n" for i, ranks in enumerate(lists))
+
+
+def test_ready_lists_without_a_world_name_the_ranks_below_the_highest_ready(tmp_path):
+    v = _paste(tmp_path, _STALL + _ready("0, 6, 3, 2", "3, 0, 2, 6", "6, 2, 0, 3"))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [1, 4, 5], v.summary
+
+
+def test_ready_lists_without_a_world_never_name_a_rank_above_the_highest_ready(tmp_path):
+    # ranks past 4 may exist and be missing too, but nothing says they exist
+    v = _paste(tmp_path, _STALL + _ready("0, 1, 4, 2", "4, 2, 1, 0"))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_ready_lists_most_ranks_missing_below_the_highest_names_none(tmp_path):
+    v = _paste(tmp_path, _STALL + _ready("3", "3"))
+    assert named_ranks(v) == [], v.summary
+
+
+def test_ready_lists_take_the_world_from_an_mpirun_command(tmp_path):
+    # rank 1 is above every rank seen ready: only the launch line's -np 2 says it exists
+    v = _paste(tmp_path, "$ mpirun -np 2 -H a:1,b:1 python train.py\n" + _STALL + _ready("0", "0"))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [1], v.summary
+
+
+def test_ready_lists_take_the_world_from_an_srun_command_in_prose(tmp_path):
+    v = _paste(tmp_path, "I launch it with `srun --ntasks=4 python train.py` and it hangs:\n"
+                         + _STALL + _ready("0, 2, 1", "1, 0, 2"))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_launch_command_process_counts():
+    assert launched_np("horovodrun -np 16 -H h1:8,h2:8 python train.py -n 3") == 16
+    assert launched_np("srun -p gpu -n 4 -w node12 python train.py") == 4
+    assert launched_np("srun python train.py -n 3") is None  # the program's own option
+    both = parse_torch_log("mpirun -np 4 python a.py\nmpirun -np 8 python a.py\n" + _STALL + _ready("0"))
+    assert both.launched_np is None  # two commands that disagree say no world
+    one = parse_torch_log("mpirun -np 4 python a.py\n" + _STALL + _ready("0"))
+    assert one.launched_np == 4

@@ -77,6 +77,11 @@ _CORE_DUMPED = " (core dumped)"
 _LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
 _NNODES = re.compile(r"--nnodes(?:[= ]{1,4}(\S{1,16}))?")
+# an MPI or Slurm launch command and the processes it starts: Open MPI's and MPICH's `-np N`/`-n N`,
+# horovodrun's `-np N`, srun's `-n N`/`--ntasks=N`, only among the options before the program
+_MPI_LAUNCHER = re.compile(r"(?<![\w./-])(?:mpirun|mpiexec|orterun|prterun|horovodrun|srun)(?![\w.:-])")
+_PROCESS_COUNT = re.compile(r"(?:-{1,2}np|-n|--ntasks)(?:=| {1,4}|(?<=-n)(?=\d))(\d{1,7})")
+_OPTIONS_MAX = 32  # words looked at after the launcher
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _WORKER_WORDS = "failed (exitcode: "
 
@@ -238,6 +243,39 @@ def launched_world(text: str) -> int | None:
     return int(per_node.group(1)) * (int(nodes.group(1)) if nodes is not None else 1)
 
 
+def _is_program(word: str) -> bool:
+    """The launched program's word, after which `-n` is its own option, not the launcher's."""
+    return "python" in word or word.endswith((".py", ".sh")) or word.startswith(("./", "/"))
+
+
+def launched_np(text: str) -> int | None:
+    """The processes an MPI or Slurm launch command line starts (`mpirun -np 4 python t.py`,
+    `srun --ntasks=8 ...`, `horovodrun -np 2 ...`): its count among the options before the
+    program, None where it gives none."""
+    m = _MPI_LAUNCHER.search(text)
+    if m is None:
+        return None
+    words = text[m.end():m.end() + 1024].split(None, _OPTIONS_MAX)[:_OPTIONS_MAX]
+    for i, word in enumerate(words):
+        if _is_program(word):
+            return None
+        option = _PROCESS_COUNT.fullmatch(word) or (
+            _PROCESS_COUNT.fullmatch(f"{word} {words[i + 1]}") if i + 1 < len(words) else None)
+        if option is not None:
+            return int(option.group(1)) or None
+    return None
+
+
+def read_process_count(state: TorchState, line: Line) -> bool:
+    """An MPI or Slurm launch command in the text: the processes it starts, kept where every
+    such command agrees (0 where they do not)."""
+    count = launched_np(line.text)
+    if count is None:
+        return False
+    state.launched_np = count if state.launched_np in (None, count) else 0
+    return True
+
+
 def read_launch_command(state: TorchState, line: Line) -> bool:
     """A torchrun command in the text (a paste's command line): the world it starts, kept
     where every such command agrees (0 where they do not)."""
@@ -269,5 +307,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),
     Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
     Handler("launch-command", lambda b: "--nproc" in b, read_launch_command),
+    Handler("mpi-launch-command", lambda b: "-n" in b and _MPI_LAUNCHER.search(b) is not None, read_process_count),
     Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
 )
