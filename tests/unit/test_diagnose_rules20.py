@@ -91,3 +91,52 @@ def test_launch_command_process_counts():
     assert both.launched_np is None  # two commands that disagree say no world
     one = parse_torch_log("mpirun -np 4 python a.py\n" + _STALL + _ready("0"))
     assert one.launched_np == 4
+
+
+# ---------------------------------------------------------------- the NCCL unique id never published
+
+_FETCH = ("torch.distributed.DistBackendError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId from "
+          "[{s}] via c10d key-value store by key '0', but store->get('0') got error: {err}")
+
+
+def _fetch_traceback(r: int, s: int = 0, err: str = "Socket Timeout") -> str:
+    lines = ["Traceback (most recent call last):",
+             '  File "/work/train.py", line 40, in <module>',
+             "    dist.all_reduce(t)",
+             '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2501, '
+             "in all_reduce",
+             "    work = group.allreduce([tensor], opts)",
+             _FETCH.format(r=r, s=s, err=err),
+             "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:670 (most recent call first):"]
+    return "".join(f"[rank{r}]: {line}\n" for line in lines)
+
+
+def test_unique_id_get_timed_out_names_the_root_stuck(tmp_path):
+    v = _paste(tmp_path, "".join(_fetch_traceback(r) for r in (1, 2, 3)))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_unique_id_store_wait_timeout_under_torchrun_names_the_root_stuck(tmp_path):
+    err = "wait timeout after 1800000ms, keys: /default_pg/0//nccl/0"
+    v = _paste(tmp_path, "$ torchrun --nproc_per_node 2 train.py\n" + _fetch_traceback(1, err=err))
+    assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_unique_id_timeout_in_one_line_names_the_root_stuck(tmp_path):
+    v = _paste(tmp_path, _FETCH.format(r=6, s=0, err="Timeout waiting for key: 0 after 600000 ms") + "\n")
+    assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
+
+
+def test_unique_id_timeout_with_the_roots_own_error_names_it_not_stuck(tmp_path):
+    # rank 0 printed an error of its own (here a collective of its own timed out): it was
+    # not merely behind, so the fetch's timeout does not make it the stuck one
+    own = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/work/train.py", line 31, in <module>\n'
+           "[rank0]:     dist.barrier(group=g)\n"
+           '[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+           "line 4159, in barrier\n"
+           "[rank0]:     work.wait()\n"
+           "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+           "1800000ms for recv operation to complete\n")
+    v = _paste(tmp_path, own + _fetch_traceback(1))
+    assert not any(f.cls == "stuck-rank" and 0 in f.ranks for f in v.findings), v.summary
