@@ -52,7 +52,7 @@ from healthcheck.diagnose.grouporder import group_order
 from healthcheck.diagnose.heartbeat import wedged
 from healthcheck.diagnose.hvdstall import horovod_stall
 from healthcheck.diagnose.launchdiff import launch_differs
-from healthcheck.diagnose.logfacts import COLLATERAL, nccl_colls
+from healthcheck.diagnose.logfacts import COLLATERAL, first_errors, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
@@ -69,6 +69,7 @@ from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.storebarrier import store_barrier_absentees, store_barrier_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
 from healthcheck.diagnose.threads import with_dead_threads
+from healthcheck.diagnose.uniqueid import unpublished_id
 from healthcheck.diagnose.wrapperlag import wrapper_behind
 from healthcheck.parsers.flight_recorder import FlightRecorderDump, compare_ranks
 
@@ -310,6 +311,11 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:
         init, dead = setup, None
+    if dead is None and (init is None or not init.ranks):
+        behind = unpublished_id(col, first_errors(col))  # uniqueid.py: the NCCL id's root alive and behind
+        if behind is not None:
+            out.findings.append(behind)
+            return None
     consequence = died_before_joining(col, init, dead)  # preinit.py: peers waited in the store for a dead rank
     if consequence:
         out.notes.append(consequence)

@@ -2,13 +2,18 @@
 
 Horovod's coordinator lists, for each tensor some ranks submitted and the others did not,
 the ranks missing (parsers/torch_log/stall.py; the oldest wording lists the ranks ready, the
-missing being the world's others, read only where the world is known). The missing ranks did
+missing being the world's others). The world is the ranks' environment's, else a torchrun
+command's in the text, else an mpirun/horovodrun/srun command's process count (`-np N`), each
+only where no rank the report names is past it. Without a world, a rank below the highest rank
+seen ready is a member all the same (ranks are 0..world-1), so it is missing where no op lists
+it ready; a rank above the highest seen is unknown and never named. The missing ranks did
 not enter the collective the others wait in: stuck-rank naming them, where one set of ranks is
 missing from every stalled op of the text's last report (a rank missing from some ops only
 may be on its way). Where no rank is missing from every op, ranks submitted different tensors:
-collective-mismatch naming none. Where the missing ranks are more than half of a known world,
-the few that did submit may as well have made one call too many: none is named. The rank that
-printed the report (mpirun's `[1,0]<stderr>:`) is the coordinator, never the culprit for that.
+collective-mismatch naming none. Where the missing ranks are more than half of a known world
+(or, without one, of the ranks up to the highest seen ready), the few that did submit may as
+well have made one call too many: none is named. The rank that printed the report (mpirun's
+`[1,0]<stderr>:`) is the coordinator, never the culprit for that.
 """
 
 from __future__ import annotations
@@ -20,10 +25,26 @@ from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.torch_log import StalledTensors
 
 
-def _world(col: Collected) -> int | None:
+def _launched(col: Collected) -> int | None:
+    """The world a launch command in the text starts: torchrun's, else an MPI or Slurm
+    launcher's process count; None where the files disagree or hold none."""
+    logs = [f.log for f in col.evidence.torch_logs if f.log is not None]
+    torchrun = {g.launched_world for g in logs if g.launched_world}
+    for counts in (torchrun, {g.launched_np for g in logs if g.launched_np}):
+        if counts:
+            return counts.pop() if len(counts) == 1 else None
+    return None
+
+
+def _world(col: Collected, ops: list[tuple[str, StalledTensors]]) -> int | None:
+    """The ranks' environment's world, else a launch command's where no rank the stall
+    report names is past it."""
     _, world = world_of(col)
-    launched = {f.log.launched_world for f in col.evidence.torch_logs if f.log is not None and f.log.launched_world}
-    return world or (launched.pop() if len(launched) == 1 else None)
+    if world:
+        return world
+    launched = _launched(col)
+    named = [r for _, s in ops for r in (*s.ready, *s.missing)]
+    return launched if launched and max(named, default=-1) < launched else None
 
 
 def _last_report(col: Collected) -> list[tuple[str, StalledTensors]]:
@@ -37,18 +58,20 @@ def _last_report(col: Collected) -> list[tuple[str, StalledTensors]]:
     return out
 
 
-def _missing(stalled: StalledTensors, world: int | None) -> set[int]:
+def _missing(stalled: StalledTensors, world: int | None, bound: int) -> set[int]:
+    """The op's missing ranks: as listed, else the world's ranks not ready, else (no world)
+    the ranks below `bound`, one past the highest rank seen ready, not ready."""
     if stalled.missing:
         return set(stalled.missing)
-    if stalled.ready and world:
-        return set(range(world)) - set(stalled.ready)
+    if stalled.ready:
+        return set(range(world or bound)) - set(stalled.ready)
     return set()
 
 
-def _per_op(ops: list[tuple[str, StalledTensors]], world: int | None) -> dict[str, set[int]]:
+def _per_op(ops: list[tuple[str, StalledTensors]], world: int | None, bound: int) -> dict[str, set[int]]:
     per: dict[str, set[int]] = {}
     for _, s in ops:
-        gone = _missing(s, world)
+        gone = _missing(s, world, bound)
         if gone:
             per.setdefault(s.op, set()).update(gone)
     return per
@@ -57,23 +80,26 @@ def _per_op(ops: list[tuple[str, StalledTensors]], world: int | None) -> dict[st
 def horovod_stall(col: Collected) -> JobFinding | None:
     """stuck-rank (or collective-mismatch naming none) from Horovod's stall report (module doc)."""
     ops = _last_report(col)
-    world = _world(col)
-    per = _per_op(ops, world)
+    world = _world(col, ops)
+    bound = max((r + 1 for _, s in ops for r in s.ready), default=0)
+    per = _per_op(ops, world, bound)
     if not per:
         return None
     everywhere = set.intersection(*per.values())
     reporter = next((fact_rank(s, None) for _, s in ops if s.rank is not None), None)
     by = f" (reported by rank {reporter}, Horovod's coordinator)" if reporter is not None else ""
     items: list[Evidence] = [log_evidence(col, source, s.line, f"Horovod stalled op {s.op or '?'}: missing "
-                                          f"{rank_words(sorted(_missing(s, world)))}", None)
-                             for source, s in ops[:12] if _missing(s, world)]
+                                          f"{rank_words(sorted(_missing(s, world, bound)))}", None)
+                             for source, s in ops[:12] if _missing(s, world, bound)]
     if not everywhere:
         return job_finding(cls="collective-mismatch", confidence="low", evidence=tuple(items),
                            summary=f"ranks submitted different tensors: Horovod's stall inspector{by} lists other "
                                    "ranks missing from different ops; none is missing from all of them")
-    if world and 2 * len(everywhere) > world:
+    known = world or bound
+    of = f"a world of {world}" if world else f"the {bound} ranks up to the highest seen ready"
+    if known and 2 * len(everywhere) > known:
         return job_finding(cls="collective-mismatch", confidence="low", evidence=tuple(items),
-                           summary=f"{rank_words(sorted(everywhere))} of a world of {world} never submitted the "
+                           summary=f"{rank_words(sorted(everywhere))} of {of} never submitted the "
                                    f"ops the others did{by}: so few submitting may be one call too many on their "
                                    "side; no rank is named")
     named = tuple(sorted(everywhere))

@@ -12,24 +12,34 @@ its store outlives its workers) the default store's host is rank 0, which is als
 S of the default group's first communicator. So S is named, dead-rank at medium confidence
 with R's error as the evidence, only where S is rank 0, no torchrun agent is in the text,
 and nothing shows S alive after R's error (an error of S's own that a collective raised, a
-line of S's later in the same file). A timeout of the get (`Socket Timeout`) is no
-connection that broke: S may be alive and slow, nothing is named.
+line of S's later in the same file).
+
+A get that timed out (`Socket Timeout`, the store's `Timeout waiting for key` or `wait
+timeout`) is no connection that broke: the store answered until then, so its host is alive
+(a reset would be its death), and the id's root S never published the id, which it does on
+reaching the communicator's first collective. S is alive and behind: stuck-rank naming S, at
+medium confidence, where every such timeout names one S other than the asker and the text
+shows no error of S's own nor any rank's death; under torchrun's agent-hosted store too (the
+id is S's to publish, not the agent's).
 """
 
 from __future__ import annotations
 
 import re
 
-from healthcheck.diagnose.findings import Evidence
+from healthcheck.diagnose.analysis import fact_rank, log_evidence
+from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import RankError
 from healthcheck.diagnose.sources import Collected
 from healthcheck.parsers.torch_log import FACT_KINDS
 
-_FETCH = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator and retrieving ncclUniqueId from \[(\d{1,9})\]"
-                    r" via c10d key-value store by key '[^']{0,256}', but store->get\('[^']{0,256}'\) got error: "
-                    r"(.{0,300})")
+# torch 1.x spelled it `retreiving`
+_FETCH = re.compile(r"\[(\d{1,9})\] is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from "
+                    r"\[(\d{1,9})\] via c10d key-value store by key '[^']{0,256}', "
+                    r"but store->get\('[^']{0,256}'\) got error: (.{0,300})")
 _BROKEN = ("Connection reset by peer", "Broken pipe", "Connection closed by peer", "Connection was likely closed",
            "got 0 bytes")
+_TIMED_OUT = ("Socket Timeout", "Timeout waiting for key", "wait timeout", "timed out", "Timed out")
 STORE_HOST = 0  # under env:// the default TCPStore lives in rank 0's process
 
 
@@ -78,4 +88,47 @@ def fetch_failures(col: Collected, firsts: dict[int, RankError]) -> list[tuple[i
     return list(out.values())
 
 
-__all__ = ["STORE_HOST", "fetch_failures"]
+def _fetch_timeouts(col: Collected, firsts: dict[int, RankError]) -> list[tuple[int, int, Evidence]]:
+    """(asker, root, the line) for each unique-id get that timed out: a rank's first
+    exception, or the torch log parser's rendezvous/store error (a paste's lone line)."""
+    said = [(e.message, Evidence(source=e.source, line=e.line, rank=e.rank, time=e.time,
+                                 text=f"rank {e.rank}: {e.text}"[:300])) for e in firsts.values()]
+    for f in col.evidence.torch_logs:
+        if f.log is not None:
+            said.extend((z.message, log_evidence(col, f.source, z.line, z.message, fact_rank(z, f.rank)))
+                        for z in f.log.rendezvous)
+    out = []
+    for message, item in said:
+        m = _FETCH.search(message)
+        if m is not None and any(w in m.group(3) for w in _TIMED_OUT):
+            out.append((int(m.group(1)), int(m.group(2)), item))
+    return out
+
+
+def _own_failure(col: Collected, rank: int, firsts: dict[int, RankError]) -> bool:
+    """Whether the text shows an error of `rank`'s own: an exception, or a rendezvous/store error."""
+    return rank in firsts or any(fact_rank(z, f.rank) == rank for f in col.evidence.torch_logs if f.log is not None
+                                 for z in f.log.rendezvous)
+
+
+def unpublished_id(col: Collected, firsts: dict[int, RankError]) -> JobFinding | None:
+    """stuck-rank naming the root whose NCCL unique id its peers timed out waiting for
+    (module doc); None where the timeouts name several roots, an asker is the root, or the
+    root printed an error of its own. The caller has found no rank dead."""
+    waits = _fetch_timeouts(col, firsts)
+    roots = {root for _, root, _ in waits}
+    if len(roots) != 1:
+        return None
+    root = roots.pop()
+    if any(asker == root for asker, _, _ in waits) or _own_failure(col, root, firsts):
+        return None
+    askers = sorted({asker for asker, _, _ in waits})
+    who = ("rank " if len(askers) == 1 else "ranks ") + ", ".join(map(str, askers))
+    items = tuple(item for _, _, item in waits[:12])
+    return job_finding(cls="stuck-rank", confidence="medium", ranks=(root,), evidence=items,
+                       summary=f"rank {root} never published the NCCL unique id {who} waited for in the store "
+                               f"(the get timed out: the store answered, so rank {root}'s process is alive, but it "
+                               "had not reached the communicator's first collective)")
+
+
+__all__ = ["STORE_HOST", "fetch_failures", "unpublished_id"]

@@ -63,12 +63,25 @@ MPIRUN_SIGNAL = re.compile(
     rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
     r"on node (?:(\S{1,256}) )?exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
-_TASK_SIGNALS = {"Killed": "SIGKILL", "Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV",
-                 "Terminated": "SIGTERM", "Bus error": "SIGBUS", "Out Of Memory": "SIGKILL"}
+# srun's `task N: <strsignal(sig)>[ (core dumped)]` (src/srun/libsrun's task-finish report):
+# every signal's text as glibc's strsignal() words it, and Slurm's own "Out Of Memory"
+_TASK_SIGNALS = {"Hangup": "SIGHUP", "Interrupt": "SIGINT", "Quit": "SIGQUIT", "Illegal instruction": "SIGILL",
+                 "Trace/breakpoint trap": "SIGTRAP", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating point exception": "SIGFPE", "Killed": "SIGKILL", "User defined signal 1": "SIGUSR1",
+                 "Segmentation fault": "SIGSEGV", "User defined signal 2": "SIGUSR2", "Broken pipe": "SIGPIPE",
+                 "Alarm clock": "SIGALRM", "Terminated": "SIGTERM", "Stack fault": "SIGSTKFLT",
+                 "CPU time limit exceeded": "SIGXCPU", "File size limit exceeded": "SIGXFSZ",
+                 "Bad system call": "SIGSYS", "Out Of Memory": "SIGKILL"}
+_CORE_DUMPED = " (core dumped)"
 # a torchrun command line (also `python -m torch.distributed.run`/`.launch`) and its sizes
 _LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
 _NNODES = re.compile(r"--nnodes(?:[= ]{1,4}(\S{1,16}))?")
+# an MPI or Slurm launch command and the processes it starts: Open MPI's and MPICH's `-np N`/`-n N`,
+# horovodrun's `-np N`, srun's `-n N`/`--ntasks=N`, only among the options before the program
+_MPI_LAUNCHER = re.compile(r"(?<![\w./-])(?:mpirun|mpiexec|orterun|prterun|horovodrun|srun)(?![\w.:-])")
+_PROCESS_COUNT = re.compile(r"(?:-{1,2}np|-n|--ntasks)(?:=| {1,4}|(?<=-n)(?=\d))(\d{1,7})")
+_OPTIONS_MAX = 32  # words looked at after the launcher
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _WORKER_WORDS = "failed (exitcode: "
 
@@ -144,7 +157,8 @@ def read_srun(state: TorchState, line: Line) -> bool:
     code = _EXIT_CODE.match(ended)
     state.add("task_exits", TaskExit(**agent_where(line), host=clip(host, 256), tasks=tasks,
                                      state=clip(ended, 64), exitcode=to_int(code.group(1)) if code else None,
-                                     signal=_TASK_SIGNALS.get(ended, ""), oom=ended.lower() == "out of memory",
+                                     signal=_TASK_SIGNALS.get(ended.removesuffix(_CORE_DUMPED), ""),
+                                     oom=ended.lower() == "out of memory",
                                      after_abort=state.step_aborted))
     return True
 
@@ -229,6 +243,39 @@ def launched_world(text: str) -> int | None:
     return int(per_node.group(1)) * (int(nodes.group(1)) if nodes is not None else 1)
 
 
+def _is_program(word: str) -> bool:
+    """The launched program's word, after which `-n` is its own option, not the launcher's."""
+    return "python" in word or word.endswith((".py", ".sh")) or word.startswith(("./", "/"))
+
+
+def launched_np(text: str) -> int | None:
+    """The processes an MPI or Slurm launch command line starts (`mpirun -np 4 python t.py`,
+    `srun --ntasks=8 ...`, `horovodrun -np 2 ...`): its count among the options before the
+    program, None where it gives none."""
+    m = _MPI_LAUNCHER.search(text)
+    if m is None:
+        return None
+    words = text[m.end():m.end() + 1024].split(None, _OPTIONS_MAX)[:_OPTIONS_MAX]
+    for i, word in enumerate(words):
+        if _is_program(word):
+            return None
+        option = _PROCESS_COUNT.fullmatch(word) or (
+            _PROCESS_COUNT.fullmatch(f"{word} {words[i + 1]}") if i + 1 < len(words) else None)
+        if option is not None:
+            return int(option.group(1)) or None
+    return None
+
+
+def read_process_count(state: TorchState, line: Line) -> bool:
+    """An MPI or Slurm launch command in the text: the processes it starts, kept where every
+    such command agrees (0 where they do not)."""
+    count = launched_np(line.text)
+    if count is None:
+        return False
+    state.launched_np = count if state.launched_np in (None, count) else 0
+    return True
+
+
 def read_launch_command(state: TorchState, line: Line) -> bool:
     """A torchrun command in the text (a paste's command line): the world it starts, kept
     where every such command agrees (0 where they do not)."""
@@ -260,5 +307,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),
     Handler("worker-group", lambda b: "orker group" in b, read_worker_group),
     Handler("launch-command", lambda b: "--nproc" in b, read_launch_command),
+    Handler("mpi-launch-command", lambda b: "-n" in b and _MPI_LAUNCHER.search(b) is not None, read_process_count),
     Handler("mpirun-exit", lambda b: "Process name: [[" in b or "Exit code: " in b, read_mpirun_exit),
 )

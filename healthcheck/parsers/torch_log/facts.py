@@ -534,6 +534,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
     loop_rounds: int = 0  # the most values one loop counter (epoch, step, iter, batch) was logged with, any rank
     launched_world: int | None = None  # the world a torchrun command in the text starts (agent.read_launch_command)
+    launched_np: int | None = None  # the processes an mpirun/horovodrun/srun command starts (agent.launched_np)
     last_warnings: tuple[RankWarned, ...] = ()  # per rank, the last warning/error its code logged
     cut_tracebacks: tuple[TracebackCut, ...] = ()  # per rank, a traceback the text ends inside
     last_fingerprints: tuple[FingerprintRan, ...] = ()  # per rank, the last collective DETAIL logged it entering

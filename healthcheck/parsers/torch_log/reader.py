@@ -242,6 +242,7 @@ def _result(state: TorchState, lines: int) -> TorchLog:
                     last_steps=tuple(state.last_step.values()),
                     loop_rounds=max((len(v) for v in state.rounds.values()), default=0),
                     launched_world=state.launched_world or None,
+                    launched_np=state.launched_np or None,
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
@@ -250,12 +251,15 @@ def _result(state: TorchState, lines: int) -> TorchLog:
 
 def _commands_read(state: TorchState, lines: Iterator[Line]) -> Iterator[Line]:
     """The lines that are no noise; a command line (a prompt's, or its bare echo: noise)
-    read first for the world a torchrun command in it launches (agent.read_launch_command)."""
+    read first for the world a torchrun command in it launches (agent.read_launch_command)
+    and the processes an MPI or Slurm launch command starts (agent.read_process_count)."""
     for line in lines:
         if not line.noise:
             yield line
-        elif line.noise in ("command", "prompt") and "--nproc" in line.text:
-            agent.read_launch_command(state, line)
+        elif line.noise in ("command", "prompt"):
+            if "--nproc" in line.text:
+                agent.read_launch_command(state, line)
+            agent.read_process_count(state, line)
 
 
 def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:

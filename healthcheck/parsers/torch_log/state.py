@@ -119,6 +119,7 @@ class TorchState:
         self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
+        self.launched_np: int | None = None  # an MPI/Slurm launch command's -np/-n; 0 where they disagree
         self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
         self.stall_report = 0  # Horovod's stall warnings read so far (stall.py)
         self.stall_reporter: int | None = None  # the rank that printed the last one
