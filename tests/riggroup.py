@@ -33,7 +33,8 @@ time is pip filling that .venv, work the other workers' tests already do beside 
 
 `-n auto` starts no workers for a run of a few files (a developer's `pytest tests/unit/x.py`
 starts in a second, not after workers collected the whole suite), else one per CPU plus one
-for each rig group, whose tests mostly wait. PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N. In one
+for the second rig group (the first shares the CPUs' count: a fourth process on two cores
+starved the timing tests). PYTEST_XDIST_AUTO_NUM_WORKERS=N sets N. In one
 process (`-n 0`) both groups use the first rig, one after the other.
 """
 
@@ -170,9 +171,12 @@ def _test_files(args: list[str]) -> int:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: none for a few files, else one per CPU and one for each rig group."""
+    """`-n auto`: none for a few files, else one per CPU and one for each rig group but the
+    first: four processes on CI's two cores starved the torch jobs whose timing tests assert
+    (a straggler's delay, a parser's cost per line), and the torch-free group's worker takes
+    unit tests once its ~400 s of waiting is done."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     if _test_files(config.args) < XDIST_MIN_FILES:
         return 0
-    return len(os.sched_getaffinity(0)) + len(RIG_GROUPS)
+    return len(os.sched_getaffinity(0)) + len(RIG_GROUPS) - 1
