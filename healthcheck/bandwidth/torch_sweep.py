@@ -66,7 +66,7 @@ from typing import Any
 
 import msgspec
 
-from healthcheck.bandwidth import rendezvous
+from healthcheck.bandwidth import checkdata, rendezvous
 from healthcheck.core.errors import ExitCode, HcError, UsageError
 from healthcheck.core.nodes import expand
 from healthcheck.core.units import parse_size
@@ -83,7 +83,6 @@ PORT_BASE, PORT_SPAN = 20000, 10000  # derived ports: 20000-29999, below the eph
 CORRUPT_ENV = "HC_BW_TEST_CORRUPT_RANK"
 RENDEZVOUS_GRACE_S = 2.0  # past --timeout, before the watchdog ends a rendezvous torch has not
 SENTINEL = -1.0
-_CHUNK = 1 << 24  # elements per step when filling or checking a buffer (bounded temporaries)
 _SOURCE_PREFIX = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 _UNSUPPORTED = re.compile(r"not (?:yet )?(?:supported|implemented)|does not support|unsupported", re.I)
 
@@ -719,45 +718,24 @@ class _Session:
 
     # -- checking
 
-    def _pattern(self, start: int, length: int, shift: int) -> Any:
-        torch = self.torch
-        idx = torch.arange(start, start + length, dtype=torch.int64, device=self.device)
-        return ((idx + shift) % self.period + 1).to(torch.float32)
-
     def _check(self, geo: Geometry, send: Any, recv: Any, op: Callable[[], Any]) -> int:
         """Run once on this rank's known data and count the output elements that differ."""
+        torch = self.torch
         sends = not (geo.collective == "broadcast" and self.rank != ROOT)
         if sends:
-            for start in range(0, geo.send_elems, _CHUNK):
-                length = min(_CHUNK, geo.send_elems - start)
-                send[start:start + length].copy_(self._pattern(start, length, self.rank))
+            checkdata.fill_periodic(send[:geo.send_elems],
+                                    checkdata.period_base(torch, self.period, self.rank, self.device))
             if self.corrupt == self.rank:
                 send[0] += 1  # HC_BW_TEST_CORRUPT_RANK: the test hook
         if not geo.in_place or not sends:
             recv.fill_(SENTINEL)
         op()
         self._sync()
-        wrong = self.torch.zeros((), dtype=self.torch.int64, device=self.device)
-        for start in range(0, geo.recv_elems, _CHUNK):
-            length = min(_CHUNK, geo.recv_elems - start)
-            wrong += (recv[start:start + length] != self._expected(geo, start, length)).sum()
-        return int(wrong.item())
-
-    def _expected(self, geo: Geometry, start: int, length: int) -> Any:
-        """The exact output of this rank at flat indices start..start+length-1."""
-        torch, p, c = self.torch, self.period, geo.count
-        idx = torch.arange(start, start + length, dtype=torch.int64, device=self.device)
-        if geo.collective in ("all_reduce", "reduce_scatter"):
-            if self._reduced is None:
-                self._reduced = torch.tensor(reduced_pattern(self.n, p), dtype=torch.float32, device=self.device)
-            offset = self.rank * c if geo.collective == "reduce_scatter" else 0  # this rank's chunk
-            return self._reduced[(idx + offset) % p]
-        if geo.collective == "broadcast":
-            return ((idx + ROOT) % p + 1).to(torch.float32)
-        sender, within = idx // c, idx % c  # chunk j of the output came from rank j
-        if geo.collective == "alltoall":
-            within = within + self.rank * c  # ... from its chunk for this rank
-        return ((within + sender) % p + 1).to(torch.float32)
+        if self._reduced is None:
+            self._reduced = torch.tensor(reduced_pattern(self.n, self.period), dtype=torch.float32,
+                                         device=self.device)
+        return checkdata.count_wrong(torch, geo.collective, recv[:geo.recv_elems], geo.count, self.rank,
+                                     self.n, self.period, self._reduced, ROOT)
 
 
 def gather_fn(dist: Any, n: int) -> Callable[[Any, Any], Any]:
