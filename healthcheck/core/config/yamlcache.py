@@ -52,13 +52,20 @@ def load_yaml(path: Path) -> YamlDoc:
         return _parse(path, raw)
     digest = hashlib.sha256(raw).hexdigest()
     stamp = _stamp(digest)
-    entry = directory / f"{digest[:40]}.msgpack"
+    entry = entry_for(directory, stamp)
     cached = _read_entry(directory, entry, stamp)
     if cached is not None:
         return YamlDoc(path, cached[0], cached[1], raw)
     doc = _parse(path, raw)
     _store(directory, entry, stamp, doc)
     return doc
+
+
+def entry_for(directory: Path, stamp: list[Any]) -> Path:
+    """The entry of one stamp. Named by the whole stamp, not the file's bytes alone: two
+    installs of hc on one node (an upgrade under way, a pipx beside a package, checkouts side
+    by side) keep an entry each instead of overwriting each other's at every run."""
+    return directory / f"{hashlib.sha256(repr(stamp).encode()).hexdigest()[:40]}.msgpack"
 
 
 def _parse(path: Path, raw: bytes) -> YamlDoc:

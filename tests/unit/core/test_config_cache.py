@@ -92,7 +92,7 @@ def test_an_entry_for_other_bytes_or_another_version_is_not_used(tmp_path, cache
     g.write_text(MAIN.replace("default_fabric: t", "default_fabric: lie"))
     yamlcache.load_yaml(g)
     lie = _entry(cache)
-    f_entry = cache / f"{yamlcache.hashlib.sha256(f.read_bytes()).hexdigest()[:40]}.msgpack"
+    f_entry = yamlcache.entry_for(cache, yamlcache._stamp(yamlcache.hashlib.sha256(f.read_bytes()).hexdigest()))
     os.rename(lie, f_entry)  # an entry under f's name that holds g's parse
     assert yamlcache.load_yaml(f).data["default_fabric"] == "t"
     yamlcache.load_yaml(f)
@@ -200,3 +200,19 @@ def test_a_hook_exits_by_its_contract_whatever_the_cache(tmp_path, how, mtu, cod
     finally:
         if cache.is_dir():
             os.chmod(cache, 0o700)
+
+
+def test_two_installs_keep_an_entry_each(tmp_path, cache, monkeypatch):
+    """Another version (or parser file) on the same node stores beside this one's entry, so
+    neither parses again at every run after the other ran."""
+    f = tmp_path / "hc.yaml"
+    f.write_text(MAIN)
+    ours = yamlcache.__version__
+    yamlcache.load_yaml(f)
+    monkeypatch.setattr(yamlcache, "__version__", "999")
+    yamlcache.load_yaml(f)
+    assert len(list(cache.iterdir())) == 2
+    monkeypatch.setattr(yamlcache, "_parse", lambda *_: pytest.fail("parsed again: the other install's entry was lost"))
+    for version in (ours, "999"):
+        monkeypatch.setattr(yamlcache, "__version__", version)
+        yamlcache.load_yaml(f)
