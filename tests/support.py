@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,15 @@ class _ProcessState:
                         for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]
                         if isinstance(lg, logging.Logger)}
         self.warning_filters = warnings.filters[:]
-        self.atexit = atexit._ncallbacks()
+        # atexit.register during the run, recorded: atexit._ncallbacks() was seen to move in
+        # runs that registered nothing, so the count cannot tell
+        self.atexit_register, self.at_exit = atexit.register, []
+
+        def recording_register(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            self.at_exit.append(fn)
+            return self.atexit_register(fn, *args, **kwargs)
+
+        atexit.register = recording_register  # type: ignore[assignment]
         self.stop_deferral = local_runner.stop_deferral
 
     def restore(self) -> list[str]:
@@ -183,8 +192,10 @@ class _ProcessState:
             lg.handlers[:], lg.level, lg.propagate, lg.disabled = handlers, level, propagate, disabled
         warnings.filters[:] = self.warning_filters
         problems = []
-        if atexit._ncallbacks() != self.atexit:
-            problems.append("hc registered an atexit function (it would run when the test worker exits)")
+        atexit.register = self.atexit_register  # type: ignore[assignment]
+        # weakref.finalize registers its class's exit hook once per process, at its first use
+        problems.extend(f"hc registered atexit function {fn!r} (it would run when the test worker exits)"
+                        for fn in self.at_exit if fn != weakref.finalize._exitfunc)
         deadline = time.monotonic() + 5
         for thread in set(threading.enumerate()) - self.threads:
             # a real hc's exit ends its daemon threads; here each must end by itself

@@ -12,6 +12,7 @@ are tested below the sample."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import signal
@@ -118,6 +119,25 @@ def test_os_exit_is_refused_not_run(tmp_path):
     with pytest.raises(InProcessUnsupported, match="os._exit"):
         run_hc_inproc("prologue", env={"HC_CONFIG": str(tmp_path / "missing.yaml"), "HC_NODE_NAME": "node1",
                                        "HC_SYSLOG_SOCKET": ""})
+
+
+def test_an_atexit_function_hc_registers_fails_the_test(monkeypatch):
+    """It would run when the test worker exits, long after the call; a real hc runs it at its own exit."""
+    get_command = hc_cli.LazyGroup.get_command
+
+    def registering(self, ctx, name):
+        atexit.register(leftover)
+        return get_command(self, ctx, name)
+
+    def leftover():
+        return None
+
+    monkeypatch.setattr(hc_cli.LazyGroup, "get_command", registering)
+    try:
+        with pytest.raises(AssertionError, match="atexit function .*leftover"):
+            run_hc_inproc("checks", "list")
+    finally:
+        atexit.unregister(leftover)
 
 
 def test_process_state_is_put_back(tmp_path, monkeypatch):
