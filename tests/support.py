@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import atexit
 import io
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import traceback
+import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from click import formatting as click_formatting
+from click.testing import CliRunner
+
+import healthcheck.cli as hc_cli
+from healthcheck.runners import local as local_runner
+from healthcheck.runners import stop
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "corpus"
@@ -106,6 +121,184 @@ def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | N
         print(f"hc {' '.join(args)} died with signal {-r.returncode}; stderr:\n"
               f"{r.stderr.decode(errors='replace')}", file=sys.stderr)
     return r
+
+
+class InProcessUnsupported(BaseException):
+    """hc called os._exit in an in-process run (a hook's deadline or failure, a stop): that
+    path ends the process, so its test belongs in a subprocess (`run_hc`). A BaseException, so
+    no `except Exception` in hc can swallow it on its way out."""
+
+
+# the signals whose handlers hc may change (SIGKILL and SIGSTOP have none)
+_HANDLED_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+def _help_width(environ: dict[str, str | None]) -> int:
+    """The width click formats help at in a real `hc` whose stdout is a pipe (run_hc's):
+    $COLUMNS where it is a positive number, else shutil's fallback of 80, at most 80, less 2
+    (click.formatting.HelpFormatter). CliRunner would force 80 instead."""
+    try:
+        columns = int(environ.get("COLUMNS") or 0)
+    except ValueError:
+        columns = 0
+    return max(min(columns if columns > 0 else 80, 80) - 2, 50)
+
+
+class _ProcessState:
+    """What an in-process run of hc may change that a real process would take with it when it
+    exits: signal handlers, the interval timer and the wakeup fd (the hooks' HookGuard,
+    runners.stop), the cwd, the loggers, the warning filters, runners.stop's registry and the
+    thread and pipe its install() starts. Taken before a run, put back after it."""
+
+    def __init__(self) -> None:
+        self.handlers = {sig: signal.getsignal(sig) for sig in _HANDLED_SIGNALS}
+        self.timer = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's, where it runs
+        self.taken = time.monotonic()
+        self.wakeup = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(self.wakeup)
+        self.cwd = os.getcwd()
+        self.threads = set(threading.enumerate())
+        self.loggers = {name: (lg.handlers[:], lg.level, lg.propagate, lg.disabled)
+                        for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]
+                        if isinstance(lg, logging.Logger)}
+        self.warning_filters = warnings.filters[:]
+        # atexit.register during the run, recorded: atexit._ncallbacks() was seen to move in
+        # runs that registered nothing, so the count cannot tell
+        self.atexit_register, self.at_exit = atexit.register, []
+
+        def recording_register(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            self.at_exit.append(fn)
+            return self.atexit_register(fn, *args, **kwargs)
+
+        atexit.register = recording_register  # type: ignore[assignment]
+        self.stop_deferral = local_runner.stop_deferral
+
+    def restore(self) -> list[str]:
+        """Put everything back; what could not be (threads still running): the problems."""
+        left, interval = self.timer
+        if left > 0:  # the time the call took counts against the runner's timer as it would have
+            left = max(left - (time.monotonic() - self.taken), 1e-3)
+        signal.setitimer(signal.ITIMER_REAL, left, interval)
+        wakeup = signal.set_wakeup_fd(self.wakeup)
+        for sig, handler in self.handlers.items():
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+        if stop.installed():  # hc node / hc sweep: runners.stop as it was before install()
+            _uninstall_stop(wakeup if wakeup != self.wakeup else -1)
+        local_runner.stop_deferral = self.stop_deferral
+        os.chdir(self.cwd)
+        for name, (handlers, level, propagate, disabled) in self.loggers.items():
+            lg = logging.getLogger(name or None)
+            lg.handlers[:], lg.level, lg.propagate, lg.disabled = handlers, level, propagate, disabled
+        warnings.filters[:] = self.warning_filters
+        problems = []
+        atexit.register = self.atexit_register  # type: ignore[assignment]
+        # weakref.finalize registers its class's exit hook once per process, at its first use
+        problems.extend(f"hc registered atexit function {fn!r} (it would run when the test worker exits)"
+                        for fn in self.at_exit if fn != weakref.finalize._exitfunc)
+        deadline = time.monotonic() + 5
+        for thread in set(threading.enumerate()) - self.threads:
+            # a real hc's exit ends its daemon threads; here each must end by itself
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                problems.append(f"hc left thread {thread.name!r} running")
+        return problems
+
+
+def _uninstall_stop(wakeup_fd: int) -> None:
+    """runners.stop as a fresh process has it: the `hc-stop` relay thread ends on its pipe's
+    end (its write end was the wakeup fd), the registry and the flags start over. The
+    os.register_at_fork hook stays (it only touches a forked child's copy)."""
+    if wakeup_fd >= 0:
+        os.close(wakeup_fd)
+    with stop._lock:
+        stop._cleanups.clear()
+    stop._installed = False
+    stop._stopping = stop._received = stop._pending = None
+    stop._raised = stop._said = False
+    stop._defer_depth = 0
+    stop._notes.clear()
+    stop._done = threading.Event()
+
+
+def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,
+                  timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """`run_hc` in this process: the same entry (healthcheck.cli.main, what `python -m
+    healthcheck` runs), the same environment rules, the same CompletedProcess (returncode,
+    stdout and stderr bytes), ~100x cheaper. The differences, each on purpose:
+
+    - an exception that escapes main() (HC_DEBUG=1), or one main() turns into "hc: internal
+      error", fails the calling test with its traceback instead of passing as an exit code;
+    - a path that calls os._exit (a hook's deadline or failure, a stop) raises
+      InProcessUnsupported: such tests stay in a subprocess;
+    - stdin is empty, never a terminal, where `input` is None (run_hc's child inherits the
+      runner's); `timeout` is not enforced (pytest's own per-test timeout is);
+    - what a process hc starts writes to its inherited descriptors 1 and 2 is not in the
+      result (this process's fds are not the captured streams): such tests stay in a subprocess.
+
+    State a real process would take with it (signal handlers and timers, the cwd, loggers,
+    warning filters, runners.stop) is put back after each call; a thread hc left running or an
+    atexit function it registered fails the test. tests/unit/suite/test_inproc_parity.py holds
+    the two runners to the same rc, stdout and stderr.
+    """
+    del timeout  # see above
+    # as run_hc: the runner's HC_* and SLURM* are not hc's; PYTHONFAULTHANDLER for any child
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("HC_", "SLURM"))}
+    overrides["PYTHONFAULTHANDLER"] = "1"
+    overrides.update(env or {})
+    seen = {**os.environ, **overrides}
+    state = _ProcessState()
+    escaped: list[str] = []
+    real_exit, real_main = os._exit, hc_cli.cli.main
+
+    def refuse_exit(code: int) -> None:
+        raise InProcessUnsupported(f"hc {' '.join(args)} called os._exit({code}): run it with run_hc")
+
+    def recording_main(*a: Any, **kw: Any) -> Any:
+        try:
+            return real_main(*a, **kw)
+        except Exception:
+            escaped.append(traceback.format_exc())
+            raise
+
+    code: int
+    runner = CliRunner()
+    try:
+        with runner.isolation(input=input, env=overrides) as (out, err, _mixed):
+            click_formatting.FORCED_WIDTH = _help_width(seen)
+            os._exit = refuse_exit  # type: ignore[assignment]
+            hc_cli.cli.main = recording_main  # type: ignore[method-assign]
+            try:
+                if cwd is not None:
+                    os.chdir(cwd)
+                hc_cli.main(list(args))
+                code = 0
+            except SystemExit as exc:  # as the interpreter exits with it
+                code = _exit_status(exc.code)
+            finally:
+                os._exit = real_exit
+                del hc_cli.cli.main  # the class's method again
+                for stream in (sys.stdout, sys.stderr):
+                    stream.flush()
+            stdout, stderr = out.getvalue(), err.getvalue()
+    finally:
+        problems = state.restore()
+    if b"hc: internal error: " in stderr and escaped:
+        raise AssertionError(f"hc {' '.join(args)}: internal error\n{escaped[-1]}")
+    if problems:
+        raise AssertionError(f"hc {' '.join(args)} in process: " + "; ".join(problems))
+    return subprocess.CompletedProcess([sys.executable, "-m", "healthcheck", *args], code, stdout, stderr)
+
+
+def _exit_status(code: object) -> int:
+    """The status a process exits with for sys.exit(code): None 0, an int itself (mod 256, as
+    the OS keeps it), anything else printed on stderr and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
 
 
 def no_hardware_outputs() -> dict[str, tuple[str, str, int]]:

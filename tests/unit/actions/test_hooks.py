@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from support import run_hc, write_stub
+from support import run_hc, run_hc_inproc, write_stub
 
 
 def setup(tmp_path, *, escalation="drain", mtu=65536):
@@ -30,7 +30,7 @@ def setup(tmp_path, *, escalation="drain", mtu=65536):
 def test_repeated_error_escalates_to_a_drain_only_when_configured(tmp_path):
     bin_dir, log, env = setup(tmp_path)
     write_stub(bin_dir, "ip", "exec sleep 60\n")  # net.mtu cannot run: ERROR, job runs
-    codes = [run_hc("prologue", env=env, timeout=30).returncode for _ in range(3)]
+    codes = [run_hc_inproc("prologue", env=env, timeout=30).returncode for _ in range(3)]
     assert codes == [0, 0, 0]
     assert log.read_text().splitlines() == ["update nodename=node1 state=drain reason=hc: ERROR x3 hc.E002"]
     audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
@@ -41,7 +41,7 @@ def test_repeated_error_is_reported_not_drained_by_default(tmp_path):
     bin_dir, log, env = setup(tmp_path, escalation="report")
     write_stub(bin_dir, "ip", "exec sleep 60\n")
     for _ in range(3):
-        r = run_hc("prologue", "--format", "json", env=env, timeout=30)
+        r = run_hc_inproc("prologue", "--format", "json", env=env, timeout=30)
     assert r.returncode == 0 and not log.exists()
     report = json.loads(r.stdout)
     assert [f["id"] for f in report["run_findings"]] == ["act.E002"]
@@ -50,12 +50,12 @@ def test_repeated_error_is_reported_not_drained_by_default(tmp_path):
 def test_a_passing_run_resets_the_error_count(tmp_path):
     bin_dir, log, env = setup(tmp_path)
     hang = write_stub(bin_dir, "ip", "exec sleep 60\n")
-    run_hc("prologue", env=env, timeout=30)
-    run_hc("prologue", env=env, timeout=30)
+    run_hc_inproc("prologue", env=env, timeout=30)
+    run_hc_inproc("prologue", env=env, timeout=30)
     hang.unlink()
-    assert run_hc("prologue", env=env, timeout=30).returncode == 0
+    assert run_hc_inproc("prologue", env=env, timeout=30).returncode == 0
     write_stub(bin_dir, "ip", "exec sleep 60\n")
-    run_hc("prologue", env=env, timeout=30)
+    run_hc_inproc("prologue", env=env, timeout=30)
     assert not log.exists()
 
 
@@ -89,8 +89,8 @@ def test_a_busy_node_lock_means_no_action_this_run(tmp_path):
     cfg = tmp_path / "hc.yaml"
     cfg.write_text(cfg.read_text().replace("  error_escalation:", "  lock_timeout_s: 0.3\n  error_escalation:"))
     with NodeState(tmp_path / "state", "node1").lock(1.0):  # an epilogue acting right now
-        r = run_hc("health", "--format", "json", env=env, timeout=30)
+        r = run_hc_inproc("health", "--format", "json", env=env, timeout=30)
     report = json.loads(r.stdout)
     assert r.returncode == 2 and not log.exists()
     assert [f["id"] for f in report["run_findings"]] == ["act.E004"]
-    assert run_hc("health", env=env, timeout=30).returncode == 2 and log.exists()  # the next run acts
+    assert run_hc_inproc("health", env=env, timeout=30).returncode == 2 and log.exists()  # the next run acts

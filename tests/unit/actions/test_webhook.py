@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import free_port, run_hc
+from support import free_port, run_hc, run_hc_inproc
 
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.webhook import (
@@ -527,7 +527,7 @@ def test_the_command_with_webhook_and_token_options(tmp_path):
         h.record(run(0, {"n1"}))
     with Server() as s:
         cfg = hc_config(tmp_path, None)
-        r = run_hc("report", "tickets", "--webhook", s.url, "--token-file", str(token_file),
+        r = run_hc_inproc("report", "tickets", "--webhook", s.url, "--token-file", str(token_file),
                    "--config", str(cfg))
     assert r.returncode == 0, r.stderr
     (q,) = s.requests
@@ -548,7 +548,7 @@ def test_the_command_exits_4_on_a_wrong_url_or_token_and_delivers_everything_onc
         h.record(run(0, {"n1", "n2", "n3"}))
     with Server(then=status) as s:
         cfg = hc_config(tmp_path, s.url, token_file=str(token_file))
-        r = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+        r = run_hc_inproc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
         port = s.port
     err = r.stderr.decode()
     assert r.returncode == 4, err
@@ -558,7 +558,7 @@ def test_the_command_exits_4_on_a_wrong_url_or_token_and_delivers_everything_onc
     assert len(r.stdout.splitlines()) == 3  # the records are printed whatever the delivery
     with Server() as s:
         cfg = hc_config(tmp_path, s.url, token_file=str(token_file))
-        fixed = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+        fixed = run_hc_inproc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
     assert fixed.returncode == 0, fixed.stderr
     assert sorted(s.keys()) == sorted(json.loads(x)["key"] for x in r.stdout.splitlines())
     assert b"3 delivered (3 of them from the spool)" in fixed.stderr
@@ -569,16 +569,16 @@ def test_the_command_resends_rejected_records_when_asked(tmp_path):
         h.record(run(0, {"n1", "n2"}))
     with Server(["422"]) as s:
         cfg = hc_config(tmp_path, s.url)
-        r = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+        r = run_hc_inproc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
         refused = s.keys("422")
     assert r.returncode == 3 and b"1 delivered, 0 kept in the spool, 1 rejected by the receiver" in r.stderr, r.stderr
     assert b"--resend-rejected" in r.stderr
     with Server() as s:
         cfg = hc_config(tmp_path, s.url)
-        plain = run_hc("report", "tickets", "--config", str(cfg))
+        plain = run_hc_inproc("report", "tickets", "--config", str(cfg))
         assert s.requests == [] and plain.returncode == 0, plain.stderr
         assert b"1 record rejected by an earlier delivery, not sent again" in plain.stderr
-        resent = run_hc("report", "tickets", "--resend-rejected", "--config", str(cfg))
+        resent = run_hc_inproc("report", "tickets", "--resend-rejected", "--config", str(cfg))
     assert resent.returncode == 0 and s.keys() == refused, resent.stderr
     assert b"1 delivered (1 of them from the spool)" in resent.stderr
     assert list((tmp_path / "state" / "tickets" / "rejected").glob("*.json")) == []
@@ -598,7 +598,7 @@ def test_the_command_resends_rejected_records_when_asked(tmp_path):
 def test_bad_delivery_input_exits_4_before_anything_is_sent(tmp_path, args, message):
     (tmp_path / "token").write_text(TOKEN)
     cfg = hc_config(tmp_path, None)
-    r = run_hc("report", "tickets", "-", "--config", str(cfg), *[a.format(tmp=tmp_path) for a in args],
+    r = run_hc_inproc("report", "tickets", "-", "--config", str(cfg), *[a.format(tmp=tmp_path) for a in args],
                input=encode(run(0, {"n1"})))
     err = r.stderr.decode()
     assert r.returncode == 4 and message in err and "Traceback" not in err and "s3cr3t" not in err, err

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, run_hc, write_stub
+from support import CORPUS, FIXTURES, run_hc, run_hc_inproc, write_stub
 
 from healthcheck.core.config.loader import load_config
 from healthcheck.core.errors import ParseError
@@ -223,8 +223,8 @@ def test_a_cut_json_document_from_a_killed_dcgmi_is_a_parse_error():
 def test_hc_parse_reads_every_dcgmi_file_and_refuses_garbage(tmp_path):
     files = sorted((CORPUS / "dcgmi-diag").glob("*.txt")) + sorted(DERIVED.glob("derived-*.txt"))
     assert len(files) >= 14
-    for path in files:
-        r = run_hc("parse", "dcgmi-diag", str(path))
+    for k, path in enumerate(files):  # the first file in a real process, the matrix in this one
+        r = (run_hc if k == 0 else run_hc_inproc)("parse", "dcgmi-diag", str(path))
         assert r.returncode == 0, (path, r.stderr)
         assert json.loads(r.stdout)["facts"]["format"] in ("json", "text")
     junk = tmp_path / "junk.txt"
@@ -402,8 +402,9 @@ def test_a_node_without_gpus_skips_whatever_dcgmi_says(tmp_path, standin):
 # ------------------------------------------------------------------ the real command
 
 
-def hc_node(tmp_path: Path, cfg: Path, *args: str, env: dict | None = None) -> tuple[int, dict]:
-    r = run_hc("node", "--local", "--config", str(cfg), "--format", "json", *args,
+def hc_node(tmp_path: Path, cfg: Path, *args: str, env: dict | None = None, run=run_hc_inproc) -> tuple[int, dict]:
+    """`hc node --local` with the recorded H100 NVML; in process but for the exit-3 contract."""
+    r = run("node", "--local", "--config", str(cfg), "--format", "json", *args,
                env={"HC_NODE_NAME": "gpu001", "HC_NVML_REPLAY": str(H100_REPLAY), **(env or {})})
     assert r.returncode in (0, 1, 2, 3), r.stderr
     return r.returncode, json.loads(r.stdout)
@@ -416,7 +417,7 @@ def test_dcgmi_absent_for_real_is_error_exit_3(tmp_path, validate_report):
     cfg = tmp_path / "hc.yaml"
     cfg.write_text(f"fabric_dirs: [{fabrics}]\ndefault_fabric: node\n")
     code, report = hc_node(tmp_path, cfg, "--checks", "gpu.dcgm", "--tier", "standard",
-                           env={"PATH": "/usr/bin:/bin"})
+                           env={"PATH": "/usr/bin:/bin"}, run=run_hc)
     validate_report(report)
     (f,) = report["nodes"][0]["findings"]
     assert (f["id"], f["status"], f["check"]) == ("hc.E001", "ERROR", "gpu.dcgm")
@@ -592,7 +593,7 @@ def test_over_ssh_nvidia_smi_says_whether_the_gpus_are_idle(tmp_path, standin, m
 
 def test_levels_3_and_4_are_refused_for_the_standard_tier(tmp_path):
     cfg = config(tmp_path, "level_standard: 3")
-    r = run_hc("config", "validate", "--config", str(cfg))
+    r = run_hc_inproc("config", "validate", "--config", str(cfg))
     assert r.returncode == 4 and b"level_standard" in r.stderr and b"Traceback" not in r.stderr
 
 

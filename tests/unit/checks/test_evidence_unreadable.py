@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, make_fake_sysfs_ib, run_hc
+from support import CORPUS, FIXTURES, make_fake_sysfs_ib, run_hc, run_hc_inproc
 
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config, NodeConfig
@@ -395,7 +395,7 @@ def test_since_helper_never_hides_everything(t):
     ("0001-01-01T00:00:00Z", "between 1970 and 9999"), ("yesterday", "not 'boot'"),
 ])
 def test_cli_rejects_since_that_is_no_real_time(value, words):
-    r = run_hc("node", "--local", "--since", value, "--checks", "gpu.xid")
+    r = run_hc_inproc("node", "--local", "--since", value, "--checks", "gpu.xid")
     assert r.returncode == 4
     err = r.stderr.decode().strip()
     assert len(err.splitlines()) == 1 and words in err
@@ -407,7 +407,7 @@ def test_cli_warns_on_a_future_window_and_the_check_names_it(tmp_path):
     (tmp_path / "fabrics" / "f.yaml").write_text(
         f"extends: h100-ndr400\ngpu:\n  xid: {{source: file, file: {tmp_path}/kern.log}}\n")
     (tmp_path / "hc.yaml").write_text("default_fabric: f\n")
-    r = run_hc("node", "--local", "--config", str(tmp_path / "hc.yaml"), "--since", "2999-01-01T00:00:00Z",
+    r = run_hc_inproc("node", "--local", "--config", str(tmp_path / "hc.yaml"), "--since", "2999-01-01T00:00:00Z",
                "--checks", "gpu.xid", "--format", "json",
                env={"HC_NODE_NAME": "gpu017", "HC_NVML_REPLAY": str(NVML / "healthy-8xh100.json")})
     assert "warning" in r.stderr.decode() and "future" in r.stderr.decode()

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import yaml
-from support import run_hc
+from support import run_hc, run_hc_inproc
 
 from healthcheck.core.config.loader import Config, load_config
 from healthcheck.core.config.schema import BaselineSettings
@@ -160,13 +160,13 @@ def test_a_baseline_named_otherwise_is_a_new_fabric_nodes_are_mapped_to(tmp_path
     out = tmp_path / "fabrics" / "site-h100.yaml"
     cfg = tmp_path / "hc.yaml"
     cfg.write_text("default_fabric: generic\n")
-    r = run_hc("baseline", *map(str, reports), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", *map(str, reports), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
     assert r.returncode == 0, r.stderr
     cfg.write_text("nodes:\n  'gpu[000-019]': site-h100\ndefault_fabric: generic\n")  # then map nodes to it
-    r = run_hc("baseline", *map(str, reports), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", *map(str, reports), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
     assert r.returncode == 0, r.stderr  # and learning again later replaces it
     assert yaml.safe_load(out.read_text())["extends"] == "h100-ndr400"
-    assert run_hc("config", "validate", str(cfg)).returncode == 0
+    assert run_hc_inproc("config", "validate", str(cfg)).returncode == 0
     nc = Config(cfg).for_node("gpu003")
     assert nc.fabric_name == "site-h100" and nc.source(SINGLE_16G).startswith(f"{out}:")
     assert nc.limits.ib.rate_gbps == 400  # the rest still from h100-ndr400
@@ -184,7 +184,7 @@ def test_a_baseline_named_otherwise_is_a_new_fabric_nodes_are_mapped_to(tmp_path
 def test_a_baseline_from_two_nodes_is_refused_with_the_reason(tmp_path):
     reports = [write_report(tmp_path / "r.json", fleet(2))]
     out = tmp_path / "two.yaml"
-    r = run_hc("baseline", str(reports[0]), "--fabric", "h100-ndr400", "-o", str(out))
+    r = run_hc_inproc("baseline", str(reports[0]), "--fabric", "h100-ndr400", "-o", str(out))
     assert r.returncode == 4 and not out.exists()
     lines = r.stderr.decode().splitlines()
     assert f"hc: refused: {SINGLE_16G}: 2 nodes, fewer than baseline.min_nodes 8" in lines
@@ -237,13 +237,13 @@ def test_bad_input_is_one_line_and_exit_4(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if "-o" not in args:
         args += ["-o", str(tmp_path / "out.yaml")]
-    r = run_hc("baseline", str(report), *args)
+    r = run_hc_inproc("baseline", str(report), *args)
     assert r.returncode == 4 and message in r.stderr and b"Traceback" not in r.stderr, r.stderr
 
 
 def test_the_same_run_twice_is_refused(tmp_path):
     report = write_report(tmp_path / "r.json", fleet(10))
-    r = run_hc("baseline", str(report), str(report), "--fabric", "h100-ndr400", "-o", str(tmp_path / "o.yaml"))
+    r = run_hc_inproc("baseline", str(report), str(report), "--fabric", "h100-ndr400", "-o", str(tmp_path / "o.yaml"))
     assert r.returncode == 4 and b"is given twice" in r.stderr
 
 
@@ -252,20 +252,20 @@ def test_config_defaults_apply_and_options_override_them(tmp_path):
     cfg = tmp_path / "hc.yaml"
     cfg.write_text("default_fabric: generic\nbaseline: {min_nodes: 5, margin: 0.5}\n")
     out = tmp_path / "o.yaml"
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
     assert r.returncode == 0, r.stderr
     half = yaml.safe_load(out.read_text())["bandwidth"]["all_reduce"]["single_node"]["busbw_min_gbytes_per_s"]["16G"]
     assert 230 < half < 236  # ~470 x (1 - 0.5)
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "--margin", "0.1",
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "--margin", "0.1",
                "--format", "json", "-o", str(out))
     rows = {row["key"]: row for row in json.loads(r.stdout)["keys"]}
     assert rows[SINGLE_16G]["status"] == "learned" and rows[SINGLE_16G]["count"] == 6
     assert 2 * half * 0.89 < rows[SINGLE_16G]["value"] < 2 * half * 0.91  # the option beats the config
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "--min-nodes", "7",
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "--min-nodes", "7",
                "-o", str(out))
     assert r.returncode == 4 and b"6 nodes, fewer than baseline.min_nodes 7" in r.stderr
     cfg.write_text("default_fabric: generic\nbaseline: {min_nodes: 1}\n")
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", "--config", str(cfg), "-o", str(out))
     assert r.returncode == 4 and b"baseline.min_nodes: expected int >= 2" in r.stderr
 
 
@@ -351,7 +351,7 @@ def test_a_floor_the_fabric_spells_otherwise_is_replaced_not_doubled(tmp_path):
     cfg.write_text("default_fabric: f\n")
     report = write_report(tmp_path / "r.json", [msgspec.structs.replace(n, fabric="f") for n in fleet(12)])
     out = tmp_path / "fabrics" / "f2.yaml"
-    r = run_hc("baseline", str(report), "--fabric", "f", "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", str(report), "--fabric", "f", "--config", str(cfg), "-o", str(out))
     assert r.returncode == 0, r.stderr
     cfg.write_text("default_fabric: f2\n")
     floors = Config(cfg).for_node("n").limits.bandwidth.all_reduce.single_node.busbw_min_gbytes_per_s
@@ -385,7 +385,7 @@ def test_hostile_node_and_hca_names_never_reach_the_yaml_as_keys(tmp_path):
     report = tmp_path / "hostile\nname.json"
     write_report(report, nodes)
     out = tmp_path / "out.yaml"
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", "-o", str(out))
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", "-o", str(out))
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     data = yaml.safe_load(text)
@@ -396,7 +396,7 @@ def test_hostile_node_and_hca_names_never_reach_the_yaml_as_keys(tmp_path):
         assert line.startswith(("#", "description:", "extends:", " ", "bandwidth:")), line
         assert line.isascii() and line.isprintable()
     assert "hostile\\nname.json" in text and "2.21.5\\nextends: evil (12 nodes)" in text
-    assert run_hc("config", "validate", str(out)).returncode == 0
+    assert run_hc_inproc("config", "validate", str(out)).returncode == 0
 
 
 # ------------------------------------------------------------------ the loader
@@ -438,38 +438,38 @@ def test_a_baseline_that_would_be_an_extends_cycle_is_not_written(tmp_path, fabr
     nodes = [deep_node(n.node, n.metrics, fabric=fabric) for n in fleet(10)]
     report = write_report(tmp_path / "r.json", nodes)
     out = (tmp_path / "site" if where == "site" else tmp_path) / output
-    r = run_hc("baseline", str(report), "--fabric", fabric, "-o", str(out), "--config", str(cfg))
+    r = run_hc_inproc("baseline", str(report), "--fabric", fabric, "-o", str(out), "--config", str(cfg))
     err = r.stderr.decode()
     assert r.returncode == 4 and err.count("\n") == 1 and f"extends cycle ({chain})" in err, err
     assert f"name it {fabric}.yaml" in err and not out.exists()
-    assert run_hc("config", "validate", "--config", str(cfg)).returncode == 0  # the site still loads
+    assert run_hc_inproc("config", "validate", "--config", str(cfg)).returncode == 0  # the site still loads
 
 
 def test_validate_finds_the_extends_cycle_a_fabric_file_would_make_once_installed(tmp_path):
     loop = tmp_path / "generic.yaml"
     loop.write_text("extends: h100-ndr400\nib: {hca_count: 4}\n")
-    r = run_hc("config", "validate", str(loop))
+    r = run_hc_inproc("config", "validate", str(loop))
     err = r.stderr.decode()
     assert r.returncode == 4 and "extends: cycle generic -> h100-ndr400 -> generic" in err, err
     refine = tmp_path / "h100-ndr400.yaml"  # extending its own name refines hc's own: no cycle
     refine.write_text("extends: h100-ndr400\nib: {hca_count: 4}\n")
-    assert run_hc("config", "validate", str(refine)).returncode == 0
+    assert run_hc_inproc("config", "validate", str(refine)).returncode == 0
     (tmp_path / "fabrics").mkdir()  # and installed, the main config's validate names the chain
     loop.rename(tmp_path / "fabrics" / "generic.yaml")
     cfg = tmp_path / "hc.yaml"
     cfg.write_text("fabric_dirs: [fabrics]\ndefault_fabric: generic\n")
-    r = run_hc("config", "validate", "--config", str(cfg))
+    r = run_hc_inproc("config", "validate", "--config", str(cfg))
     assert r.returncode == 4 and b"extends: cycle" in r.stderr and b"-> generic" in r.stderr, r.stderr
 
 
 def test_validate_a_fabric_file_names_file_line_and_key(tmp_path):
     bad = tmp_path / "site-h100.yaml"
     bad.write_text("extends: h100-ndr400\nbandwidth:\n  ib_write_bw:\n    per_hca_min_gbps: -3\n")
-    r = run_hc("config", "validate", str(bad))
+    r = run_hc_inproc("config", "validate", str(bad))
     assert r.returncode == 4
     assert f"{bad}:4: bandwidth.ib_write_bw.per_hca_min_gbps: expected float > 0".encode() in r.stderr, r.stderr
     bad.write_text("extends: nope\ngpu: {count: 8}\n")
-    r = run_hc("config", "validate", str(bad))
+    r = run_hc_inproc("config", "validate", str(bad))
     assert r.returncode == 4 and b"unknown fabric 'nope'" in r.stderr
     with pytest.raises(HcError):
         Config(bad)  # as a main config it is still refused (unknown key)
@@ -494,7 +494,7 @@ def test_deep_sweeps_through_run_many_culprit_slow_link_and_slow_node_are_not_le
         paths.append(tmp_path / f"sweep{run}.json")
         paths[-1].write_bytes(encode(report))
     out = tmp_path / "fabrics" / "sim-site.yaml"
-    r = run_hc("baseline", *map(str, paths), "--fabric", sr.FABRIC, "--config", str(cfg), "-o", str(out))
+    r = run_hc_inproc("baseline", *map(str, paths), "--fabric", sr.FABRIC, "--config", str(cfg), "-o", str(out))
     assert r.returncode == 0, r.stderr
     data = yaml.safe_load(out.read_text())["bandwidth"]["all_reduce"]
     node_floor = data["single_node"]["busbw_min_gbytes_per_s"]["16G"]
@@ -508,4 +508,4 @@ def test_deep_sweeps_through_run_many_culprit_slow_link_and_slow_node_are_not_le
     # pair tests run between the 11 nodes whose own test passed (node02's did not): 55 pairs,
     # less the culprit's 10 and the slow link
     assert "; 44 pairs;" in text
-    assert run_hc("config", "validate", str(out), "--config", str(cfg)).returncode == 0
+    assert run_hc_inproc("config", "validate", str(out), "--config", str(cfg)).returncode == 0

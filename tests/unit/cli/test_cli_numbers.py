@@ -9,7 +9,7 @@ import sys
 
 import click
 import pytest
-from support import run_hc
+from support import run_hc, run_hc_inproc
 
 from healthcheck.cli import cli
 from healthcheck.cli.params import Bounded
@@ -86,7 +86,8 @@ def test_every_numeric_parameter_refuses_nan_inf_negative_and_huge_values(path, 
     ["report", "history", "--limit", "99999999999999999999999"],
 ])
 def test_hostile_numbers_on_the_command_line_are_one_line_and_exit_4(argv):
-    r = run_hc(*argv, timeout=60)
+    # hc run (which execs the job) in a real process; the rest, the same error path, in this one
+    r = (run_hc if argv[0] == "run" else run_hc_inproc)(*argv, timeout=60)
     assert r.returncode == 4, (argv, r.returncode, r.stderr)
     errors = [ln for ln in r.stderr.decode().splitlines() if ln.startswith("hc: error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr.decode() and "internal error" not in r.stderr.decode()
@@ -99,7 +100,7 @@ def test_baseline_options_refuse_nan_with_real_reports(tmp_path, option):
 
     report = write_report(tmp_path / "r.json", fleet(10))
     out = tmp_path / "out.yaml"
-    r = run_hc("baseline", str(report), "--fabric", "h100-ndr400", option, "nan", "-o", str(out))
+    r = run_hc_inproc("baseline", str(report), "--fabric", "h100-ndr400", option, "nan", "-o", str(out))
     assert r.returncode == 4 and b"Traceback" not in r.stderr and b"internal error" not in r.stderr, r.stderr
     assert option.encode() in r.stderr and not out.exists()
 

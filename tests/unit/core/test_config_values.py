@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import run_hc
+from support import run_hc, run_hc_inproc
 
 from healthcheck.core.config import schema
 from healthcheck.core.config.loader import Config
@@ -158,9 +158,9 @@ def test_a_type_error_in_a_lazily_loaded_fabric_is_a_config_error_with_its_line(
     cfg = Config(path)  # fabrics are read when a node needs them
     with pytest.raises(ConfigError, match=r"fabrics/x.yaml:2: gpu.count: expected int \| null, got str"):
         cfg.for_node("gpu2")
-    r = run_hc("config", "show", "gpu2", "--config", str(path))
+    r = run_hc_inproc("config", "show", "gpu2", "--config", str(path))
     assert r.returncode == 4 and b"fabrics/x.yaml:2: gpu.count" in r.stderr and b"internal error" not in r.stderr
-    r = run_hc("node", "--local", "--config", str(path), env={"HC_NODE_NAME": "gpu3"})
+    r = run_hc_inproc("node", "--local", "--config", str(path), env={"HC_NODE_NAME": "gpu3"})
     assert r.returncode == 4 and b"fabrics/x.yaml:2: gpu.count" in r.stderr, r.stderr
 
 
@@ -172,7 +172,7 @@ def test_a_range_error_in_a_lazily_loaded_fabric_exits_4(tmp_path):
 
 def test_cli_validate_rejects_a_guard_switched_off(tmp_path):
     path = files(tmp_path, "default_fabric: generic\nslurm:\n  drain:\n    max_drain_fraction: 7.0\n")
-    r = run_hc("config", "validate", str(path))
+    r = run_hc_inproc("config", "validate", str(path))
     assert r.returncode == 4
     assert f"{path}:4: slurm.drain.max_drain_fraction: expected float <= 1.0, got 7.0".encode() in r.stderr
 
@@ -190,7 +190,7 @@ def test_a_fifo_among_the_fabric_files_is_an_error_not_a_hang(tmp_path):
 
 
 def test_shipped_configs_still_validate():
-    r = run_hc("config", "validate", str(Path(schema.__file__).resolve().parents[3] / "configs" / "default.yaml"))
+    r = run_hc_inproc("config", "validate", str(Path(schema.__file__).resolve().parents[3] / "configs" / "default.yaml"))
     assert r.returncode == 0, r.stderr
 
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_hc, write_stub
+from support import run_hc, run_hc_inproc, write_stub
 
 
 def config(tmp_path: Path, fabric: str = "net:\n  interfaces:\n    lo: {mtu: 65536}\n") -> Path:
@@ -54,7 +54,7 @@ def one_error_line(stderr: bytes) -> str:
     ["sweep", "--partition", ""],
 ])
 def test_an_empty_node_set_is_a_usage_error(tmp_path, args):
-    r = run_hc(*args, "--config", str(config(tmp_path)))
+    r = run_hc_inproc(*args, "--config", str(config(tmp_path)))
     assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     assert "no node" in one_error_line(r.stderr) or "empty" in one_error_line(r.stderr)
     assert b"SKIP" not in r.stdout
@@ -68,7 +68,7 @@ def test_an_empty_node_set_is_a_usage_error(tmp_path, args):
 ])
 def test_a_node_pattern_that_matches_nothing_is_a_usage_error(tmp_path, args):
     """A pattern whose set operations leave no node checks nothing: exit 4, one line, never "SKIP: 0 nodes"."""
-    r = run_hc(*args, "--config", str(config(tmp_path)))
+    r = run_hc_inproc(*args, "--config", str(config(tmp_path)))
     assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     line = one_error_line(r.stderr)
     assert "no node to check" in line and f"{args[-1]!r} names no node" in line, line
@@ -79,7 +79,7 @@ def test_a_partition_with_no_node_in_sinfo_is_a_usage_error(tmp_path):
     """--partition of a partition sinfo lists no node for (absent, or empty) is exit 4 naming it, not an empty PASS."""
     bin_dir = tmp_path / "bin"
     write_stub(bin_dir, "sinfo", f'echo "$@" >> {tmp_path}/sinfo.log\n')  # what sinfo -p nosuch prints: nothing
-    r = run_hc("sweep", "--partition", "nosuch", "--config", str(config(tmp_path)),
+    r = run_hc_inproc("sweep", "--partition", "nosuch", "--config", str(config(tmp_path)),
                env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     assert "partition 'nosuch' has no nodes" in one_error_line(r.stderr)
@@ -200,7 +200,7 @@ def test_a_reader_that_went_away_on_a_big_report_keeps_the_verdict(tmp_path):
 
 @pytest.mark.parametrize("args", [[], ["report"], ["config"], ["gpu"]])
 def test_a_group_alone_prints_its_help_and_exits_0(args):
-    r = run_hc(*args)
+    r = (run_hc_inproc if args else run_hc)(*args)  # `hc` alone in a real process, the groups in this one
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(b"Usage: hc") and b"Commands:" in r.stdout
     assert b"error" not in r.stderr

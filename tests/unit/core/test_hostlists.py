@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
-from support import assert_linear, run_hc
+from support import assert_linear, run_hc, run_hc_inproc
 
 from healthcheck.core.config.loader import Config
 from healthcheck.core.errors import ConfigError, UsageError
@@ -109,12 +109,12 @@ def test_hc_config_validate_and_show_with_a_billion_node_pattern(tmp_path):
     path = tmp_path / "hc.yaml"
     path.write_text("default_fabric: generic\nnodes:\n  'gpu[1-1000000000]': h100-ndr400\n"
                     "  'cpu[1-1000000000]': generic\noverrides:\n  'gpu[500000000-1000000000]':\n    ib: {hca_count: 7}\n")
-    r = run_hc("config", "validate", str(path))
+    r = run_hc_inproc("config", "validate", str(path))
     assert r.returncode == 0, r.stderr
-    r = run_hc("config", "show", "gpu999999999", "--config", str(path), "--format", "json")
+    r = run_hc_inproc("config", "show", "gpu999999999", "--config", str(path), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert b'"fabric":"h100-ndr400"' in r.stdout.replace(b" ", b"") and b'"value":7' in r.stdout.replace(b" ", b"")
-    r = run_hc("config", "show", "gpu1000000001", "--config", str(path))
+    r = run_hc_inproc("config", "show", "gpu1000000001", "--config", str(path))
     assert r.returncode == 0 and b"fabric generic" in r.stdout, r.stderr
 
 
@@ -138,7 +138,7 @@ def test_hostile_config_patterns_are_config_errors(tmp_path, pattern, error):
     path.write_text(f"default_fabric: generic\nnodes:\n  '{pattern}': generic\n")
     with pytest.raises(ConfigError, match=error):
         Config(path)
-    r = run_hc("config", "validate", str(path))
+    r = run_hc_inproc("config", "validate", str(path))
     assert r.returncode == 4 and b"internal error" not in r.stderr, r.stderr
 
 
@@ -244,7 +244,7 @@ def test_patterns_no_node_name_can_match_are_refused_at_file_line(tmp_path, sect
     path.write_text(f'default_fabric: generic\n{section}:\n  "gpu[1-2]": {value}\n  "{pattern}": {value}\n')
     with pytest.raises(ConfigError, match=rf"hc.yaml:4: {section}: .* is not a valid hostlist: it holds {re.escape(named)}"):
         Config(path)
-    r = run_hc("config", "validate", str(path))
+    r = run_hc_inproc("config", "validate", str(path))
     err = r.stderr.decode()
     assert r.returncode == 4 and err.count("\n") == 1 and "internal error" not in err, err
     assert err.isascii() and named in err  # the pattern escaped: a bidi override cannot reorder the line

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from support import run_hc
+from support import run_hc, run_hc_inproc
 
 from healthcheck.core.config import yamlsrc
 from healthcheck.core.config.yamlsrc import MAX_ALIASES, MAX_DEPTH, MAX_VALUES, load_yaml
@@ -146,7 +146,7 @@ def test_merge_keys_are_a_clean_config_error(tmp_path, text, line):
 
 def test_merge_key_through_the_cli(tmp_path):
     path = write(tmp_path, "base: &b {x: 1}\nnet:\n  <<: *b\n")
-    r = run_hc("config", "validate", str(path))
+    r = run_hc_inproc("config", "validate", str(path))
     assert r.returncode == 4 and r.stderr.decode().startswith(f"hc: error: {path}:3: YAML merge keys")
     assert b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
 

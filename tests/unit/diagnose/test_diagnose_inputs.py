@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from support import CORPUS, FIXTURES, run_hc
+from support import CORPUS, FIXTURES, run_hc, run_hc_inproc
 
 from healthcheck.diagnose.sources import collect, rank_from_name
 from healthcheck.diagnose.verdict import build
@@ -31,7 +31,7 @@ def test_every_capture_gives_a_verdict(path):
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_folder_through_the_cli(folder):
-    r = run_hc("diagnose", "logs", str(folder), "--format", "json")
+    r = run_hc_inproc("diagnose", "logs", str(folder), "--format", "json")
     assert r.returncode in (0, 3), r.stderr
     assert b"Traceback" not in r.stderr and b"internal error" not in r.stderr
 
@@ -59,7 +59,7 @@ def test_unrelated_files_are_unknown_with_why(tmp_path):
     assert v.cls == "unknown" and "none of the 3 file(s)" in v.why_unknown
     whys = {u.source.rsplit("/", 1)[-1]: u.why for u in v.unreadable}
     assert "binary" in whys["blob.bin"] and whys["empty.log"] == "empty"
-    r = run_hc("diagnose", "logs", str(tmp_path))
+    r = run_hc_inproc("diagnose", "logs", str(tmp_path))
     assert r.returncode == 3 and b"no diagnosis" in r.stdout
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from support import Tty, run_hc
+from support import Tty, run_hc, run_hc_inproc
 
 from healthcheck.cli.progress import TextProgress
 from healthcheck.diagnose import walk as walk_mod
@@ -40,7 +40,7 @@ def one_error_line(stderr: bytes) -> str:
 def test_a_kernel_pseudo_file_system_named_is_refused_at_once(path):
     # the old walk read /proc/kmsg: blocked until the kernel logged, then took the line
     # from the system logger; the timeout ends the test instead of waiting on the kernel
-    r = run_hc("diagnose", "logs", path, timeout=30)
+    r = run_hc_inproc("diagnose", "logs", path, timeout=30)
     assert r.returncode == 4
     assert "pseudo file system" in one_error_line(r.stderr)
     assert r.stdout == b""
@@ -162,7 +162,7 @@ def test_names_that_are_not_utf8_or_not_printable_are_shown_escaped(tmp_path):
         with open(os.path.join(os.fsencode(tmp_path), raw), "w") as f:
             f.write("shopping list\n")
     for fmt in ("json", "table"):
-        r = run_hc("diagnose", "logs", str(tmp_path), "--format", fmt)
+        r = run_hc_inproc("diagnose", "logs", str(tmp_path), "--format", fmt)
         assert r.returncode in (0, 3), r.stderr
         assert b"internal error" not in r.stderr and b"Traceback" not in r.stderr
         text = r.stdout.decode("utf-8")  # valid UTF-8

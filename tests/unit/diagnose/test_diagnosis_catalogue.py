@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc, run_hc_inproc
 
 from healthcheck.core import catalogue
 from healthcheck.core.model import Finding
@@ -44,11 +44,11 @@ def test_every_failure_class_has_a_catalogued_id_with_hint_and_action():
 
 
 def test_checks_list_names_every_diagnosis_id():
-    table = run_hc("checks", "list")
+    table = run_hc_inproc("checks", "list")
     assert table.returncode == 0
     listed = {line.split()[0] for line in table.stdout.decode().splitlines() if line.strip()}
     assert DIAG_IDS <= listed
-    data = json.loads(run_hc("checks", "list", "--format", "json").stdout)
+    data = json.loads(run_hc_inproc("checks", "list", "--format", "json").stdout)
     by_id = {f["id"]: f for f in data["findings"]}
     for fid in DIAG_IDS:
         assert by_id[fid]["title"] and by_id[fid]["hint"] and by_id[fid]["suggested_action"], fid
@@ -122,7 +122,7 @@ def diagnosis(tmp_path) -> Path:
 
 
 def test_report_tickets_read_a_diagnosis(diagnosis):
-    r = run_hc("report", "tickets", str(diagnosis), "--format", "jsonl", "--no-webhook")
+    r = run_hc_inproc("report", "tickets", str(diagnosis), "--format", "jsonl", "--no-webhook")
     assert r.returncode == 0, r.stderr
     (t,) = [json.loads(line) for line in r.stdout.splitlines()]
     doc = json.loads(diagnosis.read_bytes())
@@ -132,18 +132,18 @@ def test_report_tickets_read_a_diagnosis(diagnosis):
     assert t["title"] == catalogue.DIAG_DEAD_RANK.title and t["hint"] == catalogue.DIAG_DEAD_RANK.hint
     assert "SIGKILL" in t["evidence"] and t["command"] == "diagnose"
     # the same document read again is the same record (the webhook's idempotency key)
-    again = run_hc("report", "tickets", str(diagnosis), "--format", "jsonl", "--no-webhook")
+    again = run_hc_inproc("report", "tickets", str(diagnosis), "--format", "jsonl", "--no-webhook")
     assert json.loads(again.stdout)["key"] == t["key"]
 
 
 def test_report_html_and_show_read_a_diagnosis(diagnosis, tmp_path):
     page = tmp_path / "d.html"
-    r = run_hc("report", "html", str(diagnosis), "-o", str(page))
+    r = run_hc_inproc("report", "html", str(diagnosis), "-o", str(page))
     assert r.returncode == 0, r.stderr
     text = page.read_text()
     HTMLParser().feed(text)
     assert "diag.E001" in text and "rank 2 died" in text and "node3" in text and "Jobs diagnosed" in text
-    shown = run_hc("report", "show", str(diagnosis), "--format", "json")
+    shown = run_hc_inproc("report", "show", str(diagnosis), "--format", "json")
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     (group,) = report["groups"]
@@ -154,7 +154,7 @@ def test_report_html_and_show_read_a_diagnosis(diagnosis, tmp_path):
 def test_diagnose_exports_prometheus(tmp_path):
     prom = tmp_path / "prom"
     prom.mkdir()
-    r = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(prom))
+    r = run_hc_inproc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(prom))
     assert r.returncode == 0, r.stderr
     text = (prom / "hc-diagnose.prom").read_text()
     (line,) = [x for x in text.splitlines() if x.startswith("hc_finding{")]
@@ -166,11 +166,11 @@ def test_diagnose_exports_prometheus(tmp_path):
     (prom / "hc-diagnose.prom").unlink()
     cfg = tmp_path / "hc.yaml"
     cfg.write_text(f"prometheus: {{textfile_dir: {prom}, commands: [diagnose]}}\n")
-    r = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--config", str(cfg))
+    r = run_hc_inproc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--config", str(cfg))
     assert r.returncode == 0, r.stderr
     assert 'id="diag.E001"' in (prom / "hc-diagnose.prom").read_text()
     # a directory that cannot be written is refused before the diagnosis, as for hc node
-    bad = run_hc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(tmp_path / "missing"))
+    bad = run_hc_inproc("diagnose", "logs", str(LIVE / "kill-torchrun"), "--prometheus", str(tmp_path / "missing"))
     assert bad.returncode == 4 and b"Traceback" not in bad.stderr
 
 
@@ -186,6 +186,6 @@ def test_a_broken_diagnosis_document_is_one_line(tmp_path):
         path.write_bytes(data)
         for cmd in (["report", "tickets", str(path), "--no-webhook"], ["report", "show", str(path)],
                     ["report", "html", str(path), "-o", str(tmp_path / "x.html")]):
-            r = run_hc(*cmd)
+            r = run_hc_inproc(*cmd)
             assert r.returncode == 4, (name, cmd, r.stderr)
             assert b"Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)

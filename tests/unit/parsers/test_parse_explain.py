@@ -1,12 +1,13 @@
 """`hc parse TOOL FILE --explain` (issue 20): which handler read each line, and the lines
-none read, so an operator can send a sample hc reads wrongly. Run as an operator runs
-it (a subprocess) on real fixtures."""
+none read, so an operator can send a sample hc reads wrongly. Run through the CLI on real
+fixtures: in process (tests/support.py run_hc_inproc), and the refusal's one line and exit 4
+as an operator runs it (a subprocess)."""
 
 from __future__ import annotations
 
 import json
 
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc, run_hc_inproc
 
 from healthcheck.parsers import lines, nccl_tests, parser_for
 from healthcheck.parsers.explain import EXPLAIN_LINES, explain
@@ -18,7 +19,7 @@ IBSTAT = FIXTURES / "field" / "repos" / "ibstat" / "h100-roce-2-ports-down-disab
 
 
 def explained(*args: str, input: bytes | None = None) -> tuple[int, dict]:
-    r = run_hc("parse", *args, "--explain", "--format", "json", input=input)
+    r = run_hc_inproc("parse", *args, "--explain", "--format", "json", input=input)
     return r.returncode, json.loads(r.stdout)
 
 
@@ -39,12 +40,12 @@ def test_each_line_is_named_by_the_handler_that_read_it():
     assert sum(ex["counts"].values()) == ex["lines_total"] == len(text)
     assert ex["counts"]["unrecognized"] == out["facts"]["unrecognized"]["count"]
     # the facts are what a plain `hc parse` prints
-    plain = json.loads(run_hc("parse", "nccl-tests", str(NCCL_TESTS)).stdout)
+    plain = json.loads(run_hc_inproc("parse", "nccl-tests", str(NCCL_TESTS)).stdout)
     assert out["facts"] == plain["facts"]
 
 
 def test_the_table_shows_line_handler_and_text():
-    r = run_hc("parse", "nccl-tests", str(NCCL_TESTS), "--explain")
+    r = run_hc_inproc("parse", "nccl-tests", str(NCCL_TESTS), "--explain")
     out = r.stdout.decode()
     assert r.returncode == 0
     assert "READ BY" in out.splitlines()[1]
@@ -96,7 +97,7 @@ def test_the_explanation_is_bounded():
 
 
 def test_table_format_without_explain_is_a_usage_error():
-    r = run_hc("parse", "sinfo", str(SINFO_AFTER_PROMPTS), "--format", "table")
+    r = run_hc_inproc("parse", "sinfo", str(SINFO_AFTER_PROMPTS), "--format", "table")
     assert r.returncode == 4 and r.stderr.decode().count("\n") == 1
 
 
@@ -107,5 +108,5 @@ def test_the_recording_is_undone_after_the_parse():
 
 def test_a_refusal_by_a_parser_without_handlers_says_so_plainly():
     text = SINFO_AFTER_PROMPTS.read_text().splitlines()[:2]  # the prompt and slurmd -C's line: no table
-    r = run_hc("parse", "sinfo", "-", "--explain", input=("\n".join(text) + "\n").encode())
+    r = run_hc_inproc("parse", "sinfo", "-", "--explain", input=("\n".join(text) + "\n").encode())
     assert r.returncode == 4 and "refused the text" in r.stdout.decode() and "refused: sinfo" in r.stdout.decode()

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from support import run_hc
+from support import run_hc, run_hc_inproc
 from test_hooks import setup
 
 from healthcheck.report import syslog
@@ -76,7 +76,7 @@ def test_a_socket_nobody_reads_drops_the_line_instead_of_holding_the_hook(listen
 def test_a_prologue_that_drains_says_so_in_one_line(tmp_path, listener):
     sock, path = listener
     _, log, env = setup(tmp_path, mtu=1500)
-    r = run_hc("prologue", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30)
+    r = run_hc_inproc("prologue", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30)
     assert r.returncode == 2
     [line] = received(sock)
     assert re.match(rf"^<28>.* hc\[\d+\]: hook=prologue node=node1 job=7 verdict=FAIL findings=net.E001 exit=2 "
@@ -88,7 +88,7 @@ def test_a_prologue_that_drains_says_so_in_one_line(tmp_path, listener):
 def test_a_passing_prologue_says_why_it_did_nothing(tmp_path, listener):
     sock, path = listener
     _, log, env = setup(tmp_path)
-    assert run_hc("prologue", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30).returncode == 0
+    assert run_hc_inproc("prologue", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30).returncode == 0
     [line] = received(sock)
     assert "hook=prologue node=node1 job=7 verdict=PASS exit=0 " in line
     assert line.startswith("<30>") and line.endswith(" action=none: nothing to drain")
@@ -100,7 +100,7 @@ def test_a_node_hc_may_not_drain_is_named_with_the_reason(tmp_path, listener):
     bin_dir, log, env = setup(tmp_path, mtu=1500)
     nodes = "node1|drained|Unknown|maint jdoe\\n" + "\\n".join(f"node{i}|idle|Unknown|none" for i in range(2, 11))
     (bin_dir / "sinfo").write_text(f'#!/bin/sh\nprintf "{nodes}\\n"\n')
-    assert run_hc("health", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30).returncode == 2
+    assert run_hc_inproc("health", env={**env, "HC_SYSLOG_SOCKET": path}, timeout=30).returncode == 2
     [line] = received(sock)
     assert "hook=health node=node1 job=7 verdict=FAIL findings=net.E001 exit=2 " in line
     assert re.search(r" action=none: \S.*maint jdoe", line) and not log.exists()

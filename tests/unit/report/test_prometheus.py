@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import run_hc, srun_stand_in
+from support import run_hc, run_hc_inproc, srun_stand_in
 from synthetic import single_node_report, synthetic_node
 from test_hook_contract import _hc_with
 from test_hooks import setup
@@ -395,7 +395,7 @@ def test_a_temporary_left_by_a_killed_run_is_removed_a_fresh_one_kept(tmp_path):
 def test_hc_node_local_writes_the_textfile(tmp_path):
     out = tmp_path / "textfile"
     out.mkdir()
-    r = run_hc("node", "--local", "--tier", "quick", "--prometheus", str(out), "--format", "json",
+    r = run_hc_inproc("node", "--local", "--tier", "quick", "--prometheus", str(out), "--format", "json",
                env={"HC_NODE_NAME": "node7"})
     assert r.returncode in (0, 3), r.stderr  # PASS, or ERROR where this machine lacks a tool
     report = json.loads(r.stdout)
@@ -434,7 +434,7 @@ def test_sweep_exports_from_the_config(tmp_path):
     cfg = tmp_path / "hc.yaml"
     cfg.write_text(f"default_fabric: t\nhistory: {{path: {tmp_path}/h.sqlite}}\nprometheus:\n  textfile_dir: {out}\n")
     bin_dir = srun_stand_in(tmp_path)
-    r = run_hc("sweep", "--via", "slurm", "--nodes", "n[1-3]", "--tier", "quick", "--config", str(cfg),
+    r = run_hc_inproc("sweep", "--via", "slurm", "--nodes", "n[1-3]", "--tier", "quick", "--config", str(cfg),
                env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     # the nodes' own `hc node --local` runs do not export: "node" is not in prometheus.commands
@@ -444,7 +444,7 @@ def test_sweep_exports_from_the_config(tmp_path):
     assert value(got, "hc_nodes", status="PASS", command="sweep") == 3
     # the config's directory missing on this host: a warning, and the sweep runs as it would
     out.rename(tmp_path / "gone")
-    r = run_hc("sweep", "--via", "slurm", "--nodes", "n[1-3]", "--tier", "quick", "--config", str(cfg),
+    r = run_hc_inproc("sweep", "--via", "slurm", "--nodes", "n[1-3]", "--tier", "quick", "--config", str(cfg),
                env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert r.returncode == 0 and b"warning: prometheus.textfile_dir" in r.stderr, r.stderr
     assert b"Traceback" not in r.stderr and not out.exists()
@@ -459,7 +459,7 @@ def test_sweep_exports_from_the_config(tmp_path):
 def test_the_config_section_is_strict(tmp_path, text, message):
     cfg = tmp_path / "hc.yaml"
     cfg.write_text("default_fabric: generic\n" + text)
-    r = run_hc("config", "validate", str(cfg))
+    r = run_hc_inproc("config", "validate", str(cfg))
     assert r.returncode == 4 and message in r.stderr.decode() and b"hc.yaml:" in r.stderr, r.stderr
 
 

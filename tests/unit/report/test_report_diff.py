@@ -7,7 +7,7 @@ import json
 
 import msgspec
 import pytest
-from support import run_hc
+from support import run_hc, run_hc_inproc
 
 from healthcheck.core.model import CheckResult, Finding, NodeResult, Report, fingerprint
 from healthcheck.core.status import Status, worst
@@ -161,7 +161,7 @@ def test_show_a_report_written_by_hc_node(tmp_path, validate_report):
 def test_bad_input_is_one_line_and_exit_4(tmp_path, args, content, message):
     if content is not None:
         (tmp_path / "x.json").write_bytes(content)
-    r = run_hc(*[a.format(tmp=tmp_path) for a in args])
+    r = run_hc_inproc(*[a.format(tmp=tmp_path) for a in args])
     assert r.returncode == 4, (r.returncode, r.stderr)
     err = r.stderr.decode()
     assert message in err and "Traceback" not in err
@@ -180,44 +180,44 @@ def test_diff_two_files_exit_codes(tmp_path):
 
 def test_diff_against_the_history(tmp_path):
     cfg, db = config_with_history(tmp_path)
-    r = run_hc("report", "diff", "--config", str(cfg))
+    r = run_hc_inproc("report", "diff", "--config", str(cfg))
     assert r.returncode == 4 and b"no run history yet" in r.stderr
     with History(db) as h:
         h.record(rep(0, OLD.nodes))
         h.record(rep(1, OLD.nodes, command="node"))  # another command: never compared with a sweep
         h.record(rep(2, NEW.nodes))
-    r = run_hc("report", "diff", "--config", str(cfg), "--format", "json")
+    r = run_hc_inproc("report", "diff", "--config", str(cfg), "--format", "json")
     assert r.returncode == 2, r.stderr
     doc = json.loads(r.stdout)
     assert doc["old"]["run_id"] == rep(0, []).run_id and doc["new"]["run_id"] == rep(2, []).run_id
     assert doc["counts"]["new_failures"] == 3
     # one file: against the run before it in the history
     newer = write(tmp_path, "newer.json", rep(3, NEW.nodes))
-    r = run_hc("report", "diff", str(newer), "--config", str(cfg), "--format", "json")
+    r = run_hc_inproc("report", "diff", str(newer), "--config", str(cfg), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["old"]["run_id"] == rep(2, []).run_id
     # nothing earlier to compare with
-    r = run_hc("report", "diff", "--command", "node", "--config", str(cfg))
+    r = run_hc_inproc("report", "diff", "--command", "node", "--config", str(cfg))
     assert r.returncode == 4 and b"no earlier run of 'node'" in r.stderr
 
 
 def test_history_listing(tmp_path):
     cfg, db = config_with_history(tmp_path)
-    r = run_hc("report", "history", "--config", str(cfg))
+    r = run_hc_inproc("report", "history", "--config", str(cfg))
     assert r.returncode == 0 and b"no runs recorded" in r.stdout
     with History(db) as h:
         h.record(rep(0, OLD.nodes))
         h.record(rep(1, NEW.nodes))
-    r = run_hc("report", "history", "--config", str(cfg), "--format", "json")
+    r = run_hc_inproc("report", "history", "--config", str(cfg), "--format", "json")
     assert r.returncode == 0, r.stderr
     runs = json.loads(r.stdout)
     assert [x["run_id"] for x in runs] == [rep(1, []).run_id, rep(0, []).run_id]
     assert runs[0]["node_count"] == 8 and runs[0]["status"] == "FAIL"
-    r = run_hc("report", "history", "--node", "gpu01", "--config", str(cfg), "--format", "json")
+    r = run_hc_inproc("report", "history", "--node", "gpu01", "--config", str(cfg), "--format", "json")
     assert [x["status"] for x in json.loads(r.stdout)] == ["PASS", "FAIL"]
-    r = run_hc("report", "history", "--node", "gpu01", "--limit", "1", "--config", str(cfg))
+    r = run_hc_inproc("report", "history", "--node", "gpu01", "--limit", "1", "--config", str(cfg))
     assert r.returncode == 0 and r.stdout.count(b"sweep") == 1
-    r = run_hc("report", "history", "--config", str(cfg))
+    r = run_hc_inproc("report", "history", "--config", str(cfg))
     assert r.returncode == 0 and b"STARTED" in r.stdout
 
 
@@ -226,7 +226,7 @@ def test_history_disabled(tmp_path):
     (tmp_path / "fabrics" / "t.yaml").write_text("{}\n")
     cfg = tmp_path / "hc.yaml"
     cfg.write_text("default_fabric: t\nhistory:\n  path: null\n")
-    r = run_hc("report", "history", "--config", str(cfg))
+    r = run_hc_inproc("report", "history", "--config", str(cfg))
     assert r.returncode == 4 and b"history.path is null" in r.stderr
 
 
@@ -275,6 +275,6 @@ def test_diff_rows_fold_messages_that_name_their_node_and_sort_naturally():
 
 def test_diff_cli_warns_on_stderr_when_old_is_newer(tmp_path):
     old, new = write(tmp_path, "old.json", OLD), write(tmp_path, "new.json", NEW)
-    r = run_hc("report", "diff", str(new), str(old))
+    r = run_hc_inproc("report", "diff", str(new), str(old))
     assert r.returncode == 2 and b"3 new failures, 1 fixed" in r.stdout
     assert b"hc: warning: the reports were given newest first" in r.stderr

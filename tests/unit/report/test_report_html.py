@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from htmltree import Tree, fill_rows, parse
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc, run_hc_inproc
 from sweep_reports import history_of_sweeps, write_config
 
 from healthcheck.core.status import Status
@@ -45,7 +45,7 @@ def render(cfg: Path, report_file: Path | None, tmp_path: Path, *extra: str) -> 
     out = tmp_path / "report.html"
     args = ["report", "html", *([str(report_file)] if report_file else []), "-o", str(out), "--config", str(cfg),
             *extra]
-    r = run_hc(*args)
+    r = run_hc_inproc(*args)
     assert r.returncode == 0, r.stderr.decode()
     text = out.read_text()
     return text, parse(text)
@@ -240,7 +240,7 @@ def test_a_report_of_another_schema_version_is_one_line_and_exit_4(swept, tmp_pa
 def test_no_report_and_an_empty_history_is_one_line_and_exit_4(tmp_path):
     cfg = write_config(tmp_path, "gpu[01-08]")
     out = tmp_path / "out.html"
-    r = run_hc("report", "html", "-o", str(out), "--config", str(cfg))
+    r = run_hc_inproc("report", "html", "-o", str(out), "--config", str(cfg))
     err = r.stderr.decode()
     assert r.returncode == 4 and err.count("\n") == 1 and "no run history yet" in err and not out.exists()
 
@@ -271,7 +271,7 @@ def test_an_output_that_is_a_symbolic_link_is_refused_in_one_line_exit_4(swept, 
     target = tmp_path / "elsewhere.html"
     target.write_text("keep me")
     (tmp_path / "x.html").symlink_to(target)
-    r = run_hc("report", "html", str(report_file), "-o", str(tmp_path / "x.html"), "--config", str(cfg))
+    r = run_hc_inproc("report", "html", str(report_file), "-o", str(tmp_path / "x.html"), "--config", str(cfg))
     err = r.stderr.decode()
     assert r.returncode == 4 and err.count("\n") == 1 and "Traceback" not in err and "link" in err
     assert target.read_text() == "keep me"

@@ -8,7 +8,7 @@ import json
 
 import msgspec
 import pytest
-from support import run_hc, write_stub
+from support import run_hc, run_hc_inproc, write_stub
 
 from healthcheck.core.model import AnalysisRun, CheckResult, Finding, GroupResult, NodeResult
 from healthcheck.core.stamp import stamp
@@ -45,15 +45,16 @@ def set_mtu(tmp_path, mtu):
     (tmp_path / "fabrics" / "t.yaml").write_text(f"net:\n  interfaces:\n    lo: {{mtu: {mtu}}}\n")
 
 
-def health(env):
-    r = run_hc("health", "--dry-run", env=env, timeout=60)
+def health(env, run=run_hc):
+    """`hc health --dry-run`: a real process where the test's title promises real health runs."""
+    r = run("health", "--dry-run", env=env, timeout=60)
     # 2 FAIL, 3 ERROR, 5 the guard refusing to drain 1 of 1 nodes: each run is recorded all the same
     assert r.returncode in (0, 2, 3, 5), r.stderr
     return r
 
 
 def tickets(env, *args):
-    r = run_hc("report", "tickets", "--format", "jsonl", *args, env=env, timeout=60)
+    r = run_hc_inproc("report", "tickets", "--format", "jsonl", *args, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in r.stdout.splitlines()]
 
@@ -89,16 +90,16 @@ def test_new_ongoing_fixed_and_reopened_across_real_health_runs(tmp_path):
     health(env)
     (again,) = tickets(env)
     assert again["state"] == "new" and again["times_seen"] == 1 and again["key"] != first["key"]
-    table = run_hc("report", "tickets", env=env)
+    table = run_hc_inproc("report", "tickets", env=env)
     assert table.returncode == 0 and b"NEW" in table.stdout and b"1 new, 0 ongoing, 0 fixed" in table.stdout
 
 
 def test_a_check_that_could_not_run_fixes_nothing(tmp_path):
     env = hook_setup(tmp_path, mtu=1500)
-    health(env)
+    health(env, run_hc_inproc)
     write_stub(tmp_path / "bin", "ip", "exec sleep 60\n")  # net.mtu cannot run now: ERROR, hc.E002
     set_mtu(tmp_path, 65536)
-    health(env)
+    health(env, run_hc_inproc)
     got = {(t["id"], t["state"]) for t in tickets(env)}
     assert got == {("hc.E002", "new")}  # net.E001 is neither fixed nor ongoing: not looked at
     assert {(t["id"], t["state"]) for t in tickets(env, "--min-status", "fail")} == set()
@@ -281,16 +282,16 @@ def test_a_report_from_a_file_against_the_history_and_the_newest_run(tmp_path):
     with History(tmp_path / "history.sqlite") as h:
         h.record(r0)
         h.record(r1)
-    newest = run_hc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
+    newest = run_hc_inproc("report", "tickets", "--format", "jsonl", "--config", str(cfg))
     saved = tmp_path / "r1.json"
     saved.write_bytes(encode(r1))
-    named = run_hc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
-    piped = run_hc("report", "tickets", "-", "--format", "jsonl", "--config", str(cfg), input=encode(r1))
+    named = run_hc_inproc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
+    piped = run_hc_inproc("report", "tickets", "-", "--format", "jsonl", "--config", str(cfg), input=encode(r1))
     assert newest.returncode == named.returncode == piped.returncode == 0, newest.stderr
     assert newest.stdout == named.stdout == piped.stdout  # idempotent: one input, one set of records
     assert [(d["state"], d["nodes"]) for d in map(json.loads, newest.stdout.splitlines())] == [
         ("ongoing", "n1"), ("fixed", "n2")]
-    as_json = run_hc("report", "tickets", str(saved), "--format", "json", "--config", str(cfg))
+    as_json = run_hc_inproc("report", "tickets", str(saved), "--format", "json", "--config", str(cfg))
     assert [d["key"] for d in json.loads(as_json.stdout)] == [json.loads(x)["key"] for x in named.stdout.splitlines()]
 
 
@@ -298,23 +299,23 @@ def test_an_empty_or_absent_history(tmp_path):
     cfg = config(tmp_path)
     saved = tmp_path / "r.json"
     saved.write_bytes(encode(run(0, [n("n1", f("n1", "ib.E002")), n("n2")])))
-    r = run_hc("report", "tickets", "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", "--config", str(cfg))
     assert r.returncode == 4 and b"no run history yet" in r.stderr
-    r = run_hc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
     assert r.returncode == 0 and b"every finding is new" in r.stderr
     assert [json.loads(x)["state"] for x in r.stdout.splitlines()] == ["new"]
     assert not (tmp_path / "history.sqlite").exists()  # reading never creates a history
     History(tmp_path / "history.sqlite").db  # created, no run in it  # noqa: B018
-    r = run_hc("report", "tickets", "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", "--config", str(cfg))
     assert r.returncode == 4 and b"no run recorded in the history" in r.stderr
-    r = run_hc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", str(saved), "--format", "jsonl", "--config", str(cfg))
     assert r.returncode == 0 and [json.loads(x)["state"] for x in r.stdout.splitlines()] == ["new"]
     off = config(tmp_path, history=None)
-    r = run_hc("report", "tickets", str(saved), "--config", str(off))
+    r = run_hc_inproc("report", "tickets", str(saved), "--config", str(off))
     assert r.returncode == 0 and b"history.path is null" in r.stderr and b"1 new" in r.stdout
     empty = tmp_path / "clean.json"
     empty.write_bytes(encode(run(1, [n("n1")])))
-    r = run_hc("report", "tickets", str(empty), "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", str(empty), "--config", str(cfg))
     assert r.returncode == 0 and b"no tickets" in r.stdout
 
 
@@ -331,7 +332,7 @@ def test_a_report_hc_cannot_read_is_refused_with_exit_4(tmp_path, content, messa
         doc["schema"] = "hc.report/3"
         content = json.dumps(doc).encode()
     (tmp_path / "x.json").write_bytes(content)
-    r = run_hc("report", "tickets", str(tmp_path / "x.json"), "--format", "jsonl", "--config", str(cfg))
+    r = run_hc_inproc("report", "tickets", str(tmp_path / "x.json"), "--format", "jsonl", "--config", str(cfg))
     err = r.stderr.decode()
     assert r.returncode == 4 and message in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and r.stdout == b""
@@ -355,7 +356,7 @@ def test_a_damaged_run_in_the_history_is_one_line_and_exit_4(tmp_path):
 def test_bad_options_exit_4(tmp_path):
     cfg = config(tmp_path)
     for args in (["--min-status", "pass"], ["--lookback", "0"], ["--token-file", "/nonexistent"]):
-        r = run_hc("report", "tickets", "-", *args, "--config", str(cfg), input=b"{}")
+        r = run_hc_inproc("report", "tickets", "-", *args, "--config", str(cfg), input=b"{}")
         assert r.returncode == 4, (args, r.stderr)
 
 
