@@ -1810,6 +1810,16 @@ def _padded(line: Line) -> bool:
     return line.raw.rstrip("\r").endswith("  ")
 
 
+# the right edge of a box a program drew (rich's traceback, a table): every row is the box's
+# width, and none is a piece of a message a terminal wrapped
+_DRAWN_EDGES = ("│", "┃", "║", "╮", "╯", "┐", "┘", "┤")
+
+
+def _drawn(line: Line) -> bool:
+    """A row of a drawn box: it ends at the box's right edge."""
+    return line.raw.rstrip().endswith(_DRAWN_EDGES)
+
+
 def _wrap_piece(before: Line, line: Line) -> bool:
     """`line` can be the next piece of `before`'s message a terminal wrapped: a line of its
     own (not a torn fragment), with words, no label or stamp taken off it (a terminal's
@@ -1832,7 +1842,7 @@ def terminal_width(lines: Sequence[Line], *, min_width: int = WRAP_MIN) -> int:
     for before, line in zip(lines, lines[1:], strict=False):
         width = _raw_width(line)
         if (width >= min_width and width == _raw_width(before) and _wrap_piece(before, line)
-                and not _padded(line) and not _padded(before)):
+                and not _padded(line) and not _padded(before) and not _drawn(before)):
             seen[width] = seen.get(width, 0) + 1
     width = max(seen, key=lambda w: seen[w]) if seen else 0
     if not width or seen[width] < WRAP_EVIDENCE:
@@ -1851,7 +1861,7 @@ def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LIN
     while index < len(lines):
         head = lines[index]
         index += 1
-        if not width or _raw_width(head) != width or _padded(head):
+        if not width or _raw_width(head) != width or _padded(head) or _drawn(head):
             yield head
             continue
         text, before = head.text, head
@@ -1860,7 +1870,7 @@ def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LIN
             index += 1
             text += before.text
             recorded(before, "hard-wrap")
-            if _raw_width(before) != width or _padded(before):
+            if _raw_width(before) != width or _padded(before) or _drawn(before):
                 break
         yield head if before is head else msgspec.structs.replace(
             head, text=text[:max_line], repairs=(*head.repairs, "hard-wrap"))
