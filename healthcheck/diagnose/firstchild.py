@@ -27,7 +27,10 @@ text holds no agent line to read, a box whose entries name one rank that failed 
 the Root Cause is the first observed failure, and no other entry failed beside it) and
 none of that rank's own output (`lone_box_failure`) is that rank's death, on the same
 conditions as the agent's line: no rank timed out, the rank's own lines report no
-collective's failure, its pid got no closing signal. A box of several failed entries does
+collective's failure, its pid got no closing signal; and the text shows no rank past the
+box's node (another host, a rank no box lists, a world larger than its entries: torch 2.x's
+box lists every worker it stopped too, so a rank alone in it was its node's only worker, and
+a victim of a death on another node ends the same way). A box of several failed entries does
 not say which came first (one-second times), and names none.
 
 Open MPI's own report (`mpirun detected that one or more processes exited with non-zero
@@ -157,12 +160,25 @@ def _box_entries(col: Collected) -> list[tuple[str, ChildFailure]]:
     return out
 
 
+def _beyond_box(col: Collected) -> bool:
+    """Whether the text shows ranks past the box's node: another node (_other_node), a rank
+    heard that no box lists, or a world (the ranks' environment's, a torchrun command's)
+    larger than the box's entries. A rank that failed there may have been a victim of a
+    death elsewhere: its own exit says nothing of which."""
+    listed = {x.rank for f in col.evidence.torch_logs if f.log is not None
+              for b in f.log.child_failed for x in b.failures if x.rank is not None}
+    _, world = world_of(col)
+    launched = [f.log.launched_world for f in col.evidence.torch_logs if f.log is not None and f.log.launched_world]
+    world = max([world or 0, *launched])
+    return _other_node(col) or bool(ranks_heard(col) - listed) or world > len(listed)
+
+
 def lone_box_failure(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the entry's line) for the one rank torchrun's box reports failed on its
     own where the text holds none of its output (`own`: leavers.own_output), else None (see
     the module's docstring)."""
     entries = _box_entries(col)
-    if len(entries) != 1 or _timed_out(col, firsts):
+    if len(entries) != 1 or _timed_out(col, firsts) or _beyond_box(col):
         return None
     source, x = entries[0]
     if x.rank is None or x.rank in own or x.signal in _NOT_OWN or x.pid in _closed(col):

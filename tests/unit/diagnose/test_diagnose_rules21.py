@@ -236,3 +236,10 @@ def test_a_waiter_on_a_receive_still_names_the_rank_in_another_collective(tmp_pa
     # rank 2 waits to receive: a rank that stayed out of the all_reduce leaves one so
     v = _paste(tmp_path, _ahead_paste(_RECV))
     assert v.cls == "collective-mismatch" and named_ranks(v) == [0], v.summary
+
+
+def test_box_one_failure_of_a_larger_launched_world_names_none(tmp_path):
+    # two nodes of one worker each: the box is one node's, and its rank may have died of the other's
+    v = _paste(tmp_path, "$ torchrun --nnodes 2 --nproc_per_node 1 --rdzv-endpoint n0:29500 train.py\n"
+                         + _box((1, 1, 4242, "2024-03-01_10:00:05")))
+    assert named_ranks(v) == [], v.summary
