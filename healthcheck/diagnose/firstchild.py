@@ -21,6 +21,18 @@ error, the failed child is the dead rank, read with care:
   named (its closing signals and the failed one; at least local rank + 1 of them).
   Otherwise no global rank is named.
 
+torchrun's ChildFailedError box is the same report printed again, by global rank: where the
+text holds no agent line to read, a box whose entries name one rank that failed on its own
+(an exit code above 0 or a signal nobody sent it: not SIGTERM/SIGINT/SIGHUP, not SIGABRT;
+the Root Cause is the first observed failure, and no other entry failed beside it) and
+none of that rank's own output (`lone_box_failure`) is that rank's death, on the same
+conditions as the agent's line: no rank timed out, the rank's own lines report no
+collective's failure, its pid got no closing signal; and the text shows no rank past the
+box's node (another host, a rank no box lists, a world larger than its entries: torch 2.x's
+box lists every worker it stopped too, so a rank alone in it was its node's only worker, and
+a victim of a death on another node ends the same way). A box of several failed entries does
+not say which came first (one-second times), and names none.
+
 Open MPI's own report (`mpirun detected that one or more processes exited with non-zero
 status ... The first process to do so was: Process name: [[J,1],R] Exit code: N`) names a
 global rank (R, the MPI rank). Where a paste holds that box and nothing of any rank's own
@@ -37,7 +49,7 @@ from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import COLLATERAL, RankError, ranks_heard
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
-from healthcheck.parsers.torch_log import WorkerFailed
+from healthcheck.parsers.torch_log import ChildFailure, WorkerFailed
 
 _AGENT_ERROR = "ChildFailedError"
 _NOT_OWN = (*COLLATERAL, "SIGABRT")  # ends another's doing gives a child (see the module's docstring)
@@ -132,6 +144,55 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
     return rank, how, log_evidence(col, source, w.line, text, rank)
 
 
+def _box_entries(col: Collected) -> list[tuple[str, ChildFailure]]:
+    """(source, entry) of every torchrun box entry that failed on its own (not a closing or
+    abort signal), one per distinct rank and pid."""
+    seen: set[tuple[int | None, int | None]] = set()
+    out = []
+    for f in col.evidence.torch_logs:
+        if f.log is None:
+            continue
+        for x in (x for b in f.log.child_failed for x in b.failures):
+            if x.signal in COLLATERAL or (x.rank, x.pid) in seen:
+                continue
+            seen.add((x.rank, x.pid))
+            out.append((f.source, x))
+    return out
+
+
+def _beyond_box(col: Collected) -> bool:
+    """Whether the text shows ranks past the box's node: another node (_other_node), a rank
+    heard that no box lists, or a world (the ranks' environment's, a torchrun command's)
+    larger than the box's entries. A rank that failed there may have been a victim of a
+    death elsewhere: its own exit says nothing of which."""
+    listed = {x.rank for f in col.evidence.torch_logs if f.log is not None
+              for b in f.log.child_failed for x in b.failures if x.rank is not None}
+    _, world = world_of(col)
+    launched = [f.log.launched_world for f in col.evidence.torch_logs if f.log is not None and f.log.launched_world]
+    world = max([world or 0, *launched])
+    return _other_node(col) or bool(ranks_heard(col) - listed) or world > len(listed)
+
+
+def lone_box_failure(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
+    """(rank, how, the entry's line) for the one rank torchrun's box reports failed on its
+    own where the text holds none of its output (`own`: leavers.own_output), else None (see
+    the module's docstring)."""
+    entries = _box_entries(col)
+    if len(entries) != 1 or _timed_out(col, firsts) or _beyond_box(col):
+        return None
+    source, x = entries[0]
+    if x.rank is None or x.rank in own or x.signal in _NOT_OWN or x.pid in _closed(col):
+        return None
+    if not (x.signal or (x.exitcode is not None and x.exitcode > 0)):
+        return None
+    if x.rank in spoke_of_failure(col) or _victim(firsts.get(x.rank)):
+        return None
+    how = f"killed by {x.signal}" if x.signal else f"exited {x.exitcode}"
+    text = (f"rank {x.rank} pid {x.pid}: torchrun's box reports it the one failure, exitcode {x.exitcode}"
+            + (f" ({x.signal})" if x.signal else "") + "; its own output is not in the text")
+    return x.rank, how, log_evidence(col, source, x.line, text, x.rank)
+
+
 def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the box's line) for Open MPI's one first-non-zero-exit report where the
     text holds no rank's own output (`own`: leavers.own_output), no rank's error and no
@@ -148,4 +209,4 @@ def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]
     return rank, f"exited {t.exitcode}", log_evidence(col, source, t.line, text, rank)
 
 
-__all__ = ["failed_child", "global_rank", "lone_mpirun_exit"]
+__all__ = ["failed_child", "global_rank", "lone_box_failure", "lone_mpirun_exit"]

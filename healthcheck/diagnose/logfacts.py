@@ -18,7 +18,7 @@ from healthcheck.diagnose.dcpgather import checkpoint_victim
 from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import raised_by_collective
-from healthcheck.parsers.torch_log import ExceptionRaised
+from healthcheck.parsers.torch_log import ExceptionRaised, TorchLog
 
 COLLATERAL = ("SIGTERM", "SIGINT", "SIGHUP")
 # the words of an error that a collective raised on a rank because of another rank (a peer
@@ -299,6 +299,18 @@ def nccl_colls(col: Collected) -> dict[str, dict[int, CollAt]]:
     return out
 
 
+def _launcher_failures(log: TorchLog) -> int:
+    """The ranks or workers a launcher reported failed in one log (torchrun's box entries and
+    its agent's failed worker, srun's and mpirun's task ends), not those it stopped itself (a
+    SIGTERM, an exit 0): a verdict that names none still lists them, so it says it saw them."""
+    boxed = sum(1 for b in log.child_failed for x in b.failures
+                if x.signal not in COLLATERAL and (x.signal or x.exitcode))
+    agents = sum(1 for w in log.worker_failures if w.signal not in COLLATERAL and (w.signal or w.exitcode))
+    tasks = sum(max(1, len(t.tasks)) for t in log.task_exits
+                if not t.after_abort and t.signal not in COLLATERAL and (t.signal or t.exitcode or t.oom))
+    return boxed + agents + tasks
+
+
 def failures_held(col: Collected) -> str:
     """What failures the logs hold, counted ("3 timeouts, 1 peer error"), "" for none: a
     verdict that names no rank says what it saw, never that there was nothing."""
@@ -313,6 +325,7 @@ def failures_held(col: Collected) -> str:
         counts["backend error"] += len(log.backend_errors)
         counts["exception"] += sum(1 for e in log.exceptions if e.framed or e.native)
         counts["heartbeat-monitor stall"] += len(log.stuck)  # heartbeat.py: alike on all, it names none
+        counts["launcher-reported failure"] += _launcher_failures(log)
     counts["NCCL warning"] += sum(len(n.log.warns) for n in col.evidence.nccl_logs if n.log is not None)
     return ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items() if n)
 

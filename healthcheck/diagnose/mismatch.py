@@ -335,7 +335,10 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None
         return None, acc.notes
     odd, summary, confidence = _conclude(col, acc)
     cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
-    stepped = out_of_step(col) if acc.sizes and not odd else None  # outofstep.py: a rank a step off the others
+    # outofstep.py: a rank a step off the others; never where the report was a point-to-point
+    # message (p2psize.py): a pipeline's stages run steps apart by design, and nothing skipped
+    pairwise = acc.sizes and not_ring_nor_broadcast(col, acc.sizes) is not None
+    stepped = out_of_step(col) if acc.sizes and not odd and not pairwise else None
     if stepped is not None:
         odd, why, lines = stepped
         acc.items[:0] = lines

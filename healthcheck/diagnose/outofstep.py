@@ -13,7 +13,10 @@ step more than every peer, the one that made a call more one step fewer.
 Named only where every rank the evidence knows logged steps (a loop that logs on rank 0
 alone says nothing), the odd ranks are a strict minority one step from the others, and
 gloo's size check failed with no rank named: then the class is collective-mismatch (the
-ranks called different collectives), not a shape the text cannot pin.
+ranks called different collectives), not a shape the text cannot pin. Not where a peer's
+traceback says the message was a point-to-point one (mismatch.py asks p2psize.py): a
+pipeline's stages run steps apart by design (the last stage of another pipeline logs its
+next step while the failing exchange is elsewhere), and no collective was skipped.
 """
 
 from __future__ import annotations

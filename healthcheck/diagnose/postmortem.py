@@ -50,6 +50,7 @@ from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.storewait import store_waits, stuck_in_store
+from healthcheck.diagnose.wentpast import went_past
 
 _SAME_FAILURE_S = 1.0  # a peer error this close to the first timeout is that failure's, not a late waker's
 
@@ -187,6 +188,10 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
     victims = left_waiting(waits, odd, top, theirs, items)  # p2pvictims.py: the waiters' partner is elsewhere
     if victims is not None:
         return victims
+    past = went_past(col, waits, odd, top, theirs, items) if col is not None and cls == "collective-mismatch" \
+        else None
+    if past is not None:  # wentpast.py: the others all wait on sends, so the odd ranks' data reached them
+        return past
     return job_finding(cls=cls, ranks=odd, confidence="high", evidence=items, divergence=top,
                    where=next((waits[r].where for r in odd if waits[r].where), ""),
                    summary=f"{rank_words(odd)} timed out in {theirs} while the others timed out in {top}: "

@@ -201,6 +201,18 @@ def _rows(col: Collected, analysis: Analysis, odd: set[int]) -> list[RankRow]:
     return rows
 
 
+def _events_held(analysis: Analysis) -> str:
+    """The failure events the verdict lists (its first failure among them), said where nothing
+    else says what the logs hold: an unknown verdict never says it saw no failure beside one."""
+    events = analysis.events
+    if not events:
+        return ""
+    first = _first_failure(analysis)
+    what = f" (first: {first.text[:160]})" if first is not None else ""
+    return (f"the logs hold {len(events)} failure event{'s' if len(events) > 1 else ''}{what}, and none of it "
+            "names a culprit rank")
+
+
 def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding], world: int | None) -> str:
     """Why the verdict is unknown ("" when it is not)."""
     ev = col.evidence
@@ -226,7 +238,8 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
             f"torchrun reports {rank_words(sorted(bare))} ended by SIGABRT and nothing of "
             f"{'its' if len(bare) == 1 else 'their'} own is in the text: NCCL's watchdog aborts a rank whose "
             "collective timed out so, no evidence against it")
-    said = said or "the logs show no failure hc recognises (no error, timeout, mismatch or odd stack)"
+    said = said or _events_held(analysis) or ("the logs show no failure hc recognises (no error, timeout, mismatch "
+                                              "or odd stack)")
     if col.attempts and not held:  # attempts.py: only the last attempt is judged
         said += ("; an earlier attempt failed and torchrun restarted the workers: a transient failure, "
                  "no culprit of how the job ended (see the notes)")

@@ -695,6 +695,57 @@ _TORN = lazy_compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank
                    r"|(?<=s/it\]|it/s\])\[rank\d{1,7}\]:)", re.ASCII)
 
 
+# the cells a log viewer's column before a launcher's tag may hold beside its stamp
+# (`2020-01-15 22:44:33 UTC master.0 -- [1,0]<stderr>:`): a few short words, as a table's
+_TAG_COLUMN_MAX = 64
+
+
+def _tag_column(head: str, taken: _Taken) -> bool:
+    """The part of a line before its first launcher tag is a viewer's column, not a line of
+    its own: a stamp the layer took off, then at most COLUMN_CELLS_MAX short words (a zone, a
+    replica's name, a separator). An untagged head under `--tag-output` is no rank's output."""
+    return ("stamp" in taken.kinds and len(head) <= _TAG_COLUMN_MAX
+            and len(head.split()) <= COLUMN_CELLS_MAX and MPIRUN_TAG.search(head) is None)
+
+
+class _Column(NamedTuple):
+    """A viewer's column taken off before a line's first launcher tag: as printed, and the
+    fields its stamp gave."""
+
+    parts: str
+    fields: dict[str, object]
+
+
+def _column_taken(pieces: list[str], **peel_options: bool) -> _Column | None:
+    """The head of `pieces` where it is a viewer's column before the first launcher tag
+    (`_tag_column`), taken out of `pieces`; else None, `pieces` as they were."""
+    if len(pieces) < 2 or MPIRUN_TAG.match(pieces[1]) is None:
+        return None
+    rest, taken = peel(pieces[0], **peel_options)
+    if not _tag_column(rest, taken):
+        return None
+    return _Column(pieces.pop(0), dict(taken.fields))
+
+
+def retagged(pieces: list[str]) -> list[str]:
+    """Open MPI's `--tag-output` puts its tag before every chunk it forwards, and a process
+    that writes one line in pieces (Horovod's logger) gets a tag between every piece, mid-word
+    (`[1,0]<stderr>:[[1,0]<stderr>:2020-01-15 22:44:33[1,0]<stderr>:.`): a piece whose tag names
+    the same process (job, rank, stream) as the piece before it is the rest of that process's
+    line, glued back without its tag; a piece another process's tag opens stays its own."""
+    out: list[str] = []
+    opened = ""  # the tag that opens out[-1]
+    for piece in pieces:
+        m = MPIRUN_TAG.match(piece)
+        tag = m.group(0) if m is not None else ""
+        if out and tag and tag == opened:
+            out[-1] += piece[len(tag):]
+            continue
+        out.append(piece)
+        opened = tag
+    return out
+
+
 def torn_pieces(text: str) -> list[str]:
     """Two processes' lines written into one: split where a second launcher tag or torch
     rank prefix starts mid-line. Each piece stays its own; none is glued to another."""
@@ -1133,7 +1184,8 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 
 
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
-               cut_end: bool = False, records: bool = False, hosts: bool = False) -> Iterator[Line]:
+               cut_end: bool = False, records: bool = False, hosts: bool = False,
+               interleaved: bool = False) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
@@ -1147,6 +1199,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     SXid ..."}`: the kernel's line is in another field than the message).
     `hosts`: where most lines carry a parallel shell's `HOST: ` (pdsh, `host_labelled`), it
     is taken off as the line's `host`: for the readers of a program's own output (torch_log).
+    `interleaved`: Open MPI's `--tag-output` tags inside a line that name the process its
+    first tag names are peeled, the pieces glued back into that process's line, the first tag
+    its label (`retagged`; a viewer's stamped column before that tag taken off too): for the
+    readers of a program's own output (torch_log), whose lines a process may write in pieces.
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -1167,7 +1223,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
                           workers=workers, pytest=pytest[number - 1], records=records, columns=columns,
-                          hosts=hosts)
+                          hosts=hosts, interleaved=interleaved)
         if number == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1233,7 +1289,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
 def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
               gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
-              records: bool = False, columns: bool = False, hosts: bool = False) -> list[Line]:
+              records: bool = False, columns: bool = False, hosts: bool = False,
+              interleaved: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
@@ -1243,7 +1300,9 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     `NAME-N | ` labels name ranks (`worker_labelled`); `pytest`: it carries pytest's `E`
     mark (`pytest_marked`); `records`: a JSON log record is read into its lines (`json_pieces`);
     `columns`: a viewer's or runner's columns come before the message (`viewer_columned`);
-    `hosts`: a parallel shell's `HOST: ` labels it (`host_labelled`)."""
+    `hosts`: a parallel shell's `HOST: ` labels it (`host_labelled`); `interleaved`: Open MPI's
+    tags inside the line are one process's pieces glued back (`retagged`), a viewer's column
+    before the first tag taken off with it (`_tag_column`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
@@ -1251,6 +1310,7 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent,
                 pytest=pytest, columns=columns)
     pieces = json_pieces(body, srun) if records else []
+    column: _Column | None = None
     if pieces:
         repairs.append("json")
     else:
@@ -1258,12 +1318,24 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
         while len(pieces) > 1 and not peel(pieces[0], stamps, srun, logged=logged, workers=workers,
                                            hosts=hosts)[0].strip():
             pieces[:2] = [pieces[0] + pieces[1]]  # only prefixes before the cut: one line, prefixed twice
+        if interleaved and len(pieces) > 1:
+            glued = retagged(pieces)
+            if len(glued) < len(pieces):
+                repairs.append("retagged")
+            pieces = glued
+            column = _column_taken(pieces, stamps=stamps, srun=srun, logged=logged, workers=workers, hosts=hosts)
+            if column is not None:
+                repairs.append("column")
         if len(pieces) > 1:
             repairs.append("torn")
     out: list[Line] = []
     launcher: dict[str, object] = {}
     for piece in pieces:
         rest, taken = peel(piece, stamps, srun, logged=logged, workers=workers, hosts=hosts)
+        if column is not None and not out:  # the viewer's column before the first tag: its labels' front
+            taken.parts.insert(0, column.parts)
+            for key, value in column.fields.items():
+                taken.fields.setdefault(key, value)
         if "launcher" in taken.kinds:
             launcher = {k: taken.fields[k] for k in ("task", "stream") if k in taken.fields}
         elif launcher:  # a piece glued on by the process the line's launcher label names
@@ -1738,6 +1810,16 @@ def _padded(line: Line) -> bool:
     return line.raw.rstrip("\r").endswith("  ")
 
 
+# the right edge of a box a program drew (rich's traceback, a table): every row is the box's
+# width, and none is a piece of a message a terminal wrapped
+_DRAWN_EDGES = ("│", "┃", "║", "╮", "╯", "┐", "┘", "┤")
+
+
+def _drawn(line: Line) -> bool:
+    """A row of a drawn box: it ends at the box's right edge."""
+    return line.raw.rstrip().endswith(_DRAWN_EDGES)
+
+
 def _wrap_piece(before: Line, line: Line) -> bool:
     """`line` can be the next piece of `before`'s message a terminal wrapped: a line of its
     own (not a torn fragment), with words, no label or stamp taken off it (a terminal's
@@ -1760,7 +1842,7 @@ def terminal_width(lines: Sequence[Line], *, min_width: int = WRAP_MIN) -> int:
     for before, line in zip(lines, lines[1:], strict=False):
         width = _raw_width(line)
         if (width >= min_width and width == _raw_width(before) and _wrap_piece(before, line)
-                and not _padded(line) and not _padded(before)):
+                and not _padded(line) and not _padded(before) and not _drawn(before)):
             seen[width] = seen.get(width, 0) + 1
     width = max(seen, key=lambda w: seen[w]) if seen else 0
     if not width or seen[width] < WRAP_EVIDENCE:
@@ -1779,7 +1861,7 @@ def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LIN
     while index < len(lines):
         head = lines[index]
         index += 1
-        if not width or _raw_width(head) != width or _padded(head):
+        if not width or _raw_width(head) != width or _padded(head) or _drawn(head):
             yield head
             continue
         text, before = head.text, head
@@ -1788,7 +1870,7 @@ def hard_unwrapped(lines: Sequence[Line], width: int, *, max_line: int = MAX_LIN
             index += 1
             text += before.text
             recorded(before, "hard-wrap")
-            if _raw_width(before) != width or _padded(before):
+            if _raw_width(before) != width or _padded(before) or _drawn(before):
                 break
         yield head if before is head else msgspec.structs.replace(
             head, text=text[:max_line], repairs=(*head.repairs, "hard-wrap"))

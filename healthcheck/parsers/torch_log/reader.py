@@ -270,7 +270,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
     state = TorchState()
     lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
              for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True,
-                                                                     hosts=True))]
+                                                                     hosts=True, interleaved=True))]
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)

@@ -27,6 +27,13 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{
 _TERMINATE_BARE = ("terminate called without an active exception", "terminate called recursively")
 _FRAME = re.compile(r"\s{1,16}File \"")
 _FRAME_AT = re.compile(r"\s{1,16}File \"([^\"]{1,1024})\", line (\d{1,9}), in ([^\s]{1,256})")
+# rich's traceback (rich.traceback.install(), Typer/accelerate consoles): a box drawn at the
+# console's width, `╭─── Traceback (most recent call last) ───╮`, each frame's `│ PATH:N in
+# FUNC │` row, its source rows `│   247 │ ...` (`│ ❱ 250 │ ...` the frame's line), `╰───╯`,
+# then the exception line as Python prints it
+_RICH_EDGES = ("│", "╰")
+_RICH_FRAME = re.compile(r"│ {1,4}(\S{1,1024}):(\d{1,9}) in (\S{1,256}) {0,1024}│?$")
+_RICH_SOURCE = re.compile(r"│ {1,4}(?:❱ {1,4})?\d{1,9} │")
 _LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<")
 _C10D_FILES = ("distributed_c10d.py", "c10d_logger.py")
 _CHILD_FILE = "multiprocessing/process.py"
@@ -84,13 +91,40 @@ def read_frame(state: TorchState, line: Line) -> bool:
     return True
 
 
+def read_rich_header(state: TorchState, line: Line) -> bool:
+    """rich's `╭─── Traceback (most recent call last) ───╮`: a traceback opens, as Python's header."""
+    return _HEADER[:-1] in line.text and read_header(state, line)
+
+
+def read_rich_row(state: TorchState, line: Line) -> bool:
+    """A row of rich's traceback box: a frame's `│ PATH:N in FUNC │`, a source row (either
+    opens a traceback where none is open: a paste that starts inside the box), or, in an
+    open traceback, any other row and the closing `╰───╯`."""
+    b = line.text.rstrip()
+    key = rank_key(line)
+    m = _RICH_FRAME.match(b)
+    if m is None and _RICH_SOURCE.match(b) is None:
+        return bool(state.tracebacks.get(key))
+    if not state.tracebacks.get(key):
+        state.tracebacks[key] = 1
+        _opened(state, key, line)
+        traceback_opened(state, key, line.number)
+        state.torch = True
+    if m is not None:
+        _frame_at(state, key, *m.groups())
+    return True
+
+
 def _frame(state: TorchState, key: RankKey, body: str) -> None:
     """The innermost frame of the program's own code (not a library's) and the
     torch.distributed function it is in, so far."""
     m = _FRAME_AT.match(body)
-    if m is None:
-        return
-    path, number, func = m.groups()
+    if m is not None:
+        _frame_at(state, key, *m.groups())
+
+
+def _frame_at(state: TorchState, key: RankKey, path: str, number: str, func: str) -> None:
+    """One frame (`_frame`): its file, line and function."""
     note_frame(state, key, path, func)
     if func == "_bootstrap" and path.endswith(_CHILD_FILE) and len(state.children) < FRAMED_RANKS_MAX:
         state.children.add(key)  # multiprocessing's child process runs its target under _bootstrap
@@ -195,6 +229,8 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("traceback", lambda b: b.startswith(_HEADER), read_header),
     Handler("thread-exception", lambda b: b.startswith(_THREAD_HEAD), read_thread_head),
     Handler("traceback-frame", lambda b: b[:1] in " \t", read_frame),
+    Handler("rich-traceback", lambda b: b.startswith("╭"), read_rich_header),
+    Handler("rich-traceback-row", lambda b: b.startswith(_RICH_EDGES), read_rich_row),
     Handler("terminate", lambda b: b.startswith(_TERMINATE_WORDS), read_terminate),
     Handler("glog-fatal", lambda b: True, read_glog_fatal),
     Handler("exception", _may_end_traceback, read_exception),
