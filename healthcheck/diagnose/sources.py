@@ -53,6 +53,7 @@ from healthcheck.diagnose.jsonlines import is_json_lines, record_head
 from healthcheck.diagnose.loggednumbers import Logged, read_logged
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
+from healthcheck.diagnose.stampseries import StampSeries, shared
 from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
@@ -93,25 +94,14 @@ class TextStamps:
     ranks' tracebacks carry a label is one stream in time order; a per-rank file is all
     the rank's own), else of any line (stamps given whole: `hc run`'s copy of one rank)."""
 
-    stamps: list[tuple[int, float]] = field(default_factory=list)
-    by_rank: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
-    unlabelled: list[tuple[int, float]] = field(default_factory=list)
+    stamps: StampSeries = field(default_factory=StampSeries)
+    by_rank: dict[int, StampSeries] = field(default_factory=dict)
+    unlabelled: StampSeries = field(default_factory=StampSeries)
 
     def at(self, line: int, rank: int | None = None) -> float | None:
         if rank is None:
-            return _last_at(self.stamps, line)
-        return _last_at(self.by_rank.get(rank) or self.unlabelled or self.stamps, line)
-
-
-def _last_at(stamps: list[tuple[int, float]], line: int) -> float | None:
-    lo, hi = 0, len(stamps)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if stamps[mid][0] <= line:
-            lo = mid + 1
-        else:
-            hi = mid
-    return stamps[lo - 1][1] if lo else None
+            return self.stamps.last_at(line)
+        return (self.by_rank.get(rank) or self.unlabelled or self.stamps).last_at(line)
 
 
 @dataclass
@@ -189,9 +179,11 @@ def _stamps(text: str, year: int) -> TextStamps:
         elif rank is None:
             pass  # a local rank under a node's label: whose it is, no label says
         elif rank in out.by_rank or len(out.by_rank) < 4096:
-            out.by_rank.setdefault(rank, []).append((number, t))
+            out.by_rank.setdefault(rank, StampSeries()).append((number, t))
         if len(out.stamps) >= MAX_STAMPS:
             break
+    out.unlabelled = shared(out.unlabelled, out.stamps)  # stampseries.py: one copy where they are equal
+    out.by_rank = {rank: shared(series, out.stamps) for rank, series in out.by_rank.items()}
     return out
 
 
@@ -286,7 +278,7 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
             if run.exit_code < 0:
                 r.signal = signal_name(-run.exit_code)
     text = _last_attempt_only(source, run.text, run.rank, col)  # a launcher's copy of torchrun's console
-    if not _read_text_log(source, text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+    if not _read_text_log(source, text, run.rank, col, TextStamps(StampSeries(run.stamps))) and run.rank is not None:
         col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
 
 
