@@ -67,6 +67,10 @@ from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log
 from healthcheck.parsers.xid import parse_kernel_log
 
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
+# NCCL's parser reads only the lines its marks find (parsers/nccl_log.NCCL_MARKS): the same
+# facts; its count of unread lines, which no rule reads, is of the lines it read. False: every
+# line (tests/unit/diagnose/test_diagnose_marked_reading.py compares the two on every fixture)
+NCCL_MARKED_ONLY = True
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 # a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
@@ -516,7 +520,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
         try:
-            nccl = parse_nccl_log(text)
+            nccl = parse_nccl_log(text, marked_only=NCCL_MARKED_ONLY)
         except ParseError:
             nccl = None
     try:

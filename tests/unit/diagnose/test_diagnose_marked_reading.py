@@ -1,0 +1,88 @@
+"""The fast path of `hc diagnose logs` (issue 22): NCCL's parser reads only the lines its
+marks find (parsers/nccl_log.NCCL_MARKS through lines.marked_lines). Differential: with and
+without it, every log under tests/fixtures gives the same NCCL facts, and every job set
+the same evidence and verdict; only the count of unread lines, which no rule reads, may
+differ."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import msgspec
+import pytest
+from support import FIXTURES
+
+from healthcheck.core.errors import ParseError
+from healthcheck.diagnose import sources
+from healthcheck.diagnose.sources import _is_binary, collect
+from healthcheck.diagnose.verdict import build
+from healthcheck.parsers import nccl_log
+from healthcheck.parsers.lines import NOTHING_UNREAD, marked_lines
+from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
+
+MAX_BYTES = 4 * 2**20  # a fixture larger than this is no log (none is today)
+
+
+def _texts() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if len(data) <= MAX_BYTES and data.strip() and not _is_binary(data):
+            out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
+    return out
+
+
+def _nccl(text: str, marked_only: bool) -> NcclLog | str:
+    try:
+        return msgspec.structs.replace(parse_nccl_log(text, marked_only=marked_only), unrecognized=NOTHING_UNREAD)
+    except ParseError as exc:
+        return f"ParseError: {exc}"
+
+
+def _differing(texts: list[tuple[str, str]]) -> list[str]:
+    return [name for name, text in texts if _nccl(text, False) != _nccl(text, True)]
+
+
+def test_every_fixture_log_gives_the_same_nccl_facts_with_the_fast_path():
+    texts = _texts()
+    assert len(texts) > 2000  # every set: diagnose, diagnose-jobs, diagnose-field, field, corpus
+    assert {name.split("/")[0] for name, _ in texts} >= {"diagnose", "diagnose-jobs", "diagnose-field", "field",
+                                                         "corpus"}
+    assert _differing(texts) == []
+
+
+def test_the_differential_catches_a_mark_the_fast_path_lacks(monkeypatch):
+    """The comparison above can fail: without split_sourced_warn's ` WARN ` mark, or the
+    old prefix's `host:pid:tid [dev]`, the fixtures that hold only such lines differ."""
+    texts = [(n, t) for n, t in _texts() if "WARN " in t or re.search(r":\d{1,10}:\d{1,10}[ \t]\[", t)]
+    weaker = re.compile(nccl_log.NCCL_MARKS.pattern.replace("|WARN ", "").replace(r"|:\d{1,10}:\d{1,10}[ \t]\[", ""))
+    monkeypatch.setattr(nccl_log, "NCCL_MARKS", weaker)
+    assert _differing(texts)
+
+
+def test_a_mend_inside_a_line_turns_the_fast_path_off():
+    # a colour code whose ESC was lost, inside NCCL's word: the layer joins what the raw text splits
+    text = "gpu1:12:13 [0] NC[0;31mCL WARN Call to connect failed\nsome other line\n"
+    assert marked_lines(text, text.splitlines(), nccl_log.NCCL_MARKS) is None
+    assert marked_lines("x NCCL y\nz\nw\nv\n", ["x NCCL y", "z", "w", "v"], nccl_log.NCCL_MARKS) == {1, 2, 4}
+
+
+def _job_sets() -> list:
+    roots = [FIXTURES / "diagnose", FIXTURES / "diagnose-field", FIXTURES / "h100-captures"]
+    return sorted(d for root in roots for d in root.iterdir() if d.is_dir())
+
+
+def _judged(path) -> bytes:
+    col = collect([path], now=dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc))
+    verdict = build(col)
+    col.evidence.nccl_logs = [f if f.log is None else msgspec.structs.replace(
+        f, log=msgspec.structs.replace(f.log, unrecognized=NOTHING_UNREAD)) for f in col.evidence.nccl_logs]
+    return msgspec.json.encode([col.evidence, verdict])
+
+
+@pytest.mark.parametrize("path", _job_sets(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_job_set_gets_the_same_evidence_and_verdict_with_the_fast_path(path, monkeypatch):
+    fast = _judged(path)
+    monkeypatch.setattr(sources, "NCCL_MARKED_ONLY", False)
+    assert _judged(path) == fast
