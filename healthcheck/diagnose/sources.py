@@ -50,7 +50,7 @@ from healthcheck.diagnose.evidence import (
     Unreadable,
 )
 from healthcheck.diagnose.jsonlines import is_json_lines, record_head
-from healthcheck.diagnose.loggednumbers import Logged, read_logged
+from healthcheck.diagnose.loggednumbers import Logged, read_logged, same_reading
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
 from healthcheck.diagnose.stampseries import StampSeries, shared
@@ -63,7 +63,7 @@ from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
 from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
-from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log
+from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log, read_torch_lines
 from healthcheck.parsers.xid import parse_kernel_log
 
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
@@ -523,8 +523,9 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
             nccl = parse_nccl_log(text, marked_only=NCCL_MARKED_ONLY)
         except ParseError:
             nccl = None
+    lines = read_torch_lines(text)  # read once: for the torch log parser and read_logged
     try:
-        torch = parse_torch_log(text, rank_output=rank is not None)  # a rank's own file: its lines are its own
+        torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
     except ParseError:
         torch = None
     if nccl is not None:
@@ -536,7 +537,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
         col.stamps[source] = stamps
-        read_logged(text, rank, col.logged)
+        read_logged(text, rank, col.logged, lines if same_reading(text, lines) else None)
         if rank is not None:
             ev.rank(rank).sources.append(source)
         return True

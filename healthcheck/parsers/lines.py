@@ -832,6 +832,7 @@ _HOST_LABEL = re.compile(r"([A-Za-z][A-Za-z0-9\-.]{0,62}): ", re.ASCII)
 _NOT_HOSTS = re.compile(r"(?i:rank|epoch|step|iter|iteration|batch|loss|stage|phase|round|layer)\d|"
                         r".*(?:Error|Exception|Warning|Exit)\d*$", re.ASCII)
 HOSTS_MAX = 64  # distinct hosts a parallel shell's text may label
+HOST_SAMPLE = QUOTED_SAMPLE * 16  # lines that decide whether a text is a parallel shell's
 
 
 # HPE PALS's own `HOST: rank N died from signal S` (torch_log/rankends.py): the host is its word
@@ -852,7 +853,7 @@ def host_labelled(lines: Sequence[str]) -> bool:
     the driver's own word, never a host's."""
     labelled = filled = 0
     hosts: set[str] = set()
-    for line in lines[:QUOTED_SAMPLE * 16]:
+    for line in lines[:HOST_SAMPLE]:
         if not line.strip():
             continue
         filled += 1

@@ -2,7 +2,8 @@
 marks find (parsers/nccl_log.NCCL_MARKS through lines.marked_lines). Differential: with and
 without it, every log under tests/fixtures gives the same NCCL facts, and every job set
 the same evidence and verdict; only the count of unread lines, which no rule reads, may
-differ."""
+differ. And the text is read once for the torch log parser and read_logged where the two
+readings agree (loggednumbers.same_reading): the same numbers logged on every fixture."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from support import FIXTURES
 
 from healthcheck.core.errors import ParseError
 from healthcheck.diagnose import sources
+from healthcheck.diagnose.loggednumbers import read_logged, same_reading
 from healthcheck.diagnose.sources import _is_binary, collect
 from healthcheck.diagnose.verdict import build
 from healthcheck.parsers import nccl_log
 from healthcheck.parsers.lines import NOTHING_UNREAD, marked_lines
 from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
+from healthcheck.parsers.torch_log import read_torch_lines
 
 MAX_BYTES = 4 * 2**20  # a fixture larger than this is no log (none is today)
 
@@ -86,3 +89,34 @@ def test_every_job_set_gets_the_same_evidence_and_verdict_with_the_fast_path(pat
     fast = _judged(path)
     monkeypatch.setattr(sources, "NCCL_MARKED_ONLY", False)
     assert _judged(path) == fast
+
+
+def _logged(text: str, lines: list | None) -> dict:
+    into: dict = {}
+    read_logged(text, None, into, lines)
+    read_logged(text, 7, into, lines)  # and as one rank's own file
+    return into
+
+
+def test_every_fixture_log_gives_the_same_logged_numbers_from_the_torch_parsers_lines():
+    """hc diagnose logs reads a text once for the torch log parser and read_logged, where
+    same_reading says the two readings agree: on every fixture log, what each rank logged
+    is what read_logged's own reading finds."""
+    differing, shared = [], 0
+    for name, text in _texts():
+        lines = read_torch_lines(text)
+        if same_reading(text, lines):
+            shared += 1
+            if _logged(text, lines) != _logged(text, None):
+                differing.append(name)
+    assert shared > 2000 and differing == []
+
+
+def test_a_parallel_shells_hosts_or_a_cut_last_word_read_the_text_again():
+    """The torch parser takes pdsh's `HOST: ` off and the last word of a text cut inside it;
+    read_logged does neither, so those texts are read again (else the numbers differ)."""
+    pdsh = "".join(f"gpu00{r}: [rank{r}]: sharded 1 layer: {256 + (r == 2)} of 768 params here\n" for r in range(4))
+    assert not same_reading(pdsh, read_torch_lines(pdsh))
+    assert _logged(pdsh, read_torch_lines(pdsh)) != _logged(pdsh, None)
+    cut = "[rank0]: sharded 1 layer: 256 of 768 params here\n[rank1]: sharded 1 layer: 256 of 7"
+    assert not same_reading(cut, read_torch_lines(cut))
