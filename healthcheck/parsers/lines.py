@@ -1188,7 +1188,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
 
 
 # a tail header names the file of the lines after it: the layer reads it, marked or not
-_TAIL_HEADER = re.compile(r"==> ")
+_TAIL_HEADER_MARK = re.compile(r"==> ")
 # the layer's mends that take text out of a line's middle, which could join words its raw
 # text holds apart: a redraw's CR, colour codes (also an SGR whose ESC was lost:
 # strip_ansi), an editor's auto-link (unlinked), markdown's `**` (unemphasized)
@@ -1209,7 +1209,7 @@ def marked_lines(text: str, raw_lines: Sequence[str], marks: re.Pattern[str]) ->
     if _MID_LINE_MENDS.search(text) is not None:
         return None
     wanted = {len(raw_lines)}
-    for pattern in (marks, _TAIL_HEADER):
+    for pattern in (marks, _TAIL_HEADER_MARK):
         line, at = 1, 0
         for m in pattern.finditer(text):
             line += text.count("\n", at, m.start())
