@@ -120,3 +120,16 @@ def test_a_parallel_shells_hosts_or_a_cut_last_word_read_the_text_again():
     assert _logged(pdsh, read_torch_lines(pdsh)) != _logged(pdsh, None)
     cut = "[rank0]: sharded 1 layer: 256 of 768 params here\n[rank1]: sharded 1 layer: 256 of 7"
     assert not same_reading(cut, read_torch_lines(cut))
+
+
+def test_tail_headers_name_the_file_of_marked_lines_as_of_every_line():
+    """No fixture log holds tail's `==> FILE <==` headers: the differential over a real
+    capture put under two of them (the header names the file of the lines after it, so
+    the fast path reads every header)."""
+    real = (FIXTURES / "h100-captures" / "nccl-watchdog-timeout-1rank" / "nccl.vm.636.log").read_text()
+    text = "==> logs/a.log <==\n" + real + "\nsome output\n\n==> logs/b.log <==\n" + real
+    assert _nccl(text, True) == _nccl(text, False) and not isinstance(_nccl(text, True), str)
+    raw = text.split("\n")[:-1]
+    headers = {n for n, line in enumerate(raw, 1) if line.startswith("==> ")}
+    wanted = marked_lines(text, raw, nccl_log.NCCL_MARKS)
+    assert len(headers) == 2 and wanted is not None and headers <= wanted
