@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
-from healthcheck.parsers.lines import read_lines
+from healthcheck.parsers.lines import HOST_SAMPLE, Line, host_labelled, read_lines
 
 TEMPLATES_MAX = 512  # templates kept per rank (a log's first ones)
 TEMPLATE_CHARS = 200
@@ -40,9 +41,24 @@ def _template(text: str) -> tuple[str, tuple[int, ...]] | None:
     return (_DIGITS.sub("#", text)[:TEMPLATE_CHARS], numbers) if numbers else None
 
 
-def read_logged(text: str, file_rank: int | None, into: Logged) -> None:
-    """Each rank's templated lines of `text` into `into` (the first time each is logged)."""
-    for line in read_lines(text, records=True):  # a JSON log's records as the rank's lines
+def same_reading(text: str, torch_lines: Sequence[Line]) -> bool:
+    """Whether the torch log parser's lines of `text` (torch_log.read_torch_lines) are the
+    ones `read_lines(text, records=True)` gives, so that the text is read once: they are
+    unless the parser took a parallel shell's hosts off (host_labelled, decided on the first
+    lines), glued one process's mpirun-tagged pieces back or took a viewer's column before
+    them (`retagged`, `column`), or cut the last word of a text inside it (`cut-end`); a
+    CR-split text is not judged."""
+    if "\r" in text or any("cut-end" in line.repairs for line in torch_lines[-4:]):
+        return False
+    if any("retagged" in line.repairs or "column" in line.repairs for line in torch_lines):
+        return False
+    return not host_labelled(text.split("\n", HOST_SAMPLE)[:HOST_SAMPLE])
+
+
+def read_logged(text: str, file_rank: int | None, into: Logged, lines: Iterable[Line] | None = None) -> None:
+    """Each rank's templated lines of `text` into `into` (the first time each is logged).
+    `lines`: `read_lines(text, records=True)` read already (same_reading)."""
+    for line in read_lines(text, records=True) if lines is None else lines:  # a JSON log's records as lines
         rank = line.global_rank if line.global_rank is not None else file_rank
         if rank is None or line.noise:
             continue

@@ -50,9 +50,10 @@ from healthcheck.diagnose.evidence import (
     Unreadable,
 )
 from healthcheck.diagnose.jsonlines import is_json_lines, record_head
-from healthcheck.diagnose.loggednumbers import Logged, read_logged
+from healthcheck.diagnose.loggednumbers import Logged, read_logged, same_reading
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
+from healthcheck.diagnose.stampseries import StampSeries, shared
 from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
@@ -62,10 +63,14 @@ from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
 from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
-from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log
+from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log, read_torch_lines
 from healthcheck.parsers.xid import parse_kernel_log
 
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
+# NCCL's parser reads only the lines its marks find (parsers/nccl_log.NCCL_MARKS): the same
+# facts; its count of unread lines, which no rule reads, is of the lines it read. False: every
+# line (tests/unit/diagnose/test_diagnose_marked_reading.py compares the two on every fixture)
+NCCL_MARKED_ONLY = True
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 # a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
@@ -93,25 +98,14 @@ class TextStamps:
     ranks' tracebacks carry a label is one stream in time order; a per-rank file is all
     the rank's own), else of any line (stamps given whole: `hc run`'s copy of one rank)."""
 
-    stamps: list[tuple[int, float]] = field(default_factory=list)
-    by_rank: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
-    unlabelled: list[tuple[int, float]] = field(default_factory=list)
+    stamps: StampSeries = field(default_factory=StampSeries)
+    by_rank: dict[int, StampSeries] = field(default_factory=dict)
+    unlabelled: StampSeries = field(default_factory=StampSeries)
 
     def at(self, line: int, rank: int | None = None) -> float | None:
         if rank is None:
-            return _last_at(self.stamps, line)
-        return _last_at(self.by_rank.get(rank) or self.unlabelled or self.stamps, line)
-
-
-def _last_at(stamps: list[tuple[int, float]], line: int) -> float | None:
-    lo, hi = 0, len(stamps)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if stamps[mid][0] <= line:
-            lo = mid + 1
-        else:
-            hi = mid
-    return stamps[lo - 1][1] if lo else None
+            return self.stamps.last_at(line)
+        return (self.by_rank.get(rank) or self.unlabelled or self.stamps).last_at(line)
 
 
 @dataclass
@@ -189,9 +183,11 @@ def _stamps(text: str, year: int) -> TextStamps:
         elif rank is None:
             pass  # a local rank under a node's label: whose it is, no label says
         elif rank in out.by_rank or len(out.by_rank) < 4096:
-            out.by_rank.setdefault(rank, []).append((number, t))
+            out.by_rank.setdefault(rank, StampSeries()).append((number, t))
         if len(out.stamps) >= MAX_STAMPS:
             break
+    out.unlabelled = shared(out.unlabelled, out.stamps)  # stampseries.py: one copy where they are equal
+    out.by_rank = {rank: shared(series, out.stamps) for rank, series in out.by_rank.items()}
     return out
 
 
@@ -286,7 +282,7 @@ def _read_run_output(source: str, data: bytes, col: Collected) -> None:
             if run.exit_code < 0:
                 r.signal = signal_name(-run.exit_code)
     text = _last_attempt_only(source, run.text, run.rank, col)  # a launcher's copy of torchrun's console
-    if not _read_text_log(source, text, run.rank, col, TextStamps(run.stamps)) and run.rank is not None:
+    if not _read_text_log(source, text, run.rank, col, TextStamps(StampSeries(run.stamps))) and run.rank is not None:
         col.evidence.rank(run.rank).sources.append(source)  # read: the rank printed nothing hc knows
 
 
@@ -524,11 +520,12 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
         try:
-            nccl = parse_nccl_log(text)
+            nccl = parse_nccl_log(text, marked_only=NCCL_MARKED_ONLY)
         except ParseError:
             nccl = None
+    lines = read_torch_lines(text)  # read once: for the torch log parser and read_logged
     try:
-        torch = parse_torch_log(text, rank_output=rank is not None)  # a rank's own file: its lines are its own
+        torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
     except ParseError:
         torch = None
     if nccl is not None:
@@ -540,7 +537,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
         col.stamps[source] = stamps
-        read_logged(text, rank, col.logged)
+        read_logged(text, rank, col.logged, lines if same_reading(text, lines) else None)
         if rank is not None:
             ev.rank(rank).sources.append(source)
         return True

@@ -883,6 +883,7 @@ _HOST_LABEL = re.compile(r"([A-Za-z][A-Za-z0-9\-.]{0,62}): ", re.ASCII)
 _NOT_HOSTS = re.compile(r"(?i:rank|epoch|step|iter|iteration|batch|loss|stage|phase|round|layer)\d|"
                         r".*(?:Error|Exception|Warning|Exit)\d*$", re.ASCII)
 HOSTS_MAX = 64  # distinct hosts a parallel shell's text may label
+HOST_SAMPLE = QUOTED_SAMPLE * 16  # lines that decide whether a text is a parallel shell's
 
 
 # HPE PALS's own `HOST: rank N died from signal S` (torch_log/rankends.py): the host is its word
@@ -903,7 +904,7 @@ def host_labelled(lines: Sequence[str]) -> bool:
     the driver's own word, never a host's."""
     labelled = filled = 0
     hosts: set[str] = set()
-    for line in lines[:QUOTED_SAMPLE * 16]:
+    for line in lines[:HOST_SAMPLE]:
         if not line.strip():
             continue
         filled += 1
@@ -1185,7 +1186,7 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
                cut_end: bool = False, records: bool = False, hosts: bool = False,
-               interleaved: bool = False) -> Iterator[Line]:
+               interleaved: bool = False, marks: re.Pattern[str] | None = None) -> Iterator[Line]:
     """Every line of `text`, mended and with its prefixes taken off (see the module doc).
 
     `stamps=False` leaves timestamps and glog prefixes on the text, for a parser that
@@ -1203,6 +1204,8 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     first tag names are peeled, the pieces glued back into that process's line, the first tag
     its label (`retagged`; a viewer's stamped column before that tag taken off too): for the
     readers of a program's own output (torch_log), whose lines a process may write in pieces.
+    `marks`: a parser's fast path (`marked_lines`): only the lines it finds something in
+    are read (and the line after each), every shape decided over all lines as ever.
     """
     raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
     if raw_lines and raw_lines[-1] == "":
@@ -1219,7 +1222,10 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
+    wanted = marked_lines(text, raw_lines, marks) if marks is not None and not records else None
     for number, raw in enumerate(raw_lines, 1):
+        if opened and wanted is not None and number not in wanted:
+            continue  # no mark: nothing the parser could read (marked_lines)
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
                           workers=workers, pytest=pytest[number - 1], records=records, columns=columns,
@@ -1234,6 +1240,37 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
             if not opened:
                 line, opened = before_output(line)
             yield line
+
+
+# a tail header names the file of the lines after it: the layer reads it, marked or not
+_TAIL_HEADER_MARK = re.compile(r"==> ")
+# the layer's mends that take text out of a line's middle, which could join words its raw
+# text holds apart: a redraw's CR, colour codes (also an SGR whose ESC was lost:
+# strip_ansi), an editor's auto-link (unlinked), markdown's `**` (unemphasized)
+_MID_LINE_MENDS = re.compile(r"[\r\x1b]|\]\(|\*\*|\[\d{1,3}(?:;\d{1,3}){0,15}m")
+
+
+def marked_lines(text: str, raw_lines: Sequence[str], marks: re.Pattern[str]) -> frozenset[int] | None:
+    """A parser's fast path: the numbers of the raw lines to read, those `marks` finds
+    something in (searched over the whole text at once, in C), each with the line after it
+    (a wrapped message's rest), the tail headers and the last line (a text cut mid-line);
+    None (read every line) where a mend could take text out of a line's middle
+    (`_MID_LINE_MENDS`). Safe where `marks` finds, in a line's raw text, something of every
+    line the parser reads (and matches no newline): the layer otherwise only takes text
+    off a line's ends (labels, stamps, quotes, indents, columns) and splits torn lines, so
+    what a read line holds, its raw one holds too. `read_lines` reads every line until the
+    output opens (`before_output`) and decides every shape over all lines, whichever lines
+    it reads; a JSON record's message (`records`) is no substring of its line: not here."""
+    if _MID_LINE_MENDS.search(text) is not None:
+        return None
+    wanted = {len(raw_lines)}
+    for pattern in (marks, _TAIL_HEADER_MARK):
+        line, at = 1, 0
+        for m in pattern.finditer(text):
+            line += text.count("\n", at, m.start())
+            at = m.start()
+            wanted.update((line, line + 1))
+    return frozenset(wanted)
 
 
 def _cut_ended(line: Line) -> Line:

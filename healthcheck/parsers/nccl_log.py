@@ -1396,10 +1396,21 @@ def _bare_version(line: str) -> str | None:
     return m.group(0)[len("NCCL version "):] if m else None
 
 
-def parse_nccl_log(text: str) -> NcclLog:
+# Something of every line `_Builder.read` can read, in its raw text (lines.marked_lines):
+# `NCCL` (split_read_line's ` NCCL `, split_bare_line's `NCCL `, the bare `NCCL version `),
+# split_sourced_warn's ` WARN `, split_old_line's `host:pid:tid [dev]`, the starts of
+# _QUOTED_WARN's phrases; the line after a WARN (_wrapped_tail) is read by marked_lines'
+# rule. Every other line the builder only counts unread.
+NCCL_MARKS = re.compile(r"NCCL|WARN |:\d{1,10}:\d{1,10}[ \t]\[|Got completion|Call to |Cuda failure ", re.ASCII)
+
+
+def parse_nccl_log(text: str, *, marked_only: bool = False) -> NcclLog:
     """An NCCL debug log, or any output holding NCCL lines -> NcclLog; ParseError when no
-    line is NCCL's."""
-    lines = list(read_lines(text, stamps=False, cut_end=True))  # `failed with 110 Connection timed o`: not read
+    line is NCCL's. `marked_only`: the fast path for a job's whole output (hc diagnose
+    logs), reading only the lines NCCL_MARKS finds something in: the same facts, but its
+    `unrecognized` counts only the unmarked lines it read."""
+    lines = list(read_lines(text, stamps=False, cut_end=True,  # `failed with 110 Connection timed o`: not read
+                            marks=NCCL_MARKS if marked_only else None))
     builder = _Builder()
     for index, line in enumerate(lines):
         builder.read(lines, index, line)

@@ -154,7 +154,7 @@ from healthcheck.parsers.torch_log.facts import (
     WorkerFailed,
     WorkerGroupEvent,
 )
-from healthcheck.parsers.torch_log.reader import parse_torch_log
+from healthcheck.parsers.torch_log.reader import parse_torch_log, read_torch_lines
 from healthcheck.parsers.torch_log.text import MAX_LINE
 
 __all__ = [
@@ -165,5 +165,5 @@ __all__ = [
     "FingerprintRan", "StalledTensors", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp",
     "TracebackCut", "TaskExit",
     "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
-    "WorkerFailed", "WorkerGroupEvent", "parse_torch_log",
+    "WorkerFailed", "WorkerGroupEvent", "parse_torch_log", "read_torch_lines",
 ]

@@ -18,7 +18,7 @@ line finishing it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -249,7 +249,7 @@ def _result(state: TorchState, lines: int) -> TorchLog:
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 
-def _commands_read(state: TorchState, lines: Iterator[Line]) -> Iterator[Line]:
+def _commands_read(state: TorchState, lines: Iterable[Line]) -> Iterator[Line]:
     """The lines that are no noise; a command line (a prompt's, or its bare echo: noise)
     read first for the world a torchrun command in it launches (agent.read_launch_command)
     and the processes an MPI or Slurm launch command starts (agent.read_process_count)."""
@@ -262,15 +262,23 @@ def _commands_read(state: TorchState, lines: Iterator[Line]) -> Iterator[Line]:
             agent.read_process_count(state, line)
 
 
-def parse_torch_log(text: str, *, rank_output: bool = False) -> TorchLog:
+def read_torch_lines(text: str) -> list[Line]:
+    """The lines of `text` as the torch log parser reads them (the line layer's, JSON records
+    read, a parallel shell's hosts taken off, one process's mpirun-tagged pieces glued back);
+    a text that ends inside a word (`RuntimeError: Conne`) has its last word not read. A
+    caller that also reads them (hc diagnose logs) passes them to `parse_torch_log` so that the text is read once."""
+    return list(read_lines(text, max_line=MAX_LINE, cut_end=True, records=True, hosts=True, interleaved=True))
+
+
+def parse_torch_log(text: str, *, rank_output: bool = False, lines: list[Line] | None = None) -> TorchLog:
     """A PyTorch distributed / torchrun log -> TorchLog (see the package's docstring).
     `rank_output`: the text is known to be one rank's own output (a file its name places),
     read though no line names torch where its loop or logging left a step or a warning
-    (what it logged is that rank's, failure or none)."""
+    (what it logged is that rank's, failure or none). `lines`: `read_torch_lines(text)`,
+    where the caller read them already."""
     state = TorchState()
-    lines = [relabelled(line, torchx=True)  # a text that ends inside a word (`RuntimeError: Conne`): not read
-             for line in _commands_read(state, read_lines(text, max_line=MAX_LINE, cut_end=True, records=True,
-                                                                     hosts=True, interleaved=True))]
+    lines = [relabelled(line, torchx=True)
+             for line in _commands_read(state, read_torch_lines(text) if lines is None else lines)]
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)
