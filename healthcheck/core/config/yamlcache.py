@@ -1,6 +1,7 @@
 """Config files parsed once, not at every hook: the parse of each file (its data and the
-line of every key) is kept in a cache directory, keyed by the file's bytes, so a prologue
-whose config has not changed reads its files and never imports or runs PyYAML.
+line of every key) is kept in a cache directory, keyed by the file's bytes, hc's version and
+the parser's file (one entry per install on a node), so a prologue whose config has not
+changed reads its files and never imports or runs PyYAML.
 
 An entry is used only when everything about it checks out: the directory and the entry
 are owned by this user and writable by no one else (a cache another user could write
