@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -497,13 +497,17 @@ def run_scenario(sc: Scenario, keep: Path | None = None) -> Outcome:
         return outcome
 
 
-def replay(sc: Scenario, root: Path) -> Outcome | None:
+Ask = Callable[[list[str], dict[str, str]], tuple[dict, float, int, str]]
+
+
+def replay(sc: Scenario, root: Path, ask: Ask | None = None) -> Outcome | None:
     """`hc diagnose logs` on the scenario's saved output under root (None: none saved, or a live
-    scenario, whose diagnosis needs the job running)."""
+    scenario, whose diagnosis needs the job running). `ask`: how hc is asked (None: ask_hc, a
+    real `hc` subprocess; tests/diagnose_jobs/inprocess.py's runs it in this process)."""
     folder = root / sc.slug
     if sc.mode != "logs" or not folder.is_dir():
         return None
-    verdict, seconds, rc, error = ask_hc(["logs", str(folder)], clean_env())
+    verdict, seconds, rc, error = (ask or ask_hc)(["logs", str(folder)], clean_env())
     return outcome_of(sc, verdict, seconds, rc, error)
 
 
@@ -513,8 +517,8 @@ def outcome_of(sc: Scenario, verdict: dict, seconds: float, rc: int, error: str)
                    summary=str(verdict.get("summary", ""))[:300], error=error)
 
 
-def replay_all(scenarios: Iterable[Scenario], root: Path) -> Score:
-    return Score([o for o in (replay(sc, root) for sc in scenarios) if o is not None])
+def replay_all(scenarios: Iterable[Scenario], root: Path, ask: Ask | None = None) -> Score:
+    return Score([o for o in (replay(sc, root, ask) for sc in scenarios) if o is not None])
 
 
 # a healthy or slow job looked at live is run this many times, each try scored as a job: one

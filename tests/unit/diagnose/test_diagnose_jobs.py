@@ -15,13 +15,15 @@ diagnose logs`, against REPLAY_FLOOR."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 import sys
 import typing
 from pathlib import Path
 
 import pytest
-from diagnose_jobs import harness
+from diagnose_jobs import harness, inprocess
 from diagnose_jobs.scenarios import CI_REPLAYED, CI_SUBSET, TUNING
 
 # Raised after issue 19's rules were merged (bin/bench --only "diagnose detector", 88623d2):
@@ -433,10 +435,26 @@ def assert_at_least(score: harness.Score, floor: dict[str, int]) -> None:
 
 
 def test_the_tuning_sets_saved_outputs_are_diagnosed_at_least_as_well_as_the_floor():
+    # in process: the same `hc diagnose logs` entry point without 41 interpreters' start (the
+    # real subprocess is the CI subset's replay, and the parity test below holds them equal)
     scenarios = [sc for sc in TUNING if sc.mode == "logs"]
-    score = harness.replay_all(scenarios, harness.SAVED["tuning"])
+    score = harness.replay_all(scenarios, harness.SAVED["tuning"], ask=inprocess.ask_hc)
     assert score.n == len(scenarios) == 41  # every logs-mode tuning job has its saved output
     assert_at_least(score, REPLAY_FLOOR)
+
+
+def test_a_replay_in_process_answers_byte_for_byte_what_the_hc_command_answers():
+    # the scoring above runs hc in process: it must be the verdict `hc diagnose logs` prints
+    # (the collection time aside, a clock reading), exit code included
+    stamp = re.compile(r'"collected_at": "[^"]*"')
+    for name in CI_REPLAYED:
+        (sc,) = harness.by_name(TUNING, [name])
+        argv, env = ["logs", str(harness.SAVED["tuning"] / sc.slug)], harness.clean_env()
+        real = subprocess.run([*harness.hc_argv(), "diagnose", *argv, "--format", "json"], capture_output=True,
+                              text=True, env=env, cwd=harness.REPO, timeout=harness.HC_TIMEOUT_S, check=False)
+        code, out, _ = inprocess.run_diagnose(argv, env, harness.REPO)
+        assert '"class"' in out and len(stamp.findall(out)) == 1, out[-2000:]
+        assert (code, stamp.sub("", out)) == (real.returncode, stamp.sub("", real.stdout)), name
 
 
 @pytest.mark.slow

@@ -1,9 +1,12 @@
 """`hc run` records the real ranks and keeps their output where `hc diagnose logs` reads it,
 under every launcher, for real: torchrun with hc inside it and around it, plain processes
 (RANK/WORLD_SIZE by hand), Open MPI's mpirun, and srun's variables (the real srun: the rig's
-test_run_wrapper_rig.py). Each job is a real gloo job (a rank's death is real: SIGKILL or an
-exception), its console captured as a user would; the diagnosis of the log directory hc run
-names after the job is compared with the diagnosis of that captured console.
+test_run_wrapper_rig.py). The jobs under torchrun, the plain ranks and mpirun without --log-dir
+are real gloo jobs (a rank's death is real: SIGKILL or an exception), their console captured as
+a user would; the diagnosis of the log directory hc run names after the job is compared with
+the diagnosis of that captured console. The tests of what hc run records under srun's
+variables and under mpirun with --log-dir run ranks that only print who they are (no torch:
+what they test is hc run's record of each rank, which a gloo job's tests above check too).
 
 Every process is started here, bounded by a timeout, and killed by its own pid if it overruns.
 """
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from diagnose_jobs.inprocess import run_diagnose
 from support import free_port, torch_installed
 
 from healthcheck.parsers.run_output import parse_run_output
@@ -55,6 +59,19 @@ if rank == int(env.get("JOB_BAD", "-1")):
 dist.all_reduce(t)
 dist.destroy_process_group()
 """
+# a rank that only says who it is, for the tests of what hc run records under a launcher: no
+# torch import, no rendezvous (the JOB above is the real gloo job, in the tests of the
+# torchrun forms, of the plain ranks and of mpirun without --log-dir)
+SAY_RANK = """
+import json, os
+env = os.environ
+rank = next(int(env[n]) for n in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID") if n in env)
+os.write(1, (json.dumps({"rank": rank, "pid": os.getpid()}) + chr(10)).encode())
+"""
+# hc run's straggler test (a torch rendezvous and all-reduce in every rank before the job) is
+# not what these tests look at, and it doubled each rank's torch import: it is off here, and
+# test_run_wrapper_ranks.py tests it under torchrun and plain ranks
+NO_STRAGGLER = "--no-straggler-test"
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
 
 
@@ -73,10 +90,11 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -
 
 
 def diagnose(*paths: Path) -> dict:
-    r = subprocess.run([*HC, "diagnose", "logs", "--format", "json", *map(str, paths)], capture_output=True,
-                       timeout=120)
-    assert r.returncode in (0, 3), r.stderr.decode()[-2000:]
-    return json.loads(r.stdout)
+    """`hc diagnose logs PATHS --format json`, in this process through hc's own entry point (the
+    command's subprocess contract is test_diagnose_jobs.py's; here it is what hc run left)."""
+    code, out, err = run_diagnose(["logs", *map(str, paths)], dict(os.environ), os.getcwd())
+    assert code in (0, 3), err[-2000:]
+    return json.loads(out)
 
 
 def odd(report: dict) -> list[int]:
@@ -112,15 +130,17 @@ def job_lines(console: str) -> dict[int, dict]:
 
 
 def torchrun_job(form: str, tmp_path: Path, n: int, **env: str) -> tuple[subprocess.CompletedProcess, str]:
-    """`hc run -- torchrun ... JOB` (around) or `torchrun ... -m healthcheck run -- python JOB` (inside)."""
+    """`hc run -- torchrun ... JOB` (around) or `torchrun ... -m healthcheck run -- python JOB` (inside),
+    without hc run's straggler test."""
     script = tmp_path / "job.py"
     script.write_text(JOB)
     logs = str(tmp_path / "logs")
     torchrun = [TORCHRUN, "--standalone", f"--nproc-per-node={n}", "--monitor-interval=0.1"]
     if form == "around":
-        argv = [*HC, "run", "--log-dir", logs, "--no-node-check", "--", *torchrun, str(script)]
+        argv = [*HC, "run", "--log-dir", logs, "--no-node-check", NO_STRAGGLER, "--", *torchrun, str(script)]
     else:
-        argv = [*torchrun, "-m", "healthcheck", "run", "--log-dir", logs, "--no-node-check", "--", PY, str(script)]
+        argv = [*torchrun, "-m", "healthcheck", "run", "--log-dir", logs, "--no-node-check", NO_STRAGGLER, "--", PY,
+                str(script)]
     r = run(argv, clean_env(**env), tmp_path)
     return r, r.stdout.decode(errors="replace")
 
@@ -130,24 +150,26 @@ def torchrun_job(form: str, tmp_path: Path, n: int, **env: str) -> tuple[subproc
 
 @pytest.mark.parametrize("form", ["around", "inside"])
 def test_every_rank_torchrun_starts_is_recorded_with_its_real_rank_and_its_own_output(tmp_path, form):
-    r, console = torchrun_job(form, tmp_path, 3)
+    # two ranks: the smallest world in which a rank recorded as "rank 0 of 1" (the agent's
+    # view) or under another rank's number shows
+    r, console = torchrun_job(form, tmp_path, 2)
     assert r.returncode == 0, console[-4000:]
     ran = job_lines(console)
-    assert sorted(ran) == [0, 1, 2], console[-3000:]  # the job's output still reaches the console
+    assert sorted(ran) == [0, 1], console[-3000:]  # the job's output still reaches the console
     log_dir = printed_log_dir(console)
     assert log_dir == tmp_path / "logs"
     # the agent assigns the ranks: each worker's own, never "rank 0 of 1" for the agent
     found = manifests(log_dir)
-    assert sorted(found) == [0, 1, 2], found
+    assert sorted(found) == [0, 1], found
     for rank, m in found.items():
-        assert (m["world_size"], m["local_rank"]) == (3, rank)
+        assert (m["world_size"], m["local_rank"]) == (2, rank)
         assert m["host"] == HOST and m["pid"] == ran[rank]["pid"] and m["launcher"] == "torchrun"
     # each rank's output, labelled with its rank, with what that rank printed in it
     kept = outputs(log_dir)
-    for rank in (0, 1, 2):
+    for rank in (0, 1):
         (mine,) = kept[rank]
         assert mine.pid == ran[rank]["pid"] and json.dumps(ran[rank]) in mine.text and mine.stamps
-        assert mine.exit_code == 0 and found[rank]["local_world_size"] == 3
+        assert mine.exit_code == 0 and found[rank]["local_world_size"] == 2
     if form == "around":
         (agent,) = kept[None]  # torchrun's own output, every rank's lines in it
         assert agent.launcher == "torchrun" and all(json.dumps(ran[k]) in agent.text for k in ran)
@@ -183,8 +205,8 @@ def plain_job(tmp_path: Path, n: int, **extra: str) -> list[subprocess.Completed
     for rank in range(n):
         env = {**common, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": str(n)}
-        procs.append(subprocess.Popen([*HC, "run", "--log-dir", str(tmp_path / "logs"), "--no-node-check", "--",
-                                       PY, str(script)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([*HC, "run", "--log-dir", str(tmp_path / "logs"), "--no-node-check",
+                                       NO_STRAGGLER, "--", PY, str(script)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE))
     return [_finish(p, procs) for p in procs]
 
@@ -215,7 +237,7 @@ def test_plain_ranks_are_recorded_and_the_dead_one_is_named_from_the_log_directo
 def test_srun_tasks_are_recorded_by_their_slurm_rank(tmp_path):
     # srun's variables as slurmstepd sets them for each task (the real srun: the rig's test)
     script = tmp_path / "job.py"
-    script.write_text(JOB)
+    script.write_text(SAY_RANK)
     common = clean_env(SLURM_JOB_ID="4711", SLURM_SUBMIT_DIR=str(tmp_path), SLURM_NTASKS="2", SLURM_NNODES="1",
                        SLURM_STEP_NUM_NODES="1", SLURM_STEP_ID="0")
     procs = [subprocess.Popen([*HC, "run", "--no-node-check", "--no-straggler-test", "--", PY, str(script)],
@@ -242,7 +264,7 @@ def mpirun(n: int) -> list[str]:
 @needs_mpirun
 def test_inside_mpirun_every_rank_is_recorded_with_its_output(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text(JOB)
+    script.write_text(SAY_RANK)  # the real gloo job under mpirun: the test without --log-dir below
     argv = [*mpirun(2), "-x", "JOB_PORT", "-x", "GLOO_SOCKET_IFNAME", *HC, "run", "--log-dir",
             str(tmp_path / "logs"), "--no-node-check", "--no-straggler-test", "--", PY, str(script)]
     r = run(argv, clean_env(), tmp_path)
@@ -259,7 +281,7 @@ def test_inside_mpirun_every_rank_is_recorded_with_its_output(tmp_path):
 @needs_mpirun
 def test_around_mpirun_no_rank_is_claimed_and_hc_says_how_to_record_them(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text(JOB)
+    script.write_text(SAY_RANK)
     argv = [*HC, "run", "--log-dir", str(tmp_path / "logs"), "--no-node-check", "--", *mpirun(2), "-x", "JOB_PORT",
             "-x", "GLOO_SOCKET_IFNAME", PY, str(script)]
     r = run(argv, clean_env(), tmp_path)
