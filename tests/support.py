@@ -222,7 +222,8 @@ def _uninstall_stop(wakeup_fd: int) -> None:
 
 
 def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,
-                  timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
+                  timeout: float = 60, cwd: str | os.PathLike[str] | None = None,
+                  whole_env: bool = False) -> subprocess.CompletedProcess:
     """`run_hc` in this process: the same entry (healthcheck.cli.main, what `python -m
     healthcheck` runs), the same environment rules, the same CompletedProcess (returncode,
     stdout and stderr bytes), ~100x cheaper. The differences, each on purpose:
@@ -236,6 +237,10 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
     - what a process hc starts writes to its inherited descriptors 1 and 2 is not in the
       result (this process's fds are not the captured streams): such tests stay in a subprocess.
 
+    `whole_env`: `env` is the whole environment the run sees (a harness that builds one, as
+    the diagnose replays' clean_env does, and passes it to its subprocess as `env=`); what
+    os.environ holds beyond it is unset for the call.
+
     State a real process would take with it (signal handlers and timers, the cwd, loggers,
     warning filters, runners.stop) is put back after each call; a thread hc left running or an
     atexit function it registered fails the test. tests/unit/suite/test_inproc_parity.py holds
@@ -243,8 +248,11 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
     """
     del timeout  # see above
     # as run_hc: the runner's HC_* and SLURM* are not hc's; PYTHONFAULTHANDLER for any child
-    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("HC_", "SLURM"))}
-    overrides["PYTHONFAULTHANDLER"] = "1"
+    if whole_env:
+        overrides: dict[str, str | None] = {k: None for k in os.environ if k not in (env or {})}
+    else:
+        overrides = {k: None for k in os.environ if k.startswith(("HC_", "SLURM"))}
+        overrides["PYTHONFAULTHANDLER"] = "1"
     overrides.update(env or {})
     seen = {**os.environ, **overrides}
     state = _ProcessState()

@@ -12,31 +12,20 @@ as an operator runs it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
 import time
 
-from click.testing import CliRunner
-
-import healthcheck.cli as hc_cli
+from support import run_hc_inproc
 
 
 def run_diagnose(argv: list[str], env: dict[str, str], cwd: os.PathLike[str] | str) -> tuple[int, str, str]:
     """`hc diagnose ARGV --format json` in process: (exit code, stdout, stderr). `env` is the
-    whole environment the run sees (what os.environ has beyond it is unset for the run)."""
-    overlay: dict[str, str | None] = {k: None for k in os.environ if k not in env}
-    overlay.update(env)
-    with CliRunner().isolation(env=overlay) as (out, err, _), contextlib.chdir(cwd):
-        try:
-            hc_cli.main(["diagnose", *argv, "--format", "json"])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+    whole environment the run sees (what os.environ has beyond it is unset for the run), as
+    harness.ask_hc's subprocess gets it; tests/support.py run_hc_inproc runs it (and puts back
+    what a real process would have taken with it)."""
+    r = run_hc_inproc("diagnose", *argv, "--format", "json", env=env, cwd=cwd, whole_env=True)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
 def ask_hc(argv: list[str], env: dict[str, str]) -> tuple[dict, float, int, str]:
