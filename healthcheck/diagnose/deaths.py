@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
-from healthcheck.diagnose.firstchild import failed_child, lone_box_failure, lone_mpirun_exit
+from healthcheck.diagnose.firstchild import (
+    earliest_box_failure,
+    failed_child,
+    lone_box_failure,
+    lone_mpirun_exit,
+)
 from healthcheck.diagnose.leavers import (
     agent_stopped,
     exit_codes,
@@ -361,7 +366,8 @@ def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> N
 def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """The one child a launcher reports failed (firstchild.py), where nothing else named a rank."""
     own = own_output(col)
-    found = failed_child(col, firsts) or lone_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own)
+    found = (failed_child(col, firsts) or lone_box_failure(col, firsts, own)
+             or earliest_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own))
     if found is None:
         return
     acc.name(*found)

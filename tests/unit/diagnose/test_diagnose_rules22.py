@@ -9,6 +9,10 @@ from __future__ import annotations
 from support import diagnose_saved, named_ranks
 
 from healthcheck.core.errors import ParseError
+from healthcheck.diagnose.firstchild import earliest_box_failure
+from healthcheck.diagnose.leavers import own_output
+from healthcheck.diagnose.logfacts import first_errors
+from healthcheck.diagnose.sources import collect
 from healthcheck.parsers.torch_log import parse_torch_log
 
 
@@ -18,6 +22,61 @@ def _paste(tmp_path, text: str):
     job.mkdir(parents=True)
     (job / "paste.log").write_text(text)
     return diagnose_saved(job)
+
+# ---------------------------------------------------------------- two torchrun boxes
+
+def _entry(index: int, rank: int, local: int, code: int, pid: int, time: str, host: str = "node1") -> str:
+    return (f"[{index}]:\n  time      : {time}\n  host      : {host}\n  rank      : {rank} (local_rank: {local})\n"
+            f"  exitcode  : {code} (pid: {pid})\n  error_file: <N/A>\n"
+            "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+
+
+def _box(root: str, *others: str) -> str:
+    """torchrun's ChildFailedError box: the root cause entry, the other failures."""
+    failures = "".join(others) if others else "  <NO_OTHER_FAILURES>\n"
+    return ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 60 + "\ntrain.py FAILED\n"
+            + "-" * 60 + "\nFailures:\n" + failures + "-" * 60 + "\nRoot Cause (first observed failure):\n"
+            + root + "=" * 60 + "\n")
+
+
+def _two_boxes(first_node_time: str, second_node_time: str) -> str:
+    """Node A's box (ranks 0 and 1 at one time), node B's (rank 2, local rank 0, at another)."""
+    a = _box(_entry(0, 0, 0, 1, 1000, first_node_time, "nodeA"), _entry(1, 1, 1, 1, 1001, first_node_time, "nodeA"))
+    b = _box(_entry(0, 2, 0, 1, 2000, second_node_time, "nodeB"))
+    return a + b
+
+
+def test_two_boxes_name_the_entry_strictly_earliest_across_them(tmp_path):
+    v = _paste(tmp_path, _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
+    assert v.cls == "dead-rank" and named_ranks(v) == [2] and v.confidence == "medium", v.summary
+
+
+def test_two_boxes_whose_earliest_times_tie_name_none(tmp_path):
+    v = _paste(tmp_path, _two_boxes("2024-03-01_10:00:01", "2024-03-01_10:00:01"))
+    assert named_ranks(v) == [], v.summary
+
+
+def _earliest(tmp_path, text: str):
+    (tmp_path / "paste.log").write_text(text)
+    col = collect([tmp_path / "paste.log"])
+    return earliest_box_failure(col, first_errors(col), own_output(col))
+
+
+def test_two_boxes_beside_a_timeout_name_none(tmp_path):
+    # a rank that timed out waited on a hung one: the first to exit may be a victim
+    boxes = _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01")
+    assert _earliest(tmp_path, boxes) is not None
+    text = ("[rank7]:[E ProcessGroupNCCL.cpp:563] [Rank 7] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+            "milliseconds before timing out.\n" + boxes)
+    assert _earliest(tmp_path, text) is None
+
+
+def test_two_boxes_after_an_untimed_error_of_another_rank_name_none(tmp_path):
+    text = ("[rank5]: Traceback (most recent call last):\n[rank5]:   File \"train.py\", line 9, in <module>\n"
+            "[rank5]:     step()\n[rank5]: ValueError: bad batch\n"
+            + _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
+    assert 2 not in named_ranks(v := _paste(tmp_path, text)), v.summary
 
 # ---------------------------------------------------------------- srun's report inside a sentence
 
