@@ -24,6 +24,7 @@ from healthcheck.diagnose.firstchild import (
     lone_box_failure,
     lone_mpirun_exit,
 )
+from healthcheck.diagnose.harnesscaught import harness_caught
 from healthcheck.diagnose.leavers import (
     agent_stopped,
     exit_codes,
@@ -375,6 +376,16 @@ def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     acc.basis = acc.basis or "the launcher's report of its first failed child; the rank's own output is not in the text"
 
 
+def _harness_caught(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The one rank torch's test harness caught raising (harnesscaught.py)."""
+    found = harness_caught(col, firsts)
+    if found is None:
+        return
+    acc.name(*found)
+    acc.unsure = True
+    acc.basis = acc.basis or "torch's test harness caught the rank's exception"
+
+
 def _store_fetch(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """The rank whose store broke under a peer's NCCL unique-id fetch (uniqueid.py)."""
     for rank, why, item in fetch_failures(col, firsts):
@@ -461,6 +472,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     _out_of_memory(col, acc)
     firsts = first_errors(col)
     _own_exceptions(col, firsts, acc)
+    if not acc.items:
+        _harness_caught(col, firsts, acc)
     if not acc.items:
         _silent_exits(col, firsts, acc)
     if not acc.items:

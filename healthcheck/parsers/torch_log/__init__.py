@@ -131,6 +131,7 @@ from healthcheck.parsers.torch_log.facts import (
     GlooError,
     GlooKind,
     GroupEventKind,
+    HarnessCaught,
     MonitoredBarrierFailure,
     NotInGroup,
     ProgressKind,
@@ -159,8 +160,9 @@ from healthcheck.parsers.torch_log.text import MAX_LINE
 
 __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",
-    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
-    "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
+    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch",
+    "DesyncKind", "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind",
+    "GroupEventKind", "HarnessCaught",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
     "FingerprintRan", "StalledTensors", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp",
     "TracebackCut", "TaskExit",

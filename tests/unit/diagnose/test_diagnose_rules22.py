@@ -107,3 +107,27 @@ def test_task_words_that_are_not_srun_own_are_not_read():
                  "note srun: error: cn17: task 3: Out Of Memoryless\n",
                  "I ran task 3: Out Of Memory on cn17\n"):
         assert _task_exits(text) == (), text
+
+# ---------------------------------------------------------------- the test harness's caught exception
+
+def _harness(rank: int, pid: int) -> str:
+    head = f"[rank{rank}]:E0207 07:54:31.862000 {pid} torch/testing/_internal/common_distributed.py:939] "
+    return "".join(head + body + "\n" for body in (
+        "Caught exception: ", "Traceback (most recent call last):",
+        '  File "torch/testing/_internal/common_distributed.py", line 929, in run_test',
+        "    getattr(self, test_name)()"))
+
+
+def test_harness_caught_exception_of_one_rank_is_its_death(tmp_path):
+    v = _paste(tmp_path, _harness(1, 4712))
+    assert v.cls == "dead-rank" and named_ranks(v) == [1] and v.confidence == "medium", v.summary
+
+
+def test_harness_words_from_another_source_are_not_the_harness():
+    text = "[rank1]:E0207 07:54:31.862000 4712 mytool/runner.py:12] Caught exception: \n"
+    assert parse_torch_log(text).harness_caught == ()
+
+
+def test_harness_caught_on_two_ranks_names_none(tmp_path):
+    v = _paste(tmp_path, _harness(1, 4712) + _harness(0, 4711))
+    assert named_ranks(v) == [], v.summary
