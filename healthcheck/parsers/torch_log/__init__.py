@@ -122,6 +122,7 @@ from healthcheck.parsers.torch_log.facts import (
     ClosingSignal,
     CollectiveFingerprint,
     CollectiveMismatch,
+    DdpStart,
     DesyncKind,
     DesyncLine,
     ExceptionRaised,
@@ -160,7 +161,7 @@ from healthcheck.parsers.torch_log.text import MAX_LINE
 
 __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",
-    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch",
+    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DdpStart",
     "DesyncKind", "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind",
     "GroupEventKind", "HarnessCaught",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",

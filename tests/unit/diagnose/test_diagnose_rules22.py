@@ -23,6 +23,7 @@ def _paste(tmp_path, text: str):
     (job / "paste.log").write_text(text)
     return diagnose_saved(job)
 
+
 # ---------------------------------------------------------------- two torchrun boxes
 
 def _entry(index: int, rank: int, local: int, code: int, pid: int, time: str, host: str = "node1") -> str:
@@ -78,6 +79,7 @@ def test_two_boxes_after_an_untimed_error_of_another_rank_name_none(tmp_path):
             + _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
     assert 2 not in named_ranks(v := _paste(tmp_path, text)), v.summary
 
+
 # ---------------------------------------------------------------- srun's report inside a sentence
 
 _QUESTION = ("I get the error slurmstepd: error: Detected 1 oom_kill event in StepId=113.0. Some of the step tasks "
@@ -108,6 +110,7 @@ def test_task_words_that_are_not_srun_own_are_not_read():
                  "I ran task 3: Out Of Memory on cn17\n"):
         assert _task_exits(text) == (), text
 
+
 # ---------------------------------------------------------------- the test harness's caught exception
 
 def _harness(rank: int, pid: int) -> str:
@@ -131,3 +134,49 @@ def test_harness_words_from_another_source_are_not_the_harness():
 def test_harness_caught_on_two_ranks_names_none(tmp_path):
     v = _paste(tmp_path, _harness(1, 4712) + _harness(0, 4711))
     assert named_ranks(v) == [], v.summary
+
+
+# ---------------------------------------------------------------- Lightning's global-rank claims
+
+def _claims(*ranks: int, world: int, old: bool = True, local: bool = True) -> str:
+    words = "initializing ddp" if old else "Initializing distributed"
+    out = ["GPU available: True, used: True"]
+    for r in ranks:
+        if local:
+            out.append(f"LOCAL_RANK: {r % 4} - CUDA_VISIBLE_DEVICES: [0,1,2,3]")
+        out.append(f"{words}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/{world}")
+    return "\n".join(out) + "\n"
+
+
+def test_two_processes_claiming_one_global_rank_are_an_init_failure_naming_none(tmp_path):
+    v = _paste(tmp_path, _claims(1, 1, 2, 2, 3, 3, 0, 0, world=8))
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_new_lightning_words_are_read_alike(tmp_path):
+    v = _paste(tmp_path, _claims(0, 0, 1, 1, world=4, old=False))
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_every_member_claimed_once_then_nothing_is_no_init_failure(tmp_path):
+    # a healthy start looks the same until its next line
+    v = _paste(tmp_path, _claims(0, 1, 2, 3, world=4))
+    assert v.cls != "init-failure", v.summary
+    v = _paste(tmp_path / "alone", _claims(0, world=5, old=False))
+    assert v.cls != "init-failure", v.summary
+
+
+def test_a_logger_printing_each_line_twice_is_no_duplicate_claim(tmp_path):
+    text = "".join(line + "\n" + line + "\n" for line in _claims(0, 1, world=8, local=False).splitlines())
+    assert _paste(tmp_path, text).cls != "init-failure"
+
+
+def test_a_whole_world_claimed_again_is_a_rerun_not_a_duplicate(tmp_path):
+    assert _paste(tmp_path, _claims(0, 1, 2, 3, 0, 1, 2, 3, world=4)).cls != "init-failure"
+    assert _paste(tmp_path / "next", _claims(0, 1, 2, 3, 0, 1, 2, 3, world=8)).cls != "init-failure"
+
+
+def test_duplicate_claims_before_a_logged_step_are_no_init_failure(tmp_path):
+    text = _claims(1, 1, 0, 0, world=8) + "Epoch 0: 100%|##########| 10/10 [00:01<00:00, loss=0.5]\n" \
+        + "epoch 1 step 20 loss 0.41\n"
+    assert _paste(tmp_path, text).cls != "init-failure"
