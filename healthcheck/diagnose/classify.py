@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
+from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
 from healthcheck.diagnose.ddpshape import param_shape
 from healthcheck.diagnose.deaths import dead_rank
 from healthcheck.diagnose.findings import Confidence, Evidence, FailureClass, JobFinding, job_finding
@@ -307,6 +308,8 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
             init = absent
     elif init is None:
         init = store_barrier_failure(col)  # storebarrier.py: the barrier failed, no rank it can name
+    if init is None and dead is None:
+        init = duplicate_rank_claims(col)  # ddpclaims.py: two processes took one global rank
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
-from healthcheck.diagnose.firstchild import failed_child, lone_box_failure, lone_mpirun_exit
+from healthcheck.diagnose.firstchild import (
+    earliest_box_failure,
+    failed_child,
+    lone_box_failure,
+    lone_mpirun_exit,
+)
+from healthcheck.diagnose.harnesscaught import harness_caught
 from healthcheck.diagnose.leavers import (
     agent_stopped,
     exit_codes,
@@ -361,12 +367,23 @@ def _silent_exits(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> N
 def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     """The one child a launcher reports failed (firstchild.py), where nothing else named a rank."""
     own = own_output(col)
-    found = failed_child(col, firsts) or lone_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own)
+    found = (failed_child(col, firsts) or lone_box_failure(col, firsts, own)
+             or earliest_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own))
     if found is None:
         return
     acc.name(*found)
     acc.unsure = True
     acc.basis = acc.basis or "the launcher's report of its first failed child; the rank's own output is not in the text"
+
+
+def _harness_caught(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The one rank torch's test harness caught raising (harnesscaught.py)."""
+    found = harness_caught(col, firsts)
+    if found is None:
+        return
+    acc.name(*found)
+    acc.unsure = True
+    acc.basis = acc.basis or "torch's test harness caught the rank's exception"
 
 
 def _store_fetch(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
@@ -455,6 +472,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
     _out_of_memory(col, acc)
     firsts = first_errors(col)
     _own_exceptions(col, firsts, acc)
+    if not acc.items:
+        _harness_caught(col, firsts, acc)
     if not acc.items:
         _silent_exits(col, firsts, acc)
     if not acc.items:

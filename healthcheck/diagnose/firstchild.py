@@ -33,6 +33,14 @@ box lists every worker it stopped too, so a rank alone in it was its node's only
 a victim of a death on another node ends the same way). A box of several failed entries does
 not say which came first (one-second times), and names none.
 
+Several boxes (each launcher prints its own node's: a multi-node job, which the lone box's
+guard above cannot judge) are read across: the entry with the earliest `time` of all the
+boxes' entries is the first failure (`earliest_box_failure`) where its time is strictly
+earlier than every other entry's (a one-second tie names none), every entry has a time, it
+failed on its own (as above), no rank timed out, no rank's own error is earlier or untimed,
+and none of its own output is in the text. A box's own `Root Cause` is only its node's
+first; the earliest across the boxes is the job's.
+
 Open MPI's own report (`mpirun detected that one or more processes exited with non-zero
 status ... The first process to do so was: Process name: [[J,1],R] Exit code: N`) names a
 global rank (R, the MPI rank). Where a paste holds that box and nothing of any rank's own
@@ -46,7 +54,7 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import log_evidence, world_of
 from healthcheck.diagnose.findings import Evidence
-from healthcheck.diagnose.logfacts import COLLATERAL, RankError, ranks_heard
+from healthcheck.diagnose.logfacts import COLLATERAL, RankError, ranks_heard, torchrun_time
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
 from healthcheck.parsers.torch_log import ChildFailure, WorkerFailed
@@ -193,6 +201,42 @@ def lone_box_failure(col: Collected, firsts: dict[int, RankError], own: set[int]
     return x.rank, how, log_evidence(col, source, x.line, text, x.rank)
 
 
+def _own_failure(col: Collected, firsts: dict[int, RankError], own: set[int], x: ChildFailure) -> bool:
+    """Whether a box entry failed on its own (an exit code above 0 or a signal nobody sent it)
+    and the text holds none of its rank's output, no word of it failing in a collective."""
+    if x.rank is None or x.rank in own or x.signal in _NOT_OWN or x.pid in _closed(col):
+        return False
+    if not (x.signal or (x.exitcode is not None and x.exitcode > 0)):
+        return False
+    return x.rank not in spoke_of_failure(col) and not _victim(firsts.get(x.rank))
+
+
+def earliest_box_failure(col: Collected, firsts: dict[int, RankError],
+                         own: set[int]) -> tuple[int, str, Evidence] | None:
+    """(rank, how, the entry's line) for the entry strictly earliest across two or more
+    torchrun boxes, else None (see the module's docstring)."""
+    blocks = [(f.source, b) for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed]
+    if len(blocks) < 2 or _timed_out(col, firsts):
+        return None
+    seen: dict[tuple[int | None, int | None], tuple[str, ChildFailure, float | None]] = {}
+    for source, b in blocks:
+        for x in b.failures:
+            seen.setdefault((x.rank, x.pid), (source, x, torchrun_time(x.time)))
+    timed = sorted(((t, source, x) for source, x, t in seen.values() if t is not None), key=lambda e: e[0])
+    if len(timed) != len(seen) or len(timed) < 2:
+        return None  # an entry with no time may be the earliest
+    (first, source, x), second = timed[0], timed[1][0]
+    if not first < second or not _own_failure(col, firsts, own, x) or x.rank is None:
+        return None
+    if any(e.time is None or e.time < first for r, e in firsts.items() if r != x.rank):
+        return None  # a rank's own error before it (or at an unknown time) may be the first
+    how = f"killed by {x.signal}" if x.signal else f"exited {x.exitcode}"
+    text = (f"rank {x.rank} pid {x.pid}: the earliest failure across {len(blocks)} torchrun boxes "
+            f"({x.time}, exitcode {x.exitcode}" + (f", {x.signal}" if x.signal else "")
+            + "); its own output is not in the text")
+    return x.rank, how, log_evidence(col, source, x.line, text, x.rank)
+
+
 def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the box's line) for Open MPI's one first-non-zero-exit report where the
     text holds no rank's own output (`own`: leavers.own_output), no rank's error and no
@@ -209,4 +253,4 @@ def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]
     return rank, f"exited {t.exitcode}", log_evidence(col, source, t.line, text, rank)
 
 
-__all__ = ["failed_child", "global_rank", "lone_box_failure", "lone_mpirun_exit"]
+__all__ = ["earliest_box_failure", "failed_child", "global_rank", "lone_box_failure", "lone_mpirun_exit"]

@@ -122,6 +122,7 @@ from healthcheck.parsers.torch_log.facts import (
     ClosingSignal,
     CollectiveFingerprint,
     CollectiveMismatch,
+    DdpStart,
     DesyncKind,
     DesyncLine,
     ExceptionRaised,
@@ -131,6 +132,7 @@ from healthcheck.parsers.torch_log.facts import (
     GlooError,
     GlooKind,
     GroupEventKind,
+    HarnessCaught,
     MonitoredBarrierFailure,
     NotInGroup,
     ProgressKind,
@@ -159,8 +161,9 @@ from healthcheck.parsers.torch_log.text import MAX_LINE
 
 __all__ = [
     "FACT_KINDS", "MAX_LINE", "MAX_LISTED", "SIGNALS", "AddressInUse", "AgentSignal", "BackendError", "BackendKind",
-    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DesyncKind",
-    "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind", "GroupEventKind",
+    "ChildFailedBlock", "ChildFailure", "ClosingSignal", "CollectiveFingerprint", "CollectiveMismatch", "DdpStart",
+    "DesyncKind", "DesyncLine", "ExceptionRaised", "FlightRecorderNote", "FrKind", "GlooError", "GlooKind",
+    "GroupEventKind", "HarnessCaught",
     "MonitoredBarrierFailure", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError", "RendezvousKind",
     "FingerprintRan", "StalledTensors", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp",
     "TracebackCut", "TaskExit",

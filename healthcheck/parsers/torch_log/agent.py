@@ -73,6 +73,13 @@ _TASK_SIGNALS = {"Hangup": "SIGHUP", "Interrupt": "SIGINT", "Quit": "SIGQUIT", "
                  "CPU time limit exceeded": "SIGXCPU", "File size limit exceeded": "SIGXFSZ",
                  "Bad system call": "SIGSYS", "Out Of Memory": "SIGKILL"}
 _CORE_DUMPED = " (core dumped)"
+# the same report quoted inside a sentence (a question pasting the error after its own words):
+# only srun's own form, `srun: error: HOST: task N: ` then one of srun's task-end words, ended
+# there (a comma, a stop, the line's end), so a `task N` of anyone else's words is never read
+_TASK_ENDS = "|".join(re.escape(w) for w in sorted(_TASK_SIGNALS, key=len, reverse=True))
+_TASK_EXIT_INLINE = re.compile(
+    r"(?<![\w./-])srun: error: ([^\s:]{1,256}): tasks? ([\d,\-]{1,4096}): "
+    rf"((?:Exited with exit code \d{{1,3}}|{_TASK_ENDS})(?: \(core dumped\))?)(?![\w-])")
 # a torchrun command line (also `python -m torch.distributed.run`/`.launch`) and its sizes
 _LAUNCHER = re.compile(r"(?<![\w./-])(?:torchrun|torch\.distributed\.(?:run|launch))(?![\w.-])")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ]{1,4}(\d{1,5})(?![\w.:-])")
@@ -147,10 +154,11 @@ def read_mpirun_exit(state: TorchState, line: Line) -> bool:
 def read_srun(state: TorchState, line: Line) -> bool:
     """srun's own lines: how each task ended, and whether srun had aborted the step."""
     b = line.text
-    if any(w in b for w in _STEP_ABORTED):
+    own = b.startswith(("srun: ", "slurmstepd"))
+    if own and any(w in b for w in _STEP_ABORTED):
         state.step_aborted = True
         return True
-    m = _TASK_EXIT.match(b)
+    m = (_TASK_EXIT.match(b) if own else None) or _TASK_EXIT_INLINE.search(b)
     if m is None:
         return False
     host, tasks, ended = m.group(1), task_ids(m.group(2)), m.group(3).strip()
@@ -301,7 +309,8 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("mpirun-signal",
             lambda b: b.startswith(OMPI_LAUNCHERS) and " noticed that " in b and _WORKER_WORDS not in b,
             read_mpirun_signal),
-    Handler("srun", lambda b: b.startswith(("srun: ", "slurmstepd")) and _WORKER_WORDS not in b, read_srun),
+    Handler("srun", lambda b: (b.startswith(("srun: ", "slurmstepd")) or "srun: error: " in b)
+            and _WORKER_WORDS not in b, read_srun),
     Handler("agent-signal", lambda b: "death signal" in b or "got signal: " in b, read_agent_signal),
     Handler("closing-signal", lambda b: "closing signal" in b or "via signal" in b, read_closing_signal),
     Handler("forced-kill", lambda b: "forcefully exiting via" in b, read_forced_kill),

@@ -246,6 +246,22 @@ class TracebackCut(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     rank was raising something, what is unknown. `line` is its header's."""
 
 
+class HarnessCaught(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """torch's distributed test harness (torch/testing/_internal/common_distributed.py,
+    `MultiProcessTestCase.run_test`) logging the exception its rank's test raised, `Caught
+    exception:` under glog's prefix from that file; the harness then ends the rank's process
+    (`sys.exit(TEST_ERROR_EXIT_CODE)`). The traceback follows under the same prefix."""
+
+
+class DdpStart(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """Lightning's `initializing ddp: GLOBAL_RANK: R, MEMBER: R+1/N` (or `Initializing
+    distributed: ...`): a process claiming global rank R of N as it starts (ddpstart.py).
+    `rank` stays the line's label: the claim is the process's word, kept apart."""
+
+    global_rank: int
+    world: int
+
+
 class RankWarned(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The last warning or error a rank's own code logged at a logging level (`WARNING`,
     `ERROR`, `CRITICAL`; steps.py): what a rank that left without a traceback said of why."""
@@ -529,6 +545,8 @@ class TorchLog(msgspec.Struct, frozen=True):
     exceptions: tuple[ExceptionRaised, ...] = ()
     not_in_group: tuple[NotInGroup, ...] = ()
     stalled: tuple[StalledTensors, ...] = ()
+    harness_caught: tuple[HarnessCaught, ...] = ()
+    ddp_starts: tuple[DdpStart, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
@@ -580,4 +598,5 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "store_barrier",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
-              "task_exits", "cut_timeouts", "stalled")
+              "task_exits", "cut_timeouts", "stalled", "harness_caught",
+              "ddp_starts")

@@ -16,6 +16,11 @@
   order of the deaths, so the diagnosis names a rank from these boxes only where there is
   one (diagnose/signals.py). TaskExit, launcher "hydra" (sources.link_task_exits links no
   hydra signal: a cleanup's SIGKILL is no death).
+* torch's distributed test harness (`MultiProcessTestCase`, torch/testing/_internal/
+  common_distributed.py) catches what a rank's test raised, logs `Caught exception: ` and
+  the traceback under glog's prefix from that file, and ends the rank's process: read as
+  the rank's caught exception (HarnessCaught) only under that file's prefix and a rank's
+  label, never from the words alone.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ import re
 
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
-from healthcheck.parsers.torch_log.facts import SIGNALS, TaskExit
-from healthcheck.parsers.torch_log.state import TorchState, agent_where
+from healthcheck.parsers.torch_log.facts import SIGNALS, HarnessCaught, TaskExit
+from healthcheck.parsers.torch_log.state import TorchState, agent_where, where
 
 # `HOST: rank N died from signal S` / `exited with code C`; the host optional (a paste may
 # keep the rank's words only); a bounded blank run between words (PALS pads the rank)
@@ -95,10 +100,23 @@ def read_hydra(state: TorchState, line: Line) -> bool:
     return True
 
 
+_HARNESS_SOURCE = "common_distributed.py:"
+_HARNESS_CAUGHT = "Caught exception:"
+
+
+def read_harness_caught(state: TorchState, line: Line) -> bool:
+    """The test harness's `Caught exception:` of a labelled rank (module doc)."""
+    if _HARNESS_SOURCE not in line.source or line.global_rank is None:
+        return False
+    state.add("harness_caught", HarnessCaught(**where(line)))
+    return True
+
+
 HANDLERS: tuple[Handler[TorchState], ...] = (
+    Handler("harness-caught", lambda b: b.startswith(_HARNESS_CAUGHT), read_harness_caught),
     Handler("pals-rank-end", lambda b: "died from signal" in b or "exited with code" in b, read_pals),
     Handler("hydra-box", lambda b: _HYDRA_HEAD in b or "RUNNING AT" in b or "SIGNAL:" in b or "EXIT " in b,
             read_hydra),
 )
 
-__all__ = ["HANDLERS", "read_hydra", "read_pals"]
+__all__ = ["HANDLERS", "read_harness_caught", "read_hydra", "read_pals"]

@@ -40,6 +40,7 @@ from healthcheck.parsers.lines import (
 from healthcheck.parsers.torch_log import (
     agent,
     box,
+    ddpstart,
     errors,
     launchreports,
     mpiabort,
@@ -177,7 +178,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
-    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS,
+    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *ddpstart.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
