@@ -168,6 +168,13 @@ def _box_entries(col: Collected) -> list[tuple[str, ChildFailure]]:
     return out
 
 
+def _root_cause_cut(col: Collected) -> bool:
+    """Whether a box's `Failures:` entries are in the text without its root cause: those are
+    the failures other than the first, and the first (what these rules would name) is cut
+    away, so no entry read may be taken for it."""
+    return any(b.root_cause_cut for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed)
+
+
 def _beyond_box(col: Collected) -> bool:
     """Whether the text shows ranks past the box's node: another node (_other_node), a rank
     heard that no box lists, or a world (the ranks' environment's, a torchrun command's)
@@ -186,7 +193,7 @@ def lone_box_failure(col: Collected, firsts: dict[int, RankError], own: set[int]
     own where the text holds none of its output (`own`: leavers.own_output), else None (see
     the module's docstring)."""
     entries = _box_entries(col)
-    if len(entries) != 1 or _timed_out(col, firsts) or _beyond_box(col):
+    if len(entries) != 1 or _timed_out(col, firsts) or _beyond_box(col) or _root_cause_cut(col):
         return None
     source, x = entries[0]
     if x.rank is None or x.rank in own or x.signal in _NOT_OWN or x.pid in _closed(col):
@@ -216,7 +223,7 @@ def earliest_box_failure(col: Collected, firsts: dict[int, RankError],
     """(rank, how, the entry's line) for the entry strictly earliest across two or more
     torchrun boxes, else None (see the module's docstring)."""
     blocks = [(f.source, b) for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed]
-    if len(blocks) < 2 or _timed_out(col, firsts):
+    if len(blocks) < 2 or _timed_out(col, firsts) or _root_cause_cut(col):
         return None
     seen: dict[tuple[int | None, int | None], tuple[str, ChildFailure, float | None]] = {}
     for source, b in blocks:

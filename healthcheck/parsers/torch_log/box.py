@@ -115,7 +115,7 @@ def _entry(box: FailureBox, line: Line, stripped: str) -> bool:
         return False
     if len(box.entries) < MAX_LISTED:
         box.entries.append({"line": line.number, "index": int(m.group(1)), "root_cause": box.section == "root",
-                            "traceback": []})
+                            "other_failure": box.section == "failures", "traceback": []})
     box.field = ""
     return True
 
@@ -232,6 +232,7 @@ def child_failure(entry: dict) -> ChildFailure:
     error_file = entry.get("error_file", "")
     return ChildFailure(
         line=entry["line"], index=entry["index"], root_cause=entry["root_cause"],
+        other_failure=entry.get("other_failure", False),
         time=clip(entry.get("time", ""), 64), host=clip(entry.get("host", ""), 256), rank=rank,
         local_rank=local_rank, exitcode=exitcode, pid=pid, signal=signal,
         error_file="" if error_file == "<N/A>" else clip(error_file, 1024),

@@ -382,6 +382,8 @@ class ChildFailure(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True
     line: int  # the `[N]:` line
     index: int
     root_cause: bool = False  # under `Root Cause (first observed failure):`
+    # under `Failures:`, which lists the failures OTHER than the root cause (never the first)
+    other_failure: bool = False
     time: str = ""  # "2026-11-23_07:20:56" (one-second resolution)
     host: str = ""
     rank: int | None = None
@@ -410,6 +412,12 @@ class ChildFailedBlock(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     @property
     def root_cause(self) -> ChildFailure | None:
         return next((f for f in self.failures if f.root_cause), None)
+
+    @property
+    def root_cause_cut(self) -> bool:
+        """Entries of its `Failures:` section read and no root cause: the text ends (or the
+        box is cut) before the first failure, which these are not."""
+        return self.root_cause is None and any(f.other_failure for f in self.failures)
 
 
 class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
