@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import make_fake_sysfs_ib, write_stub
 
-from healthcheck.core.catalogue import finding
+from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
 from healthcheck.core.facts import ProbeContext, ProbeError
 from healthcheck.core.registry import DEFAULT, CheckSpec, Registry, select, using
@@ -171,7 +171,9 @@ def _probe_error(ctx):
     raise ProbeError("failed", "no luck", "stderr text")
 
 
-_SPEC_X = finding("test.E001", "test finding", "no hint")
+# built, not declared: catalogue.finding() would add it to the process's CATALOGUE, which
+# every xdist worker imports this module into, and an in-process `hc checks list` would list it
+_SPEC_X = FindingSpec("test.E001", "test finding", "no hint")
 
 
 def spec(name, needs, fn, budget=0.5, findings=(_SPEC_X,)):
