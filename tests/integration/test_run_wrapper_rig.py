@@ -42,7 +42,11 @@ def test_srun_hc_run_names_the_slow_host_and_runs_the_job_on_every_task(fresh_sl
     slurm = fresh_slurm_rig
     program = [hc_program(tmp_path), "run", "--straggler-timeout", "60", "--", sys.executable, "-c", JOB, "a b"]
     spec = srun_launch(program, nodes=len(NODES), ntasks=len(NODES), ntasks_per_node=1, job_name="hc-run-rig",
-                       immediate_s=30, env={"GLOO_SOCKET_IFNAME": "eth0", "HC_RUN_TEST_DELAY_RANK": "2"})
+                       immediate_s=30, env={"GLOO_SOCKET_IFNAME": "eth0", "HC_RUN_TEST_DELAY_RANK": "2",
+                            # a delay far past the factor's reach however slow the shared
+                            # cores make every step: at the default 0.3 s, a loaded CI's
+                            # 148 ms median step put the delayed rank at the 3x line
+                            "HC_RUN_TEST_DELAY_S": "1.0"})
     r = launch(spec, timeout_s=240, env={**clean_env(), **slurm.env}, cwd=str(slurm.jobs_dir))
     detail = f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert r.exit_codes == {0: 3, 1: 3, 2: 3, 3: 3}, detail  # the job's own exit code, on every task
