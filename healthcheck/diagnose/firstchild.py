@@ -31,7 +31,9 @@ collective's failure, its pid got no closing signal; and the text shows no rank 
 box's node (another host, a rank no box lists, a world larger than its entries: torch 2.x's
 box lists every worker it stopped too, so a rank alone in it was its node's only worker, and
 a victim of a death on another node ends the same way). A box of several failed entries does
-not say which came first (one-second times), and names none.
+not say which came first (one-second times), and names none; nor does a box whose
+`Failures:` entries (the failures other than the first) are in the text without its Root
+Cause, cut away (`ChildFailedBlock.root_cause_cut`), here or across several boxes.
 
 Several boxes (each launcher prints its own node's: a multi-node job, which the lone box's
 guard above cannot judge) are read across: the entry with the earliest `time` of all the
@@ -54,10 +56,10 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import log_evidence, world_of
 from healthcheck.diagnose.findings import Evidence
-from healthcheck.diagnose.logfacts import COLLATERAL, RankError, ranks_heard, torchrun_time
+from healthcheck.diagnose.logfacts import COLLATERAL, RankError, any_timed_out, ranks_heard, torchrun_time
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
-from healthcheck.parsers.torch_log import ChildFailure, WorkerFailed
+from healthcheck.parsers.torch_log import ChildFailedBlock, ChildFailure, WorkerFailed
 
 _AGENT_ERROR = "ChildFailedError"
 _NOT_OWN = (*COLLATERAL, "SIGABRT")  # ends another's doing gives a child (see the module's docstring)
@@ -119,14 +121,6 @@ def global_rank(col: Collected, failed: WorkerFailed) -> int | None:
     return local
 
 
-def _timed_out(col: Collected, firsts: dict[int, RankError]) -> bool:
-    """Whether any rank timed out (then the first child to exit may have waited on a hung one)."""
-    if any(e.timed_out for e in firsts.values()):
-        return True
-    return any(f.log is not None and (f.log.timeouts or any(g.kind == "timeout" for g in f.log.gloo))
-               for f in col.evidence.torch_logs)
-
-
 def _victim(error: RankError | None) -> bool:
     """A rank's first error is a collective's (the agent's own ChildFailedError, read where a
     paste's block lines gave it a rank, is the launcher's word on the child, not the child's)."""
@@ -140,7 +134,7 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
     if len(reports) != 1:
         return None
     source, w = reports[0]
-    if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in _closed(col) or _timed_out(col, firsts):
+    if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in _closed(col) or any_timed_out(col, firsts):
         return None
     rank = global_rank(col, w)
     if rank is None or rank in spoke_of_failure(col) or _victim(firsts.get(rank)):
@@ -157,22 +151,25 @@ def _box_entries(col: Collected) -> list[tuple[str, ChildFailure]]:
     abort signal), one per distinct rank and pid."""
     seen: set[tuple[int | None, int | None]] = set()
     out = []
-    for f in col.evidence.torch_logs:
-        if f.log is None:
-            continue
-        for x in (x for b in f.log.child_failed for x in b.failures):
+    for source, b in _boxes(col):
+        for x in b.failures:
             if x.signal in COLLATERAL or (x.rank, x.pid) in seen:
                 continue
             seen.add((x.rank, x.pid))
-            out.append((f.source, x))
+            out.append((source, x))
     return out
+
+
+def _boxes(col: Collected) -> list[tuple[str, ChildFailedBlock]]:
+    """(source, box) of every torchrun ChildFailedError box in the text."""
+    return [(f.source, b) for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed]
 
 
 def _root_cause_cut(col: Collected) -> bool:
     """Whether a box's `Failures:` entries are in the text without its root cause: those are
     the failures other than the first, and the first (what these rules would name) is cut
     away, so no entry read may be taken for it."""
-    return any(b.root_cause_cut for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed)
+    return any(b.root_cause_cut for _, b in _boxes(col))
 
 
 def _beyond_box(col: Collected) -> bool:
@@ -180,8 +177,7 @@ def _beyond_box(col: Collected) -> bool:
     heard that no box lists, or a world (the ranks' environment's, a torchrun command's)
     larger than the box's entries. A rank that failed there may have been a victim of a
     death elsewhere: its own exit says nothing of which."""
-    listed = {x.rank for f in col.evidence.torch_logs if f.log is not None
-              for b in f.log.child_failed for x in b.failures if x.rank is not None}
+    listed = {x.rank for _, b in _boxes(col) for x in b.failures if x.rank is not None}
     _, world = world_of(col)
     launched = [f.log.launched_world for f in col.evidence.torch_logs if f.log is not None and f.log.launched_world]
     world = max([world or 0, *launched])
@@ -193,19 +189,19 @@ def lone_box_failure(col: Collected, firsts: dict[int, RankError], own: set[int]
     own where the text holds none of its output (`own`: leavers.own_output), else None (see
     the module's docstring)."""
     entries = _box_entries(col)
-    if len(entries) != 1 or _timed_out(col, firsts) or _beyond_box(col) or _root_cause_cut(col):
+    if len(entries) != 1 or any_timed_out(col, firsts) or _beyond_box(col) or _root_cause_cut(col):
         return None
     source, x = entries[0]
-    if x.rank is None or x.rank in own or x.signal in _NOT_OWN or x.pid in _closed(col):
+    if x.rank is None or not _own_failure(col, firsts, own, x):
         return None
-    if not (x.signal or (x.exitcode is not None and x.exitcode > 0)):
-        return None
-    if x.rank in spoke_of_failure(col) or _victim(firsts.get(x.rank)):
-        return None
-    how = f"killed by {x.signal}" if x.signal else f"exited {x.exitcode}"
     text = (f"rank {x.rank} pid {x.pid}: torchrun's box reports it the one failure, exitcode {x.exitcode}"
             + (f" ({x.signal})" if x.signal else "") + "; its own output is not in the text")
-    return x.rank, how, log_evidence(col, source, x.line, text, x.rank)
+    return x.rank, _how(x), log_evidence(col, source, x.line, text, x.rank)
+
+
+def _how(x: ChildFailure) -> str:
+    """How a box entry ended, as the verdict says it."""
+    return f"killed by {x.signal}" if x.signal else f"exited {x.exitcode}"
 
 
 def _own_failure(col: Collected, firsts: dict[int, RankError], own: set[int], x: ChildFailure) -> bool:
@@ -222,8 +218,8 @@ def earliest_box_failure(col: Collected, firsts: dict[int, RankError],
                          own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the entry's line) for the entry strictly earliest across two or more
     torchrun boxes, else None (see the module's docstring)."""
-    blocks = [(f.source, b) for f in col.evidence.torch_logs if f.log is not None for b in f.log.child_failed]
-    if len(blocks) < 2 or _timed_out(col, firsts) or _root_cause_cut(col):
+    blocks = _boxes(col)
+    if len(blocks) < 2 or any_timed_out(col, firsts) or _root_cause_cut(col):
         return None
     seen: dict[tuple[int | None, int | None], tuple[str, ChildFailure, float | None]] = {}
     for source, b in blocks:
@@ -237,11 +233,10 @@ def earliest_box_failure(col: Collected, firsts: dict[int, RankError],
         return None
     if any(e.time is None or e.time < first for r, e in firsts.items() if r != x.rank):
         return None  # a rank's own error before it (or at an unknown time) may be the first
-    how = f"killed by {x.signal}" if x.signal else f"exited {x.exitcode}"
     text = (f"rank {x.rank} pid {x.pid}: the earliest failure across {len(blocks)} torchrun boxes "
             f"({x.time}, exitcode {x.exitcode}" + (f", {x.signal}" if x.signal else "")
             + "); its own output is not in the text")
-    return x.rank, how, log_evidence(col, source, x.line, text, x.rank)
+    return x.rank, _how(x), log_evidence(col, source, x.line, text, x.rank)
 
 
 def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
@@ -250,7 +245,7 @@ def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]
     timeout (see the module's docstring), else None."""
     exits = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits
              if t.launcher == "mpirun"]
-    if len(exits) != 1 or own or firsts or spoke_of_failure(col) or _timed_out(col, firsts):
+    if len(exits) != 1 or own or firsts or spoke_of_failure(col) or any_timed_out(col, firsts):
         return None
     source, t = exits[0]
     if len(t.tasks) != 1 or t.signal or not t.exitcode:

@@ -19,17 +19,9 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence
-from healthcheck.diagnose.logfacts import RankError
+from healthcheck.diagnose.logfacts import RankError, any_timed_out
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
-
-
-def _timed_out(col: Collected, firsts: dict[int, RankError]) -> bool:
-    """Whether any rank timed out (its error, a watchdog's timeout, gloo's)."""
-    if any(e.timed_out for e in firsts.values()):
-        return True
-    return any(f.log is not None and (f.log.timeouts or any(g.kind == "timeout" for g in f.log.gloo))
-               for f in col.evidence.torch_logs)
 
 
 def harness_caught(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str, Evidence] | None:
@@ -38,7 +30,7 @@ def harness_caught(col: Collected, firsts: dict[int, RankError]) -> tuple[int, s
     caught = [(f.source, c, fact_rank(c, f.rank)) for f in col.evidence.torch_logs if f.log is not None
               for c in f.log.harness_caught]
     ranks = {rank for _, _, rank in caught}
-    if len(ranks) != 1 or None in ranks or _timed_out(col, firsts):
+    if len(ranks) != 1 or None in ranks or any_timed_out(col, firsts):
         return None
     source, c, rank = caught[0]
     assert rank is not None

@@ -311,6 +311,15 @@ def _launcher_failures(log: TorchLog) -> int:
     return boxed + agents + tasks
 
 
+def any_timed_out(col: Collected, firsts: dict[int, RankError]) -> bool:
+    """Whether any rank timed out (its first error, a watchdog's timeout, gloo's): a rank that
+    waited in vain may end first while another hangs, so its end names no culprit."""
+    if any(e.timed_out for e in firsts.values()):
+        return True
+    return any(f.log is not None and (f.log.timeouts or any(g.kind == "timeout" for g in f.log.gloo))
+               for f in col.evidence.torch_logs)
+
+
 def failures_held(col: Collected) -> str:
     """What failures the logs hold, counted ("3 timeouts, 1 peer error"), "" for none: a
     verdict that names no rank says what it saw, never that there was nothing."""
@@ -360,6 +369,7 @@ def watchdog_ranks(col: Collected) -> set[int]:
     return out
 
 
-__all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "collective_error", "error_evidence",
-           "failures_held", "first_errors", "gloo_size_aborts", "interrupted", "interrupted_everywhere", "known_ranks",
-           "nccl_colls", "rank_errors", "rank_source", "rank_waits", "ranks_heard", "torchrun_time", "watchdog_ranks"]
+__all__ = ["COLLATERAL", "COLLECTIVE_ERRORS", "CollAt", "RankError", "Wait", "any_timed_out", "collective_error",
+           "error_evidence", "failures_held", "first_errors", "gloo_size_aborts", "interrupted",
+           "interrupted_everywhere", "known_ranks", "nccl_colls", "rank_errors", "rank_source", "rank_waits",
+           "ranks_heard", "torchrun_time", "watchdog_ranks"]
