@@ -95,6 +95,20 @@ def test_the_findings_page_has_every_catalogued_id_once():
     assert "| `net.mtu` | quick, standard, deep |" in page
 
 
+def test_rendering_the_man_page_leaves_hc_help_as_an_operator_sees_it():
+    """Click caches a command's help option from the first context that asks for it: the
+    page once built bare contexts, documented `--help` without `-h` and left every later
+    in-process `hc --help` that way (a CI failure that depended on test order)."""
+    page = manpage.render()
+    assert "\\fB\\-h, \\-\\-help\\fR" in page
+    from click.testing import CliRunner
+
+    from healthcheck.cli import cli
+    for argv in (["--help"], ["report", "diff", "--help"], ["diagnose", "--help"]):
+        out = CliRunner().invoke(cli, argv).output
+        assert "-h, --help" in out, (argv, out[-300:])
+
+
 def test_the_man_page_has_every_command_and_renders():
     page = manpage.render()
     sections = re.findall(r'^\.SS "(.+)"$', page, re.M)
