@@ -12,7 +12,7 @@ import time
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, best_time
+from support import CORPUS, FIXTURES, best_time, run_hc_inproc
 
 from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL
 from healthcheck.parsers.lines import (
@@ -592,8 +592,6 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     """`hc parse`'s JSON is the parsers' contract: the keys before the line layer stay."""
     import json
 
-    from support import run_hc
-
     before = {"avg_busbw_gbytes_per_s", "avg_ok", "bad_rows", "collective", "completed", "errors", "failures",
               "format", "gpus_per_thread", "headers", "iters", "last_size_bytes", "launcher_error", "max_bytes",
               "min_bytes", "nccl_headers", "nccl_library", "nccl_version", "out_of_bounds", "out_of_bounds_ok",
@@ -601,7 +599,7 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
               "program", "rank_count", "ranks", "samples", "tables", "threads", "validation", "version",
               "warmup_iters"}
     shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"
-    done = run_hc("parse", "nccl-tests", "-", input=shaped)
+    done = run_hc_inproc("parse", "nccl-tests", "-", input=shaped)
     facts = json.loads(done.stdout)["facts"]
     # keys added: each footer's average; NCCL's WARNs among the output (the audit of unread lines);
     # `incomplete` (null unless a footer was pasted alone)

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import CORPUS, FIXTURES, run_hc
+from support import CORPUS, FIXTURES, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS
@@ -928,7 +928,7 @@ def test_never_crashes(text):
 @pytest.mark.skipif("torch-log" not in TOOLS, reason="the TOOLS line for torch-log is not in yet")
 def test_hc_parse_torch_log():
     assert TOOLS["torch-log"][:2] == ("healthcheck.parsers.torch_log", "parse_torch_log")
-    r = run_hc("parse", "torch-log", str(H100))
+    r = run_hc_inproc("parse", "torch-log", str(H100))
     assert r.returncode == 0, r.stderr
     facts = msgspec.json.decode(r.stdout)["facts"]
     assert facts["backend_errors"][0]["last_error"] == "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"
