@@ -317,13 +317,17 @@ def test_a_megabyte_line_is_cut_and_costs_its_length():
                                     "451 ", "1\n", "9"])
 def test_hostile_runs_cost_their_length(filler):
     def read(n: int) -> float:
+        """Seconds of CPU time (a busy machine stretches the wall clock, not this)."""
         text = filler * (n // len(filler))
-        start = time.perf_counter()
+        start = time.process_time()
         list(read_lines(text, max_line=10**7))
-        return time.perf_counter() - start
+        return time.process_time() - start
 
     read(1000)
-    assert read(1_000_000) <= 50 * read(100_000) + 0.15
+    bound = 50 * read(100_000) + 0.15
+    # measured again where over the bound (a page fault, a frequency step): a quadratic cost is
+    # over it every time
+    assert any(read(1_000_000) <= bound for _ in range(2))
 
 
 def test_garbage_reads_as_lines_and_never_raises():
