@@ -8,9 +8,7 @@ readings agree (loggednumbers.same_reading): the same numbers logged on every fi
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import re
-from collections.abc import Iterable
 
 import msgspec
 import pytest
@@ -29,16 +27,13 @@ from healthcheck.parsers.torch_log import read_torch_lines
 MAX_BYTES = 4 * 2**20  # a fixture larger than this is no log (none is today)
 
 
-@functools.cache
-def _texts() -> tuple[tuple[str, str], ...]:
-    """Every fixture that is text, read once for the module's tests (3,000 files: a second
-    of reading each time on an idle machine, several on CI's shared cores)."""
+def _texts() -> list[tuple[str, str]]:
     out = []
     for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
         data = path.read_bytes()
         if len(data) <= MAX_BYTES and data.strip() and not _is_binary(data):
             out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
-    return tuple(out)
+    return out
 
 
 def _nccl(text: str, marked_only: bool) -> NcclLog | str:
@@ -48,7 +43,7 @@ def _nccl(text: str, marked_only: bool) -> NcclLog | str:
         return f"ParseError: {exc}"
 
 
-def _differing(texts: Iterable[tuple[str, str]]) -> list[str]:
+def _differing(texts: list[tuple[str, str]]) -> list[str]:
     return [name for name, text in texts if _nccl(text, False) != _nccl(text, True)]
 
 
