@@ -390,6 +390,18 @@ def test_a_cost_per_line_that_grows_with_the_lines_before_it_is_caught(monkeypat
         _assert_linear("torch-log", _many_lines("torch-log", "[rank0]:"), "rescans", sizes=MANY_SIZES)
 
 
+def test_time_the_parser_was_held_off_the_cpu_is_not_its_cost(monkeypatch):
+    """A linear parser that, on the largest input only, waits without using the CPU (what a
+    worker on CI's shared cores sees while other processes run) is within the bound."""
+    def held_off(text: str) -> int:
+        if len(text) > MANY_SIZES[-1] // 2:
+            time.sleep(0.3)
+        return text.count("\n")
+
+    monkeypatch.setattr(sys.modules[__name__], "parser_for", lambda tool: held_off)
+    _assert_linear("torch-log", _many_lines("torch-log", "[rank0]:"), "held off", sizes=MANY_SIZES)
+
+
 def test_hostfile_lines_that_expand_cost_their_length():
     """Bracketed hostlists go through ClusterShell at ~1-4 ms a line: linear, but 1 MB of
     them would take a minute, so this one runs at a tenth of the size."""
