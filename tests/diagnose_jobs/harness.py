@@ -75,6 +75,7 @@ LIVE_TIMEOUT_S = 120.0   # a live job stays hung while it is diagnosed
 LOGS_TIMEOUT_S = 6.0     # a saved-output job's collectives time out and print why
 START_DEADLINE_S = 90.0  # every rank reaches its fault (torch's import on 2 busy cores)
 HC_TIMEOUT_S = 120.0
+HC_LIVE_DEADLINE_S = 15  # `hc diagnose pids --timeout`: the live answer's own bound (issue 19)
 
 
 @dataclass(frozen=True)
@@ -470,7 +471,8 @@ def diagnose(run: Run) -> Outcome:
         why = run.wait_ready()
         if why:
             return Outcome(sc, error=why)
-        verdict, seconds, rc, error = ask_hc(["pids", *map(str, run.pids_for_hc()), "--timeout", "15"], env)
+        verdict, seconds, rc, error = ask_hc(["pids", *map(str, run.pids_for_hc()), "--timeout",
+                                              str(HC_LIVE_DEADLINE_S)], env)
     else:
         run.wait_end()
         run.kill()

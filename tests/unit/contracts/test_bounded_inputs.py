@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from support import CORPUS, REPO, run_hc
+from support import CORPUS, REPO, run_hc, run_hc_inproc
 
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import (
@@ -45,15 +45,22 @@ def test_empty_input_is_a_parse_error_for_every_tool(tool, text):
         parser_for(tool)(text)
 
 
+# Every tool in process (hc's own entry point, the same exit code and stderr:
+# tests/unit/suite/test_inproc_parity.py); one real `hc` per contract below it
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_empty_input_exits_4_for_every_tool(tool):
-    err = assert_one_line_exit_4(run_hc("parse", tool, "-", input=b""))
+    err = assert_one_line_exit_4(run_hc_inproc("parse", tool, "-", input=b""))
     assert "empty input" in err
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_garbage_exits_4_for_every_tool(tool):
-    assert_one_line_exit_4(run_hc("parse", tool, "-", input=b"complete garbage\n" + b"x" * 100_000))
+    assert_one_line_exit_4(run_hc_inproc("parse", tool, "-", input=b"complete garbage\n" + b"x" * 100_000))
+
+
+def test_a_real_hc_exits_4_on_empty_input_and_on_garbage():
+    assert "empty input" in assert_one_line_exit_4(run_hc("parse", "nvidia-smi-q", "-", input=b""))
+    assert_one_line_exit_4(run_hc("parse", "ibstat", "-", input=b"complete garbage\n" + b"x" * 100_000))
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))

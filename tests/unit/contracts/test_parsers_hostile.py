@@ -1,9 +1,10 @@
 """Every parser `hc parse` offers, fed what an attacker (or a broken node) would feed it.
 
 Agentless mode runs these parsers on text that comes from the nodes, so a crafted line
-must cost its length, not its length squared. Each parser is timed on the same shape at
-growing sizes in the same test (never against an absolute time): each step may cost at
-most FACTOR times the step before plus a small constant. From 100 kB to 1 MB a linear
+must cost its length, not its length squared. Each parser is timed (in CPU time: other
+processes on the machine do not stretch it) on the same shape at growing sizes in the same
+test (never against an absolute time): each step may cost at most FACTOR times the step
+before plus a small constant. From 100 kB to 1 MB a linear
 parser costs ~10x (a little more where a bigger input misses the CPU caches), a
 quadratic one ~100x; and a quadratic one is caught a step earlier, where 100 kB already
 costs it seconds. A run past its bound is interrupted, not waited out.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,15 +30,20 @@ from healthcheck.parsers import TOOLS, parser_for
 
 LARGE = 1_000_000
 SIZES = (LARGE // 200, LARGE // 10, LARGE)
-# Many short lines: the same steps at a quarter of the size. A line here is a few hundred
+# Many short lines: the same steps at an eighth of the size. A line here is a few hundred
 # characters at most, so what this shape can show is a cost per line that grows with the
-# lines before it (a block rescanned, a list copied per line); at 250 kB (~6,000 lines) that
-# is already ~100x the 25 kB step's cost where a linear parser's is ~10x, and a fourth of
-# 1 MB's parse time per prefix (~0.1-0.25 s each, 77 prefixes for torch-log: the costliest
-# CPU in the unit tests, paid by every xdist worker on CI's two cores)
-MANY_SIZES = tuple(size // 4 for size in SIZES)
+# lines before it (a block rescanned, a list copied per line); at 125 kB (~3,000 lines) that
+# is already ~100x the 12.5 kB step's cost where a linear parser's is ~10x, and an eighth of
+# 1 MB's parse time per prefix (~0.01-0.04 s of CPU each, 77 prefixes for torch-log: the
+# costliest CPU in the unit tests, paid by every xdist worker on CI's two cores)
+MANY_SIZES = tuple(size // 8 for size in SIZES)
 FACTOR = 50
-SLACK_S = 0.15  # timer granularity, a GC pause, a busy machine
+# timer granularity and the odd page fault. The times are CPU times (_run), which a busy
+# machine does not stretch (the wall clock's slack was 0.15 s), so this is a fifth of it: a
+# quadratic cost (its 10x step costs 100x; the bound is 50x + this) is caught at 125 kB as
+# soon as it costs 0.06 s there, where at 250 kB with the old slack it had to cost 0.3 s (0.24
+# s at 250 kB: the same cost per pair of lines is caught now where it was not before)
+SLACK_S = 0.03
 
 # Short valid output for each tool, so a hostile line after it reaches the regexes that
 # only run inside a block (ibstat's fields after "CA '...'", -q's tree under "GPU ...").
@@ -250,28 +258,33 @@ class _TooSlow(Exception):
 
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
-    """Interrupt the parser past `seconds`: Python's regex engine checks for signals,
-    so a quadratic match on today's code fails the test instead of running for hours."""
+    """Interrupt the parser past `seconds` of this process's CPU time (ITIMER_PROF, the clock
+    _run measures; pytest-timeout's SIGALRM is left alone): Python's regex engine checks for
+    signals, so a quadratic match on today's code fails the test instead of running for hours."""
 
     def expire(signum: int, frame: object) -> None:
         raise _TooSlow
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def _run(parse: Callable[[str], object], text: str) -> float:
-    start = time.perf_counter()
+    """Seconds of CPU time parse(text) took: what the parser costs, which other processes on a
+    shared machine (CI's workers on two cores) do not stretch as they stretch the wall clock.
+    This thread's clock: while _deadline's ITIMER_PROF is armed, Linux reads the process's
+    clock from the tick-sampled timer (4 ms steps here, a 1 ms parse read as 0 or 4 ms)."""
+    start = time.thread_time()
     try:
         parse(text)
     except ParseError:
         pass
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _assert_linear(tool: str, make: Callable[[int], str], label: str,
@@ -360,6 +373,33 @@ STAIRS = "".join(" " * (i % 1000) + "A : 1\n" for i in range(2000))
 def _stairs_to(size: int) -> str:
     """The first lines of STAIRS, about `size` characters of them."""
     return STAIRS[:STAIRS.rfind("\n", 0, size) + 1]
+
+
+def test_a_cost_per_line_that_grows_with_the_lines_before_it_is_caught(monkeypatch):
+    """The bound can fail at MANY_SIZES: a parser that looks back over the text before each
+    line (here: a regex over all of it, per line) is over it, and interrupted, not waited out."""
+    def rescans(text: str) -> int:
+        found, pos = 0, 0
+        while (end := text.find("\n", pos)) >= 0:
+            found += len(re.compile(r"\[rank\d+\]").findall(text, 0, pos))
+            pos = end + 1
+        return found
+
+    monkeypatch.setattr(sys.modules[__name__], "parser_for", lambda tool: rescans)
+    with pytest.raises(AssertionError, match="more than 50x"):
+        _assert_linear("torch-log", _many_lines("torch-log", "[rank0]:"), "rescans", sizes=MANY_SIZES)
+
+
+def test_time_the_parser_was_held_off_the_cpu_is_not_its_cost(monkeypatch):
+    """A linear parser that, on the largest input only, waits without using the CPU (what a
+    worker on CI's shared cores sees while other processes run) is within the bound."""
+    def held_off(text: str) -> int:
+        if len(text) > MANY_SIZES[-1] // 2:
+            time.sleep(0.3)
+        return text.count("\n")
+
+    monkeypatch.setattr(sys.modules[__name__], "parser_for", lambda tool: held_off)
+    _assert_linear("torch-log", _many_lines("torch-log", "[rank0]:"), "held off", sizes=MANY_SIZES)
 
 
 def test_hostfile_lines_that_expand_cost_their_length():

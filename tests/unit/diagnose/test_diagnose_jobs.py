@@ -469,7 +469,37 @@ def test_ci_subset_is_at_least_as_good_as_the_floor():
     assert replayed.n == len(CI_REPLAYED)  # each has its saved output: none is left out of the score
     score.outcomes += replayed.outcomes
     assert_at_least(score, FLOOR)
-    assert all(o.seconds < 15 for o in score.outcomes), "\n".join(" | ".join(row) for row in score.table())
+    assert_answered_in_time(score.outcomes, replayed.outcomes)
+
+
+# hc's own start and a log folder's reading, measured in the run (the replays: a real `hc
+# diagnose logs` each), may take this many times as long again in another answer of the run:
+# the machine is shared (CI's workers), and a few-second answer that grows by 10 s is not noise
+STARTUP_FACTOR = 4
+
+
+def assert_answered_in_time(outcomes: list[harness.Outcome], replayed: list[harness.Outcome]) -> None:
+    """No absolute time (the machine's speed is no property of hc): a live answer within the
+    deadline hc was given (`--timeout`, issue 19's bound, sampling included) plus what starting
+    hc and reading a job's logs cost in this run; a logs-mode answer within that cost."""
+    startup = max(o.seconds for o in replayed)
+    table = "\n".join(" | ".join(row) for row in harness.Score(outcomes).table())
+    for o in outcomes:
+        deadline = harness.HC_LIVE_DEADLINE_S if o.scenario.mode == "live" else 0
+        assert o.seconds < deadline + STARTUP_FACTOR * startup, (o.scenario.name, o.seconds, startup, table)
+
+
+def test_an_answer_is_in_time_against_the_runs_own_start_up_cost():
+    """The CI subset's time check compares each answer with what hc's start cost in the same
+    run (a replay): a live answer may use hc's --timeout on top of it, a logs-mode one not."""
+    live = harness.Scenario("l", "sleep", 2, "stuck", (1,), mode="live")
+    logs = harness.Scenario("g", "raise", 2, "dead", (0,))
+    replay = [harness.Outcome(logs, seconds=1.0)]
+    in_time = [harness.Outcome(live, seconds=harness.HC_LIVE_DEADLINE_S + 3.9), harness.Outcome(logs, seconds=3.9)]
+    assert_answered_in_time(in_time, replay)
+    for late in (harness.Outcome(live, seconds=harness.HC_LIVE_DEADLINE_S + 4.1), harness.Outcome(logs, seconds=4.1)):
+        with pytest.raises(AssertionError):
+            assert_answered_in_time([late], replay)
 
 
 def test_a_process_its_exited_launcher_left_in_the_session_is_found_to_be_killed():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import FIXTURES, run_hc, torch_installed
+from support import FIXTURES, run_hc, run_hc_inproc, torch_installed
 
 from healthcheck.diagnose.motion import StackSample, job_motion, moved
 from healthcheck.diagnose.sampling import SamplingSpec, sample_ranks
@@ -463,7 +463,7 @@ def test_a_rank_that_wrote_and_then_stopped_or_never_wrote_did_not_move():
 @pytest.mark.parametrize("args", [["--samples", "0"], ["--samples", "21"], ["--samples", "nan"],
                                   ["--window", "nan"], ["--window", "-1"], ["--window", "6"]])
 def test_sampling_options_are_bounded(args):
-    r = run_hc("diagnose", "pids", "1", *args)
+    r = run_hc_inproc("diagnose", "pids", "1", *args)  # a usage error: no process boundary in it
     assert r.returncode == 4 and b"Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.decode().strip().splitlines()) <= 3  # click's usage line, the hint, the error
 

@@ -10,7 +10,7 @@ import time
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, assert_linear
+from support import CORPUS, FIXTURES, assert_linear, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -520,10 +520,8 @@ def test_the_proposed_tools_entries(monkeypatch):
 def test_hc_parse_reads_a_dump_as_bytes_and_refuses_a_malicious_one_with_exit_4(tmp_path):
     import json
 
-    from support import run_hc
-
     real = FIXTURES / "h100-captures" / "flight-recorder-2.11-nccl-1rank-8-all_reduce.pickle"
-    r = run_hc("parse", "flight-recorder", str(real))
+    r = run_hc_inproc("parse", "flight-recorder", str(real))
     assert r.returncode == 0, r.stderr
     facts = json.loads(r.stdout)["facts"]
     assert (facts["format"], facts["version"], len(facts["entries"])) == ("pickle", "2.10", 8)
@@ -536,7 +534,7 @@ def test_hc_parse_reads_a_dump_as_bytes_and_refuses_a_malicious_one_with_exit_4(
 
     evil = tmp_path / "evil.pickle"
     evil.write_bytes(pickle.dumps(Evil()))
-    r = run_hc("parse", "flight-recorder", str(evil))
+    r = run_hc_inproc("parse", "flight-recorder", str(evil))
     assert r.returncode == 4 and not marker.exists()
     assert len(r.stderr.decode().strip().splitlines()) == 1 and b"refused global" in r.stderr
 

@@ -10,7 +10,7 @@ import subprocess
 
 import msgspec
 import pytest
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.ibv_devinfo import IbvDevinfo, parse_ibv_devinfo
@@ -111,11 +111,11 @@ def test_a_port_without_its_device_is_read_with_the_device_unnamed():
 
 @pytest.mark.parametrize("fmt", [(), ("--format", "json")], ids=["default", "json"])
 def test_hc_parse_ibv_devinfo(fmt):
-    r = run_hc("parse", "ibv_devinfo", str(DIR / "cx6-vv-2hca-port2-down-disabled.txt"), *fmt)
+    r = run_hc_inproc("parse", "ibv_devinfo", str(DIR / "cx6-vv-2hca-port2-down-disabled.txt"), *fmt)
     assert r.returncode == 0, r.stderr
     devices = json.loads(r.stdout)["facts"]["devices"]
     assert [d["ports"][0]["state"] for d in devices] == ["PORT_ACTIVE", "PORT_DOWN"]
-    r = run_hc("parse", "ibv_devinfo", "-", input=b"garbage\n")
+    r = run_hc_inproc("parse", "ibv_devinfo", "-", input=b"garbage\n")
     assert r.returncode == 4 and r.stderr.startswith(b"hc: error: ibv_devinfo:") and r.stderr.count(b"\n") == 1
 
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import FIXTURES, assert_linear, run_hc
+from support import FIXTURES, assert_linear, run_hc, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -583,12 +583,12 @@ def test_one_long_line_costs_its_length():
 
 def test_hc_parse_prints_the_facts():
     assert "nccl-tests" in TOOLS
-    r = run_hc("parse", "nccl-tests", str(DIR / "all_reduce-mpi-tag-output-2.18-socket-rtx5090.txt"), "--format", "json")
+    r = run_hc_inproc("parse", "nccl-tests", str(DIR / "all_reduce-mpi-tag-output-2.18-socket-rtx5090.txt"), "--format", "json")
     assert r.returncode == 0, r.stderr
     facts = json.loads(r.stdout)["facts"]
     assert facts["collective"] == "all_reduce" and len(facts["samples"]) == 16 and facts["rank_count"] == 2
     assert facts["samples"][0]["busbw_gbytes_per_s"] == 0.24 and facts["ranks"][1]["pid"] == 2994448
-    r = run_hc("parse", "nccl-tests", "-", input=b"complete garbage\n")
+    r = run_hc_inproc("parse", "nccl-tests", "-", input=b"complete garbage\n")
     assert r.returncode == 4 and r.stderr.decode().startswith("hc: error: nccl-tests:")
 
 

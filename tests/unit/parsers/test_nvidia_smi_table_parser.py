@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import CORPUS, FIXTURES, run_hc
+from support import CORPUS, FIXTURES, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import parser_for
@@ -200,12 +200,12 @@ def test_fuzz_returns_facts_or_parse_error(text):
 
 @pytest.mark.parametrize("fmt", [(), ("--format", "json")], ids=["default", "json"])
 def test_hc_parse_nvidia_smi(fmt):
-    r = run_hc("parse", "nvidia-smi", str(DIR / "h100-mig-load-gi-ci-processes-590.48.01.txt"), *fmt)
+    r = run_hc_inproc("parse", "nvidia-smi", str(DIR / "h100-mig-load-gi-ci-processes-590.48.01.txt"), *fmt)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["tool"] == "nvidia-smi" and data["facts"]["gpus"][0]["mig_mode"] is True
     assert len(data["facts"]["processes"]) == 3 and len(data["facts"]["mig_devices"]) == 4
-    r = run_hc("parse", "nvidia-smi", "-", input=b"not a table\n")
+    r = run_hc_inproc("parse", "nvidia-smi", "-", input=b"not a table\n")
     assert r.returncode == 4 and r.stderr.startswith(b"hc: error: nvidia-smi:") and r.stderr.count(b"\n") == 1
 
 

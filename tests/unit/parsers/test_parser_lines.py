@@ -12,7 +12,7 @@ import time
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, best_time
+from support import CORPUS, FIXTURES, best_time, run_hc_inproc
 
 from healthcheck.core.launcher_labels import MPIRUN_TAG, SRUN_LABEL
 from healthcheck.parsers.lines import (
@@ -304,9 +304,8 @@ def test_a_shell_prompt_before_the_output_is_noise():
 def test_a_megabyte_line_is_cut_and_costs_its_length():
     small, large = "a" * 100_000, "a" * 1_000_000
     assert one(large).repairs == ("cut",) and len(one(large).raw) == 65_536
-    took_small = best_time(lambda t: list(read_lines(t)), small)
-    took_large = best_time(lambda t: list(read_lines(t)), "\n".join([large] * 10))
-    assert took_large <= 50 * (took_small * 10) + 0.15
+    bound = 50 * (best_time(lambda t: list(read_lines(t)), small) * 10) + 0.15
+    assert best_time(lambda t: list(read_lines(t)), "\n".join([large] * 10), enough=bound) <= bound
 
 
 @pytest.mark.parametrize("filler", ["[", "(", " ", "0", "[1,", "\x1b[", "[rank", "Nov 22 ", "E0318 ", "[rank1]:[E",
@@ -317,13 +316,17 @@ def test_a_megabyte_line_is_cut_and_costs_its_length():
                                     "451 ", "1\n", "9"])
 def test_hostile_runs_cost_their_length(filler):
     def read(n: int) -> float:
+        """Seconds of CPU time (a busy machine stretches the wall clock, not this)."""
         text = filler * (n // len(filler))
-        start = time.perf_counter()
+        start = time.process_time()
         list(read_lines(text, max_line=10**7))
-        return time.perf_counter() - start
+        return time.process_time() - start
 
     read(1000)
-    assert read(1_000_000) <= 50 * read(100_000) + 0.15
+    bound = 50 * read(100_000) + 0.15
+    # measured again where over the bound (a page fault, a frequency step): a quadratic cost is
+    # over it every time
+    assert any(read(1_000_000) <= bound for _ in range(2))
 
 
 def test_garbage_reads_as_lines_and_never_raises():
@@ -592,8 +595,6 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
     """`hc parse`'s JSON is the parsers' contract: the keys before the line layer stay."""
     import json
 
-    from support import run_hc
-
     before = {"avg_busbw_gbytes_per_s", "avg_ok", "bad_rows", "collective", "completed", "errors", "failures",
               "format", "gpus_per_thread", "headers", "iters", "last_size_bytes", "launcher_error", "max_bytes",
               "min_bytes", "nccl_headers", "nccl_library", "nccl_version", "out_of_bounds", "out_of_bounds_ok",
@@ -601,7 +602,7 @@ def test_hc_parse_nccl_tests_keeps_every_key_and_adds_unrecognized():
               "program", "rank_count", "ranks", "samples", "tables", "threads", "validation", "version",
               "warmup_iters"}
     shaped = SHAPES["srun label"](A3MEGA.read_text()) + "\n" + WATCHDOG + "\n"
-    done = run_hc("parse", "nccl-tests", "-", input=shaped)
+    done = run_hc_inproc("parse", "nccl-tests", "-", input=shaped)
     facts = json.loads(done.stdout)["facts"]
     # keys added: each footer's average; NCCL's WARNs among the output (the audit of unread lines);
     # `incomplete` (null unless a footer was pasted alone)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import FIXTURES, assert_linear, run_hc
+from support import FIXTURES, assert_linear, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers import TOOLS, parser_for
@@ -464,16 +464,16 @@ def test_registered_for_hc_parse():
 
 
 def test_hc_parse_prints_the_facts_as_json():
-    r = run_hc("parse", "ib_write_bw", str(DIR / "loopback-all-sizes-interleaved.txt"))
+    r = run_hc_inproc("parse", "ib_write_bw", str(DIR / "loopback-all-sizes-interleaved.txt"))
     assert r.returncode == 0, r.stderr
     facts = json.loads(r.stdout)["facts"]
     assert facts["side"] == "both" and facts["unit"] == "MB/sec" and len(facts["rows"]) == 23
     assert facts["rows"][-1]["bw_avg_gbits"] == pytest.approx(mb(23240.68), abs=1e-6)
-    r = run_hc("parse", "ib_write_bw", "--format", "json", str(DIR / "failed-to-modify-qp-to-rtr-grh-required-two-qps.txt"))
+    r = run_hc_inproc("parse", "ib_write_bw", "--format", "json", str(DIR / "failed-to-modify-qp-to-rtr-grh-required-two-qps.txt"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["facts"]["failures"][0] == {
         "kind": "modify-qp", "message": "Failed to modify QP 122273 to RTR", "qp": 122273, "qp_state": "RTR"}
-    r = run_hc("parse", "ib_write_bw", "-", input=b"complete garbage\n")
+    r = run_hc_inproc("parse", "ib_write_bw", "-", input=b"complete garbage\n")
     assert r.returncode == 4 and r.stderr.decode().startswith("hc: error: perftest: ")
 
 

@@ -8,7 +8,7 @@ import json
 
 import msgspec
 import pytest
-from support import CORPUS, FIXTURES, run_hc
+from support import CORPUS, FIXTURES, run_hc_inproc
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.scontrol_node import ScontrolNodes, parse_scontrol_show_node
@@ -102,11 +102,11 @@ def test_garbage_is_a_parse_error(text):
 
 @pytest.mark.parametrize("fmt", [(), ("--format", "json")], ids=["default", "json"])
 def test_hc_parse_scontrol_show_node(fmt):
-    r = run_hc("parse", "scontrol-show-node", str(CORPUS / "scontrol-show-node/h100-4nodes-idle-drain-xid-reason.txt"), *fmt)
+    r = run_hc_inproc("parse", "scontrol-show-node", str(CORPUS / "scontrol-show-node/h100-4nodes-idle-drain-xid-reason.txt"), *fmt)
     assert r.returncode == 0, r.stderr
     nodes = json.loads(r.stdout)["facts"]["nodes"]
     assert len(nodes) == 4 and nodes[0]["reason_user"] == "root" and nodes[0]["drain"] is True
-    r = run_hc("parse", "scontrol-show-node", "-", input=b"garbage\n")
+    r = run_hc_inproc("parse", "scontrol-show-node", "-", input=b"garbage\n")
     assert r.returncode == 4 and r.stderr.startswith(b"hc: error: scontrol show node:") and r.stderr.count(b"\n") == 1
 
 

@@ -7,7 +7,7 @@ import json
 
 import msgspec
 import pytest
-from support import FIXTURES, run_hc
+from support import FIXTURES, run_hc_inproc
 
 from healthcheck.actions.slurm import parse_sinfo as actions_parse_sinfo
 from healthcheck.core.errors import ParseError
@@ -141,13 +141,13 @@ def test_unknown_format_letter_is_a_parse_error():
 
 @pytest.mark.parametrize("fmt", [(), ("--format", "json")], ids=["default", "json"])
 def test_hc_parse_sinfo(fmt):
-    r = run_hc("parse", "sinfo", str(DIR / "slurm-22.05-R-l-user-uid-state.txt"), *fmt)
+    r = run_hc_inproc("parse", "sinfo", str(DIR / "slurm-22.05-R-l-user-uid-state.txt"), *fmt)
     assert r.returncode == 0, r.stderr
     facts = json.loads(r.stdout)["facts"]
     assert facts["layout"] == "reasons" and facts["rows"][0]["nodes"] == "node4" and facts["rows"][0]["responding"] is False
-    r = run_hc("parse", "sinfo", str(DIR / "slurm-22.05-controller-down.txt"), *fmt)
+    r = run_hc_inproc("parse", "sinfo", str(DIR / "slurm-22.05-controller-down.txt"), *fmt)
     assert r.returncode == 0 and "Unable to contact" in json.loads(r.stdout)["facts"]["error"]
-    r = run_hc("parse", "sinfo", "-", input=b"complete garbage\n")
+    r = run_hc_inproc("parse", "sinfo", "-", input=b"complete garbage\n")
     assert r.returncode == 4 and r.stderr.startswith(b"hc: error: sinfo:") and r.stderr.count(b"\n") == 1
 
 
