@@ -52,6 +52,7 @@ from healthcheck.diagnose.signals import (
     ONLY_FIRST,
     forced_kills,
     hydra_kills,
+    mpd_aborts,
     mpirun_first,
     mpirun_kills,
     outside_sigterms,
@@ -132,6 +133,9 @@ def _launcher_kills(col: Collected, acc: _Dead) -> None:
         acc.name(rank, why, item)
     for rank, why, item in hydra_kills(col):  # Hydra's one BAD TERMINATION box
         acc.name(rank, why, item)
+    for rank, why, item in mpd_aborts(col):  # mpd's one `caused collective abort of all ranks`
+        acc.name(rank, why, item)
+        acc.unsure = acc.unsure or "return code" in why
     for ranks, why, item in srun_own_aborts(col):  # srun's tasks that aborted before it ended the step
         for rank in ranks:
             acc.ranks.setdefault(rank, why)

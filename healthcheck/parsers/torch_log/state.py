@@ -121,6 +121,7 @@ class TorchState:
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
         self.launched_np: int | None = None  # an MPI/Slurm launch command's -np/-n; 0 where they disagree
         self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
+        self.mpd_abort: tuple[int, int] | None = None  # mpd's `rank R ... caused collective abort`: (R, line)
         self.stall_report = 0  # Horovod's stall warnings read so far (stall.py)
         self.stall_reporter: int | None = None  # the rank that printed the last one
         self.stall_block = False  # inside its `Missing ranks:` block
