@@ -11,6 +11,7 @@ import time
 
 from support import diagnose_saved, named_ranks
 
+from healthcheck.diagnose.verdict import OddRank, Verdict, render
 from healthcheck.parsers.torch_log import parse_torch_log
 
 
@@ -144,3 +145,14 @@ def test_mpd_status_of_another_rank_than_the_abort_s_names_none(tmp_path):
 def test_mpd_sigterm_is_a_relay_not_named(tmp_path):
     v = _paste(tmp_path, _mpd("killed by signal 15", rank=1))
     assert named_ranks(v) == [], v.summary
+
+
+# ---------------------------------------------------------------- the odd line folds a host's ranks
+
+def test_odd_line_folds_ranks_known_by_their_host_alone_and_counts_the_rest():
+    odd = [OddRank(rank=r, host="nid00160") for r in range(1408, 1424)] + [OddRank(rank=7, host="n2", pid=41)]
+    odd += [OddRank(rank=100 + i, host=f"h{i}", pid=500 + i) for i in range(20)]
+    line = render(Verdict(schema="hc.diagnosis/2", cls="dead-rank", summary="s", confidence="medium", odd_ranks=odd, next_step="n"))
+    shown = next(x for x in line.splitlines() if x.startswith("odd: "))
+    assert shown.startswith("odd: ranks 1408-1423 on nid00160; rank 7 on n2 pid 41; rank 100 on h0 pid 500"), shown
+    assert shown.endswith("; and 6 more"), shown
