@@ -17,7 +17,10 @@ own failure. So nothing is named where the text holds a timeout or an abort of a
 gloo size check, or a collective's failure in an aborted rank's own output; nor where the
 aborted tasks are not a strict minority of the tasks srun reported, the aborted ones and
 its victims together (a watchdog's abort takes nearly every rank, the hung one left to be
-terminated). A task with an exception of its own is left to that exception.
+terminated); nor where the text holds none of the job's own output before srun's first
+abort report (`TaskExit.job_lines_before`: a paste cut at srun's lines cannot show that no
+rank printed a watchdog's timeout first). A task with an exception of its own is left to
+that exception.
 
 Not named either: a task absent from srun's victims (`tasks 0-57,59-63: Terminated`). srun
 reports every task that ended badly, so an absent task's own report is outside the text,
@@ -84,6 +87,8 @@ def srun_own_aborts(col: Collected) -> Iterator[tuple[tuple[int, ...], str, Evid
     aborted = {x for _, t in found for x in t.tasks} - victims
     if not aborted or aborted & barred or len(aborted) >= len(victims):
         return
+    if not min(found, key=lambda x: x[1].line)[1].job_lines_before:
+        return  # srun's lines alone: nothing shows the job's output had no timeout before them
     for source, t in found:
         ranks = tuple(x for x in t.tasks if x in aborted)
         text = f"srun: tasks {_shown(ranks)} on {t.host or '?'} {t.state} before srun ended the step"

@@ -116,6 +116,7 @@ class TorchState:
         self.border = False  # the line before was a `====` border
         self.pending_work: Line | None = None  # a WorkNCCL line cut by a hard wrap
         self.step_aborted = False  # srun said it aborted or cancelled the step
+        self.job_lines = 0  # lines so far that are neither Slurm's tools' nor noise (reader.torch_line)
         self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)

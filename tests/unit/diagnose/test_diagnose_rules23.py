@@ -54,7 +54,7 @@ def test_srun_abort_ranges_and_lists_are_expanded(tmp_path):
 def test_srun_abort_reported_after_srun_said_it_terminates_the_step_still_counts(tmp_path):
     """srun's `Terminating job step` is its request; slurmstepd signals (SIGTERM) the tasks
     after it: a task reported Aborted before the first Terminated one was not srun's."""
-    text = ("srun: error: n001: task 8: Aborted\nsrun: Terminating job step 4242.0\n"
+    text = ("step 10 residual 1.0e-3\nsrun: error: n001: task 8: Aborted\nsrun: Terminating job step 4242.0\n"
             "srun: error: n001: task 10: Aborted\n" + _CANCELLED + _VICTIMS)
     v = _paste(tmp_path, text)
     assert named_ranks(v) == [8, 10], v.summary
@@ -156,3 +156,11 @@ def test_odd_line_folds_ranks_known_by_their_host_alone_and_counts_the_rest():
     shown = next(x for x in line.splitlines() if x.startswith("odd: "))
     assert shown.startswith("odd: ranks 1408-1423 on nid00160; rank 7 on n2 pid 41; rank 100 on h0 pid 500"), shown
     assert shown.endswith("; and 6 more"), shown
+
+
+def test_srun_aborts_in_a_paste_of_srun_s_lines_alone_are_not_named(tmp_path):
+    """Cut at srun's lines, the text cannot show that no rank printed a watchdog's timeout
+    before it aborted: nothing named. The same lines after the job's own output name them."""
+    lines = ("srun: error: n001: tasks 8,10: Aborted\nsrun: Terminating job step 4242.0\n" + _CANCELLED + _VICTIMS)
+    assert named_ranks(_paste(tmp_path / "bare", "$ srun -n 48 ./solver\n" + lines)) == []
+    assert named_ranks(_paste(tmp_path / "out", "$ srun -n 48 ./solver\nstep 10 residual 1.0e-3\n" + lines)) == [8, 10]
