@@ -52,12 +52,14 @@ from healthcheck.diagnose.signals import (
     ONLY_FIRST,
     forced_kills,
     hydra_kills,
+    mpd_aborts,
     mpirun_first,
     mpirun_kills,
     outside_sigterms,
     spawn_exits,
 )
 from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.srunends import srun_own_aborts
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.uniqueid import fetch_failures
 from healthcheck.diagnose.victims import spoke_of_failure
@@ -131,6 +133,14 @@ def _launcher_kills(col: Collected, acc: _Dead) -> None:
         acc.name(rank, why, item)
     for rank, why, item in hydra_kills(col):  # Hydra's one BAD TERMINATION box
         acc.name(rank, why, item)
+    for rank, why, item in mpd_aborts(col):  # mpd's one `caused collective abort of all ranks`
+        acc.name(rank, why, item)
+        acc.unsure = acc.unsure or "return code" in why
+    for ranks, why, item in srun_own_aborts(col):  # srun's tasks that aborted before it ended the step
+        for rank in ranks:
+            acc.ranks.setdefault(rank, why)
+        acc.items.append(item)
+        acc.unsure = True  # srun's word alone: the ranks' own output is not what says it
     for rank, why, item in spawn_exits(col):  # mp.spawn's first dead process, by its index
         if rank not in acc.ranks:
             acc.name(rank, why, item)

@@ -15,6 +15,12 @@
   srun stop the survivors with SIGTERM and do not list them) no SIGTERM is named here.
 * MPICH's Hydra: its BAD TERMINATION box (`RANK R PID P RUNNING AT H`, `KILLED BY SIGNAL:
   S`), read only where the text holds one box: its cleanup's SIGKILLs are boxed too.
+* MPICH's mpd: `rank R in job J caused collective abort of all ranks` and `exit status of
+  rank R: killed by signal S` / `return code C`, printed once, for the rank whose end made
+  mpd abort the job (it kills the others itself): that rank's death, where its own output
+  reports no collective's failure and the signal is not a relay (SIGTERM/SIGINT/SIGHUP). A
+  return code alone is named as a launcher's word (an MPI rank may also exit on a peer's
+  fault), said so.
 * HPE PALS's `rank N died from signal S` lines are srun's `task N:` words (sources.py's
   link_task_exits): a SIGKILL among the others' SIGTERM is the first death.
 * torch.multiprocessing.spawn: `ProcessExitedException: process N terminated with signal S`
@@ -69,6 +75,22 @@ def hydra_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
         return
     text = f"Hydra: rank {rank} (pid {t.pid}) on {t.host or '?'} {t.state} ({t.signal})"
     yield rank, f"killed by {t.signal}", log_evidence(col, source, t.line, text, rank)
+
+
+def mpd_aborts(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it died, mpd's line) for the rank mpd says caused the job's abort, where
+    the text holds one such rank (module doc)."""
+    reports = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None
+               for t in f.log.task_exits if t.launcher == "mpd" and t.tasks]
+    if len({t.tasks[0] for _, t in reports}) != 1:
+        return
+    source, t = reports[0]
+    rank = t.tasks[0]
+    if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in spoke_of_failure(col):
+        return
+    how = f"killed by {t.signal}" if t.signal else f"exited with return code {t.exitcode}"
+    text = f"mpd: rank {rank} caused collective abort of all ranks; exit status {t.state}"
+    yield rank, f"{how}; mpd says it caused the job's abort", log_evidence(col, source, t.line, text, rank)
 
 
 SPAWN_INDEX = "mp.spawn's process index, the rank it was given where one mp.spawn starts the world"
@@ -144,5 +166,5 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpirun_first", "mpirun_kills",
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpd_aborts", "mpirun_first", "mpirun_kills",
            "outside_sigterms", "spawn_exits"]

@@ -366,12 +366,33 @@ def decode(data: bytes, source: str = "diagnosis") -> Verdict:
     return verdict
 
 
+_ODD_SHOWN = 16  # entries of the odd line spelled out
+
+
+def _odd_line(odd: list[OddRank]) -> str:
+    """The odd ranks, one entry each, except that ranks known by their host alone (no pid, no
+    GPU: a launcher's word, srun's `tasks 1408-1423`) fold per host into one entry; at most
+    _ODD_SHOWN entries, the rest counted."""
+    entries: list[str | tuple[str, list[int]]] = []  # a rank's own entry, or one host's fold
+    folds: dict[str, list[int]] = {}
+    for o in odd:
+        if o.pid or o.gpu:
+            entries.append(f"rank {o.rank}" + (f" on {o.host}" if o.host else "") + (f" pid {o.pid}" if o.pid else "")
+                           + (f" {o.gpu}" if o.gpu else ""))
+        elif o.host in folds:
+            folds[o.host].append(o.rank)
+        else:
+            folds[o.host] = [o.rank]
+            entries.append((o.host, folds[o.host]))
+    shown = [e if isinstance(e, str) else rank_words(e[1]) + (f" on {e[0]}" if e[0] else "") for e in entries]
+    more = len(shown) - _ODD_SHOWN
+    return "; ".join(shown[:_ODD_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+
+
 def render(verdict: Verdict, *, max_rows: int = 64) -> str:
     out = [f"{verdict.cls}  (confidence {verdict.confidence})", verdict.summary]
     if verdict.odd_ranks:
-        out.append("odd: " + "; ".join(
-            f"rank {o.rank}" + (f" on {o.host}" if o.host else "") + (f" pid {o.pid}" if o.pid else "")
-            + (f" {o.gpu}" if o.gpu else "") for o in verdict.odd_ranks[:16]))
+        out.append("odd: " + _odd_line(verdict.odd_ranks))
     if verdict.first_failure is not None:
         f = verdict.first_failure
         out.append(f"first failure: {f.time + ' ' if f.time else ''}"

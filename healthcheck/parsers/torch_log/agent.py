@@ -89,6 +89,18 @@ _NNODES = re.compile(r"--nnodes(?:[= ]{1,4}(\S{1,16}))?")
 _MPI_LAUNCHER = re.compile(r"(?<![\w./-])(?:mpirun|mpiexec|orterun|prterun|horovodrun|srun)(?![\w.:-])")
 _PROCESS_COUNT = re.compile(r"(?:-{1,2}np|-n|--ntasks)(?:=| {1,4}|(?<=-n)(?=\d))(\d{1,7})")
 _OPTIONS_MAX = 32  # words looked at after the launcher
+# the lines Slurm's own tools print (srun, slurmstepd and its `slurmstepd-HOST:`, salloc, sbatch)
+_SLURM_OWN = ("srun: ", "slurmstepd", "salloc: ", "sbatch: ")
+_LAUNCH_WORDS = frozenset({"srun", "salloc", "sbatch", "mpirun", "mpiexec", "torchrun", "$", "#", ">"})
+
+
+def job_line(text: str) -> bool:
+    """Whether a line may be the job's own output: not blank, not Slurm's tools' own line,
+    not a launch command as pasted (`srun -n 4 ./a.out`, a prompt's `$ srun ...`)."""
+    words = text.split(maxsplit=1)
+    return bool(words) and not text.startswith(_SLURM_OWN) and words[0] not in _LAUNCH_WORDS
+
+
 _STEP_ABORTED = ("Job step aborted", "CANCELLED", "Force Terminated", "Terminating StepId", "TIME LIMIT")
 _WORKER_WORDS = "failed (exitcode: "
 
@@ -154,7 +166,7 @@ def read_mpirun_exit(state: TorchState, line: Line) -> bool:
 def read_srun(state: TorchState, line: Line) -> bool:
     """srun's own lines: how each task ended, and whether srun had aborted the step."""
     b = line.text
-    own = b.startswith(("srun: ", "slurmstepd"))
+    own = b.startswith(_SLURM_OWN[:2])
     if own and any(w in b for w in _STEP_ABORTED):
         state.step_aborted = True
         return True
@@ -167,7 +179,7 @@ def read_srun(state: TorchState, line: Line) -> bool:
                                      state=clip(ended, 64), exitcode=to_int(code.group(1)) if code else None,
                                      signal=_TASK_SIGNALS.get(ended.removesuffix(_CORE_DUMPED), ""),
                                      oom=ended.lower() == "out of memory",
-                                     after_abort=state.step_aborted))
+                                     after_abort=state.step_aborted, job_lines_before=state.job_lines))
     return True
 
 

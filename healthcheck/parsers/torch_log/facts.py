@@ -448,7 +448,10 @@ class TaskExit(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     signal: str = ""
     oom: bool = False
     after_abort: bool = False
-    launcher: str = "srun"  # "mpirun": Open MPI's `exited on signal` box; "supervisor": launchreports.py
+    job_lines_before: int = 0  # srun's: lines of the job's own output (not Slurm's) the text holds before it
+    # "mpirun": Open MPI's `exited on signal` box; "supervisor": launchreports.py; "pals", "hydra",
+    # "mpd": rankends.py
+    launcher: str = "srun"
     pid: int | None = None  # the process, where the report names it
 
 

@@ -16,6 +16,13 @@
   order of the deaths, so the diagnosis names a rank from these boxes only where there is
   one (diagnose/signals.py). TaskExit, launcher "hydra" (sources.link_task_exits links no
   hydra signal: a cleanup's SIGKILL is no death).
+* MPICH's older process manager, mpd (MPICH2 1.0-1.2's `mpiexec`), when a rank ends badly
+  (its `job_aborted_early` message): `rank R in job J  caused collective abort of all ranks`,
+  then `  exit status of rank R: killed by signal S ` or `return code C ` (J is the host and
+  port, `node1_42982`, which a paste may blank to words: `<system name>_65327`; some copies
+  write `Rank`/`Exit`). mpd prints it for the one rank whose end made it abort the job, and
+  then kills the others itself: that rank's end (TaskExit, launcher "mpd"), kept only where
+  the status line names the rank the abort line named, within a few lines of it.
 * torch's distributed test harness (`MultiProcessTestCase`, torch/testing/_internal/
   common_distributed.py) catches what a rank's test raised, logs `Caught exception: ` and
   the traceback under glog's prefix from that file, and ends the rank's process: read as
@@ -100,6 +107,34 @@ def read_hydra(state: TorchState, line: Line) -> bool:
     return True
 
 
+_MPD_ABORT_WORDS = "caused collective abort of all ranks"
+_MPD_ABORT = re.compile(r"[Rr]ank (\d{1,9}) in job ")
+_MPD_STATUS = re.compile(r"[Ee]xit status of rank (\d{1,9}): (?:killed by signal (\d{1,3})|return code (-?\d{1,3}))\b")
+_MPD_LINES = 6  # lines after the abort line its status may take (a paste's blank lines)
+
+
+def read_mpd(state: TorchState, line: Line) -> bool:
+    """mpd's `rank R in job J caused collective abort of all ranks` and the `exit status of
+    rank R: ...` line after it (module doc)."""
+    b = line.text
+    if _MPD_ABORT_WORDS in b:
+        m = _MPD_ABORT.search(b, 0, b.index(_MPD_ABORT_WORDS))
+        state.mpd_abort = (int(m.group(1)), line.number) if m else None
+        return m is not None
+    opened, state.mpd_abort = state.mpd_abort, None
+    m = _MPD_STATUS.search(b)
+    if m is None or opened is None or int(m.group(1)) != opened[0] or line.number - opened[1] > _MPD_LINES:
+        return False
+    number = int(m.group(2)) if m.group(2) is not None else None
+    where = agent_where(line)
+    state.add("task_exits", TaskExit(
+        line=where["line"], time=where["time"], tasks=(opened[0],), launcher="mpd",
+        state=f"killed by signal {number}" if number is not None else f"return code {m.group(3)}",
+        exitcode=int(m.group(3)) if m.group(3) is not None else None,
+        signal=SIGNALS.get(number, "") if number is not None else ""))
+    return True
+
+
 _HARNESS_SOURCE = "common_distributed.py:"
 _HARNESS_CAUGHT = "Caught exception:"
 
@@ -117,6 +152,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("pals-rank-end", lambda b: "died from signal" in b or "exited with code" in b, read_pals),
     Handler("hydra-box", lambda b: _HYDRA_HEAD in b or "RUNNING AT" in b or "SIGNAL:" in b or "EXIT " in b,
             read_hydra),
+    Handler("mpd-abort", lambda b: _MPD_ABORT_WORDS in b or "xit status of rank" in b, read_mpd),
 )
 
-__all__ = ["HANDLERS", "read_harness_caught", "read_hydra", "read_pals"]
+__all__ = ["HANDLERS", "read_harness_caught", "read_hydra", "read_mpd", "read_pals"]

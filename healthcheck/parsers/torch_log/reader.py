@@ -73,6 +73,8 @@ def torch_line(state: TorchState, line: Line) -> Line:
         line = python_logging(line)  # lines': `WARNING:torch.distributed.run:`, `[INFO] date name: `
         torch = torch or (line.logger == "pylog" and line.source.startswith("torch"))
     state.torch = state.torch or torch
+    if not line.noise and agent.job_line(line.text):
+        state.job_lines += 1
     rank = line.global_rank
     if rank is not None and len(state.prefixed) < PREFIXED_MAX:
         state.prefixed.add(rank)

@@ -116,11 +116,13 @@ class TorchState:
         self.border = False  # the line before was a `====` border
         self.pending_work: Line | None = None  # a WorkNCCL line cut by a hard wrap
         self.step_aborted = False  # srun said it aborted or cancelled the step
+        self.job_lines = 0  # lines so far that are neither Slurm's tools' nor noise (reader.torch_line)
         self.mpirun_process: int | None = None  # mpirun's non-zero-exit box: the rank of its `Process name:`
         self.horovod_first: dict[str, int] | None = None  # Horovod's first-exit report so far (launchreports.py)
         self.launched_world: int | None = None  # a torchrun command's world; 0 where commands disagree (agent.py)
         self.launched_np: int | None = None  # an MPI/Slurm launch command's -np/-n; 0 where they disagree
         self.hydra_box: dict[str, str] | None = None  # Hydra's BAD TERMINATION box so far (rankends.py)
+        self.mpd_abort: tuple[int, int] | None = None  # mpd's `rank R ... caused collective abort`: (R, line)
         self.stall_report = 0  # Horovod's stall warnings read so far (stall.py)
         self.stall_reporter: int | None = None  # the rank that printed the last one
         self.stall_block = False  # inside its `Missing ranks:` block
