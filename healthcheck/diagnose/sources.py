@@ -29,6 +29,7 @@ import datetime as _dt
 import os
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.attempts import blanked_before, last_attempt
+from healthcheck.diagnose.condense import condensed
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     FrAnalysisText,
@@ -58,7 +60,7 @@ from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import labels_of, worker_labelled
+from healthcheck.parsers.lines import labels_of, numbered_as, worker_labelled
 from healthcheck.parsers.nccl_log import parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -169,11 +171,13 @@ def _line_stamp(line: str, year: int, workers: bool) -> tuple[int | None, float 
     return rank, _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None, labelled
 
 
-def _stamps(text: str, year: int) -> TextStamps:
+def _stamps(text: str, year: int, numbers: Sequence[int] | None = None) -> TextStamps:
+    """The stamped lines of `text`; `numbers`: each line's number in the whole text, where
+    `text` is a condensed one (condense.py)."""
     out = TextStamps()
     lines = text.split("\n")
     workers = worker_labelled(lines)  # `worker-3 | ` before each line names its rank
-    for number, line in enumerate(lines, 1):
+    for number, line in zip(numbers, lines, strict=False) if numbers is not None else enumerate(lines, 1):
         rank, t, labelled = _line_stamp(line, year, workers)
         if t is None:
             continue
@@ -397,9 +401,19 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             pass
     if any(h in start for h in _FR_ANALYSIS_HEAD) and _fr_analysis(source, text, col):
         return
-    text = _last_attempt_only(source, text, rank, col)
-    if not _read_text_log(source, text, rank, col, _stamps(text, year)):
+    if not _read_log_text(source, data, text, rank, col, year):
         _nothing_known(source, rank, col)
+
+
+def _read_log_text(source: str, data: bytes, text: str, rank: int | None, col: Collected, year: int) -> bool:
+    """A text log (`data` decoded), its last attempt only; above condense.BIG_TEXT_BYTES read
+    condensed, each line with its number in the whole file; at or below, whole as ever."""
+    whole = _last_attempt_only(source, text, rank, col)
+    big = condensed(data if whole is text else whole.encode(), whole)  # condense.py: None at or below its size
+    if big is None:
+        return _read_text_log(source, whole, rank, col, _stamps(whole, year))
+    with numbered_as(big.numbers):  # every line read keeps its number in the whole file
+        return _read_text_log(source, big.text, rank, col, _stamps(big.text, year, big.numbers), whole=whole)
 
 
 def _fr_analysis(source: str, text: str, col: Collected) -> bool:
@@ -513,10 +527,13 @@ def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None,
                                             "a torchrun error file or NCCL RAS)"))
 
 
-def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps) -> bool:
-    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them."""
+def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps,
+                   whole: str | None = None) -> bool:
+    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them.
+    `whole`: the whole text where `text` is its condensed lines (condense.py), read under
+    `lines.numbered_as`: the kernel's lines are read in it, and the parsers' line counts are its."""
     ev = col.evidence
-    got = _kernel(source, text, ev.kernel)
+    got = _kernel(source, text if whole is None else whole, ev.kernel)
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
         try:
@@ -528,6 +545,9 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
     except ParseError:
         torch = None
+    if whole is not None:  # the counts of the whole text's lines, as the parsers count them
+        nccl = nccl and msgspec.structs.replace(nccl, lines=whole.count("\n") + (not whole.endswith("\n")))
+        torch = torch and msgspec.structs.replace(torch, lines=whole.count("\n") + 1)
     if nccl is not None:
         ev.nccl_logs.append(NcclLogFile(source=source, rank=rank, log=nccl))
     if torch is not None:
