@@ -11,18 +11,24 @@ warning, the last stamp before whatever follows); the lines between say the same
 
 A run is found over the bytes in C (`bytes.translate` of the digits to one mark, runs of
 the mark squeezed to one, `split`, `itertools.groupby`), so the lines left out cost no
-Python each. Only a run with nothing that tells its lines apart by source is condensed:
-none of its lines carries a launcher's or rank label (its first line read by the line
-layer's `labels_of`, which the others share as they share its template), a host's label
-or a line number; each word that names a rank, task, node or device names one number
-throughout; and NCCL's parser would read none of its lines (parsers/nccl_log.NCCL_MARKS:
-its facts count channels and operations line by line).
+Python each. Lines of one template hold the same characters but for their digits, so what
+the first and last line of a run show, every line of it shows. Only a run with nothing that
+tells its lines apart by source, and nothing a parser keeps line by line, is condensed: no
+line carries a launcher's or rank label (the line layer's `labels_of`), a host's label or a
+line number, or starts indented (a traceback's frames, a box's rows); each word that names a
+rank, task, node or device names one number throughout (that word as the first line spells
+it, searched for over the run); NCCL's parser reads none of its lines (parsers/nccl_log.
+NCCL_MARKS: its facts count channels and operations line by line); and the torch log parser,
+reading its first and its last line alone, finds none of its facts (each line of a store
+barrier's wait or a timeout is a fact of its own) and no traceback.
 
 The invariant: a text of at most BIG_TEXT_BYTES, every fixture under tests/fixtures, is
 read exactly as ever (`condensed` returns None). Above it the readers see the condensed
 text with each line's number in the whole (lines.numbered_as): the same facts at the same
 lines, except counts of lines a reader did not recognise (`unrecognized`, which no rule
-reads) and MAX_STAMPS (sources.py), which counts kept lines.
+reads), MAX_STAMPS (sources.py), which counts kept lines, and `loop_rounds`, the values a
+loop counter took, of which the rules ask only whether there were two (a run's first and
+last lines differ where its counter moved).
 tests/unit/diagnose/test_diagnose_condense.py reads every text fixture both ways, with a
 threshold of 0 and short runs, and compares the verdicts and every rank's facts.
 """
@@ -66,6 +72,7 @@ def _templates(data: bytes) -> list[bytes]:
     """Each line of `data` with every run of digits one mark (C speed)."""
     marked = data.translate(_DIGITS_MARKED)
     twice = _MARK * 2
+    marked = marked.replace(twice * 2, _MARK)  # a clock's and a date's four digits at once: fewer passes
     while twice in marked:
         marked = marked.replace(twice, _MARK)
     return marked.split(b"\n")
@@ -90,14 +97,18 @@ def _condensable(lines: list[str]) -> bool:
     first = lines[0]
     if first[:1].isspace() or _SOURCE_LABEL.match(first) or labels_of(first[:120], workers=True).labelled:
         return False
-    if not (_no_facts(first) and _no_facts(lines[-1])):
+    if NCCL_MARKS.search(first) or NCCL_MARKS.search(lines[-1]) or not (_no_facts(first) and _no_facts(lines[-1])):
         return False
-    run = "\n".join(lines)
-    if NCCL_MARKS.search(run):
-        return False
-    named: dict[str, str] = {}
-    for word, number in _NAMED.findall(run):
-        if named.setdefault(word.lower(), number) != number:
+    return _names_one_source(first, "\n".join(lines))
+
+
+def _names_one_source(first: str, run: str) -> bool:
+    """Whether each word of the run's first line that names a rank or device (`rank0`,
+    `[Rank 3]`) names one number on every line of `run`. The lines share the first's
+    template, so each such word and what separates it from its number is in every line as
+    it is in the first: a literal searched for (fast) rather than the words in any case."""
+    for before in {m.group(0)[: m.start(2) - m.start()] for m in _NAMED.finditer(first)}:
+        if len(set(re.findall(re.escape(before) + r"(\d{1,9})", run))) > 1:
             return False
     return True
 
