@@ -54,7 +54,7 @@ _DIGITS_MARKED = bytes.maketrans(b"0123456789", _MARK * 10)
 # what tells lines of one template apart by source: a rank's or device's number in words
 # (`rank0`, `[Rank 3]`, `local_rank=1`, `GPU 2`); each such word keeps one number in a run
 _NAMED = re.compile(r"\b(rank|task|worker|node|host|proc|process|pid|gpu|device|cuda|role|default|local_rank)"
-                    r"[^\d\n]{0,3}(\d{1,9})", re.IGNORECASE)
+                    r"[^\d\n]{0,3}(\d{1,12})(?!\d)", re.IGNORECASE)
 # a parallel shell's host label (`gpu004: `), a viewer's line number (`[12] `, `12 `), an
 # MPI launcher's `[1,3]<stdout>:`: the line layer takes them off per line, by majority
 _SOURCE_LABEL = re.compile(r"\s{0,8}(?:[A-Za-z][\w.-]{0,62}\d[\w.-]{0,62}: |\[?\d{1,9}\]?\s|\[\d{1,9},\d{1,9}\])")
@@ -107,8 +107,11 @@ def _names_one_source(first: str, run: str) -> bool:
     `[Rank 3]`) names one number on every line of `run`. The lines share the first's
     template, so each such word and what separates it from its number is in every line as
     it is in the first: a literal searched for (fast) rather than the words in any case."""
-    for before in {m.group(0)[: m.start(2) - m.start()] for m in _NAMED.finditer(first)}:
-        if len(set(re.findall(re.escape(before) + r"(\d{1,9})", run))) > 1:
+    run += "\n"
+    for m in _NAMED.finditer(first):
+        before = first[m.start():m.start(2)]  # the word and its separator, `rank` or `[Rank `
+        named = first[m.start():m.end(2) + 1] if m.end(2) < len(first) else first[m.start():] + "\n"
+        if run.count(named) != run.count(before):  # a line where the word names another number (or none)
             return False
     return True
 
@@ -127,7 +130,7 @@ def condensed(data: bytes, text: str) -> Condensed | None:
     kept: list[int] = []  # 0-based indexes into raw
     at = 0
     for _, group in groupby(templates):
-        n = sum(1 for _ in group)
+        n = len(list(group))
         if n > 2 * keep + 1 and _condensable(raw[at:at + n]):
             kept.extend(range(at, at + keep))
             kept.extend(range(at + n - keep, at + n))

@@ -126,6 +126,8 @@ def test_a_long_run_keeps_its_ends_with_their_numbers(forced):
 @pytest.mark.parametrize("run", [
     "".join(f"[rank{r % 2}]: step {r} loss 0.5\n" for r in range(40)),  # a label: two ranks' lines
     "".join(f"INFO rank{r % 2} step {r} loss 0.5\n" for r in range(40)),  # a rank named in words
+    "".join(f"step {r} loss 0.5 on rank{1 if r < 20 else 12}\n" for r in range(40)),  # ... at the line's end
+    "".join(f"[Rank {r // 20}] step {r} of ranks 0-1\n" for r in range(40)),  # torch's own words, two ranks
     "".join(f"gpu00{r % 2}: step {r} loss 0.5\n" for r in range(40)),  # a parallel shell's hosts
     "".join(f"[{r}] step loss 0.5\n" for r in range(40)),  # a viewer's line numbers
     "".join(f"host:1:2 [0] NCCL INFO Channel {r:02d}/32 : 0 1\n" for r in range(40)),  # NCCL's lines
