@@ -40,7 +40,18 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from healthcheck.core.errors import ParseError
-from healthcheck.parsers.lines import labels_of
+from healthcheck.parsers.lines import (
+    gutter_numbered,
+    host_labelled,
+    labels_of,
+    line_numbered,
+    logger_prefixed,
+    quoted_paste,
+    quoted_reply,
+    read_line,
+    viewer_columned,
+    worker_labelled,
+)
 from healthcheck.parsers.nccl_log import NCCL_MARKS
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.torch_log.facts import FACT_KINDS
@@ -128,15 +139,52 @@ def condensed(data: bytes, text: str) -> Condensed | None:
     if len(templates) != len(raw):
         return None  # the decoding changed the lines (cannot happen with errors="replace"): read it whole
     kept: list[int] = []  # 0-based indexes into raw
-    at = 0
+    at, bare = 0, False
     for _, group in groupby(templates):
         n = len(list(group))
         if n > 2 * keep + 1 and _condensable(raw[at:at + n]):
             kept.extend(range(at, at + keep))
             kept.extend(range(at + n - keep, at + n))
+            bare = bare or not read_line(1, raw[at])[0].labels  # nothing taken off: a wrap's piece to the layer
         else:
             kept.extend(range(at, at + n))
         at += n
     if len(kept) == len(raw):
         return None
-    return Condensed(text="\n".join(raw[i] for i in kept), numbers=[i + 1 for i in kept])
+    lines = [raw[i] for i in kept]
+    if _shapes(lines, text) != _shapes(raw, text) or not _same_wrap(raw, kept, bare):
+        return None  # the kept lines would decide a shape otherwise than the whole text: read it whole
+    return Condensed(text="\n".join(lines), numbers=[i + 1 for i in kept])
+
+
+def _shapes(lines: list[str], text: str) -> tuple[bool, ...]:
+    """What the line layer decides over a text's lines before it reads one (lines.read_lines),
+    each over its first lines (a quoted paste or reply, a logging prefix, a viewer's numbers or
+    columns, a parallel shell's hosts) or, for a process manager's `NAME-N | ` labels, over
+    all of them (only where a ` | ` is in the text at all: every such label holds one)."""
+    workers = " | " in text and worker_labelled(lines)
+    return (quoted_paste(lines), quoted_reply(lines), logger_prefixed(lines), line_numbered(lines),
+            gutter_numbered(lines), viewer_columned(lines), host_labelled(lines), workers)
+
+
+def _same_wrap(raw: list[str], kept: list[int], bare: bool) -> bool:
+    """Whether the kept lines tell a terminal's hard wrap (lines.terminal_width) as the whole
+    text does. It is told by pairs of lines exactly as wide, the second with nothing taken
+    off it, at the commonest such width, where no line is wider: so only at the widest
+    width. Where no left-out line is bare (`bare` False: a stamp or a label came off each)
+    the pairs are the same: the same wrap where the widest line is kept, and none either
+    way where no two kept lines of the widest kept width make a pair. Where some are bare,
+    none either way where the widest line is kept and no two of the widest lines follow
+    one another, whole or kept."""
+    widths = list(map(len, raw))
+    widest, kept_widths = max(widths), [widths[i] for i in kept]
+    kept_widest = max(kept_widths)
+    if not bare:
+        return kept_widest == widest or not any(
+            kept_widths[n - 1] == kept_widths[n] == kept_widest and not read_line(1, raw[kept[n]])[0].labels
+            for n in range(1, len(kept)))
+    if kept_widest != widest:
+        return False
+    at = [n for n, width in enumerate(widths) if width == widest]
+    positions = [n for n, width in enumerate(kept_widths) if width == widest]
+    return not any(b - a == 1 for pairs in (at, positions) for a, b in zip(pairs, pairs[1:], strict=False))

@@ -79,7 +79,7 @@ def _differing() -> tuple[list[str], int]:
 
 def test_every_fixture_log_gives_the_same_evidence_read_condensed(forced):
     differing, condensed_files = _differing()
-    assert condensed_files > 25  # the forced runs condense dozens of fixtures (35 today), not a handful
+    assert condensed_files > 25  # the forced runs condense dozens of fixtures (32 today), not a handful
     assert differing == []
 
 
@@ -154,3 +154,33 @@ def test_the_bench_shape_condenses_to_its_ends():
     assert big is not None and len(big.numbers) == 2 + 2 * condense.RUN_KEEP + 1
     assert big.numbers[-2:] == [30002, 30003]
     assert sources._stamps(big.text, 2026, big.numbers).at(30002) == sources._stamps(text, 2026).at(30002)
+
+
+def test_a_text_whose_shape_the_kept_lines_would_decide_otherwise_is_read_whole(forced):
+    """A process manager's `worker-N | ` labels on a third of the lines: no majority over the
+    whole text, a majority over the kept lines once the step lines are condensed. Read whole,
+    so the labels are read (or not) as over the whole text."""
+    labelled = "".join(f"worker-{r % 2} | [rank{r % 2}]: hello {r}\n" for r in range(20))
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO step {s} loss 0.5\n" for s in range(40))
+    text = labelled + steps
+    assert condensed(text.encode(), text) is None
+    assert condensed(steps.encode(), steps) is not None
+
+
+def test_a_text_whose_widest_lines_follow_one_another_is_read_whole(forced):
+    """Lines exactly as wide as the line before them, nothing taken off them, and no line
+    wider are how a terminal's hard wrap is told (lines.terminal_width): where a condensed
+    run's lines could be such pieces (no stamp taken off them), a text whose widest lines
+    follow one another, or whose widest line would be left out, is read whole; where a stamp
+    comes off every left-out line, none of them counts and the text is condensed."""
+    wrapped = "x" * 90 + "\n" + "y" * 90 + "\nend of the message\n"
+    bare = "".join(f"step {s} loss 0.5 lr 0.001 grad norm 1.0 tokens per second 1000\n" for s in range(40))
+    stamped = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO step {s} loss 0.5\n" for s in range(40))
+    assert condensed((wrapped + bare).encode(), wrapped + bare) is None
+    assert condensed((wrapped + stamped).encode(), wrapped + stamped) is not None
+    widest_inside = "".join(f"step {s} loss 0.5 lr 0.001 grad norm 1.0 tokens per second 1000\n" for s in range(1, 100))
+    assert condensed(widest_inside.encode(), widest_inside) is None  # steps 10..99 the widest, one after another
+    widest_left_out = bare.replace("step 20 ", "step 200000 ")
+    assert condensed(widest_left_out.encode(), widest_left_out) is None
+    stamped_left_out = stamped.replace("step 20 ", "step 200000 ")  # no pair of stamped lines counts
+    assert condensed(stamped_left_out.encode(), stamped_left_out) is not None
