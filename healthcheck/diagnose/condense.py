@@ -20,7 +20,10 @@ rank, task, node or device names one number throughout (that word as the first l
 it, searched for over the run); NCCL's parser reads none of its lines (parsers/nccl_log.
 NCCL_MARKS: its facts count channels and operations line by line); and the torch log parser,
 reading its first and its last line alone, finds none of its facts (each line of a store
-barrier's wait or a timeout is a fact of its own) and no traceback.
+barrier's wait or a timeout is a fact of its own) and no traceback. And the text is read
+whole where its kept lines would decide a shape of the line layer otherwise than all of
+them (`_shapes`: a quoted paste, a logging prefix, a viewer's numbers, worker labels by
+majority, a parallel shell's hosts; `_same_wrap`: a terminal's hard wrap).
 
 The invariant: a text of at most BIG_TEXT_BYTES, every fixture under tests/fixtures, is
 read exactly as ever (`condensed` returns None). Above it the readers see the condensed
