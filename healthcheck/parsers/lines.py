@@ -1589,11 +1589,12 @@ _ORIGINAL_NUMBERS: ContextVar[Sequence[int] | None] = ContextVar("hc_original_nu
 
 
 @contextmanager
-def numbered_as(numbers: Sequence[int]) -> Iterator[None]:
+def numbered_as(numbers: Sequence[int] | None) -> Iterator[None]:
     """While the block runs, `read_lines` gives the text's Nth line the number `numbers[N-1]`:
     a text made of some of a bigger one's lines (diagnose/condense.py) read with the numbers
     those lines have in the whole, so every fact's line is the whole file's (this thread and
-    context only). Everything else (shapes, marks, the cut end) is of the text as given."""
+    context only). Everything else (shapes, marks, the cut end) is of the text as given.
+    None: each line its own number, as outside any such block."""
     token = _ORIGINAL_NUMBERS.set(numbers)
     try:
         yield

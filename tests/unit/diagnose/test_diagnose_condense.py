@@ -184,3 +184,21 @@ def test_a_text_whose_widest_lines_follow_one_another_is_read_whole(forced):
     assert condensed(widest_left_out.encode(), widest_left_out) is None
     stamped_left_out = stamped.replace("step 20 ", "step 200000 ")  # no pair of stamped lines counts
     assert condensed(stamped_left_out.encode(), stamped_left_out) is not None
+
+
+def test_a_condensed_logs_kernel_events_and_facts_keep_the_whole_files_lines(forced):
+    """A training log that holds a kernel line (a real Xid, tests/fixtures/corpus/xid-dmesg) after
+    its step lines: read condensed, the Xid's and the traceback's lines are the whole file's."""
+    xid = next(line for line in (FIXTURES / "corpus" / "xid-dmesg" / "xid48-63-94-dbe-rowremap-contained.txt")
+               .read_text().splitlines() if "NVRM: Xid" in line)
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO rank0 step {s} loss 0.5\n" for s in range(200))
+    text = steps + xid + "\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n" \
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    assert condensed(text.encode(), text) is not None
+    fast, fast_col = _read("rank0.log", text.encode())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(condense, "BIG_TEXT_BYTES", 10**12)
+        whole, whole_col = _read("rank0.log", text.encode())
+    assert fast == whole
+    assert [k.line for k in fast_col.evidence.kernel] == [201]
+    assert [e.line for e in fast_col.evidence.torch_logs[0].log.exceptions] == [204]
