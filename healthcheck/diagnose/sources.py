@@ -29,6 +29,7 @@ import datetime as _dt
 import os
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.attempts import blanked_before, last_attempt
+from healthcheck.diagnose.condense import condensed
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     FrAnalysisText,
@@ -58,12 +60,12 @@ from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import labels_of, worker_labelled
-from healthcheck.parsers.nccl_log import parse_nccl_log
+from healthcheck.parsers.lines import Line, labels_of, numbered_as, worker_labelled
+from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
 from healthcheck.parsers.run_output import HEADER_START, SHIM_MARK, parse_run_output
-from healthcheck.parsers.torch_log import ChildFailure, parse_torch_log, read_torch_lines
+from healthcheck.parsers.torch_log import ChildFailure, TorchLog, parse_torch_log, read_torch_lines
 from healthcheck.parsers.xid import parse_kernel_log
 
 MAX_STAMPS = 200_000  # timestamped lines indexed per file
@@ -169,11 +171,13 @@ def _line_stamp(line: str, year: int, workers: bool) -> tuple[int | None, float 
     return rank, _stamp_of(rest, year) if rest[:1].isdigit() or rest[:1] == "[" else None, labelled
 
 
-def _stamps(text: str, year: int) -> TextStamps:
+def _stamps(text: str, year: int, numbers: Sequence[int] | None = None) -> TextStamps:
+    """The stamped lines of `text`; `numbers`: each line's number in the whole text, where
+    `text` is a condensed one (condense.py)."""
     out = TextStamps()
     lines = text.split("\n")
     workers = worker_labelled(lines)  # `worker-3 | ` before each line names its rank
-    for number, line in enumerate(lines, 1):
+    for number, line in zip(numbers, lines, strict=False) if numbers is not None else enumerate(lines, 1):
         rank, t, labelled = _line_stamp(line, year, workers)
         if t is None:
             continue
@@ -397,9 +401,19 @@ def read_data(source: str, data: bytes, col: Collected, year: int, rank: int | N
             pass
     if any(h in start for h in _FR_ANALYSIS_HEAD) and _fr_analysis(source, text, col):
         return
-    text = _last_attempt_only(source, text, rank, col)
-    if not _read_text_log(source, text, rank, col, _stamps(text, year)):
+    if not _read_log_text(source, data, text, rank, col, year):
         _nothing_known(source, rank, col)
+
+
+def _read_log_text(source: str, data: bytes, text: str, rank: int | None, col: Collected, year: int) -> bool:
+    """A text log (`data` decoded), its last attempt only; above condense.BIG_TEXT_BYTES read
+    condensed, each line with its number in the whole file; at or below, whole as ever."""
+    whole = _last_attempt_only(source, text, rank, col)
+    big = condensed(data if whole is text else whole.encode(), whole)  # condense.py: None at or below its size
+    if big is None:
+        return _read_text_log(source, whole, rank, col, _stamps(whole, year))
+    return _read_text_log(source, big.text, rank, col, _stamps(big.text, year, big.numbers), whole=whole,
+                          numbers=big.numbers)
 
 
 def _fr_analysis(source: str, text: str, col: Collected) -> bool:
@@ -513,21 +527,21 @@ def _read_json(source: str, name: str, data: bytes, text: str, rank: int | None,
                                             "a torchrun error file or NCCL RAS)"))
 
 
-def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps) -> bool:
-    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them."""
+def _read_text_log(source: str, text: str, rank: int | None, col: Collected, stamps: TextStamps,
+                   whole: str | None = None, numbers: Sequence[int] | None = None) -> bool:
+    """A job's output or a log: kernel events, NCCL and PyTorch/torchrun lines. False: none of them.
+    `whole`: the whole text where `text` is its condensed lines (condense.py), `numbers` their
+    numbers in it, which the parsers read them by (`lines.numbered_as`); the kernel's lines
+    are read in the whole text, and the parsers' line counts are its."""
     ev = col.evidence
-    got = _kernel(source, text, ev.kernel)
-    nccl = torch = None
-    if " NCCL " in text or "NCCL version" in text:
-        try:
-            nccl = parse_nccl_log(text, marked_only=NCCL_MARKED_ONLY)
-        except ParseError:
-            nccl = None
-    lines = read_torch_lines(text)  # read once: for the torch log parser and read_logged
-    try:
-        torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
-    except ParseError:
-        torch = None
+    got = _kernel(source, text if whole is None else whole, ev.kernel)
+    with numbered_as(numbers):  # None: the text's own numbers
+        nccl, torch, lines = _parsed(text, rank)
+        if nccl is not None or torch is not None:
+            read_logged(text, rank, col.logged, lines if same_reading(text, lines) else None)
+    if whole is not None:  # the counts of the whole text's lines, as the parsers count them
+        nccl = nccl and msgspec.structs.replace(nccl, lines=whole.count("\n") + (not whole.endswith("\n")))
+        torch = torch and msgspec.structs.replace(torch, lines=whole.count("\n") + 1)
     if nccl is not None:
         ev.nccl_logs.append(NcclLogFile(source=source, rank=rank, log=nccl))
     if torch is not None:
@@ -537,11 +551,27 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
         ev.torch_logs.append(TorchLogFile(source=source, rank=rank, log=torch))
     if nccl is not None or torch is not None:
         col.stamps[source] = stamps
-        read_logged(text, rank, col.logged, lines if same_reading(text, lines) else None)
         if rank is not None:
             ev.rank(rank).sources.append(source)
         return True
     return got
+
+
+def _parsed(text: str, rank: int | None) -> tuple[NcclLog | None, TorchLog | None, list[Line]]:
+    """The NCCL log (where the text holds NCCL's words), the torch log and the torch parser's
+    lines of `text` (read once: for the torch log parser and read_logged); None: none there."""
+    nccl = torch = None
+    if " NCCL " in text or "NCCL version" in text:
+        try:
+            nccl = parse_nccl_log(text, marked_only=NCCL_MARKED_ONLY)
+        except ParseError:
+            nccl = None
+    lines = read_torch_lines(text)
+    try:
+        torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
+    except ParseError:
+        torch = None
+    return nccl, torch, lines
 
 
 def _why(exc: Exception) -> str:

@@ -1223,14 +1223,16 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
     wanted = marked_lines(text, raw_lines, marks) if marks is not None and not records else None
-    for number, raw in enumerate(raw_lines, 1):
-        if opened and wanted is not None and number not in wanted:
+    original = _ORIGINAL_NUMBERS.get()  # a condensed text's lines keep their numbers in the whole one
+    for index, raw in enumerate(raw_lines, 1):
+        if opened and wanted is not None and index not in wanted:
             continue  # no mark: nothing the parser could read (marked_lines)
+        number = original[index - 1] if original is not None and index <= len(original) else index
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[number - 1],
-                          workers=workers, pytest=pytest[number - 1], records=records, columns=columns,
+                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[index - 1],
+                          workers=workers, pytest=pytest[index - 1], records=records, columns=columns,
                           hosts=hosts, interleaved=interleaved)
-        if number == cut_at:
+        if index == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
             following = lines[0].file
@@ -1579,6 +1581,25 @@ def recording_now() -> bool:
     """Whether a recorder is listening (`recording`): a parser that builds a `Line` only to
     tell `recorded` builds it only then."""
     return _RECORDER.get() is not None
+
+
+# the line numbers, in the whole text, of a condensed text's lines (diagnose/condense.py):
+# read_lines numbers each line it reads by them while `numbered_as` holds them
+_ORIGINAL_NUMBERS: ContextVar[Sequence[int] | None] = ContextVar("hc_original_numbers", default=None)
+
+
+@contextmanager
+def numbered_as(numbers: Sequence[int] | None) -> Iterator[None]:
+    """While the block runs, `read_lines` gives the text's Nth line the number `numbers[N-1]`:
+    a text made of some of a bigger one's lines (diagnose/condense.py) read with the numbers
+    those lines have in the whole, so every fact's line is the whole file's (this thread and
+    context only). Everything else (shapes, marks, the cut end) is of the text as given.
+    None: each line its own number, as outside any such block."""
+    token = _ORIGINAL_NUMBERS.set(numbers)
+    try:
+        yield
+    finally:
+        _ORIGINAL_NUMBERS.reset(token)
 
 
 @contextmanager

@@ -211,3 +211,15 @@ def test_the_layers_new_parts_cost_their_length(filler):
         unpasted(text)
 
     assert_linear(every_part, filler[: len(filler) // 10], filler)
+
+
+def test_lines_read_under_numbered_as_keep_their_numbers_in_the_whole_text():
+    """A text made of some of a bigger one's lines (diagnose/condense.py) reads each line with
+    its number in the whole; the numbers are the block's alone, and a marked reading's
+    choice of lines is still of the text given."""
+    part = "gpu1:12:13 [0] NCCL WARN Call to connect failed\nsome other line\nlast line\n"
+    with lines.numbered_as([7, 4000, 4001, 4002]):
+        read = [(line.number, line.text) for line in read_lines(part)]
+        marked = [line.number for line in read_lines(part, marks=re.compile("WARN"))]
+    assert [n for n, _ in read] == [7, 4000, 4001] and marked == [7, 4000, 4001]
+    assert [line.number for line in read_lines(part)] == [1, 2, 3]

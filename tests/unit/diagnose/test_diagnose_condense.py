@@ -1,0 +1,204 @@
+"""A big text log is read condensed (diagnose/condense.py, issue 22): the middle of each long
+run of lines that differ only in digits left out, every kept line with its number in the
+whole file. Differential: forced on every text fixture (no size threshold, runs of more than
+5 lines condensed to their first and last 2), each file gives the same evidence, the same
+numbers logged and the same time at every line it kept, and every job set the same verdict;
+only the counts of lines no parser recognised, which no rule reads, may differ."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgspec
+import pytest
+from support import FIXTURES
+
+from healthcheck.diagnose import condense, sources
+from healthcheck.diagnose.condense import condensed
+from healthcheck.diagnose.evidence import JobEvidence
+from healthcheck.diagnose.sources import Collected, _is_binary, collect, read_data
+from healthcheck.diagnose.verdict import build
+from healthcheck.parsers.lines import NOTHING_UNREAD, numbered_as, read_lines
+from healthcheck.parsers.torch_log import parse_torch_log
+
+MAX_BYTES = 4 * 2**20
+NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
+
+
+def _texts() -> list[tuple[str, bytes]]:
+    out = []
+    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if len(data) <= MAX_BYTES and data.strip() and not _is_binary(data):
+            out.append((str(path.relative_to(FIXTURES)), data))
+    return out
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    monkeypatch.setattr(condense, "BIG_TEXT_BYTES", 0)
+    monkeypatch.setattr(condense, "RUN_KEEP", 2)
+
+
+def _read(name: str, data: bytes) -> tuple[bytes, Collected]:
+    col = Collected(evidence=JobEvidence(job="x", collected_at="2026-11-28T00:00:00Z"))
+    read_data(name, data, col, 2026)
+    ev = col.evidence
+    ev.nccl_logs = [f if f.log is None else msgspec.structs.replace(
+        f, log=msgspec.structs.replace(f.log, unrecognized=NOTHING_UNREAD)) for f in ev.nccl_logs]
+    ev.torch_logs = [f if f.log is None else msgspec.structs.replace(  # the rules read loop_rounds >= 2 only
+        f, log=msgspec.structs.replace(f.log, unrecognized=NOTHING_UNREAD, loop_rounds=min(f.log.loop_rounds, 2)))
+        for f in ev.torch_logs]
+    return msgspec.json.encode([ev, col.logged]), col
+
+
+def _times(col: Collected, lines: list[int]) -> list:
+    out = []
+    for stamps in col.stamps.values():
+        ranks = [None, *stamps.by_rank, *col.evidence.ranks]
+        out.append([stamps.at(n, r) for n in lines for r in ranks])
+    return out
+
+
+def _differing() -> tuple[list[str], int]:
+    differing, condensed_files = [], 0
+    for name, data in _texts():
+        text = data.decode("utf-8", errors="replace")
+        big = condensed(data, text)
+        if big is None:
+            continue
+        condensed_files += 1
+        fast, fast_col = _read(name, data)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(condense, "BIG_TEXT_BYTES", 10**12)
+            whole, whole_col = _read(name, data)
+        if fast != whole or _times(fast_col, big.numbers) != _times(whole_col, big.numbers):
+            differing.append(name)
+    return differing, condensed_files
+
+
+def test_every_fixture_log_gives_the_same_evidence_read_condensed(forced):
+    differing, condensed_files = _differing()
+    assert condensed_files > 25  # the forced runs condense dozens of fixtures (32 today), not a handful
+    assert differing == []
+
+
+def _job_sets() -> list:
+    roots = [FIXTURES / "diagnose", FIXTURES / "diagnose-field", FIXTURES / "h100-captures"]
+    return sorted(d for root in roots for d in root.iterdir() if d.is_dir())
+
+
+def _judged(path) -> bytes:
+    col = collect([path], now=NOW)
+    verdict = build(col)
+    return msgspec.json.encode({"class": verdict.cls, "ranks": [o.rank for o in verdict.odd_ranks],
+                                "findings": [(f.cls, f.ranks) for f in verdict.findings]})
+
+
+@pytest.mark.parametrize("path", _job_sets(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_job_set_gets_the_same_verdict_read_condensed(path, monkeypatch):
+    whole = _judged(path)
+    monkeypatch.setattr(condense, "BIG_TEXT_BYTES", 0)
+    monkeypatch.setattr(condense, "RUN_KEEP", 2)
+    assert _judged(path) == whole
+
+
+def test_below_the_threshold_a_text_is_read_whole():
+    """The invariant: at or below BIG_TEXT_BYTES nothing is condensed (every fixture reads as ever)."""
+    text = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO rank0 step {s} loss 0.5\n" for s in range(500))
+    data = text.encode()
+    assert len(data) < condense.BIG_TEXT_BYTES and condensed(data, text) is None
+
+
+def test_a_long_run_keeps_its_ends_with_their_numbers(forced):
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO rank0 step {s} loss 0.5\n" for s in range(100))
+    text = "start\n" + steps + "Traceback (most recent call last):\n"
+    big = condensed(text.encode(), text)
+    assert big is not None
+    assert big.numbers == [1, 2, 3, 100, 101, 102, 103]
+    with numbered_as(big.numbers):
+        read = [(line.number, line.text) for line in read_lines(big.text)]
+    assert read[3] == (100, "INFO rank0 step 98 loss 0.5") and read[5][0] == 102
+    log = parse_torch_log(big.text, rank_output=True)
+    assert [s.step for s in log.last_steps] == [99]
+
+
+@pytest.mark.parametrize("run", [
+    "".join(f"[rank{r % 2}]: step {r} loss 0.5\n" for r in range(40)),  # a label: two ranks' lines
+    "".join(f"INFO rank{r % 2} step {r} loss 0.5\n" for r in range(40)),  # a rank named in words
+    "".join(f"step {r} loss 0.5 on rank{1 if r < 20 else 12}\n" for r in range(40)),  # ... at the line's end
+    "".join(f"[Rank {r // 20}] step {r} of ranks 0-1\n" for r in range(40)),  # torch's own words, two ranks
+    "".join(f"gpu00{r % 2}: step {r} loss 0.5\n" for r in range(40)),  # a parallel shell's hosts
+    "".join(f"[{r}] step loss 0.5\n" for r in range(40)),  # a viewer's line numbers
+    "".join(f"host:1:2 [0] NCCL INFO Channel {r:02d}/32 : 0 1\n" for r in range(40)),  # NCCL's lines
+])
+def test_a_run_whose_lines_differ_by_source_is_read_whole(forced, run):
+    assert condensed(run.encode(), run) is None
+
+
+def test_the_differential_catches_a_condensing_that_drops_a_ranks_lines(forced, monkeypatch):
+    """The comparison can fail: condensing runs whatever their source (two ranks' step
+    lines interleaved), a rank's last step is left out and the fixtures that show it differ."""
+    monkeypatch.setattr(condense, "_condensable", lambda lines: True)
+    differing, _ = _differing()
+    assert differing
+
+
+def test_the_bench_shape_condenses_to_its_ends():
+    """A rank's log as bin/bench writes it, past the threshold: its step lines condensed, its
+    NCCL lines and its end kept, every kept line's number the whole file's."""
+    steps = "".join(f"2026-11-27 13:{s // 60 % 60:02d}:{s % 60:02d},000 INFO rank3 step {s} loss {s % 97 / 7:.4f}\n"
+                    for s in range(30000))
+    text = "gpu0:1:2 [0] NCCL INFO NCCL version 2.28.9\n" + steps + "[rank3]:[E1127 13:51:30] Watchdog caught\n"
+    big = condensed(text.encode(), text)
+    assert big is not None and len(big.numbers) == 2 + 2 * condense.RUN_KEEP + 1
+    assert big.numbers[-2:] == [30002, 30003]
+    assert sources._stamps(big.text, 2026, big.numbers).at(30002) == sources._stamps(text, 2026).at(30002)
+
+
+def test_a_text_whose_shape_the_kept_lines_would_decide_otherwise_is_read_whole(forced):
+    """A process manager's `worker-N | ` labels on a third of the lines: no majority over the
+    whole text, a majority over the kept lines once the step lines are condensed. Read whole,
+    so the labels are read (or not) as over the whole text."""
+    labelled = "".join(f"worker-{r % 2} | [rank{r % 2}]: hello {r}\n" for r in range(20))
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO step {s} loss 0.5\n" for s in range(40))
+    text = labelled + steps
+    assert condensed(text.encode(), text) is None
+    assert condensed(steps.encode(), steps) is not None
+
+
+def test_a_text_whose_widest_lines_follow_one_another_is_read_whole(forced):
+    """Lines exactly as wide as the line before them, nothing taken off them, and no line
+    wider are how a terminal's hard wrap is told (lines.terminal_width): where a condensed
+    run's lines could be such pieces (no stamp taken off them), a text whose widest lines
+    follow one another, or whose widest line would be left out, is read whole; where a stamp
+    comes off every left-out line, none of them counts and the text is condensed."""
+    wrapped = "x" * 90 + "\n" + "y" * 90 + "\nend of the message\n"
+    bare = "".join(f"step {s} loss 0.5 lr 0.001 grad norm 1.0 tokens per second 1000\n" for s in range(40))
+    stamped = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO step {s} loss 0.5\n" for s in range(40))
+    assert condensed((wrapped + bare).encode(), wrapped + bare) is None
+    assert condensed((wrapped + stamped).encode(), wrapped + stamped) is not None
+    widest_inside = "".join(f"step {s} loss 0.5 lr 0.001 grad norm 1.0 tokens per second 1000\n" for s in range(1, 100))
+    assert condensed(widest_inside.encode(), widest_inside) is None  # steps 10..99 the widest, one after another
+    widest_left_out = bare.replace("step 20 ", "step 200000 ")
+    assert condensed(widest_left_out.encode(), widest_left_out) is None
+    stamped_left_out = stamped.replace("step 20 ", "step 200000 ")  # no pair of stamped lines counts
+    assert condensed(stamped_left_out.encode(), stamped_left_out) is not None
+
+
+def test_a_condensed_logs_kernel_events_and_facts_keep_the_whole_files_lines(forced):
+    """A training log that holds a kernel line (a real Xid, tests/fixtures/corpus/xid-dmesg) after
+    its step lines: read condensed, the Xid's and the traceback's lines are the whole file's."""
+    xid = next(line for line in (FIXTURES / "corpus" / "xid-dmesg" / "xid48-63-94-dbe-rowremap-contained.txt")
+               .read_text().splitlines() if "NVRM: Xid" in line)
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO rank0 step {s} loss 0.5\n" for s in range(200))
+    text = steps + xid + "\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n" \
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    assert condensed(text.encode(), text) is not None
+    fast, fast_col = _read("rank0.log", text.encode())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(condense, "BIG_TEXT_BYTES", 10**12)
+        whole, whole_col = _read("rank0.log", text.encode())
+    assert fast == whole
+    assert [k.line for k in fast_col.evidence.kernel] == [201]
+    assert [e.line for e in fast_col.evidence.torch_logs[0].log.exceptions] == [204]
