@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from healthcheck.cli import lean
 from healthcheck.cli.echo import echo
 from healthcheck.core.errors import ExitCode, HcError
 
@@ -50,6 +49,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 VERSIONS_MODULE = "healthcheck.probes.versions"  # --version; reads metadata and /proc, imports no torch
 STOP_MODULE = "healthcheck.runners.stop"  # the signal handling of the commands in _STOPPABLE
 GROUP_MODULE = "healthcheck.cli.group"  # the click group: every command line lean.plan does not take
+LEAN_MODULE = "healthcheck.cli.lean"  # the command lines run without click, asked only for these commands
+LEAN_COMMANDS = ("prologue", "epilogue", "health", "node")
 _GROUP_NAMES = ("cli", "LazyGroup")
 
 
@@ -234,12 +235,20 @@ def main(argv: list[str] | None = None) -> None:
     if _stdout_closed() and _closed_stdout(argv):
         sys.exit(int(ExitCode.BAD_INPUT))
     _guard_stdout(tolerant=_command_name(argv) in _HOOKS)
-    call = lean.plan(sys.argv[1:] if argv is None else list(argv), os.environ)
+    call = _lean_run(sys.argv[1:] if argv is None else list(argv))
     code = _guarded(call if call is not None else lambda: importlib.import_module(GROUP_MODULE).invoke(argv))
     stopping = _stop_module()
     if stopping is not None and stopping.stopping():  # a stop whose exception never reached here
         _exit_stopped()                                # (swallowed, or in a finalizer)
     sys.exit(int(code) if isinstance(code, int) else 0)
+
+
+def _lean_run(args: list[str]) -> Callable[[], Any] | None:
+    """cli/lean.py's run for this command line; lean.py is not even loaded for the other
+    commands (`hc --help` stays as it was)."""
+    if not args or args[0] not in LEAN_COMMANDS:
+        return None
+    return importlib.import_module(LEAN_MODULE).plan(args, os.environ)
 
 
 def _guarded(run: Callable[[], Any]) -> Any:

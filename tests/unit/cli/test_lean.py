@@ -18,7 +18,7 @@ import healthcheck.cli.hook_commands as hook_commands
 import healthcheck.cli.hooks as hooks
 import healthcheck.cli.localnode as localnode
 import healthcheck.cli.node as node_command
-from healthcheck.cli import cli, lean
+from healthcheck.cli import LEAN_COMMANDS, cli, lean
 
 # ---------------------------------------------------------------- which argv goes where
 
@@ -50,6 +50,11 @@ LEFT_TO_CLICK = [
 @pytest.mark.parametrize("argv", TAKEN, ids=" ".join)
 def test_the_hooks_and_a_local_node_run_without_click(argv):
     assert lean.plan(argv, {}) is not None
+    assert argv[0] in LEAN_COMMANDS  # main() asks lean.py about these commands only
+
+
+def test_main_asks_about_every_command_lean_takes():
+    assert set(LEAN_COMMANDS) == {*lean.HOOKS, "node"}
 
 
 @pytest.mark.parametrize("argv", LEFT_TO_CLICK, ids=lambda a: " ".join(a) or "nothing")
@@ -177,6 +182,11 @@ def test_the_lean_path_imports_no_click_and_nothing_only_other_commands_use(tmp_
     loaded = _modules(tmp_path, *argv)
     assert "healthcheck.cli.lean" in loaded and "healthcheck.checks.sys" in loaded  # it ran its checks
     assert sorted(loaded & set(NEVER_ON_THE_LEAN_PATH)) == []
+
+
+def test_the_click_commands_do_not_load_the_lean_path(tmp_path):
+    loaded = _modules(tmp_path, "checks", "list", "--format", "json")
+    assert "healthcheck.cli.group" in loaded and "healthcheck.cli.lean" not in loaded
 
 
 def test_the_click_group_still_answers_what_the_lean_path_does_not(tmp_path):
