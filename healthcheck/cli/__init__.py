@@ -5,6 +5,8 @@ cli/lean.py takes (the hooks, `hc node --local`) to it, the rest to the click gr
 
 from __future__ import annotations
 
+import errno
+import functools
 import importlib
 import io
 import os
@@ -248,7 +250,42 @@ def _lean_run(args: list[str]) -> Callable[[], Any] | None:
     commands (`hc --help` stays as it was)."""
     if not args or args[0] not in LEAN_COMMANDS:
         return None
-    return importlib.import_module(LEAN_MODULE).plan(args, os.environ)
+    run = importlib.import_module(LEAN_MODULE).plan(args, os.environ)
+    return None if run is None else functools.partial(_as_click_runs, run)
+
+
+def _as_click_runs(run: Callable[[], Any]) -> Any:
+    """`run`, with what click's Command.main does around a command, so a lean run ends as
+    the click command would: at EOF or Ctrl-C a blank line on stderr (it closes the
+    terminal's ^C), then "hc: interrupted"; a broken pipe (EPIPE) exits 1, stdout and
+    stderr quietened."""
+    try:
+        return run()
+    except (EOFError, KeyboardInterrupt):
+        echo(err=True)
+        return interrupted()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.stdout, sys.stderr = _Pacified(sys.stdout), _Pacified(sys.stderr)
+        sys.exit(1)
+
+
+class _Pacified:
+    """A stream whose flush ignores a reader gone away (click's _PacifyFlushWrapper)."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
 
 
 def _guarded(run: Callable[[], Any]) -> Any:

@@ -193,3 +193,31 @@ def test_the_click_group_still_answers_what_the_lean_path_does_not(tmp_path):
     loaded = _modules(tmp_path, "node", "--local", "--checks", "sys.mounts", "--output", str(tmp_path / "r.json"))
     assert "click" in loaded and "healthcheck.cli.group" in loaded
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "PASS"
+
+
+# ---------------------------------------------------------------- how a run ends, as click ends it
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, EOFError])
+def test_an_interrupted_lean_run_ends_as_the_click_command_does(monkeypatch, raised):
+    def interrupted(*_args: Any, **_kwargs: Any) -> int:
+        raise raised()
+
+    monkeypatch.setattr(hooks, "run", interrupted)
+    monkeypatch.setattr(hook_commands, "run", interrupted)
+    env = {"HC_SYSLOG_SOCKET": ""}
+    lean_run = run_hc_inproc("prologue", "--dry-run", env=env)
+    click_run = run_hc_inproc("prologue", "--dry-run", "--dry-run", env=env)  # twice: lean leaves it to click
+    assert (lean_run.returncode, lean_run.stderr) == (click_run.returncode, click_run.stderr) == (
+        130, b"\nhc: interrupted\n")
+
+
+def test_a_broken_pipe_escaping_a_lean_run_ends_as_the_click_command_does(monkeypatch):
+    def broken(*_args: Any, **_kwargs: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(localnode, "run_local", broken)
+    monkeypatch.setattr(node_command, "run_local", broken)
+    lean_run = run_hc_inproc("node", "--local")
+    click_run = run_hc_inproc("node", "--local", "--checks", "sys", "--checks", "sys")  # twice: click's
+    assert (lean_run.returncode, lean_run.stderr) == (click_run.returncode, click_run.stderr) == (1, b"")
