@@ -251,10 +251,10 @@ def _lean_run(args: list[str]) -> Callable[[], Any] | None:
     if not args or args[0] not in LEAN_COMMANDS:
         return None
     run = importlib.import_module(LEAN_MODULE).plan(args, os.environ)
-    return None if run is None else functools.partial(_as_click_runs, run)
+    return None if run is None else functools.partial(as_click_runs, run)
 
 
-def _as_click_runs(run: Callable[[], Any]) -> Any:
+def as_click_runs(run: Callable[[], Any]) -> Any:
     """`run`, with what click's Command.main does around a command, so a lean run ends as
     the click command would: at EOF or Ctrl-C a blank line on stderr (it closes the
     terminal's ^C), then "hc: interrupted"; a broken pipe (EPIPE) exits 1, stdout and
