@@ -143,7 +143,7 @@ def test_the_lean_run_gets_what_clicks_command_would(monkeypatch, tmp_path, argv
 
 # ---------------------------------------------------------------- what the lean path imports
 
-NEVER_ON_THE_LEAN_PATH = ("click", "tabulate", "yaml", "yaml.dumper", "ClusterShell", "ClusterShell.NodeSet",
+NEVER_ON_THE_LEAN_PATH = ("click", "tabulate", "yaml", "yaml.dumper", "ClusterShell", "ClusterShell.NodeSet", "shutil",
                           "healthcheck.cli.group", "healthcheck.cli.options", "healthcheck.cli.completion")
 
 RUN = """
