@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from healthcheck.cli.app import App, this_node_name
@@ -103,6 +102,8 @@ class HookGuard:
         else:
             what, own = f"internal error: {type(exc).__name__}: {exc}", int(ExitCode.ERROR)
             if os.environ.get("HC_DEBUG") == "1":
+                import traceback  # noqa: PLC0415 -- HC_DEBUG only; not on every hook's path
+
                 traceback.print_exc()
         code = self._code(own)
         _log(f"hc {self.kind}: error: {_one_line(what)} ({_consequence(self.kind, code)})")

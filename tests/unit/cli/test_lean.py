@@ -143,7 +143,8 @@ def test_the_lean_run_gets_what_clicks_command_would(monkeypatch, tmp_path, argv
 
 # ---------------------------------------------------------------- what the lean path imports
 
-NEVER_ON_THE_LEAN_PATH = ("click", "tabulate", "yaml", "yaml.dumper", "ClusterShell", "ClusterShell.NodeSet", "shutil",
+NEVER_ON_THE_LEAN_PATH = ("click", "tabulate", "yaml", "yaml.dumper", "ClusterShell", "ClusterShell.NodeSet",
+                          "shutil", "traceback", "difflib",  # the terminal's width; errors only
                           "healthcheck.cli.group", "healthcheck.cli.options", "healthcheck.cli.completion")
 
 RUN = """
