@@ -261,7 +261,7 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
     seen = {**os.environ, **overrides}
     state = _ProcessState()
     escaped: list[str] = []
-    real_exit, real_main = os._exit, hc_cli.cli.main
+    real_exit, real_main, real_lean = os._exit, hc_cli.cli.main, hc_cli.as_click_runs
 
     def refuse_exit(code: int) -> None:
         raise InProcessUnsupported(f"hc {' '.join(args)} called os._exit({code}): run it with run_hc")
@@ -273,6 +273,16 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
             escaped.append(traceback.format_exc())
             raise
 
+    def recording_lean(run: Any) -> Any:  # the command lines main() runs without click
+        return real_lean(lambda: recorded_run(run))
+
+    def recorded_run(run: Any) -> Any:
+        try:
+            return run()
+        except Exception:
+            escaped.append(traceback.format_exc())
+            raise
+
     code: int
     runner = CliRunner()
     try:
@@ -280,6 +290,7 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
             click_formatting.FORCED_WIDTH = _help_width(seen)
             os._exit = refuse_exit  # type: ignore[assignment]
             hc_cli.cli.main = recording_main  # type: ignore[method-assign]
+            hc_cli.as_click_runs = recording_lean
             try:
                 if cwd is not None:
                     os.chdir(cwd)
@@ -290,6 +301,7 @@ def run_hc_inproc(*args: str, env: dict[str, str] | None = None, input: str | by
             finally:
                 os._exit = real_exit
                 del hc_cli.cli.main  # the class's method again
+                hc_cli.as_click_runs = real_lean
                 for stream in (sys.stdout, sys.stderr):
                     stream.flush()
             stdout, stderr = out.getvalue(), err.getvalue()

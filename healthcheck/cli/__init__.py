@@ -1,22 +1,22 @@
 """The `hc` command line. Subcommands are imported only when invoked, so `hc --help`
-and `hc prologue` stay fast."""
+and `hc prologue` stay fast; this module imports no click: main() hands the command lines
+cli/lean.py takes (the hooks, `hc node --local`) to it, the rest to the click group
+(cli/group.py, loaded when used; `cli` and `LazyGroup` are its names here too)."""
 
 from __future__ import annotations
 
+import errno
+import functools
 import importlib
 import io
 import os
 import select
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-import click
-
-from healthcheck import __version__
+from healthcheck.cli.echo import echo
 from healthcheck.core.errors import ExitCode, HcError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from click.shell_completion import CompletionItem
 
 # name -> (module, attribute, one-line help): listed here so `hc --help` needs no imports
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -26,9 +26,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "checks": ("healthcheck.cli.checks", "checks", "The catalogue of checks and finding IDs."),
     "config": ("healthcheck.cli.config", "config", "Validate the configuration; show a node's limits."),
     "parse": ("healthcheck.cli.parse", "parse", "Parse a captured tool output and print its facts."),
-    "prologue": ("healthcheck.cli.hooks", "prologue", "Slurm Prolog: quick checks before a job; drain on FAIL."),
-    "epilogue": ("healthcheck.cli.hooks", "epilogue", "Slurm Epilog: what the job left behind; drain on FAIL."),
-    "health": ("healthcheck.cli.hooks", "health", "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
+    "prologue": ("healthcheck.cli.hook_commands", "prologue",
+                 "Slurm Prolog: quick checks before a job; drain on FAIL."),
+    "epilogue": ("healthcheck.cli.hook_commands", "epilogue", "Slurm Epilog: what the job left behind; drain on FAIL."),
+    "health": ("healthcheck.cli.hook_commands", "health",
+               "HealthCheckProgram/cron: check, drain on FAIL, resume when fixed."),
     "gpu": ("healthcheck.cli.gpu", "gpu", "Record NVML on a GPU node, for replay where there are none."),
     "report": ("healthcheck.cli.report", "report",
                "Saved reports: show one, diff two runs, an HTML page, the run history, ticket records."),
@@ -48,35 +50,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # (as COMMANDS are): `hc --help` and the hooks import neither.
 VERSIONS_MODULE = "healthcheck.probes.versions"  # --version; reads metadata and /proc, imports no torch
 STOP_MODULE = "healthcheck.runners.stop"  # the signal handling of the commands in _STOPPABLE
+GROUP_MODULE = "healthcheck.cli.group"  # the click group: every command line lean.plan does not take
+LEAN_MODULE = "healthcheck.cli.lean"  # the command lines run without click, asked only for these commands
+LEAN_COMMANDS = ("prologue", "epilogue", "health", "node")
+_GROUP_NAMES = ("cli", "LazyGroup")
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return None
-        module, attr, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), attr)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
-
-    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        """Subcommand names (with their help) from COMMANDS, then the group's options.
-
-        click's own Group.shell_complete looks every subcommand up for its help line, which
-        here imports all of them (torch's checks included) on each TAB.
-        """
-
-        from click.shell_completion import CompletionItem  # noqa: PLC0415 -- on TAB only; not for hc --help
-
-        items = [CompletionItem(name, help=COMMANDS[name][2]) for name in self.list_commands(ctx)
-                 if name.startswith(incomplete)]
-        return items + click.Command.shell_complete(self, ctx, incomplete)
+def __getattr__(name: str) -> Any:
+    """`healthcheck.cli.cli` and `healthcheck.cli.LazyGroup`: the click group's, loaded when asked for."""
+    if name in _GROUP_NAMES:
+        return getattr(importlib.import_module(GROUP_MODULE), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 EPILOG = """\b
@@ -117,21 +101,6 @@ Environment (an option given on the command line wins over its variable):
   SHELL            runs an ssh_config ProxyCommand, as ssh does (else /bin/sh)
   HC_BW_TEST_CORRUPT_RANK, HC_RUN_TEST_DELAY_RANK, HC_RUN_TEST_DELAY_S
                    hc's own tests only: fault injection, never in production"""
-
-
-def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if not value or ctx.resilient_parsing:
-        return
-
-    click.echo("\n".join(importlib.import_module(VERSIONS_MODULE).version_lines(__version__)))
-    ctx.exit()
-
-
-@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show hc's version and the Python, torch, NCCL and NVIDIA driver versions it sees, and exit.")
-def cli() -> None:
-    """hc: find broken GPU cluster nodes before jobs do, and take them out safely."""
 
 
 class StdoutError(Exception):
@@ -258,14 +227,8 @@ def _closed_stdout(argv: list[str] | None) -> bool:
     if _command_name(argv) in _HOOKS:
         sys.stdout = open(1, "w", closefd=False)
         return False
-    click.echo("hc: error: standard output is closed: nothing was run (redirect it to a file or /dev/null)",
-               err=True)
+    echo("hc: error: standard output is closed: nothing was run (redirect it to a file or /dev/null)", err=True)
     return True
-
-
-# click 8.2+ raises this (a UsageError) for a group invoked alone; older click prints the
-# help and exits 0 by itself, and an empty tuple catches nothing
-_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,50 +237,86 @@ def main(argv: list[str] | None = None) -> None:
     if _stdout_closed() and _closed_stdout(argv):
         sys.exit(int(ExitCode.BAD_INPUT))
     _guard_stdout(tolerant=_command_name(argv) in _HOOKS)
-    code: Any
-    try:
-        code = cli.main(args=argv, prog_name="hc", standalone_mode=False)
-        sys.stdout.flush()  # inside the guarded section: a full stdout is reported here
-    except _NO_ARGS_IS_HELP as exc:
-        # `hc`, `hc report`, `hc config` alone: the help the operator asked for, not an error
-        click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
-        code = _flushed(ExitCode.OK)
-    except click.exceptions.UsageError as exc:
-        if exc.ctx is not None:
-            click.echo(exc.ctx.get_usage(), err=True)
-        click.echo(f"hc: error: {exc.format_message()}", err=True)
-        code = ExitCode.BAD_INPUT
-    except click.ClickException as exc:
-        click.echo(f"hc: error: {exc.format_message()}", err=True)
-        code = ExitCode.BAD_INPUT
-    except click.exceptions.Abort:  # click's word for a KeyboardInterrupt (a stop included)
-        code = _interrupted()
-    except StdoutError as exc:
-        click.echo(f"hc: error: {exc}", err=True)
-        code = ExitCode.BAD_INPUT
-    except HcError as exc:
-        click.echo(f"hc: error: {exc}", err=True)
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        code = _interrupted()
-    except Exception as exc:  # never a traceback for the operator unless asked
-        if os.environ.get("HC_DEBUG") == "1":
-            raise
-        click.echo(f"hc: internal error: {type(exc).__name__}: {exc} (HC_DEBUG=1 shows the traceback)", err=True)
-        code = ExitCode.ERROR
+    call = _lean_run(sys.argv[1:] if argv is None else list(argv))
+    code = _guarded(call if call is not None else lambda: importlib.import_module(GROUP_MODULE).invoke(argv))
     stopping = _stop_module()
     if stopping is not None and stopping.stopping():  # a stop whose exception never reached here
         _exit_stopped()                                # (swallowed, or in a finalizer)
     sys.exit(int(code) if isinstance(code, int) else 0)
 
 
-def _interrupted() -> int:
+def _lean_run(args: list[str]) -> Callable[[], Any] | None:
+    """cli/lean.py's run for this command line; lean.py is not even loaded for the other
+    commands (`hc --help` stays as it was)."""
+    if not args or args[0] not in LEAN_COMMANDS:
+        return None
+    run = importlib.import_module(LEAN_MODULE).plan(args, os.environ)
+    return None if run is None else functools.partial(as_click_runs, run)
+
+
+def as_click_runs(run: Callable[[], Any]) -> Any:
+    """`run`, with what click's Command.main does around a command, so a lean run ends as
+    the click command would: at EOF or Ctrl-C a blank line on stderr (it closes the
+    terminal's ^C), then "hc: interrupted"; a broken pipe (EPIPE) exits 1, stdout and
+    stderr quietened."""
+    try:
+        return run()
+    except (EOFError, KeyboardInterrupt):
+        echo(err=True)
+        return interrupted()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.stdout, sys.stderr = _Pacified(sys.stdout), _Pacified(sys.stderr)
+        sys.exit(1)
+
+
+class _Pacified:
+    """A stream whose flush ignores a reader gone away (click's _PacifyFlushWrapper)."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+def _guarded(run: Callable[[], Any]) -> Any:
+    """The command's exit code; what it raised as one line and its documented code."""
+    code: Any
+    try:
+        code = run()
+        sys.stdout.flush()  # inside the guarded section: a full stdout is reported here
+    except StdoutError as exc:
+        echo(f"hc: error: {exc}", err=True)
+        code = ExitCode.BAD_INPUT
+    except HcError as exc:
+        echo(f"hc: error: {exc}", err=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = interrupted()
+    except Exception as exc:  # never a traceback for the operator unless asked
+        if os.environ.get("HC_DEBUG") == "1":
+            raise
+        echo(f"hc: internal error: {type(exc).__name__}: {exc} (HC_DEBUG=1 shows the traceback)", err=True)
+        code = ExitCode.ERROR
+    return code
+
+
+def interrupted() -> int:
     """Ctrl-C, or a stop signal: where hc handles them (_STOPPABLE), the stop's cleanup is
     waited for and hc exits 128 + the signal at once; else "interrupted", 130."""
     stop = _stop_module()
     if stop is not None and stop.installed():
         _exit_stopped()
-    click.echo("hc: interrupted", err=True)
+    echo("hc: interrupted", err=True)
     return 130
 
 
@@ -339,11 +338,11 @@ def _exit_stopped() -> None:
     os._exit(code)
 
 
-def _flushed(code: int) -> int:
+def flushed(code: int) -> int:
     """`code`, or 4 when what was just printed cannot reach stdout."""
     try:
         sys.stdout.flush()
     except StdoutError as exc:
-        click.echo(f"hc: error: {exc}", err=True)
+        echo(f"hc: error: {exc}", err=True)
         return 4
     return code

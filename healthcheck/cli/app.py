@@ -1,20 +1,21 @@
-"""The App object every command uses: loads config once, owns output and exit codes."""
+"""The App object every command uses: loads config once, owns output and exit codes.
+
+No click here: the hooks and `hc node --local` use App without it (cli/lean.py); the
+shared click options are in cli/options.py."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-import click
 import msgspec
 
+from healthcheck.cli.echo import echo
 from healthcheck.core import catalogue
-from healthcheck.core.atomic import classify
 from healthcheck.core.config import Config, load_config
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.model import Report
@@ -23,7 +24,6 @@ from healthcheck.core.nodes import (
     this_node_name,  # noqa: F401 -- the CLI's name for it
 )
 from healthcheck.core.status import Status
-from healthcheck.core.tiers import TIERS
 from healthcheck.report import check_textfile_dir, render_table
 from healthcheck.report import export_prometheus as write_prometheus
 from healthcheck.report.build import run_finding, with_run_finding
@@ -54,7 +54,7 @@ class App:
         return load_config(self.config_path)
 
     def echo(self, text: str = "") -> None:
-        click.echo(text)
+        echo(text)
 
     @cached_property
     def width(self) -> int | None:
@@ -98,7 +98,7 @@ class App:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         else:
-            click.echo(render_table(report, width=self.width, colour=self.colour))
+            echo(render_table(report, width=self.width, colour=self.colour))
         return report
 
 
@@ -113,7 +113,24 @@ def output_width(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None
     if columns.isdigit() and int(columns) > 0:
         return min(int(columns), MAX_WIDTH)
 
-    return min(max(shutil.get_terminal_size().columns, MIN_WIDTH), MAX_WIDTH)
+    return min(max(terminal_columns(), MIN_WIDTH), MAX_WIDTH)
+
+
+def terminal_columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (2 ms, and its
+    compression modules, of every hook's start-up; nothing else there needs it): $COLUMNS
+    where it is a positive integer, else the width of the terminal on the process's
+    stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
 
 
 def use_colour(environ: Mapping[str, str] = os.environ, stdout: IO[Any] | None = None) -> bool:
@@ -134,89 +151,10 @@ def report_not_written(report: Report, failures: Sequence[HcError]) -> Report:
 
     scope = fold(n.node for n in report.nodes) or "run"
     for exc in failures:
-        click.echo(f"hc: warning: not written: {exc}; the verdict stands", err=True)
+        echo(f"hc: warning: not written: {exc}; the verdict stands", err=True)
         report = with_run_finding(report, run_finding(catalogue.NOT_WRITTEN, f"not written: {exc}",
                                                       scope=scope, evidence=str(exc)))
     return report
-
-
-def check_output(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """--output refused before anything runs where it can never be written: a symbolic
-    link, a directory, a block device or a socket (exit 4); a sweep may take an hour."""
-    if value is not None:
-        classify(value)  # WriteError (exit 4, one line) for what write_atomic would refuse
-    return value
-
-
-# ------------------------------------------------------------ shared options
-
-
-def config_option(fn: Callable) -> Callable:
-    return click.option(
-        "--config",
-        "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
-        envvar="HC_CONFIG",
-        help="Main config file [env HC_CONFIG; default /etc/hc/hc.yaml, else the embedded default].",
-    )(fn)
-
-
-def format_option(fn: Callable) -> Callable:
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        envvar="HC_FORMAT",
-        show_default=True,
-        help="Output format on stdout [env HC_FORMAT].",
-    )(fn)
-
-
-def tier_option(default: str = "quick") -> Callable[[Callable], Callable]:
-    return click.option(
-        "--tier",
-        type=click.Choice(list(TIERS)),
-        default=default,
-        envvar="HC_TIER",
-        show_default=True,
-        help="quick: prologue-safe; standard: ad hoc and epilogue; deep: invasive bandwidth tests [env HC_TIER].",
-    )
-
-
-def fail_level_option(fn: Callable) -> Callable:
-    return click.option(
-        "--fail-level",
-        type=click.Choice(["warn", "fail"]),
-        default="fail",
-        envvar="HC_FAIL_LEVEL",
-        show_default=True,
-        help="Lowest status that makes the exit code non-zero (ERROR always exits 3).",
-    )(fn)
-
-
-def output_option(fn: Callable) -> Callable:
-    return click.option(
-        "--output",
-        "-o",
-        type=click.Path(path_type=Path, dir_okay=False),
-        callback=check_output,
-        help="Also write the JSON report to this file (atomically; a device or FIFO such as /dev/null is "
-             "written in place; a symbolic link or directory is refused before the run). A write that fails "
-             "after the run is a warning and an hc.E008 run finding: a FAIL still exits 2, a PASS exits 3.",
-    )(fn)
-
-
-def prometheus_option(fn: Callable) -> Callable:
-    return click.option(
-        "--prometheus",
-        "prometheus_to",
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Also write the run's series for node_exporter's textfile collector to DIR/hc-<command>.prom "
-             "(atomically; DIR must exist) [default: prometheus.textfile_dir in the config, for the commands "
-             "prometheus.commands names].",
-        metavar="DIR",
-    )(fn)
 
 
 class PrometheusTarget(NamedTuple):
@@ -240,7 +178,7 @@ def prometheus_dir(app: App, flag: Path | None, command: str) -> PrometheusTarge
     try:
         return PrometheusTarget(check_textfile_dir(Path(settings.textfile_dir)), False)
     except HcError as exc:
-        click.echo(f"hc: warning: prometheus.textfile_dir: {exc}: no Prometheus export this run", err=True)
+        echo(f"hc: warning: prometheus.textfile_dir: {exc}: no Prometheus export this run", err=True)
         return None
 
 
@@ -256,5 +194,5 @@ def export_prometheus(app: App, report: Report, target: PrometheusTarget | None)
     except HcError as exc:
         if target.explicit:
             return HcError(f"--prometheus {exc}")
-        click.echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
+        echo(f"hc: warning: Prometheus textfile not written: {exc}", err=True)
     return None

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.app import App
+from healthcheck.cli.options import config_option, format_option
 from healthcheck.cli.params import integer, number
 from healthcheck.report.baseline import baseline_json, baseline_table, write_baseline
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from healthcheck.cli.app import App, format_option
+from healthcheck.cli.app import App
+from healthcheck.cli.options import format_option
 from healthcheck.core.tiers import ALL
 from healthcheck.report.checks_list import catalogue_json, catalogue_table
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.app import App
 from healthcheck.cli.completion import complete_nodes
+from healthcheck.cli.options import config_option, format_option
 from healthcheck.core.config.loader import is_fabric_file
 from healthcheck.core.nodes import check_node_name
 from healthcheck.report.layout import table, wrap_line

@@ -19,8 +19,9 @@ import msgspec
 
 from healthcheck.actions.saved_runs import diagnosis_report
 from healthcheck.actions.slurm import SlurmClient
-from healthcheck.cli.app import App, PrometheusTarget, config_option, format_option, prometheus_dir, prometheus_option
+from healthcheck.cli.app import App, PrometheusTarget, prometheus_dir
 from healthcheck.cli.completion import complete_nodes
+from healthcheck.cli.options import config_option, format_option, prometheus_option
 from healthcheck.cli.params import integer, number, pid
 from healthcheck.cli.progress import TextProgress
 from healthcheck.core.atomic import write_atomic

@@ -1,5 +1,7 @@
 """`hc prologue`, `hc epilogue`, `hc health`: what Slurm's Prolog, Epilog and
-HealthCheckProgram call (through the wrappers in slurm/)."""
+HealthCheckProgram call (through the wrappers in slurm/), run inside their deadline and
+exit contract. No click here: the click commands (cli/hook_commands.py) and the lean
+entry (cli/lean.py, what a hook's argv takes) both call `run`."""
 
 from __future__ import annotations
 
@@ -7,15 +9,12 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
-import click
-
-from healthcheck.cli.app import App, config_option, this_node_name
+from healthcheck.cli.app import App, this_node_name
+from healthcheck.cli.echo import echo
 from healthcheck.core.config.schema import SlurmSettings
 from healthcheck.core.errors import ExitCode, HcError
-from healthcheck.core.tiers import TIERS
 from healthcheck.report.syslog import send as send_to_syslog
 from healthcheck.runners.local import kill_children
 
@@ -25,7 +24,7 @@ from healthcheck.runners.local import kill_children
 HARD_MARGIN_S = 3.0
 
 
-def _run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
+def run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
          tier: str | None = None, resume: bool | None = None) -> int:
     """Run a hook inside its deadline and the exception guard; return its documented exit code.
 
@@ -45,10 +44,10 @@ def _run(kind: str, config_path: Path | None, fmt: str | None, dry_run: bool,
         result = run_hook(kind, config, dict(os.environ), dry_run=dry_run, tier=tier, resume=resume,
                           node=node, hard_deadline=guard.deadline)
         for message in result.messages:  # stdout stays parseable with --format json
-            click.echo(message, err=fmt == "json")
+            echo(message, err=fmt == "json")
         if fmt is not None:
             app.emit_report(result.report)
-        click.echo(result.summary, err=True)
+        echo(result.summary, err=True)
         sys.stdout.flush()
         _journal(result.journal, "warning" if result.report.status.value in ("FAIL", "ERROR") else "info")
         return guard.finish(result.exit_code, abandoned=result.abandoned)
@@ -103,6 +102,8 @@ class HookGuard:
         else:
             what, own = f"internal error: {type(exc).__name__}: {exc}", int(ExitCode.ERROR)
             if os.environ.get("HC_DEBUG") == "1":
+                import traceback  # noqa: PLC0415 -- HC_DEBUG only; not on every hook's path
+
                 traceback.print_exc()
         code = self._code(own)
         _log(f"hc {self.kind}: error: {_one_line(what)} ({_consequence(self.kind, code)})")
@@ -161,51 +162,3 @@ def _exit_now(code: int) -> None:
         except Exception:
             pass
     os._exit(code)
-
-
-def _format_option(fn):
-    return click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
-                        help="Also print the report on stdout (default: one summary line on stderr).")(fn)
-
-
-def _dry_run_option(fn):
-    return click.option("--dry-run", is_flag=True, envvar="HC_DRY_RUN",
-                        help="Print the exact scontrol commands instead of running them.")(fn)
-
-
-@click.command()
-@config_option
-@_format_option
-@_dry_run_option
-def prologue(config_path: Path | None, fmt: str | None, dry_run: bool) -> int:
-    """Before a job: the quick tier on this node for the job's GPUs, under a hard deadline.
-
-    On FAIL: drain this node (reason "hc: <finding ids>") and exit 2 so Slurm requeues the
-    job elsewhere. On ERROR, or when the blast-radius guard refuses: log, exit 0.
-    """
-    return _run("prologue", config_path, fmt, dry_run)
-
-
-@click.command()
-@config_option
-@_format_option
-@_dry_run_option
-def epilogue(config_path: Path | None, fmt: str | None, dry_run: bool) -> int:
-    """After a job: leftover GPU processes and memory, Xid and ECC since the job started.
-
-    Drains on FAIL; always exits 0 (never changes the job's state).
-    """
-    return _run("epilogue", config_path, fmt, dry_run)
-
-
-@click.command()
-@config_option
-@_format_option
-@_dry_run_option
-@click.option("--tier", type=click.Choice(list(TIERS)), default=None,
-              help="Tier to run [default: slurm.health.tier in the config].")
-@click.option("--resume/--no-resume", default=True, show_default=True,
-              help="Resume nodes hc drained once the checks named in their reason pass again.")
-def health(config_path: Path | None, fmt: str | None, dry_run: bool, tier: str | None, resume: bool) -> int:
-    """For HealthCheckProgram or cron: check this node, drain on FAIL, resume what hc drained once fixed."""
-    return _run("health", config_path, fmt, dry_run, tier=tier, resume=resume)

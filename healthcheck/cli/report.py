@@ -9,7 +9,8 @@ import click
 
 from healthcheck.actions.saved_runs import diff_runs, summary_report, write_html, write_report_json
 from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
-from healthcheck.cli.app import App, config_option, format_option
+from healthcheck.cli.app import App
+from healthcheck.cli.options import config_option, format_option
 from healthcheck.cli.params import integer
 from healthcheck.core.errors import ExitCode
 from healthcheck.core.nodes import check_node_name

@@ -7,20 +7,17 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli.app import (
-    App,
+from healthcheck.cli.app import App, exit_code_for, export_prometheus, prometheus_dir
+from healthcheck.cli.completion import complete_nodes
+from healthcheck.cli.node import mode_option, parse_since, since_option
+from healthcheck.cli.options import (
     config_option,
-    exit_code_for,
-    export_prometheus,
     fail_level_option,
     format_option,
     output_option,
-    prometheus_dir,
     prometheus_option,
     tier_option,
 )
-from healthcheck.cli.completion import complete_nodes
-from healthcheck.cli.node import mode_option, parse_since, since_option
 from healthcheck.cli.progress import progress_printer
 from healthcheck.core.errors import ExitCode, HcError
 from healthcheck.core.inputs import TOOL_OUTPUT_MAX_BYTES, read_bounded

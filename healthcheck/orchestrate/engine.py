@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,7 +56,7 @@ class _Gathering(threading.Thread):
             self.error = exc
         except Exception as exc:  # a provider bug must not take the run down
             self.error = ProbeError(ProbeKind.FAILED, f"gathering {self.fact} raised {type(exc).__name__}: {exc}",
-                                    traceback.format_exc(limit=5))
+                                    stack(limit=5))
         finally:
             self.ended = time.monotonic()
 
@@ -65,6 +64,14 @@ class _Gathering(threading.Thread):
     def took(self) -> float:
         """How long gathering this fact took (so far, for one still running: abandoned)."""
         return (self.ended if self.ended is not None else time.monotonic()) - self.began
+
+
+def stack(limit: int) -> str:
+    """The traceback of the exception being handled, `limit` frames: traceback (and the
+    modules it loads, ~2 ms) is imported only once a provider or a check raised."""
+    import traceback  # noqa: PLC0415 -- only after a provider or check raised; never on a healthy run's path
+
+    return traceback.format_exc(limit=limit)
 
 
 def _budget(budget: float, deadline: float | None) -> tuple[float, bool]:
@@ -234,7 +241,7 @@ def _evaluate(
     except Exception as exc:
         message = f"{spec.name} raised {type(exc).__name__}: {exc}"
         finding = catalogue.CHECK_CRASHED(
-            Status.ERROR, message, evidence=traceback.format_exc(limit=8)
+            Status.ERROR, message, evidence=stack(limit=8)
         )
         return Status.ERROR, message, [finding], []
     found = [o for o in output if isinstance(o, Finding)]

@@ -14,18 +14,19 @@ policy (actions/), writes its report, and returns the exit code Slurm should see
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from healthcheck.actions.apply import ActionOutcome, act, with_outcome
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.nodestate import LockTimeout, NodeState
+from healthcheck.actions.outcome import ActionOutcome, with_outcome
 from healthcheck.actions.reasons import drain_reason
-from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.config import Config
 from healthcheck.core.config.schema import PrometheusSettings
@@ -38,6 +39,25 @@ from healthcheck.probes.sysinfo import boot_time
 from healthcheck.report import export_prometheus, record_run
 from healthcheck.report.build import action_finding
 from healthcheck.report.jsonio import encode, write_atomic
+
+if TYPE_CHECKING:
+    from healthcheck.actions.slurm import SlurmClient
+
+# What only a run that acts in Slurm needs (a FAIL, an escalation, a health run that may
+# resume), loaded by import path then: the drain policy and scontrol's client are ~6 ms of
+# every prologue's start-up, and a node that passes never acts (issue 22).
+ACTIONS = "healthcheck.actions.apply"
+SLURM = "healthcheck.actions.slurm"
+
+
+def act(report: Report, **kwargs: Any) -> ActionOutcome:
+    """actions.apply.act, loaded when a run acts."""
+    return importlib.import_module(ACTIONS).act(report, **kwargs)
+
+
+def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | None) -> SlurmClient:
+    """actions.slurm.SlurmClient, loaded when a run talks to Slurm."""
+    return importlib.import_module(SLURM).SlurmClient(settings, env=env, deadline=deadline)
 
 
 @dataclass
@@ -116,13 +136,14 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
                     f"{node} could not be checked in {count} consecutive runs ({', '.join(error_ids) or 'ERROR'})",
                     scope=node, value=count))
 
-    client = SlurmClient(settings, env=_slurm_env(env), deadline=_action_deadline(kind, hard_deadline))
+    action_deadline = _action_deadline(kind, hard_deadline)
     audit = AuditLog(Path(settings.audit_log))
     if kind == "prologue" and result.status is Status.FAIL:
         set_verdict(int(ExitCode.FAIL))  # if the deadline hits while acting: keep the job off
     wants_action = result.status is Status.FAIL or extra or (kind == "health" and resume is not False)
     outcome = ActionOutcome()
     if wants_action:
+        client = slurm_client(settings, env=_slurm_env(env), deadline=action_deadline)
         acting = functools.partial(act, report, settings=settings, client=client, audit=audit,
                                    resume=(kind == "health" and resume is not False), dry_run=dry_run,
                                    extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
@@ -190,8 +211,8 @@ def _window(kind: str, state: NodeState, settings, job: str, env: Mapping[str, s
         start = state.job_start(job, remove=True) if job else None
         if start is None and job:
             # its own client: the hook's is built after the checks, with the actions' deadline
-            start = _job_start_from_slurm(SlurmClient(settings, env=_slurm_env(env),
-                                                      deadline=_action_deadline(kind, None)), job)
+            start = _job_start_from_slurm(slurm_client(settings, env=_slurm_env(env),
+                                                       deadline=_action_deadline(kind, None)), job)
         if start is not None:
             return start - 1.0  # slack for clocks that tick between the prologue and the kernel
     return state.kernel_log_cursor()

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from healthcheck.actions.apply import act as act_in_slurm
-from healthcheck.actions.apply import with_outcome
 from healthcheck.actions.audit import AuditLog
+from healthcheck.actions.outcome import with_outcome
 from healthcheck.actions.slurm import SlurmClient
 from healthcheck.core import catalogue
 from healthcheck.core.analysis import analyse_fleet

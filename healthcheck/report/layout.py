@@ -73,14 +73,49 @@ def fitted_widths(rows: Sequence[Sequence[object]], headers: Sequence[str], widt
 
 def table(rows: Sequence[Sequence[object]], headers: Sequence[str], width: int | None = None, **kw: object) -> str:
     """tabulate's "simple" table, its long cells wrapped inside their columns to fit `width`."""
+    caps = fitted_widths(rows, headers, width)
+    if caps is None:
+        plain = plain_table(rows, headers, **kw)
+        if plain is not None:
+            return plain
     from tabulate import tabulate
 
-    caps = fitted_widths(rows, headers, width)
     if caps is None:
         return tabulate(rows, headers=list(headers), tablefmt="simple", **kw)  # type: ignore[arg-type]
     wrapped = [[wrap_cell(str(cell), cap) if cap else cell for cell, cap in zip(row, caps, strict=True)]
                for row in rows]
     return tabulate(wrapped, headers=list(headers), tablefmt="simple", **kw)  # type: ignore[arg-type]
+
+
+def plain_table(rows: Sequence[Sequence[object]], headers: Sequence[str], *, disable_numparse: object = False,
+                colalign: object = None, **kw: object) -> str | None:
+    """tabulate's "simple" table, made here, for the table a check run prints on a pipe
+    (no colour, nothing wrapped, numbers kept as written: `disable_numparse` and a
+    left/right `colalign` for every column) where every cell and header is one line of
+    printable ASCII with no blank at either end; None for any other table (tabulate's
+    then). Importing tabulate costs more than the rest of a `hc node --local` of five
+    checks (it reads its own version through importlib.metadata); the output is the same
+    bytes (tests/unit/report/test_layout_plain.py holds the two to it)."""
+    if kw or disable_numparse is not True or not isinstance(colalign, tuple) or not rows:
+        return None
+    texts = [list(headers), *rows]
+    if len(colalign) != len(headers) or any(a not in ("left", "right") for a in colalign):
+        return None
+    if any(len(row) != len(headers) or not all(_plain_cell(c) for c in row) for row in texts):
+        return None
+    widths = [max(len(h) + HEADER_PADDING, *(len(str(row[i])) for row in rows)) for i, h in enumerate(headers)]
+    lines = [_plain_row(row, widths, colalign) for row in texts]
+    lines.insert(1, (" " * GAP).join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _plain_cell(cell: object) -> bool:
+    return isinstance(cell, str) and cell.isascii() and cell.isprintable() and cell == cell.strip()
+
+
+def _plain_row(row: Sequence[object], widths: list[int], aligns: tuple[str, ...]) -> str:
+    cells = [str(c).ljust(w) if a == "left" else str(c).rjust(w) for c, w, a in zip(row, widths, aligns, strict=True)]
+    return (" " * GAP).join(cells).rstrip()
 
 
 def wrap_cell(text: str, cap: int) -> str:

@@ -9,7 +9,6 @@ where a threshold was set.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import math
 import os
@@ -490,6 +489,8 @@ def _explain(msg: str, data: Any, model: type, prov: Provenance, doc: YamlDoc | 
         allowed = _fields_at(model, path[:-1])
         hint = ""
         if allowed:
+            import difflib  # noqa: PLC0415 -- only for a key the schema does not know; not on a run's path
+
             close = difflib.get_close_matches(field, allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
         msg = f"unknown key {field!r}{hint}"

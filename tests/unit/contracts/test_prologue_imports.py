@@ -18,6 +18,9 @@ NOT_IN_A_PROLOGUE = (
     "secrets", "tempfile", "random",  # run ids and atomic writes need os.urandom only
     "healthcheck.checks.bw", "healthcheck.checks.dcgm", "healthcheck.parsers.perftest",
     "healthcheck.report.prometheus",  # no textfile configured
+    "click",  # the hooks' command line is read without it (cli/lean.py)
+    # a node that passes takes no action: neither the drain policy nor scontrol's client
+    "healthcheck.actions.apply", "healthcheck.actions.policy", "healthcheck.actions.slurm",
 )
 
 RUN = """

@@ -104,6 +104,18 @@ def test_an_internal_error_fails_the_test_with_its_traceback(monkeypatch):
         run_hc_inproc("checks", "list")
 
 
+def test_an_internal_error_of_a_run_without_click_fails_the_test_too(monkeypatch):
+    """`hc node --local` runs without click (cli/lean.py): its internal errors are caught too."""
+    import healthcheck.cli.localnode as localnode
+
+    def broken(*_args, **_kwargs):
+        raise ZeroDivisionError("deliberately")
+
+    monkeypatch.setattr(localnode, "run_local", broken)
+    with pytest.raises(AssertionError, match=r"(?s)internal error.*Traceback.*ZeroDivisionError: deliberately"):
+        run_hc_inproc("node", "--local")
+
+
 def test_an_exception_escaping_main_is_raised_not_an_exit_code(monkeypatch):
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("deliberately")
