@@ -6,11 +6,13 @@
   `MPICH ERROR [Rank R] [job id J] [DATE] [HOST] - ` before it). Comm 0 is MPI_COMM_WORLD,
   so R is the world's rank there only. The rank's own death (type MPI_ABORT, native); where
   the call is MPI_Init/MPI_Init_thread the rank failed to start (`collective` "MPI_Init",
-  a setup function: diagnose/setupdeath.py).
+  a setup function: diagnose/setupdeath.py). Where two ranks or more report it in a
+  communication call, their calls failed alike, as a peer's death leaves them: each is a
+  collective's failure, no rank's own death (`shared_fatal_errors`, after the parse).
 * MPICH's `application called MPI_Abort(COMM, CODE) - process N` (one line per process
   that called it): kept as an MpiAbortCall, not as an exception, since a program may call
   MPI_Abort on every process alike (an input error every process found): which of them
-  ended the job is the diagnosis' to judge (diagnose/abortcalls.py).
+  ended the job is the diagnosis' to judge (diagnose/mpiends.py).
 * Open MPI's `mpirun has exited due to process rank R with PID P on node H exiting
   improperly` (or `exiting without calling "finalize"`; its help text breaks it after `on`,
   sentences.py joins it back): the first process mpirun saw leave without MPI_Finalize. A
@@ -107,6 +109,29 @@ def read_petsc_signal(state: TorchState, line: Line) -> bool:
     return True
 
 
+# the call a fatal error's message names (read_fatal_error writes it so)
+_FATAL_CALL = re.compile(r"fatal error in (MPI_\w{1,64}) \(Abort\(")
+
+
+def shared_fatal_errors(state: TorchState) -> None:
+    """Where two ranks or more report MPICH's fatal error in a communication call (not
+    MPI_Init), their calls failed alike, as a peer's death leaves every rank that talked to
+    it: each is marked as raised in its call (a collective's failure, a victim's), and none
+    is taken for the rank's own death; one rank's alone stays its own."""
+    found = [(i, m.group(1)) for i, e in enumerate(state.facts["exceptions"])
+             if e.type == ABORT_TYPE and not e.collective and (m := _FATAL_CALL.search(e.message))]
+    if len({state.facts["exceptions"][i].rank for i, _ in found}) < 2:
+        return
+    for index, call in found:
+        state.amend("exceptions", index, collective=call)
+
+
+def after_parse(state: TorchState) -> None:
+    """What these reports say once the whole text is read (one_process_world, shared_fatal_errors)."""
+    one_process_world(state)
+    shared_fatal_errors(state)
+
+
 def one_process_world(state: TorchState) -> None:
     """Where the text's own launch command starts one process (`mpirun -n 1`, `-np 1`:
     `launched_np`) and no line names a rank past 0, a process's own report of its death that
@@ -126,6 +151,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("petsc-signal", lambda b: "PETSC ERROR: Caught signal number" in b, read_petsc_signal),
 )
 
-__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "one_process_world",
-           "read_abort_call",
+__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "after_parse",
+           "one_process_world", "read_abort_call", "shared_fatal_errors",
            "read_fatal_error", "read_improper_exit", "read_petsc_signal"]

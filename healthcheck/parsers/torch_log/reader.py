@@ -243,7 +243,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
 def _result(state: TorchState, lines: int) -> TorchLog:
     watchdog.flush_work(state)
     box.end_box(state, complete=False)
-    mpireports.one_process_world(state)  # a signal report's host:pid in a world of one: rank 0
+    mpireports.after_parse(state)  # a world of one's signal report, several ranks' MPI fatal errors
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),

@@ -198,3 +198,11 @@ def test_jax_registration_barrier_is_an_init_failure_naming_none(tmp_path):
             "This usually happens because a task triggered the barrier too early or too slowly.\n")
     v = _paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_mpich_fatal_errors_of_several_ranks_name_none(tmp_path):
+    # a peer's death fails every rank's call that talked to it: each reports alike
+    text = "".join(f"Abort(409615) (rank {r} in comm 0): Fatal error in PMPI_Allreduce: Other MPI error, "
+                   "error stack:\n" for r in (2, 5))
+    v = _paste(tmp_path, text)
+    assert named_ranks(v) == [], v.summary
