@@ -43,6 +43,7 @@ from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
+from healthcheck.diagnose.coordination import coordination_timeout
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
 from healthcheck.diagnose.ddpshape import param_shape
@@ -300,6 +301,9 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
     init, dead = init_failure(col), dead_rank(col)
+    coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
+    if coordination is not None and dead is None and (init is None or not init.ranks):
+        init = coordination
     absent = store_barrier_absentees(col)  # storebarrier.py: the ranks the store-based barrier never counted
     if absent is not None and (init is None or not init.ranks):
         if dead is not None and set(dead.ranks) & set(absent.ranks):  # it died before it joined: a death

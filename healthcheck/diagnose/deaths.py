@@ -46,6 +46,7 @@ from healthcheck.diagnose.logfacts import (
     rank_source,
     torchrun_time,
 )
+from healthcheck.diagnose.mpiends import improper_exit, lone_abort_call
 from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.signals import (
@@ -61,6 +62,7 @@ from healthcheck.diagnose.signals import (
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.srunends import srun_own_aborts
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.taskstates import abnormal_while_running
 from healthcheck.diagnose.uniqueid import fetch_failures
 from healthcheck.diagnose.victims import spoke_of_failure
 from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
@@ -378,12 +380,21 @@ def _first_child(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
     """The one child a launcher reports failed (firstchild.py), where nothing else named a rank."""
     own = own_output(col)
     found = (failed_child(col, firsts) or lone_box_failure(col, firsts, own)
-             or earliest_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own))
+             or earliest_box_failure(col, firsts, own) or lone_mpirun_exit(col, firsts, own)
+             or improper_exit(col, firsts, own) or lone_abort_call(col, firsts))  # mpiends.py
     if found is None:
         return
     acc.name(*found)
     acc.unsure = True
     acc.basis = acc.basis or "the launcher's report of its first failed child; the rank's own output is not in the text"
+
+
+def _abnormal_tasks(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The tasks srun's task-state report shows exited abnormally while others ran (taskstates.py)."""
+    for rank, why, item in abnormal_while_running(col, firsts):
+        acc.name(rank, why, item)
+        acc.unsure = True
+        acc.basis = acc.basis or "srun's report of its tasks' states; the rank's own output is not in the text"
 
 
 def _harness_caught(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
@@ -490,6 +501,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
         _store_fetch(col, firsts, acc)
     if not acc.items:
         _first_child(col, firsts, acc)
+    if not acc.items:
+        _abnormal_tasks(col, firsts, acc)
     if not acc.items:
         _early_exits(col, firsts, acc)
     if not acc.items:

@@ -335,6 +335,7 @@ def failures_held(col: Collected) -> str:
         counts["exception"] += sum(1 for e in log.exceptions if e.framed or e.native)
         counts["heartbeat-monitor stall"] += len(log.stuck)  # heartbeat.py: alike on all, it names none
         counts["launcher-reported failure"] += _launcher_failures(log)
+        counts["MPI_Abort call"] += len({c.process for c in log.mpi_abort_calls})  # mpiends.py names one alone
     counts["NCCL warning"] += sum(len(n.log.warns) for n in col.evidence.nccl_logs if n.log is not None)
     return ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items() if n)
 

@@ -24,10 +24,12 @@ from healthcheck.diagnose.logfacts import first_errors
 from healthcheck.diagnose.outofstep import last_steps
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.parsers.torch_log.mpireports import INIT_CALL
 
-# torch.distributed functions (distributed_c10d.py) that set a process group up
+# torch.distributed functions (distributed_c10d.py) that set a process group up, and MPI_Init
+# (an MPI runtime's fatal error in PMPI_Init: the rank never joined its world, mpireports.py)
 SETUP_FUNCTIONS = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups",
-                             "_store_based_barrier", "_create_process_group_wrapper"})
+                             "_store_based_barrier", "_create_process_group_wrapper", INIT_CALL})
 # a wait in the store that ran out: the rank waited for a peer, its own setup did not fail
 _WAITED = ("DistStoreError", "timed out", "timeout", "Connection was likely closed", "Connection reset")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank
 from healthcheck.diagnose.sources import Collected
+from healthcheck.parsers.torch_log.mpireports import INIT_CALL
 
 # gloo facts that are a collective's failure seen by the rank that printed them
 _GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error", "write-error")
@@ -31,7 +32,8 @@ _GLOO_FAILURES = ("size-mismatch", "timeout", "peer-closed", "read-error", "writ
 # torch.distributed functions that set a rank up rather than wait on its peers: an exception
 # they raise without a collective's words (`environment variable RANK expected, but not
 # set`) is the rank's own launch failing, not a peer's doing
-_SETUP = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups"})
+# MPI_Init is MPI's (an MPI runtime's fatal error in PMPI_Init: parsers/torch_log/mpireports.py)
+_SETUP = frozenset({"init_process_group", "_new_process_group_helper", "new_group", "new_subgroups", INIT_CALL})
 
 
 # torch.distributed functions that turn the rank's own objects into bytes before any

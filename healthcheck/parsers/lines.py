@@ -512,6 +512,27 @@ def drop_gutter(text: str) -> str:
     return text[m.end():] if m else text
 
 
+# a CI runner's timestamper before every line (Jenkins' `15:50:32   `, field-16's Open MPI CI log):
+# a clock time, then two blanks or more (a program's own logger puts one: `12:01:02 INFO ...`),
+# or nothing on a blank line
+_CLOCK = lazy_compile(r"\d\d:\d\d:\d\d(?:\.\d{1,9})?(?: {2,16}|\t{1,4}| ?$)", re.ASCII)
+
+
+def clock_stamped(lines: Sequence[str]) -> bool:
+    """Most lines (LINE_NUMBERS_MIN or more) start with a CI runner's clock time and blanks
+    (`_CLOCK`): a paste out of a CI log whose runner stamped every line. The first
+    QUOTED_SAMPLE lines decide."""
+    lines = lines[:QUOTED_SAMPLE]
+    stamped = sum(1 for line in lines if line[:1].isdigit() and _CLOCK.match(line))
+    return stamped >= LINE_NUMBERS_MIN and stamped >= CONTINUATION_SHARE * len(lines)
+
+
+def drop_clock(text: str) -> str:
+    """A line's CI clock stamp (see `clock_stamped`)."""
+    m = _CLOCK.match(text) if text[:1].isdigit() else None
+    return text[m.end():] if m else text
+
+
 # a table's or a log viewer's columns before the message: a runner's `        | ` pipe column
 # (milabench's error summary), CloudWatch's `  | 2024-08-23T22:22:58.879Z | ` (field-8): a
 # border `|` after at most 16 blanks, then cells of one word each closed by ` | `; never a
@@ -1216,6 +1237,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
     numbered = line_numbered(sample)
     gutter = not numbered and gutter_numbered(sample)
+    clocked = not (numbered or gutter) and clock_stamped(sample)
     columns = viewer_columned(sample)
     indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
     pytest = pytest_marked(raw_lines)
@@ -1231,7 +1253,7 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
         lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
                           logged=logged, numbered=numbered, gutter=gutter, indent=indents[index - 1],
                           workers=workers, pytest=pytest[index - 1], records=records, columns=columns,
-                          hosts=hosts, interleaved=interleaved)
+                          hosts=hosts, interleaved=interleaved, clocked=clocked)
         if index == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":
@@ -1293,11 +1315,12 @@ def before_output(line: Line) -> tuple[Line, bool]:
 
 def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = False,
          numbered: bool = False, gutter: bool = False, indent: str = "", pytest: bool = False,
-         columns: bool = False) -> str:
+         columns: bool = False, clocked: bool = False) -> str:
     """A line's shapes mended (line end, redraw, colour codes, a quoted paste's ` \\` or
     `> `, markdown's code block `indent`, a log viewer's line number, bracketed or its bare
-    gutter's, a viewer's or runner's columns where `columns` (viewer_columned), an editor's
-    auto-links, pytest's `E       ` where `pytest`: pytest_marked), each repair named in `repairs`."""
+    gutter's, a CI runner's clock stamp where `clocked` (clock_stamped), a viewer's or runner's
+    columns where `columns` (viewer_columned), an editor's auto-links, pytest's `E       `
+    where `pytest`: pytest_marked), each repair named in `repairs`."""
     steps: list[tuple[str, Callable[[str], str]]] = [("cr", redrawn), ("ansi", strip_ansi), ("code", uncoded)]
     if pytest:
         steps.append(("pytest", drop_pytest_mark))
@@ -1311,6 +1334,8 @@ def mend(raw: str, repairs: list[str], *, quoted: bool = False, reply: bool = Fa
             steps.append(("quote", drop_quote))
     if numbered or gutter:
         steps.append(("line-number", drop_line_number if numbered else drop_gutter))
+    if clocked:
+        steps.append(("clock", drop_clock))
     if columns:
         steps.append(("columns", drop_columns))
     steps.append(("autolink", unlinked))
@@ -1329,7 +1354,7 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
               quoted: bool = False, reply: bool = False, logged: bool = False, numbered: bool = False,
               gutter: bool = False, indent: str = "", workers: bool = False, pytest: bool = False,
               records: bool = False, columns: bool = False, hosts: bool = False,
-              interleaved: bool = False) -> list[Line]:
+              interleaved: bool = False, clocked: bool = False) -> list[Line]:
     """One raw line -> its Line (several when two processes' lines were torn into it).
     `quoted`: the text is a shell-quoted paste (` \\` after every line); `reply`: a
     markdown-quoted one (`> ` before every line); `logged`: logged through a Python
@@ -1341,13 +1366,14 @@ def read_line(number: int, raw: str, *, stamps: bool = True, srun: bool = True, 
     `columns`: a viewer's or runner's columns come before the message (`viewer_columned`);
     `hosts`: a parallel shell's `HOST: ` labels it (`host_labelled`); `interleaved`: Open MPI's
     tags inside the line are one process's pieces glued back (`retagged`), a viewer's column
-    before the first tag taken off with it (`_tag_column`)."""
+    before the first tag taken off with it (`_tag_column`); `clocked`: a CI runner's clock
+    stamp before it (`clock_stamped`)."""
     if len(raw) > max_line:
         raw, repairs = raw[:max_line], ["cut"]
     else:
         repairs = []
     body = mend(raw, repairs, quoted=quoted, reply=reply, numbered=numbered, gutter=gutter, indent=indent,
-                pytest=pytest, columns=columns)
+                pytest=pytest, columns=columns, clocked=clocked)
     pieces = json_pieces(body, srun) if records else []
     column: _Column | None = None
     if pieces:
@@ -1878,11 +1904,24 @@ def _drawn(line: Line) -> bool:
     return line.raw.rstrip().endswith(_DRAWN_EDGES)
 
 
+_HEAD_WORDS = 2  # leading words a tool's record shares with the record before it
+
+
+def _same_head(before: Line, line: Line) -> bool:
+    """`line` starts with the same words as `before` (`srun: error: `, an NCCL line's
+    `host:pid:tid [0]`): the next record of the tool that printed both, which a terminal's
+    wrap, cutting a message at a column, does not start that way."""
+    head = before.text.split(None, _HEAD_WORDS)[:_HEAD_WORDS]
+    return len(head) == _HEAD_WORDS and line.text.split(None, _HEAD_WORDS)[:_HEAD_WORDS] == head
+
+
 def _wrap_piece(before: Line, line: Line) -> bool:
     """`line` can be the next piece of `before`'s message a terminal wrapped: a line of its
     own (not a torn fragment), with words, no label or stamp taken off it (a terminal's
-    wrap carries none; a process's next line its own) and no prompt."""
-    return line.number != before.number and not line.labels and not line.noise and bool(line.text.strip())
+    wrap carries none; a process's next line its own), no prompt, and not another record
+    that starts as `before` does (srun's task lines of one width: field-15)."""
+    return (line.number != before.number and not line.labels and not line.noise and bool(line.text.strip())
+            and not _same_head(before, line))
 
 
 WRAP_EVIDENCE = 2  # lines followed by an unlabelled one exactly as wide, for a text to be hard-wrapped

@@ -92,6 +92,10 @@ _CLIENTS_JOINED = re.compile(
     r"Timed out after (\d{1,20}) seconds waiting for clients\. (\d{1,9})/(\d{1,9}) clients joined"
 )
 _WAIT_TIMEOUT = re.compile(r"wait timeout after (\d{1,20})ms")
+# the NCCL unique-id fetch whose store get the wait timeout ended (torch 2.x: `[R] is setting up
+# NCCL communicator and retrieving ncclUniqueId from [S] ... got error: wait timeout after Nms`):
+# its message keeps the sentence from here, which names the root S (diagnose/uniqueid.py)
+_FETCH_HEAD = re.compile(r"\[\d{1,9}\] is setting up NCCL communicator")
 _STORE_WAIT = re.compile(r"waitForInput: socket SocketImpl\(fd=\d{1,9}, addr=\S{1,128}, remote=(\S{1,128}?)\)")
 _RDZV_CLASS = re.compile(r"Rendezvous(Closed|Connection|Timeout|State|GracefulExit|)Error(?=:|$)")
 _RDZV_KINDS: dict[str, RendezvousKind] = {"Closed": "closed", "Connection": "connection", "Timeout": "timeout",
@@ -358,7 +362,9 @@ def _client_socket(b: str) -> dict | None:
                 "expected": to_int(m.group(3)), "message": rest_of(b, m.start())}
     m = _WAIT_TIMEOUT.search(b)
     if m:
-        return {"kind": "wait-timeout", "seconds": int(m.group(1)) / 1000, "message": rest_of(b, m.start())}
+        fetch = _FETCH_HEAD.search(b, 0, m.start())
+        return {"kind": "wait-timeout", "seconds": int(m.group(1)) / 1000,
+                "message": rest_of(b, fetch.start() if fetch else m.start())}
     m = _CLIENT_FAILED.search(b)
     if m:
         return {"kind": "connect-failed", "address": m.group(1).rstrip(".,"),

@@ -253,6 +253,36 @@ class HarnessCaught(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     (`sys.exit(TEST_ERROR_EXIT_CODE)`). The traceback follows under the same prefix."""
 
 
+class MpiAbortCall(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """MPICH's `application called MPI_Abort(COMM, CODE) - process N` (mpireports.py): process
+    N of COMM called MPI_Abort with CODE (its world rank where COMM is MPI_COMM_WORLD)."""
+
+    comm: str = ""
+    code: int = 0
+    process: int = 0
+
+
+class CoordinationTimeout(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """JAX's coordination service whose start-up barrier timed out (coordination.py): the
+    barrier's id (`PjRT_Client_Connect`, `[Init]Wait_for_all_tasks_to_register`) and the
+    tasks it names as never arriving (`/job:jax_worker/replica:0/task:N` lines after it;
+    none where it names none)."""
+
+    barrier: str = ""
+    tasks: tuple[int, ...] = ()
+
+
+class TaskState(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """srun's report of its tasks' states (taskstates.py: `srun: StepId=J.S tasks 0-3:
+    running`, `... task 1: exited abnormally`), printed when a task exited first under `-W`
+    or on an interrupt: `launcher` the program's name as printed (`srun`, Tianhe's `yhrun`)."""
+
+    step: str = ""
+    tasks: tuple[int, ...] = ()
+    state: str = ""  # running, exited abnormally, exited, failed to start, unknown
+    launcher: str = "srun"
+
+
 class DdpStart(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """Lightning's `initializing ddp: GLOBAL_RANK: R, MEMBER: R+1/N` (or `Initializing
     distributed: ...`): a process claiming global rank R of N as it starts (ddpstart.py).
@@ -558,6 +588,9 @@ class TorchLog(msgspec.Struct, frozen=True):
     stalled: tuple[StalledTensors, ...] = ()
     harness_caught: tuple[HarnessCaught, ...] = ()
     ddp_starts: tuple[DdpStart, ...] = ()
+    mpi_abort_calls: tuple[MpiAbortCall, ...] = ()
+    coordination_timeouts: tuple[CoordinationTimeout, ...] = ()
+    task_states: tuple[TaskState, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
@@ -610,4 +643,4 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts", "stalled", "harness_caught",
-              "ddp_starts")
+              "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states")

@@ -40,16 +40,19 @@ from healthcheck.parsers.lines import (
 from healthcheck.parsers.torch_log import (
     agent,
     box,
+    coordination,
     ddpstart,
     errors,
     launchreports,
     mpiabort,
+    mpireports,
     rankends,
     signalreport,
     spawn,
     stall,
     steps,
     store,
+    taskstates,
     tracebacks,
     watchdog,
 )
@@ -180,7 +183,9 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 # every message handler whose words a line holds reads it, in this order
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
-    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *ddpstart.HANDLERS,
+    *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *mpireports.HANDLERS, *coordination.HANDLERS,
+    *taskstates.HANDLERS,
+    *ddpstart.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
@@ -240,6 +245,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
 def _result(state: TorchState, lines: int) -> TorchLog:
     watchdog.flush_work(state)
     box.end_box(state, complete=False)
+    mpireports.after_parse(state)  # a world of one's signal report, several ranks' MPI fatal errors
     facts = {name: tuple(values) for name, values in state.facts.items()}
     return TorchLog(lines=lines, nccl_versions=tuple(state.versions), prefixed_ranks=tuple(sorted(state.prefixed)),
                     last_steps=tuple(state.last_step.values()),

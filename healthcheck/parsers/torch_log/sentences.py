@@ -26,6 +26,7 @@ import msgspec
 from healthcheck.parsers.lines import Line
 from healthcheck.parsers.torch_log.agent import MPIRUN_SIGNAL, OMPI_LAUNCHERS
 from healthcheck.parsers.torch_log.mpiabort import ABORT_HEADS, MPI_ABORT_WHOLE
+from healthcheck.parsers.torch_log.mpireports import IMPROPER_EXIT, IMPROPER_HEADS
 
 # (the words a sentence starts with, the whole sentence as its reader matches it): Open MPI's
 # sentences hc reads, each whole however a wrap (or Open MPI's own help text, MPI_ABORT's)
@@ -33,31 +34,33 @@ from healthcheck.parsers.torch_log.mpiabort import ABORT_HEADS, MPI_ABORT_WHOLE
 SENTENCES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
     (OMPI_LAUNCHERS, MPIRUN_SIGNAL),
     (ABORT_HEADS, MPI_ABORT_WHOLE),
+    (IMPROPER_HEADS, IMPROPER_EXIT),
 )
 MAX_PIECES = 2  # lines after the head a wrapped sentence may take
 
 
-def _sentence(text: str) -> re.Pattern[str] | None:
-    """The sentence `text` starts as but does not hold whole, else None."""
+def _sentence(text: str) -> tuple[re.Pattern[str], ...]:
+    """The sentences `text` starts as but does not hold whole (one launcher's name starts
+    several: `mpirun noticed that ...`, `mpirun has exited due to ...`), else ()."""
     body = text.lstrip()
-    for heads, whole in SENTENCES:
-        if body.startswith(heads) and whole.match(body) is None:
-            return whole
-    return None
+    if any(whole.match(body) for heads, whole in SENTENCES if body.startswith(heads)):
+        return ()
+    return tuple(whole for heads, whole in SENTENCES if body.startswith(heads))
 
 
 def _piece(head: Line, line: Line) -> bool:
     return line.number != head.number and not line.labels and not line.noise and bool(line.text.strip())
 
 
-def _finished(held: list[Line], whole: re.Pattern[str]) -> Line | None:
+def _finished(held: list[Line], wholes: tuple[re.Pattern[str], ...]) -> Line | None:
     """The head with its pieces joined, each cut as a word wrap left it (a blank between) or
-    as a character wrap did (none), where one such join holds the whole sentence; else None."""
+    as a character wrap did (none), where one such join holds one of the whole sentences;
+    else None."""
     for cuts in product((" ", ""), repeat=len(held) - 1):
         text = held[0].text
         for cut, piece in zip(cuts, held[1:], strict=True):
             text = (text.rstrip() + " " + piece.text.strip()) if cut else (text + piece.text.strip())
-        if whole.match(text.lstrip()):
+        if any(whole.match(text.lstrip()) for whole in wholes):
             return msgspec.structs.replace(held[0], text=text)
     return None
 
@@ -65,9 +68,9 @@ def _finished(held: list[Line], whole: re.Pattern[str]) -> Line | None:
 def sentences_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
     """The lines, each split launcher sentence (module doc) joined into its first line."""
     held: list[Line] = []
-    whole: re.Pattern[str] | None = None
+    whole: tuple[re.Pattern[str], ...] = ()
     for line in lines:
-        if held and whole is not None and _piece(held[-1], line):
+        if held and whole and _piece(held[-1], line):
             held.append(line)
             joined = _finished(held, whole)
             if joined is not None:
@@ -80,7 +83,7 @@ def sentences_unwrapped(lines: Iterator[Line]) -> Iterator[Line]:
         yield from held
         held = []
         whole = _sentence(line.text)
-        if whole is not None:
+        if whole:
             held = [line]
         else:
             yield line
