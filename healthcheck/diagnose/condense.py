@@ -44,6 +44,9 @@ from itertools import groupby
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.lines import (
+    QUOTED_SAMPLE,
+    clock_stamped,
+    drop_quote,
     gutter_numbered,
     host_labelled,
     labels_of,
@@ -166,8 +169,11 @@ def _shapes(lines: list[str], text: str) -> tuple[bool, ...]:
     columns, a parallel shell's hosts) or, for a process manager's `NAME-N | ` labels, over
     all of them (only where a ` | ` is in the text at all: every such label holds one)."""
     workers = " | " in text and worker_labelled(lines)
-    return (quoted_paste(lines), quoted_reply(lines), logger_prefixed(lines), line_numbered(lines),
-            gutter_numbered(lines), viewer_columned(lines), host_labelled(lines), workers)
+    reply = quoted_reply(lines)
+    # a CI runner's clock stamps, judged as read_lines judges them (a quoted reply's quotes off)
+    sample = [drop_quote(x) for x in lines[:QUOTED_SAMPLE]] if reply else lines
+    return (quoted_paste(lines), reply, logger_prefixed(lines), line_numbered(lines), gutter_numbered(lines),
+            viewer_columned(lines), clock_stamped(sample), host_labelled(lines), workers)
 
 
 def _same_wrap(raw: list[str], kept: list[int], bare: bool) -> bool:

@@ -167,6 +167,19 @@ def test_a_text_whose_shape_the_kept_lines_would_decide_otherwise_is_read_whole(
     assert condensed(steps.encode(), steps) is not None
 
 
+def test_a_text_whose_ci_clock_stamps_the_kept_lines_would_decide_otherwise_is_read_whole(forced):
+    """A CI runner's `HH:MM:SS   ` stamps on the first lines only (round 24's clock_stamped,
+    decided over the first lines): too few of the whole text's first lines to be a CI paste,
+    most of the kept ones once the run after them is condensed. Read whole."""
+    words = ("OK", "ran", "tests", "passed", "failed", "setup", "teardown", "collect", "done", "skip",
+             "xfail", "error", "warn", "cache", "build", "link", "lint", "types", "docs", "bench")  # no run
+    stamped = "".join(f"15:50:32   {word}\n" for word in words)
+    steps = "".join(f"2026-11-27 13:11:{s % 60:02d},000 INFO step {s} loss 0.5\n" for s in range(400))
+    text = stamped + steps
+    assert condensed(text.encode(), text) is None
+    assert condensed(steps.encode(), steps) is not None
+
+
 def test_a_text_whose_widest_lines_follow_one_another_is_read_whole(forced):
     """Lines exactly as wide as the line before them, nothing taken off them, and no line
     wider are how a terminal's hard wrap is told (lines.terminal_width): where a condensed
