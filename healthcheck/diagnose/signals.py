@@ -40,6 +40,7 @@ from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import COLLATERAL
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log.facts import TaskExit
 
 ONLY_FIRST = "mpirun names only the first rank it saw die; any other rank that died with it is not in the text"
 
@@ -60,16 +61,26 @@ def mpirun_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             yield rank, f"killed by {t.signal}", log_evidence(col, f.source, t.line, text, rank)
 
 
+def lone_launcher_report(col: Collected, launcher: str) -> tuple[str, TaskExit] | None:
+    """(its source, the report) where the text's reports by `launcher` of a task's end all
+    name one rank, the first of them; None where they name none or several (a launcher's
+    cleanup reports the processes it killed too, in no order of death)."""
+    reports = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None
+               for t in f.log.task_exits if t.launcher == launcher and t.tasks]
+    if len({t.tasks[0] for _, t in reports}) != 1:
+        return None
+    return reports[0]
+
+
 def hydra_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     """(rank, how it died, the box's line) for MPICH Hydra's BAD TERMINATION box where the
     text holds one only: Hydra boxes the processes its cleanup killed too (SIGKILL), in no
     order of death, so several boxes name none. As for mpirun, a SIGABRT of a rank whose
     output holds a collective's failure is the watchdog's or gloo's abort; a SIGTERM a relay."""
-    boxes = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None
-             for t in f.log.task_exits if t.launcher == "hydra" and t.tasks]
-    if len({t.tasks[0] for _, t in boxes}) != 1:
+    lone = lone_launcher_report(col, "hydra")
+    if lone is None:
         return
-    source, t = boxes[0]
+    source, t = lone
     rank = t.tasks[0]
     if not t.signal or t.signal in COLLATERAL or (t.signal == "SIGABRT" and rank in spoke_of_failure(col)):
         return
@@ -80,11 +91,10 @@ def hydra_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
 def mpd_aborts(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     """(rank, how it died, mpd's line) for the rank mpd says caused the job's abort, where
     the text holds one such rank (module doc)."""
-    reports = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None
-               for t in f.log.task_exits if t.launcher == "mpd" and t.tasks]
-    if len({t.tasks[0] for _, t in reports}) != 1:
+    lone = lone_launcher_report(col, "mpd")
+    if lone is None:
         return
-    source, t = reports[0]
+    source, t = lone
     rank = t.tasks[0]
     if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in spoke_of_failure(col):
         return
