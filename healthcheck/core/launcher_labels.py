@@ -9,6 +9,9 @@ itself). They are layers apart (parsers | runners), so the grammar lives here, b
   the label; "12:34:56" is no label.
 - mpirun --tag-output (Open MPI): `[jobid,rank]<stdout|stderr|stddiag>:` with the rank's
   text glued to it; the tag also comes mid-line where a rank's print arrived in pieces.
+  horovodrun's own launcher (gloo) writes the same tag without the job id, `[rank]<stdout>:`
+  (horovod/runner/common/util/safe_shell_exec.py's prefix, `time.asctime()` before it with
+  --prefix-timestamp).
 - torchrun --tee: `[<role><local rank>]:` ("[default3]:"); torch's own `[rank<N>]:`
   (the global rank, >= 2.2) is not a role.
 - torchx: `<role>/<replica> [<local rank>]:` ("trainer/0 [0]:"), its own label before
@@ -29,8 +32,9 @@ from healthcheck.core.lazyre import lazy_compile
 
 # srun --label: up to 8 spaces of padding, the task id, ": " (or the end of an empty line)
 SRUN_LABEL = lazy_compile(r" {0,8}(\d{1,7}):(?: |$)", re.ASCII)
-# mpirun --tag-output: the tag alone, nothing after it taken (a chunk is glued to the next)
-MPIRUN_TAG = lazy_compile(r"\[\d{1,9},(\d{1,9})\]<(stdout|stderr|stddiag)>:", re.ASCII)
+# mpirun --tag-output (and horovodrun's, no job id): the tag alone, nothing after it taken
+# (a chunk is glued to the next)
+MPIRUN_TAG = lazy_compile(r"\[(?:\d{1,9},)?(\d{1,9})\]<(stdout|stderr|stddiag)>:", re.ASCII)
 # torchrun --tee: `[default3]:`; the role's trailing digits are the local rank
 TORCHRUN_ROLE = lazy_compile(r"\[(?!rank\d)([A-Za-z_][\w\-]{0,63}?)(\d{1,7})\]:", re.ASCII)
 # torch's own global-rank prefix (>= 2.2): `[rank3]:`

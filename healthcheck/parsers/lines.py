@@ -712,7 +712,7 @@ def is_command_echo(text: str) -> bool:
 # a second process's line starting mid-line: an mpirun tag, torch's `[rankN]:[E...` (its c10
 # prefix after it), or any `[rankN]:` right after a tqdm progress bar that ended without a
 # line end (`... 2.88s/it][rank5]:...`, `... 1.20it/s][rank5]:...`; field/issues-8)
-_TORN = lazy_compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV]"
+_TORN = lazy_compile(r"(?:\[(?:\d{1,9},)?\d{1,9}\]<(?:stdout|stderr|stddiag)>:|\[rank\d{1,7}\]:\[[FEWIV]"
                    r"|(?<=s/it\]|it/s\])\[rank\d{1,7}\]:)", re.ASCII)
 
 

@@ -96,6 +96,18 @@ def test_real_mpirun_tag_names_the_rank_and_its_stream():
     assert line.text.startswith("aiplatform-wlf2-ge78-70:102986:")
 
 
+@pytest.mark.parametrize("head", ["", "Fri Sep 25 16:52:57 2020"])
+def test_horovodruns_tag_without_a_job_id_names_the_rank(head):
+    """horovodrun's own launcher tags each line `[rank]<stream>:` (Open MPI's tag without
+    the job id; `time.asctime()` before it with --prefix-timestamp): field-17's paste of a
+    rank-2 traceback was read as no log at all before."""
+    lines = list(read_lines(f"{head}[2]<stderr>:RuntimeError: worker absolutely refuses to be rank 2\n"))
+    tagged = [line for line in lines if line.task is not None]  # the asctime head is a piece of its own
+    assert len(tagged) == 1 and tagged[0].task == 2 and tagged[0].stream == "stderr"
+    assert tagged[0].text == "RuntimeError: worker absolutely refuses to be rank 2"
+    assert one("[0] NCCL INFO Bootstrap : Using eth0").task is None  # NCCL's [cudaDev] is no tag
+
+
 def test_real_dmesg_uptime_is_a_stamp():
     line = one(DMESG)
     assert line.stamp == "6781741.548779" and line.stamp_kind == "dmesg"
