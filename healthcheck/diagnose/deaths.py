@@ -52,6 +52,7 @@ from healthcheck.diagnose.ringsize import ring_world
 from healthcheck.diagnose.signals import (
     ONLY_FIRST,
     forced_kills,
+    horovod_exits,
     hydra_kills,
     mpd_aborts,
     mpirun_first,
@@ -134,6 +135,8 @@ def _launcher_kills(col: Collected, acc: _Dead) -> None:
     for rank, why, item in outside_sigterms(col):
         acc.name(rank, why, item)
     for rank, why, item in hydra_kills(col):  # Hydra's one BAD TERMINATION box
+        acc.name(rank, why, item)
+    for rank, why, item in horovod_exits(col):  # horovodrun's one `Process N exit with status code C.`
         acc.name(rank, why, item)
     for rank, why, item in mpd_aborts(col):  # mpd's one `caused collective abort of all ranks`
         acc.name(rank, why, item)

@@ -111,6 +111,23 @@ SPAWN_INDEX = "mp.spawn's process index, the rank it was given where one mp.spaw
 _SPAWN_DEATHS = ("terminated with signal", "terminated with exit code", "terminated with an error")
 
 
+def horovod_exits(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it ended, horovodrun's line) for the one process horovodrun reports ending
+    badly (`Process N exit with status code C.`); none where it reports several (it prints
+    the line for every process that ends badly, its own kills among them), a relay signal, or
+    a rank whose own output holds a collective's failure."""
+    lone = lone_launcher_report(col, "horovodrun")
+    if lone is None:
+        return
+    source, t = lone
+    rank = t.tasks[0]
+    if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in spoke_of_failure(col):
+        return
+    how = f"killed by {t.signal}" if t.signal else f"exited {t.exitcode}"
+    text = f"horovodrun: process {rank} {t.state}; no other process reported"
+    yield rank, how, log_evidence(col, source, t.line, text, rank)
+
+
 def spawn_exits(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     """(rank, how it died, the line) for the process mp.spawn reports failed (exited or raised)."""
     victims = spoke_of_failure(col)
@@ -176,5 +193,5 @@ def outside_sigterms(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
             source=(x.sources or ["logs"])[0], rank=rank, text=text)
 
 
-__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "hydra_kills", "mpd_aborts", "mpirun_first", "mpirun_kills",
-           "outside_sigterms", "spawn_exits"]
+__all__ = ["ONLY_FIRST", "SPAWN_INDEX", "forced_kills", "horovod_exits", "hydra_kills", "lone_launcher_report",
+           "mpd_aborts", "mpirun_first", "mpirun_kills", "outside_sigterms", "spawn_exits"]

@@ -23,6 +23,10 @@
   write `Rank`/`Exit`). mpd prints it for the one rank whose end made it abort the job, and
   then kills the others itself: that rank's end (TaskExit, launcher "mpd"), kept only where
   the status line names the rank the abort line named, within a few lines of it.
+* horovodrun's own launcher (gloo), for each process that ended badly: `Process N exit with
+  status code C.` (N the rank, horovodrun's index; C negative for a signal): that rank's end
+  (TaskExit, launcher "horovodrun"). It prints it for every process that ends badly, so the
+  diagnosis names a rank from it only where one process is reported (diagnose/signals.py).
 * torch's distributed test harness (`MultiProcessTestCase`, torch/testing/_internal/
   common_distributed.py) catches what a rank's test raised, logs `Caught exception: ` and
   the traceback under glog's prefix from that file, and ends the rank's process: read as
@@ -135,6 +139,24 @@ def read_mpd(state: TorchState, line: Line) -> bool:
     return True
 
 
+_HOROVOD_WORDS = " exit with status code "
+_HOROVOD_EXIT = re.compile(r"Process (\d{1,9}) exit with status code (-?\d{1,4})\.\s{0,16}$")
+
+
+def read_horovod_exit(state: TorchState, line: Line) -> bool:
+    """horovodrun's `Process N exit with status code C.` (module doc)."""
+    m = _HOROVOD_EXIT.match(line.text)
+    if m is None:
+        return False
+    rank, code = int(m.group(1)), int(m.group(2))
+    where = agent_where(line)
+    state.add("task_exits", TaskExit(
+        line=where["line"], time=where["time"], tasks=(rank,), launcher="horovodrun",
+        state=f"exit status code {code}", exitcode=code if code >= 0 else None,
+        signal=SIGNALS.get(-code, "") if code < 0 else ""))
+    return True
+
+
 _HARNESS_SOURCE = "common_distributed.py:"
 _HARNESS_CAUGHT = "Caught exception:"
 
@@ -153,6 +175,7 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("hydra-box", lambda b: _HYDRA_HEAD in b or "RUNNING AT" in b or "SIGNAL:" in b or "EXIT " in b,
             read_hydra),
     Handler("mpd-abort", lambda b: _MPD_ABORT_WORDS in b or "xit status of rank" in b, read_mpd),
+    Handler("horovod-exit", lambda b: b.startswith("Process ") and _HOROVOD_WORDS in b, read_horovod_exit),
 )
 
 __all__ = ["HANDLERS", "read_harness_caught", "read_hydra", "read_mpd", "read_pals"]
