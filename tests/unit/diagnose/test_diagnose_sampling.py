@@ -50,10 +50,13 @@ def _free_port() -> int:
 class Job:
     """One rank process per rank of job.py SCENARIO, each printing to its own file."""
 
-    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1", script: Path = JOB) -> None:
+    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1", script: Path = JOB,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.outputs = [tmp / f"{scenario}-rank{r}.out" for r in range(world)]
         port = _free_port()
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_JOBID")}
+        env.update(extra_env or {})
         self.procs = []
         for rank, out in enumerate(self.outputs):
             with open(out, "wb") as f:
@@ -123,6 +126,26 @@ def hang_of_two(tmp_path_factory):
     j = Job(tmp_path_factory.mktemp("hang"), "hang", 2, "1")
     try:
         j.wait_for("step 2")
+        yield j
+    finally:
+        j.close()
+
+
+# the group job's Slurm job id: `hc diagnose job` (test_diagnose_job_reads_each_ranks_own_output_file)
+# finds its ranks by it, as on a node
+GROUP_JOB_ID = str(4_000_000 + os.getpid() % 1_000_000)
+
+
+@pytest.fixture(scope="module")
+def group_job(tmp_path_factory):
+    """The `group` job (world 4) for the tests that look at it: rank 1 passes pair {2,3} to
+    its pair all_reduce at step 3, torch warns in rank 1's output, rank 0 waits alone, ranks
+    1-3 in the world's all_reduce, for ever. Its ranks carry SLURM_JOB_ID, as a Slurm job's
+    do. Four torch starts, once for the module."""
+    j = Job(tmp_path_factory.mktemp("group"), "group", 4, extra_env={"SLURM_JOB_ID": GROUP_JOB_ID})
+    try:
+        j.wait_for("step 2")
+        time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
         yield j
     finally:
         j.close()
@@ -290,7 +313,7 @@ def test_a_whole_nodes_ranks_hanging_together_are_all_named_with_their_host(job)
 
 
 @needs_jobs
-def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
+def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(group_job):
     """Rank 1 passes pair {2,3} to its pair all_reduce: torch warns and skips it, rank 0
     waits alone in the pair's all_reduce (the lone stack), ranks 1-3 in the world's. The
     warning in rank 1's output names it; the stacks alone name nobody, never rank 0."""
@@ -298,9 +321,7 @@ def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
-    j = job("group", 4)
-    j.wait_for("step 2")
-    time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
+    j = group_job
     v, _ = j.diagnose()
     assert (v["class"], _odd(v)) == ("collective-mismatch", [1]), v["summary"]
     assert "does not belong" in v["summary"] and "rank 0 waits for it" in v["summary"], v["summary"]
@@ -309,6 +330,41 @@ def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
     alone = build(evidence_from_nodes([node], job="x").collected)
     assert alone.cls == "collective-mismatch" and [o.rank for o in alone.odd_ranks] == [], alone.summary
     assert "process group of its own" in alone.summary
+
+
+def slurm_here(tmp: Path, job_id: str) -> Path:
+    """A config whose scontrol says job_id runs on node1 and whose srun runs its command on
+    this machine (srun's options dropped): `hc diagnose job` then collects the real
+    processes whose SLURM_JOB_ID is job_id, and fetches their files, as on a node."""
+    scontrol = tmp / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho 'JobId={job_id} JobName=t JobState=RUNNING Reason=None NodeList=node1 "
+                        "NumTasks=4'\n")
+    srun = tmp / "srun"
+    srun.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\n'
+                    'exec "$@"\n')
+    for f in (scontrol, srun):
+        f.chmod(0o755)
+    cfg = tmp / "hc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {scontrol}\n  srun: {srun}\n  remote_hc: {sys.executable} -m healthcheck\n"
+                   "  retries: 1\n")
+    return cfg
+
+
+@needs_jobs
+def test_diagnose_job_reads_each_ranks_own_output_file(group_job, tmp_path):
+    """The group job as a Slurm job's ranks, each printing to its own file. `hc diagnose
+    job` reads each rank's own file through the node (as `hc diagnose pids` does): the
+    warning names rank 1; without it, nobody. (Issue 19's wiring, from
+    test_diagnose_wiring.py: here it looks at this module's group job instead of starting
+    its own.)"""
+    assert "does not belong to the given group" in group_job.outputs[1].read_text()
+    r = run_hc("diagnose", "job", GROUP_JOB_ID, "--config", str(slurm_here(tmp_path, GROUP_JOB_ID)), "--format",
+               "json", timeout=120)
+    assert r.returncode in (0, 3), (r.stdout, r.stderr)
+    v = json.loads(r.stdout)
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3], v["summary"]
+    assert (v["class"], _odd(v)) == ("collective-mismatch", [1]), v["summary"]
+    assert "does not belong" in v["summary"], v["summary"]
 
 
 def test_the_not_in_group_warning_is_read():
