@@ -50,10 +50,13 @@ def _free_port() -> int:
 class Job:
     """One rank process per rank of job.py SCENARIO, each printing to its own file."""
 
-    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1", script: Path = JOB) -> None:
+    def __init__(self, tmp: Path, scenario: str, world: int, odd: str = "1", script: Path = JOB,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.outputs = [tmp / f"{scenario}-rank{r}.out" for r in range(world)]
         port = _free_port()
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_JOBID")}
+        env.update(extra_env or {})
         self.procs = []
         for rank, out in enumerate(self.outputs):
             with open(out, "wb") as f:
@@ -115,6 +118,39 @@ def job(tmp_path):
         j.close()
 
 
+@pytest.fixture(scope="module")
+def hang_of_two(tmp_path_factory):
+    """One job for the tests that look at a plain hang: two ranks, rank 1 in
+    load_batch_forever from step 3 while rank 0 waits in all_reduce (a hang does not end,
+    so each test looks at it as it would at its own; each job is two torch starts)."""
+    j = Job(tmp_path_factory.mktemp("hang"), "hang", 2, "1")
+    try:
+        j.wait_for("step 2")
+        yield j
+    finally:
+        j.close()
+
+
+# the group job's Slurm job id: `hc diagnose job` (test_diagnose_job_reads_each_ranks_own_output_file)
+# finds its ranks by it, as on a node
+GROUP_JOB_ID = str(4_000_000 + os.getpid() % 1_000_000)
+
+
+@pytest.fixture(scope="module")
+def group_job(tmp_path_factory):
+    """The `group` job (world 4) for the tests that look at it: rank 1 passes pair {2,3} to
+    its pair all_reduce at step 3, torch warns in rank 1's output, rank 0 waits alone, ranks
+    1-3 in the world's all_reduce, for ever. Its ranks carry SLURM_JOB_ID, as a Slurm job's
+    do. Four torch starts, once for the module."""
+    j = Job(tmp_path_factory.mktemp("group"), "group", 4, extra_env={"SLURM_JOB_ID": GROUP_JOB_ID})
+    try:
+        j.wait_for("step 2")
+        time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
+        yield j
+    finally:
+        j.close()
+
+
 def _odd(v: dict) -> list[int]:
     return [o["rank"] for o in v.get("odd_ranks", [])]
 
@@ -126,7 +162,7 @@ def _odd(v: dict) -> list[int]:
 def test_a_healthy_job_with_jittery_steps_names_no_rank_in_any_try(job):
     """One look named a 'stuck' rank in a third of the tries; sampled, every try says
     progressing, names nobody, and says how many samples over how long."""
-    j = job("jitter", 4)
+    j = job("jitter", 3)
     j.wait_for("step 2")
     for _ in range(4):
         v, elapsed = j.diagnose()
@@ -148,17 +184,16 @@ def test_a_straggler_two_seconds_slower_is_not_called_stuck(job):
 
 
 @needs_jobs
-def test_a_real_hang_is_still_named_within_the_bound(job):
-    j = job("hang", 4, odd="2")
-    j.wait_for("step 2")
+def test_a_real_hang_is_still_named_within_the_bound(hang_of_two):
+    j = hang_of_two
     v, elapsed = j.diagnose()
-    assert (v["class"], _odd(v)) == ("stuck-rank", [2]), v["summary"]
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
     assert "did not move" in v["summary"] and "load_batch_forever" in v["summary"], v["summary"]
     assert v["confidence"] == "high"
     assert elapsed < LIVE_BOUND_S
     # one look (--samples 1) still names it, and says nothing of samples
     v, _ = j.diagnose("--samples", "1")
-    assert (v["class"], _odd(v)) == ("stuck-rank", [2]) and "samples" not in v["summary"]
+    assert (v["class"], _odd(v)) == ("stuck-rank", [1]) and "samples" not in v["summary"]
 
 
 # ------------------------------------------------------------------ a rank's own I/O is progress
@@ -174,7 +209,7 @@ def test_a_rank_writing_its_final_checkpoint_slowly_is_progressing_not_stuck(job
     """Held-out-6's final checkpoint: rank 0 writes a 64 KiB shard every 1.25 s with a
     sleep between while the others wait in the final barrier. Its stack shows the sleep's
     line in every sample; its own written bytes grow. hc named it stuck in every look."""
-    j = job("slowwrite", 4, odd="0")
+    j = job("slowwrite", 2, odd="0")
     _wait_after(j, "training ended")
     for _ in range(2):
         v, elapsed = j.diagnose()
@@ -185,17 +220,17 @@ def test_a_rank_writing_its_final_checkpoint_slowly_is_progressing_not_stuck(job
 
 @needs_jobs
 def test_a_rank_reading_a_slow_stream_is_progressing_not_stuck(job):
-    j = job("slowread", 3, odd="2")
+    j = job("slowread", 2, odd="1")
     _wait_after(j, "training ended")
     v, _ = j.diagnose()
     assert _odd(v) == [] and v["class"] == "progressing", v["summary"]
-    assert "rank 2" in v["summary"], v["summary"]
+    assert "rank 1" in v["summary"], v["summary"]
 
 
 @needs_jobs
 def test_a_rank_sleeping_with_no_io_while_the_others_wait_is_still_stuck(job):
     """The control: the same shape as the slow writer, with no I/O."""
-    j = job("stall", 4, odd="1")
+    j = job("stall", 2, odd="1")
     _wait_after(j, "training ended")
     v, elapsed = j.diagnose()
     assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]
@@ -218,7 +253,7 @@ def test_a_rank_blocked_writing_to_a_full_pipe_is_still_stuck(job):
 def test_a_live_rank_whose_producer_process_died_is_stuck_not_dead(job):
     """Held-out-6's mp queue: the producer *process* raised and multiprocessing printed its
     traceback into the rank's output; the rank is alive in Queue.get. hc named it dead."""
-    j = job("mpchild", 3, odd="1")
+    j = job("mpchild", 2, odd="1")
     j.wait_for("step 2")
     deadline = time.monotonic() + 60
     while "OSError: shard 1" not in j.outputs[1].read_text(errors="replace") and time.monotonic() < deadline:
@@ -248,29 +283,29 @@ def test_a_child_process_traceback_is_marked_as_a_child_s():
 
 
 @needs_jobs
-def test_a_hang_at_world_size_two_is_named(job):
-    j = job("hang", 2, odd="1")
-    j.wait_for("step 2")
-    v, _ = j.diagnose()
+def test_a_hang_at_world_size_two_is_named(hang_of_two):
+    v, _ = hang_of_two.diagnose()
     assert (v["class"], _odd(v)) == ("stuck-rank", [1]), (v["summary"], v["stack_groups"])
 
 
 @needs_jobs
 def test_a_whole_nodes_ranks_hanging_together_are_all_named_with_their_host(job):
-    """6 ranks, 3 per 'node' (this machine's collection split in two hosts, as two nodes'
-    collectors would give it): node2's ranks 3-5 hang, node1's wait for them."""
+    """4 ranks, 2 per 'node' (this machine's collection split in two hosts, as two nodes'
+    collectors would give it): node2's ranks 2-3 hang, node1's wait for them. Two per node
+    is the smallest world where a node's ranks hang together and are half of it (no strict
+    minority); each rank is a torch start CI's cores pay for."""
     from healthcheck.diagnose.collect import collect_node
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
-    j = job("hang", 6, odd="3,4,5")
+    j = job("hang", 4, odd="2,3")
     j.wait_for("step 2", timeout_s=180)
     pids = [int(p) for p in j.pids]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         nodes = list(pool.map(lambda hp: collect_node(pids=hp[1], host=hp[0], timeout_s=15, kernel=False),
-                              [("node1", pids[:3]), ("node2", pids[3:])]))
+                              [("node1", pids[:2]), ("node2", pids[2:])]))
     v = build(evidence_from_nodes(nodes, job="x").collected)
-    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [3, 4, 5]), (v.summary, v.stack_groups)
+    assert (v.cls, [o.rank for o in v.odd_ranks]) == ("stuck-rank", [2, 3]), (v.summary, v.stack_groups)
     assert v.odd_hosts == "node2" and "on node2" in v.summary, v.summary
 
 
@@ -278,7 +313,7 @@ def test_a_whole_nodes_ranks_hanging_together_are_all_named_with_their_host(job)
 
 
 @needs_jobs
-def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
+def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(group_job):
     """Rank 1 passes pair {2,3} to its pair all_reduce: torch warns and skips it, rank 0
     waits alone in the pair's all_reduce (the lone stack), ranks 1-3 in the world's. The
     warning in rank 1's output names it; the stacks alone name nobody, never rank 0."""
@@ -286,9 +321,7 @@ def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
     from healthcheck.diagnose.live import evidence_from_nodes
     from healthcheck.diagnose.verdict import build
 
-    j = job("group", 4)
-    j.wait_for("step 2")
-    time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
+    j = group_job
     v, _ = j.diagnose()
     assert (v["class"], _odd(v)) == ("collective-mismatch", [1]), v["summary"]
     assert "does not belong" in v["summary"] and "rank 0 waits for it" in v["summary"], v["summary"]
@@ -297,6 +330,41 @@ def test_the_rank_that_passed_a_foreign_group_is_named_not_its_partner(job):
     alone = build(evidence_from_nodes([node], job="x").collected)
     assert alone.cls == "collective-mismatch" and [o.rank for o in alone.odd_ranks] == [], alone.summary
     assert "process group of its own" in alone.summary
+
+
+def slurm_here(tmp: Path, job_id: str) -> Path:
+    """A config whose scontrol says job_id runs on node1 and whose srun runs its command on
+    this machine (srun's options dropped): `hc diagnose job` then collects the real
+    processes whose SLURM_JOB_ID is job_id, and fetches their files, as on a node."""
+    scontrol = tmp / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho 'JobId={job_id} JobName=t JobState=RUNNING Reason=None NodeList=node1 "
+                        "NumTasks=4'\n")
+    srun = tmp / "srun"
+    srun.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\n'
+                    'exec "$@"\n')
+    for f in (scontrol, srun):
+        f.chmod(0o755)
+    cfg = tmp / "hc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {scontrol}\n  srun: {srun}\n  remote_hc: {sys.executable} -m healthcheck\n"
+                   "  retries: 1\n")
+    return cfg
+
+
+@needs_jobs
+def test_diagnose_job_reads_each_ranks_own_output_file(group_job, tmp_path):
+    """The group job as a Slurm job's ranks, each printing to its own file. `hc diagnose
+    job` reads each rank's own file through the node (as `hc diagnose pids` does): the
+    warning names rank 1; without it, nobody. (Issue 19's wiring, from
+    test_diagnose_wiring.py: here it looks at this module's group job instead of starting
+    its own.)"""
+    assert "does not belong to the given group" in group_job.outputs[1].read_text()
+    r = run_hc("diagnose", "job", GROUP_JOB_ID, "--config", str(slurm_here(tmp_path, GROUP_JOB_ID)), "--format",
+               "json", timeout=120)
+    assert r.returncode in (0, 3), (r.stdout, r.stderr)
+    v = json.loads(r.stdout)
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3], v["summary"]
+    assert (v["class"], _odd(v)) == ("collective-mismatch", [1]), v["summary"]
+    assert "does not belong" in v["summary"], v["summary"]
 
 
 def test_the_not_in_group_warning_is_read():
@@ -310,7 +378,7 @@ def test_the_not_in_group_warning_is_read():
 
 @needs_jobs
 def test_the_thread_the_main_thread_waits_on_is_shown(job):
-    j = job("thread", 3, odd="1")
+    j = job("thread", 2, odd="1")
     j.wait_for("step 2")
     v, _ = j.diagnose()
     assert (v["class"], _odd(v)) == ("stuck-rank", [1]), v["summary"]

@@ -1,6 +1,7 @@
 """Live diagnosis wired as `hc diagnose logs` reads saved output (issue 19): each rank's
 launch (MASTER_ADDR/MASTER_PORT/WORLD_SIZE) read from its environment, srun's own lines
-on a task's death, and each rank's own output file read under Slurm too.
+on a task's death, and each rank's own output file read under Slurm too (`hc diagnose job`
+on a live job: test_diagnose_sampling.py, on its group job).
 
 Real gloo processes (tests/fixtures/diagnose-wiring/init_job.py, torch CPU) where a test
 needs a live job; evidence_from_nodes with a NodeCollection where the wiring alone is
@@ -163,44 +164,9 @@ def test_sruns_word_on_an_earlier_step_is_no_live_ranks_death():
 # ------------------------------------------------ each rank's own output, under Slurm
 
 
-def _slurm_here(tmp: Path, job_id: str) -> Path:
-    """A config whose scontrol says job_id runs on node1 and whose srun runs its command on
-    this machine (srun's options dropped): `hc diagnose job` then collects the real
-    processes whose SLURM_JOB_ID is job_id, and fetches their files, as on a node."""
-    scontrol = tmp / "scontrol"
-    scontrol.write_text(f"#!/bin/sh\necho 'JobId={job_id} JobName=t JobState=RUNNING Reason=None NodeList=node1 "
-                        "NumTasks=4'\n")
-    srun = tmp / "srun"
-    srun.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\n'
-                    'exec "$@"\n')
-    for f in (scontrol, srun):
-        f.chmod(0o755)
-    cfg = tmp / "hc.yaml"
-    cfg.write_text(f"slurm:\n  scontrol: {scontrol}\n  srun: {srun}\n  remote_hc: {sys.executable} -m healthcheck\n"
-                   "  retries: 1\n")
-    return cfg
-
-
-@needs_jobs
-@pytest.mark.slow
-def test_diagnose_job_reads_each_ranks_own_output_file(ranks, tmp_path):
-    """diagnose-sampling's `group` job (world 4) as a Slurm job's ranks, each printing to its
-    own file: rank 1 passes pair {2,3} to its pair all_reduce, torch warns in rank 1's
-    output and rank 0 waits alone. `hc diagnose job` reads each rank's own file through the
-    node (as `hc diagnose pids` does): the warning names rank 1; without it, nobody."""
-    job_id = str(4_000_000 + os.getpid() % 1_000_000)
-    job = ranks(4, {}, argv=(str(FIXTURES / "diagnose-sampling" / "job.py"), "group"),
-                env={"SLURM_JOB_ID": job_id})
-    job.wait_for("step 2")
-    time.sleep(1.0)  # step 3: rank 1's warning, everyone in place
-    assert "does not belong to the given group" in job.outputs[1].read_text()
-    r = run_hc("diagnose", "job", job_id, "--config", str(_slurm_here(tmp_path, job_id)), "--format", "json",
-               timeout=120)
-    assert r.returncode in (0, 3), (r.stdout, r.stderr)
-    v = json.loads(r.stdout)
-    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3], v["summary"]
-    assert (v["class"], [o["rank"] for o in v.get("odd_ranks", [])]) == ("collective-mismatch", [1]), v["summary"]
-    assert "does not belong" in v["summary"], v["summary"]
+# test_diagnose_job_reads_each_ranks_own_output_file (`hc diagnose job` on a live job's ranks,
+# each with its own output file) is in test_diagnose_sampling.py, on the `group` job its tests
+# share: that job is four torch starts, paid once
 
 
 def test_rank_outputs_are_fetched_on_every_node_at_once_and_bounded(tmp_path):

@@ -1,12 +1,13 @@
 """`hc run` records the real ranks and keeps their output where `hc diagnose logs` reads it,
 under every launcher, for real: torchrun with hc inside it and around it, plain processes
 (RANK/WORLD_SIZE by hand), Open MPI's mpirun, and srun's variables (the real srun: the rig's
-test_run_wrapper_rig.py). The jobs under torchrun, the plain ranks and mpirun without --log-dir
-are real gloo jobs (a rank's death is real: SIGKILL or an exception), their console captured as
-a user would; the diagnosis of the log directory hc run names after the job is compared with
-the diagnosis of that captured console. The tests of what hc run records under srun's
-variables and under mpirun with --log-dir run ranks that only print who they are (no torch:
-what they test is hc run's record of each rank, which a gloo job's tests above check too).
+test_run_wrapper_rig.py). The dying jobs under torchrun, the plain ranks and mpirun without
+--log-dir are real gloo jobs (a rank's death is real: SIGKILL or an exception), their console
+captured as a user would; the diagnosis of the log directory hc run names after the job is
+compared with the diagnosis of that captured console. The tests of what hc run records under
+torchrun, under srun's variables and under mpirun with --log-dir run ranks that only print who
+they are (no torch: what they test is hc run's record of each rank, which a gloo job's tests
+above check too).
 
 Every process is started here, bounded by a timeout, and killed by its own pid if it overruns.
 """
@@ -129,11 +130,11 @@ def job_lines(console: str) -> dict[int, dict]:
     return {d["rank"]: d for d in docs}
 
 
-def torchrun_job(form: str, tmp_path: Path, n: int, **env: str) -> tuple[subprocess.CompletedProcess, str]:
+def torchrun_job(form: str, tmp_path: Path, n: int, job: str = JOB, **env: str) -> tuple[subprocess.CompletedProcess, str]:
     """`hc run -- torchrun ... JOB` (around) or `torchrun ... -m healthcheck run -- python JOB` (inside),
     without hc run's straggler test."""
     script = tmp_path / "job.py"
-    script.write_text(JOB)
+    script.write_text(job)
     logs = str(tmp_path / "logs")
     torchrun = [TORCHRUN, "--standalone", f"--nproc-per-node={n}", "--monitor-interval=0.1"]
     if form == "around":
@@ -151,8 +152,10 @@ def torchrun_job(form: str, tmp_path: Path, n: int, **env: str) -> tuple[subproc
 @pytest.mark.parametrize("form", ["around", "inside"])
 def test_every_rank_torchrun_starts_is_recorded_with_its_real_rank_and_its_own_output(tmp_path, form):
     # two ranks: the smallest world in which a rank recorded as "rank 0 of 1" (the agent's
-    # view) or under another rank's number shows
-    r, console = torchrun_job(form, tmp_path, 2)
+    # view) or under another rank's number shows. The ranks only say who they are (SAY_RANK):
+    # what is recorded comes from torchrun's agent and hc run, not from torch in the rank, and
+    # the real gloo job under both forms is the next test's (each rank's torch start costs CI)
+    r, console = torchrun_job(form, tmp_path, 2, job=SAY_RANK)
     assert r.returncode == 0, console[-4000:]
     ran = job_lines(console)
     assert sorted(ran) == [0, 1], console[-3000:]  # the job's output still reaches the console
@@ -179,13 +182,15 @@ def test_every_rank_torchrun_starts_is_recorded_with_its_real_rank_and_its_own_o
 @pytest.mark.parametrize("death", ["kill", "raise"])
 @pytest.mark.parametrize("form", ["around", "inside"])
 def test_the_printed_next_step_names_the_rank_the_captured_console_names(tmp_path, form, death):
-    r, console = torchrun_job(form, tmp_path, 3, JOB_BAD="2", JOB_DEATH=death)
+    # two ranks, the second dies: the survivor's own error is in the console too, and the
+    # diagnosis must name the dead rank over it (a third rank only repeated the survivor's)
+    r, console = torchrun_job(form, tmp_path, 2, JOB_BAD="1", JOB_DEATH=death)
     assert r.returncode != 0, console[-3000:]
     captured = tmp_path / "console.txt"
     captured.write_text(console)
     live = diagnose(captured)
     if death == "kill":
-        assert (live["class"], odd(live)) == ("dead-rank", [2]), live["summary"]  # the truth
+        assert (live["class"], odd(live)) == ("dead-rank", [1]), live["summary"]  # the truth
     log_dir = printed_log_dir(console)
     logs = diagnose(log_dir)
     # whatever the rules make of an exception, the log directory says what the console says
