@@ -43,6 +43,7 @@ from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
+from healthcheck.diagnose.commondeath import without_common_death
 from healthcheck.diagnose.coordination import coordination_timeout
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
@@ -300,7 +301,7 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     """The init-failure (into out) and the dead-rank finding (returned): a dead rank whose
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
-    init, dead = init_failure(col), dead_rank(col)
+    init, dead = init_failure(col), without_common_death(col, dead_rank(col))  # commondeath.py: died together
     coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
     if coordination is not None and dead is None and (init is None or not init.ranks):
         init = coordination

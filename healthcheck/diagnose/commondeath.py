@@ -1,0 +1,90 @@
+"""Deaths with a common cause, for classify.py and verdict.py: no rank stands out.
+
+torchrun's ChildFailedError box gives each failed worker's exit, signal and time, to the
+second. Where every entry of every box in the text died of one and the same signal (one
+nobody sent it: not SIGTERM/SIGINT/SIGHUP), in one and the same second, and there are two
+entries or more, the workers died together: one cause reached them all at once (SIGBUS on
+every rank: /dev/shm full or a shared or mapped file gone; SIGSEGV everywhere: a library or
+the host), not one rank that failed and took the others down. A peer that a dead rank took
+down fails in a collective (an exit code, a timeout) or is stopped by the agent (SIGTERM),
+seconds later; it does not die of the same signal in the same second. The box is then the
+whole of what failed on its node (torch 2.x lists every worker it stopped as well), so this
+holds for all of the world or all of one host's ranks alike; a rank elsewhere whose own
+error came first is the dead rank's rule's to name, and then nothing is taken back.
+
+Not a common death: a world of two where one entry is a second or more earlier than the
+other (the first died first), or where one died by a signal and the other by an exit code
+or another signal (the one killed by the signal is the dead rank), or an entry whose signal
+the agent or an operator sent.
+
+`common_death` returns the entries' description; `without_common_death` takes back a
+dead-rank finding that stands on those entries alone (every one of its evidence lines is
+one of them), so the verdict names no rank and says the host and the signal instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from healthcheck.diagnose.findings import JobFinding
+from healthcheck.diagnose.logfacts import COLLATERAL
+from healthcheck.diagnose.sources import Collected
+from healthcheck.diagnose.stacks import rank_words
+
+# what one signal on every worker at once usually means (the words the verdict adds)
+_CAUSE = {
+    "SIGBUS": "a bus error on every worker at once: typically /dev/shm full or a shared or mapped file gone",
+    "SIGSEGV": "a segmentation fault on every worker at once: a library, the host or the input they share",
+    "SIGKILL": "killed together: the node's or the job's memory limit, or the scheduler",
+}
+
+
+@dataclass(frozen=True)
+class CommonDeath:
+    """Every box entry died of `signal` at `time`: the ranks, their hosts, and the lines."""
+
+    signal: str
+    time: str
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    lines: frozenset[tuple[str, int]]  # (source, line) of each entry
+
+    def describe(self) -> str:
+        where = f" on {', '.join(self.hosts)}" if self.hosts else ""
+        cause = _CAUSE.get(self.signal, "one cause common to them all")
+        return (f"every worker torchrun reports failed ({rank_words(self.ranks)}{where}) died of {self.signal} "
+                f"in the same second ({self.time}): {cause}; no rank stands out")
+
+
+def common_death(col: Collected) -> CommonDeath | None:
+    """The box entries' common death (see the module's docstring), or None."""
+    entries = [(f.source, x) for f in col.evidence.torch_logs if f.log is not None
+               for block in f.log.child_failed for x in block.failures]
+    if len(entries) < 2:
+        return None
+    signals = {x.signal for _, x in entries}
+    times = {x.time for _, x in entries}
+    if len(signals) != 1 or len(times) != 1:
+        return None
+    signal, time = signals.pop(), times.pop()
+    ranks = {x.rank for _, x in entries}
+    if not signal or signal in COLLATERAL or not time or None in ranks or len(ranks) < 2:
+        return None
+    return CommonDeath(signal=signal, time=time, ranks=tuple(sorted(r for r in ranks if r is not None)),
+                       hosts=tuple(sorted({x.host for _, x in entries if x.host})),
+                       lines=frozenset((source, x.line) for source, x in entries))
+
+
+def without_common_death(col: Collected, dead: JobFinding | None) -> JobFinding | None:
+    """`dead`, or None where it names only ranks of a common death on those entries' lines alone."""
+    if dead is None or not dead.ranks:
+        return dead
+    common = common_death(col)
+    if common is None or not set(dead.ranks) <= set(common.ranks):
+        return dead
+    if all(e.line is not None and (e.source, e.line) in common.lines for e in dead.lines):
+        return None
+    return dead
+
+
+__all__ = ["CommonDeath", "common_death", "without_common_death"]
