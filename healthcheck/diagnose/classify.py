@@ -57,6 +57,7 @@ from healthcheck.diagnose.hvdstall import horovod_stall
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, first_errors, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
+from healthcheck.diagnose.meshconnect import mesh_failure, without_mesh_victims
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
@@ -302,6 +303,7 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
     init, dead = init_failure(col), without_common_death(col, dead_rank(col))  # commondeath.py: died together
+    dead = without_mesh_victims(col, dead)  # meshconnect.py: a rank that could not reach a peer did not die
     coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
     if coordination is not None and dead is None and (init is None or not init.ranks):
         init = coordination
@@ -315,6 +317,8 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
         init = store_barrier_failure(col)  # storebarrier.py: the barrier failed, no rank it can name
     if init is None and dead is None:
         init = duplicate_rank_claims(col)  # ddpclaims.py: two processes took one global rank
+    if init is None and dead is None:
+        init = mesh_failure(col)  # meshconnect.py: gloo's full mesh never connected
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:

@@ -89,3 +89,57 @@ def test_a_rank_that_raised_first_is_still_named(tmp_path):
     v = _paste(tmp_path, own + _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101)]))
     assert v.cls == "dead-rank" and 1 in named_ranks(v), v.summary
 
+
+# ---------------------------------------------------------------- gloo's full mesh never connected
+
+_GLOO_PATH = "/usr/local/lib/python3.10/dist-packages/torch/distributed/distributed_c10d.py"
+
+
+def _setup_traceback(label: str, error: str) -> str:
+    """init_process_group's traceback down to ProcessGroupGloo's constructor, as Python prints it."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/srv/app/worker.py", line 31, in main',
+             '    dist.init_process_group("gloo", rank=rank, world_size=world)',
+             f'  File "{_GLOO_PATH}", line 1527, in init_process_group',
+             "    default_pg, _ = _new_process_group_helper(",
+             f'  File "{_GLOO_PATH}", line 1744, in _new_process_group_helper',
+             "    backend_class = ProcessGroupGloo(",
+             error]
+    return "".join(f"{label}{line}\n" for line in lines)
+
+
+def test_glog_connectfullmesh_line_in_backticks_is_init_failure_naming_none(tmp_path):
+    text = ("The workers stop at start-up with:\n"
+            "`(Worker pid=4411, ip=10.2.0.7) [rank3]:[E1104 10:02:11.100200300 ProcessGroupGloo.cpp:145] Gloo "
+            "connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error`\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_spawned_process_connect_timeout_is_init_failure_naming_none(tmp_path):
+    text = ("Process SpawnProcess-2:\n"
+            + _setup_traceback("", "RuntimeError: Gloo connectFullMesh failed with "
+                                   "[../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect timeout [none]"))
+    v = _paste(tmp_path, text)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_labelled_pair_connection_refused_in_setup_names_no_rank(tmp_path):
+    error = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:30230: " \
+            "Connection refused"
+    v = _paste(tmp_path, _setup_traceback("[rank2]: ", error))
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+    assert "127.0.1.1" in " ".join(e.text for f in v.findings for e in f.lines)
+
+
+def test_a_rank_dead_in_its_own_code_beside_unconnected_meshes_is_named(tmp_path):
+    own = ("[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "/srv/app/worker.py", line 18, in main\n'
+           "[rank1]:     cfg = load_config(path)\n"
+           '[rank1]:   File "/srv/app/config.py", line 9, in load_config\n'
+           "[rank1]:     raise FileNotFoundError(path)\n"
+           "[rank1]: FileNotFoundError: /data/cfg.yaml\n")
+    mesh = _setup_traceback("[rank0]: ", "RuntimeError: Gloo connectFullMesh failed with "
+                                         "[../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect timeout [none]")
+    v = _paste(tmp_path, own + mesh)
+    assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
