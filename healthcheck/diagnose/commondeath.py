@@ -20,14 +20,23 @@ the agent or an operator sent.
 `common_death` returns the entries' description; `without_common_death` takes back a
 dead-rank finding that stands on those entries alone (every one of its evidence lines is
 one of them), so the verdict names no rank and says the host and the signal instead.
+
+The seconds order a box's signalled entries where they differ (`first_seen`): the agent
+times a worker that left no error file when it finds it exited (ProcessFailure's
+`int(time.time())`), and finds them in two looks: the workers already dead when it first
+polled, then, after it stopped the others (SIGTERM, waiting for them to end), whichever
+ended meanwhile. An entry a second or more later than the box's earliest was alive at the
+first look: of a dead-rank finding standing on one box's entries alone, only the earliest
+second's ranks are named. Several boxes (each node's agent on its own clock) are
+firstchild.py's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from healthcheck.diagnose.findings import JobFinding
-from healthcheck.diagnose.logfacts import COLLATERAL
+from healthcheck.diagnose.findings import JobFinding, job_finding
+from healthcheck.diagnose.logfacts import COLLATERAL, torchrun_time
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
@@ -87,4 +96,32 @@ def without_common_death(col: Collected, dead: JobFinding | None) -> JobFinding 
     return dead
 
 
-__all__ = ["CommonDeath", "common_death", "without_common_death"]
+def first_seen(col: Collected, dead: JobFinding | None) -> JobFinding | None:
+    """`dead` naming only the entries of its box's earliest second, where it stands on one
+    box's entries alone and some of them are a second or more later (see the module's docstring)."""
+    if dead is None or len(dead.ranks) < 2:
+        return dead
+    boxes = [(f.source, block) for f in col.evidence.torch_logs if f.log is not None for block in f.log.child_failed]
+    if len(boxes) != 1:
+        return dead  # each node's agent polls on its own clock: several boxes are firstchild.py's
+    source, block = boxes[0]
+    lines = {x.line for x in block.failures}
+    if not all(e.source == source and e.line in lines for e in dead.lines):
+        return dead
+    times = {x.rank: torchrun_time(x.time) for x in block.failures}
+    if None in times.values() or None in times:
+        return dead
+    first = min(t for t in times.values() if t is not None)
+    kept = tuple(r for r in dead.ranks if times.get(r) == first)
+    later = tuple(r for r in dead.ranks if r not in kept)
+    if not kept or not later:
+        return dead
+    return job_finding(cls="dead-rank", confidence=dead.confidence, ranks=kept, where=dead.where,
+                       evidence=tuple(e for e in dead.lines if e.rank in kept),
+                       summary=f"{rank_words(kept)} died first: "
+                               f"torchrun's agent found {'it' if len(kept) == 1 else 'them'} dead at its first look; "
+                               f"{rank_words(later)} died a second or more later, while the agent stopped the "
+                               "workers (the agent times a signalled worker when it finds it exited)")
+
+
+__all__ = ["CommonDeath", "common_death", "first_seen", "without_common_death"]

@@ -65,10 +65,27 @@ def test_two_signals_in_one_second_are_no_common_death(tmp_path):
     assert v.cls == "dead-rank" and 0 in named_ranks(v), v.summary
 
 
-def test_one_signal_a_second_apart_is_no_common_death(tmp_path):
-    v = _paste(tmp_path, _box(_entry(0, 0, "2025-03-02_11:20:07", -7, 5100),
-                              [_entry(1, 1, "2025-03-02_11:20:08", -7, 5101)]))
-    assert v.cls == "dead-rank" and 0 in named_ranks(v), v.summary
+def test_one_signal_a_second_apart_names_the_first_seen(tmp_path):
+    # the agent finds rank 1 dead at its first look; rank 0 ended a second later, after it
+    v = _paste(tmp_path, _box(_entry(0, 1, "2025-03-02_11:20:07", -7, 5101),
+                              [_entry(1, 0, "2025-03-02_11:20:08", -7, 5100)]))
+    assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
+
+
+def test_several_first_seen_of_four_are_named_not_the_later(tmp_path):
+    t, later = "2025-03-02_11:20:07", "2025-03-02_11:20:09"
+    v = _paste(tmp_path, _box(_entry(0, 2, t, -11, 5102), [_entry(1, 0, later, -11, 5100),
+                                                             _entry(2, 1, later, -6, 5101), _entry(3, 3, t, -9, 5103)]))
+    assert v.cls == "dead-rank" and named_ranks(v) == [2, 3], v.summary
+
+
+def test_two_boxes_seconds_apart_are_not_ordered_here(tmp_path):
+    # each node's agent on its own clock: across boxes the earliest is firstchild.py's, never this rule's
+    a = _box(_entry(0, 0, "2025-03-02_11:20:07", -7, 5100), [_entry(1, 1, "2025-03-02_11:20:07", -7, 5101)])
+    b = _box(_entry(0, 2, "2025-03-02_11:20:09", -11, 6100, "gpu08"),
+             [_entry(1, 3, "2025-03-02_11:20:09", -11, 6101, "gpu08")])
+    v = _paste(tmp_path, a + b)
+    assert v.cls == "dead-rank" and {0, 1} <= set(named_ranks(v)), v.summary
 
 
 def test_signal_beside_the_agents_sigterms_is_no_common_death(tmp_path):
