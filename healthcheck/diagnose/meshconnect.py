@@ -11,7 +11,9 @@ formed: the job failed while starting (init-failure), whatever prefix the line w
 traceback). The line is the reporting rank's, which could not reach a peer; the peer is
 named by its address at most (often `[none]`: none known), not by its rank, so no rank is
 named. Only where no rank's own death explains it (deaths.py): a rank that died first
-leaves its peers' meshes unconnected too.
+leaves its peers' meshes unconnected too; nor in the last attempt of a console torchrun
+restarted the workers in (attempts.py): the new workers fail to connect on what the failed
+attempt left, and the verdict is built over every attempt (`verdict._over_every_attempt`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def without_mesh_victims(col: Collected, dead: JobFinding | None) -> JobFinding 
 
 def mesh_failure(col: Collected) -> JobFinding | None:
     """The init-failure of a gloo mesh that never connected, or None (see the module's docstring)."""
+    if col.whole is not None:
+        return None  # a restart's workers connecting to what the failed attempt left: verdict.py reads every attempt
     items: list[Evidence] = []
     for source, g, rank in _mesh_errors(col):
         peer = f" (peer {g.peer}{':' + str(g.port) if g.port else ''})" if g.peer else ""
