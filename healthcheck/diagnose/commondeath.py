@@ -9,8 +9,9 @@ the host), not one rank that failed and took the others down. A peer that a dead
 down fails in a collective (an exit code, a timeout) or is stopped by the agent (SIGTERM),
 seconds later; it does not die of the same signal in the same second. The box is then the
 whole of what failed on its node (torch 2.x lists every worker it stopped as well), so this
-holds for all of the world or all of one host's ranks alike; a rank elsewhere whose own
-error came first is the dead rank's rule's to name, and then nothing is taken back.
+holds for all of the world (every box's entries alike) or all of one host's ranks (one
+box's entries alike, the other boxes' otherwise) alike; a rank elsewhere whose own error
+came first is the dead rank's rule's to name, and then nothing is taken back.
 
 Not a common death: a world of two where one entry is a second or more earlier than the
 other (the first died first), or where one died by a signal and the other by an exit code
@@ -39,6 +40,7 @@ from healthcheck.diagnose.findings import JobFinding, job_finding
 from healthcheck.diagnose.logfacts import COLLATERAL, torchrun_time
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.parsers.torch_log import ChildFailure
 
 # what one signal on every worker at once usually means (the words the verdict adds)
 _CAUSE = {
@@ -61,37 +63,43 @@ class CommonDeath:
     def describe(self) -> str:
         where = f" on {', '.join(self.hosts)}" if self.hosts else ""
         cause = _CAUSE.get(self.signal, "one cause common to them all")
-        return (f"every worker torchrun reports failed ({rank_words(self.ranks)}{where}) died of {self.signal} "
+        return (f"the workers torchrun reports failed{where} ({rank_words(self.ranks)}) all died of {self.signal} "
                 f"in the same second ({self.time}): {cause}; no rank stands out")
 
 
-def common_death(col: Collected) -> CommonDeath | None:
-    """The box entries' common death (see the module's docstring), or None."""
-    entries = [(f.source, x) for f in col.evidence.torch_logs if f.log is not None
-               for block in f.log.child_failed for x in block.failures]
-    if len(entries) < 2:
-        return None
+def _together(entries: list[tuple[str, ChildFailure]]) -> CommonDeath | None:
+    """These entries' common death: two or more ranks, one signal nobody sent, one second."""
     signals = {x.signal for _, x in entries}
     times = {x.time for _, x in entries}
-    if len(signals) != 1 or len(times) != 1:
+    ranks = {x.rank for _, x in entries}
+    if len(signals) != 1 or len(times) != 1 or None in ranks or len(ranks) < 2:
         return None
     signal, time = signals.pop(), times.pop()
-    ranks = {x.rank for _, x in entries}
-    if not signal or signal in COLLATERAL or not time or None in ranks or len(ranks) < 2:
+    if not signal or signal in COLLATERAL or not time:
         return None
     return CommonDeath(signal=signal, time=time, ranks=tuple(sorted(r for r in ranks if r is not None)),
                        hosts=tuple(sorted({x.host for _, x in entries if x.host})),
                        lines=frozenset((source, x.line) for source, x in entries))
 
 
+def common_deaths(col: Collected) -> list[CommonDeath]:
+    """The common deaths (see the module's docstring): every box's entries together where
+    they all died so, else each box (one node's agent: all of that host's failed workers)
+    whose entries did."""
+    boxes = [[(f.source, x) for x in block.failures] for f in col.evidence.torch_logs if f.log is not None
+             for block in f.log.child_failed]
+    whole = _together([e for box in boxes for e in box])
+    if whole is not None:
+        return [whole]
+    return [c for c in (_together(box) for box in boxes) if c is not None]
+
+
 def without_common_death(col: Collected, dead: JobFinding | None) -> JobFinding | None:
-    """`dead`, or None where it names only ranks of a common death on those entries' lines alone."""
+    """`dead`, or None where it names only ranks of common deaths, on those entries' lines alone."""
     if dead is None or not dead.ranks:
         return dead
-    common = common_death(col)
-    if common is None or not set(dead.ranks) <= set(common.ranks):
-        return dead
-    if all(e.line is not None and (e.source, e.line) in common.lines for e in dead.lines):
+    lines = {line for c in common_deaths(col) for line in c.lines}
+    if lines and all(e.line is not None and (e.source, e.line) in lines for e in dead.lines):
         return None
     return dead
 
@@ -124,4 +132,4 @@ def first_seen(col: Collected, dead: JobFinding | None) -> JobFinding | None:
                                "workers (the agent times a signalled worker when it finds it exited)")
 
 
-__all__ = ["CommonDeath", "common_death", "first_seen", "without_common_death"]
+__all__ = ["CommonDeath", "common_deaths", "first_seen", "without_common_death"]

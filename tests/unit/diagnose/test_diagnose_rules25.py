@@ -53,6 +53,16 @@ def test_world_of_two_both_segfaulted_in_one_second_names_none(tmp_path):
     assert "SIGSEGV" in v.summary, v.summary
 
 
+def test_one_hosts_workers_dead_together_beside_anothers_stopped_names_none(tmp_path):
+    t = "2025-03-02_11:20:07"
+    a = _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101)])
+    b = _box(_entry(0, 2, "2025-03-02_11:20:12", -15, 6100, "gpu08"),
+             [_entry(1, 3, "2025-03-02_11:20:12", -15, 6101, "gpu08")])
+    v = _paste(tmp_path, a + b)
+    assert v.cls == "unknown" and named_ranks(v) == [], v.summary
+    assert "gpu07" in v.summary and "SIGBUS" in v.summary, v.summary
+
+
 def test_one_signal_and_one_exit_code_names_the_signalled(tmp_path):
     t = "2025-03-02_11:20:07"
     v = _paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, 1, 5101)]))
@@ -83,7 +93,7 @@ def test_two_boxes_seconds_apart_are_not_ordered_here(tmp_path):
     # each node's agent on its own clock: across boxes the earliest is firstchild.py's, never this rule's
     a = _box(_entry(0, 0, "2025-03-02_11:20:07", -7, 5100), [_entry(1, 1, "2025-03-02_11:20:07", -7, 5101)])
     b = _box(_entry(0, 2, "2025-03-02_11:20:09", -11, 6100, "gpu08"),
-             [_entry(1, 3, "2025-03-02_11:20:09", -11, 6101, "gpu08")])
+             [_entry(1, 3, "2025-03-02_11:20:09", -7, 6101, "gpu08")])
     v = _paste(tmp_path, a + b)
     assert v.cls == "dead-rank" and {0, 1} <= set(named_ranks(v)), v.summary
 
