@@ -9,13 +9,15 @@ different ranks for one failure, the verdict lowers its confidence and says so.
 Rules, in the order of precedence the verdict uses:
  1. init-failure: a port in use, rendezvous/store timeouts, NCCL without a usable
     interface, duplicate GPUs, Init START without COMPLETE, the ranks the store-based
-    barrier never counted (storebarrier.py).
+    barrier never counted (storebarrier.py), gloo's full mesh that never connected
+    (meshconnect.py, naming no rank).
  2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors that point at
     the device (a CUDA fault of the program's own making, an illegal memory access, without
     an Xid is its rank's death: cudafault.py).
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
-    (error.json, a traceback), NCCL `Cuda failure 'out of memory'`.
+    (error.json, a traceback), NCCL `Cuda failure 'out of memory'`; never workers that died
+    of one signal in one second (commondeath.py: a common cause, no rank stands out).
  4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
     odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
@@ -43,6 +45,7 @@ from collections.abc import Iterable
 
 from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
+from healthcheck.diagnose.commondeath import first_seen, without_common_death
 from healthcheck.diagnose.coordination import coordination_timeout
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
@@ -56,6 +59,7 @@ from healthcheck.diagnose.hvdstall import horovod_stall
 from healthcheck.diagnose.launchdiff import launch_differs
 from healthcheck.diagnose.logfacts import COLLATERAL, first_errors, nccl_colls
 from healthcheck.diagnose.mbarrier import barrier_absentees, barrier_blamed
+from healthcheck.diagnose.meshconnect import mesh_failure, without_mesh_victims
 from healthcheck.diagnose.mismatch import mismatch
 from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
@@ -300,7 +304,9 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     """The init-failure (into out) and the dead-rank finding (returned): a dead rank whose
     own error is its process group's setup could not start; peers that waited in the store
     for a rank that died before it joined are its consequence."""
-    init, dead = init_failure(col), dead_rank(col)
+    init, dead = init_failure(col), without_common_death(col, dead_rank(col))  # commondeath.py: died together
+    dead = first_seen(col, dead)  # commondeath.py: the box's later seconds were alive at the agent's first look
+    dead = without_mesh_victims(col, dead)  # meshconnect.py: a rank that could not reach a peer did not die
     coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
     if coordination is not None and dead is None and (init is None or not init.ranks):
         init = coordination
@@ -314,6 +320,8 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
         init = store_barrier_failure(col)  # storebarrier.py: the barrier failed, no rank it can name
     if init is None and dead is None:
         init = duplicate_rank_claims(col)  # ddpclaims.py: two processes took one global rank
+    if init is None and dead is None:
+        init = mesh_failure(col)  # meshconnect.py: gloo's full mesh never connected
     setup = died_in_setup(col, dead)  # setupdeath.py: the dead rank's own error is its process group's setup
     setup = setup or launch_differs(col, dead)  # launchdiff.py: its own rendezvous, or its environment refused
     if setup is not None:

@@ -34,6 +34,7 @@ from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.diagnose.analysis import iso
 from healthcheck.diagnose.classify import NEXT_STEP, Analysis, analyse, ordered
+from healthcheck.diagnose.commondeath import common_deaths
 from healthcheck.diagnose.endings import ending
 from healthcheck.diagnose.evidence import HealthEvent, JobEvidence, RankEvidence
 from healthcheck.diagnose.findings import CHECK, Confidence, FailureClass, JobFinding, job_finding
@@ -232,6 +233,8 @@ def _why_unknown(col: Collected, analysis: Analysis, findings: list[JobFinding],
     held = failures_held(col)
     if held and not said:
         said = f"the logs hold {held}, and none of it names a culprit rank"
+    for together in common_deaths(col):  # commondeath.py: workers that died of one signal in one second
+        said = (said + "; " if said else "") + together.describe()
     bare = bare_aborts(col)  # ownabort.py: a SIGABRT with nothing of the rank's own
     if bare:
         said = (said + "; " if said else "") + (
