@@ -13,9 +13,10 @@ A run is found over the bytes in C (`template_runs`: `bytes.translate` of each d
 mark; stretches of identical marked lines found by comparing a line repeated against what
 follows it, doubling, then halving; a stretch's template, its runs of marks squeezed to one,
 made once and stretches of one template joined), so the lines left out cost no Python each
-and the whole text is never split into lines; `tests/unit/diagnose/test_diagnose_condense.py`
-holds it to the line-by-line reading it replaced. Lines of one template hold the same characters but for their digits, so what
-the first and last line of a run show, every line of it shows. Only a run with nothing that
+and the whole text is never split into lines;
+`tests/unit/diagnose/test_diagnose_condense.py` holds it to the line-by-line reading it
+replaced. Lines of one template hold the same characters but for their digits, so what the
+first and last line of a run show, every line of it shows. Only a run with nothing that
 tells its lines apart by source, and nothing a parser keeps line by line, is condensed: no
 line carries a launcher's or rank label (the line layer's `labels_of`), a host's label or a
 line number, or starts indented (a traceback's frames, a box's rows); each word that names a
@@ -24,9 +25,9 @@ it, searched for over the run); NCCL's parser reads none of its lines (parsers/n
 NCCL_MARKS: its facts count channels and operations line by line); and the torch log parser,
 reading its first and its last line alone, finds none of its facts (each line of a store
 barrier's wait or a timeout is a fact of its own) and no traceback. And the text is read
-whole where its kept lines would decide a shape of the line layer otherwise than all of
-them (`_shapes`: a quoted paste, a logging prefix, a viewer's numbers, worker labels by
-majority, a parallel shell's hosts; `_same_wrap`: a terminal's hard wrap).
+whole where its kept lines would decide a shape of the line layer otherwise than all of them
+(`_shapes`: a quoted paste, a logging prefix, a viewer's numbers, worker labels by majority,
+a parallel shell's hosts; `_same_wrap`: a terminal's hard wrap).
 
 The invariant: a text of at most BIG_TEXT_BYTES, every fixture under tests/fixtures, is
 read exactly as ever (`condensed` returns None). Above it the readers see the condensed
