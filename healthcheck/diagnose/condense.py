@@ -120,26 +120,22 @@ def _repeats(marked: bytes, pos: int, width: int) -> int:
     return count
 
 
-def _same_lines(marked: bytes) -> list[tuple[int, int, int]]:
-    """(start, end, lines) of each stretch of identical lines of `marked` (the text with its
-    digits one mark each, so a line and the next with other digit values but as many are
-    identical), the last line (after the last newline, maybe empty) a stretch of its own."""
-    out: list[tuple[int, int, int]] = []
-    pos = 0
+def _same_lines(marked: bytes) -> list[tuple[int, int, int, int]]:
+    """(start, end of its first line, end, lines) of each stretch of identical lines of
+    `marked` (the text with its digits one mark each, so a line and the next with other
+    digit values but as many are identical), the last line (after the last newline, maybe
+    empty) a stretch of its own."""
+    out: list[tuple[int, int, int, int]] = []
+    pos, find, startswith = 0, marked.find, marked.startswith
     while True:
-        newline = marked.find(b"\n", pos)
+        newline = find(b"\n", pos)
         if newline < 0:
-            out.append((pos, len(marked), 1))
+            out.append((pos, len(marked), len(marked), 1))
             return out
-        count = _repeats(marked, pos, newline + 1 - pos)
-        end = pos + count * (newline + 1 - pos)
-        out.append((pos, end, count))
-        pos = end
-
-
-def _width(line: bytes) -> int:
-    """The characters of one line (its newline left out) as the decoded text's line holds them."""
-    return len(line) if line.isascii() else len(line.decode("utf-8", errors="replace"))
+        width = newline + 1 - pos
+        count = _repeats(marked, pos, width) if startswith(marked[pos:newline + 1], newline + 1) else 1
+        out.append((pos, newline, pos + count * width, count))
+        pos += count * width
 
 
 def template_runs(data: bytes) -> list[Run]:
@@ -148,13 +144,12 @@ def template_runs(data: bytes) -> list[Run]:
     identical digit-marked lines (`_same_lines`), so a line costs Python only where its
     digits' count differs from the line before's; the template is made once a stretch."""
     marked = data.translate(_DIGITS_MARKED)
+    ascii_only = data.isascii()  # a line's characters are its bytes
     runs: list[Run] = []
     template, at = None, 0
-    for start, end, count in _same_lines(marked):
-        line_end = marked.find(b"\n", start, end)
-        line_end = end if line_end < 0 else line_end
+    for start, line_end, end, count in _same_lines(marked):
         this = _SQUEEZE.sub(_MARK, marked[start:line_end])
-        width = _width(data[start:line_end])
+        width = line_end - start if ascii_only else len(data[start:line_end].decode("utf-8", errors="replace"))
         if this == template:
             last = runs[-1]
             last.count += count
@@ -178,29 +173,31 @@ def _no_facts(line: str) -> bool:
     return not log.cut_tracebacks and not any(getattr(log, name) for name in FACT_KINDS)
 
 
-def _condensable(first: str, last: str, run: Callable[[], str]) -> bool:
+def _condensable(first: str, last: str, count: int, run: Callable[[], str]) -> bool:
     """Whether a run of lines of one template is safe to condense: no line of a traceback,
     box or other indented block, none the torch log parser makes a fact of (its first and
     last read alone: the others share their template), no label, host, line number or
     NCCL line, and every word naming a rank or device naming one number (`run`: the run's
-    lines, each with its newline, asked for last)."""
+    `count` lines, each with its newline, asked for last)."""
     if first[:1].isspace() or _SOURCE_LABEL.match(first) or labels_of(first[:120], workers=True).labelled:
         return False
     if NCCL_MARKS.search(first) or NCCL_MARKS.search(last) or not (_no_facts(first) and _no_facts(last)):
         return False
-    return _names_one_source(first, run())
+    return _names_one_source(first, run(), count)
 
 
-def _names_one_source(first: str, run: str) -> bool:
+def _names_one_source(first: str, run: str, count: int) -> bool:
     """Whether each word of the run's first line that names a rank or device (`rank0`,
     `[Rank 3]`) names one number on every line of `run` (its lines, each ending in a
-    newline). The lines share the first's template, so each such word and what separates it
-    from its number is in every line as it is in the first: a literal searched for (fast)
-    rather than the words in any case."""
+    newline, `count` of them). The lines share the first's template, so each such word and
+    what separates it from its number is in every line as it is in the first: a literal
+    searched for (fast) rather than the words in any case. The word and its separator hold
+    no digit nor newline, so no line holds them where another does not (they cannot span a
+    run of digits, and the rest of each line is the first's): `count` times the first's."""
     for m in _NAMED.finditer(first):
         before = first[m.start():m.start(2)]  # the word and its separator, `rank` or `[Rank `
         named = first[m.start():m.end(2) + 1] if m.end(2) < len(first) else first[m.start():] + "\n"
-        if run.count(named) != run.count(before):  # a line where the word names another number (or none)
+        if run.count(named) != count * first.count(before):  # a line where it names another number (or none)
             return False
     return True
 
@@ -253,7 +250,7 @@ def condensed(data: bytes, text: str) -> Condensed | None:
     runs = template_runs(data)
     for run in runs:
         first, last = _first_and_last(data, run) if run.count > 2 * keep + 1 else ("", "")
-        if run.count > 2 * keep + 1 and _condensable(first, last, _run_lines(data, run)):
+        if run.count > 2 * keep + 1 and _condensable(first, last, run.count, _run_lines(data, run)):
             head, tail = _ends(data, run, keep)
             pieces += (data[run.start:head], data[tail:run.end])
             numbers.extend(range(run.first + 1, run.first + keep + 1))

@@ -236,7 +236,7 @@ def _reference(data: bytes, text: str) -> tuple[str, list[int]] | None:
     for _, group in groupby(marked.split(b"\n")):
         n = len(list(group))
         run = raw[at:at + n]
-        if n > 2 * keep + 1 and condense._condensable(run[0], run[-1], lambda run=run: "\n".join(run) + "\n"):
+        if n > 2 * keep + 1 and condense._condensable(run[0], run[-1], n, lambda run=run: "\n".join(run) + "\n"):
             kept += [*range(at, at + keep), *range(at + n - keep, at + n)]
             bare = bare or not read_line(1, raw[at])[0].labels
         else:
