@@ -9,10 +9,14 @@ the readers need its first lines (the first time each template is logged:
 loggednumbers.py; a loop's first rounds: steps.py) and its last (the rank's last step and
 warning, the last stamp before whatever follows); the lines between say the same again.
 
-A run is found over the bytes in C (`bytes.translate` of the digits to one mark, runs of
-the mark squeezed to one, `split`, `itertools.groupby`), so the lines left out cost no
-Python each. Lines of one template hold the same characters but for their digits, so what
-the first and last line of a run show, every line of it shows. Only a run with nothing that
+A run is found over the bytes in C (`template_runs`: `bytes.translate` of each digit to a
+mark; stretches of identical marked lines found by comparing a line repeated against what
+follows it, doubling, then halving; a stretch's template, its runs of marks squeezed to one,
+made once and stretches of one template joined), so the lines left out cost no Python each
+and the whole text is never split into lines;
+`tests/unit/diagnose/test_diagnose_condense.py` holds it to the line-by-line reading it
+replaced. Lines of one template hold the same characters but for their digits, so what the
+first and last line of a run show, every line of it shows. Only a run with nothing that
 tells its lines apart by source, and nothing a parser keeps line by line, is condensed: no
 line carries a launcher's or rank label (the line layer's `labels_of`), a host's label or a
 line number, or starts indented (a traceback's frames, a box's rows); each word that names a
@@ -21,9 +25,9 @@ it, searched for over the run); NCCL's parser reads none of its lines (parsers/n
 NCCL_MARKS: its facts count channels and operations line by line); and the torch log parser,
 reading its first and its last line alone, finds none of its facts (each line of a store
 barrier's wait or a timeout is a fact of its own) and no traceback. And the text is read
-whole where its kept lines would decide a shape of the line layer otherwise than all of
-them (`_shapes`: a quoted paste, a logging prefix, a viewer's numbers, worker labels by
-majority, a parallel shell's hosts; `_same_wrap`: a terminal's hard wrap).
+whole where its kept lines would decide a shape of the line layer otherwise than all of them
+(`_shapes`: a quoted paste, a logging prefix, a viewer's numbers, worker labels by majority,
+a parallel shell's hosts; `_same_wrap`: a terminal's hard wrap).
 
 The invariant: a text of at most BIG_TEXT_BYTES, every fixture under tests/fixtures, is
 read exactly as ever (`condensed` returns None). Above it the readers see the condensed
@@ -39,11 +43,12 @@ threshold of 0 and short runs, and compares the verdicts and every rank's facts.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import groupby
 
 from healthcheck.core.errors import ParseError
 from healthcheck.parsers.lines import (
+    HOST_SAMPLE,
     QUOTED_SAMPLE,
     clock_stamped,
     drop_quote,
@@ -67,6 +72,7 @@ BIG_TEXT_BYTES = 1 * MiB  # above it a text log is condensed; at or below, read 
 RUN_KEEP = 16  # lines kept at each end of a condensed run
 _MARK = b"\x00"  # every digit run becomes one: a template as loggednumbers.py makes, over bytes
 _DIGITS_MARKED = bytes.maketrans(b"0123456789", _MARK * 10)
+_SQUEEZE = re.compile(re.escape(_MARK) + b"+")
 
 # what tells lines of one template apart by source: a rank's or device's number in words
 # (`rank0`, `[Rank 3]`, `local_rank=1`, `GPU 2`); each such word keeps one number in a run
@@ -85,14 +91,75 @@ class Condensed:
     numbers: list[int]
 
 
-def _templates(data: bytes) -> list[bytes]:
-    """Each line of `data` with every run of digits one mark (C speed)."""
+@dataclass
+class Run:
+    """Lines of one template, one after another: the first one's index (0-based), how many,
+    their bytes (`start`..`end`, the last line's newline in it where it has one) and, per
+    stretch of lines identical but for the digits' values, how many and how wide (in
+    characters, as `str.split` gives them)."""
+
+    first: int
+    count: int
+    start: int
+    end: int
+    widths: list[tuple[int, int]]
+
+
+def _repeats(marked: bytes, pos: int, width: int) -> int:
+    """How many lines from `pos` on are `marked[pos:pos + width]` (a line and its newline)
+    again, it included: doubling, then halving, each step one comparison in C."""
+    line = marked[pos:pos + width]
+    count, step = 1, 1
+    while marked.startswith(line * step, pos + count * width):
+        count += step
+        step *= 2
+    while step > 1:
+        step //= 2
+        if marked.startswith(line * step, pos + count * width):
+            count += step
+    return count
+
+
+def _same_lines(marked: bytes) -> list[tuple[int, int, int, int]]:
+    """(start, end of its first line, end, lines) of each stretch of identical lines of
+    `marked` (the text with its digits one mark each, so a line and the next with other
+    digit values but as many are identical), the last line (after the last newline, maybe
+    empty) a stretch of its own."""
+    out: list[tuple[int, int, int, int]] = []
+    pos, find, startswith = 0, marked.find, marked.startswith
+    while True:
+        newline = find(b"\n", pos)
+        if newline < 0:
+            out.append((pos, len(marked), len(marked), 1))
+            return out
+        width = newline + 1 - pos
+        count = _repeats(marked, pos, width) if startswith(marked[pos:newline + 1], newline + 1) else 1
+        out.append((pos, newline, pos + count * width, count))
+        pos += count * width
+
+
+def template_runs(data: bytes) -> list[Run]:
+    """The runs of lines of one template (every run of digits one mark: a template as
+    loggednumbers.py makes, over bytes) of `data`, in order: found in C over stretches of
+    identical digit-marked lines (`_same_lines`), so a line costs Python only where its
+    digits' count differs from the line before's; the template is made once a stretch."""
     marked = data.translate(_DIGITS_MARKED)
-    twice = _MARK * 2
-    marked = marked.replace(twice * 2, _MARK)  # a clock's and a date's four digits at once: fewer passes
-    while twice in marked:
-        marked = marked.replace(twice, _MARK)
-    return marked.split(b"\n")
+    ascii_only = data.isascii()  # a line's characters are its bytes
+    runs: list[Run] = []
+    template, at = None, 0
+    for start, line_end, end, count in _same_lines(marked):
+        this = _SQUEEZE.sub(_MARK, marked[start:line_end])
+        width = line_end - start if ascii_only else len(data[start:line_end].decode("utf-8", errors="replace"))
+        if this == template:
+            last = runs[-1]
+            last.count += count
+            last.end = end
+            last.widths.append((count, width))
+        else:
+            runs.append(Run(at, count, start, end, [(count, width)]))
+            template = this
+        at += count
+    return runs
 
 
 def _no_facts(line: str) -> bool:
@@ -106,69 +173,114 @@ def _no_facts(line: str) -> bool:
     return not log.cut_tracebacks and not any(getattr(log, name) for name in FACT_KINDS)
 
 
-def _condensable(lines: list[str]) -> bool:
+def _condensable(first: str, last: str, count: int, run: Callable[[], str]) -> bool:
     """Whether a run of lines of one template is safe to condense: no line of a traceback,
     box or other indented block, none the torch log parser makes a fact of (its first and
     last read alone: the others share their template), no label, host, line number or
-    NCCL line, and every word naming a rank or device naming one number."""
-    first = lines[0]
+    NCCL line, and every word naming a rank or device naming one number (`run`: the run's
+    `count` lines, each with its newline, asked for last)."""
     if first[:1].isspace() or _SOURCE_LABEL.match(first) or labels_of(first[:120], workers=True).labelled:
         return False
-    if NCCL_MARKS.search(first) or NCCL_MARKS.search(lines[-1]) or not (_no_facts(first) and _no_facts(lines[-1])):
+    if NCCL_MARKS.search(first) or NCCL_MARKS.search(last) or not (_no_facts(first) and _no_facts(last)):
         return False
-    return _names_one_source(first, "\n".join(lines))
+    return _names_one_source(first, run(), count)
 
 
-def _names_one_source(first: str, run: str) -> bool:
+def _names_one_source(first: str, run: str, count: int) -> bool:
     """Whether each word of the run's first line that names a rank or device (`rank0`,
-    `[Rank 3]`) names one number on every line of `run`. The lines share the first's
-    template, so each such word and what separates it from its number is in every line as
-    it is in the first: a literal searched for (fast) rather than the words in any case."""
-    run += "\n"
+    `[Rank 3]`) names one number on every line of `run` (its lines, each ending in a
+    newline, `count` of them). The lines share the first's template, so each such word and
+    what separates it from its number is in every line as it is in the first: a literal
+    searched for (fast) rather than the words in any case. The word and its separator hold
+    no digit nor newline, so no line holds them where another does not (they cannot span a
+    run of digits, and the rest of each line is the first's): `count` times the first's."""
     for m in _NAMED.finditer(first):
         before = first[m.start():m.start(2)]  # the word and its separator, `rank` or `[Rank `
         named = first[m.start():m.end(2) + 1] if m.end(2) < len(first) else first[m.start():] + "\n"
-        if run.count(named) != run.count(before):  # a line where the word names another number (or none)
+        if run.count(named) != count * first.count(before):  # a line where it names another number (or none)
             return False
     return True
+
+
+def _decoded(data: bytes) -> str:
+    """Lines of the log's bytes as the whole text's decoding holds them: a newline ends any
+    cut character in both, so lines decoded apart are the lines of the whole decoded."""
+    return data.decode("utf-8", errors="replace")
+
+
+def _ends(data: bytes, run: Run, keep: int) -> tuple[int, int]:
+    """Where the run's first `keep` lines end and its last `keep` start (bytes)."""
+    head = run.start
+    for _ in range(keep):
+        head = data.find(b"\n", head) + 1
+    tail = run.end - 1 if data[run.end - 1:run.end] == b"\n" else run.end
+    for _ in range(keep):
+        tail = data.rfind(b"\n", run.start, tail)
+    return head, tail + 1
+
+
+def _first_and_last(data: bytes, run: Run) -> tuple[str, str]:
+    """A run's first and last line."""
+    first_end = data.find(b"\n", run.start, run.end)
+    end = run.end - 1 if data[run.end - 1:run.end] == b"\n" else run.end
+    return (_decoded(data[run.start:first_end]),
+            _decoded(data[data.rfind(b"\n", run.start, end) + 1:end]))
+
+
+def _run_lines(data: bytes, run: Run) -> Callable[[], str]:
+    """A run's lines, each ending in a newline (the text's last line given one)."""
+    def lines() -> str:
+        segment = _decoded(data[run.start:run.end])
+        return segment if segment.endswith("\n") else segment + "\n"
+    return lines
 
 
 def condensed(data: bytes, text: str) -> Condensed | None:
     """`text` (`data` decoded) with the middle of each long run of one template left out
     (see the module doc); None where it is at most BIG_TEXT_BYTES, where it is not split by
-    "\\n" (a CR-only text) or where nothing would be left out: read it whole."""
-    if len(data) <= BIG_TEXT_BYTES or "\n" not in text:
-        return None
+    "\\n" (a CR-only text) or where nothing would be left out: read it whole. The whole
+    text is never split into lines: its runs are found over the bytes (`template_runs`),
+    the kept lines alone decoded, and only the first lines that decide a shape split off."""
+    if len(data) <= BIG_TEXT_BYTES or b"\n" not in data or data.count(b"\n") != text.count("\n"):
+        return None  # small, a CR-only text, or one the decoding changed the lines of: read it whole
     keep = RUN_KEEP  # the module's, read now: the differential test lowers both
-    raw = text.split("\n")
-    templates = _templates(data)
-    if len(templates) != len(raw):
-        return None  # the decoding changed the lines (cannot happen with errors="replace"): read it whole
-    kept: list[int] = []  # 0-based indexes into raw
-    at, bare = 0, False
-    for _, group in groupby(templates):
-        n = len(list(group))
-        if n > 2 * keep + 1 and _condensable(raw[at:at + n]):
-            kept.extend(range(at, at + keep))
-            kept.extend(range(at + n - keep, at + n))
-            bare = bare or not read_line(1, raw[at])[0].labels  # nothing taken off: a wrap's piece to the layer
+    pieces: list[bytes] = []
+    numbers: list[int] = []
+    bare = cut = False
+    runs = template_runs(data)
+    for run in runs:
+        first, last = _first_and_last(data, run) if run.count > 2 * keep + 1 else ("", "")
+        if run.count > 2 * keep + 1 and _condensable(first, last, run.count, _run_lines(data, run)):
+            head, tail = _ends(data, run, keep)
+            pieces += (data[run.start:head], data[tail:run.end])
+            numbers.extend(range(run.first + 1, run.first + keep + 1))
+            numbers.extend(range(run.first + run.count - keep + 1, run.first + run.count + 1))
+            bare = bare or not read_line(1, first)[0].labels  # nothing taken off: a wrap's piece to the layer
+            cut = True
         else:
-            kept.extend(range(at, at + n))
-        at += n
-    if len(kept) == len(raw):
+            pieces.append(data[run.start:run.end])
+            numbers.extend(range(run.first + 1, run.first + run.count + 1))
+    if not cut:
         return None
-    lines = [raw[i] for i in kept]
-    if _shapes(lines, text) != _shapes(raw, text) or not _same_wrap(raw, kept, bare):
+    kept = _decoded(b"".join(pieces))
+    lines = kept.split("\n")
+    # the whole text's lines that decide its shapes: the first HOST_SAMPLE (every shape but
+    # worker labels, which count all lines, and only where a ` | ` is in the text at all)
+    pipes = " | " in text
+    leading = text.split("\n") if pipes else text.split("\n", HOST_SAMPLE)[:HOST_SAMPLE]
+    stretches = [stretch for run in runs for stretch in run.widths]
+    if len(lines) != len(numbers) or _shapes(lines, pipes) != _shapes(leading, pipes) or \
+            not _same_wrap(stretches, lines, bare):
         return None  # the kept lines would decide a shape otherwise than the whole text: read it whole
-    return Condensed(text="\n".join(lines), numbers=[i + 1 for i in kept])
+    return Condensed(text=kept, numbers=numbers)
 
 
-def _shapes(lines: list[str], text: str) -> tuple[bool, ...]:
+def _shapes(lines: list[str], pipes: bool) -> tuple[bool, ...]:
     """What the line layer decides over a text's lines before it reads one (lines.read_lines),
     each over its first lines (a quoted paste or reply, a logging prefix, a viewer's numbers or
     columns, a parallel shell's hosts) or, for a process manager's `NAME-N | ` labels, over
-    all of them (only where a ` | ` is in the text at all: every such label holds one)."""
-    workers = " | " in text and worker_labelled(lines)
+    all of them (only where a ` | ` is in the text at all, `pipes`: every such label holds one)."""
+    workers = pipes and worker_labelled(lines)
     reply = quoted_reply(lines)
     # a CI runner's clock stamps, judged as read_lines judges them (a quoted reply's quotes off)
     sample = [drop_quote(x) for x in lines[:QUOTED_SAMPLE]] if reply else lines
@@ -176,24 +288,26 @@ def _shapes(lines: list[str], text: str) -> tuple[bool, ...]:
             viewer_columned(lines), clock_stamped(sample), host_labelled(lines), workers)
 
 
-def _same_wrap(raw: list[str], kept: list[int], bare: bool) -> bool:
-    """Whether the kept lines tell a terminal's hard wrap (lines.terminal_width) as the whole
-    text does. It is told by pairs of lines exactly as wide, the second with nothing taken
-    off it, at the commonest such width, where no line is wider: so only at the widest
+def _same_wrap(stretches: list[tuple[int, int]], lines: list[str], bare: bool) -> bool:
+    """Whether the kept `lines` tell a terminal's hard wrap (lines.terminal_width) as the
+    whole text does (`stretches`: its lines as (how many, how wide) of lines one after
+    another as wide). It is told by pairs of lines exactly as wide, the second with nothing
+    taken off it, at the commonest such width, where no line is wider: so only at the widest
     width. Where no left-out line is bare (`bare` False: a stamp or a label came off each)
     the pairs are the same: the same wrap where the widest line is kept, and none either
     way where no two kept lines of the widest kept width make a pair. Where some are bare,
     none either way where the widest line is kept and no two of the widest lines follow
     one another, whole or kept."""
-    widths = list(map(len, raw))
-    widest, kept_widths = max(widths), [widths[i] for i in kept]
+    widest = max(width for _, width in stretches)
+    kept_widths = list(map(len, lines))
     kept_widest = max(kept_widths)
     if not bare:
         return kept_widest == widest or not any(
-            kept_widths[n - 1] == kept_widths[n] == kept_widest and not read_line(1, raw[kept[n]])[0].labels
-            for n in range(1, len(kept)))
+            kept_widths[n - 1] == kept_widths[n] == kept_widest and not read_line(1, lines[n])[0].labels
+            for n in range(1, len(lines)))
     if kept_widest != widest:
         return False
-    at = [n for n, width in enumerate(widths) if width == widest]
-    positions = [n for n, width in enumerate(kept_widths) if width == widest]
-    return not any(b - a == 1 for pairs in (at, positions) for a, b in zip(pairs, pairs[1:], strict=False))
+    whole_follow = any(width == widest and (count > 1 or following == widest)
+                       for (count, width), (_, following) in zip(stretches, [*stretches[1:], (0, -1)], strict=True))
+    kept_follow = any(a == b == widest for a, b in zip(kept_widths, kept_widths[1:], strict=False))
+    return not (whole_follow or kept_follow)

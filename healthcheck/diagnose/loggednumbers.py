@@ -62,9 +62,12 @@ def read_logged(text: str, file_rank: int | None, into: Logged, lines: Iterable[
         rank = line.global_rank if line.global_rank is not None else file_rank
         if rank is None or line.noise:
             continue
-        t = _template(line.text.rstrip())
+        text = line.text.rstrip()
         seen = into.setdefault(rank, {})
-        if t is not None and t[0] not in seen and len(seen) < TEMPLATES_MAX:
+        if len(seen) >= TEMPLATES_MAX or _DIGITS.sub("#", text)[:TEMPLATE_CHARS] in seen:
+            continue  # a template logged before (its first numbers kept), or no room: nothing to read
+        t = _template(text)
+        if t is not None:
             seen[t[0]] = t[1]
 
 

@@ -8,6 +8,7 @@ only the counts of lines no parser recognised, which no rule reads, may differ."
 from __future__ import annotations
 
 import datetime as dt
+from itertools import groupby
 
 import msgspec
 import pytest
@@ -18,7 +19,7 @@ from healthcheck.diagnose.condense import condensed
 from healthcheck.diagnose.evidence import JobEvidence
 from healthcheck.diagnose.sources import Collected, _is_binary, collect, read_data
 from healthcheck.diagnose.verdict import build
-from healthcheck.parsers.lines import NOTHING_UNREAD, numbered_as, read_lines
+from healthcheck.parsers.lines import NOTHING_UNREAD, numbered_as, read_line, read_lines
 from healthcheck.parsers.torch_log import parse_torch_log
 
 MAX_BYTES = 4 * 2**20
@@ -144,7 +145,7 @@ def test_a_run_whose_lines_differ_by_source_is_read_whole(forced, run):
 def test_the_differential_catches_a_condensing_that_drops_a_ranks_lines(forced, monkeypatch):
     """The comparison can fail: condensing runs whatever their source (two ranks' step
     lines interleaved), a rank's last step is left out and the fixtures that show it differ."""
-    monkeypatch.setattr(condense, "_condensable", lambda lines: True)
+    monkeypatch.setattr(condense, "_condensable", lambda *_: True)
     differing, _ = _differing(first_only=True)  # every fixture read twice is 20 s of CI's CPU
     assert differing
 
@@ -220,3 +221,83 @@ def test_a_condensed_logs_kernel_events_and_facts_keep_the_whole_files_lines(for
     assert fast == whole
     assert [k.line for k in fast_col.evidence.kernel] == [201]
     assert [e.line for e in fast_col.evidence.torch_logs[0].log.exceptions] == [204]
+
+
+# ---------------------------------------------------------------- the runs found over the bytes
+
+
+def _reference(data: bytes, text: str) -> tuple[str, list[int]] | None:
+    """condense.condensed as it was first written, one line at a time: every line's template
+    (digits one mark, runs of marks one), `groupby`, the shapes and the widths over every line.
+    The runs found over the bytes in stretches (template_runs) must give exactly this."""
+    if len(data) <= condense.BIG_TEXT_BYTES or "\n" not in text:
+        return None
+    keep, raw = condense.RUN_KEEP, text.split("\n")
+    marked = data.translate(bytes.maketrans(b"0123456789", b"\0" * 10))
+    while b"\0\0" in marked:
+        marked = marked.replace(b"\0\0", b"\0")
+    kept: list[int] = []
+    at, bare = 0, False
+    for _, group in groupby(marked.split(b"\n")):
+        n = len(list(group))
+        run = raw[at:at + n]
+        if n > 2 * keep + 1 and condense._condensable(run[0], run[-1], n, lambda run=run: "\n".join(run) + "\n"):
+            kept += [*range(at, at + keep), *range(at + n - keep, at + n)]
+            bare = bare or not read_line(1, raw[at])[0].labels
+        else:
+            kept.extend(range(at, at + n))
+        at += n
+    lines = [raw[i] for i in kept]
+    pipes = " | " in text
+    if len(kept) == len(raw) or condense._shapes(lines, pipes) != condense._shapes(raw, pipes):
+        return None
+    widths = list(map(len, raw))
+    widest, kept_widths = max(widths), [widths[i] for i in kept]
+    if not bare:
+        if max(kept_widths) != widest and any(kept_widths[n - 1] == kept_widths[n] == max(kept_widths)
+                                             and not read_line(1, lines[n])[0].labels for n in range(1, len(kept))):
+            return None
+    elif max(kept_widths) != widest or any(
+            b - a == 1 for pairs in ([n for n, w in enumerate(widths) if w == widest],
+                                     [n for n, w in enumerate(kept_widths) if w == widest])
+            for a, b in zip(pairs, pairs[1:], strict=False)):
+        return None
+    return "\n".join(lines), [i + 1 for i in kept]
+
+
+def _tricky_texts() -> list[str]:
+    """Texts whose runs the stretches must join and split exactly as line by line: counters
+    that grow a digit, numbers that appear and vanish, characters of several bytes and bytes
+    no character is, CRs, no last newline, blank lines, the widest lines inside a run."""
+    steps = [f"2026-11-27 13:11:{s % 60:02d},000 INFO rank0 step {s} loss {s % 97 / 7:.4f}" for s in range(300)]
+    return [
+        "\n".join(steps) + "\n",
+        "\n".join(steps),  # no last newline
+        "\n".join(steps[:50]) + "\n\n\n\n" + "\n".join(steps[50:]) + "\n\n",
+        "".join(f"step {s} ✓ loss é{s % 3}\n" for s in range(200)),  # characters of two and three bytes
+        "".join(f"step {s} loss {s}\r\n" for s in range(200)),
+        "".join(f"step {s}{'' if s % 40 else ' x'} loss 1.{s}\n" for s in range(300)),  # a word now and then
+        "".join(f"step {s}.{s} loss\n" if s % 50 else f"step {s} loss\n" for s in range(300)),
+        "".join(f"[rank{s // 100}]: step {s}\n" for s in range(300)),
+        "".join(f"step {s} loss 0.5 lr 0.001 grad norm 1.0 tokens per second 1000\n" for s in range(1, 300)),
+        "\n".join(steps[:40]) + "\n" * 60 + "\n".join(steps[40:]),  # a run of blank lines
+        "a\nbb\n" + "\n" * 60 + "ccc\n",  # ... condensed
+        # the widest lines two of another digit count each, one after the other, in the left-out middle
+        "step 100 loss 1000\n" + "step 1 loss 1\n" * 20 + "step 1000 loss 100\nstep 10 loss 10000\n"
+        + "step 1 loss 1\n" * 20,
+    ]
+
+
+def test_the_runs_found_over_the_bytes_condense_as_line_by_line(forced):
+    """template_runs (stretches of identical digit-marked lines compared in C, a template
+    made once a stretch) condenses every text fixture and the tricky texts exactly as the
+    line-by-line reading it replaced: the same kept text, the same numbers."""
+    cases = [data for _, data in _texts()] + [t.encode() for t in _tricky_texts()]
+    cases.append("".join(f"step {s} \xff loss\n" for s in range(100)).encode("latin-1") + b"\xc3\nend\n")
+    condensed_cases = 0
+    for data in cases:
+        text = data.decode("utf-8", errors="replace")
+        big = condensed(data, text)
+        assert (big and (big.text, big.numbers)) == _reference(data, text), text[:200]
+        condensed_cases += big is not None
+    assert condensed_cases > 30
