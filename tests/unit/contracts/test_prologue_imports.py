@@ -83,3 +83,17 @@ def test_a_local_run_of_two_families_imports_only_their_checks(tmp_path):
         "healthcheck.checks.net", "healthcheck.checks.sys"]
     assert "ClusterShell.NodeSet" not in loaded and "healthcheck.parsers.xid" not in loaded
     assert _unused(loaded, ("dataclasses", "inspect")) == []
+
+
+def test_the_config_types_are_objects_not_text():
+    """Every prologue converts its config into these types: a field's type kept as text
+    (`from __future__ import annotations`) is compiled and evaluated by typing.ForwardRef
+    at each conversion (~230 of them a prologue), an object is used as it is."""
+    import msgspec
+
+    from healthcheck.core.config import schema
+
+    structs = [c for c in vars(schema).values() if isinstance(c, type) and issubclass(c, msgspec.Struct)]
+    assert len(structs) > 20
+    texts = sorted(f"{c.__name__}.{k}" for c in structs for k, t in c.__annotations__.items() if isinstance(t, str))
+    assert texts == []
