@@ -6,7 +6,6 @@ loads those only when it acts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -19,14 +18,13 @@ if TYPE_CHECKING:
     from healthcheck.actions.policy import Plan
 
 
-@dataclass
-class ActionOutcome:
-    records: list[ActionRecord] = field(default_factory=list)
-    run_findings: list[Finding] = field(default_factory=list)
+class ActionOutcome(msgspec.Struct):
+    records: list[ActionRecord] = msgspec.field(default_factory=list)
+    run_findings: list[Finding] = msgspec.field(default_factory=list)
     plan: Plan | None = None
     guarded: bool = False
-    drained: list[str] = field(default_factory=list)  # drains that stand (not rolled back)
-    messages: list[str] = field(default_factory=list)  # what --dry-run prints, one per action
+    drained: list[str] = msgspec.field(default_factory=list)  # drains that stand (not rolled back)
+    messages: list[str] = msgspec.field(default_factory=list)  # what --dry-run prints, one per action
 
 
 def with_outcome(report: Report, outcome: ActionOutcome) -> Report:

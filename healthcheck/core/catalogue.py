@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from healthcheck.core.model import Finding, Limit
 from healthcheck.core.plugins import load_declarations
@@ -33,8 +34,7 @@ SUGGESTED_ACTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class FindingSpec:
+class FindingSpec(msgspec.Struct, frozen=True):
     """One catalogued finding ID."""
 
     id: str

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from healthcheck.core.errors import ParseError
 from healthcheck.core.plugins import load_probes_for
@@ -81,16 +82,15 @@ def timeout_error(result: CommandResult, what: str, timeout_s: float) -> ProbeEr
     return ProbeError(ProbeKind.TIMEOUT, f"{what} did not finish within {timeout_s:g}s", partial_output(result))
 
 
-@dataclass
-class ProbeContext:
+class ProbeContext(msgspec.Struct):
     """What a provider may use: a runner, a filesystem root, the environment, a timeout."""
 
     runner: Runner
     transport: str = "local"  # local | ssh
     root: Path = Path("/")  # where /sys and /proc are read (tests point it at a fixture tree)
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)
     timeout_s: float = 5.0
-    params: Mapping[str, Any] = field(default_factory=dict)  # run parameters (e.g. since=)
+    params: Mapping[str, Any] = msgspec.field(default_factory=dict)  # run parameters (e.g. since=)
     # The node's limits, for providers that must know *where* to look (which paths to
     # stat, which GPUs the job owns); only checks judge what they find.
     limits: Any = None
@@ -140,8 +140,7 @@ ProviderFn = Callable[[ProbeContext], Any]
 PrefetchFn = Callable[[ProbeContext], list[tuple[str, ...]]]
 
 
-@dataclass(frozen=True)
-class Provider:
+class Provider(msgspec.Struct, frozen=True):
     """How one fact is gathered over one transport."""
 
     fn: ProviderFn

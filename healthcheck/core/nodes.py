@@ -20,8 +20,9 @@ import math
 import os
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from healthcheck.core.errors import UsageError
 from healthcheck.core.inputs import clip
@@ -65,8 +66,7 @@ def _pad_of(digits: str) -> int:
     return len(digits) if len(digits) > 1 and digits[0] == "0" else 0
 
 
-@dataclass(frozen=True)
-class _Range:
+class _Range(msgspec.Struct, frozen=True):
     """start..stop (inclusive) every `step`, each index written zero-padded to `pad` digits."""
 
     start: int
@@ -367,8 +367,7 @@ def _walk_box(pieces: list[str], dims: Dims, prefix: str, head: str, found: dict
 # ------------------------------------------------------------- many hostlists at once
 
 
-@dataclass(frozen=True)
-class _Piece:
+class _Piece(msgspec.Struct, frozen=True):
     """One box of a hostlist (`owner`) cut to one range of the index the sweep runs along."""
 
     owner: int

@@ -13,13 +13,14 @@ node's name, or a tuple of the member nodes a finding is about.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
+import importlib
 import keyword
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
+
+import msgspec
 
 from healthcheck.core.catalogue import FindingSpec, record_emitter
 from healthcheck.core.errors import UsageError
@@ -54,15 +55,14 @@ class _Declared:
         return frozenset(spec.id for spec in self.findings)
 
 
-@dataclass(frozen=True)
-class CheckSpec(_Declared):
+class CheckSpec(msgspec.Struct, _Declared, frozen=True):
     name: str  # family.aspect
     fn: CheckFn
     tiers: frozenset[str]
     needs: tuple[str, ...]  # fact names, passed to fn by keyword (its parameters bear these names)
     findings: tuple[FindingSpec, ...]
     budget_s: float
-    summary: str = field(default="")
+    summary: str = ""
     # limits -> reason to skip before any fact is gathered (keeps the prologue cheap)
     applies: Callable[[Any], str | None] | None = None
     # facts, passed by keyword like `needs`, that may be missing: None when they could
@@ -78,14 +78,13 @@ class CheckSpec(_Declared):
     evidence_metrics: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class AnalysisSpec(_Declared):
+class AnalysisSpec(msgspec.Struct, _Declared, frozen=True):
     name: str  # family.aspect, e.g. fleet.drift
     fn: AnalysisFn  # (input of its scope, limits) -> (node or member nodes, finding)
     scope: str  # one of SCOPES
     tiers: frozenset[str]
     findings: tuple[FindingSpec, ...]
-    summary: str = field(default="")
+    summary: str = ""
 
 
 def tiers_from(lowest: str) -> frozenset[str]:
@@ -269,25 +268,19 @@ def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: t
     twice = sorted({fact for fact in declared if declared.count(fact) > 1})
     if twice:
         raise ValueError(f"check {name}: fact(s) declared twice in needs/optional: {', '.join(twice)}")
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"check {name}: its signature cannot be read ({exc})") from None
+    params = _parameters(name, fn)
     problems = []
-    positional_only = [p.name for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    positional_only = [p for p, kind in params if kind == "positional-only"]
     if positional_only:
         problems.append(f"positional-only parameter(s) {', '.join(positional_only)}")
-    by_keyword = {p.name for p in params.values()
-                  if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    by_keyword = {p for p, kind in params if kind == "keyword"}
     missing = [fact for fact in declared if fact not in by_keyword]
     if missing:
         problems.append(f"no parameter for declared fact(s) {', '.join(missing)}")
     if "limits" not in by_keyword:
         problems.append("no parameter 'limits'")
-    stars: dict[inspect._ParameterKind, str] = {inspect.Parameter.VAR_POSITIONAL: "*",
-                                                inspect.Parameter.VAR_KEYWORD: "**"}
-    extra = [stars.get(p.kind, "") + p.name for p in params.values()
-             if p.name not in ("limits", *declared, *positional_only) or p.kind in stars]
+    extra = [(kind if kind in ("*", "**") else "") + p for p, kind in params
+             if p not in ("limits", *declared, *positional_only) or kind in ("*", "**")]
     if extra:
         problems.append(f"parameter(s) {', '.join(extra)} name no declared fact")
     if problems:
@@ -295,6 +288,35 @@ def _check_signature(name: str, fn: CheckFn, needs: tuple[str, ...], optional: t
         raise TypeError(f"check {name} ({where}): {'; '.join(problems)} (facts reach a check by keyword: its "
                         f"parameters must be exactly its needs/optional facts ({', '.join(declared) or 'none'}) "
                         "and limits)")
+
+
+# inspect.CO_VARARGS and CO_VARKEYWORDS: a code object's flags for *args and **kwargs
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+_INSPECT_KINDS = {"POSITIONAL_ONLY": "positional-only", "VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}
+
+
+def _parameters(name: str, fn: Callable[..., Any]) -> list[tuple[str, str]]:
+    """(name, kind) of each parameter of `fn`, kind "positional-only", "keyword" (positional
+    or keyword, or keyword-only), "*" or "**". A plain function's are read from its code
+    object, as inspect.signature reads them: importing `inspect` (ast, dis, tokenize) cost
+    a prologue more than registering every check it runs. Anything else (a wrapper, a
+    partial, a callable object) is asked of inspect.signature, loaded then."""
+    if type(fn) is FunctionType and not hasattr(fn, "__wrapped__") and not hasattr(fn, "__signature__"):
+        code = fn.__code__
+        names, positional, named = code.co_varnames, code.co_argcount, code.co_argcount + code.co_kwonlyargcount
+        params = [(p, "positional-only" if i < code.co_posonlyargcount else "keyword")
+                  for i, p in enumerate(names[:positional])]
+        if code.co_flags & _CO_VARARGS:  # its name follows the keyword-only ones; it is listed before them
+            params.append((names[named], "*"))
+        params.extend((p, "keyword") for p in names[positional:named])
+        if code.co_flags & _CO_VARKEYWORDS:
+            params.append((names[named + bool(code.co_flags & _CO_VARARGS)], "**"))
+        return params
+    try:
+        signature = importlib.import_module("inspect").signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"check {name}: its signature cannot be read ({exc})") from None
+    return [(p.name, _INSPECT_KINDS.get(p.kind.name, "keyword")) for p in signature.parameters.values()]
 
 
 def _record_emitter(name: str, findings: Iterable[FindingSpec]) -> None:
@@ -396,4 +418,4 @@ def skip_deep_only(specs: Iterable[CheckSpec], reason: str) -> list[CheckSpec]:
     def skip(_limits: object) -> str:
         return reason
 
-    return [dataclasses.replace(s, applies=skip) if deep_only(s) else s for s in specs]
+    return [msgspec.structs.replace(s, applies=skip) if deep_only(s) else s for s in specs]

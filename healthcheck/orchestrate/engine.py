@@ -9,11 +9,12 @@ the others have finished, one at a time, each alone on the node.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
+
+import msgspec
 
 from healthcheck.core import catalogue
 from healthcheck.core.config import NodeConfig
@@ -86,7 +87,7 @@ def _start(fact: str, provider: Provider, ctx: ProbeContext, budget: float, dead
            ) -> tuple[_Gathering, float, bool]:
     """Start gathering `fact`; returns the thread, when to give up on it, and whether it was cut short."""
     timeout, cut = _budget(budget, deadline)
-    t = _Gathering(fact, provider, dataclasses.replace(ctx, timeout_s=timeout))
+    t = _Gathering(fact, provider, msgspec.structs.replace(ctx, timeout_s=timeout))
     t.start()
     return t, time.monotonic() + timeout, cut
 
@@ -189,7 +190,7 @@ def run_checks(
     local budgets assume).
     """
     limits = node_config.limits
-    ctx = dataclasses.replace(ctx, limits=limits)
+    ctx = msgspec.structs.replace(ctx, limits=limits)
     runnable, skipped, needs = plan_facts(specs, limits, budget_floor)
     took: dict[str, float] = {}
     facts, abandoned = gather(needs, ctx, deadline, took)

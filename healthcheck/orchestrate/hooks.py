@@ -19,9 +19,10 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from healthcheck.actions.audit import AuditLog
 from healthcheck.actions.nodestate import LockTimeout, NodeState
@@ -60,12 +61,11 @@ def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | Non
     return importlib.import_module(SLURM).SlurmClient(settings, env=env, deadline=deadline)
 
 
-@dataclass
-class HookResult:
+class HookResult(msgspec.Struct):
     report: Report
     exit_code: int
     summary: str  # one line for the slurmd log
-    messages: list[str] = field(default_factory=list)  # --dry-run commands, warnings
+    messages: list[str] = msgspec.field(default_factory=list)  # --dry-run commands, warnings
     abandoned: bool = False
     journal: str = ""  # the one line for syslog/journald (`journalctl -t hc`)
 

@@ -106,7 +106,6 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -1487,12 +1486,11 @@ class Unrecognized(msgspec.Struct, frozen=True):
 NOTHING_UNREAD = Unrecognized()
 
 
-@dataclass
-class UnrecognizedLines:
+class UnrecognizedLines(msgspec.Struct):
     """The collector a parser fills while it reads; `freeze()` for its result."""
 
     count: int = 0
-    sample: list[SampleLine] = field(default_factory=list)
+    sample: list[SampleLine] = msgspec.field(default_factory=list)
 
     def note(self, line: Line) -> None:
         if line.noise or not line.text.strip() or is_elision(line.text):
@@ -1533,8 +1531,7 @@ def collecting_unread() -> Iterator[list[Line]]:
 S = TypeVar("S")
 
 
-@dataclass(frozen=True)
-class Handler(Generic[S]):
+class Handler(msgspec.Struct, Generic[S], frozen=True):
     """One kind of line a parser reads: `when` is a cheap test of the text (a compiled
     pattern's `.match`, a prefix test) and `read` reads it into the parser's state,
     returning False where the line was not its after all."""

@@ -40,11 +40,11 @@ def catalogue_view(tier: str | None = None) -> CatalogueView:
              if tier is None or tier in s.tiers]
     analyses = [a for a in sorted(registry.all_analyses().values(), key=lambda a: a.name)
                 if tier is None or tier in a.tiers]
-    producers = [*specs, *analyses]
+    producers: list[CheckSpec | AnalysisSpec] = [*specs, *analyses]
     ids_in_view = {spec.id for s in producers for spec in s.findings}
     # IDs no check or analysis emits (could-not-run, actions): always listed
-    emitted = {spec.id for s in [*registry.all_checks().values(), *registry.all_analyses().values()]
-               for spec in s.findings}
+    every: list[CheckSpec | AnalysisSpec] = [*registry.all_checks().values(), *registry.all_analyses().values()]
+    emitted = {spec.id for s in every for spec in s.findings}
     core_ids = {i for i in catalogue.CATALOGUE if i not in emitted}
     emitted_by: dict[str, list[str]] = {}
     for s in producers:

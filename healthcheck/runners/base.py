@@ -1,18 +1,19 @@
 """What every runner shares: the result of one command and the `Runner` protocol.
 
-Standard library only, nothing from healthcheck: the kernel (`healthcheck.core`) imports
-this module and nothing else from runners, so runners may import the kernel without a cycle.
+Nothing from healthcheck (msgspec and the standard library only): the kernel
+(`healthcheck.core`) imports this module and nothing else from runners, so runners may
+import the kernel without a cycle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 
-@dataclass(frozen=True)
-class CommandResult:
+
+class CommandResult(msgspec.Struct, frozen=True):
     """The outcome of one command. A timeout or a missing tool is a result, not an exception."""
 
     argv: tuple[str, ...]

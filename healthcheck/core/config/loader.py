@@ -16,7 +16,6 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -57,8 +56,7 @@ def default_config_path(env: Mapping[str, str] = os.environ) -> Path:
     return EMBEDDED_DEFAULT
 
 
-@dataclass(frozen=True)
-class NodeConfig:
+class NodeConfig(msgspec.Struct, frozen=True, dict=True):
     """The effective limits of one node and where each came from."""
 
     node: str

@@ -61,6 +61,21 @@ def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(t
     assert lines[0].startswith("hc, version") and lines[-1].startswith("bin/install: "), lines
     assert lines[-1].endswith(f"(HC_BIN={prefix}/bin/hc)") and lines[:-1] == other.stdout.splitlines()
     assert_man_page_found(prefix)
+    assert_nothing_of_setuptools_at_start_up(prefix)
+
+
+def assert_nothing_of_setuptools_at_start_up(prefix: Path) -> None:
+    """The venv's setuptools (ensurepip's) is gone: its distutils-precedence.pth imported
+    _distutils_hack at every start of hc, a prologue's too; hc's libraries stand without it
+    (pip check) and pip itself still runs, for upgrades."""
+    python = str(prefix / "bin" / "python")
+    started = subprocess.run([python, "-c", "import sys; print(sorted(sys.modules))"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    assert "_distutils_hack" not in started and "setuptools" not in started, started
+    assert not list(prefix.glob("lib/python3*/site-packages/distutils-precedence.pth"))
+    for argv in (["-m", "pip", "--version"], ["-m", "pip", "check"]):
+        done = subprocess.run([python, *argv], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
 
 
 def assert_man_page_found(prefix: Path) -> None:

@@ -21,7 +21,15 @@ NOT_IN_A_PROLOGUE = (
     "click",  # the hooks' command line is read without it (cli/lean.py)
     # a node that passes takes no action: neither the drain policy nor scontrol's client
     "healthcheck.actions.apply", "healthcheck.actions.policy", "healthcheck.actions.slurm",
+    # dataclasses imports inspect (ast, dis, tokenize) and builds each class's methods from
+    # source text: hc's records are msgspec Structs, a check's parameters read from its code
+    "dataclasses", "inspect",
 )
+# msgspec imports typing_extensions where it is installed (a dev venv: mypy's), and that
+# imports inspect; a regular install (bin/install) has none
+_NOT_HCS = {"inspect": "typing_extensions"}
+# and, once the config cache holds the files' parse, no YAML parser
+NOT_IN_A_WARM_PROLOGUE = ("yaml", "healthcheck.core.config.yamlsrc")
 
 RUN = """
 import atexit, json, sys
@@ -33,6 +41,11 @@ main()
 """
 
 
+def _unused(loaded: set[str], names) -> list[str]:
+    """Which of `names` were loaded, less those a library hc uses loaded for itself."""
+    return sorted(m for m in loaded & set(names) if _NOT_HCS.get(m) not in loaded)
+
+
 def _modules(tmp_path, *args: str) -> set[str]:
     (tmp_path / "fabrics").mkdir(exist_ok=True)
     (tmp_path / "fabrics" / "t.yaml").write_text(
@@ -42,7 +55,7 @@ def _modules(tmp_path, *args: str) -> set[str]:
                    f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
     env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
-                "HC_SYSLOG_SOCKET": ""})
+                "HC_SYSLOG_SOCKET": "", "HC_CACHE_DIR": str(tmp_path / "cache")})
     out = tmp_path / "modules.json"
     done = subprocess.run([sys.executable, "-c", RUN, str(out), *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=120)
@@ -53,7 +66,14 @@ def _modules(tmp_path, *args: str) -> set[str]:
 def test_a_prologue_imports_nothing_it_does_not_use(tmp_path):
     loaded = _modules(tmp_path, "prologue")
     assert "healthcheck.checks.sys" in loaded  # it did run its checks
-    assert sorted(loaded & set(NOT_IN_A_PROLOGUE)) == []
+    assert _unused(loaded, NOT_IN_A_PROLOGUE) == []
+
+
+def test_a_warm_prologue_parses_no_yaml(tmp_path):
+    assert "yaml" in _modules(tmp_path, "prologue")  # the first parses the files and fills the cache
+    loaded = _modules(tmp_path, "prologue")
+    assert "healthcheck.checks.sys" in loaded
+    assert _unused(loaded, NOT_IN_A_WARM_PROLOGUE + NOT_IN_A_PROLOGUE) == []
 
 
 def test_a_local_run_of_two_families_imports_only_their_checks(tmp_path):
@@ -62,3 +82,18 @@ def test_a_local_run_of_two_families_imports_only_their_checks(tmp_path):
     assert sorted(m for m in loaded if m.startswith("healthcheck.checks.")) == [
         "healthcheck.checks.net", "healthcheck.checks.sys"]
     assert "ClusterShell.NodeSet" not in loaded and "healthcheck.parsers.xid" not in loaded
+    assert _unused(loaded, ("dataclasses", "inspect")) == []
+
+
+def test_the_config_types_are_objects_not_text():
+    """Every prologue converts its config into these types: a field's type kept as text
+    (`from __future__ import annotations`) is compiled and evaluated by typing.ForwardRef
+    at each conversion (~230 of them a prologue), an object is used as it is."""
+    import msgspec
+
+    from healthcheck.core.config import schema
+
+    structs = [c for c in vars(schema).values() if isinstance(c, type) and issubclass(c, msgspec.Struct)]
+    assert len(structs) > 20
+    texts = sorted(f"{c.__name__}.{k}" for c in structs for k, t in c.__annotations__.items() if isinstance(t, str))
+    assert texts == []

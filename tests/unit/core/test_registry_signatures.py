@@ -171,3 +171,56 @@ def test_facts_reach_the_parameter_of_their_name_whatever_the_order_of_needs(tmp
     (f,) = result.findings
     assert f.value == {"sig_alpha": "alpha value", "sig_beta": "beta value", "sig_gamma": "gamma value",
                        "sig_missing": None, "limits": "Fabric"}
+
+
+def _shapes():
+    def plain(a, b, limits): ...
+    def defaults(a, b=1, *, limits=None): ...
+    def kw_only(*, limits, a): ...
+    def positional_only(a, /, b, limits): ...
+    def star(a, *rest, limits): ...
+    def star_star(a, limits, **more): ...
+    def everything(a, /, b, *rest, c, limits, **more): ...
+    def closure(a, limits):
+        return shapes  # a free variable: co_varnames holds only the locals
+
+    def with_locals(a, limits):
+        x = a
+        y = x
+        return y
+
+    shapes = [plain, defaults, kw_only, positional_only, star, star_star, everything, closure, with_locals,
+              lambda a, limits: None]
+    return shapes
+
+
+@pytest.mark.parametrize("fn", _shapes(), ids=lambda fn: fn.__name__)
+def test_a_functions_parameters_are_read_as_inspect_reads_them(fn):
+    """Registration reads a plain function's parameters from its code object (a prologue
+    need not import inspect); it must see what inspect.signature sees, kind for kind."""
+    from healthcheck.core.registry import _parameters
+
+    kinds = {"POSITIONAL_ONLY": "positional-only", "VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}
+    expected = [(p.name, kinds.get(p.kind.name, "keyword")) for p in inspect.signature(fn).parameters.values()]
+    assert _parameters("sig.test", fn) == expected
+
+
+def test_a_wrapped_or_partial_check_is_read_through_inspect():
+    import functools
+
+    def inner(ip_links, limits):
+        return []
+
+    @functools.wraps(inner)
+    def wrapper(*args, **kwargs):
+        return inner(*args, **kwargs)
+
+    reg = Registry()
+    register(reg, wrapper)  # inspect follows __wrapped__: the wrapper takes inner's parameters
+    assert "sig.test" in reg.checks
+
+    def three(ip_links, extra, limits):
+        return []
+
+    with pytest.raises(TypeError, match="extra name no declared fact"):
+        register(Registry(), functools.partial(three, extra=1), name="sig.partial")  # extra=1 stays a parameter
