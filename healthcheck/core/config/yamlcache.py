@@ -13,7 +13,10 @@ a run faster, never different. A parse that could not be stored exactly (a YAML 
 set) is simply not cached.
 
 The directory: $HC_CACHE_DIR (empty: no cache), else /var/cache/hc/config for root (the
-hooks), else none.
+hooks), else none. It is bounded: each store (a miss, so never on a warm prologue) leaves at
+most MAX_ENTRIES entries, the oldest written removed first; a node has a few config files,
+but every edit of one, every upgrade and every test's config made a new entry and none was
+ever removed (15,000 on a test machine).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,8 @@ PARSER_MODULE = "healthcheck.core.config.yamlsrc"  # imported only on a miss
 PARSER_FILE = Path(__file__).with_name("yamlsrc.py")
 ROOT_CACHE_DIR = Path("/var/cache/hc/config")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
+MAX_ENTRIES = 256  # entries kept; an entry pruned while still in use is parsed and stored again
+ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.msgpack")
 FORMAT = 1
 
 
@@ -126,8 +132,28 @@ def _store(directory: Path, entry: Path, stamp: list[Any], doc: YamlDoc) -> None
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if _trusted_dir(directory):
             write_atomic(entry, blob, mode=0o600)
+            prune(directory, keep=entry)
     except Exception:  # read-only, full, not ours: the next run parses again
         return
+
+
+def prune(directory: Path, keep: Path, limit: int | None = None) -> None:
+    """Leave at most `limit` (MAX_ENTRIES) entries, the oldest written removed first, never
+    `keep` (the one just stored) nor anything that is not an entry's name; never an error."""
+    limit = MAX_ENTRIES if limit is None else limit
+    aged: list[tuple[int, str]] = []
+    with os.scandir(directory) as found:
+        for item in found:
+            if ENTRY_NAME.fullmatch(item.name) and item.name != keep.name:
+                try:
+                    aged.append((item.stat(follow_symlinks=False).st_mtime_ns, item.name))
+                except OSError:
+                    continue  # removed meanwhile (another hook pruning)
+    for _, name in sorted(aged)[:max(0, len(aged) + 1 - limit)]:
+        try:
+            os.unlink(directory / name)
+        except OSError:
+            continue
 
 
 def _same(a: Any, b: Any) -> bool:

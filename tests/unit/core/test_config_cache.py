@@ -216,3 +216,20 @@ def test_two_installs_keep_an_entry_each(tmp_path, cache, monkeypatch):
     for version in (ours, "999"):
         monkeypatch.setattr(yamlcache, "__version__", version)
         yamlcache.load_yaml(f)
+
+
+def test_the_cache_keeps_at_most_its_limit_the_newest_and_nothing_else_is_removed(tmp_path, cache, monkeypatch):
+    # every edited config, every upgrade, every test made an entry and none was ever removed
+    monkeypatch.setattr(yamlcache, "MAX_ENTRIES", 3)
+    f = tmp_path / "hc.yaml"
+    for n in range(6):
+        f.write_text(MAIN.replace("0.5", f"0.{n + 1}"))
+        yamlcache.load_yaml(f)
+        if n == 0:
+            (cache / "notes.txt").write_text("an operator's file")
+    entries = sorted(p for p in cache.iterdir() if p.suffix == ".msgpack")
+    assert len(entries) == 3
+    assert (cache / "notes.txt").exists()
+    # the newest stays: reading it again is a hit
+    assert yamlcache.load_yaml(f).data["sys"]["disk_free_min_gib"]["/tmp"] == 0.6
+    assert sorted(p for p in cache.iterdir() if p.suffix == ".msgpack") == entries
