@@ -45,12 +45,29 @@ def as_nobody(*argv: str) -> subprocess.CompletedProcess:
                           cwd="/")
 
 
+STALE = "stale_module_of_an_old_install.py"
+
+
+def checkout_with_an_old_build(tmp_path: Path) -> Path:
+    """A copy of the checkout whose setuptools build/ still holds a module the sources no
+    longer have, as an earlier `pip install .` from it left one (setuptools packs its
+    build/lib whole: six deleted modules were installed that way)."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO, copy, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "tests", "*.egg-info", "__pycache__", ".*_cache"))
+    stale = copy / "build" / "lib" / "healthcheck" / STALE
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise SystemExit('an old build')\n")
+    return copy
+
+
 def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(tmp_path, shared_dir):
     first_on_path = private_python(tmp_path)
     prefix = shared_dir / "hc"
     env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
     env["PATH"] = f"{first_on_path.parent}:{env['PATH']}"
-    r = subprocess.run([str(REPO / "bin" / "install"), "--prefix", str(prefix)], env=env, capture_output=True,
+    checkout = checkout_with_an_old_build(tmp_path)
+    r = subprocess.run([str(checkout / "bin" / "install"), "--prefix", str(prefix)], env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "home = /usr/bin" in (prefix / "pyvenv.cfg").read_text()
@@ -62,6 +79,8 @@ def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(t
     assert lines[-1].endswith(f"(HC_BIN={prefix}/bin/hc)") and lines[:-1] == other.stdout.splitlines()
     assert_man_page_found(prefix)
     assert_nothing_of_setuptools_at_start_up(prefix)
+    installed = list(prefix.glob("lib/python3*/site-packages/healthcheck"))
+    assert installed and not list(installed[0].rglob(STALE))  # the sources, not what build/ kept
 
 
 def assert_nothing_of_setuptools_at_start_up(prefix: Path) -> None:
