@@ -17,7 +17,8 @@ answers nothing (the parent computes), never an error.
 Bounds: workers only where at least two files are over `big` bytes (a fixture-sized input
 pays no fork), at most the CPUs this process may run on and never more than those files;
 `HC_DIAGNOSE_WORKERS=N` caps them (1: serial). A worker dies with the parent
-(PR_SET_PDEATHSIG) and the pool is ended when the reading ends.
+(PR_SET_PDEATHSIG) and the pool is ended when the reading ends; a worker that dies (killed)
+leaves the files not yet answered to the parent, never a wait for ever.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import contextvars
 import ctypes
 import io
 import multiprocessing
+import multiprocessing.pool
 import os
 import pickle
 import signal
@@ -108,6 +110,7 @@ def worker_count(sizes: Sequence[int], big: int) -> int:
     return count if count >= 2 else 0
 
 
+_POLL_S = 0.5  # how often the parent, waiting for a tape, checks that the workers live
 _INTERNED_CHARS = 64  # strings up to this long that the worker holds interned travel as a name
 
 
@@ -151,6 +154,26 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+def _children() -> set[int]:
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
+
+def _answers(results: multiprocessing.pool.IMapIterator, count: int, started: set[int]) -> Iterator[Tape | None]:
+    """The tapes of `results` in order; once a worker is gone (killed: the pool would
+    replace it and wait for its file's tape for ever), None for the rest: the parent
+    computes them."""
+    for done in range(count):
+        while True:
+            try:
+                data = results.next(timeout=_POLL_S)
+                break
+            except multiprocessing.TimeoutError:
+                if not started <= _children():
+                    yield from [None] * (count - done)
+                    return
+        yield _loads(data)
+
+
 def _run(index: int) -> bytes | None:
     """A worker's reading of file `index`, pickled; None where it failed (the parent computes)."""
     try:
@@ -168,6 +191,7 @@ def prefetched(indices: Sequence[int], workers: int, job: Callable[[int], Tape])
         yield iter([None] * len(indices))
         return
     _JOB = job
+    before = _children()
     try:
         pool = multiprocessing.get_context("fork").Pool(workers, initializer=_die_with_parent,
                                                         initargs=(os.getpid(),))
@@ -175,8 +199,9 @@ def prefetched(indices: Sequence[int], workers: int, job: Callable[[int], Tape])
         _JOB = None
         yield iter([None] * len(indices))
         return
+    started = _children() - before
     try:
-        yield map(_loads, pool.imap(_run, indices, chunksize=1))
+        yield _answers(pool.imap(_run, indices, chunksize=1), len(indices), started)
     finally:
         pool.terminate()
         pool.join()

@@ -153,3 +153,22 @@ def test_a_worker_dies_with_its_parent():
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids)
+
+
+def test_a_killed_worker_leaves_its_files_to_the_parent(monkeypatch):
+    """A worker gone mid-reading (the OOM killer) would leave a pool waiting for its tape for
+    ever: the parent notices and reads the rest itself, with the serial result."""
+    path = FIXTURES / "diagnose-jobs" / "tuning" / "broadcast-source-plain-r0"
+    serial = _read(path)
+    monkeypatch.setattr(sources, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(sources, "worker_count", lambda sizes, big: 2)
+    monkeypatch.setattr(prefetch, "_POLL_S", 0.05)
+    real = sources.read_data
+
+    def dying(source, *args, **kwargs):
+        if prefetch._TAPE.get() is not None and prefetch._TAPE.get().recording and source.endswith("rank1.log"):
+            os._exit(1)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(sources, "read_data", dying)
+    assert _read(path) == serial
