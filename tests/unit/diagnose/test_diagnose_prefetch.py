@@ -86,11 +86,16 @@ def test_a_fixture_sized_input_forks_no_worker():
     assert prefetch.worker_count([2 * sources.PARALLEL_BYTES], sources.PARALLEL_BYTES) == 0
 
 
-def test_workers_are_bounded_by_the_cpus_the_files_and_the_knob(monkeypatch):
+def test_workers_are_bounded_by_the_free_cpus_the_files_and_the_knob(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
     monkeypatch.delenv(prefetch.WORKERS_ENV, raising=False)
     assert prefetch.worker_count([10, 10, 10], 1) == 3
     assert prefetch.worker_count([10] * 9, 1) == 4
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.8, 0.0, 0.0))  # two cores busy: two free
+    assert prefetch.worker_count([10] * 9, 1) == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))  # none free: one process reads
+    assert prefetch.worker_count([10] * 9, 1) == 0
     monkeypatch.setenv(prefetch.WORKERS_ENV, "1")
     assert prefetch.worker_count([10] * 9, 1) == 0
     monkeypatch.setenv(prefetch.WORKERS_ENV, "2")
