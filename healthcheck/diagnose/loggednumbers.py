@@ -71,6 +71,21 @@ def read_logged(text: str, file_rank: int | None, into: Logged, lines: Iterable[
             seen[t[0]] = t[1]
 
 
+def merge_logged(into: Logged, part: Logged) -> None:
+    """One text's `read_logged` (read into an empty Logged) added to `into`, what the texts
+    before it logged: exactly as reading the text into `into` would (each rank's templates
+    the first time logged, TEMPLATES_MAX a rank). A template of the text is taken where
+    `into` lacks it and has room; `part` holds the text's first TEMPLATES_MAX of a rank,
+    enough: with k of them in `into` already, the first TEMPLATES_MAX - k that are new
+    to it are among those. Ranks keep the order of their first line."""
+    for rank, templates in part.items():
+        seen = into.setdefault(rank, {})
+        for template, numbers in templates.items():
+            if len(seen) >= TEMPLATES_MAX:
+                break
+            seen.setdefault(template, numbers)
+
+
 def _odd_one(values: dict[int, int]) -> tuple[int, int, int] | None:
     """(the one rank off, its value, the others' one value), where every other rank agrees."""
     counts = Counter(values.values())

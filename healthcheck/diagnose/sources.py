@@ -26,6 +26,7 @@ A file that gives nothing (binary, unreadable, cut, of no known kind) is listed 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import re
 import signal
@@ -39,7 +40,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.attempts import blanked_before, last_attempt
-from healthcheck.diagnose.condense import condensed
+from healthcheck.diagnose.condense import BIG_TEXT_BYTES, condensed
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     FrAnalysisText,
@@ -52,7 +53,8 @@ from healthcheck.diagnose.evidence import (
     Unreadable,
 )
 from healthcheck.diagnose.jsonlines import is_json_lines, record_head
-from healthcheck.diagnose.loggednumbers import Logged, read_logged, same_reading
+from healthcheck.diagnose.loggednumbers import Logged, merge_logged, read_logged, same_reading
+from healthcheck.diagnose.prefetch import Tape, prefetched, pure, recorded, replaying, worker_count
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
 from healthcheck.diagnose.stampseries import StampSeries, shared
@@ -60,7 +62,7 @@ from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import Line, labels_of, numbered_as, worker_labelled
+from healthcheck.parsers.lines import labels_of, numbered_as, worker_labelled
 from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -73,6 +75,9 @@ MAX_STAMPS = 200_000  # timestamped lines indexed per file
 # facts; its count of unread lines, which no rule reads, is of the lines it read. False: every
 # line (tests/unit/diagnose/test_diagnose_marked_reading.py compares the two on every fixture)
 NCCL_MARKED_ONLY = True
+# files over it are read by worker processes too where two or more are (prefetch.py): those
+# condense.py condenses, whose reading is most of the time; a fixture-sized input forks none
+PARALLEL_BYTES = BIG_TEXT_BYTES
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 # a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
@@ -320,8 +325,9 @@ def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
                      timestamp=timestamp, error_code=code if isinstance(code, int) else None)
 
 
-def _kernel(source: str, text: str, out: list[KernelEvent]) -> bool:
-    found = False
+def _kernel(source: str, text: str) -> list[KernelEvent]:
+    """The OOM kills and Xids of a text (pure: prefetch.py may answer it)."""
+    out: list[KernelEvent] = []
     if "Killed process" in text or "oom" in text:
         for number, line in enumerate(text.split("\n"), 1):
             m = _OOM.search(line[:4096])
@@ -329,24 +335,21 @@ def _kernel(source: str, text: str, out: list[KernelEvent]) -> bool:
                 stamp, _ = split_prefix(line[:4096], None, None)
                 out.append(KernelEvent(source=source, line=number, kind="oom-kill", text=clip(line.strip(), 300),
                                        pid=int(m.group(2)), time=stamp.time))
-                found = True
                 continue
             m = _STEP_OOM.search(line[:4096])
             if m:
                 out.append(KernelEvent(source=source, line=number, kind="oom-kill", text=clip(line.strip(), 300)))
-                found = True
     if "NVRM:" in text:
         try:
             log = parse_kernel_log(text)
         except ParseError:
-            return found
+            return out
         lines = text.split("\n")
         index = {ln: i for i, ln in enumerate(lines, 1)}
         for x in log.xids:
             out.append(KernelEvent(source=source, line=index.get(x.line, 0), kind="xid", text=clip(x.line, 300),
                                    pid=x.pid, time=x.time, xid=x.code, pci_bus_id=x.pci_bus_id or ""))
-            found = True
-    return found
+    return out
 
 
 def read_one(path: Path, col: Collected, year: int) -> None:
@@ -409,11 +412,13 @@ def _read_log_text(source: str, data: bytes, text: str, rank: int | None, col: C
     """A text log (`data` decoded), its last attempt only; above condense.BIG_TEXT_BYTES read
     condensed, each line with its number in the whole file; at or below, whole as ever."""
     whole = _last_attempt_only(source, text, rank, col)
-    big = condensed(data if whole is text else whole.encode(), whole)  # condense.py: None at or below its size
+    big = pure("condensed", (len(whole),),  # condense.py: None at or below its size
+               lambda: condensed(data if whole is text else whole.encode(), whole))
     if big is None:
-        return _read_text_log(source, whole, rank, col, _stamps(whole, year))
-    return _read_text_log(source, big.text, rank, col, _stamps(big.text, year, big.numbers), whole=whole,
-                          numbers=big.numbers)
+        stamps = pure("stamps", (len(whole), year), lambda: _stamps(whole, year))
+        return _read_text_log(source, whole, rank, col, stamps)
+    stamps = pure("stamps", (len(big.text), year, len(big.numbers)), lambda: _stamps(big.text, year, big.numbers))
+    return _read_text_log(source, big.text, rank, col, stamps, whole=whole, numbers=big.numbers)
 
 
 def _fr_analysis(source: str, text: str, col: Collected) -> bool:
@@ -534,14 +539,18 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     numbers in it, which the parsers read them by (`lines.numbered_as`); the kernel's lines
     are read in the whole text, and the parsers' line counts are its."""
     ev = col.evidence
-    got = _kernel(source, text if whole is None else whole, ev.kernel)
+    scan = text if whole is None else whole
+    events = pure("kernel", (len(scan),), lambda: _kernel(source, scan))
+    ev.kernel.extend(events)
+    got = bool(events)
     with numbered_as(numbers):  # None: the text's own numbers
-        nccl, torch, lines = _parsed(text, rank)
-        if nccl is not None or torch is not None:
-            read_logged(text, rank, col.logged, lines if same_reading(text, lines) else None)
+        nccl, torch, logged = pure("parsed", (len(text), rank, None if numbers is None else len(numbers)),
+                                   lambda: _parsed(text, rank))
+    merge_logged(col.logged, logged)
     if whole is not None:  # the counts of the whole text's lines, as the parsers count them
-        nccl = nccl and msgspec.structs.replace(nccl, lines=whole.count("\n") + (not whole.endswith("\n")))
-        torch = torch and msgspec.structs.replace(torch, lines=whole.count("\n") + 1)
+        newlines, ends = pure("newlines", (len(whole),), lambda: (whole.count("\n"), whole.endswith("\n")))
+        nccl = nccl and msgspec.structs.replace(nccl, lines=newlines + (not ends))
+        torch = torch and msgspec.structs.replace(torch, lines=newlines + 1)
     if nccl is not None:
         ev.nccl_logs.append(NcclLogFile(source=source, rank=rank, log=nccl))
     if torch is not None:
@@ -557,9 +566,11 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     return got
 
 
-def _parsed(text: str, rank: int | None) -> tuple[NcclLog | None, TorchLog | None, list[Line]]:
-    """The NCCL log (where the text holds NCCL's words), the torch log and the torch parser's
-    lines of `text` (read once: for the torch log parser and read_logged); None: none there."""
+def _parsed(text: str, rank: int | None) -> tuple[NcclLog | None, TorchLog | None, Logged]:
+    """The NCCL log (where the text holds NCCL's words), the torch log (None: none there) and,
+    where either is, what each rank logged of its sizes (loggednumbers.read_logged, this text
+    alone: merged in file order by merge_logged), from the torch parser's lines of `text`
+    (read once where `same_reading`). Pure: prefetch.py may answer it from a worker."""
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
         try:
@@ -571,7 +582,10 @@ def _parsed(text: str, rank: int | None) -> tuple[NcclLog | None, TorchLog | Non
         torch = parse_torch_log(text, rank_output=rank is not None, lines=lines)  # a rank's own file: its own lines
     except ParseError:
         torch = None
-    return nccl, torch, lines
+    logged: Logged = {}
+    if nccl is not None or torch is not None:
+        read_logged(text, rank, logged, lines if same_reading(text, lines) else None)
+    return nccl, torch, logged
 
 
 def _why(exc: Exception) -> str:
@@ -786,11 +800,28 @@ def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *,
     found = walk(paths, progress=progress)
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)
-    for f, data in read_all(found.files, pseudo=found.pseudo, is_binary=_is_binary, progress=progress):
-        if isinstance(data, Skip):
-            ev.unreadable.append(Unreadable(f.name, str(data)))
-        else:
-            read_data(f.name, data, col, now.year, rank=(placed or {}).get(f.name))
+    placed = placed or {}
+    limit = PARALLEL_BYTES  # the module's, read now: the differential test lowers it
+    big = [i for i, f in enumerate(found.files) if f.st.st_size > limit]
+
+    def job(index: int) -> Tape:  # a worker's reading of one file, into a collection thrown away
+        f = found.files[index]
+        mine = Collected(evidence=JobEvidence(), cut_attempts=cut_attempts, skip_pids=skip_pids,
+                         as_launcher=as_launcher)
+        for _, data in read_all([f], pseudo=found.pseudo, is_binary=_is_binary):
+            if not isinstance(data, Skip):
+                return recorded(functools.partial(read_data, f.name, data, mine, now.year, rank=placed.get(f.name)))
+        return Tape()
+
+    workers = worker_count([found.files[i].st.st_size for i in big], limit)
+    with prefetched(big if workers else [], workers, job) as tapes:
+        for f, data in read_all(found.files, pseudo=found.pseudo, is_binary=_is_binary, progress=progress):
+            tape = next(tapes) if workers and f.st.st_size > limit else None
+            if isinstance(data, Skip):
+                ev.unreadable.append(Unreadable(f.name, str(data)))
+                continue
+            with replaying(tape):  # prefetch.py: the pure calls a worker made already, answered
+                read_data(f.name, data, col, now.year, rank=placed.get(f.name))
     for err in ev.error_files:
         if err.rank is not None:
             ev.rank(err.rank)

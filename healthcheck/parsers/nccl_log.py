@@ -811,6 +811,8 @@ class _Builder:
         self.following: str | None = None
         self.following_line = 0
         self.tail_line = 0  # a line read as the WARN before it, wrapped (no line of its own)
+        # per INFO message, the handlers of _INFO_HANDLERS whose test holds (info_table)
+        self.tested: dict[str, tuple[Handler[_Builder], ...]] = {}
 
     # -- processes and comms
 
@@ -874,8 +876,23 @@ class _Builder:
             return "truncated"  # past MAX_PROCESSES: said by `truncated`
         self.prefix, self.current = prefix, proc
         self.following, self.following_line = _wrapped_tail(lines, index) if prefix.level == "WARN" else (None, 0)
-        table = _INFO_HANDLERS if prefix.level == "INFO" else _WARN_HANDLERS if prefix.level == "WARN" else ()
+        table = self.info_table(prefix.message) if prefix.level == "INFO" else \
+            _WARN_HANDLERS if prefix.level == "WARN" else ()
         return dispatch(table, self, msgspec.structs.replace(line, text=prefix.message))
+
+    def info_table(self, message: str) -> tuple[Handler[_Builder], ...]:
+        """The handlers of _INFO_HANDLERS whose test holds for `message`, in order: a message
+        that comes again in one parse (a communicator's init lines, word for word again for
+        each communicator) is tested once. Exact: each test is a test of the message alone,
+        so `dispatch` over them reads a line as over the whole table (each handler left out
+        would have said no). tests/unit/parsers/test_nccl_log_tested.py reads every fixture
+        both ways."""
+        found = self.tested.get(message)
+        if found is None:
+            found = tuple(h for h in _INFO_HANDLERS if h.when(message))
+            if len(self.tested) < TESTED_TEXTS_MAX:
+                self.tested[message] = found
+        return found
 
     # -- the handlers of _INFO_HANDLERS: each reads one kind of INFO message (the line's
     # text) into the current process; True when the message was of its kind
@@ -1225,6 +1242,7 @@ class _Builder:
         )
 
 
+TESTED_TEXTS_MAX = 4096  # INFO messages whose handlers' tests one parse keeps (_Builder.info_table)
 # An INFO message's handlers, in order; the first that reads it names it (`hc parse --explain`)
 _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("version", starts("NCCL version "), _Builder.version),
