@@ -47,6 +47,7 @@ from healthcheck.parsers.torch_log import (
     mpiabort,
     mpireports,
     rankends,
+    setupfail,
     signalreport,
     spawn,
     stall,
@@ -186,6 +187,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *mpireports.HANDLERS, *coordination.HANDLERS,
     *taskstates.HANDLERS,
     *ddpstart.HANDLERS,
+    *setupfail.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
