@@ -67,6 +67,7 @@ from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
 from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.setupphase import setup_failure
 from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
@@ -416,6 +417,10 @@ def analyse(col: Collected) -> Analysis:
     _network(col, out)
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)
+    if not out.findings:
+        late = setup_failure(col)  # setupphase.py: the text shows the job never got past its set-up
+        if late is not None:
+            out.findings.append(late)
     _fallback(col, out)
     out.findings = [with_dead_threads(col, f) for f in out.findings]  # threads.py: why a stuck rank waits
     return out

@@ -1,0 +1,84 @@
+"""Round 26 of issue 19's rules (branch i19-r26), on the mechanisms field-18 and field-19
+missed. A job that never got past its set-up is an init failure naming no rank, whatever
+launcher or library says so (diagnose/setupphase.py over parsers/torch_log/setupfail.py).
+Texts are built here in the shapes the tools print: Slurm's srun errors, Hydra's proxy
+(MPICH/MVAPICH2/Intel MPI), Open MPI's MPI_INIT help text, NCCL's WARN lines (bootstrap,
+enqueue.cc), torch's NCCL error, Lightning's `GLOBAL_RANK: R, MEMBER: m/N` lines."""
+
+from __future__ import annotations
+
+import pytest
+from support import diagnose_saved, named_ranks
+
+
+def _paste(tmp_path, text: str):
+    """The verdict on one pasted text, read from a folder whose name says nothing."""
+    job = tmp_path / "job"
+    job.mkdir(parents=True)
+    (job / "paste.log").write_text(text)
+    return diagnose_saved(job)
+
+
+# ---------------------------------------------------------------- set-up failures, any launcher
+
+_SETUP_TEXTS = {
+    "srun-create-step": (
+        "srun: error: Unable to create step for job 4242: Requested node configuration is not available\n"),
+    "srun-task-launch": (
+        "srun: error: Task launch for StepId=77.0 failed on node gpu3: Invalid job credential\n"
+        "srun: error: Application launch failed: Invalid job credential\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"),
+    "hydra-execvp": (
+        "[proxy:0:1@node02] HYDU_create_process (../../utils/launch/launch.c:74): execvp error on file python3 "
+        "(No such file or directory)\n"
+        "[proxy:0:1@node02] launch_procs (../../pm/pmiserv/pmip_cb.c:640): create process returned error\n"),
+    "ompi-mpi-init": (
+        "--------------------------------------------------------------------------\n"
+        "It looks like MPI_INIT failed for some reason; your parallel process is\n"
+        "likely to abort.  There are many reasons that a parallel process can\n"
+        "fail during MPI_INIT; some of which are due to configuration or environment\n"
+        "problems.\n"
+        "--------------------------------------------------------------------------\n"),
+    "mpich-init": ("Fatal error in PMPI_Init_thread: Other MPI error, error stack:\n"
+                   "MPIR_Init_thread(474)..............:\n"),
+    "nccl-bootstrap-warn": (
+        "[rank0]: gpu1:5120:5120 [0] NCCL WARN Bootstrap : no socket interface found\n"
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.cpp:77, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5\n"),
+    "nccl-no-algorithm-newer": (
+        "3: gpu4:811:811 [3] enqueue.cc:1556 NCCL WARN Error : no algorithm/protocol available for function "
+        "AllReduce with datatype ncclBfloat16. NCCL_ALGO was set to NVLS.\n"
+        "1: gpu4:809:809 [1] enqueue.cc:1556 NCCL WARN Error : no algorithm/protocol available for function "
+        "AllReduce with datatype ncclBfloat16. NCCL_ALGO was set to NVLS.\n"),
+    "nccl-invalid-argument": (
+        "Traceback (most recent call last):\n"
+        "  File \"train.py\", line 40, in <module>\n"
+        "    dist.init_process_group(\"nccl\")\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:121, invalid argument, "
+        "NCCL version 2.10.3\n"),
+    "lightning2-claims-then-nothing": (
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n"
+        "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4\n"
+        "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/4\n"
+        "Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/4\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SETUP_TEXTS))
+def test_a_job_that_never_got_past_its_setup_is_init_failure_naming_none(tmp_path, name):
+    v = _paste(tmp_path, _SETUP_TEXTS[name])
+    assert v.cls == "init-failure" and named_ranks(v) == [], (name, v.cls, v.summary)
+
+
+_STEPS = "".join(f"[rank0]: Epoch 0: step {i} loss 2.{i}\n[rank1]: Epoch 0: step {i} loss 2.{i}\n" for i in range(1, 6))
+_TIMEOUT = ("[rank1]:[E1102 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=118, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, "
+            "Timeout(ms)=600000) ran for 600011 milliseconds before timing out.\n")
+
+
+@pytest.mark.parametrize("after", ["steps", "timeout"])
+def test_past_setup_the_same_reports_are_not_read_as_setup(tmp_path, after):
+    """A step logged or a collective's timeout shows the job ran: no init-failure of this rule."""
+    text = _SETUP_TEXTS["lightning2-claims-then-nothing"] + (_STEPS if after == "steps" else _TIMEOUT)
+    v = _paste(tmp_path, text)
+    assert v.cls != "init-failure", v.summary
