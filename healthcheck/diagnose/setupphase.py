@@ -5,7 +5,8 @@ Set-up is launching the tasks, MPI_Init, the rendezvous, the process group and N
 communicators up to the first collective. A failure there has many wordings (srun's task
 launch, Hydra's proxy, mpirun, MPI_Init, NCCL's bootstrap and algorithm choice,
 parsers/torch_log/setupfail.py; torch's NCCL error `invalid argument`/`invalid usage`, the
-caller's arguments refused, or its `Last error:` naming the bootstrap; Lightning's
+caller's arguments refused, or its `Last error:` naming the bootstrap; an NCCL error whose
+INFO return trail unwinds through init.cc, parsers/nccl_log.py's `init_error_line`; Lightning's
 `GLOBAL_RANK: R, MEMBER: m/N` claims with nothing after them but a traceback), and one
 reading: the world never formed. No rank is named: the launch or the configuration is at
 fault, not a rank, so the rule cannot add a false culprit.
@@ -59,12 +60,31 @@ def _claims_then_nothing(source: str, log: TorchLog) -> list[tuple[str, int, str
                              "and nothing after it shows the group formed") for c in log.ddp_starts]
 
 
+def _nccl_init_errors(col: Collected) -> list[tuple[str, int, str]] | None:
+    """(source, line, what) for each process whose NCCL error unwound through init.cc (a
+    communicator's set-up: ncclCommInitRank, its transports' connect) while none of its
+    communicators shows a collective; None where some process shows one (past set-up)."""
+    found = []
+    for n in col.evidence.nccl_logs:
+        if n.log is None:
+            continue
+        for p in n.log.processes:
+            comms = [c for c in n.log.comms if c.host == p.host and c.pid == p.pid]
+            if any(c.coll_count or c.last_op_count for c in comms):
+                return None
+            if p.init_error_line is not None:
+                found.append((n.source, p.init_error_line, f"{p.host or '?'} pid {p.pid}: NCCL's error unwound "
+                                                           "through init.cc (a communicator being set up)"))
+    return found
+
+
 def setup_failure(col: Collected) -> JobFinding | None:
     """The init-failure of a job that never got past its set-up, or None (module doc)."""
     logs = [(f.source, f.log) for f in col.evidence.torch_logs if f.log is not None]
-    if not logs or any(past_setup(log) for _, log in logs):
+    nccl = _nccl_init_errors(col)
+    if nccl is None or any(past_setup(log) for _, log in logs):
         return None
-    found = [r for source, log in logs for r in _reports(source, log)]
+    found = [r for source, log in logs for r in _reports(source, log)] + nccl
     how = "its launcher or library reports it could not set the job up"
     if not found:
         found = [r for source, log in logs for r in _claims_then_nothing(source, log)]

@@ -82,3 +82,33 @@ def test_past_setup_the_same_reports_are_not_read_as_setup(tmp_path, after):
     text = _SETUP_TEXTS["lightning2-claims-then-nothing"] + (_STEPS if after == "steps" else _TIMEOUT)
     v = _paste(tmp_path, text)
     assert v.cls != "init-failure", v.summary
+
+
+# ---------------------------------------------------------------- NCCL's error trail through init.cc
+
+def _trail(host: str, pid: int, first: str) -> str:
+    """An NCCL WARN and its INFO return trail up through init.cc, as NCCL 2.18+ prints it."""
+    p = f"{host}:{pid}:{pid + 7} [0]"
+    return (f"{p} {first}\n{p} NCCL INFO transport/p2p.cc:419 -> 6\n{p} NCCL INFO transport.cc:165 -> 6\n"
+            f"{p} NCCL INFO init.cc:1222 -> 6\n{p} NCCL INFO init.cc:1501 -> 6\n"
+            f"{p} NCCL INFO group.cc:64 -> 6 [Async thread]\n")
+
+
+def test_nccl_error_unwinding_through_init_is_setup_naming_none(tmp_path):
+    """Not quoted, another peer, another transport: the trail through init.cc is the phase."""
+    text = _trail("gpu2", 3301, "proxy.cc:1496 NCCL WARN [Proxy Service 0] Failed to execute operation Setup "
+                  "from rank 0, retcode 6")
+    v = _paste(tmp_path, text)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+def test_nccl_init_trail_after_collectives_ran_is_not_setup(tmp_path):
+    """A later communicator (a new group mid-run) failing in init.cc, after collectives ran."""
+    p = "gpu2:3301:3301 [0]"
+    ran = "".join(f"{p} NCCL INFO AllReduce: opCount {i:x} sendbuff 0x7f00 recvbuff 0x7f00 count 1024 datatype 7 "
+                  f"op 0 root 0 comm 0x55d0 [nranks=2] stream 0x5600\n" for i in range(3))
+    text = (f"{p} NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0xabc - Init COMPLETE\n" + ran
+            + _trail("gpu2", 3301, "proxy.cc:1496 NCCL WARN [Proxy Service 0] Failed to execute operation Setup "
+                     "from rank 0, retcode 6"))
+    v = _paste(tmp_path, text)
+    assert v.cls != "init-failure" or "init.cc" not in v.summary, v.summary
