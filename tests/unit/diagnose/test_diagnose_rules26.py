@@ -112,3 +112,26 @@ def test_nccl_init_trail_after_collectives_ran_is_not_setup(tmp_path):
                      "from rank 0, retcode 6"))
     v = _paste(tmp_path, text)
     assert v.cls != "init-failure" or "init.cc" not in v.summary, v.summary
+
+
+# ---------------------------------------------------------------- Open MPI's launcher under a renamed binary
+
+_OMPI_BAR = "-" * 74 + "\n"
+
+
+@pytest.mark.parametrize(("name", "rank"), [("mpirun.openmpi", 3), ("mpiexec.real", 0), ("mpirun.real", 6)])
+def test_open_mpi_report_under_a_renamed_launcher_names_its_rank(tmp_path, name, rank):
+    """Open MPI words the report with its own basename: a suffixed binary still says it."""
+    text = (_OMPI_BAR + "Primary job  terminated normally, but 1 process returned\n"
+            "a non-zero exit code. Per user-direction, the job has been aborted.\n" + _OMPI_BAR + _OMPI_BAR
+            + f"{name} noticed that process rank {rank} with PID 4411 on node gpu-b exited on signal 11 "
+              "(Segmentation fault).\n" + _OMPI_BAR)
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [rank], v.summary
+
+
+def test_open_mpi_improper_exit_under_a_renamed_launcher_names_its_rank(tmp_path):
+    text = (_OMPI_BAR + "mpirun.openmpi has exited due to process rank 2 with PID 0 on node n1 exiting improperly. "
+            "There are three reasons this could occur:\n" + _OMPI_BAR)
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
