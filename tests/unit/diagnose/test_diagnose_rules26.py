@@ -135,3 +135,30 @@ def test_open_mpi_improper_exit_under_a_renamed_launcher_names_its_rank(tmp_path
             "There are three reasons this could occur:\n" + _OMPI_BAR)
     v = _paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
+
+
+# ---------------------------------------------------------------- a rank whose communicator aborted is no quiet rank
+
+def _timeout(rank: int) -> str:
+    return (f"[rank{rank}]:[E1102 10:30:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) "
+            f"Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, "
+            "NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600043 milliseconds before timing out.\n")
+
+
+def _abort(rank: int) -> str:
+    return (f"gpu9:{7000 + rank}:{7100 + rank} [{rank}] NCCL INFO comm 0x55{rank}0 rank {rank} nranks 4 cudaDev "
+            f"{rank} busId {rank + 1}000 - Abort COMPLETE\n")
+
+
+def test_a_rank_seen_only_aborting_its_communicator_is_not_named_stuck(tmp_path):
+    """An excerpt: ranks 1 and 3 time out, rank 2's communicator aborts too; nothing says 2 never entered."""
+    v = _paste(tmp_path, _timeout(1) + _abort(1) + _abort(2) + _timeout(3) + _abort(3))
+    assert 2 not in named_ranks(v), v.summary
+
+
+def test_a_heard_rank_without_timeout_or_abort_is_still_named(tmp_path):
+    """The quiet rank with its own lines and no teardown stays the one that never entered."""
+    text = (_timeout(1) + _abort(1) + "[rank2]: loading shard 7 of 9\n" + _timeout(3) + _abort(3)
+            + "[rank0]: loading shard 7 of 9\n" + _timeout(0) + _abort(0))
+    v = _paste(tmp_path, text)
+    assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
