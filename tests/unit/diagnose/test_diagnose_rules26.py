@@ -162,3 +162,36 @@ def test_a_heard_rank_without_timeout_or_abort_is_still_named(tmp_path):
             + "[rank0]: loading shard 7 of 9\n" + _timeout(0) + _abort(0))
     v = _paste(tmp_path, text)
     assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
+
+
+# ---------------------------------------------------------------- mpirun's first exit beside victims only
+
+_FIRST_EXIT = ("-" * 74 + "\nPrimary job  terminated normally, but 1 process returned\na non-zero exit code. "
+               "Per user-direction, the job has been aborted.\n" + "-" * 74 + "\n" + "-" * 74 + "\n"
+               "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+               "the job to be terminated. The first process to do so was:\n\n"
+               "  Process name: [[4021,1],{rank}]\n  Exit code:    1\n" + "-" * 74 + "\n")
+
+
+def test_first_exit_beside_horovod_victims_names_the_first_exit(tmp_path):
+    """Horovod's older wording on two tagged ranks; mpirun names rank 3, whose output is cut."""
+    victim = ("[1,{r}]<stderr>:RuntimeError: Horovod has been shut down. This has been caused by an exception on "
+              "one of the rank or an attempted allreduce, allgather or broadcast on a tensor after one of the "
+              "ranks has finished execution.\n")
+    v = _paste(tmp_path, victim.format(r=1) + victim.format(r=2) + _FIRST_EXIT.format(rank=3))
+    assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_first_exit_beside_gloo_victims_names_the_first_exit(tmp_path):
+    victim = ("[1,{r}]<stderr>:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection "
+              "closed by peer [10.0.0.{r}]:4121\n")
+    v = _paste(tmp_path, victim.format(r=0) + victim.format(r=2) + _FIRST_EXIT.format(rank=1))
+    assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
+
+
+def test_horovod_shut_down_is_a_victims_error(tmp_path):
+    """A rank whose only error is Horovod's shut-down is never the dead rank."""
+    v = _paste(tmp_path, "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an "
+                         "exception on one of the ranks or an attempt to allreduce, allgather or broadcast a "
+                         "tensor after one of the ranks finished execution.\n")
+    assert 1 not in named_ranks(v), v.summary
