@@ -195,3 +195,16 @@ def test_horovod_shut_down_is_a_victims_error(tmp_path):
                          "exception on one of the ranks or an attempt to allreduce, allgather or broadcast a "
                          "tensor after one of the ranks finished execution.\n")
     assert 1 not in named_ranks(v), v.summary
+
+
+# ---------------------------------------------------------------- a writer's caption before a labelled line
+
+_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {r} has a total capacity "
+        "of 79.15 GiB of which 1.06 GiB is free.\n")
+
+
+@pytest.mark.parametrize("caption", ["Error log: ", "エラー：", "stderr:"])
+def test_a_labelled_error_behind_a_caption_names_its_rank(tmp_path, caption):
+    text = ("torchrun --nproc_per_node=8 train.py\n" + caption + "[rank2]: " + _OOM.format(r=2))
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
