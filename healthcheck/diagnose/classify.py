@@ -47,6 +47,7 @@ from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.commondeath import first_seen, without_common_death
 from healthcheck.diagnose.coordination import coordination_timeout
+from healthcheck.diagnose.coordlost import lost_tasks
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
 from healthcheck.diagnose.ddpshape import param_shape
@@ -308,6 +309,7 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     init, dead = init_failure(col), without_common_death(col, dead_rank(col))  # commondeath.py: died together
     dead = first_seen(col, dead)  # commondeath.py: the box's later seconds were alive at the agent's first look
     dead = without_mesh_victims(col, dead)  # meshconnect.py: a rank that could not reach a peer did not die
+    dead = dead or lost_tasks(col)  # coordlost.py: JAX's coordination service lost a task's heartbeat
     coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
     if coordination is not None and dead is None and (init is None or not init.ranks):
         init = coordination

@@ -150,6 +150,7 @@ from healthcheck.parsers.torch_log.facts import (
     StoreLost,
     StoreOp,
     TaskExit,
+    TaskLost,
     TaskState,
     TorchLog,
     TracebackCut,
@@ -173,7 +174,7 @@ __all__ = [
     "MonitoredBarrierFailure", "MpiAbortCall", "NotInGroup", "ProgressKind", "RankWarned", "RendezvousError",
     "RendezvousKind", "SetupFailed", "SetupKind",
     "FingerprintRan", "StalledTensors", "StepLogged", "StoreBarrier", "StoreBarrierState", "StoreLost", "StoreOp",
-    "TracebackCut", "TaskExit", "TaskState",
+    "TracebackCut", "TaskExit", "TaskLost", "TaskState",
     "TorchLog", "WatchdogAbort", "WatchdogCaught", "WatchdogProgress", "WatchdogStuck", "WatchdogTimeout",
     "WorkerFailed", "WorkerGroupEvent", "parse_torch_log", "read_torch_lines",
 ]

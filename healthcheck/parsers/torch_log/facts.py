@@ -306,6 +306,15 @@ class SetupFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     text: str
 
 
+class TaskLost(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """JAX's coordination service stopped hearing from task N after the start (coordlost.py):
+    `Task /job:jax_worker/replica:0/task:N heartbeat timeout`. N (`lost`) is JAX's process
+    index; `task` stays the line's launcher label."""
+
+    lost: int
+    how: str
+
+
 class RankWarned(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The last warning or error a rank's own code logged at a logging level (`WARNING`,
     `ERROR`, `CRITICAL`; steps.py): what a rank that left without a traceback said of why."""
@@ -606,6 +615,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     coordination_timeouts: tuple[CoordinationTimeout, ...] = ()
     task_states: tuple[TaskState, ...] = ()
     setup_failures: tuple[SetupFailed, ...] = ()
+    tasks_lost: tuple[TaskLost, ...] = ()
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
@@ -658,4 +668,5 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts", "stalled", "harness_caught",
-              "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states", "setup_failures")
+              "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states", "setup_failures",
+              "tasks_lost")

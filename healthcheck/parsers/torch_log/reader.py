@@ -41,6 +41,7 @@ from healthcheck.parsers.torch_log import (
     agent,
     box,
     coordination,
+    coordlost,
     ddpstart,
     errors,
     launchreports,
@@ -185,6 +186,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *mpireports.HANDLERS, *coordination.HANDLERS,
+    *coordlost.HANDLERS,
     *taskstates.HANDLERS,
     *ddpstart.HANDLERS,
     *setupfail.HANDLERS,

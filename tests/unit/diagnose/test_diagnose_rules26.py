@@ -208,3 +208,23 @@ def test_a_labelled_error_behind_a_caption_names_its_rank(tmp_path, caption):
     text = ("torchrun --nproc_per_node=8 train.py\n" + caption + "[rank2]: " + _OOM.format(r=2))
     v = _paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
+
+
+# ---------------------------------------------------------------- JAX's coordination service losing a task
+
+def _lost(task: int, job: str = "jax_worker", prefix: str = "") -> str:
+    return (f"E0302 09:14:{task:02d}.000000 1234 coordination_service.cc:1017] {prefix}Task /job:{job}/replica:0/"
+            f"task:{task} heartbeat timeout. This indicates that the remote task has failed, got preempted, or "
+            "crashed unexpectedly. Check the task logs for an earlier error to debug further.\n")
+
+
+def test_coordination_service_losing_a_task_names_it_dead(tmp_path):
+    text = ("I0302 09:10:00.000000 1234 train.py:88] step 4000 loss 1.92\n"
+            + _lost(5, job="trainer", prefix="UNAVAILABLE: "))
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [5], v.summary
+
+
+def test_coordination_service_losing_two_tasks_names_both(tmp_path):
+    v = _paste(tmp_path, _lost(3) + _lost(11))
+    assert v.cls == "dead-rank" and named_ranks(v) == [3, 11], v.summary
