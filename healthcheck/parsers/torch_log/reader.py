@@ -47,6 +47,7 @@ from healthcheck.parsers.torch_log import (
     launchreports,
     mpiabort,
     mpireports,
+    mvapichsignal,
     rankends,
     setupfail,
     signalreport,
@@ -186,7 +187,7 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *mpireports.HANDLERS, *coordination.HANDLERS,
-    *coordlost.HANDLERS,
+    *coordlost.HANDLERS, *mvapichsignal.HANDLERS,
     *taskstates.HANDLERS,
     *ddpstart.HANDLERS,
     *setupfail.HANDLERS,

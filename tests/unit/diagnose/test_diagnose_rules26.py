@@ -228,3 +228,21 @@ def test_coordination_service_losing_a_task_names_it_dead(tmp_path):
 def test_coordination_service_losing_two_tasks_names_both(tmp_path):
     v = _paste(tmp_path, _lost(3) + _lost(11))
     assert v.cls == "dead-rank" and named_ranks(v) == [3, 11], v.summary
+
+
+# ---------------------------------------------------------------- MVAPICH2's signal handler's report
+
+def test_mvapich2_caught_error_names_its_rank(tmp_path):
+    text = ("[node-3:mpi_rank_3][error_sighandler] Caught error: Bus error (signal 7)\n"
+            "[proxy:0:1@node-3] HYD_pmcd_pmip_control_cmd_cb (pm/pmiserv/pmip_cb.c:912): assert (!closed) failed\n"
+            "[mpiexec@node-1] HYDT_bscu_wait_for_completion (tools/bootstrap/utils/bscu_wait.c:76): one of the "
+            "processes terminated badly; aborting\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
+
+
+def test_mvapich2_two_ranks_caught_errors_name_both(tmp_path):
+    text = ("[gpu-a:mpi_rank_9][error_sighandler] Caught error: Floating point exception (signal 8)\n"
+            "[gpu-b:mpi_rank_2][error_sighandler] Caught error: Floating point exception (signal 8)\n")
+    v = _paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [2, 9], v.summary
