@@ -54,7 +54,13 @@ def _claims_then_nothing(source: str, log: TorchLog) -> list[tuple[str, int, str
     outside any collective: the processes stopped in the process group's set-up."""
     if not log.ddp_starts or set(log.counts()) - _CLAIMS_ONLY:
         return []
-    if any(e.collective or e.line < log.ddp_starts[-1].line for e in log.exceptions):
+    last = log.ddp_starts[-1].line
+    if any(e.collective or e.line < last for e in log.exceptions):
+        return []
+    # the text must end at the claims (a blank at most) or in a traceback after them: a line
+    # after them that no fact holds (the job cancelled from outside: slurmstepd's CANCELLED)
+    # says the job was ended, not that its set-up failed
+    if log.lines - last > 1 and not any(c.line > last for c in log.cut_tracebacks) and not log.exceptions:
         return []
     return [(source, c.line, f"a process starts its process group as global rank {c.global_rank} of {c.world}, "
                              "and nothing after it shows the group formed") for c in log.ddp_starts]

@@ -246,3 +246,11 @@ def test_mvapich2_two_ranks_caught_errors_name_both(tmp_path):
             "[gpu-b:mpi_rank_2][error_sighandler] Caught error: Floating point exception (signal 8)\n")
     v = _paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2, 9], v.summary
+
+
+def test_start_claims_then_the_job_cancelled_is_not_setup(tmp_path):
+    """A cancel from outside after the claims ends the job; it does not show set-up failed."""
+    text = (_SETUP_TEXTS["lightning2-claims-then-nothing"]
+            + "slurmstepd: error: *** JOB 4242 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***\n")
+    v = _paste(tmp_path, text)
+    assert v.cls != "init-failure" and named_ranks(v) == [], v.summary
