@@ -57,10 +57,9 @@ def _claims_then_nothing(source: str, log: TorchLog) -> list[tuple[str, int, str
     last = log.ddp_starts[-1].line
     if any(e.collective or e.line < last for e in log.exceptions):
         return []
-    # the text must end at the claims (a blank at most) or in a traceback after them: a line
-    # after them that no fact holds (the job cancelled from outside: slurmstepd's CANCELLED)
-    # says the job was ended, not that its set-up failed
-    if log.lines - last > 1 and not any(c.line > last for c in log.cut_tracebacks) and not log.exceptions:
+    # the job cancelled from outside after them (slurmstepd's CANCELLED, TIME LIMIT, srun's
+    # step aborted) was ended, which does not show that its set-up failed
+    if log.step_aborted:
         return []
     return [(source, c.line, f"a process starts its process group as global rank {c.global_rank} of {c.world}, "
                              "and nothing after it shows the group formed") for c in log.ddp_starts]

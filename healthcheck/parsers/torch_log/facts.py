@@ -616,6 +616,9 @@ class TorchLog(msgspec.Struct, frozen=True):
     task_states: tuple[TaskState, ...] = ()
     setup_failures: tuple[SetupFailed, ...] = ()
     tasks_lost: tuple[TaskLost, ...] = ()
+    # slurmstepd/srun said the step or job was ended from outside (CANCELLED, TIME LIMIT, `Job step
+    # aborted`, `Terminating StepId`: agent.read_srun)
+    step_aborted: bool = False
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged

@@ -260,6 +260,7 @@ def _result(state: TorchState, lines: int) -> TorchLog:
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
+                    step_aborted=state.step_aborted,
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 
