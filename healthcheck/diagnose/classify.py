@@ -47,6 +47,7 @@ from healthcheck.diagnose.analysis import Analysis, fact_rank, log_evidence
 from healthcheck.diagnose.argcheck import refused_arguments
 from healthcheck.diagnose.commondeath import first_seen, without_common_death
 from healthcheck.diagnose.coordination import coordination_timeout
+from healthcheck.diagnose.coordlost import lost_tasks
 from healthcheck.diagnose.cudafault import cuda_death, is_software_fault, software_faults
 from healthcheck.diagnose.ddpclaims import duplicate_rank_claims
 from healthcheck.diagnose.ddpshape import param_shape
@@ -67,6 +68,7 @@ from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
 from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.setupphase import setup_failure
 from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stackrules import init_stacks, stack_mismatch
@@ -307,6 +309,7 @@ def _start(col: Collected, out: Analysis) -> JobFinding | None:
     init, dead = init_failure(col), without_common_death(col, dead_rank(col))  # commondeath.py: died together
     dead = first_seen(col, dead)  # commondeath.py: the box's later seconds were alive at the agent's first look
     dead = without_mesh_victims(col, dead)  # meshconnect.py: a rank that could not reach a peer did not die
+    dead = dead or lost_tasks(col)  # coordlost.py: JAX's coordination service lost a task's heartbeat
     coordination = coordination_timeout(col)  # coordination.py: JAX's start-up barrier timed out
     if coordination is not None and dead is None and (init is None or not init.ranks):
         init = coordination
@@ -416,6 +419,10 @@ def analyse(col: Collected) -> Analysis:
     _network(col, out)
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)
+    if not out.findings:
+        late = setup_failure(col)  # setupphase.py: the text shows the job never got past its set-up
+        if late is not None:
+            out.findings.append(late)
     _fallback(col, out)
     out.findings = [with_dead_threads(col, f) for f in out.findings]  # threads.py: why a stuck rank waits
     return out

@@ -45,10 +45,11 @@ first; the earliest across the boxes is the job's.
 
 Open MPI's own report (`mpirun detected that one or more processes exited with non-zero
 status ... The first process to do so was: Process name: [[J,1],R] Exit code: N`) names a
-global rank (R, the MPI rank). Where a paste holds that box and nothing of any rank's own
-output (no rank's line, error or timeout: `lone_mpirun_exit`), it is the only word on the
-job and names R, at low confidence; where a rank's own output is there, leavers.py reads
-the box with it (a rank that printed no error is named; one that raised is dead-rank by
+global rank (R, the MPI rank). Where a paste holds that box and nothing of R's own output,
+no timeout and no error but victims' (other ranks' collective errors, Horovod's `has been
+shut down`, each raised because some rank failed first: `lone_mpirun_exit`), it is the
+word on which rank that was and names R, at low confidence; where R's own output is there,
+leavers.py reads the box with it (a rank that printed no error is named; one that raised is dead-rank by
 its exception; one that timed out was waiting for another).
 """
 
@@ -241,16 +242,20 @@ def earliest_box_failure(col: Collected, firsts: dict[int, RankError],
 
 def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the box's line) for Open MPI's one first-non-zero-exit report where the
-    text holds no rank's own output (`own`: leavers.own_output), no rank's error and no
-    timeout (see the module's docstring), else None."""
+    text holds none of that rank's own output (`own`: leavers.own_output), no error but
+    victims' (a collective's, Horovod's shut-down: raised because another rank failed) and
+    no timeout (see the module's docstring), else None. The others' victim errors say a
+    rank failed first; mpirun's box says which, in the order it saw them exit."""
     exits = [(f.source, t) for f in col.evidence.torch_logs if f.log is not None for t in f.log.task_exits
              if t.launcher == "mpirun"]
-    if len(exits) != 1 or own or firsts or spoke_of_failure(col) or any_timed_out(col, firsts):
+    if len(exits) != 1 or any(not e.victim for e in firsts.values()) or any_timed_out(col, firsts):
         return None
     source, t = exits[0]
     if len(t.tasks) != 1 or t.signal or not t.exitcode:
         return None  # a signal is signals.py's; exit 0 is no failure
     rank = t.tasks[0]
+    if rank in own or rank in firsts or rank in spoke_of_failure(col):
+        return None  # its own output is in the text: leavers.py reads the box with it
     text = f"rank {rank}: mpirun reports it the first process to exit non-zero, exit code {t.exitcode}"
     return rank, f"exited {t.exitcode}", log_evidence(col, source, t.line, text, rank)
 

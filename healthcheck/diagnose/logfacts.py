@@ -40,7 +40,13 @@ COLLECTIVE_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "
                      # ProcessGroupGloo's monitoredBarrier on a rank that arrived and then lost rank 0:
                      # "Rank 1 successfully reached monitoredBarrier, but received errors while waiting
                      # for send/recv from rank 0" (mbarrier.py): that rank waited, a victim
-                     "successfully reached monitoredBarrier")
+                     "successfully reached monitoredBarrier",
+                     # Horovod's SHUT_DOWN_ERROR (horovod/common/common.h), raised on every rank still in a
+                     # collective once one rank raised or finished: "This was caused by an exception on one of
+                     # the ranks ..." (older: "This has been caused by ..."); the cause is that other rank
+                     "Horovod has been shut down",
+                     # Open MPI's ULFM: the call observed a peer's failure (MPI_ERR_PROC_FAILED: Process Failure)
+                     "MPI_ERR_PROC_FAILED")
 # a SIGINT's exception: raised in whatever frame the rank was in (a collective's wait too), by
 # a signal, never by a peer. One rank's alone is that rank's death; every rank's at once is
 # an operator's Ctrl-C that a launcher (torchrun's agent, mpirun) passed to all its workers

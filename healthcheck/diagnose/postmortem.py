@@ -43,6 +43,7 @@ from healthcheck.diagnose.logfacts import (
     ranks_heard,
     watchdog_ranks,
 )
+from healthcheck.diagnose.ncclaborts import aborted_ranks
 from healthcheck.diagnose.nonefinished import none_finished
 from healthcheck.diagnose.p2pvictims import left_waiting
 from healthcheck.diagnose.progorder import first_in_program
@@ -87,7 +88,8 @@ def _quiet(col: Collected, waits: dict[int, Wait]) -> list[int]:
     firsts = first_errors(col)
     first = _first_timeout(waits, firsts)
     out = []
-    for rank in sorted(ranks_heard(col) - set(waits) - watchdog_ranks(col)):
+    # ncclaborts.py: a rank whose world communicator aborted was torn down by the failure
+    for rank in sorted(ranks_heard(col) - set(waits) - watchdog_ranks(col) - aborted_ranks(col)):
         e = firsts.get(rank)
         if e is not None and not e.victim:
             continue  # an error of its own: the dead-rank rule's

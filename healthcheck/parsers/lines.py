@@ -1735,7 +1735,26 @@ def relabelled(line: Line, *, torchx: bool = False, rank_before: re.Pattern[str]
             again = read_line(line.number, stripped)[0]
             if again.labels:
                 line = msgspec.structs.replace(again, raw=line.raw, repairs=line.repairs + again.repairs)
+        else:
+            line = uncaptioned(line)
     return prepended_rank(line, rank_before) if rank_before is not None else line
+
+
+# a writer's caption before a pasted log line on the same line (`Error: [rank4]: ...`,
+# `报错信息：[rank4]: ...`): a few words without brackets or colons, an ASCII or fullwidth colon,
+# then torch's own `[rankN]:` label (nothing else is taken for a label behind prose)
+_CAPTION = re.compile(r"[^\[\]:\uff1a]{1,40}[:\uff1a] {0,4}(?=\[rank\d{1,7}\]:)")
+
+
+def uncaptioned(line: Line) -> Line:
+    """`line` read again after a writer's caption (`_CAPTION`) where one leads it; else `line`."""
+    m = _CAPTION.match(line.text) if "[rank" in line.text[:56] else None
+    if m is None:
+        return line
+    again = read_line(line.number, line.text[m.end():])[0]
+    if not again.labels:
+        return line
+    return msgspec.structs.replace(again, raw=line.raw, repairs=(*line.repairs, "caption", *again.repairs))
 
 
 def torchx_read(line: Line, text: str) -> Line | None:

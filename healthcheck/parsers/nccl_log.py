@@ -303,6 +303,9 @@ class NcclProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     error_returns: int = 0  # `file.cc:N -> code` lines (an error unwinding)
     first_error_line: int | None = None
     first_error_code: int | None = None  # ncclResult_t: 1 cuda, 2 system, 3 internal, 5 usage, 6 remote
+    # the first error return unwinding through init.cc (`init.cc:N -> code`): an error while a
+    # communicator was being set up (ncclCommInitRank/Split), wherever it began
+    init_error_line: int | None = None
 
 
 class NcclLog(msgspec.Struct, frozen=True):
@@ -701,7 +704,7 @@ class _Proc:
     __slots__ = ("host", "pid", "first_line", "last_line", "lines", "version", "cuda", "cuda_driver", "devices",
                  "bootstrap_if", "bootstrap_addr", "network", "ib_devices", "ib_no_device", "ib_unavailable",
                  "socket_devices", "env", "transports", "rings", "trees", "warns", "error_returns", "first_error_line",
-                 "first_error_code",
+                 "first_error_code", "init_error_line",
                  "launcher_rank", "plugin", "plugin_devices", "net_listed")
 
     def __init__(self, host: str, pid: int, line: int) -> None:
@@ -719,6 +722,7 @@ class _Proc:
         self.rings = self.trees = self.warns = self.error_returns = 0
         self.first_error_line: int | None = None
         self.first_error_code: int | None = None
+        self.init_error_line: int | None = None
         self.launcher_rank: int | None = None
         self.plugin: dict[str, Any] = {}  # NcclProcess's net_plugin* / net_provider / net_nics
         self.plugin_devices: list[NetDevice] = []
@@ -976,6 +980,8 @@ class _Builder:
         proc.error_returns += 1
         if proc.first_error_line is None:
             proc.first_error_line, proc.first_error_code = line.number, int(m.group(1))
+        if proc.init_error_line is None and line.text.startswith("init.cc:"):
+            proc.init_error_line = line.number
         return True
 
     def ib_unavailable(self, line: Line) -> bool:
@@ -1238,7 +1244,7 @@ class _Builder:
             rings_connected=proc.rings, trees_connected=proc.trees, launcher_rank=proc.launcher_rank,
             ranks=ranks, world_size=world,
             warns=proc.warns, error_returns=proc.error_returns, first_error_line=proc.first_error_line,
-            first_error_code=proc.first_error_code,
+            first_error_code=proc.first_error_code, init_error_line=proc.init_error_line,
         )
 
 

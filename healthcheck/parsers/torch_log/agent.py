@@ -59,8 +59,12 @@ _MPIRUN_EXIT = re.compile(r"\s{0,8}Exit code: {0,16}(\d{1,3})\s*$")
 # The launcher under any of Open MPI's names for it (`mpiexec` as often as `mpirun`; orterun,
 # prterun in Open MPI 5)
 OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
+# Open MPI prints the launcher's own basename (argv[0]): a distribution's or an image's renamed
+# binary keeps a suffix (Debian's `mpirun.openmpi`, Horovod and Kubeflow MPIJob images'
+# `mpirun.real` behind a wrapper script)
+OMPI_NAME = rf"(?:{'|'.join(OMPI_LAUNCHERS)})(?:\.[A-Za-z0-9_-]{{1,24}})?"
 MPIRUN_SIGNAL = re.compile(
-    rf"(?:{'|'.join(OMPI_LAUNCHERS)}) noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
+    rf"{OMPI_NAME} noticed that process rank (\d{{1,9}}) with PID (\S{{1,32}}) "
     r"on node (?:(\S{1,256}) )?exited on signal (\d{1,3})")
 _REDACTED = re.compile(r"[xX*#?]{1,256}|<[^>]{0,64}>")  # a host a paste blanked out: no host
 # srun's `task N: <strsignal(sig)>[ (core dumped)]` (src/srun/libsrun's task-finish report):

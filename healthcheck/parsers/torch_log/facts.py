@@ -292,6 +292,29 @@ class DdpStart(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     world: int
 
 
+SetupKind = Literal["launch", "mpi-init", "nccl-bootstrap", "nccl-config"]
+
+
+class SetupFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A launcher's or a library's own report that the job could not be set up
+    (setupfail.py): a step whose tasks could not be launched or laid out (srun, Hydra's
+    proxy, mpirun), MPI_Init failing, NCCL's bootstrap without a socket interface, NCCL
+    refusing every algorithm/protocol for a collective (its configuration, at the first
+    call). `text`: the report, as printed."""
+
+    kind: SetupKind
+    text: str
+
+
+class TaskLost(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """JAX's coordination service stopped hearing from task N after the start (coordlost.py):
+    `Task /job:jax_worker/replica:0/task:N heartbeat timeout`. N (`lost`) is JAX's process
+    index; `task` stays the line's launcher label."""
+
+    lost: int
+    how: str
+
+
 class RankWarned(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """The last warning or error a rank's own code logged at a logging level (`WARNING`,
     `ERROR`, `CRITICAL`; steps.py): what a rank that left without a traceback said of why."""
@@ -591,6 +614,11 @@ class TorchLog(msgspec.Struct, frozen=True):
     mpi_abort_calls: tuple[MpiAbortCall, ...] = ()
     coordination_timeouts: tuple[CoordinationTimeout, ...] = ()
     task_states: tuple[TaskState, ...] = ()
+    setup_failures: tuple[SetupFailed, ...] = ()
+    tasks_lost: tuple[TaskLost, ...] = ()
+    # slurmstepd/srun said the step or job was ended from outside (CANCELLED, TIME LIMIT, `Job step
+    # aborted`, `Terminating StepId`: agent.read_srun)
+    step_aborted: bool = False
     nccl_versions: tuple[str, ...] = ()  # distinct, in order: "2.21.5"
     prefixed_ranks: tuple[int, ...] = ()  # every rank a line prefix names (`[rankN]:`, a label), sorted
     last_steps: tuple[StepLogged, ...] = ()  # per rank (line labels), the last step its loop logged
@@ -643,4 +671,5 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "child_failed",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts", "stalled", "harness_caught",
-              "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states")
+              "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states", "setup_failures",
+              "tasks_lost")

@@ -30,7 +30,7 @@ import re
 
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
-from healthcheck.parsers.torch_log.agent import OMPI_LAUNCHERS
+from healthcheck.parsers.torch_log.agent import OMPI_LAUNCHERS, OMPI_NAME
 from healthcheck.parsers.torch_log.facts import SIGNALS, ExceptionRaised, MpiAbortCall, TaskExit
 from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
 from healthcheck.parsers.torch_log.signalreport import DEATH_TYPES
@@ -46,7 +46,7 @@ INIT_CALL = "MPI_Init"
 _CALLED = re.compile(r"application called MPI_Abort\((\w{1,64}), (-?\d{1,12})\) - process (\d{1,9})")
 IMPROPER_STATE = "exited improperly"
 IMPROPER_EXIT = re.compile(
-    rf"(?:{'|'.join(OMPI_LAUNCHERS)}) has exited due to process rank (\d{{1,9}}) with PID (\S{{1,32}}) on "
+    rf"{OMPI_NAME} has exited due to process rank (\d{{1,9}}) with PID (\S{{1,32}}) on "
     r"node (?:(\S{1,256}) )?exiting (?:improperly|without calling \"finalize\")")
 IMPROPER_HEADS = tuple(f"{name} has exited due to" for name in OMPI_LAUNCHERS)
 _PETSC = re.compile(r"\[(\d{1,9})\]PETSC ERROR: Caught signal number (\d{1,3}) ([A-Z]{1,8})")

@@ -41,12 +41,15 @@ from healthcheck.parsers.torch_log import (
     agent,
     box,
     coordination,
+    coordlost,
     ddpstart,
     errors,
     launchreports,
     mpiabort,
     mpireports,
+    mvapichsignal,
     rankends,
+    setupfail,
     signalreport,
     spawn,
     stall,
@@ -184,8 +187,10 @@ def _torch_words(state: TorchState, line: Line) -> bool:
 MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *watchdog.HANDLERS, *errors.HANDLERS, *store.HANDLERS, *agent.HANDLERS, *spawn.HANDLERS, *launchreports.HANDLERS,
     *rankends.HANDLERS, *stall.HANDLERS, *mpiabort.HANDLERS, *mpireports.HANDLERS, *coordination.HANDLERS,
+    *coordlost.HANDLERS, *mvapichsignal.HANDLERS,
     *taskstates.HANDLERS,
     *ddpstart.HANDLERS,
+    *setupfail.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
@@ -278,6 +283,7 @@ def _result(state: TorchState, lines: int) -> TorchLog:
                     last_warnings=tuple(state.last_warning.values()),
                     cut_tracebacks=tuple(tracebacks.cut_tracebacks(state)),
                     last_fingerprints=tuple(state.last_running.values()), dropped=state.dropped,
+                    step_aborted=state.step_aborted,
                     unrecognized=state.unrecognized.freeze(), **facts)
 
 

@@ -158,22 +158,30 @@ def test_new_lightning_words_are_read_alike(tmp_path):
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
+# Round 26 (setupphase.py): a text that ends at the start claims, with nothing after them, is
+# a job that stopped in its process group's set-up (field-18's two Lightning ranks stuck after
+# `initializing ddp`: truth init): init-failure naming none, low. These are not duplicate
+# claims (ddpclaims.py's wrong assignment, medium): what they still must not do is name a rank
+# or say two processes claimed one rank.
+
+
 def test_every_member_claimed_once_then_nothing_is_no_init_failure(tmp_path):
-    # a healthy start looks the same until its next line
     v = _paste(tmp_path, _claims(0, 1, 2, 3, world=4))
-    assert v.cls != "init-failure", v.summary
+    assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
     v = _paste(tmp_path / "alone", _claims(0, world=5, old=False))
-    assert v.cls != "init-failure", v.summary
+    assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_a_logger_printing_each_line_twice_is_no_duplicate_claim(tmp_path):
     text = "".join(line + "\n" + line + "\n" for line in _claims(0, 1, world=8, local=False).splitlines())
-    assert _paste(tmp_path, text).cls != "init-failure"
+    v = _paste(tmp_path, text)
+    assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_a_whole_world_claimed_again_is_a_rerun_not_a_duplicate(tmp_path):
-    assert _paste(tmp_path, _claims(0, 1, 2, 3, 0, 1, 2, 3, world=4)).cls != "init-failure"
-    assert _paste(tmp_path / "next", _claims(0, 1, 2, 3, 0, 1, 2, 3, world=8)).cls != "init-failure"
+    for where, world in (("now", 4), ("next", 8)):
+        v = _paste(tmp_path / where, _claims(0, 1, 2, 3, 0, 1, 2, 3, world=world))
+        assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_duplicate_claims_before_a_logged_step_are_no_init_failure(tmp_path):
