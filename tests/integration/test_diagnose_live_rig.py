@@ -526,9 +526,9 @@ def slurm(fresh_slurm_rig, net):
 
 def test_sleep_then_stop_srun_by_job_id(slurm, net, jobs, tmp_path):
     """One srun job in two phases (hang_job --then), each found by the Slurm job id alone:
-    (d) rank 2 sleeps, `hc diagnose job` says stuck-rank and names rank 2 on node3; (e)
-    rank 0 is SIGSTOPped, state T, `hc diagnose job` says stuck-rank, names rank 0 and says
-    it is in state T."""
+    (d) rank 2 sleeps, `hc diagnose job` says stuck-rank and names rank 2 on node3, through
+    Slurm and over SSH (`--via ssh`); (e) rank 0 is SIGSTOPped, state T, `hc diagnose job`
+    says stuck-rank, names rank 0 and says it is in state T."""
     job = start_srun(slurm, net, tmp_path, "sleep", 2, None, "--then", "stop:0")
     jobs.append(job)
     wait_hung(job)
@@ -548,6 +548,16 @@ def test_sleep_then_stop_srun_by_job_id(slurm, net, jobs, tmp_path):
     v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job)
     check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun")
     assert next(o for o in v["odd_ranks"])["host"] == "node3"
+    # the same hang reached over SSH (`--via ssh`: ssh.remote_hc on every node of the job, no
+    # srun step): the sleeping rank, on its host; the nodes' kernel logs read in the job's
+    # window (the rig's hosts share this machine's kernel) and nothing in them taken for this
+    # job's failure
+    v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job, "--via", "ssh")
+    check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun via ssh")
+    odd = v["odd_ranks"][0]
+    assert odd["host"] == "node3" and odd["pid"] == job.rank_info()[2]["pid"]
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3]
+    assert not any(u["source"].endswith("did not answer") for u in v.get("unreadable", []))
 
     release(job, 1)
     wait_hung(job, phase=2)
