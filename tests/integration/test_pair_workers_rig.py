@@ -2,7 +2,8 @@
 sshd hosts: one `hc bw serve` per node serves every test it takes part in; a worker that
 was killed, or hung, costs the test it was in (ERROR, naming the node) and is started
 afresh for the next; closing the pool ends every worker on the nodes. The whole `hc sweep
---tier deep` on workers (no restart, none left) is test_bandwidth_rig's healthy sweep."""
+--tier deep` on workers (no restart, none left) is the healthy sweep in test_bandwidth_rig's
+culprit-resumed test."""
 
 from __future__ import annotations
 
