@@ -6,7 +6,8 @@ within 30 s of being called (the issue's target), and never a healthy rank.
 The jobs are tests/rig/jobs/hang_job.py, started and ended (by pid, nothing left behind) by
 the helpers of test_diagnose_live_rig.py. The scenarios whose hung job the live collector's
 tests also need (skip, sleep, stop, kill under torchrun; sleep, stop, size, port under srun)
-are diagnosed there, on the job those tests started: one four-rank start for both.
+are diagnosed there, on the job those tests started: one four-rank start for both. So is
+the sleeping srun job over SSH (`--via ssh`).
 """
 
 from __future__ import annotations
@@ -41,23 +42,6 @@ pytestmark = pytest.mark.rig
 
 
 # ------------------------------------------------------------------------------ srun + hc diagnose job
-
-
-def test_job_sleep_srun_via_ssh(slurm, net, jobs, tmp_path):
-    """The same srun-launched hang reached over SSH (`--via ssh`: ssh.remote_hc on every node of
-    the job, no srun step): the sleeping rank, on its host, within 30 s; the nodes' kernel logs
-    read in the job's window (the rig's hosts share this machine's kernel) and nothing in them
-    taken for this job's failure."""
-    job = start_srun(slurm, net, tmp_path, "sleep", 1)
-    jobs.append(job)
-    wait_hung(job)
-    v, elapsed, rc = diagnose("job", _job_id(job), "--via", "ssh", "--config", str(site_config(net, tmp_path)),
-                              env=slurm.env)
-    check(v, elapsed, rc, ("stuck-rank",), 1, "job sleep/srun via ssh")
-    odd = v["odd_ranks"][0]
-    assert odd["host"] == "node2" and odd["pid"] == job.rank_info()[1]["pid"]
-    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3]
-    assert not any(u["source"].endswith("did not answer") for u in v.get("unreadable", []))
 
 
 def test_job_that_does_not_exist_on_real_slurm(slurm, net, tmp_path):

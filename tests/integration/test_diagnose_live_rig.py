@@ -4,7 +4,11 @@ tests/rig/jobs/hang_job.py runs 4 ranks, one per namespace host, started by torc
 c10d rendezvous at node1, one torchrun inside every host) or by srun on the rig's real
 Slurm. One rank misbehaves (see the job's docstring): (a) skips a collective, (b) sends
 a tensor of another size, (c) is SIGKILLed by this test, (d) sleeps in a named function,
-(e) is SIGSTOPped by this test, (f) the master port is taken. When the job is where it
+(e) is SIGSTOPped by this test, (f) the master port is taken. Where one job can show
+several of these in turn (hang_job's --then: (d), then (e), then (c) under torchrun; (d),
+then (e) under srun), one job does: starting four ranks (and, under torchrun, four agents),
+each importing torch, is most of a test's time, and each phase has one odd rank, so each
+collection is the one a job of that scenario alone gives. When the job is where it
 hangs, this test runs the collector on every host through the rig's sshd (`python -m
 healthcheck diagnose collect --job ID | --pids ...`, the venv's Python; the hosts share
 this machine's pid namespace and files, so the collector's network-namespace filter is
@@ -175,10 +179,17 @@ def wait_until(what: str, check, timeout: float, job: Job) -> None:
                          + "\n".join(job.log(r) for r in range(len(NODES))) + job.launcher_output()[-4000:])
 
 
-def wait_hung(job: Job, settle_s: float = 1.5) -> None:
-    wait_until("every rank reaching the hang step",
-               lambda: all((job.out / f"rank{r}.hung").exists() for r in range(len(NODES))), HANG_WAIT_S, job)
+def wait_hung(job: Job, settle_s: float = 1.5, phase: int = 1) -> None:
+    """Every rank in the step where the job's `phase` (hang_job's --then: 2, 3, ...) hangs."""
+    marker = f"hung{phase if phase > 1 else ''}"
+    wait_until(f"every rank reaching the hang step of phase {phase}",
+               lambda: all((job.out / f"rank{r}.{marker}").exists() for r in range(len(NODES))), HANG_WAIT_S, job)
     time.sleep(settle_s)  # from the marker into the collective
+
+
+def release(job: Job, phase: int) -> None:
+    """End the job's `phase`: its odd rank leaves its wait and the job goes on to the next."""
+    (job.out / f"release{phase}").touch()
 
 
 def collect(net, hosts_args: dict[str, list[str]]) -> tuple[dict[str, NodeCollection], float]:
@@ -325,10 +336,14 @@ def end_job(job: Job) -> None:
     assert not [t.name for t in job.threads if t.is_alive()]
 
 
-def save_fixture(job: Job, cols: dict[str, NodeCollection], elapsed: float, note: str) -> None:
+def save_fixture(job: Job, cols: dict[str, NodeCollection], elapsed: float, note: str,
+                 phase: tuple[str, int] | None = None) -> None:
+    """The collection as tests/fixtures/diagnose-live/<scenario>-<launcher> (`phase`: the
+    scenario and odd rank of the job's phase, where it has several)."""
+    scenario, odd = phase or (job.scenario, job.odd)
     if os.environ.get("HC_SAVE_LIVE_FIXTURES") != "1":
         return
-    d = FIXTURES / f"{job.scenario}-{job.launcher}"
+    d = FIXTURES / f"{scenario}-{job.launcher}"
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
@@ -341,7 +356,7 @@ def save_fixture(job: Job, cols: dict[str, NodeCollection], elapsed: float, note
                 (d / f"py-spy-rank{r.rank}.json").write_text(r.py_spy_raw)
         slim = replace_raw(c)
         (d / f"collect-{host}.json").write_text(json.dumps(json.loads(slim.to_json()), indent=1) + "\n")
-    (d / "NOTE.txt").write_text(f"scenario {job.scenario}, launcher {job.launcher}, odd rank {job.odd}\n"
+    (d / "NOTE.txt").write_text(f"scenario {scenario}, launcher {job.launcher}, odd rank {odd}\n"
                                 f"collection of 4 hosts over SSH: {elapsed:.2f} s\n{note}\n")
 
 
@@ -415,12 +430,26 @@ def test_skip_torchrun(net, jobs, tmp_path):
     check(*hosts(net, tmp_path), ("collective-mismatch",), 2, "hosts skip/torchrun")
 
 
-def test_sleep_torchrun_by_agent_pid(net, jobs, tmp_path):
-    """(d) rank 1 sleeps in load_batch_slowly; collected through each host's torchrun agent pid;
-    `hc diagnose hosts` says stuck-rank and names rank 1."""
-    job = start_torchrun(net, tmp_path, "sleep", 1)
+def test_sleep_then_stop_then_kill_torchrun(net, jobs, tmp_path):
+    """One torchrun job in three phases (hang_job --then), each collected and diagnosed as a
+    job of that scenario alone would be: (d) rank 1 sleeps, (e) rank 3 is SIGSTOPped, (c)
+    rank 2 is SIGKILLed."""
+    job = start_torchrun(net, tmp_path, "sleep", 1, "--linger", "120", "--then", "stop:3", "--then", "kill:2")
     jobs.append(job)
     wait_hung(job)
+    sleeping_by_agent_pid(net, tmp_path, job, 1)
+    release(job, 1)
+    wait_hung(job, phase=2)
+    stopped(net, tmp_path, job, 3)
+    release(job, 2)
+    os.kill(job.rank_info()[3]["pid"], signal.SIGCONT)
+    wait_hung(job, phase=3)
+    killed(net, tmp_path, job, 2)
+
+
+def sleeping_by_agent_pid(net, tmp_path: Path, job: Job, odd: int) -> None:
+    """(d) rank `odd` sleeps in load_batch_slowly; collected through each host's torchrun agent
+    pid; `hc diagnose hosts` says stuck-rank and names it."""
     agents = {}
     for d in job.rank_info().values():
         ppid = int(Path(f"/proc/{d['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -428,65 +457,63 @@ def test_sleep_torchrun_by_agent_pid(net, jobs, tmp_path):
     cols, elapsed = collect(net, agents)
     got = assert_found(cols, [0, 1, 2, 3])
     for rank, (_, r) in got.items():
-        if rank == 1:
+        if rank == odd:
             assert r.collective is None and r.user_frame.startswith("load_batch_slowly (hang_job.py:"), r
         else:
             assert_in_collective(r)
         assert r.pid == job.rank_info()[rank]["pid"]
     assert all(s.reason == "agent" for c in cols.values() for s in c.skipped), [c.skipped for c in cols.values()]
     assert elapsed < COLLECT_BOUND_S, elapsed
-    save_fixture(job, cols, elapsed, "rank 1 sleeps in load_batch_slowly at step 3; 0,2,3 wait in all_reduce")
+    save_fixture(job, cols, elapsed, f"rank {odd} sleeps in load_batch_slowly at step 3; the others wait in "
+                                     "all_reduce", ("sleep", odd))
     print(f"sleep/torchrun: collected 4 hosts in {elapsed:.2f} s")
-    check(*hosts(net, tmp_path), ("stuck-rank",), 1, "hosts sleep/torchrun")
+    check(*hosts(net, tmp_path), ("stuck-rank",), odd, "hosts sleep/torchrun")
 
 
-def test_stop_torchrun(net, jobs, tmp_path):
-    """(e) rank 3 is SIGSTOPped: state T, its stack read without ptrace-stopping it; `hc diagnose
-    hosts` says stuck-rank and names rank 3."""
-    job = start_torchrun(net, tmp_path, "stop", 3)
-    jobs.append(job)
-    wait_hung(job)
-    pid = job.rank_info()[3]["pid"]
+def stopped(net, tmp_path: Path, job: Job, odd: int) -> None:
+    """(e) rank `odd` is SIGSTOPped in wait_to_be_stopped: state T, its stack read without
+    ptrace-stopping it; `hc diagnose hosts` says stuck-rank and names it. It stays stopped."""
+    pid = job.rank_info()[odd]["pid"]
     os.kill(pid, signal.SIGSTOP)
     cols, elapsed = collect(net, by_pids(job))
     got = assert_found(cols, [0, 1, 2, 3])
-    odd = got[3][1]
-    assert odd.state == "T" and odd.state_name == "stopped" and odd.py_spy_mode == "nonblocking", odd
-    assert odd.user_frame.startswith("wait_to_be_stopped (hang_job.py:"), odd.user_frame
-    for rank in (0, 1, 2):
-        assert_in_collective(got[rank][1])
-        assert got[rank][1].py_spy_mode == "blocking"
+    rank = got[odd][1]
+    assert rank.state == "T" and rank.state_name == "stopped" and rank.py_spy_mode == "nonblocking", rank
+    assert rank.user_frame.startswith("wait_to_be_stopped (hang_job.py:"), rank.user_frame
+    for other in sorted(set(got) - {odd}):
+        assert_in_collective(got[other][1])
+        assert got[other][1].py_spy_mode == "blocking"
     assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"  # still stopped
     assert elapsed < COLLECT_BOUND_S, elapsed
-    save_fixture(job, cols, elapsed, "rank 3 SIGSTOPped while in wait_to_be_stopped at step 3; 0,1,2 in all_reduce")
+    save_fixture(job, cols, elapsed, f"rank {odd} SIGSTOPped while in wait_to_be_stopped; the others in "
+                                     "all_reduce", ("stop", odd))
     print(f"stop/torchrun: collected 4 hosts in {elapsed:.2f} s")
-    check(*hosts(net, tmp_path), ("stuck-rank",), 3, "hosts stop/torchrun")
+    check(*hosts(net, tmp_path), ("stuck-rank",), odd, "hosts stop/torchrun")
 
 
-def test_kill_torchrun(net, jobs, tmp_path):
-    """(c) rank 2 is SIGKILLed: absent from the collection; a survivor's log shows the peer loss;
-    `hc diagnose hosts` says dead-rank and names rank 2."""
-    job = start_torchrun(net, tmp_path, "kill", 2, "--linger", "120")
-    jobs.append(job)
-    wait_hung(job)
-    pid = job.rank_info()[2]["pid"]
+def killed(net, tmp_path: Path, job: Job, odd: int) -> None:
+    """(c) rank `odd` is SIGKILLed in wait_to_be_killed: absent from the collection (its host
+    says process-gone); a survivor's log shows the peer loss; `hc diagnose hosts` says
+    dead-rank and names it."""
+    pid = job.rank_info()[odd]["pid"]
     os.kill(pid, signal.SIGKILL)
     lost = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
-    wait_until("a survivor logging the peer loss",
-               lambda: any(lost.search(job.log(r)) for r in (0, 1, 3)), 30, job)
+    survivors = [r for r in range(len(NODES)) if r != odd]
+    wait_until("a survivor logging the peer loss", lambda: any(lost.search(job.log(r)) for r in survivors), 30, job)
     time.sleep(1.0)
     cols, elapsed = collect(net, by_pids(job))
-    assert 2 not in ranks_of(cols)
-    assert any(e.kind == "process-gone" and e.pid == pid for e in cols["node3"].errors), cols["node3"].errors
-    got = assert_found({h: c for h, c in cols.items() if h != "node3"}, [0, 1, 3])
+    assert odd not in ranks_of(cols)
+    host = NODES[odd]
+    assert any(e.kind == "process-gone" and e.pid == pid for e in cols[host].errors), cols[host].errors
+    got = assert_found({h: c for h, c in cols.items() if h != host}, survivors)
     for _, r in got.values():  # each survivor either saw the loss (after_failure) or still waits in all_reduce
         assert r.user_frame.startswith(("after_failure (hang_job.py:", "train_step (hang_job.py:")), r.user_frame
     assert elapsed < COLLECT_BOUND_S, elapsed
-    save_fixture(job, cols, elapsed, "rank 2 SIGKILLed by the test at step 3; survivors log the peer loss and "
-                                     "linger in after_failure (or still wait in all_reduce)")
+    save_fixture(job, cols, elapsed, f"rank {odd} SIGKILLed by the test; survivors log the peer loss and "
+                                     "linger in after_failure (or still wait in all_reduce)", ("kill", odd))
     print(f"kill/torchrun: collected in {elapsed:.2f} s; survivors: "
           + ", ".join(f"{k}: {r.user_frame}" for k, (_, r) in got.items()))
-    check(*hosts(net, tmp_path), ("dead-rank",), 2, "hosts kill/torchrun")
+    check(*hosts(net, tmp_path), ("dead-rank",), odd, "hosts kill/torchrun")
 
 
 # ------------------------------------------------------------------------------ srun
@@ -497,10 +524,12 @@ def slurm(fresh_slurm_rig, net):
     return fresh_slurm_rig
 
 
-def test_sleep_srun_by_job_id(slurm, net, jobs, tmp_path):
-    """(d) under srun: the collector finds the ranks by the Slurm job id alone; `hc diagnose job`
-    says stuck-rank and names rank 2 on node3."""
-    job = start_srun(slurm, net, tmp_path, "sleep", 2)
+def test_sleep_then_stop_srun_by_job_id(slurm, net, jobs, tmp_path):
+    """One srun job in two phases (hang_job --then), each found by the Slurm job id alone:
+    (d) rank 2 sleeps, `hc diagnose job` says stuck-rank and names rank 2 on node3, through
+    Slurm and over SSH (`--via ssh`); (e) rank 0 is SIGSTOPped, state T, `hc diagnose job`
+    says stuck-rank, names rank 0 and says it is in state T."""
+    job = start_srun(slurm, net, tmp_path, "sleep", 2, None, "--then", "stop:0")
     jobs.append(job)
     wait_hung(job)
     job_id = job.rank_info()[0]["slurm_job_id"]
@@ -514,11 +543,36 @@ def test_sleep_srun_by_job_id(slurm, net, jobs, tmp_path):
         else:
             assert_in_collective(r)
     assert elapsed < COLLECT_BOUND_S, elapsed
-    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 2 sleeps in load_batch_slowly at step 3")
+    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 2 sleeps in load_batch_slowly at step 3", ("sleep", 2))
     print(f"sleep/srun: collected 4 hosts by job id in {elapsed:.2f} s")
     v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job)
     check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun")
     assert next(o for o in v["odd_ranks"])["host"] == "node3"
+    # the same hang reached over SSH (`--via ssh`: ssh.remote_hc on every node of the job, no
+    # srun step): the sleeping rank, on its host; the nodes' kernel logs read in the job's
+    # window (the rig's hosts share this machine's kernel) and nothing in them taken for this
+    # job's failure
+    v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job, "--via", "ssh")
+    check(v, elapsed, rc, ("stuck-rank",), 2, "job sleep/srun via ssh")
+    odd = v["odd_ranks"][0]
+    assert odd["host"] == "node3" and odd["pid"] == job.rank_info()[2]["pid"]
+    assert sorted(row["rank"] for row in v["ranks"]) == [0, 1, 2, 3]
+    assert not any(u["source"].endswith("did not answer") for u in v.get("unreadable", []))
+
+    release(job, 1)
+    wait_hung(job, phase=2)
+    os.kill(job.rank_info()[0]["pid"], signal.SIGSTOP)
+    cols, elapsed = collect(net, by_job(job_id))
+    got = assert_found(cols, [0, 1, 2, 3])
+    assert got[0][1].state == "T" and got[0][1].user_frame.startswith("wait_to_be_stopped (hang_job.py:")
+    for rank in (1, 2, 3):
+        assert_in_collective(got[rank][1])
+    assert elapsed < COLLECT_BOUND_S, elapsed
+    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 0 SIGSTOPped in wait_to_be_stopped", ("stop", 0))
+    print(f"stop/srun: collected 4 hosts by job id in {elapsed:.2f} s")
+    v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job)
+    check(v, elapsed, rc, ("stuck-rank",), 0, "job stop/srun")
+    assert "state T" in v["summary"]
 
 
 def test_size_srun_by_job_id(slurm, net, jobs, tmp_path):
@@ -552,27 +606,6 @@ def test_size_srun_by_job_id(slurm, net, jobs, tmp_path):
     print(f"job size/srun: {v['class']} odd {named}, gone {gone}: {v['summary'][:160]}")
     assert (v["class"], rc) == ("dead-rank", 0) and gone and sorted(named) == gone, v["summary"]
     assert elapsed < BOUND_S
-
-
-def test_stop_srun_by_job_id(slurm, net, jobs, tmp_path):
-    """(e) under srun: a SIGSTOPped rank found by job id, state T; `hc diagnose job` says
-    stuck-rank, names rank 0 and says it is in state T."""
-    job = start_srun(slurm, net, tmp_path, "stop", 0)
-    jobs.append(job)
-    wait_hung(job)
-    os.kill(job.rank_info()[0]["pid"], signal.SIGSTOP)
-    job_id = job.rank_info()[0]["slurm_job_id"]
-    cols, elapsed = collect(net, by_job(job_id))
-    got = assert_found(cols, [0, 1, 2, 3])
-    assert got[0][1].state == "T" and got[0][1].user_frame.startswith("wait_to_be_stopped (hang_job.py:")
-    for rank in (1, 2, 3):
-        assert_in_collective(got[rank][1])
-    assert elapsed < COLLECT_BOUND_S, elapsed
-    save_fixture(job, cols, elapsed, f"Slurm job {job_id}; rank 0 SIGSTOPped in wait_to_be_stopped at step 3")
-    print(f"stop/srun: collected 4 hosts by job id in {elapsed:.2f} s")
-    v, elapsed, rc = diagnose_job(slurm, net, tmp_path, job)
-    check(v, elapsed, rc, ("stuck-rank",), 0, "job stop/srun")
-    assert "state T" in v["summary"]
 
 
 def test_port_taken_srun(slurm, net, jobs, tmp_path):

@@ -13,10 +13,17 @@ launcher once for the sweep: pairsweep/workers.py) and without (`hc bw allreduce
 per test: pairsweep/launched.py).
 
 The worker on the nodes is a wrapper that notes which launcher's variables it got, so
-the tests know the pairs ran through the launcher and not over SSH. Functional
-assertions only: every pair of the four ran and gave busbw, none could not run (bw.E107);
-never a bandwidth or a time. The tests of how mpirun reaches the nodes (hc's own ssh
-settings, a site's ssh that cannot) sweep node[1-2]: one pair is what they need.
+the tests know the pairs ran through the launcher and not over SSH. Where the point is not
+torch (a job landing mid-sweep, what a stopped or killed hc leaves), the wrapper runs hc
+with its torch sweep stood in for (tests/standins/torch-free/hc, torch_free_rig): the
+launchers, addresses and worker protocol are hc's own, and no rank imports torch. Functional
+assertions only: every pair ran and gave busbw, none could not run (bw.E107); never a
+bandwidth or a time. The smallest mesh that shows each point: persistent workers sweep
+node[1-4] (one worker serving three tests, two tests at once on different workers);
+srun's per-test launches node[1-3] (every node in two tests, each test an allocation of
+its own: 6 torch starts where four nodes' six pairs are 12), mpirun's per-test node[1-4]
+(two per-test launches at once); the tests of how mpirun reaches the nodes (hc's own ssh
+settings, a site's ssh that cannot) node[1-2]: one pair is what they need.
 """
 
 from __future__ import annotations
@@ -58,23 +65,39 @@ def fabric(launcher: str, persistent: bool = True) -> str:
 """
 
 
+# hc with its torch sweep stood in for by a TCP exchange between the ranks (its docstring)
+TORCH_FREE_HC = Path(__file__).resolve().parents[1] / "standins" / "torch-free" / "hc"
+
+
 @pytest.fixture
 def rig(site, fresh_slurm_rig):
     """The site with its deep-sweep worker wrapped: each start appends the launcher's
     variables it got (Open MPI's rank, Slurm's task and job) to workers.log."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed in this environment (hc[bandwidth])")
+    return wrapped(site, fresh_slurm_rig, hc_bin(site.dir))
+
+
+@pytest.fixture
+def torch_free_rig(site, fresh_slurm_rig):
+    """`rig` with hc's torch sweep on the nodes stood in for (tests/standins/torch-free/hc):
+    for the tests whose point is not torch (a job landing mid-sweep, what a stopped hc
+    leaves), whose ranks would otherwise each import torch, seconds of CPU on two cores."""
+    return wrapped(site, fresh_slurm_rig, f"{sys.executable} {TORCH_FREE_HC}")
+
+
+def wrapped(site, slurm, hc_command: str):
     log = site.dir / "workers.log"
     worker = site.dir / "hc-worker"
     worker.write_text("#!/bin/sh\n"
                       f'echo "ompi=${{OMPI_COMM_WORLD_RANK:-}} slurm=${{SLURM_PROCID:-}} job=${{SLURM_JOB_ID:-}} '
                       f'torchrun=${{RANK:-}} $(hostname)" >> {log}\n'
-                      f'exec {hc_bin(site.dir)} "$@"\n')
+                      f'exec {hc_command} "$@"\n')
     worker.chmod(0o755)
     site.config.write_text(site.config.read_text().replace(f"remote_hc: {hc_bin(site.dir)}",
                                                            f"remote_hc: {worker}"))
     site.log = log
-    site.slurm = fresh_slurm_rig
+    site.slurm = slurm
     return site
 
 
@@ -82,6 +105,10 @@ def rig(site, fresh_slurm_rig):
 # ssh settings, a site's ssh that cannot), not how a sweep of four spreads its pairs (the
 # tests above); per test that is two torch starts where the four nodes' six pairs are twelve
 TWO_NODES = NODES[:2]  # node[1-2]
+
+
+# srun per test: node[1-3] (see the docstring)
+THREE_NODES = NODES[:3]
 
 
 def deep_sweep(site, launcher: str, env: dict[str, str], persistent: bool, nodes: str = "node[1-4]"):
@@ -119,6 +146,10 @@ def one_start_per_node(started: list[dict[str, str]]) -> bool:
     """Every node's worker started, about once for the sweep (a restart after a failed test
     is allowed, not a start per test: 2 x 6 pairs x repeats)."""
     return {w["host"] for w in started} == set(NODES) and len(started) <= len(NODES) + 2
+
+
+def pairs_of(nodes: list[str]) -> set[str]:
+    return {f"{a}-{b}" for a, b in itertools.combinations(nodes, 2)}
 
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
@@ -176,20 +207,22 @@ def test_an_mpirun_that_cannot_reach_the_nodes_keeps_open_mpis_whole_message(rig
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per-test"])
 def test_deep_sweep_pairs_through_srun(rig, persistent):
-    r, report = deep_sweep(rig, "srun", {}, persistent)
+    nodes = NODES if persistent else THREE_NODES
+    r, report = deep_sweep(rig, "srun", {}, persistent, "node[1-4]" if persistent else "node[1-3]")
     assert report is not None, r.stderr.decode(errors="replace")[-3000:]
-    assert_pairs_ran(report)
+    assert_pairs_ran(report, nodes)
     started = workers(rig)
     assert all(w["job"] and not w["ompi"] and not w["torchrun"] for w in started), started
     if persistent:  # one task per node, each in a one-node allocation of its own held for the sweep
         assert one_start_per_node(started) and all(w["slurm"] == "0" for w in started), started
         assert len({w["job"] for w in started}) == len(started)
     else:
-        assert len(started) >= 2 * len(PAIRS)
-        assert all(w["slurm"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(NODES)
-        assert len({w["job"] for w in started}) >= len(PAIRS)  # an allocation of its own per test
+        pairs = pairs_of(nodes)
+        assert len(started) >= 2 * len(pairs)
+        assert all(w["slurm"] in ("0", "1") for w in started) and {w["host"] for w in started} == set(nodes)
+        assert len({w["job"] for w in started}) >= len(pairs)  # an allocation of its own per test
     # every test's allocation ended with it: the nodes are idle again
-    for node in NODES:
+    for node in nodes:
         rig.slurm.wait_node_state(node, "idle")
 
 
@@ -249,18 +282,24 @@ def mpirun_env(rig) -> dict[str, str]:
             "OMPI_MCA_oob_tcp_if_include": subnet}
 
 
-@pytest.mark.parametrize("launcher,persistent", [("ssh", True), ("ssh", False), ("srun", True), ("srun", False),
+# Slurm is asked whether a job took a member in the sweep (pairsweep/sweep.py, busy.JobWatch),
+# above the transport: what differs by transport is whether a worker starts on the node
+# (persistent: ssh, srun, mpirun) and whether hc's own allocations are taken for a job (srun,
+# both ways). Per test over SSH adds nothing to those (the test is held before any launch,
+# as srun's per-test shows), so it is not run: a deep sweep's six torch starts
+@pytest.mark.parametrize("launcher,persistent", [("ssh", True), ("srun", True), ("srun", False),
                                                  ("mpirun", True)],
-                         ids=["ssh-persistent", "ssh-per-test", "srun-persistent", "srun-per-test",
-                              "mpirun-persistent"])
-def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(rig, monkeypatch, launcher,
-                                                                                 persistent):
+                         ids=["ssh-persistent", "srun-persistent", "srun-per-test", "mpirun-persistent"])
+def test_a_job_landing_after_the_idle_check_stops_that_nodes_tests_and_is_named(torch_free_rig, monkeypatch,
+                                                                                 launcher, persistent):
     """`hc sweep --tier deep` (run_many, in this process): node[1-4] idle at the sweep's
     start; a user's job takes node2 before the tests between nodes begin. node2's tests are
     not run, each ERROR naming the job (squeue's id); no worker starts there; the other
     pairs run; the pairs analysis does not vouch for node2. hc's own worker allocations
     (srun) are not mistaken for a job. Before the fix node2 was tested beside the job
-    (ssh, mpirun) or its test failed naming no job (srun)."""
+    (ssh, mpirun) or its test failed naming no job (srun). The nodes' torch sweep is the
+    stand-in (torch_free_rig): what is asked is where tests start, not what torch measures."""
+    rig = torch_free_rig
     from healthcheck.core.config.loader import load_config
     from healthcheck.core.nodes import parse_hostlist
     from healthcheck.orchestrate import multirun
@@ -343,9 +382,11 @@ def _end(sweep: subprocess.Popen) -> None:
         sweep.wait()
 
 
-def test_sigterm_right_after_a_deep_sweep_asks_for_worker_allocations_leaves_no_job(rig):
+def test_sigterm_right_after_a_deep_sweep_asks_for_worker_allocations_leaves_no_job(torch_free_rig):
     """SIGTERM as soon as Slurm shows the first worker's job: hc exits 143, and no job of its
-    name is left (pending, granted, or granted while it was being cancelled)."""
+    name is left (pending, granted, or granted while it was being cancelled). The workers'
+    torch is the stand-in (torch_free_rig): the point is hc's allocations, not torch."""
+    rig = torch_free_rig
     sweep = start_deep_sweep(rig)
     try:
         first_hcs_jobs(rig, sweep, running=False)
@@ -376,11 +417,13 @@ def planted_leftover(rig, node: str) -> dict[str, str]:
     return next(j for j in hcs_jobs(rig) if j["jobid"] == jobid)
 
 
-def test_a_job_a_sigkilled_hc_left_is_cancelled_by_the_next_sweep(rig, validate_report):
+def test_a_job_a_sigkilled_hc_left_is_cancelled_by_the_next_sweep(torch_free_rig, validate_report):
     """SIGKILL cannot be handled: a worker's granted job may stay with nobody to end it (or
     Slurm ends it once srun dies with hc: a race). Its own time limit bounds it; the next sweep
     cancels what is left of it and a job planted as such a leftover (its name says which hc
-    asked, and that hc is gone), names them in act.E010 and writes them to the audit log."""
+    asked, and that hc is gone), names them in act.E010 and writes them to the audit log.
+    The workers' torch is the stand-in (torch_free_rig), as in the SIGTERM test."""
+    rig = torch_free_rig
     sweep = start_deep_sweep(rig)
     try:
         killed = first_hcs_jobs(rig, sweep, running=True)[0]

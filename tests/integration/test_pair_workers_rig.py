@@ -2,7 +2,8 @@
 sshd hosts: one `hc bw serve` per node serves every test it takes part in; a worker that
 was killed, or hung, costs the test it was in (ERROR, naming the node) and is started
 afresh for the next; closing the pool ends every worker on the nodes. The whole `hc sweep
---tier deep` on workers (no restart, none left) is test_bandwidth_rig's healthy sweep."""
+--tier deep` on workers (no restart, none left) is the healthy sweep in test_bandwidth_rig's
+culprit-resumed test."""
 
 from __future__ import annotations
 
@@ -108,33 +109,6 @@ def test_a_killed_worker_costs_its_test_only_and_is_started_again(site):
         pool.close()
 
 
-def test_a_hung_worker_is_this_tests_error_naming_it_and_the_next_test_runs(site):
-    pool, plan = got = pool_for(site, reply_grace_s=SHORT_GRACE_S)
-    assert plan.pairs.reply_grace_s == SHORT_GRACE_S
-    started_with = plan.pairs
-    stopped = None
-    try:
-        assert one_test(got, ["node1", "node3"])[0]
-        stopped = pids(pool)["node3"]
-        os.kill(stopped, signal.SIGSTOP)  # a worker that answers nothing: hung in a collective, or the node
-        # the hung test under the shortest timeout a test has (its workers are up: no start-up in it)
-        pool.plan = dataclasses.replace(plan, pairs=msgspec.structs.replace(started_with, timeout_s=5))
-        start = time.monotonic()
-        samples, why = one_test(got, ["node1", "node3"])
-        assert samples is None and "node3" in why, why
-        assert time.monotonic() - start < 5 + SHORT_GRACE_S + 15  # the timeout, the grace, slack for 2 cores
-        pool.plan = plan  # the next test starts node3's worker afresh: the start-up's timeout again
-        assert gone([stopped])  # stopped as it is, hc killed it (its process group) when it gave up on it
-        stopped = None
-        samples, why = one_test(got, ["node1", "node3"])
-        assert samples, why
-        assert pool.starts()["node3"] == 2
-    finally:
-        if stopped is not None:
-            resume(stopped)
-        pool.close()
-
-
 def serve_pids(net) -> set[int]:
     """Every `hc bw serve` on this rig's hosts: the hosts share the machine's pid namespace,
     so a process is theirs by its network namespace (another rig's hosts, or anything else
@@ -178,13 +152,17 @@ def test_a_node_whose_hc_has_no_bw_serve_gets_its_tests_started_per_test(site):
         pool.close()
 
 
-def test_a_hung_partner_leaves_no_worker_behind_and_the_nodes_next_test_runs_at_once(site):
-    """A test whose partner hung: hc retires both members' workers, and retiring ends them,
-    with their process groups, before run_test returns: the hung one (stopped: it reads
-    nothing) killed by its process group over SSH, the other (in its rendezvous, not reading
-    its input) too. So node1's pair port is free at once: node1's next test, as rank 0 on that
-    port, runs and measures instead of meeting EADDRINUSE from its old worker."""
+def test_a_hung_worker_is_this_tests_error_and_leaves_no_worker_behind(site):
+    """A worker that answers nothing (node3's, stopped: hung in a collective, or the node):
+    the test is ERROR naming node3, within its timeout and the reply grace. hc retires both
+    members' workers, and retiring ends them, with their process groups, before the test
+    returns: the hung one (stopped: it reads nothing) killed by its process group over SSH,
+    the other (node1's, in its rendezvous, not reading its input) too. So node1's pair port
+    is free at once: node1's next test, as rank 0 on that port, runs and measures instead of
+    meeting EADDRINUSE from its old worker; and node3's next test starts its worker afresh.
+    (One pool for both: each start of a worker is a torch import.)"""
     pool, plan = got = pool_for(site, reply_grace_s=SHORT_GRACE_S)
+    assert plan.pairs.reply_grace_s == SHORT_GRACE_S
     started_with = plan.pairs
     stopped = None
     try:
@@ -192,15 +170,21 @@ def test_a_hung_partner_leaves_no_worker_behind_and_the_nodes_next_test_runs_at_
         first = pids(pool)
         stopped = first["node3"]
         os.kill(stopped, signal.SIGSTOP)
+        # the hung test under the shortest timeout a test has (its workers are up: no start-up in it)
         pool.plan = dataclasses.replace(plan, pairs=msgspec.structs.replace(started_with, timeout_s=5))
+        start = time.monotonic()
         samples, why = one_test(got, ["node1", "node3"])
         assert samples is None and "node3" in why, why
-        pool.plan = plan
+        assert time.monotonic() - start < 5 + SHORT_GRACE_S + 15  # the timeout, the grace, slack for 2 cores
+        pool.plan = plan  # the next tests start their workers afresh: the start-up's timeout again
         assert gone([stopped], limit_s=2), "the hung worker outlived its retirement"
         stopped = None
         assert gone([first["node1"]], limit_s=2), "node1's retired worker outlived its retirement"
         samples, why = one_test(got, ["node1", "node2"])  # node1 is rank 0: the pair port is its
         assert samples and why == "", why
+        samples, why = one_test(got, ["node1", "node3"])
+        assert samples and why == "", why
+        assert pool.starts() == {"node1": 2, "node2": 1, "node3": 2}
     finally:
         if stopped is not None:
             resume(stopped)

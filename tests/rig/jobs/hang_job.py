@@ -18,10 +18,17 @@ make one rank misbehave:
   port     (f) nothing odd in the job: the test holds the master port, so rank 0's store
            (or torchrun's rendezvous) cannot listen
 
+With --then SCENARIO:RANK (sleep, stop or kill; repeatable) one job misbehaves in turn:
+phase 1 is --scenario/--odd-rank at step --at, phase i+1 the i-th --then at step --at+i.
+The odd rank of a phase that has a next one waits in its function until the test writes
+`release<i>` under --out (a stopped rank, once continued, goes on), so one job's start
+serves several collections, each with one odd rank (sleep, then stop, then kill).
+
 The collective timeout (--timeout, default 600 s) keeps a hung job hung while it is
 collected. Each rank writes, under --out: `rank<R>.json` at start (pid, rank, host,
 Slurm job id), `rank<R>.log` (what it prints, each line prefixed `[rank<R>]: ` as
-torch's own logs are), and `rank<R>.hung` once it has entered the step where it hangs.
+torch's own logs are), and `rank<R>.hung` once it has entered the step where it hangs
+(`rank<R>.hung<i>` for phase i > 1).
 A rank that catches an error logs its traceback and, with --linger S, stays alive S
 seconds in `after_failure` (so survivors can be collected), then exits 1.
 
@@ -78,20 +85,37 @@ def sync_params(dist, torch, size: int) -> None:
     dist.broadcast(t, src=0)
 
 
-def load_batch_slowly(seconds: float) -> None:
-    time.sleep(seconds)
+# Each wait sleeps in its own frame (py-spy names the function the rank is in; os.access is
+# C, no frame of its own) until `seconds` pass or the file `release` (a phase's end, written
+# by the test) exists
+def load_batch_slowly(seconds: float, release: str = "") -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and not (release and os.access(release, os.F_OK)):
+        time.sleep(0.1)
 
 
-def wait_to_be_killed(seconds: float) -> None:
-    time.sleep(seconds)
+def wait_to_be_killed(seconds: float, release: str = "") -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and not (release and os.access(release, os.F_OK)):
+        time.sleep(0.1)
 
 
-def wait_to_be_stopped(seconds: float) -> None:
-    time.sleep(seconds)
+def wait_to_be_stopped(seconds: float, release: str = "") -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and not (release and os.access(release, os.F_OK)):
+        time.sleep(0.1)
 
 
 def after_failure(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def phase(text: str) -> tuple[str, int]:
+    """`--then SCENARIO:RANK` as (scenario, rank)."""
+    scenario, _, rank = text.partition(":")
+    if scenario not in ("sleep", "stop", "kill") or not rank.isdigit():
+        raise SystemExit(f"--then {text!r}: SCENARIO:RANK, SCENARIO one of sleep, stop, kill")
+    return scenario, int(rank)
 
 
 def main() -> int:
@@ -104,6 +128,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="collective timeout (s)")
     ap.add_argument("--stall", type=float, default=600.0, help="how long the odd rank sleeps / waits")
     ap.add_argument("--linger", type=float, default=0.0, help="stay alive this long after an error")
+    ap.add_argument("--then", action="append", default=[], metavar="SCENARIO:RANK",
+                    help="a further phase (sleep, stop, kill) at the next step, once the test releases the last")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -120,9 +146,11 @@ def main() -> int:
         json.dump({"pid": os.getpid(), "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
                    "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "scenario": args.scenario,
                    "odd_rank": args.odd_rank}, f)
+    phases = [(args.scenario, args.odd_rank)] + [phase(p) for p in args.then]
     odd = rank == args.odd_rank
     log(f"pid {os.getpid()} host {host} rank {rank}/{world} local_rank {local_rank} scenario {args.scenario}"
-        f"{' (the odd rank)' if odd and args.scenario not in ('healthy', 'port') else ''}")
+        f"{' (the odd rank)' if odd and args.scenario not in ('healthy', 'port') else ''}"
+        + "".join(f", then {s} by rank {r}" for s, r in phases[1:]))
 
     import torch
     import torch.distributed as dist
@@ -132,22 +160,26 @@ def main() -> int:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
         log("init done")
         for step in range(args.steps):
-            if step == args.at:
-                open(os.path.join(args.out, f"rank{rank}.hung"), "w").close()
-                if odd and args.scenario == "skip":
+            i = step - args.at  # the phase this step is (0: the first), if any
+            if 0 <= i < len(phases):
+                scenario, odd_rank = phases[i]
+                odd = rank == odd_rank
+                open(os.path.join(args.out, f"rank{rank}.hung{i + 1 if i else ''}"), "w").close()
+                release = os.path.join(args.out, f"release{i + 1}") if i + 1 < len(phases) else ""
+                if odd and scenario == "skip":
                     log(f"step {step}: skipping all_reduce, going on to sync_params (broadcast)")
                     sync_params(dist, torch, args.size)
                     continue
-                if odd and args.scenario == "sleep":
+                if odd and scenario == "sleep":
                     log(f"step {step}: load_batch_slowly({args.stall:g})")
-                    load_batch_slowly(args.stall)
-                if odd and args.scenario == "kill":
+                    load_batch_slowly(args.stall, release)
+                if odd and scenario == "kill":
                     log(f"step {step}: wait_to_be_killed")
-                    wait_to_be_killed(args.stall)
-                if odd and args.scenario == "stop":
+                    wait_to_be_killed(args.stall, release)
+                if odd and scenario == "stop":
                     log(f"step {step}: wait_to_be_stopped")
-                    wait_to_be_stopped(args.stall)
-                size = args.size + 1 if odd and args.scenario == "size" else args.size
+                    wait_to_be_stopped(args.stall, release)
+                size = args.size + 1 if odd and scenario == "size" else args.size
                 log(f"step {step}: all_reduce of {size} floats")
                 value = train_step(dist, torch, step, size)
             else:
