@@ -1572,6 +1572,30 @@ def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
     return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
 
 
+TESTED_TEXTS_MAX = 4096  # distinct texts whose handlers' tests one parse keeps (HandlersByText)
+
+
+class HandlersByText(Generic[S]):
+    """Per text, the handlers of a table whose test (`when`: a test of the text alone) holds,
+    in order: a text that comes again in one parse (a communicator's NCCL init lines, word for
+    word again for each communicator, are most of a big log's kept lines once hc diagnose
+    logs condensed it) is tested once, up to TESTED_TEXTS_MAX texts. `dispatch` over them
+    reads a line exactly as over the whole table: each handler left out would have said no.
+    tests/unit/parsers/test_{torch,nccl}_log_tested.py read every fixture both ways."""
+
+    def __init__(self, handlers: Sequence[Handler[S]]) -> None:
+        self.handlers = tuple(handlers)
+        self.holding: dict[str, tuple[Handler[S], ...]] = {}
+
+    def table(self, text: str) -> tuple[Handler[S], ...]:
+        found = self.holding.get(text)
+        if found is None:
+            found = tuple(h for h in self.handlers if h.when(text))
+            if len(self.holding) < TESTED_TEXTS_MAX:
+                self.holding[text] = found
+        return found
+
+
 Recorder = Callable[[Line, "str | None"], None]  # (the line, the handler that read it or None)
 _RECORDER: ContextVar[Recorder | None] = ContextVar("hc_lines_recorder", default=None)
 

@@ -87,6 +87,7 @@ from healthcheck.parsers.kernlog import iso_time
 from healthcheck.parsers.lines import (
     NOTHING_UNREAD,
     Handler,
+    HandlersByText,
     Line,
     Unrecognized,
     UnrecognizedLines,
@@ -816,7 +817,7 @@ class _Builder:
         self.following_line = 0
         self.tail_line = 0  # a line read as the WARN before it, wrapped (no line of its own)
         # per INFO message, the handlers of _INFO_HANDLERS whose test holds (info_table)
-        self.tested: dict[str, tuple[Handler[_Builder], ...]] = {}
+        self.tested = HandlersByText(_INFO_HANDLERS)
 
     # -- processes and comms
 
@@ -891,12 +892,7 @@ class _Builder:
         so `dispatch` over them reads a line as over the whole table (each handler left out
         would have said no). tests/unit/parsers/test_nccl_log_tested.py reads every fixture
         both ways."""
-        found = self.tested.get(message)
-        if found is None:
-            found = tuple(h for h in _INFO_HANDLERS if h.when(message))
-            if len(self.tested) < TESTED_TEXTS_MAX:
-                self.tested[message] = found
-        return found
+        return self.tested.table(message)
 
     # -- the handlers of _INFO_HANDLERS: each reads one kind of INFO message (the line's
     # text) into the current process; True when the message was of its kind
@@ -1248,7 +1244,6 @@ class _Builder:
         )
 
 
-TESTED_TEXTS_MAX = 4096  # INFO messages whose handlers' tests one parse keeps (_Builder.info_table)
 # An INFO message's handlers, in order; the first that reads it names it (`hc parse --explain`)
 _INFO_HANDLERS: tuple[Handler[_Builder], ...] = (
     Handler("version", starts("NCCL version "), _Builder.version),

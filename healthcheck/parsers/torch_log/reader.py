@@ -26,6 +26,7 @@ from healthcheck.core.errors import ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import (
     Handler,
+    HandlersByText,
     Line,
     chained,
     dispatch,
@@ -246,30 +247,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
 
 # ---------------------------------------------------------------- the parse
 
-TESTED_TEXTS_MAX = 4096  # texts whose handlers' tests one parse keeps (_Tested)
-
-
-class _Tested:
-    """Per text, the handlers of HANDLERS whose test (`when`: a test of the text alone)
-    holds, in order: a text that comes again in one parse is tested once (a communicator's
-    NCCL init lines, word for word again for each communicator of a job, are most of a big
-    log's kept lines once hc diagnose logs condensed it). `dispatch` over them reads a line
-    exactly as over the whole table: each handler left out would have said no.
-    tests/unit/parsers/test_torch_log_tested.py reads every fixture both ways."""
-
-    def __init__(self) -> None:
-        self.holding: dict[str, tuple[Handler[TorchState], ...]] = {}
-
-    def table(self, text: str) -> tuple[Handler[TorchState], ...]:
-        found = self.holding.get(text)
-        if found is None:
-            found = tuple(h for h in HANDLERS if h.when(text))
-            if len(self.holding) < TESTED_TEXTS_MAX:
-                self.holding[text] = found
-        return found
-
-
-
 def _result(state: TorchState, lines: int) -> TorchLog:
     watchdog.flush_work(state)
     box.end_box(state, complete=False)
@@ -317,7 +294,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False, lines: list[Line] |
     state = TorchState()
     lines = [relabelled(line, torchx=True)
              for line in _commands_read(state, read_torch_lines(text) if lines is None else lines)]
-    tested = _Tested()
+    tested = HandlersByText(HANDLERS)
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)

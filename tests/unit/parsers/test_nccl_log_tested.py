@@ -64,9 +64,9 @@ def test_the_differential_catches_a_table_kept_for_another_message(monkeypatch):
     `Channe`, ...) read messages through another one's handlers, and facts differ."""
     def by_start(self, message):
         key = message[:6]
-        if key not in self.tested:
-            self.tested[key] = tuple(h for h in nccl_log._INFO_HANDLERS if h.when(message))
-        return self.tested[key]
+        if key not in self.tested.holding:
+            self.tested.holding[key] = tuple(h for h in nccl_log._INFO_HANDLERS if h.when(message))
+        return self.tested.holding[key]
 
     monkeypatch.setattr(nccl_log._Builder, "info_table", by_start)
     assert _differing([*_texts(), ("again", _AGAIN)]) != []

@@ -1,6 +1,6 @@
-"""The torch log parser tests each distinct text of a parse once (torch_log/reader.py's
-`_Tested`, issue 22): a text that comes again (a communicator's NCCL init lines, word for
-word for each communicator) is read through the handlers whose tests held the first time.
+"""The torch log parser tests each distinct text of a parse once (`lines.HandlersByText`,
+issue 22): a text that comes again (a communicator's NCCL init lines, word for word for each
+communicator) is read through the handlers whose tests held the first time.
 Differential: every text fixture parses to the same TorchLog with it as through the whole
 table on every line."""
 
@@ -12,6 +12,7 @@ from support import FIXTURES
 
 from healthcheck.core.errors import ParseError
 from healthcheck.diagnose.sources import _is_binary
+from healthcheck.parsers.lines import HandlersByText
 from healthcheck.parsers.torch_log import parse_torch_log, reader
 
 
@@ -34,7 +35,7 @@ def _parsed(text: str) -> bytes:
 def _differing(texts: list[tuple[str, str]]) -> list[str]:
     tested = [_parsed(text) for _, text in texts]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reader._Tested, "table", lambda self, text: reader.HANDLERS)  # every handler, every line
+        mp.setattr(HandlersByText, "table", lambda self, text: self.handlers)  # every handler, every line
         whole = [_parsed(text) for _, text in texts]
     return [name for (name, _), a, b in zip(texts, tested, whole, strict=True) if a != b]
 
@@ -57,13 +58,13 @@ def test_every_fixture_parses_the_same_with_each_text_tested_once():
 def test_the_differential_catches_a_table_kept_for_another_text(monkeypatch):
     """The comparison can fail: tables kept by a text's first 30 characters (lines of one
     NCCL process share them) read lines through another line's handlers, and facts differ."""
-    real = reader._Tested.table
-    monkeypatch.setattr(reader._Tested, "table", lambda self, text: real(self, text[:30]))
+    real = HandlersByText.table
+    monkeypatch.setattr(HandlersByText, "table", lambda self, text: real(self, text[:30]))
     assert _differing([("again", _AGAIN), *_texts()[:400]])
 
 
 def test_a_text_seen_again_is_tested_once():
-    seen = reader._Tested()
+    seen = HandlersByText(reader.HANDLERS)
     first = seen.table("gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9")
     assert seen.table("gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9") is first
     assert "nccl-version" in [h.name for h in first]
