@@ -449,6 +449,14 @@ def diagnose_saved(folder: Path) -> Any:
     return build(collect([folder]))
 
 
+def diagnose_paste(tmp_path: Path, text: str) -> Any:
+    """The verdict on one pasted text, read from a folder whose name says nothing."""
+    job = tmp_path / "job"
+    job.mkdir(parents=True)
+    (job / "paste.log").write_text(text)
+    return diagnose_saved(job)
+
+
 def named_ranks(verdict: Any) -> list[int]:
     """The ranks a diagnosis verdict names, in its order."""
     return [o.rank for o in verdict.odd_ranks]

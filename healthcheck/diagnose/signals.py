@@ -88,16 +88,27 @@ def hydra_kills(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     yield rank, f"killed by {t.signal}", log_evidence(col, source, t.line, text, rank)
 
 
-def mpd_aborts(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
-    """(rank, how it died, mpd's line) for the rank mpd says caused the job's abort, where
-    the text holds one such rank (module doc)."""
-    lone = lone_launcher_report(col, "mpd")
+def lone_own_end(col: Collected, launcher: str) -> tuple[str, TaskExit, int] | None:
+    """(source, report, rank) of the one process `launcher` reports ending badly, where that
+    end is the rank's own: not a relay signal, not without an exit code or a signal, and not
+    a rank whose own output holds a collective's failure (it ended as a victim)."""
+    lone = lone_launcher_report(col, launcher)
     if lone is None:
-        return
+        return None
     source, t = lone
     rank = t.tasks[0]
     if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in spoke_of_failure(col):
+        return None
+    return source, t, rank
+
+
+def mpd_aborts(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
+    """(rank, how it died, mpd's line) for the rank mpd says caused the job's abort, where
+    the text holds one such rank (module doc)."""
+    own = lone_own_end(col, "mpd")
+    if own is None:
         return
+    source, t, rank = own
     how = f"killed by {t.signal}" if t.signal else f"exited with return code {t.exitcode}"
     text = f"mpd: rank {rank} caused collective abort of all ranks; exit status {t.state}"
     yield rank, f"{how}; mpd says it caused the job's abort", log_evidence(col, source, t.line, text, rank)
@@ -116,13 +127,10 @@ def horovod_exits(col: Collected) -> Iterator[tuple[int, str, Evidence]]:
     badly (`Process N exit with status code C.`); none where it reports several (it prints
     the line for every process that ends badly, its own kills among them), a relay signal, or
     a rank whose own output holds a collective's failure."""
-    lone = lone_launcher_report(col, "horovodrun")
-    if lone is None:
+    own = lone_own_end(col, "horovodrun")
+    if own is None:
         return
-    source, t = lone
-    rank = t.tasks[0]
-    if t.signal in COLLATERAL or (not t.signal and not t.exitcode) or rank in spoke_of_failure(col):
-        return
+    source, t, rank = own
     how = f"killed by {t.signal}" if t.signal else f"exited {t.exitcode}"
     text = f"horovodrun: process {rank} {t.state}; no other process reported"
     yield rank, how, log_evidence(col, source, t.line, text, rank)

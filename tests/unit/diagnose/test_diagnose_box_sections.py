@@ -4,16 +4,9 @@ the text ends before the Root Cause (field-14: a paste cut there named the other
 
 from __future__ import annotations
 
-from support import diagnose_saved, named_ranks
+from support import diagnose_paste, named_ranks
 
 from healthcheck.parsers.torch_log import parse_torch_log
-
-
-def _paste(tmp_path, text: str):
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
 
 
 def _entry(rank: int, code: int, pid: int, time: str) -> str:
@@ -35,7 +28,7 @@ def test_an_entry_under_failures_is_read_as_another_failure_not_the_root_cause()
 
 
 def test_a_box_cut_before_its_root_cause_names_no_rank(tmp_path):
-    v = _paste(tmp_path, _HEAD + _entry(1, 2, 37881, "2023-03-16_22:39:06"))
+    v = diagnose_paste(tmp_path, _HEAD + _entry(1, 2, 37881, "2023-03-16_22:39:06"))
     assert named_ranks(v) == [], v.summary
 
 
@@ -44,12 +37,12 @@ def test_the_same_box_with_its_root_cause_names_the_root_cause(tmp_path):
     log = parse_torch_log(text)
     (block,) = log.child_failed
     assert not block.root_cause_cut and block.root_cause is not None and block.root_cause.rank == 0
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert 1 not in named_ranks(v), v.summary
 
 
 def test_two_boxes_one_cut_before_its_root_cause_name_no_rank(tmp_path):
     whole = (_HEAD + "  <NO_OTHER_FAILURES>\n" + _ROOT + _entry(4, 1, 19401, "2023-06-03_22:45:01") + "=" * 60 + "\n")
     cut = _HEAD + _entry(3, 1, 19418, "2023-06-03_22:44:00")
-    v = _paste(tmp_path, cut + whole)
+    v = diagnose_paste(tmp_path, cut + whole)
     assert named_ranks(v) == [], v.summary

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from support import FIXTURES, diagnose_saved, named_ranks
+from support import FIXTURES, diagnose_paste, diagnose_saved, named_ranks
 
 from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.torch_log import parse_torch_log
@@ -18,13 +18,6 @@ from healthcheck.parsers.torch_log import parse_torch_log
 FIELD8 = FIXTURES / "diagnose-field" / "issues-8" / "saved"
 FIELD7 = FIXTURES / "diagnose-field" / "issues-7" / "saved"
 
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
 
 
 def _field(tmp_path, folder, case: str):
@@ -45,7 +38,7 @@ def test_pals_lines_are_each_ranks_end():
 
 
 def test_pals_sigkill_among_sigterms_names_the_killed_rank(tmp_path):
-    v = _paste(tmp_path, "job ended:\n"
+    v = diagnose_paste(tmp_path, "job ended:\n"
                          "x3003c0s7b0n0: rank 2 died from signal 15\n"
                          "x3003c0s1b0n0: rank 5 died from signal 9\n"
                          "x3003c0s7b0n0: rank 0 died from signal 15\n")
@@ -65,18 +58,18 @@ _HYDRA = ("=====================================================================
 
 
 def test_one_hydra_box_names_its_rank(tmp_path):
-    v = _paste(tmp_path, "step 10 loss 1.2\n" + _HYDRA.format(rank=3, pid=5493, sig=9))
+    v = diagnose_paste(tmp_path, "step 10 loss 1.2\n" + _HYDRA.format(rank=3, pid=5493, sig=9))
     assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_several_hydra_boxes_name_none(tmp_path):
     # Hydra's cleanup kills the remaining processes and boxes them too: no order of death
-    v = _paste(tmp_path, _HYDRA.format(rank=0, pid=5490, sig=9) + "\n" + _HYDRA.format(rank=1, pid=5491, sig=9))
+    v = diagnose_paste(tmp_path, _HYDRA.format(rank=0, pid=5490, sig=9) + "\n" + _HYDRA.format(rank=1, pid=5491, sig=9))
     assert named_ranks(v) == [], v.summary
 
 
 def test_old_hydra_box_without_a_rank_names_none(tmp_path):
-    v = _paste(tmp_path, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    v = diagnose_paste(tmp_path, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
                          "=   PID 28488 RUNNING AT host-a\n=   EXIT CODE: 9\n"
                          "=   CLEANING UP REMAINING PROCESSES\n")
     assert named_ranks(v) == [], v.summary
@@ -96,7 +89,7 @@ _BOX = ("Root Cause (first observed failure):\n"
 
 
 def test_a_sigabrt_in_torchruns_box_alone_names_no_rank_and_says_why(tmp_path):
-    v = _paste(tmp_path, _BOX.format(rank=2))
+    v = diagnose_paste(tmp_path, _BOX.format(rank=2))
     assert named_ranks(v) == [] and v.cls == "unknown", v.summary
     assert "SIGABRT" in v.summary and "watchdog" in v.summary and "rank 2" in v.summary
 
@@ -122,7 +115,7 @@ _TWO_ABORTS = ("============================================================\n"
 
 def test_a_whole_box_with_two_sigabrts_and_nothing_of_theirs_names_none(tmp_path):
     # every rank that waited in a timed-out collective is aborted by its watchdog alike
-    v = _paste(tmp_path, _TWO_ABORTS + _BOX.format(rank=2))
+    v = diagnose_paste(tmp_path, _TWO_ABORTS + _BOX.format(rank=2))
     assert named_ranks(v) == [], v.summary
 
 
@@ -136,7 +129,7 @@ def test_a_box_that_lists_its_one_sigabrt_and_no_other_failure_still_names_it(tm
 
 
 def test_a_sigabrt_of_a_rank_whose_own_lines_are_in_the_text_is_still_its_death(tmp_path):
-    v = _paste(tmp_path, "[rank2]: step 41 loss 0.93\n"
+    v = diagnose_paste(tmp_path, "[rank2]: step 41 loss 0.93\n"
                          "[rank2]: python: kernels.cc:88: void pack(): Assertion `n % 8 == 0' failed.\n"
                          + _BOX.format(rank=2))
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
@@ -228,15 +221,15 @@ def test_field7_two_agreeing_ranks_of_a_world_of_4_name_no_rank_and_say_both_sid
 
 
 def test_the_same_report_names_the_rank_that_differs_in_a_world_of_3_not_of_4(tmp_path):
-    v = _paste(tmp_path / "w3", "torchrun --standalone --nproc_per_node 3 -m infer\n" + _fp_line() + "\n")
+    v = diagnose_paste(tmp_path / "w3", "torchrun --standalone --nproc_per_node 3 -m infer\n" + _fp_line() + "\n")
     assert v.cls == "shape-mismatch" and named_ranks(v) == [2], v.summary
-    v = _paste(tmp_path / "w4", "$ torchrun --standalone --nproc_per_node 4 -m infer\n" + _fp_line() + "\n")
+    v = diagnose_paste(tmp_path / "w4", "$ torchrun --standalone --nproc_per_node 4 -m infer\n" + _fp_line() + "\n")
     assert v.cls == "shape-mismatch" and named_ranks(v) == [], v.summary
 
 
 def test_three_agreeing_ranks_of_a_world_of_4_name_the_fourth(tmp_path):
     line = _fp_line().replace("Rank 1 is running", "Rank 2 is running").replace("but Rank 2 is", "but Rank 3 is")
-    v = _paste(tmp_path, "torchrun --standalone --nproc_per_node 4 -m infer\n" + line + "\n")
+    v = diagnose_paste(tmp_path, "torchrun --standalone --nproc_per_node 4 -m infer\n" + line + "\n")
     assert v.cls == "shape-mismatch" and named_ranks(v) == [3], v.summary
 
 

@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import shutil
 
-from support import FIXTURES, diagnose_saved, named_ranks
+from support import FIXTURES, diagnose_paste, diagnose_saved, named_ranks
 
 FIELD10 = FIXTURES / "diagnose-field" / "issues-10" / "saved"
 
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
 
 
 def _field(tmp_path, case: str):
@@ -38,25 +31,25 @@ _WAITING = ("Waiting in store based barrier to initialize process group for rank
 
 
 def test_store_barrier_timeout_a_count_short_of_the_world_is_init_naming_none(tmp_path):
-    v = _paste(tmp_path, _TIMED_OUT.format(r=5, w=8, c=4) + _TIMED_OUT.format(r=7, w=8, c=4))
+    v = diagnose_paste(tmp_path, _TIMED_OUT.format(r=5, w=8, c=4) + _TIMED_OUT.format(r=7, w=8, c=4))
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
     assert "4 of 8" in v.summary
 
 
 def test_store_barrier_more_workers_than_the_world_is_init_naming_none(tmp_path):
-    v = _paste(tmp_path, _WAITING.format(r=0, w=4, c=8) * 3)
+    v = diagnose_paste(tmp_path, _WAITING.format(r=0, w=4, c=8) * 3)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
     assert "more than the world" in v.summary
 
 
 def test_store_barrier_alone_of_two_still_names_the_absent_rank(tmp_path):
-    v = _paste(tmp_path, _TIMED_OUT.format(r=0, w=2, c=1))
+    v = diagnose_paste(tmp_path, _TIMED_OUT.format(r=0, w=2, c=1))
     assert v.cls == "init-failure" and named_ranks(v) == [1], v.summary
 
 
 def test_store_barrier_still_waiting_short_of_the_world_is_no_failure(tmp_path):
     # a member waiting with fewer workers than the world: the job may still be starting
-    v = _paste(tmp_path, _WAITING.format(r=3, w=8, c=5) + _WAITING.format(r=1, w=8, c=5))
+    v = diagnose_paste(tmp_path, _WAITING.format(r=3, w=8, c=5) + _WAITING.format(r=1, w=8, c=5))
     assert v.cls != "init-failure" and named_ranks(v) == [], v.summary
 
 
@@ -79,21 +72,21 @@ def test_horovod_missing_ranks_block_names_the_missing_rank_not_the_reporter(tmp
             "[1,0]<stderr>:Missing ranks:\n"
             "[1,0]<stderr>:2: [DistributedGradientTape_Allreduce/HorovodAllreduce_grad_0, "
             "DistributedGradientTape_Allreduce/HorovodAllreduce_grad_1]\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
 
 
 def test_horovod_missing_ranks_per_op_names_the_rank_missing_everywhere(tmp_path):
     text = (f"WARNING: {_HVD_WARNING}\nStalled ops:\n"
             "HorovodBroadcast_w_0 [missing ranks: 3]\nHorovodBroadcast_b_0 [missing ranks: 3]\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_horovod_different_ranks_missing_different_ops_names_none(tmp_path):
     text = (f"WARNING: {_HVD_WARNING}\nStalled ops:\n"
             "HorovodAllreduce_a_0 [missing ranks: 0]\nHorovodAllreduce_b_0 [missing ranks: 1]\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [] and v.cls == "collective-mismatch", v.summary
 
 
@@ -101,7 +94,7 @@ def test_horovod_ready_ranks_name_none_above_the_highest_without_the_world(tmp_p
     # round 20: ranks below the highest ready one are members (0..world-1) and named where no
     # op lists them ready (test_diagnose_rules20.py); those above it are unknown, never named
     text = f"WARNING: {_HVD_WARNING}Stalled ops: HorovodAllreduce_a_0 [ready ranks: 3, 1, 0, 2]\n"
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [], v.summary
 
 
@@ -129,12 +122,12 @@ _ABORT_BOX = ("-----------------------------------------------------------------
 
 
 def test_mpi_abort_box_is_the_death_of_the_rank_that_called_it(tmp_path):
-    v = _paste(tmp_path, "mpirun -n 4 ./solver -in input.xml\n" + _ABORT_BOX.format(r=2, c="MPI_COMM_WORLD"))
+    v = diagnose_paste(tmp_path, "mpirun -n 4 ./solver -in input.xml\n" + _ABORT_BOX.format(r=2, c="MPI_COMM_WORLD"))
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
 
 
 def test_mpi_abort_in_a_derived_communicator_names_no_world_rank(tmp_path):
-    v = _paste(tmp_path, _ABORT_BOX.format(r=5, c="MPI COMMUNICATOR 7 CREATE FROM 4"))
+    v = diagnose_paste(tmp_path, _ABORT_BOX.format(r=5, c="MPI COMMUNICATOR 7 CREATE FROM 4"))
     assert named_ranks(v) == [], v.summary
 
 
@@ -161,19 +154,19 @@ _BARRIER_TB = ("Traceback (most recent call last):\n"
 
 
 def test_unique_id_fetch_reset_names_the_store_host_rank_0(tmp_path):
-    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Connection reset by peer"))
+    v = diagnose_paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Connection reset by peer"))
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_unique_id_fetch_broken_pipe_names_rank_0_too(tmp_path):
-    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=5, s=0, err="Broken pipe"))
+    v = diagnose_paste(tmp_path, _BARRIER_TB + _FETCH.format(r=5, s=0, err="Broken pipe"))
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_unique_id_fetch_timeout_names_no_one_dead(tmp_path):
     # a timeout is no broken connection: rank 0 is alive, so never dead; round 20 names it
     # stuck, behind (uniqueid.unpublished_id, test_diagnose_rules20.py)
-    v = _paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Socket Timeout"))
+    v = diagnose_paste(tmp_path, _BARRIER_TB + _FETCH.format(r=3, s=0, err="Socket Timeout"))
     assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
 
 
@@ -181,7 +174,7 @@ def test_unique_id_fetch_under_torchrun_names_no_one(tmp_path):
     # torchrun's agent hosts the store: a worker's death does not close it
     text = ("torchrun --nnodes=2 --nproc_per_node=4 train.py\n" + _BARRIER_TB
             + _FETCH.format(r=5, s=0, err="Connection reset by peer"))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [], v.summary
 
 
@@ -190,7 +183,7 @@ def test_unique_id_fetch_with_rank_0_alive_after_names_no_one(tmp_path):
             + "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective "
               "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=10, NumelOut=10, Timeout(ms)=600000) "
               "ran for 600081 milliseconds before timing out.\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert 0 not in named_ranks(v), v.summary
 
 
@@ -226,13 +219,13 @@ _C10D_BIND = ("[W socket.cpp:464] [c10d] The server socket has failed to bind to
 
 
 def test_store_bind_failure_in_a_ranks_init_is_rank_0s(tmp_path):
-    v = _paste(tmp_path, _RANK_INIT_TB + _BIND_FAILED.format(p=44796))
+    v = diagnose_paste(tmp_path, _RANK_INIT_TB + _BIND_FAILED.format(p=44796))
     assert v.cls == "init-failure" and named_ranks(v) == [0], v.summary
 
 
 def test_store_bind_lines_before_a_ranks_cut_init_traceback_are_rank_0s(tmp_path):
     cut = _RANK_INIT_TB.split("  File \"" + _SITE + "/rendezvous.py")[0]  # the traceback cut in init_process_group
-    v = _paste(tmp_path, _C10D_BIND.format(p=47531) + cut)
+    v = diagnose_paste(tmp_path, _C10D_BIND.format(p=47531) + cut)
     assert v.cls == "init-failure" and named_ranks(v) == [0], v.summary
 
 
@@ -241,12 +234,12 @@ def test_store_bind_failure_in_torchruns_own_traceback_names_no_rank(tmp_path):
             "  File \"/usr/local/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
             f"  File \"{_SITE}/run.py\", line 879, in main\n    run(args)\n"
             f"  File \"{_SITE}/launcher/api.py\", line 254, in launch_agent\n    result = agent.run()\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
 def test_a_bind_failure_no_traceback_places_names_no_rank(tmp_path):
-    v = _paste(tmp_path, _C10D_BIND.format(p=29500) + "RuntimeError: Address already in use\n")
+    v = diagnose_paste(tmp_path, _C10D_BIND.format(p=29500) + "RuntimeError: Address already in use\n")
     assert named_ranks(v) == [], v.summary
 
 
@@ -269,14 +262,14 @@ _IMA = ("[rank{r}]:[E907 22:34:22.823452114 ProcessGroupNCCL.cpp:1515] [PG 0 (de
 
 
 def test_an_illegal_memory_access_without_an_xid_is_the_ranks_death_not_the_gpus(tmp_path):
-    v = _paste(tmp_path, _IMA.format(r=2))
+    v = diagnose_paste(tmp_path, _IMA.format(r=2))
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
 
 
 def test_a_cuda_error_that_points_at_the_device_stays_gpu_failure(tmp_path):
     text = ("[rank1]:[E907 22:34:22.823452114 ProcessGroupNCCL.cpp:1515] [PG 0 (default_pg) Rank 1] Process group "
             "watchdog thread terminated with exception: CUDA error: uncorrectable ECC error encountered\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "gpu-failure" and named_ranks(v) == [1], v.summary
 
 
@@ -291,12 +284,12 @@ def test_torch_1_11_report_names_its_reporter_only_not_a_culprit(tmp_path):
     # ProcessGroupWrapper.cpp (1.10/1.11) prints pg->getRank(), its own rank, with its own
     # fingerprint, on every rank whose fingerprint differs from any other's: every rank of a
     # desync raises it. One report says who printed it, not who is odd: no rank (kept as is)
-    v = _paste(tmp_path, _FP_OLD.format(r=0, op="BROADCAST"))
+    v = diagnose_paste(tmp_path, _FP_OLD.format(r=0, op="BROADCAST"))
     assert v.cls == "collective-mismatch" and named_ranks(v) == [], v.summary
 
 
 def test_torch_1_11_reports_of_several_ranks_name_the_minority_fingerprint(tmp_path):
     text = "".join(f"[rank{r}]:" + _FP_OLD.format(r=r, op=op) for r, op in ((0, "BROADCAST"), (1, "BROADCAST"),
                                                                           (2, "ALLREDUCE")))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "collective-mismatch" and named_ranks(v) == [2], v.summary

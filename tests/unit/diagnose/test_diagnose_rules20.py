@@ -6,19 +6,10 @@ here in the shapes the tools' sources print."""
 
 from __future__ import annotations
 
-from support import diagnose_saved, named_ranks
+from support import diagnose_paste, named_ranks
 
 from healthcheck.parsers.torch_log import parse_torch_log
 from healthcheck.parsers.torch_log.agent import launched_np
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
 
 # ---------------------------------------------------------------- srun's signal words
 
@@ -32,14 +23,14 @@ def test_srun_task_signal_with_core_dumped_is_that_signal():
 
 
 def test_srun_task_core_dumped_is_its_death(tmp_path):
-    v = _paste(tmp_path, "srun -n 8 python train.py\n"
+    v = diagnose_paste(tmp_path, "srun -n 8 python train.py\n"
                          "srun: error: gpu07: task 3: Bus error (core dumped)\n"
                          "srun: error: gpu07: tasks 0-2,4-7: Terminated\n")
     assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_srun_task_range_with_a_signal_is_each_task_dead(tmp_path):
-    v = _paste(tmp_path, "srun: error: gpu07: tasks 4-5,7: Floating point exception\n")
+    v = diagnose_paste(tmp_path, "srun: error: gpu07: tasks 4-5,7: Floating point exception\n")
     assert v.cls == "dead-rank" and named_ranks(v) == [4, 5, 7], v.summary
 
 
@@ -56,29 +47,29 @@ def _ready(*lists: str) -> str:
 
 
 def test_ready_lists_without_a_world_name_the_ranks_below_the_highest_ready(tmp_path):
-    v = _paste(tmp_path, _STALL + _ready("0, 6, 3, 2", "3, 0, 2, 6", "6, 2, 0, 3"))
+    v = diagnose_paste(tmp_path, _STALL + _ready("0, 6, 3, 2", "3, 0, 2, 6", "6, 2, 0, 3"))
     assert v.cls == "stuck-rank" and named_ranks(v) == [1, 4, 5], v.summary
 
 
 def test_ready_lists_without_a_world_never_name_a_rank_above_the_highest_ready(tmp_path):
     # ranks past 4 may exist and be missing too, but nothing says they exist
-    v = _paste(tmp_path, _STALL + _ready("0, 1, 4, 2", "4, 2, 1, 0"))
+    v = diagnose_paste(tmp_path, _STALL + _ready("0, 1, 4, 2", "4, 2, 1, 0"))
     assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_ready_lists_most_ranks_missing_below_the_highest_names_none(tmp_path):
-    v = _paste(tmp_path, _STALL + _ready("3", "3"))
+    v = diagnose_paste(tmp_path, _STALL + _ready("3", "3"))
     assert named_ranks(v) == [], v.summary
 
 
 def test_ready_lists_take_the_world_from_an_mpirun_command(tmp_path):
     # rank 1 is above every rank seen ready: only the launch line's -np 2 says it exists
-    v = _paste(tmp_path, "$ mpirun -np 2 -H a:1,b:1 python train.py\n" + _STALL + _ready("0", "0"))
+    v = diagnose_paste(tmp_path, "$ mpirun -np 2 -H a:1,b:1 python train.py\n" + _STALL + _ready("0", "0"))
     assert v.cls == "stuck-rank" and named_ranks(v) == [1], v.summary
 
 
 def test_ready_lists_take_the_world_from_an_srun_command_in_prose(tmp_path):
-    v = _paste(tmp_path, "I launch it with `srun --ntasks=4 python train.py` and it hangs:\n"
+    v = diagnose_paste(tmp_path, "I launch it with `srun --ntasks=4 python train.py` and it hangs:\n"
                          + _STALL + _ready("0, 2, 1", "1, 0, 2"))
     assert v.cls == "stuck-rank" and named_ranks(v) == [3], v.summary
 
@@ -112,18 +103,18 @@ def _fetch_traceback(r: int, s: int = 0, err: str = "Socket Timeout") -> str:
 
 
 def test_unique_id_get_timed_out_names_the_root_stuck(tmp_path):
-    v = _paste(tmp_path, "".join(_fetch_traceback(r) for r in (1, 2, 3)))
+    v = diagnose_paste(tmp_path, "".join(_fetch_traceback(r) for r in (1, 2, 3)))
     assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_unique_id_store_wait_timeout_under_torchrun_names_the_root_stuck(tmp_path):
     err = "wait timeout after 1800000ms, keys: /default_pg/0//nccl/0"
-    v = _paste(tmp_path, "$ torchrun --nproc_per_node 2 train.py\n" + _fetch_traceback(1, err=err))
+    v = diagnose_paste(tmp_path, "$ torchrun --nproc_per_node 2 train.py\n" + _fetch_traceback(1, err=err))
     assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_unique_id_timeout_in_one_line_names_the_root_stuck(tmp_path):
-    v = _paste(tmp_path, _FETCH.format(r=6, s=0, err="Timeout waiting for key: 0 after 600000 ms") + "\n")
+    v = diagnose_paste(tmp_path, _FETCH.format(r=6, s=0, err="Timeout waiting for key: 0 after 600000 ms") + "\n")
     assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
 
 
@@ -138,5 +129,5 @@ def test_unique_id_timeout_with_the_roots_own_error_names_it_not_stuck(tmp_path)
            "[rank0]:     work.wait()\n"
            "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
            "1800000ms for recv operation to complete\n")
-    v = _paste(tmp_path, own + _fetch_traceback(1))
+    v = diagnose_paste(tmp_path, own + _fetch_traceback(1))
     assert not any(f.cls == "stuck-rank" and 0 in f.ranks for f in v.findings), v.summary

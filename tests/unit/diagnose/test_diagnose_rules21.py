@@ -7,19 +7,10 @@ shapes the tools' sources print."""
 
 from __future__ import annotations
 
-from support import diagnose_saved, named_ranks
+from support import diagnose_paste, named_ranks
 
 from healthcheck.parsers.lines import read_lines
 from healthcheck.parsers.torch_log import parse_torch_log
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
 
 # ---------------------------------------------------------------- tags between a line's pieces
 
@@ -67,13 +58,13 @@ def test_a_stamped_viewer_column_before_the_first_tag_is_taken_off():
 
 
 def test_stall_report_in_tagged_pieces_behind_a_viewer_column_names_the_stalled_rank(tmp_path):
-    v = _paste(tmp_path, _stall("[1,0]<stderr>:", "2024-05-02 10:14:03 UTC master.0 -- ", 2))
+    v = diagnose_paste(tmp_path, _stall("[1,0]<stderr>:", "2024-05-02 10:14:03 UTC master.0 -- ", 2))
     assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
 
 
 def test_stall_report_naming_its_own_coordinator_names_it_for_the_report(tmp_path):
     # the stalled rank is the block's `0:`, not the `[1,0]` tag the coordinator's lines carry
-    v = _paste(tmp_path, _stall("[1,0]<stderr>:", "2024-05-02 10:14:03 UTC master.0 -- ", 0))
+    v = diagnose_paste(tmp_path, _stall("[1,0]<stderr>:", "2024-05-02 10:14:03 UTC master.0 -- ", 0))
     assert v.cls == "stuck-rank" and named_ranks(v) == [0], v.summary
 
 
@@ -102,12 +93,12 @@ _RICH = ("│   248 │   │   │   # @record will copy the first error (root 
 
 
 def test_box_naming_one_failed_rank_and_nothing_of_its_own_is_its_death(tmp_path):
-    v = _paste(tmp_path, _box((2, 1, 4242, "2024-03-01_10:00:05")))
+    v = diagnose_paste(tmp_path, _box((2, 1, 4242, "2024-03-01_10:00:05")))
     assert v.cls == "dead-rank" and named_ranks(v) == [2] and v.confidence == "medium", v.summary
 
 
 def test_box_after_a_rich_traceback_names_its_one_failed_rank(tmp_path):
-    v = _paste(tmp_path, _RICH + _box((0, 1, 15724, "2023-07-27_14:15:41"))[len("torch.distributed.elastic."
+    v = diagnose_paste(tmp_path, _RICH + _box((0, 1, 15724, "2023-07-27_14:15:41"))[len("torch.distributed.elastic."
                                                                                "multiprocessing.errors."
                                                                                "ChildFailedError: \n"):])
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
@@ -115,7 +106,7 @@ def test_box_after_a_rich_traceback_names_its_one_failed_rank(tmp_path):
 
 def test_box_one_failure_beside_a_timeout_names_none(tmp_path):
     # a rank that timed out waited for another: the box's one exit may be that victim's
-    v = _paste(tmp_path, "[rank1]:[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed\n"
+    v = diagnose_paste(tmp_path, "[rank1]:[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed\n"
                          "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
                          "Timed out waiting 1800000ms for recv operation to complete\n"
                          + _box((1, 1, 4243, "2024-03-01_10:30:05")))
@@ -123,14 +114,14 @@ def test_box_one_failure_beside_a_timeout_names_none(tmp_path):
 
 
 def test_box_of_two_failures_names_none_and_says_what_it_lists(tmp_path):
-    v = _paste(tmp_path, _box((0, 1, 1234, "2024-03-01_10:00:05"), (1, 1, 1235, "2024-03-01_10:00:05")))
+    v = diagnose_paste(tmp_path, _box((0, 1, 1234, "2024-03-01_10:00:05"), (1, 1, 1235, "2024-03-01_10:00:05")))
     assert v.cls == "unknown" and named_ranks(v) == [], v.summary
     assert v.first_failure is not None
     assert "no failure" not in v.why_unknown and "2 launcher-reported failures" in v.why_unknown, v.why_unknown
 
 
 def test_unknown_never_says_it_saw_no_failure_beside_the_one_it_lists(tmp_path):
-    v = _paste(tmp_path, "torchrun --nproc_per_node 2 train.py\n"
+    v = diagnose_paste(tmp_path, "torchrun --nproc_per_node 2 train.py\n"
                          "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n")
     assert v.cls == "unknown" and v.first_failure is not None, v.summary
     assert "no failure" not in v.why_unknown and "CUDA driver initialization failed" in v.why_unknown, v.why_unknown
@@ -180,7 +171,7 @@ def _traceback(rank: int, own: list[tuple[int, str, str]], c10d: str, error: str
     return "".join(f"{pre}{x}\n" for x in lines)
 
 
-def _pipeline_paste(steps: dict[int, int]) -> str:
+def _pipelinediagnose_paste(steps: dict[int, int]) -> str:
     """Two pipelines of two stages (ranks 0-1, 2-3) logging their steps; rank 1 receives a
     larger activation than it expects and gloo aborts it; its neighbours fail in their
     point-to-point waits."""
@@ -204,7 +195,7 @@ def _pipeline_paste(steps: dict[int, int]) -> str:
 
 def test_a_point_to_point_size_report_never_names_a_stage_a_step_ahead(tmp_path):
     # rank 3's pipeline is another one: it logged step 3 before the abort reached it
-    v = _paste(tmp_path, _pipeline_paste({0: 2, 1: 2, 2: 2, 3: 3}))
+    v = diagnose_paste(tmp_path, _pipelinediagnose_paste({0: 2, 1: 2, 2: 2, 3: 3}))
     assert 3 not in named_ranks(v), v.summary
     assert v.cls == "shape-mismatch" and named_ranks(v) == [], v.summary
 
@@ -217,7 +208,7 @@ _RECV = "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buf
         "6000ms for recv operation to complete"
 
 
-def _ahead_paste(second: str) -> str:
+def _aheaddiagnose_paste(second: str) -> str:
     """Three ranks: rank 0 timed out in a later all_gather (its final save), ranks 1 and 2 in
     the end-of-job all_reduce before it, rank 1 on a send, rank 2 on `second`."""
     save = [(105, "end_of_job", "save(model)"), (81, "save", "dist.all_gather(sizes, size)")]
@@ -228,18 +219,18 @@ def _ahead_paste(second: str) -> str:
 
 
 def test_others_all_waiting_on_sends_in_the_collective_a_rank_went_past_name_none(tmp_path):
-    v = _paste(tmp_path, _ahead_paste(_SEND))
+    v = diagnose_paste(tmp_path, _aheaddiagnose_paste(_SEND))
     assert v.cls == "collective-mismatch" and named_ranks(v) == [], v.summary
 
 
 def test_a_waiter_on_a_receive_still_names_the_rank_in_another_collective(tmp_path):
     # rank 2 waits to receive: a rank that stayed out of the all_reduce leaves one so
-    v = _paste(tmp_path, _ahead_paste(_RECV))
+    v = diagnose_paste(tmp_path, _aheaddiagnose_paste(_RECV))
     assert v.cls == "collective-mismatch" and named_ranks(v) == [0], v.summary
 
 
 def test_box_one_failure_of_a_larger_launched_world_names_none(tmp_path):
     # two nodes of one worker each: the box is one node's, and its rank may have died of the other's
-    v = _paste(tmp_path, "$ torchrun --nnodes 2 --nproc_per_node 1 --rdzv-endpoint n0:29500 train.py\n"
+    v = diagnose_paste(tmp_path, "$ torchrun --nnodes 2 --nproc_per_node 1 --rdzv-endpoint n0:29500 train.py\n"
                          + _box((1, 1, 4242, "2024-03-01_10:00:05")))
     assert named_ranks(v) == [], v.summary

@@ -6,7 +6,7 @@ one global rank. Texts are built here in the shapes the tools' sources print."""
 
 from __future__ import annotations
 
-from support import diagnose_saved, named_ranks
+from support import diagnose_paste, named_ranks
 
 from healthcheck.core.errors import ParseError
 from healthcheck.diagnose.firstchild import earliest_box_failure
@@ -14,15 +14,6 @@ from healthcheck.diagnose.leavers import own_output
 from healthcheck.diagnose.logfacts import first_errors
 from healthcheck.diagnose.sources import collect
 from healthcheck.parsers.torch_log import parse_torch_log
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
 
 # ---------------------------------------------------------------- two torchrun boxes
 
@@ -48,12 +39,12 @@ def _two_boxes(first_node_time: str, second_node_time: str) -> str:
 
 
 def test_two_boxes_name_the_entry_strictly_earliest_across_them(tmp_path):
-    v = _paste(tmp_path, _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
+    v = diagnose_paste(tmp_path, _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
     assert v.cls == "dead-rank" and named_ranks(v) == [2] and v.confidence == "medium", v.summary
 
 
 def test_two_boxes_whose_earliest_times_tie_name_none(tmp_path):
-    v = _paste(tmp_path, _two_boxes("2024-03-01_10:00:01", "2024-03-01_10:00:01"))
+    v = diagnose_paste(tmp_path, _two_boxes("2024-03-01_10:00:01", "2024-03-01_10:00:01"))
     assert named_ranks(v) == [], v.summary
 
 
@@ -77,7 +68,7 @@ def test_two_boxes_after_an_untimed_error_of_another_rank_name_none(tmp_path):
     text = ("[rank5]: Traceback (most recent call last):\n[rank5]:   File \"train.py\", line 9, in <module>\n"
             "[rank5]:     step()\n[rank5]: ValueError: bad batch\n"
             + _two_boxes("2024-03-01_10:00:52", "2024-03-01_10:00:01"))
-    assert 2 not in named_ranks(v := _paste(tmp_path, text)), v.summary
+    assert 2 not in named_ranks(v := diagnose_paste(tmp_path, text)), v.summary
 
 
 # ---------------------------------------------------------------- srun's report inside a sentence
@@ -92,7 +83,7 @@ def test_srun_task_end_quoted_inside_a_sentence_is_read_as_its_task():
 
 
 def test_srun_task_end_quoted_inside_a_sentence_names_the_task(tmp_path):
-    v = _paste(tmp_path, _QUESTION)
+    v = diagnose_paste(tmp_path, _QUESTION)
     assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
 
 
@@ -122,7 +113,7 @@ def _harness(rank: int, pid: int) -> str:
 
 
 def test_harness_caught_exception_of_one_rank_is_its_death(tmp_path):
-    v = _paste(tmp_path, _harness(1, 4712))
+    v = diagnose_paste(tmp_path, _harness(1, 4712))
     assert v.cls == "dead-rank" and named_ranks(v) == [1] and v.confidence == "medium", v.summary
 
 
@@ -132,7 +123,7 @@ def test_harness_words_from_another_source_are_not_the_harness():
 
 
 def test_harness_caught_on_two_ranks_names_none(tmp_path):
-    v = _paste(tmp_path, _harness(1, 4712) + _harness(0, 4711))
+    v = diagnose_paste(tmp_path, _harness(1, 4712) + _harness(0, 4711))
     assert named_ranks(v) == [], v.summary
 
 
@@ -149,12 +140,12 @@ def _claims(*ranks: int, world: int, old: bool = True, local: bool = True) -> st
 
 
 def test_two_processes_claiming_one_global_rank_are_an_init_failure_naming_none(tmp_path):
-    v = _paste(tmp_path, _claims(1, 1, 2, 2, 3, 3, 0, 0, world=8))
+    v = diagnose_paste(tmp_path, _claims(1, 1, 2, 2, 3, 3, 0, 0, world=8))
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
 def test_new_lightning_words_are_read_alike(tmp_path):
-    v = _paste(tmp_path, _claims(0, 0, 1, 1, world=4, old=False))
+    v = diagnose_paste(tmp_path, _claims(0, 0, 1, 1, world=4, old=False))
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
@@ -166,25 +157,25 @@ def test_new_lightning_words_are_read_alike(tmp_path):
 
 
 def test_every_member_claimed_once_then_nothing_is_no_init_failure(tmp_path):
-    v = _paste(tmp_path, _claims(0, 1, 2, 3, world=4))
+    v = diagnose_paste(tmp_path, _claims(0, 1, 2, 3, world=4))
     assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
-    v = _paste(tmp_path / "alone", _claims(0, world=5, old=False))
+    v = diagnose_paste(tmp_path / "alone", _claims(0, world=5, old=False))
     assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_a_logger_printing_each_line_twice_is_no_duplicate_claim(tmp_path):
     text = "".join(line + "\n" + line + "\n" for line in _claims(0, 1, world=8, local=False).splitlines())
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_a_whole_world_claimed_again_is_a_rerun_not_a_duplicate(tmp_path):
     for where, world in (("now", 4), ("next", 8)):
-        v = _paste(tmp_path / where, _claims(0, 1, 2, 3, 0, 1, 2, 3, world=world))
+        v = diagnose_paste(tmp_path / where, _claims(0, 1, 2, 3, 0, 1, 2, 3, world=world))
         assert named_ranks(v) == [] and "claim" not in v.summary, v.summary
 
 
 def test_duplicate_claims_before_a_logged_step_are_no_init_failure(tmp_path):
     text = _claims(1, 1, 0, 0, world=8) + "Epoch 0: 100%|##########| 10/10 [00:01<00:00, loss=0.5]\n" \
         + "epoch 1 step 20 loss 0.41\n"
-    assert _paste(tmp_path, text).cls != "init-failure"
+    assert diagnose_paste(tmp_path, text).cls != "init-failure"

@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import time
 
-from support import diagnose_saved, named_ranks
+from support import diagnose_paste, named_ranks
 
 from healthcheck.diagnose.verdict import OddRank, Verdict, render
 from healthcheck.parsers.torch_log import parse_torch_log
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
 
 # ---------------------------------------------------------------- srun: aborted before the step ended
 
@@ -40,14 +31,14 @@ _VICTIMS = ("srun: error: n001: tasks 0-7,9,11-15: Terminated\n"
 
 
 def test_srun_tasks_aborted_before_the_step_ended_are_the_dead_ranks(tmp_path):
-    v = _paste(tmp_path, _srun("n001: tasks 8,10: Aborted", after=_VICTIMS))
+    v = diagnose_paste(tmp_path, _srun("n001: tasks 8,10: Aborted", after=_VICTIMS))
     assert v.cls == "dead-rank" and named_ranks(v) == [8, 10], v.summary
     assert v.confidence == "medium", v.summary  # srun's word alone
 
 
 def test_srun_abort_ranges_and_lists_are_expanded(tmp_path):
     victims = "srun: error: n002: tasks 16-47: Terminated\n"
-    v = _paste(tmp_path, _srun("n001: tasks 0-3,5,7-8: Aborted", after=victims))
+    v = diagnose_paste(tmp_path, _srun("n001: tasks 0-3,5,7-8: Aborted", after=victims))
     assert named_ranks(v) == [0, 1, 2, 3, 5, 7, 8], v.summary
 
 
@@ -56,19 +47,19 @@ def test_srun_abort_reported_after_srun_said_it_terminates_the_step_still_counts
     after it: a task reported Aborted before the first Terminated one was not srun's."""
     text = ("step 10 residual 1.0e-3\nsrun: error: n001: task 8: Aborted\nsrun: Terminating job step 4242.0\n"
             "srun: error: n001: task 10: Aborted\n" + _CANCELLED + _VICTIMS)
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [8, 10], v.summary
 
 
 def test_srun_abort_after_the_first_victim_is_not_named(tmp_path):
     text = _srun("n001: task 8: Aborted", after=_VICTIMS + "srun: error: n001: task 10: Aborted\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [8], v.summary
 
 
 def test_srun_aborts_of_most_tasks_are_a_watchdog_s_not_named(tmp_path):
     """NCCL's watchdog aborts every rank that waited; the hung one is left to srun."""
-    v = _paste(tmp_path, _srun("n001: tasks 0-6: Aborted", after="srun: error: n001: task 7: Terminated\n",
+    v = diagnose_paste(tmp_path, _srun("n001: tasks 0-6: Aborted", after="srun: error: n001: task 7: Terminated\n",
                                cmd="srun -n 8 python train.py\n"))
     assert named_ranks(v) == [], v.summary
 
@@ -77,12 +68,12 @@ def test_srun_aborts_beside_a_timeout_are_not_named(tmp_path):
     timeout = ("[rank8]:[E501 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 8] Watchdog caught collective "
                "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
                "ran for 600020 milliseconds before timing out.\n")
-    v = _paste(tmp_path, timeout + _srun("n001: tasks 8,10: Aborted", after=_VICTIMS))
+    v = diagnose_paste(tmp_path, timeout + _srun("n001: tasks 8,10: Aborted", after=_VICTIMS))
     assert 8 not in named_ranks(v) and 10 not in named_ranks(v), v.summary
 
 
 def test_srun_aborts_without_srun_ending_the_step_are_not_named_by_this_rule(tmp_path):
-    v = _paste(tmp_path, "srun -n 16 ./solver\nsrun: error: n001: tasks 8,10: Aborted\n")
+    v = diagnose_paste(tmp_path, "srun -n 16 ./solver\nsrun: error: n001: tasks 8,10: Aborted\n")
     assert named_ranks(v) == [], v.summary
 
 
@@ -93,7 +84,7 @@ def test_a_task_absent_from_srun_s_victims_is_never_named(tmp_path):
     victims = "srun: error: n001: tasks 0-57,59-63: Terminated\n"
     for cmd in ("srun -n 64 ./solver\n", "./run.sh\n"):
         text = cmd + "slurmstepd: error: *** STEP 4242.0 ON n001 CANCELLED AT 2024-05-01T10:00:00 ***\n" + victims
-        v = _paste(tmp_path / cmd[:4].strip("./ "), text)
+        v = diagnose_paste(tmp_path / cmd[:4].strip("./ "), text)
         assert named_ranks(v) == [], (cmd, v.summary)
 
 
@@ -118,7 +109,7 @@ def _mpd(status: str, rank: int = 0, between: str = "\n\n") -> str:
 
 
 def test_mpd_names_the_rank_that_caused_the_abort_killed_by_a_signal(tmp_path):
-    v = _paste(tmp_path, _mpd("killed by signal 9", rank=2))
+    v = diagnose_paste(tmp_path, _mpd("killed by signal 9", rank=2))
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
     assert v.confidence == "high", v.summary
 
@@ -126,24 +117,24 @@ def test_mpd_names_the_rank_that_caused_the_abort_killed_by_a_signal(tmp_path):
 def test_mpd_capitalised_and_with_a_blanked_job_name(tmp_path):
     text = ("$mpiexec -n 1 ~/cpi.exe\n\nRank 0 in job 1 <system name>_65327  caused collective abort of all ranks\n"
             "\n            Exit status of rank 0: killed by signal 11\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_mpd_return_code_is_named_at_medium(tmp_path):
-    v = _paste(tmp_path, _mpd("return code 1", rank=3))
+    v = diagnose_paste(tmp_path, _mpd("return code 1", rank=3))
     assert v.cls == "dead-rank" and named_ranks(v) == [3] and v.confidence == "medium", v.summary
 
 
 def test_mpd_status_of_another_rank_than_the_abort_s_names_none(tmp_path):
     text = ("rank 1 in job 1  node1_65327   caused collective abort of all ranks\n"
             "  exit status of rank 2: killed by signal 9 \n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [], v.summary
 
 
 def test_mpd_sigterm_is_a_relay_not_named(tmp_path):
-    v = _paste(tmp_path, _mpd("killed by signal 15", rank=1))
+    v = diagnose_paste(tmp_path, _mpd("killed by signal 15", rank=1))
     assert named_ranks(v) == [], v.summary
 
 
@@ -162,5 +153,5 @@ def test_srun_aborts_in_a_paste_of_srun_s_lines_alone_are_not_named(tmp_path):
     """Cut at srun's lines, the text cannot show that no rank printed a watchdog's timeout
     before it aborted: nothing named. The same lines after the job's own output name them."""
     lines = ("srun: error: n001: tasks 8,10: Aborted\nsrun: Terminating job step 4242.0\n" + _CANCELLED + _VICTIMS)
-    assert named_ranks(_paste(tmp_path / "bare", "$ srun -n 48 ./solver\n" + lines)) == []
-    assert named_ranks(_paste(tmp_path / "out", "$ srun -n 48 ./solver\nstep 10 residual 1.0e-3\n" + lines)) == [8, 10]
+    assert named_ranks(diagnose_paste(tmp_path / "bare", "$ srun -n 48 ./solver\n" + lines)) == []
+    assert named_ranks(diagnose_paste(tmp_path / "out", "$ srun -n 48 ./solver\nstep 10 residual 1.0e-3\n" + lines)) == [8, 10]

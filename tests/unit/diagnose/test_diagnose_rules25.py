@@ -6,16 +6,7 @@ init failure naming no rank). Texts are built here in the shapes the tools' sour
 
 from __future__ import annotations
 
-from support import diagnose_saved, named_ranks
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
+from support import diagnose_paste, named_ranks
 
 # ---------------------------------------------------------------- a common death in torchrun's box
 
@@ -40,7 +31,7 @@ def _box(root: str, others: list[str]) -> str:
 
 def test_every_worker_dead_of_one_signal_in_one_second_names_none(tmp_path):
     t = "2025-03-02_11:20:07"
-    v = _paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101), _entry(2, 2, t, -7, 5102),
+    v = diagnose_paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101), _entry(2, 2, t, -7, 5102),
                                                             _entry(3, 3, t, -7, 5103)]))
     assert v.cls == "unknown" and named_ranks(v) == [], v.summary
     assert "SIGBUS" in v.summary and "gpu07" in v.summary and "same second" in v.summary, v.summary
@@ -48,7 +39,7 @@ def test_every_worker_dead_of_one_signal_in_one_second_names_none(tmp_path):
 
 def test_world_of_two_both_segfaulted_in_one_second_names_none(tmp_path):
     t = "2025-03-02_11:20:07"
-    v = _paste(tmp_path, _box(_entry(0, 1, t, -11, 5101), [_entry(1, 0, t, -11, 5100)]))
+    v = diagnose_paste(tmp_path, _box(_entry(0, 1, t, -11, 5101), [_entry(1, 0, t, -11, 5100)]))
     assert v.cls == "unknown" and named_ranks(v) == [], v.summary
     assert "SIGSEGV" in v.summary, v.summary
 
@@ -58,33 +49,33 @@ def test_one_hosts_workers_dead_together_beside_anothers_stopped_names_none(tmp_
     a = _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101)])
     b = _box(_entry(0, 2, "2025-03-02_11:20:12", -15, 6100, "gpu08"),
              [_entry(1, 3, "2025-03-02_11:20:12", -15, 6101, "gpu08")])
-    v = _paste(tmp_path, a + b)
+    v = diagnose_paste(tmp_path, a + b)
     assert v.cls == "unknown" and named_ranks(v) == [], v.summary
     assert "gpu07" in v.summary and "SIGBUS" in v.summary, v.summary
 
 
 def test_one_signal_and_one_exit_code_names_the_signalled(tmp_path):
     t = "2025-03-02_11:20:07"
-    v = _paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, 1, 5101)]))
+    v = diagnose_paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, 1, 5101)]))
     assert v.cls == "dead-rank" and named_ranks(v) == [0], v.summary
 
 
 def test_two_signals_in_one_second_are_no_common_death(tmp_path):
     t = "2025-03-02_11:20:07"
-    v = _paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -11, 5101)]))
+    v = diagnose_paste(tmp_path, _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -11, 5101)]))
     assert v.cls == "dead-rank" and 0 in named_ranks(v), v.summary
 
 
 def test_one_signal_a_second_apart_names_the_first_seen(tmp_path):
     # the agent finds rank 1 dead at its first look; rank 0 ended a second later, after it
-    v = _paste(tmp_path, _box(_entry(0, 1, "2025-03-02_11:20:07", -7, 5101),
+    v = diagnose_paste(tmp_path, _box(_entry(0, 1, "2025-03-02_11:20:07", -7, 5101),
                               [_entry(1, 0, "2025-03-02_11:20:08", -7, 5100)]))
     assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
 
 
 def test_several_first_seen_of_four_are_named_not_the_later(tmp_path):
     t, later = "2025-03-02_11:20:07", "2025-03-02_11:20:09"
-    v = _paste(tmp_path, _box(_entry(0, 2, t, -11, 5102), [_entry(1, 0, later, -11, 5100),
+    v = diagnose_paste(tmp_path, _box(_entry(0, 2, t, -11, 5102), [_entry(1, 0, later, -11, 5100),
                                                              _entry(2, 1, later, -6, 5101), _entry(3, 3, t, -9, 5103)]))
     assert v.cls == "dead-rank" and named_ranks(v) == [2, 3], v.summary
 
@@ -94,13 +85,13 @@ def test_two_boxes_seconds_apart_are_not_ordered_here(tmp_path):
     a = _box(_entry(0, 0, "2025-03-02_11:20:07", -7, 5100), [_entry(1, 1, "2025-03-02_11:20:07", -7, 5101)])
     b = _box(_entry(0, 2, "2025-03-02_11:20:09", -11, 6100, "gpu08"),
              [_entry(1, 3, "2025-03-02_11:20:09", -7, 6101, "gpu08")])
-    v = _paste(tmp_path, a + b)
+    v = diagnose_paste(tmp_path, a + b)
     assert v.cls == "dead-rank" and {0, 1} <= set(named_ranks(v)), v.summary
 
 
 def test_signal_beside_the_agents_sigterms_is_no_common_death(tmp_path):
     t = "2025-03-02_11:20:07"
-    v = _paste(tmp_path, _box(_entry(0, 2, t, -7, 5102), [_entry(1, 0, t, -15, 5100), _entry(2, 1, t, -15, 5101),
+    v = diagnose_paste(tmp_path, _box(_entry(0, 2, t, -7, 5102), [_entry(1, 0, t, -15, 5100), _entry(2, 1, t, -15, 5101),
                                                             _entry(3, 3, t, -7, 5103)]))
     assert v.cls == "dead-rank" and named_ranks(v) == [2, 3], v.summary
 
@@ -113,7 +104,7 @@ def test_a_rank_that_raised_first_is_still_named(tmp_path):
            '[rank1]:   File "/job/train.py", line 22, in step\n'
            "[rank1]:     raise ValueError('bad batch')\n"
            "[rank1]: ValueError: bad batch\n")
-    v = _paste(tmp_path, own + _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101)]))
+    v = diagnose_paste(tmp_path, own + _box(_entry(0, 0, t, -7, 5100), [_entry(1, 1, t, -7, 5101)]))
     assert v.cls == "dead-rank" and 1 in named_ranks(v), v.summary
 
 
@@ -139,7 +130,7 @@ def test_glog_connectfullmesh_line_in_backticks_is_init_failure_naming_none(tmp_
     text = ("The workers stop at start-up with:\n"
             "`(Worker pid=4411, ip=10.2.0.7) [rank3]:[E1104 10:02:11.100200300 ProcessGroupGloo.cpp:145] Gloo "
             "connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error`\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
@@ -147,14 +138,14 @@ def test_spawned_process_connect_timeout_is_init_failure_naming_none(tmp_path):
     text = ("Process SpawnProcess-2:\n"
             + _setup_traceback("", "RuntimeError: Gloo connectFullMesh failed with "
                                    "[../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect timeout [none]"))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
 def test_labelled_pair_connection_refused_in_setup_names_no_rank(tmp_path):
     error = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:30230: " \
             "Connection refused"
-    v = _paste(tmp_path, _setup_traceback("[rank2]: ", error))
+    v = diagnose_paste(tmp_path, _setup_traceback("[rank2]: ", error))
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
     assert "127.0.1.1" in " ".join(e.text for f in v.findings for e in f.lines)
 
@@ -168,5 +159,5 @@ def test_a_rank_dead_in_its_own_code_beside_unconnected_meshes_is_named(tmp_path
            "[rank1]: FileNotFoundError: /data/cfg.yaml\n")
     mesh = _setup_traceback("[rank0]: ", "RuntimeError: Gloo connectFullMesh failed with "
                                          "[../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect timeout [none]")
-    v = _paste(tmp_path, own + mesh)
+    v = diagnose_paste(tmp_path, own + mesh)
     assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary

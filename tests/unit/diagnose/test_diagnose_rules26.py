@@ -8,16 +8,7 @@ enqueue.cc), torch's NCCL error, Lightning's `GLOBAL_RANK: R, MEMBER: m/N` lines
 from __future__ import annotations
 
 import pytest
-from support import diagnose_saved, named_ranks
-
-
-def _paste(tmp_path, text: str):
-    """The verdict on one pasted text, read from a folder whose name says nothing."""
-    job = tmp_path / "job"
-    job.mkdir(parents=True)
-    (job / "paste.log").write_text(text)
-    return diagnose_saved(job)
-
+from support import diagnose_paste, named_ranks
 
 # ---------------------------------------------------------------- set-up failures, any launcher
 
@@ -66,7 +57,7 @@ _SETUP_TEXTS = {
 
 @pytest.mark.parametrize("name", sorted(_SETUP_TEXTS))
 def test_a_job_that_never_got_past_its_setup_is_init_failure_naming_none(tmp_path, name):
-    v = _paste(tmp_path, _SETUP_TEXTS[name])
+    v = diagnose_paste(tmp_path, _SETUP_TEXTS[name])
     assert v.cls == "init-failure" and named_ranks(v) == [], (name, v.cls, v.summary)
 
 
@@ -80,7 +71,7 @@ _TIMEOUT = ("[rank1]:[E1102 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 1
 def test_past_setup_the_same_reports_are_not_read_as_setup(tmp_path, after):
     """A step logged or a collective's timeout shows the job ran: no init-failure of this rule."""
     text = _SETUP_TEXTS["lightning2-claims-then-nothing"] + (_STEPS if after == "steps" else _TIMEOUT)
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls != "init-failure", v.summary
 
 
@@ -98,7 +89,7 @@ def test_nccl_error_unwinding_through_init_is_setup_naming_none(tmp_path):
     """Not quoted, another peer, another transport: the trail through init.cc is the phase."""
     text = _trail("gpu2", 3301, "proxy.cc:1496 NCCL WARN [Proxy Service 0] Failed to execute operation Setup "
                   "from rank 0, retcode 6")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
 
 
@@ -110,7 +101,7 @@ def test_nccl_init_trail_after_collectives_ran_is_not_setup(tmp_path):
     text = (f"{p} NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0xabc - Init COMPLETE\n" + ran
             + _trail("gpu2", 3301, "proxy.cc:1496 NCCL WARN [Proxy Service 0] Failed to execute operation Setup "
                      "from rank 0, retcode 6"))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls != "init-failure" or "init.cc" not in v.summary, v.summary
 
 
@@ -126,14 +117,14 @@ def test_open_mpi_report_under_a_renamed_launcher_names_its_rank(tmp_path, name,
             "a non-zero exit code. Per user-direction, the job has been aborted.\n" + _OMPI_BAR + _OMPI_BAR
             + f"{name} noticed that process rank {rank} with PID 4411 on node gpu-b exited on signal 11 "
               "(Segmentation fault).\n" + _OMPI_BAR)
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [rank], v.summary
 
 
 def test_open_mpi_improper_exit_under_a_renamed_launcher_names_its_rank(tmp_path):
     text = (_OMPI_BAR + "mpirun.openmpi has exited due to process rank 2 with PID 0 on node n1 exiting improperly. "
             "There are three reasons this could occur:\n" + _OMPI_BAR)
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
 
 
@@ -152,7 +143,7 @@ def _abort(rank: int) -> str:
 
 def test_a_rank_seen_only_aborting_its_communicator_is_not_named_stuck(tmp_path):
     """An excerpt: ranks 1 and 3 time out, rank 2's communicator aborts too; nothing says 2 never entered."""
-    v = _paste(tmp_path, _timeout(1) + _abort(1) + _abort(2) + _timeout(3) + _abort(3))
+    v = diagnose_paste(tmp_path, _timeout(1) + _abort(1) + _abort(2) + _timeout(3) + _abort(3))
     assert 2 not in named_ranks(v), v.summary
 
 
@@ -160,7 +151,7 @@ def test_a_heard_rank_without_timeout_or_abort_is_still_named(tmp_path):
     """The quiet rank with its own lines and no teardown stays the one that never entered."""
     text = (_timeout(1) + _abort(1) + "[rank2]: loading shard 7 of 9\n" + _timeout(3) + _abort(3)
             + "[rank0]: loading shard 7 of 9\n" + _timeout(0) + _abort(0))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "stuck-rank" and named_ranks(v) == [2], v.summary
 
 
@@ -178,20 +169,20 @@ def test_first_exit_beside_horovod_victims_names_the_first_exit(tmp_path):
     victim = ("[1,{r}]<stderr>:RuntimeError: Horovod has been shut down. This has been caused by an exception on "
               "one of the rank or an attempted allreduce, allgather or broadcast on a tensor after one of the "
               "ranks has finished execution.\n")
-    v = _paste(tmp_path, victim.format(r=1) + victim.format(r=2) + _FIRST_EXIT.format(rank=3))
+    v = diagnose_paste(tmp_path, victim.format(r=1) + victim.format(r=2) + _FIRST_EXIT.format(rank=3))
     assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_first_exit_beside_gloo_victims_names_the_first_exit(tmp_path):
     victim = ("[1,{r}]<stderr>:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection "
               "closed by peer [10.0.0.{r}]:4121\n")
-    v = _paste(tmp_path, victim.format(r=0) + victim.format(r=2) + _FIRST_EXIT.format(rank=1))
+    v = diagnose_paste(tmp_path, victim.format(r=0) + victim.format(r=2) + _FIRST_EXIT.format(rank=1))
     assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
 
 
 def test_horovod_shut_down_is_a_victims_error(tmp_path):
     """A rank whose only error is Horovod's shut-down is never the dead rank."""
-    v = _paste(tmp_path, "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an "
+    v = diagnose_paste(tmp_path, "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an "
                          "exception on one of the ranks or an attempt to allreduce, allgather or broadcast a "
                          "tensor after one of the ranks finished execution.\n")
     assert 1 not in named_ranks(v), v.summary
@@ -206,7 +197,7 @@ _OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.
 @pytest.mark.parametrize("caption", ["Error log: ", "エラー：", "stderr:"])
 def test_a_labelled_error_behind_a_caption_names_its_rank(tmp_path, caption):
     text = ("torchrun --nproc_per_node=8 train.py\n" + caption + "[rank2]: " + _OOM.format(r=2))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
 
 
@@ -221,12 +212,12 @@ def _lost(task: int, job: str = "jax_worker", prefix: str = "") -> str:
 def test_coordination_service_losing_a_task_names_it_dead(tmp_path):
     text = ("I0302 09:10:00.000000 1234 train.py:88] step 4000 loss 1.92\n"
             + _lost(5, job="trainer", prefix="UNAVAILABLE: "))
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [5], v.summary
 
 
 def test_coordination_service_losing_two_tasks_names_both(tmp_path):
-    v = _paste(tmp_path, _lost(3) + _lost(11))
+    v = diagnose_paste(tmp_path, _lost(3) + _lost(11))
     assert v.cls == "dead-rank" and named_ranks(v) == [3, 11], v.summary
 
 
@@ -237,14 +228,14 @@ def test_mvapich2_caught_error_names_its_rank(tmp_path):
             "[proxy:0:1@node-3] HYD_pmcd_pmip_control_cmd_cb (pm/pmiserv/pmip_cb.c:912): assert (!closed) failed\n"
             "[mpiexec@node-1] HYDT_bscu_wait_for_completion (tools/bootstrap/utils/bscu_wait.c:76): one of the "
             "processes terminated badly; aborting\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [3], v.summary
 
 
 def test_mvapich2_two_ranks_caught_errors_name_both(tmp_path):
     text = ("[gpu-a:mpi_rank_9][error_sighandler] Caught error: Floating point exception (signal 8)\n"
             "[gpu-b:mpi_rank_2][error_sighandler] Caught error: Floating point exception (signal 8)\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [2, 9], v.summary
 
 
@@ -252,5 +243,5 @@ def test_start_claims_then_the_job_cancelled_is_not_setup(tmp_path):
     """A cancel from outside after the claims ends the job; it does not show set-up failed."""
     text = (_SETUP_TEXTS["lightning2-claims-then-nothing"]
             + "slurmstepd: error: *** JOB 4242 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***\n")
-    v = _paste(tmp_path, text)
+    v = diagnose_paste(tmp_path, text)
     assert v.cls != "init-failure" and named_ranks(v) == [], v.summary
