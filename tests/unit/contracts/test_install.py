@@ -1,4 +1,5 @@
-"""bin/install as the README's first command runs it (issue 18 C.9): hc's venv is built on
+"""bin/install as the README's first command runs it (issue 18 C.9), then `hc node --local`
+from what it installed, on Debian's python3 that refuses pip: hc's venv is built on
 an interpreter every user can run, never on the first python3 on PATH (pyenv's, under
 root's home: "bad interpreter: Permission denied" for everyone else), and its last line
 stands on its own. Needs root (another user runs the result) and Debian's /usr/bin/python3."""
@@ -62,6 +63,14 @@ def checkout_with_an_old_build(tmp_path: Path) -> Path:
 
 
 def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(tmp_path, shared_dir):
+    # the README's first command on Debian 12, whose python3 refuses `pip install` (PEP 668):
+    # bin/install makes a venv instead, and hc runs from it with the embedded config. One
+    # install for both contracts: each costs ~40 s of pip in CI
+    if list(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED")):
+        refused = subprocess.run([str(SYSTEM_PYTHON), "-m", "pip", "install", "--dry-run", str(REPO)],
+                                 capture_output=True)
+        said = refused.stderr + refused.stdout
+        assert refused.returncode != 0 and (b"externally-managed-environment" in said or b"No module named pip" in said)
     first_on_path = private_python(tmp_path)
     prefix = shared_dir / "hc"
     env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
@@ -81,6 +90,9 @@ def test_hc_is_built_on_the_system_python_whatever_python3_comes_first_on_path(t
     assert_nothing_of_setuptools_at_start_up(prefix)
     installed = list(prefix.glob("lib/python3*/site-packages/healthcheck"))
     assert installed and not list(installed[0].rglob(STALE))  # the sources, not what build/ kept
+    node = subprocess.run([str(prefix / "bin" / "hc"), "node", "--local", "--format", "json"], capture_output=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("HC_")})
+    assert node.returncode == 0, node.stderr
 
 
 def assert_nothing_of_setuptools_at_start_up(prefix: Path) -> None:
