@@ -27,7 +27,9 @@ called (a pickle that would call os.system is a ParseError and runs nothing); wh
 comes out is walked once, and a graph that is not plain data (dict, list, tuple, str,
 int, float, bool, None, bytes), is nested deeper than MAX_DEPTH, or (through the memo's
 shared references, or a cycle) holds more nodes than the input has bytes, is refused.
-Input above MAX_DUMP_BYTES is refused before it is read.
+Input above MAX_DUMP_BYTES is refused before it is read, and before the unpickler runs,
+parsers/pickle_bounds.py refuses a memo index or a stated size that would make it
+allocate by a number in the stream rather than by the stream's length.
 
 gloo dumps of torch 2.13 have quirks kept as they are: pg_config has one key '' with
 empty name and desc (ranks '[]' once a second group exists), entries stay
@@ -49,6 +51,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.pickle_bounds import check_bounds
 from healthcheck.parsers.unread import mended_numbered
 
 MiB = 1024 * 1024
@@ -172,6 +175,9 @@ def _unpickle(data: bytes) -> Any:
     enabled = gc.isenabled()
     gc.disable()
     try:
+        # the C unpickler sizes its memo by the indices in the stream (a 71-byte input made
+        # it touch 2.7 GB): every stated index and count is checked before it runs
+        check_bounds(data)
         return _NoGlobals(io.BytesIO(data)).load()
     except RecursionError:
         raise ParseError("Flight Recorder dump: nested too deeply") from None
