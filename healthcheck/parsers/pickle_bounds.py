@@ -17,16 +17,19 @@ opcodes) sizes by a number it reads:
   truncation either way. Every stated count must fit in the bytes that follow it.
 
 Everything else the unpickler allocates (its stack, marks, objects) grows with the opcodes
-it has read, one or more bytes each. Opcodes are read as pickletools describes them, so a
-Python that knows a new opcode knows its argument here too; a byte that is no opcode is
-refused, as the unpickler would refuse it. The scan stops at the first STOP, where the
-unpickler stops.
+it has read, one or more bytes each: by how much depends on the object each builds (a set
+is 216 bytes for EMPTY_SET's one byte), so a format may refuse opcodes it never holds.
+
+Opcodes are read as pickletools describes them, so a Python that knows a new opcode knows
+its argument here too; a byte that is no opcode is refused, as the unpickler would refuse
+it. The scan stops at the first STOP, where the unpickler stops.
 """
 
 from __future__ import annotations
 
 import pickle
 import pickletools
+from collections.abc import Collection
 
 # kinds of argument (pickletools' ArgumentDescriptor.n, negative where not a fixed width)
 _LINE = pickletools.UP_TO_NEWLINE
@@ -43,6 +46,7 @@ _MEMOIZE = -104
 _FRAME = -105
 _STOP = -106
 _UNKNOWN = -107
+_REFUSED = -108
 
 _COUNT_WIDTH = {_COUNT1: 1, _COUNT4: 4, _COUNT4U: 4, _COUNT8U: 8}
 _LONGEST_INDEX = 20  # decimal digits of a PUT index: more than any input's length
@@ -62,6 +66,7 @@ def _kinds() -> list[int]:
 
 _KINDS = _kinds()
 _NAMES = {ord(op.code): op.name for op in pickletools.opcodes}
+_CODES = {name: code for code, name in _NAMES.items()}
 
 
 def _refuse(what: str, at: int, why: str) -> pickle.UnpicklingError:
@@ -104,13 +109,18 @@ def _put_index(data: bytes, pos: int, kind: int, at: int) -> tuple[int, int]:
     return index, end
 
 
-def check_bounds(data: bytes) -> None:
+def check_bounds(data: bytes, refused: Collection[str] = ()) -> None:
     """Raise pickle.UnpicklingError where an opcode before the first STOP states a memo
     index beyond the stores before it, or a count beyond the bytes after it; a byte that is
-    no opcode, a line with no end and a stream cut inside an argument too. Linear: one
-    look at each opcode, its argument skipped (a line's end found by bytes.find)."""
+    no opcode, a line with no end and a stream cut inside an argument too, and any opcode
+    `refused` names (pickletools' names: a format that never holds what they build).
+    Linear: one look at each opcode, its argument skipped (a line's end found by bytes.find)."""
     n = len(data)
     kinds = _KINDS
+    if refused:
+        kinds = list(kinds)
+        for name in refused:
+            kinds[_CODES[name]] = _REFUSED
     pos = 0
     stores = 0  # memo stores so far: the highest index a pickler could have written next
     while pos < n:
@@ -140,6 +150,8 @@ def check_bounds(data: bytes) -> None:
             pos += 8
             if frame > n - pos:
                 raise _refuse("FRAME", at, f"states {frame} bytes where {max(0, n - pos)} follow")
+        elif kind == _REFUSED:
+            raise _refuse(_NAMES[op], at, "builds what this format never holds")
         else:
             raise pickle.UnpicklingError(f"byte {op:#04x} at {at} is no pickle opcode")
     raise pickle.UnpicklingError("pickle data was truncated: no STOP")

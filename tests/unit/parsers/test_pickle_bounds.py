@@ -78,6 +78,18 @@ def test_a_stated_index_or_size_beyond_the_input_is_refused_naming_its_opcode(na
     assert opcode in message and "\n" not in message and len(message) < 400
 
 
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_a_dump_holding_a_set_is_refused_before_it_is_built(protocol):
+    """torch's pickler writes no set; EMPTY_SET builds 216 bytes from one."""
+    for held in ({1, 2}, frozenset({1})):
+        data = pickle.dumps({"version": "2.10", "entries": [], "pg_config": {"0": {"ranks": held}}}, protocol=protocol)
+        with pytest.raises(ParseError, match="(EMPTY_SET|FROZENSET) at byte"):
+            fr.parse_flight_recorder(data)
+        check_bounds(data)  # a refusal the Flight Recorder asks for, not the rule for every pickle
+    with pytest.raises(pickle.UnpicklingError, match="ADDITEMS at byte 4 builds what"):
+        check_bounds(b"\x80\x04N(\x90.", refused=("ADDITEMS",))
+
+
 def _facts(path: Path) -> bytes:
     return msgspec.json.encode(fr.parse_flight_recorder(path.read_bytes()))
 
@@ -87,7 +99,7 @@ def test_every_real_dump_passes_and_parses_to_the_same_facts_as_without_the_chec
     data = path.read_bytes()
     check_bounds(data)
     checked = _facts(path)
-    monkeypatch.setattr(fr, "check_bounds", lambda data: None)
+    monkeypatch.setattr(fr, "check_bounds", lambda data, refused=(): None)
     assert checked == _facts(path)
 
 
@@ -233,6 +245,33 @@ def _hc_parse_peaks(path: Path, tmp_path: Path) -> tuple[subprocess.CompletedPro
         key, _, value = line.partition(":")
         peaks[key] = int(value.split()[0])
     return r, peaks
+
+
+def _real_dump_at(size: int) -> bytes:
+    """The real H100 dump with its entries repeated (each its own record) to `size` bytes."""
+    doc = pickle.loads(REAL.read_bytes())  # a fixture of this repository: plain data
+    entries, data = doc["entries"], b""
+    count = len(entries)
+    while len(data) < size:
+        count *= 2
+        data = pickle.dumps(dict(doc, entries=[dict(entries[i % len(entries)], record_id=i) for i in range(count)]),
+                            protocol=2)
+    return data
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status")
+def test_a_flood_of_sets_peaks_no_higher_than_a_real_dump_of_its_length(tmp_path):
+    """A megabyte of EMPTY_SET built ~240x its length in sets (1 MB: 260 MB resident) where
+    a real dump's objects are ~40x; refused unbuilt, it costs what a refusal costs."""
+    real = tmp_path / "real-at-scale.pickle"
+    real.write_bytes(_real_dump_at(1_000_000))
+    flood = tmp_path / "sets.pickle"
+    flood.write_bytes(b"\x80\x04" + b"\x8f" * real.stat().st_size + b".")
+    r, real_peaks = _hc_parse_peaks(real, tmp_path)
+    assert r.returncode == 0, r.stderr
+    r, peaks = _hc_parse_peaks(flood, tmp_path)
+    assert peaks["VmHWM"] <= real_peaks["VmHWM"], (peaks, real_peaks)
+    assert r.returncode == 4 and b"EMPTY_SET" in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status")
