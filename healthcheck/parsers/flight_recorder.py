@@ -27,7 +27,10 @@ called (a pickle that would call os.system is a ParseError and runs nothing); wh
 comes out is walked once, and a graph that is not plain data (dict, list, tuple, str,
 int, float, bool, None, bytes), is nested deeper than MAX_DEPTH, or (through the memo's
 shared references, or a cycle) holds more nodes than the input has bytes, is refused.
-Input above MAX_DUMP_BYTES is refused before it is read.
+Input above MAX_DUMP_BYTES is refused before it is read, and before the unpickler runs,
+parsers/pickle_bounds.py refuses a memo index or a stated size that would make it
+allocate by a number in the stream rather than by the stream's length, and the opcodes
+that build sets (no dump holds one).
 
 gloo dumps of torch 2.13 have quirks kept as they are: pg_config has one key '' with
 empty name and desc (ranks '[]' once a second group exists), entries stay
@@ -49,6 +52,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import FragmentError, ParseError
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import NOTHING_UNREAD, Unrecognized, UnrecognizedLines
+from healthcheck.parsers.pickle_bounds import check_bounds
 from healthcheck.parsers.unread import mended_numbered
 
 MiB = 1024 * 1024
@@ -166,12 +170,20 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError("refused persistent id: a Flight Recorder dump holds only plain data")
 
 
+# torch's pickler (IValues) writes no set: a set is 216 bytes built from EMPTY_SET's one, a
+# flood of them ~240x the input in memory, where a real dump is ~40x
+_NOT_IN_A_DUMP = ("EMPTY_SET", "ADDITEMS", "FROZENSET")
+
+
 def _unpickle(data: bytes) -> Any:
     # a dump is many small containers: the cyclic collector would run over all of them again
     # and again while they are built (a real dump has no cycles; the walk after refuses any)
     enabled = gc.isenabled()
     gc.disable()
     try:
+        # the C unpickler sizes its memo by the indices in the stream (a 71-byte input made
+        # it touch 2.7 GB): every stated index and count is checked before it runs
+        check_bounds(data, refused=_NOT_IN_A_DUMP)
         return _NoGlobals(io.BytesIO(data)).load()
     except RecursionError:
         raise ParseError("Flight Recorder dump: nested too deeply") from None
@@ -202,7 +214,7 @@ def _check_plain(obj: Any, budget: int) -> None:
             for k, v in node.items():
                 stack.append((k, depth + 1))
                 stack.append((v, depth + 1))
-        elif type(node) in (list, tuple, set, frozenset):
+        elif type(node) in (list, tuple):
             stack.extend((item, depth + 1) for item in node)
         else:
             raise ParseError(f"Flight Recorder dump: holds a {type(node).__name__}, not plain data")

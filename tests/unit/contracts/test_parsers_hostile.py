@@ -218,7 +218,12 @@ PREFIXES = {
                "Permission Denied",
                # the line layer's labels and shapes (parsers/lines.py)
                "0: ", "0: Process 1: ", "[1,0]<stdout>:    f (", "\x1b[0;31m", "> ", "Caused by:"],
-    "flight-recorder": ["", "{", '{"version": "2.10", "entries": [', "(", "\x80\x02", "}"],
+    "flight-recorder": ["", "{", '{"version": "2.10", "entries": [', "(", "\x80\x02", "}",
+                        # text that reads as a pickle stating a memo index: the fuzz's 72 bytes
+                        # (SHORT_BINBYTES, then LONG_BINPUT 170991732: 2.7 GB before pickle_bounds)
+                        # and PUT 200000000 (3 GB)
+                        "CA 'mlx5_0'\n# Port counters: Lid 1 port 1\n# Port counters: Lid 1 port 1\n",
+                        "Np200000000\n"],
     "flight-recorder-analysis": ["", "error msg: ", "error msg: Culprit rank 1; Error type: ",
                                  "collective stack trace: ", "missing ranks: {", "PGID | ", "1 | ",
                                  "Not all ranks joining collective "],
