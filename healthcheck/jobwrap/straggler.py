@@ -222,6 +222,12 @@ def _steps(torch: Any, dist: Any, device: Any, iters: int, delay: float, cuda: b
     dist.all_reduce(buf)  # warm-up: connections and kernels
     sync()
     barrier()
+    if not cuda:
+        # one thread per rank on the CPU, as torchrun sets OMP_NUM_THREADS=1 for several ranks
+        # a node: ranks whose thread pools each span every core spin against each other, and
+        # a 128x128 product then took 1.4 s in every rank of a loaded 2-core box, drowning the
+        # slow rank the test must name
+        torch.set_num_threads(1)
     steps, reduces = [], []
     for _ in range(iters):
         t0 = time.perf_counter()

@@ -72,7 +72,7 @@ def run_ranks(tmp_path: Path, n: int, args: list[str], per_rank: dict[int, dict[
 
 def test_three_ranks_name_the_delayed_rank_as_a_straggler_and_the_job_still_runs(tmp_path):
     results = run_ranks(tmp_path, 3, ["--no-node-check", "--", PY, "-c", JOB, "5", "x y"],
-                        common={"HC_RUN_TEST_DELAY_RANK": "1", "HC_RUN_TEST_DELAY_S": "2.0"})
+                        common={"HC_RUN_TEST_DELAY_RANK": "1", "HC_RUN_TEST_DELAY_S": "0.5"})
     outs = []
     for r, res in enumerate(results):
         assert res.returncode == 5, f"rank {r}: {res.stderr.decode()[-3000:]}"
