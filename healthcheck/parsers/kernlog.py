@@ -38,6 +38,10 @@ import calendar
 import math
 import re
 import time as _time
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate, compress
+from operator import not_
 
 import msgspec
 
@@ -64,6 +68,72 @@ def kmsg_line(record: str) -> str | None:
         return None
     message = m.group("msg").replace("\\x0a", "\n" + " " * 15)
     return f"[{int(m.group('usec')) / 1e6:.6f}] {message}"
+
+
+# a record's head as bytes (`_KMSG` up to its `;`): what `kmsg_line` reads, checked without decoding
+_KMSG_HEAD = lazy_compile(rb"\d+,\d+,\d+,[^;\n]*;")
+# a record after the NUL kmsg_lines joins them with, that `_KMSG_HEAD` does not begin
+_ODD_RECORD = lazy_compile(rb"\x00(?!\d+,\d+,\d+,[^;\n\x00]*;)")
+_ESCAPED_NEWLINE = b"\\x0a"
+_TEXT_OVER = 65536  # kernel_lines' bound: the count of a longer text is its newline count
+_SHORTEST_LINE = len("[0.000000] ")  # the shortest line kmsg_line makes, empty messages included
+
+
+def kmsg_lines(records: Sequence[bytes], keep: tuple[bytes, ...]) -> tuple[str, int]:
+    """(the kmsg_line lines of the records that hold a word of `keep`, joined by newlines;
+    kernel_lines() of the text every record would make), decoding only the records that need it.
+
+    What reading every record's text would say, at a cost the ring buffer's 10^4-10^5 records
+    allow on every job start: the records are joined once as bytes, and only the few that
+    hold a kept word, an escaped newline (a line more), or a head `_KMSG` may not read (a
+    record the kernel never writes) become text. A record holds an ASCII word exactly when
+    its text does: decoding with "replace" never swallows an ASCII byte.
+    """
+    if not records:
+        return "", 0
+    blob = b"\x00".join(records)  # NUL: the kernel escapes it in a record, so it marks one's end
+    starts: list[int] = []
+    kept = _holding(blob, keep, records, starts)
+    special = kept | _holding(blob, (_ESCAPED_NEWLINE,), records, starts) | _odd(blob, records)
+    lines = []
+    total, notes, made = len(records) - len(special), 0, len(records) - len(special)
+    for i in sorted(special):
+        line = kmsg_line(records[i].decode(errors="replace"))
+        if line is None:
+            continue
+        made += 1
+        parts = line.split("\n")
+        total += len(parts)
+        notes += sum(1 for part in parts[1:] if _is_note(part))
+        if i in kept:
+            lines.append(line)
+    if notes and _SHORTEST_LINE * made + made - 1 <= _TEXT_OVER:
+        # a continuation line that is blank or looks like a tool's note is not counted in
+        # a text of 64 KiB or less: whether this one is, only its length says (rare: read it all)
+        return "\n".join(lines), kernel_lines("\n".join(filter(None, (
+            kmsg_line(r.decode(errors="replace")) for r in records))))
+    return "\n".join(lines), total
+
+
+def _holding(blob: bytes, words: tuple[bytes, ...], records: Sequence[bytes], starts: list[int]) -> set[int]:
+    """The indexes of the records (joined by NUL in blob) that hold one of words (none holds a NUL)."""
+    found: set[int] = set()
+    for word in words:
+        at = blob.find(word)
+        while at >= 0:
+            if not starts:  # where each record starts in blob: made once, when a word is first found
+                starts.extend(accumulate(map((1).__add__, map(len, records[:-1])), initial=0))
+            i = bisect_right(starts, at) - 1
+            found.add(i)
+            at = blob.find(word, starts[i] + len(records[i]))
+    return found
+
+
+def _odd(blob: bytes, records: Sequence[bytes]) -> set[int]:
+    """The indexes of the records whose head is not a record head as bytes (none, from a kernel)."""
+    if _KMSG_HEAD.match(records[0]) and not _ODD_RECORD.search(blob):
+        return set()
+    return set(compress(range(len(records)), map(not_, map(_KMSG_HEAD.match, records))))
 
 
 # --- line prefixes: priority, facility:level, timestamps, "host kernel:" -------------
