@@ -38,10 +38,7 @@ import calendar
 import math
 import re
 import time as _time
-from bisect import bisect_right
 from collections.abc import Sequence
-from itertools import accumulate, compress
-from operator import not_
 
 import msgspec
 
@@ -71,9 +68,9 @@ def kmsg_line(record: str) -> str | None:
 
 
 # a record's head as bytes (`_KMSG` up to its `;`): what `kmsg_line` reads, checked without decoding
-_KMSG_HEAD = lazy_compile(rb"\d+,\d+,\d+,[^;\n]*;")
-# a record after the NUL kmsg_lines joins them with, that `_KMSG_HEAD` does not begin
-_ODD_RECORD = lazy_compile(rb"\x00(?!\d+,\d+,\d+,[^;\n\x00]*;)")
+_KMSG_HEAD = lazy_compile(rb"[0-9]++,[0-9]++,[0-9]++,[^;\n]*+;")
+# a record, after the NUL kmsg_lines joins them with, that does not begin with such a head
+_ODD_RECORD = lazy_compile(rb"\x00(?![0-9]++,[0-9]++,[0-9]++,[^;\n\x00]*+;)")
 _ESCAPED_NEWLINE = b"\\x0a"
 _TEXT_OVER = 65536  # kernel_lines' bound: the count of a longer text is its newline count
 _SHORTEST_LINE = len("[0.000000] ")  # the shortest line kmsg_line makes, empty messages included
@@ -84,56 +81,60 @@ def kmsg_lines(records: Sequence[bytes], keep: tuple[bytes, ...]) -> tuple[str, 
     kernel_lines() of the text every record would make), decoding only the records that need it.
 
     What reading every record's text would say, at a cost the ring buffer's 10^4-10^5 records
-    allow on every job start: the records are joined once as bytes, and only the few that
-    hold a kept word, an escaped newline (a line more), or a head `_KMSG` may not read (a
-    record the kernel never writes) become text. A record holds an ASCII word exactly when
-    its text does: decoding with "replace" never swallows an ASCII byte.
+    allow on every job start: the records are joined once with NULs (the kernel escapes a NUL
+    in a record), their heads checked by one search, the words and the escaped newlines (a
+    line more each) found by bytes.find, and only the records that hold one become text. A
+    record holds an ASCII word exactly when its text does: decoding with "replace" never
+    swallows an ASCII byte. Records no kernel writes (a NUL or a head `_KMSG_HEAD` does not
+    read) are read the slow way, each made text, with the same result.
     """
     if not records:
         return "", 0
-    blob = b"\x00".join(records)  # NUL: the kernel escapes it in a record, so it marks one's end
-    starts: list[int] = []
-    kept = _holding(blob, keep, records, starts)
-    special = kept | _holding(blob, (_ESCAPED_NEWLINE,), records, starts) | _odd(blob, records)
-    lines = []
-    total, notes, made = len(records) - len(special), 0, len(records) - len(special)
-    for i in sorted(special):
-        line = kmsg_line(records[i].decode(errors="replace"))
-        if line is None:
-            continue
-        made += 1
+    blob = b"\x00".join(records)
+    if blob.count(b"\x00") != len(records) - 1 or not _KMSG_HEAD.match(records[0]) or _ODD_RECORD.search(blob):
+        return _kmsg_lines_each(records, keep)
+    kept = _holding(blob, keep)
+    special = kept | _holding(blob, (_ESCAPED_NEWLINE,))
+    lines, total, notes = [], len(records) - len(special), 0
+    for start, end in sorted(special):
+        line = kmsg_line(blob[start:end].decode(errors="replace"))
+        assert line is not None  # its head is a record head
         parts = line.split("\n")
         total += len(parts)
         notes += sum(1 for part in parts[1:] if _is_note(part))
-        if i in kept:
+        if (start, end) in kept:
             lines.append(line)
-    if notes and _SHORTEST_LINE * made + made - 1 <= _TEXT_OVER:
+    if notes and _SHORTEST_LINE * len(records) + len(records) - 1 <= _TEXT_OVER:
         # a continuation line that is blank or looks like a tool's note is not counted in
-        # a text of 64 KiB or less: whether this one is, only its length says (rare: read it all)
-        return "\n".join(lines), kernel_lines("\n".join(filter(None, (
-            kmsg_line(r.decode(errors="replace")) for r in records))))
+        # a text of 64 KiB or less: whether this one is, only its length says (rare: read each)
+        return _kmsg_lines_each(records, keep)
     return "\n".join(lines), total
 
 
-def _holding(blob: bytes, words: tuple[bytes, ...], records: Sequence[bytes], starts: list[int]) -> set[int]:
-    """The indexes of the records (joined by NUL in blob) that hold one of words (none holds a NUL)."""
-    found: set[int] = set()
+def _holding(blob: bytes, words: tuple[bytes, ...]) -> set[tuple[int, int]]:
+    """(start, end) in blob of the records (joined by NULs, none in them) that hold one of words."""
+    found: set[tuple[int, int]] = set()
     for word in words:
         at = blob.find(word)
         while at >= 0:
-            if not starts:  # where each record starts in blob: made once, when a word is first found
-                starts.extend(accumulate(map((1).__add__, map(len, records[:-1])), initial=0))
-            i = bisect_right(starts, at) - 1
-            found.add(i)
-            at = blob.find(word, starts[i] + len(records[i]))
+            start = blob.rfind(b"\x00", 0, at) + 1
+            end = blob.find(b"\x00", at)
+            end = len(blob) if end < 0 else end
+            found.add((start, end))
+            at = blob.find(word, end)
     return found
 
 
-def _odd(blob: bytes, records: Sequence[bytes]) -> set[int]:
-    """The indexes of the records whose head is not a record head as bytes (none, from a kernel)."""
-    if _KMSG_HEAD.match(records[0]) and not _ODD_RECORD.search(blob):
-        return set()
-    return set(compress(range(len(records)), map(not_, map(_KMSG_HEAD.match, records))))
+def _kmsg_lines_each(records: Sequence[bytes], keep: tuple[bytes, ...]) -> tuple[str, int]:
+    """kmsg_lines the slow way: every record made text (records no kernel writes)."""
+    lines, kept = [], []
+    for record in records:
+        line = kmsg_line(record.decode(errors="replace"))
+        if line is not None:
+            lines.append(line)
+            if any(word in record for word in keep):
+                kept.append(line)
+    return "\n".join(kept), kernel_lines("\n".join(lines))
 
 
 # --- line prefixes: priority, facility:level, timestamps, "host kernel:" -------------
