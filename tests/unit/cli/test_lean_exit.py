@@ -24,7 +24,7 @@ class Torn:
         open(torn, "w").write("torn down")
 keep = Torn()
 if sys.argv[3] == "thread":
-    threading.Thread(target=time.sleep, args=(2.0,)).start()
+    threading.Thread(target=time.sleep, args=(1.0,)).start()
 sys.argv = ["hc", *sys.argv[4:]]
 from healthcheck.cli import main
 main()

@@ -78,21 +78,23 @@ def facts(log) -> list:
                   for o in out if isinstance(o, Finding | Metric))
 
 
+# name -> the records (built when the case runs, not when the tests are collected)
 CASES = {
-    **{path.name: kmsg_records(path.read_text(errors="surrogateescape")) for path in KERNEL_LOG_FILES},
-    "every capture": fixture_records(),
-    "odd records": ODD,
-    "captures and odd records": fixture_records() + ODD,
-    "a ring of 300 with odd records": ring(300, extra=ODD, nvidia_every=7),
-    "a ring of 10^4": ring(10**4),
-    "a ring of 10^4 with odd records": ring(10**4, extra=ODD),
-    "a ring of 10^5 with odd records": ring(10**5, extra=ODD),
+    **{path.name: lambda path=path: kmsg_records(path.read_text(errors="surrogateescape"))
+       for path in KERNEL_LOG_FILES},
+    "every capture": fixture_records,
+    "odd records": lambda: ODD,
+    "captures and odd records": lambda: fixture_records() + ODD,
+    "a ring of 300 with odd records": lambda: ring(300, extra=ODD, nvidia_every=7),
+    "a ring of 10^4": lambda: ring(10**4),
+    "a ring of 10^4 with odd records": lambda: ring(10**4, extra=ODD),  # read the slow way: each made text
+    "a ring of 10^5": lambda: ring(10**5),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_new_reading_says_what_reading_every_record_said(name):
-    records = CASES[name]
+    records = CASES[name]()
     text = old_text(records)
     new_text, count = kmsg_lines(records, gpu_probe.NVIDIA_BYTES)
     assert count == kernel_lines(text)
@@ -103,9 +105,9 @@ def test_the_new_reading_says_what_reading_every_record_said(name):
 
 def test_the_rings_hold_what_the_check_judges():
     # the differential cases are worth something only where there is something to find
-    old, new = old_and_new(CASES["a ring of 10^5 with odd records"])
+    old, new = old_and_new(ring(10**4))
     assert {79, 48, 94, 119, 13}.issubset({x.code for x in old.xids}) and old.sxids
-    assert new.source_lines == old.source_lines > 100_000 - len(ODD)
+    assert new.source_lines == old.source_lines >= 10_000
 
 
 @pytest.mark.parametrize("since", [None, BOOT + 1.0, BOOT + 10**9])
