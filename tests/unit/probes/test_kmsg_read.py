@@ -51,6 +51,16 @@ ODD = [
 ]
 
 
+# records a kernel could write (its heads, no NUL) with backslashes that start no escaped newline
+BACKSLASHES = [
+    b"4,1,2,-;a backslash \\x5c before an escaped newline\\x0aNVRM: on the next line\n",
+    b"4,1,2,-;ends in a backslash \\\n",
+    b"4,1,2,-;\\x0 cut \\x0\n",
+    b"4,1,2,-;\\\\x0a two backslashes, then x0a\n",
+    b"4,1,2,-;Xid \\x0a\\x0a\n",
+]
+
+
 def old_text(records: list[bytes]) -> str:
     """/dev/kmsg's text as _read_kmsg made it before issue 22's read: every record a line."""
     lines = (kmsg_line(r.decode(errors="replace")) for r in records)
@@ -89,6 +99,7 @@ CASES = {
     "a ring of 10^4": lambda: ring(10**4),
     "a ring of 10^4 with odd records": lambda: ring(10**4, extra=ODD),  # read the slow way: each made text
     "a ring of 10^5": lambda: ring(10**5),
+    "a ring of 10^4 with backslashes": lambda: ring(10**4, extra=BACKSLASHES),  # the fast path's escapes
 }
 
 
