@@ -12,7 +12,7 @@ its deadline (see orchestrate/engine.py), so a hang costs the budget and becomes
 from __future__ import annotations
 
 import json
-import socket
+import os
 import time
 import types
 from collections.abc import Callable, Iterable
@@ -308,7 +308,7 @@ class RecordingNvml:
         return {
             "format": RECORDING_FORMAT,
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "host": socket.gethostname(),
+            "host": os.uname().nodename,  # socket.gethostname(), without importing socket
             "note": note,
             "calls": self.calls,
         }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from kmsg_ring import kmsg_records
 from support import CORPUS, FIXTURES, make_fake_sysfs_ib, run_hc, run_hc_inproc
 
 from healthcheck.checks import gpu as g
@@ -73,11 +74,12 @@ def no_kmsg(monkeypatch, errno: int = 1, why: str = "Operation not permitted"):
     """/dev/kmsg refused as it is to a non-root user (dmesg_restrict=1)."""
     def refuse(ctx):
         raise PermissionError(errno, why)
-    monkeypatch.setattr(gpu_probe, "_read_kmsg", refuse)
+    monkeypatch.setattr(gpu_probe, "read_kmsg_records", refuse)
 
 
 def kmsg_says(monkeypatch, text: str):
-    monkeypatch.setattr(gpu_probe, "_read_kmsg", lambda ctx: text)
+    """/dev/kmsg holds text's lines, one record each (a "[uptime] " stamp its time)."""
+    monkeypatch.setattr(gpu_probe, "read_kmsg_records", lambda ctx: kmsg_records(text, dict_every=0))
 
 
 def found(out) -> list[tuple[str, str, str]]:

@@ -24,6 +24,9 @@ NOT_IN_A_PROLOGUE = (
     # dataclasses imports inspect (ast, dis, tokenize) and builds each class's methods from
     # source text: hc's records are msgspec Structs, a check's parameters read from its code
     "dataclasses", "inspect",
+    # the syslog line is one datagram (report/syslog.py sends it through _socket): socket.py
+    # makes four IntEnums of the socket constants at import, ~2.5 ms of a prologue's start
+    "socket",
 )
 # msgspec imports typing_extensions where it is installed (a dev venv: mypy's), and that
 # imports inspect; a regular install (bin/install) has none

@@ -1,0 +1,87 @@
+"""A hook run as its own process ends without the interpreter's teardown (issue 22: ~15 ms
+of a prologue's CPU), and nothing that can be seen changes: its exit code, its output, the
+atexit functions. A run that cannot leave so (a thread that is no daemon still running, a
+caller in the same process) leaves the ordinary way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+from healthcheck import cli
+
+# a module-level object's finalizer runs in a teardown, and only there
+RUN = """
+import atexit, sys, threading, time
+said, torn = sys.argv[1], sys.argv[2]
+atexit.register(lambda: open(said, "w").write("atexit ran"))
+class Torn:
+    def __del__(self, open=open, torn=torn):
+        open(torn, "w").write("torn down")
+keep = Torn()
+if sys.argv[3] == "thread":
+    threading.Thread(target=time.sleep, args=(1.0,)).start()
+sys.argv = ["hc", *sys.argv[4:]]
+from healthcheck.cli import main
+main()
+"""
+
+
+def _run(tmp_path, thread: str, *args: str) -> tuple[subprocess.CompletedProcess, str, str]:
+    (tmp_path / "fabrics").mkdir(exist_ok=True)
+    (tmp_path / "fabrics" / "t.yaml").write_text("sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\n")
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"default_fabric: t\nslurm:\n  state_dir: {tmp_path}/state\n  audit_log: {tmp_path}/audit.jsonl\n"
+                   f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
+                "HC_SYSLOG_SOCKET": "", "HC_CACHE_DIR": str(tmp_path / "cache")})
+    said, torn = tmp_path / "said", tmp_path / "torn"
+    done = subprocess.run([sys.executable, "-c", RUN, str(said), str(torn), thread, *args], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=120)
+    read = [p.read_text() if p.exists() else "" for p in (said, torn)]
+    return done, read[0], read[1]
+
+
+@pytest.mark.parametrize("args, code, line", [
+    (("prologue",), 0, "hc prologue: node1; job 7; PASS; exit 0"),
+    (("epilogue",), 0, "hc epilogue: node1; job 7; SKIP; exit 0"),
+    (("node", "--local", "--checks", "sys.mounts", "--format", "json"), 0, '"status":'),
+    (("node", "--local", "--checks", "no.such_check"), 4, "no.such_check"),
+])
+def test_a_lean_run_leaves_without_teardown_and_says_what_it_said(tmp_path, args, code, line):
+    done, said, torn = _run(tmp_path, "none", *args)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert line in done.stdout + done.stderr
+    assert said == "atexit ran"  # the atexit functions still run
+    assert torn == ""  # no teardown
+
+
+def test_a_thread_that_is_no_daemon_is_waited_for_as_before(tmp_path):
+    done, said, torn = _run(tmp_path, "thread", "prologue")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert said == "atexit ran" and torn == "torn down"
+
+
+def test_other_commands_and_in_process_callers_leave_the_ordinary_way(tmp_path):
+    done, said, torn = _run(tmp_path, "none", "--version")
+    assert done.returncode == 0 and said == "atexit ran" and torn == "torn down"
+    with pytest.raises(SystemExit):  # an argv given: a caller in this process (the tests) gets SystemExit
+        cli.main(["node", "--local", "--checks", "no.such_check"])
+
+
+def test_a_stream_that_cannot_be_flushed_leaves_the_ordinary_way(monkeypatch):
+    class Full:
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+    ran: list[str] = []
+    monkeypatch.setattr(cli.threading, "enumerate", lambda: [cli.threading.main_thread()])
+    monkeypatch.setattr(cli.atexit, "_run_exitfuncs", lambda: ran.append("atexit"))  # not this process's own
+    monkeypatch.setattr(sys, "stdout", Full())
+    monkeypatch.setattr(cli.os, "_exit", lambda status: pytest.fail("left without flushing"))
+    assert cli.leave_now(0) is None and ran == ["atexit"]
