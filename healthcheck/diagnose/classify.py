@@ -66,8 +66,10 @@ from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
+from healthcheck.diagnose.programbarrier import program_barrier
 from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.setupframes import setup_cuda_lines, setup_raised
 from healthcheck.diagnose.setupphase import setup_failure
 from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
@@ -118,6 +120,7 @@ def _gpu(col: Collected, out: Analysis) -> set[int]:
     items: list[Evidence] = []
     ranks: set[int] = set()
     pid_rank = col.pid_ranks
+    in_setup = setup_cuda_lines(col, any(k.kind == "xid" for k in ev.kernel))  # setupframes.py: no GPU stands out
     for k in ev.kernel:
         if k.kind == "xid":
             r = pid_rank.get(k.pid) if k.pid is not None else None
@@ -127,7 +130,8 @@ def _gpu(col: Collected, out: Analysis) -> set[int]:
     for f in ev.torch_logs:
         assert f.log is not None
         for b in f.log.backend_errors:
-            if b.kind == "cuda" and "out of memory" not in b.reason and not is_software_fault(b.reason):
+            if (b.kind == "cuda" and "out of memory" not in b.reason and not is_software_fault(b.reason)
+                    and (f.source, b.line) not in in_setup):
                 r = fact_rank(b, f.rank)
                 items.append(log_evidence(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
                 if r is not None:
@@ -365,7 +369,8 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         if callee is not None:
             out.findings.append(callee)
     if not any(f.cls == "stuck-rank" for f in out.findings):
-        absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
+        absent = program_barrier(col)  # programbarrier.py: tasks that never reached JAX's barrier after start-up
+        absent = absent or barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:
             out.findings.append(absent)
     if not out.findings:
@@ -420,7 +425,8 @@ def analyse(col: Collected) -> Analysis:
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)
     if not out.findings:
-        late = setup_failure(col)  # setupphase.py: the text shows the job never got past its set-up
+        # setupphase.py: the text shows the job never got past its set-up; setupframes.py: by its frames
+        late = setup_failure(col, setup_raised(col))
         if late is not None:
             out.findings.append(late)
     _fallback(col, out)

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import JobFinding, job_finding
+from healthcheck.diagnose.programbarrier import setup_barrier
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
 
 def coordination_timeout(col: Collected) -> JobFinding | None:
     """The init-failure of a JAX start-up barrier that timed out (module doc), else None."""
-    reports = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.coordination_timeouts]
+    # programbarrier.py: a barrier the program waits at after the start-up is no set-up's
+    reports = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.coordination_timeouts
+               if setup_barrier(f.log, c)]
     if not reports:
         return None
     missing = sorted({t for _, c in reports for t in c.tasks})
