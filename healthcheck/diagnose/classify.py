@@ -13,11 +13,13 @@ Rules, in the order of precedence the verdict uses:
     (meshconnect.py, naming no rank).
  2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors that point at
     the device (a CUDA fault of the program's own making, an illegal memory access, without
-    an Xid is its rank's death: cudafault.py).
+    an Xid is its rank's death: cudafault.py; one raised in the job's set-up with no Xid and
+    no GPU standing out is the set-up's: setupframes.py).
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
     (error.json, a traceback), NCCL `Cuda failure 'out of memory'`; never workers that died
-    of one signal in one second (commondeath.py: a common cause, no rank stands out).
+    of one signal in one second (commondeath.py: a common cause, no rank stands out), nor
+    ranks SIGKILLed beside others' own faults (cleanupkill.py: the launcher's clean-up).
  4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
     odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their

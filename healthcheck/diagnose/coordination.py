@@ -7,7 +7,8 @@ task:N`; N is the process id, the rank), those ranks never joined: init-failure 
 them (medium: a task may be missing because it crashed before connecting, which its own
 output would show, or because it was never started). Where the barrier names no task
 (`[Init]Wait_for_all_tasks_to_register`), the job failed while starting and no rank is
-named. The tasks of every report read are named together.
+named. The tasks of every report read are named together. Only the start-up's barrier is
+read here: one the program waits at after every task registered is programbarrier.py's.
 """
 
 from __future__ import annotations
