@@ -15,7 +15,7 @@ runner's host check, `unhandled system error` from ncclCommInitRank. These are
 A launcher's own step (its rendezvous, its host check) is set-up only where the text shows
 no rank running: torchrun's agent also talks to its rendezvous store while the workers train,
 so the same frames after a worker's output, a failure box or a worker's report are no
-set-up. A KeyboardInterrupt or SystemExit is the operator's or the program's own exit, not
+set-up. Nor is a restarted console's last attempt (an earlier one ran: attempts.py). A KeyboardInterrupt or SystemExit is the operator's or the program's own exit, not
 the set-up failing; torchrun's ChildFailedError is its report of workers that ran.
 
 Two readings follow from the phase:
@@ -62,7 +62,11 @@ def _raised_in_setup(log: TorchLog, e: ExceptionRaised) -> bool:
 
 def setup_raised(col: Collected) -> list[tuple[str, int, str]]:
     """(source, line, what) for each exception raised in a set-up step (module doc); the
-    caller says whether the text shows the job past its set-up."""
+    caller says whether the text shows the job past its set-up. None in the last attempt of a
+    console torchrun restarted the workers in (attempts.py): an earlier attempt ran, and the
+    new workers' set-up fails on what it left; the verdict reads every attempt."""
+    if col.whole is not None:
+        return []
     found = []
     for f in col.evidence.torch_logs:
         if f.log is None:
