@@ -114,8 +114,7 @@ def _signalled(col: Collected, acc: _Dead) -> None:
     for f in ev_.torch_logs:
         assert f.log is not None
         for fail in (x for block in f.log.child_failed for x in block.failures):
-            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.pid in forced \
-                    or fail.rank in cleaned:
+            if fail.rank is None or fail.signal in COLLATERAL or not fail.signal or fail.pid in forced:
                 continue
             if fail.signal == "SIGABRT" and fail.rank not in own:
                 continue

@@ -15,8 +15,9 @@ runner's host check, `unhandled system error` from ncclCommInitRank. These are
 A launcher's own step (its rendezvous, its host check) is set-up only where the text shows
 no rank running: torchrun's agent also talks to its rendezvous store while the workers train,
 so the same frames after a worker's output, a failure box or a worker's report are no
-set-up. Nor is a restarted console's last attempt (an earlier one ran: attempts.py). A KeyboardInterrupt or SystemExit is the operator's or the program's own exit, not
-the set-up failing; torchrun's ChildFailedError is its report of workers that ran.
+set-up. Nor is a restarted console's last attempt (an earlier one ran: attempts.py). A
+KeyboardInterrupt or SystemExit is the operator's or the program's own exit, not the set-up
+failing; torchrun's ChildFailedError is its report of workers that ran.
 
 Two readings follow from the phase:
 * a CUDA error raised in a rank's set-up step (init_process_group's first barrier is the
