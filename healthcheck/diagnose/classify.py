@@ -13,11 +13,13 @@ Rules, in the order of precedence the verdict uses:
     (meshconnect.py, naming no rank).
  2. gpu-failure: Xid in the kernel log of the window; NCCL/torch CUDA errors that point at
     the device (a CUDA fault of the program's own making, an illegal memory access, without
-    an Xid is its rank's death: cudafault.py).
+    an Xid is its rank's death: cudafault.py; one raised in the job's set-up with no Xid and
+    no GPU standing out is the set-up's: setupframes.py).
  3. dead-rank: a rank killed by a signal (torchrun's block, the live exit status), an OOM
     kill matched by pid, a Python exception on one rank that is not a collective's error
     (error.json, a traceback), NCCL `Cuda failure 'out of memory'`; never workers that died
-    of one signal in one second (commondeath.py: a common cause, no rank stands out).
+    of one signal in one second (commondeath.py: a common cause, no rank stands out), nor
+    ranks SIGKILLed beside others' own faults (cleanupkill.py: the launcher's clean-up).
  4. shape-mismatch / collective-mismatch: DETAIL's fingerprints (the minority side is
     odd), gloo's `Received data size doesn't match`, Flight Recorder disagreement at one
     seq (sizes/dtypes or op), Flight Recorder seqs some ranks never recorded while their
@@ -66,8 +68,10 @@ from healthcheck.diagnose.motion import job_motion
 from healthcheck.diagnose.p2p import p2p_deadlock
 from healthcheck.diagnose.postmortem import post_mortem
 from healthcheck.diagnose.preinit import died_before_joining
+from healthcheck.diagnose.programbarrier import program_barrier
 from healthcheck.diagnose.rpcwait import rpc_callee
 from healthcheck.diagnose.setupdeath import died_in_setup
+from healthcheck.diagnose.setupframes import setup_cuda_lines, setup_raised
 from healthcheck.diagnose.setupphase import setup_failure
 from healthcheck.diagnose.skippedgroup import skipped_group
 from healthcheck.diagnose.sources import Collected
@@ -118,6 +122,7 @@ def _gpu(col: Collected, out: Analysis) -> set[int]:
     items: list[Evidence] = []
     ranks: set[int] = set()
     pid_rank = col.pid_ranks
+    in_setup = setup_cuda_lines(col, any(k.kind == "xid" for k in ev.kernel))  # setupframes.py: no GPU stands out
     for k in ev.kernel:
         if k.kind == "xid":
             r = pid_rank.get(k.pid) if k.pid is not None else None
@@ -127,7 +132,8 @@ def _gpu(col: Collected, out: Analysis) -> set[int]:
     for f in ev.torch_logs:
         assert f.log is not None
         for b in f.log.backend_errors:
-            if b.kind == "cuda" and "out of memory" not in b.reason and not is_software_fault(b.reason):
+            if (b.kind == "cuda" and "out of memory" not in b.reason and not is_software_fault(b.reason)
+                    and (f.source, b.line) not in in_setup):
                 r = fact_rank(b, f.rank)
                 items.append(log_evidence(col, f.source, b.line, f"CUDA error: {b.reason or b.detail}", r))
                 if r is not None:
@@ -365,7 +371,8 @@ def _stuck(col: Collected, out: Analysis, ras: list[JobFinding], dumps: dict[int
         if callee is not None:
             out.findings.append(callee)
     if not any(f.cls == "stuck-rank" for f in out.findings):
-        absent = barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
+        absent = program_barrier(col)  # programbarrier.py: tasks that never reached JAX's barrier after start-up
+        absent = absent or barrier_absentees(col, out.findings)  # mbarrier.py: monitored_barrier names who never came
         if absent is not None:
             out.findings.append(absent)
     if not out.findings:
@@ -420,7 +427,8 @@ def analyse(col: Collected) -> Analysis:
     _stuck(col, out, ras, dumps)
     progress_rule(col, out)
     if not out.findings:
-        late = setup_failure(col)  # setupphase.py: the text shows the job never got past its set-up
+        # setupphase.py: the text shows the job never got past its set-up; setupframes.py: by its frames
+        late = setup_failure(col, setup_raised(col))
         if late is not None:
             out.findings.append(late)
     _fallback(col, out)

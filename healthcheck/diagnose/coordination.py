@@ -7,20 +7,24 @@ task:N`; N is the process id, the rank), those ranks never joined: init-failure 
 them (medium: a task may be missing because it crashed before connecting, which its own
 output would show, or because it was never started). Where the barrier names no task
 (`[Init]Wait_for_all_tasks_to_register`), the job failed while starting and no rank is
-named. The tasks of every report read are named together.
+named. The tasks of every report read are named together. Only the start-up's barrier is
+read here: one the program waits at after every task registered is programbarrier.py's.
 """
 
 from __future__ import annotations
 
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import JobFinding, job_finding
+from healthcheck.diagnose.programbarrier import setup_barrier
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 
 
 def coordination_timeout(col: Collected) -> JobFinding | None:
     """The init-failure of a JAX start-up barrier that timed out (module doc), else None."""
-    reports = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.coordination_timeouts]
+    # programbarrier.py: a barrier the program waits at after the start-up is no set-up's
+    reports = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.coordination_timeouts
+               if setup_barrier(f.log, c)]
     if not reports:
         return None
     missing = sorted({t for _, c in reports for t in c.tasks})

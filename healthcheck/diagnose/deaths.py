@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from healthcheck.diagnose.analysis import log_evidence
+from healthcheck.diagnose.cleanupkill import cleanup_kills
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
 from healthcheck.diagnose.firstchild import (
     earliest_box_failure,
@@ -109,6 +110,7 @@ def _signalled(col: Collected, acc: _Dead) -> None:
     ev_ = col.evidence
     own = own_aborts(col)  # ownabort.py: a SIGABRT of the rank's own (a native assert), not gloo's
     forced = forced_kills(col)  # signals.py: the agent's SIGKILL of a worker that hung past its SIGTERM
+    cleaned = cleanup_kills(col)  # cleanupkill.py: killed by the launcher's clean-up after others faulted
     for f in ev_.torch_logs:
         assert f.log is not None
         for fail in (x for block in f.log.child_failed for x in block.failures):
@@ -121,7 +123,7 @@ def _signalled(col: Collected, acc: _Dead) -> None:
                                   f"exitcode {fail.exitcode} ({fail.signal})", fail.rank))
     for rank, r in ev_.ranks.items():
         if r.signal and r.signal not in COLLATERAL and r.signal != "SIGABRT" and rank not in acc.ranks \
-                and not (r.signal == "SIGKILL" and r.pid in forced):
+                and not (r.signal == "SIGKILL" and r.pid in forced) and rank not in cleaned:
             acc.name(rank, f"killed by {r.signal}", Evidence(source=(r.sources or ["process"])[0], rank=rank,
                                                              text=f"rank {rank} exited with {r.signal} "
                                                                   f"(exit {r.exit_code})"))

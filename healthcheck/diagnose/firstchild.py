@@ -68,7 +68,7 @@ _NOT_OWN = (*COLLATERAL, "SIGABRT")  # ends another's doing gives a child (see t
 
 def _reports(col: Collected) -> list[tuple[str, WorkerFailed]]:
     """(source, report) of every launcher's failed-child report, one per distinct child."""
-    seen: set[tuple[int | None, int | None, int | None, int]] = set()
+    seen: set[tuple[int | None, int | None, int | None, int | None]] = set()
     out = []
     for f in col.evidence.torch_logs:
         if f.log is None:
@@ -140,10 +140,13 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
     rank = global_rank(col, w)
     if rank is None or rank in spoke_of_failure(col) or _victim(firsts.get(rank)):
         return None
-    how = f"killed by {w.signal}" if w.signal else f"exited {w.exitcode}"
+    code = f"exitcode {w.exitcode}" if w.exitcode is not None else "no exit code given"
+    how = (f"killed by {w.signal}" if w.signal else f"exited {w.exitcode}" if w.exitcode is not None
+           else "reported failed")
     local = f" (local rank {w.local_rank}, one node)" if w.local_rank is not None else ""
-    text = (f"rank {rank}{local} pid {w.pid}: the launcher reports it the first child to fail, "
-            f"exitcode {w.exitcode}" + (f" ({w.signal})" if w.signal else ""))
+    pid = f" pid {w.pid}" if w.pid is not None else ""
+    text = (f"rank {rank}{local}{pid}: the launcher reports it the first child to fail, "
+            f"{code}" + (f" ({w.signal})" if w.signal else ""))
     return rank, how, log_evidence(col, source, w.line, text, rank)
 
 

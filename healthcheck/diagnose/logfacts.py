@@ -311,7 +311,8 @@ def _launcher_failures(log: TorchLog) -> int:
     SIGTERM, an exit 0): a verdict that names none still lists them, so it says it saw them."""
     boxed = sum(1 for b in log.child_failed for x in b.failures
                 if x.signal not in COLLATERAL and (x.signal or x.exitcode))
-    agents = sum(1 for w in log.worker_failures if w.signal not in COLLATERAL and (w.signal or w.exitcode))
+    agents = sum(1 for w in log.worker_failures
+                 if w.signal not in COLLATERAL and (w.signal or w.exitcode or w.exitcode is None))
     tasks = sum(max(1, len(t.tasks)) for t in log.task_exits
                 if not t.after_abort and t.signal not in COLLATERAL and (t.signal or t.exitcode or t.oom))
     return boxed + agents + tasks

@@ -22,6 +22,7 @@ from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import first_errors
 from healthcheck.diagnose.outofstep import last_steps
+from healthcheck.diagnose.setupframes import shared_build
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.torch_log.mpireports import INIT_CALL
@@ -71,6 +72,10 @@ def died_in_setup(col: Collected, dead: JobFinding | None) -> JobFinding | None:
         return None
     own = [failed[r] for r in dead.ranks]
     others = [e for e in dead.lines if e.rank not in dead.ranks]
+    if all(shared_build(e.text) for e in own):  # setupframes.py: the build's, which every process shares
+        return job_finding(cls="init-failure", confidence="medium", ranks=(), evidence=tuple(own + others)[:20],
+                           summary=f"the job could not start: the process group's backend is missing from this "
+                                   f"build ({own[0].text[:160]}); every process would fail alike, no rank is at fault")
     summary = (f"{rank_words(dead.ranks)} could not start: its own process group's setup failed "
                f"({own[0].text[:160]}); the other ranks' errors in init followed it")
     return job_finding(cls="init-failure", summary=summary, confidence="high", ranks=dead.ranks,

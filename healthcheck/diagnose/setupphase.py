@@ -20,6 +20,8 @@ training ran stay what the other rules make of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.sources import Collected
@@ -83,13 +85,15 @@ def _nccl_init_errors(col: Collected) -> list[tuple[str, int, str]] | None:
     return found
 
 
-def setup_failure(col: Collected) -> JobFinding | None:
-    """The init-failure of a job that never got past its set-up, or None (module doc)."""
+def setup_failure(col: Collected, raised: Sequence[tuple[str, int, str]] = ()) -> JobFinding | None:
+    """The init-failure of a job that never got past its set-up, or None (module doc).
+    `raised`: (source, line, what) of the exceptions whose frames put them in a set-up step
+    (setupframes.py), set-up reports like the launchers' own."""
     logs = [(f.source, f.log) for f in col.evidence.torch_logs if f.log is not None]
     nccl = _nccl_init_errors(col)
     if nccl is None or any(past_setup(log) for _, log in logs):
         return None
-    found = [r for source, log in logs for r in _reports(source, log)] + nccl
+    found = [r for source, log in logs for r in _reports(source, log)] + nccl + list(raised)
     how = "its launcher or library reports it could not set the job up"
     if not found:
         found = [r for source, log in logs for r in _claims_then_nothing(source, log)]

@@ -1818,6 +1818,11 @@ _RAY_REPEATED = lazy_compile(r"\s*\[repeated \d{1,9}x across cluster\]$")
 # Python logging's BASIC_FORMAT `WARNING:torch.distributed.run:`, and the older
 # `[INFO] 2024-01-01 10:00:00,123 name: ` (its time kept as a `pylog` stamp)
 _BASIC_LOG = lazy_compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.]{0,128}):")
+# vLLM's logger (vllm/logger.py: `%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s`,
+# its date `%m-%d %H:%M:%S`): `ERROR 03-02 03:24:44 worker_base.py:581] `, a traceback it logged
+# behind it line by line (its frames' indent kept); the month-day stamp is no year's, left unread
+_FILE_LOG = lazy_compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? "
+                         r"([\w.-]{1,128}\.py):\d{1,9}\] ")
 _BRACKET_LOG = lazy_compile(
     r"\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ([\w.]{1,64}): "
 )
@@ -1836,12 +1841,18 @@ def without_ray_repeat(line: Line) -> Line:
 def python_logging(line: Line) -> Line:
     """`line` without Python logging's prefix where its text starts with one: BASIC_FORMAT's
     `WARNING:torch.distributed.run:` and the older `[INFO] 2024-01-01 10:00:00,123 name: `
-    (its time a `pylog` stamp); the logger's name is `source`, its level a letter, `logger`
+    (its time a `pylog` stamp), vLLM's `ERROR 03-02 03:24:44 worker_base.py:581] ` (its file
+    the `source`); the logger's name is `source`, its level a letter, `logger`
     "pylog". A parser calls it where such a line is its (torch_log): `LEVEL:word:` alone
     is too common a shape to take off every tool's lines."""
     body = line.text
     bracket = body[:1] == "["
     m = _BRACKET_LOG.match(body) if bracket else _BASIC_LOG.match(body) if body[:1] in "DIWEC" else None
+    if m is None and body[:1] in "DIWEC":
+        m = _FILE_LOG.match(body)
+        if m is not None:
+            return msgspec.structs.replace(line, text=body[m.end():], labels=line.labels + m.group(0), logger="pylog",
+                                           level=_PYLOG_LEVEL[m.group(1)], source=m.group(2))
     if m is None:
         return line
     fields: dict[str, object] = {"logger": "pylog", "level": _PYLOG_LEVEL[m.group(1)],

@@ -478,7 +478,7 @@ class WorkerFailed(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     its first failed worker, by local rank. torch 1.9's `Child process P (local_rank R)
     FAILED (exitcode N)` gives the global rank (`rank`; no local_rank): see agent.py."""
 
-    exitcode: int
+    exitcode: int | None = None  # None: the report gives none (Ray Train's `Worker N has failed.`)
     local_rank: int | None = None
     pid: int | None = None
     binary: str = ""
@@ -579,6 +579,10 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     # `[rankN]: ` before every line of an exception nothing caught, after init_process_group):
     # the exception ended its rank, even where a paste kept its last line only
     uncaught: bool = False
+    # the set-up step its traceback ran through, its outermost set-up frame's (setupframes.py:
+    # "init_process_group", "rendezvous", "agent-rendezvous", "launcher", "ncclCommInitRank", ...),
+    # else the set-up call its message says failed; "" for any other exception
+    setup: str = ""
 
 
 class TorchLog(msgspec.Struct, frozen=True):

@@ -18,6 +18,13 @@ report (WorkerFailed) where its words name the process, and only there.
   the same last `cmd` (after waiting for the children in local-rank order): read alike.
   Where L is above 0 no process is named: the launcher's children were L + 1, one of them
   failed, and the text does not say which.
+* A driver's word on the one worker it saw fail, as a sentence of its own: a subject and
+  its index, then `has failed` or `has died` ending the line. Ray Train's driver
+  (ray/train/_internal/utils.py `check_for_failure`) logs `Worker N has failed.` for each
+  worker whose task raised RayActorError (its process died), N its index in the worker
+  group, the world rank Ray Train gives it; it returns at the first in older versions and
+  logs every failed one of a batch in newer ones, so diagnose/firstchild.py names N only
+  where the text holds one such report. No exit code is given (WorkerFailed.exitcode None).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ _HOROVOD_LINES = 4  # lines after the head the two fields may take
 # the launcher's own argument list: the python it ran with `-u`, then the script's arguments
 _ARGV_LOCAL_RANK = re.compile(r"'-u', .{0,4096}?'--local[_-]rank=(\d{1,6})'")
 _DEEPSPEED_EXIT = re.compile(r"sigkill_handler\] \[.{0,65536}\] exits with return code = (-?\d{1,3})")
+# `Worker 0 has failed.` (Ray Train), `rank 3 has died`: the whole sentence, ending its line
+_HAS_FAILED = re.compile(r"(?:^|[\s:>)\]])(?:[Ww]orker|[Pp]rocess|[Rr]ank|[Tt]ask) #?(\d{1,7}) "
+                         r"has (?:failed|died)\.?\s{0,256}$")
 _CALLED_PROCESS = re.compile(r"CalledProcessError: Command '\[.{0,65536}\]' returned non-zero exit status (-?\d{1,3})")
 
 
@@ -65,12 +75,21 @@ def read_worker_exit(state: TorchState, line: Line) -> bool:
     return True
 
 
-def _worker_failed(state: TorchState, line: Line, exitcode: int, *, rank: int | None = None,
+def _worker_failed(state: TorchState, line: Line, exitcode: int | None, *, rank: int | None = None,
                    local_rank: int | None = None) -> None:
     where = agent_where(line)
     state.add("worker_failures", WorkerFailed(
         line=where["line"], task=where["task"], time=where["time"], rank=rank, local_rank=local_rank,
-        exitcode=exitcode, signal=SIGNALS.get(-exitcode, "") if exitcode < 0 else ""))
+        exitcode=exitcode, signal=SIGNALS.get(-exitcode, "") if exitcode is not None and exitcode < 0 else ""))
+
+
+def read_has_failed(state: TorchState, line: Line) -> bool:
+    """A driver's `Worker N has failed.` (module doc): worker N, the one it saw fail."""
+    m = _HAS_FAILED.search(line.text)
+    if m is None:
+        return False
+    _worker_failed(state, line, None, rank=int(m.group(1)))
+    return True
 
 
 def read_horovod(state: TorchState, line: Line) -> bool:
@@ -116,6 +135,7 @@ def read_launcher_command(state: TorchState, line: Line) -> bool:
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("worker-exit", lambda b: " with " in b, read_worker_exit),
+    Handler("worker-has-failed", lambda b: " has failed" in b or " has died" in b, read_has_failed),
     Handler("horovod-first-exit",
             lambda b: _HOROVOD_HEAD in b or "Process name: " in b or "Exit code: " in b, read_horovod),
     Handler("launcher-command",

@@ -107,6 +107,7 @@ class TorchState:
         self.frames: dict[RankKey, tuple[str, str, str]] = {}  # (own frame, collective, library) so far
         self.chains: dict[RankKey, list[str]] = {}  # own frames so far, outermost first
         self.setups: dict[RankKey, str] = {}  # whose setup the rank's open traceback is in (bindsetup.py)
+        self.setup_steps: dict[RankKey, str] = {}  # the open traceback's outermost set-up step (setupframes.py)
         self.pending_binds: dict[RankKey, list[int]] = {}  # bind failures waiting for their traceback
         self.bind_lines: dict[RankKey, int] = {}  # the line of the rank's last one
         self.threads: dict[RankKey, str] = {}  # `Exception in thread NAME:` before a traceback

@@ -12,6 +12,7 @@ from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.torch_log.bindsetup import note_frame, traceback_opened
 from healthcheck.parsers.torch_log.facts import ExceptionRaised, TracebackCut
+from healthcheck.parsers.torch_log.setupframes import frame_step, message_step
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
 
@@ -46,6 +47,7 @@ def read_header(state: TorchState, line: Line) -> bool:
     _opened(state, key, line)
     state.frames.pop(key, None)
     state.chains.pop(key, None)
+    state.setup_steps.pop(key, None)
     state.children.discard(key)
     traceback_opened(state, key, line.number)
     state.torch = True
@@ -124,8 +126,12 @@ def _frame(state: TorchState, key: RankKey, body: str) -> None:
 
 
 def _frame_at(state: TorchState, key: RankKey, path: str, number: str, func: str) -> None:
-    """One frame (`_frame`): its file, line and function."""
+    """One frame (`_frame`): its file, line and function (a Windows path read with slashes)."""
+    path = path.replace("\\", "/")
     note_frame(state, key, path, func)
+    step = frame_step(path, func)  # setupframes.py: the outermost set-up frame names the step
+    if step and key not in state.setup_steps and (len(state.setup_steps) < FRAMED_RANKS_MAX):
+        state.setup_steps[key] = step
     if func == "_bootstrap" and path.endswith(_CHILD_FILE) and len(state.children) < FRAMED_RANKS_MAX:
         state.children.add(key)  # multiprocessing's child process runs its target under _bootstrap
     own, collective, library = state.frames.get(key, ("", "", ""))
@@ -176,6 +182,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
     child = framed and key in state.children
     state.children.discard(key)
     chain = tuple(state.chains.pop(key, ())) if framed else ()
+    setup = (state.setup_steps.pop(key, "") if framed else "") or message_step(message or "")
     if framed:
         state.tracebacks[key] -= 1
     at = where(line)
@@ -183,7 +190,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
     state.add("exceptions", ExceptionRaised(**at, type=name, message=clip((message or "").strip(), MESSAGE_MAX),
                                             framed=framed, frame=own, collective=collective, library=library,
                                             thread=thread, chain=chain, child_process=child,
-                                            uncaught=by_excepthook(line)))
+                                            uncaught=by_excepthook(line), setup=setup))
     return True
 
 
