@@ -6,9 +6,11 @@ sends the reader to a document outside the repository."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
+import pytest
 from support import REPO
 
 PACKAGE = REPO / "healthcheck"
@@ -22,6 +24,22 @@ def modules() -> dict[str, Path]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
+
+
+@functools.cache
+def parsed(path: Path) -> tuple[str, ast.Module]:
+    """A file's source and its syntax tree, read and parsed once for all the rules here (each
+    rule walked every file's tree: parsing ~400 files three times cost ~25 s of CI's CPU)."""
+    source = path.read_text()
+    return source, ast.parse(source, str(path))
+
+
+@pytest.fixture(scope="module")
+def package_parsed() -> None:
+    """Every file parsed once, for the rules that walk them all: a module-scoped fixture also
+    keeps those tests in one xdist worker (tests/riggroup.py), where the cache is shared."""
+    for path in modules().values():
+        parsed(path)
 
 
 def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, str | None]]:
@@ -54,7 +72,7 @@ def import_graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     taken: list[tuple[str, str, str]] = []
     for module, path in mods.items():
-        tree = ast.parse(path.read_text(), str(path))
+        _, tree = parsed(path)
         for target, name in imported_names(tree, module, path.name == "__init__.py"):
             if name and f"{target}.{name}" in mods:  # `from pkg import module`: the module itself
                 target, name = f"{target}.{name}", None
@@ -110,7 +128,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle_between_files():
+def test_no_import_cycle_between_files(package_parsed):
     graph, _ = import_graph()
     assert cycles(graph) == []
 
@@ -130,7 +148,7 @@ def private_attributes_used() -> list[str]:
     mods = modules()
     found = []
     for module, path in mods.items():
-        tree = ast.parse(path.read_text(), str(path))
+        _, tree = parsed(path)
         aliases: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -145,7 +163,7 @@ def private_attributes_used() -> list[str]:
     return found
 
 
-def test_no_private_name_is_taken_from_another_module():
+def test_no_private_name_is_taken_from_another_module(package_parsed):
     _, taken = import_graph()
     assert [f"{importer} takes {name} from {target}" for importer, target, name in taken if private(name)] == []
     assert private_attributes_used() == []
@@ -180,10 +198,10 @@ def ruff_settings() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
 
 
-def imports_inside_functions(source: str, lazy: tuple[str, ...]) -> list[int]:
+def imports_inside_functions(source: str, lazy: tuple[str, ...], tree: ast.Module | None = None) -> list[int]:
     """Lines of the imports inside a function, except those of the heavy libraries (`lazy`,
     ruff's banned-module-level-imports) and those with a `noqa: PLC0415` saying why."""
-    tree = ast.parse(source)
+    tree = ast.parse(source) if tree is None else tree
     lines = source.splitlines()
     found = []
     for func in ast.walk(tree):
@@ -202,7 +220,7 @@ def imports_inside_functions(source: str, lazy: tuple[str, ...]) -> list[int]:
     return sorted(set(found))
 
 
-def test_imports_are_at_the_top_outside_a_baseline_that_only_shrinks():
+def test_imports_are_at_the_top_outside_a_baseline_that_only_shrinks(package_parsed):
     lint = ruff_settings()
     lazy = tuple(lint["flake8-tidy-imports"]["banned-module-level-imports"])
     assert {"torch", "pynvml", "paramiko"} <= set(lazy)
@@ -211,7 +229,8 @@ def test_imports_are_at_the_top_outside_a_baseline_that_only_shrinks():
     assert ignored == IMPORT_BASELINE, "the PLC0415 baseline in pyproject.toml may only shrink, with this list"
     inside = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        lines = imports_inside_functions(path.read_text(), lazy)
+        source, tree = parsed(path)
+        lines = imports_inside_functions(source, lazy, tree)
         if lines:
             inside[str(path.relative_to(REPO))] = lines
     assert {f: n for f, n in inside.items() if f not in IMPORT_BASELINE} == {}
