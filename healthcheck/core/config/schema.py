@@ -178,6 +178,67 @@ class IbCounterLimits(Strict, frozen=True):
     excessive_buffer_overrun_errors: CounterLimit | None = None
 
 
+Per = Literal["second", "minute", "hour"]
+PER_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+RateCount = Annotated[float, Meta(ge=0, le=1e12)]
+
+
+class Rate(Strict, frozen=True):
+    """A count per unit of time: `{count: 120, per: hour}`."""
+
+    count: RateCount
+    per: Per = "second"
+
+    @property
+    def per_second(self) -> float:
+        return self.count / PER_SECONDS[self.per]
+
+
+class CounterRate(Strict, frozen=True):
+    """How fast one error counter may rise between a node's recorded runs (analyses/over_time.py):
+    any rise at all is `any_increase` (FAIL or WARN), or a rise faster than `fail` FAILs and one
+    faster than `warn` WARNs (each with its own unit: they are judged apart, FAIL first)."""
+
+    any_increase: Literal["FAIL", "WARN"] | None = None
+    warn: Rate | None = None
+    fail: Rate | None = None
+
+
+# IbLimits.rates' defaults (its comment names their source)
+def _default_ib_rates() -> dict[str, CounterRate]:
+    return {
+        "link_downed": CounterRate(any_increase="FAIL"),
+        "excessive_buffer_overrun_errors": CounterRate(any_increase="FAIL"),
+        "local_link_integrity_errors": CounterRate(any_increase="FAIL"),
+        "symbol_error": CounterRate(warn=Rate(count=10.0, per="second"), fail=Rate(count=120.0, per="hour")),
+        "link_error_recovery": CounterRate(warn=Rate(count=5.0, per="minute")),
+        "port_rcv_errors": CounterRate(warn=Rate(count=10.0, per="second")),
+        "port_xmit_discards": CounterRate(warn=Rate(count=100.0, per="second")),
+    }
+
+
+IB_COUNTER_NAMES = frozenset(IbCounterLimits.__struct_fields__)
+
+
+class TrendSettings(Strict, frozen=True):
+    """Trends over a node's recorded runs (analyses/over_time.py): a least-squares slope over the
+    newest `window_runs` readings (at least `min_runs`, spanning `min_span_h` hours) that would
+    reach the fabric's limit within `warn_within_days` WARNs, never FAILs. `min_fit` is the share
+    of the readings' variance the line must explain (R²): a flat, noisy counter never warns."""
+
+    enabled: bool = True
+    window_runs: Annotated[int, Meta(ge=3, le=1000)] = 48  # the newest readings a slope is fitted over
+    min_runs: Annotated[int, Meta(ge=3, le=1000)] = 4  # fewer readings since the last reset: no trend
+    min_span_h: Annotated[float, Meta(ge=0, le=8760.0)] = 6.0  # readings closer together: no trend
+    warn_within_days: Annotated[float, Meta(gt=0, le=365.0)] = 7.0  # WARN when the limit is this close
+    min_fit: Annotated[float, Meta(ge=0, le=1.0)] = 0.8  # R² below this: noise, no trend
+
+    def problems(self) -> Iterator[Problem]:
+        if self.min_runs > self.window_runs:
+            yield ("min_runs",), f"min_runs {self.min_runs} is above window_runs {self.window_runs}", (
+                ("window_runs",),)
+
+
 class IbLimits(Strict, frozen=True):
     hcas: list[Glob] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
     hca_types: list[Text] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
@@ -192,9 +253,21 @@ class IbLimits(Strict, frozen=True):
     allow_disabled: bool = False
     counters_fail: IbCounterLimits = IbCounterLimits()  # FAIL above these
     counters_warn: IbCounterLimits = IbCounterLimits()  # WARN above these
+    # How fast each counter may rise between the node's recorded runs (names as in
+    # counters_fail); a fabric's map replaces this one whole ({} judges no rate). The defaults
+    # are NVIDIA NVSentinel's NIC health monitor's counter profile
+    # (https://docs.nvidia.com/nvsentinel/v1.30.0/configuration/nic-health-monitor.md): its
+    # fatal counters FAIL on any increase, symbol_error_fatal (> 120/hour) FAILs, its other
+    # velocity thresholds WARN. Its carrier_changes (> 2 between polls) is not here: hc does
+    # not read the Ethernet netdev statistics of an HCA yet.
+    rates: dict[Text, CounterRate] = msgspec.field(default_factory=_default_ib_rates)
 
     def problems(self) -> Iterator[Problem]:
         yield from _globs("hcas", self.hcas)
+        for name in self.rates:
+            if name not in IB_COUNTER_NAMES:
+                yield ("rates", name), (f"unknown counter {name!r} (known: "
+                                               f"{', '.join(sorted(IB_COUNTER_NAMES))})"), ()
 
 
 class SysLimits(Strict, frozen=True):
@@ -462,6 +535,7 @@ class Fabric(Strict, frozen=True):
     net: NetLimits = NetLimits()
     sys: SysLimits = SysLimits()
     bandwidth: BandwidthLimits = BandwidthLimits()
+    trends: TrendSettings = TrendSettings()
 
 
 # ------------------------------------------------------------------------------ main
