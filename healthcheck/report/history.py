@@ -126,6 +126,14 @@ class CounterRise:
     after_at: str
 
 
+@dataclass(frozen=True)
+class CounterReading:
+    """A node's counters as one recorded run read them: (component, name) -> value."""
+
+    started_at: str  # as reports write it
+    values: dict[tuple[str, str], float]
+
+
 class _MetricNode(msgspec.Struct):
     node: str
     metrics: list[Metric] = []
@@ -447,6 +455,27 @@ class History:
             if now is not None and now - then > (allowed or {}).get(name, 0):
                 out.append(CounterRise(node, component, name, then, now, before[0], after[0]))
         return out
+
+    def counter_readings(self, node: str, names: frozenset[str], before: str, limit: int) -> list[CounterReading]:
+        """`node`'s readings of the metrics named `names` in its newest `limit` recorded runs
+        (any command) that started before `before`, oldest first; a run that read none of
+        them is passed over. What the rates and trends between runs are judged on
+        (analyses/over_time.py): the history is a file, so they survive hc's restarts."""
+        if limit <= 0:
+            return []
+        # a few more rows than asked: runs that read none of the counters are passed over
+        rows = self._rows(
+            "SELECT r.run_id, n.started_at FROM run_nodes n JOIN runs r ON r.id = n.run "
+            "WHERE n.node = ? AND n.started_at < ? ORDER BY n.started_at DESC, n.run DESC LIMIT ?",
+            (node, before, 2 * limit))
+        out: list[CounterReading] = []
+        for run_id, started_at in rows:
+            values = self._counters(run_id, node, names)
+            if values:
+                out.append(CounterReading(started_at, values))
+            if len(out) >= limit:
+                break
+        return out[::-1]
 
     def _counters(self, run_id: str, node: str, names: frozenset[str]) -> dict[tuple[str, str], float]:
         data = self.report_json(run_id)
