@@ -91,6 +91,20 @@ def analyse_fleet(nodes: list[NodeResult], settings: Any, history: dict[str, lis
     match), and how each analysis ran."""
     inputs = FleetInput(list(nodes), history)
     outcome = run_analyses("fleet", inputs, settings, judged=inputs.reachable, tier=tier)
+    return with_findings(nodes, outcome), outcome.runs
+
+
+def analyse_history(inputs: Any, judged: Iterable[str], tier: str | None = None
+                    ) -> tuple[list[NodeResult], list[AnalysisRun]]:
+    """The nodes of `inputs` (analyses/over_time.HistoryInput: each node's recorded readings),
+    in the same order, with the history analyses' findings added (status raised to match),
+    and how each ran; `judged`: the nodes whose history was read."""
+    outcome = run_analyses("history", inputs, None, judged=judged, tier=tier)
+    return with_findings(inputs.nodes, outcome), outcome.runs
+
+
+def with_findings(nodes: list[NodeResult], outcome: AnalysisOutcome) -> list[NodeResult]:
+    """The nodes, in the same order, with `outcome`'s findings added and their status raised to match."""
     extra: dict[str, list[Finding]] = {}
     for who, f in outcome.findings:
         for name in ((who,) if isinstance(who, str) else who):
@@ -102,4 +116,4 @@ def analyse_fleet(nodes: list[NodeResult], settings: Any, history: dict[str, lis
             node = msgspec.structs.replace(node, findings=[*node.findings, *found],
                                            status=worst((node.status, *(f.status for f in found))))
         out.append(node)
-    return out, outcome.runs
+    return out
