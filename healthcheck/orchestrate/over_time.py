@@ -1,0 +1,60 @@
+"""The history analyses of a run (analyses/over_time.py: counter rates, trends), fed from the
+run history: each node's recorded readings before this run, and its fabric's limits.
+
+A history that cannot be read is a note for the operator (the run's warnings) and the
+analyses are SKIP with the reason: never a PASS of rates nobody took, never a FAIL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from healthcheck.analyses.over_time import HistoryInput, NodeOverTime, Reading, metric_names, parse_time
+from healthcheck.core.analysis import analyse_history
+from healthcheck.core.config import Config
+from healthcheck.core.model import AnalysisRun, NodeResult
+from healthcheck.core.status import Status
+
+# the readings one node's judgement reads at most (trends.window_runs is at most this)
+MAX_READINGS = 1000
+
+
+@dataclass
+class OverTime:
+    """The nodes with the history analyses' findings, how each analysis ran, and the notes."""
+
+    nodes: list[NodeResult]
+    analyses: list[AnalysisRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def judge_over_time(config: Config, history: Any, nodes: Sequence[NodeResult], started: dt.datetime,
+                    tier: str | None = None) -> OverTime:
+    """`nodes` judged against their recorded runs in `history` (a report.history.History, or
+    None where none is kept) as of `started`, this run's start."""
+    nodes = list(nodes)
+    if history is None:
+        return OverTime(nodes, [_skipped("no run history is kept")])
+    inputs = HistoryInput(nodes)
+    before = started.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        for node in nodes:
+            if node.error is not None:
+                continue
+            limits = config.for_node(node.node).limits
+            window = min(max(limits.trends.window_runs, 2), MAX_READINGS)
+            past = history.counter_readings(node.node, metric_names([limits]), before, window)
+            readings = [Reading(at, r.values) for r in past if (at := parse_time(r.started_at)) is not None]
+            inputs.over_time[node.node] = NodeOverTime(limits, readings, started)
+    except Exception as exc:  # an unreadable history is a note: the run's own verdicts stand
+        why = f"history not read for counter rates and trends: {exc}"
+        return OverTime(nodes, [_skipped(why)], [why])
+    results, runs = analyse_history(inputs, judged=list(inputs.over_time), tier=tier)
+    return OverTime(results, runs)
+
+
+def _skipped(why: str) -> AnalysisRun:
+    return AnalysisRun(name="history", scope="history", status=Status.SKIP, reason=why)
