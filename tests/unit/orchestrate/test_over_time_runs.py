@@ -65,3 +65,34 @@ def test_a_trend_warns_and_never_drains(tmp_path, monkeypatch):
     assert [f.status for f in trend] == [Status.WARN] and "reached in ~" in trend[0].message
     assert node.status is Status.WARN
     assert not (tmp_path / "scontrol.log").exists()
+
+
+def test_health_hook_judges_rates_against_the_history_health_runs_wrote(tmp_path, monkeypatch):
+    from healthcheck.orchestrate import hooks
+    from healthcheck.report.build import make_report, utc_now
+
+    config = setup(tmp_path, monkeypatch, {})
+    (tmp_path / "hc.yaml").write_text((tmp_path / "hc.yaml").read_text().replace(
+        "drain: {", f"state_dir: {tmp_path}/state, report_dir: {tmp_path}/reports, drain: {{"))
+    config = load_config(tmp_path / "hc.yaml")
+    values = {"symbol_error": 3}
+
+    def check_this_node(config, *, node, tier, command, **kwargs):
+        now = utc_now()
+        report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
+                             started=now, finished=now, nodes=[checked(node=node, fabric="t", **values)])
+        return report, False
+
+    monkeypatch.setattr(hooks, "check_this_node", check_this_node)
+    env = {"SLURMD_NODENAME": "n1"}
+    first = hooks.run_hook("health", config, env, dry_run=True, node="n1", resume=False)
+    assert [f.id for f in first.report.nodes[0].findings if f.check == "ib.rates"] == ["ib.E007"]
+    values["symbol_error"] = 503
+    second = hooks.run_hook("health", config, env, dry_run=True, node="n1", resume=False)
+    node = second.report.nodes[0]
+    assert [(f.id, f.status) for f in node.findings if f.check == "ib.rates"] == [("ib.E006", Status.FAIL)]
+    assert second.report.status is Status.FAIL and second.report.summary["FAIL"] == 1
+    assert second.exit_code == 2
+    # a prologue neither reads nor writes the history: its start-up stays lean
+    prologue = hooks.run_hook("prologue", config, env, dry_run=True, node="n1")
+    assert not any(f.check == "ib.rates" for f in prologue.report.nodes[0].findings)
