@@ -217,3 +217,42 @@ def test_unknown_counter_in_rates_is_a_config_error(tmp_path):
         cfg = load_config(tmp_path / "hc.yaml")
         cfg.validate()
         cfg.fabric("f")
+
+
+SMI_Q = REPO / "tests/fixtures/corpus/nvidia-smi-q/h100-8gpu-driver-535.183.01.txt"
+
+
+def gpu_checked(node: str, config: Config, corrected: int) -> NodeResult:
+    """gpu.ecc on a real 8-GPU H100 capture, GPU3's corrected ECC count changed (a scenario)."""
+    from healthcheck.checks.gpu import ecc
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    real = parse_nvidia_smi_q(SMI_Q.read_text())
+    gpus = [msgspec.structs.replace(g, ecc_volatile_corrected=corrected) if g.index == 3 else g for g in real.gpus]
+    out = list(ecc(gpus=msgspec.structs.replace(real, gpus=gpus), limits=config.fabric("h100-ndr400")))
+    findings = [stamp(f, check="gpu.ecc", node=node) for f in out if isinstance(f, Finding)]
+    status = worst((f.status for f in findings), default=Status.PASS)
+    return NodeResult(node=node, fabric="h100-ndr400", status=status, findings=findings,
+                      metrics=[m for m in out if isinstance(m, Metric)],
+                      checks=[CheckResult(name="gpu.ecc", status=status, duration_s=0.01)])
+
+
+def test_corrected_ecc_rising_40_a_day_warns_days_before_its_limit(tmp_path):
+    (tmp_path / "hc.yaml").write_text("default_fabric: h100-ndr400\n")
+    from healthcheck.core.config.loader import load_config
+
+    config = load_config(tmp_path / "hc.yaml")  # ecc_volatile_corrected_max: 1000
+    first_trend = first_limit = None
+    with History(tmp_path / "h.sqlite") as history:
+        for i in range(100):  # a run every 6 hours, 10 corrected errors each: 40 a day from 300
+            at = T0 + i * dt.timedelta(hours=6)
+            node = judge_over_time(config, history, [gpu_checked(NODE, config, 300 + 10 * i)], at).nodes[0]
+            ids = {f.id for f in node.findings}
+            if "trend.W001" in ids and first_trend is None:
+                first_trend = (at, next(f for f in node.findings if f.id == "trend.W001"))
+            if "gpu.E011" in ids and first_limit is None:
+                first_limit = at
+            record(history, at, node)
+    assert first_trend is not None and first_limit is not None
+    assert first_limit - first_trend[0] >= dt.timedelta(days=1)
+    assert first_trend[1].component == "GPU3:ecc_volatile_corrected" and "40/day" in first_trend[1].message
