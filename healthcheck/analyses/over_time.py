@@ -1,7 +1,8 @@
 """A node over its recorded runs (scope "history"): error counters judged by their rate since
 the node's previous run, and the trends that reach a limit before a job breaks.
 
-- rates (ib.E006): per port counter, the fabric's `ib.rates` sets "any increase" or a
+- rates (ib.E006; a GPU's counters gpu.E015, by `gpu.rates`, which sets none by default):
+  per port counter, the fabric's `ib.rates` sets "any increase" or a
   WARN and a FAIL rate (each per second, minute or hour), judged between this run's reading
   and the node's previous one in the history. A counter that went down was cleared or
   wrapped (perfquery -R, a reboot, a new HCA): no rate is computed and a note (ib.E007, PASS)
@@ -22,7 +23,7 @@ import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from healthcheck.core.catalogue import finding
+from healthcheck.core.catalogue import FindingSpec, finding
 from healthcheck.core.config.schema import CounterRate, Fabric
 from healthcheck.core.model import Finding, Limit, NodeResult
 from healthcheck.core.registry import NotApplicable, analysis
@@ -42,6 +43,20 @@ RATE_UNJUDGED = finding(
     "cleared (perfquery -R, a reboot, a new HCA) or wrapped, and its rate is taken again from this run.",
     action="none",
 )
+GPU_RATE_HIGH = finding(
+    "gpu.E015",
+    "a GPU error counter rose faster than the fabric allows since the node's previous run",
+    "ECC errors or row remaps that climb between runs are memory going bad: run dcgmi diag -r 3, reset the "
+    "GPU at the next drain and plan its replacement if the rate stays.",
+    action="investigate",
+)
+GPU_RATE_UNJUDGED = finding(
+    "gpu.E016",
+    "a GPU counter's rate could not be taken: no earlier reading, or the counter went down",
+    "No action: a first run is judged against the absolute limits only; volatile ECC counts start again "
+    "at a driver reload, a GPU reset or a reboot, and the rate is taken again from this run.",
+    action="none",
+)
 TREND = finding(
     "trend.W001",
     "an error counter is rising steadily and will reach the fabric's limit soon at this rate",
@@ -52,6 +67,7 @@ TREND = finding(
 )
 
 CHECK_RATES = "ib.rates"
+CHECK_GPU_RATES = "gpu.rates"
 CHECK_TRENDS = "trend.counters"
 ALL = ("quick", "standard", "deep", "epilogue")
 RESET_NOTES_MAX = 8  # components named in one note
@@ -108,8 +124,26 @@ def _rate_text(per_second: float) -> str:
 # ------------------------------------------------------------------------------ rates
 
 
+@dataclass(frozen=True)
+class RateFamily:
+    """The counters of one family whose rates a fabric sets: where, and what they are called."""
+
+    key: str  # the fabric's section: ib.rates, gpu.rates
+    what: str  # "port counter", "GPU counter"
+    high: FindingSpec
+    unjudged: FindingSpec
+
+    def rules(self, fabric: Fabric) -> dict[str, CounterRate]:
+        rules: dict[str, CounterRate] = getattr(fabric, self.key).rates
+        return rules
+
+
+IB_RATES = RateFamily("ib", "port counter", RATE_HIGH, RATE_UNJUDGED)
+GPU_RATES = RateFamily("gpu", "GPU counter", GPU_RATE_HIGH, GPU_RATE_UNJUDGED)
+
+
 def rate_finding(component: str, name: str, before: float, after: float, seconds: float,
-                 rule: CounterRate) -> Finding | None:
+                 rule: CounterRate, family: RateFamily = IB_RATES) -> Finding | None:
     """The finding for one counter's rise of `after - before` over `seconds`, or None (within limits)."""
     rise = after - before
     if rise <= 0:
@@ -119,29 +153,30 @@ def rate_finding(component: str, name: str, before: float, after: float, seconds
     evidence = f"rate {_rate_text(rate)} between the node's previous recorded run and this one"
     if rule.any_increase is not None:
         status = Status.FAIL if rule.any_increase == "FAIL" else Status.WARN
-        return RATE_HIGH(status, f"{where}: any increase is {rule.any_increase}", component=f"{component}:{name}",
-                         value=rise, limit=Limit("<=", 0, f"ib.rates.{name}.any_increase"), evidence=evidence)
+        return family.high(status, f"{where}: any increase is {rule.any_increase}", component=f"{component}:{name}",
+                           value=rise, limit=Limit("<=", 0, f"{family.key}.rates.{name}.any_increase"),
+                           evidence=evidence)
     for level, status in (("fail", Status.FAIL), ("warn", Status.WARN)):
         limit = getattr(rule, level)
         if limit is not None and rate > limit.per_second:
-            return RATE_HIGH(status, f"{where}: {_rate_text(rate)}, above {limit.count:g}/{limit.per}",
-                             component=f"{component}:{name}", value=round(rate, 6), unit="/s",
-                             limit=Limit("<=", limit.per_second, f"ib.rates.{name}.{level}"),
-                             evidence=evidence)
+            return family.high(status, f"{where}: {_rate_text(rate)}, above {limit.count:g}/{limit.per}",
+                               component=f"{component}:{name}", value=round(rate, 6), unit="/s",
+                               limit=Limit("<=", limit.per_second, f"{family.key}.rates.{name}.{level}"),
+                               evidence=evidence)
     return None
 
 
-def node_rates(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
-    """`node`'s counters judged by their rate since its previous recorded run."""
-    rules = history.limits.ib.rates
+def node_rates(node: NodeResult, history: NodeOverTime, family: RateFamily = IB_RATES) -> Iterator[Finding]:
+    """`node`'s counters of `family` judged by their rate since its previous recorded run."""
+    rules = family.rules(history.limits)
     now = current_values(node, frozenset(rules))
     if not now:
         return
-    previous = history.past[-1] if history.past else None
+    previous = next((r for r in reversed(history.past) if any(k in r.values for k in now)), None)
     if previous is None:
-        yield RATE_UNJUDGED(Status.PASS, f"no earlier reading of {node.node}'s port counters in the history: "
-                            "judged against the absolute limits only", value=len(now),
-                            evidence="first run in the history: no rate between runs was taken")
+        yield family.unjudged(Status.PASS, f"no earlier reading of {node.node}'s {family.what}s in the history: "
+                              "judged against the absolute limits only", value=len(now),
+                              evidence="first run in the history: no rate between runs was taken")
         return
     seconds = (history.now - previous.at).total_seconds()
     went_down: list[str] = []
@@ -152,25 +187,35 @@ def node_rates(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
         if value < before:
             went_down.append(f"{component} {name} {before:g} -> {value:g}")
             continue
-        found = rate_finding(component, name, before, value, seconds, rules[name])
+        found = rate_finding(component, name, before, value, seconds, rules[name], family)
         if found is not None:
             yield found
     if went_down:
-        yield RATE_UNJUDGED(Status.PASS, f"{len(went_down)} port counter(s) went down since the previous run "
-                            "(cleared or wrapped): no rate taken for them", value=len(went_down),
-                            evidence="; ".join(went_down[:RESET_NOTES_MAX]))
+        yield family.unjudged(Status.PASS, f"{len(went_down)} {family.what}(s) went down since the previous run "
+                              "(cleared or wrapped): no rate taken for them", value=len(went_down),
+                              evidence="; ".join(went_down[:RESET_NOTES_MAX]))
 
 
-@analysis(CHECK_RATES, scope="history", tier=ALL, findings=(RATE_HIGH, RATE_UNJUDGED))
-def rates(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Finding]]:
-    """Each node's port error counters against the fabric's rates since its previous recorded run."""
+def _rates(inputs: HistoryInput, family: RateFamily) -> Iterator[tuple[str, Finding]]:
     if not inputs.over_time:
         raise NotApplicable("no node's history was read")
     for node in inputs.nodes:
         history = inputs.over_time.get(node.node)
         if history is not None and node.error is None:
-            for f in node_rates(node, history):
+            for f in node_rates(node, history, family):
                 yield node.node, f
+
+
+@analysis(CHECK_RATES, scope="history", tier=ALL, findings=(RATE_HIGH, RATE_UNJUDGED))
+def rates(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Finding]]:
+    """Each node's port error counters against the fabric's rates since its previous recorded run."""
+    yield from _rates(inputs, IB_RATES)
+
+
+@analysis(CHECK_GPU_RATES, scope="history", tier=ALL, findings=(GPU_RATE_HIGH, GPU_RATE_UNJUDGED))
+def gpu_rates(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Finding]]:
+    """Each node's GPU error counters against the fabric's gpu.rates since its previous recorded run."""
+    yield from _rates(inputs, GPU_RATES)
 
 
 # ----------------------------------------------------------------------------- trends
@@ -295,5 +340,6 @@ def metric_names(fabrics: Sequence[Fabric]) -> frozenset[str]:
     names = {s.name for s in TREND_SERIES}
     for fabric in fabrics:
         names.update(fabric.ib.rates)
+        names.update(fabric.gpu.rates)
     return frozenset(names)
 

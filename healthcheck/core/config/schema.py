@@ -16,7 +16,7 @@ Every float has both bounds, so none can be infinite or NaN.
 # No `from __future__ import annotations`: the fields' types are objects once the classes
 # are made, so msgspec's conversion of each config need not compile and evaluate every
 # one from its text (typing.ForwardRef: ~230 per prologue).
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -218,6 +218,16 @@ def _default_ib_rates() -> dict[str, CounterRate]:
 
 
 IB_COUNTER_NAMES = frozenset(IbCounterLimits.__struct_fields__)
+# the GPU counters a rate may be set for (the metrics gpu.ecc records)
+GPU_COUNTER_NAMES = frozenset({"ecc_volatile_corrected", "ecc_volatile_uncorrected", "remapped_rows_correctable",
+                               "remapped_rows_uncorrectable", "retired_pages_dbe"})
+
+
+def unknown_counters(names: Iterable[str], known: frozenset[str]) -> Iterator[Problem]:
+    """A problem for each of `names` (a `rates` map's keys) that is no counter of `known`."""
+    for name in names:
+        if name not in known:
+            yield ("rates", name), f"unknown counter {name!r} (known: {', '.join(sorted(known))})", ()
 
 
 class TrendSettings(Strict, frozen=True):
@@ -264,10 +274,7 @@ class IbLimits(Strict, frozen=True):
 
     def problems(self) -> Iterator[Problem]:
         yield from _globs("hcas", self.hcas)
-        for name in self.rates:
-            if name not in IB_COUNTER_NAMES:
-                yield ("rates", name), (f"unknown counter {name!r} (known: "
-                                               f"{', '.join(sorted(IB_COUNTER_NAMES))})"), ()
+        yield from unknown_counters(self.rates, IB_COUNTER_NAMES)
 
 
 class SysLimits(Strict, frozen=True):
@@ -354,10 +361,17 @@ class GpuLimits(Strict, frozen=True):
     leftover_memory_max_mib: Mib = 1024
     xid: XidPolicy = XidPolicy()
     dcgm: DcgmSettings = DcgmSettings()
+    # How fast each GPU counter (ecc_volatile_corrected, ecc_volatile_uncorrected,
+    # remapped_rows_correctable, remapped_rows_uncorrectable, retired_pages_dbe) may rise
+    # between the node's recorded runs, as ib.rates. None by default: NVIDIA documents no
+    # rate for them that hc could start from (uncorrected errors and pending remaps FAIL at
+    # once; corrected ECC has a trend towards ecc_volatile_corrected_max).
+    rates: dict[Text, CounterRate] = {}
 
     def problems(self) -> Iterator[Problem]:
         # a misspelt reason never matches: the throttling it meant would go unreported
 
+        yield from unknown_counters(self.rates, GPU_COUNTER_NAMES)
         known = THROTTLE_REASONS.values()
         for key in ("throttle_fail", "throttle_warn"):
             for i, reason in enumerate(getattr(self, key)):

@@ -256,3 +256,40 @@ def test_corrected_ecc_rising_40_a_day_warns_days_before_its_limit(tmp_path):
     assert first_trend is not None and first_limit is not None
     assert first_limit - first_trend[0] >= dt.timedelta(days=1)
     assert first_trend[1].component == "GPU3:ecc_volatile_corrected" and "40/day" in first_trend[1].message
+
+
+def test_gpu_rates_judge_what_the_fabric_sets_and_a_reset_is_said(tmp_path):
+    from healthcheck.core.config.loader import load_config
+
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "g.yaml").write_text(
+        "extends: h100-ndr400\ngpu:\n  rates:\n    ecc_volatile_corrected: {fail: {count: 100, per: hour}}\n")
+    (tmp_path / "hc.yaml").write_text("default_fabric: g\n")
+    config = load_config(tmp_path / "hc.yaml")
+    with History(tmp_path / "h.sqlite") as history:
+        first = judge_over_time(config, history, [gpu_checked(NODE, config, 10)], T0).nodes[0]
+        record(history, T0, first)
+        fast = judge_over_time(config, history, [gpu_checked(NODE, config, 510)], T0 + dt.timedelta(hours=2)).nodes[0]
+        record(history, T0 + dt.timedelta(hours=2), fast)
+        reset = judge_over_time(config, history, [gpu_checked(NODE, config, 0)], T0 + dt.timedelta(hours=3)).nodes[0]
+    assert [(f.id, f.status.value) for f in first.findings if f.check == "gpu.rates"] == [("gpu.E016", "PASS")]
+    assert [(f.id, f.status.value, f.component) for f in fast.findings if f.check == "gpu.rates"] == [
+        ("gpu.E015", "FAIL", "GPU3:ecc_volatile_corrected")]
+    assert fast.status is Status.FAIL
+    assert [(f.id, f.status.value) for f in reset.findings if f.check == "gpu.rates"] == [("gpu.E016", "PASS")]
+    assert "GPU3 ecc_volatile_corrected 510 -> 0" in (next(f for f in reset.findings if f.id == "gpu.E016").evidence
+                                                       or "")
+    assert config.fabric("h100-ndr400").gpu.rates == {}  # the shipped fabrics set no GPU rate
+
+
+def test_unknown_gpu_counter_in_rates_is_a_config_error(tmp_path):
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.errors import HcError
+
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "f.yaml").write_text("gpu:\n  rates:\n    ecc_corected: {any_increase: WARN}\n")
+    (tmp_path / "hc.yaml").write_text("default_fabric: f\n")
+    with pytest.raises(HcError, match="ecc_corected"):
+        cfg = load_config(tmp_path / "hc.yaml")
+        cfg.validate()
+        cfg.fabric("f")
