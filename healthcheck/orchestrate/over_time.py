@@ -44,14 +44,15 @@ def judge_over_time(config: Config, history: Any, nodes: Sequence[NodeResult], s
     inputs = HistoryInput(nodes)
     before = started.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     try:
-        for node in nodes:
-            if node.error is not None:
-                continue
-            limits = config.for_node(node.node).limits
-            window = min(max(limits.trends.window_runs, 2), MAX_READINGS)
-            past = history.counter_readings(node.node, metric_names([limits]), before, window)
-            readings = [Reading(at, r.values) for r in past if (at := parse_time(r.started_at)) is not None]
-            inputs.over_time[node.node] = NodeOverTime(limits, readings, started)
+        limits = {n.node: config.for_node(n.node).limits for n in nodes if n.error is None}
+        if not limits:
+            return OverTime(nodes, [_skipped("no node was checked")])
+        window = min(max(max(f.trends.window_runs for f in limits.values()), 2), MAX_READINGS)
+        past = history.counter_readings(list(limits), metric_names(list(limits.values())), before, window)
+        for name, fabric in limits.items():
+            own = past.get(name, [])[-max(fabric.trends.window_runs, 2):]
+            readings = [Reading(at, r.values) for r in own if (at := parse_time(r.started_at)) is not None]
+            inputs.over_time[name] = NodeOverTime(fabric, readings, started)
     except Exception as exc:  # an unreadable history is a note: the run's own verdicts stand
         why = f"history not read for counter rates and trends: {exc}"
         return OverTime(nodes, [_skipped(why)], [why])
