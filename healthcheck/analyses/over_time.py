@@ -196,14 +196,34 @@ def node_rates(node: NodeResult, history: NodeOverTime, family: RateFamily = IB_
                               evidence="; ".join(went_down[:RESET_NOTES_MAX]))
 
 
+def rated_nodes(inputs: HistoryInput, family: RateFamily) -> list[str]:
+    """The nodes whose history was read and that read, this run, a counter `family`'s rates name."""
+    return [n.node for n in inputs.nodes if n.error is None and n.node in inputs.over_time
+            and current_values(n, frozenset(family.rules(inputs.over_time[n.node].limits)))]
+
+
+def trended_nodes(inputs: HistoryInput) -> list[str]:
+    """The nodes whose history was read and that read, this run, a counter trends are taken of."""
+    names = frozenset(s.name for s in TREND_SERIES)
+    return [n.node for n in inputs.nodes if n.error is None and n.node in inputs.over_time
+            and inputs.over_time[n.node].limits.trends.enabled and current_values(n, names)]
+
+
+def judged_nodes(inputs: HistoryInput) -> dict[str, list[str]]:
+    """Per history analysis, the nodes it judges: only those that gave it evidence this run, so
+    a node whose counters could not be read is never said to have passed (nor resumed by) it."""
+    return {CHECK_RATES: rated_nodes(inputs, IB_RATES), CHECK_GPU_RATES: rated_nodes(inputs, GPU_RATES),
+            CHECK_TRENDS: trended_nodes(inputs)}
+
+
 def _rates(inputs: HistoryInput, family: RateFamily) -> Iterator[tuple[str, Finding]]:
-    if not inputs.over_time:
-        raise NotApplicable("no node's history was read")
-    for node in inputs.nodes:
-        history = inputs.over_time.get(node.node)
-        if history is not None and node.error is None:
-            for f in node_rates(node, history, family):
-                yield node.node, f
+    rated = rated_nodes(inputs, family)
+    if not rated:
+        raise NotApplicable(f"no node read a {family.what} that {family.key}.rates names, with its history read")
+    by_name = {n.node: n for n in inputs.nodes}
+    for name in rated:
+        for f in node_rates(by_name[name], inputs.over_time[name], family):
+            yield name, f
 
 
 @analysis(CHECK_RATES, scope="history", tier=ALL, findings=(RATE_HIGH, RATE_UNJUDGED))
@@ -326,13 +346,13 @@ def node_trends(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
 @analysis(CHECK_TRENDS, scope="history", tier=ALL, findings=(TREND,))
 def trends(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Finding]]:
     """Error counters whose slope over the node's recorded runs reaches the fabric's limit soon."""
-    if not inputs.over_time:
-        raise NotApplicable("no node's history was read")
-    for node in inputs.nodes:
-        history = inputs.over_time.get(node.node)
-        if history is not None and node.error is None:
-            for f in node_trends(node, history):
-                yield node.node, f
+    trended = trended_nodes(inputs)
+    if not trended:
+        raise NotApplicable("no node read a counter trends are taken of, with its history read")
+    by_name = {n.node: n for n in inputs.nodes}
+    for name in trended:
+        for f in node_trends(by_name[name], inputs.over_time[name]):
+            yield name, f
 
 
 def metric_names(fabrics: Sequence[Fabric]) -> frozenset[str]:

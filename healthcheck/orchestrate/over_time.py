@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from healthcheck.analyses.over_time import HistoryInput, NodeOverTime, Reading, metric_names, parse_time
+from healthcheck.analyses.over_time import (
+    HistoryInput,
+    NodeOverTime,
+    Reading,
+    judged_nodes,
+    metric_names,
+    parse_time,
+)
 from healthcheck.core.analysis import analyse_history
 from healthcheck.core.config import Config
 from healthcheck.core.model import AnalysisRun, NodeResult, Report
@@ -56,7 +63,7 @@ def judge_over_time(config: Config, history: Any, nodes: Sequence[NodeResult], s
     except Exception as exc:  # an unreadable history is a note: the run's own verdicts stand
         why = f"history not read for counter rates and trends: {exc}"
         return OverTime(nodes, [_skipped(why)], [why])
-    results, runs = analyse_history(inputs, judged=list(inputs.over_time), tier=tier)
+    results, runs = analyse_history(inputs, judged_nodes(inputs), tier=tier)
     return OverTime(results, runs)
 
 

@@ -293,3 +293,17 @@ def test_unknown_gpu_counter_in_rates_is_a_config_error(tmp_path):
         cfg = load_config(tmp_path / "hc.yaml")
         cfg.validate()
         cfg.fabric("f")
+
+
+def test_a_node_whose_counters_were_not_read_is_never_said_to_pass_the_rates(tmp_path):
+    read = checked(node="n1", symbol_error=3)
+    unread = NodeResult(node="n2", fabric="generic", status=Status.ERROR)  # ib.counters could not read it
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, read)
+        over = judge_over_time(CFG, history, [read, unread], T0 + dt.timedelta(hours=1), "quick")
+        runs = {a.name: a for a in over.analyses}
+        assert runs["ib.rates"].status is Status.PASS and runs["ib.rates"].nodes == "n1"
+        alone = judge_over_time(CFG, history, [unread], T0 + dt.timedelta(hours=1), "quick")
+    assert {a.name: a.status for a in alone.analyses} == {"ib.rates": Status.SKIP, "gpu.rates": Status.SKIP,
+                                                          "trend.counters": Status.SKIP}
+    assert alone.nodes == [unread]
