@@ -9,7 +9,7 @@ which is what resuming a node drained for one of its findings asks.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,14 +52,17 @@ class AnalysisOutcome:
     runs: list[AnalysisRun] = field(default_factory=list)
 
 
-def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: str | None = None
-                 ) -> AnalysisOutcome:
-    """Run the current registry's analyses of `scope` over `inputs`; `judged`: the nodes they cover."""
+def run_analyses(scope: str, inputs: Any, limits: Any, *, judged: Iterable[str], tier: str | None = None,
+                 judged_by: Mapping[str, Iterable[str]] | None = None) -> AnalysisOutcome:
+    """Run the current registry's analyses of `scope` over `inputs`; `judged`: the nodes they
+    cover, or for an analysis named in `judged_by`, the nodes given there (an analysis that
+    judges only the nodes that gave it evidence: no other node is said to have passed it)."""
 
     names = list(judged)
-    covered = fold(names) if names else ""
     out = AnalysisOutcome()
     for spec in current().select_analyses(scope, tier):
+        own = list(judged_by[spec.name]) if judged_by is not None and spec.name in judged_by else names
+        covered = fold(own) if own else ""
         try:
             found = list(spec.fn(inputs, limits))
         except NotApplicable as exc:
@@ -91,6 +94,20 @@ def analyse_fleet(nodes: list[NodeResult], settings: Any, history: dict[str, lis
     match), and how each analysis ran."""
     inputs = FleetInput(list(nodes), history)
     outcome = run_analyses("fleet", inputs, settings, judged=inputs.reachable, tier=tier)
+    return with_findings(nodes, outcome), outcome.runs
+
+
+def analyse_history(inputs: Any, judged_by: Mapping[str, Iterable[str]], tier: str | None = None
+                    ) -> tuple[list[NodeResult], list[AnalysisRun]]:
+    """The nodes of `inputs` (analyses/over_time.HistoryInput: each node's recorded readings),
+    in the same order, with the history analyses' findings added (status raised to match),
+    and how each ran; `judged_by`: per analysis, the nodes whose evidence it had."""
+    outcome = run_analyses("history", inputs, None, judged=(), tier=tier, judged_by=judged_by)
+    return with_findings(inputs.nodes, outcome), outcome.runs
+
+
+def with_findings(nodes: list[NodeResult], outcome: AnalysisOutcome) -> list[NodeResult]:
+    """The nodes, in the same order, with `outcome`'s findings added and their status raised to match."""
     extra: dict[str, list[Finding]] = {}
     for who, f in outcome.findings:
         for name in ((who,) if isinstance(who, str) else who):
@@ -102,4 +119,4 @@ def analyse_fleet(nodes: list[NodeResult], settings: Any, history: dict[str, lis
             node = msgspec.structs.replace(node, findings=[*node.findings, *found],
                                            status=worst((node.status, *(f.status for f in found))))
         out.append(node)
-    return out, outcome.runs
+    return out

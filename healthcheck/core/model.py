@@ -148,7 +148,7 @@ class AnalysisRun(msgspec.Struct, gc=False, frozen=True, kw_only=True, omit_defa
     """
 
     name: str  # e.g. "fleet.drift"
-    scope: str  # fleet | pairs | job
+    scope: str  # fleet | pairs | history | job
     status: Status  # worst of its findings (PASS: none); SKIP: it did not apply; ERROR: it failed
     nodes: str = ""  # hostlist of the nodes it judged
     reason: str | None = None  # why it was skipped or failed

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 # lists its own modules), and the modules that register analyses.
 CHECK_PACKAGE = "healthcheck.checks"
 PROBE_PACKAGE = "healthcheck.probes"
-ANALYSIS_MODULES = ("healthcheck.analyses.fleet", "healthcheck.analyses.pairs")
+ANALYSIS_MODULES = ("healthcheck.analyses.fleet", "healthcheck.analyses.pairs", "healthcheck.analyses.over_time")
 
 _loaded: set[str] = set()
 

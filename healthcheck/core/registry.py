@@ -5,7 +5,8 @@ parser made) and the node's limits, and returns findings and metrics. It never p
 exits, sleeps, drains or reads a config file.
 
 An analysis is the same for work whose input is many results at once: the nodes of a
-run (scope "fleet") or pairs of nodes measured together ("pairs"); healthcheck/analyses/
+run (scope "fleet"), pairs of nodes measured together ("pairs") or one node over its recorded
+runs ("history"); healthcheck/analyses/
 holds them. (A job's diagnosis is not one: it reads logs and stacks, not results, and
 reports through diagnose/verdict.py.) It receives its scope's input and limits and yields `(who, finding)`: who is a
 node's name, or a tuple of the member nodes a finding is about.
@@ -32,7 +33,7 @@ from healthcheck.core.tiers import CONTEXTS, TIERS
 CheckOutput = Iterable[Finding | Metric]
 CheckFn = Callable[..., CheckOutput]
 # What an analysis works over: a run's nodes, pairs of nodes.
-SCOPES = ("fleet", "pairs")
+SCOPES = ("fleet", "pairs", "history")
 AnalysisFn = Callable[[Any, Any], Iterable[tuple[str | tuple[str, ...], Finding]]]
 
 
@@ -386,7 +387,7 @@ def check(
 
 def analysis(name: str, *, scope: str, tier: str | Iterable[str], findings: Iterable[FindingSpec]
              ) -> Callable[[AnalysisFn], AnalysisFn]:
-    """Register `fn` as process-wide analysis `name` of `scope` ("fleet" or "pairs").
+    """Register `fn` as process-wide analysis `name` of `scope` ("fleet", "pairs" or "history").
 
     `fn(input, limits)` is pure: it yields `(node, finding)` or `(members, finding)` and
     never prints, acts or reads a file; the runner stamps what it yields. Raising

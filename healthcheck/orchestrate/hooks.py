@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 # every prologue's start-up, and a node that passes never acts (issue 22).
 ACTIONS = "healthcheck.actions.apply"
 SLURM = "healthcheck.actions.slurm"
+# A health run's counters against the node's recorded runs (rates, trends): a health run
+# records the history, a prologue or epilogue neither records nor reads it (issue 22's start-up).
+OVER_TIME = "healthcheck.orchestrate.over_time"
 
 
 def act(report: Report, **kwargs: Any) -> ActionOutcome:
@@ -59,6 +62,15 @@ def act(report: Report, **kwargs: Any) -> ActionOutcome:
 def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | None) -> SlurmClient:
     """actions.slurm.SlurmClient, loaded when a run talks to Slurm."""
     return importlib.import_module(SLURM).SlurmClient(settings, env=env, deadline=deadline)
+
+
+def _over_time(kind: str, config: Config, report: Report) -> tuple[Report, list[str]]:
+    """A health run's node judged against its recorded runs (orchestrate/over_time.py), and
+    the notes for the operator; other hooks' reports as they are."""
+    if kind != "health" or config.main.history.path is None:
+        return report, []
+    judged: tuple[Report, list[str]] = importlib.import_module(OVER_TIME).judge_report(config, report)
+    return judged
 
 
 class HookResult(msgspec.Struct):
@@ -113,6 +125,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         # the right answer, not "nothing was checked"
         require_checks=kind != "epilogue",
     )
+    report, history_notes = _over_time(kind, config, report)
     # hc's own state is bookkeeping: a full or read-only state_dir is reported, and the
     # verdict and the drain still go through
     if kind == "prologue" and job:
@@ -166,7 +179,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         run_notes.append(lost)
     outcome.run_findings = run_notes + outcome.run_findings
     report = with_outcome(report, outcome)
-    messages = list(outcome.messages)
+    messages = [*history_notes, *outcome.messages]
     written, problems = _write_report(report, settings.report_dir, node, kind)
     messages += problems
     prometheus = config.main.prometheus

@@ -26,6 +26,7 @@ from healthcheck.core.status import Status
 from healthcheck.orchestrate import remote
 from healthcheck.orchestrate.allocations import before_run
 from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+from healthcheck.orchestrate.over_time import judge_over_time
 from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 from healthcheck.orchestrate.srun import check_over_srun
 from healthcheck.report import open_history
@@ -88,8 +89,13 @@ def run_many(config: Config, request: RunRequest,
         except Exception as exc:
             warnings.append(f"history not read: {exc}")
 
+    # each node's counters against its recorded runs: rates since the previous run, trends
+    over_time = judge_over_time(config, history, results, started, request.tier)
+    results = over_time.nodes
+    warnings += over_time.notes
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, request.tier)
+    analyses = [*over_time.analyses, *analyses]
     groups: list = []
     pair_findings: list = []
     if pair_run is not None:  # scope "pairs": the culprit onto its node, a slow link onto its pair

@@ -15,7 +15,7 @@ import msgspec
 from healthcheck import __version__
 from healthcheck.core import catalogue
 from healthcheck.core.catalogue import FindingSpec
-from healthcheck.core.model import Finding, FindingGroup, GroupResult, NodeResult, Report
+from healthcheck.core.model import AnalysisRun, Finding, FindingGroup, GroupResult, NodeResult, Report
 from healthcheck.core.nodes import fold
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
@@ -200,6 +200,19 @@ def make_report(
     report = with_groups(report, groups)
     empty = nothing_checked(report.nodes, tier) if require_checks else None
     return with_run_finding(report, empty) if empty is not None else report
+
+
+def with_nodes(report: Report, nodes: list[NodeResult], analyses: Iterable[AnalysisRun] = ()) -> Report:
+    """The report with its nodes' results replaced by `nodes` (the same nodes, findings added
+    by analyses run after the checks) and those analyses listed: counts, summary and the run's
+    status again (never better than it was)."""
+    summary: dict[str, int] = {s.value: 0 for s in Status}
+    for node in nodes:
+        summary[node.status.value] += 1
+    rows = [*group_findings(nodes, groups=report.groups), *(_run_row(f) for f in report.run_findings)]
+    return msgspec.structs.replace(report, nodes=nodes, summary=summary, findings_summary=rows,
+                                   analyses=[*report.analyses, *analyses],
+                                   status=worst((report.status, *(n.status for n in nodes))))
 
 
 def with_groups(report: Report, groups: Iterable[GroupResult]) -> Report:

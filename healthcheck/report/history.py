@@ -126,6 +126,14 @@ class CounterRise:
     after_at: str
 
 
+@dataclass(frozen=True)
+class CounterReading:
+    """A node's counters as one recorded run read them: (component, name) -> value."""
+
+    started_at: str  # as reports write it
+    values: dict[tuple[str, str], float]
+
+
 class _MetricNode(msgspec.Struct):
     node: str
     metrics: list[Metric] = []
@@ -431,7 +439,7 @@ class History:
         before: tuple[str, dict[tuple[str, str], float]] | None = None
         after: tuple[str, dict[tuple[str, str], float]] | None = None
         for run_id, started_at in rows:
-            values = self._counters(run_id, node, names)
+            values = self._counters(run_id, frozenset((node,)), names).get(node)
             if not values:
                 continue
             if started_at <= start:
@@ -448,7 +456,39 @@ class History:
                 out.append(CounterRise(node, component, name, then, now, before[0], after[0]))
         return out
 
-    def _counters(self, run_id: str, node: str, names: frozenset[str]) -> dict[tuple[str, str], float]:
+    def counter_readings(self, nodes: list[str], names: frozenset[str], before: str, limit: int
+                         ) -> dict[str, list[CounterReading]]:
+        """Each node's readings of the metrics named `names` in its newest `limit` recorded
+        runs (any command) that started before `before`, oldest first; a run that read none
+        of them is passed over. What the rates and trends between runs are judged on
+        (analyses/over_time.py): the history is a file, so they survive hc's restarts.
+
+        Each run is decompressed and decoded once, whichever of the nodes it holds: a
+        sweep's nodes share its runs, so judging 2,000 nodes decodes each run once, not
+        once per node."""
+        if limit <= 0 or not nodes:
+            return {}
+        started: dict[str, str] = {}
+        runs_of: dict[str, list[str]] = {}
+        for node in dict.fromkeys(nodes):
+            # a few more rows than asked: runs that read none of the counters are passed over
+            rows = self._rows(
+                "SELECT r.run_id, n.started_at FROM run_nodes n JOIN runs r ON r.id = n.run "
+                "WHERE n.node = ? AND n.started_at < ? ORDER BY n.started_at DESC, n.run DESC LIMIT ?",
+                (node, before, 2 * limit))
+            runs_of[node] = [run_id for run_id, _ in rows]
+            started.update(rows)
+        wanted = frozenset(runs_of)
+        values = {run_id: self._counters(run_id, wanted, names) for run_id in started}
+        out: dict[str, list[CounterReading]] = {}
+        for node, run_ids in runs_of.items():
+            readings = [CounterReading(started[r], values[r][node]) for r in run_ids if values[r].get(node)]
+            out[node] = readings[:limit][::-1]
+        return out
+
+    def _counters(self, run_id: str, nodes: frozenset[str], names: frozenset[str]
+                  ) -> dict[str, dict[tuple[str, str], float]]:
+        """The metrics named `names` of each of `nodes` in one recorded run, by (component, name)."""
         data = self.report_json(run_id)
         if data is None:
             return {}
@@ -456,8 +496,9 @@ class History:
             run = typed.decode_json(data, _MetricRun)
         except msgspec.DecodeError as exc:
             raise HcError(f"history {self.path}: run {run_id} is not a report hc reads: {exc}") from None
-        return {(m.component, m.name): float(m.value) for n in run.nodes if n.node == node for m in n.metrics
-                if m.name in names and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)}
+        return {n.node: {(m.component, m.name): float(m.value) for m in n.metrics
+                         if m.name in names and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)}
+                for n in run.nodes if n.node in nodes}
 
     def report_json(self, run_id: str) -> bytes | None:
         """One recorded run's report as JSON, undecoded (for readers that need only part of it)."""

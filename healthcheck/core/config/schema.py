@@ -16,7 +16,7 @@ Every float has both bounds, so none can be infinite or NaN.
 # No `from __future__ import annotations`: the fields' types are objects once the classes
 # are made, so msgspec's conversion of each config need not compile and evaluate every
 # one from its text (typing.ForwardRef: ~230 per prologue).
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -178,6 +178,77 @@ class IbCounterLimits(Strict, frozen=True):
     excessive_buffer_overrun_errors: CounterLimit | None = None
 
 
+Per = Literal["second", "minute", "hour"]
+PER_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+RateCount = Annotated[float, Meta(ge=0, le=1e12)]
+
+
+class Rate(Strict, frozen=True):
+    """A count per unit of time: `{count: 120, per: hour}`."""
+
+    count: RateCount
+    per: Per = "second"
+
+    @property
+    def per_second(self) -> float:
+        return self.count / PER_SECONDS[self.per]
+
+
+class CounterRate(Strict, frozen=True):
+    """How fast one error counter may rise between a node's recorded runs (analyses/over_time.py):
+    any rise at all is `any_increase` (FAIL or WARN), or a rise faster than `fail` FAILs and one
+    faster than `warn` WARNs (each with its own unit: they are judged apart, FAIL first)."""
+
+    any_increase: Literal["FAIL", "WARN"] | None = None
+    warn: Rate | None = None
+    fail: Rate | None = None
+
+
+# IbLimits.rates' defaults (its comment names their source)
+def _default_ib_rates() -> dict[str, CounterRate]:
+    return {
+        "link_downed": CounterRate(any_increase="FAIL"),
+        "excessive_buffer_overrun_errors": CounterRate(any_increase="FAIL"),
+        "local_link_integrity_errors": CounterRate(any_increase="FAIL"),
+        "symbol_error": CounterRate(warn=Rate(count=10.0, per="second"), fail=Rate(count=120.0, per="hour")),
+        "link_error_recovery": CounterRate(warn=Rate(count=5.0, per="minute")),
+        "port_rcv_errors": CounterRate(warn=Rate(count=10.0, per="second")),
+        "port_xmit_discards": CounterRate(warn=Rate(count=100.0, per="second")),
+    }
+
+
+IB_COUNTER_NAMES = frozenset(IbCounterLimits.__struct_fields__)
+# the GPU counters a rate may be set for (the metrics gpu.ecc records)
+GPU_COUNTER_NAMES = frozenset({"ecc_volatile_corrected", "ecc_volatile_uncorrected", "remapped_rows_correctable",
+                               "remapped_rows_uncorrectable", "retired_pages_dbe"})
+
+
+def unknown_counters(names: Iterable[str], known: frozenset[str]) -> Iterator[Problem]:
+    """A problem for each of `names` (a `rates` map's keys) that is no counter of `known`."""
+    for name in names:
+        if name not in known:
+            yield ("rates", name), f"unknown counter {name!r} (known: {', '.join(sorted(known))})", ()
+
+
+class TrendSettings(Strict, frozen=True):
+    """Trends over a node's recorded runs (analyses/over_time.py): a least-squares slope over the
+    newest `window_runs` readings (at least `min_runs`, spanning `min_span_h` hours) that would
+    reach the fabric's limit within `warn_within_days` WARNs, never FAILs. `min_fit` is the share
+    of the readings' variance the line must explain (R²): a flat, noisy counter never warns."""
+
+    enabled: bool = True
+    window_runs: Annotated[int, Meta(ge=3, le=1000)] = 48  # the newest readings a slope is fitted over
+    min_runs: Annotated[int, Meta(ge=3, le=1000)] = 4  # fewer readings since the last reset: no trend
+    min_span_h: Annotated[float, Meta(ge=0, le=8760.0)] = 6.0  # readings closer together: no trend
+    warn_within_days: Annotated[float, Meta(gt=0, le=365.0)] = 7.0  # WARN when the limit is this close
+    min_fit: Annotated[float, Meta(ge=0, le=1.0)] = 0.8  # R² below this: noise, no trend
+
+    def problems(self) -> Iterator[Problem]:
+        if self.min_runs > self.window_runs:
+            yield ("min_runs",), f"min_runs {self.min_runs} is above window_runs {self.window_runs}", (
+                ("window_runs",),)
+
+
 class IbLimits(Strict, frozen=True):
     hcas: list[Glob] = msgspec.field(default_factory=lambda: ["*"])  # glob patterns of the compute HCAs' names
     hca_types: list[Text] = []  # and/or their CA types (e.g. MT4129 for ConnectX-7)
@@ -192,9 +263,18 @@ class IbLimits(Strict, frozen=True):
     allow_disabled: bool = False
     counters_fail: IbCounterLimits = IbCounterLimits()  # FAIL above these
     counters_warn: IbCounterLimits = IbCounterLimits()  # WARN above these
+    # How fast each counter may rise between the node's recorded runs (names as in
+    # counters_fail); a fabric's map replaces this one whole ({} judges no rate). The defaults
+    # are NVIDIA NVSentinel's NIC health monitor's counter profile
+    # (https://docs.nvidia.com/nvsentinel/v1.30.0/configuration/nic-health-monitor.md): its
+    # fatal counters FAIL on any increase, symbol_error_fatal (> 120/hour) FAILs, its other
+    # velocity thresholds WARN. Its carrier_changes (> 2 between polls) is not here: hc does
+    # not read the Ethernet netdev statistics of an HCA yet.
+    rates: dict[Text, CounterRate] = msgspec.field(default_factory=_default_ib_rates)
 
     def problems(self) -> Iterator[Problem]:
         yield from _globs("hcas", self.hcas)
+        yield from unknown_counters(self.rates, IB_COUNTER_NAMES)
 
 
 class SysLimits(Strict, frozen=True):
@@ -281,10 +361,17 @@ class GpuLimits(Strict, frozen=True):
     leftover_memory_max_mib: Mib = 1024
     xid: XidPolicy = XidPolicy()
     dcgm: DcgmSettings = DcgmSettings()
+    # How fast each GPU counter (ecc_volatile_corrected, ecc_volatile_uncorrected,
+    # remapped_rows_correctable, remapped_rows_uncorrectable, retired_pages_dbe) may rise
+    # between the node's recorded runs, as ib.rates. None by default: NVIDIA documents no
+    # rate for them that hc could start from (uncorrected errors and pending remaps FAIL at
+    # once; corrected ECC has a trend towards ecc_volatile_corrected_max).
+    rates: dict[Text, CounterRate] = {}
 
     def problems(self) -> Iterator[Problem]:
         # a misspelt reason never matches: the throttling it meant would go unreported
 
+        yield from unknown_counters(self.rates, GPU_COUNTER_NAMES)
         known = THROTTLE_REASONS.values()
         for key in ("throttle_fail", "throttle_warn"):
             for i, reason in enumerate(getattr(self, key)):
@@ -462,6 +549,7 @@ class Fabric(Strict, frozen=True):
     net: NetLimits = NetLimits()
     sys: SysLimits = SysLimits()
     bandwidth: BandwidthLimits = BandwidthLimits()
+    trends: TrendSettings = TrendSettings()
 
 
 # ------------------------------------------------------------------------------ main

@@ -7,6 +7,7 @@ import multiprocessing
 import sqlite3
 import zlib
 
+import msgspec
 import pytest
 
 from healthcheck.core.config.schema import HistorySettings
@@ -235,3 +236,23 @@ def test_many_processes_create_and_write_a_new_database_at_once(tmp_path):
     for round_ in range(rounds):
         with History(pattern.format(round_)) as h:
             assert len(h.runs(1000)) == procs_n
+
+
+def test_counter_readings_decode_each_run_once_for_every_node(tmp_path, monkeypatch):
+    from healthcheck.core.model import Metric
+
+    nodes = [f"n{i}" for i in range(50)]
+    with History(tmp_path / "h.sqlite") as h:
+        for k in range(3):
+            r = make(k, {n: Status.PASS for n in nodes})
+            h.record(msgspec.structs.replace(r, nodes=[msgspec.structs.replace(
+                n, metrics=[Metric("symbol_error", 10 * k, component="mlx5_0/1"), Metric("other", 1)])
+                for n in r.nodes]))
+        reads = []
+        real = h.report_json
+        monkeypatch.setattr(h, "report_json", lambda run_id: reads.append(run_id) or real(run_id))
+        got = h.counter_readings(nodes, frozenset({"symbol_error"}), "2027-01-01T00:00:00.000Z", 2)
+    assert len(reads) == 3  # not 3 x 50
+    assert set(got) == set(nodes)
+    assert [r.values for r in got["n7"]] == [{("mlx5_0/1", "symbol_error"): 10.0}, {("mlx5_0/1", "symbol_error"): 20.0}]
+    assert got["n7"][0].started_at < got["n7"][1].started_at  # oldest first, the newest 2

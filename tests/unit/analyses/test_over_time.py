@@ -1,0 +1,309 @@
+"""Counter rates and trends over a node's recorded runs (analyses/over_time.py, fed by
+orchestrate/over_time.py from a real History file).
+
+Every history here is a SCENARIO: a real capture (perfquery -x on RHEL 7.5, tuning split of
+tests/fixtures/field/issues) parsed and judged by ib.counters as a run would, with its counter
+values changed from run to run to replay a link going bad, a reset, a first run. The values
+are made up; the text they replace, the parser and the checks are real.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from healthcheck.analyses.over_time import fit_line
+from healthcheck.checks.ib import counters
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult, Report
+from healthcheck.core.stamp import stamp
+from healthcheck.core.status import Status, worst
+from healthcheck.orchestrate.over_time import judge_over_time
+from healthcheck.parsers.ib_common import IbCounters
+from healthcheck.parsers.perfquery import parse_perfquery
+from healthcheck.report.history import History
+
+REPO = Path(__file__).resolve().parents[3]
+CAPTURE = REPO / "tests/fixtures/field/issues/perfquery/x-extended-lid10-capmask2-rhel75.txt"
+CFG = Config(EMBEDDED_DEFAULT)  # every node on the generic fabric: symbol_error WARN > 10, FAIL > 1000
+T0 = dt.datetime(2026, 11, 1, 0, 0, tzinfo=dt.timezone.utc)
+NODE = "gpu001"
+
+
+def capture(**values: int) -> IbCounters:
+    """The real perfquery capture, as mlx5_0 port 1, with these counters changed (a scenario)."""
+    real = parse_perfquery(CAPTURE.read_text(), ca="mlx5_0")
+    port = real.ports[0]
+    return msgspec.structs.replace(real, ports=[msgspec.structs.replace(port, counters={**port.counters, **values})])
+
+
+def checked(node: str = NODE, fabric: str = "generic", **values: int) -> NodeResult:
+    """The node as ib.counters judges the scenario's counters (what a run records)."""
+    out = list(counters(ib_counters=capture(**values), limits=CFG.fabric("generic")))
+    findings = [stamp(f, check="ib.counters", node=node) for f in out if isinstance(f, Finding)]
+    metrics = [m for m in out if isinstance(m, Metric)]
+    return NodeResult(node=node, fabric=fabric, status=worst((f.status for f in findings), default=Status.PASS),
+                      checks=[CheckResult(name="ib.counters", status=worst((f.status for f in findings),
+                                                                            default=Status.PASS), duration_s=0.01)],
+                      findings=findings, metrics=metrics)
+
+
+def iso(at: dt.datetime) -> str:
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def record(history: History, at: dt.datetime, node: NodeResult) -> None:
+    history.record(Report(run_id=at.strftime("%Y%m%dT%H%M%SZ") + "-000001", hc_version="0.1", command="sweep",
+                          tier="quick", config_digest="sha256:" + "0" * 64, config_path="/x", started_at=iso(at),
+                          finished_at=iso(at), duration_s=1.0, host="mgmt1", status=node.status, nodes=[node],
+                          summary={}))
+
+
+def judged(history: History, at: dt.datetime, node: NodeResult) -> NodeResult:
+    over = judge_over_time(CFG, history, [node], at, "quick")
+    assert not over.notes
+    return over.nodes[0]
+
+
+def new(node: NodeResult) -> list[tuple[str, str, str]]:
+    return sorted((f.id, f.status.value, f.component) for f in node.findings if f.check != "ib.counters")
+
+
+def test_symbol_errors_above_120_an_hour_fail_below_every_absolute_fail_limit(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(symbol_error=3))
+        node = judged(history, T0 + dt.timedelta(hours=1), checked(symbol_error=503))
+    # the absolute limits alone: 503 is above the WARN (10), below the FAIL (1000)
+    assert [(f.id, f.status) for f in node.findings if f.check == "ib.counters"] == [("ib.E005", Status.WARN)]
+    assert new(node) == [("ib.E006", "FAIL", "mlx5_0/1:symbol_error")]
+    f = next(f for f in node.findings if f.id == "ib.E006")
+    assert f.check == "ib.rates" and f.limit is not None and f.limit.key == "ib.rates.symbol_error.fail"
+    assert node.status is Status.FAIL
+
+
+def test_link_downed_any_increase_fails_where_the_total_is_below_its_warn_limit(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(link_downed=0))
+        node = judged(history, T0 + dt.timedelta(days=2), checked(link_downed=1))
+    assert [f.id for f in node.findings if f.check == "ib.counters"] == []
+    assert new(node) == [("ib.E006", "FAIL", "mlx5_0/1:link_downed")]
+
+
+def test_a_slow_rise_within_every_rate_judges_nothing_new(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(symbol_error=1, link_error_recovery=0))
+        node = judged(history, T0 + dt.timedelta(days=1), checked(symbol_error=6, link_error_recovery=2))
+    assert new(node) == [] and node.status is Status.PASS
+
+
+def test_a_counter_that_went_down_was_cleared_no_negative_rate(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(symbol_error=400))
+        node = judged(history, T0 + dt.timedelta(minutes=5), checked(symbol_error=3))
+    assert new(node) == [("ib.E007", "PASS", "")]
+    note = next(f for f in node.findings if f.id == "ib.E007")
+    assert "went down" in note.message and "symbol_error 400 -> 3" in (note.evidence or "")
+    assert node.status is Status.PASS
+
+
+def test_first_run_judges_absolute_limits_only_and_says_so(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        alone = checked(symbol_error=503, link_downed=1)
+        node = judged(history, T0, alone)
+    assert [f for f in node.findings if f.check == "ib.counters"] == alone.findings  # unchanged
+    assert new(node) == [("ib.E007", "PASS", "")]
+    note = next(f for f in node.findings if f.id == "ib.E007")
+    assert "absolute limits only" in note.message and "first run" in (note.evidence or "")
+    assert node.status is alone.status
+
+
+def test_unreadable_history_is_a_note_never_a_pass_or_a_fail(tmp_path):
+    bad = tmp_path / "h.sqlite"
+    bad.write_bytes(b"not a database" * 100)
+    node = checked(symbol_error=503)
+    over = judge_over_time(CFG, History(bad), [node], T0, "quick")
+    assert over.nodes == [node]
+    assert over.notes and "history not read" in over.notes[0]
+    assert [(a.status, a.scope) for a in over.analyses] == [(Status.SKIP, "history")]
+
+
+def test_rates_across_an_hc_restart_read_the_same_history(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with History(path) as history:
+        record(history, T0, checked(symbol_error=3))
+    # a fresh process: nothing of this one's state, only the history file
+    script = textwrap.dedent(f"""
+        import datetime as dt, json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_over_time import checked, CFG, T0
+        from healthcheck.orchestrate.over_time import judge_over_time
+        from healthcheck.report.history import History
+        with History({str(path)!r}) as h:
+            node = judge_over_time(CFG, h, [checked(symbol_error=503)], T0 + dt.timedelta(hours=1)).nodes[0]
+        print(json.dumps([[f.id, f.status.value] for f in node.findings if f.check == "ib.rates"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [["ib.E006", "FAIL"]]
+
+
+def replay(tmp_path: Path, values: list[int], every: dt.timedelta) -> list[tuple[dt.datetime, NodeResult]]:
+    """Each run judged against the history so far, then recorded: what hc sweep does run after run."""
+    out = []
+    with History(tmp_path / "h.sqlite") as history:
+        for i, value in enumerate(values):
+            at = T0 + i * every
+            node = judged(history, at, checked(symbol_error=value))
+            out.append((at, node))
+            record(history, at, node)
+    return out
+
+
+def test_a_steady_rise_warns_at_least_a_day_before_the_fail_it_later_produces(tmp_path):
+    # 30 symbol errors a day, a run every 6 hours: far below 120/hour, so only the absolute
+    # FAIL (1000) ends it, on day ~33; the trend sees it coming
+    every = dt.timedelta(hours=6)
+    runs = replay(tmp_path, [int(7.5 * i) for i in range(150)], every)
+    warned = [at for at, node in runs if any(f.id == "trend.W001" for f in node.findings)]
+    failed = [at for at, node in runs if node.status is Status.FAIL]
+    assert warned and failed
+    assert failed[0] - warned[0] >= dt.timedelta(days=1)
+    trend = next(f for _, node in runs for f in node.findings if f.id == "trend.W001")
+    assert trend.status is Status.WARN and "days" in trend.message and trend.component == "mlx5_0/1:symbol_error"
+    # a trend never FAILs, and never rates a FAIL on its own
+    assert all(f.status is Status.WARN for _, node in runs for f in node.findings if f.id == "trend.W001")
+    assert not any(f.id == "ib.E006" for _, node in runs for f in node.findings)
+
+
+def test_a_flat_noisy_counter_near_its_limit_never_warns(tmp_path):
+    rng = random.Random(23)
+    values, value = [], 960
+    for _ in range(120):  # a month of runs: an error now and then, no trend
+        value += 1 if rng.random() < 0.03 else 0
+        values.append(value)
+    runs = replay(tmp_path, values, dt.timedelta(hours=6))
+    assert not any(f.id == "trend.W001" for _, node in runs for f in node.findings)
+
+
+def test_a_reset_starts_the_trend_again(tmp_path):
+    # rising fast towards the limit, then cleared (perfquery -R): the old slope is not the new one
+    values = [100 * i for i in range(8)] + [0, 0, 0, 0, 0]
+    runs = replay(tmp_path, values, dt.timedelta(hours=6))
+    assert not any(f.id == "trend.W001" for _, node in runs[8:] for f in node.findings)
+
+
+def test_a_flat_line_explains_nothing():
+    noisy = [(i * 3600.0, 950.0 + (3 if i % 2 else -3)) for i in range(20)]
+    line = fit_line(noisy)
+    assert line is not None and line.fit < 0.1
+
+
+def test_unknown_counter_in_rates_is_a_config_error(tmp_path):
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.errors import HcError
+
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "f.yaml").write_text("ib:\n  rates:\n    symbol_eror: {any_increase: FAIL}\n")
+    (tmp_path / "hc.yaml").write_text("default_fabric: f\n")
+    with pytest.raises(HcError, match="symbol_eror"):
+        cfg = load_config(tmp_path / "hc.yaml")
+        cfg.validate()
+        cfg.fabric("f")
+
+
+SMI_Q = REPO / "tests/fixtures/corpus/nvidia-smi-q/h100-8gpu-driver-535.183.01.txt"
+
+
+def gpu_checked(node: str, config: Config, corrected: int) -> NodeResult:
+    """gpu.ecc on a real 8-GPU H100 capture, GPU3's corrected ECC count changed (a scenario)."""
+    from healthcheck.checks.gpu import ecc
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    real = parse_nvidia_smi_q(SMI_Q.read_text())
+    gpus = [msgspec.structs.replace(g, ecc_volatile_corrected=corrected) if g.index == 3 else g for g in real.gpus]
+    out = list(ecc(gpus=msgspec.structs.replace(real, gpus=gpus), limits=config.fabric("h100-ndr400")))
+    findings = [stamp(f, check="gpu.ecc", node=node) for f in out if isinstance(f, Finding)]
+    status = worst((f.status for f in findings), default=Status.PASS)
+    return NodeResult(node=node, fabric="h100-ndr400", status=status, findings=findings,
+                      metrics=[m for m in out if isinstance(m, Metric)],
+                      checks=[CheckResult(name="gpu.ecc", status=status, duration_s=0.01)])
+
+
+def test_corrected_ecc_rising_40_a_day_warns_days_before_its_limit(tmp_path):
+    (tmp_path / "hc.yaml").write_text("default_fabric: h100-ndr400\n")
+    from healthcheck.core.config.loader import load_config
+
+    config = load_config(tmp_path / "hc.yaml")  # ecc_volatile_corrected_max: 1000
+    first_trend = first_limit = None
+    with History(tmp_path / "h.sqlite") as history:
+        for i in range(100):  # a run every 6 hours, 10 corrected errors each: 40 a day from 300
+            at = T0 + i * dt.timedelta(hours=6)
+            node = judge_over_time(config, history, [gpu_checked(NODE, config, 300 + 10 * i)], at).nodes[0]
+            ids = {f.id for f in node.findings}
+            if "trend.W001" in ids and first_trend is None:
+                first_trend = (at, next(f for f in node.findings if f.id == "trend.W001"))
+            if "gpu.E011" in ids and first_limit is None:
+                first_limit = at
+            record(history, at, node)
+    assert first_trend is not None and first_limit is not None
+    assert first_limit - first_trend[0] >= dt.timedelta(days=1)
+    assert first_trend[1].component == "GPU3:ecc_volatile_corrected" and "40/day" in first_trend[1].message
+
+
+def test_gpu_rates_judge_what_the_fabric_sets_and_a_reset_is_said(tmp_path):
+    from healthcheck.core.config.loader import load_config
+
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "g.yaml").write_text(
+        "extends: h100-ndr400\ngpu:\n  rates:\n    ecc_volatile_corrected: {fail: {count: 100, per: hour}}\n")
+    (tmp_path / "hc.yaml").write_text("default_fabric: g\n")
+    config = load_config(tmp_path / "hc.yaml")
+    with History(tmp_path / "h.sqlite") as history:
+        first = judge_over_time(config, history, [gpu_checked(NODE, config, 10)], T0).nodes[0]
+        record(history, T0, first)
+        fast = judge_over_time(config, history, [gpu_checked(NODE, config, 510)], T0 + dt.timedelta(hours=2)).nodes[0]
+        record(history, T0 + dt.timedelta(hours=2), fast)
+        reset = judge_over_time(config, history, [gpu_checked(NODE, config, 0)], T0 + dt.timedelta(hours=3)).nodes[0]
+    assert [(f.id, f.status.value) for f in first.findings if f.check == "gpu.rates"] == [("gpu.E016", "PASS")]
+    assert [(f.id, f.status.value, f.component) for f in fast.findings if f.check == "gpu.rates"] == [
+        ("gpu.E015", "FAIL", "GPU3:ecc_volatile_corrected")]
+    assert fast.status is Status.FAIL
+    assert [(f.id, f.status.value) for f in reset.findings if f.check == "gpu.rates"] == [("gpu.E016", "PASS")]
+    assert "GPU3 ecc_volatile_corrected 510 -> 0" in (next(f for f in reset.findings if f.id == "gpu.E016").evidence
+                                                       or "")
+    assert config.fabric("h100-ndr400").gpu.rates == {}  # the shipped fabrics set no GPU rate
+
+
+def test_unknown_gpu_counter_in_rates_is_a_config_error(tmp_path):
+    from healthcheck.core.config.loader import load_config
+    from healthcheck.core.errors import HcError
+
+    (tmp_path / "fabrics").mkdir()
+    (tmp_path / "fabrics" / "f.yaml").write_text("gpu:\n  rates:\n    ecc_corected: {any_increase: WARN}\n")
+    (tmp_path / "hc.yaml").write_text("default_fabric: f\n")
+    with pytest.raises(HcError, match="ecc_corected"):
+        cfg = load_config(tmp_path / "hc.yaml")
+        cfg.validate()
+        cfg.fabric("f")
+
+
+def test_a_node_whose_counters_were_not_read_is_never_said_to_pass_the_rates(tmp_path):
+    read = checked(node="n1", symbol_error=3)
+    unread = NodeResult(node="n2", fabric="generic", status=Status.ERROR)  # ib.counters could not read it
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, read)
+        over = judge_over_time(CFG, history, [read, unread], T0 + dt.timedelta(hours=1), "quick")
+        runs = {a.name: a for a in over.analyses}
+        assert runs["ib.rates"].status is Status.PASS and runs["ib.rates"].nodes == "n1"
+        alone = judge_over_time(CFG, history, [unread], T0 + dt.timedelta(hours=1), "quick")
+    assert {a.name: a.status for a in alone.analyses} == {"ib.rates": Status.SKIP, "gpu.rates": Status.SKIP,
+                                                          "trend.counters": Status.SKIP}
+    assert alone.nodes == [unread]
