@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from healthcheck.core import catalogue
+from healthcheck.core import catalogue, xid_catalogue
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding, Limit, Metric
@@ -135,18 +135,6 @@ LEFTOVER_MEMORY = finding(
     "gpu.E071", "a GPU has memory in use with no process on it after the job",
     "Memory held with no owner is leaked in the driver: reset the GPU (nvidia-smi -r) or reboot.",
     action="reset-gpu")
-
-# One-line meanings of common Xid codes, for messages (the severity comes from config).
-XID_MEANING = {
-    8: "GPU stopped processing", 13: "graphics engine exception", 31: "GPU memory page fault",
-    32: "invalid or corrupted push buffer", 38: "driver firmware error", 43: "GPU stopped processing",
-    45: "preemptive cleanup", 48: "double-bit ECC error", 61: "micro-controller breakpoint",
-    62: "micro-controller halt", 63: "row remapping event", 64: "row remapping failure",
-    68: "video processor exception", 69: "graphics engine class error", 74: "NVLink error",
-    79: "fallen off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
-    95: "uncontained ECC error", 109: "context switch timeout", 119: "GSP RPC timeout", 120: "GSP error",
-    121: "C2C link error", 140: "unrecovered ECC error", 154: "GPU recovery action changed",
-}
 
 
 def _label(g: Gpu) -> str:
@@ -361,8 +349,8 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
             message = (f"{where}{pci} has fallen off the bus (the driver logged no Xid number: judged as Xid 79) "
                        f"{times}, {window}")
         else:
-            meaning = XID_MEANING.get(s.code, "see NVIDIA's Xid catalogue")
-            message = f"{where}{pci} logged Xid {s.code} ({meaning}) {times}, {window}"
+            message = f"{where}{pci} logged Xid {s.code} ({xid_catalogue.info(s.code).meaning}) {times}, {window}"
+        message += f"; NVIDIA's action: {xid_catalogue.ACTION_TEXT[xid_catalogue.action_of(s.code, s.first_line)]}"
         if status is Status.FAIL:
             failed.add(s.pci_bus_id)
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
@@ -377,7 +365,8 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
             continue
         seen.add(event)
         where = e.switch or e.pci_bus_id or "nvswitch"
-        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}",
+        todo = xid_catalogue.ACTION_TEXT[xid_catalogue.sxid_action(e.severity)]
+        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}; action: {todo}",
                    component=f"{where}:sxid{e.code}", value=e.code, evidence=e.line)
     yield from _fault_findings(kernel_gpu_log.faults, place, failed, window)
 
