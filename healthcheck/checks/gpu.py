@@ -96,6 +96,11 @@ GPU_RESET_REQUIRED = finding(
     "The driver met a fatal GPU or GSP error and refuses work until the GPU is reset (CUDA then reports the "
     "device busy or unavailable): read the NVRM lines before it (a GSP timeout, an Xid), reset the GPU or "
     "reboot; RMA if it recurs.", action="reset-gpu")
+XID_RECURRING = finding(
+    "gpu.E025", "the same Xid recurred on the same GPU after the node was rebooted twice or more",
+    "A fault that survives reboots is in the hardware: drain the node for hardware inspection (reseat or "
+    "replace the GPU or baseboard); put the repair on record (hc node NODE --repaired TEXT) so counting "
+    "starts again.", action="rma")
 THROTTLED = finding(
     "gpu.E030", "a GPU's clocks are held down by a hardware or thermal reason",
     "HW slowdown/power brake: check power supplies and the BMC's event log; thermal: check fans, airflow, "
@@ -301,7 +306,8 @@ def log_window(log) -> str:
 
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
-       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, catalogue.TOOL_FAILED), budget_s=5.0,
+       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, XID_RECURRING, catalogue.TOOL_FAILED),
+       budget_s=5.0,
        evidence_metrics=("xid_events", "kernel_log"))
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
@@ -336,6 +342,8 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     yield Metric("kernel_log_lines", kernel_gpu_log.source_lines)
     # what was read, for a PASS as much as a FAIL: a clean verdict names its evidence
     yield Metric("kernel_log", window)
+    if kernel_gpu_log.boot_id:  # the history counts an Xid's recurrences across boots by it
+        yield Metric("boot_id", kernel_gpu_log.boot_id)
     failed: set[str | None] = set()  # buses with a FAIL already: a crash dump adds nothing to them
     numberless = {e.pci_bus_id for e in kernel_gpu_log.xids if e.legacy}
     for s in summarize(kernel_gpu_log.xids):

@@ -26,6 +26,7 @@ from healthcheck.core.status import Status
 from healthcheck.orchestrate import remote
 from healthcheck.orchestrate.allocations import before_run
 from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+from healthcheck.orchestrate.escalate import escalate
 from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 from healthcheck.orchestrate.srun import check_over_srun
 from healthcheck.report import open_history
@@ -87,6 +88,7 @@ def run_many(config: Config, request: RunRequest,
             statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=request.command)
         except Exception as exc:
             warnings.append(f"history not read: {exc}")
+        results = _escalated(results, history, warnings)
 
     # the registered analyses of scope "fleet" (drift, outliers, flaps); each says whether it applies
     results, analyses = analyse_fleet(results, config.main.fleet, statuses, request.tier)
@@ -218,6 +220,16 @@ def _scope_of(names: Iterable[str]) -> str:
 
 def _scope(report: Report) -> str:
     return fold(n.node for n in report.nodes) or "run"
+
+
+def _escalated(results: list[NodeResult], history, warnings: list[str]) -> list[NodeResult]:
+    """The results with Xid recurrences across reboots escalated (orchestrate/escalate.py); as they
+    are, and a note saying why, where the history cannot be read."""
+    try:
+        return escalate(results, history.xid_boots, warnings)
+    except HcError as exc:
+        warnings.append(f"Xid recurrences not counted: {exc}")
+        return results
 
 
 def _history(config: Config, warnings: list[str]):

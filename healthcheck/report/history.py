@@ -29,7 +29,9 @@ from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, Metric, Report
 from healthcheck.core.status import Status
+from healthcheck.report import recurrence
 from healthcheck.report.jsonio import decode, encode
+from healthcheck.report.recurrence import Repair
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -197,6 +199,7 @@ class History:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            recurrence.create_tables(db)  # Xids by boot and repairs: additive, no version bump
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -244,6 +247,8 @@ class History:
                         "VALUES (?, ?, ?, ?, ?)",
                         ((n.node, report.started_at, run, n.status.value, n.fabric) for n in report.nodes),
                     )
+                    if run is not None:
+                        recurrence.insert_xids(db, report, run)
         except sqlite3.Error as exc:
             raise self._fail("record the run", exc) from None
 
@@ -458,6 +463,31 @@ class History:
             raise HcError(f"history {self.path}: run {run_id} is not a report hc reads: {exc}") from None
         return {(m.component, m.name): float(m.value) for n in run.nodes if n.node == node for m in n.metrics
                 if m.name in names and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)}
+
+    # ------------------------------------------------------- Xid recurrences, repairs
+
+    def record_repair(self, repair: Repair) -> None:
+        """Put a repair of a node on record: Xid recurrences are counted again from it."""
+        try:
+            db = self.db
+            with _write_transaction(db):
+                recurrence.insert_repair(db, repair)
+        except sqlite3.Error as exc:
+            raise self._fail("record the repair", exc) from None
+
+    def xid_boots(self, node: str, gpu: str, code: int) -> list[str]:
+        """The boots (ids, oldest first) in which `node`'s `gpu` reported Xid `code` since its last repair."""
+        try:
+            db = self.db
+            return recurrence.xid_boots(db, node, gpu, code, recurrence.last_repair_at(db, node))
+        except sqlite3.Error as exc:
+            raise self._fail("read Xid recurrences", exc) from None
+
+    def repairs(self, node: str, limit: int) -> list[Repair]:
+        try:
+            return recurrence.repairs_of(self.db, node, limit)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
 
     def report_json(self, run_id: str) -> bytes | None:
         """One recorded run's report as JSON, undecoded (for readers that need only part of it)."""

@@ -1,0 +1,102 @@
+"""Xid escalation across reboots, replayed from real captures.
+
+Scenario (labelled as such): the real Xid 79 capture tests/fixtures/corpus/xid-dmesg/
+xid79-with-nvswitch-sxid-20034.txt is read by gpu.xid as the kernel log of one node in
+successive boots; only the boot id (/proc/sys/kernel/random/boot_id) differs between
+them, and the clean log of a healthy boot is a real kernel line. The history is a real
+SQLite history in tmp_path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgspec
+from support import CORPUS
+
+from healthcheck.checks import gpu as g
+from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.model import Finding, Metric, NodeResult
+from healthcheck.core.stamp import stamp
+from healthcheck.core.status import Status, worst
+from healthcheck.orchestrate.escalate import escalate
+from healthcheck.orchestrate.multirun import _escalated
+from healthcheck.parsers.xid import parse_kernel_log
+from healthcheck.report.build import make_report
+from healthcheck.report.history import History
+from healthcheck.report.recurrence import Repair
+
+H100 = Config(EMBEDDED_DEFAULT).fabric("h100-ndr400")
+XID79 = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt").read_text()
+CLEAN = "[    0.000000] Linux version 6.1.0-18-amd64\n"
+T0 = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
+
+
+def node_in_boot(boot: str | None, text: str = XID79) -> NodeResult:
+    log = msgspec.structs.replace(parse_kernel_log(text), source="dmesg", source_lines=len(text.splitlines()),
+                                  boot_id=boot)
+    out = list(g.xid(kernel_gpu_log=log, gpus=None, limits=H100))
+    findings = [stamp(f, check="gpu.xid", node="gpu017") for f in out if isinstance(f, Finding)]
+    metrics = [m for m in out if isinstance(m, Metric)]
+    return NodeResult(node="gpu017", fabric="h100-ndr400", status=worst([Status.PASS, *(f.status for f in findings)]),
+                      findings=findings, metrics=metrics)
+
+
+def run(history: History, boot: str | None, hour: int, text: str = XID79) -> NodeResult:
+    """One `hc node` run of the node in `boot`: escalated from the history, then recorded."""
+    notes: list[str] = []
+    (node,) = escalate([node_in_boot(boot, text)], history.xid_boots, notes)
+    at = T0 + dt.timedelta(hours=hour)
+    history.record(make_report(command="node", tier="quick", config_digest="d", config_path="c", started=at,
+                               finished=at, nodes=[node]))
+    return node
+
+
+def recurring(node: NodeResult) -> list[Finding]:
+    return [f for f in node.findings if f.id == "gpu.E025"]
+
+
+def boot(n: int) -> str:
+    return f"{n:08x}-706b-4a39-af73-980b0a22eb84"
+
+
+def test_two_recurrences_after_reboots_escalate_to_hardware_inspection(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        assert not recurring(run(history, boot(1), 0))
+        assert not recurring(run(history, boot(1), 1))  # the same boot's log again: no recurrence
+        assert not recurring(run(history, boot(2), 2))  # one recurrence after a reboot: not yet
+        third = run(history, boot(3), 3)
+    (f,) = recurring(third)
+    assert f.status is Status.FAIL and f.suggested_action == "rma" and f.value == 2
+    assert "3 boots" in f.message and "hardware inspection" in f.message and "reboot the node" in f.message
+    assert third.status is Status.FAIL and f.check == "gpu.xid" and f.node == "gpu017"
+
+
+def test_a_clean_boot_between_does_not_count_and_a_repair_restarts_the_count(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        run(history, boot(1), 0)
+        run(history, boot(2), 1, CLEAN)
+        assert not recurring(run(history, boot(3), 2))
+        history.record_repair(Repair("gpu017", "2026-11-20T02:30:00.000Z", "reseated GPU 0000:91:00.0", "ops"))
+        assert not recurring(run(history, boot(4), 3))
+        assert not recurring(run(history, boot(5), 4))  # one recurrence since the repair
+        assert recurring(run(history, boot(6), 5))
+
+
+def test_no_boot_id_counts_nothing_and_says_so(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        for hour in range(3):  # three runs whose boot id was not read: none is a boot of its own
+            run(history, None, hour)
+        notes: list[str] = []
+        (node,) = escalate([node_in_boot(None)], history.xid_boots, notes)
+        assert not recurring(node) and notes and "boot id not read" in notes[0]
+        assert not recurring(run(history, boot(1), 4))  # nor were they counted as boots once one is known
+
+
+def test_an_unreadable_history_escalates_nothing_and_says_why(tmp_path) -> None:
+    bad = tmp_path / "h.db"
+    bad.write_bytes(b"not a database" * 100)
+    notes: list[str] = []
+    node = node_in_boot(boot(1))
+    (out,) = _escalated([node], History(bad), notes)
+    assert out == node and notes and "Xid recurrences not counted" in notes[0]
