@@ -1,7 +1,10 @@
 """Xid escalation: the same Xid on the same GPU in three boots (two recurrences after a
 reboot, counted since the node's last repair) is a hardware fault, whatever NVIDIA's
 action for one occurrence is: gpu.E025 FAILs the node for hardware inspection, and its
-message names the boots.
+message names the boots. It stays until a repair is put on record (`hc node NODE
+--repaired TEXT`): a reboot clears the kernel log, not the fault, so a clean log after
+one is no reason to resume the node; after a repair the count starts again, and the next
+passing run resumes the node as the drain etiquette allows.
 
 Read from the run history before the run is recorded; where the history cannot be read,
 or the node's boot id was not, nothing is escalated and a note says why (never a PASS
@@ -21,37 +24,57 @@ from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.report.recurrence import boot_of, xid_keys
 
+CHECK = "gpu.xid"
 RECURRENCES = 2  # recurrences after a reboot before the action becomes hardware inspection
 
-BootsOf = Callable[[str, str, int], list[str]]  # (node, gpu, code) -> boots since the last repair
+# node -> (GPU, code) -> the boots it was reported in since the node's last repair, oldest first
+BootsOf = Callable[[str], dict[tuple[str, int], list[str]]]
 
 
 def escalate(results: list[NodeResult], boots_of: BootsOf, notes: list[str]) -> list[NodeResult]:
     """The nodes, in order, with gpu.E025 added where an Xid recurred after RECURRENCES reboots."""
     out = []
     for node in results:
-        keys = sorted(set(xid_keys(node)))
-        boot = boot_of(node)
-        if keys and boot is None:
-            notes.append(f"{node.node}: boot id not read: Xid recurrences across reboots not counted")
-        found = [f for gpu, code in keys if boot is not None
-                 for f in [_recurring(node.node, gpu, code, boot, boots_of(node.node, gpu, code))] if f]
-        if found:
-            node = msgspec.structs.replace(node, findings=[*node.findings, *found],
+        found = _escalations(node, boots_of, notes)
+        if found:  # gpu.xid's own row says it too: the table and the drain policy read it
+            checks = [msgspec.structs.replace(c, status=worst((c.status, Status.FAIL))) if c.name == CHECK else c
+                      for c in node.checks]
+            node = msgspec.structs.replace(node, findings=[*node.findings, *found], checks=checks,
                                            status=worst((node.status, *(f.status for f in found))))
         out.append(node)
     return out
 
 
-def _recurring(node: str, gpu: str, code: int, boot: str, earlier: list[str]) -> Finding | None:
-    boots = [b for b in earlier if b != boot] + [boot]  # this run's boot last: the newest
+def _escalations(node: NodeResult, boots_of: BootsOf, notes: list[str]) -> list[Finding]:
+    judged = {c.name: c.status for c in node.checks}.get(CHECK)
+    if judged not in (Status.PASS, Status.WARN, Status.FAIL):
+        return []  # gpu.xid did not judge the node (not run, skipped, ERROR): neither does its escalation
+    now = set(xid_keys(node))
+    boot = boot_of(node)
+    if now and boot is None:
+        notes.append(f"{node.node}: boot id not read: this run's Xids are not counted as a boot")
+    seen = boots_of(node.node)
+    found = []
+    for key in sorted(set(seen) | now):
+        boots = list(seen.get(key, []))
+        if key in now and boot is not None and boot not in boots:
+            boots.append(boot)
+        finding = _recurring(node.node, key, boots, logged_now=key in now)
+        if finding is not None:
+            found.append(finding)
+    return found
+
+
+def _recurring(node: str, key: tuple[str, int], boots: list[str], *, logged_now: bool) -> Finding | None:
+    gpu, code = key
     recurrences = len(boots) - 1
     if recurrences < RECURRENCES:
         return None
     was = xid_catalogue.ACTION_TEXT[xid_catalogue.action_of(code)]
+    still = "" if logged_now else "; not logged since the last reboot, but no repair is on record"
     message = (f"{gpu} logged Xid {code} ({xid_catalogue.info(code).meaning}) in {len(boots)} boots since its last "
-               f"repair on record ({recurrences} recurrences after a reboot; boots {', '.join(b[:8] for b in boots)}): "
-               f"NVIDIA's action for one ({was}) has not cleared it: "
+               f"repair on record ({recurrences} recurrences after a reboot; boots "
+               f"{', '.join(b[:8] for b in boots)}){still}: NVIDIA's action for one ({was}) has not cleared it: "
                f"{xid_catalogue.ACTION_TEXT[xid_catalogue.INSPECT]}")
     finding = XID_RECURRING(Status.FAIL, message, component=f"{gpu}:xid{code}:recurring", value=recurrences)
-    return stamp(finding, check="gpu.xid", node=node)
+    return stamp(finding, check=CHECK, node=node)

@@ -475,11 +475,11 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("record the repair", exc) from None
 
-    def xid_boots(self, node: str, gpu: str, code: int) -> list[str]:
-        """The boots (ids, oldest first) in which `node`'s `gpu` reported Xid `code` since its last repair."""
+    def xid_boots(self, node: str) -> dict[tuple[str, int], list[str]]:
+        """(GPU, Xid code) -> the boots (ids, oldest first) in which `node` reported it since its last repair."""
         try:
             db = self.db
-            return recurrence.xid_boots(db, node, gpu, code, recurrence.last_repair_at(db, node))
+            return recurrence.xid_boots(db, node, recurrence.last_repair_at(db, node))
         except sqlite3.Error as exc:
             raise self._fail("read Xid recurrences", exc) from None
 

@@ -91,12 +91,17 @@ def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     return row[0] or "" if row else ""
 
 
-def xid_boots(db: sqlite3.Connection, node: str, gpu: str, code: int, since: str, limit: int = 64) -> list[str]:
-    """The distinct boots in which `node`'s `gpu` reported Xid `code` in runs after `since`, oldest first."""
+def xid_boots(db: sqlite3.Connection, node: str, since: str, limit: int = 512) -> dict[tuple[str, int], list[str]]:
+    """(GPU, code) -> the distinct boots, oldest first, in which `node` reported that Xid in runs after
+    `since` (the last repair), from its newest `limit` rows."""
     rows = db.execute(
-        "SELECT boot_id, min(started_at) AS first FROM node_xids WHERE node = ? AND gpu = ? AND code = ? "
-        "AND started_at > ? GROUP BY boot_id ORDER BY first LIMIT ?", (node, gpu, code, since, limit)).fetchall()
-    return [boot for boot, _ in rows]
+        "SELECT gpu, code, boot_id, min(started_at) AS first FROM (SELECT * FROM node_xids WHERE node = ? "
+        "AND started_at > ? ORDER BY started_at DESC LIMIT ?) GROUP BY gpu, code, boot_id ORDER BY first",
+        (node, since, limit)).fetchall()
+    out: dict[tuple[str, int], list[str]] = {}
+    for gpu, code, boot, _ in rows:
+        out.setdefault((gpu, code), []).append(boot)
+    return out
 
 
 def repairs_of(db: sqlite3.Connection, node: str, limit: int) -> list[Repair]:

@@ -14,9 +14,12 @@ import datetime as dt
 import msgspec
 from support import CORPUS
 
+from healthcheck.actions.policy import decide
+from healthcheck.actions.slurm import SlurmNode
 from healthcheck.checks import gpu as g
+from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.model import Finding, Metric, NodeResult
+from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.orchestrate.escalate import escalate
@@ -29,6 +32,7 @@ from healthcheck.report.recurrence import Repair
 H100 = Config(EMBEDDED_DEFAULT).fabric("h100-ndr400")
 XID79 = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt").read_text()
 CLEAN = "[    0.000000] Linux version 6.1.0-18-amd64\n"
+POLICY = DrainPolicy(max_drain_fraction=0.3)
 T0 = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
 
 
@@ -38,8 +42,9 @@ def node_in_boot(boot: str | None, text: str = XID79) -> NodeResult:
     out = list(g.xid(kernel_gpu_log=log, gpus=None, limits=H100))
     findings = [stamp(f, check="gpu.xid", node="gpu017") for f in out if isinstance(f, Finding)]
     metrics = [m for m in out if isinstance(m, Metric)]
-    return NodeResult(node="gpu017", fabric="h100-ndr400", status=worst([Status.PASS, *(f.status for f in findings)]),
-                      findings=findings, metrics=metrics)
+    status = worst([Status.PASS, *(f.status for f in findings)])
+    return NodeResult(node="gpu017", fabric="h100-ndr400", status=status, findings=findings, metrics=metrics,
+                      checks=[CheckResult("gpu.xid", status, 0.1)])
 
 
 def run(history: History, boot: str | None, hour: int, text: str = XID79) -> NodeResult:
@@ -100,3 +105,36 @@ def test_an_unreadable_history_escalates_nothing_and_says_why(tmp_path) -> None:
     node = node_in_boot(boot(1))
     (out,) = _escalated([node], History(bad), notes)
     assert out == node and notes and "Xid recurrences not counted" in notes[0]
+
+
+def test_the_escalation_stays_until_a_repair_then_a_passing_run_resumes(tmp_path) -> None:
+    states = {f"n{i}": SlurmNode(f"n{i}", "idle") for i in range(9)}
+    with History(tmp_path / "h.db") as history:
+        for n in range(3):
+            escalated = run(history, boot(n), n)
+        plan = decide([escalated], {**states, "gpu017": SlurmNode("gpu017", "idle")}, POLICY, cluster_size=10, resume=True)
+        reason = next(iter(plan.drain))
+        assert "gpu.E025" in reason and plan.drain[reason] == ["gpu017"]
+        drained = {**states, "gpu017": SlurmNode("gpu017", "drained", reason, "2026-11-20T02:10:00")}
+        rebooted = {"gpu017": (T0 + dt.timedelta(hours=3, minutes=50)).timestamp()}  # for the repair
+        # rebooted, not repaired: the log is clean, the fault is not: still FAILs, stays drained
+        clean = run(history, boot(3), 3, CLEAN)
+        assert [f.status for f in recurring(clean)] == [Status.FAIL] and "no repair is on record" in \
+            recurring(clean)[0].message
+        assert {c.name: c.status for c in clean.checks}["gpu.xid"] is Status.FAIL
+        assert decide([clean], drained, POLICY, cluster_size=10, resume=True, boot_times=rebooted).resume == []
+        history.record_repair(Repair("gpu017", "2026-11-20T03:30:00.000Z", "replaced the GPU", "ops"))
+        repaired = run(history, boot(4), 4, CLEAN)
+        assert not recurring(repaired) and repaired.status is Status.PASS
+        back = decide([repaired], drained, POLICY, cluster_size=10, resume=True, boot_times=rebooted)
+        assert back.resume == ["gpu017"], (back.keep, back.stays_drained)
+
+
+def test_no_escalation_where_gpu_xid_did_not_judge_the_node(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        for n in range(3):
+            run(history, boot(n), n)
+        node = node_in_boot(boot(9), CLEAN)
+        errored = msgspec.structs.replace(node, status=Status.ERROR, checks=[CheckResult("gpu.xid", Status.ERROR, 0.1)])
+        (out,) = escalate([errored], history.xid_boots, [])
+        assert not recurring(out) and out.status is Status.ERROR  # never a FAIL made of an ERROR
