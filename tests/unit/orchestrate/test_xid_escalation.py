@@ -17,8 +17,8 @@ from support import CORPUS
 from healthcheck.actions.policy import decide
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.checks import gpu as g
-from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
