@@ -17,7 +17,7 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -568,6 +568,7 @@ class HistoryListing:
     recorded: bool  # whether the history file exists yet
     runs: list[RunInfo]
     node_runs: list[NodeRun]
+    repairs: list[Repair] = field(default_factory=list)  # the node's repairs on record, newest first
 
 
 def history_listing(settings: HistorySettings, node: str | None, command: str | None, limit: int) -> HistoryListing:
@@ -577,14 +578,19 @@ def history_listing(settings: HistorySettings, node: str | None, command: str | 
         return HistoryListing(history.path, node, False, [], [])
     with history:
         if node is not None:
-            return HistoryListing(history.path, node, True, [], history.node_runs(node, limit, command))
+            return HistoryListing(history.path, node, True, [], history.node_runs(node, limit, command),
+                                  history.repairs(node, limit))
         return HistoryListing(history.path, None, True, history.runs(limit, command), [])
 
 
 def history_json(listing: HistoryListing) -> list[dict[str, Any]]:
     """`hc report history --format json`: one object per run (or per node result), newest first."""
 
-    return [asdict(i) for i in (listing.node_runs if listing.node is not None else listing.runs)]
+    if listing.node is not None:  # the node's results and its repairs, newest first
+        return [row for _, row in sorted(
+            [(i.started_at, asdict(i)) for i in listing.node_runs]
+            + [(r.at, recurrence.repair_entry(r)) for r in listing.repairs], key=lambda kv: kv[0], reverse=True)]
+    return [asdict(i) for i in listing.runs]
 
 
 def history_table(listing: HistoryListing) -> str:
@@ -594,15 +600,27 @@ def history_table(listing: HistoryListing) -> str:
     if not listing.recorded:
         return f"no runs recorded yet in {listing.path}"
     if listing.node is not None:
-        rows: list[list[object]] = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]
-                                    for i in listing.node_runs]
-        return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"],
-                        tablefmt="simple") if rows else f"no runs of {listing.node} recorded"
+        return _node_table(listing)
     rows = [[r.started_at, r.status, r.command, r.tier, r.node_count,
              ", ".join(f"{n} {s}" for s, n in r.summary.items() if n) or "-", r.host, r.run_id]
             for r in listing.runs]
     return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "NODES", "COUNTS", "HOST", "RUN"],
                     tablefmt="simple") if rows else "no runs recorded"
+
+
+def _node_table(listing: HistoryListing) -> str:
+    """One node's results with its repairs among them (newest first), then its mean time between failures."""
+    from tabulate import tabulate
+
+    rows: list[tuple[str, list[object]]] = [
+        (i.started_at, [i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]) for i in listing.node_runs]
+    rows += [(r.at, [r.at, "REPAIR", f"by {r.by}", "", "", r.text]) for r in listing.repairs]
+    if not rows:
+        return f"no runs of {listing.node} recorded"
+    table = tabulate([row for _, row in sorted(rows, key=lambda kv: kv[0], reverse=True)],
+                     headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"], tablefmt="simple",
+                     maxcolwidths=[None, None, None, None, None, 60])
+    return f"{table}\n{recurrence.mtbf_line([(i.started_at, i.status) for i in listing.node_runs])}"
 
 
 def record_run(report: Report, settings: HistorySettings) -> str | None:

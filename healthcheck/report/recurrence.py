@@ -10,9 +10,11 @@ recurrence after a reboot; counts start again after the node's last repair.
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from healthcheck.core.model import NodeResult, Report
 from healthcheck.core.status import Status
@@ -109,3 +111,37 @@ def repairs_of(db: sqlite3.Connection, node: str, limit: int) -> list[Repair]:
     rows = db.execute("SELECT node, at, text, by FROM repairs WHERE node = ? ORDER BY at DESC, id DESC LIMIT ?",
                       (node, max(limit, 0))).fetchall()
     return [Repair(*row) for row in rows]
+
+
+def repair_entry(repair: Repair) -> dict[str, Any]:
+    """A repair as `hc report history --node N --format json` lists it among the node's results."""
+    return {"started_at": repair.at, "status": "REPAIR", "command": "repair", "text": repair.text, "by": repair.by}
+
+
+def failure_onsets(results: Sequence[tuple[str, str]]) -> list[str]:
+    """When each failure began (oldest first) among (started_at, status) results: a FAIL whose
+    result before it did not FAIL."""
+    onsets, before = [], None
+    for started_at, status in sorted(results):
+        if status == Status.FAIL.value and before != Status.FAIL.value:
+            onsets.append(started_at)
+        before = status
+    return onsets
+
+
+def _when(stamp: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def mtbf_line(results: Sequence[tuple[str, str]]) -> str:
+    """"mean time between failures: 1.5 days (3 failures, ...)", or why there is none, over the results listed."""
+    onsets = [t for t in (_when(s) for s in failure_onsets(results)) if t is not None]
+    if len(onsets) < 2:
+        return f"mean time between failures: not known ({len(onsets)} failure(s) in the runs listed; 2 needed)"
+    mean = (onsets[-1] - onsets[0]).total_seconds() / (len(onsets) - 1)
+    shown = f"{mean / 86400:.1f} days" if mean >= 86400 else f"{mean / 3600:.1f} hours"
+    return (f"mean time between failures: {shown} ({len(onsets)} failures from {onsets[0]:%Y-%m-%d %H:%M} "
+            f"to {onsets[-1]:%Y-%m-%d %H:%M} UTC, in the runs listed)")
