@@ -19,9 +19,13 @@ import msgspec
 
 from healthcheck.checks.gpu import XID_RECURRING
 from healthcheck.core import xid_catalogue
-from healthcheck.core.model import Finding, NodeResult
+from healthcheck.core.config.schema import HistorySettings
+from healthcheck.core.errors import HcError
+from healthcheck.core.model import Finding, NodeResult, Report
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
+from healthcheck.report.build import with_nodes
+from healthcheck.report.history import History
 from healthcheck.report.recurrence import boot_of, xid_keys
 
 CHECK = "gpu.xid"
@@ -78,3 +82,18 @@ def _recurring(node: str, key: tuple[str, int], boots: list[str], *, logged_now:
                f"{xid_catalogue.ACTION_TEXT[xid_catalogue.INSPECT]}")
     finding = XID_RECURRING(Status.FAIL, message, component=f"{gpu}:xid{code}:recurring", value=recurrences)
     return stamp(finding, check=CHECK, node=node)
+
+
+def escalated_report(report: Report, settings: HistorySettings, notes: list[str]) -> Report:
+    """A hook's report with its node's Xid recurrences escalated from the configured history
+    (none kept, none yet, or unreadable: the report as it is, and a note where it could not be read)."""
+    history = History.from_settings(settings)
+    if history is None or not history.path.exists():
+        return report
+    try:
+        with history:
+            nodes = escalate(list(report.nodes), history.xid_boots, notes)
+    except HcError as exc:
+        notes.append(f"Xid recurrences not counted: {exc}")
+        return report
+    return with_nodes(report, nodes) if nodes != list(report.nodes) else report

@@ -202,6 +202,18 @@ def make_report(
     return with_run_finding(report, empty) if empty is not None else report
 
 
+def with_nodes(report: Report, nodes: list[NodeResult]) -> Report:
+    """The report with its node results replaced by `nodes` (the same nodes, judged again: an
+    escalation added), its status, counts and summary made from them as make_report makes them."""
+    summary: dict[str, int] = {s.value: 0 for s in Status}
+    for node in nodes:
+        summary[node.status.value] += 1
+    rows = [*group_findings(nodes, groups=report.groups), *(_run_row(f) for f in report.run_findings)]
+    return msgspec.structs.replace(report, nodes=sorted(nodes, key=lambda n: natural_key(n.node)), summary=summary,
+                                   findings_summary=rows,
+                                   status=worst((report.status, *(n.status for n in nodes))))
+
+
 def with_groups(report: Report, groups: Iterable[GroupResult]) -> Report:
     """The report with more run-level results (pairs, groups, jobs): listed, their findings
     folded into the summary, and the run's status at least as bad as theirs."""

@@ -18,11 +18,11 @@ from healthcheck.actions.policy import decide
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.config.schema import DrainPolicy
+from healthcheck.core.config.schema import DrainPolicy, HistorySettings
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
-from healthcheck.orchestrate.escalate import escalate
+from healthcheck.orchestrate.escalate import escalate, escalated_report
 from healthcheck.orchestrate.multirun import _escalated
 from healthcheck.parsers.xid import parse_kernel_log
 from healthcheck.report.build import make_report
@@ -138,3 +138,21 @@ def test_no_escalation_where_gpu_xid_did_not_judge_the_node(tmp_path) -> None:
         errored = msgspec.structs.replace(node, status=Status.ERROR, checks=[CheckResult("gpu.xid", Status.ERROR, 0.1)])
         (out,) = escalate([errored], history.xid_boots, [])
         assert not recurring(out) and out.status is Status.ERROR  # never a FAIL made of an ERROR
+
+
+def test_a_health_runs_report_is_escalated_from_the_configured_history(tmp_path) -> None:
+    settings = HistorySettings(path=str(tmp_path / "h.db"))
+    at = T0 + dt.timedelta(hours=5)
+    report = make_report(command="health", tier="quick", config_digest="d", config_path="c", started=at, finished=at,
+                         nodes=[node_in_boot(boot(3), CLEAN)])
+    notes: list[str] = []
+    assert escalated_report(report, settings, notes) == report and not notes  # no history yet: as it is
+    with History(tmp_path / "h.db") as history:
+        for n in range(3):
+            run(history, boot(n), n)
+    out = escalated_report(report, settings, notes)
+    assert out.status is Status.FAIL and report.status is Status.PASS
+    assert out.summary["FAIL"] == 1 and out.summary["PASS"] == 0
+    assert any(row["id"] == "gpu.E025" for row in out.findings_summary) and not notes
+    (tmp_path / "h.db").write_bytes(b"not a database" * 100)
+    assert escalated_report(report, settings, notes) == report and "Xid recurrences not counted" in notes[0]
