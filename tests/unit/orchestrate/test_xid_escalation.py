@@ -156,3 +156,12 @@ def test_a_health_runs_report_is_escalated_from_the_configured_history(tmp_path)
     assert any(row["id"] == "gpu.E025" for row in out.findings_summary) and not notes
     (tmp_path / "h.db").write_bytes(b"not a database" * 100)
     assert escalated_report(report, settings, notes) == report and "Xid recurrences not counted" in notes[0]
+
+
+def test_pruned_runs_take_their_xid_rows_with_them(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        for n in range(3):
+            run(history, boot(n), n)
+        assert len(history.xid_boots("gpu017")[("0000:91:00.0", 79)]) == 3
+        history.prune(1)
+        assert history.xid_boots("gpu017")[("0000:91:00.0", 79)] == [boot(2)]
