@@ -359,6 +359,7 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
         else:
             message = f"{where}{pci} logged Xid {s.code} ({xid_catalogue.info(s.code).meaning}) {times}, {window}"
         message += f"; NVIDIA's action: {xid_catalogue.ACTION_TEXT[xid_catalogue.action_of(s.code, s.first_line)]}"
+        message += _nvlink_registers(s.code, s.first_line)
         if status is Status.FAIL:
             failed.add(s.pci_bus_id)
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
@@ -377,6 +378,15 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
         yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}; action: {todo}",
                    component=f"{where}:sxid{e.code}", value=e.code, evidence=e.line)
     yield from _fault_findings(kernel_gpu_log.faults, place, failed, window)
+
+
+def _nvlink_registers(code: int, line: str) -> str:
+    """An Xid 74's NVLink register bits as NVIDIA's workflow reads them ('' for any other Xid, or none printed)."""
+    bits = xid_catalogue.xid74_bits(line) if code == 74 else None
+    if bits is None:
+        return ""
+    said = "; ".join(bits.meanings[:8]) + (f"; and {len(bits.meanings) - 8} more" if len(bits.meanings) > 8 else "")
+    return f" (the first event's link {bits.link} error registers: {said or 'no bit set'})"
 
 
 def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str | None, str, str]],

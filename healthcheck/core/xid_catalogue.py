@@ -12,7 +12,10 @@ wants) is read by `action_of`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from healthcheck.core.lazyre import lazy_compile
 
 # NVIDIA's Xid catalogue (Ampere and newer), "Resolution Bucket (Immediate Action)" column;
 # also listed in docs/findings.md by the docs generator
@@ -81,13 +84,80 @@ _RECOVERY_WORDS = (("drain and reset", RESET_GPU), ("node reboot", REBOOT), ("gp
                    ("none", NONE))
 
 
+# Xid 74 on Hopper: "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+# seven error registers of which the first, third, fourth and fifth are valid; what each bit means
+# and what to do is NVIDIA's WORKFLOW_NVLINK_ERR in the Xid catalogue (SOURCE_URL), as groups of
+# (register number from 1, bits, what it means, the action it asks for: None where it asks none
+# of its own). A bit no group names is to be reported to NVIDIA, as the workflow says.
+_XID74 = lazy_compile(r"[Ll]ink (?P<link>\d{1,3}) ?\((?P<words>0x[0-9A-Fa-f]{1,16}(?:, ?0x[0-9A-Fa-f]{1,16}){0,15})\)",
+                      re.ASCII)
+ECC_PARITY = "likely an ECC/parity hardware fault (inspect the link if seen more than twice on it)"
+SECONDARY = "a secondary error (follow the other Xids/SXids logged with it)"
+XID74_BITS: tuple[tuple[int, frozenset[int], str, str | None], ...] = (
+    (1, frozenset({0, 23, 30}), "can be ignored", NONE),
+    (1, frozenset({1, 20}), SECONDARY, None),
+    (1, frozenset({4, 5}), ECC_PARITY, RESET_GPU),
+    (1, frozenset({8, 9, 12, 16, 17, 24, 28}), "possibly hardware: check the link's mechanical connections, "
+     "reseat, run field diagnostics", INSPECT),
+    (1, frozenset({21, 22}), "marginal channel signal integrity: check the link's mechanical connections, "
+     "run field diagnostics", INSPECT),
+    (1, frozenset({27, 29}), "report to NVIDIA if seen repeatedly", RESET_GPU),
+    (3, frozenset({0, 1, 2, 6}), ECC_PARITY, RESET_GPU),
+    (3, frozenset({13}), "not expected in production: report to NVIDIA", RESET_GPU),
+    (3, frozenset({16, 19}), "run field diagnostics if seen repeatedly", RESET_GPU),
+    (3, frozenset({17, 18}), "report to NVIDIA if seen repeatedly", RESET_GPU),
+    (4, frozenset({16, 17}), SECONDARY, None),
+    (4, frozenset({18}), SECONDARY + "; the fabric needs a reset", RESET_GPU),
+    (5, frozenset({18, 19, 21, 22, 24, 25, 27, 28}), ECC_PARITY, RESET_GPU),
+    (5, frozenset({20, 23, 26, 29}), "an ECC error threshold was exceeded, with no uncorrectable error: "
+     "operation can continue", NONE),
+)
+_VALID_REGISTERS = (1, 3, 4, 5)
+
+
+@dataclass(frozen=True)
+class NvlinkBits:
+    """What an Xid 74's register bits say: per set bit, its meaning; the action they ask for."""
+
+    link: int
+    meanings: list[str]  # "reg3 bit 16: run field diagnostics if seen repeatedly"
+    action: str | None  # the strongest action a bit asks for; None: none asks one of its own
+
+
+def xid74_bits(message: str) -> NvlinkBits | None:
+    """The Hopper NVLink error registers of an Xid 74 message decoded; None where it prints none."""
+    m = _XID74.search(message[-400:])
+    if not m:
+        return None
+    words = [int(w, 16) for w in m.group("words").replace(" ", "").split(",")]
+    meanings: list[str] = []
+    asked: list[str] = []
+    for register in _VALID_REGISTERS:
+        value = words[register - 1] if register <= len(words) else 0
+        for bit in range(64):
+            if not value >> bit & 1:
+                continue
+            group = next((g for g in XID74_BITS if g[0] == register and bit in g[1]), None)
+            meaning, action = (group[2], group[3]) if group else ("not in NVIDIA's workflow: report it", RESET_GPU)
+            meanings.append(f"reg{register} bit {bit}: {meaning}")
+            if action is not None:
+                asked.append(action)
+    strongest = max(asked, key=ACTIONS.index) if asked else None
+    return NvlinkBits(int(m.group("link")), meanings, strongest)
+
+
 def info(code: int) -> XidInfo:
     """The catalogue's row for `code`; an unknown code's meaning points at NVIDIA's catalogue."""
     return XIDS.get(code) or XidInfo(code, UNKNOWN.meaning, UNKNOWN.action)
 
 
 def action_of(code: int, message: str = "") -> str:
-    """The action for one Xid: the catalogue's, or for Xid 154 the one its message names."""
+    """The action for one Xid: the catalogue's, for Xid 154 the one its message names, for Xid 74
+    the strongest its NVLink register bits ask for (where the message prints them)."""
+    if code == 74:
+        bits = xid74_bits(message)
+        if bits is not None and bits.action is not None:
+            return bits.action
     if code == 154:
         tail = message.lower()[-200:].rpartition(" to ")[2]
         for words, action in _RECOVERY_WORDS:

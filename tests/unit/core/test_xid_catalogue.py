@@ -53,3 +53,36 @@ def test_checks_list_shows_the_xid_catalogue() -> None:
     assert rows[48]["source"] == xc.SOURCE_URL
     text = catalogue_table("quick")
     assert "XID" in text and "fallen off the bus" in text and xc.SOURCE_URL in text
+
+
+# Xid 74's wording as NVIDIA's catalogue prints it, the register words constructed for each case
+# (no real capture with these bits is in tests/fixtures): the bits decide the action
+def xid74(*words: int) -> str:
+    regs = ", ".join(hex(w) for w in [*words, *[0] * (7 - len(words))])
+    return f"NVRM: Xid (PCI:0000:19:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 14({regs})"
+
+
+def test_xid74_register_bits_are_decoded_and_decide_the_action() -> None:
+    reseat = xc.xid74_bits(xid74(1 << 16))
+    assert reseat is not None and reseat.link == 14 and reseat.action == xc.INSPECT
+    assert reseat.meanings == ["reg1 bit 16: possibly hardware: check the link's mechanical connections, reseat, "
+                               "run field diagnostics"]
+    assert xc.action_of(74, xid74(0, 0, 0, 0, 1 << 20)) == xc.NONE  # an ECC threshold, no uncorrectable error
+    assert xc.action_of(74, xid74(0, 0, 1 << 16)) == xc.RESET_GPU
+    assert xc.action_of(74, xid74(1 << 21, 0, 0, 0, 1 << 20)) == xc.INSPECT  # the strongest asked wins
+    secondary = xc.xid74_bits(xid74(0, 0, 0, 1 << 16))
+    assert secondary is not None and secondary.action is None and xc.action_of(74, xid74(0, 0, 0, 1 << 16)) == \
+        xc.RESET_GPU  # a secondary error asks nothing of its own: the catalogue's action
+    unknown = xc.xid74_bits(xid74(1 << 2))
+    assert unknown is not None and "not in NVIDIA's workflow" in unknown.meanings[0]
+    assert xc.xid74_bits(xid74(1 << 5, 1 << 7)).meanings == [f"reg1 bit 5: {xc.ECC_PARITY}"]  # reg2 is not valid
+    assert xc.xid74_bits("NVRM: Xid (PCI:0000:19:00): 74, NVLink: fatal error detected on link 3") is None
+
+
+def test_an_xid74_finding_names_its_register_bits() -> None:
+    text = f"[  100.000000] {xid74(1 << 21)}\n"
+    log = msgspec.structs.replace(parse_kernel_log(text), source="dmesg", source_lines=1)
+    (f,) = [f for f in g.xid(kernel_gpu_log=log, gpus=None, limits=H100) if isinstance(f, Finding)]
+    assert "link 14 error registers: reg1 bit 21: marginal channel signal integrity" in f.message
+    assert "NVIDIA's action: drain the node for hardware inspection" in f.message
+    assert xc.action_of(74, "x" * 100_000 + xid74(1 << 16)) == xc.INSPECT  # a long line is read at its end only
