@@ -13,7 +13,8 @@ wants) is read by `action_of`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from healthcheck.core.lazyre import lazy_compile
 
@@ -38,8 +39,7 @@ ACTION_TEXT = {
 }
 
 
-@dataclass(frozen=True)
-class XidInfo:
+class XidInfo(msgspec.Struct, frozen=True):  # a Struct, not a dataclass: a prologue imports no dataclasses
     code: int
     meaning: str
     action: str  # one of ACTIONS
@@ -115,8 +115,7 @@ XID74_BITS: tuple[tuple[int, frozenset[int], str, str | None], ...] = (
 _VALID_REGISTERS = (1, 3, 4, 5)
 
 
-@dataclass(frozen=True)
-class NvlinkBits:
+class NvlinkBits(msgspec.Struct, frozen=True):
     """What an Xid 74's register bits say: per set bit, its meaning; the action they ask for."""
 
     link: int
