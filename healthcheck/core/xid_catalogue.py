@@ -1,13 +1,14 @@
 """What each Xid and SXid hc knows means, and what NVIDIA recommends doing about it.
 
-One row per code: NVIDIA's short meaning and the immediate action of its resolution
-bucket, in hc's words (RESTART_APP -> restart-app, RESET_GPU -> reset-gpu, RESTART_BM ->
-reboot, CONTACT_SUPPORT or a hardware fault -> inspect-hardware, IGNORE -> none). The
-severity a code gets on a node is the fabric's (gpu.xid.severity); this table says what an
-operator does about it, in the finding and in `hc checks list`.
+One row per code, as NVIDIA's Xid catalogue (SOURCE_URL) lists it: the mnemonic, the
+description, and the bucket in its "Resolution Bucket (Immediate Action)" column, verbatim.
+BUCKET_ACTIONS turns each bucket into hc's words for the action (restart-app, reset-gpu,
+reboot, inspect-hardware, none). The severity a code gets on a node is the fabric's
+(gpu.xid.severity); this table says what an operator does about it, in the finding and in
+`hc checks list`.
 
 An Xid whose action depends on its message (154 names the recovery action the driver
-wants) is read by `action_of`.
+wants; 74 prints the NVLink error registers that decide it) is read by `action_of`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import msgspec
 
 from healthcheck.core.lazyre import lazy_compile
 
-# NVIDIA's Xid catalogue (Ampere and newer), "Resolution Bucket (Immediate Action)" column;
-# also listed in docs/findings.md by the docs generator
+# NVIDIA's Xid catalogue (Ampere and newer): the "Xids" sheet's Code, Mnemonic, Description and
+# "Resolution Bucket (Immediate Action)" columns; also listed in docs/findings.md by the docs generator
 SOURCE_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 # hc's names for NVIDIA's resolution buckets, mildest first
@@ -38,39 +39,86 @@ ACTION_TEXT = {
     INSPECT: "drain the node for hardware inspection",
 }
 
+# NVIDIA's immediate-action buckets (the catalogue's "Fault Resolution Buckets" / Guidance Class
+# sheet) in hc's words, for every bucket a row below uses. The plain ones map one to one; a
+# WORKFLOW_* bucket is a procedure, and hc takes the action that procedure ends in:
+BUCKET_ACTIONS = {
+    "RESTART_APP": RESTART_APP,  # "the application should be restarted"
+    "RESET_GPU": RESET_GPU,
+    "RESTART_BM": REBOOT,  # "restart bare metal, system should be restarted"
+    "IGNORE": NONE,  # "no action required"
+    "CONTACT_SUPPORT": INSPECT,  # "contact your support organization": hc drains the node for that
+    # Xid 45: "Solo: RESTART_FM; Not Solo: IGNORE (follow guidance in other Xid)". Xid 45 is the
+    # cleanup after an earlier error (its description), so hc follows the other Xid and asks none
+    "WORKFLOW_XID_45": NONE,
+    # Xid 48: "Solo: RESET_GPU; w/ 63 or 64: DRAIN_AND_RESET": a GPU reset either way
+    "WORKFLOW_XID_48": RESET_GPU,
+    # Xid 74: its trigger conditions say "a GPU reset or node reboot is needed to clear this
+    # error"; the register bits refine it where the message prints them (xid74_bits)
+    "WORKFLOW_NVLINK_ERR": RESET_GPU,
+    # Xid 144-150: the "XID 144-150 Decode" sheet gives each subcode and error status IGNORE,
+    # RESET_GPU or XID_154_EVAL (follow the Xid 154 logged with it); hc does not decode the
+    # subcode, so it takes the strongest the sheet gives (RESET_GPU), and the 154 logged with
+    # the error names the driver's own action
+    "WORKFLOW_NVLINK5_ERR": RESET_GPU,
+    # Xid 154: "follow Xid 154 reported guidance": action_of reads it from the message; a message
+    # naming none hc knows gets a GPU reset
+    "XID_154": RESET_GPU,
+}
+
 
 class XidInfo(msgspec.Struct, frozen=True):  # a Struct, not a dataclass: a prologue imports no dataclasses
     code: int
     meaning: str
     action: str  # one of ACTIONS
+    mnemonic: str = ""  # NVIDIA's, as the catalogue spells it
+    bucket: str = ""  # NVIDIA's immediate-action bucket, verbatim; "" for a code not in the catalogue
 
 
-def _rows(action: str, rows: dict[int, str]) -> dict[int, XidInfo]:
-    return {code: XidInfo(code, meaning, action) for code, meaning in rows.items()}
+# (code, mnemonic, meaning: the catalogue's description, immediate-action bucket), checked row by
+# row against the Xids sheet of NVIDIA's catalogue (SOURCE_URL, also offered there as the
+# spreadsheet https://docs.nvidia.com/Xid-Catalog.xlsx). Every code hc knows is in that sheet.
+_CATALOGUE: tuple[tuple[int, str, str, str], ...] = (
+    (8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "RESTART_APP"),
+    (13, "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY",
+     "graphics engine exception", "RESTART_APP"),
+    (31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", "RESTART_APP"),
+    (32, "ROBUST_CHANNEL_PBDMA_ERROR", "invalid or corrupted push buffer stream", "RESTART_APP"),
+    (38, "ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "driver firmware error", "IGNORE"),
+    (43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing (the application hit a "
+     "software-induced fault; the GPU remains healthy)", "IGNORE"),
+    (45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "preemptive cleanup, due to previous errors", "WORKFLOW_XID_45"),
+    (48, "ROBUST_CHANNEL_GPU_ECC_DBE", "double-bit ECC error", "WORKFLOW_XID_48"),
+    # the catalogue lists 61 as "Unused" on A100, H100, B100 and GB200 (deprecated, or Volta and
+    # older) with CONTACT_SUPPORT, as it does every unused code: a 61 on a current GPU is unexpected
+    (61, "PMU_BREAKPOINT", "internal micro-controller breakpoint (unused on Ampere and newer)", "CONTACT_SUPPORT"),
+    (62, "PMU_HALT_ERROR", "internal micro-controller halt", "RESET_GPU"),
+    (63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", "IGNORE"),
+    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", "RESET_GPU"),
+    (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 exception", "RESTART_APP"),
+    (69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "graphics engine class error", "RESTART_APP"),
+    (74, "NVLINK_ERROR", "NVLink error", "WORKFLOW_NVLINK_ERR"),
+    (79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM"),
+    (92, "EXCESSIVE_SBE_INTERRUPTS", "high single-bit ECC error rate", "IGNORE"),
+    (94, "ROBUST_CHANNEL_CONTAINED_ERROR", "contained memory error (the application was stopped)", "RESTART_APP"),
+    (95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "uncontained memory error", "RESET_GPU"),
+    (109, "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "context switch timeout error", "RESET_GPU"),
+    (119, "GSP_RPC_TIMEOUT", "GSP RPC timeout", "RESET_GPU"),
+    (120, "GSP_ERROR", "GSP error", "RESET_GPU"),
+    (121, "C2C_ERROR", "C2C error (corrected errors on the C2C link to a Grace CPU)", "IGNORE"),
+    (140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC unrecovered error", "RESET_GPU"),
+    (144, "NVLINK_SAW_ERROR", "NVLink SAW error", "WORKFLOW_NVLINK5_ERR"),
+    (145, "NVLINK_RLW_ERROR", "NVLink RLW error", "WORKFLOW_NVLINK5_ERR"),
+    (146, "NVLINK_TLW_ERROR", "NVLink TLW error", "WORKFLOW_NVLINK5_ERR"),
+    (147, "NVLINK_TREX_ERROR", "NVLink TREX error", "WORKFLOW_NVLINK5_ERR"),
+    (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLink NVLPW_CTRL error", "WORKFLOW_NVLINK5_ERR"),
+    (149, "NVLINK_NETIR_ERROR", "NVLink NETIR error", "WORKFLOW_NVLINK5_ERR"),
+    (150, "NVLINK_MSE_ERROR", "NVLink MSE error", "WORKFLOW_NVLINK5_ERR"),
+    (154, "GPU_RECOVERY_ACTION_CHANGED", "GPU recovery action changed", "XID_154"),
+)
 
-
-XIDS: dict[int, XidInfo] = {
-    **_rows(RESTART_APP, {
-        8: "GPU stopped processing (channel idle timeout)", 13: "graphics engine exception",
-        31: "GPU memory page fault", 32: "invalid or corrupted push buffer stream",
-        43: "GPU stopped processing", 68: "video processor exception", 69: "graphics engine class error",
-        94: "contained ECC error (the application was stopped)", 109: "context switch timeout",
-    }),
-    **_rows(NONE, {
-        45: "preemptive cleanup after earlier errors", 63: "row remapping recorded (applies at the next reset)",
-        92: "high single-bit ECC error rate",
-    }),
-    **_rows(RESET_GPU, {
-        38: "driver firmware error", 48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
-        62: "internal micro-controller halt", 74: "NVLink error", 95: "uncontained ECC error",
-        119: "GSP RPC timeout", 120: "GSP error", 121: "C2C link error", 140: "unrecovered ECC error",
-        144: "NVLink SAW error", 145: "NVLink RLW error", 146: "NVLink TLW error", 147: "NVLink TREX error",
-        148: "NVLink NVLPW error", 149: "NVLink NETIR error", 150: "NVLink MSE error",
-        154: "GPU recovery action changed",
-    }),
-    **_rows(REBOOT, {79: "GPU has fallen off the bus"}),
-    **_rows(INSPECT, {64: "row remapping failure (no spare rows left)"}),
-}
+XIDS: dict[int, XidInfo] = {code: XidInfo(code, meaning, BUCKET_ACTIONS[bucket], mnemonic, bucket)
+                            for code, mnemonic, meaning, bucket in _CATALOGUE}
 
 # SXids are judged by the severity the NVSwitch driver prints beside them: a fatal one takes
 # the NVLink fabric down until the switches are reset (a reboot, fabric manager restarted)

@@ -79,7 +79,8 @@ def catalogue_json(tier: str | None = None) -> dict[str, list[dict[str, Any]]]:
 
 def xid_rows() -> list[dict[str, Any]]:
     """Every Xid code hc knows with NVIDIA's meaning and recommended action (gpu.E020's messages say the same)."""
-    return [{"code": x.code, "meaning": x.meaning, "action": x.action, "source": xid_catalogue.SOURCE_URL}
+    return [{"code": x.code, "mnemonic": x.mnemonic, "meaning": x.meaning, "nvidia_bucket": x.bucket,
+             "action": x.action, "source": xid_catalogue.SOURCE_URL}
             for x in sorted(xid_catalogue.XIDS.values(), key=lambda x: x.code)]
 
 
@@ -94,6 +95,6 @@ def catalogue_table(tier: str | None = None) -> str:
                          maxcolwidths=[None, None, None, None, 70])
     ids = tabulate([[f.id, f.title, f.action, f.hint] for f in view.findings],
                    headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple", maxcolwidths=[None, 40, None, 60])
-    xids = tabulate([[x["code"], x["meaning"], x["action"]] for x in xid_rows()],
-                    headers=["XID", "MEANING (NVIDIA)", "ACTION"], tablefmt="simple")
+    xids = tabulate([[x["code"], x["meaning"], x["nvidia_bucket"], x["action"]] for x in xid_rows()],
+                    headers=["XID", "MEANING (NVIDIA)", "NVIDIA BUCKET", "ACTION"], tablefmt="simple")
     return f"{producers}\n\n{ids}\n\n{xids}\n(Xid actions: {xid_catalogue.SOURCE_URL})"

@@ -28,6 +28,26 @@ def test_every_code_the_fabrics_judge_has_a_meaning_and_an_action() -> None:
     assert all(x.action in xc.ACTIONS and x.meaning for x in xc.XIDS.values())
 
 
+# NVIDIA's "Resolution Bucket (Immediate Action)" for a sample of codes across its buckets, as the
+# catalogue's Xids sheet gives them (xid_catalogue.SOURCE_URL), and the action hc says for each
+NVIDIA_IMMEDIATE = {
+    13: ("RESTART_APP", xc.RESTART_APP), 31: ("RESTART_APP", xc.RESTART_APP), 43: ("IGNORE", xc.NONE),
+    45: ("WORKFLOW_XID_45", xc.NONE), 48: ("WORKFLOW_XID_48", xc.RESET_GPU), 63: ("IGNORE", xc.NONE),
+    64: ("RESET_GPU", xc.RESET_GPU), 74: ("WORKFLOW_NVLINK_ERR", xc.RESET_GPU), 79: ("RESTART_BM", xc.REBOOT),
+    92: ("IGNORE", xc.NONE), 94: ("RESTART_APP", xc.RESTART_APP), 95: ("RESET_GPU", xc.RESET_GPU),
+    38: ("IGNORE", xc.NONE), 109: ("RESET_GPU", xc.RESET_GPU), 121: ("IGNORE", xc.NONE),
+    119: ("RESET_GPU", xc.RESET_GPU), 120: ("RESET_GPU", xc.RESET_GPU), 140: ("RESET_GPU", xc.RESET_GPU),
+    61: ("CONTACT_SUPPORT", xc.INSPECT), 149: ("WORKFLOW_NVLINK5_ERR", xc.RESET_GPU), 154: ("XID_154", xc.RESET_GPU),
+}
+
+
+def test_each_code_takes_nvidias_immediate_action() -> None:
+    got = {code: (xc.info(code).bucket, xc.action_of(code)) for code in NVIDIA_IMMEDIATE}
+    assert got == NVIDIA_IMMEDIATE
+    assert all(x.action == xc.BUCKET_ACTIONS[x.bucket] and x.mnemonic for x in xc.XIDS.values())
+    assert xc.info(64).meaning == "GPU memory remapping failure" and xc.info(68).mnemonic.endswith("NVDEC0_ERROR")
+
+
 def test_the_findings_carry_nvidias_action() -> None:
     by_code = {f.component.rsplit(":xid", 1)[1]: f for f in _xid_findings("xid48-63-94-dbe-rowremap-contained.txt")}
     assert "NVIDIA's action: reset the GPU" in by_code["48"].message
@@ -43,16 +63,17 @@ def test_xid_154_takes_the_action_its_message_names() -> None:
     said = "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
     assert xc.action_of(154, said) == xc.REBOOT
     assert xc.action_of(154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)") == xc.RESET_GPU
-    assert xc.action_of(79) == xc.REBOOT and xc.action_of(64) == xc.INSPECT
+    assert xc.action_of(154, "GPU recovery action changed from 0x0 (None) to 0x0 (None)") == xc.NONE
     assert xc.action_of(99999) == xc.RESET_GPU and "NVIDIA" in xc.info(99999).meaning
 
 
 def test_checks_list_shows_the_xid_catalogue() -> None:
     rows = {x["code"]: x for x in catalogue_json("quick")["xids"]}
-    assert rows[79]["action"] == "reboot" and rows[64]["action"] == "inspect-hardware"
+    assert rows[79]["action"] == "reboot" and rows[64]["action"] == "reset-gpu" and rows[43]["action"] == "none"
+    assert rows[79]["nvidia_bucket"] == "RESTART_BM" and rows[79]["mnemonic"] == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
     assert rows[48]["source"] == xc.SOURCE_URL
     text = catalogue_table("quick")
-    assert "XID" in text and "fallen off the bus" in text and xc.SOURCE_URL in text
+    assert "XID" in text and "fallen off the bus" in text and "RESTART_BM" in text and xc.SOURCE_URL in text
 
 
 # Xid 74's wording as NVIDIA's catalogue prints it, the register words constructed for each case
