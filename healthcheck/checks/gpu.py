@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from healthcheck.core import catalogue
+from healthcheck.core import catalogue, xid_catalogue
 from healthcheck.core.catalogue import finding
 from healthcheck.core.config.schema import Fabric
 from healthcheck.core.model import Finding, Limit, Metric
@@ -96,6 +96,11 @@ GPU_RESET_REQUIRED = finding(
     "The driver met a fatal GPU or GSP error and refuses work until the GPU is reset (CUDA then reports the "
     "device busy or unavailable): read the NVRM lines before it (a GSP timeout, an Xid), reset the GPU or "
     "reboot; RMA if it recurs.", action="reset-gpu")
+XID_RECURRING = finding(
+    "gpu.E025", "the same Xid recurred on the same GPU after the node was rebooted twice or more",
+    "A fault that survives reboots is in the hardware: drain the node for hardware inspection (reseat or "
+    "replace the GPU or baseboard); put the repair on record (hc node NODE --repaired TEXT) so counting "
+    "starts again.", action="rma")
 THROTTLED = finding(
     "gpu.E030", "a GPU's clocks are held down by a hardware or thermal reason",
     "HW slowdown/power brake: check power supplies and the BMC's event log; thermal: check fans, airflow, "
@@ -135,18 +140,6 @@ LEFTOVER_MEMORY = finding(
     "gpu.E071", "a GPU has memory in use with no process on it after the job",
     "Memory held with no owner is leaked in the driver: reset the GPU (nvidia-smi -r) or reboot.",
     action="reset-gpu")
-
-# One-line meanings of common Xid codes, for messages (the severity comes from config).
-XID_MEANING = {
-    8: "GPU stopped processing", 13: "graphics engine exception", 31: "GPU memory page fault",
-    32: "invalid or corrupted push buffer", 38: "driver firmware error", 43: "GPU stopped processing",
-    45: "preemptive cleanup", 48: "double-bit ECC error", 61: "micro-controller breakpoint",
-    62: "micro-controller halt", 63: "row remapping event", 64: "row remapping failure",
-    68: "video processor exception", 69: "graphics engine class error", 74: "NVLink error",
-    79: "fallen off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
-    95: "uncontained ECC error", 109: "context switch timeout", 119: "GSP RPC timeout", 120: "GSP error",
-    121: "C2C link error", 140: "unrecovered ECC error", 154: "GPU recovery action changed",
-}
 
 
 def _label(g: Gpu) -> str:
@@ -313,7 +306,8 @@ def log_window(log) -> str:
 
 
 @check("gpu.xid", tier=ALL_TIERS_AND_EPILOGUE, needs=("kernel_gpu_log",), optional=("gpus",),
-       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, catalogue.TOOL_FAILED), budget_s=5.0,
+       findings=(XID, SXID, GPU_INIT_FAILED, CRASH_DUMP, GPU_RESET_REQUIRED, XID_RECURRING, catalogue.TOOL_FAILED),
+       budget_s=5.0,
        evidence_metrics=("xid_events", "kernel_log"))
 def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     """A kernel log that was read holds no Xid, SXid or number-less GPU failure (fallen off the bus, failed
@@ -348,6 +342,8 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
     yield Metric("kernel_log_lines", kernel_gpu_log.source_lines)
     # what was read, for a PASS as much as a FAIL: a clean verdict names its evidence
     yield Metric("kernel_log", window)
+    if kernel_gpu_log.boot_id:  # the history counts an Xid's recurrences across boots by it
+        yield Metric("boot_id", kernel_gpu_log.boot_id)
     failed: set[str | None] = set()  # buses with a FAIL already: a crash dump adds nothing to them
     numberless = {e.pci_bus_id for e in kernel_gpu_log.xids if e.legacy}
     for s in summarize(kernel_gpu_log.xids):
@@ -361,8 +357,9 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
             message = (f"{where}{pci} has fallen off the bus (the driver logged no Xid number: judged as Xid 79) "
                        f"{times}, {window}")
         else:
-            meaning = XID_MEANING.get(s.code, "see NVIDIA's Xid catalogue")
-            message = f"{where}{pci} logged Xid {s.code} ({meaning}) {times}, {window}"
+            message = f"{where}{pci} logged Xid {s.code} ({xid_catalogue.info(s.code).meaning}) {times}, {window}"
+        message += f"; NVIDIA's action: {xid_catalogue.ACTION_TEXT[xid_catalogue.action_of(s.code, s.first_line)]}"
+        message += _nvlink_registers(s.code, s.first_line)
         if status is Status.FAIL:
             failed.add(s.pci_bus_id)
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
@@ -377,9 +374,19 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
             continue
         seen.add(event)
         where = e.switch or e.pci_bus_id or "nvswitch"
-        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}",
+        todo = xid_catalogue.ACTION_TEXT[xid_catalogue.sxid_action(e.severity)]
+        yield SXID(status, f"{where} logged SXid {e.code} ({e.severity}): {e.message}; action: {todo}",
                    component=f"{where}:sxid{e.code}", value=e.code, evidence=e.line)
     yield from _fault_findings(kernel_gpu_log.faults, place, failed, window)
+
+
+def _nvlink_registers(code: int, line: str) -> str:
+    """An Xid 74's NVLink register bits as NVIDIA's workflow reads them ('' for any other Xid, or none printed)."""
+    bits = xid_catalogue.xid74_bits(line) if code == 74 else None
+    if bits is None:
+        return ""
+    said = "; ".join(bits.meanings[:8]) + (f"; and {len(bits.meanings) - 8} more" if len(bits.meanings) > 8 else "")
+    return f" (the first event's link {bits.link} error registers: {said or 'no bit set'})"
 
 
 def _fault_findings(faults_logged: list, place: Callable[[str | None], tuple[str | None, str, str]],

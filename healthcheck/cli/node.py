@@ -26,6 +26,7 @@ from healthcheck.core.registry import select
 # Slurm, the pair sweep, the progress bar); its run is cli/localnode.py's.
 MANY_NODES = "healthcheck.orchestrate.multirun"
 PROGRESS = "healthcheck.cli.progress"
+REPAIRS = "healthcheck.actions.repairs"  # `--repaired`: the history and the audit log
 
 
 def since_option(fn):
@@ -48,12 +49,15 @@ def mode_option(fn):
 @click.option("--checks", "only", default="", help="Only these checks or families, comma-separated (e.g. ib,net.mtu).")
 @since_option
 @mode_option
+@click.option("--repaired", "repaired", default=None, metavar="TEXT",
+              help="Put a repair of NODES on record first (history and audit log: Xid escalation counts again "
+                   "from it), then check them: the run that shows the repair worked.")
 @config_option
 @format_option
 @output_option
 @prometheus_option
 @fail_level_option
-def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, mode: str,
+def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, mode: str, repaired: str | None,
          config_path: Path | None, fmt: str, output: Path | None, prometheus_to: Path | None,
          fail_level: str) -> int:
     """Check nodes: NODES (hostlists, e.g. gpu017 'gpu[001-004]') over SSH, or --local this machine."""
@@ -61,6 +65,8 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
         raise click.UsageError("name the nodes to check, or use --local for this machine")
     if local and nodes:
         raise click.UsageError("--local checks this machine; do not name nodes with it")
+    if local and repaired is not None:
+        raise click.UsageError("--repaired names the nodes repaired: use it with NODES, not --local")
     app = App(config_path, fmt)
     checks = [s for s in only.split(",") if s]
     if local:
@@ -72,6 +78,9 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
         raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
+    if repaired is not None:
+        for repair in importlib.import_module(REPAIRS).record_repairs(app.config.main, names, repaired):
+            click.echo(f"hc: repair of {repair.node} on record ({repair.at}, by {repair.by}): {repair.text}", err=True)
     many = importlib.import_module(MANY_NODES)
     request = many.RunRequest(names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
                               since=parse_since(since))

@@ -91,6 +91,10 @@ def set_verdict(code: int) -> None:
     _VERDICT[0] = code
 
 
+# Xid escalation reads the run history: loaded by a health run only (a prologue does not count boots)
+ESCALATION = "healthcheck.orchestrate.escalate"
+
+
 def verdict() -> int:
     return _VERDICT[0]
 
@@ -125,6 +129,8 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         # the right answer, not "nothing was checked"
         require_checks=kind != "epilogue",
     )
+    escalation_notes: list[str] = []
+    report = _escalated(kind, report, config, escalation_notes)
     report, history_notes = _over_time(kind, config, report)
     # hc's own state is bookkeeping: a full or read-only state_dir is reported, and the
     # verdict and the drain still go through
@@ -179,7 +185,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         run_notes.append(lost)
     outcome.run_findings = run_notes + outcome.run_findings
     report = with_outcome(report, outcome)
-    messages = [*history_notes, *outcome.messages]
+    messages = [*history_notes, *escalation_notes, *outcome.messages]
     written, problems = _write_report(report, settings.report_dir, node, kind)
     messages += problems
     prometheus = config.main.prometheus
@@ -200,6 +206,14 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
 # A prologue or epilogue keeps a job waiting while it talks to Slurm: a dead controller
 # may cost it this long at most (health runs have until their hard deadline).
 JOB_HOOK_ACTION_S = 2.5
+
+
+def _escalated(kind: str, report: Report, config: Config, notes: list[str]) -> Report:
+    """A health run's report with Xid recurrences across boots escalated (the run the history
+    records; a prologue's or epilogue's as it is)."""
+    if kind != "health":
+        return report
+    return importlib.import_module(ESCALATION).escalated_report(report, config.main.history, notes)
 
 
 def _action_deadline(kind: str, hard_deadline: float | None) -> float | None:

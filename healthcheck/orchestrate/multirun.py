@@ -26,6 +26,7 @@ from healthcheck.core.status import Status
 from healthcheck.orchestrate import remote
 from healthcheck.orchestrate.allocations import before_run
 from healthcheck.orchestrate.busy import guard_sweep, skipped_result
+from healthcheck.orchestrate.escalate import escalate
 from healthcheck.orchestrate.over_time import judge_over_time
 from healthcheck.orchestrate.pairsweep.sweep import judge_pairs, run_pairs
 from healthcheck.orchestrate.srun import check_over_srun
@@ -88,6 +89,7 @@ def run_many(config: Config, request: RunRequest,
             statuses = history.node_statuses(nodes, config.main.fleet.flap_runs, command=request.command)
         except Exception as exc:
             warnings.append(f"history not read: {exc}")
+        results = _escalated(results, history, warnings)
 
     # each node's counters against its recorded runs: rates since the previous run, trends
     over_time = judge_over_time(config, history, results, started, request.tier)
@@ -224,6 +226,16 @@ def _scope_of(names: Iterable[str]) -> str:
 
 def _scope(report: Report) -> str:
     return fold(n.node for n in report.nodes) or "run"
+
+
+def _escalated(results: list[NodeResult], history, warnings: list[str]) -> list[NodeResult]:
+    """The results with Xid recurrences across reboots escalated (orchestrate/escalate.py); as they
+    are, and a note saying why, where the history cannot be read."""
+    try:
+        return escalate(results, history.xid_boots, warnings)
+    except HcError as exc:
+        warnings.append(f"Xid recurrences not counted: {exc}")
+        return results
 
 
 def _history(config: Config, warnings: list[str]):

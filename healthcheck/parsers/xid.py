@@ -206,6 +206,9 @@ class KernelGpuLog(msgspec.Struct, frozen=True, omit_defaults=True):
     source_lines: int | None = None
     since: float | None = None  # epoch seconds; None: since boot
     window_note: str | None = None  # why the window is not the one asked for, if it is not
+    # /proc/sys/kernel/random/boot_id when the log was read (set by the providers): the same Xid in two
+    # boots is a recurrence after a reboot, which the history counts (orchestrate/escalate.py)
+    boot_id: str | None = None
 
 
 class XidSummary(msgspec.Struct, frozen=True, omit_defaults=True):

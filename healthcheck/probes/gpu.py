@@ -334,7 +334,26 @@ def kernel_gpu_log(ctx: ProbeContext):
         "file": lambda: _file_source(ctx, policy.file if policy is not None else None),
     }
     text, how, count = read_kernel_log([makers[name]() for name in _LOCAL_ORDER.get(source, _LOCAL_ORDER["auto"])])
-    return gpu_events(ctx, text, how, count, boot_time(str(ctx.root)))
+    log = gpu_events(ctx, text, how, count, boot_time(str(ctx.root)))
+    return msgspec.structs.replace(log, boot_id=_local_boot_id(ctx))
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_BOOT_ID_CHARS = frozenset("0123456789abcdef-")
+
+
+def boot_id_of(text: str) -> str | None:
+    """The kernel's boot id (a UUID) from what BOOT_ID held; None for anything else."""
+    word = text.strip().lower()[:64]
+    return word if 32 <= len(word) <= 36 and set(word) <= _BOOT_ID_CHARS else None
+
+
+def _local_boot_id(ctx: ProbeContext) -> str | None:
+    """This boot's id, or None where it cannot be read (escalation then counts no boot for this run)."""
+    try:
+        return boot_id_of(read_bounded(ctx.path(BOOT_ID), 128, what="boot_id").decode(errors="replace"))
+    except HcError:
+        return None
 
 
 def window(raw: object, now: float | None = None) -> tuple[float | None, str | None]:
@@ -379,8 +398,11 @@ NVIDIA_SMI_Q = ("nvidia-smi", "-q")
 KERNEL_LOG_COMMANDS = (("dmesg", "--time-format", "iso"), ("dmesg",), JOURNAL)
 
 
-@provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0]])
+@provides("kernel_gpu_log", "ssh", prefetch=lambda ctx: [KERNEL_LOG_COMMANDS[0], ("cat", BOOT_ID)])
 def kernel_gpu_log_ssh(ctx: ProbeContext):
     """The same events from dmesg (ISO times, then raw) or the journal, run over SSH."""
     text, how, count = read_kernel_log([command_source(ctx, argv) for argv in KERNEL_LOG_COMMANDS])
-    return gpu_events(ctx, text, how, count)
+    log = gpu_events(ctx, text, how, count)
+    result = ctx.runner.run(("cat", BOOT_ID), timeout_s=ctx.timeout_s)
+    ok = result.returncode == 0 and not (result.not_found or result.timed_out or result.error)
+    return msgspec.structs.replace(log, boot_id=boot_id_of(result.stdout or "") if ok else None)

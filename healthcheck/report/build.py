@@ -203,15 +203,15 @@ def make_report(
 
 
 def with_nodes(report: Report, nodes: list[NodeResult], analyses: Iterable[AnalysisRun] = ()) -> Report:
-    """The report with its nodes' results replaced by `nodes` (the same nodes, findings added
-    by analyses run after the checks) and those analyses listed: counts, summary and the run's
-    status again (never better than it was)."""
+    """The report with its nodes' results replaced by `nodes` (the same nodes, judged again:
+    findings added by analyses run after the checks, an escalation) and those analyses listed:
+    status, counts and summary made from them as make_report makes them (never better than it was)."""
     summary: dict[str, int] = {s.value: 0 for s in Status}
     for node in nodes:
         summary[node.status.value] += 1
     rows = [*group_findings(nodes, groups=report.groups), *(_run_row(f) for f in report.run_findings)]
-    return msgspec.structs.replace(report, nodes=nodes, summary=summary, findings_summary=rows,
-                                   analyses=[*report.analyses, *analyses],
+    return msgspec.structs.replace(report, nodes=sorted(nodes, key=lambda n: natural_key(n.node)), summary=summary,
+                                   findings_summary=rows, analyses=[*report.analyses, *analyses],
                                    status=worst((report.status, *(n.status for n in nodes))))
 
 

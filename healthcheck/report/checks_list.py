@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.core import catalogue
+from healthcheck.core import catalogue, xid_catalogue
 from healthcheck.core.catalogue import FindingSpec
 from healthcheck.core.registry import AnalysisSpec, CheckSpec, current
 from healthcheck.core.tiers import ALL
@@ -73,7 +73,15 @@ def catalogue_json(tier: str | None = None) -> dict[str, list[dict[str, Any]]]:
              "checks": view.emitted_by.get(f.id, [f"({f.id.split('.')[0]})"]), "retired": f.retired}
             for f in view.findings
         ],
+        "xids": xid_rows(),
     }
+
+
+def xid_rows() -> list[dict[str, Any]]:
+    """Every Xid code hc knows with NVIDIA's meaning and recommended action (gpu.E020's messages say the same)."""
+    return [{"code": x.code, "mnemonic": x.mnemonic, "meaning": x.meaning, "nvidia_bucket": x.bucket,
+             "action": x.action, "source": xid_catalogue.SOURCE_URL}
+            for x in sorted(xid_catalogue.XIDS.values(), key=lambda x: x.code)]
 
 
 def catalogue_table(tier: str | None = None) -> str:
@@ -87,4 +95,6 @@ def catalogue_table(tier: str | None = None) -> str:
                          maxcolwidths=[None, None, None, None, 70])
     ids = tabulate([[f.id, f.title, f.action, f.hint] for f in view.findings],
                    headers=["ID", "MEANING", "ACTION", "HINT"], tablefmt="simple", maxcolwidths=[None, 40, None, 60])
-    return f"{producers}\n\n{ids}"
+    xids = tabulate([[x["code"], x["meaning"], x["nvidia_bucket"], x["action"]] for x in xid_rows()],
+                    headers=["XID", "MEANING (NVIDIA)", "NVIDIA BUCKET", "ACTION"], tablefmt="simple")
+    return f"{producers}\n\n{ids}\n\n{xids}\n(Xid actions: {xid_catalogue.SOURCE_URL})"

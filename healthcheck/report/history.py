@@ -17,7 +17,7 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,9 @@ from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, Metric, Report
 from healthcheck.core.status import Status
+from healthcheck.report import recurrence
 from healthcheck.report.jsonio import decode, encode
+from healthcheck.report.recurrence import Repair
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -205,6 +207,7 @@ class History:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            recurrence.create_tables(db)  # Xids by boot and repairs: additive, no version bump
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -252,6 +255,8 @@ class History:
                         "VALUES (?, ?, ?, ?, ?)",
                         ((n.node, report.started_at, run, n.status.value, n.fabric) for n in report.nodes),
                     )
+                    if run is not None:
+                        recurrence.insert_xids(db, report, run)
         except sqlite3.Error as exc:
             raise self._fail("record the run", exc) from None
 
@@ -500,6 +505,31 @@ class History:
                          if m.name in names and isinstance(m.value, (int, float)) and not isinstance(m.value, bool)}
                 for n in run.nodes if n.node in nodes}
 
+    # ------------------------------------------------------- Xid recurrences, repairs
+
+    def record_repair(self, repair: Repair) -> None:
+        """Put a repair of a node on record: Xid recurrences are counted again from it."""
+        try:
+            db = self.db
+            with _write_transaction(db):
+                recurrence.insert_repair(db, repair)
+        except sqlite3.Error as exc:
+            raise self._fail("record the repair", exc) from None
+
+    def xid_boots(self, node: str) -> dict[tuple[str, int], list[str]]:
+        """(GPU, Xid code) -> the boots (ids, oldest first) in which `node` reported it since its last repair."""
+        try:
+            db = self.db
+            return recurrence.xid_boots(db, node, recurrence.last_repair_at(db, node))
+        except sqlite3.Error as exc:
+            raise self._fail("read Xid recurrences", exc) from None
+
+    def repairs(self, node: str, limit: int) -> list[Repair]:
+        try:
+            return recurrence.repairs_of(self.db, node, limit)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
+
     def report_json(self, run_id: str) -> bytes | None:
         """One recorded run's report as JSON, undecoded (for readers that need only part of it)."""
         rows = self._rows("SELECT report FROM runs WHERE run_id = ?", (run_id,))
@@ -579,6 +609,7 @@ class HistoryListing:
     recorded: bool  # whether the history file exists yet
     runs: list[RunInfo]
     node_runs: list[NodeRun]
+    repairs: list[Repair] = field(default_factory=list)  # the node's repairs on record, newest first
 
 
 def history_listing(settings: HistorySettings, node: str | None, command: str | None, limit: int) -> HistoryListing:
@@ -588,14 +619,19 @@ def history_listing(settings: HistorySettings, node: str | None, command: str | 
         return HistoryListing(history.path, node, False, [], [])
     with history:
         if node is not None:
-            return HistoryListing(history.path, node, True, [], history.node_runs(node, limit, command))
+            return HistoryListing(history.path, node, True, [], history.node_runs(node, limit, command),
+                                  history.repairs(node, limit))
         return HistoryListing(history.path, None, True, history.runs(limit, command), [])
 
 
 def history_json(listing: HistoryListing) -> list[dict[str, Any]]:
     """`hc report history --format json`: one object per run (or per node result), newest first."""
 
-    return [asdict(i) for i in (listing.node_runs if listing.node is not None else listing.runs)]
+    if listing.node is not None:  # the node's results and its repairs, newest first
+        return [row for _, row in sorted(
+            [(i.started_at, asdict(i)) for i in listing.node_runs]
+            + [(r.at, recurrence.repair_entry(r)) for r in listing.repairs], key=lambda kv: kv[0], reverse=True)]
+    return [asdict(i) for i in listing.runs]
 
 
 def history_table(listing: HistoryListing) -> str:
@@ -605,15 +641,27 @@ def history_table(listing: HistoryListing) -> str:
     if not listing.recorded:
         return f"no runs recorded yet in {listing.path}"
     if listing.node is not None:
-        rows: list[list[object]] = [[i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]
-                                    for i in listing.node_runs]
-        return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"],
-                        tablefmt="simple") if rows else f"no runs of {listing.node} recorded"
+        return _node_table(listing)
     rows = [[r.started_at, r.status, r.command, r.tier, r.node_count,
              ", ".join(f"{n} {s}" for s, n in r.summary.items() if n) or "-", r.host, r.run_id]
             for r in listing.runs]
     return tabulate(rows, headers=["STARTED", "STATUS", "COMMAND", "TIER", "NODES", "COUNTS", "HOST", "RUN"],
                     tablefmt="simple") if rows else "no runs recorded"
+
+
+def _node_table(listing: HistoryListing) -> str:
+    """One node's results with its repairs among them (newest first), then its mean time between failures."""
+    from tabulate import tabulate
+
+    rows: list[tuple[str, list[object]]] = [
+        (i.started_at, [i.started_at, i.status, i.command, i.tier, i.fabric, i.run_id]) for i in listing.node_runs]
+    rows += [(r.at, [r.at, "REPAIR", f"by {r.by}", "", "", r.text]) for r in listing.repairs]
+    if not rows:
+        return f"no runs of {listing.node} recorded"
+    table = tabulate([row for _, row in sorted(rows, key=lambda kv: kv[0], reverse=True)],
+                     headers=["STARTED", "STATUS", "COMMAND", "TIER", "FABRIC", "RUN"], tablefmt="simple",
+                     maxcolwidths=[None, None, None, None, None, 60])
+    return f"{table}\n{recurrence.mtbf_line([(i.started_at, i.status) for i in listing.node_runs])}"
 
 
 def record_run(report: Report, settings: HistorySettings) -> str | None:

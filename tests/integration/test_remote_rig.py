@@ -203,3 +203,57 @@ def test_sweep_act_drains_through_the_policy_and_dry_run_only_prints(site, fresh
     fresh_slurm_rig.drain("node1", "ops: bios update")
     r, report = hc(site, "sweep", "--partition", "debug", "--mode", "agentless", "--tier", "quick", env=env)
     assert "node1" not in by_node(report) and b"skipped node1" in r.stderr
+
+
+def test_xid_recurring_across_boots_escalates_until_a_repair(site):
+    """Real runs over SSH (agent) against a node whose kernel log is the real Xid 79 capture
+    (tests/fixtures/corpus/xid-dmesg/xid79-with-nvswitch-sxid-20034.txt). The rig's hosts share
+    one kernel, so one boot id: two earlier boots are a scenario seeded into the history from
+    the same capture, labelled as such; the runs after them are real."""
+    import datetime as dt
+
+    import msgspec
+    from support import CORPUS
+
+    from healthcheck.checks import gpu as g
+    from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
+    from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
+    from healthcheck.core.stamp import stamp
+    from healthcheck.parsers.xid import parse_kernel_log
+    from healthcheck.report.build import make_report
+    from healthcheck.report.history import History
+
+    capture = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt").read_text()
+    (site.dir / "kern.log").write_text(capture)
+    r, report = hc(site, "node", "node1", "--mode", "agent", "--checks", "gpu.xid")
+    assert r.returncode == 2, r.stderr
+    node = by_node(report)["node1"]
+    boot = next(m["value"] for m in node["metrics"] if m["name"] == "boot_id")
+    assert boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert ("gpu.E020", "FAIL") in ids(node) and ("gpu.E025", "FAIL") not in ids(node)
+
+    # scenario: the same Xid on the same GPU in two earlier boots of node1
+    log = parse_kernel_log(capture)
+    for n, other in enumerate(("0badb007-0000-4000-8000-000000000001", "0badb007-0000-4000-8000-000000000002")):
+        out = list(g.xid(kernel_gpu_log=msgspec.structs.replace(log, source="file", source_lines=9, boot_id=other),
+                         gpus=None, limits=Config(EMBEDDED_DEFAULT).fabric("generic")))
+        found = [stamp(f, check="gpu.xid", node="node1") for f in out if isinstance(f, Finding)]
+        at = dt.datetime(2026, 1, 1 + n, tzinfo=dt.timezone.utc)
+        with History(site.dir / "history.sqlite") as history:
+            history.record(make_report(command="node", tier="quick", config_digest="d", config_path="c", started=at,
+                                       finished=at, nodes=[NodeResult(
+                                           node="node1", fabric="rig", status=found[0].status, findings=found,
+                                           metrics=[m for m in out if isinstance(m, Metric)],
+                                           checks=[CheckResult("gpu.xid", found[0].status, 0.1)])]))
+    r, report = hc(site, "node", "node1", "--mode", "agent", "--checks", "gpu.xid")
+    escalated = [f for f in by_node(report)["node1"]["findings"] if f["id"] == "gpu.E025"]
+    assert r.returncode == 2 and len(escalated) == 1 and "hardware inspection" in escalated[0]["message"]
+
+    r, report = hc(site, "node", "node1", "--mode", "agent", "--checks", "gpu.xid", "--repaired", "reseated GPU 0000:91:00.0")
+    assert b"repair of node1 on record" in r.stderr
+    assert ("gpu.E025", "FAIL") not in ids(by_node(report)["node1"])  # counted again from the repair
+    audited = [json.loads(line) for line in (site.dir / "audit.jsonl").read_text().splitlines()]
+    assert [(a["action"], a["nodes"]) for a in audited] == [("repair", "node1")]
+    r, listing = hc(site, "report", "history", "--node", "node1")
+    rows = json.loads(r.stdout)
+    assert rows[0]["status"] == "FAIL" and rows[1]["status"] == "REPAIR"

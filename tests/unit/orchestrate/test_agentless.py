@@ -105,6 +105,17 @@ def test_kernel_log_over_dmesg_stand_in_with_a_window(tmp_path):
     assert later.xids == []
 
 
+
+def test_kernel_log_over_ssh_carries_the_boot_id_or_none(tmp_path):
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "dmesg", "echo '[    0.000000] Linux version 6.1.0-18-amd64'\n")
+    write_stub(bin_dir, "cat", "echo 24418349-706B-4a39-af73-980b0a22eb84\n")  # the node's boot id, as cat prints it
+    log = provider_for("kernel_gpu_log", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    assert log.boot_id == "24418349-706b-4a39-af73-980b0a22eb84"
+    write_stub(bin_dir, "cat", "echo 'cat: /proc/sys/kernel/random/boot_id: No such file' >&2\nexit 1\n")
+    assert provider_for("kernel_gpu_log", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin")).boot_id is None
+
+
 def test_agentless_h100_node_from_stand_ins_through_the_engine(tmp_path):
     from support import CORPUS
 
