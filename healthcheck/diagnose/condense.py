@@ -173,31 +173,43 @@ def _no_facts(line: str) -> bool:
     return not log.cut_tracebacks and not any(getattr(log, name) for name in FACT_KINDS)
 
 
-def _condensable(first: str, last: str, count: int, run: Callable[[], str]) -> bool:
+def _condensable(first: str, last: str, count: int, run: Callable[[], str],
+                 run_count: Callable[[str], int] | None = None) -> bool:
     """Whether a run of lines of one template is safe to condense: no line of a traceback,
     box or other indented block, none the torch log parser makes a fact of (its first and
     last read alone: the others share their template), no label, host, line number or
     NCCL line, and every word naming a rank or device naming one number (`run`: the run's
-    `count` lines, each with its newline, asked for last)."""
+    `count` lines, each with its newline, asked for last; `run_count`: how often an ASCII
+    string is in them, counted over their bytes)."""
     if first[:1].isspace() or _SOURCE_LABEL.match(first) or labels_of(first[:120], workers=True).labelled:
         return False
     if NCCL_MARKS.search(first) or NCCL_MARKS.search(last) or not (_no_facts(first) and _no_facts(last)):
         return False
-    return _names_one_source(first, run(), count)
+    return _names_one_source(first, run, count, run_count)
 
 
-def _names_one_source(first: str, run: str, count: int) -> bool:
+def _names_one_source(first: str, run: Callable[[], str], count: int,
+                      run_count: Callable[[str], int] | None = None) -> bool:
     """Whether each word of the run's first line that names a rank or device (`rank0`,
     `[Rank 3]`) names one number on every line of `run` (its lines, each ending in a
     newline, `count` of them). The lines share the first's template, so each such word and
     what separates it from its number is in every line as it is in the first: a literal
     searched for (fast) rather than the words in any case. The word and its separator hold
     no digit nor newline, so no line holds them where another does not (they cannot span a
-    run of digits, and the rest of each line is the first's): `count` times the first's."""
+    run of digits, and the rest of each line is the first's): `count` times the first's.
+    An ASCII literal is counted over the run's bytes (`run_count`): the decoding keeps every
+    ASCII byte and makes no ASCII character of any other, so the counts are the same; any
+    other over the decoded `run()`, asked for once."""
+    decoded: str | None = None
     for m in _NAMED.finditer(first):
         before = first[m.start():m.start(2)]  # the word and its separator, `rank` or `[Rank `
         named = first[m.start():m.end(2) + 1] if m.end(2) < len(first) else first[m.start():] + "\n"
-        if run.count(named) != count * first.count(before):  # a line where it names another number (or none)
+        if run_count is not None and named.isascii():
+            found = run_count(named)
+        else:
+            decoded = run() if decoded is None else decoded
+            found = decoded.count(named)
+        if found != count * first.count(before):  # a line where it names another number (or none)
             return False
     return True
 
@@ -235,13 +247,25 @@ def _run_lines(data: bytes, run: Run) -> Callable[[], str]:
     return lines
 
 
+def _run_count(data: bytes, run: Run) -> Callable[[str], int]:
+    """How often an ASCII string is in a run's lines as `_run_lines` gives them (the text's
+    last line given a newline), counted over the bytes: no decoding, no copy."""
+    def count(ascii_text: str) -> int:
+        found = data.count(ascii_text.encode("ascii"), run.start, run.end)
+        if ascii_text.endswith("\n") and data[run.end - 1:run.end] != b"\n":  # the newline _run_lines adds
+            found += data.endswith(ascii_text[:-1].encode("ascii"), run.start, run.end)
+        return found
+    return count
+
+
 def condensed(data: bytes, text: str) -> Condensed | None:
     """`text` (`data` decoded) with the middle of each long run of one template left out
     (see the module doc); None where it is at most BIG_TEXT_BYTES, where it is not split by
     "\\n" (a CR-only text) or where nothing would be left out: read it whole. The whole
     text is never split into lines: its runs are found over the bytes (`template_runs`),
     the kept lines alone decoded, and only the first lines that decide a shape split off."""
-    if len(data) <= BIG_TEXT_BYTES or b"\n" not in data or data.count(b"\n") != text.count("\n"):
+    if len(data) <= BIG_TEXT_BYTES or b"\n" not in data or (
+            not data.isascii() and data.count(b"\n") != text.count("\n")):  # ASCII: decoding is no change
         return None  # small, a CR-only text, or one the decoding changed the lines of: read it whole
     keep = RUN_KEEP  # the module's, read now: the differential test lowers both
     pieces: list[bytes] = []
@@ -250,7 +274,8 @@ def condensed(data: bytes, text: str) -> Condensed | None:
     runs = template_runs(data)
     for run in runs:
         first, last = _first_and_last(data, run) if run.count > 2 * keep + 1 else ("", "")
-        if run.count > 2 * keep + 1 and _condensable(first, last, run.count, _run_lines(data, run)):
+        if run.count > 2 * keep + 1 and _condensable(first, last, run.count, _run_lines(data, run),
+                                                     _run_count(data, run)):
             head, tail = _ends(data, run, keep)
             pieces += (data[run.start:head], data[tail:run.end])
             numbers.extend(range(run.first + 1, run.first + keep + 1))
@@ -265,8 +290,10 @@ def condensed(data: bytes, text: str) -> Condensed | None:
     kept = _decoded(b"".join(pieces))
     lines = kept.split("\n")
     # the whole text's lines that decide its shapes: the first HOST_SAMPLE (every shape but
-    # worker labels, which count all lines, and only where a ` | ` is in the text at all)
-    pipes = " | " in text
+    # worker labels, which count all lines, and only where a ` | ` is in the text at all: in
+    # the kept lines where in any, for a left-out line holds a kept line's characters but its
+    # digits, and ` | ` holds no digit nor newline)
+    pipes = " | " in kept
     leading = text.split("\n") if pipes else text.split("\n", HOST_SAMPLE)[:HOST_SAMPLE]
     stretches = [stretch for run in runs for stretch in run.widths]
     if len(lines) != len(numbers) or _shapes(lines, pipes) != _shapes(leading, pipes) or \

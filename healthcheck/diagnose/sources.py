@@ -325,6 +325,11 @@ def _error_file(source: str, data: bytes, rank: int | None) -> ErrorFile | None:
                      timestamp=timestamp, error_code=code if isinstance(code, int) else None)
 
 
+# every line `_kernel` reads holds one of these; none holds a digit (a condensed text's kept
+# lines hold each one that the whole text holds: `_read_text_log`)
+_KERNEL_WORDS = ("Killed process", "oom", "NVRM:")
+
+
 def _kernel(source: str, text: str) -> list[KernelEvent]:
     """The OOM kills and Xids of a text (pure: prefetch.py may answer it)."""
     out: list[KernelEvent] = []
@@ -540,7 +545,10 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     are read in the whole text, and the parsers' line counts are its."""
     ev = col.evidence
     scan = text if whole is None else whole
-    events = pure("kernel", (len(scan),), lambda: _kernel(source, scan))
+    # a condensed text's left-out lines share a kept line's words (condense.py): where the kept
+    # lines hold none of the kernel scan's words, the whole text holds none (no 3 MB searches)
+    quiet = whole is not None and not any(word in text for word in _KERNEL_WORDS)
+    events = [] if quiet else pure("kernel", (len(scan),), lambda: _kernel(source, scan))
     ev.kernel.extend(events)
     got = bool(events)
     with numbered_as(numbers):  # None: the text's own numbers

@@ -102,6 +102,7 @@ prefix; a line is cut at `max_line` characters before it is looked at.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -1204,6 +1205,35 @@ def labels_of(text: str, *, workers: bool = False) -> Labels:
 # ---------------------------------------------------------------- reading
 
 
+READ_TEXTS_MAX = 4096  # distinct raw lines whose reading one read_lines keeps (LinesByRaw)
+
+
+class LinesByRaw:
+    """`read_line` with the text's fixed shapes (`read`: read_line with every keyword but the
+    line's own indent and pytest mark given), each distinct raw line (with its indent and
+    mark) read once: a line that comes again word for word (a communicator's NCCL init
+    lines, again for each communicator: most of a big log's kept lines once hc diagnose
+    logs condensed it) is the first reading with its own number, up to READ_TEXTS_MAX
+    lines. Exact: read_line is a pure function of those, and its number is only each
+    Line's `number` (tests/unit/parsers/test_lines_by_raw.py reads every fixture both ways)."""
+
+    def __init__(self, read: Callable[..., list[Line]]) -> None:
+        self.read = read
+        self.holding: dict[tuple[str, str, bool], list[Line]] = {}
+
+    def __call__(self, number: int, raw: str, indent: str, pytest: bool) -> list[Line]:
+        key = (raw, indent, pytest)
+        found = self.holding.get(key)
+        if found is None:
+            found = self.read(number, raw, indent=indent, pytest=pytest)
+            if len(self.holding) < READ_TEXTS_MAX:
+                self.holding[key] = found
+            return list(found)
+        if found[0].number == number:
+            return list(found)
+        return [msgspec.structs.replace(line, number=number) for line in found]
+
+
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
                cut_end: bool = False, records: bool = False, hosts: bool = False,
                interleaved: bool = False, marks: re.Pattern[str] | None = None) -> Iterator[Line]:
@@ -1245,14 +1275,15 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
     wanted = marked_lines(text, raw_lines, marks) if marks is not None and not records else None
     original = _ORIGINAL_NUMBERS.get()  # a condensed text's lines keep their numbers in the whole one
+    read = LinesByRaw(functools.partial(read_line, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted,
+                                        reply=reply, logged=logged, numbered=numbered, gutter=gutter,
+                                        workers=workers, records=records, columns=columns, hosts=hosts,
+                                        interleaved=interleaved, clocked=clocked))
     for index, raw in enumerate(raw_lines, 1):
         if opened and wanted is not None and index not in wanted:
             continue  # no mark: nothing the parser could read (marked_lines)
         number = original[index - 1] if original is not None and index <= len(original) else index
-        lines = read_line(number, raw, stamps=stamps, srun=srun, max_line=max_line, quoted=quoted, reply=reply,
-                          logged=logged, numbered=numbered, gutter=gutter, indent=indents[index - 1],
-                          workers=workers, pytest=pytest[index - 1], records=records, columns=columns,
-                          hosts=hosts, interleaved=interleaved, clocked=clocked)
+        lines = read(number, raw, indents[index - 1], pytest[index - 1])
         if index == cut_at:
             lines[-1] = _cut_ended(lines[-1])
         if lines[0].noise == "file-header":

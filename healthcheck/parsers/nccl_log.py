@@ -793,6 +793,9 @@ def _seconds(token: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+PREFIXES_MAX = 4096  # distinct lines whose NCCL prefix one parse keeps (_Builder.prefix_of)
+
+
 class _Builder:
     def __init__(self) -> None:
         self.procs: dict[tuple[str, int], _Proc] = {}
@@ -818,6 +821,8 @@ class _Builder:
         self.tail_line = 0  # a line read as the WARN before it, wrapped (no line of its own)
         # per INFO message, the handlers of _INFO_HANDLERS whose test holds (info_table)
         self.tested = HandlersByText(_INFO_HANDLERS)
+        # per line as the layer read it (all but its number), its prefix (prefix_of)
+        self.prefixes: dict[tuple[str, str, int | None, int | None], NcclPrefix | None] = {}
 
     # -- processes and comms
 
@@ -863,7 +868,7 @@ class _Builder:
         Blank lines and the layer's noise (a shell prompt) are no one's."""
         if line.noise or not line.text.strip():
             return
-        prefix = _nccl_prefix(line)
+        prefix = self.prefix_of(line)
         if prefix is None:
             table = _TAIL_HANDLERS if line.number == self.tail_line else _UNPREFIXED_HANDLERS
             name = dispatch(table, self, line)
@@ -871,6 +876,19 @@ class _Builder:
             name = self.read_nccl(prefix, lines, index, line)
         if name is None:
             self.unrecognized.note(line)
+
+    def prefix_of(self, line: Line) -> NcclPrefix | None:
+        """`_nccl_prefix(line)`, each distinct line split once (up to PREFIXES_MAX): a
+        communicator's init lines come again word for word for each communicator. Exact: the
+        split reads the line's text, labels, task and rank alone, never its number
+        (tests/unit/parsers/test_nccl_log_tested.py reads every fixture both ways)."""
+        key = (line.text, line.labels, line.task, line.rank)
+        if key in self.prefixes:
+            return self.prefixes[key]
+        prefix = _nccl_prefix(line)
+        if len(self.prefixes) < PREFIXES_MAX:
+            self.prefixes[key] = prefix
+        return prefix
 
     def read_nccl(self, prefix: NcclPrefix, lines: list[Line], index: int, line: Line) -> str | None:
         """An NCCL line: its process counted, then its message through its level's table

@@ -301,3 +301,18 @@ def test_the_runs_found_over_the_bytes_condense_as_line_by_line(forced):
         assert (big and (big.text, big.numbers)) == _reference(data, text), text[:200]
         condensed_cases += big is not None
     assert condensed_cases > 30
+
+
+def test_a_run_counted_over_its_bytes_counts_as_its_decoded_lines():
+    """`_run_count` (over the bytes, no decoding) gives what the decoded run's count gives for
+    an ASCII string, invalid UTF-8 beside it and the text's last line without a newline; a
+    count that forgot that newline would differ."""
+    data = b"x\n" + b"\xe2rank3 step 1 \xff\xfe\n" * 5 + b"\xe2rank3 step 2 \xff\xfe"
+    run = condense.Run(first=1, count=6, start=2, end=len(data), widths=[(6, 15)])
+    lines = condense._run_lines(data, run)()
+    for literal in ("rank3 ", "rank3", "step 2 ", "\n", " \ufffd\n"[:1] + "\n", "x", "e2"):
+        assert condense._run_count(data, run)(literal) == lines.count(literal), literal
+    ended = b"x\n" + b"\xe2rank3 end\n" * 5 + b"\xe2rank3 end"  # the last line ends in ASCII, no newline
+    run = condense.Run(first=1, count=6, start=2, end=len(ended), widths=[(6, 10)])
+    lines = condense._run_lines(ended, run)()
+    assert condense._run_count(ended, run)("end\n") == lines.count("end\n") == 6

@@ -1,7 +1,7 @@
 """The NCCL log parser tests each distinct INFO message of a parse once (nccl_log's
 `_Builder.info_table`, issue 22): a message that comes again (a communicator's init lines,
 word for word for each communicator) is read through the handlers whose tests held the
-first time. Differential: every text fixture parses to the same NcclLog with it as through
+first time; and each distinct line's prefix is split once (`_Builder.prefix_of`). Differential: every text fixture parses to the same NcclLog with it as through
 the whole table on every line."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def _differing(texts: list[tuple[str, str]]) -> list[str]:
     tested = [_parsed(text) for _, text in texts]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nccl_log._Builder, "info_table", lambda self, message: nccl_log._INFO_HANDLERS)
+        mp.setattr(nccl_log._Builder, "prefix_of", lambda self, line: nccl_log._nccl_prefix(line))
         whole = [_parsed(text) for _, text in texts]
     return [name for (name, _), a, b in zip(texts, tested, whole, strict=True) if a != b]
 
@@ -70,3 +71,16 @@ def test_the_differential_catches_a_table_kept_for_another_message(monkeypatch):
 
     monkeypatch.setattr(nccl_log._Builder, "info_table", by_start)
     assert _differing([*_texts(), ("again", _AGAIN)]) != []
+
+
+def test_the_differential_catches_a_prefix_kept_for_another_line(monkeypatch):
+    """The comparison can fail: prefixes kept by a line's first 20 characters (`gpu0:1:1 [0]
+    NCCL IN`) give a line another line's message, and facts differ."""
+    def by_start(self, line):
+        key = line.text[:20]
+        if key not in self.prefixes:
+            self.prefixes[key] = nccl_log._nccl_prefix(line)
+        return self.prefixes[key]
+
+    monkeypatch.setattr(nccl_log._Builder, "prefix_of", by_start)
+    assert _differing([("again", _AGAIN), *_texts()[:100]]) != []
