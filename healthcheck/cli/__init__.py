@@ -93,7 +93,6 @@ Environment (an option given on the command line wins over its variable):
   HC_SYSLOG_SOCKET where the hooks' syslog line goes (/dev/log; empty: none)
   HC_CACHE_DIR     where parsed config files are kept (root: /var/cache/hc/config;
                    empty: none)
-  HC_DIAGNOSE_WORKERS  processes hc diagnose logs reads big logs with (1: one)
   HC_DEBUG=1       tracebacks for internal errors; torch's own C++ logging
   COLUMNS          the width tables fit (else the terminal's; none on a pipe)
   NO_COLOR         no colour in tables, even on a terminal

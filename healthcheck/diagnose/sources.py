@@ -26,7 +26,6 @@ A file that gives nothing (binary, unreadable, cut, of no known kind) is listed 
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import os
 import re
 import signal
@@ -40,7 +39,7 @@ from healthcheck.core import typed
 from healthcheck.core.errors import HcError, ParseError
 from healthcheck.core.inputs import clip, read_bounded
 from healthcheck.diagnose.attempts import blanked_before, last_attempt
-from healthcheck.diagnose.condense import BIG_TEXT_BYTES, condensed
+from healthcheck.diagnose.condense import condensed
 from healthcheck.diagnose.evidence import (
     ErrorFile,
     FrAnalysisText,
@@ -54,7 +53,6 @@ from healthcheck.diagnose.evidence import (
 )
 from healthcheck.diagnose.jsonlines import is_json_lines, record_head
 from healthcheck.diagnose.loggednumbers import Logged, merge_logged, read_logged, same_reading
-from healthcheck.diagnose.prefetch import Tape, prefetched, pure, recorded, replaying, worker_count
 from healthcheck.diagnose.runmanifest import launcher_manifest
 from healthcheck.diagnose.stacklabel import label_rank
 from healthcheck.diagnose.stampseries import StampSeries, shared
@@ -75,10 +73,6 @@ MAX_STAMPS = 200_000  # timestamped lines indexed per file
 # facts; its count of unread lines, which no rule reads, is of the lines it read. False: every
 # line (tests/unit/diagnose/test_diagnose_marked_reading.py compares the two on every fixture)
 NCCL_MARKED_ONLY = True
-# files over it are read by worker processes too where two or more are (prefetch.py): those
-# condense.py condenses, whose reading is most of the time; a fixture-sized input forks none
-PARALLEL_BYTES = BIG_TEXT_BYTES
-
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 # a directory that is one rank's: `rank3`, `rank_3`, `rank.3`, `worker-rank3`, `py-spy-3`
 _RANK_DIR = re.compile(r"(?:[a-z0-9]{1,32}[_\-.])?(?:rank|py-?spy)[_\-.]?(?:rank[_\-.]?)?\d{1,7}", re.IGNORECASE)
@@ -331,7 +325,7 @@ _KERNEL_WORDS = ("Killed process", "oom", "NVRM:")
 
 
 def _kernel(source: str, text: str) -> list[KernelEvent]:
-    """The OOM kills and Xids of a text (pure: prefetch.py may answer it)."""
+    """The OOM kills and Xids of a text."""
     out: list[KernelEvent] = []
     if "Killed process" in text or "oom" in text:
         for number, line in enumerate(text.split("\n"), 1):
@@ -417,12 +411,10 @@ def _read_log_text(source: str, data: bytes, text: str, rank: int | None, col: C
     """A text log (`data` decoded), its last attempt only; above condense.BIG_TEXT_BYTES read
     condensed, each line with its number in the whole file; at or below, whole as ever."""
     whole = _last_attempt_only(source, text, rank, col)
-    big = pure("condensed", (len(whole),),  # condense.py: None at or below its size
-               lambda: condensed(data if whole is text else whole.encode(), whole))
+    big = condensed(data if whole is text else whole.encode(), whole)  # condense.py: None at or below its size
     if big is None:
-        stamps = pure("stamps", (len(whole), year), lambda: _stamps(whole, year))
-        return _read_text_log(source, whole, rank, col, stamps)
-    stamps = pure("stamps", (len(big.text), year, len(big.numbers)), lambda: _stamps(big.text, year, big.numbers))
+        return _read_text_log(source, whole, rank, col, _stamps(whole, year))
+    stamps = _stamps(big.text, year, big.numbers)
     return _read_text_log(source, big.text, rank, col, stamps, whole=whole, numbers=big.numbers)
 
 
@@ -548,15 +540,14 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     # a condensed text's left-out lines share a kept line's words (condense.py): where the kept
     # lines hold none of the kernel scan's words, the whole text holds none (no 3 MB searches)
     quiet = whole is not None and not any(word in text for word in _KERNEL_WORDS)
-    events = [] if quiet else pure("kernel", (len(scan),), lambda: _kernel(source, scan))
+    events = [] if quiet else _kernel(source, scan)
     ev.kernel.extend(events)
     got = bool(events)
     with numbered_as(numbers):  # None: the text's own numbers
-        nccl, torch, logged = pure("parsed", (len(text), rank, None if numbers is None else len(numbers)),
-                                   lambda: _parsed(text, rank))
+        nccl, torch, logged = _parsed(text, rank)
     merge_logged(col.logged, logged)
     if whole is not None:  # the counts of the whole text's lines, as the parsers count them
-        newlines, ends = pure("newlines", (len(whole),), lambda: (whole.count("\n"), whole.endswith("\n")))
+        newlines, ends = whole.count("\n"), whole.endswith("\n")
         nccl = nccl and msgspec.structs.replace(nccl, lines=newlines + (not ends))
         torch = torch and msgspec.structs.replace(torch, lines=newlines + 1)
     if nccl is not None:
@@ -578,7 +569,7 @@ def _parsed(text: str, rank: int | None) -> tuple[NcclLog | None, TorchLog | Non
     """The NCCL log (where the text holds NCCL's words), the torch log (None: none there) and,
     where either is, what each rank logged of its sizes (loggednumbers.read_logged, this text
     alone: merged in file order by merge_logged), from the torch parser's lines of `text`
-    (read once where `same_reading`). Pure: prefetch.py may answer it from a worker."""
+    (read once where `same_reading`)."""
     nccl = torch = None
     if " NCCL " in text or "NCCL version" in text:
         try:
@@ -809,27 +800,11 @@ def _collect(paths: list[Path], now: _dt.datetime, progress: Progress | None, *,
     ev.unreadable.extend(found.unreadable())
     ev.inputs = len(found.files)
     placed = placed or {}
-    limit = PARALLEL_BYTES  # the module's, read now: the differential test lowers it
-    big = [i for i, f in enumerate(found.files) if f.st.st_size > limit]
-
-    def job(index: int) -> Tape:  # a worker's reading of one file, into a collection thrown away
-        f = found.files[index]
-        mine = Collected(evidence=JobEvidence(), cut_attempts=cut_attempts, skip_pids=skip_pids,
-                         as_launcher=as_launcher)
-        for _, data in read_all([f], pseudo=found.pseudo, is_binary=_is_binary):
-            if not isinstance(data, Skip):
-                return recorded(functools.partial(read_data, f.name, data, mine, now.year, rank=placed.get(f.name)))
-        return Tape()
-
-    workers = worker_count([found.files[i].st.st_size for i in big], limit)
-    with prefetched(big if workers else [], workers, job) as tapes:
-        for f, data in read_all(found.files, pseudo=found.pseudo, is_binary=_is_binary, progress=progress):
-            tape = next(tapes) if workers and f.st.st_size > limit else None
-            if isinstance(data, Skip):
-                ev.unreadable.append(Unreadable(f.name, str(data)))
-                continue
-            with replaying(tape):  # prefetch.py: the pure calls a worker made already, answered
-                read_data(f.name, data, col, now.year, rank=placed.get(f.name))
+    for f, data in read_all(found.files, pseudo=found.pseudo, is_binary=_is_binary, progress=progress):
+        if isinstance(data, Skip):
+            ev.unreadable.append(Unreadable(f.name, str(data)))
+            continue
+        read_data(f.name, data, col, now.year, rank=placed.get(f.name))
     for err in ev.error_files:
         if err.rank is not None:
             ev.rank(err.rank)
