@@ -47,6 +47,7 @@ from healthcheck.diagnose.logfacts import (
     rank_source,
     torchrun_time,
 )
+from healthcheck.diagnose.memberends import member_ends
 from healthcheck.diagnose.mpiends import improper_exit, lone_abort_call
 from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.ringsize import ring_world
@@ -420,6 +421,14 @@ def _store_fetch(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
         acc.basis = acc.basis or "a peer lost the store the rank hosts; the rank's own output is not in the text"
 
 
+def _member_ends(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The ranks any tool's one-line statement shows ending first of their own (memberends.py)."""
+    for rank, why, item in member_ends(col, firsts):
+        acc.name(rank, why, item)
+        acc.unsure = True
+        acc.basis = acc.basis or "a tool's statement of each rank's end; the ranks' own output is not in the text"
+
+
 def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
     """What the ranks that left without a traceback last logged (a SIGTERM handler's reason)."""
     words = last_words(col)
@@ -510,6 +519,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
         _abnormal_tasks(col, firsts, acc)
     if not acc.items:
         _early_exits(col, firsts, acc)
+    if not acc.items:
+        _member_ends(col, firsts, acc)
     if not acc.items:
         return None
     only_gone = bool(acc.ranks) and set(acc.ranks) == set(acc.gone) and len(acc.items) == len(acc.gone)
