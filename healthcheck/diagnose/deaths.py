@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from healthcheck.diagnose.afterfault import aborted_after_faults
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.cleanupkill import cleanup_kills
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
@@ -261,6 +262,10 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
     if len(cands) == 1:
         return cands, "the only rank whose error is in its own code, not a collective's"
     if any(c.time is None for c in cands):
+        after = aborted_after_faults(firsts, [c.rank for c in cands])  # afterfault.py
+        if after and len(after) < len(cands):
+            return ([c for c in cands if c.rank not in after],
+                    "no time on every error; an abort printed after another rank's fault is its victim")
         return cands, "which of them raised first is not in the logs (no time on every error)"
     until = _together_until(cands, firsts)
     together = [c for c in cands if (c.time or 0.0) <= until]

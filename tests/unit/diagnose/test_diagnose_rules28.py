@@ -136,3 +136,22 @@ def test_mpich_aborts_of_some_processes_name_them(tmp_path):
 def test_mpich_aborts_of_every_process_or_with_code_0_name_none(tmp_path, ranks, code):
     text = "".join(f"application called MPI_Abort(MPI_COMM_WORLD, {code}) - process {r}\n" for r in ranks)
     assert named_ranks(diagnose_paste(tmp_path, text)) == []
+
+
+# ---------------------------------------------------------------- an abort after another rank's fault
+
+
+def test_an_abort_printed_after_anothers_segfault_is_its_victim(tmp_path):
+    text = ("[gpu12:mpi_rank_2][error_sighandler] Caught error: Segmentation fault (signal 11)\n"
+            "[cli_6]: aborting job:\nFatal error in MPI_Waitall:\nOther MPI error\n"
+            "[gpu13:mpi_rank_6][error_sighandler] Caught error: Aborted (signal 6)\n")
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls == "dead-rank" and named_ranks(v) == [2], v.summary
+
+
+def test_an_abort_printed_before_the_fault_stays_named(tmp_path):
+    """The text's order is the only order: an abort shown first is no victim of a later fault."""
+    text = ("[gpu13:mpi_rank_6][error_sighandler] Caught error: Aborted (signal 6)\n"
+            "[gpu12:mpi_rank_2][error_sighandler] Caught error: Bus error (signal 7)\n")
+    v = diagnose_paste(tmp_path, text)
+    assert named_ranks(v) == [2, 6], v.summary
