@@ -155,3 +155,39 @@ def test_an_abort_printed_before_the_fault_stays_named(tmp_path):
             "[gpu12:mpi_rank_2][error_sighandler] Caught error: Bus error (signal 7)\n")
     v = diagnose_paste(tmp_path, text)
     assert named_ranks(v) == [2, 6], v.summary
+
+
+# ---------------------------------------------------------------- set-up read from a cut traceback
+
+_VLLM = "(VllmWorker TP{r} pid=7{r}) ERROR 11-02 08:15:03 [multiproc_executor.py:540] "
+_SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def _cut_worker_traceback(rank: int, call: str, error: str) -> str:
+    """A worker's traceback as vLLM v1 logs it, the paste cut inside it: the source line of
+    the cut frame first, then the innermost frame (written, in vLLM's prefix and Python's shape)."""
+    p = _VLLM.format(r=rank)
+    return (f"{p}    self.comm = {call}(\n"
+            f'{p}  File "{_SITE}/vllm/distributed/device_communicators/pynccl_wrapper.py", line 261, in '
+            "NCCL_CHECK\n"
+            f'{p}    raise RuntimeError(f"NCCL error: {{error_str}}")\n'
+            f"{p}RuntimeError: {error}\n")
+
+
+def test_vllm_v1_worker_lines_are_read_through_their_prefixes():
+    log = parse_torch_log(_cut_worker_traceback(1, "self.nccl.ncclCommInitRank", "NCCL error: unhandled system error"))
+    assert [e.type for e in log.exceptions] == ["RuntimeError"]
+
+
+def test_a_cut_tracebacks_source_line_calling_a_setup_call_is_set_up():
+    log = parse_torch_log(_cut_worker_traceback(1, "self.nccl.ncclCommInitRank", "NCCL error: unhandled system error"))
+    assert log.exceptions[0].setup == "ncclCommInitRank"
+    other = parse_torch_log(_cut_worker_traceback(1, "self.nccl.ncclAllReduce", "NCCL error: unhandled system error"))
+    assert other.exceptions[0].setup == ""
+
+
+def test_two_workers_failing_in_comm_init_are_init_failure(tmp_path):
+    text = (_cut_worker_traceback(2, 'self._funcs["ncclCommInitRank"]', "NCCL error: unhandled cuda error")
+            + _cut_worker_traceback(5, 'self._funcs["ncclCommInitRank"]', "NCCL error: unhandled cuda error"))
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
