@@ -191,3 +191,58 @@ def test_two_workers_failing_in_comm_init_are_init_failure(tmp_path):
             + _cut_worker_traceback(5, 'self._funcs["ncclCommInitRank"]', "NCCL error: unhandled cuda error"))
     v = diagnose_paste(tmp_path, text)
     assert v.cls == "init-failure" and named_ranks(v) == [], v.summary
+
+
+# ---------------------------------------------------------------- a lone odd rank in Horovod's stall report
+
+_STALL = ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
+          "are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
+          "trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause "
+          "deadlock. Stalled ops: ")
+
+
+def test_one_rank_alone_on_other_tensors_than_all_the_others_is_named(tmp_path):
+    text = _STALL + ("HorovodAllreduce_accuracy_0 [ready ranks: 1], HorovodAllreduce_grad_w1_0 [ready ranks: 4, 0, 2, 3], "
+                     "HorovodAllreduce_grad_b1_0 [ready ranks: 0, 3, 2, 4]\n")
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls == "collective-mismatch" and named_ranks(v) == [1], v.summary
+
+
+def test_the_lone_odd_rank_in_the_per_op_lines_shape_is_named(tmp_path):
+    head = "[2019-03-01 10:00:00.000000: W horovod/common/operations.cc:588] "
+    text = (head + _STALL.removesuffix(" Stalled ops: ") + "\n"
+            + head + "HorovodAllreduce_eval_loss_0 [ready ranks: 2], [missing ranks: 0, 1, 3]\n"
+            + head + "HorovodAllreduce_grads_0 [ready ranks: 0, 1, 3], [missing ranks: 2]\n")
+    v = diagnose_paste(tmp_path, text)
+    assert named_ranks(v) == [2], v.summary
+
+
+@pytest.mark.parametrize("ops", [
+    "HorovodAllreduce_a_0 [ready ranks: 1], HorovodAllreduce_b_0 [ready ranks: 0]",  # two ranks: one and one
+    "HorovodAllreduce_a_0 [ready ranks: 1], HorovodAllreduce_b_0 [ready ranks: 2], "
+    "HorovodAllreduce_c_0 [ready ranks: 0, 3]",  # two ranks each alone: no one side of all the others
+])
+def test_no_lone_odd_rank_names_none(tmp_path, ops):
+    assert named_ranks(diagnose_paste(tmp_path, _STALL + ops + "\n")) == []
+
+
+# ---------------------------------------------------------------- SeqNums of different groups
+
+
+def _watchdog(rank: int, seq: int, group: str = "") -> str:
+    return (f"[E ProcessGroupNCCL.cpp:828] [{group}Rank {rank}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600100 milliseconds before "
+            "timing out.\n")
+
+
+def test_unlabelled_seqnums_of_a_rank_in_several_groups_are_not_compared(tmp_path):
+    """Rank 0 timing out at two SeqNums at once runs several groups: rank 1's other SeqNum may be another group's."""
+    text = "iteration 12 loss 3.1\n" + _watchdog(1, 12) + _watchdog(0, 88) + _watchdog(0, 410)
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls != "collective-mismatch" and named_ranks(v) == [], v.summary
+
+
+def test_one_seqnum_per_rank_is_still_compared(tmp_path):
+    text = "iteration 12 loss 3.1\n" + _watchdog(1, 12) + _watchdog(0, 13) + _watchdog(2, 13)
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls == "collective-mismatch", v.summary
