@@ -18,7 +18,7 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
   as the line's `file`; tail's `==> FILE <==` header line is `noise` ("file-header") and
   names the `file` of the lines after it
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
-  `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
+  `(RayTrainWorker pid=N, ip=10.0.0.1) `, vLLM v1's `(VllmWorker rank=3 pid=N) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `,
   a job runner's stream label `NAME [stderr] ` / `[stdout] ` (milabench's
   `dinov2-giant-nodes.cn-d004 [stderr] `)
