@@ -9,9 +9,11 @@ per sentence misses the next tool's. The statements share one grammar, read here
   `worker`, `replica`, `local_rank`, its index as tools print it (`rank 3`, `Rank 3`,
   `rank=3`, `rank: 3`, `rank=[3]`, a list `rank=[1, 2, 3]`), then at most a bracketed
   aside (`(g:0)`, `(pid 123)`), `with pid N`, `on host H` / `on node H` or `of N`;
+* not after a preposition (`Proxy Call to rank 1 failed`: the member is the object);
 * PREDICATE, right after it (`was`, `has been`, `has`, `had`, `got`, `is` allowed before):
   an ending: aborted, exited/exits, died, killed, terminated, crashed, failed (not
-  `failed to`: an attempt, not an end), received/caught signal, segfaulted, a segmentation
+  `failed to`: an attempt, not an end; a bare `failed` only ending its sentence or with its
+  cause: `rank 1 failed (Connect)` says an operation failed), received/caught signal, segfaulted, a segmentation
   fault, core dumped, called MPI_Abort / abort;
 * the CAUSE where the rest of the line gives one: a signal by name or number
   (`SIGSEGV(11)`, `signal 11`, `signal: 9`) or an exit code/status (`code 1`,
@@ -42,6 +44,12 @@ _VERB = (r",? {1,3}(?:(?:was|has been|has|had|got|is|just) {1,3})?"
          r"|received signal|caught signal|received SIG|segfaulted|segmentation fault|core dumped"
          r"|called MPI_Abort|called abort)\b")
 _STATEMENT = re.compile(rf"(?<![\w-]){_NOUNS}{_INDEX}{_ASIDE}{_VERB}")
+# a member after a preposition is an object, not the subject (`Proxy Call to rank 1 failed`)
+_OBJECT = re.compile(r"\b(?:to|from|with|for|by|of|at|on|in|into|than|against|via) {1,3}(?:the {1,3})?$", re.IGNORECASE)
+# ... but `with` after a member's own noun names it: `the trainer process with rank=[3] was aborted`
+_OWNED = re.compile(r"\b(?:process|proc|trainer|worker|task|replica) {1,3}with {1,3}$", re.IGNORECASE)
+# a bare `failed` ends its sentence (`Worker 3 has failed.`), or its cause follows a colon
+_FAILED_END = re.compile(r" {0,3}(?:[.!:;]|$)")
 _SIGNAL = re.compile(r"\b(SIG[A-Z]{2,7})\b|[Ss]ignal(?: number)?[:=]? {0,2}(\d{1,3})\b")
 _CODE = re.compile(r"\b(?:exit )?(?:code|status)[:=]? {0,2}(-?\d{1,4})\b")
 _WORLD = re.compile(r"\b(?:[Oo]ut of (?:all )?|[Aa]ll )(\d{1,7}) (?:trainers|ranks|processes|workers|tasks|replicas)\b")
@@ -83,9 +91,14 @@ def read_member_end(state: TorchState, line: Line) -> bool:
     text = line.text
     found = False
     for m in _STATEMENT.finditer(text):
-        members = tuple(int(x) for x in (m.group("list") or m.group("one")).split(","))[:_MEMBERS_MAX]
         rest = text[m.end("verb"):]
         verb = m.group("verb")
+        before = max(0, m.start() - 24)
+        if _OBJECT.search(text, before, m.start()) is not None and _OWNED.search(text, before, m.start()) is None:
+            continue
+        if verb == "failed" and _FAILED_END.match(rest) is None and _code_of(rest) is None and not _signal_of(rest):
+            continue  # `rank 1 failed (Connect)`: what failed is not said to be the member's end
+        members = tuple(int(x) for x in (m.group("list") or m.group("one")).split(","))[:_MEMBERS_MAX]
         signal = _signal_of(text[m.start("verb"):] if verb.startswith(("received", "caught")) else rest)
         if not signal and verb in ("segmentation fault", "segfaulted"):
             signal = "SIGSEGV"

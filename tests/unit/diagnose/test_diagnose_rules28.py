@@ -246,3 +246,14 @@ def test_one_seqnum_per_rank_is_still_compared(tmp_path):
     text = "iteration 12 loss 3.1\n" + _watchdog(1, 12) + _watchdog(0, 13) + _watchdog(2, 13)
     v = diagnose_paste(tmp_path, text)
     assert v.cls == "collective-mismatch", v.summary
+
+
+@pytest.mark.parametrize("line", [
+    "torch.distributed: NCCL WARN Proxy Call to rank 3 failed (Connect)",
+    "torch.distributed: rank 3 failed (Connect)",
+    "torch.distributed: send from rank 2 failed, retrying",
+    "torch.distributed: the connection with worker 4 was terminated by the peer",
+])
+def test_a_member_that_is_an_object_or_whose_operation_failed_is_not_read(line):
+    """Written after hc took NCCL's `Proxy Call to rank 1 failed (Connect)` (issues-18) for rank 1's end."""
+    assert not parse_torch_log(line + "\n").member_ends
