@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from healthcheck.diagnose.afterfault import aborted_after_faults
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.cleanupkill import cleanup_kills
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
@@ -47,6 +48,7 @@ from healthcheck.diagnose.logfacts import (
     rank_source,
     torchrun_time,
 )
+from healthcheck.diagnose.memberends import member_ends
 from healthcheck.diagnose.mpiends import improper_exit, lone_abort_call
 from healthcheck.diagnose.ownabort import own_aborts
 from healthcheck.diagnose.ringsize import ring_world
@@ -260,6 +262,10 @@ def _first_in_time(cands: list[_Candidate], firsts: dict[int, RankError]) -> tup
     if len(cands) == 1:
         return cands, "the only rank whose error is in its own code, not a collective's"
     if any(c.time is None for c in cands):
+        after = aborted_after_faults(firsts, [c.rank for c in cands])  # afterfault.py
+        if after and len(after) < len(cands):
+            return ([c for c in cands if c.rank not in after],
+                    "no time on every error; an abort printed after another rank's fault is its victim")
         return cands, "which of them raised first is not in the logs (no time on every error)"
     until = _together_until(cands, firsts)
     together = [c for c in cands if (c.time or 0.0) <= until]
@@ -420,6 +426,14 @@ def _store_fetch(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
         acc.basis = acc.basis or "a peer lost the store the rank hosts; the rank's own output is not in the text"
 
 
+def _member_ends(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The ranks any tool's one-line statement shows ending first of their own (memberends.py)."""
+    for rank, why, item in member_ends(col, firsts):
+        acc.name(rank, why, item)
+        acc.unsure = True
+        acc.basis = acc.basis or "a tool's statement of each rank's end; the ranks' own output is not in the text"
+
+
 def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
     """What the ranks that left without a traceback last logged (a SIGTERM handler's reason)."""
     words = last_words(col)
@@ -510,6 +524,8 @@ def dead_rank(col: Collected) -> JobFinding | None:
         _abnormal_tasks(col, firsts, acc)
     if not acc.items:
         _early_exits(col, firsts, acc)
+    if not acc.items:
+        _member_ends(col, firsts, acc)
     if not acc.items:
         return None
     only_gone = bool(acc.ranks) and set(acc.ranks) == set(acc.gone) and len(acc.items) == len(acc.gone)

@@ -10,7 +10,9 @@ it ready; a rank above the highest seen is unknown and never named. The missing 
 not enter the collective the others wait in: stuck-rank naming them, where one set of ranks is
 missing from every stalled op of the text's last report (a rank missing from some ops only
 may be on its way). Where no rank is missing from every op, ranks submitted different tensors:
-collective-mismatch naming none. Where the missing ranks are more than half of a known world
+collective-mismatch naming none, unless the report shows every rank of the world ready on
+some op and all but one agree on which: that one is out of step (loneodd.py, low
+confidence). Where the missing ranks are more than half of a known world
 (or, without one, of the ranks up to the highest seen ready), the few that did submit may as
 well have made one call too many: none is named. The rank that printed the report (mpirun's
 `[1,0]<stderr>:`) is the coordinator, never the culprit for that.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from healthcheck.diagnose.analysis import fact_rank, log_evidence, world_of
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
+from healthcheck.diagnose.loneodd import lone_odd
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.parsers.torch_log import StalledTensors
@@ -77,6 +80,18 @@ def _per_op(ops: list[tuple[str, StalledTensors]], world: int | None, bound: int
     return per
 
 
+def _lone_submitter(ops: list[tuple[str, StalledTensors]], world: int | None, bound: int) -> int | None:
+    """The one rank whose submitted ops differ from every other rank's, all of which agree
+    (loneodd.py), where the report shows each rank of the world ready on some op."""
+    known = world or bound
+    ready: dict[int, set[str]] = {}
+    for _, s in ops:
+        on = set(s.ready) if s.ready else (set(range(world)) - set(s.missing) if world and s.missing else set())
+        for r in on:
+            ready.setdefault(r, set()).add(s.op)
+    return lone_odd({r: frozenset(v) for r, v in ready.items()}, known)
+
+
 def horovod_stall(col: Collected) -> JobFinding | None:
     """stuck-rank (or collective-mismatch naming none) from Horovod's stall report (module doc)."""
     ops = _last_report(col)
@@ -91,6 +106,10 @@ def horovod_stall(col: Collected) -> JobFinding | None:
     items: list[Evidence] = [log_evidence(col, source, s.line, f"Horovod stalled op {s.op or '?'}: missing "
                                           f"{rank_words(sorted(_missing(s, world, bound)))}", None)
                              for source, s in ops[:12] if _missing(s, world, bound)]
+    if not everywhere and (odd := _lone_submitter(ops, world, bound)) is not None:
+        return job_finding(cls="collective-mismatch", confidence="low", ranks=(odd,), evidence=tuple(items),
+                           summary=f"rank {odd} is out of step: Horovod's stall inspector{by} shows it alone ready on "
+                                   "other ops than every other rank, which all agree")
     if not everywhere:
         return job_finding(cls="collective-mismatch", confidence="low", evidence=tuple(items),
                            summary=f"ranks submitted different tensors: Horovod's stall inspector{by} lists other "

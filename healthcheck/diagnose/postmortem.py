@@ -12,6 +12,8 @@ traceback, with the line of its own code that called it; NCCL: the watchdog's
   Where the minority is several sides, the ranks whose traceback stops first in the
   function all tracebacks share made one collective more and are named alone
   (progorder.py); the sides between waited for them.
+  Sides that differ by SeqNum alone are no mismatch where the SeqNums may count different
+  groups' calls (seqgroups.py: no group printed and a rank timed out at several).
   Where no side is a majority, the one rank first in program order is named where the
   others are at two or more later places (behindall.py).
   Where the minority waits in a gloo broadcast the others went past, gloo's tree is
@@ -48,6 +50,7 @@ from healthcheck.diagnose.nonefinished import none_finished
 from healthcheck.diagnose.p2pvictims import left_waiting
 from healthcheck.diagnose.progorder import first_in_program
 from healthcheck.diagnose.ringsize import ring_world
+from healthcheck.diagnose.seqgroups import seqs_comparable
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
 from healthcheck.diagnose.storewait import store_waits, stuck_in_store
@@ -155,6 +158,9 @@ def waited_elsewhere(waits: dict[int, Wait], col: Collected | None = None) -> Jo
             return None
         waits = {r: msgspec.structs.replace(w, op="", where="") for r, w in waits.items()}
     sides = {r: _where(w) for r, w in waits.items()}
+    if col is not None and len({w.key for w in waits.values()}) > 1 and len({w.key[0] for w in waits.values()}) == 1 \
+            and not seqs_comparable(col):
+        return None  # seqgroups.py: the SeqNums may count different groups' calls
     cls: FailureClass = "collective-mismatch"
     if len(set(sides.values())) == 1:
         sides = {r: f"{_where(w)} with {w.numel_in} elements" for r, w in waits.items() if w.numel_in is not None}

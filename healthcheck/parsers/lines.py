@@ -18,7 +18,7 @@ Prefixes, peeled in whatever order they were stacked (each kind at most once a l
   as the line's `file`; tail's `==> FILE <==` header line is `noise` ("file-header") and
   names the `file` of the lines after it
 - runners: Ray `(pid=N) ` (and its `[repeated Nx across cluster]` after the line),
-  `(RayTrainWorker pid=N, ip=10.0.0.1) `, Determined
+  `(RayTrainWorker pid=N, ip=10.0.0.1) `, vLLM v1's `(VllmWorker rank=3 pid=N) `, Determined
   `[2024-03-01T10:00:00.1Z] abc123 || `, kubectl logs --prefix `[pod/NAME/CONTAINER] `,
   a job runner's stream label `NAME [stderr] ` / `[stdout] ` (milabench's
   `dinov2-giant-nodes.cn-d004 [stderr] `)
@@ -781,7 +781,10 @@ def torn_pieces(text: str) -> list[str]:
 
 # ---------------------------------------------------------------- prefixes
 
-_RAY = lazy_compile(r"\((?:[\w.\-]{1,64} )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+# `(pid=N) `, `(NAME pid=N, ip=A) `, and a name with a few words of its own before the pid
+# (vLLM v1's `(VllmWorker rank=3 pid=406) `, `(VllmWorker TP3 pid=406) `, `(EngineCore_0 pid=9) `)
+_RAY = lazy_compile(r"\((?:[\w.\-]{1,64} )?(?:[\w.\-]{1,32}(?:=[\w.\-]{1,32})? ){0,3}pid=\d{1,10}"
+                    r"(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
 # kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
 # PyTorch Lightning's rank_prefixed_message (`[rank: 1] message`): the global rank, as `[rank1]:`
 _LIGHTNING_RANK = lazy_compile(r"\[rank: (\d{1,7})\] ", re.ASCII)
@@ -1852,8 +1855,9 @@ _BASIC_LOG = lazy_compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?([A-Za-z_][\w.
 # vLLM's logger (vllm/logger.py: `%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s`,
 # its date `%m-%d %H:%M:%S`): `ERROR 03-02 03:24:44 worker_base.py:581] `, a traceback it logged
 # behind it line by line (its frames' indent kept); the month-day stamp is no year's, left unread
+# vLLM's `LEVEL MM-DD HH:MM:SS file.py:N] `; from about v0.9 the file is bracketed, `[file.py:N] `
 _FILE_LOG = lazy_compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? "
-                         r"([\w.-]{1,128}\.py):\d{1,9}\] ")
+                         r"\[?([\w.-]{1,128}\.py):\d{1,9}\] ")
 _BRACKET_LOG = lazy_compile(
     r"\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ([\w.]{1,64}): "
 )
@@ -1872,7 +1876,8 @@ def without_ray_repeat(line: Line) -> Line:
 def python_logging(line: Line) -> Line:
     """`line` without Python logging's prefix where its text starts with one: BASIC_FORMAT's
     `WARNING:torch.distributed.run:` and the older `[INFO] 2024-01-01 10:00:00,123 name: `
-    (its time a `pylog` stamp), vLLM's `ERROR 03-02 03:24:44 worker_base.py:581] ` (its file
+    (its time a `pylog` stamp), vLLM's `ERROR 03-02 03:24:44 worker_base.py:581] ` (or
+    `[worker_base.py:581] `, newer vLLM's; its file
     the `source`); the logger's name is `source`, its level a letter, `logger`
     "pylog". A parser calls it where such a line is its (torch_log): `LEVEL:word:` alone
     is too common a shape to take off every tool's lines."""

@@ -262,6 +262,20 @@ class MpiAbortCall(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     process: int = 0
 
 
+class MemberEnd(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A tool's statement that numbered members of the job ended (memberends.py): `noun` as
+    printed, lower-cased (rank, process, task, trainer, worker, ...), `members` their indices,
+    `verb` the ending word, the cause where the line gives one (`signal` by name, `exitcode`),
+    `world` where the same line states the job's size (`Out of all 4 trainers`)."""
+
+    noun: str = ""
+    members: tuple[int, ...] = ()
+    verb: str = ""
+    signal: str = ""
+    exitcode: int | None = None
+    world: int | None = None
+
+
 class CoordinationTimeout(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """JAX's coordination service whose start-up barrier timed out (coordination.py): the
     barrier's id (`PjRT_Client_Connect`, `[Init]Wait_for_all_tasks_to_register`) and the
@@ -616,6 +630,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     harness_caught: tuple[HarnessCaught, ...] = ()
     ddp_starts: tuple[DdpStart, ...] = ()
     mpi_abort_calls: tuple[MpiAbortCall, ...] = ()
+    member_ends: tuple[MemberEnd, ...] = ()
     coordination_timeouts: tuple[CoordinationTimeout, ...] = ()
     task_states: tuple[TaskState, ...] = ()
     setup_failures: tuple[SetupFailed, ...] = ()
@@ -676,4 +691,4 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts", "stalled", "harness_caught",
               "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states", "setup_failures",
-              "tasks_lost")
+              "tasks_lost", "member_ends")

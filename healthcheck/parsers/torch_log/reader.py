@@ -46,6 +46,7 @@ from healthcheck.parsers.torch_log import (
     ddpstart,
     errors,
     launchreports,
+    memberends,
     mpiabort,
     mpireports,
     mvapichsignal,
@@ -192,6 +193,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     *taskstates.HANDLERS,
     *ddpstart.HANDLERS,
     *setupfail.HANDLERS,
+    *memberends.HANDLERS,
     Handler("desync-snapshot", lambda b: True, watchdog.read_desync_snapshot),  # its state decides
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),

@@ -60,6 +60,18 @@ def frame_step(path: str, func: str) -> str:
             return step
     return ""
 
+# a frame's source line calling a set-up call (`self._funcs["ncclCommInitRank"](...)`,
+# `lib.ncclCommInitRank(...)`, `MPI_Init(...)`): Python prints the line under its frame, and a
+# paste cut inside the traceback may keep that line while its frame's own line is gone
+_CALLED = re.compile(r"\b(ncclCommInitRank(?:Config|Scalable)?|ncclCommInitAll|ncclGetUniqueId"
+                     r"|MPI_Init(?:_thread)?)\b(?:[\"']\])?\(")
+
+
+def source_step(code: str) -> str:
+    """The set-up call a traceback's source line makes ("" where it makes none)."""
+    m = _CALLED.search(code[:1024])
+    return m.group(1) if m else ""
+
 
 def message_step(message: str) -> str:
     """The set-up call an exception's message says failed ("" where it names none)."""
@@ -72,4 +84,4 @@ def is_launcher_step(step: str) -> bool:
     return step in LAUNCHER_STEPS
 
 
-__all__ = ["LAUNCHER_STEPS", "SETUP_CALLS", "STEPS", "frame_step", "is_launcher_step", "message_step"]
+__all__ = ["LAUNCHER_STEPS", "SETUP_CALLS", "STEPS", "frame_step", "is_launcher_step", "message_step", "source_step"]

@@ -12,7 +12,7 @@ from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.torch_log.bindsetup import note_frame, traceback_opened
 from healthcheck.parsers.torch_log.facts import ExceptionRaised, TracebackCut
-from healthcheck.parsers.torch_log.setupframes import frame_step, message_step
+from healthcheck.parsers.torch_log.setupframes import frame_step, message_step, source_step
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
 
@@ -83,6 +83,7 @@ def read_frame(state: TorchState, line: Line) -> bool:
     indented line is no exception."""
     b = line.text
     if not _FRAME.match(b):  # the frame's source line (`    main()`) in an open traceback
+        _source_line(state, rank_key(line), b)
         return bool(state.tracebacks) and bool(state.tracebacks.get(rank_key(line)))
     key = rank_key(line)
     if not state.tracebacks.get(key):
@@ -91,6 +92,15 @@ def read_frame(state: TorchState, line: Line) -> bool:
         traceback_opened(state, key, line.number)
     _frame(state, key, b)
     return True
+
+
+def _source_line(state: TorchState, key: RankKey, code: str) -> None:
+    """A source line that calls a set-up call names the step as its frame would (setupframes.py),
+    in an open traceback or above the first frame of a paste cut inside one; a traceback's
+    header forgets it, a framed exception takes it."""
+    step = source_step(code) if "nccl" in code or "MPI_Init" in code else ""
+    if step and key not in state.setup_steps and len(state.setup_steps) < FRAMED_RANKS_MAX:
+        state.setup_steps[key] = step
 
 
 def read_rich_header(state: TorchState, line: Line) -> bool:

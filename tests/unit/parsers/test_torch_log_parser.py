@@ -59,8 +59,8 @@ EXPECTED: dict[str, tuple[dict[str, int], tuple[int, ...]]] = {
         ({"backend_errors": 1, "exceptions": 1}, (7,)),
     "torch-nccl-error/distbackenderror-remote-process-exited-nccl-2.18.5-two-lines.txt":
         ({"backend_errors": 1, "exceptions": 1}, ()),
-    "torch-nccl-error/gloo-barrier-connection-closed-by-peer-ci-timestamped.txt":
-        ({"gloo": 1, "exceptions": 1}, ()),
+    "torch-nccl-error/gloo-barrier-connection-closed-by-peer-ci-timestamped.txt":  # the harness's `Process 2
+        ({"gloo": 1, "exceptions": 1, "member_ends": 1}, ()),  # terminated with exit code 10`: memberends.py
     "torch-nccl-error/gloo-ddp-sync-params-broadcast-recv-timed-out-1800000ms-torch-1.4.txt":
         ({"gloo": 1, "exceptions": 1}, ()),
     "torch-nccl-error/gloo-recv-connection-closed-by-peer-pair-cc-598.txt":
