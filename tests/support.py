@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import logging
 import os
@@ -103,6 +104,36 @@ def assert_linear(fn: Callable[[Any], Any], small: Any, large: Any, *, slack: fl
         seen.append((round(t_small, 4), round(t_large, 4)))
     label = f" ({what!r})" if what is not None else ""
     raise AssertionError(f"not linear{label}: seconds for the 1x and 10x inputs, each attempt: {seen}")
+
+
+@functools.cache
+def fixture_texts() -> tuple[tuple[str, str], ...]:
+    """(path under tests/fixtures, text) of every text fixture up to 4 MiB, in path order:
+    what the parsers' differential tests read both ways (binary files and empty ones left out).
+    Read once per process: four differentials in one worker read the same ~3,000 files."""
+    from healthcheck.diagnose.sources import _is_binary  # the test of binary hc diagnose uses
+
+    out = []
+    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if len(data) <= 4 * 2**20 and data.strip() and not _is_binary(data):
+            out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
+    return tuple(out)
+
+
+def lean_hook_env(tmp_path: Path, fabric: str) -> dict[str, str]:
+    """The environment of a dry-run prologue on node1, job 7, with its own config (the fabric
+    `t` from `fabric`'s YAML), state, audit log, reports and cache under tmp_path, no history,
+    no syslog: what the lean-run tests start `hc` with."""
+    (tmp_path / "fabrics").mkdir(exist_ok=True)
+    (tmp_path / "fabrics" / "t.yaml").write_text(fabric)
+    cfg = tmp_path / "hc.yaml"
+    cfg.write_text(f"default_fabric: t\nslurm:\n  state_dir: {tmp_path}/state\n  audit_log: {tmp_path}/audit.jsonl\n"
+                   f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
+    env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
+                "HC_SYSLOG_SOCKET": "", "HC_CACHE_DIR": str(tmp_path / "cache")})
+    return env
 
 
 def run_hc(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,

@@ -5,12 +5,11 @@ caller in the same process) leaves the ordinary way."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, lean_hook_env
 
 from healthcheck import cli
 
@@ -32,14 +31,7 @@ main()
 
 
 def _run(tmp_path, thread: str, *args: str) -> tuple[subprocess.CompletedProcess, str, str]:
-    (tmp_path / "fabrics").mkdir(exist_ok=True)
-    (tmp_path / "fabrics" / "t.yaml").write_text("sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\n")
-    cfg = tmp_path / "hc.yaml"
-    cfg.write_text(f"default_fabric: t\nslurm:\n  state_dir: {tmp_path}/state\n  audit_log: {tmp_path}/audit.jsonl\n"
-                   f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
-    env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
-                "HC_SYSLOG_SOCKET": "", "HC_CACHE_DIR": str(tmp_path / "cache")})
+    env = lean_hook_env(tmp_path, "sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\n")
     said, torn = tmp_path / "said", tmp_path / "torn"
     done = subprocess.run([sys.executable, "-c", RUN, str(said), str(torn), thread, *args], capture_output=True,
                           text=True, cwd=REPO, env=env, timeout=120)

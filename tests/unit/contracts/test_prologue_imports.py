@@ -5,11 +5,10 @@ measured start-up (python -X importtime) the hook paid for nothing."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-from support import REPO
+from support import REPO, lean_hook_env
 
 # hc's own and the libraries' modules a prologue on a healthy node never needs
 NOT_IN_A_PROLOGUE = (
@@ -50,15 +49,7 @@ def _unused(loaded: set[str], names) -> list[str]:
 
 
 def _modules(tmp_path, *args: str) -> set[str]:
-    (tmp_path / "fabrics").mkdir(exist_ok=True)
-    (tmp_path / "fabrics" / "t.yaml").write_text(
-        "sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\nnet:\n  interfaces:\n    lo: {}\n")
-    cfg = tmp_path / "hc.yaml"
-    cfg.write_text(f"default_fabric: t\nslurm:\n  state_dir: {tmp_path}/state\n  audit_log: {tmp_path}/audit.jsonl\n"
-                   f"  report_dir: {tmp_path}/reports\nhistory: {{path: null}}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HC_", "SLURM"))}
-    env.update({"HC_CONFIG": str(cfg), "HC_NODE_NAME": "node1", "SLURM_JOB_ID": "7", "HC_DRY_RUN": "1",
-                "HC_SYSLOG_SOCKET": "", "HC_CACHE_DIR": str(tmp_path / "cache")})
+    env = lean_hook_env(tmp_path, "sys:\n  mounts: [/]\n  disk_free_min_gib: {/tmp: 0.001}\nnet:\n  interfaces:\n    lo: {}\n")
     out = tmp_path / "modules.json"
     done = subprocess.run([sys.executable, "-c", RUN, str(out), *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=120)

@@ -12,28 +12,21 @@ import re
 
 import msgspec
 import pytest
-from support import FIXTURES
+from support import FIXTURES, fixture_texts
 
 from healthcheck.core.errors import ParseError
 from healthcheck.diagnose import sources
 from healthcheck.diagnose.loggednumbers import read_logged, same_reading
-from healthcheck.diagnose.sources import _is_binary, collect
+from healthcheck.diagnose.sources import collect
 from healthcheck.diagnose.verdict import build
 from healthcheck.parsers import nccl_log
 from healthcheck.parsers.lines import NOTHING_UNREAD, marked_lines
 from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
 from healthcheck.parsers.torch_log import read_torch_lines
 
-MAX_BYTES = 4 * 2**20  # a fixture larger than this is no log (none is today)
-
 
 def _texts() -> list[tuple[str, str]]:
-    out = []
-    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if len(data) <= MAX_BYTES and data.strip() and not _is_binary(data):
-            out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
-    return out
+    return list(fixture_texts())
 
 
 def _nccl(text: str, marked_only: bool) -> NcclLog | str:

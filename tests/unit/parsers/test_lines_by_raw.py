@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from support import FIXTURES
+from support import fixture_texts
 
-from healthcheck.diagnose.sources import _is_binary
 from healthcheck.parsers import lines
 from healthcheck.parsers.nccl_log import NCCL_MARKS
 from healthcheck.parsers.torch_log import read_torch_lines
@@ -23,12 +22,7 @@ _READINGS = (
 
 
 def _texts() -> list[tuple[str, str]]:
-    out = []
-    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if len(data) <= 4 * 2**20 and data.strip() and not _is_binary(data):
-            out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
-    return out
+    return list(fixture_texts())
 
 
 def _read(text: str) -> bytes:

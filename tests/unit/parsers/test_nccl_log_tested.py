@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from support import FIXTURES
+from support import fixture_texts
 
 from healthcheck.core.errors import ParseError
-from healthcheck.diagnose.sources import _is_binary
 from healthcheck.parsers import nccl_log
 from healthcheck.parsers.nccl_log import parse_nccl_log
 
 
 def _texts() -> list[tuple[str, str]]:
-    out = []
-    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if len(data) <= 4 * 2**20 and data.strip() and not _is_binary(data):
-            text = data.decode("utf-8", errors="replace")
-            if " NCCL " in text or "NCCL version" in text:
-                out.append((str(path.relative_to(FIXTURES)), text))
-    return out
+    return [(name, text) for name, text in fixture_texts() if " NCCL " in text or "NCCL version" in text]
 
 
 def _parsed(text: str) -> bytes:

@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from support import FIXTURES
+from support import fixture_texts
 
 from healthcheck.core.errors import ParseError
-from healthcheck.diagnose.sources import _is_binary
 from healthcheck.parsers.lines import HandlersByText
 from healthcheck.parsers.torch_log import parse_torch_log, reader
 
 
 def _texts() -> list[tuple[str, str]]:
-    out = []
-    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if len(data) <= 4 * 2**20 and data.strip() and not _is_binary(data):
-            out.append((str(path.relative_to(FIXTURES)), data.decode("utf-8", errors="replace")))
-    return out
+    return list(fixture_texts())
 
 
 def _parsed(text: str) -> bytes:
