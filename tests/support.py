@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import io
 import logging
@@ -17,7 +18,7 @@ import time
 import traceback
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,19 @@ class _ProcessState:
 def _stdlib_own(fn: Callable[..., Any]) -> bool:
     """An exit hook a standard library module registers for itself (at its import)."""
     return str(getattr(fn, "__module__", "")).split(".")[0] in sys.stdlib_module_names
+
+
+@contextlib.contextmanager
+def process_state_restored() -> Iterator[list[str]]:
+    """For a test that calls hc's main() in this process itself (not through run_hc_inproc):
+    what the call changed (signal handlers, the wakeup fd, runners.stop's install, ...) is put
+    back after the block, and what could not be is appended to the list it yields."""
+    problems: list[str] = []
+    state = _ProcessState()
+    try:
+        yield problems
+    finally:
+        problems.extend(state.restore())
 
 
 def _uninstall_stop(wakeup_fd: int) -> None:
