@@ -49,8 +49,10 @@ if TYPE_CHECKING:
 # every prologue's start-up, and a node that passes never acts (issue 22).
 ACTIONS = "healthcheck.actions.apply"
 SLURM = "healthcheck.actions.slurm"
-# A health run's counters against the node's recorded runs (rates, trends): a health run
-# records the history, a prologue or epilogue neither records nor reads it (issue 22's start-up).
+# A health run judged against the node's recorded runs: its Xids across boots (escalation),
+# then its counters (rates, trends). A health run records the history; a prologue or epilogue
+# neither records nor reads it, nor loads these (issue 22's start-up).
+ESCALATION = "healthcheck.orchestrate.escalate"
 OVER_TIME = "healthcheck.orchestrate.over_time"
 
 
@@ -64,13 +66,18 @@ def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | Non
     return importlib.import_module(SLURM).SlurmClient(settings, env=env, deadline=deadline)
 
 
-def _over_time(kind: str, config: Config, report: Report) -> tuple[Report, list[str]]:
-    """A health run's node judged against its recorded runs (orchestrate/over_time.py), and
-    the notes for the operator; other hooks' reports as they are."""
-    if kind != "health" or config.main.history.path is None:
+def _judged_over_history(kind: str, config: Config, report: Report) -> tuple[Report, list[str]]:
+    """A health run's report with its Xid recurrences across boots escalated
+    (orchestrate/escalate.py), then its counters judged against its recorded runs
+    (orchestrate/over_time.py), and the notes for the operator; other hooks' reports as they are."""
+    if kind != "health":
         return report, []
-    judged: tuple[Report, list[str]] = importlib.import_module(OVER_TIME).judge_report(config, report)
-    return judged
+    notes: list[str] = []
+    report = importlib.import_module(ESCALATION).escalated_report(report, config.main.history, notes)
+    if config.main.history.path is None:
+        return report, notes
+    report, over_time_notes = importlib.import_module(OVER_TIME).judge_report(config, report)
+    return report, [*over_time_notes, *notes]
 
 
 class HookResult(msgspec.Struct):
@@ -89,10 +96,6 @@ _VERDICT = [0]
 
 def set_verdict(code: int) -> None:
     _VERDICT[0] = code
-
-
-# Xid escalation reads the run history: loaded by a health run only (a prologue does not count boots)
-ESCALATION = "healthcheck.orchestrate.escalate"
 
 
 def verdict() -> int:
@@ -129,9 +132,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         # the right answer, not "nothing was checked"
         require_checks=kind != "epilogue",
     )
-    escalation_notes: list[str] = []
-    report = _escalated(kind, report, config, escalation_notes)
-    report, history_notes = _over_time(kind, config, report)
+    report, history_notes = _judged_over_history(kind, config, report)
     # hc's own state is bookkeeping: a full or read-only state_dir is reported, and the
     # verdict and the drain still go through
     if kind == "prologue" and job:
@@ -185,7 +186,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         run_notes.append(lost)
     outcome.run_findings = run_notes + outcome.run_findings
     report = with_outcome(report, outcome)
-    messages = [*history_notes, *escalation_notes, *outcome.messages]
+    messages = [*history_notes, *outcome.messages]
     written, problems = _write_report(report, settings.report_dir, node, kind)
     messages += problems
     prometheus = config.main.prometheus
@@ -206,14 +207,6 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
 # A prologue or epilogue keeps a job waiting while it talks to Slurm: a dead controller
 # may cost it this long at most (health runs have until their hard deadline).
 JOB_HOOK_ACTION_S = 2.5
-
-
-def _escalated(kind: str, report: Report, config: Config, notes: list[str]) -> Report:
-    """A health run's report with Xid recurrences across boots escalated (the run the history
-    records; a prologue's or epilogue's as it is)."""
-    if kind != "health":
-        return report
-    return importlib.import_module(ESCALATION).escalated_report(report, config.main.history, notes)
 
 
 def _action_deadline(kind: str, hard_deadline: float | None) -> float | None:
