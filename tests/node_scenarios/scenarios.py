@@ -222,6 +222,11 @@ def healthy_set() -> list[Scenario]:
                   "slowdown set Not Active (derived; as captured it is the clocks scenario h100-535-as-captured), "
                   "ibstat h100-ib-some-down-disabled (8 CX-7 NDR Active, frontend ports down), perfquery -x "
                   "clean HCA port, 8 IPoIB at 2044: real, unchanged"),
+        h100_node("h100-frontend-port-errors", HEALTHY, "derived: as h100-node, with the MT4125 Ethernet frontend "
+                  "port mlx5_7 (not a compute HCA of the fabric: ib.hca_types) at LinkDownedCounter 12 and "
+                  "SymbolErrorCounter 1500; the compute fabric is clean",
+                  perfquery={"*": read(CLEAN_PERFQUERY), "mlx5_7": perfquery_set(
+                      read(CLEAN_PERFQUERY), LinkDownedCounter=12, SymbolErrorCounter=1500)}),
         h100_node("h100-node-switch-clean", HEALTHY, "as h100-node with the clean 2-port switch perfquery "
                   "capture on every port (real, unchanged)",
                   perfquery={"*": read(CORPUS / "perfquery/switch-2port-extended-clean.txt")}),
