@@ -250,6 +250,13 @@ def healthy_set() -> list[Scenario]:
                              ("H800 1-GPU", CORPUS / "nvidia-smi-q/h800-1gpu-driver-525.105.17.txt"),
                              ("TITAN V", CORPUS / "nvidia-smi-q/titanv-driver-560.35.03.txt"),
                              ("RTX 4090 8-GPU busy", CORPUS / "nvidia-smi-q/rtx4090-8gpu-driver-535.154.05.txt"))),
+        Scenario("h100-1gpu-device-580", HEALTHY, "H100 1-GPU (VM)", "agentless",
+                 "nvidia-smi -q 580.159.04 captured by this project on a lent H100 (field/device, real, "
+                 "unchanged), generic fabric", fabric="generic", checks=("gpu",),
+                 smi=read(FIELD / "device/nvidia-smi-q/h100-q-full-580.159.04.txt")),
+        h100_node("h100-ib-bluefield-bond", HEALTHY, "ibstat of an H100 node: 8 CX-7 NDR Active and a BlueField-3 "
+                  "Ethernet bond (field/repos, real, unchanged; space-indented), perfquery -x clean",
+                  ibstat=read(FIELD / "repos/ibstat/h100-ib-ndr400-space-indented-bond-bluefield.txt")),
         a100_ib("a100-ib-node", HEALTHY, "ibstat a100-ib-hdr200-all-active (8 HDR200 + Ethernet frontend), "
                 "perfquery -x clean, 8 IPoIB at 2044 (the A100 fabric's MTU): real, unchanged"),
         Scenario("cpu-only-agentless", HEALTHY, "CPU-only", "agentless",
@@ -266,6 +273,10 @@ def healthy_set() -> list[Scenario]:
                  "nvidia-smi -q -x of an A100-SXM4-40GB in MIG mode, pass-through VM (real, unchanged), "
                  "generic fabric", fabric="generic", checks=("gpu",),
                  smi=read(FIXTURES / "nvidia-smi-q-xml/a100-sxm4-mig.xml")),
+        Scenario("bw-slow-once", HEALTHY, "A100 8-GPU", "deep",
+                 "nccl-tests stand-in 'slow-then-healthy': half the bandwidth on the first try (derived), the real "
+                 "8x A100 capture on the repeat: a shortfall that does not repeat", fabric="generic",
+                 checks=("bw.nccl",), tier="deep", nccl="slow-then-healthy"),
         Scenario("bw-a100-8gpu", HEALTHY, "A100 8-GPU", "deep",
                  "nccl-tests all_reduce on 8x A100 (235.26 GB/s at 8G, real) against the A100 floor 228",
                  fabric="generic", checks=("bw.nccl",), tier="deep", nccl="healthy"),
@@ -367,6 +378,20 @@ def fabric_fault_set() -> list[Scenario]:
                  "ibstat h100-roce-down-polling (real: two ports Down/Polling) on the RoCE fabric",
                  fabric="h100-roce400", checks=("ib.port_state",),
                  ibstat=read(CORPUS / "ibstat/h100-roce-down-polling.txt"), expect=(("ib.E002", "FAIL"),)),
+        Scenario("roce-2-ports-disabled", "ib port", "H100 RoCE", "agentless",
+                 "ibstat of an H100 RoCE node, 2 CX-7 ports Down/Disabled (field/repos, real) on the RoCE fabric",
+                 fabric="h100-roce400", checks=("ib.port_state",),
+                 ibstat=read(FIELD / "repos/ibstat/h100-roce-2-ports-down-disabled.txt"), expect=(("ib.E002", "FAIL"),)),
+        Scenario("cx7-down-polling", "ib port", "one CX-7", "agentless",
+                 "ibstat of one CX-7 Down/Polling at rate 10 (field/issues-3, real; four-space indent, GUIDs "
+                 "elided), generic fabric", fabric="generic", checks=("ib.port_state",),
+                 ibstat=read(FIELD / "issues-3/ibstat/cx7-down-polling-rate10-guids-elided-4-space.txt"),
+                 expect=(("ib.E002", "FAIL"),)),
+        Scenario("sriov-vf-down-linkup", "ib port", "SR-IOV VF (pod)", "agentless",
+                 "ibstat of an SR-IOV VF in a pod: State Down, Physical state LinkUp, lid 65535 (field/issues-5, "
+                 "real, its shell prompt line included), generic fabric", fabric="generic", checks=("ib.port_state",),
+                 ibstat=read(FIELD / "issues-5/ibstat/pod-prompt-ibstat-one-ca-down-linkup-lid-65535.txt"),
+                 expect=(("ib.E002", "FAIL"),)),
         h100_node("ib-link-not-up", "ib port", "derived: mlx5_4 Active but LinkErrorRecovery",
                   (("ib.E003", "FAIL"),), ibstat=ibstat_port(ib, "mlx5_4", **{"Physical state": "LinkErrorRecovery"})),
         h100_node("ib-hca-missing", "ib port", "derived: mlx5_0's block gone from ibstat (7 CX-7 seen)",
@@ -395,6 +420,12 @@ def fabric_fault_set() -> list[Scenario]:
         Scenario("bw-slow", "bandwidth", "A100 8-GPU", "deep",
                  "nccl-tests stand-in 'slow': the 8x A100 capture at half the bandwidth (derived), floor 228",
                  fabric="generic", checks=("bw.nccl",), tier="deep", nccl="slow", expect=(("bw.E001", "FAIL"),)),
+        Scenario("bw-wrong-results", "bandwidth", "A100 8-GPU", "deep",
+                 "nccl-tests stand-in 'wrong': the 8x A100 capture with #wrong on its largest rows (derived)",
+                 fabric="generic", checks=("bw.nccl",), tier="deep", nccl="wrong", expect=(("bw.E002", "FAIL"),)),
+        Scenario("bw-nccl-failure", "bandwidth", "A100 8-GPU", "deep",
+                 "nccl-tests stand-in 'nccl-failure': a real nccl-tests failure (a 2-host RTX 4090 run, NCCL error, exit 3)",
+                 fabric="generic", checks=("bw.nccl",), tier="deep", nccl="nccl-failure", expect=(("bw.E004", "FAIL"),)),
     ]
 
 
@@ -411,7 +442,8 @@ def by_name(name: str) -> Scenario:
     return next(s for s in scenarios() if s.name == name)
 
 
-# the handful tests/unit/checks/test_node_detector.py runs on every CI run: one per way in,
-# healthy nodes of three kinds, and faults of the GPU, IB and net families
-CI_SUBSET = ("h100-8gpu-nvml", "h100-node", "cpu-only-agentless", "xid79-fallen-off-bus", "xid13-app",
-             "row-remap-pending", "ib-port-down", "ib-symbol-errors", "mtu-mismatch")
+# the handful tests/unit/checks/test_node_detector.py runs on every CI run: both ways into hc
+# that take seconds, healthy nodes of three kinds (one with a frontend port's errors, which
+# ib.counters once drained), and faults of the GPU, IB and net families
+CI_SUBSET = ("h100-8gpu-nvml", "h100-node", "h100-frontend-port-errors", "cpu-only-agentless", "xid79-fallen-off-bus",
+             "xid13-app", "row-remap-pending", "ib-port-down", "ib-symbol-errors", "mtu-mismatch")
