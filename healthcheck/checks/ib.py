@@ -121,18 +121,30 @@ def port_state(ib_ports: IbPorts, limits: Fabric) -> CheckOutput:
             )
 
 
-@check("ib.counters", tier="quick", needs=("ib_counters",), findings=(COUNTER_HIGH, catalogue.TOOL_MISSING),
-       budget_s=3.0,
+def _not_compute(ib_ports: IbPorts | None, ib: IbLimits) -> set[tuple[str, int]]:
+    """The ports the fabric does not select as compute by CA type or link layer (a frontend
+    Ethernet port on an InfiniBand node), as ib.port_state reads them; none where the ports
+    could not be read (the name globs still apply)."""
+    if ib_ports is None:
+        return set()
+    return {(p.ca, p.port) for p in ib_ports.ports if not _is_compute(p, ib)}
+
+
+@check("ib.counters", tier="quick", needs=("ib_counters",), optional=("ib_ports",),
+       findings=(COUNTER_HIGH, catalogue.TOOL_MISSING), budget_s=3.0,
        evidence_metrics=("symbol_error", "link_downed"))
-def counters(ib_counters: IbCounters, limits: Fabric) -> CheckOutput:
-    """No error counter of an HCA port is above the fabric's warn or fail limit."""
+def counters(ib_counters: IbCounters, limits: Fabric, ib_ports: IbPorts | None = None) -> CheckOutput:
+    """No error counter of a compute HCA port is above the fabric's warn or fail limit."""
     ib = limits.ib
     if not ib_counters.ports:
         raise NotApplicable("no InfiniBand HCA found")
     fail_limits = msgspec.structs.asdict(ib.counters_fail)
     warn_limits = msgspec.structs.asdict(ib.counters_warn)
+    others = _not_compute(ib_ports, ib)
     for port in ib_counters.ports:
         if port.ca and not any(fnmatchcase(port.ca, pattern) for pattern in ib.hcas):
+            continue
+        if (port.ca, port.port) in others:
             continue
         missing = [name for name in fail_limits if port.counters.get(name) is None
                    and (fail_limits[name] is not None or warn_limits[name] is not None)]

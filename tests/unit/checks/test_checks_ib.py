@@ -156,3 +156,17 @@ def test_cas_listed_without_their_ports_are_an_error_never_no_hca_nor_a_count_fa
         fs = findings(port_state(ib_ports=facts, limits=CFG.fabric(fabric)))
         assert [f.status.value for f in fs] == ["ERROR"], ids(fs)  # no FAIL: the count was not seen
         assert fs[0].id == catalogue.TOOL_FAILED.id and "mlx5_0" in fs[0].message
+
+
+def test_counters_of_a_frontend_port_the_fabric_does_not_select_are_ignored():
+    # the H100 node's MT4125 Ethernet frontend ports are not compute HCAs (ib.hca_types,
+    # ib.link_layer): their counters do not drain a GPU node, as their state does not;
+    # where ibstat could not be read, the name globs alone select (as before)
+    ports = ibstat("h100-ib-some-down-disabled.txt")
+    clean = parse_perfquery((CORPUS / "perfquery/hca-extended-capmask-5a00.txt").read_text(), ca="mlx5_0").ports[0]
+    facts = IbCounters(ports=[IbPortCounters(ca=ca, port=1, counters={**clean.counters, "link_downed": 12})
+                              for ca in ("mlx5_0", "mlx5_7")])
+    fs = findings(counters(ib_counters=facts, ib_ports=ports, limits=CFG.fabric("h100-ndr400")))
+    assert ids(fs) == [("ib.E005", "FAIL", "mlx5_0/1:link_downed")]
+    fs = findings(counters(ib_counters=facts, ib_ports=None, limits=CFG.fabric("h100-ndr400")))
+    assert ids(fs) == [("ib.E005", "FAIL", "mlx5_0/1:link_downed"), ("ib.E005", "FAIL", "mlx5_7/1:link_downed")]
