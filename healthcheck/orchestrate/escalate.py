@@ -19,7 +19,6 @@ import msgspec
 
 from healthcheck.checks.gpu import XID_RECURRING
 from healthcheck.core import xid_catalogue
-from healthcheck.core.config.schema import HistorySettings
 from healthcheck.core.errors import HcError
 from healthcheck.core.model import Finding, NodeResult, Report
 from healthcheck.core.stamp import stamp
@@ -84,15 +83,14 @@ def _recurring(node: str, key: tuple[str, int], boots: list[str], *, logged_now:
     return stamp(finding, check=CHECK, node=node)
 
 
-def escalated_report(report: Report, settings: HistorySettings, notes: list[str]) -> Report:
-    """A hook's report with its node's Xid recurrences escalated from the configured history
-    (none kept, none yet, or unreadable: the report as it is, and a note where it could not be read)."""
-    history = History.from_settings(settings)
+def escalated_report(report: Report, history: History | None, notes: list[str]) -> Report:
+    """A run's report of this node with its Xid recurrences escalated from `history` (the
+    run's one open of it; None where none is kept); as it is where none is recorded yet, or
+    where it cannot be read (then a note says why)."""
     if history is None or not history.path.exists():
         return report
     try:
-        with history:
-            nodes = escalate(list(report.nodes), history.xid_boots, notes)
+        nodes = escalate(list(report.nodes), history.xid_boots, notes)
     except HcError as exc:
         notes.append(f"Xid recurrences not counted: {exc}")
         return report

@@ -153,6 +153,7 @@ class History:
     def __init__(self, path: Path) -> None:
         self.path = Path(path).expanduser()
         self._db: sqlite3.Connection | None = None
+        self._unusable: HcError | None = None  # why it could not be opened: not tried again by this object
 
     @classmethod
     def from_settings(cls, settings: HistorySettings) -> History | None:
@@ -164,7 +165,13 @@ class History:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = self._open()
+            if self._unusable is not None:  # a run's steps share one object: a locked file costs one wait
+                raise self._unusable
+            try:
+                self._db = self._open()
+            except HcError as exc:
+                self._unusable = exc
+                raise
         return self._db
 
     def _open(self) -> sqlite3.Connection:
@@ -664,9 +671,10 @@ def _node_table(listing: HistoryListing) -> str:
     return f"{table}\n{recurrence.mtbf_line([(i.started_at, i.status) for i in listing.node_runs])}"
 
 
-def record_run(report: Report, settings: HistorySettings) -> str | None:
-    """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""
-    history = History.from_settings(settings)
+def record_run(report: Report, settings: HistorySettings, history: History | None = None) -> str | None:
+    """Record `report` and prune to `keep_runs`, in `history` where the run opened it already
+    (closed after), else in the configured one; a warning for the operator instead of raising."""
+    history = history if history is not None else History.from_settings(settings)
     if history is None:
         return None
     try:

@@ -18,7 +18,7 @@ from healthcheck.actions.policy import decide
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.config.schema import DrainPolicy, HistorySettings
+from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
@@ -141,21 +141,24 @@ def test_no_escalation_where_gpu_xid_did_not_judge_the_node(tmp_path) -> None:
 
 
 def test_a_health_runs_report_is_escalated_from_the_configured_history(tmp_path) -> None:
-    settings = HistorySettings(path=str(tmp_path / "h.db"))
     at = T0 + dt.timedelta(hours=5)
     report = make_report(command="health", tier="quick", config_digest="d", config_path="c", started=at, finished=at,
                          nodes=[node_in_boot(boot(3), CLEAN)])
     notes: list[str] = []
-    assert escalated_report(report, settings, notes) == report and not notes  # no history yet: as it is
+    assert escalated_report(report, None, notes) == report and not notes  # none kept: as it is
+    assert escalated_report(report, History(tmp_path / "h.db"), notes) == report and not notes  # none yet
+    assert not (tmp_path / "h.db").exists()  # and escalation did not create it
     with History(tmp_path / "h.db") as history:
         for n in range(3):
             run(history, boot(n), n)
-    out = escalated_report(report, settings, notes)
+    with History(tmp_path / "h.db") as history:
+        out = escalated_report(report, history, notes)
     assert out.status is Status.FAIL and report.status is Status.PASS
     assert out.summary["FAIL"] == 1 and out.summary["PASS"] == 0
     assert any(row["id"] == "gpu.E025" for row in out.findings_summary) and not notes
     (tmp_path / "h.db").write_bytes(b"not a database" * 100)
-    assert escalated_report(report, settings, notes) == report and "Xid recurrences not counted" in notes[0]
+    assert escalated_report(report, History(tmp_path / "h.db"), notes) == report
+    assert "Xid recurrences not counted" in notes[0]
 
 
 def test_pruned_runs_take_their_xid_rows_with_them(tmp_path) -> None:
