@@ -68,8 +68,8 @@ def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | Non
 def _judged_over_history(kind: str, config: Config, report: Report) -> tuple[Report, list[str], Any]:
     """A health run's report judged against its recorded runs (orchestrate/node_history.py),
     the notes for the operator, and the history it opened (to record the run in, None where
-    none is kept); other hooks' reports as they are."""
-    if kind != "health":
+    none is kept); other hooks' reports, and any where no history is kept, as they are."""
+    if kind != "health" or config.main.history.path is None:
         return report, [], None
     node_history = importlib.import_module(NODE_HISTORY)
     history = node_history.open_for(config)
