@@ -531,6 +531,13 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("read Xid recurrences", exc) from None
 
+    def repair_times(self) -> dict[str, float]:
+        """node -> epoch of its last repair on record: what resumes a drain the policy resumes only after one."""
+        try:
+            return recurrence.repair_times(self.db)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
+
     def repairs(self, node: str, limit: int) -> list[Repair]:
         try:
             return recurrence.repairs_of(self.db, node, limit)

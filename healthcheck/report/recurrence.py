@@ -93,6 +93,16 @@ def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     return row[0] or "" if row else ""
 
 
+def repair_times(db: sqlite3.Connection) -> dict[str, float]:
+    """node -> when its last repair was put on record (epoch seconds), for every node with one."""
+    out = {}
+    for node, at in db.execute("SELECT node, max(at) FROM repairs GROUP BY node").fetchall():
+        when = _when(at or "")
+        if when is not None:
+            out[node] = when.timestamp()
+    return out
+
+
 def xid_boots(db: sqlite3.Connection, node: str, since: str, limit: int = 512) -> dict[tuple[str, int], list[str]]:
     """(GPU, code) -> the distinct boots, oldest first, in which `node` reported that Xid in runs after
     `since` (the last repair), from its newest `limit` rows."""
