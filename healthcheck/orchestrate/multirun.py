@@ -245,7 +245,7 @@ def _escalated(results: list[NodeResult], history, warnings: list[str]) -> list[
     """The results with Xid recurrences across reboots escalated (orchestrate/escalate.py); as they
     are, and a note saying why, where the history cannot be read."""
     try:
-        return escalate(results, history.xid_boots, warnings)
+        return escalate(results, history.xid_boots, warnings, history.gpu_resets)
     except HcError as exc:
         warnings.append(f"Xid recurrences not counted: {exc}")
         return results

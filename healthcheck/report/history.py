@@ -31,7 +31,7 @@ from healthcheck.core.model import Finding, Metric, Report
 from healthcheck.core.status import Status
 from healthcheck.report import recurrence
 from healthcheck.report.jsonio import decode, encode
-from healthcheck.report.recurrence import Repair
+from healthcheck.report.recurrence import GpuReset, Repair
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -523,8 +523,25 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("record the repair", exc) from None
 
+    def record_gpu_reset(self, reset: GpuReset) -> None:
+        """Put a GPU reset on record: an Xid of that GPU logged after it is a recurrence, as after a reboot."""
+        try:
+            db = self.db
+            with _write_transaction(db):
+                recurrence.insert_gpu_reset(db, reset)
+        except sqlite3.Error as exc:
+            raise self._fail("record the GPU reset", exc) from None
+
+    def gpu_resets(self, node: str) -> list[GpuReset]:
+        """`node`'s GPU resets on record, oldest first (the newest 512)."""
+        try:
+            return recurrence.gpu_resets_of(self.db, node)
+        except sqlite3.Error as exc:
+            raise self._fail("read GPU resets", exc) from None
+
     def xid_boots(self, node: str) -> dict[tuple[str, int], list[str]]:
-        """(GPU, Xid code) -> the boots (ids, oldest first) in which `node` reported it since its last repair."""
+        """(GPU, Xid code) -> the epochs (boot ids, or a boot after a GPU reset: recurrence.epoch_of), oldest
+        first, in which `node` reported it since its last repair."""
         try:
             db = self.db
             return recurrence.xid_boots(db, node, recurrence.last_repair_at(db, node))
