@@ -125,3 +125,34 @@ def test_a_rate_fail_drain_stays_until_a_repair_is_on_record(tmp_path, monkeypat
     record_repairs(config.main, ["n1"], "reseated the cable of mlx5_0 port 1")
     sweep(config)
     assert "update nodename=n1 state=resume" in (tmp_path / "scontrol.log").read_text()
+
+
+def test_a_health_run_resumes_an_ib_e006_drain_only_after_a_repair(tmp_path, monkeypatch):
+    from healthcheck.actions.repairs import record_repairs
+    from healthcheck.orchestrate import hooks
+    from healthcheck.report.build import make_report, utc_now
+
+    setup(tmp_path, monkeypatch, {})
+    (tmp_path / "hc.yaml").write_text((tmp_path / "hc.yaml").read_text().replace(
+        "drain: {", f"state_dir: {tmp_path}/state, report_dir: {tmp_path}/reports, drain: {{"))
+    config = load_config(tmp_path / "hc.yaml")
+    at = (dt.datetime.now() - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    write_stub(tmp_path / "bin", "sinfo", f"printf 'n1|drained|{at}|hc: ib.E006\\n" +
+               "".join(f"n{i}|idle|Unknown|none\\n" for i in range(2, 10)) + "'\n")
+
+    def check_this_node(config, *, node, tier, command, **kwargs):
+        now = utc_now()
+        report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
+                             started=now, finished=now, nodes=[checked(node=node, fabric="t", link_downed=2)])
+        return report, False
+
+    monkeypatch.setattr(hooks, "check_this_node", check_this_node)
+    env = {"SLURMD_NODENAME": "n1"}
+    hooks.run_hook("health", config, env, node="n1")  # a first reading: no rate yet
+    quiet = hooks.run_hook("health", config, env, node="n1")  # no rise: ib.rates passes
+    assert [f.id for f in quiet.report.nodes[0].findings if f.check == "ib.rates"] == []
+    assert "repair on record since the drain" in quiet.journal
+    assert not (tmp_path / "scontrol.log").exists()
+    record_repairs(config.main, ["n1"], "replaced the transceiver")
+    hooks.run_hook("health", config, env, node="n1")
+    assert (tmp_path / "scontrol.log").read_text().strip() == "update nodename=n1 state=resume"
