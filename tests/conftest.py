@@ -12,6 +12,16 @@ import pytest
 pytest_plugins = ["rigfixtures", "riggroup"]
 
 
+@pytest.fixture(autouse=True)
+def own_home(request, tmp_path_factory, monkeypatch):
+    """A home of its own for each unit test (rig tests keep the machine's): what hc keeps under
+    ~ by default, the run history (~/.local/state/hc) that `hc node --local`, `hc node NODES`
+    and `hc health` judge against and record into, is then the test's alone, never the
+    machine's nor an earlier test's or session's (whose readings would be judged as rates)."""
+    if request.node.get_closest_marker("rig") is None and "unit" in request.node.path.parts:
+        monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+
+
 @pytest.fixture(scope="session")
 def report_schema() -> dict[str, Any]:
     """The JSON Schema of the report version hc writes now."""

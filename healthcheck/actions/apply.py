@@ -28,6 +28,7 @@ def act(
     dry_run: bool = False,
     extra_drains: Mapping[str, str] | None = None,
     boot_times: Mapping[str, float] | None = None,
+    repair_times: Mapping[str, float] | None = None,
 ) -> ActionOutcome:
     out = ActionOutcome()
     scope = fold(n.node for n in report.nodes) or "run"
@@ -42,7 +43,8 @@ def act(
         out.run_findings.append(action_finding(catalogue.SLURM_FAILED, text, scope=scope, evidence=error))
         return out
     plan = decide(report.nodes, states, settings.drain, cluster_size=len(states), resume=resume,
-                  extra_drains=extra_drains, boot_times=boot_times, analyses=report.analyses)
+                  extra_drains=extra_drains, boot_times=boot_times, analyses=report.analyses,
+                  repair_times=repair_times)
     out.plan = plan
     _say_what_was_not_done(out, plan, states)
     if plan.guard is not None:

@@ -79,7 +79,8 @@ def _judging(analyses: Iterable[AnalysisRun]) -> list[tuple[AnalysisRun, Hostlis
 
 
 def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = (),
-               rebooted_since_drain: bool | None = None,
+               rebooted_since_drain: bool | None = None, repair_only: Iterable[str] = (),
+               repaired_since_drain: bool | None = None,
                analyses: Mapping[str, Status] | None = None) -> tuple[bool, str]:
     """An hc-drained node may be resumed when the checks or analyses named in its reason
     ran over it now and passed, whatever any other check says (an unrelated ERROR, such as
@@ -98,6 +99,10 @@ def can_resume(result: NodeResult, reason: str, *, reboot_only: Iterable[str] = 
     needs_reboot = sorted(ids & set(reboot_only))
     if needs_reboot and not rebooted_since_drain:
         return False, f"{', '.join(needs_reboot)} clears only with a reboot (or an operator's resume)"
+    needs_repair = sorted(ids & set(repair_only))
+    if needs_repair and not repaired_since_drain:
+        return False, (f"{', '.join(needs_repair)} clears only with a repair on record since the drain "
+                       "(hc node NODE --repaired TEXT) or an operator's resume")
     if result.error is not None and not result.checks:
         return False, f"it was not checked in this run ({result.error})"
     if any(i.startswith("hc.") for i in ids) or truncated:
@@ -155,6 +160,7 @@ class _Ask:
     extra_drains: Mapping[str, str]
     boot_times: Mapping[str, float]
     judging: list[tuple[AnalysisRun, Hostlist]]
+    repair_times: Mapping[str, float] = field(default_factory=dict)
     new: list[str] = field(default_factory=list)  # nodes hc drains now that it had not drained
 
 
@@ -168,12 +174,14 @@ def decide(
     extra_drains: Mapping[str, str] | None = None,
     boot_times: Mapping[str, float] | None = None,
     analyses: Iterable[AnalysisRun] = (),
+    repair_times: Mapping[str, float] | None = None,
 ) -> Plan:
     """The plan for these results given the nodes' current Slurm states.
 
     extra_drains: node -> reason for drains the caller decided on other grounds
     (repeated ERROR escalated by policy).
     boot_times: node -> epoch of its last boot, where known (for resume_after_reboot_only).
+    repair_times: node -> epoch of its last repair on record, where known (for resume_after_repair_only).
     analyses: the analyses that ran over the results (Report.analyses), for resuming nodes
     drained for their findings.
 
@@ -181,7 +189,7 @@ def decide(
     FAIL hc may not drain), `stays_drained` (a node hc drained, not resumed).
     """
     plan = Plan()
-    ask = _Ask(policy, resume, extra_drains or {}, boot_times or {}, _judging(analyses))
+    ask = _Ask(policy, resume, extra_drains or {}, boot_times or {}, _judging(analyses), repair_times or {})
     results = list(results)
     for result in results:
         _plan_node(plan, result, states.get(result.node), ask)
@@ -251,8 +259,11 @@ def _plan_resume(plan: Plan, result: NodeResult, state: SlurmNode, ask: _Ask) ->
     booted = ask.boot_times.get(node)
     drained_at = _epoch(state.reason_time)
     rebooted = booted is not None and drained_at is not None and booted > drained_at
+    repaired_at = ask.repair_times.get(node)
+    repaired = repaired_at is not None and drained_at is not None and repaired_at > drained_at
     ok, why = can_resume(result, state.reason, reboot_only=ask.policy.resume_after_reboot_only,
-                         rebooted_since_drain=rebooted, analyses=analysed(result, ask.judging))
+                         rebooted_since_drain=rebooted, repair_only=ask.policy.resume_after_repair_only,
+                         repaired_since_drain=repaired, analyses=analysed(result, ask.judging))
     if ok:
         plan.resume.append(node)
     else:

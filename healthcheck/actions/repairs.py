@@ -1,23 +1,33 @@
-"""Putting a repair on record: `hc node NODE --repaired TEXT`.
+"""Putting a repair on record: `hc node NODE --repaired TEXT`; and a GPU reset:
+`hc node NODE --gpu-reset GPUS`.
 
 A repair (a GPU reseated, a baseboard replaced) is written to the run history, where Xid
 escalation counts recurrences from it (orchestrate/escalate.py) and `hc report history
 --node` lists it beside the node's failures, and to the audit log beside hc's drains and
 resumes: who said what was done to which node, and when. Both or an error: a repair the
 audit log could not take is an HcError (exit 4) naming what was kept.
+
+A GPU reset (nvidia-smi -r) is not a repair: it does not restart the count. It is a boundary
+like a reboot: the same Xid on that GPU logged after it is a recurrence. Neither the kernel
+log nor NVML says that a GPU was reset, so hc knows of one only from this record.
 """
 
 from __future__ import annotations
 
 import getpass
+import re
 from pathlib import Path
 
 from healthcheck.actions.audit import AuditLog, AuditWriteError
 from healthcheck.core.config.schema import MainConfig
 from healthcheck.core.errors import HcError, UsageError
+from healthcheck.parsers.gpu_common import normalize_pci
 from healthcheck.report.build import iso, utc_now
 from healthcheck.report.history import configured_history
-from healthcheck.report.recurrence import MAX_REPAIR_TEXT, Repair
+from healthcheck.report.recurrence import ALL_GPUS, MAX_REPAIR_TEXT, GpuReset, Repair
+
+_GPU_INDEX = re.compile(r"(?:gpu)?(\d{1,3})", re.IGNORECASE)
+_BUS_ID = re.compile(r"(?:[0-9a-f]{1,8}:)?[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?", re.IGNORECASE)
 
 
 def repair_text(text: str) -> str:
@@ -30,14 +40,55 @@ def repair_text(text: str) -> str:
     return words
 
 
+def reset_gpus(text: str) -> list[str]:
+    """`--gpu-reset`'s GPUs as gpu.xid names them: "all" -> [ALL_GPUS]; "3,GPU5" -> ["GPU3", "GPU5"];
+    a PCI bus id as normalize_pci writes it. Anything else is a UsageError."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words:
+        raise UsageError("--gpu-reset needs the GPUs reset: 'all', indexes (3,5 or GPU3,GPU5) or PCI bus ids")
+    if any(w.lower() == "all" for w in words):
+        return [ALL_GPUS]
+    out = []
+    for word in words:
+        if (m := _GPU_INDEX.fullmatch(word)) is not None:
+            out.append(f"GPU{int(m.group(1))}")
+        elif _BUS_ID.fullmatch(word) is not None:
+            out.append(normalize_pci(word))
+        else:
+            raise UsageError(f"--gpu-reset: {word[:40]!r} is no GPU: 'all', an index (3 or GPU3) or a PCI bus id")
+    return list(dict.fromkeys(out))
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def record_gpu_resets(main: MainConfig, nodes: list[str], gpus: str) -> list[GpuReset]:
+    """Record a reset of `gpus` of each node in the history, then in the audit log; the resets recorded."""
+    names = reset_gpus(gpus)
+    at, by = iso(utc_now()), _user()
+    resets = [GpuReset(node, gpu, at, by) for node in nodes for gpu in names]
+    with configured_history(main.history, must_exist=False) as history:
+        for reset in resets:
+            history.record_gpu_reset(reset)
+    audit = AuditLog(Path(main.slurm.audit_log))
+    for node in nodes:
+        try:
+            audit.append({"time": at, "nodes": node, "action": "gpu-reset", "ok": True,
+                          "reason": ", ".join(g or "all GPUs" for g in names), "by": by,
+                          "command": "hc node --gpu-reset"})
+        except AuditWriteError as exc:
+            raise HcError(f"GPU reset of {node} recorded in the history, but not in the audit log: {exc}") from None
+    return resets
+
+
 def record_repairs(main: MainConfig, nodes: list[str], text: str) -> list[Repair]:
     """Record a repair of each node in the history, then in the audit log; the repairs recorded."""
     words = repair_text(text)
-    at = iso(utc_now())
-    try:
-        by = getpass.getuser()
-    except (KeyError, OSError):
-        by = "unknown"
+    at, by = iso(utc_now()), _user()
     repairs = [Repair(node, at, words, by) for node in nodes]
     with configured_history(main.history, must_exist=False) as history:
         for repair in repairs:

@@ -33,7 +33,8 @@ RATE_HIGH = finding(
     "ib.E006",
     "a port error counter rose faster than the fabric allows since the node's previous run",
     "A counter that climbs between runs is a link going bad now, whatever its total: reseat or replace "
-    "the cable or transceiver named, then watch the rate (hc node NODE again); link_downed means it flapped.",
+    "the cable or transceiver named, then put it on record (hc node NODE --repaired TEXT): a drain for it "
+    "is resumed only after one; link_downed means it flapped.",
     action="replace-cable",
 )
 RATE_UNJUDGED = finding(

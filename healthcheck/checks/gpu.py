@@ -364,6 +364,8 @@ def xid(kernel_gpu_log, gpus: GpuFacts | None, limits: Fabric) -> CheckOutput:
             failed.add(s.pci_bus_id)
         yield XID(status, message, component=f"{where}:xid{s.code}", value=s.count,
                   limit=Limit("==", policy.severity.get(s.code, policy.unknown), key), evidence=s.first_line)
+        if s.last_time is not None:  # escalation tells an Xid logged again after a GPU reset by it
+            yield Metric("xid_last_logged", round(s.last_time, 3), "s", component=f"{where}:xid{s.code}")
     seen: set[tuple[int, str | None, str]] = set()
     for e in kernel_gpu_log.sxids:
         if e.severity is None:

@@ -15,12 +15,15 @@ from healthcheck.cli import StdoutError
 from healthcheck.cli.app import App, exit_code_for, export_prometheus, prometheus_dir, this_node_name
 from healthcheck.cli.echo import echo
 from healthcheck.core.errors import ExitCode, HcError, UsageError
+from healthcheck.core.model import Report
 from healthcheck.core.registry import select
-from healthcheck.orchestrate.localrun import check_this_node
+from healthcheck.orchestrate.localrun import AGENT_ENV, check_this_node
 from healthcheck.report.build import with_run_finding
 
 # the deep tier's Slurm guard, loaded by import path where a deep run asks for it
 DEEP_GUARD = "healthcheck.orchestrate.busy"
+# the run judged against the node's recorded runs and recorded, where a history is kept
+NODE_HISTORY = "healthcheck.orchestrate.node_history"
 
 
 def parse_since(value: str) -> float | None:
@@ -56,6 +59,22 @@ def parse_since(value: str) -> float | None:
     return t
 
 
+def _over_history(app: App, report: Report) -> Report:
+    """The run judged against this node's recorded runs (Xids across boots and resets escalated,
+    counter rates and trends) and recorded, as `hc node NODES` judges and records its nodes;
+    warnings on stderr. As it is where no history is kept, or where another hc started this
+    run (`AGENT_ENV`): that hc judges and records it."""
+    if app.config.main.history.path is None or os.environ.get(AGENT_ENV):
+        return report
+    node_history = importlib.import_module(NODE_HISTORY)
+    history = node_history.open_for(app.config)
+    report, notes = node_history.judged(app.config, report, history)
+    warning = node_history.recorded(app.config, report, history)
+    for note in [*notes, *([warning] if warning else [])]:
+        echo(f"hc: warning: {note}", err=True)
+    return report
+
+
 def run_local(app: App, *, tier: str, only: list[str], since: str, output: Path | None,
               prometheus_to: Path | None, fail_level: str) -> int:
     """Check this machine with `tier` (or only the checks named), show and write the report;
@@ -76,6 +95,7 @@ def run_local(app: App, *, tier: str, only: list[str], since: str, output: Path 
     if run_findings:
         for finding in run_findings:
             report = with_run_finding(report, finding)
+    report = _over_history(app, report)
     lost = [e for e in (export_prometheus(app, report, prom),) if e is not None]
     if not abandoned:
         shown = app.emit_report(report, output=output, lost=lost)

@@ -26,7 +26,23 @@ from healthcheck.core.registry import select
 # Slurm, the pair sweep, the progress bar); its run is cli/localnode.py's.
 MANY_NODES = "healthcheck.orchestrate.multirun"
 PROGRESS = "healthcheck.cli.progress"
-REPAIRS = "healthcheck.actions.repairs"  # `--repaired`: the history and the audit log
+REPAIRS = "healthcheck.actions.repairs"  # `--repaired`, `--gpu-reset`: the history and the audit log
+
+
+def _put_on_record(app: App, names: list[str], repaired: str | None, gpu_reset: str | None) -> None:
+    """--repaired and --gpu-reset: the repair or the GPU resets of the nodes on record, each said on stderr."""
+    if repaired is None and gpu_reset is None:
+        return
+    repairs = importlib.import_module(REPAIRS)
+    if gpu_reset is not None:
+        repairs.reset_gpus(gpu_reset)  # a usage error before a repair is written
+    if repaired is not None:
+        for repair in repairs.record_repairs(app.config.main, names, repaired):
+            click.echo(f"hc: repair of {repair.node} on record ({repair.at}, by {repair.by}): {repair.text}", err=True)
+    if gpu_reset is not None:
+        for reset in repairs.record_gpu_resets(app.config.main, names, gpu_reset):
+            click.echo(f"hc: reset of {reset.node}'s {reset.gpu or 'GPUs'} on record ({reset.at}, by {reset.by})",
+                       err=True)
 
 
 def since_option(fn):
@@ -52,14 +68,18 @@ def mode_option(fn):
 @click.option("--repaired", "repaired", default=None, metavar="TEXT",
               help="Put a repair of NODES on record first (history and audit log: Xid escalation counts again "
                    "from it), then check them: the run that shows the repair worked.")
+@click.option("--gpu-reset", "gpu_reset", default=None, metavar="GPUS",
+              help="Put a reset of these GPUs of NODES on record first (nvidia-smi -r; 'all', indexes 3,5 or "
+                   "PCI bus ids): the same Xid logged after it counts as a recurrence, as after a reboot "
+                   "(hc cannot see a GPU reset by itself), then check them.")
 @config_option
 @format_option
 @output_option
 @prometheus_option
 @fail_level_option
 def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, mode: str, repaired: str | None,
-         config_path: Path | None, fmt: str, output: Path | None, prometheus_to: Path | None,
-         fail_level: str) -> int:
+         gpu_reset: str | None, config_path: Path | None, fmt: str, output: Path | None,
+         prometheus_to: Path | None, fail_level: str) -> int:
     """Check nodes: NODES (hostlists, e.g. gpu017 'gpu[001-004]') over SSH, or --local this machine."""
     if not local and not nodes:
         raise click.UsageError("name the nodes to check, or use --local for this machine")
@@ -67,6 +87,8 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
         raise click.UsageError("--local checks this machine; do not name nodes with it")
     if local and repaired is not None:
         raise click.UsageError("--repaired names the nodes repaired: use it with NODES, not --local")
+    if local and gpu_reset is not None:
+        raise click.UsageError("--gpu-reset puts a reset of NODES' GPUs on record: use it with NODES, not --local")
     app = App(config_path, fmt)
     checks = [s for s in only.split(",") if s]
     if local:
@@ -78,9 +100,7 @@ def node(nodes: tuple[str, ...], local: bool, tier: str, only: str, since: str, 
     if not names:  # '' or "$EMPTY": checking nothing must not read as healthy
         raise click.UsageError(f"no node to check: {' '.join(repr(n) for n in nodes)} names no node")
     select(tier, checks)  # unknown check names are a usage error before anything runs
-    if repaired is not None:
-        for repair in importlib.import_module(REPAIRS).record_repairs(app.config.main, names, repaired):
-            click.echo(f"hc: repair of {repair.node} on record ({repair.at}, by {repair.by}): {repair.text}", err=True)
+    _put_on_record(app, names, repaired, gpu_reset)
     many = importlib.import_module(MANY_NODES)
     request = many.RunRequest(names, command="node", via="ssh", mode=mode, tier=tier, only=checks,
                               since=parse_since(since))

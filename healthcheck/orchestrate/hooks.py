@@ -50,10 +50,9 @@ if TYPE_CHECKING:
 ACTIONS = "healthcheck.actions.apply"
 SLURM = "healthcheck.actions.slurm"
 # A health run judged against the node's recorded runs: its Xids across boots (escalation),
-# then its counters (rates, trends). A health run records the history; a prologue or epilogue
-# neither records nor reads it, nor loads these (issue 22's start-up).
-ESCALATION = "healthcheck.orchestrate.escalate"
-OVER_TIME = "healthcheck.orchestrate.over_time"
+# then its counters (rates, trends), and recorded, through one open of the history. A
+# prologue or epilogue neither records nor reads it, nor loads this (issue 22's start-up).
+NODE_HISTORY = "healthcheck.orchestrate.node_history"
 
 
 def act(report: Report, **kwargs: Any) -> ActionOutcome:
@@ -66,18 +65,29 @@ def slurm_client(settings: Any, *, env: Mapping[str, str], deadline: float | Non
     return importlib.import_module(SLURM).SlurmClient(settings, env=env, deadline=deadline)
 
 
-def _judged_over_history(kind: str, config: Config, report: Report) -> tuple[Report, list[str]]:
-    """A health run's report with its Xid recurrences across boots escalated
-    (orchestrate/escalate.py), then its counters judged against its recorded runs
-    (orchestrate/over_time.py), and the notes for the operator; other hooks' reports as they are."""
-    if kind != "health":
-        return report, []
-    notes: list[str] = []
-    report = importlib.import_module(ESCALATION).escalated_report(report, config.main.history, notes)
-    if config.main.history.path is None:
-        return report, notes
-    report, over_time_notes = importlib.import_module(OVER_TIME).judge_report(config, report)
-    return report, [*over_time_notes, *notes]
+def _judged_over_history(kind: str, config: Config, report: Report) -> tuple[Report, list[str], Any]:
+    """A health run's report judged against its recorded runs (orchestrate/node_history.py),
+    the notes for the operator, and the history it opened (to record the run in, None where
+    none is kept); other hooks' reports, and any where no history is kept, as they are."""
+    if kind != "health" or config.main.history.path is None:
+        return report, [], None
+    node_history = importlib.import_module(NODE_HISTORY)
+    history = node_history.open_for(config)
+    report, notes = node_history.judged(config, report, history)
+    return report, notes, history
+
+
+def _repair_times(history: Any, notes: list[str]) -> dict[str, float]:
+    """node -> epoch of its last repair on record, from a health run's history (what resumes a
+    drain for a resume_after_repair_only ID); none where none is kept or it cannot be read."""
+    if history is None:
+        return {}
+    try:
+        times: dict[str, float] = history.repair_times()
+    except HcError as exc:
+        notes.append(f"repairs not read: {exc}")
+        return {}
+    return times
 
 
 class HookResult(msgspec.Struct):
@@ -132,7 +142,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         # the right answer, not "nothing was checked"
         require_checks=kind != "epilogue",
     )
-    report, history_notes = _judged_over_history(kind, config, report)
+    report, history_notes, history = _judged_over_history(kind, config, report)
     # hc's own state is bookkeeping: a full or read-only state_dir is reported, and the
     # verdict and the drain still go through
     if kind == "prologue" and job:
@@ -166,7 +176,8 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         client = slurm_client(settings, env=_slurm_env(env), deadline=action_deadline)
         acting = functools.partial(act, report, settings=settings, client=client, audit=audit,
                                    resume=(kind == "health" and resume is not False), dry_run=dry_run,
-                                   extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None)
+                                   extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None,
+                                   repair_times=_repair_times(history, history_notes))
         try:
             with state.lock(settings.lock_timeout_s):
                 outcome = acting()
@@ -194,7 +205,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         messages += _export_prometheus(report, prometheus, kind)
     if kind == "health":
         # prologue and epilogue run per job: recording them would flood the history
-        warning = record_run(report, config.main.history)
+        warning = record_run(report, config.main.history, history)
         if warning:
             messages.append(warning)
 

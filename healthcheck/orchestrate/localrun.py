@@ -15,6 +15,13 @@ from healthcheck.orchestrate.engine import run_checks
 from healthcheck.report.build import make_report, utc_now
 from healthcheck.runners.local import LocalRunner
 
+# Set by an hc that runs `hc node --local` on a node for a run of its own (agent mode over
+# SSH, a sweep's srun tasks): that hc judges the whole run against its history and records
+# it, so the run on the node neither reads nor writes the history (its findings would be
+# added twice, its results recorded twice, and a sweep's 2,000 tasks would all write one
+# SQLite file, often on a shared home).
+AGENT_ENV = "HC_AGENT"
+
 
 def check_this_node(
     config: Config,

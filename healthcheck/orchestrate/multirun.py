@@ -124,7 +124,7 @@ def run_many(config: Config, request: RunRequest,
     warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
     if request.act:
-        _act(config, request, run)
+        _act(config, request, run, _repair_times(history, warnings))
     if history is not None:
         try:
             history.record(run.report)
@@ -161,13 +161,26 @@ def _pair_tests(config: Config, request: RunRequest, results: list[NodeResult], 
     return pair_run
 
 
-def _act(config: Config, request: RunRequest, run: MultiRun) -> None:
+def _repair_times(history, warnings: list[str]) -> dict[str, float]:
+    """node -> epoch of its last repair on record (what resumes a drain for a resume_after_repair_only
+    ID); none, and a note, where the history cannot be read: such a drain then stays."""
+    if history is None:
+        return {}
+    try:
+        times: dict[str, float] = history.repair_times()
+    except HcError as exc:
+        warnings.append(f"repairs not read: {exc}")
+        return {}
+    return times
+
+
+def _act(config: Config, request: RunRequest, run: MultiRun, repair_times: dict[str, float]) -> None:
     """Drain or resume in Slurm as the report says (the hooks' policy and guard), into `run`."""
     report = run.report
     settings = config.main.slurm
     audit = AuditLog(Path(settings.audit_log))
     outcome = act_in_slurm(report, settings=settings, client=SlurmClient(settings, env=request.env),
-                           audit=audit, resume=True, dry_run=request.dry_run)
+                           audit=audit, resume=True, dry_run=request.dry_run, repair_times=repair_times)
     run.report = with_outcome(report, outcome)
     lost = audit.failure_finding(scope=_scope(report))
     if lost is not None:  # an action nobody can trace later: ERROR in the run, never a quiet 0
@@ -232,7 +245,7 @@ def _escalated(results: list[NodeResult], history, warnings: list[str]) -> list[
     """The results with Xid recurrences across reboots escalated (orchestrate/escalate.py); as they
     are, and a note saying why, where the history cannot be read."""
     try:
-        return escalate(results, history.xid_boots, warnings)
+        return escalate(results, history.xid_boots, warnings, history.gpu_resets)
     except HcError as exc:
         warnings.append(f"Xid recurrences not counted: {exc}")
         return results

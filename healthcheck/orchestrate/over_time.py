@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from healthcheck.analyses.over_time import (
@@ -25,7 +24,6 @@ from healthcheck.core.analysis import analyse_history
 from healthcheck.core.config import Config
 from healthcheck.core.model import AnalysisRun, NodeResult, Report
 from healthcheck.core.status import Status
-from healthcheck.report import open_history
 from healthcheck.report.build import with_nodes
 
 # the readings one node's judgement reads at most (trends.window_runs is at most this)
@@ -71,18 +69,12 @@ def _skipped(why: str) -> AnalysisRun:
     return AnalysisRun(name="history", scope="history", status=Status.SKIP, reason=why)
 
 
-def judge_report(config: Config, report: Report) -> tuple[Report, list[str]]:
-    """`report` (a health run of this node) with its nodes judged against the configured
-    history, and the notes for the operator; unchanged where no history is kept."""
-    path = config.main.history.path
+def judge_report(config: Config, report: Report, history: Any) -> tuple[Report, list[str]]:
+    """`report` (a run of this node) with its nodes judged against `history` (the run's one
+    open of the configured history, a report.history.History; None where none is kept), and
+    the notes for the operator; unchanged where no history is kept."""
     started = parse_time(report.started_at)
-    if path is None or started is None:
+    if history is None or started is None:
         return report, []
-    try:
-        history = open_history(Path(path).expanduser())
-    except Exception as exc:  # a history that cannot be opened: the run's verdicts stand
-        why = f"history not read for counter rates and trends: {exc}"
-        return with_nodes(report, list(report.nodes), [_skipped(why)]), [why]
-    with history:
-        over = judge_over_time(config, history, report.nodes, started, report.tier)
+    over = judge_over_time(config, history, report.nodes, started, report.tier)
     return with_nodes(report, over.nodes, over.analyses), over.notes

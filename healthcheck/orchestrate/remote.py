@@ -21,6 +21,7 @@ from healthcheck.core.facts import ProbeContext, prefetch_commands
 from healthcheck.core.model import NodeResult
 from healthcheck.core.registry import select
 from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
+from healthcheck.orchestrate.localrun import AGENT_ENV
 from healthcheck.report.jsonio import decode
 from healthcheck.runners.batch import prefetch
 from healthcheck.runners.fanout import fan_out
@@ -106,7 +107,7 @@ def _agent(conn, node: str, fabric: str, settings, *, tier: str, only: list[str]
     if params.get("since") is not None:
         argv += ["--since", str(params["since"])]
     timeout = max(1.0, deadline - time.monotonic())
-    result = conn.run(tuple(argv), timeout_s=timeout, env={"HC_NODE_NAME": node})
+    result = conn.run(tuple(argv), timeout_s=timeout, env={"HC_NODE_NAME": node, AGENT_ENV: "1"})
     if result.timed_out:
         return unreachable_result(node, fabric, f"hc on {node} did not finish within {timeout:.0f}s", "agent")
     if result.error:

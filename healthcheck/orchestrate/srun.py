@@ -40,6 +40,7 @@ from healthcheck.core.nodes import expand, fold
 from healthcheck.orchestrate.allocations import OwnJob
 from healthcheck.orchestrate.busy import DEEP, skipped_result
 from healthcheck.orchestrate.engine import unreachable_result
+from healthcheck.orchestrate.localrun import AGENT_ENV
 from healthcheck.orchestrate.remote import check_over_ssh
 from healthcheck.report.build import action_finding
 from healthcheck.report.jsonio import decode
@@ -73,8 +74,9 @@ def _srun_launch(config: Config, nodes: list[str], *, tier: str, only: Iterable[
         program += ["--checks", ",".join(only)]
     if since is not None:
         program += ["--since", str(since)]
+    # AGENT_ENV: this hc judges and records the run, not each task (srun passes hc's environment on)
     return srun_launch(program, srun=s.srun, nodelist=fold(nodes), nodes=len(nodes), ntasks=len(nodes),
-                       ntasks_per_node=1, job_name=job_name, immediate_s=wait_s,
+                       ntasks_per_node=1, job_name=job_name, immediate_s=wait_s, env={AGENT_ENV: "1"},
                        extra=(*(("--exclusive",) if exclusive else ()), *time_args))
 
 

@@ -60,7 +60,8 @@ def open_history(path: Path) -> History:
     return history
 
 
-def record_run(report: Report, settings: HistorySettings) -> str | None:
-    """report.history.record_run: record the run; a warning for the operator, never a raise."""
-    warning: str | None = backend("history").record_run(report, settings)
+def record_run(report: Report, settings: HistorySettings, history: History | None = None) -> str | None:
+    """report.history.record_run: record the run (in `history` where the run opened it); a
+    warning for the operator, never a raise."""
+    warning: str | None = backend("history").record_run(report, settings, history)
     return warning

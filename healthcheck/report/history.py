@@ -31,7 +31,7 @@ from healthcheck.core.model import Finding, Metric, Report
 from healthcheck.core.status import Status
 from healthcheck.report import recurrence
 from healthcheck.report.jsonio import decode, encode
-from healthcheck.report.recurrence import Repair
+from healthcheck.report.recurrence import GpuReset, Repair
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a concurrent writer holds the lock for one run's insert: well under this
@@ -153,6 +153,7 @@ class History:
     def __init__(self, path: Path) -> None:
         self.path = Path(path).expanduser()
         self._db: sqlite3.Connection | None = None
+        self._unusable: HcError | None = None  # why it could not be opened: not tried again by this object
 
     @classmethod
     def from_settings(cls, settings: HistorySettings) -> History | None:
@@ -164,7 +165,13 @@ class History:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = self._open()
+            if self._unusable is not None:  # a run's steps share one object: a locked file costs one wait
+                raise self._unusable
+            try:
+                self._db = self._open()
+            except HcError as exc:
+                self._unusable = exc
+                raise
         return self._db
 
     def _open(self) -> sqlite3.Connection:
@@ -516,13 +523,37 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("record the repair", exc) from None
 
+    def record_gpu_reset(self, reset: GpuReset) -> None:
+        """Put a GPU reset on record: an Xid of that GPU logged after it is a recurrence, as after a reboot."""
+        try:
+            db = self.db
+            with _write_transaction(db):
+                recurrence.insert_gpu_reset(db, reset)
+        except sqlite3.Error as exc:
+            raise self._fail("record the GPU reset", exc) from None
+
+    def gpu_resets(self, node: str) -> list[GpuReset]:
+        """`node`'s GPU resets on record, oldest first (the newest 512)."""
+        try:
+            return recurrence.gpu_resets_of(self.db, node)
+        except sqlite3.Error as exc:
+            raise self._fail("read GPU resets", exc) from None
+
     def xid_boots(self, node: str) -> dict[tuple[str, int], list[str]]:
-        """(GPU, Xid code) -> the boots (ids, oldest first) in which `node` reported it since its last repair."""
+        """(GPU, Xid code) -> the epochs (boot ids, or a boot after a GPU reset: recurrence.epoch_of), oldest
+        first, in which `node` reported it since its last repair."""
         try:
             db = self.db
             return recurrence.xid_boots(db, node, recurrence.last_repair_at(db, node))
         except sqlite3.Error as exc:
             raise self._fail("read Xid recurrences", exc) from None
+
+    def repair_times(self) -> dict[str, float]:
+        """node -> epoch of its last repair on record: what resumes a drain the policy resumes only after one."""
+        try:
+            return recurrence.repair_times(self.db)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
 
     def repairs(self, node: str, limit: int) -> list[Repair]:
         try:
@@ -664,9 +695,10 @@ def _node_table(listing: HistoryListing) -> str:
     return f"{table}\n{recurrence.mtbf_line([(i.started_at, i.status) for i in listing.node_runs])}"
 
 
-def record_run(report: Report, settings: HistorySettings) -> str | None:
-    """Record `report` and prune to `keep_runs`; returns a warning for the operator instead of raising."""
-    history = History.from_settings(settings)
+def record_run(report: Report, settings: HistorySettings, history: History | None = None) -> str | None:
+    """Record `report` and prune to `keep_runs`, in `history` where the run opened it already
+    (closed after), else in the configured one; a warning for the operator instead of raising."""
+    history = history if history is not None else History.from_settings(settings)
     if history is None:
         return None
     try:

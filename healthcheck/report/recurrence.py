@@ -4,8 +4,14 @@ Two tables beside the runs (created by `create_tables` when a history is opened,
 history an older hc wrote gains them, and an older hc reading a newer history ignores
 them): `node_xids`, one row per (node, GPU, Xid code) a recorded run reported, with the
 boot id the node's kernel had then; and `repairs`, one row per repair an operator put on
-record (`hc node NODE --repaired TEXT`). The same Xid on the same GPU in two boots is a
-recurrence after a reboot; counts start again after the node's last repair.
+record (`hc node NODE --repaired TEXT`); and `gpu_resets`, one row per GPU reset an operator
+put on record (`hc node NODE --gpu-reset GPUS`: neither the kernel log nor NVML says that a
+GPU was reset). The same Xid on the same GPU in two boots, or logged again after a reset of
+that GPU on record, is a recurrence; counts start again after the node's last repair.
+
+A row's `boot_id` is the epoch the Xid was logged in: the boot id, or, where the Xid was last
+logged after a reset of its GPU on record, the boot id and that reset
+(`<boot id>+reset@<time>`). An older hc reading it counts each as a boot of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from healthcheck.core.status import Status
 
 XID_FINDING = "gpu.E020"
 BOOT_METRIC = "boot_id"
+LAST_LOGGED_METRIC = "xid_last_logged"  # gpu.xid: when a GPU's Xid was last logged (epoch s), where the log says
+RESET_MARK = "+reset@"
+ALL_GPUS = ""  # a reset on record of every GPU of the node
 MAX_REPAIR_TEXT = 500  # an operator's note, not a document
 
 SCHEMA = """
@@ -42,6 +51,14 @@ CREATE TABLE IF NOT EXISTS repairs (
     by TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS repairs_by_node ON repairs (node, at);
+CREATE TABLE IF NOT EXISTS gpu_resets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    at TEXT NOT NULL,
+    by TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gpu_resets_by_node ON gpu_resets (node, at);
 """
 
 
@@ -51,6 +68,14 @@ class Repair:
     at: str  # UTC, as reports write times
     text: str
     by: str  # the user who put it on record
+
+
+@dataclass(frozen=True)
+class GpuReset:
+    node: str
+    gpu: str  # as gpu.xid names it ("GPU3", or a bus id where the index was not known); ALL_GPUS: all
+    at: str  # UTC, as reports write times
+    by: str
 
 
 def create_tables(db: sqlite3.Connection) -> None:
@@ -75,12 +100,68 @@ def xid_keys(node: NodeResult) -> Iterator[tuple[str, int]]:
             yield gpu, int(code)
 
 
+def last_logged(node: NodeResult) -> dict[tuple[str, int], float]:
+    """(GPU, code) -> when gpu.xid says the node last logged that Xid (epoch seconds), where its log had times."""
+    out = {}
+    for m in node.metrics:
+        gpu, sep, code = m.component.rpartition(":xid")
+        if m.name == LAST_LOGGED_METRIC and sep and code.isdigit() and isinstance(m.value, (int, float)):
+            out[(gpu, int(code))] = float(m.value)
+    return out
+
+
+def epoch_of(boot: str, gpu: str, logged: float | None, resets: Sequence[GpuReset]) -> str:
+    """The epoch an Xid of `gpu` last logged at `logged` belongs to: its boot, or its boot after the
+    latest reset of that GPU (or of all the node's GPUs) on record before it was logged. An Xid
+    whose log had no times is placed by its boot only: a reset is then not counted for it."""
+    if logged is None:
+        return boot
+    before = [at.timestamp() for r in resets if r.gpu in (gpu, ALL_GPUS) and (at := _when(r.at)) is not None]
+    before = [t for t in before if t < logged]
+    if not before:
+        return boot
+    reset = dt.datetime.fromtimestamp(max(before), dt.timezone.utc)
+    return f"{boot}{RESET_MARK}{reset:%Y-%m-%dT%H:%M:%S}Z"
+
+
+def epoch_text(epoch: str) -> str:
+    """An epoch as a message shows it: "3a8286bf", "3a8286bf after the GPU reset of 2026-11-20T02:30:00Z"."""
+    boot, sep, reset = epoch.partition(RESET_MARK)
+    return f"{boot[:8]} after the GPU reset of {reset}" if sep else boot[:8]
+
+
+def node_epochs(node: NodeResult, resets: Sequence[GpuReset]) -> dict[tuple[str, int], str]:
+    """(GPU, code) -> the epoch of each Xid the node reported, where its boot id is known."""
+    boot = boot_of(node)
+    if boot is None:
+        return {}
+    logged = last_logged(node)
+    return {(gpu, code): epoch_of(boot, gpu, logged.get((gpu, code)), resets) for gpu, code in set(xid_keys(node))}
+
+
 def insert_xids(db: sqlite3.Connection, report: Report, run: int) -> None:
-    """One row per (node, GPU, code) of the run's Xid findings where the node's boot id is known."""
-    rows = [(n.node, gpu, code, report.started_at, run, boot)
-            for n in report.nodes if (boot := boot_of(n)) is not None for gpu, code in set(xid_keys(n))]
+    """One row per (node, GPU, code) of the run's Xid findings where the node's boot id is known,
+    with the epoch (boot, or boot after a GPU reset) it was logged in."""
+    rows = []
+    for n in report.nodes:
+        if boot_of(n) is None or next(xid_keys(n), None) is None:  # no query for a node without one
+            continue
+        for (gpu, code), epoch in node_epochs(n, gpu_resets_of(db, n.node)).items():
+            rows.append((n.node, gpu, code, report.started_at, run, epoch))
     db.executemany("INSERT OR IGNORE INTO node_xids (node, gpu, code, started_at, run, boot_id) "
                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def insert_gpu_reset(db: sqlite3.Connection, reset: GpuReset) -> None:
+    db.execute("INSERT INTO gpu_resets (node, gpu, at, by) VALUES (?, ?, ?, ?)",
+               (reset.node, reset.gpu, reset.at, reset.by))
+
+
+def gpu_resets_of(db: sqlite3.Connection, node: str, limit: int = 512) -> list[GpuReset]:
+    """`node`'s newest `limit` GPU resets on record, oldest first."""
+    rows = db.execute("SELECT node, gpu, at, by FROM gpu_resets WHERE node = ? ORDER BY at DESC, id DESC LIMIT ?",
+                      (node, limit)).fetchall()
+    return [GpuReset(*row) for row in reversed(rows)]
 
 
 def insert_repair(db: sqlite3.Connection, repair: Repair) -> None:
@@ -91,6 +172,16 @@ def insert_repair(db: sqlite3.Connection, repair: Repair) -> None:
 def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     row = db.execute("SELECT max(at) FROM repairs WHERE node = ?", (node,)).fetchone()
     return row[0] or "" if row else ""
+
+
+def repair_times(db: sqlite3.Connection) -> dict[str, float]:
+    """node -> when its last repair was put on record (epoch seconds), for every node with one."""
+    out = {}
+    for node, at in db.execute("SELECT node, max(at) FROM repairs GROUP BY node").fetchall():
+        when = _when(at or "")
+        if when is not None:
+            out[node] = when.timestamp()
+    return out
 
 
 def xid_boots(db: sqlite3.Connection, node: str, since: str, limit: int = 512) -> dict[tuple[str, int], list[str]]:

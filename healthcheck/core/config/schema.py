@@ -574,6 +574,11 @@ class DrainPolicy(Strict, frozen=True):
     # Drains for these IDs are resumed automatically only after the node rebooted: a
     # quiet kernel log since the drain does not show that the GPU was repaired.
     resume_after_reboot_only: list[Text] = msgspec.field(default_factory=lambda: ["gpu.E020", "gpu.E021"])
+    # Drains for these IDs are resumed automatically only after a repair of the node was put
+    # on record since the drain (`hc node NODE --repaired TEXT`): a port counter that stopped
+    # rising between two runs does not show that the cable or transceiver was fixed, and a
+    # reboot does not reseat one.
+    resume_after_repair_only: list[Text] = msgspec.field(default_factory=lambda: ["ib.E006"])
 
 
 class CommandPolicy(Strict, frozen=True):

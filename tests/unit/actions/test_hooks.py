@@ -94,3 +94,32 @@ def test_a_busy_node_lock_means_no_action_this_run(tmp_path):
     assert r.returncode == 2 and not log.exists()
     assert [f["id"] for f in report["run_findings"]] == ["act.E004"]
     assert run_hc_inproc("health", env=env, timeout=30).returncode == 2 and log.exists()  # the next run acts
+
+
+def test_a_health_run_opens_the_history_once_for_escalation_rates_and_the_record(tmp_path, monkeypatch):
+    # the real Xid 79 capture as the node's kernel log: gpu.xid judges it, so escalation reads
+    # the history's Xids, the rates read its counters, and the run is recorded
+    from support import CORPUS
+
+    from healthcheck.report.history import History
+
+    bin_dir, log, env = setup(tmp_path)
+    xid = CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt"
+    (tmp_path / "fabrics" / "t.yaml").write_text(
+        f"net:\n  interfaces:\n    lo: {{mtu: 65536}}\ngpu:\n  xid: {{source: file, file: {xid}}}\n")
+    opened: list[str] = []
+    real_open = History._open
+
+    def counting_open(self):
+        opened.append(str(self.path))
+        return real_open(self)
+
+    monkeypatch.setattr(History, "_open", counting_open)
+    for n in (1, 2):
+        r = run_hc_inproc("health", "--dry-run", "--format", "json", env=env, timeout=30)
+        report = json.loads(r.stdout)
+        assert {c["name"]: c["status"] for c in report["nodes"][0]["checks"]}["gpu.xid"] == "FAIL"
+        assert {a["name"] for a in report["analyses"]} >= {"ib.rates", "trend.counters"}
+        assert opened == [str(tmp_path / "history.sqlite")] * n, opened  # once per run, not once per step
+    with History(tmp_path / "history.sqlite") as h:
+        assert [run.command for run in h.runs(10)] == ["health", "health"]

@@ -85,3 +85,36 @@ def test_mtbf_counts_failure_onsets_and_says_when_it_cannot() -> None:
     assert failure_onsets(runs) == ["2026-11-01T00:00:00.000Z", "2026-11-02T00:00:00.000Z"]
     assert "1.0 days" in mtbf_line(runs)
     assert "not known (1 failure(s)" in mtbf_line(runs[:2])
+
+
+def test_a_gpu_reset_is_recorded_in_the_history_and_the_audit_log(tmp_path) -> None:
+    from healthcheck.actions.repairs import record_gpu_resets
+
+    main = load_config(config(tmp_path)).main
+    resets = record_gpu_resets(main, ["gpu017", "gpu018"], "3, GPU5,0000:19:00")
+    assert [(r.node, r.gpu) for r in resets] == [(n, g) for n in ("gpu017", "gpu018")
+                                                 for g in ("GPU3", "GPU5", "0000:19:00.0")]
+    with History(tmp_path / "state/history.sqlite") as h:
+        assert h.gpu_resets("gpu017") == resets[:3] and h.repairs("gpu017", 10) == []  # a reset is no repair
+    audited = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(a["nodes"], a["action"], a["reason"]) for a in audited] == [
+        ("gpu017", "gpu-reset", "GPU3, GPU5, 0000:19:00.0"), ("gpu018", "gpu-reset", "GPU3, GPU5, 0000:19:00.0")]
+    (every,) = record_gpu_resets(main, ["gpu019"], "all")
+    assert every.gpu == ""
+
+
+@pytest.mark.parametrize("gpus", ["", " , ", "gpu", "GPU3x", "mlx5_0", "3;rm"])
+def test_a_gpu_reset_names_gpus(gpus) -> None:
+    from healthcheck.actions.repairs import reset_gpus
+
+    with pytest.raises(UsageError):
+        reset_gpus(gpus)
+
+
+def test_the_cli_refuses_a_gpu_reset_with_local_and_no_gpu(tmp_path) -> None:
+    cfg = config(tmp_path)
+    r = run_hc_inproc("node", "--local", "--gpu-reset", "all", "--config", str(cfg))
+    assert r.returncode == 4 and b"--gpu-reset puts a reset" in r.stderr
+    r = run_hc_inproc("node", "gpu017", "--repaired", "reseated", "--gpu-reset", "nic0", "--config", str(cfg))
+    assert r.returncode == 4 and b"is no GPU" in r.stderr
+    assert not (tmp_path / "audit.jsonl").exists()  # nothing put on record: not even the repair

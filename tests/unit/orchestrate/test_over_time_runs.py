@@ -96,3 +96,63 @@ def test_health_hook_judges_rates_against_the_history_health_runs_wrote(tmp_path
     # a prologue neither reads nor writes the history: its start-up stays lean
     prologue = hooks.run_hook("prologue", config, env, dry_run=True, node="n1")
     assert not any(f.check == "ib.rates" for f in prologue.report.nodes[0].findings)
+
+
+def test_a_rate_fail_drain_stays_until_a_repair_is_on_record(tmp_path, monkeypatch):
+    """ib.E006 is in slurm.drain.resume_after_repair_only: a counter that stopped rising does
+    not show the cable was fixed; the repair put on record since the drain does."""
+    from healthcheck.actions.repairs import record_repairs
+
+    sweep(setup(tmp_path, monkeypatch, {"link_downed": 1}))
+    drained = sweep(setup(tmp_path, monkeypatch, {"link_downed": 2}))  # the link went down: any rise FAILs
+    assert drained.report.nodes[0].action.kind == "drain"
+    assert "reason=hc: ib.E006" in (tmp_path / "scontrol.log").read_text()
+    # Slurm now shows n1 drained by hc a minute ago (the controller's local time)
+    at = (dt.datetime.now() - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    def drained_in_slurm(config):
+        write_stub(tmp_path / "bin", "sinfo", f"printf 'n1|drained|{at}|hc: ib.E006\\n" +
+                   "".join(f"n{i}|idle|Unknown|none\\n" for i in range(2, 10)) + "'\n")
+        return config
+
+    quiet = sweep(drained_in_slurm(setup(tmp_path, monkeypatch, {"link_downed": 2})))  # no rise: ib.rates passes
+    node = quiet.report.nodes[0]
+    assert [(f.id, f.status) for f in node.findings if f.check == "ib.rates"] == []
+    assert "state=resume" not in (tmp_path / "scontrol.log").read_text()
+    (stays,) = [f for f in quiet.report.run_findings if f.id == "act.E008"]
+    assert "ib.E006 clears only with a repair on record since the drain" in stays.message
+    config = drained_in_slurm(setup(tmp_path, monkeypatch, {"link_downed": 2}))
+    record_repairs(config.main, ["n1"], "reseated the cable of mlx5_0 port 1")
+    sweep(config)
+    assert "update nodename=n1 state=resume" in (tmp_path / "scontrol.log").read_text()
+
+
+def test_a_health_run_resumes_an_ib_e006_drain_only_after_a_repair(tmp_path, monkeypatch):
+    from healthcheck.actions.repairs import record_repairs
+    from healthcheck.orchestrate import hooks
+    from healthcheck.report.build import make_report, utc_now
+
+    setup(tmp_path, monkeypatch, {})
+    (tmp_path / "hc.yaml").write_text((tmp_path / "hc.yaml").read_text().replace(
+        "drain: {", f"state_dir: {tmp_path}/state, report_dir: {tmp_path}/reports, drain: {{"))
+    config = load_config(tmp_path / "hc.yaml")
+    at = (dt.datetime.now() - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    write_stub(tmp_path / "bin", "sinfo", f"printf 'n1|drained|{at}|hc: ib.E006\\n" +
+               "".join(f"n{i}|idle|Unknown|none\\n" for i in range(2, 10)) + "'\n")
+
+    def check_this_node(config, *, node, tier, command, **kwargs):
+        now = utc_now()
+        report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
+                             started=now, finished=now, nodes=[checked(node=node, fabric="t", link_downed=2)])
+        return report, False
+
+    monkeypatch.setattr(hooks, "check_this_node", check_this_node)
+    env = {"SLURMD_NODENAME": "n1"}
+    hooks.run_hook("health", config, env, node="n1")  # a first reading: no rate yet
+    quiet = hooks.run_hook("health", config, env, node="n1")  # no rise: ib.rates passes
+    assert [f.id for f in quiet.report.nodes[0].findings if f.check == "ib.rates"] == []
+    assert "repair on record since the drain" in quiet.journal
+    assert not (tmp_path / "scontrol.log").exists()
+    record_repairs(config.main, ["n1"], "replaced the transceiver")
+    hooks.run_hook("health", config, env, node="n1")
+    assert (tmp_path / "scontrol.log").read_text().strip() == "update nodename=n1 state=resume"

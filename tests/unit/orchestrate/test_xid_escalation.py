@@ -12,13 +12,13 @@ from __future__ import annotations
 import datetime as dt
 
 import msgspec
-from support import CORPUS
+from support import CORPUS, FIXTURES
 
 from healthcheck.actions.policy import decide
 from healthcheck.actions.slurm import SlurmNode
 from healthcheck.checks import gpu as g
 from healthcheck.core.config.loader import EMBEDDED_DEFAULT, Config
-from healthcheck.core.config.schema import DrainPolicy, HistorySettings
+from healthcheck.core.config.schema import DrainPolicy
 from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
@@ -27,7 +27,7 @@ from healthcheck.orchestrate.multirun import _escalated
 from healthcheck.parsers.xid import parse_kernel_log
 from healthcheck.report.build import make_report
 from healthcheck.report.history import History
-from healthcheck.report.recurrence import Repair
+from healthcheck.report.recurrence import ALL_GPUS, GpuReset, Repair
 
 H100 = Config(EMBEDDED_DEFAULT).fabric("h100-ndr400")
 XID79 = (CORPUS / "xid-dmesg" / "xid79-with-nvswitch-sxid-20034.txt").read_text()
@@ -50,7 +50,7 @@ def node_in_boot(boot: str | None, text: str = XID79) -> NodeResult:
 def run(history: History, boot: str | None, hour: int, text: str = XID79) -> NodeResult:
     """One `hc node` run of the node in `boot`: escalated from the history, then recorded."""
     notes: list[str] = []
-    (node,) = escalate([node_in_boot(boot, text)], history.xid_boots, notes)
+    (node,) = escalate([node_in_boot(boot, text)], history.xid_boots, notes, history.gpu_resets)
     at = T0 + dt.timedelta(hours=hour)
     history.record(make_report(command="node", tier="quick", config_digest="d", config_path="c", started=at,
                                finished=at, nodes=[node]))
@@ -141,21 +141,24 @@ def test_no_escalation_where_gpu_xid_did_not_judge_the_node(tmp_path) -> None:
 
 
 def test_a_health_runs_report_is_escalated_from_the_configured_history(tmp_path) -> None:
-    settings = HistorySettings(path=str(tmp_path / "h.db"))
     at = T0 + dt.timedelta(hours=5)
     report = make_report(command="health", tier="quick", config_digest="d", config_path="c", started=at, finished=at,
                          nodes=[node_in_boot(boot(3), CLEAN)])
     notes: list[str] = []
-    assert escalated_report(report, settings, notes) == report and not notes  # no history yet: as it is
+    assert escalated_report(report, None, notes) == report and not notes  # none kept: as it is
+    assert escalated_report(report, History(tmp_path / "h.db"), notes) == report and not notes  # none yet
+    assert not (tmp_path / "h.db").exists()  # and escalation did not create it
     with History(tmp_path / "h.db") as history:
         for n in range(3):
             run(history, boot(n), n)
-    out = escalated_report(report, settings, notes)
+    with History(tmp_path / "h.db") as history:
+        out = escalated_report(report, history, notes)
     assert out.status is Status.FAIL and report.status is Status.PASS
     assert out.summary["FAIL"] == 1 and out.summary["PASS"] == 0
     assert any(row["id"] == "gpu.E025" for row in out.findings_summary) and not notes
     (tmp_path / "h.db").write_bytes(b"not a database" * 100)
-    assert escalated_report(report, settings, notes) == report and "Xid recurrences not counted" in notes[0]
+    assert escalated_report(report, History(tmp_path / "h.db"), notes) == report
+    assert "Xid recurrences not counted" in notes[0]
 
 
 def test_pruned_runs_take_their_xid_rows_with_them(tmp_path) -> None:
@@ -165,3 +168,62 @@ def test_pruned_runs_take_their_xid_rows_with_them(tmp_path) -> None:
         assert len(history.xid_boots("gpu017")[("0000:91:00.0", 79)]) == 3
         history.prune(1)
         assert history.xid_boots("gpu017")[("0000:91:00.0", 79)] == [boot(2)]
+
+
+# A GPU reset without a reboot. Scenario (labelled as such): the real journal capture
+# tests/fixtures/kernel-log/journal-short-iso-xid48-63-94.txt (Xid 48, 63, 94 on 0000:19:00 at
+# 2024-11-15T12:02:03Z) is the node's log in one boot; after each reset its Xid lines are logged
+# again: the same lines with the time moved past the reset.
+JOURNAL = (FIXTURES / "kernel-log" / "journal-short-iso-xid48-63-94.txt").read_text()
+ONE_BOOT = boot(7)
+
+
+def logged_again(hour: int) -> str:
+    """The capture's lines as the kernel logs them again at `hour`:02:03 that day (after a reset)."""
+    again = "".join(line.replace("2024-11-15T12:", f"2024-11-15T{hour:02d}:") + "\n"
+                    for line in JOURNAL.splitlines() if "Xid" in line)
+    return JOURNAL + again
+
+
+def reset(history: History, hour: int, gpu: str = ALL_GPUS) -> None:
+    history.record_gpu_reset(GpuReset("gpu017", gpu, f"2024-11-15T{hour:02d}:00:00.000Z", "ops"))
+
+
+def test_an_xid_logged_again_after_two_gpu_resets_escalates_without_a_reboot(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        assert not recurring(run(history, ONE_BOOT, 0, JOURNAL))
+        reset(history, 13)
+        assert not recurring(run(history, ONE_BOOT, 1, logged_again(14)))  # one recurrence after a reset
+        reset(history, 15)
+        third = run(history, ONE_BOOT, 2, logged_again(16))
+        resets = history.gpu_resets("gpu017")
+    found = {f.component: f for f in recurring(third)}
+    assert set(found) == {f"0000:19:00.0:xid{code}:recurring" for code in (48, 63, 94)}
+    f = found["0000:19:00.0:xid48:recurring"]
+    assert f.status is Status.FAIL and f.value == 2 and "after the GPU reset of 2024-11-15T15:00:00Z" in f.message
+    assert [r.at for r in resets] == ["2024-11-15T13:00:00.000Z", "2024-11-15T15:00:00.000Z"]
+
+
+def test_a_reset_counts_only_for_an_xid_logged_after_it_and_only_for_its_gpu(tmp_path) -> None:
+    with History(tmp_path / "h.db") as history:
+        run(history, ONE_BOOT, 0, JOURNAL)
+        reset(history, 13)
+        assert not recurring(run(history, ONE_BOOT, 1, JOURNAL))  # the log still holds the old lines only
+        reset(history, 15)
+        assert not recurring(run(history, ONE_BOOT, 2, JOURNAL))
+        assert [len(b) for b in history.xid_boots("gpu017").values()] == [1, 1, 1]  # one epoch each: no recurrence
+    with History(tmp_path / "other.db") as history:  # resets of another GPU are no boundary for 0000:19:00.0
+        run(history, ONE_BOOT, 0, JOURNAL)
+        reset(history, 13, "GPU3")
+        run(history, ONE_BOOT, 1, logged_again(14))
+        reset(history, 15, "GPU3")
+        assert not recurring(run(history, ONE_BOOT, 2, logged_again(16)))
+
+
+def test_an_xid_without_times_is_placed_by_its_boot_only(tmp_path) -> None:
+    # the Xid 79 capture has uptime stamps and no boot time here: when it was logged is not known
+    with History(tmp_path / "h.db") as history:
+        run(history, ONE_BOOT, 0)
+        for hour in (1, 2):
+            history.record_gpu_reset(GpuReset("gpu017", ALL_GPUS, f"2026-11-20T0{hour}:00:00.000Z", "ops"))
+            assert not recurring(run(history, ONE_BOOT, hour))
