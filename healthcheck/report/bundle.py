@@ -48,9 +48,8 @@ _PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _AUTH_HEADER = re.compile(r"(?im)^(?P<head>[ \t]*(?:proxy-)?authorization[ \t]*:[ \t]*)(?P<value>\S.*?)[ \t]*$")
 _BEARER = re.compile(r"\b(?P<scheme>[Bb]earer|BEARER|Basic|BASIC|Digest|DIGEST)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)")
 _URL_USERINFO = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s:@\"'<>]+:[^/\s@\"'<>]*)@")
-_KEY_VALUE = re.compile(
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<q1>[\"']?)(?P<sep>[ \t]*[=:][ \t]*)"
-    r"(?:(?P<quote>[\"'])(?P<quoted>[^\"'\n]*)(?P=quote)|(?P<bare>[^\s\"',;&}\]]+))")
+_NAME_SEP = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<q1>[\"']?)[ \t]*[=:][ \t]*")
+_VALUE = re.compile(r"(?P<quote>[\"'])(?P<quoted>[^\"'\n]*)(?P=quote)|(?P<bare>[^\s\"',;&}\]]+)")
 _UNREDACTED = frozenset({"", "null", "none", "true", "false", "~", REDACTED, "bearer", "basic", "digest"})
 
 
@@ -90,19 +89,8 @@ class Redactor:
         count += n
         text, n = _URL_USERINFO.subn(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
         count += n
-        counter = [0]
-        text = _KEY_VALUE.sub(lambda m: self._pair(m, counter), text)
-        return text, count + counter[0]
-
-    @staticmethod
-    def _pair(m: re.Match[str], counter: list[int]) -> str:
-        value = m.group("quoted") if m.group("quote") else m.group("bare")
-        if not secret_name(m.group("name")) or value.strip().lower() in _UNREDACTED:
-            return m.group(0)
-        counter[0] += 1
-        if m.group("quote"):
-            return f"{m.group('name')}{m.group('q1')}{m.group('sep')}{m.group('quote')}{REDACTED}{m.group('quote')}"
-        return f"{m.group('name')}{m.group('q1')}{m.group('sep')}{REDACTED}"
+        text, n = _pairs(text)
+        return text, count + n
 
     def value(self, obj: Any) -> tuple[Any, int]:
         """A JSON-able value with the values under secret-named keys and the secrets in its strings replaced."""
@@ -123,6 +111,29 @@ class Redactor:
         if isinstance(obj, str):
             return self.text(obj)
         return obj, 0
+
+
+def _pairs(text: str) -> tuple[str, int]:
+    """The values of secret-named pairs (name=value, name: value, "name": "value") redacted.
+
+    A name and its separator are matched alone, and the value read after them only for a
+    secret name, so a pair whose value holds another (`database: db_password=x`) is seen."""
+    out: list[str] = []
+    pos, count = 0, 0
+    for m in _NAME_SEP.finditer(text):
+        if m.start() < pos or not secret_name(m.group("name")):
+            continue
+        v = _VALUE.match(text, m.end())
+        if v is None:
+            continue
+        value = v.group("quoted") if v.group("quote") else v.group("bare")
+        if value.strip().lower() in _UNREDACTED:
+            continue
+        quote = v.group("quote") or ""
+        out += [text[pos:v.start()], f"{quote}{REDACTED}{quote}"]
+        pos, count = v.end(), count + 1
+    out.append(text[pos:])
+    return "".join(out), count
 
 
 @dataclass(frozen=True)
@@ -220,8 +231,9 @@ def build(top: str, header: dict[str, Any], items: Sequence[Item], missing: Sequ
         while name in members or name in ("MANIFEST.json", "README.txt"):
             name += "_"
         data, count = _encoded(item, redactor)
-        room = min(caps.item, caps.total - total)
-        if room <= 0 or (len(data) > room and room < 1024):
+        remaining = caps.total - total
+        room = min(caps.item, remaining)
+        if remaining <= 0 or (len(data) > remaining and remaining < min(1024, caps.item)):
             left_out.append(Missing(name, f"not included: the bundle's total size cap ({caps.total} bytes) was "
                                           f"reached ({len(data)} bytes)"))
             continue
