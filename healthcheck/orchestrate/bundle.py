@@ -306,7 +306,7 @@ def _dcgm_items(source: str, results: list[tuple[_RunOfNode, NodeResult]]) -> Ga
                                                      "the deep tier)"))
         return out
     out.items.append(Item("dcgm/runs.json", f"{source}: dcgm checks' results, findings and output",
-                          data=rows, mtime=_epoch(rows[-1]["started_at"])))
+                          data=rows, mtime=_epoch(str(rows[-1]["started_at"]))))
     return out
 
 

@@ -46,7 +46,8 @@ _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE"
 _NOT_SECRET = frozenset({"key", "token_header", "token_file", "session_count"})
 _PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _AUTH_HEADER = re.compile(r"(?im)^(?P<head>[ \t]*(?:proxy-)?authorization[ \t]*:[ \t]*)(?P<value>\S.*?)[ \t]*$")
-_BEARER = re.compile(r"\b(?P<scheme>[Bb]earer|BEARER|Basic|BASIC|Digest|DIGEST)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)")
+_BEARER = re.compile(r"\b(?P<scheme>[Bb]earer|BEARER|Basic|BASIC|Digest|DIGEST)[ \t]+"
+                     r"(?P<value>[A-Za-z0-9._~+/-]{8,}=*)")
 _URL_USERINFO = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s:@\"'<>]+:[^/\s@\"'<>]*)@")
 _NAME_SEP = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<q1>[\"']?)[ \t]*[=:][ \t]*")
 _VALUE = re.compile(r"(?P<quote>[\"'])(?P<quoted>[^\"'\n]*)(?P=quote)|(?P<bare>[^\s\"',;&}\]]+)")
