@@ -206,6 +206,8 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
                    "in the job's window.")
 @click.option("--diagnosis", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="With --job: the job's hc.diagnosis/2 file (hc diagnose job ID -o FILE), verdict and stacks.")
+@click.option("--diagnose", is_flag=True,
+              help="With --job of a running job and no --diagnosis: run `hc diagnose job ID` now (ranks' stacks).")
 @click.option("--local", is_flag=True, help="NODE is this machine: also collect live (nvidia-smi, ibstat, ...).")
 @click.option("--runs", type=integer(1, 10_000), default=20, show_default=True,
               help="The node's newest recorded runs read from the history.")
@@ -218,7 +220,8 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
 @click.option("--timeout", "timeout_s", type=number(0, 600, low_open=True), default=10.0, show_default=True,
               help="Seconds each live command (and Slurm's answer) may take.")
 @config_option
-def bundle_cmd(node: str | None, output: Path, job: str | None, diagnosis: Path | None, local: bool, runs: int,
+def bundle_cmd(node: str | None, output: Path, job: str | None, diagnosis: Path | None, diagnose: bool, local: bool,
+               runs: int,
                latest: int, max_item_mib: float, max_total_mib: float, timeout_s: float,
                config_path: Path | None) -> int:
     """One file a vendor or colleague can act on: what hc knows of NODE (and of a job on it).
@@ -227,6 +230,7 @@ def bundle_cmd(node: str | None, output: Path, job: str | None, diagnosis: Path 
     hc report bundle gpu017 -o gpu017.tar.gz            from what hc stored
     hc report bundle --local -o here.tar.gz             on the node: stored and live
     hc report bundle gpu017 --job 4711 --diagnosis 4711.json -o gpu017-4711.tar.gz
+    hc report bundle gpu017 --job 4711 --diagnose -o gpu017-4711.tar.gz
 
     Holds the node's newest results and its history excerpt (runs, findings,
     repairs, Xid recurrences by boot, IB and GPU counter readings before and
@@ -253,10 +257,11 @@ def bundle_cmd(node: str | None, output: Path, job: str | None, diagnosis: Path 
         raise click.UsageError("--local bundles this machine; do not name a node with it")
     if node is None and not local:
         raise click.UsageError("name the node to bundle, or use --local for this machine")
-    if diagnosis is not None and job is None:
-        raise click.UsageError("--diagnosis is a job's: give --job ID with it")
+    if (diagnosis is not None or diagnose) and job is None:
+        raise click.UsageError("--diagnosis and --diagnose are a job's: give --job ID with them")
     module = importlib.import_module(BUNDLE)
-    request = module.BundleRequest(node=node, output=output, job=job, diagnosis=diagnosis, local=local, runs=runs,
+    request = module.BundleRequest(node=node, output=output, job=job, diagnosis=diagnosis, diagnose=diagnose,
+                                   local=local, runs=runs,
                                    latest=latest, timeout_s=timeout_s,
                                    caps=module.Caps(int(max_item_mib * 2**20), int(max_total_mib * 2**20)))
     done = module.make_bundle(App(config_path).config, request)

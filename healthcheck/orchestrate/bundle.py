@@ -23,6 +23,8 @@ import json
 import os
 import platform
 import re
+import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,6 +47,8 @@ from healthcheck.core.model import NodeResult
 from healthcheck.core.nodes import check_node_name, expand, this_node_name
 from healthcheck.core.status import Status
 from healthcheck.diagnose.live import parse_job
+from healthcheck.diagnose.sources import collect as collect_sources
+from healthcheck.diagnose.verdict import build as build_verdict
 from healthcheck.diagnose.verdict import decode as decode_diagnosis
 from healthcheck.diagnose.verdict import render as render_diagnosis
 from healthcheck.probes.gpu import JOURNAL
@@ -75,6 +79,7 @@ class BundleRequest:
     output: Path
     job: str | None = None
     diagnosis: Path | None = None
+    diagnose: bool = False  # a running job without --diagnosis: run `hc diagnose job` now
     local: bool = False
     runs: int = 20  # the node's newest runs read from the history
     latest: int = 5  # of them, the newest whose whole result is a member
@@ -297,13 +302,13 @@ def _kernel_items(source: str, results: list[tuple[_RunOfNode, NodeResult]]) -> 
 def _dcgm_items(source: str, results: list[tuple[_RunOfNode, NodeResult]]) -> Gathered:
     out = Gathered()
     rows = [{"run_id": run.run_id, "started_at": run.started_at,
-             "checks": [msgspec.to_builtins(c) for c in result.checks if c.name.startswith("dcgm")],
-             "findings": [msgspec.to_builtins(f) for f in result.findings if f.check.startswith("dcgm")],
+             "checks": [msgspec.to_builtins(c) for c in result.checks if "dcgm" in c.name],
+             "findings": [msgspec.to_builtins(f) for f in result.findings if "dcgm" in f.check],
              "metrics": [msgspec.to_builtins(m) for m in result.metrics if m.name.startswith("dcgm")]}
-            for run, result in results if any(c.name.startswith("dcgm") for c in result.checks)]
+            for run, result in results if any("dcgm" in c.name for c in result.checks)]
     if not rows:
-        out.missing.append(Missing("dcgm/runs.json", "DCGM did not run on the node in its recorded runs (dcgm.diag: "
-                                                     "the deep tier)"))
+        out.missing.append(Missing("dcgm/runs.json", "DCGM did not run on the node in its recorded runs (gpu.dcgm, "
+                                                     "gpu.dcgm_deep: where the fabric's dcgm.enabled)"))
         return out
     out.items.append(Item("dcgm/runs.json", f"{source}: dcgm checks' results, findings and output",
                           data=rows, mtime=_epoch(str(rows[-1]["started_at"]))))
@@ -485,17 +490,14 @@ def not_live(node: str, here: str) -> list[Missing]:
 # ---------------------------------------------------------------------------- a job
 
 
-def job_evidence(config: Config, node: str, job: str, diagnosis: Path | None, timeout_s: float) -> Gathered:
-    """The job's diagnosis (saved), Slurm's record of it and the node's health in its window;
-    an HcError where hc knows nothing of the job or it did not run on the node."""
+def job_evidence(config: Config, node: str, job: str, request: BundleRequest) -> Gathered:
+    """The job's diagnosis (saved, or made here from what is reachable), Slurm's record of it
+    and the node's health in its window; an HcError where hc knows nothing of the job or it
+    did not run on the node."""
     out = Gathered()
-    if diagnosis is not None:
-        out.add(_diagnosis_items(diagnosis, job))
-    else:
-        out.missing.append(Missing("job/diagnosis.json", f"no saved diagnosis of job {job}: hc keeps none of its own; "
-                                   f"run `hc diagnose job {job} -o FILE` while it runs (or `hc diagnose logs` on its "
-                                   "output) and give it with --diagnosis FILE"))
-    shown = SlurmClient(config.main.slurm, deadline=time.monotonic() + timeout_s).show_job(job)
+    if request.diagnosis is not None:
+        out.add(_diagnosis_items(request.diagnosis, job))
+    shown = SlurmClient(config.main.slurm, deadline=time.monotonic() + request.timeout_s).show_job(job)
     info = parse_job(shown.stdout or shown.message, job) if shown.ok else None
     if info is None:
         why = shown.message if not shown.ok else "no such job in scontrol's answer"
@@ -509,21 +511,64 @@ def job_evidence(config: Config, node: str, job: str, diagnosis: Path | None, ti
     out.items.append(Item("job/scontrol-show-job.txt", f"`{config.main.slurm.scontrol} -o show job {job}`",
                           text=(shown.stdout or shown.message).strip() + "\n", mtime=time.time()))
     out.add(_job_window_items(config, node, job, info))
+    if request.diagnosis is None:
+        out.add(diagnosed_here(config, job, info, request))
     return out
+
+
+def diagnosed_here(config: Config, job: str, info: Any, request: BundleRequest) -> Gathered:
+    """A diagnosis made for the bundle: `hc diagnose job` on a running job (--diagnose: it samples
+    the ranks' stacks), `hc diagnose logs` on an ended job's output where this host can read it."""
+    name = "job/diagnosis.json"
+    if info.running:
+        if not request.diagnose:
+            return Gathered(missing=[Missing(name, f"job {job} is running and hc keeps no diagnosis of its own: "
+                                                   f"--diagnose runs `hc diagnose job {job}` now (its ranks' states "
+                                                   "and stacks), or give a saved one with --diagnosis FILE")])
+        return _live_diagnosis(config, job, request.timeout_s)
+    readable = [Path(p) for p in info.output_files if os.access(p, os.R_OK) and Path(p).is_file()]
+    if not readable:
+        where = " ".join(info.output_files) or "none named by Slurm"
+        return Gathered(missing=[Missing(name, f"job {job} has ended ({info.state}) and its output ({where}) is "
+                                               f"not readable on this host: run `hc diagnose logs` on its output "
+                                               "and per-rank logs, and give the verdict with --diagnosis FILE")])
+    verdict = build_verdict(collect_sources(readable))
+    shown = " ".join(str(p) for p in readable)
+    return _verdict_items(verdict, f"`hc diagnose logs {shown}`, run by the bundle on the job's output "
+                                   "(its per-rank logs, where they are elsewhere, not read)", job)
+
+
+def _live_diagnosis(config: Config, job: str, timeout_s: float) -> Gathered:
+    """`hc diagnose job JOB -o FILE` in a child hc, bounded: its verdict, or why there is none."""
+    name = "job/diagnosis.json"
+    with tempfile.TemporaryDirectory(prefix="hc-bundle-") as tmp:
+        saved = Path(tmp) / "diagnosis.json"
+        argv = (sys.executable, "-m", "healthcheck", "diagnose", "job", job, "--config", str(config.path),
+                "--timeout", f"{timeout_s:g}", "--format", "json", "-o", str(saved))
+        result = run_command(argv, timeout_s=3 * timeout_s + 30)
+        if result.timed_out or not saved.is_file():
+            said = (result.stderr or result.stdout or "").strip().splitlines()
+            why = "timed out" if result.timed_out else f"exited {result.returncode}"
+            return Gathered(missing=[Missing(name, f"`hc diagnose job {job}` gave no verdict ({why})"
+                                                   + (f": {said[-1][:200]}" if said else ""))])
+        verdict = decode_diagnosis(saved.read_bytes(), f"hc diagnose job {job}")
+    return _verdict_items(verdict, f"`hc diagnose job {job}`, run by the bundle (ranks' states and stacks)", job)
 
 
 def _diagnosis_items(path: Path, job: str) -> Gathered:
-    out = Gathered()
     verdict = decode_diagnosis(read_bounded(path, MAX_INPUT_BYTES, what="--diagnosis"), str(path))
     if verdict.job and not re.search(rf"(?<![0-9]){re.escape(job)}(?![0-9])", verdict.job):
         raise HcError(f"--diagnosis {path} is a diagnosis of {verdict.job!r}, not of job {job}")
+    return _verdict_items(verdict, f"file {path} (hc.diagnosis/2)", job)
+
+
+def _verdict_items(verdict: Any, source: str, job: str) -> Gathered:
     when = _epoch(verdict.collected_at)
-    out.items.append(Item("job/diagnosis.json", f"file {path} (hc.diagnosis/2: the verdict, stack groups, ranks)",
-                          data=msgspec.to_builtins(verdict), mtime=when))
-    out.items.append(Item("job/diagnosis.txt", f"file {path}, as hc diagnose shows it", text=render_diagnosis(verdict)
-                          + "\n", mtime=when))
-    out.known.append(f"a diagnosis of job {job}")
-    return out
+    return Gathered(items=[
+        Item("job/diagnosis.json", f"{source}: the verdict, its stack groups and ranks",
+             data=msgspec.to_builtins(verdict), mtime=when),
+        Item("job/diagnosis.txt", f"{source}, as hc diagnose shows it", text=render_diagnosis(verdict) + "\n",
+             mtime=when)], known=[f"a diagnosis of job {job}"])
 
 
 def _slurm_time(text: str) -> float | None:
@@ -578,7 +623,7 @@ def make_bundle(config: Config, request: BundleRequest, env: Mapping[str, str] |
         raise HcError(f"hc knows nothing of node {node}: " + "; ".join(m.reason for m in got.missing
                                                                         if m.name in ("history", "hook-reports")))
     if job is not None:
-        got.add(job_evidence(config, node, job, request.diagnosis, request.timeout_s))
+        got.add(job_evidence(config, node, job, request))
     got.add(config_evidence(config, node))
     got.items.append(Item("hc/environment.json", "the environment of this hc process (secret values redacted)",
                           data=dict(sorted(env.items()))))

@@ -69,7 +69,7 @@ def test_a_diagnosis_alone_makes_the_job_known(site, tmp_path):
 @pytest.mark.parametrize(("args", "words"), [
     (("--local", "gpu017"), "--local bundles this machine"),
     ((), "name the node to bundle"),
-    (("gpu017", "--diagnosis", "x.json"), "give --job ID with it"),
+    (("gpu017", "--diagnosis", "x.json"), "give --job ID with them"),
 ])
 def test_usage_errors_exit_4(site, tmp_path, args, words):
     r, out = hc_bundle(site, tmp_path, *args)

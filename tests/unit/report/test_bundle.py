@@ -54,11 +54,11 @@ def short(got: dict[str, bytes]) -> set[str]:
     return {n.split("/", 1)[1] for n in got}
 
 
-def write_config(base: Path, extra: str = "", scontrol: str = "scontrol") -> Path:
+def write_config(base: Path, extra: str = "", scontrol: str = "scontrol", gpu: str = "") -> Path:
     (base / "fabrics").mkdir(parents=True, exist_ok=True)
     (base / "kern.log").write_text(XID79.read_text())
     (base / "fabrics" / "t.yaml").write_text(f"extends: h100-ndr400\ngpu:\n  xid: {{source: file, file: "
-                                             f"{base}/kern.log}}\n")
+                                             f"{base}/kern.log}}\n{gpu}")
     (base / "token").write_text(TOKEN_LINE + "\n")
     cfg = base / "hc.yaml"
     cfg.write_text(f"# the site database: db_password={CONFIG_PASSWORD}\n"
@@ -164,6 +164,27 @@ def test_the_size_caps_cut_and_leave_out_and_say_so(site, tmp_path):
     assert any("total size cap" in x["reason"] for x in m["missing"])
 
 
+def test_a_standard_run_gives_the_versions_and_dcgms_output(tmp_path):
+    """gpu.dcgm on (the fabric's), dcgmi a stand-in printing the derived DCGM 3.3.9 `-r 2 -j` document
+    of tests/fixtures/dcgmi-diag (GPU 5's double-bit ECC); gpu.versions reads the replay's versions."""
+    dcgmi = write_stub(tmp_path / "bin", "dcgmi", f"cat {FIXTURES}/dcgmi-diag/derived-3.3-json-r2-h100-dbe-gpu5.txt; "
+                                                  "exit 205\n")
+    cfg = write_config(tmp_path, gpu=f"  dcgm: {{enabled: true, dcgmi: {dcgmi}}}\n")
+    r = run_hc("health", "--tier", "standard", env=env_of(cfg, "gpu017"))
+    assert r.returncode == 2, r.stderr.decode()
+    out = tmp_path / "b.tar.gz"
+    assert bundle(tmp_path, out, "gpu017").returncode == 0
+    got = members(out)
+    (dcgm,) = json.loads(got["hc-bundle-gpu017/dcgm/runs.json"])
+    assert [c["name"] for c in dcgm["checks"]] == ["gpu.dcgm"]
+    assert [(f["id"], f["component"]) for f in dcgm["findings"]] == [("gpu.E080", "GPU5:GPU Memory")]
+    assert "dcgmi diag" in dcgm["findings"][0]["evidence"]
+    versions = json.loads(got["hc-bundle-gpu017/versions/recorded.json"])
+    names = {v["name"] for v in versions["versions"]}
+    assert {"driver_version", "cuda_version", "vbios_version"} <= names
+    assert "dcgm/runs.json" not in {x["name"] for x in manifest(got)["missing"]}
+
+
 # ------------------------------------------------------------------- live, on the node
 
 
@@ -238,12 +259,58 @@ def test_a_job_bundle_has_its_diagnosis_slurms_record_and_the_window(site, tmp_p
     assert manifest(got)["job"] == "4711"
 
 
-def test_a_job_without_a_saved_diagnosis_says_how_to_get_one(site, tmp_path):
+def test_a_running_job_without_a_saved_diagnosis_says_how_to_get_one(site, tmp_path):
     env = job_site(site, tmp_path, RUNNING)
     out = tmp_path / "job.tar.gz"
     assert bundle(site, out, "gpu017", "--job", "4711", **env).returncode == 0
     missing = {x["name"]: x["reason"] for x in manifest(members(out))["missing"]}
-    assert "hc diagnose job 4711 -o FILE" in missing["job/diagnosis.json"]
+    assert "--diagnose runs `hc diagnose job 4711`" in missing["job/diagnosis.json"]
+    assert "--diagnosis FILE" in missing["job/diagnosis.json"]
+
+
+def test_diagnose_runs_hc_diagnose_job_and_keeps_its_verdict_even_when_no_node_answers(site, tmp_path):
+    env = job_site(site, tmp_path, RUNNING)
+    srun = write_stub(tmp_path / "bin", "srun", "echo 'srun: error: Unable to confirm allocation for job 4711: "
+                                                "Invalid job id specified' >&2; exit 1\n")
+    cfg = Path(env["HC_CONFIG"])
+    cfg.write_text(cfg.read_text().replace("  retries: 1\n", f"  retries: 1\n  srun: {srun}\n"))
+    out = tmp_path / "job.tar.gz"
+    r = bundle(site, out, "gpu017", "--job", "4711", "--diagnose", "--timeout", "2", **env)
+    assert r.returncode == 0, r.stderr.decode()
+    got = members(out)
+    text = got["hc-bundle-gpu017-job4711/job/diagnosis.txt"].decode()
+    assert "gpu017: node did not answer" in text and "Unable to confirm allocation" in text
+    rows = {row["name"]: row for row in manifest(got)["items"]}
+    assert "`hc diagnose job 4711`, run by the bundle" in rows["job/diagnosis.json"]["source"]
+
+
+def test_an_ended_jobs_output_readable_here_is_diagnosed_for_the_bundle(site, tmp_path):
+    output = tmp_path / "4711.out"
+    output.write_text((FIXTURES / "h100-captures" / "torchrun-2.11-duplicate-gpu-nccl-invalid-usage.txt").read_text())
+    ended = RUNNING.replace("RUNNING", "FAILED").replace("EndTime=Unknown", "EndTime=2030-01-01T00:00:00") \
+        .replace("/home/u/4711.out", str(output))
+    env = job_site(site, tmp_path, ended)
+    out = tmp_path / "job.tar.gz"
+    assert bundle(site, out, "gpu017", "--job", "4711", **env).returncode == 0
+    got = members(out)
+    diag = json.loads(got["hc-bundle-gpu017-job4711/job/diagnosis.json"])
+    assert diag["class"] != "unknown" and diag["inputs"] >= 1
+    rows = {row["name"]: row for row in manifest(got)["items"]}
+    assert f"`hc diagnose logs {output}`" in rows["job/diagnosis.json"]["source"]
+    output.unlink()  # not readable here: said, with what to run
+    assert bundle(site, out, "gpu017", "--job", "4711", **env).returncode == 0
+    missing = {x["name"]: x["reason"] for x in manifest(members(out))["missing"]}
+    assert "has ended (FAILED)" in missing["job/diagnosis.json"] and "hc diagnose logs" in missing["job/diagnosis.json"]
+
+
+def test_every_bundle_is_a_line_in_the_audit_log(site, tmp_path):
+    out = tmp_path / "a.tar.gz"
+    before = (site / "audit.jsonl").read_text().splitlines() if (site / "audit.jsonl").exists() else []
+    assert bundle(site, out, "gpu017").returncode == 0
+    after = (site / "audit.jsonl").read_text().splitlines()
+    (line,) = [json.loads(x) for x in after[len(before):]]
+    assert line["action"] == "bundle" and line["nodes"] == "gpu017" and line["path"] == str(out)
+    assert line["redacted"] == manifest(members(out))["redacted"] and line["by"]
 
 
 # ------------------------------------------------------------------ the pure assembly
