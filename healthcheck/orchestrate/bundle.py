@@ -619,11 +619,11 @@ def make_bundle(config: Config, request: BundleRequest, env: Mapping[str, str] |
         got.add(live_evidence(config, node, request.timeout_s))
     else:
         got.missing += not_live(node, _here(env))
+    if job is not None:  # a job that ran on the node (Slurm says so, or its diagnosis is given) makes it known
+        got.add(job_evidence(config, node, job, request))
     if not got.known:
         raise HcError(f"hc knows nothing of node {node}: " + "; ".join(m.reason for m in got.missing
                                                                         if m.name in ("history", "hook-reports")))
-    if job is not None:
-        got.add(job_evidence(config, node, job, request))
     got.add(config_evidence(config, node))
     got.items.append(Item("hc/environment.json", "the environment of this hc process (secret values redacted)",
                           data=dict(sorted(env.items()))))

@@ -74,3 +74,14 @@ def test_a_diagnosis_alone_makes_the_job_known(site, tmp_path):
 def test_usage_errors_exit_4(site, tmp_path, args, words):
     r, out = hc_bundle(site, tmp_path, *args)
     assert r.returncode == 4 and words in r.stderr.decode() and not out.exists()
+
+
+def test_a_node_hc_never_checked_is_known_through_the_job_that_ran_on_it(site, tmp_path):
+    (site / "scontrol.sh").write_text(RUNNING)
+    try:
+        r, out = hc_bundle(site, tmp_path, "gpu018", "--job", "4711")
+        assert r.returncode == 0, r.stderr.decode()
+        r, out = hc_bundle(site, tmp_path, "gpu018")  # without the job: nothing of it is stored
+        assert r.returncode == 4 and "hc knows nothing of node gpu018" in r.stderr.decode()
+    finally:
+        (site / "scontrol.sh").write_text("echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n")
