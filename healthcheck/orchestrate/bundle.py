@@ -509,7 +509,7 @@ def job_evidence(config: Config, node: str, job: str, request: BundleRequest) ->
     if info.nodes and node not in expand([info.nodes]):
         raise HcError(f"job {job} did not run on {node} (its nodes: {info.nodes})")
     out.items.append(Item("job/scontrol-show-job.txt", f"`{config.main.slurm.scontrol} -o show job {job}`",
-                          text=(shown.stdout or shown.message).strip() + "\n", mtime=time.time()))
+                          text=(shown.stdout or shown.message).strip() + "\n"))
     out.add(_job_window_items(config, node, job, info))
     if request.diagnosis is None:
         out.add(diagnosed_here(config, job, info, request))
@@ -613,7 +613,10 @@ def make_bundle(config: Config, request: BundleRequest, env: Mapping[str, str] |
     check_output(request.output)
     live = request.local or _is_this_host(node, env)
     got = Gathered()
-    got.add(history_evidence(config, node, request))
+    try:
+        got.add(history_evidence(config, node, request))
+    except HcError as exc:  # a damaged history costs the bundle its excerpt, not the rest
+        got.missing.append(Missing("history", f"the run history could not be read: {exc}"))
     got.add(report_dir_evidence(config, node, request.latest))
     if live:
         got.add(live_evidence(config, node, request.timeout_s))

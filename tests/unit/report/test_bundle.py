@@ -403,3 +403,27 @@ def test_an_unwritable_output_is_refused_before_anything_is_gathered(site, tmp_p
     err = r.stderr.decode().strip()
     assert r.returncode == 4 and len(err.splitlines()) == 1 and "not writable" in err
     assert list(ro.iterdir()) == []
+
+
+def test_a_damaged_history_or_audit_log_costs_the_bundle_only_what_they_hold(site, tmp_path):
+    """The hook reports are still bundled, the history's loss said in the manifest; an audit log
+    that cannot take the line is a warning, and the bundle stands (exit 0)."""
+    import shutil
+
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    cfg = copy / "hc.yaml"
+    cfg.write_text(cfg.read_text().replace(str(site), str(copy)))
+    (copy / "h.sqlite").write_bytes(b"not a database" * 100)
+    for stale in copy.glob("h.sqlite-*"):
+        stale.unlink()
+    (copy / "audit.jsonl").unlink(missing_ok=True)
+    (copy / "audit.jsonl").mkdir()
+    out = tmp_path / "b.tar.gz"
+    r = bundle(copy, out, "gpu017")
+    assert r.returncode == 0, r.stderr.decode()
+    assert "hc: warning: bundle written, but not recorded in the audit log" in r.stderr.decode()
+    got = members(out)
+    missing = {x["name"]: x["reason"] for x in manifest(got)["missing"]}
+    assert missing["history"].startswith("the run history could not be read")
+    assert "hook-reports/health-latest.json" in short(got) and "history/runs.json" not in short(got)
