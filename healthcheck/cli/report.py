@@ -1,7 +1,8 @@
-"""`hc report`: show a saved report, diff two runs, list the run history, ticket records."""
+"""`hc report`: show a saved report, diff two runs, list the run history, ticket records, evidence bundles."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from healthcheck.actions.saved_runs import diff_runs, summary_report, write_html
 from healthcheck.actions.tickets import WebhookOptions, deliver_tickets, ticket_run
 from healthcheck.cli.app import App
 from healthcheck.cli.options import config_option, format_option
-from healthcheck.cli.params import integer
+from healthcheck.cli.params import integer, number
 from healthcheck.core.errors import ExitCode
 from healthcheck.core.nodes import check_node_name
 from healthcheck.report.diff import render_diff, to_json
@@ -19,11 +20,14 @@ from healthcheck.report.history import history_json, history_listing, history_ta
 from healthcheck.report.tickets import render, to_jsonl
 
 REPORT_FILE = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
+# `hc report bundle`'s gathering (history, Slurm, diagnosis, live commands), loaded by import path
+# there only: `hc report show` imports none of it
+BUNDLE = "healthcheck.orchestrate.bundle"
 
 
 @click.group()
 def report() -> None:
-    """Saved reports: show one, diff two runs, an HTML page, the run history, ticket records."""
+    """Saved reports: show one, diff two runs, an HTML page, the run history, ticket records, evidence bundles."""
 
 
 @report.command("show")
@@ -191,3 +195,79 @@ def tickets_cmd(file: Path | None, fmt: str, min_status: str | None, lookback: i
         return int(ExitCode.BAD_INPUT)
     click.echo(f"hc: {done.summary}", err=True)
     return int(ExitCode.OK if done.complete else ExitCode.ERROR)
+
+
+@report.command("bundle")
+@click.argument("node", required=False)
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The .tar.gz to write (atomically: never a partial file at the path).")
+@click.option("--job", "job", metavar="ID", default=None,
+              help="Also the job's evidence: a saved diagnosis (--diagnosis), Slurm's record, the node's health "
+                   "in the job's window.")
+@click.option("--diagnosis", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="With --job: the job's hc.diagnosis/2 file (hc diagnose job ID -o FILE), verdict and stacks.")
+@click.option("--diagnose", is_flag=True,
+              help="With --job of a running job and no --diagnosis: run `hc diagnose job ID` now (ranks' stacks).")
+@click.option("--local", is_flag=True, help="NODE is this machine: also collect live (nvidia-smi, ibstat, ...).")
+@click.option("--runs", type=integer(1, 10_000), default=20, show_default=True,
+              help="The node's newest recorded runs read from the history.")
+@click.option("--reports", "latest", type=integer(0, 1000), default=5, show_default=True,
+              help="Of them, how many newest whole results of the node are members.")
+@click.option("--max-item-mib", type=number(0, 4096, low_open=True), default=5.0, show_default=True,
+              help="The cap on one item; a longer one is cut (said in the manifest).")
+@click.option("--max-total-mib", type=number(0, 65536, low_open=True), default=50.0, show_default=True,
+              help="The cap on all items together; what does not fit is left out (said in the manifest).")
+@click.option("--timeout", "timeout_s", type=number(0, 600, low_open=True), default=10.0, show_default=True,
+              help="Seconds each live command (and Slurm's answer) may take.")
+@config_option
+def bundle_cmd(node: str | None, output: Path, job: str | None, diagnosis: Path | None, diagnose: bool, local: bool,
+               runs: int,
+               latest: int, max_item_mib: float, max_total_mib: float, timeout_s: float,
+               config_path: Path | None) -> int:
+    """One file a vendor or colleague can act on: what hc knows of NODE (and of a job on it).
+
+    \b
+    hc report bundle gpu017 -o gpu017.tar.gz            from what hc stored
+    hc report bundle --local -o here.tar.gz             on the node: stored and live
+    hc report bundle gpu017 --job 4711 --diagnosis 4711.json -o gpu017-4711.tar.gz
+    hc report bundle gpu017 --job 4711 --diagnose -o gpu017-4711.tar.gz
+
+    Holds the node's newest results and its history excerpt (runs, findings,
+    repairs, Xid recurrences by boot, IB and GPU counter readings before and
+    after), the kernel-log lines its findings cite, DCGM output where it ran,
+    the versions its runs read, the hooks' latest reports, the config and the
+    node's limits. On the node itself (NODE is this host, or --local) also,
+    each under --timeout: nvidia-smi -q, nvidia-smi topo -m, ibstat, uname,
+    versions and the kernel log's Xid/NVRM/mlx5/OOM lines. MANIFEST.json and
+    README.txt list every item with its source and size, and everything not
+    collected with why (not on this host, tool absent, timed out, no history).
+    Secrets are replaced by <redacted> (secret-looking names' values, auth
+    headers, URL passwords, the config's webhook URL and token), counted per
+    item. Members: sorted, relative, mode 0644, owner 0, one mtime (the newest
+    evidence's): the same evidence gives the same file. The export is a line
+    in the audit log (slurm.audit_log; a warning where it cannot be written).
+
+    \b
+    Exit codes: 0 written; 4 a bad node name or job id, a node or job hc
+    knows nothing of, a job that did not run on NODE, an unreadable
+    --diagnosis, an -o that cannot be written (nothing is left at it).
+    """
+
+    if local and node is not None:
+        raise click.UsageError("--local bundles this machine; do not name a node with it")
+    if node is None and not local:
+        raise click.UsageError("name the node to bundle, or use --local for this machine")
+    if (diagnosis is not None or diagnose) and job is None:
+        raise click.UsageError("--diagnosis and --diagnose are a job's: give --job ID with them")
+    module = importlib.import_module(BUNDLE)
+    request = module.BundleRequest(node=node, output=output, job=job, diagnosis=diagnosis, diagnose=diagnose,
+                                   local=local, runs=runs,
+                                   latest=latest, timeout_s=timeout_s,
+                                   caps=module.Caps(int(max_item_mib * 2**20), int(max_total_mib * 2**20)))
+    done = module.make_bundle(App(config_path).config, request)
+    for warning in done.warnings:
+        click.echo(f"hc: warning: {warning}", err=True)
+    manifest = done.built.manifest
+    click.echo(f"hc: {done.path}: {len(manifest['items'])} items, {len(manifest['missing'])} not collected, "
+               f"{manifest['redacted']} redacted, {len(done.built.data)} bytes (node {done.node})", err=True)
+    return 0

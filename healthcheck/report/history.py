@@ -555,6 +555,20 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("read repairs", exc) from None
 
+    def xid_rows(self, node: str, limit: int) -> list[dict[str, Any]]:
+        """`node`'s newest `limit` recorded Xids (GPU, code, run, boot id), oldest first."""
+        try:
+            return recurrence.xid_rows(self.db, node, limit)
+        except sqlite3.Error as exc:
+            raise self._fail("read Xid recurrences", exc) from None
+
+    def last_repair_at(self, node: str) -> str:
+        """When `node`'s newest repair was put on record ("" where none was)."""
+        try:
+            return recurrence.last_repair_at(self.db, node)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
+
     def repairs(self, node: str, limit: int) -> list[Repair]:
         try:
             return recurrence.repairs_of(self.db, node, limit)

@@ -197,6 +197,15 @@ def xid_boots(db: sqlite3.Connection, node: str, since: str, limit: int = 512) -
     return out
 
 
+def xid_rows(db: sqlite3.Connection, node: str, limit: int) -> list[dict[str, Any]]:
+    """`node`'s newest `limit` recorded Xid rows (GPU, code, run, boot), oldest first: an evidence bundle's excerpt."""
+    rows = db.execute("SELECT x.gpu, x.code, x.started_at, r.run_id, x.boot_id FROM node_xids x JOIN runs r "
+                      "ON r.id = x.run WHERE x.node = ? ORDER BY x.started_at DESC LIMIT ?",
+                      (node, max(limit, 0))).fetchall()
+    return [{"gpu": gpu, "code": code, "started_at": at, "run_id": run_id, "boot_id": boot}
+            for gpu, code, at, run_id, boot in reversed(rows)]
+
+
 def repairs_of(db: sqlite3.Connection, node: str, limit: int) -> list[Repair]:
     """`node`'s newest `limit` repairs, newest first."""
     rows = db.execute("SELECT node, at, text, by FROM repairs WHERE node = ? ORDER BY at DESC, id DESC LIMIT ?",
