@@ -25,7 +25,7 @@ NODE = "node2"
 @pytest.fixture
 def rig(hc, tmp_path):
     """hc in the rig's Slurm (the `hc` fixture) with an SSH section for `hc node`, and one fake
-    HCA (mlx5_0, port 1, every counter 0) in node2; yields (hc, the port's counters dir)."""
+    HCA (mlx5_0, port 1, every counter 0) in node2; returns (hc, the port's counters dir)."""
     net = hc.net
     known = tmp_path / "known_hosts"
     shutil.copy(net.known_hosts, known)
