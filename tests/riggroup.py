@@ -60,11 +60,11 @@ XDIST_MIN_FILES = 8
 # run in their own group on the second rig, beside the torch-heavy ones (deep sweeps, hung
 # jobs, live diagnosis) on the first. test_remote_rig (quick-tier sweeps over SSH),
 # test_pair_tools_rig (nccl-tests and ib_write_bw stand-ins, Python scripts) and
-# test_ssh_certs_proxy_rig (`hc node` over SSH with host certificates and a ProxyCommand)
-# start no torch either. In one process (-n 0) they run first, while nothing else takes the CPUs
+# test_ssh_certs_proxy_rig (`hc node` over SSH with host certificates and a ProxyCommand) and
+# test_over_time_rig (healthcheck.sh runs in node2, `hc node` over SSH) start no torch either. In one process (-n 0) they run first, while nothing else takes the CPUs
 RIG_WAITS = frozenset({"test_slurm_contract.py", "test_slurm_hooks.py", "test_ssh_runner_rig.py",
                        "test_rig_selftest.py", "test_netns_mtu.py", "test_remote_rig.py",
-                       "test_pair_tools_rig.py", "test_ssh_certs_proxy_rig.py"})
+                       "test_pair_tools_rig.py", "test_ssh_certs_proxy_rig.py", "test_over_time_rig.py"})
 _IDS_KEY = "hc_groups"  # in a worker's workerinput: the file to write the tests' groups to
 
 

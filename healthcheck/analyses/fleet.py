@@ -148,8 +148,10 @@ def outliers(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str,
 def flaps(inputs: FleetInput, settings: FleetSettings) -> Iterator[tuple[str, Finding]]:
     """A node does not keep changing between FAIL and healthy across recent runs."""
     history = inputs.history
-    if not history:
+    if history is None:
         raise NotApplicable("no run history")
+    if not history:  # a history was read: it holds no earlier run of these nodes by this command
+        raise NotApplicable("no earlier run of these nodes in the history (runs of the same command only)")
     for node in inputs.nodes:
         if node.error is None and node.node in history:
             f = flap_finding(history[node.node], node.status, settings)

@@ -87,3 +87,11 @@ def test_fleet_runs_record_which_nodes_each_analysis_judged():
     assert by_name["fleet.outlier"].status is Status.PASS
     assert by_name["fleet.flap"].status is Status.SKIP and by_name["fleet.flap"].reason == "no run history"
     assert [n.status for n in out] == [Status.WARN, Status.PASS, Status.PASS, Status.PASS, Status.ERROR]
+
+
+def test_a_history_without_earlier_runs_of_the_nodes_is_not_said_to_be_missing():
+    """A history was read (hc node after only hc health runs, say): flaps say what was missing."""
+    nodes = [NodeResult(node=f"n{i}", fabric="f", status=Status.PASS) for i in range(2)]
+    run = {r.name: r for r in analyse_fleet(nodes, FleetSettings(), {})[1]}["fleet.flap"]
+    assert run.status is Status.SKIP
+    assert run.reason == "no earlier run of these nodes in the history (runs of the same command only)"
