@@ -157,6 +157,11 @@ def rate_finding(component: str, name: str, before: float, after: float, seconds
         return family.high(status, f"{where}: any increase is {rule.any_increase}", component=f"{component}:{name}",
                            value=rise, limit=Limit("<=", 0, f"{family.key}.rates.{name}.any_increase"),
                            evidence=evidence)
+    if rule.delta is not None and rise > rule.delta.above:
+        status = Status.FAIL if rule.delta.status == "FAIL" else Status.WARN
+        return family.high(status, f"{where}: a rise above {rule.delta.above:g} between runs is {rule.delta.status}",
+                           component=f"{component}:{name}", value=rise,
+                           limit=Limit("<=", rule.delta.above, f"{family.key}.rates.{name}.delta"), evidence=evidence)
     for level, status in (("fail", Status.FAIL), ("warn", Status.WARN)):
         limit = getattr(rule, level)
         if limit is not None and rate > limit.per_second:

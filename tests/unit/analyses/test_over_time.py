@@ -97,6 +97,21 @@ def test_link_downed_any_increase_fails_where_the_total_is_below_its_warn_limit(
     assert new(node) == [("ib.E006", "FAIL", "mlx5_0/1:link_downed")]
 
 
+def test_carrier_changes_above_2_between_runs_warn_whatever_the_time_between(tmp_path):
+    # NVSentinel's interface-level "delta" threshold: more than 2 carrier changes between
+    # polls, non-fatal; here between recorded runs, a day apart (no rate would catch 3 a day)
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(carrier_changes=4))
+        two = judged(history, T0 + dt.timedelta(days=1), checked(carrier_changes=6))
+        record(history, T0 + dt.timedelta(days=1), two)
+        three = judged(history, T0 + dt.timedelta(days=2), checked(carrier_changes=9))
+    assert new(two) == [] and two.status is Status.PASS
+    assert new(three) == [("ib.E006", "WARN", "mlx5_0/1:carrier_changes")]
+    f = next(f for f in three.findings if f.id == "ib.E006")
+    assert f.limit is not None and f.limit.key == "ib.rates.carrier_changes.delta" and f.value == 3
+    assert three.status is Status.WARN  # non-fatal: never drains on its own
+
+
 def test_a_slow_rise_within_every_rate_judges_nothing_new(tmp_path):
     with History(tmp_path / "h.sqlite") as history:
         record(history, T0, checked(symbol_error=1, link_error_recovery=0))
