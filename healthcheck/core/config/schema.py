@@ -353,6 +353,17 @@ class GpuLimits(Strict, frozen=True):
     ecc_volatile_corrected_max: CounterLimit | None = None  # WARN above (uncorrected > 0 always FAILs)
     retired_pages_pending: Severity = "FAIL"
     remapped_rows_pending: Severity = "FAIL"  # the GPU needs a reset before the remap takes effect
+    # Retired pages (single- and double-bit ECC together, pre-Ampere page retirement: NVIDIA's
+    # Dynamic Page Retirement, https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html):
+    # FAIL above this many; trends project when the count reaches it. 63 is NVIDIA DCGM's
+    # DCGM_LIMIT_MAX_RETIRED_PAGES, "updated to match the field diag"
+    # (https://github.com/NVIDIA/DCGM/blob/master/common/DcgmGPUHardwareLimits.h).
+    retired_pages_max: CounterLimit | None = 63
+    # Memory banks with low or no row-remap availability (NVML's row-remapper histogram, its
+    # "low" and "none" levels; Ampere and later): WARN above this many, and trends project when
+    # the count reaches it. None: NVIDIA documents no such count to act on (a failed remap,
+    # gpu.E014, FAILs at once), so a fabric sets it.
+    remap_banks_low_max: CounterLimit | None = None
     # thermals and clocks
     temp_max_c: Celsius | None = None
     throttle_fail: list[Text] = msgspec.field(
