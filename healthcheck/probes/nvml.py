@@ -62,10 +62,11 @@ def _number(value: Any) -> float | None:
 
 def _histogram(value: Any) -> RemapHistogram | None:
     """NVML's nvmlRowRemapperHistogramValues_t as a RemapHistogram; None unless every level was given."""
-    levels = {name: getattr(value, name, None) for name in ("max", "high", "partial", "low", "none")}
-    if value is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in levels.values()):
+    levels = [getattr(value, name, None) for name in ("max", "high", "partial", "low", "none")]
+    counts = [v for v in levels if isinstance(v, int) and not isinstance(v, bool)]
+    if value is None or len(counts) != len(levels):
         return None
-    return RemapHistogram(**levels)
+    return RemapHistogram(*counts)
 
 
 def _text(value: Any) -> str | None:
