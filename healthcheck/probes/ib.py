@@ -147,6 +147,28 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
     return IbCounters(ports=out)
 
 
+def carrier_by_port(text: str) -> dict[int, int]:
+    """`grep -rH "" --include=carrier_changes --include=dev_port .../device/net/` (an HCA's
+    netdevs, read over the shell) -> each port's netdev's carrier_changes, by port number: the
+    netdev whose `dev_port` is the port's (0-based; none given: port 1), a parent before its
+    pkey children, as `port_netdev` picks them."""
+    netdevs: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        path, _, value = line.rpartition(":")
+        parts = path.split("/")
+        if len(parts) < 3 or parts[-3] != "net" or parts[-1] not in (CARRIER_CHANGES, "dev_port"):
+            continue
+        value = value.strip()
+        if value.isdigit() and len(value) < 20:
+            netdevs.setdefault(parts[-2], {})[parts[-1]] = int(value)
+    out: dict[int, int] = {}
+    for name in sorted(netdevs, key=lambda n: ("." in n, n)):
+        files = netdevs[name]
+        if CARRIER_CHANGES in files:
+            out.setdefault(files.get("dev_port", 0) + 1, files[CARRIER_CHANGES])
+    return out
+
+
 def sysfs_counters_over_shell(ctx: ProbeContext, ca: str, port: int, why: str) -> IbPortCounters:
     directory = f"{SYSFS_IB}/{ca}/ports/{port}/counters"
     result = ctx.runner.run(("grep", "-rH", "", directory), timeout_s=ctx.timeout_s)
