@@ -1,7 +1,8 @@
 """InfiniBand ports and counters on a node reached without hc (agentless, over SSH):
 `ibstat`, and `perfquery -x` per port with sysfs over the shell where perfquery cannot
-reach the MAD layer, and each port's netdev's carrier_changes from sysfs over the shell. Loaded only when a run gathers these facts over SSH
-(probes.TRANSPORT_MODULES): a local run never imports their parsers.
+reach the MAD layer, and each port's netdev's carrier_changes from sysfs over the shell.
+Loaded only when a run gathers these facts over SSH (probes.TRANSPORT_MODULES): a local run
+never imports their parsers.
 """
 
 from __future__ import annotations
