@@ -12,6 +12,9 @@ the node's previous run, and the trends that reach a limit before a job breaks.
   least-squares slope that would take a counter to its absolute limit within
   `trends.warn_within_days` WARNs, never FAILs, with the projected time. A slope whose line
   explains little of the readings (`trends.min_fit`) is noise: a flat noisy counter never warns.
+  The series (`TREND_SERIES`) are IB symbol and link-recovery errors, a GPU's corrected ECC,
+  retired pages, banks low on spare rows (NVML's row-remapper histogram) and its temperature
+  when idle (a gauge: it has no reset); a GPU that gives no histogram is said once (trend.E002).
 
 The input (`HistoryInput`) is built by orchestrate/over_time.py from the history; this
 module does no I/O.
@@ -65,6 +68,14 @@ TREND = finding(
     "for a GPU's corrected ECC errors run dcgmi diag and plan the GPU's replacement; the warning "
     "never drains the node.",
     action="investigate",
+)
+
+TREND_UNTAKEN = finding(
+    "trend.E002",
+    "a trend cannot be taken: the GPU does not give the reading it is of",
+    "No action: a GPU without NVML's row-remapper histogram (before Ampere, or in MIG mode) has no row-remap "
+    "spares trend; its pending and failed remaps are still judged at once by gpu.ecc.",
+    action="none",
 )
 
 CHECK_RATES = "ib.rates"
@@ -157,6 +168,11 @@ def rate_finding(component: str, name: str, before: float, after: float, seconds
         return family.high(status, f"{where}: any increase is {rule.any_increase}", component=f"{component}:{name}",
                            value=rise, limit=Limit("<=", 0, f"{family.key}.rates.{name}.any_increase"),
                            evidence=evidence)
+    if rule.delta is not None and rise > rule.delta.above:
+        status = Status.FAIL if rule.delta.status == "FAIL" else Status.WARN
+        return family.high(status, f"{where}: a rise above {rule.delta.above:g} between runs is {rule.delta.status}",
+                           component=f"{component}:{name}", value=rise,
+                           limit=Limit("<=", rule.delta.above, f"{family.key}.rates.{name}.delta"), evidence=evidence)
     for level, status in (("fail", Status.FAIL), ("warn", Status.WARN)):
         limit = getattr(rule, level)
         if limit is not None and rate > limit.per_second:
@@ -244,10 +260,13 @@ def gpu_rates(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Fin
 
 @dataclass(frozen=True)
 class TrendSeries:
-    """A counter that trends are taken of, and where its fabric limit is."""
+    """A reading that trends are taken of, and where its fabric limit is."""
 
     name: str
     limit_key: str  # the fabric key its limit is read from, for the finding
+    # a counter only goes down when it is cleared (the series starts again there); a gauge
+    # (a temperature) goes up and down, and every reading counts
+    counter: bool = True
 
     def limit(self, fabric: Fabric) -> float | None:
         section, _, rest = self.limit_key.partition(".")
@@ -257,15 +276,19 @@ class TrendSeries:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-# The counters of issue 23's list that hc reads today and that have an absolute limit to
-# reach. Not here: row-remap spares (NVML's remapping histogram is not read, so "spares left"
-# cannot be projected), retired pages (no limit of a count: pending retirements FAIL at once),
-# GPU temperature at idle (a run does not record whether the GPU was idle).
+# Issue 23's list: each reading hc records and the absolute limit it is projected to. A series
+# whose limit the fabric leaves unset (gpu.remap_banks_low_max by default) is not taken; one whose
+# reading a GPU does not give (no remap histogram before Ampere or in MIG mode; no idle reading
+# of a busy GPU) has no points that run.
 TREND_SERIES = (
     TrendSeries("symbol_error", "ib.counters_fail.symbol_error"),
     TrendSeries("link_error_recovery", "ib.counters_fail.link_error_recovery"),
     TrendSeries("ecc_volatile_corrected", "gpu.ecc_volatile_corrected_max"),
+    TrendSeries("retired_pages", "gpu.retired_pages_max"),  # row-remap's predecessor (pre-Ampere)
+    TrendSeries("remap_banks_low", "gpu.remap_banks_low_max"),  # banks low on or out of spare rows
+    TrendSeries("temperature_idle_c", "gpu.temp_max_c", counter=False),  # only runs that found the GPU idle
 )
+REMAP_SERIES = "remap_banks_low"
 
 
 @dataclass(frozen=True)
@@ -302,7 +325,7 @@ def trend_finding(component: str, series: TrendSeries, points: list[tuple[dt.dat
                   limit: float, fabric: Fabric) -> Finding | None:
     """A WARN where the counter's slope takes it past `limit` within the fabric's horizon."""
     settings = fabric.trends
-    points = since_reset(points)[-settings.window_runs:]
+    points = (since_reset(points) if series.counter else points)[-settings.window_runs:]
     if len(points) < settings.min_runs:
         return None
     first, last = points[0][0], points[-1][0]
@@ -342,9 +365,32 @@ def node_trends(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
             found = trend_finding(component, series, [*points, (history.now, value)], limit, fabric)
             if found is not None:
                 yield found
+    note = no_histogram_note(node, history)
+    if note is not None:
+        yield note
 
 
-@analysis(CHECK_TRENDS, scope="history", tier=ALL, findings=(TREND,))
+def no_histogram_note(node: NodeResult, history: NodeOverTime) -> Finding | None:
+    """Once, a note that the GPUs read without a row-remap histogram have no spares trend: on
+    the node's first run that read them, and on the run after one that had it; never an ERROR
+    (pre-Ampere GPUs and GPUs in MIG mode have none)."""
+    if history.limits.gpu.remap_banks_low_max is None:
+        return None
+    now = current_values(node, frozenset(s.name for s in TREND_SERIES if s.limit_key.startswith("gpu.")))
+    gpus = {component for component, _ in now}
+    missing = sorted(gpus - {c for c, name in now if name == REMAP_SERIES})
+    if not missing:
+        return None
+    before = next((r for r in reversed(history.past) if any(c in missing for c, _ in r.values)), None)
+    if before is not None and not any((c, REMAP_SERIES) in before.values for c in missing):
+        return None  # said already
+    return TREND_UNTAKEN(Status.PASS, f"{len(missing)} GPU(s) gave no row-remap histogram: no row-remap spares "
+                         f"trend for {', '.join(missing[:RESET_NOTES_MAX])}", value=len(missing),
+                         evidence="NVML's row-remapper histogram (nvidia-smi -q's Bank Remap Availability "
+                                  "Histogram) is given on Ampere and later GPUs, not in MIG mode")
+
+
+@analysis(CHECK_TRENDS, scope="history", tier=ALL, findings=(TREND, TREND_UNTAKEN))
 def trends(inputs: HistoryInput, settings: object) -> Iterator[tuple[str, Finding]]:
     """Error counters whose slope over the node's recorded runs reaches the fabric's limit soon."""
     trended = trended_nodes(inputs)

@@ -22,7 +22,7 @@ import msgspec
 
 from healthcheck.core import catalogue, xid_catalogue
 from healthcheck.core.catalogue import finding
-from healthcheck.core.config.schema import Fabric
+from healthcheck.core.config.schema import Fabric, GpuLimits
 from healthcheck.core.model import Finding, Limit, Metric
 from healthcheck.core.registry import CheckOutput, NotApplicable, check
 from healthcheck.core.status import Status, against_limits
@@ -72,6 +72,16 @@ REMAP_FAILED = finding(
     "gpu.E014", "a GPU's row remapping failed",
     "The GPU has run out of spare rows or remapping failed: it cannot be repaired in the field; RMA it.",
     action="rma")
+RETIRED_MAX = finding(
+    "gpu.E017", "a GPU has more retired pages than the fabric allows",
+    "Pages retired for single- or double-bit ECC errors are spent for the board's life: past DCGM's limit "
+    "(63, its field diag's) the board is due for replacement; run dcgmi diag -r 3 and RMA it.",
+    action="rma")
+REMAP_BANKS_LOW = finding(
+    "gpu.E018", "more of a GPU's memory banks are low on or out of spare rows than the fabric allows",
+    "A bank with no reserved row left cannot remap its next failing row (a remapping failure, gpu.E014): "
+    "run dcgmi diag -r 3 and plan the GPU's replacement.",
+    action="investigate")
 XID = finding(
     "gpu.E020", "a GPU logged an Xid error the severity table marks as serious",
     "Look the Xid code up in NVIDIA's Xid catalogue: 48/63/64/94/95 memory (reset, RMA if recurring), "
@@ -257,7 +267,8 @@ def _models(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
 
 
 @check("gpu.ecc", tier=ALL_TIERS_AND_EPILOGUE, needs=("gpus",),
-       findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, catalogue.TOOL_MISSING),
+       findings=(ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, RETIRED_MAX,
+                 REMAP_BANKS_LOW, catalogue.TOOL_MISSING),
        budget_s=5.0,
        evidence_metrics=("ecc_volatile_uncorrected", "ecc_volatile_corrected"))
 def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
@@ -293,6 +304,38 @@ def ecc(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
                                 limit=Limit("==", False, "gpu.remapped_rows_pending"))
         if g.remapped_rows_failure:
             yield REMAP_FAILED.fail(f"{c} had a row remapping failure", component=c, value=True)
+        yield from _spent_memory(g, c, gl)
+
+
+def retired_pages(g: Gpu) -> int | None:
+    """A GPU's retired pages, single- and double-bit together (a lower bound where one is unknown)."""
+    known = [v for v in (g.retired_pages_sbe, g.retired_pages_dbe) if v is not None]
+    return sum(known) if known else None
+
+
+def _spent_memory(g: Gpu, c: str, gl: GpuLimits) -> CheckOutput:
+    """The spares a GPU's memory has used for good: retired pages, banks low on spare rows."""
+    retired = retired_pages(g)
+    if retired is not None:
+        yield Metric("retired_pages", retired, component=c)
+        if gl.retired_pages_max is not None and retired > gl.retired_pages_max:
+            yield RETIRED_MAX.fail(f"{c} has {retired} retired pages, above {gl.retired_pages_max}", component=c,
+                                   value=retired, limit=Limit("<=", gl.retired_pages_max, "gpu.retired_pages_max"))
+    if g.remap_histogram is not None:
+        low = g.remap_histogram.low_or_none
+        yield Metric("remap_banks_low", low, component=c)
+        if gl.remap_banks_low_max is not None and low > gl.remap_banks_low_max:
+            h = g.remap_histogram
+            yield REMAP_BANKS_LOW.warn(
+                f"{c} has {low} memory banks low on or out of spare rows, above {gl.remap_banks_low_max}",
+                component=c, value=low, limit=Limit("<=", gl.remap_banks_low_max, "gpu.remap_banks_low_max"),
+                evidence=f"bank remap availability: max {h.max}, high {h.high}, partial {h.partial}, low {h.low}, "
+                         f"none {h.none}")
+
+
+def is_idle(g: Gpu) -> bool:
+    """Whether the GPU was idle when read: no compute process on it and 0% utilization, both known."""
+    return g.processes == [] and g.utilization_gpu_pct == 0
 
 
 def _when(t: float | None) -> str:
@@ -448,6 +491,8 @@ def clocks(gpus: GpuFacts, limits: Fabric) -> CheckOutput:
         c = _label(g)
         if g.temperature_c is not None:
             yield Metric("temperature_c", g.temperature_c, "C", component=c)
+            if is_idle(g):  # the reading trends are taken of (trend.counters): load does not move it
+                yield Metric("temperature_idle_c", g.temperature_c, "C", component=c)
         elif gl.temp_max_c is not None:
             yield _unknown(f"{c}'s temperature", c, "gpu.temp_max_c")
         if g.throttle_reasons is None and (gl.throttle_fail or gl.throttle_warn):

@@ -37,6 +37,23 @@ class GpuProcess(msgspec.Struct, frozen=True, omit_defaults=True):
     type: str | None = None  # C (compute), G (graphics), C+G
 
 
+class RemapHistogram(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How many of a GPU's memory banks have each level of row-remap availability (NVML's
+    nvmlRowRemapperHistogramValues_t, `nvidia-smi -q`'s "Bank Remap Availability Histogram"):
+    `max`, every reserved row still free; `none`, no reserved row left."""
+
+    max: int
+    high: int
+    partial: int
+    low: int
+    none: int
+
+    @property
+    def low_or_none(self) -> int:
+        """Banks with few or no reserved rows left: where the next remap may fail."""
+        return self.low + self.none
+
+
 class GpuReadings(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     """What a GPU's report says of it, without which GPU it is: a `Gpu` less its index and
     bus id. Alone, it is a GPU whose report was pasted without the line naming it
@@ -62,6 +79,7 @@ class GpuReadings(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True)
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    remap_histogram: RemapHistogram | None = None  # None: not read (pre-Ampere, MIG, an older tool)
     # thermals and clocks
     temperature_c: float | None = None
     throttle_reasons: list[str] | None = None  # active reasons; None = unknown

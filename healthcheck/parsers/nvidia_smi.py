@@ -38,6 +38,7 @@ from healthcheck.parsers.gpu_common import (
     GpuProcess,
     GpuReadings,
     LostGpu,
+    RemapHistogram,
     normalize_pci,
 )
 from healthcheck.parsers.lines import UnrecognizedLines, pasted_lines
@@ -423,6 +424,7 @@ def _identity(root: _Node) -> dict[str, Any]:
         "mig_mode": parse_bool(_value(root, "MIG Mode", "Current")),
         "performance_state": parse_pstate(_value(root, "Performance State")),
         "temperature_c": parse_float(_value(root, "Temperature", "GPU Current Temp")),
+        "utilization_gpu_pct": parse_float(_value(root, "Utilization", "Gpu")),
         "memory_total_mib": parse_int(_value(root, "FB Memory Usage", "Total")),
         "memory_used_mib": parse_int(_value(root, "FB Memory Usage", "Used")),
         "fabric_state": clean_value(_value(root, "Fabric", "State")),
@@ -499,7 +501,27 @@ def _memory_errors(root: _Node) -> dict[str, Any]:
         "remapped_rows_uncorrectable": parse_int(_value(remap, "Uncorrectable Error")),
         "remapped_rows_pending": parse_bool(_value(remap, "Pending")),
         "remapped_rows_failure": parse_bool(_value(remap, "Remapping Failure Occurred")),
+        "remap_histogram": _remap_histogram(_child(remap, "Bank Remap Availability Histogram")),
     }
+
+
+def _banks(value: str | None) -> int | None:
+    """ "2560 bank(s)" -> 2560."""
+    text = clean_value(value)
+    if text is not None and text.endswith("bank(s)"):
+        text = text[: -len("bank(s)")]
+    return parse_int(text)
+
+
+def _remap_histogram(section: _Node | None) -> RemapHistogram | None:
+    """The "Bank Remap Availability Histogram" (Max, High, Partial, Low, None banks); None
+    unless every level was read: a level left out is unknown, not 0 banks."""
+    if section is None:
+        return None
+    levels = {level: _banks(_value(section, level)) for level in ("Max", "High", "Partial", "Low", "None")}
+    if any(v is None for v in levels.values()):
+        return None
+    return RemapHistogram(**{k.lower(): v for k, v in levels.items() if v is not None})
 
 
 # -q line names -> canonical reason names (gpu_common.THROTTLE_REASONS).

@@ -1,4 +1,5 @@
-"""InfiniBand HCA ports and their error counters, from /sys/class/infiniband.
+"""InfiniBand HCA ports and their error counters, from /sys/class/infiniband, with each
+port's netdev's carrier_changes (/sys/class/net) among them.
 
 Ports are discovered (never assume port 1); a missing /sys/class/infiniband means no
 HCA, which the checks judge against the fabric's expectations. What is there but cannot
@@ -22,6 +23,9 @@ from healthcheck.parsers.ib_common import (
 )
 
 SYSFS_IB = "/sys/class/infiniband"
+SYSFS_NET = "/sys/class/net"
+# the netdev counter read beside a port's own (ib.counters_fail's name for it)
+CARRIER_CHANGES = "carrier_changes"
 IBSTAT = ("ibstat",)
 
 
@@ -92,6 +96,37 @@ def ib_ports_sysfs(ctx: ProbeContext) -> IbPorts:
     return IbPorts(ports=ports, errors=errors)
 
 
+def _dev_port(netdev: Path) -> int:
+    value = _read(netdev / "dev_port")
+    return int(value) if value is not None and value.isdigit() and len(value) < 6 else 0
+
+
+def port_netdev(ctx: ProbeContext, port_dir: Path, num: int) -> Path | None:
+    """The /sys/class/net directory of an HCA port's netdev (its RoCE interface or IPoIB
+    parent), or None: the RoCE port's GID table names it (`gid_attrs/ndevs/0`), else the
+    HCA's PCI function lists its netdevs (`device/net/`), the one whose `dev_port` is the
+    port's (0-based), a parent before its pkey children (`ib0` before `ib0.8001`)."""
+    name = _read(port_dir / "gid_attrs" / "ndevs" / "0")
+    if name and "/" not in name and name not in (".", ".."):
+        found = ctx.path(SYSFS_NET) / name
+        if found.is_dir():
+            return found
+    try:
+        netdevs = sorted((port_dir.parent.parent / "device" / "net").iterdir(),
+                         key=lambda p: ("." in p.name, p.name))
+    except OSError:
+        return None
+    return next((n for n in netdevs if _dev_port(n) == num - 1), None)
+
+
+def carrier_changes(ctx: ProbeContext, port_dir: Path, num: int) -> int | None:
+    """The port's netdev's carrier_changes (how often the OS saw its link go up or down), or
+    None where the port has no netdev or the kernel gives none."""
+    netdev = port_netdev(ctx, port_dir, num)
+    value = _read(netdev / "carrier_changes") if netdev is not None else None
+    return int(value) if value is not None and value.isdigit() and len(value) < 20 else None
+
+
 @provides("ib_counters", "local")
 def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
     out = []
@@ -105,8 +140,33 @@ def ib_counters_sysfs(ctx: ProbeContext) -> IbCounters:
             value = _read(f)
             if value is not None and value.isdigit():
                 counters[f.name] = int(value)
+        changes = carrier_changes(ctx, port_dir, num)
+        if changes is not None:
+            counters[CARRIER_CHANGES] = changes
         out.append(IbPortCounters(ca=ca, port=num, counters=counters))
     return IbCounters(ports=out)
+
+
+def carrier_by_port(text: str) -> dict[int, int]:
+    """`grep -rH "" --include=carrier_changes --include=dev_port .../device/net/` (an HCA's
+    netdevs, read over the shell) -> each port's netdev's carrier_changes, by port number: the
+    netdev whose `dev_port` is the port's (0-based; none given: port 1), a parent before its
+    pkey children, as `port_netdev` picks them."""
+    netdevs: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        path, _, value = line.rpartition(":")
+        parts = path.split("/")
+        if len(parts) < 3 or parts[-3] != "net" or parts[-1] not in (CARRIER_CHANGES, "dev_port"):
+            continue
+        value = value.strip()
+        if value.isdigit() and len(value) < 20:
+            netdevs.setdefault(parts[-2], {})[parts[-1]] = int(value)
+    out: dict[int, int] = {}
+    for name in sorted(netdevs, key=lambda n: ("." in n, n)):
+        files = netdevs[name]
+        if CARRIER_CHANGES in files:
+            out.setdefault(files.get("dev_port", 0) + 1, files[CARRIER_CHANGES])
+    return out
 
 
 def sysfs_counters_over_shell(ctx: ProbeContext, ca: str, port: int, why: str) -> IbPortCounters:

@@ -26,6 +26,7 @@ from healthcheck.parsers.gpu_common import (
     GpuProcess,
     LostGpu,
     NvLink,
+    RemapHistogram,
     normalize_pci,
     throttle_names,
 )
@@ -53,6 +54,19 @@ _LOST = {ERROR_GPU_IS_LOST, ERROR_UNKNOWN, 10}  # 10 = NVML_ERROR_TIMEOUT
 def _error_name(exc: BaseException) -> str:
     name = type(exc).__name__
     return name if name.startswith("NVMLError_") else f"NVMLError({getattr(exc, 'value', '?')})"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _histogram(value: Any) -> RemapHistogram | None:
+    """NVML's nvmlRowRemapperHistogramValues_t as a RemapHistogram; None unless every level was given."""
+    levels = [getattr(value, name, None) for name in ("max", "high", "partial", "low", "none")]
+    counts = [v for v in levels if isinstance(v, int) and not isinstance(v, bool)]
+    if value is None or len(counts) != len(levels):
+        return None
+    return RemapHistogram(*counts)
 
 
 def _text(value: Any) -> str | None:
@@ -143,6 +157,8 @@ class NvmlProbe:
         ecc = opt(nv.nvmlDeviceGetEccMode, h)
         mig = opt(nv.nvmlDeviceGetMigMode, h)
         remap = opt(nv.nvmlDeviceGetRemappedRows, h)
+        histogram = opt(nv.nvmlDeviceGetRowRemapperHistogram, h)
+        utilization = opt(nv.nvmlDeviceGetUtilizationRates, h)
         # renamed in newer drivers; an old driver under a new pynvml lacks the new name
         reasons = opt(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
         if reasons is None:
@@ -175,7 +191,9 @@ class NvmlProbe:
             remapped_rows_uncorrectable=remap[1] if remap is not None else None,
             remapped_rows_pending=bool(remap[2]) if remap is not None else None,
             remapped_rows_failure=bool(remap[3]) if remap is not None else None,
+            remap_histogram=_histogram(histogram),
             temperature_c=opt(nv.nvmlDeviceGetTemperature, h, TEMPERATURE_GPU),
+            utilization_gpu_pct=_number(getattr(utilization, "gpu", None)),
             throttle_reasons=throttle_names(reasons) if isinstance(reasons, int) else None,
             pcie_gen_current=opt(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
             pcie_gen_max=opt(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
@@ -428,6 +446,12 @@ def recording_from_facts(facts: GpuFacts, note: str = "") -> dict[str, Any]:
             put("nvmlDeviceGetRemappedRows", (h,),
                 [g.remapped_rows_correctable or 0, g.remapped_rows_uncorrectable or 0,
                  int(g.remapped_rows_pending), int(bool(g.remapped_rows_failure))])
+        if g.remap_histogram is not None:
+            put("nvmlDeviceGetRowRemapperHistogram", (h,), {"__struct__": {
+                level: getattr(g.remap_histogram, level) for level in ("max", "high", "partial", "low", "none")}})
+        if g.utilization_gpu_pct is not None:
+            put("nvmlDeviceGetUtilizationRates", (h,), {"__struct__": {
+                "gpu": round(g.utilization_gpu_pct), "memory": round(g.utilization_memory_pct or 0)}})
         put("nvmlDeviceGetTemperature", (h, TEMPERATURE_GPU), g.temperature_c)
         if g.throttle_reasons is not None:
             bits = {name: bit for bit, name in THROTTLE_REASONS.items()}

@@ -176,6 +176,9 @@ class IbCounterLimits(Strict, frozen=True):
     port_xmit_discards: CounterLimit | None = None
     local_link_integrity_errors: CounterLimit | None = None
     excessive_buffer_overrun_errors: CounterLimit | None = None
+    # not an HCA counter: the port's netdev's /sys/class/net/<netdev>/carrier_changes (its
+    # IPoIB or RoCE interface), read beside them; its rate is between runs (ib.rates)
+    carrier_changes: CounterLimit | None = None
 
 
 Per = Literal["second", "minute", "hour"]
@@ -194,12 +197,22 @@ class Rate(Strict, frozen=True):
         return self.count / PER_SECONDS[self.per]
 
 
+class Delta(Strict, frozen=True):
+    """A rise between two recorded runs, whatever the time between them: `{above: 2, status: WARN}`."""
+
+    above: RateCount
+    status: Literal["FAIL", "WARN"] = "WARN"
+
+
 class CounterRate(Strict, frozen=True):
     """How fast one error counter may rise between a node's recorded runs (analyses/over_time.py):
-    any rise at all is `any_increase` (FAIL or WARN), or a rise faster than `fail` FAILs and one
-    faster than `warn` WARNs (each with its own unit: they are judged apart, FAIL first)."""
+    any rise at all is `any_increase` (FAIL or WARN), a rise of more than `delta.above` between
+    two runs is `delta.status` (NVSentinel's "delta" thresholds), or a rise faster than `fail`
+    FAILs and one faster than `warn` WARNs (each with its own unit: they are judged apart, FAIL
+    first)."""
 
     any_increase: Literal["FAIL", "WARN"] | None = None
+    delta: Delta | None = None
     warn: Rate | None = None
     fail: Rate | None = None
 
@@ -214,6 +227,7 @@ def _default_ib_rates() -> dict[str, CounterRate]:
         "link_error_recovery": CounterRate(warn=Rate(count=5.0, per="minute")),
         "port_rcv_errors": CounterRate(warn=Rate(count=10.0, per="second")),
         "port_xmit_discards": CounterRate(warn=Rate(count=100.0, per="second")),
+        "carrier_changes": CounterRate(delta=Delta(above=2.0, status="WARN")),
     }
 
 
@@ -268,8 +282,8 @@ class IbLimits(Strict, frozen=True):
     # are NVIDIA NVSentinel's NIC health monitor's counter profile
     # (https://docs.nvidia.com/nvsentinel/v1.30.0/configuration/nic-health-monitor.md): its
     # fatal counters FAIL on any increase, symbol_error_fatal (> 120/hour) FAILs, its other
-    # velocity thresholds WARN. Its carrier_changes (> 2 between polls) is not here: hc does
-    # not read the Ethernet netdev statistics of an HCA yet.
+    # velocity thresholds WARN, and its interface-level carrier_changes (a "delta" above 2
+    # between polls, non-fatal) WARNs on a rise above 2 between runs.
     rates: dict[Text, CounterRate] = msgspec.field(default_factory=_default_ib_rates)
 
     def problems(self) -> Iterator[Problem]:
@@ -339,6 +353,17 @@ class GpuLimits(Strict, frozen=True):
     ecc_volatile_corrected_max: CounterLimit | None = None  # WARN above (uncorrected > 0 always FAILs)
     retired_pages_pending: Severity = "FAIL"
     remapped_rows_pending: Severity = "FAIL"  # the GPU needs a reset before the remap takes effect
+    # Retired pages (single- and double-bit ECC together, pre-Ampere page retirement: NVIDIA's
+    # Dynamic Page Retirement, https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html):
+    # FAIL above this many; trends project when the count reaches it. 63 is NVIDIA DCGM's
+    # DCGM_LIMIT_MAX_RETIRED_PAGES, "updated to match the field diag"
+    # (https://github.com/NVIDIA/DCGM/blob/master/common/DcgmGPUHardwareLimits.h).
+    retired_pages_max: CounterLimit | None = 63
+    # Memory banks with low or no row-remap availability (NVML's row-remapper histogram, its
+    # "low" and "none" levels; Ampere and later): WARN above this many, and trends project when
+    # the count reaches it. None: NVIDIA documents no such count to act on (a failed remap,
+    # gpu.E014, FAILs at once), so a fabric sets it.
+    remap_banks_low_max: CounterLimit | None = None
     # thermals and clocks
     temp_max_c: Celsius | None = None
     throttle_fail: list[Text] = msgspec.field(

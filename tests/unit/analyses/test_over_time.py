@@ -27,6 +27,7 @@ from healthcheck.core.model import CheckResult, Finding, Metric, NodeResult, Rep
 from healthcheck.core.stamp import stamp
 from healthcheck.core.status import Status, worst
 from healthcheck.orchestrate.over_time import judge_over_time
+from healthcheck.parsers.gpu_common import GpuProcess, RemapHistogram
 from healthcheck.parsers.ib_common import IbCounters
 from healthcheck.parsers.perfquery import parse_perfquery
 from healthcheck.report.history import History
@@ -95,6 +96,25 @@ def test_link_downed_any_increase_fails_where_the_total_is_below_its_warn_limit(
         node = judged(history, T0 + dt.timedelta(days=2), checked(link_downed=1))
     assert [f.id for f in node.findings if f.check == "ib.counters"] == []
     assert new(node) == [("ib.E006", "FAIL", "mlx5_0/1:link_downed")]
+
+
+def test_carrier_changes_above_2_between_runs_warn_whatever_the_time_between(tmp_path):
+    # NVSentinel's interface-level "delta" threshold: more than 2 carrier changes between
+    # polls, non-fatal; here between recorded runs, a day apart (no rate would catch 3 a day)
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(carrier_changes=4))
+        two = judged(history, T0 + dt.timedelta(days=1), checked(carrier_changes=6))
+        record(history, T0 + dt.timedelta(days=1), two)
+        three = judged(history, T0 + dt.timedelta(days=2), checked(carrier_changes=9))
+        record(history, T0 + dt.timedelta(days=2), three)
+        # the netdev was made again (a driver reload): its count starts from 0, no rise taken
+        reloaded = judged(history, T0 + dt.timedelta(days=3), checked(carrier_changes=1))
+    assert new(reloaded) == [("ib.E007", "PASS", "")] and reloaded.status is Status.PASS
+    assert new(two) == [] and two.status is Status.PASS
+    assert new(three) == [("ib.E006", "WARN", "mlx5_0/1:carrier_changes")]
+    f = next(f for f in three.findings if f.id == "ib.E006")
+    assert f.limit is not None and f.limit.key == "ib.rates.carrier_changes.delta" and f.value == 3
+    assert three.status is Status.WARN  # non-fatal: never drains on its own
 
 
 def test_a_slow_rise_within_every_rate_judges_nothing_new(tmp_path):
@@ -307,3 +327,169 @@ def test_a_node_whose_counters_were_not_read_is_never_said_to_pass_the_rates(tmp
     assert {a.name: a.status for a in alone.analyses} == {"ib.rates": Status.SKIP, "gpu.rates": Status.SKIP,
                                                           "trend.counters": Status.SKIP}
     assert alone.nodes == [unread]
+
+
+# ------------------------------------------------------------ issue 23 section 2: GPU series
+#
+# Each replay is a real capture parsed as a run parses it (the 8-GPU H100 `nvidia-smi -q`, the
+# Tesla P100 `nvidia-smi -q -x` for pre-Ampere page retirement) and judged by gpu.ecc and
+# gpu.clocks, with one GPU's values changed run by run (the scenario); every run is judged
+# against the history so far, then recorded.
+
+P100_XML = REPO / "tests/fixtures/nvidia-smi-q-xml/tesla-p100.xml"
+EVERY = dt.timedelta(hours=6)
+
+
+def fabric_config(tmp_path: Path, extra: str = "") -> Config:
+    from healthcheck.core.config.loader import load_config
+
+    (tmp_path / "fabrics").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "fabrics" / "g.yaml").write_text("extends: h100-ndr400\n" + extra)
+    (tmp_path / "hc.yaml").write_text(f"fabric_dirs: [{tmp_path / 'fabrics'}]\ndefault_fabric: g\n")
+    return load_config(tmp_path / "hc.yaml")
+
+
+def gpu_run(config: Config, capture: Path, gpu: int, **values) -> NodeResult:
+    """gpu.ecc and gpu.clocks on the real capture, GPU `gpu`'s fields changed (a scenario)."""
+    from healthcheck.checks.gpu import clocks, ecc
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    real = parse_nvidia_smi_q(capture.read_text())
+    gpus = [msgspec.structs.replace(g, **values) if g.index == gpu else g for g in real.gpus]
+    facts, limits = msgspec.structs.replace(real, gpus=gpus), config.fabric("g")
+    findings, metrics, checks = [], [], []
+    for name, fn in (("gpu.ecc", ecc), ("gpu.clocks", clocks)):
+        out = list(fn(gpus=facts, limits=limits))
+        own = [stamp(f, check=name, node=NODE) for f in out if isinstance(f, Finding)]
+        findings += own
+        metrics += [m for m in out if isinstance(m, Metric)]
+        checks.append(CheckResult(name=name, status=worst((f.status for f in own), default=Status.PASS),
+                                  duration_s=0.01))
+    return NodeResult(node=NODE, fabric="g", status=worst((f.status for f in findings), default=Status.PASS),
+                      findings=findings, metrics=metrics, checks=checks)
+
+
+def gpu_replay(tmp_path: Path, config: Config, runs: list[NodeResult]) -> list[tuple[dt.datetime, NodeResult]]:
+    out = []
+    with History(tmp_path / "h.sqlite") as history:
+        for i, node in enumerate(runs):
+            at = T0 + i * EVERY
+            over = judge_over_time(config, history, [node], at)
+            assert not over.notes
+            out.append((at, over.nodes[0]))
+            record(history, at, over.nodes[0])
+    return out
+
+
+def first(runs: list[tuple[dt.datetime, NodeResult]], finding_id: str,
+          status: Status | None = None) -> tuple[dt.datetime, Finding] | None:
+    return next(((at, f) for at, node in runs for f in node.findings
+                 if f.id == finding_id and (status is None or f.status is status)), None)
+
+
+def trends_of(runs: list[tuple[dt.datetime, NodeResult]]) -> list[Finding]:
+    return [f for _, node in runs for f in node.findings if f.id == "trend.W001"]
+
+
+def test_retired_pages_rising_warn_a_day_before_the_limit_fails(tmp_path):
+    # a P100 retiring ~2 pages a day (SBE pairs) from 20: DCGM's 63 is passed on day ~22
+    config = fabric_config(tmp_path)
+    assert config.fabric("g").gpu.retired_pages_max == 63
+    runs = gpu_replay(tmp_path, config, [gpu_run(config, P100_XML, 0, retired_pages_sbe=20 + i // 2,
+                                                 retired_pages_dbe=0) for i in range(100)])
+    warned, failed = first(runs, "trend.W001"), first(runs, "gpu.E017", Status.FAIL)
+    assert warned is not None and failed is not None
+    assert failed[0] - warned[0] >= dt.timedelta(days=1)
+    assert warned[1].component == "GPU0:retired_pages" and "gpu.retired_pages_max (63)" in warned[1].message
+    assert all(f.status is Status.WARN for f in trends_of(runs))
+
+
+def test_retired_pages_flat_near_the_limit_with_a_page_now_and_then_never_warn(tmp_path):
+    rng = random.Random(23)
+    config = fabric_config(tmp_path)
+    values, value = [], 55
+    for _ in range(120):  # a month of runs, a page retired now and then, no trend
+        value += 1 if rng.random() < 0.03 else 0
+        values.append(value)
+    runs = gpu_replay(tmp_path, config, [gpu_run(config, P100_XML, 0, retired_pages_sbe=v, retired_pages_dbe=0)
+                                         for v in values])
+    assert not trends_of(runs) and not first(runs, "gpu.E017")
+
+
+def test_a_replaced_board_starts_the_retired_pages_trend_again(tmp_path):
+    config = fabric_config(tmp_path)
+    values = [30 + 3 * i for i in range(8)] + [0] * 8  # climbing fast, then a new board
+    runs = gpu_replay(tmp_path, config, [gpu_run(config, P100_XML, 0, retired_pages_sbe=v, retired_pages_dbe=0)
+                                         for v in values])
+    assert any(f.id == "trend.W001" for f in runs[7][1].findings)
+    assert not any(f.id == "trend.W001" for _, node in runs[8:] for f in node.findings)
+
+
+def banks(low_or_none: int) -> RemapHistogram:
+    return RemapHistogram(max=2560 - low_or_none, high=0, partial=0, low=low_or_none - low_or_none // 3,
+                          none=low_or_none // 3)
+
+
+def test_row_remap_spares_running_out_warn_days_before_the_remap_fails(tmp_path):
+    # GPU3 of the H100 capture: a bank every ~18 hours drops to low or no spare rows; past 8
+    # the fabric warns (gpu.E018), and a remap fails once a bank with none left needs one
+    config = fabric_config(tmp_path, "gpu:\n  remap_banks_low_max: 8\n")
+    runs = gpu_replay(tmp_path, config, [
+        gpu_run(config, SMI_Q, 3, remap_histogram=banks(i // 3), remapped_rows_correctable=i,
+                remapped_rows_failure=i >= 30) for i in range(40)])
+    warned, over, failed = first(runs, "trend.W001"), first(runs, "gpu.E018"), first(runs, "gpu.E014", Status.FAIL)
+    assert warned is not None and over is not None and failed is not None
+    assert over[0] - warned[0] >= dt.timedelta(days=1) and failed[0] - warned[0] >= dt.timedelta(days=1)
+    assert warned[1].component == "GPU3:remap_banks_low" and "left to gpu.remap_banks_low_max (8)" in warned[1].message
+    assert {f.component for f in trends_of(runs)} == {"GPU3:remap_banks_low"}  # the other GPUs stay at Max
+
+
+def test_row_remap_spares_flat_never_warn_and_no_limit_takes_no_trend(tmp_path):
+    config = fabric_config(tmp_path, "gpu:\n  remap_banks_low_max: 8\n")
+    flat = gpu_replay(tmp_path, config, [gpu_run(config, SMI_Q, 3, remap_histogram=banks(6)) for _ in range(40)])
+    assert not trends_of(flat)
+    # the shipped fabrics set no limit: the same rising history takes no spares trend
+    unset = fabric_config(tmp_path / "unset")
+    assert unset.fabric("g").gpu.remap_banks_low_max is None
+    rising = gpu_replay(tmp_path / "unset", unset, [gpu_run(unset, SMI_Q, 3, remap_histogram=banks(i // 3))
+                                                    for i in range(40)])
+    assert not trends_of(rising)
+
+
+def test_a_gpu_without_a_remap_histogram_is_said_once_never_an_error(tmp_path):
+    # the P100 (pre-Ampere) gives no histogram: one PASS note on the first run, not every run
+    config = fabric_config(tmp_path, "gpu:\n  remap_banks_low_max: 8\n")
+    runs = gpu_replay(tmp_path, config, [gpu_run(config, P100_XML, 0) for _ in range(5)])
+    notes = [(i, f) for i, (_, node) in enumerate(runs) for f in node.findings if f.id == "trend.E002"]
+    assert [(i, f.status) for i, f in notes] == [(0, Status.PASS)] and "GPU0" in notes[0][1].message
+    assert all(node.status is not Status.ERROR for _, node in runs)
+
+
+def test_idle_temperature_creeping_up_warns_a_day_before_the_gpu_is_too_hot(tmp_path):
+    # GPU5 idle (no process, 0% utilization, as captured) warming 1.6 C a day from 36 C (a
+    # failing fan or a clogged filter): h100-ndr400's temp_max_c 85 is passed on day ~31
+    rng = random.Random(23)
+    config = fabric_config(tmp_path)
+    runs = gpu_replay(tmp_path, config, [
+        gpu_run(config, SMI_Q, 5, temperature_c=round(36 + 0.4 * i + rng.uniform(-0.5, 0.5), 1))
+        for i in range(130)])
+    warned, hot = first(runs, "trend.W001"), first(runs, "gpu.E031", Status.FAIL)
+    assert warned is not None and hot is not None
+    assert hot[0] - warned[0] >= dt.timedelta(days=1)
+    assert warned[1].component == "GPU5:temperature_idle_c" and "gpu.temp_max_c (85)" in warned[1].message
+
+
+def test_busy_readings_are_no_idle_points_and_a_flat_noisy_idle_temperature_never_warns(tmp_path):
+    # every other run finds GPU5 busy at 60-84 C (a job): those readings are not idle ones; the
+    # idle ones wander 33-39 C for a month with no trend
+    rng = random.Random(7)
+    config = fabric_config(tmp_path)
+    busy = {"utilization_gpu_pct": 97.0, "processes": [GpuProcess(pid=4242, name="python3", type="C")]}
+    runs = gpu_replay(tmp_path, config, [
+        gpu_run(config, SMI_Q, 5, temperature_c=60 + i % 25, **busy) if i % 2 else
+        gpu_run(config, SMI_Q, 5, temperature_c=round(36 + rng.uniform(-3, 3), 1))
+        for i in range(120)])
+    assert not trends_of(runs)
+    busy_gpu5 = [m for _, node in runs[1::2] for m in node.metrics if m.component == "GPU5"]
+    assert [m.name for m in busy_gpu5].count("temperature_c") == 60
+    assert not [m for m in busy_gpu5 if m.name == "temperature_idle_c"]

@@ -327,7 +327,7 @@ def _fabrics() -> list[Fabric]:
     zero_ib = {name: 0 for name in IbCounterLimits.__struct_fields__}
     tight = {
         "gpu": {"count": 9, "model": "NVIDIA Z100", "ecc_volatile_corrected_max": 0, "retired_pages_pending": "WARN",
-                "temp_max_c": 1, "pcie_gen": 8, "pcie_width": 32, "nvlink_count": 64,
+                "retired_pages_max": 0, "remap_banks_low_max": 0, "temp_max_c": 1, "pcie_gen": 8, "pcie_width": 32, "nvlink_count": 64,
                 "nvlink_errors_fail": zero_nvlink, "driver_version": "0.0", "cuda_version": "0.0",
                 "vbios_version": "0.0", "nccl_version": "0.0", "leftover_memory_max_mib": 0,
                 "xid": {"severity": {13: "FAIL", 31: "WARN", 43: "FAIL", 48: "FAIL", 63: "WARN", 79: "FAIL",
@@ -348,7 +348,7 @@ def _fabrics() -> list[Fabric]:
 
 
 def _gpu_facts() -> list[Any]:
-    from healthcheck.parsers.gpu_common import Gpu, GpuFacts, GpuProcess, LostGpu, NvLink
+    from healthcheck.parsers.gpu_common import Gpu, GpuFacts, GpuProcess, LostGpu, NvLink, RemapHistogram
     from healthcheck.probes.nvml import NvmlProbe, ReplayNvml
 
     out: list[Any] = []
@@ -362,6 +362,8 @@ def _gpu_facts() -> list[Any]:
     bad = [Gpu(index=i, pci_bus_id=f"0000:{0x19 + i:02x}:00.0", name="NVIDIA H100 80GB HBM3",
                vbios_version=f"96.00.{i}", ecc_enabled=True, ecc_volatile_corrected=7, ecc_volatile_uncorrected=1,
                retired_pages_pending=True, remapped_rows_pending=True, temperature_c=99.0,
+               retired_pages_sbe=3, retired_pages_dbe=1,
+               remap_histogram=RemapHistogram(max=10, high=0, partial=0, low=2, none=1),
                throttle_reasons=["hw_slowdown", "sw_thermal_slowdown", "gpu_idle"][i:], pcie_gen_current=3,
                pcie_gen_max=5, pcie_width_current=8, pcie_width_max=16,
                nvlinks=[NvLink(link=0, active=True, **errors), NvLink(link=1, active=False)],

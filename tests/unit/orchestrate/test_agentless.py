@@ -181,3 +181,22 @@ def test_shared_libs_over_both_transports():
     for transport in ("local", "ssh"):
         ctx = ProbeContext(runner=LocalRunner(env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}), transport=transport)
         assert provider_for("shared_libs", transport)(ctx).libs
+
+
+def test_carrier_changes_over_the_shell_beside_perfquerys_counters(tmp_path):
+    # the HCA's netdevs read as `grep -rH` prints them over SSH: the IPoIB parent ib0 (its pkey
+    # child's count is not the port's), a dual-port HCA's second netdev by dev_port
+    from support import CORPUS
+
+    bin_dir = tmp_path / "bin"
+    write_stub(bin_dir, "ibstat", f"exec /bin/cat {CORPUS / 'ibstat/h100-roce-down-polling.txt'}\n")
+    write_stub(bin_dir, "perfquery", f"exec /bin/cat {CORPUS / 'perfquery/switch-port-xmitdiscards-linkdowned.txt'}\n")
+    net = "/sys/class/infiniband/mlx5_0/device/net"
+    write_stub(bin_dir, "grep", f"""case "$*" in *mlx5_0/device/net/*) printf '%s\\n' \\
+        '{net}/ib0.8001/carrier_changes:9' '{net}/ib0.8001/dev_port:0' \\
+        '{net}/ib0/carrier_changes:3' '{net}/ib0/dev_port:0' \\
+        '{net}/ib1/carrier_changes:4' '{net}/ib1/dev_port:1' ;; *) exit 2 ;; esac\n""")
+    counters = provider_for("ib_counters", "ssh")(ssh_ctx(f"{bin_dir}:/usr/bin:/bin"))
+    got = {p.name: p.counters.get("carrier_changes") for p in counters.ports if p.ca in ("mlx5_0", "mlx5_1")}
+    assert got == {"mlx5_0/1": 3, "mlx5_1/1": None}
+    assert counters.ports[0].counters["link_downed"] == 1

@@ -133,3 +133,27 @@ def test_unreadable_replay_file_is_an_error(tmp_path):
     ctx = ProbeContext(runner=LocalRunner(), env={"HC_NVML_REPLAY": str(tmp_path / "missing.json")})
     result, _ = run_checks(node(), select("quick", ["gpu.count"]), ctx)
     assert result.status is Status.ERROR and result.findings[0].id == "hc.E003"
+
+
+def test_remap_histogram_and_utilization_read_through_nvml_from_a_real_capture():
+    # the real 8-GPU H100 `nvidia-smi -q` (Bank Remap Availability Histogram: 2560 banks at
+    # Max, Utilization Gpu 0 %), GPU3's banks moved down the levels (a scenario), through the
+    # NVML calls the probe makes on a node (nvmlDeviceGetRowRemapperHistogram, ...UtilizationRates)
+    from pathlib import Path
+
+    from healthcheck.parsers.gpu_common import RemapHistogram
+    from healthcheck.parsers.nvidia_smi import parse_nvidia_smi_q
+
+    text = (Path(__file__).resolve().parents[2] / "fixtures/corpus/nvidia-smi-q/h100-8gpu-driver-535.183.01.txt")
+    real = parse_nvidia_smi_q(text.read_text())
+    assert {g.remap_histogram for g in real.gpus} == {RemapHistogram(max=2560, high=0, partial=0, low=0, none=0)}
+    assert {g.utilization_gpu_pct for g in real.gpus} == {0.0}
+    worn = RemapHistogram(max=2550, high=4, partial=3, low=2, none=1)
+    gpus = [msgspec.structs.replace(g, remap_histogram=worn, utilization_gpu_pct=37.0) if g.index == 3 else g
+            for g in real.gpus]
+    got = replay(msgspec.structs.replace(real, gpus=gpus))
+    assert [(g.remap_histogram, g.utilization_gpu_pct) for g in got.gpus if g.index == 3] == [(worn, 37.0)]
+    assert got.gpus[3].remap_histogram is not None and got.gpus[3].remap_histogram.low_or_none == 3
+    # a driver without the call (pre-Ampere, MIG): no histogram, never a made-up 0
+    assert NvmlProbe(ReplayNvml(recording_from_facts(facts(healthy_gpu(0)))), source="t").facts().gpus[0] \
+        .remap_histogram is None
