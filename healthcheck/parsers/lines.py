@@ -1607,6 +1607,8 @@ def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
 
 
 TESTED_TEXTS_MAX = 4096  # distinct texts whose handlers' tests one parse keeps (HandlersByText)
+# every ASCII digit made a 0: texts that differ only in their digits' values share it (digit_blind)
+_ZEROED = str.maketrans("123456789", "000000000")
 
 
 class HandlersByText(Generic[S]):
@@ -1615,18 +1617,29 @@ class HandlersByText(Generic[S]):
     word again for each communicator, are most of a big log's kept lines once hc diagnose
     logs condensed it) is tested once, up to TESTED_TEXTS_MAX texts. `dispatch` over them
     reads a line exactly as over the whole table: each handler left out would have said no.
-    tests/unit/parsers/test_{torch,nccl}_log_tested.py read every fixture both ways."""
+    `digit_blind`: every test gives one answer for texts that differ only in which ASCII
+    digits they hold (no digit in any word a test looks for; `\\d`, `\\w` and lengths are
+    blind to the digits' values), so the texts share one entry keyed by the text with every
+    digit a 0: a training loop's step lines, each with its own numbers, are tested once.
+    tests/unit/parsers/test_{torch,nccl}_log_tested.py read every fixture both ways and
+    hold the torch table's tests digit-blind."""
 
-    def __init__(self, handlers: Sequence[Handler[S]]) -> None:
+    def __init__(self, handlers: Sequence[Handler[S]], *, digit_blind: bool = False) -> None:
         self.handlers = tuple(handlers)
+        self.digit_blind = digit_blind
         self.holding: dict[str, tuple[Handler[S], ...]] = {}
 
     def table(self, text: str) -> tuple[Handler[S], ...]:
         found = self.holding.get(text)
         if found is None:
-            found = tuple(h for h in self.handlers if h.when(text))
+            key = text.translate(_ZEROED) if self.digit_blind else text
+            found = self.holding.get(key) if key is not text else None
+            if found is None:
+                found = tuple(h for h in self.handlers if h.when(text))
             if len(self.holding) < TESTED_TEXTS_MAX:
-                self.holding[text] = found
+                self.holding[key] = found
+                if key is not text and len(self.holding) < TESTED_TEXTS_MAX:
+                    self.holding[text] = found
         return found
 
 
@@ -2069,7 +2082,8 @@ def is_elision(text: str) -> bool:
     body = text.strip()
     if body[:1] in "[(" and body[-1:] in "])":
         body = body[1:-1].strip()
-    return bool(body) and set(body) <= _ELISION
+    # its first character first: most lines are no elision, and a set of a long line's characters costs
+    return body[:1] in _ELISION and set(body) <= _ELISION
 
 
 # ---------------------------------------------------------------- lines collapsed into one
