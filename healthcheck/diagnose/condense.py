@@ -73,6 +73,7 @@ RUN_KEEP = 16  # lines kept at each end of a condensed run
 _MARK = b"\x00"  # every digit run becomes one: a template as loggednumbers.py makes, over bytes
 _DIGITS_MARKED = bytes.maketrans(b"0123456789", _MARK * 10)
 _SQUEEZE = re.compile(re.escape(_MARK) + b"+")
+_SQUEEZED_MAX = 4096  # distinct marked lines whose template one text keeps
 
 # what tells lines of one template apart by source: a rank's or device's number in words
 # (`rank0`, `[Rank 3]`, `local_rank=1`, `GPU 2`); each such word keeps one number in a run
@@ -147,8 +148,14 @@ def template_runs(data: bytes) -> list[Run]:
     ascii_only = data.isascii()  # a line's characters are its bytes
     runs: list[Run] = []
     template, at = None, 0
+    squeezed: dict[bytes, bytes] = {}  # a marked line's template: a loop's few forms come again and again
     for start, line_end, end, count in _same_lines(marked):
-        this = _SQUEEZE.sub(_MARK, marked[start:line_end])
+        line = marked[start:line_end]
+        this = squeezed.get(line)
+        if this is None:
+            this = _SQUEEZE.sub(_MARK, line)
+            if len(squeezed) < _SQUEEZED_MAX:
+                squeezed[line] = this
         width = line_end - start if ascii_only else len(data[start:line_end].decode("utf-8", errors="replace"))
         if this == template:
             last = runs[-1]

@@ -60,7 +60,7 @@ from healthcheck.diagnose.taskfiles import task_ranks
 from healthcheck.diagnose.walk import MAX_FILE_BYTES, Progress, Skip, read_all, shown, walk
 from healthcheck.parsers.flight_recorder import parse_flight_recorder, parse_fr_analysis, rank_from_filename
 from healthcheck.parsers.kernlog import split_prefix
-from healthcheck.parsers.lines import labels_of, numbered_as, worker_labelled
+from healthcheck.parsers.lines import labels_of, numbered_as, shapes_kept, worker_labelled
 from healthcheck.parsers.nccl_log import NcclLog, parse_nccl_log
 from healthcheck.parsers.nccl_ras import parse_nccl_ras
 from healthcheck.parsers.py_spy import PySpyDump, parse_py_spy
@@ -543,7 +543,7 @@ def _read_text_log(source: str, text: str, rank: int | None, col: Collected, sta
     events = [] if quiet else _kernel(source, scan)
     ev.kernel.extend(events)
     got = bool(events)
-    with numbered_as(numbers):  # None: the text's own numbers
+    with numbered_as(numbers), shapes_kept():  # None: the text's own numbers; its shapes decided once
         nccl, torch, logged = _parsed(text, rank)
     merge_logged(col.logged, logged)
     if whole is not None:  # the counts of the whole text's lines, as the parsers count them

@@ -1237,6 +1237,68 @@ class LinesByRaw:
         return [msgspec.structs.replace(line, number=number) for line in found]
 
 
+class TextShapes(NamedTuple):
+    """A text's raw lines and the shapes `read_lines` decides over them before it reads one:
+    (quoted, reply, logged, workers), (numbered, gutter, clocked, columns), each raw line's
+    code block indent and pytest mark; `host_labelled` apart, asked only by a parser that
+    takes hosts off (`hosts_of`)."""
+
+    raw_lines: list[str]
+    flags: tuple[bool, bool, bool, bool]
+    sample_flags: tuple[bool, bool, bool, bool]
+    indents: list[str]
+    pytest: list[bool]
+
+
+def text_shapes(text: str) -> TextShapes:
+    """The raw lines of `text` and its shapes."""
+    raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
+    if raw_lines and raw_lines[-1] == "":
+        raw_lines.pop()
+    quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
+    workers = worker_labelled(raw_lines)
+    sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
+    numbered = line_numbered(sample)
+    gutter = not numbered and gutter_numbered(sample)
+    clocked = not (numbered or gutter) and clock_stamped(sample)
+    columns = viewer_columned(sample)
+    indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
+    return TextShapes(raw_lines, (quoted, reply, logged, workers), (numbered, gutter, clocked, columns),
+                      indents, pytest_marked(raw_lines))
+
+
+T = TypeVar("T")
+
+# while `shapes_kept` runs: per text (by its id, the text held so the id stays its), what
+# `_kept` worked out of it, for the next parser of the same text
+_KEPT_SHAPES: ContextVar[dict[tuple[int, str], tuple[str, object]] | None] = ContextVar("hc_kept_shapes", default=None)
+
+
+@contextmanager
+def shapes_kept() -> Iterator[None]:
+    """While the block runs, `read_lines` decides a text's shapes once for every parser that
+    reads that same text (hc diagnose logs reads one text with the torch and the NCCL
+    parser): they are a pure function of the text. The texts are held until the block ends."""
+    token = _KEPT_SHAPES.set({})
+    try:
+        yield
+    finally:
+        _KEPT_SHAPES.reset(token)
+
+
+def _kept(text: str, what: str, work: Callable[[], T]) -> T:
+    """`work()` (a pure function of `text`), kept for the text while `shapes_kept` runs."""
+    kept = _KEPT_SHAPES.get()
+    if kept is None:
+        return work()
+    found = kept.get((id(text), what))
+    if found is not None and found[0] is text:
+        return found[1]  # type: ignore[return-value]
+    done = work()
+    kept[(id(text), what)] = (text, done)
+    return done
+
+
 def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: int = MAX_LINE,
                cut_end: bool = False, records: bool = False, hosts: bool = False,
                interleaved: bool = False, marks: re.Pattern[str] | None = None) -> Iterator[Line]:
@@ -1260,19 +1322,11 @@ def read_lines(text: str, *, stamps: bool = True, srun: bool = True, max_line: i
     `marks`: a parser's fast path (`marked_lines`): only the lines it finds something in
     are read (and the line after each), every shape decided over all lines as ever.
     """
-    raw_lines = text.split("\n") if "\n" in text or "\r" not in text else text.split("\r")
-    if raw_lines and raw_lines[-1] == "":
-        raw_lines.pop()
-    quoted, reply, logged = quoted_paste(raw_lines), quoted_reply(raw_lines), logger_prefixed(raw_lines)
-    workers = worker_labelled(raw_lines)
-    hosts = hosts and host_labelled(raw_lines)
-    sample = [drop_quote(x) for x in raw_lines[:QUOTED_SAMPLE]] if reply else raw_lines
-    numbered = line_numbered(sample)
-    gutter = not numbered and gutter_numbered(sample)
-    clocked = not (numbered or gutter) and clock_stamped(sample)
-    columns = viewer_columned(sample)
-    indents = code_block_indents([drop_quote(x) for x in raw_lines] if reply else raw_lines)
-    pytest = pytest_marked(raw_lines)
+    shapes = _kept(text, "shapes", lambda: text_shapes(text))
+    raw_lines, (quoted, reply, logged, workers) = shapes.raw_lines, shapes.flags
+    numbered, gutter, clocked, columns = shapes.sample_flags
+    indents, pytest = shapes.indents, shapes.pytest
+    hosts = hosts and _kept(text, "hosts", lambda: host_labelled(raw_lines))
     opened = False  # a line of the tool's output seen: a bare command echo comes only before one
     following = ""  # the file a tail's `==> FILE <==` header named, for the lines after it
     cut_at = len(raw_lines) if cut_end and ends_mid_line(text) else 0
@@ -1323,10 +1377,15 @@ def marked_lines(text: str, raw_lines: Sequence[str], marks: re.Pattern[str]) ->
     wanted = {len(raw_lines)}
     for pattern in (marks, _TAIL_HEADER_MARK):
         line, at = 1, 0
-        for m in pattern.finditer(text):
+        m = pattern.search(text)
+        while m is not None:
             line += text.count("\n", at, m.start())
-            at = m.start()
             wanted.update((line, line + 1))
+            at = text.find("\n", m.start())  # the line is wanted: the next search starts after it
+            if at < 0:
+                break
+            line, at = line + 1, at + 1
+            m = pattern.search(text, at)
     return frozenset(wanted)
 
 
@@ -1607,6 +1666,8 @@ def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
 
 
 TESTED_TEXTS_MAX = 4096  # distinct texts whose handlers' tests one parse keeps (HandlersByText)
+# every ASCII digit made a 0: texts that differ only in their digits' values share it (digit_blind)
+_ZEROED = str.maketrans("123456789", "000000000")
 
 
 class HandlersByText(Generic[S]):
@@ -1615,18 +1676,29 @@ class HandlersByText(Generic[S]):
     word again for each communicator, are most of a big log's kept lines once hc diagnose
     logs condensed it) is tested once, up to TESTED_TEXTS_MAX texts. `dispatch` over them
     reads a line exactly as over the whole table: each handler left out would have said no.
-    tests/unit/parsers/test_{torch,nccl}_log_tested.py read every fixture both ways."""
+    `digit_blind`: every test gives one answer for texts that differ only in which ASCII
+    digits they hold (no digit in any word a test looks for; `\\d`, `\\w` and lengths are
+    blind to the digits' values), so the texts share one entry keyed by the text with every
+    digit a 0: a training loop's step lines, each with its own numbers, are tested once.
+    tests/unit/parsers/test_{torch,nccl}_log_tested.py read every fixture both ways and
+    hold the torch table's tests digit-blind."""
 
-    def __init__(self, handlers: Sequence[Handler[S]]) -> None:
+    def __init__(self, handlers: Sequence[Handler[S]], *, digit_blind: bool = False) -> None:
         self.handlers = tuple(handlers)
+        self.digit_blind = digit_blind
         self.holding: dict[str, tuple[Handler[S], ...]] = {}
 
     def table(self, text: str) -> tuple[Handler[S], ...]:
         found = self.holding.get(text)
         if found is None:
-            found = tuple(h for h in self.handlers if h.when(text))
+            key = text.translate(_ZEROED) if self.digit_blind else text
+            found = self.holding.get(key) if key is not text else None
+            if found is None:
+                found = tuple(h for h in self.handlers if h.when(text))
             if len(self.holding) < TESTED_TEXTS_MAX:
-                self.holding[text] = found
+                self.holding[key] = found
+                if key is not text and len(self.holding) < TESTED_TEXTS_MAX:
+                    self.holding[text] = found
         return found
 
 
@@ -2069,7 +2141,8 @@ def is_elision(text: str) -> bool:
     body = text.strip()
     if body[:1] in "[(" and body[-1:] in "])":
         body = body[1:-1].strip()
-    return bool(body) and set(body) <= _ELISION
+    # its first character first: most lines are no elision, and a set of a long line's characters costs
+    return body[:1] in _ELISION and set(body) <= _ELISION
 
 
 # ---------------------------------------------------------------- lines collapsed into one

@@ -308,6 +308,16 @@ def read_flight_recorder(state: TorchState, line: Line) -> bool:
 # ---------------------------------------------------------------- ports, rendezvous, the store
 
 
+def _in_use_words(b: str) -> bool:
+    return "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b
+
+
+def _read_in_use(state: TorchState, line: Line) -> bool:
+    """`read_address_in_use` where the line holds its words: the table's test looks for any
+    `errno: `, blind to the digits' values (lines.HandlersByText's `digit_blind`)."""
+    return _in_use_words(line.text) and read_address_in_use(state, line)
+
+
 def read_address_in_use(state: TorchState, line: Line) -> bool:
     """A port already bound: `failed to bind to [::]:29500 (errno: 98 - ...)`, EADDRINUSE, ...;
     whose store it was comes from the traceback that raised it (bindsetup.py)."""
@@ -432,8 +442,8 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("flight-recorder", lambda b: ("Stack trace of the failed collective" in b or "debug info" in b
                                           or "signal dumping" in b or "dump signal from another rank" in b),
             read_flight_recorder),
-    Handler("address-in-use", lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: 98" in b,
-            read_address_in_use),
+    Handler("address-in-use", lambda b: "ddress already in use" in b or "EADDRINUSE" in b or "errno: " in b,
+            _read_in_use),
     Handler("rendezvous", lambda b: ("Rendezvous" in b or "socket" in b or "clients joined" in b
                                      or "wait timeout after" in b or "Socket Timeout" in b
                                      or "TCP client failed" in b), read_rendezvous),

@@ -178,10 +178,21 @@ def _names_torch(b: str) -> bool:
             or "torchelastic" in b or "c10d" in b)
 
 
+# `c10d` with any two digits: the table's test blind to digits' values (HandlersByText), the
+# handler reading the word itself
+_C_DD_D = re.compile(r"c\d\dd")
+
+
+def _may_name_torch(b: str) -> bool:
+    return ("torch.distributed" in b or "torchrun" in b or "ProcessGroupNCCL" in b or "torch/distributed" in b
+            or "torchelastic" in b or _C_DD_D.search(b) is not None)
+
+
 def _torch_words(state: TorchState, line: Line) -> bool:
     """A line that names torch.distributed, torchrun, ProcessGroupNCCL, c10d: torch's output
     (the text is not refused), though no handler may read it."""
-    state.torch = True
+    if _names_torch(line.text):
+        state.torch = True
     return False
 
 
@@ -198,7 +209,7 @@ MESSAGE_HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("nccl-version", lambda b: "NCCL version " in b, errors.read_nccl_version),
     Handler("step", steps.looks_like_round, steps.read_step),
     Handler("warning", steps.looks_like_warning, steps.read_warning),
-    Handler("torch-words", _names_torch, _torch_words),
+    Handler("torch-words", _may_name_torch, _torch_words),
 )
 
 
@@ -296,7 +307,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False, lines: list[Line] |
     state = TorchState()
     lines = [relabelled(line, torchx=True)
              for line in _commands_read(state, read_torch_lines(text) if lines is None else lines)]
-    tested = HandlersByText(HANDLERS)
+    tested = HandlersByText(HANDLERS, digit_blind=True)  # every test blind to digits' values
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)

@@ -37,12 +37,15 @@ SENTENCES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
     (IMPROPER_HEADS, IMPROPER_EXIT),
 )
 MAX_PIECES = 2  # lines after the head a wrapped sentence may take
+_EVERY_HEAD = tuple(head for heads, _ in SENTENCES for head in heads)
 
 
 def _sentence(text: str) -> tuple[re.Pattern[str], ...]:
     """The sentences `text` starts as but does not hold whole (one launcher's name starts
     several: `mpirun noticed that ...`, `mpirun has exited due to ...`), else ()."""
     body = text.lstrip()
+    if not body.startswith(_EVERY_HEAD):  # most lines: no sentence starts so
+        return ()
     if any(whole.match(body) for heads, whole in SENTENCES if body.startswith(heads)):
         return ()
     return tuple(whole for heads, whole in SENTENCES if body.startswith(heads))

@@ -83,3 +83,29 @@ def test_a_line_again_is_read_once_with_its_own_number():
     assert calls == [3]
     assert [x.number for x in first] == [3] and [x.number for x in second] == [9]
     assert second[0].text == first[0].text
+
+
+def test_every_fixture_reads_the_same_with_its_shapes_kept_for_every_parser():
+    """`lines.shapes_kept` (hc diagnose logs around the parsers of one text) decides a text's
+    shapes once for the NCCL, table and torch readings: the same Lines as each deciding them."""
+    texts = _texts()
+    alone = [_read(text) for _, text in texts]
+    kept = []
+    for _, text in texts:
+        with lines.shapes_kept():
+            kept.append(_read(text))
+    assert [name for (name, _), a, b in zip(texts, alone, kept, strict=True) if a != b] == []
+
+
+def test_a_texts_shapes_are_decided_once_while_kept(monkeypatch):
+    calls: list[str] = []
+    real = lines.text_shapes
+    monkeypatch.setattr(lines, "text_shapes", lambda text: calls.append(text) or real(text))
+    text = "gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9\n[rank0]: Traceback (most recent call last):\n"
+    with lines.shapes_kept():
+        for reading in _READINGS:
+            reading(text)
+        reading(text[:-1])  # another text: its own shapes
+    for reading in _READINGS:
+        reading(text)  # outside the block: decided each time
+    assert calls == [text, text[:-1], text, text, text]

@@ -6,6 +6,10 @@ table on every line."""
 
 from __future__ import annotations
 
+import re
+import types
+from collections.abc import Iterator
+
 import msgspec
 import pytest
 from support import fixture_texts
@@ -62,3 +66,74 @@ def test_a_text_seen_again_is_tested_once():
     first = seen.table("gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9")
     assert seen.table("gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9") is first
     assert "nccl-version" in [h.name for h in first]
+
+
+# ---------------------------------------------------------------- digit-blind tests
+
+_ZEROED = str.maketrans("123456789", "000000000")
+
+
+def _regex_words(pattern: str) -> str:
+    """A pattern's text without what is blind to digits' values: `\\d`, `\\D` and counts."""
+    return re.sub(r"\\[dD]|\{\d+(?:,\d*)?\}", "", pattern)
+
+
+def _looked_for(obj: object, seen: set[int]) -> Iterator[str]:
+    """Every string a test (a function) may look for: its code's constants, nested code too,
+    the strings, tuples of strings and patterns it names in its module (or a module it names),
+    the functions it calls there, and its closure's cells."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, re.Pattern):
+        yield _regex_words(str(obj.pattern))
+    elif isinstance(obj, (tuple, list, frozenset, set)):
+        for item in obj:
+            yield from _looked_for(item, seen)
+    elif isinstance(obj, types.CodeType):
+        for const in obj.co_consts:
+            yield from _looked_for(const, seen)
+    elif isinstance(obj, types.FunctionType):
+        yield from _looked_for(obj.__code__, seen)
+        for cell in obj.__closure__ or ():
+            yield from _looked_for(cell.cell_contents, seen)
+        names = obj.__code__.co_names
+        found = [obj.__globals__[n] for n in names if n in obj.__globals__]
+        modules = [g for g in found if isinstance(g, types.ModuleType)]
+        found += [getattr(m, n) for m in modules for n in names if hasattr(m, n)]
+        for g in found:
+            if not isinstance(g, types.ModuleType):
+                yield from _looked_for(g, seen)
+
+
+def _digit_words(when: object) -> list[str]:
+    return [w for w in _looked_for(when, set()) if any(c in "0123456789" for c in w)]
+
+
+def test_no_test_of_the_torch_table_looks_for_a_digit():
+    """The table is digit-blind (HandlersByText keys a text by its digits made 0s): no test
+    looks for a word with a digit in it (`errno: 98`, `c10d`: their handlers read those)."""
+    assert {h.name: _digit_words(h.when) for h in reader.HANDLERS if _digit_words(h.when)} == {}
+
+
+def test_the_digit_check_sees_a_digit_in_a_test():
+    assert _digit_words(lambda b: "errno: 98" in b) == ["errno: 98"]
+    assert _digit_words(reader._names_torch) == ["c10d"]
+    assert _digit_words(reader.COLLAPSED_LINES) == []  # `frame #\d{1,6}: `: blind to the digits' values
+
+
+def test_every_test_gives_one_answer_for_a_fixture_line_and_its_digits_made_0():
+    texts = {line.text for _, text in _texts() for line in reader.read_torch_lines(text)}
+    assert len(texts) > 10000
+    differ = [(h.name, t[:80]) for t in texts if t.translate(_ZEROED) != t
+              for h in reader.HANDLERS if bool(h.when(t)) != bool(h.when(t.translate(_ZEROED)))]
+    assert differ == []
+
+
+def test_lines_that_differ_in_their_digits_share_one_table():
+    seen = HandlersByText(reader.HANDLERS, digit_blind=True)
+    first = seen.table("INFO rank0 step 12 loss 0.5714")
+    assert seen.table("INFO rank3 step 98 loss 1.2857") is first
+    assert "step" in [h.name for h in first]
