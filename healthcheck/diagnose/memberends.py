@@ -4,14 +4,16 @@ torchrun's and Ray's reports keep their own rules, which decide first).
 
 The statements come from parsers/torch_log/memberends.py (`rank=[3] was aborted`, `Rank 0(g:0)
 received signal SIGSEGV(11)`, `worker 3 died with exit code 137`) and from MPICH's
-`application called MPI_Abort(MPI_COMM_WORLD, C) - process N` lines (mpireports.py). The
+`application called MPI_Abort(MPI_COMM_WORLD, C) - process N` lines (mpireports.py; in another
+communicator where the line's MPICH prefix states the caller's world rank). The
 judgement, in general terms:
 
 * a member's index is a rank of the job only where it is bounded: below the world the text
   states (the statement's own `Out of all 4 trainers` / `of 4`, the ranks' world size), and
   a `process N` / `proc N` only where a world is known at all (a pid is printed the same way);
 * an end by SIGTERM/SIGKILL/SIGINT/SIGHUP, or a bare `killed`/`terminated`, is what a launcher
-  sends the others after the first end: clean-up, never a culprit;
+  sends the others after the first end: clean-up, never a culprit; nor is an exit with code 0
+  (a clean exit);
 * where some ends name a fault of the process's own (SIGSEGV, SIGBUS, SIGFPE, SIGILL), only
   those are culprits: a later abort or error is a victim of the shown fault;
 * where the ends are stamped, the first second's are the culprits;
@@ -36,8 +38,8 @@ from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import COLLATERAL, RankError, any_timed_out
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log.mpireports import abort_world_rank
 
-_WORLD_COMM = "MPI_COMM_WORLD"
 _CLEANUP_SIGNALS = frozenset({*COLLATERAL, "SIGKILL"})
 _CLEANUP_VERBS = frozenset({"killed", "terminated"})
 _PID_LIKE = frozenset({"process", "proc"})
@@ -71,15 +73,17 @@ def _statements(col: Collected) -> list[End]:
         if f.log is None:
             continue
         for e in f.log.member_ends:
-            cleanup = e.signal in _CLEANUP_SIGNALS or (e.verb in _CLEANUP_VERBS and not e.signal)
+            cleanup = (e.signal in _CLEANUP_SIGNALS or (e.verb in _CLEANUP_VERBS and not e.signal)
+                       or e.exitcode == 0)
             at = time_at(col, f.source, e.line)
             out += [End(rank=r, how=_how(e.verb, e.signal, e.exitcode), signal=e.signal, source=f.source,
                         line=e.line, world=e.world, pid_like=e.noun in _PID_LIKE, cleanup=cleanup, time=at,
                         weak=e.verb == "failed" and not e.signal and not e.exitcode)
                     for r in e.members]
         for c in f.log.mpi_abort_calls:
-            if c.comm == _WORLD_COMM:
-                out.append(End(rank=c.process, how=f"called MPI_Abort (code {c.code})", signal="", source=f.source,
+            rank = abort_world_rank(c)  # in MPI_COMM_WORLD, or the line's prefix's
+            if rank is not None:
+                out.append(End(rank=rank, how=f"called MPI_Abort (code {c.code})", signal="", source=f.source,
                                line=c.line, world=None, pid_like=False, cleanup=False,
                                time=time_at(col, f.source, c.line), weak=c.code == 0))
     return out
