@@ -24,7 +24,9 @@ judgement, in general terms:
 * ends that cover every rank of the world (stated, or 0..N-1 with no gap where none is
   stated) name no one: each rank's end listed is no first end;
 * nothing is named where a rank timed out, a rank's own output reports a collective's
-  failure, or another rank printed an error of its own (those rules judge the text).
+  failure, or another rank printed an error of its own (those rules judge the text), nor
+  where a process called MPI_Abort in a communicator whose world rank no line states (it
+  may be any rank, and it ended too).
 Precision first: a wrong rank named is worse than none, so each doubt names no one.
 """
 
@@ -89,6 +91,12 @@ def _statements(col: Collected) -> list[End]:
     return out
 
 
+def _unplaced_aborts(col: Collected) -> bool:
+    """Whether a process called MPI_Abort whose world rank no line states (module doc)."""
+    return any(abort_world_rank(c) is None for f in col.evidence.torch_logs if f.log is not None
+               for c in f.log.mpi_abort_calls)
+
+
 def _bounded(ends: list[End], col: Collected) -> list[End]:
     """The ends whose index is a rank of the job (module doc)."""
     _, sized = world_of(col)
@@ -127,7 +135,7 @@ def member_ends(col: Collected, firsts: dict[int, RankError]) -> list[tuple[int,
     """(rank, how, the statement's line) for each rank the statements show ending first of
     its own (module doc); [] where none is named."""
     ends = _bounded(_statements(col), col)
-    if not ends or any_timed_out(col, firsts):
+    if not ends or any_timed_out(col, firsts) or _unplaced_aborts(col):
         return []
     spoke = spoke_of_failure(col)
     culprits = [e for e in _culprits(ends) if e.rank not in spoke]
