@@ -27,6 +27,7 @@ from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
 from healthcheck.parsers.torch_log.mpireports import IMPROPER_STATE, abort_world_rank
 
+
 def improper_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
     """(rank, how, the report's line) for Open MPI's one `exiting improperly` report where the
     text holds no rank's own output (`own`: leavers.own_output), error or timeout, else None."""

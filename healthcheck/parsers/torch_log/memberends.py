@@ -57,8 +57,8 @@ _WORLD = re.compile(r"\b(?:[Oo]ut of (?:all )?|[Aa]ll )(\d{1,7}) (?:trainers|ran
 # a progressive after `is` is the end under way (HPE MPT's `Rank 1(g:1) is aborting with error
 # code 1.`), read as its past
 _PROGRESSIVE = {"aborting": "aborted", "exiting": "exited"}
-_WORDS = ("aborted", "aborting", "exited", "exits", "exiting", "died", "killed", "terminated", "crashed", "failed", "signal", "SIG",
-          "segfault", "egmentation fault", "core dumped", "called MPI_Abort", "called abort")
+_WORDS = ("aborted", "aborting", "exited", "exits", "exiting", "died", "killed", "terminated", "crashed", "failed",
+          "signal", "SIG", "segfault", "egmentation fault", "core dumped", "called MPI_Abort", "called abort")
 _NOUN_WORDS = ("ank", "roc", "ask", "TASK", "rainer", "orker", "eplica")
 _CAUSE_SPAN = 96  # characters after the verb its cause may take
 _MEMBERS_MAX = 64

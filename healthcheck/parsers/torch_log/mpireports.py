@@ -167,6 +167,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("petsc-signal", lambda b: "PETSC ERROR: Caught signal number" in b, read_petsc_signal),
 )
 
-__all__ = ["HANDLERS", "abort_world_rank", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "after_parse",
-           "one_process_world", "read_abort_call", "shared_fatal_errors",
+__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "abort_world_rank",
+           "after_parse", "one_process_world", "read_abort_call", "shared_fatal_errors",
            "read_fatal_error", "read_improper_exit", "read_petsc_signal"]
