@@ -15,6 +15,15 @@ error, the failed child is the dead rank, read with care:
 * not where a rank timed out: the first child to exit is then one that waited in vain for
   a rank that hung, which exits last or never; nor a rank whose own lines report a
   collective's failure (a victim);
+* not where another child had ended before the agent's teardown: the agent sends its
+  closing signal to every child still running and reports the first failure it polled,
+  so a child that got no closing signal and is not the one reported had already ended,
+  its exit code not shown (it may have failed as early). Its pid is known where the spawn's
+  pids are shown consecutive: the pids sent a closing signal run without a gap (two or
+  more), and a pid between that run and the failed child's got none
+  (`unreported_children`: `failed ... local_rank: 0 (pid: 7331)` after closing signals to
+  7334-7338 leaves 7332 and 7333, local ranks 1 and 2, ended unreported). Where the closed
+  pids are spread (threads took pids between the spawns) or one alone, nothing is read;
 * a local rank is the global rank only where the text shows one launcher's children and
   nothing beyond them (one node): no torchrun block or rank record naming another host or
   a rank off its local rank, no rank heard and no world size past the children the agent
@@ -122,6 +131,19 @@ def global_rank(col: Collected, failed: WorkerFailed) -> int | None:
     return local
 
 
+def unreported_children(col: Collected, failed: WorkerFailed) -> list[int]:
+    """The pids of the agent's children that had ended before its teardown without a report
+    (module doc): where the pids it sent a closing signal run consecutively (two or more:
+    its spawn took consecutive pids on this node), each pid between that run and the failed
+    child's that got none; [] where the pids do not show it."""
+    closed = sorted({p for p in _closed(col) if p is not None})
+    if failed.pid is None or len(closed) < 2 or closed[-1] - closed[0] != len(closed) - 1:
+        return []
+    if failed.pid < closed[0]:
+        return list(range(failed.pid + 1, closed[0]))
+    return list(range(closed[-1] + 1, failed.pid))
+
+
 def _victim(error: RankError | None) -> bool:
     """A rank's first error is a collective's (the agent's own ChildFailedError, read where a
     paste's block lines gave it a rank, is the launcher's word on the child, not the child's)."""
@@ -136,6 +158,8 @@ def failed_child(col: Collected, firsts: dict[int, RankError]) -> tuple[int, str
         return None
     source, w = reports[0]
     if w.exitcode == 0 or w.signal in _NOT_OWN or w.pid in _closed(col) or any_timed_out(col, firsts):
+        return None
+    if unreported_children(col, w):
         return None
     rank = global_rank(col, w)
     if rank is None or rank in spoke_of_failure(col) or _victim(firsts.get(rank)):
@@ -263,4 +287,5 @@ def lone_mpirun_exit(col: Collected, firsts: dict[int, RankError], own: set[int]
     return rank, f"exited {t.exitcode}", log_evidence(col, source, t.line, text, rank)
 
 
-__all__ = ["earliest_box_failure", "failed_child", "global_rank", "lone_box_failure", "lone_mpirun_exit"]
+__all__ = ["earliest_box_failure", "failed_child", "global_rank", "lone_box_failure", "lone_mpirun_exit",
+           "unreported_children"]

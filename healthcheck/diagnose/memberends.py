@@ -4,14 +4,16 @@ torchrun's and Ray's reports keep their own rules, which decide first).
 
 The statements come from parsers/torch_log/memberends.py (`rank=[3] was aborted`, `Rank 0(g:0)
 received signal SIGSEGV(11)`, `worker 3 died with exit code 137`) and from MPICH's
-`application called MPI_Abort(MPI_COMM_WORLD, C) - process N` lines (mpireports.py). The
+`application called MPI_Abort(MPI_COMM_WORLD, C) - process N` lines (mpireports.py; in another
+communicator where the line's MPICH prefix states the caller's world rank). The
 judgement, in general terms:
 
 * a member's index is a rank of the job only where it is bounded: below the world the text
   states (the statement's own `Out of all 4 trainers` / `of 4`, the ranks' world size), and
   a `process N` / `proc N` only where a world is known at all (a pid is printed the same way);
 * an end by SIGTERM/SIGKILL/SIGINT/SIGHUP, or a bare `killed`/`terminated`, is what a launcher
-  sends the others after the first end: clean-up, never a culprit;
+  sends the others after the first end: clean-up, never a culprit; nor is an exit with code 0
+  (a clean exit);
 * where some ends name a fault of the process's own (SIGSEGV, SIGBUS, SIGFPE, SIGILL), only
   those are culprits: a later abort or error is a victim of the shown fault;
 * where the ends are stamped, the first second's are the culprits;
@@ -22,7 +24,9 @@ judgement, in general terms:
 * ends that cover every rank of the world (stated, or 0..N-1 with no gap where none is
   stated) name no one: each rank's end listed is no first end;
 * nothing is named where a rank timed out, a rank's own output reports a collective's
-  failure, or another rank printed an error of its own (those rules judge the text).
+  failure, or another rank printed an error of its own (those rules judge the text), nor
+  where a process called MPI_Abort in a communicator whose world rank no line states (it
+  may be any rank, and it ended too).
 Precision first: a wrong rank named is worse than none, so each doubt names no one.
 """
 
@@ -36,8 +40,8 @@ from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import COLLATERAL, RankError, any_timed_out
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
+from healthcheck.parsers.torch_log.mpireports import abort_world_rank
 
-_WORLD_COMM = "MPI_COMM_WORLD"
 _CLEANUP_SIGNALS = frozenset({*COLLATERAL, "SIGKILL"})
 _CLEANUP_VERBS = frozenset({"killed", "terminated"})
 _PID_LIKE = frozenset({"process", "proc"})
@@ -71,18 +75,26 @@ def _statements(col: Collected) -> list[End]:
         if f.log is None:
             continue
         for e in f.log.member_ends:
-            cleanup = e.signal in _CLEANUP_SIGNALS or (e.verb in _CLEANUP_VERBS and not e.signal)
+            cleanup = (e.signal in _CLEANUP_SIGNALS or (e.verb in _CLEANUP_VERBS and not e.signal)
+                       or e.exitcode == 0)
             at = time_at(col, f.source, e.line)
             out += [End(rank=r, how=_how(e.verb, e.signal, e.exitcode), signal=e.signal, source=f.source,
                         line=e.line, world=e.world, pid_like=e.noun in _PID_LIKE, cleanup=cleanup, time=at,
                         weak=e.verb == "failed" and not e.signal and not e.exitcode)
                     for r in e.members]
         for c in f.log.mpi_abort_calls:
-            if c.comm == _WORLD_COMM:
-                out.append(End(rank=c.process, how=f"called MPI_Abort (code {c.code})", signal="", source=f.source,
+            rank = abort_world_rank(c)  # in MPI_COMM_WORLD, or the line's prefix's
+            if rank is not None:
+                out.append(End(rank=rank, how=f"called MPI_Abort (code {c.code})", signal="", source=f.source,
                                line=c.line, world=None, pid_like=False, cleanup=False,
                                time=time_at(col, f.source, c.line), weak=c.code == 0))
     return out
+
+
+def _unplaced_aborts(col: Collected) -> bool:
+    """Whether a process called MPI_Abort whose world rank no line states (module doc)."""
+    return any(abort_world_rank(c) is None for f in col.evidence.torch_logs if f.log is not None
+               for c in f.log.mpi_abort_calls)
 
 
 def _bounded(ends: list[End], col: Collected) -> list[End]:
@@ -123,7 +135,7 @@ def member_ends(col: Collected, firsts: dict[int, RankError]) -> list[tuple[int,
     """(rank, how, the statement's line) for each rank the statements show ending first of
     its own (module doc); [] where none is named."""
     ends = _bounded(_statements(col), col)
-    if not ends or any_timed_out(col, firsts):
+    if not ends or any_timed_out(col, firsts) or _unplaced_aborts(col):
         return []
     spoke = spoke_of_failure(col)
     culprits = [e for e in _culprits(ends) if e.rank not in spoke]

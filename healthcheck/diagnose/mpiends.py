@@ -9,7 +9,10 @@ else in the text names a rank (parsers/torch_log/mpireports.py reads the reports
   no rank's error and no timeout: a rank that failed in its own words first (an MPI error
   handler's abort) may be another, and mpirun names whichever exit it processed first.
 * MPICH's `application called MPI_Abort(MPI_COMM_WORLD, CODE) - process N`: where one
-  process of the world alone called MPI_Abort, it ended the job: rank N. Where several did
+  process of the world alone called MPI_Abort, it ended the job: rank N (in another
+  communicator, N is the caller's rank there: its world rank only where the line's MPICH
+  prefix states it, `Abort(C) on node W` or Cray's `MPICH ERROR [Rank W]`; a caller whose
+  world rank no line states leaves it unknown who called, and none is named). Where several did
   (a program that finds an input error on every process aborts on each, often with code
   0), none stands out and none is named. Not where a rank timed out or another rank's own
   error is in the text.
@@ -22,9 +25,7 @@ from healthcheck.diagnose.findings import Evidence
 from healthcheck.diagnose.logfacts import RankError, any_timed_out
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.victims import spoke_of_failure
-from healthcheck.parsers.torch_log.mpireports import IMPROPER_STATE
-
-_WORLD = "MPI_COMM_WORLD"
+from healthcheck.parsers.torch_log.mpireports import IMPROPER_STATE, abort_world_rank
 
 
 def improper_exit(col: Collected, firsts: dict[int, RankError], own: set[int]) -> tuple[int, str, Evidence] | None:
@@ -46,16 +47,17 @@ def lone_abort_call(col: Collected, firsts: dict[int, RankError]) -> tuple[int, 
     """(rank, how, the line) for the one process of MPI_COMM_WORLD that MPICH reports calling
     MPI_Abort, where no other process did, no rank timed out and no other rank's own error is
     in the text; else None (module doc)."""
-    calls = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.mpi_abort_calls
-             if c.comm == _WORLD]
-    processes = {c.process for _, c in calls}
+    calls = [(f.source, c) for f in col.evidence.torch_logs if f.log is not None for c in f.log.mpi_abort_calls]
+    if any(abort_world_rank(c) is None for _, c in calls):
+        return None  # a caller whose world rank the line does not state: it may be another process
+    processes = {abort_world_rank(c) for _, c in calls}
     if len(processes) != 1 or any_timed_out(col, firsts):
         return None
     rank = processes.pop()
-    if set(firsts) - {rank} or rank in spoke_of_failure(col):
+    if rank is None or set(firsts) - {rank} or rank in spoke_of_failure(col):
         return None
     source, c = calls[0]
-    text = f"rank {rank}: MPICH reports it called MPI_Abort(MPI_COMM_WORLD, {c.code}); no other process did"
+    text = f"rank {rank}: MPICH reports it called MPI_Abort({c.comm}, {c.code}); no other process did"
     return rank, f"called MPI_Abort (code {c.code})", log_evidence(col, source, c.line, text, rank)
 
 

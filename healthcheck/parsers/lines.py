@@ -826,7 +826,11 @@ _GLOG_C10 = lazy_compile(
     r"\[([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?)? {0,4}(?:\d{1,10} )?([\w\-]{1,128}\.\w{1,8}:\d{1,7})\] ?",
     re.ASCII,
 )
-_GLOG = lazy_compile(r"([FEWIV])(\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} ([^\s\]]{1,512}:\d{1,7})\] ?")
+# glog >= 0.6 puts the year before the month by default (`log_year_in_prefix`: `F20221031
+# 10:52:42.193126 106986 file.cpp:75] `); glog_stamp keeps its MMDD
+_GLOG = lazy_compile(
+    r"([FEWIV])((?:\d{4})?\d{4} \d\d:\d\d:\d\d(?:\.\d{1,9})?|\d{3} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} "
+    r"([^\s\]]{1,512}:\d{1,7})\] ?")
 
 
 # a test framework's or a program's Python logging prefix before every line: avocado's
@@ -1080,7 +1084,10 @@ def glog_stamp(stamp: str) -> str:
     """A glog stamp's `MMDD hh:mm:ss.frac` with its month in two digits: c10's own logger
     (torch 2.4+, no glog) prints the date as the number `month * 100 + day`, unpadded, so
     January 8 is `108` (`[E108 20:04:34.467642512 socket.cpp:957]`, field/issues-10) where
-    glog writes `0108`; the day always has two digits, so three digits are M DD."""
+    glog writes `0108`; the day always has two digits, so three digits are M DD; glog >= 0.6
+    writes the year first (`20221031`), left out here."""
+    if stamp[8:9] == " ":  # glog's year first: `20221031 10:52:42`
+        return stamp[4:]
     return "0" + stamp if stamp[3:4] == " " else stamp
 
 

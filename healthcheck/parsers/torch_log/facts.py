@@ -255,11 +255,13 @@ class HarnessCaught(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 
 class MpiAbortCall(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """MPICH's `application called MPI_Abort(COMM, CODE) - process N` (mpireports.py): process
-    N of COMM called MPI_Abort with CODE (its world rank where COMM is MPI_COMM_WORLD)."""
+    N of COMM called MPI_Abort with CODE (its world rank where COMM is MPI_COMM_WORLD);
+    `world` the caller's world rank where the line's MPICH prefix states it (any COMM)."""
 
     comm: str = ""
     code: int = 0
     process: int = 0
+    world: int | None = None
 
 
 class MemberEnd(_Fact, frozen=True, omit_defaults=True, kw_only=True):

@@ -11,7 +11,8 @@ per sentence misses the next tool's. The statements share one grammar, read here
   aside (`(g:0)`, `(pid 123)`), `with pid N`, `on host H` / `on node H` or `of N`;
 * not after a preposition (`Proxy Call to rank 1 failed`: the member is the object);
 * PREDICATE, right after it (`was`, `has been`, `has`, `had`, `got`, `is` allowed before):
-  an ending: aborted, exited/exits, died, killed, terminated, crashed, failed (not
+  an ending: aborted, exited/exits, died, killed, terminated, crashed, `is aborting` /
+  `is exiting` (HPE MPT's `Rank 1(g:1) is aborting with error code 1.`: read as their past), failed (not
   `failed to`: an attempt, not an end; a bare `failed` only ending its sentence or with its
   cause: `rank 1 failed (Connect)` says an operation failed), received/caught signal, segfaulted, a segmentation
   fault, core dumped, called MPI_Abort / abort;
@@ -42,7 +43,7 @@ _ASIDE = (r"(?: {0,2}\([^()]{1,64}\))?"
 _VERB = (r",? {1,3}(?:(?:was|has been|has|had|got|is|just) {1,3})?"
          r"(?P<verb>aborted|exited|exits|died|killed|terminated|crashed|failed(?! to\b)(?! with [Tt]imeout)"
          r"|received signal|caught signal|received SIG|segfaulted|segmentation fault|core dumped"
-         r"|called MPI_Abort|called abort)\b")
+         r"|called MPI_Abort|called abort|(?<=\bis )aborting|(?<=\bis )exiting)\b")
 _STATEMENT = re.compile(rf"(?<![\w-]){_NOUNS}{_INDEX}{_ASIDE}{_VERB}")
 # a member after a preposition is an object, not the subject (`Proxy Call to rank 1 failed`)
 _OBJECT = re.compile(r"\b(?:to|from|with|for|by|of|at|on|in|into|than|against|via) {1,3}(?:the {1,3})?$", re.IGNORECASE)
@@ -53,8 +54,11 @@ _FAILED_END = re.compile(r" {0,3}(?:[.!:;]|$)")
 _SIGNAL = re.compile(r"\b(SIG[A-Z]{2,7})\b|[Ss]ignal(?: number)?[:=]? {0,2}(\d{1,3})\b")
 _CODE = re.compile(r"\b(?:exit )?(?:code|status)[:=]? {0,2}(-?\d{1,4})\b")
 _WORLD = re.compile(r"\b(?:[Oo]ut of (?:all )?|[Aa]ll )(\d{1,7}) (?:trainers|ranks|processes|workers|tasks|replicas)\b")
-_WORDS = ("aborted", "exited", "exits", "died", "killed", "terminated", "crashed", "failed", "signal", "SIG",
-          "segfault", "egmentation fault", "core dumped", "called MPI_Abort", "called abort")
+# a progressive after `is` is the end under way (HPE MPT's `Rank 1(g:1) is aborting with error
+# code 1.`), read as its past
+_PROGRESSIVE = {"aborting": "aborted", "exiting": "exited"}
+_WORDS = ("aborted", "aborting", "exited", "exits", "exiting", "died", "killed", "terminated", "crashed", "failed",
+          "signal", "SIG", "segfault", "egmentation fault", "core dumped", "called MPI_Abort", "called abort")
 _NOUN_WORDS = ("ank", "roc", "ask", "TASK", "rainer", "orker", "eplica")
 _CAUSE_SPAN = 96  # characters after the verb its cause may take
 _MEMBERS_MAX = 64
@@ -92,7 +96,7 @@ def read_member_end(state: TorchState, line: Line) -> bool:
     found = False
     for m in _STATEMENT.finditer(text):
         rest = text[m.end("verb"):]
-        verb = m.group("verb")
+        verb = _PROGRESSIVE.get(m.group("verb"), m.group("verb"))
         before = max(0, m.start() - 24)
         if _OBJECT.search(text, before, m.start()) is not None and _OWNED.search(text, before, m.start()) is None:
             continue

@@ -12,7 +12,12 @@
 * MPICH's `application called MPI_Abort(COMM, CODE) - process N` (one line per process
   that called it): kept as an MpiAbortCall, not as an exception, since a program may call
   MPI_Abort on every process alike (an input error every process found): which of them
-  ended the job is the diagnosis' to judge (diagnose/mpiends.py).
+  ended the job is the diagnosis' to judge (diagnose/mpiends.py). N is the caller's rank in
+  COMM (MPIR_Abort_impl prints `comm_ptr->rank`; an unnamed COMM is `comm=0xHANDLE`), the
+  world's only in MPI_COMM_WORLD; the world rank of a caller in another communicator is the
+  line's own prefix where it has one: MPID_Abort's `Abort(C) on node W (rank R in comm K): `
+  (W is `MPIR_Process.comm_world->rank`, whatever the word says) or Cray MPICH's `MPICH ERROR
+  [Rank W]` (`world`; `abort_world_rank` gives whichever the line states).
 * Open MPI's `mpirun has exited due to process rank R with PID P on node H exiting
   improperly` (or `exiting without calling "finalize"`; its help text breaks it after `on`,
   sentences.py joins it back): the first process mpirun saw leave without MPI_Finalize. A
@@ -43,7 +48,10 @@ _FATAL = re.compile(r"Abort\((-?\d{1,12})\)(?: on node \d{1,9})? \(rank (\d{1,9}
                     r"Fatal error in P?(MPI_\w{1,64})(?:: (.{0,200}))?")
 _INIT_CALLS = ("MPI_Init", "MPI_Init_thread")
 INIT_CALL = "MPI_Init"
-_CALLED = re.compile(r"application called MPI_Abort\((\w{1,64}), (-?\d{1,12})\) - process (\d{1,9})")
+_CALLED = re.compile(r"application called MPI_Abort\((comm=0x[0-9A-Fa-f]{1,16}|\w{1,64}), (-?\d{1,12})\) "
+                     r"- process (\d{1,9})")
+_ON_NODE = re.compile(r"Abort\(-?\d{1,12}\) on node (\d{1,9}) \(rank \d{1,9} in comm \d{1,12}\): ")
+_WORLD_NAME = "MPI_COMM_WORLD"
 IMPROPER_STATE = "exited improperly"
 IMPROPER_EXIT = re.compile(
     rf"{OMPI_NAME} has exited due to process rank (\d{{1,9}}) with PID (\S{{1,32}}) on "
@@ -72,13 +80,21 @@ def read_fatal_error(state: TorchState, line: Line) -> bool:
 
 
 def read_abort_call(state: TorchState, line: Line) -> bool:
-    """MPICH's `application called MPI_Abort(COMM, CODE) - process N`."""
+    """MPICH's `application called MPI_Abort(COMM, CODE) - process N`, with the caller's world
+    rank where the line's prefix states it (module doc)."""
     m = _CALLED.search(line.text)
     if m is None:
         return False
+    head = _CRAY_HEAD.search(line.text, 0, m.start() + 1) or _ON_NODE.search(line.text, 0, m.start() + 1)
     state.add("mpi_abort_calls", MpiAbortCall(**agent_where(line), comm=m.group(1), code=int(m.group(2)),
-                                              process=int(m.group(3))))
+                                              process=int(m.group(3)), world=int(head.group(1)) if head else None))
     return True
+
+
+def abort_world_rank(call: MpiAbortCall) -> int | None:
+    """The world rank of the process that called MPI_Abort: its process number in
+    MPI_COMM_WORLD, else the line's prefix's (module doc), else None."""
+    return call.process if call.comm == _WORLD_NAME else call.world
 
 
 def read_improper_exit(state: TorchState, line: Line) -> bool:
@@ -151,6 +167,6 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("petsc-signal", lambda b: "PETSC ERROR: Caught signal number" in b, read_petsc_signal),
 )
 
-__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "after_parse",
-           "one_process_world", "read_abort_call", "shared_fatal_errors",
+__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "abort_world_rank",
+           "after_parse", "one_process_world", "read_abort_call", "shared_fatal_errors",
            "read_fatal_error", "read_improper_exit", "read_petsc_signal"]

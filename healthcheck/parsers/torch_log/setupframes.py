@@ -73,6 +73,15 @@ def source_step(code: str) -> str:
     return m.group(1) if m else ""
 
 
+def checked_step(expression: str) -> str:
+    """The set-up call a failed native check tested the result of: glog's `Check failed:
+    ncclCommInitRank(comm, n, id, rank) : unhandled system error (2)` (a framework's
+    `CHECK(call)` macro around the C call: the call itself failed) or `== ncclSuccess`
+    after it; "" where the checked expression is no set-up call's."""
+    m = _CALLED.match(expression.lstrip()[:1024])
+    return m.group(1) if m else ""
+
+
 def message_step(message: str) -> str:
     """The set-up call an exception's message says failed ("" where it names none)."""
     m = _CALL_FAILED.search(message[:1024])
@@ -84,4 +93,5 @@ def is_launcher_step(step: str) -> bool:
     return step in LAUNCHER_STEPS
 
 
-__all__ = ["LAUNCHER_STEPS", "SETUP_CALLS", "STEPS", "frame_step", "is_launcher_step", "message_step", "source_step"]
+__all__ = ["LAUNCHER_STEPS", "SETUP_CALLS", "STEPS", "checked_step", "frame_step", "is_launcher_step", "message_step",
+           "source_step"]

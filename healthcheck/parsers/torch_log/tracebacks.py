@@ -12,7 +12,7 @@ from healthcheck.core.launcher_labels import TORCH_RANK
 from healthcheck.parsers.lines import Handler, Line
 from healthcheck.parsers.torch_log.bindsetup import note_frame, traceback_opened
 from healthcheck.parsers.torch_log.facts import ExceptionRaised, TracebackCut
-from healthcheck.parsers.torch_log.setupframes import frame_step, message_step, source_step
+from healthcheck.parsers.torch_log.setupframes import checked_step, frame_step, message_step, source_step
 from healthcheck.parsers.torch_log.state import RankKey, TorchState, rank_key, said_by, where
 from healthcheck.parsers.torch_log.text import MESSAGE_MAX, basename, exception_head
 
@@ -210,7 +210,7 @@ def read_exception(state: TorchState, line: Line) -> bool:
 # `[F ProcessGroupNCCL.cpp:1169] ... watchdog got stuck`: heartbeat.py's), read by their own
 # handlers; c10's bracketed `[F...]` prefix is torch's logger, never read here
 _TORCH_FATAL = ("ProcessGroup", "NCCLUtils", "TCPStore", "socket.cpp", "Utils.hpp", "reducer.cpp", "Backend")
-_GLOG_TID = re.compile(r"\[?F\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}(\d{1,10}) ")
+_GLOG_TID = re.compile(r"\[?F(?:\d{4})?\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}(\d{1,10}) ")
 
 
 def read_glog_fatal(state: TorchState, line: Line) -> bool:
@@ -219,15 +219,17 @@ def read_glog_fatal(state: TorchState, line: Line) -> bool:
     aborts the process right after it, so it is the rank's death with its reason, an
     exception of its own (native, framed by no traceback). Its rank is its label's or its
     file's; else its thread id, which is the process's pid when the main thread failed, for
-    the caller to place (`pid`)."""
+    the caller to place (`pid`). A check of a set-up call's result (`Check failed:
+    ncclCommInitRank(...) : unhandled system error`) failed in that set-up step (`setup`)."""
     if line.level != "F" or line.logger != "glog" or not line.text.strip() or line.source.startswith(_TORCH_FATAL):
         return False
     m = _GLOG_TID.search(line.labels)
     pid = int(m.group(1)) if m else None
     kind = "Check failed" if line.text.startswith("Check failed") else "FATAL"
     message = line.text.removeprefix("Check failed").lstrip(": ").strip() if kind == "Check failed" else line.text
+    setup = checked_step(message) if kind == "Check failed" else ""  # the check of a set-up call's result
     state.add("exceptions", ExceptionRaised(**where(line), type=kind, native=True, frame=clip(line.source, 160),
-                                            message=clip(message.strip(), MESSAGE_MAX), pid=pid))
+                                            message=clip(message.strip(), MESSAGE_MAX), pid=pid, setup=setup))
     return True
 
 
