@@ -548,6 +548,13 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("read Xid recurrences", exc) from None
 
+    def last_repairs(self, before: str) -> dict[str, str]:
+        """node -> its newest repair on record before `before` (a run's start, as reports write it)."""
+        try:
+            return recurrence.last_repairs(self.db, before)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
+
     def repair_times(self) -> dict[str, float]:
         """node -> epoch of its last repair on record: what resumes a drain the policy resumes only after one."""
         try:

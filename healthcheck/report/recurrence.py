@@ -174,6 +174,13 @@ def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     return row[0] or "" if row else ""
 
 
+def last_repairs(db: sqlite3.Connection, before: str) -> dict[str, str]:
+    """node -> when its newest repair put on record before `before` was (as reports write times):
+    where counter rates and trends start again (orchestrate/over_time.py)."""
+    rows = db.execute("SELECT node, max(at) FROM repairs WHERE at < ? GROUP BY node", (before,)).fetchall()
+    return {node: at for node, at in rows if at}
+
+
 def repair_times(db: sqlite3.Connection) -> dict[str, float]:
     """node -> when its last repair was put on record (epoch seconds), for every node with one."""
     out = {}
