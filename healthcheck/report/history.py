@@ -514,12 +514,13 @@ class History:
 
     # ------------------------------------------------------- Xid recurrences, repairs
 
-    def record_repair(self, repair: Repair) -> None:
-        """Put a repair of a node on record: Xid recurrences are counted again from it."""
+    def record_repair(self, repair: Repair) -> bool:
+        """Put a repair of a node on record: Xid recurrences, counter rates and trends start again
+        from it. False where the same repair (node, time, words) was on record already."""
         try:
             db = self.db
             with _write_transaction(db):
-                recurrence.insert_repair(db, repair)
+                return recurrence.insert_repair(db, repair)
         except sqlite3.Error as exc:
             raise self._fail("record the repair", exc) from None
 
