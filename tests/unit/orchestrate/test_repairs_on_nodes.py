@@ -160,3 +160,48 @@ def test_the_record_of_another_hc_takes_only_its_json(payload):
 def test_record_repair_is_only_for_a_nodes_own_hc(cluster):
     r = run_hc_inproc("node", "n1", "--record-repair", "{}", "--config", str(cluster))
     assert r.returncode == 4 and b"--record-repair" in r.stderr
+
+
+def test_the_nodes_health_run_resumes_its_drain_once_the_repair_reached_it(cluster, tmp_path, monkeypatch):
+    """n1 drained for ib.E006 by its own health runs (its own history): a repair put on record
+    from the login node reaches that history, and n1's next health run resumes it."""
+    import datetime as dt
+
+    from support import write_stub
+    from test_over_time import checked
+
+    from healthcheck.orchestrate import hooks
+    from healthcheck.report.build import make_report, utc_now
+
+    bin_dir = tmp_path / "n1/bin"
+    at = (dt.datetime.now() - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    write_stub(bin_dir, "sinfo", f"printf 'n1|drained|{at}|hc: ib.E006\\n" +
+               "".join(f"n{i}|idle|Unknown|none\\n" for i in range(2, 10)) + "'\n")
+    write_stub(bin_dir, "scontrol", f'echo "$@" >> {tmp_path}/n1/scontrol.log\n')
+    own = tmp_path / "n1/hc.yaml"
+    own.write_text(own.read_text().replace("slurm: {", f"slurm: {{sinfo: {bin_dir}/sinfo, scontrol: {bin_dir}/scontrol, "
+                                                      f"state_dir: {tmp_path}/n1/state, report_dir: {tmp_path}/n1/r, "
+                                                      "drain: {max_drain_fraction: 0.5}, "))
+
+    def check_this_node(config, *, node, tier, command, **kwargs):
+        now = utc_now()
+        report = make_report(command=command, tier=tier, config_digest=config.digest, config_path=str(config.path),
+                             started=now, finished=now, nodes=[checked(node=node, fabric="t", link_downed=2)])
+        return report, False
+
+    monkeypatch.setattr(hooks, "check_this_node", check_this_node)
+    env = {"SLURMD_NODENAME": "n1"}
+    hooks.run_hook("health", load_config(own), env, node="n1")  # a first reading
+    quiet = hooks.run_hook("health", load_config(own), env, node="n1")
+    assert "repair on record since the drain" in quiet.journal and not (tmp_path / "n1/scontrol.log").exists()
+    # recorded on the login node only (agentless): n1's health run does not see it
+    r = run_hc_inproc("node", "n1", "--mode", "agentless", "--repaired", "reseated the cable", "--config",
+                      str(cluster), "--format", "json")
+    assert r.returncode == 0 and b"not reached" in r.stderr, r.stderr.decode()
+    kept = hooks.run_hook("health", load_config(own), env, node="n1")
+    assert "repair on record since the drain" in kept.journal and not (tmp_path / "n1/scontrol.log").exists()
+    r = run_hc_inproc("node", "n1", "--repaired", "replaced the transceiver", "--config", str(cluster),
+                      "--format", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    hooks.run_hook("health", load_config(own), env, node="n1")
+    assert (tmp_path / "n1/scontrol.log").read_text().strip() == "update nodename=n1 state=resume"
