@@ -7,6 +7,12 @@ escalation counts recurrences from it (orchestrate/escalate.py) and `hc report h
 resumes: who said what was done to which node, and when. Both or an error: a repair the
 audit log could not take is an HcError (exit 4) naming what was kept.
 
+The history a node's own health runs read (`hc health`, the default `history.path` under root's
+home on each node) is not the login node's: `hc node NODES --repaired` also sends the repair to
+each node (orchestrate/remote.py `record_repairs_on_nodes`, agent mode: the node's hc records it
+with `hc node --local --record-repair JSON`, `record_own_repair`), with the same time, words
+and user, so a history both share holds it once; the audit line says where it reached.
+
 A GPU reset (nvidia-smi -r) is not a repair: it does not restart the count. It is a boundary
 like a reboot: the same Xid on that GPU logged after it is a recurrence. Neither the kernel
 log nor NVML says that a GPU was reset, so hc knows of one only from this record.
@@ -14,9 +20,13 @@ log nor NVML says that a GPU was reset, so hc knows of one only from this record
 
 from __future__ import annotations
 
+import datetime as dt
 import getpass
+import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from healthcheck.actions.audit import AuditLog, AuditWriteError
 from healthcheck.core.config.schema import MainConfig
@@ -85,19 +95,78 @@ def record_gpu_resets(main: MainConfig, nodes: list[str], gpus: str) -> list[Gpu
     return resets
 
 
-def record_repairs(main: MainConfig, nodes: list[str], text: str) -> list[Repair]:
-    """Record a repair of each node in the history, then in the audit log; the repairs recorded."""
+def new_repairs(nodes: list[str], text: str) -> list[Repair]:
+    """A repair of each node, now, by this user, in the operator's words (checked)."""
     words = repair_text(text)
     at, by = iso(utc_now()), _user()
-    repairs = [Repair(node, at, words, by) for node in nodes]
+    return [Repair(node, at, words, by) for node in nodes]
+
+
+def record_in_history(main: MainConfig, repairs: list[Repair]) -> list[bool]:
+    """Put the repairs on record in the configured history; for each, whether it was not there yet."""
     with configured_history(main.history, must_exist=False) as history:
-        for repair in repairs:
-            history.record_repair(repair)
+        return [history.record_repair(repair) for repair in repairs]
+
+
+def audit_repairs(main: MainConfig, repairs: list[Repair], on_node: Mapping[str, str] | None = None,
+                  command: str = "hc node --repaired") -> None:
+    """One audit line per repair (with where it reached on the node, where it was sent there); an
+    HcError where one cannot be written, naming what was kept."""
     audit = AuditLog(Path(main.slurm.audit_log))
     for repair in repairs:
+        record: dict[str, Any] = {"time": repair.at, "nodes": repair.node, "action": "repair", "ok": True,
+                                  "reason": repair.text, "by": repair.by, "command": command}
+        if on_node is not None and repair.node in on_node:
+            record["on_node"] = on_node[repair.node]
         try:
-            audit.append({"time": repair.at, "nodes": repair.node, "action": "repair", "ok": True,
-                          "reason": repair.text, "by": repair.by, "command": "hc node --repaired"})
+            audit.append(record)
         except AuditWriteError as exc:
             raise HcError(f"repair of {repair.node} recorded in the history, but not in the audit log: {exc}") from None
+
+
+def record_repairs(main: MainConfig, nodes: list[str], text: str) -> list[Repair]:
+    """Record a repair of each node in the history, then in the audit log; the repairs recorded."""
+    repairs = new_repairs(nodes, text)
+    record_in_history(main, repairs)
+    audit_repairs(main, repairs)
     return repairs
+
+
+def repair_payload(repair: Repair, sender: str) -> str:
+    """A repair as `hc node --local --record-repair` takes it on the node: its words, time and user,
+    and the host whose hc sent it."""
+    return json.dumps({"text": repair.text, "at": repair.at, "by": repair.by, "from": sender}, sort_keys=True)
+
+
+def repair_from_payload(node: str, payload: str) -> tuple[Repair, str]:
+    """The repair of `node` that `payload` (repair_payload's JSON) says, and who sent it; a
+    UsageError for anything else."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("text", "at", "by")):
+        raise UsageError("--record-repair takes the JSON another hc sends: text, at and by")
+    at, by = data["at"], data["by"]
+    try:
+        when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None or not at.endswith("Z"):
+        raise UsageError(f"--record-repair: {at[:40]!r} is no UTC time as hc writes it")
+    if not by or len(by) > 64 or not by.isprintable():
+        raise UsageError("--record-repair: 'by' is no user name")
+    sender = data.get("from")
+    sender = sender if isinstance(sender, str) and sender.isprintable() and 0 < len(sender) <= 255 else "another host"
+    return Repair(node, at, repair_text(data["text"]), by), sender
+
+
+def record_own_repair(main: MainConfig, node: str, payload: str) -> dict[str, Any]:
+    """`hc node --local --record-repair JSON` (sent by the hc on another host): the repair of this
+    node (`node`) on record in its own history and, where it was not there yet, its audit log;
+    what was done, as the sender reads it back."""
+    repair, sender = repair_from_payload(node, payload)
+    (fresh,) = record_in_history(main, [repair])
+    if fresh:
+        audit_repairs(main, [repair], command=f"hc node --repaired (sent by hc on {sender})")
+    return {"node": node, "at": repair.at, "recorded": fresh, "history": str(main.history.path)}

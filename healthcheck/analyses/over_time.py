@@ -7,8 +7,11 @@ the node's previous run, and the trends that reach a limit before a job breaks.
   and the node's previous one in the history. A counter that went down was cleared or
   wrapped (perfquery -R, a reboot, a new HCA): no rate is computed and a note (ib.E007, PASS)
   says so; a node with no earlier reading is judged against the absolute limits only
-  (ib.counters), and the same note says that.
-- trends (trend.W001): over the newest `trends.window_runs` readings since the last reset, a
+  (ib.counters), and the same note says that. A repair on record since the previous reading
+  (`hc node NODE --repaired`) is the same: a rate across it would compare two different parts
+  (the errors of the replaced cable with the new one's), so none is taken and the note says so.
+- trends (trend.W001): over the newest `trends.window_runs` readings since the last reset and
+  the node's last repair on record (a replaced part does not inherit its predecessor's rise), a
   least-squares slope that would take a counter to its absolute limit within
   `trends.warn_within_days` WARNs, never FAILs, with the projected time. A slope whose line
   explains little of the readings (`trends.min_fit`) is noise: a flat noisy counter never warns.
@@ -42,9 +45,10 @@ RATE_HIGH = finding(
 )
 RATE_UNJUDGED = finding(
     "ib.E007",
-    "a port counter's rate could not be taken: no earlier reading, or the counter went down",
-    "No action: a first run is judged against the absolute limits only; a counter that went down was "
-    "cleared (perfquery -R, a reboot, a new HCA) or wrapped, and its rate is taken again from this run.",
+    "a port counter's rate could not be taken: no earlier reading, a repair since it, or the counter went down",
+    "No action: a first run, or the first run after a repair on record, is judged against the absolute limits "
+    "only; a counter that went down was cleared (perfquery -R, a reboot, a new HCA) or wrapped, and its rate "
+    "is taken again from this run.",
     action="none",
 )
 GPU_RATE_HIGH = finding(
@@ -56,9 +60,10 @@ GPU_RATE_HIGH = finding(
 )
 GPU_RATE_UNJUDGED = finding(
     "gpu.E016",
-    "a GPU counter's rate could not be taken: no earlier reading, or the counter went down",
-    "No action: a first run is judged against the absolute limits only; volatile ECC counts start again "
-    "at a driver reload, a GPU reset or a reboot, and the rate is taken again from this run.",
+    "a GPU counter's rate could not be taken: no earlier reading, a repair since it, or the counter went down",
+    "No action: a first run, or the first run after a repair on record, is judged against the absolute limits "
+    "only; volatile ECC counts start again at a driver reload, a GPU reset or a reboot, and the rate is taken "
+    "again from this run.",
     action="none",
 )
 TREND = finding(
@@ -100,6 +105,13 @@ class NodeOverTime:
     limits: Fabric
     past: list[Reading]  # oldest first, not this run
     now: dt.datetime  # when this run started
+    # the node's last repair on record before this run (`hc node NODE --repaired`): a reading
+    # before it is of the part that was replaced or reseated, so no rate or trend spans it
+    repaired: dt.datetime | None = None
+
+    def since_repair(self) -> list[Reading]:
+        """The readings taken after the node's last repair on record (all of them where none is)."""
+        return self.past if self.repaired is None else [r for r in self.past if r.at >= self.repaired]
 
 
 @dataclass
@@ -195,6 +207,9 @@ def node_rates(node: NodeResult, history: NodeOverTime, family: RateFamily = IB_
                               "judged against the absolute limits only", value=len(now),
                               evidence="first run in the history: no rate between runs was taken")
         return
+    if history.repaired is not None and previous.at < history.repaired:
+        yield across_repair_note(node, history, previous, family, len(now))
+        return
     seconds = (history.now - previous.at).total_seconds()
     went_down: list[str] = []
     for (component, name), value in sorted(now.items()):
@@ -211,6 +226,18 @@ def node_rates(node: NodeResult, history: NodeOverTime, family: RateFamily = IB_
         yield family.unjudged(Status.PASS, f"{len(went_down)} {family.what}(s) went down since the previous run "
                               "(cleared or wrapped): no rate taken for them", value=len(went_down),
                               evidence="; ".join(went_down[:RESET_NOTES_MAX]))
+
+
+def across_repair_note(node: NodeResult, history: NodeOverTime, previous: Reading, family: RateFamily,
+                       counters: int) -> Finding:
+    """The note that no rate was taken across the node's repair on record: the counters before it
+    were of the part replaced or reseated, so their rise to now is no rate of the part there now."""
+    repaired = history.repaired.isoformat() if history.repaired is not None else "?"
+    return family.unjudged(Status.PASS, f"a repair of {node.node} was put on record since its previous reading of "
+                           f"its {family.what}s: no rate taken across it (it would compare two different parts); "
+                           "judged against the absolute limits only, rates start again from this run",
+                           value=counters, evidence=f"previous reading {previous.at.isoformat()}, "
+                                                    f"repair on record {repaired}")
 
 
 def rated_nodes(inputs: HistoryInput, family: RateFamily) -> list[str]:
@@ -354,6 +381,7 @@ def node_trends(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
     if not fabric.trends.enabled:
         return
     now = current_values(node, frozenset(s.name for s in TREND_SERIES))
+    past = history.since_repair()  # a part replaced or reseated does not inherit its predecessor's rise
     for series in TREND_SERIES:
         limit = series.limit(fabric)
         if limit is None:
@@ -361,7 +389,7 @@ def node_trends(node: NodeResult, history: NodeOverTime) -> Iterator[Finding]:
         for (component, name), value in sorted(now.items()):
             if name != series.name:
                 continue
-            points = [(r.at, r.values[(component, name)]) for r in history.past if (component, name) in r.values]
+            points = [(r.at, r.values[(component, name)]) for r in past if (component, name) in r.values]
             found = trend_finding(component, series, [*points, (history.now, value)], limit, fabric)
             if found is not None:
                 yield found

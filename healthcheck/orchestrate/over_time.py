@@ -1,5 +1,6 @@
 """The history analyses of a run (analyses/over_time.py: counter rates, trends), fed from the
-run history: each node's recorded readings before this run, and its fabric's limits.
+run history: each node's recorded readings before this run, its last repair on record before
+this run (where its rates and trends start again), and its fabric's limits.
 
 A history that cannot be read is a note for the operator (the run's warnings) and the
 analyses are SKIP with the reason: never a PASS of rates nobody took, never a FAIL.
@@ -54,10 +55,11 @@ def judge_over_time(config: Config, history: Any, nodes: Sequence[NodeResult], s
             return OverTime(nodes, [_skipped("no node was checked")])
         window = min(max(max(f.trends.window_runs for f in limits.values()), 2), MAX_READINGS)
         past = history.counter_readings(list(limits), metric_names(list(limits.values())), before, window)
+        repairs = history.last_repairs(before)  # where each node's rates and trends start again
         for name, fabric in limits.items():
             own = past.get(name, [])[-max(fabric.trends.window_runs, 2):]
             readings = [Reading(at, r.values) for r in own if (at := parse_time(r.started_at)) is not None]
-            inputs.over_time[name] = NodeOverTime(fabric, readings, started)
+            inputs.over_time[name] = NodeOverTime(fabric, readings, started, parse_time(repairs.get(name, "")))
     except Exception as exc:  # an unreadable history is a note: the run's own verdicts stand
         why = f"history not read for counter rates and trends: {exc}"
         return OverTime(nodes, [_skipped(why)], [why])

@@ -5,10 +5,16 @@ Agent mode: hc is installed on the node; run `hc node --local --format json` the
 tools (`ip -j link`, `ibstat`, `perfquery -x`, `nvidia-smi -q`, ...) over SSH and parse
 their output here with the same parsers. `auto` uses the agent where `hc` is on the
 node's PATH. Failures stay with their node: it is ERROR, the others finish.
+
+A repair put on record here (`hc node NODES --repaired`) is sent on to each node over the same
+transport (`record_repairs_on_nodes`): in agent mode the node's hc records it in the node's own
+history (`hc node --local --record-repair JSON`); agentless, nothing here can write that
+history, and the outcome says so.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Iterable
@@ -23,11 +29,14 @@ from healthcheck.core.registry import select
 from healthcheck.orchestrate.engine import plan_facts, run_checks, unreachable_result
 from healthcheck.orchestrate.localrun import AGENT_ENV
 from healthcheck.report.jsonio import decode
+from healthcheck.report.recurrence import Repair
 from healthcheck.runners.batch import prefetch
 from healthcheck.runners.fanout import fan_out
 from healthcheck.runners.ssh import SshConnection, SshError
 
 MODES = ("auto", "agent", "agentless")
+RECORD_REPAIR = "--record-repair"  # `hc node --local` on the node: put a repair sent from here on record
+NOT_REACHED = "not reached"  # how an outcome of record_repairs_on_nodes begins where the node's history was not written
 
 
 def check_over_ssh(
@@ -123,3 +132,65 @@ def _agent(conn, node: str, fabric: str, settings, *, tier: str, only: list[str]
     if len(report.nodes) != 1:
         return unreachable_result(node, fabric, f"hc on {node} reported {len(report.nodes)} nodes", "agent")
     return msgspec.structs.replace(report.nodes[0], node=node, mode="agent")
+
+
+def record_repairs_on_nodes(config: Config, repairs: list[Repair], payloads: dict[str, str], *,
+                            mode: str = "auto") -> dict[str, str]:
+    """Each repaired node's outcome of sending its repair (`payloads[node]`: repairs.repair_payload)
+    to the node's hc, which records it in the node's own history: "recorded in the node's history
+    (PATH)", "already on record in the node's history (PATH)" (a history shared with this host), or
+    "not reached: WHY" (agentless, SSH, an hc that could not)."""
+    settings = config.main.ssh
+    nodes = [r.node for r in repairs]
+    backstop = settings.connect_timeout_s + 2 * settings.command_timeout_s + 10
+
+    def work(node: str) -> str:
+        try:
+            return _send_repair(config, node, payloads[node], mode)
+        except Exception as exc:  # one node's surprise must not keep the others' repairs from them
+            return f"{NOT_REACHED}: {type(exc).__name__}: {exc}"
+
+    def stuck(node: str) -> str:
+        return f"{NOT_REACHED}: no answer within {backstop:g}s (abandoned)"
+
+    return fan_out(nodes, work, max_parallel=settings.max_parallel, timeout_s=backstop, on_timeout=stuck)
+
+
+def _send_repair(config: Config, node: str, payload: str, mode: str) -> str:
+    settings = config.main.ssh
+    if mode == "agentless":
+        return f"{NOT_REACHED}: --mode agentless: only hc on the node writes the node's history"
+    conn = SshConnection(node, settings)
+    try:
+        conn.connect()
+    except SshError as exc:
+        return f"{NOT_REACHED}: {exc.message}"
+    try:
+        if mode == "auto":
+            probe = conn.run(("sh", "-c", f"command -v {shlex.quote(settings.remote_hc)}"),
+                             timeout_s=settings.command_timeout_s)
+            if not (probe.ok and probe.stdout.strip()):
+                return (f"{NOT_REACHED}: agentless ({settings.remote_hc} is not on the node's PATH): only hc on "
+                        "the node writes the node's history")
+        argv = (settings.remote_hc, "node", "--local", RECORD_REPAIR, payload, *config.remote_args())
+        result = conn.run(argv, timeout_s=settings.command_timeout_s, env={"HC_NODE_NAME": node, AGENT_ENV: "1"})
+    finally:
+        conn.close()
+    return _repair_outcome(node, result)
+
+
+def _repair_outcome(node: str, result) -> str:
+    if result.timed_out:
+        return f"{NOT_REACHED}: hc on {node} did not finish"
+    if result.error:
+        return f"{NOT_REACHED}: {result.error}"
+    said = (result.stderr or result.stdout).strip().splitlines()
+    if result.returncode != 0:
+        return f"{NOT_REACHED}: hc on {node} exited {result.returncode}: {said[-1][:200] if said else ''}"
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+        history, fresh = str(answer["history"]), bool(answer["recorded"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        return f"{NOT_REACHED}: hc on {node} gave no answer hc reads: {result.stdout.strip()[-200:]!r}"
+    return (f"recorded in the node's history ({history})" if fresh
+            else f"already on record in the node's history ({history}): the same file as here, or sent before")

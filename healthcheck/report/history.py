@@ -514,12 +514,13 @@ class History:
 
     # ------------------------------------------------------- Xid recurrences, repairs
 
-    def record_repair(self, repair: Repair) -> None:
-        """Put a repair of a node on record: Xid recurrences are counted again from it."""
+    def record_repair(self, repair: Repair) -> bool:
+        """Put a repair of a node on record: Xid recurrences, counter rates and trends start again
+        from it. False where the same repair (node, time, words) was on record already."""
         try:
             db = self.db
             with _write_transaction(db):
-                recurrence.insert_repair(db, repair)
+                return recurrence.insert_repair(db, repair)
         except sqlite3.Error as exc:
             raise self._fail("record the repair", exc) from None
 
@@ -547,6 +548,13 @@ class History:
             return recurrence.xid_boots(db, node, recurrence.last_repair_at(db, node))
         except sqlite3.Error as exc:
             raise self._fail("read Xid recurrences", exc) from None
+
+    def last_repairs(self, before: str) -> dict[str, str]:
+        """node -> its newest repair on record before `before` (a run's start, as reports write it)."""
+        try:
+            return recurrence.last_repairs(self.db, before)
+        except sqlite3.Error as exc:
+            raise self._fail("read repairs", exc) from None
 
     def repair_times(self) -> dict[str, float]:
         """node -> epoch of its last repair on record: what resumes a drain the policy resumes only after one."""

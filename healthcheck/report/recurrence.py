@@ -164,14 +164,27 @@ def gpu_resets_of(db: sqlite3.Connection, node: str, limit: int = 512) -> list[G
     return [GpuReset(*row) for row in reversed(rows)]
 
 
-def insert_repair(db: sqlite3.Connection, repair: Repair) -> None:
-    db.execute("INSERT INTO repairs (node, at, text, by) VALUES (?, ?, ?, ?)",
-               (repair.node, repair.at, repair.text[:MAX_REPAIR_TEXT], repair.by))
+def insert_repair(db: sqlite3.Connection, repair: Repair) -> bool:
+    """Put `repair` on record unless the same one (node, time, words) is already: a repair sent on
+    to the node (`hc node NODE --repaired`) lands once in a history shared with the login node.
+    Whether a row was written."""
+    text = repair.text[:MAX_REPAIR_TEXT]
+    cur = db.execute("INSERT INTO repairs (node, at, text, by) SELECT ?, ?, ?, ? WHERE NOT EXISTS "
+                     "(SELECT 1 FROM repairs WHERE node = ? AND at = ? AND text = ?)",
+                     (repair.node, repair.at, text, repair.by, repair.node, repair.at, text))
+    return bool(cur.rowcount)
 
 
 def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     row = db.execute("SELECT max(at) FROM repairs WHERE node = ?", (node,)).fetchone()
     return row[0] or "" if row else ""
+
+
+def last_repairs(db: sqlite3.Connection, before: str) -> dict[str, str]:
+    """node -> when its newest repair put on record before `before` was (as reports write times):
+    where counter rates and trends start again (orchestrate/over_time.py)."""
+    rows = db.execute("SELECT node, max(at) FROM repairs WHERE at < ? GROUP BY node", (before,)).fetchall()
+    return {node: at for node, at in rows if at}
 
 
 def repair_times(db: sqlite3.Connection) -> dict[str, float]:

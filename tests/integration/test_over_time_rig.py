@@ -94,8 +94,12 @@ def test_an_ib_e006_drain_is_resumed_only_after_a_repair_on_record(rig):
                "--format", "json", timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     assert b"repair of node2 on record" in r.stderr
+    # agentless: nothing here writes node2's own history, and hc says so (the rig's runs share one file)
+    assert b"on the node: not reached: --mode agentless" in r.stderr
     checked = json.loads(r.stdout)  # over SSH, judged against the readings the health runs recorded
     assert {a["name"]: (a["status"], a.get("nodes")) for a in checked["analyses"]}["ib.rates"] == ("PASS", NODE)
+    (note,) = found(checked["nodes"][0], "ib.rates")  # no rate across the repair: the cable was reseated
+    assert note["id"] == "ib.E007" and "repair of node2 was put on record" in note["message"]
     assert checked["nodes"][0]["status"] == "PASS"
     assert hc.node(NODE) == ("drained", "hc: ib.E006")  # hc node records and checks; it does not act
 

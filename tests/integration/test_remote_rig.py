@@ -251,6 +251,8 @@ def test_xid_recurring_across_boots_escalates_until_a_repair(site):
 
     r, report = hc(site, "node", "node1", "--mode", "agent", "--checks", "gpu.xid", "--repaired", "reseated GPU 0000:91:00.0")
     assert b"repair of node1 on record" in r.stderr
+    # sent on to node1's hc over SSH (agent), which found it in the history the rig's runs share
+    assert b"on the node: already on record in the node's history" in r.stderr, r.stderr
     assert ("gpu.E025", "FAIL") not in ids(by_node(report)["node1"])  # counted again from the repair
     audited = [json.loads(line) for line in (site.dir / "audit.jsonl").read_text().splitlines()]
     assert [(a["action"], a["nodes"]) for a in audited] == [("repair", "node1")]

@@ -493,3 +493,83 @@ def test_busy_readings_are_no_idle_points_and_a_flat_noisy_idle_temperature_neve
     busy_gpu5 = [m for _, node in runs[1::2] for m in node.metrics if m.component == "GPU5"]
     assert [m.name for m in busy_gpu5].count("temperature_c") == 60
     assert not [m for m in busy_gpu5 if m.name == "temperature_idle_c"]
+
+
+# ------------------------------------------------- issue 23 section 4: a repair on record
+#
+# `hc node NODE --repaired TEXT` puts a repair in the history (report/recurrence.py's repairs
+# table); the readings before it are of the part replaced or reseated. An HCA port's counters do
+# not start again when its cable is replaced: only the repair on record says where they do.
+
+
+def repair(history: History, at: dt.datetime, node: str = NODE) -> None:
+    from healthcheck.report.recurrence import Repair
+
+    history.record_repair(Repair(node, iso(at), "replaced the cable of mlx5_0 port 1", "ops"))
+
+
+def test_a_trend_starts_again_at_a_repair_on_record(tmp_path):
+    # symbol_error climbing 100 every 6 hours toward 1000 (a trend WARN), then the cable is
+    # replaced: the port's count stays at 700 and stops rising. The old cable's climb is no
+    # slope of the new one's: no trend after the repair.
+    values = [100 * i for i in range(8)] + [700] * 6
+    runs = []
+    with History(tmp_path / "h.sqlite") as history:
+        for i, value in enumerate(values):
+            at = T0 + i * EVERY
+            if i == 8:
+                repair(history, at - dt.timedelta(minutes=30))
+            node = judged(history, at, checked(symbol_error=value))
+            runs.append((at, node))
+            record(history, at, node)
+    assert any(f.id == "trend.W001" for f in runs[7][1].findings)
+    assert trends_of(runs[8:]) == []
+    assert not any(f.id == "ib.E006" for _, node in runs for f in node.findings)
+
+
+def test_a_trend_after_a_repair_is_of_the_readings_since_it(tmp_path):
+    # the new cable is bad too: it climbs again, and its own readings (not the old one's) warn
+    values = [100 * i for i in range(8)] + [700 + 40 * i for i in range(8)]
+    runs = []
+    with History(tmp_path / "h.sqlite") as history:
+        for i, value in enumerate(values):
+            at = T0 + i * EVERY
+            if i == 8:
+                repair(history, at - dt.timedelta(minutes=30))
+            node = judged(history, at, checked(symbol_error=value))
+            runs.append((at, node))
+            record(history, at, node)
+    warned = trends_of(runs[8:])
+    assert warned and all(f.status is Status.WARN for f in warned)
+    assert f"over {len(values) - 8} runs" in warned[-1].message  # only the runs since the repair
+    assert "over 4 runs" in warned[0].message  # trends.min_runs of the new readings, none of the old
+
+
+def test_no_rate_is_taken_across_a_repair_on_record(tmp_path):
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, checked(symbol_error=3))
+        repair(history, T0 + dt.timedelta(minutes=30))
+        repair(history, T0 + dt.timedelta(minutes=40), node="gpu002")  # another node's: not this one's
+        node = judged(history, T0 + dt.timedelta(hours=1), checked(symbol_error=503))
+        record(history, T0 + dt.timedelta(hours=1), node)
+        repair(history, T0 + dt.timedelta(hours=3))  # after the next run started: not yet on record for it
+        again = judged(history, T0 + dt.timedelta(hours=2), checked(symbol_error=1003))
+    # 500 in an hour is above 120/hour, but 3 was the replaced cable's count: a note, no rate
+    assert new(node) == [("ib.E007", "PASS", "")]
+    note = next(f for f in node.findings if f.id == "ib.E007")
+    assert "repair of gpu001 was put on record since its previous reading" in note.message
+    assert "2026-11-01T00:30:00" in (note.evidence or "")
+    assert node.status is not Status.FAIL
+    # the next run's rate is taken from the reading after the repair
+    assert new(again) == [("ib.E006", "FAIL", "mlx5_0/1:symbol_error")]
+
+
+def test_a_gpu_rate_across_a_repair_is_a_note(tmp_path):
+    config = fabric_config(tmp_path, "gpu:\n  rates:\n    ecc_volatile_corrected: {any_increase: WARN}\n")
+    with History(tmp_path / "h.sqlite") as history:
+        record(history, T0, gpu_run(config, SMI_Q, 3, ecc_volatile_corrected=5))
+        repair(history, T0 + dt.timedelta(hours=1))
+        over = judge_over_time(config, history, [gpu_run(config, SMI_Q, 3, ecc_volatile_corrected=9)],
+                               T0 + dt.timedelta(hours=2))
+    rated = [(f.id, f.status) for f in over.nodes[0].findings if f.check == "gpu.rates"]
+    assert rated == [("gpu.E016", Status.PASS)]

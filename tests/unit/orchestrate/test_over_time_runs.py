@@ -156,3 +156,29 @@ def test_a_health_run_resumes_an_ib_e006_drain_only_after_a_repair(tmp_path, mon
     record_repairs(config.main, ["n1"], "replaced the transceiver")
     hooks.run_hook("health", config, env, node="n1")
     assert (tmp_path / "scontrol.log").read_text().strip() == "update nodename=n1 state=resume"
+
+
+def test_the_sweep_after_a_repair_resumes_the_node_whatever_the_old_cable_logged(tmp_path, monkeypatch):
+    """The link flapped once more before the cable was replaced (link_downed 1 -> 2 across
+    the repair): that rise is the old cable's, so the sweep after the repair takes no rate across
+    it (an ib.E007 note) and resumes the node; the sweep after that judges the new cable."""
+    from healthcheck.actions.repairs import record_repairs
+
+    sweep(setup(tmp_path, monkeypatch, {"link_downed": 0}))
+    assert sweep(setup(tmp_path, monkeypatch, {"link_downed": 1})).report.nodes[0].action.kind == "drain"
+    at = (dt.datetime.now() - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    def drained_in_slurm(config):
+        write_stub(tmp_path / "bin", "sinfo", f"printf 'n1|drained|{at}|hc: ib.E006\\n" +
+                   "".join(f"n{i}|idle|Unknown|none\\n" for i in range(2, 10)) + "'\n")
+        return config
+
+    config = drained_in_slurm(setup(tmp_path, monkeypatch, {"link_downed": 2}))
+    record_repairs(config.main, ["n1"], "replaced the cable of mlx5_0 port 1")
+    after = sweep(config).report.nodes[0]
+    assert [(f.id, f.status) for f in after.findings if f.check == "ib.rates"] == [("ib.E007", Status.PASS)]
+    assert after.status is not Status.FAIL and after.action is not None and after.action.kind == "resume"
+    assert "update nodename=n1 state=resume" in (tmp_path / "scontrol.log").read_text()
+    # the new cable flaps too: judged from the reading after the repair
+    again = sweep(setup(tmp_path, monkeypatch, {"link_downed": 3})).report.nodes[0]
+    assert [(f.id, f.status) for f in again.findings if f.check == "ib.rates"] == [("ib.E006", Status.FAIL)]
