@@ -1657,19 +1657,55 @@ def read_every(handlers: Sequence[Handler[S]], state: S, line: Line) -> bool:
     return found
 
 
+class ChainedRead(Generic[S]):
+    """A chained handler's `read` (`chained`): its own read, then, where that read the line,
+    every later handler of its chain (`rest`) whose test holds reads it too. `HandlersByText`
+    knows it by its type, to read the rest from the tests it already made."""
+
+    __slots__ = ("read", "rest")
+
+    def __init__(self, read: Callable[[S, Line], bool], rest: Sequence[Handler[S]]) -> None:
+        self.read = read
+        self.rest = tuple(rest)
+
+    def __call__(self, state: S, line: Line) -> bool:
+        if not self.read(state, line):
+            return False
+        read_every(self.rest, state, line)
+        return True
+
+
 def chained(handlers: Sequence[Handler[S]]) -> tuple[Handler[S], ...]:
     """The handlers as a first-match table (for `dispatch`, which names the first that reads
     a line) in which that first one lets every later one read the line too (`read_every`):
     each reads a line once."""
-    def then_every(read: Callable[[S, Line], bool], rest: Sequence[Handler[S]]) -> Callable[[S, Line], bool]:
-        def read_and_rest(state: S, line: Line) -> bool:
-            if not read(state, line):
-                return False
-            read_every(rest, state, line)
-            return True
-        return read_and_rest
+    return tuple(Handler(h.name, h.when, ChainedRead(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
 
-    return tuple(Handler(h.name, h.when, then_every(h.read, handlers[i + 1:])) for i, h in enumerate(handlers))
+
+def _then(read: Callable[[S, Line], bool], rest: tuple[Callable[[S, Line], bool], ...]) -> Callable[[S, Line], bool]:
+    """`read`, then, where it read the line, each of `rest` reads it too."""
+    def read_and_rest(state: S, line: Line) -> bool:
+        if not read(state, line):
+            return False
+        for then in rest:
+            then(state, line)
+        return True
+    return read_and_rest
+
+
+def tested_reads(found: Sequence[Handler[S]], text: str) -> tuple[tuple[str, Callable[[S, Line], bool]], ...]:
+    """Each handler of `text`'s tested table (`found`: those whose test holds for it, in
+    order) as (name, read), to be called with no test again (`HandlersByText.dispatch`); a
+    chained handler's read then lets the later handlers of its chain whose tests hold for
+    `text` read the line, tested here once rather than by `read_every` on every line."""
+    reads: list[tuple[str, Callable[[S, Line], bool]]] = []
+    for handler in found:
+        read = handler.read
+        if isinstance(read, ChainedRead):
+            rest = tuple(h.read for h in read.rest if h.when(text))
+            read = _then(read.read, rest) if rest else read.read
+        reads.append((handler.name, read))
+    return tuple(reads)
 
 
 TESTED_TEXTS_MAX = 4096  # distinct texts whose handlers' tests one parse keeps (HandlersByText)
@@ -1693,20 +1729,54 @@ class HandlersByText(Generic[S]):
     def __init__(self, handlers: Sequence[Handler[S]], *, digit_blind: bool = False) -> None:
         self.handlers = tuple(handlers)
         self.digit_blind = digit_blind
-        self.holding: dict[str, tuple[Handler[S], ...]] = {}
+        self.holding: dict[str, _Tested[S]] = {}
 
-    def table(self, text: str) -> tuple[Handler[S], ...]:
+    def tested(self, text: str) -> _Tested[S]:
+        """The handlers whose test holds for `text`, kept for the next text with its key."""
         found = self.holding.get(text)
         if found is None:
             key = text.translate(_ZEROED) if self.digit_blind else text
             found = self.holding.get(key) if key is not text else None
             if found is None:
-                found = tuple(h for h in self.handlers if h.when(text))
-            if len(self.holding) < TESTED_TEXTS_MAX:
-                self.holding[key] = found
-                if key is not text and len(self.holding) < TESTED_TEXTS_MAX:
-                    self.holding[text] = found
+                found = _Tested(tuple(h for h in self.handlers if h.when(text)), text)
+            if len(self.holding) >= TESTED_TEXTS_MAX - 1:
+                self.holding.clear()  # bounded: a table kept for every parse of a process starts again
+            self.holding[key] = found
+            if key is not text:
+                self.holding[text] = found
         return found
+
+    def table(self, text: str) -> tuple[Handler[S], ...]:
+        """The handlers of the table whose test holds for `text`, in order."""
+        return self.tested(text).handlers
+
+    def dispatch(self, state: S, line: Line) -> str | None:
+        """`dispatch(self.table(line.text), state, line)` with no test made again: each
+        handler's test held, and a chained handler's rest is the rest of its chain in the
+        tested table (`tested_reads`)."""
+        name = None
+        for name_, read in self.tested(line.text).reads():
+            if read(state, line):
+                name = name_
+                break
+        recorded(line, name)
+        return name
+
+
+class _Tested(Generic[S]):
+    """A text's tested table (HandlersByText): its handlers, and their reads made once."""
+
+    __slots__ = ("handlers", "text", "made")
+
+    def __init__(self, handlers: tuple[Handler[S], ...], text: str) -> None:
+        self.handlers = handlers
+        self.text = text  # the text the tests were made on (one of the texts that share them)
+        self.made: tuple[tuple[str, Callable[[S, Line], bool]], ...] | None = None
+
+    def reads(self) -> tuple[tuple[str, Callable[[S, Line], bool]], ...]:
+        if self.made is None:
+            self.made = tested_reads(self.handlers, self.text)
+        return self.made
 
 
 Recorder = Callable[[Line, "str | None"], None]  # (the line, the handler that read it or None)

@@ -29,7 +29,6 @@ from healthcheck.parsers.lines import (
     HandlersByText,
     Line,
     chained,
-    dispatch,
     hard_unwrapped,
     python_logging,
     read_every,
@@ -258,6 +257,11 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
 )
 
 
+# the table's tests per text, kept for every parse of the process (a test is of the text alone;
+# the ranks' files of one job log the same lines but for their digits), every test blind to
+# digits' values
+TESTED: HandlersByText[TorchState] = HandlersByText(HANDLERS, digit_blind=True)
+
 # ---------------------------------------------------------------- the parse
 
 def _result(state: TorchState, lines: int) -> TorchLog:
@@ -307,11 +311,10 @@ def parse_torch_log(text: str, *, rank_output: bool = False, lines: list[Line] |
     state = TorchState()
     lines = [relabelled(line, torchx=True)
              for line in _commands_read(state, read_torch_lines(text) if lines is None else lines)]
-    tested = HandlersByText(HANDLERS, digit_blind=True)  # every test blind to digits' values
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)
-        if dispatch(tested.table(line.text), state, line) is None:
+        if TESTED.dispatch(state, line) is None:
             state.unrecognized.note(line)
         spawn.end_spawn_error(state, line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted

@@ -15,7 +15,8 @@ import pytest
 from support import fixture_texts
 
 from healthcheck.core.errors import ParseError
-from healthcheck.parsers.lines import HandlersByText
+from healthcheck.parsers import lines
+from healthcheck.parsers.lines import HandlersByText, dispatch
 from healthcheck.parsers.torch_log import parse_torch_log, reader
 
 
@@ -33,7 +34,8 @@ def _parsed(text: str) -> bytes:
 def _differing(texts: list[tuple[str, str]]) -> list[str]:
     tested = [_parsed(text) for _, text in texts]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(HandlersByText, "table", lambda self, text: self.handlers)  # every handler, every line
+        # every handler tested on every line, a chained handler's rest tested again (read_every)
+        mp.setattr(HandlersByText, "dispatch", lambda self, state, line: dispatch(self.handlers, state, line))
         whole = [_parsed(text) for _, text in texts]
     return [name for (name, _), a, b in zip(texts, tested, whole, strict=True) if a != b]
 
@@ -56,9 +58,30 @@ def test_every_fixture_parses_the_same_with_each_text_tested_once():
 def test_the_differential_catches_a_table_kept_for_another_text(monkeypatch):
     """The comparison can fail: tables kept by a text's first 30 characters (lines of one
     NCCL process share them) read lines through another line's handlers, and facts differ."""
-    real = HandlersByText.table
-    monkeypatch.setattr(HandlersByText, "table", lambda self, text: real(self, text[:30]))
+    real = HandlersByText.tested
+    monkeypatch.setattr(HandlersByText, "tested", lambda self, text: real(self, text[:30]))
     assert _differing([("again", _AGAIN), *_texts()[:400]])
+
+
+def test_the_differential_catches_a_chain_whose_rest_is_left_out(monkeypatch):
+    """The comparison can fail where a chained handler's rest is taken from the tested table:
+    a rest left out (only the first message of a line read) changes facts (a watchdog
+    timeout's line also holds the abort and the NCCL error)."""
+    monkeypatch.setattr(lines, "tested_reads", lambda found, text: tuple(
+        (h.name, h.read.read if isinstance(h.read, lines.ChainedRead) else h.read) for h in found))
+    monkeypatch.setattr(reader, "TESTED", HandlersByText(reader.HANDLERS, digit_blind=True))
+    assert _differing([("again", _AGAIN), *_texts()[:400]])
+
+
+def test_the_tables_kept_are_bounded_and_start_again(monkeypatch):
+    """A process's kept tables (reader.TESTED serves every parse) never pass
+    TESTED_TEXTS_MAX texts: full, they start again, and a text is still answered right."""
+    monkeypatch.setattr(lines, "TESTED_TEXTS_MAX", 8)
+    seen = HandlersByText(reader.HANDLERS)
+    for n in range(40):
+        names = [h.name for h in seen.table(f"gpu0:1:1 [0] NCCL INFO NCCL version 2.{n}.9")]
+        assert len(seen.holding) <= 8
+        assert "nccl-version" in names
 
 
 def test_a_text_seen_again_is_tested_once():
