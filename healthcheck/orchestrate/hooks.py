@@ -77,19 +77,6 @@ def _judged_over_history(kind: str, config: Config, report: Report) -> tuple[Rep
     return report, notes, history
 
 
-def _repair_times(history: Any, notes: list[str]) -> dict[str, float]:
-    """node -> epoch of its last repair on record, from a health run's history (what resumes a
-    drain for a resume_after_repair_only ID); none where none is kept or it cannot be read."""
-    if history is None:
-        return {}
-    try:
-        times: dict[str, float] = history.repair_times()
-    except HcError as exc:
-        notes.append(f"repairs not read: {exc}")
-        return {}
-    return times
-
-
 class HookResult(msgspec.Struct):
     report: Report
     exit_code: int
@@ -177,7 +164,7 @@ def run_hook(kind: str, config: Config, env: Mapping[str, str], *, dry_run: bool
         acting = functools.partial(act, report, settings=settings, client=client, audit=audit,
                                    resume=(kind == "health" and resume is not False), dry_run=dry_run,
                                    extra_drains=extra, boot_times={node: b} if (b := boot_time()) else None,
-                                   repair_times=_repair_times(history, history_notes))
+                                   repair_times=history.repair_times_noted(history_notes) if history else {})
         try:
             with state.lock(settings.lock_timeout_s):
                 outcome = acting()

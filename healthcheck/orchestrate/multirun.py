@@ -124,7 +124,7 @@ def run_many(config: Config, request: RunRequest,
     warnings[:0] = leftovers.notes  # said first: it happened first
     run = MultiRun(report=report, warnings=warnings)
     if request.act:
-        _act(config, request, run, _repair_times(history, warnings))
+        _act(config, request, run, history.repair_times_noted(warnings) if history is not None else {})
     if history is not None:
         try:
             history.record(run.report)
@@ -159,19 +159,6 @@ def _pair_tests(config: Config, request: RunRequest, results: list[NodeResult], 
     pair_run = run_pairs(config, results, exhaustive=request.exhaustive, watch=watch)
     warnings += pair_run.notes
     return pair_run
-
-
-def _repair_times(history, warnings: list[str]) -> dict[str, float]:
-    """node -> epoch of its last repair on record (what resumes a drain for a resume_after_repair_only
-    ID); none, and a note, where the history cannot be read: such a drain then stays."""
-    if history is None:
-        return {}
-    try:
-        times: dict[str, float] = history.repair_times()
-    except HcError as exc:
-        warnings.append(f"repairs not read: {exc}")
-        return {}
-    return times
 
 
 def _act(config: Config, request: RunRequest, run: MultiRun, repair_times: dict[str, float]) -> None:

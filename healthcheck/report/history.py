@@ -563,6 +563,15 @@ class History:
         except sqlite3.Error as exc:
             raise self._fail("read repairs", exc) from None
 
+    def repair_times_noted(self, notes: list[str]) -> dict[str, float]:
+        """repair_times(), or none and a note where they cannot be read: a drain that only a
+        repair resumes then stays, and the operator is told why."""
+        try:
+            return self.repair_times()
+        except HcError as exc:
+            notes.append(f"repairs not read: {exc}")
+            return {}
+
     def xid_rows(self, node: str, limit: int) -> list[dict[str, Any]]:
         """`node`'s newest `limit` recorded Xids (GPU, code, run, boot id), oldest first."""
         try:
