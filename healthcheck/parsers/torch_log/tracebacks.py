@@ -169,7 +169,11 @@ def read_terminate(state: TorchState, line: Line) -> bool:
     index = state.add("exceptions", ExceptionRaised(
         **where(line), type=m.group(1) if m else "", native=True, message="" if m else clip(b.strip(), MESSAGE_MAX)))
     if m and index >= 0:
-        state.start("terminate", index, rank_key(line))
+        key = rank_key(line)
+        # two processes' terminate lines before either's what() (unlabelled, interleaved): the
+        # second's waits for the what() after the first's (continued.read_what)
+        waiting = state.open.get(("terminate", key)) is not None
+        state.start("terminate-next" if waiting else "terminate", index, key)
     return True
 
 
