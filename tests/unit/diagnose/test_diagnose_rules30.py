@@ -131,3 +131,12 @@ def test_a_failed_child_anchored_with_no_gap_is_named(tmp_path):
             f"{api}[ERROR] failed (exitcode: -11) local_rank: 1 (pid: 501) of binary: /usr/bin/python\n")
     v = diagnose_paste(tmp_path, text)
     assert v.cls == "dead-rank" and named_ranks(v) == [1], v.summary
+
+
+def test_a_cut_traceback_beside_other_ranks_warnings_names_none(tmp_path):
+    text = ("201: :41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available\n"
+            "201: Traceback (most recent call last):\n"
+            "201:   File \"/x/pretrain_gpt.py\", line 124, in <module>\n"
+            "202: :41368:41368 [2] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available\n")
+    v = diagnose_paste(tmp_path, text)
+    assert v.cls != "dead-rank" and named_ranks(v) == [], v.summary
