@@ -7,7 +7,10 @@ death: it may be a victim's. It names the culprit only as the last resort, where
 failure the text holds: no rank's first error, no timeout, no other fact the torch log reader
 makes of any line (no warning, set-up failure, tool's statement of an end: Megatron's ranks each
 warning `NCCL WARN Error : no algorithm/protocol available` while one's traceback is cut are
-all failing), and the ranks cut are fewer than every rank the text shows (all of them raising
+all failing), and the cut traceback's header is in the text (a paste of frames only, torchrec's `[rank0]:`
+frames with no header, shows a fragment, not a rank's end: field-4; unprefixed frames after a
+prefixed header are that traceback's own), and the ranks cut are
+fewer than every rank the text shows (all of them raising
 is the collective's end, not one rank's).
 """
 
@@ -28,7 +31,7 @@ def _cuts(col: Collected) -> dict[int, tuple[str, int | None]]:
             continue
         for c in f.log.cut_tracebacks:
             r = fact_rank(c, f.rank)
-            if r is not None and r not in out:
+            if c.headed and r is not None and r not in out:
                 out[r] = (f.source, c.line)
     return out
 

@@ -140,3 +140,12 @@ def test_a_cut_traceback_beside_other_ranks_warnings_names_none(tmp_path):
             "202: :41368:41368 [2] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available\n")
     v = diagnose_paste(tmp_path, text)
     assert v.cls != "dead-rank" and named_ranks(v) == [], v.summary
+
+
+def test_frames_with_no_header_name_none(tmp_path):
+    text = ("[rank0]:   File \"/x/module.py\", line 1736, in _wrapped_call_impl\n"
+            "[rank0]:     return self._call_impl(*args, **kwargs)\n"
+            "[rank0]:   File \"/x/types.py\", line 319, in wait\n"
+            "[rank0]:     ret: W = self._wait_impl()\n")
+    v = diagnose_paste(tmp_path, text)
+    assert named_ranks(v) == [], v.summary
