@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from healthcheck.diagnose.afterfault import aborted_after_faults
 from healthcheck.diagnose.analysis import log_evidence
-from healthcheck.diagnose.cleanupkill import cleanup_kills
+from healthcheck.diagnose.cleanupkill import FAULTS, cleanup_kills
+from healthcheck.diagnose.cuttraces import cut_raisers
 from healthcheck.diagnose.findings import Confidence, Evidence, JobFinding, job_finding
 from healthcheck.diagnose.firstchild import (
     earliest_box_failure,
@@ -434,6 +435,25 @@ def _member_ends(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> No
         acc.basis = acc.basis or "a tool's statement of each rank's end; the ranks' own output is not in the text"
 
 
+def _faulted_too(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """Ranks a tool states ending on a fault signal (HPE MPT's `Rank 57(g:57) received signal
+    SIGSEGV(11).`) beside the ranks the launcher's own report named (srun's `task 0:
+    Segmentation fault`): each faulted of its own, so each is a culprit."""
+    if not acc.ranks or any("SIG" not in why and "egmentation" not in why for why in acc.ranks.values()):
+        return
+    for rank, why, item in member_ends(col, firsts):
+        if rank not in acc.ranks and any(f"({s})" in why for s in FAULTS):
+            acc.name(rank, why, item)
+
+
+def _cut_raisers(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
+    """The rank whose traceback, cut before its exception line, is all the failure shown (cuttraces.py)."""
+    for rank, why, item in cut_raisers(col, firsts):
+        acc.name(rank, why, item)
+        acc.unsure = True
+        acc.basis = acc.basis or "the rank's traceback, cut before its exception line; no other rank shows a failure"
+
+
 def _their_words(col: Collected, ranks: list[int], acc: _Dead) -> None:
     """What the ranks that left without a traceback last logged (a SIGTERM handler's reason)."""
     words = last_words(col)
@@ -526,6 +546,10 @@ def dead_rank(col: Collected) -> JobFinding | None:
         _early_exits(col, firsts, acc)
     if not acc.items:
         _member_ends(col, firsts, acc)
+    if not acc.items:
+        _cut_raisers(col, firsts, acc)
+    else:
+        _faulted_too(col, firsts, acc)
     if not acc.items:
         return None
     only_gone = bool(acc.ranks) and set(acc.ranks) == set(acc.gone) and len(acc.items) == len(acc.gone)

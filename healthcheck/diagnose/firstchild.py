@@ -22,8 +22,12 @@ error, the failed child is the dead rank, read with care:
   pids are shown consecutive: the pids sent a closing signal run without a gap (two or
   more), and a pid between that run and the failed child's got none
   (`unreported_children`: `failed ... local_rank: 0 (pid: 7331)` after closing signals to
-  7334-7338 leaves 7332 and 7333, local ranks 1 and 2, ended unreported). Where the closed
-  pids are spread (threads took pids between the spawns) or one alone, nothing is read;
+  7334-7338 leaves 7332 and 7333, local ranks 1 and 2, ended unreported). The spawn is shown
+  consecutive too where the failed child's pid less its local rank is the lowest closed pid
+  (local rank 0's): `failed ... local_rank: 1 (pid: 750662)` after closing signals to 750661,
+  750664 and 750668 leaves 750663 and 750665-750667 ended unreported. Where the closed pids
+  are spread (threads took pids between the spawns) with no such anchor, or one alone,
+  nothing is read;
 * a local rank is the global rank only where the text shows one launcher's children and
   nothing beyond them (one node): no torchrun block or rank record naming another host or
   a rank off its local rank, no rank heard and no world size past the children the agent
@@ -137,7 +141,15 @@ def unreported_children(col: Collected, failed: WorkerFailed) -> list[int]:
     its spawn took consecutive pids on this node), each pid between that run and the failed
     child's that got none; [] where the pids do not show it."""
     closed = sorted({p for p in _closed(col) if p is not None})
-    if failed.pid is None or len(closed) < 2 or closed[-1] - closed[0] != len(closed) - 1:
+    if failed.pid is None or not closed:
+        return []
+    if failed.local_rank is not None and closed[0] == failed.pid - failed.local_rank:
+        # the failed child's pid less its local rank is a closed pid: local rank 0's, the
+        # spawn's pids aligned with the local ranks; a pid up to the last named that got
+        # no closing signal and is not the failed one was a child that had ended
+        last = max(closed[-1], failed.pid)
+        return [p for p in range(closed[0], last + 1) if p not in closed and p != failed.pid]
+    if len(closed) < 2 or closed[-1] - closed[0] != len(closed) - 1:
         return []
     if failed.pid < closed[0]:
         return list(range(failed.pid + 1, closed[0]))

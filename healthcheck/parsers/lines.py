@@ -785,6 +785,11 @@ def torn_pieces(text: str) -> list[str]:
 # (vLLM v1's `(VllmWorker rank=3 pid=406) `, `(VllmWorker TP3 pid=406) `, `(EngineCore_0 pid=9) `)
 _RAY = lazy_compile(r"\((?:[\w.\-]{1,64} )?(?:[\w.\-]{1,32}(?:=[\w.\-]{1,32})? ){0,3}pid=\d{1,10}"
                     r"(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
+# the rank such a name states (vLLM v1's `rank=3` or `TP3`, its tensor-parallel rank)
+_RAY_RANK = lazy_compile(r" (?:rank=|TP)(\d{1,7}) ", re.ASCII)
+# SGLang's scheduler prefix: `[2025-04-21 04:13:43 TP3] ` (its tensor-parallel rank, the
+# job's rank where no DP/PP rank is shown; `EP3` may follow)
+_SGLANG_TP = lazy_compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP(\d{1,5})(?: EP\d{1,5})?\] ", re.ASCII)
 # kubectl logs --prefix: `[pod/<pod>/<container>] ` (`[pod/web-f4c54c7fc-r5d9h/nginx] `)
 # PyTorch Lightning's rank_prefixed_message (`[rank: 1] message`): the global rank, as `[rank1]:`
 _LIGHTNING_RANK = lazy_compile(r"\[rank: (\d{1,7})\] ", re.ASCII)
@@ -1000,6 +1005,11 @@ def _label(body: str, taken: _Taken) -> int:
             end = m.end() + (body[m.end():m.end() + 1] == " ")
             taken.take("rank", body[:end], rank=int(m.group(1)))
             return end
+    if "rank" not in taken.kinds and body.startswith("[2"):
+        m = _SGLANG_TP.match(body)
+        if m:
+            taken.take("rank", m.group(0), rank=int(m.group(1)))
+            return m.end()
     if "rank" not in taken.kinds and body.startswith("[rank: "):
         m = _LIGHTNING_RANK.match(body)
         if m:
@@ -1024,6 +1034,9 @@ def _runner(body: str, taken: _Taken) -> int:
         m = _STREAM_TAG.match(body)
     if m:
         taken.take("runner", m.group(0), runner=m.group(0).rstrip())
+        r = _RAY_RANK.search(m.group(0)) if first[:1] == "(" and "rank" not in taken.kinds else None
+        if r is not None:
+            taken.take("rank", "", rank=int(r.group(1)))
         return m.end()
     return 0
 

@@ -64,17 +64,20 @@ def _last_error(text: str) -> dict[str, object]:
 
 def read_what(state: TorchState, line: Line) -> bool:
     """`what():  <message>` after `terminate called after throwing an instance of 'T'`: the
-    exception's message (True); another line of the same rank ends the wait (False)."""
+    exception's message (True); another line of the same rank ends the wait (False), but a
+    second process's terminate line before the first's what() waits for the next what()."""
     if not state.open:
         return False
     key = rank_key(line)
-    o = state.find_open("terminate", key)
-    if o is None:
-        return False
     stripped = line.text.lstrip()
     what = stripped.startswith(_WHAT)
+    o = state.find_open("terminate", key) or (state.find_open("terminate-next", key) if what else None)
+    if o is None:
+        return False
+    if stripped.startswith("terminate called after"):
+        return False  # another process's terminate line: both wait for their what() (read_terminate)
     if o.key == key or what:
-        state.close("terminate", o.key)
+        state.close(o.kind, o.key)
     if what:
         message = clip(stripped[len(_WHAT):].strip(), MESSAGE_MAX)
         raised = state.facts["exceptions"][o.index] if 0 <= o.index < len(state.facts["exceptions"]) else None

@@ -243,7 +243,10 @@ class FingerprintRan(_Fact, frozen=True, omit_defaults=True, kw_only=True):
 class TracebackCut(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """A traceback a rank's lines open (`Traceback (most recent call last):`) that the text
     ends before its exception line (a paste cut it, or the rank died while printing it): the
-    rank was raising something, what is unknown. `line` is its header's."""
+    rank was raising something, what is unknown. `line` is its header's, or its first frame's
+    where the text starts inside it (`headed` False: the text holds no start of it)."""
+
+    headed: bool = False
 
 
 class HarnessCaught(_Fact, frozen=True, omit_defaults=True, kw_only=True):

@@ -7,7 +7,8 @@ per sentence misses the next tool's. The statements share one grammar, read here
 
 * SUBJECT: an indexed member of the job: `rank`, `process`, `proc`, `task`, `trainer`,
   `worker`, `replica`, `local_rank`, its index as tools print it (`rank 3`, `Rank 3`,
-  `rank=3`, `rank: 3`, `rank=[3]`, a list `rank=[1, 2, 3]`), then at most a bracketed
+  `rank=3`, `rank: 3`, `rank=[3]`, a list `rank=[1, 2, 3]`, a named worker process
+  `Worker proc VllmWorker-1` as vLLM v1's executor prints it), then at most a bracketed
   aside (`(g:0)`, `(pid 123)`), `with pid N`, `on host H` / `on node H` or `of N`;
 * not after a preposition (`Proxy Call to rank 1 failed`: the member is the object);
 * PREDICATE, right after it (`was`, `has been`, `has`, `had`, `got`, `is` allowed before):
@@ -37,7 +38,8 @@ from healthcheck.parsers.torch_log.state import TorchState, agent_where
 
 _NOUNS = r"(?P<noun>[Rr]ank|RANK|[Pp]rocess|[Pp]roc|[Tt]ask|TASK|[Tt]rainer|[Ww]orker|[Rr]eplica|local_rank)"
 _INDEX = (r"(?:=\[(?P<list>\d{1,7}(?:, {0,2}\d{1,7}){0,63})\]"
-          r"|(?:=|: ?| {1,3}#?)(?P<one>\d{1,7})(?![\d.:/-]\d))")
+          r"|(?:=|: ?| {1,3}#?|(?P<named> {1,3}[A-Za-z]{0,24}(?:Worker|Proc|Process|Rank)[-_]))"
+          r"(?P<one>\d{1,7})(?![\d.:/-]\d))")
 _ASIDE = (r"(?: {0,2}\([^()]{1,64}\))?"
           r"(?: with pid \d{1,10}| on (?:host|node) \S{1,256}| of (?P<of>\d{1,7}))?")
 _VERB = (r",? {1,3}(?:(?:was|has been|has|had|got|is|just) {1,3})?"
@@ -107,8 +109,10 @@ def read_member_end(state: TorchState, line: Line) -> bool:
         if not signal and verb in ("segmentation fault", "segfaulted"):
             signal = "SIGSEGV"
         code = _code_of(rest) if not signal else None
+        # a named worker's index is its place among the workers, not a pid
+        noun = "worker" if m.group("named") else m.group("noun").lower()
         state.add("member_ends", MemberEnd(
-            **agent_where(line), noun=m.group("noun").lower(), members=members, verb=verb, signal=signal,
+            **agent_where(line), noun=noun, members=members, verb=verb, signal=signal,
             exitcode=code, world=_world_of(text, m)))
         found = True
     return found

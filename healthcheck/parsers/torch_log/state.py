@@ -213,10 +213,27 @@ def group_of(message: str) -> dict:
     return {"pg_rank": to_int(rank), "pg_id": pg_id or "", "pg_name": guid or "", "pg_desc": desc or ""}
 
 
+# an exception's message ending with the rank that raised it (DeepBench's `NCCL failure: unhandled
+# cuda error in nccl_mpi_all_reduce.cu at line: 86 rank: 0`); not a peer it names (`by remote rank 3`)
+_END_RANK = re.compile(r"(?:^|[\s,;(])[Rr]ank[:=]? ?(\d{1,7})\)?[.!]?\s*$")
+_PEER_BEFORE = re.compile(r"\b(?:to|from|with|by|of|at|on|for|remote|peer|other|and|or)\s*$", re.IGNORECASE)
+
+
+def end_named_rank(message: str) -> int | None:
+    """The rank an exception's message ends by naming as its own (`... rank: 0`), or None."""
+    tail = message[-64:]
+    m = _END_RANK.search(tail)
+    if m is None or _PEER_BEFORE.search(tail, 0, m.start() + 1) is not None:
+        return None
+    return int(m.group(1))
+
+
 def said_by(message: str, rank: int | None) -> dict:
     """What an exception's message says of the rank that raised it, where its line's labels
     named none (`rank` None): the rank it names as its own, and its `[PG ... Rank N]`."""
     if rank is not None or not message:
         return {}
     named = self_named_rank(message)
+    if named is None:
+        named = end_named_rank(message)
     return group_of(message) | ({"rank": named} if named is not None else {})

@@ -45,6 +45,8 @@ def read_header(state: TorchState, line: Line) -> bool:
     key = rank_key(line)
     state.tracebacks[key] = min(state.tracebacks.get(key, 0) + 1, TRACEBACKS_MAX)
     _opened(state, key, line)
+    if key in state.traceback_at:
+        state.traceback_at[key] = {**state.traceback_at[key], "headed": True}
     state.frames.pop(key, None)
     state.chains.pop(key, None)
     state.setup_steps.pop(key, None)
@@ -169,7 +171,11 @@ def read_terminate(state: TorchState, line: Line) -> bool:
     index = state.add("exceptions", ExceptionRaised(
         **where(line), type=m.group(1) if m else "", native=True, message="" if m else clip(b.strip(), MESSAGE_MAX)))
     if m and index >= 0:
-        state.start("terminate", index, rank_key(line))
+        key = rank_key(line)
+        # two processes' terminate lines before either's what() (unlabelled, interleaved): the
+        # second's waits for the what() after the first's (continued.read_what)
+        waiting = state.open.get(("terminate", key)) is not None
+        state.start("terminate-next" if waiting else "terminate", index, key)
     return True
 
 
@@ -245,7 +251,9 @@ def _may_end_traceback(b: str) -> bool:
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
-    Handler("traceback", lambda b: b.startswith(_HEADER), read_header),
+    # the header alone, or ending a line that says why (SGLang's `Scheduler hit an exception:
+    # Traceback (most recent call last):`)
+    Handler("traceback", lambda b: b.startswith(_HEADER) or b.rstrip().endswith(": " + _HEADER), read_header),
     Handler("thread-exception", lambda b: b.startswith(_THREAD_HEAD), read_thread_head),
     Handler("traceback-frame", lambda b: b[:1] in " \t", read_frame),
     Handler("rich-traceback", lambda b: b.startswith("╭"), read_rich_header),
