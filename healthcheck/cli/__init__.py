@@ -89,6 +89,8 @@ Environment (an option given on the command line wins over its variable):
   HC_RUN_LOG_DIR   where hc run keeps NCCL logs, dumps and output (--log-dir)
   HC_NODE_NAME     this node's name (else SLURMD_NODENAME, else the hostname)
   HC_HOST          the host a report says it was made on (else the hostname)
+  HC_AGENT=1       set by hc for the hc it starts on a node (agent mode, a sweep's
+                   tasks): that run neither reads nor records the run history
   HC_NVML_REPLAY   replay this NVML recording instead of asking NVML
   HC_SYSLOG_SOCKET where the hooks' syslog line goes (/dev/log; empty: none)
   HC_CACHE_DIR     where parsed config files are kept (root: /var/cache/hc/config;
