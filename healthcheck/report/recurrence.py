@@ -180,21 +180,19 @@ def last_repair_at(db: sqlite3.Connection, node: str) -> str:
     return row[0] or "" if row else ""
 
 
-def last_repairs(db: sqlite3.Connection, before: str) -> dict[str, str]:
-    """node -> when its newest repair put on record before `before` was (as reports write times):
-    where counter rates and trends start again (orchestrate/over_time.py)."""
-    rows = db.execute("SELECT node, max(at) FROM repairs WHERE at < ? GROUP BY node", (before,)).fetchall()
+def last_repairs(db: sqlite3.Connection, before: str | None = None) -> dict[str, str]:
+    """node -> when its newest repair put on record (before `before`, where given) was, as reports
+    write times: where counter rates and trends start again (orchestrate/over_time.py)."""
+    if before is None:
+        rows = db.execute("SELECT node, max(at) FROM repairs GROUP BY node").fetchall()
+    else:
+        rows = db.execute("SELECT node, max(at) FROM repairs WHERE at < ? GROUP BY node", (before,)).fetchall()
     return {node: at for node, at in rows if at}
 
 
 def repair_times(db: sqlite3.Connection) -> dict[str, float]:
     """node -> when its last repair was put on record (epoch seconds), for every node with one."""
-    out = {}
-    for node, at in db.execute("SELECT node, max(at) FROM repairs GROUP BY node").fetchall():
-        when = _when(at or "")
-        if when is not None:
-            out[node] = when.timestamp()
-    return out
+    return {node: when.timestamp() for node, at in last_repairs(db).items() if (when := _when(at)) is not None}
 
 
 def xid_boots(db: sqlite3.Connection, node: str, since: str, limit: int = 512) -> dict[tuple[str, int], list[str]]:
