@@ -158,6 +158,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return RigGroupScheduling(config, log)
 
 
+class WorkerTimes:
+    """Each xdist worker's busy seconds (its tests' setup, call and teardown) and tests, for
+    the line CI prints at the end: which worker was the long pole, and how far the others
+    were behind it (the rig groups' workers run their group first)."""
+
+    def __init__(self) -> None:
+        self.busy: dict[str, float] = {}
+        self.tests: dict[str, int] = {}
+        self.groups: dict[str, set[str]] = {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+        if worker is None:
+            return
+        self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
+        if report.when == "call":
+            self.tests[worker] = self.tests.get(worker, 0) + 1
+        if "/integration/" in report.nodeid or report.nodeid.startswith("tests/integration/"):
+            self.groups.setdefault(worker, set()).add(report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.busy:
+            return
+        terminalreporter.write_sep("=", "busy seconds per worker")
+        for worker in sorted(self.busy):
+            files = len(self.groups.get(worker, ()))
+            terminalreporter.write_line(f"{worker}: {self.busy[worker]:7.1f} s busy, {self.tests.get(worker, 0)} tests,"
+                                        f" {files} integration files")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller: it receives every worker's reports
+        config.pluginmanager.register(WorkerTimes(), "hc-worker-times")
+
+
 def _test_files(args: list[str]) -> int:
     """How many test files the command line names (a directory: the test files under it)."""
     count = 0
