@@ -277,19 +277,29 @@ IDLE_QUIET = frozenset({
     "exception",  # a traceback open (tracebacks), else an exception's head: tracebacks.raises_unframed
 })
 IDLE_SKIP = True  # the differential test reads every fixture with it off too
-QUIET_TEXTS_MAX = 8192  # distinct texts whose quiet answer the process keeps
+QUIET_TEXTS_MAX = 8192  # distinct texts (and tested tables) whose quiet answer the process keeps
 _QUIET: dict[str, bool] = {}
+_QUIET_TABLES: dict[int, tuple[tuple[Handler[TorchState], ...], bool]] = {}  # by the table's id, it held
 
 
 def quiet(text: str) -> bool:
     """Whether no handler of the table reads a line of `text` while the parser is `idle`:
-    every handler whose test holds is one of IDLE_QUIET, and the text is none of those
-    that read it anyway (kept per text for every parse of the process, bounded)."""
+    every handler whose test holds is one of IDLE_QUIET (asked once a tested table), and
+    the text is none of those that read it anyway (kept per text for every parse of the
+    process, bounded)."""
+    table = TESTED.table(text)
+    known = _QUIET_TABLES.get(id(table))
+    if known is None or known[0] is not table:
+        known = (table, all(h.name in IDLE_QUIET for h in table))
+        if len(_QUIET_TABLES) >= QUIET_TEXTS_MAX:
+            _QUIET_TABLES.clear()
+        _QUIET_TABLES[id(table)] = known
+    if not known[1]:
+        return False
     found = _QUIET.get(text)
     if found is None:
-        found = (all(h.name in IDLE_QUIET for h in TESTED.table(text)) and not box.opens_tail(text)
-                 and not box.before_title(text) and not stall.opens_block(text)
-                 and not tracebacks.raises_unframed(text))
+        found = not (box.opens_tail(text) or box.before_title(text) or stall.opens_block(text)
+                     or tracebacks.raises_unframed(text))
         if len(_QUIET) >= QUIET_TEXTS_MAX:
             _QUIET.clear()
         _QUIET[text] = found

@@ -79,6 +79,7 @@ def test_the_differential_catches_a_line_left_unasked_that_a_handler_reads_while
     `nccl-version` counted as quiet the NCCL version lines go unread, and facts differ."""
     monkeypatch.setattr(reader, "IDLE_QUIET", reader.IDLE_QUIET | {"nccl-version"})
     monkeypatch.setattr(reader, "_QUIET", {})
+    monkeypatch.setattr(reader, "_QUIET_TABLES", {})
     assert _differing([("again", _AGAIN), *_texts()[:400]])
 
 
@@ -86,6 +87,7 @@ def test_a_text_a_quiet_handler_reads_while_idle_is_not_quiet(monkeypatch):
     """What the idle handlers read by its text alone is asked: a box's tail, the line before a
     box's title, the stall inspector's block, an exception; an NCCL INFO line is not."""
     monkeypatch.setattr(reader, "_QUIET", {})
+    monkeypatch.setattr(reader, "_QUIET_TABLES", {})
     assert reader.quiet("gpu0:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM")
     for text in ("Root Cause (first observed failure):", "torch.distributed.elastic.ChildFailedError:",
                  "Missing ranks:", "RuntimeError: NCCL error", "  exitcode  : -9 (pid: 14750)",
