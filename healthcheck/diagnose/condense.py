@@ -139,13 +139,31 @@ def _same_lines(marked: bytes) -> list[tuple[int, int, int, int]]:
         pos += count * width
 
 
+# the last ASCII text's digit-marked bytes and their runs (template_runs): a job's ranks' files
+# are one program's output, most of them the same bytes but for their digits' values
+_LAST_RUNS: list[tuple[bytes, list[Run]]] = []
+
+
 def template_runs(data: bytes) -> list[Run]:
     """The runs of lines of one template (every run of digits one mark: a template as
     loggednumbers.py makes, over bytes) of `data`, in order: found in C over stretches of
     identical digit-marked lines (`_same_lines`), so a line costs Python only where its
-    digits' count differs from the line before's; the template is made once a stretch."""
+    digits' count differs from the line before's; the template is made once a stretch.
+    The runs are a function of the marked bytes alone where `data` is ASCII (a line's width
+    is its marked line's), so an ASCII text marked as the one before it (another rank's file
+    of the same job) gets that text's runs again, compared in C: read them, never change them."""
     marked = data.translate(_DIGITS_MARKED)
     ascii_only = data.isascii()  # a line's characters are its bytes
+    if ascii_only and _LAST_RUNS and _LAST_RUNS[0][0] == marked:
+        return list(_LAST_RUNS[0][1])
+    runs = _runs(data, marked, ascii_only)
+    if ascii_only:
+        _LAST_RUNS[:] = [(marked, runs)]
+    return list(runs)
+
+
+def _runs(data: bytes, marked: bytes, ascii_only: bool) -> list[Run]:
+    """template_runs' runs of `data`, `marked` its digit-marked bytes."""
     runs: list[Run] = []
     template, at = None, 0
     squeezed: dict[bytes, bytes] = {}  # a marked line's template: a loop's few forms come again and again

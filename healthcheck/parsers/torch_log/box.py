@@ -53,11 +53,16 @@ def read_box(state: TorchState, line: Line) -> bool:
     return _box_tail(state, line)
 
 
+def before_title(text: str) -> bool:
+    """Whether a line's text ends as `ChildFailedError:` does (a box's title may follow it)."""
+    return text.rstrip().endswith("ChildFailedError:")
+
+
 def read_box_title(state: TorchState, line: Line) -> bool:
     """`PROGRAM FAILED` after a `====` border or right after `ChildFailedError:` (then a box
     with no border: loose). Every line it sees says whether a title may follow it."""
     b = line.text
-    after_error, state.after_child_error = state.after_child_error, b.rstrip().endswith("ChildFailedError:")
+    after_error, state.after_child_error = state.after_child_error, before_title(b)
     border, state.border = state.border, False
     if (border or after_error) and b.endswith(" FAILED") and len(b) < TITLE_MAX:
         state.box = FailureBox(line, b[:-7].strip(), loose=not border)
@@ -164,6 +169,17 @@ def _loose_fields(entry: dict, text: str) -> bool:
     return found
 
 
+def opens_tail(text: str) -> bool:
+    """Whether a line's text opens a failure box cut to its tail (_box_tail), whatever came before."""
+    if text.startswith(_ROOT_CAUSE) or text.strip() in _NO_OTHER:
+        return True
+    m = _BLOCK_FIELD.fullmatch(text)
+    if m is None:
+        return False
+    shape = _BOX_TAIL_FIELDS.get(m.group(2))
+    return shape is not None and shape.match(m.group(3).strip()) is not None
+
+
 def _box_tail(state: TorchState, line: Line) -> bool:
     """A failure box cut to its tail (the paste begins inside it): its `Root Cause` title,
     its Failures section's `<NO_OTHER_FAILURES>`, or a field only torchrun's box prints
@@ -171,6 +187,8 @@ def _box_tail(state: TorchState, line: Line) -> bool:
     -9 (pid: 14750)`, whatever the blanks: its value's shape is torchrun's alone) opens it
     with no program."""
     b = line.text
+    if not opens_tail(b):
+        return False
     if b.startswith(_ROOT_CAUSE):
         state.box = FailureBox(line, "", loose=True)
         state.box.section, state.torch = "root", True

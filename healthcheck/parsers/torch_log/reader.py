@@ -33,6 +33,7 @@ from healthcheck.parsers.lines import (
     python_logging,
     read_every,
     read_lines,
+    recorded,
     relabelled,
     uncollapsed,
     without_ray_repeat,
@@ -262,6 +263,64 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
 # digits' values
 TESTED: HandlersByText[TorchState] = HandlersByText(HANDLERS, digit_blind=True)
 
+# the handlers that read no line while nothing is open (`idle`) unless its text alone says so
+# (`quiet`): each returns False and changes no state then. An NCCL INFO line, most of a big
+# log's kept lines, is tested by these alone and read by none of them
+IDLE_QUIET = frozenset({
+    "wrapped-work",  # a WorkNCCL line held (pending_work)
+    "failure-box",  # an open box (box), else a box's tail: box.opens_tail
+    "failure-box-title",  # a border or `ChildFailedError:` before (border, after_child_error): box.before_title
+    "nccl-detail", "what", "fr-frame",  # an open fact (open)
+    "horovod-stall-ranks",  # its block open (stall_block), else its head: stall.opens_block
+    "desync-snapshot",  # its snapshot open (desync_seq)
+    "glog-fatal",  # a glog FATAL line (line.level "F")
+    "exception",  # a traceback open (tracebacks), else an exception's head: tracebacks.raises_unframed
+})
+IDLE_SKIP = True  # the differential test reads every fixture with it off too
+QUIET_TEXTS_MAX = 8192  # distinct texts (and tested tables) whose quiet answer the process keeps
+_QUIET: dict[str, bool] = {}
+_QUIET_TABLES: dict[int, tuple[tuple[Handler[TorchState], ...], bool]] = {}  # by the table's id, it held
+
+
+def quiet(text: str) -> bool:
+    """Whether no handler of the table reads a line of `text` while the parser is `idle`:
+    every handler whose test holds is one of IDLE_QUIET (asked once a tested table), and
+    the text is none of those that read it anyway (kept per text for every parse of the
+    process, bounded)."""
+    table = TESTED.table(text)
+    known = _QUIET_TABLES.get(id(table))
+    if known is None or known[0] is not table:
+        known = (table, all(h.name in IDLE_QUIET for h in table))
+        if len(_QUIET_TABLES) >= QUIET_TEXTS_MAX:
+            _QUIET_TABLES.clear()
+        _QUIET_TABLES[id(table)] = known
+    if not known[1]:
+        return False
+    found = _QUIET.get(text)
+    if found is None:
+        found = not (box.opens_tail(text) or box.before_title(text) or stall.opens_block(text)
+                     or tracebacks.raises_unframed(text))
+        if len(_QUIET) >= QUIET_TEXTS_MAX:
+            _QUIET.clear()
+        _QUIET[text] = found
+    return found
+
+
+def idle(state: TorchState, line: Line) -> bool:
+    """Whether nothing is open that IDLE_QUIET's handlers read a line by (see there)."""
+    return (state.pending_work is None and state.box is None and not state.open and not state.border
+            and not state.after_child_error and not state.stall_block and state.desync_seq is None
+            and line.level != "F" and not any(state.tracebacks.values()))
+
+
+def _dispatch(state: TorchState, line: Line) -> str | None:
+    """The handler that read the line (TESTED.dispatch), none asked where it is `quiet` while `idle`."""
+    if IDLE_SKIP and idle(state, line) and quiet(line.text):
+        recorded(line, None)
+        return None
+    return TESTED.dispatch(state, line)
+
+
 # ---------------------------------------------------------------- the parse
 
 def _result(state: TorchState, lines: int) -> TorchLog:
@@ -314,7 +373,7 @@ def parse_torch_log(text: str, *, rank_output: bool = False, lines: list[Line] |
     for line in sentences_unwrapped(word_unwrapped(uncollapsed(hard_unwrapped(lines, wrap_width(lines)),
                                                                 COLLAPSED_LINES))):
         line = torch_line(state, line)
-        if TESTED.dispatch(state, line) is None:
+        if _dispatch(state, line) is None:
             state.unrecognized.note(line)
         spawn.end_spawn_error(state, line)
     number = text.count("\n") + 1  # lines as "\n" splits them, an empty last one counted

@@ -82,10 +82,15 @@ def read_ops(state: TorchState, line: Line) -> bool:
     return _read_ops(state, line, line.text) or line.text.strip() == _OPS_HEAD
 
 
+def opens_block(text: str) -> bool:
+    """Whether a line's text is the head of the stall inspector's `Missing ranks:` block."""
+    return text.strip().endswith(_BLOCK_HEADS)
+
+
 def read_block(state: TorchState, line: Line) -> bool:
     """`Missing ranks:` (`Stalled ranks:`) and the `R: [NAMES]` lines after it."""
     text = line.text.strip()
-    if text.endswith(_BLOCK_HEADS):
+    if opens_block(text):
         state.stall_block = True
         return True
     if not state.stall_block:
@@ -112,4 +117,4 @@ HANDLERS: tuple[Handler[TorchState], ...] = (
     Handler("horovod-stall-ranks", lambda b: True, read_block),
 )
 
-__all__ = ["HANDLERS", "WARNING", "read_block", "read_ops", "read_warning"]
+__all__ = ["HANDLERS", "WARNING", "opens_block", "read_block", "read_ops", "read_warning"]

@@ -179,6 +179,18 @@ def read_terminate(state: TorchState, line: Line) -> bool:
     return True
 
 
+def _unframed(name: str, message: str | None) -> bool:
+    """Whether an exception's head read outside a traceback is one: an `...Error` or
+    `...Exception` type, and not a bare word alone with no traceback around it."""
+    return name.rsplit(".", 1)[-1].endswith(("Error", "Exception")) and (message is not None or "." in name)
+
+
+def raises_unframed(text: str) -> bool:
+    """Whether a line's text is an exception read_exception reads with no traceback open."""
+    head = exception_head(text)
+    return head is not None and _unframed(*head)
+
+
 def read_exception(state: TorchState, line: Line) -> bool:
     """The exception a traceback ends with (framed), or an `...Error:` / `...Exception:` line
     with no traceback read before it for this rank."""
@@ -189,10 +201,8 @@ def read_exception(state: TorchState, line: Line) -> bool:
     if head is None:
         return False
     name, message = head
-    if not framed and not name.rsplit(".", 1)[-1].endswith(("Error", "Exception")):
+    if not framed and not _unframed(name, message):
         return False
-    if not framed and message is None and "." not in name:
-        return False  # a bare word alone, with no traceback around it
     own, collective, library = state.frames.pop(key, ("", "", "")) if framed else ("", "", "")
     thread = state.threads.pop(key, "") if framed else ""
     child = framed and key in state.children

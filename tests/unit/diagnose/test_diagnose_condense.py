@@ -316,3 +316,26 @@ def test_a_run_counted_over_its_bytes_counts_as_its_decoded_lines():
     run = condense.Run(first=1, count=6, start=2, end=len(ended), widths=[(6, 10)])
     lines = condense._run_lines(ended, run)()
     assert condense._run_count(ended, run)("end\n") == lines.count("end\n") == 6
+
+
+def test_a_text_marked_as_the_one_before_is_given_its_runs_and_condenses_the_same(forced):
+    """template_runs keeps the last ASCII text's runs by its digit-marked bytes: a text the
+    same but for its digits' values (another rank's file of the job) gets those runs again
+    (the same objects), and every fixture and tricky text read right after such a copy of
+    itself still condenses as the line-by-line reading; a text marked otherwise is run afresh."""
+    cases = [data for _, data in _texts()] + [t.encode() for t in _tricky_texts()]
+    other_digits = bytes.maketrans(b"0123456789", b"1234567890")
+    again = 0
+    for data in cases:
+        before = condense.template_runs(data.translate(other_digits))
+        runs = condense.template_runs(data)
+        reused = len(runs) == len(before) and all(a is b for a, b in zip(runs, before, strict=True))
+        assert reused == data.isascii(), data[:200]
+        again += reused
+        text = data.decode("utf-8", errors="replace")
+        big = condensed(data, text)
+        assert (big and (big.text, big.numbers)) == _reference(data, text), text[:200]
+    assert again > 30
+    condense.template_runs(b"step 1\n" * 40)
+    runs = condense.template_runs(b"step 10\n" * 40)
+    assert (runs[0].count, runs[0].widths) == (40, [(40, 7)])  # not the 6-wide runs of `step 1`

@@ -36,6 +36,7 @@ def _differing(texts: list[tuple[str, str]]) -> list[str]:
     with pytest.MonkeyPatch.context() as mp:
         # every handler tested on every line, a chained handler's rest tested again (read_every)
         mp.setattr(HandlersByText, "dispatch", lambda self, state, line: dispatch(self.handlers, state, line))
+        mp.setattr(reader, "IDLE_SKIP", False)  # and no line left unasked while the parser is idle
         whole = [_parsed(text) for _, text in texts]
     return [name for (name, _), a, b in zip(texts, tested, whole, strict=True) if a != b]
 
@@ -71,6 +72,33 @@ def test_the_differential_catches_a_chain_whose_rest_is_left_out(monkeypatch):
         (h.name, h.read.read if isinstance(h.read, lines.ChainedRead) else h.read) for h in found))
     monkeypatch.setattr(reader, "TESTED", HandlersByText(reader.HANDLERS, digit_blind=True))
     assert _differing([("again", _AGAIN), *_texts()[:400]])
+
+
+def test_the_differential_catches_a_line_left_unasked_that_a_handler_reads_while_idle(monkeypatch):
+    """The comparison can fail where a quiet line is left unasked (reader.quiet, idle): with
+    `nccl-version` counted as quiet the NCCL version lines go unread, and facts differ."""
+    monkeypatch.setattr(reader, "IDLE_QUIET", reader.IDLE_QUIET | {"nccl-version"})
+    monkeypatch.setattr(reader, "_QUIET", {})
+    monkeypatch.setattr(reader, "_QUIET_TABLES", {})
+    assert _differing([("again", _AGAIN), *_texts()[:400]])
+
+
+def test_a_text_a_quiet_handler_reads_while_idle_is_not_quiet(monkeypatch):
+    """What the idle handlers read by its text alone is asked: a box's tail, the line before a
+    box's title, the stall inspector's block, an exception; an NCCL INFO line is not."""
+    monkeypatch.setattr(reader, "_QUIET", {})
+    monkeypatch.setattr(reader, "_QUIET_TABLES", {})
+    assert reader.quiet("gpu0:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM")
+    for text in ("Root Cause (first observed failure):", "torch.distributed.elastic.ChildFailedError:",
+                 "Missing ranks:", "RuntimeError: NCCL error", "  exitcode  : -9 (pid: 14750)",
+                 "gpu0:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0"):
+        assert not reader.quiet(text), text
+
+
+def test_the_handlers_are_named_once():
+    """reader.quiet goes by the handlers' names: no two of the table share one."""
+    names = [h.name for h in reader.HANDLERS]
+    assert len(names) == len(set(names))
 
 
 def test_the_tables_kept_are_bounded_and_start_again(monkeypatch):
