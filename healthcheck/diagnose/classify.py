@@ -80,6 +80,7 @@ from healthcheck.diagnose.stacks import group_stacks, rank_words
 from healthcheck.diagnose.startup import init_failure
 from healthcheck.diagnose.storebarrier import store_barrier_absentees, store_barrier_failure
 from healthcheck.diagnose.stuck import progress_rule, stuck_rule
+from healthcheck.diagnose.stuckdied import stuck_died
 from healthcheck.diagnose.threads import with_dead_threads
 from healthcheck.diagnose.uniqueid import unpublished_id
 from healthcheck.diagnose.wrapperlag import wrapper_behind
@@ -425,6 +426,9 @@ def analyse(col: Collected) -> Analysis:
     wedged(col, out)  # heartbeat.py: the heartbeat monitor, host-wedged only with contrast
     _network(col, out)
     _stuck(col, out, ras, dumps)
+    died = stuck_died(col, out.findings)  # stuckdied.py: the rank that never came, whose crash the text holds
+    if died is not None:
+        out.findings.append(died)
     progress_rule(col, out)
     if not out.findings:
         # setupphase.py: the text shows the job never got past its set-up; setupframes.py: by its frames

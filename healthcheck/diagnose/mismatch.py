@@ -52,6 +52,7 @@ from healthcheck.diagnose.ringsize import (
 from healthcheck.diagnose.scalarmeet import scalar_meets_tensor
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
+from healthcheck.diagnose.transportsize import size_reports
 from healthcheck.parsers.flight_recorder import FrComparison
 from healthcheck.parsers.torch_log import CollectiveMismatch
 
@@ -69,6 +70,7 @@ class _Sides:
     fr_text: str = ""
     divergence: str = ""
     notes: list[str] = field(default_factory=list)
+    reported: bool = False  # the only evidence is a transport's or MPI's size report (transportsize.py)
 
 
 def _fingerprints(col: Collected, acc: _Sides) -> None:
@@ -305,6 +307,10 @@ def _sized(col: Collected, acc: _Sides, what: str) -> tuple[tuple[int, ...], str
         odd, text = _parties(col, acc)
         if odd:
             return odd, text, "medium"
+    if acc.reported:
+        return (), ("a message arrived with another size than its receiver posted (the transport's or MPI's own "
+                    "report): the ranks disagree on a tensor's size; the report names neither the sender nor "
+                    "which side holds the odd size"), "medium"
     return (), f"ranks disagree on a {what}" + (f": {acc.fr_text}" if acc.fr_text else
                                                 " (no majority to name the odd rank)"), "medium"
 
@@ -332,7 +338,11 @@ def mismatch(col: Collected, fr: FrComparison | None) -> tuple[JobFinding | None
     _nccl_ops(col, acc)
     _flight_recorder(col, fr, acc)
     if not acc.items:
-        return None, acc.notes
+        reported = size_reports(col)  # transportsize.py: a transport's or MPI's size report, no side named
+        if not reported:
+            return None, acc.notes
+        acc.shape = acc.reported = True
+        acc.items.extend(reported)
     odd, summary, confidence = _conclude(col, acc)
     cls: FailureClass = "shape-mismatch" if acc.shape else "collective-mismatch"
     # outofstep.py: a rank a step off the others; never where the report was a point-to-point

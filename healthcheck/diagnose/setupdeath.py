@@ -7,7 +7,10 @@ new_group, the process group's construction: gloo's device looking up the interf
 GLOO_SOCKET_IFNAME names, the store's rendezvous), the rank never joined the job: the job
 failed while starting, and that rank is the one that could not. A store wait that timed
 out there is a peer's consequence (the rank waited for one that never came), never this
-rank's own setup failing, and keeps the verdict dead-rank. A rank dying in its own code
+rank's own setup failing, and keeps the verdict dead-rank. Where MPI_Init failed in the
+processes' exchange through the launcher (its error stack's PMI KVS get or fence,
+parsers/torch_log/mpireports.py), the rank waited on its peers' entries: the job could not
+start, and nothing says whose set-up failed, so no rank is named. A rank dying in its own code
 before init_process_group is not this rule's (preinit.py): its traceback never enters
 the process group's setup. Nor is a rank that had started: one that logged a training
 step, or whose peers' first errors were raised inside a collective past the setup (they
@@ -25,7 +28,7 @@ from healthcheck.diagnose.outofstep import last_steps
 from healthcheck.diagnose.setupframes import shared_build
 from healthcheck.diagnose.sources import Collected
 from healthcheck.diagnose.stacks import rank_words
-from healthcheck.parsers.torch_log.mpireports import INIT_CALL
+from healthcheck.parsers.torch_log.mpireports import EXCHANGE_WORDS, INIT_CALL
 
 # torch.distributed functions (distributed_c10d.py) that set a process group up, and MPI_Init
 # (an MPI runtime's fatal error in PMPI_Init: the rank never joined its world, mpireports.py)
@@ -76,6 +79,11 @@ def died_in_setup(col: Collected, dead: JobFinding | None) -> JobFinding | None:
         return job_finding(cls="init-failure", confidence="medium", ranks=(), evidence=tuple(own + others)[:20],
                            summary=f"the job could not start: the process group's backend is missing from this "
                                    f"build ({own[0].text[:160]}); every process would fail alike, no rank is at fault")
+    if all(EXCHANGE_WORDS in e.text for e in own):  # mpireports.py: it waited on its peers' entries
+        return job_finding(cls="init-failure", confidence="medium", ranks=(), evidence=tuple(own + others)[:20],
+                           summary=f"the job could not start: MPI_Init failed {EXCHANGE_WORDS} ({own[0].text[:200]}); "
+                                   "a process that waited on its peers' entries says nothing of whose set-up failed, "
+                                   "no rank is at fault")
     summary = (f"{rank_words(dead.ranks)} could not start: its own process group's setup failed "
                f"({own[0].text[:160]}); the other ranks' errors in init followed it")
     return job_finding(cls="init-failure", summary=summary, confidence="high", ranks=dead.ranks,

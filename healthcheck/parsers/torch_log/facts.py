@@ -281,6 +281,17 @@ class MemberEnd(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     world: int | None = None
 
 
+class SizeMismatch(_Fact, frozen=True, omit_defaults=True, kw_only=True):
+    """A transport's or an MPI library's report that a message arrived with another size than
+    its receiver posted (sizereports.py): `library` the wording's owner (mpich, nccl,
+    open-mpi, ucx), the sizes where printed; the reporter's rank where its labels place it."""
+
+    library: str = ""
+    received_bytes: int | None = None
+    expected_bytes: int | None = None
+    message: str = ""
+
+
 class CoordinationTimeout(_Fact, frozen=True, omit_defaults=True, kw_only=True):
     """JAX's coordination service whose start-up barrier timed out (coordination.py): the
     barrier's id (`PjRT_Client_Connect`, `[Init]Wait_for_all_tasks_to_register`) and the
@@ -636,6 +647,7 @@ class TorchLog(msgspec.Struct, frozen=True):
     ddp_starts: tuple[DdpStart, ...] = ()
     mpi_abort_calls: tuple[MpiAbortCall, ...] = ()
     member_ends: tuple[MemberEnd, ...] = ()
+    size_mismatches: tuple[SizeMismatch, ...] = ()
     coordination_timeouts: tuple[CoordinationTimeout, ...] = ()
     task_states: tuple[TaskState, ...] = ()
     setup_failures: tuple[SetupFailed, ...] = ()
@@ -696,4 +708,4 @@ FACT_KINDS = ("timeouts", "progress", "stuck", "aborts", "desync", "mismatches",
               "worker_failures", "agent_signals", "closing_signals", "worker_group", "exceptions", "not_in_group",
               "task_exits", "cut_timeouts", "stalled", "harness_caught",
               "ddp_starts", "mpi_abort_calls", "coordination_timeouts", "task_states", "setup_failures",
-              "tasks_lost", "member_ends")
+              "tasks_lost", "member_ends", "size_mismatches")

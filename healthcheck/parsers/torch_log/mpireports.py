@@ -3,7 +3,9 @@
 * MPICH's fatal error handler (and its forks: Cray MPICH, Intel MPI) aborts the job from
   the rank whose MPI call failed, printing `Abort(CODE) (rank R in comm C): Fatal error in
   PMPI_X: ...` (Intel MPI: `Abort(CODE) on node N (rank R in comm C): ...`; Cray MPICH puts
-  `MPICH ERROR [Rank R] [job id J] [DATE] [HOST] - ` before it). Comm 0 is MPI_COMM_WORLD,
+  `MPICH ERROR [Rank R] [job id J] [DATE] [HOST] - ` before it; Cray MPT 7, MPICH 3's fork
+  before Cray MPICH 8, prints `Rank R [DATE] [HOST] Fatal error in MPI_X: ...`, R the world's
+  rank, no Abort code). Comm 0 is MPI_COMM_WORLD,
   so R is the world's rank there only. The rank's own death (type MPI_ABORT, native); where
   the call is MPI_Init/MPI_Init_thread the rank failed to start (`collective` "MPI_Init",
   a setup function: diagnose/setupdeath.py). Where two ranks or more report it in a
@@ -25,6 +27,11 @@
   diagnose/improperexit.py.
 * Open MPI's signal report (signalreport.py) carries host and pid only: where the text's own
   launch command starts one process, it is rank 0's (`one_process_world`, after the parse).
+* The error stack under MPICH's fatal error in MPI_Init (`FUNC(LINE)....: text` lines): a
+  frame of the processes' exchange through the launcher's key-value space (PMI's KVS get,
+  fence or barrier, PMIx's, MPICH's business-card `initial_address_exchange`) is said in the
+  exception's message (`EXCHANGE_WORDS`): the rank waited on its peers' entries, its own
+  set-up did not fail (diagnose/setupdeath.py names no rank for it).
 * PETSc's signal handler: `[R]PETSC ERROR: Caught signal number S NAME: ...`, R the rank in
   PETSC_COMM_WORLD (the world's, as PETSc's own `[R]` prefix says): rank R's own death by S.
 """
@@ -39,13 +46,16 @@ from healthcheck.parsers.torch_log.agent import OMPI_LAUNCHERS, OMPI_NAME
 from healthcheck.parsers.torch_log.facts import SIGNALS, ExceptionRaised, MpiAbortCall, TaskExit
 from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
 from healthcheck.parsers.torch_log.signalreport import DEATH_TYPES
-from healthcheck.parsers.torch_log.state import TorchState, agent_where, where
+from healthcheck.parsers.torch_log.state import TorchState, agent_where, rank_key, where
 
 _WORLD_COMM = "0"
 _CRAY_HEAD = re.compile(r"MPICH ERROR \[Rank (\d{1,9})\] \[job id [^\]]{0,64}\] \[[^\]]{0,64}\] "
                         r"\[([^\]\s]{1,256})\] - ")
 _FATAL = re.compile(r"Abort\((-?\d{1,12})\)(?: on node \d{1,9})? \(rank (\d{1,9}) in comm (\d{1,12})\): "
                     r"Fatal error in P?(MPI_\w{1,64})(?:: (.{0,200}))?")
+# Cray MPT 7: `Rank 0 [Fri May  8 18:08:48 2020] [c0-0c0s0n0] Fatal error in MPI_Comm_spawn: ...`
+_MPT_FATAL = re.compile(r"(?<![\w-])Rank (\d{1,9}) \[[^\]]{1,64}\] \[[^\]\s]{1,256}\] "
+                        r"Fatal error in P?(MPI_\w{1,64})(?:: (.{0,200}))?")
 _INIT_CALLS = ("MPI_Init", "MPI_Init_thread")
 INIT_CALL = "MPI_Init"
 _CALLED = re.compile(r"application called MPI_Abort\((comm=0x[0-9A-Fa-f]{1,16}|\w{1,64}), (-?\d{1,12})\) "
@@ -58,24 +68,51 @@ IMPROPER_EXIT = re.compile(
     r"node (?:(\S{1,256}) )?exiting (?:improperly|without calling \"finalize\")")
 IMPROPER_HEADS = tuple(f"{name} has exited due to" for name in OMPI_LAUNCHERS)
 _PETSC = re.compile(r"\[(\d{1,9})\]PETSC ERROR: Caught signal number (\d{1,3}) ([A-Z]{1,8})")
+_STACK_OPEN = "mpich-init-stack"
+# MPICH's error stack frame: `MPIR_pmi_kvs_get(227).......: PMI_KVS_Get returned -1`
+_FRAME = re.compile(r"\s{0,8}(\w{1,64})\(\d{1,6}\)\.{0,64}: ?(.{0,200})")
+# frames of the exchange between processes through the launcher (PMI/PMIx): a wait on peers
+_EXCHANGE = re.compile(r"pmi|address_exchange|bc_table|kvs|fence", re.IGNORECASE)
+# what the message then says (setupdeath.py reads it)
+EXCHANGE_WORDS = "in the processes' exchange through the launcher"
 _REDACTED = re.compile(r"[xX*#?.]{1,256}|<[^>]{0,64}>")
 
 
 def read_fatal_error(state: TorchState, line: Line) -> bool:
     """MPICH's `Abort(CODE) (rank R in comm 0): Fatal error in PMPI_X`: rank R's own abort."""
     m = _FATAL.search(line.text)
-    if m is None or m.group(3) != _WORLD_COMM:
+    if m is not None and m.group(3) == _WORLD_COMM:
+        code, rank, call, said = m.group(1), int(m.group(2)), m.group(4), m.group(5)
+        head = _CRAY_HEAD.search(line.text, 0, m.start() + 1)
+    elif (t := _MPT_FATAL.search(line.text)) is not None:
+        code, rank, call, said, head = "", int(t.group(1)), t.group(2), t.group(3), None
+    else:
         return False
-    code, rank, call = m.group(1), int(m.group(2)), m.group(4)
     at = where(line)
     if at["rank"] is None:
         at["rank"] = rank
-    head = _CRAY_HEAD.search(line.text, 0, m.start() + 1)
     host = f" on {head.group(2)}" if head else ""
-    state.add("exceptions", ExceptionRaised(
+    aborted = f" (Abort({code}))" if code else ""
+    index = state.add("exceptions", ExceptionRaised(
         **at, type=ABORT_TYPE, native=True, collective=INIT_CALL if call in _INIT_CALLS else "",
-        message=clip(f"rank {rank}{host}: fatal error in {call} (Abort({code})): {m.group(5) or ''}".rstrip(": "),
-                     300)))
+        message=clip(f"rank {rank}{host}: fatal error in {call}{aborted}: {said or ''}".rstrip(": "), 300)))
+    if call in _INIT_CALLS and index >= 0:
+        state.start(_STACK_OPEN, index, rank_key(line))
+    return True
+
+
+def read_init_stack(state: TorchState, line: Line) -> bool:
+    """A frame of the error stack under MPICH's fatal error in MPI_Init: one of the exchange
+    through the launcher is said in the exception's message (module doc), once."""
+    opened = state.find_open(_STACK_OPEN, rank_key(line))
+    m = _FRAME.fullmatch(line.text)
+    if opened is None or m is None:
+        return False
+    if _EXCHANGE.search(m.group(1)) or _EXCHANGE.search(m.group(2)):
+        e = state.facts["exceptions"][opened.index]
+        said = f"{m.group(1)}: {m.group(2).strip()}" if m.group(2).strip() else m.group(1)
+        state.amend("exceptions", opened.index, message=clip(f"{e.message} ({EXCHANGE_WORDS}: {said})", 400))
+        state.close(_STACK_OPEN, opened.key)
     return True
 
 
@@ -126,7 +163,7 @@ def read_petsc_signal(state: TorchState, line: Line) -> bool:
 
 
 # the call a fatal error's message names (read_fatal_error writes it so)
-_FATAL_CALL = re.compile(r"fatal error in (MPI_\w{1,64}) \(Abort\(")
+_FATAL_CALL = re.compile(r"fatal error in (MPI_\w{1,64})(?: \(Abort\(|:|$)")
 
 
 def shared_fatal_errors(state: TorchState) -> None:
@@ -161,12 +198,14 @@ def one_process_world(state: TorchState) -> None:
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
-    Handler("mpich-fatal", lambda b: "Fatal error in " in b and "Abort(" in b, read_fatal_error),
+    Handler("mpich-fatal", lambda b: "Fatal error in " in b and ("Abort(" in b or "Rank " in b), read_fatal_error),
+    Handler("mpich-init-stack", lambda b: "(" in b and "):" in b or ")." in b, read_init_stack),
     Handler("mpich-abort-call", lambda b: "application called MPI_Abort(" in b, read_abort_call),
     Handler("ompi-improper-exit", lambda b: "has exited due to process rank" in b, read_improper_exit),
     Handler("petsc-signal", lambda b: "PETSC ERROR: Caught signal number" in b, read_petsc_signal),
 )
 
-__all__ = ["HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL", "abort_world_rank",
+__all__ = ["EXCHANGE_WORDS", "HANDLERS", "IMPROPER_EXIT", "IMPROPER_HEADS", "IMPROPER_STATE", "INIT_CALL",
+           "abort_world_rank",
            "after_parse", "one_process_world", "read_abort_call", "shared_fatal_errors",
-           "read_fatal_error", "read_improper_exit", "read_petsc_signal"]
+           "read_fatal_error", "read_improper_exit", "read_init_stack", "read_petsc_signal"]
