@@ -21,7 +21,7 @@ from diagnose_jobs import harness
 
 ROOT = harness.REPO / "tests" / "fixtures" / "diagnose-field"
 # set name (as bin/bench names it) -> folder under ROOT
-FIELD_SETS = {"field-1": "issues-1", "field-2": "issues-2", "field-3": "issues-3", "field-4": "issues-4", "field-5": "issues-5", "field-6": "issues-6", "field-7": "issues-7", "field-8": "issues-8", "field-9": "issues-9", "field-10": "issues-10", "field-11": "issues-11", "field-12": "issues-12", "field-13": "issues-13", "field-14": "issues-14", "field-15": "issues-15", "field-16": "issues-16", "field-17": "issues-17", "field-18": "issues-18", "field-19": "issues-19", "field-20": "issues-20", "field-21": "issues-21", "field-22": "issues-22", "field-23": "issues-23", "field-24": "issues-24", "field-25": "issues-25"}
+FIELD_SETS = {"field-1": "issues-1", "field-2": "issues-2", "field-3": "issues-3", "field-4": "issues-4", "field-5": "issues-5", "field-6": "issues-6", "field-7": "issues-7", "field-8": "issues-8", "field-9": "issues-9", "field-10": "issues-10", "field-11": "issues-11", "field-12": "issues-12", "field-13": "issues-13", "field-14": "issues-14", "field-15": "issues-15", "field-16": "issues-16", "field-17": "issues-17", "field-18": "issues-18", "field-19": "issues-19", "field-20": "issues-20", "field-21": "issues-21", "field-22": "issues-22", "field-23": "issues-23", "field-24": "issues-24", "field-25": "issues-25", "field-26": "issues-26"}
 
 
 def folder(name: str) -> Path:
