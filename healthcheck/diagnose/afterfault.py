@@ -8,7 +8,10 @@ std::terminate on a library's error. Where the ranks' own deaths carry no time t
 the text's order in one file is the only order shown: an abort printed after a fault of another
 rank in the same file followed that fault, and is its victim. (Timed deaths are ordered by
 their times in deaths.py; a Python exception of the rank's own code is its own, whatever comes
-before it.) Precision first: naming such an abort beside the faults adds a false culprit.
+before it.) Precision first: naming such an abort beside the faults adds a false culprit. A launcher's
+report of a task's fault (srun's `task 1: Segmentation fault`, mpirun's `exited on signal 11`)
+is such a fault too: Cray MPICH's rank 0 `Fatal error in PMPI_Recv` printed after it is its
+victim (field-25).
 """
 
 from __future__ import annotations
@@ -32,4 +35,17 @@ def aborted_after_faults(firsts: dict[int, RankError], ranks: list[int]) -> set[
     return out
 
 
-__all__ = ["ABORTS", "aborted_after_faults"]
+def aborted_after_shown(faults: list[tuple[str, int, int | None]], firsts: dict[int, RankError],
+                        ranks: list[int]) -> set[int]:
+    """Of `ranks`, those whose first error is an untimed abort printed after another rank's fault
+    that a launcher reported in the same file (`faults`: source, line, rank): its victims."""
+    out: set[int] = set()
+    for r in ranks:
+        e = firsts.get(r)
+        if e is not None and e.type in ABORTS and e.time is None and any(
+                src == e.source and line < e.line and rank != r for src, line, rank in faults):
+            out.add(r)
+    return out
+
+
+__all__ = ["ABORTS", "aborted_after_faults", "aborted_after_shown"]

@@ -7,9 +7,13 @@ death: it may be a victim's. It names the culprit only as the last resort, where
 failure the text holds: no rank's first error, no timeout, no other fact the torch log reader
 makes of any line (no warning, set-up failure, tool's statement of an end: Megatron's ranks each
 warning `NCCL WARN Error : no algorithm/protocol available` while one's traceback is cut are
-all failing), and the cut traceback's header is in the text (a paste of frames only, torchrec's `[rank0]:`
+all failing; an NCCL WARN, SGLang's `socketStartConnect: Connect to ... failed` with NCCL's
+set-up returning the error before TP0's cut scheduler traceback, is a set-up failure beside it:
+field-25), and the cut traceback's header is in the text (a paste of frames only, torchrec's `[rank0]:`
 frames with no header, shows a fragment, not a rank's end: field-4; unprefixed frames after a
-prefixed header are that traceback's own), and the ranks cut are
+prefixed header are that traceback's own; frames that open at the process's outermost, a script's
+`<module>` or multiprocessing's `_bootstrap` (vLLM v1's `(VllmWorker rank=5 ...)` frames), show the
+traceback from its top, only its header line left out: field-25), and the ranks cut are
 fewer than every rank the text shows (all of them raising
 is the collective's end, not one rank's).
 """
@@ -43,6 +47,8 @@ def cut_raisers(col: Collected, firsts: dict[int, RankError]) -> list[tuple[int,
         return []
     if any(getattr(f.log, kind) for f in col.evidence.torch_logs if f.log is not None for kind in FACT_KINDS):
         return []
+    if any(getattr(f.log, "warns", ()) for f in col.evidence.nccl_logs):
+        return []  # NCCL's own WARN (SGLang's `socketStartConnect ... failed` in set-up): a failure beside it
     cuts = _cuts(col)
     if not cuts or set(cuts) & spoke_of_failure(col):
         return []

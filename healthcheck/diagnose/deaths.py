@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from healthcheck.diagnose.afterfault import aborted_after_faults
+from healthcheck.diagnose.afterfault import aborted_after_faults, aborted_after_shown
 from healthcheck.diagnose.analysis import log_evidence
 from healthcheck.diagnose.cleanupkill import FAULTS, cleanup_kills
 from healthcheck.diagnose.cuttraces import cut_raisers
@@ -301,11 +301,20 @@ def _job_failed(col: Collected, firsts: dict[int, RankError], cands: list[_Candi
     return False
 
 
+def _launcher_faults(col: Collected) -> list[tuple[str, int, int | None]]:
+    """(source, line, task) of each fault signal a launcher reported of a task (srun's `task 1:
+    Segmentation fault`, mpirun's `exited on signal 11`), not its own kill after an abort."""
+    return [(f.source, t.line, task) for f in col.evidence.torch_logs if f.log is not None
+            for t in f.log.task_exits if t.signal in FAULTS and not t.after_abort for task in t.tasks[:64]]
+
+
 def _own_exceptions(col: Collected, firsts: dict[int, RankError], acc: _Dead) -> None:
     cands = _from_logs(col, firsts)
     cands += _from_launcher(col, {c.rank for c in cands} | set(acc.ranks))
     if interrupted_everywhere(col, rank_errors(col)):  # an operator's Ctrl-C: no launcher entry's interrupt either
         cands = [c for c in cands if not interrupted(c.text.split(":", 1)[0])]
+    after = aborted_after_shown(_launcher_faults(col), firsts, [c.rank for c in cands])  # afterfault.py
+    cands = [c for c in cands if c.rank not in after]
     if not cands or not _job_failed(col, firsts, cands):
         return
     chosen, acc.basis = _first_in_time(cands, firsts)

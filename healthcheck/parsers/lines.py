@@ -785,8 +785,10 @@ def torn_pieces(text: str) -> list[str]:
 # (vLLM v1's `(VllmWorker rank=3 pid=406) `, `(VllmWorker TP3 pid=406) `, `(EngineCore_0 pid=9) `)
 _RAY = lazy_compile(r"\((?:[\w.\-]{1,64} )?(?:[\w.\-]{1,32}(?:=[\w.\-]{1,32})? ){0,3}pid=\d{1,10}"
                     r"(?:, ip=[\w.:\-]{1,64})?\) ", re.ASCII)
-# the rank such a name states (vLLM v1's `rank=3` or `TP3`, its tensor-parallel rank)
-_RAY_RANK = lazy_compile(r" (?:rank=|TP)(\d{1,7}) ", re.ASCII)
+# the rank such a name states (vLLM v1's `rank=3` or `TP3`, its tensor-parallel rank; later
+# vLLM's one-word `(Worker_TP3 pid=N) `, `Worker_TP3_EP3`: with a PP or DP part before it,
+# `Worker_PP1_TP3`, the TP rank is not the job's rank, and none is taken)
+_RAY_RANK = lazy_compile(r"(?: |\(Worker_)(?:rank=|TP)(\d{1,7})(?:_EP\d{1,7})? ", re.ASCII)
 # SGLang's scheduler prefix: `[2025-04-21 04:13:43 TP3] ` (its tensor-parallel rank, the
 # job's rank where no DP/PP rank is shown; `EP3` may follow)
 _SGLANG_TP = lazy_compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP(\d{1,5})(?: EP\d{1,5})?\] ", re.ASCII)

@@ -8,6 +8,12 @@ signalreport.py's):
   trace: ***`;
 * Julia's: `signal (6): Aborted` on a line of its own.
 
+* a shell's report of the fault signal that killed the command it ran (its strsignal):
+  `Segmentation fault (core dumped)`, `Bus error`, `Illegal instruction`, `Floating point
+  exception`, a line of its own, read only under a label that names the rank (horovodrun's
+  `[1]<stderr>:`, mpirun's `[1,1]<stderr>:`, srun --label's `1: `): that rank's shell, so the
+  rank's process; an unlabelled one is the shell's around the whole launch, no rank's.
+
 Each is the death of the process that printed it, by that signal: an ExceptionRaised of the
 signal's type, native, on the rank the line's labels name and else on none (a process of the
 job, not a rank: the diagnosis places it only by elimination, diagnose/stuckdied.py).
@@ -31,9 +37,25 @@ _REPORTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# a shell's strsignal of the fault that killed its command (module doc)
+_SHELL = re.compile(r"(Segmentation fault|Bus error|Illegal instruction|Floating point exception)(?: \(core dumped\))?")
+_SHELL_ENDS = ("(core dumped)", "Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception")
+_SHELL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
+                  "Floating point exception": "SIGFPE"}
+
+
 def read_crash_report(state: TorchState, line: Line) -> bool:
     """One runtime's report of its process's fatal signal (module doc)."""
     text = line.text.strip()
+    shell = _SHELL.fullmatch(text)
+    if shell is not None:
+        at = where(line)
+        if at["rank"] is None and at["task"] is None:
+            return False
+        signal = _SHELL_SIGNALS[shell.group(1)]
+        state.add("exceptions", ExceptionRaised(
+            **at, type=signal, native=True, message=clip(f"the process died of {signal} (its shell: {text})", 200)))
+        return True
     for runtime, pattern in _REPORTS:
         m = pattern.fullmatch(text) if runtime == "julia" else pattern.search(text)
         if m is None:
@@ -50,8 +72,8 @@ def read_crash_report(state: TorchState, line: Line) -> bool:
 
 
 HANDLERS: tuple[Handler[TorchState], ...] = (
-    Handler("crash-report", lambda b: "received at time=" in b or "received by PID" in b or b.startswith("signal ("),
-            read_crash_report),
+    Handler("crash-report", lambda b: "received at time=" in b or "received by PID" in b or b.startswith("signal (")
+            or b.rstrip().endswith(_SHELL_ENDS), read_crash_report),
 )
 
 __all__ = ["HANDLERS", "read_crash_report"]

@@ -607,7 +607,8 @@ class ExceptionRaised(_GroupFact, frozen=True, omit_defaults=True, kw_only=True)
     chain: tuple[str, ...] = ()
     # printed by torch's own sys.excepthook (distributed_c10d.py's _distributed_excepthook puts
     # `[rankN]: ` before every line of an exception nothing caught, after init_process_group):
-    # the exception ended its rank, even where a paste kept its last line only
+    # the exception ended its rank, even where a paste kept its last line only; so does C++'s
+    # `terminate called after throwing an instance of 'T'` (std::terminate aborts the process)
     uncaught: bool = False
     # the set-up step its traceback ran through, its outermost set-up frame's (setupframes.py:
     # "init_process_group", "rendezvous", "agent-rendezvous", "launcher", "ncclCommInitRank", ...),

@@ -91,9 +91,20 @@ def read_frame(state: TorchState, line: Line) -> bool:
     if not state.tracebacks.get(key):
         state.tracebacks[key] = 1  # a fragment that starts inside a traceback
         _opened(state, key, line)
+        if _outermost(b) and key in state.traceback_at:  # it starts at the process's top: its start
+            state.traceback_at[key] = {**state.traceback_at[key], "headed": True}
         traceback_opened(state, key, line.number)
     _frame(state, key, b)
     return True
+
+
+def _outermost(body: str) -> bool:
+    """A frame that is a process's outermost: a script's `<module>`, or multiprocessing's
+    `_bootstrap` (a child process's, vLLM's workers'); a fragment that opens at it shows its
+    traceback from the top, only the header line above it left out."""
+    m = _FRAME_AT.match(body)
+    return m is not None and (m.group(3) == "<module>"
+                              or (m.group(3) == "_bootstrap" and m.group(1).replace("\\", "/").endswith(_CHILD_FILE)))
 
 
 def _source_line(state: TorchState, key: RankKey, code: str) -> None:
@@ -169,7 +180,8 @@ def read_terminate(state: TorchState, line: Line) -> bool:
     if m is None and b.rstrip() not in _TERMINATE_BARE:
         return False
     index = state.add("exceptions", ExceptionRaised(
-        **where(line), type=m.group(1) if m else "", native=True, message="" if m else clip(b.strip(), MESSAGE_MAX)))
+        **where(line), type=m.group(1) if m else "", native=True, message="" if m else clip(b.strip(), MESSAGE_MAX),
+        uncaught=m is not None))  # std::terminate after a throw nothing caught: it aborts the process
     if m and index >= 0:
         key = rank_key(line)
         # two processes' terminate lines before either's what() (unlabelled, interleaved): the
