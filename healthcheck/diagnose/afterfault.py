@@ -23,29 +23,25 @@ from healthcheck.parsers.torch_log.mpiabort import ABORT_TYPE
 ABORTS = frozenset({"SIGABRT", ABORT_TYPE})
 
 
+def _aborted_after(errors: list[RankError], faults: list[tuple[str, int, int | None]]) -> set[int]:
+    """The ranks of `errors` that are an abort printed in the same file after a fault of another
+    rank (`faults`: source, line, rank)."""
+    return {e.rank for e in errors if e.type in ABORTS
+            and any(src == e.source and line < e.line and rank != e.rank for src, line, rank in faults)}
+
+
 def aborted_after_faults(firsts: dict[int, RankError], ranks: list[int]) -> set[int]:
     """Of `ranks` (untimed own deaths), those whose first error is an abort printed in the same
     file after another rank's fault signal (module doc)."""
     errors = [firsts[r] for r in ranks if r in firsts]
-    faults = [e for e in errors if e.type in FAULTS]
-    out: set[int] = set()
-    for e in errors:
-        if e.type in ABORTS and any(f.source == e.source and f.line < e.line and f.rank != e.rank for f in faults):
-            out.add(e.rank)
-    return out
+    return _aborted_after(errors, [(e.source, e.line, e.rank) for e in errors if e.type in FAULTS])
 
 
 def aborted_after_shown(faults: list[tuple[str, int, int | None]], firsts: dict[int, RankError],
                         ranks: list[int]) -> set[int]:
     """Of `ranks`, those whose first error is an untimed abort printed after another rank's fault
     that a launcher reported in the same file (`faults`: source, line, rank): its victims."""
-    out: set[int] = set()
-    for r in ranks:
-        e = firsts.get(r)
-        if e is not None and e.type in ABORTS and e.time is None and any(
-                src == e.source and line < e.line and rank != r for src, line, rank in faults):
-            out.add(r)
-    return out
+    return _aborted_after([firsts[r] for r in ranks if r in firsts and firsts[r].time is None], faults)
 
 
 __all__ = ["ABORTS", "aborted_after_faults", "aborted_after_shown"]

@@ -18,10 +18,8 @@ from healthcheck.diagnose.analysis import fact_rank, log_evidence
 from healthcheck.diagnose.findings import Evidence, JobFinding, job_finding
 from healthcheck.diagnose.logfacts import first_errors
 from healthcheck.diagnose.sources import Collected
-from healthcheck.parsers.torch_log.facts import SIGNALS
+from healthcheck.parsers.torch_log.facts import SIGNAL_NAMES
 from healthcheck.parsers.torch_log.signalreport import DEATH_TYPES
-
-_SIGNAL_NAMES = frozenset(SIGNALS.values())
 
 
 def _unplaced_crashes(col: Collected) -> list[Evidence]:
@@ -50,7 +48,7 @@ def stuck_died(col: Collected, findings: list[JobFinding]) -> JobFinding | None:
     rank = stuck.ranks[0]
     firsts = first_errors(col)
     shown = {r for f in col.evidence.torch_logs if f.log is not None for r in f.log.ranks} - {rank}
-    if rank in firsts or not shown or any(e.type in _SIGNAL_NAMES or e.type == "signal"
+    if rank in firsts or not shown or any(e.type in SIGNAL_NAMES or e.type == "signal"
                                           for r, e in firsts.items() if r in shown):
         return None
     crash = crashes[0]

@@ -25,10 +25,9 @@ import re
 
 from healthcheck.core.inputs import clip
 from healthcheck.parsers.lines import Handler, Line
-from healthcheck.parsers.torch_log.facts import SIGNALS, ExceptionRaised
+from healthcheck.parsers.torch_log.facts import SIGNAL_NAMES, SIGNALS, ExceptionRaised
 from healthcheck.parsers.torch_log.state import TorchState, where
 
-_NAMES = frozenset(SIGNALS.values())
 # (runtime, pattern): group "sig" a signal's name or group "num" its number; group "pid" where printed
 _REPORTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("abseil", re.compile(r"\*\*\* (?P<sig>SIG[A-Z]{2,7}) received at time=\d{1,20}(?: on cpu \d{1,6})? \*\*\*")),
@@ -61,7 +60,7 @@ def read_crash_report(state: TorchState, line: Line) -> bool:
         if m is None:
             continue
         signal = m.group("sig") if "sig" in pattern.groupindex else SIGNALS.get(int(m.group("num")), "")
-        if signal not in _NAMES:
+        if signal not in SIGNAL_NAMES:
             return False
         pid = m.groupdict().get("pid")
         state.add("exceptions", ExceptionRaised(
